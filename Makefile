@@ -1,0 +1,44 @@
+# Two commands on a fresh machine with Python 3.11+ and make:
+#   make run    start the service on the embedded PostgreSQL (http://127.0.0.1:37777)
+#   make test   install everything, lint, type-check, check migrations, run the tests
+
+SHELL := /bin/bash
+UV := $(shell command -v uv 2>/dev/null || echo .tools/bin/uv)
+PYTEST_ARGS ?=
+
+.PHONY: install run test lint typecheck migrations-check pytest bench format clean
+
+.tools/bin/uv:
+	python3 -m venv .tools
+	.tools/bin/pip install --quiet --disable-pip-version-check uv
+
+install: $(UV)
+	$(UV) sync --frozen
+
+run: install
+	$(UV) run agmem serve
+
+test: install lint typecheck migrations-check pytest
+
+lint: install
+	$(UV) run ruff check .
+	$(UV) run ruff format --check .
+
+typecheck: install
+	$(UV) run mypy --strict app
+
+migrations-check: install
+	$(UV) run python -m tests.migrations_check
+
+pytest: install
+	$(UV) run pytest $(PYTEST_ARGS)
+
+bench: install
+	$(UV) run python -m bench.all
+
+format: install
+	$(UV) run ruff check --fix .
+	$(UV) run ruff format .
+
+clean:
+	rm -rf .venv .tools .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,36 @@
+"""Dependencies shared by the routers: one `Annotated` alias per thing a route needs."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import Depends, Request
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.config import Settings
+from app.state import AppState
+
+
+def get_state(request: Request) -> AppState:
+    state: AppState = request.app.state.agmem
+    return state
+
+
+StateDep = Annotated[AppState, Depends(get_state)]
+
+
+def get_settings_dep(state: StateDep) -> Settings:
+    return state.settings
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
+
+
+async def get_db(state: StateDep) -> AsyncIterator[AsyncSession]:
+    """The request edge owns the transaction: commit when the route returns, roll back on error."""
+    async with state.sessionmaker() as session, session.begin():
+        yield session
+
+
+DbDep = Annotated[AsyncSession, Depends(get_db)]

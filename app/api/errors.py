@@ -1,0 +1,106 @@
+"""Render every error, ours or the framework's, as `{"error": "<Type>", "detail": "..."}`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy import exc as sa_exc
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.errors import AppError, DatabaseUnavailable
+
+log = structlog.get_logger(__name__)
+
+_HTTP_ERROR_NAMES = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    406: "NotAcceptable",
+    409: "Conflict",
+    413: "PayloadTooLarge",
+    415: "UnsupportedMediaType",
+    422: "ValidationFailed",
+    429: "TooManyRequests",
+    503: "ServiceUnavailable",
+}
+
+
+def error_response(
+    status_code: int, error: str, detail: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse(
+        {"error": error, "detail": detail}, status_code=status_code, headers=headers
+    )
+
+
+def describe_validation_errors(errors: list[Any]) -> str:
+    """One readable sentence per problem: `body.sessionId: Field required`."""
+    parts = []
+    for error in errors[:5]:
+        location = ".".join(str(part) for part in error.get("loc", ()) if part != "body")
+        message = error.get("msg", "invalid")
+        parts.append(f"{location}: {message}" if location else message)
+    if len(errors) > 5:
+        parts.append(f"and {len(errors) - 5} more")
+    return "; ".join(parts)
+
+
+async def _app_error(_: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, AppError)
+    return error_response(error.status_code, error.error, error.detail, error.headers)
+
+
+async def _validation_error(_: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, RequestValidationError)
+    errors = list(error.errors())
+    if any(item.get("type") == "json_invalid" for item in errors):
+        first = next(item for item in errors if item.get("type") == "json_invalid")
+        reason = (first.get("ctx") or {}).get("error", "malformed JSON")
+        return error_response(400, "InvalidJSON", f"the request body is not valid JSON: {reason}")
+    return error_response(422, "ValidationFailed", describe_validation_errors(errors))
+
+
+async def _http_error(_: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, StarletteHTTPException)
+    name = _HTTP_ERROR_NAMES.get(error.status_code, "HTTPError")
+    detail = error.detail if isinstance(error.detail, str) else str(error.detail)
+    return error_response(error.status_code, name, detail, getattr(error, "headers", None))
+
+
+async def _database_unreachable(_: Request, error: Exception) -> JSONResponse:
+    log.warning("database.unreachable", error=str(error).splitlines()[0] if str(error) else "")
+    unavailable = DatabaseUnavailable("the database is unreachable; retry shortly")
+    return error_response(503, unavailable.error, unavailable.detail, unavailable.headers)
+
+
+async def _data_error(_: Request, error: Exception) -> JSONResponse:
+    # Input cleaning should stop these first; this keeps a value Postgres rejects from being a 500.
+    message = str(getattr(error, "orig", error)).splitlines()[0]
+    return error_response(422, "InvalidData", f"the database rejected a value: {message}")
+
+
+async def _integrity_error(_: Request, error: Exception) -> JSONResponse:
+    message = str(getattr(error, "orig", error)).splitlines()[0]
+    return error_response(409, "Conflict", f"the change conflicts with stored data: {message}")
+
+
+async def _unexpected(_: Request, error: Exception) -> JSONResponse:
+    log.exception("request.failed", error_type=type(error).__name__)
+    return error_response(500, "InternalError", "an unexpected error occurred; it has been logged")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(AppError, _app_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    for unreachable in (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError):
+        app.add_exception_handler(unreachable, _database_unreachable)
+    app.add_exception_handler(sa_exc.DataError, _data_error)
+    app.add_exception_handler(sa_exc.IntegrityError, _integrity_error)
+    app.add_exception_handler(Exception, _unexpected)

@@ -1,0 +1,20 @@
+"""The `agmem` command line."""
+
+from __future__ import annotations
+
+import typer
+
+from app.cli import server
+
+cli = typer.Typer(
+    name="agmem",
+    help="antigravity-mem: memory for AI coding agents.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+server.register(cli)
+
+
+def main() -> None:
+    cli()

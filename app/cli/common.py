@@ -1,0 +1,75 @@
+"""What every command shares: one-line errors, settings, and opening the database."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import NoReturn
+
+import typer
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import make_url
+
+from app.config import Settings, SettingsError, load_settings
+from app.db import migrate
+from app.db.engine import resolve_database_url
+from app.errors import AppError
+from app.logs import configure_logging
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    typer.echo(f"agmem: error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def first_line(error: BaseException) -> str:
+    text = str(getattr(error, "orig", None) or error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+@contextmanager
+def cli_errors() -> Iterator[None]:
+    """Turn the errors a user can cause into one line and a non-zero exit, never a traceback."""
+    try:
+        yield
+    except (typer.Exit, typer.Abort, KeyboardInterrupt):
+        raise
+    except SettingsError as error:
+        fail(str(error), 2)
+    except (sa_exc.OperationalError, sa_exc.InterfaceError) as error:
+        fail(f"database unreachable: {first_line(error)}")
+    except sa_exc.ArgumentError as error:
+        fail(f"invalid setting DATABASE_URL: {first_line(error)}", 2)
+    except AppError as error:
+        fail(error.detail)
+    except OSError as error:
+        fail(first_line(error))
+
+
+def settings_or_exit() -> Settings:
+    try:
+        settings = load_settings()
+    except SettingsError as error:
+        fail(str(error), 2)
+    configure_logging(settings.log_level)
+    return settings
+
+
+def describe_location(settings: Settings, url: str) -> str:
+    if settings.database_url is None:
+        return f"embedded PostgreSQL in {settings.pgdata}"
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def open_database(settings: Settings, *, migrate_embedded: bool = True) -> str:
+    """Resolve the database URL. The embedded database is ours, so it is brought to head here;
+    an external DATABASE_URL is migrated only by `agmem migrate` or `agmem serve`."""
+    url = resolve_database_url(settings)
+    if settings.database_url is None and migrate_embedded:
+        migrate.upgrade(url)
+    return url
+
+
+def echo_err(message: str) -> None:
+    print(message, file=sys.stderr)

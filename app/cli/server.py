@@ -1,0 +1,119 @@
+"""`agmem serve`, `agmem migrate` and `agmem status`."""
+
+from __future__ import annotations
+
+import errno
+import socket
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy import text
+
+from app.cli.common import cli_errors, describe_location, fail, open_database, settings_or_exit
+from app.config import Settings
+from app.db import migrate
+from app.db.engine import make_sync_engine
+from app.db.models import Base
+from app.llm.embeddings import describe_embedding
+
+
+def check_port_free(host: str, port: int) -> None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                fail(f"port {port} on {host} is in use; set AGMEM_PORT or stop its owner")
+            fail(f"cannot bind {host}:{port}: {error.strerror}")
+
+
+def check_token_rule(settings: Settings) -> None:
+    if not settings.binds_loopback_only and not settings.api_token:
+        fail(
+            f"refusing to listen on {settings.host} without a token: set AGMEM_API_TOKEN, "
+            "or bind 127.0.0.1",
+            2,
+        )
+
+
+def serve(
+    host: Annotated[str | None, typer.Option(help="Address to bind (AGMEM_HOST).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port to listen on (AGMEM_PORT).")] = None,
+) -> None:
+    """Start the HTTP API (embedded PostgreSQL when DATABASE_URL is unset), after migrating."""
+    import uvicorn
+
+    from app.main import create_app
+
+    settings = settings_or_exit()
+    overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
+    if overrides:
+        settings = settings.model_copy(update=overrides)
+    check_token_rule(settings)
+    check_port_free(settings.host, settings.port)
+    with cli_errors():
+        url = open_database(settings, migrate_embedded=False)
+        migrate.upgrade(url)
+        typer.echo(f"agmem: database {describe_location(settings, url)}, schema at head", err=True)
+        typer.echo(f"agmem: serving on http://{settings.host}:{settings.port}", err=True)
+        uvicorn.run(
+            create_app(settings, database_url=url),
+            host=settings.host,
+            port=settings.port,
+            log_level=settings.log_level,
+            access_log=False,
+        )
+
+
+def migrate_command(
+    revision: Annotated[str, typer.Argument(help="Target revision.")] = "head",
+    down: Annotated[bool, typer.Option("--down", help="Downgrade to REVISION instead.")] = False,
+) -> None:
+    """Bring the schema to a revision (default: head) with Alembic."""
+    settings = settings_or_exit()
+    with cli_errors():
+        url = open_database(settings, migrate_embedded=False)
+        if down:
+            migrate.downgrade(url, revision if revision != "head" else "base")
+        else:
+            migrate.upgrade(url, revision)
+        typer.echo(f"schema at {migrate.current_revision(url) or 'base (empty)'}")
+
+
+def status() -> None:
+    """Show the database location, schema revision, row counts and embedding provider."""
+    settings = settings_or_exit()
+    console = Console()
+    with cli_errors():
+        url = open_database(settings)
+        current, head = migrate.current_revision(url), migrate.head_revision()
+        console.print(f"database   {describe_location(settings, url)}")
+        state = "at head" if current == head else f"behind head {head}: run `agmem migrate`"
+        console.print(f"schema     {current or 'empty'} ({state})")
+        embedding = describe_embedding(settings)
+        console.print(
+            f"embedding  {embedding['provider']}: {embedding['model']} ({embedding['dims']} dims)"
+        )
+        table = Table("table", "rows", box=None)
+        engine = make_sync_engine(url)
+        try:
+            with engine.connect() as connection:
+                for name in sorted(Base.metadata.tables):
+                    if current is None:
+                        table.add_row(name, "missing")
+                        continue
+                    count = connection.execute(text(f'SELECT count(*) FROM "{name}"')).scalar_one()
+                    table.add_row(name, str(count))
+        finally:
+            engine.dispose()
+        console.print(table)
+
+
+def register(cli: typer.Typer) -> None:
+    cli.command()(serve)
+    cli.command("migrate")(migrate_command)
+    cli.command()(status)

@@ -1,0 +1,121 @@
+"""Settings: one class, read from the environment (and an optional .env file)."""
+
+from __future__ import annotations
+
+import ipaddress
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+EmbeddingProviderName = Literal["local", "gemini", "sentence-transformers"]
+
+GOOGLE_GENAI_ENDPOINT = "https://generativelanguage.googleapis.com"
+
+
+class SettingsError(Exception):
+    """A setting is missing or invalid; the message names the variable."""
+
+
+class Settings(BaseSettings):
+    """Every knob of the service. Environment names are given in `validation_alias`."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="AGMEM_",
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        populate_by_name=True,
+    )
+
+    database_url: str | None = Field(
+        default=None, validation_alias=AliasChoices("DATABASE_URL", "AGMEM_DATABASE_URL")
+    )
+    home: Path = Field(default=Path("~/.antigravity-mem"))
+    host: str = "127.0.0.1"
+    port: int = Field(default=37777, ge=1, le=65535)
+    api_token: str | None = None
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    gemini_api_key: str | None = Field(
+        default=None, validation_alias=AliasChoices("GEMINI_API_KEY", "AGMEM_GEMINI_API_KEY")
+    )
+    gemini_base_url: str | None = None
+    gemini_upstream: str = GOOGLE_GENAI_ENDPOINT
+    gemini_model: str = "gemini-2.5-flash"
+
+    embedding_provider: EmbeddingProviderName = "local"
+    embedding_model: str | None = None
+    embedding_dims: int | None = Field(default=None, ge=1, le=2000)
+
+    db_pool_size: int = Field(default=10, ge=1, le=200)
+
+    @field_validator("home")
+    @classmethod
+    def _expand_home(cls, value: Path) -> Path:
+        return value.expanduser()
+
+    @field_validator("database_url")
+    @classmethod
+    def _check_database_url(cls, value: str | None) -> str | None:
+        if value is None or value.strip() == "":
+            return None
+        scheme = value.split("://", 1)[0] if "://" in value else ""
+        if scheme.split("+", 1)[0] not in ("postgresql", "postgres"):
+            raise ValueError("must be a postgresql:// URL")
+        return value.strip()
+
+    @field_validator("api_token", "gemini_api_key", "gemini_base_url")
+    @classmethod
+    def _blank_is_unset(cls, value: str | None) -> str | None:
+        if value is None or value.strip() == "":
+            return None
+        return value.strip()
+
+    @property
+    def pgdata(self) -> Path:
+        return self.home / "pgdata"
+
+    @property
+    def binds_loopback_only(self) -> bool:
+        return is_loopback_host(self.host)
+
+
+def is_loopback_host(host: str) -> bool:
+    """True when binding `host` exposes the service to this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+_ENV_NAMES = {
+    "database_url": "DATABASE_URL",
+    "gemini_api_key": "GEMINI_API_KEY",
+}
+
+
+def _describe(error: ValidationError) -> str:
+    first = error.errors()[0]
+    field = str(first["loc"][0]) if first["loc"] else "?"
+    # Fields read through an alias report the alias (already the variable's name).
+    env_name = field if field.isupper() else _ENV_NAMES.get(field, f"AGMEM_{field.upper()}")
+    return f"invalid setting {env_name}: {first['msg']}"
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read settings, turning validation errors into one line that names the variable."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as error:
+        raise SettingsError(_describe(error)) from None
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return load_settings()

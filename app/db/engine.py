@@ -1,0 +1,69 @@
+"""Engines and sessions: async for the API and worker, sync for Alembic and admin commands."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from sqlalchemy import Engine, create_engine
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
+
+from app.config import Settings, SettingsError
+from app.db.embedded import start_embedded_postgres
+
+
+def resolve_database_url(settings: Settings) -> str:
+    """DATABASE_URL when set, else the embedded server under AGMEM_HOME (started on demand)."""
+    if settings.database_url:
+        return settings.database_url
+    return start_embedded_postgres(settings.pgdata)
+
+
+def sqlalchemy_url(url: str) -> str:
+    """Normalise any postgres URL to the psycopg 3 driver SQLAlchemy should use."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError as error:
+        raise SettingsError(f"invalid setting DATABASE_URL: {error}") from None
+    if parsed.drivername in ("postgresql", "postgres", "postgresql+psycopg2", "postgresql+asyncpg"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed.render_as_string(hide_password=False)
+
+
+def make_async_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
+    return create_async_engine(
+        sqlalchemy_url(url),
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_pre_ping=False,
+        pool_recycle=1800,
+        connect_args={"connect_timeout": 5, "application_name": "agmem"},
+    )
+
+
+def make_sync_engine(url: str) -> Engine:
+    return create_engine(
+        sqlalchemy_url(url),
+        pool_pre_ping=True,
+        connect_args={"connect_timeout": 5, "application_name": "agmem-admin"},
+    )
+
+
+def make_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    return async_sessionmaker(engine, expire_on_commit=False)
+
+
+@asynccontextmanager
+async def transaction(
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> AsyncIterator[AsyncSession]:
+    """One unit of work: commit on success, roll back on any error."""
+    async with sessionmaker() as session, session.begin():
+        yield session

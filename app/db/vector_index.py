@@ -1,0 +1,46 @@
+"""One partial expression HNSW index per embedding model over the untyped `embedding` column.
+
+`memory_chunks.embedding` has no fixed width, so several models can live side by side while a
+model switch re-embeds. Each model gets `USING hnsw ((embedding::vector(D)) vector_cosine_ops)
+WHERE model = '<identity>'`; a query must repeat the same cast and predicate to use it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from sqlalchemy import Connection, text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+HNSW_INDEX_PREFIX = "ix_memory_chunks_hnsw_"
+MAX_HNSW_DIMS = 2000
+
+
+def hnsw_index_name(model: str) -> str:
+    """A readable, stable index name for a model identity, within Postgres's 63-byte limit."""
+    readable = re.sub(r"[^a-z0-9]+", "_", model.lower()).strip("_")
+    name = HNSW_INDEX_PREFIX + readable
+    if len(name) <= 63:
+        return name
+    digest = hashlib.sha1(model.encode()).hexdigest()[:12]
+    return f"{HNSW_INDEX_PREFIX}{readable[: 63 - len(HNSW_INDEX_PREFIX) - 13]}_{digest}"
+
+
+def hnsw_index_ddl(model: str, dims: int) -> str:
+    if not 1 <= dims <= MAX_HNSW_DIMS:
+        raise ValueError(f"HNSW indexes support 1..{MAX_HNSW_DIMS} dimensions, not {dims}")
+    literal = model.replace("'", "''")
+    return (
+        f"CREATE INDEX IF NOT EXISTS {hnsw_index_name(model)} ON memory_chunks "
+        f"USING hnsw ((embedding::vector({dims})) vector_cosine_ops) "
+        f"WITH (m = 16, ef_construction = 64) WHERE model = '{literal}'"
+    )
+
+
+def ensure_hnsw_index(connection: Connection, *, model: str, dims: int) -> None:
+    connection.execute(text(hnsw_index_ddl(model, dims)))
+
+
+async def ensure_hnsw_index_async(connection: AsyncConnection, *, model: str, dims: int) -> None:
+    await connection.execute(text(hnsw_index_ddl(model, dims)))

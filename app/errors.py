@@ -1,0 +1,52 @@
+"""One error hierarchy, rendered by one handler into `{"error": "<Type>", "detail": "..."}`."""
+
+from __future__ import annotations
+
+
+class AppError(Exception):
+    """Base of every error a client may see. The class name is the `error` field."""
+
+    status_code = 400
+    headers: dict[str, str] | None = None
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+    @property
+    def error(self) -> str:
+        return type(self).__name__
+
+
+class BadRequest(AppError):
+    status_code = 400
+
+
+class ValidationFailed(AppError):
+    status_code = 422
+
+
+class NotFound(AppError):
+    status_code = 404
+
+
+class Conflict(AppError):
+    status_code = 409
+
+
+class Unauthorized(AppError):
+    status_code = 401
+    headers = {"WWW-Authenticate": "Bearer"}
+
+
+class PayloadTooLarge(AppError):
+    status_code = 413
+
+
+class DatabaseUnavailable(AppError):
+    status_code = 503
+    headers = {"Retry-After": "5"}
+
+
+class UpstreamUnavailable(AppError):
+    status_code = 502

@@ -1,0 +1,72 @@
+"""GET /health: the database, pgvector, the embedding model and the worker's backlog, truthfully."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.api.deps import StateDep
+from app.llm.embeddings import describe_embedding
+
+router = APIRouter(tags=["health"])
+
+BACKLOG_SQL = text(
+    """
+    SELECT
+      (SELECT count(*) FROM observations WHERE status IN ('pending', 'captured'))
+      + (SELECT count(*) FROM sessions WHERE status = 'ending') AS pending,
+      (SELECT count(*) FROM observations WHERE status = 'failed')
+      + (SELECT count(*) FROM sessions WHERE status = 'failed') AS failed
+    """
+)
+
+
+async def read_database_facts(session: AsyncSession) -> dict[str, Any]:
+    """Server version, pgvector version and the worker's backlog, in one round trip each."""
+    version = (await session.execute(text("SHOW server_version"))).scalar_one()
+    pgvector = (
+        await session.execute(text("SELECT extversion FROM pg_extension WHERE extname = 'vector'"))
+    ).scalar_one_or_none()
+    backlog = (await session.execute(BACKLOG_SQL)).one()
+    return {
+        "postgres": str(version).split(" ")[0],
+        "pgvector": pgvector,
+        "worker": {"pending": int(backlog.pending), "failed": int(backlog.failed)},
+    }
+
+
+@router.get("/health")
+async def health(state: StateDep) -> JSONResponse:
+    """Liveness and readiness in one: 200 when the database answers, 503 when it does not."""
+    embedding = describe_embedding(state.settings)
+    try:
+        async with state.sessionmaker() as session:
+            facts = await read_database_facts(session)
+    except Exception as error:  # any failure to reach or query the database means "not ready"
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        return JSONResponse(
+            {
+                "status": "unavailable",
+                "database": f"unreachable: {reason}",
+                "pgvector": None,
+                "embedding": embedding,
+                "error": "DatabaseUnavailable",
+                "detail": "the database is unreachable; retry shortly",
+            },
+            status_code=503,
+            headers={"Retry-After": "5"},
+        )
+    return JSONResponse(
+        {
+            "status": "ok" if facts["pgvector"] else "degraded",
+            "database": "ok",
+            "postgres": facts["postgres"],
+            "pgvector": facts["pgvector"],
+            "embedding": embedding,
+            "worker": facts["worker"],
+        }
+    )

@@ -1,0 +1,143 @@
+"""Embedding index rows, cache first: `memory_embedding_cache` is keyed by (content hash, model).
+
+Two identical chunks anywhere cost one embedding, and a re-sync of unchanged text costs none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+from sqlalchemy import bindparam, text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+from app.db.vector_index import ensure_hnsw_index_async
+from app.llm.embeddings import Embedder
+
+
+@dataclass(slots=True)
+class EmbedStats:
+    chunks: int = 0  # index rows given a vector
+    computed: int = 0  # distinct texts sent to the provider
+    cached: int = 0  # distinct texts served from the cache
+    error: str | None = None  # the provider's failure, when it failed
+
+    def add(self, other: EmbedStats) -> None:
+        self.chunks += other.chunks
+        self.computed += other.computed
+        self.cached += other.cached
+
+
+def vector_literal(vector: NDArray[np.float32] | list[float]) -> str:
+    """pgvector's text form; cast with `CAST(:v AS vector)` in SQL."""
+    return "[" + ",".join(f"{float(x):.7g}" for x in vector) + "]"
+
+
+def parse_vector(literal: str) -> NDArray[np.float32]:
+    return np.array([float(x) for x in literal.strip("[]").split(",")], dtype=np.float32)
+
+
+_CACHE_LOOKUP = text(
+    "SELECT hash, embedding::text AS embedding FROM memory_embedding_cache "
+    "WHERE model = :model AND hash IN :hashes"
+).bindparams(bindparam("hashes", expanding=True))
+
+_CACHE_STORE = text(
+    "INSERT INTO memory_embedding_cache (hash, model, embedding) "
+    "SELECT h, :model, CAST(e AS vector) FROM unnest(CAST(:hashes AS text[]), "
+    "CAST(:embeddings AS text[])) AS t(h, e) ON CONFLICT (hash, model) DO NOTHING"
+)
+
+
+async def cached_vectors(session: AsyncSession, *, model: str, hashes: list[str]) -> dict[str, str]:
+    """Vectors already known for these content hashes under `model`, as pgvector literals."""
+    if not hashes:
+        return {}
+    found: dict[str, str] = {}
+    unique = sorted(set(hashes))
+    for start in range(0, len(unique), 5000):
+        result = await session.execute(
+            _CACHE_LOOKUP, {"model": model, "hashes": unique[start : start + 5000]}
+        )
+        found.update({row.hash: row.embedding for row in result})
+    return found
+
+
+async def vectors_for(
+    session: AsyncSession, embedder: Embedder, items: dict[str, str]
+) -> tuple[dict[str, str], EmbedStats]:
+    """Vectors for `{content hash: text}`: cached where present, else computed and cached."""
+    stats = EmbedStats()
+    vectors = await cached_vectors(session, model=embedder.identity, hashes=list(items))
+    stats.cached = len(vectors)
+    missing = [h for h in items if h not in vectors]
+    if missing:
+        computed = embedder.embed_documents([items[h] for h in missing])
+        literals = [vector_literal(v) for v in computed]
+        await session.execute(
+            _CACHE_STORE,
+            {"model": embedder.identity, "hashes": missing, "embeddings": literals},
+        )
+        vectors.update(zip(missing, literals, strict=True))
+        stats.computed = len(missing)
+    return vectors, stats
+
+
+_CLAIM_UNEMBEDDED = text(
+    "SELECT id, hash, content FROM memory_chunks WHERE embedding IS NULL "
+    "AND embed_attempts < :max_attempts ORDER BY id LIMIT :limit FOR UPDATE SKIP LOCKED"
+)
+
+_SET_VECTORS = text(
+    "UPDATE memory_chunks AS c SET embedding = CAST(t.e AS vector), model = :model, "
+    "embed_error = NULL FROM unnest(CAST(:ids AS bigint[]), CAST(:embeddings AS text[])) "
+    "AS t(id, e) WHERE c.id = t.id"
+)
+
+_RECORD_FAILURE = text(
+    "UPDATE memory_chunks SET embed_attempts = embed_attempts + 1, embed_error = :error "
+    "WHERE id = ANY(CAST(:ids AS bigint[]))"
+)
+
+_known_indexes: set[str] = set()
+
+
+async def ensure_model_index(connection: AsyncConnection, embedder: Embedder) -> None:
+    """Create the model's partial HNSW index the first time this process uses the model."""
+    if embedder.identity in _known_indexes:
+        return
+    await ensure_hnsw_index_async(connection, model=embedder.identity, dims=embedder.dims)
+    _known_indexes.add(embedder.identity)
+
+
+async def embed_pending_chunks(
+    session: AsyncSession, embedder: Embedder, *, limit: int = 512, max_attempts: int = 5
+) -> EmbedStats:
+    """Claim up to `limit` index rows without a vector and give them one (cache first).
+
+    Rows are locked with SKIP LOCKED, so parallel workers split the backlog. A provider failure
+    counts an attempt on the rows, is returned in `error`, and leaves them for a later try.
+    """
+    rows = (
+        await session.execute(_CLAIM_UNEMBEDDED, {"limit": limit, "max_attempts": max_attempts})
+    ).all()
+    if not rows:
+        return EmbedStats()
+    await ensure_model_index(await session.connection(), embedder)
+    try:
+        vectors, stats = await vectors_for(session, embedder, {r.hash: r.content for r in rows})
+    except Exception as error:  # any provider failure: network, quota, malformed answer
+        message = f"{type(error).__name__}: {error}"[:1000]
+        await session.execute(_RECORD_FAILURE, {"ids": [r.id for r in rows], "error": message})
+        return EmbedStats(error=message)
+    await session.execute(
+        _SET_VECTORS,
+        {
+            "model": embedder.identity,
+            "ids": [r.id for r in rows],
+            "embeddings": [vectors[r.hash] for r in rows],
+        },
+    )
+    stats.chunks = len(rows)
+    return stats

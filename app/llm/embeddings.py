@@ -1,0 +1,93 @@
+"""Embedding providers behind one small interface; the model identity is `provider:model:dims`."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from app.config import Settings
+
+LOCAL_MODEL = "wordllama-l2_supercat"
+LOCAL_DIMS = 256
+
+
+class Embedder(Protocol):
+    """Turns texts into L2-normalised float32 vectors of a fixed width."""
+
+    @property
+    def identity(self) -> str: ...
+
+    @property
+    def dims(self) -> int: ...
+
+    def embed_documents(self, texts: list[str]) -> NDArray[np.float32]: ...
+
+    def embed_query(self, text: str) -> NDArray[np.float32]: ...
+
+
+def model_identity(provider: str, model: str, dims: int) -> str:
+    return f"{provider}:{model}:{dims}"
+
+
+def describe_embedding(settings: Settings) -> dict[str, str | int]:
+    """The configured provider, model and width, without loading any model."""
+    if settings.embedding_provider == "local":
+        return {"provider": "local", "model": LOCAL_MODEL, "dims": LOCAL_DIMS}
+    if settings.embedding_provider == "gemini":
+        return {
+            "provider": "gemini",
+            "model": settings.embedding_model or "gemini-embedding-001",
+            "dims": settings.embedding_dims or 768,
+        }
+    return {
+        "provider": "sentence-transformers",
+        "model": settings.embedding_model or "all-MiniLM-L6-v2",
+        "dims": settings.embedding_dims or 384,
+    }
+
+
+def _normalise(vectors: NDArray[np.float32]) -> NDArray[np.float32]:
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    normalised: NDArray[np.float32] = (vectors / norms).astype(np.float32)
+    return normalised
+
+
+class LocalEmbedder:
+    """wordllama with the weights its wheel ships: offline, no torch, ~40k texts/s on CPU."""
+
+    def __init__(self) -> None:
+        import wordllama
+
+        # The loader looks for weights in a cache folder by default; the wheel carries them in the
+        # package itself, and nothing may be downloaded at run time.
+        self._model = wordllama.WordLlama.load(
+            cache_dir=Path(wordllama.__file__).parent, disable_download=True
+        )
+
+    @property
+    def identity(self) -> str:
+        return model_identity("local", LOCAL_MODEL, LOCAL_DIMS)
+
+    @property
+    def dims(self) -> int:
+        return LOCAL_DIMS
+
+    def embed_documents(self, texts: list[str]) -> NDArray[np.float32]:
+        if not texts:
+            return np.zeros((0, LOCAL_DIMS), dtype=np.float32)
+        vectors = np.asarray(self._model.embed(texts, norm=False), dtype=np.float32)
+        return _normalise(vectors)
+
+    def embed_query(self, text: str) -> NDArray[np.float32]:
+        vector: NDArray[np.float32] = self.embed_documents([text])[0]
+        return vector
+
+
+@lru_cache(maxsize=1)
+def local_embedder() -> LocalEmbedder:
+    return LocalEmbedder()

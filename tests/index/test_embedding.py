@@ -1,0 +1,109 @@
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import numpy as np
+import psycopg
+from numpy.typing import NDArray
+from sqlalchemy import text
+
+from app.db.engine import make_async_engine, make_sessionmaker
+from app.index.embedding import EmbedStats, embed_pending_chunks
+from app.index.writer import replace_index_text
+from app.llm.embeddings import local_embedder
+
+
+class CountingEmbedder:
+    """The real local model, counting how many texts reach it."""
+
+    def __init__(self) -> None:
+        self.inner = local_embedder()
+        self.texts_embedded = 0
+        self.fail = False
+
+    @property
+    def identity(self) -> str:
+        return self.inner.identity
+
+    @property
+    def dims(self) -> int:
+        return self.inner.dims
+
+    def embed_documents(self, texts: list[str]) -> NDArray[np.float32]:
+        if self.fail:
+            raise RuntimeError("provider down")
+        self.texts_embedded += len(texts)
+        return self.inner.embed_documents(texts)
+
+    def embed_query(self, query: str) -> NDArray[np.float32]:
+        return self.inner.embed_query(query)
+
+
+def run(database_url: str, embedder: CountingEmbedder, texts: dict[str, list[str]]) -> EmbedStats:
+    async def go() -> EmbedStats:
+        engine = make_async_engine(database_url)
+        sessionmaker = make_sessionmaker(engine)
+        try:
+            async with sessionmaker() as session, session.begin():
+                for memory_key, memory_texts in texts.items():
+                    await session.execute(
+                        text(
+                            "INSERT INTO memories (id, scope, key, value) "
+                            "VALUES (CAST(:id AS uuid), 'global', :key, '1')"
+                        ),
+                        {"id": memory_key, "key": memory_key},
+                    )
+                    await replace_index_text(
+                        session,
+                        project_path="/p",
+                        source="kv",
+                        texts=memory_texts,
+                        memory_id=uuid.UUID(memory_key),
+                    )
+            async with sessionmaker() as session, session.begin():
+                return await embed_pending_chunks(session, embedder)
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(go())
+
+
+def test_identical_texts_cost_one_embedding_and_cache_serves_repeats(
+    database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    embedder = CountingEmbedder()
+    first = run(
+        database_url,
+        embedder,
+        {"00000000-0000-0000-0000-000000000001": ["validate token", "validate token", "jwt"]},
+    )
+    assert (first.chunks, first.computed, first.cached) == (3, 2, 0)
+    assert embedder.texts_embedded == 2
+
+    second = run(
+        database_url, embedder, {"00000000-0000-0000-0000-000000000002": ["jwt", "new text"]}
+    )
+    assert (second.chunks, second.computed, second.cached) == (2, 1, 1)
+    assert embedder.texts_embedded == 3
+
+    row = db.execute(
+        "SELECT count(*), count(*) FILTER (WHERE model = %s AND vector_dims(embedding) = 256) "
+        "FROM memory_chunks",
+        (embedder.identity,),
+    ).fetchone()
+    assert row == (5, 5)
+
+
+def test_provider_failure_counts_an_attempt_and_keeps_rows(
+    database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    embedder = CountingEmbedder()
+    embedder.fail = True
+    stats = run(database_url, embedder, {"00000000-0000-0000-0000-000000000003": ["some text"]})
+
+    assert stats.error is not None
+    assert "provider down" in stats.error
+    row = db.execute("SELECT embedding IS NULL, embed_attempts, embed_error FROM memory_chunks")
+    assert row.fetchone() == (True, 1, "RuntimeError: provider down")

