@@ -12,7 +12,7 @@ import uuid
 from datetime import datetime
 from typing import Literal
 
-from sqlalchemy import delete, insert
+from sqlalchemy import ColumnElement, delete, insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import MemoryChunkRow
@@ -66,7 +66,7 @@ def _owner_filter(
     session_id: str | None,
     observation_id: str | None,
     memory_id: uuid.UUID | None,
-) -> list[object]:
+) -> list[ColumnElement[bool]]:
     if source == "observation":
         if observation_id is None:
             raise ValueError("observation index rows need observation_id")
