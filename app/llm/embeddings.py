@@ -91,3 +91,10 @@ class LocalEmbedder:
 @lru_cache(maxsize=1)
 def local_embedder() -> LocalEmbedder:
     return LocalEmbedder()
+
+
+def get_embedder(settings: Settings) -> Embedder:
+    """The embedder the settings ask for."""
+    if settings.embedding_provider == "local":
+        return local_embedder()
+    raise NotImplementedError(f"embedding provider {settings.embedding_provider!r}")
