@@ -202,8 +202,8 @@ def _top3_kind(scores: Scores, kind: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", action="store_true", help="also try other fusion settings")
-    parser.add_argument("--memory-tokens", type=int, default=400)
-    parser.add_argument("--transcript-tokens", type=int, default=400)
+    parser.add_argument("--memory-tokens", type=int, default=200)
+    parser.add_argument("--transcript-tokens", type=int, default=200)
     asyncio.run(run(parser.parse_args()))
 
 

@@ -27,8 +27,8 @@ MAX_PAIR_TERMS = 8  # the strict tier ORs every pair of up to 8 content words: a
 # costs ~40 us a row. So rows matching two or more of the query's words (the strict tier) are
 # ranked first (those matching every word above them), and rows matching one word are ranked
 # only to fill up, at most this many.
-STRICT_RANK_CAP = 2000
-LOOSE_RANK_CAP = 400
+STRICT_RANK_CAP = 1000
+LOOSE_RANK_CAP = 200
 # Postgres's `english` stop words (tsearch_data/english.stop); a test checks they agree.
 ENGLISH_STOP_WORDS = frozenset(
     "i me my myself we our ours ourselves you your yours yourself yourselves he him his himself "
