@@ -1,0 +1,361 @@
+"""One sync of one project: discover, delta-check, parse, chunk, embed (cache first), write.
+
+An unchanged file costs a `stat` and a dictionary lookup: nothing is read, hashed or written. A
+file whose size or mtime moved is hashed; the same hash only records the new (mtime, size). A
+changed file's chunks are replaced inside one transaction, and a vanished file's row is deleted,
+its chunks going with it by cascade. A per-project advisory lock serialises concurrent syncs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.config import Settings
+from app.index.embedding import EmbedStats, ensure_model_index, vectors_for
+from app.index.writer import content_hash
+from app.llm.embeddings import Embedder
+from app.privacy import sanitize_text
+from app.sync import queries
+from app.sync.chunking import Chunk, chunk_markdown, chunk_transcript
+from app.sync.discover import FoundFile, Skip, discover, looks_binary
+from app.sync.transcripts import parse_transcript
+
+log = structlog.get_logger(__name__)
+
+# Progress callback: (phase, done, total).
+Progress = Callable[[str, int, int], None]
+
+BATCH_CHUNKS = 2000
+BATCH_FILES = 200
+MAX_REPORTED_SKIPS = 200
+
+
+@dataclass(frozen=True, slots=True)
+class SyncRequest:
+    project_path: str
+    memory_dir: str | None = None
+    sessions_dir: str | None = None
+    force: bool = False
+    reembed: bool = False
+
+
+@dataclass(slots=True)
+class SyncReport:
+    files_scanned: int = 0
+    files_changed: int = 0
+    files_touched: int = 0  # mtime moved, content identical
+    files_deleted: int = 0
+    chunks_written: int = 0
+    chunks_reembedded: int = 0
+    embeddings_computed: int = 0
+    embeddings_cached: int = 0
+    skipped: list[Skip] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def add_embeddings(self, stats: EmbedStats) -> None:
+        self.embeddings_computed += stats.computed
+        self.embeddings_cached += stats.cached
+
+    def stats(self) -> dict[str, Any]:
+        """The run's figures as `sync_runs.stats` and the API carry them."""
+        return {
+            "filesScanned": self.files_scanned,
+            "filesChanged": self.files_changed,
+            "filesTouched": self.files_touched,
+            "filesDeleted": self.files_deleted,
+            "chunksWritten": self.chunks_written,
+            "chunksReembedded": self.chunks_reembedded,
+            "embeddingsComputed": self.embeddings_computed,
+            "embeddingsCached": self.embeddings_cached,
+            "skipped": len(self.skipped),
+            "skippedFiles": [
+                {"path": s.path, "reason": s.reason} for s in self.skipped[:MAX_REPORTED_SKIPS]
+            ],
+        }
+
+    def summary_line(self) -> str:
+        return (
+            f"scanned {self.files_scanned} · changed {self.files_changed} · "
+            f"deleted {self.files_deleted} · chunks {self.chunks_written} · "
+            f"embedded {self.embeddings_computed} · cached {self.embeddings_cached} · "
+            f"skipped {len(self.skipped)}"
+        )
+
+
+@dataclass(slots=True)
+class _Prepared:
+    found: FoundFile
+    hash: str
+    chunks: list[Chunk]
+
+
+class ProjectFolderMissing(Exception):
+    """The project path is not a directory."""
+
+
+def resolve_roots(settings: Settings, request: SyncRequest) -> tuple[str, Path, Path]:
+    """The project key and the memory and sessions folders (relative ones under the project)."""
+    project = Path(os.path.abspath(Path(request.project_path).expanduser()))
+    if not project.is_dir():
+        raise ProjectFolderMissing(f"project folder {project} does not exist")
+    memory = project / Path(request.memory_dir or settings.sync_memory_dir).expanduser()
+    sessions = project / Path(request.sessions_dir or settings.sync_sessions_dir).expanduser()
+    return str(project), Path(os.path.normpath(memory)), Path(os.path.normpath(sessions))
+
+
+async def sync_project(
+    sessionmaker: async_sessionmaker[AsyncSession],
+    settings: Settings,
+    embedder: Embedder,
+    request: SyncRequest,
+    *,
+    progress: Progress | None = None,
+) -> SyncReport:
+    """Bring the project's file chunks in line with its folders, under the project's lock."""
+    project, memory_root, sessions_root = resolve_roots(settings, request)
+    async with sessionmaker() as lock_session:
+        await queries.lock_project(lock_session, project)
+        try:
+            return await _sync_locked(
+                sessionmaker,
+                settings,
+                embedder,
+                request,
+                project,
+                memory_root,
+                sessions_root,
+                progress,
+            )
+        finally:
+            await queries.unlock_project(lock_session, project)
+            await lock_session.rollback()
+
+
+async def _sync_locked(
+    sessionmaker: async_sessionmaker[AsyncSession],
+    settings: Settings,
+    embedder: Embedder,
+    request: SyncRequest,
+    project: str,
+    memory_root: Path,
+    sessions_root: Path,
+    progress: Progress | None,
+) -> SyncReport:
+    report = SyncReport()
+    found = await asyncio.to_thread(
+        discover,
+        memory_root=memory_root,
+        sessions_root=sessions_root,
+        max_bytes=settings.sync_max_file_bytes,
+    )
+    report.files_scanned = len(found.files)
+    report.skipped.extend(found.skipped)
+    async with sessionmaker() as session:
+        known = await queries.known_files(session, project)
+    candidates = [
+        f
+        for f in found.files
+        if request.force
+        or (k := known.get(f.path)) is None
+        or k.size != f.size
+        or k.mtime != f.mtime
+    ]
+    present = {f.path for f in found.files}
+    writer = _Writer(sessionmaker, settings, embedder, project, report)
+    total = len(candidates)
+    for start in range(0, total, BATCH_FILES):
+        batch = candidates[start : start + BATCH_FILES]
+        prepared = await asyncio.to_thread(_prepare_all, batch, settings, known, request.force)
+        for item in prepared:
+            if isinstance(item, Skip):
+                report.skipped.append(item)
+                present.discard(item.path)
+            elif isinstance(item, _Unchanged):
+                writer.touched.append(
+                    (known[item.found.path].id, item.found.mtime, item.found.size)
+                )
+            else:
+                await writer.add(item)
+        await writer.flush()
+        if progress is not None:
+            progress("index", min(start + BATCH_FILES, total), total)
+    await writer.flush(final=True)
+    gone = [k.id for path, k in known.items() if path not in present]
+    if gone:
+        async with sessionmaker() as session, session.begin():
+            await queries.delete_files(session, gone)
+        report.files_deleted = len(gone)
+    if request.reembed:
+        await reembed_project(sessionmaker, embedder, project, report, progress)
+    log.info(
+        "sync.done",
+        project=project,
+        **{k: v for k, v in report.stats().items() if k != "skippedFiles"},
+    )
+    return report
+
+
+@dataclass(slots=True)
+class _Unchanged:
+    found: FoundFile
+
+
+def _prepare_all(
+    batch: list[FoundFile], settings: Settings, known: dict[str, queries.KnownFile], force: bool
+) -> list[_Prepared | _Unchanged | Skip]:
+    return [_prepare(f, settings, known.get(f.path), force) for f in batch]
+
+
+def _prepare(
+    found: FoundFile, settings: Settings, known: queries.KnownFile | None, force: bool
+) -> _Prepared | _Unchanged | Skip:
+    """Read, hash, and (only when the content changed) parse and chunk one file."""
+    try:
+        data = Path(found.path).read_bytes()
+    except OSError as error:
+        return Skip(found.path, f"unreadable: {error.strerror}")
+    if looks_binary(data):
+        return Skip(found.path, "binary file")
+    digest = hashlib.sha256(data).hexdigest()
+    if known is not None and known.hash == digest and not force:
+        return _Unchanged(found)
+    text = data.decode("utf-8-sig")
+    tokens, overlap = settings.sync_chunk_tokens, settings.sync_chunk_overlap_tokens
+    if found.source == "memory":
+        chunks = [
+            Chunk(sanitize_text(c.content), c.start_line, c.end_line)
+            for c in chunk_markdown(text, tokens=tokens, overlap=overlap)
+        ]
+    else:
+        transcript = parse_transcript(text, tool_output_chars=settings.sync_tool_output_chars)
+        chunks = chunk_transcript(transcript, tokens=tokens, overlap=overlap)
+    return _Prepared(found, digest, [c for c in chunks if c.content.strip()])
+
+
+class _Writer:
+    """Buffers changed files and writes them in transactions of a few thousand chunks."""
+
+    def __init__(
+        self,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        settings: Settings,
+        embedder: Embedder,
+        project: str,
+        report: SyncReport,
+    ) -> None:
+        self.sessionmaker = sessionmaker
+        self.embedder = embedder
+        self.project = project
+        self.report = report
+        self.pending: list[_Prepared] = []
+        self.pending_chunks = 0
+        self.touched: list[tuple[int, float, int]] = []
+        self.embedding_down = False
+
+    async def add(self, item: _Prepared) -> None:
+        self.pending.append(item)
+        self.pending_chunks += len(item.chunks)
+        if self.pending_chunks >= BATCH_CHUNKS:
+            await self.flush()
+
+    async def flush(self, *, final: bool = False) -> None:
+        if not self.pending and not self.touched:
+            return
+        async with self.sessionmaker() as session, session.begin():
+            await queries.touch_files(session, self.touched)
+            self.report.files_touched += len(self.touched)
+            self.touched = []
+            if self.pending:
+                await self._write(session)
+
+    async def _write(self, session: AsyncSession) -> None:
+        vectors = await self._vectors(session)
+        for item in self.pending:
+            rows = []
+            for chunk in item.chunks:
+                digest = content_hash(chunk.content)
+                rows.append(
+                    (chunk.start_line, chunk.end_line, chunk.content, digest, vectors.get(digest))
+                )
+            await queries.replace_file(
+                session,
+                project=self.project,
+                path=item.found.path,
+                source=item.found.source,
+                hash=item.hash,
+                mtime=item.found.mtime,
+                size=item.found.size,
+                chunks=rows,
+                model=self.embedder.identity,
+            )
+            self.report.files_changed += 1
+            self.report.chunks_written += len(rows)
+        self.pending = []
+        self.pending_chunks = 0
+
+    async def _vectors(self, session: AsyncSession) -> dict[str, str]:
+        """Vectors for the buffered chunks; on a provider failure the rows are written without
+        one (the worker embeds them later) and the run records the error once."""
+        if self.embedding_down:
+            return {}
+        texts = {content_hash(c.content): c.content for i in self.pending for c in i.chunks}
+        if not texts:
+            return {}
+        await ensure_model_index(await session.connection(), self.embedder)
+        try:
+            vectors, stats = await vectors_for(session, self.embedder, texts)
+        except Exception as error:  # any provider failure: network, quota, malformed answer
+            self.embedding_down = True
+            message = f"embedding failed, chunks left for the worker: {type(error).__name__}: "
+            self.report.errors.append((message + str(error))[:1000])
+            log.warning("sync.embedding_failed", project=self.project, error=str(error)[:300])
+            return {}
+        self.report.add_embeddings(stats)
+        return vectors
+
+
+async def reembed_project(
+    sessionmaker: async_sessionmaker[AsyncSession],
+    embedder: Embedder,
+    project: str,
+    report: SyncReport,
+    progress: Progress | None = None,
+) -> None:
+    """Give every file chunk of the project a vector from the current model (cache first).
+
+    Rows keep their old vector until their new one is written, so search never loses them.
+    """
+    while True:
+        async with sessionmaker() as session, session.begin():
+            rows = await queries.stale_chunks(
+                session, project=project, model=embedder.identity, limit=BATCH_CHUNKS
+            )
+            if not rows:
+                return
+            await ensure_model_index(await session.connection(), embedder)
+            try:
+                vectors, stats = await vectors_for(session, embedder, {h: c for _, h, c in rows})
+            except Exception as error:  # provider failure: stop, the rest stays as it was
+                report.errors.append(
+                    f"re-embedding stopped: {type(error).__name__}: {error}"[:1000]
+                )
+                return
+            await queries.set_vectors(
+                session,
+                model=embedder.identity,
+                ids=[i for i, _, _ in rows],
+                vectors=[vectors[h] for _, h, _ in rows],
+            )
+        report.add_embeddings(stats)
+        report.chunks_reembedded += len(rows)
+        if progress is not None:
+            progress("re-embed", report.chunks_reembedded, report.chunks_reembedded)
