@@ -30,7 +30,7 @@ ROLE_LABELS = {
 IGNORED_TYPES = frozenset(
     {"progress", "file-history-snapshot", "queue-operation", "system", "info", "error", "warning"}
 )
-_DATA_URI = re.compile(r"data:[\w.+-]+/[\w.+-]+;base64,[A-Za-z0-9+/=\s]{16,}")
+_DATA_URI = re.compile(r"data:[\w.+-]+/[\w.+-]+;base64,[A-Za-z0-9+/=]{16,}")
 _BASE64_RUN = re.compile(r"[A-Za-z0-9+/]{400,}={0,2}")
 _DECODER = json.JSONDecoder()
 
@@ -221,11 +221,11 @@ class _Parser:
         return text
 
     def trim(self, text: str) -> str:
-        text = self.scrub(text)
         if len(text) <= self.limit:
-            return text
+            return self.scrub(text)
+        # Cut first: scrubbing a megabyte of tool output only to drop most of it is waste.
         self.out.skipped["trimmed tool output"] += 1
-        return text[: self.limit] + f" … [{len(text) - self.limit} chars trimmed]"
+        return self.scrub(text[: self.limit]) + f" … [{len(text) - self.limit} chars trimmed]"
 
 
 def _compact(value: Any) -> str:
