@@ -7,6 +7,7 @@ text it was given, found again from the previous chunk's position, and its offse
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_right
 from dataclasses import dataclass
 from functools import lru_cache
@@ -51,10 +52,50 @@ def chunk_markdown(text: str, *, tokens: int = 400, overlap: int = 80) -> list[C
     text = normalise_newlines(text)
     pieces = _markdown_splitter(tokens, overlap).split_text(text)
     starts = _line_starts(text)
-    return [
-        Chunk(piece, _line_at(starts, begin), _line_at(starts, begin + len(piece) - 1))
-        for piece, begin in _locate(text, pieces)
-    ]
+    chunks = []
+    for begin, end in _keep_headers_with_sections(text, _locate(text, pieces)):
+        chunks.append(Chunk(text[begin:end], _line_at(starts, begin), _line_at(starts, end - 1)))
+    return chunks
+
+
+_HEADER = re.compile(r"#{1,6} ")
+
+
+def _keep_headers_with_sections(text: str, located: list[tuple[str, int]]) -> list[tuple[int, int]]:
+    """Move header lines that end a chunk to the start of the next one, so that a header always
+    travels with its section (the splitter leaves it behind when the section is too long)."""
+    spans: list[tuple[int, int]] = []
+    carry: int | None = None
+    for index, (piece, begin) in enumerate(located):
+        end = begin + len(piece)
+        if carry is not None and carry < begin:
+            begin = carry
+        carry = None
+        if index < len(located) - 1:
+            cut = _trailing_headers(text, begin, end)
+            if cut is not None:
+                carry, end = cut, cut
+        segment = text[begin:end]
+        stripped = segment.strip()
+        if stripped:
+            begin += len(segment) - len(segment.lstrip())
+            spans.append((begin, begin + len(stripped)))
+    return spans
+
+
+def _trailing_headers(text: str, begin: int, end: int) -> int | None:
+    """Offset of the header lines a span ends with (blank lines aside), or None."""
+    cut: int | None = None
+    position = end
+    while position > begin:
+        line_start = max(text.rfind("\n", begin, position - 1) + 1, begin)
+        line = text[line_start:position].strip()
+        if line and not _HEADER.match(line):
+            break
+        if line:
+            cut = line_start
+        position = line_start
+    return cut
 
 
 def chunk_transcript(

@@ -27,7 +27,8 @@ def test_real_memory_files_with_code_blocks_and_tables() -> None:
         text = (TESTDATA / "memory-md" / name).read_text(encoding="utf-8")
         chunks = chunk_markdown(text, tokens=400, overlap=80)
         assert len(chunks) > 1, name
-        assert all(len(c.content) <= 1600 for c in chunks), name
+        # The size bound, give or take the header lines moved onto a section.
+        assert all(len(c.content) <= 1600 + 300 for c in chunks), name
         assert_lines_exact(text, chunks)
         # The whole file is covered: no line of content falls between chunks.
         covered = set()
