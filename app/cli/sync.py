@@ -14,7 +14,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from app.cli.common import cli_errors, fail, open_database, settings_or_exit
 from app.db.engine import make_async_engine, make_sessionmaker
 from app.llm.embeddings import get_embedder
-from app.sync.indexer import ProjectFolderMissing, SyncReport, SyncRequest, sync_project
+from app.sync.indexer import ProjectFolderMissing, SyncRequest, sync_project
+from app.sync.report import SyncReport
 from app.sync.watch import watch_project
 
 

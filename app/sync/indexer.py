@@ -11,32 +11,28 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
-from app.index.embedding import EmbedStats, ensure_model_index, vectors_for
+from app.index.embedding import cached_vectors, ensure_model_index, vectors_for
 from app.index.writer import content_hash
 from app.llm.embeddings import Embedder
 from app.privacy import sanitize_text
 from app.sync import queries
 from app.sync.chunking import Chunk, chunk_markdown, chunk_transcript
 from app.sync.discover import FoundFile, Skip, discover, looks_binary
+from app.sync.embed import BatchEmbedder, embed_missing, reembed_project, resume_batches
+from app.sync.report import Progress, SyncReport
 from app.sync.transcripts import parse_transcript
 
 log = structlog.get_logger(__name__)
 
-# Progress callback: (phase, done, total).
-Progress = Callable[[str, int, int], None]
-
 BATCH_CHUNKS = 2000
 BATCH_FILES = 200
-MAX_REPORTED_SKIPS = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,49 +42,6 @@ class SyncRequest:
     sessions_dir: str | None = None
     force: bool = False
     reembed: bool = False
-
-
-@dataclass(slots=True)
-class SyncReport:
-    files_scanned: int = 0
-    files_changed: int = 0
-    files_touched: int = 0  # mtime moved, content identical
-    files_deleted: int = 0
-    chunks_written: int = 0
-    chunks_reembedded: int = 0
-    embeddings_computed: int = 0
-    embeddings_cached: int = 0
-    skipped: list[Skip] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-
-    def add_embeddings(self, stats: EmbedStats) -> None:
-        self.embeddings_computed += stats.computed
-        self.embeddings_cached += stats.cached
-
-    def stats(self) -> dict[str, Any]:
-        """The run's figures as `sync_runs.stats` and the API carry them."""
-        return {
-            "filesScanned": self.files_scanned,
-            "filesChanged": self.files_changed,
-            "filesTouched": self.files_touched,
-            "filesDeleted": self.files_deleted,
-            "chunksWritten": self.chunks_written,
-            "chunksReembedded": self.chunks_reembedded,
-            "embeddingsComputed": self.embeddings_computed,
-            "embeddingsCached": self.embeddings_cached,
-            "skipped": len(self.skipped),
-            "skippedFiles": [
-                {"path": s.path, "reason": s.reason} for s in self.skipped[:MAX_REPORTED_SKIPS]
-            ],
-        }
-
-    def summary_line(self) -> str:
-        return (
-            f"scanned {self.files_scanned} · changed {self.files_changed} · "
-            f"deleted {self.files_deleted} · chunks {self.chunks_written} · "
-            f"embedded {self.embeddings_computed} · cached {self.embeddings_cached} · "
-            f"skipped {len(self.skipped)}"
-        )
 
 
 @dataclass(slots=True)
@@ -194,6 +147,10 @@ async def _sync_locked(
         async with sessionmaker() as session, session.begin():
             await queries.delete_files(session, gone)
         report.files_deleted = len(gone)
+    if report.files_changed and not writer.embedding_down:
+        await embed_missing(sessionmaker, settings, embedder, project, report, progress)
+    elif isinstance(embedder, BatchEmbedder):
+        await resume_batches(sessionmaker, settings, embedder, project, report)
     if request.reembed:
         await reembed_project(sessionmaker, embedder, project, report, progress)
     log.info(
@@ -260,6 +217,9 @@ class _Writer:
         self.pending_chunks = 0
         self.touched: list[tuple[int, float, int]] = []
         self.embedding_down = False
+        # A provider with a Batch API gets only cache hits here; what is missing is embedded
+        # after the file pass, in one job when there is enough of it (see app/sync/embed.py).
+        self.cache_only = isinstance(embedder, BatchEmbedder)
 
     async def add(self, item: _Prepared) -> None:
         self.pending.append(item)
@@ -311,6 +271,10 @@ class _Writer:
         if not texts:
             return {}
         await ensure_model_index(await session.connection(), self.embedder)
+        if self.cache_only:
+            found = await cached_vectors(session, model=self.embedder.identity, hashes=list(texts))
+            self.report.embeddings_cached += len(found)
+            return found
         try:
             vectors, stats = await vectors_for(session, self.embedder, texts)
         except Exception as error:  # any provider failure: network, quota, malformed answer
@@ -321,41 +285,3 @@ class _Writer:
             return {}
         self.report.add_embeddings(stats)
         return vectors
-
-
-async def reembed_project(
-    sessionmaker: async_sessionmaker[AsyncSession],
-    embedder: Embedder,
-    project: str,
-    report: SyncReport,
-    progress: Progress | None = None,
-) -> None:
-    """Give every file chunk of the project a vector from the current model (cache first).
-
-    Rows keep their old vector until their new one is written, so search never loses them.
-    """
-    while True:
-        async with sessionmaker() as session, session.begin():
-            rows = await queries.stale_chunks(
-                session, project=project, model=embedder.identity, limit=BATCH_CHUNKS
-            )
-            if not rows:
-                return
-            await ensure_model_index(await session.connection(), embedder)
-            try:
-                vectors, stats = await vectors_for(session, embedder, {h: c for _, h, c in rows})
-            except Exception as error:  # provider failure: stop, the rest stays as it was
-                report.errors.append(
-                    f"re-embedding stopped: {type(error).__name__}: {error}"[:1000]
-                )
-                return
-            await queries.set_vectors(
-                session,
-                model=embedder.identity,
-                ids=[i for i, _, _ in rows],
-                vectors=[vectors[h] for _, h, _ in rows],
-            )
-        report.add_embeddings(stats)
-        report.chunks_reembedded += len(rows)
-        if progress is not None:
-            progress("re-embed", report.chunks_reembedded, report.chunks_reembedded)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import uuid
 from dataclasses import dataclass
 
 from sqlalchemy import text
@@ -46,6 +48,38 @@ _STALE_CHUNKS = text(
     "SELECT id, hash, content FROM memory_chunks WHERE project_path = :project "
     "AND source IN ('memory', 'sessions') AND (model IS DISTINCT FROM :model) "
     "ORDER BY id LIMIT :limit"
+)
+
+_UNEMBEDDED_CHUNKS = text(
+    "SELECT id, hash, content FROM memory_chunks WHERE project_path = :project "
+    "AND source IN ('memory', 'sessions') AND embedding IS NULL ORDER BY id LIMIT :limit"
+)
+
+_MISSING_TEXTS = text(
+    "SELECT DISTINCT ON (hash) hash, content FROM memory_chunks WHERE project_path = :project "
+    "AND source IN ('memory', 'sessions') AND embedding IS NULL ORDER BY hash"
+)
+
+_FILL_FROM_CACHE = text(
+    "UPDATE memory_chunks AS c SET embedding = e.embedding, model = e.model, embed_error = NULL "
+    "FROM memory_embedding_cache AS e WHERE c.project_path = :project "
+    "AND c.source IN ('memory', 'sessions') AND c.embedding IS NULL "
+    "AND e.hash = c.hash AND e.model = :model"
+)
+
+_OPEN_BATCHES = text(
+    "SELECT id, provider_job, hashes FROM embedding_batches WHERE project_path = :project "
+    "AND model = :model AND status = 'submitted' ORDER BY created_at"
+)
+
+_NEW_BATCH = text(
+    "INSERT INTO embedding_batches (project_path, model, hashes) "
+    "VALUES (:project, :model, CAST(:hashes AS jsonb)) RETURNING id"
+)
+
+_UPDATE_BATCH = text(
+    "UPDATE embedding_batches SET status = :status, provider_job = COALESCE(:job, provider_job), "
+    "last_error = :error, updated_at = now() WHERE id = :id"
 )
 
 _SET_VECTORS = text(
@@ -143,13 +177,56 @@ async def delete_files(session: AsyncSession, ids: list[int]) -> None:
 
 
 async def stale_chunks(
-    session: AsyncSession, *, project: str, model: str, limit: int
+    session: AsyncSession, *, project: str, model: str, limit: int, only_missing: bool = False
 ) -> list[tuple[int, str, str]]:
-    """File chunks of the project whose vector is missing or from another model."""
-    result = await session.execute(
-        _STALE_CHUNKS, {"project": project, "model": model, "limit": limit}
-    )
+    """File chunks of the project without a vector, or (unless `only_missing`) with another
+    model's vector."""
+    query = _UNEMBEDDED_CHUNKS if only_missing else _STALE_CHUNKS
+    result = await session.execute(query, {"project": project, "model": model, "limit": limit})
     return [(row.id, row.hash, row.content) for row in result]
+
+
+async def missing_texts(session: AsyncSession, *, project: str) -> dict[str, str]:
+    """`{hash: content}` of the project's file chunks that have no vector yet."""
+    result = await session.execute(_MISSING_TEXTS, {"project": project})
+    return {row.hash: row.content for row in result}
+
+
+async def fill_from_cache(session: AsyncSession, *, project: str, model: str) -> int:
+    """Give chunks without a vector the cached one for their hash; returns rows updated."""
+    result = await session.execute(_FILL_FROM_CACHE, {"project": project, "model": model})
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
+async def open_batches(
+    session: AsyncSession, *, project: str, model: str
+) -> list[tuple[uuid.UUID, str | None, list[str]]]:
+    """Batch API jobs submitted for the project and model and not yet applied."""
+    result = await session.execute(_OPEN_BATCHES, {"project": project, "model": model})
+    return [(row.id, row.provider_job, list(row.hashes)) for row in result]
+
+
+async def new_batch(
+    session: AsyncSession, *, project: str, model: str, hashes: list[str]
+) -> uuid.UUID:
+    result = await session.execute(
+        _NEW_BATCH, {"project": project, "model": model, "hashes": json.dumps(hashes)}
+    )
+    batch_id: uuid.UUID = result.scalar_one()
+    return batch_id
+
+
+async def update_batch(
+    session: AsyncSession,
+    batch_id: uuid.UUID,
+    *,
+    status: str,
+    job: str | None = None,
+    error: str | None = None,
+) -> None:
+    await session.execute(
+        _UPDATE_BATCH, {"id": batch_id, "status": status, "job": job, "error": error}
+    )
 
 
 async def set_vectors(

@@ -19,7 +19,8 @@ from watchfiles import Change, DefaultFilter, awatch
 from app.config import Settings
 from app.llm.embeddings import Embedder
 from app.sync.discover import ROOT_MEMORY_FILES, TRANSCRIPT_SUFFIXES
-from app.sync.indexer import Progress, SyncReport, SyncRequest, resolve_roots, sync_project
+from app.sync.indexer import SyncRequest, resolve_roots, sync_project
+from app.sync.report import Progress, SyncReport
 
 log = structlog.get_logger(__name__)
 

@@ -12,7 +12,8 @@ from numpy.typing import NDArray
 from app.config import Settings
 from app.db.engine import make_async_engine, make_sessionmaker
 from app.llm.embeddings import Embedder, local_embedder
-from app.sync.indexer import SyncReport, SyncRequest, sync_project
+from app.sync.indexer import SyncRequest, sync_project
+from app.sync.report import SyncReport
 
 TESTDATA = Path("/work/shared/testdata")
 

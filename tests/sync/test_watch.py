@@ -8,7 +8,8 @@ import psycopg
 
 from app.config import Settings
 from app.db.engine import make_async_engine, make_sessionmaker
-from app.sync.indexer import SyncReport, SyncRequest
+from app.sync.indexer import SyncRequest
+from app.sync.report import SyncReport
 from app.sync.watch import watch_project
 from tests.conftest import make_settings
 from tests.sync.helpers import CountingEmbedder, make_project
