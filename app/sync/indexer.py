@@ -33,6 +33,7 @@ log = structlog.get_logger(__name__)
 
 BATCH_CHUNKS = 2000
 BATCH_FILES = 200
+WRITERS = 2  # concurrent write transactions: Postgres's tsvector and HNSW work is per backend
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +125,10 @@ async def _sync_locked(
     ]
     present = {f.path for f in found.files}
     writer = _Writer(sessionmaker, settings, embedder, project, report)
+    if candidates:
+        # Created once up front: concurrent writers creating the same index would collide.
+        async with sessionmaker() as session, session.begin():
+            await ensure_model_index(await session.connection(), embedder)
     total = len(candidates)
     for start in range(0, total, BATCH_FILES):
         batch = candidates[start : start + BATCH_FILES]
@@ -138,10 +143,10 @@ async def _sync_locked(
                 )
             else:
                 await writer.add(item)
-        await writer.flush()
         if progress is not None:
             progress("index", min(start + BATCH_FILES, total), total)
-    await writer.flush(final=True)
+    await writer.flush()
+    await writer.drain()
     gone = [k.id for path, k in known.items() if path not in present]
     if gone:
         async with sessionmaker() as session, session.begin():
@@ -216,6 +221,7 @@ class _Writer:
         self.pending: list[_Prepared] = []
         self.pending_chunks = 0
         self.touched: list[tuple[int, float, int]] = []
+        self.inflight: set[asyncio.Task[None]] = set()
         self.embedding_down = False
         # A provider with a Batch API gets only cache hits here; what is missing is embedded
         # after the file pass, in one job when there is enough of it (see app/sync/embed.py).
@@ -227,50 +233,78 @@ class _Writer:
         if self.pending_chunks >= BATCH_CHUNKS:
             await self.flush()
 
-    async def flush(self, *, final: bool = False) -> None:
+    async def flush(self) -> None:
+        """Hand the buffered files to a writer task; at most WRITERS transactions run at once,
+        so parsing the next files overlaps Postgres indexing the last ones."""
         if not self.pending and not self.touched:
             return
+        pending, touched = self.pending, self.touched
+        self.pending, self.pending_chunks, self.touched = [], 0, []
+        while len(self.inflight) >= WRITERS:
+            done, _ = await asyncio.wait(self.inflight, return_when=asyncio.FIRST_COMPLETED)
+            self.inflight -= done
+            for task in done:
+                task.result()
+        self.inflight.add(asyncio.create_task(self._commit(pending, touched)))
+
+    async def drain(self) -> None:
+        """Wait for every writer task; the first failure is raised once all have ended."""
+        tasks, self.inflight = self.inflight, set()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+
+    async def _commit(
+        self, pending: list[_Prepared], touched: list[tuple[int, float, int]]
+    ) -> None:
+        """One transaction: new (mtime, size) for touched files, and each changed file's chunks
+        replaced whole."""
+        written = 0
         async with self.sessionmaker() as session, session.begin():
-            await queries.touch_files(session, self.touched)
-            self.report.files_touched += len(self.touched)
-            self.touched = []
-            if self.pending:
-                await self._write(session)
-
-    async def _write(self, session: AsyncSession) -> None:
-        vectors = await self._vectors(session)
-        for item in self.pending:
-            rows = []
-            for chunk in item.chunks:
-                digest = content_hash(chunk.content)
-                rows.append(
-                    (chunk.start_line, chunk.end_line, chunk.content, digest, vectors.get(digest))
+            await queries.touch_files(session, touched)
+            vectors = await self._vectors(session, pending) if pending else {}
+            for item in pending:
+                rows = []
+                for chunk in item.chunks:
+                    digest = content_hash(chunk.content)
+                    rows.append(
+                        (
+                            chunk.start_line,
+                            chunk.end_line,
+                            chunk.content,
+                            digest,
+                            vectors.get(digest),
+                        )
+                    )
+                await queries.replace_file(
+                    session,
+                    project=self.project,
+                    path=item.found.path,
+                    source=item.found.source,
+                    hash=item.hash,
+                    mtime=item.found.mtime,
+                    size=item.found.size,
+                    chunks=rows,
+                    model=self.embedder.identity,
                 )
-            await queries.replace_file(
-                session,
-                project=self.project,
-                path=item.found.path,
-                source=item.found.source,
-                hash=item.hash,
-                mtime=item.found.mtime,
-                size=item.found.size,
-                chunks=rows,
-                model=self.embedder.identity,
-            )
-            self.report.files_changed += 1
-            self.report.chunks_written += len(rows)
-        self.pending = []
-        self.pending_chunks = 0
+                written += len(rows)
+        self.report.files_touched += len(touched)
+        self.report.files_changed += len(pending)
+        self.report.chunks_written += written
 
-    async def _vectors(self, session: AsyncSession) -> dict[str, str]:
+    async def _vectors(self, session: AsyncSession, pending: list[_Prepared]) -> dict[str, str]:
         """Vectors for the buffered chunks; on a provider failure the rows are written without
         one (the worker embeds them later) and the run records the error once."""
         if self.embedding_down:
             return {}
-        texts = {content_hash(c.content): c.content for i in self.pending for c in i.chunks}
+        # Sorted, so that two writers adding the same new hashes to the cache lock them in the
+        # same order and one waits for the other instead of deadlocking.
+        texts = dict(
+            sorted({content_hash(c.content): c.content for i in pending for c in i.chunks}.items())
+        )
         if not texts:
             return {}
-        await ensure_model_index(await session.connection(), self.embedder)
         if self.cache_only:
             found = await cached_vectors(session, model=self.embedder.identity, hashes=list(texts))
             self.report.embeddings_cached += len(found)
