@@ -16,6 +16,8 @@ from app.sync.indexer import SyncRequest, sync_project
 from app.sync.report import SyncReport
 
 TESTDATA = Path("/work/shared/testdata")
+if not TESTDATA.exists():
+    TESTDATA = Path(__file__).resolve().parents[3] / "shared" / "testdata"
 
 
 class CountingEmbedder:

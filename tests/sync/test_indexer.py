@@ -204,3 +204,26 @@ def test_provider_failure_writes_chunks_without_vectors_and_reports_it(
     row = rows.fetchone()
     assert row is not None
     assert row[0] == row[1] == report.chunks_written
+
+
+def test_file_grown_over_the_cap_loses_its_chunks_and_is_reported(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    from tests.conftest import make_settings
+
+    project = make_project(tmp_path / "proj")
+    (project / "sessions" / "legacy.json").unlink()  # the one test file over 8,000 bytes
+    settings = make_settings(home=tmp_path / "h", sync_max_file_bytes=8000)
+    first = run_sync(database_url, settings, CountingEmbedder(), project)
+    assert first.skipped == []
+    big = project / "memory" / "a.md"
+    big.write_text(big.read_text() + "x" * 1000)
+
+    report = run_sync(database_url, settings, CountingEmbedder(), project)
+
+    assert [(s.path, s.reason) for s in report.skipped] == [
+        (str(big), f"over the size cap ({big.stat().st_size} > 8000 bytes)")
+    ]
+    assert report.files_deleted == 1
+    left = db.execute("SELECT count(*) FROM memory_chunks WHERE file_path = %s", (str(big),))
+    assert left.fetchone() == (0,)
