@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +51,7 @@ class _Prepared:
     found: FoundFile
     hash: str
     chunks: list[Chunk]
+    passed_over: Counter[str] | None = None  # transcript items skipped or trimmed
 
 
 class ProjectFolderMissing(Exception):
@@ -200,7 +202,12 @@ def _prepare(
     else:
         transcript = parse_transcript(text, tool_output_chars=settings.sync_tool_output_chars)
         chunks = chunk_transcript(transcript, tokens=tokens, overlap=overlap)
-    return _Prepared(found, digest, [c for c in chunks if c.content.strip()])
+        return _Prepared(found, digest, _nonblank(chunks), transcript.skipped)
+    return _Prepared(found, digest, _nonblank(chunks))
+
+
+def _nonblank(chunks: list[Chunk]) -> list[Chunk]:
+    return [c for c in chunks if c.content.strip()]
 
 
 class _Writer:
@@ -289,6 +296,8 @@ class _Writer:
                     model=self.embedder.identity,
                 )
                 written += len(rows)
+                if item.passed_over:
+                    self.report.transcript_items.update(item.passed_over)
         self.report.files_touched += len(touched)
         self.report.files_changed += len(pending)
         self.report.chunks_written += written
