@@ -132,22 +132,27 @@ async def _sync_locked(
         async with sessionmaker() as session, session.begin():
             await ensure_model_index(await session.connection(), embedder)
     total = len(candidates)
-    for start in range(0, total, BATCH_FILES):
-        batch = candidates[start : start + BATCH_FILES]
-        prepared = await asyncio.to_thread(_prepare_all, batch, settings, known, request.force)
-        for item in prepared:
-            if isinstance(item, Skip):
-                report.skipped.append(item)
-                present.discard(item.path)
-            elif isinstance(item, _Unchanged):
-                writer.touched.append(
-                    (known[item.found.path].id, item.found.mtime, item.found.size)
-                )
-            else:
-                await writer.add(item)
-        if progress is not None:
-            progress("index", min(start + BATCH_FILES, total), total)
-    await writer.flush()
+    try:
+        for start in range(0, total, BATCH_FILES):
+            batch = candidates[start : start + BATCH_FILES]
+            prepared = await asyncio.to_thread(_prepare_all, batch, settings, known, request.force)
+            for item in prepared:
+                if isinstance(item, Skip):
+                    report.skipped.append(item)
+                    present.discard(item.path)
+                elif isinstance(item, _Unchanged):
+                    writer.touched.append(
+                        (known[item.found.path].id, item.found.mtime, item.found.size)
+                    )
+                else:
+                    await writer.add(item)
+            if progress is not None:
+                progress("index", min(start + BATCH_FILES, total), total)
+        await writer.flush()
+    except BaseException:
+        # No writer may outlive the run (and its lock); the first error is the one to report.
+        await writer.abandon()
+        raise
     await writer.drain()
     gone = [k.id for path, k in known.items() if path not in present]
     if gone:
@@ -261,6 +266,11 @@ class _Writer:
         for result in results:
             if isinstance(result, BaseException):
                 raise result
+
+    async def abandon(self) -> None:
+        """Wait for every writer task, ignoring their outcome (an error is already on its way)."""
+        tasks, self.inflight = self.inflight, set()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _commit(
         self, pending: list[_Prepared], touched: list[tuple[int, float, int]]
