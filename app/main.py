@@ -13,6 +13,7 @@ from app.api.middleware import BearerTokenMiddleware, BodySizeLimitMiddleware
 from app.config import Settings, get_settings
 from app.db.engine import make_async_engine, make_sessionmaker, resolve_database_url
 from app.state import AppState
+from app.sync.routes import router as sync_router
 
 
 def create_app(settings: Settings | None = None, *, database_url: str | None = None) -> FastAPI:
@@ -42,6 +43,7 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
     )
     install_error_handlers(app)
     app.include_router(health.router)
+    app.include_router(sync_router)
     # Outermost first: the size limit applies before authentication reads anything.
     app.add_middleware(BearerTokenMiddleware, token=settings.api_token)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
