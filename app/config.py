@@ -53,6 +53,13 @@ class Settings(BaseSettings):
 
     db_pool_size: int = Field(default=10, ge=1, le=200)
 
+    # Gemini proxy (app/proxy): default project, session idle window, memory budget, timeouts.
+    proxy_default_project: str | None = None
+    proxy_session_idle_seconds: int = Field(default=1800, ge=1, le=7 * 24 * 3600)
+    proxy_context_budget: int = Field(default=2000, ge=1, le=100_000)
+    proxy_context_timeout_ms: int = Field(default=250, ge=1, le=60_000)
+    proxy_upstream_timeout_seconds: float = Field(default=300.0, gt=0, le=3600)
+
     @field_validator("home")
     @classmethod
     def _expand_home(cls, value: Path) -> Path:
@@ -68,7 +75,15 @@ class Settings(BaseSettings):
             raise ValueError("must be a postgresql:// URL")
         return value.strip()
 
-    @field_validator("api_token", "gemini_api_key", "gemini_base_url")
+    @field_validator("gemini_upstream")
+    @classmethod
+    def _check_upstream(cls, value: str) -> str:
+        value = value.strip().rstrip("/")
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return value
+
+    @field_validator("api_token", "gemini_api_key", "gemini_base_url", "proxy_default_project")
     @classmethod
     def _blank_is_unset(cls, value: str | None) -> str | None:
         if value is None or value.strip() == "":
