@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 from app.context.builder import build_context
 from app.llm.embeddings import Embedder, get_embedder
-from app.proxy.state import ContextSource
+from app.search.service import SearchTuning
 from app.state import AppState
+
+# (project path, prompt, token budget) -> a `<memory>…</memory>` block, or "" for nothing to add.
+ContextSource = Callable[[str, str, int], Awaitable[str]]
 
 
 async def load_embedder(agmem: AppState) -> Embedder:
@@ -17,6 +21,8 @@ async def load_embedder(agmem: AppState) -> Embedder:
 
 def make_context_source(agmem: AppState, embedder: Embedder) -> ContextSource:
     """Build `<memory>` blocks for a project from the service's database."""
+    settings = agmem.settings
+    tuning = SearchTuning.from_settings(settings)
 
     async def memory_block(project: str, prompt: str, budget: int) -> str:
         async with agmem.sessionmaker() as session, session.begin():
@@ -26,6 +32,8 @@ def make_context_source(agmem: AppState, embedder: Embedder) -> ContextSource:
                 prompt=prompt or None,
                 budget=budget,
                 embedder=embedder,
+                tuning=tuning,
+                max_sessions=settings.context_sessions,
             )
         # A block that only says "nothing remembered yet" costs tokens and tells the model nothing.
         return block.markdown.strip() if block.items else ""

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import httpx
 from fastapi import FastAPI, Request
 
+from app.proxy.context import ContextSource, load_embedder, make_context_source
 from app.proxy.forward import make_http_client
 from app.proxy.queue import OrderedJobs
 from app.state import AppState
-
-# (project path, prompt, token budget) -> a `<memory>…</memory>` block, or "" for nothing to add.
-ContextSource = Callable[[str, str, int], Awaitable[str]]
 
 
 @dataclass(slots=True)
@@ -32,8 +30,6 @@ def get_proxy_state(request: Request) -> ProxyState:
 @asynccontextmanager
 async def proxy_lifespan(app: FastAPI) -> AsyncIterator[None]:
     """One upstream client per app; capture jobs get a moment to finish at shutdown."""
-    from app.proxy.context import load_embedder, make_context_source
-
     agmem: AppState = app.state.agmem
     embedder = await load_embedder(agmem)
     http = make_http_client(agmem.settings.proxy_upstream_timeout_seconds)
