@@ -5,10 +5,10 @@ from __future__ import annotations
 import ipaddress
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import AliasChoices, Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 EmbeddingProviderName = Literal["local", "gemini", "sentence-transformers"]
 
@@ -53,6 +53,11 @@ class Settings(BaseSettings):
 
     db_pool_size: int = Field(default=10, ge=1, le=200)
 
+    # Capture (sessions and observations): size caps, nesting limit, excluded projects.
+    capture_max_field_chars: int = Field(default=65_536, ge=1_024, le=16_777_216)
+    capture_max_depth: int = Field(default=64, ge=2, le=500)
+    capture_exclude_projects: Annotated[list[str], NoDecode] = Field(default_factory=list)
+
     @field_validator("home")
     @classmethod
     def _expand_home(cls, value: Path) -> Path:
@@ -74,6 +79,14 @@ class Settings(BaseSettings):
         if value is None or value.strip() == "":
             return None
         return value.strip()
+
+    @field_validator("capture_exclude_projects", mode="before")
+    @classmethod
+    def _split_globs(cls, value: object) -> object:
+        # From the environment: comma-separated globs, e.g. "/home/*/secret*,/srv/clients/*".
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
 
     @property
     def pgdata(self) -> Path:
