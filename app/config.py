@@ -5,10 +5,10 @@ from __future__ import annotations
 import ipaddress
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import AliasChoices, Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 EmbeddingProviderName = Literal["local", "gemini", "sentence-transformers"]
 
@@ -70,6 +70,11 @@ class Settings(BaseSettings):
     proxy_context_timeout_ms: int = Field(default=250, ge=1, le=60_000)
     proxy_upstream_timeout_seconds: float = Field(default=300.0, gt=0, le=3600)
 
+    # Capture (sessions and observations): size caps, nesting limit, excluded projects.
+    capture_max_field_chars: int = Field(default=65_536, ge=1_024, le=16_777_216)
+    capture_max_depth: int = Field(default=64, ge=2, le=500)
+    capture_exclude_projects: Annotated[list[str], NoDecode] = Field(default_factory=list)
+
     @field_validator("home")
     @classmethod
     def _expand_home(cls, value: Path) -> Path:
@@ -99,6 +104,14 @@ class Settings(BaseSettings):
         if value is None or value.strip() == "":
             return None
         return value.strip()
+
+    @field_validator("capture_exclude_projects", mode="before")
+    @classmethod
+    def _split_globs(cls, value: object) -> object:
+        # From the environment: comma-separated globs, e.g. "/home/*/secret*,/srv/clients/*".
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
 
     @property
     def pgdata(self) -> Path:

@@ -33,4 +33,7 @@ async def get_db(state: StateDep) -> AsyncIterator[AsyncSession]:
         yield session
 
 
-DbDep = Annotated[AsyncSession, Depends(get_db)]
+# scope="function": FastAPI's default runs a yield dependency's exit *after* the response is sent,
+# which would acknowledge a write before its COMMIT (lost on a crash, and a failed commit would
+# follow a 2xx). Function scope commits first, then answers.
+DbDep = Annotated[AsyncSession, Depends(get_db, scope="function")]
