@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,3 +105,64 @@ def trailing_results(body: Any) -> list[FunctionResult]:
                 )
             )
     return results
+
+
+def observation_ids(session_id: str, turn_index: int, calls: list[FunctionCall]) -> list[str]:
+    """Stable observation ids for the calls of one model turn.
+
+    The answer that carried the calls and the next request (which echoes that model turn in its
+    history) both derive the same ids, so each result lands on its own call even when one turn
+    calls the same function twice, and a retried request records nothing twice.
+    """
+    # Names and Gemini's ids, not args: a client may re-encode args (1.0 as 1) when it echoes them.
+    turn = json.dumps([[call.name, call.call_id] for call in calls], separators=(",", ":"))
+    digest = hashlib.sha256(turn.encode("utf-8", "surrogatepass")).hexdigest()
+    return [
+        "gemini-"
+        + hashlib.sha256(f"{session_id}\x00{turn_index}\x00{digest}\x00{n}".encode()).hexdigest()[
+            :40
+        ]
+        for n in range(len(calls))
+    ]
+
+
+def answered_turn(body: Any) -> tuple[int, list[FunctionCall]] | None:
+    """The newest model turn in a request's history, as (its index, its calls)."""
+    contents = body.get("contents") if isinstance(body, dict) else None
+    if not isinstance(contents, list):
+        return None
+    for index in range(len(contents) - 1, -1, -1):
+        content = contents[index]
+        if isinstance(content, dict) and content.get("role") == "model":
+            collector = CallCollector()
+            collector.add_response({"candidates": [{"content": content}]})
+            return index, collector.calls
+    return None
+
+
+def next_turn_index(body: Any) -> int:
+    """Where the answer to this request sits in the history the client will send next."""
+    contents = body.get("contents") if isinstance(body, dict) else None
+    return len(contents) if isinstance(contents, list) else 1
+
+
+def match_results(
+    results: list[FunctionResult], calls: list[FunctionCall], ids: list[str]
+) -> list[str | None]:
+    """For each result, the id of its call: by Gemini's call id, else the next unused same name."""
+    chosen: list[int | None] = [None] * len(results)
+    used: set[int] = set()
+    for pass_by_id in (True, False):
+        for r, result in enumerate(results):
+            if chosen[r] is not None:
+                continue
+            for n, call in enumerate(calls):
+                if n in used:
+                    continue
+                if (pass_by_id and result.call_id and call.call_id == result.call_id) or (
+                    not pass_by_id and call.name == result.name
+                ):
+                    chosen[r] = n
+                    used.add(n)
+                    break
+    return [None if n is None else ids[n] for n in chosen]

@@ -10,8 +10,17 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from app.proxy.calls import CallCollector, FunctionCall, trailing_results
+from app.capture.service import is_project_excluded
+from app.proxy.calls import (
+    CallCollector,
+    FunctionCall,
+    answered_turn,
+    next_turn_index,
+    trailing_results,
+)
+from app.proxy.inject import last_user_prompt
 from app.proxy.queue import OrderedJobs
+from app.proxy.record import record_calls, record_results, resolve_session
 from app.proxy.sse import SseReader, parse_json_array_stream
 from app.state import AppState
 
@@ -58,17 +67,27 @@ def submit_capture(
 ) -> None:
     """Queue the capture of one call behind the earlier calls of the same conversation."""
     timeout = agmem.settings.proxy_upstream_timeout_seconds + _ANSWER_GRACE_S
+    if is_project_excluded(request.project, agmem.settings):
+        return
 
     async def job() -> None:
-        from app.proxy.record import record_calls, record_results, resolve_session
-
-        session_id = await resolve_session(agmem, request)
-        results = trailing_results(request.body)
+        body = request.body
+        session_id = await resolve_session(
+            agmem,
+            project=request.project,
+            session_id=request.session_id,
+            prompt=last_user_prompt(body),
+        )
+        results = trailing_results(body)
         if results:
-            await record_results(agmem, session_id=session_id, results=results)
+            await record_results(
+                agmem, session_id=session_id, results=results, answered=answered_turn(body)
+            )
         finished = await asyncio.wait_for(asyncio.shield(answer), timeout=timeout)
         calls = finished.function_calls()
         if calls:
-            await record_calls(agmem, session_id=session_id, calls=calls)
+            await record_calls(
+                agmem, session_id=session_id, turn_index=next_turn_index(body), calls=calls
+            )
 
     jobs.submit(f"{request.project}\x00{request.session_id or ''}", job)

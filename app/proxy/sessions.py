@@ -3,6 +3,7 @@
 Without `X-Agmem-Session`, the proxy keeps one session per project open while calls keep coming,
 and ends it once it has been idle for `AGMEM_PROXY_SESSION_IDLE_SECONDS`. Only sessions the proxy
 opened itself are reused or ended this way; a session an IDE hook started is left to that hook.
+Both the reuse and the idle sweep lock the row, so a session is never reused while being ended.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ _REUSABLE = text(
       AND last_activity_at > now() - make_interval(secs => :idle)
     ORDER BY last_activity_at DESC
     LIMIT 1
+    FOR UPDATE
     """
 )
 
@@ -35,6 +37,7 @@ _IDLE = text(
       AND (CAST(:project AS text) IS NULL OR project_path = :project)
     ORDER BY last_activity_at
     LIMIT :limit
+    FOR UPDATE SKIP LOCKED
     """
 )
 
