@@ -67,7 +67,8 @@ class Settings(BaseSettings):
     proxy_default_project: str | None = None
     proxy_session_idle_seconds: int = Field(default=1800, ge=1, le=7 * 24 * 3600)
     proxy_context_budget: int = Field(default=2000, ge=50, le=100_000)
-    proxy_context_timeout_ms: int = Field(default=250, ge=1, le=60_000)
+    proxy_context_timeout_ms: int = Field(default=25, ge=1, le=60_000)
+    proxy_context_cache_seconds: float = Field(default=60.0, ge=0, le=86_400)
     proxy_upstream_timeout_seconds: float = Field(default=300.0, gt=0, le=3600)
 
     # Capture (sessions and observations): size caps, nesting limit, excluded projects.

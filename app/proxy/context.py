@@ -1,17 +1,31 @@
-"""The memory block the proxy injects: the context builder, on its own short transaction."""
+"""The memory block the proxy injects, kept within the proxy's latency budget.
+
+Building a block (a hybrid search plus a few queries) can take longer than the proxy may add to a
+call, so blocks are cached per (project, prompt) for a short while. An agent's tool loop repeats
+the same user prompt on every turn, so after the first turn the block is free. On a miss the build
+gets `AGMEM_PROXY_CONTEXT_TIMEOUT_MS`; past that the call goes on with the project's most recent
+block (or none), and the build finishes in the background for the next turn. At most one build
+per project runs at a time, so a burst of new prompts cannot pile work onto the event loop.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import time
+from collections import OrderedDict
+
+import structlog
 
 from app.context.builder import build_context
 from app.llm.embeddings import Embedder, get_embedder
 from app.search.service import SearchTuning
 from app.state import AppState
 
-# (project path, prompt, token budget) -> a `<memory>…</memory>` block, or "" for nothing to add.
-ContextSource = Callable[[str, str, int], Awaitable[str]]
+log = structlog.get_logger(__name__)
+
+_MAX_ENTRIES = 512
+
+_Key = tuple[str, int, str]
 
 
 async def load_embedder(agmem: AppState) -> Embedder:
@@ -19,23 +33,85 @@ async def load_embedder(agmem: AppState) -> Embedder:
     return await asyncio.to_thread(get_embedder, agmem.settings)
 
 
-def make_context_source(agmem: AppState, embedder: Embedder) -> ContextSource:
-    """Build `<memory>` blocks for a project from the service's database."""
-    settings = agmem.settings
-    tuning = SearchTuning.from_settings(settings)
+class MemoryBlocks:
+    """`<memory>` blocks for (project, prompt), built by the context builder and cached briefly."""
 
-    async def memory_block(project: str, prompt: str, budget: int) -> str:
-        async with agmem.sessionmaker() as session, session.begin():
-            block = await build_context(
+    def __init__(self, agmem: AppState, embedder: Embedder) -> None:
+        self.agmem = agmem
+        self.embedder = embedder
+        self.tuning = SearchTuning.from_settings(agmem.settings)
+        self._cache: OrderedDict[_Key, tuple[float, str]] = OrderedDict()
+        self._latest: dict[str, tuple[float, str]] = {}
+        self._building: dict[str, tuple[_Key, asyncio.Task[str]]] = {}
+
+    async def block(self, project: str, prompt: str) -> str:
+        """The block to inject now; "" when there is nothing (yet) worth injecting."""
+        settings = self.agmem.settings
+        key = (project, settings.proxy_context_budget, prompt)
+        now = time.monotonic()
+        cached = self._cache.get(key)
+        if cached is not None and cached[0] > now:
+            self._cache.move_to_end(key)
+            return cached[1]
+        building = self._building.get(project)
+        if building is not None and building[0] != key:
+            # One build per project at a time: a burst of new prompts must not pile builds onto
+            # the event loop and slow every call; this one makes do with the latest block.
+            return self._latest_block(project, now)
+        if building is None:
+            task = asyncio.create_task(self._build(key))
+            self._building[project] = (key, task)
+            task.add_done_callback(lambda done: self._finished(key, done))
+        else:
+            task = building[1]
+        try:
+            return await asyncio.wait_for(
+                asyncio.shield(task), timeout=settings.proxy_context_timeout_ms / 1000
+            )
+        except TimeoutError:
+            log.info("proxy.context_late", project=project)
+        except Exception as error:
+            # Memory is a bonus: without it the call still goes through, as if injection were off.
+            log.warning("proxy.context_failed", project=project, error_type=type(error).__name__)
+            return ""
+        return self._latest_block(project, now)
+
+    def _latest_block(self, project: str, now: float) -> str:
+        latest = self._latest.get(project)
+        return latest[1] if latest is not None and latest[0] > now else ""
+
+    async def _build(self, key: _Key) -> str:
+        project, budget, prompt = key
+        async with self.agmem.sessionmaker() as session, session.begin():
+            built = await build_context(
                 session,
                 project_path=project,
                 prompt=prompt or None,
                 budget=budget,
-                embedder=embedder,
-                tuning=tuning,
-                max_sessions=settings.context_sessions,
+                embedder=self.embedder,
+                tuning=self.tuning,
+                max_sessions=self.agmem.settings.context_sessions,
             )
         # A block that only says "nothing remembered yet" costs tokens and tells the model nothing.
-        return block.markdown.strip() if block.items else ""
+        return built.markdown.strip() if built.items else ""
 
-    return memory_block
+    def _finished(self, key: _Key, task: asyncio.Task[str]) -> None:
+        self._building.pop(key[0], None)
+        if task.cancelled() or task.exception() is not None:
+            return
+        expires = time.monotonic() + self.agmem.settings.proxy_context_cache_seconds
+        block = task.result()
+        self._cache[key] = (expires, block)
+        self._cache.move_to_end(key)
+        while len(self._cache) > _MAX_ENTRIES:
+            self._cache.popitem(last=False)
+        if block:
+            self._latest[key[0]] = (expires, block)
+
+    async def close(self) -> None:
+        """Cancel builds still running at shutdown."""
+        tasks = [task for _, task in self._building.values()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)

@@ -17,11 +17,12 @@ import httpx
 import structlog
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from app.api.deps import get_state
 from app.config import Settings
 from app.errors import Unauthorized
-from app.proxy.capture import Answer, CaptureRequest, submit_capture
+from app.proxy.capture import Answer, CaptureRequest
 from app.proxy.forward import request_headers, response_headers, unreachable, upstream_url
 from app.proxy.inject import has_memory_block, inject_memory, last_user_prompt
 from app.proxy.state import ProxyState, get_proxy_state, proxy_lifespan
@@ -62,23 +63,6 @@ def _parse_body(raw: bytes) -> dict[str, Any] | None:
     return body if isinstance(body, dict) else None
 
 
-async def _memory_block(proxy: ProxyState, settings: Settings, project: str, prompt: str) -> str:
-    """The project's memory block, or "" when it cannot be had within the latency budget."""
-    try:
-        return await asyncio.wait_for(
-            proxy.context(project, prompt, settings.proxy_context_budget),
-            timeout=settings.proxy_context_timeout_ms / 1000,
-        )
-    except TimeoutError:
-        log.warning(
-            "proxy.context_slow", project=project, budget_ms=settings.proxy_context_timeout_ms
-        )
-    except Exception as error:
-        # Memory is a bonus: without it the call still goes through, as if injection were off.
-        log.warning("proxy.context_failed", project=project, error_type=type(error).__name__)
-    return ""
-
-
 async def _prepare(
     proxy: ProxyState, settings: Settings, request: Request, body: dict[str, Any] | None, raw: bytes
 ) -> bytes:
@@ -86,10 +70,14 @@ async def _prepare(
     project = request.headers.get(PROJECT_HEADER) or settings.proxy_default_project
     if body is None or project is None or request.headers.get(INJECT_HEADER, "").lower() == "off":
         return raw
-    block = await _memory_block(proxy, settings, project, last_user_prompt(body))
+    block = await proxy.memory.block(project, last_user_prompt(body))
     if not block and not has_memory_block(body):
         return raw
     return json.dumps(inject_memory(body, block), ensure_ascii=False).encode()
+
+
+def _project(request: Request, settings: Settings) -> str | None:
+    return request.headers.get(PROJECT_HEADER) or settings.proxy_default_project
 
 
 async def proxy_call(request: Request, model: str) -> Response:
@@ -102,21 +90,30 @@ async def proxy_call(request: Request, model: str) -> Response:
     body = _parse_body(raw)
     content = await _prepare(proxy, settings, request, body, raw)
 
-    project = request.headers.get(PROJECT_HEADER) or settings.proxy_default_project
+    project = _project(request, settings)
     answer: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
     if project is not None and body is not None:
-        submit_capture(
-            proxy.jobs,
-            agmem,
-            CaptureRequest(
-                project=project,
-                session_id=request.headers.get(SESSION_HEADER) or None,
-                model=model,
-                body=body,
-            ),
-            answer,
-        )
+        session_id = request.headers.get(SESSION_HEADER) or None
+        proxy.capture.submit(CaptureRequest(project, session_id, model, body), answer)
+    response: Response | None = None
+    try:
+        response = await _forward(proxy, settings, request, content, answer, model)
+        return response
+    finally:
+        # Whatever happened (error, disconnect), capture must not wait for an answer forever;
+        # a relayed stream resolves it itself when it ends.
+        if not answer.done() and not isinstance(response, _Relay):
+            answer.set_result(Answer.nothing())
 
+
+async def _forward(
+    proxy: ProxyState,
+    settings: Settings,
+    request: Request,
+    content: bytes,
+    answer: asyncio.Future[Answer],
+    model: str,
+) -> Response:
     upstream_request = proxy.http.build_request(
         "POST",
         upstream_url(settings.gemini_upstream, request.url.path, request.scope["query_string"]),
@@ -126,50 +123,65 @@ async def proxy_call(request: Request, model: str) -> Response:
     try:
         upstream = await proxy.http.send(upstream_request, stream=True)
     except httpx.HTTPError as error:
-        answer.set_result(Answer.nothing())
         log.warning("proxy.upstream_unreachable", model=model, error_type=type(error).__name__)
         raise unreachable(settings.gemini_upstream, error) from None
 
-    headers = response_headers(upstream.headers)
+    headers = dict(response_headers(upstream.headers))
     streaming = request.url.path.endswith(":streamGenerateContent")
-    if upstream.status_code >= 400 or not streaming:
-        try:
-            payload = await upstream.aread()
-        except httpx.HTTPError as error:
-            answer.set_result(Answer.nothing())
-            raise unreachable(settings.gemini_upstream, error) from None
-        finally:
-            await upstream.aclose()
-        ok = upstream.status_code < 400
-        answer.set_result(Answer(payload, sse=False) if ok else Answer.nothing())
-        if not ok:
-            log.info("proxy.upstream_error", model=model, status=upstream.status_code)
-        return Response(payload, status_code=upstream.status_code, headers=dict(headers))
-
-    sse = request.query_params.get("alt") == "sse"
-    return StreamingResponse(
-        _relay(upstream, answer, sse=sse, model=model),
-        status_code=upstream.status_code,
-        headers=dict(headers),
-    )
-
-
-async def _relay(
-    upstream: httpx.Response, answer: asyncio.Future[Answer], *, sse: bool, model: str
-) -> AsyncIterator[bytes]:
-    """Each chunk goes to the caller as it arrives; capture gets the whole copy at the end."""
-    copy = bytearray()
+    if upstream.status_code < 400 and streaming:
+        sse = request.query_params.get("alt") == "sse"
+        return _Relay(upstream, answer, sse=sse, model=model, headers=headers)
     try:
-        async for chunk in upstream.aiter_bytes():
-            copy += chunk
-            yield chunk
+        payload = await upstream.aread()
     except httpx.HTTPError as error:
-        # Headers are already sent: the caller sees the stream end early, as from Google itself.
-        log.warning("proxy.upstream_stream_broken", model=model, error_type=type(error).__name__)
+        raise unreachable(settings.gemini_upstream, error) from None
     finally:
-        if not answer.done():
-            answer.set_result(Answer(bytes(copy), sse=sse))
         await upstream.aclose()
+    if upstream.status_code < 400:
+        answer.set_result(Answer(payload, sse=False))
+    else:
+        log.info("proxy.upstream_error", model=model, status=upstream.status_code)
+    return Response(payload, status_code=upstream.status_code, headers=headers)
+
+
+class _Relay(StreamingResponse):
+    """Relays the upstream stream chunk by chunk; capture gets the whole copy at the end."""
+
+    def __init__(
+        self,
+        upstream: httpx.Response,
+        answer: asyncio.Future[Answer],
+        *,
+        sse: bool,
+        model: str,
+        headers: dict[str, str],
+    ) -> None:
+        self.upstream = upstream
+        self.answer = answer
+        self.sse = sse
+        self.model = model
+        self.copy = bytearray()
+        super().__init__(self._chunks(), status_code=upstream.status_code, headers=headers)
+
+    async def _chunks(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self.upstream.aiter_bytes():
+                self.copy += chunk
+                yield chunk
+        except httpx.HTTPError as error:
+            # Headers are already sent: the caller sees the stream end early, as from Google.
+            log.warning(
+                "proxy.upstream_stream_broken", model=self.model, error_type=type(error).__name__
+            )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            # Also when the caller went away before the first chunk: capture gets what was sent.
+            if not self.answer.done():
+                self.answer.set_result(Answer(bytes(self.copy), sse=self.sse))
+            await self.upstream.aclose()
 
 
 for _version in ("v1beta", "v1"):

@@ -1,4 +1,4 @@
-"""What the proxy holds per app: the upstream HTTP client, the capture jobs, the memory source."""
+"""What the proxy holds per app: the upstream HTTP client, the capture jobs, the memory blocks."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import httpx
 import structlog
 from fastapi import FastAPI, Request
 
-from app.proxy.context import ContextSource, load_embedder, make_context_source
+from app.proxy.capture import Capturer
+from app.proxy.context import MemoryBlocks, load_embedder
 from app.proxy.forward import make_http_client
-from app.proxy.queue import OrderedJobs
 from app.proxy.record import end_idle_sessions
 from app.state import AppState
 
@@ -24,8 +24,8 @@ log = structlog.get_logger(__name__)
 @dataclass(slots=True)
 class ProxyState:
     http: httpx.AsyncClient
-    jobs: OrderedJobs
-    context: ContextSource
+    capture: Capturer
+    memory: MemoryBlocks
 
 
 def get_proxy_state(request: Request) -> ProxyState:
@@ -54,8 +54,9 @@ async def proxy_lifespan(app: FastAPI) -> AsyncIterator[None]:
     agmem: AppState = app.state.agmem
     embedder = await load_embedder(agmem)
     http = make_http_client(agmem.settings.proxy_upstream_timeout_seconds)
-    jobs = OrderedJobs()
-    app.state.proxy = ProxyState(http=http, jobs=jobs, context=make_context_source(agmem, embedder))
+    capture = Capturer(agmem)
+    memory = MemoryBlocks(agmem, embedder)
+    app.state.proxy = ProxyState(http=http, capture=capture, memory=memory)
     sweeper = asyncio.create_task(sweep_idle_sessions(agmem))
     try:
         yield
@@ -63,5 +64,6 @@ async def proxy_lifespan(app: FastAPI) -> AsyncIterator[None]:
         sweeper.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await sweeper
-        await jobs.drain(timeout_s=5.0)
+        await memory.close()
+        await capture.jobs.drain(timeout_s=5.0)
         await http.aclose()

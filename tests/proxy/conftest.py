@@ -49,6 +49,8 @@ def start_proxy(database_url: str, db: psycopg.Connection[Any], tmp_path: Path) 
         *, upstream_url: str | None = None, db_url: str | None = None, **overrides: Any
     ) -> Iterator[Proxy]:
         with fake_upstream() as fake:
+            # Tests assert what is injected, not how fast: give the builder all the time it needs.
+            overrides.setdefault("proxy_context_timeout_ms", 10_000)
             settings = make_settings(
                 home=tmp_path / "home", gemini_upstream=upstream_url or fake.url, **overrides
             )

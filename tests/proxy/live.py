@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import threading
 import time
@@ -18,12 +17,15 @@ def live_server(app: FastAPI) -> Iterator[str]:
     """Serve `app` on 127.0.0.1:<free port> in a thread; yields the base URL."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # Accepted connections inherit this; without it plain asyncio leaves Nagle on and each answer
+    # waits ~40 ms for the client's delayed ACK (`agmem serve` runs on uvloop, which sets it).
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     server = uvicorn.Server(
-        uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
+        uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", loop="auto")
     )
-    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True)
+    thread = threading.Thread(target=lambda: server.run(sockets=[sock]), daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
     while not server.started:

@@ -54,6 +54,9 @@ class FakeUpstream:
 def _handler(fake: FakeUpstream) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # Headers and body go out as separate writes; without this, Nagle's algorithm and delayed
+        # ACKs add ~40 ms to every answer, which would swamp the proxy's own latency.
+        disable_nagle_algorithm = True
 
         def log_message(self, format: str, *args: Any) -> None:
             return
