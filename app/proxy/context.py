@@ -4,8 +4,9 @@ Building a block (a hybrid search plus a few queries) can take longer than the p
 call, so blocks are cached per (project, prompt) for a short while. An agent's tool loop repeats
 the same user prompt on every turn, so after the first turn the block is free. On a miss the build
 gets `AGMEM_PROXY_CONTEXT_TIMEOUT_MS`; past that the call goes on with the project's most recent
-block (or none), and the build finishes in the background for the next turn. At most one build
-per project runs at a time, so a burst of new prompts cannot pile work onto the event loop.
+block (or none), and the build finishes in the background for the next turn. When builds usually
+take longer than that wait and the project has a recent block, the call does not wait at all. At
+most one build per project runs at a time, so a burst of new prompts cannot pile up work.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ class MemoryBlocks:
         self._cache: OrderedDict[_Key, tuple[float, str]] = OrderedDict()
         self._latest: dict[str, tuple[float, str]] = {}
         self._building: dict[str, tuple[_Key, asyncio.Task[str]]] = {}
+        # A moving average of build times: whether waiting for a build is likely to pay off.
+        self._typical_build_ms = 0.0
 
     async def block(self, project: str, prompt: str) -> str:
         """The block to inject now; "" when there is nothing (yet) worth injecting."""
@@ -64,6 +67,11 @@ class MemoryBlocks:
             task.add_done_callback(lambda done: self._finished(key, done))
         else:
             task = building[1]
+        latest = self._latest_block(project, now)
+        if latest and self._typical_build_ms > settings.proxy_context_timeout_ms:
+            # Builds here usually outlast the wait, so waiting would only add latency: use the
+            # project's latest block now; this prompt's own block serves its next turns.
+            return latest
         try:
             return await asyncio.wait_for(
                 asyncio.shield(task), timeout=settings.proxy_context_timeout_ms / 1000
@@ -82,6 +90,7 @@ class MemoryBlocks:
 
     async def _build(self, key: _Key) -> str:
         project, budget, prompt = key
+        started = time.monotonic()
         async with self.agmem.sessionmaker() as session, session.begin():
             built = await build_context(
                 session,
@@ -92,6 +101,8 @@ class MemoryBlocks:
                 tuning=self.tuning,
                 max_sessions=self.agmem.settings.context_sessions,
             )
+        elapsed_ms = (time.monotonic() - started) * 1000
+        self._typical_build_ms += 0.2 * (elapsed_ms - self._typical_build_ms)
         # A block that only says "nothing remembered yet" costs tokens and tells the model nothing.
         return built.markdown.strip() if built.items else ""
 

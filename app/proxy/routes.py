@@ -113,9 +113,11 @@ async def _forward(
     content: bytes,
     answer: asyncio.Future[Answer],
     model: str,
+    *,
+    relay_all: bool = False,
 ) -> Response:
     upstream_request = proxy.http.build_request(
-        "POST",
+        request.method,
         upstream_url(settings.gemini_upstream, request.url.path, request.scope["query_string"]),
         headers=request_headers(request.headers),
         content=content,
@@ -127,7 +129,7 @@ async def _forward(
         raise unreachable(settings.gemini_upstream, error) from None
 
     headers = dict(response_headers(upstream.headers))
-    streaming = request.url.path.endswith(":streamGenerateContent")
+    streaming = relay_all or request.url.path.endswith(":streamGenerateContent")
     if upstream.status_code < 400 and streaming:
         sse = request.query_params.get("alt") == "sse"
         return _Relay(upstream, answer, sse=sse, model=model, headers=headers)
@@ -184,6 +186,19 @@ class _Relay(StreamingResponse):
             await self.upstream.aclose()
 
 
+async def passthrough(request: Request, rest: str) -> Response:
+    """Any other Gemini API call (countTokens, embedContent, models, ...): forwarded untouched.
+
+    A client pointed at the proxy makes these too; answering them 404 would break it.
+    """
+    agmem = get_state(request)
+    _check_token(request, agmem.settings)
+    content = await request.body()
+    unused: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+    proxy = get_proxy_state(request)
+    return await _forward(proxy, agmem.settings, request, content, unused, rest, relay_all=True)
+
+
 for _version in ("v1beta", "v1"):
     for _action in ("generateContent", "streamGenerateContent"):
         router.add_api_route(
@@ -193,3 +208,12 @@ for _version in ("v1beta", "v1"):
             name=f"gemini_{_version}_{_action}",
             response_class=Response,
         )
+# Registered after the routes above, which therefore win for the calls they serve.
+for _version in ("v1beta", "v1"):
+    router.add_api_route(
+        f"/{_version}/{{rest:path}}",
+        passthrough,
+        methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
+        name=f"gemini_{_version}_passthrough",
+        response_class=Response,
+    )

@@ -186,3 +186,15 @@ def test_token_is_required_when_set_and_never_forwarded(start_proxy: ProxyFactor
         )
         assert answer.text == "default answer"
         assert "x-agmem-token" not in proxy.upstream.requests[0].headers
+
+
+def test_other_gemini_calls_pass_through_untouched(proxy: Proxy) -> None:
+    proxy.upstream.queue(Scripted(body={"totalTokens": 42}))
+    client = proxy.client()
+    counted = client.models.count_tokens(model="gemini-2.5-flash", contents="how many?")
+    assert counted.total_tokens == 42
+    (seen,) = proxy.upstream.requests
+    assert seen.path == "/v1/models/gemini-2.5-flash:countTokens"
+    assert "systemInstruction" not in seen.body
+    assert seen.headers["x-goog-api-key"] == CALLER_KEY
+    assert not [name for name in seen.headers if name.startswith("x-agmem-")]
