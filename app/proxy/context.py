@@ -25,6 +25,7 @@ from app.state import AppState
 log = structlog.get_logger(__name__)
 
 _MAX_ENTRIES = 512
+_PROMPT_CHARS = 4000
 
 _Key = tuple[str, int, str]
 
@@ -50,7 +51,8 @@ class MemoryBlocks:
     async def block(self, project: str, prompt: str) -> str:
         """The block to inject now; "" when there is nothing (yet) worth injecting."""
         settings = self.agmem.settings
-        key = (project, settings.proxy_context_budget, prompt)
+        # Search reads no further than this, and a pasted file must not bloat the cache keys.
+        key = (project, settings.proxy_context_budget, prompt[:_PROMPT_CHARS])
         now = time.monotonic()
         cached = self._cache.get(key)
         if cached is not None and cached[0] > now:

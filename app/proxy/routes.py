@@ -56,28 +56,37 @@ def _check_token(request: Request, settings: Settings) -> None:
 
 
 def _parse_body(raw: bytes) -> dict[str, Any] | None:
+    """The request as JSON, or None: what we cannot read goes upstream as is, for it to judge."""
     try:
         body = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return body if isinstance(body, dict) else None
+
+
+def _encode(body: dict[str, Any]) -> bytes:
+    try:
+        return json.dumps(body, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        # A lone surrogate the caller sent as an escape: send it back escaped, as it came.
+        return json.dumps(body).encode()
+
+
+def _project(request: Request, settings: Settings) -> str | None:
+    return request.headers.get(PROJECT_HEADER) or settings.proxy_default_project
 
 
 async def _prepare(
     proxy: ProxyState, settings: Settings, request: Request, body: dict[str, Any] | None, raw: bytes
 ) -> bytes:
     """The body to forward: with our memory block, or the caller's bytes untouched."""
-    project = request.headers.get(PROJECT_HEADER) or settings.proxy_default_project
+    project = _project(request, settings)
     if body is None or project is None or request.headers.get(INJECT_HEADER, "").lower() == "off":
         return raw
     block = await proxy.memory.block(project, last_user_prompt(body))
     if not block and not has_memory_block(body):
         return raw
-    return json.dumps(inject_memory(body, block), ensure_ascii=False).encode()
-
-
-def _project(request: Request, settings: Settings) -> str | None:
-    return request.headers.get(PROJECT_HEADER) or settings.proxy_default_project
+    return _encode(inject_memory(body, block))
 
 
 async def proxy_call(request: Request, model: str) -> Response:

@@ -198,3 +198,20 @@ def test_other_gemini_calls_pass_through_untouched(proxy: Proxy) -> None:
     assert "systemInstruction" not in seen.body
     assert seen.headers["x-goog-api-key"] == CALLER_KEY
     assert not [name for name in seen.headers if name.startswith("x-agmem-")]
+
+
+def test_odd_bodies_are_forwarded_not_failed(proxy: Proxy) -> None:
+    url = f"{proxy.url}/v1beta/models/m:generateContent"
+    headers = {"X-Agmem-Project": "/p", "content-type": "application/json"}
+    deep = b"[" * 100_000 + b"]" * 100_000
+    lone_surrogate = b'{"contents": [{"role": "user", "parts": [{"text": "bad \\ud800 text"}]}]}'
+    # An old block to remove makes the proxy re-encode the body, lone surrogate included.
+    rewritten = (
+        b'{"systemInstruction": {"parts": [{"text": "<memory>old</memory>"}]},'
+        b' "contents": [{"parts": [{"text": "x \\udc00"}]}]}'
+    )
+    for body in (deep, lone_surrogate, rewritten, b"[1, 2]", b"\xff\xfe"):
+        reply = httpx.post(url, content=body, headers=headers)
+        assert reply.status_code == 200
+    assert len(proxy.upstream.requests) == 5
+    assert proxy.upstream.requests[2].body == {"contents": [{"parts": [{"text": "x \udc00"}]}]}

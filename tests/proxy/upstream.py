@@ -66,7 +66,7 @@ def _handler(fake: FakeUpstream) -> type[BaseHTTPRequestHandler]:
             raw = self.rfile.read(length) if length else b""
             try:
                 body: Any = json.loads(raw) if raw else None
-            except ValueError:
+            except (ValueError, RecursionError):
                 body = raw.decode("utf-8", "replace")
             headers = {k.lower(): v for k, v in self.headers.items()}
             answer = fake.next(RecordedRequest("POST", self.path, headers, body))
