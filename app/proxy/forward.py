@@ -62,8 +62,8 @@ def response_headers(headers: httpx.Headers) -> list[tuple[str, str]]:
 
 def make_http_client(timeout_s: float) -> httpx.AsyncClient:
     """The one upstream client of an app: pooled connections, a long read timeout for streams."""
-    # httpcore writes a request's headers and body separately; with Nagle's algorithm on, the body
-    # waits for the upstream's delayed ACK (~40 ms on Linux) on every call.
+    # httpcore may write a request's headers and body separately; with Nagle's algorithm on, the
+    # body can then wait for the upstream's delayed ACK (~40 ms on Linux).
     transport = httpx.AsyncHTTPTransport(
         socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
         limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
