@@ -231,3 +231,43 @@ def test_a_dead_database_still_answers_without_memory(start_proxy: ProxyFactory)
         assert client.models.generate_content(model="m", contents="hi").text == "still here"
         assert "systemInstruction" not in proxy.upstream.requests[0].body
         assert json.dumps(proxy.upstream.requests[0].body).count("<memory>") == 0
+
+
+def test_streaming_calls_and_results_with_the_google_genai_client(
+    proxy: Proxy, db: psycopg.Connection[Any]
+) -> None:
+    proxy.upstream.queue(
+        Scripted(
+            chunks=[
+                text_answer("Checking. "),
+                _calls_answer({"name": "run_shell", "args": {"command": "npm test"}}),
+            ]
+        ),
+        Scripted(chunks=[text_answer("Two tests fail.")]),
+    )
+    client = proxy.client(**{"X-Agmem-Session": "genai-stream"})
+    prompt = types.Content(role="user", parts=[types.Part(text="run the tests")])
+
+    chunks = list(client.models.generate_content_stream(model="m", contents=[prompt]))
+    calls = [call for chunk in chunks for call in chunk.function_calls or []]
+    assert [(c.name, c.args) for c in calls] == [("run_shell", {"command": "npm test"})]
+    rows = _settled(db, 1, "pending")
+    assert [(r[0], r[1], r[2]) for r in rows] == [
+        ("genai-stream", "run_shell", {"command": "npm test"})
+    ]
+
+    parts = [
+        part
+        for chunk in chunks
+        for candidate in chunk.candidates or []
+        for part in (candidate.content.parts if candidate.content else None) or []
+    ]
+    model_turn = types.Content(role="model", parts=parts)
+    result = types.Content(
+        role="user",
+        parts=[types.Part.from_function_response(name="run_shell", response={"exit": 1})],
+    )
+    answer = client.models.generate_content_stream(model="m", contents=[prompt, model_turn, result])
+    assert "".join(chunk.text or "" for chunk in answer) == "Two tests fail."
+    rows = _settled(db, 1, "captured")
+    assert [(r[1], r[3]) for r in rows] == [("run_shell", {"exit": 1})]

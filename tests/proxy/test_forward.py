@@ -125,6 +125,10 @@ def test_upstream_errors_are_relayed_unchanged(proxy: Proxy, status: int) -> Non
         client.models.generate_content(model="gemini-2.5-flash", contents="hi")
     assert raised.value.code == status
     assert raised.value.message == f"upstream {status}"
+    proxy.upstream.queue(Scripted(status=status, body=body))
+    with pytest.raises(errors.APIError) as streamed:
+        list(client.models.generate_content_stream(model="gemini-2.5-flash", contents="hi"))
+    assert streamed.value.code == status
 
     reply = httpx.post(
         f"{proxy.url}/v1beta/models/m:streamGenerateContent?alt=sse",
