@@ -225,4 +225,5 @@ for _version in ("v1beta", "v1"):
         methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
         name=f"gemini_{_version}_passthrough",
         response_class=Response,
+        include_in_schema=False,  # a catch-all, not an operation of ours
     )
