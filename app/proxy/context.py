@@ -30,15 +30,25 @@ _PROMPT_CHARS = 4000
 _Key = tuple[str, int, str]
 
 
-async def load_embedder(agmem: AppState) -> Embedder:
-    """Load the embedder off the event loop, so the first proxied call does not pay for it."""
-    return await asyncio.to_thread(get_embedder, agmem.settings)
+async def load_embedder(agmem: AppState) -> Embedder | None:
+    """Load the embedder off the event loop, so the first proxied call does not pay for it.
+
+    None when it cannot be loaded: the proxy then forwards without memory rather than keep the
+    whole service from starting.
+    """
+    try:
+        return await asyncio.to_thread(get_embedder, agmem.settings)
+    except Exception as error:
+        log.error(
+            "proxy.memory_disabled", reason="embedder unavailable", error_type=type(error).__name__
+        )
+        return None
 
 
 class MemoryBlocks:
     """`<memory>` blocks for (project, prompt), built by the context builder and cached briefly."""
 
-    def __init__(self, agmem: AppState, embedder: Embedder) -> None:
+    def __init__(self, agmem: AppState, embedder: Embedder | None) -> None:
         self.agmem = agmem
         self.embedder = embedder
         self.tuning = SearchTuning.from_settings(agmem.settings)
@@ -50,6 +60,8 @@ class MemoryBlocks:
 
     async def block(self, project: str, prompt: str) -> str:
         """The block to inject now; "" when there is nothing (yet) worth injecting."""
+        if self.embedder is None:
+            return ""
         settings = self.agmem.settings
         # Search reads no further than this, and a pasted file must not bloat the cache keys.
         key = (project, settings.proxy_context_budget, prompt[:_PROMPT_CHARS])
@@ -92,6 +104,7 @@ class MemoryBlocks:
 
     async def _build(self, key: _Key) -> str:
         project, budget, prompt = key
+        assert self.embedder is not None  # `block` never starts a build without one
         started = time.monotonic()
         async with self.agmem.sessionmaker() as session, session.begin():
             built = await build_context(

@@ -160,3 +160,14 @@ def test_a_late_block_is_skipped_now_and_served_from_cache_next_turn(
         # Another prompt misses the cache but still gets the project's latest block.
         client.models.generate_content(model="m", contents="a different question")
         assert "auth/jwt.ts" in _system_texts(proxy)[0]
+
+
+def test_without_an_embedder_the_proxy_starts_and_forwards_without_memory(
+    start_proxy: ProxyFactory, db: psycopg.Connection[Any]
+) -> None:
+    _remember(db)
+    # The optional sentence-transformers extra is not installed here, so no embedder loads.
+    with start_proxy(embedding_provider="sentence-transformers") as proxy:
+        client = proxy.client()
+        assert client.models.generate_content(model="m", contents="login?").text
+        assert "systemInstruction" not in proxy.upstream.requests[0].body
