@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from functools import lru_cache
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from app.api.deps import DbDep, SettingsDep, StateDep
+from app.api.deps import DbDep, SettingsDep
 from app.capture import service
+from app.capture.db import AutocommitDep, capture_lifespan
 from app.capture.schemas import (
     CompressIn,
     ObserveIn,
@@ -23,29 +21,9 @@ from app.capture.schemas import (
 )
 from app.db.models import ObservationRow, SessionRow
 
-router = APIRouter(prefix="/api", tags=["capture"])
+router = APIRouter(prefix="/api", tags=["capture"], lifespan=capture_lifespan)
 
 SessionStatus = Literal["active", "ending", "summarized", "failed"]
-
-
-@lru_cache(maxsize=8)
-def _autocommit(engine: AsyncEngine) -> AsyncEngine:
-    return engine.execution_options(isolation_level="AUTOCOMMIT")
-
-
-async def get_autocommit_db(state: StateDep) -> AsyncIterator[AsyncSession]:
-    """A session whose every statement commits on its own: for the hot capture routes.
-
-    Each of their writes is one self-contained statement (a CTE that checks the session, touches
-    it and inserts), so it is atomic by itself, and autocommit spares the BEGIN and COMMIT round
-    trips that a transaction around a single statement costs. The answer is still sent only
-    after the statement, and therefore its commit, has returned.
-    """
-    async with AsyncSession(_autocommit(state.engine), expire_on_commit=False) as session:
-        yield session
-
-
-AutocommitDbDep = Annotated[AsyncSession, Depends(get_autocommit_db, scope="function")]
 
 
 def iso(value: datetime | None) -> str | None:
@@ -158,7 +136,7 @@ async def get_session(session_id: str, db: DbDep) -> JSONResponse:
 
 
 @router.post("/observe")
-async def observe(data: ObserveIn, db: AutocommitDbDep, settings: SettingsDep) -> JSONResponse:
+async def observe(data: ObserveIn, db: AutocommitDep, settings: SettingsDep) -> JSONResponse:
     """Record a tool call (201); a repeated id answers 200 with the first result."""
     ref, created = await service.record_observation(db, data=data, settings=settings)
     return _observation_answer(ref, 201 if created else 200)
@@ -166,7 +144,7 @@ async def observe(data: ObserveIn, db: AutocommitDbDep, settings: SettingsDep) -
 
 @router.post("/observe/result")
 async def observe_result(
-    data: ObserveResultIn, db: AutocommitDbDep, settings: SettingsDep
+    data: ObserveResultIn, db: AutocommitDep, settings: SettingsDep
 ) -> JSONResponse:
     """Attach a tool result to its call (200), or record it as a new observation (201)."""
     ref, created = await service.record_result(db, data=data, settings=settings)
