@@ -13,10 +13,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Annotated
 
-from fastapi import Depends, FastAPI, Request
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from fastapi import FastAPI, Request
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from app.db.engine import sqlalchemy_url
 from app.state import AppState
@@ -47,11 +46,7 @@ async def capture_lifespan(app: FastAPI) -> AsyncIterator[None]:
         await engine.dispose()
 
 
-async def get_autocommit_connection(request: Request) -> AsyncIterator[AsyncConnection]:
+def capture_engine(request: Request) -> AsyncEngine:
+    """The autocommit engine of the running app (set up by `capture_lifespan`)."""
     engine: AsyncEngine = request.app.state.capture_engine
-    async with engine.connect() as connection:
-        yield connection
-
-
-# scope="function": the connection goes back to the pool before the answer, like DbDep.
-AutocommitDep = Annotated[AsyncConnection, Depends(get_autocommit_connection, scope="function")]
+    return engine
