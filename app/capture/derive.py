@@ -171,7 +171,7 @@ class Payload:
 
     value: Any
     json_text: str
-    original_chars: int  # of the sanitized value's JSON, before any cap
+    original_chars: int  # before any cap: a string's length, else its JSON text's length
     original_bytes: int  # the same, in UTF-8 bytes
     truncated: bool
 
@@ -199,16 +199,20 @@ def prepare_payload(value: Any, *, max_chars: int, max_depth: int) -> Payload:
     Raises NestingTooDeep past `max_depth`.
     """
     clean = sanitize_json(value, max_depth=max_depth)
+    if isinstance(clean, str):
+        # A text result is measured as text, not as its JSON escape (which doubles newlines).
+        original_chars = len(clean)
+        original_bytes = original_chars if clean.isascii() else len(clean.encode("utf-8"))
+        if original_chars <= max_chars:
+            return Payload(clean, dumps(clean), original_chars, original_bytes, truncated=False)
+        capped: Any = cap_text(clean, max_chars * 9 // 10)
+        return Payload(capped, dumps(capped), original_chars, original_bytes, truncated=True)
     text = dumps(clean)
     original_chars = len(text)
     original_bytes = original_chars if text.isascii() else len(text.encode("utf-8"))
     if original_chars <= max_chars:
         return Payload(clean, text, original_chars, original_bytes, truncated=False)
-    if isinstance(clean, str):
-        # Leave room for the JSON quotes and escapes so the stored text stays near the cap.
-        capped: Any = cap_text(clean, max_chars * 9 // 10)
-    else:
-        capped = _cap_strings(clean, max(1024, max_chars // 4))
-        if len(dumps(capped)) > max_chars:
-            capped = cap_text(dumps(capped), max_chars * 9 // 10)
+    capped = _cap_strings(clean, max(1024, max_chars // 4))
+    if len(dumps(capped)) > max_chars:
+        capped = cap_text(dumps(capped), max_chars * 9 // 10)
     return Payload(capped, dumps(capped), original_chars, original_bytes, truncated=True)

@@ -14,8 +14,8 @@ from typing import Any
 ENTITY_KINDS = ("files", "functions", "classes", "errors", "commands", "urls", "packages")
 MAX_PER_KIND = 20
 MAX_VALUE_CHARS = 300
-SCAN_HEAD = 12_000
-SCAN_TAIL = 4_000
+SCAN_HEAD = 4_000
+SCAN_TAIL = 1_000
 
 # Argument keys that name files, commands or URLs directly, in every tool's spelling.
 FILE_KEYS = frozenset(
@@ -39,38 +39,83 @@ FILE_KEYS = frozenset(
 COMMAND_KEYS = frozenset({"command", "cmd", "script", "shell_command"})
 URL_KEYS = frozenset({"url", "urls", "uri", "href"})
 
+# Speed: this runs on every capture, so every pattern starts with a literal (Python's regex
+# engine then skips ahead with a fast search) and anything before the literal (a path's folders,
+# an exception's name) is found by walking back from the match, not by the regex.
 _EXTENSIONS = (
     "py|pyi|ts|tsx|js|jsx|mjs|cjs|json|jsonl|md|mdx|rs|go|java|kt|kts|rb|php|c|h|cc|cpp|hpp|cs|"
-    "swift|m|scala|sh|bash|zsh|ps1|sql|yaml|yml|toml|ini|cfg|conf|env|lock|txt|csv|html|css|scss|"
-    "vue|svelte|proto|graphql|tf|dockerfile|xml|gradle|ipynb|r|lua|dart|ex|exs|erl|hs|ml|zig|nix"
+    "swift|scala|sh|bash|zsh|ps1|sql|yaml|yml|toml|ini|cfg|conf|env|lock|txt|csv|html|css|scss|"
+    "vue|svelte|proto|graphql|tf|xml|gradle|ipynb|lua|dart|ex|exs|erl|hs|ml|zig|nix"
 )
-_FILE = re.compile(
-    rf"(?<![\w/.\-@:])((?:~|\.{{1,2}})?/?(?:[\w.\-@+]+/)*[\w.\-@+]*\.(?:{_EXTENSIONS}))(?![\w/])"
-    r"(?::\d+)?",
-    re.IGNORECASE,
-)
+_FILE_EXTENSION = re.compile(rf"\.(?:{_EXTENSIONS})(?![\w/])")
+_PATH_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./~@+-")
+_IDENTIFIER_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 _URL = re.compile(r"https?://[^\s\"'<>`)\]}\\]+")
-_FUNCTION = re.compile(
-    r"(?:\bdef|\bfunction\*?|\bfunc(?:\s*\([^)]*\))?|\bfn)\s+([A-Za-z_$][\w$]*)"
-    r"|\b(?:const|let|var)\s+([A-Za-z_$][\w$]*)\s*=\s*(?:async\s*)?(?:\([^)]*\)|\w+)\s*=>"
+_FUNCTIONS = (
+    re.compile(r"def(?<![\w.]def)\s+([A-Za-z_]\w*)"),
+    re.compile(r"function(?<![\w.]function)\*?\s*\*?\s*([A-Za-z_$][\w$]*)"),
+    re.compile(r"func(?<![\w.]func)\s+(?:\([^)]*\)\s*)?([A-Za-z_]\w*)"),
+    re.compile(r"fn(?<![\w.]fn)\s+([A-Za-z_]\w*)"),
+    re.compile(
+        r"const(?<![\w.]const)\s+([A-Za-z_$][\w$]*)\s*=\s*(?:async\s*)?(?:\([^)]*\)|\w+)\s*=>"
+    ),
 )
-_CLASS = re.compile(r"\b(?:class|interface|struct|trait|enum|type)\s+([A-Z][\w]*)")
-_ERROR = re.compile(
-    r"\b([A-Z][A-Za-z0-9]*(?:Error|Exception|Failure|Panic))\b"
-    r"|\b(E(?:NOENT|ACCES|PERM|EXIST|CONNREFUSED|CONNRESET|ADDRINUSE|TIMEDOUT|PIPE|NOTDIR|ISDIR))\b"
-    r"|\b(error (?:TS|CS|E)\d{3,5})\b"
-    r"|\b(Segmentation fault|Traceback|panicked at|command not found|Permission denied)"
+_CLASSES = tuple(
+    re.compile(rf"{word}(?<![\w.]{word})\s+([A-Z]\w*)")
+    for word in ("class", "interface", "struct", "trait", "enum")
 )
-_PACKAGE_INSTALL = re.compile(
-    r"\b(?:pip3?\s+install|uv\s+(?:add|pip\s+install)|poetry\s+add|npm\s+(?:install|i|add)"
-    r"|pnpm\s+(?:add|install)|yarn\s+add|bun\s+add|cargo\s+add|go\s+get|gem\s+install"
-    r"|apt(?:-get)?\s+install|brew\s+install)((?:\s+(?:-{1,2}[\w\-=]+|[@\w][\w.\-/@=<>~^\[\]]*))+)"
+_ERROR_SUFFIX = re.compile(r"(?:Error|Exception)\b")
+_ERROR_LITERALS = re.compile(
+    r"E(?<!\wE)(?:NOENT|ACCES|PERM|EXIST|CONNREFUSED|CONNRESET|ADDRINUSE|TIMEDOUT|PIPE|NOTDIR"
+    r"|ISDIR)\b"
 )
-_IMPORT = re.compile(
-    r"^\s*(?:from\s+([A-Za-z_][\w]*)[\w.]*\s+import\b|import\s+([A-Za-z_][\w]*))"
-    r"|\b(?:require\(|from\s+|import\s+)[\"']((?:@[\w\-.]+/)?[\w\-][\w\-.]*)(?:/[^\"']*)?[\"']",
-    re.MULTILINE,
+_ERROR_PHRASES = tuple(
+    re.compile(phrase)
+    for phrase in (
+        r"Traceback \(most recent call last\)",
+        r"Segmentation fault",
+        r"panicked at",
+        r"command not found",
+        r"Permission denied",
+        r"error TS\d{3,5}",
+        r"error CS\d{3,5}",
+    )
 )
+_PACKAGE_ARGS = r"((?:[ \t]+(?:-{1,2}[\w\-=]+|[@\w][\w.\-/@=<>~^\[\]]*))+)"
+
+
+def _after(verb: str, tools: tuple[str, ...]) -> re.Pattern[str]:
+    """`<tool> <verb> args`, found from the verb (a literal) and checked back with lookbehinds."""
+    behind = "|".join(f"(?<={re.escape(tool)} {verb})" for tool in tools)
+    return re.compile(rf"{verb}(?:{behind})" + _PACKAGE_ARGS)
+
+
+_PACKAGE_INSTALLS = (
+    _after("install", ("pip", "pip3", "uv pip", "npm", "pnpm", "gem", "brew", "apt", "apt-get")),
+    _after("add", ("uv", "poetry", "yarn", "pnpm", "bun", "cargo", "npm")),
+    _after("get", ("go",)),
+    _after("i", ("npm",)),
+)
+_PY_IMPORTS = (
+    re.compile(r"import(?<![\w.]import)[ \t]+([A-Za-z_]\w*)"),
+    re.compile(r"from(?<![\w.]from)[ \t]+([A-Za-z_]\w*)[\w.]*[ \t]+import\b"),
+)
+_JS_IMPORTS = (
+    re.compile(r"require\(\s*[\"']((?:@[\w\-.]+/)?[\w\-][\w\-.]*)(?:/[^\"']*)?[\"']"),
+    re.compile(r"from(?<![\w.]from)\s+[\"']((?:@[\w\-.]+/)?[\w\-][\w\-.]*)(?:/[^\"']*)?[\"']"),
+)
+
+
+def _walk_back(text: str, end: int, allowed: frozenset[str]) -> int:
+    start = end
+    while start > 0 and text[start - 1] in allowed:
+        start -= 1
+    return start
+
+
+def _at_line_start(text: str, position: int) -> bool:
+    line_start = text.rfind("\n", 0, position) + 1
+    return text[line_start:position].strip() == ""
 
 
 class _Collector:
@@ -108,22 +153,41 @@ def _strings(value: Any) -> Iterable[tuple[str, str]]:
 
 def _scan(collector: _Collector, text: str) -> None:
     text = _window(text)
-    for match in _FILE.finditer(text):
-        collector.add("files", match.group(1))
+    for match in _FILE_EXTENSION.finditer(text):
+        start = _walk_back(text, match.start(), _PATH_CHARS)
+        if text[start - 1 : start] == "\\" and text[start : start + 1] in ("n", "t", "r"):
+            start += 1  # an escaped newline or tab in JSON-ish text, not part of the path
+        if start < match.start():
+            collector.add("files", text[start : match.end()].lstrip("."))
     for match in _URL.finditer(text):
         collector.add("urls", match.group(0).rstrip(".,;:"))
-    for match in _FUNCTION.finditer(text):
-        collector.add("functions", match.group(1) or match.group(2))
-    for match in _CLASS.finditer(text):
-        collector.add("classes", match.group(1))
-    for match in _ERROR.finditer(text):
-        collector.add("errors", next(group for group in match.groups() if group))
-    for match in _PACKAGE_INSTALL.finditer(text):
-        for token in match.group(1).split():
-            if not token.startswith("-"):
-                collector.add("packages", token)
-    for match in _IMPORT.finditer(text):
-        collector.add("packages", next(group for group in match.groups() if group))
+    for pattern in _FUNCTIONS:
+        for match in pattern.finditer(text):
+            collector.add("functions", match.group(1))
+    for pattern in _CLASSES:
+        for match in pattern.finditer(text):
+            collector.add("classes", match.group(1))
+    for match in _ERROR_SUFFIX.finditer(text):
+        start = _walk_back(text, match.start(), _IDENTIFIER_CHARS)
+        if text[start : start + 1].isupper():
+            collector.add("errors", text[start : match.end()])
+    for match in _ERROR_LITERALS.finditer(text):
+        collector.add("errors", match.group(0))
+    for pattern in _ERROR_PHRASES:
+        for match in pattern.finditer(text):
+            collector.add("errors", match.group(0).split(" (", 1)[0])
+    for pattern in _PACKAGE_INSTALLS:
+        for match in pattern.finditer(text):
+            for token in match.group(1).split():
+                if not token.startswith("-"):
+                    collector.add("packages", token.strip("'\""))
+    for pattern in _PY_IMPORTS:
+        for match in pattern.finditer(text):
+            if _at_line_start(text, match.start()):
+                collector.add("packages", match.group(1))
+    for pattern in _JS_IMPORTS:
+        for match in pattern.finditer(text):
+            collector.add("packages", match.group(1))
 
 
 def extract_entities(*values: Any) -> dict[str, list[str]]:

@@ -15,7 +15,7 @@ from typing import Any
 
 import structlog
 from sqlalchemy import Row, select
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.capture import queries
 from app.capture.derive import (
@@ -37,9 +37,13 @@ from app.capture.schemas import ObserveIn, ObserveResultIn, SessionStartIn
 from app.config import Settings
 from app.db.models import ObservationRow, SessionRow
 from app.errors import ValidationFailed
-from app.privacy import NestingTooDeep, clean_text, sanitize_text
+from app.privacy import NestingTooDeep, cap_text, clean_text, sanitize_text
 
 log = structlog.get_logger(__name__)
+
+# The write paths run plain statements, so they take an ORM session (in a caller's transaction)
+# or a bare connection (the HTTP hot path's autocommit connection) alike.
+Executor = AsyncSession | AsyncConnection
 
 EXCLUDED = "excluded"
 # Ids minted for sessions of excluded projects carry this prefix, so that later observations
@@ -156,7 +160,11 @@ async def start_session(
         return SessionRef(session_id, project_path, EXCLUDED, datetime.now(UTC)), False
 
     session_id = _clean_id(data.id, "id") if data.id else uuid.uuid4().hex
-    user_prompt = sanitize_text(data.user_prompt) if data.user_prompt is not None else None
+    user_prompt = (
+        cap_text(sanitize_text(data.user_prompt), settings.capture_max_field_chars)
+        if data.user_prompt is not None
+        else None
+    )
     created_by = clean_text(data.created_by) if data.created_by is not None else None
     metadata = _payload(data.metadata, "metadata", settings) if data.metadata is not None else None
     params = {
@@ -245,7 +253,7 @@ async def list_sessions(
 
 
 async def record_observation(
-    session: AsyncSession, *, data: ObserveIn, settings: Settings
+    session: Executor, *, data: ObserveIn, settings: Settings
 ) -> tuple[ObservationRef, bool]:
     """Record a tool call as a pending observation; a repeated id returns the first; (ref, created).
 
@@ -293,7 +301,7 @@ async def record_observation(
 
 
 async def record_result(
-    session: AsyncSession, *, data: ObserveResultIn, settings: Settings
+    session: Executor, *, data: ObserveResultIn, settings: Settings
 ) -> tuple[ObservationRef, bool]:
     """Attach a tool result to its call, or record it as a new captured observation.
 
@@ -358,7 +366,7 @@ async def record_result(
 
 
 async def _repeated_result(
-    session: AsyncSession, observation_id: str, session_id: str, result: Payload
+    session: Executor, observation_id: str, session_id: str, result: Payload
 ) -> ObservationRef | None:
     """The stored observation when this result repeats its stored one; None if there is none."""
     existing = (

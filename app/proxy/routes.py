@@ -19,13 +19,12 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from app.api.deps import get_state
 from app.config import Settings
 from app.errors import Unauthorized
 from app.proxy.capture import Answer, CaptureRequest
 from app.proxy.forward import request_headers, response_headers, unreachable, upstream_url
 from app.proxy.inject import has_memory_block, inject_memory, last_user_prompt
-from app.proxy.state import ProxyState, get_proxy_state, proxy_lifespan
+from app.proxy.state import ProxyState, get_app_state, get_proxy_state, proxy_lifespan
 
 log = structlog.get_logger(__name__)
 
@@ -91,7 +90,7 @@ async def _prepare(
 
 async def proxy_call(request: Request, model: str) -> Response:
     """Forward one Gemini call, streaming when the caller asked for a stream."""
-    agmem = get_state(request)
+    agmem = get_app_state(request)
     settings = agmem.settings
     proxy = get_proxy_state(request)
     _check_token(request, settings)
@@ -200,7 +199,7 @@ async def passthrough(request: Request, rest: str) -> Response:
 
     A client pointed at the proxy makes these too; answering them 404 would break it.
     """
-    agmem = get_state(request)
+    agmem = get_app_state(request)
     _check_token(request, agmem.settings)
     content = await request.body()
     unused: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()

@@ -28,6 +28,11 @@ class ProxyState:
     memory: MemoryBlocks
 
 
+def get_app_state(request: Request) -> AppState:
+    agmem: AppState = request.app.state.agmem
+    return agmem
+
+
 def get_proxy_state(request: Request) -> ProxyState:
     proxy: ProxyState = request.app.state.proxy
     return proxy
