@@ -62,6 +62,7 @@ class Settings(BaseSettings):
     search_keyword_weight: float = Field(default=1.0, ge=0)
     search_vector_floor: float = Field(default=0.0, ge=-1, le=1)
     search_keyword_floor: float = Field(default=0.0, ge=0)
+    search_rank_normalization: int = Field(default=5, ge=0, le=63)
     context_budget: int = Field(default=2000, ge=50, le=100_000)
     context_sessions: int = Field(default=5, ge=0, le=100)
 

@@ -38,6 +38,8 @@ class SearchTuning:
     keyword_weight: float = 1.0
     vector_floor: float = 0.0
     keyword_floor: float = 0.0
+    rank_normalization: int = 5  # ts_rank_cd's length normalisation bits
+    prefix_last: bool = True  # the last query word also matches as a prefix
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SearchTuning:
@@ -48,6 +50,7 @@ class SearchTuning:
             keyword_weight=settings.search_keyword_weight,
             vector_floor=settings.search_vector_floor,
             keyword_floor=settings.search_keyword_floor,
+            rank_normalization=settings.search_rank_normalization,
         )
 
 
@@ -90,7 +93,9 @@ async def search(
         dims=embedder.dims,
         filters=filters,
         query_vector=vector,
-        tsq=queries.tsquery_text(terms),
+        tsq=queries.tsquery_text(terms, prefix_last=tuning.prefix_last),
+        tsq_strict=queries.strict_tsquery_text(terms, prefix_last=tuning.prefix_last),
+        tsq_all=queries.all_tsquery_text(terms, prefix_last=tuning.prefix_last),
         limit=request.limit,
         candidates=candidate_count(request.limit, tuning.min_candidates),
         min_score=request.min_score if request.min_score is not None else float("-inf"),
@@ -99,6 +104,7 @@ async def search(
         rrf_k=tuning.rrf_k,
         vector_weight=tuning.vector_weight,
         keyword_weight=tuning.keyword_weight,
+        rank_normalization=tuning.rank_normalization,
     )
     results = [
         SearchResult(

@@ -8,7 +8,7 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from app.search.queries import keyword_terms, tsquery_text
+from app.search.queries import keyword_terms, strict_tsquery_text, tsquery_text
 from tests.search.seed import Chunk, add_chunks
 
 CODE = [
@@ -121,3 +121,30 @@ def test_query_terms_never_carry_operators() -> None:
     assert tsquery_text(["deploy", "fron"]) == "'deploy' | 'fron':*"
     assert tsquery_text(["deploy", "fr"]) == "'deploy' | 'fr'"
     assert tsquery_text([]) == ""
+
+
+def test_stop_word_list_matches_postgres(db: psycopg.Connection[Any]) -> None:
+    from app.search.queries import ENGLISH_STOP_WORDS
+
+    rows = db.execute(
+        "SELECT w FROM unnest(%s::text[]) AS w WHERE to_tsvector('english', w) = ''::tsvector",
+        (sorted(ENGLISH_STOP_WORDS),),
+    ).fetchall()
+    assert {row[0] for row in rows} == ENGLISH_STOP_WORDS
+
+
+def test_rows_matching_more_words_outrank_single_word_matches(
+    client: TestClient, database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    add_chunks(
+        database_url,
+        [Chunk("cache " * 30, path=f"cache{n}.md") for n in range(5)]
+        + [Chunk("the cache warmup runs lazily", path="both.md")],
+    )
+    results = keyword(client, "why is the cache warmup slow")
+    assert paths(results)[0] == "both.md"
+    assert len(results) == 6
+    assert strict_tsquery_text(["why", "cache", "warmup", "slow"]) == (
+        "('cache' & 'warmup') | ('cache' & 'slow':*) | ('warmup' & 'slow':*)"
+    )
+    assert strict_tsquery_text(["the", "cache"]) == ""

@@ -80,6 +80,7 @@ def test_each_mode_reports_its_own_branch(client: TestClient, corpus: list[int])
     keyword = search(client, "database connections exhausted", mode="keyword")
     assert keyword
     assert all(r["vectorRank"] is None for r in keyword)
+    assert [r["keywordRank"] for r in keyword] == list(range(1, len(keyword) + 1))
     weighted = search(client, "database connections exhausted", mode="weighted")
     for result in weighted:
         vector_part = 0.7 * (result["vectorScore"] or 0)
