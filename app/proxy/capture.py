@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import structlog
+
 from app.capture.service import is_project_excluded
 from app.proxy.calls import (
     CallCollector,
@@ -24,6 +26,8 @@ from app.proxy.queue import OrderedJobs
 from app.proxy.record import record_calls, record_results, resolve_session
 from app.proxy.sse import SseReader, parse_json_array_stream
 from app.state import AppState
+
+log = structlog.get_logger(__name__)
 
 # How long a capture job waits for its answer beyond the upstream timeout before giving up.
 _ANSWER_GRACE_S = 60.0
@@ -95,6 +99,14 @@ class Capturer:
             if calls:
                 await record_calls(
                     self.agmem, session_id=session_id, turn_index=next_turn_index(body), calls=calls
+                )
+            if results or calls:
+                log.debug(
+                    "proxy.captured",
+                    session_id=session_id,
+                    model=request.model,
+                    calls=len(calls),
+                    results=len(results),
                 )
 
         self.jobs.submit(key, job)
