@@ -5,10 +5,10 @@ from __future__ import annotations
 import ipaddress
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
@@ -67,6 +67,29 @@ class Settings(BaseSettings):
     gemini_embed_max_retries: int = Field(default=5, ge=0, le=20)
     gemini_batch_poll_seconds: float = Field(default=10.0, gt=0, le=3600)
     gemini_batch_timeout_seconds: float = Field(default=24 * 3600.0, gt=0)
+    # Search and context: candidates per branch, relevance floors, RRF weights, context budget.
+    search_min_candidates: int = Field(default=40, ge=1, le=1000)
+    search_rrf_k: float = Field(default=60.0, gt=0)
+    search_vector_weight: float = Field(default=1.0, ge=0)
+    search_keyword_weight: float = Field(default=1.0, ge=0)
+    search_vector_floor: float = Field(default=0.0, ge=-1, le=1)
+    search_keyword_floor: float = Field(default=0.0, ge=0)
+    search_rank_normalization: int = Field(default=5, ge=0, le=63)
+    context_budget: int = Field(default=2000, ge=50, le=100_000)
+    context_sessions: int = Field(default=5, ge=0, le=100)
+
+    # Gemini proxy (app/proxy): default project, session idle window, memory budget, timeouts.
+    proxy_default_project: str | None = None
+    proxy_session_idle_seconds: int = Field(default=1800, ge=1, le=7 * 24 * 3600)
+    proxy_context_budget: int = Field(default=2000, ge=50, le=100_000)
+    proxy_context_timeout_ms: int = Field(default=25, ge=1, le=60_000)
+    proxy_context_cache_seconds: float = Field(default=60.0, ge=0, le=86_400)
+    proxy_upstream_timeout_seconds: float = Field(default=300.0, gt=0, le=3600)
+
+    # Capture (sessions and observations): size caps, nesting limit, excluded projects.
+    capture_max_field_chars: int = Field(default=65_536, ge=1_024, le=16_777_216)
+    capture_max_depth: int = Field(default=64, ge=2, le=500)
+    capture_exclude_projects: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
     @field_validator("home")
     @classmethod
@@ -87,7 +110,15 @@ class Settings(BaseSettings):
             raise ValueError(f"is not a valid URL ({error})") from None
         return value.strip()
 
-    @field_validator("api_token", "gemini_api_key", "gemini_base_url")
+    @field_validator("gemini_upstream")
+    @classmethod
+    def _check_upstream(cls, value: str) -> str:
+        value = value.strip().rstrip("/")
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return value
+
+    @field_validator("api_token", "gemini_api_key", "gemini_base_url", "proxy_default_project")
     @classmethod
     def _blank_is_unset(cls, value: str | None) -> str | None:
         if value is None or value.strip() == "":
@@ -100,6 +131,14 @@ class Settings(BaseSettings):
         size = info.data.get("sync_chunk_tokens")
         if isinstance(size, int) and value >= size:
             raise ValueError("must be smaller than AGMEM_SYNC_CHUNK_TOKENS")
+        return value
+
+    @field_validator("capture_exclude_projects", mode="before")
+    @classmethod
+    def _split_globs(cls, value: object) -> object:
+        # From the environment: comma-separated globs, e.g. "/home/*/secret*,/srv/clients/*".
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
         return value
 
     @property

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from app.cli import server, sync
+from app.cli import search, server, sync
 
 cli = typer.Typer(
     name="agmem",
@@ -15,6 +15,7 @@ cli = typer.Typer(
 )
 server.register(cli)
 sync.register(cli)
+search.register(cli)
 
 
 def main() -> None:
