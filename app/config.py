@@ -5,10 +5,12 @@ from __future__ import annotations
 import ipaddress
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 EmbeddingProviderName = Literal["local", "gemini", "sentence-transformers"]
 
@@ -53,6 +55,18 @@ class Settings(BaseSettings):
 
     db_pool_size: int = Field(default=10, ge=1, le=200)
 
+    # Sync of memory files and transcripts (app/sync): folders, caps, chunking, embedding batches.
+    sync_memory_dir: str = "."
+    sync_sessions_dir: str = "sessions"
+    sync_max_file_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
+    sync_chunk_tokens: int = Field(default=400, ge=32, le=8000)
+    sync_chunk_overlap_tokens: int = Field(default=80, ge=0, le=4000)
+    sync_tool_output_chars: int = Field(default=2000, ge=100, le=1_000_000)
+    sync_watch_debounce_ms: int = Field(default=1500, ge=50, le=600_000)
+    gemini_embed_batch_threshold: int = Field(default=5000, ge=1)
+    gemini_embed_max_retries: int = Field(default=5, ge=0, le=20)
+    gemini_batch_poll_seconds: float = Field(default=10.0, gt=0, le=3600)
+    gemini_batch_timeout_seconds: float = Field(default=24 * 3600.0, gt=0)
     # Search and context: candidates per branch, relevance floors, RRF weights, context budget.
     search_min_candidates: int = Field(default=40, ge=1, le=1000)
     search_rrf_k: float = Field(default=60.0, gt=0)
@@ -63,6 +77,19 @@ class Settings(BaseSettings):
     search_rank_normalization: int = Field(default=5, ge=0, le=63)
     context_budget: int = Field(default=2000, ge=50, le=100_000)
     context_sessions: int = Field(default=5, ge=0, le=100)
+
+    # Gemini proxy (app/proxy): default project, session idle window, memory budget, timeouts.
+    proxy_default_project: str | None = None
+    proxy_session_idle_seconds: int = Field(default=1800, ge=1, le=7 * 24 * 3600)
+    proxy_context_budget: int = Field(default=2000, ge=50, le=100_000)
+    proxy_context_timeout_ms: int = Field(default=25, ge=1, le=60_000)
+    proxy_context_cache_seconds: float = Field(default=60.0, ge=0, le=86_400)
+    proxy_upstream_timeout_seconds: float = Field(default=300.0, gt=0, le=3600)
+
+    # Capture (sessions and observations): size caps, nesting limit, excluded projects.
+    capture_max_field_chars: int = Field(default=65_536, ge=1_024, le=16_777_216)
+    capture_max_depth: int = Field(default=64, ge=2, le=500)
+    capture_exclude_projects: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
     @field_validator("home")
     @classmethod
@@ -77,14 +104,42 @@ class Settings(BaseSettings):
         scheme = value.split("://", 1)[0] if "://" in value else ""
         if scheme.split("+", 1)[0] not in ("postgresql", "postgres"):
             raise ValueError("must be a postgresql:// URL")
+        try:
+            make_url(value.strip())
+        except (ArgumentError, ValueError) as error:
+            raise ValueError(f"is not a valid URL ({error})") from None
         return value.strip()
 
-    @field_validator("api_token", "gemini_api_key", "gemini_base_url")
+    @field_validator("gemini_upstream")
+    @classmethod
+    def _check_upstream(cls, value: str) -> str:
+        value = value.strip().rstrip("/")
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return value
+
+    @field_validator("api_token", "gemini_api_key", "gemini_base_url", "proxy_default_project")
     @classmethod
     def _blank_is_unset(cls, value: str | None) -> str | None:
         if value is None or value.strip() == "":
             return None
         return value.strip()
+
+    @field_validator("sync_chunk_overlap_tokens")
+    @classmethod
+    def _overlap_below_size(cls, value: int, info: ValidationInfo) -> int:
+        size = info.data.get("sync_chunk_tokens")
+        if isinstance(size, int) and value >= size:
+            raise ValueError("must be smaller than AGMEM_SYNC_CHUNK_TOKENS")
+        return value
+
+    @field_validator("capture_exclude_projects", mode="before")
+    @classmethod
+    def _split_globs(cls, value: object) -> object:
+        # From the environment: comma-separated globs, e.g. "/home/*/secret*,/srv/clients/*".
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
 
     @property
     def pgdata(self) -> Path:

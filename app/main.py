@@ -10,11 +10,14 @@ from fastapi import FastAPI
 from app import health
 from app.api.errors import install_error_handlers
 from app.api.middleware import BearerTokenMiddleware, BodySizeLimitMiddleware
+from app.capture.routes import router as capture_router
 from app.config import Settings, get_settings
 from app.context.routes import router as context_router
 from app.db.engine import make_async_engine, make_sessionmaker, resolve_database_url
+from app.proxy import routes as proxy_routes
 from app.search.routes import router as search_router
 from app.state import AppState
+from app.sync.routes import router as sync_router
 
 
 def create_app(settings: Settings | None = None, *, database_url: str | None = None) -> FastAPI:
@@ -44,8 +47,11 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
     )
     install_error_handlers(app)
     app.include_router(health.router)
+    app.include_router(sync_router)
+    app.include_router(proxy_routes.router)
     app.include_router(search_router)
     app.include_router(context_router)
+    app.include_router(capture_router)
     # Outermost first: the size limit applies before authentication reads anything.
     app.add_middleware(BearerTokenMiddleware, token=settings.api_token)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)

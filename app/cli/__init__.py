@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from app.cli import search, server
+from app.cli import search, server, sync
 
 cli = typer.Typer(
     name="agmem",
@@ -14,6 +14,7 @@ cli = typer.Typer(
     pretty_exceptions_enable=False,
 )
 server.register(cli)
+sync.register(cli)
 search.register(cli)
 
 

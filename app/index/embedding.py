@@ -5,6 +5,7 @@ Two identical chunks anywhere cost one embedding, and a re-sync of unchanged tex
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,6 +65,15 @@ async def cached_vectors(session: AsyncSession, *, model: str, hashes: list[str]
     return found
 
 
+async def store_vectors(session: AsyncSession, *, model: str, vectors: dict[str, str]) -> None:
+    """Add `{content hash: vector literal}` to the cache; hashes already there keep their vector."""
+    if vectors:
+        await session.execute(
+            _CACHE_STORE,
+            {"model": model, "hashes": list(vectors), "embeddings": list(vectors.values())},
+        )
+
+
 async def vectors_for(
     session: AsyncSession, embedder: Embedder, items: dict[str, str]
 ) -> tuple[dict[str, str], EmbedStats]:
@@ -73,7 +83,9 @@ async def vectors_for(
     stats.cached = len(vectors)
     missing = [h for h in items if h not in vectors]
     if missing:
-        computed = embedder.embed_documents([items[h] for h in missing])
+        # In a thread: a provider call (CPU for wordllama, HTTP for Gemini) must not stall the
+        # event loop the API, the worker and the sync's other writer share.
+        computed = await asyncio.to_thread(embedder.embed_documents, [items[h] for h in missing])
         literals = [vector_literal(v) for v in computed]
         await session.execute(
             _CACHE_STORE,
