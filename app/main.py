@@ -12,6 +12,7 @@ from app.api.errors import install_error_handlers
 from app.api.middleware import BearerTokenMiddleware, BodySizeLimitMiddleware
 from app.config import Settings, get_settings
 from app.db.engine import make_async_engine, make_sessionmaker, resolve_database_url
+from app.memories import routes as memories
 from app.state import AppState
 
 
@@ -42,6 +43,7 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
     )
     install_error_handlers(app)
     app.include_router(health.router)
+    app.include_router(memories.router)
     # Outermost first: the size limit applies before authentication reads anything.
     app.add_middleware(BearerTokenMiddleware, token=settings.api_token)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
