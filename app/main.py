@@ -11,8 +11,10 @@ from app import health
 from app.api.errors import install_error_handlers
 from app.api.middleware import BearerTokenMiddleware, BodySizeLimitMiddleware
 from app.config import Settings, get_settings
+from app.context.routes import router as context_router
 from app.db.engine import make_async_engine, make_sessionmaker, resolve_database_url
 from app.memories import routes as memories
+from app.search.routes import router as search_router
 from app.state import AppState
 
 
@@ -43,6 +45,8 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
     )
     install_error_handlers(app)
     app.include_router(health.router)
+    app.include_router(search_router)
+    app.include_router(context_router)
     app.include_router(memories.router)
     # Outermost first: the size limit applies before authentication reads anything.
     app.add_middleware(BearerTokenMiddleware, token=settings.api_token)
