@@ -13,6 +13,7 @@ from app.api.middleware import BearerTokenMiddleware, BodySizeLimitMiddleware
 from app.config import Settings, get_settings
 from app.context.routes import router as context_router
 from app.db.engine import make_async_engine, make_sessionmaker, resolve_database_url
+from app.mcp.server import mount_mcp
 from app.memories import routes as memories
 from app.search.routes import router as search_router
 from app.state import AppState
@@ -33,7 +34,8 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
             sessionmaker=make_sessionmaker(engine),
         )
         try:
-            yield
+            async with mcp.running():
+                yield
         finally:
             await engine.dispose()
 
@@ -48,6 +50,7 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
     app.include_router(search_router)
     app.include_router(context_router)
     app.include_router(memories.router)
+    mcp = mount_mcp(app, settings)
     # Outermost first: the size limit applies before authentication reads anything.
     app.add_middleware(BearerTokenMiddleware, token=settings.api_token)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
