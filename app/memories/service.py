@@ -20,7 +20,19 @@ from datetime import timedelta
 from typing import Any, cast
 
 import structlog
-from sqlalchemy import ColumnElement, and_, case, delete, false, func, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    and_,
+    case,
+    delete,
+    false,
+    func,
+    or_,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -270,14 +282,23 @@ async def purge_expired(session: AsyncSession, *, where: ColumnElement[bool] | N
     return purged
 
 
+def pick_statement(key: str, visibility: Visibility) -> Select[uuid.UUID]:
+    """The id of the live memory a read of `key` returns: the most specific visible one."""
+    return (
+        select(MemoryRow.id)
+        .where(MemoryRow.key == key, visibility.clause(), LIVE)
+        .order_by(SPECIFICITY)
+        .limit(1)
+    )
+
+
 async def read_memory(session: AsyncSession, *, key: str, visibility: Visibility) -> MemoryRow:
     """The most specific visible memory under `key`, with its access counted."""
-    visible = and_(MemoryRow.key == key, visibility.clause())
-    await purge_expired(session, where=visible)
-    pick = (
-        select(MemoryRow.id).where(visible, LIVE).order_by(SPECIFICITY).limit(1).scalar_subquery()
+    rows = await _touch(
+        session,
+        MemoryRow.id == pick_statement(key, visibility).scalar_subquery(),
+        purge=and_(MemoryRow.key == key, visibility.clause()),
     )
-    rows = await _touch(session, MemoryRow.id == pick)
     if not rows:
         raise MemoryNotFound(f"no memory {key!r} is visible here{_where_text(visibility)}")
     return rows[0]
@@ -301,12 +322,12 @@ async def find_memories(
         conditions.append(MemoryRow.key.like(pattern_to_like(pattern), escape=LIKE_ESCAPE))
     if tags:
         conditions.append(MemoryRow.tags.contains(tags))
-    await purge_expired(session, where=and_(*conditions))
     chosen = select(MemoryRow.id).where(*conditions, LIVE).order_by(MemoryRow.key, SPECIFICITY)
     ids = chosen.limit(limit).scalar_subquery()
     if count_access:
-        rows = await _touch(session, MemoryRow.id.in_(ids))
+        rows = await _touch(session, MemoryRow.id.in_(ids), purge=and_(*conditions))
     else:
+        await purge_expired(session, where=and_(*conditions))
         result = await session.scalars(select(MemoryRow).where(MemoryRow.id.in_(ids)))
         rows = list(result.all())
     return sorted(rows, key=lambda row: (row.key, _specificity(row)))
@@ -323,8 +344,18 @@ def _specificity(row: MemoryRow) -> int:
     return order.get(row.scope, 4)
 
 
-async def _touch(session: AsyncSession, where: ColumnElement[bool]) -> list[MemoryRow]:
-    """Count a read: bump accessedAt and accessCount of the rows read, returning them."""
+async def _touch(
+    session: AsyncSession, where: ColumnElement[bool], *, purge: ColumnElement[bool] | None = None
+) -> list[MemoryRow]:
+    """Count a read: bump accessedAt and accessCount of the rows read, returning them.
+
+    With `purge`, the expired memories matching it are deleted by the same statement (a
+    data-modifying CTE), so a read stays one round trip. Its snapshot predates the delete, which
+    is why readers filter on LIVE as well.
+    """
+    # Counting makes every read a write. Its commit need not wait for the WAL flush (about 5 ms
+    # here): a crash may lose the last few counts, never a memory.
+    await session.execute(text("SET LOCAL synchronous_commit = off"))
     statement = (
         update(MemoryRow)
         .where(where)
@@ -332,6 +363,14 @@ async def _touch(session: AsyncSession, where: ColumnElement[bool]) -> list[Memo
         .returning(MemoryRow)
         .execution_options(synchronize_session=False)
     )
+    if purge is not None:
+        purged = (
+            delete(MemoryRow)
+            .where(MemoryRow.expires_at <= func.now(), purge)
+            .returning(MemoryRow.id)
+            .cte("purged")
+        )
+        statement = statement.add_cte(purged)
     result = await session.scalars(statement, execution_options={"populate_existing": True})
     return list(result.all())
 
