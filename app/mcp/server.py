@@ -60,7 +60,10 @@ def tool_errors() -> Iterator[None]:
 def build_server(state: StateProvider, *, default_project: str | None = None) -> MCPServer:
     """The memory tools, bound to the database of `state()` at call time."""
     mcp: MCPServer = MCPServer(
-        name="antigravity-mem", instructions=text.INSTRUCTIONS, version="0.1.0"
+        name="antigravity-mem",
+        instructions=text.INSTRUCTIONS,
+        version="0.1.0",
+        log_level="WARNING",
     )
 
     def project(project_path: str | None) -> str | None:

@@ -21,7 +21,8 @@ def stdio_params(database_url: str, cwd: Path, *args: str) -> StdioServerParamet
         **os.environ,
         "DATABASE_URL": database_url,
         "AGMEM_HOME": str(cwd / "home"),
-        "AGMEM_LOG_LEVEL": "warning",
+        # Info logs on (the default): they must go to stderr, never into the protocol on stdout.
+        "AGMEM_LOG_LEVEL": "info",
     }
     env.pop("GEMINI_API_KEY", None)
     env.pop("AGMEM_API_TOKEN", None)
