@@ -44,7 +44,7 @@ def key_of(n: int) -> str:
     return f"{NAMESPACES[n % len(NAMESPACES)]}.item_{n:05d}"
 
 
-async def seed(url: str, projects: int, per_project: int) -> None:
+async def seed(url: str, projects: int, per_project: int, others: int = 0) -> None:
     """Project memories (most), plus session, shared and global ones, as one bulk insert each."""
     engine = make_async_engine(url, pool_size=2)
     values = _values()
@@ -75,6 +75,16 @@ async def seed(url: str, projects: int, per_project: int) -> None:
                 "FROM generate_series(1, 1000) AS n"
             )
         )
+        # Many small projects too: the read must not slow down with the number of projects.
+        await connection.execute(
+            text(
+                "INSERT INTO memories (scope, project_path, session_id, key, value) "
+                "SELECT 'project', '/home/dev/other-' || p, '', "
+                "'project.item_' || lpad(n::text, 5, '0'), to_jsonb(n) "
+                "FROM generate_series(1, :others) AS p, generate_series(1, 5) AS n"
+            ),
+            {"others": others},
+        )
         await connection.execute(text("ANALYZE memories"))
     await engine.dispose()
 
@@ -86,7 +96,7 @@ async def plan(url: str, project: str) -> str:
     statement = service.pick_statement(key_of(1234), visibility)
     compiled = statement.compile(engine.sync_engine, compile_kwargs={"literal_binds": True})
     async with engine.connect() as connection:
-        rows = await connection.execute(text(f"EXPLAIN {compiled}"))
+        rows = await connection.execute(text(f"EXPLAIN (ANALYZE, BUFFERS) {compiled}"))
         lines = [row[0] for row in rows]
     await engine.dispose()
     return "\n".join(lines)
@@ -123,6 +133,7 @@ def main() -> None:
     parser.add_argument("--projects", type=int, default=3)
     parser.add_argument("--per-project", type=int, default=10_000)
     parser.add_argument("--reads", type=int, default=3_000)
+    parser.add_argument("--other-projects", type=int, default=1_000)
     args = parser.parse_args()
 
     with start_server(choose_kind()) as server:

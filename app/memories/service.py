@@ -77,27 +77,31 @@ class Visibility:
             raise ScopeTargetMissing("scope 'session' needs sessionId")
 
     def clause(self) -> ColumnElement[bool]:
-        """The rows this reader may see."""
-        shared_projects = [""] + ([self.project_path] if self.project_path else [])
+        """The rows this reader may see.
+
+        Every visible row lives under the empty project or the reader's project, except a
+        session's rows read by session id alone. Saying so up front lets the exact-key read use
+        the (project_path, key) index with two probes, however many projects the table holds.
+        """
+        projects = [""] + ([self.project_path] if self.project_path else [])
         by_scope: dict[Scope, ColumnElement[bool]] = {
             "global": MemoryRow.scope == "global",
-            "shared": and_(
-                MemoryRow.scope == "shared", MemoryRow.project_path.in_(shared_projects)
-            ),
-            "project": (
-                and_(MemoryRow.scope == "project", MemoryRow.project_path == self.project_path)
-                if self.project_path
-                else false()
-            ),
+            "shared": MemoryRow.scope == "shared",
+            "project": MemoryRow.scope == "project" if self.project_path else false(),
             "session": (
                 and_(MemoryRow.scope == "session", MemoryRow.session_id == self.session_id)
                 if self.session_id
                 else false()
             ),
         }
-        if self.scope is not None:
-            return by_scope[self.scope]
-        return or_(*by_scope.values())
+        chosen = by_scope[self.scope] if self.scope is not None else or_(*by_scope.values())
+        if self.session_id and not self.project_path:
+            # Session rows of any project, or global and project-less shared rows.
+            return and_(
+                chosen,
+                or_(MemoryRow.scope == "session", MemoryRow.project_path == ""),
+            )
+        return and_(MemoryRow.project_path.in_(projects), chosen)
 
 
 # Most specific first: a session's value shadows the project's, which shadows shared and global.

@@ -78,3 +78,10 @@ def test_most_specific_scope_wins_on_exact_read(client: TestClient) -> None:
     # Delete removes what a read returns, then the next one shows through.
     client.delete(url("current.mode"), params={"projectPath": PROJECT})
     assert read(projectPath=PROJECT) == "shared"
+
+
+def test_session_memory_belongs_to_the_project_it_was_written_in(client: TestClient) -> None:
+    put(client, "current.step", "shop work", scope="session", sessionId="s-1")
+    assert client.get(url("current.step"), params={"sessionId": "s-1"}).status_code == 200
+    other = client.get(url("current.step"), params={"projectPath": OTHER, "sessionId": "s-1"})
+    assert other.status_code == 404
