@@ -13,6 +13,7 @@ from app.memories import resume as resume_service
 from app.memories import service
 from app.memories.patterns import is_pattern
 from app.memories.schemas import (
+    MAX_KEY_LENGTH,
     Deleted,
     Memory,
     MemoryList,
@@ -111,7 +112,7 @@ async def put_memory(
 async def list_memories(
     db: DbDep,
     seen_by: VisibilityDep,
-    pattern: str | None = None,
+    pattern: Annotated[str | None, Query(max_length=MAX_KEY_LENGTH)] = None,
     tags: Annotated[list[str] | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=service.MAX_LIST_LIMIT)] = service.DEFAULT_LIST_LIMIT,
 ) -> MemoryList:

@@ -75,7 +75,7 @@ class MemoryWrite(CamelModel):
     value: Any
     scope: Scope = "project"
     project_path: str | None = None
-    session_id: str | None = None
+    session_id: str | None = Field(default=None, max_length=200)
     ttl: int | None = Field(default=None, ge=1, le=MAX_TTL_SECONDS)
     tags: list[str] | None = None
     created_by: str | None = Field(default=None, max_length=200)

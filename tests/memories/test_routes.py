@@ -94,6 +94,7 @@ def test_bad_inputs_are_4xx_and_store_nothing(
         (url("bad*key"), {"value": 1, "projectPath": PROJECT}),
         (url("x" * 501), {"value": 1, "projectPath": PROJECT}),
         (url("  "), {"value": 1, "projectPath": PROJECT}),
+        (url("k"), {"value": 1, "scope": "session", "sessionId": "s" * 201}),
     ]
     for path, body in cases:
         response = client.put(path, json=body)
@@ -105,6 +106,8 @@ def test_bad_inputs_are_4xx_and_store_nothing(
     assert bad_json.status_code == 400
     assert client.get("/api/memories", params={"limit": 0}).status_code == 422
     assert client.get("/api/memories", params={"scope": "project"}).status_code == 422
+    assert client.get("/api/memories", params={"pattern": "x*" * 300}).status_code == 422
+    assert client.get("/api/memories", params={"tags": ","}).status_code == 200
     assert db.execute("SELECT count(*) FROM memories").fetchone() == (0,)
 
 
