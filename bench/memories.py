@@ -90,23 +90,29 @@ async def seed(url: str, projects: int, per_project: int, others: int = 0) -> No
 
 
 async def plan(url: str, project: str) -> str:
-    """The plan of the exact-key read, to see which index serves it."""
+    """The plan of the exact-key read (run, then rolled back), to see which index serves it."""
     engine = make_async_engine(url, pool_size=1)
     visibility = service.Visibility(project_path=project)
-    statement = service.pick_statement(key_of(1234), visibility)
-    compiled = statement.compile(engine.sync_engine, compile_kwargs={"literal_binds": True})
+    compiled = service.read_statement(visibility.shape).compile(engine.sync_engine)
+    params = {**compiled.params, "read_key": key_of(1234), **visibility.params()}
     async with engine.connect() as connection:
-        rows = await connection.execute(text(f"EXPLAIN (ANALYZE, BUFFERS) {compiled}"))
+        rows = await connection.exec_driver_sql(f"EXPLAIN (ANALYZE, BUFFERS) {compiled}", params)
         lines = [row[0] for row in rows]
+        await connection.rollback()
     await engine.dispose()
     return "\n".join(lines)
 
 
-async def time_reads(url: str, projects: int, per_project: int, reads: int) -> list[float]:
+async def time_reads(
+    url: str, projects: int, per_project: int, reads: int
+) -> tuple[list[float], list[float]]:
+    """Exact-key reads, each in its own transaction, interleaved with an empty transaction
+    (`SELECT 1`) that shows what the machine alone costs per round trip in the same run."""
     engine = make_async_engine(url, pool_size=2)
     maker = make_sessionmaker(engine)
     rng = random.Random(7)
     timings: list[float] = []
+    baseline: list[float] = []
     for i in range(reads):
         n = rng.randrange(per_project)
         p = rng.randrange(projects)
@@ -117,10 +123,15 @@ async def time_reads(url: str, projects: int, per_project: int, reads: int) -> l
             row = await service.read_memory(session, key=key_of(n), visibility=visibility)
         elapsed = (time.perf_counter() - started) * 1000
         assert row.key == key_of(n)
+        started = time.perf_counter()
+        async with transaction(maker) as session:
+            await session.execute(text("SELECT 1"))
+        empty = (time.perf_counter() - started) * 1000
         if i >= 100:  # the first reads warm the pool and the plan cache
             timings.append(elapsed)
+            baseline.append(empty)
     await engine.dispose()
-    return timings
+    return timings, baseline
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -140,18 +151,25 @@ def main() -> None:
         url = create_database(server, prefix="agmem_bench")
         migrate.upgrade(url)
         started = time.perf_counter()
-        asyncio.run(seed(url, args.projects, args.per_project))
-        total = args.projects * args.per_project + 1000
+        asyncio.run(seed(url, args.projects, args.per_project, args.other_projects))
+        total = args.projects * args.per_project + 1000 + 5 * args.other_projects
         print(
-            f"seeded {total} memories ({args.per_project} per project, "
-            f"{args.projects} projects, 1000 global) in {time.perf_counter() - started:.1f} s"
+            f"seeded {total} memories ({args.per_project} in each of {args.projects} projects, "
+            f"5 in each of {args.other_projects} more, 1000 global) "
+            f"in {time.perf_counter() - started:.1f} s"
         )
         print(asyncio.run(plan(url, project_path(0))))
-        timings = asyncio.run(time_reads(url, args.projects, args.per_project, args.reads))
+        timings, baseline = asyncio.run(
+            time_reads(url, args.projects, args.per_project, args.reads)
+        )
     p50, p95, p99 = (percentile(timings, q) for q in (50, 95, 99))
     print(
         f"read-by-key over {len(timings)} reads: mean {statistics.fmean(timings):.2f} ms, "
         f"p50 {p50:.2f} ms, p95 {p95:.2f} ms, p99 {p99:.2f} ms, max {max(timings):.2f} ms"
+    )
+    print(
+        "baseline (empty transaction with SELECT 1, interleaved): "
+        f"p50 {percentile(baseline, 50):.2f} ms, p99 {percentile(baseline, 99):.2f} ms"
     )
     print(
         f"p99 / bound ({BOUND_MS:.0f} ms) = {p99 / BOUND_MS:.2f} "

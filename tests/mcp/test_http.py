@@ -46,7 +46,13 @@ def test_mcp_refuses_foreign_host_headers(live_server: LiveServer) -> None:
         json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
         headers={"Host": "evil.example", "Accept": "application/json, text/event-stream"},
     )
-    assert response.status_code in (403, 421)
+    assert response.status_code == 421
+    cross_site = httpx.post(
+        f"{live_server.url}/mcp",
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+        headers={"Origin": "http://evil.example", "Accept": "application/json, text/event-stream"},
+    )
+    assert cross_site.status_code == 403
 
 
 @pytest.mark.parametrize("method", ["PUT", "PATCH"])

@@ -39,7 +39,8 @@ def test_set_get_list_rm(agmem: Any) -> None:
     as_text = agmem("memory", "set", "project.zip", "02134", "-p", PROJECT, "--string")
     assert as_text.exit_code == 0, as_text.output
 
-    assert agmem("memory", "get", "project.port", "-p", PROJECT).stdout.strip() == "3000"
+    port = agmem("memory", "get", "project.port", "-p", PROJECT)
+    assert port.stdout.strip() == "3000", port.output
     assert agmem("memory", "get", "project.zip", "-p", PROJECT).stdout.strip() == "02134"
     full = json.loads(agmem("memory", "get", "current.task", "-p", PROJECT, "--json").stdout)
     assert full["value"] == "auth refactoring"
