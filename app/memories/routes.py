@@ -25,8 +25,8 @@ from app.memories.schemas import (
     Scope,
     check_key,
     check_tags,
-    clean_text,
 )
+from app.privacy import clean_text
 
 router = APIRouter(prefix="/api", tags=["memories"])
 

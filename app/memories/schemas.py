@@ -9,37 +9,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
+from app.privacy import clean_text, sanitize_json
+
 Scope = Literal["global", "project", "session", "shared"]
 SCOPES: tuple[Scope, ...] = ("global", "project", "session", "shared")
 
 MAX_KEY_LENGTH = 500
 MAX_TAGS = 50
 MAX_TTL_SECONDS = 10 * 365 * 24 * 3600
-
-
-def clean_text(text: str) -> str:
-    """Drop NUL characters and lone surrogates, which Postgres would reject."""
-    text = text.replace("\x00", "")
-    return text.encode("utf-8", "replace").decode("utf-8") if _has_surrogate(text) else text
-
-
-def _has_surrogate(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
-
-
-def clean_json(value: Any) -> Any:
-    """Clean every string (keys too) inside a JSON value, so JSONB accepts it."""
-    if isinstance(value, str):
-        return clean_text(value)
-    if isinstance(value, list):
-        return [clean_json(item) for item in value]
-    if isinstance(value, dict):
-        return {clean_text(str(key)): clean_json(item) for key, item in value.items()}
-    return value
 
 
 def check_key(key: str) -> str:
@@ -83,8 +60,9 @@ class MemoryWrite(CamelModel):
 
     @field_validator("value")
     @classmethod
-    def _clean_value(cls, value: Any) -> Any:
-        return clean_json(value)
+    def _sanitize_value(cls, value: Any) -> Any:
+        # Memories are searched and injected into prompts: privacy rules apply as to captures.
+        return sanitize_json(value)
 
     @field_validator("project_path", "session_id", "created_by")
     @classmethod

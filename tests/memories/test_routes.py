@@ -229,3 +229,23 @@ def test_write_with_null_ttl_removes_expiry(client: TestClient) -> None:
     updated = put(client, "current.x", 2, ttl=None)
     assert updated["ttl"] is None
     assert updated["expiresAt"] is None
+
+
+def test_privacy_rules_apply_to_values(client: TestClient, db: psycopg.Connection[Any]) -> None:
+    value = {
+        "note": "deploy with <private>the staging password is swordfish</private>care",
+        "password": "hunter2",
+        "header": "Authorization: Bearer sk-abcdefghijklmnopqrstuvwx0123456789",
+    }
+    stored = put(client, "discovered.deploy", value)["value"]
+    assert stored["note"] == "deploy with care"
+    assert stored["password"] == "[REDACTED]"
+    assert "sk-abcdefghijklmnopqrstuvwx0123456789" not in stored["header"]
+    (content,) = db.execute("SELECT content FROM memory_chunks").fetchone() or ("",)
+    assert "swordfish" not in content
+    assert "hunter2" not in content
+    too_deep: Any = "leaf"
+    for _ in range(100):
+        too_deep = [too_deep]
+    response = client.put(url("discovered.deep"), json={"value": too_deep, "projectPath": PROJECT})
+    assert response.status_code == 422
