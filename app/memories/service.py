@@ -429,21 +429,20 @@ async def _touch(
 
 
 async def delete_memory(session: AsyncSession, *, key: str, visibility: Visibility) -> bool:
-    """Delete the memory a read of `key` would return (the most specific visible one)."""
+    """Delete the memory a read of `key` would return (the most specific live visible one)."""
     visible = and_(MemoryRow.key == key, visibility.clause())
-    pick = select(MemoryRow.id).where(visible).order_by(SPECIFICITY).limit(1).scalar_subquery()
+    pick = select(MemoryRow.id).where(visible, LIVE).order_by(SPECIFICITY).limit(1)
     result = await session.execute(
         delete(MemoryRow)
-        .where(MemoryRow.id == pick)
-        .returning(MemoryRow.id, MemoryRow.expires_at <= func.now())
+        .where(MemoryRow.id == pick.scalar_subquery())
+        .returning(MemoryRow.id)
         .execution_options(synchronize_session=False)
     )
-    deleted = result.one_or_none()
+    deleted = result.scalar_one_or_none()
     if deleted is None:
         return False
-    log.info("memory.deleted", key=key, memory_id=str(deleted[0]))
-    # An expired memory was already gone for readers; deleting it changes nothing they saw.
-    return not bool(deleted[1])
+    log.info("memory.deleted", key=key, memory_id=str(deleted))
+    return True
 
 
 async def memory_history(session: AsyncSession, *, memory_id: uuid.UUID) -> list[MemoryVersionRow]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import psycopg
 from fastapi.testclient import TestClient
 
 from tests.memories.helpers import PROJECT, put, url
@@ -85,3 +88,15 @@ def test_session_memory_belongs_to_the_project_it_was_written_in(client: TestCli
     assert client.get(url("current.step"), params={"sessionId": "s-1"}).status_code == 200
     other = client.get(url("current.step"), params={"projectPath": OTHER, "sessionId": "s-1"})
     assert other.status_code == 404
+
+
+def test_delete_skips_an_expired_memory_like_a_read_does(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    put(client, "current.mode", "project value", ttl=3600)
+    put(client, "current.mode", "global value", scope="global")
+    db.execute("UPDATE memories SET expires_at = now() - interval '1 s' WHERE scope = 'project'")
+    deleted = client.delete(url("current.mode"), params={"projectPath": PROJECT})
+    assert deleted.json() == {"deleted": True}
+    assert db.execute("SELECT scope FROM memories").fetchall() == [("project",)]
+    assert client.get(url("current.mode"), params={"projectPath": PROJECT}).status_code == 404
