@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+import io
 import logging
 import sys
+from typing import TextIO, cast
 
 import structlog
+
+
+class _CurrentStderr(io.TextIOBase):
+    """sys.stderr as it is at each write: test runners swap it after loggers are cached."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
 
 
 def configure_logging(level: str = "info", *, json: bool = False) -> None:
@@ -21,6 +33,8 @@ def configure_logging(level: str = "info", *, json: bool = False) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
+        # stdout belongs to command output and to the MCP stdio protocol; logs never go there.
+        logger_factory=structlog.PrintLoggerFactory(file=cast(TextIO, _CurrentStderr())),
         cache_logger_on_first_use=True,
     )
     # These narrate every subprocess and migration step at INFO; a user needs only their problems.

@@ -14,6 +14,8 @@ from app.capture.routes import router as capture_router
 from app.config import Settings, get_settings
 from app.context.routes import router as context_router
 from app.db.engine import make_async_engine, make_sessionmaker, resolve_database_url
+from app.mcp.server import mount_mcp
+from app.memories import routes as memories
 from app.proxy import routes as proxy_routes
 from app.search.routes import router as search_router
 from app.state import AppState
@@ -35,7 +37,8 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
             sessionmaker=make_sessionmaker(engine),
         )
         try:
-            yield
+            async with mcp.running():
+                yield
         finally:
             await engine.dispose()
 
@@ -52,6 +55,8 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
     app.include_router(search_router)
     app.include_router(context_router)
     app.include_router(capture_router)
+    app.include_router(memories.router)
+    mcp = mount_mcp(app, settings)
     # Outermost first: the size limit applies before authentication reads anything.
     app.add_middleware(BearerTokenMiddleware, token=settings.api_token)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from app.cli import search, server, sync
+from app.cli import memory, search, server, sync
 
 cli = typer.Typer(
     name="agmem",
@@ -16,6 +16,7 @@ cli = typer.Typer(
 server.register(cli)
 sync.register(cli)
 search.register(cli)
+memory.register(cli)
 
 
 def main() -> None:

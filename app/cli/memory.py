@@ -1,0 +1,267 @@
+"""`agmem memory get|set|list|rm`, `agmem resume` and `agmem mcp` (the MCP server over stdio).
+
+They work on the database directly, like `agmem status`. `--project` defaults to the current
+directory, which is what an agent launching `agmem mcp` from a project folder expects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, TypeVar
+
+import typer
+from pydantic import ValidationError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.cli.common import cli_errors, fail, open_database, settings_or_exit
+from app.config import Settings
+from app.db.engine import make_async_engine, make_sessionmaker, transaction
+from app.memories import resume as resume_service
+from app.memories import service
+from app.memories.patterns import is_pattern
+from app.memories.schemas import Memory, MemoryWrite, Resume, Scope, check_key, check_tags
+from app.state import AppState
+
+T = TypeVar("T")
+
+memory_cli = typer.Typer(
+    help="Read and write key/value memories (project.*, current.*, shared.*, ai.<name>.*).",
+    no_args_is_help=True,
+)
+
+ProjectOpt = Annotated[
+    str | None, typer.Option("--project", "-p", help="Project path (default: current directory).")
+]
+SessionOpt = Annotated[str | None, typer.Option("--session", help="Session id (scope session).")]
+ScopeOpt = Annotated[Scope | None, typer.Option(help="global, project, session or shared.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the full memory as JSON.")]
+
+
+def _project(project: str | None) -> str:
+    return os.path.abspath(project) if project else os.getcwd()
+
+
+async def _with_state(settings: Settings, url: str, work: Callable[[AppState], Awaitable[T]]) -> T:
+    engine = make_async_engine(url, pool_size=2)
+    state = AppState(
+        settings=settings, database_url=url, engine=engine, sessionmaker=make_sessionmaker(engine)
+    )
+    try:
+        return await work(state)
+    finally:
+        await engine.dispose()
+
+
+def run(work: Callable[[AsyncSession, Settings], Awaitable[T]]) -> T:
+    """Run `work` in one transaction on the configured database; errors become one line."""
+    settings = settings_or_exit()
+
+    async def in_transaction(state: AppState) -> T:
+        async with transaction(state.sessionmaker) as session:
+            return await work(session, settings)
+
+    with cli_errors():
+        url = open_database(settings)
+        try:
+            return asyncio.run(_with_state(settings, url, in_transaction))
+        except ValidationError as error:
+            first = error.errors()[0]
+            fail(f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}")
+        except ValueError as error:
+            fail(str(error))
+
+
+def _show(memory: Memory, as_json: bool) -> None:
+    if as_json:
+        typer.echo(memory.model_dump_json(by_alias=True, indent=2))
+    elif isinstance(memory.value, str):
+        typer.echo(memory.value)
+    else:
+        typer.echo(json.dumps(memory.value, ensure_ascii=False, indent=2))
+
+
+def _visibility(
+    scope: Scope | None, project: str | None, session: str | None
+) -> service.Visibility:
+    return service.Visibility(scope=scope, project_path=_project(project), session_id=session)
+
+
+@memory_cli.command("get")
+def get(
+    key: Annotated[str, typer.Argument(help="Exact key, or a pattern with * (project.*).")],
+    project: ProjectOpt = None,
+    session: SessionOpt = None,
+    scope: ScopeOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print a memory's value (the most specific visible one); patterns print every match."""
+
+    async def work(db: AsyncSession, _: Settings) -> list[Memory]:
+        seen_by = _visibility(scope, project, session)
+        if is_pattern(key):
+            rows = await service.find_memories(db, visibility=seen_by, pattern=key)
+            return [service.to_schema(row) for row in rows]
+        return [
+            service.to_schema(await service.read_memory(db, key=check_key(key), visibility=seen_by))
+        ]
+
+    memories = run(work)
+    if not memories:
+        fail(f"no visible memory matches {key!r}")
+    if is_pattern(key):
+        _print_list(memories, as_json)
+    else:
+        _show(memories[0], as_json)
+
+
+@memory_cli.command("set")
+def set_(
+    key: Annotated[str, typer.Argument(help="Hierarchical key, e.g. current.task.")],
+    value: Annotated[str, typer.Argument(help='JSON (3000, ["a"], {...}) or plain text.')],
+    project: ProjectOpt = None,
+    session: SessionOpt = None,
+    scope: Annotated[Scope, typer.Option(help="global, project, session or shared.")] = "project",
+    ttl: Annotated[int | None, typer.Option(help="Seconds until it expires.")] = None,
+    tag: Annotated[list[str] | None, typer.Option("--tag", help="A tag (repeatable).")] = None,
+    created_by: Annotated[str | None, typer.Option("--by", help="Who writes it.")] = None,
+    as_string: Annotated[bool, typer.Option("--string", help="Store VALUE as text.")] = False,
+    if_version: Annotated[
+        int | None, typer.Option(help="Fail unless the stored version is this (0: create only).")
+    ] = None,
+) -> None:
+    """Write a memory; an existing key is updated and its previous value kept."""
+    parsed: Any = value
+    if not as_string:
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            parsed = value
+
+    async def work(db: AsyncSession, _: Settings) -> tuple[Memory, bool]:
+        fields: dict[str, Any] = {
+            "value": parsed,
+            "scope": scope,
+            "project_path": _project(project),
+        }
+        optional = {"session_id": session, "ttl": ttl, "tags": tag, "created_by": created_by}
+        fields |= {name: v for name, v in optional.items() if v is not None}
+        data = MemoryWrite.model_validate(fields)
+        row, created = await service.write_memory(
+            db, key=check_key(key), data=data, if_version=if_version
+        )
+        return service.to_schema(row), created
+
+    memory, created = run(work)
+    where = f" in {memory.project_path}" if memory.project_path else ""
+    action = "created" if created else "updated"
+    typer.echo(f"{action} {memory.key} ({memory.scope}{where}), version {memory.version}")
+
+
+def _print_list(memories: list[Memory], as_json: bool) -> None:
+    if as_json:
+        typer.echo(
+            json.dumps([m.model_dump(mode="json", by_alias=True) for m in memories], indent=2)
+        )
+        return
+    for memory in memories:
+        shown = memory.value if isinstance(memory.value, str) else json.dumps(memory.value)
+        shown = " ".join(shown.split())
+        typer.echo(f"{memory.key}\t{memory.scope}\t{shown[:80]}{'…' if len(shown) > 80 else ''}")
+
+
+@memory_cli.command("list")
+def list_(
+    pattern: Annotated[str | None, typer.Argument(help="Key pattern with * wildcards.")] = None,
+    project: ProjectOpt = None,
+    session: SessionOpt = None,
+    scope: ScopeOpt = None,
+    tag: Annotated[
+        list[str] | None, typer.Option("--tag", help="Required tag (repeatable).")
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1, max=service.MAX_LIST_LIMIT)] = 100,
+    as_json: JsonOpt = False,
+) -> None:
+    """List visible memories: key, scope and the start of the value."""
+
+    async def work(db: AsyncSession, _: Settings) -> list[Memory]:
+        rows = await service.find_memories(
+            db,
+            visibility=_visibility(scope, project, session),
+            pattern=pattern,
+            tags=check_tags(tag) or None,
+            limit=limit,
+        )
+        return [service.to_schema(row) for row in rows]
+
+    _print_list(run(work), as_json)
+
+
+@memory_cli.command("rm")
+def rm(
+    key: Annotated[str, typer.Argument(help="Exact key to delete.")],
+    project: ProjectOpt = None,
+    session: SessionOpt = None,
+    scope: ScopeOpt = None,
+) -> None:
+    """Delete the memory `get KEY` would show."""
+
+    async def work(db: AsyncSession, _: Settings) -> bool:
+        visibility = _visibility(scope, project, session)
+        return await service.delete_memory(db, key=check_key(key), visibility=visibility)
+
+    if not run(work):
+        fail(f"no visible memory {key!r} to delete")
+    typer.echo(f"deleted {key}")
+
+
+def resume(
+    project: ProjectOpt = None,
+    session: SessionOpt = None,
+    budget: Annotated[int, typer.Option(min=50, max=20_000, help="Token budget.")] = 500,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print a short briefing for resuming work on a project, within a token budget."""
+
+    async def work(db: AsyncSession, settings: Settings) -> Resume:
+        return await resume_service.smart_resume(
+            db,
+            settings=settings,
+            project_path=_project(project),
+            session_id=session,
+            budget=budget,
+        )
+
+    answer = run(work)
+    if as_json:
+        typer.echo(answer.model_dump_json(by_alias=True, indent=2))
+        return
+    typer.echo(answer.briefing)
+    for memories in answer.context.model_dump().values():
+        for memory in memories:
+            value = memory["value"]
+            shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+            typer.echo(f"  {memory['key']}: {shown}")
+    typer.echo(f"({answer.token_count} of {answer.budget} tokens)")
+
+
+def mcp(project: ProjectOpt = None) -> None:
+    """Serve the MCP memory tools over stdio (point your agent's MCP config at `agmem mcp`)."""
+    from app.mcp.server import serve_stdio
+
+    settings = settings_or_exit()
+    with cli_errors():
+        url = open_database(settings)
+
+        async def work(state: AppState) -> None:
+            await serve_stdio(state, default_project=_project(project))
+
+        asyncio.run(_with_state(settings, url, work))
+
+
+def register(cli: typer.Typer) -> None:
+    cli.add_typer(memory_cli, name="memory")
+    cli.command()(resume)
+    cli.command()(mcp)

@@ -1,0 +1,65 @@
+"""What the model reads about the server and each tool: when to use it and what it returns."""
+
+from __future__ import annotations
+
+INSTRUCTIONS = """\
+antigravity-mem keeps memory for coding agents across sessions and between agents.
+Start a session with smart_resume (a short briefing instead of re-reading transcripts).
+Store durable facts with write_memory under these key namespaces:
+  project.*    stable facts (project.framework, project.architecture, project.conventions)
+  current.*    work in progress (current.task, current.progress, current.next, current.todos)
+  discovered.* things learned while working (discovered.bugs, discovered.gotchas)
+  shared.*     notes meant for other agents (shared.handoff, shared.api_contract)
+  ai.<name>.*  one agent's own notes (ai.claude.preferences)
+Use search_memory to find anything by meaning or words, and get_context for a ready-made
+memory block about a task."""
+
+_SCOPES = (
+    "scope: 'project' (default; needs project_path), 'session' (needs session_id; invisible "
+    "to other sessions), 'shared' (for other agents; with project_path it belongs to that "
+    "project, without it to everyone) or 'global' (visible everywhere)."
+)
+
+WRITE_MEMORY = f"""\
+Save a value under a hierarchical key, e.g. key='current.task', value='auth refactoring'.
+Writing an existing key updates it (version + 1) and keeps the previous value in its history.
+value: any JSON (text, number, list, object). {_SCOPES}
+project_path: absolute path of the project. session_id: your session id (for scope 'session').
+ttl: seconds until the memory expires (omit to keep it; null removes expiry).
+tags: labels to filter by later. created_by: your name, e.g. 'claude' or 'gemini'.
+if_version: the version you last read; the write fails with VersionConflict if someone changed
+it since (0 means 'only create'). Returns {{created, memory}}."""
+
+READ_MEMORY = f"""\
+Read one memory by exact key, e.g. 'project.architecture'. A key with '*' is a pattern
+('project.*', '*.todos') and returns every visible match. Without scope, the most specific
+visible memory wins (session, then project, then shared, then global). {_SCOPES}
+Returns {{memory}} (null with a detail when there is none) or {{memories}} for a pattern."""
+
+LIST_MEMORIES = f"""\
+List visible memories sorted by key. pattern: '*' wildcards ('current.*', 'ai.claude.*').
+tags: only memories carrying all of these tags. limit: at most this many (default 50).
+Give project_path (and session_id) to see that project's (and session's) memories;
+global memories are always visible. {_SCOPES} Returns {{memories}}."""
+
+DELETE_MEMORY = f"""\
+Delete the memory a read_memory of this key would return. {_SCOPES}
+Returns {{deleted: true}} or {{deleted: false}} when there was nothing to delete."""
+
+SMART_RESUME = """\
+Call this first when you start or resume work on a project. Returns a short briefing (what
+the project is, what is in progress, what is next), the project.*, current.* and shared.*
+memories, and the last session's summary, all within budget tokens (default 500)."""
+
+SEARCH_MEMORY = """\
+Search everything remembered about a project - memory files, past session transcripts,
+tool observations, session summaries and key/value memories - by meaning and by words
+(hybrid search). query: what you are looking for, in plain words. project_path: limit to one
+project. sources: any of memory, sessions, observation, summary, kv. mode: hybrid (default),
+vector, keyword or weighted. Returns {results: [{source, score, content, path, startLine,
+endLine, sessionId}]}, best first."""
+
+GET_CONTEXT = """\
+Get a ready-to-read memory block for a project, relevant to prompt (your current task),
+within budget tokens (default 2000): recent session summaries and the best matching memories,
+with their sources. Returns {context (markdown), tokenCount, budget}."""

@@ -1,0 +1,305 @@
+"""The MCP server: memory tools for agents, over streamable HTTP at `/mcp` and over stdio.
+
+Every tool opens its own transaction on the app's database and calls the same services as the
+HTTP API, so the two surfaces cannot drift. The HTTP endpoint is stateless (no MCP session kept
+in memory), like the rest of the API: any number of API processes can answer it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+import structlog
+from fastapi import FastAPI
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from pydantic import ValidationError
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from app.api.middleware import send_error
+from app.config import Settings
+from app.context.builder import build_context
+from app.db.engine import transaction
+from app.errors import AppError
+from app.llm.embeddings import get_embedder
+from app.mcp import descriptions as text
+from app.memories import resume, service
+from app.memories.patterns import is_pattern
+from app.memories.schemas import MemoryWrite, ResumeRequest, check_key, check_tags
+from app.memories.schemas import Scope as MemoryScope
+from app.search.schemas import SearchMode, SearchRequest, SearchSource
+from app.search.service import SearchTuning, search
+from app.state import AppState
+
+log = structlog.get_logger(__name__)
+
+StateProvider = Callable[[], AppState]
+
+
+@contextmanager
+def tool_errors() -> Iterator[None]:
+    """Our errors reach the model as a tool error with their type and detail, never a crash."""
+    try:
+        yield
+    except AppError as error:
+        raise ToolError(f"{error.error}: {error.detail}") from None
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in item['loc'])}: {item['msg']}" for item in error.errors()
+        )
+        raise ToolError(f"ValidationFailed: {problems}") from None
+    except ValueError as error:
+        raise ToolError(f"ValidationFailed: {error}") from None
+
+
+def build_server(state: StateProvider, *, default_project: str | None = None) -> MCPServer:
+    """The memory tools, bound to the database of `state()` at call time."""
+    mcp: MCPServer = MCPServer(
+        name="antigravity-mem",
+        instructions=text.INSTRUCTIONS,
+        version="0.1.0",
+        log_level="WARNING",
+    )
+
+    def project(project_path: str | None) -> str | None:
+        return project_path or default_project
+
+    def visibility(
+        scope: MemoryScope | None, project_path: str | None, session_id: str | None
+    ) -> service.Visibility:
+        return service.Visibility(
+            scope=scope, project_path=project(project_path), session_id=session_id or None
+        )
+
+    @mcp.tool(description=text.WRITE_MEMORY)
+    async def write_memory(
+        key: str,
+        value: Any,
+        scope: MemoryScope = "project",
+        project_path: str | None = None,
+        session_id: str | None = None,
+        ttl: int | None = None,
+        tags: list[str] | None = None,
+        created_by: str | None = None,
+        if_version: int | None = None,
+    ) -> dict[str, Any]:
+        with tool_errors():
+            fields: dict[str, Any] = {"value": value, "scope": scope}
+            optional = {
+                "project_path": project(project_path),
+                "session_id": session_id,
+                "ttl": ttl,
+                "tags": tags,
+                "created_by": created_by,
+            }
+            fields |= {name: v for name, v in optional.items() if v is not None}
+            data = MemoryWrite.model_validate(fields)
+            async with transaction(state().sessionmaker) as session:
+                row, created = await service.write_memory(
+                    session, key=check_key(key), data=data, if_version=if_version
+                )
+                memory = service.to_schema(row).model_dump(mode="json", by_alias=True)
+        return {"created": created, "memory": memory}
+
+    @mcp.tool(description=text.READ_MEMORY)
+    async def read_memory(
+        key: str,
+        scope: MemoryScope | None = None,
+        project_path: str | None = None,
+        session_id: str | None = None,
+    ) -> dict[str, Any]:
+        with tool_errors():
+            seen_by = visibility(scope, project_path, session_id)
+            async with transaction(state().sessionmaker) as session:
+                if is_pattern(key):
+                    rows = await service.find_memories(session, visibility=seen_by, pattern=key)
+                    return {"memories": [_dump(row) for row in rows]}
+                try:
+                    row = await service.read_memory(session, key=check_key(key), visibility=seen_by)
+                except service.MemoryNotFound as missing:
+                    return {"memory": None, "detail": missing.detail}
+                return {"memory": _dump(row)}
+
+    @mcp.tool(description=text.LIST_MEMORIES)
+    async def list_memories(
+        scope: MemoryScope | None = None,
+        pattern: str | None = None,
+        tags: list[str] | None = None,
+        limit: int = 50,
+        project_path: str | None = None,
+        session_id: str | None = None,
+    ) -> dict[str, Any]:
+        with tool_errors():
+            if not 1 <= limit <= service.MAX_LIST_LIMIT:
+                raise ValueError(f"limit must be between 1 and {service.MAX_LIST_LIMIT}")
+            seen_by = visibility(scope, project_path, session_id)
+            async with transaction(state().sessionmaker) as session:
+                rows = await service.find_memories(
+                    session,
+                    visibility=seen_by,
+                    pattern=pattern or None,
+                    tags=check_tags(tags) or None,
+                    limit=limit,
+                )
+                return {"memories": [_dump(row) for row in rows]}
+
+    @mcp.tool(description=text.DELETE_MEMORY)
+    async def delete_memory(
+        key: str,
+        scope: MemoryScope | None = None,
+        project_path: str | None = None,
+        session_id: str | None = None,
+    ) -> dict[str, Any]:
+        with tool_errors():
+            seen_by = visibility(scope, project_path, session_id)
+            async with transaction(state().sessionmaker) as session:
+                deleted = await service.delete_memory(
+                    session, key=check_key(key), visibility=seen_by
+                )
+        return {"deleted": deleted}
+
+    @mcp.tool(description=text.SMART_RESUME)
+    async def smart_resume(
+        project_path: str | None = None, session_id: str | None = None, budget: int = 500
+    ) -> dict[str, Any]:
+        with tool_errors():
+            request = ResumeRequest(
+                project_path=project(project_path), session_id=session_id, budget=budget
+            )
+            current = state()
+            async with transaction(current.sessionmaker) as session:
+                answer = await resume.smart_resume(
+                    session,
+                    settings=current.settings,
+                    project_path=request.project_path,
+                    session_id=request.session_id,
+                    budget=request.budget,
+                )
+        return answer.model_dump(mode="json", by_alias=True)
+
+    @mcp.tool(description=text.SEARCH_MEMORY)
+    async def search_memory(
+        query: str,
+        project_path: str | None = None,
+        limit: int = 10,
+        mode: SearchMode = "hybrid",
+        sources: list[SearchSource] | None = None,
+    ) -> dict[str, Any]:
+        with tool_errors():
+            request = SearchRequest(
+                query=query,
+                project_path=project(project_path),
+                limit=limit,
+                mode=mode,
+                sources=sources,
+            )
+            current = state()
+            async with transaction(current.sessionmaker) as session:
+                found = await search(
+                    session,
+                    request=request,
+                    embedder=get_embedder(current.settings),
+                    tuning=SearchTuning.from_settings(current.settings),
+                )
+        keep = {"source", "score", "content", "path", "startLine", "endLine", "sessionId"}
+        results = [
+            {k: v for k, v in hit.model_dump(mode="json", by_alias=True).items() if k in keep}
+            for hit in found.results
+        ]
+        return {"results": results}
+
+    @mcp.tool(description=text.GET_CONTEXT)
+    async def get_context(
+        project_path: str | None = None, prompt: str | None = None, budget: int = 2000
+    ) -> dict[str, Any]:
+        with tool_errors():
+            chosen = project(project_path)
+            if not chosen:
+                raise ValueError("project_path is required (the absolute project path)")
+            if not 50 <= budget <= 20_000:
+                raise ValueError("budget must be between 50 and 20000 tokens")
+            current = state()
+            async with transaction(current.sessionmaker) as session:
+                block = await build_context(
+                    session,
+                    project_path=chosen,
+                    prompt=prompt or None,
+                    budget=budget,
+                    embedder=get_embedder(current.settings),
+                    tuning=SearchTuning.from_settings(current.settings),
+                )
+        return {"context": block.markdown, "tokenCount": block.token_count, "budget": budget}
+
+    return mcp
+
+
+def _dump(row: Any) -> dict[str, Any]:
+    return service.to_schema(row).model_dump(mode="json", by_alias=True)
+
+
+class McpEndpoint:
+    """The streamable HTTP endpoint at `/mcp`; its session manager lives in the app lifespan."""
+
+    def __init__(self, server: MCPServer, settings: Settings) -> None:
+        self.server = server
+        self.settings = settings
+        self.manager: StreamableHTTPSessionManager | None = None
+
+    def _security(self) -> TransportSecuritySettings | None:
+        # Like the SDK's own default: on loopback, refuse other Host/Origin headers, so that a web
+        # page cannot reach the server through DNS rebinding.
+        if not self.settings.binds_loopback_only:
+            return None
+        hosts = ["127.0.0.1", "localhost", "[::1]"]
+        return TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=[*hosts, *(f"{host}:*" for host in hosts)],
+            allowed_origins=[f"http://{host}{port}" for host in hosts for port in ("", ":*")],
+        )
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Run a fresh session manager (one per lifespan: the SDK's can run only once)."""
+        self.server.streamable_http_app(
+            stateless_http=True,
+            json_response=True,
+            max_request_body_size=self.settings.max_body_bytes,
+            transport_security=self._security(),
+        )
+        manager = self.server.session_manager
+        async with manager.run():
+            self.manager = manager
+            try:
+                yield
+            finally:
+                self.manager = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.manager is None:
+            await send_error(send, 503, "ServiceUnavailable", "the MCP server is not running")
+            return
+        await self.manager.handle_request(scope, receive, send)
+
+
+def mount_mcp(app: FastAPI, settings: Settings) -> McpEndpoint:
+    """Serve the MCP tools at `/mcp` on `app`; enter `endpoint.running()` in the lifespan."""
+
+    def state() -> AppState:
+        current: AppState = app.state.agmem
+        return current
+
+    endpoint = McpEndpoint(build_server(state), settings)
+    app.router.routes.append(Route("/mcp", endpoint=endpoint, methods=["GET", "POST", "DELETE"]))
+    return endpoint
+
+
+async def serve_stdio(state: AppState, *, default_project: str | None) -> None:
+    """Serve the tools over stdin/stdout (for `agmem mcp`) until the client closes the pipe."""
+    server = build_server(lambda: state, default_project=default_project)
+    log.info("mcp.stdio.started", project=default_project)
+    await server.run_stdio_async()

@@ -1,0 +1,252 @@
+"""Smart resume: a short briefing and the memories that matter, within a token budget.
+
+The agent reads `briefing`, the last session's summary and each memory as `key: value`; those
+texts are what `tokenCount` counts (4 characters per token) and what must fit the budget. The
+priority is: briefing, `current.*` (what is in progress), the last summary, `project.*` (stable
+facts), then `shared.*` (notes between agents). A memory that does not fit is left out whole.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import posixpath
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import structlog
+from google.genai import types
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.config import Settings
+from app.db.models import MemoryRow, SessionRow
+from app.llm.gemini import make_client
+from app.memories import service
+from app.memories.schemas import LastSession, Resume, ResumeContext
+
+log = structlog.get_logger(__name__)
+
+NAMESPACES = ("current", "project", "shared")
+PER_NAMESPACE = 50
+BRIEFING_SHARE = 4  # the briefing may use at most a quarter of the budget
+BRIEFING_TIMEOUT_MS = 15_000
+
+
+def estimate_tokens(text: str) -> int:
+    return math.ceil(len(text) / 4)
+
+
+def value_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def memory_tokens(row: MemoryRow) -> int:
+    return estimate_tokens(f"{row.key}: {value_text(row.value)}")
+
+
+@dataclass
+class Picked:
+    """What fits the budget, by namespace, and the tokens it spends."""
+
+    budget: int
+    spent: int = 0
+    memories: dict[str, list[MemoryRow]] = field(default_factory=dict)
+    summary: SessionRow | None = None
+
+    def take(self, tokens: int) -> bool:
+        if self.spent + tokens > self.budget:
+            return False
+        self.spent += tokens
+        return True
+
+
+async def smart_resume(
+    session: AsyncSession,
+    *,
+    settings: Settings,
+    project_path: str | None,
+    session_id: str | None,
+    budget: int,
+) -> Resume:
+    """Brief an agent on a project: what it is, what is in progress, what comes next."""
+    if project_path is None and session_id is not None:
+        project_path = await _project_of_session(session, session_id)
+    visibility = service.Visibility(project_path=project_path, session_id=session_id)
+    candidates = {ns: await _namespace(session, visibility, ns) for ns in NAMESPACES}
+    last = await _last_summary(session, project_path)
+
+    reserve = max(budget // BRIEFING_SHARE, 1)
+    picked = Picked(budget=budget - reserve)
+    for namespace in NAMESPACES:
+        picked.memories[namespace] = [
+            row for row in candidates[namespace] if picked.take(memory_tokens(row))
+        ]
+        if namespace == "current" and last is not None and last.summary:
+            picked.summary = last if picked.take(estimate_tokens(last.summary)) else None
+
+    briefing, briefed_by = await _briefing(settings, project_path, picked)
+    briefing = _truncate(briefing, budget - picked.spent)
+    kept = [row.id for rows in picked.memories.values() for row in rows]
+    await service.count_access_of(session, memory_ids=kept)
+    token_count = picked.spent + estimate_tokens(briefing)
+    log.info("memory.resume", project=project_path, tokens=token_count, budget=budget)
+    return Resume(
+        briefing=briefing,
+        briefing_by=briefed_by,
+        context=ResumeContext(
+            **{ns: [service.to_schema(row) for row in picked.memories[ns]] for ns in NAMESPACES}
+        ),
+        last_session=(
+            LastSession(
+                id=picked.summary.id,
+                summary=picked.summary.summary or "",
+                summarized_at=picked.summary.summarized_at,
+            )
+            if picked.summary is not None
+            else None
+        ),
+        token_count=token_count,
+        budget=budget,
+    )
+
+
+async def _namespace(
+    session: AsyncSession, visibility: service.Visibility, namespace: str
+) -> list[MemoryRow]:
+    """Visible `namespace.*` memories, one per key (the most specific scope wins)."""
+    rows = await service.find_memories(
+        session,
+        visibility=visibility,
+        pattern=f"{namespace}.*",
+        limit=PER_NAMESPACE,
+        count_access=False,
+    )
+    unique: dict[str, MemoryRow] = {}
+    for row in rows:  # sorted by key, most specific first
+        unique.setdefault(row.key, row)
+    return list(unique.values())
+
+
+async def _project_of_session(session: AsyncSession, session_id: str) -> str | None:
+    statement = select(SessionRow.project_path).where(SessionRow.id == session_id)
+    project: str | None = (await session.execute(statement)).scalar_one_or_none()
+    return project
+
+
+async def _last_summary(session: AsyncSession, project_path: str | None) -> SessionRow | None:
+    if project_path is None:
+        return None
+    statement = (
+        select(SessionRow)
+        .where(
+            SessionRow.project_path == project_path,
+            SessionRow.status == "summarized",
+            SessionRow.summary.is_not(None),
+        )
+        .order_by(SessionRow.summarized_at.desc().nulls_last(), SessionRow.created_at.desc())
+        .limit(1)
+    )
+    return (await session.scalars(statement)).one_or_none()
+
+
+BriefedBy = Literal["gemini", "template"]
+
+
+async def _briefing(
+    settings: Settings, project_path: str | None, picked: Picked
+) -> tuple[str, BriefedBy]:
+    """Gemini writes the briefing when configured; the template does otherwise, or on failure."""
+    if settings.gemini_api_key:
+        try:
+            return await _gemini_briefing(settings, project_path, picked), "gemini"
+        except Exception as error:  # any failure of the model must still leave a briefing
+            log.warning("memory.resume.gemini_failed", error=str(error).splitlines()[0][:200])
+    return template_briefing(project_path, picked), "template"
+
+
+async def _gemini_briefing(settings: Settings, project_path: str | None, picked: Picked) -> str:
+    facts = [
+        f"{row.key}: {value_text(row.value)}"
+        for namespace in NAMESPACES
+        for row in picked.memories.get(namespace, [])
+    ]
+    if picked.summary is not None:
+        facts.append(f"last session summary: {picked.summary.summary}")
+    words = max(10, (picked.budget // BRIEFING_SHARE) * 3 // 4)
+    prompt = (
+        "You brief an AI coding agent resuming work on a project. In at most "
+        f"{min(words, 80)} words and three sentences, say what the project is, what is in "
+        "progress and how far along, and what comes next. Use only these facts; no preamble.\n"
+        f"Project: {project_path or 'unknown'}\n" + "\n".join(facts or ["(no facts stored)"])
+    )
+    client = make_client(settings, timeout_ms=BRIEFING_TIMEOUT_MS)
+    answer = await client.aio.models.generate_content(
+        model=settings.gemini_model,
+        contents=prompt,
+        config=types.GenerateContentConfig(temperature=0.2, max_output_tokens=256),
+    )
+    text = (answer.text or "").strip()
+    if not text:
+        raise ValueError("Gemini returned an empty briefing")
+    return " ".join(text.split())
+
+
+def _first(memories: dict[str, MemoryRow], *keys: str) -> Any:
+    for key in keys:
+        if key in memories:
+            return memories[key].value
+    return None
+
+
+def _phrase(value: Any) -> str:
+    """A memory value as words: lists joined with commas and "and", the rest as text."""
+    if isinstance(value, list):
+        items = [_phrase(item) for item in value if item not in (None, "")]
+        if len(items) <= 1:
+            return "".join(items)
+        return ", ".join(items[:-1]) + " and " + items[-1]
+    return value_text(value).strip().rstrip(".")
+
+
+def _progress(value: Any) -> str:
+    text = _phrase(value)
+    return f"{text}%" if text.replace(".", "", 1).isdigit() else text
+
+
+def template_briefing(project_path: str | None, picked: Picked) -> str:
+    """The deterministic briefing, e.g. "Working on Next.js project. 70% through auth
+    refactoring. Next: add tests and update docs." """
+    memories = {
+        row.key: row for ns in NAMESPACES for row in picked.memories.get(ns, []) if row.value
+    }
+    label = _first(memories, "project.framework", "project.stack", "project.type", "project.name")
+    if label is None and project_path:
+        label = posixpath.basename(project_path.rstrip("/")) or project_path
+    sentences = [f"Working on {_phrase(label)} project." if label else "Resuming work."]
+    task = _first(memories, "current.task", "current.focus", "current.goal")
+    progress = _first(memories, "current.progress", "current.percent")
+    if task is not None and progress is not None:
+        sentences.append(f"{_progress(progress)} through {_phrase(task)}.")
+    elif task is not None:
+        sentences.append(f"Current task: {_phrase(task)}.")
+    elif progress is not None:
+        sentences.append(f"Progress: {_progress(progress)}.")
+    upcoming = _first(memories, "current.next", "current.next_steps", "current.todos")
+    if upcoming:
+        sentences.append(f"Next: {_phrase(upcoming)}.")
+    if picked.summary is not None and picked.summary.summary:
+        first_sentence = picked.summary.summary.strip().split(". ")[0].rstrip(".")
+        sentences.append(f"Last session: {first_sentence}.")
+    if len(sentences) == 1 and not memories:
+        sentences.append("No memories are stored for it yet.")
+    return " ".join(sentences)
+
+
+def _truncate(text: str, tokens: int) -> str:
+    """Cut `text` at a word boundary so that it costs at most `tokens`."""
+    limit = max(tokens, 0) * 4
+    if len(text) <= limit:
+        return text
+    cut = text[: max(limit - 1, 0)].rsplit(" ", 1)[0].rstrip(" ,;:")
+    return f"{cut}…" if cut else ""

@@ -1,0 +1,189 @@
+"""HTTP routes of key/value memories and smart resume: parse, call the service, shape."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Depends, Header, Query, Response
+from fastapi.responses import JSONResponse
+
+from app.api.deps import DbDep, SettingsDep
+from app.errors import BadRequest, ValidationFailed
+from app.memories import resume as resume_service
+from app.memories import service
+from app.memories.patterns import is_pattern
+from app.memories.schemas import (
+    MAX_KEY_LENGTH,
+    Deleted,
+    Memory,
+    MemoryList,
+    MemoryVersion,
+    MemoryWithHistory,
+    MemoryWrite,
+    Resume,
+    ResumeRequest,
+    Scope,
+    check_key,
+    check_tags,
+)
+from app.privacy import clean_text
+
+router = APIRouter(prefix="/api", tags=["memories"])
+
+
+class InvalidKey(ValidationFailed):
+    pass
+
+
+class InvalidIfMatch(BadRequest):
+    pass
+
+
+def _optional(*values: str | None) -> str | None:
+    for value in values:
+        if value is not None and clean_text(value).strip():
+            return clean_text(value).strip()
+    return None
+
+
+def visibility(
+    scope: Scope | None = None,
+    projectPath: str | None = None,  # noqa: N803 - the contract's camelCase spelling
+    project_path: Annotated[str | None, Query(include_in_schema=False)] = None,
+    sessionId: str | None = None,  # noqa: N803
+    session_id: Annotated[str | None, Query(include_in_schema=False)] = None,
+) -> service.Visibility:
+    """Who reads: `?scope=&projectPath=&sessionId=` (snake_case accepted too)."""
+    return service.Visibility(
+        scope=scope,
+        project_path=_optional(projectPath, project_path),
+        session_id=_optional(sessionId, session_id),
+    )
+
+
+VisibilityDep = Annotated[service.Visibility, Depends(visibility)]
+
+
+def _key(key: str) -> str:
+    try:
+        return check_key(key)
+    except ValueError as error:
+        raise InvalidKey(str(error)) from None
+
+
+def parse_if_match(header: str | None) -> int | None:
+    """`If-Match: "3"` (or 3, or W/"3") names the version a write expects."""
+    if header is None:
+        return None
+    text = header.strip().removeprefix("W/").strip('"')
+    if not text.isdigit():
+        raise InvalidIfMatch(f'If-Match must be a memory version such as "3", not {header!r}')
+    return int(text)
+
+
+def _etag(memory: Memory) -> dict[str, str]:
+    return {"ETag": f'"{memory.version}"'}
+
+
+@router.put("/memories/{key:path}", response_model=Memory)
+async def put_memory(
+    key: str,
+    body: MemoryWrite,
+    db: DbDep,
+    response: Response,
+    if_match: Annotated[str | None, Header()] = None,
+) -> Memory:
+    """Write a memory; an existing key is updated and its previous value kept as a version."""
+    expected = parse_if_match(if_match)
+    if expected is not None and body.if_version is not None and expected != body.if_version:
+        raise InvalidIfMatch(
+            f"If-Match ({expected}) and ifVersion ({body.if_version}) disagree; send one"
+        )
+    row, created = await service.write_memory(
+        db, key=_key(key), data=body, if_version=body.if_version if expected is None else expected
+    )
+    memory = service.to_schema(row)
+    response.status_code = 201 if created else 200
+    response.headers.update(_etag(memory))
+    return memory
+
+
+@router.get("/memories", response_model=MemoryList)
+async def list_memories(
+    db: DbDep,
+    seen_by: VisibilityDep,
+    pattern: Annotated[str | None, Query(max_length=MAX_KEY_LENGTH)] = None,
+    tags: Annotated[list[str] | None, Query()] = None,
+    limit: Annotated[int, Query(ge=1, le=service.MAX_LIST_LIMIT)] = service.DEFAULT_LIST_LIMIT,
+) -> MemoryList:
+    """Visible memories, filtered by a `*` pattern and by tags (all of them), sorted by key."""
+    wanted = _tags(tags)
+    rows = await service.find_memories(
+        db, visibility=seen_by, pattern=pattern or None, tags=wanted, limit=limit
+    )
+    return MemoryList(memories=[service.to_schema(row) for row in rows])
+
+
+def _tags(tags: list[str] | None) -> list[str] | None:
+    """`?tags=a,b` and `?tags=a&tags=b` both mean "tagged a and b"."""
+    if not tags:
+        return None
+    split = [part for item in tags for part in item.split(",") if part.strip()]
+    try:
+        return check_tags(split) or None
+    except ValueError as error:
+        raise ValidationFailed(f"tags: {error}") from None
+
+
+@router.get("/memories/{key:path}", response_model=MemoryWithHistory | Memory | MemoryList)
+async def get_memory(
+    key: str,
+    db: DbDep,
+    seen_by: VisibilityDep,
+    history: bool = False,
+    limit: Annotated[int, Query(ge=1, le=service.MAX_LIST_LIMIT)] = service.DEFAULT_LIST_LIMIT,
+) -> JSONResponse | MemoryList:
+    """One memory by exact key, or `{memories}` when the key holds `*` wildcards; 404 if none."""
+    if is_pattern(key):
+        rows = await service.find_memories(db, visibility=seen_by, pattern=key, limit=limit)
+        if not rows:
+            raise service.MemoryNotFound(f"no visible memory matches {key!r}")
+        return MemoryList(memories=[service.to_schema(row) for row in rows])
+    row = await service.read_memory(db, key=_key(key), visibility=seen_by)
+    memory = service.to_schema(row)
+    if history:
+        versions = await service.memory_history(db, memory_id=row.id)
+        memory = MemoryWithHistory(
+            **memory.model_dump(),
+            history=[
+                MemoryVersion(
+                    version=v.version,
+                    value=v.value,
+                    written_by=v.written_by,
+                    written_at=v.written_at,
+                )
+                for v in versions
+            ],
+        )
+    return JSONResponse(memory.model_dump(mode="json", by_alias=True), headers=_etag(memory))
+
+
+@router.delete("/memories/{key:path}", response_model=Deleted)
+async def delete_memory(key: str, db: DbDep, seen_by: VisibilityDep) -> Deleted:
+    """Delete the memory a read of this key would return; `{deleted: false}` when none."""
+    return Deleted(deleted=await service.delete_memory(db, key=_key(key), visibility=seen_by))
+
+
+@router.post("/resume", response_model=Resume)
+async def post_resume(
+    db: DbDep, settings: SettingsDep, body: Annotated[ResumeRequest | None, Body()] = None
+) -> Resume:
+    """A short briefing plus the project/current/shared memories, within a token budget."""
+    body = body or ResumeRequest()
+    return await resume_service.smart_resume(
+        db,
+        settings=settings,
+        project_path=body.project_path,
+        session_id=body.session_id,
+        budget=body.budget,
+    )

@@ -1,0 +1,147 @@
+"""Request and response shapes of key/value memories: camelCase on the wire, snake_case too."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.alias_generators import to_camel
+
+from app.privacy import clean_text, sanitize_json
+
+Scope = Literal["global", "project", "session", "shared"]
+SCOPES: tuple[Scope, ...] = ("global", "project", "session", "shared")
+
+MAX_KEY_LENGTH = 500
+MAX_TAGS = 50
+MAX_TTL_SECONDS = 10 * 365 * 24 * 3600
+
+
+def check_key(key: str) -> str:
+    """A key is non-empty, at most 500 characters, and holds no `*` (the wildcard)."""
+    key = clean_text(key).strip()
+    if not key:
+        raise ValueError("the key must not be empty")
+    if len(key) > MAX_KEY_LENGTH:
+        raise ValueError(f"the key is longer than {MAX_KEY_LENGTH} characters")
+    if "*" in key:
+        raise ValueError("a key cannot contain '*', which is the wildcard of patterns")
+    return key
+
+
+def check_tags(tags: list[str] | None) -> list[str] | None:
+    if tags is None:
+        return None
+    cleaned = list(dict.fromkeys(clean_text(tag).strip() for tag in tags))
+    if "" in cleaned:
+        raise ValueError("tags must not be empty strings")
+    if len(cleaned) > MAX_TAGS:
+        raise ValueError(f"at most {MAX_TAGS} tags")
+    return cleaned
+
+
+class CamelModel(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+
+class MemoryWrite(CamelModel):
+    """The body of `PUT /api/memories/{key}`. Omitted tags/ttl keep their stored values."""
+
+    value: Any
+    scope: Scope = "project"
+    project_path: str | None = None
+    session_id: str | None = Field(default=None, max_length=200)
+    ttl: int | None = Field(default=None, ge=1, le=MAX_TTL_SECONDS)
+    tags: list[str] | None = None
+    created_by: str | None = Field(default=None, max_length=200)
+    if_version: int | None = Field(default=None, ge=0)
+
+    @field_validator("value")
+    @classmethod
+    def _sanitize_value(cls, value: Any) -> Any:
+        # Memories are searched and injected into prompts: privacy rules apply as to captures.
+        return sanitize_json(value)
+
+    @field_validator("project_path", "session_id", "created_by")
+    @classmethod
+    def _clean_strings(cls, value: str | None) -> str | None:
+        return clean_text(value).strip() or None if value is not None else None
+
+    @field_validator("tags")
+    @classmethod
+    def _check_tags(cls, value: list[str] | None) -> list[str] | None:
+        return check_tags(value)
+
+
+class Memory(CamelModel):
+    id: uuid.UUID
+    key: str
+    value: Any
+    scope: Scope
+    project_path: str | None
+    session_id: str | None
+    created_by: str | None
+    updated_by: str | None
+    tags: list[str]
+    ttl: int | None
+    expires_at: datetime | None
+    version: int
+    created_at: datetime
+    updated_at: datetime
+    accessed_at: datetime | None
+    access_count: int
+
+
+class MemoryList(CamelModel):
+    memories: list[Memory]
+
+
+class MemoryVersion(CamelModel):
+    version: int
+    value: Any
+    written_by: str | None
+    written_at: datetime
+
+
+class MemoryWithHistory(Memory):
+    """A memory with the values it held before, newest first (`?history=true`)."""
+
+    history: list[MemoryVersion]
+
+
+class Deleted(CamelModel):
+    deleted: bool
+
+
+class ResumeRequest(CamelModel):
+    project_path: str | None = None
+    session_id: str | None = None
+    budget: int = Field(default=500, ge=50, le=20_000)
+
+    @field_validator("project_path", "session_id")
+    @classmethod
+    def _clean_strings(cls, value: str | None) -> str | None:
+        return clean_text(value).strip() or None if value is not None else None
+
+
+class ResumeContext(CamelModel):
+    project: list[Memory]
+    current: list[Memory]
+    shared: list[Memory]
+
+
+class LastSession(CamelModel):
+    id: str
+    summary: str
+    summarized_at: datetime | None
+
+
+class Resume(CamelModel):
+    briefing: str
+    briefing_by: Literal["gemini", "template"]
+    context: ResumeContext
+    last_session: LastSession | None
+    token_count: int
+    budget: int

@@ -1,0 +1,493 @@
+"""Key/value memories: write with version history, read by key or pattern, list, delete, purge.
+
+Where a memory lives is its identity (scope, project_path, session_id, key), with "" for "none":
+- `global`: ("", "") - visible from everywhere;
+- `project`: (projectPath, "") - visible to readers naming that project;
+- `session`: (projectPath or "", sessionId) - visible only to readers naming that session;
+- `shared`: (projectPath or "", "") - shared between agents; a project-less shared memory is
+  visible everywhere, a project's shared memory to readers naming that project.
+
+A read without `scope` sees every memory visible to its projectPath/sessionId; an exact key
+present in several scopes answers with the most specific (session, project, shared, global).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import lru_cache
+from typing import Any, cast
+
+import structlog
+from sqlalchemy import (
+    ColumnElement,
+    Row,
+    Table,
+    Text,
+    Update,
+    and_,
+    bindparam,
+    case,
+    delete,
+    false,
+    func,
+    literal,
+    or_,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.models import MemoryRow, MemoryVersionRow
+from app.errors import Conflict, NotFound, ValidationFailed
+from app.index.writer import replace_index_text
+from app.memories.patterns import LIKE_ESCAPE, pattern_to_like
+from app.memories.schemas import Memory, MemoryWrite, Scope
+
+log = structlog.get_logger(__name__)
+
+# The index holds a memory's text for search; a huge value is cut here rather than in tsvector.
+INDEX_TEXT_LIMIT = 4000
+DEFAULT_LIST_LIMIT = 100
+MAX_LIST_LIMIT = 1000
+
+
+class MemoryNotFound(NotFound):
+    pass
+
+
+class VersionConflict(Conflict):
+    pass
+
+
+class ScopeTargetMissing(ValidationFailed):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Visibility:
+    """Who is reading: the scope asked for (None = all) and the project/session they name."""
+
+    scope: Scope | None = None
+    project_path: str | None = None
+    session_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.scope == "project" and not self.project_path:
+            raise ScopeTargetMissing("scope 'project' needs projectPath")
+        if self.scope == "session" and not self.session_id:
+            raise ScopeTargetMissing("scope 'session' needs sessionId")
+
+    def clause(self) -> ColumnElement[bool]:
+        """The rows this reader may see."""
+        return visible_to(
+            self.scope,
+            literal(self.project_path) if self.project_path else None,
+            literal(self.session_id) if self.session_id else None,
+        )
+
+    @property
+    def shape(self) -> tuple[Scope | None, bool, bool]:
+        return self.scope, bool(self.project_path), bool(self.session_id)
+
+    def params(self) -> dict[str, str | None]:
+        """Values of the `vis_project`/`vis_session` parameters of a statement built by shape."""
+        return {"vis_project": self.project_path or None, "vis_session": self.session_id or None}
+
+
+def visible_to(
+    scope: Scope | None, project: ColumnElement[str] | None, session: ColumnElement[str] | None
+) -> ColumnElement[bool]:
+    """Visibility for a reader naming `project`/`session` (values or bound parameters).
+
+    Every visible row lives under the empty project or the reader's project, except a session's
+    rows read by session id alone. Saying so up front lets the exact-key read use the
+    (project_path, key) index with two probes, however many projects the table holds.
+    """
+    by_scope: dict[Scope, ColumnElement[bool]] = {
+        "global": MemoryRow.scope == "global",
+        "shared": MemoryRow.scope == "shared",
+        "project": MemoryRow.scope == "project" if project is not None else false(),
+        "session": (
+            and_(MemoryRow.scope == "session", MemoryRow.session_id == session)
+            if session is not None
+            else false()
+        ),
+    }
+    chosen = by_scope[scope] if scope is not None else or_(*by_scope.values())
+    if project is None and session is not None:
+        # Session rows of any project, or global and project-less shared rows.
+        return and_(chosen, or_(MemoryRow.scope == "session", MemoryRow.project_path == ""))
+    projects = [literal(""), *([project] if project is not None else [])]
+    return and_(MemoryRow.project_path.in_(projects), chosen)
+
+
+# Most specific first: a session's value shadows the project's, which shadows shared and global.
+SPECIFICITY = case(
+    (MemoryRow.scope == "session", 0),
+    (MemoryRow.scope == "project", 1),
+    (and_(MemoryRow.scope == "shared", MemoryRow.project_path != ""), 2),
+    (MemoryRow.scope == "shared", 3),
+    else_=4,
+)
+
+# Counting makes every read a write. Its commit need not wait for the WAL flush (about 5 ms on
+# the test machine): a crash may lose the last few access counts, never a memory.
+ASYNC_COMMIT = "SET LOCAL synchronous_commit = off"
+
+# A memory as reads return it: an ORM row, or a table row from the exact-key read.
+MemoryRecord = MemoryRow | Row[Any]
+
+LIVE = or_(MemoryRow.expires_at.is_(None), MemoryRow.expires_at > func.now())
+
+
+def identity_of(data: MemoryWrite) -> tuple[str, str]:
+    """The (project_path, session_id) a write is stored under, "" meaning none."""
+    if data.scope == "global":
+        return "", ""
+    if data.scope == "project":
+        if not data.project_path:
+            raise ScopeTargetMissing("scope 'project' needs projectPath (or use scope 'global')")
+        return data.project_path, ""
+    if data.scope == "session":
+        if not data.session_id:
+            raise ScopeTargetMissing("scope 'session' needs sessionId")
+        return data.project_path or "", data.session_id
+    return data.project_path or "", ""
+
+
+async def write_memory(
+    session: AsyncSession, *, key: str, data: MemoryWrite, if_version: int | None = None
+) -> tuple[MemoryRow, bool]:
+    """Create or update a memory; an update keeps the previous value in `memory_versions`.
+
+    `if_version` (optimistic concurrency) must equal the stored version, or be 0 for "must not
+    exist yet"; otherwise VersionConflict (409) and nothing changes. Returns (row, created).
+    """
+    project_path, session_id = identity_of(data)
+    where = (
+        MemoryRow.scope == data.scope,
+        MemoryRow.project_path == project_path,
+        MemoryRow.session_id == session_id,
+        MemoryRow.key == key,
+    )
+    # An expired memory is gone even if the purge has not reached it yet.
+    await session.execute(
+        delete(MemoryRow)
+        .where(*where, MemoryRow.expires_at <= func.now())
+        .execution_options(synchronize_session=False)
+    )
+    current = await _locked(session, where)
+    if current is None:
+        if if_version not in (None, 0):
+            raise VersionConflict(
+                f"memory {key!r} does not exist, but version {if_version} was expected"
+            )
+        created_id = await _insert(session, key=key, data=data, identity=(project_path, session_id))
+        if created_id is not None:
+            row = await _reload(session, created_id)
+            await _index(session, row)
+            log.info("memory.created", key=key, scope=data.scope, project=project_path)
+            return row, True
+        # Another writer created it between our SELECT and INSERT: update theirs instead.
+        current = await _locked(session, where)
+        if current is None:
+            raise VersionConflict(f"memory {key!r} changed concurrently; retry the write")
+        if if_version == 0:
+            raise VersionConflict(f"memory {key!r} was created concurrently (version 1)")
+    if if_version is not None and if_version != current.version:
+        raise VersionConflict(
+            f"memory {key!r} is at version {current.version}, not {if_version}; "
+            "read it again and retry"
+        )
+    row = await _update(session, current=current, data=data)
+    await _index(session, row)
+    log.info("memory.updated", key=key, scope=data.scope, version=row.version)
+    return row, False
+
+
+async def _locked(
+    session: AsyncSession, where: tuple[ColumnElement[bool], ...]
+) -> MemoryRow | None:
+    statement = select(MemoryRow).where(*where).with_for_update()
+    result = await session.scalars(statement, execution_options={"populate_existing": True})
+    return result.one_or_none()
+
+
+async def _reload(session: AsyncSession, memory_id: uuid.UUID) -> MemoryRow:
+    statement = select(MemoryRow).where(MemoryRow.id == memory_id)
+    result = await session.scalars(statement, execution_options={"populate_existing": True})
+    return result.one()
+
+
+def _expiry(ttl: int | None) -> Any:
+    return None if ttl is None else func.now() + timedelta(seconds=ttl)
+
+
+async def _insert(
+    session: AsyncSession, *, key: str, data: MemoryWrite, identity: tuple[str, str]
+) -> uuid.UUID | None:
+    statement = (
+        pg_insert(MemoryRow)
+        .values(
+            scope=data.scope,
+            project_path=identity[0],
+            session_id=identity[1],
+            key=key,
+            value=data.value,
+            created_by=data.created_by,
+            updated_by=data.created_by,
+            tags=data.tags or [],
+            ttl=data.ttl,
+            expires_at=_expiry(data.ttl),
+        )
+        .on_conflict_do_nothing(index_elements=["scope", "project_path", "session_id", "key"])
+        .returning(MemoryRow.id)
+    )
+    created: uuid.UUID | None = (await session.execute(statement)).scalar_one_or_none()
+    return created
+
+
+async def _update(session: AsyncSession, *, current: MemoryRow, data: MemoryWrite) -> MemoryRow:
+    session.add(
+        MemoryVersionRow(
+            memory_id=current.id,
+            project_path=current.project_path,
+            version=current.version,
+            value=current.value,
+            written_by=current.updated_by or current.created_by,
+            written_at=current.updated_at,
+        )
+    )
+    await session.flush()
+    given = data.model_fields_set
+    ttl = data.ttl if "ttl" in given else current.ttl
+    tags = (data.tags or []) if "tags" in given else current.tags
+    statement = (
+        update(MemoryRow)
+        .where(MemoryRow.id == current.id)
+        .values(
+            value=data.value,
+            tags=tags,
+            ttl=ttl,
+            # A write restarts the TTL: it counts from the last write.
+            expires_at=_expiry(ttl),
+            updated_by=data.created_by,
+            version=MemoryRow.version + 1,
+            updated_at=func.now(),
+        )
+        .returning(MemoryRow)
+        .execution_options(synchronize_session=False)
+    )
+    result = await session.scalars(statement, execution_options={"populate_existing": True})
+    return result.one()
+
+
+def index_text(key: str, value: Any) -> str:
+    """The searchable text of a memory: `key: value`, the value as text rather than JSON."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return f"{key}: {text}"[:INDEX_TEXT_LIMIT]
+
+
+async def _index(session: AsyncSession, row: MemoryRow) -> None:
+    await replace_index_text(
+        session,
+        project_path=row.project_path,
+        source="kv",
+        texts=[index_text(row.key, row.value)],
+        memory_id=row.id,
+    )
+
+
+async def purge_expired(session: AsyncSession, *, where: ColumnElement[bool] | None = None) -> int:
+    """Delete expired memories (all, or those matching `where`); their index rows cascade."""
+    statement = delete(MemoryRow).where(MemoryRow.expires_at <= func.now())
+    if where is not None:
+        statement = statement.where(where)
+    result = await session.execute(statement.execution_options(synchronize_session=False))
+    purged = int(getattr(result, "rowcount", 0) or 0)
+    if purged:
+        log.info("memory.purged", count=purged)
+    return purged
+
+
+@lru_cache(maxsize=16)
+def read_statement(shape: tuple[Scope | None, bool, bool]) -> Update:
+    """The exact-key read as one statement per reader shape, built once: purge the key's expired
+    rows, pick the most specific live visible one, count the access, return it.
+
+    The hot path of every agent; built from bound parameters and run on the table rather than
+    through the ORM, it spends a fraction of the client CPU a freshly built statement does.
+    """
+    scope, has_project, has_session = shape
+    visible = and_(
+        MemoryRow.key == bindparam("read_key", type_=Text),
+        visible_to(
+            scope,
+            bindparam("vis_project", type_=Text) if has_project else None,
+            bindparam("vis_session", type_=Text) if has_session else None,
+        ),
+    )
+    purged = (
+        delete(MemoryRow)
+        .where(MemoryRow.expires_at <= func.now(), visible)
+        .returning(MemoryRow.id)
+        .cte("purged")
+    )
+    pick = select(MemoryRow.id).where(visible, LIVE).order_by(SPECIFICITY).limit(1)
+    table = cast(Table, MemoryRow.__table__)
+    return (
+        update(table)
+        .where(table.c.id == pick.scalar_subquery())
+        .values(accessed_at=func.now(), access_count=table.c.access_count + 1)
+        .returning(*table.c)
+        .add_cte(purged)
+    )
+
+
+async def read_memory(session: AsyncSession, *, key: str, visibility: Visibility) -> MemoryRecord:
+    """The most specific visible memory under `key`, with its access counted."""
+    await session.execute(text(ASYNC_COMMIT))
+    params = {"read_key": key, **visibility.params()}
+    row = (await session.execute(read_statement(visibility.shape), params)).one_or_none()
+    if row is None:
+        raise MemoryNotFound(f"no memory {key!r} is visible here{_where_text(visibility)}")
+    return row
+
+
+async def find_memories(
+    session: AsyncSession,
+    *,
+    visibility: Visibility,
+    pattern: str | None = None,
+    tags: list[str] | None = None,
+    limit: int = DEFAULT_LIST_LIMIT,
+    count_access: bool = True,
+) -> list[MemoryRow]:
+    """Visible memories matching a `*` pattern and carrying all `tags`, by key.
+
+    Access is counted unless `count_access` is off (for callers that keep only some of them and
+    count those with `count_access_of`)."""
+    conditions: list[ColumnElement[bool]] = [visibility.clause()]
+    if pattern:
+        conditions.append(MemoryRow.key.like(pattern_to_like(pattern), escape=LIKE_ESCAPE))
+    if tags:
+        conditions.append(MemoryRow.tags.contains(tags))
+    chosen = select(MemoryRow.id).where(*conditions, LIVE).order_by(MemoryRow.key, SPECIFICITY)
+    ids = chosen.limit(limit).scalar_subquery()
+    if count_access:
+        rows = await _touch(session, MemoryRow.id.in_(ids), purge=and_(*conditions))
+    else:
+        await purge_expired(session, where=and_(*conditions))
+        result = await session.scalars(select(MemoryRow).where(MemoryRow.id.in_(ids)))
+        rows = list(result.all())
+    return sorted(rows, key=lambda row: (row.key, _specificity(row)))
+
+
+async def count_access_of(session: AsyncSession, *, memory_ids: list[uuid.UUID]) -> None:
+    """Count a read of these memories (accessedAt, accessCount)."""
+    if memory_ids:
+        await _touch(session, MemoryRow.id.in_(memory_ids))
+
+
+def _specificity(row: MemoryRow) -> int:
+    order = {"session": 0, "project": 1, "shared": 2 if row.project_path else 3}
+    return order.get(row.scope, 4)
+
+
+async def _touch(
+    session: AsyncSession, where: ColumnElement[bool], *, purge: ColumnElement[bool] | None = None
+) -> list[MemoryRow]:
+    """Count a read: bump accessedAt and accessCount of the rows read, returning them.
+
+    With `purge`, the expired memories matching it are deleted by the same statement (a
+    data-modifying CTE), so a read stays one round trip. Its snapshot predates the delete, which
+    is why readers filter on LIVE as well.
+    """
+    await session.execute(text(ASYNC_COMMIT))
+    statement = (
+        update(MemoryRow)
+        .where(where)
+        .values(accessed_at=func.now(), access_count=MemoryRow.access_count + 1)
+        .returning(MemoryRow)
+        .execution_options(synchronize_session=False)
+    )
+    if purge is not None:
+        purged = (
+            delete(MemoryRow)
+            .where(MemoryRow.expires_at <= func.now(), purge)
+            .returning(MemoryRow.id)
+            .cte("purged")
+        )
+        statement = statement.add_cte(purged)
+    result = await session.scalars(statement, execution_options={"populate_existing": True})
+    return list(result.all())
+
+
+async def delete_memory(session: AsyncSession, *, key: str, visibility: Visibility) -> bool:
+    """Delete the memory a read of `key` would return (the most specific live visible one)."""
+    visible = and_(MemoryRow.key == key, visibility.clause())
+    pick = select(MemoryRow.id).where(visible, LIVE).order_by(SPECIFICITY).limit(1)
+    result = await session.execute(
+        delete(MemoryRow)
+        .where(MemoryRow.id == pick.scalar_subquery())
+        .returning(MemoryRow.id)
+        .execution_options(synchronize_session=False)
+    )
+    deleted = result.scalar_one_or_none()
+    if deleted is None:
+        return False
+    log.info("memory.deleted", key=key, memory_id=str(deleted))
+    return True
+
+
+async def memory_history(session: AsyncSession, *, memory_id: uuid.UUID) -> list[MemoryVersionRow]:
+    """Every earlier value of a memory, newest first."""
+    statement = (
+        select(MemoryVersionRow)
+        .where(MemoryVersionRow.memory_id == memory_id)
+        .order_by(MemoryVersionRow.version.desc())
+    )
+    return list((await session.scalars(statement)).all())
+
+
+def to_schema(row: MemoryRecord) -> Memory:
+    return Memory(
+        id=row.id,
+        key=row.key,
+        value=row.value,
+        scope=cast(Scope, row.scope),
+        project_path=row.project_path or None,
+        session_id=row.session_id or None,
+        created_by=row.created_by,
+        updated_by=row.updated_by,
+        tags=list(row.tags),
+        ttl=row.ttl,
+        expires_at=row.expires_at,
+        version=row.version,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        accessed_at=row.accessed_at,
+        access_count=row.access_count,
+    )
+
+
+def _where_text(visibility: Visibility) -> str:
+    parts = [
+        f"{name} {value!r}"
+        for name, value in (
+            ("scope", visibility.scope),
+            ("projectPath", visibility.project_path),
+            ("sessionId", visibility.session_id),
+        )
+        if value
+    ]
+    return (
+        f" ({', '.join(parts)})"
+        if parts
+        else " (only global and shared memories without projectPath)"
+    )

@@ -1,0 +1,92 @@
+"""`agmem memory get|set|list|rm` and `agmem resume` on the test database."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from typer.testing import CliRunner
+
+from app.cli import cli
+
+PROJECT = "/home/dev/shop"
+
+
+@pytest.fixture
+def agmem(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Any:
+    monkeypatch.setenv("DATABASE_URL", database_url)
+    monkeypatch.setenv("AGMEM_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("GEMINI_API_KEY", raising=False)
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+
+    def run(*args: str) -> Any:
+        return runner.invoke(cli, list(args))
+
+    return run
+
+
+def test_set_get_list_rm(agmem: Any) -> None:
+    created = agmem("memory", "set", "project.port", "3000", "-p", PROJECT)
+    assert created.exit_code == 0, created.output
+    assert created.stdout.strip() == f"created project.port (project in {PROJECT}), version 1"
+    agmem("memory", "set", "current.task", "auth refactoring", "-p", PROJECT, "--tag", "auth")
+    as_text = agmem("memory", "set", "project.zip", "02134", "-p", PROJECT, "--string")
+    assert as_text.exit_code == 0, as_text.output
+
+    port = agmem("memory", "get", "project.port", "-p", PROJECT)
+    assert port.stdout.strip() == "3000", port.output
+    assert agmem("memory", "get", "project.zip", "-p", PROJECT).stdout.strip() == "02134"
+    full = json.loads(agmem("memory", "get", "current.task", "-p", PROJECT, "--json").stdout)
+    assert full["value"] == "auth refactoring"
+    assert full["accessCount"] == 1
+
+    listed = agmem("memory", "list", "project.*", "-p", PROJECT).stdout.splitlines()
+    assert listed == ["project.port\tproject\t3000", "project.zip\tproject\t02134"]
+    tagged = agmem("memory", "list", "--tag", "auth", "-p", PROJECT).stdout.splitlines()
+    assert tagged == ["current.task\tproject\tauth refactoring"]
+
+    assert agmem("memory", "rm", "project.port", "-p", PROJECT).exit_code == 0
+    missing = agmem("memory", "rm", "project.port", "-p", PROJECT)
+    assert missing.exit_code == 1
+    assert "no visible memory 'project.port'" in missing.output
+
+
+def test_project_defaults_to_the_current_directory(agmem: Any, tmp_path: Path) -> None:
+    assert agmem("memory", "set", "project.name", "here").exit_code == 0
+    full = json.loads(agmem("memory", "get", "project.name", "--json").stdout)
+    assert full["projectPath"] == str(tmp_path)
+
+
+def test_user_errors_are_one_line(agmem: Any) -> None:
+    unknown = agmem("memory", "get", "project.none", "-p", PROJECT)
+    assert unknown.exit_code == 1
+    assert unknown.stderr.startswith("agmem: error: no memory 'project.none' is visible here")
+    assert len(unknown.stderr.strip().splitlines()) == 1
+    bad_key = agmem("memory", "set", "a*b", "1", "-p", PROJECT)
+    assert bad_key.exit_code == 1
+    assert "wildcard" in bad_key.output
+    session = agmem("memory", "set", "k", "1", "--scope", "session", "-p", PROJECT)
+    assert session.exit_code == 1
+    assert "sessionId" in session.output
+    agmem("memory", "set", "project.v", "1", "-p", PROJECT)
+    stale = agmem("memory", "set", "project.v", "2", "-p", PROJECT, "--if-version", "5")
+    assert stale.exit_code == 1
+    assert "is at version 1, not 5" in stale.output
+
+
+def test_resume_prints_the_briefing(agmem: Any) -> None:
+    agmem("memory", "set", "project.framework", "Next.js", "-p", PROJECT)
+    agmem("memory", "set", "current.task", "auth refactoring", "-p", PROJECT)
+    agmem("memory", "set", "current.progress", "70", "-p", PROJECT)
+    result = agmem("resume", "-p", PROJECT, "--budget", "100")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == "Working on Next.js project. 70% through auth refactoring."
+    assert "  current.task: auth refactoring" in lines
+    assert lines[-1].endswith("of 100 tokens)")

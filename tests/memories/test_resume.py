@@ -1,0 +1,124 @@
+"""Smart resume: briefing (template or Gemini), context by namespace, within the budget."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from tests.conftest import make_settings
+from tests.fakes.gemini import FakeResponse, fake_gemini, text_answer
+from tests.memories.helpers import PROJECT, put
+
+
+def seed(client: TestClient, db: psycopg.Connection[Any]) -> None:
+    put(client, "project.framework", "Next.js")
+    put(client, "project.architecture", "app router, server actions, Postgres via Prisma")
+    put(client, "current.task", "auth refactoring")
+    put(client, "current.progress", 70)
+    put(client, "current.next", ["add tests", "update docs"])
+    put(client, "shared.api_contract", "REST v2, camelCase", scope="shared")
+    put(client, "discovered.bug", "not part of the resume")
+    db.execute(
+        "INSERT INTO sessions (id, project_path, status, summary, summarized_at) VALUES "
+        "('old', %s, 'summarized', 'Set up the login form. Styled it.', now() - interval '2 days'),"
+        "('new', %s, 'summarized', 'Moved sessions to JWT. Wrote the middleware.', now()),"
+        "('live', %s, 'active', NULL, NULL)",
+        (PROJECT, PROJECT, PROJECT),
+    )
+
+
+def test_template_briefing_and_context(client: TestClient, db: psycopg.Connection[Any]) -> None:
+    seed(client, db)
+    response = client.post("/api/resume", json={"projectPath": PROJECT})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["briefing"] == (
+        "Working on Next.js project. 70% through auth refactoring. "
+        "Next: add tests and update docs. Last session: Moved sessions to JWT."
+    )
+    assert body["briefingBy"] == "template"
+    context = body["context"]
+    assert [m["key"] for m in context["current"]] == [
+        "current.next",
+        "current.progress",
+        "current.task",
+    ]
+    assert [m["key"] for m in context["project"]] == ["project.architecture", "project.framework"]
+    assert [m["key"] for m in context["shared"]] == ["shared.api_contract"]
+    assert body["lastSession"]["id"] == "new"
+    assert body["budget"] == 500
+    assert 0 < body["tokenCount"] <= 500
+    # Resume is a read: what it returned was counted.
+    counts = db.execute("SELECT key, access_count FROM memories ORDER BY key").fetchall()
+    assert ("discovered.bug", 0) in counts
+    assert ("current.task", 1) in counts
+
+
+@pytest.mark.parametrize("budget", [50, 80, 120, 500])
+def test_resume_fits_its_budget(
+    client: TestClient, db: psycopg.Connection[Any], budget: int
+) -> None:
+    seed(client, db)
+    for n in range(30):
+        put(client, f"project.fact{n:02}", f"a stable fact number {n} " * 5)
+    body = client.post("/api/resume", json={"projectPath": PROJECT, "budget": budget}).json()
+    texts = [body["briefing"]]
+    if body["lastSession"]:
+        texts.append(body["lastSession"]["summary"])
+    for memories in body["context"].values():
+        for memory in memories:
+            value = memory["value"]
+            texts.append(f"{memory['key']}: {value if isinstance(value, str) else value}")
+    counted = sum(-(-len(text) // 4) for text in texts)
+    assert body["tokenCount"] <= budget
+    assert counted <= budget
+    assert body["briefing"]
+
+
+def test_resume_without_anything_stored(client: TestClient) -> None:
+    body = client.post("/api/resume").json()
+    assert body["briefing"] == "Resuming work. No memories are stored for it yet."
+    assert body["context"] == {"project": [], "current": [], "shared": []}
+    assert body["lastSession"] is None
+    assert client.post("/api/resume", json={"budget": 10}).status_code == 422
+
+
+def test_resume_by_session_finds_its_project(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    seed(client, db)
+    put(client, "current.step", "session-only note", scope="session", sessionId="live")
+    body = client.post("/api/resume", json={"sessionId": "live"}).json()
+    assert "current.step" in [m["key"] for m in body["context"]["current"]]
+    assert body["briefing"].startswith("Working on Next.js project.")
+
+
+def test_gemini_writes_the_briefing_when_configured(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Any
+) -> None:
+    with fake_gemini() as fake:
+        fake.queue(
+            ":generateContent",
+            FakeResponse(body=text_answer("Next.js shop, auth refactor 70% done; tests next.")),
+            FakeResponse(status=500, body={"error": {"code": 500, "message": "boom"}}),
+        )
+        settings = make_settings(
+            home=tmp_path / "home", gemini_api_key="k", gemini_base_url=fake.url
+        )
+        with TestClient(create_app(settings, database_url=database_url)) as client:
+            seed(client, db)
+            body = client.post("/api/resume", json={"projectPath": PROJECT}).json()
+            assert body["briefing"] == "Next.js shop, auth refactor 70% done; tests next."
+            assert body["briefingBy"] == "gemini"
+            (call,) = fake.calls(":generateContent")
+            prompt = call.body["contents"][0]["parts"][0]["text"]
+            assert "current.task: auth refactoring" in prompt
+            assert "Moved sessions to JWT" in prompt
+            # A failing model still leaves a briefing: the template.
+            fallback = client.post("/api/resume", json={"projectPath": PROJECT}).json()
+            assert fallback["briefingBy"] == "template"
+            assert fallback["briefing"].startswith("Working on Next.js project.")

@@ -1,0 +1,251 @@
+"""The HTTP contract of key/value memories against the real app and database."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from fastapi.testclient import TestClient
+
+from tests.memories.helpers import PROJECT, put, url
+
+MEMORY_BANK = Path("/work/shared/testdata/memory-md/nftbk_memory-bank_activeContext.md")
+
+
+def test_put_creates_then_updates_and_get_returns_it(client: TestClient) -> None:
+    first = client.put(
+        url("project.architecture"),
+        json={"value": {"stack": ["next", "postgres"]}, "projectPath": PROJECT, "tags": ["arch"]},
+    )
+    assert first.status_code == 201
+    created = first.json()
+    assert created["version"] == 1
+    assert created["scope"] == "project"
+    assert created["projectPath"] == PROJECT
+    assert first.headers["etag"] == '"1"'
+
+    second = client.put(
+        url("project.architecture"), json={"value": "monolith", "projectPath": PROJECT}
+    )
+    assert second.status_code == 200
+    assert second.json()["id"] == created["id"]
+    assert second.json()["version"] == 2
+    assert second.json()["tags"] == ["arch"]  # omitted tags are kept
+
+    got = client.get(url("project.architecture"), params={"projectPath": PROJECT})
+    assert got.status_code == 200
+    assert got.json()["value"] == "monolith"
+    assert got.headers["etag"] == '"2"'
+
+
+def test_any_json_value_round_trips_and_snake_case_is_accepted(client: TestClient) -> None:
+    for key, value in [
+        ("v.null", None),
+        ("v.number", 3.5),
+        ("v.bool", False),
+        ("v.list", [1, "two", {"three": 3}]),
+        ("v.nul", "a\x00b"),
+    ]:
+        response = client.put(url(key), json={"value": value, "project_path": PROJECT})
+        assert response.status_code == 201, response.text
+    got = client.get("/api/memories", params={"project_path": PROJECT, "pattern": "v.*"}).json()
+    values = {m["key"]: m["value"] for m in got["memories"]}
+    assert values == {
+        "v.bool": False,
+        "v.list": [1, "two", {"three": 3}],
+        "v.nul": "ab",
+        "v.null": None,
+        "v.number": 3.5,
+    }
+
+
+def test_real_memory_bank_file_as_value(client: TestClient, db: psycopg.Connection[Any]) -> None:
+    text = MEMORY_BANK.read_text(encoding="utf-8")
+    put(client, "current.context", text, createdBy="claude")
+    got = client.get(url("current.context"), params={"projectPath": PROJECT}).json()
+    assert got["value"] == text
+    assert got["createdBy"] == "claude"
+    (content,) = db.execute(
+        "SELECT content FROM memory_chunks WHERE source = 'kv' AND memory_id = %s", (got["id"],)
+    ).fetchone() or (None,)
+    assert content is not None
+    assert content.startswith("current.context: ")
+
+
+def test_get_unknown_key_is_404_in_error_shape(client: TestClient) -> None:
+    response = client.get(url("project.nothing"), params={"projectPath": PROJECT})
+    assert response.status_code == 404
+    assert response.json()["error"] == "MemoryNotFound"
+
+
+def test_bad_inputs_are_4xx_and_store_nothing(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    cases = [
+        (url("k"), {"projectPath": PROJECT}),  # no value
+        (url("k"), {"value": 1}),  # project scope without projectPath
+        (url("k"), {"value": 1, "scope": "session"}),  # session scope without sessionId
+        (url("k"), {"value": 1, "scope": "galaxy", "projectPath": PROJECT}),
+        (url("k"), {"value": 1, "ttl": 0, "projectPath": PROJECT}),
+        (url("k"), {"value": 1, "ttl": "soon", "projectPath": PROJECT}),
+        (url("k"), {"value": 1, "tags": [""], "projectPath": PROJECT}),
+        (url("bad*key"), {"value": 1, "projectPath": PROJECT}),
+        (url("x" * 501), {"value": 1, "projectPath": PROJECT}),
+        (url("  "), {"value": 1, "projectPath": PROJECT}),
+        (url("k"), {"value": 1, "scope": "session", "sessionId": "s" * 201}),
+    ]
+    for path, body in cases:
+        response = client.put(path, json=body)
+        assert response.status_code == 422, (body, response.text)
+        assert set(response.json()) == {"error", "detail"}
+    bad_json = client.put(
+        url("k"), content=b"{not json", headers={"content-type": "application/json"}
+    )
+    assert bad_json.status_code == 400
+    assert client.get("/api/memories", params={"limit": 0}).status_code == 422
+    assert client.get("/api/memories", params={"scope": "project"}).status_code == 422
+    assert client.get("/api/memories", params={"pattern": "x*" * 300}).status_code == 422
+    assert client.get("/api/memories", params={"tags": ","}).status_code == 200
+    assert db.execute("SELECT count(*) FROM memories").fetchone() == (0,)
+
+
+def test_list_filters_by_scope_pattern_tags_and_limit(client: TestClient) -> None:
+    put(client, "project.name", "shop", tags=["core", "naming"])
+    put(client, "project.stack", "next", tags=["core"])
+    put(client, "current.todos", ["tests"], tags=["naming"])
+    put(client, "ai.claude.notes", "prefers small diffs", scope="global")
+
+    def keys(**params: Any) -> list[str]:
+        response = client.get("/api/memories", params={"projectPath": PROJECT, **params})
+        assert response.status_code == 200, response.text
+        return [m["key"] for m in response.json()["memories"]]
+
+    assert keys() == ["ai.claude.notes", "current.todos", "project.name", "project.stack"]
+    assert keys(scope="global") == ["ai.claude.notes"]
+    assert keys(scope="project") == ["current.todos", "project.name", "project.stack"]
+    assert keys(pattern="project.*") == ["project.name", "project.stack"]
+    assert keys(pattern="*.todos") == ["current.todos"]
+    assert keys(pattern="ai.*.notes") == ["ai.claude.notes"]
+    assert keys(tags="core") == ["project.name", "project.stack"]
+    assert keys(tags="core,naming") == ["project.name"]
+    assert keys(tags=["core", "naming"]) == ["project.name"]
+    assert keys(limit=2) == ["ai.claude.notes", "current.todos"]
+    # Without projectPath only global (and project-less shared) memories are visible.
+    assert [m["key"] for m in client.get("/api/memories").json()["memories"]] == ["ai.claude.notes"]
+
+
+def test_wildcard_get_returns_memories_or_404(client: TestClient) -> None:
+    put(client, "project.a", 1)
+    put(client, "project.b", 2)
+    response = client.get(url("project.*"), params={"projectPath": PROJECT})
+    assert response.status_code == 200
+    assert [m["key"] for m in response.json()["memories"]] == ["project.a", "project.b"]
+    assert client.get(url("nothing.*"), params={"projectPath": PROJECT}).status_code == 404
+
+
+def test_patterns_treat_special_characters_literally(client: TestClient) -> None:
+    special = ["a%b.x", "a_b.x", "axb.x", "a\\b.x", "a.b[1].x", "a.b(c)+.x", "a/b/c.x", "a$b^.x"]
+    for key in special:
+        put(client, key, key)
+
+    def matched(pattern: str) -> list[str]:
+        params = {"projectPath": PROJECT, "pattern": pattern}
+        return [m["key"] for m in client.get("/api/memories", params=params).json()["memories"]]
+
+    assert matched("a%b.*") == ["a%b.x"]
+    assert matched("a_b.*") == ["a_b.x"]
+    assert matched("a\\b.*") == ["a\\b.x"]
+    assert matched("a.b[1]*") == ["a.b[1].x"]
+    assert matched("a.b(c)+*") == ["a.b(c)+.x"]
+    assert matched("a/b/*") == ["a/b/c.x"]
+    assert matched("a$b^*") == ["a$b^.x"]
+    assert matched("a?b.x") == []
+    # Exact reads of such keys (slashes and percent signs in the path) work too.
+    for key in special:
+        got = client.get(url(key), params={"projectPath": PROJECT})
+        assert got.status_code == 200, key
+        assert got.json()["value"] == key
+
+
+def test_delete_answers_deleted_true_then_false(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    put(client, "project.tmp", "x")
+    first = client.delete(url("project.tmp"), params={"projectPath": PROJECT})
+    assert first.status_code == 200
+    assert first.json() == {"deleted": True}
+    assert client.delete(url("project.tmp"), params={"projectPath": PROJECT}).json() == {
+        "deleted": False
+    }
+    assert db.execute("SELECT count(*) FROM memory_chunks").fetchone() == (0,)
+
+
+def test_reads_count_access(client: TestClient) -> None:
+    created = put(client, "project.counted", 1)
+    assert created["accessCount"] == 0
+    assert created["accessedAt"] is None
+    for expected in (1, 2, 3):
+        got = client.get(url("project.counted"), params={"projectPath": PROJECT}).json()
+        assert got["accessCount"] == expected
+    assert got["accessedAt"] is not None
+    listed = client.get("/api/memories", params={"projectPath": PROJECT}).json()["memories"]
+    assert listed[0]["accessCount"] == 4
+
+
+def test_ttl_sets_expiry_and_expired_memories_are_never_returned(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    put(client, "current.flash", "soon gone", ttl=1)
+    put(client, "current.stays", "here", ttl=3600)
+    got = client.get(url("current.flash"), params={"projectPath": PROJECT})
+    assert got.status_code == 200
+    assert got.json()["ttl"] == 1
+    assert got.json()["expiresAt"] is not None
+    # It expires between the write and the next read.
+    time.sleep(1.2)
+    assert client.get(url("current.flash"), params={"projectPath": PROJECT}).status_code == 404
+    listed = client.get("/api/memories", params={"projectPath": PROJECT}).json()["memories"]
+    assert [m["key"] for m in listed] == ["current.stays"]
+    # The read purged it, index rows included.
+    assert db.execute("SELECT key FROM memories").fetchall() == [("current.stays",)]
+    assert db.execute("SELECT count(*) FROM memory_chunks").fetchone() == (1,)
+
+
+def test_expired_memory_is_purged_even_if_only_listed(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    put(client, "current.old", "x", ttl=3600)
+    db.execute("UPDATE memories SET expires_at = now() - interval '1 second'")
+    assert client.get("/api/memories", params={"projectPath": PROJECT}).json()["memories"] == []
+    assert db.execute("SELECT count(*) FROM memories").fetchone() == (0,)
+    # Writing the key again starts a new memory at version 1.
+    assert put(client, "current.old", "new")["version"] == 1
+
+
+def test_write_with_null_ttl_removes_expiry(client: TestClient) -> None:
+    put(client, "current.x", 1, ttl=60)
+    updated = put(client, "current.x", 2, ttl=None)
+    assert updated["ttl"] is None
+    assert updated["expiresAt"] is None
+
+
+def test_privacy_rules_apply_to_values(client: TestClient, db: psycopg.Connection[Any]) -> None:
+    value = {
+        "note": "deploy with <private>the staging password is swordfish</private>care",
+        "password": "hunter2",
+        "header": "Authorization: Bearer sk-abcdefghijklmnopqrstuvwx0123456789",
+    }
+    stored = put(client, "discovered.deploy", value)["value"]
+    assert stored["note"] == "deploy with care"
+    assert stored["password"] == "[REDACTED]"
+    assert "sk-abcdefghijklmnopqrstuvwx0123456789" not in stored["header"]
+    (content,) = db.execute("SELECT content FROM memory_chunks").fetchone() or ("",)
+    assert "swordfish" not in content
+    assert "hunter2" not in content
+    too_deep: Any = "leaf"
+    for _ in range(100):
+        too_deep = [too_deep]
+    response = client.put(url("discovered.deep"), json={"value": too_deep, "projectPath": PROJECT})
+    assert response.status_code == 422

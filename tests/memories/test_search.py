@@ -1,0 +1,50 @@
+"""Memories are written into the one search index as `key: value`, source kv."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from fastapi.testclient import TestClient
+
+from tests.memories.helpers import PROJECT, put, url
+
+
+def search(client: TestClient, query: str, **extra: Any) -> list[dict[str, Any]]:
+    body = {"query": query, "projectPath": PROJECT, **extra}
+    response = client.post("/api/search", json=body)
+    assert response.status_code == 200, response.text
+    results: list[dict[str, Any]] = response.json()["results"]
+    return results
+
+
+def test_search_finds_a_kv_memory(client: TestClient) -> None:
+    put(client, "discovered.gotchas", {"auth": "refresh tokens rotate on every request"})
+    results = search(client, "refresh tokens rotate", sources=["kv"])
+    assert results[0]["source"] == "kv"
+    assert results[0]["content"] == (
+        'discovered.gotchas: {"auth": "refresh tokens rotate on every request"}'
+    )
+
+
+def test_update_replaces_and_delete_removes_index_rows(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    put(client, "current.task", "migrate billing to stripe")
+    put(client, "current.task", "write onboarding emails")
+    assert search(client, "stripe billing", sources=["kv"], mode="keyword") == []
+    found = search(client, "onboarding emails", sources=["kv"], mode="keyword")
+    assert [hit["content"] for hit in found] == ["current.task: write onboarding emails"]
+    client.delete(url("current.task"), params={"projectPath": PROJECT})
+    assert db.execute("SELECT count(*) FROM memory_chunks").fetchone() == (0,)
+
+
+def test_huge_value_is_cut_in_the_index_not_in_storage(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    value = "token " * 100_000
+    put(client, "discovered.log", value)
+    got = client.get(url("discovered.log"), params={"projectPath": PROJECT}).json()
+    assert got["value"] == value
+    (length,) = db.execute("SELECT length(content) FROM memory_chunks").fetchone() or (0,)
+    assert length == 4000

@@ -1,0 +1,80 @@
+"""Version history and optimistic concurrency (ifVersion / If-Match)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from fastapi.testclient import TestClient
+
+from tests.memories.helpers import PROJECT, put, url
+
+
+def test_two_agents_writing_one_shared_key_lose_nothing(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    put(client, "shared.plan", "claude's plan", scope="shared", createdBy="claude")
+    put(client, "shared.plan", "gemini's plan", scope="shared", createdBy="gemini")
+    latest = put(client, "shared.plan", "merged plan", scope="shared", createdBy="claude")
+    assert latest["version"] == 3
+    assert latest["createdBy"] == "claude"
+    assert latest["updatedBy"] == "claude"
+
+    got = client.get(url("shared.plan"), params={"projectPath": PROJECT, "history": "true"})
+    assert got.status_code == 200
+    history = [(v["version"], v["value"], v["writtenBy"]) for v in got.json()["history"]]
+    assert history == [(2, "gemini's plan", "gemini"), (1, "claude's plan", "claude")]
+    assert db.execute("SELECT count(*) FROM memory_versions").fetchone() == (2,)
+
+
+def test_stale_if_version_is_409_and_changes_nothing(client: TestClient) -> None:
+    put(client, "project.plan", "v1")
+    put(client, "project.plan", "v2", ifVersion=1)
+    stale = client.put(
+        url("project.plan"), json={"value": "lost?", "projectPath": PROJECT, "ifVersion": 1}
+    )
+    assert stale.status_code == 409
+    assert stale.json()["error"] == "VersionConflict"
+    assert "version 2" in stale.json()["detail"]
+    got = client.get(url("project.plan"), params={"projectPath": PROJECT}).json()
+    assert (got["value"], got["version"]) == ("v2", 2)
+
+
+def test_if_match_header(client: TestClient) -> None:
+    created = client.put(url("project.doc"), json={"value": 1, "projectPath": PROJECT})
+    etag = created.headers["etag"]
+    ok = client.put(
+        url("project.doc"), json={"value": 2, "projectPath": PROJECT}, headers={"If-Match": etag}
+    )
+    assert ok.status_code == 200
+    again = client.put(
+        url("project.doc"), json={"value": 3, "projectPath": PROJECT}, headers={"If-Match": etag}
+    )
+    assert again.status_code == 409
+    bad = client.put(
+        url("project.doc"), json={"value": 3, "projectPath": PROJECT}, headers={"If-Match": "*x"}
+    )
+    assert bad.status_code == 400
+    disagree = client.put(
+        url("project.doc"),
+        json={"value": 3, "projectPath": PROJECT, "ifVersion": 2},
+        headers={"If-Match": '"1"'},
+    )
+    assert disagree.status_code == 400
+
+
+def test_if_version_zero_means_create_only(client: TestClient) -> None:
+    assert (
+        client.put(
+            url("project.once"), json={"value": 1, "projectPath": PROJECT, "ifVersion": 0}
+        ).status_code
+        == 201
+    )
+    second = client.put(
+        url("project.once"), json={"value": 2, "projectPath": PROJECT, "ifVersion": 0}
+    )
+    assert second.status_code == 409
+    missing = client.put(
+        url("project.none"), json={"value": 1, "projectPath": PROJECT, "ifVersion": 4}
+    )
+    assert missing.status_code == 409
