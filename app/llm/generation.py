@@ -11,7 +11,6 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 from google import genai
 from google.genai import errors, types
 
@@ -62,11 +61,13 @@ async def generate_text(
             status=error.code,
             retry_after=retry_after_of(error),
         ) from error
-    except (httpx.TimeoutException, TimeoutError) as error:
-        raise GeminiCallFailed(f"gemini timeout: {type(error).__name__}") from error
-    except (httpx.HTTPError, OSError, ValueError) as error:
-        # Transport failures and bodies that are not JSON at all.
-        raise GeminiCallFailed(f"gemini call failed: {type(error).__name__}: {error}") from error
+    except Exception as error:
+        # google-genai raises its transport's own exceptions (httpx, httpx2 or aiohttp, by
+        # version), and ValueError for a body that is not JSON: any of them is a failed attempt.
+        name = type(error).__name__
+        if isinstance(error, TimeoutError) or "timeout" in name.lower():
+            raise GeminiCallFailed(f"gemini timeout: {name}") from error
+        raise GeminiCallFailed(f"gemini call failed: {name}: {error}") from error
     text = _text_of(answer)
     if not text:
         reason = _finish_reason(answer)
