@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -13,10 +14,17 @@ from app.api.middleware import BearerTokenMiddleware, BodySizeLimitMiddleware
 from app.config import Settings, get_settings
 from app.db.engine import make_async_engine, make_sessionmaker, resolve_database_url
 from app.state import AppState
+from app.worker.loop import Worker
 
 
-def create_app(settings: Settings | None = None, *, database_url: str | None = None) -> FastAPI:
-    """Build the app. The database URL is resolved at startup (embedded server if none is set)."""
+def create_app(
+    settings: Settings | None = None,
+    *,
+    database_url: str | None = None,
+    run_worker: bool = False,
+) -> FastAPI:
+    """Build the app. The database URL is resolved at startup (embedded server if none is set);
+    with `run_worker`, a worker runs in the same process (`agmem serve` without --no-worker)."""
     settings = settings or get_settings()
 
     @asynccontextmanager
@@ -29,9 +37,22 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
             engine=engine,
             sessionmaker=make_sessionmaker(engine),
         )
+        stop = asyncio.Event()
+        worker = (
+            asyncio.create_task(
+                Worker(
+                    settings=settings, sessionmaker=app.state.agmem.sessionmaker, database_url=url
+                ).run(stop)
+            )
+            if run_worker
+            else None
+        )
         try:
             yield
         finally:
+            stop.set()
+            if worker is not None:
+                await worker
             await engine.dispose()
 
     app = FastAPI(
