@@ -9,6 +9,8 @@ from typing import Annotated, Literal
 
 from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 EmbeddingProviderName = Literal["local", "gemini", "sentence-transformers"]
 
@@ -87,6 +89,10 @@ class Settings(BaseSettings):
         scheme = value.split("://", 1)[0] if "://" in value else ""
         if scheme.split("+", 1)[0] not in ("postgresql", "postgres"):
             raise ValueError("must be a postgresql:// URL")
+        try:
+            make_url(value.strip())
+        except (ArgumentError, ValueError) as error:
+            raise ValueError(f"is not a valid URL ({error})") from None
         return value.strip()
 
     @field_validator("api_token", "gemini_api_key", "gemini_base_url")

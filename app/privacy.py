@@ -1,0 +1,282 @@
+"""Privacy and hygiene for any text before it is stored or sent to an LLM.
+
+Pure functions, used on the capture hot path, by the transcript sync and by the worker before it
+calls Gemini. Every regex is compiled once, and each one runs only when a cheap substring test
+says its pattern could occur, so clean text costs a handful of `in` scans.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+REDACTED = "[REDACTED]"
+
+# Deep enough for any real tool payload; shallow enough that recursion never nears Python's limit.
+DEFAULT_MAX_DEPTH = 64
+
+
+class NestingTooDeep(ValueError):
+    """A JSON value nests deeper than allowed."""
+
+
+# --- clean_text ---------------------------------------------------------------------------------
+
+# A Python str decoded from JSON holds valid pairs as one code point, so any surrogate left in it
+# is a lone one, which UTF-8 (and therefore Postgres) cannot store.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean_text(s: str) -> str:
+    """Remove NUL characters and replace lone surrogates with U+FFFD."""
+    if "\x00" in s:
+        s = s.replace("\x00", "")
+    if not s.isascii():
+        # Encoding is a C loop that fails only on a surrogate; far cheaper than a regex scan.
+        try:
+            s.encode("utf-8")
+        except UnicodeEncodeError:
+            s = _SURROGATE.sub("\ufffd", s)
+    return s
+
+
+# --- strip_private ------------------------------------------------------------------------------
+
+# Patterns start with a literal "<" so that the regex engine can skip ahead with a fast search.
+# An unclosed <private> hides everything after it: losing text is better than leaking it.
+_PRIVATE = re.compile(r"<(?i:private)(?:\s[^>]*)?>.*?(?:</(?i:private)\s*>|\Z)", re.DOTALL)
+# Only complete <memory> blocks are ours (the context builder always closes them); a lone
+# "<memory>" in someone's code is left alone.
+_MEMORY = re.compile(r"<(?i:memory)(?:\s[^>]*)?>.*?</(?i:memory)\s*>\n?", re.DOTALL)
+
+
+def strip_private(s: str) -> str:
+    """Remove `<private>…</private>` spans and our own injected `<memory>…</memory>` blocks."""
+    if "<" not in s:
+        return s
+    if "rivate" in s or "RIVATE" in s:
+        s = _PRIVATE.sub("", s)
+    if "emory" in s or "EMORY" in s:
+        s = _MEMORY.sub("", s)
+    return s
+
+
+# --- redact_secrets -----------------------------------------------------------------------------
+#
+# Speed matters here (every captured payload passes through): Python's regex engine skips ahead
+# quickly only when a pattern starts with a literal, so each pattern starts with the distinctive
+# part of its secret and checks what precedes it with a lookbehind. Case variants are separate
+# patterns for the same reason: IGNORECASE or a leading class disables the fast skip.
+
+_Replacement = str | Callable[[re.Match[str]], str]
+
+
+def _keep_group(name: str) -> Callable[[re.Match[str]], str]:
+    """Replacement that keeps the named prefix group and redacts the rest of the match."""
+
+    def replace(match: re.Match[str]) -> str:
+        return f"{match.group(name)}{REDACTED}"
+
+    return replace
+
+
+def _assignment(match: re.Match[str]) -> str:
+    """`NAME = value` or `"name": "value"`: keep the name and quotes, redact the value."""
+    value = match.group("value")
+    quote = value[0] if value[:1] in ("'", '"') else ""
+    return f"{match.group('name')}{match.group('sep')}{quote}{REDACTED}{quote}"
+
+
+_NOT_REDACTED = r"(?!\[REDACTED\])"
+
+# (pattern, replacement). Every pattern starts with a literal, so it scans fast on its own.
+_RULES: list[tuple[re.Pattern[str], _Replacement]] = [
+    (
+        re.compile(
+            r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----.*?"
+            r"(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|\Z)",
+            re.DOTALL,
+        ),
+        REDACTED,
+    ),
+    # Google API keys (Gemini, Maps, Firebase).
+    (re.compile(r"AIza[0-9A-Za-z_\-]{35}"), REDACTED),
+    # OpenAI / Anthropic style keys: sk-..., sk-proj-..., sk-ant-api03-...
+    (re.compile(r"sk-(?<![\w\-]sk-)[A-Za-z0-9_\-]{20,}"), REDACTED),
+    # GitHub tokens: ghp_, gho_, ghu_, ghs_, ghr_ and fine-grained github_pat_.
+    (re.compile(r"gh(?<!\wgh)[pousr]_[A-Za-z0-9]{30,}"), REDACTED),
+    (re.compile(r"github_pat_\w{22,}"), REDACTED),
+    # GitLab personal access tokens.
+    (re.compile(r"glpat-[A-Za-z0-9_\-]{20,}"), REDACTED),
+    # AWS access key ids.
+    (re.compile(r"A(?<!\wA)[KS]IA[0-9A-Z]{16}(?![0-9A-Za-z])"), REDACTED),
+    # Slack tokens.
+    (re.compile(r"xox[abposr]-[A-Za-z0-9\-]{10,}"), REDACTED),
+    # Stripe secret and restricted keys: the kind (sk_live_) stays readable.
+    *(
+        (
+            re.compile(rf"(?P<keep>{kind}(?<=\b[sr]{kind}))[A-Za-z0-9]{{16,}}"),
+            _keep_group("keep"),
+        )
+        for kind in ("k_live_", "k_test_")
+    ),
+    # JSON Web Tokens.
+    (
+        re.compile(r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
+        REDACTED,
+    ),
+    # Authorization headers: "Authorization: Bearer x", "Authorization: Basic x", "token x".
+    *(
+        (
+            re.compile(
+                rf"(?P<keep>{stem}(?<={word})[\"']?\s*[:=]\s*[\"']?"
+                r"(?:(?i:bearer|basic|token|bot)\s+)?)" + _NOT_REDACTED + r"[^\s\"',;<>]{8,}"
+            ),
+            _keep_group("keep"),
+        )
+        for stem, word in (("uthorization", "[aA]uthorization"), ("UTHORIZATION", "AUTHORIZATION"))
+    ),
+    # A bare bearer credential anywhere else (curl -H, logs).
+    *(
+        (
+            re.compile(
+                rf"(?P<keep>{stem}(?<=\b{word})\s+)" + _NOT_REDACTED + r"[A-Za-z0-9._~+/=\-]{8,}"
+            ),
+            _keep_group("keep"),
+        )
+        for stem, word in (("earer", "[bB]earer"), ("EARER", "BEARER"))
+    ),
+    # Passwords in URLs: scheme://user:password@host keeps the user and host.
+    (
+        re.compile(r"(?P<keep>://[^\s:/@\"'<>]*:)" + _NOT_REDACTED + r"[^\s@/\"'<>]+(?=@)"),
+        _keep_group("keep"),
+    ),
+    # .env / shell style: API_KEY=..., DB_PASSWORD="...", export GITHUB_TOKEN=...
+    *(
+        (
+            re.compile(
+                rf"(?P<name>{word})(?P<sep>\s*=(?!=)\s*)"
+                + _NOT_REDACTED
+                + r"(?P<value>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'#]+)"
+            ),
+            _assignment,
+        )
+        for word in ("KEY", "SECRET", "TOKEN", "PASSWORD", "PASSWD", "CREDENTIALS?", "AUTH")
+    ),
+    # Quoted values of credential-named keys in JSON, YAML or code: "password": "hunter2".
+    *(
+        (
+            re.compile(
+                rf"(?P<name>{stem}[\"']?)(?P<sep>\s*[:=]\s*)"
+                + _NOT_REDACTED
+                + r"(?P<value>\"[^\"\s]{4,}\"|'[^'\s]{4,}')"
+            ),
+            _assignment,
+        )
+        for stem in (
+            "ecret(?<=[sS]ecret)",
+            "ECRET(?<=SECRET)",
+            "oken(?<=[tT]oken)",
+            "OKEN(?<=TOKEN)",
+            "assw(?<=[pP]assw)(?:or)?d",
+            "ASSW(?<=PASSW)(?:OR)?D",
+            "pi(?<=[aA]pi)[_\\-]?[kK]ey",
+            "PI(?<=API)[_\\-]?KEY",
+        )
+    ),
+]
+
+
+def redact_secrets(s: str) -> str:
+    """Replace API keys, tokens, bearer credentials and passwords with `[REDACTED]`."""
+    for pattern, replacement in _RULES:
+        s = pattern.sub(replacement, s)
+    return s
+
+
+# --- sanitize -----------------------------------------------------------------------------------
+
+
+def sanitize_text(s: str) -> str:
+    """Clean, strip private and injected-memory spans, then redact secrets."""
+    return redact_secrets(strip_private(clean_text(s)))
+
+
+# A string value under a key named like a credential is redacted whole, whatever its shape.
+_SECRET_KEY = re.compile(
+    r"(?:.*[_\-])?(?:api[_\-]?key|apikey|secret|client[_\-]?secret|password|passwd|token"
+    r"|access[_\-]?token|auth[_\-]?token|refresh[_\-]?token|private[_\-]?key|credentials?)",
+    re.IGNORECASE,
+)
+
+
+def sanitize_json(value: Any, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
+    """Apply `sanitize_text` to every string (keys too) of a JSON value; returns a new value.
+
+    Raises NestingTooDeep when containers nest deeper than `max_depth`.
+    """
+    return _sanitize(value, max_depth)
+
+
+def _sanitize(value: Any, depth_left: int) -> Any:
+    if isinstance(value, str):
+        return sanitize_text(value)
+    if isinstance(value, dict):
+        if depth_left <= 0:
+            raise NestingTooDeep("the JSON value nests too deeply")
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            clean_key = sanitize_text(str(key))
+            if isinstance(item, str) and item and _SECRET_KEY.fullmatch(clean_key):
+                out[clean_key] = REDACTED
+            else:
+                out[clean_key] = _sanitize(item, depth_left - 1)
+        return out
+    if isinstance(value, list | tuple):
+        if depth_left <= 0:
+            raise NestingTooDeep("the JSON value nests too deeply")
+        return [_sanitize(item, depth_left - 1) for item in value]
+    return value
+
+
+def json_depth(value: Any, *, limit: int = DEFAULT_MAX_DEPTH) -> int:
+    """Nesting depth of a JSON value (a scalar is 0), counting no further than `limit + 1`."""
+    if isinstance(value, dict):
+        items: Any = value.values()
+    elif isinstance(value, list | tuple):
+        items = value
+    else:
+        return 0
+    if limit <= 0:
+        return 1
+    return 1 + max((json_depth(item, limit=limit - 1) for item in items), default=0)
+
+
+# --- cap_text -----------------------------------------------------------------------------------
+
+
+def elision_marker(original_chars: int, kept_head: int, kept_tail: int) -> str:
+    omitted = original_chars - kept_head - kept_tail
+    return (
+        f"\n…[truncated: {original_chars} chars originally, {omitted} omitted, "
+        f"kept first {kept_head} and last {kept_tail}]…\n"
+    )
+
+
+def cap_text(s: str, max_chars: int) -> str:
+    """Keep the head and tail of `s` within `max_chars`, with a marker stating the original size.
+
+    Text already within the cap is returned unchanged. The head gets two thirds of the room,
+    because a tool's output usually says what it is at the start and how it ended at the end.
+    """
+    if len(s) <= max_chars:
+        return s
+    original = len(s)
+    # The marker's own length depends on the numbers in it; size it with the widest values.
+    room = max_chars - len(elision_marker(original, original, original))
+    if room <= 0:
+        return s[:max_chars]
+    head = room * 2 // 3
+    tail = room - head
+    return s[:head] + elision_marker(original, head, tail) + (s[-tail:] if tail else "")

@@ -1,0 +1,100 @@
+"""Every error, ours or the framework's, has the shape {"error", "detail"}."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi import APIRouter
+from fastapi.testclient import TestClient
+from pydantic import BaseModel
+
+from app.errors import NotFound
+from app.main import create_app
+from tests.conftest import make_settings
+
+
+class Probe(BaseModel):
+    name: str
+    count: int
+
+
+probe_router = APIRouter()
+
+
+@probe_router.post("/api/probe")
+async def probe(body: Probe) -> dict[str, Any]:
+    if body.name == "missing":
+        raise NotFound("no probe called missing")
+    return body.model_dump()
+
+
+@probe_router.get("/api/boom")
+async def boom() -> None:
+    raise RuntimeError("bug")
+
+
+@pytest.fixture
+def probe_client(database_url: str, tmp_path: Any) -> Iterator[TestClient]:
+    app = create_app(make_settings(home=tmp_path), database_url=database_url)
+    app.include_router(probe_router)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        yield client
+
+
+def test_unknown_route_is_404_in_shape(probe_client: TestClient) -> None:
+    response = probe_client.get("/api/nowhere")
+
+    assert response.status_code == 404
+    assert response.json() == {"error": "NotFound", "detail": "Not Found"}
+
+
+def test_wrong_method_is_405_in_shape(probe_client: TestClient) -> None:
+    response = probe_client.get("/api/probe")
+
+    assert response.status_code == 405
+    assert response.json()["error"] == "MethodNotAllowed"
+
+
+def test_malformed_json_is_400(probe_client: TestClient) -> None:
+    response = probe_client.post(
+        "/api/probe", content=b'{"name": "x",', headers={"content-type": "application/json"}
+    )
+
+    assert response.status_code == 400
+    body = response.json()
+    assert body["error"] == "InvalidJSON"
+    assert body["detail"].startswith("the request body is not valid JSON")
+
+
+def test_missing_and_wrong_typed_fields_are_422_naming_them(probe_client: TestClient) -> None:
+    response = probe_client.post("/api/probe", json={"count": "many"})
+
+    assert response.status_code == 422
+    body = response.json()
+    assert body["error"] == "ValidationFailed"
+    assert "name: Field required" in body["detail"]
+    assert "count: Input should be a valid integer" in body["detail"]
+
+
+def test_domain_errors_render_their_class_name(probe_client: TestClient) -> None:
+    response = probe_client.post("/api/probe", json={"name": "missing", "count": 1})
+
+    assert response.status_code == 404
+    assert response.json() == {"error": "NotFound", "detail": "no probe called missing"}
+
+
+def test_a_bug_is_a_500_in_shape_without_internals(probe_client: TestClient) -> None:
+    response = probe_client.get("/api/boom")
+
+    assert response.status_code == 500
+    assert response.json() == {
+        "error": "InternalError",
+        "detail": "an unexpected error occurred; it has been logged",
+    }
+
+
+def test_openapi_docs_are_served(probe_client: TestClient) -> None:
+    assert probe_client.get("/docs").status_code == 200
+    assert probe_client.get("/openapi.json").json()["info"]["title"] == "antigravity-mem"

@@ -1,0 +1,96 @@
+"""The bearer-token rule and the request body limit."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi import APIRouter, Request
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from tests.conftest import make_settings
+
+echo_router = APIRouter()
+
+
+@echo_router.post("/api/echo")
+async def echo(request: Request) -> dict[str, int]:
+    return {"received": len(await request.body())}
+
+
+@pytest.fixture
+def guarded(database_url: str, tmp_path: Any) -> Iterator[TestClient]:
+    settings = make_settings(home=tmp_path, api_token="s3cret", max_body_bytes=2048)
+    app = create_app(settings, database_url=database_url)
+    app.include_router(echo_router)
+    with TestClient(app) as client:
+        yield client
+
+
+def test_api_routes_need_the_token(guarded: TestClient) -> None:
+    missing = guarded.get("/api/sessions")
+    wrong = guarded.get("/api/sessions", headers={"Authorization": "Bearer nope"})
+
+    assert missing.status_code == 401
+    assert missing.json()["error"] == "Unauthorized"
+    assert missing.headers["WWW-Authenticate"] == "Bearer"
+    assert wrong.status_code == 401
+    assert wrong.json() == {"error": "Unauthorized", "detail": "the bearer token is not valid"}
+
+
+def test_the_right_token_passes(guarded: TestClient) -> None:
+    response = guarded.get("/api/no-such-route", headers={"Authorization": "Bearer s3cret"})
+
+    assert response.status_code == 404  # past the guard, to routing
+
+
+def test_health_and_docs_stay_open(guarded: TestClient) -> None:
+    assert guarded.get("/health").status_code == 200
+    assert guarded.get("/docs").status_code == 200
+
+
+def test_mcp_is_guarded_too(guarded: TestClient) -> None:
+    assert guarded.post("/mcp", json={}).status_code == 401
+
+
+def test_body_over_the_limit_is_413_by_content_length(guarded: TestClient) -> None:
+    response = guarded.post(
+        "/api/anything",
+        content=b"x" * 4096,
+        headers={"Authorization": "Bearer s3cret", "content-type": "application/json"},
+    )
+
+    assert response.status_code == 413
+    assert response.json() == {
+        "error": "PayloadTooLarge",
+        "detail": "the request body exceeds the limit of 2048 bytes",
+    }
+
+
+def test_streamed_body_over_the_limit_is_413(guarded: TestClient) -> None:
+    def chunks() -> Iterator[bytes]:
+        for _ in range(8):
+            yield b"y" * 1024
+
+    response = guarded.post(
+        "/api/echo",
+        content=chunks(),
+        headers={"Authorization": "Bearer s3cret", "content-type": "application/json"},
+    )
+
+    assert response.status_code == 413
+    assert response.json()["error"] == "PayloadTooLarge"
+
+
+def test_body_within_the_limit_reaches_the_route(guarded: TestClient) -> None:
+    response = guarded.post(
+        "/api/echo", content=b"z" * 2048, headers={"Authorization": "Bearer s3cret"}
+    )
+
+    assert response.json() == {"received": 2048}
+
+
+def test_without_a_token_setting_api_is_open(client: TestClient) -> None:
+    assert client.get("/api/no-such-route").status_code == 404

@@ -1,0 +1,71 @@
+"""Running the real `agmem` command in a subprocess, with a controlled environment."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+AGMEM = str(Path(sys.executable).parent / "agmem")
+
+# Variables a developer's shell may carry that would change what the command does.
+_SCRUBBED = ("DATABASE_URL", "GEMINI_API_KEY", "TEST_DATABASE_URL")
+
+
+def agmem_env(**overrides: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED and not k.startswith("AGMEM_")}
+    env.update(overrides)
+    return env
+
+
+def run_agmem(*args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [AGMEM, *args],
+        env=agmem_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def wait_for_health(
+    port: int, process: subprocess.Popen[str], timeout: float = 60
+) -> dict[str, object]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            output = process.stdout.read() if process.stdout else ""
+            raise AssertionError(f"agmem serve exited with {process.returncode}: {output}")
+        try:
+            response = httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
+            if response.status_code == 200:
+                body: dict[str, object] = response.json()
+                return body
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"agmem serve did not answer /health on port {port} in {timeout}s")
+
+
+def start_serve(port: int, *args: str, **env: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [AGMEM, "serve", "--port", str(port), *args],
+        env=agmem_env(**env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )

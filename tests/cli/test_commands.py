@@ -1,0 +1,94 @@
+"""The CLI's user errors are one line and a non-zero exit; --help works for each command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.cli.helpers import run_agmem
+
+
+@pytest.mark.parametrize("command", ["serve", "migrate", "status"])
+def test_help(command: str) -> None:
+    result = run_agmem(command, "--help")
+
+    assert result.returncode == 0
+    assert "Usage: agmem " + command in result.stdout
+
+
+def test_status_shows_revision_every_table_and_provider(database_url: str) -> None:
+    result = run_agmem("status", DATABASE_URL=database_url)
+
+    assert result.returncode == 0, result.stderr
+    assert "(at head)" in result.stdout
+    assert "local: wordllama-l2_supercat (256 dims)" in result.stdout
+    for table in ("sessions", "observations", "memory_files", "memory_chunks", "memories"):
+        assert table in result.stdout
+
+
+def test_status_on_a_fresh_home_brings_the_embedded_schema_to_head(tmp_path: Path) -> None:
+    result = run_agmem("status", AGMEM_HOME=str(tmp_path / "fresh"))
+
+    assert result.returncode == 0, result.stderr
+    assert "embedded PostgreSQL in" in result.stdout
+    assert "0001 (at head)" in result.stdout
+    assert "memory_embedding_cache" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("env", "code", "message"),
+    [
+        (
+            {"DATABASE_URL": "mysql://db/agmem"},
+            2,
+            "agmem: error: invalid setting DATABASE_URL: Value error, must be a postgresql:// URL",
+        ),
+        (
+            {"AGMEM_PORT": "eighty"},
+            2,
+            "agmem: error: invalid setting AGMEM_PORT: Input should be a valid integer, "
+            "unable to parse string as an integer",
+        ),
+        (
+            {"AGMEM_EMBEDDING_PROVIDER": "openai"},
+            2,
+            "agmem: error: invalid setting AGMEM_EMBEDDING_PROVIDER: Input should be 'local', "
+            "'gemini' or 'sentence-transformers'",
+        ),
+    ],
+)
+def test_invalid_settings_fail_with_one_line(env: dict[str, str], code: int, message: str) -> None:
+    result = run_agmem("status", **env)
+
+    assert result.returncode == code
+    assert result.stderr.strip() == message
+
+
+def test_unreachable_database_is_one_line() -> None:
+    result = run_agmem("status", DATABASE_URL="postgresql://agmem@127.0.0.1:1/agmem")
+
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("agmem: error: database unreachable:")
+
+
+def test_malformed_database_url_is_one_line() -> None:
+    result = run_agmem("migrate", DATABASE_URL="postgresql://host:notaport/db")
+
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "agmem: error: invalid setting DATABASE_URL: Value error, is not a valid URL "
+        "(invalid literal for int() with base 10: 'notaport')"
+    )
+
+
+def test_non_loopback_bind_without_token_is_refused() -> None:
+    result = run_agmem("serve", "--host", "0.0.0.0")
+
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "agmem: error: refusing to listen on 0.0.0.0 without a token: set AGMEM_API_TOKEN, "
+        "or bind 127.0.0.1"
+    )

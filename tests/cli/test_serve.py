@@ -1,0 +1,89 @@
+"""`agmem serve` on the embedded default: starts, answers, stops on Ctrl-C, keeps data, shares."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.cli.helpers import free_port, run_agmem, start_serve, wait_for_health
+
+pytestmark = pytest.mark.slow
+
+
+def embedded_url(home: Path) -> str:
+    return f"postgresql://postgres:@/postgres?host={home / 'pgdata'}"
+
+
+def stop(process: subprocess.Popen[str]) -> str:
+    process.send_signal(signal.SIGINT)  # what Ctrl-C sends
+    output, _ = process.communicate(timeout=30)
+    return output
+
+
+def test_serve_embedded_survives_restart_and_stops_postgres_on_ctrl_c(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    port = free_port()
+    first = start_serve(port, AGMEM_HOME=str(home))
+    try:
+        health = wait_for_health(port, first)
+        assert health["database"] == "ok"
+        assert str(health["pgvector"]).startswith("0.")
+        with psycopg.connect(embedded_url(home), autocommit=True) as connection:
+            connection.execute(
+                "INSERT INTO memories (scope, key, value) VALUES ('global', 'survives', '42')"
+            )
+    finally:
+        output = stop(first)
+    assert first.returncode == 0, output
+    assert "Traceback" not in output
+    assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
+
+    second = start_serve(port, AGMEM_HOME=str(home))
+    try:
+        wait_for_health(port, second)
+        with psycopg.connect(embedded_url(home), autocommit=True) as connection:
+            row = connection.execute("SELECT value FROM memories WHERE key = 'survives'").fetchone()
+        assert row == (42,)
+    finally:
+        stop(second)
+
+
+def test_two_processes_on_one_home_share_one_server(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    port = free_port()
+    server = start_serve(port, AGMEM_HOME=str(home))
+    try:
+        wait_for_health(port, server)
+        pid_before = (home / "pgdata" / "postmaster.pid").read_text().split()[0]
+
+        status = run_agmem("status", AGMEM_HOME=str(home))
+
+        assert status.returncode == 0, status.stderr
+        assert "at head" in status.stdout
+        pid_after = (home / "pgdata" / "postmaster.pid").read_text().split()[0]
+        assert pid_after == pid_before, "a second postgres was started on the same data"
+        # The second process leaving must not stop the server the first still uses.
+        health = wait_for_health(port, server, timeout=5)
+        assert health["database"] == "ok"
+    finally:
+        stop(server)
+
+
+def test_serve_refuses_a_port_in_use(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+
+        result = run_agmem("serve", "--port", str(port), AGMEM_HOME=str(tmp_path))
+
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        f"agmem: error: port {port} on 127.0.0.1 is in use; set AGMEM_PORT or stop its owner"
+    )

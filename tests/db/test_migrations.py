@@ -1,0 +1,89 @@
+"""The schema comes from Alembic: it goes up, down and up again, and matches the models."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from app.db import migrate
+from app.db.models import Base
+from tests.conftest import libpq_url
+from tests.postgres import PostgresServer, create_database, drop_database
+
+
+@pytest.fixture
+def scratch_url(pg_server: PostgresServer) -> Iterator[str]:
+    url = create_database(pg_server, prefix="agmem_migrations")
+    yield url
+    drop_database(pg_server, url)
+
+
+def tables(url: str) -> set[str]:
+    with psycopg.connect(libpq_url(url)) as connection:
+        rows = connection.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
+        ).fetchall()
+    return {row[0] for row in rows}
+
+
+def indexes(url: str) -> dict[str, str]:
+    with psycopg.connect(libpq_url(url)) as connection:
+        rows = connection.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'public'"
+        ).fetchall()
+    return {str(name): str(definition) for name, definition in rows}
+
+
+def test_upgrade_downgrade_upgrade(scratch_url: str) -> None:
+    migrate.upgrade(scratch_url)
+    assert set(Base.metadata.tables) <= tables(scratch_url)
+    assert migrate.current_revision(scratch_url) == migrate.head_revision()
+
+    migrate.downgrade(scratch_url, "base")
+    assert tables(scratch_url) == {"alembic_version"}
+    assert migrate.current_revision(scratch_url) is None
+
+    migrate.upgrade(scratch_url)
+    assert set(Base.metadata.tables) <= tables(scratch_url)
+
+
+def test_no_drift_between_models_and_migrations(scratch_url: str) -> None:
+    migrate.upgrade(scratch_url)
+
+    assert migrate.check(scratch_url) is None
+
+
+def test_search_indexes_name_their_operator_class(scratch_url: str) -> None:
+    migrate.upgrade(scratch_url)
+    found = indexes(scratch_url)
+
+    hnsw = found["ix_memory_chunks_hnsw_local_wordllama_l2_supercat_256"]
+    assert "USING hnsw (((embedding)::vector(256)) vector_cosine_ops)" in hnsw
+    assert "WHERE ((model)::text = 'local:wordllama-l2_supercat:256'::text)" in hnsw
+    assert "USING gin (tsv)" in found["ix_memory_chunks_tsv"]
+
+
+def test_every_table_carries_the_project_key_but_the_content_addressed_cache(
+    scratch_url: str,
+) -> None:
+    migrate.upgrade(scratch_url)
+    with psycopg.connect(libpq_url(scratch_url)) as connection:
+        rows = connection.execute(
+            "SELECT table_name FROM information_schema.columns "
+            "WHERE table_schema = 'public' AND column_name = 'project_path'"
+        ).fetchall()
+    with_project = {row[0] for row in rows}
+
+    assert set(Base.metadata.tables) - with_project == {"memory_embedding_cache"}
+
+
+def test_both_extensions_where_available(scratch_url: str) -> None:
+    migrate.upgrade(scratch_url)
+    with psycopg.connect(libpq_url(scratch_url)) as connection:
+        installed = {r[0] for r in connection.execute("SELECT extname FROM pg_extension")}
+        available = {r[0] for r in connection.execute("SELECT name FROM pg_available_extensions")}
+
+    assert "vector" in installed
+    assert ("pgcrypto" in installed) == ("pgcrypto" in available)

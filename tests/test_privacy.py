@@ -1,0 +1,297 @@
+"""Privacy and hygiene functions: cleaning, stripping, redaction, capping."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.privacy import (
+    REDACTED,
+    NestingTooDeep,
+    cap_text,
+    clean_text,
+    json_depth,
+    redact_secrets,
+    sanitize_json,
+    sanitize_text,
+    strip_private,
+)
+
+TESTDATA = Path("/work/shared/testdata")
+if not TESTDATA.exists():
+    TESTDATA = Path(__file__).resolve().parents[2] / "shared" / "testdata"
+REAL_FILES = sorted(p for p in TESTDATA.rglob("*") if p.is_file() and p.suffix != ".md") + sorted(
+    TESTDATA.rglob("*.md")
+)
+
+
+# --- clean_text ---
+
+
+def test_clean_text_removes_nul() -> None:
+    assert clean_text("a\x00b\x00") == "ab"
+
+
+def test_clean_text_replaces_lone_surrogates_and_keeps_pairs() -> None:
+    decoded = json.loads('"x\\ud800y \\udfff \\ud83d\\ude00"')
+    cleaned = clean_text(decoded)
+    assert cleaned == "x\ufffdy \ufffd \U0001f600"
+    cleaned.encode("utf-8")
+
+
+def test_clean_text_leaves_clean_text_identical() -> None:
+    text = "héllo wörld ✅ — fine"
+    assert clean_text(text) is text
+
+
+# --- strip_private ---
+
+
+def test_strip_private_removes_spans_case_insensitive_and_multiline() -> None:
+    text = "keep <private>secret\nstuff</private> this <PRIVATE>x</Private> too"
+    assert strip_private(text) == "keep  this  too"
+
+
+def test_strip_private_unclosed_span_hides_the_rest() -> None:
+    assert strip_private("public <private>never closed secret") == "public "
+
+
+def test_strip_private_removes_injected_memory_block() -> None:
+    text = "<memory>\n# Context\n- past thing\n</memory>\nWhat is next?"
+    assert strip_private(text) == "What is next?"
+
+
+def test_strip_private_keeps_lone_memory_tag() -> None:
+    text = "const tag = '<memory>'; // no closing tag here"
+    assert strip_private(text) == text
+
+
+def test_strip_private_memory_block_with_attributes() -> None:
+    assert strip_private('a<memory source="agmem">x</memory>b') == "ab"
+
+
+# --- redact_secrets ---
+
+SECRETS = [
+    "AIzaSyA1234567890abcdefghijklmnopqrstuv",
+    "sk-proj-abcdefghijklmnopqrstuvwxyz012345",
+    "sk-ant-api03-abcdefghijklmnopqrstuvwxyz",
+    "sk-abcdefghijklmnopqrstuvwxyz0123456789",
+    "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+    "gho_abcdefghijklmnopqrstuvwxyz0123456789",
+    "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz",
+    "glpat-abcdefghij0123456789",
+    "AKIAIOSFODNN7EXAMPLE",
+    "xoxb-1234567890-abcdefghij",
+    "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+]
+
+
+@pytest.mark.parametrize("secret", SECRETS)
+def test_redact_known_token_shapes(secret: str) -> None:
+    out = redact_secrets(f"config value {secret} end")
+    assert secret not in out
+    assert out == f"config value {REDACTED} end"
+
+
+def test_redact_stripe_keeps_the_kind() -> None:
+    out = redact_secrets("key sk_live_abcdefghijklmnop1234 here")
+    assert out == f"key sk_live_{REDACTED} here"
+
+
+def test_redact_private_key_block() -> None:
+    text = "x\n-----BEGIN RSA PRIVATE KEY-----\nMIIEow\nabc\n-----END RSA PRIVATE KEY-----\ny"
+    assert redact_secrets(text) == f"x\n{REDACTED}\ny"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Authorization: Bearer abc.def.ghi123", f"Authorization: Bearer {REDACTED}"),
+        ('"authorization": "Basic dXNlcjpwYXNz"', f'"authorization": "Basic {REDACTED}"'),
+        ("AUTHORIZATION=token12345678", f"AUTHORIZATION={REDACTED}"),
+        ("curl -H 'bearer abcdefgh12345'", f"curl -H 'bearer {REDACTED}'"),
+    ],
+)
+def test_redact_authorization_and_bearer(text: str, expected: str) -> None:
+    assert redact_secrets(text) == expected
+
+
+def test_redact_password_in_url_keeps_user_and_host() -> None:
+    out = redact_secrets("postgresql://app:s3cr3t!@db.example.com:5432/x and redis://:pw@h")
+    assert out == f"postgresql://app:{REDACTED}@db.example.com:5432/x and redis://:{REDACTED}@h"
+
+
+def test_url_without_password_untouched() -> None:
+    text = "see https://example.com/a:b/c and http://user@host/"
+    assert redact_secrets(text) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("GEMINI_API_KEY=abc123", f"GEMINI_API_KEY={REDACTED}"),
+        ('export DB_PASSWORD="hunter2 x"', f'export DB_PASSWORD="{REDACTED}"'),
+        ("AWS_SECRET = 'xyz'", f"AWS_SECRET = '{REDACTED}'"),
+        ("GITHUB_TOKEN=ghx", f"GITHUB_TOKEN={REDACTED}"),
+        ("STRIPE_KEY=val # comment", f"STRIPE_KEY={REDACTED} # comment"),
+    ],
+)
+def test_redact_env_assignments(text: str, expected: str) -> None:
+    assert redact_secrets(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{"password": "hunter22"}', f'{{"password": "{REDACTED}"}}'),
+        ("client_secret: 'abcd1234'", f"client_secret: '{REDACTED}'"),
+        ('apiKey = "zzzz9999"', f'apiKey = "{REDACTED}"'),
+        ('"access_token":"tok_123456"', f'"access_token":"{REDACTED}"'),
+    ],
+)
+def test_redact_quoted_credential_values(text: str, expected: str) -> None:
+    assert redact_secrets(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "if TOKEN == other: pass",
+        "max_tokens = 1024",
+        "the task-runner-abcdefghijklmnopqrstuvwxyz ran",
+        "MAX_TOKENS=100",
+        "PWD=/home/dev",
+        "mask-abcdefghijklmnopqrstuvwxyz0123",
+        "broken = 'value'",
+        "print(desk-abcdefghijklmnopqrstuvwxyz)",
+    ],
+)
+def test_ordinary_code_is_not_redacted(text: str) -> None:
+    assert redact_secrets(text) == text
+
+
+def test_redaction_is_idempotent() -> None:
+    once = redact_secrets("API_KEY=abc Authorization: Bearer abcdefgh123 pw='hunter22'")
+    assert redact_secrets(once) == once
+
+
+# --- sanitize ---
+
+
+def test_sanitize_text_does_everything() -> None:
+    text = "ok\x00 <private>mine</private> sk-abcdefghijklmnopqrstuvwxyz0123 \ud800"
+    assert sanitize_text(text) == f"ok  {REDACTED} \ufffd"
+
+
+def test_sanitize_json_cleans_keys_values_and_nesting() -> None:
+    value: Any = {
+        "k\x00ey": ["a\x00", {"deep": "<private>x</private>y"}],
+        "n": 3,
+        "b": True,
+        "z": None,
+        "f": 1.5,
+    }
+    assert sanitize_json(value) == {
+        "key": ["a", {"deep": "y"}],
+        "n": 3,
+        "b": True,
+        "z": None,
+        "f": 1.5,
+    }
+
+
+def test_sanitize_json_redacts_values_of_credential_keys() -> None:
+    value = {"password": "x", "apiKey": "short", "nested": {"GITHUB_TOKEN": "abc"}, "tokens": 12}
+    assert sanitize_json(value) == {
+        "password": REDACTED,
+        "apiKey": REDACTED,
+        "nested": {"GITHUB_TOKEN": REDACTED},
+        "tokens": 12,
+    }
+
+
+def test_sanitize_json_keeps_non_credential_keys() -> None:
+    value = {"max_tokens": "100", "keyword": "token bucket", "file_path": "/a/b.py"}
+    assert sanitize_json(value) == value
+
+
+def test_sanitize_json_refuses_deep_nesting() -> None:
+    value: Any = "leaf"
+    for _ in range(70):
+        value = [value]
+    with pytest.raises(NestingTooDeep):
+        sanitize_json(value, max_depth=64)
+    assert sanitize_json(value, max_depth=80) == value
+
+
+def test_json_depth_counts_and_stops_at_limit() -> None:
+    assert json_depth("x") == 0
+    assert json_depth({"a": [1, {"b": 2}]}) == 3
+    value: Any = 1
+    for _ in range(1000):
+        value = [value]
+    assert json_depth(value, limit=10) == 11
+
+
+# --- cap_text ---
+
+
+def test_cap_text_short_text_unchanged() -> None:
+    assert cap_text("abc", 10) == "abc"
+
+
+def test_cap_text_keeps_head_and_tail_and_states_size() -> None:
+    text = "HEAD" + "x" * 10_000 + "TAIL"
+    out = cap_text(text, 1000)
+    assert len(out) <= 1000
+    assert out.startswith("HEAD")
+    assert out.endswith("TAIL")
+    assert "10008 chars originally" in out
+
+
+def test_cap_text_five_megabytes_fast() -> None:
+    text = "line of output\n" * 350_000
+    started = time.perf_counter()
+    out = cap_text(text, 65_536)
+    assert time.perf_counter() - started < 0.05
+    assert len(out) <= 65_536
+    assert f"{len(text)} chars originally" in out
+
+
+def test_cap_text_tiny_cap_still_bounded() -> None:
+    assert cap_text("x" * 500, 20) == "x" * 20
+
+
+# --- real agent data ---
+
+
+@pytest.mark.parametrize("path", REAL_FILES, ids=lambda p: p.name)
+def test_real_files_survive_sanitizing(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    out = sanitize_text(text)
+    # These public files hold no real credentials: at most a placeholder gets redacted.
+    assert out.count(REDACTED) <= 1
+    assert abs(len(out) - len(text)) < 100
+
+
+def test_real_transcript_lines_sanitize_as_json() -> None:
+    path = TESTDATA / "gemini" / "vct_gemini_session_jsonl_format.jsonl"
+    for line in path.read_text(encoding="utf-8").splitlines():
+        value = json.loads(line)
+        assert json.dumps(sanitize_json(value))
+
+
+def test_sanitize_is_fast_on_a_large_real_file() -> None:
+    text = (TESTDATA / "gemini" / "vct_gemini_session_jsonl_format.jsonl").read_text()
+    sanitize_text(text)
+    started = time.perf_counter()
+    for _ in range(5):
+        sanitize_text(text)
+    per_call = (time.perf_counter() - started) / 5
+    # ~120 KB; a generous bound so a loaded machine does not fail it, yet catches a slow regex.
+    assert per_call < 0.1

@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.config import SettingsError, is_loopback_host
+from tests.conftest import make_settings
+
+
+def test_defaults() -> None:
+    settings = make_settings()
+
+    assert settings.host == "127.0.0.1"
+    assert settings.port == 37777
+    assert settings.home == Path("~/.antigravity-mem").expanduser()
+    assert settings.pgdata == settings.home / "pgdata"
+    assert settings.embedding_provider == "local"
+    assert settings.max_body_bytes == 8 * 1024 * 1024
+
+
+def test_environment_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DATABASE_URL", "postgresql://u@db/agmem")
+    monkeypatch.setenv("GEMINI_API_KEY", "k")
+    monkeypatch.setenv("AGMEM_GEMINI_BASE_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("AGMEM_PORT", "4000")
+
+    from app.config import load_settings
+
+    settings = load_settings(_env_file=None)
+
+    assert settings.database_url == "postgresql://u@db/agmem"
+    assert settings.gemini_api_key == "k"
+    assert settings.gemini_base_url == "http://127.0.0.1:9"
+    assert settings.port == 4000
+
+
+@pytest.mark.parametrize(
+    ("override", "variable"),
+    [
+        ({"port": 70000}, "AGMEM_PORT"),
+        ({"database_url": "sqlite:///x.db"}, "DATABASE_URL"),
+        ({"embedding_provider": "word2vec"}, "AGMEM_EMBEDDING_PROVIDER"),
+        ({"max_body_bytes": 10}, "AGMEM_MAX_BODY_BYTES"),
+    ],
+)
+def test_invalid_setting_names_the_variable(override: dict[str, object], variable: str) -> None:
+    with pytest.raises(SettingsError) as raised:
+        make_settings(**override)
+
+    message = str(raised.value)
+    assert message.startswith(f"invalid setting {variable}: ")
+    assert "\n" not in message
+
+
+def test_blank_database_url_means_embedded() -> None:
+    assert make_settings(database_url="  ").database_url is None
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("localhost", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("0.0.0.0", False),
+        ("192.168.1.5", False),
+        ("example.com", False),
+    ],
+)
+def test_loopback_detection(host: str, loopback: bool) -> None:
+    assert is_loopback_host(host) is loopback
