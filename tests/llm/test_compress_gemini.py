@@ -31,8 +31,10 @@ def gemini_settings(url: str, **overrides: Any) -> Any:
     base: dict[str, Any] = {
         "gemini_api_key": "k",
         "gemini_base_url": url,
-        "worker_backoff_base_seconds": 0.1,
-        "worker_backoff_max_seconds": 0.2,
+        # Long enough that a retry never lands inside the drain that failed; tests that want
+        # the retry now make the row due themselves.
+        "worker_backoff_base_seconds": 2.0,
+        "worker_backoff_max_seconds": 2.0,
     }
     base.update(overrides)
     return make_settings(**base)
@@ -94,6 +96,10 @@ def _error(code: int, status: str) -> dict[str, Any]:
     return {"error": {"code": code, "message": status.lower(), "status": status}}
 
 
+def _make_due(db: psycopg.Connection[Any]) -> None:
+    db.execute("UPDATE observations SET next_attempt_at = now() WHERE status = 'captured'")
+
+
 def _status(db: psycopg.Connection[Any]) -> str:
     return str(row(db, "SELECT status FROM observations WHERE id = 'o1'")["status"])
 
@@ -124,7 +130,7 @@ def test_429_retry_after_is_honoured_then_success(
     assert after_429["status"] == "captured"
     assert "429" in after_429["last_error"]
     assert after_429["locked_by"] is None
-    # The retry is scheduled no sooner than the server asked (backoff alone would be 0.1 s).
+    # The retry is scheduled no sooner than the server asked.
     assert (after_429["next_attempt_at"] - after_429["observed_at"]).total_seconds() >= 0.9
     assert len(calls) == 2
     assert times[0] - first >= 1.0
@@ -140,7 +146,8 @@ def test_500_then_success(db: psycopg.Connection[Any], database_url: str) -> Non
         fake.on(":generateContent", lambda _r: FakeResponse(body=text_answer(ANSWER)))
         drain(gemini_settings(fake.url), database_url)
         after_500 = row(db, "SELECT * FROM observations WHERE id = 'o1'")
-        run_until(gemini_settings(fake.url), database_url, lambda: _status(db) == "compressed")
+        _make_due(db)
+        drain(gemini_settings(fake.url), database_url)
         assert len(fake.calls(":generateContent")) == 2
 
     assert after_500["status"] == "captured"
@@ -161,11 +168,8 @@ def test_timeout_is_a_failed_attempt_then_success(
         drain(gemini_settings(fake.url, **settings_kw), database_url)
         waited = time.monotonic() - started
         after_timeout = row(db, "SELECT * FROM observations WHERE id = 'o1'")
-        run_until(
-            gemini_settings(fake.url, **settings_kw),
-            database_url,
-            lambda: _status(db) == "compressed",
-        )
+        _make_due(db)
+        drain(gemini_settings(fake.url, **settings_kw), database_url)
 
     assert after_timeout["status"] == "captured"
     assert "timeout" in after_timeout["last_error"].lower()
@@ -187,10 +191,12 @@ def test_malformed_answers_are_failed_attempts(
         fake.on(":generateContent", lambda _r: FakeResponse(body=text_answer(ANSWER)))
         drain(gemini_settings(fake.url), database_url)
         first_error = row(db, "SELECT last_error FROM observations")["last_error"]
-        time.sleep(0.25)
+        _make_due(db)
         drain(gemini_settings(fake.url), database_url)
         second_error = row(db, "SELECT last_error FROM observations")["last_error"]
-        run_until(gemini_settings(fake.url), database_url, lambda: _status(db) == "compressed")
+        _make_due(db)
+        drain(gemini_settings(fake.url), database_url)
+    assert _status(db) == "compressed"
 
     assert first_error.startswith("gemini call failed")
     assert "without text" in second_error
@@ -202,7 +208,13 @@ def test_repeated_failures_end_failed_keeping_raw_data_and_can_be_retried(
 ) -> None:
     make_session(db)
     make_observation(db, "o1", args={"path": "src/keep.ts"})
-    failing = gemini_settings("", worker_max_attempts=3, gemini_failure_threshold=0)
+    failing = gemini_settings(
+        "",
+        worker_max_attempts=3,
+        gemini_failure_threshold=0,
+        worker_backoff_base_seconds=0.1,
+        worker_backoff_max_seconds=0.2,
+    )
     with fake_gemini() as fake:
         fake.on(":generateContent", lambda _r: FakeResponse(503, _error(503, "UNAVAILABLE")))
         settings = failing.model_copy(update={"gemini_base_url": fake.url})
