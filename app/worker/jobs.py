@@ -4,6 +4,7 @@ result in one short transaction guarded by its claim."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 import structlog
@@ -217,8 +218,14 @@ async def summarize_session(ctx: JobContext, work: SessionWork) -> str:
 
 async def embed_batch(ctx: JobContext, *, limit: int = 256) -> int:
     """Embed up to `limit` index rows that have no vector yet (cache first); rows embedded."""
+    async with transaction(ctx.sessionmaker) as session:
+        if not await results.has_unembedded_chunks(
+            session, max_attempts=ctx.settings.worker_max_attempts
+        ):
+            return 0
     if ctx.embedder is None:
-        ctx.embedder = get_embedder(ctx.settings)
+        # Loading a model takes a while: off the event loop, which may be serving requests.
+        ctx.embedder = await asyncio.to_thread(get_embedder, ctx.settings)
     async with transaction(ctx.sessionmaker) as session:
         stats = await embed_pending_chunks(
             session, ctx.embedder, limit=limit, max_attempts=ctx.settings.worker_max_attempts

@@ -139,6 +139,16 @@ async def release_claim(session: AsyncSession, *, table: str, row_id: object, wo
     await session.execute(_RELEASE[table], {"id": row_id, "worker": worker})
 
 
+_HAS_UNEMBEDDED = text(
+    "SELECT EXISTS (SELECT 1 FROM memory_chunks WHERE embedding IS NULL AND embed_attempts < :max)"
+)
+
+
+async def has_unembedded_chunks(session: AsyncSession, *, max_attempts: int) -> bool:
+    """Whether any index row still waits for a vector (a cheap probe of a partial index)."""
+    return bool((await session.execute(_HAS_UNEMBEDDED, {"max": max_attempts})).scalar_one())
+
+
 _PURGE_MEMORIES = text("DELETE FROM memories WHERE expires_at IS NOT NULL AND expires_at <= now()")
 
 
