@@ -7,7 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
@@ -75,6 +75,18 @@ class Settings(BaseSettings):
     gemini_daily_token_budget: int = Field(default=2_000_000, ge=0)
     gemini_failure_threshold: int = Field(default=5, ge=0)
     gemini_failure_cooldown_seconds: float = Field(default=300.0, ge=0, le=86_400)
+    # Sync of memory files and transcripts (app/sync): folders, caps, chunking, embedding batches.
+    sync_memory_dir: str = "."
+    sync_sessions_dir: str = "sessions"
+    sync_max_file_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
+    sync_chunk_tokens: int = Field(default=400, ge=32, le=8000)
+    sync_chunk_overlap_tokens: int = Field(default=80, ge=0, le=4000)
+    sync_tool_output_chars: int = Field(default=2000, ge=100, le=1_000_000)
+    sync_watch_debounce_ms: int = Field(default=1500, ge=50, le=600_000)
+    gemini_embed_batch_threshold: int = Field(default=5000, ge=1)
+    gemini_embed_max_retries: int = Field(default=5, ge=0, le=20)
+    gemini_batch_poll_seconds: float = Field(default=10.0, gt=0, le=3600)
+    gemini_batch_timeout_seconds: float = Field(default=24 * 3600.0, gt=0)
 
     @field_validator("home")
     @classmethod
@@ -107,6 +119,14 @@ class Settings(BaseSettings):
     def _split_tools(cls, value: object) -> object:
         if isinstance(value, str):
             return [name.strip() for name in value.split(",") if name.strip()]
+        return value
+
+    @field_validator("sync_chunk_overlap_tokens")
+    @classmethod
+    def _overlap_below_size(cls, value: int, info: ValidationInfo) -> int:
+        size = info.data.get("sync_chunk_tokens")
+        if isinstance(size, int) and value >= size:
+            raise ValueError("must be smaller than AGMEM_SYNC_CHUNK_TOKENS")
         return value
 
     @property

@@ -14,6 +14,7 @@ from app.api.middleware import BearerTokenMiddleware, BodySizeLimitMiddleware
 from app.config import Settings, get_settings
 from app.db.engine import make_async_engine, make_sessionmaker, resolve_database_url
 from app.state import AppState
+from app.sync.routes import router as sync_router
 from app.worker.loop import Worker
 
 
@@ -63,6 +64,7 @@ def create_app(
     )
     install_error_handlers(app)
     app.include_router(health.router)
+    app.include_router(sync_router)
     # Outermost first: the size limit applies before authentication reads anything.
     app.add_middleware(BearerTokenMiddleware, token=settings.api_token)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from app.cli import server, worker
+from app.cli import server, sync, worker
 
 cli = typer.Typer(
     name="agmem",
@@ -15,6 +15,7 @@ cli = typer.Typer(
 )
 server.register(cli)
 worker.register(cli)
+sync.register(cli)
 
 
 def main() -> None:

@@ -64,6 +64,15 @@ async def cached_vectors(session: AsyncSession, *, model: str, hashes: list[str]
     return found
 
 
+async def store_vectors(session: AsyncSession, *, model: str, vectors: dict[str, str]) -> None:
+    """Add `{content hash: vector literal}` to the cache; hashes already there keep their vector."""
+    if vectors:
+        await session.execute(
+            _CACHE_STORE,
+            {"model": model, "hashes": list(vectors), "embeddings": list(vectors.values())},
+        )
+
+
 async def vectors_for(
     session: AsyncSession, embedder: Embedder, items: dict[str, str]
 ) -> tuple[dict[str, str], EmbedStats]:

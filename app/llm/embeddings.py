@@ -10,6 +10,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from app.config import Settings
+from app.errors import AppError
 
 LOCAL_MODEL = "wordllama-l2_supercat"
 LOCAL_DIMS = 256
@@ -50,7 +51,7 @@ def describe_embedding(settings: Settings) -> dict[str, str | int]:
     }
 
 
-def _normalise(vectors: NDArray[np.float32]) -> NDArray[np.float32]:
+def normalise(vectors: NDArray[np.float32]) -> NDArray[np.float32]:
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
     normalised: NDArray[np.float32] = (vectors / norms).astype(np.float32)
@@ -81,7 +82,7 @@ class LocalEmbedder:
         if not texts:
             return np.zeros((0, LOCAL_DIMS), dtype=np.float32)
         vectors = np.asarray(self._model.embed(texts, norm=False), dtype=np.float32)
-        return _normalise(vectors)
+        return normalise(vectors)
 
     def embed_query(self, text: str) -> NDArray[np.float32]:
         vector: NDArray[np.float32] = self.embed_documents([text])[0]
@@ -93,8 +94,61 @@ def local_embedder() -> LocalEmbedder:
     return LocalEmbedder()
 
 
+class EmbeddingProviderUnavailable(AppError):
+    status_code = 503
+
+
+class SentenceTransformerEmbedder:
+    """Any sentence-transformers model from a local path or the local cache; never downloads."""
+
+    def __init__(self, model: str, dims: int | None) -> None:
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError:
+            raise EmbeddingProviderUnavailable(
+                "AGMEM_EMBEDDING_PROVIDER=sentence-transformers needs the optional extra: "
+                "uv sync --extra sentence-transformers"
+            ) from None
+        try:
+            self._model = SentenceTransformer(model, local_files_only=True)
+        except Exception as error:  # a missing or broken model folder, in whatever form
+            raise EmbeddingProviderUnavailable(
+                f"cannot load sentence-transformers model {model!r}: {error}"
+            ) from None
+        width = int(self._model.get_sentence_embedding_dimension() or 0)
+        if dims is not None and dims != width:
+            raise EmbeddingProviderUnavailable(
+                f"AGMEM_EMBEDDING_DIMS={dims} but model {model!r} has {width} dimensions"
+            )
+        self._name = model
+        self._dims = width
+
+    @property
+    def identity(self) -> str:
+        return model_identity("sentence-transformers", self._name, self._dims)
+
+    @property
+    def dims(self) -> int:
+        return self._dims
+
+    def embed_documents(self, texts: list[str]) -> NDArray[np.float32]:
+        if not texts:
+            return np.zeros((0, self._dims), dtype=np.float32)
+        vectors = np.asarray(self._model.encode(texts, batch_size=64), dtype=np.float32)
+        return normalise(vectors)
+
+    def embed_query(self, text: str) -> NDArray[np.float32]:
+        vector: NDArray[np.float32] = self.embed_documents([text])[0]
+        return vector
+
+
 def get_embedder(settings: Settings) -> Embedder:
     """The embedder the settings ask for."""
     if settings.embedding_provider == "local":
         return local_embedder()
-    raise NotImplementedError(f"embedding provider {settings.embedding_provider!r}")
+    described = describe_embedding(settings)
+    if settings.embedding_provider == "gemini":
+        from app.llm.gemini_embeddings import GeminiEmbedder
+
+        return GeminiEmbedder(settings)
+    return SentenceTransformerEmbedder(str(described["model"]), settings.embedding_dims)

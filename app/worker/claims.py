@@ -24,11 +24,13 @@ class Queue:
     table: str
     ready: str  # the status that means "to do"
     order: str  # claim order among due rows
+    working: str | None = None  # a status the job itself sets while it runs, if any
 
 
 OBSERVATIONS = Queue("observations", "captured", "seq")
 SESSIONS = Queue("sessions", "ending", "ended_at NULLS FIRST, created_at")
-SYNC_RUNS = Queue("sync_runs", "queued", "created_at")
+# execute_sync_run marks its run `running` itself; a failure puts it back to `queued`.
+SYNC_RUNS = Queue("sync_runs", "queued", "created_at", working="running")
 QUEUES = (OBSERVATIONS, SESSIONS, SYNC_RUNS)
 
 _DUE = (
@@ -140,13 +142,18 @@ def backoff_seconds(attempts: int, *, base: float, cap: float) -> float:
     return random.uniform(min(base / 2, ceiling), ceiling)
 
 
+def _statuses(queue: Queue) -> str:
+    return ", ".join(f"'{s}'" for s in (queue.ready, queue.working) if s)
+
+
 def _fail_sql(queue: Queue) -> Any:
     return text(
         f"UPDATE {queue.table} SET last_error = :error, locked_until = NULL, locked_by = NULL, "
-        "status = CASE WHEN attempts >= :max_attempts THEN 'failed' ELSE status END, "
+        f"status = CASE WHEN attempts >= :max_attempts THEN 'failed' ELSE '{queue.ready}' END, "
         "next_attempt_at = CASE WHEN attempts >= :max_attempts THEN NULL "
         "ELSE now() + make_interval(secs => :delay) END "
-        f"WHERE id = :id AND locked_by = :worker AND status = '{queue.ready}' RETURNING status"
+        f"WHERE id = :id AND locked_by = :worker AND status IN ({_statuses(queue)}) "
+        "RETURNING status"
     )
 
 
@@ -190,14 +197,42 @@ def _expire_sql(queue: Queue) -> Any:
 
 _EXPIRE = {queue.table: _expire_sql(queue) for queue in QUEUES}
 
+# A sync run left `running` by a worker that died: its lease ran out, so it is queued again.
+_REQUEUE_ABANDONED_SYNC = text(
+    "UPDATE sync_runs SET status = 'queued', locked_until = NULL, locked_by = NULL, "
+    "last_error = coalesce(last_error || '; ', '') || 'worker lost during the run' "
+    "WHERE status = 'running' AND locked_by IS NOT NULL AND locked_until <= now()"
+)
+
 
 async def fail_exhausted(session: AsyncSession, *, max_attempts: int) -> int:
-    """Mark `failed` the rows whose last attempt's claim expired (their worker died)."""
+    """Queue again sync runs whose worker died mid-run, then mark `failed` the rows whose last
+    attempt's claim expired."""
+    await session.execute(_REQUEUE_ABANDONED_SYNC)
     total = 0
     for queue in QUEUES:
         result: Any = await session.execute(_EXPIRE[queue.table], {"max_attempts": max_attempts})
         total += int(result.rowcount or 0)
     return total
+
+
+_RENEW = {
+    queue.table: text(
+        f"UPDATE {queue.table} SET locked_until = now() + make_interval(secs => :lease) "
+        "WHERE id = :id AND locked_by = :worker"
+    )
+    for queue in QUEUES
+}
+
+
+async def renew_lease(
+    session: AsyncSession, queue: Queue, *, row_id: object, worker: str, lease: float
+) -> bool:
+    """Extend a claim that is still being worked on; False when it is no longer ours."""
+    result: Any = await session.execute(
+        _RENEW[queue.table], {"id": row_id, "worker": worker, "lease": lease}
+    )
+    return bool(result.rowcount)
 
 
 _RETRY_OBSERVATIONS = text(

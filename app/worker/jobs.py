@@ -1,6 +1,6 @@
-"""The worker's jobs: compress one observation, summarise one session, embed a batch of index
-rows, purge expired memories. A job holds no transaction while it waits on Gemini; it writes its
-result in one short transaction guarded by its claim."""
+"""The worker's jobs: compress one observation, summarise one session, run one sync, embed a
+batch of index rows, purge expired memories. A job holds no transaction while it waits on
+Gemini; it writes its result in one short transaction guarded by its claim."""
 
 from __future__ import annotations
 
@@ -21,8 +21,9 @@ from app.llm.generation import GeminiCallFailed
 from app.llm.ratelimit import GeminiGate, budget_allows, record_usage
 from app.llm.summarize import session_text, summarize_with_gemini
 from app.llm.tokens import estimate_tokens
+from app.sync.runs import execute_sync_run
 from app.worker import claims, results
-from app.worker.claims import ObservationWork, Queue, SessionWork
+from app.worker.claims import ObservationWork, Queue, SessionWork, SyncRunWork
 
 log = structlog.get_logger(__name__)
 
@@ -214,6 +215,15 @@ async def summarize_session(ctx: JobContext, work: SessionWork) -> str:
         observations=len(digests),
     )
     return summary.generated_by if stored else "lost"
+
+
+async def run_sync(ctx: JobContext, work: SyncRunWork) -> str:
+    """Execute one claimed sync run (it records running -> done | failed itself)."""
+    await execute_sync_run(ctx.sessionmaker, ctx.settings, work.id)
+    async with transaction(ctx.sessionmaker) as session:
+        await results.finish_sync_claim(session, run_id=work.id, worker=ctx.worker_id)
+    log.info("sync_run.executed", id=str(work.id), project=work.project_path)
+    return "sync"
 
 
 async def embed_batch(ctx: JobContext, *, limit: int = 256) -> int:

@@ -107,6 +107,14 @@ class Worker:
                 lambda: jobs.summarize_session(self.ctx, item),
             )
             return True
+        async with transaction(self.ctx.sessionmaker) as session:
+            runs = await claims.claim_sync_runs(session, **params)
+        if runs:
+            run = runs[0]
+            await self._guard(
+                claims.SYNC_RUNS, run.id, run.attempts, lambda: jobs.run_sync(self.ctx, run)
+            )
+            return True
         return await jobs.embed_batch(self.ctx) > 0
 
     async def _guard(
@@ -114,6 +122,7 @@ class Worker:
     ) -> None:
         """Run a job; an unexpected error is a failed attempt, a cancellation gives the claim
         back so a restart does not wait for the lease."""
+        heartbeat = asyncio.create_task(self._heartbeat(queue, row_id))
         try:
             await job()
         except asyncio.CancelledError:
@@ -133,6 +142,20 @@ class Worker:
                     attempts=attempts,
                     error=f"{type(error).__name__}: {error}",
                 )
+        finally:
+            heartbeat.cancel()
+
+    async def _heartbeat(self, queue: Queue, row_id: object) -> None:
+        """Renew the lease while a long job (a big sync, a slow model) is still running."""
+        lease = self.settings.worker_lease_seconds
+        while True:
+            await asyncio.sleep(lease / 3)
+            with contextlib.suppress(Exception):
+                async with transaction(self.ctx.sessionmaker) as session:
+                    if not await claims.renew_lease(
+                        session, queue, row_id=row_id, worker=self.id, lease=lease
+                    ):
+                        return
 
     async def drain(self) -> None:
         """Run every unit of work that is due now with all lanes, then return."""

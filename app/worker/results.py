@@ -128,7 +128,14 @@ async def finish_session(
 _RELEASE = {
     table: text(
         f"UPDATE {table} SET locked_until = NULL, locked_by = NULL, "
-        "attempts = greatest(attempts - 1, 0) WHERE id = :id AND locked_by = :worker"
+        "attempts = greatest(attempts - 1, 0)"
+        # A sync run the job had marked `running` goes back to the queue.
+        + (
+            ", status = CASE WHEN status = 'running' THEN 'queued' ELSE status END"
+            if table == "sync_runs"
+            else ""
+        )
+        + " WHERE id = :id AND locked_by = :worker"
     )
     for table in ("observations", "sessions", "sync_runs")
 }
@@ -137,6 +144,17 @@ _RELEASE = {
 async def release_claim(session: AsyncSession, *, table: str, row_id: object, worker: str) -> None:
     """Give a claim back untouched (the worker is stopping); the attempt does not count."""
     await session.execute(_RELEASE[table], {"id": row_id, "worker": worker})
+
+
+_RELEASE_SYNC_RUN = text(
+    "UPDATE sync_runs SET locked_until = NULL, locked_by = NULL "
+    "WHERE id = :id AND locked_by = :worker"
+)
+
+
+async def finish_sync_claim(session: AsyncSession, *, run_id: object, worker: str) -> None:
+    """Drop the claim of a sync run that recorded its own outcome (done or failed)."""
+    await session.execute(_RELEASE_SYNC_RUN, {"id": run_id, "worker": worker})
 
 
 _HAS_UNEMBEDDED = text(

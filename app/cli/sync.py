@@ -1,0 +1,116 @@
+"""`agmem sync`: index a project's memory files and transcripts now (or on every change)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from app.cli.common import cli_errors, fail, open_database, settings_or_exit
+from app.db.engine import make_async_engine, make_sessionmaker
+from app.llm.embeddings import get_embedder
+from app.sync.indexer import ProjectFolderMissing, SyncRequest, sync_project
+from app.sync.report import SyncReport
+from app.sync.watch import watch_project
+
+
+def sync(
+    project: Annotated[
+        Path | None, typer.Option("--project", help="Project folder (default: current folder).")
+    ] = None,
+    memory_dir: Annotated[
+        str | None,
+        typer.Option("--memory-dir", help="Memory folder, relative to the project or absolute."),
+    ] = None,
+    sessions_dir: Annotated[
+        str | None,
+        typer.Option("--sessions-dir", help="Transcripts folder, relative or absolute."),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Re-read and re-chunk every file.")
+    ] = False,
+    watch: Annotated[bool, typer.Option("--watch", help="Keep syncing on every change.")] = False,
+    reembed: Annotated[
+        bool, typer.Option("--reembed", help="Re-embed chunks made by another model.")
+    ] = False,
+) -> None:
+    """Index MEMORY.md, memory/**/*.md and session transcripts into the search index."""
+    settings = settings_or_exit()
+    request = SyncRequest(
+        project_path=str((project or Path.cwd()).expanduser().absolute()),
+        memory_dir=memory_dir,
+        sessions_dir=sessions_dir,
+        force=force,
+        reembed=reembed,
+    )
+    console = Console(stderr=True)
+    with cli_errors():
+        url = open_database(settings)
+        embedder = get_embedder(settings)
+
+        async def go() -> None:
+            engine = make_async_engine(url, pool_size=2)
+            sessionmaker = make_sessionmaker(engine)
+            try:
+                with _progress(console) as bar:
+                    task = bar.add_task("sync", total=None)
+
+                    def advance(phase: str, done: int, total: int) -> None:
+                        bar.update(task, description=phase, completed=done, total=total)
+
+                    if watch:
+                        stop = asyncio.Event()
+                        console.print(f"watching {request.project_path} (Ctrl-C to stop)")
+                        await watch_project(
+                            sessionmaker,
+                            settings,
+                            embedder,
+                            request,
+                            on_report=lambda r: _print_report(console, r),
+                            stop=stop,
+                            progress=advance,
+                        )
+                    else:
+                        report = await sync_project(
+                            sessionmaker, settings, embedder, request, progress=advance
+                        )
+                        bar.update(task, visible=False)
+                        _print_report(console, report)
+            finally:
+                await engine.dispose()
+
+        try:
+            with contextlib.suppress(KeyboardInterrupt):
+                asyncio.run(go())
+        except ProjectFolderMissing as error:
+            fail(str(error))
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
+
+
+def _print_report(console: Console, report: SyncReport) -> None:
+    for skip in report.skipped[:20]:
+        console.print(f"skipped {skip.path}: {skip.reason}", highlight=False)
+    if len(report.skipped) > 20:
+        console.print(f"… and {len(report.skipped) - 20} more skipped", highlight=False)
+    for error in report.errors:
+        console.print(f"[yellow]warning[/yellow]: {error}", highlight=False)
+    typer.echo(report.summary_line())
+
+
+def register(cli: typer.Typer) -> None:
+    cli.command()(sync)

@@ -1,0 +1,163 @@
+"""Gemini embeddings through google-genai: inline `embed_content` calls, and the Batch API.
+
+Chunks are embedded as RETRIEVAL_DOCUMENT and queries as RETRIEVAL_QUERY, at the configured
+`output_dimensionality` (768 by default: HNSW stops at 2,000 dimensions). Gemini normalises only
+its full 3,072-dimension output, so every vector is L2-normalised here. Inline calls carry at most
+100 texts (the API's limit) and retry 429 and 5xx answers with exponential backoff and jitter.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import numpy as np
+import structlog
+from google.genai import errors, types
+from numpy.typing import NDArray
+
+from app.config import Settings
+from app.errors import UpstreamUnavailable
+from app.llm.embeddings import model_identity, normalise
+from app.llm.gemini import make_client
+
+log = structlog.get_logger(__name__)
+
+MAX_TEXTS_PER_CALL = 100
+DOCUMENT_TASK = "RETRIEVAL_DOCUMENT"
+QUERY_TASK = "RETRIEVAL_QUERY"
+_MAX_BACKOFF_SECONDS = 30.0
+_BATCH_DONE = "JOB_STATE_SUCCEEDED"
+_BATCH_FAILED = frozenset(
+    {"JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED", "JOB_STATE_PAUSED"}
+)
+
+
+class EmbeddingFailed(UpstreamUnavailable):
+    """Gemini refused, failed or answered with something that is not the vectors asked for."""
+
+
+class GeminiEmbedder:
+    """`gemini:<model>:<dims>`; also submits and reads Batch API jobs for large backlogs."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        retry_base_seconds: float = 1.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._client = make_client(settings, timeout_ms=60_000)
+        self._model = settings.embedding_model or "gemini-embedding-001"
+        self._dims = settings.embedding_dims or 768
+        self._retries = settings.gemini_embed_max_retries
+        self._retry_base = retry_base_seconds
+        self._sleep = sleep
+        self.calls = 0  # inline API calls made, for stats and tests
+
+    @property
+    def identity(self) -> str:
+        return model_identity("gemini", self._model, self._dims)
+
+    @property
+    def dims(self) -> int:
+        return self._dims
+
+    def embed_documents(self, texts: list[str]) -> NDArray[np.float32]:
+        if not texts:
+            return np.zeros((0, self._dims), dtype=np.float32)
+        parts = [
+            self._embed(texts[start : start + MAX_TEXTS_PER_CALL], DOCUMENT_TASK)
+            for start in range(0, len(texts), MAX_TEXTS_PER_CALL)
+        ]
+        return np.concatenate(parts)
+
+    def embed_query(self, text: str) -> NDArray[np.float32]:
+        vector: NDArray[np.float32] = self._embed([text], QUERY_TASK)[0]
+        return vector
+
+    def _config(self, task: str) -> types.EmbedContentConfig:
+        return types.EmbedContentConfig(task_type=task, output_dimensionality=self._dims)
+
+    def _embed(self, texts: list[str], task: str) -> NDArray[np.float32]:
+        attempt = 0
+        while True:
+            try:
+                self.calls += 1
+                answer = self._client.models.embed_content(
+                    model=self._model, contents=list(texts), config=self._config(task)
+                )
+                return self._vectors([e.values for e in answer.embeddings or []], len(texts))
+            except errors.APIError as error:
+                if not _retryable(error.code) or attempt >= self._retries:
+                    raise EmbeddingFailed(
+                        f"Gemini embeddings: {error.code} {error.message}"
+                    ) from None
+                reason: Any = error.code
+            except httpx.TransportError as error:
+                if attempt >= self._retries:
+                    raise EmbeddingFailed(f"Gemini embeddings unreachable: {error}") from None
+                reason = type(error).__name__
+            delay = min(self._retry_base * 2**attempt, _MAX_BACKOFF_SECONDS)
+            delay *= 0.5 + random.random() / 2
+            log.info("embeddings.retry", attempt=attempt + 1, reason=reason, delay_s=delay)
+            self._sleep(delay)
+            attempt += 1
+
+    def _vectors(self, values: list[list[float] | None], expected: int) -> NDArray[np.float32]:
+        if len(values) != expected:
+            raise EmbeddingFailed(f"Gemini returned {len(values)} embeddings for {expected} texts")
+        if any(v is None or len(v) != self._dims for v in values):
+            raise EmbeddingFailed(f"Gemini returned embeddings that are not {self._dims} wide")
+        return normalise(np.asarray(values, dtype=np.float32))
+
+    def submit_batch(self, texts: list[str], *, label: str) -> str:
+        """Start a Batch API job embedding `texts` as documents; returns the job's name."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the SDK marks embedding batches experimental
+            try:
+                job = self._client.batches.create_embeddings(
+                    model=self._model,
+                    src=types.EmbeddingsBatchJobSource(
+                        inlined_requests=types.EmbedContentBatch(
+                            contents=list(texts), config=self._config(DOCUMENT_TASK)
+                        )
+                    ),
+                    config=types.CreateEmbeddingsBatchJobConfig(display_name=label),
+                )
+            except (errors.APIError, httpx.TransportError) as error:
+                raise EmbeddingFailed(f"Gemini batch submission failed: {error}") from None
+        if not job.name:
+            raise EmbeddingFailed("Gemini batch submission returned no job name")
+        return job.name
+
+    def batch_result(self, name: str, expected: int) -> NDArray[np.float32] | None:
+        """The job's vectors in submission order, None while it runs; raises if it failed."""
+        try:
+            job = self._client.batches.get(name=name)
+        except errors.APIError as error:
+            if _retryable(error.code):
+                return None
+            raise EmbeddingFailed(f"Gemini batch {name}: {error.code} {error.message}") from None
+        except httpx.TransportError:
+            return None
+        state = str(job.state.value if job.state is not None else "")
+        if state in _BATCH_FAILED:
+            raise EmbeddingFailed(f"Gemini batch {name} ended {state}")
+        if state != _BATCH_DONE:
+            return None
+        responses = (job.dest.inlined_embed_content_responses if job.dest else None) or []
+        values: list[list[float] | None] = []
+        for item in responses:
+            if item.error is not None or item.response is None or item.response.embedding is None:
+                raise EmbeddingFailed(f"Gemini batch {name}: a request failed: {item.error}")
+            values.append(item.response.embedding.values)
+        return self._vectors(values, expected)
+
+
+def _retryable(code: int | None) -> bool:
+    return code is not None and (code == 429 or code >= 500)

@@ -1,0 +1,150 @@
+"""Split files into index chunks with langchain-text-splitters, each knowing its source lines.
+
+Sizes are in tokens, estimated at four characters a token (the estimate the rest of the service
+uses), so the splitters work on characters. Every chunk the splitter returns is a substring of the
+text it was given, found again from the previous chunk's position, and its offsets become lines.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from dataclasses import dataclass
+from functools import lru_cache
+
+from langchain_text_splitters import MarkdownTextSplitter, RecursiveCharacterTextSplitter
+
+from app.sync.transcripts import Transcript
+
+CHARS_PER_TOKEN = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    content: str
+    start_line: int  # 1-based, inclusive, in the file on disk
+    end_line: int
+
+
+@lru_cache(maxsize=8)
+def _markdown_splitter(tokens: int, overlap: int) -> MarkdownTextSplitter:
+    return MarkdownTextSplitter(
+        chunk_size=tokens * CHARS_PER_TOKEN, chunk_overlap=overlap * CHARS_PER_TOKEN
+    )
+
+
+@lru_cache(maxsize=8)
+def _text_splitter(tokens: int, overlap: int) -> RecursiveCharacterTextSplitter:
+    return RecursiveCharacterTextSplitter(
+        chunk_size=tokens * CHARS_PER_TOKEN, chunk_overlap=overlap * CHARS_PER_TOKEN
+    )
+
+
+def normalise_newlines(text: str) -> str:
+    """CRLF and lone CR become LF; a CRLF file keeps its line count, so lines stay exact."""
+    if "\r" not in text:
+        return text
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def chunk_markdown(text: str, *, tokens: int = 400, overlap: int = 80) -> list[Chunk]:
+    """Markdown-aware chunks (headers start sections) with 1-based line ranges into `text`."""
+    text = normalise_newlines(text)
+    pieces = _markdown_splitter(tokens, overlap).split_text(text)
+    starts = _line_starts(text)
+    chunks = []
+    for begin, end in _keep_headers_with_sections(text, _locate(text, pieces)):
+        chunks.append(Chunk(text[begin:end], _line_at(starts, begin), _line_at(starts, end - 1)))
+    return chunks
+
+
+_HEADER = re.compile(r"#{1,6} ")
+
+
+def _keep_headers_with_sections(text: str, located: list[tuple[str, int]]) -> list[tuple[int, int]]:
+    """Move header lines that end a chunk to the start of the next one, so that a header always
+    travels with its section (the splitter leaves it behind when the section is too long)."""
+    spans: list[tuple[int, int]] = []
+    carry: int | None = None
+    for index, (piece, begin) in enumerate(located):
+        end = begin + len(piece)
+        if carry is not None and carry < begin:
+            begin = carry
+        carry = None
+        if index < len(located) - 1:
+            cut = _trailing_headers(text, begin, end)
+            if cut is not None:
+                carry, end = cut, cut
+        segment = text[begin:end]
+        stripped = segment.strip()
+        if stripped:
+            begin += len(segment) - len(segment.lstrip())
+            spans.append((begin, begin + len(stripped)))
+    return spans
+
+
+def _trailing_headers(text: str, begin: int, end: int) -> int | None:
+    """Offset of the header lines a span ends with (blank lines aside), or None."""
+    cut: int | None = None
+    position = end
+    while position > begin:
+        line_start = max(text.rfind("\n", begin, position - 1) + 1, begin)
+        line = text[line_start:position].strip()
+        if line and not _HEADER.match(line):
+            break
+        if line:
+            cut = line_start
+        position = line_start
+    return cut
+
+
+def chunk_transcript(
+    transcript: Transcript, *, tokens: int = 400, overlap: int = 80
+) -> list[Chunk]:
+    """Chunks of a transcript's `User:`/`Assistant:` text, lines mapped back to the session file."""
+    if not transcript.entries:
+        return []
+    # Each rendered line remembers the file line of the entry it came from; the blank line between
+    # entries belongs to the entry before it.
+    rendered: list[str] = []
+    line_map: list[int] = []
+    for entry in transcript.entries:
+        body = normalise_newlines(entry.text).split("\n")
+        rendered.extend(body)
+        line_map.extend([entry.line] * len(body))
+        rendered.append("")
+        line_map.append(entry.line)
+    text = "\n".join(rendered)
+    pieces = _text_splitter(tokens, overlap).split_text(text)
+    starts = _line_starts(text)
+    chunks = []
+    for piece, begin in _locate(text, pieces):
+        first = line_map[_line_at(starts, begin) - 1]
+        last = line_map[_line_at(starts, begin + len(piece) - 1) - 1]
+        chunks.append(Chunk(piece, first, last))
+    return chunks
+
+
+def _locate(text: str, pieces: list[str]) -> list[tuple[str, int]]:
+    located = []
+    cursor = 0
+    for piece in pieces:
+        found = text.find(piece, cursor)
+        if found == -1:  # the splitter only returns substrings; search from the start to be safe
+            found = max(text.find(piece), 0)
+        located.append((piece, found))
+        cursor = found + 1
+    return located
+
+
+def _line_starts(text: str) -> list[int]:
+    starts = [0]
+    position = text.find("\n")
+    while position != -1:
+        starts.append(position + 1)
+        position = text.find("\n", position + 1)
+    return starts
+
+
+def _line_at(starts: list[int], offset: int) -> int:
+    return bisect_right(starts, max(offset, 0))

@@ -1,0 +1,235 @@
+"""All SQL of the sync job: the file table, chunk replacement, the per-project advisory lock."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+# One lock key per project; a second sync of the same project waits for the first to finish.
+_LOCK = text("SELECT pg_advisory_lock(hashtextextended('agmem.sync:' || :project, 0))")
+_UNLOCK = text("SELECT pg_advisory_unlock(hashtextextended('agmem.sync:' || :project, 0))")
+
+_KNOWN_FILES = text(
+    "SELECT id, path, source, hash, size, mtime FROM memory_files WHERE project_path = :project"
+)
+
+_UPSERT_FILE = text(
+    "INSERT INTO memory_files (project_path, path, source, hash, mtime, size, chunk_count) "
+    "VALUES (:project, :path, :source, :hash, :mtime, :size, :chunks) "
+    "ON CONFLICT (project_path, path) DO UPDATE SET source = EXCLUDED.source, "
+    "hash = EXCLUDED.hash, mtime = EXCLUDED.mtime, size = EXCLUDED.size, "
+    "chunk_count = EXCLUDED.chunk_count, indexed_at = now() RETURNING id"
+)
+
+_DELETE_FILE_CHUNKS = text("DELETE FROM memory_chunks WHERE file_id = :file_id")
+
+_INSERT_CHUNKS = text(
+    "INSERT INTO memory_chunks (project_path, source, file_id, file_path, start_line, end_line, "
+    "content, hash, embedding, model) "
+    "SELECT :project, :source, :file_id, :path, s, e, c, h, CAST(v AS vector), "
+    "CASE WHEN v IS NULL THEN NULL ELSE CAST(:model AS varchar) END "
+    "FROM unnest(CAST(:starts AS int[]), CAST(:ends AS int[]), CAST(:contents AS text[]), "
+    "CAST(:hashes AS text[]), CAST(:vectors AS text[])) AS t(s, e, c, h, v)"
+)
+
+_TOUCH_FILES = text(
+    "UPDATE memory_files AS f SET mtime = t.m, size = t.s FROM unnest(CAST(:ids AS bigint[]), "
+    "CAST(:mtimes AS float8[]), CAST(:sizes AS bigint[])) AS t(i, m, s) WHERE f.id = t.i"
+)
+
+# Chunks cascade with their file row.
+_DELETE_FILES = text("DELETE FROM memory_files WHERE id = ANY(CAST(:ids AS bigint[]))")
+
+_STALE_CHUNKS = text(
+    "SELECT id, hash, content FROM memory_chunks WHERE project_path = :project "
+    "AND source IN ('memory', 'sessions') AND (model IS DISTINCT FROM :model) "
+    "ORDER BY id LIMIT :limit"
+)
+
+_UNEMBEDDED_CHUNKS = text(
+    "SELECT id, hash, content FROM memory_chunks WHERE project_path = :project "
+    "AND source IN ('memory', 'sessions') AND embedding IS NULL ORDER BY id LIMIT :limit"
+)
+
+_MISSING_TEXTS = text(
+    "SELECT DISTINCT ON (hash) hash, content FROM memory_chunks WHERE project_path = :project "
+    "AND source IN ('memory', 'sessions') AND embedding IS NULL ORDER BY hash"
+)
+
+_FILL_FROM_CACHE = text(
+    "UPDATE memory_chunks AS c SET embedding = e.embedding, model = e.model, embed_error = NULL "
+    "FROM memory_embedding_cache AS e WHERE c.project_path = :project "
+    "AND c.source IN ('memory', 'sessions') AND c.embedding IS NULL "
+    "AND e.hash = c.hash AND e.model = :model"
+)
+
+_OPEN_BATCHES = text(
+    "SELECT id, provider_job, hashes FROM embedding_batches WHERE project_path = :project "
+    "AND model = :model AND status = 'submitted' ORDER BY created_at"
+)
+
+_NEW_BATCH = text(
+    "INSERT INTO embedding_batches (project_path, model, hashes) "
+    "VALUES (:project, :model, CAST(:hashes AS jsonb)) RETURNING id"
+)
+
+_UPDATE_BATCH = text(
+    "UPDATE embedding_batches SET status = :status, provider_job = COALESCE(:job, provider_job), "
+    "last_error = :error, updated_at = now() WHERE id = :id"
+)
+
+_SET_VECTORS = text(
+    "UPDATE memory_chunks AS c SET embedding = CAST(t.e AS vector), model = :model, "
+    "embed_error = NULL FROM unnest(CAST(:ids AS bigint[]), CAST(:embeddings AS text[])) "
+    "AS t(id, e) WHERE c.id = t.id"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class KnownFile:
+    id: int
+    path: str
+    source: str
+    hash: str
+    size: int
+    mtime: float
+
+
+async def lock_project(session: AsyncSession, project: str) -> None:
+    """Hold the project's sync lock on this session's connection until `unlock_project`."""
+    await session.execute(_LOCK, {"project": project})
+
+
+async def unlock_project(session: AsyncSession, project: str) -> None:
+    await session.execute(_UNLOCK, {"project": project})
+
+
+async def known_files(session: AsyncSession, project: str) -> dict[str, KnownFile]:
+    """Every indexed file of the project, by path."""
+    result = await session.execute(_KNOWN_FILES, {"project": project})
+    return {row.path: KnownFile(*row) for row in result}
+
+
+async def replace_file(
+    session: AsyncSession,
+    *,
+    project: str,
+    path: str,
+    source: str,
+    hash: str,
+    mtime: float,
+    size: int,
+    chunks: list[tuple[int, int, str, str, str | None]],
+    model: str,
+) -> int:
+    """Upsert the file row and make `chunks` (start, end, content, hash, vector) its only chunks."""
+    file_id: int = (
+        await session.execute(
+            _UPSERT_FILE,
+            {
+                "project": project,
+                "path": path,
+                "source": source,
+                "hash": hash,
+                "mtime": mtime,
+                "size": size,
+                "chunks": len(chunks),
+            },
+        )
+    ).scalar_one()
+    await session.execute(_DELETE_FILE_CHUNKS, {"file_id": file_id})
+    if chunks:
+        starts, ends, contents, hashes, vectors = (
+            list(column) for column in zip(*chunks, strict=True)
+        )
+        await session.execute(
+            _INSERT_CHUNKS,
+            {
+                "project": project,
+                "source": source,
+                "file_id": file_id,
+                "path": path,
+                "starts": starts,
+                "ends": ends,
+                "contents": contents,
+                "hashes": hashes,
+                "vectors": vectors,
+                "model": model,
+            },
+        )
+    return file_id
+
+
+async def touch_files(session: AsyncSession, touched: list[tuple[int, float, int]]) -> None:
+    """Record a new (mtime, size) for files whose content hash did not change."""
+    if touched:
+        ids, mtimes, sizes = (list(column) for column in zip(*touched, strict=True))
+        await session.execute(_TOUCH_FILES, {"ids": ids, "mtimes": mtimes, "sizes": sizes})
+
+
+async def delete_files(session: AsyncSession, ids: list[int]) -> None:
+    if ids:
+        await session.execute(_DELETE_FILES, {"ids": ids})
+
+
+async def stale_chunks(
+    session: AsyncSession, *, project: str, model: str, limit: int, only_missing: bool = False
+) -> list[tuple[int, str, str]]:
+    """File chunks of the project without a vector, or (unless `only_missing`) with another
+    model's vector."""
+    query = _UNEMBEDDED_CHUNKS if only_missing else _STALE_CHUNKS
+    result = await session.execute(query, {"project": project, "model": model, "limit": limit})
+    return [(row.id, row.hash, row.content) for row in result]
+
+
+async def missing_texts(session: AsyncSession, *, project: str) -> dict[str, str]:
+    """`{hash: content}` of the project's file chunks that have no vector yet."""
+    result = await session.execute(_MISSING_TEXTS, {"project": project})
+    return {row.hash: row.content for row in result}
+
+
+async def fill_from_cache(session: AsyncSession, *, project: str, model: str) -> int:
+    """Give chunks without a vector the cached one for their hash; returns rows updated."""
+    result = await session.execute(_FILL_FROM_CACHE, {"project": project, "model": model})
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
+async def open_batches(
+    session: AsyncSession, *, project: str, model: str
+) -> list[tuple[uuid.UUID, str | None, list[str]]]:
+    """Batch API jobs submitted for the project and model and not yet applied."""
+    result = await session.execute(_OPEN_BATCHES, {"project": project, "model": model})
+    return [(row.id, row.provider_job, list(row.hashes)) for row in result]
+
+
+async def new_batch(
+    session: AsyncSession, *, project: str, model: str, hashes: list[str]
+) -> uuid.UUID:
+    result = await session.execute(
+        _NEW_BATCH, {"project": project, "model": model, "hashes": json.dumps(hashes)}
+    )
+    batch_id: uuid.UUID = result.scalar_one()
+    return batch_id
+
+
+async def update_batch(
+    session: AsyncSession,
+    batch_id: uuid.UUID,
+    *,
+    status: str,
+    job: str | None = None,
+    error: str | None = None,
+) -> None:
+    await session.execute(
+        _UPDATE_BATCH, {"id": batch_id, "status": status, "job": job, "error": error}
+    )
+
+
+async def set_vectors(
+    session: AsyncSession, *, model: str, ids: list[int], vectors: list[str]
+) -> None:
+    await session.execute(_SET_VECTORS, {"model": model, "ids": ids, "embeddings": vectors})

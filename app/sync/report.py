@@ -1,0 +1,58 @@
+"""What one sync did: the figures `sync_runs.stats`, the API and the CLI summary report."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.index.embedding import EmbedStats
+from app.sync.discover import Skip
+
+# Progress callback: (phase, done, total).
+Progress = Callable[[str, int, int], None]
+
+MAX_REPORTED_SKIPS = 200
+
+
+@dataclass(slots=True)
+class SyncReport:
+    files_scanned: int = 0
+    files_changed: int = 0
+    files_touched: int = 0  # mtime moved, content identical
+    files_deleted: int = 0
+    chunks_written: int = 0
+    chunks_reembedded: int = 0
+    embeddings_computed: int = 0
+    embeddings_cached: int = 0
+    skipped: list[Skip] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def add_embeddings(self, stats: EmbedStats) -> None:
+        self.embeddings_computed += stats.computed
+        self.embeddings_cached += stats.cached
+
+    def stats(self) -> dict[str, Any]:
+        """The run's figures as `sync_runs.stats` and the API carry them."""
+        return {
+            "filesScanned": self.files_scanned,
+            "filesChanged": self.files_changed,
+            "filesTouched": self.files_touched,
+            "filesDeleted": self.files_deleted,
+            "chunksWritten": self.chunks_written,
+            "chunksReembedded": self.chunks_reembedded,
+            "embeddingsComputed": self.embeddings_computed,
+            "embeddingsCached": self.embeddings_cached,
+            "skipped": len(self.skipped),
+            "skippedFiles": [
+                {"path": s.path, "reason": s.reason} for s in self.skipped[:MAX_REPORTED_SKIPS]
+            ],
+        }
+
+    def summary_line(self) -> str:
+        return (
+            f"scanned {self.files_scanned} · changed {self.files_changed} · "
+            f"deleted {self.files_deleted} · chunks {self.chunks_written} · "
+            f"embedded {self.embeddings_computed} · cached {self.embeddings_cached} · "
+            f"skipped {len(self.skipped)}"
+        )

@@ -1,0 +1,117 @@
+"""Sync runs as rows of `sync_runs`: queued by the API, executed by the worker (or inline).
+
+`execute_sync_run` is the worker's entry point: it performs one queued run and records
+status running -> done | failed, the run's figures in `stats` and what went wrong in `errors`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import structlog
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.config import Settings
+from app.db.models import SyncRunRow
+from app.errors import NotFound, ValidationFailed
+from app.llm.embeddings import get_embedder
+from app.sync.indexer import SyncRequest, sync_project
+from app.sync.schemas import SyncIn, SyncRunOut
+
+log = structlog.get_logger(__name__)
+
+
+class SyncRunNotFound(NotFound):
+    pass
+
+
+class ProjectFolderNotFound(ValidationFailed):
+    pass
+
+
+async def queue_run(session: AsyncSession, *, data: SyncIn) -> uuid.UUID:
+    """Record a queued sync run for the worker; the project folder must exist."""
+    if not Path(data.project_path).is_absolute():
+        raise ProjectFolderNotFound(f"projectPath must be absolute: {data.project_path!r}")
+    if "\x00" in data.project_path or not Path(data.project_path).is_dir():
+        raise ProjectFolderNotFound(f"projectPath is not a directory: {data.project_path!r}")
+    run = SyncRunRow(
+        project_path=data.project_path,
+        memory_dir=data.memory_dir,
+        sessions_dir=data.sessions_dir,
+        force=data.force,
+        reembed=data.reembed,
+    )
+    session.add(run)
+    await session.flush()
+    log.info("sync.queued", run_id=str(run.id), project=data.project_path)
+    return run.id
+
+
+async def read_run(session: AsyncSession, *, run_id: str) -> SyncRunOut:
+    """A run's status and figures."""
+    try:
+        key = uuid.UUID(run_id)
+    except ValueError:
+        raise SyncRunNotFound(f"no sync run {run_id!r}") from None
+    run = await session.get(SyncRunRow, key)
+    if run is None:
+        raise SyncRunNotFound(f"no sync run {run_id!r}")
+    stats = run.stats or {}
+    return SyncRunOut(
+        run_id=str(run.id),
+        project_path=run.project_path,
+        status=run.status,
+        files_scanned=stats.get("filesScanned", 0),
+        files_changed=stats.get("filesChanged", 0),
+        files_deleted=stats.get("filesDeleted", 0),
+        chunks_written=stats.get("chunksWritten", 0),
+        embeddings_computed=stats.get("embeddingsComputed", 0),
+        embeddings_cached=stats.get("embeddingsCached", 0),
+        skipped=stats.get("skipped", 0),
+        skipped_files=stats.get("skippedFiles", []),
+        errors=run.errors or [],
+        created_at=run.created_at.isoformat(),
+        started_at=run.started_at.isoformat() if run.started_at else None,
+        finished_at=run.finished_at.isoformat() if run.finished_at else None,
+    )
+
+
+async def execute_sync_run(
+    sessionmaker: async_sessionmaker[AsyncSession], settings: Settings, run_id: uuid.UUID | str
+) -> None:
+    """Perform one queued run, recording running -> done | failed with its stats and errors."""
+    key = run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
+    async with sessionmaker() as session, session.begin():
+        run = (
+            await session.execute(select(SyncRunRow).where(SyncRunRow.id == key).with_for_update())
+        ).scalar_one_or_none()
+        if run is None or run.status in ("done", "failed"):
+            return
+        run.status = "running"
+        run.started_at = datetime.now(UTC)
+        request = SyncRequest(
+            project_path=run.project_path,
+            memory_dir=run.memory_dir,
+            sessions_dir=run.sessions_dir,
+            force=run.force,
+            reembed=run.reembed,
+        )
+    status, stats, errors = "done", {}, []
+    try:
+        report = await sync_project(sessionmaker, settings, get_embedder(settings), request)
+        stats, errors = report.stats(), list(report.errors)
+    except Exception as error:  # the run records any failure; the worker must keep going
+        status = "failed"
+        errors = [f"{type(error).__name__}: {error}"[:1000]]
+        log.warning("sync.run_failed", run_id=str(key), error=errors[0])
+    async with sessionmaker() as session, session.begin():
+        run = await session.get(SyncRunRow, key)
+        if run is not None:
+            run.status = status
+            run.stats = stats
+            run.errors = errors
+            run.finished_at = datetime.now(UTC)

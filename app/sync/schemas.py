@@ -1,0 +1,43 @@
+"""Request and response bodies of `POST /api/sync` and `GET /api/sync/{runId}`."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class SyncIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    project_path: str = Field(alias="projectPath", min_length=1, max_length=4096)
+    memory_dir: str | None = Field(default=None, alias="memoryDir", max_length=4096)
+    sessions_dir: str | None = Field(default=None, alias="sessionsDir", max_length=4096)
+    force: bool = False
+    reembed: bool = False
+
+
+class SyncQueued(BaseModel):
+    run_id: str = Field(serialization_alias="runId")
+
+
+class SyncRunOut(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    run_id: str = Field(serialization_alias="runId")
+    project_path: str = Field(serialization_alias="projectPath")
+    status: Literal["queued", "running", "done", "failed"]
+    files_scanned: int = Field(0, serialization_alias="filesScanned")
+    files_changed: int = Field(0, serialization_alias="filesChanged")
+    files_deleted: int = Field(0, serialization_alias="filesDeleted")
+    chunks_written: int = Field(0, serialization_alias="chunksWritten")
+    embeddings_computed: int = Field(0, serialization_alias="embeddingsComputed")
+    embeddings_cached: int = Field(0, serialization_alias="embeddingsCached")
+    skipped: int = 0
+    skipped_files: list[dict[str, Any]] = Field(
+        default_factory=list, serialization_alias="skippedFiles"
+    )
+    errors: list[Any] = Field(default_factory=list)
+    created_at: str = Field(serialization_alias="createdAt")
+    started_at: str | None = Field(None, serialization_alias="startedAt")
+    finished_at: str | None = Field(None, serialization_alias="finishedAt")

@@ -1,0 +1,248 @@
+"""Agent session files into `User: …` / `Assistant: …` text, each entry tied to its file line.
+
+Shapes read: Claude Code (`type` user|assistant with `message.content` as a string or blocks,
+plus summary lines), OpenClaw (`type: message`), plain chat (`{role, content}`), Gemini CLI JSONL
+(metadata line, `user`/`gemini` records with `toolCalls`, `{"$set": …}` updates) and Gemini's
+legacy single-object JSON (`{sessionId, messages: [...]}`). What is not conversation (progress,
+snapshots, bad JSON, images, base64) is skipped with a count, never a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.privacy import sanitize_text
+
+ROLE_LABELS = {
+    "user": "User",
+    "human": "User",
+    "assistant": "Assistant",
+    "model": "Assistant",
+    "gemini": "Assistant",
+    "tool": "Tool",
+    "function": "Tool",
+}
+# Records that carry no conversation: counted and passed over quietly.
+IGNORED_TYPES = frozenset(
+    {"progress", "file-history-snapshot", "queue-operation", "system", "info", "error", "warning"}
+)
+_DATA_URI = re.compile(r"data:[\w.+-]+/[\w.+-]+;base64,[A-Za-z0-9+/=]{16,}")
+_BASE64_RUN = re.compile(r"[A-Za-z0-9+/]{400,}={0,2}")
+_DECODER = json.JSONDecoder()
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    line: int  # 1-based line in the session file where this entry's record starts
+    text: str  # "User: …", "Assistant: …", "Summary: …"
+
+
+@dataclass(slots=True)
+class Transcript:
+    entries: list[Entry] = field(default_factory=list)
+    skipped: Counter[str] = field(default_factory=Counter)
+
+
+def parse_transcript(data: str, *, tool_output_chars: int = 2000) -> Transcript:
+    """Parse a session file's text (JSONL, or one legacy JSON object) into entries."""
+    parser = _Parser(tool_output_chars)
+    stripped = data.lstrip()
+    if stripped.startswith("{") and _is_legacy_session(stripped):
+        parser.legacy(data)
+    else:
+        parser.jsonl(data)
+    return parser.out
+
+
+def _is_legacy_session(stripped: str) -> bool:
+    try:
+        value, end = _DECODER.raw_decode(stripped)
+    except ValueError:
+        return False
+    return (
+        isinstance(value, dict)
+        and isinstance(value.get("messages"), list)
+        and not stripped[end:].strip()
+    )
+
+
+class _Parser:
+    def __init__(self, tool_output_chars: int) -> None:
+        self.out = Transcript()
+        self.limit = tool_output_chars
+
+    def jsonl(self, data: str) -> None:
+        for number, line in enumerate(data.split("\n"), start=1):
+            if not line.strip():
+                continue
+            for record in self._objects(line):
+                self.record(record, number)
+
+    def _objects(self, line: str) -> list[Any]:
+        """Every JSON value on the line: writers sometimes run two objects together."""
+        values: list[Any] = []
+        position, end = 0, len(line)
+        while position < end:
+            while position < end and line[position] in " \t\r":
+                position += 1
+            if position >= end:
+                break
+            try:
+                value, position = _DECODER.raw_decode(line, position)
+            except ValueError:
+                self.out.skipped["invalid JSON"] += 1
+                break
+            values.append(value)
+        return values
+
+    def legacy(self, data: str) -> None:
+        session: dict[str, Any] = json.loads(data)
+        cursor = 0
+        line_starts = _line_starts(data)
+        for message in session["messages"]:
+            # The pretty-printed file holds each message's id once, in order: its line is the
+            # message's line in the file.
+            ident = message.get("id") if isinstance(message, dict) else None
+            if isinstance(ident, str):
+                found = data.find(json.dumps(ident, ensure_ascii=False), cursor)
+                if found == -1:
+                    found = data.find(json.dumps(ident), cursor)
+                if found != -1:
+                    cursor = found
+            self.record(message, _line_of(line_starts, cursor))
+
+    def record(self, record: Any, line: int) -> None:
+        if not isinstance(record, dict):
+            self.out.skipped["not an object"] += 1
+            return
+        kind = record.get("type")
+        if "$set" in record or ("sessionId" in record and kind is None and "role" not in record):
+            self.out.skipped["metadata"] += 1
+            return
+        if kind == "summary" and isinstance(record.get("summary"), str):
+            self.add(line, "Summary", record["summary"])
+            return
+        if kind in IGNORED_TYPES:
+            self.out.skipped[str(kind)] += 1
+            return
+        if record.get("isMeta"):
+            self.out.skipped["meta"] += 1
+            return
+        message = record.get("message")
+        if isinstance(message, dict) and ("role" in message or "content" in message):
+            role = message.get("role") or kind
+            label = ROLE_LABELS.get(str(role))
+            if label is None:
+                self.out.skipped[f"role {role}"] += 1
+                return
+            if record.get("isSidechain"):
+                label += " (sidechain)"
+            self.add(line, label, self.content(message.get("content")))
+            return
+        if kind in ("user", "gemini", "model") or "role" in record:
+            role = record.get("role") or kind
+            label = ROLE_LABELS.get(str(role))
+            if label is None:
+                self.out.skipped[f"role {role}"] += 1
+                return
+            parts = [self.content(record.get("content"))]
+            parts.extend(self.gemini_tool_call(call) for call in record.get("toolCalls") or [])
+            self.add(line, label, "\n".join(p for p in parts if p))
+            return
+        self.out.skipped[f"type {kind}"] += 1
+
+    def add(self, line: int, label: str, text: str) -> None:
+        text = sanitize_text(text).strip()
+        if text:
+            self.out.entries.append(Entry(line, f"{label}: {text}"))
+        else:
+            self.out.skipped["empty"] += 1
+
+    def content(self, content: Any) -> str:
+        if isinstance(content, str):
+            return self.scrub(content)
+        if isinstance(content, dict):
+            return self.block(content)
+        if isinstance(content, list):
+            return "\n".join(filter(None, (self.block(b) for b in content)))
+        return ""
+
+    def block(self, block: Any) -> str:
+        if isinstance(block, str):
+            return self.scrub(block)
+        if not isinstance(block, dict):
+            return ""
+        kind = block.get("type")
+        if kind in ("image", "image_url", "input_image", "document") or "inlineData" in block:
+            self.out.skipped["image"] += 1
+            return ""
+        if kind in ("thinking", "redacted_thinking") or block.get("thought") is True:
+            self.out.skipped["thinking"] += 1
+            return ""
+        if kind == "tool_use" or "functionCall" in block:
+            call = block.get("functionCall") or block
+            args = call.get("input", call.get("args"))
+            return f"[tool {call.get('name', '?')}] {self.trim(_compact(args))}"
+        if kind == "tool_result" or "functionResponse" in block:
+            response = block.get("functionResponse")
+            inner = response.get("response") if isinstance(response, dict) else block.get("content")
+            text = self.content(inner) if not isinstance(inner, dict) else _compact(inner)
+            return f"[tool result] {self.trim(text)}" if text else ""
+        if isinstance(block.get("text"), str):
+            return self.scrub(block["text"])
+        self.out.skipped[f"block {kind}"] += 1
+        return ""
+
+    def gemini_tool_call(self, call: Any) -> str:
+        if not isinstance(call, dict):
+            return ""
+        head = f"[tool {call.get('name', '?')}] {self.trim(_compact(call.get('args')))}"
+        outputs = []
+        for result in call.get("result") or []:
+            response = result.get("functionResponse") if isinstance(result, dict) else None
+            if isinstance(response, dict):
+                body = response.get("response")
+                output = body.get("output") if isinstance(body, dict) else body
+                outputs.append(output if isinstance(output, str) else _compact(output))
+        if outputs:
+            head += f"\n[tool result] {self.trim(self.scrub(chr(10).join(outputs)))}"
+        return head
+
+    def scrub(self, text: str) -> str:
+        if "base64" in text or len(text) > 400:
+            text, uris = _DATA_URI.subn("[base64 omitted]", text)
+            text, runs = _BASE64_RUN.subn("[base64 omitted]", text)
+            if uris or runs:
+                self.out.skipped["base64"] += uris + runs
+        return text
+
+    def trim(self, text: str) -> str:
+        if len(text) <= self.limit:
+            return self.scrub(text)
+        # Cut first: scrubbing a megabyte of tool output only to drop most of it is waste.
+        self.out.skipped["trimmed tool output"] += 1
+        return self.scrub(text[: self.limit]) + f" … [{len(text) - self.limit} chars trimmed]"
+
+
+def _compact(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _line_starts(data: str) -> list[int]:
+    starts = [0]
+    starts.extend(m.end() for m in re.finditer("\n", data))
+    return starts
+
+
+def _line_of(starts: list[int], offset: int) -> int:
+    from bisect import bisect_right
+
+    return bisect_right(starts, offset)

@@ -1,0 +1,218 @@
+"""Sync benchmark: `uv run python -m bench.sync [--md N] [--transcripts N] [--noop-files N]`.
+
+Generates a corpus of markdown memory files and Claude-Code-shaped transcripts of mixed sizes,
+then measures, with the local (wordllama) provider and a fresh embedding cache:
+  1. the initial sync (time, chunks, chunks/s end to end: discovery, parsing, chunking,
+     embedding, writing rows and their tsvector/GIN/HNSW index entries);
+  2. a re-sync with nothing changed;
+  3. a re-sync after rewriting 1% of the files, and its ratio to the initial sync;
+  4. a no-change re-sync of a second project of `--noop-files` small files.
+Uses DATABASE_URL when set (rows are removed afterwards), else a throwaway embedded PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from sqlalchemy import text
+
+from app.config import load_settings
+from app.db import migrate
+from app.db.embedded import start_embedded_postgres
+from app.db.engine import make_async_engine, make_sessionmaker
+from app.llm.embeddings import local_embedder
+from app.sync.indexer import SyncRequest, sync_project
+from app.sync.report import SyncReport
+
+WORDS = (
+    "token auth session cache index chunk vector query deploy build test lint schema migrate "
+    "worker queue retry backoff config settings project memory search hybrid rank fusion jwt "
+    "validate parse render route handler service repository model embedding provider batch "
+    "the a of to and in is for on with that this it as be by are from at or an was"
+).split()
+
+
+def sentence(rng: random.Random, low: int = 8, high: int = 24) -> str:
+    words = [rng.choice(WORDS) for _ in range(rng.randint(low, high))]
+    words.append(f"{rng.choice(WORDS)}{rng.randint(0, 10**9)}")  # keeps texts distinct
+    return " ".join(words).capitalize() + "."
+
+
+def markdown(rng: random.Random, sections: int) -> str:
+    parts = [f"# Notes {rng.randint(0, 10**9)}\n"]
+    for n in range(sections):
+        parts.append(f"\n## Section {n}\n\n")
+        parts.append(" ".join(sentence(rng) for _ in range(rng.randint(3, 8))) + "\n")
+        if rng.random() < 0.3:
+            code = "\n".join(f"def f{i}(x):\n    return x + {i}" for i in range(rng.randint(2, 6)))
+            parts.append(f"\n```python\n{code}\n```\n")
+        if rng.random() < 0.2:
+            rows = "".join(f"| {rng.choice(WORDS)} | {rng.randint(0, 99)} |\n" for _ in range(5))
+            parts.append(f"\n| key | value |\n|---|---|\n{rows}")
+    return "".join(parts)
+
+
+def transcript(rng: random.Random, turns: int) -> str:
+    lines = [json.dumps({"type": "summary", "summary": sentence(rng), "leafUuid": "x"})]
+    for n in range(turns):
+        lines.append(
+            json.dumps(
+                {"type": "user", "message": {"role": "user", "content": sentence(rng, 10, 40)}}
+            )
+        )
+        blocks: list[dict[str, object]] = [{"type": "text", "text": sentence(rng, 20, 60)}]
+        if n % 3 == 0:
+            blocks.append(
+                {"type": "tool_use", "id": f"t{n}", "name": "Bash", "input": {"command": "ls"}}
+            )
+        lines.append(
+            json.dumps({"type": "assistant", "message": {"role": "assistant", "content": blocks}})
+        )
+        if n % 3 == 0:
+            result = "\n".join(sentence(rng, 5, 10) for _ in range(5))
+            lines.append(
+                json.dumps(
+                    {
+                        "type": "user",
+                        "message": {
+                            "role": "user",
+                            "content": [
+                                {"type": "tool_result", "tool_use_id": f"t{n}", "content": result}
+                            ],
+                        },
+                    }
+                )
+            )
+        if n % 5 == 0:
+            lines.append(json.dumps({"type": "progress", "data": {"n": n}}))
+    return "\n".join(lines) + "\n"
+
+
+def make_corpus(root: Path, *, md: int, transcripts: int, seed: int) -> list[Path]:
+    rng = random.Random(seed)
+    (root / "memory").mkdir(parents=True)
+    (root / "sessions").mkdir()
+    (root / "MEMORY.md").write_text(markdown(rng, 3))
+    files = [root / "MEMORY.md"]
+    for n in range(md):
+        folder = root / "memory" / f"d{n % 20}"
+        folder.mkdir(exist_ok=True)
+        roll = rng.random()
+        sections = 1 if roll < 0.6 else 4 if roll < 0.95 else 20
+        path = folder / f"note{n}.md"
+        path.write_text(markdown(rng, sections))
+        files.append(path)
+    for n in range(transcripts):
+        path = root / "sessions" / f"session{n}.jsonl"
+        path.write_text(transcript(rng, rng.choice((5, 20, 60))))
+        files.append(path)
+    return files
+
+
+def make_small_files(root: Path, count: int, seed: int) -> None:
+    rng = random.Random(seed)
+    for n in range(count):
+        folder = root / "memory" / f"d{n % 100}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"n{n}.md").write_text(f"# {n}\n\n{sentence(rng)}\n")
+
+
+@contextmanager
+def database() -> Iterator[str]:
+    url = os.environ.get("DATABASE_URL")
+    if url:
+        migrate.upgrade(url)
+        yield url
+        return
+    folder = Path(tempfile.mkdtemp(prefix="agmem-bench-sync-pg-"))
+    try:
+        url = start_embedded_postgres(folder / "pgdata")
+        migrate.upgrade(url)
+        yield url
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+async def timed_sync(url: str, project: Path) -> tuple[float, SyncReport]:
+    settings = load_settings(_env_file=None)
+    engine = make_async_engine(url, pool_size=2)
+    try:
+        started = time.perf_counter()
+        report = await sync_project(
+            make_sessionmaker(engine),
+            settings,
+            local_embedder(),
+            SyncRequest(project_path=str(project)),
+        )
+        return time.perf_counter() - started, report
+    finally:
+        await engine.dispose()
+
+
+async def forget(url: str, projects: list[Path]) -> None:
+    engine = make_async_engine(url, pool_size=1)
+    try:
+        async with engine.begin() as connection:
+            for project in projects:
+                await connection.execute(
+                    text("DELETE FROM memory_files WHERE project_path = :p"), {"p": str(project)}
+                )
+    finally:
+        await engine.dispose()
+
+
+def line(label: str, seconds: float, report: SyncReport) -> str:
+    return f"{label:<28} {seconds:8.3f} s   {report.summary_line()}"
+
+
+async def main(args: argparse.Namespace) -> None:
+    local_embedder()  # load the model before timing
+    work = Path(tempfile.mkdtemp(prefix="agmem-bench-sync-"))
+    seed = args.seed if args.seed is not None else int(time.time())
+    try:
+        project, small = work / "project", work / "small"
+        files = make_corpus(project, md=args.md, transcripts=args.transcripts, seed=seed)
+        make_small_files(small, args.noop_files, seed + 1)
+        with database() as url:
+            try:
+                initial, first = await timed_sync(url, project)
+                print(line("initial sync", initial, first))
+                rate = first.chunks_written / initial
+                print(f"{'':<28} {rate:8.0f} chunks/s (goal >= 2000: {rate / 2000:.2f}x)")
+                nothing, same = await timed_sync(url, project)
+                print(line("re-sync, nothing changed", nothing, same))
+                rng = random.Random(seed + 2)
+                touched = rng.sample(files, max(1, len(files) // 100))
+                for path in touched:
+                    with path.open("a") as handle:
+                        handle.write(f"\nedited {rng.randint(0, 10**9)}\n")
+                changed, one = await timed_sync(url, project)
+                print(line(f"re-sync, {len(touched)} files (1%) edited", changed, one))
+                print(f"{'':<28} {changed / initial:8.2%} of the initial sync time (goal ~1%)")
+                await timed_sync(url, small)
+                noop, idle = await timed_sync(url, small)
+                print(line(f"re-sync of {args.noop_files} files, none changed", noop, idle))
+                print(f"{'':<28} goal < 1 s: {noop:.3f} s ({1 / noop if noop else 0:.1f}x under)")
+            finally:
+                await forget(url, [project, small])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--md", type=int, default=2000)
+    parser.add_argument("--transcripts", type=int, default=200)
+    parser.add_argument("--noop-files", type=int, default=10_000)
+    parser.add_argument("--seed", type=int, default=None)
+    asyncio.run(main(parser.parse_args()))

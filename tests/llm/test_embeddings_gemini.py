@@ -1,0 +1,146 @@
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from app.llm.embeddings import describe_embedding, get_embedder
+from app.llm.gemini_embeddings import EmbeddingFailed, GeminiEmbedder
+from tests.conftest import make_settings
+from tests.fakes.gemini import FakeGemini, FakeResponse, RecordedRequest, fake_gemini
+
+
+def vectors_answer(request: RecordedRequest) -> FakeResponse:
+    """One 768-wide vector per request, not normalised, distinct per text."""
+    out = []
+    for item in request.body["requests"]:
+        text = item["content"]["parts"][0]["text"]
+        width = item.get("outputDimensionality", 3072)
+        out.append({"values": [float(len(text) + 1)] + [1.0] * (width - 1)})
+    return FakeResponse(200, {"embeddings": out})
+
+
+def embedder_for(fake: FakeGemini, **overrides: Any) -> tuple[GeminiEmbedder, list[float]]:
+    sleeps: list[float] = []
+    settings = make_settings(gemini_api_key="k", gemini_base_url=fake.url, **overrides)
+    return GeminiEmbedder(settings, retry_base_seconds=0.01, sleep=sleeps.append), sleeps
+
+
+def test_documents_go_in_calls_of_at_most_100_with_the_right_body() -> None:
+    with fake_gemini() as fake:
+        fake.on(":batchEmbedContents", vectors_answer)
+        embedder, _ = embedder_for(fake, embedding_provider="gemini")
+        texts = [f"text {i}" for i in range(250)]
+
+        vectors = embedder.embed_documents(texts)
+
+        calls = fake.calls(":batchEmbedContents")
+        assert [len(c.body["requests"]) for c in calls] == [100, 100, 50]
+        assert calls[0].path.startswith("/v1/models/gemini-embedding-001:batchEmbedContents")
+        assert calls[0].headers["x-goog-api-key"] == "k"
+        first = calls[0].body["requests"][0]
+        assert first == {
+            "content": {"parts": [{"text": "text 0"}], "role": "user"},
+            "taskType": "RETRIEVAL_DOCUMENT",
+            "outputDimensionality": 768,
+            "model": "models/gemini-embedding-001",
+        }
+        assert [
+            r["content"]["parts"][0]["text"] for c in calls for r in c.body["requests"]
+        ] == texts
+    assert vectors.shape == (250, 768)
+    assert vectors.dtype == np.float32
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0)
+    assert embedder.identity == "gemini:gemini-embedding-001:768"
+
+
+def test_query_uses_retrieval_query_and_configured_model_and_width() -> None:
+    with fake_gemini() as fake:
+        fake.on(":batchEmbedContents", vectors_answer)
+        embedder, _ = embedder_for(fake, embedding_model="my-embed", embedding_dims=256)
+
+        vector = embedder.embed_query("where is the jwt check")
+
+        (call,) = fake.calls(":batchEmbedContents")
+        assert call.path.startswith("/v1/models/my-embed:")
+        assert call.body["requests"][0]["taskType"] == "RETRIEVAL_QUERY"
+        assert call.body["requests"][0]["outputDimensionality"] == 256
+    assert vector.shape == (256,)
+    assert embedder.identity == "gemini:my-embed:256"
+
+
+def test_429_and_5xx_are_retried_with_growing_backoff() -> None:
+    with fake_gemini() as fake:
+        fake.queue(
+            ":batchEmbedContents",
+            FakeResponse(
+                429,
+                {"error": {"code": 429, "message": "slow down", "status": "RESOURCE_EXHAUSTED"}},
+            ),
+            FakeResponse(503, {"error": {"code": 503, "message": "busy", "status": "UNAVAILABLE"}}),
+            FakeResponse(500, {"error": {"code": 500, "message": "oops", "status": "INTERNAL"}}),
+        )
+        fake.on(":batchEmbedContents", vectors_answer)
+        embedder, sleeps = embedder_for(fake)
+
+        vectors = embedder.embed_documents(["a", "b"])
+
+        assert len(fake.calls(":batchEmbedContents")) == 4
+    assert vectors.shape == (2, 768)
+    assert len(sleeps) == 3
+    assert sleeps[0] < 0.011
+    assert 0.02 <= sleeps[2] <= 0.04  # base 0.01 doubled twice, with jitter in [0.5, 1)
+
+
+def test_gives_up_after_the_retry_budget_and_never_retries_4xx() -> None:
+    with fake_gemini() as fake:
+        fake.on(
+            ":batchEmbedContents",
+            lambda r: FakeResponse(
+                429, {"error": {"code": 429, "message": "quota", "status": "RESOURCE_EXHAUSTED"}}
+            ),
+        )
+        embedder, sleeps = embedder_for(fake, gemini_embed_max_retries=2)
+        with pytest.raises(EmbeddingFailed, match="429"):
+            embedder.embed_documents(["a"])
+        assert len(fake.calls(":batchEmbedContents")) == 3
+        assert len(sleeps) == 2
+
+    with fake_gemini() as fake:
+        fake.on(
+            ":batchEmbedContents",
+            lambda r: FakeResponse(
+                400, {"error": {"code": 400, "message": "bad", "status": "INVALID_ARGUMENT"}}
+            ),
+        )
+        embedder, sleeps = embedder_for(fake)
+        with pytest.raises(EmbeddingFailed, match="400 bad"):
+            embedder.embed_documents(["a"])
+        assert len(fake.calls(":batchEmbedContents")) == 1
+        assert sleeps == []
+
+
+def test_wrong_count_or_width_is_an_error_not_a_bad_vector() -> None:
+    with fake_gemini() as fake:
+        fake.queue(
+            ":batchEmbedContents", FakeResponse(200, {"embeddings": [{"values": [1.0] * 768}]})
+        )
+        fake.queue(
+            ":batchEmbedContents", FakeResponse(200, {"embeddings": [{"values": [1.0] * 12}] * 2})
+        )
+        embedder, _ = embedder_for(fake)
+        with pytest.raises(EmbeddingFailed, match="1 embeddings for 2 texts"):
+            embedder.embed_documents(["a", "b"])
+        with pytest.raises(EmbeddingFailed, match="not 768 wide"):
+            embedder.embed_documents(["a", "b"])
+
+
+def test_get_embedder_and_describe_agree_for_gemini() -> None:
+    with fake_gemini() as fake:
+        settings = make_settings(
+            gemini_api_key="k", gemini_base_url=fake.url, embedding_provider="gemini"
+        )
+        embedder = get_embedder(settings)
+        described = describe_embedding(settings)
+    assert embedder.identity == f"gemini:{described['model']}:{described['dims']}"

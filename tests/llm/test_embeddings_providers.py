@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+from app.llm.embeddings import (
+    EmbeddingProviderUnavailable,
+    describe_embedding,
+    get_embedder,
+    local_embedder,
+)
+from tests.conftest import make_settings
+
+
+def test_local_provider_is_the_default_and_matches_its_description() -> None:
+    settings = make_settings()
+    embedder = get_embedder(settings)
+    assert embedder is local_embedder()
+    described = describe_embedding(settings)
+    assert embedder.identity == f"local:{described['model']}:{described['dims']}"
+    vectors = embedder.embed_documents(["validate the jwt token", "deploy on fridays"])
+    assert vectors.shape == (2, 256)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0)
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("sentence_transformers") is not None,
+    reason="the optional extra is installed",
+)
+def test_sentence_transformers_without_the_extra_says_how_to_install_it() -> None:
+    settings = make_settings(embedding_provider="sentence-transformers")
+    with pytest.raises(EmbeddingProviderUnavailable, match="--extra sentence-transformers"):
+        get_embedder(settings)
+
+
+def test_gemini_provider_without_a_key_is_a_clear_error() -> None:
+    from app.llm.gemini import GeminiNotConfigured
+
+    with pytest.raises(GeminiNotConfigured, match="GEMINI_API_KEY"):
+        get_embedder(make_settings(embedding_provider="gemini"))

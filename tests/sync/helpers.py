@@ -1,0 +1,87 @@
+"""Builders for sync tests: a counting embedder over the real local model, and a runner."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import NDArray
+
+from app.config import Settings
+from app.db.engine import make_async_engine, make_sessionmaker
+from app.llm.embeddings import Embedder, local_embedder
+from app.sync.indexer import SyncRequest, sync_project
+from app.sync.report import SyncReport
+
+TESTDATA = Path("/work/shared/testdata")
+if not TESTDATA.exists():
+    TESTDATA = Path(__file__).resolve().parents[3] / "shared" / "testdata"
+
+
+class CountingEmbedder:
+    """The real local model, counting the texts that reach it; `fail` makes it raise."""
+
+    def __init__(self, inner: Embedder | None = None) -> None:
+        self.inner = inner or local_embedder()
+        self.texts_embedded = 0
+        self.calls = 0
+        self.fail = False
+
+    @property
+    def identity(self) -> str:
+        return self.inner.identity
+
+    @property
+    def dims(self) -> int:
+        return self.inner.dims
+
+    def embed_documents(self, texts: list[str]) -> NDArray[np.float32]:
+        if self.fail:
+            raise RuntimeError("provider down")
+        self.calls += 1
+        self.texts_embedded += len(texts)
+        return self.inner.embed_documents(texts)
+
+    def embed_query(self, text: str) -> NDArray[np.float32]:
+        return self.inner.embed_query(text)
+
+
+def run_sync(
+    database_url: str,
+    settings: Settings,
+    embedder: Embedder,
+    project: Path,
+    **options: object,
+) -> SyncReport:
+    """One sync of `project`, inline, on its own engine."""
+
+    async def go() -> SyncReport:
+        engine = make_async_engine(database_url)
+        try:
+            request = SyncRequest(project_path=str(project), **options)  # type: ignore[arg-type]
+            return await sync_project(make_sessionmaker(engine), settings, embedder, request)
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(go())
+
+
+def make_project(root: Path) -> Path:
+    """A project with real memory files and real transcripts from the shared test data."""
+    (root / "memory" / "bank").mkdir(parents=True)
+    (root / "sessions").mkdir()
+    shutil.copy(TESTDATA / "memory-md" / "gemini-cli_GEMINI.md", root / "MEMORY.md")
+    shutil.copy(TESTDATA / "memory-md" / "claude-code-viewer_CLAUDE.md", root / "memory" / "a.md")
+    for name in ("nftbk_memory-bank_progress.md", "nftbk_memory-bank_systemPatterns.md"):
+        shutil.copy(TESTDATA / "memory-md" / name, root / "memory" / "bank" / name)
+    shutil.copy(
+        TESTDATA / "claude-code" / "entire_c9883595c929_v2.0.74_small.jsonl",
+        root / "sessions" / "small.jsonl",
+    )
+    shutil.copy(
+        TESTDATA / "gemini" / "vct_gemini_session_legacy_json_2025-10.json",
+        root / "sessions" / "legacy.json",
+    )
+    return root

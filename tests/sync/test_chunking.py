@@ -1,0 +1,101 @@
+from __future__ import annotations
+
+from app.sync.chunking import Chunk, chunk_markdown, chunk_transcript
+from app.sync.transcripts import parse_transcript
+from tests.sync.helpers import TESTDATA
+
+
+def assert_lines_exact(text: str, chunks: list[Chunk]) -> None:
+    """Each chunk's text is exactly what its line range holds (bar splits inside a line)."""
+    lines = text.replace("\r\n", "\n").split("\n")
+    for chunk in chunks:
+        assert 1 <= chunk.start_line <= chunk.end_line <= len(lines)
+        span = "\n".join(lines[chunk.start_line - 1 : chunk.end_line])
+        assert chunk.content in span, (chunk.start_line, chunk.end_line)
+        first, last = chunk.content.split("\n")[0], chunk.content.split("\n")[-1]
+        assert first in lines[chunk.start_line - 1]
+        assert last in lines[chunk.end_line - 1]
+
+
+def test_real_memory_files_with_code_blocks_and_tables() -> None:
+    for name in (
+        "entireio-cli_CLAUDE.md",
+        "VibeCodingTracker_CLAUDE.md",
+        "claude-code-viewer_CLAUDE.md",
+        "nftbk_memory-bank_progress.md",
+    ):
+        text = (TESTDATA / "memory-md" / name).read_text(encoding="utf-8")
+        chunks = chunk_markdown(text, tokens=400, overlap=80)
+        assert len(chunks) > 1, name
+        # The size bound, give or take the header lines moved onto a section.
+        assert all(len(c.content) <= 1600 + 300 for c in chunks), name
+        assert_lines_exact(text, chunks)
+        # The whole file is covered: no line of content falls between chunks.
+        covered = set()
+        for c in chunks:
+            covered.update(range(c.start_line, c.end_line + 1))
+        lines = text.split("\n")
+        assert all(i + 1 in covered for i, line in enumerate(lines) if line.strip()), name
+
+
+def test_headers_start_sections() -> None:
+    text = "# Title\n\nintro\n\n" + "".join(
+        f"## Section {n}\n\n" + ("word " * 150 + "\n") * 2 + "\n" for n in range(4)
+    )
+    chunks = chunk_markdown(text, tokens=100, overlap=0)
+    # A header is never cut off from its section: no chunk ends on a header line, and every
+    # section after the first small one starts a chunk.
+    assert not any(c.content.split("\n")[-1].startswith("#") for c in chunks)
+    starts = [c.content.split("\n")[0] for c in chunks]
+    for n in range(1, 4):
+        assert f"## Section {n}" in starts
+    assert_lines_exact(text, chunks)
+
+
+def test_code_block_and_table_kept_with_exact_lines() -> None:
+    table = "| a | b |\n|---|---|\n" + "".join(f"| {i} | {i * i} |\n" for i in range(20))
+    code = "```python\n" + "".join(f"def f{i}():\n    return {i}\n" for i in range(30)) + "```\n"
+    text = f"# Doc\n\n{table}\n## Code\n\n{code}\nafter\n"
+    chunks = chunk_markdown(text, tokens=60, overlap=10)
+    assert_lines_exact(text, chunks)
+    code_line = text.split("\n").index("def f29():") + 1
+    holder = [c for c in chunks if "def f29():" in c.content]
+    assert holder
+    assert holder[0].start_line <= code_line <= holder[0].end_line
+
+
+def test_very_long_line_is_split_within_that_line() -> None:
+    long_line = " ".join(f"token{i}" for i in range(3000))
+    text = f"# Top\n\nshort\n\n{long_line}\n\n## End\n\nbye\n"
+    chunks = chunk_markdown(text, tokens=100, overlap=20)
+    pieces = [c for c in chunks if "token" in c.content]
+    assert len(pieces) > 5
+    assert all((c.start_line, c.end_line) == (5, 5) for c in pieces)
+    assert_lines_exact(text, chunks)
+    assert chunks[-1].content == "## End\n\nbye"
+    assert (chunks[-1].start_line, chunks[-1].end_line) == (7, 9)
+
+
+def test_crlf_endings_keep_line_numbers_and_lose_the_cr() -> None:
+    text = "# A\r\n\r\nfirst para\r\n\r\n## B\r\n\r\n" + "line\r\n" * 400 + "end\r\n"
+    chunks = chunk_markdown(text, tokens=100, overlap=0)
+    assert all("\r" not in c.content for c in chunks)
+    assert_lines_exact(text, chunks)
+    assert chunks[-1].end_line == text.count("\r\n")
+
+
+def test_transcript_chunks_map_to_jsonl_lines() -> None:
+    data = (TESTDATA / "claude-code" / "entire_28a8bc758709_summaries_progress.jsonl").read_text()
+    transcript = parse_transcript(data)
+    chunks = chunk_transcript(transcript, tokens=120, overlap=20)
+    entry_lines = sorted({e.line for e in transcript.entries})
+    assert chunks[0].start_line == entry_lines[0] == 1
+    assert chunks[-1].end_line == entry_lines[-1]
+    for chunk in chunks:
+        assert chunk.start_line in entry_lines
+        assert chunk.end_line in entry_lines
+        assert chunk.start_line <= chunk.end_line
+        # The entry on the chunk's first line contains the chunk's first line.
+        heads = [e.text for e in transcript.entries if e.line == chunk.start_line]
+        first = chunk.content.split("\n")[0]
+        assert any(first in h for h in heads)

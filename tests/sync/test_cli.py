@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from typer.testing import CliRunner
+
+from app.cli import cli
+from tests.sync.helpers import make_project
+
+
+@pytest.fixture
+def env(database_url: str, tmp_path: Path) -> dict[str, str]:
+    return {
+        "DATABASE_URL": database_url,
+        "AGMEM_HOME": str(tmp_path / "home"),
+        "GEMINI_API_KEY": "",
+    }
+
+
+def test_sync_command_prints_the_summary_line(
+    env: dict[str, str], db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "proj")
+    (project / "node_modules").mkdir()
+    runner = CliRunner()
+
+    first = runner.invoke(cli, ["sync", "--project", str(project)], env=env)
+
+    assert first.exit_code == 0, first.output
+    assert "scanned 6 · changed 6 · deleted 0 · chunks" in first.stdout
+    assert "skipped 0" in first.stdout
+    second = runner.invoke(cli, ["sync", "--project", str(project)], env=env)
+    assert second.exit_code == 0, second.output
+    assert "scanned 6 · changed 0 · deleted 0 · chunks 0 · embedded 0 · cached 0" in second.stdout
+
+
+def test_sync_command_fails_in_one_line(env: dict[str, str], tmp_path: Path) -> None:
+    runner = CliRunner()
+    missing = runner.invoke(cli, ["sync", "--project", str(tmp_path / "nope")], env=env)
+    assert missing.exit_code == 1
+    assert missing.stderr.strip().splitlines() == [
+        f"agmem: error: project folder {tmp_path / 'nope'} does not exist"
+    ]
+    bad = runner.invoke(
+        cli, ["sync", "--project", str(tmp_path)], env={**env, "AGMEM_SYNC_CHUNK_TOKENS": "1"}
+    )
+    assert bad.exit_code == 2
+    assert "AGMEM_SYNC_CHUNK_TOKENS" in bad.stderr

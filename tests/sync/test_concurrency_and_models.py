@@ -1,0 +1,120 @@
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from app.config import Settings
+from app.db.engine import make_async_engine, make_sessionmaker
+from app.index.embedding import vector_literal
+from app.llm.gemini_embeddings import GeminiEmbedder
+from app.sync.indexer import SyncRequest, sync_project
+from app.sync.report import SyncReport
+from tests.conftest import make_settings
+from tests.fakes.gemini import FakeResponse, RecordedRequest, fake_gemini
+from tests.sync.helpers import CountingEmbedder, make_project, run_sync
+
+
+def test_two_concurrent_syncs_of_one_project_neither_corrupt_nor_duplicate(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "proj")
+    embedder = CountingEmbedder()
+
+    async def go() -> list[SyncReport]:
+        engines = [make_async_engine(database_url) for _ in range(2)]
+        try:
+            request = SyncRequest(project_path=str(project))
+            return list(
+                await asyncio.gather(
+                    *(
+                        sync_project(make_sessionmaker(e), settings, embedder, request)
+                        for e in engines
+                    )
+                )
+            )
+        finally:
+            for engine in engines:
+                await engine.dispose()
+
+    reports = asyncio.run(go())
+
+    # The advisory lock serialised them: one indexed everything, the other found it done.
+    assert sorted(r.files_changed for r in reports) == [0, 6]
+    assert db.execute("SELECT count(*) FROM memory_files").fetchone() == (6,)
+    duplicates = db.execute(
+        "SELECT count(*) FROM (SELECT file_id, start_line, end_line, hash FROM memory_chunks "
+        "GROUP BY 1, 2, 3, 4 HAVING count(*) > 1) AS d"
+    ).fetchone()
+    assert duplicates == (0,)
+    chunks = db.execute("SELECT count(*) FROM memory_chunks").fetchone()
+    recorded = db.execute("SELECT sum(chunk_count)::int FROM memory_files").fetchone()
+    assert chunks == recorded == (max(r.chunks_written for r in reports),)
+
+
+def test_model_switch_keeps_old_vectors_searchable_until_reembed(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "proj")
+    local = CountingEmbedder()
+    run_sync(database_url, make_settings(home=tmp_path / "h"), local, project)
+
+    def answer(request: RecordedRequest) -> FakeResponse:
+        return FakeResponse(
+            200, {"embeddings": [{"values": [0.5] * 768} for _ in request.body["requests"]]}
+        )
+
+    with fake_gemini() as fake:
+        fake.on(":batchEmbedContents", answer)
+        settings = make_settings(
+            home=tmp_path / "h",
+            gemini_api_key="k",
+            gemini_base_url=fake.url,
+            embedding_provider="gemini",
+            gemini_embed_batch_threshold=1_000_000,
+        )
+        gemini = GeminiEmbedder(settings, retry_base_seconds=0.001, sleep=lambda _: None)
+        target = project / "memory" / "a.md"
+        target.write_text(target.read_text() + "\n## New\n\nswitched models today\n")
+
+        switched = run_sync(database_url, settings, gemini, project)
+
+        models = dict(
+            db.execute("SELECT model, count(*) FROM memory_chunks GROUP BY model").fetchall()
+        )
+        assert set(models) == {local.identity, gemini.identity}
+        assert models[gemini.identity] == switched.chunks_written
+        # The old rows are still found through their own model's HNSW index.
+        query = vector_literal(local.embed_query("memory bank progress checklist"))
+        db.execute("SET enable_seqscan = off")
+        plan = "\n".join(
+            r[0]
+            for r in db.execute(
+                "EXPLAIN SELECT id FROM memory_chunks WHERE model = %s "
+                "ORDER BY embedding::vector(256) <=> %s::vector(256) LIMIT 5",
+                (local.identity, query),
+            )
+        )
+        assert "ix_memory_chunks_hnsw_local" in plan
+        found = db.execute(
+            "SELECT count(*) FROM (SELECT id FROM memory_chunks WHERE model = %s "
+            "ORDER BY embedding::vector(256) <=> %s::vector(256) LIMIT 5) AS t",
+            (local.identity, query),
+        ).fetchone()
+        assert found == (5,)
+        db.execute("RESET enable_seqscan")
+
+        migrated = run_sync(database_url, settings, gemini, project, reembed=True)
+
+    assert migrated.files_changed == 0
+    assert migrated.chunks_reembedded == models[local.identity]
+    left = db.execute("SELECT model, count(*) FROM memory_chunks GROUP BY model").fetchall()
+    assert left == [(gemini.identity, sum(models.values()))]
+    index = db.execute(
+        "SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_memory_chunks_hnsw_gemini_gemini_"
+        "embedding_001_768'"
+    ).fetchone()
+    assert index is not None
+    assert "vector(768)" in index[0]

@@ -1,0 +1,191 @@
+"""Syncs with the Gemini provider, through the real google-genai client and the fake server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from app.llm.gemini_embeddings import GeminiEmbedder
+from tests.conftest import make_settings
+from tests.fakes.gemini import FakeGemini, FakeResponse, RecordedRequest, fake_gemini
+from tests.sync.helpers import make_project, run_sync
+
+IDENTITY = "gemini:gemini-embedding-001:768"
+
+
+def inline_answer(request: RecordedRequest) -> FakeResponse:
+    return FakeResponse(
+        200, {"embeddings": [{"values": [0.5] * 768} for _ in request.body["requests"]]}
+    )
+
+
+class BatchServer:
+    """The Batch API's two routes: submission, then job reads that succeed after `polls_pending`."""
+
+    def __init__(
+        self, fake: FakeGemini, *, polls_pending: int = 1, state: str = "BATCH_STATE_SUCCEEDED"
+    ) -> None:
+        self.submitted: list[int] = []
+        self.polls = 0
+        self.polls_pending = polls_pending
+        self.state = state
+        fake.on(":asyncBatchEmbedContent", self.submit)
+        fake.on("batches/job-1", self.get)
+
+    def submit(self, request: RecordedRequest) -> FakeResponse:
+        self.submitted.append(len(request.body["batch"]["inputConfig"]["requests"]["requests"]))
+        return FakeResponse(
+            200, {"name": "batches/job-1", "metadata": {"state": "BATCH_STATE_PENDING"}}
+        )
+
+    def get(self, request: RecordedRequest) -> FakeResponse:
+        self.polls += 1
+        if self.polls <= self.polls_pending:
+            return FakeResponse(
+                200, {"name": "batches/job-1", "metadata": {"state": "BATCH_STATE_RUNNING"}}
+            )
+        metadata: dict[str, Any] = {"state": self.state}
+        if self.state == "BATCH_STATE_SUCCEEDED":
+            responses = [
+                {"response": {"embedding": {"values": [0.25] * 768}}}
+                for _ in range(self.submitted[-1])
+            ]
+            metadata["output"] = {"inlinedResponses": {"inlinedResponses": responses}}
+        return FakeResponse(200, {"name": "batches/job-1", "metadata": metadata})
+
+
+def gemini(fake: FakeGemini, tmp_path: Path, **overrides: Any) -> tuple[Any, GeminiEmbedder]:
+    settings = make_settings(
+        home=tmp_path / "home",
+        gemini_api_key="k",
+        gemini_base_url=fake.url,
+        embedding_provider="gemini",
+        gemini_batch_poll_seconds=0.01,
+        **overrides,
+    )
+    return settings, GeminiEmbedder(settings, retry_base_seconds=0.001, sleep=lambda _: None)
+
+
+def vector_state(db: psycopg.Connection[Any]) -> tuple[Any, ...] | None:
+    return db.execute(
+        "SELECT count(*), count(*) FILTER (WHERE model = %s AND vector_dims(embedding) = 768) "
+        "FROM memory_chunks",
+        (IDENTITY,),
+    ).fetchone()
+
+
+def test_small_backlog_is_embedded_inline_in_calls_of_100(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "proj")
+    with fake_gemini() as fake:
+        fake.on(":batchEmbedContents", inline_answer)
+        settings, embedder = gemini(fake, tmp_path, gemini_embed_batch_threshold=100_000)
+
+        report = run_sync(database_url, settings, embedder, project)
+        again = run_sync(database_url, settings, embedder, project)
+
+        calls = fake.calls(":batchEmbedContents")
+        assert fake.calls(":asyncBatchEmbedContent") == []
+    assert all(len(c.body["requests"]) <= 100 for c in calls)
+    assert sum(len(c.body["requests"]) for c in calls) == report.embeddings_computed
+    assert all(r["taskType"] == "RETRIEVAL_DOCUMENT" for c in calls for r in c.body["requests"])
+    count = vector_state(db)
+    assert count is not None
+    assert count[0] == count[1] == report.chunks_written
+    assert (again.files_changed, again.embeddings_computed) == (0, 0)
+
+
+def test_large_backlog_goes_through_one_batch_job(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "proj")
+    with fake_gemini() as fake:
+        fake.on(":batchEmbedContents", inline_answer)
+        server = BatchServer(fake, polls_pending=2)
+        settings, embedder = gemini(fake, tmp_path, gemini_embed_batch_threshold=5)
+
+        report = run_sync(database_url, settings, embedder, project)
+
+        assert fake.calls(":batchEmbedContents") == []
+        submission = fake.calls(":asyncBatchEmbedContent")[0].body["batch"]
+        first = submission["inputConfig"]["requests"]["requests"][0]["request"]
+        assert first["taskType"] == "RETRIEVAL_DOCUMENT"
+        assert first["outputDimensionality"] == 768
+    distinct = db.execute("SELECT count(DISTINCT hash) FROM memory_chunks").fetchone()
+    assert distinct == (server.submitted[0],)
+    assert server.polls == 3
+    assert report.errors == []
+    assert report.embeddings_computed == server.submitted[0]
+    count = vector_state(db)
+    assert count is not None
+    assert count[0] == count[1] > 0
+    batch = db.execute(
+        "SELECT status, provider_job, jsonb_array_length(hashes) FROM embedding_batches"
+    )
+    assert batch.fetchall() == [("done", "batches/job-1", server.submitted[0])]
+    cached = db.execute("SELECT count(*) FROM memory_embedding_cache WHERE model = %s", (IDENTITY,))
+    assert cached.fetchone() == (server.submitted[0],)
+
+
+def test_failed_batch_falls_back_to_inline_calls(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "proj")
+    with fake_gemini() as fake:
+        fake.on(":batchEmbedContents", inline_answer)
+        BatchServer(fake, polls_pending=0, state="BATCH_STATE_FAILED")
+        settings, embedder = gemini(fake, tmp_path, gemini_embed_batch_threshold=5)
+
+        report = run_sync(database_url, settings, embedder, project)
+
+        assert fake.calls(":batchEmbedContents")
+    assert any("falling back to inline" in e for e in report.errors)
+    count = vector_state(db)
+    assert count is not None
+    assert count[0] == count[1] > 0
+    assert db.execute("SELECT status FROM embedding_batches").fetchall() == [("failed",)]
+
+
+def test_a_batch_still_running_when_the_run_ends_is_resumed_by_the_next_sync(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "proj")
+    with fake_gemini() as fake:
+        # Inline calls are down, so nothing but the batch job can embed these chunks.
+        fake.on(
+            ":batchEmbedContents",
+            lambda r: FakeResponse(
+                503, {"error": {"code": 503, "message": "down", "status": "UNAVAILABLE"}}
+            ),
+        )
+        server = BatchServer(fake, polls_pending=1_000_000)
+        settings, embedder = gemini(
+            fake,
+            tmp_path,
+            gemini_embed_batch_threshold=5,
+            gemini_batch_timeout_seconds=0.05,
+            gemini_embed_max_retries=0,
+        )
+
+        first = run_sync(database_url, settings, embedder, project)
+
+        assert any("still running" in e for e in first.errors)
+        count = vector_state(db)
+        assert count is not None
+        assert count[1] == 0
+        assert db.execute("SELECT status FROM embedding_batches").fetchall() == [("submitted",)]
+
+        # "Restart": a new embedder, the job has finished meanwhile, and nothing changed on disk.
+        server.polls_pending = 0
+        settings, embedder = gemini(fake, tmp_path, gemini_embed_batch_threshold=5)
+        second = run_sync(database_url, settings, embedder, project)
+
+        assert len(server.submitted) == 1  # resumed, not submitted again
+    assert second.files_changed == 0
+    count = vector_state(db)
+    assert count is not None
+    assert count[0] == count[1] > 0
+    assert db.execute("SELECT status FROM embedding_batches").fetchall() == [("done",)]

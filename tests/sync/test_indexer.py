@@ -1,0 +1,229 @@
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from app.config import Settings
+from tests.sync.helpers import TESTDATA, CountingEmbedder, make_project, run_sync
+
+
+def chunk_rows(db: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+    return db.execute(
+        "SELECT file_path, source, start_line, end_line, hash, model, embedding IS NOT NULL "
+        "FROM memory_chunks ORDER BY file_path, start_line, id"
+    ).fetchall()
+
+
+def test_initial_sync_indexes_memory_and_transcripts_with_vectors(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "proj")
+    embedder = CountingEmbedder()
+
+    report = run_sync(database_url, settings, embedder, project)
+
+    assert report.files_scanned == 6
+    assert report.files_changed == 6
+    assert report.errors == []
+    files = db.execute(
+        "SELECT path, source, chunk_count FROM memory_files ORDER BY path"
+    ).fetchall()
+    assert {(Path(p).name, s) for p, s, _ in files} == {
+        ("MEMORY.md", "memory"),
+        ("a.md", "memory"),
+        ("nftbk_memory-bank_progress.md", "memory"),
+        ("nftbk_memory-bank_systemPatterns.md", "memory"),
+        ("small.jsonl", "sessions"),
+        ("legacy.json", "sessions"),
+    }
+    assert all(Path(p).is_absolute() for p, _, _ in files)
+    rows = chunk_rows(db)
+    assert len(rows) == report.chunks_written == sum(c for _, _, c in files)
+    assert all(r[5] == embedder.identity and r[6] for r in rows)
+    hashes = db.execute(
+        "SELECT hash, encode(sha256(convert_to(content, 'UTF8')), 'hex') FROM memory_chunks"
+    )
+    assert all(a == b for a, b in hashes)
+    # Chunk lines point into the file on disk: the chunk's first line is on its start line.
+    for path, _source, start, _end, content_first in db.execute(
+        "SELECT file_path, source, start_line, end_line, split_part(content, E'\\n', 1) "
+        "FROM memory_chunks WHERE source = 'memory'"
+    ):
+        lines = Path(path).read_text().split("\n")
+        assert content_first.strip() in lines[start - 1]
+    transcript = db.execute(
+        "SELECT min(start_line), max(end_line) FROM memory_chunks "
+        "WHERE file_path LIKE '%small.jsonl'"
+    ).fetchone()
+    assert transcript == (3, 9)
+
+
+def test_no_change_resync_reads_nothing_writes_nothing_and_embeds_nothing(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "proj")
+    embedder = CountingEmbedder()
+    run_sync(database_url, settings, embedder, project)
+    calls = embedder.calls
+    xid = db.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()
+
+    report = run_sync(database_url, settings, embedder, project)
+
+    assert embedder.calls == calls
+    assert (report.files_scanned, report.files_changed, report.files_touched) == (6, 0, 0)
+    assert (report.files_deleted, report.chunks_written, report.embeddings_computed) == (0, 0, 0)
+    # No transaction that wrote anything: the xid counter moved only by our own probe.
+    xid_after = db.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()
+    assert xid is not None
+    assert xid_after is not None
+    assert xid_after[0] == xid[0] + 1
+
+
+def test_touched_but_unchanged_file_only_records_its_mtime(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "proj")
+    embedder = CountingEmbedder()
+    run_sync(database_url, settings, embedder, project)
+    ids_before = [r[0] for r in db.execute("SELECT id FROM memory_chunks ORDER BY id")]
+    target = project / "memory" / "a.md"
+    os.utime(target, (1_000_000, 1_000_000))
+
+    report = run_sync(database_url, settings, embedder, project)
+
+    assert (report.files_changed, report.files_touched, report.chunks_written) == (0, 1, 0)
+    assert [r[0] for r in db.execute("SELECT id FROM memory_chunks ORDER BY id")] == ids_before
+    mtime = db.execute("SELECT mtime FROM memory_files WHERE path = %s", (str(target),))
+    assert mtime.fetchone() == (1_000_000.0,)
+
+
+def test_changed_file_replaces_only_its_chunks_and_cache_serves_unchanged_text(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "proj")
+    embedder = CountingEmbedder()
+    run_sync(database_url, settings, embedder, project)
+    target = project / "memory" / "a.md"
+    other = db.execute(
+        "SELECT id FROM memory_chunks WHERE file_path <> %s ORDER BY id", (str(target),)
+    ).fetchall()
+    old_text = target.read_text()
+    target.write_text(old_text + "\n\n## Added\n\nThe deploy key rotates on Fridays.\n")
+    embedded = embedder.texts_embedded
+
+    report = run_sync(database_url, settings, embedder, project)
+
+    assert (report.files_changed, report.files_deleted) == (1, 0)
+    assert report.embeddings_computed == embedder.texts_embedded - embedded
+    assert report.embeddings_computed <= 2  # the unchanged sections come from the cache
+    assert report.embeddings_cached >= 1
+    assert (
+        db.execute(
+            "SELECT id FROM memory_chunks WHERE file_path <> %s ORDER BY id", (str(target),)
+        ).fetchall()
+        == other
+    )
+    last = db.execute(
+        "SELECT content, end_line FROM memory_chunks WHERE file_path = %s ORDER BY start_line DESC "
+        "LIMIT 1",
+        (str(target),),
+    ).fetchone()
+    assert last is not None
+    assert "Fridays" in last[0]
+    assert last[1] == len(target.read_text().split("\n")) - 1
+
+
+def test_deleted_file_removes_its_chunks(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "proj")
+    run_sync(database_url, settings, CountingEmbedder(), project)
+    (project / "sessions" / "small.jsonl").unlink()
+
+    report = run_sync(database_url, settings, CountingEmbedder(), project)
+
+    assert report.files_deleted == 1
+    left = db.execute("SELECT count(*) FROM memory_chunks WHERE file_path LIKE '%small.jsonl'")
+    assert left.fetchone() == (0,)
+    assert db.execute("SELECT count(*) FROM memory_files").fetchone() == (5,)
+
+
+def test_identical_chunks_in_two_files_cost_one_embedding(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    project = tmp_path / "proj"
+    (project / "memory").mkdir(parents=True)
+    source = TESTDATA / "memory-md" / "gemini-cli_GEMINI.md"
+    shutil.copy(source, project / "memory" / "one.md")
+    shutil.copy(source, project / "memory" / "two.md")
+    embedder = CountingEmbedder()
+
+    report = run_sync(database_url, settings, embedder, project)
+
+    rows = db.execute("SELECT count(*), count(DISTINCT hash) FROM memory_chunks").fetchone()
+    assert rows is not None
+    assert rows[0] == 2 * rows[1]
+    assert embedder.texts_embedded == rows[1] == report.embeddings_computed
+
+
+def test_force_rewrites_everything_from_the_cache(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "proj")
+    embedder = CountingEmbedder()
+    first = run_sync(database_url, settings, embedder, project)
+    calls = embedder.calls
+
+    again = run_sync(database_url, settings, embedder, project, force=True)
+
+    assert again.files_changed == 6
+    assert again.chunks_written == first.chunks_written
+    assert embedder.calls == calls
+    assert again.embeddings_cached == first.embeddings_computed
+
+
+def test_provider_failure_writes_chunks_without_vectors_and_reports_it(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "proj")
+    embedder = CountingEmbedder()
+    embedder.fail = True
+
+    report = run_sync(database_url, settings, embedder, project)
+
+    assert report.chunks_written > 0
+    assert len(report.errors) == 1
+    assert "provider down" in report.errors[0]
+    rows = db.execute(
+        "SELECT count(*) FILTER (WHERE embedding IS NULL), count(*) FROM memory_chunks"
+    )
+    row = rows.fetchone()
+    assert row is not None
+    assert row[0] == row[1] == report.chunks_written
+
+
+def test_file_grown_over_the_cap_loses_its_chunks_and_is_reported(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    from tests.conftest import make_settings
+
+    project = make_project(tmp_path / "proj")
+    (project / "sessions" / "legacy.json").unlink()  # the one test file over 8,000 bytes
+    settings = make_settings(home=tmp_path / "h", sync_max_file_bytes=8000)
+    first = run_sync(database_url, settings, CountingEmbedder(), project)
+    assert first.skipped == []
+    big = project / "memory" / "a.md"
+    big.write_text(big.read_text() + "x" * 1000)
+
+    report = run_sync(database_url, settings, CountingEmbedder(), project)
+
+    assert [(s.path, s.reason) for s in report.skipped] == [
+        (str(big), f"over the size cap ({big.stat().st_size} > 8000 bytes)")
+    ]
+    assert report.files_deleted == 1
+    left = db.execute("SELECT count(*) FROM memory_chunks WHERE file_path = %s", (str(big),))
+    assert left.fetchone() == (0,)

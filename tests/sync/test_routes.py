@@ -1,0 +1,113 @@
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from fastapi.testclient import TestClient
+
+from app.config import Settings
+from app.db.engine import make_async_engine, make_sessionmaker
+from app.sync.runs import execute_sync_run
+from tests.sync.helpers import make_project
+
+
+def execute(database_url: str, settings: Settings, run_id: str) -> None:
+    async def go() -> None:
+        engine = make_async_engine(database_url)
+        try:
+            await execute_sync_run(make_sessionmaker(engine), settings, run_id)
+        finally:
+            await engine.dispose()
+
+    asyncio.run(go())
+
+
+def test_post_queues_a_run_that_the_worker_entry_point_executes(
+    client: TestClient,
+    database_url: str,
+    db: psycopg.Connection[Any],
+    settings: Settings,
+    tmp_path: Path,
+) -> None:
+    project = make_project(tmp_path / "proj")
+    (project / "memory" / "blob.md").write_bytes(b"\x00\x01binary")
+
+    answer = client.post("/api/sync", json={"projectPath": str(project)})
+
+    assert answer.status_code == 202
+    run_id = answer.json()["runId"]
+    queued = client.get(f"/api/sync/{run_id}").json()
+    assert queued["status"] == "queued"
+    assert queued["filesScanned"] == 0
+
+    execute(database_url, settings, run_id)
+
+    done = client.get(f"/api/sync/{run_id}").json()
+    assert done["status"] == "done"
+    assert done["filesScanned"] == 7
+    assert done["filesChanged"] == 6
+    assert done["chunksWritten"] > 0
+    assert done["embeddingsComputed"] > 0
+    assert done["skipped"] == 1
+    assert done["skippedFiles"] == [
+        {"path": str(project / "memory" / "blob.md"), "reason": "binary file"}
+    ]
+    assert done["errors"] == []
+    assert done["finishedAt"] is not None
+    chunks = db.execute("SELECT count(*) FROM memory_chunks").fetchone()
+    assert chunks == (done["chunksWritten"],)
+
+    # Executing a finished run again does nothing.
+    execute(database_url, settings, run_id)
+    assert client.get(f"/api/sync/{run_id}").json() == done
+
+
+def test_run_with_custom_folders_and_failure_is_recorded(
+    client: TestClient,
+    database_url: str,
+    db: psycopg.Connection[Any],
+    settings: Settings,
+    tmp_path: Path,
+) -> None:
+    project = make_project(tmp_path / "proj")
+    (project / "sessions").rename(project / "chats")
+    answer = client.post(
+        "/api/sync",
+        json={"projectPath": str(project), "sessionsDir": "chats", "memoryDir": "nowhere"},
+    )
+    run_id = answer.json()["runId"]
+    execute(database_url, settings, run_id)
+    done = client.get(f"/api/sync/{run_id}").json()
+    assert done["status"] == "done"
+    assert done["filesScanned"] == 2  # the two transcripts; the memory folder does not exist
+
+    project_gone = tmp_path / "gone"
+    project_gone.mkdir()
+    run_id = client.post("/api/sync", json={"projectPath": str(project_gone)}).json()["runId"]
+    project_gone.rmdir()
+    execute(database_url, settings, run_id)
+    failed = client.get(f"/api/sync/{run_id}").json()
+    assert failed["status"] == "failed"
+    assert "does not exist" in failed["errors"][0]
+
+
+def test_bad_requests_get_clear_errors(client: TestClient, tmp_path: Path) -> None:
+    cases = [
+        ({"projectPath": "relative/path"}, 422, "ProjectFolderNotFound"),
+        ({"projectPath": str(tmp_path / "missing")}, 422, "ProjectFolderNotFound"),
+        ({}, 422, "ValidationFailed"),
+        ({"projectPath": str(tmp_path), "force": "maybe"}, 422, "ValidationFailed"),
+        ({"projectPath": str(tmp_path), "extra": 1}, 422, "ValidationFailed"),
+    ]
+    for body, status, error in cases:
+        answer = client.post("/api/sync", json=body)
+        assert (answer.status_code, answer.json()["error"]) == (status, error), body
+    bad_json = client.post(
+        "/api/sync", content=b"{nope", headers={"content-type": "application/json"}
+    )
+    assert bad_json.status_code == 400
+    for run_id in ("not-a-uuid", "00000000-0000-0000-0000-000000000000"):
+        missing = client.get(f"/api/sync/{run_id}")
+        assert (missing.status_code, missing.json()["error"]) == (404, "SyncRunNotFound")
