@@ -87,6 +87,10 @@ class Settings(BaseSettings):
     gemini_embed_max_retries: int = Field(default=5, ge=0, le=20)
     gemini_batch_poll_seconds: float = Field(default=10.0, gt=0, le=3600)
     gemini_batch_timeout_seconds: float = Field(default=24 * 3600.0, gt=0)
+    # Capture (sessions and observations): size caps, nesting limit, excluded projects.
+    capture_max_field_chars: int = Field(default=65_536, ge=1_024, le=16_777_216)
+    capture_max_depth: int = Field(default=64, ge=2, le=500)
+    capture_exclude_projects: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
     @field_validator("home")
     @classmethod
@@ -127,6 +131,14 @@ class Settings(BaseSettings):
         size = info.data.get("sync_chunk_tokens")
         if isinstance(size, int) and value >= size:
             raise ValueError("must be smaller than AGMEM_SYNC_CHUNK_TOKENS")
+        return value
+
+    @field_validator("capture_exclude_projects", mode="before")
+    @classmethod
+    def _split_globs(cls, value: object) -> object:
+        # From the environment: comma-separated globs, e.g. "/home/*/secret*,/srv/clients/*".
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
         return value
 
     @property

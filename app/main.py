@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from app import health
 from app.api.errors import install_error_handlers
 from app.api.middleware import BearerTokenMiddleware, BodySizeLimitMiddleware
+from app.capture.routes import router as capture_router
 from app.config import Settings, get_settings
 from app.db.engine import make_async_engine, make_sessionmaker, resolve_database_url
 from app.state import AppState
@@ -65,6 +66,7 @@ def create_app(
     install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(sync_router)
+    app.include_router(capture_router)
     # Outermost first: the size limit applies before authentication reads anything.
     app.add_middleware(BearerTokenMiddleware, token=settings.api_token)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)

@@ -12,7 +12,9 @@ from app.config import Settings
 from app.state import AppState
 
 
-def get_state(request: Request) -> AppState:
+# Dependencies are `async def` even when they do not await: FastAPI runs a plain `def` dependency
+# in a worker thread, a thread hand-off per request that showed up in the capture profile.
+async def get_state(request: Request) -> AppState:
     state: AppState = request.app.state.agmem
     return state
 
@@ -20,7 +22,7 @@ def get_state(request: Request) -> AppState:
 StateDep = Annotated[AppState, Depends(get_state)]
 
 
-def get_settings_dep(state: StateDep) -> Settings:
+async def get_settings_dep(state: StateDep) -> Settings:
     return state.settings
 
 
@@ -33,4 +35,7 @@ async def get_db(state: StateDep) -> AsyncIterator[AsyncSession]:
         yield session
 
 
-DbDep = Annotated[AsyncSession, Depends(get_db)]
+# scope="function": FastAPI's default runs a yield dependency's exit *after* the response is sent,
+# which would acknowledge a write before its COMMIT (lost on a crash, and a failed commit would
+# follow a 2xx). Function scope commits first, then answers.
+DbDep = Annotated[AsyncSession, Depends(get_db, scope="function")]

@@ -1,0 +1,1 @@
+"""Capture: sessions and observations, the hot path every interceptor calls."""

@@ -1,0 +1,218 @@
+"""Derived at capture: observation type, token estimate, the stored (clean, capped) payload."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from app.privacy import cap_text, sanitize_json
+
+ObservationType = Literal["file_read", "file_write", "code_execution", "search", "web", "other"]
+
+# Tool names as Gemini CLI, Claude Code, Cursor, Antigravity and MCP servers spell them, after
+# normalising (last namespace segment, snake_case, lower case).
+TOOL_TYPES: dict[str, ObservationType] = {
+    **dict.fromkeys(
+        (
+            "read_file",
+            "read_many_files",
+            "read",
+            "view",
+            "view_file",
+            "open_file",
+            "cat",
+            "list_directory",
+            "list_dir",
+            "ls",
+            "notebook_read",
+            "read_notebook",
+        ),
+        "file_read",
+    ),
+    **dict.fromkeys(
+        (
+            "write_file",
+            "write",
+            "edit",
+            "edit_file",
+            "multi_edit",
+            "multiedit",
+            "replace",
+            "str_replace",
+            "create_file",
+            "apply_patch",
+            "notebook_edit",
+            "insert",
+            "delete_file",
+            "move_file",
+        ),
+        "file_write",
+    ),
+    **dict.fromkeys(
+        (
+            "run_shell_command",
+            "run_tests",
+            "bash",
+            "shell",
+            "exec",
+            "execute",
+            "execute_command",
+            "run_command",
+            "run_terminal_cmd",
+            "terminal",
+            "run_code",
+            "python",
+        ),
+        "code_execution",
+    ),
+    **dict.fromkeys(
+        (
+            "grep",
+            "glob",
+            "search",
+            "search_file_content",
+            "find_files",
+            "codebase_search",
+            "file_search",
+            "grep_search",
+            "ripgrep",
+            "find",
+            "search_files",
+        ),
+        "search",
+    ),
+    **dict.fromkeys(
+        (
+            "web_fetch",
+            "google_search",
+            "google_web_search",
+            "web_search",
+            "fetch",
+            "fetch_url",
+            "browse",
+            "browser",
+            "http_request",
+            "curl",
+        ),
+        "web",
+    ),
+}
+
+# Editor tools that multiplex on a `command` argument (Anthropic's text editor, Antigravity's).
+SUBCOMMAND_TOOLS = frozenset(
+    {"str_replace_editor", "str_replace_based_edit_tool", "text_editor", "editor", "file_editor"}
+)
+SUBCOMMAND_TYPES: dict[str, ObservationType] = {
+    "view": "file_read",
+    "read": "file_read",
+    "create": "file_write",
+    "str_replace": "file_write",
+    "insert": "file_write",
+    "undo_edit": "file_write",
+    "write": "file_write",
+}
+
+# Unknown names: the first word part found decides, in this order.
+NAME_PART_TYPES: tuple[tuple[str, ObservationType], ...] = (
+    ("web", "web"),
+    ("url", "web"),
+    ("http", "web"),
+    ("write", "file_write"),
+    ("edit", "file_write"),
+    ("replace", "file_write"),
+    ("patch", "file_write"),
+    ("read", "file_read"),
+    ("shell", "code_execution"),
+    ("exec", "code_execution"),
+    ("command", "code_execution"),
+    ("test", "code_execution"),
+    ("grep", "search"),
+    ("glob", "search"),
+    ("search", "search"),
+    ("find", "search"),
+)
+
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_NAMESPACE = re.compile(r".*(?:__|[.:/])")
+
+
+def normalize_tool_name(name: str) -> str:
+    """`mcp__fs__readFile` and `default_api.read_file` both become `read_file`."""
+    return _CAMEL.sub("_", _NAMESPACE.sub("", name.strip())).lower().replace("-", "_")
+
+
+def observation_type(function_name: str, function_args: Any) -> ObservationType:
+    """Classify a tool call by its name (and, for multiplexing editors, its command)."""
+    name = normalize_tool_name(function_name)
+    if name in SUBCOMMAND_TOOLS and isinstance(function_args, dict):
+        command = function_args.get("command")
+        if isinstance(command, str) and command in SUBCOMMAND_TYPES:
+            return SUBCOMMAND_TYPES[command]
+    known = TOOL_TYPES.get(name)
+    if known is not None:
+        return known
+    parts = set(name.split("_"))
+    for part, kind in NAME_PART_TYPES:
+        if part in parts:
+            return kind
+    return "other"
+
+
+def estimate_tokens(chars: int) -> int:
+    """Estimated tokens for `chars` characters, at 4 characters per token (rounded up)."""
+    return (chars + 3) // 4
+
+
+@dataclass(frozen=True, slots=True)
+class Payload:
+    """A JSON value as it will be stored: sanitized, capped, serialized once."""
+
+    value: Any
+    json_text: str
+    original_chars: int  # before any cap: a string's length, else its JSON text's length
+    original_bytes: int  # the same, in UTF-8 bytes
+    truncated: bool
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _cap_strings(value: Any, max_chars: int) -> Any:
+    if isinstance(value, str):
+        return cap_text(value, max_chars)
+    if isinstance(value, dict):
+        return {key: _cap_strings(item, max_chars) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_cap_strings(item, max_chars) for item in value]
+    return value
+
+
+def prepare_payload(value: Any, *, max_chars: int, max_depth: int) -> Payload:
+    """Sanitize every string, then cap the value to about `max_chars` of JSON.
+
+    Sanitizing comes first so that a cut can never split a private span or a secret and leave
+    half of it visible. A string is capped head-and-tail; a structure has its long strings capped
+    first, and if it is still too large it is stored as its capped JSON text.
+    Raises NestingTooDeep past `max_depth`.
+    """
+    clean = sanitize_json(value, max_depth=max_depth)
+    if isinstance(clean, str):
+        # A text result is measured as text, not as its JSON escape (which doubles newlines).
+        original_chars = len(clean)
+        original_bytes = original_chars if clean.isascii() else len(clean.encode("utf-8"))
+        if original_chars <= max_chars:
+            return Payload(clean, dumps(clean), original_chars, original_bytes, truncated=False)
+        capped: Any = cap_text(clean, max_chars * 9 // 10)
+        return Payload(capped, dumps(capped), original_chars, original_bytes, truncated=True)
+    text = dumps(clean)
+    original_chars = len(text)
+    original_bytes = original_chars if text.isascii() else len(text.encode("utf-8"))
+    if original_chars <= max_chars:
+        return Payload(clean, text, original_chars, original_bytes, truncated=False)
+    capped = _cap_strings(clean, max(1024, max_chars // 4))
+    if len(dumps(capped)) > max_chars:
+        capped = cap_text(dumps(capped), max_chars * 9 // 10)
+    return Payload(capped, dumps(capped), original_chars, original_bytes, truncated=True)

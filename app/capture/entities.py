@@ -1,0 +1,221 @@
+"""Entities of an observation, found by patterns: files, functions, classes, errors, commands, URLs
+and packages (the Commander memory design's list). Stored in `observations.entities`.
+
+Only a bounded window of each text is scanned (head and tail), so a capped 64 KB result costs
+the same as a small one, and each kind keeps at most `MAX_PER_KIND` distinct values.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+ENTITY_KINDS = ("files", "functions", "classes", "errors", "commands", "urls", "packages")
+MAX_PER_KIND = 20
+MAX_VALUE_CHARS = 300
+SCAN_HEAD = 4_000
+SCAN_TAIL = 1_000
+
+# Argument keys that name files, commands or URLs directly, in every tool's spelling.
+FILE_KEYS = frozenset(
+    {
+        "file_path",
+        "filepath",
+        "path",
+        "absolute_path",
+        "file",
+        "filename",
+        "target_file",
+        "notebook_path",
+        "paths",
+        "file_paths",
+        "dir_path",
+        "directory",
+        "source",
+        "destination",
+    }
+)
+COMMAND_KEYS = frozenset({"command", "cmd", "script", "shell_command"})
+URL_KEYS = frozenset({"url", "urls", "uri", "href"})
+
+# Speed: this runs on every capture, so every pattern starts with a literal (Python's regex
+# engine then skips ahead with a fast search) and anything before the literal (a path's folders,
+# an exception's name) is found by walking back from the match, not by the regex.
+_EXTENSIONS = (
+    "py|pyi|ts|tsx|js|jsx|mjs|cjs|json|jsonl|md|mdx|rs|go|java|kt|kts|rb|php|c|h|cc|cpp|hpp|cs|"
+    "swift|scala|sh|bash|zsh|ps1|sql|yaml|yml|toml|ini|cfg|conf|env|lock|txt|csv|html|css|scss|"
+    "vue|svelte|proto|graphql|tf|xml|gradle|ipynb|lua|dart|ex|exs|erl|hs|ml|zig|nix"
+)
+_FILE_EXTENSION = re.compile(rf"\.(?:{_EXTENSIONS})(?![\w/])")
+_PATH_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./~@+-")
+_IDENTIFIER_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+_URL = re.compile(r"https?://[^\s\"'<>`)\]}\\]+")
+_FUNCTIONS = (
+    re.compile(r"def(?<![\w.]def)\s+([A-Za-z_]\w*)"),
+    re.compile(r"function(?<![\w.]function)\*?\s*\*?\s*([A-Za-z_$][\w$]*)"),
+    re.compile(r"func(?<![\w.]func)\s+(?:\([^)]*\)\s*)?([A-Za-z_]\w*)"),
+    re.compile(r"fn(?<![\w.]fn)\s+([A-Za-z_]\w*)"),
+    re.compile(
+        r"const(?<![\w.]const)\s+([A-Za-z_$][\w$]*)\s*=\s*(?:async\s*)?(?:\([^)]*\)|\w+)\s*=>"
+    ),
+)
+_CLASSES = tuple(
+    re.compile(rf"{word}(?<![\w.]{word})\s+([A-Z]\w*)")
+    for word in ("class", "interface", "struct", "trait", "enum")
+)
+_ERROR_SUFFIX = re.compile(r"(?:Error|Exception)\b")
+_ERROR_LITERALS = re.compile(
+    r"E(?<!\wE)(?:NOENT|ACCES|PERM|EXIST|CONNREFUSED|CONNRESET|ADDRINUSE|TIMEDOUT|PIPE|NOTDIR"
+    r"|ISDIR)\b"
+)
+_ERROR_PHRASES = tuple(
+    re.compile(phrase)
+    for phrase in (
+        r"Traceback \(most recent call last\)",
+        r"Segmentation fault",
+        r"panicked at",
+        r"command not found",
+        r"Permission denied",
+        r"error TS\d{3,5}",
+        r"error CS\d{3,5}",
+    )
+)
+_PACKAGE_ARGS = r"((?:[ \t]+(?:-{1,2}[\w\-=]+|[@\w][\w.\-/@=<>~^\[\]]*))+)"
+
+
+def _after(verb: str, tools: tuple[str, ...]) -> re.Pattern[str]:
+    """`<tool> <verb> args`, found from the verb (a literal) and checked back with lookbehinds."""
+    behind = "|".join(f"(?<={re.escape(tool)} {verb})" for tool in tools)
+    return re.compile(rf"{verb}(?:{behind})" + _PACKAGE_ARGS)
+
+
+_PACKAGE_INSTALLS = (
+    _after("install", ("pip", "pip3", "uv pip", "npm", "pnpm", "gem", "brew", "apt", "apt-get")),
+    _after("add", ("uv", "poetry", "yarn", "pnpm", "bun", "cargo", "npm")),
+    _after("get", ("go",)),
+    _after("i", ("npm",)),
+)
+_PY_IMPORTS = (
+    re.compile(r"import(?<![\w.]import)[ \t]+([A-Za-z_]\w*)"),
+    re.compile(r"from(?<![\w.]from)[ \t]+([A-Za-z_]\w*)[\w.]*[ \t]+import\b"),
+)
+_JS_IMPORTS = (
+    re.compile(r"require\(\s*[\"']((?:@[\w\-.]+/)?[\w\-][\w\-.]*)(?:/[^\"']*)?[\"']"),
+    re.compile(r"from(?<![\w.]from)\s+[\"']((?:@[\w\-.]+/)?[\w\-][\w\-.]*)(?:/[^\"']*)?[\"']"),
+)
+
+
+def _walk_back(text: str, end: int, allowed: frozenset[str]) -> int:
+    start = end
+    while start > 0 and text[start - 1] in allowed:
+        start -= 1
+    return start
+
+
+def _at_line_start(text: str, position: int) -> bool:
+    line_start = text.rfind("\n", 0, position) + 1
+    return text[line_start:position].strip() == ""
+
+
+class _Collector:
+    def __init__(self) -> None:
+        self.found: dict[str, dict[str, None]] = {kind: {} for kind in ENTITY_KINDS}
+
+    def add(self, kind: str, value: str) -> None:
+        value = value.strip()
+        bucket = self.found[kind]
+        if value and len(bucket) < MAX_PER_KIND:
+            bucket[value[:MAX_VALUE_CHARS]] = None
+
+    def result(self) -> dict[str, list[str]]:
+        return {kind: list(values) for kind, values in self.found.items() if values}
+
+
+def _window(text: str) -> str:
+    if len(text) <= SCAN_HEAD + SCAN_TAIL:
+        return text
+    return text[:SCAN_HEAD] + "\n" + text[-SCAN_TAIL:]
+
+
+def _strings(value: Any) -> Iterable[tuple[str, str]]:
+    """(key, string) pairs of a JSON value; the key is that of the nearest enclosing object."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        key, item = stack.pop()
+        if isinstance(item, str):
+            yield key, item
+        elif isinstance(item, dict):
+            stack.extend((str(k).lower(), v) for k, v in item.items())
+        elif isinstance(item, list):
+            stack.extend((key, v) for v in item)
+
+
+def _scan(collector: _Collector, text: str) -> None:
+    text = _window(text)
+    for match in _FILE_EXTENSION.finditer(text):
+        start = _walk_back(text, match.start(), _PATH_CHARS)
+        if text[start - 1 : start] == "\\" and text[start : start + 1] in ("n", "t", "r"):
+            start += 1  # an escaped newline or tab in JSON-ish text, not part of the path
+        if start < match.start():
+            collector.add("files", text[start : match.end()].lstrip("."))
+    for match in _URL.finditer(text):
+        collector.add("urls", match.group(0).rstrip(".,;:"))
+    for pattern in _FUNCTIONS:
+        for match in pattern.finditer(text):
+            collector.add("functions", match.group(1))
+    for pattern in _CLASSES:
+        for match in pattern.finditer(text):
+            collector.add("classes", match.group(1))
+    for match in _ERROR_SUFFIX.finditer(text):
+        start = _walk_back(text, match.start(), _IDENTIFIER_CHARS)
+        if text[start : start + 1].isupper():
+            collector.add("errors", text[start : match.end()])
+    for match in _ERROR_LITERALS.finditer(text):
+        collector.add("errors", match.group(0))
+    for pattern in _ERROR_PHRASES:
+        for match in pattern.finditer(text):
+            collector.add("errors", match.group(0).split(" (", 1)[0])
+    for pattern in _PACKAGE_INSTALLS:
+        for match in pattern.finditer(text):
+            for token in match.group(1).split():
+                if not token.startswith("-"):
+                    collector.add("packages", token.strip("'\""))
+    for pattern in _PY_IMPORTS:
+        for match in pattern.finditer(text):
+            if _at_line_start(text, match.start()):
+                collector.add("packages", match.group(1))
+    for pattern in _JS_IMPORTS:
+        for match in pattern.finditer(text):
+            collector.add("packages", match.group(1))
+
+
+def extract_entities(*values: Any) -> dict[str, list[str]]:
+    """Entities found in the given JSON values (tool arguments, results), by kind."""
+    collector = _Collector()
+    for value in values:
+        for key, text in _strings(value):
+            if key in FILE_KEYS and "\n" not in text and len(text) < 1024:
+                collector.add("files", text)
+            elif key in COMMAND_KEYS and len(text) < 4096:
+                collector.add("commands", text.split("\n", 1)[0])
+            elif key in URL_KEYS and text.startswith(("http://", "https://")):
+                collector.add("urls", text)
+            _scan(collector, text)
+    return collector.result()
+
+
+def merge_entities(*groups: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Union of entity groups, first-seen order, still at most MAX_PER_KIND per kind."""
+    collector = _Collector()
+    for group in groups:
+        for kind, values in group.items():
+            if kind in collector.found:
+                for value in values:
+                    collector.add(kind, value)
+    return collector.result()
+
+
+def entity_text(entities: dict[str, list[str]]) -> str:
+    """One searchable line per kind, for the search index (`files: app/main.py, ...`)."""
+    return "\n".join(f"{kind}: {', '.join(values)}" for kind, values in entities.items() if values)

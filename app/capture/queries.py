@@ -1,0 +1,199 @@
+"""All capture SQL, one statement per operation, each shaped to need one round trip.
+
+The hot statements are raw `text()`: they run on every tool call, and a CTE does in one trip what
+the ORM would do in three (check the session, touch it, insert). JSON arrives already serialized
+and is cast to jsonb in SQL, so it is encoded exactly once.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import text
+
+# A session's last_activity_at is touched at most every few seconds: the touch is an UPDATE, and
+# an UPDATE per observation would queue concurrent observations of one session on its row lock.
+TOUCH_SECONDS = 5
+
+_SESSION = f"""
+    s AS (SELECT id, project_path, status FROM sessions WHERE id = :session_id),
+    touch AS (
+        UPDATE sessions SET last_activity_at = now()
+        WHERE id = :session_id AND last_activity_at < now() - interval '{TOUCH_SECONDS} seconds'
+    )
+"""
+
+INSERT_SESSION = text(
+    """
+    INSERT INTO sessions (id, project_path, user_prompt, created_by, metadata)
+    VALUES (:id, :project_path, :user_prompt, :created_by, CAST(:metadata AS jsonb))
+    ON CONFLICT (id) DO NOTHING
+    RETURNING id, project_path, status, created_at
+    """
+)
+
+SELECT_SESSION_FOR_COMPARE = text(
+    """
+    SELECT id, project_path, status, created_at, user_prompt, created_by, metadata
+    FROM sessions WHERE id = :id
+    """
+)
+
+END_SESSION = text(
+    """
+    UPDATE sessions
+    SET status = 'ending', ended_at = now(), last_activity_at = now(),
+        next_attempt_at = now(), attempts = 0, last_error = NULL
+    WHERE id = :session_id AND status = 'active'
+    RETURNING id, project_path, status, created_at
+    """
+)
+
+QUEUE_SUMMARY = text(
+    """
+    UPDATE sessions
+    SET status = 'ending', ended_at = coalesce(ended_at, now()),
+        next_attempt_at = now(), attempts = 0, last_error = NULL,
+        locked_until = NULL, locked_by = NULL
+    WHERE id = :session_id
+    RETURNING id, project_path, status, created_at
+    """
+)
+
+SESSION_STATUS = text(
+    "SELECT id, project_path, status, created_at FROM sessions WHERE id = :session_id"
+)
+
+_OBSERVATION_RETURNING = """
+    RETURNING id, session_id, project_path, status, observation_type, original_tokens, truncated
+"""
+
+INSERT_OBSERVATION = text(
+    f"""
+    WITH {_SESSION}
+    INSERT INTO observations (
+        id, session_id, project_path, function_name, function_args, observation_type, entities,
+        status, original_tokens, args_bytes, truncated, observed_at
+    )
+    SELECT :id, s.id, s.project_path, :function_name, CAST(:function_args AS jsonb),
+           :observation_type, CAST(:entities AS jsonb), 'pending', :original_tokens, :args_bytes,
+           :truncated, coalesce(CAST(:observed_at AS timestamptz), now())
+    FROM s
+    ON CONFLICT (id) DO NOTHING
+    {_OBSERVATION_RETURNING}
+    """
+)
+
+# A result recorded with no pending call to match: the observation is born captured.
+INSERT_CAPTURED = text(
+    f"""
+    WITH {_SESSION}
+    INSERT INTO observations (
+        id, session_id, project_path, function_name, function_args, result, observation_type,
+        entities, status, original_tokens, result_bytes, truncated, observed_at, result_at,
+        next_attempt_at
+    )
+    SELECT :id, s.id, s.project_path, :function_name, '{{}}'::jsonb, CAST(:result AS jsonb),
+           :observation_type, CAST(:entities AS jsonb), 'captured', :original_tokens,
+           :result_bytes, :truncated, coalesce(CAST(:result_at AS timestamptz), now()),
+           coalesce(CAST(:result_at AS timestamptz), now()), now()
+    FROM s
+    ON CONFLICT (id) DO NOTHING
+    {_OBSERVATION_RETURNING}
+    """
+)
+
+SELECT_OBSERVATION_FOR_COMPARE = text(
+    """
+    SELECT id, session_id, project_path, status, observation_type, original_tokens, truncated,
+           function_name, function_args, result
+    FROM observations WHERE id = :id
+    """
+)
+
+# Merge the result's entities into the call's: union per kind, as jsonb arrays.
+_MERGED_ENTITIES = """
+    coalesce((
+        SELECT jsonb_object_agg(kind, vals) FROM (
+            SELECT kind, jsonb_agg(DISTINCT v) AS vals FROM (
+                SELECT e.key AS kind, a.v FROM jsonb_each(o.entities) e,
+                       jsonb_array_elements(e.value) AS a(v)
+                UNION ALL
+                SELECT e.key, a.v FROM jsonb_each(CAST(:entities AS jsonb)) e,
+                       jsonb_array_elements(e.value) AS a(v)
+            ) u GROUP BY kind
+        ) g
+    ), '{}'::jsonb)
+"""
+
+_APPLY_RESULT = f"""
+    UPDATE observations o
+    SET result = CAST(:result AS jsonb), status = 'captured',
+        result_at = coalesce(CAST(:result_at AS timestamptz), now()), next_attempt_at = now(),
+        result_bytes = :result_bytes, truncated = o.truncated OR :truncated,
+        original_tokens = o.original_tokens + :result_tokens,
+        entities = {_MERGED_ENTITIES}
+    FROM target WHERE o.id = target.id
+    RETURNING o.id, o.session_id, o.project_path, o.status, o.observation_type,
+              o.original_tokens, o.truncated
+"""
+
+# The newest pending call of that function in the session; SKIP LOCKED lets concurrent results
+# of the same function each take a different pending call instead of waiting on one.
+MATCH_NEWEST_PENDING = text(
+    f"""
+    WITH {_SESSION},
+    target AS (
+        SELECT o.id FROM observations o
+        WHERE o.session_id = :session_id AND o.function_name = :function_name
+          AND o.status = 'pending'
+        ORDER BY o.seq DESC LIMIT 1
+        FOR UPDATE SKIP LOCKED
+    ),
+    applied AS ({_APPLY_RESULT})
+    SELECT s.project_path AS session_project, applied.* FROM s LEFT JOIN applied ON true
+    """
+)
+
+MATCH_BY_ID = text(
+    f"""
+    WITH {_SESSION},
+    target AS (
+        SELECT o.id FROM observations o
+        WHERE o.id = :observation_id AND o.session_id = :session_id AND o.status = 'pending'
+        FOR UPDATE
+    ),
+    applied AS ({_APPLY_RESULT})
+    SELECT s.project_path AS session_project, applied.* FROM s LEFT JOIN applied ON true
+    """
+)
+
+# The worker takes captured rows in (next_attempt_at, seq) order; position 1 is next.
+QUEUE_COMPRESSION = text(
+    """
+    WITH queued AS (
+        UPDATE observations
+        SET status = 'captured', next_attempt_at = now(), attempts = 0, last_error = NULL,
+            locked_until = NULL, locked_by = NULL
+        WHERE id = :observation_id
+        RETURNING id, seq, next_attempt_at
+    )
+    SELECT queued.id, 1 + (
+        SELECT count(*) FROM observations o
+        WHERE o.status = 'captured' AND o.id <> queued.id
+          AND (o.next_attempt_at IS NULL OR o.next_attempt_at < queued.next_attempt_at
+               OR (o.next_attempt_at = queued.next_attempt_at AND o.seq < queued.seq))
+    ) AS position
+    FROM queued
+    """
+)
+
+SESSION_TOTALS = text(
+    """
+    SELECT count(*) AS total_observations,
+           coalesce(sum(tokens_saved), 0) AS tokens_saved,
+           count(*) FILTER (WHERE status = 'pending') AS pending,
+           count(*) FILTER (WHERE status = 'captured') AS captured,
+           count(*) FILTER (WHERE status = 'compressed') AS compressed,
+           count(*) FILTER (WHERE status = 'failed') AS failed
+    FROM observations WHERE session_id = :session_id
+    """
+)

@@ -1,0 +1,174 @@
+"""HTTP routes of "Sessions and capture" (API.md). Thin: parse, call the service, shape."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse
+
+from app.api.deps import DbDep, SettingsDep
+from app.capture import service
+from app.capture.db import AutocommitDep, capture_lifespan
+from app.capture.schemas import (
+    CompressIn,
+    ObserveIn,
+    ObserveResultIn,
+    SessionEndIn,
+    SessionStartIn,
+    SummarizeIn,
+)
+from app.db.models import ObservationRow, SessionRow
+
+router = APIRouter(prefix="/api", tags=["capture"], lifespan=capture_lifespan)
+
+SessionStatus = Literal["active", "ending", "summarized", "failed"]
+
+
+def iso(value: datetime | None) -> str | None:
+    """ISO 8601 in UTC with a Z, as the contract's responses use."""
+    if value is None:
+        return None
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def session_json(row: SessionRow) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "projectPath": row.project_path,
+        "status": row.status,
+        "userPrompt": row.user_prompt,
+        "createdBy": row.created_by,
+        "metadata": row.metadata_,
+        "summary": row.summary,
+        "summaryGeneratedBy": row.summary_generated_by,
+        "createdAt": iso(row.created_at),
+        "lastActivityAt": iso(row.last_activity_at),
+        "endedAt": iso(row.ended_at),
+        "summarizedAt": iso(row.summarized_at),
+    }
+
+
+def observation_json(row: ObservationRow) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "sessionId": row.session_id,
+        "projectPath": row.project_path,
+        "seq": row.seq,
+        "functionName": row.function_name,
+        "functionArgs": row.function_args,
+        "result": row.result,
+        "status": row.status,
+        "observationType": row.observation_type,
+        "entities": row.entities,
+        "compressedData": row.compressed_data,
+        "generatedBy": row.generated_by,
+        "originalTokens": row.original_tokens,
+        "compressedTokens": row.compressed_tokens,
+        "tokensSaved": row.tokens_saved,
+        "argsBytes": row.args_bytes,
+        "resultBytes": row.result_bytes,
+        "truncated": row.truncated,
+        "attempts": row.attempts,
+        "lastError": row.last_error,
+        "observedAt": iso(row.observed_at),
+        "createdAt": iso(row.created_at),
+        "resultAt": iso(row.result_at),
+        "compressedAt": iso(row.compressed_at),
+    }
+
+
+def _observation_answer(ref: service.ObservationRef, status_code: int) -> JSONResponse:
+    body: dict[str, Any] = {"id": ref.id, "status": ref.status}
+    if ref.id is not None:
+        body |= {"observationType": ref.observation_type, "originalTokens": ref.original_tokens}
+        if ref.truncated:
+            body["truncated"] = True
+    return JSONResponse(body, status_code=status_code)
+
+
+@router.post("/session/start")
+async def start_session(data: SessionStartIn, db: DbDep, settings: SettingsDep) -> JSONResponse:
+    """Start a session (201), or return the same one for a repeated id (200)."""
+    ref, created = await service.start_session(db, data=data, settings=settings)
+    body = {
+        "id": ref.id,
+        "projectPath": ref.project_path,
+        "status": ref.status,
+        "createdAt": iso(ref.created_at),
+    }
+    return JSONResponse(body, status_code=201 if created else 200)
+
+
+@router.post("/session/end")
+async def end_session(data: SessionEndIn, db: DbDep) -> JSONResponse:
+    """End a session; the worker summarises it."""
+    ref = await service.end_session(db, session_id=data.session_id)
+    return JSONResponse({"sessionId": ref.id, "status": ref.status}, status_code=202)
+
+
+@router.get("/sessions")
+async def list_sessions(
+    db: DbDep,
+    project_path: Annotated[str | None, Query(alias="projectPath", max_length=4096)] = None,
+    status: SessionStatus | None = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    before: datetime | None = None,
+) -> JSONResponse:
+    """Sessions, newest first."""
+    rows = await service.list_sessions(
+        db, project_path=project_path, status=status, limit=limit, before=before
+    )
+    return JSONResponse({"sessions": [session_json(row) for row in rows]})
+
+
+@router.get("/sessions/{session_id:path}")
+async def get_session(session_id: str, db: DbDep) -> JSONResponse:
+    """One session with its summary and observation totals."""
+    detail = await service.get_session(db, session_id=session_id)
+    body = session_json(detail.row) | {
+        "totalObservations": detail.total_observations,
+        "tokensSaved": detail.tokens_saved,
+        "observationCounts": detail.observation_counts,
+    }
+    return JSONResponse(body)
+
+
+@router.post("/observe")
+async def observe(data: ObserveIn, db: AutocommitDep, settings: SettingsDep) -> JSONResponse:
+    """Record a tool call (201); a repeated id answers 200 with the first result."""
+    ref, created = await service.record_observation(db, data=data, settings=settings)
+    return _observation_answer(ref, 201 if created else 200)
+
+
+@router.post("/observe/result")
+async def observe_result(
+    data: ObserveResultIn, db: AutocommitDep, settings: SettingsDep
+) -> JSONResponse:
+    """Attach a tool result to its call (200), or record it as a new observation (201)."""
+    ref, created = await service.record_result(db, data=data, settings=settings)
+    return _observation_answer(ref, 201 if created else 200)
+
+
+@router.get("/observations/{observation_id:path}")
+async def get_observation(observation_id: str, db: DbDep) -> JSONResponse:
+    """One observation: raw args and result, compressed data, tokens and status."""
+    row = await service.get_observation(db, observation_id=observation_id)
+    return JSONResponse(observation_json(row))
+
+
+@router.post("/compress")
+async def compress(data: CompressIn, db: DbDep) -> JSONResponse:
+    """Queue an observation for compression by the worker."""
+    position = await service.queue_compression(db, observation_id=data.observation_id)
+    return JSONResponse({"queued": True, "position": position}, status_code=202)
+
+
+@router.post("/summarize")
+async def summarize(data: SummarizeIn, db: DbDep) -> JSONResponse:
+    """Queue a session for summarising by the worker."""
+    ref = await service.queue_summary(db, session_id=data.session_id)
+    return JSONResponse(
+        {"queued": True, "sessionId": ref.id, "status": ref.status}, status_code=202
+    )

@@ -1,0 +1,82 @@
+"""Request bodies of the capture API: camelCase as interceptors send it, snake_case accepted too."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic.alias_generators import to_camel
+
+# A day of clock skew is tolerated; anything later is a client bug, not a plausible event time.
+MAX_FUTURE_MS = 24 * 60 * 60 * 1000
+
+Id = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+FunctionName = Annotated[str, StringConstraints(min_length=1, max_length=300)]
+ProjectPath = Annotated[str, StringConstraints(min_length=1, max_length=4096)]
+
+
+class CaptureModel(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True
+    )
+
+
+def check_epoch_ms(value: int | None) -> int | None:
+    """Epoch milliseconds between 1970 and one day from now, else a ValueError."""
+    if value is None:
+        return None
+    if value < 0:
+        raise ValueError("timestamp is before 1970 (epoch milliseconds must not be negative)")
+    if value > time.time() * 1000 + MAX_FUTURE_MS:
+        raise ValueError("timestamp is more than a day in the future (expected epoch milliseconds)")
+    return value
+
+
+class SessionStartIn(CaptureModel):
+    project_path: ProjectPath
+    user_prompt: str | None = None
+    id: Id | None = None
+    created_by: Annotated[str, StringConstraints(max_length=200)] | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class SessionEndIn(CaptureModel):
+    session_id: Id
+
+
+class ObserveIn(CaptureModel):
+    session_id: Id
+    function_name: FunctionName
+    function_args: Any = Field(default_factory=dict)
+    timestamp: int | None = None
+    id: Id | None = None
+    # Optional, beyond the contract: lets a client that knows its project skip excluded ones early.
+    project_path: ProjectPath | None = None
+
+    @field_validator("timestamp")
+    @classmethod
+    def _timestamp(cls, value: int | None) -> int | None:
+        return check_epoch_ms(value)
+
+
+class ObserveResultIn(CaptureModel):
+    session_id: Id
+    function_name: FunctionName
+    result: Any
+    observation_id: Id | None = None
+    timestamp: int | None = None
+    project_path: ProjectPath | None = None
+
+    @field_validator("timestamp")
+    @classmethod
+    def _timestamp(cls, value: int | None) -> int | None:
+        return check_epoch_ms(value)
+
+
+class CompressIn(CaptureModel):
+    observation_id: Id
+
+
+class SummarizeIn(CaptureModel):
+    session_id: Id

@@ -1,0 +1,421 @@
+"""Capture services: sessions and observations. Called by the HTTP routes and, directly, by the
+Gemini proxy. Session first, everything else keyword-only; they flush, the caller commits.
+
+Writes return small frozen references (`SessionRef`, `ObservationRef`) rather than ORM rows, so
+the hot path never reads back the payload it just wrote. Reads return ORM rows.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+from sqlalchemy import Row, select
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+from app.capture import queries
+from app.capture.derive import (
+    Payload,
+    dumps,
+    estimate_tokens,
+    observation_type,
+    prepare_payload,
+)
+from app.capture.entities import extract_entities
+from app.capture.errors import (
+    ObservationIdConflict,
+    ObservationNotFound,
+    PayloadTooDeep,
+    SessionIdConflict,
+    SessionNotFound,
+)
+from app.capture.schemas import ObserveIn, ObserveResultIn, SessionStartIn
+from app.config import Settings
+from app.db.models import ObservationRow, SessionRow
+from app.errors import ValidationFailed
+from app.privacy import NestingTooDeep, cap_text, clean_text, sanitize_text
+
+log = structlog.get_logger(__name__)
+
+# The write paths run plain statements, so they take an ORM session (in a caller's transaction)
+# or a bare connection (the HTTP hot path's autocommit connection) alike.
+Executor = AsyncSession | AsyncConnection
+
+EXCLUDED = "excluded"
+# Ids minted for sessions of excluded projects carry this prefix, so that later observations
+# sent with such an id are recognised as excluded without anything having been stored.
+EXCLUDED_PREFIX = "excluded-"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRef:
+    id: str
+    project_path: str
+    status: str  # active | ending | summarized | failed | excluded
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ObservationRef:
+    id: str | None  # None when nothing was stored (excluded project)
+    session_id: str
+    project_path: str | None
+    status: str  # pending | captured | compressed | failed | excluded
+    observation_type: str
+    original_tokens: int
+    truncated: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SessionDetail:
+    row: SessionRow
+    total_observations: int
+    tokens_saved: int
+    observation_counts: dict[str, int]
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def is_project_excluded(project_path: str, settings: Settings) -> bool:
+    """True when the project matches one of AGMEM_CAPTURE_EXCLUDE_PROJECTS (fnmatch globs)."""
+    if not settings.capture_exclude_projects:
+        return False
+    path = project_path.rstrip("/") or "/"
+    return any(
+        fnmatch.fnmatchcase(candidate, glob)
+        for glob in settings.capture_exclude_projects
+        for candidate in (path, path + "/")
+    )
+
+
+def _clean_id(value: str, field: str) -> str:
+    cleaned = clean_text(value).strip()
+    if not cleaned:
+        raise ValidationFailed(f"{field}: must not be empty (after removing NUL characters)")
+    return cleaned
+
+
+def _payload(value: Any, field: str, settings: Settings) -> Payload:
+    try:
+        return prepare_payload(
+            value, max_chars=settings.capture_max_field_chars, max_depth=settings.capture_max_depth
+        )
+    except NestingTooDeep:
+        raise PayloadTooDeep(
+            f"{field}: nests deeper than {settings.capture_max_depth} levels "
+            "(AGMEM_CAPTURE_MAX_DEPTH)"
+        ) from None
+
+
+def _epoch_ms(value: int | None) -> datetime | None:
+    return None if value is None else datetime.fromtimestamp(value / 1000, tz=UTC)
+
+
+def _observation_ref(row: Row[Any]) -> ObservationRef:
+    return ObservationRef(
+        id=row.id,
+        session_id=row.session_id,
+        project_path=row.project_path,
+        status=row.status,
+        observation_type=row.observation_type,
+        original_tokens=row.original_tokens,
+        truncated=row.truncated,
+    )
+
+
+def _excluded(session_id: str, function_name: str, function_args: Any) -> ObservationRef:
+    return ObservationRef(
+        id=None,
+        session_id=session_id,
+        project_path=None,
+        status=EXCLUDED,
+        observation_type=observation_type(function_name, function_args),
+        original_tokens=0,
+        truncated=False,
+    )
+
+
+def _is_excluded_call(session_id: str, project_path: str | None, settings: Settings) -> bool:
+    if session_id.startswith(EXCLUDED_PREFIX):
+        return True
+    return project_path is not None and is_project_excluded(project_path, settings)
+
+
+# --- sessions -----------------------------------------------------------------------------------
+
+
+async def start_session(
+    session: AsyncSession, *, data: SessionStartIn, settings: Settings
+) -> tuple[SessionRef, bool]:
+    """Create a session, or return the existing one for a repeated id; (ref, created)."""
+    project_path = clean_text(data.project_path)
+    if is_project_excluded(project_path, settings):
+        session_id = _clean_id(data.id, "id") if data.id else EXCLUDED_PREFIX + uuid.uuid4().hex
+        log.info("session.excluded", project_path=project_path)
+        return SessionRef(session_id, project_path, EXCLUDED, datetime.now(UTC)), False
+
+    session_id = _clean_id(data.id, "id") if data.id else uuid.uuid4().hex
+    user_prompt = (
+        cap_text(sanitize_text(data.user_prompt), settings.capture_max_field_chars)
+        if data.user_prompt is not None
+        else None
+    )
+    created_by = clean_text(data.created_by) if data.created_by is not None else None
+    metadata = _payload(data.metadata, "metadata", settings) if data.metadata is not None else None
+    params = {
+        "id": session_id,
+        "project_path": project_path,
+        "user_prompt": user_prompt,
+        "created_by": created_by,
+        "metadata": metadata.json_text if metadata is not None else None,
+    }
+    row = (await session.execute(queries.INSERT_SESSION, params)).first()
+    if row is not None:
+        log.info("session.started", session_id=session_id, project_path=project_path)
+        return SessionRef(row.id, row.project_path, row.status, row.created_at), True
+
+    existing = (await session.execute(queries.SELECT_SESSION_FOR_COMPARE, {"id": session_id})).one()
+    same = (
+        existing.project_path == project_path
+        and existing.user_prompt == user_prompt
+        and existing.created_by == created_by
+        and existing.metadata == (metadata.value if metadata is not None else None)
+    )
+    if not same:
+        raise SessionIdConflict(
+            f"session {session_id!r} already exists with a different body; "
+            "reuse an id only to retry the same request"
+        )
+    return SessionRef(
+        existing.id, existing.project_path, existing.status, existing.created_at
+    ), False
+
+
+async def end_session(session: AsyncSession, *, session_id: str) -> SessionRef:
+    """Mark a session `ending` (the worker summarises it); repeating it is harmless."""
+    session_id = _clean_id(session_id, "sessionId")
+    row = (await session.execute(queries.END_SESSION, {"session_id": session_id})).first()
+    if row is None:
+        row = (await session.execute(queries.SESSION_STATUS, {"session_id": session_id})).first()
+        if row is None:
+            raise SessionNotFound(f"no session with id {session_id!r}")
+    else:
+        log.info("session.ended", session_id=session_id)
+    return SessionRef(row.id, row.project_path, row.status, row.created_at)
+
+
+async def queue_summary(session: AsyncSession, *, session_id: str) -> SessionRef:
+    """Queue a session for (re-)summarising by the worker."""
+    session_id = _clean_id(session_id, "sessionId")
+    row = (await session.execute(queries.QUEUE_SUMMARY, {"session_id": session_id})).first()
+    if row is None:
+        raise SessionNotFound(f"no session with id {session_id!r}")
+    log.info("session.summary_queued", session_id=session_id)
+    return SessionRef(row.id, row.project_path, row.status, row.created_at)
+
+
+async def get_session(session: AsyncSession, *, session_id: str) -> SessionDetail:
+    """A session with its observation totals."""
+    row = await session.get(SessionRow, clean_text(session_id))
+    if row is None:
+        raise SessionNotFound(f"no session with id {session_id!r}")
+    totals = (await session.execute(queries.SESSION_TOTALS, {"session_id": row.id})).one()
+    counts = {name: int(getattr(totals, name)) for name in ("pending", "captured", "compressed")}
+    counts["failed"] = int(totals.failed)
+    return SessionDetail(row, int(totals.total_observations), int(totals.tokens_saved), counts)
+
+
+async def list_sessions(
+    session: AsyncSession,
+    *,
+    project_path: str | None = None,
+    status: str | None = None,
+    limit: int = 50,
+    before: datetime | None = None,
+) -> list[SessionRow]:
+    """Sessions, newest first, optionally of one project and status, created before a time."""
+    query = select(SessionRow).order_by(SessionRow.created_at.desc(), SessionRow.id.desc())
+    if project_path is not None:
+        query = query.where(SessionRow.project_path == clean_text(project_path))
+    if status is not None:
+        query = query.where(SessionRow.status == status)
+    if before is not None:
+        query = query.where(SessionRow.created_at < before)
+    return list((await session.scalars(query.limit(limit))).all())
+
+
+# --- observations -------------------------------------------------------------------------------
+
+
+async def record_observation(
+    session: Executor, *, data: ObserveIn, settings: Settings
+) -> tuple[ObservationRef, bool]:
+    """Record a tool call as a pending observation; a repeated id returns the first; (ref, created).
+
+    Observations of ended sessions are accepted: a call in flight when the session ended is
+    still part of what happened.
+    """
+    session_id = _clean_id(data.session_id, "sessionId")
+    function_name = _clean_id(data.function_name, "functionName")
+    if _is_excluded_call(session_id, data.project_path, settings):
+        return _excluded(session_id, function_name, data.function_args), False
+    args = _payload(data.function_args, "functionArgs", settings)
+    observation_id = _clean_id(data.id, "id") if data.id else uuid.uuid4().hex
+    params = {
+        "id": observation_id,
+        "session_id": session_id,
+        "function_name": function_name,
+        "function_args": args.json_text,
+        "observation_type": observation_type(function_name, args.value),
+        "entities": dumps(extract_entities(args.value)),
+        "original_tokens": estimate_tokens(args.original_chars),
+        "args_bytes": args.original_bytes,
+        "truncated": args.truncated,
+        "observed_at": _epoch_ms(data.timestamp),
+    }
+    row = (await session.execute(queries.INSERT_OBSERVATION, params)).first()
+    if row is not None:
+        log.debug("observation.recorded", observation_id=observation_id, session_id=session_id)
+        return _observation_ref(row), True
+
+    existing = (
+        await session.execute(queries.SELECT_OBSERVATION_FOR_COMPARE, {"id": observation_id})
+    ).first()
+    if existing is None:
+        raise SessionNotFound(f"no session with id {session_id!r}")
+    if (
+        existing.session_id != session_id
+        or existing.function_name != function_name
+        or existing.function_args != args.value
+    ):
+        raise ObservationIdConflict(
+            f"observation {observation_id!r} already exists with a different body; "
+            "reuse an id only to retry the same request"
+        )
+    return _observation_ref(existing), False
+
+
+async def record_result(
+    session: Executor, *, data: ObserveResultIn, settings: Settings
+) -> tuple[ObservationRef, bool]:
+    """Attach a tool result to its call, or record it as a new captured observation.
+
+    Matching: by `observation_id`; otherwise the newest pending call of that function in the
+    session; otherwise a new observation (created=True). A result is never dropped.
+    """
+    session_id = _clean_id(data.session_id, "sessionId")
+    function_name = _clean_id(data.function_name, "functionName")
+    if _is_excluded_call(session_id, data.project_path, settings):
+        return _excluded(session_id, function_name, None), False
+    result = _payload(data.result, "result", settings)
+    entities = dumps(extract_entities(result.value))
+    params: dict[str, Any] = {
+        "session_id": session_id,
+        "function_name": function_name,
+        "result": result.json_text,
+        "result_bytes": result.original_bytes,
+        "result_tokens": estimate_tokens(result.original_chars),
+        "truncated": result.truncated,
+        "entities": entities,
+        "result_at": _epoch_ms(data.timestamp),
+    }
+    observation_id = (
+        _clean_id(data.observation_id, "observationId") if data.observation_id else None
+    )
+    if observation_id is not None:
+        matched = (
+            await session.execute(queries.MATCH_BY_ID, {**params, "observation_id": observation_id})
+        ).first()
+    else:
+        matched = (await session.execute(queries.MATCH_NEWEST_PENDING, params)).first()
+    if matched is None:
+        raise SessionNotFound(f"no session with id {session_id!r}")
+    if matched.id is not None:
+        log.debug("observation.captured", observation_id=matched.id, session_id=session_id)
+        return _observation_ref(matched), False
+
+    if observation_id is not None:
+        repeat = await _repeated_result(session, observation_id, session_id, result)
+        if repeat is not None:
+            return repeat, False
+    new_id = observation_id or uuid.uuid4().hex
+    inserted = (
+        await session.execute(
+            queries.INSERT_CAPTURED,
+            {
+                **params,
+                "id": new_id,
+                "observation_type": observation_type(function_name, None),
+                "original_tokens": params["result_tokens"],
+            },
+        )
+    ).first()
+    if inserted is None:
+        # Another request inserted this id between our match and our insert: compare with it.
+        repeat = await _repeated_result(session, new_id, session_id, result)
+        if repeat is None:
+            raise SessionNotFound(f"no session with id {session_id!r}")
+        return repeat, False
+    log.debug("observation.result_unmatched", observation_id=new_id, session_id=session_id)
+    return _observation_ref(inserted), True
+
+
+async def _repeated_result(
+    session: Executor, observation_id: str, session_id: str, result: Payload
+) -> ObservationRef | None:
+    """The stored observation when this result repeats its stored one; None if there is none."""
+    existing = (
+        await session.execute(queries.SELECT_OBSERVATION_FOR_COMPARE, {"id": observation_id})
+    ).first()
+    if existing is None:
+        return None
+    if existing.session_id != session_id:
+        raise ObservationIdConflict(f"observation {observation_id!r} belongs to another session")
+    if existing.status != "pending" and existing.result != result.value:
+        raise ObservationIdConflict(
+            f"observation {observation_id!r} already has a different result"
+        )
+    return _observation_ref(existing)
+
+
+async def get_observation(session: AsyncSession, *, observation_id: str) -> ObservationRow:
+    """One observation with its raw and compressed data."""
+    row = await session.get(ObservationRow, clean_text(observation_id))
+    if row is None:
+        raise ObservationNotFound(f"no observation with id {observation_id!r}")
+    return row
+
+
+async def queue_compression(session: AsyncSession, *, observation_id: str) -> int:
+    """Queue an observation for (re-)compression by the worker; returns its queue position."""
+    observation_id = _clean_id(observation_id, "observationId")
+    queued = (
+        await session.execute(queries.QUEUE_COMPRESSION, {"observation_id": observation_id})
+    ).first()
+    if queued is None:
+        raise ObservationNotFound(f"no observation with id {observation_id!r}")
+    log.info("observation.compression_queued", observation_id=observation_id)
+    return int(queued.position)
+
+
+__all__ = [
+    "EXCLUDED",
+    "ObservationRef",
+    "SessionDetail",
+    "SessionRef",
+    "end_session",
+    "get_observation",
+    "get_session",
+    "is_project_excluded",
+    "list_sessions",
+    "queue_compression",
+    "queue_summary",
+    "record_observation",
+    "record_result",
+    "start_session",
+]

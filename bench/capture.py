@@ -1,0 +1,268 @@
+"""Capture throughput and latency: `agmem serve` on embedded Postgres vs a no-op FastAPI endpoint.
+
+    uv run python -m bench.capture            # full: 16 and 64 connections, 15 s each
+    uv run python -m bench.capture --quick    # 5 s each, for a busy machine
+
+Each connection owns a session and loops over pairs: POST /api/observe (a tool call with 1-20 KB
+of arguments), then POST /api/observe/result (1-20 KB of output) for that call. Payloads are cut
+from the real agent files in the shared test data. The client is a minimal keep-alive HTTP/1.1
+client on asyncio, so that the load generator costs as little CPU as possible on a 2-core box.
+Both servers run one at a time, with the same uvicorn settings as `agmem serve`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.serve import ROOT, ServerProcess, run_server
+
+TESTDATA_CANDIDATES = (ROOT.parent.parent / "shared" / "testdata", Path("/work/shared/testdata"))
+GOAL_RATIO = 0.5
+GOAL_P99_MS = 10.0
+
+
+def corpus() -> str:
+    for folder in TESTDATA_CANDIDATES:
+        if folder.exists():
+            files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix != ".json")
+            return "\n".join(p.read_text(encoding="utf-8", errors="replace") for p in files)
+    return ("def handler(event):\n    return process(event)  # sample line of code\n") * 2000
+
+
+def dumps(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False).encode()
+
+
+def payload_pool(count: int, seed: int = 7) -> list[tuple[bytes, bytes]]:
+    """(arguments JSON, result JSON) fragments of 1-20 KB each, cut from real agent text."""
+    text = corpus()
+    rng = random.Random(seed)
+    pool = []
+    for index in range(count):
+        size = rng.randint(1_000, 20_000)
+        start = rng.randint(0, max(0, len(text) - size))
+        args = {"file_path": f"src/module_{index}.py", "content": text[start : start + size]}
+        size = rng.randint(1_000, 20_000)
+        start = rng.randint(0, max(0, len(text) - size))
+        pool.append((dumps(args), dumps(text[start : start + size])))
+    return pool
+
+
+class Connection:
+    """One keep-alive HTTP/1.1 connection: POST a JSON body, read status and body."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    @classmethod
+    async def open(cls, port: int) -> Connection:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        return cls(reader, writer)
+
+    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        self.writer.write(head + body)
+        header = await self.reader.readuntil(b"\r\n\r\n")
+        lines = header.split(b"\r\n")
+        status = int(lines[0].split(b" ", 2)[1])
+        length = 0
+        for line in lines[1:]:
+            if line[:15].lower() == b"content-length:":
+                length = int(line[15:])
+        return status, await self.reader.readexactly(length)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+@dataclass
+class Run:
+    latencies: list[float] = field(default_factory=list)
+    errors: int = 0
+    requests: int = 0
+
+
+async def drive(
+    port: int, connections: int, seconds: float, warmup: float, pool: list[tuple[bytes, bytes]]
+) -> tuple[Run, float]:
+    """Send observe + result pairs from `connections` clients; measure after a warm-up."""
+    sessions = []
+    setup = await Connection.open(port)
+    for _ in range(connections):
+        body = json.dumps({"projectPath": "/bench/project", "id": uuid.uuid4().hex}).encode()
+        status, answer = await setup.post("/api/session/start", body)
+        sessions.append(json.loads(answer)["id"] if status in (200, 201) else "noop")
+    setup.close()
+
+    run = Run()
+    measuring = False
+    stop_at = time.perf_counter() + warmup + seconds
+
+    async def client(number: int) -> None:
+        connection = await Connection.open(port)
+        rng = random.Random(number)
+        session = sessions[number].encode()
+        try:
+            while time.perf_counter() < stop_at:
+                args, result = pool[rng.randrange(len(pool))]
+                call_id = uuid.uuid4().hex.encode()
+                observe = (
+                    b'{"sessionId":"'
+                    + session
+                    + b'","id":"'
+                    + call_id
+                    + b'","functionName":"write_file","functionArgs":'
+                    + args
+                    + b"}"
+                )
+                answer = (
+                    b'{"sessionId":"'
+                    + session
+                    + b'","observationId":"'
+                    + call_id
+                    + b'","functionName":"write_file","result":'
+                    + result
+                    + b"}"
+                )
+                for path, body in (("/api/observe", observe), ("/api/observe/result", answer)):
+                    started = time.perf_counter()
+                    status, _ = await connection.post(path, body)
+                    if measuring:
+                        run.latencies.append(time.perf_counter() - started)
+                        run.requests += 1
+                        if status >= 300:
+                            run.errors += 1
+        finally:
+            connection.close()
+
+    tasks = [asyncio.create_task(client(number)) for number in range(connections)]
+    await asyncio.sleep(warmup)
+    measuring = True
+    measured_from = time.perf_counter()
+    await asyncio.gather(*tasks)
+    return run, time.perf_counter() - measured_from
+
+
+@dataclass
+class Figures:
+    label: str
+    connections: int
+    throughput: float
+    p50_ms: float
+    p99_ms: float
+    errors: int
+
+    def line(self) -> str:
+        return (
+            f"{self.label:<8} {self.connections:>3} conns  {self.throughput:8.0f} req/s  "
+            f"p50 {self.p50_ms:6.2f} ms  p99 {self.p99_ms:7.2f} ms  errors {self.errors}"
+        )
+
+
+def figures(label: str, connections: int, run: Run, elapsed: float) -> Figures:
+    ordered = sorted(run.latencies) or [0.0]
+    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    return Figures(
+        label,
+        connections,
+        run.requests / elapsed,
+        statistics.median(ordered) * 1000,
+        p99 * 1000,
+        run.errors,
+    )
+
+
+def measure(
+    server: ServerProcess,
+    label: str,
+    levels: list[int],
+    seconds: float,
+    warmup: float,
+    pool: list[tuple[bytes, bytes]],
+) -> list[Figures]:
+    results = []
+    for connections in levels:
+        run, elapsed = asyncio.run(drive(server.port, connections, seconds, warmup, pool))
+        result = figures(label, connections, run, elapsed)
+        print(result.line(), flush=True)
+        results.append(result)
+    return results
+
+
+def database_facts(url: str) -> dict[str, Any]:
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    libpq = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(libpq) as connection:
+        fsync = connection.execute("SHOW fsync").fetchone()
+        synchronous = connection.execute("SHOW synchronous_commit").fetchone()
+        rows = connection.execute("SELECT count(*) FROM observations").fetchone()
+    return {
+        "fsync": fsync[0] if fsync else "?",
+        "synchronous_commit": synchronous[0] if synchronous else "?",
+        "observations": rows[0] if rows else 0,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="5 s per level instead of 15 s")
+    parser.add_argument("--seconds", type=float, default=None)
+    parser.add_argument("--levels", default="16,64", help="connection counts, comma-separated")
+    args = parser.parse_args()
+    seconds = args.seconds or (5.0 if args.quick else 15.0)
+    warmup = 1.0 if args.quick else 3.0
+    levels = [int(part) for part in args.levels.split(",")]
+    pool = payload_pool(400)
+    sizes = [len(a) + len(r) for a, r in pool]
+    print(
+        f"payloads: {len(pool)} pairs, args+result {min(sizes)}-{max(sizes)} bytes, "
+        f"{seconds:.0f} s per level after {warmup:.0f} s warm-up",
+        flush=True,
+    )
+
+    from app.db.embedded import start_embedded_postgres
+
+    with tempfile.TemporaryDirectory(prefix="agmem-bench-") as folder:
+        home = Path(folder)
+        url = start_embedded_postgres(home / "pgdata")
+        env = {"DATABASE_URL": url, "AGMEM_HOME": str(home)}
+        with run_server(kind="noop", log_dir=home) as server:
+            noop = measure(server, "no-op", levels, seconds, warmup, pool)
+        with run_server(kind="agmem", log_dir=home, env=env) as server:
+            capture = measure(server, "capture", levels, seconds, warmup, pool)
+        facts = database_facts(url)
+
+    print(
+        f"database: embedded PostgreSQL, fsync={facts['fsync']}, "
+        f"synchronous_commit={facts['synchronous_commit']}, {facts['observations']} rows written"
+    )
+    for peer, ours in zip(noop, capture, strict=True):
+        ratio = ours.throughput / peer.throughput if peer.throughput else 0.0
+        verdict = []
+        verdict.append("ratio ok" if ratio >= GOAL_RATIO else f"ratio below {GOAL_RATIO:.0%}")
+        if ours.connections == 16:
+            verdict.append("p99 ok" if ours.p99_ms < GOAL_P99_MS else f"p99 over {GOAL_P99_MS} ms")
+        print(
+            f"ratio at {ours.connections} conns: capture/no-op throughput = {ratio:.2f} "
+            f"({', '.join(verdict)})"
+        )
+
+
+if __name__ == "__main__":
+    main()

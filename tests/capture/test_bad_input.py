@@ -1,0 +1,197 @@
+"""Every bad input gets a clear 4xx in the error shape and leaves nothing half-written."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.capture.builders import count, make_session, observation
+
+ROUTES = [
+    "/api/session/start",
+    "/api/session/end",
+    "/api/observe",
+    "/api/observe/result",
+    "/api/compress",
+    "/api/summarize",
+]
+
+
+@pytest.mark.parametrize("path", ROUTES)
+def test_malformed_json_is_400(client: TestClient, path: str) -> None:
+    response = client.post(
+        path, content=b'{"sessionId": "x",', headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 400
+    assert response.json()["error"] == "InvalidJSON"
+
+
+@pytest.mark.parametrize("path", ROUTES)
+def test_empty_object_is_422_naming_the_field(client: TestClient, path: str) -> None:
+    response = client.post(path, json={})
+    assert response.status_code == 422
+    body = response.json()
+    assert body["error"] == "ValidationFailed"
+    assert "Field required" in body["detail"]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/api/session/start", {"projectPath": 5}, "projectPath"),
+        ("/api/session/start", {"projectPath": ""}, "projectPath"),
+        ("/api/session/start", {"projectPath": "/p", "metadata": [1]}, "metadata"),
+        ("/api/observe", {"sessionId": ["s"], "functionName": "f"}, "sessionId"),
+        ("/api/observe", {"sessionId": "s", "functionName": None}, "functionName"),
+        ("/api/observe", {"sessionId": "s", "functionName": "f", "timestamp": "soon"}, "timestamp"),
+        ("/api/observe", {"sessionId": "s", "functionName": "f", "id": "x" * 201}, "id"),
+        ("/api/observe/result", {"sessionId": "s", "functionName": "f"}, "result"),
+        ("/api/compress", {"observationId": 12}, "observationId"),
+    ],
+)
+def test_wrong_typed_or_missing_field_is_422(
+    client: TestClient, db: psycopg.Connection[Any], path: str, body: dict[str, Any], field: str
+) -> None:
+    response = client.post(path, json=body)
+    assert response.status_code == 422
+    assert field in response.json()["detail"]
+    assert count(db, "sessions") == count(db, "observations") == 0
+
+
+def test_body_that_is_not_an_object_is_422(client: TestClient) -> None:
+    assert client.post("/api/observe", json=[1, 2]).status_code == 422
+    assert client.post("/api/observe", json="text").status_code == 422
+
+
+@pytest.mark.parametrize(
+    "timestamp", [-1, -1_000_000_000_000, int(time.time() * 1000) + 2 * 86_400_000, 10**18]
+)
+def test_absurd_timestamp_is_422(
+    client: TestClient, db: psycopg.Connection[Any], timestamp: int
+) -> None:
+    session_id = make_session(client)
+    response = client.post(
+        "/api/observe",
+        json={"sessionId": session_id, "functionName": "f", "timestamp": timestamp},
+    )
+    assert response.status_code == 422
+    assert "timestamp" in response.json()["detail"]
+    result = client.post(
+        "/api/observe/result",
+        json={"sessionId": session_id, "functionName": "f", "result": 1, "timestamp": timestamp},
+    )
+    assert result.status_code == 422
+    assert count(db, "observations") == 0
+
+
+def test_timestamp_within_a_day_ahead_is_accepted(client: TestClient) -> None:
+    session_id = make_session(client)
+    soon = int(time.time() * 1000) + 3_600_000
+    response = client.post(
+        "/api/observe", json={"sessionId": session_id, "functionName": "f", "timestamp": soon}
+    )
+    assert response.status_code == 201
+
+
+def test_nul_and_lone_surrogates_are_stored_cleaned(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    raw = (
+        '{"projectPath": "/p\\u0000x", "id": "s\\u00001", "userPrompt": "a\\ud800b\\u0000",'
+        ' "metadata": {"k\\u0000": "\\udfff"}}'
+    )
+    response = client.post(
+        "/api/session/start", content=raw.encode(), headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 201
+    assert response.json()["id"] == "s1"
+    row = db.execute("SELECT project_path, user_prompt, metadata FROM sessions").fetchone()
+    assert row == ("/px", "a\ufffdb", {"k": "\ufffd"})
+
+    observe_raw = (
+        '{"sessionId": "s1", "functionName": "read\\u0000_file", "id": "o\\u00001",'
+        ' "functionArgs": {"path\\u0000": ["\\ud83d", "x\\u0000y", {"deep\\udc00": "\\u0000"}]}}'
+    )
+    response = client.post(
+        "/api/observe", content=observe_raw.encode(), headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 201
+    stored = observation(db, "o1")
+    assert stored["function_name"] == "read_file"
+    assert stored["function_args"] == {"path": ["\ufffd", "xy", {"deep\ufffd": ""}]}
+
+    result_raw = '{"sessionId": "s1", "functionName": "read_file", "result": "ok\\u0000\\udc00"}'
+    response = client.post(
+        "/api/observe/result",
+        content=result_raw.encode(),
+        headers={"content-type": "application/json"},
+    )
+    assert response.status_code == 200
+    assert observation(db, "o1")["result"] == "ok\ufffd"
+
+
+def test_invalid_utf8_bytes_are_400_not_500(client: TestClient) -> None:
+    response = client.post(
+        "/api/observe",
+        content=b'{"sessionId": "s", "functionName": "\xff\xfe"}',
+        headers={"content-type": "application/json"},
+    )
+    assert response.status_code == 400
+
+
+def test_id_of_only_nul_is_422(client: TestClient, db: psycopg.Connection[Any]) -> None:
+    response = client.post("/api/session/start", json={"projectPath": "/p", "id": "\u0000"})
+    assert response.status_code == 422
+    assert count(db, "sessions") == 0
+
+
+def test_deeply_nested_args_are_422_and_nothing_stored(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    session_id = make_session(client)
+    nested: Any = "leaf"
+    for _ in range(100):
+        nested = {"a": nested}
+    response = client.post(
+        "/api/observe",
+        json={"sessionId": session_id, "functionName": "f", "functionArgs": nested},
+    )
+    assert response.status_code == 422
+    assert response.json()["error"] == "PayloadTooDeep"
+    assert count(db, "observations") == 0
+
+
+def test_pathologically_nested_json_is_4xx(client: TestClient, db: psycopg.Connection[Any]) -> None:
+    session_id = make_session(client)
+    body = (
+        '{"sessionId": "'
+        + session_id
+        + '", "functionName": "f", "functionArgs": '
+        + "[" * 100_000
+        + "]" * 100_000
+        + "}"
+    )
+    response = client.post(
+        "/api/observe", content=body.encode(), headers={"content-type": "application/json"}
+    )
+    assert 400 <= response.status_code < 500
+    assert "error" in response.json()
+    assert count(db, "observations") == 0
+
+
+def test_body_over_the_limit_is_413(client: TestClient, db: psycopg.Connection[Any]) -> None:
+    session_id = make_session(client)
+    body = json.dumps(
+        {"sessionId": session_id, "functionName": "f", "functionArgs": {"x": "a" * 9_000_000}}
+    )
+    response = client.post(
+        "/api/observe", content=body.encode(), headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 413
+    assert response.json()["error"] == "PayloadTooLarge"
+    assert count(db, "observations") == 0

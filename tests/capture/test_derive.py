@@ -1,0 +1,107 @@
+"""Derived fields: observation type table, token estimate, payload caps, entities."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from app.capture.derive import (
+    estimate_tokens,
+    normalize_tool_name,
+    observation_type,
+    prepare_payload,
+)
+from app.capture.entities import MAX_PER_KIND, entity_text, extract_entities, merge_entities
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "expected"),
+    [
+        ("read_file", {}, "file_read"),
+        ("read_many_files", {}, "file_read"),
+        ("write_file", {}, "file_write"),
+        ("edit", {}, "file_write"),
+        ("replace", {}, "file_write"),
+        ("run_shell_command", {}, "code_execution"),
+        ("run_tests", {}, "code_execution"),
+        ("bash", {}, "code_execution"),
+        ("Bash", {}, "code_execution"),
+        ("grep", {}, "search"),
+        ("glob", {}, "search"),
+        ("search", {}, "search"),
+        ("web_fetch", {}, "web"),
+        ("google_search", {}, "web"),
+        ("WebFetch", {}, "web"),
+        ("mcp__filesystem__readFile", {}, "file_read"),
+        ("default_api.write_file", {}, "file_write"),
+        ("str_replace_based_edit_tool", {"command": "view"}, "file_read"),
+        ("str_replace_based_edit_tool", {"command": "create"}, "file_write"),
+        ("TodoWrite", {}, "file_write"),
+        ("save_memory", {}, "other"),
+        ("think", {}, "other"),
+        ("custom_search_tool", {}, "search"),
+    ],
+)
+def test_observation_type(name: str, args: Any, expected: str) -> None:
+    assert observation_type(name, args) == expected
+
+
+def test_normalize_tool_name() -> None:
+    assert normalize_tool_name("mcp__server__readFile") == "read_file"
+    assert normalize_tool_name("default_api.run-shell-command") == "run_shell_command"
+
+
+def test_estimate_tokens_is_four_chars_per_token_rounded_up() -> None:
+    assert [estimate_tokens(n) for n in (0, 1, 4, 5, 400)] == [0, 1, 1, 2, 100]
+
+
+def test_prepare_payload_small_value_untouched() -> None:
+    payload = prepare_payload({"a": "é"}, max_chars=1000, max_depth=10)
+    assert payload.value == {"a": "é"}
+    assert payload.json_text == '{"a":"é"}'
+    assert payload.original_chars == 9
+    assert payload.original_bytes == 10
+    assert payload.truncated is False
+
+
+def test_entities_from_code_and_output() -> None:
+    text = (
+        "def validate_token(raw):\n"
+        "    raise TokenExpiredError('x')\n"
+        "class CartService:\n"
+        "export function renderCart() {}\n"
+        "const total = (items) => items.length\n"
+        "Traceback (most recent call last):\n"
+        '  File "app/auth/jwt.py", line 3\n'
+        "see https://docs.python.org/3/library/re.html.\n"
+        "import requests\nfrom fastapi import FastAPI\n"
+        "import { z } from 'zod'\nconst x = require(\"@scope/pkg/sub\")\n"
+        "$ pip install httpx 'pydantic>=2' --upgrade\n"
+        "npm ERR! code ENOENT\n"
+    )
+    found = extract_entities({"command": "pytest -q tests/", "file_path": "src/app.ts"}, text)
+    assert found["files"][:2] == ["src/app.ts", "app/auth/jwt.py"]
+    assert found["commands"] == ["pytest -q tests/"]
+    assert set(found["functions"]) == {"validate_token", "renderCart", "total"}
+    assert found["classes"] == ["CartService"]
+    assert set(found["errors"]) == {"TokenExpiredError", "Traceback", "ENOENT"}
+    assert found["urls"] == ["https://docs.python.org/3/library/re.html"]
+    assert (
+        {"requests", "fastapi", "zod", "@scope/pkg", "httpx", "'pydantic>=2'"}
+        >= set(found["packages"])
+        >= {"requests", "fastapi", "zod", "@scope/pkg", "httpx"}
+    )
+
+
+def test_entities_are_bounded_and_merge() -> None:
+    text = " ".join(f"file{index}.py" for index in range(100))
+    found = extract_entities(text)
+    assert len(found["files"]) == MAX_PER_KIND
+    merged = merge_entities({"files": ["a.py"]}, {"files": ["a.py", "b.py"], "urls": ["u"]})
+    assert merged == {"files": ["a.py", "b.py"], "urls": ["u"]}
+    assert entity_text(merged) == "files: a.py, b.py\nurls: u"
+
+
+def test_entities_of_plain_prose_are_empty() -> None:
+    assert extract_entities("The cart total is wrong when the user adds two items.") == {}

@@ -1,0 +1,306 @@
+"""Observe, observe/result, get observation and compress: statuses and matching rules."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from fastapi.testclient import TestClient
+
+from tests.capture.builders import count, make_session, observation, observe
+
+
+def test_observe_records_a_pending_observation(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    session_id = make_session(client)
+    response = client.post(
+        "/api/observe",
+        json={
+            "sessionId": session_id,
+            "functionName": "read_file",
+            "functionArgs": {"absolute_path": "/home/dev/shop/cart.py"},
+            "timestamp": 1_767_225_600_000,
+        },
+    )
+    assert response.status_code == 201
+    body = response.json()
+    assert body["status"] == "pending"
+    row = observation(db, body["id"])
+    assert row["session_id"] == session_id
+    assert row["project_path"] == "/home/dev/shop"
+    assert row["function_args"] == {"absolute_path": "/home/dev/shop/cart.py"}
+    assert row["observation_type"] == "file_read"
+    assert row["entities"] == {"files": ["/home/dev/shop/cart.py"]}
+    assert row["observed_at"] == datetime(2026, 1, 1, tzinfo=UTC)
+    assert row["result"] is None
+    assert row["next_attempt_at"] is None
+    # 4 characters per token, of the stored JSON of the arguments.
+    assert row["original_tokens"] == (len('{"absolute_path":"/home/dev/shop/cart.py"}') + 3) // 4
+
+
+def test_observe_same_id_returns_first_answer_without_duplicate(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    session_id = make_session(client)
+    body = {"sessionId": session_id, "functionName": "bash", "functionArgs": {"command": "ls"}}
+    first = client.post("/api/observe", json=body | {"id": "call-1"})
+    second = client.post("/api/observe", json=body | {"id": "call-1"})
+    assert (first.status_code, second.status_code) == (201, 200)
+    assert first.json() == second.json()
+    assert count(db, "observations") == 1
+
+
+def test_observe_same_id_after_result_returns_captured(client: TestClient) -> None:
+    session_id = make_session(client)
+    body = {"sessionId": session_id, "functionName": "bash", "functionArgs": {}, "id": "c1"}
+    client.post("/api/observe", json=body)
+    client.post(
+        "/api/observe/result",
+        json={"sessionId": session_id, "functionName": "bash", "result": "ok"},
+    )
+    repeat = client.post("/api/observe", json=body)
+    assert repeat.status_code == 200
+    assert repeat.json()["status"] == "captured"
+
+
+def test_observe_same_id_different_body_is_409(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    session_id = make_session(client)
+    observe(client, session_id, id="call-1", functionArgs={"file_path": "a.py"})
+    response = client.post(
+        "/api/observe",
+        json={
+            "sessionId": session_id,
+            "functionName": "read_file",
+            "functionArgs": {"file_path": "b.py"},
+            "id": "call-1",
+        },
+    )
+    assert response.status_code == 409
+    assert response.json()["error"] == "ObservationIdConflict"
+    assert observation(db, "call-1")["function_args"] == {"file_path": "a.py"}
+
+
+def test_observe_unknown_session_is_404_and_stores_nothing(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    response = client.post(
+        "/api/observe", json={"sessionId": "ghost", "functionName": "bash", "id": "x"}
+    )
+    assert response.status_code == 404
+    assert response.json()["error"] == "SessionNotFound"
+    assert count(db, "observations") == 0
+
+
+def test_observe_on_ended_session_is_accepted(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    session_id = make_session(client)
+    client.post("/api/session/end", json={"sessionId": session_id})
+    body = observe(client, session_id)
+    assert body["status"] == "pending"
+    assert observation(db, body["id"])["session_id"] == session_id
+    status = db.execute("SELECT status FROM sessions WHERE id = %s", (session_id,)).fetchone()
+    assert status == ("ending",)
+
+
+def test_observe_touches_session_activity(client: TestClient, db: psycopg.Connection[Any]) -> None:
+    session_id = make_session(client)
+    db.execute(
+        "UPDATE sessions SET last_activity_at = now() - interval '1 hour' WHERE id = %s",
+        (session_id,),
+    )
+    observe(client, session_id)
+    fresh = db.execute(
+        "SELECT last_activity_at > now() - interval '1 minute' FROM sessions WHERE id = %s",
+        (session_id,),
+    ).fetchone()
+    assert fresh == (True,)
+
+
+def test_result_matches_by_observation_id(client: TestClient, db: psycopg.Connection[Any]) -> None:
+    session_id = make_session(client)
+    first = observe(client, session_id, id="a")
+    observe(client, session_id, id="b")
+    response = client.post(
+        "/api/observe/result",
+        json={
+            "sessionId": session_id,
+            "functionName": "read_file",
+            "result": {"output": "class Cart:\n    pass"},
+            "observationId": first["id"],
+        },
+    )
+    assert response.status_code == 200
+    assert response.json()["id"] == "a"
+    assert response.json()["status"] == "captured"
+    row = observation(db, "a")
+    assert row["status"] == "captured"
+    assert row["result"] == {"output": "class Cart:\n    pass"}
+    assert row["result_at"] is not None
+    assert row["next_attempt_at"] is not None
+    assert row["entities"] == {"files": ["app/main.py"], "classes": ["Cart"]}
+    assert observation(db, "b")["status"] == "pending"
+
+
+def test_result_matches_newest_pending_of_that_function(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    session_id = make_session(client)
+    observe(client, session_id, id="old")
+    observe(client, session_id, id="new")
+    observe(client, session_id, id="shell", functionName="bash", functionArgs={"command": "ls"})
+    response = client.post(
+        "/api/observe/result",
+        json={"sessionId": session_id, "functionName": "read_file", "result": "text"},
+    )
+    assert response.status_code == 200
+    assert response.json()["id"] == "new"
+    again = client.post(
+        "/api/observe/result",
+        json={"sessionId": session_id, "functionName": "read_file", "result": "text 2"},
+    )
+    assert again.json()["id"] == "old"
+    assert observation(db, "shell")["status"] == "pending"
+
+
+def test_result_without_pending_call_records_new_observation(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    session_id = make_session(client)
+    response = client.post(
+        "/api/observe/result",
+        json={
+            "sessionId": session_id,
+            "functionName": "run_shell_command",
+            "result": "npm ERR! ENOENT",
+        },
+    )
+    assert response.status_code == 201
+    body = response.json()
+    assert body["status"] == "captured"
+    row = observation(db, body["id"])
+    assert row["result"] == "npm ERR! ENOENT"
+    assert row["function_args"] == {}
+    assert row["observation_type"] == "code_execution"
+    assert row["entities"] == {"errors": ["ENOENT"]}
+    assert row["next_attempt_at"] is not None
+
+
+def test_result_with_unknown_observation_id_is_kept_under_that_id(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    session_id = make_session(client)
+    body = {
+        "sessionId": session_id,
+        "functionName": "grep",
+        "result": "x",
+        "observationId": "late-1",
+    }
+    first = client.post("/api/observe/result", json=body)
+    second = client.post("/api/observe/result", json=body)
+    assert (first.status_code, second.status_code) == (201, 200)
+    assert first.json()["id"] == second.json()["id"] == "late-1"
+    assert count(db, "observations") == 1
+    assert observation(db, "late-1")["observation_type"] == "search"
+
+
+def test_result_repeat_same_is_200_different_is_409(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    session_id = make_session(client)
+    observe(client, session_id, id="a")
+    body = {"sessionId": session_id, "functionName": "read_file", "observationId": "a"}
+    first = client.post("/api/observe/result", json=body | {"result": "one"})
+    repeat = client.post("/api/observe/result", json=body | {"result": "one"})
+    different = client.post("/api/observe/result", json=body | {"result": "two"})
+    assert (first.status_code, repeat.status_code, different.status_code) == (200, 200, 409)
+    assert observation(db, "a")["result"] == "one"
+
+
+def test_result_for_observation_of_another_session_is_409(client: TestClient) -> None:
+    first = make_session(client, id="s1")
+    second = make_session(client, id="s2")
+    observe(client, first, id="a")
+    response = client.post(
+        "/api/observe/result",
+        json={"sessionId": second, "functionName": "read_file", "result": 1, "observationId": "a"},
+    )
+    assert response.status_code == 409
+
+
+def test_result_unknown_session_is_404(client: TestClient, db: psycopg.Connection[Any]) -> None:
+    response = client.post(
+        "/api/observe/result", json={"sessionId": "ghost", "functionName": "x", "result": 1}
+    )
+    assert response.status_code == 404
+    assert count(db, "observations") == 0
+
+
+def test_result_null_is_a_result(client: TestClient, db: psycopg.Connection[Any]) -> None:
+    session_id = make_session(client)
+    observe(client, session_id, id="a")
+    response = client.post(
+        "/api/observe/result",
+        json={"sessionId": session_id, "functionName": "read_file", "result": None},
+    )
+    assert response.status_code == 200
+    assert observation(db, "a")["status"] == "captured"
+
+
+def test_get_observation(client: TestClient) -> None:
+    session_id = make_session(client)
+    observe(
+        client,
+        session_id,
+        id="a",
+        functionName="web_fetch",
+        functionArgs={"url": "https://x.dev/a"},
+    )
+    client.post(
+        "/api/observe/result",
+        json={"sessionId": session_id, "functionName": "web_fetch", "result": "<html>"},
+    )
+    body = client.get("/api/observations/a").json()
+    assert body["id"] == "a"
+    assert body["sessionId"] == session_id
+    assert body["functionArgs"] == {"url": "https://x.dev/a"}
+    assert body["result"] == "<html>"
+    assert body["observationType"] == "web"
+    assert body["status"] == "captured"
+    assert body["compressedData"] is None
+    assert body["compressedTokens"] is None
+    assert body["tokensSaved"] is None
+    assert body["originalTokens"] > 0
+    assert body["entities"] == {"urls": ["https://x.dev/a"]}
+
+
+def test_get_unknown_observation_is_404(client: TestClient) -> None:
+    response = client.get("/api/observations/nope")
+    assert response.status_code == 404
+    assert response.json()["error"] == "ObservationNotFound"
+
+
+def test_compress_queues_and_reports_position(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    session_id = make_session(client)
+    for name in ("a", "b", "c"):
+        observe(client, session_id, id=name)
+        client.post(
+            "/api/observe/result",
+            json={"sessionId": session_id, "functionName": "read_file", "result": name},
+        )
+    db.execute("UPDATE observations SET status = 'failed', attempts = 5 WHERE id = 'b'")
+    response = client.post("/api/compress", json={"observationId": "b"})
+    assert response.status_code == 202
+    assert response.json() == {"queued": True, "position": 3}
+    row = observation(db, "b")
+    assert (row["status"], row["attempts"]) == ("captured", 0)
+
+
+def test_compress_unknown_observation_is_404(client: TestClient) -> None:
+    assert client.post("/api/compress", json={"observationId": "nope"}).status_code == 404

@@ -1,0 +1,174 @@
+"""Session routes: start, end, list, get, summarize."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from fastapi.testclient import TestClient
+
+from tests.capture.builders import count, make_session, observe
+
+
+def test_start_creates_a_session(client: TestClient, db: psycopg.Connection[Any]) -> None:
+    response = client.post(
+        "/api/session/start",
+        json={"projectPath": "/home/dev/shop", "userPrompt": "fix the cart", "createdBy": "ext"},
+    )
+    assert response.status_code == 201
+    body = response.json()
+    assert body["projectPath"] == "/home/dev/shop"
+    assert body["status"] == "active"
+    assert body["createdAt"].endswith("Z")
+    row = db.execute(
+        "SELECT project_path, user_prompt, created_by FROM sessions WHERE id = %s", (body["id"],)
+    ).fetchone()
+    assert row == ("/home/dev/shop", "fix the cart", "ext")
+
+
+def test_start_accepts_snake_case(client: TestClient) -> None:
+    response = client.post("/api/session/start", json={"project_path": "/p", "id": "snake"})
+    assert response.status_code == 201
+    assert response.json()["id"] == "snake"
+
+
+def test_start_same_id_returns_same_session(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    body = {"projectPath": "/p", "id": "abc", "metadata": {"ide": "vscode"}}
+    first = client.post("/api/session/start", json=body)
+    second = client.post("/api/session/start", json=body)
+    assert (first.status_code, second.status_code) == (201, 200)
+    assert first.json() == second.json()
+    assert count(db, "sessions") == 1
+
+
+def test_start_same_id_different_body_is_409(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    client.post("/api/session/start", json={"projectPath": "/p", "id": "abc"})
+    response = client.post("/api/session/start", json={"projectPath": "/other", "id": "abc"})
+    assert response.status_code == 409
+    assert response.json()["error"] == "SessionIdConflict"
+    assert db.execute("SELECT project_path FROM sessions").fetchall() == [("/p",)]
+
+
+def test_start_cleans_prompt_and_metadata(client: TestClient, db: psycopg.Connection[Any]) -> None:
+    session_id = make_session(
+        client,
+        userPrompt="deploy with <private>my pin 1234</private> key sk-abcdefghijklmnopqrstuvwx",
+        metadata={"api_key": "x", "note\u0000": "ok\u0000"},
+    )
+    prompt, metadata = db.execute(
+        "SELECT user_prompt, metadata FROM sessions WHERE id = %s", (session_id,)
+    ).fetchone() or (None, None)
+    assert prompt == "deploy with  key [REDACTED]"
+    assert metadata == {"api_key": "[REDACTED]", "note": "ok"}
+
+
+def test_end_marks_ending_and_is_idempotent(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    session_id = make_session(client)
+    first = client.post("/api/session/end", json={"sessionId": session_id})
+    second = client.post("/api/session/end", json={"sessionId": session_id})
+    assert first.status_code == second.status_code == 202
+    assert first.json() == {"sessionId": session_id, "status": "ending"}
+    assert second.json()["status"] == "ending"
+    status, ended_at, next_attempt = db.execute(
+        "SELECT status, ended_at, next_attempt_at FROM sessions WHERE id = %s", (session_id,)
+    ).fetchone() or (None, None, None)
+    assert status == "ending"
+    assert ended_at is not None
+    assert next_attempt is not None
+
+
+def test_end_unknown_session_is_404(client: TestClient) -> None:
+    response = client.post("/api/session/end", json={"sessionId": "missing"})
+    assert response.status_code == 404
+    assert response.json()["error"] == "SessionNotFound"
+
+
+def test_end_of_summarized_session_keeps_status(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    session_id = make_session(client)
+    db.execute("UPDATE sessions SET status = 'summarized' WHERE id = %s", (session_id,))
+    response = client.post("/api/session/end", json={"sessionId": session_id})
+    assert response.status_code == 202
+    assert response.json()["status"] == "summarized"
+
+
+def test_list_sessions_newest_first_with_filters(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    for index in range(4):
+        make_session(client, id=f"s{index}", projectPath="/a" if index % 2 == 0 else "/b")
+        db.execute(
+            "UPDATE sessions SET created_at = now() - make_interval(mins => %s) WHERE id = %s",
+            (10 - index, f"s{index}"),
+        )
+    client.post("/api/session/end", json={"sessionId": "s2"})
+
+    everything = client.get("/api/sessions").json()["sessions"]
+    assert [s["id"] for s in everything] == ["s3", "s2", "s1", "s0"]
+    project_a = client.get("/api/sessions", params={"projectPath": "/a"}).json()["sessions"]
+    assert [s["id"] for s in project_a] == ["s2", "s0"]
+    ending = client.get("/api/sessions", params={"status": "ending"}).json()["sessions"]
+    assert [s["id"] for s in ending] == ["s2"]
+    limited = client.get("/api/sessions", params={"limit": 2}).json()["sessions"]
+    assert [s["id"] for s in limited] == ["s3", "s2"]
+    before = client.get("/api/sessions", params={"before": everything[1]["createdAt"]})
+    assert [s["id"] for s in before.json()["sessions"]] == ["s1", "s0"]
+
+
+def test_list_sessions_rejects_bad_query(client: TestClient) -> None:
+    assert client.get("/api/sessions", params={"status": "bogus"}).status_code == 422
+    assert client.get("/api/sessions", params={"limit": 0}).status_code == 422
+    assert client.get("/api/sessions", params={"before": "not a time"}).status_code == 422
+
+
+def test_get_session_with_totals(client: TestClient, db: psycopg.Connection[Any]) -> None:
+    session_id = make_session(client, userPrompt="hi")
+    first = observe(client, session_id)
+    observe(client, session_id)
+    db.execute(
+        "UPDATE observations SET status = 'compressed', tokens_saved = 40 WHERE id = %s",
+        (first["id"],),
+    )
+    body = client.get(f"/api/sessions/{session_id}").json()
+    assert body["id"] == session_id
+    assert body["status"] == "active"
+    assert body["userPrompt"] == "hi"
+    assert body["summary"] is None
+    assert body["totalObservations"] == 2
+    assert body["tokensSaved"] == 40
+    assert body["observationCounts"] == {"pending": 1, "captured": 0, "compressed": 1, "failed": 0}
+
+
+def test_get_unknown_session_is_404(client: TestClient) -> None:
+    response = client.get("/api/sessions/nope")
+    assert response.status_code == 404
+    assert response.json() == {"error": "SessionNotFound", "detail": "no session with id 'nope'"}
+
+
+def test_summarize_queues_the_session(client: TestClient, db: psycopg.Connection[Any]) -> None:
+    session_id = make_session(client)
+    db.execute(
+        "UPDATE sessions SET status = 'summarized', attempts = 3, next_attempt_at = NULL"
+        " WHERE id = %s",
+        (session_id,),
+    )
+    response = client.post("/api/summarize", json={"sessionId": session_id})
+    assert response.status_code == 202
+    assert response.json()["queued"] is True
+    row = db.execute(
+        "SELECT status, attempts, next_attempt_at <= now() FROM sessions WHERE id = %s",
+        (session_id,),
+    ).fetchone()
+    assert row == ("ending", 0, True)
+
+
+def test_summarize_unknown_session_is_404(client: TestClient) -> None:
+    response = client.post("/api/summarize", json={"sessionId": "nope"})
+    assert response.status_code == 404
