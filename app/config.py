@@ -91,6 +91,16 @@ class Settings(BaseSettings):
     capture_max_field_chars: int = Field(default=65_536, ge=1_024, le=16_777_216)
     capture_max_depth: int = Field(default=64, ge=2, le=500)
     capture_exclude_projects: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # Search and context: candidates per branch, relevance floors, RRF weights, context budget.
+    search_min_candidates: int = Field(default=40, ge=1, le=1000)
+    search_rrf_k: float = Field(default=60.0, gt=0)
+    search_vector_weight: float = Field(default=1.0, ge=0)
+    search_keyword_weight: float = Field(default=1.0, ge=0)
+    search_vector_floor: float = Field(default=0.0, ge=-1, le=1)
+    search_keyword_floor: float = Field(default=0.0, ge=0)
+    search_rank_normalization: int = Field(default=5, ge=0, le=63)
+    context_budget: int = Field(default=2000, ge=50, le=100_000)
+    context_sessions: int = Field(default=5, ge=0, le=100)
 
     @field_validator("home")
     @classmethod

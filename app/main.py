@@ -13,7 +13,9 @@ from app.api.errors import install_error_handlers
 from app.api.middleware import BearerTokenMiddleware, BodySizeLimitMiddleware
 from app.capture.routes import router as capture_router
 from app.config import Settings, get_settings
+from app.context.routes import router as context_router
 from app.db.engine import make_async_engine, make_sessionmaker, resolve_database_url
+from app.search.routes import router as search_router
 from app.state import AppState
 from app.sync.routes import router as sync_router
 from app.worker.loop import Worker
@@ -67,6 +69,8 @@ def create_app(
     app.include_router(health.router)
     app.include_router(sync_router)
     app.include_router(capture_router)
+    app.include_router(search_router)
+    app.include_router(context_router)
     # Outermost first: the size limit applies before authentication reads anything.
     app.add_middleware(BearerTokenMiddleware, token=settings.api_token)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)

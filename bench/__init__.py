@@ -1,0 +1,1 @@
+"""Benchmarks: `uv run python -m bench.<name>`."""

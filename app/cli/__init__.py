@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from app.cli import server, sync, worker
+from app.cli import search, server, sync, worker
 
 cli = typer.Typer(
     name="agmem",
@@ -16,6 +16,7 @@ cli = typer.Typer(
 server.register(cli)
 worker.register(cli)
 sync.register(cli)
+search.register(cli)
 
 
 def main() -> None:

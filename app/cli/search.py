@@ -1,0 +1,80 @@
+"""`agmem search "query"`: ranked results with their paths and lines."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Annotated, get_args
+
+import typer
+from pydantic import ValidationError
+
+from app.cli.common import cli_errors, fail, open_database, settings_or_exit
+from app.config import Settings
+from app.context.format import citation, one_line
+from app.db.engine import make_async_engine, make_sessionmaker
+from app.llm.embeddings import get_embedder
+from app.search.schemas import SearchMode, SearchRequest, SearchResponse
+from app.search.service import SearchTuning, search
+
+MODES = get_args(SearchMode)
+
+
+async def _run(settings: Settings, url: str, request: SearchRequest) -> SearchResponse:
+    engine = make_async_engine(url, pool_size=1)
+    try:
+        async with make_sessionmaker(engine)() as session, session.begin():
+            return await search(
+                session,
+                request=request,
+                embedder=get_embedder(settings),
+                tuning=SearchTuning.from_settings(settings),
+            )
+    finally:
+        await engine.dispose()
+
+
+def _print(response: SearchResponse) -> None:
+    if not response.results:
+        typer.echo("no results")
+        return
+    for rank, hit in enumerate(response.results, start=1):
+        cite = citation(
+            hit.source, hit.path, hit.start_line, hit.end_line, hit.session_id, hit.observation_id
+        )
+        typer.echo(f"{rank:>2}. {hit.score:.4f}  [{hit.source}] {cite}")
+        typer.echo(f"    {one_line(hit.snippet)[:200]}")
+    typer.echo(f"({len(response.results)} results in {response.took_ms:.1f} ms)")
+
+
+def search_command(
+    query: Annotated[str, typer.Argument(help="What to look for.")],
+    project: Annotated[
+        str | None, typer.Option("--project", "-p", help="Absolute project path.")
+    ] = None,
+    mode: Annotated[str, typer.Option(help="hybrid, vector, keyword or weighted.")] = "hybrid",
+    limit: Annotated[int, typer.Option(help="How many results (1-100).")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the API's JSON.")] = False,
+) -> None:
+    """Search memory: files, transcripts, observations, summaries and kv memories."""
+    settings = settings_or_exit()
+    if mode not in MODES:
+        fail(f"--mode must be one of {', '.join(MODES)}, not {mode!r}", 2)
+    try:
+        request = SearchRequest.model_validate(
+            {"query": query, "projectPath": project, "mode": mode, "limit": limit}
+        )
+    except ValidationError as error:
+        first = error.errors()[0]
+        fail(f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}", 2)
+    with cli_errors():
+        url = open_database(settings)
+        response = asyncio.run(_run(settings, url, request))
+    if as_json:
+        typer.echo(json.dumps(response.model_dump(mode="json", by_alias=True), indent=2))
+    else:
+        _print(response)
+
+
+def register(cli: typer.Typer) -> None:
+    cli.command("search")(search_command)

@@ -1,0 +1,225 @@
+"""Build the memory block an agent gets before its next turn, fitted to a token budget.
+
+What goes in, by priority: the latest session in full, the search hits most relevant to the
+prompt, the project's `project.*` and `current.*` facts, the session before in full, the other
+hits, then older sessions one line each until the budget runs out; the oldest are omitted
+(the Commander design's multi-level compression). The same text never appears twice.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import structlog
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.context import format as fmt
+from app.context.queries import sessions_and_facts
+from app.context.tokens import estimate_tokens, truncate_to_tokens
+from app.llm.embeddings import Embedder
+from app.search.schemas import SearchRequest, SearchResult
+from app.search.service import SearchTuning, search
+
+log = structlog.get_logger(__name__)
+
+FULL_SESSIONS = 2  # the latest sessions shown with their whole summary
+RELEVANT_LIMIT = 8
+RELEVANT_FIRST = 3  # hits that outrank the facts and the second session
+MAX_ITEM_TOKENS = 160  # one hit never crowds out the others
+MAX_FACTS = 50
+NEAR_DUPLICATE = 0.8  # word-set Jaccard at or above which two texts count as the same
+_WORDS = re.compile(r"[^\W_]+")
+
+
+@dataclass(slots=True)
+class ContextItem:
+    """One part of the block and where it came from."""
+
+    source: str
+    content: str
+    tokens: int
+    path: str | None = None
+    start_line: int | None = None
+    end_line: int | None = None
+    session_id: str | None = None
+    observation_id: str | None = None
+    created_at: datetime | None = None
+    section: str = "relevant"
+    rendered: str = ""
+
+
+@dataclass(slots=True)
+class ContextBlock:
+    markdown: str
+    token_count: int
+    budget: int
+    items: list[ContextItem] = field(default_factory=list)
+
+
+class _Fitter:
+    """Accepts parts while they fit; a section's heading is paid for by its first part."""
+
+    def __init__(self, budget: int) -> None:
+        self.remaining = budget - estimate_tokens(fmt.HEADER) - estimate_tokens(fmt.FOOTER)
+        self.items: list[ContextItem] = []
+        self.sections: set[str] = set()
+        self.seen: list[set[str]] = []
+
+    def cost(self, section: str, rendered: str) -> int:
+        heading = fmt.SECTION_HEADINGS[section] if section not in self.sections else ""
+        return estimate_tokens(heading) + estimate_tokens(rendered)
+
+    def room(self, section: str) -> int:
+        heading = fmt.SECTION_HEADINGS[section] if section not in self.sections else ""
+        return self.remaining - estimate_tokens(heading)
+
+    def duplicate(self, text: str) -> bool:
+        words = set(_WORDS.findall(text.lower()))
+        if not words:
+            return True
+        return any(len(words & other) / len(words | other) >= NEAR_DUPLICATE for other in self.seen)
+
+    def add(self, item: ContextItem, rendered: str) -> bool:
+        cost = self.cost(item.section, rendered)
+        if cost > self.remaining:
+            return False
+        self.remaining -= cost
+        self.sections.add(item.section)
+        item.rendered = rendered
+        item.tokens = estimate_tokens(rendered)
+        self.items.append(item)
+        self.seen.append(set(_WORDS.findall(item.content.lower())))
+        return True
+
+
+def _session_item(row: Any, section: str, content: str) -> ContextItem:
+    return ContextItem(
+        source="summary",
+        content=content,
+        tokens=0,
+        session_id=row.ref,
+        created_at=row.at,
+        section=section,
+    )
+
+
+def _add_session(fitter: _Fitter, row: Any, *, full: bool) -> None:
+    if full:
+        rendered = fmt.session_full(row.at, row.title, row.body)
+        if fitter.add(_session_item(row, "session", row.body.strip()), rendered):
+            return
+        shell = fmt.session_full(row.at, row.title, "")
+        room = fitter.room("session") - estimate_tokens(shell) - 1
+        if room >= 40:
+            summary = truncate_to_tokens(row.body.strip(), room)
+            rendered = fmt.session_full(row.at, row.title, summary)
+            if fitter.add(_session_item(row, "session", summary), rendered):
+                return
+    line = fmt.session_line(row.at, row.title, row.body)
+    fitter.add(_session_item(row, "older", line.strip()), line)
+
+
+def _add_hit(fitter: _Fitter, hit: SearchResult) -> None:
+    if fitter.duplicate(hit.content):
+        return
+    cite = fmt.citation(
+        hit.source, hit.path, hit.start_line, hit.end_line, hit.session_id, hit.observation_id
+    )
+    shell = fmt.relevant_item(cite, hit.source, "")
+    room = min(MAX_ITEM_TOKENS, fitter.room("relevant") - estimate_tokens(shell) - 1)
+    if room < 20:
+        return
+    content = truncate_to_tokens(fmt.one_line(hit.content), room)
+    item = ContextItem(
+        source=hit.source,
+        content=content,
+        tokens=0,
+        path=hit.path,
+        start_line=hit.start_line,
+        end_line=hit.end_line,
+        session_id=hit.session_id,
+        observation_id=hit.observation_id,
+        created_at=hit.created_at,
+        section="relevant",
+    )
+    fitter.add(item, fmt.relevant_item(cite, hit.source, content))
+
+
+def _render(fitter: _Fitter) -> str:
+    if not fitter.items:
+        return fmt.HEADER + fmt.EMPTY + fmt.FOOTER
+    parts = [fmt.HEADER]
+    for section in fmt.SECTION_ORDER:
+        members = [item for item in fitter.items if item.section == section]
+        if members:
+            parts.append(fmt.SECTION_HEADINGS[section])
+            parts.extend(item.rendered for item in members)
+    parts.append(fmt.FOOTER)
+    return "".join(parts)
+
+
+async def build_context(
+    session: AsyncSession,
+    *,
+    project_path: str,
+    prompt: str | None,
+    budget: int,
+    embedder: Embedder,
+    tuning: SearchTuning | None = None,
+    max_sessions: int = 5,
+) -> ContextBlock:
+    """The project's memory block for `prompt`, never over `budget` tokens."""
+    rows = await sessions_and_facts(
+        session, project_path=project_path, sessions=max_sessions, facts=MAX_FACTS
+    )
+    sessions = [row for row in rows if row.kind == "session"]
+    facts = [row for row in rows if row.kind == "kv"]
+    hits: list[SearchResult] = []
+    if prompt and prompt.strip():
+        response = await search(
+            session,
+            request=SearchRequest(
+                query=prompt[:4000], project_path=project_path, limit=RELEVANT_LIMIT
+            ),
+            embedder=embedder,
+            tuning=tuning,
+        )
+        shown_sessions = {row.ref for row in sessions}
+        hits = [
+            hit
+            for hit in response.results
+            if not (hit.source == "summary" and hit.session_id in shown_sessions)
+        ]
+
+    fitter = _Fitter(budget)
+    for index, row in enumerate(sessions[:1]):
+        _add_session(fitter, row, full=index < FULL_SESSIONS)
+    for hit in hits[:RELEVANT_FIRST]:
+        _add_hit(fitter, hit)
+    for fact in facts:
+        value = fmt.fact_value(fact.body)
+        item = ContextItem(
+            source="kv",
+            content=f"{fact.title}: {value}",
+            tokens=0,
+            created_at=fact.at,
+            section="facts",
+        )
+        fitter.add(item, fmt.fact_line(fact.title, value))
+    for row in sessions[1:FULL_SESSIONS]:
+        _add_session(fitter, row, full=True)
+    for hit in hits[RELEVANT_FIRST:]:
+        _add_hit(fitter, hit)
+    for row in sessions[FULL_SESSIONS:]:
+        _add_session(fitter, row, full=False)
+
+    markdown = _render(fitter)
+    tokens = estimate_tokens(markdown)
+    shown = sorted(fitter.items, key=lambda item: fmt.SECTION_ORDER.index(item.section))
+    log.debug(
+        "context.built", project=project_path, tokens=tokens, budget=budget, items=len(fitter.items)
+    )
+    return ContextBlock(markdown=markdown, token_count=tokens, budget=budget, items=shown)

@@ -1,0 +1,80 @@
+"""The context block's markdown, one function per part, so the builder can price each part.
+
+Every part is rendered exactly as it will appear; the block is their concatenation in display
+order. Layout follows the original design: `<memory>`, `# Antigravity Memory: Previous Sessions`,
+one `## Session from <date>` per recent session with its `**Task**`, then the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+
+HEADER = "<memory>\n# Antigravity Memory: Previous Sessions\n"
+FOOTER = "</memory>\n"
+EMPTY = "\nNo previous context for this project yet.\n"
+
+SECTION_ORDER = ("session", "older", "facts", "relevant")
+SECTION_HEADINGS = {
+    "session": "",
+    "older": "\n## Earlier sessions\n",
+    "facts": "\n## Project memory\n",
+    "relevant": "\n## Relevant memory\n",
+}
+
+_SPACE = re.compile(r"\s+")
+
+
+def one_line(text: str) -> str:
+    return _SPACE.sub(" ", text).strip()
+
+
+def date_label(at: datetime) -> str:
+    return at.strftime("%Y-%m-%d %H:%M UTC") if at.tzinfo else at.strftime("%Y-%m-%d %H:%M")
+
+
+def session_full(at: datetime, task: str | None, summary: str) -> str:
+    task_line = f"**Task**: {one_line(task)}\n\n" if task and task.strip() else ""
+    return f"\n## Session from {date_label(at)}\n{task_line}{summary.strip()}\n"
+
+
+def session_line(at: datetime, task: str | None, summary: str) -> str:
+    headline = one_line(task) if task and task.strip() else one_line(summary)
+    return f"- {at.strftime('%Y-%m-%d')}: {headline}\n"
+
+
+def fact_value(raw_json: str) -> str:
+    """A kv value as text: strings bare, anything else as compact JSON."""
+    value = json.loads(raw_json)
+    if isinstance(value, str):
+        return one_line(value)
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def fact_line(key: str, value: str) -> str:
+    return f"- **{key}**: {value}\n"
+
+
+def citation(
+    source: str,
+    path: str | None,
+    start_line: int | None,
+    end_line: int | None,
+    session_id: str | None,
+    observation_id: str | None,
+) -> str:
+    """Where an item came from: `path#Lstart-Lend` for files, the owning row otherwise."""
+    if path:
+        if start_line is not None and end_line is not None:
+            return f"{path}#L{start_line}-L{end_line}"
+        return path
+    if observation_id:
+        return f"observation:{observation_id}"
+    if session_id:
+        return f"session:{session_id}"
+    return source
+
+
+def relevant_item(cite: str, source: str, content: str) -> str:
+    return f"- `{cite}` ({source}): {one_line(content)}\n"

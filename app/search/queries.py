@@ -1,0 +1,318 @@
+"""All search SQL: the keyword and vector branches and their fusion, as one statement.
+
+The statement is assembled from fixed parts (which branches run, which filters are present) and
+every value is a bound parameter, except the model identity and width: a partial expression HNSW
+index (`(embedding::vector(D)) ... WHERE model = '<identity>'`) is only usable when the query
+repeats the cast and the predicate literally, which a generic plan over a bound parameter cannot
+prove. Both come from our own settings, never from a request.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
+from typing import Any
+
+from sqlalchemy import TextClause, text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.search.fusion import WEIGHTED_TEXT, WEIGHTED_VECTOR
+from app.search.schemas import SearchMode
+
+MAX_TERMS = 24
+MAX_PAIR_TERMS = 8  # the strict tier ORs every pair of up to 8 content words: at most 28 pairs
+# A natural-language OR query over a big index matches a large share of it, and ranking every match
+# costs ~40 us a row. So rows matching two or more of the query's words (the strict tier) are
+# ranked first (those matching every word above them), and rows matching one word are ranked
+# only to fill up, at most this many.
+STRICT_RANK_CAP = 1000
+LOOSE_RANK_CAP = 200
+# Postgres's `english` stop words (tsearch_data/english.stop); a test checks they agree.
+ENGLISH_STOP_WORDS = frozenset(
+    "i me my myself we our ours ourselves you your yours yourself yourselves he him his himself "
+    "she her hers herself it its itself they them their theirs themselves what which who whom "
+    "this that these those am is are was were be been being have has had having do does did "
+    "doing a an the and but if or because as until while of at by for with about against "
+    "between into through during before after above below to from up down in out on off over "
+    "under again further then once here there when where why how all any both each few more "
+    "most other some such no nor not only own same so than too very s t can will just don "
+    "should now".split()
+)
+PREFIX_MIN_CHARS = 3  # a prefix of one or two letters matches half the corpus and ranks nothing
+_CAMEL = re.compile(r"([a-z0-9])([A-Z])")
+_WORD = re.compile(r"[^\W_]+")
+
+
+def keyword_terms(query: str) -> list[str]:
+    """The query's words as the index sees them: camelCase split, every non-alphanumeric run a
+    separator, lower-cased, de-duplicated in order. Nothing else of the user's text survives."""
+    words = _WORD.findall(_CAMEL.sub(r"\1 \2", query))
+    seen: dict[str, None] = {}
+    for word in words:
+        seen.setdefault(word.lower(), None)
+    return list(seen)[:MAX_TERMS]
+
+
+def content_terms(terms: list[str]) -> list[str]:
+    """The terms the `english` configuration keeps (stop words removed)."""
+    return [term for term in terms if term not in ENGLISH_STOP_WORDS]
+
+
+def _operands(terms: list[str], prefix_last: bool) -> list[str]:
+    parts = [f"'{term}'" for term in terms]
+    if prefix_last and parts and len(terms[-1]) >= PREFIX_MIN_CHARS:
+        parts[-1] = f"'{terms[-1]}':*"
+    return parts
+
+
+def tsquery_text(terms: list[str], *, prefix_last: bool = True) -> str:
+    """An OR of the content terms for `to_tsquery('english', ...)`; the last may match as a prefix.
+
+    Terms are alphanumeric only (see `keyword_terms`), so quoting them cannot be escaped from."""
+    return " | ".join(_operands(content_terms(terms), prefix_last))
+
+
+def all_tsquery_text(terms: list[str], *, prefix_last: bool = True) -> str:
+    """An AND of the content terms: rows matching every word rank above the rest."""
+    return " & ".join(_operands(content_terms(terms), prefix_last))
+
+
+def strict_tsquery_text(terms: list[str], *, prefix_last: bool = True) -> str:
+    """Rows matching at least two content terms: an OR of every pair; empty under two terms."""
+    operands = _operands(content_terms(terms), prefix_last)[:MAX_PAIR_TERMS]
+    pairs = [f"({a} & {b})" for i, a in enumerate(operands) for b in operands[i + 1 :]]
+    return " | ".join(pairs)
+
+
+@dataclass(frozen=True, slots=True)
+class SearchFilters:
+    """Filters applied identically to both branches."""
+
+    project_path: str | None = None
+    sources: tuple[str, ...] | None = None
+    path_prefix: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def shape(self) -> tuple[bool, ...]:
+        return (
+            self.project_path is not None,
+            self.sources is not None,
+            self.path_prefix is not None,
+            self.since is not None,
+            self.until is not None,
+        )
+
+    def params(self) -> dict[str, Any]:
+        prefix = None
+        if self.path_prefix is not None:
+            prefix = re.sub(r"([\\%_])", r"\\\1", self.path_prefix) + "%"
+        return {
+            "f_project": self.project_path,
+            "f_sources": list(self.sources) if self.sources is not None else None,
+            "f_path_prefix": prefix,
+            "f_since": self.since,
+            "f_until": self.until,
+        }
+
+
+def _filter_sql(shape: tuple[bool, ...]) -> str:
+    project, sources, path_prefix, since, until = shape
+    clauses = []
+    if project:
+        clauses.append("c.project_path = :f_project")
+    if sources:
+        clauses.append("c.source = ANY(CAST(:f_sources AS text[]))")
+    if path_prefix:
+        clauses.append("c.file_path LIKE :f_path_prefix ESCAPE '\\'")
+    if since:
+        clauses.append("c.created_at >= :f_since")
+    if until:
+        clauses.append("c.created_at < :f_until")
+    return "".join(f" AND {clause}" for clause in clauses)
+
+
+def _vector_cte(model: str, dims: int, filters: str) -> str:
+    literal = model.replace("'", "''")
+    distance = f"(c.embedding::vector({dims}) <=> CAST(:qvec AS vector({dims})))"
+    # relaxed_order lets the index return rows slightly out of order; rank after re-sorting.
+    return f"""
+vec_raw AS MATERIALIZED (
+  SELECT c.id, {distance} AS distance
+  FROM memory_chunks c
+  WHERE c.model = '{literal}'{filters}
+  ORDER BY {distance}
+  LIMIT :candidates
+),
+vec AS (
+  SELECT id, 1 - distance AS similarity, row_number() OVER (ORDER BY distance, id) AS rank
+  FROM vec_raw WHERE 1 - distance >= :vector_floor
+)"""
+
+
+def _keyword_cte(filters: str, strict: bool) -> str:
+    strict_rows = (
+        f"""
+  SELECT c.id, ts_rank_cd(c.tsv, to_tsquery('english', :tsq), :rank_norm) AS rank_score,
+         CASE WHEN c.tsv @@ to_tsquery('english', :tsq_all) THEN 2 ELSE 1 END AS tier
+  FROM (SELECT c.id, c.tsv FROM memory_chunks c
+        WHERE c.tsv @@ to_tsquery('english', :tsq_strict){filters}
+        LIMIT {STRICT_RANK_CAP}) c
+  ORDER BY tier DESC, rank_score DESC, c.id
+  LIMIT :candidates"""
+        if strict
+        else "SELECT NULL::bigint AS id, NULL::float4 AS rank_score, 1 AS tier WHERE false"
+    )
+    return f"""
+kw_strict AS MATERIALIZED ({strict_rows}
+),
+kw_loose AS MATERIALIZED (
+  SELECT c.id, ts_rank_cd(c.tsv, to_tsquery('english', :tsq), :rank_norm) AS rank_score,
+         0 AS tier
+  FROM (SELECT c.id, c.tsv FROM memory_chunks c
+        WHERE c.tsv @@ to_tsquery('english', :tsq){filters}
+          AND (SELECT count(*) FROM kw_strict) < :candidates
+          AND c.id NOT IN (SELECT id FROM kw_strict)
+        LIMIT {LOOSE_RANK_CAP}) c
+  ORDER BY rank_score DESC, c.id
+  LIMIT :candidates
+),
+kw AS (
+  SELECT id, rank_score, tier,
+         row_number() OVER (ORDER BY tier DESC, rank_score DESC, id) AS rank,
+         rank_score / NULLIF(max(rank_score) OVER (), 0) AS normalised
+  FROM (SELECT * FROM kw_strict UNION ALL SELECT * FROM kw_loose) AS u
+  WHERE rank_score >= :keyword_floor
+)"""
+
+
+_EMPTY_VEC = (
+    "vec AS (SELECT NULL::bigint AS id, NULL::float8 AS similarity, NULL::bigint AS rank "
+    "WHERE false)"
+)
+_EMPTY_KW = (
+    "kw AS (SELECT NULL::bigint AS id, NULL::float8 AS rank_score, NULL::int AS tier, "
+    "NULL::bigint AS rank, NULL::float8 AS normalised WHERE false)"
+)
+
+_SCORES: dict[str, str] = {
+    "hybrid": (
+        "COALESCE(:w_vector / (:rrf_k + v.rank), 0) + COALESCE(:w_keyword / (:rrf_k + k.rank), 0)"
+    ),
+    "weighted": (
+        f"{WEIGHTED_VECTOR} * COALESCE(v.similarity, 0) + "
+        f"{WEIGHTED_TEXT} * COALESCE(k.normalised, 0)"
+    ),
+    "vector": "v.similarity",
+    # Rows matching every word, then two or more, then one; ts_rank_cd orders within a tier.
+    "keyword": "k.tier + COALESCE(k.normalised, 0)",
+}
+
+
+@lru_cache(maxsize=256)
+def search_statement(
+    mode: SearchMode,
+    model: str,
+    dims: int,
+    shape: tuple[bool, ...],
+    use_vector: bool,
+    use_keyword: bool,
+    strict: bool = False,
+) -> TextClause:
+    """The whole search as one statement: the branches asked for, the fusion, the final rows.
+
+    `use_keyword` also decides the snippet: with query terms it highlights them."""
+    filters = _filter_sql(shape)
+    ctes = [
+        _vector_cte(model, dims, filters) if use_vector and mode != "keyword" else _EMPTY_VEC,
+        _keyword_cte(filters, strict) if use_keyword and mode != "vector" else _EMPTY_KW,
+    ]
+    snippet = (
+        "ts_headline('english', c.content, to_tsquery('english', :tsq), "
+        '\'MaxFragments=2, MaxWords=24, MinWords=8, FragmentDelimiter=" … ", '
+        "StartSel=**, StopSel=**')"
+        if use_keyword
+        else "left(c.content, 300)"
+    )
+    sql = f"""
+WITH {",".join(ctes)},
+fused AS (
+  SELECT COALESCE(v.id, k.id) AS id, v.rank AS vector_rank, v.similarity AS vector_score,
+         k.rank AS keyword_rank, k.rank_score AS keyword_score, {_SCORES[mode]} AS score
+  FROM vec v FULL OUTER JOIN kw k ON v.id = k.id
+),
+top AS (
+  SELECT * FROM fused WHERE score IS NOT NULL AND score >= :min_score
+  ORDER BY score DESC, id LIMIT :limit
+)
+SELECT t.id, t.score, t.vector_rank, t.vector_score, t.keyword_rank, t.keyword_score,
+       c.source, c.content, {snippet} AS snippet, c.file_path AS path, c.start_line,
+       c.end_line, c.session_id, c.observation_id, c.created_at
+FROM top t JOIN memory_chunks c ON c.id = t.id
+ORDER BY t.score DESC, t.id"""
+    return text(sql)
+
+
+_SCAN_SETTINGS = text(
+    "SELECT set_config('hnsw.ef_search', :ef_search, true), "
+    "set_config('hnsw.iterative_scan', 'relaxed_order', true)"
+)
+
+
+async def configure_vector_scan(session: AsyncSession, *, candidates: int) -> None:
+    """Filtered HNSW returns too few rows unless the scan may iterate and its list is wide."""
+    ef_search = max(40, min(candidates, 1000))
+    await session.execute(_SCAN_SETTINGS, {"ef_search": str(ef_search)})
+
+
+async def run_search(
+    session: AsyncSession,
+    *,
+    mode: SearchMode,
+    model: str,
+    dims: int,
+    filters: SearchFilters,
+    query_vector: str | None,
+    tsq: str,
+    tsq_strict: str = "",
+    tsq_all: str = "",
+    limit: int,
+    candidates: int,
+    min_score: float,
+    vector_floor: float,
+    keyword_floor: float,
+    rrf_k: float,
+    vector_weight: float,
+    keyword_weight: float,
+    rank_normalization: int = 0,
+) -> list[Any]:
+    """Run one search; rows carry both branch ranks and scores and the fused score."""
+    use_vector = query_vector is not None and mode != "keyword"
+    use_keyword = bool(tsq)
+    if not use_vector and not (use_keyword and mode != "vector"):
+        return []
+    if use_vector:
+        await configure_vector_scan(session, candidates=candidates)
+    statement = search_statement(
+        mode, model, dims, filters.shape(), use_vector, use_keyword, bool(tsq_strict)
+    )
+    params: dict[str, Any] = {
+        **filters.params(),
+        "qvec": query_vector,
+        "tsq": tsq,
+        "tsq_strict": tsq_strict,
+        "tsq_all": tsq_all,
+        "limit": limit,
+        "candidates": candidates,
+        "min_score": min_score,
+        "vector_floor": vector_floor,
+        "keyword_floor": keyword_floor,
+        "rrf_k": rrf_k,
+        "w_vector": vector_weight,
+        "w_keyword": keyword_weight,
+        "rank_norm": rank_normalization,
+    }
+    result = await session.execute(statement, params)
+    return list(result.all())

@@ -1,0 +1,54 @@
+"""Request and response shapes of `POST /api/search` (camelCase on the wire)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+SearchMode = Literal["hybrid", "vector", "keyword", "weighted"]
+SearchSource = Literal["memory", "sessions", "observation", "summary", "kv"]
+MAX_QUERY_CHARS = 4000
+MAX_LIMIT = 100
+
+
+class CamelModel(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+class SearchRequest(CamelModel):
+    query: str = Field(max_length=MAX_QUERY_CHARS)
+    project_path: str | None = Field(default=None, max_length=4096)
+    limit: int = Field(default=10, ge=1, le=MAX_LIMIT)
+    mode: SearchMode = "hybrid"
+    sources: list[SearchSource] | None = Field(default=None, max_length=5)
+    min_score: float | None = None
+    # Filters beyond the contract's minimum; both branches apply them identically.
+    path_prefix: str | None = Field(default=None, max_length=4096)
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+class SearchResult(CamelModel):
+    id: int
+    source: str
+    score: float
+    vector_rank: int | None
+    keyword_rank: int | None
+    vector_score: float | None
+    keyword_score: float | None
+    content: str
+    snippet: str
+    path: str | None
+    start_line: int | None
+    end_line: int | None
+    session_id: str | None
+    observation_id: str | None
+    created_at: datetime
+
+
+class SearchResponse(CamelModel):
+    results: list[SearchResult]
+    took_ms: float

@@ -1,0 +1,131 @@
+"""Search service: validate the query, embed it, run the one search statement, shape results."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import structlog
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.config import Settings
+from app.errors import BadRequest
+from app.index.embedding import vector_literal
+from app.llm.embeddings import Embedder
+from app.search import queries
+from app.search.fusion import RRF_K, candidate_count
+from app.search.schemas import SearchRequest, SearchResponse, SearchResult
+
+log = structlog.get_logger(__name__)
+
+
+class EmptySearchQuery(BadRequest):
+    """The query has no characters to search for."""
+
+
+class InvalidSearchFilter(BadRequest):
+    """A filter can never match (for example `since` after `until`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SearchTuning:
+    """Knobs of the search; defaults match the settings' defaults."""
+
+    min_candidates: int = 40
+    rrf_k: float = RRF_K
+    vector_weight: float = 1.0
+    keyword_weight: float = 1.0
+    vector_floor: float = 0.0
+    keyword_floor: float = 0.0
+    rank_normalization: int = 5  # ts_rank_cd's length normalisation bits
+    prefix_last: bool = True  # the last query word also matches as a prefix
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SearchTuning:
+        return cls(
+            min_candidates=settings.search_min_candidates,
+            rrf_k=settings.search_rrf_k,
+            vector_weight=settings.search_vector_weight,
+            keyword_weight=settings.search_keyword_weight,
+            vector_floor=settings.search_vector_floor,
+            keyword_floor=settings.search_keyword_floor,
+            rank_normalization=settings.search_rank_normalization,
+        )
+
+
+def query_vector(embedder: Embedder, query: str) -> str | None:
+    """The query's vector as a pgvector literal, or None when it has no direction (emoji only)."""
+    vector = embedder.embed_query(query)
+    if not np.isfinite(vector).all() or float(np.linalg.norm(vector)) < 1e-6:
+        return None
+    return vector_literal(vector)
+
+
+async def search(
+    session: AsyncSession,
+    *,
+    request: SearchRequest,
+    embedder: Embedder,
+    tuning: SearchTuning | None = None,
+) -> SearchResponse:
+    """Rank index rows for `request.query` by the requested mode (hybrid RRF by default)."""
+    started = time.perf_counter()
+    tuning = tuning or SearchTuning()
+    query = request.query.strip()
+    if not query:
+        raise EmptySearchQuery("query is empty; send the words to search for")
+    if request.since and request.until and request.since >= request.until:
+        raise InvalidSearchFilter("since must be earlier than until")
+    filters = queries.SearchFilters(
+        project_path=request.project_path,
+        sources=tuple(request.sources) if request.sources is not None else None,
+        path_prefix=request.path_prefix,
+        since=request.since,
+        until=request.until,
+    )
+    terms = queries.keyword_terms(query)
+    vector = query_vector(embedder, query) if request.mode != "keyword" else None
+    rows = await queries.run_search(
+        session,
+        mode=request.mode,
+        model=embedder.identity,
+        dims=embedder.dims,
+        filters=filters,
+        query_vector=vector,
+        tsq=queries.tsquery_text(terms, prefix_last=tuning.prefix_last),
+        tsq_strict=queries.strict_tsquery_text(terms, prefix_last=tuning.prefix_last),
+        tsq_all=queries.all_tsquery_text(terms, prefix_last=tuning.prefix_last),
+        limit=request.limit,
+        candidates=candidate_count(request.limit, tuning.min_candidates),
+        min_score=request.min_score if request.min_score is not None else float("-inf"),
+        vector_floor=tuning.vector_floor,
+        keyword_floor=tuning.keyword_floor,
+        rrf_k=tuning.rrf_k,
+        vector_weight=tuning.vector_weight,
+        keyword_weight=tuning.keyword_weight,
+        rank_normalization=tuning.rank_normalization,
+    )
+    results = [
+        SearchResult(
+            id=row.id,
+            source=row.source,
+            score=float(row.score),
+            vector_rank=row.vector_rank,
+            keyword_rank=row.keyword_rank,
+            vector_score=row.vector_score,
+            keyword_score=row.keyword_score,
+            content=row.content,
+            snippet=row.snippet,
+            path=row.path,
+            start_line=row.start_line,
+            end_line=row.end_line,
+            session_id=row.session_id,
+            observation_id=row.observation_id,
+            created_at=row.created_at,
+        )
+        for row in rows
+    ]
+    took_ms = round((time.perf_counter() - started) * 1000, 2)
+    log.debug("search.done", mode=request.mode, results=len(results), took_ms=took_ms)
+    return SearchResponse(results=results, took_ms=took_ms)

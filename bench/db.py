@@ -1,0 +1,42 @@
+"""A throwaway migrated database for a benchmark run: BENCH_DATABASE_URL's server, else a private
+embedded PostgreSQL in a temporary folder. The database is created for the run and dropped after."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+from sqlalchemy.engine import make_url
+
+from app.db import migrate
+
+
+def libpq(url: str) -> str:
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+@contextlib.contextmanager
+def bench_database(prefix: str = "agmem_bench") -> Iterator[str]:
+    with contextlib.ExitStack() as stack:
+        server_url = os.environ.get("BENCH_DATABASE_URL")
+        if not server_url:
+            from app.db.embedded import start_embedded_postgres
+
+            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="agmem-bench-pg-"))
+            os.chmod(folder, 0o755)
+            server_url = start_embedded_postgres(Path(folder) / "pgdata", cleanup_mode="delete")
+        name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+        with psycopg.connect(libpq(server_url), autocommit=True) as admin:
+            admin.execute(f'CREATE DATABASE "{name}"')
+        url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
+        try:
+            migrate.upgrade(url)
+            yield url
+        finally:
+            with psycopg.connect(libpq(server_url), autocommit=True) as admin:
+                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

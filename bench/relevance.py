@@ -1,0 +1,211 @@
+"""Search quality on a labelled set: recall@5, recall@10 and MRR per mode, in one run.
+
+    uv run python -m bench.relevance [--sweep] [--transcript-tokens N] [--memory-tokens N]
+
+Loads the corpus of `bench/corpus` (real memory files and transcripts from the shared testdata,
+plus written observations, summaries and kv facts) into a throwaway database, embeds it with the
+configured embedder (offline `local` by default), and runs every query of `bench/corpus/queries.py`
+through the real search service in each mode. `--sweep` also tries other fusion settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections import defaultdict
+from dataclasses import dataclass
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.config import load_settings
+from app.db.engine import make_async_engine, make_sessionmaker
+from app.index.embedding import embed_pending_chunks
+from app.index.writer import content_hash
+from app.llm.embeddings import Embedder, get_embedder
+from app.logs import configure_logging
+from app.search.schemas import SearchMode, SearchRequest
+from app.search.service import SearchTuning, search
+from bench.corpus.build import CorpusChunk, build_corpus
+from bench.corpus.queries import QUERIES
+from bench.db import bench_database
+
+MODES: tuple[SearchMode, ...] = ("keyword", "vector", "weighted", "hybrid")
+
+
+@dataclass(slots=True)
+class Scores:
+    recall5: float
+    recall10: float
+    mrr: float
+    top3: float
+    by_kind: dict[str, float]
+    kind_top3: dict[str, float]
+
+
+def relevant_ids(chunks: list[CorpusChunk], ids: list[int], targets: list[str]) -> set[int]:
+    found = set()
+    for chunk, chunk_id in zip(chunks, ids, strict=True):
+        for target in targets:
+            if target.startswith("~"):
+                if chunk.source in ("memory", "sessions") and target[1:] in chunk.content:
+                    found.add(chunk_id)
+            elif chunk.key == target:
+                found.add(chunk_id)
+    return found
+
+
+async def load(session: AsyncSession, chunks: list[CorpusChunk], embedder: Embedder) -> list[int]:
+    ids = []
+    for chunk in chunks:
+        row = await session.execute(
+            text(
+                "INSERT INTO memory_chunks (project_path, source, file_path, start_line, "
+                "end_line, content, hash) VALUES ('/bench', :source, :path, :start, :end, "
+                ":content, :hash) RETURNING id"
+            ),
+            {
+                "source": chunk.source,
+                "path": chunk.path,
+                "start": chunk.start_line,
+                "end": chunk.end_line,
+                "content": chunk.content,
+                "hash": content_hash(chunk.content),
+            },
+        )
+        ids.append(row.scalar_one())
+    while (await embed_pending_chunks(session, embedder)).chunks:
+        pass
+    await session.execute(text("ANALYZE memory_chunks"))
+    return ids
+
+
+async def evaluate(
+    session: AsyncSession,
+    embedder: Embedder,
+    relevant: list[set[int]],
+    mode: SearchMode,
+    tuning: SearchTuning,
+) -> Scores:
+    hits5 = hits10 = top3 = 0
+    reciprocal = 0.0
+    kind_hits: dict[str, list[int]] = defaultdict(list)
+    kind_top3: dict[str, list[int]] = defaultdict(list)
+    for (kind, query, _), wanted in zip(QUERIES, relevant, strict=True):
+        response = await search(
+            session,
+            request=SearchRequest(query=query, project_path="/bench", limit=10, mode=mode),
+            embedder=embedder,
+            tuning=tuning,
+        )
+        ranked = [result.id for result in response.results]
+        first = next((rank for rank, i in enumerate(ranked, start=1) if i in wanted), None)
+        hits5 += first is not None and first <= 5
+        hits10 += first is not None
+        top3 += first is not None and first <= 3
+        reciprocal += 1 / first if first else 0.0
+        kind_hits[kind].append(1 if first is not None else 0)
+        kind_top3[kind].append(1 if first is not None and first <= 3 else 0)
+    n = len(QUERIES)
+    return Scores(
+        hits5 / n,
+        hits10 / n,
+        reciprocal / n,
+        top3 / n,
+        {kind: sum(v) / len(v) for kind, v in kind_hits.items()},
+        {kind: sum(v) / len(v) for kind, v in kind_top3.items()},
+    )
+
+
+def print_table(title: str, rows: list[tuple[str, Scores]]) -> None:
+    kinds = sorted(rows[0][1].by_kind)
+    print(f"\n{title}")
+    header = f"{'mode':<28}{'R@5':>7}{'R@10':>7}{'MRR':>7}{'top3':>7}  " + "".join(
+        f"{kind[:6]:>8}" for kind in kinds
+    )
+    print(header)
+    print("-" * len(header))
+    for name, s in rows:
+        print(
+            f"{name:<28}{s.recall5:>7.3f}{s.recall10:>7.3f}{s.mrr:>7.3f}{s.top3:>7.3f}  "
+            + "".join(f"{s.by_kind[kind]:>8.3f}" for kind in kinds)
+        )
+    print("(per-kind columns are recall@10)")
+
+
+async def run(args: argparse.Namespace) -> None:
+    settings = load_settings(_env_file=None)
+    configure_logging("warning")
+    embedder = get_embedder(settings)
+    chunks = build_corpus(
+        memory_tokens=args.memory_tokens, transcript_tokens=args.transcript_tokens
+    )
+    with bench_database("agmem_relevance") as url:
+        engine = make_async_engine(url, pool_size=1)
+        try:
+            async with make_sessionmaker(engine)() as session, session.begin():
+                ids = await load(session, chunks, embedder)
+                relevant = [relevant_ids(chunks, ids, targets) for _, _, targets in QUERIES]
+                print(
+                    f"corpus: {len(chunks)} chunks; queries: {len(QUERIES)}; "
+                    f"embedder: {embedder.identity}; chunk tokens memory={args.memory_tokens} "
+                    f"transcripts={args.transcript_tokens}"
+                )
+                base = SearchTuning.from_settings(settings)
+                rows = [
+                    (mode, await evaluate(session, embedder, relevant, mode, base))
+                    for mode in MODES
+                ]
+                print_table("modes (settings' tuning)", rows)
+                best_single = max(rows[0][1].recall10, rows[1][1].recall10)
+                hybrid = rows[3][1].recall10
+                print(f"\nhybrid R@10 - best single branch R@10 = {hybrid - best_single:+.3f}")
+                print(
+                    f"identifier queries in top 3 (hybrid): {_top3_kind(rows[3][1], 'ident'):.3f}"
+                )
+                if args.sweep:
+                    variants = [
+                        ("rrf k=60 v1.0 k1.0", SearchTuning(rrf_k=60)),
+                        ("rrf k=60 v0.5 k1.0", SearchTuning(rrf_k=60, vector_weight=0.5)),
+                        ("rrf k=60 v1.0 k0.5", SearchTuning(rrf_k=60, keyword_weight=0.5)),
+                        ("rrf k=20 v1.0 k1.0", SearchTuning(rrf_k=20)),
+                        ("rrf k=120 v1.0 k1.0", SearchTuning(rrf_k=120)),
+                        ("rrf k=60 norm=0", SearchTuning(rrf_k=60, rank_normalization=0)),
+                        ("rrf k=60 vfloor 0.3", SearchTuning(rrf_k=60, vector_floor=0.3)),
+                    ]
+                    swept = [
+                        (name, await evaluate(session, embedder, relevant, "hybrid", t))
+                        for name, t in variants
+                    ]
+                    print_table("hybrid fusion sweep", swept)
+                    keyword_variants = [
+                        (
+                            f"keyword norm={n} prefix={p}",
+                            SearchTuning(rank_normalization=n, prefix_last=p),
+                        )
+                        for n in (0, 1, 4, 5, 6, 12)
+                        for p in (True, False)
+                    ]
+                    swept = [
+                        (name, await evaluate(session, embedder, relevant, "keyword", t))
+                        for name, t in keyword_variants
+                    ]
+                    print_table("keyword ranking sweep", swept)
+        finally:
+            await engine.dispose()
+
+
+def _top3_kind(scores: Scores, kind: str) -> float:
+    return scores.kind_top3[kind]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sweep", action="store_true", help="also try other fusion settings")
+    parser.add_argument("--memory-tokens", type=int, default=200)
+    parser.add_argument("--transcript-tokens", type=int, default=200)
+    asyncio.run(run(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,188 @@
+"""GET /api/context: layout, sources, de-duplication, budgets, both project forms and formats."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+
+from app.context.tokens import estimate_tokens
+from tests.search.seed import Chunk, add_chunks, add_memory, add_session
+
+START = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
+
+
+def context(client: TestClient, url: str = "/api/context/p", **query: Any) -> dict[str, Any]:
+    response = client.get(url, params={"format": "json", **query})
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def seed_history(database_url: str, sessions: int = 6) -> None:
+    for n in range(sessions):
+        add_session(
+            database_url,
+            f"s{n}",
+            summary=f"Session {n}: reworked the billing module step {n}. " + "Details. " * 30,
+            prompt=f"billing task number {n}",
+            created_at=START + timedelta(days=n),
+        )
+
+
+def test_empty_project_gives_a_short_valid_block(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    response = client.get("/api/context/home/dev/nothing-here", params={"prompt": "anything"})
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/markdown")
+    text = response.text
+    assert text.startswith("<memory>\n# Antigravity Memory: Previous Sessions\n")
+    assert text.rstrip().endswith("</memory>")
+    assert "No previous context" in text
+    assert estimate_tokens(text) < 40
+    body = context(client, "/api/context/home/dev/nothing-here")
+    assert body["items"] == []
+    assert body["tokenCount"] == estimate_tokens(body["context"])
+
+
+def test_block_layout_recent_sessions_first_with_facts_and_citations(
+    client: TestClient, database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    seed_history(database_url, sessions=3)
+    add_memory(database_url, "project.stack", "FastAPI + Postgres")
+    add_memory(database_url, "current.focus", {"ticket": "BILL-7"})
+    add_memory(database_url, "personal.color", "blue")  # neither project.* nor current.*
+    add_memory(database_url, "current.old", "gone", expired=True)
+    add_memory(database_url, "project.other", "x", project="/other")
+    add_memory(database_url, "project.global", "y", scope="global", project="")
+    add_chunks(
+        database_url,
+        [
+            Chunk(
+                "Invoices are rounded with decimal ROUND_HALF_EVEN.",
+                path="docs/billing.md",
+                start_line=12,
+                end_line=18,
+            )
+        ],
+    )
+    markdown = client.get("/api/context/p", params={"prompt": "how are invoices rounded"}).text
+    assert markdown.index("## Session from 2026-03-03") < markdown.index(
+        "## Session from 2026-03-02"
+    )
+    assert "**Task**: billing task number 2" in markdown
+    assert "- 2026-03-01: billing task number 0" in markdown  # the oldest as one line
+    assert "## Relevant memory" in markdown
+    assert "`docs/billing.md#L12-L18`" in markdown
+    assert "**project.stack**: FastAPI + Postgres" in markdown
+    assert '**current.focus**: {"ticket":"BILL-7"}' in markdown
+    for absent in ("personal.color", "current.old", "project.other", "project.global"):
+        assert absent not in markdown
+    body = context(client, prompt="how are invoices rounded")
+    assert body["budget"] == 2000
+    assert body["tokenCount"] == estimate_tokens(body["context"]) <= 2000
+    sources = {item["source"] for item in body["items"]}
+    assert sources == {"summary", "kv", "memory"}
+    cited = next(item for item in body["items"] if item["source"] == "memory")
+    assert (cited["path"], cited["startLine"], cited["endLine"]) == ("docs/billing.md", 12, 18)
+    assert sum(item["tokens"] for item in body["items"]) <= body["tokenCount"]
+
+
+def test_same_text_appears_once(
+    client: TestClient, database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    add_session(
+        database_url,
+        "s1",
+        summary="Moved the cron job to the worker queue.",
+        prompt="cron",
+        created_at=START,
+    )
+    text = "The deploy script needs AWS_PROFILE=prod before running make release."
+    add_chunks(
+        database_url,
+        [
+            Chunk(text, path="a.md"),
+            Chunk(text, path="copy/a.md"),
+            Chunk(text.replace("needs", "needs  ") + " ", path="b.md"),
+            Chunk(
+                "Moved the cron job to the worker queue.",
+                source="summary",
+                path=None,
+                session_id="s1",
+            ),
+        ],
+    )
+    body = context(client, prompt="deploy script make release cron worker")
+    relevant = [item for item in body["items"] if item["source"] == "memory"]
+    assert len(relevant) == 1
+    assert body["context"].count("Moved the cron job") == 1
+
+
+@pytest.mark.parametrize("budget", [50, 80, 150, 300, 700, 2000, 5000])
+def test_result_never_exceeds_the_budget(
+    client: TestClient, database_url: str, db: psycopg.Connection[Any], budget: int
+) -> None:
+    seed_history(database_url, sessions=8)
+    add_chunks(
+        database_url,
+        [
+            Chunk(f"billing module note {n}: " + "invoice tax rounding " * 40, path=f"n{n}.md")
+            for n in range(12)
+        ],
+    )
+    for n in range(10):
+        add_memory(database_url, f"project.fact{n}", "a fairly long fact value " * 5)
+    body = context(client, prompt="billing invoice rounding", budget=budget)
+    assert body["tokenCount"] == estimate_tokens(body["context"])
+    assert body["tokenCount"] <= budget
+    assert body["context"].startswith("<memory>")
+    assert body["context"].rstrip().endswith("</memory>")
+    if budget >= 300:
+        assert "## Session from" in body["context"]
+
+
+def test_small_budget_keeps_recent_in_full_and_older_as_lines_dropping_the_oldest(
+    client: TestClient, database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    seed_history(database_url, sessions=5)
+    body = context(client, budget=330)
+    text = body["context"]
+    assert "## Session from 2026-03-05" in text
+    assert "Session 4: reworked" in text
+    lines = [line for line in text.splitlines() if line.startswith("- 2026-03-0")]
+    assert lines, text
+    assert "2026-03-01" not in text or len(lines) == 3
+
+
+def test_project_path_forms(
+    client: TestClient, database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    add_session(
+        database_url, "s1", project="/home/dev/shop", summary="Shop summary.", created_at=START
+    )
+    add_session(
+        database_url, "s2", project="/home/dev/other", summary="Other summary.", created_at=START
+    )
+    for url in ("/api/context/home/dev/shop", "/api/context/%2Fhome%2Fdev%2Fshop"):
+        assert "Shop summary." in client.get(url).text, url
+    by_query = client.get("/api/context", params={"projectPath": "/home/dev/shop"}).text
+    assert "Shop summary." in by_query
+    wins = client.get("/api/context/home/dev/other", params={"projectPath": "/home/dev/shop"})
+    assert "Shop summary." in wins.text
+    assert "Other summary." not in wins.text
+
+
+def test_bad_context_requests_are_4xx(client: TestClient, db: psycopg.Connection[Any]) -> None:
+    missing = client.get("/api/context")
+    assert missing.status_code == 400
+    assert missing.json()["error"] == "MissingProjectPath"
+    for params in ({"budget": 10}, {"budget": "lots"}, {"format": "xml"}):
+        response = client.get("/api/context/p", params=params)
+        assert response.status_code == 422, params
+    hostile = client.get("/api/context/p", params={"prompt": "'); DROP TABLE x; -- 🔥 :* \\"})
+    assert hostile.status_code == 200

@@ -1,0 +1,63 @@
+"""`agmem search` against the test database."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import psycopg
+import pytest
+from typer.testing import CliRunner
+
+from app.cli import cli
+from tests.search.seed import Chunk, add_chunks
+
+
+@pytest.fixture
+def env(database_url: str, db: psycopg.Connection[Any], tmp_path: Any) -> dict[str, str]:
+    add_chunks(
+        database_url,
+        [
+            Chunk(
+                "export function validateToken(raw) {}",
+                path="src/auth.ts",
+                start_line=3,
+                end_line=9,
+            ),
+            Chunk("Garden notes: tomatoes need sun.", path="garden.md", project="/other"),
+        ],
+    )
+    return {"DATABASE_URL": database_url, "AGMEM_HOME": str(tmp_path), "AGMEM_LOG_LEVEL": "error"}
+
+
+def test_prints_ranked_results_with_paths_and_lines(env: dict[str, str]) -> None:
+    result = CliRunner().invoke(cli, ["search", "validate token", "--project", "/p"], env=env)
+    assert result.exit_code == 0, result.output
+    assert " 1. " in result.output
+    assert "src/auth.ts#L3-L9" in result.output
+    assert "garden.md" not in result.output
+
+
+def test_json_output_and_modes(env: dict[str, str]) -> None:
+    result = CliRunner().invoke(
+        cli, ["search", "tomatoes", "--mode", "keyword", "--limit", "3", "--json"], env=env
+    )
+    assert result.exit_code == 0, result.output
+    body = json.loads(result.output)
+    assert [hit["path"] for hit in body["results"]] == ["garden.md"]
+    assert body["results"][0]["keywordRank"] == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["search", "x", "--mode", "fuzzy"], "--mode must be one of"),
+        (["search", "x", "--limit", "500"], "limit"),
+        (["search", "   "], "query is empty"),
+    ],
+)
+def test_user_errors_are_one_line(env: dict[str, str], args: list[str], message: str) -> None:
+    result = CliRunner().invoke(cli, args, env=env)
+    assert result.exit_code != 0
+    assert message in result.output
+    assert "Traceback" not in result.output

@@ -1,0 +1,150 @@
+"""The keyword branch: code-aware matching, OR semantics, ranking, prefixes, hostile input."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+
+from app.search.queries import keyword_terms, strict_tsquery_text, tsquery_text
+from tests.search.seed import Chunk, add_chunks
+
+CODE = [
+    Chunk("export function validateToken(raw: string) { return verify(raw) }", path="a.ts"),
+    Chunk("def validate_token(value):\n    return decode(value)", path="b.py"),
+    Chunk("The signing helpers live in auth/jwt.ts next to the session code.", path="c.md"),
+    Chunk("We deploy the frontend with a blue green switch on Fridays.", path="d.md"),
+    Chunk("Unrelated paragraph about coffee and the office plants.", path="e.md"),
+]
+
+
+def keyword(client: TestClient, query: str, **extra: Any) -> list[dict[str, Any]]:
+    response = client.post(
+        "/api/search", json={"query": query, "mode": "keyword", "projectPath": "/p", **extra}
+    )
+    assert response.status_code == 200, response.text
+    results: list[dict[str, Any]] = response.json()["results"]
+    return results
+
+
+def paths(results: list[dict[str, Any]]) -> list[str]:
+    return [result["path"] for result in results]
+
+
+def test_code_identifiers_and_paths_are_found_by_their_parts(
+    client: TestClient, database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    add_chunks(database_url, CODE)
+    assert set(paths(keyword(client, "validate token"))[:2]) == {"a.ts", "b.py"}
+    assert set(paths(keyword(client, "token"))) == {"a.ts", "b.py"}
+    assert paths(keyword(client, "jwt")) == ["c.md"]
+    assert paths(keyword(client, "auth/jwt.ts")) == ["c.md"]
+    assert set(paths(keyword(client, "validateToken"))[:2]) == {"a.ts", "b.py"}
+
+
+def test_natural_questions_use_or_semantics_ranked_by_matches(
+    client: TestClient, database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    add_chunks(database_url, CODE)
+    # No chunk holds every word of the question; an AND query would return nothing.
+    results = keyword(client, "how do we deploy the frontend to production servers?")
+    assert paths(results)[0] == "d.md"
+    assert results[0]["keywordRank"] == 1
+    assert results[0]["vectorRank"] is None
+    assert "**deploy**" in results[0]["snippet"]
+
+
+def test_more_matching_terms_rank_higher(
+    client: TestClient, database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    add_chunks(
+        database_url,
+        [
+            Chunk("retry the upload", path="one.md"),
+            Chunk("retry the upload with exponential backoff", path="all.md"),
+        ],
+    )
+    assert paths(keyword(client, "upload retry backoff")) == ["all.md", "one.md"]
+
+
+def test_last_word_matches_as_a_prefix(
+    client: TestClient, database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    add_chunks(database_url, CODE)
+    assert paths(keyword(client, "frontend deplo")) == ["d.md"]
+    assert paths(keyword(client, "deplo frontend")) == ["d.md"]  # only the last word widens
+    assert keyword(client, "deplo") == [] or paths(keyword(client, "deplo")) == ["d.md"]
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "'",
+        '"validate token"',
+        "token & | ! ( ) : * ",
+        "jwt:* | !token",
+        "back\\slash \\\\ token\\",
+        "🔥🔥 token 🚀",
+        "🔥",
+        "<->",
+        "a' OR 1=1; --",
+        "(((((",
+        "x" * 3900,
+        "naïve café token",
+        "\x00nul",
+    ],
+)
+def test_hostile_queries_are_answered_not_crashed(
+    client: TestClient, database_url: str, db: psycopg.Connection[Any], query: str
+) -> None:
+    add_chunks(database_url, CODE)
+    for mode in ("keyword", "hybrid", "vector", "weighted"):
+        response = client.post("/api/search", json={"query": query, "mode": mode})
+        assert response.status_code == 200, (mode, response.text)
+        assert isinstance(response.json()["results"], list)
+    if "token" in query:
+        assert {"a.ts", "b.py"} <= set(paths(keyword(client, query)))
+
+
+@pytest.mark.parametrize("query", ["", "   ", "\n\t"])
+def test_empty_queries_are_a_clear_400(client: TestClient, query: str) -> None:
+    response = client.post("/api/search", json={"query": query})
+    assert response.status_code == 400
+    assert response.json()["error"] == "EmptySearchQuery"
+
+
+def test_query_terms_never_carry_operators() -> None:
+    terms = keyword_terms("validateToken('x') && !auth/jwt.ts:* \\ 'q'")
+    assert terms == ["validate", "token", "x", "auth", "jwt", "ts", "q"]
+    assert tsquery_text(["deploy", "fron"]) == "'deploy' | 'fron':*"
+    assert tsquery_text(["deploy", "fr"]) == "'deploy' | 'fr'"
+    assert tsquery_text([]) == ""
+
+
+def test_stop_word_list_matches_postgres(db: psycopg.Connection[Any]) -> None:
+    from app.search.queries import ENGLISH_STOP_WORDS
+
+    rows = db.execute(
+        "SELECT w FROM unnest(%s::text[]) AS w WHERE to_tsvector('english', w) = ''::tsvector",
+        (sorted(ENGLISH_STOP_WORDS),),
+    ).fetchall()
+    assert {row[0] for row in rows} == ENGLISH_STOP_WORDS
+
+
+def test_rows_matching_more_words_outrank_single_word_matches(
+    client: TestClient, database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    add_chunks(
+        database_url,
+        [Chunk("cache " * 30, path=f"cache{n}.md") for n in range(5)]
+        + [Chunk("the cache warmup runs lazily", path="both.md")],
+    )
+    results = keyword(client, "why is the cache warmup slow")
+    assert paths(results)[0] == "both.md"
+    assert len(results) == 6
+    assert strict_tsquery_text(["why", "cache", "warmup", "slow"]) == (
+        "('cache' & 'warmup') | ('cache' & 'slow':*) | ('warmup' & 'slow':*)"
+    )
+    assert strict_tsquery_text(["the", "cache"]) == ""

@@ -1,0 +1,203 @@
+"""Fusion modes, filters, relevance cuts and the vector branch's plan."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.vector_index import hnsw_index_name
+from app.index.embedding import vector_literal
+from app.llm.embeddings import local_embedder
+from app.search.fusion import RRF_K
+from app.search.queries import SearchFilters, configure_vector_scan, search_statement
+from tests.search.seed import Chunk, add_chunks, in_session
+
+OLD = datetime(2025, 1, 1, tzinfo=UTC)
+NEW = datetime(2026, 6, 1, tzinfo=UTC)
+
+CORPUS = [
+    Chunk("Postgres connection pool exhausted under load; raised pool_size to 20.", path="db.md"),
+    Chunk("The database pool ran out of connections during the load test.", path="notes/db2.md"),
+    Chunk("Use the refreshToken endpoint to rotate JWT credentials.", path="auth/jwt.md"),
+    Chunk("Garden notes: tomatoes need sun.", path="garden.md"),
+    Chunk(
+        "Observation: pytest failed with ImportError in conftest.",
+        source="observation",
+        path=None,
+        start_line=None,
+        end_line=None,
+        created_at=OLD,
+    ),
+    Chunk("Pool sizing for Postgres in another project.", project="/other", path="db.md"),
+    Chunk("Connection pool tuning 100% done", path="notes/100%_pool.md", created_at=NEW),
+]
+
+
+def search(client: TestClient, query: str, **body: Any) -> list[dict[str, Any]]:
+    payload = {"query": query, "projectPath": "/p", **body}
+    response = client.post("/api/search", json=payload)
+    assert response.status_code == 200, response.text
+    results: list[dict[str, Any]] = response.json()["results"]
+    return results
+
+
+@pytest.fixture
+def corpus(database_url: str, db: psycopg.Connection[Any]) -> list[int]:
+    return add_chunks(database_url, CORPUS)
+
+
+def test_hybrid_is_rrf_of_both_ranks(client: TestClient, corpus: list[int]) -> None:
+    results = search(client, "postgres connection pool")
+    assert results, "hybrid found nothing"
+    for result in results:
+        expected = sum(
+            1 / (RRF_K + rank)
+            for rank in (result["vectorRank"], result["keywordRank"])
+            if rank is not None
+        )
+        assert result["score"] == pytest.approx(expected)
+    both = [r for r in results if r["vectorRank"] is not None and r["keywordRank"] is not None]
+    assert both, "no result was found by both branches"
+    assert [r["score"] for r in results] == sorted((r["score"] for r in results), reverse=True)
+    top = results[0]
+    for field in ("id", "source", "content", "path", "startLine", "endLine", "createdAt"):
+        assert field in top
+    assert "tookMs" in client.post("/api/search", json={"query": "pool"}).json()
+
+
+def test_each_mode_reports_its_own_branch(client: TestClient, corpus: list[int]) -> None:
+    vector = search(client, "database connections exhausted", mode="vector")
+    assert vector
+    assert all(r["keywordRank"] is None for r in vector)
+    assert [r["vectorRank"] for r in vector] == list(range(1, len(vector) + 1))
+    assert all(-1 <= r["score"] <= 1 for r in vector)
+    keyword = search(client, "database connections exhausted", mode="keyword")
+    assert keyword
+    assert all(r["vectorRank"] is None for r in keyword)
+    weighted = search(client, "database connections exhausted", mode="weighted")
+    for result in weighted:
+        vector_part = 0.7 * (result["vectorScore"] or 0)
+        assert result["score"] >= vector_part - 1e-9
+        assert result["score"] <= vector_part + 0.3 + 1e-9
+    best_text = max(weighted, key=lambda r: r["keywordScore"] or 0)
+    assert best_text["score"] == pytest.approx(0.7 * (best_text["vectorScore"] or 0) + 0.3)
+
+
+def test_limit_and_invalid_bodies(client: TestClient, corpus: list[int]) -> None:
+    assert len(search(client, "pool", limit=2)) == 2
+    for body in (
+        {"query": "pool", "limit": 101},
+        {"query": "pool", "limit": 0},
+        {"query": "pool", "mode": "fuzzy"},
+        {"query": "pool", "sources": ["files"]},
+        {"query": 5},
+        {},
+    ):
+        response = client.post("/api/search", json=body)
+        assert response.status_code == 422, body
+    response = client.post(
+        "/api/search", json={"query": "pool", "since": NEW.isoformat(), "until": OLD.isoformat()}
+    )
+    assert response.status_code == 400
+    assert response.json()["error"] == "InvalidSearchFilter"
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "weighted", "vector", "keyword"])
+def test_filters_apply_to_both_branches(client: TestClient, corpus: list[int], mode: str) -> None:
+    query = "postgres pool pytest connection"
+    everything = search(client, query, mode=mode, projectPath=None, limit=50)
+    assert {r["path"] for r in everything if r["path"]} >= {"db.md", "notes/db2.md"}
+    assert any(r["content"].startswith("Pool sizing") for r in everything)
+
+    scoped = search(client, query, mode=mode, limit=50)
+    assert scoped
+    assert all(not r["content"].startswith("Pool sizing") for r in scoped)
+
+    observations = search(client, query, mode=mode, sources=["observation"], limit=50)
+    assert observations
+    assert all(r["source"] == "observation" for r in observations)
+
+    under_notes = search(client, query, mode=mode, pathPrefix="notes/", limit=50)
+    assert under_notes
+    assert all(r["path"].startswith("notes/") for r in under_notes)
+    # LIKE wildcards in the prefix are literal.
+    literal = search(client, query, mode=mode, pathPrefix="notes/100%", limit=50)
+    assert [r["path"] for r in literal] == ["notes/100%_pool.md"]
+    assert search(client, query, mode=mode, pathPrefix="notes/1_0", limit=50) == []
+
+    recent = search(client, query, mode=mode, since=(OLD + timedelta(days=1)).isoformat())
+    assert recent
+    assert all(r["source"] != "observation" for r in recent)
+    old = search(client, query, mode=mode, until=(OLD + timedelta(days=1)).isoformat())
+    assert [r["source"] for r in old] == ["observation"]
+
+
+def test_min_score_and_floors_give_nothing_instead_of_noise(
+    client: TestClient, corpus: list[int], settings: Any
+) -> None:
+    assert search(client, "pool", minScore=1.0) == []
+    kept = search(client, "pool", minScore=1 / (RRF_K + 1))
+    assert kept
+    assert all(r["score"] >= 1 / (RRF_K + 1) for r in kept)
+    # A query that matches no word still has vector neighbours; the floor removes them.
+    assert search(client, "zebra quasar marmalade", mode="vector")
+    assert search(client, "zebra quasar marmalade", mode="vector", minScore=0.99) == []
+
+
+def test_vector_floor_setting_cuts_weak_neighbours(
+    database_url: str, db: psycopg.Connection[Any], settings: Any
+) -> None:
+    from app.main import create_app
+    from tests.conftest import make_settings
+
+    add_chunks(database_url, CORPUS)
+    strict = make_settings(home=settings.home, search_vector_floor=0.99)
+    with TestClient(create_app(strict, database_url=database_url)) as client:
+        assert search(client, "zebra quasar marmalade", mode="vector") == []
+        assert search(client, "zebra quasar marmalade") == []
+
+
+def test_vector_branch_uses_the_models_hnsw_index_under_a_project_filter(
+    database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    add_chunks(database_url, CORPUS[:2])
+    embedder = local_embedder()
+    db.execute(
+        "INSERT INTO memory_chunks (project_path, source, content, hash, embedding, model) "
+        "SELECT CASE WHEN g %% 4 = 0 THEN '/q' ELSE '/p' END, 'memory', 'row ' || g, md5(g::text), "
+        "(SELECT array_agg(random() - 0.5)::float4[] FROM generate_series(1, %s) "
+        " WHERE g > 0)::vector, %s FROM generate_series(1, 3000) g",
+        (embedder.dims, embedder.identity),
+    )
+    db.execute("ANALYZE memory_chunks")
+    statement = search_statement(
+        "vector",
+        embedder.identity,
+        embedder.dims,
+        SearchFilters(project_path="/p").shape(),
+        True,
+        False,
+    )
+    params = {
+        "qvec": vector_literal(embedder.embed_query("database pool")),
+        "f_project": "/p",
+        "candidates": 40,
+        "limit": 10,
+        "min_score": -1.0,
+        "vector_floor": 0.0,
+    }
+
+    async def explain(session: AsyncSession) -> str:
+        await configure_vector_scan(session, candidates=40)
+        rows = await session.execute(text("EXPLAIN " + str(statement)), params)
+        return "\n".join(row[0] for row in rows)
+
+    plan = in_session(database_url, explain)
+    assert hnsw_index_name(embedder.identity) in plan, plan
+    assert "Index Scan" in plan
