@@ -167,8 +167,17 @@ class Worker:
                 did = True
             return did
 
-        while any(await asyncio.gather(*(lane() for _ in range(self.concurrency)))):
-            pass
+        try:
+            while any(await asyncio.gather(*(lane() for _ in range(self.concurrency)))):
+                pass
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        """Close the Gemini client's connections."""
+        if self.ctx.client is not None:
+            with contextlib.suppress(Exception):
+                await self.ctx.client.aio.aclose()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Work until `stop` is set: the lanes, the listener and the periodic upkeep."""
@@ -191,6 +200,7 @@ class Worker:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*tasks, *lanes, return_exceptions=True)
+            await self.close()
             log.info("worker.stopped", worker=self.id)
 
     async def _lane(self) -> None:
