@@ -97,11 +97,37 @@ async def tokens_used_today(session: AsyncSession) -> int:
     return int((await session.execute(_TOKENS_TODAY)).scalar_one())
 
 
-async def budget_allows(session: AsyncSession, *, daily_budget: int) -> bool:
-    """Whether another call fits today's budget; 0 means no budget (unlimited)."""
-    if daily_budget == 0:
-        return True
-    return await tokens_used_today(session) < daily_budget
+class DailyBudget:
+    """Today's token spend, read from `llm_usage` at most every `refresh_seconds` and kept
+    current in between with this process's own calls, so that a busy worker does not pay a
+    query per call. Other processes' calls are seen at the next refresh."""
+
+    def __init__(
+        self,
+        daily_budget: int,
+        *,
+        refresh_seconds: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.daily_budget = daily_budget
+        self._refresh = refresh_seconds
+        self._clock = clock
+        self._used = 0
+        self._read_at: float | None = None
+
+    async def allows(self, session: AsyncSession) -> bool:
+        """Whether another call fits today's budget; a budget of 0 means unlimited."""
+        if self.daily_budget == 0:
+            return True
+        now = self._clock()
+        if self._read_at is None or now - self._read_at >= self._refresh:
+            self._used = await tokens_used_today(session)
+            self._read_at = now
+        return self._used < self.daily_budget
+
+    def spent(self, tokens: int) -> None:
+        """Count this process's call until the next read of `llm_usage` includes it."""
+        self._used += tokens
 
 
 async def record_usage(

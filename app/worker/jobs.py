@@ -18,7 +18,7 @@ from app.llm.compress import Compressed, compress_with_gemini, compressed_locall
 from app.llm.embeddings import Embedder, get_embedder
 from app.llm.fallback import EXTRACTIVE, compress_extractive, summarize_extractive
 from app.llm.generation import GeminiCallFailed
-from app.llm.ratelimit import GeminiGate, budget_allows, record_usage
+from app.llm.ratelimit import DailyBudget, GeminiGate, record_usage
 from app.llm.summarize import session_text, summarize_with_gemini
 from app.llm.tokens import estimate_tokens
 from app.sync.runs import execute_sync_run
@@ -36,6 +36,7 @@ class JobContext:
     sessionmaker: async_sessionmaker[AsyncSession]
     worker_id: str
     gate: GeminiGate
+    budget: DailyBudget
     client: genai.Client | None
     embedder: Embedder | None = None
 
@@ -83,8 +84,11 @@ async def _gemini_allowed(ctx: JobContext) -> bool:
     """Whether this call may go to Gemini: a key, a closed breaker, and budget left today."""
     if ctx.client is None or ctx.gate.breaker_open:
         return False
+    if ctx.budget.daily_budget == 0:
+        return True
+    # Without a query when the cached figure is fresh: the session connects on first use.
     async with transaction(ctx.sessionmaker) as session:
-        allowed = await budget_allows(session, daily_budget=ctx.settings.gemini_daily_token_budget)
+        allowed = await ctx.budget.allows(session)
     if not allowed:
         log.warning("gemini.budget_exhausted", budget=ctx.settings.gemini_daily_token_budget)
     return allowed
@@ -135,6 +139,7 @@ async def compress_observation(ctx: JobContext, work: ObservationWork) -> str:
             result=work.result,
         )
         result = compressed_locally(text, observation=observation, generated_by=EXTRACTIVE)
+    ctx.budget.spent(result.input_tokens + result.output_tokens)
     async with transaction(ctx.sessionmaker) as session:
         if result.input_tokens or result.output_tokens:
             await record_usage(
@@ -191,13 +196,16 @@ async def summarize_session(ctx: JobContext, work: SessionWork) -> str:
             return status or "lost"
         ctx.gate.record_success()
         summary = results.SessionSummary(answer.text, f"gemini:{settings.gemini_model}")
+        input_tokens = answer.prompt_tokens or estimate_tokens(prompt)
+        output_tokens = answer.output_tokens or estimate_tokens(answer.text)
+        ctx.budget.spent(input_tokens + output_tokens)
         async with transaction(ctx.sessionmaker) as session:
             await record_usage(
                 session,
                 project_path=work.project_path,
                 model=settings.gemini_model,
-                input_tokens=answer.prompt_tokens or estimate_tokens(prompt),
-                output_tokens=answer.output_tokens or estimate_tokens(answer.text),
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
             )
     if summary is None:
         text = summarize_extractive(

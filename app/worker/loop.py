@@ -20,7 +20,7 @@ from app.config import Settings
 from app.db.engine import sqlalchemy_url, transaction
 from app.llm.embeddings import Embedder
 from app.llm.gemini import make_client
-from app.llm.ratelimit import GeminiGate
+from app.llm.ratelimit import DailyBudget, GeminiGate
 from app.worker import claims, jobs, results
 from app.worker.claims import Queue
 
@@ -66,7 +66,8 @@ class Worker:
             failure_threshold=settings.gemini_failure_threshold,
             cooldown_seconds=settings.gemini_failure_cooldown_seconds,
         )
-        self.ctx = jobs.JobContext(settings, sessionmaker, self.id, gate, client, embedder)
+        budget = DailyBudget(settings.gemini_daily_token_budget)
+        self.ctx = jobs.JobContext(settings, sessionmaker, self.id, gate, budget, client, embedder)
         self._wake = asyncio.Event()
         self._generation = 0
         self._stopping = False
