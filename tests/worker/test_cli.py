@@ -67,3 +67,9 @@ def test_worker_works_then_stops_cleanly_on_sigterm(
             process.kill()
     assert process.returncode == 0, output
     assert "worker.stopped" in output
+
+
+def test_serve_offers_no_worker() -> None:
+    result = run_agmem("serve", "--help")
+    assert result.returncode == 0
+    assert "--no-worker" in result.stdout
