@@ -87,10 +87,6 @@ class Settings(BaseSettings):
     gemini_embed_max_retries: int = Field(default=5, ge=0, le=20)
     gemini_batch_poll_seconds: float = Field(default=10.0, gt=0, le=3600)
     gemini_batch_timeout_seconds: float = Field(default=24 * 3600.0, gt=0)
-    # Capture (sessions and observations): size caps, nesting limit, excluded projects.
-    capture_max_field_chars: int = Field(default=65_536, ge=1_024, le=16_777_216)
-    capture_max_depth: int = Field(default=64, ge=2, le=500)
-    capture_exclude_projects: Annotated[list[str], NoDecode] = Field(default_factory=list)
     # Search and context: candidates per branch, relevance floors, RRF weights, context budget.
     search_min_candidates: int = Field(default=40, ge=1, le=1000)
     search_rrf_k: float = Field(default=60.0, gt=0)
@@ -101,6 +97,19 @@ class Settings(BaseSettings):
     search_rank_normalization: int = Field(default=5, ge=0, le=63)
     context_budget: int = Field(default=2000, ge=50, le=100_000)
     context_sessions: int = Field(default=5, ge=0, le=100)
+
+    # Gemini proxy (app/proxy): default project, session idle window, memory budget, timeouts.
+    proxy_default_project: str | None = None
+    proxy_session_idle_seconds: int = Field(default=1800, ge=1, le=7 * 24 * 3600)
+    proxy_context_budget: int = Field(default=2000, ge=50, le=100_000)
+    proxy_context_timeout_ms: int = Field(default=25, ge=1, le=60_000)
+    proxy_context_cache_seconds: float = Field(default=60.0, ge=0, le=86_400)
+    proxy_upstream_timeout_seconds: float = Field(default=300.0, gt=0, le=3600)
+
+    # Capture (sessions and observations): size caps, nesting limit, excluded projects.
+    capture_max_field_chars: int = Field(default=65_536, ge=1_024, le=16_777_216)
+    capture_max_depth: int = Field(default=64, ge=2, le=500)
+    capture_exclude_projects: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
     @field_validator("home")
     @classmethod
@@ -121,7 +130,15 @@ class Settings(BaseSettings):
             raise ValueError(f"is not a valid URL ({error})") from None
         return value.strip()
 
-    @field_validator("api_token", "gemini_api_key", "gemini_base_url")
+    @field_validator("gemini_upstream")
+    @classmethod
+    def _check_upstream(cls, value: str) -> str:
+        value = value.strip().rstrip("/")
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return value
+
+    @field_validator("api_token", "gemini_api_key", "gemini_base_url", "proxy_default_project")
     @classmethod
     def _blank_is_unset(cls, value: str | None) -> str | None:
         if value is None or value.strip() == "":

@@ -15,6 +15,7 @@ from app.capture.routes import router as capture_router
 from app.config import Settings, get_settings
 from app.context.routes import router as context_router
 from app.db.engine import make_async_engine, make_sessionmaker, resolve_database_url
+from app.proxy import routes as proxy_routes
 from app.search.routes import router as search_router
 from app.state import AppState
 from app.sync.routes import router as sync_router
@@ -68,9 +69,10 @@ def create_app(
     install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(sync_router)
-    app.include_router(capture_router)
+    app.include_router(proxy_routes.router)
     app.include_router(search_router)
     app.include_router(context_router)
+    app.include_router(capture_router)
     # Outermost first: the size limit applies before authentication reads anything.
     app.add_middleware(BearerTokenMiddleware, token=settings.api_token)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import statistics
 import tempfile
@@ -157,6 +158,38 @@ async def drive(
     return run, time.perf_counter() - measured_from
 
 
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU of these processes so far, from /proc (Linux)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / CLOCK_TICKS
+
+
+def postgres_pids(pgdata: Path | None) -> list[int]:
+    """The postmaster of `pgdata` and its children (the backends serving the benchmark)."""
+    if pgdata is None or not (pgdata / "postmaster.pid").exists():
+        return []
+    postmaster = int((pgdata / "postmaster.pid").read_text().split()[0])
+    pids = [postmaster]
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == postmaster:
+                pids.append(int(entry.name))
+    return pids
+
+
 @dataclass
 class Figures:
     label: str
@@ -165,25 +198,17 @@ class Figures:
     p50_ms: float
     p99_ms: float
     errors: int
+    server_cpu_ms: float  # per request, the server process
+    db_cpu_ms: float  # per request, the Postgres processes
 
     def line(self) -> str:
+        cpu = f"  CPU/req: server {self.server_cpu_ms:.2f} ms"
+        if self.db_cpu_ms:
+            cpu += f", postgres {self.db_cpu_ms:.2f} ms"
         return (
             f"{self.label:<8} {self.connections:>3} conns  {self.throughput:8.0f} req/s  "
-            f"p50 {self.p50_ms:6.2f} ms  p99 {self.p99_ms:7.2f} ms  errors {self.errors}"
+            f"p50 {self.p50_ms:6.2f} ms  p99 {self.p99_ms:7.2f} ms  errors {self.errors}{cpu}"
         )
-
-
-def figures(label: str, connections: int, run: Run, elapsed: float) -> Figures:
-    ordered = sorted(run.latencies) or [0.0]
-    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-    return Figures(
-        label,
-        connections,
-        run.requests / elapsed,
-        statistics.median(ordered) * 1000,
-        p99 * 1000,
-        run.errors,
-    )
 
 
 def measure(
@@ -193,11 +218,28 @@ def measure(
     seconds: float,
     warmup: float,
     pool: list[tuple[bytes, bytes]],
+    pgdata: Path | None = None,
 ) -> list[Figures]:
     results = []
     for connections in levels:
+        server_before = cpu_seconds([server.process.pid])
+        db_before = cpu_seconds(postgres_pids(pgdata))
         run, elapsed = asyncio.run(drive(server.port, connections, seconds, warmup, pool))
-        result = figures(label, connections, run, elapsed)
+        # CPU is counted over warm-up and measurement alike, so divide by every request sent.
+        sent = max(1, round(run.requests * (elapsed + warmup) / elapsed))
+        server_cpu = cpu_seconds([server.process.pid]) - server_before
+        db_cpu = cpu_seconds(postgres_pids(pgdata)) - db_before if pgdata else 0.0
+        ordered = sorted(run.latencies) or [0.0]
+        result = Figures(
+            label,
+            connections,
+            run.requests / elapsed,
+            statistics.median(ordered) * 1000,
+            ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000,
+            run.errors,
+            server_cpu / sent * 1000,
+            db_cpu / sent * 1000,
+        )
         print(result.line(), flush=True)
         results.append(result)
     return results
@@ -245,7 +287,7 @@ def main() -> None:
         with run_server(kind="noop", log_dir=home) as server:
             noop = measure(server, "no-op", levels, seconds, warmup, pool)
         with run_server(kind="agmem", log_dir=home, env=env) as server:
-            capture = measure(server, "capture", levels, seconds, warmup, pool)
+            capture = measure(server, "capture", levels, seconds, warmup, pool, home / "pgdata")
         facts = database_facts(url)
 
     print(

@@ -31,6 +31,7 @@ from app.db import migrate
 from app.db.embedded import start_embedded_postgres
 from app.db.engine import make_async_engine, make_sessionmaker
 from app.llm.embeddings import local_embedder
+from app.logs import configure_logging
 from app.sync.indexer import SyncRequest, sync_project
 from app.sync.report import SyncReport
 
@@ -176,6 +177,7 @@ def line(label: str, seconds: float, report: SyncReport) -> str:
 
 
 async def main(args: argparse.Namespace) -> None:
+    configure_logging("warning")  # the figures only, not every server start and sync
     local_embedder()  # load the model before timing
     work = Path(tempfile.mkdtemp(prefix="agmem-bench-sync-"))
     seed = args.seed if args.seed is not None else int(time.time())

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Annotated
 
-from fastapi import Depends, FastAPI, Request
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from fastapi import FastAPI, Request
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from app.db.engine import sqlalchemy_url
 from app.state import AppState
@@ -27,8 +26,11 @@ def make_autocommit_engine(url: str, *, pool_size: int) -> AsyncEngine:
         sqlalchemy_url(url),
         isolation_level="AUTOCOMMIT",
         pool_reset_on_return=None,
+        # No overflow: SQLAlchemy closes overflow connections on return, so under a burst above
+        # the pool size every request paid a new Postgres backend (fork, auth, connect). A
+        # request now waits for a pooled connection instead.
         pool_size=pool_size,
-        max_overflow=pool_size,
+        max_overflow=0,
         pool_pre_ping=False,
         pool_recycle=1800,
         connect_args={"connect_timeout": 5, "application_name": "agmem-capture"},
@@ -39,7 +41,9 @@ def make_autocommit_engine(url: str, *, pool_size: int) -> AsyncEngine:
 async def capture_lifespan(app: FastAPI) -> AsyncIterator[None]:
     """Runs inside the app's lifespan (the router's lifespan nests in it)."""
     state: AppState = app.state.agmem
-    engine = make_autocommit_engine(state.database_url, pool_size=state.settings.db_pool_size)
+    # Twice the shared pool: the hot routes are most of the traffic and hold a connection briefly.
+    pool_size = 2 * state.settings.db_pool_size
+    engine = make_autocommit_engine(state.database_url, pool_size=pool_size)
     app.state.capture_engine = engine
     try:
         yield
@@ -47,11 +51,7 @@ async def capture_lifespan(app: FastAPI) -> AsyncIterator[None]:
         await engine.dispose()
 
 
-async def get_autocommit_connection(request: Request) -> AsyncIterator[AsyncConnection]:
+def capture_engine(request: Request) -> AsyncEngine:
+    """The autocommit engine of the running app (set up by `capture_lifespan`)."""
     engine: AsyncEngine = request.app.state.capture_engine
-    async with engine.connect() as connection:
-        yield connection
-
-
-# scope="function": the connection goes back to the pool before the answer, like DbDep.
-AutocommitDep = Annotated[AsyncConnection, Depends(get_autocommit_connection, scope="function")]
+    return engine

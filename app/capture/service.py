@@ -160,6 +160,10 @@ async def start_session(
         return SessionRef(session_id, project_path, EXCLUDED, datetime.now(UTC)), False
 
     session_id = _clean_id(data.id, "id") if data.id else uuid.uuid4().hex
+    if session_id.startswith(EXCLUDED_PREFIX):
+        # Observations sent with such an id are dropped as excluded; a real session must not
+        # carry one, or everything it captured would be lost silently.
+        raise ValidationFailed(f"id: ids starting with {EXCLUDED_PREFIX!r} are reserved")
     user_prompt = (
         cap_text(sanitize_text(data.user_prompt), settings.capture_max_field_chars)
         if data.user_prompt is not None

@@ -107,6 +107,9 @@ def _print_report(console: Console, report: SyncReport) -> None:
         console.print(f"skipped {skip.path}: {skip.reason}", highlight=False)
     if len(report.skipped) > 20:
         console.print(f"… and {len(report.skipped) - 20} more skipped", highlight=False)
+    if report.transcript_items:
+        counts = ", ".join(f"{n} {kind}" for kind, n in sorted(report.transcript_items.items()))
+        console.print(f"transcripts: passed over or trimmed {counts}", highlight=False)
     for error in report.errors:
         console.print(f"[yellow]warning[/yellow]: {error}", highlight=False)
     typer.echo(report.summary_line())

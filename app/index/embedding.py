@@ -5,6 +5,7 @@ Two identical chunks anywhere cost one embedding, and a re-sync of unchanged tex
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 import numpy as np
@@ -82,7 +83,9 @@ async def vectors_for(
     stats.cached = len(vectors)
     missing = [h for h in items if h not in vectors]
     if missing:
-        computed = embedder.embed_documents([items[h] for h in missing])
+        # In a thread: a provider call (CPU for wordllama, HTTP for Gemini) must not stall the
+        # event loop the API, the worker and the sync's other writer share.
+        computed = await asyncio.to_thread(embedder.embed_documents, [items[h] for h in missing])
         literals = [vector_literal(v) for v in computed]
         await session.execute(
             _CACHE_STORE,

@@ -27,8 +27,11 @@ MAX_PAIR_TERMS = 8  # the strict tier ORs every pair of up to 8 content words: a
 # costs ~40 us a row. So rows matching two or more of the query's words (the strict tier) are
 # ranked first (those matching every word above them), and rows matching one word are ranked
 # only to fill up, at most this many.
-STRICT_RANK_CAP = 1000
-LOOSE_RANK_CAP = 200
+STRICT_RANK_CAP = 300
+LOOSE_RANK_CAP = 100
+# pgvector's default ef_search (40) gave ANN recall@10 0.93 against exact search at 100k rows under
+# a project filter; 100 is the floor, widened to the candidate count.
+EF_SEARCH_FLOOR = 100
 # Postgres's `english` stop words (tsearch_data/english.stop); a test checks they agree.
 ENGLISH_STOP_WORDS = frozenset(
     "i me my myself we our ours ourselves you your yours yourself yourselves he him his himself "
@@ -263,7 +266,7 @@ _SCAN_SETTINGS = text(
 
 async def configure_vector_scan(session: AsyncSession, *, candidates: int) -> None:
     """Filtered HNSW returns too few rows unless the scan may iterate and its list is wide."""
-    ef_search = max(40, min(candidates, 1000))
+    ef_search = max(EF_SEARCH_FLOOR, min(candidates, 1000))
     await session.execute(_SCAN_SETTINGS, {"ef_search": str(ef_search)})
 
 

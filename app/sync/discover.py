@@ -77,25 +77,37 @@ def _walk(
     suffixes: tuple[str, ...],
     max_bytes: int,
 ) -> None:
+    # The hot path of a no-change re-sync: plain strings and DirEntry data, no Path objects.
     try:
         entries = sorted(os.scandir(directory), key=lambda e: e.name)
     except OSError as error:
         found.skipped.append(Skip(str(directory), f"unreadable directory: {error.strerror}"))
         return
     for entry in entries:
-        path = Path(entry.path)
         if entry.is_dir(follow_symlinks=False):
             if entry.name in SKIPPED_DIRS:
                 found.skipped.append(Skip(entry.path, f"excluded directory {entry.name}"))
             else:
-                _walk(found, path, root, source, suffixes, max_bytes)
+                _walk(found, Path(entry.path), root, source, suffixes, max_bytes)
         elif entry.is_symlink():
+            path = Path(entry.path)
             if path.is_dir():
                 _consider_dir_link(found, path, root)
             elif entry.name.endswith(suffixes):
                 _consider(found, path, root, source, max_bytes, None)
         elif entry.name.endswith(suffixes):
-            _consider(found, path, root, source, max_bytes, None, entry)
+            _consider_entry(found, entry, source, max_bytes)
+
+
+def _consider_entry(
+    found: Discovery, entry: os.DirEntry[str], source: FileSource, max_bytes: int
+) -> None:
+    try:
+        info = entry.stat(follow_symlinks=False)
+    except OSError as error:
+        found.skipped.append(Skip(entry.path, f"unreadable: {error.strerror}"))
+        return
+    _admit(found, entry.path, info, source, max_bytes)
 
 
 def _consider_dir_link(found: Discovery, link: Path, root: Path) -> None:
@@ -113,30 +125,32 @@ def _consider(
     source: FileSource,
     max_bytes: int,
     seen: set[tuple[int, int]] | None,
-    entry: os.DirEntry[str] | None = None,
 ) -> None:
     try:
-        if entry is None and path.is_symlink() and not _inside(path, root):
+        if path.is_symlink() and not _inside(path, root):
             found.skipped.append(Skip(str(path), "symlink escapes the root"))
             return
-        info = entry.stat() if entry is not None else path.stat()
+        info = path.stat()
     except OSError as error:
         found.skipped.append(Skip(str(path), f"unreadable: {error.strerror}"))
-        return
-    if not stat.S_ISREG(info.st_mode):
-        found.skipped.append(Skip(str(path), "not a regular file"))
         return
     if seen is not None:
         key = (info.st_dev, info.st_ino)
         if key in seen:
             return
         seen.add(key)
-    if info.st_size > max_bytes:
-        found.skipped.append(
-            Skip(str(path), f"over the size cap ({info.st_size} > {max_bytes} bytes)")
-        )
-        return
-    found.files.append(FoundFile(str(path), source, info.st_size, info.st_mtime))
+    _admit(found, str(path), info, source, max_bytes)
+
+
+def _admit(
+    found: Discovery, path: str, info: os.stat_result, source: FileSource, max_bytes: int
+) -> None:
+    if not stat.S_ISREG(info.st_mode):
+        found.skipped.append(Skip(path, "not a regular file"))
+    elif info.st_size > max_bytes:
+        found.skipped.append(Skip(path, f"over the size cap ({info.st_size} > {max_bytes} bytes)"))
+    else:
+        found.files.append(FoundFile(path, source, info.st_size, info.st_mtime))
 
 
 def _inside(path: Path, root: Path) -> bool:

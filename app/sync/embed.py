@@ -1,4 +1,5 @@
-"""Embedding a large backlog with the Gemini Batch API, resumable through `embedding_batches`.
+"""Embedding after the file pass: missing vectors, model migration (`--reembed`), and large
+backlogs through the Gemini Batch API, resumable through `embedding_batches`.
 
 A sync with a batch-capable provider writes its chunks with cached vectors only, then embeds what
 is still missing: through one Batch API job when at least `AGMEM_GEMINI_EMBED_BATCH_THRESHOLD`
@@ -104,6 +105,8 @@ async def embed_missing(
         if len(missing) >= settings.gemini_embed_batch_threshold:
             try:
                 await _run_new_batch(sessionmaker, settings, embedder, project, missing, report)
+            except BatchStillRunning as error:  # kept for the next sync; inline calls meanwhile
+                report.errors.append(f"{error}; embedding inline meanwhile")
             except Exception as error:  # any failure of the job: inline calls take over
                 report.errors.append(
                     f"batch embedding failed, falling back to inline calls: {error}"[:1000]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +51,7 @@ class _Prepared:
     found: FoundFile
     hash: str
     chunks: list[Chunk]
+    passed_over: Counter[str] | None = None  # transcript items skipped or trimmed
 
 
 class ProjectFolderMissing(Exception):
@@ -130,22 +132,27 @@ async def _sync_locked(
         async with sessionmaker() as session, session.begin():
             await ensure_model_index(await session.connection(), embedder)
     total = len(candidates)
-    for start in range(0, total, BATCH_FILES):
-        batch = candidates[start : start + BATCH_FILES]
-        prepared = await asyncio.to_thread(_prepare_all, batch, settings, known, request.force)
-        for item in prepared:
-            if isinstance(item, Skip):
-                report.skipped.append(item)
-                present.discard(item.path)
-            elif isinstance(item, _Unchanged):
-                writer.touched.append(
-                    (known[item.found.path].id, item.found.mtime, item.found.size)
-                )
-            else:
-                await writer.add(item)
-        if progress is not None:
-            progress("index", min(start + BATCH_FILES, total), total)
-    await writer.flush()
+    try:
+        for start in range(0, total, BATCH_FILES):
+            batch = candidates[start : start + BATCH_FILES]
+            prepared = await asyncio.to_thread(_prepare_all, batch, settings, known, request.force)
+            for item in prepared:
+                if isinstance(item, Skip):
+                    report.skipped.append(item)
+                    present.discard(item.path)
+                elif isinstance(item, _Unchanged):
+                    writer.touched.append(
+                        (known[item.found.path].id, item.found.mtime, item.found.size)
+                    )
+                else:
+                    await writer.add(item)
+            if progress is not None:
+                progress("index", min(start + BATCH_FILES, total), total)
+        await writer.flush()
+    except BaseException:
+        # No writer may outlive the run (and its lock); the first error is the one to report.
+        await writer.abandon()
+        raise
     await writer.drain()
     gone = [k.id for path, k in known.items() if path not in present]
     if gone:
@@ -200,7 +207,12 @@ def _prepare(
     else:
         transcript = parse_transcript(text, tool_output_chars=settings.sync_tool_output_chars)
         chunks = chunk_transcript(transcript, tokens=tokens, overlap=overlap)
-    return _Prepared(found, digest, [c for c in chunks if c.content.strip()])
+        return _Prepared(found, digest, _nonblank(chunks), transcript.skipped)
+    return _Prepared(found, digest, _nonblank(chunks))
+
+
+def _nonblank(chunks: list[Chunk]) -> list[Chunk]:
+    return [c for c in chunks if c.content.strip()]
 
 
 class _Writer:
@@ -255,6 +267,11 @@ class _Writer:
             if isinstance(result, BaseException):
                 raise result
 
+    async def abandon(self) -> None:
+        """Wait for every writer task, ignoring their outcome (an error is already on its way)."""
+        tasks, self.inflight = self.inflight, set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     async def _commit(
         self, pending: list[_Prepared], touched: list[tuple[int, float, int]]
     ) -> None:
@@ -289,6 +306,8 @@ class _Writer:
                     model=self.embedder.identity,
                 )
                 written += len(rows)
+                if item.passed_over:
+                    self.report.transcript_items.update(item.passed_over)
         self.report.files_touched += len(touched)
         self.report.files_changed += len(pending)
         self.report.chunks_written += written

@@ -111,7 +111,7 @@ async def unlock_project(session: AsyncSession, project: str) -> None:
 async def known_files(session: AsyncSession, project: str) -> dict[str, KnownFile]:
     """Every indexed file of the project, by path."""
     result = await session.execute(_KNOWN_FILES, {"project": project})
-    return {row.path: KnownFile(*row) for row in result}
+    return {row[1]: KnownFile(*row) for row in result.all()}
 
 
 async def replace_file(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,8 @@ class SyncReport:
     embeddings_cached: int = 0
     skipped: list[Skip] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    # What transcript parsing passed over or trimmed, by kind ("invalid JSON", "image", ...).
+    transcript_items: Counter[str] = field(default_factory=Counter)
 
     def add_embeddings(self, stats: EmbedStats) -> None:
         self.embeddings_computed += stats.computed
@@ -43,6 +46,7 @@ class SyncReport:
             "chunksReembedded": self.chunks_reembedded,
             "embeddingsComputed": self.embeddings_computed,
             "embeddingsCached": self.embeddings_cached,
+            "transcriptItemsSkipped": dict(sorted(self.transcript_items.items())),
             "skipped": len(self.skipped),
             "skippedFiles": [
                 {"path": s.path, "reason": s.reason} for s in self.skipped[:MAX_REPORTED_SKIPS]

@@ -71,6 +71,7 @@ async def read_run(session: AsyncSession, *, run_id: str) -> SyncRunOut:
         chunks_written=stats.get("chunksWritten", 0),
         embeddings_computed=stats.get("embeddingsComputed", 0),
         embeddings_cached=stats.get("embeddingsCached", 0),
+        transcript_items_skipped=stats.get("transcriptItemsSkipped", {}),
         skipped=stats.get("skipped", 0),
         skipped_files=stats.get("skippedFiles", []),
         errors=run.errors or [],

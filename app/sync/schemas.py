@@ -33,6 +33,9 @@ class SyncRunOut(BaseModel):
     chunks_written: int = Field(0, serialization_alias="chunksWritten")
     embeddings_computed: int = Field(0, serialization_alias="embeddingsComputed")
     embeddings_cached: int = Field(0, serialization_alias="embeddingsCached")
+    transcript_items_skipped: dict[str, int] = Field(
+        default_factory=dict, serialization_alias="transcriptItemsSkipped"
+    )
     skipped: int = 0
     skipped_files: list[dict[str, Any]] = Field(
         default_factory=list, serialization_alias="skippedFiles"

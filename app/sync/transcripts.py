@@ -25,10 +25,23 @@ ROLE_LABELS = {
     "gemini": "Assistant",
     "tool": "Tool",
     "function": "Tool",
+    "toolResult": "Tool",  # OpenClaw
 }
 # Records that carry no conversation: counted and passed over quietly.
 IGNORED_TYPES = frozenset(
-    {"progress", "file-history-snapshot", "queue-operation", "system", "info", "error", "warning"}
+    {
+        "progress",
+        "file-history-snapshot",
+        "queue-operation",
+        "system",
+        "info",
+        "error",
+        "warning",
+        "session",
+        "model_change",
+        "thinking_level_change",
+        "custom",
+    }
 )
 _DATA_URI = re.compile(r"data:[\w.+-]+/[\w.+-]+;base64,[A-Za-z0-9+/=]{16,}")
 _BASE64_RUN = re.compile(r"[A-Za-z0-9+/]{400,}={0,2}")
@@ -123,7 +136,7 @@ class _Parser:
         if "$set" in record or ("sessionId" in record and kind is None and "role" not in record):
             self.out.skipped["metadata"] += 1
             return
-        if kind == "summary" and isinstance(record.get("summary"), str):
+        if kind in ("summary", "compaction") and isinstance(record.get("summary"), str):
             self.add(line, "Summary", record["summary"])
             return
         if kind in IGNORED_TYPES:
@@ -141,7 +154,11 @@ class _Parser:
                 return
             if record.get("isSidechain"):
                 label += " (sidechain)"
-            self.add(line, label, self.content(message.get("content")))
+            text = self.content(message.get("content"))
+            if label == "Tool":  # a tool's whole output as a message (OpenClaw, plain chat)
+                name = message.get("toolName")
+                text = (f"[{name}] " if isinstance(name, str) else "") + self.trim(text)
+            self.add(line, label, text)
             return
         if kind in ("user", "gemini", "model") or "role" in record:
             role = record.get("role") or kind
@@ -183,9 +200,9 @@ class _Parser:
         if kind in ("thinking", "redacted_thinking") or block.get("thought") is True:
             self.out.skipped["thinking"] += 1
             return ""
-        if kind == "tool_use" or "functionCall" in block:
+        if kind in ("tool_use", "toolCall") or "functionCall" in block:
             call = block.get("functionCall") or block
-            args = call.get("input", call.get("args"))
+            args = call.get("input", call.get("args", call.get("arguments")))
             return f"[tool {call.get('name', '?')}] {self.trim(_compact(args))}"
         if kind == "tool_result" or "functionResponse" in block:
             response = block.get("functionResponse")

@@ -211,3 +211,15 @@ def test_other_projects_still_captured_when_exclusions_set(
     response = excluding_client.post("/api/session/start", json={"projectPath": "/home/dev/shop"})
     assert response.status_code == 201
     assert count(db, "sessions") == 1
+
+
+def test_huge_user_prompt_is_capped(
+    client: TestClient, db: psycopg.Connection[Any], settings: Any
+) -> None:
+    prompt = "start " + "word " * 100_000 + " end"
+    session_id = make_session(client, userPrompt=prompt)
+    row = db.execute("SELECT user_prompt FROM sessions WHERE id = %s", (session_id,)).fetchone()
+    assert row is not None
+    assert len(row[0]) <= settings.capture_max_field_chars
+    assert row[0].startswith("start word")
+    assert f"{len(prompt)} chars originally" in row[0]

@@ -172,3 +172,12 @@ def test_summarize_queues_the_session(client: TestClient, db: psycopg.Connection
 def test_summarize_unknown_session_is_404(client: TestClient) -> None:
     response = client.post("/api/summarize", json={"sessionId": "nope"})
     assert response.status_code == 404
+
+
+def test_start_rejects_reserved_excluded_prefix(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    response = client.post("/api/session/start", json={"projectPath": "/p", "id": "excluded-1"})
+    assert response.status_code == 422
+    assert "reserved" in response.json()["detail"]
+    assert count(db, "sessions") == 0

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.vector_index import hnsw_index_name
+from app.db.vector_index import hnsw_index_ddl, hnsw_index_name
 from app.index.embedding import vector_literal
 from app.llm.embeddings import local_embedder
 from app.search.fusion import RRF_K
@@ -80,6 +80,7 @@ def test_each_mode_reports_its_own_branch(client: TestClient, corpus: list[int])
     keyword = search(client, "database connections exhausted", mode="keyword")
     assert keyword
     assert all(r["vectorRank"] is None for r in keyword)
+    assert [r["keywordRank"] for r in keyword] == list(range(1, len(keyword) + 1))
     weighted = search(client, "database connections exhausted", mode="weighted")
     for result in weighted:
         vector_part = 0.7 * (result["vectorScore"] or 0)
@@ -168,13 +169,18 @@ def test_vector_branch_uses_the_models_hnsw_index_under_a_project_filter(
 ) -> None:
     add_chunks(database_url, CORPUS[:2])
     embedder = local_embedder()
+    # Enough rows that an exact sort costs more than the index; built in bulk, then indexed.
+    index = hnsw_index_name(embedder.identity)
+    db.execute(f"DROP INDEX IF EXISTS {index}")
     db.execute(
         "INSERT INTO memory_chunks (project_path, source, content, hash, embedding, model) "
-        "SELECT CASE WHEN g %% 4 = 0 THEN '/q' ELSE '/p' END, 'memory', 'row ' || g, md5(g::text), "
-        "(SELECT array_agg(random() - 0.5)::float4[] FROM generate_series(1, %s) "
-        " WHERE g > 0)::vector, %s FROM generate_series(1, 3000) g",
+        "SELECT CASE WHEN g %% 4 = 0 THEN '/q' ELSE '/p' END, 'memory', 'row ' || g, "
+        "md5(g::text), (SELECT array_agg(random() - 0.5)::float4[] FROM generate_series(1, %s) "
+        " WHERE g > 0)::vector, %s FROM generate_series(1, 12000) g",
         (embedder.dims, embedder.identity),
     )
+    db.execute("SET maintenance_work_mem = '256MB'")
+    db.execute(hnsw_index_ddl(embedder.identity, embedder.dims))
     db.execute("ANALYZE memory_chunks")
     statement = search_statement(
         "vector",

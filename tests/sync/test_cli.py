@@ -49,3 +49,24 @@ def test_sync_command_fails_in_one_line(env: dict[str, str], tmp_path: Path) -> 
     )
     assert bad.exit_code == 2
     assert "AGMEM_SYNC_CHUNK_TOKENS" in bad.stderr
+
+
+def test_force_and_reembed_flags_reach_the_sync(
+    env: dict[str, str], db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "proj")
+    runner = CliRunner()
+    assert runner.invoke(cli, ["sync", "--project", str(project)], env=env).exit_code == 0
+    db.execute("UPDATE memory_chunks SET model = 'old:model:256'")
+
+    forced = runner.invoke(cli, ["sync", "--project", str(project), "--force"], env=env)
+    assert forced.exit_code == 0, forced.output
+    assert "changed 6 ·" in forced.stdout
+    assert "embedded 0 ·" in forced.stdout  # everything came from the cache
+
+    db.execute("UPDATE memory_chunks SET model = 'old:model:256'")
+    migrated = runner.invoke(cli, ["sync", "--project", str(project), "--reembed"], env=env)
+    assert migrated.exit_code == 0, migrated.output
+    assert "changed 0 ·" in migrated.stdout
+    left = db.execute("SELECT count(*) FROM memory_chunks WHERE model = 'old:model:256'")
+    assert left.fetchone() == (0,)

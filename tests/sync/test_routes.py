@@ -55,6 +55,9 @@ def test_post_queues_a_run_that_the_worker_entry_point_executes(
         {"path": str(project / "memory" / "blob.md"), "reason": "binary file"}
     ]
     assert done["errors"] == []
+    passed_over = done["transcriptItemsSkipped"]
+    assert passed_over["file-history-snapshot"] == 2
+    assert passed_over["queue-operation"] == 1
     assert done["finishedAt"] is not None
     chunks = db.execute("SELECT count(*) FROM memory_chunks").fetchone()
     assert chunks == (done["chunksWritten"],)

@@ -195,3 +195,53 @@ def test_garbage_never_crashes() -> None:
     for data in ["", "\n\n", "[1,2]", "null", '{"messages": "nope"}', "\ud800", '{"a":', "{}{}"]:
         parsed = parse_transcript(data)
         assert parsed.entries == []
+
+
+def test_openclaw_sessions_with_tool_calls_results_and_bookkeeping_lines() -> None:
+    records = [
+        {"type": "session", "version": 3, "id": "s1", "cwd": "/p"},
+        {"type": "model_change", "provider": "anthropic", "modelId": "claude"},
+        {
+            "type": "message",
+            "message": {"role": "user", "content": [{"type": "text", "text": "list files"}]},
+        },
+        {
+            "type": "message",
+            "message": {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "hmm"},
+                    {
+                        "type": "toolCall",
+                        "id": "c1",
+                        "name": "exec",
+                        "arguments": {"command": "ls"},
+                    },
+                ],
+            },
+        },
+        {
+            "type": "message",
+            "message": {
+                "role": "toolResult",
+                "toolCallId": "c1",
+                "toolName": "exec",
+                "content": [{"type": "text", "text": "a.py\n" * 1000}],
+            },
+        },
+        {"type": "custom", "customType": "model-snapshot", "data": {}},
+        {"type": "compaction", "summary": "We listed the files."},
+    ]
+    data = "\n".join(json.dumps(r) for r in records)
+
+    parsed = parse_transcript(data, tool_output_chars=100)
+
+    assert [(e.line, e.text.split("\n")[0]) for e in parsed.entries] == [
+        (3, "User: list files"),
+        (4, 'Assistant: [tool exec] {"command":"ls"}'),
+        (5, "Tool: [exec] a.py"),
+        (7, "Summary: We listed the files."),
+    ]
+    assert len(parsed.entries[2].text) < 200
+    assert parsed.skipped["session"] == parsed.skipped["model_change"] == 1
+    assert parsed.skipped["custom"] == parsed.skipped["thinking"] == 1

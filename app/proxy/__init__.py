@@ -1,0 +1,1 @@
+"""A Gemini-compatible proxy: injects project memory and captures the model's tool calls."""

@@ -1,0 +1,131 @@
+"""Capture of a proxied call: its tool results now, its answer's tool calls once it has ended.
+
+Everything here runs as a background job (see `queue.py`) in its own transactions, after or
+alongside the relay; a failure is logged and the caller never sees it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from app.capture.service import is_project_excluded
+from app.proxy.calls import (
+    CallCollector,
+    FunctionCall,
+    answered_turn,
+    next_turn_index,
+    trailing_results,
+)
+from app.proxy.inject import last_user_prompt
+from app.proxy.queue import OrderedJobs
+from app.proxy.record import record_calls, record_results, resolve_session
+from app.proxy.sse import SseReader, parse_json_array_stream
+from app.state import AppState
+
+log = structlog.get_logger(__name__)
+
+# How long a capture job waits for its answer beyond the upstream timeout before giving up.
+_ANSWER_GRACE_S = 60.0
+_SESSION_MEMO_S = 5.0
+_MAX_MEMO = 10_000
+
+
+@dataclass(slots=True, frozen=True)
+class Answer:
+    """The bytes the caller received, for finding the answer's tool calls afterwards."""
+
+    payload: bytes
+    sse: bool
+
+    @classmethod
+    def nothing(cls) -> Answer:
+        return cls(b"", sse=False)
+
+    def function_calls(self) -> list[FunctionCall]:
+        """Every `functionCall` part, in order, merged across stream chunks."""
+        if not self.payload:
+            return []
+        if self.sse:
+            reader = SseReader()
+            responses = reader.feed(self.payload) + reader.close()
+        else:
+            responses = parse_json_array_stream(self.payload)
+        collector = CallCollector()
+        for response in responses:
+            collector.add_response(response)
+        return collector.calls
+
+
+@dataclass(slots=True, frozen=True)
+class CaptureRequest:
+    project: str
+    session_id: str | None
+    model: str
+    body: dict[str, Any]
+
+
+class Capturer:
+    """Queues each call's capture behind the earlier calls of its conversation."""
+
+    def __init__(self, agmem: AppState) -> None:
+        self.agmem = agmem
+        self.jobs = OrderedJobs()
+        # Which session a conversation resolved to, and when: asking the database on every call
+        # would put a locked transaction behind each one for an answer that rarely changes.
+        self._sessions: dict[str, tuple[str, float]] = {}
+
+    def submit(self, request: CaptureRequest, answer: asyncio.Future[Answer]) -> None:
+        """Record the call's tool results now and its answer's tool calls once it has ended."""
+        if is_project_excluded(request.project, self.agmem.settings):
+            return
+        timeout = self.agmem.settings.proxy_upstream_timeout_seconds + _ANSWER_GRACE_S
+        key = f"{request.project}\x00{request.session_id or ''}"
+
+        async def job() -> None:
+            body = request.body
+            session_id = await self._session(key, request)
+            results = trailing_results(body)
+            if results:
+                await record_results(
+                    self.agmem, session_id=session_id, results=results, answered=answered_turn(body)
+                )
+            finished = await asyncio.wait_for(asyncio.shield(answer), timeout=timeout)
+            calls = finished.function_calls()
+            if calls:
+                await record_calls(
+                    self.agmem, session_id=session_id, turn_index=next_turn_index(body), calls=calls
+                )
+            if results or calls:
+                log.debug(
+                    "proxy.captured",
+                    session_id=session_id,
+                    model=request.model,
+                    calls=len(calls),
+                    results=len(results),
+                )
+
+        self.jobs.submit(key, job)
+
+    async def _session(self, key: str, request: CaptureRequest) -> str:
+        settings = self.agmem.settings
+        # Re-resolve well inside the idle window, so the session's activity stays current.
+        fresh_s = min(_SESSION_MEMO_S, settings.proxy_session_idle_seconds / 4)
+        now = time.monotonic()
+        memo = self._sessions.get(key)
+        if memo is not None and now - memo[1] < fresh_s:
+            return memo[0]
+        session_id = await resolve_session(
+            self.agmem,
+            project=request.project,
+            session_id=request.session_id,
+            prompt=last_user_prompt(request.body),
+        )
+        self._sessions[key] = (session_id, now)
+        if len(self._sessions) > _MAX_MEMO:
+            self._sessions = {k: v for k, v in self._sessions.items() if now - v[1] < fresh_s}
+        return session_id

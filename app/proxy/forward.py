@@ -1,0 +1,90 @@
+"""Forwarding to the upstream Gemini API: which headers travel, the URL, and transport errors.
+
+The caller's own credentials (`x-goog-api-key`, `?key=`, `Authorization`) pass through untouched;
+nothing here logs a header or a query string, so a key can never reach the logs.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+
+import httpx
+from starlette.datastructures import Headers
+
+from app.errors import UpstreamUnavailable
+
+# Hop-by-hop headers (RFC 9110 §7.6.1) plus the ones the transport recomputes for the new hop.
+_HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+    }
+)
+# httpx negotiates and decodes compression itself, so the relayed bytes are always plain.
+_REQUEST_DROP = _HOP_BY_HOP | {"accept-encoding"}
+_RESPONSE_DROP = _HOP_BY_HOP | {"content-encoding"}
+OUR_HEADER_PREFIX = "x-agmem-"
+
+_KEY_IN_TEXT = re.compile(r"(key=)[^&\s'\"]+", re.IGNORECASE)
+
+
+def upstream_url(base: str, path: str, query_string: bytes) -> str:
+    """The upstream URL: the same path, with the caller's query string byte for byte."""
+    url = base.rstrip("/") + path
+    if query_string:
+        url += "?" + query_string.decode("latin-1")
+    return url
+
+
+def request_headers(headers: Headers) -> list[tuple[str, str]]:
+    """The caller's headers minus hop-by-hop ones and our own `X-Agmem-*` controls."""
+    return [
+        (name, value)
+        for name, value in headers.items()
+        if name not in _REQUEST_DROP and not name.startswith(OUR_HEADER_PREFIX)
+    ]
+
+
+def response_headers(headers: httpx.Headers) -> list[tuple[str, str]]:
+    """The upstream's headers minus hop-by-hop ones and those that describe the raw transfer."""
+    return [(name, value) for name, value in headers.multi_items() if name not in _RESPONSE_DROP]
+
+
+def make_http_client(timeout_s: float) -> httpx.AsyncClient:
+    """The one upstream client of an app: pooled connections, a long read timeout for streams."""
+    # httpcore may write a request's headers and body separately; with Nagle's algorithm on, the
+    # body can then wait for the upstream's delayed ACK (~40 ms on Linux).
+    transport = httpx.AsyncHTTPTransport(
+        socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
+        limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
+    )
+    return httpx.AsyncClient(
+        transport=transport,
+        timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)),
+        follow_redirects=False,
+        trust_env=False,
+    )
+
+
+def redact(text: str) -> str:
+    """A transport error's text without any `key=` value it may quote."""
+    return _KEY_IN_TEXT.sub(r"\1[redacted]", text)
+
+
+def unreachable(base: str, error: httpx.HTTPError) -> UpstreamUnavailable:
+    """The 502 a caller sees when the upstream cannot be reached."""
+    host = httpx.URL(base).host or base
+    reason = redact(str(error)) or type(error).__name__
+    return UpstreamUnavailable(
+        f"the Gemini upstream {host} could not be reached ({type(error).__name__}: {reason})"
+    )

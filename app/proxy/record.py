@@ -1,0 +1,106 @@
+"""Recording a proxied call through the capture service: its session, tool results and calls.
+
+Each step is its own short transaction on the app's pool, run by a background job.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import text
+
+from app.capture.schemas import ObserveIn, ObserveResultIn, SessionStartIn
+from app.capture.service import end_session, record_observation, record_result, start_session
+from app.proxy.calls import FunctionCall, FunctionResult, match_results, observation_ids
+from app.proxy.sessions import (
+    PROXY_CREATOR,
+    idle_sessions,
+    lock_project,
+    reusable_session,
+    touch_session,
+)
+from app.state import AppState
+
+# Sessions named by the caller (X-Agmem-Session) are the caller's to end; they are never reused
+# for other calls nor ended for idleness, so they carry a different creator.
+CALLER_NAMED_CREATOR = "gemini-proxy:caller"
+
+_EXISTS = text("SELECT 1 FROM sessions WHERE id = :id")
+
+
+async def resolve_session(
+    agmem: AppState, *, project: str, session_id: str | None, prompt: str
+) -> str:
+    """The session for a call: the caller's (opened if new), else the project's proxy session."""
+    settings = agmem.settings
+    async with agmem.sessionmaker() as db, db.begin():
+        if session_id is not None:
+            if (await db.execute(_EXISTS, {"id": session_id})).first() is None:
+                data = SessionStartIn(
+                    project_path=project, id=session_id, created_by=CALLER_NAMED_CREATOR
+                )
+                await start_session(db, data=data, settings=settings)
+            await touch_session(db, session_id=session_id)
+            return session_id
+        await lock_project(db, project=project)
+        idle_s = settings.proxy_session_idle_seconds
+        found = await reusable_session(db, project=project, idle_s=idle_s)
+        if found is not None:
+            await touch_session(db, session_id=found)
+            return found
+        for stale in await idle_sessions(db, idle_s=idle_s, project=project):
+            await end_session(db, session_id=stale)
+        data = SessionStartIn(
+            project_path=project, user_prompt=prompt or None, created_by=PROXY_CREATOR
+        )
+        ref, _ = await start_session(db, data=data, settings=settings)
+        return ref.id
+
+
+async def record_results(
+    agmem: AppState,
+    *,
+    session_id: str,
+    results: list[FunctionResult],
+    answered: tuple[int, list[FunctionCall]] | None,
+) -> None:
+    """Attach each tool result to the call it answers (see `observation_ids`)."""
+    if answered is not None:
+        index, calls = answered
+        matched = match_results(results, calls, observation_ids(session_id, index, calls))
+    else:
+        matched = [None] * len(results)
+    async with agmem.sessionmaker() as db, db.begin():
+        for result, observation_id in zip(results, matched, strict=True):
+            data = ObserveResultIn(
+                session_id=session_id,
+                function_name=result.name,
+                result=result.result,
+                observation_id=observation_id,
+            )
+            await record_result(db, data=data, settings=agmem.settings)
+
+
+async def record_calls(
+    agmem: AppState, *, session_id: str, turn_index: int, calls: list[FunctionCall]
+) -> None:
+    """Record each tool call of an answer as a pending observation."""
+    ids = observation_ids(session_id, turn_index, calls)
+    async with agmem.sessionmaker() as db, db.begin():
+        for call, observation_id in zip(calls, ids, strict=True):
+            data = ObserveIn(
+                session_id=session_id,
+                function_name=call.name,
+                function_args=call.args,
+                id=observation_id,
+            )
+            await record_observation(db, data=data, settings=agmem.settings)
+
+
+async def end_idle_sessions(agmem: AppState) -> int:
+    """End the proxy-opened sessions idle past the window, in every project."""
+    ended = 0
+    async with agmem.sessionmaker() as db, db.begin():
+        idle_s = agmem.settings.proxy_session_idle_seconds
+        for stale in await idle_sessions(db, idle_s=idle_s):
+            await end_session(db, session_id=stale)
+            ended += 1
+    return ended

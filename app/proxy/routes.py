@@ -1,0 +1,228 @@
+"""The Gemini-compatible routes: `/v1beta|v1/models/{model}:generateContent|streamGenerateContent`.
+
+Each call: build the project's memory block and put it in `systemInstruction`, forward to the
+upstream with the caller's own key, relay the answer as it arrives, and hand a copy to capture,
+which runs in the background and can never fail the call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import structlog
+from fastapi import APIRouter, Request
+from fastapi.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from app.config import Settings
+from app.errors import Unauthorized
+from app.proxy.capture import Answer, CaptureRequest
+from app.proxy.forward import request_headers, response_headers, unreachable, upstream_url
+from app.proxy.inject import has_memory_block, inject_memory, last_user_prompt
+from app.proxy.state import ProxyState, get_app_state, get_proxy_state, proxy_lifespan
+
+log = structlog.get_logger(__name__)
+
+router = APIRouter(tags=["gemini-proxy"], lifespan=proxy_lifespan)
+
+PROJECT_HEADER = "x-agmem-project"
+SESSION_HEADER = "x-agmem-session"
+INJECT_HEADER = "x-agmem-inject"
+TOKEN_HEADER = "x-agmem-token"
+
+
+class ProxyUnauthorized(Unauthorized):
+    """The service has a token and the proxied call did not present it in `X-Agmem-Token`."""
+
+    headers = {"WWW-Authenticate": 'Token header="X-Agmem-Token"'}
+
+
+def _check_token(request: Request, settings: Settings) -> None:
+    if settings.api_token is None:
+        return
+    presented = request.headers.get(TOKEN_HEADER, "").encode()
+    if not hmac.compare_digest(presented, settings.api_token.encode()):
+        raise ProxyUnauthorized(
+            "this service has AGMEM_API_TOKEN set; send it in the X-Agmem-Token header"
+            if not presented
+            else "the X-Agmem-Token header does not match AGMEM_API_TOKEN"
+        )
+
+
+def _parse_body(raw: bytes) -> dict[str, Any] | None:
+    """The request as JSON, or None: what we cannot read goes upstream as is, for it to judge."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    return body if isinstance(body, dict) else None
+
+
+def _encode(body: dict[str, Any]) -> bytes:
+    try:
+        return json.dumps(body, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        # A lone surrogate the caller sent as an escape: send it back escaped, as it came.
+        return json.dumps(body).encode()
+
+
+def _project(request: Request, settings: Settings) -> str | None:
+    return request.headers.get(PROJECT_HEADER) or settings.proxy_default_project
+
+
+async def _prepare(
+    proxy: ProxyState, settings: Settings, request: Request, body: dict[str, Any] | None, raw: bytes
+) -> bytes:
+    """The body to forward: with our memory block, or the caller's bytes untouched."""
+    project = _project(request, settings)
+    if body is None or project is None or request.headers.get(INJECT_HEADER, "").lower() == "off":
+        return raw
+    block = await proxy.memory.block(project, last_user_prompt(body))
+    if not block and not has_memory_block(body):
+        return raw
+    return _encode(inject_memory(body, block))
+
+
+async def proxy_call(request: Request, model: str) -> Response:
+    """Forward one Gemini call, streaming when the caller asked for a stream."""
+    agmem = get_app_state(request)
+    settings = agmem.settings
+    proxy = get_proxy_state(request)
+    _check_token(request, settings)
+    raw = await request.body()
+    body = _parse_body(raw)
+    content = await _prepare(proxy, settings, request, body, raw)
+
+    project = _project(request, settings)
+    answer: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+    if project is not None and body is not None:
+        session_id = request.headers.get(SESSION_HEADER) or None
+        proxy.capture.submit(CaptureRequest(project, session_id, model, body), answer)
+    response: Response | None = None
+    try:
+        response = await _forward(proxy, settings, request, content, answer, model)
+        return response
+    finally:
+        # Whatever happened (error, disconnect), capture must not wait for an answer forever;
+        # a relayed stream resolves it itself when it ends.
+        if not answer.done() and not isinstance(response, _Relay):
+            answer.set_result(Answer.nothing())
+
+
+async def _forward(
+    proxy: ProxyState,
+    settings: Settings,
+    request: Request,
+    content: bytes,
+    answer: asyncio.Future[Answer],
+    model: str,
+    *,
+    relay_all: bool = False,
+) -> Response:
+    upstream_request = proxy.http.build_request(
+        request.method,
+        upstream_url(settings.gemini_upstream, request.url.path, request.scope["query_string"]),
+        headers=request_headers(request.headers),
+        content=content,
+    )
+    try:
+        upstream = await proxy.http.send(upstream_request, stream=True)
+    except httpx.HTTPError as error:
+        log.warning("proxy.upstream_unreachable", model=model, error_type=type(error).__name__)
+        raise unreachable(settings.gemini_upstream, error) from None
+
+    headers = dict(response_headers(upstream.headers))
+    streaming = relay_all or request.url.path.endswith(":streamGenerateContent")
+    if upstream.status_code < 400 and streaming:
+        sse = request.query_params.get("alt") == "sse"
+        return _Relay(upstream, answer, sse=sse, model=model, headers=headers)
+    try:
+        payload = await upstream.aread()
+    except httpx.HTTPError as error:
+        raise unreachable(settings.gemini_upstream, error) from None
+    finally:
+        await upstream.aclose()
+    if upstream.status_code < 400:
+        answer.set_result(Answer(payload, sse=False))
+    else:
+        log.info("proxy.upstream_error", model=model, status=upstream.status_code)
+    return Response(payload, status_code=upstream.status_code, headers=headers)
+
+
+class _Relay(StreamingResponse):
+    """Relays the upstream stream chunk by chunk; capture gets the whole copy at the end."""
+
+    def __init__(
+        self,
+        upstream: httpx.Response,
+        answer: asyncio.Future[Answer],
+        *,
+        sse: bool,
+        model: str,
+        headers: dict[str, str],
+    ) -> None:
+        self.upstream = upstream
+        self.answer = answer
+        self.sse = sse
+        self.model = model
+        self.copy = bytearray()
+        super().__init__(self._chunks(), status_code=upstream.status_code, headers=headers)
+
+    async def _chunks(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self.upstream.aiter_bytes():
+                self.copy += chunk
+                yield chunk
+        except httpx.HTTPError as error:
+            # Headers are already sent: the caller sees the stream end early, as from Google.
+            log.warning(
+                "proxy.upstream_stream_broken", model=self.model, error_type=type(error).__name__
+            )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            # Also when the caller went away before the first chunk: capture gets what was sent.
+            if not self.answer.done():
+                self.answer.set_result(Answer(bytes(self.copy), sse=self.sse))
+            await self.upstream.aclose()
+
+
+async def passthrough(request: Request, rest: str) -> Response:
+    """Any other Gemini API call (countTokens, embedContent, models, ...): forwarded untouched.
+
+    A client pointed at the proxy makes these too; answering them 404 would break it.
+    """
+    agmem = get_app_state(request)
+    _check_token(request, agmem.settings)
+    content = await request.body()
+    unused: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+    proxy = get_proxy_state(request)
+    return await _forward(proxy, agmem.settings, request, content, unused, rest, relay_all=True)
+
+
+for _version in ("v1beta", "v1"):
+    for _action in ("generateContent", "streamGenerateContent"):
+        router.add_api_route(
+            f"/{_version}/models/{{model}}:{_action}",
+            proxy_call,
+            methods=["POST"],
+            name=f"gemini_{_version}_{_action}",
+            response_class=Response,
+        )
+# Registered after the routes above, which therefore win for the calls they serve.
+for _version in ("v1beta", "v1"):
+    router.add_api_route(
+        f"/{_version}/{{rest:path}}",
+        passthrough,
+        methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
+        name=f"gemini_{_version}_passthrough",
+        response_class=Response,
+        include_in_schema=False,  # a catch-all, not an operation of ours
+    )

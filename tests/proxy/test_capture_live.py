@@ -1,0 +1,273 @@
+"""Capture through the live proxy: tool calls become observations, the next request's results
+attach to them, sessions are opened, reused and ended, and capture trouble never fails a call."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from google.genai import types
+
+from tests.fakes.gemini import text_answer
+from tests.proxy.conftest import PROJECT, Proxy, ProxyFactory
+from tests.proxy.upstream import Scripted, sse_bytes
+
+
+def _calls_answer(*calls: dict[str, Any], text: str | None = None) -> dict[str, Any]:
+    parts: list[dict[str, Any]] = [{"text": text}] if text else []
+    parts += [{"functionCall": call} for call in calls]
+    return {"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP"}]}
+
+
+def _wait_for(check: Callable[[], Any], timeout_s: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.05)
+
+
+def _observations(db: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+    return db.execute(
+        "SELECT session_id, function_name, function_args, result, status, project_path "
+        "FROM observations ORDER BY seq"
+    ).fetchall()
+
+
+def _settled(db: psycopg.Connection[Any], count: int, status: str) -> list[tuple[Any, ...]]:
+    def check() -> list[tuple[Any, ...]]:
+        rows = _observations(db)
+        return rows if len(rows) == count and all(r[4] == status for r in rows) else []
+
+    return _wait_for(check) or _observations(db)
+
+
+def test_calls_then_results_with_the_google_genai_client(
+    proxy: Proxy, db: psycopg.Connection[Any]
+) -> None:
+    proxy.upstream.queue(
+        Scripted(
+            body=_calls_answer(
+                {"name": "read_file", "args": {"path": "auth/jwt.ts"}},
+                {"name": "read_file", "args": {"path": "auth/session.ts"}},
+                text="Reading both.",
+            )
+        ),
+        Scripted(body=text_answer("The expiry check is off by one.")),
+    )
+    client = proxy.client()
+    prompt = types.Content(role="user", parts=[types.Part(text="why do tokens expire early?")])
+
+    first = client.models.generate_content(model="gemini-2.5-flash", contents=[prompt])
+    assert [call.args for call in first.function_calls or []] == [
+        {"path": "auth/jwt.ts"},
+        {"path": "auth/session.ts"},
+    ]
+    rows = _settled(db, 2, "pending")
+    assert [(r[1], r[2], r[4], r[5]) for r in rows] == [
+        ("read_file", {"path": "auth/jwt.ts"}, "pending", PROJECT),
+        ("read_file", {"path": "auth/session.ts"}, "pending", PROJECT),
+    ]
+
+    assert first.candidates is not None
+    model_turn = first.candidates[0].content
+    assert model_turn is not None
+    results = types.Content(
+        role="user",
+        parts=[
+            types.Part.from_function_response(name="read_file", response={"text": "jwt source"}),
+            types.Part.from_function_response(name="read_file", response={"text": "session src"}),
+        ],
+    )
+    second = client.models.generate_content(
+        model="gemini-2.5-flash", contents=[prompt, model_turn, results]
+    )
+    assert second.text == "The expiry check is off by one."
+
+    rows = _settled(db, 2, "captured")
+    # Same function twice in one turn: each result lands on its own call, in order.
+    assert [(r[2]["path"], r[3], r[4]) for r in rows] == [
+        ("auth/jwt.ts", {"text": "jwt source"}, "captured"),
+        ("auth/session.ts", {"text": "session src"}, "captured"),
+    ]
+    assert len({r[0] for r in rows}) == 1  # one session for the conversation
+
+
+def test_streamed_calls_split_across_chunks_are_captured_and_matched_by_id(
+    proxy: Proxy, db: psycopg.Connection[Any]
+) -> None:
+    events = sse_bytes(
+        [
+            text_answer("Let me run the tests. "),
+            _calls_answer({"id": "call-7", "name": "run_shell", "args": {"command": "pytest"}}),
+            _calls_answer({"id": "call-7", "args": {"cwd": "/home/dev/shop"}}),
+            _calls_answer({"id": "call-8", "name": "grep_search", "args": {"pattern": "exp"}}),
+        ]
+    )
+    stream = b"".join(events)
+    # Cut the byte stream at places that split events and even the "\r\n\r\n" terminators.
+    cuts = [0, 7, 40, len(events[0]) + 1, len(events[0]) + len(events[1]) - 2, len(stream)]
+    proxy.upstream.queue(
+        Scripted(raw_chunks=[stream[a:b] for a, b in zip(cuts, cuts[1:], strict=False)])
+    )
+    url = f"{proxy.url}/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+    headers = {"X-Agmem-Project": PROJECT, "X-Agmem-Session": "ide-session-1"}
+    history: list[dict[str, Any]] = [{"role": "user", "parts": [{"text": "run the tests"}]}]
+
+    received = httpx.post(url, json={"contents": history}, headers=headers).content
+    assert received == stream
+
+    rows = _settled(db, 2, "pending")
+    assert [(r[0], r[1], r[2]) for r in rows] == [
+        ("ide-session-1", "run_shell", {"command": "pytest", "cwd": "/home/dev/shop"}),
+        ("ide-session-1", "grep_search", {"pattern": "exp"}),
+    ]
+
+    model_turn = {
+        "role": "model",
+        "parts": [
+            {"text": "Let me run the tests. "},
+            {"functionCall": {"id": "call-7", "name": "run_shell", "args": {"command": "pytest"}}},
+            {"functionCall": {"id": "call-8", "name": "grep_search", "args": {"pattern": "exp"}}},
+        ],
+    }
+    answers = {
+        "role": "user",
+        "parts": [
+            # Results in the opposite order: the ids, not the order, decide.
+            {"functionResponse": {"id": "call-8", "name": "grep_search", "response": {"n": 3}}},
+            {"functionResponse": {"id": "call-7", "name": "run_shell", "response": {"ok": 1}}},
+        ],
+    }
+    proxy.upstream.queue(Scripted(chunks=[text_answer("All green.")]))
+    httpx.post(url, json={"contents": [*history, model_turn, answers]}, headers=headers)
+
+    rows = _settled(db, 2, "captured")
+    assert [(r[1], r[3]) for r in rows] == [("run_shell", {"ok": 1}), ("grep_search", {"n": 3})]
+    creator = db.execute("SELECT created_by FROM sessions WHERE id = 'ide-session-1'").fetchone()
+    assert creator == ("gemini-proxy:caller",)
+
+
+def test_a_retried_request_records_nothing_twice(proxy: Proxy, db: psycopg.Connection[Any]) -> None:
+    call = {"name": "read_file", "args": {"path": "a.py"}}
+    proxy.upstream.queue(Scripted(body=_calls_answer(call)))
+    url = f"{proxy.url}/v1beta/models/m:generateContent"
+    headers = {"X-Agmem-Project": PROJECT}
+    history = [{"role": "user", "parts": [{"text": "open a.py"}]}]
+    httpx.post(url, json={"contents": history}, headers=headers)
+    _settled(db, 1, "pending")
+
+    follow_up = [
+        *history,
+        {"role": "model", "parts": [{"functionCall": call}]},
+        {"role": "user", "parts": [{"functionResponse": {"name": "read_file", "response": {}}}]},
+    ]
+    for _attempt in range(2):
+        httpx.post(url, json={"contents": follow_up}, headers=headers)
+    # Capture jobs of one conversation run in order: once a later call is recorded, so are both.
+    proxy.upstream.queue(Scripted(body=_calls_answer({"name": "list_dir", "args": {}})))
+    httpx.post(url, json={"contents": history}, headers=headers)
+    _wait_for(lambda: any(r[1] == "list_dir" for r in _observations(db)))
+    rows = _observations(db)
+    assert [(r[1], r[4]) for r in rows] == [("read_file", "captured"), ("list_dir", "pending")]
+
+
+def test_sessions_are_reused_within_the_idle_window_then_ended(
+    start_proxy: ProxyFactory, db: psycopg.Connection[Any]
+) -> None:
+    with start_proxy(proxy_session_idle_seconds=1) as proxy:
+        url = f"{proxy.url}/v1beta/models/m:generateContent"
+        body = {"contents": [{"role": "user", "parts": [{"text": "hello"}]}]}
+        headers = {"X-Agmem-Project": PROJECT}
+        httpx.post(url, json=body, headers=headers)
+        httpx.post(url, json=body, headers=headers)
+
+        def sessions() -> list[tuple[Any, ...]]:
+            return db.execute(
+                "SELECT id, status, created_by, user_prompt FROM sessions ORDER BY created_at"
+            ).fetchall()
+
+        first = _wait_for(sessions)
+        assert [(s[1], s[2], s[3]) for s in first] == [("active", "gemini-proxy", "hello")]
+
+        # Idle past the window: the sweep ends it (the worker then summarises it).
+        ended = _wait_for(lambda: [s for s in sessions() if s[1] == "ending"], timeout_s=5)
+        assert [s[0] for s in ended] == [first[0][0]]
+
+        httpx.post(url, json=body, headers=headers)
+        both = _wait_for(lambda: [s for s in sessions() if s[1] == "active"])
+        assert len(both) == 1
+        assert both[0][0] != first[0][0]
+
+        # And the contract's own end route ends the proxy's session too.
+        reply = httpx.post(f"{proxy.url}/api/session/end", json={"sessionId": both[0][0]})
+        assert reply.status_code == 202
+        assert sessions()[-1][1] == "ending"
+
+
+def test_capture_failure_does_not_fail_the_call(
+    proxy: Proxy, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    proxy.upstream.queue(Scripted(body=_calls_answer({"name": "read_file", "args": {"p": 1}})))
+    client = proxy.client(**{"X-Agmem-Session": "s" * 300})  # longer than any session id may be
+    answer = client.models.generate_content(model="m", contents="open it")
+    assert answer.function_calls is not None
+    assert answer.function_calls[0].name == "read_file"
+    assert _wait_for(lambda: "proxy.capture_failed" in capsys.readouterr().out)
+    assert _observations(db) == []
+
+
+def test_a_dead_database_still_answers_without_memory(start_proxy: ProxyFactory) -> None:
+    dead = "postgresql+psycopg://agmem@127.0.0.1:9/none"
+    with start_proxy(db_url=dead) as proxy:
+        proxy.upstream.queue(Scripted(body=text_answer("still here")))
+        client = proxy.client()
+        assert client.models.generate_content(model="m", contents="hi").text == "still here"
+        assert "systemInstruction" not in proxy.upstream.requests[0].body
+        assert json.dumps(proxy.upstream.requests[0].body).count("<memory>") == 0
+
+
+def test_streaming_calls_and_results_with_the_google_genai_client(
+    proxy: Proxy, db: psycopg.Connection[Any]
+) -> None:
+    proxy.upstream.queue(
+        Scripted(
+            chunks=[
+                text_answer("Checking. "),
+                _calls_answer({"name": "run_shell", "args": {"command": "npm test"}}),
+            ]
+        ),
+        Scripted(chunks=[text_answer("Two tests fail.")]),
+    )
+    client = proxy.client(**{"X-Agmem-Session": "genai-stream"})
+    prompt = types.Content(role="user", parts=[types.Part(text="run the tests")])
+
+    chunks = list(client.models.generate_content_stream(model="m", contents=[prompt]))
+    calls = [call for chunk in chunks for call in chunk.function_calls or []]
+    assert [(c.name, c.args) for c in calls] == [("run_shell", {"command": "npm test"})]
+    rows = _settled(db, 1, "pending")
+    assert [(r[0], r[1], r[2]) for r in rows] == [
+        ("genai-stream", "run_shell", {"command": "npm test"})
+    ]
+
+    parts = [
+        part
+        for chunk in chunks
+        for candidate in chunk.candidates or []
+        for part in (candidate.content.parts if candidate.content else None) or []
+    ]
+    model_turn = types.Content(role="model", parts=parts)
+    result = types.Content(
+        role="user",
+        parts=[types.Part.from_function_response(name="run_shell", response={"exit": 1})],
+    )
+    answer = client.models.generate_content_stream(model="m", contents=[prompt, model_turn, result])
+    assert "".join(chunk.text or "" for chunk in answer) == "Two tests fail."
+    rows = _settled(db, 1, "captured")
+    assert [(r[1], r[3]) for r in rows] == [("run_shell", {"exit": 1})]

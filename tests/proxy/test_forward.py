@@ -1,0 +1,221 @@
+"""Forwarding through the live proxy: the caller's key, the answer unchanged, errors relayed."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import httpx
+import pytest
+from google.genai import errors, types
+
+from tests.fakes.gemini import text_answer
+from tests.proxy.conftest import CALLER_KEY, Proxy, ProxyFactory
+from tests.proxy.upstream import Scripted, sse_bytes
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_generate_content_reaches_upstream_with_callers_key_and_answer_unchanged(
+    proxy: Proxy,
+) -> None:
+    upstream_answer = text_answer("upstream says hi", prompt_tokens=7, output_tokens=3)
+    upstream_answer["modelVersion"] = "gemini-2.5-flash-001"
+    proxy.upstream.queue(Scripted(body=upstream_answer))
+
+    client = proxy.client(**{"X-Agmem-Inject": "off"})  # kept: a dropped Client closes itself
+    answer = client.models.generate_content(model="gemini-2.5-flash", contents="hello")
+
+    assert answer.text == "upstream says hi"
+    assert answer.usage_metadata is not None
+    assert answer.usage_metadata.total_token_count == 10
+    (seen,) = proxy.upstream.requests
+    assert seen.path == "/v1/models/gemini-2.5-flash:generateContent"
+    assert seen.headers["x-goog-api-key"] == CALLER_KEY
+    assert not [name for name in seen.headers if name.startswith("x-agmem-")]
+    assert seen.body["contents"] == [{"role": "user", "parts": [{"text": "hello"}]}]
+
+
+def test_raw_bytes_query_key_and_v1beta_pass_through(proxy: Proxy) -> None:
+    upstream_answer = {"candidates": [{"content": {"parts": [{"text": "é ✓"}]}}], "x": 1.5e-7}
+    proxy.upstream.queue(Scripted(body=upstream_answer))
+    sent = b'{"contents":[{"parts":[{"text":"hi"}]}],"generationConfig":{"temperature":0.1}}'
+
+    reply = httpx.post(
+        f"{proxy.url}/v1beta/models/gemini-2.5-pro:generateContent?key=query-key&x=1",
+        content=sent,
+        headers={"content-type": "application/json", "X-Agmem-Inject": "off"},
+    )
+
+    assert reply.status_code == 200
+    assert reply.content == json.dumps(upstream_answer).encode()
+    assert reply.headers["x-upstream-marker"] == "fake"
+    (seen,) = proxy.upstream.requests
+    assert seen.path == "/v1beta/models/gemini-2.5-pro:generateContent?key=query-key&x=1"
+    assert json.dumps(seen.body, separators=(",", ":")).encode() == sent
+
+
+def test_stream_is_relayed_chunk_by_chunk_without_buffering(proxy: Proxy) -> None:
+    chunks = [text_answer(f"part {n} ") for n in range(3)]
+    proxy.upstream.queue(Scripted(chunks=chunks, pause_s=0.6))
+    url = f"{proxy.url}/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+
+    started = time.monotonic()
+    arrivals: list[float] = []
+    received = b""
+    with httpx.stream(
+        "POST",
+        url,
+        json={"contents": [{"parts": [{"text": "go"}]}]},
+        headers={"x-goog-api-key": CALLER_KEY},
+    ) as reply:
+        assert reply.status_code == 200
+        assert reply.headers["content-type"].startswith("text/event-stream")
+        for piece in reply.iter_bytes():
+            arrivals.append(time.monotonic() - started)
+            received += piece
+
+    assert received == b"".join(sse_bytes(chunks))
+    # The first event arrives long before the upstream has finished (it pauses 0.6 s per chunk).
+    assert arrivals[0] < 0.5
+    assert arrivals[-1] > 1.0
+
+
+def test_stream_through_google_genai_client(proxy: Proxy) -> None:
+    thought = {
+        "text": "considering",
+        "thought": True,
+        "thoughtSignature": "c2lnLTE=",
+    }
+    chunks = [
+        {"candidates": [{"content": {"role": "model", "parts": [thought]}}]},
+        text_answer("Hello "),
+        text_answer("world"),
+    ]
+    proxy.upstream.queue(Scripted(chunks=chunks))
+    texts = []
+    signatures = []
+    client = proxy.client()
+    for chunk in client.models.generate_content_stream(
+        model="gemini-2.5-flash", contents="say hello"
+    ):
+        for part in chunk.candidates[0].content.parts if chunk.candidates else []:
+            if part.thought:
+                signatures.append(part.thought_signature)
+            elif part.text:
+                texts.append(part.text)
+    assert "".join(texts) == "Hello world"
+    assert signatures == [b"sig-1"]
+    (seen,) = proxy.upstream.requests
+    assert seen.path == "/v1/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+
+
+@pytest.mark.parametrize("status", [429, 500])
+def test_upstream_errors_are_relayed_unchanged(proxy: Proxy, status: int) -> None:
+    body = {"error": {"code": status, "message": f"upstream {status}", "status": "X"}}
+    proxy.upstream.queue(Scripted(status=status, body=body), Scripted(status=status, body=body))
+    client = proxy.client()
+
+    with pytest.raises(errors.APIError) as raised:
+        client.models.generate_content(model="gemini-2.5-flash", contents="hi")
+    assert raised.value.code == status
+    assert raised.value.message == f"upstream {status}"
+    proxy.upstream.queue(Scripted(status=status, body=body))
+    with pytest.raises(errors.APIError) as streamed:
+        list(client.models.generate_content_stream(model="gemini-2.5-flash", contents="hi"))
+    assert streamed.value.code == status
+
+    reply = httpx.post(
+        f"{proxy.url}/v1beta/models/m:streamGenerateContent?alt=sse",
+        json={"contents": [{"parts": [{"text": "hi"}]}]},
+    )
+    assert reply.status_code == status
+    assert reply.json() == body
+
+
+def test_dead_upstream_is_502_in_the_error_shape_without_the_key(
+    start_proxy: ProxyFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with start_proxy(upstream_url=f"http://127.0.0.1:{_free_port()}") as proxy:
+        for action in ("generateContent", "streamGenerateContent?alt=sse&key=secret-in-query"):
+            reply = httpx.post(
+                f"{proxy.url}/v1beta/models/m:{action}",
+                json={"contents": [{"parts": [{"text": "hi"}]}]},
+                headers={"x-goog-api-key": "secret-in-header"},
+            )
+            assert reply.status_code == 502
+            assert reply.json()["error"] == "UpstreamUnavailable"
+            assert "could not be reached" in reply.json()["detail"]
+            assert "secret" not in reply.text
+
+        client = proxy.client()
+        with pytest.raises(errors.APIError) as raised:
+            client.models.generate_content(model="m", contents="hi")
+        assert raised.value.code == 502
+    captured = capsys.readouterr()
+    assert "secret" not in captured.out + captured.err
+
+
+def test_invalid_json_is_forwarded_for_upstream_to_judge(proxy: Proxy) -> None:
+    bad = {"error": {"code": 400, "message": "Invalid JSON payload"}}
+    proxy.upstream.queue(Scripted(status=400, body=bad))
+    reply = httpx.post(
+        f"{proxy.url}/v1beta/models/m:generateContent",
+        content=b"{not json",
+        headers={"X-Agmem-Project": "/p"},
+    )
+    assert reply.status_code == 400
+    assert reply.json() == bad
+    assert proxy.upstream.requests[0].body == "{not json"
+
+
+def test_token_is_required_when_set_and_never_forwarded(start_proxy: ProxyFactory) -> None:
+    with start_proxy(api_token="service-token") as proxy:
+        url = f"{proxy.url}/v1beta/models/m:generateContent"
+        payload = {"contents": [{"parts": [{"text": "hi"}]}]}
+        refused = httpx.post(url, json=payload)
+        assert refused.status_code == 401
+        assert refused.json()["error"] == "ProxyUnauthorized"
+        assert httpx.post(url, json=payload, headers={"X-Agmem-Token": "wrong"}).status_code == 401
+        assert proxy.upstream.requests == []
+
+        client = proxy.client(**{"X-Agmem-Token": "service-token"})
+        answer = client.models.generate_content(
+            model="m", contents="hi", config=types.GenerateContentConfig(temperature=0)
+        )
+        assert answer.text == "default answer"
+        assert "x-agmem-token" not in proxy.upstream.requests[0].headers
+
+
+def test_other_gemini_calls_pass_through_untouched(proxy: Proxy) -> None:
+    proxy.upstream.queue(Scripted(body={"totalTokens": 42}))
+    client = proxy.client()
+    counted = client.models.count_tokens(model="gemini-2.5-flash", contents="how many?")
+    assert counted.total_tokens == 42
+    (seen,) = proxy.upstream.requests
+    assert seen.path == "/v1/models/gemini-2.5-flash:countTokens"
+    assert "systemInstruction" not in seen.body
+    assert seen.headers["x-goog-api-key"] == CALLER_KEY
+    assert not [name for name in seen.headers if name.startswith("x-agmem-")]
+
+
+def test_odd_bodies_are_forwarded_not_failed(proxy: Proxy) -> None:
+    url = f"{proxy.url}/v1beta/models/m:generateContent"
+    headers = {"X-Agmem-Project": "/p", "content-type": "application/json"}
+    deep = b"[" * 100_000 + b"]" * 100_000
+    lone_surrogate = b'{"contents": [{"role": "user", "parts": [{"text": "bad \\ud800 text"}]}]}'
+    # An old block to remove makes the proxy re-encode the body, lone surrogate included.
+    rewritten = (
+        b'{"systemInstruction": {"parts": [{"text": "<memory>old</memory>"}]},'
+        b' "contents": [{"parts": [{"text": "x \\udc00"}]}]}'
+    )
+    for body in (deep, lone_surrogate, rewritten, b"[1, 2]", b"\xff\xfe"):
+        reply = httpx.post(url, content=body, headers=headers)
+        assert reply.status_code == 200
+    assert len(proxy.upstream.requests) == 5
+    assert proxy.upstream.requests[2].body == {"contents": [{"parts": [{"text": "x \udc00"}]}]}
