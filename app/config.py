@@ -55,6 +55,26 @@ class Settings(BaseSettings):
 
     db_pool_size: int = Field(default=10, ge=1, le=200)
 
+    # Worker: durable compression, summaries, embeddings, purges and syncs (docs/worker.md).
+    worker_concurrency: int = Field(default=4, ge=1, le=64)
+    worker_max_attempts: int = Field(default=5, ge=1, le=50)
+    worker_lease_seconds: float = Field(default=120.0, gt=0, le=86_400)
+    worker_backoff_base_seconds: float = Field(default=5.0, gt=0, le=3600)
+    worker_backoff_max_seconds: float = Field(default=900.0, gt=0, le=86_400)
+    worker_poll_seconds: float = Field(default=5.0, gt=0, le=3600)
+    worker_purge_interval_seconds: float = Field(default=60.0, gt=0, le=86_400)
+    # Comma-separated in the environment; these tools' observations are never sent to Gemini.
+    worker_skip_tools: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["list_dir", "list_directory", "pwd"]
+    )
+    worker_min_compress_tokens: int = Field(default=120, ge=0)
+    worker_max_input_chars: int = Field(default=24_000, ge=1000, le=1_000_000)
+    gemini_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
+    gemini_requests_per_minute: int = Field(default=60, ge=1, le=100_000)
+    gemini_max_concurrent: int = Field(default=4, ge=1, le=256)
+    gemini_daily_token_budget: int = Field(default=2_000_000, ge=0)
+    gemini_failure_threshold: int = Field(default=5, ge=0)
+    gemini_failure_cooldown_seconds: float = Field(default=300.0, ge=0, le=86_400)
     # Sync of memory files and transcripts (app/sync): folders, caps, chunking, embedding batches.
     sync_memory_dir: str = "."
     sync_sessions_dir: str = "sessions"
@@ -124,6 +144,13 @@ class Settings(BaseSettings):
         if value is None or value.strip() == "":
             return None
         return value.strip()
+
+    @field_validator("worker_skip_tools", mode="before")
+    @classmethod
+    def _split_tools(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [name.strip() for name in value.split(",") if name.strip()]
+        return value
 
     @field_validator("sync_chunk_overlap_tokens")
     @classmethod

@@ -11,31 +11,23 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.api.deps import StateDep
 from app.llm.embeddings import describe_embedding
+from app.worker.metrics import METRICS_SQL, TOKENS_BY_PROJECT_SQL, shape_metrics
 
 router = APIRouter(tags=["health"])
 
-BACKLOG_SQL = text(
-    """
-    SELECT
-      (SELECT count(*) FROM observations WHERE status IN ('pending', 'captured'))
-      + (SELECT count(*) FROM sessions WHERE status = 'ending') AS pending,
-      (SELECT count(*) FROM observations WHERE status = 'failed')
-      + (SELECT count(*) FROM sessions WHERE status = 'failed') AS failed
-    """
-)
-
 
 async def read_database_facts(session: AsyncSession) -> dict[str, Any]:
-    """Server version, pgvector version and the worker's backlog, in one round trip each."""
+    """Server version, pgvector version and the worker's backlog and results."""
     version = (await session.execute(text("SHOW server_version"))).scalar_one()
     pgvector = (
         await session.execute(text("SELECT extversion FROM pg_extension WHERE extname = 'vector'"))
     ).scalar_one_or_none()
-    backlog = (await session.execute(BACKLOG_SQL)).one()
+    counts = (await session.execute(METRICS_SQL)).one()
+    by_project = (await session.execute(TOKENS_BY_PROJECT_SQL)).all()
     return {
         "postgres": str(version).split(" ")[0],
         "pgvector": pgvector,
-        "worker": {"pending": int(backlog.pending), "failed": int(backlog.failed)},
+        "worker": shape_metrics(counts, by_project),
     }
 
 

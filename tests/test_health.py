@@ -24,7 +24,7 @@ def test_health_reports_database_and_pgvector(
     assert installed is not None
     assert body["pgvector"] == installed[0]
     assert body["embedding"] == {"provider": "local", "model": "wordllama-l2_supercat", "dims": 256}
-    assert body["worker"] == {"pending": 0, "failed": 0}
+    assert (body["worker"]["pending"], body["worker"]["failed"]) == (0, 0)
 
 
 def test_health_is_503_when_database_is_down(tmp_path: Any) -> None:

@@ -24,6 +24,38 @@ DEFAULT_MODEL = "local:wordllama-l2_supercat:256"
 DEFAULT_MODEL_INDEX = "ix_memory_chunks_hnsw_local_wordllama_l2_supercat_256"
 
 
+# The worker LISTENs on this channel; each trigger names the queue that has new work, so an idle
+# worker wakes at once instead of at its next poll. Triggers are not ORM metadata, so
+# `alembic check` does not see them (app/worker/notify.py documents the same names).
+WORK_CHANNEL = "agmem_work"
+WORK_TRIGGERS = (
+    ("observations", "observation", "AFTER INSERT OR UPDATE OF status", "NEW.status = 'captured'"),
+    ("sessions", "session", "AFTER INSERT OR UPDATE OF status", "NEW.status = 'ending'"),
+    ("memory_chunks", "embed", "AFTER INSERT", "NEW.embedding IS NULL"),
+    ("sync_runs", "sync", "AFTER INSERT OR UPDATE OF status", "NEW.status = 'queued'"),
+)
+
+
+def _create_work_triggers() -> None:
+    op.execute(
+        "CREATE OR REPLACE FUNCTION agmem_notify_work() RETURNS trigger LANGUAGE plpgsql AS $$ "
+        f"BEGIN PERFORM pg_notify('{WORK_CHANNEL}', TG_ARGV[0]); RETURN NULL; END $$"
+    )
+    for table, payload, timing, condition in WORK_TRIGGERS:
+        # Postgres folds identical notifications within one transaction, so a bulk insert
+        # sends one wake-up, not one per row.
+        op.execute(
+            f"CREATE TRIGGER agmem_notify_{table} {timing} ON {table} FOR EACH ROW "
+            f"WHEN ({condition}) EXECUTE FUNCTION agmem_notify_work('{payload}')"
+        )
+
+
+def _drop_work_triggers() -> None:
+    for table, _payload, _timing, _condition in WORK_TRIGGERS:
+        op.execute(f"DROP TRIGGER IF EXISTS agmem_notify_{table} ON {table}")
+    op.execute("DROP FUNCTION IF EXISTS agmem_notify_work()")
+
+
 def upgrade() -> None:
     op.execute("CREATE EXTENSION IF NOT EXISTS vector")
     # gen_random_uuid() is core since PostgreSQL 13; pgcrypto is created where the server ships it
@@ -425,9 +457,11 @@ def upgrade() -> None:
         "USING hnsw ((embedding::vector(256)) vector_cosine_ops) "
         f"WITH (m = 16, ef_construction = 64) WHERE model = '{DEFAULT_MODEL}'"
     )
+    _create_work_triggers()
 
 
 def downgrade() -> None:
+    _drop_work_triggers()
     # Per-model HNSW indexes (this one and any created at run time) go with the table.
     op.drop_index(
         "ix_memory_chunks_unembedded",

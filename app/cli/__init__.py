@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from app.cli import memory, search, server, sync
+from app.cli import memory, search, server, sync, worker
 
 cli = typer.Typer(
     name="agmem",
@@ -14,6 +14,7 @@ cli = typer.Typer(
     pretty_exceptions_enable=False,
 )
 server.register(cli)
+worker.register(cli)
 sync.register(cli)
 search.register(cli)
 memory.register(cli)

@@ -17,6 +17,7 @@ from app.db import migrate
 from app.db.engine import make_sync_engine
 from app.db.models import Base
 from app.llm.embeddings import describe_embedding
+from app.worker.metrics import METRICS_SQL, TOKENS_BY_PROJECT_SQL, shape_metrics
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -43,6 +44,9 @@ def check_token_rule(settings: Settings) -> None:
 def serve(
     host: Annotated[str | None, typer.Option(help="Address to bind (AGMEM_HOST).")] = None,
     port: Annotated[int | None, typer.Option(help="Port to listen on (AGMEM_PORT).")] = None,
+    no_worker: Annotated[
+        bool, typer.Option("--no-worker", help="Do not run a worker in this process.")
+    ] = False,
 ) -> None:
     """Start the HTTP API (embedded PostgreSQL when DATABASE_URL is unset), after migrating."""
     import uvicorn
@@ -61,7 +65,7 @@ def serve(
         typer.echo(f"agmem: database {describe_location(settings, url)}, schema at head", err=True)
         typer.echo(f"agmem: serving on http://{settings.host}:{settings.port}", err=True)
         uvicorn.run(
-            create_app(settings, database_url=url),
+            create_app(settings, database_url=url, run_worker=not no_worker),
             host=settings.host,
             port=settings.port,
             log_level=settings.log_level,
@@ -111,6 +115,30 @@ def status() -> None:
         finally:
             engine.dispose()
         console.print(table)
+        if current is not None:
+            print_worker_metrics(console, engine_url=url)
+
+
+def print_worker_metrics(console: Console, *, engine_url: str) -> None:
+    """The worker's backlog and results, as /health reports them."""
+    engine = make_sync_engine(engine_url)
+    try:
+        with engine.connect() as connection:
+            counts = connection.execute(METRICS_SQL).one()
+            by_project = connection.execute(TOKENS_BY_PROJECT_SQL).all()
+    finally:
+        engine.dispose()
+    metrics = shape_metrics(counts, by_project)
+    oldest = metrics["oldestPendingSeconds"]
+    console.print(
+        f"worker     pending {metrics['pending']}, in flight {metrics['inFlight']}, "
+        f"failed {metrics['failed']}, compressed {metrics['compressed']}, "
+        f"summarized {metrics['summarized']}, oldest pending "
+        f"{'-' if oldest is None else f'{oldest:.0f} s'}"
+    )
+    console.print(f"tokens     saved {metrics['tokensSaved']} in total")
+    for project, saved in metrics["tokensSavedByProject"].items():
+        console.print(f"           {saved} in {project}")
 
 
 def register(cli: typer.Typer) -> None:

@@ -1,0 +1,86 @@
+"""`agmem worker [--concurrency N]` and `agmem worker retry-failed [--project P]`."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from typing import Annotated
+
+import typer
+
+from app.cli.common import cli_errors, describe_location, open_database, settings_or_exit
+from app.config import Settings
+from app.db.engine import make_async_engine, make_sessionmaker, transaction
+from app.worker.claims import retry_failed
+from app.worker.loop import Worker
+
+worker_app = typer.Typer(
+    help="Compress observations, summarise sessions, embed new text, purge expired memories.",
+    no_args_is_help=False,
+)
+
+
+async def run_worker(settings: Settings, url: str, *, concurrency: int | None) -> None:
+    """Run one worker until SIGINT or SIGTERM; the job in hand finishes or gives its claim back."""
+    engine = make_async_engine(url, pool_size=max(4, (concurrency or 1) + 2))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        worker = Worker(
+            settings=settings,
+            sessionmaker=make_sessionmaker(engine),
+            database_url=url,
+            concurrency=concurrency,
+        )
+        await worker.run(stop)
+    finally:
+        await engine.dispose()
+
+
+@worker_app.callback(invoke_without_command=True)
+def worker(
+    ctx: typer.Context,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(
+            "--concurrency", "-c", min=1, max=64, help="Jobs at once (AGMEM_WORKER_CONCURRENCY)."
+        ),
+    ] = None,
+) -> None:
+    """Run the worker until interrupted (Ctrl-C or SIGTERM)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    settings = settings_or_exit()
+    with cli_errors():
+        url = open_database(settings)
+        typer.echo(f"agmem: worker on {describe_location(settings, url)}", err=True)
+        asyncio.run(run_worker(settings, url, concurrency=concurrency))
+
+
+async def _retry(url: str, project: str | None) -> tuple[int, int]:
+    engine = make_async_engine(url, pool_size=1)
+    try:
+        async with transaction(make_sessionmaker(engine)) as session:
+            return await retry_failed(session, project_path=project)
+    finally:
+        await engine.dispose()
+
+
+@worker_app.command("retry-failed")
+def retry_failed_command(
+    project: Annotated[
+        str | None, typer.Option("--project", help="Only this project (absolute path).")
+    ] = None,
+) -> None:
+    """Queue every failed observation and session again, with fresh attempts."""
+    settings = settings_or_exit()
+    with cli_errors():
+        url = open_database(settings)
+        observations, sessions = asyncio.run(_retry(url, project))
+    typer.echo(f"requeued {observations} observations and {sessions} sessions")
+
+
+def register(cli: typer.Typer) -> None:
+    cli.add_typer(worker_app, name="worker")

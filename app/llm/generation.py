@@ -1,0 +1,126 @@
+"""One Gemini text generation through google-genai, with its failures made explicit.
+
+Every failure (HTTP error, timeout, transport error, an answer without text) becomes
+`GeminiCallFailed`, carrying the server's `Retry-After` when it sent one, so the worker can back
+off for exactly as long as asked.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from google import genai
+from google.genai import errors, types
+
+_RETRY_DELAY = re.compile(r"^(\d+(?:\.\d+)?)s$")
+
+
+class GeminiCallFailed(Exception):
+    """A Gemini call failed; `retry_after` is the delay the server asked for, in seconds."""
+
+    def __init__(
+        self, message: str, *, status: int | None = None, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    text: str
+    prompt_tokens: int | None  # usageMetadata.promptTokenCount, when Gemini sent it
+    output_tokens: int | None  # usageMetadata.candidatesTokenCount, when Gemini sent it
+
+
+async def generate_text(
+    client: genai.Client,
+    *,
+    model: str,
+    system: str,
+    contents: str,
+    temperature: float,
+    max_output_tokens: int,
+) -> Generation:
+    """Ask `model` for text; raise GeminiCallFailed on any failure or an empty answer."""
+    config = types.GenerateContentConfig(
+        system_instruction=system,
+        temperature=temperature,
+        max_output_tokens=max_output_tokens,
+        thinking_config=_thinking_for(model),
+    )
+    try:
+        answer = await client.aio.models.generate_content(
+            model=model, contents=contents, config=config
+        )
+    except errors.APIError as error:
+        raise GeminiCallFailed(
+            f"gemini {error.code}: {error.message or error.status or 'error'}",
+            status=error.code,
+            retry_after=retry_after_of(error),
+        ) from error
+    except Exception as error:
+        # google-genai raises its transport's own exceptions (httpx, httpx2 or aiohttp, by
+        # version), and ValueError for a body that is not JSON: any of them is a failed attempt.
+        name = type(error).__name__
+        if isinstance(error, TimeoutError) or "timeout" in name.lower():
+            raise GeminiCallFailed(f"gemini timeout: {name}") from error
+        raise GeminiCallFailed(f"gemini call failed: {name}: {error}") from error
+    text = _text_of(answer)
+    if not text:
+        reason = _finish_reason(answer)
+        raise GeminiCallFailed(f"gemini answered without text (finish reason {reason})")
+    usage = answer.usage_metadata
+    return Generation(
+        text=text,
+        prompt_tokens=usage.prompt_token_count if usage else None,
+        output_tokens=usage.candidates_token_count if usage else None,
+    )
+
+
+def _thinking_for(model: str) -> types.ThinkingConfig | None:
+    # Gemini 2.5 Flash thinks by default, and thinking tokens count against max_output_tokens:
+    # with a 200-token cap the answer could be empty. Its thinking can be turned off; Pro's cannot.
+    if "2.5-flash" in model:
+        return types.ThinkingConfig(thinking_budget=0)
+    return None
+
+
+def _text_of(answer: types.GenerateContentResponse) -> str:
+    parts: list[str] = []
+    for candidate in answer.candidates or []:
+        for part in (candidate.content.parts or []) if candidate.content else []:
+            if part.text and not part.thought:
+                parts.append(part.text)
+        if parts:
+            break
+    return "".join(parts).strip()
+
+
+def _finish_reason(answer: types.GenerateContentResponse) -> str:
+    candidates = answer.candidates or []
+    if candidates and candidates[0].finish_reason:
+        return str(candidates[0].finish_reason.value)
+    return "none"
+
+
+def retry_after_of(error: errors.APIError) -> float | None:
+    """Seconds to wait from the `Retry-After` header, else from a google.rpc.RetryInfo detail."""
+    headers: Any = getattr(error.response, "headers", None)
+    if headers is not None:
+        value = headers.get("retry-after")
+        if value is not None:
+            try:
+                return max(0.0, float(value))
+            except ValueError:
+                pass
+    details: Any = error.details
+    if isinstance(details, dict):
+        for item in (details.get("error") or {}).get("details") or []:
+            delay = item.get("retryDelay") if isinstance(item, dict) else None
+            match = _RETRY_DELAY.match(delay) if isinstance(delay, str) else None
+            if match:
+                return float(match.group(1))
+    return None

@@ -1,0 +1,145 @@
+"""Cost and rate safety for Gemini calls: concurrency, requests per minute, 429 pauses, a circuit
+breaker, and the durable daily token budget in `llm_usage`.
+
+The gate is per process; the budget is in Postgres, so every worker process shares it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import structlog
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+log = structlog.get_logger(__name__)
+
+
+class GeminiGate:
+    """Admits Gemini calls: at most `max_concurrent` at once, spaced to `requests_per_minute`,
+    none while a 429's Retry-After runs, and none while the breaker is open."""
+
+    def __init__(
+        self,
+        *,
+        requests_per_minute: int,
+        max_concurrent: int,
+        failure_threshold: int,
+        cooldown_seconds: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._spacing = 60.0 / requests_per_minute
+        self._semaphore = asyncio.Semaphore(max_concurrent)
+        self._lock = asyncio.Lock()
+        self._next_slot = 0.0
+        self._paused_until = 0.0
+        self._failure_threshold = failure_threshold
+        self._cooldown = cooldown_seconds
+        self._consecutive_failures = 0
+        self._open_until = 0.0
+        self._clock = clock
+
+    @property
+    def breaker_open(self) -> bool:
+        """True while Gemini has failed `failure_threshold` times in a row (0 disables this)."""
+        return self._clock() < self._open_until
+
+    @asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        """Hold one call slot: wait for concurrency, the request spacing and any 429 pause."""
+        async with self._semaphore:
+            async with self._lock:
+                now = self._clock()
+                start = max(now, self._next_slot, self._paused_until)
+                self._next_slot = start + self._spacing
+            if start > now:
+                await asyncio.sleep(start - now)
+            yield
+
+    def pause(self, seconds: float) -> None:
+        """Stop admitting calls for `seconds` (the server's Retry-After)."""
+        self._paused_until = max(self._paused_until, self._clock() + seconds)
+        log.info("gemini.paused", seconds=seconds)
+
+    def record_success(self) -> None:
+        self._consecutive_failures = 0
+
+    def record_failure(self) -> None:
+        self._consecutive_failures += 1
+        if self._failure_threshold and self._consecutive_failures >= self._failure_threshold:
+            self._open_until = self._clock() + self._cooldown
+            self._consecutive_failures = 0
+            log.warning(
+                "gemini.breaker_open", cooldown_seconds=self._cooldown, using="extractive fallback"
+            )
+
+
+_TOKENS_TODAY = text(
+    "SELECT coalesce(sum(input_tokens + output_tokens), 0) FROM llm_usage "
+    "WHERE day = (now() AT TIME ZONE 'UTC')::date"
+)
+
+_RECORD_USAGE = text(
+    "INSERT INTO llm_usage (day, project_path, model, requests, input_tokens, output_tokens) "
+    "VALUES ((now() AT TIME ZONE 'UTC')::date, :project_path, :model, 1, :input, :output) "
+    "ON CONFLICT (day, project_path, model) DO UPDATE SET "
+    "requests = llm_usage.requests + 1, "
+    "input_tokens = llm_usage.input_tokens + EXCLUDED.input_tokens, "
+    "output_tokens = llm_usage.output_tokens + EXCLUDED.output_tokens"
+)
+
+
+async def tokens_used_today(session: AsyncSession) -> int:
+    """Gemini tokens (input + output) spent today (UTC) by every worker, for every project."""
+    return int((await session.execute(_TOKENS_TODAY)).scalar_one())
+
+
+class DailyBudget:
+    """Today's token spend, read from `llm_usage` at most every `refresh_seconds` and kept
+    current in between with this process's own calls, so that a busy worker does not pay a
+    query per call. Other processes' calls are seen at the next refresh."""
+
+    def __init__(
+        self,
+        daily_budget: int,
+        *,
+        refresh_seconds: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.daily_budget = daily_budget
+        self._refresh = refresh_seconds
+        self._clock = clock
+        self._used = 0
+        self._read_at: float | None = None
+
+    async def allows(self, session: AsyncSession) -> bool:
+        """Whether another call fits today's budget; a budget of 0 means unlimited."""
+        if self.daily_budget == 0:
+            return True
+        now = self._clock()
+        if self._read_at is None or now - self._read_at >= self._refresh:
+            self._used = await tokens_used_today(session)
+            self._read_at = now
+        return self._used < self.daily_budget
+
+    def spent(self, tokens: int) -> None:
+        """Count this process's call until the next read of `llm_usage` includes it."""
+        self._used += tokens
+
+
+async def record_usage(
+    session: AsyncSession, *, project_path: str, model: str, input_tokens: int, output_tokens: int
+) -> None:
+    """Add one call's tokens to today's row for (project, model)."""
+    await session.execute(
+        _RECORD_USAGE,
+        {
+            "project_path": project_path,
+            "model": model,
+            "input": input_tokens,
+            "output": output_tokens,
+        },
+    )

@@ -1,0 +1,1 @@
+"""The durable worker: claims compression, summaries, embeddings, purges from Postgres."""

@@ -1,0 +1,269 @@
+"""The worker's jobs: compress one observation, summarise one session, run one sync, embed a
+batch of index rows, purge expired memories. A job holds no transaction while it waits on
+Gemini; it writes its result in one short transaction guarded by its claim."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import structlog
+from google import genai
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.config import Settings
+from app.db.engine import transaction
+from app.index.embedding import embed_pending_chunks
+from app.llm.compress import Compressed, compress_with_gemini, compressed_locally, observation_text
+from app.llm.embeddings import Embedder, get_embedder
+from app.llm.fallback import EXTRACTIVE, compress_extractive, summarize_extractive
+from app.llm.generation import GeminiCallFailed
+from app.llm.ratelimit import DailyBudget, GeminiGate, record_usage
+from app.llm.summarize import session_text, summarize_with_gemini
+from app.llm.tokens import estimate_tokens
+from app.sync.runs import execute_sync_run
+from app.worker import claims, results
+from app.worker.claims import ObservationWork, Queue, SessionWork, SyncRunWork
+
+log = structlog.get_logger(__name__)
+
+RAW = "raw"
+
+
+@dataclass(slots=True)
+class JobContext:
+    settings: Settings
+    sessionmaker: async_sessionmaker[AsyncSession]
+    worker_id: str
+    gate: GeminiGate
+    budget: DailyBudget
+    client: genai.Client | None
+    embedder: Embedder | None = None
+
+
+async def fail_attempt(
+    ctx: JobContext,
+    queue: Queue,
+    *,
+    row_id: object,
+    attempts: int,
+    error: str,
+    retry_after: float | None = None,
+) -> str | None:
+    """Release a failed claim with exponential backoff (at least the server's Retry-After)."""
+    delay = claims.backoff_seconds(
+        attempts,
+        base=ctx.settings.worker_backoff_base_seconds,
+        cap=ctx.settings.worker_backoff_max_seconds,
+    )
+    if retry_after is not None:
+        delay = max(delay, retry_after)
+    async with transaction(ctx.sessionmaker) as session:
+        status = await claims.record_failure(
+            session,
+            queue,
+            row_id=row_id,
+            worker=ctx.worker_id,
+            error=error,
+            delay=delay,
+            max_attempts=ctx.settings.worker_max_attempts,
+        )
+    log.warning(
+        "worker.attempt_failed",
+        table=queue.table,
+        id=str(row_id),
+        attempts=attempts,
+        status=status,
+        retry_in_seconds=None if status == "failed" else round(delay, 2),
+        error=error,
+    )
+    return status
+
+
+async def _gemini_allowed(ctx: JobContext) -> bool:
+    """Whether this call may go to Gemini: a key, a closed breaker, and budget left today."""
+    if ctx.client is None or ctx.gate.breaker_open:
+        return False
+    if ctx.budget.daily_budget == 0:
+        return True
+    # Without a query when the cached figure is fresh: the session connects on first use.
+    async with transaction(ctx.sessionmaker) as session:
+        allowed = await ctx.budget.allows(session)
+    if not allowed:
+        log.warning("gemini.budget_exhausted", budget=ctx.settings.gemini_daily_token_budget)
+    return allowed
+
+
+async def compress_observation(ctx: JobContext, work: ObservationWork) -> str:
+    """Compress one claimed observation; returns the method used, or 'retry'/'failed'."""
+    settings = ctx.settings
+    observation = observation_text(
+        function_name=work.function_name,
+        observation_type=work.observation_type,
+        args=work.function_args,
+        result=work.result,
+        max_chars=settings.worker_max_input_chars,
+    )
+    result: Compressed | None = None
+    if work.function_name in settings.worker_skip_tools:
+        pass
+    elif estimate_tokens(observation) < settings.worker_min_compress_tokens:
+        # Already shorter than a summary would be: keep it as it is.
+        result = compressed_locally(observation, observation=observation, generated_by=RAW)
+    elif await _gemini_allowed(ctx):
+        assert ctx.client is not None
+        try:
+            async with ctx.gate.slot():
+                result = await compress_with_gemini(
+                    ctx.client, model=settings.gemini_model, observation=observation
+                )
+        except GeminiCallFailed as error:
+            ctx.gate.record_failure()
+            if error.retry_after is not None:
+                ctx.gate.pause(error.retry_after)
+            status = await fail_attempt(
+                ctx,
+                claims.OBSERVATIONS,
+                row_id=work.id,
+                attempts=work.attempts,
+                error=str(error),
+                retry_after=error.retry_after,
+            )
+            return status or "lost"
+        ctx.gate.record_success()
+    if result is None:
+        text = compress_extractive(
+            function_name=work.function_name,
+            observation_type=work.observation_type,
+            args=work.function_args,
+            result=work.result,
+        )
+        result = compressed_locally(text, observation=observation, generated_by=EXTRACTIVE)
+    ctx.budget.spent(result.input_tokens + result.output_tokens)
+    async with transaction(ctx.sessionmaker) as session:
+        if result.input_tokens or result.output_tokens:
+            await record_usage(
+                session,
+                project_path=work.project_path,
+                model=settings.gemini_model,
+                input_tokens=result.input_tokens,
+                output_tokens=result.output_tokens,
+            )
+        stored = await results.finish_observation(
+            session, observation_id=work.id, worker=ctx.worker_id, result=result
+        )
+    log.info(
+        "observation.compressed" if stored else "observation.claim_lost",
+        id=work.id,
+        generated_by=result.generated_by,
+        original_tokens=result.original_tokens,
+        compressed_tokens=result.compressed_tokens,
+    )
+    return result.generated_by if stored else "lost"
+
+
+async def summarize_session(ctx: JobContext, work: SessionWork) -> str:
+    """Summarise one claimed session from its compressed observations; returns the method."""
+    settings = ctx.settings
+    async with transaction(ctx.sessionmaker) as session:
+        digests = await results.session_digests(session, session_id=work.id)
+    summary: results.SessionSummary | None = None
+    if any(d.compressed for d in digests) and await _gemini_allowed(ctx):
+        assert ctx.client is not None
+        prompt = session_text(
+            project_path=work.project_path,
+            user_prompt=work.user_prompt,
+            observations=digests,
+            max_chars=settings.worker_max_input_chars,
+        )
+        try:
+            async with ctx.gate.slot():
+                answer = await summarize_with_gemini(
+                    ctx.client, model=settings.gemini_model, session=prompt
+                )
+        except GeminiCallFailed as error:
+            ctx.gate.record_failure()
+            if error.retry_after is not None:
+                ctx.gate.pause(error.retry_after)
+            status = await fail_attempt(
+                ctx,
+                claims.SESSIONS,
+                row_id=work.id,
+                attempts=work.attempts,
+                error=str(error),
+                retry_after=error.retry_after,
+            )
+            return status or "lost"
+        ctx.gate.record_success()
+        summary = results.SessionSummary(answer.text, f"gemini:{settings.gemini_model}")
+        input_tokens = answer.prompt_tokens or estimate_tokens(prompt)
+        output_tokens = answer.output_tokens or estimate_tokens(answer.text)
+        ctx.budget.spent(input_tokens + output_tokens)
+        async with transaction(ctx.sessionmaker) as session:
+            await record_usage(
+                session,
+                project_path=work.project_path,
+                model=settings.gemini_model,
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+            )
+    if summary is None:
+        text = summarize_extractive(
+            project_path=work.project_path, user_prompt=work.user_prompt, observations=digests
+        )
+        summary = results.SessionSummary(text, EXTRACTIVE)
+    async with transaction(ctx.sessionmaker) as session:
+        stored = await results.finish_session(
+            session, session_id=work.id, worker=ctx.worker_id, summary=summary
+        )
+    log.info(
+        "session.summarized" if stored else "session.claim_lost",
+        id=work.id,
+        generated_by=summary.generated_by,
+        observations=len(digests),
+    )
+    return summary.generated_by if stored else "lost"
+
+
+async def run_sync(ctx: JobContext, work: SyncRunWork) -> str:
+    """Execute one claimed sync run (it records running -> done | failed itself)."""
+    await execute_sync_run(ctx.sessionmaker, ctx.settings, work.id)
+    async with transaction(ctx.sessionmaker) as session:
+        await results.finish_sync_claim(session, run_id=work.id, worker=ctx.worker_id)
+    log.info("sync_run.executed", id=str(work.id), project=work.project_path)
+    return "sync"
+
+
+async def embed_batch(ctx: JobContext, *, limit: int = 256) -> int:
+    """Embed up to `limit` index rows that have no vector yet (cache first); rows embedded."""
+    async with transaction(ctx.sessionmaker) as session:
+        if not await results.has_unembedded_chunks(
+            session, max_attempts=ctx.settings.worker_max_attempts
+        ):
+            return 0
+    if ctx.embedder is None:
+        # Loading a model takes a while: off the event loop, which may be serving requests.
+        ctx.embedder = await asyncio.to_thread(get_embedder, ctx.settings)
+    async with transaction(ctx.sessionmaker) as session:
+        stats = await embed_pending_chunks(
+            session, ctx.embedder, limit=limit, max_attempts=ctx.settings.worker_max_attempts
+        )
+    if stats.error:
+        log.warning("embedding.failed", error=stats.error)
+    elif stats.chunks:
+        log.info(
+            "embedding.done", chunks=stats.chunks, computed=stats.computed, cached=stats.cached
+        )
+    return stats.chunks
+
+
+async def maintain(ctx: JobContext) -> tuple[int, int]:
+    """Periodic upkeep: purge expired memories, fail rows whose last claim expired."""
+    async with transaction(ctx.sessionmaker) as session:
+        purged = await results.purge_expired_memories(session)
+        exhausted = await claims.fail_exhausted(
+            session, max_attempts=ctx.settings.worker_max_attempts
+        )
+    if purged or exhausted:
+        log.info("worker.maintenance", memories_purged=purged, failed_after_expiry=exhausted)
+    return purged, exhausted

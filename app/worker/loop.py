@@ -1,0 +1,251 @@
+"""The worker: `concurrency` lanes that each claim and run one unit of work at a time, woken by
+LISTEN/NOTIFY when new work is committed, and polling only as a safety net."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import psycopg
+import structlog
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.config import Settings
+from app.db.engine import sqlalchemy_url, transaction
+from app.llm.embeddings import Embedder
+from app.llm.gemini import make_client
+from app.llm.ratelimit import DailyBudget, GeminiGate
+from app.worker import claims, jobs, results
+from app.worker.claims import Queue
+
+log = structlog.get_logger(__name__)
+
+WORK_CHANNEL = "agmem_work"  # the NOTIFY channel of the triggers in migration 0001
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def libpq_url(database_url: str) -> str:
+    url = make_url(sqlalchemy_url(database_url)).set(drivername="postgresql")
+    return url.render_as_string(hide_password=False)
+
+
+class Worker:
+    """Claims work from Postgres and runs it; any number of workers may share one database."""
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        database_url: str,
+        concurrency: int | None = None,
+        worker_id: str | None = None,
+        embedder: Embedder | None = None,
+    ) -> None:
+        self.settings = settings
+        self.concurrency = concurrency or settings.worker_concurrency
+        self.id = worker_id or default_worker_id()
+        self._database_url = database_url
+        client = (
+            make_client(settings, timeout_ms=int(settings.gemini_timeout_seconds * 1000))
+            if settings.gemini_api_key
+            else None
+        )
+        gate = GeminiGate(
+            requests_per_minute=settings.gemini_requests_per_minute,
+            max_concurrent=settings.gemini_max_concurrent,
+            failure_threshold=settings.gemini_failure_threshold,
+            cooldown_seconds=settings.gemini_failure_cooldown_seconds,
+        )
+        budget = DailyBudget(settings.gemini_daily_token_budget)
+        self.ctx = jobs.JobContext(settings, sessionmaker, self.id, gate, budget, client, embedder)
+        self._wake = asyncio.Event()
+        self._generation = 0
+        self._stopping = False
+
+    def wake(self) -> None:
+        """Wake every idle lane (new work was notified, or the worker is stopping)."""
+        self._generation += 1
+        self._wake.set()
+        self._wake.clear()
+
+    async def step(self) -> bool:
+        """Claim and run one unit of work of any kind; False when nothing is due."""
+        params: dict[str, Any] = {
+            "worker": self.id,
+            "lease": self.settings.worker_lease_seconds,
+            "limit": 1,
+            "max_attempts": self.settings.worker_max_attempts,
+        }
+        async with transaction(self.ctx.sessionmaker) as session:
+            observations = await claims.claim_observations(session, **params)
+        if observations:
+            work = observations[0]
+            await self._guard(
+                claims.OBSERVATIONS,
+                work.id,
+                work.attempts,
+                lambda: jobs.compress_observation(self.ctx, work),
+            )
+            return True
+        async with transaction(self.ctx.sessionmaker) as session:
+            sessions = await claims.claim_sessions(session, **params)
+        if sessions:
+            item = sessions[0]
+            await self._guard(
+                claims.SESSIONS,
+                item.id,
+                item.attempts,
+                lambda: jobs.summarize_session(self.ctx, item),
+            )
+            return True
+        async with transaction(self.ctx.sessionmaker) as session:
+            runs = await claims.claim_sync_runs(session, **params)
+        if runs:
+            run = runs[0]
+            await self._guard(
+                claims.SYNC_RUNS, run.id, run.attempts, lambda: jobs.run_sync(self.ctx, run)
+            )
+            return True
+        return await jobs.embed_batch(self.ctx) > 0
+
+    async def _guard(
+        self, queue: Queue, row_id: object, attempts: int, job: Callable[[], Awaitable[str]]
+    ) -> None:
+        """Run a job; an unexpected error is a failed attempt, a cancellation gives the claim
+        back so a restart does not wait for the lease."""
+        heartbeat = asyncio.create_task(self._heartbeat(queue, row_id))
+        try:
+            await job()
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                async with transaction(self.ctx.sessionmaker) as session:
+                    await results.release_claim(
+                        session, table=queue.table, row_id=row_id, worker=self.id
+                    )
+            raise
+        except Exception as error:  # a bug or a database error must not kill the lane
+            log.exception("worker.job_error", table=queue.table, id=str(row_id))
+            with contextlib.suppress(Exception):
+                await jobs.fail_attempt(
+                    self.ctx,
+                    queue,
+                    row_id=row_id,
+                    attempts=attempts,
+                    error=f"{type(error).__name__}: {error}",
+                )
+        finally:
+            heartbeat.cancel()
+
+    async def _heartbeat(self, queue: Queue, row_id: object) -> None:
+        """Renew the lease while a long job (a big sync, a slow model) is still running."""
+        lease = self.settings.worker_lease_seconds
+        while True:
+            await asyncio.sleep(lease / 3)
+            with contextlib.suppress(Exception):
+                async with transaction(self.ctx.sessionmaker) as session:
+                    if not await claims.renew_lease(
+                        session, queue, row_id=row_id, worker=self.id, lease=lease
+                    ):
+                        return
+
+    async def drain(self) -> None:
+        """Run every unit of work that is due now with all lanes, then return."""
+        await jobs.maintain(self.ctx)
+
+        async def lane() -> bool:
+            did = False
+            while await self.step():
+                did = True
+            return did
+
+        try:
+            while any(await asyncio.gather(*(lane() for _ in range(self.concurrency)))):
+                pass
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        """Close the Gemini client's connections."""
+        if self.ctx.client is not None:
+            with contextlib.suppress(Exception):
+                await self.ctx.client.aio.aclose()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Work until `stop` is set: the lanes, the listener and the periodic upkeep."""
+        log.info("worker.started", worker=self.id, concurrency=self.concurrency)
+        tasks = [asyncio.create_task(self._listen(), name="agmem-listen")]
+        tasks.append(asyncio.create_task(self._maintain(), name="agmem-maintain"))
+        lanes = [
+            asyncio.create_task(self._lane(), name=f"agmem-lane-{n}")
+            for n in range(self.concurrency)
+        ]
+        try:
+            await stop.wait()
+        finally:
+            self._stopping = True
+            self.wake()
+            for task in tasks:
+                task.cancel()
+            # Lanes finish the job in hand unless it outlasts the grace period.
+            _done, pending = await asyncio.wait(lanes, timeout=10)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*tasks, *lanes, return_exceptions=True)
+            await self.close()
+            log.info("worker.stopped", worker=self.id)
+
+    async def _lane(self) -> None:
+        while not self._stopping:
+            generation = self._generation
+            try:
+                if await self.step():
+                    continue
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the database went away: wait and try again
+                log.exception("worker.step_error", worker=self.id)
+            if self._stopping or generation != self._generation:
+                continue
+            await self._idle(self.settings.worker_poll_seconds)
+
+    async def _idle(self, poll: float) -> None:
+        timeout = poll
+        with contextlib.suppress(Exception):
+            async with transaction(self.ctx.sessionmaker) as session:
+                due = await claims.seconds_until_next_due(session)
+            if due is not None:
+                timeout = min(poll, due + 0.05)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout=timeout)
+
+    async def _listen(self) -> None:
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(
+                    libpq_url(self._database_url), autocommit=True
+                ) as connection:
+                    await connection.execute(f"LISTEN {WORK_CHANNEL}")
+                    self.wake()  # catch up with anything committed while not listening
+                    async for _notice in connection.notifies():
+                        self.wake()
+            except psycopg.Error as error:
+                log.warning("worker.listen_failed", error=str(error).splitlines()[0])
+                await asyncio.sleep(1.0)
+
+    async def _maintain(self) -> None:
+        while True:
+            try:
+                await jobs.maintain(self.ctx)
+            except Exception:  # retried at the next interval
+                log.exception("worker.maintenance_error")
+            await asyncio.sleep(self.settings.worker_purge_interval_seconds)

@@ -1,0 +1,82 @@
+"""The worker's backlog and results, for `GET /health` and `agmem status`: one query for the
+counts, one for tokens saved by project."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import text
+
+METRICS_SQL = text(
+    """
+    WITH o AS (
+      SELECT
+        count(*) FILTER (WHERE status = 'captured'
+          AND (locked_until IS NULL OR locked_until <= now())) AS pending,
+        count(*) FILTER (WHERE status = 'captured' AND locked_until > now()) AS in_flight,
+        count(*) FILTER (WHERE status = 'failed') AS failed,
+        count(*) FILTER (WHERE status = 'compressed') AS compressed,
+        count(*) FILTER (WHERE status = 'pending') AS awaiting_result,
+        min(coalesce(result_at, created_at)) FILTER (WHERE status = 'captured') AS oldest,
+        coalesce(sum(tokens_saved) FILTER (WHERE status = 'compressed'), 0) AS tokens_saved
+      FROM observations
+    ), s AS (
+      SELECT
+        count(*) FILTER (WHERE status = 'ending'
+          AND (locked_until IS NULL OR locked_until <= now())) AS pending,
+        count(*) FILTER (WHERE status = 'ending' AND locked_until > now()) AS in_flight,
+        count(*) FILTER (WHERE status = 'failed') AS failed,
+        count(*) FILTER (WHERE status = 'summarized') AS summarized,
+        min(coalesce(ended_at, last_activity_at)) FILTER (WHERE status = 'ending') AS oldest
+      FROM sessions
+    ), r AS (
+      SELECT
+        count(*) FILTER (WHERE status = 'queued') AS pending,
+        count(*) FILTER (WHERE status = 'running') AS in_flight,
+        min(created_at) FILTER (WHERE status = 'queued') AS oldest
+      FROM sync_runs
+    )
+    SELECT
+      o.pending AS obs_pending, o.in_flight AS obs_in_flight, o.failed AS obs_failed,
+      o.compressed, o.awaiting_result, o.tokens_saved,
+      s.pending AS ses_pending, s.in_flight AS ses_in_flight, s.failed AS ses_failed,
+      s.summarized, r.pending AS sync_pending, r.in_flight AS sync_in_flight,
+      (SELECT count(*) FROM memory_chunks WHERE embedding IS NULL) AS embed_pending,
+      extract(epoch FROM now() - least(o.oldest, s.oldest, r.oldest)) AS oldest_age
+    FROM o, s, r
+    """
+)
+
+TOKENS_BY_PROJECT_SQL = text(
+    "SELECT project_path, sum(tokens_saved) AS saved FROM observations "
+    "WHERE status = 'compressed' GROUP BY project_path ORDER BY saved DESC, project_path LIMIT 50"
+)
+
+
+def shape_metrics(counts: Any, by_project: Any) -> dict[str, Any]:
+    """The `worker` object of /health (camelCase, as the API speaks) from the two queries."""
+    return {
+        "pending": int(counts.obs_pending + counts.ses_pending + counts.sync_pending),
+        "failed": int(counts.obs_failed + counts.ses_failed),
+        "inFlight": int(counts.obs_in_flight + counts.ses_in_flight + counts.sync_in_flight),
+        "compressed": int(counts.compressed),
+        "summarized": int(counts.summarized),
+        "awaitingResult": int(counts.awaiting_result),
+        "embedPending": int(counts.embed_pending),
+        "oldestPendingSeconds": (
+            round(float(counts.oldest_age), 1) if counts.oldest_age is not None else None
+        ),
+        "tokensSaved": int(counts.tokens_saved),
+        "tokensSavedByProject": {r.project_path: int(r.saved) for r in by_project},
+        "observations": {
+            "pending": int(counts.obs_pending),
+            "inFlight": int(counts.obs_in_flight),
+            "failed": int(counts.obs_failed),
+        },
+        "sessions": {
+            "pending": int(counts.ses_pending),
+            "inFlight": int(counts.ses_in_flight),
+            "failed": int(counts.ses_failed),
+        },
+        "syncRuns": {"pending": int(counts.sync_pending), "inFlight": int(counts.sync_in_flight)},
+    }

@@ -1,0 +1,176 @@
+"""What a finished job writes: compressed observations, session summaries, their index rows,
+the observations a summary reads, and the TTL purge of key/value memories."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.index.writer import replace_index_text
+from app.llm.compress import Compressed
+from app.llm.fallback import ObservationDigest, target_files
+
+_FINISH_OBSERVATION = text(
+    "UPDATE observations SET status = 'compressed', compressed_data = :text, "
+    "generated_by = :generated_by, original_tokens = :original, compressed_tokens = :compressed, "
+    "tokens_saved = :saved, compressed_at = now(), last_error = NULL, next_attempt_at = NULL, "
+    "locked_until = NULL, locked_by = NULL "
+    "WHERE id = :id AND locked_by = :worker AND status = 'captured' "
+    "RETURNING session_id, project_path, created_at"
+)
+
+
+async def finish_observation(
+    session: AsyncSession, *, observation_id: str, worker: str, result: Compressed
+) -> bool:
+    """Store the compression and index it; False when this worker's claim was lost meanwhile."""
+    row = (
+        await session.execute(
+            _FINISH_OBSERVATION,
+            {
+                "id": observation_id,
+                "worker": worker,
+                "text": result.text,
+                "generated_by": result.generated_by,
+                "original": result.original_tokens,
+                "compressed": result.compressed_tokens,
+                "saved": result.tokens_saved,
+            },
+        )
+    ).one_or_none()
+    if row is None:
+        return False
+    await replace_index_text(
+        session,
+        project_path=row.project_path,
+        source="observation",
+        texts=[result.text],
+        observation_id=observation_id,
+        session_id=row.session_id,
+        created_at=row.created_at,
+    )
+    return True
+
+
+_SESSION_OBSERVATIONS = text(
+    "SELECT function_name, observation_type, status, compressed_data, function_args "
+    "FROM observations WHERE session_id = :id ORDER BY seq"
+)
+
+
+async def session_digests(session: AsyncSession, *, session_id: str) -> list[ObservationDigest]:
+    """The session's observations in order, as a summary reads them."""
+    rows = await session.execute(_SESSION_OBSERVATIONS, {"id": session_id})
+    return [
+        ObservationDigest(
+            function_name=r.function_name,
+            observation_type=r.observation_type,
+            status=r.status,
+            compressed=r.compressed_data,
+            files=target_files(r.function_args),
+        )
+        for r in rows
+    ]
+
+
+_FINISH_SESSION = text(
+    "UPDATE sessions AS s SET status = 'summarized', summary = :summary, "
+    "summary_generated_by = :generated_by, "
+    "total_observations = (SELECT count(*) FROM observations o WHERE o.session_id = s.id), "
+    "tokens_saved = (SELECT coalesce(sum(o.tokens_saved), 0) FROM observations o "
+    "WHERE o.session_id = s.id), "
+    "ended_at = coalesce(s.ended_at, now()), summarized_at = now(), last_error = NULL, "
+    "next_attempt_at = NULL, locked_until = NULL, locked_by = NULL "
+    "WHERE s.id = :id AND s.locked_by = :worker AND s.status = 'ending' "
+    "RETURNING s.project_path, s.ended_at"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSummary:
+    text: str
+    generated_by: str
+
+
+async def finish_session(
+    session: AsyncSession, *, session_id: str, worker: str, summary: SessionSummary
+) -> bool:
+    """Store the summary with the session's totals and index it; False when the claim was lost."""
+    row = (
+        await session.execute(
+            _FINISH_SESSION,
+            {
+                "id": session_id,
+                "worker": worker,
+                "summary": summary.text,
+                "generated_by": summary.generated_by,
+            },
+        )
+    ).one_or_none()
+    if row is None:
+        return False
+    ended_at: datetime = row.ended_at
+    await replace_index_text(
+        session,
+        project_path=row.project_path,
+        source="summary",
+        texts=[summary.text],
+        session_id=session_id,
+        created_at=ended_at,
+    )
+    return True
+
+
+_RELEASE = {
+    table: text(
+        f"UPDATE {table} SET locked_until = NULL, locked_by = NULL, "
+        "attempts = greatest(attempts - 1, 0)"
+        # A sync run the job had marked `running` goes back to the queue.
+        + (
+            ", status = CASE WHEN status = 'running' THEN 'queued' ELSE status END"
+            if table == "sync_runs"
+            else ""
+        )
+        + " WHERE id = :id AND locked_by = :worker"
+    )
+    for table in ("observations", "sessions", "sync_runs")
+}
+
+
+async def release_claim(session: AsyncSession, *, table: str, row_id: object, worker: str) -> None:
+    """Give a claim back untouched (the worker is stopping); the attempt does not count."""
+    await session.execute(_RELEASE[table], {"id": row_id, "worker": worker})
+
+
+_RELEASE_SYNC_RUN = text(
+    "UPDATE sync_runs SET locked_until = NULL, locked_by = NULL "
+    "WHERE id = :id AND locked_by = :worker"
+)
+
+
+async def finish_sync_claim(session: AsyncSession, *, run_id: object, worker: str) -> None:
+    """Drop the claim of a sync run that recorded its own outcome (done or failed)."""
+    await session.execute(_RELEASE_SYNC_RUN, {"id": run_id, "worker": worker})
+
+
+_HAS_UNEMBEDDED = text(
+    "SELECT EXISTS (SELECT 1 FROM memory_chunks WHERE embedding IS NULL AND embed_attempts < :max)"
+)
+
+
+async def has_unembedded_chunks(session: AsyncSession, *, max_attempts: int) -> bool:
+    """Whether any index row still waits for a vector (a cheap probe of a partial index)."""
+    return bool((await session.execute(_HAS_UNEMBEDDED, {"max": max_attempts})).scalar_one())
+
+
+_PURGE_MEMORIES = text("DELETE FROM memories WHERE expires_at IS NOT NULL AND expires_at <= now()")
+
+
+async def purge_expired_memories(session: AsyncSession) -> int:
+    """Delete key/value memories past their TTL (their index rows and versions cascade)."""
+    result: Any = await session.execute(_PURGE_MEMORIES)
+    return int(result.rowcount or 0)

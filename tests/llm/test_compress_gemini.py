@@ -1,0 +1,358 @@
+"""Compression through the real google-genai client against the fake Gemini server."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import psycopg
+
+from app.db.engine import make_async_engine, make_sessionmaker, transaction
+from app.llm.compress import COMPRESSION_INSTRUCTIONS, observation_text
+from app.llm.tokens import estimate_tokens
+from app.worker.claims import retry_failed
+from tests.conftest import make_settings
+from tests.fakes.gemini import FakeResponse, fake_gemini, text_answer
+from tests.worker.builders import (
+    LONG_RESULT,
+    drain,
+    make_observation,
+    make_session,
+    row,
+    rows,
+    run_until,
+)
+
+ANSWER = "Learned: validateToken verifies with key1.\nChanged: nothing.\nConcepts: JWT"
+
+
+def gemini_settings(url: str, **overrides: Any) -> Any:
+    base: dict[str, Any] = {
+        "gemini_api_key": "k",
+        "gemini_base_url": url,
+        # Long enough that a retry never lands inside the drain that failed; tests that want
+        # the retry now make the row due themselves.
+        "worker_backoff_base_seconds": 2.0,
+        "worker_backoff_max_seconds": 2.0,
+    }
+    base.update(overrides)
+    return make_settings(**base)
+
+
+def test_success_sends_exact_request_and_records_usage_counts(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    make_session(db)
+    make_observation(db, "o1")
+    with fake_gemini() as fake:
+        fake.queue(
+            ":generateContent",
+            FakeResponse(body=text_answer(ANSWER, prompt_tokens=700, output_tokens=20)),
+        )
+        drain(gemini_settings(fake.url), database_url)
+        (call,) = fake.calls(":generateContent")
+
+    expected_text = observation_text(
+        function_name="read_file",
+        observation_type="file_read",
+        args={"path": "src/o1.ts"},
+        result=LONG_RESULT,
+        max_chars=24_000,
+    )
+    assert call.path.endswith("/models/gemini-2.5-flash:generateContent")
+    assert call.body == {
+        "contents": [{"parts": [{"text": expected_text}], "role": "user"}],
+        "systemInstruction": {"parts": [{"text": COMPRESSION_INSTRUCTIONS}], "role": "user"},
+        "generationConfig": {
+            "temperature": 0.2,
+            "maxOutputTokens": 200,
+            # google-genai 3.x sends this one field in proto (snake_case) spelling, which
+            # Gemini's JSON parser accepts like its camelCase name.
+            "thinkingConfig": {"thinking_budget": 0},
+        },
+    }
+    stored = row(db, "SELECT * FROM observations WHERE id = 'o1'")
+    assert stored["status"] == "compressed"
+    assert stored["compressed_data"] == ANSWER
+    assert stored["generated_by"] == "gemini:gemini-2.5-flash"
+    # usageMetadata wins over estimates: the prompt's count less the fixed instructions.
+    assert stored["original_tokens"] == 700 - estimate_tokens(COMPRESSION_INSTRUCTIONS)
+    assert stored["compressed_tokens"] == 20
+    assert stored["tokens_saved"] == stored["original_tokens"] - 20
+    assert stored["attempts"] == 1
+    assert stored["locked_by"] is None
+    (chunk,) = rows(db, "SELECT * FROM memory_chunks WHERE observation_id = 'o1'")
+    assert chunk["source"] == "observation"
+    assert chunk["content"] == ANSWER
+    assert chunk["session_id"] == "s1"
+    assert chunk["embedding"] is not None  # the embed job ran in the same drain
+    usage = row(db, "SELECT * FROM llm_usage")
+    assert (usage["requests"], usage["input_tokens"], usage["output_tokens"]) == (1, 700, 20)
+    assert usage["project_path"] == "/home/dev/shop"
+
+
+def _error(code: int, status: str) -> dict[str, Any]:
+    return {"error": {"code": code, "message": status.lower(), "status": status}}
+
+
+def _make_due(db: psycopg.Connection[Any]) -> None:
+    db.execute("UPDATE observations SET next_attempt_at = now() WHERE status = 'captured'")
+
+
+def _status(db: psycopg.Connection[Any]) -> str:
+    return str(row(db, "SELECT status FROM observations WHERE id = 'o1'")["status"])
+
+
+def test_429_retry_after_is_honoured_then_success(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    make_session(db)
+    make_observation(db, "o1")
+    with fake_gemini() as fake:
+        fake.queue(
+            ":generateContent",
+            FakeResponse(429, _error(429, "RESOURCE_EXHAUSTED"), headers={"Retry-After": "1"}),
+        )
+        times: list[float] = []
+
+        def answer(_request: Any) -> FakeResponse:
+            times.append(time.monotonic())
+            return FakeResponse(body=text_answer(ANSWER))
+
+        fake.on(":generateContent", answer)
+        first = time.monotonic()
+        drain(gemini_settings(fake.url), database_url)
+        after_429 = row(db, "SELECT * FROM observations WHERE id = 'o1'")
+        run_until(gemini_settings(fake.url), database_url, lambda: _status(db) == "compressed")
+        calls = fake.calls(":generateContent")
+
+    assert after_429["status"] == "captured"
+    assert "429" in after_429["last_error"]
+    assert after_429["locked_by"] is None
+    # The retry is scheduled no sooner than the server asked.
+    assert (after_429["next_attempt_at"] - after_429["observed_at"]).total_seconds() >= 0.9
+    assert len(calls) == 2
+    assert times[0] - first >= 1.0
+    stored = row(db, "SELECT * FROM observations WHERE id = 'o1'")
+    assert (stored["status"], stored["attempts"], stored["last_error"]) == ("compressed", 2, None)
+
+
+def test_500_then_success(db: psycopg.Connection[Any], database_url: str) -> None:
+    make_session(db)
+    make_observation(db, "o1")
+    with fake_gemini() as fake:
+        fake.queue(":generateContent", FakeResponse(500, _error(500, "INTERNAL")))
+        fake.on(":generateContent", lambda _r: FakeResponse(body=text_answer(ANSWER)))
+        drain(gemini_settings(fake.url), database_url)
+        after_500 = row(db, "SELECT * FROM observations WHERE id = 'o1'")
+        _make_due(db)
+        drain(gemini_settings(fake.url), database_url)
+        assert len(fake.calls(":generateContent")) == 2
+
+    assert after_500["status"] == "captured"
+    assert after_500["last_error"].startswith("gemini 500")
+    assert row(db, "SELECT attempts FROM observations")["attempts"] == 2
+
+
+def test_timeout_is_a_failed_attempt_then_success(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    make_session(db)
+    make_observation(db, "o1")
+    settings_kw = {"gemini_timeout_seconds": 0.5}
+    with fake_gemini() as fake:
+        fake.queue(":generateContent", FakeResponse(body=text_answer(ANSWER), delay_s=2.0))
+        fake.on(":generateContent", lambda _r: FakeResponse(body=text_answer(ANSWER)))
+        started = time.monotonic()
+        drain(gemini_settings(fake.url, **settings_kw), database_url)
+        waited = time.monotonic() - started
+        after_timeout = row(db, "SELECT * FROM observations WHERE id = 'o1'")
+        _make_due(db)
+        drain(gemini_settings(fake.url, **settings_kw), database_url)
+
+    assert after_timeout["status"] == "captured"
+    assert "timeout" in after_timeout["last_error"].lower()
+    assert waited < 10  # the call was cut at the timeout, not left hanging
+    assert row(db, "SELECT compressed_data FROM observations")["compressed_data"] == ANSWER
+
+
+def test_malformed_answers_are_failed_attempts(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    make_session(db)
+    make_observation(db, "o1")
+    with fake_gemini() as fake:
+        fake.queue(
+            ":generateContent",
+            FakeResponse(raw=b"{not json"),
+            FakeResponse(body={"candidates": [], "usageMetadata": {"promptTokenCount": 3}}),
+        )
+        fake.on(":generateContent", lambda _r: FakeResponse(body=text_answer(ANSWER)))
+        drain(gemini_settings(fake.url), database_url)
+        first_error = row(db, "SELECT last_error FROM observations")["last_error"]
+        _make_due(db)
+        drain(gemini_settings(fake.url), database_url)
+        second_error = row(db, "SELECT last_error FROM observations")["last_error"]
+        _make_due(db)
+        drain(gemini_settings(fake.url), database_url)
+    assert _status(db) == "compressed"
+
+    assert first_error.startswith("gemini call failed")
+    assert "without text" in second_error
+    assert row(db, "SELECT attempts FROM observations")["attempts"] == 3
+
+
+def test_repeated_failures_end_failed_keeping_raw_data_and_can_be_retried(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    make_session(db)
+    make_observation(db, "o1", args={"path": "src/keep.ts"})
+    failing = gemini_settings(
+        "",
+        worker_max_attempts=3,
+        gemini_failure_threshold=0,
+        worker_backoff_base_seconds=0.1,
+        worker_backoff_max_seconds=0.2,
+    )
+    with fake_gemini() as fake:
+        fake.on(":generateContent", lambda _r: FakeResponse(503, _error(503, "UNAVAILABLE")))
+        settings = failing.model_copy(update={"gemini_base_url": fake.url})
+        run_until(settings, database_url, lambda: _status(db) == "failed")
+        assert len(fake.calls(":generateContent")) == 3
+
+        failed = row(db, "SELECT * FROM observations WHERE id = 'o1'")
+        assert failed["function_args"] == {"path": "src/keep.ts"}
+        assert failed["result"] == LONG_RESULT
+        assert failed["compressed_data"] is None
+        assert failed["last_error"].startswith("gemini 503")
+        assert failed["locked_by"] is None
+
+        asyncio.run(_retry_failed(database_url))
+        again = row(db, "SELECT status, attempts FROM observations WHERE id = 'o1'")
+        assert (again["status"], again["attempts"]) == ("captured", 0)
+        fake.on(":generateContent", lambda _r: FakeResponse(body=text_answer(ANSWER)))
+        drain(settings, database_url)
+    assert _status(db) == "compressed"
+
+
+async def _retry_failed(database_url: str) -> None:
+    engine = make_async_engine(database_url)
+    try:
+        async with transaction(make_sessionmaker(engine)) as session:
+            assert await retry_failed(session, project_path=None) == (1, 0)
+    finally:
+        await engine.dispose()
+
+
+def test_no_key_uses_the_extractive_fallback(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    make_session(db)
+    make_observation(
+        db,
+        "o1",
+        function_name="run_command",
+        observation_type="code_execution",
+        args={"command": "pytest -q", "cwd": "/home/dev/shop"},
+        result="collected 12 items\n" + "." * 400 + "\nFAILED tests/test_jwt.py::test_expiry - "
+        "AssertionError: token accepted after expiry\n1 failed, 11 passed",
+    )
+    drain(make_settings(), database_url)
+
+    stored = row(db, "SELECT * FROM observations WHERE id = 'o1'")
+    assert stored["status"] == "compressed"
+    assert stored["generated_by"] == "extractive"
+    text = stored["compressed_data"]
+    assert text.startswith("run_command (code_execution)")
+    assert "pytest -q" in text
+    assert "FAILED tests/test_jwt.py::test_expiry" in text
+    assert stored["compressed_tokens"] < stored["original_tokens"]
+    assert stored["tokens_saved"] == stored["original_tokens"] - stored["compressed_tokens"]
+
+
+def test_daily_budget_stops_calls(db: psycopg.Connection[Any], database_url: str) -> None:
+    make_session(db)
+    make_observation(db, "o1")
+    make_observation(db, "o2")
+    make_observation(db, "o3")
+    with fake_gemini() as fake:
+        fake.on(
+            ":generateContent",
+            lambda _r: FakeResponse(body=text_answer(ANSWER, prompt_tokens=600, output_tokens=20)),
+        )
+        drain(
+            gemini_settings(fake.url, gemini_daily_token_budget=1000),
+            database_url,
+            concurrency=1,
+        )
+        calls = len(fake.calls(":generateContent"))
+
+    # 620 tokens after the first call still fits under 1000; 1240 after the second does not.
+    assert calls == 2
+    methods = [r["generated_by"] for r in rows(db, "SELECT generated_by FROM observations")]
+    assert sorted(methods) == ["extractive", "gemini:gemini-2.5-flash", "gemini:gemini-2.5-flash"]
+    assert row(db, "SELECT sum(requests) AS n FROM llm_usage")["n"] == 2
+
+
+def test_breaker_falls_back_after_repeated_gemini_failures(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    make_session(db)
+    for n in range(4):
+        make_observation(db, f"o{n}")
+    with fake_gemini() as fake:
+        fake.on(":generateContent", lambda _r: FakeResponse(500, _error(500, "INTERNAL")))
+        run_until(
+            gemini_settings(fake.url, gemini_failure_threshold=2),
+            database_url,
+            lambda: (
+                row(db, "SELECT count(*) AS n FROM observations WHERE status = 'compressed'")["n"]
+                == 4
+            ),
+            concurrency=1,
+        )
+        calls = len(fake.calls(":generateContent"))
+
+    # Two failures open the breaker: no further call, and the two failed ones are retried with
+    # the extractive method instead of failing for good.
+    assert calls == 2
+    stored = rows(db, "SELECT generated_by, attempts FROM observations ORDER BY id")
+    assert [r["generated_by"] for r in stored] == ["extractive"] * 4
+    assert [r["attempts"] for r in stored] == [2, 2, 1, 1]
+
+
+def test_skip_list_and_tiny_observations_never_reach_gemini(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    make_session(db)
+    make_observation(db, "skipped", function_name="list_dir", result=LONG_RESULT)
+    make_observation(db, "tiny", result="ok")
+    with fake_gemini() as fake:
+        drain(gemini_settings(fake.url), database_url)
+        assert fake.calls(":generateContent") == []
+
+    by_id = {r["id"]: r for r in rows(db, "SELECT * FROM observations")}
+    assert by_id["skipped"]["generated_by"] == "extractive"
+    assert by_id["tiny"]["generated_by"] == "raw"
+    assert by_id["tiny"]["tokens_saved"] == 0
+    assert {r["status"] for r in by_id.values()} == {"compressed"}
+
+
+def test_secrets_are_redacted_before_sending(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    make_session(db)
+    secret = "ghp_" + "a1B2c3D4e5" * 4
+    make_observation(
+        db, "o1", result=LONG_RESULT + f"\nGITHUB_TOKEN={secret}\nAKIAIOSFODNN7EXAMPLE"
+    )
+    with fake_gemini() as fake:
+        fake.on(":generateContent", lambda _r: FakeResponse(body=text_answer(ANSWER)))
+        drain(gemini_settings(fake.url), database_url)
+        (call,) = fake.calls(":generateContent")
+
+    sent = call.body["contents"][0]["parts"][0]["text"]
+    assert secret not in sent
+    assert "AKIAIOSFODNN7EXAMPLE" not in sent
+    assert "[REDACTED]" in sent

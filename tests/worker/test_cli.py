@@ -1,0 +1,75 @@
+"""`agmem worker`, `agmem worker retry-failed` and the worker lines of `agmem status`."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.cli.helpers import AGMEM, agmem_env, run_agmem
+from tests.worker.builders import make_observation, make_session, row
+
+
+def test_retry_failed_requeues_and_status_reports(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    make_session(db)
+    make_observation(db, "f1", status="failed")
+    make_observation(db, "f2", status="failed")
+    make_observation(db, "done", status="compressed")
+    db.execute("UPDATE observations SET tokens_saved = 25 WHERE id = 'done'")
+
+    status = run_agmem("status", DATABASE_URL=database_url)
+    assert status.returncode == 0, status.stderr
+    assert "failed 2, compressed 1" in status.stdout
+    assert "saved 25 in total" in status.stdout
+    assert "25 in /home/dev/shop" in status.stdout
+
+    retried = run_agmem("worker", "retry-failed", DATABASE_URL=database_url)
+    assert retried.returncode == 0, retried.stderr
+    assert retried.stdout.strip() == "requeued 2 observations and 0 sessions"
+    assert row(db, "SELECT count(*) AS n FROM observations WHERE status = 'captured'")["n"] == 2
+
+
+def test_worker_rejects_a_bad_concurrency_in_one_line(database_url: str) -> None:
+    result = run_agmem("worker", "--concurrency", "0", DATABASE_URL=database_url)
+    assert result.returncode != 0
+    assert "concurrency" in result.stderr.lower()
+
+
+@pytest.mark.slow
+def test_worker_works_then_stops_cleanly_on_sigterm(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    make_session(db)
+    make_observation(db, "o1")
+    process = subprocess.Popen(
+        [AGMEM, "worker", "-c", "2"],
+        env=agmem_env(DATABASE_URL=database_url),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while row(db, "SELECT status FROM observations")["status"] != "compressed":
+            assert process.poll() is None, process.stdout.read() if process.stdout else ""
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, output
+    assert "worker.stopped" in output
+
+
+def test_serve_offers_no_worker() -> None:
+    result = run_agmem("serve", "--help")
+    assert result.returncode == 0
+    assert "--no-worker" in result.stdout
