@@ -67,7 +67,7 @@ def test_two_processes_on_one_home_share_one_server(tmp_path: Path) -> None:
         pid_after = (home / "pgdata" / "postmaster.pid").read_text().split()[0]
         assert pid_after == pid_before, "a second postgres was started on the same data"
         # The second process leaving must not stop the server the first still uses.
-        health = wait_for_health(port, server, timeout=5)
+        health = wait_for_health(port, server, timeout=30)
         assert health["database"] == "ok"
     finally:
         stop(server)
