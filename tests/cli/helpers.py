@@ -42,7 +42,7 @@ def free_port() -> int:
 
 
 def wait_for_health(
-    port: int, process: subprocess.Popen[str], timeout: float = 60
+    port: int, process: subprocess.Popen[str], timeout: float = 120
 ) -> dict[str, object]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

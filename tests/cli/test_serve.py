@@ -20,7 +20,7 @@ def embedded_url(home: Path) -> str:
 
 def stop(process: subprocess.Popen[str]) -> str:
     process.send_signal(signal.SIGINT)  # what Ctrl-C sends
-    output, _ = process.communicate(timeout=30)
+    output, _ = process.communicate(timeout=60)
     return output
 
 
