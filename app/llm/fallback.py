@@ -169,7 +169,13 @@ def summarize_extractive(
     if files:
         more = f" and {len(files) - 6} more" if len(files) > 6 else ""
         sentences.append(f"It touched {', '.join(files[:6])}{more}.")
-    highlights = [_short(o.compressed.splitlines()[-1]) for o in observations if o.compressed]
+    # Trailing punctuation is dropped so that joining results never reads "x;; y.".
+    highlights = [
+        _short(o.compressed.splitlines()[-1]).rstrip(" ;.,")
+        for o in observations
+        if o.compressed and o.compressed.strip()
+    ]
+    highlights = [h for h in highlights if h]
     if highlights:
         sentences.append(f"Notable results: {'; '.join(highlights[:2])}.")
     failed = sum(1 for o in observations if o.status == "failed")
