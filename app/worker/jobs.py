@@ -5,7 +5,9 @@ Gemini; it writes its result in one short transaction guarded by its claim."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import structlog
 from google import genai
@@ -28,6 +30,8 @@ from app.worker.claims import ObservationWork, Queue, SessionWork, SyncRunWork
 log = structlog.get_logger(__name__)
 
 RAW = "raw"
+
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -80,6 +84,43 @@ async def fail_attempt(
     return status
 
 
+@dataclass(frozen=True, slots=True)
+class AttemptFailed:
+    """A Gemini call failed; the claim was released and the row now has `status`."""
+
+    status: str
+
+
+async def call_gemini(
+    ctx: JobContext,
+    queue: Queue,
+    *,
+    row_id: object,
+    attempts: int,
+    call: Callable[[], Awaitable[T]],
+) -> T | AttemptFailed:
+    """One Gemini call under the rate gate; a failure feeds the breaker, honours Retry-After
+    and releases the claim with backoff."""
+    try:
+        async with ctx.gate.slot():
+            answer = await call()
+    except GeminiCallFailed as error:
+        ctx.gate.record_failure()
+        if error.retry_after is not None:
+            ctx.gate.pause(error.retry_after)
+        status = await fail_attempt(
+            ctx,
+            queue,
+            row_id=row_id,
+            attempts=attempts,
+            error=str(error),
+            retry_after=error.retry_after,
+        )
+        return AttemptFailed(status or "lost")
+    ctx.gate.record_success()
+    return answer
+
+
 async def _gemini_allowed(ctx: JobContext) -> bool:
     """Whether this call may go to Gemini: a key, a closed breaker, and budget left today."""
     if ctx.client is None or ctx.gate.breaker_open:
@@ -111,26 +152,20 @@ async def compress_observation(ctx: JobContext, work: ObservationWork) -> str:
         # Already shorter than a summary would be: keep it as it is.
         result = compressed_locally(observation, observation=observation, generated_by=RAW)
     elif await _gemini_allowed(ctx):
-        assert ctx.client is not None
-        try:
-            async with ctx.gate.slot():
-                result = await compress_with_gemini(
-                    ctx.client, model=settings.gemini_model, observation=observation
-                )
-        except GeminiCallFailed as error:
-            ctx.gate.record_failure()
-            if error.retry_after is not None:
-                ctx.gate.pause(error.retry_after)
-            status = await fail_attempt(
-                ctx,
-                claims.OBSERVATIONS,
-                row_id=work.id,
-                attempts=work.attempts,
-                error=str(error),
-                retry_after=error.retry_after,
-            )
-            return status or "lost"
-        ctx.gate.record_success()
+        client = ctx.client
+        assert client is not None
+        outcome = await call_gemini(
+            ctx,
+            claims.OBSERVATIONS,
+            row_id=work.id,
+            attempts=work.attempts,
+            call=lambda: compress_with_gemini(
+                client, model=settings.gemini_model, observation=observation
+            ),
+        )
+        if isinstance(outcome, AttemptFailed):
+            return outcome.status
+        result = outcome
     if result is None:
         text = compress_extractive(
             function_name=work.function_name,
@@ -169,32 +204,24 @@ async def summarize_session(ctx: JobContext, work: SessionWork) -> str:
         digests = await results.session_digests(session, session_id=work.id)
     summary: results.SessionSummary | None = None
     if any(d.compressed for d in digests) and await _gemini_allowed(ctx):
-        assert ctx.client is not None
+        client = ctx.client
+        assert client is not None
         prompt = session_text(
             project_path=work.project_path,
             user_prompt=work.user_prompt,
             observations=digests,
             max_chars=settings.worker_max_input_chars,
         )
-        try:
-            async with ctx.gate.slot():
-                answer = await summarize_with_gemini(
-                    ctx.client, model=settings.gemini_model, session=prompt
-                )
-        except GeminiCallFailed as error:
-            ctx.gate.record_failure()
-            if error.retry_after is not None:
-                ctx.gate.pause(error.retry_after)
-            status = await fail_attempt(
-                ctx,
-                claims.SESSIONS,
-                row_id=work.id,
-                attempts=work.attempts,
-                error=str(error),
-                retry_after=error.retry_after,
-            )
-            return status or "lost"
-        ctx.gate.record_success()
+        outcome = await call_gemini(
+            ctx,
+            claims.SESSIONS,
+            row_id=work.id,
+            attempts=work.attempts,
+            call=lambda: summarize_with_gemini(client, model=settings.gemini_model, session=prompt),
+        )
+        if isinstance(outcome, AttemptFailed):
+            return outcome.status
+        answer = outcome
         summary = results.SessionSummary(answer.text, f"gemini:{settings.gemini_model}")
         input_tokens = answer.prompt_tokens or estimate_tokens(prompt)
         output_tokens = answer.output_tokens or estimate_tokens(answer.text)
