@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 
 from app.api.deps import DbDep, SettingsDep
 from app.capture import service
-from app.capture.db import capture_engine, capture_lifespan
+from app.capture.db import capture_connection, capture_lifespan
 from app.capture.schemas import (
     CompressIn,
     ObserveIn,
@@ -145,7 +145,7 @@ async def get_session(session_id: str, db: DbDep) -> JSONResponse:
 async def observe(data: ObserveIn, request: Request) -> JSONResponse:
     """Record a tool call (201); a repeated id answers 200 with the first result."""
     state: AppState = request.app.state.agmem
-    async with capture_engine(request).connect() as db:
+    async with capture_connection(request) as db:
         ref, created = await service.record_observation(db, data=data, settings=state.settings)
     return _observation_answer(ref, 201 if created else 200)
 
@@ -154,7 +154,7 @@ async def observe(data: ObserveIn, request: Request) -> JSONResponse:
 async def observe_result(data: ObserveResultIn, request: Request) -> JSONResponse:
     """Attach a tool result to its call (200), or record it as a new observation (201)."""
     state: AppState = request.app.state.agmem
-    async with capture_engine(request).connect() as db:
+    async with capture_connection(request) as db:
         ref, created = await service.record_result(db, data=data, settings=state.settings)
     return _observation_answer(ref, 201 if created else 200)
 
