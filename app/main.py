@@ -46,12 +46,14 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
         lifespan=lifespan,
     )
     install_error_handlers(app)
+    # Capture first: a request is matched against the routes in order, and observe/result are
+    # most of the traffic (no other router has a path under /api/session*, /api/observ*).
+    app.include_router(capture_router)
     app.include_router(health.router)
     app.include_router(sync_router)
     app.include_router(proxy_routes.router)
     app.include_router(search_router)
     app.include_router(context_router)
-    app.include_router(capture_router)
     # Outermost first: the size limit applies before authentication reads anything.
     app.add_middleware(BearerTokenMiddleware, token=settings.api_token)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
