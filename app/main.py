@@ -70,12 +70,14 @@ def create_app(
         lifespan=lifespan,
     )
     install_error_handlers(app)
+    # Capture first: a request is matched against the routes in order, and observe/result are
+    # most of the traffic (no other router has a path under /api/session*, /api/observ*).
+    app.include_router(capture_router)
     app.include_router(health.router)
     app.include_router(sync_router)
     app.include_router(proxy_routes.router)
     app.include_router(search_router)
     app.include_router(context_router)
-    app.include_router(capture_router)
     app.include_router(memories.router)
     mcp = mount_mcp(app, settings)
     # Outermost first: the size limit applies before authentication reads anything.

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from app.privacy import (
+    _RULES,
     REDACTED,
     NestingTooDeep,
     cap_text,
@@ -156,6 +157,36 @@ def test_redact_env_assignments(text: str, expected: str) -> None:
 )
 def test_redact_quoted_credential_values(text: str, expected: str) -> None:
     assert redact_secrets(text) == expected
+
+
+GATE_SAMPLES = [
+    *SECRETS,
+    "key sk_live_abcdefghijklmnop1234 rk_test_abcdefghijklmnop1234",
+    "-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n-----END OPENSSH PRIVATE KEY-----",
+    "Authorization: Bearer abc.def.ghi123 AUTHORIZATION=token12345678 BEARER abcdefgh1234",
+    "postgresql://app:s3cr3t!@db.example.com:5432/x",
+    "GEMINI_API_KEY=abc AWS_SECRET='x' GITHUB_TOKEN=g DB_PASSWORD=p X_PASSWD=p X_CREDENTIALS=c",
+    "X_CREDENTIAL=c MY_AUTH=a",
+    '{"password": "hunter22", "Secret": "abcd1234", "TOKEN": "abcd1234", "PASSWD": "abcd1234",'
+    ' "SECRET": "abcd1234", "token": "abcd1234"}',
+    '{"apiKey": "zzzz9999", "api-key": "zzzz9999", "API_KEY": "zzzz9999", "Api_Key": "zzzz"}',
+]
+
+
+def test_every_match_contains_its_gate_literal() -> None:
+    """redact_secrets runs a pattern only when one of its literals occurs: never skip a match."""
+    texts = GATE_SAMPLES + [p.read_text(encoding="utf-8", errors="replace") for p in REAL_FILES]
+    matched = set()
+    for literals, pattern, _ in _RULES:
+        for text in texts:
+            for match in pattern.finditer(text):
+                matched.add(pattern.pattern)
+                assert any(literal in match.group(0) for literal in literals), (
+                    pattern.pattern,
+                    match.group(0),
+                )
+    # The samples exercise every rule, so the check above is not vacuous.
+    assert matched == {pattern.pattern for _, pattern, _ in _RULES}
 
 
 @pytest.mark.parametrize(

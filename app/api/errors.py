@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
 import structlog
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -99,8 +100,18 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(AppError, _app_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
-    for unreachable in (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError):
+    # The sa_exc classes come from SQLAlchemy sessions; the psycopg ones from the capture hot
+    # path's raw pool (psycopg_pool's PoolTimeout is an OperationalError).
+    for unreachable in (
+        sa_exc.OperationalError,
+        sa_exc.InterfaceError,
+        sa_exc.TimeoutError,
+        psycopg.OperationalError,
+        psycopg.InterfaceError,
+    ):
         app.add_exception_handler(unreachable, _database_unreachable)
     app.add_exception_handler(sa_exc.DataError, _data_error)
+    app.add_exception_handler(psycopg.DataError, _data_error)
     app.add_exception_handler(sa_exc.IntegrityError, _integrity_error)
+    app.add_exception_handler(psycopg.IntegrityError, _integrity_error)
     app.add_exception_handler(Exception, _unexpected)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,7 +13,13 @@ from app.capture.derive import (
     observation_type,
     prepare_payload,
 )
-from app.capture.entities import MAX_PER_KIND, entity_text, extract_entities, merge_entities
+from app.capture.entities import (
+    _GATES,
+    MAX_PER_KIND,
+    entity_text,
+    extract_entities,
+    merge_entities,
+)
 
 
 @pytest.mark.parametrize(
@@ -105,3 +112,27 @@ def test_entities_are_bounded_and_merge() -> None:
 
 def test_entities_of_plain_prose_are_empty() -> None:
     assert extract_entities("The cart total is wrong when the user adds two items.") == {}
+
+
+GATE_SAMPLES = [
+    "see app/main.py and https://x.dev/a; def run(x): pass; function go() {}; func (s *S) Do()",
+    "fn main() {} const f = async (a) => a; class Foo: interface Bar struct Baz trait Q enum E",
+    "ValueError: bad; IOException; Traceback (most recent call last); Segmentation fault",
+    "thread panicked at x; sh: foo: command not found; Permission denied",
+    "error TS2304, error CS0103",
+    "pip install requests; uv add httpx; go get example.com/m; npm i left-pad",
+    "import os\nfrom app import x\nconst a = require('lodash'); import b from 'react'",
+]
+
+
+def test_every_entity_match_has_its_gate_literal() -> None:
+    """A pattern runs only when one of its gate literals occurs: no match may lack one."""
+    real = [p for p in Path("/work/shared/testdata").rglob("*") if p.is_file()]
+    texts = GATE_SAMPLES + [p.read_text(encoding="utf-8", errors="replace") for p in real]
+    matched = set()
+    for pattern, literals in _GATES.items():
+        for text in texts:
+            if pattern.search(text):
+                matched.add(pattern)
+                assert any(literal in text for literal in literals), pattern.pattern
+    assert matched == set(_GATES)
