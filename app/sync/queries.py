@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.index.terms import search_terms
+
 # One lock key per project; a second sync of the same project waits for the first to finish.
 _LOCK = text("SELECT pg_advisory_lock(hashtextextended('agmem.sync:' || :project, 0))")
 _UNLOCK = text("SELECT pg_advisory_unlock(hashtextextended('agmem.sync:' || :project, 0))")
@@ -29,11 +31,12 @@ _DELETE_FILE_CHUNKS = text("DELETE FROM memory_chunks WHERE file_id = :file_id")
 
 _INSERT_CHUNKS = text(
     "INSERT INTO memory_chunks (project_path, source, file_id, file_path, start_line, end_line, "
-    "content, hash, embedding, model) "
-    "SELECT :project, :source, :file_id, :path, s, e, c, h, CAST(v AS vector), "
+    "content, search_terms, hash, embedding, model) "
+    "SELECT :project, :source, :file_id, :path, s, e, c, st, h, CAST(v AS vector), "
     "CASE WHEN v IS NULL THEN NULL ELSE CAST(:model AS varchar) END "
     "FROM unnest(CAST(:starts AS int[]), CAST(:ends AS int[]), CAST(:contents AS text[]), "
-    "CAST(:hashes AS text[]), CAST(:vectors AS text[])) AS t(s, e, c, h, v)"
+    "CAST(:terms AS text[]), CAST(:hashes AS text[]), CAST(:vectors AS text[])) "
+    "AS t(s, e, c, st, h, v)"
 )
 
 _TOUCH_FILES = text(
@@ -156,6 +159,7 @@ async def replace_file(
                 "starts": starts,
                 "ends": ends,
                 "contents": contents,
+                "terms": [search_terms(c) for c in contents],
                 "hashes": hashes,
                 "vectors": vectors,
                 "model": model,
