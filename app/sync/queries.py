@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
+from typing import Any, cast
 
+import psycopg
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -29,14 +31,11 @@ _UPSERT_FILE = text(
 
 _DELETE_FILE_CHUNKS = text("DELETE FROM memory_chunks WHERE file_id = :file_id")
 
-_INSERT_CHUNKS = text(
-    "INSERT INTO memory_chunks (project_path, source, file_id, file_path, start_line, end_line, "
-    "content, search_terms, hash, embedding, model) "
-    "SELECT :project, :source, :file_id, :path, s, e, c, st, h, CAST(v AS vector), "
-    "CASE WHEN v IS NULL THEN NULL ELSE CAST(:model AS varchar) END "
-    "FROM unnest(CAST(:starts AS int[]), CAST(:ends AS int[]), CAST(:contents AS text[]), "
-    "CAST(:terms AS text[]), CAST(:hashes AS text[]), CAST(:vectors AS text[])) "
-    "AS t(s, e, c, st, h, v)"
+# COPY, not INSERT ... unnest: the rows stream in one pass without building parameter arrays
+# (bench/sync_rows.py: about 1.3x the rows/s into the full set of memory_chunks indexes).
+_COPY_CHUNKS = (
+    "COPY memory_chunks (project_path, source, file_id, file_path, start_line, end_line, "
+    "content, search_terms, hash, embedding, model) FROM STDIN"
 )
 
 _TOUCH_FILES = text(
@@ -146,25 +145,25 @@ async def replace_file(
     ).scalar_one()
     await session.execute(_DELETE_FILE_CHUNKS, {"file_id": file_id})
     if chunks:
-        starts, ends, contents, hashes, vectors = (
-            list(column) for column in zip(*chunks, strict=True)
-        )
-        await session.execute(
-            _INSERT_CHUNKS,
-            {
-                "project": project,
-                "source": source,
-                "file_id": file_id,
-                "path": path,
-                "starts": starts,
-                "ends": ends,
-                "contents": contents,
-                "terms": [search_terms(c) for c in contents],
-                "hashes": hashes,
-                "vectors": vectors,
-                "model": model,
-            },
-        )
+        raw = await (await session.connection()).get_raw_connection()
+        driver = cast("psycopg.AsyncConnection[Any]", raw.driver_connection)
+        async with driver.cursor() as cursor, cursor.copy(_COPY_CHUNKS) as copy:
+            for start, end, content, digest, vector in chunks:
+                await copy.write_row(
+                    (
+                        project,
+                        source,
+                        file_id,
+                        path,
+                        start,
+                        end,
+                        content,
+                        search_terms(content),
+                        digest,
+                        vector,
+                        None if vector is None else model,
+                    )
+                )
     return file_id
 
 
