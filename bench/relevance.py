@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.config import load_settings
 from app.db.engine import make_async_engine, make_sessionmaker
 from app.index.embedding import embed_pending_chunks
+from app.index.terms import search_terms
 from app.index.writer import content_hash
 from app.llm.embeddings import Embedder, get_embedder
 from app.logs import configure_logging
@@ -61,8 +62,8 @@ async def load(session: AsyncSession, chunks: list[CorpusChunk], embedder: Embed
         row = await session.execute(
             text(
                 "INSERT INTO memory_chunks (project_path, source, file_path, start_line, "
-                "end_line, content, hash) VALUES ('/bench', :source, :path, :start, :end, "
-                ":content, :hash) RETURNING id"
+                "end_line, content, search_terms, hash) VALUES ('/bench', :source, :path, :start, "
+                ":end, :content, :terms, :hash) RETURNING id"
             ),
             {
                 "source": chunk.source,
@@ -70,6 +71,7 @@ async def load(session: AsyncSession, chunks: list[CorpusChunk], embedder: Embed
                 "start": chunk.start_line,
                 "end": chunk.end_line,
                 "content": chunk.content,
+                "terms": search_terms(chunk.content),
                 "hash": content_hash(chunk.content),
             },
         )

@@ -31,6 +31,7 @@ from app.context.builder import build_context
 from app.db.engine import make_async_engine, make_sessionmaker
 from app.db.vector_index import hnsw_index_ddl, hnsw_index_name
 from app.index.embedding import vector_literal
+from app.index.terms import search_terms
 from app.index.writer import content_hash
 from app.llm.embeddings import Embedder, get_embedder
 from app.logs import configure_logging
@@ -76,7 +77,7 @@ def load_postgres(
         conn.execute("DROP INDEX IF EXISTS ix_memory_chunks_tsv")
         with conn.cursor().copy(
             "COPY memory_chunks (project_path, source, file_path, start_line, end_line, content, "
-            "hash, embedding, model) FROM STDIN"
+            "search_terms, hash, embedding, model) FROM STDIN"
         ) as copy:
             for (project, path, content), vector in zip(rows, vectors, strict=True):
                 copy.write_row(
@@ -87,6 +88,7 @@ def load_postgres(
                         1,
                         20,
                         content,
+                        search_terms(content),
                         content_hash(content),
                         vector_literal(vector),
                         embedder.identity,

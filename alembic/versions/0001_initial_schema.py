@@ -385,6 +385,7 @@ def upgrade() -> None:
         sa.Column("memory_id", sa.UUID(), nullable=True),
         sa.Column("content", sa.Text(), nullable=False),
         sa.Column("hash", sa.String(length=64), nullable=False),
+        sa.Column("search_terms", sa.Text(), nullable=True),
         sa.Column("embedding", pgvector.sqlalchemy.vector.VECTOR(), nullable=True),
         sa.Column("model", sa.String(length=200), nullable=True),
         sa.Column("embed_attempts", sa.Integer(), server_default="0", nullable=False),
@@ -393,7 +394,8 @@ def upgrade() -> None:
             "tsv",
             postgresql.TSVECTOR(),
             sa.Computed(
-                "to_tsvector('english'::regconfig, content) || to_tsvector('english'::regconfig, regexp_replace(regexp_replace(content, '([a-z0-9])([A-Z])', '\\1 \\2', 'g'), '[^[:alnum:]]+', ' ', 'g'))",
+                "to_tsvector('english'::regconfig, content) || "
+                "to_tsvector('english'::regconfig, COALESCE(search_terms, ''::text))",
                 persisted=True,
             ),
             nullable=False,

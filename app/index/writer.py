@@ -16,6 +16,7 @@ from sqlalchemy import ColumnElement, delete, insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import MemoryChunkRow
+from app.index.terms import search_terms
 
 TextSource = Literal["observation", "summary", "kv"]
 
@@ -50,6 +51,7 @@ async def replace_index_text(
             "observation_id": observation_id,
             "memory_id": memory_id,
             "content": text,
+            "search_terms": search_terms(text),
             "hash": content_hash(text),
             **({"created_at": created_at} if created_at is not None else {}),
         }

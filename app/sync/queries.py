@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
+from typing import Any, cast
 
+import psycopg
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.index.terms import search_terms
 
 # One lock key per project; a second sync of the same project waits for the first to finish.
 _LOCK = text("SELECT pg_advisory_lock(hashtextextended('agmem.sync:' || :project, 0))")
@@ -27,13 +31,11 @@ _UPSERT_FILE = text(
 
 _DELETE_FILE_CHUNKS = text("DELETE FROM memory_chunks WHERE file_id = :file_id")
 
-_INSERT_CHUNKS = text(
-    "INSERT INTO memory_chunks (project_path, source, file_id, file_path, start_line, end_line, "
-    "content, hash, embedding, model) "
-    "SELECT :project, :source, :file_id, :path, s, e, c, h, CAST(v AS vector), "
-    "CASE WHEN v IS NULL THEN NULL ELSE CAST(:model AS varchar) END "
-    "FROM unnest(CAST(:starts AS int[]), CAST(:ends AS int[]), CAST(:contents AS text[]), "
-    "CAST(:hashes AS text[]), CAST(:vectors AS text[])) AS t(s, e, c, h, v)"
+# COPY, not INSERT ... unnest: the rows stream in one pass without building parameter arrays
+# (bench/sync_rows.py: about 1.3x the rows/s into the full set of memory_chunks indexes).
+_COPY_CHUNKS = (
+    "COPY memory_chunks (project_path, source, file_id, file_path, start_line, end_line, "
+    "content, search_terms, hash, embedding, model) FROM STDIN"
 )
 
 _TOUCH_FILES = text(
@@ -143,24 +145,25 @@ async def replace_file(
     ).scalar_one()
     await session.execute(_DELETE_FILE_CHUNKS, {"file_id": file_id})
     if chunks:
-        starts, ends, contents, hashes, vectors = (
-            list(column) for column in zip(*chunks, strict=True)
-        )
-        await session.execute(
-            _INSERT_CHUNKS,
-            {
-                "project": project,
-                "source": source,
-                "file_id": file_id,
-                "path": path,
-                "starts": starts,
-                "ends": ends,
-                "contents": contents,
-                "hashes": hashes,
-                "vectors": vectors,
-                "model": model,
-            },
-        )
+        raw = await (await session.connection()).get_raw_connection()
+        driver = cast("psycopg.AsyncConnection[Any]", raw.driver_connection)
+        async with driver.cursor() as cursor, cursor.copy(_COPY_CHUNKS) as copy:
+            for start, end, content, digest, vector in chunks:
+                await copy.write_row(
+                    (
+                        project,
+                        source,
+                        file_id,
+                        path,
+                        start,
+                        end,
+                        content,
+                        search_terms(content),
+                        digest,
+                        vector,
+                        None if vector is None else model,
+                    )
+                )
     return file_id
 
 

@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.engine import make_async_engine, make_sessionmaker
 from app.index.embedding import embed_pending_chunks
+from app.index.terms import search_terms
 from app.index.writer import content_hash
 from app.llm.embeddings import local_embedder
 
@@ -48,8 +49,9 @@ def in_session(database_url: str, work: Callable[[AsyncSession], Awaitable[T]]) 
 
 _INSERT = text(
     "INSERT INTO memory_chunks (project_path, source, file_path, start_line, end_line, "
-    "session_id, observation_id, content, hash, created_at) VALUES (:project, :source, :path, "
-    ":start_line, :end_line, :session_id, :observation_id, :content, :hash, "
+    "session_id, observation_id, content, search_terms, hash, created_at) VALUES (:project, "
+    ":source, :path, :start_line, :end_line, :session_id, :observation_id, :content, :terms, "
+    ":hash, "
     "COALESCE(CAST(:created_at AS timestamptz), now())) RETURNING id"
 )
 
@@ -69,6 +71,7 @@ def add_chunks(database_url: str, chunks: list[Chunk], *, embed: bool = True) ->
                 "session_id": chunk.session_id,
                 "observation_id": chunk.observation_id,
                 "content": chunk.content,
+                "terms": search_terms(chunk.content),
                 "hash": content_hash(chunk.content),
                 "created_at": chunk.created_at,
             }

@@ -1,0 +1,41 @@
+"""The code-aware search terms of a text: the parts of its identifier-like tokens.
+
+Postgres's English parser keeps `validateToken` as one word and `auth/jwt.ts` as one file token,
+so a search for `validate token` or `jwt` would miss them. The parts are computed here, once per
+row, and stored in `memory_chunks.search_terms`; the generated `tsv` indexes the content and these
+terms. Only identifier-like tokens contribute, so the second `to_tsvector` reads a few dozen
+characters instead of a second copy of the whole text (the old all-SQL split with two
+`regexp_replace` calls cost more than the rest of a row's indexing).
+"""
+
+from __future__ import annotations
+
+import re
+
+# Where a token turns code-like: a separator before a word character, or a lower-to-upper step.
+# Only these spots are expanded to their whitespace-delimited token; scanning for them is several
+# times cheaper than matching whole identifiers at every position (the text is mostly prose).
+_SPOT = re.compile(r"[^\s\w]\w|_\w|[a-z0-9][A-Z]")
+_TOKEN_REST = re.compile(r"\S*")
+_LOOK_BACK = 200  # longer tokens are data (hashes, base64), not identifiers
+_CAMEL = re.compile(r"([a-z0-9])([A-Z])")
+_SEPARATORS = re.compile(r"[\W_]+")
+
+
+def search_terms(text: str) -> str:
+    """The parts of `text`'s identifier-like tokens, space separated ("" when there are none)."""
+    out: list[str] = []
+    taken = 0  # end of the last token expanded: later spots inside it are skipped
+    for spot in _SPOT.finditer(text):
+        at = spot.start()
+        if at < taken:
+            continue
+        # Look back a bounded stretch: without a bound each search rescans the text before it.
+        low = max(taken, at - _LOOK_BACK)
+        start = max(low - 1, text.rfind(" ", low, at), text.rfind("\n", low, at)) + 1
+        end = _TOKEN_REST.match(text, at).end()  # type: ignore[union-attr]
+        taken = end
+        parts = _SEPARATORS.sub(" ", _CAMEL.sub(r"\1 \2", text[start:end])).strip()
+        if " " in parts:
+            out.append(parts)
+    return " ".join(out)

@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from sqlalchemy import text
+
+from app.config import Settings
+from app.db.engine import make_async_engine, make_sessionmaker
+from app.index.terms import search_terms
+from app.index.writer import replace_index_text
+from tests.sync.helpers import CountingEmbedder, make_project, run_sync
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("call validateToken(req) first", "validate Token req"),
+        ("see auth/jwt.ts and validate_token.", "auth jwt ts validate token"),
+        ("HTTPServer2Go getUserById", "HTTPServer2 Go get User By Id"),
+        ("plain words, nothing (here). Done", ""),
+        ("__init__ and api/v1/sessions", "api v1 sessions"),  # the parser splits `__init__`
+        ("straße/weg", "straße weg"),
+    ],
+)
+def test_search_terms_split_only_identifier_like_tokens(source: str, expected: str) -> None:
+    assert search_terms(source) == expected
+
+
+def test_replace_index_text_fills_search_terms_and_tsv_finds_the_parts(
+    database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    memory_id = uuid.uuid4()
+
+    async def go() -> None:
+        engine = make_async_engine(database_url)
+        try:
+            async with make_sessionmaker(engine)() as session, session.begin():
+                await session.execute(
+                    text(
+                        "INSERT INTO memories (id, scope, key, value) "
+                        "VALUES (:id, 'global', 'k', '1')"
+                    ),
+                    {"id": memory_id},
+                )
+                await replace_index_text(
+                    session,
+                    project_path="/p",
+                    source="kv",
+                    texts=["we call validateToken in auth/jwt.ts"],
+                    memory_id=memory_id,
+                )
+        finally:
+            await engine.dispose()
+
+    asyncio.run(go())
+    (terms,) = db.execute("SELECT search_terms FROM memory_chunks").fetchone() or (None,)
+    assert terms == "validate Token auth jwt ts"
+    for query in ("validate & token", "jwt", "auth"):
+        hits = db.execute(
+            "SELECT count(*) FROM memory_chunks WHERE tsv @@ to_tsquery('english', %s)", (query,)
+        ).fetchone()
+        assert hits == (1,), query
+
+
+def test_sync_fills_search_terms_of_every_chunk(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "proj")
+    (project / "memory" / "code.md").write_text("# Code\n\nThe handler calls parseConfig_v2.\n")
+
+    run_sync(database_url, settings, CountingEmbedder(), project)
+
+    rows = db.execute("SELECT content, search_terms FROM memory_chunks").fetchall()
+    assert rows
+    assert all(terms == search_terms(content) for content, terms in rows)
+    hit = db.execute(
+        "SELECT file_path FROM memory_chunks WHERE tsv @@ to_tsquery('english', 'parse & config')"
+    ).fetchall()
+    assert [Path(p).name for (p,) in hit] == ["code.md"]
