@@ -223,17 +223,22 @@ def search_statement(
     use_vector: bool,
     use_keyword: bool,
     strict: bool = False,
+    snippets: bool = True,
 ) -> TextClause:
     """The whole search as one statement: the branches asked for, the fusion, the final rows.
 
-    `use_keyword` also decides the snippet: with query terms it highlights them."""
+    `use_keyword` also decides the snippet: with query terms it highlights them. Without
+    `snippets` the column is empty: `ts_headline` re-parses each row's text, and callers that
+    only read `content` (the context builder) need not pay for it."""
     filters = _filter_sql(shape)
     ctes = [
         _vector_cte(model, dims, filters) if use_vector and mode != "keyword" else _EMPTY_VEC,
         _keyword_cte(filters, strict) if use_keyword and mode != "vector" else _EMPTY_KW,
     ]
     snippet = (
-        "ts_headline('english', c.content, to_tsquery('english', :tsq), "
+        "''::text"
+        if not snippets
+        else "ts_headline('english', c.content, to_tsquery('english', :tsq), "
         '\'MaxFragments=2, MaxWords=24, MinWords=8, FragmentDelimiter=" … ", '
         "StartSel=**, StopSel=**')"
         if use_keyword
@@ -290,6 +295,7 @@ async def run_search(
     vector_weight: float,
     keyword_weight: float,
     rank_normalization: int = 0,
+    snippets: bool = True,
 ) -> list[Any]:
     """Run one search; rows carry both branch ranks and scores and the fused score."""
     use_vector = query_vector is not None and mode != "keyword"
@@ -299,7 +305,7 @@ async def run_search(
     if use_vector:
         await configure_vector_scan(session, candidates=candidates)
     statement = search_statement(
-        mode, model, dims, filters.shape(), use_vector, use_keyword, bool(tsq_strict)
+        mode, model, dims, filters.shape(), use_vector, use_keyword, bool(tsq_strict), snippets
     )
     params: dict[str, Any] = {
         **filters.params(),

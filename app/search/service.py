@@ -68,8 +68,11 @@ async def search(
     request: SearchRequest,
     embedder: Embedder,
     tuning: SearchTuning | None = None,
+    snippets: bool = True,
 ) -> SearchResponse:
-    """Rank index rows for `request.query` by the requested mode (hybrid RRF by default)."""
+    """Rank index rows for `request.query` by the requested mode (hybrid RRF by default).
+
+    `snippets=False` leaves every `snippet` empty, for callers that read only `content`."""
     started = time.perf_counter()
     tuning = tuning or SearchTuning()
     query = request.query.strip()
@@ -105,6 +108,7 @@ async def search(
         vector_weight=tuning.vector_weight,
         keyword_weight=tuning.keyword_weight,
         rank_normalization=tuning.rank_normalization,
+        snippets=snippets,
     )
     results = [
         SearchResult(

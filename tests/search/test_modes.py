@@ -16,6 +16,8 @@ from app.index.embedding import vector_literal
 from app.llm.embeddings import local_embedder
 from app.search.fusion import RRF_K
 from app.search.queries import SearchFilters, configure_vector_scan, search_statement
+from app.search.schemas import SearchRequest, SearchResponse
+from app.search.service import search as search_service
 from tests.search.seed import Chunk, add_chunks, in_session
 
 OLD = datetime(2025, 1, 1, tzinfo=UTC)
@@ -207,3 +209,20 @@ def test_vector_branch_uses_the_models_hnsw_index_under_a_project_filter(
     plan = in_session(database_url, explain)
     assert hnsw_index_name(embedder.identity) in plan, plan
     assert "Index Scan" in plan
+
+
+def test_snippets_can_be_left_out_for_callers_that_read_content(
+    database_url: str, corpus: list[int]
+) -> None:
+    async def both(session: AsyncSession) -> tuple[SearchResponse, SearchResponse]:
+        request = SearchRequest(query="postgres connection pool", project_path="/p")
+        embedder = local_embedder()
+        full = await search_service(session, request=request, embedder=embedder)
+        bare = await search_service(session, request=request, embedder=embedder, snippets=False)
+        return full, bare
+
+    full, bare = in_session(database_url, both)
+    assert [r.id for r in full.results] == [r.id for r in bare.results]
+    assert any("**pool**" in r.snippet.lower() for r in full.results)
+    assert all(r.snippet == "" for r in bare.results)
+    assert [r.content for r in full.results] == [r.content for r in bare.results]
