@@ -27,6 +27,7 @@ MAX_PAIR_TERMS = 8  # the strict tier ORs every pair of up to 8 content words: a
 # costs ~40 us a row. So rows matching two or more of the query's words (the strict tier) are
 # ranked first (those matching every word above them), and rows matching one word are ranked
 # only to fill up, at most this many.
+ALL_RANK_CAP = 100
 STRICT_RANK_CAP = 300
 LOOSE_RANK_CAP = 100
 # pgvector's default ef_search (40) gave ANN recall@10 0.93 against exact search at 100k rows under
@@ -155,38 +156,49 @@ vec AS (
 )"""
 
 
-def _keyword_cte(filters: str, strict: bool) -> str:
-    strict_rows = (
-        f"""
+def _ranked_tier(tier: int, tsq_param: str, cap: int, filters: str, guard: str) -> str:
+    """Up to `cap` rows matching `tsq_param` (as the GIN bitmap yields them), ranked."""
+    return f"""
   SELECT c.id, ts_rank_cd(c.tsv, to_tsquery('english', :tsq), :rank_norm) AS rank_score,
-         CASE WHEN c.tsv @@ to_tsquery('english', :tsq_all) THEN 2 ELSE 1 END AS tier
+         {tier} AS tier
   FROM (SELECT c.id, c.tsv FROM memory_chunks c
-        WHERE c.tsv @@ to_tsquery('english', :tsq_strict){filters}
-        LIMIT {STRICT_RANK_CAP}) c
-  ORDER BY tier DESC, rank_score DESC, c.id
+        WHERE c.tsv @@ to_tsquery('english', :{tsq_param}){filters}{guard}
+        LIMIT {cap}) c
+  ORDER BY rank_score DESC, c.id
   LIMIT :candidates"""
+
+
+def _keyword_cte(filters: str, strict: bool) -> str:
+    # Tiers are read best first and a tier is only read when the better ones hold fewer rows than
+    # the candidate count. The all-words AND is an intersection of posting lists and cheap; the
+    # OR of every pair makes the GIN index visit almost every row holding any word, which at 100k
+    # rows cost 20-40 ms, so most queries (whose words co-occur often enough) now skip it.
+    # A better tier that is short is complete, so excluding its ids is exact.
+    after_all = (
+        " AND (SELECT count(*) FROM kw_all) < :candidates AND c.id NOT IN (SELECT id FROM kw_all)"
+    )
+    strict_rows = (
+        _ranked_tier(1, "tsq_strict", STRICT_RANK_CAP, filters, after_all)
         if strict
         else "SELECT NULL::bigint AS id, NULL::float4 AS rank_score, 1 AS tier WHERE false"
     )
+    after_strict = (
+        " AND (SELECT count(*) FROM kw_all) + (SELECT count(*) FROM kw_strict) < :candidates"
+        " AND c.id NOT IN (SELECT id FROM kw_all UNION ALL SELECT id FROM kw_strict)"
+    )
     return f"""
+kw_all AS MATERIALIZED ({_ranked_tier(2, "tsq_all", ALL_RANK_CAP, filters, "")}
+),
 kw_strict AS MATERIALIZED ({strict_rows}
 ),
-kw_loose AS MATERIALIZED (
-  SELECT c.id, ts_rank_cd(c.tsv, to_tsquery('english', :tsq), :rank_norm) AS rank_score,
-         0 AS tier
-  FROM (SELECT c.id, c.tsv FROM memory_chunks c
-        WHERE c.tsv @@ to_tsquery('english', :tsq){filters}
-          AND (SELECT count(*) FROM kw_strict) < :candidates
-          AND c.id NOT IN (SELECT id FROM kw_strict)
-        LIMIT {LOOSE_RANK_CAP}) c
-  ORDER BY rank_score DESC, c.id
-  LIMIT :candidates
+kw_loose AS MATERIALIZED ({_ranked_tier(0, "tsq", LOOSE_RANK_CAP, filters, after_strict)}
 ),
 kw AS (
   SELECT id, rank_score, tier,
          row_number() OVER (ORDER BY tier DESC, rank_score DESC, id) AS rank,
          rank_score / NULLIF(max(rank_score) OVER (), 0) AS normalised
-  FROM (SELECT * FROM kw_strict UNION ALL SELECT * FROM kw_loose) AS u
+  FROM (SELECT * FROM kw_all UNION ALL SELECT * FROM kw_strict UNION ALL SELECT * FROM kw_loose)
+       AS u
   WHERE rank_score >= :keyword_floor
 )"""
 
