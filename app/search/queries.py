@@ -24,9 +24,8 @@ from app.search.schemas import SearchMode
 MAX_TERMS = 24
 MAX_PAIR_TERMS = 8  # the strict tier ORs every pair of up to 8 content words: at most 28 pairs
 # A natural-language OR query over a big index matches a large share of it, and ranking every match
-# costs ~40 us a row. So rows matching two or more of the query's words (the strict tier) are
-# ranked first (those matching every word above them), and rows matching one word are ranked
-# only to fill up, at most this many.
+# costs ~40 us a row. So each tier (every word, two or more, one) ranks at most this many rows,
+# and a tier is read only to fill up what the better tiers left short (see `_keyword_cte`).
 ALL_RANK_CAP = 100
 STRICT_RANK_CAP = 300
 LOOSE_RANK_CAP = 100
