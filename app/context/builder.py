@@ -186,6 +186,7 @@ async def build_context(
             ),
             embedder=embedder,
             tuning=tuning,
+            snippets=False,  # the block quotes `content`; highlighting would be thrown away
         )
         shown_sessions = {row.ref for row in sessions}
         hits = [

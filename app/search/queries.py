@@ -24,14 +24,15 @@ from app.search.schemas import SearchMode
 MAX_TERMS = 24
 MAX_PAIR_TERMS = 8  # the strict tier ORs every pair of up to 8 content words: at most 28 pairs
 # A natural-language OR query over a big index matches a large share of it, and ranking every match
-# costs ~40 us a row. So rows matching two or more of the query's words (the strict tier) are
-# ranked first (those matching every word above them), and rows matching one word are ranked
-# only to fill up, at most this many.
+# costs ~40 us a row. So each tier (every word, two or more, one) ranks at most this many rows,
+# and a tier is read only to fill up what the better tiers left short (see `_keyword_cte`).
+ALL_RANK_CAP = 100
 STRICT_RANK_CAP = 300
 LOOSE_RANK_CAP = 100
-# pgvector's default ef_search (40) gave ANN recall@10 0.93 against exact search at 100k rows under
-# a project filter; 100 is the floor, widened to the candidate count.
-EF_SEARCH_FLOOR = 100
+# ANN recall@10 against exact search at 100k rows under a project filter (160 queries): ef_search
+# 40 gave 0.93, 100 0.939, 120 0.948, 160 0.963 (+1.6 ms p50), 200 0.968. 160 is the floor, widened
+# to the candidate count.
+EF_SEARCH_FLOOR = 160
 # Postgres's `english` stop words (tsearch_data/english.stop); a test checks they agree.
 ENGLISH_STOP_WORDS = frozenset(
     "i me my myself we our ours ourselves you your yours yourself yourselves he him his himself "
@@ -155,38 +156,49 @@ vec AS (
 )"""
 
 
-def _keyword_cte(filters: str, strict: bool) -> str:
-    strict_rows = (
-        f"""
+def _ranked_tier(tier: int, tsq_param: str, cap: int, filters: str, guard: str) -> str:
+    """Up to `cap` rows matching `tsq_param` (as the GIN bitmap yields them), ranked."""
+    return f"""
   SELECT c.id, ts_rank_cd(c.tsv, to_tsquery('english', :tsq), :rank_norm) AS rank_score,
-         CASE WHEN c.tsv @@ to_tsquery('english', :tsq_all) THEN 2 ELSE 1 END AS tier
+         {tier} AS tier
   FROM (SELECT c.id, c.tsv FROM memory_chunks c
-        WHERE c.tsv @@ to_tsquery('english', :tsq_strict){filters}
-        LIMIT {STRICT_RANK_CAP}) c
-  ORDER BY tier DESC, rank_score DESC, c.id
+        WHERE c.tsv @@ to_tsquery('english', :{tsq_param}){filters}{guard}
+        LIMIT {cap}) c
+  ORDER BY rank_score DESC, c.id
   LIMIT :candidates"""
+
+
+def _keyword_cte(filters: str, strict: bool) -> str:
+    # Tiers are read best first and a tier is only read when the better ones hold fewer rows than
+    # the candidate count. The all-words AND is an intersection of posting lists and cheap; the
+    # OR of every pair makes the GIN index visit almost every row holding any word, which at 100k
+    # rows cost 20-40 ms, so most queries (whose words co-occur often enough) now skip it.
+    # A better tier that is short is complete, so excluding its ids is exact.
+    after_all = (
+        " AND (SELECT count(*) FROM kw_all) < :candidates AND c.id NOT IN (SELECT id FROM kw_all)"
+    )
+    strict_rows = (
+        _ranked_tier(1, "tsq_strict", STRICT_RANK_CAP, filters, after_all)
         if strict
         else "SELECT NULL::bigint AS id, NULL::float4 AS rank_score, 1 AS tier WHERE false"
     )
+    after_strict = (
+        " AND (SELECT count(*) FROM kw_all) + (SELECT count(*) FROM kw_strict) < :candidates"
+        " AND c.id NOT IN (SELECT id FROM kw_all UNION ALL SELECT id FROM kw_strict)"
+    )
     return f"""
+kw_all AS MATERIALIZED ({_ranked_tier(2, "tsq_all", ALL_RANK_CAP, filters, "")}
+),
 kw_strict AS MATERIALIZED ({strict_rows}
 ),
-kw_loose AS MATERIALIZED (
-  SELECT c.id, ts_rank_cd(c.tsv, to_tsquery('english', :tsq), :rank_norm) AS rank_score,
-         0 AS tier
-  FROM (SELECT c.id, c.tsv FROM memory_chunks c
-        WHERE c.tsv @@ to_tsquery('english', :tsq){filters}
-          AND (SELECT count(*) FROM kw_strict) < :candidates
-          AND c.id NOT IN (SELECT id FROM kw_strict)
-        LIMIT {LOOSE_RANK_CAP}) c
-  ORDER BY rank_score DESC, c.id
-  LIMIT :candidates
+kw_loose AS MATERIALIZED ({_ranked_tier(0, "tsq", LOOSE_RANK_CAP, filters, after_strict)}
 ),
 kw AS (
   SELECT id, rank_score, tier,
          row_number() OVER (ORDER BY tier DESC, rank_score DESC, id) AS rank,
          rank_score / NULLIF(max(rank_score) OVER (), 0) AS normalised
-  FROM (SELECT * FROM kw_strict UNION ALL SELECT * FROM kw_loose) AS u
+  FROM (SELECT * FROM kw_all UNION ALL SELECT * FROM kw_strict UNION ALL SELECT * FROM kw_loose)
+       AS u
   WHERE rank_score >= :keyword_floor
 )"""
 
@@ -223,17 +235,22 @@ def search_statement(
     use_vector: bool,
     use_keyword: bool,
     strict: bool = False,
+    snippets: bool = True,
 ) -> TextClause:
     """The whole search as one statement: the branches asked for, the fusion, the final rows.
 
-    `use_keyword` also decides the snippet: with query terms it highlights them."""
+    `use_keyword` also decides the snippet: with query terms it highlights them. Without
+    `snippets` the column is empty: `ts_headline` re-parses each row's text, and callers that
+    only read `content` (the context builder) need not pay for it."""
     filters = _filter_sql(shape)
     ctes = [
         _vector_cte(model, dims, filters) if use_vector and mode != "keyword" else _EMPTY_VEC,
         _keyword_cte(filters, strict) if use_keyword and mode != "vector" else _EMPTY_KW,
     ]
     snippet = (
-        "ts_headline('english', c.content, to_tsquery('english', :tsq), "
+        "''::text"
+        if not snippets
+        else "ts_headline('english', c.content, to_tsquery('english', :tsq), "
         '\'MaxFragments=2, MaxWords=24, MinWords=8, FragmentDelimiter=" … ", '
         "StartSel=**, StopSel=**')"
         if use_keyword
@@ -290,6 +307,7 @@ async def run_search(
     vector_weight: float,
     keyword_weight: float,
     rank_normalization: int = 0,
+    snippets: bool = True,
 ) -> list[Any]:
     """Run one search; rows carry both branch ranks and scores and the fused score."""
     use_vector = query_vector is not None and mode != "keyword"
@@ -299,7 +317,7 @@ async def run_search(
     if use_vector:
         await configure_vector_scan(session, candidates=candidates)
     statement = search_statement(
-        mode, model, dims, filters.shape(), use_vector, use_keyword, bool(tsq_strict)
+        mode, model, dims, filters.shape(), use_vector, use_keyword, bool(tsq_strict), snippets
     )
     params: dict[str, Any] = {
         **filters.params(),

@@ -7,9 +7,18 @@ from typing import Any
 import psycopg
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.search.queries import keyword_terms, strict_tsquery_text, tsquery_text
-from tests.search.seed import Chunk, add_chunks
+from app.search.queries import (
+    SearchFilters,
+    all_tsquery_text,
+    keyword_terms,
+    search_statement,
+    strict_tsquery_text,
+    tsquery_text,
+)
+from tests.search.seed import Chunk, add_chunks, in_session
 
 CODE = [
     Chunk("export function validateToken(raw: string) { return verify(raw) }", path="a.ts"),
@@ -148,3 +157,67 @@ def test_rows_matching_more_words_outrank_single_word_matches(
         "('cache' & 'warmup') | ('cache' & 'slow':*) | ('warmup' & 'slow':*)"
     )
     assert strict_tsquery_text(["the", "cache"]) == ""
+
+
+TIERS = [Chunk(f"invoice retry backoff note {n}", path=f"all{n}.md") for n in range(5)] + [
+    Chunk("invoice retry without the third word", path="two.md"),
+    Chunk("invoice only", path="one.md"),
+]
+
+
+def test_tiers_rank_all_words_then_two_then_one(
+    client: TestClient, database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    add_chunks(database_url, TIERS)
+    found = paths(keyword(client, "invoice retry backoff"))
+    assert set(found[:5]) == {f"all{n}.md" for n in range(5)}
+    assert found[5:] == ["two.md", "one.md"]
+
+
+def test_a_full_all_words_tier_skips_the_pair_and_single_word_scans(
+    database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    # The OR of every pair is the costly GIN scan; with enough rows holding every word it must
+    # not run at all.
+    add_chunks(database_url, TIERS)
+    terms = keyword_terms("invoice retry backoff")
+    shape = SearchFilters("/p").shape()
+    statement = search_statement("keyword", "m", 256, shape, False, True, True)
+    params = {
+        **SearchFilters("/p").params(),
+        "qvec": None,
+        "tsq": tsquery_text(terms),
+        "tsq_strict": strict_tsquery_text(terms),
+        "tsq_all": all_tsquery_text(terms),
+        "limit": 1,
+        "candidates": 4,
+        "min_score": -1.0,
+        "vector_floor": 0.0,
+        "keyword_floor": 0.0,
+        "rrf_k": 60.0,
+        "w_vector": 1.0,
+        "w_keyword": 1.0,
+        "rank_norm": 5,
+    }
+
+    async def explain(session: AsyncSession) -> Any:
+        explained = text("EXPLAIN (ANALYZE, FORMAT JSON) " + str(statement))
+        rows = await session.execute(explained, params)
+        return rows.scalar_one()[0]["Plan"]
+
+    def scans(node: dict[str, Any]) -> list[tuple[str, int]]:
+        """(tsquery condition, loops) of every node that tests `tsv @@`."""
+        found = [
+            (str(value), node["Actual Loops"])
+            for key, value in node.items()
+            if key in {"Filter", "Recheck Cond", "Index Cond"} and "tsv @@" in str(value)
+        ]
+        for child in node.get("Plans", []):
+            found.extend(scans(child))
+        return found
+
+    tested = scans(in_session(database_url, explain))
+    ran = {cond for cond, loops in tested if loops > 0}
+    assert any("''invoic'' & ''retri'' & ''backoff'':*" in cond for cond in ran), tested
+    assert not any(" | " in cond for cond in ran), tested  # neither the pairs nor the OR ran
+    assert any(" | " in cond for cond, _ in tested), tested

@@ -15,7 +15,14 @@ from app.db.vector_index import hnsw_index_ddl, hnsw_index_name
 from app.index.embedding import vector_literal
 from app.llm.embeddings import local_embedder
 from app.search.fusion import RRF_K
-from app.search.queries import SearchFilters, configure_vector_scan, search_statement
+from app.search.queries import (
+    EF_SEARCH_FLOOR,
+    SearchFilters,
+    configure_vector_scan,
+    search_statement,
+)
+from app.search.schemas import SearchRequest, SearchResponse
+from app.search.service import search as search_service
 from tests.search.seed import Chunk, add_chunks, in_session
 
 OLD = datetime(2025, 1, 1, tzinfo=UTC)
@@ -207,3 +214,41 @@ def test_vector_branch_uses_the_models_hnsw_index_under_a_project_filter(
     plan = in_session(database_url, explain)
     assert hnsw_index_name(embedder.identity) in plan, plan
     assert "Index Scan" in plan
+
+
+def test_snippets_can_be_left_out_for_callers_that_read_content(
+    database_url: str, corpus: list[int]
+) -> None:
+    async def both(session: AsyncSession) -> tuple[SearchResponse, SearchResponse]:
+        request = SearchRequest(query="postgres connection pool", project_path="/p")
+        embedder = local_embedder()
+        full = await search_service(session, request=request, embedder=embedder)
+        bare = await search_service(session, request=request, embedder=embedder, snippets=False)
+        return full, bare
+
+    full, bare = in_session(database_url, both)
+    assert [r.id for r in full.results] == [r.id for r in bare.results]
+    assert any("**pool**" in r.snippet.lower() for r in full.results)
+    assert all(r.snippet == "" for r in bare.results)
+    assert [r.content for r in full.results] == [r.content for r in bare.results]
+
+
+def test_vector_scan_settings_keep_the_recall_floor(database_url: str, db: Any) -> None:
+    async def settings_after(session: AsyncSession, candidates: int) -> tuple[str, str]:
+        await configure_vector_scan(session, candidates=candidates)
+        row = (
+            await session.execute(
+                text(
+                    "SELECT current_setting('hnsw.ef_search'), "
+                    "current_setting('hnsw.iterative_scan')"
+                )
+            )
+        ).one()
+        return row[0], row[1]
+
+    assert in_session(database_url, lambda s: settings_after(s, 40)) == (
+        str(EF_SEARCH_FLOOR),
+        "relaxed_order",
+    )
+    assert EF_SEARCH_FLOOR >= 160  # 0.963 recall@10 at 100k rows; 100 gave 0.939
+    assert in_session(database_url, lambda s: settings_after(s, 400))[0] == "400"
