@@ -23,7 +23,7 @@ def agmem_env(**overrides: str) -> dict[str, str]:
     return env
 
 
-def run_agmem(*args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
+def run_agmem(*args: str, timeout: float = 180, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [AGMEM, *args],
         env=agmem_env(**env),

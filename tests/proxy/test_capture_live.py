@@ -219,7 +219,15 @@ def test_capture_failure_does_not_fail_the_call(
     answer = client.models.generate_content(model="m", contents="open it")
     assert answer.function_calls is not None
     assert answer.function_calls[0].name == "read_file"
-    assert _wait_for(lambda: "proxy.capture_failed" in capsys.readouterr().out)
+    # Logs go to stderr (stdout is the MCP stdio channel); each read drains both streams.
+    seen: list[str] = []
+
+    def logged() -> bool:
+        captured = capsys.readouterr()
+        seen.append(captured.out + captured.err)
+        return "proxy.capture_failed" in "".join(seen)
+
+    assert _wait_for(logged)
     assert _observations(db) == []
 
 
