@@ -94,6 +94,9 @@ def run_server(
             "127.0.0.1",
             "--port",
             str(port),
+            # The API alone: an in-process worker would compress and embed the captured rows on
+            # the same two cores while they are measured (bench/worker.py measures the worker).
+            "--no-worker",
         ]
         ready = "/health"
     else:
