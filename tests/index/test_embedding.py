@@ -4,41 +4,13 @@ import asyncio
 import uuid
 from typing import Any
 
-import numpy as np
 import psycopg
-from numpy.typing import NDArray
 from sqlalchemy import text
 
 from app.db.engine import make_async_engine, make_sessionmaker
 from app.index.embedding import EmbedStats, embed_pending_chunks
 from app.index.writer import replace_index_text
-from app.llm.embeddings import local_embedder
-
-
-class CountingEmbedder:
-    """The real local model, counting how many texts reach it."""
-
-    def __init__(self) -> None:
-        self.inner = local_embedder()
-        self.texts_embedded = 0
-        self.fail = False
-
-    @property
-    def identity(self) -> str:
-        return self.inner.identity
-
-    @property
-    def dims(self) -> int:
-        return self.inner.dims
-
-    def embed_documents(self, texts: list[str]) -> NDArray[np.float32]:
-        if self.fail:
-            raise RuntimeError("provider down")
-        self.texts_embedded += len(texts)
-        return self.inner.embed_documents(texts)
-
-    def embed_query(self, query: str) -> NDArray[np.float32]:
-        return self.inner.embed_query(query)
+from tests.sync.helpers import CountingEmbedder
 
 
 def run(database_url: str, embedder: CountingEmbedder, texts: dict[str, list[str]]) -> EmbedStats:
