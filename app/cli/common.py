@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import NoReturn
@@ -69,7 +68,3 @@ def open_database(settings: Settings, *, migrate_embedded: bool = True) -> str:
     if settings.database_url is None and migrate_embedded:
         migrate.upgrade(url)
     return url
-
-
-def echo_err(message: str) -> None:
-    print(message, file=sys.stderr)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from sqlalchemy import Connection, text
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 HNSW_INDEX_PREFIX = "ix_memory_chunks_hnsw_"
@@ -36,10 +36,6 @@ def hnsw_index_ddl(model: str, dims: int) -> str:
         f"USING hnsw ((embedding::vector({dims})) vector_cosine_ops) "
         f"WITH (m = 16, ef_construction = 64) WHERE model = '{literal}'"
     )
-
-
-def ensure_hnsw_index(connection: Connection, *, model: str, dims: int) -> None:
-    connection.execute(text(hnsw_index_ddl(model, dims)))
 
 
 async def ensure_hnsw_index_async(connection: AsyncConnection, *, model: str, dims: int) -> None:

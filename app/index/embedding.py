@@ -35,10 +35,6 @@ def vector_literal(vector: NDArray[np.float32] | list[float]) -> str:
     return "[" + ",".join(f"{float(x):.7g}" for x in vector) + "]"
 
 
-def parse_vector(literal: str) -> NDArray[np.float32]:
-    return np.array([float(x) for x in literal.strip("[]").split(",")], dtype=np.float32)
-
-
 _CACHE_LOOKUP = text(
     "SELECT hash, embedding::text AS embedding FROM memory_embedding_cache "
     "WHERE model = :model AND hash IN :hashes"
