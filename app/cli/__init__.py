@@ -1,4 +1,10 @@
-"""The `agmem` command line."""
+"""The `agmem` command line.
+
+Every command starts a fresh process, so the command modules import at module level only what
+defining their options needs; each command imports its implementation (FastAPI, Alembic, the
+Gemini client, the text splitters, the MCP server, ...) when it runs. `agmem status` then does
+not pay for `agmem serve`'s imports.
+"""
 
 from __future__ import annotations
 

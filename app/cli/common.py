@@ -11,10 +11,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 
 from app.config import Settings, SettingsError, load_settings
-from app.db import migrate
-from app.db.engine import resolve_database_url
 from app.errors import AppError
-from app.logs import configure_logging
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
@@ -47,6 +44,8 @@ def cli_errors() -> Iterator[None]:
 
 
 def settings_or_exit() -> Settings:
+    from app.logs import configure_logging
+
     try:
         settings = load_settings()
     except SettingsError as error:
@@ -64,7 +63,11 @@ def describe_location(settings: Settings, url: str) -> str:
 def open_database(settings: Settings, *, migrate_embedded: bool = True) -> str:
     """Resolve the database URL. The embedded database is ours, so it is brought to head here;
     an external DATABASE_URL is migrated only by `agmem migrate` or `agmem serve`."""
+    from app.db.engine import resolve_database_url
+
     url = resolve_database_url(settings)
     if settings.database_url is None and migrate_embedded:
+        from app.db import migrate
+
         migrate.upgrade(url)
     return url

@@ -10,22 +10,27 @@ import asyncio
 import json
 import os
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from pydantic import ValidationError
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.cli.common import cli_errors, fail, open_database, settings_or_exit
 from app.config import Settings
-from app.db.engine import make_async_engine, make_sessionmaker, transaction
-from app.memories import resume as resume_service
-from app.memories import service
 from app.memories.patterns import is_pattern
 from app.memories.schemas import Memory, MemoryWrite, Resume, Scope, check_key, check_tags
-from app.state import AppState
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    from app.memories.service import Visibility
+    from app.state import AppState
 
 T = TypeVar("T")
+
+# app.memories.service.MAX_LIST_LIMIT, written out so that defining the options does not import
+# the service (tests/cli/test_imports.py checks that they agree).
+MAX_LIST_LIMIT = 1000
 
 memory_cli = typer.Typer(
     help="Read and write key/value memories (project.*, current.*, shared.*, ai.<name>.*).",
@@ -45,6 +50,9 @@ def _project(project: str | None) -> str:
 
 
 async def _with_state(settings: Settings, url: str, work: Callable[[AppState], Awaitable[T]]) -> T:
+    from app.db.engine import make_async_engine, make_sessionmaker
+    from app.state import AppState
+
     engine = make_async_engine(url, pool_size=2)
     state = AppState(
         settings=settings, database_url=url, engine=engine, sessionmaker=make_sessionmaker(engine)
@@ -58,6 +66,7 @@ async def _with_state(settings: Settings, url: str, work: Callable[[AppState], A
 def run(work: Callable[[AsyncSession, Settings], Awaitable[T]]) -> T:
     """Run `work` in one transaction on the configured database; errors become one line."""
     settings = settings_or_exit()
+    from app.db.engine import transaction
 
     async def in_transaction(state: AppState) -> T:
         async with transaction(state.sessionmaker) as session:
@@ -83,10 +92,10 @@ def _show(memory: Memory, as_json: bool) -> None:
         typer.echo(json.dumps(memory.value, ensure_ascii=False, indent=2))
 
 
-def _visibility(
-    scope: Scope | None, project: str | None, session: str | None
-) -> service.Visibility:
-    return service.Visibility(scope=scope, project_path=_project(project), session_id=session)
+def _visibility(scope: Scope | None, project: str | None, session: str | None) -> Visibility:
+    from app.memories.service import Visibility
+
+    return Visibility(scope=scope, project_path=_project(project), session_id=session)
 
 
 @memory_cli.command("get")
@@ -100,6 +109,8 @@ def get(
     """Print a memory's value (the most specific visible one); patterns print every match."""
 
     async def work(db: AsyncSession, _: Settings) -> list[Memory]:
+        from app.memories import service
+
         seen_by = _visibility(scope, project, session)
         if is_pattern(key):
             rows = await service.find_memories(db, visibility=seen_by, pattern=key)
@@ -141,6 +152,8 @@ def set_(
             parsed = value
 
     async def work(db: AsyncSession, _: Settings) -> tuple[Memory, bool]:
+        from app.memories import service
+
         fields: dict[str, Any] = {
             "value": parsed,
             "scope": scope,
@@ -181,12 +194,14 @@ def list_(
     tag: Annotated[
         list[str] | None, typer.Option("--tag", help="Required tag (repeatable).")
     ] = None,
-    limit: Annotated[int, typer.Option(min=1, max=service.MAX_LIST_LIMIT)] = 100,
+    limit: Annotated[int, typer.Option(min=1, max=MAX_LIST_LIMIT)] = 100,
     as_json: JsonOpt = False,
 ) -> None:
     """List visible memories: key, scope and the start of the value."""
 
     async def work(db: AsyncSession, _: Settings) -> list[Memory]:
+        from app.memories import service
+
         rows = await service.find_memories(
             db,
             visibility=_visibility(scope, project, session),
@@ -209,6 +224,8 @@ def rm(
     """Delete the memory `get KEY` would show."""
 
     async def work(db: AsyncSession, _: Settings) -> bool:
+        from app.memories import service
+
         visibility = _visibility(scope, project, session)
         return await service.delete_memory(db, key=check_key(key), visibility=visibility)
 
@@ -224,6 +241,7 @@ def resume(
     as_json: JsonOpt = False,
 ) -> None:
     """Print a short briefing for resuming work on a project, within a token budget."""
+    from app.memories import resume as resume_service
 
     async def work(db: AsyncSession, settings: Settings) -> Resume:
         return await resume_service.smart_resume(

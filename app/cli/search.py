@@ -12,15 +12,16 @@ from pydantic import ValidationError
 from app.cli.common import cli_errors, fail, open_database, settings_or_exit
 from app.config import Settings
 from app.context.format import citation, one_line
-from app.db.engine import make_async_engine, make_sessionmaker
-from app.llm.embeddings import get_embedder
 from app.search.schemas import SearchMode, SearchRequest, SearchResponse
-from app.search.service import SearchTuning, search
 
 MODES = get_args(SearchMode)
 
 
 async def _run(settings: Settings, url: str, request: SearchRequest) -> SearchResponse:
+    from app.db.engine import make_async_engine, make_sessionmaker
+    from app.llm.embeddings import get_embedder
+    from app.search.service import SearchTuning, search
+
     engine = make_async_engine(url, pool_size=1)
     try:
         async with make_sessionmaker(engine)() as session, session.begin():

@@ -4,20 +4,15 @@ from __future__ import annotations
 
 import errno
 import socket
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
-from sqlalchemy import text
 
 from app.cli.common import cli_errors, describe_location, fail, open_database, settings_or_exit
 from app.config import Settings
-from app.db import migrate
-from app.db.engine import make_sync_engine
-from app.db.models import Base
-from app.llm.embeddings import describe_embedding
-from app.worker.metrics import METRICS_SQL, TOKENS_BY_PROJECT_SQL, shape_metrics
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -49,16 +44,18 @@ def serve(
     ] = False,
 ) -> None:
     """Start the HTTP API (embedded PostgreSQL when DATABASE_URL is unset), after migrating."""
-    import uvicorn
-
-    from app.main import create_app
-
     settings = settings_or_exit()
     overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
     if overrides:
         settings = settings.model_copy(update=overrides)
     check_token_rule(settings)
     check_port_free(settings.host, settings.port)
+    # Loaded once the checks above have passed: a refusal costs no import of the app.
+    import uvicorn
+
+    from app.db import migrate
+    from app.main import create_app
+
     with cli_errors():
         url = open_database(settings, migrate_embedded=False)
         migrate.upgrade(url)
@@ -79,6 +76,8 @@ def migrate_command(
 ) -> None:
     """Bring the schema to a revision (default: head) with Alembic."""
     settings = settings_or_exit()
+    from app.db import migrate
+
     with cli_errors():
         url = open_database(settings, migrate_embedded=False)
         if down:
@@ -91,6 +90,15 @@ def migrate_command(
 def status() -> None:
     """Show the database location, schema revision, row counts and embedding provider."""
     settings = settings_or_exit()
+    from rich.console import Console
+    from rich.table import Table
+    from sqlalchemy import text
+
+    from app.db import migrate
+    from app.db.engine import make_sync_engine
+    from app.db.models import Base
+    from app.llm.embeddings import describe_embedding
+
     console = Console()
     with cli_errors():
         url = open_database(settings)
@@ -121,6 +129,9 @@ def status() -> None:
 
 def print_worker_metrics(console: Console, *, engine_url: str) -> None:
     """The worker's backlog and results, as /health reports them."""
+    from app.db.engine import make_sync_engine
+    from app.worker.metrics import METRICS_SQL, TOKENS_BY_PROJECT_SQL, shape_metrics
+
     engine = make_sync_engine(engine_url)
     try:
         with engine.connect() as connection:

@@ -5,18 +5,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from app.cli.common import cli_errors, fail, open_database, settings_or_exit
-from app.db.engine import make_async_engine, make_sessionmaker
-from app.llm.embeddings import get_embedder
-from app.sync.indexer import ProjectFolderMissing, SyncRequest, sync_project
-from app.sync.report import SyncReport
-from app.sync.watch import watch_project
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from app.sync.report import SyncReport
 
 
 def sync(
@@ -41,6 +40,13 @@ def sync(
 ) -> None:
     """Index MEMORY.md, memory/**/*.md and session transcripts into the search index."""
     settings = settings_or_exit()
+    from rich.console import Console
+
+    from app.db.engine import make_async_engine, make_sessionmaker
+    from app.llm.embeddings import get_embedder
+    from app.sync.indexer import ProjectFolderMissing, SyncRequest, sync_project
+    from app.sync.watch import watch_project
+
     request = SyncRequest(
         project_path=str((project or Path.cwd()).expanduser().absolute()),
         memory_dir=memory_dir,
@@ -92,6 +98,14 @@ def sync(
 
 
 def _progress(console: Console) -> Progress:
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),

@@ -10,9 +10,6 @@ import typer
 
 from app.cli.common import cli_errors, describe_location, open_database, settings_or_exit
 from app.config import Settings
-from app.db.engine import make_async_engine, make_sessionmaker, transaction
-from app.worker.claims import retry_failed
-from app.worker.loop import Worker
 
 worker_app = typer.Typer(
     help="Compress observations, summarise sessions, embed new text, purge expired memories.",
@@ -22,6 +19,9 @@ worker_app = typer.Typer(
 
 async def run_worker(settings: Settings, url: str, *, concurrency: int | None) -> None:
     """Run one worker until SIGINT or SIGTERM; the job in hand finishes or gives its claim back."""
+    from app.db.engine import make_async_engine, make_sessionmaker
+    from app.worker.loop import Worker
+
     engine = make_async_engine(url, pool_size=max(4, (concurrency or 1) + 2))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -60,6 +60,9 @@ def worker(
 
 
 async def _retry(url: str, project: str | None) -> tuple[int, int]:
+    from app.db.engine import make_async_engine, make_sessionmaker, transaction
+    from app.worker.claims import retry_failed
+
     engine = make_async_engine(url, pool_size=1)
     try:
         async with transaction(make_sessionmaker(engine)) as session:
