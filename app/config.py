@@ -111,6 +111,9 @@ class Settings(BaseSettings):
     capture_max_depth: int = Field(default=64, ge=2, le=500)
     capture_exclude_projects: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
+    # Key/value memories: how often reads' access counts are written (app/memories/reads.py).
+    memory_access_flush_ms: int = Field(default=500, ge=10, le=60_000)
+
     @field_validator("home")
     @classmethod
     def _expand_home(cls, value: Path) -> Path:
