@@ -304,7 +304,9 @@ async def flush_reads(state: AppState) -> None:
 def make_reads_pool(url: str, *, pool_size: int) -> AsyncConnectionPool[Conn]:
     return AsyncConnectionPool(
         libpq_url(url),
-        min_size=pool_size,
+        # Reads hold a connection for one round trip: two stay open, more open under a burst
+        # (and close again after ten idle minutes), so that an idle server adds two backends.
+        min_size=min(2, pool_size),
         max_size=pool_size,
         kwargs={"autocommit": True, "connect_timeout": 5, "application_name": "agmem-memories"},
         connection_class=AsyncConnection,
