@@ -308,7 +308,15 @@ def make_reads_pool(url: str, *, pool_size: int) -> AsyncConnectionPool[Conn]:
         # (and close again after ten idle minutes), so that an idle server adds two backends.
         min_size=min(2, pool_size),
         max_size=pool_size,
-        kwargs={"autocommit": True, "connect_timeout": 5, "application_name": "agmem-memories"},
+        kwargs={
+            "autocommit": True,
+            "connect_timeout": 5,
+            "application_name": "agmem-memories",
+            # These connections write only access counts and purges of expired rows: a commit
+            # need not wait for the WAL flush (a few ms here, during which overlapping reads
+            # wait to re-read). A crash can lose the last counts, never a memory.
+            "options": "-c synchronous_commit=off",
+        },
         connection_class=AsyncConnection,
         timeout=30,
         max_lifetime=1800,
