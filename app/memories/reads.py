@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
@@ -126,6 +127,9 @@ WHERE m.id = b.id AND m.id IN (SELECT id FROM locked)
 _PURGE = "DELETE FROM memories WHERE id = ANY(%(ids)s::uuid[]) AND expires_at <= now()"
 
 
+_RECENT_FLUSHES = 8
+
+
 @dataclass(slots=True)
 class _Pending:
     count: int
@@ -142,14 +146,21 @@ class AccessCounter:
         self._expired: set[uuid.UUID] = set()
         self._lock = asyncio.Lock()
         self.flushes = 0
+        # The ids of the last flushes' batches, by flush number, for `unsettled`.
+        self._recent: deque[tuple[int, frozenset[uuid.UUID]]] = deque(maxlen=_RECENT_FLUSHES)
 
     @property
     def has_work(self) -> bool:
         return bool(self._pending or self._expired)
 
-    @property
-    def flushing(self) -> bool:
-        return self._lock.locked()
+    def unsettled(self, memory_id: uuid.UUID, *, since: int) -> bool:
+        """Whether a flush of this memory's count is under way, or committed after flush number
+        `since`: a read that began then may or may not have seen it in the table."""
+        if memory_id in self._in_flight:
+            return True
+        if since < self.flushes - len(self._recent):
+            return True  # too long ago to tell
+        return any(memory_id in ids for number, ids in self._recent if number > since)
 
     def count(self, memory_id: uuid.UUID, at: datetime) -> int:
         """Record a read; the reads of this memory not yet in the table, this one included."""
@@ -198,6 +209,7 @@ class AccessCounter:
             # No await between the commit's return and here: a read sees the counts either in
             # flight or in the table, and `flushes` tells it which snapshot it may have had.
             self.flushes += 1
+            self._recent.append((self.flushes, frozenset(batch)))
         if expired:
             log.info("memory.purged_on_read", count=len(expired))
         return len(batch)
@@ -219,20 +231,20 @@ async def read_on(
     params = {**constants, "read_key": key, **visibility.params()}
     for attempt in range(3):
         before = counter.flushes
-        overlapped = counter.flushing
         async with connection.cursor(row_factory=class_row(ReadRow)) as cursor:
             await cursor.execute(sql, params, prepare=True)
             rows = await cursor.fetchall()
-        # A flush that committed while the SELECT ran may or may not be in its snapshot; read
-        # again once it is over, so that the answer's count neither skips nor repeats it (a
-        # third overlap in a row is answered as is: the stored count stays exact regardless).
-        if not (overlapped or counter.flushing or counter.flushes != before) or attempt == 2:
+        found = next((row for row in rows if row.live), None)
+        # A flush of this memory's count that committed while the SELECT ran may or may not be
+        # in its snapshot; read again once it is over, so that the answer's count neither skips
+        # nor repeats it (after a third overlap in a row the answer is taken as it is: the
+        # stored count stays exact regardless). Flushes of other memories do not matter.
+        if found is None or attempt == 2 or not counter.unsettled(found.id, since=before):
             break
         await counter.settled()
     for row in rows:
         if not row.live:
             counter.expired(row.id)
-    found = next((row for row in rows if row.live), None)
     if found is None:
         raise MemoryNotFound(f"no memory {key!r} is visible here{visibility.describe()}")
     unflushed = counter.count(found.id, found.read_at)
