@@ -8,9 +8,10 @@ psycopg connection (prepared, so Postgres plans it once per connection), and the
 side effects leave the request:
 
 - the access (accessedAt, accessCount) is recorded in this process by `AccessCounter` and
-  written by `flush`: every `memory_access_flush_ms` by a background task, before a list (so a
-  list sees every read this process answered) and at shutdown. A crash loses at most the
-  counts of that interval, never a memory; the counts are eventually consistent;
+  written by `flush`: every `memory_access_flush_ms` by a background task, before a list,
+  wildcard read or resume (so they see every read this process answered) and at shutdown. A
+  crash loses at most the counts of that interval, never a memory; the counts are eventually
+  consistent;
 - a visible expired row the read skipped is deleted by the same flush (the worker's purge
   deletes the rest), so a read purges even where no worker runs.
 
@@ -325,8 +326,8 @@ def make_reads_pool(url: str, *, pool_size: int) -> AsyncConnectionPool[Conn]:
             "connect_timeout": 5,
             "application_name": "agmem-memories",
             # These connections write only access counts and purges of expired rows: a commit
-            # need not wait for the WAL flush (a few ms here, during which overlapping reads
-            # wait to re-read). A crash can lose the last counts, never a memory.
+            # need not wait for the WAL flush (a few ms here, during which reads of the memories
+            # being flushed wait to re-read). A crash can lose the last counts, never a memory.
             "options": "-c synchronous_commit=off",
         },
         connection_class=AsyncConnection,
