@@ -49,7 +49,9 @@ def _optional(*values: str | None) -> str | None:
     return None
 
 
-def visibility(
+# `async def` although it does not await: FastAPI runs a plain `def` dependency in a worker
+# thread, and that hand-off cost more CPU than anything else in the exact-key read's route.
+async def visibility(
     scope: Scope | None = None,
     projectPath: str | None = None,  # noqa: N803 - the contract's camelCase spelling
     project_path: Annotated[str | None, Query(include_in_schema=False)] = None,
