@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from app.api.deps import DbDep, SettingsDep
 from app.capture import service
-from app.capture.db import capture_connection, capture_lifespan
+from app.capture.db import capture_lifespan, capture_writer
 from app.capture.schemas import (
     CompressIn,
     ObserveIn,
@@ -140,8 +140,8 @@ async def observe(request: Request) -> JSONResponse:
     """Record a tool call (201); a repeated id answers 200 with the first result."""
     data = await parse_body(request, ObserveIn)
     state: AppState = request.app.state.agmem
-    async with capture_connection(request) as db:
-        ref, created = await service.record_observation(db, data=data, settings=state.settings)
+    db = capture_writer(request)
+    ref, created = await service.record_observation(db, data=data, settings=state.settings)
     return _observation_answer(ref, 201 if created else 200)
 
 
@@ -150,8 +150,8 @@ async def observe_result(request: Request) -> JSONResponse:
     """Attach a tool result to its call (200), or record it as a new observation (201)."""
     data = await parse_body(request, ObserveResultIn)
     state: AppState = request.app.state.agmem
-    async with capture_connection(request) as db:
-        ref, created = await service.record_result(db, data=data, settings=state.settings)
+    db = capture_writer(request)
+    ref, created = await service.record_result(db, data=data, settings=state.settings)
     return _observation_answer(ref, 201 if created else 200)
 
 
