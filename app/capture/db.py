@@ -107,10 +107,8 @@ class GroupWriter:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        while not self._queue.empty():
-            _sql, _params, future = self._queue.get_nowait()
-            if not future.done():
-                future.set_exception(psycopg.OperationalError("the capture writer stopped"))
+        queued = [self._queue.get_nowait() for _ in range(self._queue.qsize())]
+        _fail(queued, psycopg.OperationalError("the capture writer stopped"))
 
     async def _run(self) -> None:
         while True:
@@ -121,9 +119,9 @@ class GroupWriter:
                 async with self.pool.connection() as connection:
                     await self._write(connection, batch)
             except Exception as error:  # no connection, or it broke: every request sees it
-                for _sql, _params, future in batch:
-                    if not future.done():
-                        future.set_exception(error)
+                _fail(batch, error)
+            finally:  # cancelled at shutdown: no request may wait for an answer forever
+                _fail(batch, psycopg.OperationalError("the capture writer stopped"))
 
     async def _write(self, connection: Conn, batch: list[_Pending]) -> None:
         if len(batch) > 1:
@@ -150,6 +148,13 @@ class GroupWriter:
             else:
                 if not future.done():
                     future.set_result(result)
+
+
+def _fail(batch: list[_Pending], error: Exception) -> None:
+    """Fail the requests of `batch` that have no answer yet."""
+    for _sql, _params, future in batch:
+        if not future.done():
+            future.set_exception(error)
 
 
 async def _in_one_transaction(connection: Conn, batch: list[_Pending]) -> list[RawResult]:
