@@ -24,7 +24,7 @@ from typing import Any
 import psycopg
 import structlog
 from fastapi import FastAPI, Request
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, pq
 from psycopg.rows import namedtuple_row
 from psycopg_pool import AsyncConnectionPool
 from sqlalchemy import TextClause
@@ -139,7 +139,7 @@ class GroupWriter:
         for sql, params, future in batch:
             try:
                 cursor = await connection.execute(sql, params)
-                result = RawResult(await cursor.fetchall() if cursor.description else [])
+                result = await _result(cursor)
             except psycopg.Error as error:
                 if connection.broken:
                     raise
@@ -148,6 +148,15 @@ class GroupWriter:
             else:
                 if not future.done():
                     future.set_result(result)
+
+
+async def _result(cursor: psycopg.AsyncCursor[Any]) -> RawResult:
+    # `pgresult.status`, not `cursor.description`: the latter builds a Column object per column
+    # on each call, a measurable cost at one call per request.
+    result = cursor.pgresult
+    if result is None or result.status != pq.ExecStatus.TUPLES_OK:
+        return RawResult([])
+    return RawResult(await cursor.fetchall())
 
 
 def _fail(batch: list[_Pending], error: Exception) -> None:
@@ -165,7 +174,7 @@ async def _in_one_transaction(connection: Conn, batch: list[_Pending]) -> list[R
             cursor = connection.cursor()
             await cursor.execute(sql, params)
             cursors.append(cursor)
-    return [RawResult(await c.fetchall() if c.description else []) for c in cursors]
+    return [await _result(cursor) for cursor in cursors]
 
 
 def libpq_url(url: str) -> str:
