@@ -113,6 +113,9 @@ class Settings(BaseSettings):
     capture_max_field_chars: int = Field(default=65_536, ge=1_024, le=16_777_216)
     capture_max_depth: int = Field(default=64, ge=2, le=500)
     capture_exclude_projects: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # Capture group commit: writer tasks (one connection each) and statements per transaction.
+    capture_writers: int = Field(default=1, ge=1, le=64)
+    capture_batch_max: int = Field(default=64, ge=1, le=1000)
 
     @field_validator("home")
     @classmethod
