@@ -174,6 +174,8 @@ async def run(args: argparse.Namespace) -> None:
                         ("rrf k=120 v1.0 k1.0", SearchTuning(rrf_k=120)),
                         ("rrf k=60 norm=0", SearchTuning(rrf_k=60, rank_normalization=0)),
                         ("rrf k=60 vfloor 0.3", SearchTuning(rrf_k=60, vector_floor=0.3)),
+                        ("rrf k=60 no exact boost", SearchTuning(rrf_k=60, exact_weight=0)),
+                        ("rrf k=60 exact boost 2", SearchTuning(rrf_k=60, exact_weight=2)),
                     ]
                     swept = [
                         (name, await evaluate(session, embedder, relevant, "hybrid", t))

@@ -47,6 +47,14 @@ ENGLISH_STOP_WORDS = frozenset(
 PREFIX_MIN_CHARS = 3  # a prefix of one or two letters matches half the corpus and ranks nothing
 _CAMEL = re.compile(r"([a-z0-9])([A-Z])")
 _WORD = re.compile(r"[^\W_]+")
+# Exact phrases: a quoted phrase, or a token shaped like code (snake_case, camelCase, a dotted or
+# `::` member, a path). The keyword branch sees only its parts, which common words share.
+MAX_PHRASES = 4
+PHRASE_MIN_CHARS = 4
+PHRASE_MAX_CHARS = 200
+_QUOTED = re.compile(r'"([^"]+)"')
+_CODE_SHAPE = re.compile(r"[a-z0-9][A-Z]|\w_\w|\w(?:\.|::|/|->)\w")
+_EDGE_PUNCTUATION = "\"'`()[]{}<>,;:!?."
 
 
 def keyword_terms(query: str) -> list[str]:
@@ -57,6 +65,26 @@ def keyword_terms(query: str) -> list[str]:
     for word in words:
         seen.setdefault(word.lower(), None)
     return list(seen)[:MAX_TERMS]
+
+
+def exact_phrases(query: str) -> list[str]:
+    """The query's quoted phrases and code-shaped tokens, lower-cased, to match literally.
+
+    `modelRouterService` or `RateLimiter.hit` in a chunk's text is far stronger evidence than its
+    parts (`model`, `router`, `service`), which the keyword branch ranks among every row that
+    holds those common words."""
+    found: dict[str, None] = {}
+    for phrase in _QUOTED.findall(query):
+        found.setdefault(" ".join(phrase.split()).lower(), None)
+    for token in _QUOTED.sub(" ", query).split():
+        token = token.strip(_EDGE_PUNCTUATION)
+        if token.endswith("()"):
+            token = token[:-2]
+        if _CODE_SHAPE.search(token):
+            found.setdefault(token.lower(), None)
+    return [phrase for phrase in found if PHRASE_MIN_CHARS <= len(phrase) <= PHRASE_MAX_CHARS][
+        :MAX_PHRASES
+    ]
 
 
 def content_terms(terms: list[str]) -> list[str]:
@@ -213,8 +241,14 @@ _EMPTY_KW = (
 )
 
 _SCORES: dict[str, str] = {
+    # RRF, with a keyword rank discounted by how much of the query its row holds: on a
+    # natural-language question a row sharing one word of five is weak evidence, and at full
+    # weight such rows (found by both branches) pushed the vector branch's best hit out of the top
+    # ten. Tier 2 is every word, 1 two or more, 0 one; the weights are settings.
     "hybrid": (
-        "COALESCE(:w_vector / (:rrf_k + v.rank), 0) + COALESCE(:w_keyword / (:rrf_k + k.rank), 0)"
+        "COALESCE(:w_vector / (:rrf_k + v.rank), 0) + COALESCE(:w_keyword"
+        " * (CASE k.tier WHEN 2 THEN 1.0 WHEN 1 THEN CAST(:w_tier1 AS float8)"
+        " ELSE CAST(:w_tier0 AS float8) END) / (:rrf_k + k.rank), 0)"
     ),
     "weighted": (
         f"{WEIGHTED_VECTOR} * COALESCE(v.similarity, 0) + "
@@ -224,6 +258,18 @@ _SCORES: dict[str, str] = {
     # Rows matching every word, then two or more, then one; ts_rank_cd orders within a tier.
     "keyword": "k.tier + COALESCE(k.normalised, 0)",
 }
+
+
+# A row holding the query's exact phrases gains what a first rank in one more list would give, in
+# proportion to the share of the phrases it holds: `modelRouterService` found literally outranks
+# rows that merely share its parts in both branches.
+_EXACT_SCORE = (
+    "CAST(:w_exact AS float8) / (CAST(:rrf_k AS float8) + 1)"
+    " * (SELECT count(*) FROM unnest(CAST(:phrases AS text[])) AS p(phrase)"
+    " WHERE strpos(lower(c.content), p.phrase) > 0"
+    " OR strpos(lower(COALESCE(c.file_path, '')), p.phrase) > 0)"
+    " / cardinality(CAST(:phrases AS text[]))::float8"
+)
 
 
 @lru_cache(maxsize=256)
@@ -236,13 +282,21 @@ def search_statement(
     use_keyword: bool,
     strict: bool = False,
     snippets: bool = True,
+    exact: bool = False,
 ) -> TextClause:
     """The whole search as one statement: the branches asked for, the fusion, the final rows.
 
-    `use_keyword` also decides the snippet: with query terms it highlights them. Without
-    `snippets` the column is empty: `ts_headline` re-parses each row's text, and callers that
-    only read `content` (the context builder) need not pay for it."""
+    `exact` adds the exact-phrase boost to the hybrid score. `use_keyword` also decides the
+    snippet: with query terms it highlights them. Without `snippets` the column is empty:
+    `ts_headline` re-parses each row's text, and callers that only read `content` (the context
+    builder) need not pay for it."""
     filters = _filter_sql(shape)
+    score, exact_join = _SCORES[mode], ""
+    if exact and mode == "hybrid":
+        # Only the fused candidates (at most two candidate lists) are tested, so the literal
+        # match costs a few microseconds a row and never a scan.
+        score = f"{score} + {_EXACT_SCORE}"
+        exact_join = "\n  JOIN memory_chunks c ON c.id = COALESCE(v.id, k.id)"
     ctes = [
         _vector_cte(model, dims, filters) if use_vector and mode != "keyword" else _EMPTY_VEC,
         _keyword_cte(filters, strict) if use_keyword and mode != "vector" else _EMPTY_KW,
@@ -260,8 +314,8 @@ def search_statement(
 WITH {",".join(ctes)},
 fused AS (
   SELECT COALESCE(v.id, k.id) AS id, v.rank AS vector_rank, v.similarity AS vector_score,
-         k.rank AS keyword_rank, k.rank_score AS keyword_score, {_SCORES[mode]} AS score
-  FROM vec v FULL OUTER JOIN kw k ON v.id = k.id
+         k.rank AS keyword_rank, k.rank_score AS keyword_score, {score} AS score
+  FROM vec v FULL OUTER JOIN kw k ON v.id = k.id{exact_join}
 ),
 top AS (
   SELECT * FROM fused WHERE score IS NOT NULL AND score >= :min_score
@@ -308,6 +362,9 @@ async def run_search(
     keyword_weight: float,
     rank_normalization: int = 0,
     snippets: bool = True,
+    phrases: list[str] | None = None,
+    exact_weight: float = 1.0,
+    tier_weights: tuple[float, float] = (0.5, 0.1),
 ) -> list[Any]:
     """Run one search; rows carry both branch ranks and scores and the fused score."""
     use_vector = query_vector is not None and mode != "keyword"
@@ -316,8 +373,17 @@ async def run_search(
         return []
     if use_vector:
         await configure_vector_scan(session, candidates=candidates)
+    exact = bool(phrases) and exact_weight > 0
     statement = search_statement(
-        mode, model, dims, filters.shape(), use_vector, use_keyword, bool(tsq_strict), snippets
+        mode,
+        model,
+        dims,
+        filters.shape(),
+        use_vector,
+        use_keyword,
+        bool(tsq_strict),
+        snippets,
+        exact,
     )
     params: dict[str, Any] = {
         **filters.params(),
@@ -334,6 +400,10 @@ async def run_search(
         "w_vector": vector_weight,
         "w_keyword": keyword_weight,
         "rank_norm": rank_normalization,
+        "phrases": phrases or [],
+        "w_exact": exact_weight,
+        "w_tier1": tier_weights[0],
+        "w_tier0": tier_weights[1],
     }
     result = await session.execute(statement, params)
     return list(result.all())

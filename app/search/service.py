@@ -40,6 +40,10 @@ class SearchTuning:
     keyword_floor: float = 0.0
     rank_normalization: int = 5  # ts_rank_cd's length normalisation bits
     prefix_last: bool = True  # the last query word also matches as a prefix
+    exact_weight: float = 1.0  # hybrid: boost for rows holding the query's exact phrases
+    # hybrid: a keyword rank counts in full when the row holds every query word, at this share
+    # when it holds two or more (pair tier) or one (single-word tier)
+    tier_weights: tuple[float, float] = (0.5, 0.1)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SearchTuning:
@@ -51,6 +55,8 @@ class SearchTuning:
             vector_floor=settings.search_vector_floor,
             keyword_floor=settings.search_keyword_floor,
             rank_normalization=settings.search_rank_normalization,
+            exact_weight=settings.search_exact_weight,
+            tier_weights=(settings.search_pair_tier_weight, settings.search_single_tier_weight),
         )
 
 
@@ -112,6 +118,9 @@ async def search(
         keyword_weight=tuning.keyword_weight,
         rank_normalization=tuning.rank_normalization,
         snippets=snippets,
+        phrases=queries.exact_phrases(query),
+        exact_weight=tuning.exact_weight,
+        tier_weights=tuning.tier_weights,
     )
     results = [
         SearchResult(

@@ -22,6 +22,7 @@ from app.search.queries import (
     search_statement,
 )
 from app.search.schemas import SearchRequest, SearchResponse
+from app.search.service import SearchTuning
 from app.search.service import search as search_service
 from tests.search.seed import Chunk, add_chunks, in_session
 
@@ -62,11 +63,14 @@ def corpus(database_url: str, db: psycopg.Connection[Any]) -> list[int]:
 def test_hybrid_is_rrf_of_both_ranks(client: TestClient, corpus: list[int]) -> None:
     results = search(client, "postgres connection pool")
     assert results, "hybrid found nothing"
+    content = {r["id"]: r["content"].lower() for r in results}
     for result in results:
-        expected = sum(
-            1 / (RRF_K + rank)
-            for rank in (result["vectorRank"], result["keywordRank"])
-            if rank is not None
+        # A keyword rank counts in full for a row holding every query word, at half for two or
+        # more, at a tenth for one (the tier weights' defaults).
+        held = sum(word in content[result["id"]] for word in ("postgres", "connection", "pool"))
+        tier_weight = {3: 1.0, 2: 0.5}.get(held, 0.1)
+        expected = (1 / (RRF_K + result["vectorRank"]) if result["vectorRank"] else 0) + (
+            tier_weight / (RRF_K + result["keywordRank"]) if result["keywordRank"] else 0
         )
         assert result["score"] == pytest.approx(expected)
     both = [r for r in results if r["vectorRank"] is not None and r["keywordRank"] is not None]
@@ -76,6 +80,25 @@ def test_hybrid_is_rrf_of_both_ranks(client: TestClient, corpus: list[int]) -> N
     for field in ("id", "source", "content", "path", "startLine", "endLine", "createdAt"):
         assert field in top
     assert "tookMs" in client.post("/api/search", json={"query": "pool"}).json()
+
+
+def test_hybrid_with_full_tier_weights_is_plain_rrf(database_url: str, corpus: list[int]) -> None:
+    tuning = SearchTuning(tier_weights=(1.0, 1.0))
+
+    async def go(session: AsyncSession) -> SearchResponse:
+        request = SearchRequest(query="postgres connection pool", project_path="/p")
+        return await search_service(
+            session, request=request, embedder=local_embedder(), tuning=tuning
+        )
+
+    results = in_session(database_url, go).results
+    assert results
+    assert any(r.keyword_rank for r in results)
+    for result in results:
+        expected = sum(
+            1 / (RRF_K + rank) for rank in (result.vector_rank, result.keyword_rank) if rank
+        )
+        assert result.score == pytest.approx(expected)
 
 
 def test_each_mode_reports_its_own_branch(client: TestClient, corpus: list[int]) -> None:
