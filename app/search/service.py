@@ -16,6 +16,7 @@ from app.llm.embeddings import Embedder
 from app.search import queries
 from app.search.fusion import RRF_K, candidate_count
 from app.search.schemas import SearchRequest, SearchResponse, SearchResult
+from app.search.term_stats import TERM_STATS
 
 log = structlog.get_logger(__name__)
 
@@ -44,6 +45,8 @@ class SearchTuning:
     # hybrid: a keyword rank counts in full when the row holds every query word, at this share
     # when it holds two or more (pair tier) or one (single-word tier)
     tier_weights: tuple[float, float] = (0.5, 0.1)
+    rank_function: queries.RankFunction = "ts_rank"
+    rarity: bool = True  # leave common words out of the pair and single-word tiers' scans
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SearchTuning:
@@ -95,6 +98,11 @@ async def search(
     )
     terms = queries.keyword_terms(query)
     vector = query_vector(embedder, query) if request.mode != "keyword" else None
+    shares = (
+        await TERM_STATS.shares(session, queries.content_terms(terms))
+        if request.mode != "vector" and tuning.rarity
+        else {}
+    )
     rows = await queries.run_search(
         session,
         mode=request.mode,
@@ -106,8 +114,9 @@ async def search(
         # No prefix in the pair tier: expanding `'order':*` over every lexeme sharing it (each
         # identifier such as `order123`) in 28 pairs doubled that GIN scan's cost at 100k rows. A
         # row matching the prefix still ranks in the all-words or single-word tier.
-        tsq_strict=queries.strict_tsquery_text(terms, prefix_last=False),
+        tsq_strict=queries.strict_tsquery_text(terms, prefix_last=False, shares=shares),
         tsq_all=queries.all_tsquery_text(terms, prefix_last=tuning.prefix_last),
+        tsq_loose=queries.loose_tsquery_text(terms, prefix_last=tuning.prefix_last, shares=shares),
         limit=request.limit,
         candidates=candidate_count(request.limit, tuning.min_candidates),
         min_score=request.min_score if request.min_score is not None else float("-inf"),
@@ -121,6 +130,7 @@ async def search(
         phrases=queries.exact_phrases(query),
         exact_weight=tuning.exact_weight,
         tier_weights=tuning.tier_weights,
+        rank_function=tuning.rank_function,
     )
     results = [
         SearchResult(
