@@ -391,11 +391,20 @@ _SCAN_SETTINGS = text(
     "SELECT set_config('hnsw.ef_search', :ef_search, true), "
     "set_config('hnsw.iterative_scan', 'relaxed_order', true)"
 )
+# Every pooled connection gets the scan settings once (see `app.db.engine`), so a search with the
+# default candidate count skips the `set_config` round trip (a few ms on a loaded machine, where
+# each round trip waits for the server process to be scheduled).
+SCAN_DEFAULTS = f"SET hnsw.ef_search = {EF_SEARCH_FLOOR}; SET hnsw.iterative_scan = relaxed_order"
+SCAN_DEFAULTS_FLAG = "agmem_hnsw_scan_defaults"
 
 
 async def configure_vector_scan(session: AsyncSession, *, candidates: int) -> None:
     """Filtered HNSW returns too few rows unless the scan may iterate and its list is wide."""
     ef_search = max(EF_SEARCH_FLOOR, min(candidates, 1000))
+    if ef_search == EF_SEARCH_FLOOR:
+        connection = await session.connection()
+        if connection.info.get(SCAN_DEFAULTS_FLAG):
+            return
     await session.execute(_SCAN_SETTINGS, {"ef_search": str(ef_search)})
 
 

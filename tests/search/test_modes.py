@@ -17,6 +17,7 @@ from app.llm.embeddings import local_embedder
 from app.search.fusion import RRF_K
 from app.search.queries import (
     EF_SEARCH_FLOOR,
+    SCAN_DEFAULTS_FLAG,
     SearchFilters,
     configure_vector_scan,
     search_statement,
@@ -275,3 +276,20 @@ def test_vector_scan_settings_keep_the_recall_floor(database_url: str, db: Any) 
     )
     assert EF_SEARCH_FLOOR >= 160  # 0.963 recall@10 at 100k rows; 100 gave 0.939
     assert in_session(database_url, lambda s: settings_after(s, 400))[0] == "400"
+
+
+def test_pooled_connections_start_with_the_scan_settings(database_url: str, db: Any) -> None:
+    # A search with the default candidate count relies on these and sends no `set_config`.
+    async def settings_now(session: AsyncSession) -> tuple[str, str, bool]:
+        row = (
+            await session.execute(
+                text(
+                    "SELECT current_setting('hnsw.ef_search'), "
+                    "current_setting('hnsw.iterative_scan')"
+                )
+            )
+        ).one()
+        connection = await session.connection()
+        return row[0], row[1], bool(connection.info.get(SCAN_DEFAULTS_FLAG))
+
+    assert in_session(database_url, settings_now) == (str(EF_SEARCH_FLOOR), "relaxed_order", True)
