@@ -486,12 +486,6 @@ _LEXEME_SHARES = text(
     "WHERE s.schemaname = current_schema() AND s.tablename = 'memory_chunks' "
     "AND s.attname = 'tsv' AND e.lexeme IS NOT NULL"
 )
-_STEMS = text(
-    "SELECT t.term, (ts_lexize('english_stem', t.term))[1] AS lexeme "
-    "FROM unnest(CAST(:terms AS text[])) AS t(term)"
-)
-
-
 _INDEX_ROWS = text("SELECT reltuples FROM pg_class WHERE oid = 'memory_chunks'::regclass")
 
 
@@ -500,9 +494,3 @@ async def lexeme_rows(session: AsyncSession) -> tuple[dict[str, float], float]:
     shares = {row.lexeme: float(row.share) for row in await session.execute(_LEXEME_SHARES)}
     count = (await session.execute(_INDEX_ROWS)).scalar_one()
     return shares, max(0.0, float(count))
-
-
-async def stems(session: AsyncSession, terms: list[str]) -> dict[str, str | None]:
-    """Each term's lexeme under the `english` stemmer (None for a stop word)."""
-    rows = await session.execute(_STEMS, {"terms": terms})
-    return {row.term: row.lexeme for row in rows}

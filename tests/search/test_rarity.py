@@ -18,7 +18,7 @@ from app.search.queries import (
 )
 from app.search.schemas import SearchRequest
 from app.search.service import search
-from app.search.term_stats import TERM_STATS, TermStats
+from app.search.term_stats import TERM_STATS, TermStats, lexeme
 from tests.search.seed import in_session
 
 SHARES = {"session": 0.4, "file": 0.2, "checkout": 0.01}
@@ -72,8 +72,15 @@ def test_term_stats_read_shares_from_the_analyzed_index(database_url: str) -> No
     # `checkout` is in 1% of the rows: 12 rows, far below the cost bound, so it counts as rare.
     assert found["checkout"] == 0.0
     assert found["zebra"] == 0.0
-    assert found["the"] == 0.0  # a stop word has no lexeme
-    assert set(stats.stems) == {"sessions", "checkout", "zebra", "the"}
+    assert found["the"] == 0.0
+
+
+def test_python_stems_match_postgres_english_stemmer(db: psycopg.Connection[Any]) -> None:
+    words = ["sessions", "running", "entire", "handle", "using", "files", "order123", "bought"]
+    rows = db.execute(
+        "SELECT t, (ts_lexize('english_stem', t))[1] FROM unnest(%s::text[]) AS t", (words,)
+    ).fetchall()
+    assert {word: lexeme(word) for word in words} == dict(rows)
 
 
 @pytest.mark.usefixtures("common_word_index")
