@@ -95,6 +95,9 @@ class Settings(BaseSettings):
     search_vector_floor: float = Field(default=0.0, ge=-1, le=1)
     search_keyword_floor: float = Field(default=0.0, ge=0)
     search_rank_normalization: int = Field(default=5, ge=0, le=63)
+    search_exact_weight: float = Field(default=1.0, ge=0)
+    search_pair_tier_weight: float = Field(default=0.5, ge=0, le=1)
+    search_single_tier_weight: float = Field(default=0.1, ge=0, le=1)
     context_budget: int = Field(default=2000, ge=50, le=100_000)
     context_sessions: int = Field(default=5, ge=0, le=100)
 
