@@ -19,7 +19,7 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
-from app.index.embedding import cached_vectors, ensure_model_index, vectors_for
+from app.index.embedding import Vectors, arrays_for, cached_arrays, ensure_model_index
 from app.index.writer import content_hash
 from app.llm.embeddings import Embedder
 from app.privacy import sanitize_text
@@ -277,7 +277,7 @@ class _Writer:
     ) -> None:
         """One transaction: new (mtime, size) for touched files, and each changed file's chunks
         replaced whole."""
-        written = 0
+        files = []
         async with self.sessionmaker() as session, session.begin():
             await queries.touch_files(session, touched)
             vectors = await self._vectors(session, pending) if pending else {}
@@ -294,25 +294,24 @@ class _Writer:
                             vectors.get(digest),
                         )
                     )
-                await queries.replace_file(
-                    session,
-                    project=self.project,
-                    path=item.found.path,
-                    source=item.found.source,
-                    hash=item.hash,
-                    mtime=item.found.mtime,
-                    size=item.found.size,
-                    chunks=rows,
-                    model=self.embedder.identity,
+                found = item.found
+                files.append(
+                    queries.FileChunks(
+                        found.path, found.source, item.hash, found.mtime, found.size, rows
+                    )
                 )
-                written += len(rows)
-                if item.passed_over:
-                    self.report.transcript_items.update(item.passed_over)
+            await queries.replace_files(
+                session, project=self.project, model=self.embedder.identity, files=files
+            )
+        for item in pending:
+            if item.passed_over:
+                self.report.transcript_items.update(item.passed_over)
+        written = sum(len(f.chunks) for f in files)
         self.report.files_touched += len(touched)
         self.report.files_changed += len(pending)
         self.report.chunks_written += written
 
-    async def _vectors(self, session: AsyncSession, pending: list[_Prepared]) -> dict[str, str]:
+    async def _vectors(self, session: AsyncSession, pending: list[_Prepared]) -> Vectors:
         """Vectors for the buffered chunks; on a provider failure the rows are written without
         one (the worker embeds them later) and the run records the error once."""
         if self.embedding_down:
@@ -325,11 +324,11 @@ class _Writer:
         if not texts:
             return {}
         if self.cache_only:
-            found = await cached_vectors(session, model=self.embedder.identity, hashes=list(texts))
+            found = await cached_arrays(session, model=self.embedder.identity, hashes=list(texts))
             self.report.embeddings_cached += len(found)
             return found
         try:
-            vectors, stats = await vectors_for(session, self.embedder, texts)
+            vectors, stats = await arrays_for(session, self.embedder, texts)
         except Exception as error:  # any provider failure: network, quota, malformed answer
             self.embedding_down = True
             message = f"embedding failed, chunks left for the worker: {type(error).__name__}: "

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
-from typing import Any, cast
 
-import psycopg
+import numpy as np
+from numpy.typing import NDArray
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.binary_vectors import binary_vector_connection
 from app.index.terms import search_terms
 
 # One lock key per project; a second sync of the same project waits for the first to finish.
@@ -21,22 +22,31 @@ _KNOWN_FILES = text(
     "SELECT id, path, source, hash, size, mtime FROM memory_files WHERE project_path = :project"
 )
 
-_UPSERT_FILE = text(
+# Every changed file of a write transaction in one statement: a round trip per file (upsert,
+# delete, COPY) cost more Python time per chunk than the rows themselves.
+_UPSERT_FILES = text(
     "INSERT INTO memory_files (project_path, path, source, hash, mtime, size, chunk_count) "
-    "VALUES (:project, :path, :source, :hash, :mtime, :size, :chunks) "
+    "SELECT :project, p, s, h, m, z, c FROM unnest(CAST(:paths AS text[]), "
+    "CAST(:sources AS text[]), CAST(:hashes AS text[]), CAST(:mtimes AS float8[]), "
+    "CAST(:sizes AS bigint[]), CAST(:counts AS int[])) AS t(p, s, h, m, z, c) "
     "ON CONFLICT (project_path, path) DO UPDATE SET source = EXCLUDED.source, "
     "hash = EXCLUDED.hash, mtime = EXCLUDED.mtime, size = EXCLUDED.size, "
-    "chunk_count = EXCLUDED.chunk_count, indexed_at = now() RETURNING id"
+    "chunk_count = EXCLUDED.chunk_count, indexed_at = now() RETURNING id, path"
 )
 
-_DELETE_FILE_CHUNKS = text("DELETE FROM memory_chunks WHERE file_id = :file_id")
+_DELETE_FILES_CHUNKS = text("DELETE FROM memory_chunks WHERE file_id = ANY(CAST(:ids AS bigint[]))")
 
-# COPY, not INSERT ... unnest: the rows stream in one pass without building parameter arrays
-# (bench/sync_rows.py: about 1.3x the rows/s into the full set of memory_chunks indexes).
+# Binary COPY, not INSERT ... unnest: the rows stream in one pass without parameter arrays
+# (bench/sync_rows.py: about 1.3x the rows/s into the full set of memory_chunks indexes), and
+# vectors travel as float32 bytes instead of decimal text Postgres has to parse.
 _COPY_CHUNKS = (
     "COPY memory_chunks (project_path, source, file_id, file_path, start_line, end_line, "
-    "content, search_terms, hash, embedding, model) FROM STDIN"
+    "content, search_terms, hash, embedding, model) FROM STDIN (FORMAT BINARY)"
 )
+_COPY_TYPES = (
+    "text", "varchar", "int8", "text", "int4", "int4", "text", "text", "varchar", "vector",
+    "varchar",
+)  # fmt: skip
 
 _TOUCH_FILES = text(
     "UPDATE memory_files AS f SET mtime = t.m, size = t.s FROM unnest(CAST(:ids AS bigint[]), "
@@ -116,45 +126,53 @@ async def known_files(session: AsyncSession, project: str) -> dict[str, KnownFil
     return {row[1]: KnownFile(*row) for row in result.all()}
 
 
-async def replace_file(
-    session: AsyncSession,
-    *,
-    project: str,
-    path: str,
-    source: str,
-    hash: str,
-    mtime: float,
-    size: int,
-    chunks: list[tuple[int, int, str, str, str | None]],
-    model: str,
-) -> int:
-    """Upsert the file row and make `chunks` (start, end, content, hash, vector) its only chunks."""
-    file_id: int = (
-        await session.execute(
-            _UPSERT_FILE,
-            {
-                "project": project,
-                "path": path,
-                "source": source,
-                "hash": hash,
-                "mtime": mtime,
-                "size": size,
-                "chunks": len(chunks),
-            },
-        )
-    ).scalar_one()
-    await session.execute(_DELETE_FILE_CHUNKS, {"file_id": file_id})
-    if chunks:
-        raw = await (await session.connection()).get_raw_connection()
-        driver = cast("psycopg.AsyncConnection[Any]", raw.driver_connection)
-        async with driver.cursor() as cursor, cursor.copy(_COPY_CHUNKS) as copy:
-            for start, end, content, digest, vector in chunks:
+@dataclass(frozen=True, slots=True)
+class FileChunks:
+    """A changed file's new row and its chunks as (start, end, content, hash, vector or None)."""
+
+    path: str
+    source: str
+    hash: str
+    mtime: float
+    size: int
+    chunks: list[tuple[int, int, str, str, NDArray[np.float32] | None]]
+
+
+async def replace_files(
+    session: AsyncSession, *, project: str, model: str, files: list[FileChunks]
+) -> None:
+    """Upsert the files' rows and make each file's `chunks` its only chunks, in the session's
+    transaction (the caller's one transaction covers every file it passes)."""
+    if not files:
+        return
+    result = await session.execute(
+        _UPSERT_FILES,
+        {
+            "project": project,
+            "paths": [f.path for f in files],
+            "sources": [f.source for f in files],
+            "hashes": [f.hash for f in files],
+            "mtimes": [f.mtime for f in files],
+            "sizes": [f.size for f in files],
+            "counts": [len(f.chunks) for f in files],
+        },
+    )
+    ids: dict[str, int] = {row.path: row.id for row in result}
+    await session.execute(_DELETE_FILES_CHUNKS, {"ids": list(ids.values())})
+    if not any(f.chunks for f in files):
+        return
+    driver = await binary_vector_connection(session)
+    async with driver.cursor() as cursor, cursor.copy(_COPY_CHUNKS) as copy:
+        copy.set_types(list(_COPY_TYPES))
+        for f in files:
+            file_id = ids[f.path]
+            for start, end, content, digest, vector in f.chunks:
                 await copy.write_row(
                     (
                         project,
-                        source,
+                        f.source,
                         file_id,
-                        path,
+                        f.path,
                         start,
                         end,
                         content,
@@ -164,7 +182,6 @@ async def replace_file(
                         None if vector is None else model,
                     )
                 )
-    return file_id
 
 
 async def touch_files(session: AsyncSession, touched: list[tuple[int, float, int]]) -> None:
