@@ -96,12 +96,13 @@ async def vectors_for(
 Vectors = dict[str, NDArray[np.float32]]
 
 # The binary forms of the cache lookup and store, for callers writing vectors in binary (sync).
+# `%b`: psycopg would otherwise dump an array of vectors as text, element by element.
 _CACHE_LOOKUP_BINARY = (
     "SELECT hash, embedding FROM memory_embedding_cache WHERE model = %s AND hash = ANY(%s)"
 )
 _CACHE_STORE_BINARY = (
     "INSERT INTO memory_embedding_cache (hash, model, embedding) "
-    "SELECT h, %s, e FROM unnest(%s::text[], %s::vector[]) AS t(h, e) "
+    "SELECT h, %s, e FROM unnest(%s::text[], %b::vector[]) AS t(h, e) "
     "ON CONFLICT (hash, model) DO NOTHING"
 )
 
