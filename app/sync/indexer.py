@@ -24,6 +24,7 @@ from app.index.writer import content_hash
 from app.llm.embeddings import Embedder
 from app.privacy import sanitize_text
 from app.sync import queries
+from app.sync.bulk_index import begin_bulk_index, end_bulk_index
 from app.sync.chunking import Chunk, chunk_markdown, chunk_transcript
 from app.sync.discover import FoundFile, Skip, discover, looks_binary
 from app.sync.embed import BatchEmbedder, embed_missing, reembed_project, resume_batches
@@ -126,11 +127,54 @@ async def _sync_locked(
         or k.mtime != f.mtime
     ]
     present = {f.path for f in found.files}
-    writer = _Writer(sessionmaker, settings, embedder, project, report)
+    bulk = False
     if candidates:
         # Created once up front: concurrent writers creating the same index would collide.
         async with sessionmaker() as session, session.begin():
             await ensure_model_index(await session.connection(), embedder)
+        # Not with a Batch API provider: its vectors can arrive hours later, and the index must
+        # not stay away that long.
+        if not isinstance(embedder, BatchEmbedder):
+            bulk = await begin_bulk_index(sessionmaker, settings, embedder, candidates)
+    try:
+        await _write_all(
+            sessionmaker,
+            settings,
+            embedder,
+            request,
+            project,
+            report,
+            candidates,
+            known,
+            present,
+            progress,
+        )
+    finally:
+        if bulk:
+            await end_bulk_index(sessionmaker, embedder)
+    log.info(
+        "sync.done",
+        project=project,
+        **{k: v for k, v in report.stats().items() if k != "skippedFiles"},
+    )
+    return report
+
+
+async def _write_all(
+    sessionmaker: async_sessionmaker[AsyncSession],
+    settings: Settings,
+    embedder: Embedder,
+    request: SyncRequest,
+    project: str,
+    report: SyncReport,
+    candidates: list[FoundFile],
+    known: dict[str, queries.KnownFile],
+    present: set[str],
+    progress: Progress | None,
+) -> None:
+    """The file pass (changed files written, touched ones re-stamped, vanished ones deleted) and
+    the embedding passes after it."""
+    writer = _Writer(sessionmaker, settings, embedder, project, report)
     total = len(candidates)
     try:
         for start in range(0, total, BATCH_FILES):
@@ -165,12 +209,6 @@ async def _sync_locked(
         await resume_batches(sessionmaker, settings, embedder, project, report)
     if request.reembed:
         await reembed_project(sessionmaker, embedder, project, report, progress)
-    log.info(
-        "sync.done",
-        project=project,
-        **{k: v for k, v in report.stats().items() if k != "skippedFiles"},
-    )
-    return report
 
 
 @dataclass(slots=True)
