@@ -12,7 +12,9 @@ other projects much (the decision and its trade-offs are in docs/sync.md):
 
 Both DDL statements run CONCURRENTLY: searches and writes of other projects are never blocked.
 Writers in other processes keep writing; the rebuild takes their rows in. The index is rebuilt
-in a `finally`, and an invalid leftover of an interrupted build is dropped and built again.
+in a `finally`. DDL on the index runs under a per-model advisory lock, so an invalid index seen
+under it is the leftover of an interrupted build (not another sync's build in progress): it is
+dropped and built again.
 """
 
 from __future__ import annotations
@@ -24,11 +26,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.config import Settings
 from app.db.vector_index import drop_hnsw_index_ddl, hnsw_index_ddl, hnsw_index_valid
 from app.llm.embeddings import Embedder
+from app.sync import queries
 from app.sync.discover import FoundFile
 
 log = structlog.get_logger(__name__)
-
-_AUTOCOMMIT = {"isolation_level": "AUTOCOMMIT"}  # CONCURRENTLY cannot run in a transaction
 
 _ROWS_UP_TO = text(
     "SELECT count(*) FROM (SELECT 1 FROM memory_chunks WHERE model = :model LIMIT :cap) AS r"
@@ -58,9 +59,7 @@ async def begin_bulk_index(
         ).scalar_one()
     if indexed > cap:
         return False
-    async with sessionmaker() as session:
-        connection = await session.connection(execution_options=_AUTOCOMMIT)
-        await connection.execute(text(drop_hnsw_index_ddl(embedder.identity)))
+    await _index_ddl(sessionmaker, embedder, drop_hnsw_index_ddl(embedder.identity))
     log.info("sync.bulk_index", model=embedder.identity, expected_chunks=expected, rows=indexed)
     return True
 
@@ -69,11 +68,24 @@ async def end_bulk_index(
     sessionmaker: async_sessionmaker[AsyncSession], embedder: Embedder
 ) -> None:
     """Build the model's HNSW index over every row now holding the model (all projects)."""
-    async with sessionmaker() as session:
-        connection = await session.connection(execution_options=_AUTOCOMMIT)
-        if await hnsw_index_valid(connection, model=embedder.identity) is False:
-            await connection.execute(text(drop_hnsw_index_ddl(embedder.identity)))
-        await connection.execute(
-            text(hnsw_index_ddl(embedder.identity, embedder.dims, concurrently=True))
-        )
+    await _index_ddl(
+        sessionmaker, embedder, hnsw_index_ddl(embedder.identity, embedder.dims, concurrently=True)
+    )
     log.info("sync.bulk_index_built", model=embedder.identity)
+
+
+async def _index_ddl(
+    sessionmaker: async_sessionmaker[AsyncSession], embedder: Embedder, ddl: str
+) -> None:
+    """Run `ddl` (CONCURRENTLY: autocommit) under the model's index lock, an invalid leftover
+    index dropped first."""
+    key = "agmem.hnsw:" + embedder.identity
+    async with sessionmaker() as session:
+        await queries.hold_lock(session, key)
+        try:
+            connection = await session.connection()
+            if await hnsw_index_valid(connection, model=embedder.identity) is False:
+                await connection.execute(text(drop_hnsw_index_ddl(embedder.identity)))
+            await connection.execute(text(ddl))
+        finally:
+            await queries.release_lock(session, key)

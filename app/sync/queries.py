@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from dataclasses import dataclass
@@ -14,9 +15,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.binary_vectors import binary_vector_connection
 from app.index.terms import search_terms
 
-# One lock key per project; a second sync of the same project waits for the first to finish.
-_LOCK = text("SELECT pg_advisory_lock(hashtextextended('agmem.sync:' || :project, 0))")
-_UNLOCK = text("SELECT pg_advisory_unlock(hashtextextended('agmem.sync:' || :project, 0))")
+# Session-level advisory locks: one per project (a second sync of the project waits for the
+# first) and one per model's HNSW index (one rebuild at a time, see app/sync/bulk_index.py).
+_TRY_LOCK = text("SELECT pg_try_advisory_lock(hashtextextended(:key, 0))")
+_UNLOCK = text("SELECT pg_advisory_unlock(hashtextextended(:key, 0))")
+AUTOCOMMIT = {"isolation_level": "AUTOCOMMIT"}
 
 _KNOWN_FILES = text(
     "SELECT id, path, source, hash, size, mtime FROM memory_files WHERE project_path = :project"
@@ -111,13 +114,31 @@ class KnownFile:
     mtime: float
 
 
+async def hold_lock(session: AsyncSession, key: str) -> None:
+    """Take the advisory lock `key` on this fresh session's connection, until `release_lock`.
+
+    Polled with try-lock on an autocommit connection: a statement blocked in `pg_advisory_lock`
+    holds a snapshot, and `CREATE INDEX CONCURRENTLY` waits for every older snapshot, so a sync
+    waiting for the project would stall the rebuild of the sync it is waiting for.
+    """
+    await session.connection(execution_options=AUTOCOMMIT)
+    delay = 0.01
+    while not (await session.execute(_TRY_LOCK, {"key": key})).scalar_one():
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.5)
+
+
+async def release_lock(session: AsyncSession, key: str) -> None:
+    await session.execute(_UNLOCK, {"key": key})
+
+
 async def lock_project(session: AsyncSession, project: str) -> None:
     """Hold the project's sync lock on this session's connection until `unlock_project`."""
-    await session.execute(_LOCK, {"project": project})
+    await hold_lock(session, "agmem.sync:" + project)
 
 
 async def unlock_project(session: AsyncSession, project: str) -> None:
-    await session.execute(_UNLOCK, {"project": project})
+    await release_lock(session, "agmem.sync:" + project)
 
 
 async def known_files(session: AsyncSession, project: str) -> dict[str, KnownFile]:
