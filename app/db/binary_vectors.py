@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any, cast
 
 import psycopg
-from pgvector.psycopg import register_vector_async
+from pgvector.psycopg.vector import register_vector_info
+from psycopg.types import TypeInfo
 from sqlalchemy.ext.asyncio import AsyncSession
 
 
@@ -17,7 +18,8 @@ async def binary_vector_connection(session: AsyncSession) -> psycopg.AsyncConnec
     """The session's psycopg connection, able to send and read numpy vectors in binary."""
     raw = await (await session.connection()).get_raw_connection()
     driver = cast("psycopg.AsyncConnection[Any]", raw.driver_connection)
-    # Adapters live on the connection, and the pool reuses connections: register once each.
+    # Adapters live on the connection, and the pool reuses connections: register once each
+    # (only `vector`: pgvector's register_vector_async also looks up bit, halfvec, sparsevec).
     if driver.adapters.types.get("vector") is None:
-        await register_vector_async(driver)
+        register_vector_info(driver, await TypeInfo.fetch(driver, "vector"))
     return driver

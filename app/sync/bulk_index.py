@@ -37,9 +37,10 @@ _ROWS_UP_TO = text(
 
 
 def expected_chunks(files: list[FoundFile], settings: Settings) -> int:
-    """A low estimate of the chunks `files` will make: one per chunk-size of bytes (overlap and
-    markdown section breaks only add chunks; transcripts' JSON mostly shrinks to fewer)."""
-    return sum(f.size for f in files) // (settings.sync_chunk_tokens * 4)
+    """A low estimate of the chunks `files` will make: one per chunk-size of bytes, at least one
+    a file (overlap and markdown section breaks only add chunks; transcripts' JSON shrinks)."""
+    step = settings.sync_chunk_tokens * 4
+    return sum(max(1, f.size // step) for f in files)
 
 
 async def begin_bulk_index(
