@@ -283,9 +283,10 @@ class _Writer:
         if self.pending_chunks >= BATCH_CHUNKS:
             await self.flush()
 
-    async def flush(self) -> None:
-        """Hand the buffered files to a writer task; at most WRITERS transactions run at once,
-        so parsing the next files overlaps Postgres indexing the last ones."""
+    async def flush(self, vectors: Vectors | None = None) -> None:
+        """Hand the buffered files (and their `vectors`, when already known) to a writer task;
+        at most WRITERS transactions run at once, so parsing the next files overlaps Postgres
+        indexing the last ones."""
         if not self.pending and not self.touched:
             return
         pending, touched = self.pending, self.touched
@@ -295,7 +296,7 @@ class _Writer:
             self.inflight -= done
             for task in done:
                 task.result()
-        self.inflight.add(asyncio.create_task(self._commit(pending, touched)))
+        self.inflight.add(asyncio.create_task(self._commit(pending, touched, vectors)))
 
     async def finish(self) -> None:
         """Flush the last files split across the writers: a small sync's rows (each an HNSW
@@ -310,9 +311,15 @@ class _Writer:
                 size = 0
             groups[-1].append(item)
             size += len(item.chunks)
+        vectors = None
+        if len(groups) > 1:
+            # Embedded once for all groups: two transactions looking up the cache at the same
+            # time would both miss on a text the two share, and embed it twice.
+            async with self.sessionmaker() as session, session.begin():
+                vectors = await self._vectors(session, pending)
         for group in groups:
             self.pending = group
-            await self.flush()
+            await self.flush(vectors)
 
     async def drain(self) -> None:
         """Wait for every writer task; the first failure is raised once all have ended."""
@@ -328,14 +335,18 @@ class _Writer:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _commit(
-        self, pending: list[_Prepared], touched: list[tuple[int, float, int]]
+        self,
+        pending: list[_Prepared],
+        touched: list[tuple[int, float, int]],
+        vectors: Vectors | None,
     ) -> None:
         """One transaction: new (mtime, size) for touched files, and each changed file's chunks
         replaced whole."""
         files = []
         async with self.sessionmaker() as session, session.begin():
             await queries.touch_files(session, touched)
-            vectors = await self._vectors(session, pending) if pending else {}
+            if vectors is None:
+                vectors = await self._vectors(session, pending) if pending else {}
             for item in pending:
                 rows = []
                 for chunk in item.chunks:
