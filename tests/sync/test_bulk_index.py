@@ -12,6 +12,7 @@ from app.db.engine import make_async_engine, make_sessionmaker
 from app.db.vector_index import hnsw_index_name
 from app.llm.embeddings import local_embedder
 from app.sync.bulk_index import end_bulk_index
+from app.sync.indexer import SyncRequest, sync_project
 from tests.conftest import make_settings
 from tests.sync.helpers import CountingEmbedder, make_project, run_sync
 
@@ -136,3 +137,44 @@ def test_an_invalid_leftover_index_is_dropped_and_built_again(
     assert after is not None
     assert after[1] is True
     assert after[0] != before[0]
+
+
+def test_concurrent_bulk_syncs_finish_and_leave_one_valid_index(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # Same project twice (the second waits on the project lock while the first rebuilds the
+    # index: a blocked lock statement's snapshot would stall CREATE INDEX CONCURRENTLY), and a
+    # third project at the same time (its own drop and rebuild race the first's).
+    settings = make_settings(home=tmp_path / "home", sync_bulk_index_min_chunks=1)
+    shared = make_project(tmp_path / "shared")
+    other = make_project(tmp_path / "other")
+    embedder = CountingEmbedder()
+
+    async def go() -> list[Any]:
+        engines = [make_async_engine(database_url) for _ in range(3)]
+        try:
+            return list(
+                await asyncio.gather(
+                    *(
+                        sync_project(
+                            make_sessionmaker(engine),
+                            settings,
+                            embedder,
+                            SyncRequest(project_path=str(project)),
+                        )
+                        for engine, project in zip(engines, (shared, shared, other), strict=True)
+                    )
+                )
+            )
+        finally:
+            for engine in engines:
+                await engine.dispose()
+
+    reports = asyncio.run(asyncio.wait_for(go(), timeout=90))
+
+    assert sorted(r.files_changed for r in reports) == [0, 6, 6]
+    state = index_state(db)
+    assert state is not None
+    assert state[1] is True
+    unembedded = db.execute("SELECT count(*) FROM memory_chunks WHERE embedding IS NULL")
+    assert unembedded.fetchone() == (0,)
