@@ -109,10 +109,16 @@ class Settings(BaseSettings):
     proxy_context_cache_seconds: float = Field(default=60.0, ge=0, le=86_400)
     proxy_upstream_timeout_seconds: float = Field(default=300.0, gt=0, le=3600)
 
+    # Key/value memories: how often reads' access counts are written (app/memories/reads.py).
+    memory_access_flush_ms: int = Field(default=500, ge=10, le=60_000)
+
     # Capture (sessions and observations): size caps, nesting limit, excluded projects.
     capture_max_field_chars: int = Field(default=65_536, ge=1_024, le=16_777_216)
     capture_max_depth: int = Field(default=64, ge=2, le=500)
     capture_exclude_projects: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # Capture group commit: writer tasks (one connection each) and statements per transaction.
+    capture_writers: int = Field(default=1, ge=1, le=64)
+    capture_batch_max: int = Field(default=64, ge=1, le=1000)
 
     @field_validator("home")
     @classmethod

@@ -22,6 +22,7 @@ from app.db.engine import make_async_engine, make_sessionmaker, transaction
 from app.memories import resume as resume_service
 from app.memories import service
 from app.memories.patterns import is_pattern
+from app.memories.reads import read_in_session
 from app.memories.schemas import Memory, MemoryWrite, Resume, Scope, check_key, check_tags
 from app.state import AppState
 
@@ -105,7 +106,7 @@ def get(
             rows = await service.find_memories(db, visibility=seen_by, pattern=key)
             return [service.to_schema(row) for row in rows]
         return [
-            service.to_schema(await service.read_memory(db, key=check_key(key), visibility=seen_by))
+            service.to_schema(await read_in_session(db, key=check_key(key), visibility=seen_by))
         ]
 
     memories = run(work)
