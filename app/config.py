@@ -83,6 +83,9 @@ class Settings(BaseSettings):
     sync_chunk_overlap_tokens: int = Field(default=80, ge=0, le=4000)
     sync_tool_output_chars: int = Field(default=2000, ge=100, le=1_000_000)
     sync_watch_debounce_ms: int = Field(default=1500, ge=50, le=600_000)
+    # A large initial sync builds the model's HNSW index once instead of row by row (docs/sync.md).
+    sync_bulk_index_min_chunks: int = Field(default=2000, ge=0)
+    sync_bulk_index_max_rows: int = Field(default=20_000, ge=0)
     gemini_embed_batch_threshold: int = Field(default=5000, ge=1)
     gemini_embed_max_retries: int = Field(default=5, ge=0, le=20)
     gemini_batch_poll_seconds: float = Field(default=10.0, gt=0, le=3600)
