@@ -138,7 +138,11 @@ class SentenceTransformerEmbedder:
             raise EmbeddingProviderUnavailable(
                 f"cannot load sentence-transformers model {model!r}: {error}"
             ) from None
-        width = int(self._model.get_sentence_embedding_dimension() or 0)
+        # sentence-transformers 5 renamed the method and warns on the old name; 3.x/4.x lack it.
+        dimension_of = getattr(self._model, "get_embedding_dimension", None)
+        if dimension_of is None:
+            dimension_of = self._model.get_sentence_embedding_dimension
+        width = int(dimension_of() or 0)
         if dims is not None and dims != width:
             raise EmbeddingProviderUnavailable(
                 f"AGMEM_EMBEDDING_DIMS={dims} but model {model!r} has {width} dimensions"
