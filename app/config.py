@@ -83,6 +83,9 @@ class Settings(BaseSettings):
     sync_chunk_overlap_tokens: int = Field(default=80, ge=0, le=4000)
     sync_tool_output_chars: int = Field(default=2000, ge=100, le=1_000_000)
     sync_watch_debounce_ms: int = Field(default=1500, ge=50, le=600_000)
+    # A large initial sync builds the model's HNSW index once instead of row by row (docs/sync.md).
+    sync_bulk_index_min_chunks: int = Field(default=2000, ge=0)
+    sync_bulk_index_max_rows: int = Field(default=20_000, ge=0)
     gemini_embed_batch_threshold: int = Field(default=5000, ge=1)
     gemini_embed_max_retries: int = Field(default=5, ge=0, le=20)
     gemini_batch_poll_seconds: float = Field(default=10.0, gt=0, le=3600)
@@ -95,6 +98,9 @@ class Settings(BaseSettings):
     search_vector_floor: float = Field(default=0.0, ge=-1, le=1)
     search_keyword_floor: float = Field(default=0.0, ge=0)
     search_rank_normalization: int = Field(default=5, ge=0, le=63)
+    search_exact_weight: float = Field(default=1.0, ge=0)
+    search_pair_tier_weight: float = Field(default=0.5, ge=0, le=1)
+    search_single_tier_weight: float = Field(default=0.1, ge=0, le=1)
     context_budget: int = Field(default=2000, ge=50, le=100_000)
     context_sessions: int = Field(default=5, ge=0, le=100)
 
@@ -106,10 +112,16 @@ class Settings(BaseSettings):
     proxy_context_cache_seconds: float = Field(default=60.0, ge=0, le=86_400)
     proxy_upstream_timeout_seconds: float = Field(default=300.0, gt=0, le=3600)
 
+    # Key/value memories: how often reads' access counts are written (app/memories/reads.py).
+    memory_access_flush_ms: int = Field(default=500, ge=10, le=60_000)
+
     # Capture (sessions and observations): size caps, nesting limit, excluded projects.
     capture_max_field_chars: int = Field(default=65_536, ge=1_024, le=16_777_216)
     capture_max_depth: int = Field(default=64, ge=2, le=500)
     capture_exclude_projects: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # Capture group commit: writer tasks (one connection each) and statements per transaction.
+    capture_writers: int = Field(default=1, ge=1, le=64)
+    capture_batch_max: int = Field(default=64, ge=1, le=1000)
 
     @field_validator("home")
     @classmethod

@@ -1,12 +1,17 @@
-"""What a running app holds: settings, the database engine and its sessionmaker."""
+"""What a running app holds: settings, the database engine and its sessionmaker, and the
+memories' read path."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.config import Settings
+
+if TYPE_CHECKING:
+    from app.memories.reads import MemoryReads
 
 
 @dataclass(slots=True)
@@ -15,3 +20,5 @@ class AppState:
     database_url: str
     engine: AsyncEngine
     sessionmaker: async_sessionmaker[AsyncSession]
+    # The exact-key read path of memories, while the app's lifespan runs (None in the CLI).
+    memory_reads: MemoryReads | None = None

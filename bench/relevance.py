@@ -174,6 +174,14 @@ async def run(args: argparse.Namespace) -> None:
                         ("rrf k=120 v1.0 k1.0", SearchTuning(rrf_k=120)),
                         ("rrf k=60 norm=0", SearchTuning(rrf_k=60, rank_normalization=0)),
                         ("rrf k=60 vfloor 0.3", SearchTuning(rrf_k=60, vector_floor=0.3)),
+                        ("rrf k=60 no exact boost", SearchTuning(rrf_k=60, exact_weight=0)),
+                        ("rrf k=60 exact boost 2", SearchTuning(rrf_k=60, exact_weight=2)),
+                        ("tiers 1/1 (plain RRF)", SearchTuning(tier_weights=(1.0, 1.0))),
+                        ("tiers 0.5/0.25", SearchTuning(tier_weights=(0.5, 0.25))),
+                        ("tiers 0.5/0", SearchTuning(tier_weights=(0.5, 0.0))),
+                        ("tiers 0.3/0.1", SearchTuning(tier_weights=(0.3, 0.1))),
+                        ("ts_rank_cd", SearchTuning(rank_function="ts_rank_cd")),
+                        ("no rarity", SearchTuning(rarity=False)),
                     ]
                     swept = [
                         (name, await evaluate(session, embedder, relevant, "hybrid", t))

@@ -7,6 +7,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import orjson
+
 from app.privacy import cap_text, sanitize_json
 
 ObservationType = Literal["file_read", "file_write", "code_execution", "search", "web", "other"]
@@ -177,7 +179,14 @@ class Payload:
 
 
 def dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    """Compact JSON text, non-ASCII kept as is (what Postgres parses into jsonb)."""
+    try:
+        # orjson encodes a 20 KB payload about 8x faster than the json module (capture profile).
+        return orjson.dumps(value).decode()
+    except TypeError:
+        # What orjson refuses and json accepts: integers beyond 64 bits, nesting past 255 levels.
+        # (NaN and Infinity, which are not JSON, orjson writes as null.)
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def _cap_strings(value: Any, max_chars: int) -> Any:

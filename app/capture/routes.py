@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import APIRouter, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ValidationError
 
 from app.api.deps import DbDep, SettingsDep
 from app.capture import service
-from app.capture.db import capture_connection, capture_lifespan
+from app.capture.db import capture_lifespan, capture_writer
 from app.capture.schemas import (
     CompressIn,
     ObserveIn,
@@ -89,27 +92,78 @@ def _observation_answer(ref: service.ObservationRef, status_code: int) -> JSONRe
     return JSONResponse(body, status_code=status_code)
 
 
-# The two hot routes come first, since routes are matched in order. They take the request and
-# open their connection themselves: FastAPI's dependency resolution (settings, state, a yield
-# dependency and its exit stack) cost more CPU per request in the profile than everything else
-# the route does outside the database.
+Model = TypeVar("Model", bound=BaseModel)
 
 
-@router.post("/observe")
-async def observe(data: ObserveIn, request: Request) -> JSONResponse:
+async def parse_body(request: Request, model: type[Model]) -> Model:
+    """The JSON body as `model`, parsed once from the raw bytes, with FastAPI's error shapes.
+
+    FastAPI would `json.loads` the body into dicts and then validate them; pydantic's own parser
+    builds the model straight from the bytes, about 4x faster on 1-20 KB bodies. What it refuses
+    but `json` accepts (lone surrogate escapes such as "\\ud800", which are stored cleaned, and
+    nesting past its recursion limit) takes the framework's path, so every answer is unchanged.
+    """
+    body = await request.body()
+    content_type = request.headers.get("content-type")
+    if content_type and not _is_json(content_type):
+        # As FastAPI does: a body that is not declared JSON is validated as bytes (a 422).
+        try:
+            return model.model_validate(body)
+        except ValidationError as error:
+            raise RequestValidationError(_in_body(error)) from None
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as error:
+        if not any(item["type"] == "json_invalid" for item in error.errors()):
+            raise RequestValidationError(_in_body(error)) from None
+    try:
+        value = json.loads(body)
+    except (ValueError, RecursionError) as error:
+        detail = {"type": "json_invalid", "loc": ("body",), "msg": "JSON decode error"}
+        raise RequestValidationError([detail | {"ctx": {"error": str(error)}}]) from None
+    try:
+        return model.model_validate(value)
+    except ValidationError as error:
+        raise RequestValidationError(_in_body(error)) from None
+
+
+def _is_json(content_type: str) -> bool:
+    subtype = content_type.split(";", 1)[0].strip().lower().rpartition("/")[2]
+    return subtype == "json" or subtype.endswith("+json")
+
+
+def _in_body(error: ValidationError) -> list[Any]:
+    return [item | {"loc": ("body", *item["loc"])} for item in error.errors(include_url=False)]
+
+
+def _body_schema(model: type[BaseModel]) -> dict[str, Any]:
+    schema = model.model_json_schema(by_alias=True)
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+# The two hot routes come first, since routes are matched in order. They take the request, parse
+# its body and open their connection themselves: FastAPI's dependency resolution (settings,
+# state, a yield dependency and its exit stack) and its body parsing cost more CPU per request in
+# the profile than everything else the route does outside the database.
+
+
+@router.post("/observe", openapi_extra=_body_schema(ObserveIn))
+async def observe(request: Request) -> JSONResponse:
     """Record a tool call (201); a repeated id answers 200 with the first result."""
+    data = await parse_body(request, ObserveIn)
     state: AppState = request.app.state.agmem
-    async with capture_connection(request) as db:
-        ref, created = await service.record_observation(db, data=data, settings=state.settings)
+    db = capture_writer(request)
+    ref, created = await service.record_observation(db, data=data, settings=state.settings)
     return _observation_answer(ref, 201 if created else 200)
 
 
-@router.post("/observe/result")
-async def observe_result(data: ObserveResultIn, request: Request) -> JSONResponse:
+@router.post("/observe/result", openapi_extra=_body_schema(ObserveResultIn))
+async def observe_result(request: Request) -> JSONResponse:
     """Attach a tool result to its call (200), or record it as a new observation (201)."""
+    data = await parse_body(request, ObserveResultIn)
     state: AppState = request.app.state.agmem
-    async with capture_connection(request) as db:
-        ref, created = await service.record_result(db, data=data, settings=state.settings)
+    db = capture_writer(request)
+    ref, created = await service.record_result(db, data=data, settings=state.settings)
     return _observation_answer(ref, 201 if created else 200)
 
 

@@ -18,7 +18,7 @@ from sqlalchemy import Row, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.capture import queries
-from app.capture.db import RawConnection
+from app.capture.db import GroupWriter
 from app.capture.derive import (
     Payload,
     dumps,
@@ -43,8 +43,8 @@ from app.privacy import NestingTooDeep, cap_text, clean_text, sanitize_text
 log = structlog.get_logger(__name__)
 
 # The write paths run plain statements, so they take an ORM session (in a caller's transaction),
-# a SQLAlchemy connection or the HTTP hot path's raw autocommit connection alike.
-Executor = AsyncSession | AsyncConnection | RawConnection
+# a SQLAlchemy connection or the HTTP hot path's group-commit writer alike.
+Executor = AsyncSession | AsyncConnection | GroupWriter
 
 EXCLUDED = "excluded"
 # Ids minted for sessions of excluded projects carry this prefix, so that later observations

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from app.cli.common import cli_errors, fail, open_database, settings_or_exit
 from app.config import Settings
 from app.memories.patterns import is_pattern
+from app.memories.reads import read_in_session
 from app.memories.schemas import Memory, MemoryWrite, Resume, Scope, check_key, check_tags
 
 if TYPE_CHECKING:
@@ -116,7 +117,7 @@ def get(
             rows = await service.find_memories(db, visibility=seen_by, pattern=key)
             return [service.to_schema(row) for row in rows]
         return [
-            service.to_schema(await service.read_memory(db, key=check_key(key), visibility=seen_by))
+            service.to_schema(await read_in_session(db, key=check_key(key), visibility=seen_by))
         ]
 
     memories = run(work)

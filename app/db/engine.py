@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import (
@@ -17,6 +18,7 @@ from sqlalchemy.ext.asyncio import (
 
 from app.config import Settings, SettingsError
 from app.db.embedded import start_embedded_postgres
+from app.search.queries import SCAN_DEFAULTS, SCAN_DEFAULTS_FLAG
 
 
 def resolve_database_url(settings: Settings) -> str:
@@ -38,7 +40,7 @@ def sqlalchemy_url(url: str) -> str:
 
 
 def make_async_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
-    return create_async_engine(
+    engine = create_async_engine(
         sqlalchemy_url(url),
         pool_size=pool_size,
         max_overflow=pool_size,
@@ -46,6 +48,19 @@ def make_async_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
         pool_recycle=1800,
         connect_args={"connect_timeout": 5, "application_name": "agmem"},
     )
+    event.listen(engine.sync_engine, "connect", _set_scan_defaults)
+    return engine
+
+
+def _set_scan_defaults(dbapi_connection: Any, connection_record: Any) -> None:
+    """Session-level HNSW scan settings, so searches need not set them per transaction."""
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute(SCAN_DEFAULTS)
+    finally:
+        cursor.close()
+    dbapi_connection.commit()  # a SET inside a transaction rolled back at check-in would vanish
+    connection_record.info[SCAN_DEFAULTS_FLAG] = True
 
 
 def make_sync_engine(url: str) -> Engine:

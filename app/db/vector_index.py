@@ -27,12 +27,13 @@ def hnsw_index_name(model: str) -> str:
     return f"{HNSW_INDEX_PREFIX}{readable[: 63 - len(HNSW_INDEX_PREFIX) - 13]}_{digest}"
 
 
-def hnsw_index_ddl(model: str, dims: int) -> str:
+def hnsw_index_ddl(model: str, dims: int, *, concurrently: bool = False) -> str:
     if not 1 <= dims <= MAX_HNSW_DIMS:
         raise ValueError(f"HNSW indexes support 1..{MAX_HNSW_DIMS} dimensions, not {dims}")
     literal = model.replace("'", "''")
+    how = "CONCURRENTLY " if concurrently else ""
     return (
-        f"CREATE INDEX IF NOT EXISTS {hnsw_index_name(model)} ON memory_chunks "
+        f"CREATE INDEX {how}IF NOT EXISTS {hnsw_index_name(model)} ON memory_chunks "
         f"USING hnsw ((embedding::vector({dims})) vector_cosine_ops) "
         f"WITH (m = 16, ef_construction = 64) WHERE model = '{literal}'"
     )
@@ -40,3 +41,21 @@ def hnsw_index_ddl(model: str, dims: int) -> str:
 
 async def ensure_hnsw_index_async(connection: AsyncConnection, *, model: str, dims: int) -> None:
     await connection.execute(text(hnsw_index_ddl(model, dims)))
+
+
+def drop_hnsw_index_ddl(model: str) -> str:
+    return f"DROP INDEX CONCURRENTLY IF EXISTS {hnsw_index_name(model)}"
+
+
+_INDEX_VALID = text(
+    "SELECT i.indisvalid FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid "
+    "WHERE c.relname = :name AND c.relkind = 'i'"
+)
+
+
+async def hnsw_index_valid(connection: AsyncConnection, *, model: str) -> bool | None:
+    """Whether the model's index exists and is valid; None when it does not exist (an
+    interrupted `CREATE INDEX CONCURRENTLY` leaves an invalid one behind)."""
+    result = await connection.execute(_INDEX_VALID, {"name": hnsw_index_name(model)})
+    valid: bool | None = result.scalar_one_or_none()
+    return valid

@@ -13,6 +13,7 @@ from numpy.typing import NDArray
 from sqlalchemy import bindparam, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from app.db.binary_vectors import binary_vector_connection
 from app.db.vector_index import ensure_hnsw_index_async
 from app.llm.embeddings import Embedder
 
@@ -88,6 +89,63 @@ async def vectors_for(
             {"model": embedder.identity, "hashes": missing, "embeddings": literals},
         )
         vectors.update(zip(missing, literals, strict=True))
+        stats.computed = len(missing)
+    return vectors, stats
+
+
+Vectors = dict[str, NDArray[np.float32]]
+
+# The binary forms of the cache lookup and store, for callers writing vectors in binary (sync).
+# `%b`: psycopg would otherwise dump an array of vectors as text, element by element.
+_CACHE_LOOKUP_BINARY = (
+    "SELECT hash, embedding FROM memory_embedding_cache WHERE model = %s AND hash = ANY(%s)"
+)
+_CACHE_STORE_BINARY = (
+    "INSERT INTO memory_embedding_cache (hash, model, embedding) "
+    "SELECT h, %s, e FROM unnest(%s::text[], %b::vector[]) AS t(h, e) "
+    "ON CONFLICT (hash, model) DO NOTHING"
+)
+
+
+async def cached_arrays(session: AsyncSession, *, model: str, hashes: list[str]) -> Vectors:
+    """Vectors already known for these content hashes under `model`, as float32 arrays."""
+    if not hashes:
+        return {}
+    driver = await binary_vector_connection(session)
+    found: Vectors = {}
+    unique = sorted(set(hashes))
+    async with driver.cursor(binary=True) as cursor:
+        for start in range(0, len(unique), 5000):
+            await cursor.execute(_CACHE_LOOKUP_BINARY, (model, unique[start : start + 5000]))
+            found.update({h: v.to_numpy() for h, v in await cursor.fetchall()})
+    return found
+
+
+async def store_arrays(session: AsyncSession, *, model: str, vectors: Vectors) -> None:
+    """Add `{content hash: vector}` to the cache; hashes already there keep their vector."""
+    if vectors:
+        driver = await binary_vector_connection(session)
+        async with driver.cursor() as cursor:
+            await cursor.execute(
+                _CACHE_STORE_BINARY, (model, list(vectors), list(vectors.values()))
+            )
+
+
+async def arrays_for(
+    session: AsyncSession, embedder: Embedder, items: dict[str, str]
+) -> tuple[Vectors, EmbedStats]:
+    """`vectors_for` in binary: float32 arrays in and out of Postgres, no text literals."""
+    stats = EmbedStats()
+    vectors = await cached_arrays(session, model=embedder.identity, hashes=list(items))
+    stats.cached = len(vectors)
+    missing = [h for h in items if h not in vectors]
+    if missing:
+        # In a thread: the tokenizer and numpy release the GIL, so the event loop (and the other
+        # writer's COPY) keeps going while wordllama works.
+        computed = await asyncio.to_thread(embedder.embed_documents, [items[h] for h in missing])
+        fresh = dict(zip(missing, computed, strict=True))
+        await store_arrays(session, model=embedder.identity, vectors=fresh)
+        vectors.update(fresh)
         stats.computed = len(missing)
     return vectors, stats
 

@@ -28,7 +28,7 @@ from app.db.engine import transaction
 from app.errors import AppError
 from app.llm.embeddings import get_embedder
 from app.mcp import descriptions as text
-from app.memories import resume, service
+from app.memories import reads, resume, service
 from app.memories.patterns import is_pattern
 from app.memories.schemas import MemoryWrite, ResumeRequest, check_key, check_tags
 from app.memories.schemas import Scope as MemoryScope
@@ -115,15 +115,17 @@ def build_server(state: StateProvider, *, default_project: str | None = None) ->
     ) -> dict[str, Any]:
         with tool_errors():
             seen_by = visibility(scope, project_path, session_id)
-            async with transaction(state().sessionmaker) as session:
-                if is_pattern(key):
+            current = state()
+            if is_pattern(key):
+                await reads.flush_reads(current)
+                async with transaction(current.sessionmaker) as session:
                     rows = await service.find_memories(session, visibility=seen_by, pattern=key)
-                    return {"memories": [_dump(row) for row in rows]}
-                try:
-                    row = await service.read_memory(session, key=check_key(key), visibility=seen_by)
-                except service.MemoryNotFound as missing:
-                    return {"memory": None, "detail": missing.detail}
-                return {"memory": _dump(row)}
+                return {"memories": [_dump(row) for row in rows]}
+            try:
+                row = await reads.read_memory(current, key=check_key(key), visibility=seen_by)
+            except service.MemoryNotFound as missing:
+                return {"memory": None, "detail": missing.detail}
+            return {"memory": _dump(row)}
 
     @mcp.tool(description=text.LIST_MEMORIES)
     async def list_memories(
@@ -138,7 +140,9 @@ def build_server(state: StateProvider, *, default_project: str | None = None) ->
             if not 1 <= limit <= service.MAX_LIST_LIMIT:
                 raise ValueError(f"limit must be between 1 and {service.MAX_LIST_LIMIT}")
             seen_by = visibility(scope, project_path, session_id)
-            async with transaction(state().sessionmaker) as session:
+            current = state()
+            await reads.flush_reads(current)
+            async with transaction(current.sessionmaker) as session:
                 rows = await service.find_memories(
                     session,
                     visibility=seen_by,
@@ -172,6 +176,7 @@ def build_server(state: StateProvider, *, default_project: str | None = None) ->
                 project_path=project(project_path), session_id=session_id, budget=budget
             )
             current = state()
+            await reads.flush_reads(current)
             async with transaction(current.sessionmaker) as session:
                 answer = await resume.smart_resume(
                     session,

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Depends, Header, Query, Response
+from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from app.api.deps import DbDep, SettingsDep
+from app.api.deps import DbDep, StateDep
+from app.db.engine import transaction
 from app.errors import BadRequest, ValidationFailed
 from app.memories import resume as resume_service
 from app.memories import service
 from app.memories.patterns import is_pattern
+from app.memories.reads import flush_reads, memory_reads_lifespan, read_memory
 from app.memories.schemas import (
     MAX_KEY_LENGTH,
     Deleted,
@@ -27,8 +29,9 @@ from app.memories.schemas import (
     check_tags,
 )
 from app.privacy import clean_text
+from app.state import AppState
 
-router = APIRouter(prefix="/api", tags=["memories"])
+router = APIRouter(prefix="/api", tags=["memories"], lifespan=memory_reads_lifespan)
 
 
 class InvalidKey(ValidationFailed):
@@ -46,7 +49,9 @@ def _optional(*values: str | None) -> str | None:
     return None
 
 
-def visibility(
+# `async def` although it does not await: FastAPI runs a plain `def` dependency in a worker
+# thread, and that hand-off cost more CPU than anything else in the exact-key read's route.
+async def visibility(
     scope: Scope | None = None,
     projectPath: str | None = None,  # noqa: N803 - the contract's camelCase spelling
     project_path: Annotated[str | None, Query(include_in_schema=False)] = None,
@@ -111,6 +116,7 @@ async def put_memory(
 @router.get("/memories", response_model=MemoryList)
 async def list_memories(
     db: DbDep,
+    state: StateDep,
     seen_by: VisibilityDep,
     pattern: Annotated[str | None, Query(max_length=MAX_KEY_LENGTH)] = None,
     tags: Annotated[list[str] | None, Query()] = None,
@@ -118,6 +124,7 @@ async def list_memories(
 ) -> MemoryList:
     """Visible memories, filtered by a `*` pattern and by tags (all of them), sorted by key."""
     wanted = _tags(tags)
+    await flush_reads(state)
     rows = await service.find_memories(
         db, visibility=seen_by, pattern=pattern or None, tags=wanted, limit=limit
     )
@@ -138,21 +145,27 @@ def _tags(tags: list[str] | None) -> list[str] | None:
 @router.get("/memories/{key:path}", response_model=MemoryWithHistory | Memory | MemoryList)
 async def get_memory(
     key: str,
-    db: DbDep,
+    request: Request,
     seen_by: VisibilityDep,
     history: bool = False,
     limit: Annotated[int, Query(ge=1, le=service.MAX_LIST_LIMIT)] = service.DEFAULT_LIST_LIMIT,
 ) -> JSONResponse | MemoryList:
     """One memory by exact key, or `{memories}` when the key holds `*` wildcards; 404 if none."""
+    # No session dependency: the exact-key read, the hot path, runs on the reads' own pool, and
+    # only patterns and history open a transaction.
+    state: AppState = request.app.state.agmem
     if is_pattern(key):
-        rows = await service.find_memories(db, visibility=seen_by, pattern=key, limit=limit)
+        await flush_reads(state)
+        async with transaction(state.sessionmaker) as db:
+            rows = await service.find_memories(db, visibility=seen_by, pattern=key, limit=limit)
         if not rows:
             raise service.MemoryNotFound(f"no visible memory matches {key!r}")
         return MemoryList(memories=[service.to_schema(row) for row in rows])
-    row = await service.read_memory(db, key=_key(key), visibility=seen_by)
+    row = await read_memory(state, key=_key(key), visibility=seen_by)
     memory = service.to_schema(row)
     if history:
-        versions = await service.memory_history(db, memory_id=row.id)
+        async with transaction(state.sessionmaker) as db:
+            versions = await service.memory_history(db, memory_id=row.id)
         memory = MemoryWithHistory(
             **memory.model_dump(),
             history=[
@@ -176,13 +189,14 @@ async def delete_memory(key: str, db: DbDep, seen_by: VisibilityDep) -> Deleted:
 
 @router.post("/resume", response_model=Resume)
 async def post_resume(
-    db: DbDep, settings: SettingsDep, body: Annotated[ResumeRequest | None, Body()] = None
+    db: DbDep, state: StateDep, body: Annotated[ResumeRequest | None, Body()] = None
 ) -> Resume:
     """A short briefing plus the project/current/shared memories, within a token budget."""
     body = body or ResumeRequest()
+    await flush_reads(state)
     return await resume_service.smart_resume(
         db,
-        settings=settings,
+        settings=state.settings,
         project_path=body.project_path,
         session_id=body.session_id,
         budget=body.budget,

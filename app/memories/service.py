@@ -17,18 +17,12 @@ import json
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
-from functools import lru_cache
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import structlog
 from sqlalchemy import (
     ColumnElement,
-    Row,
-    Table,
-    Text,
-    Update,
     and_,
-    bindparam,
     case,
     delete,
     false,
@@ -47,6 +41,9 @@ from app.errors import Conflict, NotFound, ValidationFailed
 from app.index.writer import replace_index_text
 from app.memories.patterns import LIKE_ESCAPE, pattern_to_like
 from app.memories.schemas import Memory, MemoryWrite, Scope
+
+if TYPE_CHECKING:
+    from app.memories.reads import ReadRow
 
 log = structlog.get_logger(__name__)
 
@@ -94,6 +91,10 @@ class Visibility:
     def shape(self) -> tuple[Scope | None, bool, bool]:
         return self.scope, bool(self.project_path), bool(self.session_id)
 
+    def describe(self) -> str:
+        """Who reads, for a "not visible here" message."""
+        return _where_text(self)
+
     def params(self) -> dict[str, str | None]:
         """Values of the `vis_project`/`vis_session` parameters of a statement built by shape."""
         return {"vis_project": self.project_path or None, "vis_session": self.session_id or None}
@@ -139,8 +140,8 @@ SPECIFICITY = case(
 # the test machine): a crash may lose the last few access counts, never a memory.
 ASYNC_COMMIT = "SET LOCAL synchronous_commit = off"
 
-# A memory as reads return it: an ORM row, or a table row from the exact-key read.
-MemoryRecord = MemoryRow | Row[Any]
+# A memory as reads return it: an ORM row, or a row of the exact-key read (app.memories.reads).
+MemoryRecord: TypeAlias = "MemoryRow | ReadRow"
 
 LIVE = or_(MemoryRow.expires_at.is_(None), MemoryRow.expires_at > func.now())
 
@@ -313,50 +314,6 @@ async def purge_expired(session: AsyncSession, *, where: ColumnElement[bool] | N
     if purged:
         log.info("memory.purged", count=purged)
     return purged
-
-
-@lru_cache(maxsize=16)
-def read_statement(shape: tuple[Scope | None, bool, bool]) -> Update:
-    """The exact-key read as one statement per reader shape, built once: purge the key's expired
-    rows, pick the most specific live visible one, count the access, return it.
-
-    The hot path of every agent; built from bound parameters and run on the table rather than
-    through the ORM, it spends a fraction of the client CPU a freshly built statement does.
-    """
-    scope, has_project, has_session = shape
-    visible = and_(
-        MemoryRow.key == bindparam("read_key", type_=Text),
-        visible_to(
-            scope,
-            bindparam("vis_project", type_=Text) if has_project else None,
-            bindparam("vis_session", type_=Text) if has_session else None,
-        ),
-    )
-    purged = (
-        delete(MemoryRow)
-        .where(MemoryRow.expires_at <= func.now(), visible)
-        .returning(MemoryRow.id)
-        .cte("purged")
-    )
-    pick = select(MemoryRow.id).where(visible, LIVE).order_by(SPECIFICITY).limit(1)
-    table = cast(Table, MemoryRow.__table__)
-    return (
-        update(table)
-        .where(table.c.id == pick.scalar_subquery())
-        .values(accessed_at=func.now(), access_count=table.c.access_count + 1)
-        .returning(*table.c)
-        .add_cte(purged)
-    )
-
-
-async def read_memory(session: AsyncSession, *, key: str, visibility: Visibility) -> MemoryRecord:
-    """The most specific visible memory under `key`, with its access counted."""
-    await session.execute(text(ASYNC_COMMIT))
-    params = {"read_key": key, **visibility.params()}
-    row = (await session.execute(read_statement(visibility.shape), params)).one_or_none()
-    if row is None:
-        raise MemoryNotFound(f"no memory {key!r} is visible here{_where_text(visibility)}")
-    return row
 
 
 async def find_memories(

@@ -10,10 +10,11 @@ prove. Both come from our own settings, never from a request.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import TextClause, text
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -21,8 +22,16 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.search.fusion import WEIGHTED_TEXT, WEIGHTED_VECTOR
 from app.search.schemas import SearchMode
 
+RankFunction = Literal["ts_rank", "ts_rank_cd"]
+
 MAX_TERMS = 24
-MAX_PAIR_TERMS = 8  # the strict tier ORs every pair of up to 8 content words: at most 28 pairs
+MAX_PAIR_TERMS = 8  # the strict tier ORs every pair of the 8 rarest content words: at most 28
+# A word held by more than this share of the index rows (pg_stats' most common elements of `tsv`),
+# and by more than COMMON_TERM_ROWS rows, is left out of the pair and single-word tiers' GIN
+# scans; the all-words tier still requires it. The row bound keeps small indexes, where no scan is
+# costly, searching every word.
+COMMON_TERM_SHARE = 0.05
+COMMON_TERM_ROWS = 1000
 # A natural-language OR query over a big index matches a large share of it, and ranking every match
 # costs ~40 us a row. So each tier (every word, two or more, one) ranks at most this many rows,
 # and a tier is read only to fill up what the better tiers left short (see `_keyword_cte`).
@@ -47,6 +56,14 @@ ENGLISH_STOP_WORDS = frozenset(
 PREFIX_MIN_CHARS = 3  # a prefix of one or two letters matches half the corpus and ranks nothing
 _CAMEL = re.compile(r"([a-z0-9])([A-Z])")
 _WORD = re.compile(r"[^\W_]+")
+# Exact phrases: a quoted phrase, or a token shaped like code (snake_case, camelCase, a dotted or
+# `::` member, a path). The keyword branch sees only its parts, which common words share.
+MAX_PHRASES = 4
+PHRASE_MIN_CHARS = 4
+PHRASE_MAX_CHARS = 200
+_QUOTED = re.compile(r'"([^"]+)"')
+_CODE_SHAPE = re.compile(r"[a-z0-9][A-Z]|\w_\w|\w(?:\.|::|/|->)\w")
+_EDGE_PUNCTUATION = "\"'`()[]{}<>,;:!?."
 
 
 def keyword_terms(query: str) -> list[str]:
@@ -57,6 +74,26 @@ def keyword_terms(query: str) -> list[str]:
     for word in words:
         seen.setdefault(word.lower(), None)
     return list(seen)[:MAX_TERMS]
+
+
+def exact_phrases(query: str) -> list[str]:
+    """The query's quoted phrases and code-shaped tokens, lower-cased, to match literally.
+
+    `modelRouterService` or `RateLimiter.hit` in a chunk's text is far stronger evidence than its
+    parts (`model`, `router`, `service`), which the keyword branch ranks among every row that
+    holds those common words."""
+    found: dict[str, None] = {}
+    for phrase in _QUOTED.findall(query):
+        found.setdefault(" ".join(phrase.split()).lower(), None)
+    for token in _QUOTED.sub(" ", query).split():
+        token = token.strip(_EDGE_PUNCTUATION)
+        if token.endswith("()"):
+            token = token[:-2]
+        if _CODE_SHAPE.search(token):
+            found.setdefault(token.lower(), None)
+    return [phrase for phrase in found if PHRASE_MIN_CHARS <= len(phrase) <= PHRASE_MAX_CHARS][
+        :MAX_PHRASES
+    ]
 
 
 def content_terms(terms: list[str]) -> list[str]:
@@ -79,15 +116,60 @@ def tsquery_text(terms: list[str], *, prefix_last: bool = True) -> str:
 
 
 def all_tsquery_text(terms: list[str], *, prefix_last: bool = True) -> str:
-    """An AND of the content terms: rows matching every word rank above the rest."""
-    return " & ".join(_operands(content_terms(terms), prefix_last))
+    """An AND of the content terms: rows matching every word rank above the rest.
+
+    The prefix applies only to a one-word query (a word being typed): GIN answers a prefix by
+    collecting the posting lists of every lexeme sharing it before it can intersect, which cost
+    6-16 ms at 100k rows where the exact AND costs 0.2 ms, and changed no relevance figure."""
+    content = content_terms(terms)
+    return " & ".join(_operands(content, prefix_last and len(content) == 1))
 
 
-def strict_tsquery_text(terms: list[str], *, prefix_last: bool = True) -> str:
-    """Rows matching at least two content terms: an OR of every pair; empty under two terms."""
-    operands = _operands(content_terms(terms), prefix_last)[:MAX_PAIR_TERMS]
+def rare_terms(terms: list[str], shares: Mapping[str, float] | None = None) -> list[str]:
+    """The content terms that are not common, rarest first; `shares` maps a term to the share of
+    rows holding it, already 0 where fewer than COMMON_TERM_ROWS rows hold it.
+
+    A GIN OR visits every posting of every word in it, so one word held by a third of the rows
+    costs more than all the others; such a word also says little about which row is meant (its
+    IDF is near zero). Without statistics every term counts as rare, in query order."""
+    shares = shares or {}
+    content = content_terms(terms)
+    rare = [term for term in content if shares.get(term, 0.0) <= COMMON_TERM_SHARE]
+    return sorted(rare, key=lambda term: shares.get(term, 0.0))
+
+
+def _rare_operands(
+    terms: list[str], shares: Mapping[str, float] | None, prefix_last: bool
+) -> list[str]:
+    content = content_terms(terms)
+    operands = dict(zip(content, _operands(content, prefix_last), strict=True))
+    return [operands[term] for term in rare_terms(terms, shares)]
+
+
+def strict_tsquery_text(
+    terms: list[str], *, prefix_last: bool = True, shares: Mapping[str, float] | None = None
+) -> str:
+    """Rows matching at least two rare content terms: an OR of every pair of the rarest
+    `MAX_PAIR_TERMS`; empty under two rare terms."""
+    operands = _rare_operands(terms, shares, prefix_last)[:MAX_PAIR_TERMS]
     pairs = [f"({a} & {b})" for i, a in enumerate(operands) for b in operands[i + 1 :]]
     return " | ".join(pairs)
+
+
+def loose_tsquery_text(
+    terms: list[str], *, prefix_last: bool = True, shares: Mapping[str, float] | None = None
+) -> str:
+    """The single-word tier's match: an OR of the rare content terms, or of the one least common
+    term when every term is common (a row holding only a very common word is noise)."""
+    operands = _rare_operands(terms, shares, prefix_last)
+    if operands:
+        return " | ".join(operands)
+    content = content_terms(terms)
+    if not content:
+        return ""
+    shares = shares or {}
+    rarest = min(range(len(content)), key=lambda n: shares.get(content[n], 0.0))
+    return _operands(content, prefix_last)[rarest]
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,10 +238,12 @@ vec AS (
 )"""
 
 
-def _ranked_tier(tier: int, tsq_param: str, cap: int, filters: str, guard: str) -> str:
+def _ranked_tier(
+    tier: int, tsq_param: str, cap: int, filters: str, guard: str, rank_fn: RankFunction
+) -> str:
     """Up to `cap` rows matching `tsq_param` (as the GIN bitmap yields them), ranked."""
     return f"""
-  SELECT c.id, ts_rank_cd(c.tsv, to_tsquery('english', :tsq), :rank_norm) AS rank_score,
+  SELECT c.id, {rank_fn}(c.tsv, to_tsquery('english', :tsq), :rank_norm) AS rank_score,
          {tier} AS tier
   FROM (SELECT c.id, c.tsv FROM memory_chunks c
         WHERE c.tsv @@ to_tsquery('english', :{tsq_param}){filters}{guard}
@@ -168,7 +252,7 @@ def _ranked_tier(tier: int, tsq_param: str, cap: int, filters: str, guard: str) 
   LIMIT :candidates"""
 
 
-def _keyword_cte(filters: str, strict: bool) -> str:
+def _keyword_cte(filters: str, strict: bool, rank_fn: RankFunction) -> str:
     # Tiers are read best first and a tier is only read when the better ones hold fewer rows than
     # the candidate count. The all-words AND is an intersection of posting lists and cheap; the
     # OR of every pair makes the GIN index visit almost every row holding any word, which at 100k
@@ -178,7 +262,7 @@ def _keyword_cte(filters: str, strict: bool) -> str:
         " AND (SELECT count(*) FROM kw_all) < :candidates AND c.id NOT IN (SELECT id FROM kw_all)"
     )
     strict_rows = (
-        _ranked_tier(1, "tsq_strict", STRICT_RANK_CAP, filters, after_all)
+        _ranked_tier(1, "tsq_strict", STRICT_RANK_CAP, filters, after_all, rank_fn)
         if strict
         else "SELECT NULL::bigint AS id, NULL::float4 AS rank_score, 1 AS tier WHERE false"
     )
@@ -186,12 +270,13 @@ def _keyword_cte(filters: str, strict: bool) -> str:
         " AND (SELECT count(*) FROM kw_all) + (SELECT count(*) FROM kw_strict) < :candidates"
         " AND c.id NOT IN (SELECT id FROM kw_all UNION ALL SELECT id FROM kw_strict)"
     )
+    loose_rows = _ranked_tier(0, "tsq_loose", LOOSE_RANK_CAP, filters, after_strict, rank_fn)
     return f"""
-kw_all AS MATERIALIZED ({_ranked_tier(2, "tsq_all", ALL_RANK_CAP, filters, "")}
+kw_all AS MATERIALIZED ({_ranked_tier(2, "tsq_all", ALL_RANK_CAP, filters, "", rank_fn)}
 ),
 kw_strict AS MATERIALIZED ({strict_rows}
 ),
-kw_loose AS MATERIALIZED ({_ranked_tier(0, "tsq", LOOSE_RANK_CAP, filters, after_strict)}
+kw_loose AS MATERIALIZED ({loose_rows}
 ),
 kw AS (
   SELECT id, rank_score, tier,
@@ -213,8 +298,14 @@ _EMPTY_KW = (
 )
 
 _SCORES: dict[str, str] = {
+    # RRF, with a keyword rank discounted by how much of the query its row holds: on a
+    # natural-language question a row sharing one word of five is weak evidence, and at full
+    # weight such rows (found by both branches) pushed the vector branch's best hit out of the top
+    # ten. Tier 2 is every word, 1 two or more, 0 one; the weights are settings.
     "hybrid": (
-        "COALESCE(:w_vector / (:rrf_k + v.rank), 0) + COALESCE(:w_keyword / (:rrf_k + k.rank), 0)"
+        "COALESCE(:w_vector / (:rrf_k + v.rank), 0) + COALESCE(:w_keyword"
+        " * (CASE k.tier WHEN 2 THEN 1.0 WHEN 1 THEN CAST(:w_tier1 AS float8)"
+        " ELSE CAST(:w_tier0 AS float8) END) / (:rrf_k + k.rank), 0)"
     ),
     "weighted": (
         f"{WEIGHTED_VECTOR} * COALESCE(v.similarity, 0) + "
@@ -224,6 +315,18 @@ _SCORES: dict[str, str] = {
     # Rows matching every word, then two or more, then one; ts_rank_cd orders within a tier.
     "keyword": "k.tier + COALESCE(k.normalised, 0)",
 }
+
+
+# A row holding the query's exact phrases gains what a first rank in one more list would give, in
+# proportion to the share of the phrases it holds: `modelRouterService` found literally outranks
+# rows that merely share its parts in both branches.
+_EXACT_SCORE = (
+    "CAST(:w_exact AS float8) / (CAST(:rrf_k AS float8) + 1)"
+    " * (SELECT count(*) FROM unnest(CAST(:phrases AS text[])) AS p(phrase)"
+    " WHERE strpos(lower(c.content), p.phrase) > 0"
+    " OR strpos(lower(COALESCE(c.file_path, '')), p.phrase) > 0)"
+    " / cardinality(CAST(:phrases AS text[]))::float8"
+)
 
 
 @lru_cache(maxsize=256)
@@ -236,16 +339,25 @@ def search_statement(
     use_keyword: bool,
     strict: bool = False,
     snippets: bool = True,
+    exact: bool = False,
+    rank_fn: RankFunction = "ts_rank",
 ) -> TextClause:
     """The whole search as one statement: the branches asked for, the fusion, the final rows.
 
-    `use_keyword` also decides the snippet: with query terms it highlights them. Without
-    `snippets` the column is empty: `ts_headline` re-parses each row's text, and callers that
-    only read `content` (the context builder) need not pay for it."""
+    `exact` adds the exact-phrase boost to the hybrid score. `use_keyword` also decides the
+    snippet: with query terms it highlights them. Without `snippets` the column is empty:
+    `ts_headline` re-parses each row's text, and callers that only read `content` (the context
+    builder) need not pay for it."""
     filters = _filter_sql(shape)
+    score, exact_join = _SCORES[mode], ""
+    if exact and mode == "hybrid":
+        # Only the fused candidates (at most two candidate lists) are tested, so the literal
+        # match costs a few microseconds a row and never a scan.
+        score = f"{score} + {_EXACT_SCORE}"
+        exact_join = "\n  JOIN memory_chunks c ON c.id = COALESCE(v.id, k.id)"
     ctes = [
         _vector_cte(model, dims, filters) if use_vector and mode != "keyword" else _EMPTY_VEC,
-        _keyword_cte(filters, strict) if use_keyword and mode != "vector" else _EMPTY_KW,
+        _keyword_cte(filters, strict, rank_fn) if use_keyword and mode != "vector" else _EMPTY_KW,
     ]
     snippet = (
         "''::text"
@@ -260,8 +372,8 @@ def search_statement(
 WITH {",".join(ctes)},
 fused AS (
   SELECT COALESCE(v.id, k.id) AS id, v.rank AS vector_rank, v.similarity AS vector_score,
-         k.rank AS keyword_rank, k.rank_score AS keyword_score, {_SCORES[mode]} AS score
-  FROM vec v FULL OUTER JOIN kw k ON v.id = k.id
+         k.rank AS keyword_rank, k.rank_score AS keyword_score, {score} AS score
+  FROM vec v FULL OUTER JOIN kw k ON v.id = k.id{exact_join}
 ),
 top AS (
   SELECT * FROM fused WHERE score IS NOT NULL AND score >= :min_score
@@ -279,11 +391,20 @@ _SCAN_SETTINGS = text(
     "SELECT set_config('hnsw.ef_search', :ef_search, true), "
     "set_config('hnsw.iterative_scan', 'relaxed_order', true)"
 )
+# Every pooled connection gets the scan settings once (see `app.db.engine`), so a search with the
+# default candidate count skips the `set_config` round trip (a few ms on a loaded machine, where
+# each round trip waits for the server process to be scheduled).
+SCAN_DEFAULTS = f"SET hnsw.ef_search = {EF_SEARCH_FLOOR}; SET hnsw.iterative_scan = relaxed_order"
+SCAN_DEFAULTS_FLAG = "agmem_hnsw_scan_defaults"
 
 
 async def configure_vector_scan(session: AsyncSession, *, candidates: int) -> None:
     """Filtered HNSW returns too few rows unless the scan may iterate and its list is wide."""
     ef_search = max(EF_SEARCH_FLOOR, min(candidates, 1000))
+    if ef_search == EF_SEARCH_FLOOR:
+        connection = await session.connection()
+        if connection.info.get(SCAN_DEFAULTS_FLAG):
+            return
     await session.execute(_SCAN_SETTINGS, {"ef_search": str(ef_search)})
 
 
@@ -298,6 +419,7 @@ async def run_search(
     tsq: str,
     tsq_strict: str = "",
     tsq_all: str = "",
+    tsq_loose: str = "",
     limit: int,
     candidates: int,
     min_score: float,
@@ -308,6 +430,10 @@ async def run_search(
     keyword_weight: float,
     rank_normalization: int = 0,
     snippets: bool = True,
+    phrases: list[str] | None = None,
+    exact_weight: float = 1.0,
+    tier_weights: tuple[float, float] = (0.5, 0.1),
+    rank_function: RankFunction = "ts_rank",
 ) -> list[Any]:
     """Run one search; rows carry both branch ranks and scores and the fused score."""
     use_vector = query_vector is not None and mode != "keyword"
@@ -316,8 +442,18 @@ async def run_search(
         return []
     if use_vector:
         await configure_vector_scan(session, candidates=candidates)
+    exact = bool(phrases) and exact_weight > 0
     statement = search_statement(
-        mode, model, dims, filters.shape(), use_vector, use_keyword, bool(tsq_strict), snippets
+        mode,
+        model,
+        dims,
+        filters.shape(),
+        use_vector,
+        use_keyword,
+        bool(tsq_strict),
+        snippets,
+        exact,
+        rank_function,
     )
     params: dict[str, Any] = {
         **filters.params(),
@@ -325,6 +461,7 @@ async def run_search(
         "tsq": tsq,
         "tsq_strict": tsq_strict,
         "tsq_all": tsq_all,
+        "tsq_loose": tsq_loose or tsq,
         "limit": limit,
         "candidates": candidates,
         "min_score": min_score,
@@ -334,6 +471,26 @@ async def run_search(
         "w_vector": vector_weight,
         "w_keyword": keyword_weight,
         "rank_norm": rank_normalization,
+        "phrases": phrases or [],
+        "w_exact": exact_weight,
+        "w_tier1": tier_weights[0],
+        "w_tier0": tier_weights[1],
     }
     result = await session.execute(statement, params)
     return list(result.all())
+
+
+_LEXEME_SHARES = text(
+    "SELECT e.lexeme, e.share FROM pg_stats s CROSS JOIN LATERAL "
+    "unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) AS e(lexeme, share) "
+    "WHERE s.schemaname = current_schema() AND s.tablename = 'memory_chunks' "
+    "AND s.attname = 'tsv' AND e.lexeme IS NOT NULL"
+)
+_INDEX_ROWS = text("SELECT reltuples FROM pg_class WHERE oid = 'memory_chunks'::regclass")
+
+
+async def lexeme_rows(session: AsyncSession) -> tuple[dict[str, float], float]:
+    """The share of index rows holding each common lexeme, and the row count, as last sampled."""
+    shares = {row.lexeme: float(row.share) for row in await session.execute(_LEXEME_SHARES)}
+    count = (await session.execute(_INDEX_ROWS)).scalar_one()
+    return shares, max(0.0, float(count))

@@ -16,6 +16,7 @@ from app.llm.embeddings import Embedder
 from app.search import queries
 from app.search.fusion import RRF_K, candidate_count
 from app.search.schemas import SearchRequest, SearchResponse, SearchResult
+from app.search.term_stats import TERM_STATS
 
 log = structlog.get_logger(__name__)
 
@@ -40,6 +41,12 @@ class SearchTuning:
     keyword_floor: float = 0.0
     rank_normalization: int = 5  # ts_rank_cd's length normalisation bits
     prefix_last: bool = True  # the last query word also matches as a prefix
+    exact_weight: float = 1.0  # hybrid: boost for rows holding the query's exact phrases
+    # hybrid: a keyword rank counts in full when the row holds every query word, at this share
+    # when it holds two or more (pair tier) or one (single-word tier)
+    tier_weights: tuple[float, float] = (0.5, 0.1)
+    rank_function: queries.RankFunction = "ts_rank"
+    rarity: bool = True  # leave common words out of the pair and single-word tiers' scans
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SearchTuning:
@@ -51,6 +58,8 @@ class SearchTuning:
             vector_floor=settings.search_vector_floor,
             keyword_floor=settings.search_keyword_floor,
             rank_normalization=settings.search_rank_normalization,
+            exact_weight=settings.search_exact_weight,
+            tier_weights=(settings.search_pair_tier_weight, settings.search_single_tier_weight),
         )
 
 
@@ -89,6 +98,11 @@ async def search(
     )
     terms = queries.keyword_terms(query)
     vector = query_vector(embedder, query) if request.mode != "keyword" else None
+    shares = (
+        await TERM_STATS.shares(session, queries.content_terms(terms))
+        if request.mode != "vector" and tuning.rarity
+        else {}
+    )
     rows = await queries.run_search(
         session,
         mode=request.mode,
@@ -100,8 +114,9 @@ async def search(
         # No prefix in the pair tier: expanding `'order':*` over every lexeme sharing it (each
         # identifier such as `order123`) in 28 pairs doubled that GIN scan's cost at 100k rows. A
         # row matching the prefix still ranks in the all-words or single-word tier.
-        tsq_strict=queries.strict_tsquery_text(terms, prefix_last=False),
+        tsq_strict=queries.strict_tsquery_text(terms, prefix_last=False, shares=shares),
         tsq_all=queries.all_tsquery_text(terms, prefix_last=tuning.prefix_last),
+        tsq_loose=queries.loose_tsquery_text(terms, prefix_last=tuning.prefix_last, shares=shares),
         limit=request.limit,
         candidates=candidate_count(request.limit, tuning.min_candidates),
         min_score=request.min_score if request.min_score is not None else float("-inf"),
@@ -112,6 +127,10 @@ async def search(
         keyword_weight=tuning.keyword_weight,
         rank_normalization=tuning.rank_normalization,
         snippets=snippets,
+        phrases=queries.exact_phrases(query),
+        exact_weight=tuning.exact_weight,
+        tier_weights=tuning.tier_weights,
+        rank_function=tuning.rank_function,
     )
     results = [
         SearchResult(

@@ -2,41 +2,54 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from dataclasses import dataclass
-from typing import Any, cast
 
-import psycopg
+import numpy as np
+from numpy.typing import NDArray
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.binary_vectors import binary_vector_connection
 from app.index.terms import search_terms
 
-# One lock key per project; a second sync of the same project waits for the first to finish.
-_LOCK = text("SELECT pg_advisory_lock(hashtextextended('agmem.sync:' || :project, 0))")
-_UNLOCK = text("SELECT pg_advisory_unlock(hashtextextended('agmem.sync:' || :project, 0))")
+# Session-level advisory locks: one per project (a second sync of the project waits for the
+# first) and one per model's HNSW index (one rebuild at a time, see app/sync/bulk_index.py).
+_TRY_LOCK = text("SELECT pg_try_advisory_lock(hashtextextended(:key, 0))")
+_UNLOCK = text("SELECT pg_advisory_unlock(hashtextextended(:key, 0))")
+AUTOCOMMIT = {"isolation_level": "AUTOCOMMIT"}
 
 _KNOWN_FILES = text(
     "SELECT id, path, source, hash, size, mtime FROM memory_files WHERE project_path = :project"
 )
 
-_UPSERT_FILE = text(
+# Every changed file of a write transaction in one statement: a round trip per file (upsert,
+# delete, COPY) cost more Python time per chunk than the rows themselves.
+_UPSERT_FILES = text(
     "INSERT INTO memory_files (project_path, path, source, hash, mtime, size, chunk_count) "
-    "VALUES (:project, :path, :source, :hash, :mtime, :size, :chunks) "
+    "SELECT :project, p, s, h, m, z, c FROM unnest(CAST(:paths AS text[]), "
+    "CAST(:sources AS text[]), CAST(:hashes AS text[]), CAST(:mtimes AS float8[]), "
+    "CAST(:sizes AS bigint[]), CAST(:counts AS int[])) AS t(p, s, h, m, z, c) "
     "ON CONFLICT (project_path, path) DO UPDATE SET source = EXCLUDED.source, "
     "hash = EXCLUDED.hash, mtime = EXCLUDED.mtime, size = EXCLUDED.size, "
-    "chunk_count = EXCLUDED.chunk_count, indexed_at = now() RETURNING id"
+    "chunk_count = EXCLUDED.chunk_count, indexed_at = now() RETURNING id, path"
 )
 
-_DELETE_FILE_CHUNKS = text("DELETE FROM memory_chunks WHERE file_id = :file_id")
+_DELETE_FILES_CHUNKS = text("DELETE FROM memory_chunks WHERE file_id = ANY(CAST(:ids AS bigint[]))")
 
-# COPY, not INSERT ... unnest: the rows stream in one pass without building parameter arrays
-# (bench/sync_rows.py: about 1.3x the rows/s into the full set of memory_chunks indexes).
+# Binary COPY, not INSERT ... unnest: the rows stream in one pass without parameter arrays
+# (bench/sync_rows.py: about 1.3x the rows/s into the full set of memory_chunks indexes), and
+# vectors travel as float32 bytes instead of decimal text Postgres has to parse.
 _COPY_CHUNKS = (
     "COPY memory_chunks (project_path, source, file_id, file_path, start_line, end_line, "
-    "content, search_terms, hash, embedding, model) FROM STDIN"
+    "content, search_terms, hash, embedding, model) FROM STDIN (FORMAT BINARY)"
 )
+_COPY_TYPES = (
+    "text", "varchar", "int8", "text", "int4", "int4", "text", "text", "varchar", "vector",
+    "varchar",
+)  # fmt: skip
 
 _TOUCH_FILES = text(
     "UPDATE memory_files AS f SET mtime = t.m, size = t.s FROM unnest(CAST(:ids AS bigint[]), "
@@ -101,13 +114,31 @@ class KnownFile:
     mtime: float
 
 
+async def hold_lock(session: AsyncSession, key: str) -> None:
+    """Take the advisory lock `key` on this fresh session's connection, until `release_lock`.
+
+    Polled with try-lock on an autocommit connection: a statement blocked in `pg_advisory_lock`
+    holds a snapshot, and `CREATE INDEX CONCURRENTLY` waits for every older snapshot, so a sync
+    waiting for the project would stall the rebuild of the sync it is waiting for.
+    """
+    await session.connection(execution_options=AUTOCOMMIT)
+    delay = 0.01
+    while not (await session.execute(_TRY_LOCK, {"key": key})).scalar_one():
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.5)
+
+
+async def release_lock(session: AsyncSession, key: str) -> None:
+    await session.execute(_UNLOCK, {"key": key})
+
+
 async def lock_project(session: AsyncSession, project: str) -> None:
     """Hold the project's sync lock on this session's connection until `unlock_project`."""
-    await session.execute(_LOCK, {"project": project})
+    await hold_lock(session, "agmem.sync:" + project)
 
 
 async def unlock_project(session: AsyncSession, project: str) -> None:
-    await session.execute(_UNLOCK, {"project": project})
+    await release_lock(session, "agmem.sync:" + project)
 
 
 async def known_files(session: AsyncSession, project: str) -> dict[str, KnownFile]:
@@ -116,45 +147,53 @@ async def known_files(session: AsyncSession, project: str) -> dict[str, KnownFil
     return {row[1]: KnownFile(*row) for row in result.all()}
 
 
-async def replace_file(
-    session: AsyncSession,
-    *,
-    project: str,
-    path: str,
-    source: str,
-    hash: str,
-    mtime: float,
-    size: int,
-    chunks: list[tuple[int, int, str, str, str | None]],
-    model: str,
-) -> int:
-    """Upsert the file row and make `chunks` (start, end, content, hash, vector) its only chunks."""
-    file_id: int = (
-        await session.execute(
-            _UPSERT_FILE,
-            {
-                "project": project,
-                "path": path,
-                "source": source,
-                "hash": hash,
-                "mtime": mtime,
-                "size": size,
-                "chunks": len(chunks),
-            },
-        )
-    ).scalar_one()
-    await session.execute(_DELETE_FILE_CHUNKS, {"file_id": file_id})
-    if chunks:
-        raw = await (await session.connection()).get_raw_connection()
-        driver = cast("psycopg.AsyncConnection[Any]", raw.driver_connection)
-        async with driver.cursor() as cursor, cursor.copy(_COPY_CHUNKS) as copy:
-            for start, end, content, digest, vector in chunks:
+@dataclass(frozen=True, slots=True)
+class FileChunks:
+    """A changed file's new row and its chunks as (start, end, content, hash, vector or None)."""
+
+    path: str
+    source: str
+    hash: str
+    mtime: float
+    size: int
+    chunks: list[tuple[int, int, str, str, NDArray[np.float32] | None]]
+
+
+async def replace_files(
+    session: AsyncSession, *, project: str, model: str, files: list[FileChunks]
+) -> None:
+    """Upsert the files' rows and make each file's `chunks` its only chunks, in the session's
+    transaction (the caller's one transaction covers every file it passes)."""
+    if not files:
+        return
+    result = await session.execute(
+        _UPSERT_FILES,
+        {
+            "project": project,
+            "paths": [f.path for f in files],
+            "sources": [f.source for f in files],
+            "hashes": [f.hash for f in files],
+            "mtimes": [f.mtime for f in files],
+            "sizes": [f.size for f in files],
+            "counts": [len(f.chunks) for f in files],
+        },
+    )
+    ids: dict[str, int] = {row.path: row.id for row in result}
+    await session.execute(_DELETE_FILES_CHUNKS, {"ids": list(ids.values())})
+    if not any(f.chunks for f in files):
+        return
+    driver = await binary_vector_connection(session)
+    async with driver.cursor() as cursor, cursor.copy(_COPY_CHUNKS) as copy:
+        copy.set_types(list(_COPY_TYPES))
+        for f in files:
+            file_id = ids[f.path]
+            for start, end, content, digest, vector in f.chunks:
                 await copy.write_row(
                     (
                         project,
-                        source,
+                        f.source,
                         file_id,
-                        path,
+                        f.path,
                         start,
                         end,
                         content,
@@ -164,7 +203,6 @@ async def replace_file(
                         None if vector is None else model,
                     )
                 )
-    return file_id
 
 
 async def touch_files(session: AsyncSession, touched: list[tuple[int, float, int]]) -> None:

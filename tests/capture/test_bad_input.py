@@ -195,3 +195,22 @@ def test_body_over_the_limit_is_413(client: TestClient, db: psycopg.Connection[A
     assert response.status_code == 413
     assert response.json()["error"] == "PayloadTooLarge"
     assert count(db, "observations") == 0
+
+
+@pytest.mark.parametrize("path", ["/api/observe", "/api/observe/result"])
+@pytest.mark.parametrize(
+    ("content_type", "status"),
+    [("text/plain", 422), ("application/json; charset=utf-8", 201), ("application/x+json", 201)],
+)
+def test_hot_routes_read_json_only_when_declared_json(
+    client: TestClient, db: psycopg.Connection[Any], path: str, content_type: str, status: int
+) -> None:
+    session_id = client.post("/api/session/start", json={"projectPath": "/p"}).json()["id"]
+    body = {"sessionId": session_id, "functionName": "bash", "functionArgs": {}, "result": "ok"}
+    response = client.post(
+        path, content=json.dumps(body).encode(), headers={"content-type": content_type}
+    )
+    assert response.status_code == status, response.text
+    if status == 422:
+        assert response.json()["error"] == "ValidationFailed"
+        assert count(db, "observations") == 0

@@ -40,3 +40,23 @@ def test_gemini_provider_without_a_key_is_a_clear_error() -> None:
 
     with pytest.raises(GeminiNotConfigured, match="GEMINI_API_KEY"):
         get_embedder(make_settings(embedding_provider="gemini"))
+
+
+def test_local_embedder_matches_wordllamas_own_pooling() -> None:
+    embedder = local_embedder()
+    texts = [
+        "validateToken in auth/jwt.ts " * 40,
+        "short",
+        "",
+        "ünïcode 日本語 and an emoji 🎉",
+        "# Header\n\n| a | b |\n|---|---|\n| 1 | 2 |\n",
+    ]
+    ours = embedder.embed_documents(texts)
+    theirs = np.asarray(embedder._model.embed(texts, norm=False), dtype=np.float32)
+    norms = np.linalg.norm(theirs, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+
+    assert ours.shape == (5, 256)
+    assert ours.dtype == np.float32
+    np.testing.assert_allclose(ours, theirs / norms, atol=1e-6)
+    assert not ours[2].any()  # an empty text has no tokens: a zero vector, as wordllama gives

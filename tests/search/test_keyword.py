@@ -189,6 +189,7 @@ def test_a_full_all_words_tier_skips_the_pair_and_single_word_scans(
         "tsq": tsquery_text(terms),
         "tsq_strict": strict_tsquery_text(terms),
         "tsq_all": all_tsquery_text(terms),
+        "tsq_loose": tsquery_text(terms),
         "limit": 1,
         "candidates": 4,
         "min_score": -1.0,
@@ -218,6 +219,6 @@ def test_a_full_all_words_tier_skips_the_pair_and_single_word_scans(
 
     tested = scans(in_session(database_url, explain))
     ran = {cond for cond, loops in tested if loops > 0}
-    assert any("''invoic'' & ''retri'' & ''backoff'':*" in cond for cond in ran), tested
+    assert any("''invoic'' & ''retri'' & ''backoff''" in cond for cond in ran), tested
     assert not any(" | " in cond for cond in ran), tested  # neither the pairs nor the OR ran
     assert any(" | " in cond for cond, _ in tested), tested

@@ -17,11 +17,13 @@ from app.llm.embeddings import local_embedder
 from app.search.fusion import RRF_K
 from app.search.queries import (
     EF_SEARCH_FLOOR,
+    SCAN_DEFAULTS_FLAG,
     SearchFilters,
     configure_vector_scan,
     search_statement,
 )
 from app.search.schemas import SearchRequest, SearchResponse
+from app.search.service import SearchTuning
 from app.search.service import search as search_service
 from tests.search.seed import Chunk, add_chunks, in_session
 
@@ -62,11 +64,14 @@ def corpus(database_url: str, db: psycopg.Connection[Any]) -> list[int]:
 def test_hybrid_is_rrf_of_both_ranks(client: TestClient, corpus: list[int]) -> None:
     results = search(client, "postgres connection pool")
     assert results, "hybrid found nothing"
+    content = {r["id"]: r["content"].lower() for r in results}
     for result in results:
-        expected = sum(
-            1 / (RRF_K + rank)
-            for rank in (result["vectorRank"], result["keywordRank"])
-            if rank is not None
+        # A keyword rank counts in full for a row holding every query word, at half for two or
+        # more, at a tenth for one (the tier weights' defaults).
+        held = sum(word in content[result["id"]] for word in ("postgres", "connection", "pool"))
+        tier_weight = {3: 1.0, 2: 0.5}.get(held, 0.1)
+        expected = (1 / (RRF_K + result["vectorRank"]) if result["vectorRank"] else 0) + (
+            tier_weight / (RRF_K + result["keywordRank"]) if result["keywordRank"] else 0
         )
         assert result["score"] == pytest.approx(expected)
     both = [r for r in results if r["vectorRank"] is not None and r["keywordRank"] is not None]
@@ -76,6 +81,25 @@ def test_hybrid_is_rrf_of_both_ranks(client: TestClient, corpus: list[int]) -> N
     for field in ("id", "source", "content", "path", "startLine", "endLine", "createdAt"):
         assert field in top
     assert "tookMs" in client.post("/api/search", json={"query": "pool"}).json()
+
+
+def test_hybrid_with_full_tier_weights_is_plain_rrf(database_url: str, corpus: list[int]) -> None:
+    tuning = SearchTuning(tier_weights=(1.0, 1.0))
+
+    async def go(session: AsyncSession) -> SearchResponse:
+        request = SearchRequest(query="postgres connection pool", project_path="/p")
+        return await search_service(
+            session, request=request, embedder=local_embedder(), tuning=tuning
+        )
+
+    results = in_session(database_url, go).results
+    assert results
+    assert any(r.keyword_rank for r in results)
+    for result in results:
+        expected = sum(
+            1 / (RRF_K + rank) for rank in (result.vector_rank, result.keyword_rank) if rank
+        )
+        assert result.score == pytest.approx(expected)
 
 
 def test_each_mode_reports_its_own_branch(client: TestClient, corpus: list[int]) -> None:
@@ -252,3 +276,20 @@ def test_vector_scan_settings_keep_the_recall_floor(database_url: str, db: Any) 
     )
     assert EF_SEARCH_FLOOR >= 160  # 0.963 recall@10 at 100k rows; 100 gave 0.939
     assert in_session(database_url, lambda s: settings_after(s, 400))[0] == "400"
+
+
+def test_pooled_connections_start_with_the_scan_settings(database_url: str, db: Any) -> None:
+    # A search with the default candidate count relies on these and sends no `set_config`.
+    async def settings_now(session: AsyncSession) -> tuple[str, str, bool]:
+        row = (
+            await session.execute(
+                text(
+                    "SELECT current_setting('hnsw.ef_search'), "
+                    "current_setting('hnsw.iterative_scan')"
+                )
+            )
+        ).one()
+        connection = await session.connection()
+        return row[0], row[1], bool(connection.info.get(SCAN_DEFAULTS_FLAG))
+
+    assert in_session(database_url, settings_now) == (str(EF_SEARCH_FLOOR), "relaxed_order", True)

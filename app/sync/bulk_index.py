@@ -1,0 +1,92 @@
+"""Bulk HNSW build for large initial syncs: drop the model's index, load, build it once.
+
+pgvector maintains an HNSW index row by row at ~1.9 ms of Postgres CPU a chunk on this machine,
+against ~0.5 ms a row to build it over the loaded rows (docs/benchmarks.md, Sync). The index is
+shared by every project using the model, so the bulk path is taken only when it cannot cost the
+other projects much (the decision and its trade-offs are in docs/sync.md):
+
+- the sync expects at least `AGMEM_SYNC_BULK_INDEX_MIN_CHUNKS` new chunks, and
+- the index covers at most `AGMEM_SYNC_BULK_INDEX_MAX_ROWS` rows and no more rows than the sync
+  expects to add, so the rebuild costs at most what the sync adds and, while the index is gone,
+  other projects' vector searches scan a bounded number of rows (exact results, slower).
+
+Both DDL statements run CONCURRENTLY: searches and writes of other projects are never blocked.
+Writers in other processes keep writing; the rebuild takes their rows in. The index is rebuilt
+in a `finally`. DDL on the index runs under a per-model advisory lock, so an invalid index seen
+under it is the leftover of an interrupted build (not another sync's build in progress): it is
+dropped and built again.
+"""
+
+from __future__ import annotations
+
+import structlog
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.config import Settings
+from app.db.vector_index import drop_hnsw_index_ddl, hnsw_index_ddl, hnsw_index_valid
+from app.llm.embeddings import Embedder
+from app.sync import queries
+from app.sync.discover import FoundFile
+
+log = structlog.get_logger(__name__)
+
+_ROWS_UP_TO = text(
+    "SELECT count(*) FROM (SELECT 1 FROM memory_chunks WHERE model = :model LIMIT :cap) AS r"
+)
+
+
+def expected_chunks(files: list[FoundFile], settings: Settings) -> int:
+    """A low estimate of the chunks `files` will make: one per chunk-size of bytes, at least one
+    a file (overlap and markdown section breaks only add chunks; transcripts' JSON shrinks)."""
+    step = settings.sync_chunk_tokens * 4
+    return sum(max(1, f.size // step) for f in files)
+
+
+async def begin_bulk_index(
+    sessionmaker: async_sessionmaker[AsyncSession],
+    settings: Settings,
+    embedder: Embedder,
+    files: list[FoundFile],
+) -> bool:
+    """Drop the model's HNSW index when this sync qualifies for a bulk build (see above)."""
+    expected = expected_chunks(files, settings)
+    if settings.sync_bulk_index_min_chunks == 0 or expected < settings.sync_bulk_index_min_chunks:
+        return False
+    cap = min(settings.sync_bulk_index_max_rows, expected)
+    async with sessionmaker() as session:
+        indexed = (
+            await session.execute(_ROWS_UP_TO, {"model": embedder.identity, "cap": cap + 1})
+        ).scalar_one()
+    if indexed > cap:
+        return False
+    await _index_ddl(sessionmaker, embedder, drop_hnsw_index_ddl(embedder.identity))
+    log.info("sync.bulk_index", model=embedder.identity, expected_chunks=expected, rows=indexed)
+    return True
+
+
+async def end_bulk_index(
+    sessionmaker: async_sessionmaker[AsyncSession], embedder: Embedder
+) -> None:
+    """Build the model's HNSW index over every row now holding the model (all projects)."""
+    await _index_ddl(
+        sessionmaker, embedder, hnsw_index_ddl(embedder.identity, embedder.dims, concurrently=True)
+    )
+    log.info("sync.bulk_index_built", model=embedder.identity)
+
+
+async def _index_ddl(
+    sessionmaker: async_sessionmaker[AsyncSession], embedder: Embedder, ddl: str
+) -> None:
+    """Run `ddl` (CONCURRENTLY: autocommit) under the model's index lock, an invalid leftover
+    index dropped first."""
+    key = "agmem.hnsw:" + embedder.identity
+    async with sessionmaker() as session:
+        await queries.hold_lock(session, key)
+        try:
+            connection = await session.connection()
+            if await hnsw_index_valid(connection, model=embedder.identity) is False:
+                await connection.execute(text(drop_hnsw_index_ddl(embedder.identity)))
+            await connection.execute(text(ddl))
+        finally:
+            await queries.release_lock(session, key)

@@ -1,0 +1,126 @@
+"""Group commit: concurrent hot-path statements share transactions, each answered after COMMIT."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from sqlalchemy import text
+
+from app.capture.db import GroupWriter, RawResult, make_capture_pool
+from app.main import create_app
+from tests.capture.builders import count
+from tests.conftest import make_settings
+
+INSERT = text(
+    "INSERT INTO sessions (id, project_path) VALUES (:id, '/p') "
+    "ON CONFLICT (id) DO NOTHING RETURNING id, pg_current_xact_id()::text AS xact"
+)
+FAILING = text("SELECT 1 / CAST(:zero AS int) AS x")
+
+
+async def _burst(database_url: str, statements: list[tuple[Any, dict[str, Any]]]) -> list[Any]:
+    pool = make_capture_pool(database_url, pool_size=1)
+    await pool.open(wait=True)
+    writer = GroupWriter(pool, writers=1, max_batch=64)
+    try:
+        return await asyncio.gather(
+            *(writer.execute(query, params) for query, params in statements),
+            return_exceptions=True,
+        )
+    finally:
+        await writer.close()
+        await pool.close()
+
+
+def test_concurrent_statements_all_commit_in_fewer_transactions(
+    database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    results = asyncio.run(_burst(database_url, [(INSERT, {"id": f"s{n}"}) for n in range(40)]))
+    assert [result.one().id for result in results] == [f"s{n}" for n in range(40)]
+    assert count(db, "sessions") == 40
+    # One transaction id per batch: 40 statements queued at once share a few transactions.
+    assert len({result.one().xact for result in results}) <= 3
+
+
+def test_a_failing_statement_fails_alone(database_url: str, db: psycopg.Connection[Any]) -> None:
+    statements: list[tuple[Any, dict[str, Any]]] = [(INSERT, {"id": f"s{n}"}) for n in range(10)]
+    statements.insert(5, (FAILING, {"zero": 0}))
+    results = asyncio.run(_burst(database_url, statements))
+    assert isinstance(results[5], psycopg.errors.DivisionByZero)
+    good = [result for index, result in enumerate(results) if index != 5]
+    assert all(isinstance(result, RawResult) for result in good)
+    assert count(db, "sessions") == 10
+
+
+def test_repeated_ids_in_one_batch_insert_once(
+    database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    results = asyncio.run(_burst(database_url, [(INSERT, {"id": "same"}) for _ in range(16)]))
+    inserted = [result for result in results if result.first() is not None]
+    assert len(inserted) == 1
+    assert count(db, "sessions") == 1
+
+
+def test_an_unreachable_database_fails_every_waiting_statement(tmp_path: Any) -> None:
+    async def run() -> Any:
+        pool = make_capture_pool("postgresql://nobody@127.0.0.1:1/none", pool_size=1)
+        pool.timeout = 1.0
+        await pool.open(wait=False)
+        writer = GroupWriter(pool, writers=1, max_batch=8)
+        try:
+            return await asyncio.gather(
+                *(writer.execute(INSERT, {"id": str(n)}) for n in range(3)),
+                return_exceptions=True,
+            )
+        finally:
+            await writer.close()
+            await pool.close()
+
+    results = asyncio.run(run())
+    assert all(isinstance(result, psycopg.OperationalError) for result in results)
+
+
+@pytest.mark.parametrize("writers", [1, 3])
+def test_observe_burst_through_the_api_stores_every_row(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Any, writers: int
+) -> None:
+    async def run() -> list[int]:
+        settings = make_settings(home=tmp_path, capture_writers=writers)
+        app = create_app(settings, database_url=database_url)
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+                await client.post("/api/session/start", json={"projectPath": "/p", "id": "s"})
+                calls = [
+                    client.post(
+                        "/api/observe",
+                        json={"sessionId": "s", "functionName": "bash", "id": f"o{n}"},
+                    )
+                    for n in range(48)
+                ]
+                results = [
+                    client.post(
+                        "/api/observe/result",
+                        json={
+                            "sessionId": "s",
+                            "functionName": "bash",
+                            "observationId": f"o{n}",
+                            "result": f"out {n}",
+                        },
+                    )
+                    for n in range(48)
+                ]
+                observed = await asyncio.gather(*calls)
+                answered = await asyncio.gather(*results)
+                return [r.status_code for r in observed + answered]
+
+    statuses = asyncio.run(run())
+    assert statuses == [201] * 48 + [200] * 48
+    assert count(db, "observations") == 48
+    captured = db.execute("SELECT count(*) FROM observations WHERE status = 'captured'").fetchone()
+    assert captured is not None
+    assert captured[0] == 48

@@ -1,0 +1,194 @@
+"""The exact-key read path: counts recorded in process and flushed in batches, purge on read."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+
+from app.capture.db import libpq_url
+from app.db.engine import make_async_engine, make_sessionmaker, transaction
+from app.main import create_app
+from app.memories import reads
+from app.memories.schemas import MemoryWrite
+from app.memories.service import MemoryNotFound, Visibility, write_memory
+from tests.conftest import make_settings
+from tests.memories.helpers import PROJECT, put, url
+
+T = TypeVar("T")
+SEEN = {"projectPath": PROJECT}
+
+
+@pytest.fixture
+def app_client(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> Callable[..., TestClient]:
+    """A client on the real app with chosen settings (e.g. the flush interval)."""
+
+    def make(**overrides: Any) -> TestClient:
+        settings = make_settings(home=tmp_path / "home", **overrides)
+        return TestClient(create_app(settings, database_url=database_url))
+
+    return make
+
+
+def _count(db: psycopg.Connection[Any], key: str) -> tuple[int, Any]:
+    row = db.execute("SELECT access_count, accessed_at FROM memories WHERE key = %s", [key])
+    found = row.fetchone()
+    assert found is not None
+    return found[0], found[1]
+
+
+def test_background_flush_writes_the_counts(
+    app_client: Callable[..., TestClient], db: psycopg.Connection[Any]
+) -> None:
+    with app_client(memory_access_flush_ms=20) as client:
+        put(client, "project.port", 3000)
+        answers = [client.get(url("project.port"), params=SEEN).json() for _ in range(3)]
+        assert [a["accessCount"] for a in answers] == [1, 2, 3]
+        deadline = time.monotonic() + 10
+        while _count(db, "project.port")[0] < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        count, accessed_at = _count(db, "project.port")
+        assert count == 3
+        assert accessed_at is not None
+        # The stored count and the unflushed reads add up without counting a read twice.
+        assert client.get(url("project.port"), params=SEEN).json()["accessCount"] == 4
+
+
+def test_counts_not_flushed_yet_are_written_at_shutdown(
+    app_client: Callable[..., TestClient], db: psycopg.Connection[Any]
+) -> None:
+    with app_client(memory_access_flush_ms=60_000) as client:
+        put(client, "current.task", "auth")
+        for _ in range(2):
+            assert client.get(url("current.task"), params=SEEN).status_code == 200
+        assert _count(db, "current.task")[0] == 0
+    assert _count(db, "current.task")[0] == 2
+
+
+def test_a_list_and_resume_see_every_read_before_them(
+    app_client: Callable[..., TestClient], db: psycopg.Connection[Any]
+) -> None:
+    with app_client(memory_access_flush_ms=60_000) as client:
+        put(client, "current.task", "auth")
+        client.get(url("current.task"), params=SEEN)
+        listed = client.get("/api/memories", params=SEEN).json()["memories"]
+        assert listed[0]["accessCount"] == 2
+        resumed = client.post("/api/resume", json=SEEN).json()
+        assert resumed["context"]["current"][0]["accessCount"] == 3
+        assert _count(db, "current.task")[0] == 3
+
+
+def test_an_expired_memory_met_by_a_read_is_purged_without_a_worker(
+    app_client: Callable[..., TestClient], db: psycopg.Connection[Any]
+) -> None:
+    with app_client(memory_access_flush_ms=20) as client:
+        put(client, "current.mode", "global value", scope="global")
+        put(client, "current.mode", "project value", ttl=3600)
+        db.execute("UPDATE memories SET expires_at = now() - interval '1 s' WHERE scope='project'")
+        got = client.get(url("current.mode"), params=SEEN).json()
+        # The expired project value no longer shadows the global one.
+        assert (got["value"], got["scope"]) == ("global value", "global")
+        deadline = time.monotonic() + 10
+        while db.execute("SELECT count(*) FROM memories").fetchone() != (1,):
+            assert time.monotonic() < deadline, "the expired memory was not purged"
+            time.sleep(0.02)
+    assert db.execute("SELECT scope FROM memories").fetchall() == [("global",)]
+    assert db.execute("SELECT count(*) FROM memory_chunks").fetchone() == (1,)
+
+
+def _run(database_url: str, work: Callable[[Any], Awaitable[T]]) -> T:
+    async def main() -> T:
+        engine = make_async_engine(database_url, pool_size=2)
+        maker = make_sessionmaker(engine)
+        async with transaction(maker) as session:
+            await write_memory(
+                session, key="shared.hot", data=MemoryWrite(value="v", scope="shared")
+            )
+        try:
+            return await work(maker)
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(main())
+
+
+READS = 600
+
+
+def test_concurrent_reads_answer_every_count_once(
+    database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    """Reads racing a flush every millisecond: each answer's count is distinct, none lost."""
+
+    async def work(_: Any) -> list[int]:
+        pool = reads.make_reads_pool(database_url, pool_size=4)
+        await pool.open(wait=True)
+        memory_reads = reads.MemoryReads(pool)
+        stop = asyncio.Event()
+        flusher = asyncio.create_task(memory_reads.flush_every(0.001, stop))
+        try:
+            rows = []
+            for _ in range(3):  # in waves, so that reads start while flushes are under way
+                rows += await asyncio.gather(
+                    *(
+                        memory_reads.read(key="shared.hot", visibility=Visibility())
+                        for _ in range(READS // 3)
+                    )
+                )
+        finally:
+            stop.set()
+            await flusher
+            await pool.close()
+        return [row.access_count for row in rows]
+
+    counts = _run(database_url, work)
+    assert sorted(counts) == list(range(1, READS + 1))
+    assert _count(db, "shared.hot")[0] == READS
+
+
+def test_a_failed_flush_keeps_its_counts(database_url: str, db: psycopg.Connection[Any]) -> None:
+    async def work(maker: Any) -> None:
+        counter = reads.AccessCounter()
+        async with await psycopg.AsyncConnection.connect(
+            libpq_url(database_url), autocommit=True
+        ) as connection:
+            for _ in range(2):
+                await reads.read_on(connection, counter, key="shared.hot", visibility=Visibility())
+            broken = await psycopg.AsyncConnection.connect(libpq_url(database_url))
+            await broken.close()
+            with pytest.raises(psycopg.OperationalError):
+                await counter.flush(broken)
+            assert counter.has_work
+            assert await counter.flush(connection) == 1
+        assert not counter.has_work
+
+    _run(database_url, work)
+    assert _count(db, "shared.hot")[0] == 2
+
+
+def test_a_read_in_a_transaction_writes_its_count_with_it(
+    database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    async def work(maker: Any) -> list[int]:
+        counts = []
+        for _ in range(2):
+            async with transaction(maker) as session:
+                row = await reads.read_in_session(
+                    session, key="shared.hot", visibility=Visibility()
+                )
+                counts.append(row.access_count)
+        async with transaction(maker) as session:
+            with pytest.raises(MemoryNotFound):
+                await reads.read_in_session(session, key="shared.cold", visibility=Visibility())
+        return counts
+
+    assert _run(database_url, work) == [1, 2]
+    assert _count(db, "shared.hot")[0] == 2

@@ -1,0 +1,180 @@
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+import pytest
+
+from app.db.engine import make_async_engine, make_sessionmaker
+from app.db.vector_index import hnsw_index_name
+from app.llm.embeddings import local_embedder
+from app.sync.bulk_index import end_bulk_index
+from app.sync.indexer import SyncRequest, sync_project
+from tests.conftest import make_settings
+from tests.sync.helpers import CountingEmbedder, make_project, run_sync
+
+INDEX = hnsw_index_name(local_embedder().identity)
+
+
+def index_state(db: psycopg.Connection[Any]) -> tuple[int, bool] | None:
+    """(oid, valid) of the local model's HNSW index: a rebuilt index has a new oid."""
+    row = db.execute(
+        "SELECT c.oid::int, i.indisvalid FROM pg_class c JOIN pg_index i "
+        "ON i.indexrelid = c.oid WHERE c.relname = %s",
+        (INDEX,),
+    ).fetchone()
+    return None if row is None else (row[0], row[1])
+
+
+def test_large_initial_sync_builds_the_index_once_with_every_vector(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    before = index_state(db)
+    settings = make_settings(home=tmp_path / "home", sync_bulk_index_min_chunks=1)
+    project = make_project(tmp_path / "proj")
+
+    report = run_sync(database_url, settings, CountingEmbedder(), project)
+
+    after = index_state(db)
+    assert before is not None
+    assert after is not None
+    assert after[0] != before[0]  # dropped and built again
+    assert after[1] is True
+    rows = db.execute(
+        "SELECT content, embedding::text, model FROM memory_chunks ORDER BY id"
+    ).fetchall()
+    assert len(rows) == report.chunks_written > 0
+    assert {r[2] for r in rows} == {local_embedder().identity}
+    # The vectors went over in binary: they are the model's, float for float.
+    stored = np.array([[float(x) for x in r[1][1:-1].split(",")] for r in rows[:5]])
+    expected = local_embedder().embed_documents([r[0] for r in rows[:5]])
+    np.testing.assert_allclose(stored, expected, atol=1e-6)
+    # The rebuilt index serves the model's nearest-neighbour query.
+    db.execute("SET enable_seqscan = off")
+    plan = db.execute(
+        "EXPLAIN SELECT id FROM memory_chunks WHERE model = %s "
+        "ORDER BY embedding::vector(256) <=> %s::vector(256) LIMIT 5",
+        (local_embedder().identity, rows[0][1]),
+    ).fetchall()
+    db.execute("RESET enable_seqscan")
+    assert INDEX in " ".join(line[0] for line in plan)
+
+
+def test_index_holding_other_projects_rows_is_kept_row_by_row(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    first = make_project(tmp_path / "first")
+    run_sync(database_url, make_settings(home=tmp_path / "home"), CountingEmbedder(), first)
+    kept = index_state(db)
+    indexed = db.execute("SELECT count(*) FROM memory_chunks WHERE model IS NOT NULL").fetchone()
+    assert indexed is not None
+    assert indexed[0] > 1
+
+    # The second project qualifies by size, but the index already covers more rows than allowed.
+    settings = make_settings(
+        home=tmp_path / "home", sync_bulk_index_min_chunks=1, sync_bulk_index_max_rows=1
+    )
+    run_sync(database_url, settings, CountingEmbedder(), make_project(tmp_path / "second"))
+
+    assert index_state(db) == kept
+
+
+def test_small_sync_keeps_the_index(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    before = index_state(db)
+    settings = make_settings(home=tmp_path / "home")  # default: at least 2,000 chunks expected
+
+    run_sync(database_url, settings, CountingEmbedder(), make_project(tmp_path / "proj"))
+
+    assert index_state(db) == before
+
+
+class Aborted(BaseException):
+    """Escapes every `except Exception`, like a cancellation would."""
+
+
+class AbortingEmbedder(CountingEmbedder):
+    def embed_documents(self, texts: list[str]) -> Any:
+        raise Aborted
+
+
+def test_an_aborted_bulk_sync_still_rebuilds_the_index(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    settings = make_settings(home=tmp_path / "home", sync_bulk_index_min_chunks=1)
+
+    with pytest.raises(Aborted):
+        run_sync(database_url, settings, AbortingEmbedder(), make_project(tmp_path / "proj"))
+
+    state = index_state(db)
+    assert state is not None
+    assert state[1] is True
+
+
+def test_an_invalid_leftover_index_is_dropped_and_built_again(
+    database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    # What an interrupted CREATE INDEX CONCURRENTLY leaves: the name taken, the index unusable.
+    db.execute("UPDATE pg_index SET indisvalid = false WHERE indexrelid = %s::regclass", (INDEX,))
+    before = index_state(db)
+    assert before is not None
+    assert before[1] is False
+
+    async def rebuild() -> None:
+        engine = make_async_engine(database_url)
+        try:
+            await end_bulk_index(make_sessionmaker(engine), local_embedder())
+        finally:
+            await engine.dispose()
+
+    asyncio.run(rebuild())
+
+    after = index_state(db)
+    assert after is not None
+    assert after[1] is True
+    assert after[0] != before[0]
+
+
+def test_concurrent_bulk_syncs_finish_and_leave_one_valid_index(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # Same project twice (the second waits on the project lock while the first rebuilds the
+    # index: a blocked lock statement's snapshot would stall CREATE INDEX CONCURRENTLY), and a
+    # third project at the same time (its own drop and rebuild race the first's).
+    settings = make_settings(home=tmp_path / "home", sync_bulk_index_min_chunks=1)
+    shared = make_project(tmp_path / "shared")
+    other = make_project(tmp_path / "other")
+    embedder = CountingEmbedder()
+
+    async def go() -> list[Any]:
+        engines = [make_async_engine(database_url) for _ in range(3)]
+        try:
+            return list(
+                await asyncio.gather(
+                    *(
+                        sync_project(
+                            make_sessionmaker(engine),
+                            settings,
+                            embedder,
+                            SyncRequest(project_path=str(project)),
+                        )
+                        for engine, project in zip(engines, (shared, shared, other), strict=True)
+                    )
+                )
+            )
+        finally:
+            for engine in engines:
+                await engine.dispose()
+
+    reports = asyncio.run(asyncio.wait_for(go(), timeout=90))
+
+    assert sorted(r.files_changed for r in reports) == [0, 6, 6]
+    state = index_state(db)
+    assert state is not None
+    assert state[1] is True
+    unembedded = db.execute("SELECT count(*) FROM memory_chunks WHERE embedding IS NULL")
+    assert unembedded.fetchone() == (0,)
