@@ -18,7 +18,6 @@ from pydantic import ValidationError
 from app.cli.common import cli_errors, fail, open_database, settings_or_exit
 from app.config import Settings
 from app.memories.patterns import is_pattern
-from app.memories.reads import read_in_session
 from app.memories.schemas import Memory, MemoryWrite, Resume, Scope, check_key, check_tags
 
 if TYPE_CHECKING:
@@ -111,6 +110,7 @@ def get(
 
     async def work(db: AsyncSession, _: Settings) -> list[Memory]:
         from app.memories import service
+        from app.memories.reads import read_in_session
 
         seen_by = _visibility(scope, project, session)
         if is_pattern(key):
