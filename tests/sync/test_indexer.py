@@ -112,7 +112,11 @@ def test_changed_file_replaces_only_its_chunks_and_cache_serves_unchanged_text(
         "SELECT id FROM memory_chunks WHERE file_path <> %s ORDER BY id", (str(target),)
     ).fetchall()
     old_text = target.read_text()
-    target.write_text(old_text + "\n\n## Added\n\nThe deploy key rotates on Fridays.\n")
+    # A line added on top moves every chunk down a line: none is kept as it was, and their
+    # texts come from the cache.
+    target.write_text(
+        "Updated today.\n" + old_text + "\n\n## Added\n\nThe deploy key rotates on Fridays.\n"
+    )
     embedded = embedder.texts_embedded
 
     report = run_sync(database_url, settings, embedder, project)
@@ -135,6 +139,37 @@ def test_changed_file_replaces_only_its_chunks_and_cache_serves_unchanged_text(
     assert last is not None
     assert "Fridays" in last[0]
     assert last[1] == len(target.read_text().split("\n")) - 1
+
+
+def test_edit_keeps_the_rows_of_the_chunks_it_did_not_change(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "proj")
+    embedder = CountingEmbedder()
+    run_sync(database_url, settings, embedder, project)
+    target = project / "memory" / "a.md"
+    query = "SELECT id, start_line, end_line, hash FROM memory_chunks WHERE file_path = %s"
+    before = db.execute(query + " ORDER BY start_line, id", (str(target),)).fetchall()
+    assert len(before) > 2
+    target.write_text(target.read_text() + "\n## Added\n\nThe deploy key rotates on Fridays.\n")
+    embedded = embedder.texts_embedded
+
+    report = run_sync(database_url, settings, embedder, project)
+
+    after = db.execute(query + " ORDER BY start_line, id", (str(target),)).fetchall()
+    kept = [row for row in after if row in before]
+    written = [row for row in after if row not in before]
+    assert report.chunks_kept == len(kept) >= len(before) - 1
+    assert report.chunks_written == len(written) >= 1
+    assert embedder.texts_embedded - embedded == report.embeddings_computed <= len(written)
+    # The file's rows are exactly what a full re-chunk gives: only unchanged ones were kept.
+    forced = run_sync(database_url, settings, embedder, project, force=True)
+    rewritten = db.execute(query + " ORDER BY start_line, id", (str(target),)).fetchall()
+    assert [r[1:] for r in rewritten] == [r[1:] for r in after]
+    assert not set(rewritten) & set(after)  # --force rewrites every row
+    assert forced.chunks_kept == 0
+    count = db.execute("SELECT chunk_count FROM memory_files WHERE path = %s", (str(target),))
+    assert count.fetchone() == (len(after),)
 
 
 def test_deleted_file_removes_its_chunks(
