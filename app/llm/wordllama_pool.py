@@ -31,6 +31,10 @@ from numpy.typing import NDArray
 _MARK = "\u2581"  # sentencepiece's word mark, what the normalizer makes of a space
 _KEYS = re.compile(" ( *[^ ]*)")  # over " " + text: each segment's raw text after its first space
 _GROUP = 256  # texts whose new segments are tokenized together
+# No token of the vocabulary holds an ASCII digit with anything else, so a digit never merges:
+# a segment splits around its digits into pieces that tokenize alone, and the pieces ("▁batch",
+# ".", "px") repeat across segments that numbers make unique ("▁batch979758588.").
+_DIGIT = re.compile("([0-9])")
 
 
 class SegmentPool:
@@ -46,6 +50,7 @@ class SegmentPool:
             token.content for token in tokenizer.get_added_tokens_decoder().values()
         )
         self._rows: dict[str, int] = {}
+        self._pieces: dict[str, list[int]] = {}  # token ids of digit-free pieces of segments
         self._sums = np.empty((capacity, table.shape[1]), dtype=np.float32)
         self._tokens = np.empty(capacity, dtype=np.float32)
         # Two sync writers embed in two threads; the cache's row numbers must not move under one.
@@ -104,8 +109,7 @@ class SegmentPool:
 
     def _add(self, keys: list[str]) -> None:
         """Tokenize new segments and keep each one's row sum and token count."""
-        tokenize = self._bpe.tokenize
-        ids_of = [[t.id for t in tokenize(_MARK + key.replace(" ", _MARK))] for key in keys]
+        ids_of = [self._ids(_MARK + key.replace(" ", _MARK)) for key in keys]
         lengths = np.fromiter(map(len, ids_of), dtype=np.intp, count=len(ids_of))
         flat = np.fromiter(chain.from_iterable(ids_of), dtype=np.intp, count=int(lengths.sum()))
         np.clip(flat, 0, self._last, out=flat)
@@ -124,6 +128,24 @@ class SegmentPool:
             longer = longer[lengths[longer] > position]
         self._tokens[first : first + len(keys)] = lengths
         self._rows.update(zip(keys, range(first, first + len(keys)), strict=True))
+
+    def _ids(self, segment: str) -> list[int]:
+        """The token ids of one segment, from its cached digit-free pieces."""
+        if not _DIGIT.search(segment):
+            return self._piece(segment)
+        ids: list[int] = []
+        for piece in _DIGIT.split(segment):
+            if piece:
+                ids += self._piece(piece)
+        return ids
+
+    def _piece(self, piece: str) -> list[int]:
+        ids = self._pieces.get(piece)
+        if ids is None:
+            if len(self._pieces) >= self._capacity:
+                self._pieces.clear()
+            ids = self._pieces[piece] = [t.id for t in self._bpe.tokenize(piece)]
+        return ids
 
     def _exact(self, texts: list[str]) -> NDArray[np.float32]:
         """The tokenizer's own path: the same mean, from each text's distinct tokens."""

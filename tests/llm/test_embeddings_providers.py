@@ -86,6 +86,8 @@ TRICKY = [
     "no-break\u00a0space, emoji 🎉🎉, 日本語, façade",
     "x" * 3000,
     "validateToken(auth/jwt.ts) -> {'ok': True}",
+    "build 1234 at 2026-11-22T03:20:00Z, sha a3f9c2e7, 3.5px, v0.8.1, batch979758588.",
+    "² and 10² and x²). 7",
 ]
 
 
