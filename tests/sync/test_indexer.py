@@ -172,6 +172,34 @@ def test_edit_keeps_the_rows_of_the_chunks_it_did_not_change(
     assert count.fetchone() == (len(after),)
 
 
+def test_kept_rows_without_a_vector_get_one_after_an_edit(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "proj")
+    embedder = CountingEmbedder()
+    embedder.fail = True
+    run_sync(database_url, settings, embedder, project)
+    target = project / "memory" / "a.md"
+    query = "SELECT id FROM memory_chunks WHERE file_path = %s AND embedding IS NULL ORDER BY id"
+    unembedded = db.execute(query, (str(target),)).fetchall()
+    assert len(unembedded) > 2
+    embedder.fail = False
+    target.write_text(target.read_text() + "\n## Added\n\nThe deploy key rotates on Fridays.\n")
+
+    report = run_sync(database_url, settings, embedder, project)
+
+    assert report.chunks_kept >= len(unembedded) - 1
+    assert report.errors == []
+    # The kept rows (same ids) now have vectors, and so does every other chunk of the project.
+    assert db.execute(
+        "SELECT count(*) FROM memory_chunks WHERE embedding IS NULL OR model IS NULL"
+    ).fetchone() == (0,)
+    kept = db.execute(
+        "SELECT count(*) FROM memory_chunks WHERE id = ANY(%s)", ([r[0] for r in unembedded],)
+    ).fetchone()
+    assert kept == (report.chunks_kept,)
+
+
 def test_deleted_file_removes_its_chunks(
     database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
 ) -> None:
