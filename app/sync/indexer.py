@@ -278,6 +278,20 @@ def _nonblank(chunks: list[Chunk]) -> list[Chunk]:
     return [c for c in chunks if c.content.strip()]
 
 
+def _split(pending: list[_Prepared], parts: int) -> list[list[_Prepared]]:
+    """`pending` in up to `parts` consecutive groups of about as many chunks to write."""
+    target = sum(len(item.chunks) for item in pending) / parts
+    groups: list[list[_Prepared]] = [[]]
+    size = 0
+    for item in pending:
+        if groups[-1] and size >= target and len(groups) < parts:
+            groups.append([])
+            size = 0
+        groups[-1].append(item)
+        size += len(item.chunks)
+    return groups
+
+
 class _Writer:
     """Buffers changed files and writes them in transactions of a few thousand chunks."""
 
@@ -354,23 +368,18 @@ class _Writer:
         """Flush the last files split across the writers: a small sync's rows (each an HNSW
         insert of ~2 ms of Postgres CPU) are then indexed by two backends at once, not one."""
         pending, self.pending, self.pending_chunks = self.pending, [], 0
-        target = sum(len(item.chunks) for item in pending) / WRITERS
-        groups: list[list[_Prepared]] = [[]]
-        size = 0
-        for item in pending:
-            if size >= target and len(groups) < WRITERS:
-                groups.append([])
-                size = 0
-            groups[-1].append(item)
-            size += len(item.chunks)
-        vectors = None
         await self.connected()
-        if len(groups) > 1:
-            # Embedded once for all groups: two transactions looking up the cache at the same
-            # time would both miss on a text the two share, and embed it twice.
+        groups = [pending]
+        vectors = None
+        if pending:
             async with self.sessionmaker() as session, session.begin():
+                # Split by the chunks left to write once the kept rows are known.
                 await self._keep_unchanged(session, pending)
-                vectors = await self._vectors(session, pending)
+                groups = _split(pending, WRITERS)
+                if len(groups) > 1:
+                    # Embedded once for all groups: two transactions looking up the cache at
+                    # the same time would both miss on a text the two share, and embed it twice.
+                    vectors = await self._vectors(session, pending)
         for group in groups:
             self.pending = group
             await self.flush(vectors)
