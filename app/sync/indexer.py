@@ -2,8 +2,9 @@
 
 An unchanged file costs a `stat` and a dictionary lookup: nothing is read, hashed or written. A
 file whose size or mtime moved is hashed; the same hash only records the new (mtime, size). A
-changed file's chunks are replaced inside one transaction, and a vanished file's row is deleted,
-its chunks going with it by cascade. A per-project advisory lock serialises concurrent syncs.
+changed file's chunks are replaced inside one transaction (rows whose chunk comes out the same,
+same text and lines, are kept as they are), and a vanished file's row is deleted, its chunks
+going with it by cascade. A per-project advisory lock serialises concurrent syncs.
 """
 
 from __future__ import annotations
