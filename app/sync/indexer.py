@@ -107,8 +107,12 @@ async def sync_project(
         async with sessionmaker() as lock_session:
             waited = await queries.lock_project(lock_session, project)
             try:
-                # After waiting for another sync, list the files as they are now.
-                found = await asyncio.to_thread(listing) if waited else await early
+                # After waiting for another sync, list the files as they are now. The project's
+                # indexed files are read (through the lock's connection) meanwhile.
+                listed = asyncio.to_thread(listing) if waited else early
+                found, known = await asyncio.gather(
+                    listed, queries.known_files(lock_session, project)
+                )
                 return await _sync_locked(
                     sessionmaker,
                     lock_session,
@@ -117,6 +121,7 @@ async def sync_project(
                     request,
                     project,
                     found,
+                    known,
                     progress,
                 )
             finally:
@@ -135,14 +140,12 @@ async def _sync_locked(
     request: SyncRequest,
     project: str,
     found: Discovery,
+    known: dict[str, queries.KnownFile],
     progress: Progress | None,
 ) -> SyncReport:
     report = SyncReport()
     report.files_scanned = len(found.files)
     report.skipped.extend(found.skipped)
-    # Reads and the index DDL go through the lock's connection (autocommit): a new connection
-    # costs 20-30 ms here, more than a small sync's writes (docs/benchmarks.md, Sync).
-    known = await queries.known_files(lock_session, project)
     candidates = [
         f
         for f in found.files
@@ -155,6 +158,8 @@ async def _sync_locked(
     bulk = False
     if candidates:
         # Created once up front: concurrent writers creating the same index would collide.
+        # Through the lock's connection (autocommit), like the read of the known files: a new
+        # connection costs 20-30 ms here, more than a small sync's writes (docs/benchmarks.md).
         await ensure_model_index(await lock_session.connection(), embedder)
         # Not with a Batch API provider: its vectors can arrive hours later, and the index must
         # not stay away that long.
