@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.config import load_settings
 from app.db.engine import make_async_engine, make_sessionmaker
 from app.index.embedding import embed_pending_chunks
-from app.index.terms import search_terms
+from app.index.terms import index_terms
 from app.index.writer import content_hash
 from app.llm.embeddings import Embedder, get_embedder
 from app.logs import configure_logging
@@ -80,7 +80,7 @@ async def load(session: AsyncSession, chunks: list[CorpusChunk], embedder: Embed
                 "start": chunk.start_line,
                 "end": chunk.end_line,
                 "content": chunk.content,
-                "terms": search_terms(chunk.content),
+                "terms": index_terms(chunk.content, chunk.headings),
                 "hash": content_hash(chunk.content),
             },
         )

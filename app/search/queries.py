@@ -9,6 +9,7 @@ prove. Both come from our own settings, never from a request.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,7 +23,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.search.fusion import WEIGHTED_TEXT, WEIGHTED_VECTOR
 from app.search.schemas import SearchMode
 
-RankFunction = Literal["ts_rank", "ts_rank_cd"]
+# `idf` (the default): the sum over the query's words of idf(word) x ts_rank(row, word). ts_rank
+# weighs every word alike, so a row repeating `run` or `test` outranked the one holding the rare
+# word the question is about; BM25 weighs each word by its rarity, and ts_rank supplies the
+# per-word frequency and length normalisation (see docs/search.md for the measurements).
+RankFunction = Literal["idf", "ts_rank", "ts_rank_cd"]
 
 MAX_TERMS = 24
 MAX_PAIR_TERMS = 8  # the strict tier ORs every pair of the 8 rarest content words: at most 28
@@ -113,6 +118,18 @@ def tsquery_text(terms: list[str], *, prefix_last: bool = True) -> str:
 
     Terms are alphanumeric only (see `keyword_terms`), so quoting them cannot be escaped from."""
     return " | ".join(_operands(content_terms(terms), prefix_last))
+
+
+def idf_operands(terms: list[str], *, prefix_last: bool = True) -> dict[str, str]:
+    """Each content term's own operand of `tsquery_text` (the last may be a prefix), by term."""
+    content = content_terms(terms)
+    return dict(zip(content, _operands(content, prefix_last), strict=True))
+
+
+def bm25_idf(share: float, rows: float) -> float:
+    """BM25's inverse document frequency of a word held by `share` of `rows` rows."""
+    held = share * rows
+    return math.log(1 + (rows - held + 0.5) / (held + 0.5))
 
 
 def all_tsquery_text(terms: list[str], *, prefix_last: bool = True) -> str:
@@ -242,8 +259,14 @@ def _ranked_tier(
     tier: int, tsq_param: str, cap: int, filters: str, guard: str, rank_fn: RankFunction
 ) -> str:
     """Up to `cap` rows matching `tsq_param` (as the GIN bitmap yields them), ranked."""
+    rank = (
+        "(SELECT COALESCE(sum(w.idf * ts_rank(c.tsv, w.q, :rank_norm)), 0) FROM idf_terms w"
+        " WHERE c.tsv @@ w.q)"
+        if rank_fn == "idf"
+        else f"{rank_fn}(c.tsv, to_tsquery('english', :tsq), :rank_norm)"
+    )
     return f"""
-  SELECT c.id, {rank_fn}(c.tsv, to_tsquery('english', :tsq), :rank_norm) AS rank_score,
+  SELECT c.id, {rank} AS rank_score,
          {tier} AS tier
   FROM (SELECT c.id, c.tsv FROM memory_chunks c
         WHERE c.tsv @@ to_tsquery('english', :{tsq_param}){filters}{guard}
@@ -271,7 +294,17 @@ def _keyword_cte(filters: str, strict: bool, rank_fn: RankFunction) -> str:
         " AND c.id NOT IN (SELECT id FROM kw_all UNION ALL SELECT id FROM kw_strict)"
     )
     loose_rows = _ranked_tier(0, "tsq_loose", LOOSE_RANK_CAP, filters, after_strict, rank_fn)
-    return f"""
+    # Each word's tsquery is parsed once per search, not once per ranked row.
+    idf_terms = (
+        """
+idf_terms AS MATERIALIZED (
+  SELECT to_tsquery('english', q) AS q, idf
+  FROM unnest(CAST(:idf_terms AS text[]), CAST(:idf_weights AS float8[])) AS t(q, idf)
+),"""
+        if rank_fn == "idf"
+        else ""
+    )
+    return f"""{idf_terms}
 kw_all AS MATERIALIZED ({_ranked_tier(2, "tsq_all", ALL_RANK_CAP, filters, "", rank_fn)}
 ),
 kw_strict AS MATERIALIZED ({strict_rows}
@@ -340,7 +373,7 @@ def search_statement(
     strict: bool = False,
     snippets: bool = True,
     exact: bool = False,
-    rank_fn: RankFunction = "ts_rank",
+    rank_fn: RankFunction = "idf",
 ) -> TextClause:
     """The whole search as one statement: the branches asked for, the fusion, the final rows.
 
@@ -433,9 +466,12 @@ async def run_search(
     phrases: list[str] | None = None,
     exact_weight: float = 1.0,
     tier_weights: tuple[float, float] = (0.5, 0.1),
-    rank_function: RankFunction = "ts_rank",
+    rank_function: RankFunction = "idf",
+    idf: Mapping[str, float] | None = None,
 ) -> list[Any]:
-    """Run one search; rows carry both branch ranks and scores and the fused score."""
+    """Run one search; rows carry both branch ranks and scores and the fused score.
+
+    `idf` maps each operand of `tsq` (see `idf_operands`) to its weight for the `idf` ranking."""
     use_vector = query_vector is not None and mode != "keyword"
     use_keyword = bool(tsq)
     if not use_vector and not (use_keyword and mode != "vector"):
@@ -475,6 +511,8 @@ async def run_search(
         "w_exact": exact_weight,
         "w_tier1": tier_weights[0],
         "w_tier0": tier_weights[1],
+        "idf_terms": list(idf or {}),
+        "idf_weights": list((idf or {}).values()),
     }
     result = await session.execute(statement, params)
     return list(result.all())

@@ -45,7 +45,7 @@ class SearchTuning:
     # hybrid: a keyword rank counts in full when the row holds every query word, at this share
     # when it holds two or more (pair tier) or one (single-word tier)
     tier_weights: tuple[float, float] = (0.5, 0.1)
-    rank_function: queries.RankFunction = "ts_rank"
+    rank_function: queries.RankFunction = "idf"
     rarity: bool = True  # leave common words out of the pair and single-word tiers' scans
 
     @classmethod
@@ -103,6 +103,11 @@ async def search(
         if request.mode != "vector" and tuning.rarity
         else {}
     )
+    idf: dict[str, float] = {}
+    if request.mode != "vector" and tuning.rank_function == "idf":
+        operands = queries.idf_operands(terms, prefix_last=tuning.prefix_last)
+        weights = await TERM_STATS.idf(session, list(operands))
+        idf = {operands[term]: weight for term, weight in weights.items()}
     rows = await queries.run_search(
         session,
         mode=request.mode,
@@ -131,6 +136,7 @@ async def search(
         exact_weight=tuning.exact_weight,
         tier_weights=tuning.tier_weights,
         rank_function=tuning.rank_function,
+        idf=idf,
     )
     results = [
         SearchResult(

@@ -77,7 +77,8 @@ def test_sync_fills_search_terms_of_every_chunk(
 
     rows = db.execute("SELECT content, search_terms FROM memory_chunks").fetchall()
     assert rows
-    assert all(terms == search_terms(content) for content, terms in rows)
+    # Chunks cut from inside a markdown section also carry its titles, after the parts.
+    assert all(terms.startswith(search_terms(content)) for content, terms in rows)
     hit = db.execute(
         "SELECT file_path FROM memory_chunks WHERE tsv @@ to_tsquery('english', 'parse & config')"
     ).fetchall()
