@@ -255,16 +255,21 @@ vec AS (
 )"""
 
 
-def _ranked_tier(
-    tier: int, tsq_param: str, cap: int, filters: str, guard: str, rank_fn: RankFunction
-) -> str:
-    """Up to `cap` rows matching `tsq_param` (as the GIN bitmap yields them), ranked."""
-    rank = (
-        "(SELECT COALESCE(sum(w.idf * ts_rank(c.tsv, w.q, :rank_norm)), 0) FROM idf_terms w"
-        " WHERE c.tsv @@ w.q)"
-        if rank_fn == "idf"
-        else f"{rank_fn}(c.tsv, to_tsquery('english', :tsq), :rank_norm)"
+def _rank_expression(rank_fn: RankFunction, idf_terms: int) -> str:
+    """A row's keyword score. For `idf`, one weighted ts_rank per query word, written out: a
+    correlated subquery over a table of the words cost twice as much per ranked row."""
+    if rank_fn != "idf" or idf_terms == 0:
+        function = "ts_rank" if rank_fn == "idf" else rank_fn
+        return f"{function}(c.tsv, to_tsquery('english', :tsq), :rank_norm)"
+    words = (
+        f"CAST(:idf_w{n} AS float8) * ts_rank(c.tsv, to_tsquery('english', :idf_q{n}), :rank_norm)"
+        for n in range(idf_terms)
     )
+    return f"({' + '.join(words)})"
+
+
+def _ranked_tier(tier: int, tsq_param: str, cap: int, filters: str, guard: str, rank: str) -> str:
+    """Up to `cap` rows matching `tsq_param` (as the GIN bitmap yields them), ranked."""
     return f"""
   SELECT c.id, {rank} AS rank_score,
          {tier} AS tier
@@ -275,7 +280,7 @@ def _ranked_tier(
   LIMIT :candidates"""
 
 
-def _keyword_cte(filters: str, strict: bool, rank_fn: RankFunction) -> str:
+def _keyword_cte(filters: str, strict: bool, rank: str) -> str:
     # Tiers are read best first and a tier is only read when the better ones hold fewer rows than
     # the candidate count. The all-words AND is an intersection of posting lists and cheap; the
     # OR of every pair makes the GIN index visit almost every row holding any word, which at 100k
@@ -285,7 +290,7 @@ def _keyword_cte(filters: str, strict: bool, rank_fn: RankFunction) -> str:
         " AND (SELECT count(*) FROM kw_all) < :candidates AND c.id NOT IN (SELECT id FROM kw_all)"
     )
     strict_rows = (
-        _ranked_tier(1, "tsq_strict", STRICT_RANK_CAP, filters, after_all, rank_fn)
+        _ranked_tier(1, "tsq_strict", STRICT_RANK_CAP, filters, after_all, rank)
         if strict
         else "SELECT NULL::bigint AS id, NULL::float4 AS rank_score, 1 AS tier WHERE false"
     )
@@ -293,19 +298,9 @@ def _keyword_cte(filters: str, strict: bool, rank_fn: RankFunction) -> str:
         " AND (SELECT count(*) FROM kw_all) + (SELECT count(*) FROM kw_strict) < :candidates"
         " AND c.id NOT IN (SELECT id FROM kw_all UNION ALL SELECT id FROM kw_strict)"
     )
-    loose_rows = _ranked_tier(0, "tsq_loose", LOOSE_RANK_CAP, filters, after_strict, rank_fn)
-    # Each word's tsquery is parsed once per search, not once per ranked row.
-    idf_terms = (
-        """
-idf_terms AS MATERIALIZED (
-  SELECT to_tsquery('english', q) AS q, idf
-  FROM unnest(CAST(:idf_terms AS text[]), CAST(:idf_weights AS float8[])) AS t(q, idf)
-),"""
-        if rank_fn == "idf"
-        else ""
-    )
-    return f"""{idf_terms}
-kw_all AS MATERIALIZED ({_ranked_tier(2, "tsq_all", ALL_RANK_CAP, filters, "", rank_fn)}
+    loose_rows = _ranked_tier(0, "tsq_loose", LOOSE_RANK_CAP, filters, after_strict, rank)
+    return f"""
+kw_all AS MATERIALIZED ({_ranked_tier(2, "tsq_all", ALL_RANK_CAP, filters, "", rank)}
 ),
 kw_strict AS MATERIALIZED ({strict_rows}
 ),
@@ -374,6 +369,7 @@ def search_statement(
     snippets: bool = True,
     exact: bool = False,
     rank_fn: RankFunction = "idf",
+    idf_terms: int = 0,
 ) -> TextClause:
     """The whole search as one statement: the branches asked for, the fusion, the final rows.
 
@@ -390,7 +386,9 @@ def search_statement(
         exact_join = "\n  JOIN memory_chunks c ON c.id = COALESCE(v.id, k.id)"
     ctes = [
         _vector_cte(model, dims, filters) if use_vector and mode != "keyword" else _EMPTY_VEC,
-        _keyword_cte(filters, strict, rank_fn) if use_keyword and mode != "vector" else _EMPTY_KW,
+        _keyword_cte(filters, strict, _rank_expression(rank_fn, idf_terms))
+        if use_keyword and mode != "vector"
+        else _EMPTY_KW,
     ]
     snippet = (
         "''::text"
@@ -490,6 +488,7 @@ async def run_search(
         snippets,
         exact,
         rank_function,
+        len(idf or {}) if rank_function == "idf" else 0,
     )
     params: dict[str, Any] = {
         **filters.params(),
@@ -511,9 +510,10 @@ async def run_search(
         "w_exact": exact_weight,
         "w_tier1": tier_weights[0],
         "w_tier0": tier_weights[1],
-        "idf_terms": list(idf or {}),
-        "idf_weights": list((idf or {}).values()),
     }
+    for n, (operand, weight) in enumerate((idf or {}).items()):
+        params[f"idf_q{n}"] = operand
+        params[f"idf_w{n}"] = weight
     result = await session.execute(statement, params)
     return list(result.all())
 
