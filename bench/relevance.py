@@ -263,7 +263,10 @@ async def sweep(
         ("tiers 0.5/0.25", SearchTuning(tier_weights=(0.5, 0.25))),
         ("tiers 0.5/0", SearchTuning(tier_weights=(0.5, 0.0))),
         ("tiers 0.3/0.1", SearchTuning(tier_weights=(0.3, 0.1))),
-        ("ts_rank_cd", SearchTuning(rank_function="ts_rank_cd")),
+        ("ts_rank (no IDF)", SearchTuning(rank_function="ts_rank")),
+        ("ts_rank_cd (no IDF)", SearchTuning(rank_function="ts_rank_cd")),
+        ("candidates 80", SearchTuning(min_candidates=80)),
+        ("candidates 160", SearchTuning(min_candidates=160)),
         ("no rarity", SearchTuning(rarity=False)),
     ]
     swept = [
@@ -274,7 +277,7 @@ async def sweep(
         (f"keyword norm={n} prefix={p}", SearchTuning(rank_normalization=n, prefix_last=p))
         for n in (0, 1, 4, 5, 6, 12)
         for p in (True, False)
-    ]
+    ] + [("keyword ts_rank (no IDF)", SearchTuning(rank_function="ts_rank"))]
     swept = [
         (name, await first_ranks(session, embedder, relevant, "keyword", t))
         for name, t in keyword_variants
