@@ -60,6 +60,7 @@ class SearchTuning:
             rank_normalization=settings.search_rank_normalization,
             exact_weight=settings.search_exact_weight,
             tier_weights=(settings.search_pair_tier_weight, settings.search_single_tier_weight),
+            rank_function=settings.search_rank_function,
         )
 
 

@@ -8,11 +8,13 @@ import psycopg
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.config import SettingsError
 from app.llm.embeddings import local_embedder
 from app.search.queries import bm25_idf, idf_operands
 from app.search.schemas import SearchRequest
 from app.search.service import SearchTuning, search
 from app.search.term_stats import TERM_STATS, TermStats
+from tests.conftest import make_settings
 from tests.search.seed import Chunk, add_chunks, in_session
 
 REPEATS_COMMON_WORD = "deploy deploy deploy deploy the deploy notes"
@@ -99,3 +101,12 @@ def test_hybrid_and_weighted_rank_with_idf_too(database_url: str) -> None:
     found = in_session(database_url, run)
     assert found["hybrid"][0] == HOLDS_RARE_WORD
     assert found["weighted"][0] == HOLDS_RARE_WORD
+
+
+def test_the_rank_function_is_a_setting() -> None:
+    assert SearchTuning.from_settings(make_settings()).rank_function == "idf"
+    tuning = SearchTuning.from_settings(make_settings(search_rank_function="ts_rank"))
+    assert tuning.rank_function == "ts_rank"
+    with pytest.raises(SettingsError) as raised:
+        make_settings(search_rank_function="bm25")
+    assert str(raised.value).startswith("invalid setting AGMEM_SEARCH_RANK_FUNCTION: ")
