@@ -31,3 +31,17 @@ def test_the_split_is_the_recorded_one() -> None:
     halves = split(QUERIES)
     assert (halves.count("dev"), halves.count("test")) == (81, 79)
     assert halves[:8] == ["dev", "dev", "dev", "dev", "dev", "dev", "test", "dev"]
+
+
+def test_the_gap_interval_brackets_the_gap() -> None:
+    from bench.relevance import gap_interval
+
+    everyone = [True] * 40
+    assert gap_interval([1] * 40, [1] * 40, everyone) == (0.0, 0.0)
+    assert gap_interval([1] * 40, [None] * 40, everyone) == (1.0, 1.0)
+    # Hybrid finds 4 more of 40: the interval holds the observed +0.1 and is wider than zero.
+    low, high = gap_interval([1] * 40, [None] * 4 + [1] * 36, everyone)
+    assert low <= 0.1 <= high
+    assert low < high
+    # Only member queries count.
+    assert gap_interval([1, None], [None, None], [False, True]) == (0.0, 0.0)
