@@ -36,6 +36,10 @@ class _Snapshot:
     shares: dict[str, float] = field(default_factory=dict)
     rows: float = 0.0
     loaded_at: float = float("-inf")
+    least: float = field(init=False)  # the smallest share listed (0 when none is)
+
+    def __post_init__(self) -> None:
+        self.least = min(self.shares.values(), default=0.0)
 
 
 @dataclass(slots=True)
@@ -76,7 +80,7 @@ class TermStats:
         snapshot = await self._snapshot(session)
         if not snapshot.shares or snapshot.rows <= 0:
             return dict.fromkeys(terms, 1.0)
-        unlisted = min(snapshot.shares.values()) / 2
+        unlisted = snapshot.least / 2
         return {
             term: queries.bm25_idf(snapshot.shares.get(lexeme(term), unlisted), snapshot.rows)
             for term in terms
