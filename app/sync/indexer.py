@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
 from app.index.embedding import Vectors, arrays_for, cached_arrays, ensure_model_index
+from app.index.terms import index_terms
 from app.index.writer import content_hash
 from app.llm.embeddings import Embedder
 from app.privacy import sanitize_text
@@ -239,7 +240,7 @@ def _prepare(
     tokens, overlap = settings.sync_chunk_tokens, settings.sync_chunk_overlap_tokens
     if found.source == "memory":
         chunks = [
-            Chunk(sanitize_text(c.content), c.start_line, c.end_line)
+            Chunk(sanitize_text(c.content), c.start_line, c.end_line, sanitize_text(c.headings))
             for c in chunk_markdown(text, tokens=tokens, overlap=overlap)
         ]
     else:
@@ -356,6 +357,7 @@ class _Writer:
                             chunk.start_line,
                             chunk.end_line,
                             chunk.content,
+                            index_terms(chunk.content, chunk.headings),
                             digest,
                             vectors.get(digest),
                         )

@@ -13,7 +13,6 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.binary_vectors import binary_vector_connection
-from app.index.terms import search_terms
 
 # Session-level advisory locks: one per project (a second sync of the project waits for the
 # first) and one per model's HNSW index (one rebuild at a time, see app/sync/bulk_index.py).
@@ -149,14 +148,15 @@ async def known_files(session: AsyncSession, project: str) -> dict[str, KnownFil
 
 @dataclass(frozen=True, slots=True)
 class FileChunks:
-    """A changed file's new row and its chunks as (start, end, content, hash, vector or None)."""
+    """A changed file's new row and its chunks as (start, end, content, search terms, hash,
+    vector or None)."""
 
     path: str
     source: str
     hash: str
     mtime: float
     size: int
-    chunks: list[tuple[int, int, str, str, NDArray[np.float32] | None]]
+    chunks: list[tuple[int, int, str, str, str, NDArray[np.float32] | None]]
 
 
 async def replace_files(
@@ -187,7 +187,7 @@ async def replace_files(
         copy.set_types(list(_COPY_TYPES))
         for f in files:
             file_id = ids[f.path]
-            for start, end, content, digest, vector in f.chunks:
+            for start, end, content, terms, digest, vector in f.chunks:
                 await copy.write_row(
                     (
                         project,
@@ -197,7 +197,7 @@ async def replace_files(
                         start,
                         end,
                         content,
-                        search_terms(content),
+                        terms,
                         digest,
                         vector,
                         None if vector is None else model,
