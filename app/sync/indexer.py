@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.config import Settings
 from app.db.binary_vectors import binary_vector_connection
 from app.index.embedding import Vectors, arrays_for, cached_arrays, ensure_model_index
+from app.index.terms import index_terms
 from app.index.writer import content_hash
 from app.llm.embeddings import Embedder
 from app.privacy import sanitize_text
@@ -60,12 +61,14 @@ class _Prepared:
     chunks: list[Chunk]  # to write: once checked, only those the file's current rows lack
     passed_over: Counter[str] | None = None  # transcript items skipped or trimmed
     hashes: list[str] = field(default_factory=list)  # the chunks' content hashes
+    terms: list[str] = field(default_factory=list)  # their `search_terms` (with section titles)
     keep: list[int] = field(default_factory=list)  # current rows that stay as they are
     checked: bool = False  # chunks compared with the file's current rows
     total: int = 0  # the file's chunks, written and kept
 
     def __post_init__(self) -> None:
         self.hashes = [content_hash(c.content) for c in self.chunks]
+        self.terms = [index_terms(c.content, c.headings) for c in self.chunks]
         self.total = len(self.chunks)
 
 
@@ -270,7 +273,7 @@ def _prepare(
     tokens, overlap = settings.sync_chunk_tokens, settings.sync_chunk_overlap_tokens
     if found.source == "memory":
         chunks = [
-            Chunk(sanitize_text(c.content), c.start_line, c.end_line)
+            Chunk(sanitize_text(c.content), c.start_line, c.end_line, sanitize_text(c.headings))
             for c in chunk_markdown(text, tokens=tokens, overlap=overlap)
         ]
     else:
@@ -421,8 +424,8 @@ class _Writer:
                 vectors = await self._vectors(session, pending) if pending else {}
             for item in pending:
                 rows = [
-                    (chunk.start_line, chunk.end_line, chunk.content, digest, vectors.get(digest))
-                    for chunk, digest in zip(item.chunks, item.hashes, strict=True)
+                    (c.start_line, c.end_line, c.content, terms, digest, vectors.get(digest))
+                    for c, digest, terms in zip(item.chunks, item.hashes, item.terms, strict=True)
                 ]
                 found = item.found
                 files.append(
@@ -451,9 +454,10 @@ class _Writer:
 
     async def _keep_unchanged(self, session: AsyncSession, pending: list[_Prepared]) -> None:
         """Drop from each changed file's chunks those its current rows already hold (same text,
-        same lines): those rows stay as they are. An edit then costs only the chunks it changed,
-        not a new row, tsvector and HNSW insert (~2-3 ms of Postgres CPU) for every chunk of
-        the file. `--force` rewrites every row."""
+        same lines, same search terms, which carry the section titles): those rows stay as they
+        are. An edit then costs only the chunks it changed, not a new row, tsvector and HNSW
+        insert (~2-3 ms of Postgres CPU) for every chunk of the file. `--force` rewrites every
+        row."""
         unchecked = [item for item in pending if not item.checked]
         for item in unchecked:
             item.checked = True
@@ -469,15 +473,16 @@ class _Writer:
             rows = current.get(ids.get(item.found.path, -1))
             if not rows:
                 continue
-            chunks, hashes = [], []
-            for chunk, digest in zip(item.chunks, item.hashes, strict=True):
-                same = rows.get((digest, chunk.start_line, chunk.end_line))
+            chunks, hashes, terms = [], [], []
+            for chunk, digest, term in zip(item.chunks, item.hashes, item.terms, strict=True):
+                same = rows.get((digest, chunk.start_line, chunk.end_line, term))
                 if same:
                     item.keep.append(same.pop())
                 else:
                     chunks.append(chunk)
                     hashes.append(digest)
-            item.chunks, item.hashes = chunks, hashes
+                    terms.append(term)
+            item.chunks, item.hashes, item.terms = chunks, hashes, terms
 
     async def _vectors(self, session: AsyncSession, pending: list[_Prepared]) -> Vectors:
         """Vectors for the buffered chunks; on a provider failure the rows are written without

@@ -13,7 +13,6 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.binary_vectors import binary_vector_connection
-from app.index.terms import search_terms
 
 # Session-level advisory locks: one per project (a second sync of the project waits for the
 # first) and one per model's HNSW index (one rebuild at a time, see app/sync/bulk_index.py).
@@ -44,7 +43,8 @@ _DELETE_FILES_CHUNKS = text(
 )
 
 _FILES_CHUNKS = text(
-    "SELECT file_id, id, hash, start_line, end_line FROM memory_chunks "
+    "SELECT file_id, id, hash, start_line, end_line, COALESCE(search_terms, '') "
+    "FROM memory_chunks "
     "WHERE file_id = ANY(CAST(:ids AS bigint[]))"
 )
 
@@ -162,32 +162,34 @@ async def known_files(session: AsyncSession, project: str) -> dict[str, KnownFil
     return {row[1]: KnownFile(*row) for row in result.all()}
 
 
-ChunkKey = tuple[str, int, int]  # (content hash, start line, end line)
+ChunkKey = tuple[str, int, int, str]  # (content hash, start line, end line, search terms)
 
 
 async def files_chunks(
     session: AsyncSession, file_ids: list[int]
 ) -> dict[int, dict[ChunkKey, list[int]]]:
-    """The current rows of these files: per file, the row ids under each (hash, start, end)."""
+    """The current rows of these files: per file, the row ids under each (hash, start, end,
+    search terms)."""
     found: dict[int, dict[ChunkKey, list[int]]] = {}
     if file_ids:
         result = await session.execute(_FILES_CHUNKS, {"ids": file_ids})
-        for file_id, row_id, digest, start, end in result:
-            found.setdefault(file_id, {}).setdefault((digest, start, end), []).append(row_id)
+        for file_id, row_id, digest, start, end, terms in result:
+            found.setdefault(file_id, {}).setdefault((digest, start, end, terms), []).append(row_id)
     return found
 
 
 @dataclass(frozen=True, slots=True)
 class FileChunks:
-    """A changed file's new row, the chunks to write as (start, end, content, hash, vector or
-    None), and the ids of its current rows that stay as they are (`chunk_count` counts both)."""
+    """A changed file's new row, the chunks to write as (start, end, content, search terms, hash,
+    vector or None), and the ids of its current rows that stay as they are (`chunk_count` counts
+    both)."""
 
     path: str
     source: str
     hash: str
     mtime: float
     size: int
-    chunks: list[tuple[int, int, str, str, NDArray[np.float32] | None]]
+    chunks: list[tuple[int, int, str, str, str, NDArray[np.float32] | None]]
     keep: list[int]
     chunk_count: int
 
@@ -221,7 +223,7 @@ async def replace_files(
         copy.set_types(list(_COPY_TYPES))
         for f in files:
             file_id = ids[f.path]
-            for start, end, content, digest, vector in f.chunks:
+            for start, end, content, terms, digest, vector in f.chunks:
                 await copy.write_row(
                     (
                         project,
@@ -231,7 +233,7 @@ async def replace_files(
                         start,
                         end,
                         content,
-                        search_terms(content),
+                        terms,
                         digest,
                         vector,
                         None if vector is None else model,

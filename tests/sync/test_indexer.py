@@ -172,6 +172,33 @@ def test_edit_keeps_the_rows_of_the_chunks_it_did_not_change(
     assert count.fetchone() == (len(after),)
 
 
+def test_a_renamed_heading_rewrites_the_rows_whose_section_titles_changed(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    project = tmp_path / "proj"
+    (project / "memory").mkdir(parents=True)
+    note = project / "memory" / "note.md"
+    paragraphs = "\n\n".join(
+        f"Paragraph {n} about the deploy pipeline, its retries and its queue. " * 6
+        for n in range(12)
+    )
+    note.write_text(f"# Alpha\n\n## Part one\n\n{paragraphs}\n")
+    embedder = CountingEmbedder()
+    run_sync(database_url, settings, embedder, project)
+    terms = "SELECT count(*), count(*) FILTER (WHERE search_terms LIKE %s) FROM memory_chunks"
+    count, alpha = db.execute(terms, ("%Alpha%",)).fetchone() or (0, 0)
+    assert count > 3
+    assert alpha >= count - 1  # the first chunk holds the heading in its text, not its terms
+
+    note.write_text(note.read_text().replace("# Alpha", "# Gamma"))  # same lines, same text below
+    report = run_sync(database_url, settings, embedder, project)
+
+    assert db.execute(terms, ("%Alpha%",)).fetchone() == (count, 0)
+    assert db.execute(terms, ("%Gamma%",)).fetchone() == (count, alpha)
+    assert report.chunks_kept == 0  # every chunk's section titles changed
+    assert report.embeddings_computed <= 1  # only the first chunk's text changed
+
+
 def test_kept_rows_without_a_vector_get_one_after_an_edit(
     database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
 ) -> None:
