@@ -171,6 +171,7 @@ async def _sync_locked(
     try:
         await _write_all(
             sessionmaker,
+            lock_session,
             settings,
             embedder,
             request,
@@ -194,6 +195,7 @@ async def _sync_locked(
 
 async def _write_all(
     sessionmaker: async_sessionmaker[AsyncSession],
+    lock_session: AsyncSession,
     settings: Settings,
     embedder: Embedder,
     request: SyncRequest,
@@ -208,8 +210,14 @@ async def _write_all(
     the embedding passes after it."""
     writer = _Writer(sessionmaker, embedder, project, report, known, request.force)
     total = len(candidates)
+    earlier: asyncio.Task[bool] | None = None
     if total:
         writer.connect()
+        if not writer.cache_only:
+            # Chunks an earlier run left without a vector, looked for on the lock's idle
+            # connection while this run's files are written: the embedding pass after them
+            # (a scan of the project's rows, ~10 ms) is then skipped when there is nothing to do.
+            earlier = asyncio.create_task(queries.any_unembedded(lock_session, project=project))
     try:
         for start in range(0, total, BATCH_FILES):
             batch = candidates[start : start + BATCH_FILES]
@@ -227,17 +235,23 @@ async def _write_all(
             if progress is not None:
                 progress("index", min(start + BATCH_FILES, total), total)
         await writer.finish()
+        await writer.drain()
     except BaseException:
-        # No writer may outlive the run (and its lock); the first error is the one to report.
+        # No writer (nor the lock connection's query) may outlive the run and its lock; the
+        # first error is the one to report.
+        if earlier is not None:
+            await asyncio.gather(earlier, return_exceptions=True)
         await writer.abandon()
         raise
-    await writer.drain()
+    left_unembedded = True
+    if earlier is not None:
+        left_unembedded = writer.wrote_unembedded or await earlier
     gone = [k.id for path, k in known.items() if path not in present]
     if gone:
         async with sessionmaker() as session, session.begin():
             await queries.delete_files(session, gone)
         report.files_deleted = len(gone)
-    if report.files_changed and not writer.embedding_down:
+    if report.files_changed and not writer.embedding_down and left_unembedded:
         await embed_missing(sessionmaker, settings, embedder, project, report, progress)
     elif isinstance(embedder, BatchEmbedder):
         await resume_batches(sessionmaker, settings, embedder, project, report)
@@ -326,6 +340,7 @@ class _Writer:
         self.inflight: set[asyncio.Task[None]] = set()
         self.connecting: asyncio.Task[None] | None = None
         self.embedding_down = False
+        self.wrote_unembedded = False  # a row written without a vector
         # A provider with a Batch API gets only cache hits here; what is missing is embedded
         # after the file pass, in one job when there is enough of it (see app/sync/embed.py).
         self.cache_only = isinstance(embedder, BatchEmbedder)
@@ -427,6 +442,7 @@ class _Writer:
                     (c.start_line, c.end_line, c.content, terms, digest, vectors.get(digest))
                     for c, digest, terms in zip(item.chunks, item.hashes, item.terms, strict=True)
                 ]
+                self.wrote_unembedded |= any(row[5] is None for row in rows)
                 found = item.found
                 files.append(
                     queries.FileChunks(
