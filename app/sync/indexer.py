@@ -13,6 +13,8 @@ import asyncio
 import hashlib
 import os
 from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -208,16 +210,23 @@ async def _write_all(
 ) -> None:
     """The file pass (changed files written, touched ones re-stamped, vanished ones deleted) and
     the embedding passes after it."""
-    writer = _Writer(sessionmaker, embedder, project, report, known, request.force)
     total = len(candidates)
+    writer = _Writer(sessionmaker, lock_session, embedder, project, report, known, request.force)
     earlier: asyncio.Task[bool] | None = None
     if total:
+
+        async def ready() -> bool:
+            # The lock's connection gets ready to write (the vector type) and looks for chunks
+            # an earlier run left without a vector, while the first files are read: the
+            # embedding pass after the writes (a scan of the project's rows, ~10 ms) is then
+            # skipped when there is nothing to do.
+            await binary_vector_connection(lock_session)
+            if writer.cache_only:  # its pass also resumes Batch API jobs: it always runs
+                return True
+            return await queries.any_unembedded(lock_session, project=project)
+
+        earlier = writer.shared_ready = asyncio.create_task(ready())
         writer.connect()
-        if not writer.cache_only:
-            # Chunks an earlier run left without a vector, looked for on the lock's idle
-            # connection while this run's files are written: the embedding pass after them
-            # (a scan of the project's rows, ~10 ms) is then skipped when there is nothing to do.
-            earlier = asyncio.create_task(queries.any_unembedded(lock_session, project=project))
     try:
         for start in range(0, total, BATCH_FILES):
             batch = candidates[start : start + BATCH_FILES]
@@ -321,6 +330,7 @@ class _Writer:
     def __init__(
         self,
         sessionmaker: async_sessionmaker[AsyncSession],
+        shared: AsyncSession,
         embedder: Embedder,
         project: str,
         report: SyncReport,
@@ -328,6 +338,13 @@ class _Writer:
         force: bool,
     ) -> None:
         self.sessionmaker = sessionmaker
+        # The lock's (autocommit) session is one of the WRITERS: a small sync then opens one new
+        # connection, not two (a backend start, ~10-15 ms here, and a cold catalog cache that
+        # makes its first insert ~7-10 ms slower), and still indexes on two backends at once.
+        self.shared = shared
+        self.shared_busy = False
+        # What else runs on the shared session, to end before a write takes it.
+        self.shared_ready: asyncio.Task[bool] | None = None
         self.embedder = embedder
         self.project = project
         self.report = report
@@ -355,7 +372,7 @@ class _Writer:
                 await binary_vector_connection(session)
 
         async def all_of_them() -> None:
-            await asyncio.gather(*(one() for _ in range(WRITERS)))
+            await asyncio.gather(*(one() for _ in range(WRITERS - 1)))
 
         self.connecting = asyncio.create_task(all_of_them())
 
@@ -386,7 +403,9 @@ class _Writer:
             self.inflight -= done
             for task in done:
                 task.result()
-        self.inflight.add(asyncio.create_task(self._commit(pending, touched, vectors)))
+        shared = not self.shared_busy
+        self.shared_busy |= shared
+        self.inflight.add(asyncio.create_task(self._commit(pending, touched, vectors, shared)))
 
     async def finish(self) -> None:
         """Flush the last files split across the writers: a small sync's rows (each an HNSW
@@ -428,11 +447,34 @@ class _Writer:
         pending: list[_Prepared],
         touched: list[tuple[int, float, int]],
         vectors: Vectors | None,
+        shared: bool,
     ) -> None:
-        """One transaction: new (mtime, size) for touched files, and each changed file's chunks
-        replaced whole."""
-        files = []
-        async with self.sessionmaker() as session, session.begin():
+        """One transaction (on the shared session when `shared`): new (mtime, size) for touched
+        files, and each changed file's chunks replaced whole."""
+        files: list[queries.FileChunks] = []
+        try:
+            await self._write(pending, touched, vectors, files, shared)
+        finally:
+            if shared:
+                self.shared_busy = False
+        for item in pending:
+            if item.passed_over:
+                self.report.transcript_items.update(item.passed_over)
+        written = sum(len(f.chunks) for f in files)
+        self.report.files_touched += len(touched)
+        self.report.files_changed += len(pending)
+        self.report.chunks_written += written
+        self.report.chunks_kept += sum(len(f.keep) for f in files)
+
+    async def _write(
+        self,
+        pending: list[_Prepared],
+        touched: list[tuple[int, float, int]],
+        vectors: Vectors | None,
+        files: list[queries.FileChunks],
+        shared: bool,
+    ) -> None:
+        async with self._transaction(shared) as session:
             await queries.touch_files(session, touched)
             await self._keep_unchanged(session, pending)
             if vectors is None:
@@ -459,14 +501,22 @@ class _Writer:
             await queries.replace_files(
                 session, project=self.project, model=self.embedder.identity, files=files
             )
-        for item in pending:
-            if item.passed_over:
-                self.report.transcript_items.update(item.passed_over)
-        written = sum(len(f.chunks) for f in files)
-        self.report.files_touched += len(touched)
-        self.report.files_changed += len(pending)
-        self.report.chunks_written += written
-        self.report.chunks_kept += sum(len(f.keep) for f in files)
+
+    @asynccontextmanager
+    async def _transaction(self, shared: bool) -> AsyncIterator[AsyncSession]:
+        """A write transaction: on the lock's connection when `shared` (its lock is session-level,
+        so it holds across the transaction), else on a session of its own."""
+        if not shared:
+            async with self.sessionmaker() as session, session.begin():
+                yield session
+            return
+        if self.shared_ready is not None:
+            await self.shared_ready
+        driver = await binary_vector_connection(self.shared)
+        # The connection is in autocommit: psycopg's transaction block sends BEGIN, then COMMIT
+        # (ROLLBACK on an error) around every statement the session runs on it.
+        async with driver.transaction():
+            yield self.shared
 
     async def _keep_unchanged(self, session: AsyncSession, pending: list[_Prepared]) -> None:
         """Drop from each changed file's chunks those its current rows already hold (same text,

@@ -79,9 +79,13 @@ _UNEMBEDDED_CHUNKS = text(
     "AND source IN ('memory', 'sessions') AND embedding IS NULL ORDER BY id LIMIT :limit"
 )
 
+# Through the partial index of rows without a vector (OFFSET 0 keeps the project filter out of
+# the scan): with the project's filter pushed down, the planner walks the project's index and
+# reads all its rows (12-14 ms for 6,685, EXPLAIN ANALYZE) before the statistics catch up.
 _ANY_UNEMBEDDED = text(
-    "SELECT EXISTS (SELECT 1 FROM memory_chunks WHERE project_path = :project "
-    "AND source IN ('memory', 'sessions') AND embedding IS NULL)"
+    "SELECT EXISTS (SELECT 1 FROM (SELECT project_path, source FROM memory_chunks "
+    "WHERE embedding IS NULL OFFSET 0) AS u "
+    "WHERE project_path = :project AND source IN ('memory', 'sessions'))"
 )
 
 _MISSING_TEXTS = text(
