@@ -288,7 +288,9 @@ def main() -> None:
 
     from app.db.embedded import start_embedded_postgres
 
-    with tempfile.TemporaryDirectory(prefix="agmem-bench-") as folder:
+    # The embedded server stops when this process exits, after the folder is removed: a late WAL
+    # write must not fail the run once its figures are printed.
+    with tempfile.TemporaryDirectory(prefix="agmem-bench-", ignore_cleanup_errors=True) as folder:
         home = Path(folder)
         url = start_embedded_postgres(home / "pgdata")
         env = {"DATABASE_URL": url, "AGMEM_HOME": str(home)}

@@ -15,6 +15,7 @@ prepares them with `$n` parameters and sends them through libpq (`app/capture/pi
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -58,17 +59,34 @@ class RawResult:
 _Pending = tuple[pipeline.Sent, "asyncio.Future[RawResult]"]
 
 
+class _Lane:
+    """A writer's connection while its pipeline is open: statements sent to it go to Postgres at
+    once and commit together at the next Sync."""
+
+    __slots__ = ("connection", "sent")
+
+    def __init__(self, connection: Conn) -> None:
+        self.connection = connection
+        self.sent: list[_Pending] = []
+
+
 class GroupWriter:
     """Runs the hot statements of concurrent requests in shared transactions: group commit.
 
-    A request queues its statement and waits. A writer task takes everything queued (up to
-    `max_batch`), sends it in one pipeline that is one transaction (`app/capture/pipeline.py`)
-    and resolves each request's future only after the transaction has committed, so an answer
-    still means its write is durable. One transaction per batch is one WAL flush and one
-    `agmem_work` NOTIFY (Postgres folds a transaction's equal notifications) instead of one per
-    request: every committing transaction that notifies takes Postgres's global notify lock until
-    its commit record is flushed, which serialised the per-request commits and collapsed
-    throughput at 64 connections.
+    Each writer task holds one connection with an open pipeline (`app/capture/pipeline.py`). A
+    request's statement is sent into it at once, from the request itself, so Postgres executes it
+    while the event loop goes on parsing the next requests; the writer, woken by the first
+    statement, gets its turn once the requests that were ready to run have run, then sends the
+    Sync (the COMMIT of the pipeline's implicit transaction) and resolves each request's future
+    only after the Sync's answer, so an answer still means its write is durable. Statements that
+    arrive while no pipeline is open wait in a queue for the next one. Without the eager send, a
+    burst of N requests was parsed first and written after (the writer only ran once every
+    ready request had), so the server and Postgres took turns instead of working together.
+
+    One transaction per batch is one WAL flush and one `agmem_work` NOTIFY (Postgres folds a
+    transaction's equal notifications) instead of one per request: every committing transaction
+    that notifies takes Postgres's global notify lock until its commit record is flushed, which
+    serialised per-request commits and collapsed throughput at 64 connections.
 
     Each statement stays self-contained and sees the batch's earlier statements, so the result is
     that of running them one after another (the requests of a batch were all in flight at once,
@@ -80,7 +98,9 @@ class GroupWriter:
     def __init__(self, pool: RawPool, *, writers: int, max_batch: int) -> None:
         self.pool = pool
         self.max_batch = max_batch
-        self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
+        self._pending: deque[_Pending] = deque()
+        self._lanes: list[_Lane] = []
+        self._wake = asyncio.Event()
         self._tasks = [
             asyncio.create_task(self._run(), name=f"agmem-capture-writer-{n}")
             for n in range(writers)
@@ -93,47 +113,94 @@ class GroupWriter:
         stmt = pipeline.statement(query.text)
         sent = pipeline.Sent(stmt, pipeline.dump_params(stmt, params))
         future: asyncio.Future[RawResult] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait((sent, future))
+        self._pending.append((sent, future))
+        for lane in self._lanes:
+            self._fill(lane)
+            if not self._pending:
+                break
+        self._wake.set()
         return await future
 
     async def close(self) -> None:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        queued = [self._queue.get_nowait() for _ in range(self._queue.qsize())]
+        queued = list(self._pending)
+        self._pending.clear()
         _fail(queued, psycopg.OperationalError("the capture writer stopped"))
+
+    def _fill(self, lane: _Lane) -> None:
+        """Send queued statements into an open pipeline, up to the batch cap."""
+        while self._pending and len(lane.sent) < self.max_batch:
+            item = self._pending[0]
+            if not pipeline.is_prepared(lane.connection, item[0].stmt):
+                return  # the writer prepares it before its next pipeline
+            try:
+                pipeline.send(lane.connection, item[0])
+            except psycopg.Error:
+                return  # the connection broke: the writer fails this pipeline, the queue waits
+            lane.sent.append(self._pending.popleft())
+
+    async def _work(self) -> None:
+        while not self._pending:
+            self._wake.clear()
+            await self._wake.wait()
 
     async def _run(self) -> None:
         while True:
-            batch = [await self._queue.get()]
-            while len(batch) < self.max_batch and not self._queue.empty():
-                batch.append(self._queue.get_nowait())
+            await self._work()
+            batch: list[_Pending] = []
             try:
                 async with self.pool.connection() as connection:
-                    await self._write(connection, batch)
+                    while True:
+                        lane = _Lane(connection)
+                        batch = lane.sent
+                        await self._collect(lane)
+                        await self._write(connection, batch)
             except Exception as error:  # no connection, or it broke: every request sees it
                 _fail(batch, error)
+                if not isinstance(error, psycopg.OperationalError) or not batch:
+                    # Nothing could be sent: fail what waits too, rather than retry forever.
+                    queued = list(self._pending)
+                    self._pending.clear()
+                    _fail(queued, error)
             finally:  # cancelled at shutdown: no request may wait for an answer forever
                 _fail(batch, psycopg.OperationalError("the capture writer stopped"))
 
+    async def _collect(self, lane: _Lane) -> None:
+        """Open a pipeline, send what is queued, and wait until it holds at least one statement
+        (or a queued statement needs preparing first)."""
+        await pipeline.prepare(lane.connection, (sent.stmt for sent, _future in self._pending))
+        pipeline.begin(lane.connection)
+        self._lanes.append(lane)
+        try:
+            self._fill(lane)
+            while not lane.sent and not self._pending:
+                self._wake.clear()
+                await self._wake.wait()
+                self._fill(lane)
+        finally:
+            self._lanes.remove(lane)
+
     async def _write(self, connection: Conn, batch: list[_Pending]) -> None:
-        if len(batch) > 1:
-            try:
-                results = await pipeline.run(connection, [sent for sent, _future in batch])
-            except pipeline.StatementFailed:
-                log.info("capture.batch_retried_alone", statements=len(batch))
-            else:
-                for (_sent, future), rows in zip(batch, results, strict=True):
+        try:
+            results = await pipeline.finish(connection, len(batch))
+        except pipeline.StatementFailed as failed:
+            if len(batch) == 1:
+                _fail(batch, failed.error)
+                return
+            log.info("capture.batch_retried_alone", statements=len(batch))
+            for sent, future in batch:
+                try:
+                    (rows,) = await pipeline.run(connection, [sent])
+                except pipeline.StatementFailed as alone:
+                    if not future.done():
+                        future.set_exception(alone.error)
+                else:
                     if not future.done():
                         future.set_result(RawResult(rows))
-                return
-        for sent, future in batch:
-            try:
-                (rows,) = await pipeline.run(connection, [sent])
-            except pipeline.StatementFailed as failed:
-                if not future.done():
-                    future.set_exception(failed.error)
-            else:
+        else:
+            for (_sent, future), rows in zip(batch, results, strict=True):
                 if not future.done():
                     future.set_result(RawResult(rows))
 

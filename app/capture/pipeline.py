@@ -19,7 +19,7 @@ import itertools
 import re
 import weakref
 from collections import namedtuple
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from functools import lru_cache
@@ -96,24 +96,40 @@ class Sent:
     params: list[bytes | None]
 
 
-async def run(connection: Conn, batch: Sequence[Sent]) -> list[list[Any]]:
-    """Run `batch` in one pipeline and one transaction; the rows of each statement.
+def is_prepared(connection: Conn, stmt: Statement) -> bool:
+    return stmt.name in _PREPARED.get(connection, ())
 
-    Raises StatementFailed (the transaction rolled back, nothing of the batch is stored) or, if
-    the connection broke, psycopg.OperationalError.
-    """
+
+async def prepare(connection: Conn, stmts: Iterable[Statement]) -> None:
+    """Prepare on `connection` those of `stmts` it has not prepared yet (outside a pipeline)."""
+    prepared = _PREPARED.setdefault(connection, set())
+    for stmt in {stmt for stmt in stmts if stmt.name not in prepared}:
+        await _prepare(connection.pgconn, stmt)
+        prepared.add(stmt.name)
+
+
+def begin(connection: Conn) -> None:
+    """Enter pipeline mode on an idle connection: statements sent now form one transaction."""
     pgconn = connection.pgconn
     if pgconn.transaction_status != pq.TransactionStatus.IDLE:
         raise psycopg.OperationalError("the capture connection is not idle")
-    prepared = _PREPARED.setdefault(connection, set())
-    for stmt in {sent.stmt for sent in batch if sent.stmt.name not in prepared}:
-        await _prepare(pgconn, stmt)
-        prepared.add(stmt.name)
-
     pgconn.enter_pipeline_mode()
+
+
+def send(connection: Conn, sent: Sent) -> None:
+    """Queue a prepared statement in the open pipeline and push what libpq can without waiting,
+    so Postgres starts on it while the event loop serves other requests."""
+    pgconn = connection.pgconn
+    pgconn.send_query_prepared(sent.stmt.name, sent.params)
+    pgconn.flush()
+
+
+async def finish(connection: Conn, count: int) -> list[list[Any]]:
+    """Sync the open pipeline (COMMIT of its implicit transaction) and return the rows of its
+    `count` statements. Raises StatementFailed (the transaction rolled back) or, if the
+    connection broke, psycopg.OperationalError."""
+    pgconn = connection.pgconn
     try:
-        for sent in batch:
-            pgconn.send_query_prepared(sent.stmt.name, sent.params)
         pgconn.pipeline_sync()
         await _flush(pgconn)
         results = await _read_until_sync(pgconn)
@@ -129,9 +145,18 @@ async def run(connection: Conn, batch: Sequence[Sent]) -> list[list[Any]]:
         if result.status == pq.ExecStatus.FATAL_ERROR:
             raise StatementFailed(index, _error(result))
         rows.append(_rows(transformer, result))
-    if len(rows) != len(batch):
-        raise psycopg.OperationalError(f"{len(batch)} statements sent, {len(rows)} answered")
+    if len(rows) != count:
+        raise psycopg.OperationalError(f"{count} statements sent, {len(rows)} answered")
     return rows
+
+
+async def run(connection: Conn, batch: Sequence[Sent]) -> list[list[Any]]:
+    """Run `batch` in one pipeline and one transaction; the rows of each statement."""
+    await prepare(connection, (sent.stmt for sent in batch))
+    begin(connection)
+    for sent in batch:
+        send(connection, sent)
+    return await finish(connection, len(batch))
 
 
 async def _prepare(pgconn: pq.abc.PGconn, stmt: Statement) -> None:
