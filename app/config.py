@@ -101,6 +101,8 @@ class Settings(BaseSettings):
     search_exact_weight: float = Field(default=1.0, ge=0)
     search_pair_tier_weight: float = Field(default=0.5, ge=0, le=1)
     search_single_tier_weight: float = Field(default=0.1, ge=0, le=1)
+    # Search ranking: `idf` weighs each query word by its rarity (BM25's IDF); `ts_rank` is cheaper.
+    search_rank_function: Literal["idf", "ts_rank"] = "idf"
     context_budget: int = Field(default=2000, ge=50, le=100_000)
     context_sessions: int = Field(default=5, ge=0, le=100)
 

@@ -7,7 +7,9 @@ then measures, with the local (wordllama) provider and a fresh embedding cache:
   2. a re-sync with nothing changed;
   3. a re-sync after rewriting 1% of the files, and its ratio to the initial sync;
   4. a no-change re-sync of a second project of `--noop-files` small files.
-Uses DATABASE_URL when set (rows are removed afterwards), else a throwaway embedded PostgreSQL.
+Uses DATABASE_URL when set (rows are removed afterwards), else a throwaway embedded PostgreSQL,
+whose CPU time (from /proc) is then reported with this process's for the initial sync: with both
+per chunk, the rate two fully used cores could reach is the work divided by two.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import parse_qs, urlparse
 
 from sqlalchemy import text
 
@@ -144,6 +147,29 @@ def database() -> Iterator[str]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def server_cpu(url: str) -> float | None:
+    """CPU seconds the local server's processes have used (their exited children included), from
+    /proc; None for a server this machine cannot see (a DATABASE_URL elsewhere, no /proc)."""
+    try:
+        pgdata = Path(parse_qs(urlparse(url).query)["host"][0])
+        postmaster = int((pgdata / "postmaster.pid").read_text().split()[0])
+        tick = os.sysconf("SC_CLK_TCK")
+        total = 0
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # a process that just exited
+            pid = int(stat.parent.name)
+            if pid == postmaster:  # utime, stime, cutime, cstime
+                total += sum(int(f) for f in fields[11:15])
+            elif int(fields[1]) == postmaster:  # a backend or worker: utime, stime
+                total += int(fields[11]) + int(fields[12])
+        return total / tick
+    except (KeyError, OSError, ValueError, IndexError):
+        return None
+
+
 async def timed_sync(url: str, project: Path) -> tuple[float, SyncReport]:
     settings = load_settings(_env_file=None)
     engine = make_async_engine(url, pool_size=2)
@@ -187,10 +213,24 @@ async def main(args: argparse.Namespace) -> None:
         make_small_files(small, args.noop_files, seed + 1)
         with database() as url:
             try:
+                server_before, python_before = server_cpu(url), time.process_time()
                 initial, first = await timed_sync(url, project)
+                python = time.process_time() - python_before
+                await asyncio.sleep(0.2)  # the server reaps the run's backends
+                server_after = server_cpu(url)
                 print(line("initial sync", initial, first))
                 rate = first.chunks_written / initial
                 print(f"{'':<28} {rate:8.0f} chunks/s (goal >= 2000: {rate / 2000:.2f}x)")
+                per_chunk = 1000 / max(first.chunks_written, 1)
+                cpu = f"CPU a chunk: python {python * per_chunk:.3f} ms"
+                if server_before is not None and server_after is not None:
+                    server = server_after - server_before
+                    both = (python + server) * per_chunk
+                    cpu += (
+                        f", postgres {server * per_chunk:.3f} ms: two busy cores would give "
+                        f"{2000 / both:.0f} chunks/s"
+                    )
+                print(f"{'':<28} {cpu}")
                 nothing, same = await timed_sync(url, project)
                 print(line("re-sync, nothing changed", nothing, same))
                 rng = random.Random(seed + 2)

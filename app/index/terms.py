@@ -39,3 +39,12 @@ def search_terms(text: str) -> str:
         if " " in parts:
             out.append(parts)
     return " ".join(out)
+
+
+def index_terms(text: str, headings: str = "") -> str:
+    """What `memory_chunks.search_terms` holds for a chunk: the parts of its identifier-like
+    tokens, then the titles of the sections it sits in (words and parts), so a chunk cut from
+    the middle of `## Error Handling` is still found by `error handling`."""
+    if not headings:
+        return search_terms(text)
+    return " ".join(part for part in (search_terms(text), headings, search_terms(headings)) if part)

@@ -9,6 +9,7 @@ prove. Both come from our own settings, never from a request.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,7 +23,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.search.fusion import WEIGHTED_TEXT, WEIGHTED_VECTOR
 from app.search.schemas import SearchMode
 
-RankFunction = Literal["ts_rank", "ts_rank_cd"]
+# `idf` (the default): the sum over the query's words of idf(word) x ts_rank(row, word). ts_rank
+# weighs every word alike, so a row repeating `run` or `test` outranked the one holding the rare
+# word the question is about; BM25 weighs each word by its rarity, and ts_rank supplies the
+# per-word frequency and length normalisation (see docs/search.md for the measurements).
+RankFunction = Literal["idf", "ts_rank", "ts_rank_cd"]
 
 MAX_TERMS = 24
 MAX_PAIR_TERMS = 8  # the strict tier ORs every pair of the 8 rarest content words: at most 28
@@ -113,6 +118,18 @@ def tsquery_text(terms: list[str], *, prefix_last: bool = True) -> str:
 
     Terms are alphanumeric only (see `keyword_terms`), so quoting them cannot be escaped from."""
     return " | ".join(_operands(content_terms(terms), prefix_last))
+
+
+def idf_operands(terms: list[str], *, prefix_last: bool = True) -> dict[str, str]:
+    """Each content term's own operand of `tsquery_text` (the last may be a prefix), by term."""
+    content = content_terms(terms)
+    return dict(zip(content, _operands(content, prefix_last), strict=True))
+
+
+def bm25_idf(share: float, rows: float) -> float:
+    """BM25's inverse document frequency of a word held by `share` of `rows` rows."""
+    held = share * rows
+    return math.log(1 + (rows - held + 0.5) / (held + 0.5))
 
 
 def all_tsquery_text(terms: list[str], *, prefix_last: bool = True) -> str:
@@ -238,12 +255,23 @@ vec AS (
 )"""
 
 
-def _ranked_tier(
-    tier: int, tsq_param: str, cap: int, filters: str, guard: str, rank_fn: RankFunction
-) -> str:
+def _rank_expression(rank_fn: RankFunction, idf_terms: int) -> str:
+    """A row's keyword score. For `idf`, one weighted ts_rank per query word, written out: a
+    correlated subquery over a table of the words cost twice as much per ranked row."""
+    if rank_fn != "idf" or idf_terms == 0:
+        function = "ts_rank" if rank_fn == "idf" else rank_fn
+        return f"{function}(c.tsv, to_tsquery('english', :tsq), :rank_norm)"
+    words = (
+        f"CAST(:idf_w{n} AS float8) * ts_rank(c.tsv, to_tsquery('english', :idf_q{n}), :rank_norm)"
+        for n in range(idf_terms)
+    )
+    return f"({' + '.join(words)})"
+
+
+def _ranked_tier(tier: int, tsq_param: str, cap: int, filters: str, guard: str, rank: str) -> str:
     """Up to `cap` rows matching `tsq_param` (as the GIN bitmap yields them), ranked."""
     return f"""
-  SELECT c.id, {rank_fn}(c.tsv, to_tsquery('english', :tsq), :rank_norm) AS rank_score,
+  SELECT c.id, {rank} AS rank_score,
          {tier} AS tier
   FROM (SELECT c.id, c.tsv FROM memory_chunks c
         WHERE c.tsv @@ to_tsquery('english', :{tsq_param}){filters}{guard}
@@ -252,7 +280,7 @@ def _ranked_tier(
   LIMIT :candidates"""
 
 
-def _keyword_cte(filters: str, strict: bool, rank_fn: RankFunction) -> str:
+def _keyword_cte(filters: str, strict: bool, rank: str) -> str:
     # Tiers are read best first and a tier is only read when the better ones hold fewer rows than
     # the candidate count. The all-words AND is an intersection of posting lists and cheap; the
     # OR of every pair makes the GIN index visit almost every row holding any word, which at 100k
@@ -262,7 +290,7 @@ def _keyword_cte(filters: str, strict: bool, rank_fn: RankFunction) -> str:
         " AND (SELECT count(*) FROM kw_all) < :candidates AND c.id NOT IN (SELECT id FROM kw_all)"
     )
     strict_rows = (
-        _ranked_tier(1, "tsq_strict", STRICT_RANK_CAP, filters, after_all, rank_fn)
+        _ranked_tier(1, "tsq_strict", STRICT_RANK_CAP, filters, after_all, rank)
         if strict
         else "SELECT NULL::bigint AS id, NULL::float4 AS rank_score, 1 AS tier WHERE false"
     )
@@ -270,9 +298,9 @@ def _keyword_cte(filters: str, strict: bool, rank_fn: RankFunction) -> str:
         " AND (SELECT count(*) FROM kw_all) + (SELECT count(*) FROM kw_strict) < :candidates"
         " AND c.id NOT IN (SELECT id FROM kw_all UNION ALL SELECT id FROM kw_strict)"
     )
-    loose_rows = _ranked_tier(0, "tsq_loose", LOOSE_RANK_CAP, filters, after_strict, rank_fn)
+    loose_rows = _ranked_tier(0, "tsq_loose", LOOSE_RANK_CAP, filters, after_strict, rank)
     return f"""
-kw_all AS MATERIALIZED ({_ranked_tier(2, "tsq_all", ALL_RANK_CAP, filters, "", rank_fn)}
+kw_all AS MATERIALIZED ({_ranked_tier(2, "tsq_all", ALL_RANK_CAP, filters, "", rank)}
 ),
 kw_strict AS MATERIALIZED ({strict_rows}
 ),
@@ -340,7 +368,8 @@ def search_statement(
     strict: bool = False,
     snippets: bool = True,
     exact: bool = False,
-    rank_fn: RankFunction = "ts_rank",
+    rank_fn: RankFunction = "idf",
+    idf_terms: int = 0,
 ) -> TextClause:
     """The whole search as one statement: the branches asked for, the fusion, the final rows.
 
@@ -357,7 +386,9 @@ def search_statement(
         exact_join = "\n  JOIN memory_chunks c ON c.id = COALESCE(v.id, k.id)"
     ctes = [
         _vector_cte(model, dims, filters) if use_vector and mode != "keyword" else _EMPTY_VEC,
-        _keyword_cte(filters, strict, rank_fn) if use_keyword and mode != "vector" else _EMPTY_KW,
+        _keyword_cte(filters, strict, _rank_expression(rank_fn, idf_terms))
+        if use_keyword and mode != "vector"
+        else _EMPTY_KW,
     ]
     snippet = (
         "''::text"
@@ -433,9 +464,12 @@ async def run_search(
     phrases: list[str] | None = None,
     exact_weight: float = 1.0,
     tier_weights: tuple[float, float] = (0.5, 0.1),
-    rank_function: RankFunction = "ts_rank",
+    rank_function: RankFunction = "idf",
+    idf: Mapping[str, float] | None = None,
 ) -> list[Any]:
-    """Run one search; rows carry both branch ranks and scores and the fused score."""
+    """Run one search; rows carry both branch ranks and scores and the fused score.
+
+    `idf` maps each operand of `tsq` (see `idf_operands`) to its weight for the `idf` ranking."""
     use_vector = query_vector is not None and mode != "keyword"
     use_keyword = bool(tsq)
     if not use_vector and not (use_keyword and mode != "vector"):
@@ -454,6 +488,7 @@ async def run_search(
         snippets,
         exact,
         rank_function,
+        len(idf or {}) if rank_function == "idf" else 0,
     )
     params: dict[str, Any] = {
         **filters.params(),
@@ -476,6 +511,9 @@ async def run_search(
         "w_tier1": tier_weights[0],
         "w_tier0": tier_weights[1],
     }
+    for n, (operand, weight) in enumerate((idf or {}).items()):
+        params[f"idf_q{n}"] = operand
+        params[f"idf_w{n}"] = weight
     result = await session.execute(statement, params)
     return list(result.all())
 

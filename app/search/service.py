@@ -45,7 +45,7 @@ class SearchTuning:
     # hybrid: a keyword rank counts in full when the row holds every query word, at this share
     # when it holds two or more (pair tier) or one (single-word tier)
     tier_weights: tuple[float, float] = (0.5, 0.1)
-    rank_function: queries.RankFunction = "ts_rank"
+    rank_function: queries.RankFunction = "idf"
     rarity: bool = True  # leave common words out of the pair and single-word tiers' scans
 
     @classmethod
@@ -60,6 +60,7 @@ class SearchTuning:
             rank_normalization=settings.search_rank_normalization,
             exact_weight=settings.search_exact_weight,
             tier_weights=(settings.search_pair_tier_weight, settings.search_single_tier_weight),
+            rank_function=settings.search_rank_function,
         )
 
 
@@ -103,6 +104,11 @@ async def search(
         if request.mode != "vector" and tuning.rarity
         else {}
     )
+    idf: dict[str, float] = {}
+    if request.mode != "vector" and tuning.rank_function == "idf":
+        operands = queries.idf_operands(terms, prefix_last=tuning.prefix_last)
+        weights = await TERM_STATS.idf(session, list(operands))
+        idf = {operands[term]: weight for term, weight in weights.items()}
     rows = await queries.run_search(
         session,
         mode=request.mode,
@@ -131,6 +137,7 @@ async def search(
         exact_weight=tuning.exact_weight,
         tier_weights=tuning.tier_weights,
         rank_function=tuning.rank_function,
+        idf=idf,
     )
     results = [
         SearchResult(

@@ -24,6 +24,10 @@ class Chunk:
     content: str
     start_line: int  # 1-based, inclusive, in the file on disk
     end_line: int
+    # The titles of the markdown sections the chunk sits in, outermost first, " > " joined. A
+    # chunk cut from the middle of a long section has lost its heading; the keyword index gets it
+    # back (see `app.index.terms.index_terms`).
+    headings: str = ""
 
 
 @lru_cache(maxsize=8)
@@ -52,13 +56,48 @@ def chunk_markdown(text: str, *, tokens: int = 400, overlap: int = 80) -> list[C
     text = normalise_newlines(text)
     pieces = _markdown_splitter(tokens, overlap).split_text(text)
     starts = _line_starts(text)
+    sections = SectionTitles(text)
     chunks = []
     for begin, end in _keep_headers_with_sections(text, _locate(text, pieces)):
-        chunks.append(Chunk(text[begin:end], _line_at(starts, begin), _line_at(starts, end - 1)))
+        chunks.append(
+            Chunk(
+                text[begin:end],
+                _line_at(starts, begin),
+                _line_at(starts, end - 1),
+                sections.around(begin),
+            )
+        )
     return chunks
 
 
 _HEADER = re.compile(r"#{1,6} ")
+_HEADING_LINE = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t#]*$", re.MULTILINE)
+_FENCE = re.compile(r"^[ \t]*(```|~~~)", re.MULTILINE)
+
+
+class SectionTitles:
+    """The ATX headings of a markdown text (outside fenced code), to name a chunk's sections."""
+
+    def __init__(self, text: str) -> None:
+        fenced = [m.start() for m in _FENCE.finditer(text)]
+        inside = list(zip(fenced[::2], fenced[1::2] + [len(text)], strict=False))
+        self.headings = [
+            (m.start(), len(m.group(1)), m.group(2).strip())
+            for m in _HEADING_LINE.finditer(text)
+            if not any(a <= m.start() < b for a, b in inside)
+        ]
+
+    def around(self, offset: int) -> str:
+        """The titles of the sections open at `offset`, outermost first; a heading starting
+        exactly there opens a new section, so it and its siblings do not count."""
+        stack: list[tuple[int, str]] = []
+        for start, level, title in self.headings:
+            if start > offset:
+                break
+            stack = [entry for entry in stack if entry[0] < level]
+            if start < offset:
+                stack.append((level, title))
+        return " > ".join(title for _, title in stack)
 
 
 def _keep_headers_with_sections(text: str, located: list[tuple[str, int]]) -> list[tuple[int, int]]:

@@ -2,8 +2,9 @@
 
 An unchanged file costs a `stat` and a dictionary lookup: nothing is read, hashed or written. A
 file whose size or mtime moved is hashed; the same hash only records the new (mtime, size). A
-changed file's chunks are replaced inside one transaction, and a vanished file's row is deleted,
-its chunks going with it by cascade. A per-project advisory lock serialises concurrent syncs.
+changed file's chunks are replaced inside one transaction (rows whose chunk comes out the same,
+same text and lines, are kept as they are), and a vanished file's row is deleted, its chunks
+going with it by cascade. A per-project advisory lock serialises concurrent syncs.
 """
 
 from __future__ import annotations
@@ -12,21 +13,23 @@ import asyncio
 import hashlib
 import os
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
+from app.db.binary_vectors import binary_vector_connection
 from app.index.embedding import Vectors, arrays_for, cached_arrays, ensure_model_index
+from app.index.terms import index_terms
 from app.index.writer import content_hash
 from app.llm.embeddings import Embedder
 from app.privacy import sanitize_text
 from app.sync import queries
 from app.sync.bulk_index import begin_bulk_index, end_bulk_index
 from app.sync.chunking import Chunk, chunk_markdown, chunk_transcript
-from app.sync.discover import FoundFile, Skip, discover, looks_binary
+from app.sync.discover import Discovery, FoundFile, Skip, discover, looks_binary
 from app.sync.embed import BatchEmbedder, embed_missing, reembed_project, resume_batches
 from app.sync.report import Progress, SyncReport
 from app.sync.transcripts import parse_transcript
@@ -34,7 +37,11 @@ from app.sync.transcripts import parse_transcript
 log = structlog.get_logger(__name__)
 
 BATCH_CHUNKS = 2000
-BATCH_FILES = 200
+# The first write transactions are small and grow to BATCH_CHUNKS: Postgres starts on the first
+# rows (their tsvector, index entries) within a fraction of a second instead of idling while
+# Python parses and embeds the first 2 x 2,000 chunks (docs/benchmarks.md, Sync).
+FIRST_BATCH_CHUNKS = 250
+BATCH_FILES = 50
 WRITERS = 2  # concurrent write transactions: Postgres's tsvector and HNSW work is per backend
 
 
@@ -51,8 +58,18 @@ class SyncRequest:
 class _Prepared:
     found: FoundFile
     hash: str
-    chunks: list[Chunk]
+    chunks: list[Chunk]  # to write: once checked, only those the file's current rows lack
     passed_over: Counter[str] | None = None  # transcript items skipped or trimmed
+    hashes: list[str] = field(default_factory=list)  # the chunks' content hashes
+    terms: list[str] = field(default_factory=list)  # their `search_terms` (with section titles)
+    keep: list[int] = field(default_factory=list)  # current rows that stay as they are
+    checked: bool = False  # chunks compared with the file's current rows
+    total: int = 0  # the file's chunks, written and kept
+
+    def __post_init__(self) -> None:
+        self.hashes = [content_hash(c.content) for c in self.chunks]
+        self.terms = [index_terms(c.content, c.headings) for c in self.chunks]
+        self.total = len(self.chunks)
 
 
 class ProjectFolderMissing(Exception):
@@ -79,45 +96,59 @@ async def sync_project(
 ) -> SyncReport:
     """Bring the project's file chunks in line with its folders, under the project's lock."""
     project, memory_root, sessions_root = resolve_roots(settings, request)
-    async with sessionmaker() as lock_session:
-        await queries.lock_project(lock_session, project)
-        try:
-            return await _sync_locked(
-                sessionmaker,
-                settings,
-                embedder,
-                request,
-                project,
-                memory_root,
-                sessions_root,
-                progress,
-            )
-        finally:
-            await queries.unlock_project(lock_session, project)
-            await lock_session.rollback()
+
+    def listing() -> Discovery:
+        return discover(
+            memory_root=memory_root,
+            sessions_root=sessions_root,
+            max_bytes=settings.sync_max_file_bytes,
+        )
+
+    # Discovery only stats files: it runs while the connection is made and the lock taken.
+    early = asyncio.create_task(asyncio.to_thread(listing))
+    try:
+        async with sessionmaker() as lock_session:
+            waited = await queries.lock_project(lock_session, project)
+            try:
+                # After waiting for another sync, list the files as they are now. The project's
+                # indexed files are read (through the lock's connection) meanwhile.
+                listed = asyncio.to_thread(listing) if waited else early
+                found, known = await asyncio.gather(
+                    listed, queries.known_files(lock_session, project)
+                )
+                return await _sync_locked(
+                    sessionmaker,
+                    lock_session,
+                    settings,
+                    embedder,
+                    request,
+                    project,
+                    found,
+                    known,
+                    progress,
+                )
+            finally:
+                await queries.unlock_project(lock_session, project)
+                await lock_session.rollback()
+    finally:
+        if not early.done():  # a failure before the listing was needed: let its thread end
+            await asyncio.wait([early])
 
 
 async def _sync_locked(
     sessionmaker: async_sessionmaker[AsyncSession],
+    lock_session: AsyncSession,
     settings: Settings,
     embedder: Embedder,
     request: SyncRequest,
     project: str,
-    memory_root: Path,
-    sessions_root: Path,
+    found: Discovery,
+    known: dict[str, queries.KnownFile],
     progress: Progress | None,
 ) -> SyncReport:
     report = SyncReport()
-    found = await asyncio.to_thread(
-        discover,
-        memory_root=memory_root,
-        sessions_root=sessions_root,
-        max_bytes=settings.sync_max_file_bytes,
-    )
     report.files_scanned = len(found.files)
     report.skipped.extend(found.skipped)
-    async with sessionmaker() as session:
-        known = await queries.known_files(session, project)
     candidates = [
         f
         for f in found.files
@@ -130,8 +161,9 @@ async def _sync_locked(
     bulk = False
     if candidates:
         # Created once up front: concurrent writers creating the same index would collide.
-        async with sessionmaker() as session, session.begin():
-            await ensure_model_index(await session.connection(), embedder)
+        # Through the lock's connection (autocommit), like the read of the known files: a new
+        # connection costs 20-30 ms here, more than a small sync's writes (docs/benchmarks.md).
+        await ensure_model_index(await lock_session.connection(), embedder)
         # Not with a Batch API provider: its vectors can arrive hours later, and the index must
         # not stay away that long.
         if not isinstance(embedder, BatchEmbedder):
@@ -174,8 +206,10 @@ async def _write_all(
 ) -> None:
     """The file pass (changed files written, touched ones re-stamped, vanished ones deleted) and
     the embedding passes after it."""
-    writer = _Writer(sessionmaker, settings, embedder, project, report)
+    writer = _Writer(sessionmaker, embedder, project, report, known, request.force)
     total = len(candidates)
+    if total:
+        writer.connect()
     try:
         for start in range(0, total, BATCH_FILES):
             batch = candidates[start : start + BATCH_FILES]
@@ -239,7 +273,7 @@ def _prepare(
     tokens, overlap = settings.sync_chunk_tokens, settings.sync_chunk_overlap_tokens
     if found.source == "memory":
         chunks = [
-            Chunk(sanitize_text(c.content), c.start_line, c.end_line)
+            Chunk(sanitize_text(c.content), c.start_line, c.end_line, sanitize_text(c.headings))
             for c in chunk_markdown(text, tokens=tokens, overlap=overlap)
         ]
     else:
@@ -253,34 +287,74 @@ def _nonblank(chunks: list[Chunk]) -> list[Chunk]:
     return [c for c in chunks if c.content.strip()]
 
 
+def _split(pending: list[_Prepared], parts: int) -> list[list[_Prepared]]:
+    """`pending` in up to `parts` consecutive groups of about as many chunks to write."""
+    target = sum(len(item.chunks) for item in pending) / parts
+    groups: list[list[_Prepared]] = [[]]
+    size = 0
+    for item in pending:
+        if groups[-1] and size >= target and len(groups) < parts:
+            groups.append([])
+            size = 0
+        groups[-1].append(item)
+        size += len(item.chunks)
+    return groups
+
+
 class _Writer:
     """Buffers changed files and writes them in transactions of a few thousand chunks."""
 
     def __init__(
         self,
         sessionmaker: async_sessionmaker[AsyncSession],
-        settings: Settings,
         embedder: Embedder,
         project: str,
         report: SyncReport,
+        known: dict[str, queries.KnownFile],
+        force: bool,
     ) -> None:
         self.sessionmaker = sessionmaker
         self.embedder = embedder
         self.project = project
         self.report = report
+        self.known = known
+        self.force = force
         self.pending: list[_Prepared] = []
         self.pending_chunks = 0
+        self.batch_chunks = FIRST_BATCH_CHUNKS
         self.touched: list[tuple[int, float, int]] = []
         self.inflight: set[asyncio.Task[None]] = set()
+        self.connecting: asyncio.Task[None] | None = None
         self.embedding_down = False
         # A provider with a Batch API gets only cache hits here; what is missing is embedded
         # after the file pass, in one job when there is enough of it (see app/sync/embed.py).
         self.cache_only = isinstance(embedder, BatchEmbedder)
 
+    def connect(self) -> None:
+        """Open the writers' connections while the first files are read and parsed: each new
+        connection (a backend start, the session settings, the vector type lookup) costs 20-30 ms
+        of waiting, as much as a small sync's writes."""
+
+        async def one() -> None:
+            async with self.sessionmaker() as session:
+                await binary_vector_connection(session)
+
+        async def all_of_them() -> None:
+            await asyncio.gather(*(one() for _ in range(WRITERS)))
+
+        self.connecting = asyncio.create_task(all_of_them())
+
+    async def connected(self) -> None:
+        """Wait for `connect` (their sessions back in the pool), so no writer opens another."""
+        if self.connecting is not None:
+            connecting, self.connecting = self.connecting, None
+            await connecting
+
     async def add(self, item: _Prepared) -> None:
         self.pending.append(item)
         self.pending_chunks += len(item.chunks)
-        if self.pending_chunks >= BATCH_CHUNKS:
+        if self.pending_chunks >= self.batch_chunks:
+            self.batch_chunks = min(self.batch_chunks * 2, BATCH_CHUNKS)
             await self.flush()
 
     async def flush(self, vectors: Vectors | None = None) -> None:
@@ -291,6 +365,7 @@ class _Writer:
             return
         pending, touched = self.pending, self.touched
         self.pending, self.pending_chunks, self.touched = [], 0, []
+        await self.connected()
         while len(self.inflight) >= WRITERS:
             done, _ = await asyncio.wait(self.inflight, return_when=asyncio.FIRST_COMPLETED)
             self.inflight -= done
@@ -302,21 +377,18 @@ class _Writer:
         """Flush the last files split across the writers: a small sync's rows (each an HNSW
         insert of ~2 ms of Postgres CPU) are then indexed by two backends at once, not one."""
         pending, self.pending, self.pending_chunks = self.pending, [], 0
-        target = sum(len(item.chunks) for item in pending) / WRITERS
-        groups: list[list[_Prepared]] = [[]]
-        size = 0
-        for item in pending:
-            if size >= target and len(groups) < WRITERS:
-                groups.append([])
-                size = 0
-            groups[-1].append(item)
-            size += len(item.chunks)
+        await self.connected()
+        groups = [pending]
         vectors = None
-        if len(groups) > 1:
-            # Embedded once for all groups: two transactions looking up the cache at the same
-            # time would both miss on a text the two share, and embed it twice.
+        if pending:
             async with self.sessionmaker() as session, session.begin():
-                vectors = await self._vectors(session, pending)
+                # Split by the chunks left to write once the kept rows are known.
+                await self._keep_unchanged(session, pending)
+                groups = _split(pending, WRITERS)
+                if len(groups) > 1:
+                    # Embedded once for all groups: two transactions looking up the cache at
+                    # the same time would both miss on a text the two share, and embed it twice.
+                    vectors = await self._vectors(session, pending)
         for group in groups:
             self.pending = group
             await self.flush(vectors)
@@ -332,6 +404,8 @@ class _Writer:
     async def abandon(self) -> None:
         """Wait for every writer task, ignoring their outcome (an error is already on its way)."""
         tasks, self.inflight = self.inflight, set()
+        if self.connecting is not None:
+            tasks.add(self.connecting)
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _commit(
@@ -345,25 +419,25 @@ class _Writer:
         files = []
         async with self.sessionmaker() as session, session.begin():
             await queries.touch_files(session, touched)
+            await self._keep_unchanged(session, pending)
             if vectors is None:
                 vectors = await self._vectors(session, pending) if pending else {}
             for item in pending:
-                rows = []
-                for chunk in item.chunks:
-                    digest = content_hash(chunk.content)
-                    rows.append(
-                        (
-                            chunk.start_line,
-                            chunk.end_line,
-                            chunk.content,
-                            digest,
-                            vectors.get(digest),
-                        )
-                    )
+                rows = [
+                    (c.start_line, c.end_line, c.content, terms, digest, vectors.get(digest))
+                    for c, digest, terms in zip(item.chunks, item.hashes, item.terms, strict=True)
+                ]
                 found = item.found
                 files.append(
                     queries.FileChunks(
-                        found.path, found.source, item.hash, found.mtime, found.size, rows
+                        found.path,
+                        found.source,
+                        item.hash,
+                        found.mtime,
+                        found.size,
+                        rows,
+                        item.keep,
+                        item.total,
                     )
                 )
             await queries.replace_files(
@@ -376,6 +450,39 @@ class _Writer:
         self.report.files_touched += len(touched)
         self.report.files_changed += len(pending)
         self.report.chunks_written += written
+        self.report.chunks_kept += sum(len(f.keep) for f in files)
+
+    async def _keep_unchanged(self, session: AsyncSession, pending: list[_Prepared]) -> None:
+        """Drop from each changed file's chunks those its current rows already hold (same text,
+        same lines, same search terms, which carry the section titles): those rows stay as they
+        are. An edit then costs only the chunks it changed, not a new row, tsvector and HNSW
+        insert (~2-3 ms of Postgres CPU) for every chunk of the file. `--force` rewrites every
+        row."""
+        unchecked = [item for item in pending if not item.checked]
+        for item in unchecked:
+            item.checked = True
+        if self.force:
+            return
+        ids = {
+            item.found.path: known.id
+            for item in unchecked
+            if (known := self.known.get(item.found.path)) is not None
+        }
+        current = await queries.files_chunks(session, list(ids.values()))
+        for item in unchecked:
+            rows = current.get(ids.get(item.found.path, -1))
+            if not rows:
+                continue
+            chunks, hashes, terms = [], [], []
+            for chunk, digest, term in zip(item.chunks, item.hashes, item.terms, strict=True):
+                same = rows.get((digest, chunk.start_line, chunk.end_line, term))
+                if same:
+                    item.keep.append(same.pop())
+                else:
+                    chunks.append(chunk)
+                    hashes.append(digest)
+                    terms.append(term)
+            item.chunks, item.hashes, item.terms = chunks, hashes, terms
 
     async def _vectors(self, session: AsyncSession, pending: list[_Prepared]) -> Vectors:
         """Vectors for the buffered chunks; on a provider failure the rows are written without
@@ -385,7 +492,13 @@ class _Writer:
         # Sorted, so that two writers adding the same new hashes to the cache lock them in the
         # same order and one waits for the other instead of deadlocking.
         texts = dict(
-            sorted({content_hash(c.content): c.content for i in pending for c in i.chunks}.items())
+            sorted(
+                {
+                    digest: chunk.content
+                    for item in pending
+                    for chunk, digest in zip(item.chunks, item.hashes, strict=True)
+                }.items()
+            )
         )
         if not texts:
             return {}

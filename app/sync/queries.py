@@ -13,7 +13,6 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.binary_vectors import binary_vector_connection
-from app.index.terms import search_terms
 
 # Session-level advisory locks: one per project (a second sync of the project waits for the
 # first) and one per model's HNSW index (one rebuild at a time, see app/sync/bulk_index.py).
@@ -37,7 +36,17 @@ _UPSERT_FILES = text(
     "chunk_count = EXCLUDED.chunk_count, indexed_at = now() RETURNING id, path"
 )
 
-_DELETE_FILES_CHUNKS = text("DELETE FROM memory_chunks WHERE file_id = ANY(CAST(:ids AS bigint[]))")
+# A changed file's rows that are not kept as they are (same text, same lines).
+_DELETE_FILES_CHUNKS = text(
+    "DELETE FROM memory_chunks WHERE file_id = ANY(CAST(:ids AS bigint[])) "
+    "AND id <> ALL(CAST(:keep AS bigint[]))"
+)
+
+_FILES_CHUNKS = text(
+    "SELECT file_id, id, hash, start_line, end_line, COALESCE(search_terms, '') "
+    "FROM memory_chunks "
+    "WHERE file_id = ANY(CAST(:ids AS bigint[]))"
+)
 
 # Binary COPY, not INSERT ... unnest: the rows stream in one pass without parameter arrays
 # (bench/sync_rows.py: about 1.3x the rows/s into the full set of memory_chunks indexes), and
@@ -114,8 +123,9 @@ class KnownFile:
     mtime: float
 
 
-async def hold_lock(session: AsyncSession, key: str) -> None:
-    """Take the advisory lock `key` on this fresh session's connection, until `release_lock`.
+async def hold_lock(session: AsyncSession, key: str) -> bool:
+    """Take the advisory lock `key` on this fresh session's connection, until `release_lock`;
+    True when it had to wait for another holder.
 
     Polled with try-lock on an autocommit connection: a statement blocked in `pg_advisory_lock`
     holds a snapshot, and `CREATE INDEX CONCURRENTLY` waits for every older snapshot, so a sync
@@ -123,18 +133,23 @@ async def hold_lock(session: AsyncSession, key: str) -> None:
     """
     await session.connection(execution_options=AUTOCOMMIT)
     delay = 0.01
+    waited = False
     while not (await session.execute(_TRY_LOCK, {"key": key})).scalar_one():
+        waited = True
         await asyncio.sleep(delay)
         delay = min(delay * 2, 0.5)
+    return waited
 
 
 async def release_lock(session: AsyncSession, key: str) -> None:
     await session.execute(_UNLOCK, {"key": key})
 
 
-async def lock_project(session: AsyncSession, project: str) -> None:
-    """Hold the project's sync lock on this session's connection until `unlock_project`."""
-    await hold_lock(session, "agmem.sync:" + project)
+async def lock_project(session: AsyncSession, project: str) -> bool:
+    """Hold the project's sync lock on this session's connection until `unlock_project`; True
+    when another sync held it first. The connection is in autocommit: its later statements
+    (reads, `CREATE INDEX IF NOT EXISTS`) each commit on their own."""
+    return await hold_lock(session, "agmem.sync:" + project)
 
 
 async def unlock_project(session: AsyncSession, project: str) -> None:
@@ -147,23 +162,43 @@ async def known_files(session: AsyncSession, project: str) -> dict[str, KnownFil
     return {row[1]: KnownFile(*row) for row in result.all()}
 
 
+ChunkKey = tuple[str, int, int, str]  # (content hash, start line, end line, search terms)
+
+
+async def files_chunks(
+    session: AsyncSession, file_ids: list[int]
+) -> dict[int, dict[ChunkKey, list[int]]]:
+    """The current rows of these files: per file, the row ids under each (hash, start, end,
+    search terms)."""
+    found: dict[int, dict[ChunkKey, list[int]]] = {}
+    if file_ids:
+        result = await session.execute(_FILES_CHUNKS, {"ids": file_ids})
+        for file_id, row_id, digest, start, end, terms in result:
+            found.setdefault(file_id, {}).setdefault((digest, start, end, terms), []).append(row_id)
+    return found
+
+
 @dataclass(frozen=True, slots=True)
 class FileChunks:
-    """A changed file's new row and its chunks as (start, end, content, hash, vector or None)."""
+    """A changed file's new row, the chunks to write as (start, end, content, search terms, hash,
+    vector or None), and the ids of its current rows that stay as they are (`chunk_count` counts
+    both)."""
 
     path: str
     source: str
     hash: str
     mtime: float
     size: int
-    chunks: list[tuple[int, int, str, str, NDArray[np.float32] | None]]
+    chunks: list[tuple[int, int, str, str, str, NDArray[np.float32] | None]]
+    keep: list[int]
+    chunk_count: int
 
 
 async def replace_files(
     session: AsyncSession, *, project: str, model: str, files: list[FileChunks]
 ) -> None:
-    """Upsert the files' rows and make each file's `chunks` its only chunks, in the session's
-    transaction (the caller's one transaction covers every file it passes)."""
+    """Upsert the files' rows and make each file's `chunks` plus its `keep` rows its only chunks,
+    in the session's transaction (the caller's one transaction covers every file it passes)."""
     if not files:
         return
     result = await session.execute(
@@ -175,11 +210,12 @@ async def replace_files(
             "hashes": [f.hash for f in files],
             "mtimes": [f.mtime for f in files],
             "sizes": [f.size for f in files],
-            "counts": [len(f.chunks) for f in files],
+            "counts": [f.chunk_count for f in files],
         },
     )
     ids: dict[str, int] = {row.path: row.id for row in result}
-    await session.execute(_DELETE_FILES_CHUNKS, {"ids": list(ids.values())})
+    keep = [row_id for f in files for row_id in f.keep]
+    await session.execute(_DELETE_FILES_CHUNKS, {"ids": list(ids.values()), "keep": keep})
     if not any(f.chunks for f in files):
         return
     driver = await binary_vector_connection(session)
@@ -187,7 +223,7 @@ async def replace_files(
         copy.set_types(list(_COPY_TYPES))
         for f in files:
             file_id = ids[f.path]
-            for start, end, content, digest, vector in f.chunks:
+            for start, end, content, terms, digest, vector in f.chunks:
                 await copy.write_row(
                     (
                         project,
@@ -197,7 +233,7 @@ async def replace_files(
                         start,
                         end,
                         content,
-                        search_terms(content),
+                        terms,
                         digest,
                         vector,
                         None if vector is None else model,

@@ -23,6 +23,7 @@ class SyncReport:
     files_touched: int = 0  # mtime moved, content identical
     files_deleted: int = 0
     chunks_written: int = 0
+    chunks_kept: int = 0  # rows of changed files left as they were (same text, same lines)
     chunks_reembedded: int = 0
     embeddings_computed: int = 0
     embeddings_cached: int = 0
@@ -43,6 +44,7 @@ class SyncReport:
             "filesTouched": self.files_touched,
             "filesDeleted": self.files_deleted,
             "chunksWritten": self.chunks_written,
+            "chunksKept": self.chunks_kept,
             "chunksReembedded": self.chunks_reembedded,
             "embeddingsComputed": self.embeddings_computed,
             "embeddingsCached": self.embeddings_cached,

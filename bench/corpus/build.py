@@ -10,6 +10,7 @@ from typing import Any
 
 from langchain_text_splitters import MarkdownTextSplitter
 
+from app.sync.chunking import SectionTitles
 from bench.corpus.observations import KV, OBSERVATIONS, SUMMARIES
 
 TESTDATA = Path(__file__).resolve().parents[2] / ".." / ".." / "shared" / "testdata"
@@ -24,6 +25,7 @@ class CorpusChunk:
     path: str | None = None
     start_line: int | None = None
     end_line: int | None = None
+    headings: str = ""  # the enclosing markdown section titles, as sync indexes them
 
 
 def testdata_dir() -> Path:
@@ -43,6 +45,7 @@ def markdown_chunks(path: Path, tokens: int) -> list[CorpusChunk]:
         chunk_size=tokens * CHARS_PER_TOKEN, chunk_overlap=tokens // 5 * CHARS_PER_TOKEN
     )
     chunks, cursor = [], 0
+    sections = SectionTitles(text)
     for n, piece in enumerate(splitter.split_text(text)):
         start = text.find(piece[:200], max(0, cursor - tokens * CHARS_PER_TOKEN))
         start = start if start >= 0 else cursor
@@ -55,6 +58,7 @@ def markdown_chunks(path: Path, tokens: int) -> list[CorpusChunk]:
                 path.name,
                 _line_of(text, start),
                 _line_of(text, start + len(piece) - 1),
+                sections.around(start),
             )
         )
     return chunks

@@ -11,7 +11,7 @@ from sqlalchemy import text
 
 from app.config import Settings
 from app.db.engine import make_async_engine, make_sessionmaker
-from app.index.terms import search_terms
+from app.index.terms import index_terms, search_terms
 from app.index.writer import replace_index_text
 from tests.sync.helpers import CountingEmbedder, make_project, run_sync
 
@@ -77,8 +77,34 @@ def test_sync_fills_search_terms_of_every_chunk(
 
     rows = db.execute("SELECT content, search_terms FROM memory_chunks").fetchall()
     assert rows
-    assert all(terms == search_terms(content) for content, terms in rows)
+    # Chunks cut from inside a markdown section also carry its titles, after the parts.
+    assert all(terms.startswith(search_terms(content)) for content, terms in rows)
     hit = db.execute(
         "SELECT file_path FROM memory_chunks WHERE tsv @@ to_tsquery('english', 'parse & config')"
     ).fetchall()
     assert [Path(p).name for (p,) in hit] == ["code.md"]
+
+
+def test_index_terms_add_the_section_titles_and_their_parts() -> None:
+    assert index_terms("call validateToken") == search_terms("call validateToken")
+    assert index_terms("plain words", "Guide > Error Handling") == "Guide > Error Handling"
+    assert index_terms("call validateToken", "Code > parseConfig") == (
+        "validate Token Code > parseConfig parse Config"
+    )
+
+
+def test_sync_finds_a_mid_section_chunk_by_its_section_title(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "proj")
+    body = "".join(f"Sentence {n} says how failures are wrapped.\n" for n in range(400))
+    (project / "memory" / "guide.md").write_text(f"# Guide\n\n## Retry Budget\n\n{body}")
+
+    run_sync(database_url, settings, CountingEmbedder(), project)
+
+    rows = db.execute(
+        "SELECT content FROM memory_chunks WHERE file_path LIKE '%%guide.md' "
+        "AND tsv @@ to_tsquery('english', 'retry & budget')"
+    ).fetchall()
+    assert len(rows) > 1  # the section is longer than one chunk
+    assert any("Retry Budget" not in content for (content,) in rows)

@@ -99,3 +99,31 @@ def test_transcript_chunks_map_to_jsonl_lines() -> None:
         heads = [e.text for e in transcript.entries if e.line == chunk.start_line]
         first = chunk.content.split("\n")[0]
         assert any(first in h for h in heads)
+
+
+SECTIONED = (
+    "# Guide\n\nIntro line.\n\n## Error Handling\n\n"
+    + "".join(f"Sentence {n} says how failures are wrapped and reported.\n" for n in range(60))
+    + "\n```bash\n# not a heading, a shell comment\nmise run lint\n```\n\n"
+    + "".join(f"Line {n} after the code block.\n" for n in range(20))
+    + "\n## Next Steps\n\nShip it.\n"
+)
+
+
+def test_markdown_chunks_carry_the_titles_of_their_sections() -> None:
+    chunks = chunk_markdown(SECTIONED, tokens=60, overlap=0)
+    by_start = {c.content.split("\n")[0]: c.headings for c in chunks}
+    assert by_start["# Guide"] == ""  # a chunk opening with its heading needs no title
+    inside = [c for c in chunks if c.content.startswith(("Sentence", "Line", "```"))]
+    assert len(inside) > 2
+    # The shell comment inside the fence is not a heading.
+    assert {c.headings for c in inside} == {"Guide > Error Handling"}
+    # A chunk that opens a sibling section keeps only the parent.
+    assert by_start["## Next Steps"] == "Guide"
+
+
+def test_transcript_chunks_have_no_section_titles() -> None:
+    transcript = parse_transcript(
+        (TESTDATA / "claude-code" / "entire_c9883595c929_v2.0.74_small.jsonl").read_text()
+    )
+    assert all(c.headings == "" for c in chunk_transcript(transcript, tokens=100, overlap=0))

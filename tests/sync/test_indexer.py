@@ -112,7 +112,11 @@ def test_changed_file_replaces_only_its_chunks_and_cache_serves_unchanged_text(
         "SELECT id FROM memory_chunks WHERE file_path <> %s ORDER BY id", (str(target),)
     ).fetchall()
     old_text = target.read_text()
-    target.write_text(old_text + "\n\n## Added\n\nThe deploy key rotates on Fridays.\n")
+    # A line added on top moves every chunk down a line: none is kept as it was, and their
+    # texts come from the cache.
+    target.write_text(
+        "Updated today.\n" + old_text + "\n\n## Added\n\nThe deploy key rotates on Fridays.\n"
+    )
     embedded = embedder.texts_embedded
 
     report = run_sync(database_url, settings, embedder, project)
@@ -135,6 +139,92 @@ def test_changed_file_replaces_only_its_chunks_and_cache_serves_unchanged_text(
     assert last is not None
     assert "Fridays" in last[0]
     assert last[1] == len(target.read_text().split("\n")) - 1
+
+
+def test_edit_keeps_the_rows_of_the_chunks_it_did_not_change(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "proj")
+    embedder = CountingEmbedder()
+    run_sync(database_url, settings, embedder, project)
+    target = project / "memory" / "a.md"
+    query = "SELECT id, start_line, end_line, hash FROM memory_chunks WHERE file_path = %s"
+    before = db.execute(query + " ORDER BY start_line, id", (str(target),)).fetchall()
+    assert len(before) > 2
+    target.write_text(target.read_text() + "\n## Added\n\nThe deploy key rotates on Fridays.\n")
+    embedded = embedder.texts_embedded
+
+    report = run_sync(database_url, settings, embedder, project)
+
+    after = db.execute(query + " ORDER BY start_line, id", (str(target),)).fetchall()
+    kept = [row for row in after if row in before]
+    written = [row for row in after if row not in before]
+    assert report.chunks_kept == len(kept) >= len(before) - 1
+    assert report.chunks_written == len(written) >= 1
+    assert embedder.texts_embedded - embedded == report.embeddings_computed <= len(written)
+    # The file's rows are exactly what a full re-chunk gives: only unchanged ones were kept.
+    forced = run_sync(database_url, settings, embedder, project, force=True)
+    rewritten = db.execute(query + " ORDER BY start_line, id", (str(target),)).fetchall()
+    assert [r[1:] for r in rewritten] == [r[1:] for r in after]
+    assert not set(rewritten) & set(after)  # --force rewrites every row
+    assert forced.chunks_kept == 0
+    count = db.execute("SELECT chunk_count FROM memory_files WHERE path = %s", (str(target),))
+    assert count.fetchone() == (len(after),)
+
+
+def test_a_renamed_heading_rewrites_the_rows_whose_section_titles_changed(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    project = tmp_path / "proj"
+    (project / "memory").mkdir(parents=True)
+    note = project / "memory" / "note.md"
+    paragraphs = "\n\n".join(
+        f"Paragraph {n} about the deploy pipeline, its retries and its queue. " * 6
+        for n in range(12)
+    )
+    note.write_text(f"# Alpha\n\n## Part one\n\n{paragraphs}\n")
+    embedder = CountingEmbedder()
+    run_sync(database_url, settings, embedder, project)
+    terms = "SELECT count(*), count(*) FILTER (WHERE search_terms LIKE %s) FROM memory_chunks"
+    count, alpha = db.execute(terms, ("%Alpha%",)).fetchone() or (0, 0)
+    assert count > 3
+    assert alpha >= count - 1  # the first chunk holds the heading in its text, not its terms
+
+    note.write_text(note.read_text().replace("# Alpha", "# Gamma"))  # same lines, same text below
+    report = run_sync(database_url, settings, embedder, project)
+
+    assert db.execute(terms, ("%Alpha%",)).fetchone() == (count, 0)
+    assert db.execute(terms, ("%Gamma%",)).fetchone() == (count, alpha)
+    assert report.chunks_kept == 0  # every chunk's section titles changed
+    assert report.embeddings_computed <= 1  # only the first chunk's text changed
+
+
+def test_kept_rows_without_a_vector_get_one_after_an_edit(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "proj")
+    embedder = CountingEmbedder()
+    embedder.fail = True
+    run_sync(database_url, settings, embedder, project)
+    target = project / "memory" / "a.md"
+    query = "SELECT id FROM memory_chunks WHERE file_path = %s AND embedding IS NULL ORDER BY id"
+    unembedded = db.execute(query, (str(target),)).fetchall()
+    assert len(unembedded) > 2
+    embedder.fail = False
+    target.write_text(target.read_text() + "\n## Added\n\nThe deploy key rotates on Fridays.\n")
+
+    report = run_sync(database_url, settings, embedder, project)
+
+    assert report.chunks_kept >= len(unembedded) - 1
+    assert report.errors == []
+    # The kept rows (same ids) now have vectors, and so does every other chunk of the project.
+    assert db.execute(
+        "SELECT count(*) FROM memory_chunks WHERE embedding IS NULL OR model IS NULL"
+    ).fetchone() == (0,)
+    kept = db.execute(
+        "SELECT count(*) FROM memory_chunks WHERE id = ANY(%s)", ([r[0] for r in unembedded],)
+    ).fetchone()
+    assert kept == (report.chunks_kept,)
 
 
 def test_deleted_file_removes_its_chunks(
