@@ -11,6 +11,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from app.textscan import LiteralScanner
+
 REDACTED = "[REDACTED]"
 
 # Deep enough for any real tool payload; shallow enough that recursion never nears Python's limit.
@@ -51,13 +53,22 @@ _PRIVATE = re.compile(r"<(?i:private)(?:\s[^>]*)?>.*?(?:</(?i:private)\s*>|\Z)",
 _MEMORY = re.compile(r"<(?i:memory)(?:\s[^>]*)?>.*?</(?i:memory)\s*>\n?", re.DOTALL)
 
 
+_PRIVATE_LITERALS = ("rivate", "RIVATE")
+_MEMORY_LITERALS = ("emory", "EMORY")
+
+
 def strip_private(s: str) -> str:
     """Remove `<private>…</private>` spans and our own injected `<memory>…</memory>` blocks."""
-    if "<" not in s:
+    return _strip_private(s, _SCANNER.present(s))
+
+
+def _strip_private(s: str, found: frozenset[str]) -> str:
+    """`strip_private` given the literals of `_SCANNER` that occur in `s`."""
+    if "<" not in found:
         return s
-    if "rivate" in s or "RIVATE" in s:
+    if not found.isdisjoint(_PRIVATE_LITERALS):
         s = _PRIVATE.sub("", s)
-    if "emory" in s or "EMORY" in s:
+    if not found.isdisjoint(_MEMORY_LITERALS):
         s = _MEMORY.sub("", s)
     return s
 
@@ -212,13 +223,28 @@ _RULES: list[_Rule] = [
 ]
 
 
+# Every literal the privacy rules test for, found in one pass (see app/textscan.py).
+_SCANNER = LiteralScanner(
+    ("<", *_PRIVATE_LITERALS, *_MEMORY_LITERALS, *(lit for rule in _RULES for lit in rule[0]))
+)
+
+
 def redact_secrets(s: str) -> str:
     """Replace API keys, tokens, bearer credentials and passwords with `[REDACTED]`."""
+    return _redact(s, _SCANNER.present(s))
+
+
+def _redact(s: str, found: frozenset[str]) -> str:
+    """`redact_secrets` given the literals of `_SCANNER` that occur in `s`.
+
+    The literals are found once, before the first rule runs; a rule's replacement never creates
+    a literal that was not there (it keeps text around its match and inserts `[REDACTED]`, which
+    holds none), so a rule skipped here is one that the per-rule `in` test would skip too. A rule
+    whose literal an earlier rule removed runs and finds nothing, as no match lacks its literal.
+    """
     for literals, pattern, replacement in _RULES:
-        for literal in literals:
-            if literal in s:
-                s = pattern.sub(replacement, s)
-                break
+        if not found.isdisjoint(literals):
+            s = pattern.sub(replacement, s)
     return s
 
 
@@ -227,7 +253,13 @@ def redact_secrets(s: str) -> str:
 
 def sanitize_text(s: str) -> str:
     """Clean, strip private and injected-memory spans, then redact secrets."""
-    return redact_secrets(strip_private(clean_text(s)))
+    s = clean_text(s)
+    found = _SCANNER.present(s)
+    stripped = _strip_private(s, found)
+    if stripped is not s:
+        # Removing a span can join text into a literal that was not there before.
+        found = _SCANNER.present(stripped)
+    return _redact(stripped, found)
 
 
 # A string value under a key named like a credential is redacted whole, whatever its shape.

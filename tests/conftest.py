@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,6 +19,24 @@ from app.main import create_app
 from tests.postgres import PostgresServer, choose_kind, create_database, drop_database, start_server
 
 _CHOSEN: dict[str, str] = {}
+_OWN_BASETEMP_KEY = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    # Each run gets its own temporary root. Every pytest run resets /tmp/pytest-of-<user> to mode
+    # 0700 when it starts, which locks the embedded Postgres's own system user (pgserver chmods
+    # the folders above its data folder) out of the data folders of any other run in progress.
+    if config.option.basetemp is None:
+        config.option.basetemp = tempfile.mkdtemp(prefix="agmem-pytest-")
+        config.stash[_OWN_BASETEMP_KEY] = config.option.basetemp
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    # Kept after a failure, like pytest's own, to look at; removed after a clean run.
+    own = session.config.stash.get(_OWN_BASETEMP_KEY, None)
+    if own is not None and exitstatus == 0:
+        shutil.rmtree(own, ignore_errors=True)
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -326,3 +327,52 @@ def test_sanitize_is_fast_on_a_large_real_file() -> None:
     per_call = (time.perf_counter() - started) / 5
     # ~120 KB; a generous bound so a loaded machine does not fail it, yet catches a slow regex.
     assert per_call < 0.1
+
+
+# --- one scan for every literal (app/textscan.py) gives what one `in` test per rule gave ---
+
+
+def _redact_rule_by_rule(s: str) -> str:
+    """The redaction as it ran before the one-pass scan: each rule's literals tested on the
+    text as the earlier rules left it."""
+    for literals, pattern, replacement in _RULES:
+        if any(literal in s for literal in literals):
+            s = pattern.sub(replacement, s)
+    return s
+
+
+def _sanitize_rule_by_rule(s: str) -> str:
+    s = clean_text(s)
+    if "<" in s:
+        if "rivate" in s or "RIVATE" in s:
+            s = re.sub(
+                r"<(?i:private)(?:\s[^>]*)?>.*?(?:</(?i:private)\s*>|\Z)", "", s, flags=re.DOTALL
+            )
+        if "emory" in s or "EMORY" in s:
+            s = re.sub(r"<(?i:memory)(?:\s[^>]*)?>.*?</(?i:memory)\s*>\n?", "", s, flags=re.DOTALL)
+    return _redact_rule_by_rule(s)
+
+
+def test_one_pass_redaction_equals_rule_by_rule_on_real_and_secret_texts() -> None:
+    secrets = " ".join(GATE_SAMPLES)
+    texts = [p.read_text(encoding="utf-8", errors="replace") for p in REAL_FILES]
+    # Long texts take the one-pass path; secrets placed at the start, middle and end of each.
+    texts += [secrets + text[:5000] + secrets + text[-5000:] + secrets for text in texts]
+    texts += GATE_SAMPLES
+    redacted = 0
+    for text in texts:
+        assert redact_secrets(text) == _redact_rule_by_rule(text)
+        assert sanitize_text(text) == _sanitize_rule_by_rule(text)
+        redacted += REDACTED in redact_secrets(text)
+    assert redacted > len(REAL_FILES)
+
+
+def test_a_literal_joined_by_stripping_a_private_span_is_still_redacted() -> None:
+    # "KEY" exists only once the private span between "KE" and "Y" is gone.
+    text = "padding " * 40 + "API_KE<private>hidden</private>Y=abcd1234efgh"
+    assert sanitize_text(text) == "padding " * 40 + f"API_KEY={REDACTED}"
+
+
+def test_memory_and_private_spans_in_long_text_are_removed() -> None:
+    text = "x" * 1000 + "<private>a\nb</private>" + "y" * 10 + "<memory>m</memory>\n" + "z"
+    assert sanitize_text(text) == "x" * 1000 + "y" * 10 + "z"

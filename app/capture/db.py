@@ -8,44 +8,34 @@ sent only after the statement's transaction has committed.
 The pool is psycopg's own rather than a SQLAlchemy engine: for these two statements SQLAlchemy
 adds its connection checkout, statement compilation and result wrapping, which in the profile
 cost more CPU per request than psycopg's whole round trip. The statements stay the `text()`
-objects of `queries` (shared with the ORM-session callers, e.g. the Gemini proxy): `GroupWriter`
-translates their `:name` parameters to psycopg's `%(name)s` once and caches the result.
+objects of `queries` (shared with the ORM-session callers, e.g. the Gemini proxy): the writer
+prepares them with `$n` parameters and sends them through libpq (`app/capture/pipeline.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
+from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from functools import lru_cache
 from typing import Any
 
 import psycopg
 import structlog
 from fastapi import FastAPI, Request
-from psycopg import AsyncConnection, pq
-from psycopg.rows import namedtuple_row
+from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from sqlalchemy import TextClause
 from sqlalchemy.engine import make_url
 
+from app.capture import pipeline
 from app.db.engine import sqlalchemy_url
 from app.state import AppState
 
 log = structlog.get_logger(__name__)
 
-# `:name` binds, not the `::type` casts around them.
-_BIND = re.compile(r"(?<![:\w]):(\w+)")
-
 Conn = AsyncConnection[Any]
 RawPool = AsyncConnectionPool[Conn]
-
-
-@lru_cache(maxsize=64)
-def psycopg_sql(sql: str) -> str:
-    """A `text()` statement's SQL with `:name` binds as psycopg's `%(name)s` (and `%` escaped)."""
-    return _BIND.sub(r"%(\1)s", sql.replace("%", "%%"))
 
 
 class RawResult:
@@ -65,31 +55,52 @@ class RawResult:
         return self.rows[0]
 
 
-# A queued statement: its SQL, its parameters, and the future its request awaits.
-_Pending = tuple[str, Mapping[str, Any] | None, "asyncio.Future[RawResult]"]
+# A queued statement with its parameters in wire format, and the future its request awaits.
+_Pending = tuple[pipeline.Sent, "asyncio.Future[RawResult]"]
+
+
+class _Lane:
+    """A writer's connection while its pipeline is open: statements sent to it go to Postgres at
+    once and commit together at the next Sync."""
+
+    __slots__ = ("connection", "sent")
+
+    def __init__(self, connection: Conn) -> None:
+        self.connection = connection
+        self.sent: list[_Pending] = []
 
 
 class GroupWriter:
     """Runs the hot statements of concurrent requests in shared transactions: group commit.
 
-    A request queues its statement and waits. A writer task takes everything queued (up to
-    `max_batch`), sends it in one pipelined transaction and resolves each request's future only
-    after COMMIT has returned, so an answer still means its write is durable. One transaction
-    per batch is one WAL flush and one `agmem_work` NOTIFY (Postgres folds a transaction's equal
-    notifications) instead of one per request: every committing transaction that notifies takes
-    Postgres's global notify lock until its commit record is flushed, which serialised the
-    per-request commits and collapsed throughput at 64 connections.
+    Each writer task holds one connection with an open pipeline (`app/capture/pipeline.py`). A
+    request's statement is sent into it at once, from the request itself, so Postgres executes it
+    while the event loop goes on parsing the next requests; the writer, woken by the first
+    statement, gets its turn once the requests that were ready to run have run, then sends the
+    Sync (the COMMIT of the pipeline's implicit transaction) and resolves each request's future
+    only after the Sync's answer, so an answer still means its write is durable. Statements that
+    arrive while no pipeline is open wait in a queue for the next one. Without the eager send, a
+    burst of N requests was parsed first and written after (the writer only ran once every
+    ready request had), so the server and Postgres took turns instead of working together.
+
+    One transaction per batch is one WAL flush and one `agmem_work` NOTIFY (Postgres folds a
+    transaction's equal notifications) instead of one per request: every committing transaction
+    that notifies takes Postgres's global notify lock until its commit record is flushed, which
+    serialised per-request commits and collapsed throughput at 64 connections.
 
     Each statement stays self-contained and sees the batch's earlier statements, so the result is
-    that of running them one after another. A statement that fails rolls its batch back; the
-    batch is then run again one autocommit statement at a time, so only the failing request sees
-    its error. A lone statement runs alone in autocommit (no BEGIN/COMMIT round trips).
+    that of running them one after another (the requests of a batch were all in flight at once,
+    so any order among them is one they could have had). A statement that fails rolls its batch
+    back; the batch is then run again one statement per transaction, so only the failing request
+    sees its error.
     """
 
     def __init__(self, pool: RawPool, *, writers: int, max_batch: int) -> None:
         self.pool = pool
         self.max_batch = max_batch
-        self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
+        self._pending: deque[_Pending] = deque()
+        self._lanes: list[_Lane] = []
+        self._wake = asyncio.Event()
         self._tasks = [
             asyncio.create_task(self._run(), name=f"agmem-capture-writer-{n}")
             for n in range(writers)
@@ -99,82 +110,106 @@ class GroupWriter:
         self, query: TextClause, params: Mapping[str, Any] | None = None
     ) -> RawResult:
         """Run one statement in the next batch; returns after the batch has committed."""
+        stmt = pipeline.statement(query.text)
+        sent = pipeline.Sent(stmt, pipeline.dump_params(stmt, params))
         future: asyncio.Future[RawResult] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait((psycopg_sql(query.text), params, future))
+        self._pending.append((sent, future))
+        for lane in self._lanes:
+            self._fill(lane)
+            if not self._pending:
+                break
+        self._wake.set()
         return await future
 
     async def close(self) -> None:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        queued = [self._queue.get_nowait() for _ in range(self._queue.qsize())]
+        queued = list(self._pending)
+        self._pending.clear()
         _fail(queued, psycopg.OperationalError("the capture writer stopped"))
+
+    def _fill(self, lane: _Lane) -> None:
+        """Send queued statements into an open pipeline, up to the batch cap."""
+        while self._pending and len(lane.sent) < self.max_batch:
+            item = self._pending[0]
+            if not pipeline.is_prepared(lane.connection, item[0].stmt):
+                return  # the writer prepares it before its next pipeline
+            try:
+                pipeline.send(lane.connection, item[0])
+            except psycopg.Error:
+                return  # the connection broke: the writer fails this pipeline, the queue waits
+            lane.sent.append(self._pending.popleft())
+
+    async def _work(self) -> None:
+        while not self._pending:
+            self._wake.clear()
+            await self._wake.wait()
 
     async def _run(self) -> None:
         while True:
-            batch = [await self._queue.get()]
-            while len(batch) < self.max_batch and not self._queue.empty():
-                batch.append(self._queue.get_nowait())
+            await self._work()
+            batch: list[_Pending] = []
             try:
                 async with self.pool.connection() as connection:
-                    await self._write(connection, batch)
+                    while True:
+                        lane = _Lane(connection)
+                        batch = lane.sent
+                        await self._collect(lane)
+                        await self._write(connection, batch)
             except Exception as error:  # no connection, or it broke: every request sees it
                 _fail(batch, error)
+                if not isinstance(error, psycopg.OperationalError) or not batch:
+                    # Nothing could be sent: fail what waits too, rather than retry forever.
+                    queued = list(self._pending)
+                    self._pending.clear()
+                    _fail(queued, error)
             finally:  # cancelled at shutdown: no request may wait for an answer forever
                 _fail(batch, psycopg.OperationalError("the capture writer stopped"))
 
+    async def _collect(self, lane: _Lane) -> None:
+        """Open a pipeline, send what is queued, and wait until it holds at least one statement
+        (or a queued statement needs preparing first)."""
+        await pipeline.prepare(lane.connection, (sent.stmt for sent, _future in self._pending))
+        pipeline.begin(lane.connection)
+        self._lanes.append(lane)
+        try:
+            self._fill(lane)
+            while not lane.sent and not self._pending:
+                self._wake.clear()
+                await self._wake.wait()
+                self._fill(lane)
+        finally:
+            self._lanes.remove(lane)
+
     async def _write(self, connection: Conn, batch: list[_Pending]) -> None:
-        if len(batch) > 1:
-            try:
-                results = await _in_one_transaction(connection, batch)
-            except psycopg.Error:
-                if connection.broken:
-                    raise
-                log.info("capture.batch_retried_alone", statements=len(batch))
-            else:
-                for (_sql, _params, future), result in zip(batch, results, strict=True):
-                    if not future.done():
-                        future.set_result(result)
+        try:
+            results = await pipeline.finish(connection, len(batch))
+        except pipeline.StatementFailed as failed:
+            if len(batch) == 1:
+                _fail(batch, failed.error)
                 return
-        for sql, params, future in batch:
-            try:
-                cursor = await connection.execute(sql, params)
-                result = await _result(cursor)
-            except psycopg.Error as error:
-                if connection.broken:
-                    raise
+            log.info("capture.batch_retried_alone", statements=len(batch))
+            for sent, future in batch:
+                try:
+                    (rows,) = await pipeline.run(connection, [sent])
+                except pipeline.StatementFailed as alone:
+                    if not future.done():
+                        future.set_exception(alone.error)
+                else:
+                    if not future.done():
+                        future.set_result(RawResult(rows))
+        else:
+            for (_sent, future), rows in zip(batch, results, strict=True):
                 if not future.done():
-                    future.set_exception(error)
-            else:
-                if not future.done():
-                    future.set_result(result)
-
-
-async def _result(cursor: psycopg.AsyncCursor[Any]) -> RawResult:
-    # `pgresult.status`, not `cursor.description`: the latter builds a Column object per column
-    # on each call, a measurable cost at one call per request.
-    result = cursor.pgresult
-    if result is None or result.status != pq.ExecStatus.TUPLES_OK:
-        return RawResult([])
-    return RawResult(await cursor.fetchall())
+                    future.set_result(RawResult(rows))
 
 
 def _fail(batch: list[_Pending], error: Exception) -> None:
     """Fail the requests of `batch` that have no answer yet."""
-    for _sql, _params, future in batch:
+    for _sent, future in batch:
         if not future.done():
             future.set_exception(error)
-
-
-async def _in_one_transaction(connection: Conn, batch: list[_Pending]) -> list[RawResult]:
-    """The batch's statements in one transaction, sent in one pipeline; committed on return."""
-    cursors = []
-    async with connection.pipeline(), connection.transaction():
-        for sql, params, _future in batch:
-            cursor = connection.cursor()
-            await cursor.execute(sql, params)
-            cursors.append(cursor)
-    return [await _result(cursor) for cursor in cursors]
 
 
 def libpq_url(url: str) -> str:
@@ -192,7 +227,6 @@ def make_capture_pool(url: str, *, pool_size: int) -> RawPool:
         max_size=pool_size,
         kwargs={
             "autocommit": True,
-            "row_factory": namedtuple_row,
             "connect_timeout": 5,
             "application_name": "agmem-capture",
         },

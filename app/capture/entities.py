@@ -11,6 +11,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from app.textscan import LiteralScanner
+
 ENTITY_KINDS = ("files", "functions", "classes", "errors", "commands", "urls", "packages")
 MAX_PER_KIND = 20
 MAX_VALUE_CHARS = 300
@@ -157,10 +159,14 @@ _GATES: dict[re.Pattern[str], tuple[str, ...]] = {
 }
 
 
-def _matches(pattern: re.Pattern[str], text: str) -> Iterable[re.Match[str]]:
-    for literal in _GATES.get(pattern, ("",)):
-        if literal in text:
-            return pattern.finditer(text)
+# All the gate literals, found in one pass over a text (see app/textscan.py).
+_SCANNER = LiteralScanner(literal for literals in _GATES.values() for literal in literals)
+
+
+def _matches(pattern: re.Pattern[str], text: str, found: frozenset[str]) -> Iterable[re.Match[str]]:
+    gates = _GATES.get(pattern)
+    if gates is None or not found.isdisjoint(gates):
+        return pattern.finditer(text)
     return ()
 
 
@@ -211,7 +217,8 @@ def _strings(value: Any) -> Iterable[tuple[str, str]]:
 
 def _scan(collector: _Collector, text: str) -> None:
     text = _window(text)
-    for match in _matches(_FILE_EXTENSION, text):
+    found = _SCANNER.present(text)
+    for match in _matches(_FILE_EXTENSION, text, found):
         if match.group(1) not in _EXTENSION_SET:
             continue
         start = _walk_back(text, match.start(), _PATH_CHARS)
@@ -219,34 +226,34 @@ def _scan(collector: _Collector, text: str) -> None:
             start += 1  # an escaped newline or tab in JSON-ish text, not part of the path
         if start < match.start():
             collector.add("files", text[start : match.end()].lstrip("."))
-    for match in _matches(_URL, text):
+    for match in _matches(_URL, text, found):
         collector.add("urls", match.group(0).rstrip(".,;:"))
     for pattern in _FUNCTIONS:
-        for match in _matches(pattern, text):
+        for match in _matches(pattern, text, found):
             collector.add("functions", match.group(1))
     for pattern in _CLASSES:
-        for match in _matches(pattern, text):
+        for match in _matches(pattern, text, found):
             collector.add("classes", match.group(1))
-    for match in _matches(_ERROR_SUFFIX, text):
+    for match in _matches(_ERROR_SUFFIX, text, found):
         start = _walk_back(text, match.start(), _IDENTIFIER_CHARS)
         if text[start : start + 1].isupper():
             collector.add("errors", text[start : match.end()])
-    for match in _matches(_ERROR_LITERALS, text):
+    for match in _matches(_ERROR_LITERALS, text, found):
         collector.add("errors", match.group(0))
     for pattern in _ERROR_PHRASES:
-        for match in _matches(pattern, text):
+        for match in _matches(pattern, text, found):
             collector.add("errors", match.group(0).split(" (", 1)[0])
     for pattern in _PACKAGE_INSTALLS:
-        for match in _matches(pattern, text):
+        for match in _matches(pattern, text, found):
             for token in match.group(1).split():
                 if not token.startswith("-"):
                     collector.add("packages", token.strip("'\""))
     for pattern in _PY_IMPORTS:
-        for match in _matches(pattern, text):
+        for match in _matches(pattern, text, found):
             if _at_line_start(text, match.start()):
                 collector.add("packages", match.group(1))
     for pattern in _JS_IMPORTS:
-        for match in _matches(pattern, text):
+        for match in _matches(pattern, text, found):
             collector.add("packages", match.group(1))
 
 

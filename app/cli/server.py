@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import gc
 import socket
 from typing import TYPE_CHECKING, Annotated
 
@@ -36,6 +37,17 @@ def check_token_rule(settings: Settings) -> None:
         )
 
 
+def freeze_startup_heap() -> None:
+    """Exclude what startup built (modules, the app, its schemas) from later garbage collections.
+
+    Measured under the capture benchmark: each full (generation 2) collection walked the ~250,000
+    objects of the imported libraries and the app, 160-220 ms during which every request
+    waited, every ~10 s at 16 connections; with them frozen a full collection took 4-15 ms.
+    """
+    gc.collect()
+    gc.freeze()
+
+
 def serve(
     host: Annotated[str | None, typer.Option(help="Address to bind (AGMEM_HOST).")] = None,
     port: Annotated[int | None, typer.Option(help="Port to listen on (AGMEM_PORT).")] = None,
@@ -61,8 +73,10 @@ def serve(
         migrate.upgrade(url)
         typer.echo(f"agmem: database {describe_location(settings, url)}, schema at head", err=True)
         typer.echo(f"agmem: serving on http://{settings.host}:{settings.port}", err=True)
+        app = create_app(settings, database_url=url, run_worker=not no_worker)
+        freeze_startup_heap()
         uvicorn.run(
-            create_app(settings, database_url=url, run_worker=not no_worker),
+            app,
             host=settings.host,
             port=settings.port,
             log_level=settings.log_level,

@@ -114,6 +114,8 @@ class ObservationRow(WorkQueueMixin, Base):
     project_path: Mapped[str] = mapped_column(Text, nullable=False)
     seq: Mapped[int] = mapped_column(BigInteger, Identity(always=False), nullable=False)
     function_name: Mapped[str] = mapped_column(String(300), nullable=False)
+    # function_args and result have STORAGE EXTERNAL (out of line, not compressed): set in the
+    # 0001 migration, since SQLAlchemy has no column option for it. See the comment there.
     function_args: Mapped[Any] = mapped_column(JSONB, nullable=False, server_default="{}")
     result: Mapped[Any | None] = mapped_column(JSONB)
     observation_type: Mapped[str] = mapped_column(String(30), nullable=False)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -124,3 +126,29 @@ def test_observe_burst_through_the_api_stores_every_row(
     captured = db.execute("SELECT count(*) FROM observations WHERE status = 'captured'").fetchone()
     assert captured is not None
     assert captured[0] == 48
+
+
+def test_a_statement_reaches_postgres_before_the_writer_runs(database_url: str) -> None:
+    """Eager send: the request puts its statement into the open pipeline itself, so Postgres
+    executes it while the event loop is still busy with other requests."""
+    clock = text("SELECT clock_timestamp() AS at, CAST(:n AS int) AS n")
+
+    async def run() -> tuple[datetime, datetime]:
+        pool = make_capture_pool(database_url, pool_size=1)
+        await pool.open(wait=True)
+        writer = GroupWriter(pool, writers=1, max_batch=64)
+        try:
+            await writer.execute(clock, {"n": 0})  # prepares it on the writer's connection
+            await asyncio.sleep(0.1)  # the writer is back with an open pipeline
+            task = asyncio.create_task(writer.execute(clock, {"n": 1}))
+            await asyncio.sleep(0)  # the request runs up to its wait: its statement is sent
+            time.sleep(0.5)  # the loop is busy: the writer cannot run meanwhile
+            busy_until = datetime.now(UTC)
+            result = await task
+            return result.one().at, busy_until
+        finally:
+            await writer.close()
+            await pool.close()
+
+    executed_at, busy_until = asyncio.run(run())
+    assert executed_at < busy_until - timedelta(seconds=0.3)

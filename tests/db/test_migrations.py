@@ -87,3 +87,13 @@ def test_both_extensions_where_available(scratch_url: str) -> None:
 
     assert "vector" in installed
     assert ("pgcrypto" in installed) == ("pgcrypto" in available)
+
+
+def test_raw_payload_columns_are_stored_uncompressed_out_of_line(database_url: str) -> None:
+    """Capture's speed relies on it: no pglz compression of each payload (see the migration)."""
+    with psycopg.connect(libpq_url(database_url)) as connection:
+        rows = connection.execute(
+            "SELECT attname, attstorage FROM pg_attribute "
+            "WHERE attrelid = 'observations'::regclass AND attname IN ('function_args', 'result')"
+        ).fetchall()
+    assert dict(rows) == {"function_args": "e", "result": "e"}

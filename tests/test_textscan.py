@@ -1,0 +1,71 @@
+"""LiteralScanner: the same answer as one `in` test per literal, on any text, from any thread."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from app.textscan import SHORT_TEXT, LiteralScanner
+
+TESTDATA = Path("/work/shared/testdata")
+if not TESTDATA.exists():
+    TESTDATA = Path(__file__).resolve().parents[2] / "shared" / "testdata"
+REAL_TEXTS = [
+    p.read_text(encoding="utf-8", errors="replace")
+    for p in sorted(TESTDATA.rglob("*"))
+    if p.is_file()
+]
+LITERALS = ("KEY", "oken", "://", "<", "sk-", "def", ".", "Traceback", "never-present-literal")
+
+
+def expected(text: str) -> frozenset[str]:
+    return frozenset(literal for literal in LITERALS if literal in text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "KEY",
+        "x" * SHORT_TEXT + "KEY",
+        "é" * SHORT_TEXT + "oken ünïcode :// sk-",
+        "🙂" * 300 + "<def>",
+        "ka" * 500,
+        "\ud800 lone surrogate " * 40 + "KEY",
+        "Traceb" + "ack" * 100,
+    ],
+)
+def test_present_matches_substring_tests(text: str) -> None:
+    assert LiteralScanner(LITERALS).present(text) == expected(text)
+
+
+def test_present_on_real_agent_files() -> None:
+    scanner = LiteralScanner(LITERALS)
+    assert REAL_TEXTS
+    for text in REAL_TEXTS:
+        assert scanner.present(text) == expected(text)
+        # A window cut anywhere, as entity extraction scans, answers the same way.
+        assert scanner.present(text[1000:6000]) == expected(text[1000:6000])
+
+
+def test_literal_at_the_very_end_and_start_is_found() -> None:
+    text = "KEY" + "-" * 1000 + "Traceback"
+    assert LiteralScanner(LITERALS).present(text) == {"KEY", "Traceback"}
+
+
+def test_concurrent_threads_each_get_their_own_scratch() -> None:
+    scanner = LiteralScanner(LITERALS)
+    texts = [text for text in REAL_TEXTS if len(text) > SHORT_TEXT] * 4
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        answers = list(pool.map(scanner.present, texts))
+    assert answers == [expected(text) for text in texts]
+
+
+def test_refuses_non_ascii_and_empty_literals() -> None:
+    with pytest.raises(ValueError, match="ASCII"):
+        LiteralScanner(["clé"])
+    with pytest.raises(ValueError, match="ASCII"):
+        LiteralScanner([""])
