@@ -13,6 +13,8 @@ import asyncio
 import hashlib
 import os
 from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -171,6 +173,7 @@ async def _sync_locked(
     try:
         await _write_all(
             sessionmaker,
+            lock_session,
             settings,
             embedder,
             request,
@@ -194,6 +197,7 @@ async def _sync_locked(
 
 async def _write_all(
     sessionmaker: async_sessionmaker[AsyncSession],
+    lock_session: AsyncSession,
     settings: Settings,
     embedder: Embedder,
     request: SyncRequest,
@@ -206,9 +210,22 @@ async def _write_all(
 ) -> None:
     """The file pass (changed files written, touched ones re-stamped, vanished ones deleted) and
     the embedding passes after it."""
-    writer = _Writer(sessionmaker, embedder, project, report, known, request.force)
     total = len(candidates)
+    writer = _Writer(sessionmaker, lock_session, embedder, project, report, known, request.force)
+    earlier: asyncio.Task[bool] | None = None
     if total:
+
+        async def ready() -> bool:
+            # The lock's connection gets ready to write (the vector type) and looks for chunks
+            # an earlier run left without a vector, while the first files are read: the
+            # embedding pass after the writes (a scan of the project's rows, ~10 ms) is then
+            # skipped when there is nothing to do.
+            await binary_vector_connection(lock_session)
+            if writer.cache_only:  # its pass also resumes Batch API jobs: it always runs
+                return True
+            return await queries.any_unembedded(lock_session, project=project)
+
+        earlier = writer.shared_ready = asyncio.create_task(ready())
         writer.connect()
     try:
         for start in range(0, total, BATCH_FILES):
@@ -227,17 +244,23 @@ async def _write_all(
             if progress is not None:
                 progress("index", min(start + BATCH_FILES, total), total)
         await writer.finish()
+        await writer.drain()
     except BaseException:
-        # No writer may outlive the run (and its lock); the first error is the one to report.
+        # No writer (nor the lock connection's query) may outlive the run and its lock; the
+        # first error is the one to report.
+        if earlier is not None:
+            await asyncio.gather(earlier, return_exceptions=True)
         await writer.abandon()
         raise
-    await writer.drain()
+    left_unembedded = True
+    if earlier is not None:
+        left_unembedded = writer.wrote_unembedded or await earlier
     gone = [k.id for path, k in known.items() if path not in present]
     if gone:
         async with sessionmaker() as session, session.begin():
             await queries.delete_files(session, gone)
         report.files_deleted = len(gone)
-    if report.files_changed and not writer.embedding_down:
+    if report.files_changed and not writer.embedding_down and left_unembedded:
         await embed_missing(sessionmaker, settings, embedder, project, report, progress)
     elif isinstance(embedder, BatchEmbedder):
         await resume_batches(sessionmaker, settings, embedder, project, report)
@@ -307,6 +330,7 @@ class _Writer:
     def __init__(
         self,
         sessionmaker: async_sessionmaker[AsyncSession],
+        shared: AsyncSession,
         embedder: Embedder,
         project: str,
         report: SyncReport,
@@ -314,6 +338,13 @@ class _Writer:
         force: bool,
     ) -> None:
         self.sessionmaker = sessionmaker
+        # The lock's (autocommit) session is one of the WRITERS: a small sync then opens one new
+        # connection, not two (a backend start, ~10-15 ms here, and a cold catalog cache that
+        # makes its first insert ~7-10 ms slower), and still indexes on two backends at once.
+        self.shared = shared
+        self.shared_busy = False
+        # What else runs on the shared session, to end before a write takes it.
+        self.shared_ready: asyncio.Task[bool] | None = None
         self.embedder = embedder
         self.project = project
         self.report = report
@@ -326,6 +357,7 @@ class _Writer:
         self.inflight: set[asyncio.Task[None]] = set()
         self.connecting: asyncio.Task[None] | None = None
         self.embedding_down = False
+        self.wrote_unembedded = False  # a row written without a vector
         # A provider with a Batch API gets only cache hits here; what is missing is embedded
         # after the file pass, in one job when there is enough of it (see app/sync/embed.py).
         self.cache_only = isinstance(embedder, BatchEmbedder)
@@ -340,7 +372,7 @@ class _Writer:
                 await binary_vector_connection(session)
 
         async def all_of_them() -> None:
-            await asyncio.gather(*(one() for _ in range(WRITERS)))
+            await asyncio.gather(*(one() for _ in range(WRITERS - 1)))
 
         self.connecting = asyncio.create_task(all_of_them())
 
@@ -371,7 +403,9 @@ class _Writer:
             self.inflight -= done
             for task in done:
                 task.result()
-        self.inflight.add(asyncio.create_task(self._commit(pending, touched, vectors)))
+        shared = not self.shared_busy
+        self.shared_busy |= shared
+        self.inflight.add(asyncio.create_task(self._commit(pending, touched, vectors, shared)))
 
     async def finish(self) -> None:
         """Flush the last files split across the writers: a small sync's rows (each an HNSW
@@ -413,11 +447,34 @@ class _Writer:
         pending: list[_Prepared],
         touched: list[tuple[int, float, int]],
         vectors: Vectors | None,
+        shared: bool,
     ) -> None:
-        """One transaction: new (mtime, size) for touched files, and each changed file's chunks
-        replaced whole."""
-        files = []
-        async with self.sessionmaker() as session, session.begin():
+        """One transaction (on the shared session when `shared`): new (mtime, size) for touched
+        files, and each changed file's chunks replaced whole."""
+        files: list[queries.FileChunks] = []
+        try:
+            await self._write(pending, touched, vectors, files, shared)
+        finally:
+            if shared:
+                self.shared_busy = False
+        for item in pending:
+            if item.passed_over:
+                self.report.transcript_items.update(item.passed_over)
+        written = sum(len(f.chunks) for f in files)
+        self.report.files_touched += len(touched)
+        self.report.files_changed += len(pending)
+        self.report.chunks_written += written
+        self.report.chunks_kept += sum(len(f.keep) for f in files)
+
+    async def _write(
+        self,
+        pending: list[_Prepared],
+        touched: list[tuple[int, float, int]],
+        vectors: Vectors | None,
+        files: list[queries.FileChunks],
+        shared: bool,
+    ) -> None:
+        async with self._transaction(shared) as session:
             await queries.touch_files(session, touched)
             await self._keep_unchanged(session, pending)
             if vectors is None:
@@ -427,6 +484,7 @@ class _Writer:
                     (c.start_line, c.end_line, c.content, terms, digest, vectors.get(digest))
                     for c, digest, terms in zip(item.chunks, item.hashes, item.terms, strict=True)
                 ]
+                self.wrote_unembedded |= any(row[5] is None for row in rows)
                 found = item.found
                 files.append(
                     queries.FileChunks(
@@ -443,14 +501,22 @@ class _Writer:
             await queries.replace_files(
                 session, project=self.project, model=self.embedder.identity, files=files
             )
-        for item in pending:
-            if item.passed_over:
-                self.report.transcript_items.update(item.passed_over)
-        written = sum(len(f.chunks) for f in files)
-        self.report.files_touched += len(touched)
-        self.report.files_changed += len(pending)
-        self.report.chunks_written += written
-        self.report.chunks_kept += sum(len(f.keep) for f in files)
+
+    @asynccontextmanager
+    async def _transaction(self, shared: bool) -> AsyncIterator[AsyncSession]:
+        """A write transaction: on the lock's connection when `shared` (its lock is session-level,
+        so it holds across the transaction), else on a session of its own."""
+        if not shared:
+            async with self.sessionmaker() as session, session.begin():
+                yield session
+            return
+        if self.shared_ready is not None:
+            await self.shared_ready
+        driver = await binary_vector_connection(self.shared)
+        # The connection is in autocommit: psycopg's transaction block sends BEGIN, then COMMIT
+        # (ROLLBACK on an error) around every statement the session runs on it.
+        async with driver.transaction():
+            yield self.shared
 
     async def _keep_unchanged(self, session: AsyncSession, pending: list[_Prepared]) -> None:
         """Drop from each changed file's chunks those its current rows already hold (same text,

@@ -79,6 +79,15 @@ _UNEMBEDDED_CHUNKS = text(
     "AND source IN ('memory', 'sessions') AND embedding IS NULL ORDER BY id LIMIT :limit"
 )
 
+# Through the partial index of rows without a vector (OFFSET 0 keeps the project filter out of
+# the scan): with the project's filter pushed down, the planner walks the project's index and
+# reads all its rows (12-14 ms for 6,685, EXPLAIN ANALYZE) before the statistics catch up.
+_ANY_UNEMBEDDED = text(
+    "SELECT EXISTS (SELECT 1 FROM (SELECT project_path, source FROM memory_chunks "
+    "WHERE embedding IS NULL OFFSET 0) AS u "
+    "WHERE project_path = :project AND source IN ('memory', 'sessions'))"
+)
+
 _MISSING_TEXTS = text(
     "SELECT DISTINCT ON (hash) hash, content FROM memory_chunks WHERE project_path = :project "
     "AND source IN ('memory', 'sessions') AND embedding IS NULL ORDER BY hash"
@@ -261,6 +270,11 @@ async def stale_chunks(
     query = _UNEMBEDDED_CHUNKS if only_missing else _STALE_CHUNKS
     result = await session.execute(query, {"project": project, "model": model, "limit": limit})
     return [(row.id, row.hash, row.content) for row in result]
+
+
+async def any_unembedded(session: AsyncSession, *, project: str) -> bool:
+    """Whether any file chunk of the project has no vector."""
+    return bool((await session.execute(_ANY_UNEMBEDDED, {"project": project})).scalar_one())
 
 
 async def missing_texts(session: AsyncSession, *, project: str) -> dict[str, str]:

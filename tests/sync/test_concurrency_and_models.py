@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
 from app.config import Settings
 from app.db.engine import make_async_engine, make_sessionmaker
@@ -118,3 +119,43 @@ def test_model_switch_keeps_old_vectors_searchable_until_reembed(
     ).fetchone()
     assert index is not None
     assert "vector(768)" in index[0]
+
+
+def test_a_failed_write_on_the_lock_connection_rolls_back_and_frees_the_lock(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "proj")
+    embedder = CountingEmbedder()
+    run_sync(database_url, settings, embedder, project)
+    files = "SELECT path, hash, chunk_count FROM memory_files ORDER BY path"
+    before = db.execute(files).fetchall()
+    chunks_before = db.execute("SELECT count(*) FROM memory_chunks").fetchone()
+    for name in ("MEMORY.md", "a.md"):  # one file in each of the two writers' transactions
+        path = next(project.rglob(name))
+        path.write_text(path.read_text() + "\n\nThe release branch is cut on Mondays.\n")
+    # Postgres refuses the new rows: a write transaction fails after its first statements.
+    db.execute(
+        "CREATE FUNCTION test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$ "
+        "BEGIN RAISE EXCEPTION 'refused'; END $$"
+    )
+    db.execute(
+        "CREATE TRIGGER test_refuse BEFORE INSERT ON memory_chunks FOR EACH ROW "
+        "EXECUTE FUNCTION test_refuse()"
+    )
+    try:
+        with pytest.raises(psycopg.errors.RaiseException, match="refused"):
+            run_sync(database_url, settings, embedder, project)
+        # Nothing of the failed transactions stays, and no advisory lock is left held.
+        assert db.execute(files).fetchall() == before
+        assert db.execute("SELECT count(*) FROM memory_chunks").fetchone() == chunks_before
+        held = db.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'").fetchone()
+        assert held == (0,)
+    finally:
+        db.execute("DROP TRIGGER test_refuse ON memory_chunks")
+        db.execute("DROP FUNCTION test_refuse()")
+
+    report = run_sync(database_url, settings, embedder, project)
+
+    assert report.files_changed == 2
+    chunks = db.execute("SELECT count(*) FROM memory_chunks").fetchone()
+    assert chunks == db.execute("SELECT sum(chunk_count)::int FROM memory_files").fetchone()
