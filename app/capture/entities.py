@@ -164,8 +164,32 @@ _GATES: dict[re.Pattern[str], tuple[str, ...]] = {
 }
 
 
-# All the gate literals, found in one pass over a text (see app/textscan.py).
-_SCANNER = LiteralScanner(literal for literals in _GATES.values() for literal in literals)
+# Finer gates for patterns whose words are common in any text but that rarely match: hyperscan
+# expressions over the UTF-8 bytes, each matching wherever its pattern can (lookbehinds dropped,
+# `\s` widened to every byte a Unicode space can use, `\w` to every non-ASCII byte), found in
+# the same pass as the literals. Such a pattern runs only when its literal and its gate occur.
+_SPACE = r"[\x09-\x0d\x1c-\x20\x80-\xff]"
+_REGEX_GATES: dict[re.Pattern[str], str] = {
+    _FUNCTIONS[0]: rf"def{_SPACE}+[A-Za-z_]",
+    _FUNCTIONS[2]: rf"func{_SPACE}",
+    _FUNCTIONS[3]: rf"fn{_SPACE}+[A-Za-z_]",
+    **{
+        pattern: rf"{word}{_SPACE}+[A-Z]"
+        for pattern, word in zip(
+            _CLASSES, ("class", "interface", "struct", "trait", "enum"), strict=True
+        )
+    },
+    _PY_IMPORTS[0]: r"import[ \t]+[A-Za-z_]",
+    _PY_IMPORTS[1]: r"from[ \t]+[A-Za-z_][0-9A-Za-z_.\x80-\xff]*[ \t]+import",
+    _JS_IMPORTS[1]: rf"from{_SPACE}+[\"']",
+}
+_GATE_NAMES = {pattern: f"gate:{pattern.pattern}" for pattern in _REGEX_GATES}
+
+# All the gate literals and expressions, found in one pass over a text (see app/textscan.py).
+_SCANNER = LiteralScanner(
+    (literal for literals in _GATES.values() for literal in literals),
+    gates={_GATE_NAMES[pattern]: expression for pattern, expression in _REGEX_GATES.items()},
+)
 
 
 # Each gate literal's patterns; a scan runs the union of those of the literals it found.
@@ -178,7 +202,15 @@ _UNGATED: frozenset[re.Pattern[str]] = frozenset({_ERROR_LITERALS})
 
 def _active(text: str) -> frozenset[re.Pattern[str]]:
     """The patterns that can match in `text`: the ungated ones and those whose literal occurs."""
-    return _UNGATED.union(*(_PATTERNS_BY_LITERAL[literal] for literal in _SCANNER.present(text)))
+    found = _SCANNER.present(text)
+    candidates = _UNGATED.union(
+        *(_PATTERNS_BY_LITERAL[name] for name in found if name in _PATTERNS_BY_LITERAL)
+    )
+    return frozenset(
+        pattern
+        for pattern in candidates
+        if pattern not in _GATE_NAMES or _GATE_NAMES[pattern] in found
+    )
 
 
 def _matches(

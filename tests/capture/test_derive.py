@@ -16,14 +16,17 @@ from app.capture.derive import (
 )
 from app.capture.entities import (
     _EXTENSION_SET,
+    _GATE_NAMES,
     _GATES,
     _PATH_CHARS,
+    _SCANNER,
     MAX_PER_KIND,
     SCAN_HEAD,
     entity_text,
     extract_entities,
     merge_entities,
 )
+from app.textscan import SHORT_TEXT
 
 
 @pytest.mark.parametrize(
@@ -174,3 +177,32 @@ def test_file_rule_matches_its_first_form_on_real_text() -> None:
         expected = list(dict.fromkeys(f.strip()[:300] for f in _files_rule_by_rule(window)))
         expected = [f for f in expected if f][:MAX_PER_KIND]
         assert extract_entities({"x": window}).get("files", []) == expected
+
+
+def test_regex_gates_fire_wherever_their_pattern_matches() -> None:
+    """A pattern with a hyperscan gate that matches a text always has its gate in the scan."""
+    padding = "-" * SHORT_TEXT  # long enough to take the hyperscan path
+    tricky = [
+        "def\u00a0run(x)",
+        "class\u3000Foo:",
+        "struct\n\tBar {",
+        "from\u2028'react'",
+        "from  os.path\timport join",
+        "fn\x1cmain()",
+        "func (s *S) Do()",
+    ]
+    real = [p for p in Path("/work/shared/testdata").rglob("*") if p.is_file()]
+    texts = [padding + s for s in tricky + GATE_SAMPLES]
+    texts += [p.read_text(encoding="utf-8", errors="replace") for p in real]
+    fired = set()
+    for text in texts:
+        found = _SCANNER.present(text)
+        for pattern, name in _GATE_NAMES.items():
+            if pattern.search(text):
+                fired.add(pattern)
+                assert name in found, pattern.pattern
+    assert fired == set(_GATE_NAMES)
+    assert extract_entities(padding + "def\u00a0run(x)\nclass\u3000Foo:") == {
+        "functions": ["run"],
+        "classes": ["Foo"],
+    }
