@@ -182,6 +182,8 @@ _REGEX_GATES: dict[re.Pattern[str], str] = {
     _PY_IMPORTS[0]: r"import[ \t]+[A-Za-z_]",
     _PY_IMPORTS[1]: r"from[ \t]+[A-Za-z_][0-9A-Za-z_.\x80-\xff]*[ \t]+import",
     _JS_IMPORTS[1]: rf"from{_SPACE}+[\"']",
+    # Has no literal gate (it would be "E"): gated here alone, it no longer runs on every text.
+    _ERROR_LITERALS: _ERROR_LITERALS.pattern.replace("(?<!\\wE)", "").replace("\\b", ""),
 }
 _GATE_NAMES = {pattern: f"gate:{pattern.pattern}" for pattern in _REGEX_GATES}
 

@@ -190,6 +190,7 @@ def test_regex_gates_fire_wherever_their_pattern_matches() -> None:
         "from  os.path\timport join",
         "fn\x1cmain()",
         "func (s *S) Do()",
+        "open failed: ENOENT, then EACCES",
     ]
     real = [p for p in Path("/work/shared/testdata").rglob("*") if p.is_file()]
     texts = [padding + s for s in tricky + GATE_SAMPLES]
