@@ -12,7 +12,7 @@ Short texts keep the `in` tests, which beat hyperscan's fixed cost per call ther
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import hyperscan
 
@@ -21,39 +21,53 @@ import hyperscan
 SHORT_TEXT = 256
 
 
-class LiteralScanner:
-    """Finds which of `literals` (case-sensitive, ASCII) occur in a text."""
+def _escaped(literal: str) -> str:
+    """A literal as a hyperscan (PCRE) expression: every non-alphanumeric byte escaped."""
+    return "".join(ch if ch.isalnum() else f"\\x{ord(ch):02x}" for ch in literal)
 
-    def __init__(self, literals: Iterable[str]) -> None:
+
+class LiteralScanner:
+    """Finds which of `literals` (case-sensitive, ASCII) occur in a text.
+
+    `gates` adds named hyperscan expressions matched against the UTF-8 bytes: a name is in the
+    answer when its expression matches, and always for short texts (which skip hyperscan). An
+    expression must match wherever the rule it gates could match (a superset), so that gating
+    never changes a result.
+    """
+
+    def __init__(self, literals: Iterable[str], gates: Mapping[str, str] | None = None) -> None:
         self.literals: tuple[str, ...] = tuple(dict.fromkeys(literals))
         if not all(literal and literal.isascii() for literal in self.literals):
             # Matching the UTF-8 bytes is the same as matching the characters only for ASCII.
             raise ValueError("literals must be non-empty ASCII strings")
+        self.gates: dict[str, str] = dict(gates or {})
+        self.names: tuple[str, ...] = (*self.literals, *self.gates)
+        self._always = frozenset(self.gates)
+        expressions = [_escaped(literal) for literal in self.literals] + list(self.gates.values())
         self._database = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
         self._database.compile(
-            expressions=[literal.encode() for literal in self.literals],
-            ids=list(range(len(self.literals))),
-            elements=len(self.literals),
-            # Each literal is reported once, at its first occurrence: presence is all we need.
-            flags=hyperscan.HS_FLAG_SINGLEMATCH,
-            literal=True,
+            expressions=[expression.encode() for expression in expressions],
+            ids=list(range(len(expressions))),
+            elements=len(expressions),
+            # Each is reported once, at its first occurrence: presence is all we need.
+            flags=[hyperscan.HS_FLAG_SINGLEMATCH] * len(expressions),
         )
         # Scratch space may serve one scan at a time: one per thread (sync and the worker call
         # the privacy functions from worker threads too).
         self._local = threading.local()
 
     def present(self, text: str) -> frozenset[str]:
-        """The literals that occur in `text`."""
+        """The literals (and gate names) that occur in `text`."""
         if len(text) < SHORT_TEXT:
-            return frozenset(literal for literal in self.literals if literal in text)
+            return self._always.union(literal for literal in self.literals if literal in text)
         scratch = getattr(self._local, "scratch", None)
         if scratch is None:
             scratch = self._local.scratch = hyperscan.Scratch(self._database)
         found: list[str] = []
-        literals = self.literals
+        names = self.names
 
         def on_match(index: int, _start: int, _end: int, _flags: int, _context: object) -> None:
-            found.append(literals[index])
+            found.append(names[index])
 
         # "surrogatepass": a lone surrogate cannot be part of an ASCII literal, and must not fail.
         self._database.scan(

@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 
 from app.privacy import (
+    _RULE_GATES,
     _RULES,
+    _SCANNER,
     REDACTED,
     NestingTooDeep,
     cap_text,
@@ -22,6 +24,7 @@ from app.privacy import (
     sanitize_text,
     strip_private,
 )
+from app.textscan import SHORT_TEXT
 
 TESTDATA = Path("/work/shared/testdata")
 if not TESTDATA.exists():
@@ -376,3 +379,44 @@ def test_a_literal_joined_by_stripping_a_private_span_is_still_redacted() -> Non
 def test_memory_and_private_spans_in_long_text_are_removed() -> None:
     text = "x" * 1000 + "<private>a\nb</private>" + "y" * 10 + "<memory>m</memory>\n" + "z"
     assert sanitize_text(text) == "x" * 1000 + "y" * 10 + "z"
+
+
+# --- the hyperscan gates of the common-word rules match wherever their rule can ----------------
+
+GATED_SAMPLES = [
+    'token:\u00a0"abcdef12"',
+    "password =\u3000 'hunter22'",
+    'secret\x1c:\x1f"xxxx"',
+    '"api_key"\u2028:\n"k-123456"',
+    "API-KEY= 'zzzz'",
+    'Token: "ab cd"',
+    "PASSWORD: 'x y z w'",
+    "https://user:pässword@host/x https://a:b@c",
+    "postgres://app:s3cr\u00e9t@db:5432/app",
+]
+
+
+def test_rule_gates_fire_wherever_their_rule_matches() -> None:
+    """A gated rule that matches a text always has its gate in the scan of that text."""
+    padding = "-" * SHORT_TEXT  # long enough to take the hyperscan path
+    texts = [padding + s for s in GATED_SAMPLES + GATE_SAMPLES]
+    texts += [p.read_text(encoding="utf-8", errors="replace") for p in REAL_FILES]
+    fired = set()
+    for text in texts:
+        found = _SCANNER.present(text)
+        for pattern in _RULE_GATES:
+            if pattern.search(text):
+                fired.add(pattern)
+                assert f"gate:{pattern.pattern}" in found, (pattern.pattern, text[-80:])
+    assert fired == set(_RULE_GATES)
+    # And the gates do skip: ordinary mentions of the words are not credentials.
+    found = _SCANNER.present(padding + "max_tokens: 100, the api key is in the vault, http://x/")
+    assert not any(name.startswith("gate:") for name in found)
+
+
+def test_gated_redaction_on_unicode_spaced_credentials() -> None:
+    for text in GATED_SAMPLES:
+        assert redact_secrets("-" * SHORT_TEXT + text) == _redact_rule_by_rule(
+            "-" * SHORT_TEXT + text
+        )
+    assert "hunter22" not in redact_secrets("-" * SHORT_TEXT + "password =\u3000 'hunter22'")

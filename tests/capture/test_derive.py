@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +15,18 @@ from app.capture.derive import (
     prepare_payload,
 )
 from app.capture.entities import (
+    _EXTENSION_SET,
+    _GATE_NAMES,
     _GATES,
+    _PATH_CHARS,
+    _SCANNER,
     MAX_PER_KIND,
+    SCAN_HEAD,
     entity_text,
     extract_entities,
     merge_entities,
 )
+from app.textscan import SHORT_TEXT
 
 
 @pytest.mark.parametrize(
@@ -136,3 +143,67 @@ def test_every_entity_match_has_its_gate_literal() -> None:
                 matched.add(pattern)
                 assert any(literal in text for literal in literals), pattern.pattern
     assert matched == set(_GATES)
+
+
+FILE_SAMPLES = [
+    "a.py b.Py c.py_x d.pyé e.py/ f.py3 g.ps1 h.tar.gz i.tsx. ~/x/y-z@1.2/k.json, .env",
+    "C:\\dir\\n.py \\napp/x.md (see ./docs/a.md) é/ü/ß.rs 1.5 e.g. foo.bar.toml",
+]
+
+
+def _files_rule_by_rule(text: str) -> list[str]:
+    """The file rule as first written: any word after a dot, a set lookup, a char-by-char walk."""
+    path_chars = frozenset(_PATH_CHARS)
+    files: list[str] = []
+    for match in re.finditer(r"\.(\w+)(?![\w/])", text):
+        if match.group(1) not in _EXTENSION_SET:
+            continue
+        start = match.start()
+        while start > 0 and text[start - 1] in path_chars:
+            start -= 1
+        if text[start - 1 : start] == "\\" and text[start : start + 1] in ("n", "t", "r"):
+            start += 1
+        if start < match.start():
+            files.append(text[start : match.end()].lstrip("."))
+    return files
+
+
+def test_file_rule_matches_its_first_form_on_real_text() -> None:
+    """The narrowed extension regex and the rstrip walk find exactly what the first form found."""
+    real = [p for p in Path("/work/shared/testdata").rglob("*") if p.is_file()]
+    texts = FILE_SAMPLES + [p.read_text(encoding="utf-8", errors="replace") for p in real]
+    for text in texts:
+        window = text[:SCAN_HEAD]
+        expected = list(dict.fromkeys(f.strip()[:300] for f in _files_rule_by_rule(window)))
+        expected = [f for f in expected if f][:MAX_PER_KIND]
+        assert extract_entities({"x": window}).get("files", []) == expected
+
+
+def test_regex_gates_fire_wherever_their_pattern_matches() -> None:
+    """A pattern with a hyperscan gate that matches a text always has its gate in the scan."""
+    padding = "-" * SHORT_TEXT  # long enough to take the hyperscan path
+    tricky = [
+        "def\u00a0run(x)",
+        "class\u3000Foo:",
+        "struct\n\tBar {",
+        "from\u2028'react'",
+        "from  os.path\timport join",
+        "fn\x1cmain()",
+        "func (s *S) Do()",
+        "open failed: ENOENT, then EACCES",
+    ]
+    real = [p for p in Path("/work/shared/testdata").rglob("*") if p.is_file()]
+    texts = [padding + s for s in tricky + GATE_SAMPLES]
+    texts += [p.read_text(encoding="utf-8", errors="replace") for p in real]
+    fired = set()
+    for text in texts:
+        found = _SCANNER.present(text)
+        for pattern, name in _GATE_NAMES.items():
+            if pattern.search(text):
+                fired.add(pattern)
+                assert name in found, pattern.pattern
+    assert fired == set(_GATE_NAMES)
+    assert extract_entities(padding + "def\u00a0run(x)\nclass\u3000Foo:") == {
+        "functions": ["run"],
+        "classes": ["Foo"],
+    }
