@@ -136,10 +136,11 @@ _EXACT = (
 )
 
 
-async def measure_postgres(url: str, queries: list[str], embedder: Embedder) -> dict[str, Any]:
+async def measure_postgres(
+    url: str, queries: list[str], embedder: Embedder, tuning: SearchTuning
+) -> dict[str, Any]:
     engine = make_async_engine(url, pool_size=2)
     maker = make_sessionmaker(engine)
-    tuning = SearchTuning()
     out: dict[str, Any] = {}
     try:
         async with maker() as session:
@@ -288,7 +289,10 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200)
     args = parser.parse_args()
     configure_logging("warning")
-    embedder = get_embedder(load_settings(_env_file=None))
+    # The app's own settings, so AGMEM_SEARCH_* variables change what is measured as they would
+    # change the service.
+    settings = load_settings(_env_file=None)
+    embedder = get_embedder(settings)
     rng = random.Random(11)
     queries = [q for _, q, _ in QUERIES]
     queries = (queries * (args.queries // len(queries) + 1))[: args.queries]
@@ -303,7 +307,9 @@ def main() -> None:
     )
     with bench_database("agmem_search") as url:
         print(f"postgres load + HNSW build: {load_postgres(url, rows, vectors, embedder):.1f} s")
-        measured = asyncio.run(measure_postgres(url, queries, embedder))
+        measured = asyncio.run(
+            measure_postgres(url, queries, embedder, SearchTuning.from_settings(settings))
+        )
     with tempfile.TemporaryDirectory(prefix="agmem-bench-sqlite-") as folder:
         peer = measure_peer(rows, vectors, queries, embedder, Path(folder))
 
