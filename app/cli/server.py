@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import gc
+import signal
 import socket
 from typing import TYPE_CHECKING, Annotated
 
@@ -13,6 +14,8 @@ from app.cli.common import cli_errors, describe_location, fail, open_database, s
 from app.config import Settings
 
 if TYPE_CHECKING:
+    from types import FrameType
+
     from rich.console import Console
 
 
@@ -48,6 +51,20 @@ def freeze_startup_heap() -> None:
     gc.freeze()
 
 
+def exit_cleanly_on_sigterm() -> None:
+    """Turn the SIGTERM that uvicorn re-raises after its graceful shutdown into a normal exit.
+
+    With SIGTERM's default action the process dies at that point without running its exit
+    handlers, and the embedded PostgreSQL it started kept running (`kill`, `docker stop` and
+    systemd all send SIGTERM). Ctrl-C's SIGINT already unwinds as KeyboardInterrupt.
+    """
+
+    def exit_now(_signum: int, _frame: FrameType | None) -> None:
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, exit_now)
+
+
 def serve(
     host: Annotated[str | None, typer.Option(help="Address to bind (AGMEM_HOST).")] = None,
     port: Annotated[int | None, typer.Option(help="Port to listen on (AGMEM_PORT).")] = None,
@@ -75,6 +92,7 @@ def serve(
         typer.echo(f"agmem: serving on http://{settings.host}:{settings.port}", err=True)
         app = create_app(settings, database_url=url, run_worker=not no_worker)
         freeze_startup_heap()
+        exit_cleanly_on_sigterm()
         uvicorn.run(
             app,
             host=settings.host,

@@ -54,6 +54,21 @@ def test_serve_embedded_survives_restart_and_stops_postgres_on_ctrl_c(tmp_path: 
         stop(second)
 
 
+def test_serve_stops_postgres_on_sigterm(tmp_path: Path) -> None:
+    # kill, docker stop and systemd send SIGTERM; uvicorn re-raises it after shutting down.
+    home = tmp_path / "home"
+    port = free_port()
+    server = start_serve(port, AGMEM_HOME=str(home))
+    try:
+        wait_for_health(port, server)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        output, _ = server.communicate(timeout=60)
+    assert server.returncode == 0, output
+    assert "Traceback" not in output
+    assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
+
+
 def test_two_processes_on_one_home_share_one_server(tmp_path: Path) -> None:
     home = tmp_path / "home"
     port = free_port()
