@@ -27,10 +27,10 @@ import httpx
 import psycopg
 from sqlalchemy import text
 
-from app.capture.db import libpq_url
 from app.config import load_settings
 from app.db import migrate
 from app.db.engine import make_async_engine, make_sessionmaker, transaction
+from app.db.raw_pool import libpq_url
 from app.main import create_app
 from app.memories import reads, service
 from tests.postgres import choose_kind, create_database, start_server

@@ -23,19 +23,13 @@ from typing import Any
 import psycopg
 import structlog
 from fastapi import FastAPI, Request
-from psycopg import AsyncConnection
-from psycopg_pool import AsyncConnectionPool
 from sqlalchemy import TextClause
-from sqlalchemy.engine import make_url
 
 from app.capture import pipeline
-from app.db.engine import sqlalchemy_url
+from app.db.raw_pool import Conn, RawPool, make_raw_pool
 from app.state import AppState
 
 log = structlog.get_logger(__name__)
-
-Conn = AsyncConnection[Any]
-RawPool = AsyncConnectionPool[Conn]
 
 
 class RawResult:
@@ -212,28 +206,11 @@ def _fail(batch: list[_Pending], error: Exception) -> None:
             future.set_exception(error)
 
 
-def libpq_url(url: str) -> str:
-    """The database URL as libpq takes it (no SQLAlchemy driver name)."""
-    parsed = make_url(sqlalchemy_url(url)).set(drivername="postgresql")
-    return parsed.render_as_string(hide_password=False)
-
-
 def make_capture_pool(url: str, *, pool_size: int) -> RawPool:
-    return AsyncConnectionPool(
-        libpq_url(url),
-        # A fixed size (one connection per writer task): never a new Postgres backend (fork,
-        # auth, connect) in the middle of a burst.
-        min_size=pool_size,
-        max_size=pool_size,
-        kwargs={
-            "autocommit": True,
-            "connect_timeout": 5,
-            "application_name": "agmem-capture",
-        },
-        connection_class=AsyncConnection,
-        timeout=30,
-        max_lifetime=1800,
-        open=False,
+    # A fixed size (one connection per writer task): never a new Postgres backend (fork, auth,
+    # connect) in the middle of a burst.
+    return make_raw_pool(
+        url, application_name="agmem-capture", min_size=pool_size, max_size=pool_size
     )
 
 

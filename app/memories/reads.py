@@ -34,23 +34,19 @@ from typing import Any, cast
 import psycopg
 import structlog
 from fastapi import FastAPI
-from psycopg import AsyncConnection
 from psycopg.rows import class_row
-from psycopg_pool import AsyncConnectionPool
 from sqlalchemy import Table, Text, and_, bindparam, func, select
 from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.capture.db import libpq_url
 from app.db.engine import transaction
 from app.db.models import MemoryRow
+from app.db.raw_pool import Conn, RawPool, make_raw_pool
 from app.memories.schemas import Scope
 from app.memories.service import LIVE, SPECIFICITY, MemoryNotFound, Visibility, visible_to
 from app.state import AppState
 
 log = structlog.get_logger(__name__)
-
-Conn = AsyncConnection[Any]
 
 
 @dataclass(slots=True)
@@ -257,7 +253,7 @@ async def read_on(
 class MemoryReads:
     """The app's exact-key reads: their own small autocommit pool and the access counter."""
 
-    def __init__(self, pool: AsyncConnectionPool[Conn]) -> None:
+    def __init__(self, pool: RawPool) -> None:
         self.pool = pool
         self.counter = AccessCounter()
 
@@ -314,26 +310,18 @@ async def flush_reads(state: AppState) -> None:
         await state.memory_reads.flush()
 
 
-def make_reads_pool(url: str, *, pool_size: int) -> AsyncConnectionPool[Conn]:
-    return AsyncConnectionPool(
-        libpq_url(url),
-        # Reads hold a connection for one round trip: two stay open, more open under a burst
-        # (and close again after ten idle minutes), so that an idle server adds two backends.
+def make_reads_pool(url: str, *, pool_size: int) -> RawPool:
+    # Reads hold a connection for one round trip: two stay open, more open under a burst (and
+    # close again after ten idle minutes), so that an idle server adds two backends. These
+    # connections write only access counts and purges of expired rows: a commit need not wait
+    # for the WAL flush (a few ms here, during which reads of the memories being flushed wait to
+    # re-read). A crash can lose the last counts, never a memory.
+    return make_raw_pool(
+        url,
+        application_name="agmem-memories",
         min_size=min(2, pool_size),
         max_size=pool_size,
-        kwargs={
-            "autocommit": True,
-            "connect_timeout": 5,
-            "application_name": "agmem-memories",
-            # These connections write only access counts and purges of expired rows: a commit
-            # need not wait for the WAL flush (a few ms here, during which reads of the memories
-            # being flushed wait to re-read). A crash can lose the last counts, never a memory.
-            "options": "-c synchronous_commit=off",
-        },
-        connection_class=AsyncConnection,
-        timeout=30,
-        max_lifetime=1800,
-        open=False,
+        options="-c synchronous_commit=off",
     )
 
 

@@ -13,11 +13,11 @@ from typing import Any
 
 import psycopg
 import structlog
-from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
-from app.db.engine import sqlalchemy_url, transaction
+from app.db.engine import transaction
+from app.db.raw_pool import libpq_url
 from app.llm.embeddings import Embedder
 from app.llm.gemini import make_client
 from app.llm.ratelimit import DailyBudget, GeminiGate
@@ -31,11 +31,6 @@ WORK_CHANNEL = "agmem_work"  # the NOTIFY channel of the triggers in migration 0
 
 def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-def libpq_url(database_url: str) -> str:
-    url = make_url(sqlalchemy_url(database_url)).set(drivername="postgresql")
-    return url.render_as_string(hide_password=False)
 
 
 class Worker:

@@ -12,8 +12,8 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from app.capture.db import libpq_url
 from app.db.engine import make_async_engine, make_sessionmaker, transaction
+from app.db.raw_pool import libpq_url
 from app.main import create_app
 from app.memories import reads
 from app.memories.schemas import MemoryWrite
