@@ -11,6 +11,7 @@ from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
+from app.api import paths  # noqa: F401 - registers the `{name:any}` paths below use
 from app.api.deps import DbDep, SettingsDep
 from app.context.builder import ContextBlock, build_context
 from app.errors import BadRequest
@@ -123,7 +124,7 @@ async def get_context_by_query(
     return await _context(db, settings, project, prompt, budget, output)
 
 
-@router.get("/context/{path_project:path}", response_model=None)
+@router.get("/context/{path_project:any}", response_model=None)
 async def get_context(
     path_project: str,
     db: DbDep,

@@ -19,6 +19,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from app.api import paths  # noqa: F401 - registers the `{name:any}` paths below use
 from app.config import Settings
 from app.errors import Unauthorized
 from app.proxy.capture import Answer, CaptureRequest
@@ -221,7 +222,7 @@ for _version in ("v1beta", "v1"):
 # Registered after the routes above, which therefore win for the calls they serve.
 for _version in ("v1beta", "v1"):
     router.add_api_route(
-        f"/{_version}/{{rest:path}}",
+        f"/{_version}/{{rest:any}}",
         passthrough,
         methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
         name=f"gemini_{_version}_passthrough",

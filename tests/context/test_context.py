@@ -170,6 +170,10 @@ def test_project_path_forms(
     )
     for url in ("/api/context/home/dev/shop", "/api/context/%2Fhome%2Fdev%2Fshop"):
         assert "Shop summary." in client.get(url).text, url
+    # A path that holds a newline is still a project path, not an unmatched route.
+    odd = client.get("/api/context/home/dev/odd%0Aname", params={"format": "json"})
+    assert odd.status_code == 200
+    assert odd.json()["items"] == []
     by_query = client.get("/api/context", params={"projectPath": "/home/dev/shop"}).text
     assert "Shop summary." in by_query
     wins = client.get("/api/context/home/dev/other", params={"projectPath": "/home/dev/shop"})

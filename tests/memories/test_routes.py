@@ -249,3 +249,14 @@ def test_privacy_rules_apply_to_values(client: TestClient, db: psycopg.Connectio
         too_deep = [too_deep]
     response = client.put(url("discovered.deep"), json={"value": too_deep, "projectPath": PROJECT})
     assert response.status_code == 422
+
+
+def test_key_holding_a_newline_is_written_read_and_deleted(client: TestClient) -> None:
+    # Every route of the key must match it: `{key:path}` stopped at a newline, a bare 404.
+    created = put(client, "notes\nfirst line", "v")
+    assert created["key"] == "notes\nfirst line"
+    got = client.get(url("notes\nfirst line"), params={"projectPath": PROJECT})
+    assert got.status_code == 200
+    assert got.json()["value"] == "v"
+    deleted = client.delete(url("notes\nfirst line"), params={"projectPath": PROJECT})
+    assert deleted.json() == {"deleted": True}
