@@ -24,7 +24,7 @@ class SearchRequest(CamelModel):
     limit: int = Field(default=10, ge=1, le=MAX_LIMIT)
     mode: SearchMode = "hybrid"
     sources: list[SearchSource] | None = Field(default=None, max_length=5)
-    min_score: float | None = None
+    min_score: float | None = Field(default=None, allow_inf_nan=False)
     # Filters beyond the contract's minimum; both branches apply them identically.
     path_prefix: str | None = Field(default=None, max_length=4096)
     since: datetime | None = None
