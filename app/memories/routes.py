@@ -127,7 +127,7 @@ async def list_memories(
     wanted = _tags(tags)
     await flush_reads(state)
     rows = await service.find_memories(
-        db, visibility=seen_by, pattern=pattern or None, tags=wanted, limit=limit
+        db, visibility=seen_by, pattern=_optional(pattern), tags=wanted, limit=limit
     )
     return MemoryList(memories=[service.to_schema(row) for row in rows])
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
+
+from app.privacy import clean_text
 
 SearchMode = Literal["hybrid", "vector", "keyword", "weighted"]
 SearchSource = Literal["memory", "sessions", "observation", "summary", "kv"]
@@ -29,6 +31,12 @@ class SearchRequest(CamelModel):
     path_prefix: str | None = Field(default=None, max_length=4096)
     since: datetime | None = None
     until: datetime | None = None
+
+    @field_validator("query", "project_path", "path_prefix")
+    @classmethod
+    def _clean(cls, value: str | None) -> str | None:
+        # A NUL can never match stored text (it is cleaned before storage) and Postgres refuses it.
+        return clean_text(value) if value is not None else None
 
 
 class SearchResult(CamelModel):

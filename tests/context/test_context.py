@@ -190,3 +190,6 @@ def test_bad_context_requests_are_4xx(client: TestClient, db: psycopg.Connection
         assert response.status_code == 422, params
     hostile = client.get("/api/context/p", params={"prompt": "'); DROP TABLE x; -- 🔥 :* \\"})
     assert hostile.status_code == 200
+    # A NUL reached Postgres, which refused it (422 quoting the database); it is cleaned.
+    nul = client.get("/api/context", params={"projectPath": "/p\x00", "prompt": "a\x00b"})
+    assert nul.status_code == 200

@@ -118,6 +118,8 @@ def test_bad_inputs_are_4xx_and_store_nothing(
     assert client.get("/api/memories", params={"scope": "project"}).status_code == 422
     assert client.get("/api/memories", params={"pattern": "x*" * 300}).status_code == 422
     assert client.get("/api/memories", params={"tags": ","}).status_code == 200
+    nul_pattern = client.get("/api/memories", params={"pattern": "k\x00*", "scope": "global"})
+    assert nul_pattern.status_code == 200
     assert db.execute("SELECT count(*) FROM memories").fetchone() == (0,)
 
 
