@@ -350,11 +350,16 @@ _SCORES: dict[str, str] = {
 # rows that merely share its parts in both branches.
 _EXACT_SCORE = (
     "CAST(:w_exact AS float8) / (CAST(:rrf_k AS float8) + 1)"
-    " * (SELECT count(*) FROM unnest(CAST(:phrases AS text[])) AS p(phrase)"
-    " WHERE strpos(lower(c.content), p.phrase) > 0"
-    " OR strpos(lower(COALESCE(c.file_path, '')), p.phrase) > 0)"
-    " / cardinality(CAST(:phrases AS text[]))::float8"
+    " * e.held / cardinality(CAST(:phrases AS text[]))::float8"
 )
+# The count is a lateral join, so it runs once per fused row: written into the score expression it
+# ran three times (the score is filtered, sorted and returned), 1.2-1.8 ms a search at 100k rows.
+_EXACT_JOIN = """
+  JOIN memory_chunks c ON c.id = COALESCE(v.id, k.id)
+  CROSS JOIN LATERAL (
+    SELECT count(*) AS held FROM unnest(CAST(:phrases AS text[])) AS p(phrase)
+    WHERE strpos(lower(c.content), p.phrase) > 0
+       OR strpos(lower(COALESCE(c.file_path, '')), p.phrase) > 0) e"""
 
 
 @lru_cache(maxsize=256)
@@ -383,7 +388,7 @@ def search_statement(
         # Only the fused candidates (at most two candidate lists) are tested, so the literal
         # match costs a few microseconds a row and never a scan.
         score = f"{score} + {_EXACT_SCORE}"
-        exact_join = "\n  JOIN memory_chunks c ON c.id = COALESCE(v.id, k.id)"
+        exact_join = _EXACT_JOIN
     ctes = [
         _vector_cte(model, dims, filters) if use_vector and mode != "keyword" else _EMPTY_VEC,
         _keyword_cte(filters, strict, _rank_expression(rank_fn, idf_terms))
