@@ -289,16 +289,12 @@ def _rank_expression(rank_fn: RankFunction, idf_terms: int) -> str:
     return f"({' + '.join(words)})"
 
 
-def _ranked_tier(tier: int, tsq_param: str, cap: int, filters: str, guard: str, rank: str) -> str:
-    """Up to `cap` rows matching `tsq_param` (as the GIN bitmap yields them), ranked."""
+def _tier_rows(tier: int, tsq_param: str, cap: int, filters: str, guard: str) -> str:
+    """Up to `cap` rows matching `tsq_param`, as the GIN bitmap yields them, with their `tsv`."""
     return f"""
-  SELECT c.id, {rank} AS rank_score,
-         {tier} AS tier
-  FROM (SELECT c.id, c.tsv FROM memory_chunks c
-        WHERE c.tsv @@ to_tsquery('english', :{tsq_param}){filters}{guard}
-        LIMIT {cap}) c
-  ORDER BY rank_score DESC, c.id
-  LIMIT :candidates"""
+  SELECT c.id, c.tsv, {tier} AS tier FROM memory_chunks c
+  WHERE c.tsv @@ to_tsquery('english', :{tsq_param}){filters}{guard}
+  LIMIT {cap}"""
 
 
 def _keyword_cte(filters: str, strict: bool, rank: str) -> str:
@@ -307,33 +303,43 @@ def _keyword_cte(filters: str, strict: bool, rank: str) -> str:
     # OR of every pair makes the GIN index visit almost every row holding any word, which at 100k
     # rows cost 20-40 ms, so most queries (whose words co-occur often enough) now skip it.
     # A better tier that is short is complete, so excluding its ids is exact.
+    # The tiers' rows are ranked once, together, and each tier keeps its best `candidates`: the
+    # rank expression (one ts_rank per query word for `idf`) is written once instead of once per
+    # tier, which kept most statements under psycopg's 4 KB parse cache and planned each word's
+    # `to_tsquery` once.
     after_all = (
         " AND (SELECT count(*) FROM kw_all) < :candidates AND c.id NOT IN (SELECT id FROM kw_all)"
     )
     strict_rows = (
-        _ranked_tier(1, "tsq_strict", STRICT_RANK_CAP, filters, after_all, rank)
+        _tier_rows(1, "tsq_strict", STRICT_RANK_CAP, filters, after_all)
         if strict
-        else "SELECT NULL::bigint AS id, NULL::float4 AS rank_score, 1 AS tier WHERE false"
+        else "SELECT NULL::bigint AS id, NULL::tsvector AS tsv, 1 AS tier WHERE false"
     )
     after_strict = (
         " AND (SELECT count(*) FROM kw_all) + (SELECT count(*) FROM kw_strict) < :candidates"
         " AND c.id NOT IN (SELECT id FROM kw_all UNION ALL SELECT id FROM kw_strict)"
     )
-    loose_rows = _ranked_tier(0, "tsq_loose", LOOSE_RANK_CAP, filters, after_strict, rank)
+    loose_rows = _tier_rows(0, "tsq_loose", LOOSE_RANK_CAP, filters, after_strict)
     return f"""
-kw_all AS MATERIALIZED ({_ranked_tier(2, "tsq_all", ALL_RANK_CAP, filters, "", rank)}
+kw_all AS MATERIALIZED ({_tier_rows(2, "tsq_all", ALL_RANK_CAP, filters, "")}
 ),
 kw_strict AS MATERIALIZED ({strict_rows}
 ),
 kw_loose AS MATERIALIZED ({loose_rows}
 ),
+kw_ranked AS (
+  SELECT id, tier, rank_score,
+         row_number() OVER (PARTITION BY tier ORDER BY rank_score DESC, id) AS in_tier
+  FROM (SELECT c.id, c.tier, {rank} AS rank_score
+        FROM (SELECT * FROM kw_all UNION ALL SELECT * FROM kw_strict
+              UNION ALL SELECT * FROM kw_loose) AS c) AS r
+),
 kw AS (
   SELECT id, rank_score, tier,
          row_number() OVER (ORDER BY tier DESC, rank_score DESC, id) AS rank,
          rank_score / NULLIF(max(rank_score) OVER (), 0) AS normalised
-  FROM (SELECT * FROM kw_all UNION ALL SELECT * FROM kw_strict UNION ALL SELECT * FROM kw_loose)
-       AS u
-  WHERE rank_score >= :keyword_floor
+  FROM kw_ranked
+  WHERE in_tier <= :candidates AND rank_score >= :keyword_floor
 )"""
 
 
