@@ -7,6 +7,7 @@ from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, TypeVar
 
+import orjson
 from fastapi import APIRouter, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -85,13 +86,14 @@ def observation_json(row: ObservationRow) -> dict[str, Any]:
     }
 
 
-def _observation_answer(ref: service.ObservationRef, status_code: int) -> JSONResponse:
+def _observation_answer(ref: service.ObservationRef, status_code: int) -> Response:
     body: dict[str, Any] = {"id": ref.id, "status": ref.status}
     if ref.id is not None:
         body |= {"observationType": ref.observation_type, "originalTokens": ref.original_tokens}
         if ref.truncated:
             body["truncated"] = True
-    return JSONResponse(body, status_code=status_code)
+    # The same bytes and headers as JSONResponse, whose json.dumps took ~4 µs more per answer.
+    return Response(orjson.dumps(body), status_code=status_code, media_type="application/json")
 
 
 Model = TypeVar("Model", bound=BaseModel)
@@ -167,7 +169,7 @@ class DirectRoute(APIRoute):
         return endpoint
 
 
-async def observe(request: Request) -> JSONResponse:
+async def observe(request: Request) -> Response:
     """Record a tool call (201); a repeated id answers 200 with the first result."""
     data = await parse_body(request, ObserveIn)
     state: AppState = request.app.state.agmem
@@ -176,7 +178,7 @@ async def observe(request: Request) -> JSONResponse:
     return _observation_answer(ref, 201 if created else 200)
 
 
-async def observe_result(request: Request) -> JSONResponse:
+async def observe_result(request: Request) -> Response:
     """Attach a tool result to its call (200), or record it as a new observation (201)."""
     data = await parse_body(request, ObserveResultIn)
     state: AppState = request.app.state.agmem
