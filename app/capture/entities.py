@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from functools import lru_cache
 from typing import Any
 
 from app.textscan import LiteralScanner
@@ -204,7 +205,13 @@ _UNGATED: frozenset[re.Pattern[str]] = frozenset({_ERROR_LITERALS})
 
 def _active(text: str) -> frozenset[re.Pattern[str]]:
     """The patterns that can match in `text`: the ungated ones and those whose literal occurs."""
-    found = _SCANNER.present(text)
+    return _patterns_for(_SCANNER.present(text))
+
+
+# Few distinct sets of found literals and gates occur (every short text has all the gates), and
+# working out their patterns cost ~4 µs a text: about as much as finding them.
+@lru_cache(maxsize=1024)
+def _patterns_for(found: frozenset[str]) -> frozenset[re.Pattern[str]]:
     candidates = _UNGATED.union(
         *(_PATTERNS_BY_LITERAL[name] for name in found if name in _PATTERNS_BY_LITERAL)
     )
