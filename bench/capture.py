@@ -3,6 +3,7 @@
     uv run python -m bench.capture            # full: 16 and 64 connections, 15 s each
     uv run python -m bench.capture --quick    # 5 s each, for a busy machine
     uv run python -m bench.capture --quick --rounds 3   # alternate no-op and capture 3 times
+    uv run python -m bench.capture --paced-rate 600     # the paced run offers 600 req/s
 
 Each connection owns a session and loops over pairs: POST /api/observe (a tool call with 1-20 KB
 of arguments), then POST /api/observe/result (1-20 KB of output) for that call. Payloads are cut
@@ -10,6 +11,13 @@ from the real agent files in the shared test data. The client is a minimal keep-
 client on asyncio, so that the load generator costs as little CPU as possible on a 2-core box.
 Both servers are measured one at a time (with --rounds, alternately), with the same uvicorn settings
 as `agmem serve`.
+
+The closed loop (each connection sends its next request as soon as the last is answered) gives
+the throughput and the issue's p99. After it, a separate open-loop ("paced") measurement sends
+at a fixed offered rate, the same for both servers (default: half the no-op's closed-loop
+throughput at 16 connections in this run; `--paced-rate R` to choose it, 0 to skip): each of 16
+connections sends on its own fixed schedule, and a request's latency counts from the moment the
+schedule said to send it, so a request held back behind a slow answer is counted as late.
 """
 
 from __future__ import annotations
@@ -32,6 +40,8 @@ from bench.serve import ROOT, ServerProcess, run_server
 TESTDATA_CANDIDATES = (ROOT.parent.parent / "shared" / "testdata", Path("/work/shared/testdata"))
 GOAL_RATIO = 0.5
 GOAL_P99_MS = 10.0
+PACED_CONNECTIONS = 16
+PACED_SHARE = 0.5  # the default offered rate: this share of the no-op's closed-loop throughput
 
 
 def corpus() -> str:
@@ -100,9 +110,20 @@ class Run:
 
 
 async def drive(
-    port: int, connections: int, seconds: float, warmup: float, pool: list[tuple[bytes, bytes]]
+    port: int,
+    connections: int,
+    seconds: float,
+    warmup: float,
+    pool: list[tuple[bytes, bytes]],
+    rate: float | None = None,
 ) -> tuple[Run, float]:
-    """Send observe + result pairs from `connections` clients; measure after a warm-up."""
+    """Send observe + result pairs from `connections` clients; measure after a warm-up.
+
+    Closed loop by default. With `rate` (requests per second, all connections together), open
+    loop: connection n sends its k-th request at start + (n / connections + k) * connections /
+    rate, and the latency counts from that moment (not from when the previous answer freed
+    the connection), so that a slow answer is not hidden by the requests it delayed.
+    """
     sessions = []
     setup = await Connection.open(port)
     for _ in range(connections):
@@ -115,10 +136,14 @@ async def drive(
     measuring = False
     stop_at = time.perf_counter() + warmup + seconds
 
+    interval = connections / rate if rate else 0.0
+    schedule_start = time.perf_counter()
+
     async def client(number: int) -> None:
         connection = await Connection.open(port)
         rng = random.Random(number)
         session = sessions[number].encode()
+        due = schedule_start + interval * number / connections
         try:
             while time.perf_counter() < stop_at:
                 args, result = pool[rng.randrange(len(pool))]
@@ -143,6 +168,11 @@ async def drive(
                 )
                 for path, body in (("/api/observe", observe), ("/api/observe/result", answer)):
                     started = time.perf_counter()
+                    if rate:
+                        if due > started:
+                            await asyncio.sleep(due - started)
+                        started = due
+                        due += interval
                     status, _ = await connection.post(path, body)
                     if measuring:
                         run.latencies.append(time.perf_counter() - started)
@@ -208,7 +238,7 @@ class Figures:
         if self.db_cpu_ms:
             cpu += f", postgres {self.db_cpu_ms:.2f} ms"
         return (
-            f"{self.label:<8} {self.connections:>3} conns  {self.throughput:8.0f} req/s  "
+            f"{self.label:<13} {self.connections:>3} conns  {self.throughput:8.0f} req/s  "
             f"p50 {self.p50_ms:6.2f} ms  p99 {self.p99_ms:7.2f} ms  errors {self.errors}{cpu}"
         )
 
@@ -221,12 +251,13 @@ def measure(
     warmup: float,
     pool: list[tuple[bytes, bytes]],
     pgdata: Path | None = None,
+    rate: float | None = None,
 ) -> list[Figures]:
     results = []
     for connections in levels:
         server_before = cpu_seconds([server.process.pid])
         db_before = cpu_seconds(postgres_pids(pgdata))
-        run, elapsed = asyncio.run(drive(server.port, connections, seconds, warmup, pool))
+        run, elapsed = asyncio.run(drive(server.port, connections, seconds, warmup, pool, rate))
         # CPU is counted over warm-up and measurement alike, so divide by every request sent.
         sent = max(1, round(run.requests * (elapsed + warmup) / elapsed))
         server_cpu = cpu_seconds([server.process.pid]) - server_before
@@ -274,6 +305,16 @@ def main() -> None:
         default=1,
         help="alternate the two servers level by level this many times; ratios are medians",
     )
+    parser.add_argument(
+        "--paced-rate",
+        type=float,
+        default=None,
+        help=(
+            "offered rate (req/s) of the open-loop measurement at 16 connections, run after the "
+            f"closed loop on both servers; default {PACED_SHARE:.0%} of the no-op's closed-loop "
+            "throughput at 16 connections (or at the first level); 0 skips it"
+        ),
+    )
     args = parser.parse_args()
     seconds = args.seconds or (5.0 if args.quick else 15.0)
     warmup = 1.0 if args.quick else 3.0
@@ -294,14 +335,29 @@ def main() -> None:
         home = Path(folder)
         url = start_embedded_postgres(home / "pgdata")
         env = {"DATABASE_URL": url, "AGMEM_HOME": str(home)}
+        paced: tuple[float, Figures, Figures] | None = None
         if args.rounds == 1:
             with run_server(kind="noop", log_dir=home) as server:
                 noop = measure(server, "no-op", levels, seconds, warmup, pool)
+                rate = paced_rate(args.paced_rate, [noop])
+                if rate:
+                    (noop_paced,) = measure(
+                        server, "paced no-op", [PACED_CONNECTIONS], seconds, warmup, pool,
+                        rate=rate,
+                    )  # fmt: skip
             with run_server(kind="agmem", log_dir=home, env=env) as server:
                 capture = measure(server, "capture", levels, seconds, warmup, pool, home / "pgdata")
+                if rate:
+                    (capture_paced,) = measure(
+                        server, "paced capture", [PACED_CONNECTIONS], seconds, warmup, pool,
+                        home / "pgdata", rate,
+                    )  # fmt: skip
+                    paced = (rate, noop_paced, capture_paced)
             pairs = [list(zip(noop, capture, strict=True))]
         else:
-            pairs = alternate(home, env, levels, seconds, warmup, pool, args.rounds)
+            pairs, paced = alternate(
+                home, env, levels, seconds, warmup, pool, args.rounds, args.paced_rate
+            )
         facts = database_facts(url)
 
     print(
@@ -326,6 +382,33 @@ def main() -> None:
             f"ratio at {ours.connections} conns: capture/no-op throughput = {ratio:.2f} "
             f"({', '.join(verdict)}){rounds if len(ratios) > 1 else ''}"
         )
+    if paced is not None:
+        rate, peer, ours = paced
+        print(
+            f"paced (open loop, a separate measurement; the goal's p99 is the closed loop's) at "
+            f"{rate:.0f} req/s offered over {PACED_CONNECTIONS} conns: capture p50 "
+            f"{ours.p50_ms:.2f} / p99 {ours.p99_ms:.2f} ms ({ours.throughput:.0f} req/s served), "
+            f"no-op p50 {peer.p50_ms:.2f} / p99 {peer.p99_ms:.2f} ms "
+            f"({peer.throughput:.0f} req/s served)"
+        )
+
+
+def paced_rate(requested: float | None, noop_runs: list[list[Figures]]) -> float:
+    """The paced run's offered rate: as requested, else a share of the no-op's closed-loop
+    throughput at 16 connections (the median over rounds; the first level if 16 was not run)."""
+    if requested is not None:
+        rate = max(0.0, requested)
+        print(f"paced rate: {rate:.0f} req/s (--paced-rate)", flush=True)
+        return rate
+    at = [next((f for f in run if f.connections == PACED_CONNECTIONS), run[0]) for run in noop_runs]
+    measured = statistics.median(f.throughput for f in at)
+    rate = measured * PACED_SHARE
+    print(
+        f"paced rate: {rate:.0f} req/s = {PACED_SHARE:.0%} of the no-op's closed-loop "
+        f"{measured:.0f} req/s at {at[0].connections} conns",
+        flush=True,
+    )
+    return rate
 
 
 def alternate(
@@ -336,11 +419,13 @@ def alternate(
     warmup: float,
     pool: list[tuple[bytes, bytes]],
     rounds: int,
-) -> list[list[tuple[Figures, Figures]]]:
+    requested_rate: float | None,
+) -> tuple[list[list[tuple[Figures, Figures]]], tuple[float, Figures, Figures] | None]:
     """Both servers up (an idle one costs nothing); each round measures the no-op and then
     capture at each level, so a change in the other agents' load hits both sides of a ratio
-    alike instead of one whole server's run."""
+    alike instead of one whole server's run. The paced run follows the rounds."""
     result = []
+    paced = None
     with (
         run_server(kind="noop", log_dir=home) as noop_server,
         run_server(kind="agmem", log_dir=home, env=env) as capture_server,
@@ -355,7 +440,17 @@ def alternate(
                 )
                 pairs.append((peer, ours))
             result.append(pairs)
-    return result
+        rate = paced_rate(requested_rate, [[peer for peer, _ in pairs] for pairs in result])
+        if rate:
+            (peer,) = measure(
+                noop_server, "paced no-op", [PACED_CONNECTIONS], seconds, warmup, pool, rate=rate
+            )
+            (ours,) = measure(
+                capture_server, "paced capture", [PACED_CONNECTIONS], seconds, warmup, pool,
+                home / "pgdata", rate,
+            )  # fmt: skip
+            paced = (rate, peer, ours)
+    return result, paced
 
 
 if __name__ == "__main__":

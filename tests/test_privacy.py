@@ -250,6 +250,15 @@ def test_sanitize_json_redacts_values_of_credential_keys() -> None:
     }
 
 
+def test_sanitize_json_keys_long_or_repeated_are_treated_alike() -> None:
+    """Short keys are sanitized once and remembered; long ones each time: the same answers."""
+    long_name = "x" * 120 + "_password"
+    value = {"password": "x", long_name: "y", "<private>k</private>" + "z" * 120: "v", "a": "b"}
+    expected = {"password": REDACTED, long_name: REDACTED, "z" * 120: "v", "a": "b"}
+    assert sanitize_json(value) == expected
+    assert sanitize_json(value) == expected
+
+
 def test_sanitize_json_keeps_non_credential_keys() -> None:
     value = {"max_tokens": "100", "keyword": "token bucket", "file_path": "/a/b.py"}
     assert sanitize_json(value) == value

@@ -172,21 +172,31 @@ class Payload:
     """A JSON value as it will be stored: sanitized, capped, serialized once."""
 
     value: Any
-    json_text: str
+    json_bytes: bytes  # its JSON text in UTF-8, as the capture writer sends it to Postgres
     original_chars: int  # before any cap: a string's length, else its JSON text's length
     original_bytes: int  # the same, in UTF-8 bytes
     truncated: bool
 
+    @property
+    def json_text(self) -> str:
+        """The JSON text, for callers that bind a `str` (SQLAlchemy sessions)."""
+        return self.json_bytes.decode()
 
-def dumps(value: Any) -> str:
-    """Compact JSON text, non-ASCII kept as is (what Postgres parses into jsonb)."""
+
+def dumps_bytes(value: Any) -> bytes:
+    """Compact JSON in UTF-8, non-ASCII kept as is (what Postgres parses into jsonb)."""
     try:
         # orjson encodes a 20 KB payload about 8x faster than the json module (capture profile).
-        return orjson.dumps(value).decode()
+        return orjson.dumps(value)
     except TypeError:
         # What orjson refuses and json accepts: integers beyond 64 bits, nesting past 255 levels.
         # (NaN and Infinity, which are not JSON, orjson writes as null.)
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON text, non-ASCII kept as is (what Postgres parses into jsonb)."""
+    return dumps_bytes(value).decode()
 
 
 def _cap_strings(value: Any, max_chars: int) -> Any:
@@ -206,6 +216,9 @@ def prepare_payload(value: Any, *, max_chars: int, max_depth: int) -> Payload:
     half of it visible. A string is capped head-and-tail; a structure has its long strings capped
     first, and if it is still too large it is stored as its capped JSON text.
     Raises NestingTooDeep past `max_depth`.
+
+    The JSON is kept as orjson's UTF-8 bytes: decoding it to a `str` and encoding that again for
+    the wire cost two more passes over every payload (~15 µs a request on the benchmark's).
     """
     clean = sanitize_json(value, max_depth=max_depth)
     if isinstance(clean, str):
@@ -213,15 +226,15 @@ def prepare_payload(value: Any, *, max_chars: int, max_depth: int) -> Payload:
         original_chars = len(clean)
         original_bytes = original_chars if clean.isascii() else len(clean.encode("utf-8"))
         if original_chars <= max_chars:
-            return Payload(clean, dumps(clean), original_chars, original_bytes, truncated=False)
+            return Payload(clean, dumps_bytes(clean), original_chars, original_bytes, False)
         capped: Any = cap_text(clean, max_chars * 9 // 10)
-        return Payload(capped, dumps(capped), original_chars, original_bytes, truncated=True)
-    text = dumps(clean)
-    original_chars = len(text)
-    original_bytes = original_chars if text.isascii() else len(text.encode("utf-8"))
+        return Payload(capped, dumps_bytes(capped), original_chars, original_bytes, True)
+    data = dumps_bytes(clean)
+    original_bytes = len(data)
+    original_chars = original_bytes if data.isascii() else len(data.decode())
     if original_chars <= max_chars:
-        return Payload(clean, text, original_chars, original_bytes, truncated=False)
+        return Payload(clean, data, original_chars, original_bytes, truncated=False)
     capped = _cap_strings(clean, max(1024, max_chars // 4))
     if len(dumps(capped)) > max_chars:
         capped = cap_text(dumps(capped), max_chars * 9 // 10)
-    return Payload(capped, dumps(capped), original_chars, original_bytes, truncated=True)
+    return Payload(capped, dumps_bytes(capped), original_chars, original_bytes, truncated=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from functools import lru_cache
 from typing import Any
 
 from app.textscan import LiteralScanner
@@ -204,7 +205,13 @@ _UNGATED: frozenset[re.Pattern[str]] = frozenset({_ERROR_LITERALS})
 
 def _active(text: str) -> frozenset[re.Pattern[str]]:
     """The patterns that can match in `text`: the ungated ones and those whose literal occurs."""
-    found = _SCANNER.present(text)
+    return _patterns_for(_SCANNER.present(text))
+
+
+# Few distinct sets of found literals and gates occur (every short text has all the gates), and
+# working out their patterns cost ~4 µs a text: about as much as finding them.
+@lru_cache(maxsize=1024)
+def _patterns_for(found: frozenset[str]) -> frozenset[re.Pattern[str]]:
     candidates = _UNGATED.union(
         *(_PATTERNS_BY_LITERAL[name] for name in found if name in _PATTERNS_BY_LITERAL)
     )
@@ -215,15 +222,22 @@ def _active(text: str) -> frozenset[re.Pattern[str]]:
     )
 
 
-def _matches(
-    pattern: re.Pattern[str], text: str, active: frozenset[re.Pattern[str]]
-) -> Iterable[re.Match[str]]:
-    return pattern.finditer(text) if pattern in active else ()
+# Long enough for most paths and identifiers in one step.
+_WALK_CHUNK = 64
 
 
 def _walk_back(text: str, end: int, allowed: str) -> int:
-    # rstrip is a C loop; walking back a character at a time in Python cost ~7 µs per path.
-    return len(text[:end].rstrip(allowed))
+    """Where the run of `allowed` characters that ends at `end` starts."""
+    # rstrip is a C loop; walking back a character at a time in Python cost ~7 µs per path. It
+    # strips a slice ending at `end`: sliced from the start of the text, every match copied all
+    # the text before it, so the slices are taken a chunk at a time, back from `end`.
+    while end > 0:
+        start = max(0, end - _WALK_CHUNK)
+        kept = len(text[start:end].rstrip(allowed))
+        if kept:
+            return start + kept
+        end = start
+    return 0
 
 
 def _at_line_start(text: str, position: int) -> bool:
@@ -265,45 +279,58 @@ def _strings(value: Any) -> Iterable[tuple[str, str]]:
 
 
 def _scan(collector: _Collector, text: str) -> None:
+    # Each pattern runs only if `_active` found it can match: tested inline, since a helper
+    # call per pattern (29 of them) for every text cost more than the tests.
     text = _window(text)
     found = _active(text)
-    for match in _matches(_FILE_EXTENSION, text, found):
-        if match.group(1) not in _EXTENSION_SET:
-            continue
-        start = _walk_back(text, match.start(), _PATH_CHARS)
-        if text[start - 1 : start] == "\\" and text[start : start + 1] in ("n", "t", "r"):
-            start += 1  # an escaped newline or tab in JSON-ish text, not part of the path
-        if start < match.start():
-            collector.add("files", text[start : match.end()].lstrip("."))
-    for match in _matches(_URL, text, found):
-        collector.add("urls", match.group(0).rstrip(".,;:"))
+    add = collector.add
+    if _FILE_EXTENSION in found:
+        for match in _FILE_EXTENSION.finditer(text):
+            if match.group(1) not in _EXTENSION_SET:
+                continue
+            start = _walk_back(text, match.start(), _PATH_CHARS)
+            if text[start - 1 : start] == "\\" and text[start : start + 1] in ("n", "t", "r"):
+                start += 1  # an escaped newline or tab in JSON-ish text, not part of the path
+            if start < match.start():
+                add("files", text[start : match.end()].lstrip("."))
+    if _URL in found:
+        for match in _URL.finditer(text):
+            add("urls", match.group(0).rstrip(".,;:"))
     for pattern in _FUNCTIONS:
-        for match in _matches(pattern, text, found):
-            collector.add("functions", match.group(1))
+        if pattern in found:
+            for match in pattern.finditer(text):
+                add("functions", match.group(1))
     for pattern in _CLASSES:
-        for match in _matches(pattern, text, found):
-            collector.add("classes", match.group(1))
-    for match in _matches(_ERROR_SUFFIX, text, found):
-        start = _walk_back(text, match.start(), _IDENTIFIER_CHARS)
-        if text[start : start + 1].isupper():
-            collector.add("errors", text[start : match.end()])
-    for match in _matches(_ERROR_LITERALS, text, found):
-        collector.add("errors", match.group(0))
+        if pattern in found:
+            for match in pattern.finditer(text):
+                add("classes", match.group(1))
+    if _ERROR_SUFFIX in found:
+        for match in _ERROR_SUFFIX.finditer(text):
+            start = _walk_back(text, match.start(), _IDENTIFIER_CHARS)
+            if text[start : start + 1].isupper():
+                add("errors", text[start : match.end()])
+    if _ERROR_LITERALS in found:
+        for match in _ERROR_LITERALS.finditer(text):
+            add("errors", match.group(0))
     for pattern in _ERROR_PHRASES:
-        for match in _matches(pattern, text, found):
-            collector.add("errors", match.group(0).split(" (", 1)[0])
+        if pattern in found:
+            for match in pattern.finditer(text):
+                add("errors", match.group(0).split(" (", 1)[0])
     for pattern in _PACKAGE_INSTALLS:
-        for match in _matches(pattern, text, found):
-            for token in match.group(1).split():
-                if not token.startswith("-"):
-                    collector.add("packages", token.strip("'\""))
+        if pattern in found:
+            for match in pattern.finditer(text):
+                for token in match.group(1).split():
+                    if not token.startswith("-"):
+                        add("packages", token.strip("'\""))
     for pattern in _PY_IMPORTS:
-        for match in _matches(pattern, text, found):
-            if _at_line_start(text, match.start()):
-                collector.add("packages", match.group(1))
+        if pattern in found:
+            for match in pattern.finditer(text):
+                if _at_line_start(text, match.start()):
+                    add("packages", match.group(1))
     for pattern in _JS_IMPORTS:
-        for match in _matches(pattern, text, found):
-            collector.add("packages", match.group(1))
+        if pattern in found:
+            for match in pattern.finditer(text):
+                add("packages", match.group(1))
 
 
 def extract_entities(*values: Any) -> dict[str, list[str]]:

@@ -67,6 +67,8 @@ def dump(value: Any) -> bytes | None:
         return None
     if isinstance(value, str):
         return value.encode()
+    if isinstance(value, bytes):
+        return value  # text already in UTF-8 (a payload's JSON), not a bytea
     if isinstance(value, bool):
         return b"t" if value else b"f"
     if isinstance(value, int | float):

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, TypeVar
 
+import orjson
 from fastapi import APIRouter, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
 
 from app.api import paths  # noqa: F401 - registers the `{name:any}` paths below use
@@ -84,13 +87,14 @@ def observation_json(row: ObservationRow) -> dict[str, Any]:
     }
 
 
-def _observation_answer(ref: service.ObservationRef, status_code: int) -> JSONResponse:
+def _observation_answer(ref: service.ObservationRef, status_code: int) -> Response:
     body: dict[str, Any] = {"id": ref.id, "status": ref.status}
     if ref.id is not None:
         body |= {"observationType": ref.observation_type, "originalTokens": ref.original_tokens}
         if ref.truncated:
             body["truncated"] = True
-    return JSONResponse(body, status_code=status_code)
+    # The same bytes and headers as JSONResponse, whose json.dumps took ~4 µs more per answer.
+    return Response(orjson.dumps(body), status_code=status_code, media_type="application/json")
 
 
 Model = TypeVar("Model", bound=BaseModel)
@@ -148,8 +152,25 @@ def _body_schema(model: type[BaseModel]) -> dict[str, Any]:
 # the profile than everything else the route does outside the database.
 
 
-@router.post("/observe", openapi_extra=_body_schema(ObserveIn))
-async def observe(request: Request) -> JSONResponse:
+class DirectRoute(APIRoute):
+    """A route whose endpoint takes the `Request` alone and returns its `Response`: called as is.
+
+    FastAPI's request handler still ran for such an endpoint: endpoint context for error
+    messages, telemetry hooks, `solve_dependencies` (which builds the query parameters and a
+    dependency cache for an endpoint that has none) and its response checks, ~7% of the capture
+    server's CPU in the profile. The route's matching, its exception handling (every error still
+    reaches the app's handlers) and its OpenAPI entry are FastAPI's as before.
+    """
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        if self.dependant.dependencies or self.dependencies:
+            # Dependencies need FastAPI's resolution: such a route gets the standard handler.
+            return super().get_route_handler()
+        endpoint: Callable[[Request], Coroutine[Any, Any, Response]] = self.endpoint
+        return endpoint
+
+
+async def observe(request: Request) -> Response:
     """Record a tool call (201); a repeated id answers 200 with the first result."""
     data = await parse_body(request, ObserveIn)
     state: AppState = request.app.state.agmem
@@ -158,14 +179,26 @@ async def observe(request: Request) -> JSONResponse:
     return _observation_answer(ref, 201 if created else 200)
 
 
-@router.post("/observe/result", openapi_extra=_body_schema(ObserveResultIn))
-async def observe_result(request: Request) -> JSONResponse:
+async def observe_result(request: Request) -> Response:
     """Attach a tool result to its call (200), or record it as a new observation (201)."""
     data = await parse_body(request, ObserveResultIn)
     state: AppState = request.app.state.agmem
     db = capture_writer(request)
     ref, created = await service.record_result(db, data=data, settings=state.settings)
     return _observation_answer(ref, 201 if created else 200)
+
+
+for _path, _endpoint, _model in (
+    ("/observe", observe, ObserveIn),
+    ("/observe/result", observe_result, ObserveResultIn),
+):
+    router.add_api_route(
+        _path,
+        _endpoint,
+        methods=["POST"],
+        openapi_extra=_body_schema(_model),
+        route_class_override=DirectRoute,
+    )
 
 
 @router.post("/session/start")

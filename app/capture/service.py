@@ -113,6 +113,13 @@ def _payload(value: Any, field: str, settings: Settings) -> Payload:
         ) from None
 
 
+def _json_param(session: Executor, payload: Payload) -> str | bytes:
+    """A payload's JSON for a statement: the UTF-8 bytes as they are for the capture writer,
+    which sends text parameters as bytes anyway; a `str` for SQLAlchemy, which would bind bytes
+    as bytea."""
+    return payload.json_bytes if isinstance(session, GroupWriter) else payload.json_text
+
+
 def _epoch_ms(value: int | None) -> datetime | None:
     return None if value is None else datetime.fromtimestamp(value / 1000, tz=UTC)
 
@@ -275,7 +282,7 @@ async def record_observation(
         "id": observation_id,
         "session_id": session_id,
         "function_name": function_name,
-        "function_args": args.json_text,
+        "function_args": _json_param(session, args),
         "observation_type": observation_type(function_name, args.value),
         "entities": dumps(extract_entities(args.value)),
         "original_tokens": estimate_tokens(args.original_chars),
@@ -322,7 +329,7 @@ async def record_result(
     params: dict[str, Any] = {
         "session_id": session_id,
         "function_name": function_name,
-        "result": result.json_text,
+        "result": _json_param(session, result),
         "result_bytes": result.original_bytes,
         "result_tokens": estimate_tokens(result.original_chars),
         "truncated": result.truncated,

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
-from sqlalchemy import bindparam, text
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.db.binary_vectors import binary_vector_connection
@@ -33,70 +33,17 @@ class EmbedStats:
 
 def vector_literal(vector: NDArray[np.float32] | list[float]) -> str:
     """pgvector's text form; cast with `CAST(:v AS vector)` in SQL."""
-    return "[" + ",".join(f"{float(x):.7g}" for x in vector) + "]"
-
-
-_CACHE_LOOKUP = text(
-    "SELECT hash, embedding::text AS embedding FROM memory_embedding_cache "
-    "WHERE model = :model AND hash IN :hashes"
-).bindparams(bindparam("hashes", expanding=True))
-
-_CACHE_STORE = text(
-    "INSERT INTO memory_embedding_cache (hash, model, embedding) "
-    "SELECT h, :model, CAST(e AS vector) FROM unnest(CAST(:hashes AS text[]), "
-    "CAST(:embeddings AS text[])) AS t(h, e) ON CONFLICT (hash, model) DO NOTHING"
-)
-
-
-async def cached_vectors(session: AsyncSession, *, model: str, hashes: list[str]) -> dict[str, str]:
-    """Vectors already known for these content hashes under `model`, as pgvector literals."""
-    if not hashes:
-        return {}
-    found: dict[str, str] = {}
-    unique = sorted(set(hashes))
-    for start in range(0, len(unique), 5000):
-        result = await session.execute(
-            _CACHE_LOOKUP, {"model": model, "hashes": unique[start : start + 5000]}
-        )
-        found.update({row.hash: row.embedding for row in result})
-    return found
-
-
-async def store_vectors(session: AsyncSession, *, model: str, vectors: dict[str, str]) -> None:
-    """Add `{content hash: vector literal}` to the cache; hashes already there keep their vector."""
-    if vectors:
-        await session.execute(
-            _CACHE_STORE,
-            {"model": model, "hashes": list(vectors), "embeddings": list(vectors.values())},
-        )
-
-
-async def vectors_for(
-    session: AsyncSession, embedder: Embedder, items: dict[str, str]
-) -> tuple[dict[str, str], EmbedStats]:
-    """Vectors for `{content hash: text}`: cached where present, else computed and cached."""
-    stats = EmbedStats()
-    vectors = await cached_vectors(session, model=embedder.identity, hashes=list(items))
-    stats.cached = len(vectors)
-    missing = [h for h in items if h not in vectors]
-    if missing:
-        # In a thread: a provider call (CPU for wordllama, HTTP for Gemini) must not stall the
-        # event loop the API, the worker and the sync's other writer share.
-        computed = await asyncio.to_thread(embedder.embed_documents, [items[h] for h in missing])
-        literals = [vector_literal(v) for v in computed]
-        await session.execute(
-            _CACHE_STORE,
-            {"model": embedder.identity, "hashes": missing, "embeddings": literals},
-        )
-        vectors.update(zip(missing, literals, strict=True))
-        stats.computed = len(missing)
-    return vectors, stats
+    # One %-format over the whole list: the same text as formatting each float in turn, in
+    # half the time (~0.15 ms less per 256-dim query vector, a search's only per-query encoding).
+    values = vector.tolist() if isinstance(vector, np.ndarray) else [float(x) for x in vector]
+    return "[" + ("%.7g," * len(values) % tuple(values))[:-1] + "]"
 
 
 Vectors = dict[str, NDArray[np.float32]]
 
-# The binary forms of the cache lookup and store, for callers writing vectors in binary (sync).
-# `%b`: psycopg would otherwise dump an array of vectors as text, element by element.
+# Vectors travel in pgvector's binary form (app/db/binary_vectors.py): as text, each costs a
+# float formatting per component in Python and a parse in Postgres. `%b`: psycopg would otherwise
+# dump an array of vectors as text, element by element.
 _CACHE_LOOKUP_BINARY = (
     "SELECT hash, embedding FROM memory_embedding_cache WHERE model = %s AND hash = ANY(%s)"
 )
@@ -134,14 +81,15 @@ async def store_arrays(session: AsyncSession, *, model: str, vectors: Vectors) -
 async def arrays_for(
     session: AsyncSession, embedder: Embedder, items: dict[str, str]
 ) -> tuple[Vectors, EmbedStats]:
-    """`vectors_for` in binary: float32 arrays in and out of Postgres, no text literals."""
+    """Vectors for `{content hash: text}`: cached where present, else computed and cached."""
     stats = EmbedStats()
     vectors = await cached_arrays(session, model=embedder.identity, hashes=list(items))
     stats.cached = len(vectors)
     missing = [h for h in items if h not in vectors]
     if missing:
-        # In a thread: the tokenizer and numpy release the GIL, so the event loop (and the other
-        # writer's COPY) keeps going while wordllama works.
+        # In a thread: a provider call (CPU for wordllama, which releases the GIL in its tokenizer
+        # and numpy; HTTP for Gemini) must not stall the event loop the API, the worker and the
+        # sync's other writer share.
         computed = await asyncio.to_thread(embedder.embed_documents, [items[h] for h in missing])
         fresh = dict(zip(missing, computed, strict=True))
         await store_arrays(session, model=embedder.identity, vectors=fresh)
@@ -155,11 +103,21 @@ _CLAIM_UNEMBEDDED = text(
     "AND embed_attempts < :max_attempts ORDER BY id LIMIT :limit FOR UPDATE SKIP LOCKED"
 )
 
-_SET_VECTORS = text(
-    "UPDATE memory_chunks AS c SET embedding = CAST(t.e AS vector), model = :model, "
-    "embed_error = NULL FROM unnest(CAST(:ids AS bigint[]), CAST(:embeddings AS text[])) "
-    "AS t(id, e) WHERE c.id = t.id"
+_SET_VECTORS_BINARY = (
+    "UPDATE memory_chunks AS c SET embedding = t.e, model = %s, embed_error = NULL "
+    "FROM unnest(%s::bigint[], %b::vector[]) AS t(id, e) WHERE c.id = t.id"
 )
+
+
+async def set_chunk_vectors(
+    session: AsyncSession, *, model: str, ids: list[int], vectors: list[NDArray[np.float32]]
+) -> None:
+    """Give index rows `ids` their `vectors` (in order) under `model`."""
+    if ids:
+        driver = await binary_vector_connection(session)
+        async with driver.cursor() as cursor:
+            await cursor.execute(_SET_VECTORS_BINARY, (model, ids, vectors))
+
 
 _RECORD_FAILURE = text(
     "UPDATE memory_chunks SET embed_attempts = embed_attempts + 1, embed_error = :error "
@@ -192,18 +150,16 @@ async def embed_pending_chunks(
         return EmbedStats()
     await ensure_model_index(await session.connection(), embedder)
     try:
-        vectors, stats = await vectors_for(session, embedder, {r.hash: r.content for r in rows})
+        vectors, stats = await arrays_for(session, embedder, {r.hash: r.content for r in rows})
     except Exception as error:  # any provider failure: network, quota, malformed answer
         message = f"{type(error).__name__}: {error}"[:1000]
         await session.execute(_RECORD_FAILURE, {"ids": [r.id for r in rows], "error": message})
         return EmbedStats(error=message)
-    await session.execute(
-        _SET_VECTORS,
-        {
-            "model": embedder.identity,
-            "ids": [r.id for r in rows],
-            "embeddings": [vectors[r.hash] for r in rows],
-        },
+    await set_chunk_vectors(
+        session,
+        model=embedder.identity,
+        ids=[r.id for r in rows],
+        vectors=[vectors[r.hash] for r in rows],
     )
     stats.chunks = len(rows)
     return stats

@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
-from app.index.embedding import ensure_model_index, store_vectors, vector_literal, vectors_for
+from app.index.embedding import arrays_for, ensure_model_index, set_chunk_vectors, store_arrays
 from app.llm.embeddings import Embedder
 from app.sync import queries
 from app.sync.report import Progress, SyncReport
@@ -69,13 +69,13 @@ async def reembed_project(
                 return
             await ensure_model_index(await session.connection(), embedder)
             try:
-                vectors, stats = await vectors_for(session, embedder, {h: c for _, h, c in rows})
+                vectors, stats = await arrays_for(session, embedder, {h: c for _, h, c in rows})
             except Exception as error:  # provider failure: stop, the rest stays as it was
                 report.errors.append(
                     f"re-embedding stopped: {type(error).__name__}: {error}"[:1000]
                 )
                 return
-            await queries.set_vectors(
+            await set_chunk_vectors(
                 session,
                 model=embedder.identity,
                 ids=[i for i, _, _ in rows],
@@ -195,8 +195,8 @@ async def _wait_and_apply(
             raise BatchStillRunning(f"batch {job} still running; the next sync picks it up")
         await asyncio.sleep(settings.gemini_batch_poll_seconds)
     async with sessionmaker() as session, session.begin():
-        literals = {h: vector_literal(v) for h, v in zip(hashes, vectors, strict=True)}
-        await store_vectors(session, model=embedder.identity, vectors=literals)
+        fresh = dict(zip(hashes, vectors, strict=True))
+        await store_arrays(session, model=embedder.identity, vectors=fresh)
         await queries.fill_from_cache(session, project=project, model=embedder.identity)
         await queries.update_batch(session, batch_id, status="done")
     report.embeddings_computed += len(hashes)

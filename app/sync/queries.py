@@ -115,12 +115,6 @@ _UPDATE_BATCH = text(
     "last_error = :error, updated_at = now() WHERE id = :id"
 )
 
-_SET_VECTORS = text(
-    "UPDATE memory_chunks AS c SET embedding = CAST(t.e AS vector), model = :model, "
-    "embed_error = NULL FROM unnest(CAST(:ids AS bigint[]), CAST(:embeddings AS text[])) "
-    "AS t(id, e) WHERE c.id = t.id"
-)
-
 
 @dataclass(frozen=True, slots=True)
 class KnownFile:
@@ -318,9 +312,3 @@ async def update_batch(
     await session.execute(
         _UPDATE_BATCH, {"id": batch_id, "status": status, "job": job, "error": error}
     )
-
-
-async def set_vectors(
-    session: AsyncSession, *, model: str, ids: list[int], vectors: list[str]
-) -> None:
-    await session.execute(_SET_VECTORS, {"model": model, "ids": ids, "embeddings": vectors})

@@ -148,6 +148,9 @@ def test_every_entity_match_has_its_gate_literal() -> None:
 FILE_SAMPLES = [
     "a.py b.Py c.py_x d.pyé e.py/ f.py3 g.ps1 h.tar.gz i.tsx. ~/x/y-z@1.2/k.json, .env",
     "C:\\dir\\n.py \\napp/x.md (see ./docs/a.md) é/ü/ß.rs 1.5 e.g. foo.bar.toml",
+    # Paths longer than the walk-back's chunk (64), one of them from the text's first character.
+    "/very/" + "deep/" * 30 + "module.py and " + "x" * 63 + ".py and " + "y" * 64 + ".md",
+    "z" * 65 + "/" + "w" * 128 + ".ts then \\n" + "v" * 64 + ".go",
 ]
 
 

@@ -50,8 +50,10 @@ def test_parameters_and_rows_keep_their_types(database_url: str) -> None:
     text_value = "é🙂\n'\""
     params = {"n": 2**40, "small": 40_000, "flag": True, "s": text_value}
     params |= {"when": when, "none": None}
-    # Twice: the first call prepares the statement, the second reuses it (one batch of both).
-    first, second = asyncio.run(_run(database_url, [(ROUND_TRIP, params)] * 2))
+    # Twice: the first call prepares the statement, the second reuses it (one batch of both)
+    # and sends the text as its UTF-8 bytes, as the capture writer sends a payload's JSON.
+    as_bytes = params | {"s": text_value.encode()}
+    first, second = asyncio.run(_run(database_url, [(ROUND_TRIP, params), (ROUND_TRIP, as_bytes)]))
     for result in (first, second):
         row = result.one()
         assert (row.n, row.small, row.flag, row.s, row.when_, row.none, row.again) == (

@@ -4,11 +4,12 @@ import asyncio
 import uuid
 from typing import Any
 
+import numpy as np
 import psycopg
 from sqlalchemy import text
 
 from app.db.engine import make_async_engine, make_sessionmaker
-from app.index.embedding import EmbedStats, embed_pending_chunks
+from app.index.embedding import EmbedStats, embed_pending_chunks, vector_literal
 from app.index.writer import replace_index_text
 from tests.sync.helpers import CountingEmbedder
 
@@ -79,3 +80,14 @@ def test_provider_failure_counts_an_attempt_and_keeps_rows(
     assert "provider down" in stats.error
     row = db.execute("SELECT embedding IS NULL, embed_attempts, embed_error FROM memory_chunks")
     assert row.fetchone() == (True, 1, "RuntimeError: provider down")
+
+
+def test_vector_literal_is_pgvector_text_with_seven_significant_digits() -> None:
+    rng = np.random.default_rng(5)
+    for scale in (1e-8, 1e-3, 1.0, 1e3):
+        vector = (rng.standard_normal(256) * scale).astype(np.float32)
+        expected = "[" + ",".join(f"{float(x):.7g}" for x in vector) + "]"
+        assert vector_literal(vector) == expected
+        assert vector_literal([float(x) for x in vector]) == expected
+    assert vector_literal([1, 2.5, -0.0]) == "[1,2.5,-0]"
+    assert vector_literal([]) == "[]"

@@ -36,9 +36,21 @@ def test_pair_and_single_word_queries_use_only_rare_words() -> None:
         "('zebra' & 'checkout')"
     )
     assert loose_tsquery_text(terms, shares=SHARES) == "'zebra':* | 'checkout'"
-    # Every word common: the single-word tier scans only the least common one.
-    assert loose_tsquery_text(["session", "file"], shares=SHARES) == "'file':*"
+    # Every word common: the single-word tier scans only the least common one, and a last word
+    # that many rows hold is a whole word, not a prefix (as a prefix it adds every longer lexeme).
+    assert loose_tsquery_text(["session", "file"], shares=SHARES) == "'file'"
+    assert loose_tsquery_text(["zebra", "checkout"], shares=SHARES) == "'zebra' | 'checkout'"
+    assert loose_tsquery_text(["checkout", "zebra"], shares=SHARES) == "'zebra':* | 'checkout'"
     assert strict_tsquery_text(["session", "file"], shares=SHARES) == ""
+    # Past the two rarest, pair words are kept while together they are held by at most
+    # PAIR_SHARE_BUDGET of the rows: the pair scan's cost grows with their postings x pairs.
+    budget = {"alpha": 0.0, "beta": 0.02, "gamma": 0.02, "delta": 0.02, "omega": 0.03}
+    assert strict_tsquery_text(list(budget), prefix_last=False, shares=budget) == (
+        "('alpha' & 'beta') | ('alpha' & 'gamma') | ('beta' & 'gamma')"
+    )
+    assert strict_tsquery_text(["beta", "omega"], prefix_last=False, shares=budget) == (
+        "('beta' & 'omega')"
+    )
     # The all-words tier still requires every word; a prefix only for a one-word query.
     assert all_tsquery_text(terms) == "'session' & 'checkout' & 'file' & 'zebra'"
     assert all_tsquery_text(["deplo"]) == "'deplo':*"

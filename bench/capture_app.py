@@ -1,0 +1,149 @@
+"""The capture app's own CPU per request, in process: no uvicorn, no HTTP, a real Postgres.
+
+    uv run python -m bench.capture_app              # 10 rounds of 16 x 20 observe/result pairs
+    uv run python -m bench.capture_app --rounds 5 --pairs 40
+
+Calls the whole ASGI app (middlewares, router, routes, the group-commit writer) directly with
+the bodies `bench.capture` sends, from 16 concurrent clients, on an embedded PostgreSQL, and
+prints this process's CPU time per request for each round and the best round. Postgres runs in
+its own processes and is not counted. On a shared machine the process CPU of the best round
+moves far less than the HTTP benchmark's rates: run it on two commits alternately to compare a
+change to the app's per-request work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import random
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from bench.capture import payload_pool
+
+CLIENTS = 16
+
+
+async def call(app: Any, path: str, body: bytes) -> tuple[int, bytes]:
+    """One POST through the ASGI app; (status, body)."""
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [
+            (b"host", b"bench"),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+        ],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+    }
+    sent = False
+    status = 0
+    chunks: list[bytes] = []
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asyncio.Event().wait()  # a disconnect never comes
+        raise AssertionError("unreachable")
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+        else:
+            chunks.append(message.get("body", b""))
+
+    await app(scope, receive, send)
+    return status, b"".join(chunks)
+
+
+async def run(url: str, rounds: int, pairs: int) -> None:
+    from app.config import Settings
+    from app.main import create_app
+
+    pool = payload_pool(400)
+    app = create_app(Settings(database_url=url), database_url=url)
+    async with app.router.lifespan_context(app):
+        sessions = []
+        for _ in range(CLIENTS):
+            body = json.dumps({"projectPath": "/bench/project", "id": uuid.uuid4().hex})
+            _, answer = await call(app, "/api/session/start", body.encode())
+            sessions.append(json.loads(answer)["id"].encode())
+
+        async def client(number: int, count: int) -> None:
+            rng = random.Random(number)
+            session = sessions[number]
+            for _ in range(count):
+                args, result = pool[rng.randrange(len(pool))]
+                call_id = uuid.uuid4().hex.encode()
+                observe = b'{"sessionId":"%s","id":"%s","functionName":"write_file",' % (
+                    session,
+                    call_id,
+                )
+                status, _ = await call(
+                    app, "/api/observe", observe + b'"functionArgs":' + args + b"}"
+                )
+                answer = b'{"sessionId":"%s","observationId":"%s","functionName":"write_file",' % (
+                    session,
+                    call_id,
+                )
+                second, _ = await call(
+                    app, "/api/observe/result", answer + b'"result":' + result + b"}"
+                )
+                if (status, second) != (201, 200):
+                    raise RuntimeError(f"unexpected answers {status}, {second}")
+
+        await asyncio.gather(*(client(n, 10) for n in range(CLIENTS)))  # warm-up
+        gc.collect()
+        gc.freeze()  # as `agmem serve` does after startup
+        best = float("inf")
+        requests = CLIENTS * pairs * 2
+        for number in range(1, rounds + 1):
+            cpu, wall = time.process_time(), time.perf_counter()
+            await asyncio.gather(*(client(n, pairs) for n in range(CLIENTS)))
+            cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+            best = min(best, cpu / requests)
+            print(
+                f"round {number}: {cpu / requests * 1000:.3f} ms CPU a request, "
+                f"{requests / wall:.0f} req/s",
+                flush=True,
+            )
+        print(
+            f"best round: {best * 1000:.3f} ms of app CPU a request ({requests} requests a round)"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--pairs", type=int, default=20, help="observe/result pairs per client")
+    args = parser.parse_args()
+
+    from app.db import migrate
+    from app.db.embedded import start_embedded_postgres
+    from app.logs import configure_logging
+
+    configure_logging("warning")
+    with tempfile.TemporaryDirectory(prefix="agmem-bench-", ignore_cleanup_errors=True) as folder:
+        url = start_embedded_postgres(Path(folder) / "pgdata")
+        migrate.upgrade(url)
+        asyncio.run(run(url, args.rounds, args.pairs))
+
+
+if __name__ == "__main__":
+    main()
