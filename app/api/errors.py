@@ -57,18 +57,27 @@ async def _app_error(_: Request, error: Exception) -> JSONResponse:
     return error_response(error.status_code, error.error, error.detail, error.headers)
 
 
+def invalid_json(reason: str) -> JSONResponse:
+    return error_response(400, "InvalidJSON", f"the request body is not valid JSON: {reason}")
+
+
 async def _validation_error(_: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, RequestValidationError)
     errors = list(error.errors())
     if any(item.get("type") == "json_invalid" for item in errors):
         first = next(item for item in errors if item.get("type") == "json_invalid")
-        reason = (first.get("ctx") or {}).get("error", "malformed JSON")
-        return error_response(400, "InvalidJSON", f"the request body is not valid JSON: {reason}")
+        return invalid_json((first.get("ctx") or {}).get("error", "malformed JSON"))
     return error_response(422, "ValidationFailed", describe_validation_errors(errors))
 
 
 async def _http_error(_: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, StarletteHTTPException)
+    # FastAPI answers a body `json.loads` fails on other than by JSONDecodeError (nesting past the
+    # recursion limit, bytes that are no Unicode encoding) with a vague "error parsing the body".
+    if error.status_code == 400 and isinstance(error.__cause__, RecursionError):
+        return invalid_json("it is nested too deeply")
+    if error.status_code == 400 and isinstance(error.__cause__, UnicodeDecodeError):
+        return invalid_json("it is not UTF-8 text")
     name = _HTTP_ERROR_NAMES.get(error.status_code, "HTTPError")
     detail = error.detail if isinstance(error.detail, str) else str(error.detail)
     return error_response(error.status_code, name, detail, getattr(error, "headers", None))

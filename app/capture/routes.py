@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
 
+from app.api import paths  # noqa: F401 - registers the `{name:any}` paths below use
 from app.api.deps import DbDep, SettingsDep
 from app.capture import service
 from app.capture.db import capture_lifespan, capture_writer
@@ -235,7 +236,7 @@ async def list_sessions(
     return JSONResponse({"sessions": [session_json(row) for row in rows]})
 
 
-@router.get("/sessions/{session_id:path}")
+@router.get("/sessions/{session_id:any}")
 async def get_session(session_id: str, db: DbDep) -> JSONResponse:
     """One session with its summary and observation totals."""
     detail = await service.get_session(db, session_id=session_id)
@@ -247,7 +248,7 @@ async def get_session(session_id: str, db: DbDep) -> JSONResponse:
     return JSONResponse(body)
 
 
-@router.get("/observations/{observation_id:path}")
+@router.get("/observations/{observation_id:any}")
 async def get_observation(observation_id: str, db: DbDep) -> JSONResponse:
     """One observation: raw args and result, compressed data, tokens and status."""
     row = await service.get_observation(db, observation_id=observation_id)

@@ -11,9 +11,11 @@ from __future__ import annotations
 import typer
 
 from app.cli import memory, search, server, sync, worker
+from app.cli.common import OneLineErrors
 
 cli = typer.Typer(
     name="agmem",
+    cls=OneLineErrors,
     help="antigravity-mem: memory for AI coding agents.",
     no_args_is_help=True,
     add_completion=False,

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import sys
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import typer
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
+
+# typer vendors click and does not re-export its exceptions (only BadParameter).
+from typer._click import exceptions as click_errors
+from typer.core import TyperGroup
 
 from app.config import Settings, SettingsError, load_settings
 from app.errors import AppError
@@ -17,6 +22,45 @@ from app.errors import AppError
 def fail(message: str, code: int = 1) -> NoReturn:
     typer.echo(f"agmem: error: {message}", err=True)
     raise typer.Exit(code)
+
+
+class OneLineErrors(TyperGroup):
+    """The `agmem` group: a usage error (unknown option, bad value, missing argument) is one line
+    and exit 2, like every other error, instead of click's usage text and a boxed message."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        run = {
+            "args": args,
+            "prog_name": prog_name,
+            "complete_var": complete_var,
+            "windows_expand_args": windows_expand_args,
+        } | extra
+        if not standalone_mode:
+            return super().main(standalone_mode=False, **run)
+        try:
+            result = super().main(standalone_mode=False, **run)
+        except click_errors.NoArgsIsHelpError as error:
+            typer.echo(error.ctx.get_help(), err=True)
+            sys.exit(error.exit_code)
+        except click_errors.ClickException as error:
+            hint = ""
+            if isinstance(error, click_errors.UsageError) and error.ctx is not None:
+                hint = f" (see '{error.ctx.command_path} --help')"
+            typer.echo(f"agmem: error: {error.format_message()}{hint}", err=True)
+            sys.exit(error.exit_code)
+        except typer.Abort:
+            typer.echo("agmem: aborted", err=True)
+            sys.exit(1)
+        # Without standalone mode, click returns an Exit's code instead of exiting with it.
+        sys.exit(result if isinstance(result, int) else 0)
 
 
 def first_line(error: BaseException) -> str:

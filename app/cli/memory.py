@@ -149,7 +149,7 @@ def set_(
     if not as_string:
         try:
             parsed = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):
             parsed = value
 
     async def work(db: AsyncSession, _: Settings) -> tuple[Memory, bool]:

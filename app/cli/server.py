@@ -67,7 +67,9 @@ def exit_cleanly_on_sigterm() -> None:
 
 def serve(
     host: Annotated[str | None, typer.Option(help="Address to bind (AGMEM_HOST).")] = None,
-    port: Annotated[int | None, typer.Option(help="Port to listen on (AGMEM_PORT).")] = None,
+    port: Annotated[
+        int | None, typer.Option(min=1, max=65535, help="Port to listen on (AGMEM_PORT).")
+    ] = None,
     no_worker: Annotated[
         bool, typer.Option("--no-worker", help="Do not run a worker in this process.")
     ] = False,

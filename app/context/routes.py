@@ -11,10 +11,12 @@ from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
+from app.api import paths  # noqa: F401 - registers the `{name:any}` paths below use
 from app.api.deps import DbDep, SettingsDep
 from app.context.builder import ContextBlock, build_context
 from app.errors import BadRequest
 from app.llm.embeddings import get_embedder
+from app.privacy import clean_text
 from app.search.service import SearchTuning
 
 router = APIRouter(prefix="/api", tags=["context"])
@@ -51,6 +53,9 @@ class ContextOut(BaseModel):
 
 def normalise_project_path(from_path: str | None, from_query: str | None) -> str:
     """`?projectPath=` wins; a path given without its leading slash gets it back."""
+    # NULs are cleaned before storage, so a stored project path never holds one.
+    from_query = clean_text(from_query) if from_query is not None else None
+    from_path = clean_text(from_path) if from_path is not None else None
     chosen = from_query if from_query and from_query.strip() else from_path
     if chosen is None or not chosen.strip():
         raise MissingProjectPath("give the project as /api/context/<path> or ?projectPath=")
@@ -101,7 +106,7 @@ async def _context(
     block = await build_context(
         db,
         project_path=project,
-        prompt=prompt,
+        prompt=clean_text(prompt) if prompt is not None else None,
         budget=budget or settings.context_budget,
         embedder=get_embedder(settings),
         tuning=SearchTuning.from_settings(settings),
@@ -123,7 +128,7 @@ async def get_context_by_query(
     return await _context(db, settings, project, prompt, budget, output)
 
 
-@router.get("/context/{path_project:path}", response_model=None)
+@router.get("/context/{path_project:any}", response_model=None)
 async def get_context(
     path_project: str,
     db: DbDep,

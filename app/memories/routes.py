@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
 
+from app.api import paths  # noqa: F401 - registers the `{name:any}` paths below use
 from app.api.deps import DbDep, StateDep
 from app.db.engine import transaction
 from app.errors import BadRequest, ValidationFailed
@@ -90,7 +91,7 @@ def _etag(memory: Memory) -> dict[str, str]:
     return {"ETag": f'"{memory.version}"'}
 
 
-@router.put("/memories/{key:path}", response_model=Memory)
+@router.put("/memories/{key:any}", response_model=Memory)
 async def put_memory(
     key: str,
     body: MemoryWrite,
@@ -126,7 +127,7 @@ async def list_memories(
     wanted = _tags(tags)
     await flush_reads(state)
     rows = await service.find_memories(
-        db, visibility=seen_by, pattern=pattern or None, tags=wanted, limit=limit
+        db, visibility=seen_by, pattern=_optional(pattern), tags=wanted, limit=limit
     )
     return MemoryList(memories=[service.to_schema(row) for row in rows])
 
@@ -142,7 +143,7 @@ def _tags(tags: list[str] | None) -> list[str] | None:
         raise ValidationFailed(f"tags: {error}") from None
 
 
-@router.get("/memories/{key:path}", response_model=MemoryWithHistory | Memory | MemoryList)
+@router.get("/memories/{key:any}", response_model=MemoryWithHistory | Memory | MemoryList)
 async def get_memory(
     key: str,
     request: Request,
@@ -181,7 +182,7 @@ async def get_memory(
     return JSONResponse(memory.model_dump(mode="json", by_alias=True), headers=_etag(memory))
 
 
-@router.delete("/memories/{key:path}", response_model=Deleted)
+@router.delete("/memories/{key:any}", response_model=Deleted)
 async def delete_memory(key: str, db: DbDep, seen_by: VisibilityDep) -> Deleted:
     """Delete the memory a read of this key would return; `{deleted: false}` when none."""
     return Deleted(deleted=await service.delete_memory(db, key=_key(key), visibility=seen_by))

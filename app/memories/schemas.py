@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import uuid
 from datetime import datetime
 from typing import Any, Literal
@@ -42,6 +43,23 @@ def check_tags(tags: list[str] | None) -> list[str] | None:
     return cleaned
 
 
+def check_finite(value: Any) -> Any:
+    """Refuse NaN and Infinity anywhere in a value: Python's JSON parser takes them, JSON has none.
+
+    Stored as JSONB they would fail in Postgres; refused here, the client learns which field.
+    """
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            raise ValueError("NaN and Infinity are not JSON numbers")
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return value
+
+
 class CamelModel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
 
@@ -62,7 +80,7 @@ class MemoryWrite(CamelModel):
     @classmethod
     def _sanitize_value(cls, value: Any) -> Any:
         # Memories are searched and injected into prompts: privacy rules apply as to captures.
-        return sanitize_json(value)
+        return check_finite(sanitize_json(value))
 
     @field_validator("project_path", "session_id", "created_by")
     @classmethod

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import re
 import socket
+from urllib.parse import quote
 
 import httpx
 from starlette.datastructures import Headers
+from starlette.types import Scope
 
-from app.errors import UpstreamUnavailable
+from app.errors import BadRequest, UpstreamUnavailable
 
 # Hop-by-hop headers (RFC 9110 §7.6.1) plus the ones the transport recomputes for the new hop.
 _HOP_BY_HOP = frozenset(
@@ -38,11 +40,32 @@ OUR_HEADER_PREFIX = "x-agmem-"
 _KEY_IN_TEXT = re.compile(r"(key=)[^&\s'\"]+", re.IGNORECASE)
 
 
-def upstream_url(base: str, path: str, query_string: bytes) -> str:
-    """The upstream URL: the same path, with the caller's query string byte for byte."""
+class UnforwardableRequest(BadRequest):
+    """The caller's URL cannot be sent on (httpx refuses it: too long, or malformed)."""
+
+
+def upstream_url(base: str, scope: Scope) -> str:
+    """The upstream URL: the caller's path and query string byte for byte, as sent.
+
+    The raw path keeps the caller's percent-encoding: the decoded one may hold characters (a NUL,
+    a newline, a space in a model name) that are not valid in a URL.
+    """
+    raw_path: bytes | None = scope.get("raw_path")
+    path = raw_path.decode("latin-1") if raw_path else quote(scope["path"], safe="/:@!$&'()*+,;=")
     url = base.rstrip("/") + path
+    query_string: bytes = scope.get("query_string", b"")
     if query_string:
         url += "?" + query_string.decode("latin-1")
+    return url
+
+
+def forwardable_url(base: str, scope: Scope) -> str:
+    """`upstream_url`, or a 400 when httpx cannot send it (checked before anything is captured)."""
+    url = upstream_url(base, scope)
+    try:
+        httpx.URL(url)
+    except httpx.InvalidURL as error:
+        raise UnforwardableRequest(f"the request URL cannot be forwarded: {error}") from None
     return url
 
 

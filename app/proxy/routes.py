@@ -19,10 +19,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from app.api import paths  # noqa: F401 - registers the `{name:any}` paths below use
 from app.config import Settings
 from app.errors import Unauthorized
 from app.proxy.capture import Answer, CaptureRequest
-from app.proxy.forward import request_headers, response_headers, unreachable, upstream_url
+from app.proxy.forward import forwardable_url, request_headers, response_headers, unreachable
 from app.proxy.inject import has_memory_block, inject_memory, last_user_prompt
 from app.proxy.state import ProxyState, get_app_state, get_proxy_state, proxy_lifespan
 
@@ -94,6 +95,7 @@ async def proxy_call(request: Request, model: str) -> Response:
     settings = agmem.settings
     proxy = get_proxy_state(request)
     _check_token(request, settings)
+    url = forwardable_url(settings.gemini_upstream, request.scope)
     raw = await request.body()
     body = _parse_body(raw)
     content = await _prepare(proxy, settings, request, body, raw)
@@ -105,7 +107,7 @@ async def proxy_call(request: Request, model: str) -> Response:
         proxy.capture.submit(CaptureRequest(project, session_id, model, body), answer)
     response: Response | None = None
     try:
-        response = await _forward(proxy, settings, request, content, answer, model)
+        response = await _forward(proxy, settings, request, url, content, answer, model)
         return response
     finally:
         # Whatever happened (error, disconnect), capture must not wait for an answer forever;
@@ -118,6 +120,7 @@ async def _forward(
     proxy: ProxyState,
     settings: Settings,
     request: Request,
+    url: str,
     content: bytes,
     answer: asyncio.Future[Answer],
     model: str,
@@ -125,10 +128,7 @@ async def _forward(
     relay_all: bool = False,
 ) -> Response:
     upstream_request = proxy.http.build_request(
-        request.method,
-        upstream_url(settings.gemini_upstream, request.url.path, request.scope["query_string"]),
-        headers=request_headers(request.headers),
-        content=content,
+        request.method, url, headers=request_headers(request.headers), content=content
     )
     try:
         upstream = await proxy.http.send(upstream_request, stream=True)
@@ -201,10 +201,13 @@ async def passthrough(request: Request, rest: str) -> Response:
     """
     agmem = get_app_state(request)
     _check_token(request, agmem.settings)
+    url = forwardable_url(agmem.settings.gemini_upstream, request.scope)
     content = await request.body()
     unused: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
     proxy = get_proxy_state(request)
-    return await _forward(proxy, agmem.settings, request, content, unused, rest, relay_all=True)
+    return await _forward(
+        proxy, agmem.settings, request, url, content, unused, rest, relay_all=True
+    )
 
 
 for _version in ("v1beta", "v1"):
@@ -219,7 +222,7 @@ for _version in ("v1beta", "v1"):
 # Registered after the routes above, which therefore win for the calls they serve.
 for _version in ("v1beta", "v1"):
     router.add_api_route(
-        f"/{_version}/{{rest:path}}",
+        f"/{_version}/{{rest:any}}",
         passthrough,
         methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
         name=f"gemini_{_version}_passthrough",

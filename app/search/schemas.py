@@ -5,8 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
+
+from app.privacy import clean_text
 
 SearchMode = Literal["hybrid", "vector", "keyword", "weighted"]
 SearchSource = Literal["memory", "sessions", "observation", "summary", "kv"]
@@ -24,11 +26,17 @@ class SearchRequest(CamelModel):
     limit: int = Field(default=10, ge=1, le=MAX_LIMIT)
     mode: SearchMode = "hybrid"
     sources: list[SearchSource] | None = Field(default=None, max_length=5)
-    min_score: float | None = None
+    min_score: float | None = Field(default=None, allow_inf_nan=False)
     # Filters beyond the contract's minimum; both branches apply them identically.
     path_prefix: str | None = Field(default=None, max_length=4096)
     since: datetime | None = None
     until: datetime | None = None
+
+    @field_validator("query", "project_path", "path_prefix")
+    @classmethod
+    def _clean(cls, value: str | None) -> str | None:
+        # A NUL can never match stored text (it is cleaned before storage) and Postgres refuses it.
+        return clean_text(value) if value is not None else None
 
 
 class SearchResult(CamelModel):

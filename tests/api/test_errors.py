@@ -68,6 +68,26 @@ def test_malformed_json_is_400(probe_client: TestClient) -> None:
     assert body["detail"].startswith("the request body is not valid JSON")
 
 
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b'{"name": ' + b"[" * 5000 + b"]" * 5000 + b"}", "nested too deeply"),
+        (b'{"name": "\xff\xfe caf\xe9"}', "not UTF-8"),
+    ],
+)
+def test_bodies_json_cannot_decode_are_invalid_json(
+    probe_client: TestClient, body: bytes, reason: str
+) -> None:
+    # FastAPI answers these with a vague 400 "There was an error parsing the body".
+    response = probe_client.post(
+        "/api/probe", content=body, headers={"content-type": "application/json"}
+    )
+
+    assert response.status_code == 400
+    assert response.json()["error"] == "InvalidJSON"
+    assert reason in response.json()["detail"]
+
+
 def test_missing_and_wrong_typed_fields_are_422_naming_them(probe_client: TestClient) -> None:
     response = probe_client.post("/api/probe", json={"count": "many"})
 

@@ -214,3 +214,19 @@ def test_hot_routes_read_json_only_when_declared_json(
     if status == 422:
         assert response.json()["error"] == "ValidationFailed"
         assert count(db, "observations") == 0
+
+
+def test_ids_holding_a_newline_are_reachable_by_their_url(client: TestClient) -> None:
+    # A client-chosen id may hold any text; `{id:path}` stopped at a newline, a bare 404.
+    session_id = make_session(client, id="tool\ncall/1")
+    observed = client.post(
+        "/api/observe", json={"sessionId": session_id, "functionName": "f", "id": "o\n1"}
+    )
+    assert observed.status_code == 201
+
+    session = client.get("/api/sessions/tool%0Acall/1")
+    assert session.status_code == 200
+    assert session.json()["id"] == "tool\ncall/1"
+    assert client.get("/api/observations/o%0A1").json()["sessionId"] == "tool\ncall/1"
+    missing = client.get("/api/observations/o%0A2")
+    assert (missing.status_code, missing.json()["error"]) == (404, "ObservationNotFound")

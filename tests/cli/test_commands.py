@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from app.cli import cli
 from tests.cli.helpers import run_agmem
 
 
@@ -91,4 +93,39 @@ def test_non_loopback_bind_without_token_is_refused() -> None:
     assert result.stderr.strip() == (
         "agmem: error: refusing to listen on 0.0.0.0 without a token: set AGMEM_API_TOKEN, "
         "or bind 127.0.0.1"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["nosuchcmd"], "agmem: error: No such command 'nosuchcmd'. (see 'agmem --help')"),
+        (["search"], "agmem: error: Missing argument 'query'. (see 'agmem search --help')"),
+        (
+            ["serve", "--port", "70000"],
+            "agmem: error: Invalid value for '--port': Input should be less than or equal to "
+            "65535 (see 'agmem serve --help')",
+        ),
+        (
+            ["memory", "set", "k", "1", "--scope", "galaxy"],
+            "agmem: error: Invalid value for '--scope': Value error, 'galaxy' is not one of "
+            "'global', 'project', 'session', 'shared'. (see 'agmem memory set --help')",
+        ),
+    ],
+)
+def test_usage_errors_are_one_line_and_exit_2(args: list[str], message: str) -> None:
+    # Click's usage text and boxed message were six lines; a port past 65535 was a traceback.
+    result = CliRunner().invoke(cli, args)
+
+    assert result.exit_code == 2
+    assert result.stderr.strip() == message
+
+
+def test_unknown_revision_is_one_line(database_url: str) -> None:
+    result = CliRunner().invoke(cli, ["migrate", "nosuchrev"], env={"DATABASE_URL": database_url})
+
+    assert result.exit_code == 1
+    assert result.stderr.strip() == (
+        "agmem: error: cannot migrate to 'nosuchrev': "
+        "Can't locate revision identified by 'nosuchrev'"
     )

@@ -170,6 +170,10 @@ def test_project_path_forms(
     )
     for url in ("/api/context/home/dev/shop", "/api/context/%2Fhome%2Fdev%2Fshop"):
         assert "Shop summary." in client.get(url).text, url
+    # A path that holds a newline is still a project path, not an unmatched route.
+    odd = client.get("/api/context/home/dev/odd%0Aname", params={"format": "json"})
+    assert odd.status_code == 200
+    assert odd.json()["items"] == []
     by_query = client.get("/api/context", params={"projectPath": "/home/dev/shop"}).text
     assert "Shop summary." in by_query
     wins = client.get("/api/context/home/dev/other", params={"projectPath": "/home/dev/shop"})
@@ -186,3 +190,6 @@ def test_bad_context_requests_are_4xx(client: TestClient, db: psycopg.Connection
         assert response.status_code == 422, params
     hostile = client.get("/api/context/p", params={"prompt": "'); DROP TABLE x; -- 🔥 :* \\"})
     assert hostile.status_code == 200
+    # A NUL reached Postgres, which refused it (422 quoting the database); it is cleaned.
+    nul = client.get("/api/context", params={"projectPath": "/p\x00", "prompt": "a\x00b"})
+    assert nul.status_code == 200

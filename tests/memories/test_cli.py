@@ -78,6 +78,11 @@ def test_user_errors_are_one_line(agmem: Any) -> None:
     stale = agmem("memory", "set", "project.v", "2", "-p", PROJECT, "--if-version", "5")
     assert stale.exit_code == 1
     assert "is at version 1, not 5" in stale.output
+    # JSON nested past Python's recursion limit was a RecursionError traceback; it is text.
+    deep = "[" * 5000 + "]" * 5000
+    stored = agmem("memory", "set", "project.deep", deep, "-p", PROJECT)
+    assert stored.exit_code == 0, stored.output
+    assert agmem("memory", "get", "project.deep", "-p", PROJECT).stdout.strip() == deep
 
 
 def test_resume_prints_the_briefing(agmem: Any) -> None:

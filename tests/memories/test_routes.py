@@ -104,10 +104,22 @@ def test_bad_inputs_are_4xx_and_store_nothing(
         url("k"), content=b"{not json", headers={"content-type": "application/json"}
     )
     assert bad_json.status_code == 400
+    # NaN and Infinity parse in Python but are not JSON: a clear 422, not Postgres's rejection.
+    for value in (b"NaN", b"[1, -Infinity]"):
+        non_finite = client.put(
+            url("k"),
+            content=b'{"scope": "global", "value": ' + value + b"}",
+            headers={"content-type": "application/json"},
+        )
+        assert non_finite.status_code == 422
+        assert non_finite.json()["error"] == "ValidationFailed"
+        assert non_finite.json()["detail"].startswith("value:")
     assert client.get("/api/memories", params={"limit": 0}).status_code == 422
     assert client.get("/api/memories", params={"scope": "project"}).status_code == 422
     assert client.get("/api/memories", params={"pattern": "x*" * 300}).status_code == 422
     assert client.get("/api/memories", params={"tags": ","}).status_code == 200
+    nul_pattern = client.get("/api/memories", params={"pattern": "k\x00*", "scope": "global"})
+    assert nul_pattern.status_code == 200
     assert db.execute("SELECT count(*) FROM memories").fetchone() == (0,)
 
 
@@ -249,3 +261,14 @@ def test_privacy_rules_apply_to_values(client: TestClient, db: psycopg.Connectio
         too_deep = [too_deep]
     response = client.put(url("discovered.deep"), json={"value": too_deep, "projectPath": PROJECT})
     assert response.status_code == 422
+
+
+def test_key_holding_a_newline_is_written_read_and_deleted(client: TestClient) -> None:
+    # Every route of the key must match it: `{key:path}` stopped at a newline, a bare 404.
+    created = put(client, "notes\nfirst line", "v")
+    assert created["key"] == "notes\nfirst line"
+    got = client.get(url("notes\nfirst line"), params={"projectPath": PROJECT})
+    assert got.status_code == 200
+    assert got.json()["value"] == "v"
+    deleted = client.delete(url("notes\nfirst line"), params={"projectPath": PROJECT})
+    assert deleted.json() == {"deleted": True}

@@ -5,11 +5,17 @@ from __future__ import annotations
 import json
 import socket
 import time
+from pathlib import Path
+from typing import Any
 
 import httpx
+import psycopg
 import pytest
+from fastapi.testclient import TestClient
 from google.genai import errors, types
 
+from app.main import create_app
+from tests.conftest import make_settings
 from tests.fakes.gemini import text_answer
 from tests.proxy.conftest import CALLER_KEY, Proxy, ProxyFactory
 from tests.proxy.upstream import Scripted, sse_bytes
@@ -219,3 +225,38 @@ def test_odd_bodies_are_forwarded_not_failed(proxy: Proxy) -> None:
         assert reply.status_code == 200
     assert len(proxy.upstream.requests) == 5
     assert proxy.upstream.requests[2].body == {"contents": [{"parts": [{"text": "x \udc00"}]}]}
+
+
+def test_odd_model_names_are_forwarded_as_sent(
+    proxy: Proxy,
+) -> None:
+    # A NUL, a newline or a space decoded from the path is not valid in a URL: the raw path is.
+    for model in ("a%00b", "line%0Abreak", "two%20words", "%C3%A9t%C3%A9"):
+        reply = httpx.post(
+            f"{proxy.url}/v1beta/models/{model}:generateContent",
+            json={"contents": [{"parts": [{"text": "hi"}]}]},
+            headers={"X-Agmem-Inject": "off"},
+        )
+        assert reply.status_code == 200, model
+        assert proxy.upstream.requests[-1].path == f"/v1beta/models/{model}:generateContent"
+
+    assert len(proxy.upstream.requests) == 4
+
+
+def test_url_too_long_to_forward_is_400_and_captures_nothing(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # Servers limit the request line well below httpx's 64 KiB, so this meets the app directly;
+    # the upstream's longer base pushes the forwarded URL past what httpx will send.
+    settings = make_settings(
+        home=tmp_path / "home", gemini_upstream=f"http://127.0.0.1:9/{'v' * 200}"
+    )
+    with TestClient(create_app(settings, database_url=database_url)) as client:
+        reply = client.post(
+            f"/v1beta/models/m:generateContent?x={'a' * 65_400}",
+            json={"contents": [{"parts": [{"text": "hi"}]}]},
+            headers={"X-Agmem-Project": "/p"},
+        )
+    assert reply.status_code == 400
+    assert reply.json()["error"] == "UnforwardableRequest"
+    assert db.execute("SELECT count(*) FROM sessions").fetchone() == (0,)
