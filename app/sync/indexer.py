@@ -75,17 +75,32 @@ class _Prepared:
 
 
 class ProjectFolderMissing(Exception):
-    """The project path is not a directory."""
+    """The project path, or a memory or sessions folder named for this sync, is not a folder."""
 
 
 def resolve_roots(settings: Settings, request: SyncRequest) -> tuple[str, Path, Path]:
-    """The project key and the memory and sessions folders (relative ones under the project)."""
+    """The project key and the memory and sessions folders (relative ones under the project).
+
+    A folder named in the request must exist: a mistyped one would otherwise sync nothing and
+    say nothing. The configured defaults may be absent (a project without transcripts).
+    """
     project = Path(os.path.abspath(Path(request.project_path).expanduser()))
-    if not project.is_dir():
-        raise ProjectFolderMissing(f"project folder {project} does not exist")
+    _require_folder(project, "project folder")
     memory = project / Path(request.memory_dir or settings.sync_memory_dir).expanduser()
     sessions = project / Path(request.sessions_dir or settings.sync_sessions_dir).expanduser()
-    return str(project), Path(os.path.normpath(memory)), Path(os.path.normpath(sessions))
+    memory, sessions = Path(os.path.normpath(memory)), Path(os.path.normpath(sessions))
+    if request.memory_dir:
+        _require_folder(memory, "memory folder")
+    if request.sessions_dir:
+        _require_folder(sessions, "sessions folder")
+    return str(project), memory, sessions
+
+
+def _require_folder(path: Path, what: str) -> None:
+    if path.is_dir():
+        return
+    problem = "is not a folder" if path.exists() else "does not exist"
+    raise ProjectFolderMissing(f"{what} {path} {problem}")
 
 
 async def sync_project(

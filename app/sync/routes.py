@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from app.api.deps import DbDep
+from app.api.deps import DbDep, SettingsDep
 from app.sync import runs
 from app.sync.schemas import SyncIn, SyncQueued
 
@@ -14,8 +14,8 @@ router = APIRouter(prefix="/api/sync", tags=["sync"])
 
 
 @router.post("", status_code=202)
-async def queue_sync(data: SyncIn, db: DbDep) -> dict[str, Any]:
-    run_id = await runs.queue_run(db, data=data)
+async def queue_sync(data: SyncIn, db: DbDep, settings: SettingsDep) -> dict[str, Any]:
+    run_id = await runs.queue_run(db, data=data, settings=settings)
     return SyncQueued(run_id=str(run_id)).model_dump(by_alias=True)
 
 

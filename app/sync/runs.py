@@ -18,7 +18,7 @@ from app.config import Settings
 from app.db.models import SyncRunRow
 from app.errors import NotFound, ValidationFailed
 from app.llm.embeddings import get_embedder
-from app.sync.indexer import SyncRequest, sync_project
+from app.sync.indexer import ProjectFolderMissing, SyncRequest, resolve_roots, sync_project
 from app.sync.schemas import SyncIn, SyncRunOut
 
 log = structlog.get_logger(__name__)
@@ -32,12 +32,18 @@ class ProjectFolderNotFound(ValidationFailed):
     pass
 
 
-async def queue_run(session: AsyncSession, *, data: SyncIn) -> uuid.UUID:
-    """Record a queued sync run for the worker; the project folder must exist."""
+async def queue_run(session: AsyncSession, *, data: SyncIn, settings: Settings) -> uuid.UUID:
+    """Record a queued sync run for the worker; the project folder (and any folder the request
+    names) must exist."""
     if not Path(data.project_path).is_absolute():
         raise ProjectFolderNotFound(f"projectPath must be absolute: {data.project_path!r}")
     if "\x00" in data.project_path or not Path(data.project_path).is_dir():
         raise ProjectFolderNotFound(f"projectPath is not a directory: {data.project_path!r}")
+    try:
+        named = SyncRequest(data.project_path, data.memory_dir, data.sessions_dir)
+        resolve_roots(settings, named)
+    except ProjectFolderMissing as error:
+        raise ProjectFolderNotFound(str(error)) from None
     run = SyncRunRow(
         project_path=data.project_path,
         memory_dir=data.memory_dir,

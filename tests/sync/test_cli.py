@@ -44,6 +44,18 @@ def test_sync_command_fails_in_one_line(env: dict[str, str], tmp_path: Path) -> 
     assert missing.stderr.strip().splitlines() == [
         f"agmem: error: project folder {tmp_path / 'nope'} does not exist"
     ]
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("not a folder")
+    for args, message in (
+        (["--project", str(a_file)], f"project folder {a_file} is not a folder"),
+        (
+            ["--project", str(tmp_path), "--sessions-dir", "chats"],
+            f"sessions folder {tmp_path / 'chats'} does not exist",
+        ),
+    ):
+        refused = runner.invoke(cli, ["sync", *args], env=env)
+        assert refused.exit_code == 1
+        assert refused.stderr.strip().splitlines() == [f"agmem: error: {message}"]
     bad = runner.invoke(
         cli, ["sync", "--project", str(tmp_path)], env={**env, "AGMEM_SYNC_CHUNK_TOKENS": "1"}
     )

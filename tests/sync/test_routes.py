@@ -76,15 +76,27 @@ def test_run_with_custom_folders_and_failure_is_recorded(
 ) -> None:
     project = make_project(tmp_path / "proj")
     (project / "sessions").rename(project / "chats")
-    answer = client.post(
+    # A folder the request names must exist: a typo is refused, not a silent empty sync.
+    typo = client.post(
         "/api/sync",
         json={"projectPath": str(project), "sessionsDir": "chats", "memoryDir": "nowhere"},
+    )
+    assert typo.status_code == 422
+    assert typo.json() == {
+        "error": "ProjectFolderNotFound",
+        "detail": f"memory folder {project / 'nowhere'} does not exist",
+    }
+    (project / "notes").mkdir()
+    (project / "MEMORY.md").rename(project / "notes" / "MEMORY.md")
+    answer = client.post(
+        "/api/sync",
+        json={"projectPath": str(project), "sessionsDir": "chats", "memoryDir": "notes"},
     )
     run_id = answer.json()["runId"]
     execute(database_url, settings, run_id)
     done = client.get(f"/api/sync/{run_id}").json()
     assert done["status"] == "done"
-    assert done["filesScanned"] == 2  # the two transcripts; the memory folder does not exist
+    assert done["filesScanned"] == 3  # notes/MEMORY.md and the two transcripts in chats/
 
     project_gone = tmp_path / "gone"
     project_gone.mkdir()
