@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+import sqlalchemy
 from fastapi.testclient import TestClient
 from sqlalchemy.engine import make_url
 
@@ -37,13 +40,20 @@ def pytest_configure(config: pytest.Config) -> None:
 def share_bytecode_with_subprocesses(basetemp: str) -> None:
     """Let the `agmem` processes the tests start compile each module once per run, not each time.
 
-    With PYTHONDONTWRITEBYTECODE set (as in many container images) and a fresh `uv sync` (which
-    writes no bytecode), every process compiled its ~2,500 modules from source: ~3 s of CPU for
-    each of the ~30 processes the suite starts, most of their start-up. They now write bytecode
-    to a folder of this run (removed with it), never next to the sources.
+    With PYTHONDONTWRITEBYTECODE set (as in many container images) and a venv without bytecode
+    (`uv sync` writes none; `make install` compiles it), every process compiled its ~2,500
+    modules from source: ~3 s of CPU of each of the ~30 processes the suite starts. They then
+    write bytecode to a folder of this run (removed with it), never next to the sources.
     """
-    if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
-        os.environ.setdefault("PYTHONPYCACHEPREFIX", os.path.join(basetemp, "pycache"))
+    if not os.environ.get("PYTHONDONTWRITEBYTECODE") or _venv_has_bytecode():
+        return
+    del os.environ["PYTHONDONTWRITEBYTECODE"]
+    os.environ.setdefault("PYTHONPYCACHEPREFIX", os.path.join(basetemp, "pycache"))
+
+
+def _venv_has_bytecode() -> bool:
+    # A bytecode folder would hide it: Python reads compiled modules from one place only.
+    return Path(importlib.util.cache_from_source(sqlalchemy.__file__)).exists()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
