@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 import time
@@ -39,7 +40,14 @@ def writer(server: ServerProcess, session_id: str, number: int, acked: list[str]
         }
         try:
             status, answer = post(server.url + "/api/observe", body)
-        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        # A kill mid-answer cuts the body short (IncompleteRead): not acknowledged either.
+        except (
+            urllib.error.URLError,
+            http.client.HTTPException,
+            ConnectionError,
+            TimeoutError,
+            OSError,
+        ):
             return
         if status in (200, 201) and answer["id"] == observation_id:
             acked.append(observation_id)
