@@ -32,11 +32,12 @@ class SearchRequest(CamelModel):
     since: datetime | None = None
     until: datetime | None = None
 
-    @field_validator("query", "project_path", "path_prefix")
+    @field_validator("query", "project_path", "path_prefix", mode="before")
     @classmethod
-    def _clean(cls, value: str | None) -> str | None:
-        # A NUL can never match stored text (it is cleaned before storage) and Postgres refuses it.
-        return clean_text(value) if value is not None else None
+    def _clean(cls, value: object) -> object:
+        # Cleaned as stored text is: a NUL can never match it (and Postgres refuses one), and a
+        # lone surrogate, which pydantic's string check refuses, becomes U+FFFD as it does there.
+        return clean_text(value) if isinstance(value, str) else value
 
 
 class SearchResult(CamelModel):

@@ -145,6 +145,13 @@ def test_limit_and_invalid_bodies(client: TestClient, corpus: list[int]) -> None
     # A NUL in a filter reached Postgres, which refused it: 422 quoting the database.
     nul = client.post("/api/search", json={"query": "po\u0000ol", "projectPath": "/p\u0000"})
     assert nul.status_code == 200
+    # A lone surrogate is cleaned as in stored text (it was a 422 "not a valid string").
+    lone = client.post(
+        "/api/search",
+        content=b'{"query": "pool \\ud800", "pathPrefix": "a\\udc00"}',
+        headers={"content-type": "application/json"},
+    )
+    assert lone.status_code == 200, lone.text
     response = client.post(
         "/api/search", json={"query": "pool", "since": NEW.isoformat(), "until": OLD.isoformat()}
     )
