@@ -232,6 +232,7 @@ class Figures:
     errors: int
     server_cpu_ms: float  # per request, the server process
     db_cpu_ms: float  # per request, the Postgres processes
+    steal: float = 0.0  # share of the machine's CPU time the hypervisor took during the run
 
     def line(self) -> str:
         cpu = f"  CPU/req: server {self.server_cpu_ms:.2f} ms"
@@ -240,7 +241,18 @@ class Figures:
         return (
             f"{self.label:<13} {self.connections:>3} conns  {self.throughput:8.0f} req/s  "
             f"p50 {self.p50_ms:6.2f} ms  p99 {self.p99_ms:7.2f} ms  errors {self.errors}{cpu}"
+            f"  steal {self.steal:.0%}"
         )
+
+
+def cpu_ticks() -> tuple[int, int]:
+    """(all CPU ticks, stolen ticks) of the machine so far, from /proc/stat (Linux).
+
+    On a virtual machine the hypervisor can take CPU time away ("steal"); on this one it reached
+    40% in some runs, and latency tails grew with it, so every figure is printed with it.
+    """
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return sum(fields[:8]), fields[7]
 
 
 def measure(
@@ -257,7 +269,9 @@ def measure(
     for connections in levels:
         server_before = cpu_seconds([server.process.pid])
         db_before = cpu_seconds(postgres_pids(pgdata))
+        ticks_before, stolen_before = cpu_ticks()
         run, elapsed = asyncio.run(drive(server.port, connections, seconds, warmup, pool, rate))
+        ticks_after, stolen_after = cpu_ticks()
         # CPU is counted over warm-up and measurement alike, so divide by every request sent.
         sent = max(1, round(run.requests * (elapsed + warmup) / elapsed))
         server_cpu = cpu_seconds([server.process.pid]) - server_before
@@ -272,6 +286,7 @@ def measure(
             run.errors,
             server_cpu / sent * 1000,
             db_cpu / sent * 1000,
+            (stolen_after - stolen_before) / max(1, ticks_after - ticks_before),
         )
         print(result.line(), flush=True)
         results.append(result)
