@@ -356,16 +356,15 @@ _KEY_CACHE_MAX_CHARS = 100
 
 def _key(key: str) -> tuple[str, bool]:
     """An object key sanitized, and whether it names a credential."""
-    if len(key) <= _KEY_CACHE_MAX_CHARS:
-        return _short_key(key)
+    return _short_key(key) if len(key) <= _KEY_CACHE_MAX_CHARS else _sanitize_key(key)
+
+
+def _sanitize_key(key: str) -> tuple[str, bool]:
     clean = sanitize_text(key)
     return clean, _SECRET_KEY.fullmatch(clean) is not None
 
 
-@lru_cache(maxsize=4096)
-def _short_key(key: str) -> tuple[str, bool]:
-    clean = sanitize_text(key)
-    return clean, _SECRET_KEY.fullmatch(clean) is not None
+_short_key = lru_cache(maxsize=4096)(_sanitize_key)
 
 
 def json_depth(value: Any, *, limit: int = DEFAULT_MAX_DEPTH) -> int:

@@ -235,6 +235,7 @@ def prepare_payload(value: Any, *, max_chars: int, max_depth: int) -> Payload:
     if original_chars <= max_chars:
         return Payload(clean, data, original_chars, original_bytes, truncated=False)
     capped = _cap_strings(clean, max(1024, max_chars // 4))
-    if len(dumps(capped)) > max_chars:
-        capped = cap_text(dumps(capped), max_chars * 9 // 10)
+    capped_text = dumps(capped)
+    if len(capped_text) > max_chars:
+        capped = cap_text(capped_text, max_chars * 9 // 10)
     return Payload(capped, dumps_bytes(capped), original_chars, original_bytes, truncated=True)

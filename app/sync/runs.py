@@ -37,11 +37,9 @@ async def queue_run(session: AsyncSession, *, data: SyncIn, settings: Settings) 
     names) must exist."""
     if not Path(data.project_path).is_absolute():
         raise ProjectFolderNotFound(f"projectPath must be absolute: {data.project_path!r}")
-    if "\x00" in data.project_path or not Path(data.project_path).is_dir():
-        raise ProjectFolderNotFound(f"projectPath is not a directory: {data.project_path!r}")
     try:
-        named = SyncRequest(data.project_path, data.memory_dir, data.sessions_dir)
-        resolve_roots(settings, named)
+        # The same check the run makes: the project, and any folder named, must be folders.
+        resolve_roots(settings, SyncRequest(data.project_path, data.memory_dir, data.sessions_dir))
     except ProjectFolderMissing as error:
         raise ProjectFolderNotFound(str(error)) from None
     run = SyncRunRow(

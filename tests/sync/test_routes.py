@@ -112,6 +112,8 @@ def test_bad_requests_get_clear_errors(client: TestClient, tmp_path: Path) -> No
     cases = [
         ({"projectPath": "relative/path"}, 422, "ProjectFolderNotFound"),
         ({"projectPath": str(tmp_path / "missing")}, 422, "ProjectFolderNotFound"),
+        ({"projectPath": f"{tmp_path}\u0000"}, 422, "ProjectFolderNotFound"),
+        ({"projectPath": str(tmp_path), "sessionsDir": "a\u0000b"}, 422, "ProjectFolderNotFound"),
         ({}, 422, "ValidationFailed"),
         ({"projectPath": str(tmp_path), "force": "maybe"}, 422, "ValidationFailed"),
         ({"projectPath": str(tmp_path), "extra": 1}, 422, "ValidationFailed"),
