@@ -280,6 +280,45 @@ def document_frequency(chunks: list[CorpusChunk]) -> Counter[str]:
     return df
 
 
+def word_bags(chunks: list[CorpusChunk]) -> list[dict[str, str]]:
+    """Each chunk's content words as lexeme -> first surface form."""
+    bags = []
+    for chunk in chunks:
+        bag: dict[str, str] = {}
+        for word in _WORD.findall(chunk.content.lower()):
+            if word not in ENGLISH_STOP_WORDS:
+                bag.setdefault(lexeme(word), word)
+        bags.append(bag)
+    return bags
+
+
+def cooccurring_words(
+    case: Case, bags: list[dict[str, str]], df: Counter[str], per_word: int
+) -> list[str]:
+    """Corpus co-occurrence: for each query word the index holds, the words sharing the most
+    chunks with it by Dice coefficient (held by two chunks or more), the query's own excluded."""
+    terms = [t for t in content_terms(keyword_terms(case.query)) if t.isalpha()]
+    stems = {lexeme(t) for t in terms}
+    forms: dict[str, str] = {}
+    chosen: dict[str, None] = {}
+    for stem in sorted(stems):
+        if df[stem] == 0:
+            continue
+        together: Counter[str] = Counter()
+        for bag in bags:
+            if stem in bag:
+                together.update(bag.keys())
+                forms.update({s: w for s, w in bag.items() if s not in forms})
+        dice = {
+            other: 2 * n / (df[stem] + df[other])
+            for other, n in together.items()
+            if other not in stems and df[other] > 1
+        }
+        for other, _ in sorted(dice.items(), key=lambda item: -item[1])[:per_word]:
+            chosen.setdefault(forms[other], None)
+    return list(chosen)
+
+
 def feedback_words(
     case: Case, texts: Texts, df: Counter[str], rows: int, top: int, count: int
 ) -> list[str]:
@@ -350,7 +389,7 @@ async def run() -> None:
     embedder = get_embedder(settings)
     chunks = build_corpus(memory_tokens=200, transcript_tokens=200)
     halves = split(QUERIES)
-    df, rows = document_frequency(chunks), len(chunks)
+    df, rows, bags = document_frequency(chunks), len(chunks), word_bags(chunks)
     corpus_words = corpus_vocabulary(embedder, chunks)
     token_words = token_vocabulary(embedder) if isinstance(embedder, LocalEmbedder) else None
     with bench_database("agmem_relevance_variants") as url:
@@ -384,6 +423,9 @@ async def run() -> None:
                         ),
                         "feedback: vector top 5, 10 words": feedback_words(
                             case, texts, df, rows, 5, 10
+                        ),
+                        "co-occurring corpus words (Dice), 3 a word": cooccurring_words(
+                            case, bags, df, 3
                         ),
                     }
                     if token_words is not None:
@@ -426,12 +468,19 @@ def report(cases: list[Case], texts: Texts, space: Space) -> None:
         ("agreement bonus 1", lambda c: agreement(c, texts, 1.0)),
         ("confidence weights (top-1 z)", lambda c: confidence(c, texts, medians)),
         ("keyword 0.5 unless a tier-2 row", lambda c: keyword_unless_all(c, texts)),
+        ("tier as rank offset 0/20/1000", lambda c: rank_shift(c, texts, (20, 1000))),
+        ("tier as rank offset 0/20/40", lambda c: rank_shift(c, texts, (20, 40))),
+        ("vector rows 0.15 below the first at 0.5", lambda c: vector_tiers(c, texts, 0.15, 0.5)),
+        ("vector rows 0.2 below the first at 0.5", lambda c: vector_tiers(c, texts, 0.2, 0.5)),
         ("word-pair proximity boost 0.5", lambda c: proximity(c, texts, 0.5)),
         ("word-pair proximity boost 1", lambda c: proximity(c, texts, 1.0)),
         ("query centred, 0.5 x mean (exact re-rank)", lambda c: centred(c, texts, space, 0.5)),
         ("query centred, 1 x mean (exact re-rank)", lambda c: centred(c, texts, space, 1.0)),
         ("soft word match list, w 0.25", lambda c: soft_match(c, texts, space, 0.25)),
         ("soft word match list, w 0.5", lambda c: soft_match(c, texts, space, 0.5)),
+        ("vector Rocchio from fused top 3, 0.5", lambda c: rocchio(c, texts, space, 3, 0.5)),
+        ("vector Rocchio from fused top 3, 1", lambda c: rocchio(c, texts, space, 3, 1.0)),
+        ("vector Rocchio from fused top 5, 0.5", lambda c: rocchio(c, texts, space, 5, 0.5)),
     ]
     for name in cases[0].extra:
         for weight in (0.1, 0.25, 0.5):
@@ -459,6 +508,21 @@ def centred(case: Case, texts: Texts, space: Space, weight: float) -> list[int]:
     """The vector list re-ranked exactly with the query minus `weight` x the corpus's mean vector
     (a hub-reduction: long chunks' means lean towards one common direction)."""
     query = space.queries[case.query] - weight * space.mean
+    similarity = space.vectors @ query / (float(np.linalg.norm(query)) or 1.0)
+    order = np.argsort(-similarity)[:DEPTH]
+    moved = Case(case.half, case.query, case.wanted, case.phrases, [], case.keyword)
+    moved.vector = [(space.ids[i], float(similarity[i])) for i in order]
+    return fuse(moved, texts)
+
+
+def rocchio(case: Case, texts: Texts, space: Space, top: int, weight: float) -> list[int]:
+    """Vector pseudo-relevance feedback: the query vector plus `weight` x the mean of the shipped
+    fusion's first `top` rows' vectors, searched again exactly, then fused as shipped (a second
+    vector scan in production)."""
+    first = fuse(case, texts)[:top]
+    rows = {chunk_id: n for n, chunk_id in enumerate(space.ids)}
+    centroid = space.vectors[[rows[i] for i in first]].mean(axis=0) if first else 0.0
+    query = space.queries[case.query] + weight * centroid
     similarity = space.vectors @ query / (float(np.linalg.norm(query)) or 1.0)
     order = np.argsort(-similarity)[:DEPTH]
     moved = Case(case.half, case.query, case.wanted, case.phrases, [], case.keyword)
@@ -506,6 +570,33 @@ class Space:
         if new:
             self._words.update(zip(new, self.embedder.embed_documents(new), strict=True))
         return np.array([self._words[w] for w in words])
+
+
+def rank_shift(case: Case, texts: Texts, shifts: tuple[int, int]) -> list[int]:
+    """The tier discount as a rank offset instead of a weight: a pair-tier row's keyword term is
+    1 / (k + rank + shifts[0]), a single-word row's 1 / (k + rank + shifts[1]). A weight of 0.5
+    puts every keyword-only pair row (at most 0.5 / 61) below every vector-only candidate (at
+    least 1 / 100); an offset lets the best of them through."""
+    scores: dict[int, float] = {}
+    for rank, (chunk_id, _) in enumerate(case.vector, start=1):
+        scores[chunk_id] = scores.get(chunk_id, 0.0) + 1 / (RRF_K + rank)
+    offset = {2: 0, 1: shifts[0], 0: shifts[1]}
+    for rank, (chunk_id, tier, _) in enumerate(case.keyword, start=1):
+        scores[chunk_id] = scores.get(chunk_id, 0.0) + 1 / (RRF_K + rank + offset[tier])
+    for chunk_id in scores:
+        scores[chunk_id] += texts.held(case, chunk_id) / (RRF_K + 1)
+    return [i for i, _ in sorted(scores.items(), key=lambda item: (-item[1], item[0]))]
+
+
+def vector_tiers(case: Case, texts: Texts, delta: float, weight: float) -> list[int]:
+    """Vector candidates more than `delta` of cosine below the first count at `weight`."""
+    best = case.vector[0][1] if case.vector else 0.0
+    extra = {
+        chunk_id: (weight - 1) / (RRF_K + rank)
+        for rank, (chunk_id, similarity) in enumerate(case.vector, start=1)
+        if similarity < best - delta
+    }
+    return fuse(case, texts, extra=extra)
 
 
 def keyword_unless_all(case: Case, texts: Texts) -> list[int]:
