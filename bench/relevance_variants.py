@@ -502,6 +502,22 @@ def report(cases: list[Case], texts: Texts, space: Space) -> None:
             cells += f"{found / total:>8.3f} {found:>2}/{total}{mrr:>7.3f}"
             cells += "  " if half == "dev" else ""
         print(f"{name:<52}{cells}")
+    print("\ndev queries the shipped fusion misses: first target rank in each list (- none)")
+    for case in cases:
+        top = fuse(case, texts)[:10]
+        if case.half != "dev" or case.wanted & set(top):
+            continue
+        lists = {
+            "vector": [i for i, _ in case.vector],
+            "keyword": [i for i, _, _ in case.keyword],
+            **case.extra,
+        }
+        ranks = [
+            next((n for n, i in enumerate(ids, start=1) if i in case.wanted), "-")
+            for ids in lists.values()
+        ]
+        found = ", ".join(f"{name} {rank}" for name, rank in zip(lists, ranks, strict=True))
+        print(f"  {case.query}: {found}")
 
 
 def centred(case: Case, texts: Texts, space: Space, weight: float) -> list[int]:
