@@ -325,7 +325,7 @@ def feedback_words(
     """Pseudo-relevance feedback: the words of the vector branch's `top` rows with the highest
     summed IDF, the query's own words excluded."""
     stems = {lexeme(t) for t in content_terms(keyword_terms(case.query))}
-    weight: Counter[str] = Counter()
+    weight: dict[str, float] = {}
     for chunk_id, _ in case.vector[:top]:
         forms = {
             lexeme(w): w
@@ -334,8 +334,9 @@ def feedback_words(
         }
         for stem, word in forms.items():
             if stem not in stems and df[stem] > 1:
-                weight[word] += math.log(1 + (rows - df[stem] + 0.5) / (df[stem] + 0.5))
-    return [word for word, _ in weight.most_common(count)]
+                idf = math.log(1 + (rows - df[stem] + 0.5) / (df[stem] + 0.5))
+                weight[word] = weight.get(word, 0.0) + idf
+    return [word for word, _ in sorted(weight.items(), key=lambda item: -item[1])[:count]]
 
 
 def query_vector_words(case: Case, embedder: Embedder, vocabulary: Vocabulary) -> list[str]:
@@ -484,12 +485,7 @@ def report(cases: list[Case], texts: Texts, space: Space) -> None:
     ]
     for name in cases[0].extra:
         for weight in (0.1, 0.25, 0.5):
-            variants.append(
-                (
-                    f"{name}, w {weight}",
-                    lambda c, n=name, w=weight: fuse(c, texts, extra=rrf_list(c.extra[n], w)),
-                )
-            )
+            variants.append((f"{name}, w {weight}", expansion(texts, name, weight)))
     print(
         f"\n{'variant (dev tunes, test is held out)':<52}{'dev R@10':>14}{'MRR':>7}"
         f"{'test R@10':>16}{'MRR':>7}"
@@ -513,11 +509,11 @@ def report(cases: list[Case], texts: Texts, space: Space) -> None:
             **case.extra,
         }
         ranks = [
-            next((n for n, i in enumerate(ids, start=1) if i in case.wanted), "-")
+            str(next((n for n, i in enumerate(ids, start=1) if i in case.wanted), "-"))
             for ids in lists.values()
         ]
-        found = ", ".join(f"{name} {rank}" for name, rank in zip(lists, ranks, strict=True))
-        print(f"  {case.query}: {found}")
+        where = ", ".join(f"{name} {rank}" for name, rank in zip(lists, ranks, strict=True))
+        print(f"  {case.query}: {where}")
 
 
 def centred(case: Case, texts: Texts, space: Space, weight: float) -> list[int]:
@@ -613,6 +609,11 @@ def vector_tiers(case: Case, texts: Texts, delta: float, weight: float) -> list[
         if similarity < best - delta
     }
     return fuse(case, texts, extra=extra)
+
+
+def expansion(texts: Texts, name: str, weight: float) -> Ranker:
+    """The shipped fusion plus the expansion list `name` at `weight`."""
+    return lambda case: fuse(case, texts, extra=rrf_list(case.extra[name], weight))
 
 
 def keyword_unless_all(case: Case, texts: Texts) -> list[int]:
