@@ -21,7 +21,6 @@ import asyncio
 import math
 import re
 import statistics
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -31,9 +30,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.config import load_settings
 from app.db.engine import make_async_engine, make_sessionmaker
-from app.llm.embeddings import Embedder, LocalEmbedder, get_embedder
+from app.llm.embeddings import Embedder, get_embedder
 from app.logs import configure_logging
-from app.search.queries import ENGLISH_STOP_WORDS, content_terms, exact_phrases, keyword_terms
+from app.search.queries import ENGLISH_STOP_WORDS, exact_phrases
 from app.search.schemas import SearchMode, SearchRequest
 from app.search.service import SearchTuning, search
 from app.search.term_stats import lexeme
@@ -41,6 +40,7 @@ from bench.corpus.build import CorpusChunk, build_corpus
 from bench.corpus.queries import QUERIES
 from bench.corpus.split import split
 from bench.db import bench_database
+from bench.expansion_words import Expanders, query_words
 from bench.relevance import load, relevant_ids
 
 DEPTH = 40  # each branch's candidates at limit 10 (AGMEM_SEARCH_MIN_CANDIDATES)
@@ -219,134 +219,6 @@ def proximity(case: Case, texts: Texts, weight: float) -> list[int]:
     return fuse(case, texts, extra=extra)
 
 
-@dataclass(slots=True)
-class Vocabulary:
-    """Words with unit wordllama vectors, to find a query word's nearest neighbours."""
-
-    words: list[str]
-    vectors: NDArray[np.float32]
-
-    def neighbours(
-        self, embedder: Embedder, terms: list[str], per_word: int, floor: float
-    ) -> list[str]:
-        stems = {lexeme(term) for term in terms}
-        chosen: dict[str, None] = {}
-        for term in terms:
-            similarity = self.vectors @ embedder.embed_query(term)
-            taken = 0
-            for index in np.argsort(-similarity)[:50]:
-                word = self.words[index]
-                if similarity[index] < floor or taken >= per_word:
-                    break
-                if lexeme(word) in stems or word in chosen or word in ENGLISH_STOP_WORDS:
-                    continue
-                chosen[word] = None
-                taken += 1
-        return list(chosen)
-
-
-def token_vocabulary(embedder: LocalEmbedder) -> Vocabulary:
-    """wordllama's whole-word tokens (a leading word mark, four letters or more)."""
-    model = embedder._model  # noqa: SLF001 - the bench reads the model's own token table
-    table = np.asarray(model.embedding, dtype=np.float32)
-    pairs = [
-        (index, token[1:])
-        for token, index in model.tokenizer.get_vocab().items()
-        if token.startswith("\u2581")
-        and re.fullmatch(r"[a-z]{4,}", token[1:])
-        and index < table.shape[0]
-        and token[1:] not in ENGLISH_STOP_WORDS
-    ]
-    rows = table[[index for index, _ in pairs]]
-    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
-    return Vocabulary([word for _, word in pairs], rows)
-
-
-def corpus_vocabulary(embedder: Embedder, chunks: list[CorpusChunk]) -> Vocabulary:
-    """One surface form per lexeme of the corpus's words, embedded alone."""
-    forms: dict[str, str] = {}
-    for chunk in chunks:
-        for word in _WORD.findall(chunk.content.lower()):
-            if word not in ENGLISH_STOP_WORDS:
-                forms.setdefault(lexeme(word), word)
-    words = sorted(forms.values())
-    return Vocabulary(words, embedder.embed_documents(words))
-
-
-def document_frequency(chunks: list[CorpusChunk]) -> Counter[str]:
-    df: Counter[str] = Counter()
-    for chunk in chunks:
-        df.update({lexeme(w) for w in _WORD.findall(chunk.content.lower())})
-    return df
-
-
-def word_bags(chunks: list[CorpusChunk]) -> list[dict[str, str]]:
-    """Each chunk's content words as lexeme -> first surface form."""
-    bags = []
-    for chunk in chunks:
-        bag: dict[str, str] = {}
-        for word in _WORD.findall(chunk.content.lower()):
-            if word not in ENGLISH_STOP_WORDS:
-                bag.setdefault(lexeme(word), word)
-        bags.append(bag)
-    return bags
-
-
-def cooccurring_words(
-    case: Case, bags: list[dict[str, str]], df: Counter[str], per_word: int
-) -> list[str]:
-    """Corpus co-occurrence: for each query word the index holds, the words sharing the most
-    chunks with it by Dice coefficient (held by two chunks or more), the query's own excluded."""
-    terms = [t for t in content_terms(keyword_terms(case.query)) if t.isalpha()]
-    stems = {lexeme(t) for t in terms}
-    forms: dict[str, str] = {}
-    chosen: dict[str, None] = {}
-    for stem in sorted(stems):
-        if df[stem] == 0:
-            continue
-        together: Counter[str] = Counter()
-        for bag in bags:
-            if stem in bag:
-                together.update(bag.keys())
-                forms.update({s: w for s, w in bag.items() if s not in forms})
-        dice = {
-            other: 2 * n / (df[stem] + df[other])
-            for other, n in together.items()
-            if other not in stems and df[other] > 1
-        }
-        for other, _ in sorted(dice.items(), key=lambda item: -item[1])[:per_word]:
-            chosen.setdefault(forms[other], None)
-    return list(chosen)
-
-
-def feedback_words(
-    case: Case, texts: Texts, df: Counter[str], rows: int, top: int, count: int
-) -> list[str]:
-    """Pseudo-relevance feedback: the words of the vector branch's `top` rows with the highest
-    summed IDF, the query's own words excluded."""
-    stems = {lexeme(t) for t in content_terms(keyword_terms(case.query))}
-    weight: dict[str, float] = {}
-    for chunk_id, _ in case.vector[:top]:
-        forms = {
-            lexeme(w): w
-            for w in _WORD.findall(texts.chunks[chunk_id].content.lower())
-            if w not in ENGLISH_STOP_WORDS
-        }
-        for stem, word in forms.items():
-            if stem not in stems and df[stem] > 1:
-                idf = math.log(1 + (rows - df[stem] + 0.5) / (df[stem] + 0.5))
-                weight[word] = weight.get(word, 0.0) + idf
-    return [word for word, _ in sorted(weight.items(), key=lambda item: -item[1])[:count]]
-
-
-def query_vector_words(case: Case, embedder: Embedder, vocabulary: Vocabulary) -> list[str]:
-    """The eight corpus words nearest the whole query's vector, the query's own words excluded."""
-    stems = {lexeme(t) for t in content_terms(keyword_terms(case.query))}
-    similarity = vocabulary.vectors @ embedder.embed_query(case.query)
-    words = [vocabulary.words[i] for i in np.argsort(-similarity)[:60]]
-    return [w for w in words if lexeme(w) not in stems][:8]
-
-
 async def ranked(
     session: AsyncSession, embedder: Embedder, query: str, mode: SearchMode
 ) -> list[tuple[int, float, float | None]]:
@@ -390,9 +262,7 @@ async def run() -> None:
     embedder = get_embedder(settings)
     chunks = build_corpus(memory_tokens=200, transcript_tokens=200)
     halves = split(QUERIES)
-    df, rows, bags = document_frequency(chunks), len(chunks), word_bags(chunks)
-    corpus_words = corpus_vocabulary(embedder, chunks)
-    token_words = token_vocabulary(embedder) if isinstance(embedder, LocalEmbedder) else None
+    expanders = Expanders.build(embedder, chunks)
     with bench_database("agmem_relevance_variants") as url:
         engine = make_async_engine(url, pool_size=1)
         try:
@@ -411,28 +281,8 @@ async def run() -> None:
                         [(i, s) for i, s, _ in vector[:DEPTH]],
                         [(i, tier_of(s, k or 0.0), k or 0.0) for i, s, k in keyword[:DEPTH]],
                     )
-                    terms = [t for t in content_terms(keyword_terms(query)) if t.isalpha()]
-                    expansions = {
-                        "corpus words near each query word": corpus_words.neighbours(
-                            embedder, terms, 3, 0.45
-                        ),
-                        "corpus words near the query": query_vector_words(
-                            case, embedder, corpus_words
-                        ),
-                        "feedback: vector top 3, 8 words": feedback_words(
-                            case, texts, df, rows, 3, 8
-                        ),
-                        "feedback: vector top 5, 10 words": feedback_words(
-                            case, texts, df, rows, 5, 10
-                        ),
-                        "co-occurring corpus words (Dice), 3 a word": cooccurring_words(
-                            case, bags, df, 3
-                        ),
-                    }
-                    if token_words is not None:
-                        expansions["wordllama tokens near each query word"] = (
-                            token_words.neighbours(embedder, terms, 3, 0.45)
-                        )
+                    top_texts = [texts.chunks[i].content for i, _ in case.vector[:5]]
+                    expansions = expanders.words(query, top_texts)
                     for name, words in expansions.items():
                         found = (
                             await ranked(session, embedder, " ".join(words), "keyword")
@@ -546,7 +396,7 @@ def soft_match(case: Case, texts: Texts, space: Space, weight: float) -> list[in
     """A third list: the fused candidates ordered by the mean over the query's words of their
     best wordllama cosine with any word of the row (exact matches left to the keyword branch),
     less a floor of 0.45 (late interaction with static word vectors)."""
-    terms = [t for t in content_terms(keyword_terms(case.query)) if t.isalpha()]
+    terms = query_words(case.query)
     if not terms:
         return fuse(case, texts)
     query = space.word_vectors(terms)
