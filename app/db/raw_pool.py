@@ -12,7 +12,7 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from sqlalchemy.engine import make_url
 
-from app.db.engine import sqlalchemy_url
+from app.db.engine import SET_UTC, sqlalchemy_url
 
 Conn = AsyncConnection[Any]
 RawPool = AsyncConnectionPool[Conn]
@@ -46,7 +46,13 @@ def make_raw_pool(
         max_size=max_size,
         kwargs=kwargs,
         connection_class=AsyncConnection,
+        configure=_set_utc,
         timeout=30,
         max_lifetime=1800,
         open=False,
     )
+
+
+async def _set_utc(connection: Conn) -> None:
+    # Autocommit connections: the SET stays for the connection's life (see app/db/engine.py).
+    await connection.execute(SET_UTC)
