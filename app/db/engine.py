@@ -34,7 +34,9 @@ def sqlalchemy_url(url: str) -> str:
         parsed = make_url(url)
     except ArgumentError as error:
         raise SettingsError(f"invalid setting DATABASE_URL: {error}") from None
-    if parsed.drivername in ("postgresql", "postgres", "postgresql+psycopg2", "postgresql+asyncpg"):
+    # Any driver a URL names (pg8000, asyncpg, psycopg2...): the app speaks psycopg 3 only, and
+    # the settings check already accepted every postgresql+driver:// form.
+    if parsed.drivername.split("+", 1)[0] in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed.render_as_string(hide_password=False)
 

@@ -9,6 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.config import Settings
+from app.db.engine import sqlalchemy_url
 from app.main import create_app
 
 
@@ -30,3 +31,19 @@ def test_times_are_utc_when_the_session_zone_is_not(
     times = [written.json()["createdAt"], read.json()["accessedAt"]]
     times += [memory["updatedAt"] for memory in listed.json()["memories"]]
     assert all(at.endswith("Z") for at in times), times
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://u:p@h:5432/db",
+        "postgres://u:p@h:5432/db",
+        "postgresql+psycopg2://u:p@h:5432/db",
+        "postgresql+asyncpg://u:p@h:5432/db",
+        "postgresql+pg8000://u:p@h:5432/db",
+        "postgres+psycopg://u:p@h:5432/db",
+    ],
+)
+def test_every_postgresql_driver_url_becomes_psycopg(url: str) -> None:
+    # docs/configuration.md: any postgresql+driver:// form is accepted and normalised.
+    assert sqlalchemy_url(url) == "postgresql+psycopg://u:p@h:5432/db"
