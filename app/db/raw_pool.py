@@ -31,6 +31,7 @@ def make_raw_pool(
     min_size: int,
     max_size: int,
     options: str | None = None,
+    timeout: float = 30,
 ) -> RawPool:
     """An unopened pool of autocommit connections; the owner opens it without waiting."""
     kwargs: dict[str, Any] = {
@@ -47,7 +48,7 @@ def make_raw_pool(
         kwargs=kwargs,
         connection_class=AsyncConnection,
         configure=_set_utc,
-        timeout=30,
+        timeout=timeout,
         max_lifetime=1800,
         open=False,
     )
