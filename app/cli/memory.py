@@ -239,7 +239,9 @@ def resume(
     project: ProjectOpt = None,
     session: SessionOpt = None,
     budget: Annotated[int, typer.Option(min=50, max=20_000, help="Token budget.")] = 500,
-    as_json: JsonOpt = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the whole answer (as POST /api/resume) as JSON.")
+    ] = False,
 ) -> None:
     """Print a short briefing for resuming work on a project, within a token budget."""
     from app.memories import resume as resume_service

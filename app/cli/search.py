@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from typing import Annotated, get_args
 
 import typer
@@ -51,7 +52,8 @@ def _print(response: SearchResponse) -> None:
 def search_command(
     query: Annotated[str, typer.Argument(help="What to look for.")],
     project: Annotated[
-        str | None, typer.Option("--project", "-p", help="Absolute project path.")
+        str | None,
+        typer.Option("--project", "-p", help="Project path (default: every project)."),
     ] = None,
     mode: Annotated[str, typer.Option(help="hybrid, vector, keyword or weighted.")] = "hybrid",
     limit: Annotated[int, typer.Option(help="How many results (1-100).")] = 10,
@@ -61,6 +63,10 @@ def search_command(
     settings = settings_or_exit()
     if mode not in MODES:
         fail(f"--mode must be one of {', '.join(MODES)}, not {mode!r}", 2)
+    if project is not None and project.strip():
+        # Projects are stored under their absolute path (as `agmem sync` writes them), so a
+        # relative `--project .` would otherwise match nothing and print "no results".
+        project = os.path.abspath(os.path.expanduser(project))
     try:
         request = SearchRequest.model_validate(
             {"query": query, "projectPath": project, "mode": mode, "limit": limit}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 from typing import Annotated
 
@@ -74,10 +75,13 @@ async def _retry(url: str, project: str | None) -> tuple[int, int]:
 @worker_app.command("retry-failed")
 def retry_failed_command(
     project: Annotated[
-        str | None, typer.Option("--project", help="Only this project (absolute path).")
+        str | None, typer.Option("--project", help="Only this project (made absolute).")
     ] = None,
 ) -> None:
     """Queue every failed observation and session again, with fresh attempts."""
+    if project:
+        # Rows carry the absolute path the client sent; a relative `--project .` matched none.
+        project = os.path.abspath(os.path.expanduser(project))
     settings = settings_or_exit()
     with cli_errors():
         url = open_database(settings)

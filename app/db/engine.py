@@ -34,9 +34,17 @@ def sqlalchemy_url(url: str) -> str:
         parsed = make_url(url)
     except ArgumentError as error:
         raise SettingsError(f"invalid setting DATABASE_URL: {error}") from None
-    if parsed.drivername in ("postgresql", "postgres", "postgresql+psycopg2", "postgresql+asyncpg"):
+    # Any driver a URL names (pg8000, asyncpg, psycopg2...): the app speaks psycopg 3 only, and
+    # the settings check already accepted every postgresql+driver:// form.
+    if parsed.drivername.split("+", 1)[0] in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed.render_as_string(hide_password=False)
+
+
+# Every connection works in UTC, whatever the server's `timezone` or the client's PGTZ says:
+# timestamptz values come back in the session's zone, and the API promises UTC times. A SET after
+# connecting, because PGTZ overrides a startup `-c TimeZone=UTC`.
+SET_UTC = "SET TIME ZONE 'UTC'"
 
 
 def make_async_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
@@ -53,10 +61,10 @@ def make_async_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
 
 
 def _set_scan_defaults(dbapi_connection: Any, connection_record: Any) -> None:
-    """Session-level HNSW scan settings, so searches need not set them per transaction."""
+    """Session-level UTC and HNSW scan settings, so searches need not set them per transaction."""
     cursor = dbapi_connection.cursor()
     try:
-        cursor.execute(SCAN_DEFAULTS)
+        cursor.execute(f"{SET_UTC}; {SCAN_DEFAULTS}")
     finally:
         cursor.close()
     dbapi_connection.commit()  # a SET inside a transaction rolled back at check-in would vanish
@@ -64,11 +72,22 @@ def _set_scan_defaults(dbapi_connection: Any, connection_record: Any) -> None:
 
 
 def make_sync_engine(url: str) -> Engine:
-    return create_engine(
+    engine = create_engine(
         sqlalchemy_url(url),
         pool_pre_ping=True,
         connect_args={"connect_timeout": 5, "application_name": "agmem-admin"},
     )
+    event.listen(engine, "connect", _set_utc)
+    return engine
+
+
+def _set_utc(dbapi_connection: Any, connection_record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute(SET_UTC)
+    finally:
+        cursor.close()
+    dbapi_connection.commit()
 
 
 def make_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:

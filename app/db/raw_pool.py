@@ -12,7 +12,7 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from sqlalchemy.engine import make_url
 
-from app.db.engine import sqlalchemy_url
+from app.db.engine import SET_UTC, sqlalchemy_url
 
 Conn = AsyncConnection[Any]
 RawPool = AsyncConnectionPool[Conn]
@@ -31,6 +31,7 @@ def make_raw_pool(
     min_size: int,
     max_size: int,
     options: str | None = None,
+    timeout: float = 30,
 ) -> RawPool:
     """An unopened pool of autocommit connections; the owner opens it without waiting."""
     kwargs: dict[str, Any] = {
@@ -46,7 +47,13 @@ def make_raw_pool(
         max_size=max_size,
         kwargs=kwargs,
         connection_class=AsyncConnection,
-        timeout=30,
+        configure=_set_utc,
+        timeout=timeout,
         max_lifetime=1800,
         open=False,
     )
+
+
+async def _set_utc(connection: Conn) -> None:
+    # Autocommit connections: the SET stays for the connection's life (see app/db/engine.py).
+    await connection.execute(SET_UTC)

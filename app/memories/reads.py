@@ -310,6 +310,9 @@ async def flush_reads(state: AppState) -> None:
         await state.memory_reads.flush()
 
 
+READS_POOL_TIMEOUT_SECONDS = 3.0
+
+
 def make_reads_pool(url: str, *, pool_size: int) -> RawPool:
     # Reads hold a connection for one round trip: two stay open, more open under a burst (and
     # close again after ten idle minutes), so that an idle server adds two backends. These
@@ -322,6 +325,10 @@ def make_reads_pool(url: str, *, pool_size: int) -> RawPool:
         min_size=min(2, pool_size),
         max_size=pool_size,
         options="-c synchronous_commit=off",
+        # With the database down, a read waits for the pool's background connector this long
+        # before its 503: 30 s (the pool's usual wait) left an agent hanging where every other
+        # route answers at once. A healthy burst gets a connection in tens of milliseconds.
+        timeout=READS_POOL_TIMEOUT_SECONDS,
     )
 
 

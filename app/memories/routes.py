@@ -91,7 +91,11 @@ def _etag(memory: Memory) -> dict[str, str]:
     return {"ETag": f'"{memory.version}"'}
 
 
-@router.put("/memories/{key:any}", response_model=Memory)
+@router.put(
+    "/memories/{key:any}",
+    response_model=Memory,
+    responses={201: {"model": Memory, "description": "Created"}},  # 200 is an update
+)
 async def put_memory(
     key: str,
     body: MemoryWrite,

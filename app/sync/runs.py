@@ -79,10 +79,15 @@ async def read_run(session: AsyncSession, *, run_id: str) -> SyncRunOut:
         skipped=stats.get("skipped", 0),
         skipped_files=stats.get("skippedFiles", []),
         errors=run.errors or [],
-        created_at=run.created_at.isoformat(),
-        started_at=run.started_at.isoformat() if run.started_at else None,
-        finished_at=run.finished_at.isoformat() if run.finished_at else None,
+        created_at=_utc_text(run.created_at),
+        started_at=_utc_text(run.started_at) if run.started_at else None,
+        finished_at=_utc_text(run.finished_at) if run.finished_at else None,
     )
+
+
+def _utc_text(at: datetime) -> str:
+    # The `...Z` form every other route answers with (isoformat alone gives `+00:00`).
+    return at.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 async def execute_sync_run(

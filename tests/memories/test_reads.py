@@ -192,3 +192,18 @@ def test_a_read_in_a_transaction_writes_its_count_with_it(
 
     assert _run(database_url, work) == [1, 2]
     assert _count(db, "shared.hot")[0] == 2
+
+
+def test_an_exact_read_answers_503_promptly_when_the_database_is_down(tmp_path: Path) -> None:
+    # API.md: 503 with Retry-After when the database is unreachable, as every other route does
+    # at once; the reads' own pool used to wait 30 s for a connection first.
+    settings = make_settings(home=tmp_path / "home")
+    app = create_app(settings, database_url="postgresql://nobody@127.0.0.1:1/none")
+    with TestClient(app, raise_server_exceptions=False) as client:
+        started = time.monotonic()
+        answer = client.get("/api/memories/project.stack", params={"scope": "global"})
+        waited = time.monotonic() - started
+    assert answer.status_code == 503
+    assert answer.json()["error"] == "DatabaseUnavailable"
+    assert answer.headers["retry-after"]
+    assert waited < 10

@@ -61,3 +61,13 @@ def test_user_errors_are_one_line(env: dict[str, str], args: list[str], message:
     assert result.exit_code != 0
     assert message in result.output
     assert "Traceback" not in result.output
+
+
+def test_relative_project_is_made_absolute(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Sync stores projects under their absolute path; `--project p` run from / means /p.
+    monkeypatch.chdir("/")
+    result = CliRunner().invoke(cli, ["search", "validate token", "--project", "p"], env=env)
+    assert result.exit_code == 0, result.output
+    assert "src/auth.ts#L3-L9" in result.output

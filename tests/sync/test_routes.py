@@ -59,6 +59,7 @@ def test_post_queues_a_run_that_the_worker_entry_point_executes(
     assert passed_over["file-history-snapshot"] == 2
     assert passed_over["queue-operation"] == 1
     assert done["finishedAt"] is not None
+    assert all(done[at].endswith("Z") for at in ("createdAt", "startedAt", "finishedAt"))
     chunks = db.execute("SELECT count(*) FROM memory_chunks").fetchone()
     assert chunks == (done["chunksWritten"],)
 

@@ -9,7 +9,9 @@ from typing import Any
 
 import psycopg
 import pytest
+from typer.testing import CliRunner
 
+from app.cli import cli
 from tests.cli.helpers import AGMEM, agmem_env, run_agmem
 from tests.worker.builders import make_observation, make_session, row
 
@@ -33,6 +35,20 @@ def test_retry_failed_requeues_and_status_reports(
     assert retried.returncode == 0, retried.stderr
     assert retried.stdout.strip() == "requeued 2 observations and 0 sessions"
     assert row(db, "SELECT count(*) AS n FROM observations WHERE status = 'captured'")["n"] == 2
+
+
+def test_retry_failed_makes_a_relative_project_absolute(
+    db: psycopg.Connection[Any], database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_session(db)  # in /home/dev/shop
+    make_observation(db, "f1", status="failed")
+    monkeypatch.chdir("/")
+    env = {"DATABASE_URL": database_url, "AGMEM_LOG_LEVEL": "error"}
+    retried = CliRunner().invoke(
+        cli, ["worker", "retry-failed", "--project", "home/dev/shop"], env=env
+    )
+    assert retried.exit_code == 0, retried.output
+    assert retried.output.strip() == "requeued 1 observations and 0 sessions"
 
 
 def test_worker_rejects_a_bad_concurrency_in_one_line(database_url: str) -> None:

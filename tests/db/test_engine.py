@@ -1,0 +1,49 @@
+"""Connections the app opens: every one works in UTC, whatever the server or client zone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+
+from app.config import Settings
+from app.db.engine import sqlalchemy_url
+from app.main import create_app
+
+
+def test_times_are_utc_when_the_session_zone_is_not(
+    database_url: str,
+    db: psycopg.Connection[Any],
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # libpq sets the session's zone from PGTZ, as a server's `timezone` setting would; Postgres
+    # then returns timestamptz values in that zone, and the API must still answer in UTC.
+    monkeypatch.setenv("PGTZ", "Asia/Kolkata")
+    app = create_app(settings, database_url=database_url)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        written = client.put("/api/memories/project.stack", json={"value": "x", "scope": "global"})
+        assert written.status_code == 201, written.text
+        read = client.get("/api/memories/project.stack")  # the exact read's own pool
+        listed = client.get("/api/memories")
+    times = [written.json()["createdAt"], read.json()["accessedAt"]]
+    times += [memory["updatedAt"] for memory in listed.json()["memories"]]
+    assert all(at.endswith("Z") for at in times), times
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://u:p@h:5432/db",
+        "postgres://u:p@h:5432/db",
+        "postgresql+psycopg2://u:p@h:5432/db",
+        "postgresql+asyncpg://u:p@h:5432/db",
+        "postgresql+pg8000://u:p@h:5432/db",
+        "postgres+psycopg://u:p@h:5432/db",
+    ],
+)
+def test_every_postgresql_driver_url_becomes_psycopg(url: str) -> None:
+    # docs/configuration.md: any postgresql+driver:// form is accepted and normalised.
+    assert sqlalchemy_url(url) == "postgresql+psycopg://u:p@h:5432/db"
