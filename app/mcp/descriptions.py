@@ -61,5 +61,6 @@ endLine, sessionId}]}, best first."""
 
 GET_CONTEXT = """\
 Get a ready-to-read memory block for a project, relevant to prompt (your current task),
-within budget tokens (default 2000): recent session summaries and the best matching memories,
-with their sources. Returns {context (markdown), tokenCount, budget}."""
+within budget tokens (default: the server's setting, 2000 unless configured): recent session
+summaries and the best matching memories, with their sources. Returns {context (markdown),
+tokenCount, budget}."""

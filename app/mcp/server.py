@@ -32,6 +32,7 @@ from app.memories import reads, resume, service
 from app.memories.patterns import is_pattern
 from app.memories.schemas import MemoryWrite, ResumeRequest, check_key, check_tags
 from app.memories.schemas import Scope as MemoryScope
+from app.privacy import clean_text
 from app.search.schemas import SearchMode, SearchRequest, SearchSource
 from app.search.service import SearchTuning, search
 from app.state import AppState
@@ -39,6 +40,9 @@ from app.state import AppState
 log = structlog.get_logger(__name__)
 
 StateProvider = Callable[[], AppState]
+
+# A tool's answer lands in the model's context window: larger blocks than this would crowd it.
+MAX_TOOL_BUDGET = 20_000
 
 
 @contextmanager
@@ -220,23 +224,26 @@ def build_server(state: StateProvider, *, default_project: str | None = None) ->
 
     @mcp.tool(description=text.GET_CONTEXT)
     async def get_context(
-        project_path: str | None = None, prompt: str | None = None, budget: int = 2000
+        project_path: str | None = None, prompt: str | None = None, budget: int | None = None
     ) -> dict[str, Any]:
         with tool_errors():
             chosen = project(project_path)
             if not chosen:
                 raise ValueError("project_path is required (the absolute project path)")
-            if not 50 <= budget <= 20_000:
-                raise ValueError("budget must be between 50 and 20000 tokens")
+            if budget is not None and not 50 <= budget <= MAX_TOOL_BUDGET:
+                raise ValueError(f"budget must be between 50 and {MAX_TOOL_BUDGET} tokens")
             current = state()
+            # The same block GET /api/context builds: its default budget and session count.
+            budget = budget or min(current.settings.context_budget, MAX_TOOL_BUDGET)
             async with transaction(current.sessionmaker) as session:
                 block = await build_context(
                     session,
                     project_path=chosen,
-                    prompt=prompt or None,
+                    prompt=clean_text(prompt) if prompt else None,
                     budget=budget,
                     embedder=get_embedder(current.settings),
                     tuning=SearchTuning.from_settings(current.settings),
+                    max_sessions=current.settings.context_sessions,
                 )
         return {"context": block.markdown, "tokenCount": block.token_count, "budget": budget}
 

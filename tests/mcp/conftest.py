@@ -23,8 +23,10 @@ class LiveServer:
     token: str | None
 
 
-def serve(database_url: str, tmp_path: Any, token: str | None) -> Iterator[LiveServer]:
-    settings = make_settings(home=tmp_path / "home", api_token=token)
+def serve(
+    database_url: str, tmp_path: Any, token: str | None, **overrides: Any
+) -> Iterator[LiveServer]:
+    settings = make_settings(home=tmp_path / "home", api_token=token, **overrides)
     app = create_app(settings, database_url=database_url)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -58,3 +60,10 @@ def live_server_with_token(
     database_url: str, db: psycopg.Connection[Any], tmp_path: Any
 ) -> Iterator[LiveServer]:
     yield from serve(database_url, tmp_path, "s3cret-token")
+
+
+@pytest.fixture
+def live_server_small_context(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Any
+) -> Iterator[LiveServer]:
+    yield from serve(database_url, tmp_path, None, context_budget=120, context_sessions=1)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
+from typing import Any
 
 import httpx
 import httpx2
@@ -11,7 +13,8 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.mcp.conftest import LiveServer
-from tests.mcp.tools import exercise_every_tool
+from tests.mcp.tools import PROJECT, exercise_every_tool, structured
+from tests.search.seed import add_session
 
 
 def test_every_tool_over_streamable_http(live_server: LiveServer) -> None:
@@ -58,3 +61,30 @@ def test_mcp_refuses_foreign_host_headers(live_server: LiveServer) -> None:
 @pytest.mark.parametrize("method", ["PUT", "PATCH"])
 def test_mcp_other_methods_are_405(live_server: LiveServer, method: str) -> None:
     assert httpx.request(method, f"{live_server.url}/mcp").status_code == 405
+
+
+def test_get_context_defaults_to_the_servers_context_settings(
+    live_server_small_context: LiveServer, database_url: str
+) -> None:
+    # The server is configured with AGMEM_CONTEXT_BUDGET=120 and AGMEM_CONTEXT_SESSIONS=1.
+    for n in range(3):
+        add_session(
+            database_url,
+            f"s{n}",
+            project=PROJECT,
+            summary=f"Session {n}: reworked the billing module step {n}.",
+            created_at=datetime(2026, 3, 1 + n, 9, 0, tzinfo=UTC),
+        )
+
+    async def main() -> dict[str, Any]:
+        async with Client(f"{live_server_small_context.url}/mcp") as client:
+            result = await client.call_tool(
+                "get_context", {"project_path": PROJECT, "prompt": "billing\x00 module"}
+            )
+            return structured(result)
+
+    answer = asyncio.run(main())
+    assert answer["budget"] == 120
+    assert 0 < answer["tokenCount"] <= 120
+    assert "step 2" in answer["context"]
+    assert "step 1" not in answer["context"]  # one session, the latest, as GET /api/context
