@@ -53,7 +53,7 @@ class RawResult:
 _Pending = tuple[pipeline.Sent, "asyncio.Future[RawResult]"]
 
 # The worker's wake-up. The observations trigger (migration 0001) sends it for every row that
-# becomes `captured`, through a PL/pgSQL call per row: ~7% of Postgres's CPU per capture request.
+# becomes `captured`, through a PL/pgSQL call per row: 3-4% of Postgres's CPU per capture request.
 # The writer's connections turn that trigger off (NOTIFY_BY_BATCH) and send it themselves, once
 # per batch that holds a statement able to capture an observation. Postgres delivers it at the
 # batch's commit, as it delivered the trigger's.
