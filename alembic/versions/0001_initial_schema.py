@@ -29,7 +29,15 @@ DEFAULT_MODEL_INDEX = "ix_memory_chunks_hnsw_local_wordllama_l2_supercat_256"
 # `alembic check` does not see them (app/worker/notify.py documents the same names).
 WORK_CHANNEL = "agmem_work"
 WORK_TRIGGERS = (
-    ("observations", "observation", "AFTER INSERT OR UPDATE OF status", "NEW.status = 'captured'"),
+    # The capture writer's connections set agmem.notify_by_batch and send one NOTIFY per batch
+    # themselves instead of one PL/pgSQL call per row (app/capture/db.py).
+    (
+        "observations",
+        "observation",
+        "AFTER INSERT OR UPDATE OF status",
+        "NEW.status = 'captured' "
+        "AND current_setting('agmem.notify_by_batch', true) IS DISTINCT FROM 'on'",
+    ),
     ("sessions", "session", "AFTER INSERT OR UPDATE OF status", "NEW.status = 'ending'"),
     ("memory_chunks", "embed", "AFTER INSERT", "NEW.embedding IS NULL"),
     ("sync_runs", "sync", "AFTER INSERT OR UPDATE OF status", "NEW.status = 'queued'"),

@@ -96,6 +96,7 @@ class StatementFailed(Exception):
 class Sent:
     stmt: Statement
     params: list[bytes | None]
+    notifies: bool = False  # its batch must wake the worker (see app/capture/db.py)
 
 
 def is_prepared(connection: Conn, stmt: Statement) -> bool:

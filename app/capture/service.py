@@ -26,7 +26,7 @@ from app.capture.derive import (
     observation_type,
     prepare_payload,
 )
-from app.capture.entities import extract_entities
+from app.capture.entities import extract_entities, merge_entities
 from app.capture.errors import (
     ObservationIdConflict,
     ObservationNotFound,
@@ -154,6 +154,30 @@ def _is_excluded_call(session_id: str, project_path: str | None, settings: Setti
     return project_path is not None and is_project_excluded(project_path, settings)
 
 
+class CallEntities:
+    """The entities this process stored with its recent calls, by observation id, so that their
+    results merge into them in Python (MATCH_BY_ID_MERGED) instead of in Postgres. Bounded:
+    the oldest entry goes first; a result whose call is no longer here is merged in SQL."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._entries: dict[str, tuple[dict[str, list[str]], str]] = {}
+
+    def remember(self, observation_id: str, entities: dict[str, list[str]], dumped: str) -> None:
+        entries = self._entries
+        if len(entries) >= self.size:
+            del entries[next(iter(entries))]
+        entries[observation_id] = (entities, dumped)
+
+    def take(self, observation_id: str) -> tuple[dict[str, list[str]], str] | None:
+        return self._entries.pop(observation_id, None)
+
+
+# Results usually follow their call within milliseconds; 4,096 calls awaiting a result cover
+# far more concurrent agents than one server serves.
+CALL_ENTITIES = CallEntities(4096)
+
+
 # --- sessions -----------------------------------------------------------------------------------
 
 
@@ -278,13 +302,15 @@ async def record_observation(
         return _excluded(session_id, function_name, data.function_args), False
     args = _payload(data.function_args, "functionArgs", settings)
     observation_id = _clean_id(data.id, "id") if data.id else uuid.uuid4().hex
+    entities = extract_entities(args.value)
+    entities_json = dumps(entities)
     params = {
         "id": observation_id,
         "session_id": session_id,
         "function_name": function_name,
         "function_args": _json_param(session, args),
         "observation_type": observation_type(function_name, args.value),
-        "entities": dumps(extract_entities(args.value)),
+        "entities": entities_json,
         "original_tokens": estimate_tokens(args.original_chars),
         "args_bytes": args.original_bytes,
         "truncated": args.truncated,
@@ -293,6 +319,7 @@ async def record_observation(
     row = (await session.execute(queries.INSERT_OBSERVATION, params)).first()
     if row is not None:
         log.debug("observation.recorded", observation_id=observation_id, session_id=session_id)
+        CALL_ENTITIES.remember(observation_id, entities, entities_json)
         return _observation_ref(row), True
 
     existing = (
@@ -325,7 +352,8 @@ async def record_result(
     if _is_excluded_call(session_id, data.project_path, settings):
         return _excluded(session_id, function_name, None), False
     result = _payload(data.result, "result", settings)
-    entities = dumps(extract_entities(result.value))
+    found = extract_entities(result.value)
+    entities = dumps(found)
     params: dict[str, Any] = {
         "session_id": session_id,
         "function_name": function_name,
@@ -340,9 +368,15 @@ async def record_result(
         _clean_id(data.observation_id, "observationId") if data.observation_id else None
     )
     if observation_id is not None:
-        matched = (
-            await session.execute(queries.MATCH_BY_ID, {**params, "observation_id": observation_id})
-        ).first()
+        params["observation_id"] = observation_id
+        matched = None
+        call = CALL_ENTITIES.take(observation_id)
+        if call is not None:
+            merged = {"merged": dumps(merge_entities(call[0], found)), "call_entities": call[1]}
+            matched = (await session.execute(queries.MATCH_BY_ID_MERGED, params | merged)).first()
+        if matched is None or matched.id is None:
+            # No call known here, or it did not match as known: the general statement decides.
+            matched = (await session.execute(queries.MATCH_BY_ID, params)).first()
     else:
         matched = (await session.execute(queries.MATCH_NEWEST_PENDING, params)).first()
     if matched is None:

@@ -10,11 +10,12 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
+from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from app.capture.db import GroupWriter, RawResult, make_capture_pool
 from app.main import create_app
-from tests.capture.builders import count
+from tests.capture.builders import count, make_session, observe
 from tests.conftest import make_settings
 
 INSERT = text(
@@ -152,3 +153,29 @@ def test_a_statement_reaches_postgres_before_the_writer_runs(database_url: str) 
 
     executed_at, busy_until = asyncio.run(run())
     assert executed_at < busy_until - timedelta(seconds=0.3)
+
+
+def test_a_captured_result_wakes_the_worker_once_its_batch_commits(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    # The writer's connections turn the per-row trigger off and send the worker's NOTIFY once
+    # per batch that can capture an observation; a pending call alone wakes nobody.
+    db.execute("LISTEN agmem_work")
+    session_id = make_session(client)
+    observe(client, session_id, id="a")
+    assert [n.payload for n in db.notifies(timeout=0.3)] == []
+    response = client.post(
+        "/api/observe/result",
+        json={
+            "sessionId": session_id,
+            "functionName": "read_file",
+            "result": "x",
+            "observationId": "a",
+        },
+    )
+    assert response.status_code == 200
+    assert [n.payload for n in db.notifies(timeout=2.0, stop_after=1)] == ["observation"]
+    # Other connections keep the trigger: a row captured there notifies by itself.
+    db.execute("UPDATE observations SET status = 'pending' WHERE id = 'a'")
+    db.execute("UPDATE observations SET status = 'captured' WHERE id = 'a'")
+    assert [n.payload for n in db.notifies(timeout=2.0, stop_after=1)] == ["observation"]

@@ -8,6 +8,7 @@ from typing import Any
 import psycopg
 from fastapi.testclient import TestClient
 
+from app.capture.service import CallEntities
 from tests.capture.builders import count, make_session, observation, observe
 
 
@@ -144,6 +145,40 @@ def test_result_matches_by_observation_id(client: TestClient, db: psycopg.Connec
     assert row["next_attempt_at"] is not None
     assert row["entities"] == {"files": ["app/main.py"], "classes": ["Cart"]}
     assert observation(db, "b")["status"] == "pending"
+
+
+def test_result_merges_into_the_stored_entities_when_they_differ_from_the_calls(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    # The server merges a result's entities into those it stored with the call, in Python; if
+    # the stored ones changed meanwhile (another process, a manual fix), Postgres merges instead.
+    session_id = make_session(client)
+    observe(client, session_id, id="a")
+    db.execute("""UPDATE observations SET entities = '{"urls": ["https://x"]}' WHERE id = 'a'""")
+    response = client.post(
+        "/api/observe/result",
+        json={
+            "sessionId": session_id,
+            "functionName": "read_file",
+            "result": "class Cart: pass",
+            "observationId": "a",
+        },
+    )
+    assert response.status_code == 200
+    assert response.json()["status"] == "captured"
+    row = observation(db, "a")
+    assert row["entities"] == {"urls": ["https://x"], "classes": ["Cart"]}
+    assert row["result"] == "class Cart: pass"
+
+
+def test_call_entities_keeps_the_newest_calls() -> None:
+    calls = CallEntities(2)
+    for name in ("a", "b", "c"):
+        calls.remember(name, {"files": [name]}, f'{{"files":["{name}"]}}')
+    assert calls.take("a") is None
+    assert calls.take("c") == ({"files": ["c"]}, '{"files":["c"]}')
+    assert calls.take("c") is None
+    assert calls.take("b") is not None
 
 
 def test_result_matches_newest_pending_of_that_function(
