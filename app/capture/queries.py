@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
+from app.capture.entities import MAX_PER_KIND
+
 # A session's last_activity_at is touched at most every few seconds: the touch is an UPDATE, and
 # an UPDATE per observation would queue concurrent observations of one session on its row lock.
 TOUCH_SECONDS = 5
@@ -109,19 +111,29 @@ SELECT_OBSERVATION_FOR_COMPARE = text(
     """
 )
 
-# Merge the result's entities into the call's: union per kind, as jsonb arrays.
-_MERGED_ENTITIES = """
+# Merge the result's entities into the call's, as entities.merge_entities does in Python for a
+# call this server remembers (MATCH_BY_ID_MERGED): per kind, distinct values in first-seen order
+# (the call's, then the result's), at most MAX_PER_KIND of them. Both paths store the same value.
+_MERGED_ENTITIES = f"""
     coalesce((
         SELECT jsonb_object_agg(kind, vals) FROM (
-            SELECT kind, jsonb_agg(DISTINCT v) AS vals FROM (
-                SELECT e.key AS kind, a.v FROM jsonb_each(o.entities) e,
-                       jsonb_array_elements(e.value) AS a(v)
-                UNION ALL
-                SELECT e.key, a.v FROM jsonb_each(CAST(:entities AS jsonb)) e,
-                       jsonb_array_elements(e.value) AS a(v)
-            ) u GROUP BY kind
+            SELECT kind, jsonb_agg(v ORDER BY first_seen) AS vals FROM (
+                SELECT kind, v, first_seen,
+                       row_number() OVER (PARTITION BY kind ORDER BY first_seen) AS n
+                FROM (
+                    SELECT kind, v, min(seen) AS first_seen FROM (
+                        SELECT e.key AS kind, a.v, ARRAY[0, a.pos] AS seen
+                        FROM jsonb_each(o.entities) e,
+                             jsonb_array_elements(e.value) WITH ORDINALITY AS a(v, pos)
+                        UNION ALL
+                        SELECT e.key, a.v, ARRAY[1, a.pos]
+                        FROM jsonb_each(CAST(:entities AS jsonb)) e,
+                             jsonb_array_elements(e.value) WITH ORDINALITY AS a(v, pos)
+                    ) u GROUP BY kind, v
+                ) d
+            ) r WHERE n <= {MAX_PER_KIND} GROUP BY kind
         ) g
-    ), '{}'::jsonb)
+    ), '{{}}'::jsonb)
 """
 
 _APPLY_RESULT = """

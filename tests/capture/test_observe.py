@@ -8,7 +8,8 @@ from typing import Any
 import psycopg
 from fastapi.testclient import TestClient
 
-from app.capture.service import CallEntities
+from app.capture.entities import MAX_PER_KIND, extract_entities, merge_entities
+from app.capture.service import CALL_ENTITIES, CallEntities
 from tests.capture.builders import count, make_session, observation, observe
 
 
@@ -169,6 +170,35 @@ def test_result_merges_into_the_stored_entities_when_they_differ_from_the_calls(
     row = observation(db, "a")
     assert row["entities"] == {"urls": ["https://x"], "classes": ["Cart"]}
     assert row["result"] == "class Cart: pass"
+
+
+def test_result_entities_merge_the_same_in_python_and_in_postgres(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    # A result whose call this server no longer remembers (a restart, another process) is merged
+    # by Postgres: it must store what the Python merge stores, order and per-kind cap included.
+    session_id = make_session(client)
+    call = {"command": "cat " + " ".join(f"src/call_{n}.py" for n in range(12, 0, -1))}
+    result = "\n".join(f"src/result_{n}.py" for n in range(15)) + "\nsrc/call_3.py\nclass Cart"
+    for name in ("python", "postgres"):
+        observe(client, session_id, id=name, functionName="bash", functionArgs=call)
+    CALL_ENTITIES.take("postgres")
+    for name in ("python", "postgres"):
+        response = client.post(
+            "/api/observe/result",
+            json={
+                "sessionId": session_id,
+                "functionName": "bash",
+                "result": result,
+                "observationId": name,
+            },
+        )
+        assert response.json()["status"] == "captured"
+    expected = merge_entities(extract_entities(call), extract_entities(result))
+    assert len(expected["files"]) == MAX_PER_KIND  # 12 + 15 distinct: the cap applies
+    assert expected["files"][:12] == [f"src/call_{n}.py" for n in range(12, 0, -1)]
+    assert observation(db, "python")["entities"] == expected
+    assert observation(db, "postgres")["entities"] == expected
 
 
 def test_call_entities_keeps_the_newest_calls() -> None:
