@@ -231,6 +231,9 @@ def _fail(batch: list[_Pending], error: Exception) -> None:
             future.set_exception(error)
 
 
+CONNECT_WAIT_SECONDS = 3.0
+
+
 def make_capture_pool(url: str, *, pool_size: int) -> RawPool:
     # A fixed size (one connection per writer task): never a new Postgres backend (fork, auth,
     # connect) in the middle of a burst.
@@ -240,6 +243,9 @@ def make_capture_pool(url: str, *, pool_size: int) -> RawPool:
         min_size=pool_size,
         max_size=pool_size,
         options=NOTIFY_BY_BATCH,
+        # With the database down a request waits this long for the writer's connection before
+        # its 503 (psycopg_pool's default, 30 s, held an interceptor's tool call that long).
+        timeout=CONNECT_WAIT_SECONDS,
     )
 
 

@@ -87,6 +87,21 @@ def test_an_unreachable_database_fails_every_waiting_statement(tmp_path: Any) ->
     assert all(isinstance(result, psycopg.OperationalError) for result in results)
 
 
+def test_observe_answers_503_promptly_when_the_database_is_down(tmp_path: Any) -> None:
+    # API.md: 503 with Retry-After when the database is unreachable; the writer's pool used to
+    # hold the request for its 30 s default wait first.
+    settings = make_settings(home=tmp_path / "home")
+    app = create_app(settings, database_url="postgresql://nobody@127.0.0.1:1/none")
+    with TestClient(app, raise_server_exceptions=False) as client:
+        started = time.monotonic()
+        answer = client.post("/api/observe", json={"sessionId": "s", "functionName": "read_file"})
+        waited = time.monotonic() - started
+    assert answer.status_code == 503
+    assert answer.json()["error"] == "DatabaseUnavailable"
+    assert answer.headers["retry-after"]
+    assert waited < 10
+
+
 @pytest.mark.parametrize("writers", [1, 3])
 def test_observe_burst_through_the_api_stores_every_row(
     database_url: str, db: psycopg.Connection[Any], tmp_path: Any, writers: int
