@@ -188,20 +188,28 @@ async def observe_result(request: Request) -> Response:
     return _observation_answer(ref, 201 if created else 200)
 
 
-for _path, _endpoint, _model in (
-    ("/observe", observe, ObserveIn),
-    ("/observe/result", observe_result, ObserveResultIn),
+# The OpenAPI entries name every success status a route answers with (the routes build their
+# responses themselves, so FastAPI would list a plain 200).
+_REPEATED = {"description": "The same id again (nothing added), or an excluded project"}
+_EXCLUDED = {"description": "An excluded project: nothing stored"}
+_UNMATCHED = {"description": "No pending call matched: recorded as a new captured observation"}
+
+for _path, _endpoint, _model, _status, _other in (
+    ("/observe", observe, ObserveIn, 201, {200: _REPEATED}),
+    ("/observe/result", observe_result, ObserveResultIn, 200, {201: _UNMATCHED}),
 ):
     router.add_api_route(
         _path,
         _endpoint,
         methods=["POST"],
+        status_code=_status,
+        responses=dict(_other.items()),
         openapi_extra=_body_schema(_model),
         route_class_override=DirectRoute,
     )
 
 
-@router.post("/session/start")
+@router.post("/session/start", status_code=201, responses={200: _REPEATED})
 async def start_session(data: SessionStartIn, db: DbDep, settings: SettingsDep) -> JSONResponse:
     """Start a session (201), or return the same one for a repeated id (200)."""
     ref, created = await service.start_session(db, data=data, settings=settings)
@@ -214,11 +222,12 @@ async def start_session(data: SessionStartIn, db: DbDep, settings: SettingsDep) 
     return JSONResponse(body, status_code=201 if created else 200)
 
 
-@router.post("/session/end")
+@router.post("/session/end", status_code=202, responses={200: _EXCLUDED})
 async def end_session(data: SessionEndIn, db: DbDep) -> JSONResponse:
     """End a session; the worker summarises it."""
     ref = await service.end_session(db, session_id=data.session_id)
-    return JSONResponse({"sessionId": ref.id, "status": ref.status}, status_code=202)
+    status_code = 200 if ref.status == service.EXCLUDED else 202
+    return JSONResponse({"sessionId": ref.id, "status": ref.status}, status_code=status_code)
 
 
 @router.get("/sessions")
@@ -255,14 +264,14 @@ async def get_observation(observation_id: str, db: DbDep) -> JSONResponse:
     return JSONResponse(observation_json(row))
 
 
-@router.post("/compress")
+@router.post("/compress", status_code=202)
 async def compress(data: CompressIn, db: DbDep) -> JSONResponse:
     """Queue an observation for compression by the worker."""
     position = await service.queue_compression(db, observation_id=data.observation_id)
     return JSONResponse({"queued": True, "position": position}, status_code=202)
 
 
-@router.post("/summarize")
+@router.post("/summarize", status_code=202)
 async def summarize(data: SummarizeIn, db: DbDep) -> JSONResponse:
     """Queue a session for summarising by the worker."""
     ref = await service.queue_summary(db, session_id=data.session_id)

@@ -235,6 +235,10 @@ async def start_session(
 async def end_session(session: AsyncSession, *, session_id: str) -> SessionRef:
     """Mark a session `ending` (the worker summarises it); repeating it is harmless."""
     session_id = _clean_id(session_id, "sessionId")
+    if session_id.startswith(EXCLUDED_PREFIX):
+        # Minted by start_session for an excluded project: nothing was stored, nothing to end,
+        # and the interceptor's usual closing call is answered like its observations were.
+        return SessionRef(session_id, "", EXCLUDED, datetime.now(UTC))
     row = (await session.execute(queries.END_SESSION, {"session_id": session_id})).first()
     if row is None:
         row = (await session.execute(queries.SESSION_STATUS, {"session_id": session_id})).first()

@@ -191,6 +191,9 @@ def test_excluded_project_stores_nothing(
         json={"sessionId": "client-id", "functionName": "f", "projectPath": "/srv/clients/acme"},
     )
     assert with_project.json()["status"] == "excluded"
+    ended = client.post("/api/session/end", json={"sessionId": session_id})
+    assert ended.status_code == 200
+    assert ended.json() == {"sessionId": session_id, "status": "excluded"}
     assert count(db, "sessions") == count(db, "observations") == 0
 
 

@@ -181,3 +181,26 @@ def test_start_rejects_reserved_excluded_prefix(
     assert response.status_code == 422
     assert "reserved" in response.json()["detail"]
     assert count(db, "sessions") == 0
+
+
+def test_openapi_names_every_success_status_of_the_capture_routes(client: TestClient) -> None:
+    paths = client.get("/openapi.json").json()["paths"]
+    documented = {
+        path: {code for code in paths[path]["post"]["responses"] if code.startswith("2")}
+        for path in (
+            "/api/session/start",
+            "/api/session/end",
+            "/api/observe",
+            "/api/observe/result",
+            "/api/compress",
+            "/api/summarize",
+        )
+    }
+    assert documented == {
+        "/api/session/start": {"201", "200"},
+        "/api/session/end": {"202", "200"},
+        "/api/observe": {"201", "200"},
+        "/api/observe/result": {"200", "201"},
+        "/api/compress": {"202"},
+        "/api/summarize": {"202"},
+    }
