@@ -425,7 +425,8 @@ def search_statement(
     snippet = (
         "''::text"
         if not snippets
-        else "ts_headline('english', c.content, to_tsquery('english', :tsq), "
+        # The text's own `**` would nest with the highlight markers (`****Rate** limits**`).
+        else "ts_headline('english', replace(c.content, '**', ''), to_tsquery('english', :tsq), "
         '\'MaxFragments=2, MaxWords=24, MinWords=8, FragmentDelimiter=" … ", '
         "StartSel=**, StopSel=**')"
         if use_keyword

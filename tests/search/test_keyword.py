@@ -65,6 +65,16 @@ def test_natural_questions_use_or_semantics_ranked_by_matches(
     assert "**deploy**" in results[0]["snippet"]
 
 
+def test_snippet_highlights_do_not_nest_with_the_texts_own_bold(
+    client: TestClient, database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    add_chunks(database_url, [Chunk("## Limits\n\n**Rate limiting** applies per API key.")])
+    (result,) = keyword(client, "rate limiting")
+    assert "**Rate** **limiting** applies" in result["snippet"]
+    assert "***" not in result["snippet"]
+    assert result["content"].startswith("## Limits\n\n**Rate limiting**")  # content untouched
+
+
 def test_more_matching_terms_rank_higher(
     client: TestClient, database_url: str, db: psycopg.Connection[Any]
 ) -> None:
