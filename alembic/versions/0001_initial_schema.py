@@ -463,7 +463,7 @@ def upgrade() -> None:
     )
     op.execute(
         f"CREATE INDEX {DEFAULT_MODEL_INDEX} ON memory_chunks "
-        "USING hnsw ((embedding::vector(256)) vector_cosine_ops) "
+        "USING hnsw ((embedding::halfvec(256)) halfvec_cosine_ops) "
         f"WITH (m = 16, ef_construction = 64) WHERE model = '{DEFAULT_MODEL}'"
     )
     _create_work_triggers()

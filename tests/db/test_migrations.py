@@ -60,7 +60,7 @@ def test_search_indexes_name_their_operator_class(scratch_url: str) -> None:
     found = indexes(scratch_url)
 
     hnsw = found["ix_memory_chunks_hnsw_local_wordllama_l2_supercat_256"]
-    assert "USING hnsw (((embedding)::vector(256)) vector_cosine_ops)" in hnsw
+    assert "USING hnsw (((embedding)::halfvec(256)) halfvec_cosine_ops)" in hnsw
     assert "WHERE ((model)::text = 'local:wordllama-l2_supercat:256'::text)" in hnsw
     assert "USING gin (tsv)" in found["ix_memory_chunks_tsv"]
 
