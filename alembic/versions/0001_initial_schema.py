@@ -439,18 +439,16 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_memory_chunks")),
     )
-    op.create_index("ix_memory_chunks_file_id", "memory_chunks", ["file_id"], unique=False)
-    op.create_index("ix_memory_chunks_memory_id", "memory_chunks", ["memory_id"], unique=False)
-    op.create_index(
-        "ix_memory_chunks_observation_id", "memory_chunks", ["observation_id"], unique=False
-    )
+    # Owner columns are NULL on most rows (a row has one or two owners): partial indexes.
+    for owner in ("file_id", "memory_id", "observation_id"):
+        _create_owner_index(owner)
     op.create_index(
         "ix_memory_chunks_project_path_source",
         "memory_chunks",
         ["project_path", "source"],
         unique=False,
     )
-    op.create_index("ix_memory_chunks_session_id", "memory_chunks", ["session_id"], unique=False)
+    _create_owner_index("session_id")
     op.create_index(
         "ix_memory_chunks_tsv", "memory_chunks", ["tsv"], unique=False, postgresql_using="gin"
     )
@@ -467,6 +465,16 @@ def upgrade() -> None:
         f"WITH (m = 16, ef_construction = 64) WHERE model = '{DEFAULT_MODEL}'"
     )
     _create_work_triggers()
+
+
+def _create_owner_index(column: str) -> None:
+    op.create_index(
+        f"ix_memory_chunks_{column}",
+        "memory_chunks",
+        [column],
+        unique=False,
+        postgresql_where=sa.text(f"{column} IS NOT NULL"),
+    )
 
 
 def downgrade() -> None:

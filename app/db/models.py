@@ -218,10 +218,13 @@ class MemoryChunkRow(Base):
     __table_args__ = (
         Index("ix_memory_chunks_tsv", "tsv", postgresql_using="gin"),
         Index("ix_memory_chunks_project_path_source", "project_path", "source"),
-        Index("ix_memory_chunks_file_id", "file_id"),
-        Index("ix_memory_chunks_session_id", "session_id"),
-        Index("ix_memory_chunks_observation_id", "observation_id"),
-        Index("ix_memory_chunks_memory_id", "memory_id"),
+        # A row belongs to a file, an observation (and its session), a summary's session or a
+        # memory: the other owner columns are NULL and stay out of their indexes (lookups and
+        # cascades are `col = value` or `= ANY`, which imply `col IS NOT NULL`).
+        *(
+            Index(f"ix_memory_chunks_{owner}", owner, postgresql_where=text(f"{owner} IS NOT NULL"))
+            for owner in ("file_id", "session_id", "observation_id", "memory_id")
+        ),
         Index(
             "ix_memory_chunks_unembedded",
             "id",
