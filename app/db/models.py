@@ -230,6 +230,10 @@ class MemoryChunkRow(Base):
             "id",
             postgresql_where=text("embedding IS NULL"),
         ),
+        # Rows stay inline up to a page: a chunk (~2.9 KB of text, vector and tsv) went over the
+        # default 2 KB and had its values compressed and moved out of line, ~18 us of server CPU
+        # a row (docs/benchmarks.md, Sync, "Branch vector5").
+        {"postgresql_with": {"toast_tuple_target": 8160}},
     )
 
 

@@ -64,6 +64,11 @@ def test_search_indexes_name_their_operator_class(scratch_url: str) -> None:
     assert "USING hnsw (((embedding)::halfvec(256)) halfvec_cosine_ops)" in hnsw
     assert "WHERE ((model)::text = 'local:wordllama-l2_supercat:256'::text)" in hnsw
     assert "USING gin (tsv)" in found["ix_memory_chunks_tsv"]
+    with psycopg.connect(libpq_url(scratch_url)) as connection:
+        options = connection.execute(
+            "SELECT reloptions FROM pg_class WHERE relname = 'memory_chunks'"
+        ).fetchone()
+    assert options == (["toast_tuple_target=8160"],)
 
 
 def test_every_table_carries_the_project_key_but_the_content_addressed_cache(
