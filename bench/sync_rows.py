@@ -78,7 +78,7 @@ def table_ddl(name: str, *, tsv: str | None, gin: str | None, hnsw: bool) -> lis
         ddl.append(f"CREATE INDEX ON {name} USING gin (tsv) {gin}")
     if hnsw:
         ddl.append(
-            f"CREATE INDEX ON {name} USING hnsw ((embedding::vector(256)) vector_cosine_ops) "
+            f"CREATE INDEX ON {name} USING hnsw ((embedding::halfvec(256)) halfvec_cosine_ops) "
             "WITH (m = 16, ef_construction = 64) WHERE model = 'm'"
         )
     return ddl

@@ -218,15 +218,22 @@ class MemoryChunkRow(Base):
     __table_args__ = (
         Index("ix_memory_chunks_tsv", "tsv", postgresql_using="gin"),
         Index("ix_memory_chunks_project_path_source", "project_path", "source"),
-        Index("ix_memory_chunks_file_id", "file_id"),
-        Index("ix_memory_chunks_session_id", "session_id"),
-        Index("ix_memory_chunks_observation_id", "observation_id"),
-        Index("ix_memory_chunks_memory_id", "memory_id"),
+        # A row belongs to a file, an observation (and its session), a summary's session or a
+        # memory: the other owner columns are NULL and stay out of their indexes (lookups and
+        # cascades are `col = value` or `= ANY`, which imply `col IS NOT NULL`).
+        *(
+            Index(f"ix_memory_chunks_{owner}", owner, postgresql_where=text(f"{owner} IS NOT NULL"))
+            for owner in ("file_id", "session_id", "observation_id", "memory_id")
+        ),
         Index(
             "ix_memory_chunks_unembedded",
             "id",
             postgresql_where=text("embedding IS NULL"),
         ),
+        # Rows stay inline up to a page: a chunk (~2.9 KB of text, vector and tsv) went over the
+        # default 2 KB and had its values compressed and moved out of line, ~18 us of server CPU
+        # a row (docs/benchmarks.md, Sync, "Branch vector5").
+        {"postgresql_with": {"toast_tuple_target": 8160}},
     )
 
 

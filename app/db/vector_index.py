@@ -1,8 +1,13 @@
 """One partial expression HNSW index per embedding model over the untyped `embedding` column.
 
 `memory_chunks.embedding` has no fixed width, so several models can live side by side while a
-model switch re-embeds. Each model gets `USING hnsw ((embedding::vector(D)) vector_cosine_ops)
-WHERE model = '<identity>'`; a query must repeat the same cast and predicate to use it.
+model switch re-embeds. Each model gets `USING hnsw ((embedding::halfvec(D)) halfvec_cosine_ops)
+WHERE model = '<identity>'`; a query must repeat the same cast and predicate to use it, so every
+query that wants the index takes its distance from `indexed_distance_sql`.
+
+The graph holds half-precision copies (the column keeps full precision, and exact search reads
+it): an index 40% smaller, built and searched somewhat faster, at the same recall and the same
+relevance figures (docs/benchmarks.md, Sync, "Branch vector5").
 """
 
 from __future__ import annotations
@@ -27,6 +32,12 @@ def hnsw_index_name(model: str) -> str:
     return f"{HNSW_INDEX_PREFIX}{readable[: 63 - len(HNSW_INDEX_PREFIX) - 13]}_{digest}"
 
 
+def indexed_distance_sql(dims: int, *, column: str, query: str) -> str:
+    """The cosine distance the model's HNSW index orders by: `column` (a `memory_chunks.embedding`
+    reference) against `query`, an SQL expression of type `vector`."""
+    return f"({column}::halfvec({dims}) <=> CAST({query} AS halfvec({dims})))"
+
+
 def hnsw_index_ddl(model: str, dims: int, *, concurrently: bool = False) -> str:
     if not 1 <= dims <= MAX_HNSW_DIMS:
         raise ValueError(f"HNSW indexes support 1..{MAX_HNSW_DIMS} dimensions, not {dims}")
@@ -34,7 +45,7 @@ def hnsw_index_ddl(model: str, dims: int, *, concurrently: bool = False) -> str:
     how = "CONCURRENTLY " if concurrently else ""
     return (
         f"CREATE INDEX {how}IF NOT EXISTS {hnsw_index_name(model)} ON memory_chunks "
-        f"USING hnsw ((embedding::vector({dims})) vector_cosine_ops) "
+        f"USING hnsw ((embedding::halfvec({dims})) halfvec_cosine_ops) "
         f"WITH (m = 16, ef_construction = 64) WHERE model = '{literal}'"
     )
 

@@ -2,7 +2,7 @@
 
 The statement is assembled from fixed parts (which branches run, which filters are present) and
 every value is a bound parameter, except the model identity and width: a partial expression HNSW
-index (`(embedding::vector(D)) ... WHERE model = '<identity>'`) is only usable when the query
+index (`(embedding::halfvec(D)) ... WHERE model = '<identity>'`) is only usable when the query
 repeats the cast and the predicate literally, which a generic plan over a bound parameter cannot
 prove. Both come from our own settings, never from a request.
 """
@@ -20,6 +20,7 @@ from typing import Any, Literal
 from sqlalchemy import TextClause, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.vector_index import indexed_distance_sql
 from app.search.fusion import WEIGHTED_TEXT, WEIGHTED_VECTOR
 from app.search.schemas import SearchMode
 
@@ -260,7 +261,9 @@ def _filter_sql(shape: tuple[bool, ...]) -> str:
 
 def _vector_cte(model: str, dims: int, filters: str) -> str:
     literal = model.replace("'", "''")
-    distance = f"(c.embedding::vector({dims}) <=> CAST(:qvec AS vector({dims})))"
+    distance = indexed_distance_sql(
+        dims, column="c.embedding", query=f"CAST(:qvec AS vector({dims}))"
+    )
     # relaxed_order lets the index return rows slightly out of order; rank after re-sorting.
     return f"""
 vec_raw AS MATERIALIZED (

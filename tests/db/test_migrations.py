@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -60,9 +61,14 @@ def test_search_indexes_name_their_operator_class(scratch_url: str) -> None:
     found = indexes(scratch_url)
 
     hnsw = found["ix_memory_chunks_hnsw_local_wordllama_l2_supercat_256"]
-    assert "USING hnsw (((embedding)::vector(256)) vector_cosine_ops)" in hnsw
+    assert "USING hnsw (((embedding)::halfvec(256)) halfvec_cosine_ops)" in hnsw
     assert "WHERE ((model)::text = 'local:wordllama-l2_supercat:256'::text)" in hnsw
     assert "USING gin (tsv)" in found["ix_memory_chunks_tsv"]
+    with psycopg.connect(libpq_url(scratch_url)) as connection:
+        options = connection.execute(
+            "SELECT reloptions FROM pg_class WHERE relname = 'memory_chunks'"
+        ).fetchone()
+    assert options == (["toast_tuple_target=8160"],)
 
 
 def test_every_table_carries_the_project_key_but_the_content_addressed_cache(
@@ -97,3 +103,41 @@ def test_raw_payload_columns_are_stored_uncompressed_out_of_line(database_url: s
             "WHERE attrelid = 'observations'::regclass AND attname IN ('function_args', 'result')"
         ).fetchall()
     assert dict(rows) == {"function_args": "e", "result": "e"}
+
+
+# The owner indexes are partial (`col IS NOT NULL`); each way rows are found by owner must still
+# be able to use them: the sync's `= ANY` lookups and deletes, and the statement a foreign key's
+# ON DELETE CASCADE runs (a generic plan over `$1 = col`; the index writer's deletes add a
+# `source` to the same equality, and the planner may take either index for those).
+OWNER_LOOKUPS = [
+    ("file_id", "SELECT id FROM memory_chunks WHERE file_id = ANY(CAST($1 AS bigint[]))", "{1,2}"),
+    (
+        "file_id",
+        "DELETE FROM memory_chunks WHERE file_id = ANY(CAST($1 AS bigint[])) "
+        "AND id <> ALL(CAST('{5}' AS bigint[]))",
+        "{1,2}",
+    ),
+    ("file_id", "DELETE FROM ONLY memory_chunks WHERE $1::bigint = file_id", "1"),
+    ("session_id", "DELETE FROM ONLY memory_chunks WHERE $1::varchar = session_id", "s"),
+    ("observation_id", "DELETE FROM ONLY memory_chunks WHERE $1::varchar = observation_id", "o"),
+    (
+        "memory_id",
+        "DELETE FROM ONLY memory_chunks WHERE $1::uuid = memory_id",
+        "00000000-0000-0000-0000-000000000001",
+    ),
+]
+
+
+@pytest.mark.parametrize(("column", "statement", "value"), OWNER_LOOKUPS)
+def test_lookups_by_owner_use_the_partial_owner_indexes(
+    db: psycopg.Connection[Any], column: str, statement: str, value: str
+) -> None:
+    db.execute("SET enable_seqscan = off")
+    db.execute("SET plan_cache_mode = force_generic_plan")
+    try:
+        db.execute(f"PREPARE lookup AS {statement}")
+        plan = "\n".join(str(row[0]) for row in db.execute(f"EXPLAIN EXECUTE lookup('{value}')"))
+    finally:
+        db.execute("DEALLOCATE ALL")
+        db.execute("RESET ALL")
+    assert f"ix_memory_chunks_{column}" in plan, plan

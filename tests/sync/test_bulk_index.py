@@ -56,7 +56,7 @@ def test_large_initial_sync_builds_the_index_once_with_every_vector(
     db.execute("SET enable_seqscan = off")
     plan = db.execute(
         "EXPLAIN SELECT id FROM memory_chunks WHERE model = %s "
-        "ORDER BY embedding::vector(256) <=> %s::vector(256) LIMIT 5",
+        "ORDER BY embedding::halfvec(256) <=> %s::halfvec(256) LIMIT 5",
         (local_embedder().identity, rows[0][1]),
     ).fetchall()
     db.execute("RESET enable_seqscan")

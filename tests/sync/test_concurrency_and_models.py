@@ -94,14 +94,14 @@ def test_model_switch_keeps_old_vectors_searchable_until_reembed(
             r[0]
             for r in db.execute(
                 "EXPLAIN SELECT id FROM memory_chunks WHERE model = %s "
-                "ORDER BY embedding::vector(256) <=> %s::vector(256) LIMIT 5",
+                "ORDER BY embedding::halfvec(256) <=> %s::halfvec(256) LIMIT 5",
                 (local.identity, query),
             )
         )
         assert "ix_memory_chunks_hnsw_local" in plan
         found = db.execute(
             "SELECT count(*) FROM (SELECT id FROM memory_chunks WHERE model = %s "
-            "ORDER BY embedding::vector(256) <=> %s::vector(256) LIMIT 5) AS t",
+            "ORDER BY embedding::halfvec(256) <=> %s::halfvec(256) LIMIT 5) AS t",
             (local.identity, query),
         ).fetchone()
         assert found == (5,)
@@ -118,7 +118,7 @@ def test_model_switch_keeps_old_vectors_searchable_until_reembed(
         "embedding_001_768'"
     ).fetchone()
     assert index is not None
-    assert "vector(768)" in index[0]
+    assert "halfvec(768)" in index[0]
 
 
 def test_a_failed_write_on_the_lock_connection_rolls_back_and_frees_the_lock(
