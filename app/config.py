@@ -124,6 +124,8 @@ class Settings(BaseSettings):
     # Capture group commit: writer tasks (one connection each) and statements per transaction.
     capture_writers: int = Field(default=1, ge=1, le=64)
     capture_batch_max: int = Field(default=64, ge=1, le=1000)
+    # Off: an observation is acknowledged once committed, before its WAL reaches the disk.
+    capture_synchronous_commit: bool = True
 
     @field_validator("home")
     @classmethod

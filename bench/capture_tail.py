@@ -5,8 +5,9 @@ pushed far apart.
     uv run python -m bench.capture_tail                     # all three variants, 500 and 250 req/s
     uv run python -m bench.capture_tail --variants default,no-flush --rates 500
 
-A diagnostic, not a goal's figure: `no-flush` sets `synchronous_commit = off`, which the product
-never does (an observation is acknowledged only once its commit is flushed). If the tail goes
+A diagnostic, not a goal's figure: `no-flush` sets `synchronous_commit = off` server-wide, what
+the opt-in AGMEM_CAPTURE_SYNCHRONOUS_COMMIT=false does for the capture connections only (the
+default acknowledges an observation only once its commit is flushed). If the tail goes
 away without the flush and stays with checkpoints far apart, it is the wait for the WAL flush.
 Each line also gives the share of CPU time the hypervisor took away during the run ("steal").
 """

@@ -234,15 +234,24 @@ def _fail(batch: list[_Pending], error: Exception) -> None:
 CONNECT_WAIT_SECONDS = 3.0
 
 
-def make_capture_pool(url: str, *, pool_size: int) -> RawPool:
+# AGMEM_CAPTURE_SYNCHRONOUS_COMMIT=false: a batch is answered once Postgres has committed it,
+# without waiting for its WAL flush. The flush was the paced latency tail on a quiet machine
+# (occasional slow fsyncs of the virtual disk: p99 8-72 ms at 250-500 req/s, 5-7 ms without the
+# wait; docs/benchmarks.md). An agmem crash or SIGKILL still loses nothing acknowledged; a
+# Postgres or OS crash can lose the last ~0.6 s (three wal_writer_delay rounds).
+NO_FLUSH_WAIT = "-c synchronous_commit=off"
+
+
+def make_capture_pool(url: str, *, pool_size: int, synchronous_commit: bool = True) -> RawPool:
     # A fixed size (one connection per writer task): never a new Postgres backend (fork, auth,
     # connect) in the middle of a burst.
+    options = NOTIFY_BY_BATCH if synchronous_commit else f"{NOTIFY_BY_BATCH} {NO_FLUSH_WAIT}"
     return make_raw_pool(
         url,
         application_name="agmem-capture",
         min_size=pool_size,
         max_size=pool_size,
-        options=NOTIFY_BY_BATCH,
+        options=options,
         # With the database down a request waits this long for the writer's connection before
         # its 503 (psycopg_pool's default, 30 s, held an interceptor's tool call that long).
         timeout=CONNECT_WAIT_SECONDS,
@@ -254,7 +263,11 @@ async def capture_lifespan(app: FastAPI) -> AsyncIterator[None]:
     """Runs inside the app's lifespan (the router's lifespan nests in it)."""
     state: AppState = app.state.agmem
     settings = state.settings
-    pool = make_capture_pool(state.database_url, pool_size=settings.capture_writers)
+    pool = make_capture_pool(
+        state.database_url,
+        pool_size=settings.capture_writers,
+        synchronous_commit=settings.capture_synchronous_commit,
+    )
     # Not waiting for the connections: the app must start (and answer 503) with the database down.
     await pool.open(wait=False)
     writer = GroupWriter(

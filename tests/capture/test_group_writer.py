@@ -144,6 +144,31 @@ def test_observe_burst_through_the_api_stores_every_row(
     assert captured[0] == 48
 
 
+@pytest.mark.parametrize("wait_for_flush", [True, False])
+def test_capture_connections_follow_the_synchronous_commit_setting(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Any, wait_for_flush: bool
+) -> None:
+    # Where the connection's value comes from tells the two apart even on a server whose own
+    # default is already off (the suite's throwaway server runs without fsync).
+    setting = text("SELECT setting, source FROM pg_settings WHERE name = 'synchronous_commit'")
+
+    async def run() -> tuple[str, str]:
+        settings = make_settings(home=tmp_path, capture_synchronous_commit=wait_for_flush)
+        app = create_app(settings, database_url=database_url)
+        async with app.router.lifespan_context(app):
+            writer: GroupWriter = app.state.capture_writer
+            row = (await writer.execute(setting, {})).one()
+            return row.setting, row.source
+
+    server_default = db.execute("SHOW synchronous_commit").fetchone()
+    assert server_default is not None
+    value, source = asyncio.run(run())
+    if wait_for_flush:
+        assert (value, source != "client") == (server_default[0], True)
+    else:
+        assert (value, source) == ("off", "client")
+
+
 def test_a_statement_reaches_postgres_before_the_writer_runs(database_url: str) -> None:
     """Eager send: the request puts its statement into the open pipeline itself, so Postgres
     executes it while the event loop is still busy with other requests."""
