@@ -28,6 +28,19 @@ def observe(client: TestClient, session_id: str, **overrides: Any) -> dict[str, 
     return answer
 
 
+def send_result(
+    client: TestClient, session_id: str, observation_id: str, result: Any, **overrides: Any
+) -> Any:
+    """POST /api/observe/result for that call; the response, for the test to judge."""
+    body: dict[str, Any] = {
+        "sessionId": session_id,
+        "functionName": "read_file",
+        "result": result,
+        "observationId": observation_id,
+    } | overrides
+    return client.post("/api/observe/result", json=body)
+
+
 def count(db: psycopg.Connection[Any], table: str) -> int:
     row = db.execute(f"SELECT count(*) FROM {table}").fetchone()
     assert row is not None

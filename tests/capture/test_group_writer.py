@@ -15,7 +15,7 @@ from sqlalchemy import text
 
 from app.capture.db import GroupWriter, RawResult, make_capture_pool
 from app.main import create_app
-from tests.capture.builders import count, make_session, observe
+from tests.capture.builders import count, make_session, observe, send_result
 from tests.conftest import make_settings
 
 INSERT = text(
@@ -204,16 +204,7 @@ def test_a_captured_result_wakes_the_worker_once_its_batch_commits(
     session_id = make_session(client)
     observe(client, session_id, id="a")
     assert [n.payload for n in db.notifies(timeout=0.3)] == []
-    response = client.post(
-        "/api/observe/result",
-        json={
-            "sessionId": session_id,
-            "functionName": "read_file",
-            "result": "x",
-            "observationId": "a",
-        },
-    )
-    assert response.status_code == 200
+    assert send_result(client, session_id, "a", "x").status_code == 200
     assert [n.payload for n in db.notifies(timeout=2.0, stop_after=1)] == ["observation"]
     # Other connections keep the trigger: a row captured there notifies by itself.
     db.execute("UPDATE observations SET status = 'pending' WHERE id = 'a'")

@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 
 from app.capture.entities import MAX_PER_KIND, extract_entities, merge_entities
 from app.capture.service import CALL_ENTITIES, CallEntities
-from tests.capture.builders import count, make_session, observation, observe
+from tests.capture.builders import count, make_session, observation, observe, send_result
 
 
 def test_observe_records_a_pending_observation(
@@ -156,15 +156,7 @@ def test_result_merges_into_the_stored_entities_when_they_differ_from_the_calls(
     session_id = make_session(client)
     observe(client, session_id, id="a")
     db.execute("""UPDATE observations SET entities = '{"urls": ["https://x"]}' WHERE id = 'a'""")
-    response = client.post(
-        "/api/observe/result",
-        json={
-            "sessionId": session_id,
-            "functionName": "read_file",
-            "result": "class Cart: pass",
-            "observationId": "a",
-        },
-    )
+    response = send_result(client, session_id, "a", "class Cart: pass")
     assert response.status_code == 200
     assert response.json()["status"] == "captured"
     row = observation(db, "a")
@@ -184,15 +176,7 @@ def test_result_entities_merge_the_same_in_python_and_in_postgres(
         observe(client, session_id, id=name, functionName="bash", functionArgs=call)
     CALL_ENTITIES.take("postgres")
     for name in ("python", "postgres"):
-        response = client.post(
-            "/api/observe/result",
-            json={
-                "sessionId": session_id,
-                "functionName": "bash",
-                "result": result,
-                "observationId": name,
-            },
-        )
+        response = send_result(client, session_id, name, result, functionName="bash")
         assert response.json()["status"] == "captured"
     expected = merge_entities(extract_entities(call), extract_entities(result))
     assert len(expected["files"]) == MAX_PER_KIND  # 12 + 15 distinct: the cap applies
