@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -61,6 +62,12 @@ class OneLineErrors(TyperGroup):
             sys.exit(1)
         # Without standalone mode, click returns an Exit's code instead of exiting with it.
         sys.exit(result if isinstance(result, int) else 0)
+
+
+def absolute_project(path: str | os.PathLike[str]) -> str:
+    """A project path as the service stores it: absolute, `~` expanded, `..` folded. Rows carry
+    the absolute path a client sent, so a relative `--project .` would match nothing."""
+    return os.path.abspath(os.path.expanduser(path))
 
 
 def first_line(error: BaseException) -> str:

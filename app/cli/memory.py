@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 from pydantic import ValidationError
 
-from app.cli.common import cli_errors, fail, open_database, settings_or_exit
+from app.cli.common import absolute_project, cli_errors, fail, open_database, settings_or_exit
 from app.config import Settings
 from app.memories.patterns import is_pattern
 from app.memories.schemas import Memory, MemoryWrite, Resume, Scope, check_key, check_tags
@@ -46,7 +46,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print the full memory as 
 
 
 def _project(project: str | None) -> str:
-    return os.path.abspath(project) if project else os.getcwd()
+    return absolute_project(project) if project else os.getcwd()
 
 
 async def _with_state(settings: Settings, url: str, work: Callable[[AppState], Awaitable[T]]) -> T:

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from typing import Annotated, get_args
 
 import typer
 from pydantic import ValidationError
 
-from app.cli.common import cli_errors, fail, open_database, settings_or_exit
+from app.cli.common import absolute_project, cli_errors, fail, open_database, settings_or_exit
 from app.config import Settings
 from app.context.format import citation, one_line
 from app.search.schemas import SearchMode, SearchRequest, SearchResponse
@@ -64,9 +63,7 @@ def search_command(
     if mode not in MODES:
         fail(f"--mode must be one of {', '.join(MODES)}, not {mode!r}", 2)
     if project is not None and project.strip():
-        # Projects are stored under their absolute path (as `agmem sync` writes them), so a
-        # relative `--project .` would otherwise match nothing and print "no results".
-        project = os.path.abspath(os.path.expanduser(project))
+        project = absolute_project(project)
     try:
         request = SearchRequest.model_validate(
             {"query": query, "projectPath": project, "mode": mode, "limit": limit}

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from app.cli.common import cli_errors, fail, open_database, settings_or_exit
+from app.cli.common import absolute_project, cli_errors, fail, open_database, settings_or_exit
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -48,7 +48,7 @@ def sync(
     from app.sync.watch import watch_project
 
     request = SyncRequest(
-        project_path=str((project or Path.cwd()).expanduser().absolute()),
+        project_path=absolute_project(project or Path.cwd()),
         memory_dir=memory_dir,
         sessions_dir=sessions_dir,
         force=force,

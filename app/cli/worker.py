@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 from typing import Annotated
 
 import typer
 
-from app.cli.common import cli_errors, describe_location, open_database, settings_or_exit
+from app.cli.common import (
+    absolute_project,
+    cli_errors,
+    describe_location,
+    open_database,
+    settings_or_exit,
+)
 from app.config import Settings
 
 worker_app = typer.Typer(
@@ -80,8 +85,7 @@ def retry_failed_command(
 ) -> None:
     """Queue every failed observation and session again, with fresh attempts."""
     if project:
-        # Rows carry the absolute path the client sent; a relative `--project .` matched none.
-        project = os.path.abspath(os.path.expanduser(project))
+        project = absolute_project(project)
     settings = settings_or_exit()
     with cli_errors():
         url = open_database(settings)
