@@ -202,6 +202,23 @@ def dumps(value: Any) -> str:
     return dumps_bytes(value).decode()
 
 
+def _utf8_extra(value: Any) -> int:
+    """UTF-8 bytes beyond one a character in the strings (keys too) of a sanitized JSON value.
+
+    Its JSON text, which writes non-ASCII characters as they are and only inside strings, has
+    that many more bytes than characters: counted so without decoding the text again (~20 µs
+    for a 12 KB non-ASCII payload; after orjson each string's UTF-8 is cached, so encoding a
+    string here is a copy).
+    """
+    if isinstance(value, str):
+        return 0 if value.isascii() else len(value.encode("utf-8")) - len(value)
+    if isinstance(value, dict):
+        return sum(_utf8_extra(key) + _utf8_extra(item) for key, item in value.items())
+    if isinstance(value, list):
+        return sum(_utf8_extra(item) for item in value)
+    return 0
+
+
 def _cap_strings(value: Any, max_chars: int) -> Any:
     if isinstance(value, str):
         return cap_text(value, max_chars)
@@ -246,7 +263,7 @@ def prepare_payload(
         return Payload(capped, dumps_bytes(capped), original_chars, original_bytes, True, scanned)
     data = dumps_bytes(clean)
     original_bytes = len(data)
-    original_chars = original_bytes if data.isascii() else len(data.decode())
+    original_chars = original_bytes if data.isascii() else original_bytes - _utf8_extra(clean)
     if original_chars <= max_chars:
         return Payload(clean, data, original_chars, original_bytes, False, scanned)
     capped = _cap_strings(clean, max(1024, max_chars // 4))

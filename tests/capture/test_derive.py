@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from app.capture.derive import (
+    dumps,
     estimate_tokens,
     normalize_tool_name,
     observation_type,
@@ -27,6 +28,7 @@ from app.capture.entities import (
     extract_entities,
     merge_entities,
 )
+from app.privacy import sanitize_json
 from app.textscan import SHORT_TEXT
 
 
@@ -248,3 +250,20 @@ def test_sanitize_scan_names_are_those_of_the_stored_text() -> None:
     assert kept == {payload.value["a"]}  # "b" was redacted: its scan is of the text before
     for text, found in payload.scanned.values():
         assert found == SANITIZE_SCANNER.present(text)
+
+
+def test_original_size_of_a_structure_counts_its_json_characters() -> None:
+    """Counted from the strings' UTF-8 without decoding the JSON: the same as decoding it."""
+    real = [p for p in Path("/work/shared/testdata").rglob("*") if p.is_file()]
+    texts = [p.read_text(encoding="utf-8", errors="replace")[:30_000] for p in real]
+    values: list[Any] = [
+        {"clé 🙂": ["é", {"ü": "ß" * 10, "n": [1, 2.5, None, True]}], "a": 'x\n"y"\t'},
+        [{"k": "\u2028 \x01 \ud800"}, 2**70, "日本語"],  # a 70-bit integer: the json fallback
+        *({"content": text, "path": "α/β.py"} for text in texts),
+        {"big": "é" * 70_000},  # truncated: its size is still that of the whole
+    ]
+    for value in values:
+        payload = prepare_payload(value, max_chars=65_536, max_depth=64)
+        whole = dumps(sanitize_json(value))
+        assert payload.original_chars == len(whole)
+        assert payload.original_bytes == len(whole.encode("utf-8"))
