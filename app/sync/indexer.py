@@ -229,12 +229,20 @@ async def _write_all(
     writer = _Writer(sessionmaker, lock_session, embedder, project, report, known, request.force)
     earlier: asyncio.Task[bool] | None = None
     if total:
+        # A small re-sync's changed files were indexed before: their current rows (to keep the
+        # unchanged chunks) are read through the lock's connection while the files are read,
+        # not after (a round trip and ~5 ms of waiting on the critical path).
+        ids = [k.id for f in candidates if (k := known.get(f.path)) is not None]
+        if ids and not request.force and total <= BATCH_FILES:
+            writer.current = asyncio.create_task(queries.files_chunks(lock_session, ids))
 
         async def ready() -> bool:
             # The lock's connection gets ready to write (the vector type) and looks for chunks
             # an earlier run left without a vector, while the first files are read: the
             # embedding pass after the writes (a scan of the project's rows, ~10 ms) is then
             # skipped when there is nothing to do.
+            if writer.current is not None:
+                await writer.current
             await binary_vector_connection(lock_session)
             if writer.cache_only:  # its pass also resumes Batch API jobs: it always runs
                 return True
@@ -369,6 +377,8 @@ class _Writer:
         self.pending_chunks = 0
         self.batch_chunks = FIRST_BATCH_CHUNKS
         self.touched: list[tuple[int, float, int]] = []
+        # The changed files' current rows, read ahead for a small sync (see `_keep_unchanged`).
+        self.current: asyncio.Task[dict[int, dict[queries.ChunkKey, list[int]]]] | None = None
         self.inflight: set[asyncio.Task[None]] = set()
         self.connecting: asyncio.Task[None] | None = None
         self.embedding_down = False
@@ -549,7 +559,10 @@ class _Writer:
             for item in unchecked
             if (known := self.known.get(item.found.path)) is not None
         }
-        current = await queries.files_chunks(session, list(ids.values()))
+        if self.current is not None:  # read ahead: every changed file of a small sync
+            current = await self.current
+        else:
+            current = await queries.files_chunks(session, list(ids.values()))
         for item in unchecked:
             rows = current.get(ids.get(item.found.path, -1))
             if not rows:

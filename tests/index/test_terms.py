@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import asyncio
+import random
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,10 @@ from app.db.engine import make_async_engine, make_sessionmaker
 from app.index.terms import index_terms, search_terms
 from app.index.writer import replace_index_text
 from tests.sync.helpers import CountingEmbedder, make_project, run_sync
+
+TESTDATA = Path("/work/shared/testdata")
+if not TESTDATA.exists():
+    TESTDATA = Path(__file__).resolve().parents[3] / "shared" / "testdata"
 
 
 @pytest.mark.parametrize(
@@ -108,3 +114,33 @@ def test_sync_finds_a_mid_section_chunk_by_its_section_title(
     ).fetchall()
     assert len(rows) > 1  # the section is longer than one chunk
     assert any("Retry Budget" not in content for (content,) in rows)
+
+
+def _reference_terms(text: str) -> str:
+    """search_terms with the plain three-alternative spot regex the fast one must agree with."""
+    spot_regex = re.compile(r"[^\s\w]\w|_\w|[a-z0-9][A-Z]")
+    out: list[str] = []
+    taken = 0
+    for spot in spot_regex.finditer(text):
+        at = spot.start()
+        if at < taken:
+            continue
+        low = max(taken, at - 200)
+        start = max(low - 1, text.rfind(" ", low, at), text.rfind("\n", low, at)) + 1
+        end = re.compile(r"\S*").match(text, at).end()  # type: ignore[union-attr]
+        taken = end
+        parts = re.sub(r"[\W_]+", " ", re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", text[start:end]))
+        if " " in parts.strip():
+            out.append(parts.strip())
+    return " ".join(out)
+
+
+def test_search_terms_agree_with_the_plain_spot_regex_on_real_and_random_text() -> None:
+    rng = random.Random(7)
+    texts = [p.read_text(encoding="utf-8") for p in sorted(TESTDATA.glob("memory-md/*.md"))]
+    # Spaces rare in the second: tokens longer than the 200-character look-back.
+    for alphabet in ("aZ_.-/ \n9é日Bq(x)", "aaaaZ_.-/9é日Bq(x)" * 60 + " "):
+        texts += ["".join(rng.choices(alphabet, k=rng.randint(0, 600))) for _ in range(250)]
+    assert len(texts) > 500
+    for source in texts:
+        assert search_terms(source) == _reference_terms(source), source[:80]
