@@ -121,6 +121,15 @@ def test_usage_errors_are_one_line_and_exit_2(args: list[str], message: str) -> 
     assert result.stderr.strip() == message
 
 
+def test_a_group_without_a_command_prints_its_help() -> None:
+    result = CliRunner().invoke(cli, ["memory"])
+
+    assert result.exit_code == 2
+    # Rich prints the help itself, to stdout.
+    assert "Usage: agmem memory" in result.stdout + result.stderr
+    assert "agmem: error" not in result.stdout + result.stderr
+
+
 def test_unknown_revision_is_one_line(database_url: str) -> None:
     result = CliRunner().invoke(cli, ["migrate", "nosuchrev"], env={"DATABASE_URL": database_url})
 
