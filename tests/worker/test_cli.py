@@ -57,6 +57,17 @@ def test_worker_rejects_a_bad_concurrency_in_one_line(database_url: str) -> None
     assert "concurrency" in result.stderr.lower()
 
 
+def test_worker_on_an_unreachable_database_is_one_line() -> None:
+    # It started, printed its banner, then logged a traceback every few seconds per lane.
+    env = {"DATABASE_URL": "postgresql://agmem:pw@127.0.0.1:1/agmem", "AGMEM_LOG_LEVEL": "info"}
+    result = CliRunner().invoke(cli, ["worker"], env=env)
+
+    assert result.exit_code == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("agmem: error: database unreachable:")
+
+
 @pytest.mark.slow
 def test_worker_works_then_stops_cleanly_on_sigterm(
     db: psycopg.Connection[Any], database_url: str
