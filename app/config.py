@@ -37,7 +37,7 @@ class Settings(BaseSettings):
     )
     home: Path = Field(default=Path("~/.antigravity-mem"))
     host: str = "127.0.0.1"
-    port: int = Field(default=37777, ge=1, le=65535)
+    port: int = Field(default=37777, ge=0, le=65535)  # 0: a free port, printed by serve
     api_token: str | None = None
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
