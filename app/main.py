@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from app import health
 from app.api.errors import install_error_handlers
 from app.api.middleware import BearerTokenMiddleware, BodySizeLimitMiddleware
+from app.capture.routes import add_hot_routes
 from app.capture.routes import router as capture_router
 from app.config import Settings, get_settings
 from app.context.routes import router as context_router
@@ -72,6 +73,7 @@ def create_app(
     install_error_handlers(app)
     # Capture first: a request is matched against the routes in order, and observe/result are
     # most of the traffic (no other router has a path under /api/session*, /api/observ*).
+    add_hot_routes(app)
     app.include_router(capture_router)
     app.include_router(health.router)
     app.include_router(sync_router)

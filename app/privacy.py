@@ -8,11 +8,11 @@ says its pattern could occur, so clean text costs a handful of `in` scans.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
 from typing import Any
 
-from app.textscan import LiteralScanner
+from app.textscan import SHORT_TEXT, LiteralScanner
 
 REDACTED = "[REDACTED]"
 
@@ -303,13 +303,52 @@ def _rules_for(found: frozenset[str]) -> tuple[tuple[re.Pattern[str], _Replaceme
 
 def sanitize_text(s: str) -> str:
     """Clean, strip private and injected-memory spans, then redact secrets."""
-    s = clean_text(s)
-    found = _SCANNER.present(s)
-    stripped = _strip_private(s, found)
+    return _sanitize_text(s, _SCANNER)[0]
+
+
+# The names `_SCANNER` can report: what the rules look at, in a set found by a wider scanner.
+_NAMES = frozenset(_SCANNER.names)
+
+
+def privacy_scanner(
+    literals: Iterable[str], gates: Mapping[str, str] | None = None
+) -> LiteralScanner:
+    """A scanner for `sanitize_json(scanner=...)`: the privacy rules' literals and gates, and
+    these, found in one pass, so that a caller learns what its own literals need of a text from
+    the scan sanitizing it already makes (the capture entities' gates)."""
+    return _SCANNER.extended(literals, gates)
+
+
+def _clean_encoded(s: str) -> tuple[str, bytes]:
+    """`clean_text(s)` and its UTF-8, encoded once for both the surrogate check and the scan."""
+    try:
+        utf8 = s.encode("utf-8")
+    except UnicodeEncodeError:
+        s = _SURROGATE.sub("\ufffd", s)
+        utf8 = s.encode("utf-8")
+    if b"\x00" in utf8:  # a NUL byte in UTF-8 is only ever the NUL character
+        s = s.replace("\x00", "")
+        utf8 = utf8.replace(b"\x00", b"")
+    return s, utf8
+
+
+def _sanitize_text(s: str, scanner: LiteralScanner) -> tuple[str, frozenset[str] | None]:
+    """`sanitize_text(s)`, and what `scanner` found in the text returned (None if stripping or
+    redaction changed it: what was found is that of the text before)."""
+    if len(s) < SHORT_TEXT:
+        s = clean_text(s)
+        found = scanner.present(s)
+    else:
+        s, utf8 = _clean_encoded(s)
+        found = scanner.present_encoded(s, utf8)
+    own = found if scanner is _SCANNER else found & _NAMES
+    stripped = _strip_private(s, own)
     if stripped is not s:
         # Removing a span can join text into a literal that was not there before.
-        found = _SCANNER.present(stripped)
-    return _redact(stripped, found)
+        found = scanner.present(stripped)
+        own = found if scanner is _SCANNER else found & _NAMES
+    redacted = _redact(stripped, own)
+    return redacted, (found if redacted is stripped else None)
 
 
 # A string value under a key named like a credential is redacted whole, whatever its shape.
@@ -320,17 +359,32 @@ _SECRET_KEY = re.compile(
 )
 
 
-def sanitize_json(value: Any, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
+# What a scanner found in each string of a sanitized value: id(string) -> (string, names).
+Scanned = dict[int, tuple[str, frozenset[str]]]
+
+
+def sanitize_json(
+    value: Any,
+    *,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+    scanner: LiteralScanner | None = None,
+    scanned: Scanned | None = None,
+) -> Any:
     """Apply `sanitize_text` to every string (keys too) of a JSON value; returns a new value.
 
+    With `scanner` (from `privacy_scanner`) and `scanned`, each string value of the result whose
+    scan is still valid (sanitizing left it unchanged) gets its found names in `scanned`.
     Raises NestingTooDeep when containers nest deeper than `max_depth`.
     """
-    return _sanitize(value, max_depth)
+    return _sanitize(value, max_depth, scanner or _SCANNER, scanned)
 
 
-def _sanitize(value: Any, depth_left: int) -> Any:
+def _sanitize(value: Any, depth_left: int, scanner: LiteralScanner, scanned: Scanned | None) -> Any:
     if isinstance(value, str):
-        return sanitize_text(value)
+        clean, found = _sanitize_text(value, scanner)
+        if scanned is not None and found is not None:
+            scanned[id(clean)] = (clean, found)
+        return clean
     if isinstance(value, dict):
         if depth_left <= 0:
             raise NestingTooDeep("the JSON value nests too deeply")
@@ -340,12 +394,12 @@ def _sanitize(value: Any, depth_left: int) -> Any:
             if secret and isinstance(item, str) and item:
                 out[clean_key] = REDACTED
             else:
-                out[clean_key] = _sanitize(item, depth_left - 1)
+                out[clean_key] = _sanitize(item, depth_left - 1, scanner, scanned)
         return out
     if isinstance(value, list | tuple):
         if depth_left <= 0:
             raise NestingTooDeep("the JSON value nests too deeply")
-        return [_sanitize(item, depth_left - 1) for item in value]
+        return [_sanitize(item, depth_left - 1, scanner, scanned) for item in value]
     return value
 
 

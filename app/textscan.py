@@ -56,10 +56,27 @@ class LiteralScanner:
         # the privacy functions from worker threads too).
         self._local = threading.local()
 
+    def extended(
+        self, literals: Iterable[str], gates: Mapping[str, str] | None = None
+    ) -> LiteralScanner:
+        """A scanner that finds this one's literals and gates and these too, in the same pass."""
+        return LiteralScanner((*self.literals, *literals), {**self.gates, **(gates or {})})
+
     def present(self, text: str) -> frozenset[str]:
         """The literals (and gate names) that occur in `text`."""
         if len(text) < SHORT_TEXT:
             return self._always.union(literal for literal in self.literals if literal in text)
+        # "surrogatepass": a lone surrogate cannot be part of an ASCII literal, and must not fail.
+        return self._scan(text.encode("utf-8", "surrogatepass"))
+
+    def present_encoded(self, text: str, utf8: bytes) -> frozenset[str]:
+        """`present` for a caller that has `text`'s UTF-8 already: encoding a 1-20 KB non-ASCII
+        text again cost about as much as the scan itself (~6 µs)."""
+        if len(text) < SHORT_TEXT:
+            return self._always.union(literal for literal in self.literals if literal in text)
+        return self._scan(utf8)
+
+    def _scan(self, data: bytes) -> frozenset[str]:
         scratch = getattr(self._local, "scratch", None)
         if scratch is None:
             scratch = self._local.scratch = hyperscan.Scratch(self._database)
@@ -69,8 +86,5 @@ class LiteralScanner:
         def on_match(index: int, _start: int, _end: int, _flags: int, _context: object) -> None:
             found.append(names[index])
 
-        # "surrogatepass": a lone surrogate cannot be part of an ASCII literal, and must not fail.
-        self._database.scan(
-            text.encode("utf-8", "surrogatepass"), match_event_handler=on_match, scratch=scratch
-        )
+        self._database.scan(data, match_event_handler=on_match, scratch=scratch)
         return frozenset(found)

@@ -69,3 +69,14 @@ def test_refuses_non_ascii_and_empty_literals() -> None:
         LiteralScanner(["clé"])
     with pytest.raises(ValueError, match="ASCII"):
         LiteralScanner([""])
+
+
+def test_present_encoded_and_an_extended_scanner_answer_as_present() -> None:
+    base = LiteralScanner(LITERALS[:4], gates={"gate:digits": r"[0-9]{3}"})
+    wider = base.extended(LITERALS[4:], gates={"gate:x": "xyz"})
+    for text in [*REAL_TEXTS, "KEY 123 xyz " * 40, "short KEY"]:
+        utf8 = text.encode("utf-8", "surrogatepass")
+        assert base.present_encoded(text, utf8) == base.present(text)
+        assert wider.present_encoded(text, utf8) == wider.present(text)
+        assert wider.present(text) & frozenset(base.names) == base.present(text)
+        assert wider.present(text) - frozenset(base.names) >= expected(text) - set(LITERALS[:4])

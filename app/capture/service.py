@@ -26,7 +26,7 @@ from app.capture.derive import (
     observation_type,
     prepare_payload,
 )
-from app.capture.entities import extract_entities, merge_entities
+from app.capture.entities import SANITIZE_SCANNER, extract_entities, merge_entities
 from app.capture.errors import (
     ObservationIdConflict,
     ObservationNotFound,
@@ -104,7 +104,10 @@ def _clean_id(value: str, field: str) -> str:
 def _payload(value: Any, field: str, settings: Settings) -> Payload:
     try:
         return prepare_payload(
-            value, max_chars=settings.capture_max_field_chars, max_depth=settings.capture_max_depth
+            value,
+            max_chars=settings.capture_max_field_chars,
+            max_depth=settings.capture_max_depth,
+            scanner=SANITIZE_SCANNER,
         )
     except NestingTooDeep:
         raise PayloadTooDeep(
@@ -306,7 +309,7 @@ async def record_observation(
         return _excluded(session_id, function_name, data.function_args), False
     args = _payload(data.function_args, "functionArgs", settings)
     observation_id = _clean_id(data.id, "id") if data.id else uuid.uuid4().hex
-    entities = extract_entities(args.value)
+    entities = extract_entities(args.value, scanned=args.scanned)
     entities_json = dumps(entities)
     params = {
         "id": observation_id,
@@ -356,7 +359,7 @@ async def record_result(
     if _is_excluded_call(session_id, data.project_path, settings):
         return _excluded(session_id, function_name, None), False
     result = _payload(data.result, "result", settings)
-    found = extract_entities(result.value)
+    found = extract_entities(result.value, scanned=result.scanned)
     entities = dumps(found)
     params: dict[str, Any] = {
         "session_id": session_id,

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from app.capture.derive import (
+    dumps,
     estimate_tokens,
     normalize_tool_name,
     observation_type,
@@ -21,11 +22,13 @@ from app.capture.entities import (
     _PATH_CHARS,
     _SCANNER,
     MAX_PER_KIND,
+    SANITIZE_SCANNER,
     SCAN_HEAD,
     entity_text,
     extract_entities,
     merge_entities,
 )
+from app.privacy import sanitize_json
 from app.textscan import SHORT_TEXT
 
 
@@ -210,3 +213,57 @@ def test_regex_gates_fire_wherever_their_pattern_matches() -> None:
         "functions": ["run"],
         "classes": ["Foo"],
     }
+
+
+def test_entities_from_the_sanitizing_scan_equal_a_scan_of_their_own() -> None:
+    """The names found while sanitizing the whole text gate the window's patterns: the entities
+    are those of the window's own scan, on real files, secrets, private spans and a cap."""
+    real = [p for p in Path("/work/shared/testdata").rglob("*") if p.is_file()]
+    texts = [p.read_text(encoding="utf-8", errors="replace") for p in real] + GATE_SAMPLES
+    texts += [
+        # Literals only past the window (a superset gates the window: nothing more is found).
+        "x " * SCAN_HEAD + "def run(): import os\nclass Foo: https://e.com/a.py " + "y " * 600,
+        "token = 'abcd1234efgh' " * 20 + "see app/main.py",  # redacted: scanned again
+        "a <private>sk-secret</private> b.py " * 20,  # stripped: scanned again
+        "\x00é\ud800 app/x.py " * 40,  # cleaned
+        "def huge(): pass\n" * 5000,  # capped below
+    ]
+    fast_paths = 0
+    for text in texts:
+        for value in (text, {"file_path": "src/a.py", "content": text, "n": [text[:500], 3]}):
+            payload = prepare_payload(
+                value, max_chars=65_536, max_depth=64, scanner=SANITIZE_SCANNER
+            )
+            plain = prepare_payload(value, max_chars=65_536, max_depth=64)
+            assert payload == plain  # the scanner changes nothing stored
+            fast_paths += len(payload.scanned)
+            assert extract_entities(payload.value, scanned=payload.scanned) == extract_entities(
+                payload.value
+            )
+    assert fast_paths > len(texts)
+
+
+def test_sanitize_scan_names_are_those_of_the_stored_text() -> None:
+    value = {"a": "plain text with a.py " * 30, "b": "api_key = 'hunter2hunter2' " * 30}
+    payload = prepare_payload(value, max_chars=65_536, max_depth=64, scanner=SANITIZE_SCANNER)
+    kept = {text for text, _found in payload.scanned.values()}
+    assert kept == {payload.value["a"]}  # "b" was redacted: its scan is of the text before
+    for text, found in payload.scanned.values():
+        assert found == SANITIZE_SCANNER.present(text)
+
+
+def test_original_size_of_a_structure_counts_its_json_characters() -> None:
+    """Counted from the strings' UTF-8 without decoding the JSON: the same as decoding it."""
+    real = [p for p in Path("/work/shared/testdata").rglob("*") if p.is_file()]
+    texts = [p.read_text(encoding="utf-8", errors="replace")[:30_000] for p in real]
+    values: list[Any] = [
+        {"clé 🙂": ["é", {"ü": "ß" * 10, "n": [1, 2.5, None, True]}], "a": 'x\n"y"\t'},
+        [{"k": "\u2028 \x01 \ud800"}, 2**70, "日本語"],  # a 70-bit integer: the json fallback
+        *({"content": text, "path": "α/β.py"} for text in texts),
+        {"big": "é" * 70_000},  # truncated: its size is still that of the whole
+    ]
+    for value in values:
+        payload = prepare_payload(value, max_chars=65_536, max_depth=64)
+        whole = dumps(sanitize_json(value))
+        assert payload.original_chars == len(whole)
+        assert payload.original_bytes == len(whole.encode("utf-8"))
