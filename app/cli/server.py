@@ -146,7 +146,8 @@ def status() -> None:
     from app.db.models import Base
     from app.llm.embeddings import describe_embedding
 
-    console = Console()
+    # Plain text: a path may hold "[x]", which rich markup would eat, and no wrapping at 80 columns.
+    console = Console(markup=False, highlight=False, soft_wrap=True)
     with cli_errors():
         url = open_database(settings)
         current, head = migrate.current_revision(url), migrate.head_revision()
