@@ -82,3 +82,21 @@ def test_force_and_reembed_flags_reach_the_sync(
     assert "changed 0 ·" in migrated.stdout
     left = db.execute("SELECT count(*) FROM memory_chunks WHERE model = 'old:model:256'")
     assert left.fetchone() == (0,)
+
+
+def test_skipped_paths_print_as_they_are(
+    env: dict[str, str], db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # Rich markup read "[beta]" in a path as a style (dropped) and "[/b]" as a closing tag:
+    # a MarkupError traceback after the sync had run.
+    project = tmp_path / "proj"
+    (project / "memory" / "x[").mkdir(parents=True)
+    (project / "memory" / "x[" / "b].md").write_bytes(b"a\x00b")
+    (project / "memory" / "[beta].md").write_bytes(b"a\x00b")
+
+    result = CliRunner().invoke(cli, ["sync", "--project", str(project)], env=env)
+
+    assert result.exit_code == 0, result.output
+    assert f"skipped {project}/memory/x[/b].md: " in result.stderr
+    assert f"skipped {project}/memory/[beta].md: " in result.stderr
+    assert "skipped 2" in result.stdout
