@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -72,6 +73,12 @@ def sync(
 
                     if watch:
                         stop = asyncio.Event()
+                        # Ctrl-C, and the SIGTERM of kill, systemd and docker stop, end the watch
+                        # normally: with SIGTERM's default action the process died without its
+                        # exit handlers, and the embedded PostgreSQL it started kept running.
+                        loop = asyncio.get_running_loop()
+                        for signum in (signal.SIGINT, signal.SIGTERM):
+                            loop.add_signal_handler(signum, stop.set)
                         console.print(
                             f"watching {request.project_path} (Ctrl-C to stop)", markup=False
                         )
