@@ -3,18 +3,39 @@
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    DotEnvSettingsSource,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 EmbeddingProviderName = Literal["local", "gemini", "sentence-transformers"]
 
 GOOGLE_GENAI_ENDPOINT = "https://generativelanguage.googleapis.com"
+
+
+class AgmemDotEnv(DotEnvSettingsSource):
+    """The `.env` of the working directory, without its bare `DATABASE_URL`.
+
+    `agmem` runs in project folders (`sync`'s default project is the current folder), whose own
+    `.env` often names the application's database as `DATABASE_URL`: read from there, `agmem
+    serve` migrated our tables into the application's database. In a `.env`, our database is
+    `AGMEM_DATABASE_URL`; an exported `DATABASE_URL` is still read.
+    """
+
+    def _read_env_files(self) -> Mapping[str, str | None]:
+        found = super()._read_env_files()
+        return {k: v for k, v in found.items() if k.upper() != "DATABASE_URL"}
 
 
 class SettingsError(Exception):
@@ -32,12 +53,31 @@ class Settings(BaseSettings):
         populate_by_name=True,
     )
 
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        dotenv = dotenv_settings
+        if isinstance(dotenv_settings, DotEnvSettingsSource):
+            # Built from the one pydantic-settings made, which honours `_env_file=`.
+            dotenv = AgmemDotEnv(
+                settings_cls,
+                env_file=dotenv_settings.env_file,
+                env_file_encoding=dotenv_settings.env_file_encoding,
+            )
+        return init_settings, env_settings, dotenv, file_secret_settings
+
     database_url: str | None = Field(
         default=None, validation_alias=AliasChoices("DATABASE_URL", "AGMEM_DATABASE_URL")
     )
     home: Path = Field(default=Path("~/.antigravity-mem"))
     host: str = "127.0.0.1"
-    port: int = Field(default=37777, ge=1, le=65535)
+    port: int = Field(default=37777, ge=0, le=65535)  # 0: a free port, printed by serve
     api_token: str | None = None
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     log_level: Literal["debug", "info", "warning", "error"] = "info"

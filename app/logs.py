@@ -23,7 +23,13 @@ class _CurrentStderr(io.TextIOBase):
 def configure_logging(level: str = "info", *, json: bool = False) -> None:
     logging.basicConfig(format="%(message)s", stream=sys.stderr, level=level.upper(), force=True)
     renderer: structlog.types.Processor = (
-        structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
+        structlog.processors.JSONRenderer()
+        if json
+        # A plain traceback: with rich installed structlog's default prints every frame's locals,
+        # which put DATABASE_URL's password (psycopg's connect kwargs) into the worker's log.
+        else structlog.dev.ConsoleRenderer(
+            colors=False, exception_formatter=structlog.dev.plain_traceback
+        )
     )
     structlog.configure(
         processors=[

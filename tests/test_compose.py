@@ -125,3 +125,17 @@ def test_dockerfile_runs_the_api_and_installs_the_locked_project() -> None:
     assert "uv sync --frozen" in dockerfile
     assert 'CMD ["agmem", "serve", "--no-worker"]' in dockerfile
     assert "EXPOSE 37777" in dockerfile
+
+
+def test_a_service_that_serves_no_http_overrides_the_images_healthcheck(
+    compose: dict[str, Any],
+) -> None:
+    # The image's HEALTHCHECK polls the API's /health; `agmem worker` listens on no port, so with
+    # the image's check its container was "unhealthy" for as long as it ran.
+    assert "HEALTHCHECK" in (ROOT / "Dockerfile").read_text()
+    for name, service in compose["services"].items():
+        if "build" not in service:
+            continue
+        argv = agmem_invocations(service["command"])[-1]
+        if argv[1] != "serve":
+            assert service.get("healthcheck", {}).get("disable") is True, name

@@ -71,3 +71,30 @@ def test_blank_database_url_means_embedded() -> None:
 )
 def test_loopback_detection(host: str, loopback: bool) -> None:
     assert is_loopback_host(host) is loopback
+
+
+def test_a_project_env_files_database_url_is_not_ours(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # agmem runs in project folders; their .env names the application's database DATABASE_URL,
+    # and `agmem serve` migrated our tables into it.
+    from app.config import load_settings
+
+    for name in ("DATABASE_URL", "AGMEM_DATABASE_URL", "AGMEM_PORT", "GEMINI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    env_file = tmp_path / ".env"
+    env_file.write_text(
+        "DATABASE_URL=postgresql://app:pw@db/app\nAGMEM_PORT=4000\nGEMINI_API_KEY=g\n"
+    )
+
+    from_file = load_settings(_env_file=env_file)
+    assert from_file.database_url is None  # the embedded database
+    assert (from_file.port, from_file.gemini_api_key) == (4000, "g")  # the rest is read
+
+    env_file.write_text(
+        "database_url=postgresql://app@db/app\nAGMEM_DATABASE_URL=postgresql://a@h/m\n"
+    )
+    assert load_settings(_env_file=env_file).database_url == "postgresql://a@h/m"
+
+    monkeypatch.setenv("DATABASE_URL", "postgresql://exported@h/m")
+    assert load_settings(_env_file=env_file).database_url == "postgresql://exported@h/m"

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from app.api import paths  # noqa: F401 - registers the `{name:any}` paths below use
 from app.api.deps import DbDep, SettingsDep
+from app.api.times import RequestTime
 from app.capture import service
 from app.capture.db import capture_lifespan, capture_writer
 from app.capture.schemas import (
@@ -249,7 +250,7 @@ async def list_sessions(
     project_path: Annotated[str | None, Query(alias="projectPath", max_length=4096)] = None,
     status: SessionStatus | None = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    before: datetime | None = None,
+    before: RequestTime | None = None,
 ) -> JSONResponse:
     """Sessions, newest first."""
     rows = await service.list_sessions(

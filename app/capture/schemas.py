@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 from pydantic.alias_generators import to_camel
 
-# A day of clock skew is tolerated; anything later is a client bug, not a plausible event time.
-MAX_FUTURE_MS = 24 * 60 * 60 * 1000
+from app.api.times import check_epoch_ms
 
 Id = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 FunctionName = Annotated[str, StringConstraints(min_length=1, max_length=300)]
@@ -20,17 +18,6 @@ class CaptureModel(BaseModel):
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True
     )
-
-
-def check_epoch_ms(value: int | None) -> int | None:
-    """Epoch milliseconds between 1970 and one day from now, else a ValueError."""
-    if value is None:
-        return None
-    if value < 0:
-        raise ValueError("timestamp is before 1970 (epoch milliseconds must not be negative)")
-    if value > time.time() * 1000 + MAX_FUTURE_MS:
-        raise ValueError("timestamp is more than a day in the future (expected epoch milliseconds)")
-    return value
 
 
 class SessionStartIn(CaptureModel):

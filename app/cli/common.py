@@ -11,9 +11,6 @@ from typing import Any, NoReturn
 import typer
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
-
-# typer vendors click and does not re-export its exceptions (only BadParameter).
-from typer._click import exceptions as click_errors
 from typer.core import TyperGroup
 
 from app.config import Settings, SettingsError, load_settings
@@ -48,13 +45,16 @@ class OneLineErrors(TyperGroup):
             return super().main(standalone_mode=False, **run)
         try:
             result = super().main(standalone_mode=False, **run)
-        except click_errors.NoArgsIsHelpError as error:
-            typer.echo(error.ctx.get_help(), err=True)
-            sys.exit(error.exit_code)
-        except click_errors.ClickException as error:
-            hint = ""
-            if isinstance(error, click_errors.UsageError) and error.ctx is not None:
-                hint = f" (see '{error.ctx.command_path} --help')"
+        except typer.TyperException as error:
+            # typer vendors click (`typer._click`, private) and exports none of its exception
+            # classes but BadParameter; every one of them is a public `TyperException`. A usage
+            # error is the one carrying the context of the command it was raised in.
+            context = getattr(error, "ctx", None)
+            if type(error).__name__ == "NoArgsIsHelpError":
+                # Its message is the help text (typer's own rich_utils tells it by name too).
+                typer.echo(error.format_message(), err=True)
+                sys.exit(error.exit_code)
+            hint = f" (see '{context.command_path} --help')" if context is not None else ""
             typer.echo(f"agmem: error: {error.format_message()}{hint}", err=True)
             sys.exit(error.exit_code)
         except typer.Abort:

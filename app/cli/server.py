@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import gc
 import signal
@@ -19,16 +20,21 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 
-def check_port_free(host: str, port: int) -> None:
+def bind_listener(host: str, port: int) -> socket.socket:
+    """The server's listening socket, bound before anything slow runs: a port in use is refused
+    at once, and port 0 becomes a free port the OS picks, known before the banner is printed."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError as error:
-            if error.errno == errno.EADDRINUSE:
-                fail(f"port {port} on {host} is in use; set AGMEM_PORT or stop its owner")
-            fail(f"cannot bind {host}:{port}: {error.strerror}")
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host, port))
+        listener.listen(2048)
+    except OSError as error:
+        listener.close()
+        if error.errno == errno.EADDRINUSE:
+            fail(f"port {port} on {host} is in use; set AGMEM_PORT or stop its owner")
+        fail(f"cannot bind {host}:{port}: {error.strerror}")
+    return listener
 
 
 def check_token_rule(settings: Settings) -> None:
@@ -68,7 +74,8 @@ def exit_cleanly_on_sigterm() -> None:
 def serve(
     host: Annotated[str | None, typer.Option(help="Address to bind (AGMEM_HOST).")] = None,
     port: Annotated[
-        int | None, typer.Option(min=1, max=65535, help="Port to listen on (AGMEM_PORT).")
+        int | None,
+        typer.Option(min=0, max=65535, help="Port to listen on (AGMEM_PORT); 0 picks a free one."),
     ] = None,
     no_worker: Annotated[
         bool, typer.Option("--no-worker", help="Do not run a worker in this process.")
@@ -80,7 +87,8 @@ def serve(
     if overrides:
         settings = settings.model_copy(update=overrides)
     check_token_rule(settings)
-    check_port_free(settings.host, settings.port)
+    listener = bind_listener(settings.host, settings.port)
+    bound_port: int = listener.getsockname()[1]
     # Loaded once the checks above have passed: a refusal costs no import of the app.
     import uvicorn
 
@@ -91,17 +99,22 @@ def serve(
         url = open_database(settings, migrate_embedded=False)
         migrate.upgrade(url)
         typer.echo(f"agmem: database {describe_location(settings, url)}, schema at head", err=True)
-        typer.echo(f"agmem: serving on http://{settings.host}:{settings.port}", err=True)
+        typer.echo(f"agmem: serving on http://{settings.host}:{bound_port}", err=True)
         app = create_app(settings, database_url=url, run_worker=not no_worker)
         freeze_startup_heap()
         exit_cleanly_on_sigterm()
-        uvicorn.run(
+        config = uvicorn.Config(
             app,
             host=settings.host,
-            port=settings.port,
+            port=bound_port,
             log_level=settings.log_level,
             access_log=False,
         )
+        server = uvicorn.Server(config)
+        with contextlib.suppress(KeyboardInterrupt):
+            server.run(sockets=[listener])
+        if not server.started:
+            fail("the server did not start; see the log above")
 
 
 def migrate_command(
@@ -133,7 +146,8 @@ def status() -> None:
     from app.db.models import Base
     from app.llm.embeddings import describe_embedding
 
-    console = Console()
+    # Plain text: a path may hold "[x]", which rich markup would eat, and no wrapping at 80 columns.
+    console = Console(markup=False, highlight=False, soft_wrap=True)
     with cli_errors():
         url = open_database(settings)
         current, head = migrate.current_revision(url), migrate.head_revision()

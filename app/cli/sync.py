@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -54,7 +55,8 @@ def sync(
         force=force,
         reembed=reembed,
     )
-    console = Console(stderr=True)
+    # soft_wrap: a long path stays on its line (rich wrapped at 80 columns when piped).
+    console = Console(stderr=True, soft_wrap=True)
     with cli_errors():
         url = open_database(settings)
         embedder = get_embedder(settings)
@@ -71,7 +73,15 @@ def sync(
 
                     if watch:
                         stop = asyncio.Event()
-                        console.print(f"watching {request.project_path} (Ctrl-C to stop)")
+                        # Ctrl-C, and the SIGTERM of kill, systemd and docker stop, end the watch
+                        # normally: with SIGTERM's default action the process died without its
+                        # exit handlers, and the embedded PostgreSQL it started kept running.
+                        loop = asyncio.get_running_loop()
+                        for signum in (signal.SIGINT, signal.SIGTERM):
+                            loop.add_signal_handler(signum, stop.set)
+                        console.print(
+                            f"watching {request.project_path} (Ctrl-C to stop)", markup=False
+                        )
                         await watch_project(
                             sessionmaker,
                             settings,
@@ -117,15 +127,19 @@ def _progress(console: Console) -> Progress:
 
 
 def _print_report(console: Console, report: SyncReport) -> None:
+    from rich.markup import escape
+
+    # Paths and errors are escaped: rich would read a "[beta]" in a path as a style and drop it,
+    # and fail on a "[/b]".
     for skip in report.skipped[:20]:
-        console.print(f"skipped {skip.path}: {skip.reason}", highlight=False)
+        console.print(f"skipped {escape(skip.path)}: {escape(skip.reason)}", highlight=False)
     if len(report.skipped) > 20:
         console.print(f"… and {len(report.skipped) - 20} more skipped", highlight=False)
     if report.transcript_items:
         counts = ", ".join(f"{n} {kind}" for kind, n in sorted(report.transcript_items.items()))
         console.print(f"transcripts: passed over or trimmed {counts}", highlight=False)
     for error in report.errors:
-        console.print(f"[yellow]warning[/yellow]: {error}", highlight=False)
+        console.print(f"[yellow]warning[/yellow]: {escape(error)}", highlight=False)
     typer.echo(report.summary_line())
 
 

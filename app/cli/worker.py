@@ -25,6 +25,8 @@ worker_app = typer.Typer(
 
 async def run_worker(settings: Settings, url: str, *, concurrency: int | None) -> None:
     """Run one worker until SIGINT or SIGTERM; the job in hand finishes or gives its claim back."""
+    from sqlalchemy import text
+
     from app.db.engine import make_async_engine, make_sessionmaker
     from app.worker.loop import Worker
 
@@ -34,6 +36,11 @@ async def run_worker(settings: Settings, url: str, *, concurrency: int | None) -
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     try:
+        # Like every command, an unreachable database is one line and exit 1 at start (compose
+        # restarts the worker), not a worker that logs a failure every few seconds.
+        async with engine.connect() as connection:
+            await connection.execute(text("SELECT 1"))
+        typer.echo(f"agmem: worker on {describe_location(settings, url)}", err=True)
         worker = Worker(
             settings=settings,
             sessionmaker=make_sessionmaker(engine),
@@ -61,7 +68,6 @@ def worker(
     settings = settings_or_exit()
     with cli_errors():
         url = open_database(settings)
-        typer.echo(f"agmem: worker on {describe_location(settings, url)}", err=True)
         asyncio.run(run_worker(settings, url, concurrency=concurrency))
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 from pathlib import Path
+from typing import Any
 
 from app.errors import AppError
 
@@ -34,6 +36,30 @@ def write_tuning(pgdata: Path) -> None:
             handle.write(INCLUDE_LINE)
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
+
+
+def forget_dead_handles(handles: Any) -> list[int]:
+    """Drop the processes that died without leaving the server's handle list (SIGKILL, a crash).
+
+    The last process to leave stops the server, and "last" means the list holds only itself: one
+    dead entry, and no later process ever stopped it again. Returns the pids dropped.
+    """
+    pids: list[int] = handles._get()
+    dead = [pid for pid in pids if pid != os.getpid() and not _alive(pid)]
+    if dead:
+        handles.put([pid for pid in pids if pid not in dead])
+        log.info("embedded postgres: forgot exited processes %s", dead)
+    return dead
+
+
 def start_embedded_postgres(pgdata: Path, *, cleanup_mode: str | None = "stop") -> str:
     """Start (or join) the private server whose data lives in `pgdata`; return its URL.
 
@@ -56,6 +82,7 @@ def start_embedded_postgres(pgdata: Path, *, cleanup_mode: str | None = "stop") 
         with server._lock:
             server.ensure_pgdata_inited()
             write_tuning(pgdata)
+            forget_dead_handles(server.global_process_id_list)
         server.start()
     except Exception as error:  # the library raises bare RuntimeError/CalledProcessError
         raise EmbeddedDatabaseError(

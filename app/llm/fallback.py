@@ -141,14 +141,20 @@ class ObservationDigest:
     files: list[str]
 
 
+# (one, many): the summary is injected into prompts as prose, so "1 file read", not "1 file reads".
 _TYPE_WORDS = {
-    "file_read": "file reads",
-    "file_write": "file writes",
-    "code_execution": "commands",
-    "search": "searches",
-    "web": "web calls",
-    "other": "other calls",
+    "file_read": ("file read", "file reads"),
+    "file_write": ("file write", "file writes"),
+    "code_execution": ("command", "commands"),
+    "search": ("search", "searches"),
+    "web": ("web call", "web calls"),
+    "other": ("other call", "other calls"),
 }
+
+
+def _count(kind: str, n: int) -> str:
+    one, many = _TYPE_WORDS.get(kind, (kind, kind))
+    return f"{n} {one if n == 1 else many}"
 
 
 def summarize_extractive(
@@ -157,7 +163,7 @@ def summarize_extractive(
     """Three or four sentences built from the session's prompt and its compressed observations."""
     total = len(observations)
     counts = Counter(o.observation_type for o in observations)
-    kinds = ", ".join(f"{n} {_TYPE_WORDS.get(t, t)}" for t, n in sorted(counts.items()))
+    kinds = ", ".join(_count(t, n) for t, n in sorted(counts.items()))
     goal = f' on "{_short(user_prompt)}"' if user_prompt and user_prompt.strip() else ""
     sentences = [
         f"This session in {project_path}{goal} made {total} tool call"

@@ -35,7 +35,10 @@ async def resolve_session(
         if session_id is not None:
             if (await db.execute(_EXISTS, {"id": session_id})).first() is None:
                 data = SessionStartIn(
-                    project_path=project, id=session_id, created_by=CALLER_NAMED_CREATOR
+                    project_path=project,
+                    id=session_id,
+                    user_prompt=prompt or None,
+                    created_by=CALLER_NAMED_CREATOR,
                 )
                 await start_session(db, data=data, settings=settings)
             await touch_session(db, session_id=session_id)

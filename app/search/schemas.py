@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
+from app.api.times import RequestTime
 from app.privacy import clean_text
 
 SearchMode = Literal["hybrid", "vector", "keyword", "weighted"]
@@ -29,8 +30,8 @@ class SearchRequest(CamelModel):
     min_score: float | None = Field(default=None, allow_inf_nan=False)
     # Filters beyond the contract's minimum; both branches apply them identically.
     path_prefix: str | None = Field(default=None, max_length=4096)
-    since: datetime | None = None
-    until: datetime | None = None
+    since: RequestTime | None = None
+    until: RequestTime | None = None
 
     @field_validator("query", "project_path", "path_prefix", mode="before")
     @classmethod

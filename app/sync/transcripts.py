@@ -114,19 +114,30 @@ class _Parser:
 
     def legacy(self, data: str) -> None:
         session: dict[str, Any] = json.loads(data)
-        cursor = 0
+        messages: list[Any] = session["messages"]
         line_starts = _line_starts(data)
-        for message in session["messages"]:
-            # The pretty-printed file holds each message's id once, in order: its line is the
-            # message's line in the file.
+        # The pretty-printed file holds each message's id once, in order: where it starts.
+        starts: list[int] = []
+        cursor = 0
+        for message in messages:
             ident = message.get("id") if isinstance(message, dict) else None
             if isinstance(ident, str):
-                found = data.find(json.dumps(ident, ensure_ascii=False), cursor)
-                if found == -1:
-                    found = data.find(json.dumps(ident), cursor)
+                found = _find_json(data, ident, cursor)
                 if found != -1:
                     cursor = found
-            self.record(message, _line_of(line_starts, cursor))
+            starts.append(cursor)
+        starts.append(len(data))
+        for index, message in enumerate(messages):
+            # The message's text is one line of the file (JSON escapes its newlines), a few lines
+            # below the id: that line is what a citation must show, or a chunk ending with this
+            # message would end its range before the message's words.
+            at = starts[index]
+            text = _first_text(message.get("content")) if isinstance(message, dict) else None
+            if text:
+                found = _find_json(data, text[:40], at, prefix=True)
+                if found != -1 and found < starts[index + 1]:
+                    at = found
+            self.record(message, _line_of(line_starts, at))
 
     def record(self, record: Any, line: int) -> None:
         if not isinstance(record, dict):
@@ -251,6 +262,27 @@ def _compact(value: Any) -> str:
     if isinstance(value, str):
         return value
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _find_json(data: str, value: str, start: int, *, prefix: bool = False) -> int:
+    """Where a string appears JSON-encoded (as written with or without `ensure_ascii`)."""
+    for ascii_only in (False, True):
+        encoded = json.dumps(value, ensure_ascii=ascii_only)
+        found = data.find(encoded[:-1] if prefix else encoded, start)
+        if found != -1:
+            return found
+    return -1
+
+
+def _first_text(content: Any) -> str | None:
+    """A message's first text: its `content` string, or the first part's `text`."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        for part in content:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                return str(part["text"])
+    return None
 
 
 def _line_starts(data: str) -> list[int]:

@@ -61,7 +61,7 @@ def _claim_sql(queue: Queue, returning: str, extra: str = "") -> Any:
 _CLAIM_OBSERVATIONS = _claim_sql(
     OBSERVATIONS,
     "t.id, t.session_id, t.project_path, t.function_name, t.function_args, t.result, "
-    "t.observation_type, t.attempts, t.created_at",
+    "t.observation_type, t.attempts, t.original_tokens, t.created_at",
 )
 _CLAIM_SESSIONS = _claim_sql(
     SESSIONS, "t.id, t.project_path, t.user_prompt, t.attempts", _SESSION_READY
@@ -79,6 +79,8 @@ class ObservationWork:
     result: Any
     observation_type: str
     attempts: int
+    # Capture's estimate of the whole call, before any cap: what the agent would re-read.
+    original_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +117,7 @@ async def claim_observations(
             result=r.result,
             observation_type=r.observation_type,
             attempts=r.attempts,
+            original_tokens=r.original_tokens or 0,
         )
         for r in rows
     ]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 import structlog
@@ -174,6 +174,11 @@ async def compress_observation(ctx: JobContext, work: ObservationWork) -> str:
             result=work.result,
         )
         result = compressed_locally(text, observation=observation, generated_by=EXTRACTIVE)
+    if work.original_tokens > estimate_tokens(observation):
+        # The text compressed was cut (capture's cap, then AGMEM_WORKER_MAX_INPUT_CHARS), so its
+        # count is the cut's, at most ~6,000 tokens: the original is capture's figure, or a
+        # 1M-token log would be recorded as saving 6,000.
+        result = replace(result, original_tokens=work.original_tokens)
     ctx.budget.spent(result.input_tokens + result.output_tokens)
     async with transaction(ctx.sessionmaker) as session:
         if result.input_tokens or result.output_tokens:

@@ -13,6 +13,7 @@ from typing import Any
 
 import psycopg
 import structlog
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
@@ -27,6 +28,19 @@ from app.worker.claims import Queue
 log = structlog.get_logger(__name__)
 
 WORK_CHANNEL = "agmem_work"  # the NOTIFY channel of the triggers in migration 0001
+
+# The database is down or unreachable: expected while it restarts, logged in one line.
+UNREACHABLE = (sa_exc.OperationalError, sa_exc.InterfaceError, psycopg.OperationalError, OSError)
+
+
+def log_failure(event: str, error: Exception, **fields: Any) -> None:
+    """An unreachable database is one warning line; anything else keeps its traceback."""
+    if isinstance(error, UNREACHABLE):
+        text = str(getattr(error, "orig", None) or error).strip()
+        first = text.splitlines()[0] if text else type(error).__name__
+        log.warning("worker.database_unavailable", during=event, error=first, **fields)
+    else:
+        log.exception(event, **fields)
 
 
 def default_worker_id() -> str:
@@ -207,8 +221,8 @@ class Worker:
                     continue
             except asyncio.CancelledError:
                 raise
-            except Exception:  # the database went away: wait and try again
-                log.exception("worker.step_error", worker=self.id)
+            except Exception as error:  # the database went away: wait and try again
+                log_failure("worker.step_error", error, worker=self.id)
             if self._stopping or generation != self._generation:
                 continue
             await self._idle(self.settings.worker_poll_seconds)
@@ -241,6 +255,6 @@ class Worker:
         while True:
             try:
                 await jobs.maintain(self.ctx)
-            except Exception:  # retried at the next interval
-                log.exception("worker.maintenance_error")
+            except Exception as error:  # retried at the next interval
+                log_failure("worker.maintenance_error", error)
             await asyncio.sleep(self.settings.worker_purge_interval_seconds)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -36,6 +40,20 @@ def test_status_on_a_fresh_home_brings_the_embedded_schema_to_head(tmp_path: Pat
     assert "embedded PostgreSQL in" in result.stdout
     assert "0001 (at head)" in result.stdout
     assert "memory_embedding_cache" in result.stdout
+
+    # A process killed without leaving the server's handle list (SIGKILL, a crash) made every
+    # later process believe another still used the server: none ever stopped it again.
+    pgdata = tmp_path / "fresh" / "pgdata"
+    assert not (pgdata / "postmaster.pid").exists()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (pgdata / ".handle_pids.json").write_text(json.dumps([dead.pid]))
+    again = run_agmem("status", AGMEM_HOME=str(tmp_path / "fresh"))
+    assert again.returncode == 0, again.stderr
+    running = (pgdata / "postmaster.pid").exists()
+    if running:  # stop what the failure left behind
+        os.kill(int((pgdata / "postmaster.pid").read_text().split()[0]), signal.SIGTERM)
+    assert not running, "the embedded PostgreSQL kept running"
 
 
 @pytest.mark.parametrize(
@@ -119,6 +137,15 @@ def test_usage_errors_are_one_line_and_exit_2(args: list[str], message: str) -> 
 
     assert result.exit_code == 2
     assert result.stderr.strip() == message
+
+
+def test_a_group_without_a_command_prints_its_help() -> None:
+    result = CliRunner().invoke(cli, ["memory"])
+
+    assert result.exit_code == 2
+    # Rich prints the help itself, to stdout.
+    assert "Usage: agmem memory" in result.stdout + result.stderr
+    assert "agmem: error" not in result.stdout + result.stderr
 
 
 def test_unknown_revision_is_one_line(database_url: str) -> None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
 
+import app.cli
 from app.cli import memory
 from app.memories import service
 
@@ -33,3 +36,16 @@ def test_the_command_line_imports_no_command_implementation() -> None:
 
 def test_memory_list_limit_matches_the_service() -> None:
     assert memory.MAX_LIST_LIMIT == service.MAX_LIST_LIMIT
+
+
+def test_the_command_line_uses_only_typers_public_api() -> None:
+    # typer vendors click as `typer._click`, free to change in any release.
+    private = []
+    for module in Path(app.cli.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(module.read_text(encoding="utf-8"))):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            private += [f"{module.name}: {n}" for n in names if n.startswith("typer._")]
+
+    assert private == []

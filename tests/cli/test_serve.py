@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import re
 import signal
 import subprocess
 from pathlib import Path
@@ -11,7 +12,14 @@ import psycopg
 import pytest
 
 from app.cli.server import freeze_startup_heap
-from tests.cli.helpers import free_port, run_agmem, start_serve, wait_for_health
+from tests.cli.helpers import (
+    AGMEM,
+    agmem_env,
+    free_port,
+    run_agmem,
+    start_serve,
+    wait_for_health,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -54,16 +62,35 @@ def test_serve_embedded_survives_restart_and_stops_postgres_on_ctrl_c(tmp_path: 
         stop(second)
 
 
-def test_serve_stops_postgres_on_sigterm(tmp_path: Path) -> None:
+def test_serve_on_port_0_picks_a_free_port_and_stops_postgres_on_sigterm(tmp_path: Path) -> None:
+    # Port 0 was refused ("greater than or equal to 1"): a script had to guess a free port and
+    # race for it. The banner names the port the OS picked.
     # kill, docker stop and systemd send SIGTERM; uvicorn re-raises it after shutting down.
     home = tmp_path / "home"
-    port = free_port()
-    server = start_serve(port, AGMEM_HOME=str(home))
+    server = subprocess.Popen(
+        [AGMEM, "serve"],
+        env=agmem_env(AGMEM_HOME=str(home), AGMEM_PORT="0"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    banner = []
     try:
+        assert server.stdout is not None
+        for line in server.stdout:
+            banner.append(line)
+            if "serving on" in line:
+                break
+        found = re.search(r"serving on http://127\.0\.0\.1:(\d+)$", banner[-1].strip())
+        assert found, banner
+        port = int(found.group(1))
+        assert port != 0
         wait_for_health(port, server)
     finally:
         server.send_signal(signal.SIGTERM)
         output, _ = server.communicate(timeout=60)
+    output = "".join(banner) + output
     assert server.returncode == 0, output
     assert "Traceback" not in output
     assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"

@@ -25,7 +25,9 @@ def test_summary_names_the_task_counts_files_and_results_without_doubled_punctua
         project_path="/p", user_prompt="fix the bug", observations=observations
     )
 
-    assert summary.startswith('This session in /p on "fix the bug" made 2 tool calls')
+    assert summary.startswith(
+        'This session in /p on "fix the bug" made 2 tool calls (1 file read, 1 file write).'
+    )
     assert "It touched a.ts." in summary
     assert "Notable results: Result: const key = 1; Result: OK." in summary
     assert ";;" not in summary

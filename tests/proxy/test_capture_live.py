@@ -150,8 +150,12 @@ def test_streamed_calls_split_across_chunks_are_captured_and_matched_by_id(
 
     rows = _settled(db, 2, "captured")
     assert [(r[1], r[3]) for r in rows] == [("run_shell", {"ok": 1}), ("grep_search", {"n": 3})]
-    creator = db.execute("SELECT created_by FROM sessions WHERE id = 'ide-session-1'").fetchone()
-    assert creator == ("gemini-proxy:caller",)
+    session = db.execute(
+        "SELECT created_by, user_prompt FROM sessions WHERE id = 'ide-session-1'"
+    ).fetchone()
+    # The first prompt is the session's task, as for the sessions the proxy names itself: the
+    # context block's "**Task**" line (it was left empty for a caller-named session).
+    assert session == ("gemini-proxy:caller", "run the tests")
 
 
 def test_a_retried_request_records_nothing_twice(proxy: Proxy, db: psycopg.Connection[Any]) -> None:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -8,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from app.cli import cli
+from tests.cli.helpers import AGMEM, agmem_env
 from tests.sync.helpers import make_project
 
 
@@ -82,3 +85,46 @@ def test_force_and_reembed_flags_reach_the_sync(
     assert "changed 0 ·" in migrated.stdout
     left = db.execute("SELECT count(*) FROM memory_chunks WHERE model = 'old:model:256'")
     assert left.fetchone() == (0,)
+
+
+def test_skipped_paths_print_as_they_are(
+    env: dict[str, str], db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # Rich markup read "[beta]" in a path as a style (dropped) and "[/b]" as a closing tag:
+    # a MarkupError traceback after the sync had run.
+    project = tmp_path / "proj"
+    (project / "memory" / "x[").mkdir(parents=True)
+    (project / "memory" / "x[" / "b].md").write_bytes(b"a\x00b")
+    (project / "memory" / "[beta].md").write_bytes(b"a\x00b")
+
+    result = CliRunner().invoke(cli, ["sync", "--project", str(project)], env=env)
+
+    assert result.exit_code == 0, result.output
+    assert f"skipped {project}/memory/x[/b].md: " in result.stderr
+    assert f"skipped {project}/memory/[beta].md: " in result.stderr
+    assert "skipped 2" in result.stdout
+
+
+def test_watch_stops_cleanly_on_sigterm(env: dict[str, str], tmp_path: Path) -> None:
+    # SIGTERM (kill, systemd, docker stop) killed the watch without its exit handlers: the
+    # embedded PostgreSQL it had started kept running after it.
+    project = make_project(tmp_path / "proj")
+    watch = subprocess.Popen(
+        [AGMEM, "sync", "--project", str(project), "--watch"],
+        env=agmem_env(**env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert watch.stdout is not None
+        for line in watch.stdout:
+            if line.startswith("scanned "):  # the first sync is done, the watchers are up
+                break
+    finally:
+        watch.send_signal(signal.SIGTERM)
+        output, _ = watch.communicate(timeout=30)
+
+    assert watch.returncode == 0, output
+    assert "Traceback" not in output

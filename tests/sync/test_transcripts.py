@@ -94,8 +94,12 @@ def test_gemini_legacy_json_maps_each_message_to_its_line() -> None:
     assert all(e.text.startswith("Assistant: ") for e in parsed.entries[1:])
     file_lines = lines_of(data)
     messages = json.loads(data)["messages"]
+    # Each message maps to the line holding its text, the line a citation must show (the id's
+    # line, three above, left a chunk's range ending before its last message's words).
     for entry, message in zip(parsed.entries, messages, strict=True):
-        assert message["id"] in file_lines[entry.line - 1]
+        line = file_lines[entry.line - 1]
+        assert line.lstrip().startswith('"content": ')
+        assert json.dumps(message["content"], ensure_ascii=False)[:40] in line
 
 
 def test_openclaw_plain_chat_two_objects_on_a_line_and_bad_lines() -> None:

@@ -37,6 +37,25 @@ def test_retry_failed_requeues_and_status_reports(
     assert row(db, "SELECT count(*) AS n FROM observations WHERE status = 'captured'")["n"] == 2
 
 
+def test_status_prints_project_paths_as_they_are(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    # Rich read "[beta]" in a path as a style (dropped it) and "[/]" as a closing tag (a
+    # MarkupError traceback), and wrapped long lines at 80 columns mid-phrase.
+    project = "/home/dev/[beta]/a-rather-long-project-folder-name-that-runs-past-eighty/shop[/]"
+    make_session(db, project_path=project)
+    make_observation(db, "done", project_path=project, status="compressed")
+    db.execute("UPDATE observations SET tokens_saved = 25 WHERE id = 'done'")
+
+    result = CliRunner().invoke(
+        cli, ["status"], env={"DATABASE_URL": database_url, "AGMEM_LOG_LEVEL": "error"}
+    )
+
+    assert result.exit_code == 0, result.output
+    assert f"           25 in {project}\n" in result.stdout
+    assert "oldest pending -\n" in result.stdout
+
+
 def test_retry_failed_makes_a_relative_project_absolute(
     db: psycopg.Connection[Any], database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -55,6 +74,17 @@ def test_worker_rejects_a_bad_concurrency_in_one_line(database_url: str) -> None
     result = run_agmem("worker", "--concurrency", "0", DATABASE_URL=database_url)
     assert result.returncode != 0
     assert "concurrency" in result.stderr.lower()
+
+
+def test_worker_on_an_unreachable_database_is_one_line() -> None:
+    # It started, printed its banner, then logged a traceback every few seconds per lane.
+    env = {"DATABASE_URL": "postgresql://agmem:pw@127.0.0.1:1/agmem", "AGMEM_LOG_LEVEL": "info"}
+    result = CliRunner().invoke(cli, ["worker"], env=env)
+
+    assert result.exit_code == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("agmem: error: database unreachable:")
 
 
 @pytest.mark.slow

@@ -95,3 +95,30 @@ def test_serve_with_its_worker_summarises_without_being_asked(
     assert session["totalObservations"] == 3
     assert session["summary"].startswith("This session in /home/dev/shop")
     assert session["summary"] in context
+
+
+def test_a_cut_output_keeps_its_original_token_count(
+    client: TestClient, db: psycopg.Connection[Any], database_url: str
+) -> None:
+    # A 1 MB log is cut to 65,536 characters at capture and to 24,000 for the worker, which
+    # recorded the cut's ~6,000 tokens as the original: tokensSaved was 160 times too small.
+    started = client.post("/api/session/start", json={"projectPath": PROJECT})
+    session_id = started.json()["id"]
+    log = "".join(f"{n:07d} GET /api/items 200 12ms ok\n" for n in range(30_000))
+    client.post(
+        "/api/observe",
+        json={"sessionId": session_id, "functionName": "read_file", "functionArgs": {}, "id": "o"},
+    )
+    captured = client.post(
+        "/api/observe/result",
+        json={"sessionId": session_id, "functionName": "read_file", "result": log},
+    ).json()
+    assert captured["truncated"] is True
+    assert captured["originalTokens"] > 200_000
+
+    drain(make_settings(), database_url)
+
+    stored = client.get("/api/observations/o").json()
+    assert stored["status"] == "compressed"
+    assert stored["originalTokens"] == captured["originalTokens"]
+    assert stored["tokensSaved"] == stored["originalTokens"] - stored["compressedTokens"]

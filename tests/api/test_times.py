@@ -1,0 +1,45 @@
+"""API.md's rule on times applies to every time a request sends, filters included."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.api.times import check_time
+
+_SOON = datetime.now(UTC) + timedelta(days=2)
+REFUSED = [
+    ("1960-01-01T00:00:00Z", "before 1970"),
+    ("-1", "before 1970"),  # epoch seconds, as pydantic reads a number
+    ("1969-12-31T23:59:59-01:00", None),  # 00:59:59 UTC on 1 January 1970: accepted
+    (_SOON.isoformat(), "more than a day in the future"),
+    # No UTC datetime exists for it: converting first was an OverflowError, a 500.
+    ("9999-12-31T23:59:59-05:00", "more than a day in the future"),
+]
+
+
+@pytest.mark.parametrize(("value", "refusal"), REFUSED)
+def test_list_and_search_time_filters_follow_the_timestamp_rule(
+    client: TestClient, value: str, refusal: str | None
+) -> None:
+    listed = client.get("/api/sessions", params={"before": value})
+    number = int(value) if value.lstrip("-").isdigit() else value
+    searched = client.post("/api/search", json={"query": "pool", "since": number})
+    until = client.post("/api/search", json={"query": "pool", "until": number})
+
+    for response in (listed, searched, until):
+        if refusal is None:
+            assert response.status_code == 200, response.text
+        else:
+            assert response.status_code == 422, response.text
+            assert response.json()["error"] == "ValidationFailed"
+            assert refusal in response.json()["detail"]
+
+
+def test_a_time_without_an_offset_is_utc() -> None:
+    assert check_time(datetime(2026, 1, 2, 3, 4)) == datetime(2026, 1, 2, 3, 4, tzinfo=UTC)
+    assert check_time(datetime.fromisoformat("2026-01-02T05:04:00+02:00")) == datetime(
+        2026, 1, 2, 3, 4, tzinfo=UTC
+    )
