@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import BaseModel, ConfigDict, StringConstraints, field_validator
 from pydantic.alias_generators import to_camel
 
 from app.api.times import check_epoch_ms
@@ -35,7 +35,7 @@ class SessionEndIn(CaptureModel):
 class ObserveIn(CaptureModel):
     session_id: Id
     function_name: FunctionName
-    function_args: Any = Field(default_factory=dict)
+    function_args: Any
     timestamp: int | None = None
     id: Id | None = None
     # Optional, beyond the contract: lets a client that knows its project skip excluded ones early.

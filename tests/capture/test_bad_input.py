@@ -48,6 +48,7 @@ def test_empty_object_is_422_naming_the_field(client: TestClient, path: str) -> 
         ("/api/session/start", {"projectPath": "/p", "metadata": [1]}, "metadata"),
         ("/api/observe", {"sessionId": ["s"], "functionName": "f"}, "sessionId"),
         ("/api/observe", {"sessionId": "s", "functionName": None}, "functionName"),
+        ("/api/observe", {"sessionId": "s", "functionName": "f"}, "functionArgs"),
         ("/api/observe", {"sessionId": "s", "functionName": "f", "timestamp": "soon"}, "timestamp"),
         ("/api/observe", {"sessionId": "s", "functionName": "f", "id": "x" * 201}, "id"),
         ("/api/observe/result", {"sessionId": "s", "functionName": "f"}, "result"),
@@ -77,7 +78,12 @@ def test_absurd_timestamp_is_422(
     session_id = make_session(client)
     response = client.post(
         "/api/observe",
-        json={"sessionId": session_id, "functionName": "f", "timestamp": timestamp},
+        json={
+            "sessionId": session_id,
+            "functionName": "f",
+            "functionArgs": {},
+            "timestamp": timestamp,
+        },
     )
     assert response.status_code == 422
     assert "timestamp" in response.json()["detail"]
@@ -93,7 +99,8 @@ def test_timestamp_within_a_day_ahead_is_accepted(client: TestClient) -> None:
     session_id = make_session(client)
     soon = int(time.time() * 1000) + 3_600_000
     response = client.post(
-        "/api/observe", json={"sessionId": session_id, "functionName": "f", "timestamp": soon}
+        "/api/observe",
+        json={"sessionId": session_id, "functionName": "f", "functionArgs": {}, "timestamp": soon},
     )
     assert response.status_code == 201
 
@@ -220,7 +227,8 @@ def test_ids_holding_a_newline_are_reachable_by_their_url(client: TestClient) ->
     # A client-chosen id may hold any text; `{id:path}` stopped at a newline, a bare 404.
     session_id = make_session(client, id="tool\ncall/1")
     observed = client.post(
-        "/api/observe", json={"sessionId": session_id, "functionName": "f", "id": "o\n1"}
+        "/api/observe",
+        json={"sessionId": session_id, "functionName": "f", "functionArgs": {}, "id": "o\n1"},
     )
     assert observed.status_code == 201
 

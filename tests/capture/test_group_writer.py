@@ -94,7 +94,9 @@ def test_observe_answers_503_promptly_when_the_database_is_down(tmp_path: Any) -
     app = create_app(settings, database_url="postgresql://nobody@127.0.0.1:1/none")
     with TestClient(app, raise_server_exceptions=False) as client:
         started = time.monotonic()
-        answer = client.post("/api/observe", json={"sessionId": "s", "functionName": "read_file"})
+        answer = client.post(
+            "/api/observe", json={"sessionId": "s", "functionName": "read_file", "functionArgs": {}}
+        )
         waited = time.monotonic() - started
     assert answer.status_code == 503
     assert answer.json()["error"] == "DatabaseUnavailable"
@@ -116,7 +118,12 @@ def test_observe_burst_through_the_api_stores_every_row(
                 calls = [
                     client.post(
                         "/api/observe",
-                        json={"sessionId": "s", "functionName": "bash", "id": f"o{n}"},
+                        json={
+                            "sessionId": "s",
+                            "functionName": "bash",
+                            "functionArgs": {},
+                            "id": f"o{n}",
+                        },
                     )
                     for n in range(48)
                 ]

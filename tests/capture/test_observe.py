@@ -90,7 +90,8 @@ def test_observe_unknown_session_is_404_and_stores_nothing(
     client: TestClient, db: psycopg.Connection[Any]
 ) -> None:
     response = client.post(
-        "/api/observe", json={"sessionId": "ghost", "functionName": "bash", "id": "x"}
+        "/api/observe",
+        json={"sessionId": "ghost", "functionName": "bash", "functionArgs": {}, "id": "x"},
     )
     assert response.status_code == 404
     assert response.json()["error"] == "SessionNotFound"

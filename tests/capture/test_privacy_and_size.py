@@ -177,7 +177,8 @@ def test_excluded_project_stores_nothing(
     session_id = body["id"]
 
     observed = client.post(
-        "/api/observe", json={"sessionId": session_id, "functionName": "read_file"}
+        "/api/observe",
+        json={"sessionId": session_id, "functionName": "read_file", "functionArgs": {}},
     )
     assert observed.status_code == 200
     assert observed.json() == {"id": None, "status": "excluded"}
@@ -188,7 +189,12 @@ def test_excluded_project_stores_nothing(
     assert result.json() == {"id": None, "status": "excluded"}
     with_project = client.post(
         "/api/observe",
-        json={"sessionId": "client-id", "functionName": "f", "projectPath": "/srv/clients/acme"},
+        json={
+            "sessionId": "client-id",
+            "functionName": "f",
+            "functionArgs": {},
+            "projectPath": "/srv/clients/acme",
+        },
     )
     assert with_project.json()["status"] == "excluded"
     ended = client.post("/api/session/end", json={"sessionId": session_id})
