@@ -130,6 +130,22 @@ def compress_extractive(
     return "\n".join(lines)
 
 
+def _compact(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def raw_text(*, function_name: str, observation_type: str, args: Any, result: Any) -> str:
+    """A small call kept whole, in the extractive text's layout: its arguments and result as
+    compact JSON (strings as they are), without the labels and indentation sent to Gemini."""
+    lines = [f"{function_name} ({observation_type})"]
+    if args not in (None, "", {}, []):
+        lines.append("Args: " + _compact(args))
+    lines.append("Result: " + ("none" if result is None else _compact(result)))
+    return "\n".join(lines)
+
+
 @dataclass(frozen=True, slots=True)
 class ObservationDigest:
     """What a session summary needs from one observation."""

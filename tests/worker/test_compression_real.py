@@ -1,0 +1,97 @@
+"""Compression of real tool calls from /work/shared/testdata, captured through the API and drained
+by a worker without Gemini: what is stored, what it costs, what it keeps."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from fastapi.testclient import TestClient
+
+from app.llm.compress import observation_text
+from app.llm.tokens import estimate_tokens
+from tests.conftest import make_settings
+from tests.worker.builders import drain, row
+
+TESTDATA = Path("/work/shared/testdata")
+GO_SESSION = TESTDATA / "claude-code/entire_28a8bc758709_summaries_progress.jsonl"
+GO_PROJECT = "/Users/gtrrz-victor/wks/gtrrz-victor/improve-status-cmd-output"
+LINT_CALL = "toolu_01UDCJ7nXNksJ3rDjEuzZXW1"  # Bash `mise run lint`: "0 issues."
+
+
+def tool_call(path: Path, call_id: str) -> tuple[str, Any, Any]:
+    """(name, input, result content) of one tool_use/tool_result pair of a Claude Code file."""
+    name = args = result = None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        content = json.loads(line).get("message", {}).get("content")
+        for part in content if isinstance(content, list) else []:
+            if part.get("type") == "tool_use" and part["id"] == call_id:
+                name, args = part["name"], part["input"]
+            elif part.get("type") == "tool_result" and part.get("tool_use_id") == call_id:
+                result = part.get("content")
+    assert name is not None, call_id
+    return name, args, result
+
+
+def capture(client: TestClient, project: str, calls: list[tuple[str, Any, Any]]) -> list[str]:
+    session = client.post("/api/session/start", json={"projectPath": project}).json()["id"]
+    ids = []
+    for name, args, result in calls:
+        call = client.post(
+            "/api/observe",
+            json={"sessionId": session, "functionName": name, "functionArgs": args},
+        ).json()["id"]
+        answered = client.post(
+            "/api/observe/result",
+            json={
+                "sessionId": session,
+                "functionName": name,
+                "result": result,
+                "observationId": call,
+            },
+        )
+        assert answered.status_code == 200, answered.text
+        ids.append(call)
+    return ids
+
+
+def test_small_real_call_is_kept_whole_in_compact_form_and_shown_so_in_context(
+    client: TestClient, db: psycopg.Connection[Any], database_url: str
+) -> None:
+    name, args, result = tool_call(GO_SESSION, LINT_CALL)
+    (lint,) = capture(client, GO_PROJECT, [(name, args, result)])
+    drain(make_settings(), database_url)
+
+    stored = row(db, "SELECT * FROM observations WHERE id = %s", lint)
+    assert stored["generated_by"] == "raw"
+    text = stored["compressed_data"]
+    assert text == (
+        "Bash (code_execution)\n"
+        # jsonb's key order: shorter keys first.
+        'Args: {"command":"mise run lint","timeout":60000,'
+        '"description":"Run linter to check the fix"}\n'
+        "Result: 0 issues.\n[lint] $ golangci-lint run ./..."
+    )
+    # Nothing left out, and fewer tokens than the labelled, indented text built for Gemini.
+    verbose = observation_text(
+        function_name=name,
+        observation_type="code_execution",
+        args=args,
+        result=result,
+        max_chars=24_000,
+    )
+    assert stored["compressed_tokens"] == estimate_tokens(text) < estimate_tokens(verbose)
+    assert stored["original_tokens"] == stored["compressed_tokens"]
+    assert stored["tokens_saved"] == 0
+
+    block = client.get(
+        "/api/context", params={"projectPath": GO_PROJECT, "prompt": "mise run lint"}
+    ).text
+    assert (
+        'Bash (code_execution) Args: {"command":"mise run lint","timeout":60000,"description":'
+        '"Run linter to check the fix"} Result: 0 issues. [lint] $ golangci-lint run ./...'
+    ) in block
+    assert "Tool: Bash" not in block
+    assert "Arguments:" not in block
