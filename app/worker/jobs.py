@@ -188,8 +188,12 @@ async def compress_observation(ctx: JobContext, work: ObservationWork) -> str:
             args=work.function_args,
             result=work.result,
         )
-        result = compressed_locally(text, observation=observation, generated_by=EXTRACTIVE)
-    if work.original_tokens > estimate_tokens(observation):
+        result = compressed_locally(text, observation=whole, generated_by=EXTRACTIVE)
+        if work.original_tokens:
+            # Capture's estimate of the call itself: the text built for Gemini counted its
+            # labels and indentation as tokens the extract saved.
+            result = replace(result, original_tokens=work.original_tokens)
+    elif work.original_tokens > estimate_tokens(observation):
         # The text compressed was cut (capture's cap, then AGMEM_WORKER_MAX_INPUT_CHARS), so its
         # count is the cut's, at most ~6,000 tokens: the original is capture's figure, or a
         # 1M-token log would be recorded as saving 6,000.

@@ -19,6 +19,7 @@ TESTDATA = Path("/work/shared/testdata")
 GO_SESSION = TESTDATA / "claude-code/entire_28a8bc758709_summaries_progress.jsonl"
 GO_PROJECT = "/Users/gtrrz-victor/wks/gtrrz-victor/improve-status-cmd-output"
 LINT_CALL = "toolu_01UDCJ7nXNksJ3rDjEuzZXW1"  # Bash `mise run lint`: "0 issues."
+READ_CALL = "toolu_01Ln8gKtjTJ826Ptm75TtwUT"  # Read config.go lines 225-...
 
 
 def tool_call(path: Path, call_id: str) -> tuple[str, Any, Any]:
@@ -35,9 +36,10 @@ def tool_call(path: Path, call_id: str) -> tuple[str, Any, Any]:
     return name, args, result
 
 
-def capture(client: TestClient, project: str, calls: list[tuple[str, Any, Any]]) -> list[str]:
+def capture(client: TestClient, project: str, calls: list[tuple[str, Any, Any]]) -> dict[str, int]:
+    """Each call captured through the API: its id, with capture's estimate of its tokens."""
     session = client.post("/api/session/start", json={"projectPath": project}).json()["id"]
-    ids = []
+    ids = {}
     for name, args, result in calls:
         call = client.post(
             "/api/observe",
@@ -53,7 +55,7 @@ def capture(client: TestClient, project: str, calls: list[tuple[str, Any, Any]])
             },
         )
         assert answered.status_code == 200, answered.text
-        ids.append(call)
+        ids[call] = answered.json()["originalTokens"]
     return ids
 
 
@@ -95,3 +97,20 @@ def test_small_real_call_is_kept_whole_in_compact_form_and_shown_so_in_context(
     ) in block
     assert "Tool: Bash" not in block
     assert "Arguments:" not in block
+
+
+def test_extract_of_a_real_read_counts_the_call_as_capture_measured_it(
+    client: TestClient, db: psycopg.Connection[Any], database_url: str
+) -> None:
+    name, args, result = tool_call(GO_SESSION, READ_CALL)
+    ((read, captured),) = capture(client, GO_PROJECT, [(name, args, result)]).items()
+    drain(make_settings(), database_url)
+
+    stored = row(db, "SELECT * FROM observations WHERE id = %s", read)
+    assert stored["generated_by"] == "extractive"
+    # The call's own size, not that of the labelled, indented text built for Gemini (larger).
+    verbose = observation_text(
+        function_name=name, observation_type="file_read", args=args, result=result, max_chars=24_000
+    )
+    assert stored["original_tokens"] == captured < estimate_tokens(verbose)
+    assert stored["tokens_saved"] == captured - stored["compressed_tokens"]
