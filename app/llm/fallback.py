@@ -16,7 +16,8 @@ EXTRACTIVE = "extractive"
 
 _PATH_KEY = re.compile(r"path|file|dir|target|uri", re.IGNORECASE)
 _ERROR_LINE = re.compile(
-    r"\b(error|exception|traceback|failed|failure|fatal|panic|denied|not found|cannot)\b",
+    r"\b(error|exception|traceback|failed|failure|fatal|panic|denied|not found|cannot)\b"
+    r"|<tool_use_error>",  # Claude Code's failed tool calls
     re.IGNORECASE,
 )
 _OLD_KEYS = ("old_string", "oldString", "old_str", "TargetContent", "old")
@@ -69,14 +70,70 @@ def _short(line: str) -> str:
     return line if len(line) <= MAX_LINE else line[: MAX_LINE - 1] + "…"
 
 
-def key_lines(result: Any, *, limit: int = 3) -> tuple[list[str], list[str]]:
-    """(error lines, first meaningful lines) of a tool result, each shortened to one line."""
+def _lines(result: Any) -> list[str]:
     lines = [ln for s in strings_in(result) for ln in s.splitlines() if ln.strip()]
     if not lines and result is not None and not isinstance(result, str):
         lines = [json.dumps(result, ensure_ascii=False, sort_keys=True)]
+    return lines
+
+
+def key_lines(result: Any, *, limit: int = 3) -> tuple[list[str], list[str]]:
+    """(error lines, first meaningful lines) of a tool result, each shortened to one line."""
+    lines = _lines(result)
     errors = [_short(ln) for ln in lines if _ERROR_LINE.search(ln)][:limit]
     firsts = [_short(ln) for ln in lines if not _ERROR_LINE.search(ln)][:limit]
     return errors, firsts
+
+
+# A read's content, line by line: a numbered line (`   228→func f() {`, `12:`, a tab) loses its
+# number; definitions, headings and sections outline the file far better than its first lines,
+# which are mostly imports.
+_LINE_NUMBER = re.compile(r"^\s*(\d+)(?:→|\t|: )")
+_HEADING = re.compile(r"^#{1,3} \S")  # in Markdown; elsewhere `#` starts a comment
+_MARKDOWN = (".md", ".mdx", ".markdown")
+_WORDY = re.compile(r"\w{3}")
+_OUTLINE = re.compile(
+    r"^(?:\[[\w.\- ]+\]\s*$"
+    r"|(?:(?:export|pub(?:\([\w ]+\))?|public|private|protected|static|async|default|abstract)\s+)*"
+    r"(?:def|class|func|function|fn|interface|struct|enum|trait|impl|type|module)\s+[\w(*]"
+    r")"
+)
+STATUS_LINES = 2  # a failed read or write says so at once; what follows is the file's content
+
+
+def read_outline(result: Any, *, markdown: bool = False, limit: int = 3) -> str | None:
+    """`lines 225-254 | func f(...) | ...` (or `412 lines | # Title | ...`) for a file read:
+    its definitions, sections or (Markdown) headings, else its first line with a word."""
+    lines = _lines(result)
+    if not lines:
+        return None
+    numbers: list[int] = []
+    stripped: list[str] = []
+    headings: list[str] = []
+    fenced = False
+    for line in lines:
+        match = _LINE_NUMBER.match(line)
+        if match:
+            numbers.append(int(match.group(1)))
+            line = line[match.end() :]
+        line = line.strip()
+        if line.startswith("```"):
+            fenced = not fenced  # a `# comment` in a Markdown code block is no heading
+        elif line:
+            stripped.append(line)
+            if _OUTLINE.match(line) or (markdown and not fenced and _HEADING.match(line)):
+                headings.append(_short(line))
+    outline = headings[:limit] or [_short(ln) for ln in stripped if _WORDY.search(ln)][:1]
+    if len(numbers) >= 2:
+        span = f"lines {numbers[0]}-{numbers[-1]}"
+    else:
+        span = f"{len(lines)} line{'' if len(lines) == 1 else 's'}"
+    return " | ".join([span, *outline])
+
+
+def _first_sentence(line: str) -> str:
+    cut = line.find(". ")
+    return line[: cut + 1] if cut > 0 else line
 
 
 def _first_key(args: Any, keys: Sequence[str]) -> str | None:
@@ -104,30 +161,54 @@ def diff_summary(args: Any) -> str | None:
     return f"+{added}/-{removed} lines"
 
 
+def _relative(text: str, root: str | None) -> str:
+    """Paths under the project written relative to it: the project is stored with the row."""
+    if not root or len(root.rstrip("/")) < 2:
+        return text
+    return text.replace(root.rstrip("/") + "/", "")
+
+
 def compress_extractive(
-    *, function_name: str, observation_type: str, args: Any, result: Any
+    *,
+    function_name: str,
+    observation_type: str,
+    args: Any,
+    result: Any,
+    project_path: str | None = None,
 ) -> str:
-    """A few structured lines: the call, its files, errors, key result lines, a diff summary."""
+    """A few structured lines: the call, its files, errors, key result lines, a diff summary.
+
+    A read keeps its line span and outline; a write its diff and first status sentence; paths
+    under `project_path` are written relative to it.
+    """
     files = target_files(args)
     lines = [f"{function_name} ({observation_type})"]
     if files:
         lines.append("Files: " + ", ".join(files[:5]) + (" …" if len(files) > 5 else ""))
-    if observation_type == "file_write":
-        diff = diff_summary(args)
-        if diff:
-            lines.append(f"Diff: {diff}")
+    diff = diff_summary(args) if observation_type == "file_write" else None
+    if diff:
+        lines.append(f"Diff: {diff}")
     elif not files:
         arg_lines = [_short(s) for s in strings_in(args) if s.strip()][:2]
         if arg_lines:
             lines.append("Args: " + " | ".join(arg_lines))
-    errors, firsts = key_lines(result)
+    if observation_type in ("file_read", "file_write"):
+        errors, _ = key_lines(_lines(result)[:STATUS_LINES])
+    else:
+        errors, firsts = key_lines(result)
     if errors:
         lines.append("Errors: " + " | ".join(errors))
+    if observation_type == "file_read":
+        markdown = any(f.lower().endswith(_MARKDOWN) for f in files)
+        outline = read_outline(result, markdown=markdown)
+        firsts = [outline] if outline and not errors else []
+    elif observation_type == "file_write":
+        firsts = [_first_sentence(_short(ln)) for ln in _lines(result)[:1]] if not errors else []
     if firsts:
         lines.append("Result: " + " | ".join(firsts))
     elif result is None:
         lines.append("Result: none")
-    return "\n".join(lines)
+    return _relative("\n".join(lines), project_path)
 
 
 def _compact(value: Any) -> str:

@@ -187,6 +187,7 @@ async def compress_observation(ctx: JobContext, work: ObservationWork) -> str:
             observation_type=work.observation_type,
             args=work.function_args,
             result=work.result,
+            project_path=work.project_path,
         )
         result = compressed_locally(text, observation=whole, generated_by=EXTRACTIVE)
         if work.original_tokens:

@@ -3,6 +3,16 @@
 from __future__ import annotations
 
 from app.llm.fallback import ObservationDigest, compress_extractive, summarize_extractive
+from app.llm.tokens import estimate_tokens
+from tests.realdata import (
+    FAILED_EDIT_CALL,
+    GEMINI_SESSION,
+    GO_PROJECT,
+    GO_SESSION,
+    READ_CALL,
+    gemini_call,
+    tool_call,
+)
 
 
 def digest(name: str, kind: str, compressed: str, files: list[str]) -> ObservationDigest:
@@ -50,3 +60,89 @@ def test_compression_is_deterministic_and_keeps_errors() -> None:
 
     assert first == again
     assert "AssertionError: expected 2" in first
+
+
+def test_real_read_keeps_its_file_span_and_definitions_in_a_few_tokens() -> None:
+    name, args, result = tool_call(GO_SESSION, READ_CALL)
+
+    text = compress_extractive(
+        function_name=name,
+        observation_type="file_read",
+        args=args,
+        result=result,
+        project_path=GO_PROJECT,
+    )
+
+    assert text == (
+        "Read (file_read)\n"
+        "Files: cmd/entire/cli/config.go\n"
+        "Result: lines 225-254 | func loadSettingsFromFile(filePath string) (*EntireSettings, "
+        "error) { | func applyDefaultStrategy(settings *EntireSettings) {"
+    )
+    # `error)` in a signature and `return nil, fmt.Errorf(...)` in the code are no error of the
+    # read: the Errors line is for a read that failed.
+    assert estimate_tokens(text) <= 55
+    assert estimate_tokens(text) < 0.15 * estimate_tokens(str(result))
+
+
+def test_real_failed_edit_keeps_its_file_and_error_line() -> None:
+    name, args, result = tool_call(GO_SESSION, FAILED_EDIT_CALL)
+
+    text = compress_extractive(
+        function_name=name,
+        observation_type="file_write",
+        args=args,
+        result=result,
+        project_path=GO_PROJECT,
+    )
+
+    lines = text.splitlines()
+    assert lines[:3] == [
+        "Edit (file_write)",
+        "Files: cmd/entire/cli/config.go",
+        "Diff: +1/-1 lines",
+    ]
+    assert lines[3].startswith(
+        "Errors: <tool_use_error>Found 2 matches of the string to replace, "
+        "but replace_all is false."
+    )
+    assert len(lines) == 4
+    assert estimate_tokens(text) <= 60
+
+
+def test_real_python_read_outlines_definitions_and_markdown_read_its_headings() -> None:
+    name, args, result = gemini_call(GEMINI_SESSION, "tlli955l")  # cogs/gen_reply.py, 24 KB
+    python = compress_extractive(
+        function_name=name, observation_type="file_read", args=args, result=result
+    )
+    name, args, result = gemini_call(GEMINI_SESSION, "aao1q07o")  # README.md
+    markdown = compress_extractive(
+        function_name=name, observation_type="file_read", args=args, result=result
+    )
+
+    # `# comments` of Python are no headings; `except Exception:` lines are no errors.
+    assert python.splitlines()[1:] == [
+        "Files: src/discordbot/cogs/gen_reply.py",
+        "Result: 472 lines | def get_tools(model: str) -> list[ToolParam]: | "
+        "class RouteDecision(BaseModel): | class ReplyGeneratorCogs(commands.Cog):",
+    ]
+    assert markdown.splitlines()[2] == (
+        "Result: 136 lines | # AI-Powered Discord Bot | ## Features | ### AI Chat"
+    )
+    assert estimate_tokens(python) <= 60
+    assert estimate_tokens(markdown) <= 30
+
+
+def test_real_write_keeps_its_status_sentence_not_the_echoed_file() -> None:
+    name, args, result = gemini_call(GEMINI_SESSION, "4o2js0r9")  # write_file GEMINI.md
+
+    text = compress_extractive(
+        function_name=name, observation_type="file_write", args=args, result=result
+    )
+
+    assert text == (
+        "write_file (file_write)\n"
+        "Files: GEMINI.md\n"
+        "Diff: +76/-0 lines\n"
+        "Result: Successfully overwrote file: /home/wei/repo/discordbot/GEMINI.md."
+    )

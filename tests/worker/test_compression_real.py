@@ -3,8 +3,6 @@ by a worker without Gemini: what is stored, what it costs, what it keeps."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -13,27 +11,8 @@ from fastapi.testclient import TestClient
 from app.llm.compress import observation_text
 from app.llm.tokens import estimate_tokens
 from tests.conftest import make_settings
+from tests.realdata import GO_PROJECT, GO_SESSION, LINT_CALL, READ_CALL, tool_call
 from tests.worker.builders import drain, row
-
-TESTDATA = Path("/work/shared/testdata")
-GO_SESSION = TESTDATA / "claude-code/entire_28a8bc758709_summaries_progress.jsonl"
-GO_PROJECT = "/Users/gtrrz-victor/wks/gtrrz-victor/improve-status-cmd-output"
-LINT_CALL = "toolu_01UDCJ7nXNksJ3rDjEuzZXW1"  # Bash `mise run lint`: "0 issues."
-READ_CALL = "toolu_01Ln8gKtjTJ826Ptm75TtwUT"  # Read config.go lines 225-...
-
-
-def tool_call(path: Path, call_id: str) -> tuple[str, Any, Any]:
-    """(name, input, result content) of one tool_use/tool_result pair of a Claude Code file."""
-    name = args = result = None
-    for line in path.read_text(encoding="utf-8").splitlines():
-        content = json.loads(line).get("message", {}).get("content")
-        for part in content if isinstance(content, list) else []:
-            if part.get("type") == "tool_use" and part["id"] == call_id:
-                name, args = part["name"], part["input"]
-            elif part.get("type") == "tool_result" and part.get("tool_use_id") == call_id:
-                result = part.get("content")
-    assert name is not None, call_id
-    return name, args, result
 
 
 def capture(client: TestClient, project: str, calls: list[tuple[str, Any, Any]]) -> dict[str, int]:
