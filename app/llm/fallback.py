@@ -8,7 +8,7 @@ import difflib
 import json
 import re
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -168,6 +168,29 @@ def _relative(text: str, root: str | None) -> str:
     return text.replace(root.rstrip("/") + "/", "")
 
 
+MAX_MENTIONS = 5
+MAX_MENTION_CHARS = 80
+
+
+def mentions(entities: Mapping[str, Sequence[str]], text: str, root: str | None) -> list[str]:
+    """Errors and files capture found in the call that the text does not name yet (URLs and
+    their fragments aside): what keyword search and the next session can still find."""
+    found: list[str] = []
+    for kind in ("errors", "files"):
+        for value in entities.get(kind, ()):
+            value = _relative(value, root)
+            if (
+                value
+                and value not in text
+                and value not in found
+                and len(value) <= MAX_MENTION_CHARS
+                and not value.startswith("/")
+                and "//" not in value
+            ):
+                found.append(value)
+    return found[:MAX_MENTIONS]
+
+
 def compress_extractive(
     *,
     function_name: str,
@@ -175,8 +198,10 @@ def compress_extractive(
     args: Any,
     result: Any,
     project_path: str | None = None,
+    entities: Mapping[str, Sequence[str]] | None = None,
 ) -> str:
-    """A few structured lines: the call, its files, errors, key result lines, a diff summary.
+    """A few structured lines: the call, its files, a diff summary, the other errors and files
+    capture found in it (`entities`), the call's errors, key result lines.
 
     A read keeps its line span and outline; a write its diff and first status sentence; paths
     under `project_path` are written relative to it.
@@ -192,6 +217,7 @@ def compress_extractive(
         arg_lines = [_short(s) for s in strings_in(args) if s.strip()][:2]
         if arg_lines:
             lines.append("Args: " + " | ".join(arg_lines))
+    names_at = len(lines)  # Mentions go here, with the names; Result stays the last line
     if observation_type in ("file_read", "file_write"):
         errors, _ = key_lines(_lines(result)[:STATUS_LINES])
     else:
@@ -208,7 +234,11 @@ def compress_extractive(
         lines.append("Result: " + " | ".join(firsts))
     elif result is None:
         lines.append("Result: none")
-    return _relative("\n".join(lines), project_path)
+    lines = [_relative(line, project_path) for line in lines]
+    named = mentions(entities or {}, "\n".join(lines), project_path)
+    if named:
+        lines.insert(names_at, "Mentions: " + ", ".join(named))
+    return "\n".join(lines)
 
 
 def _compact(value: Any) -> str:

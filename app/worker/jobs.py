@@ -188,6 +188,7 @@ async def compress_observation(ctx: JobContext, work: ObservationWork) -> str:
             args=work.function_args,
             result=work.result,
             project_path=work.project_path,
+            entities=work.entities,
         )
         result = compressed_locally(text, observation=whole, generated_by=EXTRACTIVE)
         if work.original_tokens:

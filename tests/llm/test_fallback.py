@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from app.llm.fallback import ObservationDigest, compress_extractive, summarize_extractive
+from app.llm.fallback import (
+    ObservationDigest,
+    compress_extractive,
+    summarize_extractive,
+)
 from app.llm.tokens import estimate_tokens
 from tests.realdata import (
     FAILED_EDIT_CALL,

@@ -11,7 +11,15 @@ from fastapi.testclient import TestClient
 from app.llm.compress import observation_text
 from app.llm.tokens import estimate_tokens
 from tests.conftest import make_settings
-from tests.realdata import GO_PROJECT, GO_SESSION, LINT_CALL, READ_CALL, tool_call
+from tests.realdata import (
+    GEMINI_SESSION,
+    GO_PROJECT,
+    GO_SESSION,
+    LINT_CALL,
+    READ_CALL,
+    gemini_call,
+    tool_call,
+)
 from tests.worker.builders import drain, row
 
 
@@ -93,3 +101,28 @@ def test_extract_of_a_real_read_counts_the_call_as_capture_measured_it(
     )
     assert stored["original_tokens"] == captured < estimate_tokens(verbose)
     assert stored["tokens_saved"] == captured - stored["compressed_tokens"]
+
+
+def test_extract_names_the_files_and_errors_capture_found_in_the_call(
+    client: TestClient, db: psycopg.Connection[Any], database_url: str
+) -> None:
+    write = gemini_call(GEMINI_SESSION, "4o2js0r9")  # write_file GEMINI.md, 6 KB of content
+    read = gemini_call(GEMINI_SESSION, "fkoen8u1")  # read_file pyproject.toml, 22 KB
+    ids = list(capture(client, "/home/wei/repo/discordbot", [write, read]))
+    drain(make_settings(), database_url)
+
+    texts = [row(db, "SELECT * FROM observations WHERE id = %s", i) for i in ids]
+    assert [t["generated_by"] for t in texts] == ["extractive", "extractive"]
+    # Between the names and the result, which stays the last line (a summary quotes it).
+    assert texts[0]["compressed_data"].splitlines() == [
+        "write_file (file_write)",
+        "Files: GEMINI.md",
+        "Diff: +76/-0 lines",
+        "Mentions: scripts/artale_data.py, src/discordbot/cli.py, "
+        "src/discordbot/cogs/_gen_reply/prompts.py, cli.py, pyproject.toml",
+        "Result: Successfully overwrote file: GEMINI.md.",
+    ]
+    assert (
+        "Mentions: NotImplementedError, ValueError, AssertionError" in (texts[1]["compressed_data"])
+    )
+    assert texts[1]["compressed_tokens"] <= 60 < texts[1]["original_tokens"] // 50
