@@ -253,6 +253,13 @@ def raw_text(*, function_name: str, observation_type: str, args: Any, result: An
     lines = [f"{function_name} ({observation_type})"]
     if args not in (None, "", {}, []):
         lines.append("Args: " + _compact(args))
+    if isinstance(result, dict) and len(result) == 1:
+        # Gemini's functionResponse.response: `{"output": "…"}`, shown as `output: …`.
+        ((key, value),) = result.items()
+        if isinstance(value, str):
+            result = f"{key}: {value}"
+    if result == "":
+        result = "(empty)"
     lines.append("Result: " + ("none" if result is None else _compact(result)))
     return "\n".join(lines)
 

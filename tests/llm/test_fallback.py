@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 from app.llm.fallback import (
     ObservationDigest,
     compress_extractive,
+    raw_text,
     summarize_extractive,
 )
 from app.llm.tokens import estimate_tokens
@@ -150,3 +153,17 @@ def test_real_write_keeps_its_status_sentence_not_the_echoed_file() -> None:
         "Diff: +76/-0 lines\n"
         "Result: Successfully overwrote file: /home/wei/repo/discordbot/GEMINI.md."
     )
+
+
+def test_raw_text_keeps_the_whole_call_and_unwraps_a_gemini_output() -> None:
+    name, args, result = gemini_call(GEMINI_SESSION, "jyi4d5mc")  # update_topic, small
+
+    text = raw_text(function_name=name, observation_type="other", args=args, result=result)
+
+    assert text.splitlines()[0] == "update_topic (other)"
+    assert text.splitlines()[1] == "Args: " + json.dumps(
+        args, ensure_ascii=False, separators=(",", ":")
+    )
+    assert text.splitlines()[2] == "Result: output: " + result["output"]
+    empty = raw_text(function_name="Bash", observation_type="code_execution", args={}, result="")
+    assert empty == "Bash (code_execution)\nResult: (empty)"
