@@ -35,6 +35,7 @@ from bench.db import bench_database
 TARGET = 0.95
 CONTEXT_BUDGET = 2000
 GUARDED_KINDS = ("files", "errors", "commands")
+SIZE_BANDS = ((1000, ">= 1,000 tokens"), (120, "120-999 tokens"), (0, "< 120 tokens"))
 
 
 def _squash(text: str) -> str:
@@ -209,6 +210,7 @@ def report(client: TestClient, sessions: list[tuple[Replay, str, dict[str, int]]
     """Print the compression figures, the raw share, the guard and the context blocks."""
     by_type: dict[str, Tally] = defaultdict(Tally)
     by_method: dict[str, Tally] = defaultdict(Tally)
+    by_size: dict[str, Tally] = defaultdict(Tally)
     total = Tally()
     session_tokens: dict[str, int] = {}
     captured = 0
@@ -218,7 +220,13 @@ def report(client: TestClient, sessions: list[tuple[Replay, str, dict[str, int]]
         for observation_id in ids:
             obs = client.get(f"/api/observations/{observation_id}").json()
             assert obs["status"] == "compressed", obs
-            for tally in (total, by_type[obs["observationType"]], by_method[obs["generatedBy"]]):
+            band = next(label for low, label in SIZE_BANDS if obs["originalTokens"] >= low)
+            for tally in (
+                total,
+                by_type[obs["observationType"]],
+                by_method[obs["generatedBy"]],
+                by_size[band],
+            ):
                 tally.add(obs)
             session_tokens[session_id] += obs["originalTokens"]
 
@@ -251,10 +259,17 @@ def report(client: TestClient, sessions: list[tuple[Replay, str, dict[str, int]]
         f"  raw (under the minimum to compress): {raw.observations} of {total.observations} "
         f"observations, {raw.original:,} of {total.original:,} original tokens ({share:.1%})"
     )
+    ceiling = 1 - raw.compressed / total.original if total.original else 0.0
+    print(f"  ceiling with the raw ones kept whole (an extract of 0 tokens): {ceiling:.1%}")
     print(
         f"  capture's estimate of the same calls (POST /api/observe/result's originalTokens): "
         f"{captured:,} tokens; 1 - compressed/that = {1 - total.compressed / captured:.1%}"
     )
+    print("\nby size of the call (originalTokens)")
+    print(header)
+    for _, band in SIZE_BANDS:
+        if band in by_size:
+            print(_row(band, by_size[band]))
 
     print(f"\ncontext blocks (GET /api/context, budget {CONTEXT_BUDGET})")
     for replay, session_id, ids in sessions:
