@@ -152,7 +152,7 @@ def _replay(client: TestClient, replay: Replay) -> tuple[str, dict[str, int]]:
                 "sessionId": session_id,
                 "functionName": call.name,
                 "functionArgs": call.args if call.args is not None else {},
-                "id": f"{session_id}:{call.id}",
+                "id": call.id,  # the agent's own call id, as an interceptor sends it
             },
         )
         assert observed.status_code == 201, observed.text
