@@ -41,3 +41,16 @@ def gemini_call(path: Path, call_id: str) -> tuple[str, Any, Any]:
                 (part,) = tool["result"]
                 return tool["name"], tool["args"], part["functionResponse"]["response"]
     raise AssertionError(call_id)
+
+
+def tool_calls(path: Path) -> list[tuple[str, Any, Any]]:
+    """Every tool_use/tool_result pair of a Claude Code file, in order."""
+    ids: list[str] = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        content = json.loads(line).get("message", {}).get("content")
+        ids.extend(
+            part["id"]
+            for part in (content if isinstance(content, list) else [])
+            if part.get("type") == "tool_use"
+        )
+    return [tool_call(path, call_id) for call_id in ids]

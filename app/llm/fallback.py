@@ -291,6 +291,45 @@ def _count(kind: str, n: int) -> str:
     return f"{n} {one if n == 1 else many}"
 
 
+def _highlight(digest: ObservationDigest) -> tuple[int, str] | None:
+    """(rank, line) of an observation for a summary: 0 an error, 1 a write with a file or a
+    command, 2 anything else (a read, a search, a to-do list)."""
+    if not digest.compressed or not digest.compressed.strip():
+        return None
+    lines = [ln for ln in digest.compressed.splitlines() if ln.strip()]
+    # An extract's Errors line, or an error in a raw result's lines (never in a Mentions line,
+    # which names `ValueError` wherever a file mentions it).
+    result_at = next((i for i, ln in enumerate(lines) if ln.startswith("Result: ")), len(lines))
+    errors = [ln for ln in lines if ln.startswith("Errors: ")] or [
+        ln for ln in lines[result_at:] if _ERROR_LINE.search(ln)
+    ]
+    # Trailing punctuation is dropped so that joining results never reads "x;; y.".
+    if errors:
+        return 0, _short(errors[0]).rstrip(" ;.,")
+    changed = digest.observation_type == "code_execution" or (
+        digest.observation_type == "file_write" and digest.files
+    )
+    return (1 if changed else 2), _short(lines[-1]).rstrip(" ;.,")
+
+
+def notable_results(observations: Sequence[ObservationDigest], *, limit: int = 2) -> list[str]:
+    """The session's most telling result lines, in session order: its latest error, its latest
+    change (a write to a file, a command), then the rest by kind, latest first."""
+    ranked = sorted(
+        (h[0], -index, h[1])
+        for index, o in enumerate(observations)
+        if (h := _highlight(o)) is not None and h[1]
+    )
+    firsts = [next((r for r in ranked if r[0] == rank), None) for rank in (0, 1)]
+    chosen: list[tuple[int, str]] = []
+    for _, neg_index, line in [r for r in firsts if r is not None] + ranked:
+        if len(chosen) == limit:
+            break
+        if all(line != c[1] for c in chosen):
+            chosen.append((-neg_index, line))
+    return [line for _, line in sorted(chosen)]
+
+
 def summarize_extractive(
     *, project_path: str, user_prompt: str | None, observations: Sequence[ObservationDigest]
 ) -> str:
@@ -305,19 +344,14 @@ def summarize_extractive(
     ]
     files: list[str] = []
     for o in observations:
-        files.extend(f for f in o.files if f not in files)
+        files.extend(_relative(f, project_path) for f in o.files)
+    files = list(dict.fromkeys(files))
     if files:
         more = f" and {len(files) - 6} more" if len(files) > 6 else ""
         sentences.append(f"It touched {', '.join(files[:6])}{more}.")
-    # Trailing punctuation is dropped so that joining results never reads "x;; y.".
-    highlights = [
-        _short(o.compressed.splitlines()[-1]).rstrip(" ;.,")
-        for o in observations
-        if o.compressed and o.compressed.strip()
-    ]
-    highlights = [h for h in highlights if h]
+    highlights = notable_results(observations)
     if highlights:
-        sentences.append(f"Notable results: {'; '.join(highlights[:2])}.")
+        sentences.append(f"Notable results: {'; '.join(highlights)}.")
     failed = sum(1 for o in observations if o.status == "failed")
     if failed:
         sentences.append(

@@ -19,12 +19,16 @@ from tests.realdata import (
     READ_CALL,
     gemini_call,
     tool_call,
+    tool_calls,
 )
 from tests.worker.builders import drain, row
 
 
-def capture(client: TestClient, project: str, calls: list[tuple[str, Any, Any]]) -> dict[str, int]:
-    """Each call captured through the API: its id, with capture's estimate of its tokens."""
+def capture(
+    client: TestClient, project: str, calls: list[tuple[str, Any, Any]], *, end: bool = False
+) -> dict[str, int]:
+    """Each call captured through the API (then the session ended, with `end`): its id, with
+    capture's estimate of its tokens."""
     session = client.post("/api/session/start", json={"projectPath": project}).json()["id"]
     ids = {}
     for name, args, result in calls:
@@ -43,6 +47,8 @@ def capture(client: TestClient, project: str, calls: list[tuple[str, Any, Any]])
         )
         assert answered.status_code == 200, answered.text
         ids[call] = answered.json()["originalTokens"]
+    if end:
+        assert client.post("/api/session/end", json={"sessionId": session}).status_code == 202
     return ids
 
 
@@ -126,3 +132,22 @@ def test_extract_names_the_files_and_errors_capture_found_in_the_call(
         "Mentions: NotImplementedError, ValueError, AssertionError" in (texts[1]["compressed_data"])
     )
     assert texts[1]["compressed_tokens"] <= 60 < texts[1]["original_tokens"] // 50
+
+
+def test_fallback_summary_of_a_real_session_names_its_error_and_last_change(
+    client: TestClient, db: psycopg.Connection[Any], database_url: str
+) -> None:
+    capture(client, GO_PROJECT, tool_calls(GO_SESSION), end=True)
+    drain(make_settings(), database_url)
+
+    summary = row(db, "SELECT summary, status FROM sessions")
+    assert summary["status"] == "summarized"
+    # The project is named once; its files relative to it. The lint failure and the final test
+    # run, not the first two results of the session (a grep and a read).
+    assert summary["summary"].endswith(
+        "made 9 tool calls (3 commands, 2 file reads, 3 file writes, 1 search). "
+        "It touched cmd/entire/cli/config.go. "
+        "Notable results: [lint] ERROR task failed; "
+        "Result: ? entire.io/cli/cmd/entire [no test files] | ok entire.io/cli/cmd/entire/cli "
+        "2.120s | ok entire.io/cli/cmd/entire/cli/agent (cached)."
+    )
