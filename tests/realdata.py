@@ -14,6 +14,7 @@ GO_CONFIG = f"{GO_PROJECT}/cmd/entire/cli/config.go"
 LINT_CALL = "toolu_01UDCJ7nXNksJ3rDjEuzZXW1"  # Bash `mise run lint`: "0 issues."
 READ_CALL = "toolu_01Ln8gKtjTJ826Ptm75TtwUT"  # Read config.go from line 225
 FAILED_EDIT_CALL = "toolu_01HGAZudBVAkDXs767ZHG5CX"  # Edit refused: "Found 2 matches ..."
+LAST_EDIT_CALL = "toolu_01MVc4aUcpAhwdpDXbaM77sb"  # Edit: `return nil, err` wrapped again
 # A Gemini CLI session writing a GEMINI.md for a Python Discord bot.
 GEMINI_SESSION = TESTDATA / "gemini/vct_gemini_session_jsonl_format.jsonl"
 

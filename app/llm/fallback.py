@@ -146,19 +146,30 @@ def _first_key(args: Any, keys: Sequence[str]) -> str | None:
     return None
 
 
+SMALL_DIFF = 4  # changed lines up to which an edit shows them, not only their count
+MAX_CHANGE = 80
+
+
 def diff_summary(args: Any) -> str | None:
-    """`+added/-removed lines` for a write or edit, from its old and new text arguments."""
+    """`+added/-removed lines` for a write or edit, from its old and new text arguments; with
+    the changed lines themselves (`: -old | +new`) when there are at most SMALL_DIFF."""
     new = _first_key(args, _NEW_KEYS)
     if new is None:
         return None
     old = _first_key(args, _OLD_KEYS) or ""
-    added = removed = 0
+    added: list[str] = []
+    removed: list[str] = []
     for line in difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="", n=0):
         if line.startswith("+") and not line.startswith("+++"):
-            added += 1
+            added.append(line)
         elif line.startswith("-") and not line.startswith("---"):
-            removed += 1
-    return f"+{added}/-{removed} lines"
+            removed.append(line)
+    summary = f"+{len(added)}/-{len(removed)} lines"
+    changed = [ln for ln in removed + added if ln[1:].strip()]
+    if old and changed and len(added) + len(removed) <= SMALL_DIFF:
+        shown = [ln[0] + _short(ln[1:])[:MAX_CHANGE] for ln in changed]
+        summary += ": " + " | ".join(shown)
+    return summary
 
 
 def _relative(text: str, root: str | None) -> str:

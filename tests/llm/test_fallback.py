@@ -16,6 +16,7 @@ from tests.realdata import (
     GEMINI_SESSION,
     GO_PROJECT,
     GO_SESSION,
+    LAST_EDIT_CALL,
     READ_CALL,
     gemini_call,
     tool_call,
@@ -107,14 +108,16 @@ def test_real_failed_edit_keeps_its_file_and_error_line() -> None:
     assert lines[:3] == [
         "Edit (file_write)",
         "Files: cmd/entire/cli/config.go",
-        "Diff: +1/-1 lines",
+        # The change it tried: small enough to show, not only count.
+        'Diff: +1/-1 lines: -return nil, fmt.Errorf("reading settings file: %w", err) '
+        "| +return nil, err",
     ]
     assert lines[3].startswith(
         "Errors: <tool_use_error>Found 2 matches of the string to replace, "
         "but replace_all is false."
     )
     assert len(lines) == 4
-    assert estimate_tokens(text) <= 60
+    assert estimate_tokens(text) <= 80  # the call: ~140 tokens, the error line half of this
 
 
 def test_real_python_read_outlines_definitions_and_markdown_read_its_headings() -> None:
@@ -167,3 +170,25 @@ def test_raw_text_keeps_the_whole_call_and_unwraps_a_gemini_output() -> None:
     assert text.splitlines()[2] == "Result: output: " + result["output"]
     empty = raw_text(function_name="Bash", observation_type="code_execution", args={}, result="")
     assert empty == "Bash (code_execution)\nResult: (empty)"
+
+
+def test_real_edit_shows_its_changed_lines_and_a_large_write_only_their_count() -> None:
+    name, args, result = tool_call(GO_SESSION, LAST_EDIT_CALL)
+    edit = compress_extractive(
+        function_name=name,
+        observation_type="file_write",
+        args=args,
+        result=result,
+        project_path=GO_PROJECT,
+    )
+    name, args, result = gemini_call(GEMINI_SESSION, "4o2js0r9")  # write_file, 76 new lines
+    write = compress_extractive(
+        function_name=name, observation_type="file_write", args=args, result=result
+    )
+
+    # Seven lines replaced by seven, of which one differs: that line, before and after.
+    assert edit.splitlines()[2] == (
+        'Diff: +1/-1 lines: -return nil, err | +return nil, fmt.Errorf("%w", err)'
+    )
+    assert estimate_tokens(edit) <= 50 < estimate_tokens(str(args))
+    assert write.splitlines()[2] == "Diff: +76/-0 lines"
