@@ -108,6 +108,7 @@ class Tally:
     observations: int = 0
     original: int = 0
     compressed: int = 0
+    saved: int = 0  # the tokensSaved the service recorded (never below 0 an observation)
     targets: Guard = field(default_factory=Guard)  # the files and commands the call named
     entities: Guard = field(default_factory=Guard)  # all that capture found, results included
 
@@ -115,6 +116,7 @@ class Tally:
         self.observations += 1
         self.original += obs["originalTokens"]
         self.compressed += obs["compressedTokens"]
+        self.saved += obs["tokensSaved"]
         text = obs.get("compressedData") or ""
         self.targets.add(call_targets(obs["functionArgs"]), text, obs["projectPath"])
         self.entities.add(obs.get("entities") or {}, text, obs["projectPath"])
@@ -191,7 +193,7 @@ async def _drain(settings: Settings, url: str) -> None:
 def _row(label: str, tally: Tally) -> str:
     return (
         f"  {label:<15}{tally.observations:>4} {tally.original:>8,} {tally.compressed:>6,} "
-        f"{tally.original - tally.compressed:>8,} {tally.ratio:>6.1%} {tally.ratio / TARGET:>5.3f}"
+        f"{tally.saved:>8,} {tally.ratio:>6.1%} {tally.ratio / TARGET:>5.3f}"
         f"  {tally.targets!s:<33} {tally.entities}"
     )
 

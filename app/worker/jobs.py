@@ -191,10 +191,11 @@ async def compress_observation(ctx: JobContext, work: ObservationWork) -> str:
             entities=work.entities,
         )
         result = compressed_locally(text, observation=whole, generated_by=EXTRACTIVE)
-        if work.original_tokens:
-            # Capture's estimate of the call itself: the text built for Gemini counted its
-            # labels and indentation as tokens the extract saved.
-            result = replace(result, original_tokens=work.original_tokens)
+    if result.generated_by in (EXTRACTIVE, RAW) and work.original_tokens:
+        # Capture's estimate of the call itself: the text built for Gemini counted its labels
+        # and indentation as tokens an extract saved, and a raw text its own labels as part of
+        # the call (the clamp at 0 saved keeps a raw text's few extra tokens out of the sums).
+        result = replace(result, original_tokens=work.original_tokens)
     elif work.original_tokens > estimate_tokens(observation):
         # The text compressed was cut (capture's cap, then AGMEM_WORKER_MAX_INPUT_CHARS), so its
         # count is the cut's, at most ~6,000 tokens: the original is capture's figure, or a
