@@ -218,7 +218,9 @@ def compress_extractive(
     under `project_path` are written relative to it.
     """
     files = target_files(args)
-    lines = [f"{function_name} ({observation_type})"]
+    # The tool's name without its type: the type has its own column (and the Gemini summary's
+    # prompt prints it), and `(code_execution)` cost ~4 tokens an observation.
+    lines = [function_name]
     if files:
         lines.append("Files: " + ", ".join(files[:5]) + (" …" if len(files) > 5 else ""))
     diff = diff_summary(args) if observation_type == "file_write" else None
@@ -258,10 +260,10 @@ def _compact(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def raw_text(*, function_name: str, observation_type: str, args: Any, result: Any) -> str:
+def raw_text(*, function_name: str, args: Any, result: Any) -> str:
     """A small call kept whole, in the extractive text's layout: its arguments and result as
     compact JSON (strings as they are), without the labels and indentation sent to Gemini."""
-    lines = [f"{function_name} ({observation_type})"]
+    lines = [function_name]
     if args not in (None, "", {}, []):
         lines.append("Args: " + _compact(args))
     if isinstance(result, dict) and len(result) == 1:

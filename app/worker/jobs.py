@@ -153,7 +153,6 @@ async def compress_observation(ctx: JobContext, work: ObservationWork) -> str:
         sanitize_text(
             raw_text(
                 function_name=work.function_name,
-                observation_type=work.observation_type,
                 args=work.function_args,
                 result=work.result,
             )

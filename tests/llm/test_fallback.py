@@ -82,7 +82,7 @@ def test_real_read_keeps_its_file_span_and_definitions_in_a_few_tokens() -> None
     )
 
     assert text == (
-        "Read (file_read)\n"
+        "Read\n"
         "Files: cmd/entire/cli/config.go\n"
         "Result: lines 225-254 | func loadSettingsFromFile(filePath string) (*EntireSettings, "
         "error) { | func applyDefaultStrategy(settings *EntireSettings) {"
@@ -106,7 +106,7 @@ def test_real_failed_edit_keeps_its_file_and_error_line() -> None:
 
     lines = text.splitlines()
     assert lines[:3] == [
-        "Edit (file_write)",
+        "Edit",
         "Files: cmd/entire/cli/config.go",
         # The change it tried: small enough to show, not only count.
         'Diff: +1/-1 lines: -return nil, fmt.Errorf("reading settings file: %w", err) '
@@ -151,7 +151,7 @@ def test_real_write_keeps_its_status_sentence_not_the_echoed_file() -> None:
     )
 
     assert text == (
-        "write_file (file_write)\n"
+        "write_file\n"
         "Files: GEMINI.md\n"
         "Diff: +76/-0 lines\n"
         "Result: Successfully overwrote file: /home/wei/repo/discordbot/GEMINI.md."
@@ -161,15 +161,15 @@ def test_real_write_keeps_its_status_sentence_not_the_echoed_file() -> None:
 def test_raw_text_keeps_the_whole_call_and_unwraps_a_gemini_output() -> None:
     name, args, result = gemini_call(GEMINI_SESSION, "jyi4d5mc")  # update_topic, small
 
-    text = raw_text(function_name=name, observation_type="other", args=args, result=result)
+    text = raw_text(function_name=name, args=args, result=result)
 
-    assert text.splitlines()[0] == "update_topic (other)"
+    assert text.splitlines()[0] == "update_topic"
     assert text.splitlines()[1] == "Args: " + json.dumps(
         args, ensure_ascii=False, separators=(",", ":")
     )
     assert text.splitlines()[2] == "Result: output: " + result["output"]
-    empty = raw_text(function_name="Bash", observation_type="code_execution", args={}, result="")
-    assert empty == "Bash (code_execution)\nResult: (empty)"
+    empty = raw_text(function_name="Bash", args={}, result="")
+    assert empty == "Bash\nResult: (empty)"
 
 
 def test_real_edit_shows_its_changed_lines_and_a_large_write_only_their_count() -> None:

@@ -63,7 +63,7 @@ def test_small_real_call_is_kept_whole_in_compact_form_and_shown_so_in_context(
     assert stored["generated_by"] == "raw"
     text = stored["compressed_data"]
     assert text == (
-        "Bash (code_execution)\n"
+        "Bash\n"
         # jsonb's key order: shorter keys first.
         'Args: {"command":"mise run lint","timeout":60000,'
         '"description":"Run linter to check the fix"}\n'
@@ -86,7 +86,7 @@ def test_small_real_call_is_kept_whole_in_compact_form_and_shown_so_in_context(
         "/api/context", params={"projectPath": GO_PROJECT, "prompt": "mise run lint"}
     ).text
     assert (
-        'Bash (code_execution) Args: {"command":"mise run lint","timeout":60000,"description":'
+        'Bash Args: {"command":"mise run lint","timeout":60000,"description":'
         '"Run linter to check the fix"} Result: 0 issues. [lint] $ golangci-lint run ./...'
     ) in block
     assert "Tool: Bash" not in block
@@ -122,7 +122,7 @@ def test_extract_names_the_files_and_errors_capture_found_in_the_call(
     assert [t["generated_by"] for t in texts] == ["extractive", "extractive"]
     # Between the names and the result, which stays the last line (a summary quotes it).
     assert texts[0]["compressed_data"].splitlines() == [
-        "write_file (file_write)",
+        "write_file",
         "Files: GEMINI.md",
         "Diff: +76/-0 lines",
         "Mentions: scripts/artale_data.py, src/discordbot/cli.py, "
