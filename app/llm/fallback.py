@@ -226,8 +226,9 @@ def compress_extractive(
     diff = diff_summary(args) if observation_type == "file_write" else None
     if diff:
         lines.append(f"Diff: {diff}")
-    elif not files:
-        arg_lines = [_short(s) for s in strings_in(args) if s.strip()][:2]
+    else:
+        # The other arguments too: a search's pattern matters as much as the folder it searched.
+        arg_lines = [_short(s) for s in strings_in(args) if s.strip() and s not in files][:2]
         if arg_lines:
             lines.append("Args: " + " | ".join(arg_lines))
     names_at = len(lines)  # Mentions go here, with the names; Result stays the last line

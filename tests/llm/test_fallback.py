@@ -192,3 +192,15 @@ def test_real_edit_shows_its_changed_lines_and_a_large_write_only_their_count() 
     )
     assert estimate_tokens(edit) <= 50 < estimate_tokens(str(args))
     assert write.splitlines()[2] == "Diff: +76/-0 lines"
+
+
+def test_search_in_a_folder_keeps_its_pattern() -> None:
+    # Gemini CLI's search_file_content names the folder it searched and what it looked for.
+    text = compress_extractive(
+        function_name="search_file_content",
+        observation_type="search",
+        args={"pattern": "reading settings file", "path": "cmd/entire/cli"},
+        result="cmd/entire/cli/config.go:84: return nil, fmt.Errorf(...)",
+    )
+
+    assert text.splitlines()[1:3] == ["Files: cmd/entire/cli", "Args: reading settings file"]
