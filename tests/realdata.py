@@ -12,6 +12,7 @@ GO_SESSION = TESTDATA / "claude-code/entire_28a8bc758709_summaries_progress.json
 GO_PROJECT = "/Users/gtrrz-victor/wks/gtrrz-victor/improve-status-cmd-output"
 GO_CONFIG = f"{GO_PROJECT}/cmd/entire/cli/config.go"
 LINT_CALL = "toolu_01UDCJ7nXNksJ3rDjEuzZXW1"  # Bash `mise run lint`: "0 issues."
+FMT_LINT_CALL = "toolu_014BtLv7UEAoKLVEpEQpQzse"  # Bash `mise run fmt && mise run lint`: fails
 READ_CALL = "toolu_01Ln8gKtjTJ826Ptm75TtwUT"  # Read config.go from line 225
 FAILED_EDIT_CALL = "toolu_01HGAZudBVAkDXs767ZHG5CX"  # Edit refused: "Found 2 matches ..."
 LAST_EDIT_CALL = "toolu_01MVc4aUcpAhwdpDXbaM77sb"  # Edit: `return nil, err` wrapped again

@@ -146,7 +146,7 @@ def _first_key(args: Any, keys: Sequence[str]) -> str | None:
     return None
 
 
-SMALL_DIFF = 4  # changed lines up to which an edit shows them, not only their count
+SMALL_DIFF = 4  # changed lines up to which an edit (or a new file) shows them, not only a count
 MAX_CHANGE = 80
 
 
@@ -166,7 +166,7 @@ def diff_summary(args: Any) -> str | None:
             removed.append(line)
     summary = f"+{len(added)}/-{len(removed)} lines"
     changed = [ln for ln in removed + added if ln[1:].strip()]
-    if old and changed and len(added) + len(removed) <= SMALL_DIFF:
+    if changed and len(added) + len(removed) <= SMALL_DIFF:
         shown = [ln[0] + _short(ln[1:])[:MAX_CHANGE] for ln in changed]
         summary += ": " + " | ".join(shown)
     return summary
@@ -253,6 +253,19 @@ def compress_extractive(
     if named:
         lines.insert(names_at, "Mentions: " + ", ".join(named))
     return "\n".join(lines)
+
+
+def keeps_every_line(text: str, *, args: Any, result: Any, project_path: str | None) -> bool:
+    """Whether `text` holds every line of the call's argument and result strings (spacing and
+    the project's prefix aside): then only JSON syntax, keys and numbers were left out."""
+    squashed = " ".join(text.split())
+    for value in (args, result):
+        for string in strings_in(value):
+            for line in string.splitlines():
+                words = " ".join(_relative(line, project_path).split())
+                if words and words not in squashed:
+                    return False
+    return True
 
 
 def _compact(value: Any) -> str:

@@ -12,6 +12,7 @@ from app.llm.compress import observation_text
 from app.llm.tokens import estimate_tokens
 from tests.conftest import make_settings
 from tests.realdata import (
+    FMT_LINT_CALL,
     GEMINI_SESSION,
     GO_PROJECT,
     GO_SESSION,
@@ -52,24 +53,28 @@ def capture(
     return ids
 
 
-def test_small_real_call_is_kept_whole_in_compact_form_and_shown_so_in_context(
+def test_small_real_calls_are_kept_whole_or_extracted_losing_no_line_and_shown_so(
     client: TestClient, db: psycopg.Connection[Any], database_url: str
 ) -> None:
-    name, args, result = tool_call(GO_SESSION, LINT_CALL)
-    ((lint, captured),) = capture(client, GO_PROJECT, [(name, args, result)]).items()
+    calls = [tool_call(GO_SESSION, FMT_LINT_CALL), tool_call(GO_SESSION, LINT_CALL)]
+    ids = capture(client, GO_PROJECT, calls)
     drain(make_settings(), database_url)
+    (fmt_lint, fmt_captured), (lint, _) = ids.items()
 
-    stored = row(db, "SELECT * FROM observations WHERE id = %s", lint)
-    assert stored["generated_by"] == "raw"
-    text = stored["compressed_data"]
-    assert text == (
+    # Its extract would drop lines of the linter's report: kept whole, in compact form.
+    whole = row(db, "SELECT * FROM observations WHERE id = %s", fmt_lint)
+    assert whole["generated_by"] == "raw"
+    text = whole["compressed_data"]
+    assert text.startswith(
         "Bash\n"
         # jsonb's key order: shorter keys first.
-        'Args: {"command":"mise run lint","timeout":60000,'
-        '"description":"Run linter to check the fix"}\n'
-        "Result: 0 issues.\n[lint] $ golangci-lint run ./..."
+        'Args: {"command":"mise run fmt && mise run lint","timeout":60000,'
+        '"description":"Format and lint the code"}\n'
+        "Result: Exit code 1\n[fmt] $ gofmt -w .\n"
     )
-    # Nothing left out, and fewer tokens than the labelled, indented text built for Gemini.
+    assert text.endswith("1 issues:\n* wrapcheck: 1")
+    # Fewer tokens than the labelled, indented text built for Gemini.
+    name, args, result = calls[0]
     verbose = observation_text(
         function_name=name,
         observation_type="code_execution",
@@ -77,18 +82,28 @@ def test_small_real_call_is_kept_whole_in_compact_form_and_shown_so_in_context(
         result=result,
         max_chars=24_000,
     )
-    assert stored["compressed_tokens"] == estimate_tokens(text) < estimate_tokens(verbose)
+    assert whole["compressed_tokens"] == estimate_tokens(text) < estimate_tokens(verbose)
     # The call as capture measured it; the labels cost a few tokens more, and nothing is saved.
-    assert stored["original_tokens"] == captured < stored["compressed_tokens"]
-    assert stored["tokens_saved"] == 0
+    assert whole["original_tokens"] == fmt_captured < whole["compressed_tokens"]
+    assert whole["tokens_saved"] == 0
+
+    # Its extract holds every line of its strings, and is shorter: only JSON was left out.
+    extract = row(db, "SELECT * FROM observations WHERE id = %s", lint)
+    assert extract["generated_by"] == "extractive"
+    assert extract["compressed_data"] == (
+        "Bash\n"
+        "Args: mise run lint | Run linter to check the fix\n"
+        "Result: 0 issues. | [lint] $ golangci-lint run ./..."
+    )
 
     block = client.get(
-        "/api/context", params={"projectPath": GO_PROJECT, "prompt": "mise run lint"}
+        "/api/context", params={"projectPath": GO_PROJECT, "prompt": "mise run fmt lint"}
     ).text
     assert (
-        'Bash Args: {"command":"mise run lint","timeout":60000,"description":'
-        '"Run linter to check the fix"} Result: 0 issues. [lint] $ golangci-lint run ./...'
+        'Bash Args: {"command":"mise run fmt && mise run lint","timeout":60000,"description":'
+        '"Format and lint the code"} Result: Exit code 1 [fmt] $ gofmt -w . [lint]'
     ) in block
+    assert "Bash Args: mise run lint | Run linter to check the fix Result: 0 issues." in block
     assert "Tool: Bash" not in block
     assert "Arguments:" not in block
 
