@@ -1,6 +1,7 @@
 """Deterministic, extractive compression and summaries: no model, no network, same input gives
 the same text. Used when no GEMINI_API_KEY is set, when Gemini keeps failing, when the daily
-budget is spent, and for tools on the skip list."""
+budget is spent, for tools on the skip list, and for small calls whose extract loses no line;
+`raw_text` is how the other small calls are kept whole."""
 
 from __future__ import annotations
 
@@ -127,7 +128,8 @@ def read_outline(result: Any, *, markdown: bool = False, limit: int = 3) -> str 
     if len(numbers) >= 2:
         span = f"lines {numbers[0]}-{numbers[-1]}"
     else:
-        span = f"{len(lines)} line{'' if len(lines) == 1 else 's'}"
+        count = sum(len(s.splitlines()) for s in strings_in(result)) or len(lines)
+        span = f"{count} line{'' if count == 1 else 's'}"
     return " | ".join([span, *outline])
 
 

@@ -133,11 +133,11 @@ def test_real_python_read_outlines_definitions_and_markdown_read_its_headings() 
     # `# comments` of Python are no headings; `except Exception:` lines are no errors.
     assert python.splitlines()[1:] == [
         "Files: src/discordbot/cogs/gen_reply.py",
-        "Result: 472 lines | def get_tools(model: str) -> list[ToolParam]: | "
+        "Result: 531 lines | def get_tools(model: str) -> list[ToolParam]: | "
         "class RouteDecision(BaseModel): | class ReplyGeneratorCogs(commands.Cog):",
     ]
     assert markdown.splitlines()[2] == (
-        "Result: 136 lines | # AI-Powered Discord Bot | ## Features | ### AI Chat"
+        "Result: 191 lines | # AI-Powered Discord Bot | ## Features | ### AI Chat"
     )
     assert estimate_tokens(python) <= 60
     assert estimate_tokens(markdown) <= 30
