@@ -16,6 +16,9 @@ FMT_LINT_CALL = "toolu_014BtLv7UEAoKLVEpEQpQzse"  # Bash `mise run fmt && mise r
 READ_CALL = "toolu_01Ln8gKtjTJ826Ptm75TtwUT"  # Read config.go from line 225
 FAILED_EDIT_CALL = "toolu_01HGAZudBVAkDXs767ZHG5CX"  # Edit refused: "Found 2 matches ..."
 LAST_EDIT_CALL = "toolu_01MVc4aUcpAhwdpDXbaM77sb"  # Edit: `return nil, err` wrapped again
+# A Claude Code session (CC 1.0.98) asked to write a CLAUDE.md, with a to-do list.
+CLAUDE_MD_SESSION = TESTDATA / "claude-code/ccviewer_1af7fc5e-8455-4414-9ccd-011d40f70b2a.jsonl"
+TODO_CALL = "toolu_01PbUvZLKxR3ysWR9vhm6PSH"  # TodoWrite: four items done, one in progress
 # A Gemini CLI session writing a GEMINI.md for a Python Discord bot.
 GEMINI_SESSION = TESTDATA / "gemini/vct_gemini_session_jsonl_format.jsonl"
 

@@ -174,6 +174,32 @@ def diff_summary(args: Any) -> str | None:
     return summary
 
 
+# A to-do list (Claude Code's TodoWrite, Gemini CLI's write_todos) is the agent's plan: its
+# items and their states are what to keep, where the first two argument strings were one item.
+_TODO_MARKS = {"completed": "[x]", "in_progress": "[~]", "pending": "[ ]", "cancelled": "[-]"}
+MAX_TODOS = 8
+
+
+def todo_line(args: Any) -> str | None:
+    """`Todos: [x] Analyze the code; [~] Create CLAUDE.md; [ ] Review` for a to-do list call."""
+    todos = args.get("todos") if isinstance(args, dict) else None
+    if not isinstance(todos, list):
+        return None
+    items = []
+    for todo in todos:
+        if not isinstance(todo, dict):
+            return None
+        text = todo.get("content") or todo.get("description")
+        if not isinstance(text, str):
+            return None
+        mark = _TODO_MARKS.get(str(todo.get("status")), f"[{todo.get('status')}]")
+        items.append(f"{mark} {_short(text)[:MAX_CHANGE]}")
+    if not items:
+        return None
+    more = f"; and {len(items) - MAX_TODOS} more" if len(items) > MAX_TODOS else ""
+    return "Todos: " + "; ".join(items[:MAX_TODOS]) + more
+
+
 def _relative(text: str, root: str | None) -> str:
     """Paths under the project written relative to it: the project is stored with the row."""
     if not root or len(root.rstrip("/")) < 2:
@@ -226,8 +252,11 @@ def compress_extractive(
     if files:
         lines.append("Files: " + ", ".join(files[:5]) + (" …" if len(files) > 5 else ""))
     diff = diff_summary(args) if observation_type == "file_write" else None
+    todos = todo_line(args)
     if diff:
         lines.append(f"Diff: {diff}")
+    elif todos:
+        lines.append(todos)
     else:
         # The other arguments too: a search's pattern matters as much as the folder it searched.
         arg_lines = [_short(s) for s in strings_in(args) if s.strip() and s not in files][:2]

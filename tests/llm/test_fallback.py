@@ -12,12 +12,14 @@ from app.llm.fallback import (
 )
 from app.llm.tokens import estimate_tokens
 from tests.realdata import (
+    CLAUDE_MD_SESSION,
     FAILED_EDIT_CALL,
     GEMINI_SESSION,
     GO_PROJECT,
     GO_SESSION,
     LAST_EDIT_CALL,
     READ_CALL,
+    TODO_CALL,
     gemini_call,
     tool_call,
 )
@@ -204,3 +206,19 @@ def test_search_in_a_folder_keeps_its_pattern() -> None:
     )
 
     assert text.splitlines()[1:3] == ["Files: cmd/entire/cli", "Args: reading settings file"]
+
+
+def test_real_todo_list_keeps_every_item_and_its_state() -> None:
+    name, args, result = tool_call(CLAUDE_MD_SESSION, TODO_CALL)
+
+    text = compress_extractive(
+        function_name=name, observation_type="file_write", args=args, result=result
+    )
+
+    assert text == (
+        "TodoWrite\n"
+        "Todos: [x] Analyze codebase structure and files; [x] Identify build, test, and lint "
+        "commands; [x] Understand high-level architecture; [x] Check for existing CLAUDE.md, "
+        "README.md, or rule files; [~] Create CLAUDE.md with essential information\n"
+        "Result: Todos have been modified successfully."
+    )
