@@ -10,7 +10,16 @@ import subprocess
 import sys
 import time
 
-BENCHMARKS = ["capture", "sync", "relevance", "search", "worker", "memories", "proxy"]
+BENCHMARKS = [
+    "capture",
+    "sync",
+    "relevance",
+    "search",
+    "worker",
+    "compression",
+    "memories",
+    "proxy",
+]
 
 
 def main(argv: list[str]) -> int:

@@ -1,6 +1,7 @@
 """Deterministic, extractive compression and summaries: no model, no network, same input gives
 the same text. Used when no GEMINI_API_KEY is set, when Gemini keeps failing, when the daily
-budget is spent, and for tools on the skip list."""
+budget is spent, for tools on the skip list, and for small calls whose extract loses no line;
+`raw_text` is how the other small calls are kept whole."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import difflib
 import json
 import re
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +17,8 @@ EXTRACTIVE = "extractive"
 
 _PATH_KEY = re.compile(r"path|file|dir|target|uri", re.IGNORECASE)
 _ERROR_LINE = re.compile(
-    r"\b(error|exception|traceback|failed|failure|fatal|panic|denied|not found|cannot)\b",
+    r"\b(error|exception|traceback|failed|failure|fatal|panic|denied|not found|cannot)\b"
+    r"|<tool_use_error>",  # Claude Code's failed tool calls
     re.IGNORECASE,
 )
 _OLD_KEYS = ("old_string", "oldString", "old_str", "TargetContent", "old")
@@ -69,14 +71,71 @@ def _short(line: str) -> str:
     return line if len(line) <= MAX_LINE else line[: MAX_LINE - 1] + "…"
 
 
-def key_lines(result: Any, *, limit: int = 3) -> tuple[list[str], list[str]]:
-    """(error lines, first meaningful lines) of a tool result, each shortened to one line."""
+def _lines(result: Any) -> list[str]:
     lines = [ln for s in strings_in(result) for ln in s.splitlines() if ln.strip()]
     if not lines and result is not None and not isinstance(result, str):
         lines = [json.dumps(result, ensure_ascii=False, sort_keys=True)]
+    return lines
+
+
+def key_lines(result: Any, *, limit: int = 3) -> tuple[list[str], list[str]]:
+    """(error lines, first meaningful lines) of a tool result, each shortened to one line."""
+    lines = _lines(result)
     errors = [_short(ln) for ln in lines if _ERROR_LINE.search(ln)][:limit]
     firsts = [_short(ln) for ln in lines if not _ERROR_LINE.search(ln)][:limit]
     return errors, firsts
+
+
+# A read's content, line by line: a numbered line (`   228→func f() {`, `12:`, a tab) loses its
+# number; definitions, headings and sections outline the file far better than its first lines,
+# which are mostly imports.
+_LINE_NUMBER = re.compile(r"^\s*(\d+)(?:→|\t|: )")
+_HEADING = re.compile(r"^#{1,3} \S")  # in Markdown; elsewhere `#` starts a comment
+_MARKDOWN = (".md", ".mdx", ".markdown")
+_WORDY = re.compile(r"\w{3}")
+_OUTLINE = re.compile(
+    r"^(?:\[[\w.\- ]+\]\s*$"
+    r"|(?:(?:export|pub(?:\([\w ]+\))?|public|private|protected|static|async|default|abstract)\s+)*"
+    r"(?:def|class|func|function|fn|interface|struct|enum|trait|impl|type|module)\s+[\w(*]"
+    r")"
+)
+STATUS_LINES = 2  # a failed read or write says so at once; what follows is the file's content
+
+
+def read_outline(result: Any, *, markdown: bool = False, limit: int = 3) -> str | None:
+    """`lines 225-254 | func f(...) | ...` (or `412 lines | # Title | ...`) for a file read:
+    its definitions, sections or (Markdown) headings, else its first line with a word."""
+    lines = _lines(result)
+    if not lines:
+        return None
+    numbers: list[int] = []
+    stripped: list[str] = []
+    headings: list[str] = []
+    fenced = False
+    for line in lines:
+        match = _LINE_NUMBER.match(line)
+        if match:
+            numbers.append(int(match.group(1)))
+            line = line[match.end() :]
+        line = line.strip()
+        if line.startswith("```"):
+            fenced = not fenced  # a `# comment` in a Markdown code block is no heading
+        elif line:
+            stripped.append(line)
+            if _OUTLINE.match(line) or (markdown and not fenced and _HEADING.match(line)):
+                headings.append(_short(line))
+    outline = headings[:limit] or [_short(ln) for ln in stripped if _WORDY.search(ln)][:1]
+    if len(numbers) >= 2:
+        span = f"lines {numbers[0]}-{numbers[-1]}"
+    else:
+        count = sum(len(s.splitlines()) for s in strings_in(result)) or len(lines)
+        span = f"{count} line{'' if count == 1 else 's'}"
+    return " | ".join([span, *outline])
+
+
+def _first_sentence(line: str) -> str:
+    cut = line.find(". ")
+    return line[: cut + 1] if cut > 0 else line
 
 
 def _first_key(args: Any, keys: Sequence[str]) -> str | None:
@@ -89,44 +148,177 @@ def _first_key(args: Any, keys: Sequence[str]) -> str | None:
     return None
 
 
+SMALL_DIFF = 4  # changed lines up to which an edit (or a new file) shows them, not only a count
+MAX_CHANGE = 80
+
+
 def diff_summary(args: Any) -> str | None:
-    """`+added/-removed lines` for a write or edit, from its old and new text arguments."""
+    """`+added/-removed lines` for a write or edit, from its old and new text arguments; with
+    the changed lines themselves (`: -old | +new`) when there are at most SMALL_DIFF."""
     new = _first_key(args, _NEW_KEYS)
     if new is None:
         return None
     old = _first_key(args, _OLD_KEYS) or ""
-    added = removed = 0
+    added: list[str] = []
+    removed: list[str] = []
     for line in difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="", n=0):
         if line.startswith("+") and not line.startswith("+++"):
-            added += 1
+            added.append(line)
         elif line.startswith("-") and not line.startswith("---"):
-            removed += 1
-    return f"+{added}/-{removed} lines"
+            removed.append(line)
+    summary = f"+{len(added)}/-{len(removed)} lines"
+    changed = [ln for ln in removed + added if ln[1:].strip()]
+    if changed and len(added) + len(removed) <= SMALL_DIFF:
+        shown = [ln[0] + _short(ln[1:])[:MAX_CHANGE] for ln in changed]
+        summary += ": " + " | ".join(shown)
+    return summary
+
+
+# A to-do list (Claude Code's TodoWrite, Gemini CLI's write_todos) is the agent's plan: its
+# items and their states are what to keep, where the first two argument strings were one item.
+_TODO_MARKS = {"completed": "[x]", "in_progress": "[~]", "pending": "[ ]", "cancelled": "[-]"}
+MAX_TODOS = 8
+
+
+def todo_line(args: Any) -> str | None:
+    """`Todos: [x] Analyze the code; [~] Create CLAUDE.md; [ ] Review` for a to-do list call."""
+    todos = args.get("todos") if isinstance(args, dict) else None
+    if not isinstance(todos, list):
+        return None
+    items = []
+    for todo in todos:
+        if not isinstance(todo, dict):
+            return None
+        text = todo.get("content") or todo.get("description")
+        if not isinstance(text, str):
+            return None
+        mark = _TODO_MARKS.get(str(todo.get("status")), f"[{todo.get('status')}]")
+        items.append(f"{mark} {_short(text)[:MAX_CHANGE]}")
+    if not items:
+        return None
+    more = f"; and {len(items) - MAX_TODOS} more" if len(items) > MAX_TODOS else ""
+    return "Todos: " + "; ".join(items[:MAX_TODOS]) + more
+
+
+def _relative(text: str, root: str | None) -> str:
+    """Paths under the project written relative to it: the project is stored with the row."""
+    if not root or len(root.rstrip("/")) < 2:
+        return text
+    return text.replace(root.rstrip("/") + "/", "")
+
+
+MAX_MENTIONS = 5
+MAX_MENTION_CHARS = 80
+
+
+def mentions(entities: Mapping[str, Sequence[str]], text: str, root: str | None) -> list[str]:
+    """Errors and files capture found in the call that the text does not name yet (URLs and
+    their fragments aside): what keyword search and the next session can still find."""
+    found: list[str] = []
+    for kind in ("errors", "files"):
+        for value in entities.get(kind, ()):
+            value = _relative(value, root)
+            if (
+                value
+                and value not in text
+                and value not in found
+                and len(value) <= MAX_MENTION_CHARS
+                and not value.startswith("/")
+                and "//" not in value
+            ):
+                found.append(value)
+    return found[:MAX_MENTIONS]
 
 
 def compress_extractive(
-    *, function_name: str, observation_type: str, args: Any, result: Any
+    *,
+    function_name: str,
+    observation_type: str,
+    args: Any,
+    result: Any,
+    project_path: str | None = None,
+    entities: Mapping[str, Sequence[str]] | None = None,
 ) -> str:
-    """A few structured lines: the call, its files, errors, key result lines, a diff summary."""
+    """A few structured lines: the call, its files, a diff summary, the other errors and files
+    capture found in it (`entities`), the call's errors, key result lines.
+
+    A read keeps its line span and outline; a write its diff and first status sentence; paths
+    under `project_path` are written relative to it.
+    """
     files = target_files(args)
-    lines = [f"{function_name} ({observation_type})"]
+    # The tool's name without its type: the type has its own column (and the Gemini summary's
+    # prompt prints it), and `(code_execution)` cost ~4 tokens an observation.
+    lines = [function_name]
     if files:
         lines.append("Files: " + ", ".join(files[:5]) + (" …" if len(files) > 5 else ""))
-    if observation_type == "file_write":
-        diff = diff_summary(args)
-        if diff:
-            lines.append(f"Diff: {diff}")
-    elif not files:
-        arg_lines = [_short(s) for s in strings_in(args) if s.strip()][:2]
+    diff = diff_summary(args) if observation_type == "file_write" else None
+    todos = todo_line(args)
+    if diff:
+        lines.append(f"Diff: {diff}")
+    elif todos:
+        lines.append(todos)
+    else:
+        # The other arguments too: a search's pattern matters as much as the folder it searched.
+        arg_lines = [_short(s) for s in strings_in(args) if s.strip() and s not in files][:2]
         if arg_lines:
             lines.append("Args: " + " | ".join(arg_lines))
-    errors, firsts = key_lines(result)
+    names_at = len(lines)  # Mentions go here, with the names; Result stays the last line
+    if observation_type in ("file_read", "file_write"):
+        errors, _ = key_lines(_lines(result)[:STATUS_LINES])
+    else:
+        errors, firsts = key_lines(result)
     if errors:
         lines.append("Errors: " + " | ".join(errors))
+    if observation_type == "file_read":
+        markdown = any(f.lower().endswith(_MARKDOWN) for f in files)
+        outline = read_outline(result, markdown=markdown)
+        firsts = [outline] if outline and not errors else []
+    elif observation_type == "file_write":
+        firsts = [_first_sentence(_short(ln)) for ln in _lines(result)[:1]] if not errors else []
     if firsts:
         lines.append("Result: " + " | ".join(firsts))
     elif result is None:
         lines.append("Result: none")
+    lines = [_relative(line, project_path) for line in lines]
+    named = mentions(entities or {}, "\n".join(lines), project_path)
+    if named:
+        lines.insert(names_at, "Mentions: " + ", ".join(named))
+    return "\n".join(lines)
+
+
+def keeps_every_line(text: str, *, args: Any, result: Any, project_path: str | None) -> bool:
+    """Whether `text` holds every line of the call's argument and result strings (spacing and
+    the project's prefix aside): then only JSON syntax, keys and numbers were left out."""
+    squashed = " ".join(text.split())
+    for value in (args, result):
+        for string in strings_in(value):
+            for line in string.splitlines():
+                words = " ".join(_relative(line, project_path).split())
+                if words and words not in squashed:
+                    return False
+    return True
+
+
+def _compact(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def raw_text(*, function_name: str, args: Any, result: Any) -> str:
+    """A small call kept whole, in the extractive text's layout: its arguments and result as
+    compact JSON (strings as they are), without the labels and indentation sent to Gemini."""
+    lines = [function_name]
+    if args not in (None, "", {}, []):
+        lines.append("Args: " + _compact(args))
+    if isinstance(result, dict) and len(result) == 1:
+        # Gemini's functionResponse.response: `{"output": "…"}`, shown as `output: …`.
+        ((key, value),) = result.items()
+        if isinstance(value, str):
+            result = f"{key}: {value}"
+    if result == "":
+        result = "(empty)"
+    lines.append("Result: " + ("none" if result is None else _compact(result)))
     return "\n".join(lines)
 
 
@@ -157,6 +349,45 @@ def _count(kind: str, n: int) -> str:
     return f"{n} {one if n == 1 else many}"
 
 
+def _highlight(digest: ObservationDigest) -> tuple[int, str] | None:
+    """(rank, line) of an observation for a summary: 0 an error, 1 a write with a file or a
+    command, 2 anything else (a read, a search, a to-do list)."""
+    if not digest.compressed or not digest.compressed.strip():
+        return None
+    lines = [ln for ln in digest.compressed.splitlines() if ln.strip()]
+    # An extract's Errors line, or an error in a raw result's lines (never in a Mentions line,
+    # which names `ValueError` wherever a file mentions it).
+    result_at = next((i for i, ln in enumerate(lines) if ln.startswith("Result: ")), len(lines))
+    errors = [ln for ln in lines if ln.startswith("Errors: ")] or [
+        ln for ln in lines[result_at:] if _ERROR_LINE.search(ln)
+    ]
+    # Trailing punctuation is dropped so that joining results never reads "x;; y.".
+    if errors:
+        return 0, _short(errors[0]).rstrip(" ;.,")
+    changed = digest.observation_type == "code_execution" or (
+        digest.observation_type == "file_write" and digest.files
+    )
+    return (1 if changed else 2), _short(lines[-1]).rstrip(" ;.,")
+
+
+def notable_results(observations: Sequence[ObservationDigest], *, limit: int = 2) -> list[str]:
+    """The session's most telling result lines, in session order: its latest error, its latest
+    change (a write to a file, a command), then the rest by kind, latest first."""
+    ranked = sorted(
+        (h[0], -index, h[1])
+        for index, o in enumerate(observations)
+        if (h := _highlight(o)) is not None and h[1]
+    )
+    firsts = [next((r for r in ranked if r[0] == rank), None) for rank in (0, 1)]
+    chosen: list[tuple[int, str]] = []
+    for _, neg_index, line in [r for r in firsts if r is not None] + ranked:
+        if len(chosen) == limit:
+            break
+        if all(line != c[1] for c in chosen):
+            chosen.append((-neg_index, line))
+    return [line for _, line in sorted(chosen)]
+
+
 def summarize_extractive(
     *, project_path: str, user_prompt: str | None, observations: Sequence[ObservationDigest]
 ) -> str:
@@ -171,19 +402,14 @@ def summarize_extractive(
     ]
     files: list[str] = []
     for o in observations:
-        files.extend(f for f in o.files if f not in files)
+        files.extend(_relative(f, project_path) for f in o.files)
+    files = list(dict.fromkeys(files))
     if files:
         more = f" and {len(files) - 6} more" if len(files) > 6 else ""
         sentences.append(f"It touched {', '.join(files[:6])}{more}.")
-    # Trailing punctuation is dropped so that joining results never reads "x;; y.".
-    highlights = [
-        _short(o.compressed.splitlines()[-1]).rstrip(" ;.,")
-        for o in observations
-        if o.compressed and o.compressed.strip()
-    ]
-    highlights = [h for h in highlights if h]
+    highlights = notable_results(observations)
     if highlights:
-        sentences.append(f"Notable results: {'; '.join(highlights[:2])}.")
+        sentences.append(f"Notable results: {'; '.join(highlights)}.")
     failed = sum(1 for o in observations if o.status == "failed")
     if failed:
         sentences.append(

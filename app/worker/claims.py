@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import text
@@ -61,7 +61,7 @@ def _claim_sql(queue: Queue, returning: str, extra: str = "") -> Any:
 _CLAIM_OBSERVATIONS = _claim_sql(
     OBSERVATIONS,
     "t.id, t.session_id, t.project_path, t.function_name, t.function_args, t.result, "
-    "t.observation_type, t.attempts, t.original_tokens, t.created_at",
+    "t.observation_type, t.attempts, t.original_tokens, t.entities, t.created_at",
 )
 _CLAIM_SESSIONS = _claim_sql(
     SESSIONS, "t.id, t.project_path, t.user_prompt, t.attempts", _SESSION_READY
@@ -81,6 +81,8 @@ class ObservationWork:
     attempts: int
     # Capture's estimate of the whole call, before any cap: what the agent would re-read.
     original_tokens: int = 0
+    # What capture found in it (files, errors, commands, ...: app/capture/entities.py).
+    entities: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +120,7 @@ async def claim_observations(
             observation_type=r.observation_type,
             attempts=r.attempts,
             original_tokens=r.original_tokens or 0,
+            entities=r.entities or {},
         )
         for r in rows
     ]

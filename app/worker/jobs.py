@@ -18,11 +18,18 @@ from app.db.engine import transaction
 from app.index.embedding import embed_pending_chunks
 from app.llm.compress import Compressed, compress_with_gemini, compressed_locally, observation_text
 from app.llm.embeddings import Embedder, get_embedder
-from app.llm.fallback import EXTRACTIVE, compress_extractive, summarize_extractive
+from app.llm.fallback import (
+    EXTRACTIVE,
+    compress_extractive,
+    keeps_every_line,
+    raw_text,
+    summarize_extractive,
+)
 from app.llm.generation import GeminiCallFailed
 from app.llm.ratelimit import DailyBudget, GeminiGate, record_usage
 from app.llm.summarize import session_text, summarize_with_gemini
 from app.llm.tokens import estimate_tokens
+from app.privacy import cap_text, sanitize_text
 from app.sync.runs import execute_sync_run
 from app.worker import claims, results
 from app.worker.claims import ObservationWork, Queue, SessionWork, SyncRunWork
@@ -135,6 +142,17 @@ async def _gemini_allowed(ctx: JobContext) -> bool:
     return allowed
 
 
+def _extract(work: ObservationWork) -> str:
+    return compress_extractive(
+        function_name=work.function_name,
+        observation_type=work.observation_type,
+        args=work.function_args,
+        result=work.result,
+        project_path=work.project_path,
+        entities=work.entities,
+    )
+
+
 async def compress_observation(ctx: JobContext, work: ObservationWork) -> str:
     """Compress one claimed observation; returns the method used, or 'retry'/'failed'."""
     settings = ctx.settings
@@ -145,12 +163,33 @@ async def compress_observation(ctx: JobContext, work: ObservationWork) -> str:
         result=work.result,
         max_chars=settings.worker_max_input_chars,
     )
+    # A small call is kept whole in this form, the extractive text's layout: the text above,
+    # built for Gemini, showed in the context block as `Tool: … Type: … Arguments: { "k": … }`
+    # and spent ~8% more tokens (testdata's small calls) on its labels and indentation.
+    whole = cap_text(
+        sanitize_text(
+            raw_text(
+                function_name=work.function_name,
+                args=work.function_args,
+                result=work.result,
+            )
+        ),
+        settings.worker_max_input_chars,
+    )
     result: Compressed | None = None
     if work.function_name in settings.worker_skip_tools:
         pass
-    elif estimate_tokens(observation) < settings.worker_min_compress_tokens:
-        # Already shorter than a summary would be: keep it as it is.
-        result = compressed_locally(observation, observation=observation, generated_by=RAW)
+    elif estimate_tokens(whole) < settings.worker_min_compress_tokens:
+        # Already shorter than a summary would be: never worth a Gemini call. Kept whole, unless
+        # its extract is shorter and still holds every line of the call's strings (a `Glob` that
+        # found nothing, a short command): then it only left out JSON syntax, keys and numbers.
+        extract = _extract(work)
+        if estimate_tokens(extract) < estimate_tokens(whole) and keeps_every_line(
+            extract, args=work.function_args, result=work.result, project_path=work.project_path
+        ):
+            result = compressed_locally(extract, observation=whole, generated_by=EXTRACTIVE)
+        else:
+            result = compressed_locally(whole, observation=whole, generated_by=RAW)
     elif await _gemini_allowed(ctx):
         client = ctx.client
         assert client is not None
@@ -167,14 +206,13 @@ async def compress_observation(ctx: JobContext, work: ObservationWork) -> str:
             return outcome.status
         result = outcome
     if result is None:
-        text = compress_extractive(
-            function_name=work.function_name,
-            observation_type=work.observation_type,
-            args=work.function_args,
-            result=work.result,
-        )
-        result = compressed_locally(text, observation=observation, generated_by=EXTRACTIVE)
-    if work.original_tokens > estimate_tokens(observation):
+        result = compressed_locally(_extract(work), observation=whole, generated_by=EXTRACTIVE)
+    if result.generated_by in (EXTRACTIVE, RAW) and work.original_tokens:
+        # Capture's estimate of the call itself: the text built for Gemini counted its labels
+        # and indentation as tokens an extract saved, and a raw text its own labels as part of
+        # the call (the clamp at 0 saved keeps a raw text's few extra tokens out of the sums).
+        result = replace(result, original_tokens=work.original_tokens)
+    elif work.original_tokens > estimate_tokens(observation):
         # The text compressed was cut (capture's cap, then AGMEM_WORKER_MAX_INPUT_CHARS), so its
         # count is the cut's, at most ~6,000 tokens: the original is capture's figure, or a
         # 1M-token log would be recorded as saving 6,000.

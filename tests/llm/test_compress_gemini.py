@@ -264,7 +264,7 @@ def test_no_key_uses_the_extractive_fallback(
     assert stored["status"] == "compressed"
     assert stored["generated_by"] == "extractive"
     text = stored["compressed_data"]
-    assert text.startswith("run_command (code_execution)")
+    assert text.startswith("run_command\n")
     assert "pytest -q" in text
     assert "FAILED tests/test_jwt.py::test_expiry" in text
     assert stored["compressed_tokens"] < stored["original_tokens"]
