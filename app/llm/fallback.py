@@ -157,6 +157,16 @@ def _count(kind: str, n: int) -> str:
     return f"{n} {one if n == 1 else many}"
 
 
+def _highlight(compressed: str) -> str:
+    """The last line of a compressed observation that says something. A short observation is
+    kept raw, as indented JSON whose last line is a lone `}`; a bracket is no result."""
+    for line in reversed(compressed.splitlines()):
+        if any(ch.isalnum() for ch in line):
+            # Trailing punctuation is dropped so that joining results never reads "x;; y.".
+            return _short(line).rstrip(" ;.,")
+    return ""
+
+
 def summarize_extractive(
     *, project_path: str, user_prompt: str | None, observations: Sequence[ObservationDigest]
 ) -> str:
@@ -175,13 +185,7 @@ def summarize_extractive(
     if files:
         more = f" and {len(files) - 6} more" if len(files) > 6 else ""
         sentences.append(f"It touched {', '.join(files[:6])}{more}.")
-    # Trailing punctuation is dropped so that joining results never reads "x;; y.".
-    highlights = [
-        _short(o.compressed.splitlines()[-1]).rstrip(" ;.,")
-        for o in observations
-        if o.compressed and o.compressed.strip()
-    ]
-    highlights = [h for h in highlights if h]
+    highlights = [h for o in observations if o.compressed and (h := _highlight(o.compressed))]
     if highlights:
         sentences.append(f"Notable results: {'; '.join(highlights[:2])}.")
     failed = sum(1 for o in observations if o.status == "failed")

@@ -50,3 +50,13 @@ def test_compression_is_deterministic_and_keeps_errors() -> None:
 
     assert first == again
     assert "AssertionError: expected 2" in first
+
+
+def test_summary_highlights_a_raw_observation_by_its_last_line_with_words() -> None:
+    raw = 'Tool: read_file\nResult:\n{\n "content": "export const TTL = 60;"\n}'
+    observations = [digest("read_file", "file_read", raw, ["a.ts"])]
+
+    summary = summarize_extractive(project_path="/p", user_prompt=None, observations=observations)
+
+    assert 'Notable results: "content": "export const TTL = 60;".' in summary
+    assert "}." not in summary
