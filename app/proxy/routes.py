@@ -23,7 +23,13 @@ from app.api import paths  # noqa: F401 - registers the `{name:any}` paths below
 from app.config import Settings
 from app.errors import Unauthorized
 from app.proxy.capture import Answer, CaptureRequest
-from app.proxy.forward import forwardable_url, request_headers, response_headers, unreachable
+from app.proxy.forward import (
+    forwardable_url,
+    request_headers,
+    response_headers,
+    stream_error_event,
+    unreachable,
+)
 from app.proxy.inject import has_memory_block, inject_memory, last_user_prompt
 from app.proxy.state import ProxyState, get_app_state, get_proxy_state, proxy_lifespan
 
@@ -179,10 +185,14 @@ class _Relay(StreamingResponse):
                 self.copy += chunk
                 yield chunk
         except httpx.HTTPError as error:
-            # Headers are already sent: the caller sees the stream end early, as from Google.
             log.warning(
                 "proxy.upstream_stream_broken", model=self.model, error_type=type(error).__name__
             )
+            if self.sse:
+                # Headers are already sent, so the status cannot say it. Ending the stream
+                # cleanly would hand the caller a cut answer that looks whole; Gemini reports a
+                # failure mid-stream as an `error` event, which google-genai raises.
+                yield stream_error_event(self.copy, error)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
