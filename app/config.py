@@ -151,6 +151,7 @@ class Settings(BaseSettings):
     proxy_session_idle_seconds: int = Field(default=1800, ge=1, le=7 * 24 * 3600)
     proxy_context_budget: int = Field(default=2000, ge=50, le=100_000)
     proxy_context_timeout_ms: int = Field(default=25, ge=1, le=60_000)
+    proxy_first_context_timeout_ms: int = Field(default=1500, ge=1, le=60_000)
     proxy_context_cache_seconds: float = Field(default=60.0, ge=0, le=86_400)
     proxy_upstream_timeout_seconds: float = Field(default=300.0, gt=0, le=3600)
 
