@@ -123,6 +123,9 @@ def _progress(console: Console) -> Progress:
         TimeElapsedColumn(),
         console=console,
         transient=True,
+        # Piped or in a log (no terminal), the bar is never drawn but still printed a blank line
+        # when it stopped: before the error of a failed sync, after the report of a good one.
+        disable=not console.is_terminal,
     )
 
 

@@ -44,9 +44,8 @@ def test_sync_command_fails_in_one_line(env: dict[str, str], tmp_path: Path) -> 
     runner = CliRunner()
     missing = runner.invoke(cli, ["sync", "--project", str(tmp_path / "nope")], env=env)
     assert missing.exit_code == 1
-    assert missing.stderr.strip().splitlines() == [
-        f"agmem: error: project folder {tmp_path / 'nope'} does not exist"
-    ]
+    # Exactly one line: no blank line from the (undrawn) progress bar before it.
+    assert missing.stderr == f"agmem: error: project folder {tmp_path / 'nope'} does not exist\n"
     a_file = tmp_path / "notes.txt"
     a_file.write_text("not a folder")
     for args, message in (
