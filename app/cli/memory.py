@@ -272,12 +272,18 @@ def mcp(project: ProjectOpt = None) -> None:
     """Serve the MCP memory tools over stdio (point your agent's MCP config at `agmem mcp`)."""
     from app.mcp.server import serve_stdio
 
+    default_project = _project(project)
+    if not os.path.isdir(default_project):
+        # A typo in an agent's MCP config would otherwise file every memory under a project that
+        # is not there, silently: the agent launching us only sees the server start.
+        problem = "is not a folder" if os.path.exists(default_project) else "does not exist"
+        fail(f"project folder {default_project} {problem}")
     settings = settings_or_exit()
     with cli_errors():
         url = open_database(settings)
 
         async def work(state: AppState) -> None:
-            await serve_stdio(state, default_project=_project(project))
+            await serve_stdio(state, default_project=default_project)
 
         asyncio.run(_with_state(settings, url, work))
 
