@@ -19,6 +19,8 @@ from pydantic_settings import (
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from app.projects import canonical_project
+
 EmbeddingProviderName = Literal["local", "gemini", "sentence-transformers"]
 
 GOOGLE_GENAI_ENDPOINT = "https://generativelanguage.googleapis.com"
@@ -220,9 +222,12 @@ class Settings(BaseSettings):
     @field_validator("capture_exclude_projects", mode="before")
     @classmethod
     def _split_globs(cls, value: object) -> object:
-        # From the environment: comma-separated globs, e.g. "/home/*/secret*,/srv/clients/*".
+        # From the environment: comma-separated globs, e.g. "/home/*/secret*,/srv/clients/*",
+        # spelled as project paths are (`C:/Users/*/x/` matches the key `C:\Users\dev\x`).
         if isinstance(value, str):
-            return [part.strip() for part in value.split(",") if part.strip()]
+            value = [part for part in value.split(",") if part.strip()]
+        if isinstance(value, list):
+            return [canonical_project(part) if isinstance(part, str) else part for part in value]
         return value
 
     @property

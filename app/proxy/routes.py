@@ -22,6 +22,7 @@ from starlette.types import Receive, Scope, Send
 from app.api import paths  # noqa: F401 - registers the `{name:any}` paths below use
 from app.config import Settings
 from app.errors import Unauthorized
+from app.projects import canonical_project
 from app.proxy.capture import Answer, CaptureRequest
 from app.proxy.forward import (
     forwardable_url,
@@ -79,7 +80,8 @@ def _encode(body: dict[str, Any]) -> bytes:
 
 
 def _project(request: Request, settings: Settings) -> str | None:
-    return request.headers.get(PROJECT_HEADER) or settings.proxy_default_project
+    project = request.headers.get(PROJECT_HEADER) or settings.proxy_default_project
+    return canonical_project(project) if project else None
 
 
 async def _prepare(
