@@ -156,3 +156,15 @@ def test_unknown_revision_is_one_line(database_url: str) -> None:
         "agmem: error: cannot migrate to 'nosuchrev': "
         "Can't locate revision identified by 'nosuchrev'"
     )
+
+
+def test_a_bare_down_is_refused_before_touching_the_database() -> None:
+    # It downgraded to base: every table dropped, by a command whose help said "[default: head]".
+    # (A database nobody listens on: if the refusal ever regresses, this test drops nothing.)
+    env = {"DATABASE_URL": "postgresql://agmem@127.0.0.1:1/agmem"}
+    result = CliRunner().invoke(cli, ["migrate", "--down"], env=env)
+
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "agmem: error: --down needs the revision to go down to, e.g. `agmem migrate --down base`\n"
+    )
