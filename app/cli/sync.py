@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 def sync(
     project: Annotated[
-        Path | None, typer.Option("--project", help="Project folder (default: current folder).")
+        Path | None,
+        typer.Option("--project", "-p", help="Project folder (default: current folder)."),
     ] = None,
     memory_dir: Annotated[
         str | None,
