@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
@@ -203,6 +204,15 @@ class Settings(BaseSettings):
         if value is None or value.strip() == "":
             return None
         return value.strip()
+
+    @field_validator("proxy_default_project")
+    @classmethod
+    def _absolute_project(cls, value: str | None) -> str | None:
+        # Read on this machine, for clients on it (Gemini CLI): `~/shop` or `.` in a .env meant
+        # the folder, and kept verbatim it was a project no sync or context request ever named.
+        if value is None:
+            return None
+        return canonical_project(os.path.abspath(os.path.expanduser(value)))
 
     @field_validator("worker_skip_tools", mode="before")
     @classmethod
