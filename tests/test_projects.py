@@ -60,5 +60,10 @@ def test_an_interceptors_spelling_meets_the_clis_in_every_api(
         "/api/context", params={"projectPath": "c:/Users/dev/shop", "format": "json"}
     ).json()
     assert "project.name" in context["context"]
+    # A blank projectPath is no filter, as an omitted one is (it matched no project at all).
+    found = client.post(
+        "/api/search", json={"query": "project.name", "projectPath": " ", "mode": "keyword"}
+    ).json()
+    assert [r["source"] for r in found["results"]] == ["kv"]
     rows = db.execute("SELECT DISTINCT project_path FROM sessions").fetchall()
     assert rows == [("/home/dev/shop",)]

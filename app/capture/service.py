@@ -197,6 +197,8 @@ async def start_session(
 ) -> tuple[SessionRef, bool]:
     """Create a session, or return the existing one for a repeated id; (ref, created)."""
     project_path = canonical_project(clean_text(data.project_path))
+    if not project_path:
+        raise ValidationFailed("projectPath: must not be blank (after removing NUL characters)")
     if is_project_excluded(project_path, settings):
         session_id = _clean_id(data.id, "id") if data.id else EXCLUDED_PREFIX + uuid.uuid4().hex
         log.info("session.excluded", project_path=project_path)

@@ -44,7 +44,8 @@ class SearchRequest(CamelModel):
     @field_validator("project_path")
     @classmethod
     def _canonical(cls, value: str | None) -> str | None:
-        return canonical_project(value) if value is not None else None
+        # Blank is no filter, as an omitted projectPath is (it matched no project at all).
+        return canonical_project(value) or None if value is not None else None
 
 
 class SearchResult(CamelModel):
