@@ -49,6 +49,8 @@ def test_an_interceptors_spelling_meets_the_clis_in_every_api(
     client.post("/api/session/start", json={"projectPath": "/home/dev/x/../shop", "id": "t"})
     listed = client.get("/api/sessions", params={"projectPath": "/home/dev/shop//"}).json()
     assert sorted(s["id"] for s in listed["sessions"]) == ["s", "t"]
+    everyone = client.get("/api/sessions", params={"projectPath": ""}).json()
+    assert len(everyone["sessions"]) == 2
 
     put = client.put(
         "/api/memories/project.name", json={"value": "shop", "projectPath": "C:/Users/dev/shop/"}

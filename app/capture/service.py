@@ -293,8 +293,10 @@ async def list_sessions(
 ) -> list[SessionRow]:
     """Sessions, newest first, optionally of one project and status, created before a time."""
     query = select(SessionRow).order_by(SessionRow.created_at.desc(), SessionRow.id.desc())
-    if project_path is not None:
-        query = query.where(SessionRow.project_path == canonical_project(clean_text(project_path)))
+    # A blank `?projectPath=` is no filter, as an omitted one is (no session has a blank project).
+    project = canonical_project(clean_text(project_path)) if project_path is not None else ""
+    if project:
+        query = query.where(SessionRow.project_path == project)
     if status is not None:
         query = query.where(SessionRow.status == status)
     if before is not None:
