@@ -12,6 +12,7 @@ import hmac
 import json
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import unquote
 
 import httpx
 import structlog
@@ -79,8 +80,24 @@ def _encode(body: dict[str, Any]) -> bytes:
         return json.dumps(body).encode()
 
 
+def _header_text(value: str) -> str:
+    """A header's text, for a project path that is not ASCII.
+
+    HTTP header values are bytes, which the server reads as latin-1; google-genai (httpx) and
+    fetch refuse non-ASCII values outright, so such a client must percent-encode the path
+    (`/home/d%C3%A9v/shop`), and curl sends the raw UTF-8 bytes. Either way `/home/dév/shop` was
+    stored as `/home/dÃ©v/shop` or left encoded: a project no other API call named.
+    """
+    try:
+        text = value.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        text = value
+    return unquote(text) if "%" in text else text
+
+
 def _project(request: Request, settings: Settings) -> str | None:
-    project = request.headers.get(PROJECT_HEADER) or settings.proxy_default_project
+    sent = request.headers.get(PROJECT_HEADER)
+    project = _header_text(sent) if sent else settings.proxy_default_project
     return canonical_project(project) if project else None
 
 

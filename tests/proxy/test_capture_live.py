@@ -283,3 +283,23 @@ def test_streaming_calls_and_results_with_the_google_genai_client(
     assert "".join(chunk.text or "" for chunk in answer) == "Two tests fail."
     rows = _settled(db, 1, "captured")
     assert [(r[1], r[3]) for r in rows] == [("run_shell", {"exit": 1})]
+
+
+def test_a_project_path_that_is_not_ascii_reaches_the_same_project(
+    proxy: Proxy, db: psycopg.Connection[Any]
+) -> None:
+    # google-genai (httpx) refuses a non-ASCII header value, so the path comes percent-encoded;
+    # curl sends raw UTF-8, which the server read as latin-1. Both were stored garbled.
+    client = proxy.client(**{"X-Agmem-Project": "/home/d%C3%A9v/caf%C3%A9", "X-Agmem-Session": "a"})
+    client.models.generate_content(model="m", contents="hi")
+    httpx.post(
+        f"{proxy.url}/v1beta/models/m:generateContent",
+        json={"contents": [{"role": "user", "parts": [{"text": "hi"}]}]},
+        headers=[(b"x-agmem-project", "/home/dév/café".encode()), (b"x-agmem-session", b"b")],
+    )
+
+    def sessions() -> list[tuple[Any, ...]]:
+        rows = db.execute("SELECT id, project_path FROM sessions ORDER BY id").fetchall()
+        return rows if len(rows) == 2 else []
+
+    assert _wait_for(sessions) == [("a", "/home/dév/café"), ("b", "/home/dév/café")]
