@@ -125,6 +125,12 @@ def test_non_loopback_bind_without_token_is_refused() -> None:
             "65535 (see 'agmem serve --help')",
         ),
         (
+            # It was the service's "ttl: Input should be ..." and exit 1, unlike every other range.
+            ["memory", "set", "k", "1", "--ttl", "0"],
+            "agmem: error: Invalid value for '--ttl': Input should be greater than or equal to 1 "
+            "(see 'agmem memory set --help')",
+        ),
+        (
             ["memory", "set", "k", "1", "--scope", "galaxy"],
             "agmem: error: Invalid value for '--scope': Value error, 'galaxy' is not one of "
             "'global', 'project', 'session', 'shared'. (see 'agmem memory set --help')",
