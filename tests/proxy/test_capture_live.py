@@ -303,3 +303,26 @@ def test_a_project_path_that_is_not_ascii_reaches_the_same_project(
         return rows if len(rows) == 2 else []
 
     assert _wait_for(sessions) == [("a", "/home/dév/café"), ("b", "/home/dév/café")]
+
+
+def test_a_session_id_of_another_project_captures_nothing_into_it(
+    proxy: Proxy, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A client sending one X-Agmem-Session ("main") for every project had this project's calls
+    # filed in the other project's session.
+    db.execute(
+        "INSERT INTO sessions (id, project_path, status) VALUES ('main', '/srv/other', 'active')"
+    )
+    proxy.upstream.queue(Scripted(body=_calls_answer({"name": "read_file", "args": {"p": 1}})))
+    client = proxy.client(**{"X-Agmem-Session": "main"})
+    assert client.models.generate_content(model="m", contents="open it").function_calls
+    seen: list[str] = []
+
+    def logged() -> bool:
+        captured = capsys.readouterr()
+        seen.append(captured.out + captured.err)
+        return "proxy.capture_failed" in "".join(seen)
+
+    assert _wait_for(logged)
+    assert "SessionIdConflict" in "".join(seen)
+    assert _observations(db) == []
