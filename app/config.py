@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
@@ -18,6 +19,8 @@ from pydantic_settings import (
 )
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
+
+from app.projects import canonical_project
 
 EmbeddingProviderName = Literal["local", "gemini", "sentence-transformers"]
 
@@ -151,6 +154,7 @@ class Settings(BaseSettings):
     proxy_session_idle_seconds: int = Field(default=1800, ge=1, le=7 * 24 * 3600)
     proxy_context_budget: int = Field(default=2000, ge=50, le=100_000)
     proxy_context_timeout_ms: int = Field(default=25, ge=1, le=60_000)
+    proxy_first_context_timeout_ms: int = Field(default=1500, ge=1, le=60_000)
     proxy_context_cache_seconds: float = Field(default=60.0, ge=0, le=86_400)
     proxy_upstream_timeout_seconds: float = Field(default=300.0, gt=0, le=3600)
 
@@ -201,6 +205,15 @@ class Settings(BaseSettings):
             return None
         return value.strip()
 
+    @field_validator("proxy_default_project")
+    @classmethod
+    def _absolute_project(cls, value: str | None) -> str | None:
+        # Read on this machine, for clients on it (Gemini CLI): `~/shop` or `.` in a .env meant
+        # the folder, and kept verbatim it was a project no sync or context request ever named.
+        if value is None:
+            return None
+        return canonical_project(os.path.abspath(os.path.expanduser(value)))
+
     @field_validator("worker_skip_tools", mode="before")
     @classmethod
     def _split_tools(cls, value: object) -> object:
@@ -219,9 +232,12 @@ class Settings(BaseSettings):
     @field_validator("capture_exclude_projects", mode="before")
     @classmethod
     def _split_globs(cls, value: object) -> object:
-        # From the environment: comma-separated globs, e.g. "/home/*/secret*,/srv/clients/*".
+        # From the environment: comma-separated globs, e.g. "/home/*/secret*,/srv/clients/*",
+        # spelled as project paths are (`C:/Users/*/x/` matches the key `C:\Users\dev\x`).
         if isinstance(value, str):
-            return [part.strip() for part in value.split(",") if part.strip()]
+            value = [part for part in value.split(",") if part.strip()]
+        if isinstance(value, list):
+            return [canonical_project(part) if isinstance(part, str) else part for part in value]
         return value
 
     @property

@@ -98,3 +98,9 @@ def test_a_project_env_files_database_url_is_not_ours(
 
     monkeypatch.setenv("DATABASE_URL", "postgresql://exported@h/m")
     assert load_settings(_env_file=env_file).database_url == "postgresql://exported@h/m"
+
+
+def test_the_proxys_default_project_is_made_absolute(monkeypatch: pytest.MonkeyPatch) -> None:
+    # From a .env, `~/shop` was kept verbatim: a project no sync or context request ever named.
+    monkeypatch.setenv("HOME", "/home/dev")
+    assert make_settings(proxy_default_project="~/shop/").proxy_default_project == "/home/dev/shop"

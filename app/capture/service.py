@@ -39,6 +39,7 @@ from app.config import Settings
 from app.db.models import ObservationRow, SessionRow
 from app.errors import ValidationFailed
 from app.privacy import NestingTooDeep, cap_text, clean_text, sanitize_text
+from app.projects import canonical_project, is_windows_path
 
 log = structlog.get_logger(__name__)
 
@@ -83,14 +84,21 @@ class SessionDetail:
 
 
 def is_project_excluded(project_path: str, settings: Settings) -> bool:
-    """True when the project matches one of AGMEM_CAPTURE_EXCLUDE_PROJECTS (fnmatch globs)."""
+    """True when the project matches one of AGMEM_CAPTURE_EXCLUDE_PROJECTS (fnmatch globs).
+
+    Both sides in their canonical spelling (the globs are, from the settings); a Windows path
+    matches without regard to case, as Windows itself opens it.
+    """
     if not settings.capture_exclude_projects:
         return False
-    path = project_path.rstrip("/") or "/"
+    path = canonical_project(project_path)
+    windows = is_windows_path(path)
+    if windows:
+        path = path.casefold()
     return any(
-        fnmatch.fnmatchcase(candidate, glob)
+        fnmatch.fnmatchcase(candidate, glob.casefold() if windows else glob)
         for glob in settings.capture_exclude_projects
-        for candidate in (path, path + "/")
+        for candidate in (path, path.rstrip("/\\") + ("\\" if windows else "/"))
     )
 
 
@@ -188,7 +196,9 @@ async def start_session(
     session: AsyncSession, *, data: SessionStartIn, settings: Settings
 ) -> tuple[SessionRef, bool]:
     """Create a session, or return the existing one for a repeated id; (ref, created)."""
-    project_path = clean_text(data.project_path)
+    project_path = canonical_project(clean_text(data.project_path))
+    if not project_path:
+        raise ValidationFailed("projectPath: must not be blank (after removing NUL characters)")
     if is_project_excluded(project_path, settings):
         session_id = _clean_id(data.id, "id") if data.id else EXCLUDED_PREFIX + uuid.uuid4().hex
         log.info("session.excluded", project_path=project_path)
@@ -283,8 +293,10 @@ async def list_sessions(
 ) -> list[SessionRow]:
     """Sessions, newest first, optionally of one project and status, created before a time."""
     query = select(SessionRow).order_by(SessionRow.created_at.desc(), SessionRow.id.desc())
-    if project_path is not None:
-        query = query.where(SessionRow.project_path == clean_text(project_path))
+    # A blank `?projectPath=` is no filter, as an omitted one is (no session has a blank project).
+    project = canonical_project(clean_text(project_path)) if project_path is not None else ""
+    if project:
+        query = query.where(SessionRow.project_path == project)
     if status is not None:
         query = query.where(SessionRow.status == status)
     if before is not None:

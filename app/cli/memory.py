@@ -18,7 +18,15 @@ from pydantic import ValidationError
 from app.cli.common import absolute_project, cli_errors, fail, open_database, settings_or_exit
 from app.config import Settings
 from app.memories.patterns import is_pattern
-from app.memories.schemas import Memory, MemoryWrite, Resume, Scope, check_key, check_tags
+from app.memories.schemas import (
+    MAX_TTL_SECONDS,
+    Memory,
+    MemoryWrite,
+    Resume,
+    Scope,
+    check_key,
+    check_tags,
+)
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
@@ -136,12 +144,15 @@ def set_(
     project: ProjectOpt = None,
     session: SessionOpt = None,
     scope: Annotated[Scope, typer.Option(help="global, project, session or shared.")] = "project",
-    ttl: Annotated[int | None, typer.Option(help="Seconds until it expires.")] = None,
+    ttl: Annotated[
+        int | None, typer.Option(min=1, max=MAX_TTL_SECONDS, help="Seconds until it expires.")
+    ] = None,
     tag: Annotated[list[str] | None, typer.Option("--tag", help="A tag (repeatable).")] = None,
     created_by: Annotated[str | None, typer.Option("--by", help="Who writes it.")] = None,
     as_string: Annotated[bool, typer.Option("--string", help="Store VALUE as text.")] = False,
     if_version: Annotated[
-        int | None, typer.Option(help="Fail unless the stored version is this (0: create only).")
+        int | None,
+        typer.Option(min=0, help="Fail unless the stored version is this (0: create only)."),
     ] = None,
 ) -> None:
     """Write a memory; an existing key is updated and its previous value kept."""
@@ -272,12 +283,18 @@ def mcp(project: ProjectOpt = None) -> None:
     """Serve the MCP memory tools over stdio (point your agent's MCP config at `agmem mcp`)."""
     from app.mcp.server import serve_stdio
 
+    default_project = _project(project)
+    if not os.path.isdir(default_project):
+        # A typo in an agent's MCP config would otherwise file every memory under a project that
+        # is not there, silently: the agent launching us only sees the server start.
+        problem = "is not a folder" if os.path.exists(default_project) else "does not exist"
+        fail(f"project folder {default_project} {problem}")
     settings = settings_or_exit()
     with cli_errors():
         url = open_database(settings)
 
         async def work(state: AppState) -> None:
-            await serve_stdio(state, default_project=_project(project))
+            await serve_stdio(state, default_project=default_project)
 
         asyncio.run(_with_state(settings, url, work))
 

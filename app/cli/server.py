@@ -118,19 +118,29 @@ def serve(
 
 
 def migrate_command(
-    revision: Annotated[str, typer.Argument(help="Target revision.")] = "head",
-    down: Annotated[bool, typer.Option("--down", help="Downgrade to REVISION instead.")] = False,
+    revision: Annotated[
+        str | None, typer.Argument(help="Target revision (default: head; required with --down).")
+    ] = None,
+    down: Annotated[
+        bool,
+        typer.Option("--down", help="Downgrade to REVISION instead (`base` drops every table)."),
+    ] = False,
 ) -> None:
     """Bring the schema to a revision (default: head) with Alembic."""
+    if down and revision is None:
+        # A bare --down went to base: every table dropped, all memory gone, by a command whose
+        # help promised "REVISION [default: head]". Losing everything takes saying so.
+        fail("--down needs the revision to go down to, e.g. `agmem migrate --down base`", 2)
+    target = revision or "head"
     settings = settings_or_exit()
     from app.db import migrate
 
     with cli_errors():
         url = open_database(settings, migrate_embedded=False)
         if down:
-            migrate.downgrade(url, revision if revision != "head" else "base")
+            migrate.downgrade(url, target)
         else:
-            migrate.upgrade(url, revision)
+            migrate.upgrade(url, target)
         typer.echo(f"schema at {migrate.current_revision(url) or 'base (empty)'}")
 
 

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 def sync(
     project: Annotated[
-        Path | None, typer.Option("--project", help="Project folder (default: current folder).")
+        Path | None,
+        typer.Option("--project", "-p", help="Project folder (default: current folder)."),
     ] = None,
     memory_dir: Annotated[
         str | None,
@@ -123,6 +124,9 @@ def _progress(console: Console) -> Progress:
         TimeElapsedColumn(),
         console=console,
         transient=True,
+        # Piped or in a log (no terminal), the bar is never drawn but still printed a blank line
+        # when it stopped: before the error of a failed sync, after the report of a good one.
+        disable=not console.is_terminal,
     )
 
 

@@ -86,7 +86,7 @@ async def _retry(url: str, project: str | None) -> tuple[int, int]:
 @worker_app.command("retry-failed")
 def retry_failed_command(
     project: Annotated[
-        str | None, typer.Option("--project", help="Only this project (made absolute).")
+        str | None, typer.Option("--project", "-p", help="Only this project (made absolute).")
     ] = None,
 ) -> None:
     """Queue every failed observation and session again, with fresh attempts."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from typing import Annotated, Literal
 
@@ -17,11 +16,10 @@ from app.context.builder import ContextBlock, build_context
 from app.errors import BadRequest
 from app.llm.embeddings import get_embedder
 from app.privacy import clean_text
+from app.projects import canonical_project, is_windows_path
 from app.search.service import SearchTuning
 
 router = APIRouter(prefix="/api", tags=["context"])
-
-_WINDOWS_DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
 
 
 class MissingProjectPath(BadRequest):
@@ -60,9 +58,9 @@ def normalise_project_path(from_path: str | None, from_query: str | None) -> str
     if chosen is None or not chosen.strip():
         raise MissingProjectPath("give the project as /api/context/<path> or ?projectPath=")
     chosen = chosen.strip()
-    if chosen.startswith("/") or _WINDOWS_DRIVE.match(chosen):
-        return chosen
-    return "/" + chosen
+    if chosen.startswith("/") or is_windows_path(chosen):
+        return canonical_project(chosen)
+    return canonical_project("/" + chosen)
 
 
 def _shape(block: ContextBlock, output: str) -> PlainTextResponse | ContextOut:

@@ -367,7 +367,10 @@ def _highlight(digest: ObservationDigest) -> tuple[int, str] | None:
     changed = digest.observation_type == "code_execution" or (
         digest.observation_type == "file_write" and digest.files
     )
-    return (1 if changed else 2), _short(lines[-1]).rstrip(" ;.,")
+    # The last line that says something: a raw observation kept as indented JSON ends in a lone
+    # `}`, and a bracket is no result.
+    last = next((ln for ln in reversed(lines) if any(ch.isalnum() for ch in ln)), "")
+    return (1 if changed else 2), _short(last).rstrip(" ;.,")
 
 
 def notable_results(observations: Sequence[ObservationDigest], *, limit: int = 2) -> list[str]:

@@ -33,6 +33,7 @@ from app.memories.patterns import is_pattern
 from app.memories.schemas import MemoryWrite, ResumeRequest, check_key, check_tags
 from app.memories.schemas import Scope as MemoryScope
 from app.privacy import clean_text
+from app.projects import canonical_project
 from app.search.schemas import SearchMode, SearchRequest, SearchSource
 from app.search.service import SearchTuning, search
 from app.state import AppState
@@ -71,7 +72,8 @@ def build_server(state: StateProvider, *, default_project: str | None = None) ->
     )
 
     def project(project_path: str | None) -> str | None:
-        return project_path or default_project
+        chosen = project_path or default_project
+        return canonical_project(chosen) if chosen else None
 
     def visibility(
         scope: MemoryScope | None, project_path: str | None, session_id: str | None

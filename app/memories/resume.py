@@ -200,7 +200,10 @@ def _first(memories: dict[str, MemoryRow], *keys: str) -> Any:
 
 
 def _phrase(value: Any) -> str:
-    """A memory value as words: lists joined with commas and "and", the rest as text."""
+    """A memory value as words: lists (and an object's values) joined with commas and "and",
+    the rest as text. An agent often stores `project.stack` as an object; its JSON is no prose."""
+    if isinstance(value, dict):
+        value = list(value.values())
     if isinstance(value, list):
         items = [_phrase(item) for item in value if item not in (None, "")]
         if len(items) <= 1:

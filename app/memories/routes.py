@@ -30,6 +30,7 @@ from app.memories.schemas import (
     check_tags,
 )
 from app.privacy import clean_text
+from app.projects import canonical_project
 from app.state import AppState
 
 router = APIRouter(prefix="/api", tags=["memories"], lifespan=memory_reads_lifespan)
@@ -50,6 +51,10 @@ def _optional(*values: str | None) -> str | None:
     return None
 
 
+def _project(value: str | None) -> str | None:
+    return canonical_project(value) if value is not None else None
+
+
 # `async def` although it does not await: FastAPI runs a plain `def` dependency in a worker
 # thread, and that hand-off cost more CPU than anything else in the exact-key read's route.
 async def visibility(
@@ -62,7 +67,7 @@ async def visibility(
     """Who reads: `?scope=&projectPath=&sessionId=` (snake_case accepted too)."""
     return service.Visibility(
         scope=scope,
-        project_path=_optional(projectPath, project_path),
+        project_path=_project(_optional(projectPath, project_path)),
         session_id=_optional(sessionId, session_id),
     )
 

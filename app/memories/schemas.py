@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 from app.privacy import clean_text, sanitize_json
+from app.projects import canonical_project
 
 Scope = Literal["global", "project", "session", "shared"]
 SCOPES: tuple[Scope, ...] = ("global", "project", "session", "shared")
@@ -87,6 +88,11 @@ class MemoryWrite(CamelModel):
     def _clean_strings(cls, value: str | None) -> str | None:
         return clean_text(value).strip() or None if value is not None else None
 
+    @field_validator("project_path")
+    @classmethod
+    def _canonical(cls, value: str | None) -> str | None:
+        return canonical_project(value) if value is not None else None
+
     @field_validator("tags")
     @classmethod
     def _check_tags(cls, value: list[str] | None) -> list[str] | None:
@@ -142,6 +148,11 @@ class ResumeRequest(CamelModel):
     @classmethod
     def _clean_strings(cls, value: str | None) -> str | None:
         return clean_text(value).strip() or None if value is not None else None
+
+    @field_validator("project_path")
+    @classmethod
+    def _canonical(cls, value: str | None) -> str | None:
+        return canonical_project(value) if value is not None else None
 
 
 class ResumeContext(CamelModel):

@@ -7,6 +7,10 @@ gets `AGMEM_PROXY_CONTEXT_TIMEOUT_MS`; past that the call goes on with the proje
 block (or none), and the build finishes in the background for the next turn. When builds usually
 take longer than that wait and the project has a recent block, the call does not wait at all. At
 most one build per project runs at a time, so a burst of new prompts cannot pile up work.
+
+A project with no recent build has nothing to fall back on: that is a conversation's first call
+("where were we?"), the one that needs memory most, so it waits longer for its block
+(`AGMEM_PROXY_FIRST_CONTEXT_TIMEOUT_MS`). Once per project per idle window, never in a tool loop.
 """
 
 from __future__ import annotations
@@ -86,10 +90,12 @@ class MemoryBlocks:
             # Builds here usually outlast the wait, so waiting would only add latency: use the
             # project's latest block now; this prompt's own block serves its next turns.
             return latest
+        known = self._latest.get(project, (0.0, ""))[0] > now
+        wait_ms = (
+            settings.proxy_context_timeout_ms if known else settings.proxy_first_context_timeout_ms
+        )
         try:
-            return await asyncio.wait_for(
-                asyncio.shield(task), timeout=settings.proxy_context_timeout_ms / 1000
-            )
+            return await asyncio.wait_for(asyncio.shield(task), timeout=wait_ms / 1000)
         except TimeoutError:
             log.info("proxy.context_late", project=project)
         except Exception as error:
@@ -123,7 +129,15 @@ class MemoryBlocks:
 
     def _finished(self, key: _Key, task: asyncio.Task[str]) -> None:
         self._building.pop(key[0], None)
-        if task.cancelled() or task.exception() is not None:
+        if task.cancelled():
+            return
+        if task.exception() is not None:
+            # A failed build (the database down) must not make every later call of the project
+            # pay the first call's long wait: the project counts as known, with what it had.
+            now = time.monotonic()
+            if self._latest.get(key[0], (0.0, ""))[0] <= now:
+                idle = self.agmem.settings.proxy_session_idle_seconds
+                self._latest[key[0]] = (now + idle, "")
             return
         expires = time.monotonic() + self.agmem.settings.proxy_context_cache_seconds
         block = task.result()
@@ -131,8 +145,10 @@ class MemoryBlocks:
         self._cache.move_to_end(key)
         while len(self._cache) > _MAX_ENTRIES:
             self._cache.popitem(last=False)
-        if block:
-            self._latest[key[0]] = (expires, block)
+        # The latest block outlives the prompt cache: a new prompt minutes later still has it to
+        # fall back on. An empty one is kept too: the project is known to have nothing yet.
+        idle = self.agmem.settings.proxy_session_idle_seconds
+        self._latest[key[0]] = (max(expires, time.monotonic() + idle), block)
 
     async def close(self) -> None:
         """Cancel builds still running at shutdown."""

@@ -6,6 +6,7 @@ nothing here logs a header or a query string, so a key can never reach the logs.
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import ssl
@@ -125,3 +126,20 @@ def unreachable(base: str, error: httpx.HTTPError) -> UpstreamUnavailable:
     return UpstreamUnavailable(
         f"the Gemini upstream {host} could not be reached ({type(error).__name__}: {reason})"
     )
+
+
+def stream_error_event(sent: bytes | bytearray, error: httpx.HTTPError) -> bytes:
+    """The SSE event that ends a stream the upstream broke off: Gemini's own error shape.
+
+    A blank line first closes an event the upstream cut in half (the caller then fails on that
+    event instead: still an error, never a cut answer that looks whole).
+    """
+    timed_out = isinstance(error, httpx.TimeoutException)
+    code, status = (504, "DEADLINE_EXCEEDED") if timed_out else (502, "UNAVAILABLE")
+    detail = {
+        "code": code,
+        "message": f"the Gemini upstream broke off the stream ({type(error).__name__})",
+        "status": status,
+    }
+    boundary = b"" if not sent or sent.endswith((b"\n\n", b"\r\n\r\n", b"\r\r")) else b"\r\n\r\n"
+    return boundary + b"data: " + json.dumps({"error": detail}).encode() + b"\r\n\r\n"

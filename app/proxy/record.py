@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
+from app.capture.errors import SessionIdConflict
 from app.capture.schemas import ObserveIn, ObserveResultIn, SessionStartIn
 from app.capture.service import end_session, record_observation, record_result, start_session
 from app.proxy.calls import FunctionCall, FunctionResult, match_results, observation_ids
@@ -23,7 +24,7 @@ from app.state import AppState
 # for other calls nor ended for idleness, so they carry a different creator.
 CALLER_NAMED_CREATOR = "gemini-proxy:caller"
 
-_EXISTS = text("SELECT 1 FROM sessions WHERE id = :id")
+_PROJECT_OF = text("SELECT project_path FROM sessions WHERE id = :id")
 
 
 async def resolve_session(
@@ -33,7 +34,15 @@ async def resolve_session(
     settings = agmem.settings
     async with agmem.sessionmaker() as db, db.begin():
         if session_id is not None:
-            if (await db.execute(_EXISTS, {"id": session_id})).first() is None:
+            owner = (await db.execute(_PROJECT_OF, {"id": session_id})).scalar_one_or_none()
+            if owner is not None and owner != project:
+                # A client that sends one id (`main`) for every project would otherwise file one
+                # project's tool calls in another's session: capture fails, the call goes on.
+                raise SessionIdConflict(
+                    f"session {session_id!r} belongs to project {owner!r}, not {project!r}; "
+                    "send one X-Agmem-Session per project"
+                )
+            if owner is None:
                 data = SessionStartIn(
                     project_path=project,
                     id=session_id,

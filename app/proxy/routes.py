@@ -12,6 +12,7 @@ import hmac
 import json
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import unquote
 
 import httpx
 import structlog
@@ -22,8 +23,15 @@ from starlette.types import Receive, Scope, Send
 from app.api import paths  # noqa: F401 - registers the `{name:any}` paths below use
 from app.config import Settings
 from app.errors import Unauthorized
+from app.projects import canonical_project
 from app.proxy.capture import Answer, CaptureRequest
-from app.proxy.forward import forwardable_url, request_headers, response_headers, unreachable
+from app.proxy.forward import (
+    forwardable_url,
+    request_headers,
+    response_headers,
+    stream_error_event,
+    unreachable,
+)
 from app.proxy.inject import has_memory_block, inject_memory, last_user_prompt
 from app.proxy.state import ProxyState, get_app_state, get_proxy_state, proxy_lifespan
 
@@ -72,8 +80,25 @@ def _encode(body: dict[str, Any]) -> bytes:
         return json.dumps(body).encode()
 
 
+def _header_text(value: str) -> str:
+    """A header's text, for a project path that is not ASCII.
+
+    HTTP header values are bytes, which the server reads as latin-1; google-genai (httpx) and
+    fetch refuse non-ASCII values outright, so such a client must percent-encode the path
+    (`/home/d%C3%A9v/shop`), and curl sends the raw UTF-8 bytes. Either way `/home/dév/shop` was
+    stored as `/home/dÃ©v/shop` or left encoded: a project no other API call named.
+    """
+    try:
+        text = value.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        text = value
+    return unquote(text) if "%" in text else text
+
+
 def _project(request: Request, settings: Settings) -> str | None:
-    return request.headers.get(PROJECT_HEADER) or settings.proxy_default_project
+    sent = request.headers.get(PROJECT_HEADER)
+    project = _header_text(sent) if sent else settings.proxy_default_project
+    return canonical_project(project) if project else None
 
 
 async def _prepare(
@@ -179,10 +204,14 @@ class _Relay(StreamingResponse):
                 self.copy += chunk
                 yield chunk
         except httpx.HTTPError as error:
-            # Headers are already sent: the caller sees the stream end early, as from Google.
             log.warning(
                 "proxy.upstream_stream_broken", model=self.model, error_type=type(error).__name__
             )
+            if self.sse:
+                # Headers are already sent, so the status cannot say it. Ending the stream
+                # cleanly would hand the caller a cut answer that looks whole; Gemini reports a
+                # failure mid-stream as an `error` event, which google-genai raises.
+                yield stream_error_event(self.copy, error)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:

@@ -10,6 +10,7 @@ from pydantic.alias_generators import to_camel
 
 from app.api.times import RequestTime
 from app.privacy import clean_text
+from app.projects import canonical_project
 
 SearchMode = Literal["hybrid", "vector", "keyword", "weighted"]
 SearchSource = Literal["memory", "sessions", "observation", "summary", "kv"]
@@ -39,6 +40,12 @@ class SearchRequest(CamelModel):
         # Cleaned as stored text is: a NUL can never match it (and Postgres refuses one), and a
         # lone surrogate, which pydantic's string check refuses, becomes U+FFFD as it does there.
         return clean_text(value) if isinstance(value, str) else value
+
+    @field_validator("project_path")
+    @classmethod
+    def _canonical(cls, value: str | None) -> str | None:
+        # Blank is no filter, as an omitted projectPath is (it matched no project at all).
+        return canonical_project(value) or None if value is not None else None
 
 
 class SearchResult(CamelModel):

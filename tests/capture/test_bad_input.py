@@ -157,6 +157,17 @@ def test_id_of_only_nul_is_422(client: TestClient, db: psycopg.Connection[Any]) 
     assert count(db, "sessions") == 0
 
 
+@pytest.mark.parametrize("project", ["   ", "\u0000"])
+def test_blank_project_path_is_422(
+    client: TestClient, db: psycopg.Connection[Any], project: str
+) -> None:
+    # It opened a session of the project "": nothing could ever ask for its context.
+    response = client.post("/api/session/start", json={"projectPath": project})
+    assert response.status_code == 422
+    assert response.json()["detail"].startswith("projectPath: must not be blank")
+    assert count(db, "sessions") == 0
+
+
 def test_deeply_nested_args_are_422_and_nothing_stored(
     client: TestClient, db: psycopg.Connection[Any]
 ) -> None:

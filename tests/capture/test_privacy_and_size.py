@@ -158,7 +158,8 @@ def test_real_transcript_tool_results_capture_cleanly(
 @pytest.fixture
 def excluding_client(database_url: str, db: psycopg.Connection[Any], tmp_path: Path) -> Any:
     settings = make_settings(
-        home=tmp_path / "home", capture_exclude_projects=["/home/*/secret*", "/srv/clients/*"]
+        home=tmp_path / "home",
+        capture_exclude_projects=["/home/*/secret*", "/srv/clients/*", "C:/Users/*/Private*/"],
     )
     app = create_app(settings, database_url=database_url)
     with TestClient(app, raise_server_exceptions=False) as test_client:
@@ -210,6 +211,20 @@ def test_excluded_project_echoes_client_session_id(
         "/api/session/start", json={"projectPath": "/srv/clients/acme/", "id": "mine"}
     )
     assert response.json()["id"] == "mine"
+    assert response.json()["status"] == "excluded"
+    assert count(db, "sessions") == 0
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/srv/clients/../clients/acme", "//home/dev/secret-app", "c:\\users\\dev\\private-x\\"],
+)
+def test_exclusion_holds_for_every_spelling_of_the_folder(
+    excluding_client: TestClient, db: psycopg.Connection[Any], path: str
+) -> None:
+    # A glob matched only the spelling it was written in: a Windows client's path with another
+    # case or separator, or a path with `..`, was captured although its folder was excluded.
+    response = excluding_client.post("/api/session/start", json={"projectPath": path})
     assert response.json()["status"] == "excluded"
     assert count(db, "sessions") == 0
 

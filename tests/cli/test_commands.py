@@ -125,6 +125,12 @@ def test_non_loopback_bind_without_token_is_refused() -> None:
             "65535 (see 'agmem serve --help')",
         ),
         (
+            # It was the service's "ttl: Input should be ..." and exit 1, unlike every other range.
+            ["memory", "set", "k", "1", "--ttl", "0"],
+            "agmem: error: Invalid value for '--ttl': Input should be greater than or equal to 1 "
+            "(see 'agmem memory set --help')",
+        ),
+        (
             ["memory", "set", "k", "1", "--scope", "galaxy"],
             "agmem: error: Invalid value for '--scope': Value error, 'galaxy' is not one of "
             "'global', 'project', 'session', 'shared'. (see 'agmem memory set --help')",
@@ -155,4 +161,16 @@ def test_unknown_revision_is_one_line(database_url: str) -> None:
     assert result.stderr.strip() == (
         "agmem: error: cannot migrate to 'nosuchrev': "
         "Can't locate revision identified by 'nosuchrev'"
+    )
+
+
+def test_a_bare_down_is_refused_before_touching_the_database() -> None:
+    # It downgraded to base: every table dropped, by a command whose help said "[default: head]".
+    # (A database nobody listens on: if the refusal ever regresses, this test drops nothing.)
+    env = {"DATABASE_URL": "postgresql://agmem@127.0.0.1:1/agmem"}
+    result = CliRunner().invoke(cli, ["migrate", "--down"], env=env)
+
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "agmem: error: --down needs the revision to go down to, e.g. `agmem migrate --down base`\n"
     )

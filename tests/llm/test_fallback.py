@@ -222,3 +222,13 @@ def test_real_todo_list_keeps_every_item_and_its_state() -> None:
         "README.md, or rule files; [~] Create CLAUDE.md with essential information\n"
         "Result: Todos have been modified successfully."
     )
+
+
+def test_summary_highlights_a_raw_observation_by_its_last_line_with_words() -> None:
+    raw = 'Tool: read_file\nResult:\n{\n "content": "export const TTL = 60;"\n}'
+    observations = [digest("read_file", "file_read", raw, ["a.ts"])]
+
+    summary = summarize_extractive(project_path="/p", user_prompt=None, observations=observations)
+
+    assert 'Notable results: "content": "export const TTL = 60;".' in summary
+    assert "}." not in summary

@@ -10,8 +10,10 @@ from typing import Any
 
 import psycopg
 from mcp import Client, StdioServerParameters
+from typer.testing import CliRunner
 
-from tests.mcp.tools import PROJECT, exercise_every_tool, structured
+from app.cli import cli
+from tests.mcp.tools import exercise_every_tool, structured
 
 AGMEM = str(Path(sys.executable).parent / "agmem")
 
@@ -42,13 +44,25 @@ def test_every_tool_over_stdio(
 def test_stdio_defaults_the_project_to_its_option(
     database_url: str, db: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
+    project = tmp_path / "shop"
+    project.mkdir()
+
     async def main() -> None:
-        params = stdio_params(database_url, tmp_path, "--project", PROJECT)
+        params = stdio_params(database_url, tmp_path, "--project", str(project))
         async with Client(params) as client:
             written = structured(
                 await client.call_tool("write_memory", {"key": "project.name", "value": "shop"})
             )
-            assert written["memory"]["projectPath"] == PROJECT
+            assert written["memory"]["projectPath"] == str(project)
 
     asyncio.run(main())
-    assert db.execute("SELECT project_path FROM memories").fetchall() == [(PROJECT,)]
+    assert db.execute("SELECT project_path FROM memories").fetchall() == [(str(project),)]
+
+
+def test_stdio_refuses_a_project_folder_that_is_not_there(tmp_path: Path) -> None:
+    # It started anyway, and filed every memory of the agent under the mistyped path.
+    missing = tmp_path / "shpo"
+    result = CliRunner().invoke(cli, ["mcp", "--project", str(missing)])
+
+    assert result.exit_code == 1
+    assert result.stderr == f"agmem: error: project folder {missing} does not exist\n"

@@ -122,3 +122,12 @@ def test_gemini_writes_the_briefing_when_configured(
             fallback = client.post("/api/resume", json={"projectPath": PROJECT}).json()
             assert fallback["briefingBy"] == "template"
             assert fallback["briefing"].startswith("Working on Next.js project.")
+
+
+def test_template_briefing_reads_an_object_value_as_words_not_json(client: TestClient) -> None:
+    put(client, "project.stack", {"language": "TypeScript", "framework": "Next.js"})
+    put(client, "current.task", {"title": "auth refactoring"})
+
+    briefing = client.post("/api/resume", json={"projectPath": PROJECT}).json()["briefing"]
+
+    assert briefing == "Working on TypeScript and Next.js project. Current task: auth refactoring."

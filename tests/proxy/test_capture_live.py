@@ -283,3 +283,46 @@ def test_streaming_calls_and_results_with_the_google_genai_client(
     assert "".join(chunk.text or "" for chunk in answer) == "Two tests fail."
     rows = _settled(db, 1, "captured")
     assert [(r[1], r[3]) for r in rows] == [("run_shell", {"exit": 1})]
+
+
+def test_a_project_path_that_is_not_ascii_reaches_the_same_project(
+    proxy: Proxy, db: psycopg.Connection[Any]
+) -> None:
+    # google-genai (httpx) refuses a non-ASCII header value, so the path comes percent-encoded;
+    # curl sends raw UTF-8, which the server read as latin-1. Both were stored garbled.
+    client = proxy.client(**{"X-Agmem-Project": "/home/d%C3%A9v/caf%C3%A9", "X-Agmem-Session": "a"})
+    client.models.generate_content(model="m", contents="hi")
+    httpx.post(
+        f"{proxy.url}/v1beta/models/m:generateContent",
+        json={"contents": [{"role": "user", "parts": [{"text": "hi"}]}]},
+        headers=[(b"x-agmem-project", "/home/dév/café".encode()), (b"x-agmem-session", b"b")],
+    )
+
+    def sessions() -> list[tuple[Any, ...]]:
+        rows = db.execute("SELECT id, project_path FROM sessions ORDER BY id").fetchall()
+        return rows if len(rows) == 2 else []
+
+    assert _wait_for(sessions) == [("a", "/home/dév/café"), ("b", "/home/dév/café")]
+
+
+def test_a_session_id_of_another_project_captures_nothing_into_it(
+    proxy: Proxy, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A client sending one X-Agmem-Session ("main") for every project had this project's calls
+    # filed in the other project's session.
+    db.execute(
+        "INSERT INTO sessions (id, project_path, status) VALUES ('main', '/srv/other', 'active')"
+    )
+    proxy.upstream.queue(Scripted(body=_calls_answer({"name": "read_file", "args": {"p": 1}})))
+    client = proxy.client(**{"X-Agmem-Session": "main"})
+    assert client.models.generate_content(model="m", contents="open it").function_calls
+    seen: list[str] = []
+
+    def logged() -> bool:
+        captured = capsys.readouterr()
+        seen.append(captured.out + captured.err)
+        return "proxy.capture_failed" in "".join(seen)
+
+    assert _wait_for(logged)
+    assert "SessionIdConflict" in "".join(seen)
+    assert _observations(db) == []

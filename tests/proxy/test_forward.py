@@ -124,6 +124,26 @@ def test_stream_through_google_genai_client(proxy: Proxy) -> None:
     assert seen.path == "/v1/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
 
 
+def test_a_stream_the_upstream_breaks_off_ends_in_an_error_the_client_raises(
+    start_proxy: ProxyFactory,
+) -> None:
+    with start_proxy(proxy_upstream_timeout_seconds=0.15) as proxy:
+        # The second chunk comes after the proxy's read timeout: the upstream went silent.
+        chunks = [text_answer("Hello "), text_answer("x")]
+        proxy.upstream.queue(Scripted(chunks=chunks, pause_s=0.5))
+        client = proxy.client()
+        stream = client.models.generate_content_stream(
+            model="gemini-2.5-flash", contents="say hello"
+        )
+        texts = [next(stream).text]
+        with pytest.raises(errors.ServerError) as raised:
+            next(stream)
+
+    assert texts == ["Hello "]
+    assert raised.value.code == 504
+    assert "broke off the stream (ReadTimeout)" in str(raised.value)
+
+
 @pytest.mark.parametrize("status", [429, 500])
 def test_upstream_errors_are_relayed_unchanged(proxy: Proxy, status: int) -> None:
     body = {"error": {"code": status, "message": f"upstream {status}", "status": "X"}}

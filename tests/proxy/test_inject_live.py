@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import httpx
@@ -140,25 +139,18 @@ def test_thought_parts_and_signatures_travel_untouched(
     assert "auth/jwt.ts" in seen["systemInstruction"]["parts"][0]["text"]
 
 
-def test_a_late_block_is_skipped_now_and_served_from_cache_next_turn(
+def test_a_first_call_waits_for_memory_and_later_prompts_fall_back_on_it(
     start_proxy: ProxyFactory, db: psycopg.Connection[Any]
 ) -> None:
     _remember(db)
-    with start_proxy(proxy_context_timeout_ms=1) as proxy:
+    with start_proxy(proxy_context_timeout_ms=1, proxy_first_context_timeout_ms=10_000) as proxy:
         client = proxy.client()
-        client.models.generate_content(model="m", contents="login?")
-        # 1 ms is too short for any build: the first call goes on without memory ...
-        assert "systemInstruction" not in proxy.upstream.requests[0].body
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            client.models.generate_content(model="m", contents="login?")
-            if "systemInstruction" in proxy.upstream.requests[-1].body:
-                break
-            time.sleep(0.05)
-        # ... while the build finishes in the background and serves the next turns.
+        client.models.generate_content(model="m", contents="Where were we?")
+        # The project's first call has no older block to fall back on, and a conversation's first
+        # turn is where memory matters most: it waits for its block (it used to go without).
         assert "auth/jwt.ts" in _system_texts(proxy)[0]
-        # Another prompt misses the cache but still gets the project's latest block.
-        client.models.generate_content(model="m", contents="a different question")
+        # 1 ms is too short for any later build: a new prompt goes on with the latest block.
+        client.models.generate_content(model="m", contents="login?")
         assert "auth/jwt.ts" in _system_texts(proxy)[0]
 
 

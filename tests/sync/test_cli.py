@@ -42,11 +42,11 @@ def test_sync_command_prints_the_summary_line(
 
 def test_sync_command_fails_in_one_line(env: dict[str, str], tmp_path: Path) -> None:
     runner = CliRunner()
-    missing = runner.invoke(cli, ["sync", "--project", str(tmp_path / "nope")], env=env)
+    # `-p`, as every other command with --project spells it (sync alone had no short form).
+    missing = runner.invoke(cli, ["sync", "-p", str(tmp_path / "nope")], env=env)
     assert missing.exit_code == 1
-    assert missing.stderr.strip().splitlines() == [
-        f"agmem: error: project folder {tmp_path / 'nope'} does not exist"
-    ]
+    # Exactly one line: no blank line from the (undrawn) progress bar before it.
+    assert missing.stderr == f"agmem: error: project folder {tmp_path / 'nope'} does not exist\n"
     a_file = tmp_path / "notes.txt"
     a_file.write_text("not a folder")
     for args, message in (

@@ -1,0 +1,71 @@
+"""One folder, however a client spells it, is one project; two folders are never merged."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+
+from app.projects import canonical_project
+
+
+@pytest.mark.parametrize(
+    ("sent", "key"),
+    [
+        ("/home/dev/shop", "/home/dev/shop"),
+        ("/home/dev/shop/", "/home/dev/shop"),
+        (" /home//dev/./x/../shop ", "/home/dev/shop"),
+        ("//home/dev/shop", "/home/dev/shop"),
+        ("/home/dev/cafe\u0301 app", "/home/dev/caf\u00e9 app"),
+        ("C:/Users/dev/shop/", "C:\\Users\\dev\\shop"),
+        ("c:\\Users\\dev\\shop\\", "C:\\Users\\dev\\shop"),
+        ("/", "/"),
+        ("C:\\", "C:\\"),
+        ("~/shop/", "~/shop"),
+        ("shop", "shop"),
+    ],
+)
+def test_spellings_of_one_folder_fold_to_one_key(sent: str, key: str) -> None:
+    assert canonical_project(sent) == key
+
+
+def test_different_folders_stay_apart() -> None:
+    keys = {
+        canonical_project(p)
+        for p in ("/home/dev/shop", "/home/dev/shop2", "/home/dev/Shop", "/home/dev/shop app")
+    }
+    assert len(keys) == 4
+
+
+def test_an_interceptors_spelling_meets_the_clis_in_every_api(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    # An IDE hook sends the workspace folder with a trailing slash; `agmem sync` and the CLI send
+    # os.path.abspath's form. They were two projects: the context block of one never saw the other.
+    started = client.post("/api/session/start", json={"projectPath": "/home/dev/shop/", "id": "s"})
+    assert started.json()["projectPath"] == "/home/dev/shop"
+    client.post("/api/session/start", json={"projectPath": "/home/dev/x/../shop", "id": "t"})
+    listed = client.get("/api/sessions", params={"projectPath": "/home/dev/shop//"}).json()
+    assert sorted(s["id"] for s in listed["sessions"]) == ["s", "t"]
+    everyone = client.get("/api/sessions", params={"projectPath": ""}).json()
+    assert len(everyone["sessions"]) == 2
+
+    put = client.put(
+        "/api/memories/project.name", json={"value": "shop", "projectPath": "C:/Users/dev/shop/"}
+    )
+    assert put.json()["projectPath"] == "C:\\Users\\dev\\shop"
+    got = client.get("/api/memories/project.name", params={"projectPath": "c:\\Users\\dev\\shop"})
+    assert got.status_code == 200, got.text
+    context = client.get(
+        "/api/context", params={"projectPath": "c:/Users/dev/shop", "format": "json"}
+    ).json()
+    assert "project.name" in context["context"]
+    # A blank projectPath is no filter, as an omitted one is (it matched no project at all).
+    found = client.post(
+        "/api/search", json={"query": "project.name", "projectPath": " ", "mode": "keyword"}
+    ).json()
+    assert [r["source"] for r in found["results"]] == ["kv"]
+    rows = db.execute("SELECT DISTINCT project_path FROM sessions").fetchall()
+    assert rows == [("/home/dev/shop",)]
