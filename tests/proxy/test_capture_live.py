@@ -33,6 +33,20 @@ def _wait_for(check: Callable[[], Any], timeout_s: float = 10.0) -> Any:
         time.sleep(0.05)
 
 
+def _logs_until(capsys: pytest.CaptureFixture[str], event: str) -> str:
+    """What was logged until `event` appeared (or the wait ran out). Logs go to stderr (stdout
+    is the MCP stdio channel); each read drains both streams, so the reads are kept."""
+    seen: list[str] = []
+
+    def logged() -> bool:
+        captured = capsys.readouterr()
+        seen.append(captured.out + captured.err)
+        return event in "".join(seen)
+
+    _wait_for(logged)
+    return "".join(seen)
+
+
 def _observations(db: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
     return db.execute(
         "SELECT session_id, function_name, function_args, result, status, project_path "
@@ -223,15 +237,7 @@ def test_capture_failure_does_not_fail_the_call(
     answer = client.models.generate_content(model="m", contents="open it")
     assert answer.function_calls is not None
     assert answer.function_calls[0].name == "read_file"
-    # Logs go to stderr (stdout is the MCP stdio channel); each read drains both streams.
-    seen: list[str] = []
-
-    def logged() -> bool:
-        captured = capsys.readouterr()
-        seen.append(captured.out + captured.err)
-        return "proxy.capture_failed" in "".join(seen)
-
-    assert _wait_for(logged)
+    assert "proxy.capture_failed" in _logs_until(capsys, "proxy.capture_failed")
     assert _observations(db) == []
 
 
@@ -316,13 +322,5 @@ def test_a_session_id_of_another_project_captures_nothing_into_it(
     proxy.upstream.queue(Scripted(body=_calls_answer({"name": "read_file", "args": {"p": 1}})))
     client = proxy.client(**{"X-Agmem-Session": "main"})
     assert client.models.generate_content(model="m", contents="open it").function_calls
-    seen: list[str] = []
-
-    def logged() -> bool:
-        captured = capsys.readouterr()
-        seen.append(captured.out + captured.err)
-        return "proxy.capture_failed" in "".join(seen)
-
-    assert _wait_for(logged)
-    assert "SessionIdConflict" in "".join(seen)
+    assert "SessionIdConflict" in _logs_until(capsys, "proxy.capture_failed")
     assert _observations(db) == []
