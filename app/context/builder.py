@@ -188,11 +188,13 @@ async def build_context(
             tuning=tuning,
             snippets=False,  # the block quotes `content`; highlighting would be thrown away
         )
-        shown_sessions = {row.ref for row in sessions}
+        # Only the sessions shown in full: an older one gets a line holding its task alone, so
+        # its summary, when it is what the prompt is about, goes in as a hit (and the line goes).
+        shown_in_full = {row.ref for row in sessions[:FULL_SESSIONS]}
         hits = [
             hit
             for hit in response.results
-            if not (hit.source == "summary" and hit.session_id in shown_sessions)
+            if not (hit.source == "summary" and hit.session_id in shown_in_full)
         ]
 
     fitter = _Fitter(budget)
@@ -214,8 +216,10 @@ async def build_context(
         _add_session(fitter, row, full=True)
     for hit in hits[RELEVANT_FIRST:]:
         _add_hit(fitter, hit)
+    quoted = {item.session_id for item in fitter.items if item.source == "summary"}
     for row in sessions[FULL_SESSIONS:]:
-        _add_session(fitter, row, full=False)
+        if row.ref not in quoted:
+            _add_session(fitter, row, full=False)
 
     markdown = _render(fitter)
     tokens = estimate_tokens(markdown)

@@ -193,3 +193,17 @@ def test_bad_context_requests_are_4xx(client: TestClient, db: psycopg.Connection
     # A NUL reached Postgres, which refused it (422 quoting the database); it is cleaned.
     nul = client.get("/api/context", params={"projectPath": "/p\x00", "prompt": "a\x00b"})
     assert nul.status_code == 200
+
+
+def test_an_older_sessions_summary_goes_in_when_the_prompt_is_about_it(
+    client: TestClient, database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    # Every session read counted as shown, so the summary of the third-latest (listed as its
+    # task alone) was dropped from the hits even when it was the one the prompt asked about.
+    seed_history(database_url, sessions=3)
+    summary = "Fixed the flaky rewind test: untracked files are now cleaned before restoring."
+    add_chunks(database_url, [Chunk(summary, source="summary", path=None, session_id="s0")])
+    body = context(client, prompt="why did the rewind test fail")
+    assert body["context"].count(summary) == 1
+    assert [i["sessionId"] for i in body["items"] if i["source"] == "summary"] == ["s2", "s1", "s0"]
+    assert "billing task number 0" not in body["context"]  # its line would repeat it
