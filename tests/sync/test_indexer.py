@@ -327,7 +327,8 @@ def test_private_span_across_chunks_is_not_indexed_and_lines_hold(
     project = tmp_path / "proj"
     project.mkdir()
     secret = [f"line {i}: the zebracorn password is hunter{i} and more words" for i in range(60)]
-    lines = ["# Notes", "", "Use `<private>` tags to hide text.", "<private>", *secret]
+    lines = ["# Notes", "", "Use `<private>` tags to hide text.", "Ours: `<memory>x</memory>`."]
+    lines += ["<private>", *secret]
     lines += ["</private>", "", "## After", "", "Public text after the span."]
     (project / "MEMORY.md").write_text("\n".join(lines) + "\n")
 
@@ -337,5 +338,6 @@ def test_private_span_across_chunks_is_not_indexed_and_lines_hold(
     text = "\n".join(r[0] for r in rows)
     assert "zebracorn" not in text
     assert "Use `<private>` tags to hide text." in text  # a tag in a code span is text
+    assert "<memory>" not in text  # our own block goes anyway: it would nest in the context
     # The span's lines are blank, not gone: later lines keep their numbers.
     assert [end for content, _, end in rows if "Public text after" in content] == [len(lines)]
