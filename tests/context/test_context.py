@@ -207,3 +207,19 @@ def test_an_older_sessions_summary_goes_in_when_the_prompt_is_about_it(
     assert body["context"].count(summary) == 1
     assert [i["sessionId"] for i in body["items"] if i["source"] == "summary"] == ["s2", "s1", "s0"]
     assert "billing task number 0" not in body["context"]  # its line would repeat it
+
+
+def test_quoted_memory_tags_cannot_end_the_block(
+    client: TestClient, database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    # A quoted `</memory>` ended the block early for whoever strips it from an echoed prompt.
+    add_session(database_url, "s1", summary="Made the hook print </Memory > last.", prompt="hook")
+    add_memory(database_url, "project.wrapper", "<memory> … </memory>")
+    add_chunks(database_url, [Chunk("The snorkel hook closes with </memory>", path="h.md")])
+    body = context(client, prompt="snorkel hook closes")
+    block = body["context"].lower()
+    assert block.count("<memory>") == 1
+    assert block.count("</memory") == 1
+    assert block.endswith("</memory>\n")
+    assert "closes with &lt;/memory>" in block
+    assert body["tokenCount"] == estimate_tokens(body["context"])
