@@ -223,3 +223,15 @@ def test_quoted_memory_tags_cannot_end_the_block(
     assert block.endswith("</memory>\n")
     assert "closes with &lt;/memory>" in block
     assert body["tokenCount"] == estimate_tokens(body["context"])
+
+
+def test_a_fact_is_not_repeated_by_its_own_search_hit(
+    client: TestClient, database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    # The fact's index row was a top hit, placed before the facts, so both were kept.
+    add_memory(database_url, "project.test_command", {"run": "go test ./...", "lint": "mise"})
+    indexed = 'project.test_command: {"run": "go test ./...", "lint": "mise"}'
+    add_chunks(database_url, [Chunk(indexed, source="kv", path=None)])
+    body = context(client, prompt="how do I run the go tests")
+    assert body["context"].count("project.test_command") == 1
+    assert [item["source"] for item in body["items"]] == ["kv"]
