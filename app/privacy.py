@@ -74,6 +74,34 @@ def _strip_private(s: str, found: frozenset[str]) -> str:
     return s
 
 
+# A markdown file is stripped whole, before it is chunked: stripped chunk by chunk, a span
+# crossing a chunk boundary showed its inside in the next chunk (chunks overlap and each was
+# sanitized alone). A span becomes the newlines it held, so every later line keeps its number,
+# and a <private> tag inside an inline code span (docs about the tag) is text, not a span. Our
+# <memory> blocks go wherever they are: one kept in a chunk would nest in the context block.
+_MARKDOWN_PRIVATE = re.compile(f"(`[^`\\n]*`)|{_PRIVATE.pattern}", re.DOTALL)
+
+
+def strip_private_lines(s: str) -> str:
+    """`strip_private` for a markdown file: each span becomes its newlines, code spans kept."""
+    found = _SCANNER.present(s)
+    if "<" not in found:
+        return s
+    if not found.isdisjoint(_PRIVATE_LITERALS):
+        s = _MARKDOWN_PRIVATE.sub(_keep_code_or_lines, s)
+    if not found.isdisjoint(_MEMORY_LITERALS):
+        s = _MEMORY.sub(_newlines, s)
+    return s
+
+
+def _keep_code_or_lines(match: re.Match[str]) -> str:
+    return match.group(1) or _newlines(match)
+
+
+def _newlines(match: re.Match[str]) -> str:
+    return "\n" * match.group().count("\n")
+
+
 # --- redact_secrets -----------------------------------------------------------------------------
 #
 # Speed matters here (every captured payload passes through): Python's regex engine skips ahead

@@ -75,7 +75,8 @@ def search_command(
         url = open_database(settings)
         response = asyncio.run(_run(settings, url, request))
     if as_json:
-        typer.echo(json.dumps(response.model_dump(mode="json", by_alias=True), indent=2))
+        body = response.model_dump(mode="json", by_alias=True)
+        typer.echo(json.dumps(body, ensure_ascii=False, indent=2))
     else:
         _print(response)
 

@@ -77,10 +77,7 @@ class _Fitter:
         return self.remaining - estimate_tokens(heading)
 
     def duplicate(self, text: str) -> bool:
-        words = set(_WORDS.findall(text.lower()))
-        if not words:
-            return True
-        return any(len(words & other) / len(words | other) >= NEAR_DUPLICATE for other in self.seen)
+        return _near_any(text, self.seen)
 
     def add(self, item: ContextItem, rendered: str) -> bool:
         cost = self.cost(item.section, rendered)
@@ -91,8 +88,20 @@ class _Fitter:
         item.rendered = rendered
         item.tokens = estimate_tokens(rendered)
         self.items.append(item)
-        self.seen.append(set(_WORDS.findall(item.content.lower())))
+        self.seen.append(_words(item.content))
         return True
+
+
+def _words(text: str) -> set[str]:
+    return set(_WORDS.findall(text.lower()))
+
+
+def _near_any(text: str, others: list[set[str]]) -> bool:
+    """Whether `text` has no words or overlaps one of `others` by `NEAR_DUPLICATE` or more."""
+    words = _words(text)
+    if not words:
+        return True
+    return any(len(words & other) / len(words | other) >= NEAR_DUPLICATE for other in others)
 
 
 def _session_item(row: Any, section: str, content: str) -> ContextItem:
@@ -188,11 +197,17 @@ async def build_context(
             tuning=tuning,
             snippets=False,  # the block quotes `content`; highlighting would be thrown away
         )
-        shown_sessions = {row.ref for row in sessions}
+        # Only the sessions shown in full: an older one gets a line holding its task alone, so
+        # its summary, when it is what the prompt is about, goes in as a hit (and the line goes).
+        shown_in_full = {row.ref for row in sessions[:FULL_SESSIONS]}
+        # A fact's own index row (`key: value`) would repeat it: a top hit is placed before the
+        # facts, so the de-duplication of parts as they are added kept both.
+        fact_words = [_words(f"{fact.title} {fact.body}") for fact in facts]
         hits = [
             hit
             for hit in response.results
-            if not (hit.source == "summary" and hit.session_id in shown_sessions)
+            if not (hit.source == "summary" and hit.session_id in shown_in_full)
+            and not (hit.source == "kv" and _near_any(hit.content, fact_words))
         ]
 
     fitter = _Fitter(budget)
@@ -214,8 +229,10 @@ async def build_context(
         _add_session(fitter, row, full=True)
     for hit in hits[RELEVANT_FIRST:]:
         _add_hit(fitter, hit)
+    quoted = {item.session_id for item in fitter.items if item.source == "summary"}
     for row in sessions[FULL_SESSIONS:]:
-        _add_session(fitter, row, full=False)
+        if row.ref not in quoted:
+            _add_session(fitter, row, full=False)
 
     markdown = _render(fitter)
     tokens = estimate_tokens(markdown)

@@ -24,6 +24,15 @@ SECTION_HEADINGS = {
 }
 
 _SPACE = re.compile(r"\s+")
+# A `<memory>` or `</memory>` tag in a quoted text (a doc about the hook, a transcript, a tool
+# result) would end the block early: whoever strips our block from an echoed prompt (the proxy,
+# capture) removes up to the first `</memory>` and keeps the rest. Quoted tags lose their `<`.
+_TAG = re.compile(r"<(/?(?i:memory))(?=[\s/>]|$)")
+
+
+def inert(text: str) -> str:
+    """`text` with its `<memory>` / `</memory>` tags written `&lt;memory>`, so none is a tag."""
+    return _TAG.sub(r"&lt;\1", text) if "<" in text else text
 
 
 def one_line(text: str) -> str:
@@ -36,12 +45,12 @@ def date_label(at: datetime) -> str:
 
 def session_full(at: datetime, task: str | None, summary: str) -> str:
     task_line = f"**Task**: {one_line(task)}\n\n" if task and task.strip() else ""
-    return f"\n## Session from {date_label(at)}\n{task_line}{summary.strip()}\n"
+    return inert(f"\n## Session from {date_label(at)}\n{task_line}{summary.strip()}\n")
 
 
 def session_line(at: datetime, task: str | None, summary: str) -> str:
     headline = one_line(task) if task and task.strip() else one_line(summary)
-    return f"- {at.strftime('%Y-%m-%d')}: {headline}\n"
+    return inert(f"- {at.strftime('%Y-%m-%d')}: {headline}\n")
 
 
 def fact_value(raw_json: str) -> str:
@@ -53,7 +62,7 @@ def fact_value(raw_json: str) -> str:
 
 
 def fact_line(key: str, value: str) -> str:
-    return f"- **{key}**: {value}\n"
+    return inert(f"- **{key}**: {value}\n")
 
 
 def citation(
@@ -77,4 +86,4 @@ def citation(
 
 
 def relevant_item(cite: str, source: str, content: str) -> str:
-    return f"- `{cite}` ({source}): {one_line(content)}\n"
+    return inert(f"- `{cite}` ({source}): {one_line(content)}\n")

@@ -193,3 +193,45 @@ def test_bad_context_requests_are_4xx(client: TestClient, db: psycopg.Connection
     # A NUL reached Postgres, which refused it (422 quoting the database); it is cleaned.
     nul = client.get("/api/context", params={"projectPath": "/p\x00", "prompt": "a\x00b"})
     assert nul.status_code == 200
+
+
+def test_an_older_sessions_summary_goes_in_when_the_prompt_is_about_it(
+    client: TestClient, database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    # Every session read counted as shown, so the summary of the third-latest (listed as its
+    # task alone) was dropped from the hits even when it was the one the prompt asked about.
+    seed_history(database_url, sessions=3)
+    summary = "Fixed the flaky rewind test: untracked files are now cleaned before restoring."
+    add_chunks(database_url, [Chunk(summary, source="summary", path=None, session_id="s0")])
+    body = context(client, prompt="why did the rewind test fail")
+    assert body["context"].count(summary) == 1
+    assert [i["sessionId"] for i in body["items"] if i["source"] == "summary"] == ["s2", "s1", "s0"]
+    assert "billing task number 0" not in body["context"]  # its line would repeat it
+
+
+def test_quoted_memory_tags_cannot_end_the_block(
+    client: TestClient, database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    # A quoted `</memory>` ended the block early for whoever strips it from an echoed prompt.
+    add_session(database_url, "s1", summary="Made the hook print </Memory > last.", prompt="hook")
+    add_memory(database_url, "project.wrapper", "<memory> … </memory>")
+    add_chunks(database_url, [Chunk("The snorkel hook closes with </memory>", path="h.md")])
+    body = context(client, prompt="snorkel hook closes")
+    block = body["context"].lower()
+    assert block.count("<memory>") == 1
+    assert block.count("</memory") == 1
+    assert block.endswith("</memory>\n")
+    assert "closes with &lt;/memory>" in block
+    assert body["tokenCount"] == estimate_tokens(body["context"])
+
+
+def test_a_fact_is_not_repeated_by_its_own_search_hit(
+    client: TestClient, database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    # The fact's index row was a top hit, placed before the facts, so both were kept.
+    add_memory(database_url, "project.test_command", {"run": "go test ./...", "lint": "mise"})
+    indexed = 'project.test_command: {"run": "go test ./...", "lint": "mise"}'
+    add_chunks(database_url, [Chunk(indexed, source="kv", path=None)])
+    body = context(client, prompt="how do I run the go tests")
+    assert body["context"].count("project.test_command") == 1
+    assert [item["source"] for item in body["items"]] == ["kv"]

@@ -24,7 +24,7 @@ def env(database_url: str, db: psycopg.Connection[Any], tmp_path: Any) -> dict[s
                 start_line=3,
                 end_line=9,
             ),
-            Chunk("Garden notes: tomatoes need sun.", path="garden.md", project="/other"),
+            Chunk("Garden notes: tomatoes (トマト) need sun.", path="garden.md", project="/other"),
         ],
     )
     return {"DATABASE_URL": database_url, "AGMEM_HOME": str(tmp_path), "AGMEM_LOG_LEVEL": "error"}
@@ -46,6 +46,7 @@ def test_json_output_and_modes(env: dict[str, str]) -> None:
     body = json.loads(result.output)
     assert [hit["path"] for hit in body["results"]] == ["garden.md"]
     assert body["results"][0]["keywordRank"] == 1
+    assert "(トマト)" in result.output  # as the API sends it, not as \u escapes
 
 
 @pytest.mark.parametrize(

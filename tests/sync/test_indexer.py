@@ -317,3 +317,27 @@ def test_file_grown_over_the_cap_loses_its_chunks_and_is_reported(
     assert report.files_deleted == 1
     left = db.execute("SELECT count(*) FROM memory_chunks WHERE file_path = %s", (str(big),))
     assert left.fetchone() == (0,)
+
+
+def test_private_span_across_chunks_is_not_indexed_and_lines_hold(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    # A span longer than a chunk: stripped chunk by chunk, the chunks after the one holding
+    # `<private>` showed its inside (chunks overlap and each was sanitized alone).
+    project = tmp_path / "proj"
+    project.mkdir()
+    secret = [f"line {i}: the zebracorn password is hunter{i} and more words" for i in range(60)]
+    lines = ["# Notes", "", "Use `<private>` tags to hide text.", "Ours: `<memory>x</memory>`."]
+    lines += ["<private>", *secret]
+    lines += ["</private>", "", "## After", "", "Public text after the span."]
+    (project / "MEMORY.md").write_text("\n".join(lines) + "\n")
+
+    run_sync(database_url, settings, CountingEmbedder(), project)
+
+    rows = db.execute("SELECT content, start_line, end_line FROM memory_chunks").fetchall()
+    text = "\n".join(r[0] for r in rows)
+    assert "zebracorn" not in text
+    assert "Use `<private>` tags to hide text." in text  # a tag in a code span is text
+    assert "<memory>" not in text  # our own block goes anyway: it would nest in the context
+    # The span's lines are blank, not gone: later lines keep their numbers.
+    assert [end for content, _, end in rows if "Public text after" in content] == [len(lines)]
