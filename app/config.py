@@ -148,6 +148,8 @@ class Settings(BaseSettings):
     search_rank_function: Literal["idf", "ts_rank"] = "idf"
     context_budget: int = Field(default=2000, ge=50, le=100_000)
     context_sessions: int = Field(default=5, ge=0, le=100)
+    # A context hit needs this cosine similarity or two of the prompt's words; -1 keeps every hit.
+    context_min_similarity: float = Field(default=0.2, ge=-1, le=1)
 
     # Gemini proxy (app/proxy): default project, session idle window, memory budget, timeouts.
     proxy_default_project: str | None = None

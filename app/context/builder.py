@@ -3,13 +3,16 @@
 What goes in, by priority: the latest session in full, the search hits most relevant to the
 prompt, the project's `project.*` and `current.*` facts, the session before in full, the other
 hits, then older sessions one line each until the budget runs out; the oldest are omitted
-(the Commander design's multi-level compression). The same text never appears twice.
+(the Commander design's multi-level compression). The same text never appears twice. A hit
+needs some evidence that it is about the prompt (see `min_similarity`): a block is injected
+into every turn, and an unrelated prompt ("thanks", "write a haiku") should cost no tokens of
+nearest-neighbour noise.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -179,8 +182,12 @@ async def build_context(
     embedder: Embedder,
     tuning: SearchTuning | None = None,
     max_sessions: int = 5,
+    min_similarity: float | None = None,
 ) -> ContextBlock:
-    """The project's memory block for `prompt`, never over `budget` tokens."""
+    """The project's memory block for `prompt`, never over `budget` tokens.
+
+    A search hit goes in only when its cosine similarity to the prompt is at least
+    `min_similarity` or it holds two or more of the prompt's words (None: every hit may)."""
     rows = await sessions_and_facts(
         session, project_path=project_path, sessions=max_sessions, facts=MAX_FACTS
     )
@@ -194,7 +201,7 @@ async def build_context(
                 query=prompt[:4000], project_path=project_path, limit=RELEVANT_LIMIT
             ),
             embedder=embedder,
-            tuning=tuning,
+            tuning=replace(tuning or SearchTuning(), min_similarity=min_similarity),
             snippets=False,  # the block quotes `content`; highlighting would be thrown away
         )
         # Only the sessions shown in full: an older one gets a line holding its task alone, so

@@ -109,6 +109,7 @@ async def _context(
         embedder=get_embedder(settings),
         tuning=SearchTuning.from_settings(settings),
         max_sessions=settings.context_sessions,
+        min_similarity=settings.context_min_similarity,
     )
     return _shape(block, output)
 

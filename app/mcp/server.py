@@ -246,6 +246,7 @@ def build_server(state: StateProvider, *, default_project: str | None = None) ->
                     embedder=get_embedder(current.settings),
                     tuning=SearchTuning.from_settings(current.settings),
                     max_sessions=current.settings.context_sessions,
+                    min_similarity=current.settings.context_min_similarity,
                 )
         return {"context": block.markdown, "tokenCount": block.token_count, "budget": budget}
 

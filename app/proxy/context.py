@@ -121,6 +121,7 @@ class MemoryBlocks:
                 embedder=self.embedder,
                 tuning=self.tuning,
                 max_sessions=self.agmem.settings.context_sessions,
+                min_similarity=self.agmem.settings.context_min_similarity,
             )
         elapsed_ms = (time.monotonic() - started) * 1000
         self._typical_build_ms += 0.2 * (elapsed_ms - self._typical_build_ms)

@@ -405,13 +405,15 @@ def search_statement(
     exact: bool = False,
     rank_fn: RankFunction = "idf",
     idf_terms: int = 0,
+    evidence: bool = False,
 ) -> TextClause:
     """The whole search as one statement: the branches asked for, the fusion, the final rows.
 
     `exact` adds the exact-phrase boost to the hybrid score. `use_keyword` also decides the
     snippet: with query terms it highlights them. Without `snippets` the column is empty:
     `ts_headline` re-parses each row's text, and callers that only read `content` (the context
-    builder) need not pay for it."""
+    builder) need not pay for it. `evidence` keeps only rows with some evidence of relevance:
+    a cosine similarity of at least `:min_similarity`, or two or more of the query's words."""
     filters = _filter_sql(shape)
     score, exact_join = _SCORES[mode], ""
     if exact and mode == "hybrid":
@@ -435,15 +437,21 @@ def search_statement(
         if use_keyword
         else "left(c.content, 300)"
     )
+    evidence_sql = (
+        " AND (COALESCE(vector_score, -1) >= CAST(:min_similarity AS float8) OR keyword_tier >= 1)"
+        if evidence
+        else ""
+    )
     sql = f"""
 WITH {",".join(ctes)},
 fused AS (
   SELECT COALESCE(v.id, k.id) AS id, v.rank AS vector_rank, v.similarity AS vector_score,
-         k.rank AS keyword_rank, k.rank_score AS keyword_score, {score} AS score
+         k.rank AS keyword_rank, k.rank_score AS keyword_score, k.tier AS keyword_tier,
+         {score} AS score
   FROM vec v FULL OUTER JOIN kw k ON v.id = k.id{exact_join}
 ),
 top AS (
-  SELECT * FROM fused WHERE score IS NOT NULL AND score >= :min_score
+  SELECT * FROM fused WHERE score IS NOT NULL AND score >= :min_score{evidence_sql}
   ORDER BY score DESC, id LIMIT :limit
 )
 SELECT t.id, t.score, t.vector_rank, t.vector_score, t.keyword_rank, t.keyword_score,
@@ -502,10 +510,13 @@ async def run_search(
     tier_weights: tuple[float, float] = (0.5, 0.1),
     rank_function: RankFunction = "idf",
     idf: Mapping[str, float] | None = None,
+    min_similarity: float | None = None,
 ) -> list[Any]:
     """Run one search; rows carry both branch ranks and scores and the fused score.
 
-    `idf` maps each operand of `tsq` (see `idf_operands`) to its weight for the `idf` ranking."""
+    `idf` maps each operand of `tsq` (see `idf_operands`) to its weight for the `idf` ranking.
+    `min_similarity` drops rows below that cosine similarity unless they hold two or more of the
+    query's words (None: no such gate)."""
     use_vector = query_vector is not None and mode != "keyword"
     use_keyword = bool(tsq)
     if not use_vector and not (use_keyword and mode != "vector"):
@@ -525,6 +536,7 @@ async def run_search(
         exact,
         rank_function,
         len(idf or {}) if rank_function == "idf" else 0,
+        min_similarity is not None,
     )
     params: dict[str, Any] = {
         **filters.params(),
@@ -546,6 +558,7 @@ async def run_search(
         "w_exact": exact_weight,
         "w_tier1": tier_weights[0],
         "w_tier0": tier_weights[1],
+        "min_similarity": min_similarity,
     }
     for n, (operand, weight) in enumerate((idf or {}).items()):
         params[f"idf_q{n}"] = operand

@@ -47,6 +47,9 @@ class SearchTuning:
     tier_weights: tuple[float, float] = (0.5, 0.1)
     rank_function: queries.RankFunction = "idf"
     rarity: bool = True  # leave common words out of the pair and single-word tiers' scans
+    # Rows below this cosine similarity that hold fewer than two query words are dropped (None:
+    # kept). Searches rank what there is; the context builder must be able to add nothing.
+    min_similarity: float | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SearchTuning:
@@ -138,6 +141,7 @@ async def search(
         tier_weights=tuning.tier_weights,
         rank_function=tuning.rank_function,
         idf=idf,
+        min_similarity=tuning.min_similarity,
     )
     results = [
         SearchResult(

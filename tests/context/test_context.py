@@ -10,6 +10,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.context.tokens import estimate_tokens
+from app.main import create_app
+from tests.conftest import make_settings
 from tests.search.seed import Chunk, add_chunks, add_memory, add_session
 
 START = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
@@ -235,3 +237,35 @@ def test_a_fact_is_not_repeated_by_its_own_search_hit(
     body = context(client, prompt="how do I run the go tests")
     assert body["context"].count("project.test_command") == 1
     assert [item["source"] for item in body["items"]] == ["kv"]
+
+
+UNRELATED_PROMPTS = [
+    "write a haiku about autumn leaves",
+    "what is the capital of Australia",
+    "recommend a good science fiction novel",
+]
+
+
+def test_an_unrelated_prompt_gets_no_nearest_neighbour_noise(
+    client: TestClient, database_url: str, db: psycopg.Connection[Any], tmp_path: Any
+) -> None:
+    # The block goes into every turn; before the gate each of these prompts got the project's
+    # nearest chunks as "Relevant memory", whatever they were about.
+    notes = [
+        "Stripe webhooks are verified with the signing secret before charge_order runs.",
+        "The cart hook useCart keeps line items in local storage between page loads.",
+        "Alembic migration 0007 adds an index on products.sku for the catalogue search.",
+        "Refresh tokens rotate on every use; a reused token revokes its whole family.",
+    ]
+    add_chunks(database_url, [Chunk(note, path=f"docs/n{i}.md") for i, note in enumerate(notes)])
+    related = context(client, prompt="how are stripe webhooks verified")
+    assert "docs/n0.md" in [item["path"] for item in related["items"]]
+    for prompt in UNRELATED_PROMPTS:
+        assert context(client, prompt=prompt)["items"] == [], prompt
+        # Search itself still ranks what there is: the gate belongs to the context block.
+        found = client.post("/api/search", json={"query": prompt, "projectPath": "/p"})
+        assert found.json()["results"], prompt
+
+    ungated = make_settings(home=tmp_path / "ungated", context_min_similarity=-1)
+    with TestClient(create_app(ungated, database_url=database_url)) as plain:
+        assert any(context(plain, prompt=prompt)["items"] for prompt in UNRELATED_PROMPTS)
