@@ -24,6 +24,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.config import load_settings
+from app.context.builder import RELEVANT_LIMIT
 from app.db.engine import make_async_engine, make_sessionmaker
 from app.index.embedding import embed_pending_chunks
 from app.index.terms import index_terms
@@ -35,6 +36,7 @@ from app.search.service import SearchTuning, search
 from bench.corpus.build import CorpusChunk, build_corpus
 from bench.corpus.queries import QUERIES
 from bench.corpus.split import split
+from bench.corpus.unrelated import UNRELATED
 from bench.db import bench_database
 
 MODES: tuple[SearchMode, ...] = ("keyword", "vector", "weighted", "hybrid")
@@ -232,12 +234,57 @@ async def run(args: argparse.Namespace) -> None:
                         f"queries in top 3 (hybrid): {scores['hybrid'].kind_top3['ident']:.3f}"
                     )
                 print("\ntuning is done on dev; test is the held-out figure")
+                await print_context_gate(
+                    session, embedder, relevant, members, settings.context_min_similarity
+                )
                 if args.misses:
                     await print_misses(session, embedder, relevant, base, firsts["hybrid"])
                 if args.sweep:
                     await sweep(session, embedder, relevant, members)
         finally:
             await engine.dispose()
+
+
+async def print_context_gate(
+    session: AsyncSession,
+    embedder: Embedder,
+    relevant: list[set[int]],
+    members: dict[str, list[bool]],
+    min_similarity: float,
+) -> None:
+    """What the context builder's relevance gate keeps: labelled targets among its hits, and the
+    hits an unrelated prompt gets, with and without the gate."""
+    gated = SearchTuning(min_similarity=min_similarity)
+    print(
+        f"\ncontext gate (the builder's search: hybrid, top {RELEVANT_LIMIT}, a hit needs cosine "
+        f">= {min_similarity} or two of the prompt's words)"
+    )
+    for name, tuning in (("no gate", SearchTuning()), ("gate", gated)):
+        firsts = await first_ranks(
+            session, embedder, relevant, "hybrid", tuning, limit=RELEVANT_LIMIT
+        )
+        found = {
+            half: sum(
+                first is not None for first, m in zip(firsts, members[half], strict=True) if m
+            )
+            for half in ("dev", "test")
+        }
+        counts = []
+        for prompt in UNRELATED:
+            response = await search(
+                session,
+                request=SearchRequest(query=prompt, project_path="/bench", limit=RELEVANT_LIMIT),
+                embedder=embedder,
+                tuning=tuning,
+                snippets=False,
+            )
+            counts.append(len(response.results))
+        print(
+            f"  {name:<8} labelled queries with a target in the hits: dev {found['dev']}/"
+            f"{sum(members['dev'])}, test {found['test']}/{sum(members['test'])}; "
+            f"{len(UNRELATED)} unrelated prompts: {sum(counts) / len(counts):.2f} hits each, "
+            f"{counts.count(0)} with none"
+        )
 
 
 async def print_misses(
