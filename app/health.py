@@ -10,6 +10,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.api.deps import StateDep
+from app.errors import first_line
 from app.llm.embeddings import describe_embedding
 from app.worker.metrics import METRICS_SQL, TOKENS_BY_PROJECT_SQL, shape_metrics
 
@@ -39,7 +40,7 @@ async def health(state: StateDep) -> JSONResponse:
         async with state.sessionmaker() as session:
             facts = await read_database_facts(session)
     except Exception as error:  # any failure to reach or query the database means "not ready"
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        reason = first_line(error)
         return JSONResponse(
             {
                 "status": "unavailable",

@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.config import Settings
 from app.db.models import MemoryRow, SessionRow
+from app.errors import first_line
 from app.llm.gemini import make_client
 from app.memories import service
 from app.memories.schemas import LastSession, Resume, ResumeContext
@@ -30,7 +31,8 @@ log = structlog.get_logger(__name__)
 NAMESPACES = ("current", "project", "shared")
 PER_NAMESPACE = 50
 BRIEFING_SHARE = 4  # the briefing may use at most a quarter of the budget
-BRIEFING_TIMEOUT_MS = 15_000
+# The briefing is waited for by an agent starting work: AGMEM_GEMINI_TIMEOUT_SECONDS, at most 15 s.
+BRIEFING_TIMEOUT_SECONDS = 15.0
 
 
 def estimate_tokens(text: str) -> int:
@@ -161,7 +163,7 @@ async def _briefing(
         try:
             return await _gemini_briefing(settings, project_path, picked), "gemini"
         except Exception as error:  # any failure of the model must still leave a briefing
-            log.warning("memory.resume.gemini_failed", error=str(error).splitlines()[0][:200])
+            log.warning("memory.resume.gemini_failed", error=first_line(error)[:200])
     return template_briefing(project_path, picked), "template"
 
 
@@ -180,7 +182,8 @@ async def _gemini_briefing(settings: Settings, project_path: str | None, picked:
         "progress and how far along, and what comes next. Use only these facts; no preamble.\n"
         f"Project: {project_path or 'unknown'}\n" + "\n".join(facts or ["(no facts stored)"])
     )
-    client = make_client(settings, timeout_ms=BRIEFING_TIMEOUT_MS)
+    timeout = min(BRIEFING_TIMEOUT_SECONDS, settings.gemini_timeout_seconds)
+    client = make_client(settings, timeout_ms=max(1, int(timeout * 1000)))
     answer = await client.aio.models.generate_content(
         model=settings.gemini_model,
         contents=prompt,

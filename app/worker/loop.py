@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.config import Settings
 from app.db.engine import transaction
 from app.db.raw_pool import libpq_url
+from app.errors import first_line
 from app.llm.embeddings import Embedder
 from app.llm.gemini import make_client
 from app.llm.ratelimit import DailyBudget, GeminiGate
@@ -36,9 +37,7 @@ UNREACHABLE = (sa_exc.OperationalError, sa_exc.InterfaceError, psycopg.Operation
 def log_failure(event: str, error: Exception, **fields: Any) -> None:
     """An unreachable database is one warning line; anything else keeps its traceback."""
     if isinstance(error, UNREACHABLE):
-        text = str(getattr(error, "orig", None) or error).strip()
-        first = text.splitlines()[0] if text else type(error).__name__
-        log.warning("worker.database_unavailable", during=event, error=first, **fields)
+        log.warning("worker.database_unavailable", during=event, error=first_line(error), **fields)
     else:
         log.exception(event, **fields)
 
@@ -248,7 +247,7 @@ class Worker:
                     async for _notice in connection.notifies():
                         self.wake()
             except psycopg.Error as error:
-                log.warning("worker.listen_failed", error=str(error).splitlines()[0])
+                log.warning("worker.listen_failed", error=first_line(error))
                 await asyncio.sleep(1.0)
 
     async def _maintain(self) -> None:

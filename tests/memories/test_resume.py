@@ -131,3 +131,27 @@ def test_template_briefing_reads_an_object_value_as_words_not_json(client: TestC
     briefing = client.post("/api/resume", json={"projectPath": PROJECT}).json()["briefing"]
 
     assert briefing == "Working on TypeScript and Next.js project. Current task: auth refactoring."
+
+
+def test_a_gemini_that_times_out_leaves_the_template_briefing(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Any
+) -> None:
+    # A timeout's exception has no message: logging its first line raised IndexError, and the
+    # route answered 500 after waiting for the timeout.
+    with fake_gemini() as fake:
+        fake.on(":generateContent", lambda _r: FakeResponse(body=text_answer("late"), delay_s=2))
+        settings = make_settings(
+            home=tmp_path / "home",
+            gemini_api_key="k",
+            gemini_base_url=fake.url,
+            gemini_timeout_seconds=0.2,
+        )
+        app = create_app(settings, database_url=database_url)
+        with TestClient(app, raise_server_exceptions=False) as client:
+            seed(client, db)
+            answer = client.post("/api/resume", json={"projectPath": PROJECT})
+
+            assert fake.calls(":generateContent")
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["briefingBy"] == "template"
+    assert answer.json()["briefing"].startswith("Working on Next.js project.")
