@@ -6,11 +6,28 @@ changed; unset means Google's endpoint.
 
 from __future__ import annotations
 
+import httpx
 from google import genai
 from google.genai import types
 
 from app.config import Settings
 from app.errors import AppError
+
+
+def _transport_errors() -> tuple[type[Exception], ...]:
+    """The network errors google-genai lets through: those of httpx, and of httpx2, the fork
+    it uses when installed (as it is with google-genai 3), whose classes are not httpx's."""
+    classes: list[type[Exception]] = [httpx.TransportError]
+    try:
+        import httpx2
+
+        classes.append(httpx2.TransportError)
+    except ImportError:
+        pass
+    return tuple(classes)
+
+
+TRANSPORT_ERRORS = _transport_errors()
 
 
 class GeminiNotConfigured(AppError):

@@ -14,7 +14,6 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-import httpx
 import numpy as np
 import structlog
 from google.genai import errors, types
@@ -23,7 +22,7 @@ from numpy.typing import NDArray
 from app.config import Settings
 from app.errors import UpstreamUnavailable
 from app.llm.embeddings import model_identity, normalise
-from app.llm.gemini import make_client
+from app.llm.gemini import TRANSPORT_ERRORS, make_client
 
 log = structlog.get_logger(__name__)
 
@@ -32,6 +31,7 @@ DOCUMENT_TASK = "RETRIEVAL_DOCUMENT"
 QUERY_TASK = "RETRIEVAL_QUERY"
 _MAX_BACKOFF_SECONDS = 30.0
 _BATCH_DONE = "JOB_STATE_SUCCEEDED"
+SUBMISSION_ERRORS: tuple[type[Exception], ...] = (errors.APIError, *TRANSPORT_ERRORS)
 _BATCH_FAILED = frozenset(
     {"JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED", "JOB_STATE_PAUSED"}
 )
@@ -98,7 +98,7 @@ class GeminiEmbedder:
                         f"Gemini embeddings: {error.code} {error.message}"
                     ) from None
                 reason: Any = error.code
-            except httpx.TransportError as error:
+            except TRANSPORT_ERRORS as error:
                 if attempt >= self._retries:
                     raise EmbeddingFailed(f"Gemini embeddings unreachable: {error}") from None
                 reason = type(error).__name__
@@ -129,7 +129,7 @@ class GeminiEmbedder:
                     ),
                     config=types.CreateEmbeddingsBatchJobConfig(display_name=label),
                 )
-            except (errors.APIError, httpx.TransportError) as error:
+            except SUBMISSION_ERRORS as error:
                 raise EmbeddingFailed(f"Gemini batch submission failed: {error}") from None
         if not job.name:
             raise EmbeddingFailed("Gemini batch submission returned no job name")
@@ -143,7 +143,7 @@ class GeminiEmbedder:
             if _retryable(error.code):
                 return None
             raise EmbeddingFailed(f"Gemini batch {name}: {error.code} {error.message}") from None
-        except httpx.TransportError:
+        except TRANSPORT_ERRORS:
             return None
         state = str(job.state.value if job.state is not None else "")
         if state in _BATCH_FAILED:

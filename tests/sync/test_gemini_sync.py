@@ -189,3 +189,26 @@ def test_a_batch_still_running_when_the_run_ends_is_resumed_by_the_next_sync(
     assert count is not None
     assert count[0] == count[1] > 0
     assert db.execute("SELECT status FROM embedding_batches").fetchall() == [("done",)]
+
+
+def test_a_network_failure_while_polling_a_batch_is_a_poll_to_repeat(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # google-genai 3 sends through httpx2, whose errors are not httpx's: a dropped connection
+    # during one poll marked the batch failed, and its texts were embedded again inline.
+    project = make_project(tmp_path / "proj")
+    with fake_gemini() as fake:
+        fake.on(":batchEmbedContents", inline_answer)
+        server = BatchServer(fake, polls_pending=1)
+        fake.queue("batches/job-1", FakeResponse(drop=True))
+        settings, embedder = gemini(fake, tmp_path, gemini_embed_batch_threshold=5)
+
+        report = run_sync(database_url, settings, embedder, project)
+
+        assert fake.calls(":batchEmbedContents") == []
+    assert report.errors == []
+    assert server.polls == 2
+    assert db.execute("SELECT status FROM embedding_batches").fetchall() == [("done",)]
+    count = vector_state(db)
+    assert count is not None
+    assert count[0] == count[1] > 0
