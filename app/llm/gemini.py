@@ -14,20 +14,21 @@ from app.config import Settings
 from app.errors import AppError
 
 
-def _transport_errors() -> tuple[type[Exception], ...]:
-    """The network errors google-genai lets through: those of httpx, and of httpx2, the fork
-    it uses when installed (as it is with google-genai 3), whose classes are not httpx's."""
-    classes: list[type[Exception]] = [httpx.TransportError]
+def _network_errors(name: str) -> tuple[type[Exception], ...]:
+    """An httpx error class, and its twin in httpx2, the fork google-genai sends through when
+    installed (as it is with google-genai 3), whose classes are not httpx's."""
+    classes: list[type[Exception]] = [getattr(httpx, name)]
     try:
         import httpx2
 
-        classes.append(httpx2.TransportError)
+        classes.append(getattr(httpx2, name))
     except ImportError:
         pass
     return tuple(classes)
 
 
-TRANSPORT_ERRORS = _transport_errors()
+TRANSPORT_ERRORS = _network_errors("TransportError")
+TIMEOUT_ERRORS = _network_errors("TimeoutException")
 
 
 class GeminiNotConfigured(AppError):
