@@ -98,9 +98,14 @@ async def arrays_for(
     return vectors, stats
 
 
+# A project's file chunks are left to its open Batch API job for this model (app/sync/embed.py):
+# embedded here as well, they were paid for twice, at the inline price.
 _CLAIM_UNEMBEDDED = text(
     "SELECT id, hash, content FROM memory_chunks WHERE embedding IS NULL "
-    "AND embed_attempts < :max_attempts ORDER BY id LIMIT :limit FOR UPDATE SKIP LOCKED"
+    "AND embed_attempts < :max_attempts AND NOT (source IN ('memory', 'sessions') "
+    "AND project_path IN (SELECT project_path FROM embedding_batches "
+    "WHERE status = 'submitted' AND model = :model)) "
+    "ORDER BY id LIMIT :limit FOR UPDATE SKIP LOCKED"
 )
 
 _SET_VECTORS_BINARY = (
@@ -140,12 +145,12 @@ async def embed_pending_chunks(
 ) -> EmbedStats:
     """Claim up to `limit` index rows without a vector and give them one (cache first).
 
-    Rows are locked with SKIP LOCKED, so parallel workers split the backlog. A provider failure
+    Rows are locked with SKIP LOCKED, so parallel workers split the backlog; file chunks of a
+    project with an open Batch API job for the model are the job's. A provider failure
     counts an attempt on the rows, is returned in `error`, and leaves them for a later try.
     """
-    rows = (
-        await session.execute(_CLAIM_UNEMBEDDED, {"limit": limit, "max_attempts": max_attempts})
-    ).all()
+    params = {"limit": limit, "max_attempts": max_attempts, "model": embedder.identity}
+    rows = (await session.execute(_CLAIM_UNEMBEDDED, params)).all()
     if not rows:
         return EmbedStats()
     await ensure_model_index(await session.connection(), embedder)

@@ -11,6 +11,7 @@ from app.llm.gemini_embeddings import GeminiEmbedder
 from tests.conftest import make_settings
 from tests.fakes.gemini import FakeGemini, FakeResponse, RecordedRequest, fake_gemini
 from tests.sync.helpers import make_project, run_sync
+from tests.worker.builders import drain
 
 IDENTITY = "gemini:gemini-embedding-001:768"
 
@@ -212,3 +213,39 @@ def test_a_network_failure_while_polling_a_batch_is_a_poll_to_repeat(
     count = vector_state(db)
     assert count is not None
     assert count[0] == count[1] > 0
+
+
+def test_the_worker_leaves_a_pending_batchs_chunks_to_the_batch(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # The worker embeds every index row without a vector; it took a large sync's chunks while
+    # their Batch API job ran, paying for them twice (walk-through: 193 of 193 inline at once).
+    project = make_project(tmp_path / "proj")
+    with fake_gemini() as fake:
+        fake.on(":batchEmbedContents", lambda r: FakeResponse(503, {"error": {"code": 503}}))
+        server = BatchServer(fake, polls_pending=1_000_000)
+        settings, embedder = gemini(
+            fake,
+            tmp_path,
+            gemini_embed_batch_threshold=5,
+            gemini_batch_timeout_seconds=0.05,
+            gemini_embed_max_retries=0,
+        )
+        run_sync(database_url, settings, embedder, project)
+        fake.on(":batchEmbedContents", inline_answer)
+        inline_before = len(fake.calls(":batchEmbedContents"))
+
+        drain(settings, database_url)
+
+        assert len(fake.calls(":batchEmbedContents")) == inline_before
+        count = vector_state(db)
+        assert count is not None
+        assert count[0] > 0
+        assert count[1] == 0
+
+        server.polls_pending = 0
+        run_sync(database_url, settings, embedder, project)
+    count = vector_state(db)
+    assert count is not None
+    assert count[0] == count[1]
+    assert db.execute("SELECT status FROM embedding_batches").fetchall() == [("done",)]
