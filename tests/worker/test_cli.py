@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 
 from app.cli import cli
 from tests.cli.helpers import AGMEM, agmem_env, run_agmem
-from tests.worker.builders import make_observation, make_session, row
+from tests.conftest import make_settings
+from tests.worker.builders import drain, make_observation, make_session, row
 
 
 def test_retry_failed_requeues_and_status_reports(
@@ -119,3 +120,29 @@ def test_serve_offers_no_worker() -> None:
     result = run_agmem("serve", "--help")
     assert result.returncode == 0
     assert "--no-worker" in result.stdout
+
+
+def test_retry_failed_summarises_the_observations_sessions_again(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    make_session(db, status="ending")
+    make_observation(db, "f1", status="failed")
+    drain(make_settings(), database_url)
+    before = row(db, "SELECT status, summary FROM sessions WHERE id = 's1'")
+    assert before["status"] == "summarized"
+    assert "1 observation could not be compressed" in before["summary"]
+
+    retried = run_agmem("worker", "retry-failed", DATABASE_URL=database_url)
+    assert retried.returncode == 0, retried.stderr
+    assert retried.stdout.strip() == (
+        "requeued 1 observations and 0 sessions; "
+        "1 summarised sessions will be summarised again with them"
+    )
+    drain(make_settings(), database_url)
+
+    after = row(db, "SELECT status, summary, total_observations FROM sessions WHERE id = 's1'")
+    assert row(db, "SELECT status FROM observations WHERE id = 'f1'")["status"] == "compressed"
+    assert after["status"] == "summarized"
+    assert "could not be compressed" not in after["summary"]
+    summaries = row(db, "SELECT count(*) AS n FROM memory_chunks WHERE source = 'summary'")
+    assert summaries["n"] == 1
