@@ -15,6 +15,7 @@ from sqlalchemy.engine import make_url
 
 from app.cli import cli
 from app.config import Settings
+from app.worker.loop import STOP_GRACE_SECONDS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -139,3 +140,13 @@ def test_a_service_that_serves_no_http_overrides_the_images_healthcheck(
         argv = agmem_invocations(service["command"])[-1]
         if argv[1] != "serve":
             assert service.get("healthcheck", {}).get("disable") is True, name
+
+
+def test_the_worker_is_given_time_to_give_its_claims_back(compose: dict[str, Any]) -> None:
+    # Stopping, the worker waits STOP_GRACE_SECONDS for the jobs in hand, then releases their
+    # claims and exits (walk-through: 12.4 s after SIGTERM with a Gemini call in flight). Docker
+    # kills after 10 s unless told otherwise: the claims then held until their lease ran out.
+    grace = compose["services"]["worker"]["stop_grace_period"]
+    match = re.fullmatch(r"(\d+)s", grace)
+    assert match, grace
+    assert int(match.group(1)) >= STOP_GRACE_SECONDS + 10

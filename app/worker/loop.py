@@ -29,6 +29,9 @@ from app.worker.claims import Queue
 log = structlog.get_logger(__name__)
 
 WORK_CHANNEL = "agmem_work"  # the NOTIFY channel of the triggers in migration 0001
+# How long a stopping worker lets each lane finish the job in hand before cancelling it (its
+# claim is then given back). docker-compose.yml's stop_grace_period must exceed it.
+STOP_GRACE_SECONDS = 10.0
 
 # The database is down or unreachable: expected while it restarts, logged in one line.
 UNREACHABLE = (sa_exc.OperationalError, sa_exc.InterfaceError, psycopg.OperationalError, OSError)
@@ -205,7 +208,7 @@ class Worker:
             for task in tasks:
                 task.cancel()
             # Lanes finish the job in hand unless it outlasts the grace period.
-            _done, pending = await asyncio.wait(lanes, timeout=10)
+            _done, pending = await asyncio.wait(lanes, timeout=STOP_GRACE_SECONDS)
             for task in pending:
                 task.cancel()
             await asyncio.gather(*tasks, *lanes, return_exceptions=True)
