@@ -150,3 +150,21 @@ def test_the_worker_is_given_time_to_give_its_claims_back(compose: dict[str, Any
     match = re.fullmatch(r"(\d+)s", grace)
     assert match, grace
     assert int(match.group(1)) >= STOP_GRACE_SECONDS + 10
+
+
+def test_api_and_worker_see_the_projects_at_the_paths_clients_name(
+    compose: dict[str, Any],
+) -> None:
+    # POST /api/sync checks the project folder in the API and the worker reads it; neither
+    # container could see any project, so no sync could run under compose.
+    mounts = []
+    for name in ("api", "worker"):
+        (mount,) = compose["services"][name]["volumes"]
+        part = r"(\$\{AGMEM_PROJECTS_DIR:-/\w+\})"
+        match = re.fullmatch(f"{part}:{part}:(ro|rw)", mount)
+        assert match, mount
+        host, container, mode = match.groups()
+        mounts.append(mount)
+        assert host == container, "a project's key is its path on the clients' machine"
+        assert mode == "ro"
+    assert mounts[0] == mounts[1]
