@@ -35,15 +35,19 @@ def _header(scope: Scope, name: bytes) -> bytes | None:
 
 
 def expected_authorization(token: str | None) -> bytes | None:
-    """The `Authorization` value a request must carry, None when no token is set."""
-    return f"Bearer {token}".encode() if token else None
+    """The bearer token a request must carry, None when no token is set."""
+    return token.encode() if token else None
 
 
 def authorized(scope: Scope, expected: bytes | None) -> bool:
-    """Whether the request carries the `Authorization` value expected (any, when None)."""
+    """Whether the request's `Authorization` is `Bearer <expected>` (any, when None).
+
+    The scheme is case-insensitive and may be followed by several spaces (RFC 7235, 6750):
+    `bearer <token>`, as some HTTP clients write it, was refused as an invalid token."""
     if expected is None:
         return True
-    return hmac.compare_digest(_header(scope, b"authorization") or b"", expected)
+    scheme, _, presented = (_header(scope, b"authorization") or b"").partition(b" ")
+    return scheme.lower() == b"bearer" and hmac.compare_digest(presented.lstrip(b" "), expected)
 
 
 class BearerTokenMiddleware:

@@ -118,3 +118,15 @@ def test_open_health_names_no_project_without_the_token(
         assert "acme" not in response.text
         assert response.json()["worker"]["tokensSaved"] == 40
     assert authorized.json()["worker"]["tokensSavedByProject"] == {"/home/alice/clients/acme": 40}
+
+
+@pytest.mark.parametrize("value", ["bearer s3cret", "BEARER s3cret", "Bearer  s3cret"])
+def test_the_scheme_is_case_insensitive(guarded: TestClient, value: str) -> None:
+    response = guarded.get("/api/no-such-route", headers={"Authorization": value})
+
+    assert response.status_code == 404  # past the guard (RFC 7235: the scheme has no case)
+
+
+@pytest.mark.parametrize("value", ["Basic s3cret", "Bearers3cret", "Bearer s3cret2", "s3cret"])
+def test_only_the_bearer_token_itself_passes(guarded: TestClient, value: str) -> None:
+    assert guarded.get("/api/sessions", headers={"Authorization": value}).status_code == 401
