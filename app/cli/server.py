@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from app.cli.common import cli_errors, describe_location, fail, open_database, settings_or_exit
-from app.config import Settings
+from app.config import Settings, bare_host
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -35,6 +35,11 @@ def bind_listener(host: str, port: int) -> socket.socket:
             fail(f"port {port} on {host} is in use; set AGMEM_PORT or stop its owner")
         fail(f"cannot bind {host}:{port}: {error.strerror}")
     return listener
+
+
+def url_host(host: str) -> str:
+    """The host as a URL writes it: an IPv6 address in brackets (`http://[::1]:37777`)."""
+    return f"[{host}]" if ":" in host else host
 
 
 def check_token_rule(settings: Settings) -> None:
@@ -83,6 +88,8 @@ def serve(
 ) -> None:
     """Start the HTTP API (embedded PostgreSQL when DATABASE_URL is unset), after migrating."""
     settings = settings_or_exit()
+    if host is not None:
+        host = bare_host(host)
     overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
     if overrides:
         settings = settings.model_copy(update=overrides)
@@ -99,7 +106,7 @@ def serve(
         url = open_database(settings, migrate_embedded=False)
         migrate.upgrade(url)
         typer.echo(f"agmem: database {describe_location(settings, url)}, schema at head", err=True)
-        typer.echo(f"agmem: serving on http://{settings.host}:{bound_port}", err=True)
+        typer.echo(f"agmem: serving on http://{url_host(settings.host)}:{bound_port}", err=True)
         app = create_app(settings, database_url=url, run_worker=not no_worker)
         freeze_startup_heap()
         exit_cleanly_on_sigterm()

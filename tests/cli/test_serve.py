@@ -8,6 +8,7 @@ import signal
 import subprocess
 from pathlib import Path
 
+import httpx
 import psycopg
 import pytest
 
@@ -140,3 +141,31 @@ def test_freeze_startup_heap_moves_live_objects_out_of_collections() -> None:
         assert gc.get_freeze_count() > 10_000
     finally:
         gc.unfreeze()
+
+
+def test_an_ipv6_host_is_bound_and_named_as_a_url(database_url: str) -> None:
+    # `[::1]` (the URL form) was refused, "Name or service not known", and `::1` was announced
+    # as http://::1:<port>, a URL no client or script can use.
+    server = subprocess.Popen(
+        [AGMEM, "serve", "--no-worker"],
+        env=agmem_env(DATABASE_URL=database_url, AGMEM_HOST="[::1]", AGMEM_PORT="0"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    banner = []
+    try:
+        assert server.stdout is not None
+        for line in server.stdout:
+            banner.append(line)
+            if "serving on" in line or "error" in line:
+                break
+        found = re.search(r"serving on (http://\[::1\]:\d+)$", banner[-1].strip())
+        assert found, banner
+        health = httpx.get(f"{found.group(1)}/health", timeout=30)
+        assert health.status_code == 200
+    finally:
+        server.send_signal(signal.SIGTERM)
+        output, _ = server.communicate(timeout=60)
+    assert server.returncode == 0, "".join(banner) + output
