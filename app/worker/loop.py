@@ -22,7 +22,7 @@ from app.db.raw_pool import libpq_url
 from app.errors import first_line
 from app.llm.embeddings import Embedder
 from app.llm.gemini import make_client
-from app.llm.ratelimit import DailyBudget, GeminiGate
+from app.llm.ratelimit import DailyBudget, gemini_gate
 from app.worker import claims, jobs, results
 from app.worker.claims import Queue
 
@@ -71,12 +71,7 @@ class Worker:
             if settings.gemini_api_key
             else None
         )
-        gate = GeminiGate(
-            requests_per_minute=settings.gemini_requests_per_minute,
-            max_concurrent=settings.gemini_max_concurrent,
-            failure_threshold=settings.gemini_failure_threshold,
-            cooldown_seconds=settings.gemini_failure_cooldown_seconds,
-        )
+        gate = gemini_gate(settings)
         budget = DailyBudget(settings.gemini_daily_token_budget)
         self.ctx = jobs.JobContext(settings, sessionmaker, self.id, gate, budget, client, embedder)
         self._wake = asyncio.Event()

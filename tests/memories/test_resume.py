@@ -155,3 +155,25 @@ def test_a_gemini_that_times_out_leaves_the_template_briefing(
     assert answer.status_code == 200, answer.text
     assert answer.json()["briefingBy"] == "template"
     assert answer.json()["briefing"].startswith("Working on Next.js project.")
+
+
+def test_after_repeated_gemini_failures_briefings_stop_waiting_for_it(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Any
+) -> None:
+    # Every resume waited for Gemini's timeout (15 s) while it hung; the worker's breaker
+    # (AGMEM_GEMINI_FAILURE_THRESHOLD in a row, then AGMEM_GEMINI_FAILURE_COOLDOWN_SECONDS of
+    # fallback) now covers briefings too.
+    with fake_gemini() as fake:
+        fake.on(":generateContent", lambda _r: FakeResponse(status=500, body={"error": {}}))
+        settings = make_settings(
+            home=tmp_path / "home",
+            gemini_api_key="k",
+            gemini_base_url=fake.url,
+            gemini_failure_threshold=2,
+        )
+        with TestClient(create_app(settings, database_url=database_url)) as client:
+            seed(client, db)
+            answers = [client.post("/api/resume", json={"projectPath": PROJECT}) for _ in range(4)]
+
+            assert len(fake.calls(":generateContent")) == 2
+    assert [a.json()["briefingBy"] for a in answers] == ["template"] * 4
