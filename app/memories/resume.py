@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import structlog
-from google.genai import types
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -23,6 +22,7 @@ from app.config import Settings
 from app.db.models import MemoryRow, SessionRow
 from app.errors import first_line
 from app.llm.gemini import make_client
+from app.llm.generation import generate_text
 from app.llm.ratelimit import GeminiGate
 from app.memories import service
 from app.memories.schemas import LastSession, Resume, ResumeContext
@@ -196,14 +196,17 @@ async def _gemini_briefing(settings: Settings, project_path: str | None, picked:
     )
     timeout = min(BRIEFING_TIMEOUT_SECONDS, settings.gemini_timeout_seconds)
     client = make_client(settings, timeout_ms=max(1, int(timeout * 1000)))
-    answer = await client.aio.models.generate_content(
+    # As the worker asks: with 2.5 Flash's thinking on, its thinking tokens counted against the
+    # 256-token cap, which could leave the briefing short or empty.
+    answer = await generate_text(
+        client,
         model=settings.gemini_model,
+        system=None,
         contents=prompt,
-        config=types.GenerateContentConfig(temperature=0.2, max_output_tokens=256),
+        temperature=0.2,
+        max_output_tokens=256,
     )
-    text = (answer.text or "").strip()
-    if not text:
-        raise ValueError("Gemini returned an empty briefing")
+    text = answer.text
     return " ".join(text.split())
 
 

@@ -118,6 +118,8 @@ def test_gemini_writes_the_briefing_when_configured(
             prompt = call.body["contents"][0]["parts"][0]["text"]
             assert "current.task: auth refactoring" in prompt
             assert "Moved sessions to JWT" in prompt
+            # 2.5 Flash's thinking would spend the 256-token cap (app/llm/generation.py).
+            assert call.body["generationConfig"]["thinkingConfig"] == {"thinking_budget": 0}
             # A failing model still leaves a briefing: the template.
             fallback = client.post("/api/resume", json={"projectPath": PROJECT}).json()
             assert fallback["briefingBy"] == "template"
