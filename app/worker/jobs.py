@@ -30,6 +30,7 @@ from app.llm.ratelimit import DailyBudget, GeminiGate, record_usage
 from app.llm.summarize import session_text, summarize_with_gemini
 from app.llm.tokens import estimate_tokens
 from app.privacy import cap_text, sanitize_text
+from app.sync.embed import BatchEmbedder
 from app.sync.runs import execute_sync_run
 from app.worker import claims, results
 from app.worker.claims import ObservationWork, Queue, SessionWork, SyncRunWork
@@ -349,7 +350,11 @@ async def embed_batch(ctx: JobContext, *, limit: int = 256) -> int:
         ctx.embedder = await asyncio.to_thread(get_embedder, ctx.settings)
     async with transaction(ctx.sessionmaker) as session:
         stats = await embed_pending_chunks(
-            session, ctx.embedder, limit=limit, max_attempts=ctx.settings.worker_max_attempts
+            session,
+            ctx.embedder,
+            limit=limit,
+            max_attempts=ctx.settings.worker_max_attempts,
+            skip_file_chunks=isinstance(ctx.embedder, BatchEmbedder),
         )
     if stats.error:
         log.warning("embedding.failed", error=stats.error)

@@ -10,6 +10,7 @@ import psycopg
 from app.llm.gemini_embeddings import GeminiEmbedder
 from tests.conftest import make_settings
 from tests.fakes.gemini import FakeGemini, FakeResponse, RecordedRequest, fake_gemini
+from tests.search.seed import Chunk, add_chunks
 from tests.sync.helpers import make_project, run_sync
 from tests.worker.builders import drain
 
@@ -249,3 +250,35 @@ def test_the_worker_leaves_a_pending_batchs_chunks_to_the_batch(
     assert count is not None
     assert count[0] == count[1]
     assert db.execute("SELECT status FROM embedding_batches").fetchall() == [("done",)]
+
+
+def test_with_gemini_the_worker_leaves_file_chunks_to_the_sync(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # A gemini sync writes its chunks without vectors, then embeds them itself (inline, or one
+    # Batch API job). The worker, woken by their inserts, embedded them first (walk-through: 38
+    # of 192 rows inline before the job was even submitted, the rest while it ran), so they were
+    # paid for twice. File chunks without a vector, as a sync leaves them mid-run:
+    add_chunks(
+        database_url,
+        [
+            Chunk("The refreshToken endpoint rotates JWT credentials.", source="memory"),
+            Chunk("user: where is the jwt check?", source="sessions", path="s.jsonl"),
+            Chunk("Observation: read auth.ts", source="observation", path=None),
+        ],
+        embed=False,
+    )
+    with fake_gemini() as fake:
+        fake.on(":batchEmbedContents", inline_answer)
+        settings, _embedder = gemini(fake, tmp_path)
+
+        drain(settings, database_url)
+
+        (call,) = fake.calls(":batchEmbedContents")
+    assert [r["content"]["parts"][0]["text"] for r in call.body["requests"]] == [
+        "Observation: read auth.ts"
+    ]
+    left = db.execute(
+        "SELECT source FROM memory_chunks WHERE embedding IS NULL ORDER BY source"
+    ).fetchall()
+    assert left == [("memory",), ("sessions",)]
