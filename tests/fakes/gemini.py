@@ -85,6 +85,10 @@ class FakeGemini:
 def _handler(fake: FakeGemini) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # The headers and the body go out in two writes: with Nagle's algorithm the body waited
+        # for the client's delayed ACK of the headers, 40 ms on every call of a kept-alive
+        # connection (a reused google-genai client's), which no real server adds.
+        disable_nagle_algorithm = True
 
         def log_message(self, format: str, *args: Any) -> None:
             return
