@@ -70,12 +70,42 @@ def gemini(fake: FakeGemini, tmp_path: Path, **overrides: Any) -> tuple[Any, Gem
     return settings, GeminiEmbedder(settings, retry_base_seconds=0.001, sleep=lambda _: None)
 
 
-def vector_state(db: psycopg.Connection[Any]) -> tuple[Any, ...] | None:
-    return db.execute(
+def vector_state(db: psycopg.Connection[Any]) -> tuple[int, int]:
+    """(chunks, chunks with a vector of the Gemini model at its width)."""
+    row = db.execute(
         "SELECT count(*), count(*) FILTER (WHERE model = %s AND vector_dims(embedding) = 768) "
         "FROM memory_chunks",
         (IDENTITY,),
     ).fetchone()
+    assert row is not None
+    return row[0], row[1]
+
+
+def all_embedded(db: psycopg.Connection[Any]) -> bool:
+    chunks, embedded = vector_state(db)
+    return chunks == embedded > 0
+
+
+def sync_leaving_the_batch_running(
+    fake: FakeGemini, tmp_path: Path, database_url: str, project: Path
+) -> tuple[BatchServer, Any]:
+    """A sync whose Batch API job is still running when its wait ends, with inline calls down
+    so that nothing but the job can embed its chunks."""
+    fake.on(
+        ":batchEmbedContents",
+        lambda r: FakeResponse(
+            503, {"error": {"code": 503, "message": "down", "status": "UNAVAILABLE"}}
+        ),
+    )
+    server = BatchServer(fake, polls_pending=1_000_000)
+    settings, embedder = gemini(
+        fake,
+        tmp_path,
+        gemini_embed_batch_threshold=5,
+        gemini_batch_timeout_seconds=0.05,
+        gemini_embed_max_retries=0,
+    )
+    return server, run_sync(database_url, settings, embedder, project)
 
 
 def test_small_backlog_is_embedded_inline_in_calls_of_100(
@@ -95,7 +125,6 @@ def test_small_backlog_is_embedded_inline_in_calls_of_100(
     assert sum(len(c.body["requests"]) for c in calls) == report.embeddings_computed
     assert all(r["taskType"] == "RETRIEVAL_DOCUMENT" for c in calls for r in c.body["requests"])
     count = vector_state(db)
-    assert count is not None
     assert count[0] == count[1] == report.chunks_written
     assert (again.files_changed, again.embeddings_computed) == (0, 0)
 
@@ -121,9 +150,7 @@ def test_large_backlog_goes_through_one_batch_job(
     assert server.polls == 3
     assert report.errors == []
     assert report.embeddings_computed == server.submitted[0]
-    count = vector_state(db)
-    assert count is not None
-    assert count[0] == count[1] > 0
+    assert all_embedded(db)
     batch = db.execute(
         "SELECT status, provider_job, jsonb_array_length(hashes) FROM embedding_batches"
     )
@@ -145,9 +172,7 @@ def test_failed_batch_falls_back_to_inline_calls(
 
         assert fake.calls(":batchEmbedContents")
     assert any("falling back to inline" in e for e in report.errors)
-    count = vector_state(db)
-    assert count is not None
-    assert count[0] == count[1] > 0
+    assert all_embedded(db)
     assert db.execute("SELECT status FROM embedding_batches").fetchall() == [("failed",)]
 
 
@@ -156,27 +181,10 @@ def test_a_batch_still_running_when_the_run_ends_is_resumed_by_the_next_sync(
 ) -> None:
     project = make_project(tmp_path / "proj")
     with fake_gemini() as fake:
-        # Inline calls are down, so nothing but the batch job can embed these chunks.
-        fake.on(
-            ":batchEmbedContents",
-            lambda r: FakeResponse(
-                503, {"error": {"code": 503, "message": "down", "status": "UNAVAILABLE"}}
-            ),
-        )
-        server = BatchServer(fake, polls_pending=1_000_000)
-        settings, embedder = gemini(
-            fake,
-            tmp_path,
-            gemini_embed_batch_threshold=5,
-            gemini_batch_timeout_seconds=0.05,
-            gemini_embed_max_retries=0,
-        )
-
-        first = run_sync(database_url, settings, embedder, project)
+        server, first = sync_leaving_the_batch_running(fake, tmp_path, database_url, project)
 
         assert any("still running" in e for e in first.errors)
         count = vector_state(db)
-        assert count is not None
         assert count[1] == 0
         assert db.execute("SELECT status FROM embedding_batches").fetchall() == [("submitted",)]
 
@@ -187,9 +195,7 @@ def test_a_batch_still_running_when_the_run_ends_is_resumed_by_the_next_sync(
 
         assert len(server.submitted) == 1  # resumed, not submitted again
     assert second.files_changed == 0
-    count = vector_state(db)
-    assert count is not None
-    assert count[0] == count[1] > 0
+    assert all_embedded(db)
     assert db.execute("SELECT status FROM embedding_batches").fetchall() == [("done",)]
 
 
@@ -211,9 +217,7 @@ def test_a_network_failure_while_polling_a_batch_is_a_poll_to_repeat(
     assert report.errors == []
     assert server.polls == 2
     assert db.execute("SELECT status FROM embedding_batches").fetchall() == [("done",)]
-    count = vector_state(db)
-    assert count is not None
-    assert count[0] == count[1] > 0
+    assert all_embedded(db)
 
 
 def test_the_worker_leaves_a_pending_batchs_chunks_to_the_batch(
@@ -223,16 +227,8 @@ def test_the_worker_leaves_a_pending_batchs_chunks_to_the_batch(
     # their Batch API job ran, paying for them twice (walk-through: 193 of 193 inline at once).
     project = make_project(tmp_path / "proj")
     with fake_gemini() as fake:
-        fake.on(":batchEmbedContents", lambda r: FakeResponse(503, {"error": {"code": 503}}))
-        server = BatchServer(fake, polls_pending=1_000_000)
-        settings, embedder = gemini(
-            fake,
-            tmp_path,
-            gemini_embed_batch_threshold=5,
-            gemini_batch_timeout_seconds=0.05,
-            gemini_embed_max_retries=0,
-        )
-        run_sync(database_url, settings, embedder, project)
+        server, _first = sync_leaving_the_batch_running(fake, tmp_path, database_url, project)
+        settings, embedder = gemini(fake, tmp_path, gemini_embed_batch_threshold=5)
         fake.on(":batchEmbedContents", inline_answer)
         inline_before = len(fake.calls(":batchEmbedContents"))
 
@@ -240,14 +236,12 @@ def test_the_worker_leaves_a_pending_batchs_chunks_to_the_batch(
 
         assert len(fake.calls(":batchEmbedContents")) == inline_before
         count = vector_state(db)
-        assert count is not None
         assert count[0] > 0
         assert count[1] == 0
 
         server.polls_pending = 0
         run_sync(database_url, settings, embedder, project)
     count = vector_state(db)
-    assert count is not None
     assert count[0] == count[1]
     assert db.execute("SELECT status FROM embedding_batches").fetchall() == [("done",)]
 
