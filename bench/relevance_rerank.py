@@ -15,7 +15,8 @@ one thing:
 - contextual text for embedding: section titles, the path or a kv key's words before the chunk
   text (the stored content unchanged);
 - a chunk scored by its best window of a few sentences (multi-vector max-sim), alone or averaged
-  with the whole chunk's cosine;
+  with the whole chunk's cosine, or with a length prior (long chunks' means crowd the vector
+  list's top);
 - `--second-local`: when the configured embedder is not `local` (the sentence-transformers
   extra), wordllama's list fused as a third list, and the two vector lists fused without keyword.
 A variant that changes what is embedded re-embeds with the configured embedder and ranks the
@@ -138,9 +139,14 @@ class Space:
     chunks: dict[int, CorpusChunk]
     embedder: Embedder
 
-    def exact(self, vectors: NDArray[np.float32], query: NDArray[np.float32]) -> list[int]:
-        similarity = vectors @ query
-        return [self.ids[n] for n in np.argsort(-similarity, kind="stable")[:DEPTH]]
+    def exact(
+        self,
+        vectors: NDArray[np.float32],
+        query: NDArray[np.float32],
+        penalty: NDArray[np.float64] | float = 0.0,
+    ) -> list[int]:
+        score = vectors @ query - penalty
+        return [self.ids[n] for n in np.argsort(-score, kind="stable")[:DEPTH]]
 
     def lists(self, cases: list[Case], document: Callable[[CorpusChunk], str]) -> dict[str, Ranked]:
         """Each query's exact vector list over the chunks embedded as `document` gives them."""
@@ -151,6 +157,16 @@ class Space:
         vectors = self.embedder.embed_documents([self.chunks[i].content for i in self.ids])
         return {
             c.query: self.exact(vectors, self.embedder.embed_query(rewrite(c.query))) for c in cases
+        }
+
+    def length_prior_lists(self, cases: list[Case], weight: float) -> dict[str, Ranked]:
+        """Each query's list when a chunk's cosine loses `weight` x the log of its length over
+        the mean length (pivoted length normalisation, for the vector branch)."""
+        vectors = self.embedder.embed_documents([self.chunks[i].content for i in self.ids])
+        lengths = np.array([len(self.chunks[i].content.split()) for i in self.ids], dtype=float)
+        prior = weight * np.log(lengths / lengths.mean())
+        return {
+            c.query: self.exact(vectors, self.embedder.embed_query(c.query), prior) for c in cases
         }
 
     def window_lists(self, cases: list[Case], words: int, share: float) -> dict[str, Ranked]:
@@ -340,6 +356,12 @@ async def run(second_local: bool) -> None:
         variants += [
             (f"embedded: {kind} + text: vector", vector_only(embedded)),
             (f"embedded: {kind} + text: hybrid", with_vector(embedded, texts)),
+        ]
+    for weight in (0.02, 0.05):
+        shorter = space.length_prior_lists(cases, weight)
+        variants += [
+            (f"cosine - {weight} x log(length / mean): vector", vector_only(shorter)),
+            (f"cosine - {weight} x log(length / mean): hybrid", with_vector(shorter, texts)),
         ]
     for words in (8, 20, 40):
         for share in (1.0, 0.5):
