@@ -13,11 +13,18 @@ from pgvector.psycopg.vector import register_vector_info
 from psycopg.types import TypeInfo
 from sqlalchemy.ext.asyncio import AsyncSession
 
+# What can carry binary vectors: an ORM session, or a psycopg connection used directly.
+VectorSession = AsyncSession | psycopg.AsyncConnection[Any]
 
-async def binary_vector_connection(session: AsyncSession) -> psycopg.AsyncConnection[Any]:
-    """The session's psycopg connection, able to send and read numpy vectors in binary."""
-    raw = await (await session.connection()).get_raw_connection()
-    driver = cast("psycopg.AsyncConnection[Any]", raw.driver_connection)
+
+async def binary_vector_connection(session: VectorSession) -> psycopg.AsyncConnection[Any]:
+    """The session's psycopg connection (or the psycopg connection given), able to send and read
+    numpy vectors in binary."""
+    if isinstance(session, psycopg.AsyncConnection):
+        driver = session
+    else:
+        raw = await (await session.connection()).get_raw_connection()
+        driver = cast("psycopg.AsyncConnection[Any]", raw.driver_connection)
     # Adapters live on the connection, and the pool reuses connections: register once each
     # (only `vector`: pgvector's register_vector_async also looks up bit, halfvec, sparsevec).
     if driver.adapters.types.get("vector") is None:

@@ -54,6 +54,13 @@ def make_raw_pool(
     )
 
 
+async def connect(url: str, *, application_name: str) -> Conn:
+    """One autocommit connection of its own, outside any pool (the caller closes it)."""
+    return await AsyncConnection.connect(
+        libpq_url(url), autocommit=True, connect_timeout=5, application_name=application_name
+    )
+
+
 async def _set_utc(connection: Conn) -> None:
     # Autocommit connections: the SET stays for the connection's life (see app/db/engine.py).
     await connection.execute(SET_UTC)
