@@ -30,3 +30,18 @@ async def binary_vector_connection(session: VectorSession) -> psycopg.AsyncConne
     if driver.adapters.types.get("vector") is None:
         register_vector_info(driver, await TypeInfo.fetch(driver, "vector"))
     return driver
+
+
+# The vector type's oids, for a caller that sends this query along with others; TypeInfo.fetch
+# costs three round trips on an autocommit connection (its query inside BEGIN ... COMMIT).
+VECTOR_TYPE = "SELECT oid, typarray FROM pg_type WHERE oid = to_regtype('vector')"
+
+
+def use_vector_type(
+    connection: psycopg.AsyncConnection[Any], found: tuple[int, int] | TypeInfo | None
+) -> None:
+    """Register the vector type on `connection` from `VECTOR_TYPE`'s row, or from the TypeInfo
+    another connection to the same database registered."""
+    if isinstance(found, tuple):
+        found = TypeInfo("vector", *found)
+    register_vector_info(connection, found)

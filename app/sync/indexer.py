@@ -20,7 +20,7 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
-from app.db.binary_vectors import binary_vector_connection
+from app.db.binary_vectors import use_vector_type
 from app.db.engine import sessionmaker_url
 from app.db.raw_pool import Conn, connect
 from app.index.embedding import Vectors, arrays_for, cached_arrays, ensure_model_index
@@ -239,13 +239,11 @@ async def _write_all(
             writer.current = asyncio.create_task(queries.files_chunks(lock, ids))
 
         async def ready() -> bool:
-            # The lock's connection gets ready to write (the vector type) and looks for chunks
-            # an earlier run left without a vector, while the first files are read: the
-            # embedding pass after the writes (a scan of the project's rows, ~10 ms) is then
-            # skipped when there is nothing to do.
+            # The lock's connection looks for chunks an earlier run left without a vector, while
+            # the first files are read: the embedding pass after the writes (a scan of the
+            # project's rows, ~10 ms) is then skipped when there is nothing to do.
             if writer.current is not None:
                 await writer.current
-            await binary_vector_connection(lock)
             if writer.cache_only:  # its pass also resumes Batch API jobs: it always runs
                 return True
             return await queries.any_unembedded(lock, project=project)
@@ -398,12 +396,13 @@ class _Writer:
 
     def connect(self) -> None:
         """Open the other writers' connections while the first files are read and parsed: a new
-        connection (a backend start, the vector type lookup) is waiting the writes need not do."""
+        connection (a backend start) is waiting the writes need not do. They take the vector type
+        the lock's connection looked up."""
 
         async def one() -> None:
             connection = await connect(self.url, application_name="agmem-sync")
             self.opened.append(connection)  # closed by `close`, whatever happens next
-            await binary_vector_connection(connection)
+            use_vector_type(connection, self.shared.adapters.types.get("vector"))
             self.free.append(connection)
 
         async def all_of_them() -> None:

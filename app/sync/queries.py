@@ -14,6 +14,7 @@ from numpy.typing import NDArray
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.binary_vectors import VECTOR_TYPE, use_vector_type
 from app.db.raw_pool import Conn
 
 # Session-level advisory locks: one per project (a second sync of the project waits for the
@@ -165,7 +166,7 @@ async def release_lock(session: AsyncSession, key: str) -> None:
 async def lock_project(connection: Conn, project: str) -> tuple[bool, dict[str, KnownFile]]:
     """Hold the project's sync lock on this autocommit connection until `unlock_project`, polled
     like `hold_lock`; returns whether another sync held it first, and the project's indexed
-    files as they are once the lock is held.
+    files as they are once the lock is held. The connection is then ready to send vectors.
 
     The first try and the read of the files go in one round trip: a sync that finds the lock
     free (nearly all) needs nothing more; one that waited reads the files again.
@@ -174,9 +175,11 @@ async def lock_project(connection: Conn, project: str) -> tuple[bool, dict[str, 
     async with connection.pipeline() as pipeline:
         tried = await connection.execute(_TRY_LOCK_RAW, (key,))
         listed = await connection.execute(_KNOWN_FILES, (project,), binary=True)
+        typed = await connection.execute(VECTOR_TYPE)
         await pipeline.sync()
         took = bool((await tried.fetchone() or (False,))[0])
         rows = await listed.fetchall()
+        use_vector_type(connection, await typed.fetchone())
     if took:
         return False, {k.path: k for k in map(KnownFile._make, rows)}
 
