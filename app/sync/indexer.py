@@ -74,6 +74,18 @@ class _Prepared:
         self.total = len(self.chunks)
 
 
+# The index mirrors files on disk, so the sync's commits do not wait for the WAL to reach the disk
+# (each write transaction's COMMIT waited 0.2-6 ms for it here, docs/benchmarks.md). A crash of
+# the machine can lose the last ~0.6 s of them (Postgres stays consistent: a later transaction
+# never survives an earlier one); those files then still carry their old (size, mtime), and the
+# next sync writes them again.
+_SYNC_OPTIONS = "-c synchronous_commit=off"
+
+
+async def _connect(url: str) -> Conn:
+    return await connect(url, application_name="agmem-sync", options=_SYNC_OPTIONS)
+
+
 class ProjectFolderMissing(Exception):
     """The project path, or a memory or sessions folder named for this sync, is not a folder."""
 
@@ -129,7 +141,7 @@ async def sync_project(
         # engine's first connection would add its dialect's set-up queries. Closing it ends the
         # advisory lock too, should the unlock below not be reached.
         url = sessionmaker_url(sessionmaker)
-        async with await connect(url, application_name="agmem-sync") as lock:
+        async with await _connect(url) as lock:
             waited, known = await queries.lock_project(lock, project)
             try:
                 # After waiting for another sync, list the files as they are now.
@@ -400,7 +412,7 @@ class _Writer:
         the lock's connection looked up."""
 
         async def one() -> None:
-            connection = await connect(self.url, application_name="agmem-sync")
+            connection = await _connect(self.url)
             self.opened.append(connection)  # closed by `close`, whatever happens next
             use_vector_type(connection, self.shared.adapters.types.get("vector"))
             self.free.append(connection)
