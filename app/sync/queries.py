@@ -28,9 +28,7 @@ AUTOCOMMIT = {"isolation_level": "AUTOCOMMIT"}
 _TRY_LOCK_RAW = "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))"
 _UNLOCK_RAW = "SELECT pg_advisory_unlock(hashtextextended(%s, 0))"
 
-_KNOWN_FILES = (
-    "SELECT id, path, source, hash, size, mtime FROM memory_files WHERE project_path = %s"
-)
+_KNOWN_FILES = "SELECT id, path, hash, size, mtime FROM memory_files WHERE project_path = %s"
 
 # Every changed file of a write transaction in one statement: a round trip per file (upsert,
 # delete, COPY) cost more Python time per chunk than the rows themselves.
@@ -122,10 +120,9 @@ _UPDATE_BATCH = text(
 )
 
 
-class KnownFile(NamedTuple):
+class KnownFile(NamedTuple):  # what the delta check needs of an indexed file, nothing more
     id: int
     path: str
-    source: str
     hash: str
     size: int
     mtime: float
