@@ -234,6 +234,22 @@ async def ranked(
     return [(r.id, r.score, r.keyword_score) for r in response.results]
 
 
+async def fetch_case(
+    session: AsyncSession, embedder: Embedder, half: str, query: str, wanted: set[int]
+) -> Case:
+    """One query's two candidate lists through the real search service."""
+    vector = await ranked(session, embedder, query, "vector")
+    keyword = await ranked(session, embedder, query, "keyword")
+    return Case(
+        half,
+        query,
+        wanted,
+        exact_phrases(query),
+        [(i, s) for i, s, _ in vector[:DEPTH]],
+        [(i, tier_of(s, k or 0.0), k or 0.0) for i, s, k in keyword[:DEPTH]],
+    )
+
+
 def evaluate(cases: list[Case], ranker: Ranker) -> dict[str, tuple[int, int, float]]:
     """Per half: queries found in the top 10, queries, MRR within the top 10."""
     out = {}
@@ -248,6 +264,22 @@ def evaluate(cases: list[Case], ranker: Ranker) -> dict[str, tuple[int, int, flo
                 reciprocal += 1 / rank
         out[half] = (found, len(chosen), reciprocal / len(chosen))
     return out
+
+
+def print_variants(cases: list[Case], variants: list[tuple[str, Ranker]]) -> None:
+    """One line per variant: R@10 (found / queries) and MRR on dev, then on test."""
+    print(
+        f"\n{'variant (dev tunes, test is held out)':<52}{'dev R@10':>14}{'MRR':>7}"
+        f"{'test R@10':>16}{'MRR':>7}"
+    )
+    for name, ranker in variants:
+        scores = evaluate(cases, ranker)
+        cells = ""
+        for half in ("dev", "test"):
+            found, total, mrr = scores[half]
+            cells += f"{found / total:>8.3f} {found:>2}/{total}{mrr:>7.3f}"
+            cells += "  " if half == "dev" else ""
+        print(f"{name:<52}{cells}")
 
 
 def oracle(case: Case) -> list[int]:
@@ -271,15 +303,8 @@ async def run() -> None:
                 texts = Texts(dict(zip(ids, chunks, strict=True)))
                 cases = []
                 for (_, query, targets), half in zip(QUERIES, halves, strict=True):
-                    vector = await ranked(session, embedder, query, "vector")
-                    keyword = await ranked(session, embedder, query, "keyword")
-                    case = Case(
-                        half,
-                        query,
-                        relevant_ids(chunks, ids, targets),
-                        exact_phrases(query),
-                        [(i, s) for i, s, _ in vector[:DEPTH]],
-                        [(i, tier_of(s, k or 0.0), k or 0.0) for i, s, k in keyword[:DEPTH]],
+                    case = await fetch_case(
+                        session, embedder, half, query, relevant_ids(chunks, ids, targets)
                     )
                     top_texts = [texts.chunks[i].content for i, _ in case.vector[:5]]
                     expansions = expanders.words(query, top_texts)
@@ -336,18 +361,7 @@ def report(cases: list[Case], texts: Texts, space: Space) -> None:
     for name in cases[0].extra:
         for weight in (0.1, 0.25, 0.5):
             variants.append((f"{name}, w {weight}", expansion(texts, name, weight)))
-    print(
-        f"\n{'variant (dev tunes, test is held out)':<52}{'dev R@10':>14}{'MRR':>7}"
-        f"{'test R@10':>16}{'MRR':>7}"
-    )
-    for name, ranker in variants:
-        scores = evaluate(cases, ranker)
-        cells = ""
-        for half in ("dev", "test"):
-            found, total, mrr = scores[half]
-            cells += f"{found / total:>8.3f} {found:>2}/{total}{mrr:>7.3f}"
-            cells += "  " if half == "dev" else ""
-        print(f"{name:<52}{cells}")
+    print_variants(cases, variants)
     print("\ndev queries the shipped fusion misses: first target rank in each list (- none)")
     for case in cases:
         top = fuse(case, texts)[:10]

@@ -29,6 +29,7 @@ from urllib.parse import parse_qs, urlparse
 
 from sqlalchemy import text
 
+from app.cli.server import freeze_startup_heap
 from app.config import load_settings
 from app.db import migrate
 from app.db.embedded import start_embedded_postgres
@@ -205,6 +206,7 @@ def line(label: str, seconds: float, report: SyncReport) -> str:
 async def main(args: argparse.Namespace) -> None:
     configure_logging("warning")  # the figures only, not every server start and sync
     local_embedder()  # load the model before timing
+    freeze_startup_heap()  # as `agmem sync` does once the model is loaded
     work = Path(tempfile.mkdtemp(prefix="agmem-bench-sync-"))
     seed = args.seed if args.seed is not None else int(time.time())
     try:

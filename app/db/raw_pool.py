@@ -54,6 +54,18 @@ def make_raw_pool(
     )
 
 
+async def connect(url: str, *, application_name: str, options: str | None = None) -> Conn:
+    """One autocommit connection of its own, outside any pool (the caller closes it)."""
+    kwargs: dict[str, Any] = {"options": options} if options is not None else {}
+    return await AsyncConnection.connect(
+        libpq_url(url),
+        autocommit=True,
+        connect_timeout=5,
+        application_name=application_name,
+        **kwargs,
+    )
+
+
 async def _set_utc(connection: Conn) -> None:
     # Autocommit connections: the SET stays for the connection's life (see app/db/engine.py).
     await connection.execute(SET_UTC)

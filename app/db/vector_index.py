@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import re
+from typing import Any
 
+import psycopg
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -50,8 +52,15 @@ def hnsw_index_ddl(model: str, dims: int, *, concurrently: bool = False) -> str:
     )
 
 
-async def ensure_hnsw_index_async(connection: AsyncConnection, *, model: str, dims: int) -> None:
-    await connection.execute(text(hnsw_index_ddl(model, dims)))
+async def ensure_hnsw_index_async(
+    connection: AsyncConnection | psycopg.AsyncConnection[Any], *, model: str, dims: int
+) -> None:
+    """Create the model's index if it is missing (through an ORM or a psycopg connection)."""
+    ddl = hnsw_index_ddl(model, dims)
+    if isinstance(connection, psycopg.AsyncConnection):
+        await connection.execute(ddl)
+    else:
+        await connection.execute(text(ddl))
 
 
 def drop_hnsw_index_ddl(model: str) -> str:

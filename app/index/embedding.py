@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import psycopg
 from numpy.typing import NDArray
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from app.db.binary_vectors import binary_vector_connection
+from app.db.binary_vectors import VectorSession, binary_vector_connection
 from app.db.vector_index import ensure_hnsw_index_async
 from app.llm.embeddings import Embedder
 
@@ -54,7 +56,7 @@ _CACHE_STORE_BINARY = (
 )
 
 
-async def cached_arrays(session: AsyncSession, *, model: str, hashes: list[str]) -> Vectors:
+async def cached_arrays(session: VectorSession, *, model: str, hashes: list[str]) -> Vectors:
     """Vectors already known for these content hashes under `model`, as float32 arrays."""
     if not hashes:
         return {}
@@ -68,7 +70,7 @@ async def cached_arrays(session: AsyncSession, *, model: str, hashes: list[str])
     return found
 
 
-async def store_arrays(session: AsyncSession, *, model: str, vectors: Vectors) -> None:
+async def store_arrays(session: VectorSession, *, model: str, vectors: Vectors) -> None:
     """Add `{content hash: vector}` to the cache; hashes already there keep their vector."""
     if vectors:
         driver = await binary_vector_connection(session)
@@ -79,7 +81,7 @@ async def store_arrays(session: AsyncSession, *, model: str, vectors: Vectors) -
 
 
 async def arrays_for(
-    session: AsyncSession, embedder: Embedder, items: dict[str, str]
+    session: VectorSession, embedder: Embedder, items: dict[str, str]
 ) -> tuple[Vectors, EmbedStats]:
     """Vectors for `{content hash: text}`: cached where present, else computed and cached."""
     stats = EmbedStats()
@@ -132,7 +134,9 @@ _RECORD_FAILURE = text(
 _known_indexes: set[str] = set()
 
 
-async def ensure_model_index(connection: AsyncConnection, embedder: Embedder) -> None:
+async def ensure_model_index(
+    connection: AsyncConnection | psycopg.AsyncConnection[Any], embedder: Embedder
+) -> None:
     """Create the model's partial HNSW index the first time this process uses the model."""
     if embedder.identity in _known_indexes:
         return

@@ -11,7 +11,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 FileSource = Literal["memory", "sessions"]
 
@@ -20,8 +20,7 @@ ROOT_MEMORY_FILES = ("MEMORY.md", "memory.md")
 TRANSCRIPT_SUFFIXES = (".jsonl", ".json")
 
 
-@dataclass(frozen=True, slots=True)
-class FoundFile:
+class FoundFile(NamedTuple):  # a tuple: a no-change re-sync makes one a file
     path: str  # absolute; symlinks inside the root keep their own path
     source: FileSource
     size: int
@@ -59,55 +58,62 @@ def discover(
             _consider(found, candidate, memory_root, "memory", max_bytes, seen)
         memory_dir = memory_root / "memory"
         if memory_dir.is_dir() and not memory_dir.is_symlink():
-            _walk(found, memory_dir, memory_root, "memory", (".md",), max_bytes)
+            _walk(found, str(memory_dir), memory_root, "memory", (".md",), max_bytes)
         elif memory_dir.is_symlink():
             _consider_dir_link(found, memory_dir, memory_root)
     sessions_root = sessions_root.absolute()
     if include_sessions and sessions_root.is_dir():
         found.roots["sessions"] = str(sessions_root)
-        _walk(found, sessions_root, sessions_root, "sessions", TRANSCRIPT_SUFFIXES, max_bytes)
+        _walk(found, str(sessions_root), sessions_root, "sessions", TRANSCRIPT_SUFFIXES, max_bytes)
     return found
 
 
 def _walk(
     found: Discovery,
-    directory: Path,
+    directory: str,
     root: Path,
     source: FileSource,
     suffixes: tuple[str, ...],
     max_bytes: int,
 ) -> None:
-    # The hot path of a no-change re-sync: plain strings and DirEntry data, no Path objects.
+    # The hot path of a no-change re-sync: plain strings and DirEntry data, no Path objects, and
+    # each file's stat relative to its open folder (fstatat), so the kernel does not walk the
+    # whole path again for every file.
     try:
-        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        folder = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            with os.scandir(folder) as listing:
+                entries = sorted(listing, key=lambda e: e.name)
+        except OSError:
+            os.close(folder)
+            raise
     except OSError as error:
-        found.skipped.append(Skip(str(directory), f"unreadable directory: {error.strerror}"))
+        found.skipped.append(Skip(directory, f"unreadable directory: {error.strerror}"))
         return
-    for entry in entries:
-        if entry.is_dir(follow_symlinks=False):
-            if entry.name in SKIPPED_DIRS:
-                found.skipped.append(Skip(entry.path, f"excluded directory {entry.name}"))
-            else:
-                _walk(found, Path(entry.path), root, source, suffixes, max_bytes)
-        elif entry.is_symlink():
-            path = Path(entry.path)
-            if path.is_dir():
-                _consider_dir_link(found, path, root)
-            elif entry.name.endswith(suffixes):
-                _consider(found, path, root, source, max_bytes, None)
-        elif entry.name.endswith(suffixes):
-            _consider_entry(found, entry, source, max_bytes)
-
-
-def _consider_entry(
-    found: Discovery, entry: os.DirEntry[str], source: FileSource, max_bytes: int
-) -> None:
     try:
-        info = entry.stat(follow_symlinks=False)
-    except OSError as error:
-        found.skipped.append(Skip(entry.path, f"unreadable: {error.strerror}"))
-        return
-    _admit(found, entry.path, info, source, max_bytes)
+        prefix = directory + os.sep
+        for entry in entries:
+            name = entry.name
+            if entry.is_dir(follow_symlinks=False):
+                if name in SKIPPED_DIRS:
+                    found.skipped.append(Skip(prefix + name, f"excluded directory {name}"))
+                else:
+                    _walk(found, prefix + name, root, source, suffixes, max_bytes)
+            elif entry.is_symlink():
+                path = Path(prefix + name)
+                if path.is_dir():
+                    _consider_dir_link(found, path, root)
+                elif name.endswith(suffixes):
+                    _consider(found, path, root, source, max_bytes, None)
+            elif name.endswith(suffixes):
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except OSError as error:
+                    found.skipped.append(Skip(prefix + name, f"unreadable: {error.strerror}"))
+                    continue
+                _admit(found, prefix + name, info, source, max_bytes)
+    finally:
+        os.close(folder)
 
 
 def _consider_dir_link(found: Discovery, link: Path, root: Path) -> None:

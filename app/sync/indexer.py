@@ -13,8 +13,6 @@ import asyncio
 import hashlib
 import os
 from collections import Counter
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +20,9 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
-from app.db.binary_vectors import binary_vector_connection
+from app.db.binary_vectors import use_vector_type
+from app.db.engine import sessionmaker_url
+from app.db.raw_pool import Conn, connect
 from app.index.embedding import Vectors, arrays_for, cached_arrays, ensure_model_index
 from app.index.terms import index_terms
 from app.index.writer import content_hash
@@ -72,6 +72,18 @@ class _Prepared:
         self.hashes = [content_hash(c.content) for c in self.chunks]
         self.terms = [index_terms(c.content, c.headings) for c in self.chunks]
         self.total = len(self.chunks)
+
+
+# The index mirrors files on disk, so the sync's commits do not wait for the WAL to reach the disk
+# (each write transaction's COMMIT waited 0.2-6 ms for it here, docs/benchmarks.md). A crash of
+# the machine can lose the last ~0.6 s of them (Postgres stays consistent: a later transaction
+# never survives an earlier one); those files then still carry their old (size, mtime), and the
+# next sync writes them again.
+_SYNC_OPTIONS = "-c synchronous_commit=off"
+
+
+async def _connect(url: str) -> Conn:
+    return await connect(url, application_name="agmem-sync", options=_SYNC_OPTIONS)
 
 
 class ProjectFolderMissing(Exception):
@@ -124,18 +136,20 @@ async def sync_project(
     # Discovery only stats files: it runs while the connection is made and the lock taken.
     early = asyncio.create_task(asyncio.to_thread(listing))
     try:
-        async with sessionmaker() as lock_session:
-            waited = await queries.lock_project(lock_session, project)
+        # The sync's own connection, not one of the engine's: psycopg used directly costs a
+        # third of the CPU of a SQLAlchemy session here (docs/benchmarks.md, Sync), and a fresh
+        # engine's first connection would add its dialect's set-up queries. Closing it ends the
+        # advisory lock too, should the unlock below not be reached.
+        url = sessionmaker_url(sessionmaker)
+        async with await _connect(url) as lock:
+            waited, known = await queries.lock_project(lock, project)
             try:
-                # After waiting for another sync, list the files as they are now. The project's
-                # indexed files are read (through the lock's connection) meanwhile.
-                listed = asyncio.to_thread(listing) if waited else early
-                found, known = await asyncio.gather(
-                    listed, queries.known_files(lock_session, project)
-                )
+                # After waiting for another sync, list the files as they are now.
+                found = await (asyncio.to_thread(listing) if waited else early)
                 return await _sync_locked(
                     sessionmaker,
-                    lock_session,
+                    lock,
+                    url,
                     settings,
                     embedder,
                     request,
@@ -145,8 +159,7 @@ async def sync_project(
                     progress,
                 )
             finally:
-                await queries.unlock_project(lock_session, project)
-                await lock_session.rollback()
+                await queries.unlock_project(lock, project)
     finally:
         if not early.done():  # a failure before the listing was needed: let its thread end
             await asyncio.wait([early])
@@ -154,7 +167,8 @@ async def sync_project(
 
 async def _sync_locked(
     sessionmaker: async_sessionmaker[AsyncSession],
-    lock_session: AsyncSession,
+    lock: Conn,
+    url: str,
     settings: Settings,
     embedder: Embedder,
     request: SyncRequest,
@@ -178,9 +192,7 @@ async def _sync_locked(
     bulk = False
     if candidates:
         # Created once up front: concurrent writers creating the same index would collide.
-        # Through the lock's connection (autocommit), like the read of the known files: a new
-        # connection costs 20-30 ms here, more than a small sync's writes (docs/benchmarks.md).
-        await ensure_model_index(await lock_session.connection(), embedder)
+        await ensure_model_index(lock, embedder)
         # Not with a Batch API provider: its vectors can arrive hours later, and the index must
         # not stay away that long.
         if not isinstance(embedder, BatchEmbedder):
@@ -188,7 +200,8 @@ async def _sync_locked(
     try:
         await _write_all(
             sessionmaker,
-            lock_session,
+            lock,
+            url,
             settings,
             embedder,
             request,
@@ -212,7 +225,8 @@ async def _sync_locked(
 
 async def _write_all(
     sessionmaker: async_sessionmaker[AsyncSession],
-    lock_session: AsyncSession,
+    lock: Conn,
+    url: str,
     settings: Settings,
     embedder: Embedder,
     request: SyncRequest,
@@ -226,7 +240,7 @@ async def _write_all(
     """The file pass (changed files written, touched ones re-stamped, vanished ones deleted) and
     the embedding passes after it."""
     total = len(candidates)
-    writer = _Writer(sessionmaker, lock_session, embedder, project, report, known, request.force)
+    writer = _Writer(lock, url, embedder, project, report, known, request.force)
     earlier: asyncio.Task[bool] | None = None
     if total:
         # A small re-sync's changed files were indexed before: their current rows (to keep the
@@ -234,19 +248,17 @@ async def _write_all(
         # not after (a round trip and ~5 ms of waiting on the critical path).
         ids = [k.id for f in candidates if (k := known.get(f.path)) is not None]
         if ids and not request.force and total <= BATCH_FILES:
-            writer.current = asyncio.create_task(queries.files_chunks(lock_session, ids))
+            writer.current = asyncio.create_task(queries.files_chunks(lock, ids))
 
         async def ready() -> bool:
-            # The lock's connection gets ready to write (the vector type) and looks for chunks
-            # an earlier run left without a vector, while the first files are read: the
-            # embedding pass after the writes (a scan of the project's rows, ~10 ms) is then
-            # skipped when there is nothing to do.
+            # The lock's connection looks for chunks an earlier run left without a vector, while
+            # the first files are read: the embedding pass after the writes (a scan of the
+            # project's rows, ~10 ms) is then skipped when there is nothing to do.
             if writer.current is not None:
                 await writer.current
-            await binary_vector_connection(lock_session)
             if writer.cache_only:  # its pass also resumes Batch API jobs: it always runs
                 return True
-            return await queries.any_unembedded(lock_session, project=project)
+            return await queries.any_unembedded(lock, project=project)
 
         earlier = writer.shared_ready = asyncio.create_task(ready())
         writer.connect()
@@ -275,13 +287,14 @@ async def _write_all(
             await asyncio.gather(earlier, return_exceptions=True)
         await writer.abandon()
         raise
+    finally:
+        await writer.close()
     left_unembedded = True
     if earlier is not None:
         left_unembedded = writer.wrote_unembedded or await earlier
     gone = [k.id for path, k in known.items() if path not in present]
     if gone:
-        async with sessionmaker() as session, session.begin():
-            await queries.delete_files(session, gone)
+        await queries.delete_files(lock, gone)  # one statement: its own transaction
         report.files_deleted = len(gone)
     if report.files_changed and not writer.embedding_down and left_unembedded:
         await embed_missing(sessionmaker, settings, embedder, project, report, progress)
@@ -357,22 +370,23 @@ class _Writer:
 
     def __init__(
         self,
-        sessionmaker: async_sessionmaker[AsyncSession],
-        shared: AsyncSession,
+        shared: Conn,
+        url: str,
         embedder: Embedder,
         project: str,
         report: SyncReport,
         known: dict[str, queries.KnownFile],
         force: bool,
     ) -> None:
-        self.sessionmaker = sessionmaker
-        # The lock's (autocommit) session is one of the WRITERS: a small sync then opens one new
-        # connection, not two (a backend start, ~10-15 ms here, and a cold catalog cache that
-        # makes its first insert ~7-10 ms slower), and still indexes on two backends at once.
+        self.url = url
+        # The lock's (autocommit) connection is one of the WRITERS: a small sync then opens one
+        # new connection, not two (a backend start, and a cold catalog cache that makes its first
+        # insert slower), and still indexes on two backends at once.
         self.shared = shared
-        self.shared_busy = False
-        # What else runs on the shared session, to end before a write takes it.
+        # What else runs on the shared connection, to end before a write takes it.
         self.shared_ready: asyncio.Task[bool] | None = None
+        self.opened: list[Conn] = []  # the other writers' connections, closed at the end
+        self.free: list[Conn] = [shared]  # connections no transaction is using
         self.embedder = embedder
         self.project = project
         self.report = report
@@ -393,13 +407,15 @@ class _Writer:
         self.cache_only = isinstance(embedder, BatchEmbedder)
 
     def connect(self) -> None:
-        """Open the writers' connections while the first files are read and parsed: each new
-        connection (a backend start, the session settings, the vector type lookup) costs 20-30 ms
-        of waiting, as much as a small sync's writes."""
+        """Open the other writers' connections while the first files are read and parsed: a new
+        connection (a backend start) is waiting the writes need not do. They take the vector type
+        the lock's connection looked up."""
 
         async def one() -> None:
-            async with self.sessionmaker() as session:
-                await binary_vector_connection(session)
+            connection = await _connect(self.url)
+            self.opened.append(connection)  # closed by `close`, whatever happens next
+            use_vector_type(connection, self.shared.adapters.types.get("vector"))
+            self.free.append(connection)
 
         async def all_of_them() -> None:
             await asyncio.gather(*(one() for _ in range(WRITERS - 1)))
@@ -407,10 +423,28 @@ class _Writer:
         self.connecting = asyncio.create_task(all_of_them())
 
     async def connected(self) -> None:
-        """Wait for `connect` (their sessions back in the pool), so no writer opens another."""
+        """Wait for `connect`, so that every writer's connection is there to take."""
         if self.connecting is not None:
             connecting, self.connecting = self.connecting, None
             await connecting
+
+    async def take(self) -> Conn:
+        """A connection no transaction is using (the shared one first: its backend is warm), once
+        one is free; a failed write's error is raised here."""
+        while not self.free:
+            done, _ = await asyncio.wait(self.inflight, return_when=asyncio.FIRST_COMPLETED)
+            self.inflight -= done
+            for task in done:
+                task.result()
+        connection = self.shared if self.shared in self.free else self.free[-1]
+        self.free.remove(connection)
+        if connection is self.shared and self.shared_ready is not None:
+            try:
+                await self.shared_ready
+            except BaseException:
+                self.free.append(connection)
+                raise
+        return connection
 
     async def add(self, item: _Prepared) -> None:
         self.pending.append(item)
@@ -428,14 +462,8 @@ class _Writer:
         pending, touched = self.pending, self.touched
         self.pending, self.pending_chunks, self.touched = [], 0, []
         await self.connected()
-        while len(self.inflight) >= WRITERS:
-            done, _ = await asyncio.wait(self.inflight, return_when=asyncio.FIRST_COMPLETED)
-            self.inflight -= done
-            for task in done:
-                task.result()
-        shared = not self.shared_busy
-        self.shared_busy |= shared
-        self.inflight.add(asyncio.create_task(self._commit(pending, touched, vectors, shared)))
+        connection = await self.take()
+        self.inflight.add(asyncio.create_task(self._commit(connection, pending, touched, vectors)))
 
     async def finish(self) -> None:
         """Flush the last files split across the writers: a small sync's rows (each an HNSW
@@ -445,14 +473,17 @@ class _Writer:
         groups = [pending]
         vectors = None
         if pending:
-            async with self.sessionmaker() as session, session.begin():
+            connection = await self.take()
+            try:
                 # Split by the chunks left to write once the kept rows are known.
-                await self._keep_unchanged(session, pending)
+                await self._keep_unchanged(connection, pending)
                 groups = _split(pending, WRITERS)
                 if len(groups) > 1:
                     # Embedded once for all groups: two transactions looking up the cache at
                     # the same time would both miss on a text the two share, and embed it twice.
-                    vectors = await self._vectors(session, pending)
+                    vectors = await self._vectors(connection, pending)
+            finally:
+                self.free.append(connection)
         for group in groups:
             self.pending = group
             await self.flush(vectors)
@@ -472,21 +503,26 @@ class _Writer:
             tasks.add(self.connecting)
         await asyncio.gather(*tasks, return_exceptions=True)
 
+    async def close(self) -> None:
+        """Close the connections `connect` opened."""
+        opened, self.opened = self.opened, []
+        for connection in opened:
+            await connection.close()
+
     async def _commit(
         self,
+        connection: Conn,
         pending: list[_Prepared],
         touched: list[tuple[int, float, int]],
         vectors: Vectors | None,
-        shared: bool,
     ) -> None:
-        """One transaction (on the shared session when `shared`): new (mtime, size) for touched
-        files, and each changed file's chunks replaced whole."""
+        """One transaction on `connection`: new (mtime, size) for touched files, and each changed
+        file's chunks replaced whole."""
         files: list[queries.FileChunks] = []
         try:
-            await self._write(pending, touched, vectors, files, shared)
+            await self._write(connection, pending, touched, vectors, files)
         finally:
-            if shared:
-                self.shared_busy = False
+            self.free.append(connection)
         for item in pending:
             if item.passed_over:
                 self.report.transcript_items.update(item.passed_over)
@@ -498,17 +534,19 @@ class _Writer:
 
     async def _write(
         self,
+        connection: Conn,
         pending: list[_Prepared],
         touched: list[tuple[int, float, int]],
         vectors: Vectors | None,
         files: list[queries.FileChunks],
-        shared: bool,
     ) -> None:
-        async with self._transaction(shared) as session:
-            await queries.touch_files(session, touched)
-            await self._keep_unchanged(session, pending)
+        # Autocommit connections: psycopg's transaction block sends BEGIN, then COMMIT (ROLLBACK
+        # on an error); the lock's session-level advisory lock holds across it.
+        async with connection.transaction():
+            await queries.touch_files(connection, touched)
+            await self._keep_unchanged(connection, pending)
             if vectors is None:
-                vectors = await self._vectors(session, pending) if pending else {}
+                vectors = await self._vectors(connection, pending) if pending else {}
             for item in pending:
                 rows = [
                     (c.start_line, c.end_line, c.content, terms, digest, vectors.get(digest))
@@ -529,26 +567,10 @@ class _Writer:
                     )
                 )
             await queries.replace_files(
-                session, project=self.project, model=self.embedder.identity, files=files
+                connection, project=self.project, model=self.embedder.identity, files=files
             )
 
-    @asynccontextmanager
-    async def _transaction(self, shared: bool) -> AsyncIterator[AsyncSession]:
-        """A write transaction: on the lock's connection when `shared` (its lock is session-level,
-        so it holds across the transaction), else on a session of its own."""
-        if not shared:
-            async with self.sessionmaker() as session, session.begin():
-                yield session
-            return
-        if self.shared_ready is not None:
-            await self.shared_ready
-        driver = await binary_vector_connection(self.shared)
-        # The connection is in autocommit: psycopg's transaction block sends BEGIN, then COMMIT
-        # (ROLLBACK on an error) around every statement the session runs on it.
-        async with driver.transaction():
-            yield self.shared
-
-    async def _keep_unchanged(self, session: AsyncSession, pending: list[_Prepared]) -> None:
+    async def _keep_unchanged(self, connection: Conn, pending: list[_Prepared]) -> None:
         """Drop from each changed file's chunks those its current rows already hold (same text,
         same lines, same search terms, which carry the section titles): those rows stay as they
         are. An edit then costs only the chunks it changed, not a new row, tsvector and HNSW
@@ -567,7 +589,7 @@ class _Writer:
         if self.current is not None:  # read ahead: every changed file of a small sync
             current = await self.current
         else:
-            current = await queries.files_chunks(session, list(ids.values()))
+            current = await queries.files_chunks(connection, list(ids.values()))
         for item in unchecked:
             rows = current.get(ids.get(item.found.path, -1))
             if not rows:
@@ -583,7 +605,7 @@ class _Writer:
                     terms.append(term)
             item.chunks, item.hashes, item.terms = chunks, hashes, terms
 
-    async def _vectors(self, session: AsyncSession, pending: list[_Prepared]) -> Vectors:
+    async def _vectors(self, connection: Conn, pending: list[_Prepared]) -> Vectors:
         """Vectors for the buffered chunks; on a provider failure the rows are written without
         one (the worker embeds them later) and the run records the error once."""
         if self.embedding_down:
@@ -602,11 +624,13 @@ class _Writer:
         if not texts:
             return {}
         if self.cache_only:
-            found = await cached_arrays(session, model=self.embedder.identity, hashes=list(texts))
+            found = await cached_arrays(
+                connection, model=self.embedder.identity, hashes=list(texts)
+            )
             self.report.embeddings_cached += len(found)
             return found
         try:
-            vectors, stats = await arrays_for(session, self.embedder, texts)
+            vectors, stats = await arrays_for(connection, self.embedder, texts)
         except Exception as error:  # any provider failure: network, quota, malformed answer
             self.embedding_down = True
             message = f"embedding failed, chunks left for the worker: {type(error).__name__}: "

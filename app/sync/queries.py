@@ -5,14 +5,17 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.binary_vectors import binary_vector_connection
+from app.db.binary_vectors import VECTOR_TYPE, use_vector_type
+from app.db.raw_pool import Conn
 
 # Session-level advisory locks: one per project (a second sync of the project waits for the
 # first) and one per model's HNSW index (one rebuild at a time, see app/sync/bulk_index.py).
@@ -20,32 +23,33 @@ _TRY_LOCK = text("SELECT pg_try_advisory_lock(hashtextextended(:key, 0))")
 _UNLOCK = text("SELECT pg_advisory_unlock(hashtextextended(:key, 0))")
 AUTOCOMMIT = {"isolation_level": "AUTOCOMMIT"}
 
-_KNOWN_FILES = text(
-    "SELECT id, path, source, hash, size, mtime FROM memory_files WHERE project_path = :project"
-)
+# The sync's own statements run on psycopg connections it opens itself (see `lock_project`), in
+# psycopg's placeholder style.
+_TRY_LOCK_RAW = "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))"
+_UNLOCK_RAW = "SELECT pg_advisory_unlock(hashtextextended(%s, 0))"
+
+_KNOWN_FILES = "SELECT id, path, hash, size, mtime FROM memory_files WHERE project_path = %s"
 
 # Every changed file of a write transaction in one statement: a round trip per file (upsert,
 # delete, COPY) cost more Python time per chunk than the rows themselves.
-_UPSERT_FILES = text(
+_UPSERT_FILES = (
     "INSERT INTO memory_files (project_path, path, source, hash, mtime, size, chunk_count) "
-    "SELECT :project, p, s, h, m, z, c FROM unnest(CAST(:paths AS text[]), "
-    "CAST(:sources AS text[]), CAST(:hashes AS text[]), CAST(:mtimes AS float8[]), "
-    "CAST(:sizes AS bigint[]), CAST(:counts AS int[])) AS t(p, s, h, m, z, c) "
+    "SELECT %(project)s, p, s, h, m, z, c FROM unnest(%(paths)s::text[], "
+    "%(sources)s::text[], %(hashes)s::text[], %(mtimes)s::float8[], "
+    "%(sizes)s::bigint[], %(counts)s::int[]) AS t(p, s, h, m, z, c) "
     "ON CONFLICT (project_path, path) DO UPDATE SET source = EXCLUDED.source, "
     "hash = EXCLUDED.hash, mtime = EXCLUDED.mtime, size = EXCLUDED.size, "
-    "chunk_count = EXCLUDED.chunk_count, indexed_at = now() RETURNING id, path"
+    "chunk_count = EXCLUDED.chunk_count, indexed_at = now() RETURNING path, id"
 )
 
 # A changed file's rows that are not kept as they are (same text, same lines).
-_DELETE_FILES_CHUNKS = text(
-    "DELETE FROM memory_chunks WHERE file_id = ANY(CAST(:ids AS bigint[])) "
-    "AND id <> ALL(CAST(:keep AS bigint[]))"
+_DELETE_FILES_CHUNKS = (
+    "DELETE FROM memory_chunks WHERE file_id = ANY(%s::bigint[]) AND id <> ALL(%s::bigint[])"
 )
 
-_FILES_CHUNKS = text(
+_FILES_CHUNKS = (
     "SELECT file_id, id, hash, start_line, end_line, COALESCE(search_terms, '') "
-    "FROM memory_chunks "
-    "WHERE file_id = ANY(CAST(:ids AS bigint[]))"
+    "FROM memory_chunks WHERE file_id = ANY(%s::bigint[])"
 )
 
 # Binary COPY, not INSERT ... unnest: the rows stream in one pass without parameter arrays
@@ -60,13 +64,13 @@ _COPY_TYPES = (
     "varchar",
 )  # fmt: skip
 
-_TOUCH_FILES = text(
-    "UPDATE memory_files AS f SET mtime = t.m, size = t.s FROM unnest(CAST(:ids AS bigint[]), "
-    "CAST(:mtimes AS float8[]), CAST(:sizes AS bigint[])) AS t(i, m, s) WHERE f.id = t.i"
+_TOUCH_FILES = (
+    "UPDATE memory_files AS f SET mtime = t.m, size = t.s FROM unnest(%s::bigint[], "
+    "%s::float8[], %s::bigint[]) AS t(i, m, s) WHERE f.id = t.i"
 )
 
 # Chunks cascade with their file row.
-_DELETE_FILES = text("DELETE FROM memory_files WHERE id = ANY(CAST(:ids AS bigint[]))")
+_DELETE_FILES = "DELETE FROM memory_files WHERE id = ANY(%s::bigint[])"
 
 _STALE_CHUNKS = text(
     "SELECT id, hash, content FROM memory_chunks WHERE project_path = :project "
@@ -82,10 +86,10 @@ _UNEMBEDDED_CHUNKS = text(
 # Through the partial index of rows without a vector (OFFSET 0 keeps the project filter out of
 # the scan): with the project's filter pushed down, the planner walks the project's index and
 # reads all its rows (12-14 ms for 6,685, EXPLAIN ANALYZE) before the statistics catch up.
-_ANY_UNEMBEDDED = text(
+_ANY_UNEMBEDDED = (
     "SELECT EXISTS (SELECT 1 FROM (SELECT project_path, source FROM memory_chunks "
     "WHERE embedding IS NULL OFFSET 0) AS u "
-    "WHERE project_path = :project AND source IN ('memory', 'sessions'))"
+    "WHERE project_path = %s AND source IN ('memory', 'sessions'))"
 )
 
 _MISSING_TEXTS = text(
@@ -116,11 +120,9 @@ _UPDATE_BATCH = text(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class KnownFile:
+class KnownFile(NamedTuple):  # what the delta check needs of an indexed file, nothing more
     id: int
     path: str
-    source: str
     hash: str
     size: int
     mtime: float
@@ -135,9 +137,19 @@ async def hold_lock(session: AsyncSession, key: str) -> bool:
     waiting for the project would stall the rebuild of the sync it is waiting for.
     """
     await session.connection(execution_options=AUTOCOMMIT)
+
+    async def attempt() -> bool:
+        return bool((await session.execute(_TRY_LOCK, {"key": key})).scalar_one())
+
+    return await _poll(attempt)
+
+
+async def _poll(attempt: Callable[[], Awaitable[bool]]) -> bool:
+    """Call `attempt` until it takes the lock (10 ms doubling to 500 ms between tries); True when
+    it had to wait."""
     delay = 0.01
     waited = False
-    while not (await session.execute(_TRY_LOCK, {"key": key})).scalar_one():
+    while not await attempt():
         waited = True
         await asyncio.sleep(delay)
         delay = min(delay * 2, 0.5)
@@ -148,35 +160,56 @@ async def release_lock(session: AsyncSession, key: str) -> None:
     await session.execute(_UNLOCK, {"key": key})
 
 
-async def lock_project(session: AsyncSession, project: str) -> bool:
-    """Hold the project's sync lock on this session's connection until `unlock_project`; True
-    when another sync held it first. The connection is in autocommit: its later statements
-    (reads, `CREATE INDEX IF NOT EXISTS`) each commit on their own."""
-    return await hold_lock(session, "agmem.sync:" + project)
+async def lock_project(connection: Conn, project: str) -> tuple[bool, dict[str, KnownFile]]:
+    """Hold the project's sync lock on this autocommit connection until `unlock_project`, polled
+    like `hold_lock`; returns whether another sync held it first, and the project's indexed
+    files as they are once the lock is held. The connection is then ready to send vectors.
+
+    The first try and the read of the files go in one round trip: a sync that finds the lock
+    free (nearly all) needs nothing more; one that waited reads the files again.
+    """
+    key = "agmem.sync:" + project
+    async with connection.pipeline() as pipeline:
+        tried = await connection.execute(_TRY_LOCK_RAW, (key,))
+        listed = await connection.execute(_KNOWN_FILES, (project,), binary=True)
+        typed = await connection.execute(VECTOR_TYPE)
+        await pipeline.sync()
+        took = bool((await tried.fetchone() or (False,))[0])
+        rows = await listed.fetchall()
+        use_vector_type(connection, await typed.fetchone())
+    if took:
+        return False, {k.path: k for k in map(KnownFile._make, rows)}
+
+    async def attempt() -> bool:
+        cursor = await connection.execute(_TRY_LOCK_RAW, (key,))
+        return bool((await cursor.fetchone() or (False,))[0])
+
+    await _poll(attempt)
+    return True, await known_files(connection, project)
 
 
-async def unlock_project(session: AsyncSession, project: str) -> None:
-    await release_lock(session, "agmem.sync:" + project)
+async def unlock_project(connection: Conn, project: str) -> None:
+    await connection.execute(_UNLOCK_RAW, ("agmem.sync:" + project,))
 
 
-async def known_files(session: AsyncSession, project: str) -> dict[str, KnownFile]:
+async def known_files(connection: Conn, project: str) -> dict[str, KnownFile]:
     """Every indexed file of the project, by path."""
-    result = await session.execute(_KNOWN_FILES, {"project": project})
-    return {row[1]: KnownFile(*row) for row in result.all()}
+    cursor = await connection.execute(_KNOWN_FILES, (project,), binary=True)
+    return {k.path: k for k in map(KnownFile._make, await cursor.fetchall())}
 
 
 ChunkKey = tuple[str, int, int, str]  # (content hash, start line, end line, search terms)
 
 
 async def files_chunks(
-    session: AsyncSession, file_ids: list[int]
+    connection: Conn, file_ids: list[int]
 ) -> dict[int, dict[ChunkKey, list[int]]]:
     """The current rows of these files: per file, the row ids under each (hash, start, end,
     search terms)."""
     found: dict[int, dict[ChunkKey, list[int]]] = {}
     if file_ids:
-        result = await session.execute(_FILES_CHUNKS, {"ids": file_ids})
-        for file_id, row_id, digest, start, end, terms in result:
+        cursor = await connection.execute(_FILES_CHUNKS, (file_ids,), binary=True)
+        for file_id, row_id, digest, start, end, terms in await cursor.fetchall():
             found.setdefault(file_id, {}).setdefault((digest, start, end, terms), []).append(row_id)
     return found
 
@@ -198,13 +231,14 @@ class FileChunks:
 
 
 async def replace_files(
-    session: AsyncSession, *, project: str, model: str, files: list[FileChunks]
+    connection: Conn, *, project: str, model: str, files: list[FileChunks]
 ) -> None:
     """Upsert the files' rows and make each file's `chunks` plus its `keep` rows its only chunks,
-    in the session's transaction (the caller's one transaction covers every file it passes)."""
+    in the connection's transaction (the caller's one transaction covers every file it passes).
+    The connection must carry the vector type (`binary_vector_connection`)."""
     if not files:
         return
-    result = await session.execute(
+    cursor = await connection.execute(
         _UPSERT_FILES,
         {
             "project": project,
@@ -216,13 +250,12 @@ async def replace_files(
             "counts": [f.chunk_count for f in files],
         },
     )
-    ids: dict[str, int] = {row.path: row.id for row in result}
+    ids: dict[str, int] = dict(await cursor.fetchall())
     keep = [row_id for f in files for row_id in f.keep]
-    await session.execute(_DELETE_FILES_CHUNKS, {"ids": list(ids.values()), "keep": keep})
+    await connection.execute(_DELETE_FILES_CHUNKS, (list(ids.values()), keep))
     if not any(f.chunks for f in files):
         return
-    driver = await binary_vector_connection(session)
-    async with driver.cursor() as cursor, cursor.copy(_COPY_CHUNKS) as copy:
+    async with connection.cursor() as copy_cursor, copy_cursor.copy(_COPY_CHUNKS) as copy:
         copy.set_types(list(_COPY_TYPES))
         for f in files:
             file_id = ids[f.path]
@@ -244,16 +277,16 @@ async def replace_files(
                 )
 
 
-async def touch_files(session: AsyncSession, touched: list[tuple[int, float, int]]) -> None:
+async def touch_files(connection: Conn, touched: list[tuple[int, float, int]]) -> None:
     """Record a new (mtime, size) for files whose content hash did not change."""
     if touched:
         ids, mtimes, sizes = (list(column) for column in zip(*touched, strict=True))
-        await session.execute(_TOUCH_FILES, {"ids": ids, "mtimes": mtimes, "sizes": sizes})
+        await connection.execute(_TOUCH_FILES, (ids, mtimes, sizes))
 
 
-async def delete_files(session: AsyncSession, ids: list[int]) -> None:
+async def delete_files(connection: Conn, ids: list[int]) -> None:
     if ids:
-        await session.execute(_DELETE_FILES, {"ids": ids})
+        await connection.execute(_DELETE_FILES, (ids,))
 
 
 async def stale_chunks(
@@ -266,9 +299,10 @@ async def stale_chunks(
     return [(row.id, row.hash, row.content) for row in result]
 
 
-async def any_unembedded(session: AsyncSession, *, project: str) -> bool:
+async def any_unembedded(connection: Conn, *, project: str) -> bool:
     """Whether any file chunk of the project has no vector."""
-    return bool((await session.execute(_ANY_UNEMBEDDED, {"project": project})).scalar_one())
+    cursor = await connection.execute(_ANY_UNEMBEDDED, (project,))
+    return bool((await cursor.fetchone() or (False,))[0])
 
 
 async def missing_texts(session: AsyncSession, *, project: str) -> dict[str, str]:

@@ -11,7 +11,7 @@ from app.config import Settings
 from app.db.engine import make_async_engine, make_sessionmaker
 from app.index.embedding import vector_literal
 from app.llm.gemini_embeddings import GeminiEmbedder
-from app.sync.indexer import SyncRequest, sync_project
+from app.sync.indexer import SyncRequest, _connect, sync_project
 from app.sync.report import SyncReport
 from tests.conftest import make_settings
 from tests.fakes.gemini import FakeResponse, RecordedRequest, fake_gemini
@@ -159,3 +159,37 @@ def test_a_failed_write_on_the_lock_connection_rolls_back_and_frees_the_lock(
     assert report.files_changed == 2
     chunks = db.execute("SELECT count(*) FROM memory_chunks").fetchone()
     assert chunks == db.execute("SELECT sum(chunk_count)::int FROM memory_files").fetchone()
+
+
+def test_a_sync_works_through_its_own_connections_that_do_not_wait_for_the_wal(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "proj")
+    others = (
+        "SELECT application_name FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = "
+        "'client backend'"
+    )
+    seen: list[str] = []
+
+    class Watching(CountingEmbedder):
+        def embed_documents(self, texts: list[str]) -> Any:
+            # Called while the sync holds its lock and writes: who is connected then.
+            seen.extend(row[0] for row in db.execute(others))
+            return super().embed_documents(texts)
+
+    report = run_sync(database_url, settings, Watching(), project)
+
+    assert report.files_changed == 6
+    # The lock's connection and the second writer's, none of the engine's pool ("agmem").
+    assert set(seen) == {"agmem-sync"}
+
+    async def commit_setting() -> str:
+        connection = await _connect(database_url)
+        try:
+            row = await (await connection.execute("SHOW synchronous_commit")).fetchone()
+            return str(row[0]) if row else ""
+        finally:
+            await connection.close()
+
+    assert asyncio.run(commit_setting()) == "off"
