@@ -192,6 +192,11 @@ class Settings(BaseSettings):
             raise ValueError(f"is not a valid URL ({error})") from None
         return value.strip()
 
+    @field_validator("host")
+    @classmethod
+    def _bare_host(cls, value: str) -> str:
+        return bare_host(value)
+
     @field_validator("gemini_upstream")
     @classmethod
     def _check_upstream(cls, value: str) -> str:
@@ -249,6 +254,11 @@ class Settings(BaseSettings):
     @property
     def binds_loopback_only(self) -> bool:
         return is_loopback_host(self.host)
+
+
+def bare_host(host: str) -> str:
+    """`[::1]` is how an IPv6 address is written in a URL; the socket wants `::1`."""
+    return host.strip().removeprefix("[").removesuffix("]")
 
 
 def is_loopback_host(host: str) -> bool:

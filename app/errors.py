@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 
+def first_line(error: BaseException) -> str:
+    """An error's first line of text, for a one-line log or message; its class name when it has
+    no text (a timeout's exception often has none: `str(error).splitlines()[0]` raised)."""
+    text = str(getattr(error, "orig", None) or error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 class AppError(Exception):
     """Base of every error a client may see. The class name is the `error` field."""
 

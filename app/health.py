@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.api.deps import StateDep
+from app.api.middleware import authorized, expected_authorization
+from app.errors import first_line
 from app.llm.embeddings import describe_embedding
 from app.worker.metrics import METRICS_SQL, TOKENS_BY_PROJECT_SQL, shape_metrics
 
@@ -32,14 +34,17 @@ async def read_database_facts(session: AsyncSession) -> dict[str, Any]:
 
 
 @router.get("/health")
-async def health(state: StateDep) -> JSONResponse:
-    """Liveness and readiness in one: 200 when the database answers, 503 when it does not."""
+async def health(request: Request, state: StateDep) -> JSONResponse:
+    """Liveness and readiness in one: 200 when the database answers, 503 when it does not.
+
+    It stays open for probes. With a token set, only a caller presenting it gets the tokens
+    saved by project: that listed every project's path to anyone who could reach the port."""
     embedding = describe_embedding(state.settings)
     try:
         async with state.sessionmaker() as session:
             facts = await read_database_facts(session)
     except Exception as error:  # any failure to reach or query the database means "not ready"
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        reason = first_line(error)
         return JSONResponse(
             {
                 "status": "unavailable",
@@ -59,6 +64,14 @@ async def health(state: StateDep) -> JSONResponse:
             "postgres": facts["postgres"],
             "pgvector": facts["pgvector"],
             "embedding": embedding,
-            "worker": facts["worker"],
+            "worker": (
+                facts["worker"]
+                if authorized(request.scope, expected_authorization(state.settings.api_token))
+                else _without_projects(facts["worker"])
+            ),
         }
     )
+
+
+def _without_projects(worker: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in worker.items() if k != "tokensSavedByProject"}

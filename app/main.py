@@ -16,6 +16,7 @@ from app.capture.routes import router as capture_router
 from app.config import Settings, get_settings
 from app.context.routes import router as context_router
 from app.db.engine import make_async_engine, make_sessionmaker, resolve_database_url
+from app.llm.ratelimit import gemini_gate
 from app.mcp.server import mount_mcp
 from app.memories import routes as memories
 from app.proxy import routes as proxy_routes
@@ -44,6 +45,7 @@ def create_app(
             database_url=url,
             engine=engine,
             sessionmaker=make_sessionmaker(engine),
+            gemini_gate=gemini_gate(settings),
         )
         stop = asyncio.Event()
         worker = (

@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from app.config import Settings
 
 if TYPE_CHECKING:
+    from app.llm.ratelimit import GeminiGate
     from app.memories.reads import MemoryReads
 
 
@@ -22,3 +23,5 @@ class AppState:
     sessionmaker: async_sessionmaker[AsyncSession]
     # The exact-key read path of memories, while the app's lifespan runs (None in the CLI).
     memory_reads: MemoryReads | None = None
+    # The breaker of the API's own Gemini calls (resume briefings), while the lifespan runs.
+    gemini_gate: GeminiGate | None = None

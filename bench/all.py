@@ -19,6 +19,7 @@ BENCHMARKS = [
     "compression",
     "memories",
     "proxy",
+    "gemini_search",
 ]
 
 

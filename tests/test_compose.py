@@ -15,6 +15,7 @@ from sqlalchemy.engine import make_url
 
 from app.cli import cli
 from app.config import Settings
+from app.worker.loop import STOP_GRACE_SECONDS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -139,3 +140,31 @@ def test_a_service_that_serves_no_http_overrides_the_images_healthcheck(
         argv = agmem_invocations(service["command"])[-1]
         if argv[1] != "serve":
             assert service.get("healthcheck", {}).get("disable") is True, name
+
+
+def test_the_worker_is_given_time_to_give_its_claims_back(compose: dict[str, Any]) -> None:
+    # Stopping, the worker waits STOP_GRACE_SECONDS for the jobs in hand, then releases their
+    # claims and exits (walk-through: 12.4 s after SIGTERM with a Gemini call in flight). Docker
+    # kills after 10 s unless told otherwise: the claims then held until their lease ran out.
+    grace = compose["services"]["worker"]["stop_grace_period"]
+    match = re.fullmatch(r"(\d+)s", grace)
+    assert match, grace
+    assert int(match.group(1)) >= STOP_GRACE_SECONDS + 10
+
+
+def test_api_and_worker_see_the_projects_at_the_paths_clients_name(
+    compose: dict[str, Any],
+) -> None:
+    # POST /api/sync checks the project folder in the API and the worker reads it; neither
+    # container could see any project, so no sync could run under compose.
+    mounts = []
+    for name in ("api", "worker"):
+        (mount,) = compose["services"][name]["volumes"]
+        part = r"(\$\{AGMEM_PROJECTS_DIR:-/\w+\})"
+        match = re.fullmatch(f"{part}:{part}:(ro|rw)", mount)
+        assert match, mount
+        host, container, mode = match.groups()
+        mounts.append(mount)
+        assert host == container, "a project's key is its path on the clients' machine"
+        assert mode == "ro"
+    assert mounts[0] == mounts[1]

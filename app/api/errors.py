@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.errors import AppError, DatabaseUnavailable
+from app.errors import AppError, DatabaseUnavailable, first_line
 
 log = structlog.get_logger(__name__)
 
@@ -84,19 +84,19 @@ async def _http_error(_: Request, error: Exception) -> JSONResponse:
 
 
 async def _database_unreachable(_: Request, error: Exception) -> JSONResponse:
-    log.warning("database.unreachable", error=str(error).splitlines()[0] if str(error) else "")
+    log.warning("database.unreachable", error=first_line(error))
     unavailable = DatabaseUnavailable("the database is unreachable; retry shortly")
     return error_response(503, unavailable.error, unavailable.detail, unavailable.headers)
 
 
 async def _data_error(_: Request, error: Exception) -> JSONResponse:
     # Input cleaning should stop these first; this keeps a value Postgres rejects from being a 500.
-    message = str(getattr(error, "orig", error)).splitlines()[0]
+    message = first_line(error)
     return error_response(422, "InvalidData", f"the database rejected a value: {message}")
 
 
 async def _integrity_error(_: Request, error: Exception) -> JSONResponse:
-    message = str(getattr(error, "orig", error)).splitlines()[0]
+    message = first_line(error)
     return error_response(409, "Conflict", f"the change conflicts with stored data: {message}")
 
 

@@ -34,12 +34,28 @@ def _header(scope: Scope, name: bytes) -> bytes | None:
     return None
 
 
+def expected_authorization(token: str | None) -> bytes | None:
+    """The bearer token a request must carry, None when no token is set."""
+    return token.encode() if token else None
+
+
+def authorized(scope: Scope, expected: bytes | None) -> bool:
+    """Whether the request's `Authorization` is `Bearer <expected>` (any, when None).
+
+    The scheme is case-insensitive and may be followed by several spaces (RFC 7235, 6750):
+    `bearer <token>`, as some HTTP clients write it, was refused as an invalid token."""
+    if expected is None:
+        return True
+    scheme, _, presented = (_header(scope, b"authorization") or b"").partition(b" ")
+    return scheme.lower() == b"bearer" and hmac.compare_digest(presented.lstrip(b" "), expected)
+
+
 class BearerTokenMiddleware:
     """When a token is configured, every `/api/*` and `/mcp` request must present it."""
 
     def __init__(self, app: ASGIApp, *, token: str | None) -> None:
         self.app = app
-        self.expected = f"Bearer {token}".encode() if token else None
+        self.expected = expected_authorization(token)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.expected is None or scope["type"] != "http":
@@ -47,8 +63,8 @@ class BearerTokenMiddleware:
             return
         path: str = scope.get("path", "")
         if path.startswith(PROTECTED_PREFIXES) or path == "/api":
-            presented = _header(scope, b"authorization") or b""
-            if not hmac.compare_digest(presented, self.expected):
+            if not authorized(scope, self.expected):
+                presented = _header(scope, b"authorization")
                 detail = (
                     "missing Authorization header; send 'Authorization: Bearer <token>'"
                     if not presented

@@ -14,7 +14,7 @@ from sqlalchemy.engine import make_url
 from typer.core import TyperGroup
 
 from app.config import Settings, SettingsError, load_settings
-from app.errors import AppError
+from app.errors import AppError, first_line
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
@@ -68,11 +68,6 @@ def absolute_project(path: str | os.PathLike[str]) -> str:
     """A project path as the service stores it: absolute, `~` expanded, `..` folded. Rows carry
     the absolute path a client sent, so a relative `--project .` would match nothing."""
     return os.path.abspath(os.path.expanduser(path))
-
-
-def first_line(error: BaseException) -> str:
-    text = str(getattr(error, "orig", None) or error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 @contextmanager

@@ -36,6 +36,8 @@ async def _run(settings: Settings, url: str, request: SearchRequest) -> SearchRe
 
 
 def _print(response: SearchResponse) -> None:
+    if response.degraded:
+        typer.echo(f"agmem: warning: {response.degraded}", err=True)
     if not response.results:
         typer.echo("no results")
         return

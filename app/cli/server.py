@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from app.cli.common import cli_errors, describe_location, fail, open_database, settings_or_exit
-from app.config import Settings
+from app.config import Settings, bare_host
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -35,6 +35,11 @@ def bind_listener(host: str, port: int) -> socket.socket:
             fail(f"port {port} on {host} is in use; set AGMEM_PORT or stop its owner")
         fail(f"cannot bind {host}:{port}: {error.strerror}")
     return listener
+
+
+def url_host(host: str) -> str:
+    """The host as a URL writes it: an IPv6 address in brackets (`http://[::1]:37777`)."""
+    return f"[{host}]" if ":" in host else host
 
 
 def check_token_rule(settings: Settings) -> None:
@@ -83,6 +88,8 @@ def serve(
 ) -> None:
     """Start the HTTP API (embedded PostgreSQL when DATABASE_URL is unset), after migrating."""
     settings = settings_or_exit()
+    if host is not None:
+        host = bare_host(host)
     overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
     if overrides:
         settings = settings.model_copy(update=overrides)
@@ -99,7 +106,7 @@ def serve(
         url = open_database(settings, migrate_embedded=False)
         migrate.upgrade(url)
         typer.echo(f"agmem: database {describe_location(settings, url)}, schema at head", err=True)
-        typer.echo(f"agmem: serving on http://{settings.host}:{bound_port}", err=True)
+        typer.echo(f"agmem: serving on http://{url_host(settings.host)}:{bound_port}", err=True)
         app = create_app(settings, database_url=url, run_worker=not no_worker)
         freeze_startup_heap()
         exit_cleanly_on_sigterm()
@@ -182,19 +189,29 @@ def status() -> None:
             engine.dispose()
         console.print(table)
         if current is not None:
-            print_worker_metrics(console, engine_url=url)
+            print_worker_metrics(console, settings, engine_url=url)
 
 
-def print_worker_metrics(console: Console, *, engine_url: str) -> None:
-    """The worker's backlog and results, as /health reports them."""
+def print_worker_metrics(console: Console, settings: Settings, *, engine_url: str) -> None:
+    """The worker's backlog and results, as /health reports them, how the observations were
+    compressed and what Gemini spent today."""
     from app.db.engine import make_sync_engine
-    from app.worker.metrics import METRICS_SQL, TOKENS_BY_PROJECT_SQL, shape_metrics
+    from app.worker.metrics import (
+        COMPRESSED_BY_SQL,
+        GEMINI_TODAY_SQL,
+        METRICS_SQL,
+        TOKENS_BY_PROJECT_SQL,
+        describe_compressed_by,
+        shape_metrics,
+    )
 
     engine = make_sync_engine(engine_url)
     try:
         with engine.connect() as connection:
             counts = connection.execute(METRICS_SQL).one()
             by_project = connection.execute(TOKENS_BY_PROJECT_SQL).all()
+            compressed_by = connection.execute(COMPRESSED_BY_SQL).all()
+            today = connection.execute(GEMINI_TODAY_SQL).one()
     finally:
         engine.dispose()
     metrics = shape_metrics(counts, by_project)
@@ -205,9 +222,22 @@ def print_worker_metrics(console: Console, *, engine_url: str) -> None:
         f"summarized {metrics['summarized']}, oldest pending "
         f"{'-' if oldest is None else f'{oldest:.0f} s'}"
     )
+    if compressed_by:
+        console.print(f"compressed {describe_compressed_by(compressed_by)}")
+    console.print(f"gemini     {describe_gemini(settings, today.tokens, today.calls)}")
     console.print(f"tokens     saved {metrics['tokensSaved']} in total")
     for project, saved in metrics["tokensSavedByProject"].items():
         console.print(f"           {saved} in {project}")
+
+
+def describe_gemini(settings: Settings, tokens: int, calls: int) -> str:
+    """Whether this configuration calls Gemini, where, and today's spend against the budget."""
+    if not settings.gemini_api_key:
+        return "off (no GEMINI_API_KEY): the extractive fallback compresses"
+    where = settings.gemini_base_url or "Google"
+    budget = settings.gemini_daily_token_budget
+    of = f" of {budget:,}" if budget else " (no daily budget)"
+    return f"{settings.gemini_model} at {where}: {tokens:,}{of} tokens today in {calls:,} calls"
 
 
 def register(cli: typer.Typer) -> None:

@@ -71,7 +71,7 @@ def worker(
         asyncio.run(run_worker(settings, url, concurrency=concurrency))
 
 
-async def _retry(url: str, project: str | None) -> tuple[int, int]:
+async def _retry(url: str, project: str | None) -> tuple[int, int, int]:
     from app.db.engine import make_async_engine, make_sessionmaker, transaction
     from app.worker.claims import retry_failed
 
@@ -95,8 +95,11 @@ def retry_failed_command(
     settings = settings_or_exit()
     with cli_errors():
         url = open_database(settings)
-        observations, sessions = asyncio.run(_retry(url, project))
-    typer.echo(f"requeued {observations} observations and {sessions} sessions")
+        observations, sessions, again = asyncio.run(_retry(url, project))
+    line = f"requeued {observations} observations and {sessions} sessions"
+    if again:
+        line += f"; {again} summarised sessions will be summarised again with them"
+    typer.echo(line)
 
 
 def register(cli: typer.Typer) -> None:

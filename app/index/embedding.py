@@ -100,10 +100,15 @@ async def arrays_for(
     return vectors, stats
 
 
-_CLAIM_UNEMBEDDED = text(
+_CLAIM = (
     "SELECT id, hash, content FROM memory_chunks WHERE embedding IS NULL "
-    "AND embed_attempts < :max_attempts ORDER BY id LIMIT :limit FOR UPDATE SKIP LOCKED"
+    "AND embed_attempts < :max_attempts {only} ORDER BY id LIMIT :limit FOR UPDATE SKIP LOCKED"
 )
+_CLAIM_UNEMBEDDED = text(_CLAIM.format(only=""))
+# A sync with a batch-capable provider (Gemini) writes its file chunks without vectors and then
+# embeds them itself, inline or with one Batch API job (app/sync/embed.py); a worker that took
+# them as they were written paid for them a second time, at the inline price.
+_CLAIM_UNEMBEDDED_NOT_FILES = text(_CLAIM.format(only="AND source NOT IN ('memory', 'sessions')"))
 
 _SET_VECTORS_BINARY = (
     "UPDATE memory_chunks AS c SET embedding = t.e, model = %s, embed_error = NULL "
@@ -140,16 +145,23 @@ async def ensure_model_index(
 
 
 async def embed_pending_chunks(
-    session: AsyncSession, embedder: Embedder, *, limit: int = 512, max_attempts: int = 5
+    session: AsyncSession,
+    embedder: Embedder,
+    *,
+    limit: int = 512,
+    max_attempts: int = 5,
+    skip_file_chunks: bool = False,
 ) -> EmbedStats:
     """Claim up to `limit` index rows without a vector and give them one (cache first).
 
-    Rows are locked with SKIP LOCKED, so parallel workers split the backlog. A provider failure
+    Rows are locked with SKIP LOCKED, so parallel workers split the backlog. With
+    `skip_file_chunks`, the memory files' and transcripts' rows are left to the sync that wrote
+    them. A provider failure
     counts an attempt on the rows, is returned in `error`, and leaves them for a later try.
     """
-    rows = (
-        await session.execute(_CLAIM_UNEMBEDDED, {"limit": limit, "max_attempts": max_attempts})
-    ).all()
+    claim = _CLAIM_UNEMBEDDED_NOT_FILES if skip_file_chunks else _CLAIM_UNEMBEDDED
+    params = {"limit": limit, "max_attempts": max_attempts}
+    rows = (await session.execute(claim, params)).all()
     if not rows:
         return EmbedStats()
     await ensure_model_index(await session.connection(), embedder)

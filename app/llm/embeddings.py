@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import threading
 from functools import lru_cache
 from pathlib import Path
 from typing import Protocol
@@ -153,10 +154,34 @@ class SentenceTransformerEmbedder:
         return vector
 
 
+# One embedder per configuration and process. Every search and context request asked for one:
+# a GeminiEmbedder's client cost ~65 ms of CPU to build (measured), on the event loop, and a
+# sentence-transformers model was loaded from disk again.
+_loaded: dict[tuple[object, ...], Embedder] = {}
+_loading = threading.Lock()
+
+
 def get_embedder(settings: Settings) -> Embedder:
-    """The embedder the settings ask for."""
+    """The embedder the settings ask for, built once per process for the same settings."""
     if settings.embedding_provider == "local":
         return local_embedder()
+    key = (
+        settings.embedding_provider,
+        settings.embedding_model,
+        settings.embedding_dims,
+        settings.gemini_api_key,
+        settings.gemini_base_url,
+        settings.gemini_embed_max_retries,
+        settings.gemini_timeout_seconds,
+    )
+    with _loading:
+        embedder = _loaded.get(key)
+        if embedder is None:
+            embedder = _loaded[key] = _load_embedder(settings)
+    return embedder
+
+
+def _load_embedder(settings: Settings) -> Embedder:
     described = describe_embedding(settings)
     if settings.embedding_provider == "gemini":
         from app.llm.gemini_embeddings import GeminiEmbedder

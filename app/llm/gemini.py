@@ -6,11 +6,29 @@ changed; unset means Google's endpoint.
 
 from __future__ import annotations
 
+import httpx
 from google import genai
 from google.genai import types
 
 from app.config import Settings
 from app.errors import AppError
+
+
+def _network_errors(name: str) -> tuple[type[Exception], ...]:
+    """An httpx error class, and its twin in httpx2, the fork google-genai sends through when
+    installed (as it is with google-genai 3), whose classes are not httpx's."""
+    classes: list[type[Exception]] = [getattr(httpx, name)]
+    try:
+        import httpx2
+
+        classes.append(getattr(httpx2, name))
+    except ImportError:
+        pass
+    return tuple(classes)
+
+
+TRANSPORT_ERRORS = _network_errors("TransportError")
+TIMEOUT_ERRORS = _network_errors("TimeoutException")
 
 
 class GeminiNotConfigured(AppError):

@@ -14,7 +14,6 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-import httpx
 import numpy as np
 import structlog
 from google.genai import errors, types
@@ -23,7 +22,7 @@ from numpy.typing import NDArray
 from app.config import Settings
 from app.errors import UpstreamUnavailable
 from app.llm.embeddings import model_identity, normalise
-from app.llm.gemini import make_client
+from app.llm.gemini import TIMEOUT_ERRORS, TRANSPORT_ERRORS, make_client
 
 log = structlog.get_logger(__name__)
 
@@ -31,7 +30,10 @@ MAX_TEXTS_PER_CALL = 100
 DOCUMENT_TASK = "RETRIEVAL_DOCUMENT"
 QUERY_TASK = "RETRIEVAL_QUERY"
 _MAX_BACKOFF_SECONDS = 30.0
+QUERY_RETRIES = 1
+QUERY_TIMEOUT_SECONDS = 10.0
 _BATCH_DONE = "JOB_STATE_SUCCEEDED"
+SUBMISSION_ERRORS: tuple[type[Exception], ...] = (errors.APIError, *TRANSPORT_ERRORS)
 _BATCH_FAILED = frozenset(
     {"JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED", "JOB_STATE_PAUSED"}
 )
@@ -56,6 +58,9 @@ class GeminiEmbedder:
         self._dims = settings.embedding_dims or 768
         self._retries = settings.gemini_embed_max_retries
         self._retry_base = retry_base_seconds
+        self._query_timeout_ms = max(
+            1, int(min(QUERY_TIMEOUT_SECONDS, settings.gemini_timeout_seconds) * 1000)
+        )
         self._sleep = sleep
         self.calls = 0  # inline API calls made, for stats and tests
 
@@ -77,30 +82,55 @@ class GeminiEmbedder:
         return np.concatenate(parts)
 
     def embed_query(self, text: str) -> NDArray[np.float32]:
-        vector: NDArray[np.float32] = self._embed([text], QUERY_TASK)[0]
+        """A search's query: someone waits for it, so one retry of a 429 or 5xx at most, none
+        of a timeout, and a timeout of AGMEM_GEMINI_TIMEOUT_SECONDS capped at 10 s (a sync's
+        documents get the full retry budget and 60 s)."""
+        vector: NDArray[np.float32] = self._embed(
+            [text],
+            QUERY_TASK,
+            retries=min(self._retries, QUERY_RETRIES),
+            timeout_ms=self._query_timeout_ms,
+            retry_timeouts=False,
+        )[0]
         return vector
 
-    def _config(self, task: str) -> types.EmbedContentConfig:
-        return types.EmbedContentConfig(task_type=task, output_dimensionality=self._dims)
+    def _config(self, task: str, timeout_ms: int | None = None) -> types.EmbedContentConfig:
+        return types.EmbedContentConfig(
+            task_type=task,
+            output_dimensionality=self._dims,
+            http_options=types.HttpOptions(timeout=timeout_ms) if timeout_ms else None,
+        )
 
-    def _embed(self, texts: list[str], task: str) -> NDArray[np.float32]:
+    def _embed(
+        self,
+        texts: list[str],
+        task: str,
+        *,
+        retries: int | None = None,
+        timeout_ms: int | None = None,
+        retry_timeouts: bool = True,
+    ) -> NDArray[np.float32]:
+        retries = self._retries if retries is None else retries
         attempt = 0
         while True:
             try:
                 self.calls += 1
                 answer = self._client.models.embed_content(
-                    model=self._model, contents=list(texts), config=self._config(task)
+                    model=self._model, contents=list(texts), config=self._config(task, timeout_ms)
                 )
                 return self._vectors([e.values for e in answer.embeddings or []], len(texts))
             except errors.APIError as error:
-                if not _retryable(error.code) or attempt >= self._retries:
+                if not _retryable(error.code) or attempt >= retries:
                     raise EmbeddingFailed(
                         f"Gemini embeddings: {error.code} {error.message}"
                     ) from None
                 reason: Any = error.code
-            except httpx.TransportError as error:
-                if attempt >= self._retries:
-                    raise EmbeddingFailed(f"Gemini embeddings unreachable: {error}") from None
+            except TRANSPORT_ERRORS as error:
+                timed_out = isinstance(error, TIMEOUT_ERRORS)
+                if attempt >= retries or (timed_out and not retry_timeouts):
+                    raise EmbeddingFailed(
+                        f"Gemini embeddings unreachable: {type(error).__name__} {error}".strip()
+                    ) from None
                 reason = type(error).__name__
             delay = min(self._retry_base * 2**attempt, _MAX_BACKOFF_SECONDS)
             delay *= 0.5 + random.random() / 2
@@ -129,7 +159,7 @@ class GeminiEmbedder:
                     ),
                     config=types.CreateEmbeddingsBatchJobConfig(display_name=label),
                 )
-            except (errors.APIError, httpx.TransportError) as error:
+            except SUBMISSION_ERRORS as error:
                 raise EmbeddingFailed(f"Gemini batch submission failed: {error}") from None
         if not job.name:
             raise EmbeddingFailed("Gemini batch submission returned no job name")
@@ -143,7 +173,7 @@ class GeminiEmbedder:
             if _retryable(error.code):
                 return None
             raise EmbeddingFailed(f"Gemini batch {name}: {error.code} {error.message}") from None
-        except httpx.TransportError:
+        except TRANSPORT_ERRORS:
             return None
         state = str(job.state.value if job.state is not None else "")
         if state in _BATCH_FAILED:

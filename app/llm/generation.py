@@ -39,7 +39,7 @@ async def generate_text(
     client: genai.Client,
     *,
     model: str,
-    system: str,
+    system: str | None,
     contents: str,
     temperature: float,
     max_output_tokens: int,

@@ -15,6 +15,8 @@ import structlog
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.config import Settings
+
 log = structlog.get_logger(__name__)
 
 
@@ -75,6 +77,16 @@ class GeminiGate:
             log.warning(
                 "gemini.breaker_open", cooldown_seconds=self._cooldown, using="extractive fallback"
             )
+
+
+def gemini_gate(settings: Settings) -> GeminiGate:
+    """A process's gate for its Gemini calls, from the settings."""
+    return GeminiGate(
+        requests_per_minute=settings.gemini_requests_per_minute,
+        max_concurrent=settings.gemini_max_concurrent,
+        failure_threshold=settings.gemini_failure_threshold,
+        cooldown_seconds=settings.gemini_failure_cooldown_seconds,
+    )
 
 
 _TOKENS_TODAY = text(

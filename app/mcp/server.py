@@ -190,6 +190,7 @@ def build_server(state: StateProvider, *, default_project: str | None = None) ->
                     project_path=request.project_path,
                     session_id=request.session_id,
                     budget=request.budget,
+                    gate=current.gemini_gate,
                 )
         return answer.model_dump(mode="json", by_alias=True)
 

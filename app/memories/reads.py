@@ -42,6 +42,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.engine import transaction
 from app.db.models import MemoryRow
 from app.db.raw_pool import Conn, RawPool, make_raw_pool
+from app.errors import first_line
 from app.memories.schemas import Scope
 from app.memories.service import LIVE, SPECIFICITY, MemoryNotFound, Visibility, visible_to
 from app.state import AppState
@@ -280,7 +281,7 @@ class MemoryReads:
         try:
             await self.flush()
         except psycopg.Error as error:
-            log.warning("memory.access_flush_failed", error=str(error).splitlines()[0])
+            log.warning("memory.access_flush_failed", error=first_line(error))
 
 
 async def read_in_session(session: AsyncSession, *, key: str, visibility: Visibility) -> ReadRow:

@@ -15,13 +15,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import structlog
-from google.genai import types
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.config import Settings
 from app.db.models import MemoryRow, SessionRow
+from app.errors import first_line
 from app.llm.gemini import make_client
+from app.llm.generation import generate_text
+from app.llm.ratelimit import GeminiGate
 from app.memories import service
 from app.memories.schemas import LastSession, Resume, ResumeContext
 
@@ -30,7 +32,8 @@ log = structlog.get_logger(__name__)
 NAMESPACES = ("current", "project", "shared")
 PER_NAMESPACE = 50
 BRIEFING_SHARE = 4  # the briefing may use at most a quarter of the budget
-BRIEFING_TIMEOUT_MS = 15_000
+# The briefing is waited for by an agent starting work: AGMEM_GEMINI_TIMEOUT_SECONDS, at most 15 s.
+BRIEFING_TIMEOUT_SECONDS = 15.0
 
 
 def estimate_tokens(text: str) -> int:
@@ -68,8 +71,12 @@ async def smart_resume(
     project_path: str | None,
     session_id: str | None,
     budget: int,
+    gate: GeminiGate | None = None,
 ) -> Resume:
-    """Brief an agent on a project: what it is, what is in progress, what comes next."""
+    """Brief an agent on a project: what it is, what is in progress, what comes next.
+
+    `gate` is the process's breaker: after repeated Gemini failures the template answers at
+    once for the cooldown, instead of each call waiting for Gemini's timeout."""
     if project_path is None and session_id is not None:
         project_path = await _project_of_session(session, session_id)
     visibility = service.Visibility(project_path=project_path, session_id=session_id)
@@ -85,7 +92,7 @@ async def smart_resume(
         if namespace == "current" and last is not None and last.summary:
             picked.summary = last if picked.take(estimate_tokens(last.summary)) else None
 
-    briefing, briefed_by = await _briefing(settings, project_path, picked)
+    briefing, briefed_by = await _briefing(settings, project_path, picked, gate)
     briefing = _truncate(briefing, budget - picked.spent)
     kept = [row.id for rows in picked.memories.values() for row in rows]
     await service.count_access_of(session, memory_ids=kept)
@@ -154,14 +161,21 @@ BriefedBy = Literal["gemini", "template"]
 
 
 async def _briefing(
-    settings: Settings, project_path: str | None, picked: Picked
+    settings: Settings, project_path: str | None, picked: Picked, gate: GeminiGate | None
 ) -> tuple[str, BriefedBy]:
-    """Gemini writes the briefing when configured; the template does otherwise, or on failure."""
-    if settings.gemini_api_key:
+    """Gemini writes the briefing when configured and its breaker is closed; the template does
+    otherwise, or on failure."""
+    if settings.gemini_api_key and not (gate is not None and gate.breaker_open):
         try:
-            return await _gemini_briefing(settings, project_path, picked), "gemini"
+            briefing = await _gemini_briefing(settings, project_path, picked)
         except Exception as error:  # any failure of the model must still leave a briefing
-            log.warning("memory.resume.gemini_failed", error=str(error).splitlines()[0][:200])
+            log.warning("memory.resume.gemini_failed", error=first_line(error)[:200])
+            if gate is not None:
+                gate.record_failure()
+        else:
+            if gate is not None:
+                gate.record_success()
+            return briefing, "gemini"
     return template_briefing(project_path, picked), "template"
 
 
@@ -180,15 +194,19 @@ async def _gemini_briefing(settings: Settings, project_path: str | None, picked:
         "progress and how far along, and what comes next. Use only these facts; no preamble.\n"
         f"Project: {project_path or 'unknown'}\n" + "\n".join(facts or ["(no facts stored)"])
     )
-    client = make_client(settings, timeout_ms=BRIEFING_TIMEOUT_MS)
-    answer = await client.aio.models.generate_content(
+    timeout = min(BRIEFING_TIMEOUT_SECONDS, settings.gemini_timeout_seconds)
+    client = make_client(settings, timeout_ms=max(1, int(timeout * 1000)))
+    # As the worker asks: with 2.5 Flash's thinking on, its thinking tokens counted against the
+    # 256-token cap, which could leave the briefing short or empty.
+    answer = await generate_text(
+        client,
         model=settings.gemini_model,
+        system=None,
         contents=prompt,
-        config=types.GenerateContentConfig(temperature=0.2, max_output_tokens=256),
+        temperature=0.2,
+        max_output_tokens=256,
     )
-    text = (answer.text or "").strip()
-    if not text:
-        raise ValueError("Gemini returned an empty briefing")
+    text = answer.text
     return " ".join(text.split())
 
 

@@ -210,4 +210,5 @@ async def post_resume(
         project_path=body.project_path,
         session_id=body.session_id,
         budget=body.budget,
+        gate=state.gemini_gate,
     )

@@ -69,3 +69,5 @@ class SearchResult(CamelModel):
 class SearchResponse(CamelModel):
     results: list[SearchResult]
     took_ms: float
+    # Set when a hybrid search ranked by keywords alone (the query could not be embedded).
+    degraded: str | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 
@@ -10,9 +11,9 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.config import Settings
-from app.errors import BadRequest
+from app.errors import BadRequest, first_line
 from app.index.embedding import vector_literal
-from app.llm.embeddings import Embedder
+from app.llm.embeddings import Embedder, LocalEmbedder
 from app.search import queries
 from app.search.fusion import RRF_K, candidate_count
 from app.search.schemas import SearchRequest, SearchResponse, SearchResult
@@ -75,6 +76,28 @@ def query_vector(embedder: Embedder, query: str) -> str | None:
     return vector_literal(vector)
 
 
+async def _embed_query(embedder: Embedder, query: str, mode: str) -> tuple[str | None, str | None]:
+    """(the query's vector, why there is none) for a search in `mode`.
+
+    Only the local model runs on the event loop (well under a millisecond); a remote or heavy
+    one runs in a thread: a Gemini call held every request of the API for its round trip, and
+    for ~20 s of retries while Gemini answered 503. A hybrid search whose query cannot be
+    embedded ranks by keywords alone; a vector search has nothing to rank by and fails.
+    """
+    if mode == "keyword":
+        return None, None
+    try:
+        if isinstance(embedder, LocalEmbedder):
+            return query_vector(embedder, query), None
+        return await asyncio.to_thread(query_vector, embedder, query), None
+    except Exception as error:
+        if mode == "vector":
+            raise
+        reason = f"keyword ranking only: the query could not be embedded ({first_line(error)})"
+        log.warning("search.vector_unavailable", error=first_line(error)[:300])
+        return None, reason
+
+
 async def search(
     session: AsyncSession,
     *,
@@ -101,7 +124,7 @@ async def search(
         until=request.until,
     )
     terms = queries.keyword_terms(query)
-    vector = query_vector(embedder, query) if request.mode != "keyword" else None
+    vector, degraded = await _embed_query(embedder, query, request.mode)
     shares = (
         await TERM_STATS.shares(session, queries.content_terms(terms))
         if request.mode != "vector" and tuning.rarity
@@ -165,4 +188,4 @@ async def search(
     ]
     took_ms = round((time.perf_counter() - started) * 1000, 2)
     log.debug("search.done", mode=request.mode, results=len(results), took_ms=took_ms)
-    return SearchResponse(results=results, took_ms=took_ms)
+    return SearchResponse(results=results, took_ms=took_ms, degraded=degraded)

@@ -244,21 +244,32 @@ async def renew_lease(
 _RETRY_OBSERVATIONS = text(
     "UPDATE observations SET status = 'captured', attempts = 0, next_attempt_at = NULL, "
     "locked_until = NULL, locked_by = NULL "
-    "WHERE status = 'failed' AND (CAST(:project AS text) IS NULL OR project_path = :project)"
+    "WHERE status = 'failed' AND (CAST(:project AS text) IS NULL OR project_path = :project) "
+    "RETURNING session_id"
 )
 _RETRY_SESSIONS = text(
     "UPDATE sessions SET status = 'ending', attempts = 0, next_attempt_at = NULL, "
     "locked_until = NULL, locked_by = NULL "
     "WHERE status = 'failed' AND (CAST(:project AS text) IS NULL OR project_path = :project)"
 )
+# A summary written while one of its observations had failed says so ("1 observation could not
+# be compressed") and lacks it: once the observation is compressed, the session is summarised
+# again.
+_RESUMMARIZE_SESSIONS = text(
+    "UPDATE sessions SET status = 'ending', attempts = 0, next_attempt_at = NULL, "
+    "locked_until = NULL, locked_by = NULL "
+    "WHERE status = 'summarized' AND id = ANY(CAST(:ids AS text[]))"
+)
 
 
-async def retry_failed(session: AsyncSession, *, project_path: str | None) -> tuple[int, int]:
-    """Put failed observations and sessions back in the queue; (observations, sessions)."""
+async def retry_failed(session: AsyncSession, *, project_path: str | None) -> tuple[int, int, int]:
+    """Put failed observations and sessions back in the queue, and the summarised sessions of
+    those observations; (observations, sessions, sessions to summarise again)."""
     params = {"project": project_path}
-    observations: Any = await session.execute(_RETRY_OBSERVATIONS, params)
+    observations = (await session.execute(_RETRY_OBSERVATIONS, params)).scalars().all()
     sessions: Any = await session.execute(_RETRY_SESSIONS, params)
-    return int(observations.rowcount or 0), int(sessions.rowcount or 0)
+    again: Any = await session.execute(_RESUMMARIZE_SESSIONS, {"ids": sorted(set(observations))})
+    return len(observations), int(sessions.rowcount or 0), int(again.rowcount or 0)
 
 
 _NEXT_DUE = text(

@@ -30,6 +30,7 @@ from app.llm.ratelimit import DailyBudget, GeminiGate, record_usage
 from app.llm.summarize import session_text, summarize_with_gemini
 from app.llm.tokens import estimate_tokens
 from app.privacy import cap_text, sanitize_text
+from app.sync.embed import BatchEmbedder
 from app.sync.runs import execute_sync_run
 from app.worker import claims, results
 from app.worker.claims import ObservationWork, Queue, SessionWork, SyncRunWork
@@ -98,6 +99,14 @@ class AttemptFailed:
     status: str
 
 
+@dataclass(frozen=True, slots=True)
+class GeminiGaveUp:
+    """Gemini failed on the row's last attempt: the extractive fallback writes it instead,
+    and `error` stays on the row as its `last_error`."""
+
+    error: str
+
+
 async def call_gemini(
     ctx: JobContext,
     queue: Queue,
@@ -105,9 +114,13 @@ async def call_gemini(
     row_id: object,
     attempts: int,
     call: Callable[[], Awaitable[T]],
-) -> T | AttemptFailed:
+) -> T | AttemptFailed | GeminiGaveUp:
     """One Gemini call under the rate gate; a failure feeds the breaker, honours Retry-After
-    and releases the claim with backoff."""
+    and releases the claim with backoff, or on the last attempt hands over to the fallback.
+
+    The breaker alone let the fallback take over only after enough failures in one process: an
+    observation failing alone (a quiet team, a long outage) ended `failed`, out of search and
+    context, and its session's summary said it "could not be compressed"."""
     try:
         async with ctx.gate.slot():
             answer = await call()
@@ -115,6 +128,16 @@ async def call_gemini(
         ctx.gate.record_failure()
         if error.retry_after is not None:
             ctx.gate.pause(error.retry_after)
+        if attempts >= ctx.settings.worker_max_attempts:
+            log.warning(
+                "worker.gemini_gave_up",
+                table=queue.table,
+                id=str(row_id),
+                attempts=attempts,
+                error=str(error),
+                using="extractive fallback",
+            )
+            return GeminiGaveUp(f"{error} (extractive fallback after {attempts} attempts)")
         status = await fail_attempt(
             ctx,
             queue,
@@ -177,6 +200,7 @@ async def compress_observation(ctx: JobContext, work: ObservationWork) -> str:
         settings.worker_max_input_chars,
     )
     result: Compressed | None = None
+    gemini_error: str | None = None
     if work.function_name in settings.worker_skip_tools:
         pass
     elif estimate_tokens(whole) < settings.worker_min_compress_tokens:
@@ -204,7 +228,10 @@ async def compress_observation(ctx: JobContext, work: ObservationWork) -> str:
         )
         if isinstance(outcome, AttemptFailed):
             return outcome.status
-        result = outcome
+        if isinstance(outcome, GeminiGaveUp):
+            gemini_error = outcome.error
+        else:
+            result = outcome
     if result is None:
         result = compressed_locally(_extract(work), observation=whole, generated_by=EXTRACTIVE)
     if result.generated_by in (EXTRACTIVE, RAW) and work.original_tokens:
@@ -228,7 +255,11 @@ async def compress_observation(ctx: JobContext, work: ObservationWork) -> str:
                 output_tokens=result.output_tokens,
             )
         stored = await results.finish_observation(
-            session, observation_id=work.id, worker=ctx.worker_id, result=result
+            session,
+            observation_id=work.id,
+            worker=ctx.worker_id,
+            result=result,
+            error=gemini_error,
         )
     log.info(
         "observation.compressed" if stored else "observation.claim_lost",
@@ -246,6 +277,7 @@ async def summarize_session(ctx: JobContext, work: SessionWork) -> str:
     async with transaction(ctx.sessionmaker) as session:
         digests = await results.session_digests(session, session_id=work.id)
     summary: results.SessionSummary | None = None
+    gemini_error: str | None = None
     if any(d.compressed for d in digests) and await _gemini_allowed(ctx):
         client = ctx.client
         assert client is not None
@@ -264,19 +296,21 @@ async def summarize_session(ctx: JobContext, work: SessionWork) -> str:
         )
         if isinstance(outcome, AttemptFailed):
             return outcome.status
-        answer = outcome
-        summary = results.SessionSummary(answer.text, f"gemini:{settings.gemini_model}")
-        input_tokens = answer.prompt_tokens or estimate_tokens(prompt)
-        output_tokens = answer.output_tokens or estimate_tokens(answer.text)
-        ctx.budget.spent(input_tokens + output_tokens)
-        async with transaction(ctx.sessionmaker) as session:
-            await record_usage(
-                session,
-                project_path=work.project_path,
-                model=settings.gemini_model,
-                input_tokens=input_tokens,
-                output_tokens=output_tokens,
-            )
+        if isinstance(outcome, GeminiGaveUp):
+            gemini_error = outcome.error
+        else:
+            summary = results.SessionSummary(outcome.text, f"gemini:{settings.gemini_model}")
+            input_tokens = outcome.prompt_tokens or estimate_tokens(prompt)
+            output_tokens = outcome.output_tokens or estimate_tokens(outcome.text)
+            ctx.budget.spent(input_tokens + output_tokens)
+            async with transaction(ctx.sessionmaker) as session:
+                await record_usage(
+                    session,
+                    project_path=work.project_path,
+                    model=settings.gemini_model,
+                    input_tokens=input_tokens,
+                    output_tokens=output_tokens,
+                )
     if summary is None:
         text = summarize_extractive(
             project_path=work.project_path, user_prompt=work.user_prompt, observations=digests
@@ -284,7 +318,7 @@ async def summarize_session(ctx: JobContext, work: SessionWork) -> str:
         summary = results.SessionSummary(text, EXTRACTIVE)
     async with transaction(ctx.sessionmaker) as session:
         stored = await results.finish_session(
-            session, session_id=work.id, worker=ctx.worker_id, summary=summary
+            session, session_id=work.id, worker=ctx.worker_id, summary=summary, error=gemini_error
         )
     log.info(
         "session.summarized" if stored else "session.claim_lost",
@@ -316,7 +350,11 @@ async def embed_batch(ctx: JobContext, *, limit: int = 256) -> int:
         ctx.embedder = await asyncio.to_thread(get_embedder, ctx.settings)
     async with transaction(ctx.sessionmaker) as session:
         stats = await embed_pending_chunks(
-            session, ctx.embedder, limit=limit, max_attempts=ctx.settings.worker_max_attempts
+            session,
+            ctx.embedder,
+            limit=limit,
+            max_attempts=ctx.settings.worker_max_attempts,
+            skip_file_chunks=isinstance(ctx.embedder, BatchEmbedder),
         )
     if stats.error:
         log.warning("embedding.failed", error=stats.error)

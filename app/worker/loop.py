@@ -19,15 +19,19 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.config import Settings
 from app.db.engine import transaction
 from app.db.raw_pool import libpq_url
+from app.errors import first_line
 from app.llm.embeddings import Embedder
 from app.llm.gemini import make_client
-from app.llm.ratelimit import DailyBudget, GeminiGate
+from app.llm.ratelimit import DailyBudget, gemini_gate
 from app.worker import claims, jobs, results
 from app.worker.claims import Queue
 
 log = structlog.get_logger(__name__)
 
 WORK_CHANNEL = "agmem_work"  # the NOTIFY channel of the triggers in migration 0001
+# How long a stopping worker lets each lane finish the job in hand before cancelling it (its
+# claim is then given back). docker-compose.yml's stop_grace_period must exceed it.
+STOP_GRACE_SECONDS = 10.0
 
 # The database is down or unreachable: expected while it restarts, logged in one line.
 UNREACHABLE = (sa_exc.OperationalError, sa_exc.InterfaceError, psycopg.OperationalError, OSError)
@@ -36,9 +40,7 @@ UNREACHABLE = (sa_exc.OperationalError, sa_exc.InterfaceError, psycopg.Operation
 def log_failure(event: str, error: Exception, **fields: Any) -> None:
     """An unreachable database is one warning line; anything else keeps its traceback."""
     if isinstance(error, UNREACHABLE):
-        text = str(getattr(error, "orig", None) or error).strip()
-        first = text.splitlines()[0] if text else type(error).__name__
-        log.warning("worker.database_unavailable", during=event, error=first, **fields)
+        log.warning("worker.database_unavailable", during=event, error=first_line(error), **fields)
     else:
         log.exception(event, **fields)
 
@@ -69,12 +71,7 @@ class Worker:
             if settings.gemini_api_key
             else None
         )
-        gate = GeminiGate(
-            requests_per_minute=settings.gemini_requests_per_minute,
-            max_concurrent=settings.gemini_max_concurrent,
-            failure_threshold=settings.gemini_failure_threshold,
-            cooldown_seconds=settings.gemini_failure_cooldown_seconds,
-        )
+        gate = gemini_gate(settings)
         budget = DailyBudget(settings.gemini_daily_token_budget)
         self.ctx = jobs.JobContext(settings, sessionmaker, self.id, gate, budget, client, embedder)
         self._wake = asyncio.Event()
@@ -206,7 +203,7 @@ class Worker:
             for task in tasks:
                 task.cancel()
             # Lanes finish the job in hand unless it outlasts the grace period.
-            _done, pending = await asyncio.wait(lanes, timeout=10)
+            _done, pending = await asyncio.wait(lanes, timeout=STOP_GRACE_SECONDS)
             for task in pending:
                 task.cancel()
             await asyncio.gather(*tasks, *lanes, return_exceptions=True)
@@ -248,7 +245,7 @@ class Worker:
                     async for _notice in connection.notifies():
                         self.wake()
             except psycopg.Error as error:
-                log.warning("worker.listen_failed", error=str(error).splitlines()[0])
+                log.warning("worker.listen_failed", error=first_line(error))
                 await asyncio.sleep(1.0)
 
     async def _maintain(self) -> None:

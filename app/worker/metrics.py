@@ -80,3 +80,25 @@ def shape_metrics(counts: Any, by_project: Any) -> dict[str, Any]:
         },
         "syncRuns": {"pending": int(counts.sync_pending), "inFlight": int(counts.sync_in_flight)},
     }
+
+
+# For `agmem status`: how the compressed observations were written, and today's Gemini spend.
+COMPRESSED_BY_SQL = text(
+    "SELECT coalesce(generated_by, 'unknown') AS method, count(*) AS n, "
+    "count(*) FILTER (WHERE last_error IS NOT NULL) AS after_failure "
+    "FROM observations WHERE status = 'compressed' GROUP BY 1 ORDER BY 1"
+)
+GEMINI_TODAY_SQL = text(
+    "SELECT coalesce(sum(input_tokens + output_tokens), 0) AS tokens, "
+    "coalesce(sum(requests), 0) AS calls FROM llm_usage "
+    "WHERE day = (now() AT TIME ZONE 'UTC')::date"
+)
+
+
+def describe_compressed_by(rows: Any) -> str:
+    """`extractive 2 (1 after Gemini failed), gemini:gemini-2.5-flash 1, raw 1`."""
+    parts = []
+    for row in rows:
+        failed = f" ({row.after_failure} after Gemini failed)" if row.after_failure else ""
+        parts.append(f"{row.method} {row.n}{failed}")
+    return ", ".join(parts)

@@ -17,7 +17,7 @@ from app.llm.fallback import ObservationDigest, target_files
 _FINISH_OBSERVATION = text(
     "UPDATE observations SET status = 'compressed', compressed_data = :text, "
     "generated_by = :generated_by, original_tokens = :original, compressed_tokens = :compressed, "
-    "tokens_saved = :saved, compressed_at = now(), last_error = NULL, next_attempt_at = NULL, "
+    "tokens_saved = :saved, compressed_at = now(), last_error = :error, next_attempt_at = NULL, "
     "locked_until = NULL, locked_by = NULL "
     "WHERE id = :id AND locked_by = :worker AND status = 'captured' "
     "RETURNING session_id, project_path, created_at"
@@ -25,9 +25,15 @@ _FINISH_OBSERVATION = text(
 
 
 async def finish_observation(
-    session: AsyncSession, *, observation_id: str, worker: str, result: Compressed
+    session: AsyncSession,
+    *,
+    observation_id: str,
+    worker: str,
+    result: Compressed,
+    error: str | None = None,
 ) -> bool:
-    """Store the compression and index it; False when this worker's claim was lost meanwhile."""
+    """Store the compression and index it; False when this worker's claim was lost meanwhile.
+    `error` is why a fallback wrote it (kept as `last_error`), else None."""
     row = (
         await session.execute(
             _FINISH_OBSERVATION,
@@ -39,6 +45,7 @@ async def finish_observation(
                 "original": result.original_tokens,
                 "compressed": result.compressed_tokens,
                 "saved": result.tokens_saved,
+                "error": error,
             },
         )
     ).one_or_none()
@@ -83,7 +90,7 @@ _FINISH_SESSION = text(
     "total_observations = (SELECT count(*) FROM observations o WHERE o.session_id = s.id), "
     "tokens_saved = (SELECT coalesce(sum(o.tokens_saved), 0) FROM observations o "
     "WHERE o.session_id = s.id), "
-    "ended_at = coalesce(s.ended_at, now()), summarized_at = now(), last_error = NULL, "
+    "ended_at = coalesce(s.ended_at, now()), summarized_at = now(), last_error = :error, "
     "next_attempt_at = NULL, locked_until = NULL, locked_by = NULL "
     "WHERE s.id = :id AND s.locked_by = :worker AND s.status = 'ending' "
     "RETURNING s.project_path, s.ended_at"
@@ -97,7 +104,12 @@ class SessionSummary:
 
 
 async def finish_session(
-    session: AsyncSession, *, session_id: str, worker: str, summary: SessionSummary
+    session: AsyncSession,
+    *,
+    session_id: str,
+    worker: str,
+    summary: SessionSummary,
+    error: str | None = None,
 ) -> bool:
     """Store the summary with the session's totals and index it; False when the claim was lost."""
     row = (
@@ -108,6 +120,7 @@ async def finish_session(
                 "worker": worker,
                 "summary": summary.text,
                 "generated_by": summary.generated_by,
+                "error": error,
             },
         )
     ).one_or_none()

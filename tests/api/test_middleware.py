@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 from fastapi import APIRouter, Request
 from fastapi.testclient import TestClient
@@ -94,3 +95,38 @@ def test_body_within_the_limit_reaches_the_route(guarded: TestClient) -> None:
 
 def test_without_a_token_setting_api_is_open(client: TestClient) -> None:
     assert client.get("/api/no-such-route").status_code == 404
+
+
+def test_open_health_names_no_project_without_the_token(
+    guarded: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    # /health stays open for probes; on a shared server it listed every project's path (its
+    # tokens saved) to anyone who could reach the port.
+    db.execute(
+        "INSERT INTO sessions (id, project_path) VALUES ('s1', '/home/alice/clients/acme');"
+        "INSERT INTO observations (id, session_id, project_path, function_name, "
+        "observation_type, status, tokens_saved) VALUES ('o1', 's1', "
+        "'/home/alice/clients/acme', 'read_file', 'file_read', 'compressed', 40)"
+    )
+
+    anonymous = guarded.get("/health")
+    wrong = guarded.get("/health", headers={"Authorization": "Bearer nope"})
+    authorized = guarded.get("/health", headers={"Authorization": "Bearer s3cret"})
+
+    assert anonymous.status_code == wrong.status_code == authorized.status_code == 200
+    for response in (anonymous, wrong):
+        assert "acme" not in response.text
+        assert response.json()["worker"]["tokensSaved"] == 40
+    assert authorized.json()["worker"]["tokensSavedByProject"] == {"/home/alice/clients/acme": 40}
+
+
+@pytest.mark.parametrize("value", ["bearer s3cret", "BEARER s3cret", "Bearer  s3cret"])
+def test_the_scheme_is_case_insensitive(guarded: TestClient, value: str) -> None:
+    response = guarded.get("/api/no-such-route", headers={"Authorization": value})
+
+    assert response.status_code == 404  # past the guard (RFC 7235: the scheme has no case)
+
+
+@pytest.mark.parametrize("value", ["Basic s3cret", "Bearers3cret", "Bearer s3cret2", "s3cret"])
+def test_only_the_bearer_token_itself_passes(guarded: TestClient, value: str) -> None:
+    assert guarded.get("/api/sessions", headers={"Authorization": value}).status_code == 401

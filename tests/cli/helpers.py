@@ -60,12 +60,28 @@ def wait_for_health(
     raise AssertionError(f"agmem serve did not answer /health on port {port} in {timeout}s")
 
 
-def start_serve(port: int, *args: str, **env: str) -> subprocess.Popen[str]:
+def spawn_agmem(*args: str, **env: str) -> subprocess.Popen[str]:
+    """`agmem <args>` running, its stderr merged into its stdout."""
     return subprocess.Popen(
-        [AGMEM, "serve", "--port", str(port), *args],
+        [AGMEM, *args],
         env=agmem_env(**env),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
         text=True,
     )
+
+
+def start_serve(port: int, *args: str, **env: str) -> subprocess.Popen[str]:
+    return spawn_agmem("serve", "--port", str(port), *args, **env)
+
+
+def read_banner(process: subprocess.Popen[str]) -> list[str]:
+    """`agmem serve`'s output up to its `serving on` line (or its error)."""
+    lines = []
+    assert process.stdout is not None
+    for line in process.stdout:
+        lines.append(line)
+        if "serving on" in line or "error" in line:
+            break
+    return lines

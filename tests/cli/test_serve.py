@@ -8,15 +8,16 @@ import signal
 import subprocess
 from pathlib import Path
 
+import httpx
 import psycopg
 import pytest
 
 from app.cli.server import freeze_startup_heap
 from tests.cli.helpers import (
-    AGMEM,
-    agmem_env,
     free_port,
+    read_banner,
     run_agmem,
+    spawn_agmem,
     start_serve,
     wait_for_health,
 )
@@ -67,21 +68,10 @@ def test_serve_on_port_0_picks_a_free_port_and_stops_postgres_on_sigterm(tmp_pat
     # race for it. The banner names the port the OS picked.
     # kill, docker stop and systemd send SIGTERM; uvicorn re-raises it after shutting down.
     home = tmp_path / "home"
-    server = subprocess.Popen(
-        [AGMEM, "serve"],
-        env=agmem_env(AGMEM_HOME=str(home), AGMEM_PORT="0"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        text=True,
-    )
+    server = spawn_agmem("serve", AGMEM_HOME=str(home), AGMEM_PORT="0")
     banner = []
     try:
-        assert server.stdout is not None
-        for line in server.stdout:
-            banner.append(line)
-            if "serving on" in line:
-                break
+        banner = read_banner(server)
         found = re.search(r"serving on http://127\.0\.0\.1:(\d+)$", banner[-1].strip())
         assert found, banner
         port = int(found.group(1))
@@ -140,3 +130,22 @@ def test_freeze_startup_heap_moves_live_objects_out_of_collections() -> None:
         assert gc.get_freeze_count() > 10_000
     finally:
         gc.unfreeze()
+
+
+def test_an_ipv6_host_is_bound_and_named_as_a_url(database_url: str) -> None:
+    # `[::1]` (the URL form) was refused, "Name or service not known", and `::1` was announced
+    # as http://::1:<port>, a URL no client or script can use.
+    server = spawn_agmem(
+        "serve", "--no-worker", DATABASE_URL=database_url, AGMEM_HOST="[::1]", AGMEM_PORT="0"
+    )
+    banner = []
+    try:
+        banner = read_banner(server)
+        found = re.search(r"serving on (http://\[::1\]:\d+)$", banner[-1].strip())
+        assert found, banner
+        health = httpx.get(f"{found.group(1)}/health", timeout=30)
+        assert health.status_code == 200
+    finally:
+        server.send_signal(signal.SIGTERM)
+        output, _ = server.communicate(timeout=60)
+    assert server.returncode == 0, "".join(banner) + output

@@ -33,6 +33,7 @@ class FakeResponse:
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
     raw: bytes | None = None  # sent as is instead of JSON (for malformed answers)
+    drop: bool = False  # close the connection without answering (a network failure)
 
 
 def text_answer(text: str, *, prompt_tokens: int = 10, output_tokens: int = 5) -> dict[str, Any]:
@@ -84,6 +85,10 @@ class FakeGemini:
 def _handler(fake: FakeGemini) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # The headers and the body go out in two writes: with Nagle's algorithm the body waited
+        # for the client's delayed ACK of the headers, 40 ms on every call of a kept-alive
+        # connection (a reused google-genai client's), which no real server adds.
+        disable_nagle_algorithm = True
 
         def log_message(self, format: str, *args: Any) -> None:
             return
@@ -101,6 +106,9 @@ def _handler(fake: FakeGemini) -> type[BaseHTTPRequestHandler]:
             response = fake.respond(request)
             if response.delay_s:
                 threading.Event().wait(response.delay_s)
+            if response.drop:
+                self.close_connection = True
+                return
             payload = (
                 response.raw if response.raw is not None else json.dumps(response.body).encode()
             )

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
 import psycopg
 
-from app.db.engine import make_async_engine, make_sessionmaker, transaction
 from app.llm.compress import COMPRESSION_INSTRUCTIONS, observation_text
 from app.llm.tokens import estimate_tokens
-from app.worker.claims import retry_failed
 from tests.conftest import make_settings
 from tests.fakes.gemini import FakeResponse, fake_gemini, text_answer
 from tests.worker.builders import (
@@ -203,10 +200,12 @@ def test_malformed_answers_are_failed_attempts(
     assert row(db, "SELECT attempts FROM observations")["attempts"] == 3
 
 
-def test_repeated_failures_end_failed_keeping_raw_data_and_can_be_retried(
+def test_gemini_failing_every_attempt_leaves_the_extractive_text_and_its_error(
     db: psycopg.Connection[Any], database_url: str
 ) -> None:
-    make_session(db)
+    # One observation alone never opens the breaker: it ended `failed`, out of search and
+    # context, while four failing together went to the fallback.
+    make_session(db, status="ending")
     make_observation(db, "o1", args={"path": "src/keep.ts"})
     failing = gemini_settings(
         "",
@@ -218,31 +217,29 @@ def test_repeated_failures_end_failed_keeping_raw_data_and_can_be_retried(
     with fake_gemini() as fake:
         fake.on(":generateContent", lambda _r: FakeResponse(503, _error(503, "UNAVAILABLE")))
         settings = failing.model_copy(update={"gemini_base_url": fake.url})
-        run_until(settings, database_url, lambda: _status(db) == "failed")
-        assert len(fake.calls(":generateContent")) == 3
+        run_until(
+            settings,
+            database_url,
+            lambda: (
+                row(db, "SELECT status FROM sessions WHERE id = 's1'")["status"] == "summarized"
+            ),
+        )
+        # Three for the observation, three for the summary.
+        assert len(fake.calls(":generateContent")) == 6
 
-        failed = row(db, "SELECT * FROM observations WHERE id = 'o1'")
-        assert failed["function_args"] == {"path": "src/keep.ts"}
-        assert failed["result"] == LONG_RESULT
-        assert failed["compressed_data"] is None
-        assert failed["last_error"].startswith("gemini 503")
-        assert failed["locked_by"] is None
-
-        asyncio.run(_retry_failed(database_url))
-        again = row(db, "SELECT status, attempts FROM observations WHERE id = 'o1'")
-        assert (again["status"], again["attempts"]) == ("captured", 0)
-        fake.on(":generateContent", lambda _r: FakeResponse(body=text_answer(ANSWER)))
-        drain(settings, database_url)
-    assert _status(db) == "compressed"
-
-
-async def _retry_failed(database_url: str) -> None:
-    engine = make_async_engine(database_url)
-    try:
-        async with transaction(make_sessionmaker(engine)) as session:
-            assert await retry_failed(session, project_path=None) == (1, 0)
-    finally:
-        await engine.dispose()
+    stored = row(db, "SELECT * FROM observations WHERE id = 'o1'")
+    assert (stored["status"], stored["generated_by"]) == ("compressed", "extractive")
+    assert "src/keep.ts" in stored["compressed_data"]
+    assert stored["function_args"] == {"path": "src/keep.ts"}
+    assert stored["result"] == LONG_RESULT
+    assert stored["last_error"].startswith("gemini 503")
+    assert stored["last_error"].endswith("(extractive fallback after 3 attempts)")
+    session = row(db, "SELECT * FROM sessions WHERE id = 's1'")
+    assert session["summary_generated_by"] == "extractive"
+    assert "could not be compressed" not in session["summary"]
+    assert session["last_error"].startswith("gemini 503")
+    indexed = rows(db, "SELECT source FROM memory_chunks ORDER BY source")
+    assert [r["source"] for r in indexed] == ["observation", "summary"]
 
 
 def test_no_key_uses_the_extractive_fallback(

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 import numpy as np
@@ -144,3 +145,18 @@ def test_get_embedder_and_describe_agree_for_gemini() -> None:
         embedder = get_embedder(settings)
         described = describe_embedding(settings)
     assert embedder.identity == f"gemini:{described['model']}:{described['dims']}"
+
+
+def test_an_unreachable_gemini_is_retried_then_one_clear_error() -> None:
+    # google-genai 3 raises httpx2's errors, which `except httpx.TransportError` let through.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed_port = probe.getsockname()[1]
+    sleeps: list[float] = []
+    settings = make_settings(gemini_api_key="k", gemini_base_url=f"http://127.0.0.1:{closed_port}")
+    embedder = GeminiEmbedder(settings, retry_base_seconds=0.01, sleep=sleeps.append)
+
+    with pytest.raises(EmbeddingFailed, match="unreachable"):
+        embedder.embed_documents(["a"])
+    assert len(sleeps) == settings.gemini_embed_max_retries
+    assert embedder.batch_result("batches/job-1", 1) is None  # polled again later

@@ -118,6 +118,8 @@ def test_gemini_writes_the_briefing_when_configured(
             prompt = call.body["contents"][0]["parts"][0]["text"]
             assert "current.task: auth refactoring" in prompt
             assert "Moved sessions to JWT" in prompt
+            # 2.5 Flash's thinking would spend the 256-token cap (app/llm/generation.py).
+            assert call.body["generationConfig"]["thinkingConfig"] == {"thinking_budget": 0}
             # A failing model still leaves a briefing: the template.
             fallback = client.post("/api/resume", json={"projectPath": PROJECT}).json()
             assert fallback["briefingBy"] == "template"
@@ -131,3 +133,49 @@ def test_template_briefing_reads_an_object_value_as_words_not_json(client: TestC
     briefing = client.post("/api/resume", json={"projectPath": PROJECT}).json()["briefing"]
 
     assert briefing == "Working on TypeScript and Next.js project. Current task: auth refactoring."
+
+
+def test_a_gemini_that_times_out_leaves_the_template_briefing(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Any
+) -> None:
+    # A timeout's exception has no message: logging its first line raised IndexError, and the
+    # route answered 500 after waiting for the timeout.
+    with fake_gemini() as fake:
+        fake.on(":generateContent", lambda _r: FakeResponse(body=text_answer("late"), delay_s=2))
+        settings = make_settings(
+            home=tmp_path / "home",
+            gemini_api_key="k",
+            gemini_base_url=fake.url,
+            gemini_timeout_seconds=0.2,
+        )
+        app = create_app(settings, database_url=database_url)
+        with TestClient(app, raise_server_exceptions=False) as client:
+            seed(client, db)
+            answer = client.post("/api/resume", json={"projectPath": PROJECT})
+
+            assert fake.calls(":generateContent")
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["briefingBy"] == "template"
+    assert answer.json()["briefing"].startswith("Working on Next.js project.")
+
+
+def test_after_repeated_gemini_failures_briefings_stop_waiting_for_it(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Any
+) -> None:
+    # Every resume waited for Gemini's timeout (15 s) while it hung; the worker's breaker
+    # (AGMEM_GEMINI_FAILURE_THRESHOLD in a row, then AGMEM_GEMINI_FAILURE_COOLDOWN_SECONDS of
+    # fallback) now covers briefings too.
+    with fake_gemini() as fake:
+        fake.on(":generateContent", lambda _r: FakeResponse(status=500, body={"error": {}}))
+        settings = make_settings(
+            home=tmp_path / "home",
+            gemini_api_key="k",
+            gemini_base_url=fake.url,
+            gemini_failure_threshold=2,
+        )
+        with TestClient(create_app(settings, database_url=database_url)) as client:
+            seed(client, db)
+            answers = [client.post("/api/resume", json={"projectPath": PROJECT}) for _ in range(4)]
+
+            assert len(fake.calls(":generateContent")) == 2
+    assert [a.json()["briefingBy"] for a in answers] == ["template"] * 4

@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from app.cli import cli
+from tests.fakes.gemini import FakeResponse, fake_gemini
 from tests.search.seed import Chunk, add_chunks
 
 
@@ -72,3 +73,21 @@ def test_relative_project_is_made_absolute(
     result = CliRunner().invoke(cli, ["search", "validate token", "--project", "p"], env=env)
     assert result.exit_code == 0, result.output
     assert "src/auth.ts#L3-L9" in result.output
+
+
+def test_a_keyword_only_ranking_is_said_on_stderr(env: dict[str, str]) -> None:
+    with fake_gemini() as fake:
+        fake.on(
+            ":batchEmbedContents",
+            lambda _r: FakeResponse(503, {"error": {"code": 503, "message": "busy"}}),
+        )
+        gemini = {
+            "GEMINI_API_KEY": "k",
+            "AGMEM_GEMINI_BASE_URL": fake.url,
+            "AGMEM_EMBEDDING_PROVIDER": "gemini",
+        }
+        result = CliRunner().invoke(cli, ["search", "validateToken"], env=env | gemini)
+
+    assert result.exit_code == 0, result.output
+    assert "src/auth.ts#L3-L9" in result.stdout
+    assert "agmem: warning: keyword ranking only" in result.stderr

@@ -10,7 +10,9 @@ import psycopg
 from app.llm.gemini_embeddings import GeminiEmbedder
 from tests.conftest import make_settings
 from tests.fakes.gemini import FakeGemini, FakeResponse, RecordedRequest, fake_gemini
+from tests.search.seed import Chunk, add_chunks
 from tests.sync.helpers import make_project, run_sync
+from tests.worker.builders import drain
 
 IDENTITY = "gemini:gemini-embedding-001:768"
 
@@ -68,12 +70,42 @@ def gemini(fake: FakeGemini, tmp_path: Path, **overrides: Any) -> tuple[Any, Gem
     return settings, GeminiEmbedder(settings, retry_base_seconds=0.001, sleep=lambda _: None)
 
 
-def vector_state(db: psycopg.Connection[Any]) -> tuple[Any, ...] | None:
-    return db.execute(
+def vector_state(db: psycopg.Connection[Any]) -> tuple[int, int]:
+    """(chunks, chunks with a vector of the Gemini model at its width)."""
+    row = db.execute(
         "SELECT count(*), count(*) FILTER (WHERE model = %s AND vector_dims(embedding) = 768) "
         "FROM memory_chunks",
         (IDENTITY,),
     ).fetchone()
+    assert row is not None
+    return row[0], row[1]
+
+
+def all_embedded(db: psycopg.Connection[Any]) -> bool:
+    chunks, embedded = vector_state(db)
+    return chunks == embedded > 0
+
+
+def sync_leaving_the_batch_running(
+    fake: FakeGemini, tmp_path: Path, database_url: str, project: Path
+) -> tuple[BatchServer, Any]:
+    """A sync whose Batch API job is still running when its wait ends, with inline calls down
+    so that nothing but the job can embed its chunks."""
+    fake.on(
+        ":batchEmbedContents",
+        lambda r: FakeResponse(
+            503, {"error": {"code": 503, "message": "down", "status": "UNAVAILABLE"}}
+        ),
+    )
+    server = BatchServer(fake, polls_pending=1_000_000)
+    settings, embedder = gemini(
+        fake,
+        tmp_path,
+        gemini_embed_batch_threshold=5,
+        gemini_batch_timeout_seconds=0.05,
+        gemini_embed_max_retries=0,
+    )
+    return server, run_sync(database_url, settings, embedder, project)
 
 
 def test_small_backlog_is_embedded_inline_in_calls_of_100(
@@ -93,7 +125,6 @@ def test_small_backlog_is_embedded_inline_in_calls_of_100(
     assert sum(len(c.body["requests"]) for c in calls) == report.embeddings_computed
     assert all(r["taskType"] == "RETRIEVAL_DOCUMENT" for c in calls for r in c.body["requests"])
     count = vector_state(db)
-    assert count is not None
     assert count[0] == count[1] == report.chunks_written
     assert (again.files_changed, again.embeddings_computed) == (0, 0)
 
@@ -119,9 +150,7 @@ def test_large_backlog_goes_through_one_batch_job(
     assert server.polls == 3
     assert report.errors == []
     assert report.embeddings_computed == server.submitted[0]
-    count = vector_state(db)
-    assert count is not None
-    assert count[0] == count[1] > 0
+    assert all_embedded(db)
     batch = db.execute(
         "SELECT status, provider_job, jsonb_array_length(hashes) FROM embedding_batches"
     )
@@ -143,9 +172,7 @@ def test_failed_batch_falls_back_to_inline_calls(
 
         assert fake.calls(":batchEmbedContents")
     assert any("falling back to inline" in e for e in report.errors)
-    count = vector_state(db)
-    assert count is not None
-    assert count[0] == count[1] > 0
+    assert all_embedded(db)
     assert db.execute("SELECT status FROM embedding_batches").fetchall() == [("failed",)]
 
 
@@ -154,27 +181,10 @@ def test_a_batch_still_running_when_the_run_ends_is_resumed_by_the_next_sync(
 ) -> None:
     project = make_project(tmp_path / "proj")
     with fake_gemini() as fake:
-        # Inline calls are down, so nothing but the batch job can embed these chunks.
-        fake.on(
-            ":batchEmbedContents",
-            lambda r: FakeResponse(
-                503, {"error": {"code": 503, "message": "down", "status": "UNAVAILABLE"}}
-            ),
-        )
-        server = BatchServer(fake, polls_pending=1_000_000)
-        settings, embedder = gemini(
-            fake,
-            tmp_path,
-            gemini_embed_batch_threshold=5,
-            gemini_batch_timeout_seconds=0.05,
-            gemini_embed_max_retries=0,
-        )
-
-        first = run_sync(database_url, settings, embedder, project)
+        server, first = sync_leaving_the_batch_running(fake, tmp_path, database_url, project)
 
         assert any("still running" in e for e in first.errors)
         count = vector_state(db)
-        assert count is not None
         assert count[1] == 0
         assert db.execute("SELECT status FROM embedding_batches").fetchall() == [("submitted",)]
 
@@ -185,7 +195,84 @@ def test_a_batch_still_running_when_the_run_ends_is_resumed_by_the_next_sync(
 
         assert len(server.submitted) == 1  # resumed, not submitted again
     assert second.files_changed == 0
-    count = vector_state(db)
-    assert count is not None
-    assert count[0] == count[1] > 0
+    assert all_embedded(db)
     assert db.execute("SELECT status FROM embedding_batches").fetchall() == [("done",)]
+
+
+def test_a_network_failure_while_polling_a_batch_is_a_poll_to_repeat(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # google-genai 3 sends through httpx2, whose errors are not httpx's: a dropped connection
+    # during one poll marked the batch failed, and its texts were embedded again inline.
+    project = make_project(tmp_path / "proj")
+    with fake_gemini() as fake:
+        fake.on(":batchEmbedContents", inline_answer)
+        server = BatchServer(fake, polls_pending=1)
+        fake.queue("batches/job-1", FakeResponse(drop=True))
+        settings, embedder = gemini(fake, tmp_path, gemini_embed_batch_threshold=5)
+
+        report = run_sync(database_url, settings, embedder, project)
+
+        assert fake.calls(":batchEmbedContents") == []
+    assert report.errors == []
+    assert server.polls == 2
+    assert db.execute("SELECT status FROM embedding_batches").fetchall() == [("done",)]
+    assert all_embedded(db)
+
+
+def test_the_worker_leaves_a_pending_batchs_chunks_to_the_batch(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # The worker embeds every index row without a vector; it took a large sync's chunks while
+    # their Batch API job ran, paying for them twice (walk-through: 193 of 193 inline at once).
+    project = make_project(tmp_path / "proj")
+    with fake_gemini() as fake:
+        server, _first = sync_leaving_the_batch_running(fake, tmp_path, database_url, project)
+        settings, embedder = gemini(fake, tmp_path, gemini_embed_batch_threshold=5)
+        fake.on(":batchEmbedContents", inline_answer)
+        inline_before = len(fake.calls(":batchEmbedContents"))
+
+        drain(settings, database_url)
+
+        assert len(fake.calls(":batchEmbedContents")) == inline_before
+        count = vector_state(db)
+        assert count[0] > 0
+        assert count[1] == 0
+
+        server.polls_pending = 0
+        run_sync(database_url, settings, embedder, project)
+    count = vector_state(db)
+    assert count[0] == count[1]
+    assert db.execute("SELECT status FROM embedding_batches").fetchall() == [("done",)]
+
+
+def test_with_gemini_the_worker_leaves_file_chunks_to_the_sync(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # A gemini sync writes its chunks without vectors, then embeds them itself (inline, or one
+    # Batch API job). The worker, woken by their inserts, embedded them first (walk-through: 38
+    # of 192 rows inline before the job was even submitted, the rest while it ran), so they were
+    # paid for twice. File chunks without a vector, as a sync leaves them mid-run:
+    add_chunks(
+        database_url,
+        [
+            Chunk("The refreshToken endpoint rotates JWT credentials.", source="memory"),
+            Chunk("user: where is the jwt check?", source="sessions", path="s.jsonl"),
+            Chunk("Observation: read auth.ts", source="observation", path=None),
+        ],
+        embed=False,
+    )
+    with fake_gemini() as fake:
+        fake.on(":batchEmbedContents", inline_answer)
+        settings, _embedder = gemini(fake, tmp_path)
+
+        drain(settings, database_url)
+
+        (call,) = fake.calls(":batchEmbedContents")
+    assert [r["content"]["parts"][0]["text"] for r in call.body["requests"]] == [
+        "Observation: read auth.ts"
+    ]
+    left = db.execute(
+        "SELECT source FROM memory_chunks WHERE embedding IS NULL ORDER BY source"
+    ).fetchall()
+    assert left == [("memory",), ("sessions",)]

@@ -125,7 +125,7 @@ def test_retry_failed_requeues_sessions_too(db: psycopg.Connection[Any], databas
     make_session(db, status="failed")
     make_session(db, "other", status="failed", project_path="/elsewhere")
 
-    async def retry() -> tuple[int, int]:
+    async def retry() -> tuple[int, int, int]:
         engine = make_async_engine(database_url, pool_size=1)
         try:
             async with transaction(make_sessionmaker(engine)) as session:
@@ -133,6 +133,6 @@ def test_retry_failed_requeues_sessions_too(db: psycopg.Connection[Any], databas
         finally:
             await engine.dispose()
 
-    assert asyncio.run(retry()) == (0, 1)
+    assert asyncio.run(retry()) == (0, 1, 0)
     statuses = {r["id"]: r["status"] for r in rows(db, "SELECT id, status FROM sessions")}
     assert statuses == {"s1": "ending", "other": "failed"}

@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 
 from app.cli import cli
 from tests.cli.helpers import AGMEM, agmem_env, run_agmem
-from tests.worker.builders import make_observation, make_session, row
+from tests.conftest import make_settings
+from tests.worker.builders import drain, make_observation, make_session, row
 
 
 def test_retry_failed_requeues_and_status_reports(
@@ -119,3 +120,70 @@ def test_serve_offers_no_worker() -> None:
     result = run_agmem("serve", "--help")
     assert result.returncode == 0
     assert "--no-worker" in result.stdout
+
+
+def test_retry_failed_summarises_the_observations_sessions_again(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    make_session(db, status="ending")
+    make_observation(db, "f1", status="failed")
+    drain(make_settings(), database_url)
+    before = row(db, "SELECT status, summary FROM sessions WHERE id = 's1'")
+    assert before["status"] == "summarized"
+    assert "1 observation could not be compressed" in before["summary"]
+
+    retried = run_agmem("worker", "retry-failed", DATABASE_URL=database_url)
+    assert retried.returncode == 0, retried.stderr
+    assert retried.stdout.strip() == (
+        "requeued 1 observations and 0 sessions; "
+        "1 summarised sessions will be summarised again with them"
+    )
+    drain(make_settings(), database_url)
+
+    after = row(db, "SELECT status, summary, total_observations FROM sessions WHERE id = 's1'")
+    assert row(db, "SELECT status FROM observations WHERE id = 'f1'")["status"] == "compressed"
+    assert after["status"] == "summarized"
+    assert "could not be compressed" not in after["summary"]
+    summaries = row(db, "SELECT count(*) AS n FROM memory_chunks WHERE source = 'summary'")
+    assert summaries["n"] == 1
+
+
+def test_status_says_how_observations_were_compressed_and_what_gemini_spent(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    # The queue's counts said nothing of Gemini: whether it wrote anything, whether the
+    # fallback had taken over, how much of today's budget was spent.
+    make_session(db)
+    for n, method in enumerate(["gemini:gemini-2.5-flash", "extractive", "extractive", "raw"]):
+        make_observation(db, f"o{n}", status="compressed")
+        db.execute(
+            "UPDATE observations SET generated_by = %s, tokens_saved = 5 WHERE id = %s",
+            (method, f"o{n}"),
+        )
+    db.execute("UPDATE observations SET last_error = 'gemini 503: busy' WHERE id = 'o2'")
+    db.execute(
+        "INSERT INTO llm_usage (day, project_path, model, requests, input_tokens, output_tokens) "
+        "VALUES ((now() AT TIME ZONE 'UTC')::date, '/p', 'gemini-2.5-flash', 7, 1200, 34), "
+        "((now() AT TIME ZONE 'UTC')::date - 1, '/p', 'gemini-2.5-flash', 99, 99999, 9)"
+    )
+    env = {"DATABASE_URL": database_url, "AGMEM_LOG_LEVEL": "error"}
+
+    offline = CliRunner().invoke(cli, ["status"], env=env)
+    online = CliRunner().invoke(
+        cli,
+        ["status"],
+        env=env | {"GEMINI_API_KEY": "k", "AGMEM_GEMINI_BASE_URL": "http://gateway:8080"},
+    )
+
+    assert offline.exit_code == online.exit_code == 0, offline.output + online.output
+    compressed = (
+        "compressed extractive 2 (1 after Gemini failed), gemini:gemini-2.5-flash 1, raw 1\n"
+    )
+    assert compressed in offline.stdout
+    assert "gemini     off (no GEMINI_API_KEY): the extractive fallback compresses\n" in (
+        offline.stdout
+    )
+    assert (
+        "gemini     gemini-2.5-flash at http://gateway:8080: 1,234 of 2,000,000 tokens "
+        "today in 7 calls\n"
+    ) in online.stdout

@@ -1,0 +1,147 @@
+"""Searches with the Gemini provider, through the real google-genai client and the fake server:
+the query's embedding must neither hold the API's event loop nor, when Gemini fails, the search."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+
+from app.llm.embeddings import get_embedder
+from app.llm.gemini_embeddings import EmbeddingFailed, GeminiEmbedder
+from app.main import create_app
+from tests.conftest import make_settings
+from tests.fakes.gemini import FakeGemini, FakeResponse, RecordedRequest, fake_gemini
+from tests.search.seed import Chunk, add_chunks
+
+EMBED = ":batchEmbedContents"
+PROJECT = "/p"
+
+
+def unavailable(_request: RecordedRequest) -> FakeResponse:
+    return FakeResponse(503, {"error": {"code": 503, "message": "busy", "status": "UNAVAILABLE"}})
+
+
+def vectors(request: RecordedRequest) -> FakeResponse:
+    return FakeResponse(
+        200, {"embeddings": [{"values": [0.5] * 768} for _ in request.body["requests"]]}
+    )
+
+
+def gemini_settings(fake: FakeGemini, tmp_path: Path, **overrides: Any) -> Any:
+    return make_settings(
+        home=tmp_path / "home",
+        gemini_api_key="k",
+        gemini_base_url=fake.url,
+        embedding_provider="gemini",
+        **overrides,
+    )
+
+
+def seed(database_url: str) -> None:
+    add_chunks(
+        database_url,
+        [
+            Chunk("The refreshToken endpoint rotates JWT credentials.", path="auth/jwt.md"),
+            Chunk("Garden notes: tomatoes need sun.", path="garden.md"),
+        ],
+        embed=False,
+    )
+
+
+def test_a_query_gets_one_retry_and_a_short_timeout(tmp_path: Path) -> None:
+    with fake_gemini() as fake:
+        fake.on(EMBED, unavailable)
+        embedder = GeminiEmbedder(
+            gemini_settings(fake, tmp_path), retry_base_seconds=0.001, sleep=lambda _s: None
+        )
+        with pytest.raises(EmbeddingFailed, match="503"):
+            embedder.embed_query("jwt")
+        # A sync's documents keep the whole retry budget (AGMEM_GEMINI_EMBED_MAX_RETRIES, 5).
+        assert len(fake.calls(EMBED)) == 2
+
+        fake.on(EMBED, lambda r: FakeResponse(200, {"embeddings": []}, delay_s=1))
+        slow = GeminiEmbedder(gemini_settings(fake, tmp_path, gemini_timeout_seconds=0.2))
+        with pytest.raises(EmbeddingFailed, match="Timeout"):
+            slow.embed_query("jwt")
+        assert len(fake.calls(EMBED)) == 3  # a timeout is not retried
+
+
+def test_one_embedder_per_configuration(tmp_path: Path) -> None:
+    with fake_gemini() as fake:
+        settings = gemini_settings(fake, tmp_path)
+
+        first = get_embedder(settings)
+
+        assert get_embedder(settings.model_copy()) is first
+        assert get_embedder(gemini_settings(fake, tmp_path, embedding_dims=256)) is not first
+
+
+def test_a_hybrid_search_ranks_by_keywords_when_gemini_fails(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    seed(database_url)
+    with fake_gemini() as fake:
+        fake.on(EMBED, unavailable)
+        app = create_app(gemini_settings(fake, tmp_path), database_url=database_url)
+        with TestClient(app, raise_server_exceptions=False) as client:
+            hybrid = client.post("/api/search", json={"query": "refreshToken JWT"})
+            context = client.get(
+                "/api/context", params={"projectPath": PROJECT, "prompt": "refreshToken JWT"}
+            )
+            vector = client.post("/api/search", json={"query": "jwt", "mode": "vector"})
+
+    assert hybrid.status_code == 200, hybrid.text
+    body = hybrid.json()
+    assert [r["path"] for r in body["results"]] == ["auth/jwt.md"]
+    assert body["results"][0]["vectorRank"] is None
+    assert "keyword ranking only" in body["degraded"]
+    assert context.status_code == 200, context.text
+    assert "auth/jwt.md" in context.text
+    # A vector search has nothing else to rank by.
+    assert vector.status_code == 502
+    assert vector.json()["error"] == "EmbeddingFailed"
+
+
+def test_a_search_waiting_on_gemini_does_not_hold_other_requests(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    seed(database_url)
+    embedding_started, health_answered = threading.Event(), threading.Event()
+    health_while_held: list[bool] = []
+
+    def held(request: RecordedRequest) -> FakeResponse:
+        embedding_started.set()
+        # Blocked in this call, the event loop could not answer /health and this wait ran out;
+        # now the search's embedding waits in a thread while /health is answered.
+        health_while_held.append(health_answered.wait(5))
+        return vectors(request)
+
+    async def scenario(app: Any) -> httpx.Response:
+        transport = httpx.ASGITransport(app=app)
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(transport=transport, base_url="http://agmem") as client,
+        ):
+            search = asyncio.create_task(client.post("/api/search", json={"query": "jwt"}))
+            while not embedding_started.is_set():
+                await asyncio.sleep(0.01)
+            health = await client.get("/health")
+            health_answered.set()
+            assert health.status_code == 200
+            return await search
+
+    with fake_gemini() as fake:
+        fake.on(EMBED, held)
+        app = create_app(gemini_settings(fake, tmp_path), database_url=database_url)
+        search = asyncio.run(scenario(app))
+
+    assert health_while_held == [True]
+    assert search.status_code == 200
+    assert search.json()["degraded"] is None
