@@ -405,7 +405,7 @@ async def record_result(
         return _observation_ref(matched), False
 
     if observation_id is not None:
-        repeat = await _repeated_result(session, observation_id, session_id, result)
+        repeat = await _repeated_result(session, params, result)
         if repeat is not None:
             return repeat, False
     new_id = observation_id or uuid.uuid4().hex
@@ -422,7 +422,7 @@ async def record_result(
     ).first()
     if inserted is None:
         # Another request inserted this id between our match and our insert: compare with it.
-        repeat = await _repeated_result(session, new_id, session_id, result)
+        repeat = await _repeated_result(session, {**params, "observation_id": new_id}, result)
         if repeat is None:
             raise SessionNotFound(f"no session with id {session_id!r}")
         return repeat, False
@@ -431,12 +431,28 @@ async def record_result(
 
 
 async def _repeated_result(
-    session: Executor, observation_id: str, session_id: str, result: Payload
+    session: Executor, params: dict[str, Any], result: Payload
 ) -> ObservationRef | None:
-    """The stored observation when this result repeats its stored one; None if there is none."""
+    """The stored observation when this result repeats its stored one, or the result applied to
+    its call if that call is still pending; None if there is no such observation.
+
+    The call can be pending here although the match found nothing: its insert committed in
+    another transaction after the match's snapshot was taken (the match does not wait for a row
+    it cannot see yet; an insert of the same id does, then finds it). Answering the stored row
+    then would drop the result, so the match runs again, now that the call is visible.
+    """
+    observation_id, session_id = params["observation_id"], params["session_id"]
     existing = (
         await session.execute(queries.SELECT_OBSERVATION_FOR_COMPARE, {"id": observation_id})
     ).first()
+    if existing is not None and existing.session_id == session_id and existing.status == "pending":
+        matched = (await session.execute(queries.MATCH_BY_ID, params)).first()
+        if matched is not None and matched.id is not None:
+            return _observation_ref(matched)
+        # Another result captured it in between: compare with what it stored.
+        existing = (
+            await session.execute(queries.SELECT_OBSERVATION_FOR_COMPARE, {"id": observation_id})
+        ).first()
     if existing is None:
         return None
     if existing.session_id != session_id:
