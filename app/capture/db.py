@@ -95,6 +95,14 @@ class GroupWriter:
     burst of N requests was parsed first and written after (the writer only ran once every
     ready request had), so the server and Postgres took turns instead of working together.
 
+    With two writers (the default) one lane commits while the other collects: a lane holds its
+    Sync while another lane's commit is unanswered (unless it is full), and syncs as soon as that
+    answer comes. So the next batch's statements run while the previous batch waits for its WAL
+    flush, yet commits still go one at a time, each carrying everything that arrived during the
+    previous one. With one writer, statements arriving during a commit waited for it and only
+    then ran; with writers that each synced at once, batches got smaller and Postgres did more
+    commits (its CPU per request rose ~25%; docs/benchmarks.md, capture8).
+
     One transaction per batch is one WAL flush and one `agmem_work` NOTIFY (Postgres folds a
     transaction's equal notifications) instead of one per request: every committing transaction
     that notifies takes Postgres's global notify lock until its commit record is flushed, which
@@ -112,6 +120,7 @@ class GroupWriter:
         self.max_batch = max_batch
         self._pending: deque[_Pending] = deque()
         self._lanes: list[_Lane] = []
+        self._committing = 0
         self._wake = asyncio.Event()
         self._tasks = [
             asyncio.create_task(self._run(), name=f"agmem-capture-writer-{n}")
@@ -169,7 +178,12 @@ class GroupWriter:
                         lane = _Lane(connection)
                         batch = lane.sent
                         await self._collect(lane)
-                        await self._write(lane)
+                        self._committing += 1
+                        try:
+                            await self._write(lane)
+                        finally:
+                            self._committing -= 1
+                            self._wake.set()
             except Exception as error:  # no connection, or it broke: every request sees it
                 _fail(batch, error)
                 if not isinstance(error, psycopg.OperationalError) or not batch:
@@ -190,12 +204,19 @@ class GroupWriter:
         self._lanes.append(lane)
         try:
             self._fill(lane)
-            while not lane.sent and not self._pending:
+            while not self._ready(lane):
                 self._wake.clear()
                 await self._wake.wait()
                 self._fill(lane)
         finally:
             self._lanes.remove(lane)
+
+    def _ready(self, lane: _Lane) -> bool:
+        """Whether the lane should be synced now: it holds statements and no other lane is
+        committing (or it is full); or something queued needs preparing first."""
+        if not lane.sent:
+            return bool(self._pending)
+        return not self._committing or len(lane.sent) >= self.max_batch
 
     async def _write(self, lane: _Lane) -> None:
         connection, batch = lane.connection, lane.sent
