@@ -61,12 +61,13 @@ NOTIFY_BY_BATCH = "-c agmem.notify_by_batch=on"
 _NOTIFY = pipeline.statement("SELECT pg_notify('agmem_work', 'observation')")  # as the trigger
 _CAPTURING = frozenset(
     query.text
-    for query in (
+    for statement in (
         queries.MATCH_BY_ID,
         queries.MATCH_BY_ID_MERGED,
         queries.MATCH_NEWEST_PENDING,
         queries.INSERT_CAPTURED,
     )
+    for query in (statement.plain, statement.touching)
 )
 
 
