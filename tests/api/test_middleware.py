@@ -94,3 +94,22 @@ def test_body_within_the_limit_reaches_the_route(guarded: TestClient) -> None:
 
 def test_without_a_token_setting_api_is_open(client: TestClient) -> None:
     assert client.get("/api/no-such-route").status_code == 404
+
+
+def test_requests_do_not_look_up_opentelemetry_providers(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # FastAPI's native telemetry asked for the global providers on every request; agmem turns it
+    # off (no OpenTelemetry SDK ships with it, so there is nothing to find).
+    from opentelemetry import trace
+
+    lookups: list[int] = []
+    real = trace.get_tracer_provider
+
+    def counted() -> Any:
+        lookups.append(1)
+        return real()
+
+    monkeypatch.setattr(trace, "get_tracer_provider", counted)
+    assert client.get("/api/no-such-route").status_code == 404
+    assert lookups == []
