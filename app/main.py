@@ -11,8 +11,9 @@ from fastapi.telemetry import TelemetryConfig
 
 from app import health
 from app.api.errors import install_error_handlers
+from app.api.hot import App
 from app.api.middleware import BearerTokenMiddleware, BodySizeLimitMiddleware
-from app.capture.routes import add_hot_routes
+from app.capture.routes import HOT_ENDPOINTS, add_hot_routes
 from app.capture.routes import router as capture_router
 from app.config import Settings, get_settings
 from app.context.routes import router as context_router
@@ -67,7 +68,7 @@ def create_app(
                 await worker
             await engine.dispose()
 
-    app = FastAPI(
+    app = App(
         title="antigravity-mem",
         summary="Memory for AI coding agents: capture, compress, search and inject context.",
         version="0.1.0",
@@ -92,4 +93,9 @@ def create_app(
     # Outermost first: the size limit applies before authentication reads anything.
     app.add_middleware(BearerTokenMiddleware, token=settings.api_token)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
+    # observe and observe/result again, answered by the app past the framework's layers through
+    # the same two rules (app/api/hot.py).
+    app.hot_routes = HOT_ENDPOINTS
+    app.hot_token = settings.api_token
+    app.hot_max_body_bytes = settings.max_body_bytes
     return app

@@ -147,11 +147,12 @@ def _body_schema(model: type[BaseModel]) -> dict[str, Any]:
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
 
 
-# The two hot routes are the app's first own routes (`add_hot_routes`), since routes are matched
-# in order. They take the request, parse its body and open their connection themselves:
+# The two hot routes take the request, parse its body and open their connection themselves:
 # FastAPI's dependency resolution (settings, state, a yield dependency and its exit stack) and its
 # body parsing cost more CPU per request in the profile than everything else the route does
-# outside the database.
+# outside the database. The app calls them past the framework's layers (`HOT_ENDPOINTS`,
+# app/api/hot.py); they are also the app's first own routes (`add_hot_routes`, matched in order),
+# for the OpenAPI schema and the requests the short path leaves to the full stack.
 
 
 class DirectRoute(APIRoute):
@@ -200,6 +201,11 @@ _HOT_ROUTES = (
     ("/observe", observe, ObserveIn, 201, {200: _REPEATED}),
     ("/observe/result", observe_result, ObserveResultIn, 200, {201: _UNMATCHED}),
 )
+
+
+# The app answers these past the framework's layers (`app.api.hot`); registered on the router
+# too (`add_hot_routes`), for the OpenAPI schema and for requests the short path leaves alone.
+HOT_ENDPOINTS = {router.prefix + path: endpoint for path, endpoint, *_ in _HOT_ROUTES}
 
 
 def add_hot_routes(app: FastAPI) -> None:
