@@ -59,6 +59,7 @@ _Pending = tuple[pipeline.Sent, "asyncio.Future[RawResult]"]
 # batch's commit, as it delivered the trigger's.
 NOTIFY_BY_BATCH = "-c agmem.notify_by_batch=on"
 _NOTIFY = pipeline.statement("SELECT pg_notify('agmem_work', 'observation')")  # as the trigger
+_NOTIFY_SENT = pipeline.Sent(_NOTIFY, [])
 _CAPTURING = frozenset(
     query.text
     for statement in (
@@ -75,10 +76,11 @@ class _Lane:
     """A writer's connection while its pipeline is open: statements sent to it go to Postgres at
     once and commit together at the next Sync."""
 
-    __slots__ = ("connection", "notify", "sent")
+    __slots__ = ("connection", "notify", "prepared", "sent")
 
     def __init__(self, connection: Conn) -> None:
         self.connection = connection
+        self.prepared = pipeline.prepared_names(connection)
         self.sent: list[_Pending] = []
         self.notify = False  # a statement sent may capture an observation: wake the worker
 
@@ -155,7 +157,7 @@ class GroupWriter:
         """Send queued statements into an open pipeline, up to the batch cap."""
         while self._pending and len(lane.sent) < self.max_batch:
             item = self._pending[0]
-            if not pipeline.is_prepared(lane.connection, item[0].stmt):
+            if item[0].stmt.name not in lane.prepared:
                 return  # the writer prepares it before its next pipeline
             try:
                 pipeline.send(lane.connection, item[0])
@@ -221,17 +223,19 @@ class GroupWriter:
 
     async def _write(self, lane: _Lane) -> None:
         connection, batch = lane.connection, lane.sent
+        sent = [item for item, _future in batch]
         if lane.notify:
-            pipeline.send(connection, pipeline.Sent(_NOTIFY, []))
+            sent.append(_NOTIFY_SENT)
+            pipeline.send(connection, _NOTIFY_SENT)
         try:
-            results = await pipeline.finish(connection, len(batch) + lane.notify)
+            results = await pipeline.finish(connection, sent)
         except pipeline.StatementFailed as failed:
             if len(batch) == 1:
                 _fail(batch, failed.error)
                 return
             log.info("capture.batch_retried_alone", statements=len(batch))
-            for sent, future in batch:
-                statements = [sent, pipeline.Sent(_NOTIFY, [])] if sent.notifies else [sent]
+            for item, future in batch:
+                statements = [item, _NOTIFY_SENT] if item.notifies else [item]
                 try:
                     rows, *_notified = await pipeline.run(connection, statements)
                 except pipeline.StatementFailed as alone:
