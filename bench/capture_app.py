@@ -79,16 +79,26 @@ async def call(app: Any, path: str, body: bytes) -> tuple[int, bytes]:
     return status, b"".join(chunks)
 
 
+# The columns the hot statements return (INSERT_OBSERVATION's and the matches', which add one).
+AnswerRow = namedtuple(
+    "AnswerRow",
+    "session_project id session_id project_path status observation_type original_tokens truncated",
+)
+
+
+def answer(params: Any) -> Any:
+    """What a capture statement answers when it matches: one row, the observation pending."""
+    from app.capture.db import RawResult
+
+    observation_id = params.get("id") or params.get("observation_id")
+    row = AnswerRow("/p", observation_id, params["session_id"], "/p", "pending", "write", 1, False)
+    return RawResult([row])
+
+
 def instant_writer() -> Any:
     """A group-commit writer that answers every statement at once with a matching row."""
     from app.capture import pipeline
     from app.capture.db import GroupWriter, RawResult
-
-    row = namedtuple(
-        "Row",
-        "session_project id session_id project_path status observation_type original_tokens "
-        "truncated",
-    )
 
     class InstantWriter(GroupWriter):
         def __init__(self) -> None:  # no pool, no writer tasks
@@ -97,21 +107,8 @@ def instant_writer() -> Any:
         async def execute(self, query: Any, params: Any = None) -> RawResult:
             stmt = pipeline.statement(query.text)
             pipeline.dump_params(stmt, params)
-            observation_id = params.get("id") or params.get("observation_id")
-            return RawResult(
-                [
-                    row(
-                        "/p",
-                        observation_id,
-                        params["session_id"],
-                        "/p",
-                        "pending",
-                        "write",
-                        1,
-                        False,
-                    )
-                ]
-            )
+            result: RawResult = answer(params)
+            return result
 
         async def close(self) -> None:
             pass

@@ -20,14 +20,14 @@ import random
 import tempfile
 import time
 import uuid
-from collections import namedtuple
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import uvloop
 
 from bench.capture import cpu_seconds, payload_pool, postgres_pids
+from bench.capture_app import answer
+from bench.capture_pg import open_writer
 
 CLIENTS = 16
 Call = tuple[Any, dict[str, Any]]
@@ -40,12 +40,6 @@ def recorded_calls(sessions: list[str], pairs: int, seed: int) -> list[list[Call
     from app.capture.schemas import ObserveIn, ObserveResultIn
     from app.config import Settings
 
-    row = namedtuple(
-        "Row",
-        "session_project id session_id project_path status observation_type original_tokens "
-        "truncated",
-    )
-
     class Recorder(GroupWriter):
         def __init__(self) -> None:  # no pool, no writer tasks
             self.calls: list[Call] = []
@@ -55,21 +49,8 @@ def recorded_calls(sessions: list[str], pairs: int, seed: int) -> list[list[Call
                 query = queries.MATCH_BY_ID.pick("touch" in query.text)
                 params = {k: v for k, v in params.items() if k not in ("merged", "call_entities")}
             self.calls.append((query, dict(params)))
-            observation_id = params.get("id") or params.get("observation_id")
-            return RawResult(
-                [
-                    row(
-                        "/p",
-                        observation_id,
-                        params["session_id"],
-                        "/p",
-                        "pending",
-                        "write",
-                        1,
-                        False,
-                    )
-                ]
-            )
+            result: RawResult = answer(params)
+            return result
 
     settings = Settings()
     pool = payload_pool(400)
@@ -98,22 +79,7 @@ def recorded_calls(sessions: list[str], pairs: int, seed: int) -> list[list[Call
 
 
 async def replay(url: str, pgdata: Path, rounds: int, pairs: int) -> None:
-    from app.capture.db import GroupWriter, make_capture_pool
-    from app.config import Settings
-    from app.db.raw_pool import libpq_url
-
-    settings = Settings(database_url=url)
-    raw = make_capture_pool(url, pool_size=settings.capture_writers)
-    await raw.open(wait=True)
-    writer = GroupWriter(
-        raw, writers=settings.capture_writers, max_batch=settings.capture_batch_max
-    )
-    sessions = [uuid.uuid4().hex for _ in range(CLIENTS)]
-    with psycopg.connect(libpq_url(url), autocommit=True) as admin:
-        for session in sessions:
-            admin.execute(
-                "INSERT INTO sessions (id, project_path) VALUES (%s, '/bench/project')", (session,)
-            )
+    raw, writer, sessions = await open_writer(url)
 
     async def client(calls: list[Call]) -> None:
         for query, params in calls:
