@@ -11,7 +11,10 @@ serve` started afresh for each variant (a `NAME=VALUE` list of server environmen
 `pg:name=value` for `ALTER SYSTEM` before the server starts, or `default`), the variants
 measured alternately round by round with `bench.capture`'s client and payloads. The server
 runs with its group-commit writer instrumented (timestamps around each batch, nothing else
-changed) and reports at exit. Per run it prints:
+changed) and reports at exit. All variants share the one Postgres: it creates new WAL segments
+only until checkpoints recycle old ones, so a setting about new segments (`wal_init_zero`)
+compares only on a fresh server (the first variant of the first round; see
+docs/benchmarks.md, capture8, for that comparison). Per run it prints:
 
 - throughput, latency percentiles, CPU per request of the server, Postgres and this client, and
   the server's context switches per request (nonvoluntary ones are preemptions: the server was
