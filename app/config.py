@@ -168,7 +168,7 @@ class Settings(BaseSettings):
     capture_max_depth: int = Field(default=64, ge=2, le=500)
     capture_exclude_projects: Annotated[list[str], NoDecode] = Field(default_factory=list)
     # Capture group commit: writer tasks (one connection each) and statements per transaction.
-    capture_writers: int = Field(default=1, ge=1, le=64)
+    capture_writers: int = Field(default=2, ge=1, le=64)
     capture_batch_max: int = Field(default=64, ge=1, le=1000)
     # Off: an observation is acknowledged once committed, before its WAL reaches the disk.
     capture_synchronous_commit: bool = True

@@ -2,6 +2,7 @@
 
     uv run python -m bench.capture_app              # 10 rounds of 16 x 20 observe/result pairs
     uv run python -m bench.capture_app --rounds 5 --pairs 40
+    uv run python -m bench.capture_app --no-db      # the writer answers at once: Python only
 
 Calls the whole ASGI app (middlewares, router, routes, the group-commit writer) directly with
 the bodies `bench.capture` sends, from 16 concurrent clients, on an embedded PostgreSQL, and
@@ -9,6 +10,11 @@ prints this process's CPU time per request for each round and the best round. Po
 its own processes and is not counted. On a shared machine the process CPU of the best round
 moves far less than the HTTP benchmark's rates: run it on two commits alternately to compare a
 change to the app's per-request work.
+
+With --no-db the group-commit writer is replaced, once the app has started, by one that turns
+each statement's parameters into their wire form (as the real one does) and answers at once: the
+figure is then the Python of the middlewares, routes and services alone, without the writer's
+libpq round trips and the waits for Postgres, and it moves far less from run to run.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import random
 import tempfile
 import time
 import uuid
+from collections import namedtuple
 from pathlib import Path
 from typing import Any
 
@@ -72,13 +79,52 @@ async def call(app: Any, path: str, body: bytes) -> tuple[int, bytes]:
     return status, b"".join(chunks)
 
 
-async def run(url: str, rounds: int, pairs: int) -> None:
+# The columns the hot statements return (INSERT_OBSERVATION's and the matches', which add one).
+AnswerRow = namedtuple(
+    "AnswerRow",
+    "session_project id session_id project_path status observation_type original_tokens truncated",
+)
+
+
+def answer(params: Any) -> Any:
+    """What a capture statement answers when it matches: one row, the observation pending."""
+    from app.capture.db import RawResult
+
+    observation_id = params.get("id") or params.get("observation_id")
+    row = AnswerRow("/p", observation_id, params["session_id"], "/p", "pending", "write", 1, False)
+    return RawResult([row])
+
+
+def instant_writer() -> Any:
+    """A group-commit writer that answers every statement at once with a matching row."""
+    from app.capture import pipeline
+    from app.capture.db import GroupWriter, RawResult
+
+    class InstantWriter(GroupWriter):
+        def __init__(self) -> None:  # no pool, no writer tasks
+            pass
+
+        async def execute(self, query: Any, params: Any = None) -> RawResult:
+            stmt = pipeline.statement(query.text)
+            pipeline.dump_params(stmt, params)
+            result: RawResult = answer(params)
+            return result
+
+        async def close(self) -> None:
+            pass
+
+    return InstantWriter()
+
+
+async def run(url: str, rounds: int, pairs: int, no_db: bool = False) -> None:
     from app.config import Settings
     from app.main import create_app
 
     pool = payload_pool(400)
     app = create_app(Settings(database_url=url), database_url=url)
     async with app.router.lifespan_context(app):
+        if no_db:
+            real_writer, app.state.capture_writer = app.state.capture_writer, instant_writer()
         sessions = []
         for _ in range(CLIENTS):
             body = json.dumps({"projectPath": "/bench/project", "id": uuid.uuid4().hex})
@@ -126,12 +172,17 @@ async def run(url: str, rounds: int, pairs: int) -> None:
         print(
             f"best round: {best * 1000:.3f} ms of app CPU a request ({requests} requests a round)"
         )
+        if no_db:
+            app.state.capture_writer = real_writer  # the lifespan closes the real one
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--pairs", type=int, default=20, help="observe/result pairs per client")
+    parser.add_argument(
+        "--no-db", action="store_true", help="a writer that answers at once: the app's Python alone"
+    )
     args = parser.parse_args()
 
     from app.db import migrate
@@ -142,7 +193,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="agmem-bench-", ignore_cleanup_errors=True) as folder:
         url = start_embedded_postgres(Path(folder) / "pgdata")
         migrate.upgrade(url)
-        asyncio.run(run(url, args.rounds, args.pairs))
+        asyncio.run(run(url, args.rounds, args.pairs, args.no_db))
 
 
 if __name__ == "__main__":

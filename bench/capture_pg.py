@@ -28,6 +28,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -53,15 +54,13 @@ def perf_record(output: str | None, pids: list[int]) -> Iterator[None]:
         process.wait()
 
 
-async def replay(url: str, pgdata: Path, rounds: int, pairs: int, perf: str | None) -> None:
-    from app.capture import service
+async def open_writer(url: str) -> tuple[Any, Any, list[str]]:
+    """The capture pool and GroupWriter as the app sets them up, and CLIENTS new sessions."""
     from app.capture.db import GroupWriter, make_capture_pool
-    from app.capture.schemas import ObserveIn, ObserveResultIn
     from app.config import Settings
     from app.db.raw_pool import libpq_url
 
     settings = Settings(database_url=url)
-    pool = payload_pool(400)
     raw = make_capture_pool(url, pool_size=settings.capture_writers)
     await raw.open(wait=True)
     writer = GroupWriter(
@@ -73,6 +72,18 @@ async def replay(url: str, pgdata: Path, rounds: int, pairs: int, perf: str | No
             admin.execute(
                 "INSERT INTO sessions (id, project_path) VALUES (%s, '/bench/project')", (session,)
             )
+    return raw, writer, sessions
+
+
+async def replay(url: str, pgdata: Path, rounds: int, pairs: int, perf: str | None) -> None:
+    from app.capture import service
+    from app.capture.schemas import ObserveIn, ObserveResultIn
+    from app.config import Settings
+    from app.db.raw_pool import libpq_url
+
+    settings = Settings(database_url=url)
+    pool = payload_pool(400)
+    raw, writer, sessions = await open_writer(url)
 
     def bodies(number: int, count: int, seed: int) -> list[tuple[ObserveIn, ObserveResultIn]]:
         rng = random.Random(seed * 1000 + number)

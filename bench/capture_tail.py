@@ -4,12 +4,16 @@ pushed far apart.
 
     uv run python -m bench.capture_tail                     # all three variants, 500 and 250 req/s
     uv run python -m bench.capture_tail --variants default,no-flush --rates 500
+    uv run python -m bench.capture_tail --rates 500,500,500 --preload 10   # a loaded server
 
 A diagnostic, not a goal's figure: `no-flush` sets `synchronous_commit = off` server-wide, what
 the opt-in AGMEM_CAPTURE_SYNCHRONOUS_COMMIT=false does for the capture connections only (the
 default acknowledges an observation only once its commit is flushed). If the tail goes
 away without the flush and stays with checkpoints far apart, it is the wait for the WAL flush.
 Each line also gives the share of CPU time the hypervisor took away during the run ("steal").
+With --preload S, each paced run follows S seconds of the closed loop at 16 connections, as the
+paced run of `bench.capture` follows its closed-loop rounds: a server that has written a
+gigabyte or two of WAL (checkpoints, autovacuum of `observations`), not a fresh one.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ VARIANTS = {
 }
 
 
-def measure_variant(variant: str, rates: list[float], seconds: float) -> None:
+def measure_variant(variant: str, rates: list[float], seconds: float, preload: float) -> None:
     from app.db.embedded import start_embedded_postgres
     from app.db.raw_pool import libpq_url
 
@@ -51,6 +55,8 @@ def measure_variant(variant: str, rates: list[float], seconds: float) -> None:
         with run_server(kind="agmem", log_dir=home, env=env) as server:
             asyncio.run(drive(server.port, 16, 3, 1, pool))  # warm-up, closed loop
             for rate in rates:
+                if preload:
+                    asyncio.run(drive(server.port, 16, preload, 1, pool))
                 total_before, stolen_before = cpu_ticks()
                 run, elapsed = asyncio.run(drive(server.port, 16, seconds, 1, pool, rate))
                 total_after, stolen_after = cpu_ticks()
@@ -73,12 +79,15 @@ def main() -> None:
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--rates", default="500,500,250", help="offered req/s, comma-separated")
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--preload", type=float, default=0.0, help="closed-loop seconds before each paced run"
+    )
     args = parser.parse_args()
     rates = [float(part) for part in args.rates.split(",")]
     for variant in args.variants.split(","):
         if variant not in VARIANTS:
             parser.error(f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
-        measure_variant(variant, rates, args.seconds)
+        measure_variant(variant, rates, args.seconds, args.preload)
 
 
 if __name__ == "__main__":

@@ -82,16 +82,24 @@ def wait_ready(server: ServerProcess, path: str, timeout: float) -> None:
 
 @contextlib.contextmanager
 def run_server(
-    *, kind: str, log_dir: Path, env: dict[str, str] | None = None, timeout: float = 120
+    *,
+    kind: str,
+    log_dir: Path,
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+    code: str = AGMEM_SERVE,
 ) -> Iterator[ServerProcess]:
-    """Start `agmem serve` (kind="agmem") or the no-op app (kind="noop") on a free port."""
+    """Start `agmem serve` (kind="agmem") or the no-op app (kind="noop") on a free port.
+
+    `code` replaces the `python -c` program that runs `agmem serve` (a diagnostic may wrap it).
+    """
     port = free_port()
     log_path = log_dir / f"{kind}-{port}.log"
     if kind == "agmem":
         argv = [
             sys.executable,
             "-c",
-            AGMEM_SERVE,
+            code,
             "serve",
             "--host",
             "127.0.0.1",

@@ -59,14 +59,16 @@ _Pending = tuple[pipeline.Sent, "asyncio.Future[RawResult]"]
 # batch's commit, as it delivered the trigger's.
 NOTIFY_BY_BATCH = "-c agmem.notify_by_batch=on"
 _NOTIFY = pipeline.statement("SELECT pg_notify('agmem_work', 'observation')")  # as the trigger
+_NOTIFY_SENT = pipeline.Sent(_NOTIFY, [])
 _CAPTURING = frozenset(
     query.text
-    for query in (
+    for statement in (
         queries.MATCH_BY_ID,
         queries.MATCH_BY_ID_MERGED,
         queries.MATCH_NEWEST_PENDING,
         queries.INSERT_CAPTURED,
     )
+    for query in (statement.plain, statement.touching)
 )
 
 
@@ -74,10 +76,11 @@ class _Lane:
     """A writer's connection while its pipeline is open: statements sent to it go to Postgres at
     once and commit together at the next Sync."""
 
-    __slots__ = ("connection", "notify", "sent")
+    __slots__ = ("connection", "notify", "prepared", "sent")
 
     def __init__(self, connection: Conn) -> None:
         self.connection = connection
+        self.prepared = pipeline.prepared_names(connection)
         self.sent: list[_Pending] = []
         self.notify = False  # a statement sent may capture an observation: wake the worker
 
@@ -94,6 +97,14 @@ class GroupWriter:
     arrive while no pipeline is open wait in a queue for the next one. Without the eager send, a
     burst of N requests was parsed first and written after (the writer only ran once every
     ready request had), so the server and Postgres took turns instead of working together.
+
+    With two writers (the default) one lane commits while the other collects: a lane holds its
+    Sync while another lane's commit is unanswered (unless it is full), and syncs as soon as that
+    answer comes. So the next batch's statements run while the previous batch waits for its WAL
+    flush, yet commits still go one at a time, each carrying everything that arrived during the
+    previous one. With one writer, statements arriving during a commit waited for it and only
+    then ran; with writers that each synced at once, batches got smaller and Postgres did more
+    commits (its CPU per request rose ~25%; docs/benchmarks.md, capture8).
 
     One transaction per batch is one WAL flush and one `agmem_work` NOTIFY (Postgres folds a
     transaction's equal notifications) instead of one per request: every committing transaction
@@ -112,6 +123,7 @@ class GroupWriter:
         self.max_batch = max_batch
         self._pending: deque[_Pending] = deque()
         self._lanes: list[_Lane] = []
+        self._committing = 0
         self._wake = asyncio.Event()
         self._tasks = [
             asyncio.create_task(self._run(), name=f"agmem-capture-writer-{n}")
@@ -145,7 +157,7 @@ class GroupWriter:
         """Send queued statements into an open pipeline, up to the batch cap."""
         while self._pending and len(lane.sent) < self.max_batch:
             item = self._pending[0]
-            if not pipeline.is_prepared(lane.connection, item[0].stmt):
+            if item[0].stmt.name not in lane.prepared:
                 return  # the writer prepares it before its next pipeline
             try:
                 pipeline.send(lane.connection, item[0])
@@ -169,7 +181,12 @@ class GroupWriter:
                         lane = _Lane(connection)
                         batch = lane.sent
                         await self._collect(lane)
-                        await self._write(lane)
+                        self._committing += 1
+                        try:
+                            await self._write(lane)
+                        finally:
+                            self._committing -= 1
+                            self._wake.set()
             except Exception as error:  # no connection, or it broke: every request sees it
                 _fail(batch, error)
                 if not isinstance(error, psycopg.OperationalError) or not batch:
@@ -190,26 +207,35 @@ class GroupWriter:
         self._lanes.append(lane)
         try:
             self._fill(lane)
-            while not lane.sent and not self._pending:
+            while not self._ready(lane):
                 self._wake.clear()
                 await self._wake.wait()
                 self._fill(lane)
         finally:
             self._lanes.remove(lane)
 
+    def _ready(self, lane: _Lane) -> bool:
+        """Whether the lane should be synced now: it holds statements and no other lane is
+        committing (or it is full); or something queued needs preparing first."""
+        if not lane.sent:
+            return bool(self._pending)
+        return not self._committing or len(lane.sent) >= self.max_batch
+
     async def _write(self, lane: _Lane) -> None:
         connection, batch = lane.connection, lane.sent
+        sent = [item for item, _future in batch]
         if lane.notify:
-            pipeline.send(connection, pipeline.Sent(_NOTIFY, []))
+            sent.append(_NOTIFY_SENT)
+            pipeline.send(connection, _NOTIFY_SENT)
         try:
-            results = await pipeline.finish(connection, len(batch) + lane.notify)
+            results = await pipeline.finish(connection, sent)
         except pipeline.StatementFailed as failed:
             if len(batch) == 1:
                 _fail(batch, failed.error)
                 return
             log.info("capture.batch_retried_alone", statements=len(batch))
-            for sent, future in batch:
-                statements = [sent, pipeline.Sent(_NOTIFY, [])] if sent.notifies else [sent]
+            for item, future in batch:
+                statements = [item, _NOTIFY_SENT] if item.notifies else [item]
                 try:
                     rows, *_notified = await pipeline.run(connection, statements)
                 except pipeline.StatementFailed as alone:

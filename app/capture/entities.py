@@ -51,13 +51,36 @@ _EXTENSIONS = (
     "swift|scala|sh|bash|zsh|ps1|sql|yaml|yml|toml|ini|cfg|conf|env|lock|txt|csv|html|css|scss|"
     "vue|svelte|proto|graphql|tf|xml|gradle|ipynb|lua|dart|ex|exs|erl|hs|ml|zig|nix"
 )
-# A dot and a whole word not followed by "/"; the word is then looked up in the set. (The
-# alternation `\.(?:py|pyi|ts|...)` tried all 60 names at every dot: half of all entity CPU.)
-# Every name in the set is lowercase ASCII letters and digits, so the word is matched as that: a
-# dot followed by anything else (a space, a capital, a digit) fails at once and makes no match
-# object, and a word with other characters fails the lookahead, as it would fail the set lookup.
-_FILE_EXTENSION = re.compile(r"\.([a-z][a-z0-9]*)(?![\w/])")
 _EXTENSION_SET = frozenset(_EXTENSIONS.split("|"))
+
+
+def _trie(words: Iterable[str]) -> str:
+    """An alternation of `words` shaped as a trie (`c(?:c|fg|...)?`): each character is tested
+    once, so a word that is no extension fails after a character or two."""
+    tree: dict[str, Any] = {}
+    for word in words:
+        node = tree
+        for char in word:
+            node = node.setdefault(char, {})
+        node[""] = {}
+
+    def alternation(node: dict[str, Any]) -> str:
+        branches = [re.escape(char) + alternation(child) for char, child in sorted(node.items())]
+        branches = [branch for branch in branches if branch]
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+        return f"(?:{body})?" if "" in node else body
+
+    return alternation(tree)
+
+
+# A dot and a whole word that is a known extension, not followed by "/" (the lookahead makes the
+# word whole: "pyc" is not "py"). A flat alternation `\.(?:py|pyi|ts|...)` tried all 60 names at
+# every dot (half of all entity CPU); any word after a dot, then a set lookup, made a match
+# object for every `self.x` of a code text (7.7 µs a value); the trie fails inside the regex
+# engine on those (5.3 µs), and finds the same matches.
+_FILE_EXTENSION = re.compile(rf"\.({_trie(sorted(_EXTENSION_SET))})(?![\w/])")
 _PATH_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./~@+-"
 _IDENTIFIER_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_"
 _URL = re.compile(r"https?://[^\s\"'<>`)\]}\\]+")
@@ -294,8 +317,6 @@ def _scan(collector: _Collector, text: str, known: frozenset[str] | None) -> Non
     add = collector.add
     if _FILE_EXTENSION in found:
         for match in _FILE_EXTENSION.finditer(text):
-            if match.group(1) not in _EXTENSION_SET:
-                continue
             start = _walk_back(text, match.start(), _PATH_CHARS)
             if text[start - 1 : start] == "\\" and text[start : start + 1] in ("n", "t", "r"):
                 start += 1  # an escaped newline or tab in JSON-ish text, not part of the path

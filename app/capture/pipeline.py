@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg import AsyncConnection, abc, pq
@@ -92,20 +92,22 @@ class StatementFailed(Exception):
         self.error = error
 
 
-@dataclass(frozen=True, slots=True)
-class Sent:
+class Sent(NamedTuple):
+    """A statement with its parameters in wire format (a tuple: made for every request)."""
+
     stmt: Statement
     params: list[bytes | None]
     notifies: bool = False  # its batch must wake the worker (see app/capture/db.py)
 
 
-def is_prepared(connection: Conn, stmt: Statement) -> bool:
-    return stmt.name in _PREPARED.get(connection, ())
+def prepared_names(connection: Conn) -> set[bytes]:
+    """The names of the statements prepared on `connection` (a live set: `prepare` adds to it)."""
+    return _PREPARED.setdefault(connection, set())
 
 
 async def prepare(connection: Conn, stmts: Iterable[Statement]) -> None:
     """Prepare on `connection` those of `stmts` it has not prepared yet (outside a pipeline)."""
-    prepared = _PREPARED.setdefault(connection, set())
+    prepared = prepared_names(connection)
     for stmt in {stmt for stmt in stmts if stmt.name not in prepared}:
         await _prepare(connection.pgconn, stmt)
         prepared.add(stmt.name)
@@ -127,9 +129,9 @@ def send(connection: Conn, sent: Sent) -> None:
     pgconn.flush()
 
 
-async def finish(connection: Conn, count: int) -> list[list[Any]]:
-    """Sync the open pipeline (COMMIT of its implicit transaction) and return the rows of its
-    `count` statements. Raises StatementFailed (the transaction rolled back) or, if the
+async def finish(connection: Conn, sent: Sequence[Sent]) -> list[list[Any]]:
+    """Sync the open pipeline (COMMIT of its implicit transaction) and return the rows of the
+    statements `sent` into it. Raises StatementFailed (the transaction rolled back) or, if the
     connection broke, psycopg.OperationalError."""
     pgconn = connection.pgconn
     try:
@@ -142,15 +144,15 @@ async def finish(connection: Conn, count: int) -> list[list[Any]]:
                 pgconn.exit_pipeline_mode()
             except psycopg.OperationalError:
                 pass  # results still pending (cancelled mid-batch): the pool discards it
-    rows: list[list[Any]] = []
-    transformer = Transformer.from_context(connection)
     for index, result in enumerate(results):
         if result.status == pq.ExecStatus.FATAL_ERROR:
             raise StatementFailed(index, _error(result))
-        rows.append(_rows(transformer, result))
-    if len(rows) != count:
-        raise psycopg.OperationalError(f"{count} statements sent, {len(rows)} answered")
-    return rows
+    if len(results) != len(sent):
+        raise psycopg.OperationalError(f"{len(sent)} statements sent, {len(results)} answered")
+    transformer = Transformer.from_context(connection)
+    return [
+        _rows(transformer, result, item.stmt) for result, item in zip(results, sent, strict=True)
+    ]
 
 
 async def run(connection: Conn, batch: Sequence[Sent]) -> list[list[Any]]:
@@ -159,7 +161,7 @@ async def run(connection: Conn, batch: Sequence[Sent]) -> list[list[Any]]:
     begin(connection)
     for sent in batch:
         send(connection, sent)
-    return await finish(connection, len(batch))
+    return await finish(connection, batch)
 
 
 async def _prepare(pgconn: pq.abc.PGconn, stmt: Statement) -> None:
@@ -197,12 +199,19 @@ async def _read_until_sync(pgconn: pq.abc.PGconn) -> list[pq.abc.PGresult]:
         current = result
 
 
-def _rows(transformer: abc.Transformer, result: pq.abc.PGresult) -> list[Any]:
+def _rows(transformer: abc.Transformer, result: pq.abc.PGresult, stmt: Statement) -> list[Any]:
     if result.status != pq.ExecStatus.TUPLES_OK or not result.ntuples:
         return []
     transformer.set_pgresult(result)
-    make = _row_type(tuple(result.fname(n) or b"" for n in range(result.nfields)))._make
+    make = _ROW_MAKERS.get(stmt.name)
+    if make is None:  # a prepared statement's rows always have the same columns
+        names = tuple(result.fname(n) or b"" for n in range(result.nfields))
+        make = _ROW_MAKERS[stmt.name] = _row_type(names)._make
     return transformer.load_rows(0, result.ntuples, make)
+
+
+# Each statement's row maker, by statement name.
+_ROW_MAKERS: dict[bytes, Any] = {}
 
 
 @lru_cache(maxsize=64)

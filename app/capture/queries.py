@@ -7,7 +7,9 @@ and is cast to jsonb in SQL, so it is encoded exactly once.
 
 from __future__ import annotations
 
-from sqlalchemy import text
+from dataclasses import dataclass
+
+from sqlalchemy import TextClause, text
 
 from app.capture.entities import MAX_PER_KIND
 
@@ -15,13 +17,39 @@ from app.capture.entities import MAX_PER_KIND
 # an UPDATE per observation would queue concurrent observations of one session on its row lock.
 TOUCH_SECONDS = 5
 
-_SESSION = f"""
-    s AS (SELECT id, project_path, status FROM sessions WHERE id = :session_id),
+# Where a hot statement's session CTEs go (see `_touching`).
+_SESSION = "/* session */"
+_SESSION_ONLY = "s AS (SELECT id, project_path, status FROM sessions WHERE id = :session_id)"
+_TOUCH = f""",
     touch AS (
         UPDATE sessions SET last_activity_at = now()
         WHERE id = :session_id AND last_activity_at < now() - interval '{TOUCH_SECONDS} seconds'
     )
 """
+
+
+@dataclass(frozen=True, slots=True)
+class Touching:
+    """A hot statement in two forms: with the touch of its session's activity time, and without.
+
+    The touch is a data-modifying CTE, which Postgres sets up and runs for every statement that
+    carries it, whether or not it updates anything; the service sends it with one statement per
+    session every TOUCH_SECONDS (`service.SessionTouches`), the plain form otherwise.
+    """
+
+    plain: TextClause
+    touching: TextClause
+
+    def pick(self, touch: bool) -> TextClause:
+        return self.touching if touch else self.plain
+
+
+def _touching(sql: str) -> Touching:
+    return Touching(
+        plain=text(sql.replace(_SESSION, _SESSION_ONLY)),
+        touching=text(sql.replace(_SESSION, _SESSION_ONLY + _TOUCH)),
+    )
+
 
 INSERT_SESSION = text(
     """
@@ -68,7 +96,7 @@ _OBSERVATION_RETURNING = """
     RETURNING id, session_id, project_path, status, observation_type, original_tokens, truncated
 """
 
-INSERT_OBSERVATION = text(
+INSERT_OBSERVATION = _touching(
     f"""
     WITH {_SESSION}
     INSERT INTO observations (
@@ -85,7 +113,7 @@ INSERT_OBSERVATION = text(
 )
 
 # A result recorded with no pending call to match: the observation is born captured.
-INSERT_CAPTURED = text(
+INSERT_CAPTURED = _touching(
     f"""
     WITH {_SESSION}
     INSERT INTO observations (
@@ -152,7 +180,7 @@ _TO_TARGET = "FROM target WHERE o.id = target.id"
 
 # The newest pending call of that function in the session; SKIP LOCKED lets concurrent results
 # of the same function each take a different pending call instead of waiting on one.
-MATCH_NEWEST_PENDING = text(
+MATCH_NEWEST_PENDING = _touching(
     f"""
     WITH {_SESSION},
     target AS (
@@ -174,7 +202,7 @@ _BY_ID = """
     WHERE o.id = :observation_id AND o.session_id = :session_id AND o.status = 'pending'
 """
 
-MATCH_BY_ID = text(
+MATCH_BY_ID = _touching(
     f"""
     WITH {_SESSION},
     applied AS ({_APPLY_RESULT.format(entities=_MERGED_ENTITIES, where=_BY_ID)})
@@ -188,7 +216,7 @@ MATCH_BY_ID = text(
 # `:call_entities` apply nothing (the caller then runs MATCH_BY_ID), never a wrong merge.
 _BY_ID_GUARDED = _BY_ID + "  AND o.entities = CAST(:call_entities AS jsonb)\n"
 
-MATCH_BY_ID_MERGED = text(
+MATCH_BY_ID_MERGED = _touching(
     f"""
     WITH {_SESSION},
     applied AS ({_APPLY_RESULT.format(entities="CAST(:merged AS jsonb)", where=_BY_ID_GUARDED)})

@@ -22,8 +22,21 @@ class EmbeddedDatabaseError(AppError):
 # falls out of the cache and a search reads from disk (measured: 59 ms instead of ~8 ms for the
 # HNSW scan), and an HNSW build spills its graph. Shared memory is touched lazily, so these are a
 # ceiling, not an allocation.
+#
+# wal_init_zero off: Postgres filled every new 16 MB WAL segment with zeros (and fsynced it)
+# while holding the WAL write lock, so every commit waited ~10 ms each time. Capture writes ~12 KB
+# of WAL a request, a new segment every ~0.3 s at 4,000 requests/s until checkpoints recycle old
+# ones, and those waits were the p99 of the capture benchmark (docs/benchmarks.md, capture8).
+# Off, a new segment is created without its zeros; a commit is as durable (fdatasync also writes
+# the metadata needed to read the blocks back), and a full disk fails the WAL write instead of
+# the segment's creation, which stops the server either way.
 TUNING_FILE = "agmem.conf"
-TUNING = {"shared_buffers": "512MB", "maintenance_work_mem": "512MB", "effective_cache_size": "2GB"}
+TUNING = {
+    "shared_buffers": "512MB",
+    "maintenance_work_mem": "512MB",
+    "effective_cache_size": "2GB",
+    "wal_init_zero": "off",
+}
 INCLUDE_LINE = f"include_if_exists = '{TUNING_FILE}'\n"
 
 

@@ -130,3 +130,22 @@ def test_the_scheme_is_case_insensitive(guarded: TestClient, value: str) -> None
 @pytest.mark.parametrize("value", ["Basic s3cret", "Bearers3cret", "Bearer s3cret2", "s3cret"])
 def test_only_the_bearer_token_itself_passes(guarded: TestClient, value: str) -> None:
     assert guarded.get("/api/sessions", headers={"Authorization": value}).status_code == 401
+
+
+def test_requests_do_not_look_up_opentelemetry_providers(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # FastAPI's native telemetry asked for the global providers on every request; agmem turns it
+    # off (no OpenTelemetry SDK ships with it, so there is nothing to find).
+    from opentelemetry import trace
+
+    lookups: list[int] = []
+    real = trace.get_tracer_provider
+
+    def counted() -> Any:
+        lookups.append(1)
+        return real()
+
+    monkeypatch.setattr(trace, "get_tracer_provider", counted)
+    assert client.get("/api/no-such-route").status_code == 404
+    assert lookups == []

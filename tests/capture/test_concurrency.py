@@ -134,3 +134,46 @@ def test_concurrent_conflicting_bodies_store_one(
     assert codes.count(201) == 1
     assert codes.count(409) == PARALLEL // 2
     assert count(db, "observations") == 1
+
+
+def test_a_result_racing_its_calls_commit_is_applied_not_dropped(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # The call's insert is still uncommitted in another transaction (another writer lane, the
+    # proxy) when its result arrives: the result's match cannot see it, and its insert of the
+    # same id waits for that transaction. Once the call commits, the result must be applied to
+    # it, not answered as if it repeated a stored result.
+    other = psycopg.connect(db.info.dsn, password=db.info.password)
+
+    async def scenario() -> tuple[int, Any]:
+        async with _client(database_url, tmp_path) as client:
+            await client.post("/api/session/start", json={"projectPath": "/p", "id": "s"})
+            other.execute(
+                "INSERT INTO observations (id, session_id, project_path, function_name,"
+                " function_args, observation_type, status)"
+                " VALUES ('o', 's', '/p', 'bash', '{}', 'other', 'pending')"
+            )
+            body = {"sessionId": "s", "functionName": "bash", "observationId": "o", "result": "ok"}
+            answer = asyncio.create_task(client.post("/api/observe/result", json=body))
+            while not _waits_on_a_lock(db):  # the result's insert waits for the call's commit
+                await asyncio.sleep(0.01)
+            other.commit()
+            response = await answer
+            return response.status_code, response.json()
+
+    try:
+        status, body = run(scenario())
+    finally:
+        other.close()
+    assert (status, body["status"]) == (200, "captured")
+    stored = observation(db, "o")
+    assert (stored["status"], stored["result"]) == ("captured", "ok")
+    assert count(db, "observations") == 1
+
+
+def _waits_on_a_lock(db: psycopg.Connection[Any]) -> bool:
+    row = db.execute(
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE application_name = 'agmem-capture' AND wait_event_type = 'Lock'"
+    ).fetchone()
+    return row is not None and row[0] > 0

@@ -13,6 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
+from app.capture import pipeline
 from app.capture.db import GroupWriter, RawResult, make_capture_pool
 from app.main import create_app
 from tests.capture.builders import count, make_session, observe, send_result
@@ -200,6 +201,47 @@ def test_a_statement_reaches_postgres_before_the_writer_runs(database_url: str) 
 
     executed_at, busy_until = asyncio.run(run())
     assert executed_at < busy_until - timedelta(seconds=0.3)
+
+
+def test_a_second_lane_collects_while_the_first_commits_and_syncs_after_it(
+    database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    """Statements arriving while a batch commits go to the second writer's open pipeline and run
+    at once, but that lane syncs only once the first batch's commit is answered: one more
+    transaction for all of them, not one per statement."""
+    slow = text("SELECT pg_sleep(CAST(:seconds AS float8)) AS slept")
+    stamp = text(
+        "INSERT INTO sessions (id, project_path) VALUES (:id, '/p')"
+        " RETURNING pg_current_xact_id()::text AS xact, clock_timestamp() AS at"
+    )
+
+    async def run() -> tuple[list[Any], datetime]:
+        pool = make_capture_pool(database_url, pool_size=2)
+        await pool.open(wait=True)
+        async with pool.connection() as first, pool.connection() as second:
+            for connection in (first, second):  # either writer may take either statement
+                await pipeline.prepare(
+                    connection, [pipeline.statement(q.text) for q in (slow, stamp)]
+                )
+        writer = GroupWriter(pool, writers=2, max_batch=64)
+        try:
+            committing = asyncio.create_task(writer.execute(slow, {"seconds": 0.6}))
+            await asyncio.sleep(0.1)  # its batch is synced and waiting for its answer
+            stamps = []
+            for n in range(5):  # one by one, as requests arrive
+                stamps.append(asyncio.create_task(writer.execute(stamp, {"id": f"s{n}"})))
+                await asyncio.sleep(0.02)
+            await committing
+            answered_at = datetime.now(UTC)
+            return [(await task).one() for task in stamps], answered_at
+        finally:
+            await writer.close()
+            await pool.close()
+
+    rows, first_answered = asyncio.run(run())
+    assert len({row.xact for row in rows}) == 1
+    assert all(row.at < first_answered for row in rows)  # executed before, committed after
+    assert count(db, "sessions") == 5
 
 
 def test_a_captured_result_wakes_the_worker_once_its_batch_commits(

@@ -6,10 +6,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
+import pytest
 from fastapi.testclient import TestClient
 
+from app.capture import service
 from app.capture.entities import MAX_PER_KIND, extract_entities, merge_entities
-from app.capture.service import CALL_ENTITIES, CallEntities
+from app.capture.service import CALL_ENTITIES, CallEntities, SessionTouches
 from tests.capture.builders import count, make_session, observation, observe, send_result
 
 
@@ -122,6 +124,55 @@ def test_observe_touches_session_activity(client: TestClient, db: psycopg.Connec
         (session_id,),
     ).fetchone()
     assert fresh == (True,)
+
+
+def _activity_hour_ago(db: psycopg.Connection[Any], session_id: str) -> None:
+    db.execute(
+        "UPDATE sessions SET last_activity_at = now() - interval '1 hour' WHERE id = %s",
+        (session_id,),
+    )
+
+
+def _active_recently(db: psycopg.Connection[Any], session_id: str) -> bool:
+    row = db.execute(
+        "SELECT last_activity_at > now() - interval '1 minute' FROM sessions WHERE id = %s",
+        (session_id,),
+    ).fetchone()
+    assert row is not None
+    return bool(row[0])
+
+
+def test_a_session_is_touched_by_one_statement_per_window(
+    client: TestClient, db: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The touch goes with the first statement of a session in each TOUCH_SECONDS window; the
+    # statements in between run without it (the plain form), whether calls or results.
+    now = [1000.0]
+    monkeypatch.setattr(service, "SESSION_TOUCHES", SessionTouches(16, clock=lambda: now[0]))
+    session_id = make_session(client)
+    observe(client, session_id, id="a")
+    assert _active_recently(db, session_id)
+    _activity_hour_ago(db, session_id)
+    assert send_result(client, session_id, "a", "ok").status_code == 200
+    observe(client, session_id, id="b")
+    assert not _active_recently(db, session_id)
+    now[0] += 5.0
+    assert send_result(client, session_id, "b", "ok").status_code == 200
+    assert _active_recently(db, session_id)
+
+
+def test_session_touches_are_per_session_and_bounded() -> None:
+    now = [0.0]
+    touches = SessionTouches(2, clock=lambda: now[0])
+    assert [touches.due("a"), touches.due("a"), touches.due("b")] == [True, False, True]
+    now[0] = 1.0
+    assert touches.due("c")  # over the bound: "a", touched longest ago, is forgotten
+    now[0] = 2.0
+    assert [touches.due("b"), touches.due("a")] == [False, True]
+    now[0] = 5.9
+    assert not touches.due("c")
+    now[0] = 6.0
+    assert touches.due("c")
 
 
 def test_result_matches_by_observation_id(client: TestClient, db: psycopg.Connection[Any]) -> None:
