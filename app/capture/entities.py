@@ -288,11 +288,18 @@ _Steps = tuple[tuple[re.Pattern[str], _Extract], ...]
 
 def _files(add: _Add, text: str, pattern: re.Pattern[str]) -> None:
     for match in pattern.finditer(text):
-        start = _walk_back(text, match.start(), _PATH_CHARS)
-        if text[start - 1 : start] == "\\" and text[start : start + 1] in ("n", "t", "r"):
-            start += 1  # an escaped newline or tab in JSON-ish text, not part of the path
-        if start < match.start():
-            add("files", text[start : match.end()].lstrip("."))
+        dot, end = match.span()
+        # `_walk_back`'s first chunk inline: most paths start within it (~1 µs a text of ~7
+        # matches less than calling it for each).
+        chunk = dot - _WALK_CHUNK if dot > _WALK_CHUNK else 0
+        kept = len(text[chunk:dot].rstrip(_PATH_CHARS))
+        start = chunk + kept if kept or not chunk else _walk_back(text, chunk, _PATH_CHARS)
+        if start < dot:
+            if text[start - 1 : start] == "\\" and text[start] in "ntr":
+                start += 1  # an escaped newline or tab in JSON-ish text, not part of the path
+                if start == dot:
+                    continue
+            add("files", text[start:end].lstrip("."))
 
 
 def _urls(add: _Add, text: str, pattern: re.Pattern[str]) -> None:
