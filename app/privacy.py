@@ -331,7 +331,7 @@ def _rules_for(found: frozenset[str]) -> tuple[tuple[re.Pattern[str], _Replaceme
 
 def sanitize_text(s: str) -> str:
     """Clean, strip private and injected-memory spans, then redact secrets."""
-    return _sanitize_text(s, _SCANNER)[0]
+    return sanitize_string(s)[0]
 
 
 # The names `_SCANNER` can report: what the rules look at, in a set found by a wider scanner.
@@ -360,9 +360,15 @@ def _clean_encoded(s: str) -> tuple[str, bytes]:
     return s, utf8
 
 
-def _sanitize_text(s: str, scanner: LiteralScanner) -> tuple[str, frozenset[str] | None]:
-    """`sanitize_text(s)`, and what `scanner` found in the text returned (None if stripping or
-    redaction changed it: what was found is that of the text before)."""
+def sanitize_string(
+    s: str, scanner: LiteralScanner | None = None
+) -> tuple[str, frozenset[str] | None, bytes | None]:
+    """`sanitize_text(s)`; what `scanner` (from `privacy_scanner`) found in the text returned,
+    None if stripping or redaction changed it; and the returned text's UTF-8 when the scan
+    encoded it anyway (a text of SHORT_TEXT characters or more that sanitizing left as it was),
+    else None."""
+    scanner = scanner or _SCANNER
+    utf8: bytes | None = None
     if len(s) < SHORT_TEXT:
         s = clean_text(s)
         found = scanner.present(s)
@@ -376,7 +382,9 @@ def _sanitize_text(s: str, scanner: LiteralScanner) -> tuple[str, frozenset[str]
         found = scanner.present(stripped)
         own = found if scanner is _SCANNER else found & _NAMES
     redacted = _redact(stripped, own)
-    return redacted, (found if redacted is stripped else None)
+    if redacted is not s:
+        return redacted, (found if redacted is stripped else None), None
+    return redacted, found, utf8
 
 
 # A string value under a key named like a credential is redacted whole, whatever its shape.
@@ -409,7 +417,7 @@ def sanitize_json(
 
 def _sanitize(value: Any, depth_left: int, scanner: LiteralScanner, scanned: Scanned | None) -> Any:
     if isinstance(value, str):
-        clean, found = _sanitize_text(value, scanner)
+        clean, found, _utf8 = sanitize_string(value, scanner)
         if scanned is not None and found is not None:
             scanned[id(clean)] = (clean, found)
         return clean

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import orjson
 
-from app.privacy import Scanned, cap_text, sanitize_json
+from app.privacy import Scanned, cap_text, sanitize_json, sanitize_string
 from app.textscan import LiteralScanner
 
 ObservationType = Literal["file_read", "file_write", "code_execution", "search", "web", "other"]
@@ -174,10 +174,12 @@ def estimate_tokens(chars: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Payload:
-    """A JSON value as it will be stored: sanitized, capped, serialized once."""
+    """A JSON value as it will be stored: sanitized, capped, encoded once."""
 
     value: Any
-    json_bytes: bytes  # its JSON text in UTF-8, as the capture writer sends it to Postgres
+    # What the capture writer sends to Postgres: a string value's own text in UTF-8, which the
+    # statement stores as a JSON string (`to_jsonb`), else the value's JSON text in UTF-8.
+    data: bytes
     original_chars: int  # before any cap: a string's length, else its JSON text's length
     original_bytes: int  # the same, in UTF-8 bytes
     truncated: bool
@@ -185,9 +187,14 @@ class Payload:
     scanned: Scanned = field(default_factory=dict, compare=False, repr=False)
 
     @property
+    def is_text(self) -> bool:
+        """A string value: `data` is its text, not JSON."""
+        return isinstance(self.value, str)
+
+    @property
     def json_text(self) -> str:
-        """The JSON text, for callers that bind a `str` (SQLAlchemy sessions)."""
-        return self.json_bytes.decode()
+        """The value's JSON text."""
+        return dumps(self.value) if self.is_text else self.data.decode()
 
 
 def dumps_bytes(value: Any) -> bytes:
@@ -243,28 +250,31 @@ def prepare_payload(
     first, and if it is still too large it is stored as its capped JSON text.
     Raises NestingTooDeep past `max_depth`.
 
-    The JSON is kept as orjson's UTF-8 bytes: decoding it to a `str` and encoding that again for
-    the wire cost two more passes over every payload (~15 µs a request on the benchmark's).
+    A string is kept as its UTF-8 text (the scan while sanitizing had it already), and the
+    statements store it as a JSON string: escaping it as JSON here and parsing that in Postgres
+    cost ~8 µs of this process's CPU a 10 KB text. Other values are kept as orjson's UTF-8 JSON:
+    decoding it to a `str` and encoding that again for the wire cost two more passes over every
+    payload (~15 µs a request on the benchmark's).
 
     With `scanner` (an `app.privacy.privacy_scanner`), `scanned` holds what it found in the
     value's strings while sanitizing them, for `extract_entities`.
     """
     scanned: Scanned = {}
+    if isinstance(value, str):
+        # A text result is measured as text, not as its JSON escape (which doubles newlines).
+        clean, found, utf8 = sanitize_string(value, scanner)
+        if scanner is not None and found is not None:
+            scanned[id(clean)] = (clean, found)
+        if utf8 is None:
+            utf8 = clean.encode("utf-8")
+        original_chars = len(clean)
+        if original_chars <= max_chars:
+            return Payload(clean, utf8, original_chars, len(utf8), False, scanned)
+        capped = cap_text(clean, max_chars * 9 // 10)
+        return Payload(capped, capped.encode("utf-8"), original_chars, len(utf8), True, scanned)
     clean = sanitize_json(
         value, max_depth=max_depth, scanner=scanner, scanned=scanned if scanner else None
     )
-    if isinstance(clean, str):
-        # A text result is measured as text, not as its JSON escape (which doubles newlines).
-        original_chars = len(clean)
-        if original_chars <= max_chars:
-            # orjson leaves the string's UTF-8 cached in it: measured after it, not before, the
-            # string is encoded once (a fresh 10 KB non-ASCII text took ~35 µs to encode).
-            data = dumps_bytes(clean)
-            original_bytes = original_chars if clean.isascii() else len(clean.encode("utf-8"))
-            return Payload(clean, data, original_chars, original_bytes, False, scanned)
-        original_bytes = original_chars if clean.isascii() else len(clean.encode("utf-8"))
-        capped: Any = cap_text(clean, max_chars * 9 // 10)
-        return Payload(capped, dumps_bytes(capped), original_chars, original_bytes, True, scanned)
     data = dumps_bytes(clean)
     original_bytes = len(data)
     original_chars = original_bytes if data.isascii() else original_bytes - _utf8_extra(clean)
@@ -273,5 +283,6 @@ def prepare_payload(
     capped = _cap_strings(clean, max(1024, max_chars // 4))
     capped_text = dumps(capped)
     if len(capped_text) > max_chars:
-        capped = cap_text(capped_text, max_chars * 9 // 10)
+        text = cap_text(capped_text, max_chars * 9 // 10)
+        return Payload(text, text.encode("utf-8"), original_chars, original_bytes, True, scanned)
     return Payload(capped, dumps_bytes(capped), original_chars, original_bytes, True, scanned)

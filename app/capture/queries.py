@@ -51,6 +51,13 @@ def _touching(sql: str) -> Touching:
     )
 
 
+def _payload(name: str) -> str:
+    """A payload parameter as jsonb: `:name` is JSON text, or NULL and `:name_text` a string
+    value's own text, which becomes a JSON string here (no JSON escaping in the server, no JSON
+    parsing in Postgres; `service._payload_params`)."""
+    return f"coalesce(CAST(:{name} AS jsonb), to_jsonb(CAST(:{name}_text AS text)))"
+
+
 INSERT_SESSION = text(
     """
     INSERT INTO sessions (id, project_path, user_prompt, created_by, metadata)
@@ -103,7 +110,7 @@ INSERT_OBSERVATION = _touching(
         id, session_id, project_path, function_name, function_args, observation_type, entities,
         status, original_tokens, args_bytes, truncated, observed_at
     )
-    SELECT :id, s.id, s.project_path, :function_name, CAST(:function_args AS jsonb),
+    SELECT :id, s.id, s.project_path, :function_name, {_payload("function_args")},
            :observation_type, CAST(:entities AS jsonb), 'pending', :original_tokens, :args_bytes,
            :truncated, coalesce(CAST(:observed_at AS timestamptz), now())
     FROM s
@@ -121,7 +128,7 @@ INSERT_CAPTURED = _touching(
         entities, status, original_tokens, result_bytes, truncated, observed_at, result_at,
         next_attempt_at
     )
-    SELECT :id, s.id, s.project_path, :function_name, '{{}}'::jsonb, CAST(:result AS jsonb),
+    SELECT :id, s.id, s.project_path, :function_name, '{{}}'::jsonb, {_payload("result")},
            :observation_type, CAST(:entities AS jsonb), 'captured', :original_tokens,
            :result_bytes, :truncated, coalesce(CAST(:result_at AS timestamptz), now()),
            coalesce(CAST(:result_at AS timestamptz), now()), now()
@@ -164,14 +171,15 @@ _MERGED_ENTITIES = f"""
     ), '{{}}'::jsonb)
 """
 
-_APPLY_RESULT = """
+# `{entities}` and `{where}` are filled in by each statement below.
+_APPLY_RESULT = f"""
     UPDATE observations o
-    SET result = CAST(:result AS jsonb), status = 'captured',
+    SET result = {_payload("result")}, status = 'captured',
         result_at = coalesce(CAST(:result_at AS timestamptz), now()), next_attempt_at = now(),
         result_bytes = :result_bytes, truncated = o.truncated OR :truncated,
         original_tokens = o.original_tokens + :result_tokens,
-        entities = {entities}
-    {where}
+        entities = {{entities}}
+    {{where}}
     RETURNING o.id, o.session_id, o.project_path, o.status, o.observation_type,
               o.original_tokens, o.truncated
 """

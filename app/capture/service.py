@@ -126,11 +126,18 @@ def _payload(value: Any, field: str, settings: Settings) -> Payload:
         ) from None
 
 
-def _json_param(session: Executor, payload: Payload) -> str | bytes:
-    """A payload's JSON for a statement: the UTF-8 bytes as they are for the capture writer,
+def _payload_params(session: Executor, name: str, payload: Payload) -> dict[str, Any]:
+    """A payload's two statement parameters (`queries._payload`): its JSON text as `name`, or a
+    string value's own text as `name_text`. UTF-8 bytes as they are for the capture writer,
     which sends text parameters as bytes anyway; a `str` for SQLAlchemy, which would bind bytes
     as bytea."""
-    return payload.json_bytes if isinstance(session, GroupWriter) else payload.json_text
+    if isinstance(session, GroupWriter):
+        data: str | bytes = payload.data
+    else:
+        data = payload.value if payload.is_text else payload.data.decode()
+    if payload.is_text:
+        return {name: None, f"{name}_text": data}
+    return {name: data, f"{name}_text": None}
 
 
 def _epoch_ms(value: int | None) -> datetime | None:
@@ -362,7 +369,7 @@ async def record_observation(
         "id": observation_id,
         "session_id": session_id,
         "function_name": function_name,
-        "function_args": _json_param(session, args),
+        **_payload_params(session, "function_args", args),
         "observation_type": observation_type(function_name, args.value),
         "entities": entities_json,
         "original_tokens": estimate_tokens(args.original_chars),
@@ -412,7 +419,7 @@ async def record_result(
     params: dict[str, Any] = {
         "session_id": session_id,
         "function_name": function_name,
-        "result": _json_param(session, result),
+        **_payload_params(session, "result", result),
         "result_bytes": result.original_bytes,
         "result_tokens": estimate_tokens(result.original_chars),
         "truncated": result.truncated,
