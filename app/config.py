@@ -195,6 +195,10 @@ class Settings(BaseSettings):
     @field_validator("host")
     @classmethod
     def _bare_host(cls, value: str) -> str:
+        # uvicorn binds every interface for an empty host: an unset-by-mistake variable
+        # must not quietly open the service to the network.
+        if not bare_host(value):
+            raise ValueError("is empty: set the address to bind, e.g. 127.0.0.1")
         return bare_host(value)
 
     @field_validator("gemini_upstream")

@@ -42,6 +42,8 @@ def test_environment_names(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"database_url": "sqlite:///x.db"}, "DATABASE_URL"),
         ({"embedding_provider": "word2vec"}, "AGMEM_EMBEDDING_PROVIDER"),
         ({"max_body_bytes": 10}, "AGMEM_MAX_BODY_BYTES"),
+        ({"host": ""}, "AGMEM_HOST"),
+        ({"host": " [] "}, "AGMEM_HOST"),
     ],
 )
 def test_invalid_setting_names_the_variable(override: dict[str, object], variable: str) -> None:
