@@ -286,7 +286,9 @@ def _describe(error: ValidationError) -> str:
     field = str(first["loc"][0]) if first["loc"] else "?"
     # Fields read through an alias report the alias (already the variable's name).
     env_name = field if field.isupper() else _ENV_NAMES.get(field, f"AGMEM_{field.upper()}")
-    return f"invalid setting {env_name}: {first['msg']}"
+    # Our validators' ValueErrors already read as the rest of the sentence.
+    reason = str(first["msg"]).removeprefix("Value error, ")
+    return f"invalid setting {env_name}: {reason}"
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -62,7 +62,7 @@ def test_status_on_a_fresh_home_brings_the_embedded_schema_to_head(tmp_path: Pat
         (
             {"DATABASE_URL": "mysql://db/agmem"},
             2,
-            "agmem: error: invalid setting DATABASE_URL: Value error, must be a postgresql:// URL",
+            "agmem: error: invalid setting DATABASE_URL: must be a postgresql:// URL",
         ),
         (
             {"AGMEM_PORT": "eighty"},
@@ -99,7 +99,7 @@ def test_malformed_database_url_is_one_line() -> None:
 
     assert result.returncode == 2
     assert result.stderr.strip() == (
-        "agmem: error: invalid setting DATABASE_URL: Value error, is not a valid URL "
+        "agmem: error: invalid setting DATABASE_URL: is not a valid URL "
         "(invalid literal for int() with base 10: 'notaport')"
     )
 
