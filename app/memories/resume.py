@@ -22,8 +22,8 @@ from app.config import Settings
 from app.db.models import MemoryRow, SessionRow
 from app.errors import first_line
 from app.llm.gemini import make_client
-from app.llm.generation import generate_text
-from app.llm.ratelimit import GeminiGate
+from app.llm.generation import Generation, generate_text
+from app.llm.ratelimit import GeminiGate, record_usage, tokens_used_today
 from app.memories import service
 from app.memories.schemas import LastSession, Resume, ResumeContext
 
@@ -92,7 +92,7 @@ async def smart_resume(
         if namespace == "current" and last is not None and last.summary:
             picked.summary = last if picked.take(estimate_tokens(last.summary)) else None
 
-    briefing, briefed_by = await _briefing(settings, project_path, picked, gate)
+    briefing, briefed_by = await _briefing(session, settings, project_path, picked, gate)
     briefing = _truncate(briefing, budget - picked.spent)
     kept = [row.id for rows in picked.memories.values() for row in rows]
     await service.count_access_of(session, memory_ids=kept)
@@ -161,13 +161,22 @@ BriefedBy = Literal["gemini", "template"]
 
 
 async def _briefing(
-    settings: Settings, project_path: str | None, picked: Picked, gate: GeminiGate | None
+    session: AsyncSession,
+    settings: Settings,
+    project_path: str | None,
+    picked: Picked,
+    gate: GeminiGate | None,
 ) -> tuple[str, BriefedBy]:
-    """Gemini writes the briefing when configured and its breaker is closed; the template does
-    otherwise, or on failure."""
-    if settings.gemini_api_key and not (gate is not None and gate.breaker_open):
+    """Gemini writes the briefing when configured, its breaker is closed and today's token budget
+    is not spent; the template does otherwise, or on failure. Gemini's tokens are counted in
+    `llm_usage` with the worker's, so briefings can neither overrun the budget nor go unseen."""
+    if (
+        settings.gemini_api_key
+        and not (gate is not None and gate.breaker_open)
+        and await _budget_left(session, settings)
+    ):
         try:
-            briefing = await _gemini_briefing(settings, project_path, picked)
+            answer = await _gemini_briefing(settings, project_path, picked)
         except Exception as error:  # any failure of the model must still leave a briefing
             log.warning("memory.resume.gemini_failed", error=first_line(error)[:200])
             if gate is not None:
@@ -175,11 +184,28 @@ async def _briefing(
         else:
             if gate is not None:
                 gate.record_success()
-            return briefing, "gemini"
+            await record_usage(
+                session,
+                project_path=project_path or "",
+                model=settings.gemini_model,
+                input_tokens=answer.prompt_tokens or 0,
+                output_tokens=answer.output_tokens or 0,
+            )
+            return " ".join(answer.text.split()), "gemini"
     return template_briefing(project_path, picked), "template"
 
 
-async def _gemini_briefing(settings: Settings, project_path: str | None, picked: Picked) -> str:
+async def _budget_left(session: AsyncSession, settings: Settings) -> bool:
+    budget = settings.gemini_daily_token_budget
+    if budget == 0 or await tokens_used_today(session) < budget:
+        return True
+    log.warning("gemini.budget_exhausted", budget=budget, using="template briefing")
+    return False
+
+
+async def _gemini_briefing(
+    settings: Settings, project_path: str | None, picked: Picked
+) -> Generation:
     facts = [
         f"{row.key}: {value_text(row.value)}"
         for namespace in NAMESPACES
@@ -198,7 +224,7 @@ async def _gemini_briefing(settings: Settings, project_path: str | None, picked:
     client = make_client(settings, timeout_ms=max(1, int(timeout * 1000)))
     # As the worker asks: with 2.5 Flash's thinking on, its thinking tokens counted against the
     # 256-token cap, which could leave the briefing short or empty.
-    answer = await generate_text(
+    return await generate_text(
         client,
         model=settings.gemini_model,
         system=None,
@@ -206,8 +232,6 @@ async def _gemini_briefing(settings: Settings, project_path: str | None, picked:
         temperature=0.2,
         max_output_tokens=256,
     )
-    text = answer.text
-    return " ".join(text.split())
 
 
 def _first(memories: dict[str, MemoryRow], *keys: str) -> Any:

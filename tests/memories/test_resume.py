@@ -126,6 +126,58 @@ def test_gemini_writes_the_briefing_when_configured(
             assert fallback["briefing"].startswith("Working on Next.js project.")
 
 
+def test_a_gemini_briefings_tokens_count_in_the_daily_usage(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Any
+) -> None:
+    # Briefings called Gemini outside llm_usage: `agmem status` did not show their tokens and
+    # AGMEM_GEMINI_DAILY_TOKEN_BUDGET did not count them.
+    with fake_gemini() as fake:
+        fake.on(
+            ":generateContent",
+            lambda _r: FakeResponse(body=text_answer("Auth refactor.", prompt_tokens=120)),
+        )
+        settings = make_settings(
+            home=tmp_path / "home", gemini_api_key="k", gemini_base_url=fake.url
+        )
+        with TestClient(create_app(settings, database_url=database_url)) as client:
+            seed(client, db)
+            for _ in range(2):
+                assert (
+                    client.post("/api/resume", json={"projectPath": PROJECT}).json()["briefingBy"]
+                    == "gemini"
+                )
+
+    usage = db.execute(
+        "SELECT project_path, model, requests, input_tokens, output_tokens FROM llm_usage"
+    ).fetchall()
+    assert usage == [(PROJECT, settings.gemini_model, 2, 240, 10)]
+
+
+def test_a_spent_daily_budget_leaves_the_template_briefing(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Any
+) -> None:
+    with fake_gemini() as fake:
+        fake.on(":generateContent", lambda _r: FakeResponse(body=text_answer("Not asked.")))
+        settings = make_settings(
+            home=tmp_path / "home",
+            gemini_api_key="k",
+            gemini_base_url=fake.url,
+            gemini_daily_token_budget=1_000,
+        )
+        with TestClient(create_app(settings, database_url=database_url)) as client:
+            seed(client, db)
+            db.execute(
+                "INSERT INTO llm_usage (day, project_path, model, requests, input_tokens, "
+                "output_tokens) VALUES ((now() AT TIME ZONE 'UTC')::date, %s, 'm', 3, 900, 100)",
+                (PROJECT,),
+            )
+            answer = client.post("/api/resume", json={"projectPath": PROJECT}).json()
+
+            assert fake.calls(":generateContent") == []
+    assert answer["briefingBy"] == "template"
+    assert answer["briefing"].startswith("Working on Next.js project.")
+
+
 def test_template_briefing_reads_an_object_value_as_words_not_json(client: TestClient) -> None:
     put(client, "project.stack", {"language": "TypeScript", "framework": "Next.js"})
     put(client, "current.task", {"title": "auth refactoring"})
