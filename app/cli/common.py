@@ -55,7 +55,10 @@ class OneLineErrors(TyperGroup):
                 typer.echo(error.format_message(), err=True)
                 sys.exit(error.exit_code)
             hint = f" (see '{context.command_path} --help')" if context is not None else ""
-            typer.echo(f"agmem: error: {error.format_message()}{hint}", err=True)
+            # typer checks a Literal or Enum option through pydantic, whose ValueError message
+            # starts "Value error, ": the rest already reads as the reason.
+            message = error.format_message().replace(": Value error, ", ": ", 1)
+            typer.echo(f"agmem: error: {message}{hint}", err=True)
             sys.exit(error.exit_code)
         except typer.Abort:
             typer.echo("agmem: aborted", err=True)

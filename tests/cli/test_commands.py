@@ -132,7 +132,7 @@ def test_non_loopback_bind_without_token_is_refused() -> None:
         ),
         (
             ["memory", "set", "k", "1", "--scope", "galaxy"],
-            "agmem: error: Invalid value for '--scope': Value error, 'galaxy' is not one of "
+            "agmem: error: Invalid value for '--scope': 'galaxy' is not one of "
             "'global', 'project', 'session', 'shared'. (see 'agmem memory set --help')",
         ),
     ],
