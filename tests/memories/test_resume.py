@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
+from app.config import Settings
 from app.main import create_app
 from tests.conftest import make_settings
-from tests.fakes.gemini import FakeResponse, fake_gemini, text_answer
+from tests.fakes.gemini import FakeGemini, FakeResponse, fake_gemini, text_answer
 from tests.memories.helpers import PROJECT, put
 
 
@@ -29,6 +33,21 @@ def seed(client: TestClient, db: psycopg.Connection[Any]) -> None:
         "('live', %s, 'active', NULL, NULL)",
         (PROJECT, PROJECT, PROJECT),
     )
+
+
+@contextmanager
+def with_gemini(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path, **settings: Any
+) -> Iterator[tuple[FakeGemini, Settings, TestClient]]:
+    """The app with Gemini configured against a fake server, and the project seeded."""
+    with fake_gemini() as fake:
+        config = make_settings(
+            home=tmp_path / "home", gemini_api_key="k", gemini_base_url=fake.url, **settings
+        )
+        app = create_app(config, database_url=database_url)
+        with TestClient(app, raise_server_exceptions=False) as client:
+            seed(client, db)
+            yield fake, config, client
 
 
 def test_template_briefing_and_context(client: TestClient, db: psycopg.Connection[Any]) -> None:
@@ -98,54 +117,44 @@ def test_resume_by_session_finds_its_project(
 
 
 def test_gemini_writes_the_briefing_when_configured(
-    database_url: str, db: psycopg.Connection[Any], tmp_path: Any
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
-    with fake_gemini() as fake:
+    with with_gemini(database_url, db, tmp_path) as (fake, _, client):
         fake.queue(
             ":generateContent",
             FakeResponse(body=text_answer("Next.js shop, auth refactor 70% done; tests next.")),
             FakeResponse(status=500, body={"error": {"code": 500, "message": "boom"}}),
         )
-        settings = make_settings(
-            home=tmp_path / "home", gemini_api_key="k", gemini_base_url=fake.url
-        )
-        with TestClient(create_app(settings, database_url=database_url)) as client:
-            seed(client, db)
-            body = client.post("/api/resume", json={"projectPath": PROJECT}).json()
-            assert body["briefing"] == "Next.js shop, auth refactor 70% done; tests next."
-            assert body["briefingBy"] == "gemini"
-            (call,) = fake.calls(":generateContent")
-            prompt = call.body["contents"][0]["parts"][0]["text"]
-            assert "current.task: auth refactoring" in prompt
-            assert "Moved sessions to JWT" in prompt
-            # 2.5 Flash's thinking would spend the 256-token cap (app/llm/generation.py).
-            assert call.body["generationConfig"]["thinkingConfig"] == {"thinking_budget": 0}
-            # A failing model still leaves a briefing: the template.
-            fallback = client.post("/api/resume", json={"projectPath": PROJECT}).json()
-            assert fallback["briefingBy"] == "template"
-            assert fallback["briefing"].startswith("Working on Next.js project.")
+        body = client.post("/api/resume", json={"projectPath": PROJECT}).json()
+        assert body["briefing"] == "Next.js shop, auth refactor 70% done; tests next."
+        assert body["briefingBy"] == "gemini"
+        (call,) = fake.calls(":generateContent")
+        prompt = call.body["contents"][0]["parts"][0]["text"]
+        assert "current.task: auth refactoring" in prompt
+        assert "Moved sessions to JWT" in prompt
+        # 2.5 Flash's thinking would spend the 256-token cap (app/llm/generation.py).
+        assert call.body["generationConfig"]["thinkingConfig"] == {"thinking_budget": 0}
+        # A failing model still leaves a briefing: the template.
+        fallback = client.post("/api/resume", json={"projectPath": PROJECT}).json()
+        assert fallback["briefingBy"] == "template"
+        assert fallback["briefing"].startswith("Working on Next.js project.")
 
 
 def test_a_gemini_briefings_tokens_count_in_the_daily_usage(
-    database_url: str, db: psycopg.Connection[Any], tmp_path: Any
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
     # Briefings called Gemini outside llm_usage: `agmem status` did not show their tokens and
     # AGMEM_GEMINI_DAILY_TOKEN_BUDGET did not count them.
-    with fake_gemini() as fake:
+    with with_gemini(database_url, db, tmp_path) as (fake, settings, client):
         fake.on(
             ":generateContent",
             lambda _r: FakeResponse(body=text_answer("Auth refactor.", prompt_tokens=120)),
         )
-        settings = make_settings(
-            home=tmp_path / "home", gemini_api_key="k", gemini_base_url=fake.url
-        )
-        with TestClient(create_app(settings, database_url=database_url)) as client:
-            seed(client, db)
-            for _ in range(2):
-                assert (
-                    client.post("/api/resume", json={"projectPath": PROJECT}).json()["briefingBy"]
-                    == "gemini"
-                )
+        for _ in range(2):
+            assert (
+                client.post("/api/resume", json={"projectPath": PROJECT}).json()["briefingBy"]
+                == "gemini"
+            )
 
     usage = db.execute(
         "SELECT project_path, model, requests, input_tokens, output_tokens FROM llm_usage"
@@ -154,26 +163,22 @@ def test_a_gemini_briefings_tokens_count_in_the_daily_usage(
 
 
 def test_a_spent_daily_budget_leaves_the_template_briefing(
-    database_url: str, db: psycopg.Connection[Any], tmp_path: Any
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
-    with fake_gemini() as fake:
+    with with_gemini(database_url, db, tmp_path, gemini_daily_token_budget=1_000) as (
+        fake,
+        _,
+        client,
+    ):
         fake.on(":generateContent", lambda _r: FakeResponse(body=text_answer("Not asked.")))
-        settings = make_settings(
-            home=tmp_path / "home",
-            gemini_api_key="k",
-            gemini_base_url=fake.url,
-            gemini_daily_token_budget=1_000,
+        db.execute(
+            "INSERT INTO llm_usage (day, project_path, model, requests, input_tokens, "
+            "output_tokens) VALUES ((now() AT TIME ZONE 'UTC')::date, %s, 'm', 3, 900, 100)",
+            (PROJECT,),
         )
-        with TestClient(create_app(settings, database_url=database_url)) as client:
-            seed(client, db)
-            db.execute(
-                "INSERT INTO llm_usage (day, project_path, model, requests, input_tokens, "
-                "output_tokens) VALUES ((now() AT TIME ZONE 'UTC')::date, %s, 'm', 3, 900, 100)",
-                (PROJECT,),
-            )
-            answer = client.post("/api/resume", json={"projectPath": PROJECT}).json()
+        answer = client.post("/api/resume", json={"projectPath": PROJECT}).json()
 
-            assert fake.calls(":generateContent") == []
+        assert fake.calls(":generateContent") == []
     assert answer["briefingBy"] == "template"
     assert answer["briefing"].startswith("Working on Next.js project.")
 
@@ -188,46 +193,29 @@ def test_template_briefing_reads_an_object_value_as_words_not_json(client: TestC
 
 
 def test_a_gemini_that_times_out_leaves_the_template_briefing(
-    database_url: str, db: psycopg.Connection[Any], tmp_path: Any
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
     # A timeout's exception has no message: logging its first line raised IndexError, and the
     # route answered 500 after waiting for the timeout.
-    with fake_gemini() as fake:
+    with with_gemini(database_url, db, tmp_path, gemini_timeout_seconds=0.2) as (fake, _, client):
         fake.on(":generateContent", lambda _r: FakeResponse(body=text_answer("late"), delay_s=2))
-        settings = make_settings(
-            home=tmp_path / "home",
-            gemini_api_key="k",
-            gemini_base_url=fake.url,
-            gemini_timeout_seconds=0.2,
-        )
-        app = create_app(settings, database_url=database_url)
-        with TestClient(app, raise_server_exceptions=False) as client:
-            seed(client, db)
-            answer = client.post("/api/resume", json={"projectPath": PROJECT})
+        answer = client.post("/api/resume", json={"projectPath": PROJECT})
 
-            assert fake.calls(":generateContent")
+        assert fake.calls(":generateContent")
     assert answer.status_code == 200, answer.text
     assert answer.json()["briefingBy"] == "template"
     assert answer.json()["briefing"].startswith("Working on Next.js project.")
 
 
 def test_after_repeated_gemini_failures_briefings_stop_waiting_for_it(
-    database_url: str, db: psycopg.Connection[Any], tmp_path: Any
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
     # Every resume waited for Gemini's timeout (15 s) while it hung; the worker's breaker
     # (AGMEM_GEMINI_FAILURE_THRESHOLD in a row, then AGMEM_GEMINI_FAILURE_COOLDOWN_SECONDS of
     # fallback) now covers briefings too.
-    with fake_gemini() as fake:
+    with with_gemini(database_url, db, tmp_path, gemini_failure_threshold=2) as (fake, _, client):
         fake.on(":generateContent", lambda _r: FakeResponse(status=500, body={"error": {}}))
-        settings = make_settings(
-            home=tmp_path / "home",
-            gemini_api_key="k",
-            gemini_base_url=fake.url,
-            gemini_failure_threshold=2,
-        )
-        with TestClient(create_app(settings, database_url=database_url)) as client:
-            seed(client, db)
-            answers = [client.post("/api/resume", json={"projectPath": PROJECT}) for _ in range(4)]
+        answers = [client.post("/api/resume", json={"projectPath": PROJECT}) for _ in range(4)]
 
-            assert len(fake.calls(":generateContent")) == 2
+        assert len(fake.calls(":generateContent")) == 2
     assert [a.json()["briefingBy"] for a in answers] == ["template"] * 4
