@@ -6,6 +6,7 @@ and stops at the first that fails. Pass names to run a subset: `python -m bench.
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 import time
@@ -24,7 +25,11 @@ BENCHMARKS = [
 
 
 def main(argv: list[str]) -> int:
-    chosen = argv or BENCHMARKS
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "names", nargs="*", metavar="benchmark", help=f"any of {', '.join(BENCHMARKS)} (all)"
+    )
+    chosen = parser.parse_args(argv).names or BENCHMARKS
     unknown = sorted(set(chosen) - set(BENCHMARKS))
     if unknown:
         print(f"bench.all: unknown benchmark(s) {', '.join(unknown)}; choose from {BENCHMARKS}")

@@ -326,7 +326,8 @@ def main() -> None:
         default=None,
         help=(
             "offered rate (req/s) of the open-loop measurement at 16 connections, run after the "
-            f"closed loop on both servers; default {PACED_SHARE:.0%} of the no-op's closed-loop "
+            # argparse formats help with %: the percent sign is written twice.
+            f"closed loop on both servers; default {PACED_SHARE:.0%}% of the no-op's closed-loop "
             "throughput at 16 connections (or at the first level); 0 skips it"
         ),
     )

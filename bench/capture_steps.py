@@ -16,6 +16,7 @@ encode), and the figures were too low.
 
 from __future__ import annotations
 
+import argparse
 import time
 from collections.abc import Callable
 from typing import Any
@@ -63,6 +64,8 @@ def prepare(value: Any) -> Payload:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+
     def prepared() -> list[Any]:
         return [
             prepare_payload(v, max_chars=MAX_CHARS, max_depth=MAX_DEPTH).value

@@ -12,6 +12,7 @@ compression is not measured: it is unreachable here, and the fake's answers are 
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import tempfile
 import time
@@ -296,6 +297,7 @@ def report(client: TestClient, sessions: list[tuple[Replay, str, dict[str, int]]
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     configure_logging("warning")
     started = time.perf_counter()
     local_embedder()  # loaded once, before the replay

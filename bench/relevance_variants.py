@@ -17,6 +17,7 @@ better.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import math
 import re
@@ -487,6 +488,7 @@ def keyword_unless_all(case: Case, texts: Texts) -> list[int]:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     asyncio.run(run())
 
 
