@@ -9,7 +9,6 @@ facts), then `shared.*` (notes between agents). A memory that does not fit is le
 from __future__ import annotations
 
 import json
-import math
 import posixpath
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -23,7 +22,8 @@ from app.db.models import MemoryRow, SessionRow
 from app.errors import first_line
 from app.llm.gemini import make_client
 from app.llm.generation import Generation, generate_text
-from app.llm.ratelimit import GeminiGate, record_usage, tokens_used_today
+from app.llm.ratelimit import DailyBudget, GeminiGate, record_usage
+from app.llm.tokens import estimate_tokens
 from app.memories import service
 from app.memories.schemas import LastSession, Resume, ResumeContext
 
@@ -34,10 +34,6 @@ PER_NAMESPACE = 50
 BRIEFING_SHARE = 4  # the briefing may use at most a quarter of the budget
 # The briefing is waited for by an agent starting work: AGMEM_GEMINI_TIMEOUT_SECONDS, at most 15 s.
 BRIEFING_TIMEOUT_SECONDS = 15.0
-
-
-def estimate_tokens(text: str) -> int:
-    return math.ceil(len(text) / 4)
 
 
 def value_text(value: Any) -> str:
@@ -175,8 +171,9 @@ async def _briefing(
         and not (gate is not None and gate.breaker_open)
         and await _budget_left(session, settings)
     ):
+        prompt = _briefing_prompt(project_path, picked)
         try:
-            answer = await _gemini_briefing(settings, project_path, picked)
+            answer = await _gemini_briefing(settings, prompt)
         except Exception as error:  # any failure of the model must still leave a briefing
             log.warning("memory.resume.gemini_failed", error=first_line(error)[:200])
             if gate is not None:
@@ -188,24 +185,23 @@ async def _briefing(
                 session,
                 project_path=project_path or "",
                 model=settings.gemini_model,
-                input_tokens=answer.prompt_tokens or 0,
-                output_tokens=answer.output_tokens or 0,
+                input_tokens=answer.prompt_tokens or estimate_tokens(prompt),
+                output_tokens=answer.output_tokens or estimate_tokens(answer.text),
             )
             return " ".join(answer.text.split()), "gemini"
     return template_briefing(project_path, picked), "template"
 
 
 async def _budget_left(session: AsyncSession, settings: Settings) -> bool:
-    budget = settings.gemini_daily_token_budget
-    if budget == 0 or await tokens_used_today(session) < budget:
+    # Read afresh each time: a resume is not a hot path, and the worker's spend must show.
+    budget = DailyBudget(settings.gemini_daily_token_budget, refresh_seconds=0)
+    if await budget.allows(session):
         return True
-    log.warning("gemini.budget_exhausted", budget=budget, using="template briefing")
+    log.warning("gemini.budget_exhausted", budget=budget.daily_budget, using="template briefing")
     return False
 
 
-async def _gemini_briefing(
-    settings: Settings, project_path: str | None, picked: Picked
-) -> Generation:
+def _briefing_prompt(project_path: str | None, picked: Picked) -> str:
     facts = [
         f"{row.key}: {value_text(row.value)}"
         for namespace in NAMESPACES
@@ -214,12 +210,15 @@ async def _gemini_briefing(
     if picked.summary is not None:
         facts.append(f"last session summary: {picked.summary.summary}")
     words = max(10, (picked.budget // BRIEFING_SHARE) * 3 // 4)
-    prompt = (
+    return (
         "You brief an AI coding agent resuming work on a project. In at most "
         f"{min(words, 80)} words and three sentences, say what the project is, what is in "
         "progress and how far along, and what comes next. Use only these facts; no preamble.\n"
         f"Project: {project_path or 'unknown'}\n" + "\n".join(facts or ["(no facts stored)"])
     )
+
+
+async def _gemini_briefing(settings: Settings, prompt: str) -> Generation:
     timeout = min(BRIEFING_TIMEOUT_SECONDS, settings.gemini_timeout_seconds)
     client = make_client(settings, timeout_ms=max(1, int(timeout * 1000)))
     # As the worker asks: with 2.5 Flash's thinking on, its thinking tokens counted against the

@@ -12,6 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.config import Settings
+from app.llm.tokens import estimate_tokens
 from app.main import create_app
 from tests.conftest import make_settings
 from tests.fakes.gemini import FakeGemini, FakeResponse, fake_gemini, text_answer
@@ -160,6 +161,25 @@ def test_a_gemini_briefings_tokens_count_in_the_daily_usage(
         "SELECT project_path, model, requests, input_tokens, output_tokens FROM llm_usage"
     ).fetchall()
     assert usage == [(PROJECT, settings.gemini_model, 2, 240, 10)]
+
+
+def test_a_briefing_without_gemini_usage_counts_its_estimate(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # As the worker does: an answer without usageMetadata still spends budget.
+    answer = text_answer("Auth refactor, 70% done.")
+    del answer["usageMetadata"]
+    with with_gemini(database_url, db, tmp_path) as (fake, _, client):
+        fake.on(":generateContent", lambda _r: FakeResponse(body=answer))
+        assert (
+            client.post("/api/resume", json={"projectPath": PROJECT}).json()["briefingBy"]
+            == "gemini"
+        )
+        (call,) = fake.calls(":generateContent")
+
+    prompt = call.body["contents"][0]["parts"][0]["text"]
+    usage = db.execute("SELECT input_tokens, output_tokens FROM llm_usage").fetchall()
+    assert usage == [(estimate_tokens(prompt), estimate_tokens("Auth refactor, 70% done."))]
 
 
 def test_a_spent_daily_budget_leaves_the_template_briefing(
