@@ -197,9 +197,10 @@ class Settings(BaseSettings):
     def _bare_host(cls, value: str) -> str:
         # uvicorn binds every interface for an empty host: an unset-by-mistake variable
         # must not quietly open the service to the network.
-        if not bare_host(value):
+        host = bare_host(value)
+        if not host:
             raise ValueError("is empty: set the address to bind, e.g. 127.0.0.1")
-        return bare_host(value)
+        return host
 
     @field_validator("gemini_upstream")
     @classmethod
