@@ -18,19 +18,19 @@ from app.worker.metrics import METRICS_SQL, TOKENS_BY_PROJECT_SQL, shape_metrics
 router = APIRouter(tags=["health"])
 
 
-async def read_database_facts(session: AsyncSession) -> dict[str, Any]:
-    """Server version, pgvector version and the worker's backlog and results."""
+async def read_database_facts(session: AsyncSession, *, by_project: bool) -> dict[str, Any]:
+    """Server version, pgvector version and the worker's backlog and results; the tokens saved
+    by project only when `by_project` (a GROUP BY over every compressed observation)."""
     version = (await session.execute(text("SHOW server_version"))).scalar_one()
     pgvector = (
         await session.execute(text("SELECT extversion FROM pg_extension WHERE extname = 'vector'"))
     ).scalar_one_or_none()
     counts = (await session.execute(METRICS_SQL)).one()
-    by_project = (await session.execute(TOKENS_BY_PROJECT_SQL)).all()
-    return {
-        "postgres": str(version).split(" ")[0],
-        "pgvector": pgvector,
-        "worker": shape_metrics(counts, by_project),
-    }
+    projects = (await session.execute(TOKENS_BY_PROJECT_SQL)).all() if by_project else []
+    worker = shape_metrics(counts, projects)
+    if not by_project:
+        del worker["tokensSavedByProject"]
+    return {"postgres": str(version).split(" ")[0], "pgvector": pgvector, "worker": worker}
 
 
 @router.get("/health")
@@ -40,9 +40,10 @@ async def health(request: Request, state: StateDep) -> JSONResponse:
     It stays open for probes. With a token set, only a caller presenting it gets the tokens
     saved by project: that listed every project's path to anyone who could reach the port."""
     embedding = describe_embedding(state.settings)
+    show_projects = authorized(request.scope, expected_authorization(state.settings.api_token))
     try:
         async with state.sessionmaker() as session:
-            facts = await read_database_facts(session)
+            facts = await read_database_facts(session, by_project=show_projects)
     except Exception as error:  # any failure to reach or query the database means "not ready"
         reason = first_line(error)
         return JSONResponse(
@@ -64,14 +65,6 @@ async def health(request: Request, state: StateDep) -> JSONResponse:
             "postgres": facts["postgres"],
             "pgvector": facts["pgvector"],
             "embedding": embedding,
-            "worker": (
-                facts["worker"]
-                if authorized(request.scope, expected_authorization(state.settings.api_token))
-                else _without_projects(facts["worker"])
-            ),
+            "worker": facts["worker"],
         }
     )
-
-
-def _without_projects(worker: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in worker.items() if k != "tokensSavedByProject"}
