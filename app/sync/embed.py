@@ -121,8 +121,10 @@ async def resume_batches(
     embedder: BatchEmbedder,
     project: str,
     report: SyncReport,
-) -> None:
-    """Finish the jobs an earlier run submitted and did not apply."""
+) -> bool:
+    """Finish the jobs an earlier run submitted and did not apply; True when one of them is
+    still running (its chunks stay without a vector until a later run applies it)."""
+    still_running = False
     async with sessionmaker() as session:
         pending = await queries.open_batches(session, project=project, model=embedder.identity)
     for batch_id, job, hashes in pending:
@@ -136,9 +138,11 @@ async def resume_batches(
             )
         except BatchStillRunning as error:
             report.errors.append(str(error))
+            still_running = True
         except Exception as error:  # the job failed remotely: its texts go inline
             await _finish(sessionmaker, batch_id, "failed", str(error)[:1000])
             report.errors.append(f"batch {job} failed: {error}"[:1000])
+    return still_running
 
 
 async def _run_new_batch(

@@ -299,7 +299,14 @@ async def _write_all(
     if report.files_changed and not writer.embedding_down and left_unembedded:
         await embed_missing(sessionmaker, settings, embedder, project, report, progress)
     elif isinstance(embedder, BatchEmbedder):
-        await resume_batches(sessionmaker, settings, embedder, project, report)
+        # With Gemini the worker leaves file chunks to the sync (a Batch job may hold them), so
+        # a run with nothing changed still gives a vector to what an outage or a killed run left
+        # without one, unless a job still running holds them (no paying twice).
+        still_running = await resume_batches(sessionmaker, settings, embedder, project, report)
+        if not (still_running or writer.embedding_down) and await queries.any_unembedded(
+            lock, project=project
+        ):
+            await embed_missing(sessionmaker, settings, embedder, project, report, progress)
     if request.reembed:
         await reembed_project(sessionmaker, embedder, project, report, progress)
 

@@ -199,6 +199,54 @@ def test_a_batch_still_running_when_the_run_ends_is_resumed_by_the_next_sync(
     assert db.execute("SELECT status FROM embedding_batches").fetchall() == [("done",)]
 
 
+def test_chunks_an_outage_left_without_vectors_are_embedded_by_the_next_sync(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # With Gemini the worker leaves file chunks to the sync (a Batch job may hold them), and a
+    # sync with nothing changed only resumed jobs: chunks an outage left without a vector stayed
+    # out of vector search until some file changed.
+    project = make_project(tmp_path / "proj")
+    with fake_gemini() as fake:
+        fake.on(
+            ":batchEmbedContents",
+            lambda r: FakeResponse(
+                503, {"error": {"code": 503, "message": "down", "status": "UNAVAILABLE"}}
+            ),
+        )
+        settings, embedder = gemini(
+            fake, tmp_path, gemini_embed_batch_threshold=100_000, gemini_embed_max_retries=0
+        )
+        first = run_sync(database_url, settings, embedder, project)
+        assert first.errors
+        assert vector_state(db)[1] == 0
+
+        fake.on(":batchEmbedContents", inline_answer)
+        second = run_sync(database_url, settings, embedder, project)
+
+    assert second.files_changed == 0
+    assert all_embedded(db)
+
+
+def test_a_sync_with_nothing_changed_leaves_a_running_batchs_chunks_to_it(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "proj")
+    with fake_gemini() as fake:
+        server, _first = sync_leaving_the_batch_running(fake, tmp_path, database_url, project)
+        fake.on(":batchEmbedContents", inline_answer)
+        inline_before = len(fake.calls(":batchEmbedContents"))
+        settings, embedder = gemini(
+            fake, tmp_path, gemini_embed_batch_threshold=5, gemini_batch_timeout_seconds=0.05
+        )
+
+        again = run_sync(database_url, settings, embedder, project)
+
+        assert len(fake.calls(":batchEmbedContents")) == inline_before
+        assert len(server.submitted) == 1
+    assert any("still running" in e for e in again.errors)
+    assert vector_state(db)[1] == 0
+
+
 def test_a_network_failure_while_polling_a_batch_is_a_poll_to_repeat(
     database_url: str, db: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
