@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import structlog
 
 from app.db.engine import make_async_engine, make_sessionmaker
 from app.logs import configure_logging
+from app.worker import loop
 from app.worker.loop import Worker
 from tests.conftest import make_settings
 
@@ -46,9 +48,12 @@ async def run_until_logged(capsys: pytest.CaptureFixture[str], *needles: str) ->
 
 
 def test_a_database_outage_is_logged_in_one_line_each_time(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     configure_logging("info")
+    # Loggers keep the configuration of their first use: after an in-process CLI test at
+    # AGMEM_LOG_LEVEL=error and a worker test, the worker's logger filtered these warnings out.
+    monkeypatch.setattr(loop, "log", structlog.get_logger(loop.__name__))
     logged = asyncio.run(
         run_until_logged(capsys, "during=worker.step_error", "during=worker.maintenance_error")
     )
