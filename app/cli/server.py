@@ -196,9 +196,9 @@ def print_worker_metrics(console: Console, settings: Settings, *, engine_url: st
     """The worker's backlog and results, as /health reports them, how the observations were
     compressed and what Gemini spent today."""
     from app.db.engine import make_sync_engine
+    from app.llm.ratelimit import USAGE_TODAY_SQL
     from app.worker.metrics import (
         COMPRESSED_BY_SQL,
-        GEMINI_TODAY_SQL,
         METRICS_SQL,
         TOKENS_BY_PROJECT_SQL,
         describe_compressed_by,
@@ -211,7 +211,7 @@ def print_worker_metrics(console: Console, settings: Settings, *, engine_url: st
             counts = connection.execute(METRICS_SQL).one()
             by_project = connection.execute(TOKENS_BY_PROJECT_SQL).all()
             compressed_by = connection.execute(COMPRESSED_BY_SQL).all()
-            today = connection.execute(GEMINI_TODAY_SQL).one()
+            today = connection.execute(USAGE_TODAY_SQL).one()
     finally:
         engine.dispose()
     metrics = shape_metrics(counts, by_project)

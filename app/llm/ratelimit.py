@@ -89,8 +89,10 @@ def gemini_gate(settings: Settings) -> GeminiGate:
     )
 
 
-_TOKENS_TODAY = text(
-    "SELECT coalesce(sum(input_tokens + output_tokens), 0) FROM llm_usage "
+# Today's Gemini spend: what the daily budget counts and what `agmem status` shows.
+USAGE_TODAY_SQL = text(
+    "SELECT coalesce(sum(input_tokens + output_tokens), 0) AS tokens, "
+    "coalesce(sum(requests), 0) AS calls FROM llm_usage "
     "WHERE day = (now() AT TIME ZONE 'UTC')::date"
 )
 
@@ -106,7 +108,7 @@ _RECORD_USAGE = text(
 
 async def tokens_used_today(session: AsyncSession) -> int:
     """Gemini tokens (input + output) spent today (UTC) by every worker, for every project."""
-    return int((await session.execute(_TOKENS_TODAY)).scalar_one())
+    return int((await session.execute(USAGE_TODAY_SQL)).one().tokens)
 
 
 class DailyBudget:

@@ -88,11 +88,6 @@ COMPRESSED_BY_SQL = text(
     "count(*) FILTER (WHERE last_error IS NOT NULL) AS after_failure "
     "FROM observations WHERE status = 'compressed' GROUP BY 1 ORDER BY 1"
 )
-GEMINI_TODAY_SQL = text(
-    "SELECT coalesce(sum(input_tokens + output_tokens), 0) AS tokens, "
-    "coalesce(sum(requests), 0) AS calls FROM llm_usage "
-    "WHERE day = (now() AT TIME ZONE 'UTC')::date"
-)
 
 
 def describe_compressed_by(rows: Any) -> str:
