@@ -34,18 +34,11 @@ def make_raw_pool(
     timeout: float = 30,
 ) -> RawPool:
     """An unopened pool of autocommit connections; the owner opens it without waiting."""
-    kwargs: dict[str, Any] = {
-        "autocommit": True,
-        "connect_timeout": 5,
-        "application_name": application_name,
-    }
-    if options is not None:
-        kwargs["options"] = options
     return AsyncConnectionPool(
         libpq_url(url),
         min_size=min_size,
         max_size=max_size,
-        kwargs=kwargs,
+        kwargs=_connect_kwargs(application_name, options),
         connection_class=AsyncConnection,
         configure=_set_utc,
         timeout=timeout,
@@ -55,15 +48,25 @@ def make_raw_pool(
 
 
 async def connect(url: str, *, application_name: str, options: str | None = None) -> Conn:
-    """One autocommit connection of its own, outside any pool (the caller closes it)."""
-    kwargs: dict[str, Any] = {"options": options} if options is not None else {}
+    """One autocommit connection of its own, outside any pool (the caller closes it).
+
+    Unlike the pools' connections it is not set to UTC: its one user, the sync, reads and writes
+    no timestamps through it, and the SET would be a round trip on a small re-sync's critical
+    path. A caller that reads `timestamptz` values must `SET_UTC` first."""
     return await AsyncConnection.connect(
-        libpq_url(url),
-        autocommit=True,
-        connect_timeout=5,
-        application_name=application_name,
-        **kwargs,
+        libpq_url(url), **_connect_kwargs(application_name, options)
     )
+
+
+def _connect_kwargs(application_name: str, options: str | None) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {
+        "autocommit": True,
+        "connect_timeout": 5,
+        "application_name": application_name,
+    }
+    if options is not None:
+        kwargs["options"] = options
+    return kwargs
 
 
 async def _set_utc(connection: Conn) -> None:
