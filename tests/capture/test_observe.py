@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
@@ -405,3 +406,41 @@ def test_compress_queues_and_reports_position(
 
 def test_compress_unknown_observation_is_404(client: TestClient) -> None:
     assert client.post("/api/compress", json={"observationId": "nope"}).status_code == 404
+
+
+def test_string_payloads_through_a_sqlalchemy_session_are_stored_as_json_strings(
+    client: TestClient, db: psycopg.Connection[Any], database_url: str
+) -> None:
+    # The proxy records through SQLAlchemy, not the capture writer: a string payload is bound
+    # there as text for to_jsonb, and must be stored (cleaned) as the same JSON string.
+    from app.capture.schemas import ObserveIn, ObserveResultIn
+    from app.db.engine import make_async_engine, make_sessionmaker
+    from tests.conftest import make_settings
+
+    session_id = make_session(client)
+    settings = make_settings()
+
+    async def record() -> None:
+        engine = make_async_engine(database_url, pool_size=1)
+        try:
+            async with make_sessionmaker(engine)() as db_session, db_session.begin():
+                call = ObserveIn(
+                    session_id=session_id, function_name="bash", function_args="ls src", id="s"
+                )
+                await service.record_observation(db_session, data=call, settings=settings)
+                answer = ObserveResultIn(
+                    session_id=session_id,
+                    function_name="bash",
+                    result='key AIzaSyA1234567890abcdefghijklmnopqrstuv "quoted"\x00',
+                    observation_id="s",
+                )
+                await service.record_result(db_session, data=answer, settings=settings)
+        finally:
+            await engine.dispose()
+
+    asyncio.run(record())
+
+    row = observation(db, "s")
+    assert row["function_args"] == "ls src"
+    assert row["result"] == 'key [REDACTED] "quoted"'
+    assert row["status"] == "captured"
