@@ -23,6 +23,10 @@ def inline_answer(request: RecordedRequest) -> FakeResponse:
     )
 
 
+def unavailable(_request: RecordedRequest) -> FakeResponse:
+    return FakeResponse(503, {"error": {"code": 503, "message": "down", "status": "UNAVAILABLE"}})
+
+
 class BatchServer:
     """The Batch API's two routes: submission, then job reads that succeed after `polls_pending`."""
 
@@ -91,12 +95,7 @@ def sync_leaving_the_batch_running(
 ) -> tuple[BatchServer, Any]:
     """A sync whose Batch API job is still running when its wait ends, with inline calls down
     so that nothing but the job can embed its chunks."""
-    fake.on(
-        ":batchEmbedContents",
-        lambda r: FakeResponse(
-            503, {"error": {"code": 503, "message": "down", "status": "UNAVAILABLE"}}
-        ),
-    )
+    fake.on(":batchEmbedContents", unavailable)
     server = BatchServer(fake, polls_pending=1_000_000)
     settings, embedder = gemini(
         fake,
@@ -207,12 +206,7 @@ def test_chunks_an_outage_left_without_vectors_are_embedded_by_the_next_sync(
     # out of vector search until some file changed.
     project = make_project(tmp_path / "proj")
     with fake_gemini() as fake:
-        fake.on(
-            ":batchEmbedContents",
-            lambda r: FakeResponse(
-                503, {"error": {"code": 503, "message": "down", "status": "UNAVAILABLE"}}
-            ),
-        )
+        fake.on(":batchEmbedContents", unavailable)
         settings, embedder = gemini(
             fake, tmp_path, gemini_embed_batch_threshold=100_000, gemini_embed_max_retries=0
         )
