@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, NamedTuple
@@ -37,8 +38,6 @@ class Skip:
 class Discovery:
     files: list[FoundFile] = field(default_factory=list)
     skipped: list[Skip] = field(default_factory=list)
-    # Roots that exist: files under a missing root are not reported deleted by mistake of a typo.
-    roots: dict[FileSource, str] = field(default_factory=dict)
 
 
 def discover(
@@ -48,14 +47,7 @@ def discover(
     found = Discovery()
     memory_root = memory_root.absolute()
     if memory_root.is_dir():
-        found.roots["memory"] = str(memory_root)
-        # Both spellings on a case-insensitive filesystem are one file: keep the first.
-        seen: set[tuple[int, int]] = set()
-        for name in ROOT_MEMORY_FILES:
-            candidate = memory_root / name
-            if candidate.name not in os.listdir(memory_root):
-                continue
-            _consider(found, candidate, memory_root, "memory", max_bytes, seen)
+        _root_files(found, memory_root, max_bytes)
         memory_dir = memory_root / "memory"
         if memory_dir.is_dir() and not memory_dir.is_symlink():
             _walk(found, str(memory_dir), memory_root, "memory", (".md",), max_bytes)
@@ -63,9 +55,119 @@ def discover(
             _consider_dir_link(found, memory_dir, memory_root)
     sessions_root = sessions_root.absolute()
     if include_sessions and sessions_root.is_dir():
-        found.roots["sessions"] = str(sessions_root)
         _walk(found, str(sessions_root), sessions_root, "sessions", TRANSCRIPT_SUFFIXES, max_bytes)
     return found
+
+
+def needs_whole_listing(memory_root: Path, sessions_root: Path, changed: Iterable[str]) -> bool:
+    """Whether a changed path is a root folder itself or above one: only a whole listing can then
+    say which files are there."""
+    memory_root = memory_root.absolute()
+    roots = (str(memory_root), str(memory_root / "memory"), str(sessions_root.absolute()))
+    return any(_is_root_or_above(path, root) for path in changed for root in roots)
+
+
+def discover_changed(
+    *, memory_root: Path, sessions_root: Path, scope: Scope, max_bytes: int
+) -> Discovery:
+    """The indexable files at or under the paths of `scope` (`scope_of` a watcher's changed paths:
+    files or folders, present or gone, none of them a root or above one), found by `discover`'s
+    rules: a file `discover` would list lies at or under a path of `scope` exactly when this
+    finds it."""
+    memory_root = memory_root.absolute()
+    memory_dir = str(memory_root / "memory")
+    sessions = str(sessions_root.absolute())
+    found = Discovery()
+    root_files = {str(memory_root / name) for name in ROOT_MEMORY_FILES}
+    for path in scope.paths:
+        if _under(path, memory_dir) and not os.path.islink(memory_dir):
+            _changed_path(found, path, memory_dir, memory_root, "memory", (".md",), max_bytes)
+        if _under(path, sessions):
+            _changed_path(
+                found, path, sessions, Path(sessions), "sessions", TRANSCRIPT_SUFFIXES, max_bytes
+            )
+    if not root_files.isdisjoint(scope.paths) and memory_root.is_dir():
+        _root_files(found, memory_root, max_bytes)  # both spellings together, as `discover` does
+    return found
+
+
+class Scope(NamedTuple):
+    """Where a sync limited to a watcher's changed paths looks: `paths` (normalised, none under
+    another), and those of them that may be, or have been, folders (not a regular file now)."""
+
+    paths: list[str]
+    folders: list[str]
+
+
+def scope_of(changed: Iterable[str], memory_root: Path) -> Scope:
+    """The scope of the changed paths: a folder's walk finds the files under it, so those go; a
+    root memory file brings its other spelling (one file on a case-insensitive filesystem,
+    indexed under the name `discover` found first)."""
+    paths = {os.path.normpath(p) for p in changed}
+    root_files = {str(memory_root.absolute() / name) for name in ROOT_MEMORY_FILES}
+    if not root_files.isdisjoint(paths):
+        paths |= root_files
+    kept: list[str] = []
+    for path in sorted(paths):
+        if not (kept and _under(path, kept[-1])):
+            kept.append(path)
+    # A regular file has no indexed files under it (a folder replaced by a file within one burst
+    # left its files' own events too, unless it was moved away whole: the next whole sync, at the
+    # watch's start, clears those), and the folder test is a scan of the project's files.
+    return Scope(kept, [path for path in kept if not os.path.isfile(path)])
+
+
+def _under(path: str, folder: str) -> bool:
+    return path.startswith(folder + os.sep)
+
+
+def _is_root_or_above(path: str, root: str) -> bool:
+    path = os.path.normpath(path)
+    return path == root or _under(root, path)
+
+
+def _changed_path(
+    found: Discovery,
+    path: str,
+    base: str,
+    root: Path,
+    source: FileSource,
+    suffixes: tuple[str, ...],
+    max_bytes: int,
+) -> None:
+    """What `_walk` of `base` would find at or under `path` (a file or folder inside `base`)."""
+    folders = path[len(base) + 1 :].split(os.sep)[:-1]
+    if SKIPPED_DIRS.intersection(folders):
+        return  # the walk never enters an excluded folder (it reports the folder itself)
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return  # gone: its indexed files are deleted
+    except OSError as error:
+        found.skipped.append(Skip(path, f"unreadable: {error.strerror}"))
+        return
+    name = os.path.basename(path)
+    if stat.S_ISDIR(info.st_mode):
+        if name in SKIPPED_DIRS:
+            found.skipped.append(Skip(path, f"excluded directory {name}"))
+        else:
+            _walk(found, path, root, source, suffixes, max_bytes)
+    elif stat.S_ISLNK(info.st_mode):
+        if os.path.isdir(path):
+            _consider_dir_link(found, Path(path), root)
+        elif name.endswith(suffixes):
+            _consider(found, Path(path), root, source, max_bytes, None)
+    elif name.endswith(suffixes):
+        _admit(found, path, info, source, max_bytes)
+
+
+def _root_files(found: Discovery, memory_root: Path, max_bytes: int) -> None:
+    # Both spellings on a case-insensitive filesystem are one file: keep the first.
+    seen: set[tuple[int, int]] = set()
+    names = os.listdir(memory_root)
+    for name in ROOT_MEMORY_FILES:
+        if name in names:
+            _consider(found, memory_root / name, memory_root, "memory", max_bytes, seen)
 
 
 def _walk(

@@ -13,6 +13,7 @@ import asyncio
 import hashlib
 import os
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.config import Settings
 from app.db.binary_vectors import use_vector_type
 from app.db.engine import sessionmaker_url
-from app.db.raw_pool import Conn, connect
+from app.db.raw_pool import Conn
 from app.index.embedding import Vectors, arrays_for, cached_arrays, ensure_model_index
 from app.index.terms import index_terms
 from app.index.writer import content_hash
@@ -31,7 +32,17 @@ from app.privacy import clean_text, redact_secrets, strip_private_lines
 from app.sync import queries
 from app.sync.bulk_index import begin_bulk_index, end_bulk_index
 from app.sync.chunking import Chunk, chunk_markdown, chunk_transcript
-from app.sync.discover import Discovery, FoundFile, Skip, discover, looks_binary
+from app.sync.connections import SyncConnections
+from app.sync.discover import (
+    Discovery,
+    FoundFile,
+    Skip,
+    discover,
+    discover_changed,
+    looks_binary,
+    needs_whole_listing,
+    scope_of,
+)
 from app.sync.embed import BatchEmbedder, embed_missing, reembed_project, resume_batches
 from app.sync.report import Progress, SyncReport
 from app.sync.transcripts import parse_transcript
@@ -74,18 +85,6 @@ class _Prepared:
         self.total = len(self.chunks)
 
 
-# The index mirrors files on disk, so the sync's commits do not wait for the WAL to reach the disk
-# (each write transaction's COMMIT waited 0.2-6 ms for it here, docs/benchmarks.md). A crash of
-# the machine can lose the last ~0.6 s of them (Postgres stays consistent: a later transaction
-# never survives an earlier one); those files then still carry their old (size, mtime), and the
-# next sync writes them again.
-_SYNC_OPTIONS = "-c synchronous_commit=off"
-
-
-async def _connect(url: str) -> Conn:
-    return await connect(url, application_name="agmem-sync", options=_SYNC_OPTIONS)
-
-
 class ProjectFolderMissing(Exception):
     """The project path, or a memory or sessions folder named for this sync, is not a folder."""
 
@@ -122,11 +121,30 @@ async def sync_project(
     request: SyncRequest,
     *,
     progress: Progress | None = None,
+    connections: SyncConnections | None = None,
+    changed: Collection[str] | None = None,
 ) -> SyncReport:
-    """Bring the project's file chunks in line with its folders, under the project's lock."""
+    """Bring the project's file chunks in line with its folders, under the project's lock.
+
+    `changed` (a watcher's paths: files or folders, present or gone) limits the sync to the files
+    at or under them; the rest of the project is taken to be as the last sync left it. A path
+    that is a root folder itself, or above one, makes it a whole sync. `connections` kept by the
+    caller serve the next sync too; without them the sync opens its own and closes them.
+    """
     project, memory_root, sessions_root = resolve_roots(settings, request)
+    scope = None
+    if changed is not None and not request.force:
+        if not needs_whole_listing(memory_root, sessions_root, changed):
+            scope = scope_of(changed, memory_root)
 
     def listing() -> Discovery:
+        if scope is not None:
+            return discover_changed(
+                memory_root=memory_root,
+                sessions_root=sessions_root,
+                scope=scope,
+                max_bytes=settings.sync_max_file_bytes,
+            )
         return discover(
             memory_root=memory_root,
             sessions_root=sessions_root,
@@ -136,20 +154,22 @@ async def sync_project(
     # Discovery only stats files: it runs while the connection is made and the lock taken.
     early = asyncio.create_task(asyncio.to_thread(listing))
     try:
-        # The sync's own connection, not one of the engine's: psycopg used directly costs a
-        # third of the CPU of a SQLAlchemy session here (docs/benchmarks.md, Sync), and a fresh
-        # engine's first connection would add its dialect's set-up queries. Closing it ends the
-        # advisory lock too, should the unlock below not be reached.
+        # The sync's own connections, not the engine's: psycopg used directly costs a third of
+        # the CPU of a SQLAlchemy session here (docs/benchmarks.md, Sync), and a fresh engine's
+        # first connection would add its dialect's set-up queries.
         url = sessionmaker_url(sessionmaker)
-        async with await _connect(url) as lock:
-            waited, known = await queries.lock_project(lock, project)
+        pool = connections or SyncConnections(url)
+        lock = await pool.acquire()
+        unlocked = False
+        try:
+            waited, known = await queries.lock_project(lock, project, scope)
             try:
                 # After waiting for another sync, list the files as they are now.
                 found = await (asyncio.to_thread(listing) if waited else early)
                 return await _sync_locked(
                     sessionmaker,
                     lock,
-                    url,
+                    pool,
                     settings,
                     embedder,
                     request,
@@ -160,6 +180,10 @@ async def sync_project(
                 )
             finally:
                 await queries.unlock_project(lock, project)
+                unlocked = True
+        finally:
+            # A connection that may still hold the lock is closed, which ends the lock too.
+            await pool.release(lock, clean=unlocked)
     finally:
         if not early.done():  # a failure before the listing was needed: let its thread end
             await asyncio.wait([early])
@@ -168,7 +192,7 @@ async def sync_project(
 async def _sync_locked(
     sessionmaker: async_sessionmaker[AsyncSession],
     lock: Conn,
-    url: str,
+    pool: SyncConnections,
     settings: Settings,
     embedder: Embedder,
     request: SyncRequest,
@@ -201,7 +225,7 @@ async def _sync_locked(
         await _write_all(
             sessionmaker,
             lock,
-            url,
+            pool,
             settings,
             embedder,
             request,
@@ -226,7 +250,7 @@ async def _sync_locked(
 async def _write_all(
     sessionmaker: async_sessionmaker[AsyncSession],
     lock: Conn,
-    url: str,
+    pool: SyncConnections,
     settings: Settings,
     embedder: Embedder,
     request: SyncRequest,
@@ -240,7 +264,7 @@ async def _write_all(
     """The file pass (changed files written, touched ones re-stamped, vanished ones deleted) and
     the embedding passes after it."""
     total = len(candidates)
-    writer = _Writer(lock, url, embedder, project, report, known, request.force)
+    writer = _Writer(lock, pool, embedder, project, report, known, request.force)
     earlier: asyncio.Task[bool] | None = None
     if total:
         # A small re-sync's changed files were indexed before: their current rows (to keep the
@@ -378,14 +402,14 @@ class _Writer:
     def __init__(
         self,
         shared: Conn,
-        url: str,
+        pool: SyncConnections,
         embedder: Embedder,
         project: str,
         report: SyncReport,
         known: dict[str, queries.KnownFile],
         force: bool,
     ) -> None:
-        self.url = url
+        self.pool = pool
         # The lock's (autocommit) connection is one of the WRITERS: a small sync then opens one
         # new connection, not two (a backend start, and a cold catalog cache that makes its first
         # insert slower), and still indexes on two backends at once.
@@ -419,7 +443,7 @@ class _Writer:
         the lock's connection looked up."""
 
         async def one() -> None:
-            connection = await _connect(self.url)
+            connection = await self.pool.acquire()
             self.opened.append(connection)  # closed by `close`, whatever happens next
             use_vector_type(connection, self.shared.adapters.types.get("vector"))
             self.free.append(connection)
@@ -511,10 +535,10 @@ class _Writer:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def close(self) -> None:
-        """Close the connections `connect` opened."""
+        """Hand back the connections `connect` took (one left inside a transaction is closed)."""
         opened, self.opened = self.opened, []
         for connection in opened:
-            await connection.close()
+            await self.pool.release(connection)
 
     async def _commit(
         self,

@@ -7,15 +7,17 @@ import json
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
+from psycopg import AsyncCursor
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.binary_vectors import VECTOR_TYPE, use_vector_type
 from app.db.raw_pool import Conn
+from app.sync.discover import Scope
 
 # Session-level advisory locks: one per project (a second sync of the project waits for the
 # first) and one per model's HNSW index (one rebuild at a time, see app/sync/bulk_index.py).
@@ -29,6 +31,13 @@ _TRY_LOCK_RAW = "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))"
 _UNLOCK_RAW = "SELECT pg_advisory_unlock(hashtextextended(%s, 0))"
 
 _KNOWN_FILES = "SELECT id, path, hash, size, mtime FROM memory_files WHERE project_path = %s"
+# Those at a watcher's changed paths (an index scan), and under those that may be folders (a scan
+# of the project's files: ~5 ms for 22 prefixes over 2,201 files, so only when there are any).
+_KNOWN_FILES_AT = _KNOWN_FILES + " AND path = ANY(%s::text[])"
+_KNOWN_FILES_AT_OR_UNDER = (
+    _KNOWN_FILES + " AND (path = ANY(%s::text[]) OR EXISTS (SELECT FROM unnest(%s::text[]) "
+    "AS folder(p) WHERE starts_with(path, folder.p)))"
+)
 
 # Every changed file of a write transaction in one statement: a round trip per file (upsert,
 # delete, COPY) cost more Python time per chunk than the rows themselves.
@@ -160,10 +169,13 @@ async def release_lock(session: AsyncSession, key: str) -> None:
     await session.execute(_UNLOCK, {"key": key})
 
 
-async def lock_project(connection: Conn, project: str) -> tuple[bool, dict[str, KnownFile]]:
+async def lock_project(
+    connection: Conn, project: str, scope: Scope | None = None
+) -> tuple[bool, dict[str, KnownFile]]:
     """Hold the project's sync lock on this autocommit connection until `unlock_project`, polled
     like `hold_lock`; returns whether another sync held it first, and the project's indexed
-    files as they are once the lock is held. The connection is then ready to send vectors.
+    files (those at or under the paths of `scope`, when given) as they are once the lock is held.
+    The connection is then ready to send vectors.
 
     The first try and the read of the files go in one round trip: a sync that finds the lock
     free (nearly all) needs nothing more; one that waited reads the files again.
@@ -171,7 +183,7 @@ async def lock_project(connection: Conn, project: str) -> tuple[bool, dict[str, 
     key = "agmem.sync:" + project
     async with connection.pipeline() as pipeline:
         tried = await connection.execute(_TRY_LOCK_RAW, (key,))
-        listed = await connection.execute(_KNOWN_FILES, (project,), binary=True)
+        listed = await _read_known(connection, project, scope)
         typed = await connection.execute(VECTOR_TYPE)
         await pipeline.sync()
         took = bool((await tried.fetchone() or (False,))[0])
@@ -185,17 +197,33 @@ async def lock_project(connection: Conn, project: str) -> tuple[bool, dict[str, 
         return bool((await cursor.fetchone() or (False,))[0])
 
     await _poll(attempt)
-    return True, await known_files(connection, project)
+    return True, await known_files(connection, project, scope)
 
 
 async def unlock_project(connection: Conn, project: str) -> None:
     await connection.execute(_UNLOCK_RAW, ("agmem.sync:" + project,))
 
 
-async def known_files(connection: Conn, project: str) -> dict[str, KnownFile]:
-    """Every indexed file of the project, by path."""
-    cursor = await connection.execute(_KNOWN_FILES, (project,), binary=True)
+async def known_files(
+    connection: Conn, project: str, scope: Scope | None = None
+) -> dict[str, KnownFile]:
+    """Every indexed file of the project (at or under the paths of `scope`, when given), by
+    path."""
+    cursor = await _read_known(connection, project, scope)
     return {k.path: k for k in map(KnownFile._make, await cursor.fetchall())}
+
+
+async def _read_known(
+    connection: Conn, project: str, scope: Scope | None
+) -> AsyncCursor[tuple[Any, ...]]:
+    if scope is None:
+        return await connection.execute(_KNOWN_FILES, (project,), binary=True)
+    if not scope.folders:
+        return await connection.execute(_KNOWN_FILES_AT, (project, scope.paths), binary=True)
+    folders = [path + "/" for path in scope.folders]
+    return await connection.execute(
+        _KNOWN_FILES_AT_OR_UNDER, (project, scope.paths, folders), binary=True
+    )
 
 
 ChunkKey = tuple[str, int, int, str]  # (content hash, start line, end line, search terms)

@@ -53,15 +53,24 @@ def run_sync(
     settings: Settings,
     embedder: Embedder,
     project: Path,
+    *,
+    changed: list[Path] | None = None,
     **options: object,
 ) -> SyncReport:
-    """One sync of `project`, inline, on its own engine."""
+    """One sync of `project`, inline, on its own engine (of the `changed` paths only, as the
+    watch mode syncs them, when given)."""
 
     async def go() -> SyncReport:
         engine = make_async_engine(database_url)
         try:
             request = SyncRequest(project_path=str(project), **options)  # type: ignore[arg-type]
-            return await sync_project(make_sessionmaker(engine), settings, embedder, request)
+            return await sync_project(
+                make_sessionmaker(engine),
+                settings,
+                embedder,
+                request,
+                changed=None if changed is None else [str(path) for path in changed],
+            )
         finally:
             await engine.dispose()
 

@@ -11,7 +11,8 @@ from app.config import Settings
 from app.db.engine import make_async_engine, make_sessionmaker
 from app.index.embedding import vector_literal
 from app.llm.gemini_embeddings import GeminiEmbedder
-from app.sync.indexer import SyncRequest, _connect, sync_project
+from app.sync.connections import SyncConnections
+from app.sync.indexer import SyncRequest, sync_project
 from app.sync.report import SyncReport
 from tests.conftest import make_settings
 from tests.fakes.gemini import FakeResponse, RecordedRequest, fake_gemini
@@ -185,7 +186,7 @@ def test_a_sync_works_through_its_own_connections_that_do_not_wait_for_the_wal(
     assert set(seen) == {"agmem-sync"}
 
     async def commit_setting() -> str:
-        connection = await _connect(database_url)
+        connection = await SyncConnections(database_url).acquire()
         try:
             row = await (await connection.execute("SHOW synchronous_commit")).fetchone()
             return str(row[0]) if row else ""

@@ -3,7 +3,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from app.sync.discover import discover
+from app.sync.discover import discover, discover_changed, needs_whole_listing, scope_of
 
 
 def test_finds_root_memory_nested_memory_and_transcripts(tmp_path: Path) -> None:
@@ -69,6 +69,104 @@ def test_every_skip_reason(tmp_path: Path) -> None:
     assert [Path(f.path).name for f in found.files] == ["ok.md"]
 
 
-def test_missing_folders_give_no_files_and_no_roots(tmp_path: Path) -> None:
+def test_missing_folders_give_no_files(tmp_path: Path) -> None:
     found = discover(memory_root=tmp_path / "a", sessions_root=tmp_path / "b", max_bytes=100)
-    assert (found.files, found.skipped, found.roots) == ([], [], {})
+    assert (found.files, found.skipped) == ([], [])
+
+
+def _tree(tmp_path: Path) -> Path:
+    """A project with every kind of entry `discover` looks at or passes over."""
+    project = tmp_path / "p"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.md").write_text("outside\n")
+    memory = project / "memory"
+    (memory / "deep" / "er").mkdir(parents=True)
+    (memory / "deep" / ".git").mkdir()
+    (memory / "deep" / ".git" / "x.md").write_text("x\n")
+    (memory / "node_modules").mkdir()
+    (memory / "node_modules" / "y.md").write_text("y\n")
+    (memory / "deep" / "er" / "b.md").write_text("b\n")
+    (memory / "deep" / "c.md").write_text("c\n")
+    (memory / "deep" / "c.txt").write_text("not markdown\n")
+    (memory / "big.md").write_text("x" * 2000)
+    (memory / "escape.md").symlink_to(outside / "secret.md")
+    (memory / "escape_dir").symlink_to(outside)
+    (memory / "linked_dir").symlink_to(memory / "deep")
+    (memory / "inside.md").symlink_to(memory / "deep" / "c.md")
+    os.mkfifo(memory / "fifo.md")
+    (memory / "ok.md").write_text("fine\n")
+    (project / "MEMORY.md").write_text("# m\n")
+    (project / "notes.md").write_text("not memory\n")
+    (project / "sessions" / "sub").mkdir(parents=True)
+    (project / "sessions" / "s.jsonl").write_text("{}\n")
+    (project / "sessions" / "sub" / "legacy.json").write_text("{}\n")
+    (project / "sessions" / "sub" / "notes.md").write_text("not a transcript\n")
+    return project
+
+
+def _under_scope(path: str, scope: list[str]) -> bool:
+    return any(path == p or path.startswith(p + os.sep) for p in scope)
+
+
+def test_changed_paths_find_what_the_whole_listing_finds_under_them(tmp_path: Path) -> None:
+    project = _tree(tmp_path)
+    roots = {"memory_root": project, "sessions_root": project / "sessions"}
+    whole = discover(**roots, max_bytes=1024)
+    memory, sessions = project / "memory", project / "sessions"
+    gone = memory / "deep" / "gone.md"
+    every_path = [
+        memory / "deep",
+        memory / "deep" / "er",
+        memory / "deep" / "er" / "b.md",
+        memory / "deep" / "c.md",
+        memory / "deep" / "c.txt",
+        memory / "deep" / ".git",
+        memory / "deep" / ".git" / "x.md",
+        memory / "node_modules" / "y.md",
+        memory / "big.md",
+        memory / "escape.md",
+        memory / "escape_dir",
+        memory / "linked_dir",
+        memory / "inside.md",
+        memory / "fifo.md",
+        memory / "ok.md",
+        gone,
+        project / "MEMORY.md",
+        project / "memory.md",
+        project / "notes.md",
+        sessions / "sub",
+        sessions / "s.jsonl",
+        sessions / "sub" / "notes.md",
+    ]
+    for n in range(len(every_path)):
+        # Each path alone, and with its neighbours (a folder together with a file under it).
+        for changed in ([every_path[n]], every_path[n : n + 3]):
+            assert not needs_whole_listing(project, sessions, map(str, changed))
+            scope = scope_of(map(str, changed), project)
+            found = discover_changed(**roots, scope=scope, max_bytes=1024)
+
+            assert sorted(found.files) == sorted(
+                f for f in whole.files if _under_scope(f.path, scope.paths)
+            )
+            assert sorted(s.path for s in found.skipped) == sorted(
+                s.path for s in whole.skipped if _under_scope(s.path, scope.paths)
+            )
+
+
+def test_a_root_folder_or_above_needs_the_whole_listing(tmp_path: Path) -> None:
+    project = _tree(tmp_path)
+    sessions = project / "sessions"
+    for path in (project, project / "memory", sessions, tmp_path):
+        assert needs_whole_listing(project, sessions, [str(path)])
+    assert not needs_whole_listing(project, sessions, [str(project / "memory" / "ok.md")])
+
+
+def test_a_changed_root_memory_file_brings_its_other_spelling(tmp_path: Path) -> None:
+    project = _tree(tmp_path)
+    scope = scope_of([str(project / "memory.md")], project)
+    assert scope.paths == [str(project / "MEMORY.md"), str(project / "memory.md")]
+    found = discover_changed(
+        memory_root=project, sessions_root=project / "sessions", scope=scope, max_bytes=1024
+    )
+    assert [f.path for f in found.files] == [str(project / "MEMORY.md")]
