@@ -1,38 +1,80 @@
 """`agmem sync --watch`: re-sync a project whenever its memory files or transcripts change.
 
 watchfiles groups the events of each burst (the debounce), and a burst that arrives while a sync
-runs only marks the project dirty, so saves during a sync cost one more sync, never a pile-up.
-The memory root itself is watched without recursion: a project root can hold huge trees
-(node_modules, build output) that the sync never reads.
+runs is gathered for the next one, so saves during a sync cost one more sync, never a pile-up.
+A burst's sync looks only at the paths its events name (a few `stat`s, not a listing of the whole
+project) on connections kept from the last sync; the first sync, and the one after a root folder
+appears or goes, is a whole one. The memory root itself is watched without recursion: a project
+root can hold huge trees (node_modules, build output) that the sync never reads.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 from collections.abc import Callable
 from pathlib import Path
 
+import psycopg
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from watchfiles import Change, DefaultFilter, awatch
 
 from app.config import Settings
+from app.db.engine import sessionmaker_url
 from app.llm.embeddings import Embedder
+from app.sync.connections import SyncConnections
 from app.sync.discover import ROOT_MEMORY_FILES, TRANSCRIPT_SUFFIXES
-from app.sync.indexer import SyncRequest, resolve_roots, sync_project
+from app.sync.indexer import WRITERS, SyncRequest, resolve_roots, sync_project
 from app.sync.report import Progress, SyncReport
 
 log = structlog.get_logger(__name__)
 
+# How often the watch looks whether a root folder appeared or went (a folder created after the
+# watch started has no watcher yet, and its files' events would never come).
+ROOTS_POLL_SECONDS = 1.0
+
 
 class _Relevant(DefaultFilter):
-    """Only files a sync could index (or their removal) wake it."""
+    """Events a sync could care about: indexable files, and folders (a folder moved in or out
+    brings or takes its files with one event)."""
 
     def __call__(self, change: Change, path: str) -> bool:
-        name = Path(path).name
-        return super().__call__(change, path) and (
-            name in ROOT_MEMORY_FILES or name.endswith((".md", *TRANSCRIPT_SUFFIXES))
+        if not super().__call__(change, path):
+            return False
+        name = os.path.basename(path)
+        return (
+            name in ROOT_MEMORY_FILES
+            or name.endswith((".md", *TRANSCRIPT_SUFFIXES))
+            or change == Change.deleted  # a folder, maybe: nothing indexed under it is a no-op
+            or os.path.isdir(path)
         )
+
+
+class _Changes:
+    """The paths changed since the last sync began, or `whole` when only a listing will do."""
+
+    def __init__(self) -> None:
+        self.paths: set[str] = set()
+        self.whole = True
+        self.ready = asyncio.Event()
+        self.ready.set()  # the first sync
+
+    def add(self, paths: set[str]) -> None:
+        self.paths |= paths
+        self.ready.set()
+
+    def rescan(self) -> None:
+        self.whole = True
+        self.ready.set()
+
+    def take(self) -> set[str] | None:
+        """What the next sync is to look at (None: everything), and a clean slate."""
+        paths, whole = self.paths, self.whole
+        self.paths, self.whole = set(), False
+        self.ready.clear()
+        return None if whole else paths
 
 
 async def watch_project(
@@ -45,50 +87,96 @@ async def watch_project(
     stop: asyncio.Event,
     progress: Progress | None = None,
 ) -> None:
-    """Sync once, then again after every burst of changes, until `stop` is set."""
+    """Sync once, then again after every burst of changes, until `stop` is set. A burst's sync
+    that found nothing under its paths (an editor's temporary file gone) is not reported."""
     _, memory_root, sessions_root = resolve_roots(settings, request)
-    dirty = asyncio.Event()
-    watchers = [
-        asyncio.create_task(_watch([memory_root], False, settings, dirty, stop)),
-        asyncio.create_task(
-            _watch([memory_root / "memory", sessions_root], True, settings, dirty, stop)
-        ),
-    ]
+    roots = (memory_root, memory_root / "memory", sessions_root)
+    changes = _Changes()
+    connections = SyncConnections(sessionmaker_url(sessionmaker), keep=WRITERS)
+    watching = asyncio.create_task(_watch_roots(roots, settings, changes, stop))
     try:
-        dirty.set()
         while not stop.is_set():
-            waiter = asyncio.create_task(dirty.wait())
+            waiter = asyncio.create_task(changes.ready.wait())
             stopper = asyncio.create_task(stop.wait())
             await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
             waiter.cancel()
             stopper.cancel()
             if stop.is_set():
                 break
-            dirty.clear()
-            on_report(
-                await sync_project(sessionmaker, settings, embedder, request, progress=progress)
-            )
+            changed = changes.take()
+
+            async def sync(paths: set[str] | None) -> SyncReport:
+                return await sync_project(
+                    sessionmaker,
+                    settings,
+                    embedder,
+                    request,
+                    progress=progress,
+                    connections=connections,
+                    changed=paths,
+                )
+
+            try:
+                report = await sync(changed)
+            except psycopg.OperationalError as error:
+                # A kept connection the server ended (a restart, an idle timeout): once more on
+                # new ones; a server that is down fails this one too.
+                log.info("sync.watch_reconnect", error=str(error)[:300])
+                await connections.close()
+                report = await sync(changed)
+            if changed is None or _found_anything(report):
+                on_report(report)
     finally:
         stop.set()
-        await asyncio.gather(*watchers, return_exceptions=True)
+        await asyncio.gather(watching, return_exceptions=True)
+        await connections.close()
+
+
+def _found_anything(report: SyncReport) -> bool:
+    return bool(report.files_scanned or report.files_deleted or report.skipped or report.errors)
+
+
+async def _watch_roots(
+    roots: tuple[Path, Path, Path], settings: Settings, changes: _Changes, stop: asyncio.Event
+) -> None:
+    """Watch the roots that exist; when one appears or goes, watch anew and sync everything."""
+    memory_root, memory_dir, sessions_root = roots
+    while not stop.is_set():
+        present = tuple(root.is_dir() for root in roots)
+        again = asyncio.Event()
+        recursive = [memory_dir, sessions_root]
+        watchers = [
+            asyncio.create_task(_watch([memory_root], False, settings, changes, again)),
+            asyncio.create_task(_watch(recursive, True, settings, changes, again)),
+        ]
+        try:
+            while not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), ROOTS_POLL_SECONDS)
+                if tuple(root.is_dir() for root in roots) != present:
+                    changes.rescan()
+                    break
+        finally:
+            again.set()
+            await asyncio.gather(*watchers, return_exceptions=True)
 
 
 async def _watch(
     paths: list[Path],
     recursive: bool,
     settings: Settings,
-    dirty: asyncio.Event,
+    changes: _Changes,
     stop: asyncio.Event,
 ) -> None:
     existing = [p for p in paths if p.is_dir()]
     if not existing:
         return
-    async for changes in awatch(
+    async for batch in awatch(
         *existing,
         watch_filter=_Relevant(),
         debounce=settings.sync_watch_debounce_ms,
         recursive=recursive,
         stop_event=stop,
     ):
-        log.debug("sync.watch_changes", count=len(changes))
-        dirty.set()
+        log.debug("sync.watch_changes", count=len(batch))
+        changes.add({path for _, path in batch})

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +15,38 @@ from app.sync.indexer import SyncRequest
 from app.sync.report import SyncReport
 from app.sync.watch import watch_project
 from tests.conftest import make_settings
-from tests.sync.helpers import CountingEmbedder, make_project
+from tests.sync.helpers import TESTDATA, CountingEmbedder, make_project
+
+SYNC_CONNECTIONS = (
+    "SELECT pid FROM pg_stat_activity WHERE application_name = 'agmem-sync' ORDER BY pid"
+)
+
+
+@asynccontextmanager
+async def watching(
+    database_url: str, settings: Settings, project: Path, reports: list[SyncReport]
+) -> AsyncIterator[None]:
+    """The watch of `project` running, its first (whole) sync done and its watchers started."""
+    engine = make_async_engine(database_url)
+    stop = asyncio.Event()
+    task = asyncio.create_task(
+        watch_project(
+            make_sessionmaker(engine),
+            settings,
+            CountingEmbedder(),
+            SyncRequest(project_path=str(project)),
+            on_report=reports.append,
+            stop=stop,
+        )
+    )
+    try:
+        await _until(lambda: len(reports) == 1)
+        await asyncio.sleep(0.3)  # let the watchers start
+        yield
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+        await engine.dispose()
 
 
 def test_watch_syncs_at_start_and_once_per_burst_of_changes(
@@ -23,40 +57,105 @@ def test_watch_syncs_at_start_and_once_per_burst_of_changes(
     reports: list[SyncReport] = []
 
     async def go() -> None:
-        engine = make_async_engine(database_url)
-        stop = asyncio.Event()
-        task = asyncio.create_task(
-            watch_project(
-                make_sessionmaker(engine),
-                settings,
-                CountingEmbedder(),
-                SyncRequest(project_path=str(project)),
-                on_report=reports.append,
-                stop=stop,
-            )
-        )
-        try:
-            await _until(lambda: len(reports) == 1)
-            await asyncio.sleep(0.3)  # let the watchers start
+        async with watching(database_url, settings, project, reports):
             for n in range(3):  # one burst: three saves inside the debounce window
                 (project / "memory" / "new.md").write_text(f"# New\n\nversion {n}\n")
             (project / "MEMORY.md").write_text("# Root memory\n\nrewritten\n")
             await _until(lambda: len(reports) >= 2)
             await asyncio.sleep(0.6)
-        finally:
-            stop.set()
-            await asyncio.wait_for(task, 10)
-            await engine.dispose()
 
     asyncio.run(go())
 
     assert reports[0].files_changed == 6
     assert sum(r.files_changed for r in reports[1:]) == 2
+    # A burst's sync looks at the files its events name (the root's watcher and the memory
+    # folder's may wake one sync each), not at the whole project.
+    assert sum(r.files_scanned for r in reports[1:]) == 2
     content = db.execute("SELECT content FROM memory_chunks WHERE file_path LIKE '%new.md'")
     assert content.fetchall() == [("# New\n\nversion 2",)]
 
 
-async def _until(condition: Any, timeout: float = 15.0) -> None:
+def test_watch_follows_a_folder_moved_out_and_back_in(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # A move is one event for the folder, none for its files.
+    project = make_project(tmp_path / "proj")
+    settings: Settings = make_settings(home=tmp_path / "home", sync_watch_debounce_ms=100)
+    reports: list[SyncReport] = []
+    bank, parked = project / "memory" / "bank", tmp_path / "parked"
+
+    def bank_files() -> int:
+        row = db.execute("SELECT count(*) FROM memory_files WHERE path LIKE '%/bank/%'").fetchone()
+        return int(row[0]) if row else -1
+
+    async def go() -> None:
+        async with watching(database_url, settings, project, reports):
+            assert bank_files() == 2
+            bank.rename(parked)
+            await _until(lambda: bank_files() == 0)
+            parked.rename(bank)
+            await _until(lambda: bank_files() == 2)
+
+    asyncio.run(go())
+
+
+def test_watch_picks_up_a_sessions_folder_made_after_it_started(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "proj")
+    shutil.rmtree(project / "sessions")
+    settings: Settings = make_settings(home=tmp_path / "home", sync_watch_debounce_ms=100)
+    reports: list[SyncReport] = []
+    transcript = TESTDATA / "claude-code" / "entire_c9883595c929_v2.0.74_small.jsonl"
+
+    def transcripts() -> int:
+        row = db.execute("SELECT count(*) FROM memory_files WHERE source = 'sessions'").fetchone()
+        return int(row[0]) if row else -1
+
+    async def go() -> None:
+        async with watching(database_url, settings, project, reports):
+            (project / "sessions").mkdir()
+            await _until(lambda: len(reports) >= 2)  # the new folder: a whole sync
+            await asyncio.sleep(0.3)
+            shutil.copy(transcript, project / "sessions" / "later.jsonl")  # watched now
+            await _until(lambda: transcripts() == 1)
+
+    asyncio.run(go())
+
+
+def test_watch_keeps_its_connections_and_makes_new_ones_when_they_are_ended(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "proj")
+    settings: Settings = make_settings(home=tmp_path / "home", sync_watch_debounce_ms=100)
+    reports: list[SyncReport] = []
+    note = project / "memory" / "a.md"
+
+    def content() -> list[tuple[Any, ...]]:
+        return db.execute(
+            "SELECT content FROM memory_chunks WHERE file_path = %s", (str(note),)
+        ).fetchall()
+
+    async def go() -> None:
+        async with watching(database_url, settings, project, reports):
+            kept = db.execute(SYNC_CONNECTIONS).fetchall()
+            assert len(kept) == 2  # the lock's and the second writer's, idle between syncs
+            note.write_text("# A\n\nfirst edit\n")
+            await _until(lambda: content() == [("# A\n\nfirst edit",)])
+            assert db.execute(SYNC_CONNECTIONS).fetchall() == kept
+            # The server ends them (a restart, an idle timeout): the next burst reconnects.
+            db.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = 'agmem-sync'"
+            )
+            note.write_text("# A\n\nsecond edit\n")
+            await _until(lambda: content() == [("# A\n\nsecond edit",)])
+
+    asyncio.run(go())
+    assert all(not r.errors for r in reports)
+
+
+async def _until(condition: Callable[[], bool], timeout: float = 15.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while not condition():
