@@ -5,7 +5,9 @@ then measures, with the local (wordllama) provider and a fresh embedding cache:
   1. the initial sync (time, chunks, chunks/s end to end: discovery, parsing, chunking,
      embedding, writing rows and their tsvector/GIN/HNSW index entries);
   2. a re-sync with nothing changed;
-  3. a re-sync after rewriting 1% of the files, and its ratio to the initial sync;
+  3. a re-sync after rewriting 1% of the files, and its ratio to the initial sync: as a one-shot
+     `agmem sync` runs it (new connections, every file listed), then as `agmem sync --watch` runs
+     a burst's sync (connections kept from its first sync, only the edited files looked at);
   4. a no-change re-sync of a second project of `--noop-files` small files.
 Uses DATABASE_URL when set (rows are removed afterwards), else a throwaway embedded PostgreSQL,
 whose CPU time (from /proc) is then reported with this process's for the initial sync: with both
@@ -20,6 +22,7 @@ import json
 import os
 import random
 import shutil
+import statistics
 import tempfile
 import time
 from collections.abc import Iterator
@@ -36,7 +39,8 @@ from app.db.embedded import start_embedded_postgres
 from app.db.engine import make_async_engine, make_sessionmaker
 from app.llm.embeddings import local_embedder
 from app.logs import configure_logging
-from app.sync.indexer import SyncRequest, sync_project
+from app.sync.connections import SyncConnections
+from app.sync.indexer import WRITERS, SyncRequest, sync_project
 from app.sync.report import SyncReport
 
 WORDS = (
@@ -171,7 +175,15 @@ def server_cpu(url: str) -> float | None:
         return None
 
 
-async def timed_sync(url: str, project: Path) -> tuple[float, SyncReport]:
+async def timed_sync(
+    url: str,
+    project: Path,
+    *,
+    connections: SyncConnections | None = None,
+    changed: list[Path] | None = None,
+) -> tuple[float, SyncReport]:
+    """One sync on a fresh engine, as a one-shot `agmem sync` runs it; with `connections` kept
+    from an earlier sync and the `changed` paths, as `agmem sync --watch` runs a burst's sync."""
     settings = load_settings(_env_file=None)
     engine = make_async_engine(url, pool_size=2)
     try:
@@ -181,10 +193,38 @@ async def timed_sync(url: str, project: Path) -> tuple[float, SyncReport]:
             settings,
             local_embedder(),
             SyncRequest(project_path=str(project)),
+            connections=connections,
+            changed=None if changed is None else [str(path) for path in changed],
         )
         return time.perf_counter() - started, report
     finally:
         await engine.dispose()
+
+
+def edit_some(files: list[Path], rng: random.Random) -> list[Path]:
+    """Append a line to 1% of the files (at least one)."""
+    touched = rng.sample(files, max(1, len(files) // 100))
+    for path in touched:
+        with path.open("a") as handle:
+            handle.write(f"\nedited {rng.randint(0, 10**9)}\n")
+    return touched
+
+
+async def watch_rounds(
+    url: str, project: Path, files: list[Path], rng: random.Random, rounds: int
+) -> list[tuple[float, SyncReport]]:
+    """The 1% re-sync as the watch mode runs it, `rounds` times: the connections kept since the
+    watch's first (whole) sync, and only the files its events named looked at."""
+    connections = SyncConnections(url, keep=WRITERS)
+    try:
+        await timed_sync(url, project, connections=connections)  # the watch's first sync
+        results = []
+        for _ in range(rounds):
+            touched = edit_some(files, rng)
+            results.append(await timed_sync(url, project, connections=connections, changed=touched))
+        return results
+    finally:
+        await connections.close()
 
 
 async def forget(url: str, projects: list[Path]) -> None:
@@ -236,13 +276,18 @@ async def main(args: argparse.Namespace) -> None:
                 nothing, same = await timed_sync(url, project)
                 print(line("re-sync, nothing changed", nothing, same))
                 rng = random.Random(seed + 2)
-                touched = rng.sample(files, max(1, len(files) // 100))
-                for path in touched:
-                    with path.open("a") as handle:
-                        handle.write(f"\nedited {rng.randint(0, 10**9)}\n")
+                touched = edit_some(files, rng)
                 changed, one = await timed_sync(url, project)
                 print(line(f"re-sync, {len(touched)} files (1%) edited", changed, one))
                 print(f"{'':<28} {changed / initial:8.2%} of the initial sync time (goal ~1%)")
+                watched = await watch_rounds(url, project, files, rng, args.watch_rounds)
+                times = sorted(seconds for seconds, _ in watched)
+                median = statistics.median(times)
+                print(line(f"watch mode, {len(touched)} files edited", median, watched[-1][1]))
+                print(
+                    f"{'':<28} {median / initial:8.2%} of the initial sync time (goal ~1%; "
+                    f"median of {len(times)}, {times[0] * 1000:.1f}-{times[-1] * 1000:.1f} ms)"
+                )
                 await timed_sync(url, small)
                 noop, idle = await timed_sync(url, small)
                 print(line(f"re-sync of {args.noop_files} files, none changed", noop, idle))
@@ -259,4 +304,7 @@ if __name__ == "__main__":
     parser.add_argument("--transcripts", type=int, default=200)
     parser.add_argument("--noop-files", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument(
+        "--watch-rounds", type=int, default=5, help="1%% re-syncs as the watch mode runs them"
+    )
     asyncio.run(main(parser.parse_args()))
