@@ -271,7 +271,7 @@ class McpEndpoint:
         # page cannot reach the server through DNS rebinding.
         if not self.settings.binds_loopback_only:
             return None
-        hosts = ["127.0.0.1", "localhost", "[::1]"]
+        hosts = ["127.0.0.1", "localhost", "[::1]", *self.settings.allowed_hosts]
         return TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
             allowed_hosts=[*hosts, *(f"{host}:*" for host in hosts)],
