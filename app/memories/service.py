@@ -385,10 +385,27 @@ async def _touch(
     return list(result.all())
 
 
-async def delete_memory(session: AsyncSession, *, key: str, visibility: Visibility) -> bool:
-    """Delete the memory a read of `key` would return (the most specific live visible one)."""
+async def delete_memory(
+    session: AsyncSession, *, key: str, visibility: Visibility, if_version: int | None = None
+) -> bool:
+    """Delete the memory a read of `key` would return (the most specific live visible one).
+
+    With `if_version`, only if that memory is at this version; otherwise VersionConflict (409)
+    and nothing changes, as for a write: an agent deleting what it read must not delete the value
+    another agent wrote since (its history goes with it)."""
     visible = and_(MemoryRow.key == key, visibility.clause())
     pick = select(MemoryRow.id).where(visible, LIVE).order_by(SPECIFICITY).limit(1)
+    if if_version is not None:
+        found = (
+            await session.execute(pick.add_columns(MemoryRow.version).with_for_update())
+        ).first()
+        if found is None:
+            return False
+        if found.version != if_version:
+            raise VersionConflict(
+                f"memory {key!r} is at version {found.version}, not {if_version}; "
+                "read it again and retry"
+            )
     result = await session.execute(
         delete(MemoryRow)
         .where(MemoryRow.id == pick.scalar_subquery())
