@@ -295,12 +295,12 @@ def index_text(key: str, value: Any) -> str:
 
 
 async def _index(session: AsyncSession, row: MemoryRow) -> None:
+    # A session's memories are that session's alone, and search and the context block have no
+    # reader session to check: indexed under their project, they were served to every caller
+    # naming it (and injected into other agents' prompts). They get no index rows.
+    texts = [] if row.scope == "session" else [index_text(row.key, row.value)]
     await replace_index_text(
-        session,
-        project_path=row.project_path,
-        source="kv",
-        texts=[index_text(row.key, row.value)],
-        memory_id=row.id,
+        session, project_path=row.project_path, source="kv", texts=texts, memory_id=row.id
     )
 
 

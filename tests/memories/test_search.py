@@ -48,3 +48,30 @@ def test_huge_value_is_cut_in_the_index_not_in_storage(
     assert got["value"] == value
     (length,) = db.execute("SELECT length(content) FROM memory_chunks").fetchone() or (0,)
     assert length == 4000
+
+
+def test_a_session_memory_is_in_no_other_session_s_search_or_context(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    # Visible to session sess-a only; search and the context block name no reader session.
+    put(
+        client,
+        "ai.claude.scratch",
+        "zanzibar credentials rotation",
+        scope="session",
+        sessionId="sess-a",
+    )
+    put(client, "project.stack", "zanzibar api in go")
+
+    found = search(client, "zanzibar", mode="keyword")
+    context = client.get(
+        "/api/context", params={"projectPath": PROJECT, "prompt": "zanzibar", "format": "json"}
+    ).json()
+
+    assert [hit["content"] for hit in found] == ["project.stack: zanzibar api in go"]
+    assert "credentials rotation" not in context["context"]
+    assert db.execute("SELECT count(*) FROM memory_chunks").fetchone() == (1,)
+    other = client.get(
+        url("ai.claude.scratch"), params={"projectPath": PROJECT, "sessionId": "sess-b"}
+    )
+    assert other.status_code == 404  # as a read by key has always answered
