@@ -75,3 +75,23 @@ def test_a_session_memory_is_in_no_other_session_s_search_or_context(
         url("ai.claude.scratch"), params={"projectPath": PROJECT, "sessionId": "sess-b"}
     )
     assert other.status_code == 404  # as a read by key has always answered
+
+
+def test_an_expired_memory_is_out_of_search_and_context_before_its_purge(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    put(client, "discovered.window", "quokka deploy window is open", ttl=60)
+    put(client, "discovered.rule", "quokka deploys need a review")
+    # Expired, and not purged yet (the worker's sweep runs every minute, and not at all without
+    # a worker): its index row is still there.
+    db.execute("UPDATE memories SET expires_at = now() - interval '1 second' WHERE ttl = 60")
+
+    found = search(client, "quokka deploy window", mode="hybrid", limit=5)
+    context = client.get(
+        "/api/context", params={"projectPath": PROJECT, "prompt": "quokka deploy window"}
+    ).text
+
+    assert [hit["content"] for hit in found] == ["discovered.rule: quokka deploys need a review"]
+    assert "window is open" not in context
+    assert "quokka deploys need a review" in context
+    assert db.execute("SELECT count(*) FROM memory_chunks").fetchone() == (2,)
