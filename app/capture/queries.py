@@ -176,6 +176,7 @@ _APPLY_RESULT = f"""
     UPDATE observations o
     SET result = {_payload("result")}, status = 'captured',
         result_at = coalesce(CAST(:result_at AS timestamptz), now()), next_attempt_at = now(),
+        attempts = 0, locked_until = NULL, locked_by = NULL,
         result_bytes = :result_bytes, truncated = o.truncated OR :truncated,
         original_tokens = o.original_tokens + :result_tokens,
         entities = {{entities}}
@@ -204,10 +205,12 @@ MATCH_NEWEST_PENDING = _touching(
 )
 
 # By id, the UPDATE's own WHERE picks the row: it takes the row lock itself and re-checks
-# `status = 'pending'` on the latest version if it had to wait, as a FOR UPDATE would, with one
-# plan node less to set up per statement.
+# `result_at IS NULL` on the latest version if it had to wait, as a FOR UPDATE would, with one
+# plan node less to set up per statement. A call with no result yet: pending, or compressed
+# (or failed) without one because `POST /api/compress` queued it early; that call's result was
+# refused as "a different result" (409) and lost.
 _BY_ID = """
-    WHERE o.id = :observation_id AND o.session_id = :session_id AND o.status = 'pending'
+    WHERE o.id = :observation_id AND o.session_id = :session_id AND o.result_at IS NULL
 """
 
 MATCH_BY_ID = _touching(
