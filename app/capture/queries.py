@@ -74,13 +74,20 @@ SELECT_SESSION_FOR_COMPARE = text(
     """
 )
 
+# An active session ends. So does a summarised one (or one whose summary failed) that recorded
+# calls or results since its summary: `POST /api/summarize` of a session still at work (a
+# checkpoint) left it `summarized`, and its end was then a no-op, so the work after the
+# checkpoint never reached a summary. Ending again with nothing new stays harmless.
 END_SESSION = text(
     """
-    UPDATE sessions
+    UPDATE sessions s
     SET status = 'ending', ended_at = now(), last_activity_at = now(),
         next_attempt_at = now(), attempts = 0, last_error = NULL
-    WHERE id = :session_id AND status = 'active'
-    RETURNING id, project_path, status, created_at
+    WHERE s.id = :session_id AND (s.status = 'active' OR (
+        s.status IN ('summarized', 'failed') AND EXISTS (
+            SELECT FROM observations o WHERE o.session_id = s.id
+              AND (o.created_at > s.summarized_at OR o.result_at > s.summarized_at))))
+    RETURNING s.id, s.project_path, s.status, s.created_at
     """
 )
 
