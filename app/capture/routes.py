@@ -146,8 +146,11 @@ async def parse_body(request: Request, model: type[Model]) -> Model:
     """
     body = await _read_body(request)
     content_type = request.headers.get("content-type")
-    if content_type and not is_json_content_type(content_type):
-        # As FastAPI does: a body that is not declared JSON is validated as bytes (a 422).
+    if not content_type or not is_json_content_type(content_type):
+        # As FastAPI does: a body that is not declared JSON is validated as bytes (a 422). That
+        # includes a body with no Content-Type (FastAPI's strict default): a web page can send
+        # one to 127.0.0.1 without the browser asking the service first (a Blob body), and these
+        # two routes read it as JSON, while every other route refused it.
         try:
             return model.model_validate(body)
         except ValidationError as error:

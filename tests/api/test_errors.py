@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 from fastapi import APIRouter
 from fastapi.testclient import TestClient
@@ -162,6 +163,27 @@ def test_a_json_body_that_is_not_an_object_is_named(
 
     assert response.status_code == 422
     assert response.json() == {"error": "ValidationFailed", "detail": detail}
+
+
+@pytest.mark.parametrize(
+    "path", ["/api/probe", "/api/session/start", "/api/observe", "/api/observe/result"]
+)
+def test_a_body_without_content_type_is_refused_on_every_route(
+    probe_client: TestClient, db: psycopg.Connection[Any], path: str
+) -> None:
+    # What a web page's fetch() with a Blob body sends to 127.0.0.1, with no preflight: capture's
+    # two hot routes parsed it as JSON and stored the call.
+    probe_client.post("/api/session/start", json={"projectPath": "/home/dev/shop", "id": "s1"})
+    body = b'{"sessionId": "s1", "functionName": "read_file", "functionArgs": {}, "result": "x"}'
+    response = probe_client.post(path, content=body)
+
+    assert response.status_code == 422
+    assert response.json() == {
+        "error": "ValidationFailed",
+        "detail": "send the body as JSON with 'Content-Type: application/json' "
+        "(this request had no Content-Type)",
+    }
+    assert db.execute("SELECT count(*) FROM observations").fetchone() == (0,)
 
 
 def test_an_empty_body_is_named(probe_client: TestClient) -> None:
