@@ -82,6 +82,8 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=37777, ge=0, le=65535)  # 0: a free port, printed by serve
     api_token: str | None = None
+    # Comma-separated in the environment: more names a loopback-bound service answers to.
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -231,6 +233,17 @@ class Settings(BaseSettings):
     def _split_tools(cls, value: object) -> object:
         if isinstance(value, str):
             return [name.strip() for name in value.split(",") if name.strip()]
+        return value
+
+    @field_validator("allowed_hosts", mode="before")
+    @classmethod
+    def _split_hosts(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = value.split(",")
+        if isinstance(value, list):
+            return [
+                part.strip().lower() for part in value if isinstance(part, str) and part.strip()
+            ]
         return value
 
     @field_validator("sync_chunk_overlap_tokens")

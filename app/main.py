@@ -12,7 +12,11 @@ from fastapi.telemetry import TelemetryConfig
 from app import health
 from app.api.errors import install_error_handlers
 from app.api.hot import App
-from app.api.middleware import BearerTokenMiddleware, BodySizeLimitMiddleware
+from app.api.middleware import (
+    BearerTokenMiddleware,
+    BodySizeLimitMiddleware,
+    LoopbackHostMiddleware,
+)
 from app.capture.routes import HOT_ENDPOINTS, add_hot_routes
 from app.capture.routes import router as capture_router
 from app.config import Settings, get_settings
@@ -95,9 +99,14 @@ def create_app(
     # Outermost first: the size limit applies before authentication reads anything.
     app.add_middleware(BearerTokenMiddleware, token=settings.api_token)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
+    # Outermost: on loopback, a request for another host name is refused before anything runs.
+    allowed_hosts = settings.allowed_hosts if settings.binds_loopback_only else None
+    if allowed_hosts is not None:
+        app.add_middleware(LoopbackHostMiddleware, extra_hosts=allowed_hosts)
     # observe and observe/result again, answered by the app past the framework's layers through
     # the same two rules (app/api/hot.py).
     app.hot_routes = HOT_ENDPOINTS
     app.hot_token = settings.api_token
     app.hot_max_body_bytes = settings.max_body_bytes
+    app.hot_allowed_hosts = allowed_hosts
     return app

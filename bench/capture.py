@@ -85,7 +85,7 @@ class Connection:
 
     async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
         head = (
-            f"POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\n\r\n"
         ).encode()
         self.writer.write(head + body)

@@ -49,7 +49,7 @@ async def call(app: Any, path: str, body: bytes) -> tuple[int, bytes]:
         "query_string": b"",
         "root_path": "",
         "headers": [
-            (b"host", b"bench"),
+            (b"host", b"127.0.0.1"),
             (b"content-type", b"application/json"),
             (b"content-length", str(len(body)).encode()),
         ],

@@ -305,7 +305,9 @@ def main() -> None:
         settings = _settings(Path(home))
         with bench_database("agmem_bench_compression") as url:
             app = create_app(settings, database_url=url)
-            with TestClient(app, raise_server_exceptions=False) as client:
+            with TestClient(
+                app, base_url="http://127.0.0.1", raise_server_exceptions=False
+            ) as client:
                 sessions = []
                 for replay in replays():
                     session_id, ids = _replay(client, replay)

@@ -83,7 +83,7 @@ async def _searches(url: str, port: int, count: int) -> dict[str, Any]:
     transport = httpx.ASGITransport(app=app)
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=transport, base_url="http://agmem", timeout=120) as client,
+        httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1", timeout=120) as client,
     ):
 
         async def search(n: int) -> httpx.Response:

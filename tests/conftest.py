@@ -128,6 +128,9 @@ def db(database_url: str) -> Iterator[psycopg.Connection[Any]]:
         yield connection
 
 
+TEST_HOSTS = ["testserver", "test", "t", "agmem"]
+
+
 def make_settings(**overrides: Any) -> Settings:
     """Settings for tests: nothing from the developer's environment or .env leaks in."""
     base: dict[str, Any] = {
@@ -136,6 +139,8 @@ def make_settings(**overrides: Any) -> Settings:
         "gemini_api_key": None,
         "gemini_base_url": None,
         "_env_file": None,
+        # The names in-process clients send as Host (TestClient's, httpx's base URLs).
+        "allowed_hosts": TEST_HOSTS,
     }
     base.update(overrides)
     return load_settings(**base)

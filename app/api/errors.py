@@ -61,13 +61,51 @@ def invalid_json(reason: str) -> JSONResponse:
     return error_response(400, "InvalidJSON", f"the request body is not valid JSON: {reason}")
 
 
-async def _validation_error(_: Request, error: Exception) -> JSONResponse:
+def is_json_content_type(content_type: str) -> bool:
+    subtype = content_type.split(";", 1)[0].strip().lower().rpartition("/")[2]
+    return subtype == "json" or subtype.endswith("+json")
+
+
+_JSON_KINDS = {list: "an array", str: "a string", bool: "a boolean", int: "a number"}
+_NOT_AN_OBJECT = {"missing", "model_attributes_type", "model_type", "dict_type"}
+
+
+def whole_body_problem(request: Request, errors: list[Any]) -> str | None:
+    """What is wrong with a body that is not a JSON object at all, in words a client can act on.
+
+    Pydantic says "Input should be a valid dictionary or object to extract fields from" (or
+    "Field required" for an empty body): `curl -d` without `-H 'Content-Type: application/json'`
+    sends a form type, whose body FastAPI does not read as JSON, and got only that sentence."""
+    item = next((e for e in errors if tuple(e.get("loc", ())) == ("body",)), None)
+    if item is None or item.get("type") not in _NOT_AN_OBJECT:
+        return None
+    content_type = request.headers.get("content-type")
+    value = item.get("input")
+    if isinstance(value, bytes | bytearray) or (
+        content_type is not None and not is_json_content_type(content_type)
+    ):
+        sent = f"Content-Type {content_type!r}" if content_type else "no Content-Type"
+        return (
+            f"send the body as JSON with 'Content-Type: application/json' (this request had {sent})"
+        )
+    if item.get("type") == "missing":
+        return "the request body is empty; send a JSON object"
+    kinds = _JSON_KINDS.items()
+    kind = next(
+        (name for cls, name in kinds if isinstance(value, cls)),
+        "null" if value is None else "a number",
+    )
+    return f"the request body must be a JSON object, not {kind}"
+
+
+async def _validation_error(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, RequestValidationError)
     errors = list(error.errors())
     if any(item.get("type") == "json_invalid" for item in errors):
         first = next(item for item in errors if item.get("type") == "json_invalid")
         return invalid_json((first.get("ctx") or {}).get("error", "malformed JSON"))
-    return error_response(422, "ValidationFailed", describe_validation_errors(errors))
+    detail = whole_body_problem(request, errors) or describe_validation_errors(errors)
+    return error_response(422, "ValidationFailed", detail)
 
 
 async def _http_error(_: Request, error: Exception) -> JSONResponse:

@@ -6,10 +6,10 @@ the routes in order and builds a child scope) and the route's request/response w
 reaching `observe` or `observe/result`: ~12% of the app's Python a capture request in process.
 `App` answers an exact `POST` to one of those paths itself, through the same pieces that decide
 what a client sees: Starlette's `ServerErrorMiddleware` (a 500 in the shared shape, the error
-re-raised for the server's log), our body limit and token rule, then the endpoint with the
-app's exception handlers looked up as Starlette's `ExceptionMiddleware` looks them up. Anything
-else (another method, another path spelling, a mounted root path) takes the full stack, where
-the same routes are registered (and documented in the OpenAPI schema) as before.
+re-raised for the server's log), our Host rule (on loopback), body limit and token rule, then the
+endpoint with the app's exception handlers looked up as Starlette's `ExceptionMiddleware` looks
+them up. Anything else (another method, another path spelling, a mounted root path) takes the
+full stack, where the same routes are registered (and documented in the OpenAPI schema) as before.
 """
 
 from __future__ import annotations
@@ -27,7 +27,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.api.middleware import BearerTokenMiddleware, BodySizeLimitMiddleware
+from app.api.middleware import (
+    BearerTokenMiddleware,
+    BodySizeLimitMiddleware,
+    LoopbackHostMiddleware,
+)
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 Handler = Callable[[Request, Exception], Any]
@@ -90,6 +94,7 @@ class App(FastAPI):
     hot_routes: Mapping[str, Endpoint] = {}
     hot_token: str | None = None
     hot_max_body_bytes: int = 0
+    hot_allowed_hosts: list[str] | None = None  # None: no Host rule (not bound to loopback)
     _hot_stacks: dict[str, ASGIApp] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -118,19 +123,18 @@ class App(FastAPI):
                 by_status[key] = async_handler
             else:
                 by_class[key] = async_handler
-        return {
-            path: ServerErrorMiddleware(
-                BodySizeLimitMiddleware(
-                    BearerTokenMiddleware(
-                        _Endpoint(endpoint, by_status, by_class), token=self.hot_token
-                    ),
-                    max_bytes=self.hot_max_body_bytes,
+        stacks: dict[str, ASGIApp] = {}
+        for path, endpoint in self.hot_routes.items():
+            stack: ASGIApp = BodySizeLimitMiddleware(
+                BearerTokenMiddleware(
+                    _Endpoint(endpoint, by_status, by_class), token=self.hot_token
                 ),
-                handler=server_error,
-                debug=self.debug,
+                max_bytes=self.hot_max_body_bytes,
             )
-            for path, endpoint in self.hot_routes.items()
-        }
+            if self.hot_allowed_hosts is not None:
+                stack = LoopbackHostMiddleware(stack, extra_hosts=self.hot_allowed_hosts)
+            stacks[path] = ServerErrorMiddleware(stack, handler=server_error, debug=self.debug)
+        return stacks
 
 
 def _is_coroutine_function(handler: Any) -> bool:

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import hmac
 import json
+from collections.abc import Iterable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.config import bare_host, is_loopback_host
 
 PROTECTED_PREFIXES = ("/api/", "/mcp")
 
@@ -73,6 +76,54 @@ class BearerTokenMiddleware:
                 await send_error(send, 401, "Unauthorized", detail, {"WWW-Authenticate": "Bearer"})
                 return
         await self.app(scope, receive, send)
+
+
+def host_name(host: str) -> str:
+    """The name in a `Host` header, without its port: `[::1]:37777` is `::1`."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1 : host.find("]")] if "]" in host else host
+    name, colon, port = host.rpartition(":")
+    return name if colon and (port.isdigit() or not port) else host
+
+
+class LoopbackHostMiddleware:
+    """On a loopback-bound service, answer only requests addressed to this machine (421 else).
+
+    A web page can reach 127.0.0.1 through DNS rebinding: its own domain, resolved again to
+    127.0.0.1, makes the browser treat the service as the page's own origin, free to read
+    `/api/context` and `/api/memories` and to write memories that the next prompt injects. Such
+    a request still names the page's domain in `Host`. `/mcp` refused those already; the rest of
+    the service answered them. `localhost`, loopback addresses and `AGMEM_ALLOWED_HOSTS` pass.
+    """
+
+    def __init__(self, app: ASGIApp, *, extra_hosts: Iterable[str] = ()) -> None:
+        self.app = app
+        self.extra = frozenset(bare_host(name).lower() for name in extra_hosts)
+        # Clients send one or two spellings; the verdict per header value is kept (bounded).
+        self.verdicts: dict[bytes, bool] = {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            host = _header(scope, b"host")
+            if host is not None and not self._allowed(host):
+                shown = host.decode("latin-1")[:200]
+                detail = (
+                    f"this service answers requests addressed to localhost, not {shown!r} "
+                    "(add the name to AGMEM_ALLOWED_HOSTS if it is this machine)"
+                )
+                await send_error(send, 421, "MisdirectedRequest", detail)
+                return
+        await self.app(scope, receive, send)
+
+    def _allowed(self, host: bytes) -> bool:
+        verdict = self.verdicts.get(host)
+        if verdict is None:
+            name = host_name(host.decode("latin-1"))
+            verdict = name in self.extra or is_loopback_host(name)
+            if len(self.verdicts) < 256:
+                self.verdicts[host] = verdict
+        return verdict
 
 
 class BodySizeLimitMiddleware:

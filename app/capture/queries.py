@@ -74,13 +74,20 @@ SELECT_SESSION_FOR_COMPARE = text(
     """
 )
 
+# An active session ends. So does a summarised one (or one whose summary failed) that recorded
+# calls or results since its summary: `POST /api/summarize` of a session still at work (a
+# checkpoint) left it `summarized`, and its end was then a no-op, so the work after the
+# checkpoint never reached a summary. Ending again with nothing new stays harmless.
 END_SESSION = text(
     """
-    UPDATE sessions
+    UPDATE sessions s
     SET status = 'ending', ended_at = now(), last_activity_at = now(),
         next_attempt_at = now(), attempts = 0, last_error = NULL
-    WHERE id = :session_id AND status = 'active'
-    RETURNING id, project_path, status, created_at
+    WHERE s.id = :session_id AND (s.status = 'active' OR (
+        s.status IN ('summarized', 'failed') AND EXISTS (
+            SELECT FROM observations o WHERE o.session_id = s.id
+              AND (o.created_at > s.summarized_at OR o.result_at > s.summarized_at))))
+    RETURNING s.id, s.project_path, s.status, s.created_at
     """
 )
 
@@ -176,6 +183,7 @@ _APPLY_RESULT = f"""
     UPDATE observations o
     SET result = {_payload("result")}, status = 'captured',
         result_at = coalesce(CAST(:result_at AS timestamptz), now()), next_attempt_at = now(),
+        attempts = 0, locked_until = NULL, locked_by = NULL,
         result_bytes = :result_bytes, truncated = o.truncated OR :truncated,
         original_tokens = o.original_tokens + :result_tokens,
         entities = {{entities}}
@@ -204,10 +212,12 @@ MATCH_NEWEST_PENDING = _touching(
 )
 
 # By id, the UPDATE's own WHERE picks the row: it takes the row lock itself and re-checks
-# `status = 'pending'` on the latest version if it had to wait, as a FOR UPDATE would, with one
-# plan node less to set up per statement.
+# `result_at IS NULL` on the latest version if it had to wait, as a FOR UPDATE would, with one
+# plan node less to set up per statement. A call with no result yet: pending, or compressed
+# (or failed) without one because `POST /api/compress` queued it early; that call's result was
+# refused as "a different result" (409) and lost.
 _BY_ID = """
-    WHERE o.id = :observation_id AND o.session_id = :session_id AND o.status = 'pending'
+    WHERE o.id = :observation_id AND o.session_id = :session_id AND o.result_at IS NULL
 """
 
 MATCH_BY_ID = _touching(

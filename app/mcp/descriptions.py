@@ -44,7 +44,8 @@ global memories are always visible. {_SCOPES} Returns {{memories}}."""
 
 DELETE_MEMORY = f"""\
 Delete the memory a read_memory of this key would return. {_SCOPES}
-Returns {{deleted: true}} or {{deleted: false}} when there was nothing to delete."""
+if_version: the version you last read; the delete fails with VersionConflict if someone changed
+it since. Returns {{deleted: true}} or {{deleted: false}} when there was nothing to delete."""
 
 SMART_RESUME = """\
 Call this first when you start or resume work on a project. Returns a short briefing (what

@@ -164,12 +164,13 @@ def build_server(state: StateProvider, *, default_project: str | None = None) ->
         scope: MemoryScope | None = None,
         project_path: str | None = None,
         session_id: str | None = None,
+        if_version: int | None = None,
     ) -> dict[str, Any]:
         with tool_errors():
             seen_by = visibility(scope, project_path, session_id)
             async with transaction(state().sessionmaker) as session:
                 deleted = await service.delete_memory(
-                    session, key=check_key(key), visibility=seen_by
+                    session, key=check_key(key), visibility=seen_by, if_version=if_version
                 )
         return {"deleted": deleted}
 
@@ -271,7 +272,7 @@ class McpEndpoint:
         # page cannot reach the server through DNS rebinding.
         if not self.settings.binds_loopback_only:
             return None
-        hosts = ["127.0.0.1", "localhost", "[::1]"]
+        hosts = ["127.0.0.1", "localhost", "[::1]", *self.settings.allowed_hosts]
         return TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
             allowed_hosts=[*hosts, *(f"{host}:*" for host in hosts)],

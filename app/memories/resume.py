@@ -147,7 +147,10 @@ async def _last_summary(session: AsyncSession, project_path: str | None) -> Sess
             SessionRow.status == "summarized",
             SessionRow.summary.is_not(None),
         )
-        .order_by(SessionRow.summarized_at.desc().nulls_last(), SessionRow.created_at.desc())
+        # The session started last, as the context block orders them: by `summarized_at`, an old
+        # session summarised again (POST /api/summarize, retry-failed, the proxy's idle sweep
+        # ending a forgotten session) became the briefing's "last session".
+        .order_by(SessionRow.created_at.desc(), SessionRow.summarized_at.desc().nulls_last())
         .limit(1)
     )
     return (await session.scalars(statement)).one_or_none()

@@ -192,9 +192,18 @@ async def get_memory(
 
 
 @router.delete("/memories/{key:any}", response_model=Deleted)
-async def delete_memory(key: str, db: DbDep, seen_by: VisibilityDep) -> Deleted:
-    """Delete the memory a read of this key would return; `{deleted: false}` when none."""
-    return Deleted(deleted=await service.delete_memory(db, key=_key(key), visibility=seen_by))
+async def delete_memory(
+    key: str,
+    db: DbDep,
+    seen_by: VisibilityDep,
+    if_match: Annotated[str | None, Header()] = None,
+) -> Deleted:
+    """Delete the memory a read of this key would return; `{deleted: false}` when none. With
+    `If-Match: "<version>"`, only if it is at that version (409 `VersionConflict` otherwise)."""
+    deleted = await service.delete_memory(
+        db, key=_key(key), visibility=seen_by, if_version=parse_if_match(if_match)
+    )
+    return Deleted(deleted=deleted)
 
 
 @router.post("/resume", response_model=Resume)

@@ -295,12 +295,12 @@ def index_text(key: str, value: Any) -> str:
 
 
 async def _index(session: AsyncSession, row: MemoryRow) -> None:
+    # A session's memories are that session's alone, and search and the context block have no
+    # reader session to check: indexed under their project, they were served to every caller
+    # naming it (and injected into other agents' prompts). They get no index rows.
+    texts = [] if row.scope == "session" else [index_text(row.key, row.value)]
     await replace_index_text(
-        session,
-        project_path=row.project_path,
-        source="kv",
-        texts=[index_text(row.key, row.value)],
-        memory_id=row.id,
+        session, project_path=row.project_path, source="kv", texts=texts, memory_id=row.id
     )
 
 
@@ -385,10 +385,27 @@ async def _touch(
     return list(result.all())
 
 
-async def delete_memory(session: AsyncSession, *, key: str, visibility: Visibility) -> bool:
-    """Delete the memory a read of `key` would return (the most specific live visible one)."""
+async def delete_memory(
+    session: AsyncSession, *, key: str, visibility: Visibility, if_version: int | None = None
+) -> bool:
+    """Delete the memory a read of `key` would return (the most specific live visible one).
+
+    With `if_version`, only if that memory is at this version; otherwise VersionConflict (409)
+    and nothing changes, as for a write: an agent deleting what it read must not delete the value
+    another agent wrote since (its history goes with it)."""
     visible = and_(MemoryRow.key == key, visibility.clause())
     pick = select(MemoryRow.id).where(visible, LIVE).order_by(SPECIFICITY).limit(1)
+    if if_version is not None:
+        found = (
+            await session.execute(pick.add_columns(MemoryRow.version).with_for_update())
+        ).first()
+        if found is None:
+            return False
+        if found.version != if_version:
+            raise VersionConflict(
+                f"memory {key!r} is at version {found.version}, not {if_version}; "
+                "read it again and retry"
+            )
     result = await session.execute(
         delete(MemoryRow)
         .where(MemoryRow.id == pick.scalar_subquery())

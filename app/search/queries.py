@@ -413,7 +413,12 @@ def search_statement(
     snippet: with query terms it highlights them. Without `snippets` the column is empty:
     `ts_headline` re-parses each row's text, and callers that only read `content` (the context
     builder) need not pay for it. `evidence` keeps only rows with some evidence of relevance:
-    a cosine similarity of at least `:min_similarity`, or two or more of the query's words."""
+    a cosine similarity of at least `:min_similarity`, or two or more of the query's words.
+
+    A kv row whose memory has expired is left out of the final rows (a primary-key probe for
+    each of at most `limit` rows): its index row goes only when the memory is purged (the
+    worker, every minute; never without one), and until then search and the context block served
+    a value every read already called gone. Such a search returns fewer than `limit` rows."""
     filters = _filter_sql(shape)
     score, exact_join = _SCORES[mode], ""
     if exact and mode == "hybrid":
@@ -458,6 +463,7 @@ SELECT t.id, t.score, t.vector_rank, t.vector_score, t.keyword_rank, t.keyword_s
        c.source, c.content, {snippet} AS snippet, c.file_path AS path, c.start_line,
        c.end_line, c.session_id, c.observation_id, c.created_at
 FROM top t JOIN memory_chunks c ON c.id = t.id
+WHERE NOT EXISTS (SELECT FROM memories m WHERE m.id = c.memory_id AND m.expires_at <= now())
 ORDER BY t.score DESC, t.id"""
     return text(sql)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 from fastapi import APIRouter
 from fastapi.testclient import TestClient
@@ -118,3 +119,78 @@ def test_a_bug_is_a_500_in_shape_without_internals(probe_client: TestClient) -> 
 def test_openapi_docs_are_served(probe_client: TestClient) -> None:
     assert probe_client.get("/docs").status_code == 200
     assert probe_client.get("/openapi.json").json()["info"]["title"] == "antigravity-mem"
+
+
+@pytest.mark.parametrize("path", ["/api/probe", "/api/session/start", "/api/observe"])
+@pytest.mark.parametrize(
+    ("content_type", "sent"),
+    [
+        # `curl -d '{...}'` without -H: the body is JSON, its declared type is a form's.
+        ("application/x-www-form-urlencoded", "Content-Type 'application/x-www-form-urlencoded'"),
+        ("text/plain", "Content-Type 'text/plain'"),
+    ],
+)
+def test_a_json_body_sent_under_another_type_says_which_header_to_send(
+    probe_client: TestClient, path: str, content_type: str, sent: str
+) -> None:
+    response = probe_client.post(
+        path, content=b'{"name": "x", "count": 1}', headers={"Content-Type": content_type}
+    )
+
+    assert response.status_code == 422
+    assert response.json() == {
+        "error": "ValidationFailed",
+        "detail": "send the body as JSON with 'Content-Type: application/json' "
+        f"(this request had {sent})",
+    }
+
+
+@pytest.mark.parametrize("path", ["/api/probe", "/api/session/start", "/api/observe"])
+@pytest.mark.parametrize(
+    ("body", "detail"),
+    [
+        (b"[1, 2]", "the request body must be a JSON object, not an array"),
+        (b'"text"', "the request body must be a JSON object, not a string"),
+        (b"3", "the request body must be a JSON object, not a number"),
+        (b"true", "the request body must be a JSON object, not a boolean"),
+        (b"null", "the request body must be a JSON object, not null"),
+    ],
+)
+def test_a_json_body_that_is_not_an_object_is_named(
+    probe_client: TestClient, path: str, body: bytes, detail: str
+) -> None:
+    response = probe_client.post(path, content=body, headers={"Content-Type": "application/json"})
+
+    assert response.status_code == 422
+    assert response.json() == {"error": "ValidationFailed", "detail": detail}
+
+
+@pytest.mark.parametrize(
+    "path", ["/api/probe", "/api/session/start", "/api/observe", "/api/observe/result"]
+)
+def test_a_body_without_content_type_is_refused_on_every_route(
+    probe_client: TestClient, db: psycopg.Connection[Any], path: str
+) -> None:
+    # What a web page's fetch() with a Blob body sends to 127.0.0.1, with no preflight: capture's
+    # two hot routes parsed it as JSON and stored the call.
+    probe_client.post("/api/session/start", json={"projectPath": "/home/dev/shop", "id": "s1"})
+    body = b'{"sessionId": "s1", "functionName": "read_file", "functionArgs": {}, "result": "x"}'
+    response = probe_client.post(path, content=body)
+
+    assert response.status_code == 422
+    assert response.json() == {
+        "error": "ValidationFailed",
+        "detail": "send the body as JSON with 'Content-Type: application/json' "
+        "(this request had no Content-Type)",
+    }
+    assert db.execute("SELECT count(*) FROM observations").fetchone() == (0,)
+
+
+def test_an_empty_body_is_named(probe_client: TestClient) -> None:
+    response = probe_client.post("/api/probe", headers={"Content-Type": "application/json"})
+
+    assert response.status_code == 422
+    assert response.json() == {
+        "error": "ValidationFailed",
+        "detail": "the request body is empty; send a JSON object",
+    }

@@ -404,6 +404,38 @@ def test_compress_queues_and_reports_position(
     assert (row["status"], row["attempts"]) == ("captured", 0)
 
 
+@pytest.mark.parametrize(
+    "worker_state",
+    [
+        # The worker compressed it without a result ("Result: none").
+        "status = 'compressed', compressed_data = 'read_file Result: none', attempts = 1",
+        # The worker is compressing it right now.
+        "locked_by = 'w1', locked_until = now() + interval '2 minutes', attempts = 1",
+    ],
+)
+def test_a_result_after_an_early_compress_is_stored_and_queued(
+    client: TestClient, db: psycopg.Connection[Any], worker_state: str
+) -> None:
+    session_id = make_session(client)
+    observe(client, session_id, id="early")
+    # Compressing a call whose result has not arrived yet is allowed ("any observation")...
+    assert client.post("/api/compress", json={"observationId": "early"}).status_code == 202
+    db.execute(f"UPDATE observations SET {worker_state} WHERE id = 'early'")
+
+    # ... and its result, when it comes, must not be refused as "a different result".
+    response = send_result(client, session_id, "early", "def main(): ...")
+    retried = send_result(client, session_id, "early", "def main(): ...")
+
+    assert (response.status_code, response.json()["status"]) == (200, "captured")
+    assert retried.status_code == 200
+    row = observation(db, "early")
+    assert row["result"] == "def main(): ..."
+    assert row["result_at"] is not None
+    # Queued again with fresh attempts; a worker still on the result-less call no longer owns it.
+    assert (row["status"], row["attempts"], row["locked_by"]) == ("captured", 0, None)
+    assert count(db, "observations") == 1
+
+
 def test_compress_unknown_observation_is_404(client: TestClient) -> None:
     assert client.post("/api/compress", json={"observationId": "nope"}).status_code == 404
 

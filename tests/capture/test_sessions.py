@@ -99,6 +99,25 @@ def test_end_of_summarized_session_keeps_status(
     assert response.json()["status"] == "summarized"
 
 
+def test_end_after_a_checkpoint_summary_summarises_the_later_work(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    session_id = make_session(client)
+    observe(client, session_id, id="before")
+    # A checkpoint summary while the session is still at work; the worker then summarises it.
+    assert client.post("/api/summarize", json={"sessionId": session_id}).status_code == 202
+    summarized = "UPDATE sessions SET status = 'summarized', summarized_at = now() WHERE id = %s"
+    db.execute(summarized, (session_id,))
+
+    observe(client, session_id, id="after", functionName="write_file")
+    ended = client.post("/api/session/end", json={"sessionId": session_id})
+
+    assert (ended.status_code, ended.json()["status"]) == (202, "ending")  # summarised again
+    db.execute(summarized, (session_id,))
+    again = client.post("/api/session/end", json={"sessionId": session_id})
+    assert again.json()["status"] == "summarized"  # nothing new since: no new summary
+
+
 def test_list_sessions_newest_first_with_filters(
     client: TestClient, db: psycopg.Connection[Any]
 ) -> None:

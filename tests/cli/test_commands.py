@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -54,6 +56,35 @@ def test_status_on_a_fresh_home_brings_the_embedded_schema_to_head(tmp_path: Pat
     if running:  # stop what the failure left behind
         os.kill(int((pgdata / "postmaster.pid").read_text().split()[0]), signal.SIGTERM)
     assert not running, "the embedded PostgreSQL kept running"
+
+
+def test_status_on_a_home_whose_path_holds_spaces_starts_the_embedded_server() -> None:
+    # pg_ctl starts the server through a shell: the socket folder (the data folder, when its path
+    # is short enough for a socket), written there unquoted, was split at the space ("postgres:
+    # invalid argument") and nothing started. A short folder, so that the socket would be there.
+    parent = tempfile.mkdtemp(prefix="agmem ü ")
+    os.chmod(parent, 0o755)  # the server runs as its own user when tests run as root
+    home = Path(parent) / "a b"
+    try:
+        result = run_agmem("status", AGMEM_HOME=str(home))
+
+        assert result.returncode == 0, result.stderr
+        assert f"embedded PostgreSQL in {home}/pgdata" in result.stdout
+        assert "0001 (at head)" in result.stdout
+        assert not (home / "pgdata" / "postmaster.pid").exists()  # stopped again on exit
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
+
+
+def test_a_home_pg_ctl_cannot_pass_on_is_one_clear_line(tmp_path: Path) -> None:
+    home = tmp_path / "cost$5"
+    result = run_agmem("status", AGMEM_HOME=str(home))
+
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"agmem: error: cannot run the embedded PostgreSQL in {home}/pgdata: its path holds "
+        'one of " $ ` \\, which pg_ctl cannot pass on; set AGMEM_HOME to another folder'
+    ]
 
 
 @pytest.mark.parametrize(

@@ -96,6 +96,11 @@ async def exercise_every_tool(client: Client) -> None:
     assert context["tokenCount"] <= 500
     assert "jwt rotation" in context["context"]
 
+    stale_delete = await client.call_tool(
+        "delete_memory", {"key": "current.task", "project_path": PROJECT, "if_version": 7}
+    )
+    assert stale_delete.is_error
+    assert "VersionConflict" in stale_delete.content[0].text
     deleted = structured(
         await client.call_tool("delete_memory", {"key": "current.task", "project_path": PROJECT})
     )

@@ -95,3 +95,19 @@ def test_resume_prints_the_briefing(agmem: Any) -> None:
     assert lines[0] == "Working on Next.js project. 70% through auth refactoring."
     assert "  current.task: auth refactoring" in lines
     assert lines[-1].endswith("of 100 tokens)")
+
+
+def test_rm_if_version_deletes_only_that_version(agmem: Any) -> None:
+    agmem("memory", "set", "shared.plan", "mine", "--scope", "shared", "-p", PROJECT)
+    agmem("memory", "set", "shared.plan", "theirs", "--scope", "shared", "-p", PROJECT)
+
+    stale = agmem("memory", "rm", "shared.plan", "-p", PROJECT, "--if-version", "1")
+    assert stale.exit_code == 1
+    assert stale.stderr.strip() == (
+        "agmem: error: memory 'shared.plan' is at version 2, not 1; read it again and retry"
+    )
+    assert agmem("memory", "get", "shared.plan", "-p", PROJECT).stdout.strip() == "theirs"
+
+    current = agmem("memory", "rm", "shared.plan", "-p", PROJECT, "--if-version", "2")
+    assert current.exit_code == 0, current.output
+    assert agmem("memory", "get", "shared.plan", "-p", PROJECT).exit_code == 1

@@ -78,6 +78,27 @@ def test_template_briefing_and_context(client: TestClient, db: psycopg.Connectio
     assert ("current.task", 1) in counts
 
 
+def test_the_last_session_is_the_one_started_last_as_in_the_context_block(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    # 'forgotten' was started first and summarised again just now (POST /api/summarize, or the
+    # proxy's idle sweep ending it late); 'latest' is the session the user worked in last.
+    db.execute(
+        "INSERT INTO sessions (id, project_path, status, summary, created_at, summarized_at) "
+        "VALUES ('forgotten', %s, 'summarized', 'Made 0 tool calls.', now() - interval '1 hour',"
+        " now()), ('latest', %s, 'summarized', 'Moved sessions to JWT.', now() - interval "
+        "'10 minutes', now() - interval '5 minutes')",
+        (PROJECT, PROJECT),
+    )
+
+    body = client.post("/api/resume", json={"projectPath": PROJECT}).json()
+    context = client.get("/api/context", params={"projectPath": PROJECT}).text
+
+    assert body["lastSession"]["id"] == "latest"
+    assert body["briefing"].endswith("Last session: Moved sessions to JWT.")
+    assert context.index("Moved sessions to JWT.") < context.index("Made 0 tool calls.")
+
+
 @pytest.mark.parametrize("budget", [50, 80, 120, 500])
 def test_resume_fits_its_budget(
     client: TestClient, db: psycopg.Connection[Any], budget: int

@@ -78,3 +78,37 @@ def test_if_version_zero_means_create_only(client: TestClient) -> None:
         url("project.none"), json={"value": 1, "projectPath": PROJECT, "ifVersion": 4}
     )
     assert missing.status_code == 409
+
+
+def test_a_delete_with_a_stale_if_match_is_409_and_deletes_nothing(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    read = put(client, "shared.plan", "claude's plan", scope="shared", createdBy="claude")
+    put(client, "shared.plan", "gemini's plan", scope="shared", createdBy="gemini")
+    where = {"projectPath": PROJECT, "scope": "shared"}
+
+    # Claude deletes the plan it read (version 1); Gemini has written version 2 since.
+    stale = client.delete(url("shared.plan"), params=where, headers={"If-Match": '"1"'})
+
+    assert stale.status_code == 409
+    assert stale.json()["error"] == "VersionConflict"
+    assert "version 2" in stale.json()["detail"]
+    kept = client.get(url("shared.plan"), params={**where, "history": "true"}).json()
+    assert (kept["value"], kept["version"], len(kept["history"])) == ("gemini's plan", 2, 1)
+    assert read["version"] == 1
+
+
+def test_a_delete_with_the_current_if_match_deletes(client: TestClient) -> None:
+    put(client, "project.doc", 1)
+    current = put(client, "project.doc", 2)
+    where = {"projectPath": PROJECT}
+
+    etag = f'"{current["version"]}"'
+    deleted = client.delete(url("project.doc"), params=where, headers={"If-Match": etag})
+    again = client.delete(url("project.doc"), params=where, headers={"If-Match": etag})
+    bad = client.delete(url("project.doc"), params=where, headers={"If-Match": "soon"})
+
+    assert (deleted.status_code, deleted.json()) == (200, {"deleted": True})
+    assert (again.status_code, again.json()) == (200, {"deleted": False})
+    assert bad.status_code == 400
+    assert client.get(url("project.doc"), params=where).status_code == 404
