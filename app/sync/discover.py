@@ -139,6 +139,13 @@ def _changed_path(
     folders = path[len(base) + 1 :].split(os.sep)[:-1]
     if SKIPPED_DIRS.intersection(folders):
         return  # the walk never enters an excluded folder (it reports the folder itself)
+    # Nor a symlinked folder: a watch started with one in place gets events through it (for files
+    # outside the root, or indexed already under their own path), and the walk reports the link.
+    folder = base
+    for name in folders:
+        folder += os.sep + name
+        if os.path.islink(folder):
+            return
     try:
         info = os.lstat(path)
     except FileNotFoundError:
