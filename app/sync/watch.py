@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
@@ -139,10 +140,11 @@ def _found_anything(report: SyncReport) -> bool:
 async def _watch_roots(
     roots: tuple[Path, Path, Path], settings: Settings, changes: _Changes, stop: asyncio.Event
 ) -> None:
-    """Watch the roots that exist; when one appears or goes, watch anew and sync everything."""
+    """Watch the roots that exist; when one appears, goes or is replaced, watch anew and sync
+    everything."""
     memory_root, memory_dir, sessions_root = roots
     while not stop.is_set():
-        present = tuple(root.is_dir() for root in roots)
+        present = tuple(map(_folder_at, roots))
         again = asyncio.Event()
         recursive = [memory_dir, sessions_root]
         watchers = [
@@ -153,12 +155,23 @@ async def _watch_roots(
             while not stop.is_set():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), ROOTS_POLL_SECONDS)
-                if tuple(root.is_dir() for root in roots) != present:
+                if tuple(map(_folder_at, roots)) != present:
                     changes.rescan()
                     break
         finally:
             again.set()
             await asyncio.gather(*watchers, return_exceptions=True)
+
+
+def _folder_at(root: Path) -> tuple[int, int] | None:
+    """Which folder is at `root`, if any: one removed and made again between two looks (a `git
+    checkout` that empties it, a folder swapped in by `mv`) is another folder, and the watch of
+    the old one never sees its files."""
+    try:
+        info = os.stat(root)
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino) if stat.S_ISDIR(info.st_mode) else None
 
 
 async def _watch(

@@ -123,6 +123,35 @@ def test_watch_picks_up_a_sessions_folder_made_after_it_started(
     asyncio.run(go())
 
 
+def test_watch_follows_a_memory_folder_replaced_between_two_looks(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # As `git checkout` of a branch whose memory/ shares no file does: the old folder goes, a new
+    # one comes, well within the second between two looks at the roots.
+    project = make_project(tmp_path / "proj")
+    settings: Settings = make_settings(home=tmp_path / "home", sync_watch_debounce_ms=100)
+    reports: list[SyncReport] = []
+    memory, fresh = project / "memory", tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / "x.md").write_text("# X\n\nfrom the other branch\n")
+
+    def indexed(name: str) -> bool:
+        row = db.execute("SELECT count(*) FROM memory_files WHERE path = %s", (str(memory / name),))
+        return (row.fetchone() or (0,))[0] == 1
+
+    async def go() -> None:
+        async with watching(database_url, settings, project, reports):
+            memory.rename(tmp_path / "old")
+            fresh.rename(memory)
+            await _until(lambda: indexed("x.md"))
+            await _until(lambda: len(reports) >= 3)  # the new folder watched: a whole sync
+            await asyncio.sleep(0.3)
+            (memory / "later.md").write_text("# Later\n\nwritten in the new folder\n")
+            await _until(lambda: indexed("later.md"))
+
+    asyncio.run(go())
+
+
 def test_watch_keeps_its_connections_and_makes_new_ones_when_they_are_ended(
     database_url: str, db: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
