@@ -18,12 +18,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
+import sqlalchemy.exc
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from watchfiles import Change, DefaultFilter, awatch
 
 from app.config import Settings
-from app.db.engine import sessionmaker_url
+from app.db.engine import sessionmaker_engine, sessionmaker_url
 from app.llm.embeddings import Embedder
 from app.sync.connections import SyncConnections
 from app.sync.discover import ROOT_MEMORY_FILES, TRANSCRIPT_SUFFIXES
@@ -119,11 +120,13 @@ async def watch_project(
 
             try:
                 report = await sync(changed)
-            except psycopg.OperationalError as error:
+            except (psycopg.OperationalError, sqlalchemy.exc.OperationalError) as error:
                 # A kept connection the server ended (a restart, an idle timeout): once more on
-                # new ones; a server that is down fails this one too.
+                # new ones, the engine's too (its pool would hand out its ended ones first); a
+                # server that is down fails this one too.
                 log.info("sync.watch_reconnect", error=str(error)[:300])
                 await connections.close()
+                await sessionmaker_engine(sessionmaker).dispose()
                 report = await sync(changed)
             if changed is None or _found_anything(report):
                 on_report(report)

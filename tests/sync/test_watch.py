@@ -184,6 +184,35 @@ def test_watch_keeps_its_connections_and_makes_new_ones_when_they_are_ended(
     assert all(not r.errors for r in reports)
 
 
+def test_watch_survives_the_server_ending_its_engine_connections_too(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # A re-sync reads through the engine as well (here the bulk-index check, which every sync
+    # with changed files makes at this threshold; a Gemini sync's Batch API look-up, always).
+    project = make_project(tmp_path / "proj")
+    settings: Settings = make_settings(
+        home=tmp_path / "home", sync_watch_debounce_ms=100, sync_bulk_index_min_chunks=1
+    )
+    reports: list[SyncReport] = []
+    note = project / "memory" / "a.md"
+
+    def content() -> list[tuple[Any, ...]]:
+        return db.execute(
+            "SELECT content FROM memory_chunks WHERE file_path = %s", (str(note),)
+        ).fetchall()
+
+    async def go() -> None:
+        async with watching(database_url, settings, project, reports):
+            db.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name IN ('agmem', 'agmem-sync')"
+            )
+            note.write_text("# A\n\nedited after a restart\n")
+            await _until(lambda: content() == [("# A\n\nedited after a restart",)])
+
+    asyncio.run(go())
+
+
 async def _until(condition: Callable[[], bool], timeout: float = 15.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
