@@ -108,7 +108,9 @@ def scope_of(changed: Iterable[str], memory_root: Path) -> Scope:
     if not root_files.isdisjoint(paths):
         paths |= root_files
     kept: list[str] = []
-    for path in sorted(paths):
+    # By components, so that what lies under a folder comes right after it (as strings, "a.md"
+    # sorts between "a" and "a/b.md", and a file under "a" was listed twice).
+    for path in sorted(paths, key=lambda p: p.split(os.sep)):
         if not (kept and _under(path, kept[-1])):
             kept.append(path)
     # A regular file has no indexed files under it (a folder replaced by a file within one burst
