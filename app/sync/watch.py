@@ -27,7 +27,7 @@ from app.config import Settings
 from app.db.engine import sessionmaker_engine, sessionmaker_url
 from app.llm.embeddings import Embedder
 from app.sync.connections import SyncConnections
-from app.sync.discover import ROOT_MEMORY_FILES, TRANSCRIPT_SUFFIXES
+from app.sync.discover import ROOT_MEMORY_FILES, SKIPPED_DIRS, TRANSCRIPT_SUFFIXES
 from app.sync.indexer import WRITERS, SyncRequest, resolve_roots, sync_project
 from app.sync.report import Progress, SyncReport
 
@@ -41,6 +41,10 @@ ROOTS_POLL_SECONDS = 1.0
 class _Relevant(DefaultFilter):
     """Events a sync could care about: indexable files, and folders (a folder moved in or out
     brings or takes its files with one event)."""
+
+    # The folders `discover` passes over, not DefaultFilter's longer list (.idea, __pycache__,
+    # .tox, ...): a note under memory/.idea/ is indexed, so its edits must reach the sync.
+    ignore_dirs = tuple(sorted(SKIPPED_DIRS))
 
     def __call__(self, change: Change, path: str) -> bool:
         if not super().__call__(change, path):

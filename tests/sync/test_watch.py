@@ -99,6 +99,32 @@ def test_watch_follows_a_folder_moved_out_and_back_in(
     asyncio.run(go())
 
 
+def test_watch_sees_edits_in_every_folder_the_sync_indexes(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # The whole sync indexes memory/.idea/ (only .git, node_modules and .venv are passed over);
+    # watchfiles' default filter dropped its events, so edits there stayed unindexed.
+    project = make_project(tmp_path / "proj")
+    note = project / "memory" / ".idea" / "n.md"
+    note.parent.mkdir()
+    note.write_text("# N\n\nfirst\n")
+    settings: Settings = make_settings(home=tmp_path / "home", sync_watch_debounce_ms=100)
+    reports: list[SyncReport] = []
+
+    def content() -> list[tuple[Any, ...]]:
+        return db.execute(
+            "SELECT content FROM memory_chunks WHERE file_path = %s", (str(note),)
+        ).fetchall()
+
+    async def go() -> None:
+        async with watching(database_url, settings, project, reports):
+            assert content() == [("# N\n\nfirst",)]
+            note.write_text("# N\n\nedited\n")
+            await _until(lambda: content() == [("# N\n\nedited",)])
+
+    asyncio.run(go())
+
+
 def test_watch_picks_up_a_sessions_folder_made_after_it_started(
     database_url: str, db: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
