@@ -111,16 +111,11 @@ def test_watch_sees_edits_in_every_folder_the_sync_indexes(
     settings: Settings = make_settings(home=tmp_path / "home", sync_watch_debounce_ms=100)
     reports: list[SyncReport] = []
 
-    def content() -> list[tuple[Any, ...]]:
-        return db.execute(
-            "SELECT content FROM memory_chunks WHERE file_path = %s", (str(note),)
-        ).fetchall()
-
     async def go() -> None:
         async with watching(database_url, settings, project, reports):
-            assert content() == [("# N\n\nfirst",)]
+            assert _chunks(db, note) == [("# N\n\nfirst",)]
             note.write_text("# N\n\nedited\n")
-            await _until(lambda: content() == [("# N\n\nedited",)])
+            await _until(lambda: _chunks(db, note) == [("# N\n\nedited",)])
 
     asyncio.run(go())
 
@@ -186,17 +181,12 @@ def test_watch_keeps_its_connections_and_makes_new_ones_when_they_are_ended(
     reports: list[SyncReport] = []
     note = project / "memory" / "a.md"
 
-    def content() -> list[tuple[Any, ...]]:
-        return db.execute(
-            "SELECT content FROM memory_chunks WHERE file_path = %s", (str(note),)
-        ).fetchall()
-
     async def go() -> None:
         async with watching(database_url, settings, project, reports):
             kept = db.execute(SYNC_CONNECTIONS).fetchall()
             assert len(kept) == 2  # the lock's and the second writer's, idle between syncs
             note.write_text("# A\n\nfirst edit\n")
-            await _until(lambda: content() == [("# A\n\nfirst edit",)])
+            await _until(lambda: _chunks(db, note) == [("# A\n\nfirst edit",)])
             assert db.execute(SYNC_CONNECTIONS).fetchall() == kept
             # The server ends them (a restart, an idle timeout): the next burst reconnects.
             db.execute(
@@ -204,7 +194,7 @@ def test_watch_keeps_its_connections_and_makes_new_ones_when_they_are_ended(
                 "WHERE application_name = 'agmem-sync'"
             )
             note.write_text("# A\n\nsecond edit\n")
-            await _until(lambda: content() == [("# A\n\nsecond edit",)])
+            await _until(lambda: _chunks(db, note) == [("# A\n\nsecond edit",)])
 
     asyncio.run(go())
     assert all(not r.errors for r in reports)
@@ -222,11 +212,6 @@ def test_watch_survives_the_server_ending_its_engine_connections_too(
     reports: list[SyncReport] = []
     note = project / "memory" / "a.md"
 
-    def content() -> list[tuple[Any, ...]]:
-        return db.execute(
-            "SELECT content FROM memory_chunks WHERE file_path = %s", (str(note),)
-        ).fetchall()
-
     async def go() -> None:
         async with watching(database_url, settings, project, reports):
             db.execute(
@@ -234,9 +219,15 @@ def test_watch_survives_the_server_ending_its_engine_connections_too(
                 "WHERE application_name IN ('agmem', 'agmem-sync')"
             )
             note.write_text("# A\n\nedited after a restart\n")
-            await _until(lambda: content() == [("# A\n\nedited after a restart",)])
+            await _until(lambda: _chunks(db, note) == [("# A\n\nedited after a restart",)])
 
     asyncio.run(go())
+
+
+def _chunks(db: psycopg.Connection[Any], note: Path) -> list[tuple[Any, ...]]:
+    return db.execute(
+        "SELECT content FROM memory_chunks WHERE file_path = %s", (str(note),)
+    ).fetchall()
 
 
 async def _until(condition: Callable[[], bool], timeout: float = 15.0) -> None:
