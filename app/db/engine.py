@@ -94,12 +94,17 @@ def make_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
     return async_sessionmaker(engine, expire_on_commit=False)
 
 
-def sessionmaker_url(sessionmaker: async_sessionmaker[AsyncSession]) -> str:
-    """The database URL (password included) of the engine `sessionmaker` is bound to."""
+def sessionmaker_engine(sessionmaker: async_sessionmaker[AsyncSession]) -> AsyncEngine:
+    """The engine `sessionmaker` is bound to."""
     bind = sessionmaker.kw.get("bind")
     if not isinstance(bind, AsyncEngine):
         raise TypeError("the sessionmaker is not bound to an AsyncEngine")
-    return bind.url.render_as_string(hide_password=False)
+    return bind
+
+
+def sessionmaker_url(sessionmaker: async_sessionmaker[AsyncSession]) -> str:
+    """The database URL (password included) of the engine `sessionmaker` is bound to."""
+    return sessionmaker_engine(sessionmaker).url.render_as_string(hide_password=False)
 
 
 @asynccontextmanager

@@ -108,7 +108,9 @@ def scope_of(changed: Iterable[str], memory_root: Path) -> Scope:
     if not root_files.isdisjoint(paths):
         paths |= root_files
     kept: list[str] = []
-    for path in sorted(paths):
+    # By components, so that what lies under a folder comes right after it (as strings, "a.md"
+    # sorts between "a" and "a/b.md", and a file under "a" was listed twice).
+    for path in sorted(paths, key=lambda p: p.split(os.sep)):
         if not (kept and _under(path, kept[-1])):
             kept.append(path)
     # A regular file has no indexed files under it (a folder replaced by a file within one burst
@@ -139,6 +141,13 @@ def _changed_path(
     folders = path[len(base) + 1 :].split(os.sep)[:-1]
     if SKIPPED_DIRS.intersection(folders):
         return  # the walk never enters an excluded folder (it reports the folder itself)
+    # Nor a symlinked folder: a watch started with one in place gets events through it (for files
+    # outside the root, or indexed already under their own path), and the walk reports the link.
+    folder = base
+    for name in folders:
+        folder += os.sep + name
+        if os.path.islink(folder):
+            return
     try:
         info = os.lstat(path)
     except FileNotFoundError:

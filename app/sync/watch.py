@@ -13,19 +13,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
+import sqlalchemy.exc
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from watchfiles import Change, DefaultFilter, awatch
 
 from app.config import Settings
-from app.db.engine import sessionmaker_url
+from app.db.engine import sessionmaker_engine, sessionmaker_url
 from app.llm.embeddings import Embedder
 from app.sync.connections import SyncConnections
-from app.sync.discover import ROOT_MEMORY_FILES, TRANSCRIPT_SUFFIXES
+from app.sync.discover import ROOT_MEMORY_FILES, SKIPPED_DIRS, TRANSCRIPT_SUFFIXES
 from app.sync.indexer import WRITERS, SyncRequest, resolve_roots, sync_project
 from app.sync.report import Progress, SyncReport
 
@@ -39,6 +41,10 @@ ROOTS_POLL_SECONDS = 1.0
 class _Relevant(DefaultFilter):
     """Events a sync could care about: indexable files, and folders (a folder moved in or out
     brings or takes its files with one event)."""
+
+    # The folders `discover` passes over, not DefaultFilter's longer list (.idea, __pycache__,
+    # .tox, ...): a note under memory/.idea/ is indexed, so its edits must reach the sync.
+    ignore_dirs = tuple(sorted(SKIPPED_DIRS))
 
     def __call__(self, change: Change, path: str) -> bool:
         if not super().__call__(change, path):
@@ -118,11 +124,13 @@ async def watch_project(
 
             try:
                 report = await sync(changed)
-            except psycopg.OperationalError as error:
+            except (psycopg.OperationalError, sqlalchemy.exc.OperationalError) as error:
                 # A kept connection the server ended (a restart, an idle timeout): once more on
-                # new ones; a server that is down fails this one too.
+                # new ones, the engine's too (its pool would hand out its ended ones first); a
+                # server that is down fails this one too.
                 log.info("sync.watch_reconnect", error=str(error)[:300])
                 await connections.close()
+                await sessionmaker_engine(sessionmaker).dispose()
                 report = await sync(changed)
             if changed is None or _found_anything(report):
                 on_report(report)
@@ -139,10 +147,11 @@ def _found_anything(report: SyncReport) -> bool:
 async def _watch_roots(
     roots: tuple[Path, Path, Path], settings: Settings, changes: _Changes, stop: asyncio.Event
 ) -> None:
-    """Watch the roots that exist; when one appears or goes, watch anew and sync everything."""
+    """Watch the roots that exist; when one appears, goes or is replaced, watch anew and sync
+    everything."""
     memory_root, memory_dir, sessions_root = roots
     while not stop.is_set():
-        present = tuple(root.is_dir() for root in roots)
+        present = tuple(map(_folder_at, roots))
         again = asyncio.Event()
         recursive = [memory_dir, sessions_root]
         watchers = [
@@ -153,12 +162,23 @@ async def _watch_roots(
             while not stop.is_set():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), ROOTS_POLL_SECONDS)
-                if tuple(root.is_dir() for root in roots) != present:
+                if tuple(map(_folder_at, roots)) != present:
                     changes.rescan()
                     break
         finally:
             again.set()
             await asyncio.gather(*watchers, return_exceptions=True)
+
+
+def _folder_at(root: Path) -> tuple[int, int] | None:
+    """Which folder is at `root`, if any: one removed and made again between two looks (a `git
+    checkout` that empties it, a folder swapped in by `mv`) is another folder, and the watch of
+    the old one never sees its files."""
+    try:
+        info = os.stat(root)
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino) if stat.S_ISDIR(info.st_mode) else None
 
 
 async def _watch(

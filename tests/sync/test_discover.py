@@ -127,7 +127,10 @@ def test_changed_paths_find_what_the_whole_listing_finds_under_them(tmp_path: Pa
         memory / "big.md",
         memory / "escape.md",
         memory / "escape_dir",
+        memory / "escape_dir" / "secret.md",
         memory / "linked_dir",
+        memory / "linked_dir" / "er",
+        memory / "linked_dir" / "c.md",
         memory / "inside.md",
         memory / "fifo.md",
         memory / "ok.md",
@@ -170,3 +173,26 @@ def test_a_changed_root_memory_file_brings_its_other_spelling(tmp_path: Path) ->
         memory_root=project, sessions_root=project / "sessions", scope=scope, max_bytes=1024
     )
     assert [f.path for f in found.files] == [str(project / "MEMORY.md")]
+
+
+def test_a_folder_and_a_file_under_it_are_one_scope_whatever_sorts_between_them(
+    tmp_path: Path,
+) -> None:
+    # "deep.md" sorts between "deep" and "deep/c.md" as strings: the file under the folder was
+    # kept as a path of its own, and found twice (the folder's walk, and its own stat).
+    project = _tree(tmp_path)
+    memory = project / "memory"
+    (memory / "deep.md").write_text("beside the folder\n")
+    changed = [str(memory / "deep"), str(memory / "deep.md"), str(memory / "deep" / "c.md")]
+
+    scope = scope_of(changed, project)
+    found = discover_changed(
+        memory_root=project, sessions_root=project / "sessions", scope=scope, max_bytes=1024
+    )
+
+    assert scope.paths == [str(memory / "deep"), str(memory / "deep.md")]
+    assert sorted(Path(f.path).relative_to(memory).as_posix() for f in found.files) == [
+        "deep.md",
+        "deep/c.md",
+        "deep/er/b.md",
+    ]

@@ -99,6 +99,27 @@ def test_watch_follows_a_folder_moved_out_and_back_in(
     asyncio.run(go())
 
 
+def test_watch_sees_edits_in_every_folder_the_sync_indexes(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # The whole sync indexes memory/.idea/ (only .git, node_modules and .venv are passed over);
+    # watchfiles' default filter dropped its events, so edits there stayed unindexed.
+    project = make_project(tmp_path / "proj")
+    note = project / "memory" / ".idea" / "n.md"
+    note.parent.mkdir()
+    note.write_text("# N\n\nfirst\n")
+    settings: Settings = make_settings(home=tmp_path / "home", sync_watch_debounce_ms=100)
+    reports: list[SyncReport] = []
+
+    async def go() -> None:
+        async with watching(database_url, settings, project, reports):
+            assert _chunks(db, note) == [("# N\n\nfirst",)]
+            note.write_text("# N\n\nedited\n")
+            await _until(lambda: _chunks(db, note) == [("# N\n\nedited",)])
+
+    asyncio.run(go())
+
+
 def test_watch_picks_up_a_sessions_folder_made_after_it_started(
     database_url: str, db: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
@@ -123,6 +144,35 @@ def test_watch_picks_up_a_sessions_folder_made_after_it_started(
     asyncio.run(go())
 
 
+def test_watch_follows_a_memory_folder_replaced_between_two_looks(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # As `git checkout` of a branch whose memory/ shares no file does: the old folder goes, a new
+    # one comes, well within the second between two looks at the roots.
+    project = make_project(tmp_path / "proj")
+    settings: Settings = make_settings(home=tmp_path / "home", sync_watch_debounce_ms=100)
+    reports: list[SyncReport] = []
+    memory, fresh = project / "memory", tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / "x.md").write_text("# X\n\nfrom the other branch\n")
+
+    def indexed(name: str) -> bool:
+        row = db.execute("SELECT count(*) FROM memory_files WHERE path = %s", (str(memory / name),))
+        return (row.fetchone() or (0,))[0] == 1
+
+    async def go() -> None:
+        async with watching(database_url, settings, project, reports):
+            memory.rename(tmp_path / "old")
+            fresh.rename(memory)
+            await _until(lambda: indexed("x.md"))
+            await _until(lambda: len(reports) >= 3)  # the new folder watched: a whole sync
+            await asyncio.sleep(0.3)
+            (memory / "later.md").write_text("# Later\n\nwritten in the new folder\n")
+            await _until(lambda: indexed("later.md"))
+
+    asyncio.run(go())
+
+
 def test_watch_keeps_its_connections_and_makes_new_ones_when_they_are_ended(
     database_url: str, db: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
@@ -131,17 +181,12 @@ def test_watch_keeps_its_connections_and_makes_new_ones_when_they_are_ended(
     reports: list[SyncReport] = []
     note = project / "memory" / "a.md"
 
-    def content() -> list[tuple[Any, ...]]:
-        return db.execute(
-            "SELECT content FROM memory_chunks WHERE file_path = %s", (str(note),)
-        ).fetchall()
-
     async def go() -> None:
         async with watching(database_url, settings, project, reports):
             kept = db.execute(SYNC_CONNECTIONS).fetchall()
             assert len(kept) == 2  # the lock's and the second writer's, idle between syncs
             note.write_text("# A\n\nfirst edit\n")
-            await _until(lambda: content() == [("# A\n\nfirst edit",)])
+            await _until(lambda: _chunks(db, note) == [("# A\n\nfirst edit",)])
             assert db.execute(SYNC_CONNECTIONS).fetchall() == kept
             # The server ends them (a restart, an idle timeout): the next burst reconnects.
             db.execute(
@@ -149,10 +194,40 @@ def test_watch_keeps_its_connections_and_makes_new_ones_when_they_are_ended(
                 "WHERE application_name = 'agmem-sync'"
             )
             note.write_text("# A\n\nsecond edit\n")
-            await _until(lambda: content() == [("# A\n\nsecond edit",)])
+            await _until(lambda: _chunks(db, note) == [("# A\n\nsecond edit",)])
 
     asyncio.run(go())
     assert all(not r.errors for r in reports)
+
+
+def test_watch_survives_the_server_ending_its_engine_connections_too(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # A re-sync reads through the engine as well (here the bulk-index check, which every sync
+    # with changed files makes at this threshold; a Gemini sync's Batch API look-up, always).
+    project = make_project(tmp_path / "proj")
+    settings: Settings = make_settings(
+        home=tmp_path / "home", sync_watch_debounce_ms=100, sync_bulk_index_min_chunks=1
+    )
+    reports: list[SyncReport] = []
+    note = project / "memory" / "a.md"
+
+    async def go() -> None:
+        async with watching(database_url, settings, project, reports):
+            db.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name IN ('agmem', 'agmem-sync')"
+            )
+            note.write_text("# A\n\nedited after a restart\n")
+            await _until(lambda: _chunks(db, note) == [("# A\n\nedited after a restart",)])
+
+    asyncio.run(go())
+
+
+def _chunks(db: psycopg.Connection[Any], note: Path) -> list[tuple[Any, ...]]:
+    return db.execute(
+        "SELECT content FROM memory_chunks WHERE file_path = %s", (str(note),)
+    ).fetchall()
 
 
 async def _until(condition: Callable[[], bool], timeout: float = 15.0) -> None:
