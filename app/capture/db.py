@@ -65,6 +65,7 @@ _CAPTURING = frozenset(
     for statement in (
         queries.MATCH_BY_ID,
         queries.MATCH_BY_ID_MERGED,
+        queries.MATCH_BY_ID_WITHOUT_RESULT,
         queries.MATCH_NEWEST_PENDING,
         queries.INSERT_CAPTURED,
     )

@@ -483,7 +483,8 @@ async def _repeated_result(
     session: Executor, params: dict[str, Any], result: Payload
 ) -> ObservationRef | None:
     """The stored observation when this result repeats its stored one, or the result applied to
-    its call if that call is still pending; None if there is no such observation.
+    its call if that call has none yet (pending, or compressed early by `POST /api/compress`);
+    None if there is no such observation.
 
     The call can be pending here although the match found nothing: its insert committed in
     another transaction after the match's snapshot was taken (the match does not wait for a row
@@ -494,8 +495,10 @@ async def _repeated_result(
     existing = (
         await session.execute(queries.SELECT_OBSERVATION_FOR_COMPARE, {"id": observation_id})
     ).first()
-    if existing is not None and existing.session_id == session_id and existing.status == "pending":
-        matched = (await session.execute(queries.MATCH_BY_ID.plain, params)).first()
+    if existing is not None and existing.session_id == session_id and existing.result_at is None:
+        # Pending, or compressed early without a result (`POST /api/compress`): it takes this one.
+        statement = queries.MATCH_BY_ID_WITHOUT_RESULT.plain
+        matched = (await session.execute(statement, params)).first()
         if matched is not None and matched.id is not None:
             return _observation_ref(matched)
         # Another result captured it in between: compare with what it stored.
