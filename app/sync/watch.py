@@ -64,8 +64,7 @@ class _Changes:
     def __init__(self) -> None:
         self.paths: set[str] = set()
         self.whole = True
-        self.ready = asyncio.Event()
-        self.ready.set()  # the first sync
+        self.ready = asyncio.Event()  # set once the watchers are up (`_watch_roots`)
 
     def add(self, paths: set[str]) -> None:
         self.paths |= paths
@@ -159,11 +158,16 @@ async def _watch_roots(
             asyncio.create_task(_watch(recursive, True, settings, changes, again)),
         ]
         try:
+            # The whole sync comes once the watchers are up (awatch sets up its inotify watches
+            # in its first step, which these tasks take before this one resumes): a file written
+            # while the sync lists the folders then still has its event. Started the other way
+            # round, a file written in between waited for the next whole sync.
+            await asyncio.sleep(0)
+            changes.rescan()
             while not stop.is_set():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), ROOTS_POLL_SECONDS)
                 if tuple(map(_folder_at, roots)) != present:
-                    changes.rescan()
                     break
         finally:
             again.set()
