@@ -3,6 +3,9 @@
 It holds for every time in a request: capture's `timestamp` (epoch milliseconds) and the time
 filters of the list and search routes (`GET /api/sessions?before=`, `POST /api/search`'s
 `since`/`until`), so a filter of 1960 is the same 422 as an event of 1960, not an empty answer.
+Capture's epoch milliseconds are held tighter (from 2000): that number alone carries no unit, so a
+value in seconds would otherwise pass as a 1970 time. A filter is ISO 8601 or a number pydantic
+reads as seconds or milliseconds by its size, so a 1990 filter means what it says.
 """
 
 from __future__ import annotations
@@ -11,23 +14,51 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, BeforeValidator
 
 # A day of clock skew is tolerated; anything later is a client bug, not a plausible time.
 MAX_FUTURE = timedelta(days=1)
 MAX_FUTURE_MS = int(MAX_FUTURE.total_seconds() * 1000)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# No agent ran before 2000: an epoch-milliseconds value below it is a unit mistake, most often
+# seconds (1764100000 as milliseconds is 21 January 1970), which used to be stored as a 1970 time.
+MIN_EPOCH_MS = 946_684_800_000  # 2000-01-01T00:00:00Z
+
+
+def _as_time(value_ms: float) -> str:
+    try:
+        return (EPOCH + timedelta(milliseconds=value_ms)).isoformat().replace("+00:00", "Z")
+    except OverflowError:
+        return "a time past year 9999" if value_ms > 0 else "a time before year 1"
 
 
 def check_epoch_ms(value: int | None) -> int | None:
-    """Epoch milliseconds between 1970 and one day from now, else a ValueError."""
+    """Epoch milliseconds from 2000 to one day from now, else a ValueError that reads the value."""
     if value is None:
         return None
-    if value < 0:
-        raise ValueError("timestamp is before 1970 (epoch milliseconds must not be negative)")
+    if value < MIN_EPOCH_MS:
+        raise ValueError(
+            f"timestamp must be epoch milliseconds: {value} ms is {_as_time(value)}, before"
+            f" 2000-01-01 (as seconds it would be {_as_time(value * 1000)})"
+        )
     if value > time.time() * 1000 + MAX_FUTURE_MS:
-        raise ValueError("timestamp is more than a day in the future (expected epoch milliseconds)")
+        raise ValueError(
+            f"timestamp must be epoch milliseconds: {value} ms is {_as_time(value)}, more than"
+            " a day in the future"
+        )
     return value
+
+
+def _refuse_bool(value: object) -> object:
+    # pydantic reads JSON `true` as the integer 1; a flag is never a time.
+    if isinstance(value, bool):
+        raise ValueError("timestamp must be epoch milliseconds, not a boolean")
+    return value
+
+
+# Capture's `timestamp`: an integer of epoch milliseconds (a float or numeric string pydantic
+# reads as an integer is accepted as before), never a boolean, from 2000 to a day ahead.
+EpochMs = Annotated[int, BeforeValidator(_refuse_bool), AfterValidator(check_epoch_ms)]
 
 
 def check_time(value: datetime | None) -> datetime | None:

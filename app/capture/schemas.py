@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, StringConstraints, field_validator
+from pydantic import BaseModel, ConfigDict, StringConstraints
 from pydantic.alias_generators import to_camel
 
-from app.api.times import check_epoch_ms
+from app.api.times import EpochMs
 
 Id = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 FunctionName = Annotated[str, StringConstraints(min_length=1, max_length=300)]
@@ -36,15 +36,10 @@ class ObserveIn(CaptureModel):
     session_id: Id
     function_name: FunctionName
     function_args: Any
-    timestamp: int | None = None
+    timestamp: EpochMs | None = None
     id: Id | None = None
     # Optional, beyond the contract: lets a client that knows its project skip excluded ones early.
     project_path: ProjectPath | None = None
-
-    @field_validator("timestamp")
-    @classmethod
-    def _timestamp(cls, value: int | None) -> int | None:
-        return check_epoch_ms(value)
 
 
 class ObserveResultIn(CaptureModel):
@@ -52,13 +47,8 @@ class ObserveResultIn(CaptureModel):
     function_name: FunctionName
     result: Any
     observation_id: Id | None = None
-    timestamp: int | None = None
+    timestamp: EpochMs | None = None
     project_path: ProjectPath | None = None
-
-    @field_validator("timestamp")
-    @classmethod
-    def _timestamp(cls, value: int | None) -> int | None:
-        return check_epoch_ms(value)
 
 
 class CompressIn(CaptureModel):

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.capture.builders import count, make_session, observation
+from tests.capture.builders import count, make_session, observation, observe
 
 ROUTES = [
     "/api/session/start",
@@ -93,6 +93,43 @@ def test_absurd_timestamp_is_422(
     )
     assert result.status_code == 422
     assert count(db, "observations") == 0
+
+
+# A unit mistake (seconds) and a flag are not times: both used to be stored as 1970 times.
+IMPLAUSIBLE = [
+    (1_764_100_000, "1764100000 ms is 1970-01-21T10:01:40Z", "2025-11-25T19:46:40Z"),
+    (946_684_799_999, "before 2000-01-01", "epoch milliseconds"),
+    (True, "not a boolean", "epoch milliseconds"),
+    (False, "not a boolean", "epoch milliseconds"),
+]
+
+
+@pytest.mark.parametrize(("timestamp", "meaning", "hint"), IMPLAUSIBLE)
+def test_implausible_timestamp_is_422_saying_milliseconds_are_expected(
+    client: TestClient, db: psycopg.Connection[Any], timestamp: int, meaning: str, hint: str
+) -> None:
+    session_id = make_session(client)
+    call = {"sessionId": session_id, "functionName": "f", "timestamp": timestamp}
+    for path, body in (
+        ("/api/observe", call | {"functionArgs": {}}),
+        ("/api/observe/result", call | {"result": 1}),
+    ):
+        response = client.post(path, json=body)
+        assert response.status_code == 422, response.text
+        answer = response.json()
+        assert answer["error"] == "ValidationFailed"
+        assert "timestamp must be epoch milliseconds" in answer["detail"]
+        assert meaning in answer["detail"]
+        assert hint in answer["detail"]
+    assert count(db, "observations") == 0
+
+
+def test_a_timestamp_from_2000_is_stored_as_sent(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    answer = observe(client, make_session(client), timestamp=946_684_800_000)
+    row = observation(db, answer["id"])
+    assert row["observed_at"].isoformat() == "2000-01-01T00:00:00+00:00"
 
 
 def test_timestamp_within_a_day_ahead_is_accepted(client: TestClient) -> None:
