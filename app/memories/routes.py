@@ -83,13 +83,26 @@ def _key(key: str) -> str:
 
 
 def parse_if_match(header: str | None) -> int | None:
-    """`If-Match: "3"` (or 3, or W/"3") names the version a write expects."""
+    """`If-Match: "3"` (or 3, or W/"3") names the version a write expects; `If-Match: *` (HTTP:
+    "only if a current version exists") is `service.ANY_VERSION`."""
     if header is None:
         return None
+    if header.strip() == "*":
+        return service.ANY_VERSION
     text = header.strip().removeprefix("W/").strip('"')
     if not text.isdigit():
         raise InvalidIfMatch(f'If-Match must be a memory version such as "3", not {header!r}')
     return int(text)
+
+
+def _expected_version(if_match: str | None, if_version: int | None) -> int | None:
+    """The one precondition of a write, from the header and the body (400 if they disagree)."""
+    expected = parse_if_match(if_match)
+    if expected is None or if_version is None or expected == if_version:
+        return if_version if expected is None else expected
+    if expected == service.ANY_VERSION and if_version > 0:
+        return if_version  # "it exists, at version N" is the narrower of the two
+    raise InvalidIfMatch(f"If-Match ({if_match}) and ifVersion ({if_version}) disagree; send one")
 
 
 def _etag(memory: Memory) -> dict[str, str]:
@@ -109,13 +122,8 @@ async def put_memory(
     if_match: Annotated[str | None, Header()] = None,
 ) -> Memory:
     """Write a memory; an existing key is updated and its previous value kept as a version."""
-    expected = parse_if_match(if_match)
-    if expected is not None and body.if_version is not None and expected != body.if_version:
-        raise InvalidIfMatch(
-            f"If-Match ({expected}) and ifVersion ({body.if_version}) disagree; send one"
-        )
     row, created = await service.write_memory(
-        db, key=_key(key), data=body, if_version=body.if_version if expected is None else expected
+        db, key=_key(key), data=body, if_version=_expected_version(if_match, body.if_version)
     )
     memory = service.to_schema(row)
     response.status_code = 201 if created else 200
@@ -199,7 +207,8 @@ async def delete_memory(
     if_match: Annotated[str | None, Header()] = None,
 ) -> Deleted:
     """Delete the memory a read of this key would return; `{deleted: false}` when none. With
-    `If-Match: "<version>"`, only if it is at that version (409 `VersionConflict` otherwise)."""
+    `If-Match: "<version>"`, only if it is at that version (409 `VersionConflict` otherwise);
+    `If-Match: *` deletes whatever version exists."""
     deleted = await service.delete_memory(
         db, key=_key(key), visibility=seen_by, if_version=parse_if_match(if_match)
     )

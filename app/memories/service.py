@@ -51,6 +51,9 @@ log = structlog.get_logger(__name__)
 INDEX_TEXT_LIMIT = 4000
 DEFAULT_LIST_LIMIT = 100
 MAX_LIST_LIMIT = 1000
+# `If-Match: *` as an expected version: any current version, so only a key that exists. Never a
+# real version (those start at 1; 0 means "must not exist yet").
+ANY_VERSION = -1
 
 
 class MemoryNotFound(NotFound):
@@ -166,8 +169,9 @@ async def write_memory(
 ) -> tuple[MemoryRow, bool]:
     """Create or update a memory; an update keeps the previous value in `memory_versions`.
 
-    `if_version` (optimistic concurrency) must equal the stored version, or be 0 for "must not
-    exist yet"; otherwise VersionConflict (409) and nothing changes. Returns (row, created).
+    `if_version` (optimistic concurrency) must equal the stored version, be 0 for "must not
+    exist yet" or ANY_VERSION for "must exist"; otherwise VersionConflict (409) and nothing
+    changes. Returns (row, created).
     """
     project_path, session_id = identity_of(data)
     where = (
@@ -184,6 +188,8 @@ async def write_memory(
     )
     current = await _locked(session, where)
     if current is None:
+        if if_version == ANY_VERSION:
+            raise VersionConflict(f"memory {key!r} does not exist, but If-Match: * requires it")
         if if_version not in (None, 0):
             raise VersionConflict(
                 f"memory {key!r} does not exist, but version {if_version} was expected"
@@ -200,7 +206,7 @@ async def write_memory(
             raise VersionConflict(f"memory {key!r} changed concurrently; retry the write")
         if if_version == 0:
             raise VersionConflict(f"memory {key!r} was created concurrently (version 1)")
-    if if_version is not None and if_version != current.version:
+    if if_version not in (None, ANY_VERSION, current.version):
         raise VersionConflict(
             f"memory {key!r} is at version {current.version}, not {if_version}; "
             "read it again and retry"
@@ -390,7 +396,8 @@ async def delete_memory(
 ) -> bool:
     """Delete the memory a read of `key` would return (the most specific live visible one).
 
-    With `if_version`, only if that memory is at this version; otherwise VersionConflict (409)
+    With `if_version`, only if that memory is at this version (any, for ANY_VERSION: `{deleted:
+    false}` when there is none, as for any version); otherwise VersionConflict (409)
     and nothing changes, as for a write: an agent deleting what it read must not delete the value
     another agent wrote since (its history goes with it)."""
     visible = and_(MemoryRow.key == key, visibility.clause())
@@ -401,7 +408,7 @@ async def delete_memory(
         ).first()
         if found is None:
             return False
-        if found.version != if_version:
+        if if_version not in (ANY_VERSION, found.version):
             raise VersionConflict(
                 f"memory {key!r} is at version {found.version}, not {if_version}; "
                 "read it again and retry"

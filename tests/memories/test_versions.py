@@ -112,3 +112,54 @@ def test_a_delete_with_the_current_if_match_deletes(client: TestClient) -> None:
     assert (again.status_code, again.json()) == (200, {"deleted": False})
     assert bad.status_code == 400
     assert client.get(url("project.doc"), params=where).status_code == 404
+
+
+def test_if_match_star_writes_only_a_key_that_exists(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    star = {"If-Match": "*"}
+    missing = client.put(
+        url("project.new"), json={"value": 1, "projectPath": PROJECT}, headers=star
+    )
+    assert missing.status_code == 409, missing.text
+    assert missing.json()["error"] == "VersionConflict"
+    assert "If-Match: *" in missing.json()["detail"]
+    assert db.execute("SELECT count(*) FROM memories").fetchone() == (0,)
+
+    put(client, "project.doc", "v1")
+    put(client, "project.doc", "v2")
+    updated = client.put(
+        url("project.doc"), json={"value": "v3", "projectPath": PROJECT}, headers=star
+    )
+    assert updated.status_code == 200, updated.text
+    assert (updated.json()["value"], updated.json()["version"]) == ("v3", 3)
+    assert updated.headers["etag"] == '"3"'
+
+    # With ifVersion too: a version narrows "exists"; "create only" contradicts it.
+    narrowed = client.put(
+        url("project.doc"),
+        json={"value": "v4", "projectPath": PROJECT, "ifVersion": 2},
+        headers=star,
+    )
+    assert narrowed.status_code == 409
+    contradicts = client.put(
+        url("project.doc"),
+        json={"value": "v4", "projectPath": PROJECT, "ifVersion": 0},
+        headers=star,
+    )
+    assert contradicts.status_code == 400
+    assert "If-Match (*)" in contradicts.json()["detail"]
+
+
+def test_if_match_star_deletes_whatever_version_exists(client: TestClient) -> None:
+    put(client, "project.doc", 1)
+    put(client, "project.doc", 2)
+    where = {"projectPath": PROJECT}
+    star = {"If-Match": "*"}
+
+    deleted = client.delete(url("project.doc"), params=where, headers=star)
+    again = client.delete(url("project.doc"), params=where, headers=star)
+
+    assert (deleted.status_code, deleted.json()) == (200, {"deleted": True})
+    assert (again.status_code, again.json()) == (200, {"deleted": False})
+    assert client.get(url("project.doc"), params=where).status_code == 404
