@@ -66,7 +66,15 @@ _CLAIM_OBSERVATIONS = _claim_sql(
 _CLAIM_SESSIONS = _claim_sql(
     SESSIONS, "t.id, t.project_path, t.user_prompt, t.attempts", _SESSION_READY
 )
-_CLAIM_SYNC_RUNS = _claim_sql(SYNC_RUNS, "t.id, t.project_path, t.attempts")
+# A project's runs execute in the order they were requested: a run waits while an older run of its
+# project is queued (claimed or in backoff included) or running. Two workers could otherwise run
+# A and B at once, and B, taking the project's sync lock first, left the index as A saw it: the
+# run requested last lost. A run that failed for good no longer holds the ones behind it back.
+_SYNC_IN_ORDER = (
+    " AND NOT EXISTS (SELECT 1 FROM sync_runs o WHERE o.project_path = t.project_path "
+    "AND o.status IN ('queued', 'running') AND (o.created_at, o.id) < (t.created_at, t.id))"
+)
+_CLAIM_SYNC_RUNS = _claim_sql(SYNC_RUNS, "t.id, t.project_path, t.attempts", _SYNC_IN_ORDER)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +145,7 @@ async def claim_sessions(
 async def claim_sync_runs(
     session: AsyncSession, *, worker: str, lease: float, limit: int, max_attempts: int
 ) -> list[SyncRunWork]:
-    """Lease up to `limit` queued sync runs."""
+    """Lease up to `limit` queued sync runs, none while an older run of its project is pending."""
     rows = await session.execute(_CLAIM_SYNC_RUNS, _params(worker, lease, limit, max_attempts))
     return [SyncRunWork(r.id, r.project_path, r.attempts) for r in rows]
 
