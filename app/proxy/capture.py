@@ -41,10 +41,13 @@ class Answer:
 
     payload: bytes
     sse: bool
+    # False when the upstream gave no answer (an error status, unreachable, the call cut short
+    # before it): such a call opens no session.
+    received: bool = True
 
     @classmethod
     def nothing(cls) -> Answer:
-        return cls(b"", sse=False)
+        return cls(b"", sse=False, received=False)
 
     def function_calls(self) -> list[FunctionCall]:
         """Every `functionCall` part, in order, merged across stream chunks."""
@@ -88,13 +91,23 @@ class Capturer:
 
         async def job() -> None:
             body = request.body
-            session_id = await self._session(key, request)
+            # The session is opened for a call that carries tool results (they happened, whatever
+            # the upstream does next) or once the upstream has answered: a conversation whose
+            # first call failed (a 502, a wrong key) used to leave an empty session behind, which
+            # the idle sweep then ended and queued for a summary of no work.
+            session_id: str | None = None
             results = trailing_results(body)
             if results:
+                session_id = await self._session(key, request)
                 await record_results(
                     self.agmem, session_id=session_id, results=results, answered=answered_turn(body)
                 )
             finished = await asyncio.wait_for(asyncio.shield(answer), timeout=timeout)
+            if not finished.received:
+                log.info("proxy.no_answer", model=request.model, results=len(results))
+                return
+            if session_id is None:
+                session_id = await self._session(key, request)
             calls = finished.function_calls()
             if calls:
                 await record_calls(

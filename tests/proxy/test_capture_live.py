@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-from google.genai import types
+from google.genai import errors, types
 
 from tests.fakes.gemini import text_answer
 from tests.proxy.conftest import PROJECT, Proxy, ProxyFactory
@@ -33,15 +33,15 @@ def _wait_for(check: Callable[[], Any], timeout_s: float = 10.0) -> Any:
         time.sleep(0.05)
 
 
-def _logs_until(capsys: pytest.CaptureFixture[str], event: str) -> str:
-    """What was logged until `event` appeared (or the wait ran out). Logs go to stderr (stdout
-    is the MCP stdio channel); each read drains both streams, so the reads are kept."""
+def _logs_until(capsys: pytest.CaptureFixture[str], event: str, times: int = 1) -> str:
+    """What was logged until `event` appeared `times` times (or the wait ran out). Logs go to
+    stderr (stdout is the MCP stdio channel); each read drains both streams, so reads are kept."""
     seen: list[str] = []
 
     def logged() -> bool:
         captured = capsys.readouterr()
         seen.append(captured.out + captured.err)
-        return event in "".join(seen)
+        return "".join(seen).count(event) >= times
 
     _wait_for(logged)
     return "".join(seen)
@@ -324,3 +324,29 @@ def test_a_session_id_of_another_project_captures_nothing_into_it(
     assert client.models.generate_content(model="m", contents="open it").function_calls
     assert "SessionIdConflict" in _logs_until(capsys, "proxy.capture_failed")
     assert _observations(db) == []
+
+
+def test_a_first_call_that_fails_upstream_leaves_no_session(
+    proxy: Proxy, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    failure = {"error": {"code": 502, "message": "bad gateway", "status": "UNAVAILABLE"}}
+    proxy.upstream.queue(Scripted(status=502, body=failure), Scripted(status=502, body=failure))
+    client = proxy.client()
+    named = proxy.client(**{"X-Agmem-Session": "ide-session-9"})
+
+    with pytest.raises(errors.APIError) as raised:
+        client.models.generate_content(model="m", contents="first try")
+    assert raised.value.code == 502
+    with pytest.raises(errors.APIError) as streamed:
+        list(named.models.generate_content_stream(model="m", contents="first try"))
+    assert streamed.value.code == 502
+    _logs_until(capsys, "proxy.no_answer", times=2)  # both calls' capture jobs are done
+    assert db.execute("SELECT count(*) FROM sessions").fetchone() == (0,)
+
+    # The retry that is answered opens the conversation's session, with its own prompt.
+    proxy.upstream.queue(Scripted(body=text_answer("done")))
+    assert client.models.generate_content(model="m", contents="second try").text == "done"
+    opened = _wait_for(
+        lambda: db.execute("SELECT created_by, user_prompt FROM sessions").fetchall()
+    )
+    assert opened == [("gemini-proxy", "second try")]
