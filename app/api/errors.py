@@ -45,7 +45,8 @@ def describe_validation_errors(errors: list[Any]) -> str:
     parts = []
     for error in errors[:5]:
         location = ".".join(str(part) for part in error.get("loc", ()) if part != "body")
-        message = error.get("msg", "invalid")
+        # Our validators' own reasons, without the "Value error, " pydantic puts before them.
+        message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
         parts.append(f"{location}: {message}" if location else message)
     if len(errors) > 5:
         parts.append(f"and {len(errors) - 5} more")

@@ -118,7 +118,7 @@ def test_implausible_timestamp_is_422_saying_milliseconds_are_expected(
         assert response.status_code == 422, response.text
         answer = response.json()
         assert answer["error"] == "ValidationFailed"
-        assert "timestamp must be epoch milliseconds" in answer["detail"]
+        assert answer["detail"].startswith("timestamp: timestamp must be epoch milliseconds")
         assert meaning in answer["detail"]
         assert hint in answer["detail"]
     assert count(db, "observations") == 0
