@@ -231,15 +231,14 @@ MATCH_BY_ID = _touching(
 # and lost. Only the rare path after MATCH_BY_ID found nothing runs this: the same condition in
 # MATCH_BY_ID itself doubled Postgres's CPU a capture request (bench.capture, 25 Nov: 0.11 ->
 # 0.24 ms at 16 connections, the throughput ratio 0.56 -> 0.35).
+_BY_ID_WITHOUT_RESULT = """
+    WHERE o.id = :observation_id AND o.session_id = :session_id AND o.result_at IS NULL
+"""
+
 MATCH_BY_ID_WITHOUT_RESULT = _touching(
     f"""
     WITH {_SESSION},
-    applied AS ({
-        _APPLY_RESULT.format(
-            entities=_MERGED_ENTITIES,
-            where=_BY_ID.replace("o.status = 'pending'", "o.result_at IS NULL"),
-        )
-    })
+    applied AS ({_APPLY_RESULT.format(entities=_MERGED_ENTITIES, where=_BY_ID_WITHOUT_RESULT)})
     SELECT s.project_path AS session_project, applied.* FROM s LEFT JOIN applied ON true
     """
 )
