@@ -20,6 +20,7 @@ from pydantic_settings import (
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from app.errors import validator_reason
 from app.projects import canonical_project
 
 EmbeddingProviderName = Literal["local", "gemini", "sentence-transformers"]
@@ -300,9 +301,7 @@ def _describe(error: ValidationError) -> str:
     field = str(first["loc"][0]) if first["loc"] else "?"
     # Fields read through an alias report the alias (already the variable's name).
     env_name = field if field.isupper() else _ENV_NAMES.get(field, f"AGMEM_{field.upper()}")
-    # Our validators' ValueErrors already read as the rest of the sentence.
-    reason = str(first["msg"]).removeprefix("Value error, ")
-    return f"invalid setting {env_name}: {reason}"
+    return f"invalid setting {env_name}: {validator_reason(str(first['msg']))}"
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -10,6 +10,12 @@ def first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
+def validator_reason(message: str) -> str:
+    """A pydantic error message without the "Value error, " it puts before a validator's own
+    ValueError text (which already reads as the reason), wherever the message holds it."""
+    return message.replace("Value error, ", "", 1)
+
+
 class AppError(Exception):
     """Base of every error a client may see. The class name is the `error` field."""
 

@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.errors import AppError, DatabaseUnavailable, first_line
+from app.errors import AppError, DatabaseUnavailable, first_line, validator_reason
 
 log = structlog.get_logger(__name__)
 
@@ -45,8 +45,7 @@ def describe_validation_errors(errors: list[Any]) -> str:
     parts = []
     for error in errors[:5]:
         location = ".".join(str(part) for part in error.get("loc", ()) if part != "body")
-        # Our validators' own reasons, without the "Value error, " pydantic puts before them.
-        message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+        message = validator_reason(str(error.get("msg", "invalid")))
         parts.append(f"{location}: {message}" if location else message)
     if len(errors) > 5:
         parts.append(f"and {len(errors) - 5} more")

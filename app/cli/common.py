@@ -14,7 +14,7 @@ from sqlalchemy.engine import make_url
 from typer.core import TyperGroup
 
 from app.config import Settings, SettingsError, load_settings
-from app.errors import AppError, first_line
+from app.errors import AppError, first_line, validator_reason
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
@@ -55,9 +55,8 @@ class OneLineErrors(TyperGroup):
                 typer.echo(error.format_message(), err=True)
                 sys.exit(error.exit_code)
             hint = f" (see '{context.command_path} --help')" if context is not None else ""
-            # typer checks a Literal or Enum option through pydantic, whose ValueError message
-            # starts "Value error, ": the rest already reads as the reason.
-            message = error.format_message().replace(": Value error, ", ": ", 1)
+            # typer checks a Literal or Enum option through pydantic.
+            message = validator_reason(error.format_message())
             typer.echo(f"agmem: error: {message}{hint}", err=True)
             sys.exit(error.exit_code)
         except typer.Abort:
