@@ -98,6 +98,18 @@ async def watch_project(
     roots = (memory_root, memory_root / "memory", sessions_root)
     changes = _Changes()
     connections = SyncConnections(sessionmaker_url(sessionmaker), keep=WRITERS)
+
+    async def sync(paths: set[str] | None) -> SyncReport:
+        return await sync_project(
+            sessionmaker,
+            settings,
+            embedder,
+            request,
+            progress=progress,
+            connections=connections,
+            changed=paths,
+        )
+
     watching = asyncio.create_task(_watch_roots(roots, settings, changes, stop))
     try:
         while not stop.is_set():
@@ -109,18 +121,6 @@ async def watch_project(
             if stop.is_set():
                 break
             changed = changes.take()
-
-            async def sync(paths: set[str] | None) -> SyncReport:
-                return await sync_project(
-                    sessionmaker,
-                    settings,
-                    embedder,
-                    request,
-                    progress=progress,
-                    connections=connections,
-                    changed=paths,
-                )
-
             try:
                 report = await sync(changed)
             except (psycopg.OperationalError, sqlalchemy.exc.OperationalError) as error:
