@@ -402,6 +402,7 @@ async def delete_memory(
     another agent wrote since (its history goes with it)."""
     visible = and_(MemoryRow.key == key, visibility.clause())
     pick = select(MemoryRow.id).where(visible, LIVE).order_by(SPECIFICITY).limit(1)
+    target: Any = pick.scalar_subquery()
     if if_version is not None:
         found = (
             await session.execute(pick.add_columns(MemoryRow.version).with_for_update())
@@ -413,9 +414,10 @@ async def delete_memory(
                 f"memory {key!r} is at version {found.version}, not {if_version}; "
                 "read it again and retry"
             )
+        target = found.id  # locked above: the row checked is the row deleted
     result = await session.execute(
         delete(MemoryRow)
-        .where(MemoryRow.id == pick.scalar_subquery())
+        .where(MemoryRow.id == target)
         .returning(MemoryRow.id)
         .execution_options(synchronize_session=False)
     )
