@@ -207,3 +207,29 @@ def test_an_exact_read_answers_503_promptly_when_the_database_is_down(tmp_path: 
     assert answer.json()["error"] == "DatabaseUnavailable"
     assert answer.headers["retry-after"]
     assert waited < 10
+
+
+def test_a_read_waiting_on_a_replaced_pool_runs_on_the_new_one(
+    database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    # After a restart of the embedded server the app swaps in a fresh pool and closes the old
+    # one: a read that was waiting for a connection of the old one is not failed by that.
+    async def work(_: Any) -> Any:
+        down = reads.make_reads_pool("postgresql://nobody@127.0.0.1:1/none", pool_size=2)
+        down.timeout = 30.0  # it would fail the read only after this
+        await down.open(wait=False)
+        memory_reads = reads.MemoryReads(down)
+        fresh = reads.make_reads_pool(database_url, pool_size=2)
+        try:
+            waiting = asyncio.ensure_future(
+                memory_reads.read(key="shared.hot", visibility=Visibility())
+            )
+            await asyncio.sleep(0.2)  # the read waits for a connection of `down`
+            await fresh.open(wait=True)
+            await memory_reads.replace_pool(fresh).close()
+            return await waiting
+        finally:
+            await fresh.close()
+
+    row = _run(database_url, work)
+    assert (row.key, row.access_count) == ("shared.hot", 1)
