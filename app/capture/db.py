@@ -328,9 +328,21 @@ async def capture_lifespan(app: FastAPI) -> AsyncIterator[None]:
         pool, writers=settings.capture_writers, max_batch=settings.capture_batch_max
     )
     app.state.capture_writer = writer
+
+    async def replace_pool() -> None:
+        fresh = make_capture_pool(
+            state.database_url,
+            pool_size=settings.capture_writers,
+            synchronous_commit=settings.capture_synchronous_commit,
+        )
+        await fresh.open(wait=False)
+        await writer.replace_pool(fresh).close()
+
+    state.after_restart.append(replace_pool)
     try:
         yield
     finally:
+        state.after_restart.remove(replace_pool)
         await writer.close()
         await writer.pool.close()
 

@@ -356,6 +356,13 @@ async def memory_reads_lifespan(app: FastAPI) -> AsyncIterator[None]:
     await pool.open(wait=False)
     reads = MemoryReads(pool)
     state.memory_reads = reads
+
+    async def replace_pool() -> None:
+        fresh = make_reads_pool(state.database_url, pool_size=state.settings.db_pool_size)
+        await fresh.open(wait=False)
+        await reads.replace_pool(fresh).close()
+
+    state.after_restart.append(replace_pool)
     stop = asyncio.Event()
     flusher = asyncio.create_task(
         reads.flush_every(state.settings.memory_access_flush_ms / 1000, stop)
@@ -366,4 +373,5 @@ async def memory_reads_lifespan(app: FastAPI) -> AsyncIterator[None]:
         stop.set()
         await flusher
         state.memory_reads = None
+        state.after_restart.remove(replace_pool)
         await reads.pool.close()
