@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import re
@@ -180,6 +181,32 @@ def kill_postmaster(home: Path) -> int:
     pid = int((home / "pgdata" / "postmaster.pid").read_text().split()[0])
     os.kill(pid, signal.SIGKILL)
     return pid
+
+
+def test_the_worker_restarts_the_embedded_postgres_after_it_is_killed(tmp_path: Path) -> None:
+    # A worker may be the only process left on the embedded server: it restarts it too.
+    home = tmp_path / "home"
+    worker = spawn_agmem("worker", AGMEM_HOME=str(home))
+    try:
+        assert "worker on" in read_banner(worker, "worker on")[-1]
+        killed = kill_postmaster(home)
+        deadline = time.monotonic() + 60
+        while True:
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                pid = int((home / "pgdata" / "postmaster.pid").read_text().split()[0])
+                if pid != killed:
+                    break
+            assert worker.poll() is None, "the worker exited"
+            assert time.monotonic() < deadline, "the worker did not restart postgres in 60s"
+            time.sleep(0.2)
+        with psycopg.connect(embedded_url(home), autocommit=True) as connection:
+            assert connection.execute("SELECT count(*) FROM memories").fetchone() == (0,)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        output, _ = worker.communicate(timeout=60)
+    assert worker.returncode == 0, output
+    assert "Traceback" not in output
+    assert "embedded_postgres.restarted" in output
 
 
 def test_serve_restarts_the_embedded_postgres_after_it_is_killed(tmp_path: Path) -> None:
