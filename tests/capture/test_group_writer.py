@@ -18,6 +18,7 @@ from app.capture.db import GroupWriter, RawResult, make_capture_pool
 from app.main import create_app
 from tests.capture.builders import count, make_session, observe, send_result
 from tests.conftest import make_settings
+from tests.pools import replaced_while_waiting, unreachable_pool
 
 INSERT = text(
     "INSERT INTO sessions (id, project_path) VALUES (:id, '/p') "
@@ -292,17 +293,12 @@ def test_a_statement_waiting_on_a_replaced_pool_runs_on_the_new_one(
     database_url: str, db: psycopg.Connection[Any]
 ) -> None:
     async def run() -> Any:
-        down = make_capture_pool("postgresql://nobody@127.0.0.1:1/none", pool_size=1)
-        down.timeout = 30.0  # it would fail the statement only after this
-        await down.open(wait=False)
+        down = await unreachable_pool(lambda url: make_capture_pool(url, pool_size=1))
         writer = GroupWriter(down, writers=1, max_batch=8)
         fresh = make_capture_pool(database_url, pool_size=1)
         try:
-            waiting = asyncio.ensure_future(writer.execute(INSERT, {"id": "queued"}))
-            await asyncio.sleep(0.2)  # the writer waits for a connection of `down`
-            await fresh.open(wait=True)
-            await writer.replace_pool(fresh).close()
-            return await waiting
+            statement = writer.execute(INSERT, {"id": "queued"})
+            return await replaced_while_waiting(statement, writer.replace_pool, fresh)
         finally:
             await writer.close()
             await writer.pool.close()

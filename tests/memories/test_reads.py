@@ -20,6 +20,7 @@ from app.memories.schemas import MemoryWrite
 from app.memories.service import MemoryNotFound, Visibility, write_memory
 from tests.conftest import make_settings
 from tests.memories.helpers import PROJECT, put, url
+from tests.pools import replaced_while_waiting, unreachable_pool
 
 T = TypeVar("T")
 SEEN = {"projectPath": PROJECT}
@@ -215,19 +216,12 @@ def test_a_read_waiting_on_a_replaced_pool_runs_on_the_new_one(
     # After a restart of the embedded server the app swaps in a fresh pool and closes the old
     # one: a read that was waiting for a connection of the old one is not failed by that.
     async def work(_: Any) -> Any:
-        down = reads.make_reads_pool("postgresql://nobody@127.0.0.1:1/none", pool_size=2)
-        down.timeout = 30.0  # it would fail the read only after this
-        await down.open(wait=False)
+        down = await unreachable_pool(lambda url: reads.make_reads_pool(url, pool_size=2))
         memory_reads = reads.MemoryReads(down)
         fresh = reads.make_reads_pool(database_url, pool_size=2)
         try:
-            waiting = asyncio.ensure_future(
-                memory_reads.read(key="shared.hot", visibility=Visibility())
-            )
-            await asyncio.sleep(0.2)  # the read waits for a connection of `down`
-            await fresh.open(wait=True)
-            await memory_reads.replace_pool(fresh).close()
-            return await waiting
+            read = memory_reads.read(key="shared.hot", visibility=Visibility())
+            return await replaced_while_waiting(read, memory_reads.replace_pool, fresh)
         finally:
             await fresh.close()
 
