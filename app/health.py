@@ -46,6 +46,7 @@ async def health(request: Request, state: StateDep) -> JSONResponse:
             facts = await read_database_facts(session, by_project=show_projects)
     except Exception as error:  # any failure to reach or query the database means "not ready"
         reason = first_line(error)
+        restarting = state.supervisor.describe() if state.supervisor is not None else None
         return JSONResponse(
             {
                 "status": "unavailable",
@@ -53,7 +54,9 @@ async def health(request: Request, state: StateDep) -> JSONResponse:
                 "pgvector": None,
                 "embedding": embedding,
                 "error": "DatabaseUnavailable",
-                "detail": "the database is unreachable; retry shortly",
+                "detail": f"the database is unreachable ({restarting}); retry shortly"
+                if restarting
+                else "the database is unreachable; retry shortly",
             },
             status_code=503,
             headers={"Retry-After": "5"},

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.telemetry import TelemetryConfig
@@ -22,6 +23,7 @@ from app.capture.routes import router as capture_router
 from app.config import Settings, get_settings
 from app.context.routes import router as context_router
 from app.db.engine import make_async_engine, make_sessionmaker, resolve_database_url
+from app.db.supervisor import EmbeddedSupervisor
 from app.llm.ratelimit import gemini_gate
 from app.mcp.server import mount_mcp
 from app.memories import routes as memories
@@ -34,21 +36,37 @@ from app.worker.loop import Worker
 NO_TELEMETRY: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False}
 
 
+def supervise_embedded(state: AppState, pgdata: Path) -> EmbeddedSupervisor:
+    """A supervisor of the embedded server, which after a restart drops every pool's connections
+    (they all died with the server): the next request opens a fresh one instead of failing."""
+
+    async def drop_dead_connections() -> None:
+        await state.engine.dispose()
+        for replace_pool in state.after_restart:
+            await replace_pool()
+
+    return EmbeddedSupervisor(pgdata, state.database_url, drop_dead_connections)
+
+
 def create_app(
     settings: Settings | None = None,
     *,
     database_url: str | None = None,
     run_worker: bool = False,
+    embedded: bool = False,
 ) -> FastAPI:
     """Build the app. The database URL is resolved at startup (embedded server if none is set);
-    with `run_worker`, a worker runs in the same process (`agmem serve` without --no-worker)."""
+    with `run_worker`, a worker runs in the same process (`agmem serve` without --no-worker).
+    `embedded` says `database_url` is the embedded server of `settings.pgdata` (`agmem serve`
+    resolved it first); the app then restarts that server if it dies, as it does when it
+    started the server itself."""
     settings = settings or get_settings()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         url = database_url or resolve_database_url(settings)
         engine = make_async_engine(url, pool_size=settings.db_pool_size)
-        app.state.agmem = AppState(
+        state = app.state.agmem = AppState(
             settings=settings,
             database_url=url,
             engine=engine,
@@ -56,6 +74,14 @@ def create_app(
             gemini_gate=gemini_gate(settings),
         )
         stop = asyncio.Event()
+        owns_server = settings.database_url is None and (embedded or database_url is None)
+        if owns_server:
+            state.supervisor = supervise_embedded(state, settings.pgdata)
+        supervising = (
+            asyncio.create_task(state.supervisor.run(stop), name="agmem-embedded-supervisor")
+            if state.supervisor is not None
+            else None
+        )
         worker = (
             asyncio.create_task(
                 Worker(
@@ -72,6 +98,8 @@ def create_app(
             stop.set()
             if worker is not None:
                 await worker
+            if supervising is not None:
+                await supervising
             await engine.dispose()
 
     app = App(

@@ -3,7 +3,8 @@ memories' read path."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
@@ -11,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from app.config import Settings
 
 if TYPE_CHECKING:
+    from app.db.supervisor import EmbeddedSupervisor
     from app.llm.ratelimit import GeminiGate
     from app.memories.reads import MemoryReads
 
@@ -25,3 +27,8 @@ class AppState:
     memory_reads: MemoryReads | None = None
     # The breaker of the API's own Gemini calls (resume briefings), while the lifespan runs.
     gemini_gate: GeminiGate | None = None
+    # What replaces the raw psycopg pools of this lifespan (capture, memory reads) with fresh
+    # ones after the embedded server was restarted: their connections died with it.
+    after_restart: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    # Restarts the embedded server this process serves from, if it dies (None on DATABASE_URL).
+    supervisor: EmbeddedSupervisor | None = None

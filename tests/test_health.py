@@ -5,6 +5,7 @@ from typing import Any
 import psycopg
 from fastapi.testclient import TestClient
 
+from app.db.supervisor import EmbeddedSupervisor
 from app.main import create_app
 from tests.conftest import make_settings
 
@@ -39,3 +40,25 @@ def test_health_is_503_when_database_is_down(tmp_path: Any) -> None:
     body = response.json()
     assert body["database"].startswith("unreachable")
     assert body["error"] == "DatabaseUnavailable"
+
+
+def test_health_says_when_the_embedded_server_is_being_restarted(tmp_path: Any) -> None:
+    unreachable = f"postgresql://nobody@/agmem?host={tmp_path}"
+    app = create_app(make_settings(home=tmp_path), database_url=unreachable)
+
+    async def nothing() -> None:
+        return None
+
+    with TestClient(app) as client:
+        supervisor = EmbeddedSupervisor(tmp_path / "pgdata", unreachable, nothing)
+        supervisor.down_since, supervisor.attempts = 0.0, 3
+        supervisor.last_error = "could not start the embedded PostgreSQL in /x: no space left"
+        app.state.agmem.supervisor = supervisor
+        response = client.get("/health")
+
+    assert response.status_code == 503
+    assert response.json()["detail"] == (
+        "the database is unreachable (the embedded PostgreSQL stopped; restart attempt 3, "
+        "last failure: could not start the embedded PostgreSQL in /x: no space left); "
+        "retry shortly"
+    )

@@ -23,6 +23,7 @@ from typing import Any
 import psycopg
 import structlog
 from fastapi import FastAPI, Request
+from psycopg_pool import PoolClosed
 from sqlalchemy import TextClause
 
 from app.capture import pipeline, queries
@@ -125,6 +126,8 @@ class GroupWriter:
         self._pending: deque[_Pending] = deque()
         self._lanes: list[_Lane] = []
         self._committing = 0
+        # Which pool's connections the lanes may keep (see replace_pool).
+        self._generation = 0
         self._wake = asyncio.Event()
         self._tasks = [
             asyncio.create_task(self._run(), name=f"agmem-capture-writer-{n}")
@@ -145,6 +148,20 @@ class GroupWriter:
                 break
         self._wake.set()
         return await future
+
+    def replace_pool(self, pool: RawPool) -> RawPool:
+        """Take connections from `pool` from now on; returns the previous pool, to be closed.
+
+        For a restarted server: a lane keeps its connection between batches, so each would have
+        sent its next batch down a connection that died with the old server (one 503 per writer
+        after the restart). A lane waiting for statements lets its connection go instead and
+        takes one from `pool`; a batch already sent finishes on its own connection, never
+        cancelled: it may have committed, and its requests must get that answer."""
+        stale, self.pool = self.pool, pool
+        self._generation += 1
+        self._lanes.clear()  # no request sends into a lane of the old pool any more
+        self._wake.set()
+        return stale
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -176,12 +193,15 @@ class GroupWriter:
         while True:
             await self._work()
             batch: list[_Pending] = []
+            pool = self.pool
             try:
-                async with self.pool.connection() as connection:
-                    while True:
+                async with pool.connection() as connection:
+                    generation = self._generation
+                    while generation == self._generation:
                         lane = _Lane(connection)
                         batch = lane.sent
-                        await self._collect(lane)
+                        if not await self._collect(lane, generation):
+                            break  # the pool was replaced: a fresh connection from the new one
                         self._committing += 1
                         try:
                             await self._write(lane)
@@ -189,6 +209,8 @@ class GroupWriter:
                             self._committing -= 1
                             self._wake.set()
             except Exception as error:  # no connection, or it broke: every request sees it
+                if isinstance(error, PoolClosed) and pool is not self.pool:
+                    continue  # it waited on the pool replace_pool retired: nothing was sent
                 _fail(batch, error)
                 if not isinstance(error, psycopg.OperationalError) or not batch:
                     # Nothing could be sent: fail what waits too, rather than retry forever.
@@ -198,9 +220,10 @@ class GroupWriter:
             finally:  # cancelled at shutdown: no request may wait for an answer forever
                 _fail(batch, psycopg.OperationalError("the capture writer stopped"))
 
-    async def _collect(self, lane: _Lane) -> None:
+    async def _collect(self, lane: _Lane, generation: int) -> bool:
         """Open a pipeline, send what is queued, and wait until it holds at least one statement
-        (or a queued statement needs preparing first)."""
+        (or a queued statement needs preparing first). False when the pool was replaced while
+        the lane held nothing: its connection is to be given up."""
         await pipeline.prepare(
             lane.connection, [_NOTIFY, *(sent.stmt for sent, _future in self._pending)]
         )
@@ -211,9 +234,13 @@ class GroupWriter:
             while not self._ready(lane):
                 self._wake.clear()
                 await self._wake.wait()
+                if generation != self._generation and not lane.sent:
+                    return False
                 self._fill(lane)
         finally:
-            self._lanes.remove(lane)
+            if lane in self._lanes:  # replace_pool empties the list
+                self._lanes.remove(lane)
+        return True
 
     def _ready(self, lane: _Lane) -> bool:
         """Whether the lane should be synced now: it holds statements and no other lane is
@@ -301,11 +328,23 @@ async def capture_lifespan(app: FastAPI) -> AsyncIterator[None]:
         pool, writers=settings.capture_writers, max_batch=settings.capture_batch_max
     )
     app.state.capture_writer = writer
+
+    async def replace_pool() -> None:
+        fresh = make_capture_pool(
+            state.database_url,
+            pool_size=settings.capture_writers,
+            synchronous_commit=settings.capture_synchronous_commit,
+        )
+        await fresh.open(wait=False)
+        await writer.replace_pool(fresh).close()
+
+    state.after_restart.append(replace_pool)
     try:
         yield
     finally:
+        state.after_restart.remove(replace_pool)
         await writer.close()
-        await pool.close()
+        await writer.pool.close()
 
 
 def capture_writer(request: Request) -> GroupWriter:

@@ -107,7 +107,12 @@ def serve(
         migrate.upgrade(url)
         typer.echo(f"agmem: database {describe_location(settings, url)}, schema at head", err=True)
         typer.echo(f"agmem: serving on http://{url_host(settings.host)}:{bound_port}", err=True)
-        app = create_app(settings, database_url=url, run_worker=not no_worker)
+        app = create_app(
+            settings,
+            database_url=url,
+            run_worker=not no_worker,
+            embedded=settings.database_url is None,
+        )
         freeze_startup_heap()
         exit_cleanly_on_sigterm()
         config = uvicorn.Config(

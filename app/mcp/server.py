@@ -311,7 +311,12 @@ def mount_mcp(app: FastAPI, settings: Settings) -> McpEndpoint:
         return current
 
     endpoint = McpEndpoint(build_server(state), settings)
-    app.router.routes.append(Route("/mcp", endpoint=endpoint, methods=["GET", "POST", "DELETE"]))
+    # POST only. The endpoint is stateless: it offers no server-initiated SSE stream and has no
+    # session to end, and the spec's answer to a GET or DELETE then is 405. Handed to the SDK, a
+    # GET opened an SSE stream that never sent anything (`curl` waited forever) and a DELETE got
+    # a 405 without the `Allow` header. The router's 405 names `Allow: POST`, in our error shape;
+    # the SDK's client opens neither without a session id, which a stateless server never gives.
+    app.router.routes.append(Route("/mcp", endpoint=endpoint, methods=["POST"]))
     return endpoint
 
 

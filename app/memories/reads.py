@@ -35,6 +35,7 @@ import psycopg
 import structlog
 from fastapi import FastAPI
 from psycopg.rows import class_row
+from psycopg_pool import PoolClosed
 from sqlalchemy import Table, Text, and_, bindparam, func, select
 from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -260,8 +261,21 @@ class MemoryReads:
 
     async def read(self, *, key: str, visibility: Visibility) -> ReadRow:
         """The most specific live visible memory under `key`, with its access counted."""
-        async with self.pool.connection() as connection:
-            return await read_on(connection, self.counter, key=key, visibility=visibility)
+        while True:
+            pool = self.pool
+            try:
+                async with pool.connection() as connection:
+                    return await read_on(connection, self.counter, key=key, visibility=visibility)
+            except PoolClosed:
+                if pool is self.pool:  # shutting down
+                    raise
+                # It waited for a connection of the pool a restart retired: none was used.
+
+    def replace_pool(self, pool: RawPool) -> RawPool:
+        """Read through `pool` from now on (the server was restarted); returns the previous pool,
+        to be closed. A read waiting for one of its connections then moves to `pool`."""
+        stale, self.pool = self.pool, pool
+        return stale
 
     async def flush(self) -> int:
         """Write the accesses recorded so far (a no-op without any)."""
@@ -342,6 +356,13 @@ async def memory_reads_lifespan(app: FastAPI) -> AsyncIterator[None]:
     await pool.open(wait=False)
     reads = MemoryReads(pool)
     state.memory_reads = reads
+
+    async def replace_pool() -> None:
+        fresh = make_reads_pool(state.database_url, pool_size=state.settings.db_pool_size)
+        await fresh.open(wait=False)
+        await reads.replace_pool(fresh).close()
+
+    state.after_restart.append(replace_pool)
     stop = asyncio.Event()
     flusher = asyncio.create_task(
         reads.flush_every(state.settings.memory_access_flush_ms / 1000, stop)
@@ -352,4 +373,5 @@ async def memory_reads_lifespan(app: FastAPI) -> AsyncIterator[None]:
         stop.set()
         await flusher
         state.memory_reads = None
-        await pool.close()
+        state.after_restart.remove(replace_pool)
+        await reads.pool.close()

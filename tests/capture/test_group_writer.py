@@ -18,6 +18,7 @@ from app.capture.db import GroupWriter, RawResult, make_capture_pool
 from app.main import create_app
 from tests.capture.builders import count, make_session, observe, send_result
 from tests.conftest import make_settings
+from tests.pools import replaced_while_waiting, unreachable_pool
 
 INSERT = text(
     "INSERT INTO sessions (id, project_path) VALUES (:id, '/p') "
@@ -259,3 +260,48 @@ def test_a_captured_result_wakes_the_worker_once_its_batch_commits(
     db.execute("UPDATE observations SET status = 'pending' WHERE id = 'a'")
     db.execute("UPDATE observations SET status = 'captured' WHERE id = 'a'")
     assert [n.payload for n in db.notifies(timeout=2.0, stop_after=1)] == ["observation"]
+
+
+def test_after_replace_pool_the_next_statement_does_not_use_a_dead_connection(
+    database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    # A restarted server: the lane's connection died with the old one while it waited for work.
+    async def run() -> tuple[Any, Any]:
+        old = make_capture_pool(database_url, pool_size=1)
+        await old.open(wait=True)
+        writer = GroupWriter(old, writers=1, max_batch=8)
+        fresh = make_capture_pool(database_url, pool_size=1)
+        try:
+            first = await writer.execute(INSERT, {"id": "before"})
+            db.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = 'agmem-capture' AND datname = current_database()"
+            )
+            await fresh.open(wait=True)
+            await writer.replace_pool(fresh).close()
+            return first, await writer.execute(INSERT, {"id": "after"})
+        finally:
+            await writer.close()
+            await writer.pool.close()
+
+    first, after = asyncio.run(run())
+    assert (first.one().id, after.one().id) == ("before", "after")
+    assert count(db, "sessions") == 2
+
+
+def test_a_statement_waiting_on_a_replaced_pool_runs_on_the_new_one(
+    database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    async def run() -> Any:
+        down = await unreachable_pool(lambda url: make_capture_pool(url, pool_size=1))
+        writer = GroupWriter(down, writers=1, max_batch=8)
+        fresh = make_capture_pool(database_url, pool_size=1)
+        try:
+            statement = writer.execute(INSERT, {"id": "queued"})
+            return await replaced_while_waiting(statement, writer.replace_pool, fresh)
+        finally:
+            await writer.close()
+            await writer.pool.close()
+
+    assert asyncio.run(run()).one().id == "queued"
+    assert count(db, "sessions") == 1

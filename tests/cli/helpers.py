@@ -76,12 +76,12 @@ def start_serve(port: int, *args: str, **env: str) -> subprocess.Popen[str]:
     return spawn_agmem("serve", "--port", str(port), *args, **env)
 
 
-def read_banner(process: subprocess.Popen[str]) -> list[str]:
-    """`agmem serve`'s output up to its `serving on` line (or its error)."""
+def read_banner(process: subprocess.Popen[str], marker: str = "serving on") -> list[str]:
+    """The command's output up to its line holding `marker` (or its error)."""
     lines = []
     assert process.stdout is not None
     for line in process.stdout:
         lines.append(line)
-        if "serving on" in line or "error" in line:
+        if marker in line or "error" in line:
             break
     return lines

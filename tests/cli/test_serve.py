@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import os
 import re
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import httpx
@@ -149,3 +152,93 @@ def test_an_ipv6_host_is_bound_and_named_as_a_url(database_url: str) -> None:
         server.send_signal(signal.SIGTERM)
         output, _ = server.communicate(timeout=60)
     assert server.returncode == 0, "".join(banner) + output
+
+
+def answers(method: str, url: str, **kwargs: object) -> httpx.Response | None:
+    """The response, or None when the request could not be sent (the server is down)."""
+    try:
+        return httpx.request(method, url, timeout=10, **kwargs)  # type: ignore[arg-type]
+    except httpx.HTTPError:
+        return None
+
+
+def poll_until_ok(method: str, url: str, timeout: float = 60, **kwargs: object) -> httpx.Response:
+    """Repeat a request until it succeeds; every failure on the way is a 503 in our error shape."""
+    deadline = time.monotonic() + timeout
+    while True:
+        response = answers(method, url, **kwargs)
+        assert response is not None, f"{method} {url}: no answer"
+        if response.is_success:
+            return response
+        assert response.status_code == 503, response.text
+        assert response.json()["error"] in ("DatabaseUnavailable", "ServiceUnavailable")
+        assert time.monotonic() < deadline, f"{method} {url} still 503 after {timeout}s"
+        time.sleep(0.2)
+
+
+def kill_postmaster(home: Path) -> int:
+    """SIGKILL the embedded server's postmaster, as the OOM killer does; returns its pid."""
+    pid = int((home / "pgdata" / "postmaster.pid").read_text().split()[0])
+    os.kill(pid, signal.SIGKILL)
+    return pid
+
+
+def test_the_worker_restarts_the_embedded_postgres_after_it_is_killed(tmp_path: Path) -> None:
+    # A worker may be the only process left on the embedded server: it restarts it too.
+    home = tmp_path / "home"
+    worker = spawn_agmem("worker", AGMEM_HOME=str(home))
+    try:
+        assert "worker on" in read_banner(worker, "worker on")[-1]
+        killed = kill_postmaster(home)
+        deadline = time.monotonic() + 60
+        while True:
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                pid = int((home / "pgdata" / "postmaster.pid").read_text().split()[0])
+                if pid != killed:
+                    break
+            assert worker.poll() is None, "the worker exited"
+            assert time.monotonic() < deadline, "the worker did not restart postgres in 60s"
+            time.sleep(0.2)
+        with psycopg.connect(embedded_url(home), autocommit=True) as connection:
+            assert connection.execute("SELECT count(*) FROM memories").fetchone() == (0,)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        output, _ = worker.communicate(timeout=60)
+    assert worker.returncode == 0, output
+    assert "Traceback" not in output
+    assert "embedded_postgres.restarted" in output
+
+
+def test_serve_restarts_the_embedded_postgres_after_it_is_killed(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    server = start_serve(port, AGMEM_HOME=str(home))
+    try:
+        wait_for_health(port, server)
+        stored = httpx.put(f"{base}/api/memories/survives", json={"value": 42, "scope": "global"})
+        assert stored.status_code == 201, stored.text
+        session = {"projectPath": "/tmp/p", "id": "killed-postmaster"}
+        assert httpx.post(f"{base}/api/session/start", json=session).status_code == 201
+        pidfile = home / "pgdata" / "postmaster.pid"
+        killed = kill_postmaster(home)
+
+        # Health first (SQLAlchemy's pool), then the two raw pools: memory reads and capture.
+        health = poll_until_ok("GET", f"{base}/health")
+        assert health.json()["database"] == "ok"
+        assert int(pidfile.read_text().split()[0]) != killed
+        read = poll_until_ok("GET", f"{base}/api/memories/survives", params={"scope": "global"})
+        assert read.json()["value"] == 42
+        observe = {
+            "sessionId": "killed-postmaster",
+            "functionName": "read_file",
+            "functionArgs": {"path": "a.py"},
+        }
+        observed = poll_until_ok("POST", f"{base}/api/observe", json=observe)
+        assert observed.status_code == 201
+    finally:
+        output = stop(server)
+    assert server.returncode == 0, output
+    assert "Traceback" not in output
+    assert "embedded_postgres.restarted" in output
+    assert not pidfile.exists(), "postgres kept running after serve stopped"

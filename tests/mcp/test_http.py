@@ -63,6 +63,22 @@ def test_mcp_other_methods_are_405(live_server: LiveServer, method: str) -> None
     assert httpx.request(method, f"{live_server.url}/mcp").status_code == 405
 
 
+@pytest.mark.parametrize("accept", ["text/event-stream", "*/*"])
+@pytest.mark.parametrize("method", ["GET", "DELETE"])
+def test_mcp_get_and_delete_answer_405_at_once(
+    live_server: LiveServer, method: str, accept: str
+) -> None:
+    # A stateless server offers no server-initiated SSE stream and no session to end: the spec's
+    # answer is 405. GET opened an SSE stream that never sent anything, and `curl` waited forever
+    # (the timeout turns that hang into a failure instead of a stuck run).
+    response = httpx.request(
+        method, f"{live_server.url}/mcp", headers={"Accept": accept}, timeout=10
+    )
+    assert response.status_code == 405
+    assert response.headers["allow"] == "POST"
+    assert response.json()["error"] == "MethodNotAllowed"
+
+
 def test_get_context_defaults_to_the_servers_context_settings(
     live_server_small_context: LiveServer, database_url: str
 ) -> None:

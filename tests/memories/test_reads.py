@@ -20,6 +20,7 @@ from app.memories.schemas import MemoryWrite
 from app.memories.service import MemoryNotFound, Visibility, write_memory
 from tests.conftest import make_settings
 from tests.memories.helpers import PROJECT, put, url
+from tests.pools import replaced_while_waiting, unreachable_pool
 
 T = TypeVar("T")
 SEEN = {"projectPath": PROJECT}
@@ -207,3 +208,22 @@ def test_an_exact_read_answers_503_promptly_when_the_database_is_down(tmp_path: 
     assert answer.json()["error"] == "DatabaseUnavailable"
     assert answer.headers["retry-after"]
     assert waited < 10
+
+
+def test_a_read_waiting_on_a_replaced_pool_runs_on_the_new_one(
+    database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    # After a restart of the embedded server the app swaps in a fresh pool and closes the old
+    # one: a read that was waiting for a connection of the old one is not failed by that.
+    async def work(_: Any) -> Any:
+        down = await unreachable_pool(lambda url: reads.make_reads_pool(url, pool_size=2))
+        memory_reads = reads.MemoryReads(down)
+        fresh = reads.make_reads_pool(database_url, pool_size=2)
+        try:
+            read = memory_reads.read(key="shared.hot", visibility=Visibility())
+            return await replaced_while_waiting(read, memory_reads.replace_pool, fresh)
+        finally:
+            await fresh.close()
+
+    row = _run(database_url, work)
+    assert (row.key, row.access_count) == ("shared.hot", 1)

@@ -1,0 +1,192 @@
+"""The embedded server's supervisor: when its postmaster is gone, restart it, with back-off."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+from pathlib import Path
+
+from app.db.supervisor import (
+    MAX_RETRY_SECONDS,
+    EmbeddedSupervisor,
+    postmaster_pid,
+    running_postmaster,
+)
+
+URL = "postgresql://postgres:@/postgres?host=/somewhere"
+
+
+def write_pid(pgdata: Path, pid: int) -> None:
+    # postmaster.pid: the pid, the data folder, then the start time, port, socket folder...
+    (pgdata / "postmaster.pid").write_text(f"{pid}\n{pgdata}\n1700000000\n5432\n")
+
+
+def dead_pid() -> int:
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+def test_a_missing_or_unreadable_pid_file_means_not_running(tmp_path: Path) -> None:
+    assert postmaster_pid(tmp_path) is None
+    assert running_postmaster(tmp_path) is None
+    (tmp_path / "postmaster.pid").write_text("")  # being written by a starting server
+    assert running_postmaster(tmp_path) is None
+
+
+def test_a_live_postmaster_is_running_and_a_dead_one_is_not(tmp_path: Path) -> None:
+    write_pid(tmp_path, os.getpid())
+    assert running_postmaster(tmp_path) == os.getpid()
+    write_pid(tmp_path, dead_pid())
+    assert running_postmaster(tmp_path) is None
+
+
+def test_a_dead_postmaster_that_is_our_child_is_reaped_not_taken_for_alive(tmp_path: Path) -> None:
+    # Where agmem is pid 1, the orphaned postmaster is its child: once killed it stays a zombie,
+    # which `kill(pid, 0)` still finds.
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        write_pid(tmp_path, child.pid)
+        assert running_postmaster(tmp_path) is not None
+        child.kill()
+        os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # a zombie now, not reaped
+        assert running_postmaster(tmp_path) is None
+    finally:
+        child.kill()
+        child.wait()
+
+
+class FakeServer:
+    """Fails to start `failures` times, then starts (a live pid in postmaster.pid)."""
+
+    def __init__(self, pgdata: Path, failures: int) -> None:
+        self.pgdata = pgdata
+        self.failures = failures
+        self.calls = 0
+
+    def start(self, pgdata: Path) -> str:
+        assert pgdata == self.pgdata
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise RuntimeError(f"could not start the embedded PostgreSQL (try {self.calls})\nlog")
+        write_pid(pgdata, os.getpid())
+        return URL
+
+
+def supervise(
+    pgdata: Path, server: FakeServer, *, stop_after_restart: bool = True
+) -> tuple[EmbeddedSupervisor, list[float], list[str | None], list[str]]:
+    """Run a supervisor on `server` with a sleep that records instead of waiting."""
+    slept: list[float] = []
+    described: list[str | None] = []
+    events: list[str] = []
+    stop = asyncio.Event()
+
+    async def after_restart() -> None:
+        events.append("after_restart")
+        if stop_after_restart:
+            stop.set()
+
+    async def record(_stop: asyncio.Event, seconds: float) -> None:
+        slept.append(seconds)
+        described.append(supervisor.describe())
+        if len(slept) > 20:
+            stop.set()
+
+    supervisor = EmbeddedSupervisor(
+        pgdata, URL, after_restart, start=server.start, sleep=record, check_seconds=1.0
+    )
+    asyncio.run(supervisor.run(stop))
+    return supervisor, slept, described, events
+
+
+def test_a_dead_server_is_restarted_and_the_pools_told(tmp_path: Path) -> None:
+    write_pid(tmp_path, dead_pid())  # what a SIGKILL leaves behind
+    server = FakeServer(tmp_path, failures=0)
+
+    supervisor, slept, _described, events = supervise(tmp_path, server)
+
+    assert server.calls == 1
+    assert events == ["after_restart"]
+    assert supervisor.describe() is None
+    assert running_postmaster(tmp_path) is not None
+
+
+def test_a_server_that_will_not_start_is_retried_with_back_off_and_reported(
+    tmp_path: Path,
+) -> None:
+    write_pid(tmp_path, dead_pid())
+    server = FakeServer(tmp_path, failures=7)
+
+    supervisor, slept, described, events = supervise(tmp_path, server)
+
+    assert server.calls == 8
+    assert slept == [1.0, 2.0, 4.0, 8.0, 16.0, MAX_RETRY_SECONDS, MAX_RETRY_SECONDS]
+    assert described[0] == (
+        "the embedded PostgreSQL stopped; restart attempt 1, last failure: "
+        "could not start the embedded PostgreSQL (try 1)"
+    )
+    assert described[-1] is not None
+    assert "restart attempt 7" in described[-1]
+    assert events == ["after_restart"]
+    assert (supervisor.attempts, supervisor.last_error, supervisor.describe()) == (0, None, None)
+
+
+def test_a_running_server_is_only_looked_at(tmp_path: Path) -> None:
+    write_pid(tmp_path, os.getpid())
+    server = FakeServer(tmp_path, failures=0)
+
+    _supervisor, slept, described, events = supervise(tmp_path, server)
+
+    assert server.calls == 0
+    assert events == []
+    assert set(slept) == {1.0}
+    assert set(described) == {None}
+
+
+def test_a_failing_pool_reset_does_not_stop_the_supervisor(tmp_path: Path) -> None:
+    write_pid(tmp_path, dead_pid())
+    server = FakeServer(tmp_path, failures=0)
+    stop = asyncio.Event()
+    resets = 0
+
+    async def broken_reset() -> None:
+        nonlocal resets
+        resets += 1
+        raise OSError("no")
+
+    async def count_checks(_stop: asyncio.Event, _seconds: float) -> None:
+        stop.set()  # the check after the restart: the loop went on
+
+    supervisor = EmbeddedSupervisor(tmp_path, URL, broken_reset, start=server.start)
+    supervisor.sleep = count_checks
+    asyncio.run(supervisor.run(stop))
+    assert (resets, server.calls, supervisor.describe()) == (1, 1, None)
+
+
+def test_a_server_another_process_restarted_first_still_resets_the_pools(tmp_path: Path) -> None:
+    # `agmem status` run right after the crash starts the server itself, before the supervisor
+    # looks: there is a live postmaster again, but a new one, and our connections are dead.
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        write_pid(tmp_path, os.getpid())
+        server = FakeServer(tmp_path, failures=0)
+        stop = asyncio.Event()
+        events: list[str] = []
+
+        async def after_restart() -> None:
+            events.append("after_restart")
+            stop.set()
+
+        async def restart_elsewhere(_stop: asyncio.Event, _seconds: float) -> None:
+            write_pid(tmp_path, other.pid)
+
+        supervisor = EmbeddedSupervisor(
+            tmp_path, URL, after_restart, start=server.start, sleep=restart_elsewhere
+        )
+        asyncio.run(supervisor.run(stop))
+    finally:
+        other.kill()
+        other.wait()
+    assert (server.calls, events, supervisor.pid) == (0, ["after_restart"], other.pid)
