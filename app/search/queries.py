@@ -475,7 +475,7 @@ SELECT t.id, t.score, t.vector_rank, t.vector_score, t.keyword_rank, t.keyword_s
        c.end_line, c.session_id, c.observation_id, c.created_at
 FROM top t JOIN memory_chunks c ON c.id = t.id
 WHERE NOT EXISTS (SELECT FROM memories m WHERE m.id = c.memory_id
-                  AND (m.expires_at <= now() OR m.scope = 'session'))
+  AND (m.expires_at <= now() OR m.scope = 'session'))
 ORDER BY t.score DESC, t.id"""
     return text(sql)
 
