@@ -243,11 +243,19 @@ class SearchFilters:
         }
 
 
+# What a reader naming a project sees: the project's rows, and the global and project-less shared
+# memories, indexed (source kv) under the empty project. A read by key resolves those for the
+# project (app.memories.service.visible_to); searching the project alone left them out of search,
+# the context block and the proxy. Session memories have no index rows (only their session may
+# read them). The `kv` test keeps any other row stored without a project out of every project.
+PROJECT_FILTER = "(c.project_path = :f_project OR (c.project_path = '' AND c.source = 'kv'))"
+
+
 def _filter_sql(shape: tuple[bool, ...]) -> str:
     project, sources, path_prefix, since, until = shape
     clauses = []
     if project:
-        clauses.append("c.project_path = :f_project")
+        clauses.append(PROJECT_FILTER)
     if sources:
         clauses.append("c.source = ANY(CAST(:f_sources AS text[]))")
     if path_prefix:
@@ -418,7 +426,10 @@ def search_statement(
     A kv row whose memory has expired is left out of the final rows (a primary-key probe for
     each of at most `limit` rows): its index row goes only when the memory is purged (the
     worker, every minute; never without one), and until then search and the context block served
-    a value every read already called gone. Such a search returns fewer than `limit` rows."""
+    a value every read already called gone. So is the row of a session memory, which only its
+    session may read: one indexed before session memories lost their index rows (walk10) stays
+    until the memory is written again, and a project-less one sits under the empty project, which
+    every project's search includes. Such a search returns fewer than `limit` rows."""
     filters = _filter_sql(shape)
     score, exact_join = _SCORES[mode], ""
     if exact and mode == "hybrid":
@@ -463,7 +474,8 @@ SELECT t.id, t.score, t.vector_rank, t.vector_score, t.keyword_rank, t.keyword_s
        c.source, c.content, {snippet} AS snippet, c.file_path AS path, c.start_line,
        c.end_line, c.session_id, c.observation_id, c.created_at
 FROM top t JOIN memory_chunks c ON c.id = t.id
-WHERE NOT EXISTS (SELECT FROM memories m WHERE m.id = c.memory_id AND m.expires_at <= now())
+WHERE NOT EXISTS (SELECT FROM memories m WHERE m.id = c.memory_id
+  AND (m.expires_at <= now() OR m.scope = 'session'))
 ORDER BY t.score DESC, t.id"""
     return text(sql)
 

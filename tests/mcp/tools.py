@@ -87,6 +87,19 @@ async def exercise_every_tool(client: Client) -> None:
     )
     assert found["results"][0]["source"] == "kv"
     assert found["results"][0]["content"].startswith("current.task: auth refactoring")
+    # A global memory, which a read for the project sees, is found by the project's search too.
+    structured(
+        await client.call_tool(
+            "write_memory",
+            {"key": "ai.style", "value": "rotation notes stay terse", "scope": "global"},
+        )
+    )
+    found = structured(
+        await client.call_tool(
+            "search_memory", {"query": "rotation", "project_path": PROJECT, "sources": ["kv"]}
+        )
+    )
+    assert "ai.style: rotation notes stay terse" in {hit["content"] for hit in found["results"]}
 
     context = structured(
         await client.call_tool(

@@ -5,9 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.index.embedding import embed_pending_chunks
+from app.llm.embeddings import local_embedder
 from tests.memories.helpers import PROJECT, put, url
+from tests.search.seed import in_session
+
+OTHER = "/home/dev/blog"
 
 
 def search(client: TestClient, query: str, **extra: Any) -> list[dict[str, Any]]:
@@ -95,3 +102,84 @@ def test_an_expired_memory_is_out_of_search_and_context_before_its_purge(
     assert "window is open" not in context
     assert "quokka deploys need a review" in context
     assert db.execute("SELECT count(*) FROM memory_chunks").fetchone() == (2,)
+
+
+def _embed_index(database_url: str) -> None:
+    async def work(session: AsyncSession) -> None:
+        while (await embed_pending_chunks(session, local_embedder())).chunks:
+            pass
+
+    in_session(database_url, work)
+
+
+def _write_every_scope(client: TestClient) -> None:
+    put(client, "ai.style", "wombat answers stay terse", scope="global")
+    put(client, "shared.team", "wombat platform team", scope="shared", projectPath=None)
+    put(client, "shared.contract", "wombat api contract v2", scope="shared")
+    put(client, "project.db", "wombat postgres sixteen")
+    put(client, "project.db", "wombat sqlite in blog", projectPath=OTHER)
+    put(client, "shared.blog", "wombat blog handoff", scope="shared", projectPath=OTHER)
+    put(client, "ai.scratch", "wombat session scratch", scope="session", sessionId="s-1")
+
+
+VISIBLE_TO_PROJECT = {
+    "ai.style: wombat answers stay terse",
+    "shared.team: wombat platform team",
+    "shared.contract: wombat api contract v2",
+    "project.db: wombat postgres sixteen",
+}
+
+
+@pytest.mark.parametrize("mode", ["keyword", "vector", "hybrid"])
+def test_a_project_search_sees_what_a_read_for_the_project_sees(
+    client: TestClient, database_url: str, mode: str
+) -> None:
+    # A read by key for PROJECT resolves global and shared memories; search and context did not
+    # (they are indexed under the empty project), in both branches alike.
+    _write_every_scope(client)
+    _embed_index(database_url)
+
+    found = {hit["content"] for hit in search(client, "wombat", mode=mode, limit=20)}
+
+    assert found == VISIBLE_TO_PROJECT
+    blog = {
+        hit["content"] for hit in search(client, "wombat", mode=mode, limit=20, projectPath=OTHER)
+    }
+    assert blog == {
+        "ai.style: wombat answers stay terse",
+        "shared.team: wombat platform team",
+        "project.db: wombat sqlite in blog",
+        "shared.blog: wombat blog handoff",
+    }
+
+
+def test_a_project_context_shows_global_and_shared_memories_the_prompt_finds(
+    client: TestClient, database_url: str
+) -> None:
+    _write_every_scope(client)
+    _embed_index(database_url)
+
+    context = client.get(
+        "/api/context", params={"projectPath": PROJECT, "prompt": "wombat", "format": "json"}
+    ).json()["context"]
+
+    for text in VISIBLE_TO_PROJECT:
+        assert text.split(": ")[1] in context, text  # a hit or a fact line
+    for hidden in ("sqlite in blog", "blog handoff", "session scratch"):
+        assert hidden not in context
+
+
+def test_a_session_memory_s_index_row_from_before_walk10_is_in_no_search(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    # Before walk10 session memories were indexed, a project-less one under the empty project,
+    # which every project's search now includes: such a leftover row must not be served.
+    put(client, "ai.scratch", "numbat private scratch", scope="session", sessionId="s-1")
+    put(client, "ai.note", "numbat own note", scope="session", sessionId="s-2", projectPath=None)
+    db.execute(
+        "INSERT INTO memory_chunks (project_path, source, memory_id, content, hash) "
+        "SELECT project_path, 'kv', id, key || ': ' || (value #>> '{}'), md5(key) FROM memories"
+    )
+
+    assert search(client, "numbat", mode="keyword") == []
+    assert search(client, "numbat", mode="keyword", projectPath=None) == []

@@ -39,6 +39,19 @@ def test_prints_ranked_results_with_paths_and_lines(env: dict[str, str]) -> None
     assert "garden.md" not in result.output
 
 
+def test_a_project_search_finds_a_global_memory(env: dict[str, str]) -> None:
+    runner = CliRunner()
+    runner.invoke(
+        cli, ["memory", "set", "ai.style", "tokens stay short", "--scope", "global"], env=env
+    )
+
+    result = runner.invoke(cli, ["search", "validate token", "--project", "/p"], env=env)
+
+    assert result.exit_code == 0, result.output
+    assert "ai.style: **tokens** stay short" in result.output  # the snippet, highlighted
+    assert "src/auth.ts#L3-L9" in result.output
+
+
 def test_json_output_and_modes(env: dict[str, str]) -> None:
     result = CliRunner().invoke(
         cli, ["search", "tomatoes", "--mode", "keyword", "--limit", "3", "--json"], env=env

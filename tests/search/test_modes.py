@@ -224,7 +224,9 @@ def test_vector_branch_uses_the_models_hnsw_index_under_a_project_filter(
     db.execute(f"DROP INDEX IF EXISTS {index}")
     db.execute(
         "INSERT INTO memory_chunks (project_path, source, content, hash, embedding, model) "
-        "SELECT CASE WHEN g %% 4 = 0 THEN '/q' ELSE '/p' END, 'memory', 'row ' || g, "
+        # Every 25th row a global memory's (kv, no project), which the project filter includes.
+        "SELECT CASE WHEN g %% 4 = 0 THEN '/q' WHEN g %% 25 = 1 THEN '' ELSE '/p' END, "
+        "CASE WHEN g %% 25 = 1 THEN 'kv' ELSE 'memory' END, 'row ' || g, "
         "md5(g::text), (SELECT array_agg(random() - 0.5)::float4[] FROM generate_series(1, %s) "
         " WHERE g > 0)::vector, %s FROM generate_series(1, 12000) g",
         (embedder.dims, embedder.identity),
@@ -257,6 +259,7 @@ def test_vector_branch_uses_the_models_hnsw_index_under_a_project_filter(
     plan = in_session(database_url, explain)
     assert hnsw_index_name(embedder.identity) in plan, plan
     assert "Index Scan" in plan
+    assert "project_path = ''::text" in plan, plan  # the filter explained is the project's reach
 
 
 def test_snippets_can_be_left_out_for_callers_that_read_content(
