@@ -68,6 +68,21 @@ class SearchTuning:
         )
 
 
+# ts_headline marks matches with this; the text's own `**` is removed before highlighting.
+HIGHLIGHT = "**"
+SNIPPET_CHARS = 300  # a snippet without a match: the text's opening, as for a query of no words
+
+
+def snippet(headline: str, content: str) -> str:
+    """`headline` when it shows a match, else the opening of `content`.
+
+    Without a match in the text, ts_headline returns the text's first MinWords (8) words: a
+    row found by its vector alone, or by an identifier's parts or its section titles (in its
+    `search_terms`, not its text), got ~50 characters such as `export function
+    validateToken(raw: string) { return verify`."""
+    return headline if HIGHLIGHT in headline else content[:SNIPPET_CHARS]
+
+
 def query_vector(embedder: Embedder, query: str) -> str | None:
     """The query's vector as a pgvector literal, or None when it has no direction (emoji only)."""
     vector = embedder.embed_query(query)
@@ -176,7 +191,7 @@ async def search(
             vector_score=row.vector_score,
             keyword_score=row.keyword_score,
             content=row.content,
-            snippet=row.snippet,
+            snippet=snippet(row.snippet, row.content) if snippets else "",
             path=row.path,
             start_line=row.start_line,
             end_line=row.end_line,
