@@ -84,7 +84,7 @@ def snippet(headline: str, content: str) -> str:
 
 
 def query_vector(embedder: Embedder, query: str) -> str | None:
-    """The query's vector as a pgvector literal, or None when it has no direction (emoji only)."""
+    """The query's vector as a pgvector literal, or None when it is a zero vector."""
     vector = embedder.embed_query(query)
     if not np.isfinite(vector).all() or float(np.linalg.norm(vector)) < 1e-6:
         return None
