@@ -131,6 +131,10 @@ async def search(
         raise EmptySearchQuery("query is empty; send the words to search for")
     if request.since and request.until and request.since >= request.until:
         raise InvalidSearchFilter("since must be earlier than until")
+    if request.sources is not None and not request.sources:
+        raise InvalidSearchFilter(
+            "sources is empty: name at least one source, or leave it out for every source"
+        )
     filters = queries.SearchFilters(
         project_path=request.project_path,
         sources=tuple(request.sources) if request.sources is not None else None,

@@ -162,6 +162,13 @@ def test_limit_and_invalid_bodies(client: TestClient, corpus: list[int]) -> None
     )
     assert response.status_code == 400
     assert response.json()["error"] == "InvalidSearchFilter"
+    # No source at all matches nothing: it answered an empty list, as if nothing were found.
+    response = client.post("/api/search", json={"query": "pool", "sources": []})
+    assert response.status_code == 400
+    assert response.json() == {
+        "error": "InvalidSearchFilter",
+        "detail": "sources is empty: name at least one source, or leave it out for every source",
+    }
 
 
 @pytest.mark.parametrize("mode", ["hybrid", "weighted", "vector", "keyword"])
