@@ -70,17 +70,20 @@ class SearchTuning:
 
 # ts_headline marks matches with this; the text's own `**` is removed before highlighting.
 HIGHLIGHT = "**"
-SNIPPET_CHARS = 300  # a snippet without a match: the text's opening, as for a query of no words
+SNIPPET_CHARS = 300  # a snippet without a match (or of a query of no words): the opening
 
 
 def snippet(headline: str, content: str) -> str:
-    """`headline` when it shows a match, else the opening of `content`.
+    """`headline` when it shows a match, else the opening of `content`, without its own `**`
+    (in a snippet they mark matching words).
 
     Without a match in the text, ts_headline returns the text's first MinWords (8) words: a
     row found by its vector alone, or by an identifier's parts or its section titles (in its
     `search_terms`, not its text), got ~50 characters such as `export function
     validateToken(raw: string) { return verify`."""
-    return headline if HIGHLIGHT in headline else content[:SNIPPET_CHARS]
+    if HIGHLIGHT in headline:
+        return headline
+    return content.replace(HIGHLIGHT, "")[:SNIPPET_CHARS]
 
 
 def query_vector(embedder: Embedder, query: str) -> str | None:

@@ -104,6 +104,20 @@ def test_a_row_whose_text_lacks_the_query_words_shows_its_opening_not_eight_word
     assert "**privileged**" in highlighted["snippet"]
 
 
+def test_an_unhighlighted_snippet_drops_the_texts_own_bold(
+    client: TestClient, database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    # `**` in a snippet marks a matching word; the text's own bold read as matches that were not.
+    text = "## Quota\n\nThe TUI shows **live remaining quota** for each provider, every minute."
+    add_chunks(database_url, [Chunk(text, path="q.md")])
+    plain = text.replace("**", "")
+    for query in ("usage limits dashboard", "🔥 ✅"):  # by its vector alone; a query of no words
+        response = client.post("/api/search", json={"query": query, "mode": "vector"})
+        (result,) = response.json()["results"]
+        assert result["snippet"] == plain, query
+        assert result["content"] == text
+
+
 def test_more_matching_terms_rank_higher(
     client: TestClient, database_url: str, db: psycopg.Connection[Any]
 ) -> None:
