@@ -50,7 +50,7 @@ def test_a_wide_character_counts_as_a_token() -> None:
     assert estimate_tokens("abcd") == 1
     assert estimate_tokens("架構設計") == 4
     assert estimate_tokens("항구") == 2
-    assert estimate_tokens("ｱｲ") == 1  # halfwidth katakana is narrow
+    assert estimate_tokens("é → ├──") == 2  # accents, arrows, box drawing: four a token
     assert estimate_tokens("🔥 ok") == 2
     assert estimate_tokens("src/discordbot 是機器人的進入點") == 4 + 8
     mixed = "機器人 bot " * 30
