@@ -444,14 +444,12 @@ def search_statement(
         else _EMPTY_KW,
     ]
     snippet = (
-        "''::text"
-        if not snippets
         # The text's own `**` would nest with the highlight markers (`****Rate** limits**`).
-        else "ts_headline('english', replace(c.content, '**', ''), to_tsquery('english', :tsq), "
+        "ts_headline('english', replace(c.content, '**', ''), to_tsquery('english', :tsq), "
         '\'MaxFragments=2, MaxWords=24, MinWords=8, FragmentDelimiter=" … ", '
         "StartSel=**, StopSel=**')"
-        if use_keyword
-        else "left(c.content, 300)"
+        if snippets and use_keyword
+        else "''::text"  # no words to highlight: the service quotes the text's opening
     )
     evidence_sql = (
         " AND (COALESCE(vector_score, -1) >= CAST(:min_similarity AS float8) OR keyword_tier >= 1)"

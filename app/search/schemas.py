@@ -41,6 +41,15 @@ class SearchRequest(CamelModel):
         # lone surrogate, which pydantic's string check refuses, becomes U+FFFD as it does there.
         return clean_text(value) if isinstance(value, str) else value
 
+    @field_validator("limit", "min_score", mode="before")
+    @classmethod
+    def _not_bool(cls, value: object) -> object:
+        # pydantic reads JSON `true` as 1: `limit: true` answered one result, `minScore: true`
+        # (a score no hybrid row reaches) none, both without a word.
+        if isinstance(value, bool):
+            raise ValueError("must be a number, not a boolean")
+        return value
+
     @field_validator("project_path")
     @classmethod
     def _canonical(cls, value: str | None) -> str | None:

@@ -68,8 +68,26 @@ class SearchTuning:
         )
 
 
+# ts_headline marks matches with this; the text's own `**` is removed before highlighting.
+HIGHLIGHT = "**"
+SNIPPET_CHARS = 300  # a snippet without a match (or of a query of no words): the opening
+
+
+def snippet(headline: str, content: str) -> str:
+    """`headline` when it shows a match, else the opening of `content`, without its own `**`
+    (in a snippet they mark matching words).
+
+    Without a match in the text, ts_headline returns the text's first MinWords (8) words: a
+    row found by its vector alone, or by an identifier's parts or its section titles (in its
+    `search_terms`, not its text), got ~50 characters such as `export function
+    validateToken(raw: string) { return verify`."""
+    if HIGHLIGHT in headline:
+        return headline
+    return content.replace(HIGHLIGHT, "")[:SNIPPET_CHARS]
+
+
 def query_vector(embedder: Embedder, query: str) -> str | None:
-    """The query's vector as a pgvector literal, or None when it has no direction (emoji only)."""
+    """The query's vector as a pgvector literal, or None when it is a zero vector."""
     vector = embedder.embed_query(query)
     if not np.isfinite(vector).all() or float(np.linalg.norm(vector)) < 1e-6:
         return None
@@ -116,6 +134,10 @@ async def search(
         raise EmptySearchQuery("query is empty; send the words to search for")
     if request.since and request.until and request.since >= request.until:
         raise InvalidSearchFilter("since must be earlier than until")
+    if request.sources is not None and not request.sources:
+        raise InvalidSearchFilter(
+            "sources is empty: name at least one source, or leave it out for every source"
+        )
     filters = queries.SearchFilters(
         project_path=request.project_path,
         sources=tuple(request.sources) if request.sources is not None else None,
@@ -176,7 +198,7 @@ async def search(
             vector_score=row.vector_score,
             keyword_score=row.keyword_score,
             content=row.content,
-            snippet=row.snippet,
+            snippet=snippet(row.snippet, row.content) if snippets else "",
             path=row.path,
             start_line=row.start_line,
             end_line=row.end_line,

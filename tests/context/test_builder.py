@@ -41,3 +41,39 @@ def test_truncation_stays_within_the_tokens_it_is_given() -> None:
         cut = truncate_to_tokens(text, tokens)
         assert estimate_tokens(cut) <= tokens
     assert truncate_to_tokens("short", 10) == "short"
+
+
+def test_a_wide_character_counts_as_a_token() -> None:
+    # Tokenisers give a CJK character, kana, hangul or emoji a token or more each, where four
+    # ASCII characters share one: at four characters a token, a 2,000-token block of Chinese
+    # transcript held ~1,400 ideographs plus the rest, well over its budget in real tokens.
+    assert estimate_tokens("abcd") == 1
+    assert estimate_tokens("架構設計") == 4
+    assert estimate_tokens("항구") == 2
+    assert estimate_tokens("é → ├──") == 2  # accents, arrows, box drawing: four a token
+    assert estimate_tokens("🔥 ok") == 2
+    assert estimate_tokens("src/discordbot 是機器人的進入點") == 4 + 8
+    mixed = "機器人 bot " * 30
+    for tokens in (1, 2, 7, 40, 99):
+        cut = truncate_to_tokens(mixed, tokens)
+        assert estimate_tokens(cut) <= tokens
+        assert mixed.startswith(cut.removesuffix("…"))
+    assert len(truncate_to_tokens("機" * 100, 10)) == 10  # nine ideographs and the ellipsis
+    for a, b in [("機器", "人 x"), ("abc", "機"), ("ab", "cd 機器人"), ("a" * 5, "b" * 7)]:
+        assert estimate_tokens(a + b) <= estimate_tokens(a) + estimate_tokens(b)
+
+
+def test_a_cjk_block_keeps_to_its_budget_in_characters(
+    database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    summary = "這個專案是一個功能豐富的機器人，整合了聊天、影像生成與資料庫功能。" * 60
+    add_session(database_url, "s1", summary=summary, prompt="機器人專案")
+
+    async def work(session: AsyncSession) -> ContextBlock:
+        return await build_context(
+            session, project_path="/p", prompt=None, budget=300, embedder=local_embedder()
+        )
+
+    block = in_session(database_url, work)
+    assert "這個專案" in block.markdown
+    assert sum(not ch.isascii() for ch in block.markdown) <= block.token_count <= 300

@@ -75,6 +75,49 @@ def test_snippet_highlights_do_not_nest_with_the_texts_own_bold(
     assert result["content"].startswith("## Limits\n\n**Rate limiting**")  # content untouched
 
 
+def test_a_row_whose_text_lacks_the_query_words_shows_its_opening_not_eight_words(
+    client: TestClient, database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    # Without a match in the text, ts_headline returns its first MinWords (8) words: a row found
+    # by its vector alone, or by an identifier's parts (`refreshSessionCookie` is one word to the
+    # english parser, its parts are in `search_terms`), was shown as eight words.
+    coffee = (
+        "The coffee machine on the third floor is descaled every Monday morning by the "
+        "facilities team, and the office plants are watered on Thursdays."
+    )
+    code = (
+        "export function refreshSessionCookie(res: Response) { return rotate(res) } "
+        "// called after each privileged action, before the answer is sent"
+    )
+    add_chunks(database_url, [Chunk(coffee, path="e.md"), Chunk(code, path="a.ts")])
+    for mode in ("vector", "hybrid", "weighted"):
+        response = client.post("/api/search", json={"query": "espresso maker", "mode": mode})
+        by_path = {result["path"]: result for result in response.json()["results"]}
+        assert by_path["e.md"]["snippet"] == coffee, mode
+    (found,) = keyword(client, "refresh session cookie")
+    assert found["snippet"] == code
+    long = "word " * 100 + "refreshSessionCookie"
+    add_chunks(database_url, [Chunk(long, path="f.md")])
+    snippets = {r["path"]: r["snippet"] for r in keyword(client, "refresh session cookie")}
+    assert snippets["f.md"] == long[:300]
+    (highlighted,) = keyword(client, "privileged")  # a match in the text is highlighted as before
+    assert "**privileged**" in highlighted["snippet"]
+
+
+def test_an_unhighlighted_snippet_drops_the_texts_own_bold(
+    client: TestClient, database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    # `**` in a snippet marks a matching word; the text's own bold read as matches that were not.
+    text = "## Quota\n\nThe TUI shows **live remaining quota** for each provider, every minute."
+    add_chunks(database_url, [Chunk(text, path="q.md")])
+    plain = text.replace("**", "")
+    for query in ("usage limits dashboard", "🔥 ✅"):  # by its vector alone; a query of no words
+        response = client.post("/api/search", json={"query": query, "mode": "vector"})
+        (result,) = response.json()["results"]
+        assert result["snippet"] == plain, query
+        assert result["content"] == text
+
+
 def test_more_matching_terms_rank_higher(
     client: TestClient, database_url: str, db: psycopg.Connection[Any]
 ) -> None:

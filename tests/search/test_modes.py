@@ -142,6 +142,11 @@ def test_limit_and_invalid_bodies(client: TestClient, corpus: list[int]) -> None
         )
         assert response.status_code == 422, min_score
         assert "minScore" in response.json()["detail"]
+    # pydantic reads JSON `true` as 1: `limit: true` answered one result, `minScore: true` none.
+    for field in ("limit", "minScore"):
+        response = client.post("/api/search", json={"query": "pool", field: True})
+        assert response.status_code == 422, field
+        assert response.json()["detail"] == f"{field}: must be a number, not a boolean"
     # A NUL in a filter reached Postgres, which refused it: 422 quoting the database.
     nul = client.post("/api/search", json={"query": "po\u0000ol", "projectPath": "/p\u0000"})
     assert nul.status_code == 200
@@ -157,6 +162,13 @@ def test_limit_and_invalid_bodies(client: TestClient, corpus: list[int]) -> None
     )
     assert response.status_code == 400
     assert response.json()["error"] == "InvalidSearchFilter"
+    # No source at all matches nothing: it answered an empty list, as if nothing were found.
+    response = client.post("/api/search", json={"query": "pool", "sources": []})
+    assert response.status_code == 400
+    assert response.json() == {
+        "error": "InvalidSearchFilter",
+        "detail": "sources is empty: name at least one source, or leave it out for every source",
+    }
 
 
 @pytest.mark.parametrize("mode", ["hybrid", "weighted", "vector", "keyword"])
