@@ -247,10 +247,12 @@ def compress_extractive(
     """
     files = target_files(args)
     # The tool's name without its type: the type has its own column (and the Gemini summary's
-    # prompt prints it), and `(code_execution)` cost ~4 tokens an observation.
-    lines = [function_name]
+    # prompt prints it), and `(code_execution)` cost ~4 tokens an observation. Its files on the
+    # same line, `Edit cmd/x.go`, as what was done to what: a `Files:` line cost ~2 tokens more.
+    head = function_name
     if files:
-        lines.append("Files: " + ", ".join(files[:5]) + (" …" if len(files) > 5 else ""))
+        head += " " + ", ".join(files[:5]) + (" …" if len(files) > 5 else "")
+    lines = [head]
     diff = diff_summary(args) if observation_type == "file_write" else None
     todos = todo_line(args)
     if diff:

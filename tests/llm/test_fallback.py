@@ -83,9 +83,9 @@ def test_real_read_keeps_its_file_span_and_definitions_in_a_few_tokens() -> None
         project_path=GO_PROJECT,
     )
 
+    # The file on the tool's line: `Read cmd/entire/cli/config.go` reads as what was done.
     assert text == (
-        "Read\n"
-        "Files: cmd/entire/cli/config.go\n"
+        "Read cmd/entire/cli/config.go\n"
         "Result: lines 225-254 | func loadSettingsFromFile(filePath string) (*EntireSettings, "
         "error) { | func applyDefaultStrategy(settings *EntireSettings) {"
     )
@@ -107,18 +107,17 @@ def test_real_failed_edit_keeps_its_file_and_error_line() -> None:
     )
 
     lines = text.splitlines()
-    assert lines[:3] == [
-        "Edit",
-        "Files: cmd/entire/cli/config.go",
+    assert lines[:2] == [
+        "Edit cmd/entire/cli/config.go",
         # The change it tried: small enough to show, not only count.
         'Diff: +1/-1 lines: -return nil, fmt.Errorf("reading settings file: %w", err) '
         "| +return nil, err",
     ]
-    assert lines[3].startswith(
+    assert lines[2].startswith(
         "Errors: <tool_use_error>Found 2 matches of the string to replace, "
         "but replace_all is false."
     )
-    assert len(lines) == 4
+    assert len(lines) == 3
     assert estimate_tokens(text) <= 80  # the call: ~140 tokens, the error line half of this
 
 
@@ -133,12 +132,12 @@ def test_real_python_read_outlines_definitions_and_markdown_read_its_headings() 
     )
 
     # `# comments` of Python are no headings; `except Exception:` lines are no errors.
-    assert python.splitlines()[1:] == [
-        "Files: src/discordbot/cogs/gen_reply.py",
+    assert python.splitlines() == [
+        "read_file src/discordbot/cogs/gen_reply.py",
         "Result: 531 lines | def get_tools(model: str) -> list[ToolParam]: | "
         "class RouteDecision(BaseModel): | class ReplyGeneratorCogs(commands.Cog):",
     ]
-    assert markdown.splitlines()[2] == (
+    assert markdown.splitlines()[1] == (
         "Result: 191 lines | # AI-Powered Discord Bot | ## Features | ### AI Chat"
     )
     assert estimate_tokens(python) <= 60
@@ -153,8 +152,7 @@ def test_real_write_keeps_its_status_sentence_not_the_echoed_file() -> None:
     )
 
     assert text == (
-        "write_file\n"
-        "Files: GEMINI.md\n"
+        "write_file GEMINI.md\n"
         "Diff: +76/-0 lines\n"
         "Result: Successfully overwrote file: /home/wei/repo/discordbot/GEMINI.md."
     )
@@ -189,11 +187,11 @@ def test_real_edit_shows_its_changed_lines_and_a_large_write_only_their_count() 
     )
 
     # Seven lines replaced by seven, of which one differs: that line, before and after.
-    assert edit.splitlines()[2] == (
+    assert edit.splitlines()[1] == (
         'Diff: +1/-1 lines: -return nil, err | +return nil, fmt.Errorf("%w", err)'
     )
     assert estimate_tokens(edit) <= 50 < estimate_tokens(str(args))
-    assert write.splitlines()[2] == "Diff: +76/-0 lines"
+    assert write.splitlines()[1] == "Diff: +76/-0 lines"
 
 
 def test_search_in_a_folder_keeps_its_pattern() -> None:
@@ -205,7 +203,10 @@ def test_search_in_a_folder_keeps_its_pattern() -> None:
         result="cmd/entire/cli/config.go:84: return nil, fmt.Errorf(...)",
     )
 
-    assert text.splitlines()[1:3] == ["Files: cmd/entire/cli", "Args: reading settings file"]
+    assert text.splitlines()[:2] == [
+        "search_file_content cmd/entire/cli",
+        "Args: reading settings file",
+    ]
 
 
 def test_real_todo_list_keeps_every_item_and_its_state() -> None:

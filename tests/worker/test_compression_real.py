@@ -137,8 +137,7 @@ def test_extract_names_the_files_and_errors_capture_found_in_the_call(
     assert [t["generated_by"] for t in texts] == ["extractive", "extractive"]
     # Between the names and the result, which stays the last line (a summary quotes it).
     assert texts[0]["compressed_data"].splitlines() == [
-        "write_file",
-        "Files: GEMINI.md",
+        "write_file GEMINI.md",
         "Diff: +76/-0 lines",
         "Mentions: scripts/artale_data.py, src/discordbot/cli.py, "
         "src/discordbot/cogs/_gen_reply/prompts.py, cli.py, pyproject.toml",
