@@ -19,6 +19,8 @@ LAST_EDIT_CALL = "toolu_01MVc4aUcpAhwdpDXbaM77sb"  # Edit: `return nil, err` wra
 # A Claude Code session (CC 1.0.98) asked to write a CLAUDE.md, with a to-do list.
 CLAUDE_MD_SESSION = TESTDATA / "claude-code/ccviewer_1af7fc5e-8455-4414-9ccd-011d40f70b2a.jsonl"
 TODO_CALL = "toolu_01PbUvZLKxR3ysWR9vhm6PSH"  # TodoWrite: four items done, one in progress
+LAST_TODO_CALL = "toolu_01WG87BhAT5yVaRwP1gU9Uxz"  # TodoWrite: its one item done (~80 tokens)
+DENIED_WRITE_CALL = "toolu_01LM7vfs6eMdhHJokVajzJA1"  # Write CLAUDE.md: permission not granted
 # A Gemini CLI session writing a GEMINI.md for a Python Discord bot.
 GEMINI_SESSION = TESTDATA / "gemini/vct_gemini_session_jsonl_format.jsonl"
 

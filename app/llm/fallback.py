@@ -138,6 +138,40 @@ def _first_sentence(line: str) -> str:
     return line[: cut + 1] if cut > 0 else line
 
 
+# A write's reply that only says it worked, echoing the file the call named (`The file cmd/x.go
+# has been updated successfully.`, `Successfully modified file: /…/GEMINI.md (1 replacements).`):
+# its verb says how, and the file is on the first line already (a path the call did not name
+# is kept). Any other reply (a refusal, a permission prompt, a success that says more) is kept
+# as its first sentence.
+_SUCCESS = re.compile(r"\bsuccess(?:ful|fully)?\b", re.IGNORECASE)
+_CHANGE = re.compile(
+    r"\b(created|overwrote|overwritten|updated|modified|wrote|written|replaced|edited|saved"
+    r"|deleted|removed|moved|renamed|appended)\b",
+    re.IGNORECASE,
+)
+_PATHISH = re.compile(r"[^\s:,;()'\"`]*[/.][^\s:,;()'\"`]*\w")
+_WORD = re.compile(r"[^\W\d_]+")
+MAX_STATUS_WORDS = 8
+
+
+def write_status(line: str, *, files: Sequence[str], root: str | None) -> tuple[str, bool]:
+    """(what an extract shows of a write's first result line, whether that is a summary): the
+    verb of a plain success (`updated`) and any path it names that `files` do not, else the
+    line's first sentence."""
+    sentence = _first_sentence(_short(line))
+    rest = _PATHISH.sub(" ", sentence)
+    if (
+        not _SUCCESS.search(rest)
+        or _ERROR_LINE.search(rest)
+        or len(_WORD.findall(rest)) > MAX_STATUS_WORDS
+    ):
+        return sentence, False
+    change = _CHANGE.search(rest)
+    named = {_relative(f, root) for f in files}
+    paths = [p for p in _PATHISH.findall(sentence) if _relative(p, root) not in named]
+    return " ".join([change.group(1).lower() if change else "ok", *dict.fromkeys(paths)]), True
+
+
 def _first_key(args: Any, keys: Sequence[str]) -> str | None:
     if not isinstance(args, dict):
         return None
@@ -276,7 +310,11 @@ def compress_extractive(
         outline = read_outline(result, markdown=markdown)
         firsts = [outline] if outline and not errors else []
     elif observation_type == "file_write":
-        firsts = [_first_sentence(_short(ln)) for ln in _lines(result)[:1]] if not errors else []
+        firsts = [
+            write_status(ln, files=files, root=project_path)[0]
+            for ln in _lines(result)[:1]
+            if not errors
+        ]
     if firsts:
         lines.append("Result: " + " | ".join(firsts))
     elif result is None:
@@ -288,16 +326,37 @@ def compress_extractive(
     return "\n".join(lines)
 
 
-def keeps_every_line(text: str, *, args: Any, result: Any, project_path: str | None) -> bool:
+def _argument_strings(args: Any) -> Iterator[str]:
+    """The strings of a call's arguments an extract must hold; of a to-do list, its items'
+    text: their state is the mark, and Claude Code's `activeForm` restates the text (`Creating
+    CLAUDE.md …`) for its UI."""
+    if todo_line(args) is None:
+        yield from strings_in(args)
+        return
+    for key, value in args.items():
+        if key != "todos":
+            yield from strings_in(value)
+    for todo in args["todos"]:
+        yield todo.get("content") or todo.get("description")
+
+
+def keeps_every_line(
+    text: str, *, observation_type: str, args: Any, result: Any, project_path: str | None
+) -> bool:
     """Whether `text` holds every line of the call's argument and result strings (spacing and
-    the project's prefix aside): then only JSON syntax, keys and numbers were left out."""
+    the project's prefix aside), or what stands for it: then only JSON syntax, keys, numbers,
+    restated to-do items and a write's plain success reply (shown as its verb) were left out."""
     squashed = " ".join(text.split())
-    for value in (args, result):
-        for string in strings_in(value):
-            for line in string.splitlines():
-                words = " ".join(_relative(line, project_path).split())
-                if words and words not in squashed:
-                    return False
+    lines = [ln for s in _argument_strings(args) for ln in s.splitlines()]
+    replies = [ln for s in strings_in(result) for ln in s.splitlines()]
+    if observation_type == "file_write" and replies and replies[0].strip():
+        shown, summary = write_status(replies[0], files=target_files(args), root=project_path)
+        if summary and f"Result: {_relative(shown, project_path)}" in squashed:
+            replies = replies[1:]
+    for line in lines + replies:
+        words = " ".join(_relative(line, project_path).split())
+        if words and words not in squashed:
+            return False
     return True
 
 
@@ -372,6 +431,9 @@ def _highlight(digest: ObservationDigest) -> tuple[int, str] | None:
     # The last line that says something: a raw observation kept as indented JSON ends in a lone
     # `}`, and a bracket is no result.
     last = next((ln for ln in reversed(lines) if any(ch.isalnum() for ch in ln)), "")
+    if digest.observation_type == "file_write" and digest.files and last != lines[0]:
+        # A write's result is its status (`updated`): the first line names the tool and file.
+        last = f"{lines[0]}: {last.removeprefix('Result: ')}"
     return (1 if changed else 2), _short(last).rstrip(" ;.,")
 
 

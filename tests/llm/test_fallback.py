@@ -13,6 +13,7 @@ from app.llm.fallback import (
 from app.llm.tokens import estimate_tokens
 from tests.realdata import (
     CLAUDE_MD_SESSION,
+    DENIED_WRITE_CALL,
     FAILED_EDIT_CALL,
     GEMINI_SESSION,
     GO_PROJECT,
@@ -37,8 +38,8 @@ def digest(name: str, kind: str, compressed: str, files: list[str]) -> Observati
 
 def test_summary_names_the_task_counts_files_and_results_without_doubled_punctuation() -> None:
     observations = [
-        digest("read_file", "file_read", "read_file (file_read)\nResult: const key = 1;", ["a.ts"]),
-        digest("replace", "file_write", "replace (file_write)\nResult: OK.", ["a.ts"]),
+        digest("read_file", "file_read", "read_file a.ts\nResult: const key = 1;", ["a.ts"]),
+        digest("replace", "file_write", "replace a.ts\nResult: OK.", ["a.ts"]),
     ]
 
     summary = summarize_extractive(
@@ -49,7 +50,7 @@ def test_summary_names_the_task_counts_files_and_results_without_doubled_punctua
         'This session in /p on "fix the bug" made 2 tool calls (1 file read, 1 file write).'
     )
     assert "It touched a.ts." in summary
-    assert "Notable results: Result: const key = 1; Result: OK." in summary
+    assert "Notable results: Result: const key = 1; replace a.ts: OK." in summary
     assert ";;" not in summary
     assert ".." not in summary
 
@@ -144,17 +145,51 @@ def test_real_python_read_outlines_definitions_and_markdown_read_its_headings() 
     assert estimate_tokens(markdown) <= 30
 
 
-def test_real_write_keeps_its_status_sentence_not_the_echoed_file() -> None:
+def test_real_write_keeps_the_kind_of_change_its_status_says_not_the_echoed_file() -> None:
     name, args, result = gemini_call(GEMINI_SESSION, "4o2js0r9")  # write_file GEMINI.md
-
-    text = compress_extractive(
+    write = compress_extractive(
+        function_name=name,
+        observation_type="file_write",
+        args=args,
+        result=result,
+        project_path="/home/wei/repo/discordbot",
+    )
+    elsewhere = compress_extractive(
         function_name=name, observation_type="file_write", args=args, result=result
     )
+    name, args, result = tool_call(GO_SESSION, LAST_EDIT_CALL)
+    edit = compress_extractive(
+        function_name=name,
+        observation_type="file_write",
+        args=args,
+        result=result,
+        project_path=GO_PROJECT,
+    )
 
-    assert text == (
-        "write_file GEMINI.md\n"
-        "Diff: +76/-0 lines\n"
-        "Result: Successfully overwrote file: /home/wei/repo/discordbot/GEMINI.md."
+    # `Successfully overwrote file: /home/wei/repo/discordbot/GEMINI.md.`: the file is on the
+    # first line already; what the status adds is that it worked, and how.
+    assert write == "write_file GEMINI.md\nDiff: +76/-0 lines\nResult: overwrote"
+    # Outside that project, the path the reply names is not the call's `GEMINI.md`: kept.
+    assert elsewhere.splitlines()[-1] == "Result: overwrote /home/wei/repo/discordbot/GEMINI.md"
+    # `The file cmd/entire/cli/config.go has been updated successfully.`
+    assert edit.splitlines()[-1] == "Result: updated"
+
+
+def test_real_write_that_did_not_happen_keeps_its_status_whole() -> None:
+    name, args, result = tool_call(CLAUDE_MD_SESSION, DENIED_WRITE_CALL)
+
+    text = compress_extractive(
+        function_name=name,
+        observation_type="file_write",
+        args=args,
+        result=result,
+        project_path="/path/to/Demo",  # the transcript's cwd
+    )
+
+    # No error word, and no success either: the reader must learn the file was not written.
+    assert text.splitlines()[-1] == (
+        "Result: Claude requested permissions to write to CLAUDE.md, but you haven't granted "
+        "it yet."
     )
 
 
@@ -221,8 +256,19 @@ def test_real_todo_list_keeps_every_item_and_its_state() -> None:
         "Todos: [x] Analyze codebase structure and files; [x] Identify build, test, and lint "
         "commands; [x] Understand high-level architecture; [x] Check for existing CLAUDE.md, "
         "README.md, or rule files; [~] Create CLAUDE.md with essential information\n"
-        "Result: Todos have been modified successfully."
+        "Result: modified"
     )
+
+
+def test_summary_names_the_file_of_a_write_whose_result_is_its_status() -> None:
+    observations = [
+        digest("Read", "file_read", "Read a.go\nResult: lines 1-9 | func f() {", ["/p/a.go"]),
+        digest("Edit", "file_write", "Edit a.go\nDiff: +1/-1 lines\nResult: updated", ["/p/a.go"]),
+    ]
+
+    summary = summarize_extractive(project_path="/p", user_prompt=None, observations=observations)
+
+    assert "Notable results: Result: lines 1-9 | func f() {; Edit a.go: updated." in summary
 
 
 def test_summary_highlights_a_raw_observation_by_its_last_line_with_words() -> None:

@@ -12,10 +12,12 @@ from app.llm.compress import observation_text
 from app.llm.tokens import estimate_tokens
 from tests.conftest import make_settings
 from tests.realdata import (
+    CLAUDE_MD_SESSION,
     FMT_LINT_CALL,
     GEMINI_SESSION,
     GO_PROJECT,
     GO_SESSION,
+    LAST_TODO_CALL,
     LINT_CALL,
     READ_CALL,
     gemini_call,
@@ -108,6 +110,25 @@ def test_small_real_calls_are_kept_whole_or_extracted_losing_no_line_and_shown_s
     assert "Arguments:" not in block
 
 
+def test_small_real_to_do_list_is_extracted_its_status_and_item_rewording_left_out(
+    client: TestClient, db: psycopg.Connection[Any], database_url: str
+) -> None:
+    ((todo, captured),) = capture(
+        client, "/p", [tool_call(CLAUDE_MD_SESSION, LAST_TODO_CALL)]
+    ).items()
+    drain(make_settings(), database_url)
+
+    stored = row(db, "SELECT * FROM observations WHERE id = %s", todo)
+    # Kept whole it cost more than the call (84 tokens): the item's `activeForm` restates it
+    # ("Creating CLAUDE.md ..."), and the tool's reply is its success status and a nudge to the
+    # model ("Ensure that you continue to use the todo list ...").
+    assert stored["generated_by"] == "extractive"
+    assert stored["compressed_data"] == (
+        "TodoWrite\nTodos: [x] Create CLAUDE.md with essential information\nResult: modified"
+    )
+    assert stored["tokens_saved"] == captured - stored["compressed_tokens"] > 50
+
+
 def test_extract_of_a_real_read_counts_the_call_as_capture_measured_it(
     client: TestClient, db: psycopg.Connection[Any], database_url: str
 ) -> None:
@@ -141,7 +162,7 @@ def test_extract_names_the_files_and_errors_capture_found_in_the_call(
         "Diff: +76/-0 lines",
         "Mentions: scripts/artale_data.py, src/discordbot/cli.py, "
         "src/discordbot/cogs/_gen_reply/prompts.py, cli.py, pyproject.toml",
-        "Result: Successfully overwrote file: GEMINI.md.",
+        "Result: overwrote",
     ]
     assert (
         "Mentions: NotImplementedError, ValueError, AssertionError" in (texts[1]["compressed_data"])
