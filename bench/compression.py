@@ -232,6 +232,14 @@ def report(
                     f"{obs['originalTokens']:,} -> {obs['compressedTokens']:,} tokens\n"
                     f"{obs['compressedData']}"
                 )
+                lost = [
+                    value
+                    for kind in GUARDED_KINDS
+                    for value in (obs.get("entities") or {}).get(kind, [])
+                    if not survives(value, obs["compressedData"], obs["projectPath"])
+                ]
+                if lost:
+                    print(f"(entities not kept: {', '.join(lost)})")
             band = next(label for low, label in SIZE_BANDS if obs["originalTokens"] >= low)
             for tally in (
                 total,
