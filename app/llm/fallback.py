@@ -234,6 +234,21 @@ def todo_line(args: Any) -> str | None:
     return "Todos: " + "; ".join(items[:MAX_TODOS]) + more
 
 
+# A reply line that only repeats an argument under a label (`Topic summary: <summary>`,
+# `Current topic: "<title>"`): the extract shows the argument once.
+_LABEL = re.compile(r"^\w[\w .-]{0,40}:\s*")
+_QUOTES = "\"'`“”「」"
+
+
+def _echoed(line: str, values: Sequence[str]) -> str | None:
+    """The argument among `values` that `line` repeats under a label, if it does."""
+    label = _LABEL.match(line)
+    if not label:
+        return None
+    said = " ".join(line[label.end() :].strip().strip(_QUOTES).split())
+    return next((v for v in values if said and " ".join(v.split()) == said), None)
+
+
 def _relative(text: str, root: str | None) -> str:
     """Paths under the project written relative to it: the project is stored with the row."""
     if not root or len(root.rstrip("/")) < 2:
@@ -295,14 +310,16 @@ def compress_extractive(
         lines.append(todos)
     else:
         # The other arguments too: a search's pattern matters as much as the folder it searched.
-        arg_lines = [_short(s) for s in strings_in(args) if s.strip() and s not in files][:2]
-        if arg_lines:
-            lines.append("Args: " + " | ".join(arg_lines))
+        shown = [s for s in strings_in(args) if s.strip() and s not in files][:2]
+        if shown:
+            lines.append("Args: " + " | ".join(_short(s) for s in shown))
     names_at = len(lines)  # Mentions go here, with the names; Result stays the last line
     if observation_type in ("file_read", "file_write"):
         errors, _ = key_lines(_lines(result)[:STATUS_LINES])
     else:
-        errors, firsts = key_lines(result)
+        shown = [*files, *shown] if not (diff or todos) else files
+        replies = [ln for ln in _lines(result) if not _echoed(ln, shown)]
+        errors, firsts = key_lines(replies) if replies else ([], [])
     if errors:
         lines.append("Errors: " + " | ".join(errors))
     if observation_type == "file_read":
@@ -353,8 +370,12 @@ def keeps_every_line(
         shown, summary = write_status(replies[0], files=target_files(args), root=project_path)
         if summary and f"Result: {_relative(shown, project_path)}" in squashed:
             replies = replies[1:]
+    arguments = list(strings_in(args))
     for line in lines + replies:
         words = " ".join(_relative(line, project_path).split())
+        echo = _echoed(line, arguments) if line in replies else None
+        if echo is not None:
+            words = " ".join(_relative(echo, project_path).split())
         if words and words not in squashed:
             return False
     return True

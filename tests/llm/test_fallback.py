@@ -207,6 +207,23 @@ def test_raw_text_keeps_the_whole_call_and_unwraps_a_gemini_output() -> None:
     assert empty == "Bash\nResult: (empty)"
 
 
+def test_real_reply_that_repeats_the_arguments_under_labels_says_each_once() -> None:
+    name, args, result = gemini_call(GEMINI_SESSION, "b5qo7ls5")  # update_topic, 3 arguments
+
+    text = compress_extractive(
+        function_name=name, observation_type="other", args=args, result=result
+    )
+
+    # `Topic summary: <summary>` and `Strategic Intent: <intent>` echo the arguments the Args
+    # line shows; `Current topic: "<title>"` is the one the extract would not show otherwise.
+    for value in args.values():
+        assert text.count(value) == 1, value
+    assert "Topic summary:" not in text
+    assert text.splitlines()[-1] == f'Result: Current topic: "{args["title"]}"'
+    whole = raw_text(function_name=name, args=args, result=result)
+    assert estimate_tokens(text) < 0.6 * estimate_tokens(whole)
+
+
 def test_real_edit_shows_its_changed_lines_and_a_large_write_only_their_count() -> None:
     name, args, result = tool_call(GO_SESSION, LAST_EDIT_CALL)
     edit = compress_extractive(

@@ -129,6 +129,22 @@ def test_small_real_to_do_list_is_extracted_its_status_and_item_rewording_left_o
     assert stored["tokens_saved"] == captured - stored["compressed_tokens"] > 50
 
 
+def test_small_real_call_whose_reply_echoes_its_arguments_is_extracted(
+    client: TestClient, db: psycopg.Connection[Any], database_url: str
+) -> None:
+    name, args, result = gemini_call(GEMINI_SESSION, "jyi4d5mc")  # update_topic
+    ((topic, captured),) = capture(client, "/p", [(name, args, result)]).items()
+    drain(make_settings(), database_url)
+
+    stored = row(db, "SELECT * FROM observations WHERE id = %s", topic)
+    # Its reply, `Strategic Intent: <strategic_intent>`, repeats an argument the extract shows.
+    assert stored["generated_by"] == "extractive"
+    assert stored["compressed_data"] == (
+        f"update_topic\nArgs: {args['summary']} | {args['strategic_intent']}"
+    )
+    assert stored["compressed_tokens"] < captured
+
+
 def test_extract_of_a_real_read_counts_the_call_as_capture_measured_it(
     client: TestClient, db: psycopg.Connection[Any], database_url: str
 ) -> None:
