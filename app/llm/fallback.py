@@ -187,8 +187,8 @@ MAX_CHANGE = 80
 
 
 def diff_summary(args: Any) -> str | None:
-    """`+added/-removed lines` for a write or edit, from its old and new text arguments; with
-    the changed lines themselves (`: -old | +new`) when there are at most SMALL_DIFF."""
+    """`+added/-removed lines` for a write or edit, from its old and new text arguments; the
+    changed lines themselves (`-old | +new`) when there are at most SMALL_DIFF."""
     new = _first_key(args, _NEW_KEYS)
     if new is None:
         return None
@@ -203,8 +203,9 @@ def diff_summary(args: Any) -> str | None:
     summary = f"+{len(added)}/-{len(removed)} lines"
     changed = [ln for ln in removed + added if ln[1:].strip()]
     if changed and len(added) + len(removed) <= SMALL_DIFF:
-        shown = [ln[0] + _short(ln[1:])[:MAX_CHANGE] for ln in changed]
-        summary += ": " + " | ".join(shown)
+        shown = " | ".join(ln[0] + _short(ln[1:])[:MAX_CHANGE] for ln in changed)
+        # The lines shown say their count, unless a blank line was added or removed too.
+        summary = shown if len(changed) == len(added) + len(removed) else f"{summary}: {shown}"
     return summary
 
 

@@ -111,8 +111,7 @@ def test_real_failed_edit_keeps_its_file_and_error_line() -> None:
     assert lines[:2] == [
         "Edit cmd/entire/cli/config.go",
         # The change it tried: small enough to show, not only count.
-        'Diff: +1/-1 lines: -return nil, fmt.Errorf("reading settings file: %w", err) '
-        "| +return nil, err",
+        'Diff: -return nil, fmt.Errorf("reading settings file: %w", err) | +return nil, err',
     ]
     assert lines[2].startswith(
         "Errors: <tool_use_error>Found 2 matches of the string to replace, "
@@ -238,12 +237,22 @@ def test_real_edit_shows_its_changed_lines_and_a_large_write_only_their_count() 
         function_name=name, observation_type="file_write", args=args, result=result
     )
 
-    # Seven lines replaced by seven, of which one differs: that line, before and after.
-    assert edit.splitlines()[1] == (
-        'Diff: +1/-1 lines: -return nil, err | +return nil, fmt.Errorf("%w", err)'
-    )
+    # Seven lines replaced by seven, of which one differs: that line, before and after (which
+    # say the count too).
+    assert edit.splitlines()[1] == 'Diff: -return nil, err | +return nil, fmt.Errorf("%w", err)'
     assert estimate_tokens(edit) <= 50 < estimate_tokens(str(args))
     assert write.splitlines()[1] == "Diff: +76/-0 lines"
+
+
+def test_small_edit_that_adds_a_blank_line_keeps_the_count_its_shown_lines_do_not_say() -> None:
+    text = compress_extractive(
+        function_name="Edit",
+        observation_type="file_write",
+        args={"file_path": "a.py", "old_string": "a = 1\nb = 2", "new_string": "a = 1\n\nb = 3"},
+        result="The file a.py has been updated successfully.",
+    )
+
+    assert text.splitlines()[1] == "Diff: +2/-1 lines: -b = 2 | +b = 3"
 
 
 def test_search_in_a_folder_keeps_its_pattern() -> None:
