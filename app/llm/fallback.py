@@ -312,8 +312,11 @@ def compress_extractive(
     else:
         # The other arguments too: a search's pattern matters as much as the folder it searched.
         shown = [s for s in strings_in(args) if s.strip() and s not in files][:2]
-        if shown:
+        if shown and files:
             lines.append("Args: " + " | ".join(_short(s) for s in shown))
+        elif shown:
+            # What the call was given, where its files would be: `Glob package.json`.
+            lines[0] += " " + " | ".join(_short(s) for s in shown)
     names_at = len(lines)  # Mentions go here, with the names; Result stays the last line
     if observation_type in ("file_read", "file_write"):
         errors, _ = key_lines(_lines(result)[:STATUS_LINES])

@@ -270,6 +270,18 @@ def test_search_in_a_folder_keeps_its_pattern() -> None:
     ]
 
 
+def test_call_without_a_file_has_its_arguments_on_the_tool_line() -> None:
+    # Claude Code's Glob of a file that is not there: 10 tokens as the call's JSON.
+    text = compress_extractive(
+        function_name="Glob",
+        observation_type="search",
+        args={"pattern": "package.json"},
+        result="No files found",
+    )
+
+    assert text == "Glob package.json\nResult: No files found"
+
+
 def test_real_todo_list_keeps_every_item_and_its_state() -> None:
     name, args, result = tool_call(CLAUDE_MD_SESSION, TODO_CALL)
 

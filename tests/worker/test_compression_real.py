@@ -93,8 +93,7 @@ def test_small_real_calls_are_kept_whole_or_extracted_losing_no_line_and_shown_s
     extract = row(db, "SELECT * FROM observations WHERE id = %s", lint)
     assert extract["generated_by"] == "extractive"
     assert extract["compressed_data"] == (
-        "Bash\n"
-        "Args: mise run lint | Run linter to check the fix\n"
+        "Bash mise run lint | Run linter to check the fix\n"
         "Result: 0 issues. | [lint] $ golangci-lint run ./..."
     )
 
@@ -105,7 +104,7 @@ def test_small_real_calls_are_kept_whole_or_extracted_losing_no_line_and_shown_s
         'Bash Args: {"command":"mise run fmt && mise run lint","timeout":60000,"description":'
         '"Format and lint the code"} Result: Exit code 1 [fmt] $ gofmt -w . [lint]'
     ) in block
-    assert "Bash Args: mise run lint | Run linter to check the fix Result: 0 issues." in block
+    assert "Bash mise run lint | Run linter to check the fix Result: 0 issues." in block
     assert "Tool: Bash" not in block
     assert "Arguments:" not in block
 
@@ -140,7 +139,7 @@ def test_small_real_call_whose_reply_echoes_its_arguments_is_extracted(
     # Its reply, `Strategic Intent: <strategic_intent>`, repeats an argument the extract shows.
     assert stored["generated_by"] == "extractive"
     assert stored["compressed_data"] == (
-        f"update_topic\nArgs: {args['summary']} | {args['strategic_intent']}"
+        f"update_topic {args['summary']} | {args['strategic_intent']}"
     )
     assert stored["compressed_tokens"] < captured
 
