@@ -14,6 +14,7 @@ GO_CONFIG = f"{GO_PROJECT}/cmd/entire/cli/config.go"
 LINT_CALL = "toolu_01UDCJ7nXNksJ3rDjEuzZXW1"  # Bash `mise run lint`: "0 issues."
 FMT_LINT_CALL = "toolu_014BtLv7UEAoKLVEpEQpQzse"  # Bash `mise run fmt && mise run lint`: fails
 READ_CALL = "toolu_01Ln8gKtjTJ826Ptm75TtwUT"  # Read config.go from line 225
+GREP_CALL = "toolu_01CR4GHdCvzQ27BTRDRa3ASu"  # Grep -C 3 `reading settings file`: 2 matches
 FAILED_EDIT_CALL = "toolu_01HGAZudBVAkDXs767ZHG5CX"  # Edit refused: "Found 2 matches ..."
 LAST_EDIT_CALL = "toolu_01MVc4aUcpAhwdpDXbaM77sb"  # Edit: `return nil, err` wrapped again
 # A Claude Code session (CC 1.0.98) asked to write a CLAUDE.md, with a to-do list.

@@ -250,6 +250,31 @@ def _echoed(line: str, values: Sequence[str]) -> str | None:
     return next((v for v in values if said and " ".join(v.split()) == said), None)
 
 
+# A search's output line by line, grep's way: `path:84:` a match, `path-81-` a line of context
+# around it (grep -C, Claude Code's Grep); `--` between groups.
+_GREP_LINE = re.compile(r"^(\S+?)([:-])(\d+)\2\s*")
+
+
+def search_lines(lines: Sequence[str], root: str | None) -> list[str]:
+    """A search's result lines: with context, its matches only (what was found), and each file
+    named once in a row (`a.py:3: x | :9: y`)."""
+    parsed = [(_GREP_LINE.match(ln), ln) for ln in lines]
+    if not any(m and m.group(2) == ":" for m, _ in parsed):
+        return list(lines)
+    shown: list[str] = []
+    previous = None
+    for match, line in parsed:
+        if match is None and _WORDY.search(line):  # not `--`, which only parts groups
+            shown.append(line)
+            previous = None
+        elif match is not None and match.group(2) == ":":
+            path = _relative(match.group(1), root)
+            where = "" if path == previous else path
+            shown.append(f"{where}:{match.group(3)}: {line[match.end() :]}")
+            previous = path
+    return shown
+
+
 def _relative(text: str, root: str | None) -> str:
     """Paths under the project written relative to it: the project is stored with the row."""
     if not root or len(root.rstrip("/")) < 2:
@@ -323,6 +348,8 @@ def compress_extractive(
     else:
         shown = [*files, *shown] if not (diff or todos) else files
         replies = [ln for ln in _lines(result) if not _echoed(ln, shown)]
+        if observation_type == "search":
+            replies = search_lines(replies, project_path)
         errors, firsts = key_lines(replies) if replies else ([], [])
     if errors:
         lines.append("Errors: " + " | ".join(errors))

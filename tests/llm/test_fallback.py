@@ -18,6 +18,7 @@ from tests.realdata import (
     GEMINI_SESSION,
     GO_PROJECT,
     GO_SESSION,
+    GREP_CALL,
     LAST_EDIT_CALL,
     READ_CALL,
     TODO_CALL,
@@ -280,6 +281,38 @@ def test_call_without_a_file_has_its_arguments_on_the_tool_line() -> None:
     )
 
     assert text == "Glob package.json\nResult: No files found"
+
+
+def test_real_search_with_context_keeps_its_matches_naming_their_file_once() -> None:
+    name, args, result = tool_call(GO_SESSION, GREP_CALL)
+
+    text = compress_extractive(
+        function_name=name,
+        observation_type="search",
+        args=args,
+        result=result,
+        project_path=GO_PROJECT,
+    )
+
+    # The two places the string is (why the next Edit found 2 matches), not the first three
+    # lines of context (`config.go-81- // Load base settings`).
+    match = 'return nil, fmt.Errorf("reading settings file: %w", err)'
+    assert text.splitlines()[-1] == (
+        f"Result: cmd/entire/cli/config.go:84: {match} | :239: {match}"
+    )
+
+
+def test_search_without_context_names_a_file_once_in_a_row() -> None:
+    text = compress_extractive(
+        function_name="grep",
+        observation_type="search",
+        args={"pattern": "TTL"},
+        result="a/b.py:3:TTL = 60\na/b.py:9:print(TTL)\nc.py:1:from a.b import TTL",
+    )
+
+    assert text.splitlines()[-1] == (
+        "Result: a/b.py:3: TTL = 60 | :9: print(TTL) | c.py:1: from a.b import TTL"
+    )
 
 
 def test_real_todo_list_keeps_every_item_and_its_state() -> None:
