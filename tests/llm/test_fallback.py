@@ -37,6 +37,18 @@ def digest(name: str, kind: str, compressed: str, files: list[str]) -> Observati
     )
 
 
+def go_extract(call_id: str, observation_type: str) -> str:
+    """The extract of one call of the Go session, in its project."""
+    name, args, result = tool_call(GO_SESSION, call_id)
+    return compress_extractive(
+        function_name=name,
+        observation_type=observation_type,
+        args=args,
+        result=result,
+        project_path=GO_PROJECT,
+    )
+
+
 def test_summary_names_the_task_counts_files_and_results_without_doubled_punctuation() -> None:
     observations = [
         digest("read_file", "file_read", "read_file a.ts\nResult: const key = 1;", ["a.ts"]),
@@ -75,15 +87,7 @@ def test_compression_is_deterministic_and_keeps_errors() -> None:
 
 
 def test_real_read_keeps_its_file_span_and_definitions_in_a_few_tokens() -> None:
-    name, args, result = tool_call(GO_SESSION, READ_CALL)
-
-    text = compress_extractive(
-        function_name=name,
-        observation_type="file_read",
-        args=args,
-        result=result,
-        project_path=GO_PROJECT,
-    )
+    text = go_extract(READ_CALL, "file_read")
 
     # The file on the tool's line: `Read cmd/entire/cli/config.go` reads as what was done.
     assert text == (
@@ -94,19 +98,11 @@ def test_real_read_keeps_its_file_span_and_definitions_in_a_few_tokens() -> None
     # `error)` in a signature and `return nil, fmt.Errorf(...)` in the code are no error of the
     # read: the Errors line is for a read that failed.
     assert estimate_tokens(text) <= 55
-    assert estimate_tokens(text) < 0.15 * estimate_tokens(str(result))
+    assert estimate_tokens(text) < 0.15 * estimate_tokens(str(tool_call(GO_SESSION, READ_CALL)[2]))
 
 
 def test_real_failed_edit_keeps_its_file_and_error_line() -> None:
-    name, args, result = tool_call(GO_SESSION, FAILED_EDIT_CALL)
-
-    text = compress_extractive(
-        function_name=name,
-        observation_type="file_write",
-        args=args,
-        result=result,
-        project_path=GO_PROJECT,
-    )
+    text = go_extract(FAILED_EDIT_CALL, "file_write")
 
     lines = text.splitlines()
     assert lines[:2] == [
@@ -157,14 +153,7 @@ def test_real_write_keeps_the_kind_of_change_its_status_says_not_the_echoed_file
     elsewhere = compress_extractive(
         function_name=name, observation_type="file_write", args=args, result=result
     )
-    name, args, result = tool_call(GO_SESSION, LAST_EDIT_CALL)
-    edit = compress_extractive(
-        function_name=name,
-        observation_type="file_write",
-        args=args,
-        result=result,
-        project_path=GO_PROJECT,
-    )
+    edit = go_extract(LAST_EDIT_CALL, "file_write")
 
     # `Successfully overwrote file: /home/wei/repo/discordbot/GEMINI.md.`: the file is on the
     # first line already; what the status adds is that it worked, and how.
@@ -225,14 +214,7 @@ def test_real_reply_that_repeats_the_arguments_under_labels_says_each_once() -> 
 
 
 def test_real_edit_shows_its_changed_lines_and_a_large_write_only_their_count() -> None:
-    name, args, result = tool_call(GO_SESSION, LAST_EDIT_CALL)
-    edit = compress_extractive(
-        function_name=name,
-        observation_type="file_write",
-        args=args,
-        result=result,
-        project_path=GO_PROJECT,
-    )
+    edit = go_extract(LAST_EDIT_CALL, "file_write")
     name, args, result = gemini_call(GEMINI_SESSION, "4o2js0r9")  # write_file, 76 new lines
     write = compress_extractive(
         function_name=name, observation_type="file_write", args=args, result=result
@@ -241,7 +223,9 @@ def test_real_edit_shows_its_changed_lines_and_a_large_write_only_their_count() 
     # Seven lines replaced by seven, of which one differs: that line, before and after (which
     # say the count too).
     assert edit.splitlines()[1] == 'Diff: -return nil, err | +return nil, fmt.Errorf("%w", err)'
-    assert estimate_tokens(edit) <= 50 < estimate_tokens(str(args))
+    assert (
+        estimate_tokens(edit) <= 50 < estimate_tokens(str(tool_call(GO_SESSION, LAST_EDIT_CALL)[1]))
+    )
     assert write.splitlines()[1] == "Diff: +76/-0 lines"
 
 
@@ -284,15 +268,7 @@ def test_call_without_a_file_has_its_arguments_on_the_tool_line() -> None:
 
 
 def test_real_search_with_context_keeps_its_matches_naming_their_file_once() -> None:
-    name, args, result = tool_call(GO_SESSION, GREP_CALL)
-
-    text = compress_extractive(
-        function_name=name,
-        observation_type="search",
-        args=args,
-        result=result,
-        project_path=GO_PROJECT,
-    )
+    text = go_extract(GREP_CALL, "search")
 
     # The two places the string is (why the next Edit found 2 matches), not the first three
     # lines of context (`config.go-81- // Load base settings`).
