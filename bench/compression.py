@@ -209,8 +209,11 @@ def _context(client: TestClient, project: str, prompt: str | None) -> dict[str, 
     return body
 
 
-def report(client: TestClient, sessions: list[tuple[Replay, str, dict[str, int]]]) -> None:
-    """Print the compression figures, the raw share, the guard and the context blocks."""
+def report(
+    client: TestClient, sessions: list[tuple[Replay, str, dict[str, int]]], *, show: bool = False
+) -> None:
+    """Print the compression figures, the raw share, the guard and the context blocks (with
+    `show`, first every call's compressed text, to read what a later session would get)."""
     by_type: dict[str, Tally] = defaultdict(Tally)
     by_method: dict[str, Tally] = defaultdict(Tally)
     by_size: dict[str, Tally] = defaultdict(Tally)
@@ -223,6 +226,20 @@ def report(client: TestClient, sessions: list[tuple[Replay, str, dict[str, int]]
         for observation_id in ids:
             obs = client.get(f"/api/observations/{observation_id}").json()
             assert obs["status"] == "compressed", obs
+            if show:
+                print(
+                    f"--- {obs['functionName']} ({obs['observationType']}, {obs['generatedBy']}): "
+                    f"{obs['originalTokens']:,} -> {obs['compressedTokens']:,} tokens\n"
+                    f"{obs['compressedData']}"
+                )
+                lost = [
+                    value
+                    for kind in GUARDED_KINDS
+                    for value in (obs.get("entities") or {}).get(kind, [])
+                    if not survives(value, obs["compressedData"], obs["projectPath"])
+                ]
+                if lost:
+                    print(f"(entities not kept: {', '.join(lost)})")
             band = next(label for low, label in SIZE_BANDS if obs["originalTokens"] >= low)
             for tally in (
                 total,
@@ -297,7 +314,11 @@ def report(client: TestClient, sessions: list[tuple[Replay, str, dict[str, int]]
 
 
 def main() -> None:
-    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--show", action="store_true", help="print every call's compressed text before the figures"
+    )
+    args = parser.parse_args()
     configure_logging("warning")
     started = time.perf_counter()
     local_embedder()  # loaded once, before the replay
@@ -313,7 +334,7 @@ def main() -> None:
                     session_id, ids = _replay(client, replay)
                     sessions.append((replay, session_id, ids))
                 asyncio.run(_drain(settings, url))
-                report(client, sessions)
+                report(client, sessions, show=args.show)
     print(f"\n({time.perf_counter() - started:.0f} s)")
 
 

@@ -14,11 +14,14 @@ GO_CONFIG = f"{GO_PROJECT}/cmd/entire/cli/config.go"
 LINT_CALL = "toolu_01UDCJ7nXNksJ3rDjEuzZXW1"  # Bash `mise run lint`: "0 issues."
 FMT_LINT_CALL = "toolu_014BtLv7UEAoKLVEpEQpQzse"  # Bash `mise run fmt && mise run lint`: fails
 READ_CALL = "toolu_01Ln8gKtjTJ826Ptm75TtwUT"  # Read config.go from line 225
+GREP_CALL = "toolu_01CR4GHdCvzQ27BTRDRa3ASu"  # Grep -C 3 `reading settings file`: 2 matches
 FAILED_EDIT_CALL = "toolu_01HGAZudBVAkDXs767ZHG5CX"  # Edit refused: "Found 2 matches ..."
 LAST_EDIT_CALL = "toolu_01MVc4aUcpAhwdpDXbaM77sb"  # Edit: `return nil, err` wrapped again
 # A Claude Code session (CC 1.0.98) asked to write a CLAUDE.md, with a to-do list.
 CLAUDE_MD_SESSION = TESTDATA / "claude-code/ccviewer_1af7fc5e-8455-4414-9ccd-011d40f70b2a.jsonl"
 TODO_CALL = "toolu_01PbUvZLKxR3ysWR9vhm6PSH"  # TodoWrite: four items done, one in progress
+LAST_TODO_CALL = "toolu_01WG87BhAT5yVaRwP1gU9Uxz"  # TodoWrite: its one item done (~80 tokens)
+DENIED_WRITE_CALL = "toolu_01LM7vfs6eMdhHJokVajzJA1"  # Write CLAUDE.md: permission not granted
 # A Gemini CLI session writing a GEMINI.md for a Python Discord bot.
 GEMINI_SESSION = TESTDATA / "gemini/vct_gemini_session_jsonl_format.jsonl"
 

@@ -138,6 +138,40 @@ def _first_sentence(line: str) -> str:
     return line[: cut + 1] if cut > 0 else line
 
 
+# A write's reply that only says it worked, echoing the file the call named (`The file cmd/x.go
+# has been updated successfully.`, `Successfully modified file: /…/GEMINI.md (1 replacements).`):
+# its verb says how, and the file is on the first line already (a path the call did not name
+# is kept). Any other reply (a refusal, a permission prompt, a success that says more) is kept
+# as its first sentence.
+_SUCCESS = re.compile(r"\bsuccess(?:ful|fully)?\b", re.IGNORECASE)
+_CHANGE = re.compile(
+    r"\b(created|overwrote|overwritten|updated|modified|wrote|written|replaced|edited|saved"
+    r"|deleted|removed|moved|renamed|appended)\b",
+    re.IGNORECASE,
+)
+_PATHISH = re.compile(r"[^\s:,;()'\"`]*[/.][^\s:,;()'\"`]*\w")
+_WORD = re.compile(r"[^\W\d_]+")
+MAX_STATUS_WORDS = 8
+
+
+def write_status(line: str, *, files: Sequence[str], root: str | None) -> tuple[str, bool]:
+    """(what an extract shows of a write's first result line, whether that is a summary): the
+    verb of a plain success (`updated`) and any path it names that `files` do not, else the
+    line's first sentence."""
+    sentence = _first_sentence(_short(line))
+    rest = _PATHISH.sub(" ", sentence)
+    if (
+        not _SUCCESS.search(rest)
+        or _ERROR_LINE.search(rest)
+        or len(_WORD.findall(rest)) > MAX_STATUS_WORDS
+    ):
+        return sentence, False
+    change = _CHANGE.search(rest)
+    named = {_relative(f, root) for f in files}
+    paths = [p for p in _PATHISH.findall(sentence) if _relative(p, root) not in named]
+    return " ".join([change.group(1).lower() if change else "ok", *dict.fromkeys(paths)]), True
+
+
 def _first_key(args: Any, keys: Sequence[str]) -> str | None:
     if not isinstance(args, dict):
         return None
@@ -153,8 +187,8 @@ MAX_CHANGE = 80
 
 
 def diff_summary(args: Any) -> str | None:
-    """`+added/-removed lines` for a write or edit, from its old and new text arguments; with
-    the changed lines themselves (`: -old | +new`) when there are at most SMALL_DIFF."""
+    """`+added/-removed lines` for a write or edit, from its old and new text arguments; the
+    changed lines themselves (`-old | +new`) when there are at most SMALL_DIFF."""
     new = _first_key(args, _NEW_KEYS)
     if new is None:
         return None
@@ -169,8 +203,9 @@ def diff_summary(args: Any) -> str | None:
     summary = f"+{len(added)}/-{len(removed)} lines"
     changed = [ln for ln in removed + added if ln[1:].strip()]
     if changed and len(added) + len(removed) <= SMALL_DIFF:
-        shown = [ln[0] + _short(ln[1:])[:MAX_CHANGE] for ln in changed]
-        summary += ": " + " | ".join(shown)
+        shown = " | ".join(ln[0] + _short(ln[1:])[:MAX_CHANGE] for ln in changed)
+        # The lines shown say their count, unless a blank line was added or removed too.
+        summary = shown if len(changed) == len(added) + len(removed) else f"{summary}: {shown}"
     return summary
 
 
@@ -198,6 +233,46 @@ def todo_line(args: Any) -> str | None:
         return None
     more = f"; and {len(items) - MAX_TODOS} more" if len(items) > MAX_TODOS else ""
     return "Todos: " + "; ".join(items[:MAX_TODOS]) + more
+
+
+# A reply line that only repeats an argument under a label (`Topic summary: <summary>`,
+# `Current topic: "<title>"`): the extract shows the argument once.
+_LABEL = re.compile(r"^\w[\w .-]{0,40}:\s*")
+_QUOTES = "\"'`“”「」"
+
+
+def _echoed(line: str, values: Sequence[str]) -> str | None:
+    """The argument among `values` that `line` repeats under a label, if it does."""
+    label = _LABEL.match(line)
+    if not label:
+        return None
+    said = " ".join(line[label.end() :].strip().strip(_QUOTES).split())
+    return next((v for v in values if said and " ".join(v.split()) == said), None)
+
+
+# A search's output line by line, grep's way: `path:84:` a match, `path-81-` a line of context
+# around it (grep -C, Claude Code's Grep); `--` between groups.
+_GREP_LINE = re.compile(r"^(\S+?)([:-])(\d+)\2\s*")
+
+
+def search_lines(lines: Sequence[str], root: str | None) -> list[str]:
+    """A search's result lines: with context, its matches only (what was found), and each file
+    named once in a row (`a.py:3: x | :9: y`)."""
+    parsed = [(_GREP_LINE.match(ln), ln) for ln in lines]
+    if not any(m and m.group(2) == ":" for m, _ in parsed):
+        return list(lines)
+    shown: list[str] = []
+    previous = None
+    for match, line in parsed:
+        if match is None and _WORDY.search(line):  # not `--`, which only parts groups
+            shown.append(line)
+            previous = None
+        elif match is not None and match.group(2) == ":":
+            path = _relative(match.group(1), root)
+            where = "" if path == previous else path
+            shown.append(f"{where}:{match.group(3)}: {line[match.end() :]}")
+            previous = path
+    return shown
 
 
 def _relative(text: str, root: str | None) -> str:
@@ -247,10 +322,12 @@ def compress_extractive(
     """
     files = target_files(args)
     # The tool's name without its type: the type has its own column (and the Gemini summary's
-    # prompt prints it), and `(code_execution)` cost ~4 tokens an observation.
-    lines = [function_name]
+    # prompt prints it), and `(code_execution)` cost ~4 tokens an observation. Its files on the
+    # same line, `Edit cmd/x.go`, as what was done to what: a `Files:` line cost ~2 tokens more.
+    head = function_name
     if files:
-        lines.append("Files: " + ", ".join(files[:5]) + (" …" if len(files) > 5 else ""))
+        head += " " + ", ".join(files[:5]) + (" …" if len(files) > 5 else "")
+    lines = [head]
     diff = diff_summary(args) if observation_type == "file_write" else None
     todos = todo_line(args)
     if diff:
@@ -259,14 +336,21 @@ def compress_extractive(
         lines.append(todos)
     else:
         # The other arguments too: a search's pattern matters as much as the folder it searched.
-        arg_lines = [_short(s) for s in strings_in(args) if s.strip() and s not in files][:2]
-        if arg_lines:
-            lines.append("Args: " + " | ".join(arg_lines))
+        shown = [s for s in strings_in(args) if s.strip() and s not in files][:2]
+        if shown and files:
+            lines.append("Args: " + " | ".join(_short(s) for s in shown))
+        elif shown:
+            # What the call was given, where its files would be: `Glob package.json`.
+            lines[0] += " " + " | ".join(_short(s) for s in shown)
     names_at = len(lines)  # Mentions go here, with the names; Result stays the last line
     if observation_type in ("file_read", "file_write"):
         errors, _ = key_lines(_lines(result)[:STATUS_LINES])
     else:
-        errors, firsts = key_lines(result)
+        shown = [*files, *shown] if not (diff or todos) else files
+        replies = [ln for ln in _lines(result) if not _echoed(ln, shown)]
+        if observation_type == "search":
+            replies = search_lines(replies, project_path)
+        errors, firsts = key_lines(replies) if replies else ([], [])
     if errors:
         lines.append("Errors: " + " | ".join(errors))
     if observation_type == "file_read":
@@ -274,7 +358,11 @@ def compress_extractive(
         outline = read_outline(result, markdown=markdown)
         firsts = [outline] if outline and not errors else []
     elif observation_type == "file_write":
-        firsts = [_first_sentence(_short(ln)) for ln in _lines(result)[:1]] if not errors else []
+        firsts = [
+            write_status(ln, files=files, root=project_path)[0]
+            for ln in _lines(result)[:1]
+            if not errors
+        ]
     if firsts:
         lines.append("Result: " + " | ".join(firsts))
     elif result is None:
@@ -286,16 +374,41 @@ def compress_extractive(
     return "\n".join(lines)
 
 
-def keeps_every_line(text: str, *, args: Any, result: Any, project_path: str | None) -> bool:
+def _argument_strings(args: Any) -> Iterator[str]:
+    """The strings of a call's arguments an extract must hold; of a to-do list, its items'
+    text: their state is the mark, and Claude Code's `activeForm` restates the text (`Creating
+    CLAUDE.md …`) for its UI."""
+    if todo_line(args) is None:
+        yield from strings_in(args)
+        return
+    for key, value in args.items():
+        if key != "todos":
+            yield from strings_in(value)
+    for todo in args["todos"]:
+        yield todo.get("content") or todo.get("description")
+
+
+def keeps_every_line(
+    text: str, *, observation_type: str, args: Any, result: Any, project_path: str | None
+) -> bool:
     """Whether `text` holds every line of the call's argument and result strings (spacing and
-    the project's prefix aside): then only JSON syntax, keys and numbers were left out."""
+    the project's prefix aside), or what stands for it: then only JSON syntax, keys, numbers,
+    restated to-do items and a write's plain success reply (shown as its verb) were left out."""
     squashed = " ".join(text.split())
-    for value in (args, result):
-        for string in strings_in(value):
-            for line in string.splitlines():
-                words = " ".join(_relative(line, project_path).split())
-                if words and words not in squashed:
-                    return False
+    lines = [ln for s in _argument_strings(args) for ln in s.splitlines()]
+    replies = [ln for s in strings_in(result) for ln in s.splitlines()]
+    if observation_type == "file_write" and replies and replies[0].strip():
+        shown, summary = write_status(replies[0], files=target_files(args), root=project_path)
+        if summary and f"Result: {_relative(shown, project_path)}" in squashed:
+            replies = replies[1:]
+    arguments = list(strings_in(args))
+    for line in lines + replies:
+        words = " ".join(_relative(line, project_path).split())
+        echo = _echoed(line, arguments) if line in replies else None
+        if echo is not None:
+            words = " ".join(_relative(echo, project_path).split())
+        if words and words not in squashed:
+            return False
     return True
 
 
@@ -370,6 +483,9 @@ def _highlight(digest: ObservationDigest) -> tuple[int, str] | None:
     # The last line that says something: a raw observation kept as indented JSON ends in a lone
     # `}`, and a bracket is no result.
     last = next((ln for ln in reversed(lines) if any(ch.isalnum() for ch in ln)), "")
+    if digest.observation_type == "file_write" and digest.files and last != lines[0]:
+        # A write's result is its status (`updated`): the first line names the tool and file.
+        last = f"{lines[0]}: {last.removeprefix('Result: ')}"
     return (1 if changed else 2), _short(last).rstrip(" ;.,")
 
 

@@ -209,7 +209,11 @@ async def compress_observation(ctx: JobContext, work: ObservationWork) -> str:
         # found nothing, a short command): then it only left out JSON syntax, keys and numbers.
         extract = _extract(work)
         if estimate_tokens(extract) < estimate_tokens(whole) and keeps_every_line(
-            extract, args=work.function_args, result=work.result, project_path=work.project_path
+            extract,
+            observation_type=work.observation_type,
+            args=work.function_args,
+            result=work.result,
+            project_path=work.project_path,
         ):
             result = compressed_locally(extract, observation=whole, generated_by=EXTRACTIVE)
         else:

@@ -13,10 +13,12 @@ from app.llm.fallback import (
 from app.llm.tokens import estimate_tokens
 from tests.realdata import (
     CLAUDE_MD_SESSION,
+    DENIED_WRITE_CALL,
     FAILED_EDIT_CALL,
     GEMINI_SESSION,
     GO_PROJECT,
     GO_SESSION,
+    GREP_CALL,
     LAST_EDIT_CALL,
     READ_CALL,
     TODO_CALL,
@@ -35,10 +37,22 @@ def digest(name: str, kind: str, compressed: str, files: list[str]) -> Observati
     )
 
 
+def go_extract(call_id: str, observation_type: str) -> str:
+    """The extract of one call of the Go session, in its project."""
+    name, args, result = tool_call(GO_SESSION, call_id)
+    return compress_extractive(
+        function_name=name,
+        observation_type=observation_type,
+        args=args,
+        result=result,
+        project_path=GO_PROJECT,
+    )
+
+
 def test_summary_names_the_task_counts_files_and_results_without_doubled_punctuation() -> None:
     observations = [
-        digest("read_file", "file_read", "read_file (file_read)\nResult: const key = 1;", ["a.ts"]),
-        digest("replace", "file_write", "replace (file_write)\nResult: OK.", ["a.ts"]),
+        digest("read_file", "file_read", "read_file a.ts\nResult: const key = 1;", ["a.ts"]),
+        digest("replace", "file_write", "replace a.ts\nResult: OK.", ["a.ts"]),
     ]
 
     summary = summarize_extractive(
@@ -49,7 +63,7 @@ def test_summary_names_the_task_counts_files_and_results_without_doubled_punctua
         'This session in /p on "fix the bug" made 2 tool calls (1 file read, 1 file write).'
     )
     assert "It touched a.ts." in summary
-    assert "Notable results: Result: const key = 1; Result: OK." in summary
+    assert "Notable results: Result: const key = 1; replace a.ts: OK." in summary
     assert ";;" not in summary
     assert ".." not in summary
 
@@ -73,52 +87,34 @@ def test_compression_is_deterministic_and_keeps_errors() -> None:
 
 
 def test_real_read_keeps_its_file_span_and_definitions_in_a_few_tokens() -> None:
-    name, args, result = tool_call(GO_SESSION, READ_CALL)
+    text = go_extract(READ_CALL, "file_read")
 
-    text = compress_extractive(
-        function_name=name,
-        observation_type="file_read",
-        args=args,
-        result=result,
-        project_path=GO_PROJECT,
-    )
-
+    # The file on the tool's line: `Read cmd/entire/cli/config.go` reads as what was done.
     assert text == (
-        "Read\n"
-        "Files: cmd/entire/cli/config.go\n"
+        "Read cmd/entire/cli/config.go\n"
         "Result: lines 225-254 | func loadSettingsFromFile(filePath string) (*EntireSettings, "
         "error) { | func applyDefaultStrategy(settings *EntireSettings) {"
     )
     # `error)` in a signature and `return nil, fmt.Errorf(...)` in the code are no error of the
     # read: the Errors line is for a read that failed.
     assert estimate_tokens(text) <= 55
-    assert estimate_tokens(text) < 0.15 * estimate_tokens(str(result))
+    assert estimate_tokens(text) < 0.15 * estimate_tokens(str(tool_call(GO_SESSION, READ_CALL)[2]))
 
 
 def test_real_failed_edit_keeps_its_file_and_error_line() -> None:
-    name, args, result = tool_call(GO_SESSION, FAILED_EDIT_CALL)
-
-    text = compress_extractive(
-        function_name=name,
-        observation_type="file_write",
-        args=args,
-        result=result,
-        project_path=GO_PROJECT,
-    )
+    text = go_extract(FAILED_EDIT_CALL, "file_write")
 
     lines = text.splitlines()
-    assert lines[:3] == [
-        "Edit",
-        "Files: cmd/entire/cli/config.go",
+    assert lines[:2] == [
+        "Edit cmd/entire/cli/config.go",
         # The change it tried: small enough to show, not only count.
-        'Diff: +1/-1 lines: -return nil, fmt.Errorf("reading settings file: %w", err) '
-        "| +return nil, err",
+        'Diff: -return nil, fmt.Errorf("reading settings file: %w", err) | +return nil, err',
     ]
-    assert lines[3].startswith(
+    assert lines[2].startswith(
         "Errors: <tool_use_error>Found 2 matches of the string to replace, "
         "but replace_all is false."
     )
-    assert len(lines) == 4
+    assert len(lines) == 3
     assert estimate_tokens(text) <= 80  # the call: ~140 tokens, the error line half of this
 
 
@@ -133,30 +129,56 @@ def test_real_python_read_outlines_definitions_and_markdown_read_its_headings() 
     )
 
     # `# comments` of Python are no headings; `except Exception:` lines are no errors.
-    assert python.splitlines()[1:] == [
-        "Files: src/discordbot/cogs/gen_reply.py",
+    assert python.splitlines() == [
+        "read_file src/discordbot/cogs/gen_reply.py",
         "Result: 531 lines | def get_tools(model: str) -> list[ToolParam]: | "
         "class RouteDecision(BaseModel): | class ReplyGeneratorCogs(commands.Cog):",
     ]
-    assert markdown.splitlines()[2] == (
+    assert markdown.splitlines()[1] == (
         "Result: 191 lines | # AI-Powered Discord Bot | ## Features | ### AI Chat"
     )
     assert estimate_tokens(python) <= 60
     assert estimate_tokens(markdown) <= 30
 
 
-def test_real_write_keeps_its_status_sentence_not_the_echoed_file() -> None:
+def test_real_write_keeps_the_kind_of_change_its_status_says_not_the_echoed_file() -> None:
     name, args, result = gemini_call(GEMINI_SESSION, "4o2js0r9")  # write_file GEMINI.md
-
-    text = compress_extractive(
+    write = compress_extractive(
+        function_name=name,
+        observation_type="file_write",
+        args=args,
+        result=result,
+        project_path="/home/wei/repo/discordbot",
+    )
+    elsewhere = compress_extractive(
         function_name=name, observation_type="file_write", args=args, result=result
     )
+    edit = go_extract(LAST_EDIT_CALL, "file_write")
 
-    assert text == (
-        "write_file\n"
-        "Files: GEMINI.md\n"
-        "Diff: +76/-0 lines\n"
-        "Result: Successfully overwrote file: /home/wei/repo/discordbot/GEMINI.md."
+    # `Successfully overwrote file: /home/wei/repo/discordbot/GEMINI.md.`: the file is on the
+    # first line already; what the status adds is that it worked, and how.
+    assert write == "write_file GEMINI.md\nDiff: +76/-0 lines\nResult: overwrote"
+    # Outside that project, the path the reply names is not the call's `GEMINI.md`: kept.
+    assert elsewhere.splitlines()[-1] == "Result: overwrote /home/wei/repo/discordbot/GEMINI.md"
+    # `The file cmd/entire/cli/config.go has been updated successfully.`
+    assert edit.splitlines()[-1] == "Result: updated"
+
+
+def test_real_write_that_did_not_happen_keeps_its_status_whole() -> None:
+    name, args, result = tool_call(CLAUDE_MD_SESSION, DENIED_WRITE_CALL)
+
+    text = compress_extractive(
+        function_name=name,
+        observation_type="file_write",
+        args=args,
+        result=result,
+        project_path="/path/to/Demo",  # the transcript's cwd
+    )
+
+    # No error word, and no success either: the reader must learn the file was not written.
+    assert text.splitlines()[-1] == (
+        "Result: Claude requested permissions to write to CLAUDE.md, but you haven't granted "
+        "it yet."
     )
 
 
@@ -174,26 +196,48 @@ def test_raw_text_keeps_the_whole_call_and_unwraps_a_gemini_output() -> None:
     assert empty == "Bash\nResult: (empty)"
 
 
-def test_real_edit_shows_its_changed_lines_and_a_large_write_only_their_count() -> None:
-    name, args, result = tool_call(GO_SESSION, LAST_EDIT_CALL)
-    edit = compress_extractive(
-        function_name=name,
-        observation_type="file_write",
-        args=args,
-        result=result,
-        project_path=GO_PROJECT,
+def test_real_reply_that_repeats_the_arguments_under_labels_says_each_once() -> None:
+    name, args, result = gemini_call(GEMINI_SESSION, "b5qo7ls5")  # update_topic, 3 arguments
+
+    text = compress_extractive(
+        function_name=name, observation_type="other", args=args, result=result
     )
+
+    # `Topic summary: <summary>` and `Strategic Intent: <intent>` echo the arguments the Args
+    # line shows; `Current topic: "<title>"` is the one the extract would not show otherwise.
+    for value in args.values():
+        assert text.count(value) == 1, value
+    assert "Topic summary:" not in text
+    assert text.splitlines()[-1] == f'Result: Current topic: "{args["title"]}"'
+    whole = raw_text(function_name=name, args=args, result=result)
+    assert estimate_tokens(text) < 0.6 * estimate_tokens(whole)
+
+
+def test_real_edit_shows_its_changed_lines_and_a_large_write_only_their_count() -> None:
+    edit = go_extract(LAST_EDIT_CALL, "file_write")
     name, args, result = gemini_call(GEMINI_SESSION, "4o2js0r9")  # write_file, 76 new lines
     write = compress_extractive(
         function_name=name, observation_type="file_write", args=args, result=result
     )
 
-    # Seven lines replaced by seven, of which one differs: that line, before and after.
-    assert edit.splitlines()[2] == (
-        'Diff: +1/-1 lines: -return nil, err | +return nil, fmt.Errorf("%w", err)'
+    # Seven lines replaced by seven, of which one differs: that line, before and after (which
+    # say the count too).
+    assert edit.splitlines()[1] == 'Diff: -return nil, err | +return nil, fmt.Errorf("%w", err)'
+    assert (
+        estimate_tokens(edit) <= 50 < estimate_tokens(str(tool_call(GO_SESSION, LAST_EDIT_CALL)[1]))
     )
-    assert estimate_tokens(edit) <= 50 < estimate_tokens(str(args))
-    assert write.splitlines()[2] == "Diff: +76/-0 lines"
+    assert write.splitlines()[1] == "Diff: +76/-0 lines"
+
+
+def test_small_edit_that_adds_a_blank_line_keeps_the_count_its_shown_lines_do_not_say() -> None:
+    text = compress_extractive(
+        function_name="Edit",
+        observation_type="file_write",
+        args={"file_path": "a.py", "old_string": "a = 1\nb = 2", "new_string": "a = 1\n\nb = 3"},
+        result="The file a.py has been updated successfully.",
+    )
+
+    assert text.splitlines()[1] == "Diff: +2/-1 lines: -b = 2 | +b = 3"
 
 
 def test_search_in_a_folder_keeps_its_pattern() -> None:
@@ -205,7 +249,46 @@ def test_search_in_a_folder_keeps_its_pattern() -> None:
         result="cmd/entire/cli/config.go:84: return nil, fmt.Errorf(...)",
     )
 
-    assert text.splitlines()[1:3] == ["Files: cmd/entire/cli", "Args: reading settings file"]
+    assert text.splitlines()[:2] == [
+        "search_file_content cmd/entire/cli",
+        "Args: reading settings file",
+    ]
+
+
+def test_call_without_a_file_has_its_arguments_on_the_tool_line() -> None:
+    # Claude Code's Glob of a file that is not there: 10 tokens as the call's JSON.
+    text = compress_extractive(
+        function_name="Glob",
+        observation_type="search",
+        args={"pattern": "package.json"},
+        result="No files found",
+    )
+
+    assert text == "Glob package.json\nResult: No files found"
+
+
+def test_real_search_with_context_keeps_its_matches_naming_their_file_once() -> None:
+    text = go_extract(GREP_CALL, "search")
+
+    # The two places the string is (why the next Edit found 2 matches), not the first three
+    # lines of context (`config.go-81- // Load base settings`).
+    match = 'return nil, fmt.Errorf("reading settings file: %w", err)'
+    assert text.splitlines()[-1] == (
+        f"Result: cmd/entire/cli/config.go:84: {match} | :239: {match}"
+    )
+
+
+def test_search_without_context_names_a_file_once_in_a_row() -> None:
+    text = compress_extractive(
+        function_name="grep",
+        observation_type="search",
+        args={"pattern": "TTL"},
+        result="a/b.py:3:TTL = 60\na/b.py:9:print(TTL)\nc.py:1:from a.b import TTL",
+    )
+
+    assert text.splitlines()[-1] == (
+        "Result: a/b.py:3: TTL = 60 | :9: print(TTL) | c.py:1: from a.b import TTL"
+    )
 
 
 def test_real_todo_list_keeps_every_item_and_its_state() -> None:
@@ -220,8 +303,19 @@ def test_real_todo_list_keeps_every_item_and_its_state() -> None:
         "Todos: [x] Analyze codebase structure and files; [x] Identify build, test, and lint "
         "commands; [x] Understand high-level architecture; [x] Check for existing CLAUDE.md, "
         "README.md, or rule files; [~] Create CLAUDE.md with essential information\n"
-        "Result: Todos have been modified successfully."
+        "Result: modified"
     )
+
+
+def test_summary_names_the_file_of_a_write_whose_result_is_its_status() -> None:
+    observations = [
+        digest("Read", "file_read", "Read a.go\nResult: lines 1-9 | func f() {", ["/p/a.go"]),
+        digest("Edit", "file_write", "Edit a.go\nDiff: +1/-1 lines\nResult: updated", ["/p/a.go"]),
+    ]
+
+    summary = summarize_extractive(project_path="/p", user_prompt=None, observations=observations)
+
+    assert "Notable results: Result: lines 1-9 | func f() {; Edit a.go: updated." in summary
 
 
 def test_summary_highlights_a_raw_observation_by_its_last_line_with_words() -> None:

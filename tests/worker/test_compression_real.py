@@ -12,10 +12,12 @@ from app.llm.compress import observation_text
 from app.llm.tokens import estimate_tokens
 from tests.conftest import make_settings
 from tests.realdata import (
+    CLAUDE_MD_SESSION,
     FMT_LINT_CALL,
     GEMINI_SESSION,
     GO_PROJECT,
     GO_SESSION,
+    LAST_TODO_CALL,
     LINT_CALL,
     READ_CALL,
     gemini_call,
@@ -91,8 +93,7 @@ def test_small_real_calls_are_kept_whole_or_extracted_losing_no_line_and_shown_s
     extract = row(db, "SELECT * FROM observations WHERE id = %s", lint)
     assert extract["generated_by"] == "extractive"
     assert extract["compressed_data"] == (
-        "Bash\n"
-        "Args: mise run lint | Run linter to check the fix\n"
+        "Bash mise run lint | Run linter to check the fix\n"
         "Result: 0 issues. | [lint] $ golangci-lint run ./..."
     )
 
@@ -103,9 +104,44 @@ def test_small_real_calls_are_kept_whole_or_extracted_losing_no_line_and_shown_s
         'Bash Args: {"command":"mise run fmt && mise run lint","timeout":60000,"description":'
         '"Format and lint the code"} Result: Exit code 1 [fmt] $ gofmt -w . [lint]'
     ) in block
-    assert "Bash Args: mise run lint | Run linter to check the fix Result: 0 issues." in block
+    assert "Bash mise run lint | Run linter to check the fix Result: 0 issues." in block
     assert "Tool: Bash" not in block
     assert "Arguments:" not in block
+
+
+def test_small_real_to_do_list_is_extracted_its_status_and_item_rewording_left_out(
+    client: TestClient, db: psycopg.Connection[Any], database_url: str
+) -> None:
+    ((todo, captured),) = capture(
+        client, "/p", [tool_call(CLAUDE_MD_SESSION, LAST_TODO_CALL)]
+    ).items()
+    drain(make_settings(), database_url)
+
+    stored = row(db, "SELECT * FROM observations WHERE id = %s", todo)
+    # Kept whole it cost more than the call (84 tokens): the item's `activeForm` restates it
+    # ("Creating CLAUDE.md ..."), and the tool's reply is its success status and a nudge to the
+    # model ("Ensure that you continue to use the todo list ...").
+    assert stored["generated_by"] == "extractive"
+    assert stored["compressed_data"] == (
+        "TodoWrite\nTodos: [x] Create CLAUDE.md with essential information\nResult: modified"
+    )
+    assert stored["tokens_saved"] == captured - stored["compressed_tokens"] > 50
+
+
+def test_small_real_call_whose_reply_echoes_its_arguments_is_extracted(
+    client: TestClient, db: psycopg.Connection[Any], database_url: str
+) -> None:
+    name, args, result = gemini_call(GEMINI_SESSION, "jyi4d5mc")  # update_topic
+    ((topic, captured),) = capture(client, "/p", [(name, args, result)]).items()
+    drain(make_settings(), database_url)
+
+    stored = row(db, "SELECT * FROM observations WHERE id = %s", topic)
+    # Its reply, `Strategic Intent: <strategic_intent>`, repeats an argument the extract shows.
+    assert stored["generated_by"] == "extractive"
+    assert stored["compressed_data"] == (
+        f"update_topic {args['summary']} | {args['strategic_intent']}"
+    )
+    assert stored["compressed_tokens"] < captured
 
 
 def test_extract_of_a_real_read_counts_the_call_as_capture_measured_it(
@@ -137,12 +173,11 @@ def test_extract_names_the_files_and_errors_capture_found_in_the_call(
     assert [t["generated_by"] for t in texts] == ["extractive", "extractive"]
     # Between the names and the result, which stays the last line (a summary quotes it).
     assert texts[0]["compressed_data"].splitlines() == [
-        "write_file",
-        "Files: GEMINI.md",
+        "write_file GEMINI.md",
         "Diff: +76/-0 lines",
         "Mentions: scripts/artale_data.py, src/discordbot/cli.py, "
         "src/discordbot/cogs/_gen_reply/prompts.py, cli.py, pyproject.toml",
-        "Result: Successfully overwrote file: GEMINI.md.",
+        "Result: overwrote",
     ]
     assert (
         "Mentions: NotImplementedError, ValueError, AssertionError" in (texts[1]["compressed_data"])
