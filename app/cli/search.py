@@ -43,7 +43,13 @@ def _print(response: SearchResponse) -> None:
         return
     for rank, hit in enumerate(response.results, start=1):
         cite = citation(
-            hit.source, hit.path, hit.start_line, hit.end_line, hit.session_id, hit.observation_id
+            hit.source,
+            hit.path,
+            hit.start_line,
+            hit.end_line,
+            hit.session_id,
+            hit.observation_id,
+            hit.key,
         )
         typer.echo(f"{rank:>2}. {hit.score:.4f}  [{hit.source}] {cite}")
         typer.echo(f"    {one_line(hit.snippet)[:200]}")

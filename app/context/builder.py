@@ -138,7 +138,13 @@ def _add_hit(fitter: _Fitter, hit: SearchResult) -> None:
     if fitter.duplicate(hit.content):
         return
     cite = fmt.citation(
-        hit.source, hit.path, hit.start_line, hit.end_line, hit.session_id, hit.observation_id
+        hit.source,
+        hit.path,
+        hit.start_line,
+        hit.end_line,
+        hit.session_id,
+        hit.observation_id,
+        hit.key,
     )
     shell = fmt.relevant_item(cite, hit.source, "")
     room = min(MAX_ITEM_TOKENS, fitter.room("relevant") - estimate_tokens(shell) - 1)

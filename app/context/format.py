@@ -72,8 +72,10 @@ def citation(
     end_line: int | None,
     session_id: str | None,
     observation_id: str | None,
+    key: str | None = None,
 ) -> str:
-    """Where an item came from: `path#Lstart-Lend` for files, the owning row otherwise."""
+    """Where an item came from: `path#Lstart-Lend` for files, `kv:<key>` for a key/value
+    memory, the owning row otherwise."""
     if path:
         if start_line is not None and end_line is not None:
             return f"{path}#L{start_line}-L{end_line}"
@@ -82,6 +84,8 @@ def citation(
         return f"observation:{observation_id}"
     if session_id:
         return f"session:{session_id}"
+    if key:
+        return f"kv:{one_line(key)}"
     return source
 
 

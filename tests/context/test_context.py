@@ -239,6 +239,19 @@ def test_a_fact_is_not_repeated_by_its_own_search_hit(
     assert [item["source"] for item in body["items"]] == ["kv"]
 
 
+def test_a_kv_hit_is_cited_by_its_key(client: TestClient, db: psycopg.Connection[Any]) -> None:
+    # Not a project.* or current.* fact, so it can only come in as a search hit: it was cited
+    # `kv`, its key only somewhere inside the text.
+    written = client.put(
+        "/api/memories/release.checklist",
+        json={"value": "tag the release, then rsync the wheels", "projectPath": "/p"},
+    )
+    assert written.status_code in (200, 201), written.text
+    body = context(client, prompt="how do I rsync the release wheels")
+    assert "- `kv:release.checklist` (kv): release.checklist: tag the release" in body["context"]
+    assert [(item["source"], item["path"]) for item in body["items"]] == [("kv", None)]
+
+
 UNRELATED_PROMPTS = [
     "write a haiku about autumn leaves",
     "what is the capital of Australia",
