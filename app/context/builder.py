@@ -147,10 +147,19 @@ def _add_hit(fitter: _Fitter, hit: SearchResult) -> None:
         hit.key,
     )
     shell = fmt.relevant_item(cite, hit.source, "")
-    room = min(MAX_ITEM_TOKENS, fitter.room("relevant") - estimate_tokens(shell) - 1)
-    if room < 20:
-        return
-    content = truncate_to_tokens(fmt.one_line(hit.content), room)
+    allowed = min(MAX_ITEM_TOKENS + estimate_tokens(shell), fitter.room("relevant"))
+    room = allowed - estimate_tokens(shell) - 1
+    text = fmt.item_lines(hit.content)
+    while True:
+        if room < 20:
+            return
+        content = truncate_to_tokens(text, room)
+        rendered = fmt.relevant_item(cite, hit.source, content)
+        # The indentation of its lines and the closing of a cut fence are paid for too.
+        over = estimate_tokens(rendered) - allowed
+        if over <= 0:
+            break
+        room -= over
     item = ContextItem(
         source=hit.source,
         content=content,
@@ -163,7 +172,7 @@ def _add_hit(fitter: _Fitter, hit: SearchResult) -> None:
         created_at=hit.created_at,
         section="relevant",
     )
-    fitter.add(item, fmt.relevant_item(cite, hit.source, content))
+    fitter.add(item, rendered)
 
 
 def _render(fitter: _Fitter) -> str:

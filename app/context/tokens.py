@@ -48,7 +48,7 @@ def truncate_to_tokens(text: str, tokens: int) -> str:
                 high = middle - 1
         room = low
     cut = text[:room]
-    space = cut.rfind(" ")
+    space = max(cut.rfind(" "), cut.rfind("\n"))
     if space > room // 2:
         cut = cut[:space]
     return cut.rstrip() + _ELLIPSIS

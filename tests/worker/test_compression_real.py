@@ -99,11 +99,14 @@ def test_small_real_calls_are_kept_whole_or_extracted_losing_no_line_and_shown_s
     block = client.get(
         "/api/context", params={"projectPath": GO_PROJECT, "prompt": "mise run fmt lint"}
     ).text
+    # Quoted with their lines, indented under their list items.
     assert (
-        'Bash Args: {"command":"mise run fmt && mise run lint","timeout":60000,"description":'
-        '"Format and lint the code"} Result: Exit code 1 [fmt] $ gofmt -w . [lint]'
+        '  Bash\n  Args: {"command":"mise run fmt && mise run lint","timeout":60000,"description":'
+        '"Format and lint the code"}\n  Result: Exit code 1\n  [fmt] $ gofmt -w .\n  [lint]'
     ) in block
-    assert "Bash Args: mise run lint | Run linter to check the fix Result: 0 issues." in block
+    assert (
+        "  Bash\n  Args: mise run lint | Run linter to check the fix\n  Result: 0 issues." in block
+    )
     assert "Tool: Bash" not in block
     assert "Arguments:" not in block
 
