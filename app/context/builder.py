@@ -21,10 +21,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.context import format as fmt
 from app.context.queries import sessions_and_facts
-from app.context.tokens import estimate_tokens, truncate_to_tokens
 from app.llm.embeddings import Embedder
 from app.search.schemas import SearchRequest, SearchResult
 from app.search.service import SearchTuning, search
+from app.tokens import estimate_tokens, truncate_to_tokens
 
 log = structlog.get_logger(__name__)
 

@@ -1,8 +1,9 @@
 """Split files into index chunks with langchain-text-splitters, each knowing its source lines.
 
-Sizes are in tokens, estimated at four characters a token (the estimate the rest of the service
-uses), so the splitters work on characters. Every chunk the splitter returns is a substring of the
-text it was given, found again from the previous chunk's position, and its offsets become lines.
+Sizes are in tokens, estimated as the rest of the service does (`app.tokens`: four characters a
+token, a wide character one), so the splitters work on characters, a wide one counting four.
+Every chunk the splitter returns is a substring of the text it was given, found again from the
+previous chunk's position, and its offsets become lines.
 """
 
 from __future__ import annotations
@@ -15,8 +16,7 @@ from functools import lru_cache
 from langchain_text_splitters import MarkdownTextSplitter, RecursiveCharacterTextSplitter
 
 from app.sync.transcripts import Transcript
-
-CHARS_PER_TOKEN = 4
+from app.tokens import CHARS_PER_TOKEN, token_length
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,14 +33,18 @@ class Chunk:
 @lru_cache(maxsize=8)
 def _markdown_splitter(tokens: int, overlap: int) -> MarkdownTextSplitter:
     return MarkdownTextSplitter(
-        chunk_size=tokens * CHARS_PER_TOKEN, chunk_overlap=overlap * CHARS_PER_TOKEN
+        chunk_size=tokens * CHARS_PER_TOKEN,
+        chunk_overlap=overlap * CHARS_PER_TOKEN,
+        length_function=token_length,
     )
 
 
 @lru_cache(maxsize=8)
 def _text_splitter(tokens: int, overlap: int) -> RecursiveCharacterTextSplitter:
     return RecursiveCharacterTextSplitter(
-        chunk_size=tokens * CHARS_PER_TOKEN, chunk_overlap=overlap * CHARS_PER_TOKEN
+        chunk_size=tokens * CHARS_PER_TOKEN,
+        chunk_overlap=overlap * CHARS_PER_TOKEN,
+        length_function=token_length,
     )
 
 

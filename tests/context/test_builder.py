@@ -8,8 +8,8 @@ import psycopg
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.context.builder import ContextBlock, build_context
-from app.context.tokens import estimate_tokens, truncate_to_tokens
 from app.llm.embeddings import local_embedder
+from app.tokens import estimate_tokens, truncate_to_tokens
 from tests.search.seed import Chunk, add_chunks, add_session, in_session
 
 

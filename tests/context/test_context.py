@@ -9,8 +9,8 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from app.context.tokens import estimate_tokens
 from app.main import create_app
+from app.tokens import estimate_tokens
 from tests.conftest import make_settings
 from tests.search.seed import Chunk, add_chunks, add_memory, add_session
 

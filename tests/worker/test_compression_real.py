@@ -9,7 +9,7 @@ import psycopg
 from fastapi.testclient import TestClient
 
 from app.llm.compress import observation_text
-from app.llm.tokens import estimate_tokens
+from app.tokens import estimate_tokens
 from tests.conftest import make_settings
 from tests.realdata import (
     FMT_LINT_CALL,
