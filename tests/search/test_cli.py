@@ -80,14 +80,14 @@ def test_json_output_and_modes(env: dict[str, str]) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["search", "x", "--mode", "fuzzy"], "--mode must be one of"),
-        (["search", "x", "--limit", "500"], "limit"),
-        (["search", "   "], "query is empty"),
+        (["search", "x", "--mode", "fuzzy"], "Invalid value for '--mode'"),
+        (["search", "x", "--limit", "500"], "Invalid value for '--limit'"),
+        (["search", "   "], "the query is empty"),
     ],
 )
 def test_user_errors_are_one_line(env: dict[str, str], args: list[str], message: str) -> None:
     result = CliRunner().invoke(cli, args, env=env)
-    assert result.exit_code != 0
+    assert result.exit_code == 2
     assert message in result.output
     assert "Traceback" not in result.output
 
