@@ -182,7 +182,8 @@ def _render(fitter: _Fitter) -> str:
     for section in fmt.SECTION_ORDER:
         members = [item for item in fitter.items if item.section == section]
         if members:
-            parts.append(fmt.SECTION_HEADINGS[section])
+            recent = section == "older" and "session" not in fitter.sections
+            parts.append(fmt.RECENT_HEADING if recent else fmt.SECTION_HEADINGS[section])
             parts.extend(item.rendered for item in members)
     parts.append(fmt.FOOTER)
     return "".join(parts)
@@ -248,7 +249,8 @@ async def build_context(
         )
         fitter.add(item, fmt.fact_line(fact.title, value))
     for row in sessions[1:FULL_SESSIONS]:
-        _add_session(fitter, row, full=True)
+        # Not in full after a latest session that got one line: it would be shown above it.
+        _add_session(fitter, row, full="session" in fitter.sections)
     for hit in hits[RELEVANT_FIRST:]:
         _add_hit(fitter, hit)
     quoted = {item.session_id for item in fitter.items if item.source == "summary"}

@@ -22,6 +22,10 @@ SECTION_HEADINGS = {
     "facts": "\n## Project memory\n",
     "relevant": "\n## Relevant memory\n",
 }
+# The one-line sessions' heading when no session is shown in full (a tiny budget): "Earlier"
+# listed the latest session as an earlier one. No longer than the heading it replaces, so the
+# price the builder paid for that one still holds.
+RECENT_HEADING = "\n## Recent sessions\n"
 
 _SPACE = re.compile(r"\s+")
 # A `<memory>` or `</memory>` tag in a quoted text (a doc about the hook, a transcript, a tool

@@ -9,6 +9,7 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
+from app.context import format as fmt
 from app.main import create_app
 from app.tokens import estimate_tokens
 from tests.conftest import make_settings
@@ -159,6 +160,19 @@ def test_small_budget_keeps_recent_in_full_and_older_as_lines_dropping_the_oldes
     lines = [line for line in text.splitlines() if line.startswith("- 2026-03-0")]
     assert lines, text
     assert "2026-03-01" not in text or len(lines) == 3
+
+
+@pytest.mark.parametrize("budget", [50, 60])
+def test_a_tiny_budget_does_not_call_the_latest_session_earlier(
+    client: TestClient, database_url: str, db: psycopg.Connection[Any], budget: int
+) -> None:
+    # Too short for its summary, the latest session was listed under "## Earlier sessions".
+    seed_history(database_url, sessions=3)
+    text = context(client, budget=budget)["context"]
+    assert "\n## Recent sessions\n- 2026-03-03: billing task number 2\n" in text, text
+    assert "Earlier sessions" not in text
+    assert estimate_tokens(text) <= budget
+    assert estimate_tokens(fmt.RECENT_HEADING) <= estimate_tokens(fmt.SECTION_HEADINGS["older"])
 
 
 def test_project_path_forms(
