@@ -40,15 +40,7 @@ def _print(response: SearchResponse) -> None:
         typer.echo("no results")
         return
     for rank, hit in enumerate(response.results, start=1):
-        cite = citation(
-            hit.source,
-            hit.path,
-            hit.start_line,
-            hit.end_line,
-            hit.session_id,
-            hit.observation_id,
-            hit.key,
-        )
+        cite = citation(hit)
         typer.echo(f"{rank:>2}. {hit.score:.4f}  [{hit.source}] {cite}")
         typer.echo(f"    {one_line(hit.snippet)[:200]}")
     typer.echo(f"({len(response.results)} results in {response.took_ms:.1f} ms)")

@@ -137,15 +137,7 @@ def _add_session(fitter: _Fitter, row: Any, *, full: bool) -> None:
 def _add_hit(fitter: _Fitter, hit: SearchResult) -> None:
     if fitter.duplicate(hit.content):
         return
-    cite = fmt.citation(
-        hit.source,
-        hit.path,
-        hit.start_line,
-        hit.end_line,
-        hit.session_id,
-        hit.observation_id,
-        hit.key,
-    )
+    cite = fmt.citation(hit)
     shell = fmt.relevant_item(cite, hit.source, "")
     allowed = min(MAX_ITEM_TOKENS + estimate_tokens(shell), fitter.room("relevant"))
     room = allowed - estimate_tokens(shell) - 1

@@ -11,6 +11,8 @@ import json
 import re
 from datetime import datetime
 
+from app.search.schemas import SearchResult
+
 HEADER = "<memory>\n# Antigravity Memory: Previous Sessions\n"
 FOOTER = "</memory>\n"
 EMPTY = "\nNo previous context for this project yet.\n"
@@ -69,28 +71,20 @@ def fact_line(key: str, value: str) -> str:
     return inert(f"- **{key}**: {value}\n")
 
 
-def citation(
-    source: str,
-    path: str | None,
-    start_line: int | None,
-    end_line: int | None,
-    session_id: str | None,
-    observation_id: str | None,
-    key: str | None = None,
-) -> str:
-    """Where an item came from: `path#Lstart-Lend` for files, `kv:<key>` for a key/value
-    memory, the owning row otherwise."""
-    if path:
-        if start_line is not None and end_line is not None:
-            return f"{path}#L{start_line}-L{end_line}"
-        return path
-    if observation_id:
-        return f"observation:{observation_id}"
-    if session_id:
-        return f"session:{session_id}"
-    if key:
-        return f"kv:{one_line(key)}"
-    return source
+def citation(hit: SearchResult) -> str:
+    """Where a hit came from: `path#Lstart-Lend` for files, `kv:<key>` for a key/value memory,
+    the owning row otherwise."""
+    if hit.path:
+        if hit.start_line is not None and hit.end_line is not None:
+            return f"{hit.path}#L{hit.start_line}-L{hit.end_line}"
+        return hit.path
+    if hit.observation_id:
+        return f"observation:{hit.observation_id}"
+    if hit.session_id:
+        return f"session:{hit.session_id}"
+    if hit.key:
+        return f"kv:{one_line(hit.key)}"
+    return hit.source
 
 
 _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
