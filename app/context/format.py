@@ -113,11 +113,13 @@ def balanced(text: str) -> str:
     lines = text.split("\n")
     fence = ""
     last_prose = -1
+    prose: list[str] = []  # the lines outside code blocks: `**kwargs` in code is no bold
     for index, line in enumerate(lines):
         match = _FENCE.match(line)
         if match is None:
             if not fence:
                 last_prose = index
+                prose.append(line)
             continue
         marker = match.group(1)
         if not fence:
@@ -127,9 +129,7 @@ def balanced(text: str) -> str:
         ):
             fence = ""
     if last_prose >= 0:
-        lines[last_prose] += _inline_closers(
-            "\n".join(line for line in lines[: last_prose + 1] if _FENCE.match(line) is None)
-        )
+        lines[last_prose] += _inline_closers("\n".join(prose))
     if fence:
         lines.append(fence)
     return "\n".join(lines)
