@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Annotated, get_args
+from typing import Annotated
 
 import typer
 from pydantic import ValidationError
@@ -12,9 +12,7 @@ from pydantic import ValidationError
 from app.cli.common import absolute_project, cli_errors, fail, open_database, settings_or_exit
 from app.config import Settings
 from app.context.format import citation, one_line
-from app.search.schemas import SearchMode, SearchRequest, SearchResponse
-
-MODES = get_args(SearchMode)
+from app.search.schemas import MAX_LIMIT, SearchMode, SearchRequest, SearchResponse
 
 
 async def _run(settings: Settings, url: str, request: SearchRequest) -> SearchResponse:
@@ -42,28 +40,35 @@ def _print(response: SearchResponse) -> None:
         typer.echo("no results")
         return
     for rank, hit in enumerate(response.results, start=1):
-        cite = citation(
-            hit.source, hit.path, hit.start_line, hit.end_line, hit.session_id, hit.observation_id
-        )
+        cite = citation(hit)
         typer.echo(f"{rank:>2}. {hit.score:.4f}  [{hit.source}] {cite}")
         typer.echo(f"    {one_line(hit.snippet)[:200]}")
     typer.echo(f"({len(response.results)} results in {response.took_ms:.1f} ms)")
 
 
+def _words(query: str) -> str:
+    # A usage error like a missing query (exit 2), not the service's refusal (exit 1).
+    if not query.strip():
+        raise typer.BadParameter("the query is empty; give the words to search for")
+    return query
+
+
 def search_command(
-    query: Annotated[str, typer.Argument(help="What to look for.")],
+    query: Annotated[str, typer.Argument(help="What to look for.", callback=_words)],
     project: Annotated[
         str | None,
         typer.Option("--project", "-p", help="Project path (default: every project)."),
     ] = None,
-    mode: Annotated[str, typer.Option(help="hybrid, vector, keyword or weighted.")] = "hybrid",
-    limit: Annotated[int, typer.Option(help="How many results (1-100).")] = 10,
+    mode: Annotated[
+        SearchMode, typer.Option(help="hybrid, vector, keyword or weighted.")
+    ] = "hybrid",
+    limit: Annotated[
+        int, typer.Option(min=1, max=MAX_LIMIT, help="How many results (1-100).")
+    ] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="Print the API's JSON.")] = False,
 ) -> None:
     """Search memory: files, transcripts, observations, summaries and kv memories."""
     settings = settings_or_exit()
-    if mode not in MODES:
-        fail(f"--mode must be one of {', '.join(MODES)}, not {mode!r}", 2)
     if project is not None and project.strip():
         project = absolute_project(project)
     try:

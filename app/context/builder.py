@@ -21,10 +21,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.context import format as fmt
 from app.context.queries import sessions_and_facts
-from app.context.tokens import estimate_tokens, truncate_to_tokens
 from app.llm.embeddings import Embedder
 from app.search.schemas import SearchRequest, SearchResult
 from app.search.service import SearchTuning, search
+from app.tokens import estimate_tokens, truncate_to_tokens
 
 log = structlog.get_logger(__name__)
 
@@ -137,14 +137,21 @@ def _add_session(fitter: _Fitter, row: Any, *, full: bool) -> None:
 def _add_hit(fitter: _Fitter, hit: SearchResult) -> None:
     if fitter.duplicate(hit.content):
         return
-    cite = fmt.citation(
-        hit.source, hit.path, hit.start_line, hit.end_line, hit.session_id, hit.observation_id
-    )
+    cite = fmt.citation(hit)
     shell = fmt.relevant_item(cite, hit.source, "")
-    room = min(MAX_ITEM_TOKENS, fitter.room("relevant") - estimate_tokens(shell) - 1)
-    if room < 20:
-        return
-    content = truncate_to_tokens(fmt.one_line(hit.content), room)
+    allowed = min(MAX_ITEM_TOKENS + estimate_tokens(shell), fitter.room("relevant"))
+    room = allowed - estimate_tokens(shell) - 1
+    text = fmt.item_lines(hit.content)
+    while True:
+        if room < 20:
+            return
+        content = truncate_to_tokens(text, room)
+        rendered = fmt.relevant_item(cite, hit.source, content)
+        # The indentation of its lines and the closing of a cut fence are paid for too.
+        over = estimate_tokens(rendered) - allowed
+        if over <= 0:
+            break
+        room -= over
     item = ContextItem(
         source=hit.source,
         content=content,
@@ -157,7 +164,7 @@ def _add_hit(fitter: _Fitter, hit: SearchResult) -> None:
         created_at=hit.created_at,
         section="relevant",
     )
-    fitter.add(item, fmt.relevant_item(cite, hit.source, content))
+    fitter.add(item, rendered)
 
 
 def _render(fitter: _Fitter) -> str:
@@ -167,7 +174,8 @@ def _render(fitter: _Fitter) -> str:
     for section in fmt.SECTION_ORDER:
         members = [item for item in fitter.items if item.section == section]
         if members:
-            parts.append(fmt.SECTION_HEADINGS[section])
+            recent = section == "older" and "session" not in fitter.sections
+            parts.append(fmt.RECENT_HEADING if recent else fmt.SECTION_HEADINGS[section])
             parts.extend(item.rendered for item in members)
     parts.append(fmt.FOOTER)
     return "".join(parts)
@@ -233,7 +241,8 @@ async def build_context(
         )
         fitter.add(item, fmt.fact_line(fact.title, value))
     for row in sessions[1:FULL_SESSIONS]:
-        _add_session(fitter, row, full=True)
+        # Not in full after a latest session that got one line: it would be shown above it.
+        _add_session(fitter, row, full="session" in fitter.sections)
     for hit in hits[RELEVANT_FIRST:]:
         _add_hit(fitter, hit)
     quoted = {item.session_id for item in fitter.items if item.source == "summary"}

@@ -11,6 +11,8 @@ import json
 import re
 from datetime import datetime
 
+from app.search.schemas import SearchResult
+
 HEADER = "<memory>\n# Antigravity Memory: Previous Sessions\n"
 FOOTER = "</memory>\n"
 EMPTY = "\nNo previous context for this project yet.\n"
@@ -22,6 +24,10 @@ SECTION_HEADINGS = {
     "facts": "\n## Project memory\n",
     "relevant": "\n## Relevant memory\n",
 }
+# The one-line sessions' heading when no session is shown in full (a tiny budget): "Earlier"
+# listed the latest session as an earlier one. No longer than the heading it replaces, so the
+# price the builder paid for that one still holds.
+RECENT_HEADING = "\n## Recent sessions\n"
 
 _SPACE = re.compile(r"\s+")
 # A `<memory>` or `</memory>` tag in a quoted text (a doc about the hook, a transcript, a tool
@@ -65,25 +71,88 @@ def fact_line(key: str, value: str) -> str:
     return inert(f"- **{key}**: {value}\n")
 
 
-def citation(
-    source: str,
-    path: str | None,
-    start_line: int | None,
-    end_line: int | None,
-    session_id: str | None,
-    observation_id: str | None,
-) -> str:
-    """Where an item came from: `path#Lstart-Lend` for files, the owning row otherwise."""
-    if path:
-        if start_line is not None and end_line is not None:
-            return f"{path}#L{start_line}-L{end_line}"
-        return path
-    if observation_id:
-        return f"observation:{observation_id}"
-    if session_id:
-        return f"session:{session_id}"
-    return source
+def citation(hit: SearchResult) -> str:
+    """Where a hit came from: `path#Lstart-Lend` for files, `kv:<key>` for a key/value memory,
+    the owning row otherwise."""
+    if hit.path:
+        if hit.start_line is not None and hit.end_line is not None:
+            return f"{hit.path}#L{hit.start_line}-L{hit.end_line}"
+        return hit.path
+    if hit.observation_id:
+        return f"observation:{hit.observation_id}"
+    if hit.session_id:
+        return f"session:{hit.session_id}"
+    if hit.key:
+        return f"kv:{one_line(hit.key)}"
+    return hit.source
+
+
+_FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
+_CODE_SPAN = re.compile(r"(`+)(?!`).*?(?<!`)\1(?!`)")
+_BLANK_RUNS = re.compile(r"\n{3,}")
+
+
+def item_lines(text: str) -> str:
+    """`text` with its lines kept (code and tree diagrams stay readable), trailing spaces and
+    runs of blank lines dropped: what a hit quotes before it is cut to its share of the budget."""
+    lines = [line.rstrip() for line in text.strip().split("\n")]
+    # A chunk cut from a file can start with the fence that closes a code block above it (sync
+    # cuts after a block's code): read as an opener, it turned the prose after it into code
+    # and the code after that into prose. A bare fence followed by a blank line is that (an
+    # opening fence is followed by its code).
+    if lines[0].strip() in ("```", "~~~") and (len(lines) == 1 or not lines[1]):
+        lines = lines[1:]
+    return _BLANK_RUNS.sub("\n\n", "\n".join(lines).strip())
+
+
+def balanced(text: str) -> str:
+    """`text` with what a cut left open closed: a code fence, then inline code, then bold.
+
+    An item is quoted inside the block; an open fence swallowed everything after it (later
+    items, `</memory>` included), and a stray backtick or `**` ran into the next item."""
+    lines = text.split("\n")
+    fence = ""
+    last_prose = -1
+    prose: list[str] = []  # the lines outside code blocks: `**kwargs` in code is no bold
+    for index, line in enumerate(lines):
+        match = _FENCE.match(line)
+        if match is None:
+            if not fence:
+                last_prose = index
+                prose.append(line)
+            continue
+        marker = match.group(1)
+        if not fence:
+            fence = marker
+        elif (
+            marker[0] == fence[0] and len(marker) >= len(fence) and not line[match.end() :].strip()
+        ):
+            fence = ""
+    if last_prose >= 0:
+        lines[last_prose] += _inline_closers("\n".join(prose))
+    if fence:
+        lines.append(fence)
+    return "\n".join(lines)
+
+
+def _inline_closers(prose: str) -> str:
+    spans_removed = _CODE_SPAN.sub("", prose)
+    tick = spans_removed.find("`")
+    outside = spans_removed if tick < 0 else spans_removed[:tick]
+    closers = (
+        ""
+        if tick < 0
+        else "`" * (len(spans_removed[tick:]) - len(spans_removed[tick:].lstrip("`")))
+    )
+    if outside.count("**") % 2:
+        closers += "**"
+    return closers
 
 
 def relevant_item(cite: str, source: str, content: str) -> str:
-    return inert(f"- `{cite}` ({source}): {one_line(content)}\n")
+    """A hit as a list item: short text on the item's line, longer text as its indented lines."""
+    head = f"- `{cite}` ({source}):"
+    if "\n" not in content:
+        return inert(f"{head} {balanced(content)}\n")
+    body = "\n".join(f"  {line}" if line else "" for line in balanced(content).split("\n"))
+    return inert(f"{head}\n{body}\n")

@@ -10,8 +10,8 @@ from typing import Any
 from google import genai
 
 from app.llm.generation import generate_text
-from app.llm.tokens import estimate_tokens
 from app.privacy import cap_text, sanitize_text
+from app.tokens import estimate_tokens
 
 COMPRESSION_TEMPERATURE = 0.2
 COMPRESSION_MAX_OUTPUT_TOKENS = 200

@@ -23,9 +23,9 @@ from app.errors import first_line
 from app.llm.gemini import make_client
 from app.llm.generation import Generation, generate_text
 from app.llm.ratelimit import DailyBudget, GeminiGate, record_usage
-from app.llm.tokens import estimate_tokens
 from app.memories import service
 from app.memories.schemas import LastSession, Resume, ResumeContext
+from app.tokens import estimate_tokens
 
 log = structlog.get_logger(__name__)
 

@@ -470,10 +470,10 @@ top AS (
 )
 SELECT t.id, t.score, t.vector_rank, t.vector_score, t.keyword_rank, t.keyword_score,
        c.source, c.content, {snippet} AS snippet, c.file_path AS path, c.start_line,
-       c.end_line, c.session_id, c.observation_id, c.created_at
+       c.end_line, c.session_id, c.observation_id, c.created_at, m.key AS memory_key
 FROM top t JOIN memory_chunks c ON c.id = t.id
-WHERE NOT EXISTS (SELECT FROM memories m WHERE m.id = c.memory_id
-  AND (m.expires_at <= now() OR m.scope = 'session'))
+LEFT JOIN memories m ON m.id = c.memory_id
+WHERE m.id IS NULL OR (m.scope <> 'session' AND (m.expires_at IS NULL OR m.expires_at > now()))
 ORDER BY t.score DESC, t.id"""
     return text(sql)
 

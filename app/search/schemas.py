@@ -73,6 +73,9 @@ class SearchResult(CamelModel):
     session_id: str | None
     observation_id: str | None
     created_at: datetime
+    # A kv row's memory key, its citation (`kv:<key>`); the key is also the start of `content`,
+    # but a key may hold `: ` itself. Internal: the contract's result fields are unchanged.
+    key: str | None = Field(default=None, exclude=True)
 
 
 class SearchResponse(CamelModel):

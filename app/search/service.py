@@ -205,6 +205,7 @@ async def search(
             session_id=row.session_id,
             observation_id=row.observation_id,
             created_at=row.created_at,
+            key=row.memory_key,
         )
         for row in rows
     ]

@@ -1,22 +1,23 @@
 """Split files into index chunks with langchain-text-splitters, each knowing its source lines.
 
-Sizes are in tokens, estimated at four characters a token (the estimate the rest of the service
-uses), so the splitters work on characters. Every chunk the splitter returns is a substring of the
-text it was given, found again from the previous chunk's position, and its offsets become lines.
+Sizes are in tokens, estimated as the rest of the service does (`app.tokens`: four characters a
+token, a wide character one), so the splitters work on characters, a wide one counting four.
+Every chunk the splitter returns is a substring of the text it was given, found again from the
+previous chunk's position, and its offsets become lines.
 """
 
 from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
 from langchain_text_splitters import MarkdownTextSplitter, RecursiveCharacterTextSplitter
 
 from app.sync.transcripts import Transcript
-
-CHARS_PER_TOKEN = 4
+from app.tokens import CHARS_PER_TOKEN, token_length
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,17 +31,31 @@ class Chunk:
     headings: str = ""
 
 
+def _length(text: str) -> Callable[[str], int]:
+    # An ASCII text's token length is its length: the builtin spares the splitter a Python call
+    # for each piece it measures (~3 us a chunk, 1.5% of sync's Python, on the testdata).
+    return len if text.isascii() else token_length
+
+
 @lru_cache(maxsize=8)
-def _markdown_splitter(tokens: int, overlap: int) -> MarkdownTextSplitter:
+def _markdown_splitter(
+    tokens: int, overlap: int, length: Callable[[str], int]
+) -> MarkdownTextSplitter:
     return MarkdownTextSplitter(
-        chunk_size=tokens * CHARS_PER_TOKEN, chunk_overlap=overlap * CHARS_PER_TOKEN
+        chunk_size=tokens * CHARS_PER_TOKEN,
+        chunk_overlap=overlap * CHARS_PER_TOKEN,
+        length_function=length,
     )
 
 
 @lru_cache(maxsize=8)
-def _text_splitter(tokens: int, overlap: int) -> RecursiveCharacterTextSplitter:
+def _text_splitter(
+    tokens: int, overlap: int, length: Callable[[str], int]
+) -> RecursiveCharacterTextSplitter:
     return RecursiveCharacterTextSplitter(
-        chunk_size=tokens * CHARS_PER_TOKEN, chunk_overlap=overlap * CHARS_PER_TOKEN
+        chunk_size=tokens * CHARS_PER_TOKEN,
+        chunk_overlap=overlap * CHARS_PER_TOKEN,
+        length_function=length,
     )
 
 
@@ -54,7 +69,7 @@ def normalise_newlines(text: str) -> str:
 def chunk_markdown(text: str, *, tokens: int = 400, overlap: int = 80) -> list[Chunk]:
     """Markdown-aware chunks (headers start sections) with 1-based line ranges into `text`."""
     text = normalise_newlines(text)
-    pieces = _markdown_splitter(tokens, overlap).split_text(text)
+    pieces = _markdown_splitter(tokens, overlap, _length(text)).split_text(text)
     starts = _line_starts(text)
     sections = SectionTitles(text)
     chunks = []
@@ -154,7 +169,7 @@ def chunk_transcript(
         rendered.append("")
         line_map.append(entry.line)
     text = "\n".join(rendered)
-    pieces = _text_splitter(tokens, overlap).split_text(text)
+    pieces = _text_splitter(tokens, overlap, _length(text)).split_text(text)
     starts = _line_starts(text)
     chunks = []
     for piece, begin in _locate(text, pieces):

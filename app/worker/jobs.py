@@ -28,10 +28,10 @@ from app.llm.fallback import (
 from app.llm.generation import GeminiCallFailed
 from app.llm.ratelimit import DailyBudget, GeminiGate, record_usage
 from app.llm.summarize import session_text, summarize_with_gemini
-from app.llm.tokens import estimate_tokens
 from app.privacy import cap_text, sanitize_text
 from app.sync.embed import BatchEmbedder
 from app.sync.runs import execute_sync_run
+from app.tokens import estimate_tokens
 from app.worker import claims, results
 from app.worker.claims import ObservationWork, Queue, SessionWork, SyncRunWork
 

@@ -151,6 +151,23 @@ def test_non_loopback_bind_without_token_is_refused() -> None:
         (["nosuchcmd"], "agmem: error: No such command 'nosuchcmd'. (see 'agmem --help')"),
         (["search"], "agmem: error: Missing argument 'query'. (see 'agmem search --help')"),
         (
+            # It was the service's refusal, exit 1, where a missing query is a usage error.
+            ["search", "  "],
+            "agmem: error: Invalid value for 'query': the query is empty; give the words to "
+            "search for (see 'agmem search --help')",
+        ),
+        (
+            # It was "limit: Input should be ...", naming no option.
+            ["search", "x", "--limit", "500"],
+            "agmem: error: Invalid value for '--limit': Input should be less than or equal to "
+            "100 (see 'agmem search --help')",
+        ),
+        (
+            ["search", "x", "--mode", "fuzzy"],
+            "agmem: error: Invalid value for '--mode': 'fuzzy' is not one of 'hybrid', 'vector', "
+            "'keyword', 'weighted'. (see 'agmem search --help')",
+        ),
+        (
             ["serve", "--port", "70000"],
             "agmem: error: Invalid value for '--port': Input should be less than or equal to "
             "65535 (see 'agmem serve --help')",

@@ -8,8 +8,9 @@ import psycopg
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.context.builder import ContextBlock, build_context
-from app.context.tokens import estimate_tokens, truncate_to_tokens
+from app.context.format import balanced
 from app.llm.embeddings import local_embedder
+from app.tokens import estimate_tokens, truncate_to_tokens
 from tests.search.seed import Chunk, add_chunks, add_session, in_session
 
 
@@ -77,3 +78,13 @@ def test_a_cjk_block_keeps_to_its_budget_in_characters(
     block = in_session(database_url, work)
     assert "這個專案" in block.markdown
     assert sum(not ch.isascii() for ch in block.markdown) <= block.token_count <= 300
+
+
+def test_balancing_closes_what_a_cut_left_open_and_only_that() -> None:
+    assert balanced("run `make te…") == "run `make te…`"
+    assert balanced("**Note:** the **clean…") == "**Note:** the **clean…**"
+    assert balanced("see `a**b` and ``x`y`` ok") == "see `a**b` and ``x`y`` ok"
+    assert balanced("```python\ndef f(**kwargs):…") == "```python\ndef f(**kwargs):…\n```"
+    # Code between prose lines counts for neither: `**kwargs` there is no open bold.
+    text = "Call it:\n```\nf(**kwargs)\n```\nthen `g` runs."
+    assert balanced(text) == text

@@ -9,8 +9,9 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from app.context.tokens import estimate_tokens
+from app.context import format as fmt
 from app.main import create_app
+from app.tokens import estimate_tokens
 from tests.conftest import make_settings
 from tests.search.seed import Chunk, add_chunks, add_memory, add_session
 
@@ -161,6 +162,19 @@ def test_small_budget_keeps_recent_in_full_and_older_as_lines_dropping_the_oldes
     assert "2026-03-01" not in text or len(lines) == 3
 
 
+@pytest.mark.parametrize("budget", [50, 60])
+def test_a_tiny_budget_does_not_call_the_latest_session_earlier(
+    client: TestClient, database_url: str, db: psycopg.Connection[Any], budget: int
+) -> None:
+    # Too short for its summary, the latest session was listed under "## Earlier sessions".
+    seed_history(database_url, sessions=3)
+    text = context(client, budget=budget)["context"]
+    assert "\n## Recent sessions\n- 2026-03-03: billing task number 2\n" in text, text
+    assert "Earlier sessions" not in text
+    assert estimate_tokens(text) <= budget
+    assert estimate_tokens(fmt.RECENT_HEADING) <= estimate_tokens(fmt.SECTION_HEADINGS["older"])
+
+
 def test_project_path_forms(
     client: TestClient, database_url: str, db: psycopg.Connection[Any]
 ) -> None:
@@ -239,6 +253,19 @@ def test_a_fact_is_not_repeated_by_its_own_search_hit(
     assert [item["source"] for item in body["items"]] == ["kv"]
 
 
+def test_a_kv_hit_is_cited_by_its_key(client: TestClient, db: psycopg.Connection[Any]) -> None:
+    # Not a project.* or current.* fact, so it can only come in as a search hit: it was cited
+    # `kv`, its key only somewhere inside the text.
+    written = client.put(
+        "/api/memories/release.checklist",
+        json={"value": "tag the release, then rsync the wheels", "projectPath": "/p"},
+    )
+    assert written.status_code in (200, 201), written.text
+    body = context(client, prompt="how do I rsync the release wheels")
+    assert "- `kv:release.checklist` (kv): release.checklist: tag the release" in body["context"]
+    assert [(item["source"], item["path"]) for item in body["items"]] == [("kv", None)]
+
+
 UNRELATED_PROMPTS = [
     "write a haiku about autumn leaves",
     "what is the capital of Australia",
@@ -269,3 +296,54 @@ def test_an_unrelated_prompt_gets_no_nearest_neighbour_noise(
     ungated = make_settings(home=tmp_path / "ungated", context_min_similarity=-1)
     with TestClient(create_app(ungated, database_url=database_url)) as plain:
         assert any(context(plain, prompt=prompt)["items"] for prompt in UNRELATED_PROMPTS)
+
+
+TREE_CHUNK = """```
+.entire/metadata/<session-id>/
+├── full.jsonl               # Session transcript
+├── prompt.txt               # User prompts
+└── tasks/<tool-use-id>/     # Task checkpoints
+```
+
+**Both Strategies** - Metadata branch (`entire/checkpoints/v1`) - sharded checkpoint format:
+```
+<checkpoint-id[:2]>/<checkpoint-id[2:]>/
+""" + "".join(f"├── {n}/  # session {n}: full.jsonl, prompt.txt, context.md\n" for n in range(40))
+
+# A chunk that starts with the fence closing the code above it, then prose with bold and code.
+AFTER_CODE_CHUNK = "```\n\n**When to use `os.Getwd()`:** only when " + "you need the cwd " * 60
+
+
+def _fences_closed(markdown: str) -> bool:
+    return sum(line.lstrip().startswith("```") for line in markdown.splitlines()) % 2 == 0
+
+
+@pytest.mark.parametrize("budget", [150, 250, 400, 2000])
+def test_a_relevant_item_keeps_its_lines_and_closes_what_its_cut_opened(
+    client: TestClient, database_url: str, db: psycopg.Connection[Any], budget: int
+) -> None:
+    # Items were squashed onto one line (a tree diagram unreadable) and a cut inside a code
+    # block left its fence open: everything after it, `</memory>` too, read as code.
+    add_chunks(
+        database_url,
+        [
+            Chunk(TREE_CHUNK, path="CLAUDE.md", start_line=351, end_line=400),
+            Chunk(AFTER_CODE_CHUNK, path="CLAUDE.md", start_line=242, end_line=250),
+        ],
+    )
+    body = context(
+        client, prompt="how are session transcripts stored on the metadata branch", budget=budget
+    )
+    markdown = body["context"]
+    assert body["tokenCount"] == estimate_tokens(markdown) <= budget
+    assert "CLAUDE.md#L351-L400" in markdown
+    assert _fences_closed(markdown), markdown
+    item = markdown.split("CLAUDE.md#L351-L400` (memory):\n", 1)[1]
+    assert item.startswith("  ```\n  .entire/metadata/<session-id>/\n  ├── full.jsonl    ")
+    for part in markdown.split("\n- ")[1:]:  # each item on its own: nothing left open
+        prose = "\n".join(line for line in part.splitlines() if "```" not in line)
+        assert prose.count("**") % 2 == 0, part
+        assert prose.count("`") % 2 == 0, part
+    if "CLAUDE.md#L242-L250" in markdown:
+        cut = markdown.split("CLAUDE.md#L242-L250` (memory):", 1)[1]
+        assert cut.lstrip().startswith("**When to use `os.Getwd()`:**")  # the stray fence dropped

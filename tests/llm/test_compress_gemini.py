@@ -8,7 +8,7 @@ from typing import Any
 import psycopg
 
 from app.llm.compress import COMPRESSION_INSTRUCTIONS, observation_text
-from app.llm.tokens import estimate_tokens
+from app.tokens import estimate_tokens
 from tests.conftest import make_settings
 from tests.fakes.gemini import FakeResponse, fake_gemini, text_answer
 from tests.worker.builders import (

@@ -10,7 +10,7 @@ from app.llm.fallback import (
     raw_text,
     summarize_extractive,
 )
-from app.llm.tokens import estimate_tokens
+from app.tokens import estimate_tokens
 from tests.realdata import (
     CLAUDE_MD_SESSION,
     DENIED_WRITE_CALL,

@@ -12,8 +12,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.config import Settings
-from app.llm.tokens import estimate_tokens
 from app.main import create_app
+from app.tokens import estimate_tokens
 from tests.conftest import make_settings
 from tests.fakes.gemini import FakeGemini, FakeResponse, fake_gemini, text_answer
 from tests.memories.helpers import PROJECT, put
@@ -118,6 +118,24 @@ def test_resume_fits_its_budget(
     assert body["tokenCount"] <= budget
     assert counted <= budget
     assert body["briefing"]
+
+
+def test_resume_counts_a_wide_character_as_a_token(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    # The briefing counted four characters a token where the context block counts an ideograph
+    # as one: a Chinese project's resume held ~4x its budget in real tokens.
+    for n in range(30):
+        put(client, f"project.fact{n:02}", f"第{n}條：這個專案使用資料庫與快取來保存工作階段" * 2)
+    body = client.post("/api/resume", json={"projectPath": PROJECT, "budget": 200}).json()
+    texts = [body["briefing"]] + [
+        f"{memory['key']}: {memory['value']}"
+        for memories in body["context"].values()
+        for memory in memories
+    ]
+    wide = sum(not ch.isascii() for text in texts for ch in text)
+    assert body["context"]["project"], body
+    assert wide <= body["tokenCount"] <= 200
 
 
 def test_resume_without_anything_stored(client: TestClient) -> None:

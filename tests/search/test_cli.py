@@ -52,6 +52,20 @@ def test_a_project_search_finds_a_global_memory(env: dict[str, str]) -> None:
     assert "src/auth.ts#L3-L9" in result.output
 
 
+def test_a_kv_hit_is_cited_by_its_key(env: dict[str, str]) -> None:
+    runner = CliRunner()
+    # A key may hold `: `, so the citation cannot be read off the content's `key: value`.
+    runner.invoke(cli, ["memory", "set", "deploy: step", "rsync the wheels", "-p", "/p"], env=env)
+
+    result = runner.invoke(cli, ["search", "rsync wheels", "--project", "/p"], env=env)
+
+    assert result.exit_code == 0, result.output
+    assert "[kv] kv:deploy: step" in result.output
+    body = json.loads(runner.invoke(cli, ["search", "rsync wheels", "--json"], env=env).output)
+    assert body["results"][0]["path"] is None  # the contract's fields are unchanged
+    assert "key" not in body["results"][0]
+
+
 def test_json_output_and_modes(env: dict[str, str]) -> None:
     result = CliRunner().invoke(
         cli, ["search", "tomatoes", "--mode", "keyword", "--limit", "3", "--json"], env=env
@@ -66,14 +80,14 @@ def test_json_output_and_modes(env: dict[str, str]) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["search", "x", "--mode", "fuzzy"], "--mode must be one of"),
-        (["search", "x", "--limit", "500"], "limit"),
-        (["search", "   "], "query is empty"),
+        (["search", "x", "--mode", "fuzzy"], "Invalid value for '--mode'"),
+        (["search", "x", "--limit", "500"], "Invalid value for '--limit'"),
+        (["search", "   "], "the query is empty"),
     ],
 )
 def test_user_errors_are_one_line(env: dict[str, str], args: list[str], message: str) -> None:
     result = CliRunner().invoke(cli, args, env=env)
-    assert result.exit_code != 0
+    assert result.exit_code == 2
     assert message in result.output
     assert "Traceback" not in result.output
 

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from app.sync.chunking import Chunk, chunk_markdown, chunk_transcript
 from app.sync.transcripts import parse_transcript
+from app.tokens import estimate_tokens
 from tests.sync.helpers import TESTDATA
 
 
@@ -127,3 +128,17 @@ def test_transcript_chunks_have_no_section_titles() -> None:
         (TESTDATA / "claude-code" / "entire_c9883595c929_v2.0.74_small.jsonl").read_text()
     )
     assert all(c.headings == "" for c in chunk_transcript(transcript, tokens=100, overlap=0))
+
+
+def test_chunk_sizes_count_a_wide_character_as_a_token() -> None:
+    # At four characters a token a Chinese file was chunked ~4x larger than its token setting.
+    text = "# 架構\n\n" + "".join(
+        f"第{n}段：機器人把工作階段的紀錄寫進資料庫，再由背景工作整理。\n\n" for n in range(80)
+    )
+    chunks = chunk_markdown(text, tokens=100, overlap=20)
+    assert len(chunks) > 5
+    assert max(estimate_tokens(chunk.content) for chunk in chunks) <= 100
+    assert_lines_exact(text, chunks)
+    english = "".join(f"Paragraph {n} says how the bot writes session logs.\n\n" for n in range(80))
+    sizes = [len(chunk.content) for chunk in chunk_markdown(english, tokens=100, overlap=20)]
+    assert 300 < max(sizes) <= 400  # ASCII text is sized as before, four characters a token

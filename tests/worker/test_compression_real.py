@@ -9,7 +9,7 @@ import psycopg
 from fastapi.testclient import TestClient
 
 from app.llm.compress import observation_text
-from app.llm.tokens import estimate_tokens
+from app.tokens import estimate_tokens
 from tests.conftest import make_settings
 from tests.realdata import (
     CLAUDE_MD_SESSION,
@@ -100,11 +100,12 @@ def test_small_real_calls_are_kept_whole_or_extracted_losing_no_line_and_shown_s
     block = client.get(
         "/api/context", params={"projectPath": GO_PROJECT, "prompt": "mise run fmt lint"}
     ).text
+    # Quoted with their lines, indented under their list items.
     assert (
-        'Bash Args: {"command":"mise run fmt && mise run lint","timeout":60000,"description":'
-        '"Format and lint the code"} Result: Exit code 1 [fmt] $ gofmt -w . [lint]'
+        '  Bash\n  Args: {"command":"mise run fmt && mise run lint","timeout":60000,"description":'
+        '"Format and lint the code"}\n  Result: Exit code 1\n  [fmt] $ gofmt -w .\n  [lint]'
     ) in block
-    assert "Bash mise run lint | Run linter to check the fix Result: 0 issues." in block
+    assert "  Bash mise run lint | Run linter to check the fix\n  Result: 0 issues." in block
     assert "Tool: Bash" not in block
     assert "Arguments:" not in block
 

@@ -1,4 +1,9 @@
-"""Token estimates for budgets: about four characters per token, a wide character one, rounded up.
+"""The app's one token estimate: about four characters a token, a wide character one, rounded up.
+
+Every budget and size in tokens uses it: the context block, the resume briefing, the worker's
+compression counts, and sync's chunk sizes (`token_length`, the splitters' length). Before, only
+the context block counted wide characters: a Chinese memory file was chunked at four characters
+a token, ~4x its token setting.
 
 A budget is a promise, so the estimate errs high for English prose and code (Gemini's and
 tiktoken's tokenisers average 4+ characters per token there). A wide character (CJK, kana,
@@ -22,12 +27,25 @@ _WIDE_LEADS = bytes(range(0xE3, 0xEE)) + b"\xef\xf0"
 _ELLIPSIS = "…"
 
 
+def _wide(text: str) -> int:
+    data = text.encode("utf-8", "surrogatepass")
+    return len(data) - len(data.translate(None, _WIDE_LEADS))
+
+
 def estimate_tokens(text: str) -> int:
     if text.isascii():
         return -(-len(text) // CHARS_PER_TOKEN)
-    data = text.encode("utf-8", "surrogatepass")
-    wide = len(data) - len(data.translate(None, _WIDE_LEADS))
+    wide = _wide(text)
     return wide + -(-(len(text) - wide) // CHARS_PER_TOKEN)
+
+
+def token_length(text: str) -> int:
+    """`text`'s length in characters with a wide character counted as `CHARS_PER_TOKEN`: the
+    estimate before rounding, for code that sizes text in characters (the sync's splitters).
+    ASCII text's length is unchanged, so are its chunks."""
+    if text.isascii():
+        return len(text)
+    return len(text) + (CHARS_PER_TOKEN - 1) * _wide(text)
 
 
 def truncate_to_tokens(text: str, tokens: int) -> str:
@@ -48,7 +66,7 @@ def truncate_to_tokens(text: str, tokens: int) -> str:
                 high = middle - 1
         room = low
     cut = text[:room]
-    space = cut.rfind(" ")
+    space = max(cut.rfind(" "), cut.rfind("\n"))
     if space > room // 2:
         cut = cut[:space]
     return cut.rstrip() + _ELLIPSIS
