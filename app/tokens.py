@@ -27,16 +27,24 @@ _WIDE_LEADS = bytes(range(0xE3, 0xEE)) + b"\xef\xf0"
 _ELLIPSIS = "…"
 
 
-def _wide(text: str) -> int:
-    data = text.encode("utf-8", "surrogatepass")
+def wide_in_utf8(data: bytes) -> int:
+    """The wide characters in UTF-8 `data` (for a caller that holds the bytes already)."""
     return len(data) - len(data.translate(None, _WIDE_LEADS))
+
+
+def _wide(text: str) -> int:
+    return wide_in_utf8(text.encode("utf-8", "surrogatepass"))
+
+
+def estimate_from_counts(chars: int, wide: int) -> int:
+    """The estimate of a text of `chars` characters, `wide` of them wide."""
+    return wide + -(-(chars - wide) // CHARS_PER_TOKEN)
 
 
 def estimate_tokens(text: str) -> int:
     if text.isascii():
         return -(-len(text) // CHARS_PER_TOKEN)
-    wide = _wide(text)
-    return wide + -(-(len(text) - wide) // CHARS_PER_TOKEN)
+    return estimate_from_counts(len(text), _wide(text))
 
 
 def token_length(text: str) -> int:

@@ -12,6 +12,7 @@ import orjson
 
 from app.privacy import Scanned, cap_text, sanitize_json, sanitize_string
 from app.textscan import LiteralScanner
+from app.tokens import estimate_from_counts, wide_in_utf8
 
 ObservationType = Literal["file_read", "file_write", "code_execution", "search", "web", "other"]
 
@@ -167,11 +168,6 @@ def observation_type(function_name: str, function_args: Any) -> ObservationType:
     return "other"
 
 
-def estimate_tokens(chars: int) -> int:
-    """Estimated tokens for `chars` characters, at 4 characters per token (rounded up)."""
-    return (chars + 3) // 4
-
-
 @dataclass(frozen=True, slots=True)
 class Payload:
     """A JSON value as it will be stored: sanitized, capped, encoded once."""
@@ -185,6 +181,13 @@ class Payload:
     truncated: bool
     # What the sanitizing scanner found in the value's strings (see `prepare_payload`).
     scanned: Scanned = field(default_factory=dict, compare=False, repr=False)
+    original_wide: int = 0  # wide characters (CJK, emoji...) before any cap: see app.tokens
+
+    @property
+    def original_tokens(self) -> int:
+        """The value's token estimate before any cap, by the app's one estimate: the worker
+        measures its compressed text the same way, so their difference is the tokens saved."""
+        return estimate_from_counts(self.original_chars, self.original_wide)
 
     @property
     def is_text(self) -> bool:
@@ -268,21 +271,29 @@ def prepare_payload(
         if utf8 is None:
             utf8 = clean.encode("utf-8")
         original_chars = len(clean)
+        wide = 0 if len(utf8) == original_chars else wide_in_utf8(utf8)
         if original_chars <= max_chars:
-            return Payload(clean, utf8, original_chars, len(utf8), False, scanned)
+            return Payload(clean, utf8, original_chars, len(utf8), False, scanned, wide)
         capped = cap_text(clean, max_chars * 9 // 10)
-        return Payload(capped, capped.encode("utf-8"), original_chars, len(utf8), True, scanned)
+        return Payload(
+            capped, capped.encode("utf-8"), original_chars, len(utf8), True, scanned, wide
+        )
     clean = sanitize_json(
         value, max_depth=max_depth, scanner=scanner, scanned=scanned if scanner else None
     )
     data = dumps_bytes(clean)
     original_bytes = len(data)
-    original_chars = original_bytes if data.isascii() else original_bytes - _utf8_extra(clean)
+    if data.isascii():
+        original_chars, wide = original_bytes, 0
+    else:
+        original_chars, wide = original_bytes - _utf8_extra(clean), wide_in_utf8(data)
     if original_chars <= max_chars:
-        return Payload(clean, data, original_chars, original_bytes, False, scanned)
+        return Payload(clean, data, original_chars, original_bytes, False, scanned, wide)
     capped = _cap_strings(clean, max(1024, max_chars // 4))
     capped_text = dumps(capped)
     if len(capped_text) > max_chars:
         text = cap_text(capped_text, max_chars * 9 // 10)
-        return Payload(text, text.encode("utf-8"), original_chars, original_bytes, True, scanned)
-    return Payload(capped, dumps_bytes(capped), original_chars, original_bytes, True, scanned)
+        return Payload(
+            text, text.encode("utf-8"), original_chars, original_bytes, True, scanned, wide
+        )
+    return Payload(capped, dumps_bytes(capped), original_chars, original_bytes, True, scanned, wide)

@@ -24,7 +24,6 @@ from app.capture.db import GroupWriter
 from app.capture.derive import (
     Payload,
     dumps,
-    estimate_tokens,
     observation_type,
     prepare_payload,
 )
@@ -372,7 +371,7 @@ async def record_observation(
         **_payload_params(session, "function_args", args),
         "observation_type": observation_type(function_name, args.value),
         "entities": entities_json,
-        "original_tokens": estimate_tokens(args.original_chars),
+        "original_tokens": args.original_tokens,
         "args_bytes": args.original_bytes,
         "truncated": args.truncated,
         "observed_at": _epoch_ms(data.timestamp),
@@ -421,7 +420,7 @@ async def record_result(
         "function_name": function_name,
         **_payload_params(session, "result", result),
         "result_bytes": result.original_bytes,
-        "result_tokens": estimate_tokens(result.original_chars),
+        "result_tokens": result.original_tokens,
         "truncated": result.truncated,
         "entities": entities,
         "result_at": _epoch_ms(data.timestamp),

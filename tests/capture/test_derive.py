@@ -10,7 +10,6 @@ import pytest
 
 from app.capture.derive import (
     dumps,
-    estimate_tokens,
     normalize_tool_name,
     observation_type,
     prepare_payload,
@@ -69,8 +68,14 @@ def test_normalize_tool_name() -> None:
     assert normalize_tool_name("default_api.run-shell-command") == "run_shell_command"
 
 
-def test_estimate_tokens_is_four_chars_per_token_rounded_up() -> None:
-    assert [estimate_tokens(n) for n in (0, 1, 4, 5, 400)] == [0, 1, 1, 2, 100]
+def test_original_tokens_are_four_chars_a_token_rounded_up_and_a_wide_character_one() -> None:
+    def tokens(value: object) -> int:
+        return prepare_payload(value, max_chars=100, max_depth=8).original_tokens
+
+    assert [tokens("x" * n) for n in (0, 1, 4, 5, 400)] == [0, 1, 1, 2, 100]
+    assert tokens("專案 ok") == 2 + 1  # two ideographs, then " ok"
+    assert tokens({"k": "專案"}) == 2 + 2  # {"k":""} is 8 characters
+    assert tokens("專" * 400) == 400  # measured before the cap, as the characters are
 
 
 def test_prepare_payload_small_value_untouched() -> None:

@@ -6,6 +6,7 @@ import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 import psycopg
 import pytest
 from fastapi.testclient import TestClient
@@ -13,6 +14,7 @@ from fastapi.testclient import TestClient
 from app.capture import service
 from app.capture.entities import MAX_PER_KIND, extract_entities, merge_entities
 from app.capture.service import CALL_ENTITIES, CallEntities, SessionTouches
+from app.tokens import estimate_tokens
 from tests.capture.builders import count, make_session, observation, observe, send_result
 
 
@@ -476,3 +478,22 @@ def test_string_payloads_through_a_sqlalchemy_session_are_stored_as_json_strings
     assert row["function_args"] == "ls src"
     assert row["result"] == 'key [REDACTED] "quoted"'
     assert row["status"] == "captured"
+
+
+def test_original_tokens_count_a_wide_character_as_a_token_as_the_worker_does(
+    client: TestClient,
+) -> None:
+    # Capture's count is what the worker's compressed count is subtracted from: at four
+    # characters a token for both, a Chinese call "saved" a negative number of tokens.
+    session_id = make_session(client)
+    args = {"summary": "產生專案指令文件 (GEMINI.md)"}
+    result = "正在進行專案研究以產生 GEMINI.md 檔案。"
+    observe(client, session_id, id="wide", functionName="update_topic", functionArgs=args)
+    client.post(
+        "/api/observe/result",
+        json={"sessionId": session_id, "functionName": "update_topic", "result": result},
+    )
+    body = client.get("/api/observations/wide").json()
+    args_text = orjson.dumps(args).decode()
+    assert body["originalTokens"] == estimate_tokens(args_text) + estimate_tokens(result)
+    assert body["originalTokens"] > (len(args_text) + 3) // 4 + (len(result) + 3) // 4
