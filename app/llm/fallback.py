@@ -483,8 +483,11 @@ def _highlight(digest: ObservationDigest) -> tuple[int, str] | None:
     # The last line that says something: a raw observation kept as indented JSON ends in a lone
     # `}`, and a bracket is no result.
     last = next((ln for ln in reversed(lines) if any(ch.isalnum() for ch in ln)), "")
-    if digest.observation_type == "file_write" and digest.files and last != lines[0]:
-        # A write's result is its status (`updated`): the first line names the tool and file.
+    if last != lines[0] and (
+        last.startswith("Result: ") or (digest.observation_type == "file_write" and digest.files)
+    ):
+        # A result read alone says neither which call nor what on (`Result: updated`, `Result:
+        # lines 1-9`): the first line names the tool and its file or arguments.
         last = f"{lines[0]}: {last.removeprefix('Result: ')}"
     return (1 if changed else 2), _short(last).rstrip(" ;.,")
 

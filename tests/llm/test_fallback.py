@@ -63,7 +63,7 @@ def test_summary_names_the_task_counts_files_and_results_without_doubled_punctua
         'This session in /p on "fix the bug" made 2 tool calls (1 file read, 1 file write).'
     )
     assert "It touched a.ts." in summary
-    assert "Notable results: Result: const key = 1; replace a.ts: OK." in summary
+    assert "Notable results: read_file a.ts: const key = 1; replace a.ts: OK." in summary
     assert ";;" not in summary
     assert ".." not in summary
 
@@ -315,7 +315,7 @@ def test_summary_names_the_file_of_a_write_whose_result_is_its_status() -> None:
 
     summary = summarize_extractive(project_path="/p", user_prompt=None, observations=observations)
 
-    assert "Notable results: Result: lines 1-9 | func f() {; Edit a.go: updated." in summary
+    assert "Notable results: Read a.go: lines 1-9 | func f() {; Edit a.go: updated." in summary
 
 
 def test_summary_highlights_a_raw_observation_by_its_last_line_with_words() -> None:

@@ -195,11 +195,11 @@ def test_fallback_summary_of_a_real_session_names_its_error_and_last_change(
     summary = row(db, "SELECT summary, status FROM sessions")
     assert summary["status"] == "summarized"
     # The project is named once; its files relative to it. The lint failure and the final test
-    # run, not the first two results of the session (a grep and a read).
+    # run, named by its command, not the first two results of the session (a grep and a read).
     assert summary["summary"].endswith(
         "made 9 tool calls (3 commands, 2 file reads, 3 file writes, 1 search). "
         "It touched cmd/entire/cli/config.go. "
         "Notable results: [lint] ERROR task failed; "
-        "Result: ? entire.io/cli/cmd/entire [no test files] | ok entire.io/cli/cmd/entire/cli "
-        "2.120s | ok entire.io/cli/cmd/entire/cli/agent (cached)."
+        "Bash mise run test | Run tests to verify the fix: ? entire.io/cli/cmd/entire [no test "
+        "files] | ok entire.io/cli/cmd/entire/cli 2.120s | ok entire.io/cli/cmd/en…."
     )
