@@ -330,24 +330,24 @@ def compress_extractive(
     lines = [head]
     diff = diff_summary(args) if observation_type == "file_write" else None
     todos = todo_line(args)
+    other_args: list[str] = []
     if diff:
         lines.append(f"Diff: {diff}")
     elif todos:
         lines.append(todos)
     else:
         # The other arguments too: a search's pattern matters as much as the folder it searched.
-        shown = [s for s in strings_in(args) if s.strip() and s not in files][:2]
-        if shown and files:
-            lines.append("Args: " + " | ".join(_short(s) for s in shown))
-        elif shown:
+        other_args = [s for s in strings_in(args) if s.strip() and s not in files][:2]
+        if other_args and files:
+            lines.append("Args: " + " | ".join(_short(s) for s in other_args))
+        elif other_args:
             # What the call was given, where its files would be: `Glob package.json`.
-            lines[0] += " " + " | ".join(_short(s) for s in shown)
+            lines[0] += " " + " | ".join(_short(s) for s in other_args)
     names_at = len(lines)  # Mentions go here, with the names; Result stays the last line
     if observation_type in ("file_read", "file_write"):
         errors, _ = key_lines(_lines(result)[:STATUS_LINES])
     else:
-        shown = [*files, *shown] if not (diff or todos) else files
-        replies = [ln for ln in _lines(result) if not _echoed(ln, shown)]
+        replies = [ln for ln in _lines(result) if not _echoed(ln, [*files, *other_args])]
         if observation_type == "search":
             replies = search_lines(replies, project_path)
         errors, firsts = key_lines(replies) if replies else ([], [])
@@ -402,11 +402,10 @@ def keeps_every_line(
         if summary and f"Result: {_relative(shown, project_path)}" in squashed:
             replies = replies[1:]
     arguments = list(strings_in(args))
-    for line in lines + replies:
+    # A reply line that repeats an argument under a label needs only that argument shown.
+    needed = lines + [_echoed(line, arguments) or line for line in replies]
+    for line in needed:
         words = " ".join(_relative(line, project_path).split())
-        echo = _echoed(line, arguments) if line in replies else None
-        if echo is not None:
-            words = " ".join(_relative(echo, project_path).split())
         if words and words not in squashed:
             return False
     return True
