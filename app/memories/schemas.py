@@ -12,6 +12,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from app.api.numbers import BodyInt
 from app.privacy import clean_text, sanitize_json
 from app.projects import canonical_project
 
@@ -132,10 +133,10 @@ class MemoryWrite(StrictBody):
     scope: Scope = "project"
     project_path: str | None = None
     session_id: str | None = Field(default=None, max_length=200)
-    ttl: int | None = Field(default=None, ge=1, le=MAX_TTL_SECONDS)
+    ttl: BodyInt | None = Field(default=None, ge=1, le=MAX_TTL_SECONDS)
     tags: list[str] | None = None
     created_by: str | None = Field(default=None, max_length=200)
-    if_version: int | None = Field(default=None, ge=0)
+    if_version: BodyInt | None = Field(default=None, ge=0)
 
     @field_validator("value")
     @classmethod
@@ -212,7 +213,7 @@ class Deleted(CamelModel):
 class ResumeRequest(StrictBody):
     project_path: str | None = None
     session_id: str | None = None
-    budget: int = Field(default=500, ge=50, le=20_000)
+    budget: BodyInt = Field(default=500, ge=50, le=20_000)
 
     @field_validator("project_path", "session_id")
     @classmethod

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
+from app.api.numbers import BodyFloat, BodyInt
 from app.api.times import RequestTime
 from app.privacy import clean_text
 from app.projects import canonical_project
@@ -25,10 +26,10 @@ class CamelModel(BaseModel):
 class SearchRequest(CamelModel):
     query: str = Field(max_length=MAX_QUERY_CHARS)
     project_path: str | None = Field(default=None, max_length=4096)
-    limit: int = Field(default=10, ge=1, le=MAX_LIMIT)
+    limit: BodyInt = Field(default=10, ge=1, le=MAX_LIMIT)
     mode: SearchMode = "hybrid"
     sources: list[SearchSource] | None = Field(default=None, max_length=5)
-    min_score: float | None = Field(default=None, allow_inf_nan=False)
+    min_score: BodyFloat | None = Field(default=None, allow_inf_nan=False)
     # Filters beyond the contract's minimum; both branches apply them identically.
     path_prefix: str | None = Field(default=None, max_length=4096)
     since: RequestTime | None = None
@@ -40,15 +41,6 @@ class SearchRequest(CamelModel):
         # Cleaned as stored text is: a NUL can never match it (and Postgres refuses one), and a
         # lone surrogate, which pydantic's string check refuses, becomes U+FFFD as it does there.
         return clean_text(value) if isinstance(value, str) else value
-
-    @field_validator("limit", "min_score", mode="before")
-    @classmethod
-    def _not_bool(cls, value: object) -> object:
-        # pydantic reads JSON `true` as 1: `limit: true` answered one result, `minScore: true`
-        # (a score no hybrid row reaches) none, both without a word.
-        if isinstance(value, bool):
-            raise ValueError("must be a number, not a boolean")
-        return value
 
     @field_validator("project_path")
     @classmethod

@@ -85,3 +85,17 @@ def test_capture_still_ignores_fields_it_does_not_know(client: TestClient) -> No
     # Interceptors of other versions send more; capture is the hot path and stays lenient.
     body = {"projectPath": PROJECT, "id": "s-9", "interceptorVersion": "9.9"}
     assert client.post("/api/session/start", json=body).status_code == 201
+
+
+def test_a_boolean_for_a_number_is_refused_and_changes_nothing(client: TestClient) -> None:
+    # pydantic read `true` as 1: `ttl: true` stored a memory that expired a second later, and
+    # `ifVersion: true` checked against version 1.
+    put(client, "current.task", "kept")
+
+    for field in ("ttl", "ifVersion"):
+        body = {"value": "lost", "projectPath": PROJECT, field: True}
+        assert "boolean" in refused(client, "PUT", url("current.task"), body)
+    assert "boolean" in refused(client, "POST", "/api/resume", {"budget": True})
+
+    stored = client.get(url("current.task"), params={"projectPath": PROJECT}).json()
+    assert (stored["value"], stored["ttl"], stored["version"]) == ("kept", None, 1)
