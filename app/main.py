@@ -75,13 +75,12 @@ def create_app(
         )
         stop = asyncio.Event()
         owns_server = settings.database_url is None and (embedded or database_url is None)
+        supervising = None
         if owns_server:
             state.supervisor = supervise_embedded(state, settings.pgdata)
-        supervising = (
-            asyncio.create_task(state.supervisor.run(stop), name="agmem-embedded-supervisor")
-            if state.supervisor is not None
-            else None
-        )
+            supervising = asyncio.create_task(
+                state.supervisor.run(stop), name="agmem-embedded-supervisor"
+            )
         worker = (
             asyncio.create_task(
                 Worker(

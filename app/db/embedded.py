@@ -78,7 +78,7 @@ def write_tuning(pgdata: Path) -> None:
             handle.write(INCLUDE_LINE)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -95,7 +95,7 @@ def forget_dead_handles(handles: Any) -> list[int]:
     dead entry, and no later process ever stopped it again. Returns the pids dropped.
     """
     pids: list[int] = handles._get()
-    dead = [pid for pid in pids if pid != os.getpid() and not _alive(pid)]
+    dead = [pid for pid in pids if pid != os.getpid() and not alive(pid)]
     if dead:
         handles.put([pid for pid in pids if pid not in dead])
         log.info("embedded postgres: forgot exited processes %s", dead)

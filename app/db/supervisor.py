@@ -1,12 +1,12 @@
 """Keep the embedded PostgreSQL a serving process started running: restart it when it dies.
 
-pg_ctl detaches the postmaster, so nothing tells us when it dies (SIGKILL, the OOM killer, a
-crash); every request then got a 503 until another `agmem` command happened to start it again.
-A background task of the app's lifespan looks at the postmaster's pid once a second (a small
-file read and a signal-0 `kill`, never a database round trip: no request pays for it), restarts
-the server through the same path as startup, then lets the app drop the connections that died
-with it. Only a process that started or joined the embedded server runs it: an external
-`DATABASE_URL` is never started or stopped.
+pg_ctl detaches the postmaster, so nothing tells us when it dies (SIGKILL, a crash, the OOM
+killer when it picks the postmaster rather than a backend); every request then got a 503 until
+another `agmem` command happened to start it again. A background task of the app's lifespan
+looks at the postmaster's pid once a second (a small file read and a signal-0 `kill`, never a
+database round trip: no request pays for it), restarts the server through the same path as
+startup, then lets the app drop the connections that died with it. Only a process that started
+or joined the embedded server runs it: an external `DATABASE_URL` is never started or stopped.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import structlog
 
-from app.db.embedded import start_embedded_postgres
+from app.db.embedded import alive, start_embedded_postgres
 from app.errors import first_line
 
 log = structlog.get_logger(__name__)
@@ -32,6 +32,7 @@ CHECK_SECONDS = 1.0
 # server on this machine waits for.
 FIRST_RETRY_SECONDS = 1.0
 MAX_RETRY_SECONDS = 30.0
+MAX_DOUBLINGS = 5  # 1 s doubled five times passes MAX_RETRY_SECONDS
 
 Starter = Callable[[Path], str]
 Sleeper = Callable[[asyncio.Event, float], Awaitable[None]]
@@ -58,13 +59,7 @@ def running_postmaster(pgdata: Path) -> int | None:
         reaped, _status = os.waitpid(pid, os.WNOHANG)
         if reaped:
             return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:  # the server runs as its own user when agmem runs as root
-        return pid
-    return pid
+    return pid if alive(pid) else None
 
 
 async def wait_or_stop(stop: asyncio.Event, seconds: float) -> None:
@@ -117,7 +112,9 @@ class EmbeddedSupervisor:
                 log.warning("embedded_postgres.down", pgdata=str(self.pgdata))
             if await self._restart():
                 continue
-            retry = min(FIRST_RETRY_SECONDS * 2 ** (self.attempts - 1), MAX_RETRY_SECONDS)
+            # The exponent is capped: 2.0 ** 1024 overflows, ~10 hours into an outage.
+            doublings = min(self.attempts - 1, MAX_DOUBLINGS)
+            retry = min(FIRST_RETRY_SECONDS * 2**doublings, MAX_RETRY_SECONDS)
             log.warning(
                 "embedded_postgres.restart_failed",
                 pgdata=str(self.pgdata),

@@ -190,3 +190,26 @@ def test_a_server_another_process_restarted_first_still_resets_the_pools(tmp_pat
         other.kill()
         other.wait()
     assert (server.calls, events, supervisor.pid) == (0, ["after_restart"], other.pid)
+
+
+def test_a_server_down_for_hours_is_still_retried_every_thirty_seconds(tmp_path: Path) -> None:
+    # The back-off's exponent was the attempt count: 2.0 ** 1024 overflows, which ended the
+    # supervisor (~10 hours into an outage) and with it every later restart.
+    write_pid(tmp_path, dead_pid())
+    server = FakeServer(tmp_path, failures=3)
+    slept: list[float] = []
+    stop = asyncio.Event()
+
+    async def after_restart() -> None:
+        stop.set()
+
+    async def record(_stop: asyncio.Event, seconds: float) -> None:
+        slept.append(seconds)
+
+    supervisor = EmbeddedSupervisor(
+        tmp_path, URL, after_restart, start=server.start, sleep=record, attempts=1_500
+    )
+    asyncio.run(supervisor.run(stop))
+
+    assert slept == [MAX_RETRY_SECONDS] * 3
+    assert server.calls == 4
