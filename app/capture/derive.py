@@ -216,21 +216,14 @@ def dumps(value: Any) -> str:
     return dumps_bytes(value).decode()
 
 
-def _utf8_extra(value: Any) -> int:
-    """UTF-8 bytes beyond one a character in the strings (keys too) of a sanitized JSON value.
+_UTF8_CONTINUATION = bytes(range(0x80, 0xC0))
 
-    Its JSON text, which writes non-ASCII characters as they are and only inside strings, has
-    that many more bytes than characters: counted so without decoding the text again (~20 µs
-    for a 12 KB non-ASCII payload; after orjson each string's UTF-8 is cached, so encoding a
-    string here is a copy).
-    """
-    if isinstance(value, str):
-        return 0 if value.isascii() else len(value.encode("utf-8")) - len(value)
-    if isinstance(value, dict):
-        return sum(_utf8_extra(key) + _utf8_extra(item) for key, item in value.items())
-    if isinstance(value, list):
-        return sum(_utf8_extra(item) for item in value)
-    return 0
+
+def _utf8_chars(data: bytes) -> int:
+    """The characters of UTF-8 `data`: its bytes less the continuation bytes. A JSON text holds
+    non-ASCII characters as they are, so this is its length in characters, counted without
+    decoding it (walking the value's strings for the same took ~20 µs for a 12 KB payload)."""
+    return len(data.translate(None, _UTF8_CONTINUATION))
 
 
 def _cap_strings(value: Any, max_chars: int) -> Any:
@@ -286,7 +279,7 @@ def prepare_payload(
     if data.isascii():
         original_chars, wide = original_bytes, 0
     else:
-        original_chars, wide = original_bytes - _utf8_extra(clean), wide_in_utf8(data)
+        original_chars, wide = _utf8_chars(data), wide_in_utf8(data)
     if original_chars <= max_chars:
         return Payload(clean, data, original_chars, original_bytes, False, scanned, wide)
     capped = _cap_strings(clean, max(1024, max_chars // 4))

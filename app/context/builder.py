@@ -138,9 +138,9 @@ def _add_hit(fitter: _Fitter, hit: SearchResult) -> None:
     if fitter.duplicate(hit.content):
         return
     cite = fmt.citation(hit)
-    shell = fmt.relevant_item(cite, hit.source, "")
-    allowed = min(MAX_ITEM_TOKENS + estimate_tokens(shell), fitter.room("relevant"))
-    room = allowed - estimate_tokens(shell) - 1
+    shell = estimate_tokens(fmt.relevant_item(cite, hit.source, ""))
+    allowed = min(MAX_ITEM_TOKENS + shell, fitter.room("relevant"))
+    room = allowed - shell - 1
     text = fmt.item_lines(hit.content)
     while True:
         if room < 20:
