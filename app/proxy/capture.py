@@ -49,8 +49,10 @@ class Answer:
     def nothing(cls) -> Answer:
         return cls(b"", sse=False, received=False)
 
-    def function_calls(self) -> list[FunctionCall]:
-        """Every `functionCall` part, in order, merged across stream chunks."""
+    def function_calls(self) -> list[FunctionCall] | None:
+        """Every `functionCall` part, in order, merged across stream chunks; None when the
+        answer carries an `error` (Gemini's report of a failure mid-stream, which the client
+        raises: none of the calls before it will run)."""
         if not self.payload:
             return []
         if self.sse:
@@ -60,6 +62,8 @@ class Answer:
             responses = parse_json_array_stream(self.payload)
         collector = CallCollector()
         for response in responses:
+            if isinstance(response, dict) and "error" in response:
+                return None
             collector.add_response(response)
         return collector.calls
 
@@ -103,12 +107,12 @@ class Capturer:
                     self.agmem, session_id=session_id, results=results, answered=answered_turn(body)
                 )
             finished = await asyncio.wait_for(asyncio.shield(answer), timeout=timeout)
-            if not finished.received:
+            calls = finished.function_calls() if finished.received else None
+            if calls is None:
                 log.info("proxy.no_answer", model=request.model, results=len(results))
                 return
             if session_id is None:
                 session_id = await self._session(key, request)
-            calls = finished.function_calls()
             if calls:
                 await record_calls(
                     self.agmem, session_id=session_id, turn_index=next_turn_index(body), calls=calls

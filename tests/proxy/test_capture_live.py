@@ -350,3 +350,32 @@ def test_a_first_call_that_fails_upstream_leaves_no_session(
         lambda: db.execute("SELECT created_by, user_prompt FROM sessions").fetchall()
     )
     assert opened == [("gemini-proxy", "second try")]
+
+
+def test_a_stream_that_ends_in_an_error_records_none_of_its_calls(
+    start_proxy: ProxyFactory, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with start_proxy(proxy_upstream_timeout_seconds=0.3) as proxy:
+        cleanup = _calls_answer({"name": "run_shell", "args": {"command": "rm -rf build"}})
+        failure = {"error": {"code": 500, "message": "internal", "status": "INTERNAL"}}
+        proxy.upstream.queue(
+            # The upstream goes silent after the call's chunk: the proxy ends the stream in a 504.
+            Scripted(chunks=[cleanup, text_answer("and then")], pause_s=1.0),
+            # Gemini itself reports a failure mid-stream as an error event.
+            Scripted(raw_chunks=sse_bytes([cleanup, failure])),
+            Scripted(chunks=[_calls_answer({"name": "read_file", "args": {"path": "Makefile"}})]),
+        )
+        client = proxy.client(**{"X-Agmem-Session": "cut-stream"})
+        for code in (504, 500):
+            with pytest.raises(errors.ServerError) as raised:
+                list(client.models.generate_content_stream(model="m", contents="clean up"))
+            assert raised.value.code == code
+        _logs_until(capsys, "proxy.no_answer", times=2)
+        # The client raised both times: the agent ran neither call, and asks again.
+        assert _observations(db) == []
+        assert db.execute("SELECT count(*) FROM sessions").fetchone() == (0,)
+
+        retried = list(client.models.generate_content_stream(model="m", contents="clean up"))
+        assert retried[0].function_calls[0].name == "read_file"
+        rows = _settled(db, 1, "pending")
+    assert [(r[0], r[1], r[2]) for r in rows] == [("cut-stream", "read_file", {"path": "Makefile"})]
