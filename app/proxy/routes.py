@@ -159,7 +159,7 @@ async def _forward(
         upstream = await proxy.http.send(upstream_request, stream=True)
     except httpx.HTTPError as error:
         log.warning("proxy.upstream_unreachable", model=model, error_type=type(error).__name__)
-        raise unreachable(settings.gemini_upstream, error) from None
+        raise unreachable(settings, error) from None
 
     headers = dict(response_headers(upstream.headers))
     streaming = relay_all or request.url.path.endswith(":streamGenerateContent")
@@ -169,7 +169,7 @@ async def _forward(
     try:
         payload = await upstream.aread()
     except httpx.HTTPError as error:
-        raise unreachable(settings.gemini_upstream, error) from None
+        raise unreachable(settings, error) from None
     finally:
         await upstream.aclose()
     if upstream.status_code < 400:
