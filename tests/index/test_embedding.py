@@ -9,7 +9,7 @@ import psycopg
 from sqlalchemy import text
 
 from app.db.engine import make_async_engine, make_sessionmaker
-from app.index.embedding import EmbedStats, embed_pending_chunks, vector_literal
+from app.index.embedding import EmbedStats, embed_pending_chunks, store_arrays, vector_literal
 from app.index.writer import replace_index_text
 from tests.sync.helpers import CountingEmbedder
 
@@ -91,3 +91,41 @@ def test_vector_literal_is_pgvector_text_with_seven_significant_digits() -> None
         assert vector_literal([float(x) for x in vector]) == expected
     assert vector_literal([1, 2.5, -0.0]) == "[1,2.5,-0]"
     assert vector_literal([]) == "[]"
+
+
+def test_concurrent_cache_writes_of_shared_texts_never_deadlock(
+    database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    """Two worker lanes embed disjoint rows whose texts overlap; each stores its new vectors in
+    the one content-addressed cache. Stored in each lane's row order, lane A held `a` and wanted
+    `b` while lane B held `b` and wanted `a`: Postgres killed one with DeadlockDetected (seen with
+    a 500-observation session, whose lane then logged a traceback and idled a poll interval)."""
+    vector = np.ones(256, dtype=np.float32)
+
+    async def go() -> None:
+        engine = make_async_engine(database_url)
+        sessionmaker = make_sessionmaker(engine)
+        try:
+            async with sessionmaker() as lane_a, lane_a.begin():
+                await store_arrays(lane_a, model="m", vectors={"hash-a": vector})
+
+                async def lane_b() -> None:
+                    async with sessionmaker() as session, session.begin():
+                        await store_arrays(
+                            session, model="m", vectors={"hash-b": vector, "hash-a": vector}
+                        )
+
+                other = asyncio.create_task(lane_b())
+                for _ in range(500):  # until lane B waits for lane A's row
+                    waiting = db.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
+                    if waiting.fetchone() != (0,):
+                        break
+                    await asyncio.sleep(0.01)
+                await store_arrays(lane_a, model="m", vectors={"hash-a": vector, "hash-b": vector})
+            await other
+        finally:
+            await engine.dispose()
+
+    asyncio.run(go())
+    cached = db.execute("SELECT hash FROM memory_embedding_cache ORDER BY hash").fetchall()
+    assert cached == [("hash-a",), ("hash-b",)]
