@@ -61,6 +61,10 @@ class GeminiGate:
                 await asyncio.sleep(start - now)
             yield
 
+    def paused_for(self) -> float:
+        """Seconds left of the current 429 pause (0 when calls are admitted)."""
+        return max(0.0, self._paused_until - self._clock())
+
     def pause(self, seconds: float) -> None:
         """Stop admitting calls for `seconds` (the server's Retry-After)."""
         self._paused_until = max(self._paused_until, self._clock() + seconds)

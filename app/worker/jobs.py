@@ -41,6 +41,9 @@ RAW = "raw"
 
 T = TypeVar("T")
 
+# The longest 429 pause a job waits out holding its claim; past it the row is given back.
+PAUSE_WAIT_LIMIT_S = 5.0
+
 
 @dataclass(slots=True)
 class JobContext:
@@ -94,7 +97,8 @@ async def fail_attempt(
 
 @dataclass(frozen=True, slots=True)
 class AttemptFailed:
-    """A Gemini call failed; the claim was released and the row now has `status`."""
+    """A Gemini call failed (or waits out a 429): the claim was released and the row now has
+    `status` (`postponed`: given back without a call)."""
 
     status: str
 
@@ -120,7 +124,19 @@ async def call_gemini(
 
     The breaker alone let the fallback take over only after enough failures in one process: an
     observation failing alone (a quiet team, a long outage) ended `failed`, out of search and
-    context, and its session's summary said it "could not be compressed"."""
+    context, and its session's summary said it "could not be compressed".
+
+    While a 429's pause runs longer than `PAUSE_WAIT_LIMIT_S`, the row is given back, due when
+    the pause ends, with its attempt uncounted: waiting in the gate held the claim and the lane,
+    and a quota's hour-long Retry-After stopped every lane, work that needs no Gemini included."""
+    paused = ctx.gate.paused_for()
+    if paused > PAUSE_WAIT_LIMIT_S:
+        async with transaction(ctx.sessionmaker) as session:
+            await results.release_claim(
+                session, table=queue.table, row_id=row_id, worker=ctx.worker_id, delay=paused
+            )
+        log.info("worker.postponed", table=queue.table, id=str(row_id), seconds=round(paused, 2))
+        return AttemptFailed("postponed")
     try:
         async with ctx.gate.slot():
             answer = await call()

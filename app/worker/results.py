@@ -141,7 +141,8 @@ async def finish_session(
 _RELEASE = {
     table: text(
         f"UPDATE {table} SET locked_until = NULL, locked_by = NULL, "
-        "attempts = greatest(attempts - 1, 0)"
+        "attempts = greatest(attempts - 1, 0), next_attempt_at = CASE WHEN :delay > 0 "
+        "THEN now() + make_interval(secs => :delay) ELSE next_attempt_at END"
         # A sync run the job had marked `running` goes back to the queue.
         + (
             ", status = CASE WHEN status = 'running' THEN 'queued' ELSE status END"
@@ -154,9 +155,12 @@ _RELEASE = {
 }
 
 
-async def release_claim(session: AsyncSession, *, table: str, row_id: object, worker: str) -> None:
-    """Give a claim back untouched (the worker is stopping); the attempt does not count."""
-    await session.execute(_RELEASE[table], {"id": row_id, "worker": worker})
+async def release_claim(
+    session: AsyncSession, *, table: str, row_id: object, worker: str, delay: float = 0.0
+) -> None:
+    """Give a claim back untouched (the worker is stopping, or Gemini asked us to wait), due
+    again after `delay` seconds; the attempt does not count."""
+    await session.execute(_RELEASE[table], {"id": row_id, "worker": worker, "delay": delay})
 
 
 _RELEASE_SYNC_RUN = text(

@@ -135,6 +135,40 @@ def test_429_retry_after_is_honoured_then_success(
     assert (stored["status"], stored["attempts"], stored["last_error"]) == ("compressed", 2, None)
 
 
+def test_a_long_429_pause_gives_the_waiting_rows_back_and_the_lanes_work_on(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    """A quota's 429 can ask for an hour. Every lane that then claimed a row for Gemini slept in
+    the gate for that hour holding its claim, so nothing else ran: not a tiny call that needs no
+    Gemini, not a summary, not a sync run."""
+    make_session(db)
+    for name in ("o1", "o2", "o3", "o4"):
+        make_observation(db, name)
+    for name in ("t1", "t2"):
+        make_observation(db, name, result="ok")
+    quota = FakeResponse(429, _error(429, "RESOURCE_EXHAUSTED"), headers={"Retry-After": "3600"})
+    with fake_gemini() as fake:
+        fake.on(":generateContent", lambda _r: quota)
+
+        def settled() -> bool:
+            waiting = rows(
+                db,
+                "SELECT id FROM observations WHERE status = 'captured' AND locked_by IS NULL "
+                "AND next_attempt_at > now() + interval '3000 seconds'",
+            )
+            done = rows(db, "SELECT id FROM observations WHERE status = 'compressed'")
+            return len(waiting) == 4 and len(done) == 2
+
+        run_until(gemini_settings(fake.url), database_url, settled, timeout=20, concurrency=2)
+        calls = fake.calls(":generateContent")
+
+    # Only calls made before the pause was known reached Gemini; the rows given back without a
+    # call keep their attempt.
+    assert 1 <= len(calls) <= 2
+    attempts = rows(db, "SELECT attempts FROM observations WHERE id LIKE 'o%%'")
+    assert sum(r["attempts"] for r in attempts) == len(calls)
+
+
 def test_500_then_success(db: psycopg.Connection[Any], database_url: str) -> None:
     make_session(db)
     make_observation(db, "o1")
