@@ -51,15 +51,21 @@ class Answer:
 
     def function_calls(self) -> list[FunctionCall] | None:
         """Every `functionCall` part, in order, merged across stream chunks; None when the
-        answer carries an `error` (Gemini's report of a failure mid-stream, which the client
-        raises: none of the calls before it will run)."""
+        client raised on the answer instead of reading it: it carries an `error` (Gemini's
+        report of a failure mid-stream) or something that is not JSON (a gateway's HTML page).
+        None of its calls will run, and the agent asks again."""
         if not self.payload:
             return []
+        responses: list[Any] | None
         if self.sse:
             reader = SseReader()
             responses = reader.feed(self.payload) + reader.close()
+            if reader.malformed:
+                return None
         else:
             responses = parse_json_array_stream(self.payload)
+        if responses is None:
+            return None
         collector = CallCollector()
         for response in responses:
             if isinstance(response, dict) and "error" in response:

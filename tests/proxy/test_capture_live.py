@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from google.genai import errors, types
 
-from tests.fakes.gemini import text_answer
+from tests.fakes.gemini import FakeResponse, fake_gemini, text_answer
 from tests.proxy.conftest import PROJECT, Proxy, ProxyFactory
 from tests.proxy.upstream import Scripted, sse_bytes
 
@@ -379,3 +379,23 @@ def test_a_stream_that_ends_in_an_error_records_none_of_its_calls(
         assert retried[0].function_calls[0].name == "read_file"
         rows = _settled(db, 1, "pending")
     assert [(r[0], r[1], r[2]) for r in rows] == [("cut-stream", "read_file", {"path": "Makefile"})]
+
+
+def test_an_answer_the_client_cannot_read_records_nothing(
+    start_proxy: ProxyFactory, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with fake_gemini() as fake, start_proxy(upstream_url=fake.url) as proxy:
+        # A gateway's HTML page with a 200, and a stream whose second event is cut garbage.
+        fake.queue(":generateContent", FakeResponse(raw=b"<html>upstream hiccup</html>"))
+        cleanup = _calls_answer({"name": "run_shell", "args": {"command": "rm -rf build"}})
+        stream = sse_bytes([cleanup])[0] + b'data: {"candidates": [{"conte\r\n\r\n'
+        fake.queue(":streamGenerateContent", FakeResponse(raw=stream))
+        client = proxy.client()
+        with pytest.raises(json.JSONDecodeError):
+            client.models.generate_content(model="m", contents="clean up")
+        with pytest.raises(errors.UnknownApiResponseError):
+            list(client.models.generate_content_stream(model="m", contents="clean up"))
+        _logs_until(capsys, "proxy.no_answer", times=2)
+
+    assert _observations(db) == []
+    assert db.execute("SELECT count(*) FROM sessions").fetchone() == (0,)
