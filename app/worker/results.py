@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.index.writer import replace_index_text
 from app.llm.compress import Compressed
 from app.llm.fallback import ObservationDigest, target_files
+from app.worker.claims import summarize_again
 
 _FINISH_OBSERVATION = text(
     "UPDATE observations SET status = 'compressed', compressed_data = :text, "
@@ -51,6 +52,10 @@ async def finish_observation(
     ).one_or_none()
     if row is None:
         return False
+    # A result that came after its session was summarised (an interceptor ends the session as
+    # the task ends, and the last command's result may come after the worker's summary): the
+    # summary is written again with it, or it never said how the task ended.
+    await summarize_again(session, session_ids=[row.session_id])
     await replace_index_text(
         session,
         project_path=row.project_path,
