@@ -18,6 +18,7 @@ from app.proxy.calls import (
     CallCollector,
     FunctionCall,
     answered_turn,
+    conversation_key,
     next_turn_index,
     trailing_results,
 )
@@ -107,10 +108,15 @@ class Capturer:
             # the idle sweep then ended and queued for a summary of no work.
             session_id: str | None = None
             results = trailing_results(body)
+            conversation = conversation_key(body)
             if results:
                 session_id = await self._session(key, request)
                 await record_results(
-                    self.agmem, session_id=session_id, results=results, answered=answered_turn(body)
+                    self.agmem,
+                    session_id=session_id,
+                    results=results,
+                    answered=answered_turn(body),
+                    conversation=conversation,
                 )
             finished = await asyncio.wait_for(asyncio.shield(answer), timeout=timeout)
             calls = finished.function_calls() if finished.received else None
@@ -121,7 +127,11 @@ class Capturer:
                 session_id = await self._session(key, request)
             if calls:
                 await record_calls(
-                    self.agmem, session_id=session_id, turn_index=next_turn_index(body), calls=calls
+                    self.agmem,
+                    session_id=session_id,
+                    turn_index=next_turn_index(body),
+                    calls=calls,
+                    conversation=conversation,
                 )
             if results or calls:
                 log.debug(

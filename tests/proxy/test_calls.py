@@ -7,6 +7,7 @@ from app.proxy.calls import (
     FunctionCall,
     FunctionResult,
     answered_turn,
+    conversation_key,
     match_results,
     next_turn_index,
     observation_ids,
@@ -63,6 +64,15 @@ def test_observation_ids_are_stable_per_turn_and_distinct_per_call() -> None:
     assert observation_ids("s1", 1, echoed) == ids
     assert observation_ids("s1", 3, calls) != ids
     assert observation_ids("s2", 1, calls) != ids
+    assert observation_ids("s1", 1, calls, conversation="task b") != ids
+
+
+def test_a_conversation_is_told_by_its_first_turn_text() -> None:
+    first = {"role": "user", "parts": [{"text": "task a"}, {"inlineData": {"data": "eA=="}}]}
+    later = {"contents": [first, {"role": "model", "parts": [{"text": "ok"}]}]}
+    assert conversation_key({"contents": [first]}) == conversation_key(later) == "task a"
+    assert conversation_key({"contents": first}) == "task a"
+    assert conversation_key({"contents": []}) == conversation_key([1]) == ""
 
 
 def test_results_match_by_id_first_then_by_name_in_order() -> None:

@@ -399,3 +399,37 @@ def test_an_answer_the_client_cannot_read_records_nothing(
 
     assert _observations(db) == []
     assert db.execute("SELECT count(*) FROM sessions").fetchone() == (0,)
+
+
+def test_two_conversations_in_one_project_session_each_keep_their_calls(
+    proxy: Proxy, db: psycopg.Connection[Any]
+) -> None:
+    """Two agent windows on one project share the proxy's session (no X-Agmem-Session). Both
+    call `read_file` at the same place in their conversation: the second call got the first's
+    id, so it was taken for a retry and dropped, and so was its result."""
+    proxy.upstream.queue(
+        Scripted(body=_calls_answer({"name": "read_file", "args": {"path": "a.py"}})),
+        Scripted(body=_calls_answer({"name": "read_file", "args": {"path": "b.py"}})),
+        Scripted(body=text_answer("A done")),
+        Scripted(body=text_answer("B done")),
+    )
+    client = proxy.client()
+    histories = {
+        name: [types.Content(role="user", parts=[types.Part(text=f"task {name}")])]
+        for name in ("a", "b")
+    }
+    for history in histories.values():
+        history.append(
+            client.models.generate_content(model="m", contents=history).candidates[0].content
+        )
+    for name, history in histories.items():
+        result = types.FunctionResponse(name="read_file", response={"output": f"content of {name}"})
+        history.append(types.Content(role="user", parts=[types.Part(function_response=result)]))
+        client.models.generate_content(model="m", contents=history)
+
+    rows = _settled(db, 2, "captured")
+    assert sorted((r[2]["path"], r[3]["output"]) for r in rows) == [
+        ("a.py", "content of a"),
+        ("b.py", "content of b"),
+    ]
+    assert len({r[0] for r in rows}) == 1  # one session, as before
