@@ -141,7 +141,7 @@ async def call_gemini(
         async with ctx.gate.slot():
             answer = await call()
     except GeminiCallFailed as error:
-        ctx.gate.record_failure()
+        ctx.gate.record_failure(str(error))
         if error.retry_after is not None:
             ctx.gate.pause(error.retry_after)
         if attempts >= ctx.settings.worker_max_attempts:
@@ -179,6 +179,11 @@ async def _gemini_allowed(ctx: JobContext) -> bool:
     if not allowed:
         log.warning("gemini.budget_exhausted", budget=ctx.settings.gemini_daily_token_budget)
     return allowed
+
+
+def _breaker_reason(ctx: JobContext) -> str | None:
+    """Gemini's last error when the open breaker is why a row went to the fallback."""
+    return ctx.gate.breaker_reason if ctx.client is not None and ctx.gate.breaker_open else None
 
 
 def _extract(work: ObservationWork) -> str:
@@ -234,6 +239,8 @@ async def compress_observation(ctx: JobContext, work: ObservationWork) -> str:
             result = compressed_locally(extract, observation=whole, generated_by=EXTRACTIVE)
         else:
             result = compressed_locally(whole, observation=whole, generated_by=RAW)
+    elif (breaker := _breaker_reason(ctx)) is not None:
+        gemini_error = breaker
     elif await _gemini_allowed(ctx):
         client = ctx.client
         assert client is not None
@@ -297,8 +304,9 @@ async def summarize_session(ctx: JobContext, work: SessionWork) -> str:
     async with transaction(ctx.sessionmaker) as session:
         digests = await results.session_digests(session, session_id=work.id)
     summary: results.SessionSummary | None = None
-    gemini_error: str | None = None
-    if any(d.compressed for d in digests) and await _gemini_allowed(ctx):
+    wanted = any(d.compressed for d in digests)
+    gemini_error = _breaker_reason(ctx) if wanted else None
+    if wanted and gemini_error is None and await _gemini_allowed(ctx):
         client = ctx.client
         assert client is not None
         prompt = session_text(

@@ -353,6 +353,38 @@ def test_breaker_falls_back_after_repeated_gemini_failures(
     assert [r["attempts"] for r in stored] == [2, 2, 1, 1]
 
 
+def test_rows_the_open_breaker_sends_to_the_fallback_say_why(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    """A wrong GEMINI_API_KEY: every call is a 400. Once the breaker opened, the rows it sent to
+    the extractive fallback kept no error: `agmem status` said `extractive 8` with nothing
+    after Gemini failed, and no row's lastError said the key was wrong."""
+    make_session(db, status="ending")
+    for n in range(4):
+        make_observation(db, f"o{n}")
+    message = "API key not valid. Please pass a valid API key."
+    wrong_key = FakeResponse(400, {"error": {"code": 400, "message": message}})
+    with fake_gemini() as fake:
+        fake.on(":generateContent", lambda _r: wrong_key)
+        run_until(
+            gemini_settings(fake.url, gemini_failure_threshold=2),
+            database_url,
+            lambda: row(db, "SELECT status FROM sessions")["status"] == "summarized",
+            concurrency=1,
+        )
+
+    stored = rows(db, "SELECT generated_by, last_error FROM observations ORDER BY id")
+    assert [r["generated_by"] for r in stored] == ["extractive"] * 4
+    for r in stored:
+        assert r["last_error"] == (
+            "gemini 400: API key not valid. Please pass a valid API key. (extractive fallback: "
+            "Gemini failed 2 times in a row)"
+        )
+    summarised = row(db, "SELECT summary_generated_by, last_error FROM sessions")
+    assert summarised["summary_generated_by"] == "extractive"
+    assert "gemini 400: API key not valid" in summarised["last_error"]
+
+
 def test_skip_list_and_tiny_observations_never_reach_gemini(
     db: psycopg.Connection[Any], database_url: str
 ) -> None:
