@@ -107,15 +107,25 @@ def trailing_results(body: Any) -> list[FunctionResult]:
     return results
 
 
-def conversation_key(body: Any) -> str:
-    """The text of a request's first turn, which every later request of its conversation resends:
-    what tells two conversations in one session apart (two agent windows on one project share
-    the proxy's session, and meet at the same turn index calling the same functions)."""
+def conversation_key(body: Any, turn_index: int) -> str:
+    """A digest of the user's text before the model turn at `turn_index`: what tells two
+    conversations in one session apart (two agent windows on one project share the proxy's
+    session, and meet at the same turn index calling the same functions).
+
+    The request that got the turn's calls and the one that brings their results both hold that
+    history unchanged. The user's text only: a client may re-encode the model's turns. Not only
+    the first turn: Gemini CLI opens every conversation with the same setup turn.
+    """
     contents = body.get("contents") if isinstance(body, dict) else None
     if isinstance(contents, dict):
         contents = [contents]
-    first = contents[0] if isinstance(contents, list) and contents else None
-    return "\n".join(part["text"] for part in _parts(first) if isinstance(part.get("text"), str))
+    digest = hashlib.sha256()
+    for content in contents[:turn_index] if isinstance(contents, list) else []:
+        if isinstance(content, dict) and content.get("role") != "model":
+            for part in _parts(content):
+                if isinstance(part.get("text"), str):
+                    digest.update(part["text"].encode("utf-8", "surrogatepass") + b"\x00")
+    return digest.hexdigest()
 
 
 def observation_ids(

@@ -108,15 +108,15 @@ class Capturer:
             # the idle sweep then ended and queued for a summary of no work.
             session_id: str | None = None
             results = trailing_results(body)
-            conversation = conversation_key(body)
             if results:
                 session_id = await self._session(key, request)
+                answered = answered_turn(body)
                 await record_results(
                     self.agmem,
                     session_id=session_id,
                     results=results,
-                    answered=answered_turn(body),
-                    conversation=conversation,
+                    answered=answered,
+                    conversation=conversation_key(body, answered[0] if answered else 0),
                 )
             finished = await asyncio.wait_for(asyncio.shield(answer), timeout=timeout)
             calls = finished.function_calls() if finished.received else None
@@ -126,12 +126,13 @@ class Capturer:
             if session_id is None:
                 session_id = await self._session(key, request)
             if calls:
+                turn_index = next_turn_index(body)
                 await record_calls(
                     self.agmem,
                     session_id=session_id,
-                    turn_index=next_turn_index(body),
+                    turn_index=turn_index,
                     calls=calls,
-                    conversation=conversation,
+                    conversation=conversation_key(body, turn_index),
                 )
             if results or calls:
                 log.debug(

@@ -407,6 +407,7 @@ def test_two_conversations_in_one_project_session_each_keep_their_calls(
     """Two agent windows on one project share the proxy's session (no X-Agmem-Session). Both
     call `read_file` at the same place in their conversation: the second call got the first's
     id, so it was taken for a retry and dropped, and so was its result."""
+    # The fake upstream answers in order: a's call, b's call, then each one's last answer.
     proxy.upstream.queue(
         Scripted(body=_calls_answer({"name": "read_file", "args": {"path": "a.py"}})),
         Scripted(body=_calls_answer({"name": "read_file", "args": {"path": "b.py"}})),
@@ -414,8 +415,14 @@ def test_two_conversations_in_one_project_session_each_keep_their_calls(
         Scripted(body=text_answer("B done")),
     )
     client = proxy.client()
+    # Gemini CLI opens every conversation with the same setup turn (the date, the OS, the
+    # folder's listing) and its reply: the conversations differ from their second user turn.
+    setup = [
+        types.Content(role="user", parts=[types.Part(text="Today's date is Thursday.")]),
+        types.Content(role="model", parts=[types.Part(text="Got it. Thanks for the context!")]),
+    ]
     histories = {
-        name: [types.Content(role="user", parts=[types.Part(text=f"task {name}")])]
+        name: [*setup, types.Content(role="user", parts=[types.Part(text=f"task {name}")])]
         for name in ("a", "b")
     }
     for history in histories.values():
