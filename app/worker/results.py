@@ -13,15 +13,22 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.index.writer import replace_index_text
 from app.llm.compress import Compressed
 from app.llm.fallback import ObservationDigest, target_files
-from app.worker.claims import summarize_again
 
+# An observation compressed after its session was summarised (a result that came after the end:
+# an interceptor ends its session as the task ends, and the last command's result may come after
+# the worker's summary) puts the session back to `ending`, so that its summary is written again
+# with it; in the same statement, not a second round trip per observation.
 _FINISH_OBSERVATION = text(
-    "UPDATE observations SET status = 'compressed', compressed_data = :text, "
+    "WITH done AS (UPDATE observations SET status = 'compressed', compressed_data = :text, "
     "generated_by = :generated_by, original_tokens = :original, compressed_tokens = :compressed, "
     "tokens_saved = :saved, compressed_at = now(), last_error = :error, next_attempt_at = NULL, "
     "locked_until = NULL, locked_by = NULL "
     "WHERE id = :id AND locked_by = :worker AND status = 'captured' "
-    "RETURNING session_id, project_path, created_at"
+    "RETURNING session_id, project_path, created_at), "
+    "again AS (UPDATE sessions AS s SET status = 'ending', attempts = 0, next_attempt_at = NULL, "
+    "locked_until = NULL, locked_by = NULL FROM done "
+    "WHERE s.id = done.session_id AND s.status = 'summarized') "
+    "SELECT session_id, project_path, created_at FROM done"
 )
 
 
@@ -52,10 +59,6 @@ async def finish_observation(
     ).one_or_none()
     if row is None:
         return False
-    # A result that came after its session was summarised (an interceptor ends the session as
-    # the task ends, and the last command's result may come after the worker's summary): the
-    # summary is written again with it, or it never said how the task ended.
-    await summarize_again(session, session_ids=[row.session_id])
     await replace_index_text(
         session,
         project_path=row.project_path,
