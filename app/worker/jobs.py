@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 import structlog
@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
 from app.db.engine import transaction
-from app.index.embedding import embed_pending_chunks
+from app.index.embedding import embed_pending_chunks, ensure_model_index
 from app.llm.compress import Compressed, compress_with_gemini, compressed_locally, observation_text
 from app.llm.embeddings import Embedder, get_embedder
 from app.llm.fallback import (
@@ -54,6 +54,8 @@ class JobContext:
     budget: DailyBudget
     client: genai.Client | None
     embedder: Embedder | None = None
+    # One lane at a time makes sure of the model's index (see `embed_batch`).
+    index_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 async def fail_attempt(
@@ -376,6 +378,11 @@ async def embed_batch(ctx: JobContext, *, limit: int = 256) -> int:
     if ctx.embedder is None:
         # Loading a model takes a while: off the event loop, which may be serving requests.
         ctx.embedder = await asyncio.to_thread(get_embedder, ctx.settings)
+    # The model's HNSW index, in its own transaction: made inside each lane's embedding one, it
+    # held the table's ShareLock there, and two lanes' UPDATEs of their rows then waited for each
+    # other (DeadlockDetected at a worker's first embedding, 2 of 3 bench.worker runs).
+    async with ctx.index_lock, transaction(ctx.sessionmaker) as session:
+        await ensure_model_index(await session.connection(), ctx.embedder)
     async with transaction(ctx.sessionmaker) as session:
         stats = await embed_pending_chunks(
             session,
