@@ -104,3 +104,62 @@ def test_get_context_defaults_to_the_servers_context_settings(
     assert 0 < answer["tokenCount"] <= 120
     assert "step 2" in answer["context"]
     assert "step 1" not in answer["context"]  # one session, the latest, as GET /api/context
+
+
+# The arguments each tool needs besides the number under test.
+REQUIRED = {"write_memory": {"key": "current.task", "value": "v"}, "search_memory": {"query": "q"}}
+
+
+def numeric_arguments(schema: dict[str, Any]) -> list[str]:
+    """The arguments a tool's input schema types as integers (alone or beside null)."""
+    found = []
+    for name, spec in schema["properties"].items():
+        kinds = [spec, *spec.get("anyOf", [])]
+        if any(kind.get("type") in ("integer", "number") for kind in kinds):
+            found.append(name)
+    return found
+
+
+def test_a_boolean_or_text_for_a_numeric_argument_is_a_tool_error(live_server: LiveServer) -> None:
+    # The SDK's lax pydantic read `limit: true` as 1 and `ttl: true` as a one-second expiry
+    # before any tool saw it; "5" for a number was read as 5, though the schema says integer.
+    async def main() -> list[tuple[str, str, Any, str]]:
+        answers = []
+        async with Client(f"{live_server.url}/mcp") as client:
+            for tool in (await client.list_tools()).tools:
+                for name in numeric_arguments(tool.input_schema):
+                    for sent in (True, False, "5"):
+                        arguments = {**REQUIRED.get(tool.name, {}), "project_path": PROJECT}
+                        result = await client.call_tool(tool.name, {**arguments, name: sent})
+                        assert result.is_error, (tool.name, name, sent, result.content)
+                        answers.append((tool.name, name, sent, result.content[0].text))
+            read = await client.call_tool(
+                "read_memory", {"key": "current.task", "project_path": PROJECT}
+            )
+            assert structured(read)["memory"] is None  # no write with `ttl: true` went through
+        return answers
+
+    answers = asyncio.run(main())
+    checked = {(tool, name) for tool, name, _, _ in answers}
+    assert checked == {
+        ("write_memory", "ttl"),
+        ("write_memory", "if_version"),
+        ("list_memories", "limit"),
+        ("delete_memory", "if_version"),
+        ("smart_resume", "budget"),
+        ("search_memory", "limit"),
+        ("get_context", "budget"),
+    }
+    for tool, name, sent, text in answers:
+        kind = "string" if isinstance(sent, str) else "boolean"
+        assert f"{name}: must be a number, not a {kind}" in text, (tool, text)
+
+
+def test_a_whole_float_is_still_a_number_for_a_tool(live_server: LiveServer) -> None:
+    async def main() -> dict[str, Any]:
+        async with Client(f"{live_server.url}/mcp") as client:
+            return structured(
+                await client.call_tool("list_memories", {"project_path": PROJECT, "limit": 5.0})
+            )
+
+    assert asyncio.run(main()) == {"memories": []}
