@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import psycopg
@@ -58,6 +59,10 @@ async def _app_error(_: Request, error: Exception) -> JSONResponse:
 
 
 def invalid_json(reason: str) -> JSONResponse:
+    if "integer string conversion" in reason:
+        # Python's int() refuses more than 4300 digits; its message ends by naming the function
+        # that would raise the limit, advice for the server's code, not for the client.
+        reason = f"a number has more than {sys.get_int_max_str_digits()} digits"
     return error_response(400, "InvalidJSON", f"the request body is not valid JSON: {reason}")
 
 
@@ -111,11 +116,14 @@ async def _validation_error(request: Request, error: Exception) -> JSONResponse:
 async def _http_error(_: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, StarletteHTTPException)
     # FastAPI answers a body `json.loads` fails on other than by JSONDecodeError (nesting past the
-    # recursion limit, bytes that are no Unicode encoding) with a vague "error parsing the body".
+    # recursion limit, bytes that are no Unicode encoding, an integer of thousands of digits)
+    # with a vague "error parsing the body".
     if error.status_code == 400 and isinstance(error.__cause__, RecursionError):
         return invalid_json("it is nested too deeply")
     if error.status_code == 400 and isinstance(error.__cause__, UnicodeDecodeError):
         return invalid_json("it is not UTF-8 text")
+    if error.status_code == 400 and isinstance(error.__cause__, ValueError):
+        return invalid_json(str(error.__cause__))
     name = _HTTP_ERROR_NAMES.get(error.status_code, "HTTPError")
     detail = error.detail if isinstance(error.detail, str) else str(error.detail)
     return error_response(error.status_code, name, detail, getattr(error, "headers", None))

@@ -239,6 +239,22 @@ def test_pathologically_nested_json_is_4xx(client: TestClient, db: psycopg.Conne
     assert count(db, "observations") == 0
 
 
+def test_a_number_of_thousands_of_digits_is_400_without_advice_for_the_server(
+    client: TestClient,
+) -> None:
+    session_id = make_session(client)
+    body = b'{"sessionId": "%s", "functionName": "f", "functionArgs": {"n": 1%s}}' % (
+        session_id.encode(),
+        b"0" * 5000,
+    )
+    response = client.post(
+        "/api/observe", content=body, headers={"content-type": "application/json"}
+    )
+
+    assert response.status_code == 400
+    assert response.json()["detail"].endswith("a number has more than 4300 digits")
+
+
 def test_body_over_the_limit_is_413(client: TestClient, db: psycopg.Connection[Any]) -> None:
     session_id = make_session(client)
     body = json.dumps(
