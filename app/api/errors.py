@@ -41,12 +41,27 @@ def error_response(
     )
 
 
+_JSON_KINDS = {list: "an array", str: "a string", bool: "a boolean", int: "a number"}
+
+
+def json_kind(value: object) -> str:
+    """What a JSON value is, in words: `null`, `an array`, `a number`..."""
+    if value is None:
+        return "null"
+    if isinstance(value, dict):
+        return "an object"
+    return next((name for cls, name in _JSON_KINDS.items() if isinstance(value, cls)), "a number")
+
+
 def describe_validation_errors(errors: list[Any]) -> str:
     """One readable sentence per problem: `body.sessionId: Field required`."""
     parts = []
     for error in errors[:5]:
         location = ".".join(str(part) for part in error.get("loc", ()) if part != "body")
         message = validator_reason(str(error.get("msg", "invalid")))
+        if str(error.get("type")).endswith("_type") and "input" in error:
+            # "sessionId: Input should be a valid string" did not say a null had been sent.
+            message = f"{message}, not {json_kind(error['input'])}"
         parts.append(f"{location}: {message}" if location else message)
     if len(errors) > 5:
         parts.append(f"and {len(errors) - 5} more")
@@ -71,7 +86,6 @@ def is_json_content_type(content_type: str) -> bool:
     return subtype == "json" or subtype.endswith("+json")
 
 
-_JSON_KINDS = {list: "an array", str: "a string", bool: "a boolean", int: "a number"}
 _NOT_AN_OBJECT = {"missing", "model_attributes_type", "model_type", "dict_type"}
 
 
@@ -95,12 +109,7 @@ def whole_body_problem(request: Request, errors: list[Any]) -> str | None:
         )
     if item.get("type") == "missing":
         return "the request body is empty; send a JSON object"
-    kinds = _JSON_KINDS.items()
-    kind = next(
-        (name for cls, name in kinds if isinstance(value, cls)),
-        "null" if value is None else "a number",
-    )
-    return f"the request body must be a JSON object, not {kind}"
+    return f"the request body must be a JSON object, not {json_kind(value)}"
 
 
 async def _validation_error(request: Request, error: Exception) -> JSONResponse:

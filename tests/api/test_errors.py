@@ -101,6 +101,16 @@ def test_missing_and_wrong_typed_fields_are_422_naming_them(probe_client: TestCl
     assert "count: Input should be a valid integer" in body["detail"]
 
 
+def test_a_wrong_typed_field_names_the_json_kind_sent(probe_client: TestClient) -> None:
+    # "name: Input should be a valid string" did not say that the client had sent a null.
+    response = probe_client.post("/api/probe", json={"name": None, "count": [1]})
+
+    assert response.status_code == 422
+    detail = response.json()["detail"]
+    assert "name: Input should be a valid string, not null" in detail
+    assert "count: Input should be a valid integer, not an array" in detail
+
+
 def test_domain_errors_render_their_class_name(probe_client: TestClient) -> None:
     response = probe_client.post("/api/probe", json={"name": "missing", "count": 1})
 
