@@ -138,7 +138,18 @@ async def _http_error(_: Request, error: Exception) -> JSONResponse:
     return error_response(error.status_code, name, detail, getattr(error, "headers", None))
 
 
-async def _database_unreachable(_: Request, error: Exception) -> JSONResponse:
+def _over_a_limit(error: Exception) -> bool:
+    """Whether Postgres refused a value for its size (SQLSTATE class 54: an index row over
+    2704 bytes, too many arguments), which psycopg classes as an OperationalError, with the
+    unreachable-database errors."""
+    cause = getattr(error, "orig", None) or error
+    return isinstance(cause, psycopg.Error) and (cause.sqlstate or "").startswith("54")
+
+
+async def _database_unreachable(request: Request, error: Exception) -> JSONResponse:
+    if _over_a_limit(error):
+        # A long random project path or tag was a 503 "retry shortly": a retry fails the same.
+        return await _data_error(request, error)
     log.warning("database.unreachable", error=first_line(error))
     unavailable = DatabaseUnavailable("the database is unreachable; retry shortly")
     return error_response(503, unavailable.error, unavailable.detail, unavailable.headers)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import random
+import string
 import time
 from typing import Any
 
@@ -253,6 +255,21 @@ def test_a_number_of_thousands_of_digits_is_400_without_advice_for_the_server(
 
     assert response.status_code == 400
     assert response.json()["detail"].endswith("a number has more than 4300 digits")
+
+
+def test_a_project_path_too_long_to_index_is_422_and_stores_nothing(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    # 4000 characters pass the length check, but Postgres cannot index a row over 2704 bytes
+    # (ProgramLimitExceeded, an OperationalError): it was a 503 "database is unreachable".
+    path = "/" + "".join(random.Random(1).choices(string.ascii_letters + string.digits, k=4000))
+
+    response = client.post("/api/session/start", json={"projectPath": path})
+
+    assert response.status_code == 422, response.text
+    assert response.json()["error"] == "InvalidData"
+    assert "exceeds" in response.json()["detail"]
+    assert count(db, "sessions") == 0
 
 
 def test_body_over_the_limit_is_413(client: TestClient, db: psycopg.Connection[Any]) -> None:
