@@ -19,16 +19,16 @@ class CamelModel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
 
 
-def unknown_fields_message(unknown: Iterable[str], known: list[str]) -> str:
+def unknown_fields_message(unknown: Iterable[str], known: list[str], noun: str = "field") -> str:
     """`unknown field 'tag' (did you mean 'tags'?); the fields are ...`: each unknown name with
-    the known one it is closest to, if any is close (case aside)."""
+    the known one it is closest to, if any is close (case aside). `noun`: what they are."""
     by_lower = {name.lower(): name for name in known}
     named = []
     for name in unknown:
         close = difflib.get_close_matches(name.lower(), list(by_lower), n=1)
         named.append(f"'{name}' (did you mean '{by_lower[close[0]]}'?)" if close else f"'{name}'")
-    noun = "field" if len(named) == 1 else "fields"
-    return f"unknown {noun} {', '.join(named)}; the fields are {', '.join(known)}"
+    named_noun = noun if len(named) == 1 else f"{noun}s"
+    return f"unknown {named_noun} {', '.join(named)}; the {noun}s are {', '.join(known)}"
 
 
 class StrictBody(CamelModel):

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from app.api.bodies import unknown_fields_message
 from app.api.middleware import send_error
 from app.api.numbers import ToolInt
 from app.config import Settings
@@ -72,15 +73,32 @@ def tool_errors() -> Iterator[None]:
 
 
 class MemoryServer(MCPServer):
-    """The SDK's server, with a tool's refused arguments worded as a refusal in a tool is.
+    """The SDK's server, refusing unknown arguments, and with a tool's refused arguments worded
+    as a refusal in a tool is.
 
     The SDK validates arguments before the tool runs and answers pydantic's whole report (`1
     validation error for list_memoriesArguments`, the input, a URL); the model gets the same
     `ValidationFailed: <argument>: <reason>` a check inside the tool gives."""
 
+    # Read from the tools' schemas at the first call: every tool is added by build_server.
+    _arguments: dict[str, list[str]] | None = None
+
+    async def tool_arguments(self, name: str) -> list[str] | None:
+        """The arguments tool `name` takes, in order (None for no such tool)."""
+        if self._arguments is None:
+            tools = await self.list_tools()
+            self._arguments = {tool.name: list(tool.input_schema["properties"]) for tool in tools}
+        return self._arguments.get(name)
+
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
+        # The SDK drops arguments a tool does not take: `tag` for `tags` stored an untagged memory.
+        known = await self.tool_arguments(name)
+        unknown = [arg for arg in arguments if arg not in known] if known is not None else []
+        if known is not None and unknown:
+            problem = unknown_fields_message(unknown, known, noun="argument")
+            raise ToolError(f"Error executing tool {name}: ValidationFailed: {problem}")
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as error:

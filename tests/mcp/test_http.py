@@ -163,3 +163,23 @@ def test_a_whole_float_is_still_a_number_for_a_tool(live_server: LiveServer) -> 
             )
 
     assert asyncio.run(main()) == {"memories": []}
+
+
+def test_an_unknown_argument_is_a_tool_error_naming_the_close_one(live_server: LiveServer) -> None:
+    # The SDK dropped arguments a tool does not take: `tag` for `tags` stored an untagged memory.
+    async def main() -> tuple[Any, Any]:
+        async with Client(f"{live_server.url}/mcp") as client:
+            arguments = {"key": "current.task", "value": "v", "project_path": PROJECT}
+            refused = await client.call_tool("write_memory", {**arguments, "tag": ["auth"]})
+            read = await client.call_tool(
+                "read_memory", {"key": "current.task", "project_path": PROJECT}
+            )
+            return refused, structured(read)
+
+    refused, read = asyncio.run(main())
+    assert refused.is_error
+    assert (
+        "Error executing tool write_memory: ValidationFailed: unknown argument 'tag' (did you "
+        "mean 'tags'?); the arguments are key, value, scope" in refused.content[0].text
+    )
+    assert read["memory"] is None
