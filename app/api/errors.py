@@ -138,16 +138,20 @@ async def _http_error(_: Request, error: Exception) -> JSONResponse:
     return error_response(error.status_code, name, detail, getattr(error, "headers", None))
 
 
-def _over_a_limit(error: Exception) -> bool:
-    """Whether Postgres refused a value for its size (SQLSTATE class 54: an index row over
-    2704 bytes, too many arguments), which psycopg classes as an OperationalError, with the
-    unreachable-database errors."""
+def refused_value(error: Exception) -> str | None:
+    """Why Postgres refused a value a client sent, or None for any other database error.
+
+    SQLSTATE class 22 (data exceptions) and 54 (over a limit: an index row over 2704 bytes, too
+    many arguments). psycopg classes the second as an OperationalError, with the errors of an
+    unreachable database."""
     cause = getattr(error, "orig", None) or error
-    return isinstance(cause, psycopg.Error) and (cause.sqlstate or "").startswith("54")
+    if isinstance(cause, psycopg.Error) and (cause.sqlstate or "")[:2] in ("22", "54"):
+        return f"the database rejected a value: {first_line(error)}"
+    return None
 
 
 async def _database_unreachable(request: Request, error: Exception) -> JSONResponse:
-    if _over_a_limit(error):
+    if refused_value(error):
         # A long random project path or tag was a 503 "retry shortly": a retry fails the same.
         return await _data_error(request, error)
     log.warning("database.unreachable", error=first_line(error))
@@ -157,8 +161,8 @@ async def _database_unreachable(request: Request, error: Exception) -> JSONRespo
 
 async def _data_error(_: Request, error: Exception) -> JSONResponse:
     # Input cleaning should stop these first; this keeps a value Postgres rejects from being a 500.
-    message = first_line(error)
-    return error_response(422, "InvalidData", f"the database rejected a value: {message}")
+    detail = refused_value(error) or f"the database rejected a value: {first_line(error)}"
+    return error_response(422, "InvalidData", detail)
 
 
 async def _integrity_error(_: Request, error: Exception) -> JSONResponse:

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
+import psycopg
 import structlog
 from fastapi import FastAPI
 from mcp.server.mcpserver import MCPServer
@@ -20,10 +21,12 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, InputRequiredResult
 from pydantic import ValidationError
+from sqlalchemy import exc as sa_exc
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from app.api.bodies import unknown_fields_message
+from app.api.errors import refused_value
 from app.api.middleware import send_error
 from app.api.numbers import ToolInt
 from app.config import Settings
@@ -70,6 +73,12 @@ def tool_errors() -> Iterator[None]:
         raise ToolError(validation_failed(error)) from None
     except ValueError as error:
         raise ToolError(f"ValidationFailed: {error}") from None
+    except (sa_exc.DBAPIError, psycopg.Error) as error:
+        # A value Postgres refuses (too large to index, out of range) is the caller's to fix.
+        refused = refused_value(error)
+        if refused is None:
+            raise
+        raise ToolError(f"InvalidData: {refused}") from None
 
 
 class MemoryServer(MCPServer):

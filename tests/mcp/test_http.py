@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import random
+import string
 from datetime import UTC, datetime
 from typing import Any
 
@@ -183,3 +185,17 @@ def test_an_unknown_argument_is_a_tool_error_naming_the_close_one(live_server: L
         "mean 'tags'?); the arguments are key, value, scope" in refused.content[0].text
     )
     assert read["memory"] is None
+
+
+def test_a_value_too_large_to_index_is_a_tool_error(live_server: LiveServer) -> None:
+    # Postgres refuses an index row over 2704 bytes; the tool crashed ("Error executing tool").
+    noise = "".join(random.Random(1).choices(string.ascii_letters, k=4000))
+
+    async def main() -> Any:
+        async with Client(f"{live_server.url}/mcp") as client:
+            arguments = {"key": "k", "value": 1, "project_path": PROJECT, "tags": [noise]}
+            return await client.call_tool("write_memory", arguments)
+
+    result = asyncio.run(main())
+    assert result.is_error
+    assert "InvalidData: the database rejected a value: index row size" in result.content[0].text
