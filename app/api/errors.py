@@ -73,11 +73,17 @@ async def _app_error(_: Request, error: Exception) -> JSONResponse:
     return error_response(error.status_code, error.error, error.detail, error.headers)
 
 
+NESTED_TOO_DEEPLY = "it is nested too deeply"
+
+
 def invalid_json(reason: str) -> JSONResponse:
     if "integer string conversion" in reason:
         # Python's int() refuses more than 4300 digits; its message ends by naming the function
         # that would raise the limit, advice for the server's code, not for the client.
         reason = f"a number has more than {sys.get_int_max_str_digits()} digits"
+    elif "maximum recursion depth" in reason:
+        # Capture parses bodies itself and passes on the RecursionError's words.
+        reason = NESTED_TOO_DEEPLY
     return error_response(400, "InvalidJSON", f"the request body is not valid JSON: {reason}")
 
 
@@ -128,7 +134,7 @@ async def _http_error(_: Request, error: Exception) -> JSONResponse:
     # recursion limit, bytes that are no Unicode encoding, an integer of thousands of digits)
     # with a vague "error parsing the body".
     if error.status_code == 400 and isinstance(error.__cause__, RecursionError):
-        return invalid_json("it is nested too deeply")
+        return invalid_json(NESTED_TOO_DEEPLY)
     if error.status_code == 400 and isinstance(error.__cause__, UnicodeDecodeError):
         return invalid_json("it is not UTF-8 text")
     if error.status_code == 400 and isinstance(error.__cause__, ValueError):
