@@ -13,22 +13,14 @@ from typing import Any
 import psycopg
 from fastapi.testclient import TestClient
 
+from tests.api.helpers import refused
 from tests.capture.builders import make_session, observation, observe, send_result
-
-
-def refused(client: TestClient, path: str, body: dict[str, Any]) -> str:
-    response = client.post(path, json=body)
-    assert response.status_code == 422, response.text
-    answer = response.json()
-    assert answer["error"] == "ValidationFailed"
-    detail: str = answer["detail"]
-    return detail
 
 
 def test_search_names_a_misspelt_field_and_the_close_one(client: TestClient) -> None:
     body = {"query": "jwt", "projectPath": "/p", "limt": 5, "sourcse": ["kv"]}
 
-    detail = refused(client, "/api/search", body)
+    detail = refused(client, "POST", "/api/search", body)
 
     assert "'limt' (did you mean 'limit'?)" in detail
     assert "'sourcse' (did you mean 'sources'?)" in detail
@@ -46,7 +38,7 @@ def test_sync_names_a_misspelt_field_and_queues_nothing(
 ) -> None:
     body = {"projectPath": str(tmp_path), "forse": True, "sessionDir": str(tmp_path)}
 
-    detail = refused(client, "/api/sync", body)
+    detail = refused(client, "POST", "/api/sync", body)
 
     assert "'forse' (did you mean 'force'?)" in detail
     assert "'sessionDir' (did you mean 'sessionsDir'?)" in detail
@@ -64,7 +56,7 @@ def test_compress_names_a_misspelt_field_and_requeues_nothing(
     assert send_result(client, session_id, call["id"], "text").status_code == 200
     db.execute("UPDATE observations SET status = 'compressed' WHERE id = %s", (call["id"],))
 
-    detail = refused(client, "/api/compress", {"observationID": call["id"]})
+    detail = refused(client, "POST", "/api/compress", {"observationID": call["id"]})
 
     assert "'observationID' (did you mean 'observationId'?)" in detail
     assert observation(db, call["id"])["status"] == "compressed"
@@ -75,7 +67,7 @@ def test_summarize_names_an_unknown_field_and_requeues_nothing(
 ) -> None:
     session_id = make_session(client)
 
-    detail = refused(client, "/api/summarize", {"sessionId": session_id, "force": True})
+    detail = refused(client, "POST", "/api/summarize", {"sessionId": session_id, "force": True})
 
     assert "unknown field 'force'; the fields are sessionId" in detail
     row = db.execute("SELECT status FROM sessions WHERE id = %s", (session_id,)).fetchone()
