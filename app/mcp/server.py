@@ -26,13 +26,13 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from app.api.bodies import unknown_fields_message
-from app.api.errors import refused_value
+from app.api.errors import describe_validation_errors, refused_value
 from app.api.middleware import send_error
 from app.api.numbers import ToolInt
 from app.config import Settings
 from app.context.builder import build_context
 from app.db.engine import transaction
-from app.errors import AppError, validator_reason
+from app.errors import AppError
 from app.llm.embeddings import get_embedder
 from app.mcp import descriptions as text
 from app.memories import reads, resume, service
@@ -54,12 +54,8 @@ MAX_TOOL_BUDGET = 20_000
 
 
 def validation_failed(error: ValidationError) -> str:
-    """`ValidationFailed: limit: must be a number, not a boolean`, one part per problem."""
-    problems = "; ".join(
-        f"{'.'.join(str(p) for p in item['loc'])}: {validator_reason(item['msg'])}"
-        for item in error.errors()
-    )
-    return f"ValidationFailed: {problems}"
+    """`ValidationFailed: limit: must be a number, not a boolean`, worded as over HTTP."""
+    return f"ValidationFailed: {describe_validation_errors(list(error.errors()))}"
 
 
 @contextmanager

@@ -199,3 +199,17 @@ def test_a_value_too_large_to_index_is_a_tool_error(live_server: LiveServer) -> 
     result = asyncio.run(main())
     assert result.is_error
     assert "InvalidData: the database rejected a value: index row size" in result.content[0].text
+
+
+def test_a_wrong_typed_argument_names_the_json_kind_sent(live_server: LiveServer) -> None:
+    # Worded as over HTTP: "key: Input should be a valid string" did not say a null had come.
+    async def main() -> Any:
+        async with Client(f"{live_server.url}/mcp") as client:
+            arguments = {"key": None, "value": 1, "project_path": PROJECT, "tags": "auth"}
+            return await client.call_tool("write_memory", arguments)
+
+    result = asyncio.run(main())
+    assert result.is_error
+    text = result.content[0].text
+    assert "ValidationFailed: key: Input should be a valid string, not null" in text
+    assert "tags: Input should be a valid list, not a string" in text
