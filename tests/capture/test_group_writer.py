@@ -18,7 +18,7 @@ from app.capture.db import GroupWriter, RawResult, make_capture_pool
 from app.main import create_app
 from tests.capture.builders import count, make_session, observe, send_result
 from tests.conftest import make_settings
-from tests.pools import replaced_while_waiting, unreachable_pool
+from tests.pools import replaced_while_waiting, terminate_backends, unreachable_pool
 
 INSERT = text(
     "INSERT INTO sessions (id, project_path) VALUES (:id, '/p') "
@@ -273,10 +273,7 @@ def test_after_replace_pool_the_next_statement_does_not_use_a_dead_connection(
         fresh = make_capture_pool(database_url, pool_size=1)
         try:
             first = await writer.execute(INSERT, {"id": "before"})
-            db.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE application_name = 'agmem-capture' AND datname = current_database()"
-            )
+            terminate_backends(db, "agmem-capture")
             await fresh.open(wait=True)
             await writer.replace_pool(fresh).close()
             return first, await writer.execute(INSERT, {"id": "after"})
@@ -305,3 +302,30 @@ def test_a_statement_waiting_on_a_replaced_pool_runs_on_the_new_one(
 
     assert asyncio.run(run()).one().id == "queued"
     assert count(db, "sessions") == 1
+
+
+@pytest.mark.parametrize("writers", [1, 2])
+def test_statements_after_the_writers_backends_were_terminated_all_commit(
+    database_url: str, db: psycopg.Connection[Any], writers: int
+) -> None:
+    # A backend gone while its lane waited for work (pg_terminate_backend; the OOM killer taking
+    # a backend makes Postgres restart them all): nothing had been sent down it, so the queued
+    # statements go down a fresh connection instead of failing, with no restart supervisor.
+    async def run() -> list[Any]:
+        pool = make_capture_pool(database_url, pool_size=writers)
+        await pool.open(wait=True)
+        writer = GroupWriter(pool, writers=writers, max_batch=8)
+        try:
+            await asyncio.gather(*(writer.execute(INSERT, {"id": f"b{n}"}) for n in range(4)))
+            assert terminate_backends(db, "agmem-capture") == writers
+            return await asyncio.gather(
+                *(writer.execute(INSERT, {"id": f"a{n}"}) for n in range(20)),
+                return_exceptions=True,
+            )
+        finally:
+            await writer.close()
+            await pool.close()
+
+    results = asyncio.run(run())
+    assert [result.one().id for result in results] == [f"a{n}" for n in range(20)]
+    assert count(db, "sessions") == 24
