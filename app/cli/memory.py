@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 from pydantic import ValidationError
 
-from app.cli.common import absolute_project, cli_errors, fail, open_database, settings_or_exit
+from app.cli.common import (
+    absolute_project,
+    cli_errors,
+    embedded_pgdata,
+    fail,
+    open_database,
+    settings_or_exit,
+)
 from app.config import Settings
 from app.memories.patterns import is_pattern
 from app.memories.schemas import (
@@ -286,6 +293,7 @@ def resume(
 
 def mcp(project: ProjectOpt = None) -> None:
     """Serve the MCP memory tools over stdio (point your agent's MCP config at `agmem mcp`)."""
+    from app.db.supervisor import supervised
     from app.mcp.server import serve_stdio
 
     default_project = _project(project)
@@ -299,7 +307,11 @@ def mcp(project: ProjectOpt = None) -> None:
         url = open_database(settings)
 
         async def work(state: AppState) -> None:
-            await serve_stdio(state, default_project=default_project)
+            # An agent keeps its MCP server for its whole session, maybe the only process left
+            # using the embedded server.
+            pgdata = embedded_pgdata(settings)
+            async with supervised(pgdata, url, state.drop_dead_connections) as state.supervisor:
+                await serve_stdio(state, default_project=default_project)
 
         asyncio.run(_with_state(settings, url, work))
 

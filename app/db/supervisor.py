@@ -7,6 +7,8 @@ looks at the postmaster's pid once a second (a small file read and a signal-0 `k
 database round trip: no request pays for it), restarts the server through the same path as
 startup, then lets the app drop the connections that died with it. Only a process that started
 or joined the embedded server runs it: an external `DATABASE_URL` is never started or stopped.
+Every long-running command runs one (`agmem serve`, `worker`, `mcp`, `sync --watch`): any of
+them may be the last process using the server.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Awaitable, Callable
-from contextlib import suppress
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -152,3 +154,22 @@ class EmbeddedSupervisor:
             down_s=round(down_s, 1),
         )
         self.pid, self.down_since, self.attempts, self.last_error = pid, None, 0, None
+
+
+@asynccontextmanager
+async def supervised(
+    pgdata: Path | None, url: str, after_restart: Callable[[], Awaitable[None]]
+) -> AsyncIterator[EmbeddedSupervisor | None]:
+    """Supervise the embedded server of `pgdata` while inside; None (an external server): no
+    supervisor."""
+    if pgdata is None:
+        yield None
+        return
+    supervisor = EmbeddedSupervisor(pgdata, url, after_restart)
+    stop = asyncio.Event()
+    task = asyncio.create_task(supervisor.run(stop), name="agmem-embedded-supervisor")
+    try:
+        yield supervisor
+    finally:
+        stop.set()
+        await task
