@@ -79,13 +79,48 @@ def write_tuning(pgdata: Path) -> None:
 
 
 def alive(pid: int) -> bool:
+    """Whether process `pid` runs. A zombie (exited, not reaped yet) does not, though kill(pid, 0)
+    finds it: a postmaster killed under a pid 1 that never reaps (a container whose init is a
+    shell or `sleep`) stays one for good."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:  # another user's process: alive
-        return True
-    return True
+    except PermissionError:  # another user's process (the server's own user, under root)
+        pass
+    return not zombie(pid)
+
+
+def zombie(pid: int) -> bool:
+    """Whether `pid` is a zombie, by its state in /proc (Linux; elsewhere, never)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:  # no /proc, or it was reaped meanwhile (the next look finds it gone)
+        return False
+    # "pid (name) state ...": the name may hold spaces and parentheses, the state follows the last.
+    state = stat.rfind(b")") + 2
+    return stat[state : state + 1] == b"Z"
+
+
+def postmaster_pid(pgdata: Path) -> int | None:
+    """The pid `postmaster.pid` names (its first line), or None without a readable one."""
+    try:
+        first = (pgdata / "postmaster.pid").read_text().split("\n", 1)[0]
+        return int(first)
+    except (OSError, ValueError):  # no file (a clean stop), or one being written
+        return None
+
+
+def forget_dead_postmaster(pgdata: Path) -> None:
+    """Remove the `postmaster.pid` of a postmaster that is a zombie, before a start.
+
+    pgserver (psutil) and Postgres's own lock-file check both take a zombie for a running server,
+    so the server would never start again. A dead postmaster's backends may still hold its shared
+    memory: Postgres then refuses to start by itself, and the next attempt tries again."""
+    pid = postmaster_pid(pgdata)
+    if pid is not None and zombie(pid):
+        (pgdata / "postmaster.pid").unlink(missing_ok=True)
+        log.warning("embedded postgres: removed the pid file of postmaster %s, a zombie", pid)
 
 
 def forget_dead_handles(handles: Any) -> list[int]:
@@ -167,6 +202,7 @@ def start_embedded_postgres(pgdata: Path, *, cleanup_mode: str | None = "stop") 
             server.ensure_pgdata_inited()
             write_tuning(pgdata)
             forget_dead_handles(server.global_process_id_list)
+            forget_dead_postmaster(pgdata)
         with server_environment():  # applies only when this process starts the server
             server.start()
     except Exception as error:  # the library raises bare RuntimeError/CalledProcessError

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import structlog
 
-from app.db.embedded import alive, start_embedded_postgres
+from app.db.embedded import alive, postmaster_pid, start_embedded_postgres
 from app.errors import first_line
 
 log = structlog.get_logger(__name__)
@@ -40,23 +40,14 @@ Starter = Callable[[Path], str]
 Sleeper = Callable[[asyncio.Event, float], Awaitable[None]]
 
 
-def postmaster_pid(pgdata: Path) -> int | None:
-    """The pid `postmaster.pid` names (its first line), or None without a readable one."""
-    try:
-        first = (pgdata / "postmaster.pid").read_text().split("\n", 1)[0]
-        return int(first)
-    except (OSError, ValueError):  # no file (a clean stop), or one being written
-        return None
-
-
 def running_postmaster(pgdata: Path) -> int | None:
     """The pid of the live postmaster of `pgdata`, or None when there is none."""
     pid = postmaster_pid(pgdata)
     if pid is None:
         return None
     # pg_ctl's child is orphaned to pid 1. Where agmem is pid 1 (a container without an init),
-    # a dead postmaster stays our zombie, which `kill(pid, 0)` (and pgserver's own check) still
-    # finds alive: reap it.
+    # a dead postmaster is our zombie: reap it, or it stays in the process table. Under another
+    # pid 1 that never reaps, `alive` tells the zombie from a running postmaster.
     with suppress(ChildProcessError):
         reaped, _status = os.waitpid(pid, os.WNOHANG)
         if reaped:
