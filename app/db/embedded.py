@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import logging
 import os
@@ -234,6 +235,9 @@ def start_embedded_postgres(pgdata: Path, *, cleanup_mode: str | None = "stop") 
             write_tuning(pgdata)
             forget_dead_handles(server.global_process_id_list)
             forget_dead_postmaster(pgdata)
+        # start() registers its exit cleanup each time: once is enough (a long outage's restart
+        # attempts queued one each).
+        atexit.unregister(server._cleanup)
         ready_by = _READY_BY.set(time.monotonic() + READY_WAIT_SECONDS)
         try:
             with server_environment():  # applies only when this process starts the server

