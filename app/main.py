@@ -61,8 +61,8 @@ def create_app(
             gemini_gate=gemini_gate(settings),
         )
         stop = asyncio.Event()
-        owns_server = settings.database_url is None and (embedded or database_url is None)
-        pgdata = settings.pgdata if owns_server else None
+        # A URL given without `embedded` (the tests' server) is not ours to restart.
+        pgdata = settings.embedded_pgdata if embedded or database_url is None else None
         try:
             async with supervised(pgdata, url, state.drop_dead_connections) as state.supervisor:
                 worker = (

@@ -6,7 +6,6 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any, NoReturn
 
 import typer
@@ -107,12 +106,6 @@ def describe_location(settings: Settings, url: str) -> str:
     if settings.database_url is None:
         return f"embedded PostgreSQL in {settings.pgdata}"
     return make_url(url).render_as_string(hide_password=True)
-
-
-def embedded_pgdata(settings: Settings) -> Path | None:
-    """The data folder of the embedded server a command uses, which a long-running command
-    supervises (restarts if it dies); None on a DATABASE_URL, which agmem never starts."""
-    return settings.pgdata if settings.database_url is None else None
 
 
 def open_database(settings: Settings, *, migrate_embedded: bool = True) -> str:

@@ -15,14 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 from pydantic import ValidationError
 
-from app.cli.common import (
-    absolute_project,
-    cli_errors,
-    embedded_pgdata,
-    fail,
-    open_database,
-    settings_or_exit,
-)
+from app.cli.common import absolute_project, cli_errors, fail, open_database, settings_or_exit
 from app.config import Settings
 from app.memories.patterns import is_pattern
 from app.memories.schemas import (
@@ -309,7 +302,7 @@ def mcp(project: ProjectOpt = None) -> None:
         async def work(state: AppState) -> None:
             # An agent keeps its MCP server for its whole session, maybe the only process left
             # using the embedded server.
-            pgdata = embedded_pgdata(settings)
+            pgdata = settings.embedded_pgdata
             async with supervised(pgdata, url, state.drop_dead_connections) as state.supervisor:
                 await serve_stdio(state, default_project=default_project)
 

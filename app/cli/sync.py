@@ -10,14 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from app.cli.common import (
-    absolute_project,
-    cli_errors,
-    embedded_pgdata,
-    fail,
-    open_database,
-    settings_or_exit,
-)
+from app.cli.common import absolute_project, cli_errors, fail, open_database, settings_or_exit
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -96,7 +89,7 @@ def sync(
                             f"watching {request.project_path} (Ctrl-C to stop)", markup=False
                         )
                         # The connections it keeps between syncs are checked before each use.
-                        async with supervised(embedded_pgdata(settings), url, engine.dispose):
+                        async with supervised(settings.embedded_pgdata, url, engine.dispose):
                             await watch_project(
                                 sessionmaker,
                                 settings,

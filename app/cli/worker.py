@@ -12,7 +12,6 @@ from app.cli.common import (
     absolute_project,
     cli_errors,
     describe_location,
-    embedded_pgdata,
     open_database,
     settings_or_exit,
 )
@@ -49,7 +48,7 @@ async def run_worker(settings: Settings, url: str, *, concurrency: int | None) -
             database_url=url,
             concurrency=concurrency,
         )
-        async with supervised(embedded_pgdata(settings), url, engine.dispose):
+        async with supervised(settings.embedded_pgdata, url, engine.dispose):
             await worker.run(stop)
     finally:
         await engine.dispose()

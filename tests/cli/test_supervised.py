@@ -38,27 +38,16 @@ def supervised(
     return started, env
 
 
-def test_mcp_over_stdio_supervises_the_embedded_server(
-    supervised: tuple[list[Path], dict[str, str | None]], tmp_path: Path
+@pytest.mark.parametrize("command", ["mcp", "sync --watch"])
+def test_a_long_running_command_supervises_the_embedded_server(
+    supervised: tuple[list[Path], dict[str, str | None]], tmp_path: Path, db: Any, command: str
 ) -> None:
     started, env = supervised
     home = tmp_path / "home"
-    result = CliRunner().invoke(
-        cli, ["mcp", "--project", str(tmp_path)], input="", env={**env, "AGMEM_HOME": str(home)}
-    )
-    assert result.exit_code == 0, result.output
-    assert started == [home / "pgdata"]
-
-
-def test_sync_watch_supervises_the_embedded_server(
-    supervised: tuple[list[Path], dict[str, str | None]], tmp_path: Path, db: Any
-) -> None:
-    started, env = supervised
-    home = tmp_path / "home"
-    project = make_project(tmp_path / "proj")
-    result = CliRunner().invoke(
-        cli, ["sync", "--project", str(project), "--watch"], env={**env, "AGMEM_HOME": str(home)}
-    )
+    # mcp ends at the end of its input, the watch at the SIGTERM the fake supervisor sends.
+    project = str(make_project(tmp_path / "proj"))
+    args = ["mcp", "--project", project] if command == "mcp" else ["sync", "-p", project, "--watch"]
+    result = CliRunner().invoke(cli, args, input="", env={**env, "AGMEM_HOME": str(home)})
     assert result.exit_code == 0, result.output
     assert started == [home / "pgdata"]
 
