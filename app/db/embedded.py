@@ -10,7 +10,7 @@ import re
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
@@ -115,15 +115,26 @@ def postmaster_pid(pgdata: Path) -> int | None:
 
 
 def forget_dead_postmaster(pgdata: Path) -> None:
-    """Remove the `postmaster.pid` of a postmaster that is a zombie, before a start.
+    """Remove the lock files of a postmaster that is a zombie, before a start.
 
-    pgserver (psutil) and Postgres's own lock-file check both take a zombie for a running server,
-    so the server would never start again. A dead postmaster's backends may still hold its shared
-    memory: Postgres then refuses to start by itself, and the next attempt tries again."""
+    pgserver (psutil) and Postgres's own lock-file checks (`postmaster.pid`, and the socket's
+    `.s.PGSQL.<port>.lock`) all take a zombie for a running server, so the server would not start
+    until the zombie is reaped, never under a pid 1 that does not reap. A dead postmaster's
+    backends may still hold its shared memory: Postgres then refuses to start by itself (its
+    shared-memory check needs no lock file), and the next attempt tries again."""
+    pid_file = pgdata / "postmaster.pid"
     pid = postmaster_pid(pgdata)
-    if pid is not None and zombie(pid):
-        (pgdata / "postmaster.pid").unlink(missing_ok=True)
-        log.warning("embedded postgres: removed the pid file of postmaster %s, a zombie", pid)
+    if pid is None or not zombie(pid):
+        return
+    # postmaster.pid: pid, data folder, start time, port, socket folder, ...
+    lines = pid_file.read_text().split("\n")
+    if len(lines) > 4 and lines[3] and lines[4]:
+        socket_lock = Path(lines[4]) / f".s.PGSQL.{lines[3]}.lock"
+        with suppress(OSError, ValueError):
+            if int(socket_lock.read_text().split("\n", 1)[0]) == pid:
+                socket_lock.unlink()
+    pid_file.unlink(missing_ok=True)
+    log.warning("embedded postgres: removed the lock files of postmaster %s, a zombie", pid)
 
 
 def forget_dead_handles(handles: Any) -> list[int]:

@@ -20,7 +20,7 @@ URL = "postgresql://postgres:@/postgres?host=/somewhere"
 
 def write_pid(pgdata: Path, pid: int) -> None:
     # postmaster.pid: the pid, the data folder, then the start time, port, socket folder...
-    (pgdata / "postmaster.pid").write_text(f"{pid}\n{pgdata}\n1700000000\n5432\n")
+    (pgdata / "postmaster.pid").write_text(f"{pid}\n{pgdata}\n1700000000\n5432\n{pgdata}\n")
 
 
 def dead_pid() -> int:
@@ -80,16 +80,21 @@ def test_a_zombie_is_not_alive() -> None:
 def test_a_pid_file_naming_a_zombie_postmaster_is_removed_before_a_start(tmp_path: Path) -> None:
     # Postgres's own lock-file check and pgserver's take a zombie for a running server: it would
     # never start again. A live or absent postmaster's file is left alone.
+    socket_lock = tmp_path / ".s.PGSQL.5432.lock"  # write_pid's socket folder and port
     child = zombie_child()
     try:
         write_pid(tmp_path, child.pid)
+        socket_lock.write_text(f"{child.pid}\n{tmp_path}\n")
         forget_dead_postmaster(tmp_path)
         assert not (tmp_path / "postmaster.pid").exists()
+        assert not socket_lock.exists()
     finally:
         child.wait()
     write_pid(tmp_path, os.getpid())
+    socket_lock.write_text(f"{os.getpid()}\n{tmp_path}\n")
     forget_dead_postmaster(tmp_path)
     assert postmaster_pid(tmp_path) == os.getpid()
+    assert socket_lock.exists()
 
 
 class FakeServer:
