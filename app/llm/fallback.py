@@ -367,6 +367,9 @@ def compress_extractive(
         lines.append("Result: " + " | ".join(firsts))
     elif result is None:
         lines.append("Result: none")
+    elif not errors and not _lines(result):
+        # A `find` that printed nothing found nothing: without this line it did not say so.
+        lines.append("Result: (empty)")
     lines = [_relative(line, project_path) for line in lines]
     named = mentions(entities or {}, "\n".join(lines), project_path)
     if named:

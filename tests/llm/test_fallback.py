@@ -24,6 +24,7 @@ from tests.realdata import (
     TODO_CALL,
     gemini_call,
     tool_call,
+    tool_calls,
 )
 
 
@@ -326,3 +327,30 @@ def test_summary_highlights_a_raw_observation_by_its_last_line_with_words() -> N
 
     assert 'Notable results: "content": "export const TTL = 60;".' in summary
     assert "}." not in summary
+
+
+def test_real_command_that_printed_nothing_says_so() -> None:
+    # `find … | head -20` in an empty folder: its result is the empty string.
+    name, args, result = tool_calls(CLAUDE_MD_SESSION)[1]
+    assert result == ""
+
+    text = compress_extractive(
+        function_name=name, observation_type="code_execution", args=args, result=result
+    )
+
+    assert text.splitlines()[-1] == "Result: (empty)"
+    assert estimate_tokens("\nResult: (empty)") <= 4
+    # A result that never came is not an empty one.
+    unanswered = compress_extractive(
+        function_name="Bash", observation_type="code_execution", args={"command": "ls"}, result=None
+    )
+    assert unanswered.splitlines()[-1] == "Result: none"
+
+
+def test_empty_read_and_write_replies_say_so_too() -> None:
+    for kind, args in (("file_read", {"path": "empty.txt"}), ("file_write", {"path": "a.txt"})):
+        text = compress_extractive(
+            function_name="tool", observation_type=kind, args=args, result="  \n"
+        )
+        assert text == f"tool {args['path']}\nResult: (empty)", kind
+
