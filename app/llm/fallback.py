@@ -33,6 +33,9 @@ _NEW_KEYS = (
     "new",
 )
 MAX_LINE = 160
+# Between two arguments: ` | ` read as a shell pipe after a command (`Bash ls | head | List
+# files`). A middle dot is no shell operator and costs what ` | ` cost (one narrow character).
+ARG_SEPARATOR = " · "
 
 
 def strings_in(value: Any) -> Iterator[str]:
@@ -339,10 +342,10 @@ def compress_extractive(
         # The other arguments too: a search's pattern matters as much as the folder it searched.
         other_args = [s for s in strings_in(args) if s.strip() and s not in files][:2]
         if other_args and files:
-            lines.append("Args: " + " | ".join(_short(s) for s in other_args))
+            lines.append("Args: " + ARG_SEPARATOR.join(_short(s) for s in other_args))
         elif other_args:
             # What the call was given, where its files would be: `Glob package.json`.
-            lines[0] += " " + " | ".join(_short(s) for s in other_args)
+            lines[0] += " " + ARG_SEPARATOR.join(_short(s) for s in other_args)
     names_at = len(lines)  # Mentions go here, with the names; Result stays the last line
     if observation_type in ("file_read", "file_write"):
         errors, _ = key_lines(_lines(result)[:STATUS_LINES])

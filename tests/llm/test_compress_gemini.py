@@ -262,7 +262,7 @@ def test_no_key_uses_the_extractive_fallback(
     assert stored["generated_by"] == "extractive"
     text = stored["compressed_data"]
     # A call that names no file: its arguments on the tool's line (jsonb puts `cwd` first).
-    assert text.splitlines()[0] == "run_command /home/dev/shop | pytest -q"
+    assert text.splitlines()[0] == "run_command /home/dev/shop · pytest -q"
     assert "FAILED tests/test_jwt.py::test_expiry" in text
     assert stored["compressed_tokens"] < stored["original_tokens"]
     assert stored["tokens_saved"] == stored["original_tokens"] - stored["compressed_tokens"]

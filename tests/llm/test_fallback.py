@@ -354,3 +354,23 @@ def test_empty_read_and_write_replies_say_so_too() -> None:
         )
         assert text == f"tool {args['path']}\nResult: (empty)", kind
 
+
+def test_a_command_holding_a_pipe_is_not_split_from_its_description() -> None:
+    text = compress_extractive(
+        function_name="Bash",
+        observation_type="code_execution",
+        args={"command": "ps aux | grep uvicorn | wc -l", "description": "Count servers"},
+        result="2",
+    )
+
+    head = text.splitlines()[0]
+    assert head == "Bash ps aux | grep uvicorn | wc -l · Count servers"
+    # One argument joined to the next costs what ` | ` cost.
+    assert estimate_tokens(head) == estimate_tokens(head.replace(" · ", " | "))
+    folder = compress_extractive(
+        function_name="search_file_content",
+        observation_type="search",
+        args={"pattern": "a|b", "path": "src", "include": "*.py"},
+        result="src/x.py:1: a",
+    )
+    assert folder.splitlines()[1] == "Args: a|b · *.py"

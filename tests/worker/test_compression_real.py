@@ -93,7 +93,7 @@ def test_small_real_calls_are_kept_whole_or_extracted_losing_no_line_and_shown_s
     extract = row(db, "SELECT * FROM observations WHERE id = %s", lint)
     assert extract["generated_by"] == "extractive"
     assert extract["compressed_data"] == (
-        "Bash mise run lint | Run linter to check the fix\n"
+        "Bash mise run lint · Run linter to check the fix\n"
         "Result: 0 issues. | [lint] $ golangci-lint run ./..."
     )
 
@@ -105,7 +105,7 @@ def test_small_real_calls_are_kept_whole_or_extracted_losing_no_line_and_shown_s
         '  Bash\n  Args: {"command":"mise run fmt && mise run lint","timeout":60000,"description":'
         '"Format and lint the code"}\n  Result: Exit code 1\n  [fmt] $ gofmt -w .\n  [lint]'
     ) in block
-    assert "  Bash mise run lint | Run linter to check the fix\n  Result: 0 issues." in block
+    assert "  Bash mise run lint · Run linter to check the fix\n  Result: 0 issues." in block
     assert "Tool: Bash" not in block
     assert "Arguments:" not in block
 
@@ -140,7 +140,7 @@ def test_small_real_call_whose_reply_echoes_its_arguments_is_extracted(
     # Its reply, `Strategic Intent: <strategic_intent>`, repeats an argument the extract shows.
     assert stored["generated_by"] == "extractive"
     assert stored["compressed_data"] == (
-        f"update_topic {args['summary']} | {args['strategic_intent']}"
+        f"update_topic {args['summary']} · {args['strategic_intent']}"
     )
     assert stored["compressed_tokens"] < captured
 
@@ -200,6 +200,6 @@ def test_fallback_summary_of_a_real_session_names_its_error_and_last_change(
         "made 9 tool calls (3 commands, 2 file reads, 3 file writes, 1 search). "
         "It touched cmd/entire/cli/config.go. "
         "Notable results: [lint] ERROR task failed; "
-        "Bash mise run test | Run tests to verify the fix: ? entire.io/cli/cmd/entire [no test "
+        "Bash mise run test · Run tests to verify the fix: ? entire.io/cli/cmd/entire [no test "
         "files] | ok entire.io/cli/cmd/entire/cli 2.120s | ok entire.io/cli/cmd/en…."
     )
