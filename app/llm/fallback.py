@@ -361,11 +361,14 @@ def compress_extractive(
         outline = read_outline(result, markdown=markdown)
         firsts = [outline] if outline and not errors else []
     elif observation_type == "file_write":
-        firsts = [
-            write_status(ln, files=files, root=project_path)[0]
+        statuses = [
+            write_status(ln, files=files, root=project_path)
             for ln in _lines(result)[:1]
             if not errors
         ]
+        # A to-do list's plain success (`Todos have been modified successfully.`) says nothing
+        # its items do not: the list is the call, and a refusal is kept.
+        firsts = [shown for shown, summary in statuses if not (todos and summary)]
     if firsts:
         lines.append("Result: " + " | ".join(firsts))
     elif result is None:
@@ -399,13 +402,16 @@ def keeps_every_line(
 ) -> bool:
     """Whether `text` holds every line of the call's argument and result strings (spacing and
     the project's prefix aside), or what stands for it: then only JSON syntax, keys, numbers,
-    restated to-do items and a write's plain success reply (shown as its verb) were left out."""
+    restated to-do items and a write's plain success reply (shown as its verb, or of a to-do
+    list not at all) were left out."""
     squashed = " ".join(text.split())
     lines = [ln for s in _argument_strings(args) for ln in s.splitlines()]
     replies = [ln for s in strings_in(result) for ln in s.splitlines()]
     if observation_type == "file_write" and replies and replies[0].strip():
         shown, summary = write_status(replies[0], files=target_files(args), root=project_path)
-        if summary and f"Result: {_relative(shown, project_path)}" in squashed:
+        if summary and (
+            todo_line(args) is not None or f"Result: {_relative(shown, project_path)}" in squashed
+        ):
             replies = replies[1:]
     arguments = list(strings_in(args))
     # A reply line that repeats an argument under a label needs only that argument shown.

@@ -303,9 +303,26 @@ def test_real_todo_list_keeps_every_item_and_its_state() -> None:
         "TodoWrite\n"
         "Todos: [x] Analyze codebase structure and files; [x] Identify build, test, and lint "
         "commands; [x] Understand high-level architecture; [x] Check for existing CLAUDE.md, "
-        "README.md, or rule files; [~] Create CLAUDE.md with essential information\n"
-        "Result: modified"
+        "README.md, or rule files; [~] Create CLAUDE.md with essential information"
     )
+
+
+def test_to_do_list_keeps_a_reply_that_is_not_a_plain_success() -> None:
+    args = {"todos": [{"content": "Ship the fix", "status": "pending"}]}
+    refused = "Todo list rejected: more than one item is in progress."
+
+    text = compress_extractive(
+        function_name="write_todos", observation_type="file_write", args=args, result=refused
+    )
+    plain = compress_extractive(
+        function_name="write_todos",
+        observation_type="file_write",
+        args=args,
+        result="Successfully updated the todo list.",
+    )
+
+    assert text == f"write_todos\nTodos: [ ] Ship the fix\nResult: {refused}"
+    assert plain == "write_todos\nTodos: [ ] Ship the fix"
 
 
 def test_summary_names_the_file_of_a_write_whose_result_is_its_status() -> None:

@@ -124,7 +124,7 @@ def test_small_real_to_do_list_is_extracted_its_status_and_item_rewording_left_o
     # model ("Ensure that you continue to use the todo list ...").
     assert stored["generated_by"] == "extractive"
     assert stored["compressed_data"] == (
-        "TodoWrite\nTodos: [x] Create CLAUDE.md with essential information\nResult: modified"
+        "TodoWrite\nTodos: [x] Create CLAUDE.md with essential information"
     )
     assert stored["tokens_saved"] == captured - stored["compressed_tokens"] > 50
 
