@@ -340,7 +340,13 @@ def compress_extractive(
         lines.append(todos)
     else:
         # The other arguments too: a search's pattern matters as much as the folder it searched.
-        other_args = [s for s in strings_in(args) if s.strip() and s not in files][:2]
+        strings = [s for s in strings_in(args) if s.strip() and s not in files]
+        other_args = strings[:2]
+        if observation_type not in ("file_read", "file_write"):
+            # An argument the reply repeats under a label (`Strategic Intent: <intent>`) is shown
+            # with the others, once, where the reply line cost its label and a `Result:` too.
+            echoed = (_echoed(ln, strings) for ln in _lines(result))
+            other_args += dict.fromkeys(e for e in echoed if e and e not in other_args)
         if other_args and files:
             lines.append("Args: " + ARG_SEPARATOR.join(_short(s) for s in other_args))
         elif other_args:

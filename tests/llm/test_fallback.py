@@ -204,12 +204,13 @@ def test_real_reply_that_repeats_the_arguments_under_labels_says_each_once() -> 
         function_name=name, observation_type="other", args=args, result=result
     )
 
-    # `Topic summary: <summary>` and `Strategic Intent: <intent>` echo the arguments the Args
-    # line shows; `Current topic: "<title>"` is the one the extract would not show otherwise.
+    # `Topic summary: <summary>` and `Strategic Intent: <intent>` echo the arguments the tool's
+    # line shows; `Current topic: "<title>"` echoes the third, shown with them: the reply said
+    # nothing else.
     for value in args.values():
         assert text.count(value) == 1, value
     assert "Topic summary:" not in text
-    assert text.splitlines()[-1] == f'Result: Current topic: "{args["title"]}"'
+    assert text == f"update_topic {' · '.join(args.values())}"
     whole = raw_text(function_name=name, args=args, result=result)
     assert estimate_tokens(text) < 0.6 * estimate_tokens(whole)
 
@@ -391,3 +392,20 @@ def test_a_command_holding_a_pipe_is_not_split_from_its_description() -> None:
         result="src/x.py:1: a",
     )
     assert folder.splitlines()[1] == "Args: a|b · *.py"
+
+
+def test_reply_echoing_an_argument_shows_it_with_the_others_and_keeps_what_else_it_said() -> None:
+    args = {"state": "busy", "note": "deploying v2", "owner": "ana"}
+
+    echo = compress_extractive(
+        function_name="set_status", observation_type="other", args=args, result="Owner: ana"
+    )
+    more = compress_extractive(
+        function_name="set_status",
+        observation_type="other",
+        args=args,
+        result="Owner: ana\nQueued behind 2 deploys",
+    )
+
+    assert echo == "set_status busy · deploying v2 · ana"
+    assert more == "set_status busy · deploying v2 · ana\nResult: Queued behind 2 deploys"
