@@ -259,12 +259,14 @@ _GREP_LINE = re.compile(r"^(\S+?)([:-])(\d+)\2\s*")
 
 
 def search_lines(lines: Sequence[str], root: str | None) -> list[str]:
-    """A search's result lines: with context, its matches only (what was found), and each file
-    named once in a row (`a.py:3: x | :9: y`)."""
+    """A search's result lines: with context, its matches only (what was found), each file
+    named once in a row (`a.py:3: x | :9: y`), and a line found again in it by its number only
+    (`a.py:84,239: x`)."""
     parsed = [(_GREP_LINE.match(ln), ln) for ln in lines]
     if not any(m and m.group(2) == ":" for m, _ in parsed):
         return list(lines)
-    shown: list[str] = []
+    # [file as shown, its line numbers, the matched text], or a line that is no match.
+    shown: list[tuple[str, list[str], str] | str] = []
     previous = None
     for match, line in parsed:
         if match is None and _WORDY.search(line):  # not `--`, which only parts groups
@@ -272,10 +274,14 @@ def search_lines(lines: Sequence[str], root: str | None) -> list[str]:
             previous = None
         elif match is not None and match.group(2) == ":":
             path = _relative(match.group(1), root)
-            where = "" if path == previous else path
-            shown.append(f"{where}:{match.group(3)}: {line[match.end() :]}")
+            text = " ".join(line[match.end() :].split())
+            last = shown[-1] if shown else None
+            if path == previous and isinstance(last, tuple) and last[2] == text:
+                last[1].append(match.group(3))
+            else:
+                shown.append(("" if path == previous else path, [match.group(3)], text))
             previous = path
-    return shown
+    return [s if isinstance(s, str) else f"{s[0]}:{','.join(s[1])}: {s[2]}" for s in shown]
 
 
 def _relative(text: str, root: str | None) -> str:

@@ -275,9 +275,7 @@ def test_real_search_with_context_keeps_its_matches_naming_their_file_once() -> 
     # The two places the string is (why the next Edit found 2 matches), not the first three
     # lines of context (`config.go-81- // Load base settings`).
     match = 'return nil, fmt.Errorf("reading settings file: %w", err)'
-    assert text.splitlines()[-1] == (
-        f"Result: cmd/entire/cli/config.go:84: {match} | :239: {match}"
-    )
+    assert text.splitlines()[-1] == f"Result: cmd/entire/cli/config.go:84,239: {match}"
 
 
 def test_search_without_context_names_a_file_once_in_a_row() -> None:
@@ -287,9 +285,19 @@ def test_search_without_context_names_a_file_once_in_a_row() -> None:
         args={"pattern": "TTL"},
         result="a/b.py:3:TTL = 60\na/b.py:9:print(TTL)\nc.py:1:from a.b import TTL",
     )
+    again = compress_extractive(
+        function_name="grep",
+        observation_type="search",
+        args={"pattern": "TTL"},
+        result="a.py:3:print(TTL)\na.py:5:x = TTL\nb.py:2:print(TTL)\nb.py:4:print(TTL)",
+    )
 
     assert text.splitlines()[-1] == (
         "Result: a/b.py:3: TTL = 60 | :9: print(TTL) | c.py:1: from a.b import TTL"
+    )
+    # Only the same line next to itself in one file is merged: not across another line or file.
+    assert again.splitlines()[-1] == (
+        "Result: a.py:3: print(TTL) | :5: x = TTL | b.py:2,4: print(TTL)"
     )
 
 
