@@ -297,7 +297,8 @@ MAX_MENTION_CHARS = 80
 
 def mentions(entities: Mapping[str, Sequence[str]], text: str, root: str | None) -> list[str]:
     """Errors and files capture found in the call that the text does not name yet (URLs and
-    their fragments aside): what keyword search and the next session can still find."""
+    their fragments aside), none inside another: what keyword search and the next session can
+    still find."""
     found: list[str] = []
     for kind in ("errors", "files"):
         for value in entities.get(kind, ()):
@@ -305,12 +306,13 @@ def mentions(entities: Mapping[str, Sequence[str]], text: str, root: str | None)
             if (
                 value
                 and value not in text
-                and value not in found
+                and not any(value in f for f in found)
                 and len(value) <= MAX_MENTION_CHARS
                 and not value.startswith("/")
                 and "//" not in value
             ):
-                found.append(value)
+                # `cli.py` is named by `src/discordbot/cli.py`, whichever comes first.
+                found = [f for f in found if f not in value] + [value]
     return found[:MAX_MENTIONS]
 
 

@@ -417,3 +417,17 @@ def test_reply_echoing_an_argument_shows_it_with_the_others_and_keeps_what_else_
 
     assert echo == "set_status busy · deploying v2 · ana"
     assert more == "set_status busy · deploying v2 · ana\nResult: Queued behind 2 deploys"
+
+
+def test_mentions_leave_out_a_name_inside_another_in_either_order() -> None:
+    entities = {"errors": ["KeyError"], "files": ["app.py", "src/pkg/app.py", "db.py", "x/db.py"]}
+
+    text = compress_extractive(
+        function_name="Bash",
+        observation_type="code_execution",
+        args={"command": "make check"},
+        result="done",
+        entities=entities,
+    )
+
+    assert text.splitlines()[1] == "Mentions: KeyError, src/pkg/app.py, x/db.py"

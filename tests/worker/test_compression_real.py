@@ -176,8 +176,9 @@ def test_extract_names_the_files_and_errors_capture_found_in_the_call(
     assert texts[0]["compressed_data"].splitlines() == [
         "write_file GEMINI.md",
         "Diff: +76/-0 lines",
+        # `cli.py` is in `src/discordbot/cli.py`: its place goes to the next name.
         "Mentions: scripts/artale_data.py, src/discordbot/cli.py, "
-        "src/discordbot/cogs/_gen_reply/prompts.py, cli.py, pyproject.toml",
+        "src/discordbot/cogs/_gen_reply/prompts.py, pyproject.toml, CLAUDE.md",
         "Result: overwrote",
     ]
     assert (
