@@ -81,10 +81,18 @@ def _lines(result: Any) -> list[str]:
     return lines
 
 
+def _error_line(line: str) -> str:
+    """An error line, or its first sentence when the whole would be cut: the error, not the
+    advice after it (`… but replace_all is false. To replace all occurrences, set …`), where
+    the cut at MAX_LINE stopped mid-word in the advice. A short line keeps its hint whole."""
+    whole = " ".join(line.split())
+    return _short(_first_sentence(whole)) if len(whole) > MAX_LINE else whole
+
+
 def key_lines(result: Any, *, limit: int = 3) -> tuple[list[str], list[str]]:
     """(error lines, first meaningful lines) of a tool result, each shortened to one line."""
     lines = _lines(result)
-    errors = [_short(ln) for ln in lines if _ERROR_LINE.search(ln)][:limit]
+    errors = [_error_line(ln) for ln in lines if _ERROR_LINE.search(ln)][:limit]
     firsts = [_short(ln) for ln in lines if not _ERROR_LINE.search(ln)][:limit]
     return errors, firsts
 

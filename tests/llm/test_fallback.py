@@ -111,12 +111,13 @@ def test_real_failed_edit_keeps_its_file_and_error_line() -> None:
         # The change it tried: small enough to show, not only count.
         'Diff: -return nil, fmt.Errorf("reading settings file: %w", err) | +return nil, err',
     ]
-    assert lines[2].startswith(
+    # What failed, without the tool's advice to the model on how to call it again.
+    assert lines[2] == (
         "Errors: <tool_use_error>Found 2 matches of the string to replace, "
         "but replace_all is false."
     )
     assert len(lines) == 3
-    assert estimate_tokens(text) <= 80  # the call: ~140 tokens, the error line half of this
+    assert estimate_tokens(text) <= 55  # the call: ~140 tokens
 
 
 def test_real_python_read_outlines_definitions_and_markdown_read_its_headings() -> None:
@@ -431,3 +432,22 @@ def test_mentions_leave_out_a_name_inside_another_in_either_order() -> None:
     )
 
     assert text.splitlines()[1] == "Mentions: KeyError, src/pkg/app.py, x/db.py"
+
+
+def test_long_error_line_keeps_its_first_sentence_a_short_one_its_hint() -> None:
+    advice = (
+        "Run `npm install` in the folder that holds package.json, then try the build again. " * 2
+    )
+    long = f"error: module 'left-pad' could not be resolved from src/index.ts. {advice}"
+    short = "error TS2304: Cannot find name 'lenght'. Did you mean 'length'?"
+
+    text = compress_extractive(
+        function_name="Bash",
+        observation_type="code_execution",
+        args={"command": "npm run build"},
+        result=f"{long}\n{short}",
+    )
+
+    assert text.splitlines()[1] == (
+        "Errors: error: module 'left-pad' could not be resolved from src/index.ts. | " + short
+    )
