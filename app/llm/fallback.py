@@ -351,6 +351,11 @@ def compress_extractive(
     todos = todo_line(args)
     other_args: list[str] = []
     if diff:
+        # An edit's stated purpose (Gemini CLI's `instruction`): why, where the diff says what.
+        texts = (_first_key(args, _OLD_KEYS), _first_key(args, _NEW_KEYS))
+        said = [s for s in strings_in(args) if s.strip() and s not in files and s not in texts]
+        if said:
+            lines.append("Args: " + ARG_SEPARATOR.join(_short(s) for s in said[:2]))
         lines.append(f"Diff: {diff}")
     elif todos:
         lines.append(todos)

@@ -451,3 +451,27 @@ def test_long_error_line_keeps_its_first_sentence_a_short_one_its_hint() -> None
     assert text.splitlines()[1] == (
         "Errors: error: module 'left-pad' could not be resolved from src/index.ts. | " + short
     )
+
+
+def test_edit_shows_the_purpose_it_states_beside_its_diff() -> None:
+    args = {
+        "file_path": "app/db.py",
+        "instruction": "Retry the connect once: the pool drops idle sockets",
+        "old_string": "conn = connect()",
+        "new_string": "conn = connect_with_retry(attempts=2)",
+        "expected_replacements": 1,
+    }
+
+    text = compress_extractive(
+        function_name="replace",
+        observation_type="file_write",
+        args=args,
+        result="Successfully modified file: app/db.py (1 replacements).",
+    )
+
+    assert text.splitlines() == [
+        "replace app/db.py",
+        "Args: Retry the connect once: the pool drops idle sockets",
+        "Diff: -conn = connect() | +conn = connect_with_retry(attempts=2)",
+        "Result: modified",
+    ]
