@@ -13,6 +13,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.tokens import truncate_to_tokens
+
 EXTRACTIVE = "extractive"
 
 _PATH_KEY = re.compile(r"path|file|dir|target|uri", re.IGNORECASE)
@@ -194,7 +196,9 @@ def _first_key(args: Any, keys: Sequence[str]) -> str | None:
 
 
 SMALL_DIFF = 4  # changed lines up to which an edit (or a new file) shows them, not only a count
-MAX_CHANGE = 80
+# A changed line or to-do item is cut at this many tokens (the app's estimate: 80 characters of
+# code, ~20 ideographs), so a line of Chinese is not shown at four times the budget of English.
+MAX_CHANGE_TOKENS = 20
 
 
 def diff_summary(args: Any) -> str | None:
@@ -214,7 +218,9 @@ def diff_summary(args: Any) -> str | None:
     summary = f"+{len(added)}/-{len(removed)} lines"
     changed = [ln for ln in removed + added if ln[1:].strip()]
     if changed and len(added) + len(removed) <= SMALL_DIFF:
-        shown = " | ".join(ln[0] + _short(ln[1:])[:MAX_CHANGE] for ln in changed)
+        shown = " | ".join(
+            ln[0] + truncate_to_tokens(_short(ln[1:]), MAX_CHANGE_TOKENS) for ln in changed
+        )
         # The lines shown say their count, unless a blank line was added or removed too.
         summary = shown if len(changed) == len(added) + len(removed) else f"{summary}: {shown}"
     return summary
@@ -239,7 +245,7 @@ def todo_line(args: Any) -> str | None:
         if not isinstance(text, str):
             return None
         mark = _TODO_MARKS.get(str(todo.get("status")), f"[{todo.get('status')}]")
-        items.append(f"{mark} {_short(text)[:MAX_CHANGE]}")
+        items.append(f"{mark} {truncate_to_tokens(_short(text), MAX_CHANGE_TOKENS)}")
     if not items:
         return None
     more = f"; and {len(items) - MAX_TODOS} more" if len(items) > MAX_TODOS else ""

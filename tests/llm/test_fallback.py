@@ -475,3 +475,27 @@ def test_edit_shows_the_purpose_it_states_beside_its_diff() -> None:
         "Diff: -conn = connect() | +conn = connect_with_retry(attempts=2)",
         "Result: modified",
     ]
+
+
+def test_changed_lines_and_to_do_items_are_cut_at_the_same_tokens_in_any_script() -> None:
+    chinese = "所有指令都必須透過虛擬環境執行以避免依賴套件的衝突或環境問題" * 2  # 60 ideographs
+    english = "every command runs through the virtual environment to avoid conflicts " * 2
+    for line in (chinese, english):
+        text = compress_extractive(
+            function_name="Edit",
+            observation_type="file_write",
+            args={"file_path": "README.md", "old_string": "x", "new_string": line},
+            result="The file README.md has been updated successfully.",
+        )
+        todo = compress_extractive(
+            function_name="write_todos",
+            observation_type="file_write",
+            args={"todos": [{"description": line, "status": "pending"}]},
+            result="ok",
+        )
+        shown = text.splitlines()[1].removeprefix("Diff: -x | +")
+        item = todo.splitlines()[1].removeprefix("Todos: [ ] ")
+        assert shown == item
+        assert shown.endswith("…")
+        assert line.startswith(shown[:-1])
+        assert 15 <= estimate_tokens(shown) <= 20, line
