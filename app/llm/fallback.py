@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.tokens import truncate_to_tokens
+from app.tokens import estimate_tokens, truncate_to_tokens
 
 EXTRACTIVE = "extractive"
 
@@ -34,7 +34,9 @@ _NEW_KEYS = (
     "contents",
     "new",
 )
-MAX_LINE = 160
+# A line shown is cut at this many tokens (the app's estimate): 160 characters of code, ~40
+# ideographs. At 160 characters a line of Chinese was shown at up to four times the budget.
+MAX_LINE_TOKENS = 40
 # Between two arguments: ` | ` read as a shell pipe after a command (`Bash ls | head | List
 # files`). A middle dot is no shell operator and costs what ` | ` cost (one narrow character).
 ARG_SEPARATOR = " · "
@@ -72,8 +74,7 @@ def target_files(args: Any) -> list[str]:
 
 
 def _short(line: str) -> str:
-    line = " ".join(line.split())
-    return line if len(line) <= MAX_LINE else line[: MAX_LINE - 1] + "…"
+    return truncate_to_tokens(" ".join(line.split()), MAX_LINE_TOKENS)
 
 
 def _lines(result: Any) -> list[str]:
@@ -86,16 +87,18 @@ def _lines(result: Any) -> list[str]:
 def _error_line(line: str) -> str:
     """An error line, or its first sentence when the whole would be cut: the error, not the
     advice after it (`… but replace_all is false. To replace all occurrences, set …`), where
-    the cut at MAX_LINE stopped mid-word in the advice. A short line keeps its hint whole."""
+    the cut at MAX_LINE_TOKENS stopped mid-word in the advice. A short line keeps its hint."""
     whole = " ".join(line.split())
-    return _short(_first_sentence(whole)) if len(whole) > MAX_LINE else whole
+    if estimate_tokens(whole) <= MAX_LINE_TOKENS:
+        return whole
+    return _short(_first_sentence(whole))
 
 
 def key_lines(result: Any, *, limit: int = 3) -> tuple[list[str], list[str]]:
     """(error lines, first meaningful lines) of a tool result, each shortened to one line."""
     lines = _lines(result)
-    errors = [_error_line(ln) for ln in lines if _ERROR_LINE.search(ln)][:limit]
-    firsts = [_short(ln) for ln in lines if not _ERROR_LINE.search(ln)][:limit]
+    errors = [_error_line(ln) for ln in [ln for ln in lines if _ERROR_LINE.search(ln)][:limit]]
+    firsts = [_short(ln) for ln in [ln for ln in lines if not _ERROR_LINE.search(ln)][:limit]]
     return errors, firsts
 
 
@@ -136,14 +139,14 @@ def read_outline(result: Any, *, markdown: bool = False, limit: int = 3) -> str 
         elif line:
             stripped.append(line)
             if _OUTLINE.match(line) or (markdown and not fenced and _HEADING.match(line)):
-                headings.append(_short(line))
-    outline = headings[:limit] or [_short(ln) for ln in stripped if _WORDY.search(ln)][:1]
+                headings.append(line)
+    outline = headings[:limit] or [ln for ln in stripped if _WORDY.search(ln)][:1]
     if len(numbers) >= 2:
         span = f"lines {numbers[0]}-{numbers[-1]}"
     else:
         count = sum(len(s.splitlines()) for s in strings_in(result)) or len(lines)
         span = f"{count} line{'' if count == 1 else 's'}"
-    return " | ".join([span, *outline])
+    return " | ".join([span, *map(_short, outline)])
 
 
 def _first_sentence(line: str) -> str:

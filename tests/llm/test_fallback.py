@@ -10,7 +10,7 @@ from app.llm.fallback import (
     raw_text,
     summarize_extractive,
 )
-from app.tokens import estimate_tokens
+from app.tokens import estimate_tokens, truncate_to_tokens
 from tests.realdata import (
     CLAUDE_MD_SESSION,
     DENIED_WRITE_CALL,
@@ -207,11 +207,12 @@ def test_real_reply_that_repeats_the_arguments_under_labels_says_each_once() -> 
 
     # `Topic summary: <summary>` and `Strategic Intent: <intent>` echo the arguments the tool's
     # line shows; `Current topic: "<title>"` echoes the third, shown with them: the reply said
-    # nothing else.
-    for value in args.values():
-        assert text.count(value) == 1, value
+    # nothing else. The summary, 95 tokens of Chinese, is cut at 40 like a line of English.
+    intent, summary, title = args.values()
+    shown = truncate_to_tokens(summary, 40)
+    assert text == f"update_topic {intent} · {shown} · {title}"
+    assert summary.startswith(shown.removesuffix("…"))
     assert "Topic summary:" not in text
-    assert text == f"update_topic {' · '.join(args.values())}"
     whole = raw_text(function_name=name, args=args, result=result)
     assert estimate_tokens(text) < 0.6 * estimate_tokens(whole)
 
@@ -499,3 +500,20 @@ def test_changed_lines_and_to_do_items_are_cut_at_the_same_tokens_in_any_script(
         assert shown.endswith("…")
         assert line.startswith(shown[:-1])
         assert 15 <= estimate_tokens(shown) <= 20, line
+
+
+def test_a_line_is_cut_at_the_same_tokens_in_any_script() -> None:
+    chinese = "我會先閱讀設定檔與測試，找出連線逾時的原因，再修正重試邏輯並補上測試。" * 3  # 105
+    english = "I will read the settings and the tests, find why the connection times out. " * 3
+    for note in (chinese, english):
+        text = compress_extractive(
+            function_name="update_topic",
+            observation_type="other",
+            args={"title": "Fix the timeout", "summary": note},
+            result="ok",
+        )
+        head = text.splitlines()[0]
+        shown = head.removeprefix("update_topic Fix the timeout · ")
+        assert shown.endswith("…")
+        assert note.startswith(shown.removesuffix("…"))
+        assert 30 <= estimate_tokens(shown) <= 40, note

@@ -9,7 +9,7 @@ import psycopg
 from fastapi.testclient import TestClient
 
 from app.llm.compress import observation_text
-from app.tokens import estimate_tokens
+from app.tokens import estimate_tokens, truncate_to_tokens
 from tests.conftest import make_settings
 from tests.realdata import (
     CLAUDE_MD_SESSION,
@@ -137,10 +137,11 @@ def test_small_real_call_whose_reply_echoes_its_arguments_is_extracted(
     drain(make_settings(), database_url)
 
     stored = row(db, "SELECT * FROM observations WHERE id = %s", topic)
-    # Its reply, `Strategic Intent: <strategic_intent>`, repeats an argument the extract shows.
+    # Its reply, `Strategic Intent: <strategic_intent>`, repeats an argument the extract shows;
+    # its summary, 130 tokens of Chinese, is cut at 40 like a line of English.
     assert stored["generated_by"] == "extractive"
     assert stored["compressed_data"] == (
-        f"update_topic {args['summary']} · {args['strategic_intent']}"
+        f"update_topic {truncate_to_tokens(args['summary'], 40)} · {args['strategic_intent']}"
     )
     assert stored["compressed_tokens"] < captured
 
@@ -202,5 +203,5 @@ def test_fallback_summary_of_a_real_session_names_its_error_and_last_change(
         "It touched cmd/entire/cli/config.go. "
         "Notable results: [lint] ERROR task failed; "
         "Bash mise run test · Run tests to verify the fix: ? entire.io/cli/cmd/entire [no test "
-        "files] | ok entire.io/cli/cmd/entire/cli 2.120s | ok entire.io/cli/cmd/en…."
+        "files] | ok entire.io/cli/cmd/entire/cli 2.120s | ok…."
     )
