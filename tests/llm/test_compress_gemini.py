@@ -377,16 +377,11 @@ def test_cjk_observation_is_counted_with_the_apps_estimate_and_never_saves_below
             ids.append(observation)
             fake.queue(":generateContent", FakeResponse(body=body))
             drain(gemini_settings(fake.url), database_url)
-        assert len(fake.calls(":generateContent")) == 2
+        first, second = fake.calls(":generateContent")
+    assert first.body["contents"] == second.body["contents"]
+    sent = first.body["contents"][0]["parts"][0]["text"]
     plain, longer = ids
 
-    sent = observation_text(
-        function_name=name,
-        observation_type="file_write",
-        args=args,
-        result=result,
-        max_chars=24_000,
-    )
     estimated = row(db, "SELECT * FROM observations WHERE id = %s", plain)
     assert estimated["generated_by"] == "gemini:gemini-2.5-flash"
     # Without usageMetadata both sides are the app's one estimate: a wide character is a token,
