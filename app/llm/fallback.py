@@ -9,7 +9,7 @@ import difflib
 import json
 import re
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -261,13 +261,18 @@ _LABEL = re.compile(r"^\w[\w .-]{0,40}:\s*")
 _QUOTES = "\"'`“”「」"
 
 
-def _echoed(line: str, values: Sequence[str]) -> str | None:
-    """The argument among `values` that `line` repeats under a label, if it does."""
+def _by_words(values: Iterable[str]) -> dict[str, str]:
+    """`values` by their words (spacing aside), for `_echoed`: each squashed once, not per line."""
+    return {" ".join(v.split()): v for v in values}
+
+
+def _echoed(line: str, values: Mapping[str, str]) -> str | None:
+    """The argument among `values` (`_by_words`) that `line` repeats under a label, if any."""
     label = _LABEL.match(line)
     if not label:
         return None
     said = " ".join(line[label.end() :].strip().strip(_QUOTES).split())
-    return next((v for v in values if said and " ".join(v.split()) == said), None)
+    return values.get(said) if said else None
 
 
 # A search's output line by line, grep's way: `path:84:` a match, `path-81-` a line of context
@@ -375,7 +380,8 @@ def compress_extractive(
         if observation_type not in ("file_read", "file_write"):
             # An argument the reply repeats under a label (`Strategic Intent: <intent>`) is shown
             # with the others, once, where the reply line cost its label and a `Result:` too.
-            echoed = (_echoed(ln, strings) for ln in _lines(result))
+            arguments = _by_words(strings)
+            echoed = (_echoed(ln, arguments) for ln in _lines(result))
             other_args += dict.fromkeys(e for e in echoed if e and e not in other_args)
         if other_args and files:
             lines.append("Args: " + ARG_SEPARATOR.join(_short(s) for s in other_args))
@@ -386,7 +392,8 @@ def compress_extractive(
     if observation_type in ("file_read", "file_write"):
         errors, _ = key_lines(_lines(result)[:STATUS_LINES])
     else:
-        replies = [ln for ln in _lines(result) if not _echoed(ln, [*files, *other_args])]
+        given = _by_words([*files, *other_args])
+        replies = [ln for ln in _lines(result) if not _echoed(ln, given)]
         if observation_type == "search":
             replies = search_lines(replies, project_path)
         errors, firsts = key_lines(replies) if replies else ([], [])
@@ -449,7 +456,7 @@ def keeps_every_line(
             todo_line(args) is not None or f"Result: {_relative(shown, project_path)}" in squashed
         ):
             replies = replies[1:]
-    arguments = list(strings_in(args))
+    arguments = _by_words(strings_in(args))
     # A reply line that repeats an argument under a label needs only that argument shown.
     needed = lines + [_echoed(line, arguments) or line for line in replies]
     for line in needed:
