@@ -47,11 +47,13 @@ def run_migrations_online() -> None:
         return
     url = config.get_main_option("sqlalchemy.url") or resolve_database_url(get_settings())
     engine = make_sync_engine(url)
-    with engine.connect() as conn:
-        _configure(conn)
-        with context.begin_transaction():
-            context.run_migrations()
-    engine.dispose()
+    try:
+        with engine.connect() as conn:
+            _configure(conn)
+            with context.begin_transaction():
+                context.run_migrations()
+    finally:  # a failed migration (an unknown revision) left its connection open until a GC
+        engine.dispose()
 
 
 if context.is_offline_mode():

@@ -271,6 +271,12 @@ class Settings(BaseSettings):
         return self.home / "pgdata"
 
     @property
+    def embedded_pgdata(self) -> Path | None:
+        """The data folder of the embedded server when it is the database (no DATABASE_URL):
+        what a long-running command supervises. None on a DATABASE_URL, never started by agmem."""
+        return self.pgdata if self.database_url is None else None
+
+    @property
     def binds_loopback_only(self) -> bool:
         return is_loopback_host(self.host)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.telemetry import TelemetryConfig
@@ -23,7 +22,7 @@ from app.capture.routes import router as capture_router
 from app.config import Settings, get_settings
 from app.context.routes import router as context_router
 from app.db.engine import make_async_engine, make_sessionmaker, resolve_database_url
-from app.db.supervisor import EmbeddedSupervisor
+from app.db.supervisor import supervised
 from app.llm.ratelimit import gemini_gate
 from app.mcp.server import mount_mcp
 from app.memories import routes as memories
@@ -34,18 +33,6 @@ from app.sync.routes import router as sync_router
 from app.worker.loop import Worker
 
 NO_TELEMETRY: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False}
-
-
-def supervise_embedded(state: AppState, pgdata: Path) -> EmbeddedSupervisor:
-    """A supervisor of the embedded server, which after a restart drops every pool's connections
-    (they all died with the server): the next request opens a fresh one instead of failing."""
-
-    async def drop_dead_connections() -> None:
-        await state.engine.dispose()
-        for replace_pool in state.after_restart:
-            await replace_pool()
-
-    return EmbeddedSupervisor(pgdata, state.database_url, drop_dead_connections)
 
 
 def create_app(
@@ -74,31 +61,27 @@ def create_app(
             gemini_gate=gemini_gate(settings),
         )
         stop = asyncio.Event()
-        owns_server = settings.database_url is None and (embedded or database_url is None)
-        supervising = None
-        if owns_server:
-            state.supervisor = supervise_embedded(state, settings.pgdata)
-            supervising = asyncio.create_task(
-                state.supervisor.run(stop), name="agmem-embedded-supervisor"
-            )
-        worker = (
-            asyncio.create_task(
-                Worker(
-                    settings=settings, sessionmaker=app.state.agmem.sessionmaker, database_url=url
-                ).run(stop)
-            )
-            if run_worker
-            else None
-        )
+        # A URL given without `embedded` (the tests' server) is not ours to restart.
+        pgdata = settings.embedded_pgdata if embedded or database_url is None else None
         try:
-            async with mcp.running():
-                yield
+            async with supervised(pgdata, url, state.drop_dead_connections) as state.supervisor:
+                worker = (
+                    asyncio.create_task(
+                        Worker(
+                            settings=settings, sessionmaker=state.sessionmaker, database_url=url
+                        ).run(stop)
+                    )
+                    if run_worker
+                    else None
+                )
+                try:
+                    async with mcp.running():
+                        yield
+                finally:
+                    stop.set()
+                    if worker is not None:
+                        await worker
         finally:
-            stop.set()
-            if worker is not None:
-                await worker
-            if supervising is not None:
-                await supervising
             await engine.dispose()
 
     app = App(

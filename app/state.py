@@ -32,3 +32,10 @@ class AppState:
     after_restart: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     # Restarts the embedded server this process serves from, if it dies (None on DATABASE_URL).
     supervisor: EmbeddedSupervisor | None = None
+
+    async def drop_dead_connections(self) -> None:
+        """After the embedded server restarted: every pool's connections died with it, so the
+        next use opens a fresh one instead of failing."""
+        await self.engine.dispose()
+        for replace_pool in self.after_restart:
+            await replace_pool()

@@ -1,10 +1,13 @@
-"""Replacing a raw pool under a statement that waits for one of its connections."""
+"""Raw pools losing their connections: replaced under a waiting statement, or their backends
+terminated under them."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
+
+import psycopg
 
 from app.db.raw_pool import RawPool
 
@@ -31,3 +34,14 @@ async def replaced_while_waiting(
     await fresh.open(wait=True)
     await replace(fresh).close()
     return await task
+
+
+def terminate_backends(db: psycopg.Connection[Any], application_name: str) -> int:
+    """Terminate the backends of this database's connections named `application_name`, and
+    wait until they are gone (their sockets closed); how many there were."""
+    terminated = db.execute(
+        "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity "
+        "WHERE application_name = %s AND datname = current_database()",
+        [application_name],
+    ).fetchall()
+    return len(terminated)

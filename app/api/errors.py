@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import psycopg
@@ -40,12 +41,27 @@ def error_response(
     )
 
 
+_JSON_KINDS = {list: "an array", str: "a string", bool: "a boolean", int: "a number"}
+
+
+def json_kind(value: object) -> str:
+    """What a JSON value is, in words: `null`, `an array`, `a number`..."""
+    if value is None:
+        return "null"
+    if isinstance(value, dict):
+        return "an object"
+    return next((name for cls, name in _JSON_KINDS.items() if isinstance(value, cls)), "a number")
+
+
 def describe_validation_errors(errors: list[Any]) -> str:
     """One readable sentence per problem: `body.sessionId: Field required`."""
     parts = []
     for error in errors[:5]:
         location = ".".join(str(part) for part in error.get("loc", ()) if part != "body")
         message = validator_reason(str(error.get("msg", "invalid")))
+        if str(error.get("type")).endswith("_type") and "input" in error:
+            # "sessionId: Input should be a valid string" did not say a null had been sent.
+            message = f"{message}, not {json_kind(error['input'])}"
         parts.append(f"{location}: {message}" if location else message)
     if len(errors) > 5:
         parts.append(f"and {len(errors) - 5} more")
@@ -57,7 +73,17 @@ async def _app_error(_: Request, error: Exception) -> JSONResponse:
     return error_response(error.status_code, error.error, error.detail, error.headers)
 
 
+NESTED_TOO_DEEPLY = "it is nested too deeply"
+
+
 def invalid_json(reason: str) -> JSONResponse:
+    if "integer string conversion" in reason:
+        # Python's int() refuses more than 4300 digits; its message ends by naming the function
+        # that would raise the limit, advice for the server's code, not for the client.
+        reason = f"a number has more than {sys.get_int_max_str_digits()} digits"
+    elif "maximum recursion depth" in reason:
+        # Capture parses bodies itself and passes on the RecursionError's words.
+        reason = NESTED_TOO_DEEPLY
     return error_response(400, "InvalidJSON", f"the request body is not valid JSON: {reason}")
 
 
@@ -66,7 +92,6 @@ def is_json_content_type(content_type: str) -> bool:
     return subtype == "json" or subtype.endswith("+json")
 
 
-_JSON_KINDS = {list: "an array", str: "a string", bool: "a boolean", int: "a number"}
 _NOT_AN_OBJECT = {"missing", "model_attributes_type", "model_type", "dict_type"}
 
 
@@ -90,12 +115,7 @@ def whole_body_problem(request: Request, errors: list[Any]) -> str | None:
         )
     if item.get("type") == "missing":
         return "the request body is empty; send a JSON object"
-    kinds = _JSON_KINDS.items()
-    kind = next(
-        (name for cls, name in kinds if isinstance(value, cls)),
-        "null" if value is None else "a number",
-    )
-    return f"the request body must be a JSON object, not {kind}"
+    return f"the request body must be a JSON object, not {json_kind(value)}"
 
 
 async def _validation_error(request: Request, error: Exception) -> JSONResponse:
@@ -111,17 +131,35 @@ async def _validation_error(request: Request, error: Exception) -> JSONResponse:
 async def _http_error(_: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, StarletteHTTPException)
     # FastAPI answers a body `json.loads` fails on other than by JSONDecodeError (nesting past the
-    # recursion limit, bytes that are no Unicode encoding) with a vague "error parsing the body".
+    # recursion limit, bytes that are no Unicode encoding, an integer of thousands of digits)
+    # with a vague "error parsing the body".
     if error.status_code == 400 and isinstance(error.__cause__, RecursionError):
-        return invalid_json("it is nested too deeply")
+        return invalid_json(NESTED_TOO_DEEPLY)
     if error.status_code == 400 and isinstance(error.__cause__, UnicodeDecodeError):
         return invalid_json("it is not UTF-8 text")
+    if error.status_code == 400 and isinstance(error.__cause__, ValueError):
+        return invalid_json(str(error.__cause__))
     name = _HTTP_ERROR_NAMES.get(error.status_code, "HTTPError")
     detail = error.detail if isinstance(error.detail, str) else str(error.detail)
     return error_response(error.status_code, name, detail, getattr(error, "headers", None))
 
 
-async def _database_unreachable(_: Request, error: Exception) -> JSONResponse:
+def refused_value(error: Exception) -> str | None:
+    """Why Postgres refused a value a client sent, or None for any other database error.
+
+    SQLSTATE class 22 (data exceptions) and 54 (over a limit: an index row over 2704 bytes, too
+    many arguments). psycopg classes the second as an OperationalError, with the errors of an
+    unreachable database."""
+    cause = getattr(error, "orig", None) or error
+    if isinstance(cause, psycopg.Error) and (cause.sqlstate or "")[:2] in ("22", "54"):
+        return f"the database rejected a value: {first_line(error)}"
+    return None
+
+
+async def _database_unreachable(request: Request, error: Exception) -> JSONResponse:
+    if refused_value(error):
+        # A long random project path or tag was a 503 "retry shortly": a retry fails the same.
+        return await _data_error(request, error)
     log.warning("database.unreachable", error=first_line(error))
     unavailable = DatabaseUnavailable("the database is unreachable; retry shortly")
     return error_response(503, unavailable.error, unavailable.detail, unavailable.headers)
@@ -129,8 +167,8 @@ async def _database_unreachable(_: Request, error: Exception) -> JSONResponse:
 
 async def _data_error(_: Request, error: Exception) -> JSONResponse:
     # Input cleaning should stop these first; this keeps a value Postgres rejects from being a 500.
-    message = first_line(error)
-    return error_response(422, "InvalidData", f"the database rejected a value: {message}")
+    detail = refused_value(error) or f"the database rejected a value: {first_line(error)}"
+    return error_response(422, "InvalidData", detail)
 
 
 async def _integrity_error(_: Request, error: Exception) -> JSONResponse:

@@ -27,7 +27,7 @@ from psycopg_pool import PoolClosed
 from sqlalchemy import TextClause
 
 from app.capture import pipeline, queries
-from app.db.raw_pool import Conn, RawPool, make_raw_pool
+from app.db.raw_pool import Conn, RawPool, make_raw_pool, usable
 from app.state import AppState
 
 log = structlog.get_logger(__name__)
@@ -78,13 +78,15 @@ class _Lane:
     """A writer's connection while its pipeline is open: statements sent to it go to Postgres at
     once and commit together at the next Sync."""
 
-    __slots__ = ("connection", "notify", "prepared", "sent")
+    __slots__ = ("broken", "connection", "notify", "prepared", "sent")
 
     def __init__(self, connection: Conn) -> None:
         self.connection = connection
         self.prepared = pipeline.prepared_names(connection)
         self.sent: list[_Pending] = []
         self.notify = False  # a statement sent may capture an observation: wake the worker
+        # Its backend was found gone before anything was sent (see GroupWriter._fill).
+        self.broken = False
 
 
 class GroupWriter:
@@ -118,6 +120,15 @@ class GroupWriter:
     so any order among them is one they could have had). A statement that fails rolls its batch
     back; the batch is then run again one statement per transaction, so only the failing request
     sees its error.
+
+    A lane keeps its connection from batch to batch, so its backend can die between two (it is
+    terminated, Postgres restarts its backends after one crashed, the server restarts). Before
+    the first statement of a batch goes down it, the lane reads what arrived while it was idle
+    (`usable`, no round trip): a backend that is gone has closed the socket by then, and the
+    writer takes a fresh connection for the queued statements instead of failing them. Once a
+    batch is sent it is never sent again: its transaction may have committed even when no answer
+    came back (a backend killed with SIGKILL loses the answers it had not flushed), so a batch
+    whose connection breaks fails, and its requests get the 503.
     """
 
     def __init__(self, pool: RawPool, *, writers: int, max_batch: int) -> None:
@@ -126,8 +137,6 @@ class GroupWriter:
         self._pending: deque[_Pending] = deque()
         self._lanes: list[_Lane] = []
         self._committing = 0
-        # Which pool's connections the lanes may keep (see replace_pool).
-        self._generation = 0
         self._wake = asyncio.Event()
         self._tasks = [
             asyncio.create_task(self._run(), name=f"agmem-capture-writer-{n}")
@@ -152,15 +161,10 @@ class GroupWriter:
     def replace_pool(self, pool: RawPool) -> RawPool:
         """Take connections from `pool` from now on; returns the previous pool, to be closed.
 
-        For a restarted server: a lane keeps its connection between batches, so each would have
-        sent its next batch down a connection that died with the old server (one 503 per writer
-        after the restart). A lane waiting for statements lets its connection go instead and
-        takes one from `pool`; a batch already sent finishes on its own connection, never
-        cancelled: it may have committed, and its requests must get that answer."""
+        For a restarted server, whose pool may be waiting out its reconnect back-off. A lane still
+        holding a connection to the old server finds it gone before it sends its next batch, and
+        takes one from `pool`."""
         stale, self.pool = self.pool, pool
-        self._generation += 1
-        self._lanes.clear()  # no request sends into a lane of the old pool any more
-        self._wake.set()
         return stale
 
     async def close(self) -> None:
@@ -173,6 +177,12 @@ class GroupWriter:
 
     def _fill(self, lane: _Lane) -> None:
         """Send queued statements into an open pipeline, up to the batch cap."""
+        if lane.broken:
+            return
+        if not lane.sent and self._pending and not usable(lane.connection):
+            lane.broken = True  # the writer takes a fresh connection; the queue waits for it
+            self._wake.set()
+            return
         while self._pending and len(lane.sent) < self.max_batch:
             item = self._pending[0]
             if item[0].stmt.name not in lane.prepared:
@@ -196,12 +206,11 @@ class GroupWriter:
             pool = self.pool
             try:
                 async with pool.connection() as connection:
-                    generation = self._generation
-                    while generation == self._generation:
+                    while True:
                         lane = _Lane(connection)
                         batch = lane.sent
-                        if not await self._collect(lane, generation):
-                            break  # the pool was replaced: a fresh connection from the new one
+                        if not await self._collect(lane):
+                            break  # its backend is gone, nothing was sent: a fresh connection
                         self._committing += 1
                         try:
                             await self._write(lane)
@@ -220,13 +229,18 @@ class GroupWriter:
             finally:  # cancelled at shutdown: no request may wait for an answer forever
                 _fail(batch, psycopg.OperationalError("the capture writer stopped"))
 
-    async def _collect(self, lane: _Lane, generation: int) -> bool:
+    async def _collect(self, lane: _Lane) -> bool:
         """Open a pipeline, send what is queued, and wait until it holds at least one statement
-        (or a queued statement needs preparing first). False when the pool was replaced while
-        the lane held nothing: its connection is to be given up."""
-        await pipeline.prepare(
-            lane.connection, [_NOTIFY, *(sent.stmt for sent, _future in self._pending)]
-        )
+        (or a queued statement needs preparing first). False when the connection was found
+        broken before anything was sent into it: it is to be given up."""
+        try:
+            await pipeline.prepare(
+                lane.connection, [_NOTIFY, *(sent.stmt for sent, _future in self._pending)]
+            )
+        except psycopg.OperationalError:
+            if not lane.connection.broken:
+                raise
+            return False  # a PREPARE changes nothing a fresh connection would miss
         pipeline.begin(lane.connection)
         self._lanes.append(lane)
         try:
@@ -234,17 +248,16 @@ class GroupWriter:
             while not self._ready(lane):
                 self._wake.clear()
                 await self._wake.wait()
-                if generation != self._generation and not lane.sent:
-                    return False
                 self._fill(lane)
         finally:
-            if lane in self._lanes:  # replace_pool empties the list
-                self._lanes.remove(lane)
-        return True
+            self._lanes.remove(lane)
+        return not lane.broken
 
     def _ready(self, lane: _Lane) -> bool:
         """Whether the lane should be synced now: it holds statements and no other lane is
-        committing (or it is full); or something queued needs preparing first."""
+        committing (or it is full); or something queued needs preparing first; or it broke."""
+        if lane.broken:
+            return True
         if not lane.sent:
             return bool(self._pending)
         return not self._committing or len(lane.sent) >= self.max_batch

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, StringConstraints
 from pydantic.alias_generators import to_camel
 
+from app.api.bodies import StrictBody
 from app.api.times import EpochMs
 
 Id = Annotated[str, StringConstraints(min_length=1, max_length=200)]
@@ -51,9 +52,10 @@ class ObserveResultIn(CaptureModel):
     project_path: ProjectPath | None = None
 
 
-class CompressIn(CaptureModel):
+# Not the interceptor stream: a request to re-queue work, whose unknown fields are refused.
+class CompressIn(StrictBody):
     observation_id: Id
 
 
-class SummarizeIn(CaptureModel):
+class SummarizeIn(StrictBody):
     session_id: Id

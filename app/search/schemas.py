@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pydantic.alias_generators import to_camel
+from pydantic import Field, field_validator
 
+from app.api.bodies import CamelModel, StrictBody
 from app.api.numbers import BodyFloat, BodyInt
 from app.api.times import RequestTime
 from app.privacy import clean_text
@@ -19,11 +19,7 @@ MAX_QUERY_CHARS = 4000
 MAX_LIMIT = 100
 
 
-class CamelModel(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
-
-
-class SearchRequest(CamelModel):
+class SearchRequest(StrictBody):
     query: str = Field(max_length=MAX_QUERY_CHARS)
     project_path: str | None = Field(default=None, max_length=4096)
     limit: BodyInt = Field(default=10, ge=1, le=MAX_LIMIT)

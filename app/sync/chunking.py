@@ -71,9 +71,11 @@ def chunk_markdown(text: str, *, tokens: int = 400, overlap: int = 80) -> list[C
     text = normalise_newlines(text)
     pieces = _markdown_splitter(tokens, overlap, _length(text)).split_text(text)
     starts = _line_starts(text)
-    sections = SectionTitles(text)
+    blocks = fenced_blocks(text)
+    sections = SectionTitles(text, blocks)
+    spans = _keep_headers_with_sections(text, _locate(text, pieces))
     chunks = []
-    for begin, end in _keep_headers_with_sections(text, _locate(text, pieces)):
+    for begin, end in _keep_closing_fences_with_blocks(text, spans, blocks):
         chunks.append(
             Chunk(
                 text[begin:end],
@@ -87,15 +89,45 @@ def chunk_markdown(text: str, *, tokens: int = 400, overlap: int = 80) -> list[C
 
 _HEADER = re.compile(r"#{1,6} ")
 _HEADING_LINE = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t#]*$", re.MULTILINE)
-_FENCE = re.compile(r"^[ \t]*(```|~~~)", re.MULTILINE)
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$", re.MULTILINE)
+
+
+@dataclass(frozen=True, slots=True)
+class FencedBlock:
+    start: int  # offset of the opening fence's marker
+    close: int | None  # offset of the closing fence's marker (None: open to the end)
+    close_end: int  # offset just past the closing fence line (its newline excluded)
+
+
+def fenced_blocks(text: str) -> list[FencedBlock]:
+    """The fenced code blocks of a markdown text, by CommonMark's rule: a block is closed by a
+    fence of its opener's character, at least as long, with nothing after it (```` ```json ````
+    inside a block is code, not its end)."""
+    blocks: list[FencedBlock] = []
+    opener: re.Match[str] | None = None
+    for match in _FENCE.finditer(text):
+        marker = match.group(1)
+        if opener is None:
+            if not (marker[0] == "`" and "`" in match.group(2)):  # a backtick info string: prose
+                opener = match
+        elif (
+            marker[0] == opener.group(1)[0]
+            and len(marker) >= len(opener.group(1))
+            and not match.group(2).strip()
+        ):
+            blocks.append(FencedBlock(opener.start(1), match.start(1), match.end()))
+            opener = None
+    if opener is not None:
+        blocks.append(FencedBlock(opener.start(1), None, len(text)))
+    return blocks
 
 
 class SectionTitles:
     """The ATX headings of a markdown text (outside fenced code), to name a chunk's sections."""
 
-    def __init__(self, text: str) -> None:
-        fenced = [m.start() for m in _FENCE.finditer(text)]
-        inside = list(zip(fenced[::2], fenced[1::2] + [len(text)], strict=False))
+    def __init__(self, text: str, blocks: list[FencedBlock] | None = None) -> None:
+        blocks = fenced_blocks(text) if blocks is None else blocks
+        inside = [(block.start, block.close_end) for block in blocks]
         self.headings = [
             (m.start(), len(m.group(1)), m.group(2).strip())
             for m in _HEADING_LINE.finditer(text)
@@ -135,6 +167,30 @@ def _keep_headers_with_sections(text: str, located: list[tuple[str, int]]) -> li
             begin += len(segment) - len(segment.lstrip())
             spans.append((begin, begin + len(stripped)))
     return spans
+
+
+def _keep_closing_fences_with_blocks(
+    text: str, spans: list[tuple[int, int]], blocks: list[FencedBlock]
+) -> list[tuple[int, int]]:
+    """Move a code block's closing fence from the start of a chunk to the end of the one before.
+
+    The markdown splitter cuts before a "```" line, so a block's closing fence began the next
+    chunk; quoted alone (the context block), that chunk opened a code block where its prose
+    began, and its own code read as prose."""
+    closing = {b.close: b.close_end for b in blocks if b.close is not None}
+    kept: list[tuple[int, int]] = []
+    for begin, end in spans:
+        fence_end = closing.get(begin)
+        if fence_end is not None and kept:
+            last_begin, last_end = kept[-1]
+            if last_end < fence_end and not text[last_end:begin].strip():
+                kept[-1] = (last_begin, fence_end)
+            if kept[-1][1] >= fence_end:
+                rest = text[fence_end:end]
+                begin = fence_end + len(rest) - len(rest.lstrip())
+        if begin < end:
+            kept.append((begin, end))
+    return kept
 
 
 def _trailing_headers(text: str, begin: int, end: int) -> int | None:

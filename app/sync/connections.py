@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from psycopg import pq
 
-from app.db.raw_pool import Conn, connect
+from app.db.raw_pool import Conn, connect, usable
 
 # The index mirrors files on disk, so the sync's commits do not wait for the WAL to reach the disk
 # (each write transaction's COMMIT waited 0.2-6 ms for it here, docs/benchmarks.md). A crash of
@@ -35,7 +35,9 @@ class SyncConnections:
     async def acquire(self) -> Conn:
         while self.idle:
             connection = self.idle.pop()
-            if not connection.broken and not connection.closed:
+            # Its backend may have gone while it was kept (a restarted server): nothing shows
+            # that until a use fails, unless what arrived meanwhile is read (`usable`).
+            if not connection.closed and usable(connection):
                 return connection
             await connection.close()
         return await connect(self.url, application_name="agmem-sync", options=_SYNC_OPTIONS)

@@ -108,9 +108,14 @@ def resolve_roots(settings: Settings, request: SyncRequest) -> tuple[str, Path, 
 
 
 def _require_folder(path: Path, what: str) -> None:
-    if path.is_dir():
-        return
-    problem = "is not a folder" if path.exists() else "does not exist"
+    try:
+        if path.is_dir():
+            return
+        problem = "is not a folder" if path.exists() else "does not exist"
+    except OSError as error:
+        # `is_dir` answers False only for a missing path; a name longer than the file system
+        # allows (ENAMETOOLONG) or a folder that may not be searched raised, and was a 500.
+        problem = f"cannot be read ({error.strerror or error})"
     raise ProjectFolderMissing(f"{what} {path} {problem}")
 
 

@@ -6,13 +6,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.api.bodies import StrictBody
 
-class SyncIn(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    project_path: str = Field(alias="projectPath", min_length=1, max_length=4096)
-    memory_dir: str | None = Field(default=None, alias="memoryDir", max_length=4096)
-    sessions_dir: str | None = Field(default=None, alias="sessionsDir", max_length=4096)
+class SyncIn(StrictBody):
+    project_path: str = Field(min_length=1, max_length=4096)
+    memory_dir: str | None = Field(default=None, max_length=4096)
+    sessions_dir: str | None = Field(default=None, max_length=4096)
     force: bool = False
     reembed: bool = False
 

@@ -74,6 +74,8 @@ def test_malformed_json_is_400(probe_client: TestClient) -> None:
     [
         (b'{"name": ' + b"[" * 5000 + b"]" * 5000 + b"}", "nested too deeply"),
         (b'{"name": "\xff\xfe caf\xe9"}', "not UTF-8"),
+        # Python's int() refuses more than 4300 digits; its message named a function to call.
+        (b'{"name": "x", "count": 1' + b"0" * 5000 + b"}", "a number has more than 4300 digits"),
     ],
 )
 def test_bodies_json_cannot_decode_are_invalid_json(
@@ -97,6 +99,16 @@ def test_missing_and_wrong_typed_fields_are_422_naming_them(probe_client: TestCl
     assert body["error"] == "ValidationFailed"
     assert "name: Field required" in body["detail"]
     assert "count: Input should be a valid integer" in body["detail"]
+
+
+def test_a_wrong_typed_field_names_the_json_kind_sent(probe_client: TestClient) -> None:
+    # "name: Input should be a valid string" did not say that the client had sent a null.
+    response = probe_client.post("/api/probe", json={"name": None, "count": [1]})
+
+    assert response.status_code == 422
+    detail = response.json()["detail"]
+    assert "name: Input should be a valid string, not null" in detail
+    assert "count: Input should be a valid integer, not an array" in detail
 
 
 def test_domain_errors_render_their_class_name(probe_client: TestClient) -> None:

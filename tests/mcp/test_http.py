@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import random
+import string
 from datetime import UTC, datetime
 from typing import Any
 
@@ -104,3 +106,110 @@ def test_get_context_defaults_to_the_servers_context_settings(
     assert 0 < answer["tokenCount"] <= 120
     assert "step 2" in answer["context"]
     assert "step 1" not in answer["context"]  # one session, the latest, as GET /api/context
+
+
+# The arguments each tool needs besides the number under test.
+REQUIRED = {"write_memory": {"key": "current.task", "value": "v"}, "search_memory": {"query": "q"}}
+
+
+def numeric_arguments(schema: dict[str, Any]) -> list[str]:
+    """The arguments a tool's input schema types as integers (alone or beside null)."""
+    found = []
+    for name, spec in schema["properties"].items():
+        kinds = [spec, *spec.get("anyOf", [])]
+        if any(kind.get("type") in ("integer", "number") for kind in kinds):
+            found.append(name)
+    return found
+
+
+def test_a_boolean_or_text_for_a_numeric_argument_is_a_tool_error(live_server: LiveServer) -> None:
+    # The SDK's lax pydantic read `limit: true` as 1 and `ttl: true` as a one-second expiry
+    # before any tool saw it; "5" for a number was read as 5, though the schema says integer.
+    async def main() -> list[tuple[str, str, Any, str]]:
+        answers = []
+        async with Client(f"{live_server.url}/mcp") as client:
+            for tool in (await client.list_tools()).tools:
+                for name in numeric_arguments(tool.input_schema):
+                    for sent in (True, False, "5"):
+                        arguments = {**REQUIRED.get(tool.name, {}), "project_path": PROJECT}
+                        result = await client.call_tool(tool.name, {**arguments, name: sent})
+                        assert result.is_error, (tool.name, name, sent, result.content)
+                        answers.append((tool.name, name, sent, result.content[0].text))
+            read = await client.call_tool(
+                "read_memory", {"key": "current.task", "project_path": PROJECT}
+            )
+            assert structured(read)["memory"] is None  # no write with `ttl: true` went through
+        return answers
+
+    answers = asyncio.run(main())
+    checked = {(tool, name) for tool, name, _, _ in answers}
+    assert checked == {
+        ("write_memory", "ttl"),
+        ("write_memory", "if_version"),
+        ("list_memories", "limit"),
+        ("delete_memory", "if_version"),
+        ("smart_resume", "budget"),
+        ("search_memory", "limit"),
+        ("get_context", "budget"),
+    }
+    for tool, name, sent, text in answers:
+        kind = "string" if isinstance(sent, str) else "boolean"
+        assert f"{name}: must be a number, not a {kind}" in text, (tool, text)
+
+
+def test_a_whole_float_is_still_a_number_for_a_tool(live_server: LiveServer) -> None:
+    async def main() -> dict[str, Any]:
+        async with Client(f"{live_server.url}/mcp") as client:
+            return structured(
+                await client.call_tool("list_memories", {"project_path": PROJECT, "limit": 5.0})
+            )
+
+    assert asyncio.run(main()) == {"memories": []}
+
+
+def test_an_unknown_argument_is_a_tool_error_naming_the_close_one(live_server: LiveServer) -> None:
+    # The SDK dropped arguments a tool does not take: `tag` for `tags` stored an untagged memory.
+    async def main() -> tuple[Any, Any]:
+        async with Client(f"{live_server.url}/mcp") as client:
+            arguments = {"key": "current.task", "value": "v", "project_path": PROJECT}
+            refused = await client.call_tool("write_memory", {**arguments, "tag": ["auth"]})
+            read = await client.call_tool(
+                "read_memory", {"key": "current.task", "project_path": PROJECT}
+            )
+            return refused, structured(read)
+
+    refused, read = asyncio.run(main())
+    assert refused.is_error
+    assert (
+        "Error executing tool write_memory: ValidationFailed: unknown argument 'tag' (did you "
+        "mean 'tags'?); the arguments are key, value, scope" in refused.content[0].text
+    )
+    assert read["memory"] is None
+
+
+def test_a_value_too_large_to_index_is_a_tool_error(live_server: LiveServer) -> None:
+    # Postgres refuses an index row over 2704 bytes; the tool crashed ("Error executing tool").
+    noise = "".join(random.Random(1).choices(string.ascii_letters, k=4000))
+
+    async def main() -> Any:
+        async with Client(f"{live_server.url}/mcp") as client:
+            arguments = {"key": "k", "value": 1, "project_path": PROJECT, "tags": [noise]}
+            return await client.call_tool("write_memory", arguments)
+
+    result = asyncio.run(main())
+    assert result.is_error
+    assert "InvalidData: the database rejected a value: index row size" in result.content[0].text
+
+
+def test_a_wrong_typed_argument_names_the_json_kind_sent(live_server: LiveServer) -> None:
+    # Worded as over HTTP: "key: Input should be a valid string" did not say a null had come.
+    async def main() -> Any:
+        async with Client(f"{live_server.url}/mcp") as client:
+            arguments = {"key": None, "value": 1, "project_path": PROJECT, "tags": "auth"}
+            return await client.call_tool("write_memory", arguments)
+
+    result = asyncio.run(main())
+    assert result.is_error
+    text = result.content[0].text
+    assert "ValidationFailed: key: Input should be a valid string, not null" in text
+    assert "tags: Input should be a valid list, not a string" in text

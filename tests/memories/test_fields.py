@@ -2,20 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi.testclient import TestClient
 
+from tests.api.helpers import refused
 from tests.memories.helpers import PROJECT, put, url
-
-
-def refused(client: TestClient, method: str, path: str, body: dict[str, Any]) -> str:
-    response = client.request(method, path, json=body)
-    assert response.status_code == 422, response.text
-    answer = response.json()
-    assert answer["error"] == "ValidationFailed"
-    detail: str = answer["detail"]
-    return detail
 
 
 def test_expires_at_instead_of_ttl_is_refused_and_stores_nothing(client: TestClient) -> None:

@@ -20,7 +20,7 @@ from app.memories.schemas import MemoryWrite
 from app.memories.service import MemoryNotFound, Visibility, write_memory
 from tests.conftest import make_settings
 from tests.memories.helpers import PROJECT, put, url
-from tests.pools import replaced_while_waiting, unreachable_pool
+from tests.pools import replaced_while_waiting, terminate_backends, unreachable_pool
 
 T = TypeVar("T")
 SEEN = {"projectPath": PROJECT}
@@ -124,15 +124,20 @@ def _run(database_url: str, work: Callable[[Any], Awaitable[T]]) -> T:
 READS = 600
 
 
+async def _open_reads(database_url: str, *, pool_size: int) -> reads.MemoryReads:
+    pool = reads.make_reads_pool(database_url, pool_size=pool_size)
+    await pool.open(wait=True)
+    return reads.MemoryReads(pool)
+
+
 def test_concurrent_reads_answer_every_count_once(
     database_url: str, db: psycopg.Connection[Any]
 ) -> None:
     """Reads racing a flush every millisecond: each answer's count is distinct, none lost."""
 
     async def work(_: Any) -> list[int]:
-        pool = reads.make_reads_pool(database_url, pool_size=4)
-        await pool.open(wait=True)
-        memory_reads = reads.MemoryReads(pool)
+        memory_reads = await _open_reads(database_url, pool_size=4)
+        pool = memory_reads.pool
         stop = asyncio.Event()
         flusher = asyncio.create_task(memory_reads.flush_every(0.001, stop))
         try:
@@ -227,3 +232,30 @@ def test_a_read_waiting_on_a_replaced_pool_runs_on_the_new_one(
 
     row = _run(database_url, work)
     assert (row.key, row.access_count) == ("shared.hot", 1)
+
+
+def test_a_read_after_its_pools_backends_were_terminated_answers(
+    database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    # The pool keeps idle connections whose backends can go (pg_terminate_backend, Postgres
+    # restarting its backends after one crashed): a read takes a live one, not a 503.
+    async def work(_: Any) -> list[int]:
+        memory_reads = await _open_reads(database_url, pool_size=3)
+        pool = memory_reads.pool
+        try:
+            await asyncio.gather(
+                *(memory_reads.read(key="shared.hot", visibility=Visibility()) for _ in range(3))
+            )
+            assert terminate_backends(db, "agmem-memories") >= 2
+            rows = await asyncio.gather(
+                *(memory_reads.read(key="shared.hot", visibility=Visibility()) for _ in range(3))
+            )
+            # The access flush (before a list, and every few seconds) as well.
+            assert terminate_backends(db, "agmem-memories") >= 1
+            assert await memory_reads.flush() == 1
+            return sorted(row.access_count for row in rows)
+        finally:
+            await pool.close()
+
+    assert _run(database_url, work) == [4, 5, 6]
+    assert _count(db, "shared.hot")[0] == 6

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+import string
 import time
 from pathlib import Path
 from typing import Any
@@ -125,6 +127,21 @@ def test_bad_inputs_are_4xx_and_store_nothing(
     nul_pattern = client.get("/api/memories", params={"pattern": "k\x00*", "scope": "global"})
     assert nul_pattern.status_code == 200
     assert db.execute("SELECT count(*) FROM memories").fetchone() == (0,)
+
+
+def test_values_too_long_to_index_are_422_and_store_nothing(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    # Postgres cannot index a row over ~2.7 KB (ProgramLimitExceeded, an OperationalError): a
+    # long random tag or project path was a 503 "the database is unreachable; retry shortly".
+    noise = "".join(random.Random(1).choices(string.ascii_letters + string.digits, k=4000))
+    for body in ({"value": 1, "projectPath": "/" + noise}, {"value": 1, "tags": [noise]}):
+        response = client.put(url("k"), json={"projectPath": PROJECT} | body)
+        assert response.status_code == 422, response.text
+        assert response.json()["error"] == "InvalidData"
+        assert "index row size" in response.json()["detail"]
+    assert db.execute("SELECT count(*) FROM memories").fetchone() == (0,)
+    assert client.get("/health").status_code == 200
 
 
 def test_list_filters_by_scope_pattern_tags_and_limit(client: TestClient) -> None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+import pytest
 from fastapi.testclient import TestClient
 
+from app.memories.routes import InvalidIfMatch, parse_if_match
 from tests.memories.helpers import PROJECT, put, url
 
 
@@ -61,6 +63,32 @@ def test_if_match_header(client: TestClient) -> None:
         headers={"If-Match": '"1"'},
     )
     assert disagree.status_code == 400
+
+
+def test_an_if_match_int_cannot_read_is_400_and_changes_nothing(client: TestClient) -> None:
+    # More digits than int() reads (4300): a 500 on PUT and DELETE.
+    put(client, "project.doc", "kept")
+    header = '"1' + "0" * 5000 + '"'
+    write = client.put(
+        url("project.doc"),
+        json={"value": "lost", "projectPath": PROJECT},
+        headers={"If-Match": header},
+    )
+    delete = client.delete(
+        url("project.doc"), params={"projectPath": PROJECT}, headers={"If-Match": header}
+    )
+
+    for answer in (write, delete):
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["error"] == "InvalidIfMatch"
+    got = client.get(url("project.doc"), params={"projectPath": PROJECT}).json()
+    assert (got["value"], got["version"]) == ("kept", 1)
+
+
+def test_an_if_match_of_digits_that_are_not_ascii_is_refused() -> None:
+    # A superscript two, sendable as Latin-1: str.isdigit() says yes, int() raised ValueError.
+    with pytest.raises(InvalidIfMatch):
+        parse_if_match('"\u00b2"')
 
 
 def test_if_version_zero_means_create_only(client: TestClient) -> None:

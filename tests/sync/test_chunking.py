@@ -142,3 +142,49 @@ def test_chunk_sizes_count_a_wide_character_as_a_token() -> None:
     english = "".join(f"Paragraph {n} says how the bot writes session logs.\n\n" for n in range(80))
     sizes = [len(chunk.content) for chunk in chunk_markdown(english, tokens=100, overlap=20)]
     assert 300 < max(sizes) <= 400  # ASCII text is sized as before, four characters a token
+
+
+def _fence_state_at_lines(text: str) -> list[bool]:
+    """For each line of `text`, whether it starts inside a fenced code block (CommonMark's
+    rule: a closing fence has the opener's character, at least its length, and no info)."""
+    inside: list[bool] = []
+    fence = ""
+    for line in text.split("\n"):
+        inside.append(bool(fence))
+        stripped = line.lstrip(" ")
+        marker = stripped[: len(stripped) - len(stripped.lstrip(stripped[:1]))] if stripped else ""
+        if len(line) - len(stripped) > 3 or len(marker) < 3 or marker[0] not in "`~":
+            continue
+        if not fence:
+            fence = marker
+        elif marker[0] == fence[0] and len(marker) >= len(fence):
+            fence = "" if not stripped[len(marker) :].strip() else fence
+    return inside
+
+
+def test_a_closing_fence_stays_with_its_code_block() -> None:
+    # The markdown splitter cuts before "```\n", which put a block's closing fence at the start
+    # of the next chunk: quoted alone, that chunk opened a code block where its prose began.
+    for path in sorted((TESTDATA / "memory-md").glob("*.md")):
+        text = path.read_text(encoding="utf-8")
+        inside = _fence_state_at_lines(text)
+        lines = text.split("\n")
+        for tokens in (200, 400):
+            chunks = chunk_markdown(text, tokens=tokens, overlap=tokens // 5)
+            assert_lines_exact(text, chunks)
+            for chunk in chunks:
+                first = chunk.content.split("\n")[0].strip()
+                starts_closing = inside[chunk.start_line - 1] and first.startswith(("```", "~~~"))
+                assert not starts_closing, (path.name, tokens, chunk.start_line)
+            covered = {n for c in chunks for n in range(c.start_line, c.end_line + 1)}
+            assert all(i + 1 in covered for i, line in enumerate(lines) if line.strip())
+
+
+def test_a_moved_closing_fence_ends_the_chunk_holding_its_block() -> None:
+    code = "```python\n" + "".join(f"value_{i} = {i}\n" for i in range(40)) + "```\n"
+    text = f"# Doc\n\n{code}\nprose after the block\n"
+    chunks = chunk_markdown(text, tokens=60, overlap=0)
+    holder = next(c for c in chunks if "value_39 = 39" in c.content)
+    assert holder.content.endswith("```")
+    assert not any(c.content.startswith("```\n") or c.content == "```" for c in chunks[1:])
+    assert_lines_exact(text, chunks)

@@ -118,6 +118,9 @@ def test_bad_requests_get_clear_errors(client: TestClient, tmp_path: Path) -> No
         ({}, 422, "ValidationFailed"),
         ({"projectPath": str(tmp_path), "force": "maybe"}, 422, "ValidationFailed"),
         ({"projectPath": str(tmp_path), "extra": 1}, 422, "ValidationFailed"),
+        # A name longer than the file system allows (ENAMETOOLONG) was a 500.
+        ({"projectPath": str(tmp_path / ("x" * 300))}, 422, "ProjectFolderNotFound"),
+        ({"projectPath": str(tmp_path), "memoryDir": "m" * 4000}, 422, "ProjectFolderNotFound"),
     ]
     for body, status, error in cases:
         answer = client.post("/api/sync", json=body)

@@ -9,7 +9,7 @@ import psycopg
 from fastapi.testclient import TestClient
 
 from app.llm.compress import observation_text
-from app.tokens import estimate_tokens
+from app.tokens import estimate_tokens, truncate_to_tokens
 from tests.conftest import make_settings
 from tests.realdata import (
     CLAUDE_MD_SESSION,
@@ -93,7 +93,7 @@ def test_small_real_calls_are_kept_whole_or_extracted_losing_no_line_and_shown_s
     extract = row(db, "SELECT * FROM observations WHERE id = %s", lint)
     assert extract["generated_by"] == "extractive"
     assert extract["compressed_data"] == (
-        "Bash mise run lint | Run linter to check the fix\n"
+        "Bash mise run lint · Run linter to check the fix\n"
         "Result: 0 issues. | [lint] $ golangci-lint run ./..."
     )
 
@@ -105,7 +105,7 @@ def test_small_real_calls_are_kept_whole_or_extracted_losing_no_line_and_shown_s
         '  Bash\n  Args: {"command":"mise run fmt && mise run lint","timeout":60000,"description":'
         '"Format and lint the code"}\n  Result: Exit code 1\n  [fmt] $ gofmt -w .\n  [lint]'
     ) in block
-    assert "  Bash mise run lint | Run linter to check the fix\n  Result: 0 issues." in block
+    assert "  Bash mise run lint · Run linter to check the fix\n  Result: 0 issues." in block
     assert "Tool: Bash" not in block
     assert "Arguments:" not in block
 
@@ -124,7 +124,7 @@ def test_small_real_to_do_list_is_extracted_its_status_and_item_rewording_left_o
     # model ("Ensure that you continue to use the todo list ...").
     assert stored["generated_by"] == "extractive"
     assert stored["compressed_data"] == (
-        "TodoWrite\nTodos: [x] Create CLAUDE.md with essential information\nResult: modified"
+        "TodoWrite\nTodos: [x] Create CLAUDE.md with essential information"
     )
     assert stored["tokens_saved"] == captured - stored["compressed_tokens"] > 50
 
@@ -137,10 +137,11 @@ def test_small_real_call_whose_reply_echoes_its_arguments_is_extracted(
     drain(make_settings(), database_url)
 
     stored = row(db, "SELECT * FROM observations WHERE id = %s", topic)
-    # Its reply, `Strategic Intent: <strategic_intent>`, repeats an argument the extract shows.
+    # Its reply, `Strategic Intent: <strategic_intent>`, repeats an argument the extract shows;
+    # its summary, 130 tokens of Chinese, is cut at 40 like a line of English.
     assert stored["generated_by"] == "extractive"
     assert stored["compressed_data"] == (
-        f"update_topic {args['summary']} | {args['strategic_intent']}"
+        f"update_topic {truncate_to_tokens(args['summary'], 40)} · {args['strategic_intent']}"
     )
     assert stored["compressed_tokens"] < captured
 
@@ -176,8 +177,9 @@ def test_extract_names_the_files_and_errors_capture_found_in_the_call(
     assert texts[0]["compressed_data"].splitlines() == [
         "write_file GEMINI.md",
         "Diff: +76/-0 lines",
+        # `cli.py` is in `src/discordbot/cli.py`: its place goes to the next name.
         "Mentions: scripts/artale_data.py, src/discordbot/cli.py, "
-        "src/discordbot/cogs/_gen_reply/prompts.py, cli.py, pyproject.toml",
+        "src/discordbot/cogs/_gen_reply/prompts.py, pyproject.toml, CLAUDE.md",
         "Result: overwrote",
     ]
     assert (
@@ -200,6 +202,6 @@ def test_fallback_summary_of_a_real_session_names_its_error_and_last_change(
         "made 9 tool calls (3 commands, 2 file reads, 3 file writes, 1 search). "
         "It touched cmd/entire/cli/config.go. "
         "Notable results: [lint] ERROR task failed; "
-        "Bash mise run test | Run tests to verify the fix: ? entire.io/cli/cmd/entire [no test "
-        "files] | ok entire.io/cli/cmd/entire/cli 2.120s | ok entire.io/cli/cmd/en…."
+        "Bash mise run test · Run tests to verify the fix: ? entire.io/cli/cmd/entire [no test "
+        "files] | ok entire.io/cli/cmd/entire/cli 2.120s | ok…."
     )
