@@ -63,3 +63,9 @@ class DatabaseUnavailable(AppError):
 
 class UpstreamUnavailable(AppError):
     status_code = 502
+
+
+class UpstreamTimeout(AppError):
+    """The upstream took the call and did not answer in time: it was reached, so not a 502."""
+
+    status_code = 504

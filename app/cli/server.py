@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime
 import errno
 import gc
 import signal
@@ -204,6 +205,7 @@ def print_worker_metrics(console: Console, settings: Settings, *, engine_url: st
     from app.llm.ratelimit import USAGE_TODAY_SQL
     from app.worker.metrics import (
         COMPRESSED_BY_SQL,
+        LAST_GEMINI_FAILURE_SQL,
         METRICS_SQL,
         TOKENS_BY_PROJECT_SQL,
         describe_compressed_by,
@@ -216,6 +218,7 @@ def print_worker_metrics(console: Console, settings: Settings, *, engine_url: st
             counts = connection.execute(METRICS_SQL).one()
             by_project = connection.execute(TOKENS_BY_PROJECT_SQL).all()
             compressed_by = connection.execute(COMPRESSED_BY_SQL).all()
+            failure = connection.execute(LAST_GEMINI_FAILURE_SQL).one_or_none()
             today = connection.execute(USAGE_TODAY_SQL).one()
     finally:
         engine.dispose()
@@ -229,6 +232,13 @@ def print_worker_metrics(console: Console, settings: Settings, *, engine_url: st
     )
     if compressed_by:
         console.print(f"compressed {describe_compressed_by(compressed_by)}")
+    if failure is not None:
+        # Why the fallback took over (a wrong key, a model name Gemini does not know), which the
+        # counts above do not say; its first line, as the worker's log has it.
+        at = failure.compressed_at
+        when = f" {at.astimezone(datetime.UTC):%Y-%m-%d %H:%M} UTC" if at else ""
+        error = (failure.last_error.strip().splitlines() or [""])[0]
+        console.print(f"           last failure{when}: {error}")
     console.print(f"gemini     {describe_gemini(settings, today.tokens, today.calls)}")
     console.print(f"tokens     saved {metrics['tokensSaved']} in total")
     for project, saved in metrics["tokensSavedByProject"].items():

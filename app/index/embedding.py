@@ -71,13 +71,17 @@ async def cached_arrays(session: VectorSession, *, model: str, hashes: list[str]
 
 
 async def store_arrays(session: VectorSession, *, model: str, vectors: Vectors) -> None:
-    """Add `{content hash: vector}` to the cache; hashes already there keep their vector."""
+    """Add `{content hash: vector}` to the cache; hashes already there keep their vector.
+
+    In hash order: concurrent writers (a worker's lanes, a sync) whose texts overlap then take
+    the cache's row locks in one order. In each caller's own order one could hold `a` and wait
+    for `b` while the other held `b` and waited for `a`, and Postgres killed one (a deadlock).
+    """
     if vectors:
+        hashes = sorted(vectors)
         driver = await binary_vector_connection(session)
         async with driver.cursor() as cursor:
-            await cursor.execute(
-                _CACHE_STORE_BINARY, (model, list(vectors), list(vectors.values()))
-            )
+            await cursor.execute(_CACHE_STORE_BINARY, (model, hashes, [vectors[h] for h in hashes]))
 
 
 async def arrays_for(

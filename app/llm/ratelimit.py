@@ -43,6 +43,7 @@ class GeminiGate:
         self._consecutive_failures = 0
         self._open_until = 0.0
         self._clock = clock
+        self._last_failure = ""
 
     @property
     def breaker_open(self) -> bool:
@@ -61,6 +62,10 @@ class GeminiGate:
                 await asyncio.sleep(start - now)
             yield
 
+    def paused_for(self) -> float:
+        """Seconds left of the current 429 pause (0 when calls are admitted)."""
+        return max(0.0, self._paused_until - self._clock())
+
     def pause(self, seconds: float) -> None:
         """Stop admitting calls for `seconds` (the server's Retry-After)."""
         self._paused_until = max(self._paused_until, self._clock() + seconds)
@@ -69,7 +74,17 @@ class GeminiGate:
     def record_success(self) -> None:
         self._consecutive_failures = 0
 
-    def record_failure(self) -> None:
+    @property
+    def breaker_reason(self) -> str:
+        """Why the breaker is open, for the rows it sends to the fallback: without it a wrong
+        key's fallback rows said nothing of the key (their `last_error` stayed empty)."""
+        return (
+            f"{self._last_failure} (extractive fallback: Gemini failed "
+            f"{self._failure_threshold} times in a row)"
+        )
+
+    def record_failure(self, error: str = "") -> None:
+        self._last_failure = error or "gemini call failed"
         self._consecutive_failures += 1
         if self._failure_threshold and self._consecutive_failures >= self._failure_threshold:
             self._open_until = self._clock() + self._cooldown

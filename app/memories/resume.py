@@ -180,7 +180,7 @@ async def _briefing(
         except Exception as error:  # any failure of the model must still leave a briefing
             log.warning("memory.resume.gemini_failed", error=first_line(error)[:200])
             if gate is not None:
-                gate.record_failure()
+                gate.record_failure(first_line(error)[:200])
         else:
             if gate is not None:
                 gate.record_success()

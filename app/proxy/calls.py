@@ -107,15 +107,40 @@ def trailing_results(body: Any) -> list[FunctionResult]:
     return results
 
 
-def observation_ids(session_id: str, turn_index: int, calls: list[FunctionCall]) -> list[str]:
-    """Stable observation ids for the calls of one model turn.
+def conversation_key(body: Any, turn_index: int) -> str:
+    """A digest of the user's text before the model turn at `turn_index`: what tells two
+    conversations in one session apart (two agent windows on one project share the proxy's
+    session, and meet at the same turn index calling the same functions).
+
+    The request that got the turn's calls and the one that brings their results both hold that
+    history unchanged. The user's text only: a client may re-encode the model's turns. Not only
+    the first turn: Gemini CLI opens every conversation with the same setup turn.
+    """
+    contents = body.get("contents") if isinstance(body, dict) else None
+    if isinstance(contents, dict):
+        contents = [contents]
+    digest = hashlib.sha256()
+    for content in contents[:turn_index] if isinstance(contents, list) else []:
+        if isinstance(content, dict) and content.get("role") != "model":
+            for part in _parts(content):
+                if isinstance(part.get("text"), str):
+                    digest.update(part["text"].encode("utf-8", "surrogatepass") + b"\x00")
+    return digest.hexdigest()
+
+
+def observation_ids(
+    session_id: str, turn_index: int, calls: list[FunctionCall], *, conversation: str = ""
+) -> list[str]:
+    """Stable observation ids for the calls of one model turn of one conversation.
 
     The answer that carried the calls and the next request (which echoes that model turn in its
     history) both derive the same ids, so each result lands on its own call even when one turn
     calls the same function twice, and a retried request records nothing twice.
     """
     # Names and Gemini's ids, not args: a client may re-encode args (1.0 as 1) when it echoes them.
-    turn = json.dumps([[call.name, call.call_id] for call in calls], separators=(",", ":"))
+    turn = json.dumps(
+        [conversation, [[call.name, call.call_id] for call in calls]], separators=(",", ":")
+    )
     digest = hashlib.sha256(turn.encode("utf-8", "surrogatepass")).hexdigest()
     return [
         "gemini-"

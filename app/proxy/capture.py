@@ -18,6 +18,7 @@ from app.proxy.calls import (
     CallCollector,
     FunctionCall,
     answered_turn,
+    conversation_key,
     next_turn_index,
     trailing_results,
 )
@@ -49,17 +50,27 @@ class Answer:
     def nothing(cls) -> Answer:
         return cls(b"", sse=False, received=False)
 
-    def function_calls(self) -> list[FunctionCall]:
-        """Every `functionCall` part, in order, merged across stream chunks."""
+    def function_calls(self) -> list[FunctionCall] | None:
+        """Every `functionCall` part, in order, merged across stream chunks; None when the
+        client raised on the answer instead of reading it: it carries an `error` (Gemini's
+        report of a failure mid-stream) or something that is not JSON (a gateway's HTML page).
+        None of its calls will run, and the agent asks again."""
         if not self.payload:
             return []
+        responses: list[Any] | None
         if self.sse:
             reader = SseReader()
             responses = reader.feed(self.payload) + reader.close()
+            if reader.malformed:
+                return None
         else:
             responses = parse_json_array_stream(self.payload)
+        if responses is None:
+            return None
         collector = CallCollector()
         for response in responses:
+            if isinstance(response, dict) and "error" in response:
+                return None
             collector.add_response(response)
         return collector.calls
 
@@ -99,19 +110,29 @@ class Capturer:
             results = trailing_results(body)
             if results:
                 session_id = await self._session(key, request)
+                answered = answered_turn(body)
                 await record_results(
-                    self.agmem, session_id=session_id, results=results, answered=answered_turn(body)
+                    self.agmem,
+                    session_id=session_id,
+                    results=results,
+                    answered=answered,
+                    conversation=conversation_key(body, answered[0] if answered else 0),
                 )
             finished = await asyncio.wait_for(asyncio.shield(answer), timeout=timeout)
-            if not finished.received:
+            calls = finished.function_calls() if finished.received else None
+            if calls is None:
                 log.info("proxy.no_answer", model=request.model, results=len(results))
                 return
             if session_id is None:
                 session_id = await self._session(key, request)
-            calls = finished.function_calls()
             if calls:
+                turn_index = next_turn_index(body)
                 await record_calls(
-                    self.agmem, session_id=session_id, turn_index=next_turn_index(body), calls=calls
+                    self.agmem,
+                    session_id=session_id,
+                    turn_index=turn_index,
+                    calls=calls,
+                    conversation=conversation_key(body, turn_index),
                 )
             if results or calls:
                 log.debug(

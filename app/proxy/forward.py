@@ -17,7 +17,8 @@ import httpx
 from starlette.datastructures import Headers
 from starlette.types import Scope
 
-from app.errors import BadRequest, UpstreamUnavailable
+from app.config import Settings
+from app.errors import AppError, BadRequest, UpstreamTimeout, UpstreamUnavailable
 
 # Hop-by-hop headers (RFC 9110 §7.6.1) plus the ones the transport recomputes for the new hop.
 _HOP_BY_HOP = frozenset(
@@ -119,13 +120,21 @@ def redact(text: str) -> str:
     return _KEY_IN_TEXT.sub(r"\1[redacted]", text)
 
 
-def unreachable(base: str, error: httpx.HTTPError) -> UpstreamUnavailable:
-    """The 502 a caller sees when the upstream cannot be reached."""
+def unreachable(settings: Settings, error: httpx.HTTPError) -> AppError:
+    """The 502 a caller sees when the upstream cannot be reached, or the 504 when it took the
+    call and did not answer in time (that said "could not be reached (ReadTimeout: ReadTimeout)",
+    of an upstream that was reached, where a broken-off stream said 504)."""
+    base = settings.gemini_upstream
     host = httpx.URL(base).host or base
-    reason = redact(str(error)) or type(error).__name__
-    return UpstreamUnavailable(
-        f"the Gemini upstream {host} could not be reached ({type(error).__name__}: {reason})"
-    )
+    if isinstance(error, httpx.ReadTimeout):
+        return UpstreamTimeout(
+            f"the Gemini upstream {host} did not answer within "
+            f"{settings.proxy_upstream_timeout_seconds:g} s "
+            "(AGMEM_PROXY_UPSTREAM_TIMEOUT_SECONDS)"
+        )
+    reason = redact(str(error))
+    kind = f"{type(error).__name__}: {reason}" if reason else type(error).__name__
+    return UpstreamUnavailable(f"the Gemini upstream {host} could not be reached ({kind})")
 
 
 def stream_error_event(sent: bytes | bytearray, error: httpx.HTTPError) -> bytes:

@@ -73,11 +73,13 @@ async def record_results(
     session_id: str,
     results: list[FunctionResult],
     answered: tuple[int, list[FunctionCall]] | None,
+    conversation: str,
 ) -> None:
     """Attach each tool result to the call it answers (see `observation_ids`)."""
     if answered is not None:
         index, calls = answered
-        matched = match_results(results, calls, observation_ids(session_id, index, calls))
+        ids = observation_ids(session_id, index, calls, conversation=conversation)
+        matched = match_results(results, calls, ids)
     else:
         matched = [None] * len(results)
     async with agmem.sessionmaker() as db, db.begin():
@@ -92,10 +94,15 @@ async def record_results(
 
 
 async def record_calls(
-    agmem: AppState, *, session_id: str, turn_index: int, calls: list[FunctionCall]
+    agmem: AppState,
+    *,
+    session_id: str,
+    turn_index: int,
+    calls: list[FunctionCall],
+    conversation: str,
 ) -> None:
     """Record each tool call of an answer as a pending observation."""
-    ids = observation_ids(session_id, turn_index, calls)
+    ids = observation_ids(session_id, turn_index, calls, conversation=conversation)
     async with agmem.sessionmaker() as db, db.begin():
         for call, observation_id in zip(calls, ids, strict=True):
             data = ObserveIn(

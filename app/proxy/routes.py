@@ -159,7 +159,7 @@ async def _forward(
         upstream = await proxy.http.send(upstream_request, stream=True)
     except httpx.HTTPError as error:
         log.warning("proxy.upstream_unreachable", model=model, error_type=type(error).__name__)
-        raise unreachable(settings.gemini_upstream, error) from None
+        raise unreachable(settings, error) from None
 
     headers = dict(response_headers(upstream.headers))
     streaming = relay_all or request.url.path.endswith(":streamGenerateContent")
@@ -169,7 +169,7 @@ async def _forward(
     try:
         payload = await upstream.aread()
     except httpx.HTTPError as error:
-        raise unreachable(settings.gemini_upstream, error) from None
+        raise unreachable(settings, error) from None
     finally:
         await upstream.aclose()
     if upstream.status_code < 400:
@@ -196,6 +196,8 @@ class _Relay(StreamingResponse):
         self.sse = sse
         self.model = model
         self.copy = bytearray()
+        # Set once the upstream's stream has ended and its last chunk went to the caller.
+        self.whole = False
         super().__init__(self._chunks(), status_code=upstream.status_code, headers=headers)
 
     async def _chunks(self) -> AsyncIterator[bytes]:
@@ -203,6 +205,7 @@ class _Relay(StreamingResponse):
             async for chunk in self.upstream.aiter_bytes():
                 self.copy += chunk
                 yield chunk
+            self.whole = True
         except httpx.HTTPError as error:
             log.warning(
                 "proxy.upstream_stream_broken", model=self.model, error_type=type(error).__name__
@@ -217,9 +220,12 @@ class _Relay(StreamingResponse):
         try:
             await super().__call__(scope, receive, send)
         finally:
-            # Also when the caller went away before the first chunk: capture gets what was sent.
+            # A stream cut short (the upstream broke off, the caller went away) is no answer: the
+            # client raised or gave up, so the agent runs none of its calls and asks again. Its
+            # calls were recorded as `pending` observations that no result would ever complete.
             if not self.answer.done():
-                self.answer.set_result(Answer(bytes(self.copy), sse=self.sse))
+                whole = Answer(bytes(self.copy), sse=self.sse) if self.whole else Answer.nothing()
+                self.answer.set_result(whole)
             await self.upstream.aclose()
 
 

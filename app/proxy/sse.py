@@ -56,12 +56,13 @@ class SseReader:
             self.malformed += 1
 
 
-def parse_json_array_stream(body: bytes) -> list[Any]:
-    """`streamGenerateContent` without `alt=sse` answers one JSON array of responses."""
+def parse_json_array_stream(body: bytes) -> list[Any] | None:
+    """`streamGenerateContent` without `alt=sse` answers one JSON array of responses (and
+    `generateContent` one response); None when the body is not JSON."""
     try:
         parsed = json.loads(body)
     except ValueError:
-        return []
+        return None
     if isinstance(parsed, list):
         return parsed
     return [parsed]

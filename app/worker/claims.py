@@ -270,14 +270,20 @@ _RESUMMARIZE_SESSIONS = text(
 )
 
 
+async def summarize_again(session: AsyncSession, *, session_ids: list[str]) -> int:
+    """Queue these sessions' summaries again if they were already written; how many were."""
+    again: Any = await session.execute(_RESUMMARIZE_SESSIONS, {"ids": sorted(set(session_ids))})
+    return int(again.rowcount or 0)
+
+
 async def retry_failed(session: AsyncSession, *, project_path: str | None) -> tuple[int, int, int]:
     """Put failed observations and sessions back in the queue, and the summarised sessions of
     those observations; (observations, sessions, sessions to summarise again)."""
     params = {"project": project_path}
     observations = (await session.execute(_RETRY_OBSERVATIONS, params)).scalars().all()
     sessions: Any = await session.execute(_RETRY_SESSIONS, params)
-    again: Any = await session.execute(_RESUMMARIZE_SESSIONS, {"ids": sorted(set(observations))})
-    return len(observations), int(sessions.rowcount or 0), int(again.rowcount or 0)
+    again = await summarize_again(session, session_ids=list(observations))
+    return len(observations), int(sessions.rowcount or 0), again
 
 
 _NEXT_DUE = text(

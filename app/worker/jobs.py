@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 import structlog
@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
 from app.db.engine import transaction
-from app.index.embedding import embed_pending_chunks
+from app.index.embedding import embed_pending_chunks, ensure_model_index
 from app.llm.compress import Compressed, compress_with_gemini, compressed_locally, observation_text
 from app.llm.embeddings import Embedder, get_embedder
 from app.llm.fallback import (
@@ -41,6 +41,9 @@ RAW = "raw"
 
 T = TypeVar("T")
 
+# The longest 429 pause a job waits out holding its claim; past it the row is given back.
+PAUSE_WAIT_LIMIT_S = 5.0
+
 
 @dataclass(slots=True)
 class JobContext:
@@ -51,6 +54,8 @@ class JobContext:
     budget: DailyBudget
     client: genai.Client | None
     embedder: Embedder | None = None
+    # One lane at a time makes sure of the model's index (see `embed_batch`).
+    index_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 async def fail_attempt(
@@ -94,7 +99,8 @@ async def fail_attempt(
 
 @dataclass(frozen=True, slots=True)
 class AttemptFailed:
-    """A Gemini call failed; the claim was released and the row now has `status`."""
+    """A Gemini call failed (or waits out a 429): the claim was released and the row now has
+    `status` (`postponed`: given back without a call)."""
 
     status: str
 
@@ -120,12 +126,24 @@ async def call_gemini(
 
     The breaker alone let the fallback take over only after enough failures in one process: an
     observation failing alone (a quiet team, a long outage) ended `failed`, out of search and
-    context, and its session's summary said it "could not be compressed"."""
+    context, and its session's summary said it "could not be compressed".
+
+    While a 429's pause runs longer than `PAUSE_WAIT_LIMIT_S`, the row is given back, due when
+    the pause ends, with its attempt uncounted: waiting in the gate held the claim and the lane,
+    and a quota's hour-long Retry-After stopped every lane, work that needs no Gemini included."""
+    paused = ctx.gate.paused_for()
+    if paused > PAUSE_WAIT_LIMIT_S:
+        async with transaction(ctx.sessionmaker) as session:
+            await results.release_claim(
+                session, table=queue.table, row_id=row_id, worker=ctx.worker_id, delay=paused
+            )
+        log.info("worker.postponed", table=queue.table, id=str(row_id), seconds=round(paused, 2))
+        return AttemptFailed("postponed")
     try:
         async with ctx.gate.slot():
             answer = await call()
     except GeminiCallFailed as error:
-        ctx.gate.record_failure()
+        ctx.gate.record_failure(str(error))
         if error.retry_after is not None:
             ctx.gate.pause(error.retry_after)
         if attempts >= ctx.settings.worker_max_attempts:
@@ -163,6 +181,11 @@ async def _gemini_allowed(ctx: JobContext) -> bool:
     if not allowed:
         log.warning("gemini.budget_exhausted", budget=ctx.settings.gemini_daily_token_budget)
     return allowed
+
+
+def _breaker_reason(ctx: JobContext) -> str | None:
+    """Gemini's last error when the open breaker is why a row went to the fallback."""
+    return ctx.gate.breaker_reason if ctx.client is not None and ctx.gate.breaker_open else None
 
 
 def _extract(work: ObservationWork) -> str:
@@ -218,6 +241,8 @@ async def compress_observation(ctx: JobContext, work: ObservationWork) -> str:
             result = compressed_locally(extract, observation=whole, generated_by=EXTRACTIVE)
         else:
             result = compressed_locally(whole, observation=whole, generated_by=RAW)
+    elif (breaker := _breaker_reason(ctx)) is not None:
+        gemini_error = breaker
     elif await _gemini_allowed(ctx):
         client = ctx.client
         assert client is not None
@@ -281,8 +306,9 @@ async def summarize_session(ctx: JobContext, work: SessionWork) -> str:
     async with transaction(ctx.sessionmaker) as session:
         digests = await results.session_digests(session, session_id=work.id)
     summary: results.SessionSummary | None = None
-    gemini_error: str | None = None
-    if any(d.compressed for d in digests) and await _gemini_allowed(ctx):
+    wanted = any(d.compressed for d in digests)
+    gemini_error = _breaker_reason(ctx) if wanted else None
+    if wanted and gemini_error is None and await _gemini_allowed(ctx):
         client = ctx.client
         assert client is not None
         prompt = session_text(
@@ -352,6 +378,11 @@ async def embed_batch(ctx: JobContext, *, limit: int = 256) -> int:
     if ctx.embedder is None:
         # Loading a model takes a while: off the event loop, which may be serving requests.
         ctx.embedder = await asyncio.to_thread(get_embedder, ctx.settings)
+    # The model's HNSW index, in its own transaction: made inside each lane's embedding one, it
+    # held the table's ShareLock there, and two lanes' UPDATEs of their rows then waited for each
+    # other (DeadlockDetected at a worker's first embedding, 2 of 3 bench.worker runs).
+    async with ctx.index_lock, transaction(ctx.sessionmaker) as session:
+        await ensure_model_index(await session.connection(), ctx.embedder)
     async with transaction(ctx.sessionmaker) as session:
         stats = await embed_pending_chunks(
             session,

@@ -90,6 +90,15 @@ COMPRESSED_BY_SQL = text(
 )
 
 
+# The error behind the newest fallback text: a compressed row keeps `last_error` only when Gemini
+# failed it (its last attempt, or the open breaker).
+LAST_GEMINI_FAILURE_SQL = text(
+    "SELECT last_error, compressed_at FROM observations "
+    "WHERE status = 'compressed' AND last_error IS NOT NULL "
+    "ORDER BY compressed_at DESC NULLS LAST LIMIT 1"
+)
+
+
 def describe_compressed_by(rows: Any) -> str:
     """`extractive 2 (1 after Gemini failed), gemini:gemini-2.5-flash 1, raw 1`."""
     parts = []

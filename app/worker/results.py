@@ -14,13 +14,21 @@ from app.index.writer import replace_index_text
 from app.llm.compress import Compressed
 from app.llm.fallback import ObservationDigest, target_files
 
+# An observation compressed after its session was summarised (a result that came after the end:
+# an interceptor ends its session as the task ends, and the last command's result may come after
+# the worker's summary) puts the session back to `ending`, so that its summary is written again
+# with it; in the same statement, not a second round trip per observation.
 _FINISH_OBSERVATION = text(
-    "UPDATE observations SET status = 'compressed', compressed_data = :text, "
+    "WITH done AS (UPDATE observations SET status = 'compressed', compressed_data = :text, "
     "generated_by = :generated_by, original_tokens = :original, compressed_tokens = :compressed, "
     "tokens_saved = :saved, compressed_at = now(), last_error = :error, next_attempt_at = NULL, "
     "locked_until = NULL, locked_by = NULL "
     "WHERE id = :id AND locked_by = :worker AND status = 'captured' "
-    "RETURNING session_id, project_path, created_at"
+    "RETURNING session_id, project_path, created_at), "
+    "again AS (UPDATE sessions AS s SET status = 'ending', attempts = 0, next_attempt_at = NULL, "
+    "locked_until = NULL, locked_by = NULL FROM done "
+    "WHERE s.id = done.session_id AND s.status = 'summarized') "
+    "SELECT session_id, project_path, created_at FROM done"
 )
 
 
@@ -141,7 +149,8 @@ async def finish_session(
 _RELEASE = {
     table: text(
         f"UPDATE {table} SET locked_until = NULL, locked_by = NULL, "
-        "attempts = greatest(attempts - 1, 0)"
+        "attempts = greatest(attempts - 1, 0), next_attempt_at = CASE WHEN :delay > 0 "
+        "THEN now() + make_interval(secs => :delay) ELSE next_attempt_at END"
         # A sync run the job had marked `running` goes back to the queue.
         + (
             ", status = CASE WHEN status = 'running' THEN 'queued' ELSE status END"
@@ -154,9 +163,12 @@ _RELEASE = {
 }
 
 
-async def release_claim(session: AsyncSession, *, table: str, row_id: object, worker: str) -> None:
-    """Give a claim back untouched (the worker is stopping); the attempt does not count."""
-    await session.execute(_RELEASE[table], {"id": row_id, "worker": worker})
+async def release_claim(
+    session: AsyncSession, *, table: str, row_id: object, worker: str, delay: float = 0.0
+) -> None:
+    """Give a claim back untouched (the worker is stopping, or Gemini asked us to wait), due
+    again after `delay` seconds; the attempt does not count."""
+    await session.execute(_RELEASE[table], {"id": row_id, "worker": worker, "delay": delay})
 
 
 _RELEASE_SYNC_RUN = text(

@@ -138,6 +138,40 @@ def test_429_retry_after_is_honoured_then_success(
     assert (stored["status"], stored["attempts"], stored["last_error"]) == ("compressed", 2, None)
 
 
+def test_a_long_429_pause_gives_the_waiting_rows_back_and_the_lanes_work_on(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    """A quota's 429 can ask for an hour. Every lane that then claimed a row for Gemini slept in
+    the gate for that hour holding its claim, so nothing else ran: not a tiny call that needs no
+    Gemini, not a summary, not a sync run."""
+    make_session(db)
+    for name in ("o1", "o2", "o3", "o4"):
+        make_observation(db, name)
+    for name in ("t1", "t2"):
+        make_observation(db, name, result="ok")
+    quota = FakeResponse(429, _error(429, "RESOURCE_EXHAUSTED"), headers={"Retry-After": "3600"})
+    with fake_gemini() as fake:
+        fake.on(":generateContent", lambda _r: quota)
+
+        def settled() -> bool:
+            waiting = rows(
+                db,
+                "SELECT id FROM observations WHERE status = 'captured' AND locked_by IS NULL "
+                "AND next_attempt_at > now() + interval '3000 seconds'",
+            )
+            done = rows(db, "SELECT id FROM observations WHERE status = 'compressed'")
+            return len(waiting) == 4 and len(done) == 2
+
+        run_until(gemini_settings(fake.url), database_url, settled, timeout=20, concurrency=2)
+        calls = fake.calls(":generateContent")
+
+    # Only calls made before the pause was known reached Gemini; the rows given back without a
+    # call keep their attempt.
+    assert 1 <= len(calls) <= 2
+    attempts = rows(db, "SELECT attempts FROM observations WHERE id LIKE 'o%%'")
+    assert sum(r["attempts"] for r in attempts) == len(calls)
+
+
 def test_500_then_success(db: psycopg.Connection[Any], database_url: str) -> None:
     make_session(db)
     make_observation(db, "o1")
@@ -320,6 +354,38 @@ def test_breaker_falls_back_after_repeated_gemini_failures(
     stored = rows(db, "SELECT generated_by, attempts FROM observations ORDER BY id")
     assert [r["generated_by"] for r in stored] == ["extractive"] * 4
     assert [r["attempts"] for r in stored] == [2, 2, 1, 1]
+
+
+def test_rows_the_open_breaker_sends_to_the_fallback_say_why(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    """A wrong GEMINI_API_KEY: every call is a 400. Once the breaker opened, the rows it sent to
+    the extractive fallback kept no error: `agmem status` said `extractive 8` with nothing
+    after Gemini failed, and no row's lastError said the key was wrong."""
+    make_session(db, status="ending")
+    for n in range(4):
+        make_observation(db, f"o{n}")
+    message = "API key not valid. Please pass a valid API key."
+    wrong_key = FakeResponse(400, {"error": {"code": 400, "message": message}})
+    with fake_gemini() as fake:
+        fake.on(":generateContent", lambda _r: wrong_key)
+        run_until(
+            gemini_settings(fake.url, gemini_failure_threshold=2),
+            database_url,
+            lambda: row(db, "SELECT status FROM sessions")["status"] == "summarized",
+            concurrency=1,
+        )
+
+    stored = rows(db, "SELECT generated_by, last_error FROM observations ORDER BY id")
+    assert [r["generated_by"] for r in stored] == ["extractive"] * 4
+    for r in stored:
+        assert r["last_error"] == (
+            "gemini 400: API key not valid. Please pass a valid API key. (extractive fallback: "
+            "Gemini failed 2 times in a row)"
+        )
+    summarised = row(db, "SELECT summary_generated_by, last_error FROM sessions")
+    assert summarised["summary_generated_by"] == "extractive"
+    assert "gemini 400: API key not valid" in summarised["last_error"]
 
 
 def test_skip_list_and_tiny_observations_never_reach_gemini(

@@ -10,6 +10,7 @@ from app.llm.fallback import (
     raw_text,
     summarize_extractive,
 )
+from app.privacy import cap_text
 from app.tokens import estimate_tokens, truncate_to_tokens
 from tests.realdata import (
     CLAUDE_MD_SESSION,
@@ -511,3 +512,21 @@ def test_a_line_is_cut_at_the_same_tokens_in_any_script() -> None:
         assert shown.endswith("…")
         assert note.startswith(shown.removesuffix("…"))
         assert 30 <= estimate_tokens(shown) <= 40, note
+
+
+def test_a_read_cut_by_capture_is_not_counted_as_the_whole_file() -> None:
+    # A 1 MB log of 174,762 lines, cut by capture to its head and tail: the extract said
+    # `Result: 2716 lines`, a wrong fact about the file for every later session.
+    whole = "x = 1\n" * 174_762
+    cut = cap_text(whole, 16_384)
+    text = compress_extractive(
+        function_name="read_file",
+        observation_type="file_read",
+        args={"path": "build/out.py"},
+        result={"output": cut},
+        project_path="/p",
+    )
+
+    # Its head's 1,809 whole lines and a partial one, and its tail's 905.
+    # The span says the cut, so its marker is no outline (the file has no wordier line).
+    assert text.splitlines()[-1] == "Result: 2715 lines shown of 1,048,572 chars"

@@ -7,6 +7,7 @@ from app.proxy.calls import (
     FunctionCall,
     FunctionResult,
     answered_turn,
+    conversation_key,
     match_results,
     next_turn_index,
     observation_ids,
@@ -63,6 +64,26 @@ def test_observation_ids_are_stable_per_turn_and_distinct_per_call() -> None:
     assert observation_ids("s1", 1, echoed) == ids
     assert observation_ids("s1", 3, calls) != ids
     assert observation_ids("s2", 1, calls) != ids
+    assert observation_ids("s1", 1, calls, conversation="other") != ids
+
+
+def test_a_conversation_is_told_by_the_user_text_before_the_turn() -> None:
+    setup = {"role": "user", "parts": [{"text": "Today's date is Thursday."}]}
+    reply = {"role": "model", "parts": [{"text": "Got it."}]}
+    task = {"role": "user", "parts": [{"text": "task a"}, {"inlineData": {"data": "eA=="}}]}
+    calls = {"role": "model", "parts": [{"functionCall": {"name": "read_file", "args": {}}}]}
+    result = {"role": "user", "parts": [{"functionResponse": {"name": "read_file"}}]}
+    asked = {"contents": [setup, reply, task]}
+    answered = {"contents": [setup, {**reply, "parts": [{"text": "re-encoded"}]}, task, calls]}
+    # The request that got the calls (turn 3) and the one that brings their results agree.
+    assert conversation_key(asked, 3) == conversation_key(
+        {"contents": [*answered["contents"], result]}, 3
+    )
+    other = {"contents": [setup, reply, {"role": "user", "parts": [{"text": "task b"}]}]}
+    assert conversation_key(other, 3) != conversation_key(asked, 3)
+    assert conversation_key(other, 2) == conversation_key(asked, 2)
+    assert conversation_key({"contents": setup}, 1) == conversation_key({"contents": [setup]}, 1)
+    assert conversation_key([1], 1) == conversation_key({"contents": []}, 5)
 
 
 def test_results_match_by_id_first_then_by_name_in_order() -> None:

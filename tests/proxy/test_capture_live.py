@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from google.genai import errors, types
 
-from tests.fakes.gemini import text_answer
+from tests.fakes.gemini import FakeResponse, fake_gemini, text_answer
 from tests.proxy.conftest import PROJECT, Proxy, ProxyFactory
 from tests.proxy.upstream import Scripted, sse_bytes
 
@@ -350,3 +350,93 @@ def test_a_first_call_that_fails_upstream_leaves_no_session(
         lambda: db.execute("SELECT created_by, user_prompt FROM sessions").fetchall()
     )
     assert opened == [("gemini-proxy", "second try")]
+
+
+def test_a_stream_that_ends_in_an_error_records_none_of_its_calls(
+    start_proxy: ProxyFactory, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with start_proxy(proxy_upstream_timeout_seconds=0.3) as proxy:
+        cleanup = _calls_answer({"name": "run_shell", "args": {"command": "rm -rf build"}})
+        failure = {"error": {"code": 500, "message": "internal", "status": "INTERNAL"}}
+        proxy.upstream.queue(
+            # The upstream goes silent after the call's chunk: the proxy ends the stream in a 504.
+            Scripted(chunks=[cleanup, text_answer("and then")], pause_s=1.0),
+            # Gemini itself reports a failure mid-stream as an error event.
+            Scripted(raw_chunks=sse_bytes([cleanup, failure])),
+            Scripted(chunks=[_calls_answer({"name": "read_file", "args": {"path": "Makefile"}})]),
+        )
+        client = proxy.client(**{"X-Agmem-Session": "cut-stream"})
+        for code in (504, 500):
+            with pytest.raises(errors.ServerError) as raised:
+                list(client.models.generate_content_stream(model="m", contents="clean up"))
+            assert raised.value.code == code
+        _logs_until(capsys, "proxy.no_answer", times=2)
+        # The client raised both times: the agent ran neither call, and asks again.
+        assert _observations(db) == []
+        assert db.execute("SELECT count(*) FROM sessions").fetchone() == (0,)
+
+        retried = list(client.models.generate_content_stream(model="m", contents="clean up"))
+        assert retried[0].function_calls[0].name == "read_file"
+        rows = _settled(db, 1, "pending")
+    assert [(r[0], r[1], r[2]) for r in rows] == [("cut-stream", "read_file", {"path": "Makefile"})]
+
+
+def test_an_answer_the_client_cannot_read_records_nothing(
+    start_proxy: ProxyFactory, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with fake_gemini() as fake, start_proxy(upstream_url=fake.url) as proxy:
+        # A gateway's HTML page with a 200, and a stream whose second event is cut garbage.
+        fake.queue(":generateContent", FakeResponse(raw=b"<html>upstream hiccup</html>"))
+        cleanup = _calls_answer({"name": "run_shell", "args": {"command": "rm -rf build"}})
+        stream = sse_bytes([cleanup])[0] + b'data: {"candidates": [{"conte\r\n\r\n'
+        fake.queue(":streamGenerateContent", FakeResponse(raw=stream))
+        client = proxy.client()
+        with pytest.raises(json.JSONDecodeError):
+            client.models.generate_content(model="m", contents="clean up")
+        with pytest.raises(errors.UnknownApiResponseError):
+            list(client.models.generate_content_stream(model="m", contents="clean up"))
+        _logs_until(capsys, "proxy.no_answer", times=2)
+
+    assert _observations(db) == []
+    assert db.execute("SELECT count(*) FROM sessions").fetchone() == (0,)
+
+
+def test_two_conversations_in_one_project_session_each_keep_their_calls(
+    proxy: Proxy, db: psycopg.Connection[Any]
+) -> None:
+    """Two agent windows on one project share the proxy's session (no X-Agmem-Session). Both
+    call `read_file` at the same place in their conversation: the second call got the first's
+    id, so it was taken for a retry and dropped, and so was its result."""
+    # The fake upstream answers in order: a's call, b's call, then each one's last answer.
+    proxy.upstream.queue(
+        Scripted(body=_calls_answer({"name": "read_file", "args": {"path": "a.py"}})),
+        Scripted(body=_calls_answer({"name": "read_file", "args": {"path": "b.py"}})),
+        Scripted(body=text_answer("A done")),
+        Scripted(body=text_answer("B done")),
+    )
+    client = proxy.client()
+    # Gemini CLI opens every conversation with the same setup turn (the date, the OS, the
+    # folder's listing) and its reply: the conversations differ from their second user turn.
+    setup = [
+        types.Content(role="user", parts=[types.Part(text="Today's date is Thursday.")]),
+        types.Content(role="model", parts=[types.Part(text="Got it. Thanks for the context!")]),
+    ]
+    histories = {
+        name: [*setup, types.Content(role="user", parts=[types.Part(text=f"task {name}")])]
+        for name in ("a", "b")
+    }
+    for history in histories.values():
+        history.append(
+            client.models.generate_content(model="m", contents=history).candidates[0].content
+        )
+    for name, history in histories.items():
+        result = types.FunctionResponse(name="read_file", response={"output": f"content of {name}"})
+        history.append(types.Content(role="user", parts=[types.Part(function_response=result)]))
+        client.models.generate_content(model="m", contents=history)
+
+    rows = _settled(db, 2, "captured")
+    assert sorted((r[2]["path"], r[3]["output"]) for r in rows) == [
+        ("a.py", "content of a"),
+        ("b.py", "content of b"),
+    ]
+    assert len({r[0] for r in rows}) == 1  # one session, as before

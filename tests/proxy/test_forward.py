@@ -19,7 +19,7 @@ from google.genai import errors, types
 from app.main import create_app
 from app.proxy.forward import make_http_client, upstream_ssl_context
 from tests.conftest import make_settings
-from tests.fakes.gemini import text_answer
+from tests.fakes.gemini import FakeResponse, fake_gemini, text_answer
 from tests.proxy.conftest import CALLER_KEY, Proxy, ProxyFactory
 from tests.proxy.upstream import Scripted, sse_bytes
 
@@ -188,6 +188,37 @@ def test_dead_upstream_is_502_in_the_error_shape_without_the_key(
         assert raised.value.code == 502
     captured = capsys.readouterr()
     assert "secret" not in captured.out + captured.err
+
+
+def test_an_upstream_that_does_not_answer_in_time_is_a_504_that_says_so(
+    start_proxy: ProxyFactory,
+) -> None:
+    with (
+        fake_gemini() as fake,
+        start_proxy(upstream_url=fake.url, proxy_upstream_timeout_seconds=0.3) as proxy,
+    ):
+        late = FakeResponse(body=text_answer("too late"), delay_s=1.0)
+        fake.queue(":generateContent", late)
+        fake.queue(":streamGenerateContent", late)
+        client = proxy.client()
+        with pytest.raises(errors.ServerError) as whole:
+            client.models.generate_content(model="m", contents="hi")
+        with pytest.raises(errors.ServerError) as streamed:
+            list(client.models.generate_content_stream(model="m", contents="hi"))
+        # A connection the upstream drops is still "could not be reached".
+        fake.queue(":generateContent", FakeResponse(drop=True))
+        with pytest.raises(errors.ServerError) as dropped:
+            client.models.generate_content(model="m", contents="hi")
+
+    for raised in (whole, streamed):
+        assert raised.value.code == 504
+        assert raised.value.details == {
+            "error": "UpstreamTimeout",
+            "detail": "the Gemini upstream 127.0.0.1 did not answer within 0.3 s "
+            "(AGMEM_PROXY_UPSTREAM_TIMEOUT_SECONDS)",
+        }
+    assert dropped.value.code == 502
+    assert "could not be reached (RemoteProtocolError" in dropped.value.details["detail"]
 
 
 def test_invalid_json_is_forwarded_for_upstream_to_judge(proxy: Proxy) -> None:

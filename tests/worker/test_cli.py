@@ -187,3 +187,32 @@ def test_status_says_how_observations_were_compressed_and_what_gemini_spent(
         "gemini     gemini-2.5-flash at http://gateway:8080: 1,234 of 2,000,000 tokens "
         "today in 7 calls\n"
     ) in online.stdout
+
+
+def test_status_names_the_last_error_that_sent_rows_to_the_fallback(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    # A wrong key: `extractive 2 (2 after Gemini failed)` said that Gemini failed, not why.
+    make_session(db)
+    for n, (error, at) in enumerate(
+        [
+            ("gemini 503: busy", "2026-11-25 09:00+00"),
+            ("gemini 400: API key not valid.\n(extractive fallback ...)", "2026-11-25 10:30+00"),
+        ]
+    ):
+        make_observation(db, f"o{n}", status="compressed")
+        db.execute(
+            "UPDATE observations SET generated_by = 'extractive', tokens_saved = 5, "
+            "last_error = %s, compressed_at = %s WHERE id = %s",
+            (error, at, f"o{n}"),
+        )
+
+    result = CliRunner().invoke(
+        cli, ["status"], env={"DATABASE_URL": database_url, "AGMEM_LOG_LEVEL": "error"}
+    )
+
+    assert result.exit_code == 0, result.output
+    assert (
+        "compressed extractive 2 (2 after Gemini failed)\n"
+        "           last failure 2026-11-25 10:30 UTC: gemini 400: API key not valid.\n"
+    ) in result.stdout

@@ -181,3 +181,35 @@ def test_serve_runs_a_worker_in_process(
             assert time.monotonic() < deadline
             time.sleep(0.05)
         assert test_client.get("/health").json()["worker"]["compressed"] == 1
+
+
+def test_a_result_that_comes_after_the_summary_is_summarised_again(
+    client: TestClient, db: psycopg.Connection[Any], database_url: str
+) -> None:
+    """An interceptor ends its session as the task ends, and the last command's result may come
+    after the worker summarised it (it wakes on the end's NOTIFY: 71 ms, docs/worker.md). That
+    result, often the one that says how the task ended, was never in the session's summary."""
+    session = {"projectPath": "/home/dev/shop", "id": "late-1", "userPrompt": "ship v2"}
+    assert client.post("/api/session/start", json=session).status_code == 201
+    for call_id, command, output in (
+        ("c1", "npm test", "Tests: 42 passed"),
+        ("c2", "make deploy", "deployed v2 to prod-eu-1"),
+    ):
+        call = {"sessionId": "late-1", "id": call_id, "functionName": "run_shell_command"}
+        assert client.post("/api/observe", json={**call, "functionArgs": {"command": command}})
+        if call_id == "c2":
+            assert client.post("/api/session/end", json={"sessionId": "late-1"}).status_code == 202
+            drain(make_settings(), database_url)
+            first = row(db, "SELECT status, summary FROM sessions WHERE id = 'late-1'")
+        result = {"sessionId": "late-1", "observationId": call_id, "result": output}
+        reply = client.post(
+            "/api/observe/result", json={**result, "functionName": "run_shell_command"}
+        )
+        assert reply.status_code == 200
+    drain(make_settings(), database_url)
+
+    assert first["status"] == "summarized"
+    assert "prod-eu-1" not in first["summary"]
+    again = row(db, "SELECT status, summary FROM sessions WHERE id = 'late-1'")
+    assert again["status"] == "summarized"
+    assert "deployed v2 to prod-eu-1" in again["summary"]
