@@ -26,7 +26,7 @@ from app.llm.fallback import (
     summarize_extractive,
 )
 from app.llm.generation import GeminiCallFailed
-from app.llm.ratelimit import DailyBudget, GeminiGate, record_usage
+from app.llm.ratelimit import DailyBudget, GatePaused, GeminiGate, record_usage
 from app.llm.summarize import session_text, summarize_with_gemini
 from app.privacy import cap_text, sanitize_text
 from app.sync.embed import BatchEmbedder
@@ -131,17 +131,21 @@ async def call_gemini(
     While a 429's pause runs longer than `PAUSE_WAIT_LIMIT_S`, the row is given back, due when
     the pause ends, with its attempt uncounted: waiting in the gate held the claim and the lane,
     and a quota's hour-long Retry-After stopped every lane, work that needs no Gemini included."""
-    paused = ctx.gate.paused_for()
-    if paused > PAUSE_WAIT_LIMIT_S:
+    try:
+        async with ctx.gate.slot(wait_limit=PAUSE_WAIT_LIMIT_S):
+            answer = await call()
+    except GatePaused as paused:
         async with transaction(ctx.sessionmaker) as session:
             await results.release_claim(
-                session, table=queue.table, row_id=row_id, worker=ctx.worker_id, delay=paused
+                session,
+                table=queue.table,
+                row_id=row_id,
+                worker=ctx.worker_id,
+                delay=paused.seconds,
             )
-        log.info("worker.postponed", table=queue.table, id=str(row_id), seconds=round(paused, 2))
+        seconds = round(paused.seconds, 2)
+        log.info("worker.postponed", table=queue.table, id=str(row_id), seconds=seconds)
         return AttemptFailed("postponed")
-    try:
-        async with ctx.gate.slot():
-            answer = await call()
     except GeminiCallFailed as error:
         ctx.gate.record_failure(str(error))
         if error.retry_after is not None:
