@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
 from app.db.engine import transaction
-from app.index.embedding import embed_pending_chunks, ensure_model_index
+from app.index.embedding import embed_pending_chunks, ensure_model_index, model_index_known
 from app.llm.compress import Compressed, compress_with_gemini, compressed_locally, observation_text
 from app.llm.embeddings import Embedder, get_embedder
 from app.llm.fallback import (
@@ -385,8 +385,9 @@ async def embed_batch(ctx: JobContext, *, limit: int = 256) -> int:
     # The model's HNSW index, in its own transaction: made inside each lane's embedding one, it
     # held the table's ShareLock there, and two lanes' UPDATEs of their rows then waited for each
     # other (DeadlockDetected at a worker's first embedding, 2 of 3 bench.worker runs).
-    async with ctx.index_lock, transaction(ctx.sessionmaker) as session:
-        await ensure_model_index(await session.connection(), ctx.embedder)
+    if not model_index_known(ctx.embedder):  # a connection and a transaction only the first time
+        async with ctx.index_lock, transaction(ctx.sessionmaker) as session:
+            await ensure_model_index(await session.connection(), ctx.embedder)
     async with transaction(ctx.sessionmaker) as session:
         stats = await embed_pending_chunks(
             session,
