@@ -12,6 +12,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -189,9 +190,18 @@ def _use_shell_safe_socket_dirs() -> None:
 
 # After `pg_ctl -w start` returned, pgserver waits for postmaster.pid to show a ready server, with
 # no bound: a postmaster that died in between (killed again, out of memory) kept that wait, and
-# pgserver's inter-process lock with it, going for good. pg_ctl itself gives up after 10 s.
+# pgserver's inter-process lock with it, going for good. pg_ctl itself gives up after 10 s. The
+# time runs from the start's first look at postmaster.pid, made under that lock: the lock is one
+# file for every data folder, and a start that queued for it had not begun to wait.
 READY_WAIT_SECONDS = 30.0
-_READY_BY: ContextVar[float | None] = ContextVar("agmem_embedded_ready_by", default=None)
+
+
+@dataclass(slots=True)
+class _ReadyWait:
+    ready_by: float | None = None  # set at the first look
+
+
+_READY_WAIT: ContextVar[_ReadyWait | None] = ContextVar("agmem_embedded_ready_wait", default=None)
 
 
 def _bound_the_ready_wait() -> None:
@@ -207,9 +217,14 @@ def _bound_the_ready_wait() -> None:
 
         @classmethod
         def read_from_pgdata(cls, pgdata: Path) -> Any:
-            ready_by = _READY_BY.get()
-            if ready_by is not None and time.monotonic() > ready_by:
-                raise RuntimeError(f"the server did not become ready in {READY_WAIT_SECONDS:g} s")
+            wait = _READY_WAIT.get()
+            if wait is not None:
+                if wait.ready_by is None:
+                    wait.ready_by = time.monotonic() + READY_WAIT_SECONDS
+                elif time.monotonic() > wait.ready_by:
+                    raise RuntimeError(
+                        f"the server did not become ready in {READY_WAIT_SECONDS:g} s"
+                    )
             return super().read_from_pgdata(pgdata)
 
     module.PostmasterInfo = BoundedPostmasterInfo
@@ -249,12 +264,12 @@ def start_embedded_postgres(pgdata: Path, *, cleanup_mode: str | None = "stop") 
         # start() registers its exit cleanup each time: once is enough (a long outage's restart
         # attempts queued one each).
         atexit.unregister(server._cleanup)
-        ready_by = _READY_BY.set(time.monotonic() + READY_WAIT_SECONDS)
+        wait = _READY_WAIT.set(_ReadyWait())
         try:
             with server_environment():  # applies only when this process starts the server
                 server.start()
         finally:
-            _READY_BY.reset(ready_by)
+            _READY_WAIT.reset(wait)
     except Exception as error:  # the library raises bare RuntimeError/CalledProcessError
         raise EmbeddedDatabaseError(
             f"could not start the embedded PostgreSQL in {pgdata}: {error}"

@@ -94,7 +94,9 @@ class EmbeddedSupervisor:
         while not stop.is_set():
             pid = running_postmaster(self.pgdata)
             if pid is not None:
-                if self.down_since is not None or pid != self.pid:
+                if self.down_since is None and self.pid is None:
+                    self.pid = pid  # the first look found postmaster.pid being written
+                elif self.down_since is not None or pid != self.pid:
                     # Another `agmem` process on this home started it first (a CLI command,
                     # the worker): our connections died all the same.
                     await self._back(pid, restarted_by="another process")

@@ -138,11 +138,16 @@ _RECORD_FAILURE = text(
 _known_indexes: set[str] = set()
 
 
+def model_index_known(embedder: Embedder) -> bool:
+    """Whether this process has made sure of the model's HNSW index already."""
+    return embedder.identity in _known_indexes
+
+
 async def ensure_model_index(
     connection: AsyncConnection | psycopg.AsyncConnection[Any], embedder: Embedder
 ) -> None:
     """Create the model's partial HNSW index the first time this process uses the model."""
-    if embedder.identity in _known_indexes:
+    if model_index_known(embedder):
         return
     await ensure_hnsw_index_async(connection, model=embedder.identity, dims=embedder.dims)
     _known_indexes.add(embedder.identity)

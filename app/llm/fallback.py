@@ -342,15 +342,23 @@ def mentions(entities: Mapping[str, Sequence[str]], text: str, root: str | None)
             value = _relative(value, root)
             if (
                 value
-                and value not in text
-                and not any(value in f for f in found)
+                and not _names(text, value)
+                and not any(_names(f, value) for f in found)
                 and len(value) <= MAX_MENTION_CHARS
                 and not value.startswith("/")
                 and "//" not in value
             ):
                 # `cli.py` is named by `src/discordbot/cli.py`, whichever comes first.
-                found = [f for f in found if f not in value] + [value]
+                found = [f for f in found if not _names(value, f)] + [value]
     return found[:MAX_MENTIONS]
+
+
+def _names(text: str, name: str) -> bool:
+    """Whether `text` holds `name` whole: `src/cli.py` names `cli.py`, `test_utils.py` does not
+    name `utils.py` nor `data.py` name `a.py`, which are other files."""
+    if name not in text:  # the common case, without a pattern
+        return False
+    return re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w-])", text) is not None
 
 
 def compress_extractive(

@@ -20,6 +20,14 @@ from app.config import Settings
 log = structlog.get_logger(__name__)
 
 
+class GatePaused(Exception):
+    """A 429's pause runs longer than the caller will wait for a slot."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"Gemini paused for {seconds:.0f} s")
+        self.seconds = seconds
+
+
 class GeminiGate:
     """Admits Gemini calls: at most `max_concurrent` at once, spaced to `requests_per_minute`,
     none while a 429's Retry-After runs, and none while the breaker is open."""
@@ -51,20 +59,20 @@ class GeminiGate:
         return self._clock() < self._open_until
 
     @asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
-        """Hold one call slot: wait for concurrency, the request spacing and any 429 pause."""
+    async def slot(self, *, wait_limit: float | None = None) -> AsyncIterator[None]:
+        """Hold one call slot: wait for concurrency, the request spacing and any 429 pause;
+        `GatePaused` instead of a pause longer than `wait_limit` seconds. The pause is read once
+        the slot is free: a call queued for it when the call ahead got its 429 must see that."""
         async with self._semaphore:
             async with self._lock:
                 now = self._clock()
+                if wait_limit is not None and self._paused_until - now > wait_limit:
+                    raise GatePaused(self._paused_until - now)
                 start = max(now, self._next_slot, self._paused_until)
                 self._next_slot = start + self._spacing
             if start > now:
                 await asyncio.sleep(start - now)
             yield
-
-    def paused_for(self) -> float:
-        """Seconds left of the current 429 pause (0 when calls are admitted)."""
-        return max(0.0, self._paused_until - self._clock())
 
     def pause(self, seconds: float) -> None:
         """Stop admitting calls for `seconds` (the server's Retry-After)."""

@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
 from app.db.engine import transaction
-from app.index.embedding import embed_pending_chunks, ensure_model_index
+from app.index.embedding import embed_pending_chunks, ensure_model_index, model_index_known
 from app.llm.compress import Compressed, compress_with_gemini, compressed_locally, observation_text
 from app.llm.embeddings import Embedder, get_embedder
 from app.llm.fallback import (
@@ -26,7 +26,7 @@ from app.llm.fallback import (
     summarize_extractive,
 )
 from app.llm.generation import GeminiCallFailed
-from app.llm.ratelimit import DailyBudget, GeminiGate, record_usage
+from app.llm.ratelimit import DailyBudget, GatePaused, GeminiGate, record_usage
 from app.llm.summarize import session_text, summarize_with_gemini
 from app.privacy import cap_text, sanitize_text
 from app.sync.embed import BatchEmbedder
@@ -131,17 +131,21 @@ async def call_gemini(
     While a 429's pause runs longer than `PAUSE_WAIT_LIMIT_S`, the row is given back, due when
     the pause ends, with its attempt uncounted: waiting in the gate held the claim and the lane,
     and a quota's hour-long Retry-After stopped every lane, work that needs no Gemini included."""
-    paused = ctx.gate.paused_for()
-    if paused > PAUSE_WAIT_LIMIT_S:
+    try:
+        async with ctx.gate.slot(wait_limit=PAUSE_WAIT_LIMIT_S):
+            answer = await call()
+    except GatePaused as paused:
         async with transaction(ctx.sessionmaker) as session:
             await results.release_claim(
-                session, table=queue.table, row_id=row_id, worker=ctx.worker_id, delay=paused
+                session,
+                table=queue.table,
+                row_id=row_id,
+                worker=ctx.worker_id,
+                delay=paused.seconds,
             )
-        log.info("worker.postponed", table=queue.table, id=str(row_id), seconds=round(paused, 2))
+        seconds = round(paused.seconds, 2)
+        log.info("worker.postponed", table=queue.table, id=str(row_id), seconds=seconds)
         return AttemptFailed("postponed")
-    try:
-        async with ctx.gate.slot():
-            answer = await call()
     except GeminiCallFailed as error:
         ctx.gate.record_failure(str(error))
         if error.retry_after is not None:
@@ -381,8 +385,9 @@ async def embed_batch(ctx: JobContext, *, limit: int = 256) -> int:
     # The model's HNSW index, in its own transaction: made inside each lane's embedding one, it
     # held the table's ShareLock there, and two lanes' UPDATEs of their rows then waited for each
     # other (DeadlockDetected at a worker's first embedding, 2 of 3 bench.worker runs).
-    async with ctx.index_lock, transaction(ctx.sessionmaker) as session:
-        await ensure_model_index(await session.connection(), ctx.embedder)
+    if not model_index_known(ctx.embedder):  # a connection and a transaction only the first time
+        async with ctx.index_lock, transaction(ctx.sessionmaker) as session:
+            await ensure_model_index(await session.connection(), ctx.embedder)
     async with transaction(ctx.sessionmaker) as session:
         stats = await embed_pending_chunks(
             session,

@@ -17,7 +17,9 @@ from app.llm.fallback import ObservationDigest, target_files
 # An observation compressed after its session was summarised (a result that came after the end:
 # an interceptor ends its session as the task ends, and the last command's result may come after
 # the worker's summary) puts the session back to `ending`, so that its summary is written again
-# with it; in the same statement, not a second round trip per observation.
+# with it; in the same statement, not a second round trip per observation. A session claimed for
+# its summary (a call still waiting for its result does not hold the claim back) loses that
+# claim: the summary in flight misses the observation, and its finish is then refused.
 _FINISH_OBSERVATION = text(
     "WITH done AS (UPDATE observations SET status = 'compressed', compressed_data = :text, "
     "generated_by = :generated_by, original_tokens = :original, compressed_tokens = :compressed, "
@@ -27,7 +29,8 @@ _FINISH_OBSERVATION = text(
     "RETURNING session_id, project_path, created_at), "
     "again AS (UPDATE sessions AS s SET status = 'ending', attempts = 0, next_attempt_at = NULL, "
     "locked_until = NULL, locked_by = NULL FROM done "
-    "WHERE s.id = done.session_id AND s.status = 'summarized') "
+    "WHERE s.id = done.session_id "
+    "AND (s.status = 'summarized' OR (s.status = 'ending' AND s.locked_by IS NOT NULL))) "
     "SELECT session_id, project_path, created_at FROM done"
 )
 

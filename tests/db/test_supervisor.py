@@ -7,6 +7,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from app.db.embedded import alive, forget_dead_postmaster
 from app.db.supervisor import (
     MAX_RETRY_SECONDS,
@@ -253,3 +255,32 @@ def test_a_server_down_for_hours_is_still_retried_every_thirty_seconds(tmp_path:
 
     assert slept == [MAX_RETRY_SECONDS] * 3
     assert server.calls == 4
+
+
+def test_a_postmaster_first_seen_after_an_unreadable_pid_file_is_adopted_not_restarted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The supervisor's first look can find postmaster.pid being written (None); its next look
+    # then saw a pid "changed" from None, and replaced the pools of a server that never went
+    # down (the capture pool opened a second set of backends beside the lanes' live ones).
+    looks = iter([None, os.getpid(), os.getpid(), os.getpid()])
+    monkeypatch.setattr("app.db.supervisor.running_postmaster", lambda _pgdata: next(looks))
+    server = FakeServer(tmp_path, failures=0)
+    stop = asyncio.Event()
+    events: list[str] = []
+    checks = 0
+
+    async def after_restart() -> None:
+        events.append("after_restart")
+
+    async def count_checks(_stop: asyncio.Event, _seconds: float) -> None:
+        nonlocal checks
+        checks += 1
+        if checks == 3:
+            stop.set()
+
+    supervisor = EmbeddedSupervisor(
+        tmp_path, URL, after_restart, start=server.start, sleep=count_checks
+    )
+    asyncio.run(supervisor.run(stop))
+    assert (server.calls, events, supervisor.pid) == (0, [], os.getpid())

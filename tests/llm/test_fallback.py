@@ -430,6 +430,20 @@ def test_mentions_leave_out_a_name_inside_another_in_either_order() -> None:
     assert text.splitlines()[1] == "Mentions: KeyError, src/pkg/app.py, x/db.py"
 
 
+def test_mentions_keep_a_file_whose_name_ends_another_files_name() -> None:
+    entities = {"files": ["test_utils.py", "utils.py", "data.py", "a.py", "src/a.py"]}
+
+    text = compress_extractive(
+        function_name="Bash",
+        observation_type="code_execution",
+        args={"command": "pytest test_utils.py"},
+        result="done",
+        entities=entities,
+    )
+
+    assert text.splitlines()[1] == "Mentions: utils.py, data.py, src/a.py"
+
+
 def test_long_error_line_keeps_its_first_sentence_a_short_one_its_hint() -> None:
     advice = (
         "Run `npm install` in the folder that holds package.json, then try the build again. " * 2

@@ -196,7 +196,8 @@ def test_a_result_that_comes_after_the_summary_is_summarised_again(
         ("c2", "make deploy", "deployed v2 to prod-eu-1"),
     ):
         call = {"sessionId": "late-1", "id": call_id, "functionName": "run_shell_command"}
-        assert client.post("/api/observe", json={**call, "functionArgs": {"command": command}})
+        reply = client.post("/api/observe", json={**call, "functionArgs": {"command": command}})
+        assert reply.status_code == 201
         if call_id == "c2":
             assert client.post("/api/session/end", json={"sessionId": "late-1"}).status_code == 202
             drain(make_settings(), database_url)
@@ -213,3 +214,32 @@ def test_a_result_that_comes_after_the_summary_is_summarised_again(
     again = row(db, "SELECT status, summary FROM sessions WHERE id = 'late-1'")
     assert again["status"] == "summarized"
     assert "deployed v2 to prod-eu-1" in again["summary"]
+
+
+def test_a_result_compressed_while_its_session_is_being_summarised_is_summarised_again(
+    client: TestClient, db: psycopg.Connection[Any], database_url: str
+) -> None:
+    """A session is claimed while its last call still waits for its result (only `captured`
+    observations hold a summary back); the result comes and is compressed by another lane during
+    the Gemini call (1-30 s). The summary being written then misses it, and the session was
+    `ending`, not `summarized`, so nothing put it back: the claim in flight must be dropped."""
+    session = {"projectPath": "/home/dev/shop", "id": "late-2", "userPrompt": "ship v3"}
+    assert client.post("/api/session/start", json=session).status_code == 201
+    call = {"sessionId": "late-2", "id": "c1", "functionName": "run_shell_command"}
+    reply = client.post("/api/observe", json={**call, "functionArgs": {"command": "make deploy"}})
+    assert reply.status_code == 201
+    assert client.post("/api/session/end", json={"sessionId": "late-2"}).status_code == 202
+    # A lane's claim of the session, its summary call still in flight.
+    db.execute(
+        "UPDATE sessions SET locked_by = 'lane-in-flight', attempts = attempts + 1, "
+        "locked_until = now() + interval '10 minutes' WHERE id = 'late-2'"
+    )
+    result = {"sessionId": "late-2", "observationId": "c1", "result": "deployed v3 to prod-eu-2"}
+    reply = client.post("/api/observe/result", json={**result, "functionName": "run_shell_command"})
+    assert reply.status_code == 200
+    drain(make_settings(), database_url)
+
+    again = row(db, "SELECT status, summary, locked_by FROM sessions WHERE id = 'late-2'")
+    assert again["status"] == "summarized"
+    assert "deployed v3 to prod-eu-2" in again["summary"]
+    assert again["locked_by"] is None  # the lane in flight finishes on `locked_by`: refused
