@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import psycopg
 from numpy.typing import NDArray
+from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
@@ -176,6 +177,10 @@ async def embed_pending_chunks(
     await ensure_model_index(await session.connection(), embedder)
     try:
         vectors, stats = await arrays_for(session, embedder, {r.hash: r.content for r in rows})
+    except (psycopg.Error, sa_exc.DBAPIError):
+        # The database's, not the provider's: the transaction is aborted (recording it here
+        # failed in turn, hiding it), and the rows are not at fault. The caller sees it as is.
+        raise
     except Exception as error:  # any provider failure: network, quota, malformed answer
         message = f"{type(error).__name__}: {error}"[:1000]
         await session.execute(_RECORD_FAILURE, {"ids": [r.id for r in rows], "error": message})

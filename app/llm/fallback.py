@@ -595,9 +595,9 @@ def summarize_extractive(
     counts = Counter(o.observation_type for o in observations)
     kinds = ", ".join(_count(t, n) for t, n in sorted(counts.items()))
     goal = f' on "{_short(user_prompt)}"' if user_prompt and user_prompt.strip() else ""
+    made = f"{total or 'no'} tool call{'' if total == 1 else 's'}"
     sentences = [
-        f"This session in {project_path}{goal} made {total} tool call"
-        f"{'' if total == 1 else 's'}{f' ({kinds})' if kinds else ''}."
+        f"This session in {project_path}{goal} made {made}{f' ({kinds})' if kinds else ''}."
     ]
     files: list[str] = []
     for o in observations:

@@ -21,11 +21,21 @@ class GeminiCallFailed(Exception):
     """A Gemini call failed; `retry_after` is the delay the server asked for, in seconds."""
 
     def __init__(
-        self, message: str, *, status: int | None = None, retry_after: float | None = None
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+        final: bool = False,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.retry_after = retry_after
+        self.final = final  # the same call would fail again (blocked content): no retry
+
+
+# Finish reasons of an answer Gemini withheld for its content: the same text is withheld again.
+_BLOCKED_FINISH = frozenset({"SAFETY", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +80,13 @@ async def generate_text(
         raise GeminiCallFailed(f"gemini call failed: {name}: {error}") from error
     text = _text_of(answer)
     if not text:
+        feedback = answer.prompt_feedback
+        if feedback is not None and feedback.block_reason:
+            blocked = str(feedback.block_reason.value)
+            raise GeminiCallFailed(f"gemini blocked the prompt ({blocked})", final=True)
         reason = _finish_reason(answer)
+        if reason in _BLOCKED_FINISH:
+            raise GeminiCallFailed(f"gemini blocked the answer ({reason})", final=True)
         raise GeminiCallFailed(f"gemini answered without text (finish reason {reason})")
     usage = answer.usage_metadata
     return Generation(

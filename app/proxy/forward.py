@@ -36,9 +36,10 @@ _HOP_BY_HOP = frozenset(
         "content-length",
     }
 )
-# httpx negotiates and decodes compression itself, so the relayed bytes are always plain.
+# httpx negotiates and decodes compression itself, so the relayed bytes are always plain. Our
+# server sets `Date` and `Server` for its own hop: relayed too, an answer carried two of each.
 _REQUEST_DROP = _HOP_BY_HOP | {"accept-encoding"}
-_RESPONSE_DROP = _HOP_BY_HOP | {"content-encoding"}
+_RESPONSE_DROP = _HOP_BY_HOP | {"content-encoding", "date", "server"}
 OUR_HEADER_PREFIX = "x-agmem-"
 
 _KEY_IN_TEXT = re.compile(r"(key=)[^&\s'\"]+", re.IGNORECASE)

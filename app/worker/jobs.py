@@ -147,10 +147,11 @@ async def call_gemini(
         log.info("worker.postponed", table=queue.table, id=str(row_id), seconds=seconds)
         return AttemptFailed("postponed")
     except GeminiCallFailed as error:
-        ctx.gate.record_failure(str(error))
+        if not error.final:  # a blocked text says nothing about Gemini's health
+            ctx.gate.record_failure(str(error))
         if error.retry_after is not None:
             ctx.gate.pause(error.retry_after)
-        if attempts >= ctx.settings.worker_max_attempts:
+        if error.final or attempts >= ctx.settings.worker_max_attempts:
             log.warning(
                 "worker.gemini_gave_up",
                 table=queue.table,
@@ -159,7 +160,8 @@ async def call_gemini(
                 error=str(error),
                 using="extractive fallback",
             )
-            return GeminiGaveUp(f"{error} (extractive fallback after {attempts} attempts)")
+            why = ": a retry would be blocked too" if error.final else f" after {attempts} attempts"
+            return GeminiGaveUp(f"{error} (extractive fallback{why})")
         status = await fail_attempt(
             ctx,
             queue,

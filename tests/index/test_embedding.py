@@ -8,8 +8,10 @@ from typing import Any
 
 import numpy as np
 import psycopg
+import pytest
 from numpy.typing import NDArray
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 
 from app.db.engine import make_async_engine, make_sessionmaker
 from app.db.vector_index import hnsw_index_name
@@ -88,6 +90,26 @@ def test_provider_failure_counts_an_attempt_and_keeps_rows(
     assert "provider down" in stats.error
     row = db.execute("SELECT embedding IS NULL, embed_attempts, embed_error FROM memory_chunks")
     assert row.fetchone() == (True, 1, "RuntimeError: provider down")
+
+
+def test_a_database_error_while_embedding_is_raised_as_itself_and_charges_no_attempt(
+    database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    # The provider's failures are recorded on the rows; a database error (a deadlock, a refused
+    # write to the cache) aborted the transaction first, so recording it failed in turn and the
+    # log showed InFailedSqlTransaction instead of the real error.
+    db.execute(
+        "ALTER TABLE memory_embedding_cache ADD CONSTRAINT refuse_all CHECK (false) NOT VALID"
+    )
+    try:
+        with pytest.raises((psycopg.Error, DBAPIError)) as raised:
+            run(database_url, CountingEmbedder(), {"00000000-0000-0000-0000-000000000004": ["x"]})
+    finally:
+        db.execute("ALTER TABLE memory_embedding_cache DROP CONSTRAINT refuse_all")
+
+    assert isinstance(getattr(raised.value, "orig", raised.value), psycopg.errors.CheckViolation)
+    row = db.execute("SELECT embedding IS NULL, embed_attempts FROM memory_chunks")
+    assert row.fetchone() == (True, 0)
 
 
 def test_vector_literal_is_pgvector_text_with_seven_significant_digits() -> None:

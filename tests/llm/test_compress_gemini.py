@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 import psycopg
+import pytest
 from fastapi.testclient import TestClient
 
 from app.llm.compress import COMPRESSION_INSTRUCTIONS, observation_text
@@ -235,6 +236,33 @@ def test_malformed_answers_are_failed_attempts(
     assert first_error.startswith("gemini call failed")
     assert "without text" in second_error
     assert row(db, "SELECT attempts FROM observations")["attempts"] == 3
+
+
+@pytest.mark.parametrize(
+    "blocked",
+    [
+        {"promptFeedback": {"blockReason": "SAFETY"}},
+        {"candidates": [{"finishReason": "PROHIBITED_CONTENT", "content": {"parts": []}}]},
+    ],
+    ids=["prompt blocked", "answer blocked"],
+)
+def test_a_blocked_call_goes_to_the_fallback_at_once_not_after_every_attempt(
+    db: psycopg.Connection[Any], database_url: str, blocked: dict[str, Any]
+) -> None:
+    # The same text is blocked on every try: five attempts over minutes of back-off bought
+    # nothing but a late memory and four wasted calls.
+    make_session(db)
+    make_observation(db, "o1", args={"path": "src/keep.ts"})
+    with fake_gemini() as fake:
+        fake.on(":generateContent", lambda _r: FakeResponse(body=blocked))
+        drain(gemini_settings(fake.url), database_url)
+        calls = len(fake.calls(":generateContent"))
+
+    stored = row(db, "SELECT * FROM observations WHERE id = 'o1'")
+    assert calls == 1
+    assert (stored["status"], stored["generated_by"]) == ("compressed", "extractive")
+    assert "src/keep.ts" in stored["compressed_data"]
+    assert "blocked" in stored["last_error"]
 
 
 def test_gemini_failing_every_attempt_leaves_the_extractive_text_and_its_error(

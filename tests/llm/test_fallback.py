@@ -544,3 +544,11 @@ def test_a_read_cut_by_capture_is_not_counted_as_the_whole_file() -> None:
     # Its head's 1,809 whole lines and a partial one, and its tail's 905.
     # The span says the cut, so its marker is no outline (the file has no wordier line).
     assert text.splitlines()[-1] == "Result: 2715 lines shown of 1,048,572 chars"
+
+
+def test_a_session_without_tool_calls_says_so_in_words() -> None:
+    summary = summarize_extractive(
+        project_path="/p", user_prompt="explain the repo", observations=[]
+    )
+
+    assert summary == 'This session in /p on "explain the repo" made no tool calls.'

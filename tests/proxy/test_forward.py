@@ -69,6 +69,22 @@ def test_raw_bytes_query_key_and_v1beta_pass_through(proxy: Proxy) -> None:
     assert json.dumps(seen.body, separators=(",", ":")).encode() == sent
 
 
+def test_the_answer_carries_one_date_and_one_server_header_ours(proxy: Proxy) -> None:
+    # The upstream's were relayed beside the ones our server sets for its own hop: two of each.
+    proxy.upstream.queue(Scripted(body=text_answer("hi")))
+
+    reply = httpx.post(
+        f"{proxy.url}/v1beta/models/gemini-2.5-flash:generateContent",
+        json={"contents": [{"parts": [{"text": "hi"}]}]},
+        headers={"X-Agmem-Inject": "off", "x-goog-api-key": CALLER_KEY},
+    )
+
+    assert reply.status_code == 200
+    assert len(reply.headers.get_list("date")) == 1
+    assert reply.headers.get_list("server") == ["uvicorn"]  # the live test server's, not BaseHTTP's
+    assert reply.headers["x-upstream-marker"] == "fake"  # the upstream's own headers still come
+
+
 def test_stream_is_relayed_chunk_by_chunk_without_buffering(proxy: Proxy) -> None:
     chunks = [text_answer(f"part {n} ") for n in range(3)]
     proxy.upstream.queue(Scripted(chunks=chunks, pause_s=0.6))
