@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from app.llm.fallback import (
     ObservationDigest,
     compress_extractive,
@@ -416,32 +418,37 @@ def test_reply_echoing_an_argument_shows_it_with_the_others_and_keeps_what_else_
     assert more == "set_status busy · deploying v2 · ana\nResult: Queued behind 2 deploys"
 
 
-def test_mentions_leave_out_a_name_inside_another_in_either_order() -> None:
-    entities = {"errors": ["KeyError"], "files": ["app.py", "src/pkg/app.py", "db.py", "x/db.py"]}
-
+@pytest.mark.parametrize(
+    ("command", "entities", "mentions"),
+    [
+        # A name inside another is left out, in either order...
+        (
+            "make check",
+            {"errors": ["KeyError"], "files": ["app.py", "src/pkg/app.py", "db.py", "x/db.py"]},
+            "Mentions: KeyError, src/pkg/app.py, x/db.py",
+        ),
+        # ...at a path boundary only: `utils.py` and `a.py` are other files than `test_utils.py`
+        # and `data.py` (and the command names `test_utils.py`, not `utils.py`).
+        (
+            "pytest test_utils.py",
+            {"files": ["test_utils.py", "utils.py", "data.py", "a.py", "src/a.py"]},
+            "Mentions: utils.py, data.py, src/a.py",
+        ),
+    ],
+    ids=["inside another", "path boundary"],
+)
+def test_mentions_leave_out_a_name_another_holds_whole(
+    command: str, entities: dict[str, list[str]], mentions: str
+) -> None:
     text = compress_extractive(
         function_name="Bash",
         observation_type="code_execution",
-        args={"command": "make check"},
+        args={"command": command},
         result="done",
         entities=entities,
     )
 
-    assert text.splitlines()[1] == "Mentions: KeyError, src/pkg/app.py, x/db.py"
-
-
-def test_mentions_keep_a_file_whose_name_ends_another_files_name() -> None:
-    entities = {"files": ["test_utils.py", "utils.py", "data.py", "a.py", "src/a.py"]}
-
-    text = compress_extractive(
-        function_name="Bash",
-        observation_type="code_execution",
-        args={"command": "pytest test_utils.py"},
-        result="done",
-        entities=entities,
-    )
-
-    assert text.splitlines()[1] == "Mentions: utils.py, data.py, src/a.py"
+    assert text.splitlines()[1] == mentions
 
 
 def test_long_error_line_keeps_its_first_sentence_a_short_one_its_hint() -> None:
