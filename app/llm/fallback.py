@@ -79,9 +79,21 @@ def _short(line: str) -> str:
 
 def _lines(result: Any) -> list[str]:
     lines = [ln for s in strings_in(result) for ln in s.splitlines() if ln.strip()]
-    if not lines and result is not None and not isinstance(result, str):
+    if not lines and result is not None and not isinstance(result, str) and not _blank(result):
+        # Numbers and flags only (`{"stdout": "", "exitCode": 1}`): the structure is the result.
         lines = [json.dumps(result, ensure_ascii=False, sort_keys=True)]
     return lines
+
+
+def _blank(value: Any) -> bool:
+    """Whether a result holds nothing but blank text (Gemini CLI's `{"output": ""}`)."""
+    if isinstance(value, str):
+        return not value.strip()
+    if isinstance(value, dict):
+        return all(_blank(item) for item in value.values())
+    if isinstance(value, list):
+        return all(_blank(item) for item in value)
+    return False
 
 
 def _error_line(line: str) -> str:
@@ -505,7 +517,7 @@ def raw_text(*, function_name: str, args: Any, result: Any) -> str:
         # Gemini's functionResponse.response: `{"output": "…"}`, shown as `output: …`.
         ((key, value),) = result.items()
         if isinstance(value, str):
-            result = f"{key}: {value}"
+            result = f"{key}: {value}" if value.strip() else ""
     if result == "":
         result = "(empty)"
     lines.append("Result: " + ("none" if result is None else _compact(result)))

@@ -199,6 +199,28 @@ def test_raw_text_keeps_the_whole_call_and_unwraps_a_gemini_output() -> None:
     assert text.splitlines()[2] == "Result: output: " + result["output"]
     empty = raw_text(function_name="Bash", args={}, result="")
     assert empty == "Bash\nResult: (empty)"
+    # Gemini CLI wraps a command's empty output: `{"output": ""}` read as `Result: output: `.
+    wrapped = raw_text(function_name="run_shell_command", args={}, result={"output": ""})
+    assert wrapped == "run_shell_command\nResult: (empty)"
+
+
+@pytest.mark.parametrize(
+    ("result", "shown"),
+    [
+        ({"output": ""}, "Result: (empty)"),  # Gemini CLI's wrapped empty output
+        ({"stdout": " ", "stderr": ""}, "Result: (empty)"),
+        ({"stdout": "", "exitCode": 1}, 'Result: {"exitCode": 1, "stdout": ""}'),  # says more
+    ],
+)
+def test_a_structured_result_holding_only_empty_text_is_empty(result: object, shown: str) -> None:
+    text = compress_extractive(
+        function_name="run_shell_command",
+        observation_type="code_execution",
+        args={"command": "find . -name '*.orig'"},
+        result=result,
+    )
+
+    assert text.splitlines()[-1] == shown
 
 
 def test_real_reply_that_repeats_the_arguments_under_labels_says_each_once() -> None:
