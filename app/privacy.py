@@ -473,10 +473,15 @@ def json_depth(value: Any, *, limit: int = DEFAULT_MAX_DEPTH) -> int:
 # --- cap_text -----------------------------------------------------------------------------------
 
 
+ELISION_START = "…[truncated: "
+# The marker as readers find it in a capped text: group 1 is the original size in characters.
+ELISION_MARKER = re.compile(r"\n…\[truncated: (\d+) chars originally, [^\]\n]*\]…\n")
+
+
 def elision_marker(original_chars: int, kept_head: int, kept_tail: int) -> str:
     omitted = original_chars - kept_head - kept_tail
     return (
-        f"\n…[truncated: {original_chars} chars originally, {omitted} omitted, "
+        f"\n{ELISION_START}{original_chars} chars originally, {omitted} omitted, "
         f"kept first {kept_head} and last {kept_tail}]…\n"
     )
 

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.privacy import ELISION_MARKER, ELISION_START
 from app.tokens import estimate_tokens, truncate_to_tokens
 
 EXTRACTIVE = "extractive"
@@ -152,7 +153,7 @@ def read_outline(result: Any, *, markdown: bool = False, limit: int = 3) -> str 
             stripped.append(line)
             if _OUTLINE.match(line) or (markdown and not fenced and _HEADING.match(line)):
                 headings.append(line)
-    wordy = [ln for ln in stripped if _WORDY.search(ln) and not ln.startswith("…[truncated: ")]
+    wordy = [ln for ln in stripped if _WORDY.search(ln) and not ln.startswith(ELISION_START)]
     outline = headings[:limit] or wordy[:1]
     if len(numbers) >= 2:
         span = f"lines {numbers[0]}-{numbers[-1]}"
@@ -161,16 +162,13 @@ def read_outline(result: Any, *, markdown: bool = False, limit: int = 3) -> str 
     return " | ".join([span, *map(_short, outline)])
 
 
-_CUT_MARKER = re.compile(r"\n…\[truncated: (\d+) chars originally, [^\]\n]*\]…\n")
-
-
 def _line_count(result: Any, lines: list[str]) -> str:
     """`412 lines`, or for a result capture cut to its head and tail (`cap_text`), the lines
     kept and the size of the whole: `2715 lines shown of 1,048,572 chars`. The kept lines were
     counted as the file's, and a 174,762-line log read as `2716 lines`."""
     strings = list(strings_in(result))
-    count = sum(len(_CUT_MARKER.sub("\n", s).splitlines()) for s in strings) or len(lines)
-    cuts = [int(m.group(1)) for s in strings for m in _CUT_MARKER.finditer(s)]
+    count = sum(len(ELISION_MARKER.sub("\n", s).splitlines()) for s in strings) or len(lines)
+    cuts = [int(m.group(1)) for s in strings for m in ELISION_MARKER.finditer(s)]
     if cuts:
         return f"{count} lines shown of {sum(cuts):,} chars"
     return f"{count} line{'' if count == 1 else 's'}"
