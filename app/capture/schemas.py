@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, StringConstraints
 from pydantic.alias_generators import to_camel
 
-from app.api.bodies import StrictBody
+from app.api.bodies import StrictBody, SurrogatesReplaced
 from app.api.times import EpochMs
 
 Id = Annotated[str, StringConstraints(min_length=1, max_length=200)]
@@ -21,7 +21,10 @@ class CaptureModel(BaseModel):
     )
 
 
-class SessionStartIn(CaptureModel):
+# Session start and end are parsed by FastAPI; observe and result by `parse_body`, which replaces
+# lone surrogates itself on the one path a body holding one takes (a check per field there cost
+# ~0.4 µs a request on the hot path).
+class SessionStartIn(SurrogatesReplaced, CaptureModel):
     project_path: ProjectPath
     user_prompt: str | None = None
     id: Id | None = None
@@ -29,7 +32,7 @@ class SessionStartIn(CaptureModel):
     metadata: dict[str, Any] | None = None
 
 
-class SessionEndIn(CaptureModel):
+class SessionEndIn(SurrogatesReplaced, CaptureModel):
     session_id: Id
 
 
