@@ -27,7 +27,8 @@ from psycopg_pool import PoolClosed
 from sqlalchemy import TextClause
 
 from app.capture import pipeline, queries
-from app.db.raw_pool import Conn, RawPool, make_raw_pool, usable
+from app.db.alive import usable
+from app.db.raw_pool import Conn, RawPool, make_raw_pool
 from app.state import AppState
 
 log = structlog.get_logger(__name__)
