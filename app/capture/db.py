@@ -23,6 +23,7 @@ from typing import Any
 import psycopg
 import structlog
 from fastapi import FastAPI, Request
+from psycopg import pq
 from psycopg_pool import PoolClosed
 from sqlalchemy import TextClause
 
@@ -126,10 +127,14 @@ class GroupWriter:
     terminated, Postgres restarts its backends after one crashed, the server restarts). Before
     the first statement of a batch goes down it, the lane reads what arrived while it was idle
     (`usable`, no round trip): a backend that is gone has closed the socket by then, and the
-    writer takes a fresh connection for the queued statements instead of failing them. Once a
-    batch is sent it is never sent again: its transaction may have committed even when no answer
-    came back (a backend killed with SIGKILL loses the answers it had not flushed), so a batch
-    whose connection breaks fails, and its requests get the 503.
+    writer takes a fresh connection for the queued statements instead of failing them. A backend
+    that goes after that check but before the batch's Sync (a send fails, or the same check just
+    before the Sync says so) has committed nothing: Postgres commits a pipeline's implicit
+    transaction at its Sync only, and rolls it back when the backend ends without one. Those
+    statements go back to the head of the queue, for a fresh connection. Once the Sync is
+    handed to libpq the batch is never sent again: its transaction may have committed even when
+    no answer came back (a backend killed with SIGKILL loses the answers it had not flushed), so
+    a batch whose connection breaks then fails, and its requests get the 503.
     """
 
     def __init__(self, pool: RawPool, *, writers: int, max_batch: int) -> None:
@@ -191,7 +196,11 @@ class GroupWriter:
             try:
                 pipeline.send(lane.connection, item[0])
             except psycopg.Error:
-                return  # the connection broke: the writer fails this pipeline, the queue waits
+                # Its backend went since `usable` said yes: before the Sync, so what went down
+                # it cannot commit, and goes down a fresh connection (`_collect`).
+                lane.broken = lane.connection.pgconn.status != pq.ConnStatus.OK
+                self._wake.set()
+                return
             lane.sent.append(self._pending.popleft())
             lane.notify = lane.notify or item[0].notifies
 
@@ -250,8 +259,18 @@ class GroupWriter:
                 self._wake.clear()
                 await self._wake.wait()
                 self._fill(lane)
+            # The lane may have waited for the other's commit since its first statement went:
+            # a backend gone meanwhile is seen now, before the Sync, not after it (a 503).
+            if lane.sent and not lane.broken and not usable(lane.connection):
+                lane.broken = True
         finally:
             self._lanes.remove(lane)
+        if lane.broken and lane.sent:
+            # No Sync went down this connection. Postgres commits a pipeline's implicit
+            # transaction only at its Sync and rolls it back when the backend ends without one,
+            # so none of these statements committed: they go first in the queue, in order.
+            self._pending.extendleft(reversed(lane.sent))
+            lane.sent.clear()
         return not lane.broken
 
     def _ready(self, lane: _Lane) -> bool:
