@@ -62,6 +62,21 @@ def surrogates_replaced(data: Any) -> Any:
     return {name: _strings_replaced(value) for name, value in data.items()}
 
 
+def lone_surrogates_replaced_everywhere(value: Any) -> Any:
+    """A parsed JSON value with every lone surrogate replaced by U+FFFD, in keys and strings at
+    any depth (`surrogates_replaced` does a body's own fields only)."""
+    if isinstance(value, str):
+        return _without_surrogates(value)
+    if isinstance(value, list):
+        return [lone_surrogates_replaced_everywhere(item) for item in value]
+    if isinstance(value, dict):
+        return {
+            _without_surrogates(key): lone_surrogates_replaced_everywhere(item)
+            for key, item in value.items()
+        }
+    return value
+
+
 def _strings_replaced(value: Any) -> Any:
     if isinstance(value, str):
         return _without_surrogates(value)
