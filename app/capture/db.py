@@ -15,6 +15,7 @@ prepares them with `$n` parameters and sends them through libpq (`app/capture/pi
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -141,6 +142,8 @@ class GroupWriter:
         self.pool = pool
         self.max_batch = max_batch
         self._pending: deque[_Pending] = deque()
+        # The requests whose statement went back to the queue once (`_send_again`).
+        self._sent_again: weakref.WeakSet[asyncio.Future[RawResult]] = weakref.WeakSet()
         self._lanes: list[_Lane] = []
         self._committing = 0
         self._wake = asyncio.Event()
@@ -266,12 +269,25 @@ class GroupWriter:
         finally:
             self._lanes.remove(lane)
         if lane.broken and lane.sent:
-            # No Sync went down this connection. Postgres commits a pipeline's implicit
-            # transaction only at its Sync and rolls it back when the backend ends without one,
-            # so none of these statements committed: they go first in the queue, in order.
-            self._pending.extendleft(reversed(lane.sent))
+            self._send_again(lane.sent)
             lane.sent.clear()
         return not lane.broken
+
+    def _send_again(self, batch: list[_Pending]) -> None:
+        """Put the statements of a batch whose backend went before its Sync back at the head of
+        the queue, in order: Postgres commits a pipeline's implicit transaction only at its Sync
+        and rolls it back when the backend ends without one, so none of them committed.
+
+        Once per statement: a statement whose second connection breaks too fails with the
+        error, so one that makes its backend die (a server crash, the OOM killer) is not sent
+        down connection after connection, taking the server down each time."""
+        again = [item for item in batch if item[1] not in self._sent_again]
+        _fail(
+            [item for item in batch if item[1] in self._sent_again],
+            psycopg.OperationalError("the connection broke twice before this statement's commit"),
+        )
+        self._sent_again.update(future for _sent, future in again)
+        self._pending.extendleft(reversed(again))
 
     def _ready(self, lane: _Lane) -> bool:
         """Whether the lane should be synced now: it holds statements and no other lane is

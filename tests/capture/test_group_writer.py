@@ -371,3 +371,26 @@ def test_a_backend_gone_before_the_batchs_sync_costs_no_statement(
     assert terminated
     assert [result.one().id for result in results] == ids
     assert count(db, "sessions") == statements
+
+
+def test_a_statement_whose_connection_breaks_twice_before_its_sync_fails(
+    database_url: str, db: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Sent again once only: a statement that makes its backend die (a server crash, the OOM
+    # killer) would otherwise go down connection after connection, each time taking it down.
+    real_send = pipeline.send
+    terminated: list[int] = []
+
+    def send(connection: Any, sent: pipeline.Sent) -> None:
+        real_send(connection, sent)
+        terminated.append(connection.info.backend_pid)
+        db.execute("SELECT pg_terminate_backend(%s, 5000)", [terminated[-1]])
+
+    monkeypatch.setattr(pipeline, "send", send)
+    burst = _burst(database_url, [(INSERT, {"id": "s"})])
+    [result] = asyncio.run(asyncio.wait_for(burst, timeout=60))
+
+    assert isinstance(result, psycopg.OperationalError), result
+    assert "broke twice" in str(result)
+    assert len(terminated) == 2
+    assert count(db, "sessions") == 0
