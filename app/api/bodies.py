@@ -14,9 +14,21 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, model_validator
 from pydantic.alias_generators import to_camel
 
+from app.privacy import surrogates_replaced
+
 
 class CamelModel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+
+class SurrogatesReplaced(BaseModel):
+    """A body whose strings have their lone surrogates replaced by U+FFFD before validation
+    (`surrogates_replaced`): cleaned as stored text is, instead of a 422 "not a valid string"."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _replace_surrogates(cls, data: Any) -> Any:
+        return surrogates_replaced(data)
 
 
 def unknown_fields_message(unknown: Iterable[str], known: list[str], noun: str = "field") -> str:
@@ -57,4 +69,5 @@ class StrictBody(CamelModel):
         unknown = [name for name in data if name not in known and name not in echoed]
         if unknown:
             raise ValueError(unknown_fields_message(unknown, list(spellings.values())))
-        return {name: value for name, value in data.items() if name in known}
+        # A lone surrogate is cleaned here as in `SurrogatesReplaced`, in the one pass.
+        return surrogates_replaced({name: value for name, value in data.items() if name in known})

@@ -15,6 +15,7 @@ prepares them with `$n` parameters and sends them through libpq (`app/capture/pi
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -23,11 +24,13 @@ from typing import Any
 import psycopg
 import structlog
 from fastapi import FastAPI, Request
+from psycopg import pq
 from psycopg_pool import PoolClosed
 from sqlalchemy import TextClause
 
 from app.capture import pipeline, queries
-from app.db.raw_pool import Conn, RawPool, make_raw_pool, usable
+from app.db.alive import usable
+from app.db.raw_pool import Conn, RawPool, make_raw_pool
 from app.state import AppState
 
 log = structlog.get_logger(__name__)
@@ -125,16 +128,22 @@ class GroupWriter:
     terminated, Postgres restarts its backends after one crashed, the server restarts). Before
     the first statement of a batch goes down it, the lane reads what arrived while it was idle
     (`usable`, no round trip): a backend that is gone has closed the socket by then, and the
-    writer takes a fresh connection for the queued statements instead of failing them. Once a
-    batch is sent it is never sent again: its transaction may have committed even when no answer
-    came back (a backend killed with SIGKILL loses the answers it had not flushed), so a batch
-    whose connection breaks fails, and its requests get the 503.
+    writer takes a fresh connection for the queued statements instead of failing them. A backend
+    that goes after that check but before the batch's Sync (a send fails, or the same check just
+    before the Sync says so) has committed nothing: Postgres commits a pipeline's implicit
+    transaction at its Sync only, and rolls it back when the backend ends without one. Those
+    statements go back to the head of the queue, for a fresh connection. Once the Sync is
+    handed to libpq the batch is never sent again: its transaction may have committed even when
+    no answer came back (a backend killed with SIGKILL loses the answers it had not flushed), so
+    a batch whose connection breaks then fails, and its requests get the 503.
     """
 
     def __init__(self, pool: RawPool, *, writers: int, max_batch: int) -> None:
         self.pool = pool
         self.max_batch = max_batch
         self._pending: deque[_Pending] = deque()
+        # The requests whose statement went back to the queue once (`_send_again`).
+        self._sent_again: weakref.WeakSet[asyncio.Future[RawResult]] = weakref.WeakSet()
         self._lanes: list[_Lane] = []
         self._committing = 0
         self._wake = asyncio.Event()
@@ -190,7 +199,11 @@ class GroupWriter:
             try:
                 pipeline.send(lane.connection, item[0])
             except psycopg.Error:
-                return  # the connection broke: the writer fails this pipeline, the queue waits
+                # Its backend went since `usable` said yes: before the Sync, so what went down
+                # it cannot commit, and goes down a fresh connection (`_collect`).
+                lane.broken = lane.connection.pgconn.status != pq.ConnStatus.OK
+                self._wake.set()
+                return
             lane.sent.append(self._pending.popleft())
             lane.notify = lane.notify or item[0].notifies
 
@@ -249,9 +262,32 @@ class GroupWriter:
                 self._wake.clear()
                 await self._wake.wait()
                 self._fill(lane)
+            # The lane may have waited for the other's commit since its first statement went:
+            # a backend gone meanwhile is seen now, before the Sync, not after it (a 503).
+            if lane.sent and not lane.broken and not usable(lane.connection):
+                lane.broken = True
         finally:
             self._lanes.remove(lane)
+        if lane.broken and lane.sent:
+            self._send_again(lane.sent)
+            lane.sent.clear()
         return not lane.broken
+
+    def _send_again(self, batch: list[_Pending]) -> None:
+        """Put the statements of a batch whose backend went before its Sync back at the head of
+        the queue, in order: Postgres commits a pipeline's implicit transaction only at its Sync
+        and rolls it back when the backend ends without one, so none of them committed.
+
+        Once per statement: a statement whose second connection breaks too fails with the
+        error, so one that makes its backend die (a server crash, the OOM killer) is not sent
+        down connection after connection, taking the server down each time."""
+        again = [item for item in batch if item[1] not in self._sent_again]
+        _fail(
+            [item for item in batch if item[1] in self._sent_again],
+            psycopg.OperationalError("the connection broke twice before this statement's commit"),
+        )
+        self._sent_again.update(future for _sent, future in again)
+        self._pending.extendleft(reversed(again))
 
     def _ready(self, lane: _Lane) -> bool:
         """Whether the lane should be synced now: it holds statements and no other lane is

@@ -30,6 +30,7 @@ from app.capture.schemas import (
     SummarizeIn,
 )
 from app.db.models import ObservationRow, SessionRow
+from app.privacy import surrogates_replaced
 from app.state import AppState
 
 router = APIRouter(prefix="/api", tags=["capture"], lifespan=capture_lifespan)
@@ -142,7 +143,8 @@ async def parse_body(request: Request, model: type[Model]) -> Model:
     FastAPI would `json.loads` the body into dicts and then validate them; pydantic's own parser
     builds the model straight from the bytes, about 4x faster on 1-20 KB bodies. What it refuses
     but `json` accepts (lone surrogate escapes such as "\\ud800", which are stored cleaned, and
-    nesting past its recursion limit) takes the framework's path, so every answer is unchanged.
+    nesting past its recursion limit) takes the framework's path, so every answer is unchanged;
+    the lone surrogates of the body's own fields (ids, names, paths) are replaced there.
     """
     body = await _read_body(request)
     content_type = request.headers.get("content-type")
@@ -166,7 +168,9 @@ async def parse_body(request: Request, model: type[Model]) -> Model:
         detail = {"type": "json_invalid", "loc": ("body",), "msg": "JSON decode error"}
         raise RequestValidationError([detail | {"ctx": {"error": str(error)}}]) from None
     try:
-        return model.model_validate(value)
+        # pydantic's parser refuses any lone surrogate, so a body holding one comes this way,
+        # and only such a body pays for the cleaning of its fields.
+        return model.model_validate(surrogates_replaced(value))
     except ValidationError as error:
         raise RequestValidationError(_in_body(error)) from None
 

@@ -13,6 +13,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from typer.core import TyperGroup
 
+from app.api.limits import PROJECT_PATH_MAX_BYTES, check_utf8_size
 from app.config import Settings, SettingsError, load_settings
 from app.errors import AppError, first_line, validator_reason
 
@@ -69,7 +70,14 @@ class OneLineErrors(TyperGroup):
 def absolute_project(path: str | os.PathLike[str]) -> str:
     """A project path as the service stores it: absolute, `~` expanded, `..` folded. Rows carry
     the absolute path a client sent, so a relative `--project .` would match nothing."""
-    return os.path.abspath(os.path.expanduser(path))
+    absolute = os.path.abspath(os.path.expanduser(path))
+    try:
+        # The service's bound on a stored project path (app/api/limits.py), said here rather
+        # than as Postgres's refusal halfway through a sync.
+        check_utf8_size(absolute, PROJECT_PATH_MAX_BYTES)
+    except ValueError as error:
+        fail(f"project path: {error}", 2)
+    return absolute
 
 
 @contextmanager

@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, DisconnectionError
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import (
 )
 
 from app.config import Settings, SettingsError
+from app.db.alive import usable
 from app.db.embedded import start_embedded_postgres
 from app.search.queries import SCAN_DEFAULTS, SCAN_DEFAULTS_FLAG
 
@@ -57,7 +58,20 @@ def make_async_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
         connect_args={"connect_timeout": 5, "application_name": "agmem"},
     )
     event.listen(engine.sync_engine, "connect", _set_scan_defaults)
+    event.listen(engine.sync_engine, "checkout", _check_backend)
     return engine
+
+
+def _check_backend(dbapi_connection: Any, connection_record: Any, connection_proxy: Any) -> None:
+    """Hand out no connection whose backend went away while it sat in the pool.
+
+    A terminated backend (`pg_terminate_backend`, Postgres restarting its backends after the OOM
+    killer took one, an external server restarted) left a connection that failed the next
+    request given it: a 503 for health, session lists, observation reads. `usable` reads what
+    arrived meanwhile, with no round trip (`pool_pre_ping` sends a query each checkout); a
+    DisconnectionError makes the pool drop the connection and check out another."""
+    if not usable(dbapi_connection.driver_connection):
+        raise DisconnectionError("the connection's backend went away while it was idle")
 
 
 def _set_scan_defaults(dbapi_connection: Any, connection_record: Any) -> None:

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import psycopg
-from psycopg import AsyncConnection, pq
+from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from sqlalchemy.engine import make_url
 
@@ -46,26 +45,6 @@ def make_raw_pool(
         max_lifetime=1800,
         open=False,
     )
-
-
-def usable(connection: Conn) -> bool:
-    """Whether an idle connection still has its backend, without a round trip.
-
-    A backend that went away (`pg_terminate_backend`, the OOM killer taking one backend, which
-    makes Postgres restart them all, a restarted server) sent its FATAL and closed the socket
-    long before the connection's next use. Reading what arrived meanwhile lets libpq see the end
-    of the stream and mark the connection broken: two non-blocking recvs (of nothing, on a live
-    connection), as the first one returns the FATAL message, which libpq takes for a notice,
-    and only the second the end of the stream. Nothing is sent, so the caller can take another
-    connection for work it has not sent anywhere yet; the pool replaces a broken connection
-    given back to it."""
-    pgconn = connection.pgconn
-    try:
-        pgconn.consume_input()
-        pgconn.consume_input()
-    except psycopg.OperationalError:  # the end of the stream: libpq marked it broken
-        return False
-    return pgconn.status == pq.ConnStatus.OK
 
 
 async def connect(url: str, *, application_name: str, options: str | None = None) -> Conn:

@@ -7,6 +7,8 @@ in memory), like the rest of the API: any number of API processes can answer it.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
@@ -23,7 +25,7 @@ from mcp.types import CallToolResult, InputRequiredResult
 from pydantic import ValidationError
 from sqlalchemy import exc as sa_exc
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from app.api.bodies import unknown_fields_message
 from app.api.errors import describe_validation_errors, refused_value
@@ -39,7 +41,7 @@ from app.memories import reads, resume, service
 from app.memories.patterns import is_pattern
 from app.memories.schemas import MemoryWrite, ResumeRequest, check_key, check_tags
 from app.memories.schemas import Scope as MemoryScope
-from app.privacy import clean_text
+from app.privacy import clean_text, lone_surrogates_replaced_everywhere
 from app.projects import canonical_project
 from app.search.schemas import SearchMode, SearchRequest, SearchSource
 from app.search.service import SearchTuning, search
@@ -352,7 +354,47 @@ class McpEndpoint:
         if self.manager is None:
             await send_error(send, 503, "ServiceUnavailable", "the MCP server is not running")
             return
-        await self.manager.handle_request(scope, receive, send)
+        await self.manager.handle_request(scope, await _surrogates_cleaned(receive), send)
+
+
+# A JSON escape of a UTF-16 surrogate, which only a body holding one (lone or in a pair) carries.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+async def _surrogates_cleaned(receive: Receive) -> Receive:
+    """`receive` with the request's body read whole (as the SDK reads it) and its lone surrogate
+    escapes replaced by U+FFFD, as the HTTP API cleans them (docs/capture.md, "Text in ids and
+    names"): the SDK's JSON parser refused the body with a JSON-RPC parse error. A body without
+    such an escape is passed on as it came; one that `json` cannot read either is left to the
+    SDK's error."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return _replaying(message, receive)
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    body = b"".join(chunks)
+    if _SURROGATE_ESCAPE.search(body):
+        try:
+            value = json.loads(body)
+        except (ValueError, RecursionError):
+            pass
+        else:
+            cleaned = lone_surrogates_replaced_everywhere(value)
+            body = json.dumps(cleaned, ensure_ascii=False).encode()
+    return _replaying({"type": "http.request", "body": body, "more_body": False}, receive)
+
+
+def _replaying(first: Message, receive: Receive) -> Receive:
+    """A `receive` that gives `first`, then whatever `receive` gives."""
+    pending = [first]
+
+    async def replay() -> Message:
+        return pending.pop() if pending else await receive()
+
+    return replay
 
 
 def mount_mcp(app: FastAPI, settings: Settings) -> McpEndpoint:

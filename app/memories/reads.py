@@ -40,9 +40,10 @@ from sqlalchemy import Table, Text, and_, bindparam, func, select
 from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.alive import usable
 from app.db.engine import transaction
 from app.db.models import MemoryRow
-from app.db.raw_pool import Conn, RawPool, make_raw_pool, usable
+from app.db.raw_pool import Conn, RawPool, make_raw_pool
 from app.errors import first_line
 from app.memories.schemas import Scope
 from app.memories.service import LIVE, SPECIFICITY, MemoryNotFound, Visibility, visible_to

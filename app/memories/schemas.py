@@ -10,6 +10,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from app.api.bodies import CamelModel, StrictBody
+from app.api.limits import KEY_MAX_BYTES, TAG_MAX_CHARS, StoredProjectPath, utf8_size
 from app.api.numbers import BodyInt
 from app.privacy import clean_text, sanitize_json
 from app.projects import canonical_project
@@ -23,12 +24,18 @@ MAX_TTL_SECONDS = 10 * 365 * 24 * 3600
 
 
 def check_key(key: str) -> str:
-    """A key is non-empty, at most 500 characters, and holds no `*` (the wildcard)."""
+    """A key is non-empty, at most 500 characters and 800 bytes of UTF-8 (it is indexed beside
+    a project path and a session id), and holds no `*` (the wildcard)."""
     key = clean_text(key).strip()
     if not key:
         raise ValueError("the key must not be empty")
     if len(key) > MAX_KEY_LENGTH:
         raise ValueError(f"the key is longer than {MAX_KEY_LENGTH} characters")
+    if utf8_size(key) > KEY_MAX_BYTES:
+        raise ValueError(
+            f"the key is longer than {KEY_MAX_BYTES} bytes in UTF-8 ({utf8_size(key)}; "
+            "the database indexes it)"
+        )
     if "*" in key:
         raise ValueError("a key cannot contain '*', which is the wildcard of patterns")
     return key
@@ -42,6 +49,10 @@ def check_tags(tags: list[str] | None) -> list[str] | None:
         raise ValueError("tags must not be empty strings")
     if len(cleaned) > MAX_TAGS:
         raise ValueError(f"at most {MAX_TAGS} tags")
+    longest = max(cleaned, key=len, default="")
+    if len(longest) > TAG_MAX_CHARS:
+        # Each tag is an entry of the tags' GIN index, which Postgres bounds at ~2.7 KB.
+        raise ValueError(f"a tag has at most {TAG_MAX_CHARS} characters, not {len(longest)}")
     return cleaned
 
 
@@ -87,7 +98,7 @@ class MemoryWrite(StrictBody):
 
     value: Any
     scope: Scope = "project"
-    project_path: str | None = None
+    project_path: StoredProjectPath | None = None
     session_id: str | None = Field(default=None, max_length=200)
     ttl: BodyInt | None = Field(default=None, ge=1, le=MAX_TTL_SECONDS)
     tags: list[str] | None = None

@@ -7,6 +7,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.privacy import clean_text
+
 
 @dataclass(slots=True)
 class FunctionCall:
@@ -67,13 +69,17 @@ class CallCollector:
             if isinstance(earlier.args, dict) and isinstance(args, dict):
                 earlier.args = {**earlier.args, **args}
             return
-        name = call.get("name")
-        collected = FunctionCall(
-            name if isinstance(name, str) and name else "unknown", args, call_id
-        )
+        collected = FunctionCall(_name(call.get("name")), args, call_id)
         self.calls.append(collected)
         if call_id:
             self._by_id[call_id] = collected
+
+
+def _name(value: Any) -> str:
+    """A call's or result's function name, cleaned as every name the capture API takes is: a
+    JSON body may carry a lone surrogate escape, which `json` keeps and the capture's name
+    check refused (the call and its result were lost); "unknown" when there is none."""
+    return (clean_text(value) if isinstance(value, str) else "") or "unknown"
 
 
 def trailing_results(body: Any) -> list[FunctionResult]:
@@ -96,10 +102,9 @@ def trailing_results(body: Any) -> list[FunctionResult]:
             response = _field(part, "functionResponse", "function_response")
             if not isinstance(response, dict):
                 continue
-            name = response.get("name")
             results.append(
                 FunctionResult(
-                    name if isinstance(name, str) and name else "unknown",
+                    _name(response.get("name")),
                     response.get("response"),
                     _call_id(response.get("id")),
                 )

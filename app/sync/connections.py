@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from psycopg import pq
 
-from app.db.raw_pool import Conn, connect, usable
+from app.db.alive import usable
+from app.db.raw_pool import Conn, connect
 
 # The index mirrors files on disk, so the sync's commits do not wait for the WAL to reach the disk
 # (each write transaction's COMMIT waited 0.2-6 ms for it here, docs/benchmarks.md). A crash of

@@ -7,10 +7,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.bodies import StrictBody
+from app.api.limits import StoredProjectPath
 
 
 class SyncIn(StrictBody):
-    project_path: str = Field(min_length=1, max_length=4096)
+    project_path: StoredProjectPath = Field(min_length=1)
     memory_dir: str | None = Field(default=None, max_length=4096)
     sessions_dir: str | None = Field(default=None, max_length=4096)
     force: bool = False

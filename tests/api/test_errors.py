@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+import string
 from collections.abc import Iterator
 from typing import Any
 
@@ -10,7 +12,9 @@ import pytest
 from fastapi import APIRouter
 from fastapi.testclient import TestClient
 from pydantic import BaseModel
+from sqlalchemy import text
 
+from app.api.deps import DbDep
 from app.errors import NotFound
 from app.main import create_app
 from tests.conftest import make_settings
@@ -36,6 +40,13 @@ async def boom() -> None:
     raise RuntimeError("bug")
 
 
+@probe_router.post("/api/too-long")
+async def too_long(db: DbDep) -> None:
+    # A value no request bound stops (app/api/limits.py) that Postgres cannot index.
+    noise = "".join(random.Random(1).choices(string.ascii_letters, k=4000))
+    await db.execute(text("INSERT INTO sync_runs (project_path) VALUES (:p)"), {"p": noise})
+
+
 @pytest.fixture
 def probe_client(database_url: str, tmp_path: Any) -> Iterator[TestClient]:
     app = create_app(make_settings(home=tmp_path), database_url=database_url)
@@ -49,6 +60,16 @@ def test_unknown_route_is_404_in_shape(probe_client: TestClient) -> None:
 
     assert response.status_code == 404
     assert response.json() == {"error": "NotFound", "detail": "Not Found"}
+
+
+def test_a_value_postgres_cannot_index_is_422_quoting_it(probe_client: TestClient) -> None:
+    # The fallback for a value no request bound stops: psycopg classes Postgres's "index row
+    # size ... exceeds" (SQLSTATE 54000) with an unreachable database's errors (a 503 before).
+    response = probe_client.post("/api/too-long")
+
+    assert response.status_code == 422, response.text
+    assert response.json()["error"] == "InvalidData"
+    assert "index row size" in response.json()["detail"]
 
 
 def test_wrong_method_is_405_in_shape(probe_client: TestClient) -> None:

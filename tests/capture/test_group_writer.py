@@ -330,3 +330,67 @@ def test_statements_after_the_writers_backends_were_terminated_all_commit(
     results = asyncio.run(run())
     assert [result.one().id for result in results] == [f"a{n}" for n in range(20)]
     assert count(db, "sessions") == 24
+
+
+@pytest.mark.parametrize(
+    ("when", "statements"),
+    [
+        ("before its first statement", 20),  # the send fails
+        ("after its first statement", 20),  # a later send fails
+        ("after its first statement", 1),  # the check before the Sync sees it
+    ],
+)
+def test_a_backend_gone_before_the_batchs_sync_costs_no_statement(
+    database_url: str,
+    db: psycopg.Connection[Any],
+    monkeypatch: pytest.MonkeyPatch,
+    when: str,
+    statements: int,
+) -> None:
+    # The lane checked its connection (`usable`), then the backend went before the Sync: the
+    # batch failed with 503s although Postgres commits a pipeline only at its Sync. Its
+    # statements now go down a fresh connection, and each runs once: a second run after a
+    # commit would return no row (ON CONFLICT DO NOTHING), and `.one()` would fail.
+    real_send = pipeline.send
+    terminated: list[int] = []
+
+    def send(connection: Any, sent: pipeline.Sent) -> None:
+        first = not terminated
+        if first and when == "after its first statement":
+            real_send(connection, sent)
+        if first:
+            terminated.append(connection.info.backend_pid)
+            db.execute("SELECT pg_terminate_backend(%s, 5000)", [terminated[0]])
+        if not first or when == "before its first statement":
+            real_send(connection, sent)
+
+    monkeypatch.setattr(pipeline, "send", send)
+    ids = [f"s{n}" for n in range(statements)]
+    results = asyncio.run(_burst(database_url, [(INSERT, {"id": id_}) for id_ in ids]))
+
+    assert terminated
+    assert [result.one().id for result in results] == ids
+    assert count(db, "sessions") == statements
+
+
+def test_a_statement_whose_connection_breaks_twice_before_its_sync_fails(
+    database_url: str, db: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Sent again once only: a statement that makes its backend die (a server crash, the OOM
+    # killer) would otherwise go down connection after connection, each time taking it down.
+    real_send = pipeline.send
+    terminated: list[int] = []
+
+    def send(connection: Any, sent: pipeline.Sent) -> None:
+        real_send(connection, sent)
+        terminated.append(connection.info.backend_pid)
+        db.execute("SELECT pg_terminate_backend(%s, 5000)", [terminated[-1]])
+
+    monkeypatch.setattr(pipeline, "send", send)
+    burst = _burst(database_url, [(INSERT, {"id": "s"})])
+    [result] = asyncio.run(asyncio.wait_for(burst, timeout=60))
+
+    assert isinstance(result, psycopg.OperationalError), result
+    assert "broke twice" in str(result)
+    assert len(terminated) == 2
+    assert count(db, "sessions") == 0

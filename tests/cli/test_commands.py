@@ -193,6 +193,20 @@ def test_usage_errors_are_one_line_and_exit_2(args: list[str], message: str) -> 
     assert result.stderr.strip() == message
 
 
+@pytest.mark.parametrize("command", [["sync"], ["search", "tokens"], ["memory", "list"]])
+def test_a_project_path_longer_than_the_service_stores_is_one_line(command: list[str]) -> None:
+    # The bound of the HTTP API (app/api/limits.py); a sync of such a folder was refused by
+    # Postgres halfway, or stored a project no HTTP request could name.
+    long_path = "/" + "a" * 1100
+    result = CliRunner().invoke(cli, [*command, "--project", long_path])
+
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (
+        "agmem: error: project path: String should have at most 1024 bytes in UTF-8, "
+        "not 1101 (the database indexes it)"
+    )
+
+
 def test_a_group_without_a_command_prints_its_help() -> None:
     result = CliRunner().invoke(cli, ["memory"])
 

@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 from app.config import Settings
 from app.db.engine import sqlalchemy_url
 from app.main import create_app
+from tests.pools import terminate_backends
 
 
 def test_times_are_utc_when_the_session_zone_is_not(
@@ -47,3 +48,19 @@ def test_times_are_utc_when_the_session_zone_is_not(
 def test_every_postgresql_driver_url_becomes_psycopg(url: str) -> None:
     # docs/configuration.md: any postgresql+driver:// form is accepted and normalised.
     assert sqlalchemy_url(url) == "postgresql+psycopg://u:p@h:5432/db"
+
+
+def test_requests_after_the_engines_backends_were_terminated_answer(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings
+) -> None:
+    # The engine's pool keeps idle connections whose backends can go (pg_terminate_backend,
+    # Postgres restarting its backends after the OOM killer took one, an external server's
+    # restart): the next request through each took one of them and answered 503.
+    app = create_app(settings, database_url=database_url)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        started = client.post("/api/session/start", json={"projectPath": "/p", "id": "s"})
+        assert started.status_code == 201, started.text
+        for path in ("/health", "/api/sessions", "/api/sessions/s", "/health"):
+            assert terminate_backends(db, "agmem") >= 1
+            response = client.get(path)
+            assert response.status_code == 200, (path, response.text)

@@ -440,3 +440,25 @@ def test_two_conversations_in_one_project_session_each_keep_their_calls(
         ("b.py", "content of b"),
     ]
     assert len({r[0] for r in rows}) == 1  # one session, as before
+
+
+def test_a_function_name_holding_a_lone_surrogate_is_captured_cleaned(
+    proxy: Proxy, db: psycopg.Connection[Any]
+) -> None:
+    # Gemini's JSON (the answer, and the caller's next request) may carry "\ud800" escapes;
+    # `json` reads them as lone surrogates, which the capture's name check refused: the call
+    # and its result were lost (`proxy.capture_failed`). Cleaned, as over HTTP.
+    call = {"name": "read\ud800", "args": {"path": "a.py"}}
+    proxy.upstream.queue(Scripted(body=_calls_answer(call)))
+    url = f"{proxy.url}/v1beta/models/m:generateContent"
+    headers = {"X-Agmem-Project": PROJECT, "content-type": "application/json"}
+    history = [{"role": "user", "parts": [{"text": "open a.py"}]}]
+    httpx.post(url, content=json.dumps({"contents": history}), headers=headers)
+    _settled(db, 1, "pending")
+    result = {"functionResponse": {"name": "read\ud800", "response": {"text": "x"}}}
+    follow_up = [*history, {"role": "model", "parts": [{"functionCall": call}]}]
+    follow_up.append({"role": "user", "parts": [result]})
+    httpx.post(url, content=json.dumps({"contents": follow_up}), headers=headers)
+
+    rows = _settled(db, 1, "captured")
+    assert [(r[1], r[4]) for r in rows] == [("read\ufffd", "captured")]

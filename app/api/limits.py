@@ -1,0 +1,51 @@
+"""Length bounds of the client values Postgres keeps in a btree index, checked before it sees them.
+
+A btree index row holds at most 2704 bytes, and a longer value was refused by Postgres itself, in
+its words: `index row size 2712 exceeds btree version 4 maximum 2704 for index "ix_..."` (a 422
+that named an index, not the field; `app.api.errors.refused_value` still words any such refusal a
+bound here misses). The bounds are in UTF-8 bytes, what the limit counts, and keep every
+combination within it: the memories' unique index holds a project path, a session id (200
+characters, up to 800 bytes) and a key together, and the largest of each, in characters that do
+not compress, fit in one row (tests/api/test_index_bounds.py). A real client never comes near
+them: a project folder's path is rarely over 200 bytes, and keys and tags are short names.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import AfterValidator, StringConstraints
+
+# Project paths are the key of every table: sessions, observations, memories, sync runs, chunks.
+PROJECT_PATH_MAX_BYTES = 1024
+# A memory key (in URLs, at most 500 characters) beside a project path and a session id.
+KEY_MAX_BYTES = 800
+# A tag is a GIN index entry of its own (Postgres's limit there is about the same).
+TAG_MAX_CHARS = 200
+
+
+def utf8_size(text: str) -> int:
+    """How many bytes `text` takes in UTF-8; an ASCII text is not encoded to know."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def check_utf8_size(text: str, max_bytes: int) -> str:
+    """`text` if it takes at most `max_bytes` in UTF-8; else a ValueError saying by how much."""
+    # Characters are never fewer than bytes: a longer text is over without encoding it.
+    if len(text) > max_bytes or utf8_size(text) > max_bytes:
+        raise ValueError(
+            f"String should have at most {max_bytes} bytes in UTF-8, not {utf8_size(text)} "
+            "(the database indexes it)"
+        )
+    return text
+
+
+def _project_path_size(text: str) -> str:
+    return check_utf8_size(text, PROJECT_PATH_MAX_BYTES)
+
+
+# A project path a request stores. `max_length` (characters) says so in the schema, and refuses a
+# long text before it is encoded; the bytes are checked after.
+StoredProjectPath = Annotated[
+    str, StringConstraints(max_length=PROJECT_PATH_MAX_BYTES), AfterValidator(_project_path_size)
+]
