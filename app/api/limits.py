@@ -8,6 +8,9 @@ combination within it: the memories' unique index holds a project path, a sessio
 characters, up to 800 bytes) and a key together, and the largest of each, in characters that do
 not compress, fit in one row (tests/api/test_index_bounds.py). A real client never comes near
 them: a project folder's path is rarely over 200 bytes, and keys and tags are short names.
+
+Not bounded here: the path of a file a sync finds on disk, which is no client field. It shares a
+unique index with its project's path, and only Postgres's own limit applies to the two together.
 """
 
 from __future__ import annotations
