@@ -8,6 +8,9 @@ combination within it: the memories' unique index holds a project path, a sessio
 characters, up to 800 bytes) and a key together, and the largest of each, in characters that do
 not compress, fit in one row (tests/api/test_index_bounds.py). A real client never comes near
 them: a project folder's path is rarely over 200 bytes, and keys and tags are short names.
+
+Not bounded here: the path of a file a sync finds on disk, which is no client field. It shares a
+unique index with its project's path, and only Postgres's own limit applies to the two together.
 """
 
 from __future__ import annotations
@@ -16,8 +19,13 @@ from typing import Annotated
 
 from pydantic import AfterValidator, StringConstraints
 
+from app.privacy import clean_text
+from app.projects import canonical_project
+
 # Project paths are the key of every table: sessions, observations, memories, sync runs, chunks.
 PROJECT_PATH_MAX_BYTES = 1024
+# Any path a client sends, before it is folded to its key.
+PATH_MAX_CHARS = 4096
 # A memory key (in URLs, at most 500 characters) beside a project path and a session id.
 KEY_MAX_BYTES = 800
 # A tag is a GIN index entry of its own (Postgres's limit there is about the same).
@@ -40,12 +48,17 @@ def check_utf8_size(text: str, max_bytes: int) -> str:
     return text
 
 
-def _project_path_size(text: str) -> str:
-    return check_utf8_size(text, PROJECT_PATH_MAX_BYTES)
+def stored_project_path(text: str) -> str:
+    """The project key a path is stored under (cleaned and canonical: app/projects.py), if it
+    fits the bound; else a ValueError saying by how much.
+
+    Checked on the key, not on the text as sent: NFC can make a path longer (U+0958, 3 bytes,
+    becomes two characters of 6) and `/p/./././...` is far shorter stored than sent."""
+    return check_utf8_size(canonical_project(clean_text(text)), PROJECT_PATH_MAX_BYTES)
 
 
-# A project path a request stores. `max_length` (characters) says so in the schema, and refuses a
-# long text before it is encoded; the bytes are checked after.
+# A project path a request stores, as its key. `max_length` refuses a text no path is before any
+# work on it (the bound on every path field); the stored key's bytes are checked after.
 StoredProjectPath = Annotated[
-    str, StringConstraints(max_length=PROJECT_PATH_MAX_BYTES), AfterValidator(_project_path_size)
+    str, StringConstraints(max_length=PATH_MAX_CHARS), AfterValidator(stored_project_path)
 ]

@@ -88,7 +88,8 @@ class _Lane:
         self.prepared = pipeline.prepared_names(connection)
         self.sent: list[_Pending] = []
         self.notify = False  # a statement sent may capture an observation: wake the worker
-        # Its backend was found gone before anything was sent (see GroupWriter._fill).
+        # Its backend was found gone before the batch's Sync: what was sent went back to the
+        # queue (GroupWriter._send_again).
         self.broken = False
 
 
@@ -223,7 +224,7 @@ class GroupWriter:
                         lane = _Lane(connection)
                         batch = lane.sent
                         if not await self._collect(lane):
-                            break  # its backend is gone, nothing was sent: a fresh connection
+                            break  # its backend went before any Sync: a fresh connection
                         self._committing += 1
                         try:
                             await self._write(lane)
@@ -245,7 +246,7 @@ class GroupWriter:
     async def _collect(self, lane: _Lane) -> bool:
         """Open a pipeline, send what is queued, and wait until it holds at least one statement
         (or a queued statement needs preparing first). False when the connection was found
-        broken before anything was sent into it: it is to be given up."""
+        broken before the batch's Sync: what it was sent is queued again and it is given up."""
         try:
             await pipeline.prepare(
                 lane.connection, [_NOTIFY, *(sent.stmt for sent, _future in self._pending)]

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
 
 from app.api.bodies import StrictBody, SurrogatesReplaced
-from app.api.limits import StoredProjectPath
+from app.api.limits import PATH_MAX_CHARS, StoredProjectPath
 from app.api.times import EpochMs
 
 Id = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 FunctionName = Annotated[str, StringConstraints(min_length=1, max_length=300)]
 # What observe and result may send to say whether a project is excluded: never stored.
-ProjectPath = Annotated[str, StringConstraints(min_length=1, max_length=4096)]
+ProjectPath = Annotated[str, StringConstraints(min_length=1, max_length=PATH_MAX_CHARS)]
 
 
 class CaptureModel(BaseModel):
@@ -27,7 +27,7 @@ class CaptureModel(BaseModel):
 # lone surrogates itself on the one path a body holding one takes (a check per field there cost
 # ~0.4 µs a request on the hot path).
 class SessionStartIn(SurrogatesReplaced, CaptureModel):
-    project_path: Annotated[StoredProjectPath, StringConstraints(min_length=1)]
+    project_path: StoredProjectPath = Field(min_length=1)
     user_prompt: str | None = None
     id: Id | None = None
     created_by: Annotated[str, StringConstraints(max_length=200)] | None = None

@@ -68,10 +68,19 @@ def _check_backend(dbapi_connection: Any, connection_record: Any, connection_pro
     A terminated backend (`pg_terminate_backend`, Postgres restarting its backends after the OOM
     killer took one, an external server restarted) left a connection that failed the next
     request given it: a 503 for health, session lists, observation reads. `usable` reads what
-    arrived meanwhile, with no round trip (`pool_pre_ping` sends a query each checkout); a
-    DisconnectionError makes the pool drop the connection and check out another."""
+    arrived meanwhile, with no round trip (`pool_pre_ping` sends a query each checkout). On a
+    DisconnectionError the pool reconnects the same slot and checks out again; a connection
+    just made is not checked again, as pre-ping skips it: the pool gives up after a second
+    failed check with an error no handler knows (a 500), where a connection whose backend went
+    that fast fails its query as any other would (a 503)."""
+    if connection_record.info.pop(_JUST_CONNECTED, False):
+        return
     if not usable(dbapi_connection.driver_connection):
         raise DisconnectionError("the connection's backend went away while it was idle")
+
+
+# Set by `connect`, taken by the `checkout` right after it.
+_JUST_CONNECTED = "agmem_just_connected"
 
 
 def _set_scan_defaults(dbapi_connection: Any, connection_record: Any) -> None:
@@ -83,6 +92,7 @@ def _set_scan_defaults(dbapi_connection: Any, connection_record: Any) -> None:
         cursor.close()
     dbapi_connection.commit()  # a SET inside a transaction rolled back at check-in would vanish
     connection_record.info[SCAN_DEFAULTS_FLAG] = True
+    connection_record.info[_JUST_CONNECTED] = True
 
 
 def make_sync_engine(url: str) -> Engine:

@@ -116,11 +116,6 @@ class MemoryWrite(StrictBody):
     def _clean_strings(cls, value: str | None) -> str | None:
         return clean_text(value).strip() or None if value is not None else None
 
-    @field_validator("project_path")
-    @classmethod
-    def _canonical(cls, value: str | None) -> str | None:
-        return canonical_project(value) if value is not None else None
-
     @field_validator("tags")
     @classmethod
     def _check_tags(cls, value: list[str] | None) -> list[str] | None:

@@ -87,3 +87,36 @@ def test_the_largest_values_allowed_fit_the_indexes_together(
     written = client.put(f"/api/memories/{key}", json=body)
     assert written.status_code == 201, written.text
     assert tables(db) == (1, 1, 0)
+
+
+# NFC makes each U+0958 two characters of 6 bytes in all: 601 bytes sent, 1,201 stored.
+GROWS = "/" + "\u0958" * 200
+# Far longer sent than stored: the key is `/p`.
+FOLDS = "/p" + "/." * 600
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/api/session/start", {}),
+        ("/api/memories/k", {"value": 1}),
+    ],
+)
+def test_the_bound_is_on_the_project_path_as_stored(
+    client: TestClient, db: psycopg.Connection[Any], path: str, body: dict[str, Any]
+) -> None:
+    method = "PUT" if path.startswith("/api/memories") else "POST"
+    grown = client.request(method, path, json=body | {"projectPath": GROWS})
+    assert grown.status_code == 422, grown.text
+    assert "projectPath: String should have at most 1024 bytes" in grown.json()["detail"]
+    assert tables(db) == (0, 0, 0)
+    folded = client.request(method, path, json=body | {"projectPath": FOLDS})
+    assert folded.status_code == 201, folded.text
+    stored = folded.json().get("projectPath") or folded.json()["memory"]["projectPath"]
+    assert stored == "/p"
+
+
+def test_an_empty_project_path_is_refused_in_plain_words(client: TestClient) -> None:
+    response = client.post("/api/session/start", json={"projectPath": ""})
+    assert response.status_code == 422, response.text
+    assert "projectPath: String should have at least 1 character" in response.json()["detail"]

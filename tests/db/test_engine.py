@@ -9,6 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.config import Settings
+from app.db import engine as engine_module
 from app.db.engine import sqlalchemy_url
 from app.main import create_app
 from tests.pools import terminate_backends
@@ -64,3 +65,24 @@ def test_requests_after_the_engines_backends_were_terminated_answer(
             assert terminate_backends(db, "agmem") >= 1
             response = client.get(path)
             assert response.status_code == 200, (path, response.text)
+
+
+def test_a_connection_made_for_a_checkout_is_not_checked_again(
+    database_url: str, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A pooled connection found without its backend is replaced in its slot and checked out
+    # again. Were the new one checked too, a second "gone" (backends killed that fast) made the
+    # pool give up with an error no handler knows: a 500 (SQLAlchemy's InvalidRequestError).
+    app = create_app(settings, database_url=database_url)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        assert client.get("/api/sessions").status_code == 200  # a connection now in the pool
+        checked: list[object] = []
+
+        def gone(connection: object) -> bool:
+            checked.append(connection)
+            return False
+
+        monkeypatch.setattr(engine_module, "usable", gone)
+        response = client.get("/api/sessions")
+        assert response.status_code == 200, response.text
+        assert len(checked) == 1  # the pooled one, not the one made to replace it

@@ -241,6 +241,19 @@ def test_capture_failure_does_not_fail_the_call(
     assert _observations(db) == []
 
 
+def test_a_project_path_longer_than_stored_still_answers_and_says_why(
+    proxy: Proxy, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # docs/interceptor.md: the call goes through; the log names the field and the bound.
+    proxy.upstream.queue(Scripted(body=_calls_answer({"name": "read_file", "args": {"p": 1}})))
+    client = proxy.client(**{"X-Agmem-Project": "/" + "a" * 1100})
+    answer = client.models.generate_content(model="m", contents="open it")
+    assert answer.function_calls is not None
+    logged = _logs_until(capsys, "proxy.capture_failed")
+    assert "String should have at most 1024 bytes" in logged
+    assert _observations(db) == []
+
+
 def test_a_dead_database_still_answers_without_memory(start_proxy: ProxyFactory) -> None:
     dead = "postgresql+psycopg://agmem@127.0.0.1:9/none"
     with start_proxy(db_url=dead) as proxy:
