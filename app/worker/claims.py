@@ -61,7 +61,8 @@ def _claim_sql(queue: Queue, returning: str, extra: str = "") -> Any:
 _CLAIM_OBSERVATIONS = _claim_sql(
     OBSERVATIONS,
     "t.id, t.session_id, t.project_path, t.function_name, t.function_args, t.result, "
-    "t.observation_type, t.attempts, t.original_tokens, t.entities, t.created_at",
+    "t.observation_type, t.attempts, t.original_tokens, t.entities, t.created_at, "
+    "t.result_at IS NULL AS result_missing",
 )
 _CLAIM_SESSIONS = _claim_sql(
     SESSIONS, "t.id, t.project_path, t.user_prompt, t.attempts", _SESSION_READY
@@ -91,6 +92,8 @@ class ObservationWork:
     original_tokens: int = 0
     # What capture found in it (files, errors, commands, ...: app/capture/entities.py).
     entities: dict[str, list[str]] = field(default_factory=dict)
+    # No result was recorded (the call was given up on, or compressed early): `result` is None.
+    result_missing: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +132,7 @@ async def claim_observations(
             attempts=r.attempts,
             original_tokens=r.original_tokens or 0,
             entities=r.entities or {},
+            result_missing=r.result_missing,
         )
         for r in rows
     ]

@@ -75,7 +75,8 @@ async def finish_observation(
 
 
 _SESSION_OBSERVATIONS = text(
-    "SELECT function_name, observation_type, status, compressed_data, function_args "
+    "SELECT function_name, observation_type, status, compressed_data, function_args, "
+    "(result_at IS NULL AND status <> 'pending') AS result_missing "
     "FROM observations WHERE session_id = :id ORDER BY seq"
 )
 
@@ -90,6 +91,7 @@ async def session_digests(session: AsyncSession, *, session_id: str) -> list[Obs
             status=r.status,
             compressed=r.compressed_data,
             files=target_files(r.function_args),
+            result_missing=r.result_missing,
         )
         for r in rows
     ]
