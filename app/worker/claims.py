@@ -65,7 +65,9 @@ _CLAIM_OBSERVATIONS = _claim_sql(
     "t.result_at IS NULL AS result_missing",
 )
 _CLAIM_SESSIONS = _claim_sql(
-    SESSIONS, "t.id, t.project_path, t.user_prompt, t.attempts", _SESSION_READY
+    SESSIONS,
+    "t.id, t.project_path, t.user_prompt, t.attempts, t.ended_at IS NOT NULL AS ended",
+    _SESSION_READY,
 )
 # A project's runs execute in the order they were requested: a run waits while an older run of its
 # project is queued (claimed or in backoff included) or running. Two workers could otherwise run
@@ -102,6 +104,8 @@ class SessionWork:
     project_path: str
     user_prompt: str | None
     attempts: int
+    # Ended, not a checkpoint (`POST /api/summarize` of a session still at work).
+    ended: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +147,7 @@ async def claim_sessions(
 ) -> list[SessionWork]:
     """Lease up to `limit` ended sessions whose observations are all done."""
     rows = await session.execute(_CLAIM_SESSIONS, _params(worker, lease, limit, max_attempts))
-    return [SessionWork(r.id, r.project_path, r.user_prompt, r.attempts) for r in rows]
+    return [SessionWork(r.id, r.project_path, r.user_prompt, r.attempts, r.ended) for r in rows]
 
 
 async def claim_sync_runs(

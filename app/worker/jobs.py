@@ -329,7 +329,9 @@ async def summarize_session(ctx: JobContext, work: SessionWork) -> str:
     settings = ctx.settings
     async with transaction(ctx.sessionmaker) as session:
         digests = await results.session_digests(session, session_id=work.id)
-    if any(d.status == "pending" for d in digests):
+    # A checkpoint of a session still at work summarises what has come so far: a call running
+    # then (a build, a test run) is still to get its result, and the end summarises again.
+    if work.ended and any(d.status == "pending" for d in digests):
         await _wait_for_results(ctx, work)
         return "waiting"
     summary: results.SessionSummary | None = None

@@ -103,10 +103,10 @@ _FINISH_SESSION = text(
     "total_observations = (SELECT count(*) FROM observations o WHERE o.session_id = s.id), "
     "tokens_saved = (SELECT coalesce(sum(o.tokens_saved), 0) FROM observations o "
     "WHERE o.session_id = s.id), "
-    "ended_at = coalesce(s.ended_at, now()), summarized_at = now(), last_error = :error, "
+    "summarized_at = now(), last_error = :error, "
     "next_attempt_at = NULL, locked_until = NULL, locked_by = NULL "
     "WHERE s.id = :id AND s.locked_by = :worker AND s.status = 'ending' "
-    "RETURNING s.project_path, s.ended_at"
+    "RETURNING s.project_path, coalesce(s.ended_at, now()) AS ended_at"
 )
 
 

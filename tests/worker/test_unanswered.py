@@ -336,3 +336,25 @@ def test_results_racing_the_give_up_are_never_lost(
         assert len(stored) == len(calls)  # each attached to its call, given up on or not
     summary = row(db, "SELECT summary, total_observations FROM sessions")
     assert summary["total_observations"] == len(stored)
+
+
+def test_a_checkpoint_of_a_session_at_work_gives_up_on_no_call(
+    client: TestClient, db: psycopg.Connection[Any], database_url: str
+) -> None:
+    """`POST /api/summarize` while the agent works: the summary of what has come is written at
+    once, and the test run still going gets its result by name when it ends."""
+    _start(client, "s1")
+    _call(client, "s1", "c1", "npm ci")
+    assert _result(client, "s1", "added 312 packages", "c1")[0] == 200
+    _call(client, "s1", "c2", "pytest -x tests/api")
+    assert client.post("/api/summarize", json={"sessionId": "s1"}).status_code == 202
+    drain(make_settings(), database_url)  # the default grace: a checkpoint does not wait on it
+
+    checkpoint = row(db, "SELECT status, summary FROM sessions")
+    assert checkpoint["summary"] is not None
+    assert "npm ci" in checkpoint["summary"]
+    assert client.get("/api/sessions/s1").json()["endedAt"] is None  # nobody ended it
+    assert "no result recorded" not in checkpoint["summary"]
+    assert row(db, "SELECT status FROM observations WHERE id = 'c2'")["status"] == "pending"
+    status, answer = _result(client, "s1", "1 failed: test_orders_total")
+    assert (status, answer["id"], answer["status"]) == (200, "c2", "captured")
