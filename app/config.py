@@ -109,6 +109,10 @@ class Settings(BaseSettings):
     worker_backoff_max_seconds: float = Field(default=900.0, gt=0, le=86_400)
     worker_poll_seconds: float = Field(default=5.0, gt=0, le=3600)
     worker_purge_interval_seconds: float = Field(default=60.0, gt=0, le=86_400)
+    # A call whose result never comes (docs/worker.md, "A call without its result"): given up on
+    # this long after its session ended, or after this age in a session nobody ends.
+    worker_result_grace_seconds: float = Field(default=30.0, ge=0, le=3600)
+    worker_result_timeout_seconds: float = Field(default=6 * 3600.0, gt=0, le=30 * 86_400)
     # Comma-separated in the environment; these tools' observations are never sent to Gemini.
     worker_skip_tools: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["list_dir", "list_directory", "pwd"]

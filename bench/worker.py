@@ -54,8 +54,9 @@ def _seed(url: str, count: int) -> None:
         with db.cursor() as cursor:
             cursor.executemany(
                 "INSERT INTO observations (id, session_id, project_path, function_name, "
-                "function_args, result, observation_type, status) "
-                "VALUES (%s, 'bench', '/bench', 'read_file', %s, %s, 'file_read', 'captured')",
+                "function_args, result, observation_type, status, result_at) "
+                "VALUES (%s, 'bench', '/bench', 'read_file', %s, %s, 'file_read', 'captured', "
+                "now())",
                 [
                     (f"o{n}", json.dumps({"path": f"src/m{n}.py"}), json.dumps(f"{n}\n{RESULT}"))
                     for n in range(count)

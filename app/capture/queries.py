@@ -94,8 +94,7 @@ END_SESSION = text(
 QUEUE_SUMMARY = text(
     """
     UPDATE sessions
-    SET status = 'ending', ended_at = coalesce(ended_at, now()),
-        next_attempt_at = now(), attempts = 0, last_error = NULL,
+    SET status = 'ending', next_attempt_at = now(), attempts = 0, last_error = NULL,
         locked_until = NULL, locked_by = NULL
     WHERE id = :session_id
     RETURNING id, project_path, status, created_at

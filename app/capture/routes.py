@@ -88,6 +88,10 @@ def observation_json(row: ObservationRow) -> dict[str, Any]:
         "createdAt": iso(row.created_at),
         "resultAt": iso(row.result_at),
         "compressedAt": iso(row.compressed_at),
+        # No result was recorded, and none is awaited any more: the worker gave up waiting for
+        # it (docs/worker.md), or it was compressed early. A result sent with this id still
+        # attaches.
+        "resultMissing": row.status != "pending" and row.result_at is None,
     }
 
 

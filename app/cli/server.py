@@ -227,7 +227,8 @@ def print_worker_metrics(console: Console, settings: Settings, *, engine_url: st
     console.print(
         f"worker     pending {metrics['pending']}, in flight {metrics['inFlight']}, "
         f"failed {metrics['failed']}, compressed {metrics['compressed']}, "
-        f"summarized {metrics['summarized']}, oldest pending "
+        f"summarized {metrics['summarized']}, awaiting result {metrics['awaitingResult']}, "
+        f"without result {metrics['withoutResult']}, oldest pending "
         f"{'-' if oldest is None else f'{oldest:.0f} s'}"
     )
     if compressed_by:

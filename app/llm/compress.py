@@ -49,14 +49,26 @@ def _render(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, indent=1, sort_keys=True)
 
 
+# In place of the result of a call whose result never came: the model describes the call and
+# does not guess how it went.
+MISSING_RESULT = "(no result was recorded for this call: its outcome is unknown, do not guess it)"
+
+
 def observation_text(
-    *, function_name: str, observation_type: str, args: Any, result: Any, max_chars: int
+    *,
+    function_name: str,
+    observation_type: str,
+    args: Any,
+    result: Any,
+    max_chars: int,
+    result_missing: bool = False,
 ) -> str:
     """The observation as one text, cleaned and redacted again (a guard: capture already did)
     and capped so that one huge result cannot spend the budget."""
+    shown = MISSING_RESULT if result_missing else _render(result)
     raw = (
         f"Tool: {function_name}\nType: {observation_type}\n"
-        f"Arguments:\n{_render(args)}\nResult:\n{_render(result)}"
+        f"Arguments:\n{_render(args)}\nResult:\n{shown}"
     )
     return cap_text(sanitize_text(raw), max_chars)
 

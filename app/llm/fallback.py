@@ -17,6 +17,10 @@ from app.privacy import ELISION_MARKER, ELISION_START
 from app.tokens import estimate_tokens, truncate_to_tokens
 
 EXTRACTIVE = "extractive"
+# What a call shows when no result was recorded for it (the worker gave up waiting, or it was
+# compressed early): not `(empty)`, which says an empty result did arrive, nor `none`, a JSON
+# null that did.
+NO_RESULT = "(none recorded)"
 
 _PATH_KEY = re.compile(r"path|file|dir|target|uri", re.IGNORECASE)
 _ERROR_LINE = re.compile(
@@ -379,9 +383,11 @@ def compress_extractive(
     result: Any,
     project_path: str | None = None,
     entities: Mapping[str, Sequence[str]] | None = None,
+    result_missing: bool = False,
 ) -> str:
     """A few structured lines: the call, its files, a diff summary, the other errors and files
-    capture found in it (`entities`), the call's errors, key result lines.
+    capture found in it (`entities`), the call's errors, key result lines (`Result: (none
+    recorded)` when `result_missing`: no result ever came).
 
     A read keeps its line span and outline; a write its diff and first status sentence; paths
     under `project_path` are written relative to it.
@@ -445,7 +451,9 @@ def compress_extractive(
         # A to-do list's plain success (`Todos have been modified successfully.`) says nothing
         # its items do not: the list is the call, and a refusal is kept.
         firsts = [shown for shown, summary in statuses if not (todos and summary)]
-    if firsts:
+    if result_missing:
+        lines.append(f"Result: {NO_RESULT}")
+    elif firsts:
         lines.append("Result: " + " | ".join(firsts))
     elif result is None:
         lines.append("Result: none")
@@ -505,12 +513,14 @@ def _compact(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def raw_text(*, function_name: str, args: Any, result: Any) -> str:
+def raw_text(*, function_name: str, args: Any, result: Any, result_missing: bool = False) -> str:
     """A small call kept whole, in the extractive text's layout: its arguments and result as
     compact JSON (strings as they are), without the labels and indentation sent to Gemini."""
     lines = [function_name]
     if args not in (None, "", {}, []):
         lines.append("Args: " + _compact(args))
+    if result_missing:
+        return "\n".join([*lines, f"Result: {NO_RESULT}"])
     if isinstance(result, dict) and len(result) == 1:
         # Gemini's functionResponse.response: `{"output": "…"}`, shown as `output: …`.
         ((key, value),) = result.items()
@@ -531,6 +541,7 @@ class ObservationDigest:
     status: str
     compressed: str | None
     files: list[str]
+    result_missing: bool = False  # compressed with no result: none ever came
 
 
 # (one, many): the summary is injected into prompts as prose, so "1 file read", not "1 file reads".
@@ -552,8 +563,8 @@ def _count(kind: str, n: int) -> str:
 def _highlight(digest: ObservationDigest) -> tuple[int, str] | None:
     """(rank, line) of an observation for a summary: 0 an error, 1 a write with a file or a
     command, 2 anything else (a read, a search, a to-do list)."""
-    if not digest.compressed or not digest.compressed.strip():
-        return None
+    if digest.result_missing or not digest.compressed or not digest.compressed.strip():
+        return None  # a call without its result has none to quote (the summary names it apart)
     lines = [ln for ln in digest.compressed.splitlines() if ln.strip()]
     # An extract's Errors line, or an error in a raw result's lines (never in a Mentions line,
     # which names `ValueError` wherever a file mentions it).
@@ -619,6 +630,17 @@ def summarize_extractive(
     highlights = notable_results(observations)
     if highlights:
         sentences.append(f"Notable results: {'; '.join(highlights)}.")
+    # The calls the session was cut off in (killed, crashed), or whose result was lost: by their
+    # first line, the tool and what it was given.
+    unanswered = [
+        _short(o.compressed.splitlines()[0])
+        for o in observations
+        if o.result_missing and o.compressed and o.compressed.strip()
+    ]
+    if unanswered:
+        more = f" and {len(unanswered) - 3} more" if len(unanswered) > 3 else ""
+        calls = f"{len(unanswered)} call{'' if len(unanswered) == 1 else 's'}"
+        sentences.append(f"{calls} had no result recorded: {'; '.join(unanswered[:3])}{more}.")
     failed = sum(1 for o in observations if o.status == "failed")
     if failed:
         sentences.append(

@@ -35,6 +35,8 @@ def session_text(
     lines.append(f"Observations ({len(observations)}):")
     for number, item in enumerate(observations, start=1):
         body = item.compressed if item.compressed else f"{item.function_name} (not compressed)"
+        if item.result_missing:
+            body = f"(no result was recorded) {body}"
         lines.append(f"{number}. [{item.observation_type}] {body}")
     return cap_text(sanitize_text("\n".join(lines)), max_chars)
 

@@ -61,10 +61,13 @@ def _claim_sql(queue: Queue, returning: str, extra: str = "") -> Any:
 _CLAIM_OBSERVATIONS = _claim_sql(
     OBSERVATIONS,
     "t.id, t.session_id, t.project_path, t.function_name, t.function_args, t.result, "
-    "t.observation_type, t.attempts, t.original_tokens, t.entities, t.created_at",
+    "t.observation_type, t.attempts, t.original_tokens, t.entities, t.created_at, "
+    "t.result_at IS NULL AS result_missing",
 )
 _CLAIM_SESSIONS = _claim_sql(
-    SESSIONS, "t.id, t.project_path, t.user_prompt, t.attempts", _SESSION_READY
+    SESSIONS,
+    "t.id, t.project_path, t.user_prompt, t.attempts, t.ended_at IS NOT NULL AS ended",
+    _SESSION_READY,
 )
 # A project's runs execute in the order they were requested: a run waits while an older run of its
 # project is queued (claimed or in backoff included) or running. Two workers could otherwise run
@@ -91,6 +94,8 @@ class ObservationWork:
     original_tokens: int = 0
     # What capture found in it (files, errors, commands, ...: app/capture/entities.py).
     entities: dict[str, list[str]] = field(default_factory=dict)
+    # No result was recorded (the call was given up on, or compressed early): `result` is None.
+    result_missing: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +104,8 @@ class SessionWork:
     project_path: str
     user_prompt: str | None
     attempts: int
+    # Ended, not a checkpoint (`POST /api/summarize` of a session still at work).
+    ended: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +136,7 @@ async def claim_observations(
             attempts=r.attempts,
             original_tokens=r.original_tokens or 0,
             entities=r.entities or {},
+            result_missing=r.result_missing,
         )
         for r in rows
     ]
@@ -139,7 +147,7 @@ async def claim_sessions(
 ) -> list[SessionWork]:
     """Lease up to `limit` ended sessions whose observations are all done."""
     rows = await session.execute(_CLAIM_SESSIONS, _params(worker, lease, limit, max_attempts))
-    return [SessionWork(r.id, r.project_path, r.user_prompt, r.attempts) for r in rows]
+    return [SessionWork(r.id, r.project_path, r.user_prompt, r.attempts, r.ended) for r in rows]
 
 
 async def claim_sync_runs(

@@ -32,7 +32,7 @@ from app.privacy import cap_text, sanitize_text
 from app.sync.embed import BatchEmbedder
 from app.sync.runs import execute_sync_run
 from app.tokens import estimate_tokens
-from app.worker import claims, results
+from app.worker import claims, results, unanswered
 from app.worker.claims import ObservationWork, Queue, SessionWork, SyncRunWork
 
 log = structlog.get_logger(__name__)
@@ -202,6 +202,7 @@ def _extract(work: ObservationWork) -> str:
         result=work.result,
         project_path=work.project_path,
         entities=work.entities,
+        result_missing=work.result_missing,
     )
 
 
@@ -214,6 +215,7 @@ async def compress_observation(ctx: JobContext, work: ObservationWork) -> str:
         args=work.function_args,
         result=work.result,
         max_chars=settings.worker_max_input_chars,
+        result_missing=work.result_missing,
     )
     # A small call is kept whole in this form, the extractive text's layout: the text above,
     # built for Gemini, showed in the context block as `Tool: … Type: … Arguments: { "k": … }`
@@ -224,6 +226,7 @@ async def compress_observation(ctx: JobContext, work: ObservationWork) -> str:
                 function_name=work.function_name,
                 args=work.function_args,
                 result=work.result,
+                result_missing=work.result_missing,
             )
         ),
         settings.worker_max_input_chars,
@@ -306,11 +309,31 @@ async def compress_observation(ctx: JobContext, work: ObservationWork) -> str:
     return result.generated_by if stored else "lost"
 
 
+async def _wait_for_results(ctx: JobContext, work: SessionWork) -> None:
+    """Before a summary, the session's calls still waiting for their result: each is given up
+    on once its grace has passed (docs/worker.md, "A call without its result"), then compressed
+    by the lanes; the claim goes back, due when the next grace ends, or again once the calls
+    given up on are compressed (a session waits for its `captured` observations)."""
+    async with transaction(ctx.sessionmaker) as session:
+        given = await unanswered.give_up_in_session(
+            session, session_id=work.id, grace=ctx.settings.worker_result_grace_seconds
+        )
+        await results.release_claim(
+            session, table="sessions", row_id=work.id, worker=ctx.worker_id, delay=given.wait or 0
+        )
+    log.info("session.awaiting_results", id=work.id, given_up=given.closed, wait=given.wait)
+
+
 async def summarize_session(ctx: JobContext, work: SessionWork) -> str:
     """Summarise one claimed session from its compressed observations; returns the method."""
     settings = ctx.settings
     async with transaction(ctx.sessionmaker) as session:
         digests = await results.session_digests(session, session_id=work.id)
+    # A checkpoint of a session still at work summarises what has come so far: a call running
+    # then (a build, a test run) is still to get its result, and the end summarises again.
+    if work.ended and any(d.status == "pending" for d in digests):
+        await _wait_for_results(ctx, work)
+        return "waiting"
     summary: results.SessionSummary | None = None
     wanted = any(d.compressed for d in digests)
     gemini_error = _breaker_reason(ctx) if wanted else None
@@ -408,12 +431,21 @@ async def embed_batch(ctx: JobContext, *, limit: int = 256) -> int:
 
 
 async def maintain(ctx: JobContext) -> tuple[int, int]:
-    """Periodic upkeep: purge expired memories, fail rows whose last claim expired."""
+    """Periodic upkeep: purge expired memories, fail rows whose last claim expired, give up on
+    calls whose result has not come for AGMEM_WORKER_RESULT_TIMEOUT_SECONDS."""
     async with transaction(ctx.sessionmaker) as session:
         purged = await results.purge_expired_memories(session)
         exhausted = await claims.fail_exhausted(
             session, max_attempts=ctx.settings.worker_max_attempts
         )
-    if purged or exhausted:
-        log.info("worker.maintenance", memories_purged=purged, failed_after_expiry=exhausted)
+        timed_out = await unanswered.give_up_timed_out(
+            session, timeout=ctx.settings.worker_result_timeout_seconds
+        )
+    if purged or exhausted or timed_out:
+        log.info(
+            "worker.maintenance",
+            memories_purged=purged,
+            failed_after_expiry=exhausted,
+            results_given_up=timed_out,
+        )
     return purged, exhausted

@@ -17,6 +17,7 @@ METRICS_SQL = text(
         count(*) FILTER (WHERE status = 'failed') AS failed,
         count(*) FILTER (WHERE status = 'compressed') AS compressed,
         count(*) FILTER (WHERE status = 'pending') AS awaiting_result,
+        count(*) FILTER (WHERE status <> 'pending' AND result_at IS NULL) AS without_result,
         min(coalesce(result_at, created_at)) FILTER (WHERE status = 'captured') AS oldest,
         coalesce(sum(tokens_saved) FILTER (WHERE status = 'compressed'), 0) AS tokens_saved
       FROM observations
@@ -38,7 +39,7 @@ METRICS_SQL = text(
     )
     SELECT
       o.pending AS obs_pending, o.in_flight AS obs_in_flight, o.failed AS obs_failed,
-      o.compressed, o.awaiting_result, o.tokens_saved,
+      o.compressed, o.awaiting_result, o.without_result, o.tokens_saved,
       s.pending AS ses_pending, s.in_flight AS ses_in_flight, s.failed AS ses_failed,
       s.summarized, r.pending AS sync_pending, r.in_flight AS sync_in_flight,
       (SELECT count(*) FROM memory_chunks WHERE embedding IS NULL) AS embed_pending,
@@ -62,6 +63,8 @@ def shape_metrics(counts: Any, by_project: Any) -> dict[str, Any]:
         "compressed": int(counts.compressed),
         "summarized": int(counts.summarized),
         "awaitingResult": int(counts.awaiting_result),
+        # Calls given up on (or compressed early) with no result recorded.
+        "withoutResult": int(counts.without_result),
         "embedPending": int(counts.embed_pending),
         "oldestPendingSeconds": (
             round(float(counts.oldest_age), 1) if counts.oldest_age is not None else None

@@ -75,7 +75,8 @@ async def finish_observation(
 
 
 _SESSION_OBSERVATIONS = text(
-    "SELECT function_name, observation_type, status, compressed_data, function_args "
+    "SELECT function_name, observation_type, status, compressed_data, function_args, "
+    "(result_at IS NULL AND status <> 'pending') AS result_missing "
     "FROM observations WHERE session_id = :id ORDER BY seq"
 )
 
@@ -90,6 +91,7 @@ async def session_digests(session: AsyncSession, *, session_id: str) -> list[Obs
             status=r.status,
             compressed=r.compressed_data,
             files=target_files(r.function_args),
+            result_missing=r.result_missing,
         )
         for r in rows
     ]
@@ -101,10 +103,10 @@ _FINISH_SESSION = text(
     "total_observations = (SELECT count(*) FROM observations o WHERE o.session_id = s.id), "
     "tokens_saved = (SELECT coalesce(sum(o.tokens_saved), 0) FROM observations o "
     "WHERE o.session_id = s.id), "
-    "ended_at = coalesce(s.ended_at, now()), summarized_at = now(), last_error = :error, "
+    "summarized_at = now(), last_error = :error, "
     "next_attempt_at = NULL, locked_until = NULL, locked_by = NULL "
     "WHERE s.id = :id AND s.locked_by = :worker AND s.status = 'ending' "
-    "RETURNING s.project_path, s.ended_at"
+    "RETURNING s.project_path, coalesce(s.ended_at, now()) AS ended_at"
 )
 
 

@@ -394,11 +394,66 @@ def test_real_command_that_printed_nothing_says_so() -> None:
 
     assert text.splitlines()[-1] == "Result: (empty)"
     assert estimate_tokens("\nResult: (empty)") <= 4
-    # A result that never came is not an empty one.
-    unanswered = compress_extractive(
+    # A result that came as JSON null is not an empty one, and neither is one that never came.
+    null = compress_extractive(
         function_name="Bash", observation_type="code_execution", args={"command": "ls"}, result=None
     )
-    assert unanswered.splitlines()[-1] == "Result: none"
+    assert null.splitlines()[-1] == "Result: none"
+
+
+@pytest.mark.parametrize(
+    ("kind", "args"),
+    [
+        ("code_execution", {"command": "pytest -x tests/api"}),
+        ("file_read", {"file_path": "src/app.py"}),
+        ("file_write", {"file_path": "a.py", "old_string": "x = 1", "new_string": "x = 2"}),
+        ("other", {"todos": [{"content": "Run the tests", "status": "in_progress"}]}),
+    ],
+)
+def test_a_call_whose_result_never_came_says_none_was_recorded(
+    kind: str, args: dict[str, object]
+) -> None:
+    extract = compress_extractive(
+        function_name="tool", observation_type=kind, args=args, result=None, result_missing=True
+    )
+    whole = raw_text(function_name="tool", args=args, result=None, result_missing=True)
+
+    assert extract.splitlines()[-1] == whole.splitlines()[-1] == "Result: (none recorded)"
+    assert extract.count("Result:") == 1
+    assert (
+        whole == f"tool\nArgs: {json.dumps(args, separators=(',', ':'))}\nResult: (none recorded)"
+    )
+
+
+def test_a_summary_names_the_calls_that_had_no_result() -> None:
+    answered = digest("Bash", "code_execution", "Bash npm ci\nResult: added 312 packages", [])
+    unanswered = [
+        ObservationDigest(
+            function_name="Bash",
+            observation_type="code_execution",
+            status="compressed",
+            compressed=f"Bash pytest -k case{n}\nResult: (none recorded)",
+            files=[],
+            result_missing=True,
+        )
+        for n in range(5)
+    ]
+
+    one = summarize_extractive(
+        project_path="/p", user_prompt=None, observations=[answered, unanswered[0]]
+    )
+    five = summarize_extractive(
+        project_path="/p", user_prompt=None, observations=[answered, *unanswered]
+    )
+
+    assert one == (
+        "This session in /p made 2 tool calls (2 commands). Notable results: Bash npm ci: added "
+        "312 packages. 1 call had no result recorded: Bash pytest -k case0."
+    )
+    assert five.endswith(
+        "5 calls had no result recorded: Bash pytest -k case0; Bash pytest -k case1; "
+        "Bash pytest -k case2 and 2 more."
+    )
 
 
 def test_empty_read_and_write_replies_say_so_too() -> None:

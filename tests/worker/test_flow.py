@@ -188,7 +188,10 @@ def test_a_result_that_comes_after_the_summary_is_summarised_again(
 ) -> None:
     """An interceptor ends its session as the task ends, and the last command's result may come
     after the worker summarised it (it wakes on the end's NOTIFY: 71 ms, docs/worker.md). That
-    result, often the one that says how the task ended, was never in the session's summary."""
+    result, often the one that says how the task ended, was never in the session's summary.
+    (The worker now waits AGMEM_WORKER_RESULT_GRACE_SECONDS for a result in flight at the end;
+    at 0 it gives up on the call at once, and the result comes after the summary.)"""
+    settings = make_settings(worker_result_grace_seconds=0)
     session = {"projectPath": "/home/dev/shop", "id": "late-1", "userPrompt": "ship v2"}
     assert client.post("/api/session/start", json=session).status_code == 201
     for call_id, command, output in (
@@ -200,14 +203,14 @@ def test_a_result_that_comes_after_the_summary_is_summarised_again(
         assert reply.status_code == 201
         if call_id == "c2":
             assert client.post("/api/session/end", json={"sessionId": "late-1"}).status_code == 202
-            drain(make_settings(), database_url)
+            drain(settings, database_url)
             first = row(db, "SELECT status, summary FROM sessions WHERE id = 'late-1'")
         result = {"sessionId": "late-1", "observationId": call_id, "result": output}
         reply = client.post(
             "/api/observe/result", json={**result, "functionName": "run_shell_command"}
         )
         assert reply.status_code == 200
-    drain(make_settings(), database_url)
+    drain(settings, database_url)
 
     assert first["status"] == "summarized"
     assert "prod-eu-1" not in first["summary"]

@@ -1,0 +1,73 @@
+"""Calls whose result never came: the worker gives up waiting and compresses them without one.
+
+An observation waits `pending` for its result. When none comes (the agent was killed, the
+interceptor lost the response, a stream was cut, the IDE crashed) it would wait for good: never
+compressed, so out of search, context and its session's summary, and counted in
+`awaitingResult` forever. A call is given up on
+
+- when its session is about to be summarised, once `AGMEM_WORKER_RESULT_GRACE_SECONDS` have
+  passed since the session ended and since the call was recorded (a result may be in flight
+  at the end: the interceptor sends the end right after the last result);
+- in any session, ended or not, once it is `AGMEM_WORKER_RESULT_TIMEOUT_SECONDS` old.
+
+Given up on, it becomes `captured` with no result (`result_at` stays NULL): the worker
+compresses it as a call whose result was not recorded. It is no longer `pending`, so a later
+result sent without `observationId` does not match it (a new observation is recorded, as for
+any unmatched result); one sent with its id still attaches to it (capture's
+MATCH_BY_ID_WITHOUT_RESULT), is compressed again and its session summarised again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+# What giving up sets: due for compression now, with fresh attempts and no claim.
+_GIVE_UP = (
+    "UPDATE observations o SET status = 'captured', next_attempt_at = now(), attempts = 0, "
+    "locked_until = NULL, locked_by = NULL"
+)
+
+# Each pending call of the session is due to be given up `:grace` seconds after the later of the
+# session's end (its last activity if it has no end time) and its own recording; those due are
+# given up, and the statement says how long until the next of the others is (NULL: none left).
+# The UPDATE re-checks `status = 'pending'` on the row's latest version if a result took its
+# lock first, so a result in flight either lands first (the call is captured with it) or after
+# (it attaches by id to the given-up call).
+_GIVE_UP_IN_SESSION = text(
+    "WITH s AS (SELECT id, coalesce(ended_at, last_activity_at) AS ended FROM sessions "
+    "WHERE id = :id), "
+    "open AS (SELECT o.id, greatest(o.created_at, s.ended) + make_interval(secs => :grace) AS due "
+    "FROM observations o JOIN s ON o.session_id = s.id WHERE o.status = 'pending'), "
+    f"closed AS ({_GIVE_UP} FROM open WHERE o.id = open.id AND open.due <= now() "
+    "AND o.status = 'pending' RETURNING o.id) "
+    "SELECT (SELECT count(*) FROM closed) AS closed, "
+    "(SELECT extract(epoch FROM min(due) - now()) FROM open WHERE due > now()) AS wait"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class GivenUp:
+    closed: int  # calls given up on now
+    wait: float | None  # seconds until the next of the session's other pending calls is due
+
+
+async def give_up_in_session(session: AsyncSession, *, session_id: str, grace: float) -> GivenUp:
+    """Give up on the session's pending calls whose grace has passed."""
+    row = (await session.execute(_GIVE_UP_IN_SESSION, {"id": session_id, "grace": grace})).one()
+    return GivenUp(int(row.closed), None if row.wait is None else float(row.wait))
+
+
+_GIVE_UP_TIMED_OUT = text(
+    f"{_GIVE_UP} WHERE o.status = 'pending' "
+    "AND o.created_at <= now() - make_interval(secs => :timeout)"
+)
+
+
+async def give_up_timed_out(session: AsyncSession, *, timeout: float) -> int:
+    """Give up on every call pending for longer than `timeout` seconds, in any session."""
+    result: Any = await session.execute(_GIVE_UP_TIMED_OUT, {"timeout": timeout})
+    return int(result.rowcount or 0)
