@@ -19,7 +19,6 @@ from typing import Annotated
 
 from pydantic import AfterValidator, StringConstraints
 
-from app.privacy import clean_text
 from app.projects import canonical_project
 
 # Project paths are the key of every table: sessions, observations, memories, sync runs, chunks.
@@ -49,12 +48,14 @@ def check_utf8_size(text: str, max_bytes: int) -> str:
 
 
 def stored_project_path(text: str) -> str:
-    """The project key a path is stored under (cleaned and canonical: app/projects.py), if it
-    fits the bound; else a ValueError saying by how much.
+    """The project key a path is stored under (canonical: app/projects.py), if it fits the
+    bound; else a ValueError saying by how much.
 
     Checked on the key, not on the text as sent: NFC can make a path longer (U+0958, 3 bytes,
-    becomes two characters of 6) and `/p/./././...` is far shorter stored than sent."""
-    return check_utf8_size(canonical_project(clean_text(text)), PROJECT_PATH_MAX_BYTES)
+    becomes two characters of 6) and `/p/./././...` is far shorter stored than sent. Each route
+    still cleans it its own way (a NUL is removed, or names no folder to sync), which can only
+    make it shorter."""
+    return check_utf8_size(canonical_project(text), PROJECT_PATH_MAX_BYTES)
 
 
 # A project path a request stores, as its key. `max_length` refuses a text no path is before any

@@ -274,7 +274,8 @@ def test_a_project_path_too_long_to_index_is_422_naming_it_and_stores_nothing(
     assert response.status_code == 422, response.text
     assert response.json() == {
         "error": "ValidationFailed",
-        "detail": "projectPath: String should have at most 1024 characters",
+        "detail": "projectPath: String should have at most 1024 bytes in UTF-8, not 4001 "
+        "(the database indexes it)",
     }
     assert count(db, "sessions") == 0
 

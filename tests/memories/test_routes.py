@@ -136,7 +136,11 @@ def test_values_too_long_to_index_are_422_naming_them_and_store_nothing(
     # "the database is unreachable", then a 422 quoting the index (app/api/limits.py).
     noise = "".join(random.Random(1).choices(string.ascii_letters + string.digits, k=4000))
     for body, detail in (
-        ({"projectPath": "/" + noise}, "projectPath: String should have at most 1024 characters"),
+        (
+            {"projectPath": "/" + noise},
+            "projectPath: String should have at most 1024 bytes in UTF-8, not 4001 "
+            "(the database indexes it)",
+        ),
         ({"tags": [noise]}, "tags: a tag has at most 200 characters, not 4000"),
     ):
         response = client.put(url("k"), json={"value": 1, "projectPath": PROJECT} | body)
