@@ -6,7 +6,7 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 from sqlalchemy import exc as sa_exc
@@ -15,6 +15,9 @@ from typer.core import TyperGroup
 
 from app.config import Settings, SettingsError, load_settings
 from app.errors import AppError, first_line, validator_reason
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
@@ -89,6 +92,19 @@ def cli_errors() -> Iterator[None]:
         fail(error.detail)
     except OSError as error:
         fail(first_line(error))
+    except Exception as error:
+        if _is_psycopg_operational(error):
+            fail(f"database unreachable: {first_line(error)}")
+        raise
+
+
+def _is_psycopg_operational(error: Exception) -> bool:
+    """A connection error of psycopg's own, which `agmem sync` meets unwrapped: it opens its
+    connections with psycopg, not through SQLAlchemy. Looked up, not imported: no command pays
+    for importing the driver to define its error handling, and an error of psycopg's can only
+    come once it is imported."""
+    psycopg = sys.modules.get("psycopg")
+    return psycopg is not None and isinstance(error, psycopg.OperationalError)
 
 
 def settings_or_exit() -> Settings:
@@ -119,3 +135,12 @@ def open_database(settings: Settings, *, migrate_embedded: bool = True) -> str:
 
         migrate.upgrade(url)
     return url
+
+
+async def check_reachable(engine: AsyncEngine) -> None:
+    """One round trip before a long-running command says it has started: an unreachable database
+    is then its one-line error and exit 1 (compose restarts it), not a loop that logs failures."""
+    from sqlalchemy import text
+
+    async with engine.connect() as connection:
+        await connection.execute(text("SELECT 1"))

@@ -10,7 +10,14 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from app.cli.common import absolute_project, cli_errors, fail, open_database, settings_or_exit
+from app.cli.common import (
+    absolute_project,
+    check_reachable,
+    cli_errors,
+    fail,
+    open_database,
+    settings_or_exit,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -85,6 +92,7 @@ def sync(
                         loop = asyncio.get_running_loop()
                         for signum in (signal.SIGINT, signal.SIGTERM):
                             loop.add_signal_handler(signum, stop.set)
+                        await check_reachable(engine)
                         console.print(
                             f"watching {request.project_path} (Ctrl-C to stop)", markup=False
                         )

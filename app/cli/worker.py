@@ -10,6 +10,7 @@ import typer
 
 from app.cli.common import (
     absolute_project,
+    check_reachable,
     cli_errors,
     describe_location,
     open_database,
@@ -25,8 +26,6 @@ worker_app = typer.Typer(
 
 async def run_worker(settings: Settings, url: str, *, concurrency: int | None) -> None:
     """Run one worker until SIGINT or SIGTERM; the job in hand finishes or gives its claim back."""
-    from sqlalchemy import text
-
     from app.db.engine import make_async_engine, make_sessionmaker
     from app.db.supervisor import supervised
     from app.worker.loop import Worker
@@ -37,10 +36,7 @@ async def run_worker(settings: Settings, url: str, *, concurrency: int | None) -
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     try:
-        # Like every command, an unreachable database is one line and exit 1 at start (compose
-        # restarts the worker), not a worker that logs a failure every few seconds.
-        async with engine.connect() as connection:
-            await connection.execute(text("SELECT 1"))
+        await check_reachable(engine)
         typer.echo(f"agmem: worker on {describe_location(settings, url)}", err=True)
         worker = Worker(
             settings=settings,

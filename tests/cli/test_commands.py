@@ -116,8 +116,17 @@ def test_invalid_settings_fail_with_one_line(env: dict[str, str], code: int, mes
     assert result.stderr.strip() == message
 
 
-def test_unreachable_database_is_one_line() -> None:
-    result = run_agmem("status", DATABASE_URL="postgresql://agmem@127.0.0.1:1/agmem")
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["status"],
+        # sync connects with psycopg itself, not through SQLAlchemy: its error was a traceback.
+        ["sync", "-p", "."],
+        ["sync", "-p", ".", "--watch"],
+    ],
+)
+def test_unreachable_database_is_one_line(args: list[str]) -> None:
+    result = run_agmem(*args, DATABASE_URL="postgresql://agmem@127.0.0.1:1/agmem")
 
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
