@@ -14,6 +14,7 @@ from sqlalchemy.engine import make_url
 from typer.core import TyperGroup
 
 from app.config import Settings, SettingsError, load_settings
+from app.entry import interrupted
 from app.errors import AppError, first_line, validator_reason
 
 if TYPE_CHECKING:
@@ -67,6 +68,13 @@ class OneLineErrors(TyperGroup):
             sys.exit(1)
         # Without standalone mode, click returns an Exit's code instead of exiting with it.
         sys.exit(result if isinstance(result, int) else 0)
+
+    def invoke(self, ctx: Any) -> Any:  # click's Context, which typer does not export
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as interrupt:
+            # typer made it exit 130 without a word, whatever the signal (app.entry.Terminated).
+            raise typer.Exit(interrupted(interrupt)) from None
 
 
 def absolute_project(path: str | os.PathLike[str]) -> str:

@@ -7,6 +7,7 @@ directory, which is what an agent launching `agmem mcp` from a project folder ex
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 from collections.abc import Awaitable, Callable
@@ -306,7 +307,10 @@ def mcp(project: ProjectOpt = None) -> None:
             async with supervised(pgdata, url, state.drop_dead_connections) as state.supervisor:
                 await serve_stdio(state, default_project=default_project)
 
-        asyncio.run(_with_state(settings, url, work))
+        # Its client stopping it (SIGTERM, or Ctrl-C in a terminal) is how a stdio server ends,
+        # like the end of its input: exit 0, as serve, the worker and `sync --watch` do.
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(_with_state(settings, url, work))
 
 
 def register(cli: typer.Typer) -> None:

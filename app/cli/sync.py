@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -116,9 +115,11 @@ def sync(
             finally:
                 await engine.dispose()
 
+        # Ctrl-C (or SIGTERM) is a KeyboardInterrupt only outside the watch, whose loop handles
+        # both as its normal stop: a one-shot sync cut short ends as an interrupted command (exit
+        # 130), not as a success without its summary line.
         try:
-            with contextlib.suppress(KeyboardInterrupt):
-                asyncio.run(go())
+            asyncio.run(go())
         except ProjectFolderMissing as error:
             fail(str(error))
 

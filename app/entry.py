@@ -1,0 +1,44 @@
+"""The `agmem` executable: signals are handled before the command line's imports start.
+
+This module imports nothing of the app, so Ctrl-C during the half second of imports that follows
+is one line and exit 130 like Ctrl-C at any other moment, not a traceback of the import machinery.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+from types import FrameType
+from typing import NoReturn
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (`kill`, `timeout`, systemd, an MCP client closing its server), raised as Ctrl-C's
+    KeyboardInterrupt so that a command unwinds the same way: its `finally` blocks run (a sync's
+    dropped HNSW index is rebuilt) and so do its exit handlers (the embedded PostgreSQL this
+    process started is stopped). With SIGTERM's default action the process died at once, and
+    the embedded server kept running until the next agmem command found it orphaned."""
+
+
+def raise_terminated(_signum: int, _frame: FrameType | None) -> NoReturn:
+    raise Terminated
+
+
+def interrupted(interrupt: KeyboardInterrupt) -> int:
+    """Say in one line that a signal ended the command; return the exit code a shell gives a
+    process that signal killed (128 + its number), so a script can tell it from an error."""
+    terminated = isinstance(interrupt, Terminated)
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write("agmem: terminated\n" if terminated else "agmem: interrupted\n")
+        sys.stderr.flush()
+    return 128 + (signal.SIGTERM if terminated else signal.SIGINT)
+
+
+def main() -> None:
+    signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        from app.cli import cli
+    except KeyboardInterrupt as interrupt:
+        sys.exit(interrupted(interrupt))
+    cli()

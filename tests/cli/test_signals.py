@@ -1,0 +1,134 @@
+"""Ctrl-C and SIGTERM: one line and the exit code a shell gives for that signal, cleanup done."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+import pytest
+from numpy.typing import NDArray
+from typer.testing import CliRunner
+
+from app.cli import cli
+from app.entry import Terminated
+from app.llm.embeddings import local_embedder
+from tests.cli.helpers import AGMEM, agmem_env
+from tests.sync.helpers import make_project
+
+
+class InterruptedEmbedder:
+    """The local model, and the signal arriving while the sync embeds its first chunks."""
+
+    def __init__(self, interrupt: type[KeyboardInterrupt]) -> None:
+        self.inner = local_embedder()
+        self.interrupt = interrupt
+
+    @property
+    def identity(self) -> str:
+        return self.inner.identity
+
+    @property
+    def dims(self) -> int:
+        return self.inner.dims
+
+    def embed_documents(self, texts: list[str]) -> NDArray[np.float32]:
+        raise self.interrupt
+
+    def embed_query(self, text: str) -> NDArray[np.float32]:
+        return self.inner.embed_query(text)
+
+
+@pytest.mark.parametrize(
+    ("interrupt", "code", "line"),
+    [(KeyboardInterrupt, 130, "agmem: interrupted"), (Terminated, 143, "agmem: terminated")],
+)
+def test_an_interrupted_sync_says_so_and_exits_with_the_signals_code(
+    database_url: str,
+    db: psycopg.Connection[Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    interrupt: type[KeyboardInterrupt],
+    code: int,
+    line: str,
+) -> None:
+    # A one-shot sync swallowed Ctrl-C: exit 0 and no summary line, so a script went on as if
+    # the project were indexed. SIGTERM (`timeout`, `kill`) killed it without its cleanup.
+    project = make_project(tmp_path / "proj")
+    env = {"DATABASE_URL": database_url, "AGMEM_HOME": str(tmp_path / "home")}
+    monkeypatch.setattr(
+        "app.llm.embeddings.get_embedder", lambda _settings: InterruptedEmbedder(interrupt)
+    )
+    monkeypatch.setattr("app.cli.server.freeze_startup_heap", lambda: None)
+
+    result = CliRunner().invoke(cli, ["sync", "-p", str(project)], env=env)
+
+    assert result.exit_code == code
+    assert result.stdout == ""
+    assert result.stderr.splitlines()[-1] == line
+    # Nothing half-written: no file is indexed without its chunks, and the next sync finishes.
+    monkeypatch.undo()
+    empty = db.execute(
+        "SELECT count(*) FROM memory_files f WHERE NOT EXISTS "
+        "(SELECT 1 FROM memory_chunks c WHERE c.file_id = f.id)"
+    ).fetchone()
+    assert empty == (0,)
+    again = CliRunner().invoke(cli, ["sync", "-p", str(project)], env=env)
+    assert again.exit_code == 0, again.output
+    assert again.stdout.startswith("scanned 6 · ")
+
+
+def test_ctrl_c_while_the_command_line_loads_is_one_line() -> None:
+    # The half second of imports before any command runs: Ctrl-C there was a traceback of the
+    # import machinery. Here the import of the command line is what gets the KeyboardInterrupt.
+    interrupt_the_import = (
+        "import sys\n"
+        "class Interrupt:\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name == 'app.cli':\n"
+        "            raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, Interrupt())\n"
+        "from app.entry import main\n"
+        "main()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", interrupt_the_import, "status"],
+        env=agmem_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert done.returncode == 130
+    assert done.stderr == "agmem: interrupted\n"
+
+
+def test_sigterm_stops_the_embedded_server_the_command_started(tmp_path: Path) -> None:
+    # SIGTERM's default action killed `agmem mcp` (an MCP client's way to stop its server) with
+    # the embedded PostgreSQL it had started still running, until another agmem command found
+    # it orphaned. Now it unwinds as Ctrl-C does, and a stdio server's stop is a normal end.
+    home = tmp_path / "home"
+    mcp = subprocess.Popen(
+        [AGMEM, "mcp", "-p", str(tmp_path)],
+        env=agmem_env(AGMEM_HOME=str(home)),
+        stdin=subprocess.PIPE,  # open: the end of its input would end it by itself
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert mcp.stderr is not None
+    try:
+        for output in mcp.stderr:
+            if "mcp.stdio.started" in output:
+                break
+        assert (home / "pgdata" / "postmaster.pid").exists()
+    finally:
+        mcp.terminate()
+        _, rest = mcp.communicate(timeout=60)
+
+    assert mcp.returncode == 0, rest
+    assert "Traceback" not in rest
+    assert not (home / "pgdata" / "postmaster.pid").exists()
