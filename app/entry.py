@@ -41,4 +41,12 @@ def main() -> None:
         from app.cli import cli
     except KeyboardInterrupt as interrupt:
         sys.exit(interrupted(interrupt))
-    cli()
+    try:
+        cli()
+    finally:
+        # The command is over; the exit handlers left stop the embedded server this process
+        # started (`pg_ctl stop`, about a second). Ctrl-C there was a traceback ("Exception
+        # ignored in atexit callback") and cut the stop short; now the stop finishes. pg_ctl,
+        # in the terminal's process group, inherits the ignoring, so it finishes too.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)

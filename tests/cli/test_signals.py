@@ -132,3 +132,29 @@ def test_sigterm_stops_the_embedded_server_the_command_started(tmp_path: Path) -
     assert mcp.returncode == 0, rest
     assert "Traceback" not in rest
     assert not (home / "pgdata" / "postmaster.pid").exists()
+
+
+def test_ctrl_c_while_the_embedded_server_stops_lets_it_stop() -> None:
+    # After the command, the exit handlers stop the embedded server (`pg_ctl stop`, up to a
+    # second or so). Ctrl-C there was "Exception ignored in atexit callback" and a traceback,
+    # and the stop was cut short. Here the exit handler gets the signal itself.
+    interrupted_at_exit = (
+        "import atexit, os, signal, sys\n"
+        "def stop_the_server():\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    sys.stderr.write('server stopped\\n')\n"
+        "atexit.register(stop_the_server)\n"
+        "from app.entry import main\n"
+        "main()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", interrupted_at_exit, "memory", "--help"],
+        env=agmem_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert done.returncode == 0
+    assert done.stderr == "server stopped\n"
