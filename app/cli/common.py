@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -48,6 +50,12 @@ class OneLineErrors(TyperGroup):
         if not standalone_mode:
             return super().main(standalone_mode=False, **run)
         try:
+            self._run_to_exit(run)
+        except BrokenPipeError:  # an error's line, to a stderr nobody reads any more
+            sys.exit(reader_gone())
+
+    def _run_to_exit(self, run: dict[str, Any]) -> NoReturn:
+        try:
             result = super().main(standalone_mode=False, **run)
         except typer.TyperException as error:
             # typer vendors click (`typer._click`, private) and exports none of its exception
@@ -69,12 +77,44 @@ class OneLineErrors(TyperGroup):
         # Without standalone mode, click returns an Exit's code instead of exiting with it.
         sys.exit(result if isinstance(result, int) else 0)
 
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        with _quiet_when_the_reader_goes():  # --help prints here
+            return super().make_context(*args, **kwargs)
+
     def invoke(self, ctx: Any) -> Any:  # click's Context, which typer does not export
         try:
-            return super().invoke(ctx)
+            with _quiet_when_the_reader_goes():
+                return super().invoke(ctx)
         except KeyboardInterrupt as interrupt:
             # typer made it exit 130 without a word, whatever the signal (app.entry.Terminated).
             raise typer.Exit(interrupted(interrupt)) from None
+
+
+@contextmanager
+def _quiet_when_the_reader_goes() -> Iterator[None]:
+    try:
+        yield
+    except BrokenPipeError:
+        raise typer.Exit(reader_gone()) from None
+    except SystemExit as exiting:
+        # rich's Console (status, sync's report, typer's help) handles the error itself: it
+        # raises SystemExit(1) while handling it (`Console.on_broken_pipe`).
+        if isinstance(exiting.__context__, BrokenPipeError):
+            raise typer.Exit(reader_gone()) from None
+        raise
+
+
+def reader_gone() -> int:
+    """Stop writing to a pipe whose reader has gone (`agmem status | head -1`), as a tool killed by
+    SIGPIPE stops: without a word, exit 141 in a shell's terms. typer exited 1, an error's code,
+    and an error raised inside a command said "agmem: error: [Errno 32] Broken pipe". Both streams
+    then lead nowhere, so that nothing left in a buffer fails again when Python exits."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # not a real file (a test's runner)
+            os.dup2(devnull, stream.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
 
 
 def absolute_project(path: str | os.PathLike[str]) -> str:
@@ -88,7 +128,7 @@ def cli_errors() -> Iterator[None]:
     """Turn the errors a user can cause into one line and a non-zero exit, never a traceback."""
     try:
         yield
-    except (typer.Exit, typer.Abort, KeyboardInterrupt):
+    except (typer.Exit, typer.Abort, KeyboardInterrupt, BrokenPipeError):
         raise
     except SettingsError as error:
         fail(str(error), 2)

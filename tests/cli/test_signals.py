@@ -1,7 +1,8 @@
-"""Ctrl-C and SIGTERM: one line and the exit code a shell gives for that signal, cleanup done."""
+"""Ctrl-C, SIGTERM and a closed pipe: the exit code a shell gives for that signal, cleanup done."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -158,3 +159,28 @@ def test_ctrl_c_while_the_embedded_server_stops_lets_it_stop() -> None:
 
     assert done.returncode == 0
     assert done.stderr == "server stopped\n"
+
+
+@pytest.mark.parametrize("args", [["--help"], ["migrate"], ["status"]])
+def test_output_to_a_pipe_nobody_reads_ends_quietly_with_sigpipes_code(
+    database_url: str, args: list[str]
+) -> None:
+    # `agmem status | head -1`, `agmem migrate | true`: exit 1, an error's code, and migrate
+    # (like sync) said "agmem: error: [Errno 32] Broken pipe". The reader leaving is not an error
+    # of agmem's: it stops as a tool killed by SIGPIPE does, 141 in a shell, without a word.
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader has gone before the first line
+    try:
+        done = subprocess.run(
+            [AGMEM, *args],
+            env=agmem_env(DATABASE_URL=database_url),
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=180,
+        )
+    finally:
+        os.close(write_end)
+
+    assert done.returncode == 141
+    assert done.stderr == ""
