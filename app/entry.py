@@ -7,6 +7,7 @@ is one line and exit 130 like Ctrl-C at any other moment, not a traceback of the
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 from types import FrameType
@@ -35,8 +36,32 @@ def interrupted(interrupt: KeyboardInterrupt) -> int:
     return 128 + (signal.SIGTERM if terminated else signal.SIGINT)
 
 
+def undecodable_argument(argv: list[str]) -> str | None:
+    """The first argument the locale's encoding could not decode, as its bytes, else None.
+
+    Python decodes arguments with the locale's encoding, keeping undecodable bytes as lone
+    surrogates. In an ASCII locale (LC_ALL=C with UTF-8 mode turned off) `agmem memory set k 中文`
+    stored six U+FFFD (the surrogates cleaned before storage), a search for it found nothing, and
+    `agmem sync -p <a CJK folder>` was a UnicodeEncodeError traceback.
+    """
+    for argument in argv:
+        try:
+            argument.encode("utf-8")
+        except UnicodeEncodeError:
+            return repr(os.fsencode(argument))
+    return None
+
+
 def main() -> None:
     signal.signal(signal.SIGTERM, raise_terminated)
+    undecodable = undecodable_argument(sys.argv[1:])
+    if undecodable is not None:
+        sys.stderr.write(
+            f"agmem: error: the argument {undecodable} is not text in this locale's encoding "
+            f"({sys.getfilesystemencoding()}); run agmem in a UTF-8 locale (LANG=C.UTF-8) or "
+            "with PYTHONUTF8=1\n"
+        )
+        sys.exit(2)
     try:
         from app.cli import cli
     except KeyboardInterrupt as interrupt:

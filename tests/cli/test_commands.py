@@ -9,7 +9,9 @@ import signal
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pytest
 from typer.testing import CliRunner
 
@@ -231,3 +233,24 @@ def test_a_bare_down_is_refused_before_touching_the_database() -> None:
     assert result.stderr == (
         "agmem: error: --down needs the revision to go down to, e.g. `agmem migrate --down base`\n"
     )
+
+
+def test_an_argument_the_locale_cannot_decode_is_refused_in_one_line(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # An ASCII locale (C, with Python's UTF-8 mode off) kept the UTF-8 bytes of 中文 as lone
+    # surrogates: the memory was stored as six U+FFFD, and a CJK --project was a traceback.
+    ascii_locale = {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+
+    result = run_agmem(
+        "memory", "set", "project.k", "中文", "-p", str(tmp_path),
+        DATABASE_URL=database_url, **ascii_locale,
+    )  # fmt: skip
+
+    assert result.returncode == 2
+    assert result.stderr == (
+        "agmem: error: the argument b'\\xe4\\xb8\\xad\\xe6\\x96\\x87' is not text in this "
+        "locale's encoding (ascii); run agmem in a UTF-8 locale (LANG=C.UTF-8) or with "
+        "PYTHONUTF8=1\n"
+    )
+    assert db.execute("SELECT count(*) FROM memories").fetchone() == (0,)
