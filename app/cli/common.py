@@ -117,6 +117,15 @@ def reader_gone() -> int:
     return 128 + signal.SIGPIPE
 
 
+def given_project(value: str | None) -> str | None:
+    """Every `--project` option's check: an empty one (`-p "$PROJECT"` with the variable unset)
+    meant the current folder to sync, memory and mcp, and every project to search and
+    retry-failed, where the user had meant one project."""
+    if value is not None and not value.strip():
+        raise typer.BadParameter("is empty; give the project folder, or leave the option out")
+    return value
+
+
 def absolute_project(path: str | os.PathLike[str]) -> str:
     """A project path as the service stores it: absolute, `~` expanded, `..` folded. Rows carry
     the absolute path a client sent, so a relative `--project .` would match nothing."""

@@ -16,7 +16,14 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 from pydantic import ValidationError
 
-from app.cli.common import absolute_project, cli_errors, fail, open_database, settings_or_exit
+from app.cli.common import (
+    absolute_project,
+    cli_errors,
+    fail,
+    given_project,
+    open_database,
+    settings_or_exit,
+)
 from app.config import Settings
 from app.memories.patterns import is_pattern
 from app.memories.schemas import (
@@ -47,7 +54,13 @@ memory_cli = typer.Typer(
 )
 
 ProjectOpt = Annotated[
-    str | None, typer.Option("--project", "-p", help="Project path (default: current directory).")
+    str | None,
+    typer.Option(
+        "--project",
+        "-p",
+        help="Project path (default: current directory).",
+        callback=given_project,
+    ),
 ]
 SessionOpt = Annotated[str | None, typer.Option("--session", help="Session id (scope session).")]
 ScopeOpt = Annotated[Scope | None, typer.Option(help="global, project, session or shared.")]

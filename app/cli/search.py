@@ -9,7 +9,14 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
-from app.cli.common import absolute_project, cli_errors, fail, open_database, settings_or_exit
+from app.cli.common import (
+    absolute_project,
+    cli_errors,
+    fail,
+    given_project,
+    open_database,
+    settings_or_exit,
+)
 from app.config import Settings
 from app.context.format import citation, one_line
 from app.search.schemas import MAX_LIMIT, SearchMode, SearchRequest, SearchResponse
@@ -57,7 +64,12 @@ def search_command(
     query: Annotated[str, typer.Argument(help="What to look for.", callback=_words)],
     project: Annotated[
         str | None,
-        typer.Option("--project", "-p", help="Project path (default: every project)."),
+        typer.Option(
+            "--project",
+            "-p",
+            help="Project path (default: every project).",
+            callback=given_project,
+        ),
     ] = None,
     mode: Annotated[
         SearchMode, typer.Option(help="hybrid, vector, keyword or weighted.")
@@ -69,7 +81,7 @@ def search_command(
 ) -> None:
     """Search memory: files, transcripts, observations, summaries and kv memories."""
     settings = settings_or_exit()
-    if project is not None and project.strip():
+    if project is not None:
         project = absolute_project(project)
     try:
         request = SearchRequest.model_validate(

@@ -14,6 +14,7 @@ from app.cli.common import (
     check_reachable,
     cli_errors,
     fail,
+    given_project,
     open_database,
     settings_or_exit,
 )
@@ -27,8 +28,13 @@ if TYPE_CHECKING:
 
 def sync(
     project: Annotated[
-        Path | None,
-        typer.Option("--project", "-p", help="Project folder (default: current folder)."),
+        str | None,
+        typer.Option(
+            "--project",
+            "-p",
+            help="Project folder (default: current folder).",
+            callback=given_project,
+        ),
     ] = None,
     memory_dir: Annotated[
         str | None,

@@ -13,6 +13,7 @@ from app.cli.common import (
     check_reachable,
     cli_errors,
     describe_location,
+    given_project,
     open_database,
     settings_or_exit,
 )
@@ -84,7 +85,10 @@ async def _retry(url: str, project: str | None) -> tuple[int, int, int]:
 @worker_app.command("retry-failed")
 def retry_failed_command(
     project: Annotated[
-        str | None, typer.Option("--project", "-p", help="Only this project (made absolute).")
+        str | None,
+        typer.Option(
+            "--project", "-p", help="Only this project (made absolute).", callback=given_project
+        ),
     ] = None,
 ) -> None:
     """Queue every failed observation and session again, with fresh attempts."""

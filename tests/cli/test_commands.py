@@ -189,6 +189,23 @@ def test_non_loopback_bind_without_token_is_refused() -> None:
             "agmem: error: Invalid value for '--ttl': Input should be greater than or equal to 1 "
             "(see 'agmem memory set --help')",
         ),
+        *(
+            # `-p "$PROJECT"` with the variable unset: sync, memory and mcp took the current
+            # folder, search and retry-failed every project.
+            (
+                [*command, *rest, "-p", ""],
+                "agmem: error: Invalid value for '--project' / '-p': is empty; give the project "
+                f"folder, or leave the option out (see 'agmem {' '.join(command)} --help')",
+            )
+            for command, rest in (
+                (["sync"], []),
+                (["search"], ["x"]),
+                (["memory", "list"], []),
+                (["resume"], []),
+                (["mcp"], []),
+                (["worker", "retry-failed"], []),
+            )
+        ),
         (
             ["memory", "set", "k", "1", "--scope", "galaxy"],
             "agmem: error: Invalid value for '--scope': 'galaxy' is not one of "
