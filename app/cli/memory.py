@@ -201,12 +201,12 @@ def set_(
 
 def _print_list(memories: list[Memory], as_json: bool) -> None:
     if as_json:
-        typer.echo(
-            json.dumps([m.model_dump(mode="json", by_alias=True) for m in memories], indent=2)
-        )
+        listed = [m.model_dump(mode="json", by_alias=True) for m in memories]
+        typer.echo(json.dumps(listed, ensure_ascii=False, indent=2))
         return
     for memory in memories:
-        shown = memory.value if isinstance(memory.value, str) else json.dumps(memory.value)
+        value = memory.value
+        shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
         shown = " ".join(shown.split())
         typer.echo(f"{memory.key}\t{memory.scope}\t{shown[:80]}{'…' if len(shown) > 80 else ''}")
 
