@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
 from app.config import Settings
 from app.db.engine import make_async_engine, make_sessionmaker
@@ -237,3 +238,51 @@ async def _until(condition: Callable[[], bool], timeout: float = 15.0) -> None:
         if loop.time() > deadline:
             raise AssertionError("condition not met in time")
         await asyncio.sleep(0.05)
+
+
+def test_stopping_the_watch_cancels_the_sync_in_progress(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ctrl-C during a sync waited for that sync to end: 20 s for a --force sync of 3,000 files,
+    # where a one-shot sync stops at once (each file is its own transaction, and a bulk index
+    # build is finished in a `finally`). Here the sync never ends by itself.
+    project = make_project(tmp_path / "proj")
+    settings: Settings = make_settings(home=tmp_path / "home")
+    started, cancelled = asyncio.Event(), []
+
+    async def endless_sync(*_args: Any, **_kwargs: Any) -> SyncReport:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+        raise AssertionError("unreachable")
+
+    monkeypatch.setattr("app.sync.watch.sync_project", endless_sync)
+
+    async def go() -> None:
+        engine = make_async_engine(database_url)
+        stop = asyncio.Event()
+        watch = asyncio.create_task(
+            watch_project(
+                make_sessionmaker(engine),
+                settings,
+                CountingEmbedder(),
+                SyncRequest(project_path=str(project)),
+                on_report=lambda _report: None,
+                stop=stop,
+            )
+        )
+        try:
+            await asyncio.wait_for(started.wait(), 30)
+            stop.set()
+            # A guard against a hang, not a timing: it returns once the sync is cancelled.
+            await asyncio.wait_for(watch, 30)
+        finally:
+            watch.cancel()
+            await engine.dispose()
+
+    asyncio.run(go())
+
+    assert cancelled == [True]
