@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from typing import Annotated
 
 import typer
@@ -98,6 +99,12 @@ def search_command(
         typer.echo(json.dumps(body, ensure_ascii=False, indent=2))
     else:
         _print(response)
+    if project is not None and not response.results and not os.path.isdir(project):
+        # Rows keep the path a client sent, so a project need not be a folder here (a server's
+        # paths, a folder since removed); but with nothing found, a typo is the likely cause.
+        typer.echo(
+            f"agmem: warning: there is no folder {project}: is the --project path right?", err=True
+        )
 
 
 def register(cli: typer.Typer) -> None:
