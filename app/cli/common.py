@@ -118,12 +118,14 @@ def reader_gone() -> int:
 
 
 def given_project(value: str | None) -> str | None:
-    """Every `--project` option's check: an empty one (`-p "$PROJECT"` with the variable unset)
-    meant the current folder to sync, memory and mcp, and every project to search and
-    retry-failed, where the user had meant one project."""
-    if value is not None and not value.strip():
+    """Every `--project` option's callback: the path made absolute (`absolute_project`), and an
+    empty one refused (`-p "$PROJECT"` with the variable unset meant the current folder to sync,
+    memory and mcp, and every project to search and retry-failed)."""
+    if value is None:
+        return None
+    if not value.strip():
         raise typer.BadParameter("is empty; give the project folder, or leave the option out")
-    return value
+    return absolute_project(value)
 
 
 def absolute_project(path: str | os.PathLike[str]) -> str:

@@ -17,7 +17,6 @@ import typer
 from pydantic import ValidationError
 
 from app.cli.common import (
-    absolute_project,
     cli_errors,
     fail,
     given_project,
@@ -68,7 +67,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print the full memory as 
 
 
 def _project(project: str | None) -> str:
-    return absolute_project(project) if project else os.getcwd()
+    return project or os.getcwd()  # made absolute by the option's callback
 
 
 async def _with_state(settings: Settings, url: str, work: Callable[[AppState], Awaitable[T]]) -> T:

@@ -11,7 +11,6 @@ import typer
 from pydantic import ValidationError
 
 from app.cli.common import (
-    absolute_project,
     cli_errors,
     fail,
     given_project,
@@ -82,8 +81,6 @@ def search_command(
 ) -> None:
     """Search memory: files, transcripts, observations, summaries and kv memories."""
     settings = settings_or_exit()
-    if project is not None:
-        project = absolute_project(project)
     try:
         request = SearchRequest.model_validate(
             {"query": query, "projectPath": project, "mode": mode, "limit": limit}

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from app.cli.common import (
-    absolute_project,
     check_reachable,
     cli_errors,
     fail,
@@ -64,7 +63,7 @@ def sync(
     from app.sync.watch import watch_project
 
     request = SyncRequest(
-        project_path=absolute_project(project or Path.cwd()),
+        project_path=project or os.getcwd(),  # made absolute by the option's callback
         memory_dir=memory_dir,
         sessions_dir=sessions_dir,
         force=force,

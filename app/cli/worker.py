@@ -9,7 +9,6 @@ from typing import Annotated
 import typer
 
 from app.cli.common import (
-    absolute_project,
     check_reachable,
     cli_errors,
     describe_location,
@@ -92,8 +91,6 @@ def retry_failed_command(
     ] = None,
 ) -> None:
     """Queue every failed observation and session again, with fresh attempts."""
-    if project:
-        project = absolute_project(project)
     settings = settings_or_exit()
     with cli_errors():
         url = open_database(settings)

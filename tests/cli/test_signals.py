@@ -16,31 +16,19 @@ from typer.testing import CliRunner
 
 from app.cli import cli
 from app.entry import Terminated
-from app.llm.embeddings import local_embedder
 from tests.cli.helpers import AGMEM, agmem_env
-from tests.sync.helpers import make_project
+from tests.sync.helpers import CountingEmbedder, make_project
 
 
-class InterruptedEmbedder:
+class InterruptedEmbedder(CountingEmbedder):
     """The local model, and the signal arriving while the sync embeds its first chunks."""
 
     def __init__(self, interrupt: type[KeyboardInterrupt]) -> None:
-        self.inner = local_embedder()
+        super().__init__()
         self.interrupt = interrupt
-
-    @property
-    def identity(self) -> str:
-        return self.inner.identity
-
-    @property
-    def dims(self) -> int:
-        return self.inner.dims
 
     def embed_documents(self, texts: list[str]) -> NDArray[np.float32]:
         raise self.interrupt
-
-    def embed_query(self, text: str) -> NDArray[np.float32]:
-        return self.inner.embed_query(text)
 
 
 @pytest.mark.parametrize(
@@ -82,6 +70,17 @@ def test_an_interrupted_sync_says_so_and_exits_with_the_signals_code(
     assert again.stdout.startswith("scanned 6 · ")
 
 
+def run_python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`code` run as a Python program with `args`: agmem with something arranged around it."""
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        env=agmem_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def test_ctrl_c_while_the_command_line_loads_is_one_line() -> None:
     # The half second of imports before any command runs: Ctrl-C there was a traceback of the
     # import machinery. Here the import of the command line is what gets the KeyboardInterrupt.
@@ -95,13 +94,7 @@ def test_ctrl_c_while_the_command_line_loads_is_one_line() -> None:
         "from app.entry import main\n"
         "main()\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", interrupt_the_import, "status"],
-        env=agmem_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_python(interrupt_the_import, "status")
 
     assert done.returncode == 130
     assert done.stderr == "agmem: interrupted\n"
@@ -149,13 +142,7 @@ def test_ctrl_c_while_the_embedded_server_stops_lets_it_stop() -> None:
         "from app.entry import main\n"
         "main()\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", interrupted_at_exit, "memory", "--help"],
-        env=agmem_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_python(interrupted_at_exit, "memory", "--help")
 
     assert done.returncode == 0
     assert done.stderr == "server stopped\n"

@@ -9,6 +9,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.config import Settings
 from app.db.engine import make_async_engine, make_sessionmaker
@@ -30,7 +31,25 @@ async def watching(
     """The watch of `project` running, its first (whole) sync done and its watchers started."""
     engine = make_async_engine(database_url)
     stop = asyncio.Event()
-    task = asyncio.create_task(
+    task = _start_watch(engine, settings, project, reports, stop)
+    try:
+        await _until(lambda: len(reports) == 1)
+        await asyncio.sleep(0.3)  # let the watchers start
+        yield
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+        await engine.dispose()
+
+
+def _start_watch(
+    engine: AsyncEngine,
+    settings: Settings,
+    project: Path,
+    reports: list[SyncReport],
+    stop: asyncio.Event,
+) -> asyncio.Task[None]:
+    return asyncio.create_task(
         watch_project(
             make_sessionmaker(engine),
             settings,
@@ -40,14 +59,6 @@ async def watching(
             stop=stop,
         )
     )
-    try:
-        await _until(lambda: len(reports) == 1)
-        await asyncio.sleep(0.3)  # let the watchers start
-        yield
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 10)
-        await engine.dispose()
 
 
 def test_watch_syncs_at_start_and_once_per_burst_of_changes(
@@ -264,16 +275,7 @@ def test_stopping_the_watch_cancels_the_sync_in_progress(
     async def go() -> None:
         engine = make_async_engine(database_url)
         stop = asyncio.Event()
-        watch = asyncio.create_task(
-            watch_project(
-                make_sessionmaker(engine),
-                settings,
-                CountingEmbedder(),
-                SyncRequest(project_path=str(project)),
-                on_report=lambda _report: None,
-                stop=stop,
-            )
-        )
+        watch = _start_watch(engine, settings, project, [], stop)
         try:
             await asyncio.wait_for(started.wait(), 30)
             stop.set()
