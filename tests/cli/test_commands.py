@@ -179,6 +179,12 @@ def test_non_loopback_bind_without_token_is_refused() -> None:
             "'keyword', 'weighted'. (see 'agmem search --help')",
         ),
         (
+            # It was "refusing to listen on  without a token", naming an address of nothing.
+            ["serve", "--host", " "],
+            "agmem: error: Invalid value for '--host': is empty: set the address to bind, e.g. "
+            "127.0.0.1 (see 'agmem serve --help')",
+        ),
+        (
             ["serve", "--port", "70000"],
             "agmem: error: Invalid value for '--port': Input should be less than or equal to "
             "65535 (see 'agmem serve --help')",
