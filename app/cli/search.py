@@ -19,7 +19,7 @@ from app.cli.common import (
 )
 from app.config import Settings
 from app.context.format import citation, one_line
-from app.search.schemas import MAX_LIMIT, SearchMode, SearchRequest, SearchResponse
+from app.search.schemas import MAX_LIMIT, MAX_QUERY_CHARS, SearchMode, SearchRequest, SearchResponse
 
 
 async def _run(settings: Settings, url: str, request: SearchRequest) -> SearchResponse:
@@ -57,6 +57,10 @@ def _words(query: str) -> str:
     # A usage error like a missing query (exit 2), not the service's refusal (exit 1).
     if not query.strip():
         raise typer.BadParameter("the query is empty; give the words to search for")
+    if len(query) > MAX_QUERY_CHARS:
+        raise typer.BadParameter(
+            f"it is {len(query)} characters long, over the {MAX_QUERY_CHARS} a search takes"
+        )
     return query
 
 

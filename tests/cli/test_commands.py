@@ -168,6 +168,12 @@ def test_non_loopback_bind_without_token_is_refused() -> None:
             "search for (see 'agmem search --help')",
         ),
         (
+            # It was "query: String should have at most 4000 characters", naming no argument.
+            ["search", "word " * 801],
+            "agmem: error: Invalid value for 'query': it is 4005 characters long, over the "
+            "4000 a search takes (see 'agmem search --help')",
+        ),
+        (
             # It was "limit: Input should be ...", naming no option.
             ["search", "x", "--limit", "500"],
             "agmem: error: Invalid value for '--limit': Input should be less than or equal to "
