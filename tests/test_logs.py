@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import structlog
 
@@ -24,3 +26,39 @@ def test_a_logged_traceback_prints_no_local_variables(capsys: pytest.CaptureFixt
     assert "worker.step_error" in printed
     assert "ConnectionRefusedError: connection refused" in printed
     assert secret not in printed
+
+
+class ClosedPipe:
+    """stderr whose reader has gone (`agmem serve 2>&1 | head`, a log collector that died)."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_log_line_that_cannot_be_written_does_not_fail_the_work(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The BrokenPipeError came out of the log call: every request that logged was a 500 and
+    # `agmem memory set` rolled its write back, because nobody read the log any more.
+    configure_logging("info")
+    monkeypatch.setattr("sys.stderr", ClosedPipe())
+
+    structlog.get_logger("test").info("memory.created", key="project.k")
+    structlog.get_logger("test").error("worker.step_error")
+
+
+def test_the_watch_library_does_not_narrate_each_change(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # `agmem sync --watch` printed watchfiles' "1 change detected" before each summary line.
+    configure_logging("info")
+
+    logging.getLogger("watchfiles.main").info("%d change%s detected", 1, "")
+    logging.getLogger("watchfiles.main").warning("kept: a problem")
+
+    printed = capsys.readouterr().err
+    assert "change detected" not in printed
+    assert "kept: a problem" in printed

@@ -29,4 +29,6 @@ memory.register(cli)
 
 
 def main() -> None:
-    cli()
+    from app.entry import main as run
+
+    run()

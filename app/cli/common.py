@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 from sqlalchemy import exc as sa_exc
@@ -15,7 +17,11 @@ from typer.core import TyperGroup
 
 from app.api.limits import PROJECT_PATH_MAX_BYTES, check_utf8_size
 from app.config import Settings, SettingsError, load_settings
+from app.entry import interrupted
 from app.errors import AppError, first_line, validator_reason
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
@@ -45,6 +51,12 @@ class OneLineErrors(TyperGroup):
         if not standalone_mode:
             return super().main(standalone_mode=False, **run)
         try:
+            self._run_to_exit(run)
+        except BrokenPipeError:  # an error's line, to a stderr nobody reads any more
+            sys.exit(reader_gone())
+
+    def _run_to_exit(self, run: dict[str, Any]) -> NoReturn:
+        try:
             result = super().main(standalone_mode=False, **run)
         except typer.TyperException as error:
             # typer vendors click (`typer._click`, private) and exports none of its exception
@@ -66,6 +78,56 @@ class OneLineErrors(TyperGroup):
         # Without standalone mode, click returns an Exit's code instead of exiting with it.
         sys.exit(result if isinstance(result, int) else 0)
 
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        with _quiet_when_the_reader_goes():  # --help prints here
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx: Any) -> Any:  # click's Context, which typer does not export
+        try:
+            with _quiet_when_the_reader_goes():
+                return super().invoke(ctx)
+        except KeyboardInterrupt as interrupt:
+            # typer made it exit 130 without a word, whatever the signal (app.entry.Terminated).
+            raise typer.Exit(interrupted(interrupt)) from None
+
+
+@contextmanager
+def _quiet_when_the_reader_goes() -> Iterator[None]:
+    try:
+        yield
+    except BrokenPipeError:
+        raise typer.Exit(reader_gone()) from None
+    except SystemExit as exiting:
+        # rich's Console (status, sync's report, typer's help) handles the error itself: it
+        # raises SystemExit(1) while handling it (`Console.on_broken_pipe`).
+        if isinstance(exiting.__context__, BrokenPipeError):
+            raise typer.Exit(reader_gone()) from None
+        raise
+
+
+def reader_gone() -> int:
+    """Stop writing to a pipe whose reader has gone (`agmem status | head -1`), as a tool killed by
+    SIGPIPE stops: without a word, exit 141 in a shell's terms. typer exited 1, an error's code,
+    and an error raised inside a command said "agmem: error: [Errno 32] Broken pipe". Both streams
+    then lead nowhere, so that nothing left in a buffer fails again when Python exits."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # not a real file (a test's runner)
+            os.dup2(devnull, stream.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
+
+
+def given_project(value: str | None) -> str | None:
+    """Every `--project` option's callback: the path made absolute (`absolute_project`), and an
+    empty one refused (`-p "$PROJECT"` with the variable unset meant the current folder to sync,
+    memory and mcp, and every project to search and retry-failed)."""
+    if value is None:
+        return None
+    if not value.strip():
+        raise typer.BadParameter("is empty; give the project folder, or leave the option out")
+    return absolute_project(value)
+
 
 def absolute_project(path: str | os.PathLike[str]) -> str:
     """A project path as the service stores it: absolute, `~` expanded, `..` folded. Rows carry
@@ -85,7 +147,7 @@ def cli_errors() -> Iterator[None]:
     """Turn the errors a user can cause into one line and a non-zero exit, never a traceback."""
     try:
         yield
-    except (typer.Exit, typer.Abort, KeyboardInterrupt):
+    except (typer.Exit, typer.Abort, KeyboardInterrupt, BrokenPipeError):
         raise
     except SettingsError as error:
         fail(str(error), 2)
@@ -97,6 +159,19 @@ def cli_errors() -> Iterator[None]:
         fail(error.detail)
     except OSError as error:
         fail(first_line(error))
+    except Exception as error:
+        if _is_psycopg_operational(error):
+            fail(f"database unreachable: {first_line(error)}")
+        raise
+
+
+def _is_psycopg_operational(error: Exception) -> bool:
+    """A connection error of psycopg's own, which `agmem sync` meets unwrapped: it opens its
+    connections with psycopg, not through SQLAlchemy. Looked up, not imported: no command pays
+    for importing the driver to define its error handling, and an error of psycopg's can only
+    come once it is imported."""
+    psycopg = sys.modules.get("psycopg")
+    return psycopg is not None and isinstance(error, psycopg.OperationalError)
 
 
 def settings_or_exit() -> Settings:
@@ -127,3 +202,12 @@ def open_database(settings: Settings, *, migrate_embedded: bool = True) -> str:
 
         migrate.upgrade(url)
     return url
+
+
+async def check_reachable(engine: AsyncEngine) -> None:
+    """One round trip before a long-running command says it has started: an unreachable database
+    is then its one-line error and exit 1 (compose restarts it), not a loop that logs failures."""
+    from sqlalchemy import text
+
+    async with engine.connect() as connection:
+        await connection.execute(text("SELECT 1"))

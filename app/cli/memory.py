@@ -7,6 +7,7 @@ directory, which is what an agent launching `agmem mcp` from a project folder ex
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 from collections.abc import Awaitable, Callable
@@ -15,7 +16,13 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 from pydantic import ValidationError
 
-from app.cli.common import absolute_project, cli_errors, fail, open_database, settings_or_exit
+from app.cli.common import (
+    cli_errors,
+    fail,
+    given_project,
+    open_database,
+    settings_or_exit,
+)
 from app.config import Settings
 from app.memories.patterns import is_pattern
 from app.memories.schemas import (
@@ -46,7 +53,13 @@ memory_cli = typer.Typer(
 )
 
 ProjectOpt = Annotated[
-    str | None, typer.Option("--project", "-p", help="Project path (default: current directory).")
+    str | None,
+    typer.Option(
+        "--project",
+        "-p",
+        help="Project path (default: current directory).",
+        callback=given_project,
+    ),
 ]
 SessionOpt = Annotated[str | None, typer.Option("--session", help="Session id (scope session).")]
 ScopeOpt = Annotated[Scope | None, typer.Option(help="global, project, session or shared.")]
@@ -54,7 +67,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print the full memory as 
 
 
 def _project(project: str | None) -> str:
-    return absolute_project(project) if project else os.getcwd()
+    return project or os.getcwd()  # made absolute by the option's callback
 
 
 async def _with_state(settings: Settings, url: str, work: Callable[[AppState], Awaitable[T]]) -> T:
@@ -187,12 +200,12 @@ def set_(
 
 def _print_list(memories: list[Memory], as_json: bool) -> None:
     if as_json:
-        typer.echo(
-            json.dumps([m.model_dump(mode="json", by_alias=True) for m in memories], indent=2)
-        )
+        listed = [m.model_dump(mode="json", by_alias=True) for m in memories]
+        typer.echo(json.dumps(listed, ensure_ascii=False, indent=2))
         return
     for memory in memories:
-        shown = memory.value if isinstance(memory.value, str) else json.dumps(memory.value)
+        value = memory.value
+        shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
         shown = " ".join(shown.split())
         typer.echo(f"{memory.key}\t{memory.scope}\t{shown[:80]}{'…' if len(shown) > 80 else ''}")
 
@@ -306,7 +319,10 @@ def mcp(project: ProjectOpt = None) -> None:
             async with supervised(pgdata, url, state.drop_dead_connections) as state.supervisor:
                 await serve_stdio(state, default_project=default_project)
 
-        asyncio.run(_with_state(settings, url, work))
+        # Its client stopping it (SIGTERM, or Ctrl-C in a terminal) is how a stdio server ends,
+        # like the end of its input: exit 0, as serve, the worker and `sync --watch` do.
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(_with_state(settings, url, work))
 
 
 def register(cli: typer.Typer) -> None:

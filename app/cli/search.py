@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from typing import Annotated
 
 import typer
 from pydantic import ValidationError
 
-from app.cli.common import absolute_project, cli_errors, fail, open_database, settings_or_exit
+from app.cli.common import (
+    cli_errors,
+    fail,
+    given_project,
+    open_database,
+    settings_or_exit,
+)
 from app.config import Settings
 from app.context.format import citation, one_line
-from app.search.schemas import MAX_LIMIT, SearchMode, SearchRequest, SearchResponse
+from app.search.schemas import MAX_LIMIT, MAX_QUERY_CHARS, SearchMode, SearchRequest, SearchResponse
 
 
 async def _run(settings: Settings, url: str, request: SearchRequest) -> SearchResponse:
@@ -50,6 +57,10 @@ def _words(query: str) -> str:
     # A usage error like a missing query (exit 2), not the service's refusal (exit 1).
     if not query.strip():
         raise typer.BadParameter("the query is empty; give the words to search for")
+    if len(query) > MAX_QUERY_CHARS:
+        raise typer.BadParameter(
+            f"it is {len(query)} characters long, over the {MAX_QUERY_CHARS} a search takes"
+        )
     return query
 
 
@@ -57,7 +68,12 @@ def search_command(
     query: Annotated[str, typer.Argument(help="What to look for.", callback=_words)],
     project: Annotated[
         str | None,
-        typer.Option("--project", "-p", help="Project path (default: every project)."),
+        typer.Option(
+            "--project",
+            "-p",
+            help="Project path (default: every project).",
+            callback=given_project,
+        ),
     ] = None,
     mode: Annotated[
         SearchMode, typer.Option(help="hybrid, vector, keyword or weighted.")
@@ -69,8 +85,6 @@ def search_command(
 ) -> None:
     """Search memory: files, transcripts, observations, summaries and kv memories."""
     settings = settings_or_exit()
-    if project is not None and project.strip():
-        project = absolute_project(project)
     try:
         request = SearchRequest.model_validate(
             {"query": query, "projectPath": project, "mode": mode, "limit": limit}
@@ -86,6 +100,12 @@ def search_command(
         typer.echo(json.dumps(body, ensure_ascii=False, indent=2))
     else:
         _print(response)
+    if project is not None and not response.results and not os.path.isdir(project):
+        # Rows keep the path a client sent, so a project need not be a folder here (a server's
+        # paths, a folder since removed); but with nothing found, a typo is the likely cause.
+        typer.echo(
+            f"agmem: warning: there is no folder {project}: is the --project path right?", err=True
+        )
 
 
 def register(cli: typer.Typer) -> None:

@@ -77,8 +77,20 @@ def exit_cleanly_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, exit_now)
 
 
+def _address(host: str | None) -> str | None:
+    """--host as AGMEM_HOST is read: brackets dropped, and empty refused (uvicorn binds every
+    interface for an empty host; the token rule refused it, naming an address of nothing)."""
+    if host is None:
+        return None
+    if not bare_host(host):
+        raise typer.BadParameter("is empty: set the address to bind, e.g. 127.0.0.1")
+    return bare_host(host)
+
+
 def serve(
-    host: Annotated[str | None, typer.Option(help="Address to bind (AGMEM_HOST).")] = None,
+    host: Annotated[
+        str | None, typer.Option(help="Address to bind (AGMEM_HOST).", callback=_address)
+    ] = None,
     port: Annotated[
         int | None,
         typer.Option(min=0, max=65535, help="Port to listen on (AGMEM_PORT); 0 picks a free one."),
@@ -89,8 +101,6 @@ def serve(
 ) -> None:
     """Start the HTTP API (embedded PostgreSQL when DATABASE_URL is unset), after migrating."""
     settings = settings_or_exit()
-    if host is not None:
-        host = bare_host(host)
     overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
     if overrides:
         settings = settings.model_copy(update=overrides)

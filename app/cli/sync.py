@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import os
 import signal
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from app.cli.common import absolute_project, cli_errors, fail, open_database, settings_or_exit
+from app.cli.common import (
+    check_reachable,
+    cli_errors,
+    fail,
+    given_project,
+    open_database,
+    settings_or_exit,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -21,8 +27,13 @@ if TYPE_CHECKING:
 
 def sync(
     project: Annotated[
-        Path | None,
-        typer.Option("--project", "-p", help="Project folder (default: current folder)."),
+        str | None,
+        typer.Option(
+            "--project",
+            "-p",
+            help="Project folder (default: current folder).",
+            callback=given_project,
+        ),
     ] = None,
     memory_dir: Annotated[
         str | None,
@@ -52,7 +63,7 @@ def sync(
     from app.sync.watch import watch_project
 
     request = SyncRequest(
-        project_path=absolute_project(project or Path.cwd()),
+        project_path=project or os.getcwd(),  # made absolute by the option's callback
         memory_dir=memory_dir,
         sessions_dir=sessions_dir,
         force=force,
@@ -85,6 +96,7 @@ def sync(
                         loop = asyncio.get_running_loop()
                         for signum in (signal.SIGINT, signal.SIGTERM):
                             loop.add_signal_handler(signum, stop.set)
+                        await check_reachable(engine)
                         console.print(
                             f"watching {request.project_path} (Ctrl-C to stop)", markup=False
                         )
@@ -108,9 +120,11 @@ def sync(
             finally:
                 await engine.dispose()
 
+        # Ctrl-C (or SIGTERM) is a KeyboardInterrupt only outside the watch, whose loop handles
+        # both as its normal stop: a one-shot sync cut short ends as an interrupted command (exit
+        # 130), not as a success without its summary line.
         try:
-            with contextlib.suppress(KeyboardInterrupt):
-                asyncio.run(go())
+            asyncio.run(go())
         except ProjectFolderMissing as error:
             fail(str(error))
 

@@ -9,9 +9,10 @@ from typing import Annotated
 import typer
 
 from app.cli.common import (
-    absolute_project,
+    check_reachable,
     cli_errors,
     describe_location,
+    given_project,
     open_database,
     settings_or_exit,
 )
@@ -25,8 +26,6 @@ worker_app = typer.Typer(
 
 async def run_worker(settings: Settings, url: str, *, concurrency: int | None) -> None:
     """Run one worker until SIGINT or SIGTERM; the job in hand finishes or gives its claim back."""
-    from sqlalchemy import text
-
     from app.db.engine import make_async_engine, make_sessionmaker
     from app.db.supervisor import supervised
     from app.worker.loop import Worker
@@ -37,10 +36,7 @@ async def run_worker(settings: Settings, url: str, *, concurrency: int | None) -
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     try:
-        # Like every command, an unreachable database is one line and exit 1 at start (compose
-        # restarts the worker), not a worker that logs a failure every few seconds.
-        async with engine.connect() as connection:
-            await connection.execute(text("SELECT 1"))
+        await check_reachable(engine)
         typer.echo(f"agmem: worker on {describe_location(settings, url)}", err=True)
         worker = Worker(
             settings=settings,
@@ -88,12 +84,13 @@ async def _retry(url: str, project: str | None) -> tuple[int, int, int]:
 @worker_app.command("retry-failed")
 def retry_failed_command(
     project: Annotated[
-        str | None, typer.Option("--project", "-p", help="Only this project (made absolute).")
+        str | None,
+        typer.Option(
+            "--project", "-p", help="Only this project (made absolute).", callback=given_project
+        ),
     ] = None,
 ) -> None:
     """Queue every failed observation and session again, with fresh attempts."""
-    if project:
-        project = absolute_project(project)
     settings = settings_or_exit()
     with cli_errors():
         url = open_database(settings)

@@ -14,8 +14,9 @@ import asyncio
 import contextlib
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import sqlalchemy.exc
@@ -99,15 +100,18 @@ async def watch_project(
     changes = _Changes()
     connections = SyncConnections(sessionmaker_url(sessionmaker), keep=WRITERS)
 
-    async def sync(paths: set[str] | None) -> SyncReport:
-        return await sync_project(
-            sessionmaker,
-            settings,
-            embedder,
-            request,
-            progress=progress,
-            connections=connections,
-            changed=paths,
+    async def sync(paths: set[str] | None) -> SyncReport | None:
+        return await _unless_stopped(
+            sync_project(
+                sessionmaker,
+                settings,
+                embedder,
+                request,
+                progress=progress,
+                connections=connections,
+                changed=paths,
+            ),
+            stop,
         )
 
     watching = asyncio.create_task(_watch_roots(roots, settings, changes, stop))
@@ -131,12 +135,35 @@ async def watch_project(
                 await connections.close()
                 await sessionmaker_engine(sessionmaker).dispose()
                 report = await sync(changed)
+            if report is None:  # stopped during it
+                break
             if changed is None or _found_anything(report):
                 on_report(report)
     finally:
         stop.set()
         await asyncio.gather(watching, return_exceptions=True)
         await connections.close()
+
+
+async def _unless_stopped(
+    work: Coroutine[Any, Any, SyncReport], stop: asyncio.Event
+) -> SyncReport | None:
+    """The sync's report, or None: `stop` was set first, and the sync is cancelled.
+
+    Ctrl-C during a sync waited for it to end: 20 s for a forced sync of 3,000 files. A sync
+    stops as safely as a one-shot sync on Ctrl-C: each file is its own transaction, the
+    advisory lock goes with its connection, and a bulk index build is finished in a `finally`.
+    """
+    running = asyncio.create_task(work)
+    stopper = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({running, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+        if not running.done():
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
+    return None if running.cancelled() else running.result()
 
 
 def _found_anything(report: SyncReport) -> bool:

@@ -9,7 +9,9 @@ import signal
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pytest
 from typer.testing import CliRunner
 
@@ -116,8 +118,17 @@ def test_invalid_settings_fail_with_one_line(env: dict[str, str], code: int, mes
     assert result.stderr.strip() == message
 
 
-def test_unreachable_database_is_one_line() -> None:
-    result = run_agmem("status", DATABASE_URL="postgresql://agmem@127.0.0.1:1/agmem")
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["status"],
+        # sync connects with psycopg itself, not through SQLAlchemy: its error was a traceback.
+        ["sync", "-p", "."],
+        ["sync", "-p", ".", "--watch"],
+    ],
+)
+def test_unreachable_database_is_one_line(args: list[str]) -> None:
+    result = run_agmem(*args, DATABASE_URL="postgresql://agmem@127.0.0.1:1/agmem")
 
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
@@ -157,6 +168,12 @@ def test_non_loopback_bind_without_token_is_refused() -> None:
             "search for (see 'agmem search --help')",
         ),
         (
+            # It was "query: String should have at most 4000 characters", naming no argument.
+            ["search", "word " * 801],
+            "agmem: error: Invalid value for 'query': it is 4005 characters long, over the "
+            "4000 a search takes (see 'agmem search --help')",
+        ),
+        (
             # It was "limit: Input should be ...", naming no option.
             ["search", "x", "--limit", "500"],
             "agmem: error: Invalid value for '--limit': Input should be less than or equal to "
@@ -168,6 +185,12 @@ def test_non_loopback_bind_without_token_is_refused() -> None:
             "'keyword', 'weighted'. (see 'agmem search --help')",
         ),
         (
+            # It was "refusing to listen on  without a token", naming an address of nothing.
+            ["serve", "--host", " "],
+            "agmem: error: Invalid value for '--host': is empty: set the address to bind, e.g. "
+            "127.0.0.1 (see 'agmem serve --help')",
+        ),
+        (
             ["serve", "--port", "70000"],
             "agmem: error: Invalid value for '--port': Input should be less than or equal to "
             "65535 (see 'agmem serve --help')",
@@ -177,6 +200,23 @@ def test_non_loopback_bind_without_token_is_refused() -> None:
             ["memory", "set", "k", "1", "--ttl", "0"],
             "agmem: error: Invalid value for '--ttl': Input should be greater than or equal to 1 "
             "(see 'agmem memory set --help')",
+        ),
+        *(
+            # `-p "$PROJECT"` with the variable unset: sync, memory and mcp took the current
+            # folder, search and retry-failed every project.
+            (
+                [*command, *rest, "-p", ""],
+                "agmem: error: Invalid value for '--project' / '-p': is empty; give the project "
+                f"folder, or leave the option out (see 'agmem {' '.join(command)} --help')",
+            )
+            for command, rest in (
+                (["sync"], []),
+                (["search"], ["x"]),
+                (["memory", "list"], []),
+                (["resume"], []),
+                (["mcp"], []),
+                (["worker", "retry-failed"], []),
+            )
         ),
         (
             ["memory", "set", "k", "1", "--scope", "galaxy"],
@@ -236,3 +276,24 @@ def test_a_bare_down_is_refused_before_touching_the_database() -> None:
     assert result.stderr == (
         "agmem: error: --down needs the revision to go down to, e.g. `agmem migrate --down base`\n"
     )
+
+
+def test_an_argument_the_locale_cannot_decode_is_refused_in_one_line(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # An ASCII locale (C, with Python's UTF-8 mode off) kept the UTF-8 bytes of 中文 as lone
+    # surrogates: the memory was stored as six U+FFFD, and a CJK --project was a traceback.
+    ascii_locale = {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+
+    result = run_agmem(
+        "memory", "set", "project.k", "中文", "-p", str(tmp_path),
+        DATABASE_URL=database_url, **ascii_locale,
+    )  # fmt: skip
+
+    assert result.returncode == 2
+    assert result.stderr == (
+        "agmem: error: the argument b'\\xe4\\xb8\\xad\\xe6\\x96\\x87' is not text in this "
+        "locale's encoding (ascii); run agmem in a UTF-8 locale (LANG=C.UTF-8) or with "
+        "PYTHONUTF8=1\n"
+    )
+    assert db.execute("SELECT count(*) FROM memories").fetchone() == (0,)

@@ -111,3 +111,20 @@ def test_rm_if_version_deletes_only_that_version(agmem: Any) -> None:
     current = agmem("memory", "rm", "shared.plan", "-p", PROJECT, "--if-version", "2")
     assert current.exit_code == 0, current.output
     assert agmem("memory", "get", "shared.plan", "-p", PROJECT).exit_code == 1
+
+
+def test_list_prints_text_as_it_is_in_every_form(agmem: Any) -> None:
+    # `list --json` and a structured value in the plain list were \u escapes, where `get --json`,
+    # `resume` and `search --json` print the text itself.
+    agmem("memory", "set", "project.note", "数据库 café", "-p", PROJECT)
+    agmem("memory", "set", "project.owner", '{"name": "李雷"}', "-p", PROJECT)
+
+    listed = agmem("memory", "list", "-p", PROJECT)
+    as_json = agmem("memory", "list", "--json", "-p", PROJECT)
+
+    assert listed.stdout.splitlines() == [
+        "project.note\tproject\t数据库 café",
+        'project.owner\tproject\t{"name": "李雷"}',
+    ]
+    assert '"value": "数据库 café"' in as_json.stdout
+    assert [m["value"] for m in json.loads(as_json.stdout)] == ["数据库 café", {"name": "李雷"}]

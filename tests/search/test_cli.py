@@ -118,3 +118,26 @@ def test_a_keyword_only_ranking_is_said_on_stderr(env: dict[str, str]) -> None:
     assert result.exit_code == 0, result.output
     assert "src/auth.ts#L3-L9" in result.stdout
     assert "agmem: warning: keyword ranking only" in result.stderr
+
+
+def test_no_results_for_a_project_folder_that_is_not_there_says_so(
+    env: dict[str, str], tmp_path: Any
+) -> None:
+    # A mistyped --project was a plain "no results", exit 0: the same as a real project with
+    # nothing on the subject. (The folder need not exist: rows keep the path a client sent.)
+    typo = str(tmp_path / "shpo")
+
+    result = CliRunner().invoke(cli, ["search", "validate token", "-p", typo], env=env)
+    found = CliRunner().invoke(cli, ["search", "validate token", "-p", "/p"], env=env)
+    nothing = CliRunner().invoke(cli, ["search", "validate token", "-p", str(tmp_path)], env=env)
+
+    assert result.exit_code == 0
+    assert result.stdout == "no results\n"
+    assert result.stderr == (
+        f"agmem: warning: there is no folder {typo}: is the --project path right?\n"
+    )
+    # Results, or a folder that is there: no second guessing.
+    assert found.stderr == ""
+    assert "src/auth.ts" in found.stdout
+    assert nothing.stdout == "no results\n"
+    assert nothing.stderr == ""

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.config import Settings
 from app.db.engine import make_async_engine, make_sessionmaker
@@ -29,7 +31,25 @@ async def watching(
     """The watch of `project` running, its first (whole) sync done and its watchers started."""
     engine = make_async_engine(database_url)
     stop = asyncio.Event()
-    task = asyncio.create_task(
+    task = _start_watch(engine, settings, project, reports, stop)
+    try:
+        await _until(lambda: len(reports) == 1)
+        await asyncio.sleep(0.3)  # let the watchers start
+        yield
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+        await engine.dispose()
+
+
+def _start_watch(
+    engine: AsyncEngine,
+    settings: Settings,
+    project: Path,
+    reports: list[SyncReport],
+    stop: asyncio.Event,
+) -> asyncio.Task[None]:
+    return asyncio.create_task(
         watch_project(
             make_sessionmaker(engine),
             settings,
@@ -39,14 +59,6 @@ async def watching(
             stop=stop,
         )
     )
-    try:
-        await _until(lambda: len(reports) == 1)
-        await asyncio.sleep(0.3)  # let the watchers start
-        yield
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 10)
-        await engine.dispose()
 
 
 def test_watch_syncs_at_start_and_once_per_burst_of_changes(
@@ -237,3 +249,42 @@ async def _until(condition: Callable[[], bool], timeout: float = 15.0) -> None:
         if loop.time() > deadline:
             raise AssertionError("condition not met in time")
         await asyncio.sleep(0.05)
+
+
+def test_stopping_the_watch_cancels_the_sync_in_progress(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ctrl-C during a sync waited for that sync to end: 20 s for a --force sync of 3,000 files,
+    # where a one-shot sync stops at once (each file is its own transaction, and a bulk index
+    # build is finished in a `finally`). Here the sync never ends by itself.
+    project = make_project(tmp_path / "proj")
+    settings: Settings = make_settings(home=tmp_path / "home")
+    started, cancelled = asyncio.Event(), []
+
+    async def endless_sync(*_args: Any, **_kwargs: Any) -> SyncReport:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+        raise AssertionError("unreachable")
+
+    monkeypatch.setattr("app.sync.watch.sync_project", endless_sync)
+
+    async def go() -> None:
+        engine = make_async_engine(database_url)
+        stop = asyncio.Event()
+        watch = _start_watch(engine, settings, project, [], stop)
+        try:
+            await asyncio.wait_for(started.wait(), 30)
+            stop.set()
+            # A guard against a hang, not a timing: it returns once the sync is cancelled.
+            await asyncio.wait_for(watch, 30)
+        finally:
+            watch.cancel()
+            await engine.dispose()
+
+    asyncio.run(go())
+
+    assert cancelled == [True]

@@ -1,0 +1,77 @@
+"""The `agmem` executable: signals are handled before the command line's imports start.
+
+This module imports nothing of the app, so Ctrl-C during the half second of imports that follows
+is one line and exit 130 like Ctrl-C at any other moment, not a traceback of the import machinery.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+from types import FrameType
+from typing import NoReturn
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (`kill`, `timeout`, systemd, an MCP client closing its server), raised as Ctrl-C's
+    KeyboardInterrupt so that a command unwinds the same way: its `finally` blocks run (a sync's
+    dropped HNSW index is rebuilt) and so do its exit handlers (the embedded PostgreSQL this
+    process started is stopped). With SIGTERM's default action the process died at once, and
+    the embedded server kept running until the next agmem command found it orphaned."""
+
+
+def raise_terminated(_signum: int, _frame: FrameType | None) -> NoReturn:
+    raise Terminated
+
+
+def interrupted(interrupt: KeyboardInterrupt) -> int:
+    """Say in one line that a signal ended the command; return the exit code a shell gives a
+    process that signal killed (128 + its number), so a script can tell it from an error."""
+    terminated = isinstance(interrupt, Terminated)
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write("agmem: terminated\n" if terminated else "agmem: interrupted\n")
+        sys.stderr.flush()
+    return 128 + (signal.SIGTERM if terminated else signal.SIGINT)
+
+
+def undecodable_argument(argv: list[str]) -> str | None:
+    """The first argument the locale's encoding could not decode, as its bytes, else None.
+
+    Python decodes arguments with the locale's encoding, keeping undecodable bytes as lone
+    surrogates. In an ASCII locale (LC_ALL=C with UTF-8 mode turned off) `agmem memory set k 中文`
+    stored six U+FFFD (the surrogates cleaned before storage), a search for it found nothing, and
+    `agmem sync -p <a CJK folder>` was a UnicodeEncodeError traceback.
+    """
+    for argument in argv:
+        try:
+            argument.encode("utf-8")
+        except UnicodeEncodeError:
+            return repr(os.fsencode(argument))
+    return None
+
+
+def main() -> None:
+    signal.signal(signal.SIGTERM, raise_terminated)
+    undecodable = undecodable_argument(sys.argv[1:])
+    if undecodable is not None:
+        sys.stderr.write(
+            f"agmem: error: the argument {undecodable} is not text in this locale's encoding "
+            f"({sys.getfilesystemencoding()}); run agmem in a UTF-8 locale (LANG=C.UTF-8) or "
+            "with PYTHONUTF8=1\n"
+        )
+        sys.exit(2)
+    try:
+        from app.cli import cli
+    except KeyboardInterrupt as interrupt:
+        sys.exit(interrupted(interrupt))
+    try:
+        cli()
+    finally:
+        # The command is over; the exit handlers left stop the embedded server this process
+        # started (`pg_ctl stop`, about a second). Ctrl-C there was a traceback ("Exception
+        # ignored in atexit callback") and cut the stop short; now the stop finishes. pg_ctl,
+        # in the terminal's process group, inherits the ignoring, so it finishes too.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)

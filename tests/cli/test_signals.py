@@ -1,0 +1,173 @@
+"""Ctrl-C, SIGTERM and a closed pipe: the exit code a shell gives for that signal, cleanup done."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+import pytest
+from numpy.typing import NDArray
+from typer.testing import CliRunner
+
+from app.cli import cli
+from app.entry import Terminated
+from tests.cli.helpers import AGMEM, agmem_env
+from tests.sync.helpers import CountingEmbedder, make_project
+
+
+class InterruptedEmbedder(CountingEmbedder):
+    """The local model, and the signal arriving while the sync embeds its first chunks."""
+
+    def __init__(self, interrupt: type[KeyboardInterrupt]) -> None:
+        super().__init__()
+        self.interrupt = interrupt
+
+    def embed_documents(self, texts: list[str]) -> NDArray[np.float32]:
+        raise self.interrupt
+
+
+@pytest.mark.parametrize(
+    ("interrupt", "code", "line"),
+    [(KeyboardInterrupt, 130, "agmem: interrupted"), (Terminated, 143, "agmem: terminated")],
+)
+def test_an_interrupted_sync_says_so_and_exits_with_the_signals_code(
+    database_url: str,
+    db: psycopg.Connection[Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    interrupt: type[KeyboardInterrupt],
+    code: int,
+    line: str,
+) -> None:
+    # A one-shot sync swallowed Ctrl-C: exit 0 and no summary line, so a script went on as if
+    # the project were indexed. SIGTERM (`timeout`, `kill`) killed it without its cleanup.
+    project = make_project(tmp_path / "proj")
+    env = {"DATABASE_URL": database_url, "AGMEM_HOME": str(tmp_path / "home")}
+    monkeypatch.setattr(
+        "app.llm.embeddings.get_embedder", lambda _settings: InterruptedEmbedder(interrupt)
+    )
+    monkeypatch.setattr("app.cli.server.freeze_startup_heap", lambda: None)
+
+    result = CliRunner().invoke(cli, ["sync", "-p", str(project)], env=env)
+
+    assert result.exit_code == code
+    assert result.stdout == ""
+    assert result.stderr.splitlines()[-1] == line
+    # Nothing half-written: no file is indexed without its chunks, and the next sync finishes.
+    monkeypatch.undo()
+    empty = db.execute(
+        "SELECT count(*) FROM memory_files f WHERE NOT EXISTS "
+        "(SELECT 1 FROM memory_chunks c WHERE c.file_id = f.id)"
+    ).fetchone()
+    assert empty == (0,)
+    again = CliRunner().invoke(cli, ["sync", "-p", str(project)], env=env)
+    assert again.exit_code == 0, again.output
+    assert again.stdout.startswith("scanned 6 · ")
+
+
+def run_python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`code` run as a Python program with `args`: agmem with something arranged around it."""
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        env=agmem_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_ctrl_c_while_the_command_line_loads_is_one_line() -> None:
+    # The half second of imports before any command runs: Ctrl-C there was a traceback of the
+    # import machinery. Here the import of the command line is what gets the KeyboardInterrupt.
+    interrupt_the_import = (
+        "import sys\n"
+        "class Interrupt:\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name == 'app.cli':\n"
+        "            raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, Interrupt())\n"
+        "from app.entry import main\n"
+        "main()\n"
+    )
+    done = run_python(interrupt_the_import, "status")
+
+    assert done.returncode == 130
+    assert done.stderr == "agmem: interrupted\n"
+
+
+def test_sigterm_stops_the_embedded_server_the_command_started(tmp_path: Path) -> None:
+    # SIGTERM's default action killed `agmem mcp` (an MCP client's way to stop its server) with
+    # the embedded PostgreSQL it had started still running, until another agmem command found
+    # it orphaned. Now it unwinds as Ctrl-C does, and a stdio server's stop is a normal end.
+    home = tmp_path / "home"
+    mcp = subprocess.Popen(
+        [AGMEM, "mcp", "-p", str(tmp_path)],
+        env=agmem_env(AGMEM_HOME=str(home)),
+        stdin=subprocess.PIPE,  # open: the end of its input would end it by itself
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert mcp.stderr is not None
+    try:
+        for output in mcp.stderr:
+            if "mcp.stdio.started" in output:
+                break
+        assert (home / "pgdata" / "postmaster.pid").exists()
+    finally:
+        mcp.terminate()
+        _, rest = mcp.communicate(timeout=60)
+
+    assert mcp.returncode == 0, rest
+    assert "Traceback" not in rest
+    assert not (home / "pgdata" / "postmaster.pid").exists()
+
+
+def test_ctrl_c_while_the_embedded_server_stops_lets_it_stop() -> None:
+    # After the command, the exit handlers stop the embedded server (`pg_ctl stop`, up to a
+    # second or so). Ctrl-C there was "Exception ignored in atexit callback" and a traceback,
+    # and the stop was cut short. Here the exit handler gets the signal itself.
+    interrupted_at_exit = (
+        "import atexit, os, signal, sys\n"
+        "def stop_the_server():\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    sys.stderr.write('server stopped\\n')\n"
+        "atexit.register(stop_the_server)\n"
+        "from app.entry import main\n"
+        "main()\n"
+    )
+    done = run_python(interrupted_at_exit, "memory", "--help")
+
+    assert done.returncode == 0
+    assert done.stderr == "server stopped\n"
+
+
+@pytest.mark.parametrize("args", [["--help"], ["migrate"], ["status"]])
+def test_output_to_a_pipe_nobody_reads_ends_quietly_with_sigpipes_code(
+    database_url: str, args: list[str]
+) -> None:
+    # `agmem status | head -1`, `agmem migrate | true`: exit 1, an error's code, and migrate
+    # (like sync) said "agmem: error: [Errno 32] Broken pipe". The reader leaving is not an error
+    # of agmem's: it stops as a tool killed by SIGPIPE does, 141 in a shell, without a word.
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader has gone before the first line
+    try:
+        done = subprocess.run(
+            [AGMEM, *args],
+            env=agmem_env(DATABASE_URL=database_url),
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=180,
+        )
+    finally:
+        os.close(write_end)
+
+    assert done.returncode == 141
+    assert done.stderr == ""
