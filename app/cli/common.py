@@ -15,7 +15,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from typer.core import TyperGroup
 
-from app.api.limits import PROJECT_PATH_MAX_BYTES, check_utf8_size
+from app.api.limits import stored_project_path
 from app.config import Settings, SettingsError, load_settings
 from app.entry import interrupted
 from app.errors import AppError, first_line, validator_reason
@@ -132,14 +132,18 @@ def given_project(value: str | None) -> str | None:
 def absolute_project(path: str | os.PathLike[str]) -> str:
     """A project path as the service stores it: absolute, `~` expanded, `..` folded. Rows carry
     the absolute path a client sent, so a relative `--project .` would match nothing."""
-    absolute = os.path.abspath(os.path.expanduser(path))
+    return os.path.abspath(os.path.expanduser(path))
+
+
+def storable_project(path: str) -> str:
+    """`path` if the service can store it as a project (app/api/limits.py): said here, by a
+    command that stores one, rather than as Postgres's refusal halfway through a sync. Commands
+    that only read take any path, as the HTTP API's filters do: a project stored before the
+    bound is still named."""
     try:
-        # The service's bound on a stored project path (app/api/limits.py), said here rather
-        # than as Postgres's refusal halfway through a sync.
-        check_utf8_size(absolute, PROJECT_PATH_MAX_BYTES)
+        return stored_project_path(path)
     except ValueError as error:
         fail(f"project path: {error}", 2)
-    return absolute
 
 
 @contextmanager

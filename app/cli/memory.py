@@ -22,6 +22,7 @@ from app.cli.common import (
     given_project,
     open_database,
     settings_or_exit,
+    storable_project,
 )
 from app.config import Settings
 from app.memories.patterns import is_pattern
@@ -169,6 +170,7 @@ def set_(
     ] = None,
 ) -> None:
     """Write a memory; an existing key is updated and its previous value kept."""
+    project_path = storable_project(_project(project))
     parsed: Any = value
     if not as_string:
         try:
@@ -182,7 +184,7 @@ def set_(
         fields: dict[str, Any] = {
             "value": parsed,
             "scope": scope,
-            "project_path": _project(project),
+            "project_path": project_path,
         }
         optional = {"session_id": session, "ttl": ttl, "tags": tag, "created_by": created_by}
         fields |= {name: v for name, v in optional.items() if v is not None}

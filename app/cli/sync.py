@@ -16,6 +16,7 @@ from app.cli.common import (
     given_project,
     open_database,
     settings_or_exit,
+    storable_project,
 )
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ def sync(
     from app.sync.watch import watch_project
 
     request = SyncRequest(
-        project_path=project or os.getcwd(),  # made absolute by the option's callback
+        project_path=storable_project(project or os.getcwd()),  # absolute: the option's callback
         memory_dir=memory_dir,
         sessions_dir=sessions_dir,
         force=force,
