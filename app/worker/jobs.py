@@ -432,7 +432,8 @@ async def embed_batch(ctx: JobContext, *, limit: int = 256) -> int:
 
 async def maintain(ctx: JobContext) -> tuple[int, int]:
     """Periodic upkeep: purge expired memories, fail rows whose last claim expired, give up on
-    calls whose result has not come for AGMEM_WORKER_RESULT_TIMEOUT_SECONDS."""
+    calls whose result has not come for AGMEM_WORKER_RESULT_TIMEOUT_SECONDS, end sessions idle
+    for AGMEM_WORKER_SESSION_IDLE_SECONDS that nobody ended."""
     async with transaction(ctx.sessionmaker) as session:
         purged = await results.purge_expired_memories(session)
         exhausted = await claims.fail_exhausted(
@@ -441,11 +442,15 @@ async def maintain(ctx: JobContext) -> tuple[int, int]:
         timed_out = await unanswered.give_up_timed_out(
             session, timeout=ctx.settings.worker_result_timeout_seconds
         )
-    if purged or exhausted or timed_out:
+        idle = await unanswered.end_idle_sessions(
+            session, idle=ctx.settings.worker_session_idle_seconds
+        )
+    if purged or exhausted or timed_out or idle:
         log.info(
             "worker.maintenance",
             memories_purged=purged,
             failed_after_expiry=exhausted,
             results_given_up=timed_out,
+            idle_sessions_ended=idle,
         )
     return purged, exhausted

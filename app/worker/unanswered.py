@@ -1,4 +1,4 @@
-"""Calls whose result never came: the worker gives up waiting and compresses them without one.
+"""Calls whose result never came, and sessions nobody ended: the worker stops waiting for them.
 
 An observation waits `pending` for its result. When none comes (the agent was killed, the
 interceptor lost the response, a stream was cut, the IDE crashed) it would wait for good: never
@@ -15,6 +15,13 @@ compresses it as a call whose result was not recorded. It is no longer `pending`
 result sent without `observationId` does not match it (a new observation is recorded, as for
 any unmatched result); one sent with its id still attaches to it (capture's
 MATCH_BY_ID_WITHOUT_RESULT), is compressed again and its session summarised again.
+
+A session nobody ends (the IDE crashed, the laptop was closed for good, an interceptor with no
+end hook) stayed `active`: never summarised, so never among a context block's previous sessions.
+Once it has been idle for `AGMEM_WORKER_SESSION_IDLE_SECONDS` the worker ends it as its client
+would have, at its last activity; so is a session summarised before its end (a checkpoint) that
+was at work again since and went idle. A call after that is captured as ever, and a later end
+has the session summarised again.
 """
 
 from __future__ import annotations
@@ -70,4 +77,21 @@ _GIVE_UP_TIMED_OUT = text(
 async def give_up_timed_out(session: AsyncSession, *, timeout: float) -> int:
     """Give up on every call pending for longer than `timeout` seconds, in any session."""
     result: Any = await session.execute(_GIVE_UP_TIMED_OUT, {"timeout": timeout})
+    return int(result.rowcount or 0)
+
+
+# `last_activity_at > summarized_at`: at work again since a checkpoint's summary (a column test,
+# where looking for newer observations would probe every summarised session each minute).
+_END_IDLE = text(
+    "UPDATE sessions SET status = 'ending', ended_at = last_activity_at, "
+    "next_attempt_at = now(), attempts = 0, last_error = NULL, locked_until = NULL, "
+    "locked_by = NULL "
+    "WHERE last_activity_at <= now() - make_interval(secs => :idle) "
+    "AND (status = 'active' OR (status = 'summarized' AND last_activity_at > summarized_at))"
+)
+
+
+async def end_idle_sessions(session: AsyncSession, *, idle: float) -> int:
+    """End every session idle for longer than `idle` seconds that nobody ended; how many."""
+    result: Any = await session.execute(_END_IDLE, {"idle": idle})
     return int(result.rowcount or 0)
