@@ -113,6 +113,9 @@ class Settings(BaseSettings):
     # this long after its session ended, or after this age in a session nobody ends.
     worker_result_grace_seconds: float = Field(default=30.0, ge=0, le=3600)
     worker_result_timeout_seconds: float = Field(default=6 * 3600.0, gt=0, le=30 * 86_400)
+    # A session with no activity this long that nobody ended is ended by the worker, at its last
+    # activity, and summarised (a crashed IDE never sends the end).
+    worker_session_idle_seconds: float = Field(default=6 * 3600.0, gt=0, le=30 * 86_400)
     # Comma-separated in the environment; these tools' observations are never sent to Gemini.
     worker_skip_tools: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["list_dir", "list_directory", "pwd"]

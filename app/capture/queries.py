@@ -77,13 +77,17 @@ SELECT_SESSION_FOR_COMPARE = text(
 # An active session ends. So does a summarised one (or one whose summary failed) that recorded
 # calls or results since its summary: `POST /api/summarize` of a session still at work (a
 # checkpoint) left it `summarized`, and its end was then a no-op, so the work after the
-# checkpoint never reached a summary. Ending again with nothing new stays harmless.
+# checkpoint never reached a summary. Ending again with nothing new stays harmless. A session
+# nobody has ended (no `ended_at`: a checkpoint, queued, summarised or failed) always ends: the
+# end is what lets the worker give up on its calls still waiting (app/worker/unanswered.py), and
+# a checkpoint's summary in flight loses its claim (its write is refused) to the end's.
 END_SESSION = text(
     """
     UPDATE sessions s
     SET status = 'ending', ended_at = now(), last_activity_at = now(),
-        next_attempt_at = now(), attempts = 0, last_error = NULL
-    WHERE s.id = :session_id AND (s.status = 'active' OR (
+        next_attempt_at = now(), attempts = 0, last_error = NULL,
+        locked_until = NULL, locked_by = NULL
+    WHERE s.id = :session_id AND (s.status = 'active' OR s.ended_at IS NULL OR (
         s.status IN ('summarized', 'failed') AND EXISTS (
             SELECT FROM observations o WHERE o.session_id = s.id
               AND (o.created_at > s.summarized_at OR o.result_at > s.summarized_at))))

@@ -309,19 +309,24 @@ async def compress_observation(ctx: JobContext, work: ObservationWork) -> str:
     return result.generated_by if stored else "lost"
 
 
-async def _wait_for_results(ctx: JobContext, work: SessionWork) -> None:
-    """Before a summary, the session's calls still waiting for their result: each is given up
-    on once its grace has passed (docs/worker.md, "A call without its result"), then compressed
-    by the lanes; the claim goes back, due when the next grace ends, or again once the calls
-    given up on are compressed (a session waits for its `captured` observations)."""
+async def _wait_for_results(ctx: JobContext, work: SessionWork) -> bool:
+    """Before a summary, the session's calls still waiting for their result: each recorded by
+    its end is given up on once its grace has passed (docs/worker.md, "A call without its
+    result"), then compressed by the lanes; the claim goes back, due when the next grace ends, or
+    again once the calls given up on are compressed (a session waits for its `captured`
+    observations). False when none is to be waited for (only calls recorded after the end are
+    pending, left to the timeout): the summary goes ahead, claim kept."""
     async with transaction(ctx.sessionmaker) as session:
         given = await unanswered.give_up_in_session(
             session, session_id=work.id, grace=ctx.settings.worker_result_grace_seconds
         )
+        if not given.closed and given.wait is None:
+            return False
         await results.release_claim(
             session, table="sessions", row_id=work.id, worker=ctx.worker_id, delay=given.wait or 0
         )
     log.info("session.awaiting_results", id=work.id, given_up=given.closed, wait=given.wait)
+    return True
 
 
 async def summarize_session(ctx: JobContext, work: SessionWork) -> str:
@@ -332,8 +337,8 @@ async def summarize_session(ctx: JobContext, work: SessionWork) -> str:
     # A checkpoint of a session still at work summarises what has come so far: a call running
     # then (a build, a test run) is still to get its result, and the end summarises again.
     if work.ended and any(d.status == "pending" for d in digests):
-        await _wait_for_results(ctx, work)
-        return "waiting"
+        if await _wait_for_results(ctx, work):
+            return "waiting"
     summary: results.SessionSummary | None = None
     wanted = any(d.compressed for d in digests)
     gemini_error = _breaker_reason(ctx) if wanted else None
@@ -432,7 +437,8 @@ async def embed_batch(ctx: JobContext, *, limit: int = 256) -> int:
 
 async def maintain(ctx: JobContext) -> tuple[int, int]:
     """Periodic upkeep: purge expired memories, fail rows whose last claim expired, give up on
-    calls whose result has not come for AGMEM_WORKER_RESULT_TIMEOUT_SECONDS."""
+    calls whose result has not come for AGMEM_WORKER_RESULT_TIMEOUT_SECONDS, end sessions idle
+    for AGMEM_WORKER_SESSION_IDLE_SECONDS that nobody ended."""
     async with transaction(ctx.sessionmaker) as session:
         purged = await results.purge_expired_memories(session)
         exhausted = await claims.fail_exhausted(
@@ -441,11 +447,15 @@ async def maintain(ctx: JobContext) -> tuple[int, int]:
         timed_out = await unanswered.give_up_timed_out(
             session, timeout=ctx.settings.worker_result_timeout_seconds
         )
-    if purged or exhausted or timed_out:
+        idle = await unanswered.end_idle_sessions(
+            session, idle=ctx.settings.worker_session_idle_seconds
+        )
+    if purged or exhausted or timed_out or idle:
         log.info(
             "worker.maintenance",
             memories_purged=purged,
             failed_after_expiry=exhausted,
             results_given_up=timed_out,
+            idle_sessions_ended=idle,
         )
     return purged, exhausted

@@ -1,4 +1,4 @@
-"""Calls whose result never came: the worker gives up waiting and compresses them without one.
+"""Calls whose result never came, and sessions nobody ended: the worker stops waiting for them.
 
 An observation waits `pending` for its result. When none comes (the agent was killed, the
 interceptor lost the response, a stream was cut, the IDE crashed) it would wait for good: never
@@ -15,6 +15,13 @@ compresses it as a call whose result was not recorded. It is no longer `pending`
 result sent without `observationId` does not match it (a new observation is recorded, as for
 any unmatched result); one sent with its id still attaches to it (capture's
 MATCH_BY_ID_WITHOUT_RESULT), is compressed again and its session summarised again.
+
+A session nobody ends (the IDE crashed, the laptop was closed for good, an interceptor with no
+end hook) stayed `active`: never summarised, so never among a context block's previous sessions.
+Once it has been idle for `AGMEM_WORKER_SESSION_IDLE_SECONDS` the worker ends it as its client
+would have, at its last activity; so is a session summarised before its end (a checkpoint) that
+was at work again since and went idle. A call after that is captured as ever, and a later end
+has the session summarised again.
 """
 
 from __future__ import annotations
@@ -31,19 +38,26 @@ _GIVE_UP = (
     "locked_until = NULL, locked_by = NULL"
 )
 
-# Each pending call of the session is due to be given up `:grace` seconds after the later of the
-# session's end (its last activity if it has no end time) and its own recording; those due are
-# given up, and the statement says how long until the next of the others is (NULL: none left).
-# The UPDATE re-checks `status = 'pending'` on the row's latest version if a result took its
-# lock first, so a result in flight either lands first (the call is captured with it) or after
-# (it attaches by id to the given-up call).
+# Each pending call of the session recorded by its end is due to be given up `:grace` seconds
+# after the later of the end (its last activity if it has no end time) and its own recording;
+# those due are given up, and the statement says how long until the next of the others is (NULL:
+# none left). A call recorded after the end (the agent went on in an ended session) is left to
+# the timeout below: it may be a build that runs for minutes. The due calls are locked oldest
+# first, so a result sent by name that skips a locked call (capture's match takes the newest
+# pending call it can lock) meets the newest last: it takes it, or finds none and is recorded as
+# a new observation, never an older call's. The UPDATE re-checks `status = 'pending'` on the
+# row's latest version if a result took its lock first, so a result in flight either lands first
+# (the call is captured with it) or after (it attaches by id to the given-up call).
 _GIVE_UP_IN_SESSION = text(
     "WITH s AS (SELECT id, coalesce(ended_at, last_activity_at) AS ended FROM sessions "
     "WHERE id = :id), "
     "open AS (SELECT o.id, greatest(o.created_at, s.ended) + make_interval(secs => :grace) AS due "
-    "FROM observations o JOIN s ON o.session_id = s.id WHERE o.status = 'pending'), "
-    f"closed AS ({_GIVE_UP} FROM open WHERE o.id = open.id AND open.due <= now() "
-    "AND o.status = 'pending' RETURNING o.id) "
+    "FROM observations o JOIN s ON o.session_id = s.id WHERE o.status = 'pending' "
+    "AND o.created_at <= s.ended), "
+    "due AS (SELECT o.id FROM observations o JOIN open ON o.id = open.id "
+    "WHERE open.due <= now() AND o.status = 'pending' ORDER BY o.seq FOR UPDATE OF o), "
+    f"closed AS ({_GIVE_UP} FROM due WHERE o.id = due.id AND o.status = 'pending' "
+    "RETURNING o.id) "
     "SELECT (SELECT count(*) FROM closed) AS closed, "
     "(SELECT extract(epoch FROM min(due) - now()) FROM open WHERE due > now()) AS wait"
 )
@@ -61,13 +75,36 @@ async def give_up_in_session(session: AsyncSession, *, session_id: str, grace: f
     return GivenUp(int(row.closed), None if row.wait is None else float(row.wait))
 
 
+# Locked oldest first, as above.
 _GIVE_UP_TIMED_OUT = text(
-    f"{_GIVE_UP} WHERE o.status = 'pending' "
-    "AND o.created_at <= now() - make_interval(secs => :timeout)"
+    "WITH due AS (SELECT id FROM observations WHERE status = 'pending' "
+    "AND created_at <= now() - make_interval(secs => :timeout) ORDER BY seq FOR UPDATE) "
+    f"{_GIVE_UP} FROM due WHERE o.id = due.id AND o.status = 'pending'"
 )
 
 
 async def give_up_timed_out(session: AsyncSession, *, timeout: float) -> int:
     """Give up on every call pending for longer than `timeout` seconds, in any session."""
     result: Any = await session.execute(_GIVE_UP_TIMED_OUT, {"timeout": timeout})
+    return int(result.rowcount or 0)
+
+
+# Ended at its last call's recording if that is later than its last activity (the touch lags a
+# call by up to 5 s), so every call it holds counts as recorded by its end.
+# `last_activity_at > summarized_at`: at work again since a checkpoint's summary (a column test,
+# where looking for newer observations would probe every summarised session each minute).
+_END_IDLE = text(
+    "UPDATE sessions s SET status = 'ending', ended_at = greatest(s.last_activity_at, "
+    "(SELECT max(o.created_at) FROM observations o WHERE o.session_id = s.id)), "
+    "next_attempt_at = now(), attempts = 0, last_error = NULL, locked_until = NULL, "
+    "locked_by = NULL "
+    "WHERE s.last_activity_at <= now() - make_interval(secs => :idle) "
+    "AND (s.status = 'active' "
+    "OR (s.status = 'summarized' AND s.last_activity_at > s.summarized_at))"
+)
+
+
+async def end_idle_sessions(session: AsyncSession, *, idle: float) -> int:
+    """End every session idle for longer than `idle` seconds that nobody ended; how many."""
+    result: Any = await session.execute(_END_IDLE, {"idle": idle})
     return int(result.rowcount or 0)

@@ -358,3 +358,65 @@ def test_a_checkpoint_of_a_session_at_work_gives_up_on_no_call(
     assert row(db, "SELECT status FROM observations WHERE id = 'c2'")["status"] == "pending"
     status, answer = _result(client, "s1", "1 failed: test_orders_total")
     assert (status, answer["id"], answer["status"]) == (200, "c2", "captured")
+
+
+def test_a_session_nobody_ends_is_ended_at_its_last_activity_once_idle(
+    client: TestClient, db: psycopg.Connection[Any], database_url: str
+) -> None:
+    """The IDE crashed: no end ever comes. Once idle for the bound (6 hours), the session is
+    ended at its last activity and summarised; a call the next morning reopens nothing but is
+    captured, and the session's end summarises it again."""
+    _start(client, "s1")
+    _call(client, "s1", "c1", "npm ci")
+    assert _result(client, "s1", "added 312 packages", "c1")[0] == 200
+    _call(client, "s1", "c2", "pytest -x tests/api")
+    _start(client, "s2")  # at work: left alone
+    db.execute("UPDATE sessions SET last_activity_at = now() - interval '7 hours' WHERE id = 's1'")
+    db.execute("UPDATE observations SET created_at = now() - interval '7 hours'")
+
+    drain(make_settings(), database_url)  # its upkeep ends the session
+    drain(make_settings(), database_url)  # which is then summarised like any ended one
+
+    ended = row(
+        db,
+        "SELECT status, summary, ended_at BETWEEN last_activity_at AND now() - interval '6 hours'"
+        " AS at_last FROM sessions"
+        " WHERE id = 's1'",
+    )
+    assert (ended["status"], ended["at_last"]) == ("summarized", True)
+    assert "npm ci" in ended["summary"]
+    assert "1 call had no result recorded" in ended["summary"]
+    assert client.get("/api/observations/c2").json()["resultMissing"] is True
+    assert client.get("/api/sessions/s2").json()["status"] == "active"
+
+    _call(client, "s1", "c3", "git status")
+    assert _result(client, "s1", "nothing to commit, working tree clean", "c3")[0] == 200
+    _end(client, "s1")
+    drain(NO_GRACE, database_url)
+    again = client.get("/api/sessions/s1").json()
+    assert (again["status"], again["totalObservations"]) == ("summarized", 3)
+    assert "git status" in again["summary"]
+
+
+def test_a_checkpointed_session_at_work_since_is_summarised_again_once_idle(
+    client: TestClient, db: psycopg.Connection[Any], database_url: str
+) -> None:
+    _start(client, "s1")
+    _call(client, "s1", "c1", "npm ci")
+    assert _result(client, "s1", "added 312 packages", "c1")[0] == 200
+    assert client.post("/api/summarize", json={"sessionId": "s1"}).status_code == 202
+    drain(make_settings(), database_url)
+    assert row(db, "SELECT status FROM sessions")["status"] == "summarized"
+    _call(client, "s1", "c2", "git status")
+    assert _result(client, "s1", "nothing to commit, working tree clean", "c2")[0] == 200
+    db.execute("UPDATE sessions SET last_activity_at = now() - interval '7 hours'")
+    db.execute("UPDATE sessions SET summarized_at = last_activity_at - interval '1 minute'")
+
+    drain(make_settings(), database_url)
+    drain(make_settings(), database_url)
+
+    again = row(db, "SELECT status, summary FROM sessions")
+    assert again["status"] == "summarized"
+    assert "git status" in again["summary"]
+    drain(make_settings(), database_url)  # summarised after its last activity: not again
+    assert row(db, "SELECT attempts, next_attempt_at FROM sessions")["next_attempt_at"] is None

@@ -1,0 +1,73 @@
+"""Ends and checkpoints around calls still waiting for a result (the review of pending13): an end
+after a checkpoint is a real end, and a call recorded after the end waits for the timeout."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from fastapi.testclient import TestClient
+
+from tests.conftest import make_settings
+from tests.worker.builders import drain, row
+from tests.worker.test_unanswered import NO_GRACE, _call, _end, _result, _start
+
+
+def test_end_after_a_checkpoint_summary_sets_ended_at_and_gives_up(
+    client: TestClient, db: psycopg.Connection[Any], database_url: str
+) -> None:
+    """Checkpoint while c2 runs, summary written, then the agent is killed and the session ended."""
+    _start(client, "s1")
+    _call(client, "s1", "c1", "npm ci")
+    assert _result(client, "s1", "added 312 packages", "c1")[0] == 200
+    _call(client, "s1", "c2", "pytest -x tests/api")
+    assert client.post("/api/summarize", json={"sessionId": "s1"}).status_code == 202
+    drain(NO_GRACE, database_url)
+    assert row(db, "SELECT status FROM sessions")["status"] == "summarized"
+
+    _end(client, "s1")  # the client ends it: nothing new since the checkpoint
+    drain(NO_GRACE, database_url)
+
+    session = client.get("/api/sessions/s1").json()
+    c2 = row(db, "SELECT status FROM observations WHERE id = 'c2'")["status"]
+    assert (session["endedAt"] is not None, c2) == (True, "compressed")
+
+
+def test_end_while_a_checkpoint_is_queued_sets_ended_at_and_gives_up(
+    client: TestClient, db: psycopg.Connection[Any], database_url: str
+) -> None:
+    """Checkpoint, then the end a moment later, before the worker took the checkpoint."""
+    _start(client, "s1")
+    _call(client, "s1", "c1", "npm ci")
+    assert _result(client, "s1", "added 312 packages", "c1")[0] == 200
+    _call(client, "s1", "c2", "pytest -x tests/api")
+    assert client.post("/api/summarize", json={"sessionId": "s1"}).status_code == 202
+    _end(client, "s1")
+    drain(NO_GRACE, database_url)
+
+    session = client.get("/api/sessions/s1").json()
+    c2 = row(db, "SELECT status FROM observations WHERE id = 'c2'")["status"]
+    assert (session["endedAt"] is not None, c2) == (True, "compressed")
+
+
+def test_a_call_recorded_after_the_summary_waits_the_timeout_not_the_grace(
+    client: TestClient, db: psycopg.Connection[Any], database_url: str
+) -> None:
+    """docs/worker.md: 'for a call recorded after its session's summary, the periodic upkeep ...
+    gives up on any call pending for AGMEM_WORKER_RESULT_TIMEOUT_SECONDS'."""
+    _start(client, "s1")
+    _call(client, "s1", "c1", "npm ci")
+    assert _result(client, "s1", "added 312 packages", "c1")[0] == 200
+    _end(client, "s1")
+    drain(make_settings(), database_url)
+    assert row(db, "SELECT status FROM sessions")["status"] == "summarized"
+    # The agent goes on in the same session: a long test run starts, a quick command answers.
+    _call(client, "s1", "long", "pytest tests/  # runs 10 minutes")
+    _call(client, "s1", "quick", "git status")
+    assert _result(client, "s1", "clean", "quick")[0] == 200
+    db.execute("UPDATE observations SET created_at = now() - interval '1 minute' WHERE id='long'")
+    db.execute("UPDATE sessions SET ended_at = now() - interval '10 minutes'")  # ended earlier
+    drain(make_settings(), database_url)  # default grace 30 s, timeout 6 h
+
+    long = row(db, "SELECT status FROM observations WHERE id = 'long'")["status"]
+    assert long == "pending"  # 1 minute old, not 6 hours
