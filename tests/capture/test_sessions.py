@@ -93,7 +93,10 @@ def test_end_of_summarized_session_keeps_status(
     client: TestClient, db: psycopg.Connection[Any]
 ) -> None:
     session_id = make_session(client)
-    db.execute("UPDATE sessions SET status = 'summarized' WHERE id = %s", (session_id,))
+    # Ended and summarised (a checkpoint's summary has no end time: its end is a real one,
+    # tests/worker/test_unanswered_ends.py).
+    ended = "UPDATE sessions SET status = 'summarized', ended_at = now() WHERE id = %s"
+    db.execute(ended, (session_id,))
     response = client.post("/api/session/end", json={"sessionId": session_id})
     assert response.status_code == 202
     assert response.json()["status"] == "summarized"
