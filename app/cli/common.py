@@ -136,10 +136,10 @@ def absolute_project(path: str | os.PathLike[str]) -> str:
 
 
 def storable_project(path: str) -> str:
-    """`path` if the service can store it as a project (app/api/limits.py): said here, by a
-    command that stores one, rather than as Postgres's refusal halfway through a sync. Commands
-    that only read take any path, as the HTTP API's filters do: a project stored before the
-    bound is still named."""
+    """The project key `path` is stored under, if the service can store it (app/api/limits.py):
+    said here, by a command that stores one, rather than as Postgres's refusal halfway through a
+    sync. Commands that only read take any path, as the HTTP API's filters do: a project stored
+    before the bound is still named. The key is no folder name to open: it is NFC and trimmed."""
     try:
         return stored_project_path(path)
     except ValueError as error:

@@ -63,8 +63,10 @@ def sync(
     from app.sync.indexer import ProjectFolderMissing, SyncRequest, sync_project
     from app.sync.watch import watch_project
 
+    folder = project or os.getcwd()  # made absolute by the option's callback
+    storable_project(folder)  # a bound check only: the folder is read as it is spelled on disk
     request = SyncRequest(
-        project_path=storable_project(project or os.getcwd()),  # absolute: the option's callback
+        project_path=folder,
         memory_dir=memory_dir,
         sessions_dir=sessions_dir,
         force=force,

@@ -15,9 +15,18 @@ Writers in other processes keep writing; the rebuild takes their rows in. The in
 in a `finally`. DDL on the index runs under a per-model advisory lock, so an invalid index seen
 under it is the leftover of an interrupted build (not another sync's build in progress): it is
 dropped and built again.
+
+A stop (Ctrl-C, the watch's stop, the worker's cancel) waits for a build under way: a `CREATE
+INDEX CONCURRENTLY` cut short leaves an invalid index that Postgres keeps updating and never
+uses, and once the model holds more rows than the bulk path takes, no bulk build would come to
+drop it. What still cuts one short (SIGTERM, which ends the event loop, or a second Ctrl-C) is
+repaired by the next sync: `repair_invalid_index`.
 """
 
 from __future__ import annotations
+
+import asyncio
+import contextlib
 
 import structlog
 from sqlalchemy import text
@@ -68,11 +77,46 @@ async def begin_bulk_index(
 async def end_bulk_index(
     sessionmaker: async_sessionmaker[AsyncSession], embedder: Embedder
 ) -> None:
-    """Build the model's HNSW index over every row now holding the model (all projects)."""
-    await _index_ddl(
-        sessionmaker, embedder, hnsw_index_ddl(embedder.identity, embedder.dims, concurrently=True)
-    )
+    """Build the model's HNSW index over every row now holding the model (all projects); a
+    cancel while it builds waits for the build, then goes on."""
+    build = asyncio.ensure_future(_build(sessionmaker, embedder))
+    try:
+        await asyncio.shield(build)
+    except asyncio.CancelledError:
+        await build
+        raise
     log.info("sync.bulk_index_built", model=embedder.identity)
+
+
+async def _build(sessionmaker: async_sessionmaker[AsyncSession], embedder: Embedder) -> None:
+    try:
+        await _index_ddl(
+            sessionmaker,
+            embedder,
+            hnsw_index_ddl(embedder.identity, embedder.dims, concurrently=True),
+        )
+    except BaseException:
+        _checked.discard(embedder.identity)  # the next sync looks again
+        raise
+
+
+# The models whose index this process has found valid (or rebuilt).
+_checked: set[str] = set()
+
+
+async def repair_invalid_index(
+    sessionmaker: async_sessionmaker[AsyncSession], embedder: Embedder
+) -> None:
+    """Once a process, rebuild the model's HNSW index if an interrupted build left it invalid."""
+    if embedder.identity in _checked:
+        return
+    async with sessionmaker() as session:
+        connection = await session.connection()
+        valid = await hnsw_index_valid(connection, model=embedder.identity)
+    if valid is False:
+        log.warning("sync.hnsw_index_invalid", model=embedder.identity)
+        await _build(sessionmaker, embedder)
+    _checked.add(embedder.identity)
 
 
 async def _index_ddl(
@@ -89,4 +133,10 @@ async def _index_ddl(
                 await connection.execute(text(drop_hnsw_index_ddl(embedder.identity)))
             await connection.execute(text(ddl))
         finally:
-            await queries.release_lock(session, key)
+            try:
+                await queries.release_lock(session, key)
+            except Exception:
+                # A cancel mid-statement leaves the session needing a rollback; the lock is the
+                # connection's, so it goes with the connection, which must not return to the pool.
+                with contextlib.suppress(Exception):
+                    await session.invalidate()

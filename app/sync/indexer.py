@@ -30,7 +30,7 @@ from app.index.writer import content_hash
 from app.llm.embeddings import Embedder
 from app.privacy import clean_text, redact_secrets, strip_private_lines
 from app.sync import queries
-from app.sync.bulk_index import begin_bulk_index, end_bulk_index
+from app.sync.bulk_index import begin_bulk_index, end_bulk_index, repair_invalid_index
 from app.sync.chunking import Chunk, chunk_markdown, chunk_transcript
 from app.sync.connections import SyncConnections
 from app.sync.discover import (
@@ -222,6 +222,7 @@ async def _sync_locked(
     if candidates:
         # Created once up front: concurrent writers creating the same index would collide.
         await ensure_model_index(lock, embedder)
+        await repair_invalid_index(sessionmaker, embedder)
         # Not with a Batch API provider: its vectors can arrive hours later, and the index must
         # not stay away that long.
         if not isinstance(embedder, BatchEmbedder):

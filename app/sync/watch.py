@@ -151,8 +151,9 @@ async def _unless_stopped(
     """The sync's report, or None: `stop` was set first, and the sync is cancelled.
 
     Ctrl-C during a sync waited for it to end: 20 s for a forced sync of 3,000 files. A sync
-    stops as safely as a one-shot sync on Ctrl-C: each file is its own transaction, the
-    advisory lock goes with its connection, and a bulk index build is finished in a `finally`.
+    stops as safely as a one-shot sync on Ctrl-C: a file's row and its chunks commit together,
+    the advisory lock goes with its connection, and a bulk index build under way is waited for
+    (app/sync/bulk_index.py).
     """
     running = asyncio.create_task(work)
     stopper = asyncio.create_task(stop.wait())

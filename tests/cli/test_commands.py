@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -311,3 +312,19 @@ def test_an_argument_the_locale_cannot_decode_is_refused_in_one_line(
         "PYTHONUTF8=1\n"
     )
     assert db.execute("SELECT count(*) FROM memories").fetchone() == (0,)
+
+
+@pytest.mark.parametrize("name", ["trail ", unicodedata.normalize("NFD", "café")])
+def test_sync_reads_the_folder_as_it_is_spelled_on_disk(
+    name: str, database_url: str, tmp_path: Path
+) -> None:
+    # The stored key is NFC and trimmed; reading the disk under it found no such folder.
+    project = tmp_path / name
+    project.mkdir()
+    (project / "MEMORY.md").write_text("# Notes\n\nThe shop runs on port 8080.\n")
+    env = {"DATABASE_URL": database_url, "AGMEM_HOME": str(tmp_path / "home")}
+
+    result = CliRunner().invoke(cli, ["sync", "-p", str(project)], env=env)
+
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("scanned 1 · changed 1")

@@ -13,6 +13,7 @@ from app.db.vector_index import hnsw_index_name
 from app.llm.embeddings import local_embedder
 from app.sync.bulk_index import end_bulk_index
 from app.sync.indexer import SyncRequest, sync_project
+from tests.cli.helpers import run_agmem
 from tests.conftest import make_settings
 from tests.sync.helpers import CountingEmbedder, make_project, run_sync
 
@@ -178,3 +179,60 @@ def test_concurrent_bulk_syncs_finish_and_leave_one_valid_index(
     assert state[1] is True
     unembedded = db.execute("SELECT count(*) FROM memory_chunks WHERE embedding IS NULL")
     assert unembedded.fetchone() == (0,)
+
+
+def test_a_stop_during_the_build_waits_for_it_then_goes_on(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # Ctrl-C, the watch's stop or the worker's cancel while the index was built cut the CREATE
+    # INDEX CONCURRENTLY short: an invalid index no later sync dropped once the model held more
+    # rows than a bulk build takes (the review of cli13).
+    run_sync(
+        database_url,
+        make_settings(home=tmp_path / "home"),
+        CountingEmbedder(),
+        make_project(tmp_path / "proj"),
+    )
+    db.execute(f"DROP INDEX {INDEX}")  # as begin_bulk_index leaves it
+
+    async def stopped_while_building() -> None:
+        engine = make_async_engine(database_url)
+        try:
+            build = asyncio.ensure_future(
+                end_bulk_index(make_sessionmaker(engine), local_embedder())
+            )
+            await asyncio.sleep(0)
+            build.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await build
+        finally:
+            await engine.dispose()
+
+    asyncio.run(stopped_while_building())
+
+    state = index_state(db)
+    assert state is not None
+    assert state[1] is True
+
+
+def test_an_invalid_index_is_rebuilt_by_the_next_sync_of_any_size(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # What SIGTERM during a build still leaves. No bulk build would come to drop it (off here,
+    # as it is once the model holds more rows than AGMEM_SYNC_BULK_INDEX_MAX_ROWS); Postgres
+    # kept updating it on every write and never used it. A fresh process, as a new sync is.
+    project = make_project(tmp_path / "proj")
+    env = {"DATABASE_URL": database_url, "AGMEM_HOME": str(tmp_path / "home")}
+    assert run_agmem("sync", "-p", str(project), **env).returncode == 0
+    db.execute("UPDATE pg_index SET indisvalid = false WHERE indexrelid = %s::regclass", (INDEX,))
+    before = index_state(db)
+    (project / "MEMORY.md").write_text("# Notes\n\nThe shop's API listens on port 8080.\n")
+
+    synced = run_agmem("sync", "-p", str(project), **env, AGMEM_SYNC_BULK_INDEX_MIN_CHUNKS="0")
+
+    assert synced.returncode == 0, synced.stderr
+    after = index_state(db)
+    assert before is not None
+    assert after is not None
+    assert after[1] is True
+    assert after[0] != before[0]
