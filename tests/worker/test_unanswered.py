@@ -50,12 +50,17 @@ def _end(client: TestClient, session_id: str) -> None:
     assert client.post("/api/session/end", json={"sessionId": session_id}).status_code == 202
 
 
-def _ended_with_a_lost_result(client: TestClient, session_id: str = "s1") -> None:
-    """`npm ci` answered; `pytest -x tests/api` never (the agent was killed); then the end."""
+def _running_tests(client: TestClient, session_id: str = "s1") -> None:
+    """`npm ci` answered (c1); `pytest -x tests/api` (c2) still running."""
     _start(client, session_id)
     _call(client, session_id, "c1", "npm ci")
     assert _result(client, session_id, "added 312 packages", "c1")[0] == 200
     _call(client, session_id, "c2", "pytest -x tests/api")
+
+
+def _ended_with_a_lost_result(client: TestClient, session_id: str = "s1") -> None:
+    """`pytest -x tests/api` never answers (the agent was killed); then the end."""
+    _running_tests(client, session_id)
     _end(client, session_id)
 
 
@@ -343,10 +348,7 @@ def test_a_checkpoint_of_a_session_at_work_gives_up_on_no_call(
 ) -> None:
     """`POST /api/summarize` while the agent works: the summary of what has come is written at
     once, and the test run still going gets its result by name when it ends."""
-    _start(client, "s1")
-    _call(client, "s1", "c1", "npm ci")
-    assert _result(client, "s1", "added 312 packages", "c1")[0] == 200
-    _call(client, "s1", "c2", "pytest -x tests/api")
+    _running_tests(client)
     assert client.post("/api/summarize", json={"sessionId": "s1"}).status_code == 202
     drain(make_settings(), database_url)  # the default grace: a checkpoint does not wait on it
 
@@ -366,10 +368,7 @@ def test_a_session_nobody_ends_is_ended_at_its_last_activity_once_idle(
     """The IDE crashed: no end ever comes. Once idle for the bound (6 hours), the session is
     ended at its last activity and summarised; a call the next morning reopens nothing but is
     captured, and the session's end summarises it again."""
-    _start(client, "s1")
-    _call(client, "s1", "c1", "npm ci")
-    assert _result(client, "s1", "added 312 packages", "c1")[0] == 200
-    _call(client, "s1", "c2", "pytest -x tests/api")
+    _running_tests(client)
     _start(client, "s2")  # at work: left alone
     db.execute("UPDATE sessions SET last_activity_at = now() - interval '7 hours' WHERE id = 's1'")
     db.execute("UPDATE observations SET created_at = now() - interval '7 hours'")

@@ -6,42 +6,26 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+import pytest
 from fastapi.testclient import TestClient
 
 from tests.conftest import make_settings
 from tests.worker.builders import drain, row
-from tests.worker.test_unanswered import NO_GRACE, _call, _end, _result, _start
+from tests.worker.test_unanswered import NO_GRACE, _call, _end, _result, _running_tests, _start
 
 
-def test_end_after_a_checkpoint_summary_sets_ended_at_and_gives_up(
-    client: TestClient, db: psycopg.Connection[Any], database_url: str
+@pytest.mark.parametrize("summarised_first", [True, False])
+def test_an_end_after_a_checkpoint_sets_ended_at_and_gives_up(
+    client: TestClient, db: psycopg.Connection[Any], database_url: str, summarised_first: bool
 ) -> None:
-    """Checkpoint while c2 runs, summary written, then the agent is killed and the session ended."""
-    _start(client, "s1")
-    _call(client, "s1", "c1", "npm ci")
-    assert _result(client, "s1", "added 312 packages", "c1")[0] == 200
-    _call(client, "s1", "c2", "pytest -x tests/api")
+    """A checkpoint while c2 runs; then the agent is killed and the session ended, after the
+    checkpoint's summary (nothing new since) or before the worker took the checkpoint."""
+    _running_tests(client)
     assert client.post("/api/summarize", json={"sessionId": "s1"}).status_code == 202
-    drain(NO_GRACE, database_url)
-    assert row(db, "SELECT status FROM sessions")["status"] == "summarized"
+    if summarised_first:
+        drain(NO_GRACE, database_url)
+        assert row(db, "SELECT status FROM sessions")["status"] == "summarized"
 
-    _end(client, "s1")  # the client ends it: nothing new since the checkpoint
-    drain(NO_GRACE, database_url)
-
-    session = client.get("/api/sessions/s1").json()
-    c2 = row(db, "SELECT status FROM observations WHERE id = 'c2'")["status"]
-    assert (session["endedAt"] is not None, c2) == (True, "compressed")
-
-
-def test_end_while_a_checkpoint_is_queued_sets_ended_at_and_gives_up(
-    client: TestClient, db: psycopg.Connection[Any], database_url: str
-) -> None:
-    """Checkpoint, then the end a moment later, before the worker took the checkpoint."""
-    _start(client, "s1")
-    _call(client, "s1", "c1", "npm ci")
-    assert _result(client, "s1", "added 312 packages", "c1")[0] == 200
-    _call(client, "s1", "c2", "pytest -x tests/api")
-    assert client.post("/api/summarize", json={"sessionId": "s1"}).status_code == 202
     _end(client, "s1")
     drain(NO_GRACE, database_url)
 
