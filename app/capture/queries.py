@@ -80,7 +80,8 @@ SELECT_SESSION_FOR_COMPARE = text(
 # checkpoint never reached a summary. Ending again with nothing new stays harmless. A session
 # nobody has ended (no `ended_at`: a checkpoint, queued, summarised or failed) always ends: the
 # end is what lets the worker give up on its calls still waiting (app/worker/unanswered.py), and
-# a checkpoint's summary in flight loses its claim (its write is refused) to the end's.
+# a checkpoint's summary in flight loses its claim to the end's (its write is refused: it was
+# claimed before the end, app/worker/results.py finish_session).
 END_SESSION = text(
     """
     UPDATE sessions s

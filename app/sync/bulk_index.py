@@ -83,17 +83,25 @@ async def end_bulk_index(
     try:
         await asyncio.shield(build)
     except asyncio.CancelledError:
-        await build
+        # The stop stays a stop: a build that fails meanwhile is logged (the next sync repairs
+        # its index), not raised in the cancel's place (the watch took it for a failed sync).
+        try:
+            await build
+        except Exception as error:
+            log.warning("sync.bulk_index_failed", model=embedder.identity, error=str(error))
         raise
     log.info("sync.bulk_index_built", model=embedder.identity)
 
 
-async def _build(sessionmaker: async_sessionmaker[AsyncSession], embedder: Embedder) -> None:
+async def _build(
+    sessionmaker: async_sessionmaker[AsyncSession], embedder: Embedder, *, wait: bool = True
+) -> bool:
     try:
-        await _index_ddl(
+        return await _index_ddl(
             sessionmaker,
             embedder,
             hnsw_index_ddl(embedder.identity, embedder.dims, concurrently=True),
+            wait=wait,
         )
     except BaseException:
         _checked.discard(embedder.identity)  # the next sync looks again
@@ -113,23 +121,33 @@ async def repair_invalid_index(
     async with sessionmaker() as session:
         connection = await session.connection()
         valid = await hnsw_index_valid(connection, model=embedder.identity)
-    if valid is False:
-        log.warning("sync.hnsw_index_invalid", model=embedder.identity)
-        await _build(sessionmaker, embedder)
+    # A build in progress (another sync's) shows the index invalid too: only one nobody runs,
+    # seen under the model's lock, is a leftover. Busy, the lock is not waited for (a sync of
+    # another project would stall for the whole build) and the next sync looks again.
+    if valid is False and not await _build(sessionmaker, embedder, wait=False):
+        return
     _checked.add(embedder.identity)
 
 
 async def _index_ddl(
-    sessionmaker: async_sessionmaker[AsyncSession], embedder: Embedder, ddl: str
-) -> None:
+    sessionmaker: async_sessionmaker[AsyncSession],
+    embedder: Embedder,
+    ddl: str,
+    *,
+    wait: bool = True,
+) -> bool:
     """Run `ddl` (CONCURRENTLY: autocommit) under the model's index lock, an invalid leftover
-    index dropped first."""
+    index dropped first; with `wait` False, only if the lock is free (False when it was not)."""
     key = "agmem.hnsw:" + embedder.identity
     async with sessionmaker() as session:
-        await queries.hold_lock(session, key)
+        if wait:
+            await queries.hold_lock(session, key)
+        elif not await queries.try_lock(session, key):
+            return False
         try:
             connection = await session.connection()
             if await hnsw_index_valid(connection, model=embedder.identity) is False:
+                log.warning("sync.hnsw_index_invalid", model=embedder.identity)
                 await connection.execute(text(drop_hnsw_index_ddl(embedder.identity)))
             await connection.execute(text(ddl))
         finally:
@@ -140,3 +158,4 @@ async def _index_ddl(
                 # connection's, so it goes with the connection, which must not return to the pool.
                 with contextlib.suppress(Exception):
                     await session.invalidate()
+    return True

@@ -29,6 +29,7 @@ from app.index.terms import index_terms
 from app.index.writer import content_hash
 from app.llm.embeddings import Embedder
 from app.privacy import clean_text, redact_secrets, strip_private_lines
+from app.projects import canonical_project
 from app.sync import queries
 from app.sync.bulk_index import begin_bulk_index, end_bulk_index, repair_invalid_index
 from app.sync.chunking import Chunk, chunk_markdown, chunk_transcript
@@ -104,7 +105,9 @@ def resolve_roots(settings: Settings, request: SyncRequest) -> tuple[str, Path, 
         _require_folder(memory, "memory folder")
     if request.sessions_dir:
         _require_folder(sessions, "sessions folder")
-    return str(project), memory, sessions
+    # Read from disk as spelled (a macOS folder name is NFD), stored under the key every other
+    # route uses for that folder (app/projects.py), or its files and its sessions never meet.
+    return canonical_project(str(project)), memory, sessions
 
 
 def _require_folder(path: Path, what: str) -> None:

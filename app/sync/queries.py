@@ -153,6 +153,13 @@ async def hold_lock(session: AsyncSession, key: str) -> bool:
     return await _poll(attempt)
 
 
+async def try_lock(session: AsyncSession, key: str) -> bool:
+    """Take the advisory lock `key` on this fresh session's connection if it is free, until
+    `release_lock`; False when another holder has it (nothing is held then)."""
+    await session.connection(execution_options=AUTOCOMMIT)
+    return bool((await session.execute(_TRY_LOCK, {"key": key})).scalar_one())
+
+
 async def _poll(attempt: Callable[[], Awaitable[bool]]) -> bool:
     """Call `attempt` until it takes the lock (10 ms doubling to 500 ms between tries); True when
     it had to wait."""

@@ -382,7 +382,12 @@ async def summarize_session(ctx: JobContext, work: SessionWork) -> str:
         summary = results.SessionSummary(text, EXTRACTIVE)
     async with transaction(ctx.sessionmaker) as session:
         stored = await results.finish_session(
-            session, session_id=work.id, worker=ctx.worker_id, summary=summary, error=gemini_error
+            session,
+            session_id=work.id,
+            worker=ctx.worker_id,
+            summary=summary,
+            ended=work.ended,
+            error=gemini_error,
         )
     log.info(
         "session.summarized" if stored else "session.claim_lost",

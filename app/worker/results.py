@@ -106,6 +106,7 @@ _FINISH_SESSION = text(
     "summarized_at = now(), last_error = :error, "
     "next_attempt_at = NULL, locked_until = NULL, locked_by = NULL "
     "WHERE s.id = :id AND s.locked_by = :worker AND s.status = 'ending' "
+    "AND (s.ended_at IS NOT NULL) = :ended "
     "RETURNING s.project_path, coalesce(s.ended_at, now()) AS ended_at"
 )
 
@@ -122,9 +123,15 @@ async def finish_session(
     session_id: str,
     worker: str,
     summary: SessionSummary,
+    ended: bool,
     error: str | None = None,
 ) -> bool:
-    """Store the summary with the session's totals and index it; False when the claim was lost."""
+    """Store the summary with the session's totals and index it; False when the claim was lost.
+
+    `ended`: whether the session had ended when it was claimed. A checkpoint's summary whose
+    session was ended meanwhile is refused even when the end's claim went to another lane of
+    this worker (the lanes share its id, so `locked_by` alone let the checkpoint's stale write
+    win and the end's be refused, for good)."""
     row = (
         await session.execute(
             _FINISH_SESSION,
@@ -134,6 +141,7 @@ async def finish_session(
                 "summary": summary.text,
                 "generated_by": summary.generated_by,
                 "error": error,
+                "ended": ended,
             },
         )
     ).one_or_none()

@@ -17,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from app.cli import cli
+from app.projects import canonical_project
 from tests.cli.helpers import run_agmem
 
 
@@ -316,9 +317,10 @@ def test_an_argument_the_locale_cannot_decode_is_refused_in_one_line(
 
 @pytest.mark.parametrize("name", ["trail ", unicodedata.normalize("NFD", "café")])
 def test_sync_reads_the_folder_as_it_is_spelled_on_disk(
-    name: str, database_url: str, tmp_path: Path
+    name: str, database_url: str, db: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
-    # The stored key is NFC and trimmed; reading the disk under it found no such folder.
+    # The stored key is NFC and trimmed; reading the disk under it found no such folder. Stored
+    # as spelled, its files never met its sessions (captured under the key).
     project = tmp_path / name
     project.mkdir()
     (project / "MEMORY.md").write_text("# Notes\n\nThe shop runs on port 8080.\n")
@@ -328,3 +330,5 @@ def test_sync_reads_the_folder_as_it_is_spelled_on_disk(
 
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("scanned 1 · changed 1")
+    stored = db.execute("SELECT DISTINCT project_path FROM memory_chunks").fetchall()
+    assert stored == [(canonical_project(str(project)),)]

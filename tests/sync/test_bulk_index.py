@@ -11,10 +11,11 @@ import pytest
 from app.db.engine import make_async_engine, make_sessionmaker
 from app.db.vector_index import hnsw_index_name
 from app.llm.embeddings import local_embedder
+from app.sync import bulk_index
 from app.sync.bulk_index import end_bulk_index
 from app.sync.indexer import SyncRequest, sync_project
 from tests.cli.helpers import run_agmem
-from tests.conftest import make_settings
+from tests.conftest import libpq_url, make_settings
 from tests.sync.helpers import CountingEmbedder, make_project, run_sync
 
 INDEX = hnsw_index_name(local_embedder().identity)
@@ -236,3 +237,41 @@ def test_an_invalid_index_is_rebuilt_by_the_next_sync_of_any_size(
     assert after is not None
     assert after[1] is True
     assert after[0] != before[0]
+
+
+def test_a_sync_does_not_wait_on_another_process_building_the_index(
+    database_url: str,
+    db: psycopg.Connection[Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A build in progress shows the index invalid, under the model's lock: the check of a sync
+    # of another project is no leftover to repair, and it waited for the whole build.
+    settings = make_settings(home=tmp_path / "home", sync_bulk_index_min_chunks=0)
+    run_sync(database_url, settings, CountingEmbedder(), make_project(tmp_path / "a"))
+    monkeypatch.setattr(bulk_index, "_checked", set())  # a fresh process
+    key = "agmem.hnsw:" + local_embedder().identity
+    with psycopg.connect(libpq_url(database_url), autocommit=True) as builder:
+        builder.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (key,))
+        db.execute(
+            "UPDATE pg_index SET indisvalid = false WHERE indexrelid = %s::regclass", (INDEX,)
+        )
+        try:
+
+            async def bounded() -> None:
+                engine = make_async_engine(database_url)
+                try:
+                    request = SyncRequest(project_path=str(make_project(tmp_path / "b")))
+                    sync = sync_project(
+                        make_sessionmaker(engine), settings, CountingEmbedder(), request
+                    )
+                    await asyncio.wait_for(sync, 10)
+                finally:
+                    await engine.dispose()
+
+            asyncio.run(bounded())
+            assert local_embedder().identity not in bulk_index._checked  # looked at again later
+        finally:
+            db.execute(
+                "UPDATE pg_index SET indisvalid = true WHERE indexrelid = %s::regclass", (INDEX,)
+            )

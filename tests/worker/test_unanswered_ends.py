@@ -3,12 +3,14 @@ after a checkpoint is a real end, and a call recorded after the end waits for th
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
+from app.worker import claims, results
 from tests.conftest import make_settings
 from tests.worker.builders import drain, row
 from tests.worker.test_unanswered import NO_GRACE, _call, _end, _result, _running_tests, _start
@@ -55,3 +57,36 @@ def test_a_call_recorded_after_the_summary_waits_the_timeout_not_the_grace(
 
     long = row(db, "SELECT status FROM observations WHERE id = 'long'")["status"]
     assert long == "pending"  # 1 minute old, not 6 hours
+
+
+def _sql(statement: Any) -> str:
+    """A SQLAlchemy text() statement in psycopg's parameter style."""
+    return re.sub(r"(?<![:\w]):(\w+)", r"%(\1)s", str(statement))
+
+
+def test_a_checkpoint_summary_ended_meanwhile_loses_to_the_ends_on_the_same_worker(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    # The end takes the checkpoint's claim; a worker's lanes share its id, so when another lane
+    # of the same worker claimed the end, the checkpoint's stale summary was stored and the
+    # end's refused, for good (the review of fix13c).
+    _running_tests(client)
+    db.execute("UPDATE observations SET status = 'compressed', compressed_data = 'npm ci ok'")
+    assert client.post("/api/summarize", json={"sessionId": "s1"}).status_code == 202
+    lane = {"worker": "W", "lease": 300, "limit": 1, "max_attempts": 5}
+    checkpoint = db.execute(_sql(claims._CLAIM_SESSIONS), lane).fetchall()
+    assert [(r[0], r[-1]) for r in checkpoint] == [("s1", False)]
+    _end(client, "s1")
+    end = db.execute(_sql(claims._CLAIM_SESSIONS), lane).fetchall()
+    assert [(r[0], r[-1]) for r in end] == [("s1", True)]
+
+    def finish(summary: str, ended: bool) -> int:
+        values = {"id": "s1", "worker": "W", "summary": summary, "generated_by": "x"}
+        written = db.execute(
+            _sql(results._FINISH_SESSION), values | {"error": None, "ended": ended}
+        )
+        return len(written.fetchall())
+
+    assert finish("CHECKPOINT: npm ci", ended=False) == 0
+    assert finish("END: npm ci, the tests ran", ended=True) == 1
+    assert row(db, "SELECT summary FROM sessions")["summary"] == "END: npm ci, the tests ran"
