@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
 from app.db.engine import make_async_engine, make_sessionmaker
 from app.llm.embeddings import Embedder, local_embedder
 from app.sync.indexer import SyncRequest, sync_project
 from app.sync.report import SyncReport
+
+T = TypeVar("T")
 
 TESTDATA = Path("/work/shared/testdata")
 if not TESTDATA.exists():
@@ -60,17 +65,26 @@ def run_sync(
     """One sync of `project`, inline, on its own engine (of the `changed` paths only, as the
     watch mode syncs them, when given)."""
 
-    async def go() -> SyncReport:
+    request = SyncRequest(project_path=str(project), **options)  # type: ignore[arg-type]
+    paths = None if changed is None else [str(path) for path in changed]
+    return on_engine(
+        database_url,
+        lambda sessionmaker: sync_project(sessionmaker, settings, embedder, request, changed=paths),
+    )
+
+
+def on_engine(
+    database_url: str,
+    work: Callable[[async_sessionmaker[AsyncSession]], Awaitable[T]],
+    *,
+    timeout: float | None = None,
+) -> T:
+    """`work` run inline on an engine of its own (disposed after), within `timeout` seconds."""
+
+    async def go() -> T:
         engine = make_async_engine(database_url)
         try:
-            request = SyncRequest(project_path=str(project), **options)  # type: ignore[arg-type]
-            return await sync_project(
-                make_sessionmaker(engine),
-                settings,
-                embedder,
-                request,
-                changed=None if changed is None else [str(path) for path in changed],
-            )
+            return await asyncio.wait_for(work(make_sessionmaker(engine)), timeout)
         finally:
             await engine.dispose()
 

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.engine import make_async_engine, make_sessionmaker
 from app.db.vector_index import hnsw_index_name
@@ -16,7 +17,7 @@ from app.sync.bulk_index import end_bulk_index
 from app.sync.indexer import SyncRequest, sync_project
 from tests.cli.helpers import run_agmem
 from tests.conftest import libpq_url, make_settings
-from tests.sync.helpers import CountingEmbedder, make_project, run_sync
+from tests.sync.helpers import CountingEmbedder, make_project, on_engine, run_sync
 
 INDEX = hnsw_index_name(local_embedder().identity)
 
@@ -126,14 +127,7 @@ def test_an_invalid_leftover_index_is_dropped_and_built_again(
     assert before is not None
     assert before[1] is False
 
-    async def rebuild() -> None:
-        engine = make_async_engine(database_url)
-        try:
-            await end_bulk_index(make_sessionmaker(engine), local_embedder())
-        finally:
-            await engine.dispose()
-
-    asyncio.run(rebuild())
+    on_engine(database_url, lambda sessionmaker: end_bulk_index(sessionmaker, local_embedder()))
 
     after = index_state(db)
     assert after is not None
@@ -196,20 +190,14 @@ def test_a_stop_during_the_build_waits_for_it_then_goes_on(
     )
     db.execute(f"DROP INDEX {INDEX}")  # as begin_bulk_index leaves it
 
-    async def stopped_while_building() -> None:
-        engine = make_async_engine(database_url)
-        try:
-            build = asyncio.ensure_future(
-                end_bulk_index(make_sessionmaker(engine), local_embedder())
-            )
-            await asyncio.sleep(0)
-            build.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await build
-        finally:
-            await engine.dispose()
+    async def stopped_while_building(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
+        build = asyncio.ensure_future(end_bulk_index(sessionmaker, local_embedder()))
+        await asyncio.sleep(0)
+        build.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await build
 
-    asyncio.run(stopped_while_building())
+    on_engine(database_url, stopped_while_building)
 
     state = index_state(db)
     assert state is not None
@@ -257,19 +245,14 @@ def test_a_sync_does_not_wait_on_another_process_building_the_index(
             "UPDATE pg_index SET indisvalid = false WHERE indexrelid = %s::regclass", (INDEX,)
         )
         try:
-
-            async def bounded() -> None:
-                engine = make_async_engine(database_url)
-                try:
-                    request = SyncRequest(project_path=str(make_project(tmp_path / "b")))
-                    sync = sync_project(
-                        make_sessionmaker(engine), settings, CountingEmbedder(), request
-                    )
-                    await asyncio.wait_for(sync, 10)
-                finally:
-                    await engine.dispose()
-
-            asyncio.run(bounded())
+            request = SyncRequest(project_path=str(make_project(tmp_path / "b")))
+            on_engine(
+                database_url,
+                lambda sessionmaker: sync_project(
+                    sessionmaker, settings, CountingEmbedder(), request
+                ),
+                timeout=10,
+            )
             assert local_embedder().identity not in bulk_index._checked  # looked at again later
         finally:
             db.execute(
