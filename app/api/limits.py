@@ -58,8 +58,19 @@ def stored_project_path(text: str) -> str:
     return check_utf8_size(canonical_project(text), PROJECT_PATH_MAX_BYTES)
 
 
+def storable_spelling(text: str) -> str:
+    """`text` as sent, if the key it is stored under fits the bound: a folder the service reads
+    (`POST /api/sync`), opened as the client spells it (a macOS name is NFD, a key NFC)."""
+    stored_project_path(text)
+    return text
+
+
 # A project path a request stores, as its key. `max_length` refuses a text no path is before any
 # work on it (the bound on every path field); the stored key's bytes are checked after.
 StoredProjectPath = Annotated[
     str, StringConstraints(max_length=PATH_MAX_CHARS), AfterValidator(stored_project_path)
+]
+# A project folder the service reads, kept as sent; its key is taken when it is stored.
+SpelledProjectPath = Annotated[
+    str, StringConstraints(max_length=PATH_MAX_CHARS), AfterValidator(storable_spelling)
 ]
