@@ -10,7 +10,8 @@ not compress, fit in one row (tests/api/test_index_bounds.py). A real client nev
 them: a project folder's path is rarely over 200 bytes, and keys and tags are short names.
 
 Not bounded here: the path of a file a sync finds on disk, which is no client field. It shares a
-unique index with its project's path, and only Postgres's own limit applies to the two together.
+unique index with its project's path, and only Postgres's own limit applies to the two together
+(Postgres compresses a long value first): a sync skips a file it refuses, and says so.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from psycopg import AsyncCursor
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.api.limits import utf8_size
 from app.db.binary_vectors import VECTOR_TYPE, use_vector_type
 from app.db.raw_pool import Conn
 from app.sync.discover import Scope
@@ -41,6 +42,22 @@ _KNOWN_FILES_AT_OR_UNDER = (
 
 # Every changed file of a write transaction in one statement: a round trip per file (upsert,
 # delete, COPY) cost more Python time per chunk than the rows themselves.
+# What one btree index row holds (a third of an 8 KB page, less overheads): Postgres's limit.
+INDEX_ROW_MAX_BYTES = 2704
+
+
+def index_row_bytes(project: str, path: str) -> int:
+    """What a file's entry in the unique index over `memory_files (project_path, path)` takes as
+    the two values stand (Postgres's own count): an 8-byte header, each text with a 1-byte length
+    up to 126 bytes, else 4-aligned with a 4-byte one, the whole 8-aligned. Postgres first
+    compresses a value over 512 bytes, so a longer entry may still fit; only Postgres can say."""
+    size = 8
+    for value in (project, path):
+        length = utf8_size(value)
+        size = size + 1 + length if length <= 126 else (size + 3) // 4 * 4 + 4 + length
+    return (size + 7) // 8 * 8
+
+
 _UPSERT_FILES = (
     "INSERT INTO memory_files (project_path, path, source, hash, mtime, size, chunk_count) "
     "SELECT %(project)s, p, s, h, m, z, c FROM unnest(%(paths)s::text[], "
