@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.api.limits import utf8_size
 from app.db.binary_vectors import VECTOR_TYPE, use_vector_type
 from app.db.raw_pool import Conn
-from app.sync.discover import Scope
+from app.sync.discover import Scope, is_utf8
 
 # Session-level advisory locks: one per project (a second sync of the project waits for the
 # first) and one per model's HNSW index (one rebuild at a time, see app/sync/bulk_index.py).
@@ -242,11 +242,14 @@ async def _read_known(
 ) -> AsyncCursor[tuple[Any, ...]]:
     if scope is None:
         return await connection.execute(_KNOWN_FILES, (project,), binary=True)
+    # A name that is not UTF-8 (lone surrogates here) has no indexed file at or under it, and
+    # Postgres would refuse the text: sent, it failed the watch's sync.
+    paths = [path for path in scope.paths if is_utf8(path)]
     if not scope.folders:
-        return await connection.execute(_KNOWN_FILES_AT, (project, scope.paths), binary=True)
-    folders = [path + "/" for path in scope.folders]
+        return await connection.execute(_KNOWN_FILES_AT, (project, paths), binary=True)
+    folders = [path + "/" for path in scope.folders if is_utf8(path)]
     return await connection.execute(
-        _KNOWN_FILES_AT_OR_UNDER, (project, scope.paths, folders), binary=True
+        _KNOWN_FILES_AT_OR_UNDER, (project, paths, folders), binary=True
     )
 
 

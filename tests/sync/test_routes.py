@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import unicodedata
 from pathlib import Path
 from typing import Any
@@ -182,3 +183,29 @@ def test_a_folder_named_by_its_key_is_still_found(
     (tmp_path / "d" / unicodedata.normalize("NFD", "é")).mkdir()
     missing = client.post("/api/sync", json={"projectPath": str(tmp_path / "d" / "é")})
     assert (missing.status_code, missing.json()["error"]) == (422, "ProjectFolderNotFound")
+
+
+def test_a_file_name_that_is_not_utf8_is_skipped_not_the_run_failed(
+    client: TestClient, database_url: str, settings: Settings, tmp_path: Path
+) -> None:
+    # Postgres keeps UTF-8 text: the path (lone surrogates in Python) failed the whole run with
+    # UnicodeEncodeError, every other file unindexed.
+    project = tmp_path / "proj"
+    (project / "memory").mkdir(parents=True)
+    (project / "memory" / "ok.md").write_text("# Notes\n\nThe shop runs on port 8080.\n")
+    folder = os.fsencode(project / "memory")
+    with open(folder + b"/caf\xe9.md", "wb") as latin1:
+        latin1.write(b"# Latin-1 name\n\nA note.\n")
+    os.mkdir(folder + b"/d\xff")
+    with open(folder + b"/d\xff/inside.md", "wb") as inside:
+        inside.write(b"# Inside\n\nA note.\n")
+
+    run_id = client.post("/api/sync", json={"projectPath": str(project)}).json()["runId"]
+    execute(database_url, settings, run_id)
+
+    done = client.get(f"/api/sync/{run_id}").json()
+    assert (done["status"], done["filesChanged"], done["errors"]) == ("done", 1, [])
+    assert sorted(done["skippedFiles"], key=lambda s: s["path"]) == [
+        {"path": f"{project}/memory/caf\ufffd.md", "reason": "file name is not UTF-8"},
+        {"path": f"{project}/memory/d\ufffd/inside.md", "reason": "file name is not UTF-8"},
+    ]
