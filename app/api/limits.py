@@ -10,7 +10,8 @@ not compress, fit in one row (tests/api/test_index_bounds.py). A real client nev
 them: a project folder's path is rarely over 200 bytes, and keys and tags are short names.
 
 Not bounded here: the path of a file a sync finds on disk, which is no client field. It shares a
-unique index with its project's path, and only Postgres's own limit applies to the two together.
+unique index with its project's path, and only Postgres's own limit applies to the two together
+(Postgres compresses a long value first): a sync skips a file it refuses, and says so.
 """
 
 from __future__ import annotations
@@ -58,8 +59,19 @@ def stored_project_path(text: str) -> str:
     return check_utf8_size(canonical_project(text), PROJECT_PATH_MAX_BYTES)
 
 
+def storable_spelling(text: str) -> str:
+    """`text` as sent, if the key it is stored under fits the bound: a folder the service reads
+    (`POST /api/sync`), opened as the client spells it (a macOS name is NFD, a key NFC)."""
+    stored_project_path(text)
+    return text
+
+
 # A project path a request stores, as its key. `max_length` refuses a text no path is before any
 # work on it (the bound on every path field); the stored key's bytes are checked after.
 StoredProjectPath = Annotated[
     str, StringConstraints(max_length=PATH_MAX_CHARS), AfterValidator(stored_project_path)
+]
+# A project folder the service reads, kept as sent; its key is taken when it is stored.
+SpelledProjectPath = Annotated[
+    str, StringConstraints(max_length=PATH_MAX_CHARS), AfterValidator(storable_spelling)
 ]

@@ -317,7 +317,9 @@ class SyncRunRow(WorkQueueMixin, Base):
     id: Mapped[uuid.UUID] = mapped_column(
         UUID(as_uuid=True), primary_key=True, server_default=text("gen_random_uuid()")
     )
-    project_path: Mapped[str] = mapped_column(Text, nullable=False)
+    project_path: Mapped[str] = mapped_column(Text, nullable=False)  # the key (app/projects.py)
+    # The folder as the client spelled it, read by the run, when that is not the key itself.
+    folder: Mapped[str | None] = mapped_column(Text)
     memory_dir: Mapped[str | None] = mapped_column(Text)
     sessions_dir: Mapped[str | None] = mapped_column(Text)
     force: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default="false")

@@ -74,11 +74,12 @@ def chunk_markdown(text: str, *, tokens: int = 400, overlap: int = 80) -> list[C
     blocks = fenced_blocks(text)
     sections = SectionTitles(text, blocks)
     spans = _keep_headers_with_sections(text, _locate(text, pieces))
+    spans = _keep_closing_fences_with_blocks(text, spans, blocks)
     chunks = []
-    for begin, end in _keep_closing_fences_with_blocks(text, spans, blocks):
+    for begin, end, reopened in _reopen_cut_blocks(text, spans, blocks):
         chunks.append(
             Chunk(
-                text[begin:end],
+                reopened + text[begin:end],
                 _line_at(starts, begin),
                 _line_at(starts, end - 1),
                 sections.around(begin),
@@ -190,6 +191,32 @@ def _keep_closing_fences_with_blocks(
                 begin = fence_end + len(rest) - len(rest.lstrip())
         if begin < end:
             kept.append((begin, end))
+    return kept
+
+
+def _reopen_cut_blocks(
+    text: str, spans: list[tuple[int, int]], blocks: list[FencedBlock]
+) -> list[tuple[int, int, str]]:
+    """Each span with the fence line that reopens the code block it starts inside (or ""); a
+    span starting inside a block the chunk before it holds whole starts after the block.
+
+    The splitter cuts where a chunk is full, inside a code block too (a mermaid diagram longer
+    than a chunk): quoted alone, the chunk after the cut showed the rest of the code as prose."""
+    closed = [b for b in blocks if b.close is not None]
+    openers = [text.rfind("\n", 0, b.start) + 1 for b in closed]
+    kept: list[tuple[int, int, str]] = []
+    for begin, end in spans:
+        reopened = ""
+        at = bisect_right(openers, begin - 1) - 1  # the last block opening before the span
+        if at >= 0 and begin < closed[at].close_end:
+            block, opener = closed[at], openers[at]
+            if kept and kept[-1][0] <= opener and kept[-1][1] >= block.close_end:
+                rest = text[block.close_end : end]
+                begin = block.close_end + len(rest) - len(rest.lstrip())
+            elif begin > text.find("\n", block.start):  # past the opening fence's line
+                reopened = text[opener : text.find("\n", block.start) + 1]
+        if begin < end:
+            kept.append((begin, end, reopened))
     return kept
 
 

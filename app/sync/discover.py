@@ -30,8 +30,15 @@ class FoundFile(NamedTuple):  # a tuple: a no-change re-sync makes one a file
 
 @dataclass(frozen=True, slots=True)
 class Skip:
-    path: str
+    path: str  # for showing: a name that is not UTF-8 has U+FFFD for each such byte
     reason: str
+
+    def __post_init__(self) -> None:
+        # The report goes to Postgres (JSONB) and to a terminal, neither of which takes the
+        # lone surrogates Python holds such a name's bytes as.
+        if not is_utf8(self.path):
+            shown = self.path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+            object.__setattr__(self, "path", shown)
 
 
 @dataclass(slots=True)
@@ -262,12 +269,26 @@ def _consider(
 def _admit(
     found: Discovery, path: str, info: os.stat_result, source: FileSource, max_bytes: int
 ) -> None:
-    if not stat.S_ISREG(info.st_mode):
+    if not is_utf8(path):
+        # Postgres keeps UTF-8 text: stored, the path failed the whole run (UnicodeEncodeError).
+        found.skipped.append(Skip(path, "file name is not UTF-8"))
+    elif not stat.S_ISREG(info.st_mode):
         found.skipped.append(Skip(path, "not a regular file"))
     elif info.st_size > max_bytes:
         found.skipped.append(Skip(path, f"over the size cap ({info.st_size} > {max_bytes} bytes)"))
     else:
         found.files.append(FoundFile(path, source, info.st_size, info.st_mtime))
+
+
+def is_utf8(path: str) -> bool:
+    """Whether `path` is text: a name whose bytes are not UTF-8 is held as lone surrogates."""
+    if path.isascii():
+        return True
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _inside(path: Path, root: Path) -> bool:

@@ -17,6 +17,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psycopg
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -487,6 +488,9 @@ class _Writer:
         return connection
 
     async def add(self, item: _Prepared) -> None:
+        if queries.index_row_bytes(self.project, item.found.path) > queries.INDEX_ROW_MAX_BYTES:
+            await self._write_alone(item)
+            return
         self.pending.append(item)
         self.pending_chunks += len(item.chunks)
         if self.pending_chunks >= self.batch_chunks:
@@ -527,6 +531,22 @@ class _Writer:
         for group in groups:
             self.pending = group
             await self.flush(vectors)
+
+    async def _write_alone(self, item: _Prepared) -> None:
+        """A file whose path may be too long for the index, in a transaction of its own: Postgres
+        refuses it when the path does not compress, and that costs this file, reported as
+        skipped. In a shared transaction it failed the run, every other file of it unwritten."""
+        await self.connected()
+        connection = await self.take()
+        try:
+            await self._commit(connection, [item], [], None)
+        except psycopg.errors.ProgramLimitExceeded as error:
+            if "index row size" not in str(error):
+                raise
+            size = queries.index_row_bytes(self.project, item.found.path)
+            limit = queries.INDEX_ROW_MAX_BYTES
+            reason = f"path too long to index ({size} bytes with the project path, over {limit})"
+            self.report.skipped.append(Skip(item.found.path, reason))
 
     async def drain(self) -> None:
         """Wait for every writer task; the first failure is raised once all have ended."""

@@ -15,9 +15,10 @@ from psycopg import AsyncCursor
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.api.limits import utf8_size
 from app.db.binary_vectors import VECTOR_TYPE, use_vector_type
 from app.db.raw_pool import Conn
-from app.sync.discover import Scope
+from app.sync.discover import Scope, is_utf8
 
 # Session-level advisory locks: one per project (a second sync of the project waits for the
 # first) and one per model's HNSW index (one rebuild at a time, see app/sync/bulk_index.py).
@@ -41,6 +42,22 @@ _KNOWN_FILES_AT_OR_UNDER = (
 
 # Every changed file of a write transaction in one statement: a round trip per file (upsert,
 # delete, COPY) cost more Python time per chunk than the rows themselves.
+# What one btree index row holds (a third of an 8 KB page, less overheads): Postgres's limit.
+INDEX_ROW_MAX_BYTES = 2704
+
+
+def index_row_bytes(project: str, path: str) -> int:
+    """What a file's entry in the unique index over `memory_files (project_path, path)` takes as
+    the two values stand (Postgres's own count): an 8-byte header, each text with a 1-byte length
+    up to 126 bytes, else 4-aligned with a 4-byte one, the whole 8-aligned. Postgres first
+    compresses a value over 512 bytes, so a longer entry may still fit; only Postgres can say."""
+    size = 8
+    for value in (project, path):
+        length = utf8_size(value)
+        size = size + 1 + length if length <= 126 else (size + 3) // 4 * 4 + 4 + length
+    return (size + 7) // 8 * 8
+
+
 _UPSERT_FILES = (
     "INSERT INTO memory_files (project_path, path, source, hash, mtime, size, chunk_count) "
     "SELECT %(project)s, p, s, h, m, z, c FROM unnest(%(paths)s::text[], "
@@ -225,11 +242,14 @@ async def _read_known(
 ) -> AsyncCursor[tuple[Any, ...]]:
     if scope is None:
         return await connection.execute(_KNOWN_FILES, (project,), binary=True)
+    # A name that is not UTF-8 (lone surrogates here) has no indexed file at or under it, and
+    # Postgres would refuse the text: sent, it failed the watch's sync.
+    paths = [path for path in scope.paths if is_utf8(path)]
     if not scope.folders:
-        return await connection.execute(_KNOWN_FILES_AT, (project, scope.paths), binary=True)
-    folders = [path + "/" for path in scope.folders]
+        return await connection.execute(_KNOWN_FILES_AT, (project, paths), binary=True)
+    folders = [path + "/" for path in scope.folders if is_utf8(path)]
     return await connection.execute(
-        _KNOWN_FILES_AT_OR_UNDER, (project, scope.paths, folders), binary=True
+        _KNOWN_FILES_AT_OR_UNDER, (project, paths, folders), binary=True
     )
 
 

@@ -18,6 +18,7 @@ from app.config import Settings
 from app.db.models import SyncRunRow
 from app.errors import NotFound, ValidationFailed
 from app.llm.embeddings import get_embedder
+from app.projects import canonical_project
 from app.sync.indexer import ProjectFolderMissing, SyncRequest, resolve_roots, sync_project
 from app.sync.schemas import SyncIn, SyncRunOut
 
@@ -34,16 +35,28 @@ class ProjectFolderNotFound(ValidationFailed):
 
 async def queue_run(session: AsyncSession, *, data: SyncIn, settings: Settings) -> uuid.UUID:
     """Record a queued sync run for the worker; the project folder (and any folder the request
-    names) must exist."""
-    if not Path(data.project_path).is_absolute():
+    names) must exist. It is read as spelled, like `agmem sync -p`, and stored under its key."""
+    key = canonical_project(data.project_path)
+    if not Path(key).is_absolute():
         raise ProjectFolderNotFound(f"projectPath must be absolute: {data.project_path!r}")
-    try:
-        # The same check the run makes: the project, and any folder named, must be folders.
-        resolve_roots(settings, SyncRequest(data.project_path, data.memory_dir, data.sessions_dir))
-    except ProjectFolderMissing as error:
-        raise ProjectFolderNotFound(str(error)) from None
+    # The same check the run makes: the project, and any folder named, must be folders. A
+    # spelling that names none is tried as its key, as all paths were before spellings were kept
+    # (an NFD path to an NFC folder, a stray space).
+    spellings = [data.project_path] if Path(data.project_path).is_absolute() else []
+    if key not in spellings:
+        spellings.append(key)
+    problems = []
+    for folder in spellings:
+        try:
+            resolve_roots(settings, SyncRequest(folder, data.memory_dir, data.sessions_dir))
+            break
+        except ProjectFolderMissing as error:
+            problems.append(str(error))
+    else:
+        raise ProjectFolderNotFound(problems[0])
     run = SyncRunRow(
-        project_path=data.project_path,
+        project_path=key,
+        folder=None if folder == key else folder,
         memory_dir=data.memory_dir,
         sessions_dir=data.sessions_dir,
         force=data.force,
@@ -51,7 +64,7 @@ async def queue_run(session: AsyncSession, *, data: SyncIn, settings: Settings) 
     )
     session.add(run)
     await session.flush()
-    log.info("sync.queued", run_id=str(run.id), project=data.project_path)
+    log.info("sync.queued", run_id=str(run.id), project=key)
     return run.id
 
 
@@ -104,7 +117,7 @@ async def execute_sync_run(
         run.status = "running"
         run.started_at = datetime.now(UTC)
         request = SyncRequest(
-            project_path=run.project_path,
+            project_path=run.folder or run.project_path,
             memory_dir=run.memory_dir,
             sessions_dir=run.sessions_dir,
             force=run.force,

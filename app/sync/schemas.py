@@ -7,11 +7,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.bodies import StrictBody
-from app.api.limits import PATH_MAX_CHARS, StoredProjectPath
+from app.api.limits import PATH_MAX_CHARS, SpelledProjectPath
 
 
 class SyncIn(StrictBody):
-    project_path: StoredProjectPath = Field(min_length=1)
+    project_path: SpelledProjectPath = Field(min_length=1)
     memory_dir: str | None = Field(default=None, max_length=PATH_MAX_CHARS)
     sessions_dir: str | None = Field(default=None, max_length=PATH_MAX_CHARS)
     force: bool = False

@@ -23,13 +23,20 @@ import sqlalchemy.exc
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from watchfiles import Change, DefaultFilter, awatch
+from watchfiles._rust_notify import WatchfilesRustInternalError
 
 from app.config import Settings
 from app.db.engine import sessionmaker_engine, sessionmaker_url
 from app.llm.embeddings import Embedder
 from app.sync.connections import SyncConnections
 from app.sync.discover import ROOT_MEMORY_FILES, SKIPPED_DIRS, TRANSCRIPT_SUFFIXES
-from app.sync.indexer import WRITERS, SyncRequest, resolve_roots, sync_project
+from app.sync.indexer import (
+    WRITERS,
+    ProjectFolderMissing,
+    SyncRequest,
+    resolve_roots,
+    sync_project,
+)
 from app.sync.report import Progress, SyncReport
 
 log = structlog.get_logger(__name__)
@@ -65,10 +72,16 @@ class _Changes:
     def __init__(self) -> None:
         self.paths: set[str] = set()
         self.whole = True
+        self.error: Exception | None = None  # the watch ends with it
         self.ready = asyncio.Event()  # set once the watchers are up (`_watch_roots`)
 
     def add(self, paths: set[str]) -> None:
         self.paths |= paths
+        self.ready.set()
+
+    def fail(self, error: Exception) -> None:
+        """End the watch with `error` (a folder it cannot watch)."""
+        self.error = error
         self.ready.set()
 
     def rescan(self) -> None:
@@ -124,6 +137,8 @@ async def watch_project(
             stopper.cancel()
             if stop.is_set():
                 break
+            if changes.error is not None:
+                raise changes.error
             changed = changes.take()
             try:
                 report = await sync(changed)
@@ -223,12 +238,36 @@ async def _watch(
     existing = [p for p in paths if p.is_dir()]
     if not existing:
         return
-    async for batch in awatch(
-        *existing,
-        watch_filter=_Relevant(),
-        debounce=settings.sync_watch_debounce_ms,
-        recursive=recursive,
-        stop_event=stop,
-    ):
-        log.debug("sync.watch_changes", count=len(batch))
-        changes.add({path for _, path in batch})
+    loop = asyncio.get_running_loop()
+    failed_at_start = False
+    while not stop.is_set():
+        started = loop.time()
+        undecodable: list[Exception] = []
+        try:
+            async for batch in awatch(
+                *existing,
+                watch_filter=_Relevant(),
+                debounce=settings.sync_watch_debounce_ms,
+                recursive=recursive,
+                stop_event=stop,
+            ):
+                log.debug("sync.watch_changes", count=len(batch))
+                changes.add({path for _, path in batch})
+        except* WatchfilesRustInternalError as errors:  # raised inside awatch's task group
+            undecodable.extend(errors.exceptions)
+        if not undecodable:
+            return
+        # A name that is not UTF-8 ("Unable to decode path"): watchfiles raises, losing the
+        # burst, and its watch ends; the watch went on silently seeing nothing. Watch anew; a
+        # whole sync does the lost burst's files (and reports a file so named as skipped). A
+        # folder so named fails every new watch at its start: twice in a row ends the watch with
+        # that error, rather than retrying in a loop.
+        log.warning("sync.watch_error", error=str(undecodable[0])[:300])
+        at_start = loop.time() - started < ROOTS_POLL_SECONDS
+        if at_start and failed_at_start:
+            folders = ", ".join(map(str, existing))
+            problem = f"cannot watch {folders}: a name under it is not UTF-8 ({undecodable[0]})"
+            changes.fail(ProjectFolderMissing(problem))
+            return
+        failed_at_start = at_start
+        changes.rescan()

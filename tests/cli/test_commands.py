@@ -17,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from app.cli import cli
+from app.db import migrate
 from app.projects import canonical_project
 from tests.cli.helpers import run_agmem
 
@@ -44,7 +45,7 @@ def test_status_on_a_fresh_home_brings_the_embedded_schema_to_head(tmp_path: Pat
 
     assert result.returncode == 0, result.stderr
     assert "embedded PostgreSQL in" in result.stdout
-    assert "0001 (at head)" in result.stdout
+    assert f"{migrate.head_revision()} (at head)" in result.stdout
     assert "memory_embedding_cache" in result.stdout
 
     # A process killed without leaving the server's handle list (SIGKILL, a crash) made every
@@ -74,7 +75,7 @@ def test_status_on_a_home_whose_path_holds_spaces_starts_the_embedded_server() -
 
         assert result.returncode == 0, result.stderr
         assert f"embedded PostgreSQL in {home}/pgdata" in result.stdout
-        assert "0001 (at head)" in result.stdout
+        assert f"{migrate.head_revision()} (at head)" in result.stdout
         assert not (home / "pgdata" / "postmaster.pid").exists()  # stopped again on exit
     finally:
         shutil.rmtree(parent, ignore_errors=True)

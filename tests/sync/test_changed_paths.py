@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -87,3 +88,31 @@ def test_a_root_folder_among_the_changed_paths_makes_a_whole_sync(
     )
 
     assert (report.files_scanned, report.files_changed) == (6, 1)
+
+
+def test_a_changed_name_that_is_not_utf8_is_reported_not_the_sync_failed(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    # The watcher names such a file (or folder, present or gone) as Python holds it, with lone
+    # surrogates: looking up its indexed files sent that to Postgres, and the sync failed.
+    project = make_project(tmp_path / "proj")
+    run_sync(database_url, settings, CountingEmbedder(), project)
+    memory = os.fsencode(project / "memory")
+    with open(memory + b"/caf\xe9.md", "wb") as latin1:
+        latin1.write(b"# Latin-1 name\n\nA note.\n")
+    (project / "memory" / "a.md").write_text("# A\n\nrewritten while watched\n")
+    changed = [Path(os.fsdecode(memory + name)) for name in (b"/caf\xe9.md", b"/gone\xff")]
+
+    report = run_sync(
+        database_url,
+        settings,
+        CountingEmbedder(),
+        project,
+        changed=[*changed, project / "memory" / "a.md"],
+    )
+
+    assert report.errors == []
+    assert report.files_changed == 1
+    assert [(s.path, s.reason) for s in report.skipped] == [
+        (f"{project}/memory/caf\ufffd.md", "file name is not UTF-8")
+    ]

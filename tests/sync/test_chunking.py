@@ -12,8 +12,15 @@ def assert_lines_exact(text: str, chunks: list[Chunk]) -> None:
     for chunk in chunks:
         assert 1 <= chunk.start_line <= chunk.end_line <= len(lines)
         span = "\n".join(lines[chunk.start_line - 1 : chunk.end_line])
-        assert chunk.content in span, (chunk.start_line, chunk.end_line)
-        first, last = chunk.content.split("\n")[0], chunk.content.split("\n")[-1]
+        content = chunk.content
+        opener, _, rest = content.partition("\n")
+        if opener.lstrip().startswith(("```", "~~~")) and opener not in span:
+            # A chunk starting inside a code block longer than a chunk reopens it: that line
+            # is the block's opening fence, above the chunk.
+            assert opener in lines[: chunk.start_line - 1], (chunk.start_line, chunk.end_line)
+            content = rest
+        assert content in span, (chunk.start_line, chunk.end_line)
+        first, last = content.split("\n")[0], content.split("\n")[-1]
         assert first in lines[chunk.start_line - 1]
         assert last in lines[chunk.end_line - 1]
 
@@ -174,7 +181,10 @@ def test_a_closing_fence_stays_with_its_code_block() -> None:
             assert_lines_exact(text, chunks)
             for chunk in chunks:
                 first = chunk.content.split("\n")[0].strip()
-                starts_closing = inside[chunk.start_line - 1] and first.startswith(("```", "~~~"))
+                # A reopened block's fence is a line from above the chunk, not a closing one.
+                on_line = first == lines[chunk.start_line - 1].strip()
+                fence = first.startswith(("```", "~~~"))
+                starts_closing = inside[chunk.start_line - 1] and fence and on_line
                 assert not starts_closing, (path.name, tokens, chunk.start_line)
             covered = {n for c in chunks for n in range(c.start_line, c.end_line + 1)}
             assert all(i + 1 in covered for i, line in enumerate(lines) if line.strip())
@@ -188,3 +198,29 @@ def test_a_moved_closing_fence_ends_the_chunk_holding_its_block() -> None:
     assert holder.content.endswith("```")
     assert not any(c.content.startswith("```\n") or c.content == "```" for c in chunks[1:])
     assert_lines_exact(text, chunks)
+
+
+def test_a_chunk_starting_inside_a_code_block_reopens_it() -> None:
+    # The splitter cuts inside blocks (at 200 tokens a mermaid diagram longer than a chunk, and
+    # with a short overlap blocks that fit): the chunk after the cut began with the rest of the
+    # code, shown as prose when quoted alone.
+    for path in sorted((TESTDATA / "memory-md").glob("*.md")):
+        text = path.read_text(encoding="utf-8")
+        inside = _fence_state_at_lines(text)
+        for tokens, overlap in ((200, 40), (200, 80), (400, 80)):
+            chunks = chunk_markdown(text, tokens=tokens, overlap=overlap)
+            assert_lines_exact(text, chunks)
+            for chunk in chunks:
+                if inside[chunk.start_line - 1]:
+                    assert chunk.content.startswith(("```", "~~~")), (path.name, chunk)
+
+
+def test_a_block_longer_than_a_chunk_is_cut_at_lines_and_reopened() -> None:
+    code = "~~~mermaid\n" + "".join(f"    A{i} --> B{i}\n" for i in range(80)) + "~~~\n"
+    text = f"# Flow\n\nThe steps:\n\n{code}\nafter\n"
+    chunks = chunk_markdown(text, tokens=60, overlap=10)
+    assert_lines_exact(text, chunks)
+    inner = [c for c in chunks if "A40 --> B40" in c.content]
+    assert inner
+    assert all(c.content.startswith("~~~mermaid\n") for c in inner)
+    assert all(c.content.count("~~~mermaid") <= 1 for c in chunks)

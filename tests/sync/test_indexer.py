@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import os
+import random
 import shutil
+import string
 from pathlib import Path
 from typing import Any
 
@@ -341,3 +343,61 @@ def test_private_span_across_chunks_is_not_indexed_and_lines_hold(
     assert "<memory>" not in text  # our own block goes anyway: it would nest in the context
     # The span's lines are blank, not gone: later lines keep their numbers.
     assert [end for content, _, end in rows if "Public text after" in content] == [len(lines)]
+
+
+def test_a_path_too_long_for_the_index_skips_that_file_only(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    # Postgres's btree over (project_path, path) holds 2704 bytes: such a file failed the whole
+    # run (ProgramLimitExceeded), every other file of its transaction unwritten.
+    names = random.Random(7)
+
+    def name(length: int) -> str:  # names that do not compress: Postgres indexes them as they are
+        return "".join(names.choice(string.ascii_letters + string.digits) for _ in range(length))
+
+    project = tmp_path.joinpath(*(name(200) for _ in range(3)))
+    deep = project.joinpath("memory", *(name(240) for _ in range(6)))
+    deep.mkdir(parents=True)
+    too_long = deep / "notes.md"
+    too_long.write_text("# Deep\n\nA note far down.\n")
+    # As long, but repetitive: Postgres compresses the value and indexes it.
+    repetitive = project.joinpath("memory", *("a" * 240 for _ in range(6)))
+    repetitive.mkdir(parents=True)
+    (repetitive / "notes.md").write_text("# Also deep\n\nIndexed all the same.\n")
+    (project / "MEMORY.md").write_text("# Notes\n\nThe shop runs on port 8080.\n")
+    assert len(str(project)) + len(str(too_long)) > 2704
+
+    for _ in range(2):  # and again: still that file alone, reported each run
+        report = run_sync(database_url, settings, CountingEmbedder(), project)
+
+        assert report.errors == []
+        assert [(s.path, s.reason.split(" (")[0]) for s in report.skipped] == [
+            (str(too_long), "path too long to index")
+        ]
+    indexed = db.execute("SELECT path FROM memory_files ORDER BY path").fetchall()
+    assert indexed == [(str(project / "MEMORY.md"),), (str(repetitive / "notes.md"),)]
+
+
+def test_the_index_row_size_is_counted_as_postgres_counts_it(db: psycopg.Connection[Any]) -> None:
+    from app.sync.queries import INDEX_ROW_MAX_BYTES, index_row_bytes
+
+    # Paths that do not compress, at Postgres's limit and 8 bytes (one alignment step) over it.
+    letters = "".join(random.Random(3).choices(string.ascii_letters, k=4000))
+    for project in ("/p", "/" + "é" * 62, "/" + letters[-700:]):
+        path = max(
+            (project + "/" + letters[:k] for k in range(3000)),
+            key=lambda p: (index_row_bytes(project, p) <= INDEX_ROW_MAX_BYTES, len(p)),
+        )
+        assert index_row_bytes(project, path) == INDEX_ROW_MAX_BYTES
+        for file_path, fits in ((path, True), (path + "y" * 8, False)):
+            insert = (
+                "INSERT INTO memory_files (project_path, path, source, hash, mtime, size) "
+                "VALUES (%s, %s, 'memory', 'h', 0, 0)"
+            )
+            try:
+                with db.transaction(force_rollback=True):
+                    db.execute(insert, (project, file_path))
+                refused = False
+            except psycopg.errors.ProgramLimitExceeded:
+                refused = True
+            assert refused is not fits, (len(project), len(file_path))

@@ -1,10 +1,13 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import unicodedata
 from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 from fastapi.testclient import TestClient
 
 from app.config import Settings
@@ -132,3 +135,77 @@ def test_bad_requests_get_clear_errors(client: TestClient, tmp_path: Path) -> No
     for run_id in ("not-a-uuid", "00000000-0000-0000-0000-000000000000"):
         missing = client.get(f"/api/sync/{run_id}")
         assert (missing.status_code, missing.json()["error"]) == (404, "SyncRunNotFound")
+
+
+@pytest.mark.parametrize("name", ["trail ", unicodedata.normalize("NFD", "café")])
+def test_a_folder_is_read_as_the_client_spells_it_and_stored_under_its_key(
+    name: str,
+    tmp_path: Path,
+    client: TestClient,
+    db: psycopg.Connection[Any],
+    database_url: str,
+    settings: Settings,
+) -> None:
+    # As `agmem sync -p` does: the key (NFC, trimmed) named no folder on disk, and a macOS
+    # client's NFD folder was "does not exist".
+    project = tmp_path / name
+    project.mkdir()
+    (project / "MEMORY.md").write_text("# Notes\n\nThe shop runs on port 8080.\n")
+    key = unicodedata.normalize("NFC", str(project)).strip()
+
+    answer = client.post("/api/sync", json={"projectPath": str(project)})
+
+    assert answer.status_code == 202, answer.json()
+    run_id = answer.json()["runId"]
+    execute(database_url, settings, run_id)
+    done = client.get(f"/api/sync/{run_id}").json()
+    assert (done["status"], done["filesChanged"], done["projectPath"]) == ("done", 1, key)
+    stored = db.execute("SELECT DISTINCT project_path FROM memory_chunks").fetchall()
+    assert stored == [(key,)]
+
+
+def test_a_folder_named_by_its_key_is_still_found(
+    client: TestClient, database_url: str, settings: Settings, tmp_path: Path
+) -> None:
+    # A path the folder's key names (a stray space, an NFD spelling of an NFC folder) is read
+    # as that key, as it was before the spelling was kept.
+    project = tmp_path / "café"
+    project.mkdir()
+    (project / "MEMORY.md").write_text("# Notes\n\nThe shop runs on port 8080.\n")
+    for spelling in (f" {project}", unicodedata.normalize("NFD", str(project))):
+        answer = client.post("/api/sync", json={"projectPath": spelling})
+        assert answer.status_code == 202, answer.json()
+        execute(database_url, settings, answer.json()["runId"])
+        done = client.get(f"/api/sync/{answer.json()['runId']}").json()
+        assert (done["status"], done["projectPath"]) == ("done", str(project))
+    # The disk has the NFD folder and the client sends NFC: no folder has that name.
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / unicodedata.normalize("NFD", "é")).mkdir()
+    missing = client.post("/api/sync", json={"projectPath": str(tmp_path / "d" / "é")})
+    assert (missing.status_code, missing.json()["error"]) == (422, "ProjectFolderNotFound")
+
+
+def test_a_file_name_that_is_not_utf8_is_skipped_not_the_run_failed(
+    client: TestClient, database_url: str, settings: Settings, tmp_path: Path
+) -> None:
+    # Postgres keeps UTF-8 text: the path (lone surrogates in Python) failed the whole run with
+    # UnicodeEncodeError, every other file unindexed.
+    project = tmp_path / "proj"
+    (project / "memory").mkdir(parents=True)
+    (project / "memory" / "ok.md").write_text("# Notes\n\nThe shop runs on port 8080.\n")
+    folder = os.fsencode(project / "memory")
+    with open(folder + b"/caf\xe9.md", "wb") as latin1:
+        latin1.write(b"# Latin-1 name\n\nA note.\n")
+    os.mkdir(folder + b"/d\xff")
+    with open(folder + b"/d\xff/inside.md", "wb") as inside:
+        inside.write(b"# Inside\n\nA note.\n")
+
+    run_id = client.post("/api/sync", json={"projectPath": str(project)}).json()["runId"]
+    execute(database_url, settings, run_id)
+
+    done = client.get(f"/api/sync/{run_id}").json()
+    assert (done["status"], done["filesChanged"], done["errors"]) == ("done", 1, [])
+    assert sorted(done["skippedFiles"], key=lambda s: s["path"]) == [
+        {"path": f"{project}/memory/caf\ufffd.md", "reason": "file name is not UTF-8"},
+        {"path": f"{project}/memory/d\ufffd/inside.md", "reason": "file name is not UTF-8"},
+    ]

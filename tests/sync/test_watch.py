@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -13,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.config import Settings
 from app.db.engine import make_async_engine, make_sessionmaker
-from app.sync.indexer import SyncRequest
+from app.sync.indexer import ProjectFolderMissing, SyncRequest
 from app.sync.report import SyncReport
 from app.sync.watch import watch_project
 from tests.conftest import make_settings
@@ -128,6 +129,49 @@ def test_watch_sees_edits_in_every_folder_the_sync_indexes(
             assert _chunks(db, note) == [("# N\n\nfirst",)]
             note.write_text("# N\n\nedited\n")
             await _until(lambda: _chunks(db, note) == [("# N\n\nedited",)])
+
+    asyncio.run(go())
+
+
+def test_watch_goes_on_after_a_file_whose_name_is_not_utf8(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # watchfiles cannot hand over such a name ("Unable to decode path"): its watcher raised and
+    # ended, and the watch went on silently seeing nothing, every later edit unindexed.
+    project = make_project(tmp_path / "proj")
+    note = project / "memory" / "n.md"
+    settings: Settings = make_settings(home=tmp_path / "home", sync_watch_debounce_ms=100)
+    reports: list[SyncReport] = []
+
+    async def go() -> None:
+        async with watching(database_url, settings, project, reports):
+            with open(os.fsencode(project / "memory") + b"/caf\xe9.md", "wb") as latin1:
+                latin1.write(b"# Latin-1 name\n\nA note.\n")
+            await _until(lambda: any(r.skipped for r in reports[1:]))
+            note.write_text("# N\n\nwritten after\n")
+            await _until(lambda: _chunks(db, note) == [("# N\n\nwritten after",)])
+
+    asyncio.run(go())
+
+
+def test_watch_ends_with_an_error_when_a_folder_name_is_not_utf8(
+    database_url: str, tmp_path: Path
+) -> None:
+    # watchfiles cannot set up a watch over such a folder: the watch said "watching" and never
+    # saw an edit under memory/.
+    project = make_project(tmp_path / "proj")
+    os.mkdir(os.fsencode(project / "memory") + b"/d\xff")
+    settings: Settings = make_settings(home=tmp_path / "home", sync_watch_debounce_ms=100)
+    reports: list[SyncReport] = []
+
+    async def go() -> None:
+        engine = make_async_engine(database_url)
+        try:
+            task = _start_watch(engine, settings, project, reports, asyncio.Event())
+            with pytest.raises(ProjectFolderMissing, match="a name under it is not UTF-8"):
+                await asyncio.wait_for(task, 10)
+        finally:
+            await engine.dispose()
 
     asyncio.run(go())
 
