@@ -59,30 +59,6 @@ def discover(
     return found
 
 
-def without_undecodable_names(found: Discovery) -> Discovery:
-    """`found` with each file whose name is not UTF-8 moved to the skipped, every skipped path
-    shown escaped. Such a name (Latin-1's é is the byte 0xE9) reaches Python as a lone
-    surrogate, which Postgres cannot store: one such file failed the whole run."""
-    if all(f.path.isascii() for f in found.files) and all(s.path.isascii() for s in found.skipped):
-        return found
-    kept = []
-    for file in found.files:
-        try:
-            file.path.encode()
-            kept.append(file)
-        except UnicodeEncodeError:
-            found.skipped.append(Skip(file.path, "the file name is not UTF-8"))
-    found.files = kept
-    # The report is stored as JSON and printed: a byte of such a name is shown as `\xe9`.
-    found.skipped = [Skip(printable(s.path), s.reason) for s in found.skipped]
-    return found
-
-
-def printable(path: str) -> str:
-    """`path` as UTF-8 text, a byte of a name that is not UTF-8 escaped (`caf\\xe9.md`)."""
-    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-
-
 def needs_whole_listing(memory_root: Path, sessions_root: Path, changed: Iterable[str]) -> bool:
     """Whether a changed path is a root folder itself or above one: only a whole listing can then
     say which files are there."""

@@ -43,7 +43,6 @@ from app.sync.discover import (
     looks_binary,
     needs_whole_listing,
     scope_of,
-    without_undecodable_names,
 )
 from app.sync.embed import BatchEmbedder, embed_missing, reembed_project, resume_batches
 from app.sync.report import Progress, SyncReport
@@ -148,19 +147,17 @@ async def sync_project(
 
     def listing() -> Discovery:
         if scope is not None:
-            found = discover_changed(
+            return discover_changed(
                 memory_root=memory_root,
                 sessions_root=sessions_root,
                 scope=scope,
                 max_bytes=settings.sync_max_file_bytes,
             )
-        else:
-            found = discover(
-                memory_root=memory_root,
-                sessions_root=sessions_root,
-                max_bytes=settings.sync_max_file_bytes,
-            )
-        return without_undecodable_names(found)
+        return discover(
+            memory_root=memory_root,
+            sessions_root=sessions_root,
+            max_bytes=settings.sync_max_file_bytes,
+        )
 
     # Discovery only stats files: it runs while the connection is made and the lock taken.
     early = asyncio.create_task(asyncio.to_thread(listing))
