@@ -38,19 +38,23 @@ async def health(request: Request, state: StateDep) -> JSONResponse:
     """Liveness and readiness in one: 200 when the database answers, 503 when it does not.
 
     It stays open for probes. With a token set, only a caller presenting it gets the tokens
-    saved by project: that listed every project's path to anyone who could reach the port."""
+    saved by project (that listed every project's path to anyone who could reach the port) and
+    why the database is unreachable."""
     embedding = describe_embedding(state.settings)
-    show_projects = authorized(request.scope, expected_authorization(state.settings.api_token))
+    trusted = authorized(request.scope, expected_authorization(state.settings.api_token))
     try:
         async with state.sessionmaker() as session:
-            facts = await read_database_facts(session, by_project=show_projects)
+            facts = await read_database_facts(session, by_project=trusted)
     except Exception as error:  # any failure to reach or query the database means "not ready"
-        reason = first_line(error)
-        restarting = state.supervisor.describe() if state.supervisor is not None else None
+        # The reason names the socket's folder or a remote database's host, port and user; with
+        # a token set, only a caller presenting it sees that.
+        reason = f": {first_line(error)}" if trusted else ""
+        supervisor = state.supervisor if trusted else None
+        restarting = supervisor.describe() if supervisor is not None else None
         return JSONResponse(
             {
                 "status": "unavailable",
-                "database": f"unreachable: {reason}",
+                "database": f"unreachable{reason}",
                 "pgvector": None,
                 "embedding": embedding,
                 "error": "DatabaseUnavailable",

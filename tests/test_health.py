@@ -62,3 +62,30 @@ def test_health_says_when_the_embedded_server_is_being_restarted(tmp_path: Any) 
         "last failure: could not start the embedded PostgreSQL in /x: no space left); "
         "retry shortly"
     )
+
+
+def test_health_names_no_server_path_or_host_without_the_token(tmp_path: Any) -> None:
+    # /health stays open for probes; with a token set (a shared or exposed server), its 503 gave
+    # anyone the database's error: the embedded server's socket path, or a remote database's
+    # host, port and user name. A caller presenting the token still gets the reason.
+    unreachable = f"postgresql://agmem_user@/agmem?host={tmp_path}"
+    app = create_app(make_settings(home=tmp_path, api_token="s3cret"), database_url=unreachable)
+
+    async def nothing() -> None:
+        return None
+
+    with TestClient(app) as client:
+        supervisor = EmbeddedSupervisor(tmp_path / "pgdata", unreachable, nothing)
+        supervisor.down_since, supervisor.attempts = 0.0, 3
+        supervisor.last_error = f"could not start the embedded PostgreSQL in {tmp_path}: full"
+        app.state.agmem.supervisor = supervisor
+        anonymous = client.get("/health")
+        authorized = client.get("/health", headers={"Authorization": "Bearer s3cret"})
+
+    assert anonymous.status_code == authorized.status_code == 503
+    assert anonymous.headers["Retry-After"]
+    assert str(tmp_path) not in anonymous.text
+    assert anonymous.json()["database"] == "unreachable"
+    assert anonymous.json()["detail"] == "the database is unreachable; retry shortly"
+    assert str(tmp_path) in authorized.json()["database"]
+    assert "restart attempt 3" in authorized.json()["detail"]

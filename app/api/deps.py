@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Query, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.config import Settings
@@ -39,3 +39,19 @@ async def get_db(state: StateDep) -> AsyncIterator[AsyncSession]:
 # which would acknowledge a write before its COMMIT (lost on a crash, and a failed commit would
 # follow a 2xx). Function scope commits first, then answers.
 DbDep = Annotated[AsyncSession, Depends(get_db, scope="function")]
+
+
+async def project_path_query(
+    camel: Annotated[str | None, Query(alias="projectPath", max_length=4096)] = None,
+    snake: Annotated[
+        str | None, Query(alias="project_path", max_length=4096, include_in_schema=False)
+    ] = None,
+) -> str | None:
+    """`?projectPath=`, or its snake_case spelling, as every body and the memories' queries take
+    both: `GET /api/sessions?project_path=` was ignored and listed every project's sessions."""
+    if camel is not None and camel.strip():
+        return camel
+    return snake if snake is not None else camel
+
+
+ProjectPathQuery = Annotated[str | None, Depends(project_path_query)]

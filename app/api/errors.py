@@ -156,12 +156,29 @@ def refused_value(error: Exception) -> str | None:
     return None
 
 
+# The errors of a database that cannot be reached: SQLAlchemy's from its sessions, psycopg's from
+# the capture hot path's raw pool (psycopg_pool's PoolTimeout is an OperationalError).
+UNREACHABLE_ERRORS: tuple[type[Exception], ...] = (
+    sa_exc.OperationalError,
+    sa_exc.InterfaceError,
+    sa_exc.TimeoutError,
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+)
+
+
+def database_unavailable(error: Exception) -> DatabaseUnavailable:
+    """What a client is told of an unreachable database (the reason, which names its socket or
+    host, goes to the log)."""
+    log.warning("database.unreachable", error=first_line(error))
+    return DatabaseUnavailable("the database is unreachable; retry shortly")
+
+
 async def _database_unreachable(request: Request, error: Exception) -> JSONResponse:
     if refused_value(error):
         # A long random project path or tag was a 503 "retry shortly": a retry fails the same.
         return await _data_error(request, error)
-    log.warning("database.unreachable", error=first_line(error))
-    unavailable = DatabaseUnavailable("the database is unreachable; retry shortly")
+    unavailable = database_unavailable(error)
     return error_response(503, unavailable.error, unavailable.detail, unavailable.headers)
 
 
@@ -185,15 +202,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(AppError, _app_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
-    # The sa_exc classes come from SQLAlchemy sessions; the psycopg ones from the capture hot
-    # path's raw pool (psycopg_pool's PoolTimeout is an OperationalError).
-    for unreachable in (
-        sa_exc.OperationalError,
-        sa_exc.InterfaceError,
-        sa_exc.TimeoutError,
-        psycopg.OperationalError,
-        psycopg.InterfaceError,
-    ):
+    for unreachable in UNREACHABLE_ERRORS:
         app.add_exception_handler(unreachable, _database_unreachable)
     app.add_exception_handler(sa_exc.DataError, _data_error)
     app.add_exception_handler(psycopg.DataError, _data_error)

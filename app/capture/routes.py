@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import ClientDisconnect
 
 from app.api import paths  # noqa: F401 - registers the `{name:any}` paths below use
-from app.api.deps import DbDep, SettingsDep
+from app.api.deps import DbDep, ProjectPathQuery, SettingsDep
 from app.api.errors import is_json_content_type
 from app.api.times import RequestTime
 from app.capture import service
@@ -294,7 +294,7 @@ async def end_session(data: SessionEndIn, db: DbDep) -> JSONResponse:
 @router.get("/sessions")
 async def list_sessions(
     db: DbDep,
-    project_path: Annotated[str | None, Query(alias="projectPath", max_length=4096)] = None,
+    project_path: ProjectPathQuery,
     status: SessionStatus | None = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     before: RequestTime | None = None,

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
 from app.api import paths  # noqa: F401 - registers the `{name:any}` paths below use
-from app.api.deps import DbDep, SettingsDep
+from app.api.deps import DbDep, ProjectPathQuery, SettingsDep
 from app.context.builder import ContextBlock, build_context
 from app.errors import BadRequest
 from app.llm.embeddings import get_embedder
@@ -90,7 +90,6 @@ def _shape(block: ContextBlock, output: str) -> PlainTextResponse | ContextOut:
 PromptQuery = Annotated[str | None, Query(max_length=20_000)]
 BudgetQuery = Annotated[int | None, Query(ge=50, le=100_000)]
 FormatQuery = Annotated[Literal["markdown", "json"], Query(alias="format")]
-ProjectQuery = Annotated[str | None, Query(alias="projectPath", max_length=4096)]
 
 
 async def _context(
@@ -118,7 +117,7 @@ async def _context(
 async def get_context_by_query(
     db: DbDep,
     settings: SettingsDep,
-    project_path: ProjectQuery = None,
+    project_path: ProjectPathQuery,
     prompt: PromptQuery = None,
     budget: BudgetQuery = None,
     output: FormatQuery = "markdown",
@@ -132,7 +131,7 @@ async def get_context(
     path_project: str,
     db: DbDep,
     settings: SettingsDep,
-    project_path: ProjectQuery = None,
+    project_path: ProjectPathQuery,
     prompt: PromptQuery = None,
     budget: BudgetQuery = None,
     output: FormatQuery = "markdown",

@@ -28,7 +28,12 @@ from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 from app.api.bodies import unknown_fields_message
-from app.api.errors import describe_validation_errors, refused_value
+from app.api.errors import (
+    UNREACHABLE_ERRORS,
+    database_unavailable,
+    describe_validation_errors,
+    refused_value,
+)
 from app.api.middleware import send_error
 from app.api.numbers import ToolInt
 from app.config import Settings
@@ -71,12 +76,16 @@ def tool_errors() -> Iterator[None]:
         raise ToolError(validation_failed(error)) from None
     except ValueError as error:
         raise ToolError(f"ValidationFailed: {error}") from None
-    except (sa_exc.DBAPIError, psycopg.Error) as error:
+    except (sa_exc.DBAPIError, sa_exc.TimeoutError, psycopg.Error) as error:
         # A value Postgres refuses (too large to index, out of range) is the caller's to fix.
         refused = refused_value(error)
-        if refused is None:
-            raise
-        raise ToolError(f"InvalidData: {refused}") from None
+        if refused is not None:
+            raise ToolError(f"InvalidData: {refused}") from None
+        if isinstance(error, UNREACHABLE_ERRORS):
+            # As the HTTP API's 503: the tool said only "Error executing tool read_memory".
+            unavailable = database_unavailable(error)
+            raise ToolError(f"{unavailable.error}: {unavailable.detail}") from None
+        raise
 
 
 class MemoryServer(MCPServer):

@@ -136,6 +136,10 @@ def test_list_sessions_newest_first_with_filters(
     assert [s["id"] for s in everything] == ["s3", "s2", "s1", "s0"]
     project_a = client.get("/api/sessions", params={"projectPath": "/a"}).json()["sessions"]
     assert [s["id"] for s in project_a] == ["s2", "s0"]
+    # The snake_case spelling, as every body and the memories' queries take it: it was ignored,
+    # and the list held every project's sessions.
+    snake = client.get("/api/sessions", params={"project_path": "/a"}).json()["sessions"]
+    assert [s["id"] for s in snake] == ["s2", "s0"]
     ending = client.get("/api/sessions", params={"status": "ending"}).json()["sessions"]
     assert [s["id"] for s in ending] == ["s2"]
     limited = client.get("/api/sessions", params={"limit": 2}).json()["sessions"]

@@ -195,6 +195,12 @@ def test_project_path_forms(
     wins = client.get("/api/context/home/dev/other", params={"projectPath": "/home/dev/shop"})
     assert "Shop summary." in wins.text
     assert "Other summary." not in wins.text
+    # The snake_case spelling, as memories' queries take it: it was ignored (the other project's
+    # context, or a 400 asking for the project).
+    snake = client.get("/api/context/home/dev/other", params={"project_path": "/home/dev/shop"})
+    assert "Shop summary." in snake.text
+    assert "Other summary." not in snake.text
+    assert "Shop summary." in client.get("/api/context?project_path=/home/dev/shop").text
 
 
 def test_bad_context_requests_are_4xx(client: TestClient, db: psycopg.Connection[Any]) -> None:

@@ -14,7 +14,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.mcp.conftest import LiveServer
+from tests.mcp.conftest import LiveServer, serve
 from tests.mcp.tools import PROJECT, exercise_every_tool, structured
 from tests.search.seed import add_session
 
@@ -238,3 +238,30 @@ def test_a_lone_surrogate_in_tool_arguments_is_cleaned(live_server: LiveServer) 
     assert not result.get("isError"), result
     memory = result["structuredContent"]["memory"]
     assert (memory["key"], memory["value"], memory["tags"]) == ("k\ufffd", "v\ufffd", ["t\ufffd"])
+
+
+def test_an_unreachable_database_is_a_tool_error_that_says_retry(tmp_path: Any) -> None:
+    # Over HTTP every route answers 503 DatabaseUnavailable "retry shortly"; a tool said only
+    # "Error executing tool read_memory", so the model could not tell an outage from a bug.
+    unreachable = f"postgresql://nobody@/agmem?host={tmp_path}"
+
+    async def main(url: str) -> list[Any]:
+        async with Client(f"{url}/mcp") as client:
+            calls = {
+                "write_memory": {"key": "k", "value": 1, "scope": "global"},
+                "read_memory": {"key": "k"},
+                "list_memories": {},
+                "delete_memory": {"key": "k"},
+                "smart_resume": {"project_path": PROJECT},
+                "search_memory": {"query": "k"},
+                "get_context": {"project_path": PROJECT},
+            }
+            return [await client.call_tool(name, arguments) for name, arguments in calls.items()]
+
+    for server in serve(unreachable, tmp_path, None):
+        results = asyncio.run(main(server.url))
+    for result in results:
+        assert result.is_error
+        text = result.content[0].text
+        assert text.endswith(": DatabaseUnavailable: the database is unreachable; retry shortly")
+        assert str(tmp_path) not in text
