@@ -1,0 +1,94 @@
+"""The give-up's real statement against results sent at the same moment, each from a connection of
+its own, paused at a chosen row by a third transaction holding that row's lock: the order in
+which the give-up locks the calls decides which call a result sent by name may take."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+
+from app.worker import unanswered
+from tests.conftest import libpq_url
+from tests.worker.builders import row, rows
+from tests.worker.test_unanswered import _call, _end, _result, _start
+from tests.worker.test_unanswered_ends import _sql
+
+# What capture writes when a result by id comes for c2 (app/capture/queries.py, _APPLY_RESULT).
+_C2_RESULT = (
+    "UPDATE observations SET status = 'captured', result = to_jsonb('2 passed'::text), "
+    "result_at = now(), next_attempt_at = now() WHERE id = 'c2'"
+)
+
+
+# Both give-ups: at the session's summary (no grace left), and the upkeep's (no timeout left).
+GIVE_UPS = {
+    "in_session": (_sql(unanswered._GIVE_UP_IN_SESSION), {"id": "s1", "grace": 0}),
+    "timed_out": (_sql(unanswered._GIVE_UP_TIMED_OUT), {"timeout": 0}),
+}
+
+
+def _wait_for_blocked_give_up(db: psycopg.Connection[Any]) -> None:
+    deadline = time.monotonic() + 10
+    while not rows(
+        db,
+        "SELECT 1 FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
+        "WHERE NOT l.granted AND strpos(a.query, 'FOR UPDATE') > 0",
+    ):
+        assert time.monotonic() < deadline, "the give-up never waited for c2's lock"
+        time.sleep(0.02)
+
+
+def _three_calls_ended(client: TestClient, db: psycopg.Connection[Any]) -> None:
+    """c1, c2, c3 of one function wait for their results; then the end. The rows are then laid
+    out newest first in the table (as updates leave them), so that only the statement's own
+    order, not the table's, can lock them oldest first."""
+    _start(client, "s1")
+    for call_id in ("c1", "c2", "c3"):
+        _call(client, "s1", call_id, f"pytest -x tests/{call_id}")
+    _end(client, "s1")
+    for call_id in ("c3", "c2", "c1"):
+        db.execute("UPDATE observations SET last_error = NULL WHERE id = %s", (call_id,))
+    order = rows(db, "SELECT id FROM observations WHERE session_id = 's1' ORDER BY ctid")
+    assert [r["id"] for r in order] == ["c3", "c2", "c1"]
+
+
+@pytest.mark.parametrize("give_up_sql", GIVE_UPS)
+def test_a_result_by_name_during_the_give_up_takes_the_newest_call(
+    client: TestClient, db: psycopg.Connection[Any], database_url: str, give_up_sql: str
+) -> None:
+    """The give-up is paused at c2 (c2's result by id holds its row). A result of the same
+    function sent by name then takes c3, the newest call: the give-up has locked only c1 so far.
+    Locked newest first, it held c3 and the result took c1, an older call's place."""
+    _three_calls_ended(client, db)
+    with (
+        psycopg.connect(libpq_url(database_url)) as result_tx,
+        psycopg.connect(libpq_url(database_url)) as give_up_tx,
+    ):
+        result_tx.execute(_C2_RESULT)
+        # An index scan of this small table reads the calls in order by itself (their index
+        # entries point at each row's first place); a sequential scan, which the planner may
+        # choose on other statistics, reads them where their latest versions lie.
+        give_up_tx.execute("SET enable_indexscan = off; SET enable_bitmapscan = off")
+
+        worker = threading.Thread(target=give_up_tx.execute, args=GIVE_UPS[give_up_sql])
+        worker.start()
+        _wait_for_blocked_give_up(db)
+        status, answer = _result(client, "s1", "3 passed")
+        result_tx.commit()
+        worker.join(10)
+        assert not worker.is_alive()
+        give_up_tx.commit()
+
+    assert (status, answer["id"]) == (200, "c3")
+    calls = rows(db, "SELECT id, status, result FROM observations ORDER BY seq")
+    assert [(c["id"], c["status"], c["result"]) for c in calls] == [
+        ("c1", "captured", None),
+        ("c2", "captured", "2 passed"),
+        ("c3", "captured", "3 passed"),
+    ]
+    assert row(db, "SELECT count(*) AS n FROM observations")["n"] == 3
