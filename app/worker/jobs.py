@@ -20,6 +20,7 @@ from app.llm.compress import Compressed, compress_with_gemini, compressed_locall
 from app.llm.embeddings import Embedder, get_embedder
 from app.llm.fallback import (
     EXTRACTIVE,
+    ObservationDigest,
     compress_extractive,
     keeps_every_line,
     raw_text,
@@ -309,24 +310,25 @@ async def compress_observation(ctx: JobContext, work: ObservationWork) -> str:
     return result.generated_by if stored else "lost"
 
 
-async def _wait_for_results(ctx: JobContext, work: SessionWork) -> bool:
+async def _wait_for_results(ctx: JobContext, work: SessionWork) -> list[ObservationDigest] | None:
     """Before a summary, the session's calls still waiting for their result: each recorded by
     its end is given up on once its grace has passed (docs/worker.md, "A call without its
     result"), then compressed by the lanes; the claim goes back, due when the next grace ends, or
     again once the calls given up on are compressed (a session waits for its `captured`
-    observations). False when none is to be waited for (only calls recorded after the end are
-    pending, left to the timeout): the summary goes ahead, claim kept."""
+    observations): None. When none is to be waited for, the session's observations read again,
+    claim kept: only calls recorded after the end are pending (left to the timeout), or a result
+    came since they were read (the give-up waited for it, or it came before)."""
     async with transaction(ctx.sessionmaker) as session:
         given = await unanswered.give_up_in_session(
             session, session_id=work.id, grace=ctx.settings.worker_result_grace_seconds
         )
         if not given.closed and given.wait is None:
-            return False
+            return await results.session_digests(session, session_id=work.id)
         await results.release_claim(
             session, table="sessions", row_id=work.id, worker=ctx.worker_id, delay=given.wait or 0
         )
     log.info("session.awaiting_results", id=work.id, given_up=given.closed, wait=given.wait)
-    return True
+    return None
 
 
 async def summarize_session(ctx: JobContext, work: SessionWork) -> str:
@@ -337,8 +339,20 @@ async def summarize_session(ctx: JobContext, work: SessionWork) -> str:
     # A checkpoint of a session still at work summarises what has come so far: a call running
     # then (a build, a test run) is still to get its result, and the end summarises again.
     if work.ended and any(d.status == "pending" for d in digests):
-        if await _wait_for_results(ctx, work):
+        fresh = await _wait_for_results(ctx, work)
+        if fresh is None:
             return "waiting"
+        digests = fresh
+    if any(d.status == "captured" for d in digests):
+        # A result came after the claim: summarised now, the session would miss it, and its
+        # compression would have it summarised again (a second Gemini call, the first wasted).
+        # The claim goes back; the session is claimed again once it is compressed.
+        async with transaction(ctx.sessionmaker) as session:
+            await results.release_claim(
+                session, table="sessions", row_id=work.id, worker=ctx.worker_id
+            )
+        log.info("session.awaiting_compression", id=work.id)
+        return "waiting"
     summary: results.SessionSummary | None = None
     wanted = any(d.compressed for d in digests)
     gemini_error = _breaker_reason(ctx) if wanted else None

@@ -4,6 +4,7 @@ which the give-up locks the calls decides which call a result sent by name may t
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from typing import Any
@@ -12,10 +13,15 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from app.worker import unanswered
-from tests.conftest import libpq_url
-from tests.worker.builders import row, rows
-from tests.worker.test_unanswered import _call, _end, _result, _start
+from app.config import Settings
+from app.db.engine import make_async_engine, make_sessionmaker, transaction
+from app.llm.summarize import SUMMARY_INSTRUCTIONS
+from app.worker import claims, jobs, unanswered
+from app.worker.loop import Worker
+from tests.conftest import libpq_url, make_settings
+from tests.fakes.gemini import FakeGemini, FakeResponse, fake_gemini, text_answer
+from tests.worker.builders import drain, row, rows
+from tests.worker.test_unanswered import _call, _end, _result, _running_tests, _start
 from tests.worker.test_unanswered_ends import _sql
 
 # What capture writes when a result by id comes for c2 (app/capture/queries.py, _APPLY_RESULT).
@@ -92,3 +98,92 @@ def test_a_result_by_name_during_the_give_up_takes_the_newest_call(
         ("c3", "captured", "3 passed"),
     ]
     assert row(db, "SELECT count(*) AS n FROM observations")["n"] == 3
+
+
+def _summaries(fake: FakeGemini) -> list[str]:
+    return [
+        c.body["contents"][0]["parts"][0]["text"]
+        for c in fake.calls(":generateContent")
+        if c.body["systemInstruction"]["parts"][0]["text"] == SUMMARY_INSTRUCTIONS
+    ]
+
+
+def test_a_result_landing_during_the_give_up_costs_no_second_summary(
+    client: TestClient, db: psycopg.Connection[Any], database_url: str
+) -> None:
+    """c2's result holds its row while the summary's give-up reaches it: the give-up waits, then
+    finds c2 captured with its result and gives up on nothing. The summary read c2 as pending
+    before: written then, Gemini summarised a session missing c2's result, and c2's compression
+    had it summarised again (two summary calls, the first wasted). It waits for c2 instead."""
+    _running_tests(client)
+    _end(client, "s1")
+    with fake_gemini() as fake:
+        fake.on(":generateContent", lambda _: FakeResponse(body=text_answer("ran the api tests")))
+        settings = make_settings(
+            gemini_api_key="k",
+            gemini_base_url=fake.url,
+            gemini_requests_per_minute=100_000,
+            worker_result_grace_seconds=0,
+        )
+        with psycopg.connect(libpq_url(database_url)) as result_tx:
+            result_tx.execute(_C2_RESULT)
+            worker = threading.Thread(target=drain, args=(settings, database_url))
+            worker.start()
+            _wait_for_blocked_give_up(db)
+            result_tx.commit()
+            worker.join(30)
+        assert not worker.is_alive()
+        summaries = _summaries(fake)
+
+    assert len(summaries) == 1
+    assert summaries[0].endswith("run_shell_command pytest -x tests/api\nResult: 2 passed")
+    session = row(db, "SELECT status, total_observations FROM sessions")
+    assert (session["status"], session["total_observations"]) == ("summarized", 2)
+
+
+async def _summarise_claimed_after(settings: Settings, database_url: str, late: Any) -> str:
+    """Claim the session's summary as a lane does, run `late()`, then the summary job."""
+    engine = make_async_engine(database_url, pool_size=2)
+    try:
+        worker = Worker(
+            settings=settings, sessionmaker=make_sessionmaker(engine), database_url=database_url
+        )
+        async with transaction(worker.ctx.sessionmaker) as session:
+            (work,) = await claims.claim_sessions(
+                session, worker=worker.id, lease=60, limit=1, max_attempts=5
+            )
+        await asyncio.to_thread(late)
+        try:
+            return await jobs.summarize_session(worker.ctx, work)
+        finally:
+            await worker.close()
+    finally:
+        await engine.dispose()
+
+
+def test_a_result_landing_after_the_claim_costs_no_second_summary(
+    client: TestClient, db: psycopg.Connection[Any], database_url: str
+) -> None:
+    """A checkpoint while c2 runs, its summary claimed; then c2's result comes. Summarised then,
+    the session missed it, and c2's compression had it summarised again (two summary calls)."""
+    _running_tests(client)
+    db.execute(
+        "UPDATE observations SET status = 'compressed', compressed_data = 'ran' WHERE id = 'c1'"
+    )
+    assert client.post("/api/summarize", json={"sessionId": "s1"}).status_code == 202
+    with fake_gemini() as fake:
+        fake.on(":generateContent", lambda _: FakeResponse(body=text_answer("ran the api tests")))
+        settings = make_settings(
+            gemini_api_key="k", gemini_base_url=fake.url, gemini_requests_per_minute=100_000
+        )
+        outcome = asyncio.run(
+            _summarise_claimed_after(
+                settings, database_url, lambda: _result(client, "s1", "2 passed", "c2")
+            )
+        )
+        drain(settings, database_url)
+        summaries = _summaries(fake)
+
+    assert outcome == "waiting"
+    assert len(summaries) == 1
+    assert summaries[0].endswith("run_shell_command pytest -x tests/api\nResult: 2 passed")
