@@ -14,13 +14,12 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.config import Settings
-from app.db.engine import make_async_engine, make_sessionmaker, transaction
+from app.db.engine import transaction
 from app.llm.summarize import SUMMARY_INSTRUCTIONS
 from app.worker import claims, jobs, unanswered
-from app.worker.loop import Worker
 from tests.conftest import libpq_url, make_settings
 from tests.fakes.gemini import FakeGemini, FakeResponse, fake_gemini, text_answer
-from tests.worker.builders import drain, row, rows
+from tests.worker.builders import drain, row, rows, worker_on
 from tests.worker.test_unanswered import _call, _end, _result, _running_tests, _start
 from tests.worker.test_unanswered_ends import _sql
 
@@ -143,22 +142,13 @@ def test_a_result_landing_during_the_give_up_costs_no_second_summary(
 
 async def _summarise_claimed_after(settings: Settings, database_url: str, late: Any) -> str:
     """Claim the session's summary as a lane does, run `late()`, then the summary job."""
-    engine = make_async_engine(database_url, pool_size=2)
-    try:
-        worker = Worker(
-            settings=settings, sessionmaker=make_sessionmaker(engine), database_url=database_url
-        )
+    async with worker_on(settings, database_url) as worker:
         async with transaction(worker.ctx.sessionmaker) as session:
             (work,) = await claims.claim_sessions(
                 session, worker=worker.id, lease=60, limit=1, max_attempts=5
             )
         await asyncio.to_thread(late)
-        try:
-            return await jobs.summarize_session(worker.ctx, work)
-        finally:
-            await worker.close()
-    finally:
-        await engine.dispose()
+        return await jobs.summarize_session(worker.ctx, work)
 
 
 def test_a_result_landing_after_the_claim_costs_no_second_summary(
