@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import structlog
 from google import genai
@@ -454,6 +454,21 @@ async def embed_batch(ctx: JobContext, *, limit: int = 256) -> int:
     return stats.chunks
 
 
+def _idle_pace(ctx: JobContext) -> dict[str, Any]:
+    """How many idle sessions one upkeep ends, and how far apart they come due. With Gemini, each
+    is a summary call: the first upkeep after an upgrade ended every stale session at once, and
+    a live session's end, due after them all, waited for the whole burst (2,000 sessions at 60
+    calls a minute: half an hour). The idle ends now take at most half of this worker's rate,
+    spread over the upkeep's interval; the extractive summary takes milliseconds: not paced."""
+    if ctx.client is None:
+        return {"limit": None, "spacing": 0.0}
+    spacing = 2 * 60.0 / ctx.settings.gemini_requests_per_minute
+    return {
+        "limit": max(1, int(ctx.settings.worker_purge_interval_seconds / spacing)),
+        "spacing": spacing,
+    }
+
+
 async def maintain(ctx: JobContext) -> tuple[int, int]:
     """Periodic upkeep: purge expired memories, fail rows whose last claim expired, give up on
     calls whose result has not come for AGMEM_WORKER_RESULT_TIMEOUT_SECONDS, end sessions idle
@@ -467,7 +482,7 @@ async def maintain(ctx: JobContext) -> tuple[int, int]:
             session, timeout=ctx.settings.worker_result_timeout_seconds
         )
         idle = await unanswered.end_idle_sessions(
-            session, idle=ctx.settings.worker_session_idle_seconds
+            session, idle=ctx.settings.worker_session_idle_seconds, **_idle_pace(ctx)
         )
     if purged or exhausted or timed_out or idle:
         log.info(
