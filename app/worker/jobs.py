@@ -9,8 +9,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
+import psycopg
 import structlog
 from google import genai
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
@@ -318,15 +320,33 @@ async def _wait_for_results(ctx: JobContext, work: SessionWork) -> list[Observat
     observations): None. When none is to be waited for, the session's observations read again,
     claim kept: only calls recorded after the end are pending (left to the timeout), or a result
     came since they were read (the give-up waited for it, or it came before)."""
-    async with transaction(ctx.sessionmaker) as session:
-        given = await unanswered.give_up_in_session(
-            session, session_id=work.id, grace=ctx.settings.worker_result_grace_seconds
-        )
-        if not given.closed and given.wait is None:
-            return await results.session_digests(session, session_id=work.id)
-        await results.release_claim(
-            session, table="sessions", row_id=work.id, worker=ctx.worker_id, delay=given.wait or 0
-        )
+    try:
+        async with transaction(ctx.sessionmaker) as session:
+            given = await unanswered.give_up_in_session(
+                session, session_id=work.id, grace=ctx.settings.worker_result_grace_seconds
+            )
+            if not given.closed and given.wait is None:
+                return await results.session_digests(session, session_id=work.id)
+            await results.release_claim(
+                session,
+                table="sessions",
+                row_id=work.id,
+                worker=ctx.worker_id,
+                delay=given.wait or 0,
+            )
+    except sa_exc.OperationalError as error:
+        if not isinstance(error.orig, psycopg.errors.DeadlockDetected):
+            raise
+        # A capture batch (one transaction) applied the results of parallel calls newest first
+        # while the give-up locked them oldest first, and Postgres ended the give-up. Those
+        # results are landing: the claim goes back, due at once, its attempt uncounted (it was
+        # a failed attempt, with a traceback and a backoff).
+        async with transaction(ctx.sessionmaker) as session:
+            await results.release_claim(
+                session, table="sessions", row_id=work.id, worker=ctx.worker_id
+            )
+        log.info("session.give_up_deadlocked", id=work.id)
+        return None
     log.info("session.awaiting_results", id=work.id, given_up=given.closed, wait=given.wait)
     return None
 

@@ -20,14 +20,22 @@ from app.worker import claims, jobs, unanswered
 from tests.conftest import libpq_url, make_settings
 from tests.fakes.gemini import FakeGemini, FakeResponse, fake_gemini, text_answer
 from tests.worker.builders import drain, row, rows, worker_on
-from tests.worker.test_unanswered import _call, _end, _result, _running_tests, _start
+from tests.worker.test_unanswered import (
+    NO_GRACE,
+    _call,
+    _end,
+    _result,
+    _running_tests,
+    _start,
+)
 from tests.worker.test_unanswered_ends import _sql
 
-# What capture writes when a result by id comes for c2 (app/capture/queries.py, _APPLY_RESULT).
-_C2_RESULT = (
-    "UPDATE observations SET status = 'captured', result = to_jsonb('2 passed'::text), "
-    "result_at = now(), next_attempt_at = now() WHERE id = 'c2'"
+# What capture writes when a result by id comes (app/capture/queries.py, _APPLY_RESULT).
+_APPLY_RESULT = (
+    "UPDATE observations SET status = 'captured', result = to_jsonb('{result}'::text), "
+    "result_at = now(), next_attempt_at = now() WHERE id = '{id}' AND status = 'pending'"
 )
+_C2_RESULT = _APPLY_RESULT.format(result="2 passed", id="c2")
 
 
 # Both give-ups: at the session's summary (no grace left), and the upkeep's (no timeout left).
@@ -177,3 +185,30 @@ def test_a_result_landing_after_the_claim_costs_no_second_summary(
     assert outcome == "waiting"
     assert len(summaries) == 1
     assert summaries[0].endswith("run_shell_command pytest -x tests/api\nResult: 2 passed")
+
+
+def test_a_capture_batch_locking_the_calls_newest_first_costs_no_attempt(
+    client: TestClient, db: psycopg.Connection[Any], database_url: str
+) -> None:
+    """Results of parallel calls answered in one capture batch (one transaction), c3's before
+    c1's, while the summary's give-up locks oldest first: each waits for the other, and Postgres
+    ends the give-up (`DeadlockDetected`). The job logged a traceback, spent an attempt and
+    backed off; the claim now goes back at once, and the session is summarised with both."""
+    _three_calls_ended(client, db)
+    with psycopg.connect(libpq_url(database_url)) as batch:
+        batch.execute(_APPLY_RESULT.format(result="ok", id="c3"))
+        worker = threading.Thread(target=drain, args=(NO_GRACE, database_url))
+        worker.start()
+        _wait_for_blocked_give_up(db)
+        batch.execute(
+            _APPLY_RESULT.format(result="ok", id="c1")
+        )  # waits for the give-up: the deadlock
+        batch.commit()
+        worker.join(30)
+    assert not worker.is_alive()
+
+    session = row(db, "SELECT status, attempts, last_error FROM sessions")
+    assert (session["status"], session["last_error"]) == ("summarized", None)
+    assert session["attempts"] == 1
+    calls = rows(db, "SELECT id, result FROM observations ORDER BY seq")
+    assert [(c["id"], c["result"]) for c in calls] == [("c1", "ok"), ("c2", None), ("c3", "ok")]
