@@ -24,11 +24,10 @@ from sqlalchemy.engine import make_url
 
 from app.config import Settings, load_settings
 from app.db import migrate
-from app.db.engine import make_async_engine, make_sessionmaker
 from app.llm.embeddings import local_embedder
 from app.logs import configure_logging
-from app.worker.loop import Worker
-from tests.fakes.gemini import FakeResponse, fake_gemini, text_answer
+from bench.worker import answer_after, make_worker
+from tests.fakes.gemini import fake_gemini
 from tests.postgres import choose_kind, create_database, drop_database, start_server
 
 RESULT = "\n".join(f"line {n}: def handler_{n}(request): return respond()" for n in range(40))
@@ -77,15 +76,8 @@ def _live(db: psycopg.Connection[Any], count: int, every: float) -> None:
 
 
 async def _run(settings: Settings, url: str, args: argparse.Namespace) -> dict[str, Any]:
-    engine = make_async_engine(url, pool_size=12)
+    engine, worker = make_worker(settings, url, concurrency=4)
     stop = asyncio.Event()
-    worker = Worker(
-        settings=settings,
-        sessionmaker=make_sessionmaker(engine),
-        database_url=url,
-        concurrency=4,
-        embedder=local_embedder(),
-    )
     running = asyncio.create_task(worker.run(stop))
     started = time.monotonic()
     try:
@@ -149,10 +141,7 @@ def main() -> None:
             with fake_gemini() as fake:
                 fake.on(
                     ":generateContent",
-                    lambda _r: FakeResponse(
-                        body=text_answer("The session fixed a bug.", output_tokens=30),
-                        delay_s=args.latency_ms / 1000,
-                    ),
+                    answer_after("The session fixed a bug.", args.latency_ms, 30),
                 )
                 settings = load_settings(
                     database_url=None,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from typing import Any
 
 import psycopg
@@ -27,6 +26,8 @@ from tests.worker.test_unanswered import (
     _result,
     _running_tests,
     _start,
+    drain_while_held,
+    wait_for_blocked_give_up,
 )
 from tests.worker.test_unanswered_ends import _sql
 
@@ -43,17 +44,6 @@ GIVE_UPS = {
     "in_session": (_sql(unanswered._GIVE_UP_IN_SESSION), {"id": "s1", "grace": 0}),
     "timed_out": (_sql(unanswered._GIVE_UP_TIMED_OUT), {"timeout": 0}),
 }
-
-
-def _wait_for_blocked_give_up(db: psycopg.Connection[Any]) -> None:
-    deadline = time.monotonic() + 10
-    while not rows(
-        db,
-        "SELECT 1 FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
-        "WHERE NOT l.granted AND strpos(a.query, 'FOR UPDATE') > 0",
-    ):
-        assert time.monotonic() < deadline, "the give-up never waited for c2's lock"
-        time.sleep(0.02)
 
 
 def _three_calls_ended(client: TestClient, db: psycopg.Connection[Any]) -> None:
@@ -90,7 +80,7 @@ def test_a_result_by_name_during_the_give_up_takes_the_newest_call(
 
         worker = threading.Thread(target=give_up_tx.execute, args=GIVE_UPS[give_up_sql])
         worker.start()
-        _wait_for_blocked_give_up(db)
+        wait_for_blocked_give_up(db)
         status, answer = _result(client, "s1", "3 passed")
         result_tx.commit()
         worker.join(10)
@@ -134,12 +124,7 @@ def test_a_result_landing_during_the_give_up_costs_no_second_summary(
         )
         with psycopg.connect(libpq_url(database_url)) as result_tx:
             result_tx.execute(_C2_RESULT)
-            worker = threading.Thread(target=drain, args=(settings, database_url))
-            worker.start()
-            _wait_for_blocked_give_up(db)
-            result_tx.commit()
-            worker.join(30)
-        assert not worker.is_alive()
+            drain_while_held(db, result_tx, settings, database_url)
         summaries = _summaries(fake)
 
     assert len(summaries) == 1
@@ -197,15 +182,9 @@ def test_a_capture_batch_locking_the_calls_newest_first_costs_no_attempt(
     _three_calls_ended(client, db)
     with psycopg.connect(libpq_url(database_url)) as batch:
         batch.execute(_APPLY_RESULT.format(result="ok", id="c3"))
-        worker = threading.Thread(target=drain, args=(NO_GRACE, database_url))
-        worker.start()
-        _wait_for_blocked_give_up(db)
-        batch.execute(
-            _APPLY_RESULT.format(result="ok", id="c1")
-        )  # waits for the give-up: the deadlock
-        batch.commit()
-        worker.join(30)
-    assert not worker.is_alive()
+        # c1's result then waits for the give-up, which waits for c3: the deadlock.
+        c1 = _APPLY_RESULT.format(result="ok", id="c1")
+        drain_while_held(db, batch, NO_GRACE, database_url, then=lambda: batch.execute(c1))
 
     session = row(db, "SELECT status, attempts, last_error FROM sessions")
     assert (session["status"], session["last_error"]) == ("summarized", None)
