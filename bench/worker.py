@@ -18,6 +18,7 @@ from typing import Any
 
 import psycopg
 from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.config import Settings, load_settings
 from app.db import migrate
@@ -25,7 +26,7 @@ from app.db.engine import make_async_engine, make_sessionmaker
 from app.llm.embeddings import local_embedder
 from app.logs import configure_logging
 from app.worker.loop import Worker
-from tests.fakes.gemini import FakeResponse, fake_gemini, text_answer
+from tests.fakes.gemini import FakeResponse, Responder, fake_gemini, text_answer
 from tests.postgres import choose_kind, create_database, drop_database, start_server
 
 RESULT = "\n".join(
@@ -64,16 +65,28 @@ def _seed(url: str, count: int) -> None:
             )
 
 
-async def _drain(settings: Settings, url: str, concurrency: int) -> float:
+def make_worker(settings: Settings, url: str, concurrency: int) -> tuple[AsyncEngine, Worker]:
+    """A worker with the local embedder, on an engine of its own (the caller disposes of it)."""
     engine = make_async_engine(url, pool_size=concurrency + 4)
+    worker = Worker(
+        settings=settings,
+        sessionmaker=make_sessionmaker(engine),
+        database_url=url,
+        concurrency=concurrency,
+        embedder=local_embedder(),
+    )
+    return engine, worker
+
+
+def answer_after(text: str, latency_ms: int, output_tokens: int) -> Responder:
+    """The fake Gemini's answer, `latency_ms` after each request."""
+    answer = text_answer(text, output_tokens=output_tokens)
+    return lambda _request: FakeResponse(body=answer, delay_s=latency_ms / 1000)
+
+
+async def _drain(settings: Settings, url: str, concurrency: int) -> float:
+    engine, worker = make_worker(settings, url, concurrency)
     try:
-        worker = Worker(
-            settings=settings,
-            sessionmaker=make_sessionmaker(engine),
-            database_url=url,
-            concurrency=concurrency,
-            embedder=local_embedder(),
-        )
         started = time.perf_counter()
         await worker.drain()
         return time.perf_counter() - started
@@ -113,10 +126,7 @@ def main() -> None:
             with fake_gemini() as fake:
                 fake.on(
                     ":generateContent",
-                    lambda _r: FakeResponse(
-                        body=text_answer("Learned: handler returns respond()", output_tokens=12),
-                        delay_s=args.latency_ms / 1000,
-                    ),
+                    answer_after("Learned: handler returns respond()", args.latency_ms, 12),
                 )
                 gemini = _settings(gemini_api_key="bench", gemini_base_url=fake.url)
                 for concurrency in args.concurrency:

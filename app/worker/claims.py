@@ -294,13 +294,17 @@ async def retry_failed(session: AsyncSession, *, project_path: str | None) -> tu
     return len(observations), int(sessions.rowcount or 0), again
 
 
+# A session waiting for its observations' compression is due with them, not before: due since
+# its end, it woke every idle lane every 50 ms while they waited (a 429's hour-long pause, a
+# backoff). The compression that makes it ready wakes them: its index row notifies.
 _NEXT_DUE = text(
-    "SELECT min(t) FROM ("
-    "SELECT min(greatest(next_attempt_at, locked_until)) AS t FROM observations "
+    "SELECT min(due) FROM ("
+    "SELECT min(greatest(next_attempt_at, locked_until)) AS due FROM observations "
     "WHERE status = 'captured' UNION ALL "
-    "SELECT min(greatest(next_attempt_at, locked_until)) FROM sessions WHERE status = 'ending' "
+    "SELECT min(greatest(next_attempt_at, locked_until)) FROM sessions t "
+    f"WHERE status = 'ending'{_SESSION_READY} "
     "UNION ALL SELECT min(greatest(next_attempt_at, locked_until)) FROM sync_runs "
-    "WHERE status = 'queued') AS due"
+    "WHERE status = 'queued') AS queues"
 )
 
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
+import psycopg
 import structlog
 from google import genai
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
@@ -20,6 +22,7 @@ from app.llm.compress import Compressed, compress_with_gemini, compressed_locall
 from app.llm.embeddings import Embedder, get_embedder
 from app.llm.fallback import (
     EXTRACTIVE,
+    ObservationDigest,
     compress_extractive,
     keeps_every_line,
     raw_text,
@@ -309,24 +312,43 @@ async def compress_observation(ctx: JobContext, work: ObservationWork) -> str:
     return result.generated_by if stored else "lost"
 
 
-async def _wait_for_results(ctx: JobContext, work: SessionWork) -> bool:
+async def _wait_for_results(ctx: JobContext, work: SessionWork) -> list[ObservationDigest] | None:
     """Before a summary, the session's calls still waiting for their result: each recorded by
     its end is given up on once its grace has passed (docs/worker.md, "A call without its
     result"), then compressed by the lanes; the claim goes back, due when the next grace ends, or
     again once the calls given up on are compressed (a session waits for its `captured`
-    observations). False when none is to be waited for (only calls recorded after the end are
-    pending, left to the timeout): the summary goes ahead, claim kept."""
-    async with transaction(ctx.sessionmaker) as session:
-        given = await unanswered.give_up_in_session(
-            session, session_id=work.id, grace=ctx.settings.worker_result_grace_seconds
-        )
-        if not given.closed and given.wait is None:
-            return False
-        await results.release_claim(
-            session, table="sessions", row_id=work.id, worker=ctx.worker_id, delay=given.wait or 0
-        )
+    observations): None. When none is to be waited for, the session's observations read again,
+    claim kept: only calls recorded after the end are pending (left to the timeout), or a result
+    came since they were read (the give-up waited for it, or it came before)."""
+    try:
+        async with transaction(ctx.sessionmaker) as session:
+            given = await unanswered.give_up_in_session(
+                session, session_id=work.id, grace=ctx.settings.worker_result_grace_seconds
+            )
+            if not given.closed and given.wait is None:
+                return await results.session_digests(session, session_id=work.id)
+            await results.release_claim(
+                session,
+                table="sessions",
+                row_id=work.id,
+                worker=ctx.worker_id,
+                delay=given.wait or 0,
+            )
+    except sa_exc.OperationalError as error:
+        if not isinstance(error.orig, psycopg.errors.DeadlockDetected):
+            raise
+        # A capture batch (one transaction) applied the results of parallel calls newest first
+        # while the give-up locked them oldest first, and Postgres ended the give-up. Those
+        # results are landing: the claim goes back, due at once, its attempt uncounted (it was
+        # a failed attempt, with a traceback and a backoff).
+        async with transaction(ctx.sessionmaker) as session:
+            await results.release_claim(
+                session, table="sessions", row_id=work.id, worker=ctx.worker_id
+            )
+        log.info("session.give_up_deadlocked", id=work.id)
+        return None
     log.info("session.awaiting_results", id=work.id, given_up=given.closed, wait=given.wait)
-    return True
+    return None
 
 
 async def summarize_session(ctx: JobContext, work: SessionWork) -> str:
@@ -337,8 +359,20 @@ async def summarize_session(ctx: JobContext, work: SessionWork) -> str:
     # A checkpoint of a session still at work summarises what has come so far: a call running
     # then (a build, a test run) is still to get its result, and the end summarises again.
     if work.ended and any(d.status == "pending" for d in digests):
-        if await _wait_for_results(ctx, work):
+        fresh = await _wait_for_results(ctx, work)
+        if fresh is None:
             return "waiting"
+        digests = fresh
+    if any(d.status == "captured" for d in digests):
+        # A result came after the claim: summarised now, the session would miss it, and its
+        # compression would have it summarised again (a second Gemini call, the first wasted).
+        # The claim goes back; the session is claimed again once it is compressed.
+        async with transaction(ctx.sessionmaker) as session:
+            await results.release_claim(
+                session, table="sessions", row_id=work.id, worker=ctx.worker_id
+            )
+        log.info("session.awaiting_compression", id=work.id)
+        return "waiting"
     summary: results.SessionSummary | None = None
     wanted = any(d.compressed for d in digests)
     gemini_error = _breaker_reason(ctx) if wanted else None
@@ -440,6 +474,21 @@ async def embed_batch(ctx: JobContext, *, limit: int = 256) -> int:
     return stats.chunks
 
 
+def _idle_pace(ctx: JobContext) -> dict[str, Any]:
+    """How many idle sessions one upkeep ends, and how far apart they come due. With Gemini, each
+    is a summary call: the first upkeep after an upgrade ended every stale session at once, and
+    a live session's end, due after them all, waited for the whole burst (2,000 sessions at 60
+    calls a minute: half an hour). The idle ends now take at most half of this worker's rate,
+    spread over the upkeep's interval; the extractive summary takes milliseconds: not paced."""
+    if ctx.client is None:
+        return {"limit": None, "spacing": 0.0}
+    spacing = 2 * 60.0 / ctx.settings.gemini_requests_per_minute
+    return {
+        "limit": max(1, int(ctx.settings.worker_purge_interval_seconds / spacing)),
+        "spacing": spacing,
+    }
+
+
 async def maintain(ctx: JobContext) -> tuple[int, int]:
     """Periodic upkeep: purge expired memories, fail rows whose last claim expired, give up on
     calls whose result has not come for AGMEM_WORKER_RESULT_TIMEOUT_SECONDS, end sessions idle
@@ -453,7 +502,7 @@ async def maintain(ctx: JobContext) -> tuple[int, int]:
             session, timeout=ctx.settings.worker_result_timeout_seconds
         )
         idle = await unanswered.end_idle_sessions(
-            session, idle=ctx.settings.worker_session_idle_seconds
+            session, idle=ctx.settings.worker_session_idle_seconds, **_idle_pace(ctx)
         )
     if purged or exhausted or timed_out or idle:
         log.info(

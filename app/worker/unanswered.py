@@ -89,22 +89,39 @@ async def give_up_timed_out(session: AsyncSession, *, timeout: float) -> int:
     return int(result.rowcount or 0)
 
 
-# Ended at its last call's recording if that is later than its last activity (the touch lags a
-# call by up to 5 s), so every call it holds counts as recorded by its end.
-# `last_activity_at > summarized_at`: at work again since a checkpoint's summary (a column test,
-# where looking for newer observations would probe every summarised session each minute).
-_END_IDLE = text(
-    "UPDATE sessions s SET status = 'ending', ended_at = greatest(s.last_activity_at, "
-    "(SELECT max(o.created_at) FROM observations o WHERE o.session_id = s.id)), "
-    "next_attempt_at = now(), attempts = 0, last_error = NULL, locked_until = NULL, "
-    "locked_by = NULL "
-    "WHERE s.last_activity_at <= now() - make_interval(secs => :idle) "
-    "AND (s.status = 'active' "
+# Idle for `:idle` seconds, and nobody ended it. `last_activity_at > summarized_at`: at work
+# again since a checkpoint's summary (a column test, where looking for newer observations would
+# probe every summarised session each minute).
+_IDLE = (
+    "s.last_activity_at <= now() - make_interval(secs => :idle) AND (s.status = 'active' "
     "OR (s.status = 'summarized' AND s.last_activity_at > s.summarized_at))"
 )
 
+# Ended at its last call's recording if that is later than its last activity (the touch lags a
+# call by up to 5 s), so every call it holds counts as recorded by its end. With a `:limit`, the
+# most recently active first, only as many as keep `:limit` sessions waiting for their summary
+# (a pass does not add to a queue Gemini has not worked off), the n-th due `(n - 1) * :spacing`
+# seconds from now; the sessions after them are ended by the next passes. The idle condition is
+# checked again on the row itself, which another worker's upkeep may have ended meanwhile.
+_END_IDLE = text(
+    f"WITH idle AS (SELECT s.id, row_number() OVER (ORDER BY s.last_activity_at DESC, s.id) AS n "
+    f"FROM sessions s WHERE {_IDLE} ORDER BY s.last_activity_at DESC, s.id "
+    "LIMIT CASE WHEN CAST(:limit AS integer) IS NOT NULL THEN greatest(0, CAST(:limit AS integer) "
+    "- (SELECT count(*) FROM sessions WHERE status = 'ending')) END) "
+    "UPDATE sessions s SET status = 'ending', ended_at = greatest(s.last_activity_at, "
+    "(SELECT max(o.created_at) FROM observations o WHERE o.session_id = s.id)), "
+    "next_attempt_at = now() + make_interval(secs => :spacing * (idle.n - 1)), attempts = 0, "
+    "last_error = NULL, locked_until = NULL, locked_by = NULL "
+    f"FROM idle WHERE s.id = idle.id AND {_IDLE}"
+)
 
-async def end_idle_sessions(session: AsyncSession, *, idle: float) -> int:
-    """End every session idle for longer than `idle` seconds that nobody ended; how many."""
-    result: Any = await session.execute(_END_IDLE, {"idle": idle})
+
+async def end_idle_sessions(
+    session: AsyncSession, *, idle: float, limit: int | None = None, spacing: float = 0.0
+) -> int:
+    """End the sessions idle for longer than `idle` seconds that nobody ended, as many as keep
+    at most `limit` sessions waiting for their summary, due `spacing` seconds apart; how many."""
+    result: Any = await session.execute(
+        _END_IDLE, {"idle": idle, "limit": limit, "spacing": spacing}
+    )
     return int(result.rowcount or 0)

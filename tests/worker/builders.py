@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import psycopg
@@ -79,6 +80,22 @@ def row(db: psycopg.Connection[Any], sql: str, *params: Any) -> dict[str, Any]:
 def rows(db: psycopg.Connection[Any], sql: str, *params: Any) -> list[dict[str, Any]]:
     with db.cursor(row_factory=psycopg.rows.dict_row) as cursor:
         return cursor.execute(sql, params).fetchall()
+
+
+@asynccontextmanager
+async def worker_on(settings: Settings, database_url: str) -> AsyncIterator[Worker]:
+    """A worker whose jobs a test calls one by one (`worker.ctx`), closed afterwards."""
+    engine = make_async_engine(database_url, pool_size=2)
+    try:
+        worker = Worker(
+            settings=settings, sessionmaker=make_sessionmaker(engine), database_url=database_url
+        )
+        try:
+            yield worker
+        finally:
+            await worker.close()
+    finally:
+        await engine.dispose()
 
 
 async def _drain(settings: Settings, database_url: str, concurrency: int | None) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -14,6 +15,7 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from app.cli import cli
+from app.config import Settings
 from app.llm.compress import COMPRESSION_INSTRUCTIONS
 from app.llm.summarize import SUMMARY_INSTRUCTIONS
 from tests.conftest import libpq_url, make_settings
@@ -56,6 +58,36 @@ def _running_tests(client: TestClient, session_id: str = "s1") -> None:
     _call(client, session_id, "c1", "npm ci")
     assert _result(client, session_id, "added 312 packages", "c1")[0] == 200
     _call(client, session_id, "c2", "pytest -x tests/api")
+
+
+def wait_for_blocked_give_up(db: psycopg.Connection[Any]) -> None:
+    """Until a give-up waits for a row lock (the statements that lock FOR UPDATE and wait)."""
+    deadline = time.monotonic() + 10
+    while not rows(
+        db,
+        "SELECT 1 FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
+        "WHERE NOT l.granted AND strpos(a.query, 'FOR UPDATE') > 0",
+    ):
+        assert time.monotonic() < deadline, "the give-up never waited for a row lock"
+        time.sleep(0.02)
+
+
+def drain_while_held(
+    db: psycopg.Connection[Any],
+    held: psycopg.Connection[Any],
+    settings: Settings,
+    database_url: str,
+    then: Callable[[], object] = lambda: None,
+) -> None:
+    """A worker drains while `held`'s open transaction holds a row: once the give-up waits for
+    it, `then()`, and `held` commits."""
+    worker = threading.Thread(target=drain, args=(settings, database_url))
+    worker.start()
+    wait_for_blocked_give_up(db)
+    then()
+    held.commit()
+    worker.join(30)
+    assert not worker.is_alive()
 
 
 def _ended_with_a_lost_result(client: TestClient, session_id: str = "s1") -> None:
@@ -242,19 +274,7 @@ def test_a_result_holding_its_row_lock_is_not_overtaken_by_the_give_up(
             "UPDATE observations SET status = 'captured', result = to_jsonb('2 passed'::text), "
             "result_at = now(), next_attempt_at = now() WHERE id = 'c2'"
         )
-        worker = threading.Thread(target=drain, args=(NO_GRACE, database_url))
-        worker.start()
-        deadline = time.monotonic() + 10
-        while not rows(
-            db,
-            "SELECT 1 FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
-            "WHERE NOT l.granted AND strpos(a.query, 'open AS') > 0",
-        ):
-            assert time.monotonic() < deadline, "the give-up never waited for the result's lock"
-            time.sleep(0.02)
-        result_tx.commit()
-        worker.join(30)
-    assert not worker.is_alive()
+        drain_while_held(db, result_tx, NO_GRACE, database_url)
 
     call = client.get("/api/observations/c2").json()
     assert (call["status"], call["resultMissing"]) == ("compressed", False)
