@@ -110,6 +110,40 @@ def test_two_processes_on_one_home_share_one_server(tmp_path: Path) -> None:
         stop(server)
 
 
+def test_lock_files_a_reboot_left_naming_other_processes_are_recovered(tmp_path: Path) -> None:
+    # After a reboot (or a SIGKILL'd server), postmaster.pid and pgserver's handle list name pids
+    # that other processes now have. pgserver took the postmaster for running: "database
+    # unreachable" until the file was removed by hand, and at exit, its `pg_ctl stop` refused,
+    # it killed that process. A handle list naming a live process kept every later agmem process
+    # from being the last: the server was never stopped.
+    home = tmp_path / "home"
+    pgdata = home / "pgdata"
+    first = run_agmem("status", AGMEM_HOME=str(home))
+    assert first.returncode == 0, first.stderr
+    bystander = subprocess.Popen(["sleep", "120"])
+    try:
+        # postmaster.pid as a running server writes it: pid, folder, start, port, socket, host,
+        # shared memory, status.
+        (pgdata / "postmaster.pid").write_text(
+            f"{bystander.pid}\n{pgdata}\n1700000000\n5432\n{pgdata}\n\n  1234  5\nready   \n"
+        )
+        handles = pgdata / ".handle_pids.json"
+        handles.write_text(f"[{bystander.pid}]")
+        before_boot = time.time() - 3600
+        os.utime(handles, (before_boot, before_boot))
+
+        again = run_agmem("status", AGMEM_HOME=str(home))
+
+        assert again.returncode == 0, again.stderr
+        assert "at head" in again.stdout
+        assert bystander.poll() is None, "agmem killed another process"
+        assert not (pgdata / "postmaster.pid").exists(), "postgres kept running"
+        assert handles.read_text() == "[]"
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
 def test_serve_refuses_a_port_in_use(tmp_path: Path) -> None:
     import socket
 
