@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -17,7 +18,7 @@ from typer.core import TyperGroup
 
 from app.api.limits import stored_project_path
 from app.config import Settings, SettingsError, load_settings
-from app.entry import interrupted
+from app.entry import Terminated, interrupted, raise_terminated, signalled
 from app.errors import AppError, first_line, validator_reason
 
 if TYPE_CHECKING:
@@ -206,6 +207,32 @@ def open_database(settings: Settings, *, migrate_embedded: bool = True) -> str:
 
         migrate.upgrade(url)
     return url
+
+
+def stop_on_signals(stop: asyncio.Event) -> None:
+    """Ctrl-C and SIGTERM end a long-running command (`worker`, `sync --watch`) normally: the
+    first sets `stop`, and what is under way finishes (the worker's jobs in hand, a sync's HNSW
+    build). A second ends the command at once as an interrupted one (130 / 143): it raises in
+    the event loop, whose tasks are then cancelled (a build cut short leaves an invalid index,
+    which the next sync rebuilds). A second signal did nothing: the user waited for the build,
+    or the worker's grace, with no way out but SIGKILL, which left the embedded server running.
+    """
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signum: signal.Signals) -> None:
+        signalled()  # a third, while the embedded server stops at exit, stops it at once
+        if not stop.is_set():
+            stop.set()
+            return
+        # Back to raising wherever the program is (asyncio would leave SIGTERM's default
+        # action, which kills the process without its exit handlers).
+        for handled in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(handled)
+        signal.signal(signal.SIGTERM, raise_terminated)
+        raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, on_signal, signum)
 
 
 async def check_reachable(engine: AsyncEngine) -> None:
