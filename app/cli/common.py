@@ -160,23 +160,43 @@ def cli_errors() -> Iterator[None]:
         fail(f"database unreachable: {first_line(error)}")
     except sa_exc.ArgumentError as error:
         fail(f"invalid setting DATABASE_URL: {first_line(error)}", 2)
+    except (sa_exc.ProgrammingError, sa_exc.NotSupportedError) as error:
+        fail(database_refused(error))
     except AppError as error:
         fail(error.detail)
     except OSError as error:
         fail(first_line(error))
     except Exception as error:
-        if _is_psycopg_operational(error):
+        if _is_psycopg(error, "OperationalError"):
             fail(f"database unreachable: {first_line(error)}")
+        if _is_psycopg(error, "ProgrammingError", "NotSupportedError"):
+            fail(database_refused(error))
         raise
 
 
-def _is_psycopg_operational(error: Exception) -> bool:
-    """A connection error of psycopg's own, which `agmem sync` meets unwrapped: it opens its
-    connections with psycopg, not through SQLAlchemy. Looked up, not imported: no command pays
-    for importing the driver to define its error handling, and an error of psycopg's can only
-    come once it is imported."""
+# SQLSTATEs of a schema that is missing or behind the code: undefined table, column, function.
+_SCHEMA_BEHIND = {"42P01", "42703", "42883"}
+
+
+def database_refused(error: Exception) -> str:
+    """A statement the database refused for what it is, not for what agmem sent: a DATABASE_URL
+    whose schema was never migrated (or is behind), a role that may not create tables, a server
+    without pgvector ("extension "vector" is not available"). Every command but `status` was a
+    traceback; now one line, naming `agmem migrate` when the schema is the cause."""
+    state = getattr(getattr(error, "orig", error), "sqlstate", None)
+    hint = (
+        "; the schema is missing or behind: run `agmem migrate`" if state in _SCHEMA_BEHIND else ""
+    )
+    return f"the database refused: {first_line(error)}{hint}"
+
+
+def _is_psycopg(error: Exception, *names: str) -> bool:
+    """An error of psycopg's own (one of its classes `names`), which `agmem sync` meets unwrapped:
+    it opens its connections with psycopg, not through SQLAlchemy. Looked up, not imported: no
+    command pays for importing the driver to define its error handling, and an error of
+    psycopg's can only come once it is imported."""
     psycopg = sys.modules.get("psycopg")
-    return psycopg is not None and isinstance(error, psycopg.OperationalError)
+    return psycopg is not None and isinstance(error, tuple(getattr(psycopg, n) for n in names))
 
 
 def settings_or_exit() -> Settings:
