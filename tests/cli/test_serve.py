@@ -20,6 +20,8 @@ from tests.cli.helpers import (
     free_port,
     read_banner,
     run_agmem,
+    running_postmaster,
+    serve_on,
     spawn_agmem,
     start_serve,
     wait_for_health,
@@ -91,17 +93,15 @@ def test_serve_on_port_0_picks_a_free_port_and_stops_postgres_on_sigterm(tmp_pat
 
 def test_two_processes_on_one_home_share_one_server(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    port = free_port()
-    server = start_serve(port, AGMEM_HOME=str(home))
+    port, server = serve_on(home)
     try:
-        wait_for_health(port, server)
-        pid_before = (home / "pgdata" / "postmaster.pid").read_text().split()[0]
+        pid_before = running_postmaster(home)
 
         status = run_agmem("status", AGMEM_HOME=str(home))
 
         assert status.returncode == 0, status.stderr
         assert "at head" in status.stdout
-        pid_after = (home / "pgdata" / "postmaster.pid").read_text().split()[0]
+        pid_after = running_postmaster(home)
         assert pid_after == pid_before, "a second postgres was started on the same data"
         # The second process leaving must not stop the server the first still uses.
         health = wait_for_health(port, server, timeout=30)

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from app.cli import cli
 from app.entry import Terminated
-from tests.cli.helpers import AGMEM, agmem_env, free_port, start_serve, wait_for_health
+from tests.cli.helpers import AGMEM, agmem_env, running_postmaster, serve_on, wait_for_health
 from tests.sync.helpers import CountingEmbedder, make_project
 
 
@@ -71,14 +71,14 @@ def test_an_interrupted_sync_says_so_and_exits_with_the_signals_code(
     assert again.stdout.startswith("scanned 6 · ")
 
 
-def run_python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+def run_python(code: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     """`code` run as a Python program with `args`: agmem with something arranged around it."""
     return subprocess.run(
         [sys.executable, "-c", code, *args],
-        env=agmem_env(),
+        env=agmem_env(**env),
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=120,
     )
 
 
@@ -184,13 +184,7 @@ def test_a_second_ctrl_c_while_exiting_stops_the_embedded_server_at_once(
     # The first lets a normal stop finish; a second was ignored too, and a stop that hung (up to
     # pg_ctl's 60 s) left nothing but SIGKILL, which left the server running.
     home = tmp_path / "home"
-    done = subprocess.run(
-        [sys.executable, "-c", TWICE_AT_EXIT, moment, "status"],
-        env=agmem_env(AGMEM_HOME=str(home)),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_python(TWICE_AT_EXIT, moment, "status", AGMEM_HOME=str(home))
 
     assert done.returncode == 130, done.stderr
     assert done.stderr.splitlines()[-2:] == [
@@ -210,24 +204,16 @@ def test_a_second_ctrl_c_while_exiting_leaves_another_process_s_server_running(
     tmp_path: Path,
 ) -> None:
     home = tmp_path / "home"
-    port = free_port()
-    server = start_serve(port, AGMEM_HOME=str(home))
+    port, server = serve_on(home)
     try:
-        wait_for_health(port, server)
-        postmaster = (home / "pgdata" / "postmaster.pid").read_text().split()[0]
+        postmaster = running_postmaster(home)
 
-        done = subprocess.run(
-            [sys.executable, "-c", TWICE_AT_EXIT, "leave", "status"],
-            env=agmem_env(AGMEM_HOME=str(home)),
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        done = run_python(TWICE_AT_EXIT, "leave", "status", AGMEM_HOME=str(home))
 
         assert done.returncode == 130, done.stderr
         assert done.stderr.splitlines()[-1] == "agmem: interrupted"
         assert wait_for_health(port, server, timeout=30)["database"] == "ok"
-        assert (home / "pgdata" / "postmaster.pid").read_text().split()[0] == postmaster
+        assert running_postmaster(home) == postmaster
     finally:
         server.send_signal(signal.SIGINT)
         output, _ = server.communicate(timeout=60)
