@@ -29,6 +29,7 @@ def raise_terminated(_signum: int, _frame: FrameType | None) -> NoReturn:
 def interrupted(interrupt: KeyboardInterrupt) -> int:
     """Say in one line that a signal ended the command; return the exit code a shell gives a
     process that signal killed (128 + its number), so a script can tell it from an error."""
+    signalled()
     terminated = isinstance(interrupt, Terminated)
     with contextlib.suppress(OSError, ValueError):
         sys.stderr.write("agmem: terminated\n" if terminated else "agmem: interrupted\n")
@@ -70,8 +71,45 @@ def main() -> None:
         cli()
     finally:
         # The command is over; the exit handlers left stop the embedded server this process
-        # started (`pg_ctl stop`, about a second). Ctrl-C there was a traceback ("Exception
-        # ignored in atexit callback") and cut the stop short; now the stop finishes. pg_ctl,
-        # in the terminal's process group, inherits the ignoring, so it finishes too.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        # started (`pg_ctl stop`, about a second; up to pg_ctl's 60 s when the server is slow to
+        # stop). Ctrl-C there was a traceback ("Exception ignored in atexit callback") and cut
+        # the stop short: now the first signal lets it finish, and a second stops it at once.
+        signal.signal(signal.SIGINT, signal_while_exiting)
+        signal.signal(signal.SIGTERM, signal_while_exiting)
+
+
+class _Signals:
+    seen = 0  # Ctrl-C and SIGTERM this process has received
+
+
+def signalled() -> None:
+    """Count a Ctrl-C or SIGTERM that a command handled itself (its normal stop, or its end as
+    an interrupted command): one more once the command is over is a second signal."""
+    _Signals.seen += 1
+
+
+def signal_while_exiting(signum: int, _frame: FrameType | None) -> None:
+    """Ctrl-C or SIGTERM once the command is over. The first is let pass: the embedded server's
+    normal stop (its shutdown checkpoint) finishes. A second, counting one that stopped the
+    command (Ctrl-C twice is twice), stops the server at once unless another agmem process still
+    uses it (Postgres's immediate shutdown: crash-safe, the next start replays the WAL) and
+    exits at once, 130 / 143. It was ignored too: a stop that hung (pg_ctl waits 60 s) left the
+    user, or a supervisor's repeated SIGTERM, nothing but SIGKILL, which left the server running.
+    """
+    # Looked up, not imported: a process that never opened the embedded server has none.
+    embedded = sys.modules.get("app.db.embedded")
+    signalled()
+    if _Signals.seen == 1:
+        if embedded is not None and embedded.exit_stops_server():
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.write(
+                    "agmem: stopping the embedded PostgreSQL; interrupt again to stop it at once\n"
+                )
+                sys.stderr.flush()
+        return
+    if embedded is not None:
+        embedded.stop_at_once()
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+    code = interrupted(Terminated() if signum == signal.SIGTERM else KeyboardInterrupt())
+    os._exit(code)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -17,7 +18,7 @@ from typer.core import TyperGroup
 
 from app.api.limits import stored_project_path
 from app.config import Settings, SettingsError, load_settings
-from app.entry import interrupted
+from app.entry import Terminated, interrupted, raise_terminated, signalled
 from app.errors import AppError, first_line, validator_reason
 
 if TYPE_CHECKING:
@@ -159,23 +160,43 @@ def cli_errors() -> Iterator[None]:
         fail(f"database unreachable: {first_line(error)}")
     except sa_exc.ArgumentError as error:
         fail(f"invalid setting DATABASE_URL: {first_line(error)}", 2)
+    except (sa_exc.ProgrammingError, sa_exc.NotSupportedError) as error:
+        fail(database_refused(error))
     except AppError as error:
         fail(error.detail)
     except OSError as error:
         fail(first_line(error))
     except Exception as error:
-        if _is_psycopg_operational(error):
+        if _is_psycopg(error, "OperationalError"):
             fail(f"database unreachable: {first_line(error)}")
+        if _is_psycopg(error, "ProgrammingError", "NotSupportedError"):
+            fail(database_refused(error))
         raise
 
 
-def _is_psycopg_operational(error: Exception) -> bool:
-    """A connection error of psycopg's own, which `agmem sync` meets unwrapped: it opens its
-    connections with psycopg, not through SQLAlchemy. Looked up, not imported: no command pays
-    for importing the driver to define its error handling, and an error of psycopg's can only
-    come once it is imported."""
+# SQLSTATEs of a schema that is missing or behind the code: undefined table, column, function.
+_SCHEMA_BEHIND = {"42P01", "42703", "42883"}
+
+
+def database_refused(error: Exception) -> str:
+    """A statement the database refused for what it is, not for what agmem sent: a DATABASE_URL
+    whose schema was never migrated (or is behind), a role that may not create tables, a server
+    without pgvector ("extension "vector" is not available"). Every command but `status` was a
+    traceback; now one line, naming `agmem migrate` when the schema is the cause."""
+    state = getattr(getattr(error, "orig", error), "sqlstate", None)
+    hint = (
+        "; the schema is missing or behind: run `agmem migrate`" if state in _SCHEMA_BEHIND else ""
+    )
+    return f"the database refused: {first_line(error)}{hint}"
+
+
+def _is_psycopg(error: Exception, *names: str) -> bool:
+    """An error of psycopg's own (one of its classes `names`), which `agmem sync` meets unwrapped:
+    it opens its connections with psycopg, not through SQLAlchemy. Looked up, not imported: no
+    command pays for importing the driver to define its error handling, and an error of
+    psycopg's can only come once it is imported."""
     psycopg = sys.modules.get("psycopg")
-    return psycopg is not None and isinstance(error, psycopg.OperationalError)
+    return psycopg is not None and isinstance(error, tuple(getattr(psycopg, n) for n in names))
 
 
 def settings_or_exit() -> Settings:
@@ -206,6 +227,32 @@ def open_database(settings: Settings, *, migrate_embedded: bool = True) -> str:
 
         migrate.upgrade(url)
     return url
+
+
+def stop_on_signals(stop: asyncio.Event) -> None:
+    """Ctrl-C and SIGTERM end a long-running command (`worker`, `sync --watch`) normally: the
+    first sets `stop`, and what is under way finishes (the worker's jobs in hand, a sync's HNSW
+    build). A second ends the command at once as an interrupted one (130 / 143): it raises in
+    the event loop, whose tasks are then cancelled (a build cut short leaves an invalid index,
+    which the next sync rebuilds). A second signal did nothing: the user waited for the build,
+    or the worker's grace, with no way out but SIGKILL, which left the embedded server running.
+    """
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signum: signal.Signals) -> None:
+        signalled()  # a third, while the embedded server stops at exit, stops it at once
+        if not stop.is_set():
+            stop.set()
+            return
+        # Back to raising wherever the program is (asyncio would leave SIGTERM's default
+        # action, which kills the process without its exit handlers).
+        for handled in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(handled)
+        signal.signal(signal.SIGTERM, raise_terminated)
+        raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, on_signal, signum)
 
 
 async def check_reachable(engine: AsyncEngine) -> None:

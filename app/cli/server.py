@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import errno
 import gc
@@ -14,6 +13,7 @@ import typer
 
 from app.cli.common import cli_errors, describe_location, fail, open_database, settings_or_exit
 from app.config import Settings, bare_host
+from app.entry import signalled
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -72,6 +72,7 @@ def exit_cleanly_on_sigterm() -> None:
     """
 
     def exit_now(_signum: int, _frame: FrameType | None) -> None:
+        signalled()
         raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, exit_now)
@@ -134,8 +135,10 @@ def serve(
             access_log=False,
         )
         server = uvicorn.Server(config)
-        with contextlib.suppress(KeyboardInterrupt):
+        try:
             server.run(sockets=[listener])
+        except KeyboardInterrupt:  # uvicorn re-raises the Ctrl-C it stopped on
+            signalled()  # one more while the embedded server stops at exit stops it at once
         if not server.started:
             fail("the server did not start; see the log above")
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -16,6 +15,7 @@ from app.cli.common import (
     given_project,
     open_database,
     settings_or_exit,
+    stop_on_signals,
     storable_project,
 )
 
@@ -96,9 +96,7 @@ def sync(
                         # Ctrl-C, and the SIGTERM of kill, systemd and docker stop, end the watch
                         # normally: with SIGTERM's default action the process died without its
                         # exit handlers, and the embedded PostgreSQL it started kept running.
-                        loop = asyncio.get_running_loop()
-                        for signum in (signal.SIGINT, signal.SIGTERM):
-                            loop.add_signal_handler(signum, stop.set)
+                        stop_on_signals(stop)
                         await check_reachable(engine)
                         console.print(
                             f"watching {request.project_path} (Ctrl-C to stop)", markup=False

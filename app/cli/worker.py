@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import signal
 from typing import Annotated
 
 import typer
@@ -15,6 +14,7 @@ from app.cli.common import (
     given_project,
     open_database,
     settings_or_exit,
+    stop_on_signals,
 )
 from app.config import Settings
 
@@ -32,9 +32,7 @@ async def run_worker(settings: Settings, url: str, *, concurrency: int | None) -
 
     engine = make_async_engine(url, pool_size=max(4, (concurrency or 1) + 2))
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
+    stop_on_signals(stop)
     try:
         await check_reachable(engine)
         typer.echo(f"agmem: worker on {describe_location(settings, url)}", err=True)

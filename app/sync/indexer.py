@@ -223,10 +223,12 @@ async def _sync_locked(
     ]
     present = {f.path for f in found.files}
     bulk = False
+    # Also with nothing to index: a build cut short (SIGTERM, a second Ctrl-C) left an invalid
+    # index that only a sync with changes repaired, while Postgres kept updating it unused.
+    await repair_invalid_index(sessionmaker, embedder)
     if candidates:
         # Created once up front: concurrent writers creating the same index would collide.
         await ensure_model_index(lock, embedder)
-        await repair_invalid_index(sessionmaker, embedder)
         # Not with a Batch API provider: its vectors can arrive hours later, and the index must
         # not stay away that long.
         if not isinstance(embedder, BatchEmbedder):

@@ -85,3 +85,21 @@ def read_banner(process: subprocess.Popen[str], marker: str = "serving on") -> l
         if marker in line or "error" in line:
             break
     return lines
+
+
+def serve_on(home: Path) -> tuple[int, subprocess.Popen[str]]:
+    """`agmem serve` on the embedded server of `home`, answering /health; its port and process."""
+    port = free_port()
+    server = start_serve(port, AGMEM_HOME=str(home))
+    try:
+        wait_for_health(port, server)
+    except BaseException:
+        server.kill()
+        server.wait()
+        raise
+    return port, server
+
+
+def running_postmaster(home: Path) -> str:
+    """The pid `postmaster.pid` of `home`'s embedded server names."""
+    return (home / "pgdata" / "postmaster.pid").read_text().split()[0]

@@ -9,17 +9,21 @@ import signal
 import subprocess
 import tempfile
 import unicodedata
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from sqlalchemy.engine import make_url
 from typer.testing import CliRunner
 
 from app.cli import cli
 from app.db import migrate
 from app.projects import canonical_project
 from tests.cli.helpers import run_agmem
+from tests.conftest import libpq_url
+from tests.postgres import PostgresServer, create_database, drop_database
 
 
 @pytest.mark.parametrize("command", ["serve", "migrate", "status"])
@@ -333,3 +337,47 @@ def test_sync_reads_the_folder_as_it_is_spelled_on_disk(
     assert result.stdout.startswith("scanned 1 · changed 1")
     stored = db.execute("SELECT DISTINCT project_path FROM memory_chunks").fetchall()
     assert stored == [(canonical_project(str(project)),)]
+
+
+@pytest.fixture
+def unmigrated_url(pg_server: PostgresServer) -> Iterator[str]:
+    """An external database nobody ran `agmem migrate` on, and a role that may not create in it."""
+    url = create_database(pg_server, prefix="agmem_bare")
+    with psycopg.connect(libpq_url(url), autocommit=True) as connection:
+        connection.execute("DROP ROLE IF EXISTS agmem_weak")
+        connection.execute("CREATE ROLE agmem_weak LOGIN")
+        connection.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+    try:
+        yield url
+    finally:
+        drop_database(pg_server, url)
+        with psycopg.connect(libpq_url(pg_server.admin_url), autocommit=True) as connection:
+            connection.execute("DROP ROLE IF EXISTS agmem_weak")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["search", "port"], ["memory", "list"], ["worker", "retry-failed"], ["resume"]],
+)
+def test_a_database_without_the_schema_is_one_line_naming_migrate(
+    unmigrated_url: str, args: list[str]
+) -> None:
+    # A DATABASE_URL whose schema was never created (or is behind): every command but status
+    # was a 40-line traceback ending in "relation ... does not exist".
+    result = run_agmem(*args, DATABASE_URL=unmigrated_url)
+
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("agmem: error: the database refused: relation ")
+    assert lines[0].endswith("run `agmem migrate`")
+
+
+def test_a_database_that_refuses_the_migration_is_one_line(unmigrated_url: str) -> None:
+    weak = make_url(unmigrated_url).set(username="agmem_weak", password=None)
+    result = run_agmem("migrate", DATABASE_URL=weak.render_as_string(hide_password=False))
+
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "agmem: error: the database refused: permission denied for schema public"
+    )

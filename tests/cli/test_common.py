@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import signal
 from pathlib import Path
 
 import pytest
 
-from app.cli.common import absolute_project
+from app.cli.common import absolute_project, stop_on_signals
+from app.entry import Terminated
 
 
 def test_a_project_path_is_absolute_with_home_and_dot_dot_resolved(
@@ -20,3 +23,28 @@ def test_a_project_path_is_absolute_with_home_and_dot_dot_resolved(
     assert absolute_project(Path("shop")) == str(tmp_path / "shop")
     assert absolute_project("~/shop") == str(tmp_path / "home" / "shop")
     assert absolute_project("/srv/shop") == os.path.normpath("/srv/shop")
+
+
+@pytest.mark.parametrize(
+    ("signum", "raised"), [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, Terminated)]
+)
+def test_a_second_signal_ends_a_long_running_command_at_once(
+    signum: int, raised: type[KeyboardInterrupt]
+) -> None:
+    # `worker` and `sync --watch`: the first Ctrl-C or SIGTERM stops them normally, and what is
+    # under way finishes (a sync's HNSW build, shielded from the cancel). A second did nothing.
+    async def command() -> None:
+        stop = asyncio.Event()
+        stop_on_signals(stop)
+        os.kill(os.getpid(), signum)
+        await asyncio.wait_for(stop.wait(), 30)
+        os.kill(os.getpid(), signum)
+        await asyncio.shield(asyncio.Event().wait())  # a cleanup that never ends by itself
+
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        with pytest.raises(KeyboardInterrupt) as ended:
+            asyncio.run(command())
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert type(ended.value) is raised

