@@ -9,6 +9,7 @@ from fastapi import Depends, Query, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.config import Settings
+from app.privacy import clean_text
 from app.state import AppState
 
 
@@ -49,7 +50,7 @@ async def project_path_query(
 ) -> str | None:
     """`?projectPath=`, or its snake_case spelling, as every body and the memories' queries take
     both: `GET /api/sessions?project_path=` was ignored and listed every project's sessions."""
-    if camel is not None and camel.strip():
+    if camel is not None and clean_text(camel).strip():  # NUL-only is blank once cleaned
         return camel
     return snake if snake is not None else camel
 

@@ -167,11 +167,31 @@ UNREACHABLE_ERRORS: tuple[type[Exception], ...] = (
 )
 
 
+# Errors psycopg classes with an unreachable database's (OperationalError) from a database that
+# did answer: a team's server sets lock or statement timeouts on its role, or runs out of room.
+# Saying "unreachable" for them sent an operator looking for a network problem. By SQLSTATE, then
+# by its class (the first two characters).
+_ANSWERED = {
+    "55P03": "a row the request needs is locked by another change; retry shortly",
+    "57014": "the database cancelled the statement (a timeout, or an operator); retry shortly",
+    "40P01": "the request deadlocked with another change; retry shortly",
+    "40001": "the request conflicted with another change; retry shortly",
+    "53100": "the database's disk is full; retry once space is freed",
+    "53": "the database is out of memory or connections; retry shortly",
+}
+
+
 def database_unavailable(error: Exception) -> DatabaseUnavailable:
-    """What a client is told of an unreachable database (the reason, which names its socket or
-    host, goes to the log)."""
-    log.warning("database.unreachable", error=first_line(error))
-    return DatabaseUnavailable("the database is unreachable; retry shortly")
+    """What a client is told of a database that cannot serve the request now (the reason, which
+    may name its socket, host or files, goes to the log)."""
+    cause = getattr(error, "orig", None) or error
+    sqlstate = (cause.sqlstate or "") if isinstance(cause, psycopg.Error) else ""
+    detail = _ANSWERED.get(sqlstate) or _ANSWERED.get(sqlstate[:2])
+    if detail is None:
+        log.warning("database.unreachable", error=first_line(error))
+        return DatabaseUnavailable("the database is unreachable; retry shortly")
+    log.warning("database.refused_request", sqlstate=sqlstate, error=first_line(error))
+    return DatabaseUnavailable(detail)
 
 
 async def _database_unreachable(request: Request, error: Exception) -> JSONResponse:

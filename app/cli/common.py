@@ -136,6 +136,22 @@ def absolute_project(path: str | os.PathLike[str]) -> str:
     return os.path.abspath(os.path.expanduser(path))
 
 
+def current_folder() -> str:
+    """The current folder, the default project, if it can be one. A project is stored as its
+    UTF-8 path; run from a Latin-1 folder, `agmem sync` was a UnicodeEncodeError traceback and
+    `memory set` stored the memory under U+FFFD in place of the byte, a project no folder is."""
+    folder = os.getcwd()
+    try:
+        folder.encode("utf-8")
+    except UnicodeEncodeError:
+        fail(
+            f"the current folder {os.fsencode(folder)!r} is not UTF-8 text, which a project path "
+            "must be; rename the folder, or give another project with --project",
+            2,
+        )
+    return folder
+
+
 def storable_project(path: str) -> str:
     """The project key `path` is stored under, if the service can store it (app/api/limits.py):
     said here, by a command that stores one, rather than as Postgres's refusal halfway through a

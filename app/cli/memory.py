@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from app.cli.common import (
     cli_errors,
+    current_folder,
     fail,
     given_project,
     open_database,
@@ -68,7 +69,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print the full memory as 
 
 
 def _project(project: str | None) -> str:
-    return project or os.getcwd()  # made absolute by the option's callback
+    return project or current_folder()  # made absolute by the option's callback
 
 
 async def _with_state(settings: Settings, url: str, work: Callable[[AppState], Awaitable[T]]) -> T:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -11,6 +10,7 @@ import typer
 from app.cli.common import (
     check_reachable,
     cli_errors,
+    current_folder,
     fail,
     given_project,
     open_database,
@@ -63,7 +63,7 @@ def sync(
     from app.sync.indexer import ProjectFolderMissing, SyncRequest, sync_project
     from app.sync.watch import watch_project
 
-    folder = project or os.getcwd()  # made absolute by the option's callback
+    folder = project or current_folder()  # made absolute by the option's callback
     storable_project(folder)  # a bound check only: the folder is read as it is spelled on disk
     request = SyncRequest(
         project_path=folder,

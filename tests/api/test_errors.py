@@ -13,6 +13,7 @@ from fastapi import APIRouter
 from fastapi.testclient import TestClient
 from pydantic import BaseModel
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
 
 from app.api.deps import DbDep
 from app.errors import NotFound
@@ -227,3 +228,37 @@ def test_an_empty_body_is_named(probe_client: TestClient) -> None:
         "error": "ValidationFailed",
         "detail": "the request body is empty; send a JSON object",
     }
+
+
+@pytest.mark.parametrize(
+    ("setting", "detail"),
+    [
+        (
+            "lock_timeout=100ms",
+            "a row the request needs is locked by another change; retry shortly",
+        ),
+        (
+            "statement_timeout=100ms",
+            "the database cancelled the statement (a timeout, or an operator); retry shortly",
+        ),
+    ],
+)
+def test_a_database_that_answers_is_not_called_unreachable(
+    setting: str, detail: str, database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    # A team's server may set lock or statement timeouts on its role. A request they stopped was
+    # a 503 "the database is unreachable", which sent an operator looking for a network problem.
+    url = make_url(database_url).update_query_dict({"options": f"-c {setting}"})
+    app = create_app(make_settings(), database_url=url.render_as_string(hide_password=False))
+    memory = "/api/memories/project.owner"
+    with TestClient(app, raise_server_exceptions=False) as client:
+        body = {"value": "ana", "scope": "project", "projectPath": "/p"}
+        assert client.put(memory, json=body).status_code == 201
+        with db.transaction():
+            db.execute("SELECT 1 FROM memories WHERE key = 'project.owner' FOR UPDATE")
+            response = client.put(memory, json={**body, "value": "bo"})
+
+    assert response.status_code == 503, response.text
+    assert response.json() == {"error": "DatabaseUnavailable", "detail": detail}
+    assert response.headers["retry-after"] == "5"
+    assert db.execute("SELECT value FROM memories").fetchall() == [("ana",)]

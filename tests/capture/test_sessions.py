@@ -140,6 +140,13 @@ def test_list_sessions_newest_first_with_filters(
     # and the list held every project's sessions.
     snake = client.get("/api/sessions", params={"project_path": "/a"}).json()["sessions"]
     assert [s["id"] for s in snake] == ["s2", "s0"]
+    # A camelCase value that cleans to nothing (NUL is removed) gives way, as a blank one does
+    # and as the memories' queries do: it listed every project's sessions.
+    nul = {"projectPath": "\x00", "project_path": "/a"}
+    assert [s["id"] for s in client.get("/api/sessions", params=nul).json()["sessions"]] == [
+        "s2",
+        "s0",
+    ]
     ending = client.get("/api/sessions", params={"status": "ending"}).json()["sessions"]
     assert [s["id"] for s in ending] == ["s2"]
     limited = client.get("/api/sessions", params={"limit": 2}).json()["sessions"]

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from app.cli import cli
 from app.db import migrate
 from app.projects import canonical_project
-from tests.cli.helpers import run_agmem
+from tests.cli.helpers import AGMEM, agmem_env, run_agmem
 from tests.conftest import libpq_url
 from tests.postgres import PostgresServer, create_database, drop_database
 
@@ -381,3 +381,35 @@ def test_a_database_that_refuses_the_migration_is_one_line(unmigrated_url: str) 
     assert result.stderr.strip() == (
         "agmem: error: the database refused: permission denied for schema public"
     )
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["sync"], ["memory", "set", "project.k", "v"], ["memory", "get", "project.k"]],
+)
+def test_a_current_folder_whose_name_is_not_utf8_is_refused_in_one_line(
+    command: list[str], database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # A project is stored as its UTF-8 path. Run from a Latin-1 folder, `agmem sync` was a
+    # UnicodeEncodeError traceback (its lock key), and `memory set` stored the memory under a
+    # path with U+FFFD in place of the byte, a project no folder is.
+    folder = os.fsencode(tmp_path) + b"/caf\xe9"
+    os.mkdir(folder)
+
+    result = subprocess.run(
+        [AGMEM, *command],
+        cwd=folder,
+        env=agmem_env(DATABASE_URL=database_url),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        stdin=subprocess.DEVNULL,
+    )
+
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (
+        f"agmem: error: the current folder {folder!r} is not UTF-8 text, which a project path "
+        "must be; rename the folder, or give another project with --project\n"
+    )
+    assert db.execute("SELECT count(*) FROM memories").fetchone() == (0,)
+    assert db.execute("SELECT count(*) FROM sync_runs").fetchone() == (0,)
