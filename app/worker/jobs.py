@@ -59,6 +59,9 @@ class JobContext:
     embedder: Embedder | None = None
     # One lane at a time makes sure of the model's index (see `embed_batch`).
     index_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # Idle ends this worker's upkeep may still make (`_idle_pace`): a fraction carries over to
+    # the next pass when a pass is shorter than their spacing.
+    idle_allowance: float = 0.0
 
 
 async def fail_attempt(
@@ -483,10 +486,12 @@ def _idle_pace(ctx: JobContext) -> dict[str, Any]:
     if ctx.client is None:
         return {"limit": None, "spacing": 0.0}
     spacing = 2 * 60.0 / ctx.settings.gemini_requests_per_minute
-    return {
-        "limit": max(1, int(ctx.settings.worker_purge_interval_seconds / spacing)),
-        "spacing": spacing,
-    }
+    # A pass shorter than the spacing (a low rate, a short interval) earns a fraction of an end:
+    # it was rounded up to one a pass, and at 5 calls a minute with an upkeep each 10 s the idle
+    # ends took six a minute, more than the whole rate. The allowance never exceeds one pass's.
+    per_pass = ctx.settings.worker_purge_interval_seconds / spacing
+    ctx.idle_allowance = min(ctx.idle_allowance + per_pass, max(1.0, per_pass))
+    return {"limit": int(ctx.idle_allowance), "spacing": spacing}
 
 
 async def maintain(ctx: JobContext) -> tuple[int, int]:
@@ -504,6 +509,7 @@ async def maintain(ctx: JobContext) -> tuple[int, int]:
         idle = await unanswered.end_idle_sessions(
             session, idle=ctx.settings.worker_session_idle_seconds, **_idle_pace(ctx)
         )
+    ctx.idle_allowance = max(0.0, ctx.idle_allowance - idle)  # committed: spent
     if purged or exhausted or timed_out or idle:
         log.info(
             "worker.maintenance",

@@ -38,8 +38,15 @@ UNREACHABLE = (sa_exc.OperationalError, sa_exc.InterfaceError, psycopg.Operation
 
 
 def log_failure(event: str, error: Exception, **fields: Any) -> None:
-    """An unreachable database is one warning line; anything else keeps its traceback."""
-    if isinstance(error, UNREACHABLE):
+    """An unreachable database is one warning line; anything else keeps its traceback.
+
+    A deadlock or serialization failure (SQLSTATE class 40: the upkeep's give-up losing to a
+    capture batch) is psycopg's OperationalError too, but the database is up: it was logged as
+    `worker.database_unavailable`, which sent an operator looking for an outage."""
+    cause = getattr(error, "orig", None) or error
+    if isinstance(cause, psycopg.Error) and (cause.sqlstate or "").startswith("40"):
+        log.warning("worker.transaction_conflict", during=event, error=first_line(error), **fields)
+    elif isinstance(error, UNREACHABLE):
         log.warning("worker.database_unavailable", during=event, error=first_line(error), **fields)
     else:
         log.exception(event, **fields)

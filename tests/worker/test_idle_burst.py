@@ -8,6 +8,7 @@ import asyncio
 from typing import Any
 
 import psycopg
+import pytest
 from fastapi.testclient import TestClient
 
 from app.db.engine import transaction
@@ -102,3 +103,47 @@ def test_an_upkeep_adds_no_idle_end_while_the_last_ones_wait(
         "count(*) FILTER (WHERE status = 'active') AS active FROM sessions",
     )
     assert (counts["ending"], counts["active"]) == (15, 22)
+
+
+@pytest.mark.parametrize(
+    ("per_minute", "interval", "passes", "expected"),
+    [
+        # Half of 5 calls a minute is one idle end each 24 s: one each third pass of 10 s.
+        (5, 10, 6, [0, 0, 1, 0, 0, 1]),
+        # Half of 1 call a minute is one each 120 s: one each second pass of 60 s.
+        (1, 60, 4, [0, 1, 0, 1]),
+    ],
+)
+def test_idle_ends_keep_to_half_the_rate_when_a_pass_is_shorter_than_their_spacing(
+    per_minute: int,
+    interval: int,
+    passes: int,
+    expected: list[int],
+    client: TestClient,
+    db: psycopg.Connection[Any],
+    database_url: str,
+) -> None:
+    """A pass allowed at least one end whatever the rate: at 5 calls a minute and an upkeep each
+    10 s, six ends a minute (more than the whole rate), and live calls waited behind them."""
+    _stale_sessions(db, 40)
+    settings = make_settings(
+        gemini_api_key="k",
+        gemini_base_url="http://127.0.0.1:9",
+        gemini_requests_per_minute=per_minute,
+        worker_purge_interval_seconds=interval,
+    )
+
+    async def upkeeps() -> list[int]:
+        ended = []
+        async with worker_on(settings, database_url) as worker:
+            for _ in range(passes):
+                await jobs.maintain(worker.ctx)
+                ended.append(
+                    row(db, "SELECT count(*) AS n FROM sessions WHERE status = 'ending'")["n"]
+                )
+                # Each summary written well within the pass's interval.
+                db.execute("UPDATE sessions SET status = 'summarized', summarized_at = now() "
+                           "WHERE status = 'ending'")  # fmt: skip
+        return ended
+
+    assert asyncio.run(upkeeps()) == expected

@@ -1,0 +1,31 @@
+"""How the worker's loop words a failed step or upkeep in its log."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from sqlalchemy import exc as sa_exc
+from structlog.testing import capture_logs
+
+from app.worker.loop import log_failure
+
+
+@pytest.mark.parametrize(
+    ("error", "event"),
+    [
+        (psycopg.errors.DeadlockDetected("deadlock detected"), "worker.transaction_conflict"),
+        (psycopg.errors.SerializationFailure("could not serialize"), "worker.transaction_conflict"),
+        (psycopg.OperationalError("connection refused"), "worker.database_unavailable"),
+        (psycopg.errors.AdminShutdown("terminating connection"), "worker.database_unavailable"),
+    ],
+)
+def test_a_conflict_is_not_logged_as_an_outage(error: psycopg.Error, event: str) -> None:
+    # The upkeep's give-up losing a deadlock to a capture batch was logged as
+    # `worker.database_unavailable` while the database was up.
+    wrapped = sa_exc.OperationalError("UPDATE observations ...", {}, error)
+    with capture_logs() as logged:
+        log_failure("worker.maintenance_error", wrapped)
+
+    assert [(entry["event"], entry["during"]) for entry in logged] == [
+        (event, "worker.maintenance_error")
+    ]
