@@ -383,6 +383,38 @@ def test_a_database_that_refuses_the_migration_is_one_line(unmigrated_url: str) 
     )
 
 
+@pytest.fixture
+def newer_url(pg_server: PostgresServer) -> Iterator[str]:
+    """A database a newer agmem migrated: its revision is one this agmem has no migration for."""
+    url = create_database(pg_server, prefix="agmem_newer")
+    with psycopg.connect(libpq_url(url), autocommit=True) as connection:
+        connection.execute("CREATE TABLE alembic_version (version_num varchar(32) PRIMARY KEY)")
+        connection.execute("INSERT INTO alembic_version VALUES ('9999')")
+    try:
+        yield url
+    finally:
+        drop_database(pg_server, url)
+
+
+@pytest.mark.parametrize(
+    ("args", "verb"), [([], "migrate to 'head'"), (["--down", "base"], "downgrade to 'base'")]
+)
+def test_a_database_migrated_by_a_newer_agmem_says_so_and_what_to_do(
+    newer_url: str, args: list[str], verb: str
+) -> None:
+    # It was "cannot migrate to 'head': Can't locate revision identified by '9999'".
+    result = run_agmem("migrate", *args, DATABASE_URL=newer_url)
+
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        f"agmem: error: cannot {verb}: the database was migrated by a newer agmem (its schema "
+        "revision '9999' is unknown to this one): upgrade agmem, or with the newer one run "
+        f"`agmem migrate --down {migrate.head_revision()}`"
+    )
+    status = run_agmem("status", DATABASE_URL=newer_url)
+    assert "schema     9999 (the database was migrated by a newer agmem" in status.stdout
+
+
 @pytest.mark.parametrize(
     "command",
     [["sync"], ["memory", "set", "project.k", "v"], ["memory", "get", "project.k"]],
