@@ -227,6 +227,31 @@ def test_watch_goes_on_while_a_file_whose_name_is_not_utf8_is_written_again_and_
         assert len(reports) == 2  # the first sync and the edit's
 
 
+def test_watch_ends_naming_a_watched_folder_whose_own_name_is_not_utf8(
+    database_url: str, tmp_path: Path
+) -> None:
+    # watchfiles refuses such a folder with UnicodeEncodeError: that watcher ended unseen, and
+    # the root's, seeing the sync open it, ended the watch with "a name under it is not UTF-8".
+    project = make_project(tmp_path / "proj")
+    sessions = os.fsencode(project) + b"/sess\xff"
+    os.mkdir(sessions)
+    settings: Settings = make_settings(
+        home=tmp_path / "home", sync_watch_debounce_ms=100, sync_sessions_dir=os.fsdecode(sessions)
+    )
+    reports: list[SyncReport] = []
+
+    async def go() -> None:
+        engine = make_async_engine(database_url)
+        try:
+            task = _start_watch(engine, settings, project, reports, asyncio.Event())
+            with pytest.raises(ProjectFolderMissing, match="sess\ufffd: its name is not UTF-8$"):
+                await asyncio.wait_for(task, 10)
+        finally:
+            await engine.dispose()
+
+    asyncio.run(go())
+
+
 LIMIT = "error in underlying watcher: OS file watch limit reached."
 
 
