@@ -64,6 +64,22 @@ def _start_watch(
     )
 
 
+def _watch_end(database_url: str, settings: Settings, project: Path) -> str:
+    """The error a watch of `project` ends with (within 10 s)."""
+
+    async def go() -> str:
+        engine = make_async_engine(database_url)
+        try:
+            task = _start_watch(engine, settings, project, [], asyncio.Event())
+            with pytest.raises(ProjectFolderMissing) as ended:
+                await asyncio.wait_for(task, 10)
+        finally:
+            await engine.dispose()
+        return str(ended.value)
+
+    return asyncio.run(go())
+
+
 def test_watch_syncs_at_start_and_once_per_burst_of_changes(
     database_url: str, db: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
@@ -164,18 +180,8 @@ def test_watch_ends_with_an_error_when_a_folder_name_is_not_utf8(
     project = make_project(tmp_path / "proj")
     os.mkdir(os.fsencode(project / "memory") + b"/d\xff")
     settings: Settings = make_settings(home=tmp_path / "home", sync_watch_debounce_ms=100)
-    reports: list[SyncReport] = []
 
-    async def go() -> None:
-        engine = make_async_engine(database_url)
-        try:
-            task = _start_watch(engine, settings, project, reports, asyncio.Event())
-            with pytest.raises(ProjectFolderMissing, match="d\ufffd has a name that is not UTF-8"):
-                await asyncio.wait_for(task, 10)
-        finally:
-            await engine.dispose()
-
-    asyncio.run(go())
+    assert "d\ufffd has a name that is not UTF-8" in _watch_end(database_url, settings, project)
 
 
 @pytest.mark.parametrize("where", ["memory", "root"])
@@ -238,18 +244,9 @@ def test_watch_ends_naming_a_watched_folder_whose_own_name_is_not_utf8(
     settings: Settings = make_settings(
         home=tmp_path / "home", sync_watch_debounce_ms=100, sync_sessions_dir=os.fsdecode(sessions)
     )
-    reports: list[SyncReport] = []
 
-    async def go() -> None:
-        engine = make_async_engine(database_url)
-        try:
-            task = _start_watch(engine, settings, project, reports, asyncio.Event())
-            with pytest.raises(ProjectFolderMissing, match="sess\ufffd: its name is not UTF-8$"):
-                await asyncio.wait_for(task, 10)
-        finally:
-            await engine.dispose()
-
-    asyncio.run(go())
+    ended = _watch_end(database_url, settings, project)
+    assert ended.endswith("sess\ufffd: its name is not UTF-8")
 
 
 LIMIT = "error in underlying watcher: OS file watch limit reached."
@@ -262,30 +259,16 @@ def test_watch_ends_with_watchfiles_own_words_when_a_watcher_cannot_start(
     # system's limit of watches reached included.
     project = make_project(tmp_path / "proj")
     settings: Settings = make_settings(home=tmp_path / "home", sync_watch_debounce_ms=100)
-    reports: list[SyncReport] = []
 
     async def refused(*args: Any, **kwargs: Any) -> AsyncIterator[set[Any]]:
-        raise WatchfilesRustInternalError(
-            "error in underlying watcher: OS file watch limit reached."
-        )
+        raise WatchfilesRustInternalError(LIMIT)
         yield set()
 
     monkeypatch.setattr(watch_module, "awatch", refused)
 
-    async def go() -> None:
-        engine = make_async_engine(database_url)
-        try:
-            task = _start_watch(engine, settings, project, reports, asyncio.Event())
-            with pytest.raises(ProjectFolderMissing) as ended:
-                await asyncio.wait_for(task, 10)
-        finally:
-            await engine.dispose()
-        assert str(ended.value).endswith(
-            ": error in underlying watcher: OS file watch limit reached."
-        )
-        assert "UTF-8" not in str(ended.value)
-
-    asyncio.run(go())
+    ended = _watch_end(database_url, settings, project)
+    assert ended.endswith(f": {LIMIT}")
+    assert "UTF-8" not in ended
 
 
 def test_watch_picks_up_a_sessions_folder_made_after_it_started(
