@@ -188,7 +188,12 @@ def status() -> None:
         url = open_database(settings)
         current, head = migrate.current_revision(url), migrate.head_revision()
         console.print(f"database   {describe_location(settings, url)}")
-        state = "at head" if current == head else f"behind head {head}: run `agmem migrate`"
+        if current == head:
+            state = "at head"
+        elif migrate.unknown_revision(url) is not None:
+            state = migrate.newer_schema_problem(str(current))
+        else:
+            state = f"behind head {head}: run `agmem migrate`"
         console.print(f"schema     {current or 'empty'} ({state})")
         embedding = describe_embedding(settings)
         console.print(

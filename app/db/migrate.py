@@ -33,14 +33,44 @@ def upgrade(database_url: str, revision: str = "head") -> None:
     try:
         command.upgrade(alembic_config(database_url), revision)
     except CommandError as error:
-        raise MigrationFailed(f"cannot migrate to {revision!r}: {error}") from None
+        raise _refusal(database_url, f"cannot migrate to {revision!r}", error) from None
 
 
 def downgrade(database_url: str, revision: str = "base") -> None:
     try:
         command.downgrade(alembic_config(database_url), revision)
     except CommandError as error:
-        raise MigrationFailed(f"cannot downgrade to {revision!r}: {error}") from None
+        raise _refusal(database_url, f"cannot downgrade to {revision!r}", error) from None
+
+
+def unknown_revision(database_url: str) -> str | None:
+    """The database's revision if this agmem has no such migration (a newer agmem's), else None."""
+    current = current_revision(database_url)
+    if current is None:
+        return None
+    script = ScriptDirectory.from_config(alembic_config(database_url))
+    try:
+        known = script.get_revision(current) is not None
+    except CommandError:
+        known = False
+    return None if known else current
+
+
+def newer_schema_problem(current: str) -> str:
+    return (
+        f"the database was migrated by a newer agmem (its schema revision {current!r} is unknown "
+        f"to this one): upgrade agmem, or with the newer one run "
+        f"`agmem migrate --down {head_revision()}`"
+    )
+
+
+def _refusal(database_url: str, what: str, error: CommandError) -> MigrationFailed:
+    # Alembic's own words for a newer database, "Can't locate revision identified by '0002'",
+    # said neither what happened nor what to do.
+    current = unknown_revision(database_url)
+    if current is not None:
+        return MigrationFailed(f"{what}: {newer_schema_problem(current)}")
+    return MigrationFailed(f"{what}: {error}")
 
 
 def head_revision() -> str | None:

@@ -9,7 +9,7 @@ previous chunk's position, and its offsets become lines.
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -74,6 +74,7 @@ def chunk_markdown(text: str, *, tokens: int = 400, overlap: int = 80) -> list[C
     blocks = fenced_blocks(text)
     sections = SectionTitles(text, blocks)
     spans = _keep_headers_with_sections(text, _locate(text, pieces))
+    spans = _whole_fence_lines(text, spans, blocks)
     spans = _keep_closing_fences_with_blocks(text, spans, blocks)
     chunks = []
     for begin, end, reopened in _reopen_cut_blocks(text, spans, blocks):
@@ -168,6 +169,47 @@ def _keep_headers_with_sections(text: str, located: list[tuple[str, int]]) -> li
             begin += len(segment) - len(segment.lstrip())
             spans.append((begin, begin + len(stripped)))
     return spans
+
+
+def _whole_fence_lines(
+    text: str, spans: list[tuple[int, int]], blocks: list[FencedBlock]
+) -> list[tuple[int, int]]:
+    """Move a cut that falls inside a block's fence line to the line's edge: a span ending in an
+    opening fence line ends before it, one ending in a closing fence line ends with it, and a
+    span starting in either starts with the whole line.
+
+    The splitter's "```\n" separator matches inside a "````" fence: a four-backtick block's
+    closing fence was cut after its first backtick, and the next chunk, reopened, put the prose
+    after the block inside an unclosed one."""
+    fences: list[tuple[int, int, bool]] = []  # marker offset, line end, is a closing fence
+    for block in blocks:
+        line_end = text.find("\n", block.start)
+        fences.append((block.start, len(text) if line_end == -1 else line_end, False))
+        if block.close is not None:
+            fences.append((block.close, block.close_end, True))
+    if not fences:
+        return spans
+    starts = [start for start, _, _ in fences]
+
+    def fence_around(offset: int) -> tuple[int, int, bool] | None:
+        at = bisect_left(starts, offset) - 1  # the last fence line starting before `offset`
+        return fences[at] if at >= 0 and offset < fences[at][1] else None
+
+    kept: list[tuple[int, int]] = []
+    for begin, end in spans:
+        if (fence := fence_around(begin)) is not None:
+            begin = fence[0]
+        if (fence := fence_around(end)) is not None:
+            start, line_end, closing = fence
+            if closing:
+                end = line_end
+            else:
+                end = text.rfind("\n", 0, start) + 1
+                while end > begin and text[end - 1].isspace():
+                    end -= 1
+        if begin < end:
+            kept.append((begin, end))
+    return kept
 
 
 def _keep_closing_fences_with_blocks(

@@ -17,7 +17,6 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psycopg
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -222,6 +221,20 @@ async def _sync_locked(
         or k.mtime != f.mtime
     ]
     present = {f.path for f in found.files}
+    # A known file's path fits: its entry is in the index. A new one over the bound may not.
+    if long := [
+        f.path
+        for f in candidates
+        if f.path not in known
+        and queries.index_row_bytes(project, f.path) > queries.INDEX_ROW_MAX_BYTES
+    ]:
+        refused = set(await queries.unindexable(lock, project, long))
+        candidates = [f for f in candidates if f.path not in refused]
+        limit = queries.INDEX_ROW_MAX_BYTES
+        for path in sorted(refused):
+            size = queries.index_row_bytes(project, path)
+            reason = f"path too long to index ({size} bytes with the project path, over {limit})"
+            report.skipped.append(Skip(path, reason))
     bulk = False
     # Also with nothing to index: a build cut short (SIGTERM, a second Ctrl-C) left an invalid
     # index that only a sync with changes repaired, while Postgres kept updating it unused.
@@ -490,9 +503,6 @@ class _Writer:
         return connection
 
     async def add(self, item: _Prepared) -> None:
-        if queries.index_row_bytes(self.project, item.found.path) > queries.INDEX_ROW_MAX_BYTES:
-            await self._write_alone(item)
-            return
         self.pending.append(item)
         self.pending_chunks += len(item.chunks)
         if self.pending_chunks >= self.batch_chunks:
@@ -533,22 +543,6 @@ class _Writer:
         for group in groups:
             self.pending = group
             await self.flush(vectors)
-
-    async def _write_alone(self, item: _Prepared) -> None:
-        """A file whose path may be too long for the index, in a transaction of its own: Postgres
-        refuses it when the path does not compress, and that costs this file, reported as
-        skipped. In a shared transaction it failed the run, every other file of it unwritten."""
-        await self.connected()
-        connection = await self.take()
-        try:
-            await self._commit(connection, [item], [], None)
-        except psycopg.errors.ProgramLimitExceeded as error:
-            if "index row size" not in str(error):
-                raise
-            size = queries.index_row_bytes(self.project, item.found.path)
-            limit = queries.INDEX_ROW_MAX_BYTES
-            reason = f"path too long to index ({size} bytes with the project path, over {limit})"
-            self.report.skipped.append(Skip(item.found.path, reason))
 
     async def drain(self) -> None:
         """Wait for every writer task; the first failure is raised once all have ended."""

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
+import psycopg
 from numpy.typing import NDArray
 from psycopg import AsyncCursor
 from sqlalchemy import text
@@ -56,6 +57,29 @@ def index_row_bytes(project: str, path: str) -> int:
         length = utf8_size(value)
         size = size + 1 + length if length <= 126 else (size + 3) // 4 * 4 + 4 + length
     return (size + 7) // 8 * 8
+
+
+_PROBE_FILE = (
+    "INSERT INTO memory_files (project_path, path, source, hash, mtime, size) "
+    "VALUES (%s, %s, 'memory', '', 0, 0) ON CONFLICT DO NOTHING"
+)
+
+
+async def unindexable(connection: Conn, project: str, paths: list[str]) -> list[str]:
+    """Those of `paths` (new files, over `index_row_bytes`'s bound as they stand) whose index
+    entry Postgres refuses even compressed: tried one by one and rolled back, before a file is
+    read and embedded. Written with the rest and refused, the rollback also lost its embeddings'
+    cache rows, so every re-sync embedded it again."""
+    refused = []
+    for path in paths:
+        try:
+            async with connection.transaction(force_rollback=True):
+                await connection.execute(_PROBE_FILE, (project, path))
+        except psycopg.errors.ProgramLimitExceeded as error:
+            if "index row size" not in str(error):
+                raise
+            refused.append(path)
+    return refused
 
 
 _UPSERT_FILES = (

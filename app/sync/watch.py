@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import stat
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -29,7 +30,7 @@ from app.config import Settings
 from app.db.engine import sessionmaker_engine, sessionmaker_url
 from app.llm.embeddings import Embedder
 from app.sync.connections import SyncConnections
-from app.sync.discover import ROOT_MEMORY_FILES, SKIPPED_DIRS, TRANSCRIPT_SUFFIXES
+from app.sync.discover import ROOT_MEMORY_FILES, SKIPPED_DIRS, TRANSCRIPT_SUFFIXES, is_utf8
 from app.sync.indexer import (
     WRITERS,
     ProjectFolderMissing,
@@ -72,11 +73,26 @@ class _Changes:
     def __init__(self) -> None:
         self.paths: set[str] = set()
         self.whole = True
+        # Only recoveries from a lost burst (`recover`) since the last sync: its report is shown
+        # only if it found something new.
+        self.quiet = False
         self.error: Exception | None = None  # the watch ends with it
         self.ready = asyncio.Event()  # set once the watchers are up (`_watch_roots`)
 
     def add(self, paths: set[str]) -> None:
         self.paths |= paths
+        self.quiet = False
+        self.ready.set()
+
+    def recover(self, paths: set[str] | None) -> None:
+        """Look again at `paths` (None: everything), where a burst watchfiles lost may have
+        changed files, saying nothing unless something did."""
+        if not self.ready.is_set():
+            self.quiet = True
+        if paths is None:
+            self.whole = True
+        else:
+            self.paths |= paths
         self.ready.set()
 
     def fail(self, error: Exception) -> None:
@@ -86,14 +102,16 @@ class _Changes:
 
     def rescan(self) -> None:
         self.whole = True
+        self.quiet = False
         self.ready.set()
 
-    def take(self) -> set[str] | None:
-        """What the next sync is to look at (None: everything), and a clean slate."""
-        paths, whole = self.paths, self.whole
-        self.paths, self.whole = set(), False
+    def take(self) -> tuple[set[str] | None, bool]:
+        """What the next sync is to look at (None: everything), whether it is a quiet recovery,
+        and a clean slate."""
+        paths, whole, quiet = self.paths, self.whole, self.quiet
+        self.paths, self.whole, self.quiet = set(), False, False
         self.ready.clear()
-        return None if whole else paths
+        return (None if whole else paths), quiet
 
 
 async def watch_project(
@@ -112,6 +130,7 @@ async def watch_project(
     roots = (memory_root, memory_root / "memory", sessions_root)
     changes = _Changes()
     connections = SyncConnections(sessionmaker_url(sessionmaker), keep=WRITERS)
+    shown_skips: set[str] = set()  # a quiet recovery does not show a skipped file again
 
     async def sync(paths: set[str] | None) -> SyncReport | None:
         return await _unless_stopped(
@@ -139,7 +158,7 @@ async def watch_project(
                 break
             if changes.error is not None:
                 raise changes.error
-            changed = changes.take()
+            changed, quiet = changes.take()
             try:
                 report = await sync(changed)
             except (psycopg.OperationalError, sqlalchemy.exc.OperationalError) as error:
@@ -152,7 +171,14 @@ async def watch_project(
                 report = await sync(changed)
             if report is None:  # stopped during it
                 break
-            if changed is None or _found_anything(report):
+            if quiet:
+                show = bool(report.files_changed or report.files_deleted or report.errors) or any(
+                    skip.path not in shown_skips for skip in report.skipped
+                )
+            else:
+                show = changed is None or _found_anything(report)
+            if show:
+                shown_skips.update(skip.path for skip in report.skipped)
                 on_report(report)
     finally:
         stop.set()
@@ -238,11 +264,13 @@ async def _watch(
     existing = [p for p in paths if p.is_dir()]
     if not existing:
         return
+    folders = ", ".join(map(_shown, existing))
     loop = asyncio.get_running_loop()
     failed_at_start = False
     while not stop.is_set():
         started = loop.time()
-        undecodable: list[Exception] = []
+        failures: list[Exception] = []
+        unnamed: list[UnicodeEncodeError] = []
         try:
             async for batch in awatch(
                 *existing,
@@ -253,21 +281,72 @@ async def _watch(
             ):
                 log.debug("sync.watch_changes", count=len(batch))
                 changes.add({path for _, path in batch})
+        except* UnicodeEncodeError as errors:  # a watched folder's own name: watchfiles takes text
+            unnamed.extend(errors.exceptions)  # type: ignore[arg-type]
         except* WatchfilesRustInternalError as errors:  # raised inside awatch's task group
-            undecodable.extend(errors.exceptions)
-        if not undecodable:
+            failures.extend(errors.exceptions)
+        if unnamed:
+            named = ", ".join(_shown(p) for p in existing if not is_utf8(str(p)))
+            changes.fail(ProjectFolderMissing(f"cannot watch {named}: its name is not UTF-8"))
             return
-        # A name that is not UTF-8 ("Unable to decode path"): watchfiles raises, losing the
-        # burst, and its watch ends; the watch went on silently seeing nothing. Watch anew; a
-        # whole sync does the lost burst's files (and reports a file so named as skipped). A
-        # folder so named fails every new watch at its start: twice in a row ends the watch with
-        # that error, rather than retrying in a loop.
-        log.warning("sync.watch_error", error=str(undecodable[0])[:300])
+        if not failures:
+            return
+        error = str(failures[0])
+        name = _undecodable_path(error)
+        # A name is expected, and may come at every write of a log file: not a warning each time.
+        (log.warning if name is None else log.info)("sync.watch_error", error=error[:300])
+        if name is not None:
+            # An event named a path that is not UTF-8 (written, created, even read): watchfiles
+            # raises, losing the burst's other events, and its watcher is done. The watch goes
+            # on with a new one, however often that happens (a log file written every 0.1 s);
+            # only a folder so named under a recursive watch fails every new one as it starts.
+            if recursive and os.path.isdir(name):
+                problem = f"the folder {_shown(name)} has a name that is not UTF-8; rename it"
+                changes.fail(ProjectFolderMissing(f"cannot watch {folders}: {problem}"))
+                return
+            # The lost burst: the root's watcher only serves its memory files; a recursive one,
+            # anything under it (a quiet whole sync, shown only if it finds something new).
+            if recursive:
+                changes.recover(None)
+            else:
+                changes.recover({str(p / n) for p in existing for n in ROOT_MEMORY_FILES})
+            continue
+        # Another failure (the system's limit of watches reached, say): a watcher that fails as
+        # it starts, twice in a row, ends the watch with watchfiles' own words.
         at_start = loop.time() - started < ROOTS_POLL_SECONDS
         if at_start and failed_at_start:
-            folders = ", ".join(map(str, existing))
-            problem = f"cannot watch {folders}: a name under it is not UTF-8 ({undecodable[0]})"
-            changes.fail(ProjectFolderMissing(problem))
+            changes.fail(ProjectFolderMissing(f"cannot watch {folders}: {error}"))
             return
         failed_at_start = at_start
         changes.rescan()
+
+
+# How watchfiles (Rust's Debug of a path) writes a byte that is not UTF-8, and other escapes.
+_RUST_ESCAPE = re.compile(r"\\(x[0-9A-Fa-f]{2}|u\{[0-9A-Fa-f]+\}|.)", re.DOTALL)
+_RUST_SIMPLE = {"n": "\n", "t": "\t", "r": "\r", "0": "\0"}
+
+
+def _undecodable_path(error: str) -> bytes | None:
+    """The path of watchfiles' "Unable to decode path "…" to string", as bytes."""
+    match = re.fullmatch(r'Unable to decode path "(.*)" to string', error, re.DOTALL)
+    if match is None:
+        return None
+    out = bytearray()
+    position = 0
+    for escape in _RUST_ESCAPE.finditer(match.group(1)):
+        out += match.group(1)[position : escape.start()].encode()
+        code = escape.group(1)
+        if code[0] == "x" and len(code) == 3:
+            out.append(int(code[1:], 16))
+        elif code[0] == "u" and len(code) > 1:
+            out += chr(int(code[2:-1], 16)).encode()
+        else:
+            out += _RUST_SIMPLE.get(code, code).encode()
+        position = escape.end()
+    out += match.group(1)[position:].encode()
+    return bytes(out)
+
+
+def _shown(path: Path | bytes) -> str:
+    """A path for a message: a byte that is not UTF-8 shown as U+FFFD."""
+    return os.fsencode(path).decode("utf-8", "replace")

@@ -10,6 +10,7 @@ import subprocess
 import tempfile
 import unicodedata
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -339,18 +340,28 @@ def test_sync_reads_the_folder_as_it_is_spelled_on_disk(
     assert stored == [(canonical_project(str(project)),)]
 
 
-@pytest.fixture
-def unmigrated_url(pg_server: PostgresServer) -> Iterator[str]:
-    """An external database nobody ran `agmem migrate` on, and a role that may not create in it."""
-    url = create_database(pg_server, prefix="agmem_bare")
+@contextmanager
+def scratch_database(pg_server: PostgresServer, prefix: str, *setup: str) -> Iterator[str]:
+    """A new database, `setup` run in it, dropped afterwards."""
+    url = create_database(pg_server, prefix=prefix)
     with psycopg.connect(libpq_url(url), autocommit=True) as connection:
-        connection.execute("DROP ROLE IF EXISTS agmem_weak")
-        connection.execute("CREATE ROLE agmem_weak LOGIN")
-        connection.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+        for statement in setup:
+            connection.execute(statement)
     try:
         yield url
     finally:
         drop_database(pg_server, url)
+
+
+@pytest.fixture
+def unmigrated_url(pg_server: PostgresServer) -> Iterator[str]:
+    """An external database nobody ran `agmem migrate` on, and a role that may not create in it."""
+    weak = ("DROP ROLE IF EXISTS agmem_weak", "CREATE ROLE agmem_weak LOGIN")
+    revoke = "REVOKE CREATE ON SCHEMA public FROM PUBLIC"
+    try:
+        with scratch_database(pg_server, "agmem_bare", *weak, revoke) as url:
+            yield url
+    finally:
         with psycopg.connect(libpq_url(pg_server.admin_url), autocommit=True) as connection:
             connection.execute("DROP ROLE IF EXISTS agmem_weak")
 
@@ -381,6 +392,37 @@ def test_a_database_that_refuses_the_migration_is_one_line(unmigrated_url: str) 
     assert result.stderr.strip() == (
         "agmem: error: the database refused: permission denied for schema public"
     )
+
+
+@pytest.fixture
+def newer_url(pg_server: PostgresServer) -> Iterator[str]:
+    """A database a newer agmem migrated: its revision is one this agmem has no migration for."""
+    with scratch_database(
+        pg_server,
+        "agmem_newer",
+        "CREATE TABLE alembic_version (version_num varchar(32) PRIMARY KEY)",
+        "INSERT INTO alembic_version VALUES ('9999')",
+    ) as url:
+        yield url
+
+
+@pytest.mark.parametrize(
+    ("args", "verb"), [([], "migrate to 'head'"), (["--down", "base"], "downgrade to 'base'")]
+)
+def test_a_database_migrated_by_a_newer_agmem_says_so_and_what_to_do(
+    newer_url: str, args: list[str], verb: str
+) -> None:
+    # It was "cannot migrate to 'head': Can't locate revision identified by '9999'".
+    result = run_agmem("migrate", *args, DATABASE_URL=newer_url)
+
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        f"agmem: error: cannot {verb}: the database was migrated by a newer agmem (its schema "
+        "revision '9999' is unknown to this one): upgrade agmem, or with the newer one run "
+        f"`agmem migrate --down {migrate.head_revision()}`"
+    )
+    status = run_agmem("status", DATABASE_URL=newer_url)
+    assert "schema     9999 (the database was migrated by a newer agmem" in status.stdout
 
 
 @pytest.mark.parametrize(

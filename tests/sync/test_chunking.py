@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import pytest
+
 from app.sync.chunking import Chunk, chunk_markdown, chunk_transcript
 from app.sync.transcripts import parse_transcript
 from app.tokens import estimate_tokens
@@ -14,7 +16,7 @@ def assert_lines_exact(text: str, chunks: list[Chunk]) -> None:
         span = "\n".join(lines[chunk.start_line - 1 : chunk.end_line])
         content = chunk.content
         opener, _, rest = content.partition("\n")
-        if opener.lstrip().startswith(("```", "~~~")) and opener not in span:
+        if opener.lstrip().startswith(("```", "~~~")) and content not in span:
             # A chunk starting inside a code block longer than a chunk reopens it: that line
             # is the block's opening fence, above the chunk.
             assert opener in lines[: chunk.start_line - 1], (chunk.start_line, chunk.end_line)
@@ -224,3 +226,24 @@ def test_a_block_longer_than_a_chunk_is_cut_at_lines_and_reopened() -> None:
     assert inner
     assert all(c.content.startswith("~~~mermaid\n") for c in inner)
     assert all(c.content.count("~~~mermaid") <= 1 for c in chunks)
+
+
+@pytest.mark.parametrize(("fence", "info"), [("````", "mermaid"), ("````", ""), ("~~~~", "")])
+def test_a_long_fence_is_cut_only_at_line_ends_and_reopened_whole(fence: str, info: str) -> None:
+    # The splitter's "```\n" separator matches inside "````\n": the closing fence was cut after
+    # its first backtick, and the chunk after it, reopened, held the prose in an unclosed block
+    # (a bare "````" opener was cut the same way, a chunk of "`" alone).
+    code = "".join(f"    A{i} --> B{i} [label of edge number {i}]\n" for i in range(40))
+    prose = "".join(f"Paragraph {p} of prose explaining the diagram.\n\n" for p in range(12))
+    text = f"# Doc\n\n{'Some prose line here.' * 20}\n\n{fence}{info}\n{code}{fence}\n\n{prose}"
+    for tokens, overlap in ((120, 20), (60, 10), (100, 0)):
+        chunks = chunk_markdown(text, tokens=tokens, overlap=overlap)
+        assert_lines_exact(text, chunks)
+        for chunk in chunks:
+            fences = [line for line in chunk.content.split("\n") if line.startswith(("`", "~"))]
+            if "A" in chunk.content.split("\n")[-1]:  # ends inside the block: reopened or open
+                assert fences == [fence + info], (tokens, chunk)
+            elif "A39 --> B39" in chunk.content:
+                assert fences == [fence + info, fence], (tokens, chunk)
+            else:
+                assert fences == [], (tokens, chunk)

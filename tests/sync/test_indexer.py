@@ -367,13 +367,20 @@ def test_a_path_too_long_for_the_index_skips_that_file_only(
     (project / "MEMORY.md").write_text("# Notes\n\nThe shop runs on port 8080.\n")
     assert len(str(project)) + len(str(too_long)) > 2704
 
-    for _ in range(2):  # and again: still that file alone, reported each run
-        report = run_sync(database_url, settings, CountingEmbedder(), project)
+    for run in range(2):  # and again: still that file alone, reported each run
+        embedder = CountingEmbedder()
+        report = run_sync(database_url, settings, embedder, project)
 
         assert report.errors == []
         assert [(s.path, s.reason.split(" (")[0]) for s in report.skipped] == [
             (str(too_long), "path too long to index")
         ]
+        # Decided before its chunks are embedded: a re-sync with nothing changed embedded it
+        # again each time (and counted it), and the rollback lost its cache rows.
+        expected = (0, 0, 0) if run else (2, 2, 2)
+        assert (report.files_changed, report.embeddings_computed, embedder.texts_embedded) == (
+            expected
+        )
     indexed = db.execute("SELECT path FROM memory_files ORDER BY path").fetchall()
     assert indexed == [(str(project / "MEMORY.md"),), (str(repetitive / "notes.md"),)]
 

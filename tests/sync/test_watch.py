@@ -11,9 +11,11 @@ from typing import Any
 import psycopg
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
+from watchfiles._rust_notify import WatchfilesRustInternalError
 
 from app.config import Settings
 from app.db.engine import make_async_engine, make_sessionmaker
+from app.sync import watch as watch_module
 from app.sync.indexer import ProjectFolderMissing, SyncRequest
 from app.sync.report import SyncReport
 from app.sync.watch import watch_project
@@ -60,6 +62,22 @@ def _start_watch(
             stop=stop,
         )
     )
+
+
+def _watch_end(database_url: str, settings: Settings, project: Path) -> str:
+    """The error a watch of `project` ends with (within 10 s)."""
+
+    async def go() -> str:
+        engine = make_async_engine(database_url)
+        try:
+            task = _start_watch(engine, settings, project, [], asyncio.Event())
+            with pytest.raises(ProjectFolderMissing) as ended:
+                await asyncio.wait_for(task, 10)
+        finally:
+            await engine.dispose()
+        return str(ended.value)
+
+    return asyncio.run(go())
 
 
 def test_watch_syncs_at_start_and_once_per_burst_of_changes(
@@ -162,18 +180,95 @@ def test_watch_ends_with_an_error_when_a_folder_name_is_not_utf8(
     project = make_project(tmp_path / "proj")
     os.mkdir(os.fsencode(project / "memory") + b"/d\xff")
     settings: Settings = make_settings(home=tmp_path / "home", sync_watch_debounce_ms=100)
+
+    assert "d\ufffd has a name that is not UTF-8" in _watch_end(database_url, settings, project)
+
+
+@pytest.mark.parametrize("where", ["memory", "root"])
+def test_watch_goes_on_while_a_file_whose_name_is_not_utf8_is_written_again_and_again(
+    database_url: str,
+    db: psycopg.Connection[Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    where: str,
+) -> None:
+    # Each such write fails watchfiles' watcher. One failing again within a second of the last
+    # (re)start counted as a folder that cannot be watched: the second ended the watch ("a name
+    # under it is not UTF-8"), and each one cost a whole sync and its summary line, even for a
+    # log file in the project root that nothing indexes.
+    project = make_project(tmp_path / "proj")
+    settings: Settings = make_settings(home=tmp_path / "home", sync_watch_debounce_ms=100)
     reports: list[SyncReport] = []
+    scopes: list[Any] = []
+    real_sync = watch_module.sync_project
+
+    async def counting(*args: Any, **kwargs: Any) -> SyncReport:
+        scopes.append(kwargs["changed"])
+        return await real_sync(*args, **kwargs)
+
+    monkeypatch.setattr(watch_module, "sync_project", counting)
+    if where == "memory":
+        name = os.fsencode(project / "memory") + b"/bad\xff.md"
+    else:
+        name = os.fsencode(project) + b"/build-caf\xe9.log"
+    note = project / "memory" / "n.md"
 
     async def go() -> None:
-        engine = make_async_engine(database_url)
-        try:
-            task = _start_watch(engine, settings, project, reports, asyncio.Event())
-            with pytest.raises(ProjectFolderMissing, match="a name under it is not UTF-8"):
-                await asyncio.wait_for(task, 10)
-        finally:
-            await engine.dispose()
+        async with watching(database_url, settings, project, reports):
+            for _ in range(15):
+                with open(name, "ab") as repeated:
+                    repeated.write(b"# A line\n")
+                await asyncio.sleep(0.4)
+            note.write_text("# N\n\nwritten after\n")
+            await _until(lambda: _chunks(db, note) == [("# N\n\nwritten after",)])
 
     asyncio.run(go())
+
+    shown = [s.path for r in reports for s in r.skipped if "not UTF-8" in s.reason]
+    if where == "memory":
+        assert len(shown) == 1  # reported once, not at every write
+    else:  # nothing indexes it: each write costs a look at the root's memory files, no more
+        assert shown == []
+        assert None not in scopes[1:]
+        assert len(reports) == 2  # the first sync and the edit's
+
+
+def test_watch_ends_naming_a_watched_folder_whose_own_name_is_not_utf8(
+    database_url: str, tmp_path: Path
+) -> None:
+    # watchfiles refuses such a folder with UnicodeEncodeError: that watcher ended unseen, and
+    # the root's, seeing the sync open it, ended the watch with "a name under it is not UTF-8".
+    project = make_project(tmp_path / "proj")
+    sessions = os.fsencode(project) + b"/sess\xff"
+    os.mkdir(sessions)
+    settings: Settings = make_settings(
+        home=tmp_path / "home", sync_watch_debounce_ms=100, sync_sessions_dir=os.fsdecode(sessions)
+    )
+
+    ended = _watch_end(database_url, settings, project)
+    assert ended.endswith("sess\ufffd: its name is not UTF-8")
+
+
+LIMIT = "error in underlying watcher: OS file watch limit reached."
+
+
+def test_watch_ends_with_watchfiles_own_words_when_a_watcher_cannot_start(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every failure of watchfiles' watcher was called "a name under it is not UTF-8", the
+    # system's limit of watches reached included.
+    project = make_project(tmp_path / "proj")
+    settings: Settings = make_settings(home=tmp_path / "home", sync_watch_debounce_ms=100)
+
+    async def refused(*args: Any, **kwargs: Any) -> AsyncIterator[set[Any]]:
+        raise WatchfilesRustInternalError(LIMIT)
+        yield set()
+
+    monkeypatch.setattr(watch_module, "awatch", refused)
+
+    ended = _watch_end(database_url, settings, project)
+    assert ended.endswith(f": {LIMIT}")
+    assert "UTF-8" not in ended
 
 
 def test_watch_picks_up_a_sessions_folder_made_after_it_started(
