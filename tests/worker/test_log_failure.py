@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import psycopg
 import pytest
+import structlog
 from sqlalchemy import exc as sa_exc
 from structlog.testing import capture_logs
 
-from app.worker.loop import log_failure
+from app.worker import loop
 
 
 @pytest.mark.parametrize(
@@ -19,12 +20,17 @@ from app.worker.loop import log_failure
         (psycopg.errors.AdminShutdown("terminating connection"), "worker.database_unavailable"),
     ],
 )
-def test_a_conflict_is_not_logged_as_an_outage(error: psycopg.Error, event: str) -> None:
+def test_a_conflict_is_not_logged_as_an_outage(
+    error: psycopg.Error, event: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # The upkeep's give-up losing a deadlock to a capture batch was logged as
     # `worker.database_unavailable` while the database was up.
     wrapped = sa_exc.OperationalError("UPDATE observations ...", {}, error)
     with capture_logs() as logged:
-        log_failure("worker.maintenance_error", wrapped)
+        # A logger keeps the configuration of its first use (cache_logger_on_first_use): after
+        # another test used the loop's, capture_logs saw nothing of it.
+        monkeypatch.setattr(loop, "log", structlog.get_logger(loop.__name__))
+        loop.log_failure("worker.maintenance_error", wrapped)
 
     assert [(entry["event"], entry["during"]) for entry in logged] == [
         (event, "worker.maintenance_error")
