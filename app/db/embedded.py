@@ -118,15 +118,21 @@ def postmaster_pid(pgdata: Path) -> int | None:
 
 
 def postmaster_of(pid: int, pgdata: Path) -> bool:
-    """Whether live process `pid` is a postmaster of `pgdata`: pg_ctl starts it with `-D <pgdata>`,
-    and the postmaster keeps that command line. Where /proc cannot say (not Linux, another user's
-    process hidden), it is taken to be one, as pgserver and Postgres take any live pid."""
+    """Whether live process `pid` is a postmaster of `pgdata`: it works in its data folder (the
+    postmaster changes into it at start), and pg_ctl starts it with `-D <pgdata>`, a command line
+    it keeps. The folder is the test a postmaster started by hand passes too: with a relative
+    `-D` (which means nothing from agmem's own folder) or with PGDATA and no `-D`, it was taken
+    for another process and its lock files removed. Where /proc cannot say (not Linux, another
+    user's process hidden), it is taken to be one, as pgserver and Postgres take any live pid."""
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except FileNotFoundError:  # gone meanwhile, or no /proc at all
         return not Path("/proc/self").exists()
     except OSError:
         return True
+    with suppress(OSError):
+        if os.path.samefile(f"/proc/{pid}/cwd", pgdata):
+            return True
     folders = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == b"-D"]
     with suppress(OSError):
         return any(os.path.samefile(os.fsdecode(folder), pgdata) for folder in folders)
