@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import fcntl
 import hashlib
 import logging
 import os
@@ -366,15 +367,37 @@ def exit_stops_server() -> bool:
     return _EXIT.held is not None
 
 
+def _lock_without_waiting(server: Any) -> bool:
+    """pgserver's inter-process lock, taken without waiting, or False when another process holds
+    it. Taken for good: the process exits right after (`stop_at_once`), which releases it. This
+    process's own exit may hold it already (`_leave`): a POSIX record lock never conflicts with
+    its own process, so that is taken too."""
+    try:
+        descriptor = os.open(server._lock.path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        return False
+    try:
+        fcntl.lockf(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)  # fasteners' lock is lockf's
+    except OSError:
+        os.close(descriptor)
+        return False
+    return True
+
+
 def stop_at_once() -> None:
     """The second signal while this process exits: stop the embedded server it holds at once,
-    if its exit is stopping it or would (no other live process is in the handle list, read
-    without pgserver's lock, which another process may hold for long); else leave it running."""
+    if its exit is stopping it or would (no other live process is in the handle list); else
+    leave it running. The list is read under pgserver's lock, taken without waiting: a process
+    holding it may be joining the server, not yet in the list (it was read without the lock,
+    and a server that process had just found running was stopped under it); the server is then
+    left to it, as it is while the list is being written."""
     server = _EXIT.held
     if server is None:
         return
     pid = _EXIT.stopping
     if pid is None:
+        if not _lock_without_waiting(server):
+            return
         pid = postmaster_pid(server.pgdata)
         if pid is None or not alive(pid) or not postmaster_of(pid, server.pgdata):
             return
