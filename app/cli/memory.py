@@ -7,7 +7,6 @@ directory, which is what an agent launching `agmem mcp` from a project folder ex
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 from collections.abc import Awaitable, Callable
@@ -26,6 +25,7 @@ from app.cli.common import (
     storable_project,
 )
 from app.config import Settings
+from app.entry import signalled
 from app.memories.patterns import is_pattern
 from app.memories.schemas import (
     MAX_TTL_SECONDS,
@@ -324,8 +324,10 @@ def mcp(project: ProjectOpt = None) -> None:
 
         # Its client stopping it (SIGTERM, or Ctrl-C in a terminal) is how a stdio server ends,
         # like the end of its input: exit 0, as serve, the worker and `sync --watch` do.
-        with contextlib.suppress(KeyboardInterrupt):
+        try:
             asyncio.run(_with_state(settings, url, work))
+        except KeyboardInterrupt:
+            signalled()  # one more while the embedded server stops at exit stops it at once
 
 
 def register(cli: typer.Typer) -> None:

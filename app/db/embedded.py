@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import fcntl
 import hashlib
 import logging
 import os
@@ -118,15 +119,21 @@ def postmaster_pid(pgdata: Path) -> int | None:
 
 
 def postmaster_of(pid: int, pgdata: Path) -> bool:
-    """Whether live process `pid` is a postmaster of `pgdata`: pg_ctl starts it with `-D <pgdata>`,
-    and the postmaster keeps that command line. Where /proc cannot say (not Linux, another user's
-    process hidden), it is taken to be one, as pgserver and Postgres take any live pid."""
+    """Whether live process `pid` is a postmaster of `pgdata`: it works in its data folder (the
+    postmaster changes into it at start), and pg_ctl starts it with `-D <pgdata>`, a command line
+    it keeps. The folder is the test a postmaster started by hand passes too: with a relative
+    `-D` (which means nothing from agmem's own folder) or with PGDATA and no `-D`, it was taken
+    for another process and its lock files removed. Where /proc cannot say (not Linux, another
+    user's process hidden), it is taken to be one, as pgserver and Postgres take any live pid."""
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except FileNotFoundError:  # gone meanwhile, or no /proc at all
         return not Path("/proc/self").exists()
     except OSError:
         return True
+    with suppress(OSError):
+        if os.path.samefile(f"/proc/{pid}/cwd", pgdata):
+            return True
     folders = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == b"-D"]
     with suppress(OSError):
         return any(os.path.samefile(os.fsdecode(folder), pgdata) for folder in folders)
@@ -360,15 +367,37 @@ def exit_stops_server() -> bool:
     return _EXIT.held is not None
 
 
+def _lock_without_waiting(server: Any) -> bool:
+    """pgserver's inter-process lock, taken without waiting, or False when another process holds
+    it. Taken for good: the process exits right after (`stop_at_once`), which releases it. This
+    process's own exit may hold it already (`_leave`): a POSIX record lock never conflicts with
+    its own process, so that is taken too."""
+    try:
+        descriptor = os.open(server._lock.path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        return False
+    try:
+        fcntl.lockf(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)  # fasteners' lock is lockf's
+    except OSError:
+        os.close(descriptor)
+        return False
+    return True
+
+
 def stop_at_once() -> None:
     """The second signal while this process exits: stop the embedded server it holds at once,
-    if its exit is stopping it or would (no other live process is in the handle list, read
-    without pgserver's lock, which another process may hold for long); else leave it running."""
+    if its exit is stopping it or would (no other live process is in the handle list); else
+    leave it running. The list is read under pgserver's lock, taken without waiting: a process
+    holding it may be joining the server, not yet in the list (it was read without the lock,
+    and a server that process had just found running was stopped under it); the server is then
+    left to it, as it is while the list is being written."""
     server = _EXIT.held
     if server is None:
         return
     pid = _EXIT.stopping
     if pid is None:
+        if not _lock_without_waiting(server):
+            return
         pid = postmaster_pid(server.pgdata)
         if pid is None or not alive(pid) or not postmaster_of(pid, server.pgdata):
             return

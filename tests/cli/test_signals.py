@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +176,28 @@ from app.entry import main
 main()
 """
 
+# agmem, with Ctrl-C pressed twice as its exit waits for pgserver's lock, which another process
+# holds (one joining the server: it has found it running and is about to enter the list).
+TWICE_WHILE_ANOTHER_JOINS = """
+import os, signal, subprocess, sys
+from app.db import embedded
+HOLD = (
+    "import fasteners, sys, time; lock = fasteners.InterProcessLock(sys.argv[1]); "
+    "lock.acquire(); print('held', flush=True); time.sleep(3)"
+)
+leave = embedded._leave
+def leave_while_another_joins(server):
+    lock = os.fsdecode(server._lock.path)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, lock], stdout=subprocess.PIPE, text=True)
+    holder.stdout.readline()
+    os.kill(os.getpid(), signal.SIGINT)
+    os.kill(os.getpid(), signal.SIGINT)
+    return leave(server)
+embedded._leave = leave_while_another_joins
+from app.entry import main
+main()
+"""
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("moment", ["leave", "stop"])
@@ -244,3 +267,23 @@ def test_output_to_a_pipe_nobody_reads_ends_quietly_with_sigpipes_code(
 
     assert done.returncode == 141
     assert done.stderr == ""
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_leaves_the_server_to_a_process_joining_it(tmp_path: Path) -> None:
+    # The handle list was read without pgserver's lock: a process that had found the server
+    # running, holding the lock and not yet in the list, was handed a server stopped under it.
+    home = tmp_path / "home"
+
+    done = run_python(TWICE_WHILE_ANOTHER_JOINS, "status", AGMEM_HOME=str(home))
+
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.splitlines()[-1] == "agmem: interrupted"
+    assert (home / "pgdata" / "postmaster.pid").exists(), "stopped under the joining process"
+    assert "immediate shutdown" not in (home / "pgdata" / "log").read_text()
+    # The joining process was a stand-in: stop the server as the last one to leave would.
+    postmaster = int(running_postmaster(home))
+    os.kill(postmaster, signal.SIGQUIT)
+    deadline = time.monotonic() + 10
+    while (home / "pgdata" / "postmaster.pid").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)

@@ -339,3 +339,23 @@ def test_a_postmaster_first_seen_after_an_unreadable_pid_file_is_adopted_not_res
     )
     asyncio.run(supervisor.run(stop))
     assert (server.calls, events, supervisor.pid) == (0, [], os.getpid())
+
+
+@pytest.mark.parametrize("data_folder", ["relative", "from PGDATA"])
+def test_a_postmaster_started_without_an_absolute_data_folder_is_kept(
+    tmp_path: Path, data_folder: str
+) -> None:
+    # A postmaster works in its data folder. Started by hand with a relative `-D` (resolved here
+    # against agmem's own folder) or with PGDATA (no `-D` at all), it was taken for another
+    # process and its lock files removed: the next start then failed on its shared memory.
+    args = ["-D", "."] if data_folder == "relative" else []
+    postmaster = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", *args], cwd=tmp_path
+    )
+    try:
+        write_pid(tmp_path, postmaster.pid)
+        forget_dead_postmaster(tmp_path)
+        assert postmaster_pid(tmp_path) == postmaster.pid
+    finally:
+        postmaster.kill()
+        postmaster.wait()
