@@ -8,6 +8,7 @@ import structlog
 from sqlalchemy import exc as sa_exc
 from structlog.testing import capture_logs
 
+from app.logs import configure_logging
 from app.worker import loop
 
 
@@ -26,10 +27,11 @@ def test_a_conflict_is_not_logged_as_an_outage(
     # The upkeep's give-up losing a deadlock to a capture batch was logged as
     # `worker.database_unavailable` while the database was up.
     wrapped = sa_exc.OperationalError("UPDATE observations ...", {}, error)
+    # An in-process CLI test may have left the level at error (AGMEM_LOG_LEVEL), and a logger
+    # keeps the configuration of its first use: after either, capture_logs saw nothing.
+    configure_logging("info")
+    monkeypatch.setattr(loop, "log", structlog.get_logger(loop.__name__))
     with capture_logs() as logged:
-        # A logger keeps the configuration of its first use (cache_logger_on_first_use): after
-        # another test used the loop's, capture_logs saw nothing of it.
-        monkeypatch.setattr(loop, "log", structlog.get_logger(loop.__name__))
         loop.log_failure("worker.maintenance_error", wrapped)
 
     assert [(entry["event"], entry["during"]) for entry in logged] == [
