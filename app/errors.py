@@ -10,6 +10,14 @@ def first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
+def sqlstate(error: BaseException) -> str:
+    """The SQLSTATE of a database error, psycopg's or SQLAlchemy's wrapping one ("" for any other
+    error): the one place that unwraps it, for the HTTP and MCP answers, the worker's log and
+    the CLI's lines."""
+    code = getattr(getattr(error, "orig", None) or error, "sqlstate", None)
+    return code if isinstance(code, str) else ""
+
+
 def validator_reason(message: str) -> str:
     """A pydantic error message without the "Value error, " it puts before a validator's own
     ValueError text (which already reads as the reason), wherever the message holds it."""

@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.errors import AppError, DatabaseUnavailable, first_line, validator_reason
+from app.errors import AppError, DatabaseUnavailable, first_line, sqlstate, validator_reason
 
 log = structlog.get_logger(__name__)
 
@@ -150,8 +150,7 @@ def refused_value(error: Exception) -> str | None:
     SQLSTATE class 22 (data exceptions) and 54 (over a limit: an index row over 2704 bytes, too
     many arguments). psycopg classes the second as an OperationalError, with the errors of an
     unreachable database."""
-    cause = getattr(error, "orig", None) or error
-    if isinstance(cause, psycopg.Error) and (cause.sqlstate or "")[:2] in ("22", "54"):
+    if sqlstate(error)[:2] in ("22", "54"):
         return f"the database rejected a value: {first_line(error)}"
     return None
 
@@ -184,13 +183,12 @@ _ANSWERED = {
 def database_unavailable(error: Exception) -> DatabaseUnavailable:
     """What a client is told of a database that cannot serve the request now (the reason, which
     may name its socket, host or files, goes to the log)."""
-    cause = getattr(error, "orig", None) or error
-    sqlstate = (cause.sqlstate or "") if isinstance(cause, psycopg.Error) else ""
-    detail = _ANSWERED.get(sqlstate) or _ANSWERED.get(sqlstate[:2])
+    state = sqlstate(error)
+    detail = _ANSWERED.get(state) or _ANSWERED.get(state[:2])
     if detail is None:
         log.warning("database.unreachable", error=first_line(error))
         return DatabaseUnavailable("the database is unreachable; retry shortly")
-    log.warning("database.refused_request", sqlstate=sqlstate, error=first_line(error))
+    log.warning("database.refused_request", sqlstate=state, error=first_line(error))
     return DatabaseUnavailable(detail)
 
 

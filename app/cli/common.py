@@ -19,7 +19,7 @@ from typer.core import TyperGroup
 from app.api.limits import stored_project_path
 from app.config import Settings, SettingsError, load_settings
 from app.entry import Terminated, interrupted, raise_terminated, signalled
-from app.errors import AppError, first_line, validator_reason
+from app.errors import AppError, first_line, sqlstate, validator_reason
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -199,9 +199,10 @@ def database_refused(error: Exception) -> str:
     whose schema was never migrated (or is behind), a role that may not create tables, a server
     without pgvector ("extension "vector" is not available"). Every command but `status` was a
     traceback; now one line, naming `agmem migrate` when the schema is the cause."""
-    state = getattr(getattr(error, "orig", error), "sqlstate", None)
     hint = (
-        "; the schema is missing or behind: run `agmem migrate`" if state in _SCHEMA_BEHIND else ""
+        "; the schema is missing or behind: run `agmem migrate`"
+        if sqlstate(error) in _SCHEMA_BEHIND
+        else ""
     )
     return f"the database refused: {first_line(error)}{hint}"
 

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.config import Settings
 from app.db.engine import transaction
 from app.db.raw_pool import libpq_url
-from app.errors import first_line
+from app.errors import first_line, sqlstate
 from app.llm.embeddings import Embedder
 from app.llm.gemini import make_client
 from app.llm.ratelimit import DailyBudget, gemini_gate
@@ -43,8 +43,7 @@ def log_failure(event: str, error: Exception, **fields: Any) -> None:
     A deadlock or serialization failure (SQLSTATE class 40: the upkeep's give-up losing to a
     capture batch) is psycopg's OperationalError too, but the database is up: it was logged as
     `worker.database_unavailable`, which sent an operator looking for an outage."""
-    cause = getattr(error, "orig", None) or error
-    if isinstance(cause, psycopg.Error) and (cause.sqlstate or "").startswith("40"):
+    if sqlstate(error).startswith("40"):
         log.warning("worker.transaction_conflict", during=event, error=first_line(error), **fields)
     elif isinstance(error, UNREACHABLE):
         log.warning("worker.database_unavailable", during=event, error=first_line(error), **fields)
