@@ -126,6 +126,27 @@ def test_same_text_appears_once(
     assert body["context"].count("Moved the cron job") == 1
 
 
+def test_a_long_text_cut_to_its_share_still_appears_once(
+    client: TestClient, database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    # A hit is cut to its share (160 tokens) and its cut was what later hits were compared
+    # with: the same 400-token section from MEMORY.md and memory/CLAUDE.md shared under half
+    # of its words with the cut, so the block quoted it twice.
+    words = " ".join(f"deploy{n} release{n} step{n}" for n in range(200))
+    text = "The release checklist: " + words
+    add_chunks(
+        database_url,
+        [Chunk(text, path="MEMORY.md"), Chunk(text, path="memory/CLAUDE.md")],
+    )
+    other = "The release checklist also names the rollback owner and the pager rota."
+    add_chunks(database_url, [Chunk(other, path="ops.md")])
+    body = context(client, prompt="release checklist deploy step", budget=2000)
+    cited = [item["path"] for item in body["items"] if item["source"] == "memory"]
+    assert len([path for path in cited if path != "ops.md"]) == 1, cited
+    assert "ops.md" in cited  # different text is not dropped as a duplicate
+    assert body["context"].count("The release checklist: ") == 1
+
+
 @pytest.mark.parametrize("budget", [50, 80, 150, 300, 700, 2000, 5000])
 def test_result_never_exceeds_the_budget(
     client: TestClient, database_url: str, db: psycopg.Connection[Any], budget: int
