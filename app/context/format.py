@@ -122,6 +122,11 @@ def balanced(text: str) -> str:
                 prose.append(line)
             continue
         marker = match.group(1)
+        if not fence and marker[0] == "`" and "`" in line[match.end() :]:
+            # Inline code (a backtick fence's info string holds no backtick): "```make```".
+            last_prose = index
+            prose.append(line)
+            continue
         if not fence:
             fence = marker
         elif (

@@ -88,3 +88,12 @@ def test_balancing_closes_what_a_cut_left_open_and_only_that() -> None:
     # Code between prose lines counts for neither: `**kwargs` there is no open bold.
     text = "Call it:\n```\nf(**kwargs)\n```\nthen `g` runs."
     assert balanced(text) == text
+
+
+def test_inline_code_of_three_backticks_is_no_fence() -> None:
+    # A backtick fence's info string holds no backtick (CommonMark): "```make test``` first" is
+    # inline code. Taken for an opener, it got a closing fence that opened a real one.
+    text = "Run it:\n```make test``` first, then `deploy`"
+    assert balanced(text) == text
+    assert balanced("```make test``` then `depl…") == "```make test``` then `depl…`"
+
