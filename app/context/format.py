@@ -157,7 +157,10 @@ def _inline_closers(prose: str) -> str:
 def relevant_item(cite: str, source: str, content: str) -> str:
     """A hit as a list item: short text on the item's line, longer text as its indented lines."""
     head = f"- `{cite}` ({source}):"
-    if "\n" not in content:
-        return inert(f"{head} {balanced(content)}\n")
-    body = "\n".join(f"  {line}" if line else "" for line in balanced(content).split("\n"))
+    closed = balanced(content)
+    # Balanced first: a one-line item its closing fence makes two lines is indented too, or the
+    # fence at the margin, outside the list, opened a code block to the end of the block.
+    if "\n" not in closed:
+        return inert(f"{head} {closed}\n")
+    body = "\n".join(f"  {line}" if line else "" for line in closed.split("\n"))
     return inert(f"{head}\n{body}\n")

@@ -8,7 +8,7 @@ import psycopg
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.context.builder import ContextBlock, build_context
-from app.context.format import balanced
+from app.context.format import balanced, relevant_item
 from app.llm.embeddings import local_embedder
 from app.tokens import estimate_tokens, truncate_to_tokens
 from tests.search.seed import Chunk, add_chunks, add_session, in_session
@@ -97,3 +97,13 @@ def test_inline_code_of_three_backticks_is_no_fence() -> None:
     assert balanced(text) == text
     assert balanced("```make test``` then `depl…") == "```make test``` then `depl…`"
 
+
+def test_a_one_line_item_keeps_what_closes_it_inside_the_item() -> None:
+    # A one-line item went on the item's line and the fence closing it on a line of its own at
+    # the margin, outside the list: an opener there, it turned the rest of the block into code.
+    for content in ("~~~ notes from the call…", "```bash…"):
+        rendered = relevant_item("a.md#L1-L1", "memory", content)
+        first, *rest = rendered.rstrip("\n").split("\n")
+        assert first == "- `a.md#L1-L1` (memory):"
+        assert rest, rendered
+        assert all(line.startswith("  ") for line in rest), rendered
