@@ -68,7 +68,9 @@ def fact_value(raw_json: str) -> str:
 
 
 def fact_line(key: str, value: str) -> str:
-    return inert(f"- **{key}**: {value}\n")
+    # A key may hold line breaks (only `*` is refused): written raw, its lines stood at the
+    # margin as the block's own sections.
+    return inert(f"- **{one_line(key)}**: {value}\n")
 
 
 def citation(hit: SearchResult) -> str:
