@@ -97,6 +97,9 @@ _BLANK_RUNS = re.compile(r"\n{3,}")
 def item_lines(text: str) -> str:
     """`text` with its lines kept (code and tree diagrams stay readable), trailing spaces and
     runs of blank lines dropped: what a hit quotes before it is cut to its share of the budget."""
+    # A lone CR (a captured shell output's progress lines) ends a line in markdown too: kept,
+    # the lines after it stood at the margin, outside the item, unseen by `balanced`.
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
     lines = [line.rstrip() for line in text.strip().split("\n")]
     # A chunk cut from a file can start with the fence that closes a code block above it (sync
     # cuts after a block's code): read as an opener, it turned the prose after it into code

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import psycopg
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.context.builder import ContextBlock, build_context
-from app.context.format import balanced, relevant_item
+from app.context.format import balanced, item_lines, relevant_item
 from app.llm.embeddings import local_embedder
 from app.tokens import estimate_tokens, truncate_to_tokens
 from tests.search.seed import Chunk, add_chunks, add_session, in_session
@@ -107,3 +108,15 @@ def test_a_one_line_item_keeps_what_closes_it_inside_the_item() -> None:
         assert first == "- `a.md#L1-L1` (memory):"
         assert rest, rendered
         assert all(line.startswith("  ") for line in rest), rendered
+
+
+def test_a_carriage_return_is_a_line_break_of_the_item() -> None:
+    # A captured shell output keeps its progress lines' lone CRs, which markdown reads as line
+    # ends: the lines after them stood at the margin, outside the item (a heading of the
+    # block's own, an unseen fence that turned the rest of the block into code).
+    text = "Result: 10%\r50%\r## Installed\r```\r100%\r\ndone"
+    rendered = relevant_item("observation:1", "observation", item_lines(text))
+    lines = re.split(r"\r\n|\r|\n", rendered.rstrip("\n"))
+    assert lines[0] == "- `observation:1` (observation):"
+    assert all(line.startswith("  ") for line in lines[1:]), lines
+    assert sum(line.strip().startswith("```") for line in lines) == 2
