@@ -49,8 +49,17 @@ def date_label(at: datetime) -> str:
     return at.strftime("%Y-%m-%d %H:%M UTC") if at.tzinfo else at.strftime("%Y-%m-%d %H:%M")
 
 
+# How much of a task's start a summary must quote (after an opening quote) to be said to state it.
+_QUOTED_TASK_CHARS = 60
+
+
 def session_full(at: datetime, task: str | None, summary: str) -> str:
-    task_line = f"**Task**: {one_line(task)}\n\n" if task and task.strip() else ""
+    task = one_line(task) if task else ""
+    # The offline summary opens with its task quoted (`on "<task>"`, cut at 40 tokens): a
+    # `**Task**` line above it said it again: 136 tokens of a 2,000-token block over the
+    # testdata's two latest sessions.
+    quoted = f'"{task[:_QUOTED_TASK_CHARS]}' in summary
+    task_line = f"**Task**: {task}\n\n" if task and not quoted else ""
     return inert(f"\n## Session from {date_label(at)}\n{task_line}{summary.strip()}\n")
 
 

@@ -95,6 +95,36 @@ def test_block_layout_recent_sessions_first_with_facts_and_citations(
     assert sum(item["tokens"] for item in body["items"]) <= body["tokenCount"]
 
 
+def test_a_summary_that_quotes_its_task_is_shown_without_a_task_line(
+    client: TestClient, database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    # The offline summary opens with the task it was given (`on "<prompt>"`, cut at 40 tokens):
+    # the block's `**Task**` line above it said it again: 136 tokens of a 2,000-token block
+    # over the testdata's two latest sessions.
+    task = (
+        "The error from loadSettingsFromFile() is wrapped with its prefix at line 239, then "
+        "wrapped again with the same prefix at line 84, so users read the prefix twice."
+    )
+    quoted = task.strip()[:150].rsplit(" ", 1)[0] + "…"
+    add_session(
+        database_url,
+        "s1",
+        summary=f'This session in /p on "{quoted}" made 9 tool calls (3 commands).',
+        prompt=task,
+        created_at=START,
+    )
+    add_session(
+        database_url,
+        "s2",
+        summary="Wrapped the error once in config.go.",
+        prompt="now fix the duplicate prefix",
+        created_at=START + timedelta(hours=1),
+    )
+    markdown = context(client)["context"]
+    assert markdown.count("The error from loadSettingsFromFile()") == 1
+    assert "**Task**: now fix the duplicate prefix" in markdown  # not quoted: its line stays
+
+
 def test_same_text_appears_once(
     client: TestClient, database_url: str, db: psycopg.Connection[Any]
 ) -> None:
