@@ -355,6 +355,25 @@ def _redact(s: str, found: frozenset[str]) -> str:
     return s
 
 
+def redact_secrets_lines(s: str) -> str:
+    """`redact_secrets` for a markdown file before it is chunked: a secret spanning lines (a PEM
+    key) becomes `[REDACTED]` and the newlines it held, so every later line keeps its number.
+
+    Redacted chunk by chunk instead, a key longer than a chunk showed its later lines in the
+    next chunks: the `-----BEGIN` line, which the rule needs, was in the first one only."""
+    for pattern, replacement in _rules_for(_SCANNER.present(s)):
+        s = pattern.sub(_keeping_lines(replacement), s)
+    return s
+
+
+def _keeping_lines(replacement: _Replacement) -> Callable[[re.Match[str]], str]:
+    def replace(match: re.Match[str]) -> str:
+        text = replacement if isinstance(replacement, str) else replacement(match)
+        return text + "\n" * (match.group().count("\n") - text.count("\n"))
+
+    return replace
+
+
 # Few distinct sets of found literals occur, and testing every rule against one cost ~3 µs a
 # string, for the same answer each time.
 @lru_cache(maxsize=1024)

@@ -20,6 +20,7 @@ from app.privacy import (
     clean_text,
     json_depth,
     redact_secrets,
+    redact_secrets_lines,
     sanitize_json,
     sanitize_text,
     strip_private,
@@ -111,6 +112,14 @@ def test_redact_stripe_keeps_the_kind() -> None:
 def test_redact_private_key_block() -> None:
     text = "x\n-----BEGIN RSA PRIVATE KEY-----\nMIIEow\nabc\n-----END RSA PRIVATE KEY-----\ny"
     assert redact_secrets(text) == f"x\n{REDACTED}\ny"
+
+
+def test_redact_secrets_lines_keeps_every_line() -> None:
+    text = "x\n-----BEGIN RSA PRIVATE KEY-----\nMIIEow\nabc\n-----END RSA PRIVATE KEY-----\ny"
+    text += "\nAuthorization: Bearer\n  abcdefgh12345678\nAPI_KEY=zzz"
+    assert redact_secrets_lines(text) == (
+        f"x\n{REDACTED}\n\n\n\ny\nAuthorization: Bearer\n  {REDACTED}\nAPI_KEY={REDACTED}"
+    )
 
 
 @pytest.mark.parametrize(
