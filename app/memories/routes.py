@@ -36,10 +36,6 @@ from app.state import AppState
 router = APIRouter(prefix="/api", tags=["memories"], lifespan=memory_reads_lifespan)
 
 
-class InvalidKey(ValidationFailed):
-    pass
-
-
 class InvalidIfMatch(BadRequest):
     pass
 
@@ -79,7 +75,7 @@ def _key(key: str) -> str:
     try:
         return check_key(key)
     except ValueError as error:
-        raise InvalidKey(str(error)) from None
+        raise service.InvalidKey(str(error)) from None
 
 
 def parse_if_match(header: str | None) -> int | None:

@@ -41,6 +41,7 @@ from app.errors import Conflict, NotFound, ValidationFailed
 from app.index.writer import replace_index_text
 from app.memories.patterns import LIKE_ESCAPE, pattern_to_like
 from app.memories.schemas import Memory, MemoryWrite, Scope
+from app.privacy import sanitize_text
 
 if TYPE_CHECKING:
     from app.memories.reads import ReadRow
@@ -66,6 +67,22 @@ class VersionConflict(Conflict):
 
 class ScopeTargetMissing(ValidationFailed):
     pass
+
+
+class InvalidKey(ValidationFailed):
+    pass
+
+
+def check_written_key(key: str) -> None:
+    """Refuse a key the privacy rules would change: a value is sanitized, but a key is the
+    memory's name, stored, logged, listed, indexed and sent in the resume prompt as written.
+    Reads and deletes take any key, so one stored before this check can still be removed."""
+    if sanitize_text(key) != key:
+        raise InvalidKey(
+            "the key holds a <private> span or a secret (an API key, a token, a password); "
+            "a key is stored and shown as written, so name the secret and put it in the value, "
+            "whose secrets are redacted"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +190,7 @@ async def write_memory(
     exist yet" or ANY_VERSION for "must exist"; otherwise VersionConflict (409) and nothing
     changes. Returns (row, created).
     """
+    check_written_key(key)
     project_path, session_id = identity_of(data)
     where = (
         MemoryRow.scope == data.scope,
