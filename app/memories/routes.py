@@ -8,7 +8,7 @@ from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from app.api import paths  # noqa: F401 - registers the `{name:any}` paths below use
-from app.api.deps import DbDep, StateDep
+from app.api.deps import DbDep, SettingsDep, StateDep
 from app.db.engine import transaction
 from app.errors import BadRequest, ValidationFailed
 from app.memories import resume as resume_service
@@ -120,12 +120,17 @@ async def put_memory(
     key: str,
     body: MemoryWrite,
     db: DbDep,
+    settings: SettingsDep,
     response: Response,
     if_match: Annotated[str | None, Header()] = None,
 ) -> Memory:
     """Write a memory; an existing key is updated and its previous value kept as a version."""
     row, created = await service.write_memory(
-        db, key=_key(key), data=body, if_version=_expected_version(if_match, body.if_version)
+        db,
+        key=_key(key),
+        data=body,
+        settings=settings,
+        if_version=_expected_version(if_match, body.if_version),
     )
     memory = service.to_schema(row)
     response.status_code = 201 if created else 200

@@ -42,8 +42,10 @@ from app.index.writer import replace_index_text
 from app.memories.patterns import LIKE_ESCAPE, pattern_to_like
 from app.memories.schemas import Memory, MemoryWrite, Scope
 from app.privacy import sanitize_text
+from app.projects import refuse_excluded
 
 if TYPE_CHECKING:
+    from app.config import Settings
     from app.memories.reads import ReadRow
 
 log = structlog.get_logger(__name__)
@@ -182,9 +184,17 @@ def identity_of(data: MemoryWrite) -> tuple[str, str]:
 
 
 async def write_memory(
-    session: AsyncSession, *, key: str, data: MemoryWrite, if_version: int | None = None
+    session: AsyncSession,
+    *,
+    key: str,
+    data: MemoryWrite,
+    settings: Settings,
+    if_version: int | None = None,
 ) -> tuple[MemoryRow, bool]:
     """Create or update a memory; an update keeps the previous value in `memory_versions`.
+
+    A key the privacy rules would change is InvalidKey, a project AGMEM_CAPTURE_EXCLUDE_PROJECTS
+    excludes ProjectExcluded (both 422), and nothing is stored.
 
     `if_version` (optimistic concurrency) must equal the stored version, be 0 for "must not
     exist yet" or ANY_VERSION for "must exist"; otherwise VersionConflict (409) and nothing
@@ -192,6 +202,7 @@ async def write_memory(
     """
     check_written_key(key)
     project_path, session_id = identity_of(data)
+    refuse_excluded(project_path, settings, "its memories")
     where = (
         MemoryRow.scope == data.scope,
         MemoryRow.project_path == project_path,

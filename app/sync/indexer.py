@@ -29,7 +29,7 @@ from app.index.terms import index_terms
 from app.index.writer import content_hash
 from app.llm.embeddings import Embedder
 from app.privacy import clean_text, redact_secrets_lines, strip_private_lines
-from app.projects import canonical_project
+from app.projects import canonical_project, refuse_excluded
 from app.sync import queries
 from app.sync.bulk_index import begin_bulk_index, end_bulk_index, repair_invalid_index
 from app.sync.chunking import Chunk, chunk_markdown, chunk_transcript
@@ -94,7 +94,8 @@ def resolve_roots(settings: Settings, request: SyncRequest) -> tuple[str, Path, 
     """The project key and the memory and sessions folders (relative ones under the project).
 
     A folder named in the request must exist: a mistyped one would otherwise sync nothing and
-    say nothing. The configured defaults may be absent (a project without transcripts).
+    say nothing. The configured defaults may be absent (a project without transcripts). An
+    excluded project (AGMEM_CAPTURE_EXCLUDE_PROJECTS) is ProjectExcluded: nothing of it is stored.
     """
     project = Path(os.path.abspath(Path(request.project_path).expanduser()))
     _require_folder(project, "project folder")
@@ -107,7 +108,9 @@ def resolve_roots(settings: Settings, request: SyncRequest) -> tuple[str, Path, 
         _require_folder(sessions, "sessions folder")
     # Read from disk as spelled (a macOS folder name is NFD), stored under the key every other
     # route uses for that folder (app/projects.py), or its files and its sessions never meet.
-    return canonical_project(str(project)), memory, sessions
+    key = canonical_project(str(project))
+    refuse_excluded(key, settings, "its files")
+    return key, memory, sessions
 
 
 def _require_folder(path: Path, what: str) -> None:
