@@ -201,6 +201,25 @@ _RULES: list[_Rule] = [
     (("glpat-",), re.compile(r"glpat-[A-Za-z0-9_\-]{20,}"), REDACTED),
     # AWS access key ids.
     (("AKIA", "ASIA"), re.compile(r"A(?<!\wA)[KS]IA[0-9A-Z]{16}(?![0-9A-Za-z])"), REDACTED),
+    # AWS secret access keys (40 characters of base64) after their name: the id alone was
+    # redacted, and `aws iam create-access-key`'s JSON or ~/.aws/credentials kept the secret.
+    *(
+        (
+            (stem,),
+            re.compile(
+                rf"(?P<keep>{stem}(?<={word})[\"']?\s*[:=]\s*[\"']?)"
+                + _NOT_REDACTED
+                + r"[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"
+            ),
+            _keep_group("keep"),
+        )
+        for stem, word in (
+            ("ecretAccessKey", "[sS]ecretAccessKey"),
+            ("ecret_access_key", "[sS]ecret_access_key"),
+            ("ECRET_ACCESS_KEY", "SECRET_ACCESS_KEY"),
+            ("ecret-access-key", "[sS]ecret-access-key"),
+        )
+    ),
     # Slack tokens.
     (("xox",), re.compile(r"xox[abposr]-[A-Za-z0-9\-]{10,}"), REDACTED),
     # Stripe secret and restricted keys: the kind (sk_live_) stays readable.
@@ -449,8 +468,9 @@ def sanitize_string(
 
 # A string value under a key named like a credential is redacted whole, whatever its shape.
 _SECRET_KEY = re.compile(
-    r"(?:.*[_\-])?(?:api[_\-]?key|apikey|secret|client[_\-]?secret|password|passwd|token"
-    r"|access[_\-]?token|auth[_\-]?token|refresh[_\-]?token|private[_\-]?key|credentials?)",
+    r"(?:.*[_\-])?(?:api[_\-]?key|apikey|secret|client[_\-]?secret|secret[_\-]?access[_\-]?key"
+    r"|password|passwd|token|access[_\-]?token|auth[_\-]?token|refresh[_\-]?token"
+    r"|private[_\-]?key|credentials?)",
     re.IGNORECASE,
 )
 

@@ -172,8 +172,46 @@ def test_redact_quoted_credential_values(text: str, expected: str) -> None:
     assert redact_secrets(text) == expected
 
 
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # `aws iam create-access-key` and `aws sts assume-role` print it as JSON.
+        f'{{"AccessKeyId": "AKIAIOSFODNN7EXAMPLE", "SecretAccessKey": "{AWS_SECRET}"}}',
+        # ~/.aws/credentials, boto3 keywords, a compose file's environment.
+        f"[default]\naws_secret_access_key = {AWS_SECRET}\n",
+        f"boto3.client('s3', aws_secret_access_key='{AWS_SECRET}')",
+        f"      AWS_SECRET_ACCESS_KEY: {AWS_SECRET}",
+        f"aws-secret-access-key: {AWS_SECRET}",
+    ],
+)
+def test_redact_aws_secret_access_keys(text: str) -> None:
+    # The access key id was redacted and its secret, the credential itself, kept.
+    out = redact_secrets(text)
+    assert AWS_SECRET not in out
+    assert out == text.replace(AWS_SECRET, REDACTED).replace("AKIAIOSFODNN7EXAMPLE", REDACTED)
+
+
+def test_aws_secret_rule_leaves_code_naming_the_key_alone() -> None:
+    for text in (
+        "boto3.client('s3', aws_secret_access_key=secret_key)",
+        "aws_secret_access_key = settings.AWS_SECRET_ACCESS_KEY",
+        'secretAccessKey: "<your secret access key here>"',
+    ):
+        assert redact_secrets(text) == text
+
+
+def test_sanitize_json_redacts_secret_access_keys() -> None:
+    value = {"SecretAccessKey": "x", "aws_secret_access_key": "y", "secret-access-key": "z"}
+    assert sanitize_json(value) == dict.fromkeys(value, REDACTED)
+
+
 GATE_SAMPLES = [
     *SECRETS,
+    f'"SecretAccessKey": "{AWS_SECRET}" aws_secret_access_key={AWS_SECRET}',
+    f"AWS_SECRET_ACCESS_KEY: {AWS_SECRET} aws-secret-access-key: {AWS_SECRET}",
     "key sk_live_abcdefghijklmnop1234 rk_test_abcdefghijklmnop1234",
     "-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n-----END OPENSSH PRIVATE KEY-----",
     "Authorization: Bearer abc.def.ghi123 AUTHORIZATION=token12345678 BEARER abcdefgh1234",
