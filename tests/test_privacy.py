@@ -24,6 +24,7 @@ from app.privacy import (
     sanitize_json,
     sanitize_text,
     strip_private,
+    strip_private_lines,
 )
 from app.textscan import SHORT_TEXT
 
@@ -64,6 +65,19 @@ def test_strip_private_removes_spans_case_insensitive_and_multiline() -> None:
 
 def test_strip_private_unclosed_span_hides_the_rest() -> None:
     assert strip_private("public <private>never closed secret") == "public "
+
+
+def test_private_spans_nest() -> None:
+    # A span holding another (a pasted note that had its own tags) ended at the inner closing
+    # tag, and the rest of the outer span was kept.
+    text = "a <private>client <private>phone</private> budget 50k</private> b </private> c"
+    assert strip_private(text) == "a  b </private> c"
+    assert sanitize_text("x <private>1 <private>2</private> 3") == "x "
+    lines = "a\n<private>\nclient\n<private>phone</private>\nbudget 50k\n</private>\nb"
+    assert strip_private_lines(lines) == "a\n\n\n\n\n\nb"
+    # Tags in a code span are text where no span is open.
+    code = "Use `<private>` and `</private>`. <private>x</private> z"
+    assert strip_private_lines(code) == "Use `<private>` and `</private>`.  z"
 
 
 def test_strip_private_removes_injected_memory_block() -> None:
