@@ -47,6 +47,10 @@ def canonical_project(path: str) -> str:
     return "/" + folded.lstrip("/") if folded.startswith("//") else folded
 
 
+# How capture names a session it did not store (session/start of an excluded project).
+EXCLUDED_PREFIX = "excluded-"
+
+
 class ProjectExcluded(ValidationFailed):
     """A write for a project AGMEM_CAPTURE_EXCLUDE_PROJECTS excludes."""
 
@@ -70,10 +74,18 @@ def is_project_excluded(project_path: str, settings: Settings) -> bool:
     )
 
 
-def refuse_excluded(project_path: str, settings: Settings, what: str) -> None:
+def refuse_excluded(
+    project_path: str, settings: Settings, what: str, *, session_id: str = ""
+) -> None:
     """Raise ProjectExcluded for a write (`what`) an excluded project must not get: capture
     answers its interceptors `excluded` and stores nothing, and a memory or a sync that stored
-    the project's text anyway defeated the setting."""
+    the project's text anyway defeated the setting. A session id capture minted for an excluded
+    project (`excluded-…`) names one too."""
+    if session_id.startswith(EXCLUDED_PREFIX):
+        raise ProjectExcluded(
+            f"session {session_id} is of a project excluded by AGMEM_CAPTURE_EXCLUDE_PROJECTS: "
+            f"nothing is stored for it, {what} included"
+        )
     if project_path and is_project_excluded(project_path, settings):
         raise ProjectExcluded(
             f"project {project_path} is excluded by AGMEM_CAPTURE_EXCLUDE_PROJECTS: "

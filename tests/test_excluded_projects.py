@@ -57,6 +57,16 @@ def test_a_memory_of_an_excluded_project_is_refused(
         assert response.status_code == 422, response.text
         assert response.json()["error"] == "ProjectExcluded"
     assert stored(db) == (0, 0, 0, 0)
+    # A session that session/start answered `excluded` for, named without its project.
+    start = excluding.post("/api/session/start", json={"projectPath": str(secret_project)})
+    assert start.json()["status"] == "excluded"
+    response = excluding.put(
+        "/api/memories/current.task",
+        json={"value": "zebracorn", "scope": "session", "sessionId": start.json()["id"]},
+    )
+    assert response.status_code == 422, response.text
+    assert response.json()["error"] == "ProjectExcluded"
+    assert stored(db) == (0, 0, 0, 0)
     # A global memory belongs to no project.
     response = excluding.put("/api/memories/user.editor", json={"value": "vim", "scope": "global"})
     assert response.status_code == 201

@@ -39,7 +39,7 @@ from app.config import Settings
 from app.db.models import ObservationRow, SessionRow
 from app.errors import ValidationFailed
 from app.privacy import NestingTooDeep, cap_text, clean_text, sanitize_text
-from app.projects import canonical_project, is_project_excluded
+from app.projects import EXCLUDED_PREFIX, canonical_project, is_project_excluded
 
 log = structlog.get_logger(__name__)
 
@@ -50,7 +50,6 @@ Executor = AsyncSession | AsyncConnection | GroupWriter
 EXCLUDED = "excluded"
 # Ids minted for sessions of excluded projects carry this prefix, so that later observations
 # sent with such an id are recognised as excluded without anything having been stored.
-EXCLUDED_PREFIX = "excluded-"
 
 
 @dataclass(frozen=True, slots=True)

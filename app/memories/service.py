@@ -202,7 +202,7 @@ async def write_memory(
     """
     check_written_key(key)
     project_path, session_id = identity_of(data)
-    refuse_excluded(project_path, settings, "its memories")
+    refuse_excluded(project_path, settings, "its memories", session_id=session_id)
     where = (
         MemoryRow.scope == data.scope,
         MemoryRow.project_path == project_path,
