@@ -179,7 +179,7 @@ def set_(
         except (ValueError, RecursionError):
             parsed = value
 
-    async def work(db: AsyncSession, _: Settings) -> tuple[Memory, bool]:
+    async def work(db: AsyncSession, settings: Settings) -> tuple[Memory, bool]:
         from app.memories import service
 
         fields: dict[str, Any] = {
@@ -191,7 +191,7 @@ def set_(
         fields |= {name: v for name, v in optional.items() if v is not None}
         data = MemoryWrite.model_validate(fields)
         row, created = await service.write_memory(
-            db, key=check_key(key), data=data, if_version=if_version
+            db, key=check_key(key), data=data, settings=settings, if_version=if_version
         )
         return service.to_schema(row), created
 

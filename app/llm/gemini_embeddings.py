@@ -23,6 +23,7 @@ from app.config import Settings
 from app.errors import UpstreamUnavailable
 from app.llm.embeddings import model_identity, normalise
 from app.llm.gemini import TIMEOUT_ERRORS, TRANSPORT_ERRORS, make_client
+from app.privacy import sanitize_text
 
 log = structlog.get_logger(__name__)
 
@@ -84,7 +85,14 @@ class GeminiEmbedder:
     def embed_query(self, text: str) -> NDArray[np.float32]:
         """A search's query: someone waits for it, so one retry of a 429 or 5xx at most, none
         of a timeout, and a timeout of AGMEM_GEMINI_TIMEOUT_SECONDS capped at 10 s (a sync's
-        documents get the full retry budget and 60 s)."""
+        documents get the full retry budget and 60 s).
+
+        The query is sanitized first, as every text the service stores is: it is what a person
+        typed (a search, a context prompt, a proxied prompt), `<private>` spans and keys
+        included, and it leaves the machine. Nothing left, it is a zero vector (no vector)."""
+        text = sanitize_text(text)
+        if not text.strip():
+            return np.zeros(self._dims, dtype=np.float32)
         vector: NDArray[np.float32] = self._embed(
             [text],
             QUERY_TASK,

@@ -71,6 +71,27 @@ def test_query_uses_retrieval_query_and_configured_model_and_width() -> None:
     assert embedder.identity == "gemini:my-embed:256"
 
 
+def test_a_query_goes_to_gemini_without_its_private_spans_and_secrets() -> None:
+    # A search's query, a context prompt and a proxied prompt are embedded as they were typed:
+    # nothing sanitized them on their way to Google, unlike every text the service stores.
+    with fake_gemini() as fake:
+        fake.on(":batchEmbedContents", vectors_answer)
+        embedder, _ = embedder_for(fake)
+
+        embedder.embed_query(
+            "deploy <private>to my home server</private> with ghp_" + "a" * 36 + " as the token"
+        )
+
+        (call,) = fake.calls(":batchEmbedContents")
+        text = call.body["requests"][0]["content"]["parts"][0]["text"]
+        assert text == "deploy  with [REDACTED] as the token"
+
+        # Nothing left to send: no call, and a zero vector, which search takes as no vector.
+        vector = embedder.embed_query("<private>my home server</private>")
+        assert len(fake.calls(":batchEmbedContents")) == 1
+    assert not vector.any()
+
+
 def test_429_and_5xx_are_retried_with_growing_backoff() -> None:
     with fake_gemini() as fake:
         fake.queue(
