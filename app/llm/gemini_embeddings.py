@@ -143,7 +143,15 @@ class GeminiEmbedder:
             raise EmbeddingFailed(f"Gemini returned {len(values)} embeddings for {expected} texts")
         if any(v is None or len(v) != self._dims for v in values):
             raise EmbeddingFailed(f"Gemini returned embeddings that are not {self._dims} wide")
-        return normalise(np.asarray(values, dtype=np.float32))
+        vectors = np.asarray(values, dtype=np.float32)
+        # Checked here, where it is the provider's failure: Postgres refuses a NaN in a vector,
+        # and that database error charged the rows no attempt (the worker paid for them again
+        # every poll); a zero vector has no cosine distance to anything.
+        if not np.isfinite(vectors).all():
+            raise EmbeddingFailed("Gemini returned embeddings with NaN or infinite values")
+        if not vectors.any(axis=1).all():
+            raise EmbeddingFailed("Gemini returned embeddings that are all zeros")
+        return normalise(vectors)
 
     def submit_batch(self, texts: list[str], *, label: str) -> str:
         """Start a Batch API job embedding `texts` as documents; returns the job's name."""

@@ -137,6 +137,26 @@ def test_wrong_count_or_width_is_an_error_not_a_bad_vector() -> None:
             embedder.embed_documents(["a", "b"])
 
 
+def test_vectors_with_nan_or_no_direction_are_an_error_not_a_stored_vector() -> None:
+    # Postgres refuses a NaN in a vector: it surfaced as a database error, which charged the
+    # rows no attempt, so the worker paid Gemini for the same rows every poll, for ever; a zero
+    # vector has no cosine distance to anything.
+    with fake_gemini() as fake:
+        fake.queue(
+            ":batchEmbedContents",
+            FakeResponse(200, {"embeddings": [{"values": [float("nan")] + [1.0] * 767}] * 2}),
+            FakeResponse(200, {"embeddings": [{"values": [float("inf")] + [1.0] * 767}] * 2}),
+            FakeResponse(200, {"embeddings": [{"values": [1.0] * 768}, {"values": [0.0] * 768}]}),
+        )
+        embedder, _ = embedder_for(fake)
+        with pytest.raises(EmbeddingFailed, match="NaN or infinite"):
+            embedder.embed_documents(["a", "b"])
+        with pytest.raises(EmbeddingFailed, match="NaN or infinite"):
+            embedder.embed_documents(["a", "b"])
+        with pytest.raises(EmbeddingFailed, match="all zeros"):
+            embedder.embed_documents(["a", "b"])
+
+
 def test_get_embedder_and_describe_agree_for_gemini() -> None:
     with fake_gemini() as fake:
         settings = make_settings(
