@@ -136,6 +136,21 @@ _RECORD_FAILURE = text(
     "WHERE id = ANY(CAST(:ids AS bigint[]))"
 )
 
+# Rows given up on (`max_attempts` failures) wait for proof that the provider works again: a
+# worker's start (a fixed key, a switched provider) or an embedding that reached it. They stayed
+# without a vector for good (walk-through: a 40-second 403 left 14 rows so).
+_RELEASE_GIVEN_UP = text(
+    "UPDATE memory_chunks SET embed_attempts = 0 "
+    "WHERE embedding IS NULL AND embed_attempts >= :max_attempts"
+)
+
+
+async def release_given_up(session: AsyncSession, *, max_attempts: int) -> int:
+    """Give the rows whose embedding failed `max_attempts` times their attempts back."""
+    result: Any = await session.execute(_RELEASE_GIVEN_UP, {"max_attempts": max_attempts})
+    return int(result.rowcount or 0)
+
+
 _known_indexes: set[str] = set()
 
 

@@ -17,7 +17,12 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
 from app.db.engine import transaction
-from app.index.embedding import embed_pending_chunks, ensure_model_index, model_index_known
+from app.index.embedding import (
+    embed_pending_chunks,
+    ensure_model_index,
+    model_index_known,
+    release_given_up,
+)
 from app.llm.compress import Compressed, compress_with_gemini, compressed_locally, observation_text
 from app.llm.embeddings import Embedder, get_embedder
 from app.llm.fallback import (
@@ -62,6 +67,13 @@ class JobContext:
     # Idle ends this worker's upkeep may still make (`_idle_pace`): a fraction carries over to
     # the next pass when a pass is shorter than their spacing.
     idle_allowance: float = 0.0
+    # Whether this worker's first upkeep gave the rows given up embedding another try: a start
+    # often follows the fix (a key, a provider), and nothing else would retry them.
+    embeddings_released: bool = False
+    # Whether an embedding failed since rows given up were last given another try: the next
+    # one that reaches the provider does it (never in the common case: the release scans every
+    # row still without a vector).
+    embedding_failed: bool = False
 
 
 async def fail_attempt(
@@ -469,10 +481,22 @@ async def embed_batch(ctx: JobContext, *, limit: int = 256) -> int:
             skip_file_chunks=isinstance(ctx.embedder, BatchEmbedder),
         )
     if stats.error:
+        ctx.embedding_failed = True
         log.warning("embedding.failed", error=stats.error)
     elif stats.chunks:
+        released = 0
+        if stats.computed and ctx.embedding_failed:  # the provider answers again
+            ctx.embedding_failed = False
+            async with transaction(ctx.sessionmaker) as session:
+                released = await release_given_up(
+                    session, max_attempts=ctx.settings.worker_max_attempts
+                )
         log.info(
-            "embedding.done", chunks=stats.chunks, computed=stats.computed, cached=stats.cached
+            "embedding.done",
+            chunks=stats.chunks,
+            computed=stats.computed,
+            cached=stats.cached,
+            **({"retried_given_up": released} if released else {}),
         )
     return stats.chunks
 
@@ -497,7 +521,8 @@ def _idle_pace(ctx: JobContext) -> dict[str, Any]:
 async def maintain(ctx: JobContext) -> tuple[int, int]:
     """Periodic upkeep: purge expired memories, fail rows whose last claim expired, give up on
     calls whose result has not come for AGMEM_WORKER_RESULT_TIMEOUT_SECONDS, end sessions idle
-    for AGMEM_WORKER_SESSION_IDLE_SECONDS that nobody ended."""
+    for AGMEM_WORKER_SESSION_IDLE_SECONDS that nobody ended; the first pass also gives index
+    rows given up embedding another try."""
     async with transaction(ctx.sessionmaker) as session:
         purged = await results.purge_expired_memories(session)
         exhausted = await claims.fail_exhausted(
@@ -509,13 +534,20 @@ async def maintain(ctx: JobContext) -> tuple[int, int]:
         idle = await unanswered.end_idle_sessions(
             session, idle=ctx.settings.worker_session_idle_seconds, **_idle_pace(ctx)
         )
+        released = 0
+        if not ctx.embeddings_released:
+            released = await release_given_up(
+                session, max_attempts=ctx.settings.worker_max_attempts
+            )
     ctx.idle_allowance = max(0.0, ctx.idle_allowance - idle)  # committed: spent
-    if purged or exhausted or timed_out or idle:
+    ctx.embeddings_released = True
+    if purged or exhausted or timed_out or idle or released:
         log.info(
             "worker.maintenance",
             memories_purged=purged,
             failed_after_expiry=exhausted,
             results_given_up=timed_out,
             idle_sessions_ended=idle,
+            embeddings_retried=released,
         )
     return purged, exhausted

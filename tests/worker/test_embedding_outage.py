@@ -1,0 +1,104 @@
+"""Index rows the worker gave up embedding during a Gemini outage are embedded once it is over:
+they stayed without a vector for good (walk-through: 14 rows after a 40-second 403), even after
+the key was fixed, the worker restarted or the provider switched back to `local`."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from app.config import Settings
+from app.worker import jobs
+from tests.conftest import make_settings
+from tests.fakes.gemini import FakeGemini, FakeResponse, RecordedRequest, fake_gemini
+from tests.worker.builders import drain, worker_on
+
+MAX_ATTEMPTS = 2
+
+
+def vectors(request: RecordedRequest) -> FakeResponse:
+    return FakeResponse(
+        200, {"embeddings": [{"values": [0.5] * 768} for _ in request.body["requests"]]}
+    )
+
+
+def forbidden(_request: RecordedRequest) -> FakeResponse:
+    return FakeResponse(
+        403, {"error": {"code": 403, "message": "key invalid", "status": "PERMISSION_DENIED"}}
+    )
+
+
+def gemini_settings(fake: FakeGemini, tmp_path: Path) -> Settings:
+    return make_settings(
+        home=tmp_path / "home",
+        gemini_api_key="k",
+        gemini_base_url=fake.url,
+        embedding_provider="gemini",
+        gemini_embed_max_retries=0,
+        worker_max_attempts=MAX_ATTEMPTS,
+    )
+
+
+def add_memory_row(db: psycopg.Connection[Any], content: str) -> None:
+    memory = uuid.uuid4()
+    db.execute(
+        "INSERT INTO memories (id, scope, key, value) VALUES (%s, 'global', %s, '1')",
+        (memory, content),
+    )
+    db.execute(
+        "INSERT INTO memory_chunks (project_path, source, memory_id, content, hash) "
+        "VALUES ('', 'kv', %s, %s, md5(%s))",
+        (memory, content, content),
+    )
+
+
+def unembedded(db: psycopg.Connection[Any]) -> list[tuple[str, int]]:
+    return db.execute(
+        "SELECT content, embed_attempts FROM memory_chunks WHERE embedding IS NULL ORDER BY id"
+    ).fetchall()
+
+
+def test_rows_given_up_in_an_outage_are_embedded_after_the_next_success(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    with fake_gemini() as fake:
+        fake.on(":batchEmbedContents", forbidden)
+        settings = gemini_settings(fake, tmp_path)
+        add_memory_row(db, "captured during the outage")
+
+        async def go() -> list[int]:
+            async with worker_on(settings, database_url) as worker:
+                done = [await jobs.embed_batch(worker.ctx) for _ in range(MAX_ATTEMPTS + 1)]
+                assert unembedded(db) == [("captured during the outage", MAX_ATTEMPTS)]
+                assert len(fake.calls(":batchEmbedContents")) == MAX_ATTEMPTS  # given up
+                fake.on(":batchEmbedContents", vectors)
+                done.append(await jobs.embed_batch(worker.ctx))
+                add_memory_row(db, "captured after it")
+                done += [await jobs.embed_batch(worker.ctx) for _ in range(3)]
+                return done
+
+        done = asyncio.run(go())
+
+    assert done == [0, 0, 0, 0, 1, 1, 0]
+    assert unembedded(db) == []
+
+
+def test_rows_given_up_in_an_outage_are_embedded_by_the_next_worker(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    with fake_gemini() as fake:
+        fake.on(":batchEmbedContents", forbidden)
+        settings = gemini_settings(fake, tmp_path)
+        add_memory_row(db, "captured while the key was wrong")
+        for _ in range(MAX_ATTEMPTS):
+            drain(settings, database_url)
+        assert unembedded(db) == [("captured while the key was wrong", MAX_ATTEMPTS)]
+
+        fake.on(":batchEmbedContents", vectors)  # the key fixed, the worker restarted
+        drain(settings, database_url)
+
+    assert unembedded(db) == []
