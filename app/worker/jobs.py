@@ -5,6 +5,7 @@ Gemini; it writes its result in one short transaction guarded by its claim."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
@@ -51,6 +52,10 @@ T = TypeVar("T")
 
 # The longest 429 pause a job waits out holding its claim; past it the row is given back.
 PAUSE_WAIT_LIMIT_S = 5.0
+# The embedding cache's orphans are looked for this often (a scan of the index's hashes), and
+# kept this long after they were cached.
+CACHE_PRUNE_INTERVAL_S = 3600.0
+CACHE_PRUNE_GRACE_S = 3600.0
 
 
 @dataclass(slots=True)
@@ -74,6 +79,8 @@ class JobContext:
     # one that reaches the provider does it (never in the common case: the release scans every
     # row still without a vector).
     embedding_failed: bool = False
+    # When this worker last pruned the embedding cache (`maintain`), on the monotonic clock.
+    cache_pruned_at: float | None = None
 
 
 async def fail_attempt(
@@ -521,8 +528,9 @@ def _idle_pace(ctx: JobContext) -> dict[str, Any]:
 async def maintain(ctx: JobContext) -> tuple[int, int]:
     """Periodic upkeep: purge expired memories, fail rows whose last claim expired, give up on
     calls whose result has not come for AGMEM_WORKER_RESULT_TIMEOUT_SECONDS, end sessions idle
-    for AGMEM_WORKER_SESSION_IDLE_SECONDS that nobody ended; the first pass also gives index
-    rows given up embedding another try."""
+    for AGMEM_WORKER_SESSION_IDLE_SECONDS that nobody ended, drop (hourly) the cached vectors
+    of text no index row holds; the first pass also gives index rows given up embedding
+    another try."""
     async with transaction(ctx.sessionmaker) as session:
         purged = await results.purge_expired_memories(session)
         exhausted = await claims.fail_exhausted(
@@ -539,9 +547,16 @@ async def maintain(ctx: JobContext) -> tuple[int, int]:
             released = await release_given_up(
                 session, max_attempts=ctx.settings.worker_max_attempts
             )
+        pruned = 0
+        now = time.monotonic()
+        prune = ctx.cache_pruned_at is None or now - ctx.cache_pruned_at >= CACHE_PRUNE_INTERVAL_S
+        if prune:
+            pruned = await results.prune_embedding_cache(session, grace_seconds=CACHE_PRUNE_GRACE_S)
     ctx.idle_allowance = max(0.0, ctx.idle_allowance - idle)  # committed: spent
     ctx.embeddings_released = True
-    if purged or exhausted or timed_out or idle or released:
+    if prune:
+        ctx.cache_pruned_at = now
+    if purged or exhausted or timed_out or idle or released or pruned:
         log.info(
             "worker.maintenance",
             memories_purged=purged,
@@ -549,5 +564,6 @@ async def maintain(ctx: JobContext) -> tuple[int, int]:
             results_given_up=timed_out,
             idle_sessions_ended=idle,
             embeddings_retried=released,
+            cached_vectors_dropped=pruned,
         )
     return purged, exhausted
