@@ -122,6 +122,33 @@ def test_gives_up_after_the_retry_budget_and_never_retries_4xx() -> None:
         assert sleeps == []
 
 
+def test_a_429s_retry_after_is_waited_and_one_past_the_backoff_cap_fails_at_once() -> None:
+    # The backoff retried after 1, 2, 4, 8 and 16 s whatever the server asked: a Retry-After of
+    # 45 s spent the whole budget on calls sure to be refused, and one of 7 s got a 429 at 1 s.
+    quota = {"error": {"code": 429, "message": "quota", "status": "RESOURCE_EXHAUSTED"}}
+    with fake_gemini() as fake:
+        fake.queue(
+            ":batchEmbedContents",
+            FakeResponse(429, quota, headers={"Retry-After": "7"}),
+            FakeResponse(200, {"embeddings": [{"values": [1.0] * 768}]}),
+            FakeResponse(429, quota, headers={"Retry-After": "45"}),
+        )
+        embedder, sleeps = embedder_for(fake)
+
+        assert embedder.embed_documents(["a"]).shape == (1, 768)
+        assert sleeps == [7.0]
+        with pytest.raises(EmbeddingFailed, match="429 quota.*retry in 45 s"):
+            embedder.embed_documents(["a"])
+        assert sleeps == [7.0]
+        assert len(fake.calls(":batchEmbedContents")) == 3
+
+        # Someone waits for a search's query: it fails at once (keyword ranking then).
+        fake.queue(":batchEmbedContents", FakeResponse(429, quota, headers={"Retry-After": "7"}))
+        with pytest.raises(EmbeddingFailed, match="retry in 7 s"):
+            embedder.embed_query("a")
+        assert sleeps == [7.0]
+
+
 def test_wrong_count_or_width_is_an_error_not_a_bad_vector() -> None:
     with fake_gemini() as fake:
         fake.queue(
