@@ -19,7 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.config import Settings
 from app.db.engine import transaction
 from app.index.embedding import (
-    embed_pending_chunks,
+    claim_unembedded,
+    embed_claimed,
     ensure_model_index,
     model_index_known,
     release_given_up,
@@ -479,14 +480,19 @@ async def embed_batch(ctx: JobContext, *, limit: int = 256) -> int:
     if not model_index_known(ctx.embedder):  # a connection and a transaction only the first time
         async with ctx.index_lock, transaction(ctx.sessionmaker) as session:
             await ensure_model_index(await session.connection(), ctx.embedder)
+    # The claim commits before the provider's call: a row locked through it held up every
+    # write of that row (a kv memory's PUT) until Gemini answered.
     async with transaction(ctx.sessionmaker) as session:
-        stats = await embed_pending_chunks(
+        rows = await claim_unembedded(
             session,
-            ctx.embedder,
             limit=limit,
             max_attempts=ctx.settings.worker_max_attempts,
             skip_file_chunks=isinstance(ctx.embedder, BatchEmbedder),
         )
+    if not rows:
+        return 0
+    async with transaction(ctx.sessionmaker) as session:
+        stats = await embed_claimed(session, ctx.embedder, rows)
     if stats.error:
         ctx.embedding_failed = True
         log.warning("embedding.failed", error=stats.error)

@@ -102,3 +102,36 @@ def test_rows_given_up_in_an_outage_are_embedded_by_the_next_worker(
         drain(settings, database_url)
 
     assert unembedded(db) == []
+
+
+def test_a_slow_gemini_never_holds_up_a_write_of_the_rows_being_embedded(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # The worker claimed its rows FOR UPDATE and kept them locked through the Gemini call: a
+    # PUT or DELETE of a kv memory being embedded waited for it (walk-through: 120 s and more,
+    # curl gave up, with Gemini slow).
+    with fake_gemini() as fake:
+        fake.queue(
+            ":batchEmbedContents",
+            FakeResponse(200, {"embeddings": [{"values": [0.5] * 768}]}, delay_s=3.0),
+        )
+        settings = gemini_settings(fake, tmp_path)
+        add_memory_row(db, "being embedded")
+
+        def delete_the_memory() -> None:
+            with psycopg.connect(database_url, autocommit=True) as other:
+                other.execute("SET lock_timeout = '1s'")
+                other.execute("DELETE FROM memories WHERE key = 'being embedded'")
+
+        async def go() -> int:
+            async with worker_on(settings, database_url) as worker:
+                embedding = asyncio.create_task(jobs.embed_batch(worker.ctx))
+                while not fake.calls(":batchEmbedContents"):
+                    await asyncio.sleep(0.01)
+                await asyncio.to_thread(delete_the_memory)  # LockNotAvailable while held
+                assert not embedding.done()
+                return await embedding
+
+        assert asyncio.run(go()) == 0  # its row went while Gemini answered
+
+    assert db.execute("SELECT count(*) FROM memory_chunks").fetchone() == (0,)
