@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +58,16 @@ def add_memory_row(db: psycopg.Connection[Any], content: str) -> None:
     )
 
 
+@contextmanager
+def an_outage(db: psycopg.Connection[Any], tmp_path: Path, row: str) -> Iterator[Any]:
+    """Gemini refusing the key, and one row to embed: (the fake, the worker's settings)."""
+    with fake_gemini() as fake:
+        fake.on(":batchEmbedContents", forbidden)
+        settings = gemini_settings(fake, tmp_path)
+        add_memory_row(db, row)
+        yield fake, settings
+
+
 def unembedded(db: psycopg.Connection[Any]) -> list[tuple[str, int]]:
     return db.execute(
         "SELECT content, embed_attempts FROM memory_chunks WHERE embedding IS NULL ORDER BY id"
@@ -65,10 +77,7 @@ def unembedded(db: psycopg.Connection[Any]) -> list[tuple[str, int]]:
 def test_rows_given_up_in_an_outage_are_embedded_after_the_next_success(
     database_url: str, db: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
-    with fake_gemini() as fake:
-        fake.on(":batchEmbedContents", forbidden)
-        settings = gemini_settings(fake, tmp_path)
-        add_memory_row(db, "captured during the outage")
+    with an_outage(db, tmp_path, "captured during the outage") as (fake, settings):
 
         async def go() -> list[int]:
             async with worker_on(settings, database_url) as worker:
@@ -90,10 +99,7 @@ def test_rows_given_up_in_an_outage_are_embedded_after_the_next_success(
 def test_rows_given_up_in_an_outage_are_embedded_by_the_next_worker(
     database_url: str, db: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
-    with fake_gemini() as fake:
-        fake.on(":batchEmbedContents", forbidden)
-        settings = gemini_settings(fake, tmp_path)
-        add_memory_row(db, "captured while the key was wrong")
+    with an_outage(db, tmp_path, "captured while the key was wrong") as (fake, settings):
         for _ in range(MAX_ATTEMPTS):
             drain(settings, database_url)
         assert unembedded(db) == [("captured while the key was wrong", MAX_ATTEMPTS)]
