@@ -154,6 +154,16 @@ _RELEASE_GIVEN_UP = text(
 )
 
 
+_RELEASE_CLAIMS = text(
+    "UPDATE memory_chunks SET embed_claimed_until = NULL WHERE id = ANY(CAST(:ids AS bigint[]))"
+)
+
+
+async def release_claims(session: AsyncSession, ids: list[int]) -> None:
+    """End the lease on rows a worker stopped embedding."""
+    await session.execute(_RELEASE_CLAIMS, {"ids": ids})
+
+
 async def release_given_up(session: AsyncSession, *, max_attempts: int) -> int:
     """Give the rows whose embedding failed `max_attempts` times their attempts back."""
     result: Any = await session.execute(_RELEASE_GIVEN_UP, {"max_attempts": max_attempts})

@@ -5,6 +5,7 @@ Gemini; it writes its result in one short transaction guarded by its claim."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
@@ -23,6 +24,7 @@ from app.index.embedding import (
     embed_claimed,
     ensure_model_index,
     model_index_known,
+    release_claims,
     release_given_up,
 )
 from app.llm.compress import Compressed, compress_with_gemini, compressed_locally, observation_text
@@ -491,8 +493,14 @@ async def embed_batch(ctx: JobContext, *, limit: int = 256) -> int:
         )
     if not rows:
         return 0
-    async with transaction(ctx.sessionmaker) as session:
-        stats = await embed_claimed(session, ctx.embedder, rows)
+    try:
+        async with transaction(ctx.sessionmaker) as session:
+            stats = await embed_claimed(session, ctx.embedder, rows)
+    except BaseException:  # a stop, a database error: the rows go back now, not in 15 minutes
+        with contextlib.suppress(Exception):
+            async with transaction(ctx.sessionmaker) as session:
+                await release_claims(session, [row.id for row in rows])
+        raise
     if stats.error:
         ctx.embedding_failed = True
         log.warning("embedding.failed", error=stats.error)

@@ -5,6 +5,7 @@ the key was fixed, the worker restarted or the provider switched back to `local`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -141,3 +142,31 @@ def test_a_slow_gemini_never_holds_up_a_write_of_the_rows_being_embedded(
         assert asyncio.run(go()) == 0  # its row went while Gemini answered
 
     assert db.execute("SELECT count(*) FROM memory_chunks").fetchone() == (0,)
+
+
+def test_a_worker_stopped_while_gemini_answers_gives_its_rows_back_at_once(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # The lease outlived the stopped worker: the next one left the rows alone for 15 minutes
+    # (the lock it replaced went with the transaction).
+    with fake_gemini() as fake:
+        fake.queue(
+            ":batchEmbedContents",
+            FakeResponse(200, {"embeddings": [{"values": [0.5] * 768}]}, delay_s=3.0),
+        )
+        settings = gemini_settings(fake, tmp_path)
+        add_memory_row(db, "embedding when the worker stopped")
+
+        async def go() -> None:
+            async with worker_on(settings, database_url) as worker:
+                embedding = asyncio.create_task(jobs.embed_batch(worker.ctx))
+                while not fake.calls(":batchEmbedContents"):
+                    await asyncio.sleep(0.01)
+                embedding.cancel()  # what a stop past its grace does to a lane
+                with contextlib.suppress(asyncio.CancelledError):
+                    await embedding
+
+        asyncio.run(go())
+
+    leased = db.execute("SELECT embed_claimed_until IS NOT NULL FROM memory_chunks").fetchone()
+    assert leased == (False,)
