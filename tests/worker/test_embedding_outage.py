@@ -69,6 +69,27 @@ def an_outage(db: psycopg.Connection[Any], tmp_path: Path, row: str) -> Iterator
         yield fake, settings
 
 
+@contextmanager
+def a_slow_answer(db: psycopg.Connection[Any], tmp_path: Path, row: str) -> Iterator[Any]:
+    """Gemini answering after 3 s, and one row to embed: (the fake, the worker's settings)."""
+    with fake_gemini() as fake:
+        fake.queue(
+            ":batchEmbedContents",
+            FakeResponse(200, {"embeddings": [{"values": [0.5] * 768}]}, delay_s=3.0),
+        )
+        settings = gemini_settings(fake, tmp_path)
+        add_memory_row(db, row)
+        yield fake, settings
+
+
+async def embedding_under_way(ctx: jobs.JobContext, fake: FakeGemini) -> asyncio.Task[int]:
+    """A lane's embedding, once its call has reached Gemini."""
+    embedding = asyncio.create_task(jobs.embed_batch(ctx))
+    while not fake.calls(":batchEmbedContents"):
+        await asyncio.sleep(0.01)
+    return embedding
+
+
 def unembedded(db: psycopg.Connection[Any]) -> list[tuple[str, int]]:
     return db.execute(
         "SELECT content, embed_attempts FROM memory_chunks WHERE embedding IS NULL ORDER BY id"
@@ -117,13 +138,7 @@ def test_a_slow_gemini_never_holds_up_a_write_of_the_rows_being_embedded(
     # The worker claimed its rows FOR UPDATE and kept them locked through the Gemini call: a
     # PUT or DELETE of a kv memory being embedded waited for it (walk-through: 120 s and more,
     # curl gave up, with Gemini slow).
-    with fake_gemini() as fake:
-        fake.queue(
-            ":batchEmbedContents",
-            FakeResponse(200, {"embeddings": [{"values": [0.5] * 768}]}, delay_s=3.0),
-        )
-        settings = gemini_settings(fake, tmp_path)
-        add_memory_row(db, "being embedded")
+    with a_slow_answer(db, tmp_path, "being embedded") as (fake, settings):
 
         def delete_the_memory() -> None:
             with psycopg.connect(database_url, autocommit=True) as other:
@@ -132,9 +147,7 @@ def test_a_slow_gemini_never_holds_up_a_write_of_the_rows_being_embedded(
 
         async def go() -> int:
             async with worker_on(settings, database_url) as worker:
-                embedding = asyncio.create_task(jobs.embed_batch(worker.ctx))
-                while not fake.calls(":batchEmbedContents"):
-                    await asyncio.sleep(0.01)
+                embedding = await embedding_under_way(worker.ctx, fake)
                 await asyncio.to_thread(delete_the_memory)  # LockNotAvailable while held
                 assert not embedding.done()
                 return await embedding
@@ -149,19 +162,11 @@ def test_a_worker_stopped_while_gemini_answers_gives_its_rows_back_at_once(
 ) -> None:
     # The lease outlived the stopped worker: the next one left the rows alone for 15 minutes
     # (the lock it replaced went with the transaction).
-    with fake_gemini() as fake:
-        fake.queue(
-            ":batchEmbedContents",
-            FakeResponse(200, {"embeddings": [{"values": [0.5] * 768}]}, delay_s=3.0),
-        )
-        settings = gemini_settings(fake, tmp_path)
-        add_memory_row(db, "embedding when the worker stopped")
+    with a_slow_answer(db, tmp_path, "embedding when the worker stopped") as (fake, settings):
 
         async def go() -> None:
             async with worker_on(settings, database_url) as worker:
-                embedding = asyncio.create_task(jobs.embed_batch(worker.ctx))
-                while not fake.calls(":batchEmbedContents"):
-                    await asyncio.sleep(0.01)
+                embedding = await embedding_under_way(worker.ctx, fake)
                 embedding.cancel()  # what a stop past its grace does to a lane
                 with contextlib.suppress(asyncio.CancelledError):
                     await embedding
