@@ -16,6 +16,7 @@ import typer
 from pydantic import ValidationError
 
 from app.cli.common import (
+    check_provider,
     cli_errors,
     current_folder,
     fail,
@@ -312,6 +313,7 @@ def mcp(project: ProjectOpt = None) -> None:
         problem = "is not a folder" if os.path.exists(default_project) else "does not exist"
         fail(f"project folder {default_project} {problem}")
     settings = settings_or_exit()
+    check_provider(settings)
     with cli_errors():
         url = open_database(settings)
 
