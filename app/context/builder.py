@@ -129,11 +129,15 @@ def _add_session(fitter: _Fitter, row: Any, *, full: bool) -> None:
             return
         shell = fmt.session_full(row.at, row.title, "")
         room = fitter.room("session") - estimate_tokens(shell) - 1
-        if room >= 40:
+        while room >= 40:
             summary = truncate_to_tokens(row.body.strip(), room)
             rendered = fmt.session_full(row.at, row.title, summary)
-            if fitter.add(_session_item(row, "session", summary), rendered, row.body):
+            # The fence closing a summary cut inside code is paid for too.
+            over = fitter.cost("session", rendered) - fitter.remaining
+            if over <= 0:
+                fitter.add(_session_item(row, "session", summary), rendered, row.body)
                 return
+            room -= over
     line = fmt.session_line(row.at, row.title, row.body)
     fitter.add(_session_item(row, "older", line.strip()), line)
 

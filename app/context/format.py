@@ -60,7 +60,10 @@ def session_full(at: datetime, task: str | None, summary: str) -> str:
     # testdata's two latest sessions.
     quoted = f'"{task[:_QUOTED_TASK_CHARS]}' in summary
     task_line = f"**Task**: {task}\n\n" if task and not quoted else ""
-    return inert(f"\n## Session from {date_label(at)}\n{task_line}{summary.strip()}\n")
+    # A summary may hold code (Gemini's do), and one cut to the budget may stop inside it: the
+    # open fence turned the rest of the block, `</memory>` included, into code.
+    body = balanced(summary.strip())
+    return inert(f"\n## Session from {date_label(at)}\n{task_line}{body}\n")
 
 
 def session_line(at: datetime, task: str | None, summary: str) -> str:
@@ -86,9 +89,12 @@ def citation(hit: SearchResult) -> str:
     """Where a hit came from: `path#Lstart-Lend` for files, `kv:<key>` for a key/value memory,
     the owning row otherwise."""
     if hit.path:
+        # A file's name may hold a line break: its lines stood at the margin as the block's own
+        # sections (a heading, a fake fact).
+        path = one_line(hit.path)
         if hit.start_line is not None and hit.end_line is not None:
-            return f"{hit.path}#L{hit.start_line}-L{hit.end_line}"
-        return hit.path
+            return f"{path}#L{hit.start_line}-L{hit.end_line}"
+        return path
     if hit.observation_id:
         return f"observation:{hit.observation_id}"
     if hit.session_id:
