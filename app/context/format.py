@@ -49,17 +49,32 @@ def date_label(at: datetime) -> str:
     return at.strftime("%Y-%m-%d %H:%M UTC") if at.tzinfo else at.strftime("%Y-%m-%d %H:%M")
 
 
-# How much of a task's start a summary must quote (after an opening quote) to be said to state it.
-_QUOTED_TASK_CHARS = 60
+def quotes_task(summary: str, task: str) -> bool:
+    """Whether `summary` quotes `task` whole (`"<task>"`) or cut (`"<its start>…"`).
+
+    The offline summary opens with its task quoted (`on "<task>"`, cut at 40 tokens): a
+    `**Task**` line above it said it again, 136 tokens of a 2,000-token block over the
+    testdata's two latest sessions. A quote that merely begins like the task (`"tests/…"` for
+    the task `test`) is not it."""
+    if not task:
+        return False
+    if f'"{task}"' in summary:
+        return True
+    opening = f'"{task[:16]}'
+    at = summary.find(opening)
+    while at >= 0:
+        end = summary.find('…"', at)
+        if end < 0:
+            return False
+        if task.startswith(summary[at + 1 : end]):
+            return True
+        at = summary.find(opening, at + 1)
+    return False
 
 
 def session_full(at: datetime, task: str | None, summary: str) -> str:
     task = one_line(task) if task else ""
-    # The offline summary opens with its task quoted (`on "<task>"`, cut at 40 tokens): a
-    # `**Task**` line above it said it again: 136 tokens of a 2,000-token block over the
-    # testdata's two latest sessions.
-    quoted = f'"{task[:_QUOTED_TASK_CHARS]}' in summary
-    task_line = f"**Task**: {task}\n\n" if task and not quoted else ""
+    task_line = f"**Task**: {task}\n\n" if task and not quotes_task(summary, task) else ""
     # A summary may hold code (Gemini's do), and one cut to the budget may stop inside it: the
     # open fence turned the rest of the block, `</memory>` included, into code.
     body = balanced(summary.strip())

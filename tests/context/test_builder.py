@@ -184,3 +184,24 @@ def test_a_summary_cut_inside_code_keeps_its_block_within_budget(
         assert block.token_count <= budget
         fences = [line for line in block.markdown.split("\n") if line.startswith("```")]
         assert len(fences) % 2 == 0, block.markdown
+
+
+def test_the_task_line_goes_only_when_the_summary_quotes_the_task_itself() -> None:
+    # A summary quoting anything that merely began with the task ("test" in "tests/…") lost
+    # the Task line: the task was not shown at all.
+    for task, summary in (
+        ("test", 'Ran "tests/test_api.py" and it failed.'),
+        ("add", 'Renamed "addressbook" to contacts.'),
+    ):
+        assert f"**Task**: {task}" in session_full(START, task, summary)
+    # Quoted whole, or cut (with its …) at any length: a CJK task cut at 40 tokens is ~39
+    # characters, under the 60 the check looked for, and its Task line stayed.
+    assert "**Task**" not in session_full(START, "test", 'This session on "test" ran 2 calls.')
+    task = (
+        "把登录页的表单校验改成在提交时统一检查并给出中文错误提示"
+        "然后补上单元测试覆盖所有的分支情况以及边界条件还有国际化"
+    )
+    quoted = truncate_to_tokens(task, 40)
+    assert quoted.endswith("…")
+    assert len(quoted) < 60
+    assert "**Task**" not in session_full(START, task, f'This session on "{quoted}" made 3 calls.')
