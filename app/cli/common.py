@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import sys
 from collections.abc import Iterator, Sequence
@@ -289,3 +290,21 @@ async def check_reachable(engine: AsyncEngine) -> None:
 
     async with engine.connect() as connection:
         await connection.execute(text("SELECT 1"))
+
+
+# Terminal escapes (CSI, a terminated OSC, two-character ESC sequences) and other control
+# characters. An indexed transcript keeps its tool output's colour codes, a fetched page or an
+# agent's memory whatever it held: printed raw, a result could clear the screen, retitle the
+# window, or, cut inside a colour, leave the terminal red. An OSC with no end is not taken as one:
+# a lone U+009D turns up in mojibake (UTF-8 quotes read as latin-1), and removed to the end it hid
+# the rest of the text; so is an ESC followed by anything but ASCII.
+_CONTROLS = re.compile(
+    r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]?"  # CSI: colours, cursor moves, clearing
+    r"|(?:\x1b\]|\x9d)[^\x07\x1b\x9c]{0,2000}(?:\x07|\x1b\\|\x9c)"  # OSC: titles, links
+    r"|\x1b[ -~]?|[\x00-\x08\x0e-\x1f\x7f-\x9f]"  # tabs and line breaks are left to the caller
+)
+
+
+def terminal_text(text: str) -> str:
+    """`text` without terminal escapes or control characters other than tabs and line breaks."""
+    return _CONTROLS.sub("", text)

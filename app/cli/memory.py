@@ -24,6 +24,7 @@ from app.cli.common import (
     open_database,
     settings_or_exit,
     storable_project,
+    terminal_text,
 )
 from app.config import Settings
 from app.entry import signalled
@@ -210,8 +211,9 @@ def _print_list(memories: list[Memory], as_json: bool) -> None:
     for memory in memories:
         value = memory.value
         shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        shown = " ".join(shown.split())
-        typer.echo(f"{memory.key}\t{memory.scope}\t{shown[:80]}{'…' if len(shown) > 80 else ''}")
+        shown = " ".join(terminal_text(shown).split())
+        key = terminal_text(memory.key)
+        typer.echo(f"{key}\t{memory.scope}\t{shown[:80]}{'…' if len(shown) > 80 else ''}")
 
 
 @memory_cli.command("list")
@@ -292,12 +294,14 @@ def resume(
     if as_json:
         typer.echo(answer.model_dump_json(by_alias=True, indent=2))
         return
-    typer.echo(answer.briefing)
+    # Agents write these values: an escape in one (a retitling OSC, a screen clear) is not for
+    # the user's terminal. `get` prints the value itself, as `cat` would.
+    typer.echo(terminal_text(answer.briefing))
     for memories in answer.context.model_dump().values():
         for memory in memories:
             value = memory["value"]
             shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-            typer.echo(f"  {memory['key']}: {shown}")
+            typer.echo(f"  {terminal_text(memory['key'])}: {terminal_text(shown)}")
     typer.echo(f"({answer.token_count} of {answer.budget} tokens)")
 
 

@@ -128,3 +128,20 @@ def test_list_prints_text_as_it_is_in_every_form(agmem: Any) -> None:
     ]
     assert '"value": "数据库 café"' in as_json.stdout
     assert [m["value"] for m in json.loads(as_json.stdout)] == ["数据库 café", {"name": "李雷"}]
+
+
+def test_list_and_resume_print_no_terminal_escapes(agmem: Any) -> None:
+    # A value an agent wrote may hold a retitling OSC or a screen clear: `list` and `resume`
+    # printed them raw to the user's terminal. `get` prints the value itself, as `cat` would.
+    value = "osc \x1b]0;PWNED\x07 title \x1b[2Jcleared café 数据库"
+    agmem("memory", "set", "current.task", value, "-p", PROJECT, "--string")
+
+    listed = agmem("memory", "list", "-p", PROJECT).stdout
+    resumed = agmem("resume", "-p", PROJECT, "--budget", "100").stdout
+
+    for output in (listed, resumed):
+        assert "café 数据库" in output
+        assert "PWNED" not in output
+        assert not any(ord(ch) < 32 and ch not in "\t\n" or 127 <= ord(ch) < 160 for ch in output)
+    stored = agmem("memory", "get", "current.task", "-p", PROJECT, "--json").stdout
+    assert json.loads(stored)["value"] == value

@@ -103,6 +103,24 @@ def test_terminal_escapes_in_a_result_do_not_reach_the_terminal(
     assert not any(ord(ch) < 32 and ch != "\n" or 127 <= ord(ch) < 160 for ch in result.output)
 
 
+def test_a_stray_control_character_does_not_hide_the_text_after_it(
+    database_url: str, env: dict[str, str]
+) -> None:
+    # U+009D (OSC) turns up in mojibake (UTF-8 quotes read as latin-1); taken for an OSC with
+    # no end, it removed the rest of the snippet. An escape took a non-ASCII letter with it.
+    mojibake = "“hi”, he said".encode().decode("latin-1")
+    add_chunks(
+        database_url,
+        [Chunk(f"{mojibake}, then the wombat build passed \x1b中文 kept", path="notes/m.md")],
+    )
+
+    result = CliRunner().invoke(cli, ["search", "wombat build", "-p", "/p"], env=env, color=True)
+
+    assert result.exit_code == 0, result.output
+    assert "he said, then the" in result.output
+    assert "中文 kept" in result.output
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
