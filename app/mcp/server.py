@@ -11,14 +11,16 @@ import json
 import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any
+from typing import Any, cast
 
+import anyio
 import psycopg
 import structlog
 from fastapi import FastAPI
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.context import Context
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.server.stdio import stdio_server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, InputRequiredResult
@@ -42,6 +44,7 @@ from app.db.engine import transaction
 from app.errors import AppError
 from app.llm.embeddings import get_embedder
 from app.mcp import descriptions as text
+from app.mcp.stdio import client_lines
 from app.memories import reads, resume, service
 from app.memories.patterns import is_pattern
 from app.memories.schemas import MemoryWrite, ResumeRequest, check_key, check_tags
@@ -123,6 +126,15 @@ class MemoryServer(MCPServer):
                 raise
             # The cause stays: the SDK logs the refused arguments' names from it.
             raise ToolError(f"Error executing tool {name}: {validation_failed(cause)}") from cause
+
+    async def run_stdio_async(self) -> None:
+        # The SDK's, with stdin read by our daemon thread (app/mcp/stdio.py): a SIGTERM waited
+        # for the client to close the pipe. stdout is still the SDK's.
+        async with client_lines() as lines:
+            # The SDK only iterates `stdin`, one line at a time.
+            async with stdio_server(stdin=cast("anyio.AsyncFile[str]", lines)) as (read, write):
+                server = self._lowlevel_server
+                await server.run(read, write, server.create_initialization_options())
 
 
 def build_server(state: StateProvider, *, default_project: str | None = None) -> MCPServer:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,7 @@ from mcp import Client, StdioServerParameters
 from typer.testing import CliRunner
 
 from app.cli import cli
+from tests.cli.helpers import agmem_env
 from tests.mcp.tools import exercise_every_tool, structured
 
 AGMEM = str(Path(sys.executable).parent / "agmem")
@@ -66,3 +69,51 @@ def test_stdio_refuses_a_project_folder_that_is_not_there(tmp_path: Path) -> Non
 
     assert result.exit_code == 1
     assert result.stderr == f"agmem: error: project folder {missing} does not exist\n"
+
+
+def launched(home: Path, project: Path, *program: str) -> subprocess.Popen[str]:
+    """`agmem mcp` (or `program` running it) as a client launches it, initialized: its client
+    keeps its stdin open, as clients do until they stop it."""
+    server = subprocess.Popen(
+        [*(program or (AGMEM,)), "mcp", "-p", str(project)],
+        env=agmem_env(AGMEM_HOME=str(home)),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert server.stdin is not None
+    assert server.stdout is not None
+    client = {"name": "client", "version": "1"}
+    hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": client}
+    request = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}
+    server.stdin.write(json.dumps(request) + "\n")
+    server.stdin.flush()
+    assert json.loads(server.stdout.readline())["result"]["serverInfo"]["name"] == "antigravity-mem"
+    assert (home / "pgdata" / "postmaster.pid").exists()
+    return server
+
+
+def stopped(server: subprocess.Popen[str]) -> str:
+    """The server's stderr once it has exited; its stdin is closed only if it did not."""
+    try:
+        server.wait(timeout=30)
+    finally:
+        if server.returncode is None:
+            server.kill()
+        _, stderr = server.communicate()
+    return stderr
+
+
+def test_sigterm_ends_it_while_its_client_keeps_stdin_open(tmp_path: Path) -> None:
+    # The SDK reads stdin in a non-daemon thread: after SIGTERM the process waited at its exit
+    # until the client closed the pipe, with the embedded PostgreSQL still running.
+    home = tmp_path / "home"
+    server = launched(home, tmp_path)
+
+    server.terminate()
+    stderr = stopped(server)
+
+    assert server.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
