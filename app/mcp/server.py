@@ -11,6 +11,7 @@ import json
 import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from contextvars import ContextVar
 from typing import Any, cast
 
 import anyio
@@ -58,6 +59,10 @@ from app.state import AppState
 log = structlog.get_logger(__name__)
 
 StateProvider = Callable[[], AppState]
+
+# The names of the arguments the call being served sent: the SDK gives an argument sent as null
+# and one left out alike, as None.
+_SENT: ContextVar[frozenset[str]] = ContextVar("sent_arguments", default=frozenset())
 
 # A tool's answer lands in the model's context window: larger blocks than this would crowd it.
 MAX_TOOL_BUDGET = 20_000
@@ -118,6 +123,7 @@ class MemoryServer(MCPServer):
         if known is not None and unknown:
             problem = unknown_fields_message(unknown, known, noun="argument")
             raise ToolError(f"Error executing tool {name}: ValidationFailed: {problem}")
+        sent = _SENT.set(frozenset(arguments))
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as error:
@@ -126,6 +132,8 @@ class MemoryServer(MCPServer):
                 raise
             # The cause stays: the SDK logs the refused arguments' names from it.
             raise ToolError(f"Error executing tool {name}: {validation_failed(cause)}") from cause
+        finally:
+            _SENT.reset(sent)
 
     async def run_stdio_async(self) -> None:
         # The SDK's, with stdin read by our daemon thread (app/mcp/stdio.py): a SIGTERM waited
@@ -179,6 +187,9 @@ def build_server(state: StateProvider, *, default_project: str | None = None) ->
                 "created_by": created_by,
             }
             fields |= {name: v for name, v in optional.items() if v is not None}
+            # A ttl or tags sent as null clears them, as in a PUT's body (left out, they are kept).
+            cleared = {"ttl", "tags"} & _SENT.get()
+            fields |= {name: None for name in cleared if name not in fields}
             data = MemoryWrite.model_validate(fields)
             async with transaction(state().sessionmaker) as session:
                 row, created = await service.write_memory(

@@ -305,3 +305,24 @@ def test_an_unreachable_database_is_a_tool_error_that_says_retry(tmp_path: Any) 
         text = result.content[0].text
         assert text.endswith(": DatabaseUnavailable: the database is unreachable; retry shortly")
         assert str(tmp_path) not in text
+
+
+def test_a_ttl_of_null_removes_the_expiry_as_the_description_says(live_server: LiveServer) -> None:
+    # write_memory's description says "omit to keep it; null removes expiry", as PUT
+    # /api/memories does; the tool dropped a null like an omitted ttl, and the memory the model
+    # meant to keep for good still expired an hour later.
+    async def main() -> list[dict[str, Any]]:
+        async with Client(f"{live_server.url}/mcp") as client:
+            at = {"key": "current.task", "project_path": PROJECT}
+            answers = []
+            for arguments in ({"ttl": 3600, "tags": ["auth"]}, {}, {"ttl": None, "tags": None}):
+                result = await client.call_tool("write_memory", {**at, "value": 1, **arguments})
+                answers.append(structured(result)["memory"])
+            return answers
+
+    expiring, kept, forever = asyncio.run(main())
+    assert expiring["ttl"] == 3600
+    assert (kept["ttl"], kept["tags"]) == (3600, ["auth"])  # omitted: kept
+    assert forever["ttl"] is None
+    assert forever["expiresAt"] is None
+    assert forever["tags"] == []  # a null clears them, as in a PUT's body
