@@ -7,8 +7,6 @@ in memory), like the rest of the API: any number of API processes can answer it.
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
@@ -46,11 +44,12 @@ from app.errors import AppError
 from app.llm.embeddings import get_embedder
 from app.mcp import descriptions as text
 from app.mcp.stdio import client_lines
+from app.mcp.wire import surrogates_cleaned
 from app.memories import reads, resume, service
 from app.memories.patterns import is_pattern
 from app.memories.schemas import MemoryWrite, ResumeRequest, check_key, check_tags
 from app.memories.schemas import Scope as MemoryScope
-from app.privacy import clean_text, lone_surrogates_replaced_everywhere
+from app.privacy import clean_text
 from app.projects import canonical_project
 from app.search.schemas import SearchMode, SearchRequest, SearchSource
 from app.search.service import SearchTuning, search
@@ -389,16 +388,9 @@ class McpEndpoint:
         await self.manager.handle_request(scope, await _surrogates_cleaned(receive), send)
 
 
-# A JSON escape of a UTF-16 surrogate, which only a body holding one (lone or in a pair) carries.
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-
-
 async def _surrogates_cleaned(receive: Receive) -> Receive:
     """`receive` with the request's body read whole (as the SDK reads it) and its lone surrogate
-    escapes replaced by U+FFFD, as the HTTP API cleans them (docs/capture.md, "Text in ids and
-    names"): the SDK's JSON parser refused the body with a JSON-RPC parse error. A body without
-    such an escape is passed on as it came; one that `json` cannot read either is left to the
-    SDK's error."""
+    escapes cleaned (`surrogates_cleaned`): the SDK answered a JSON-RPC parse error."""
     chunks: list[bytes] = []
     while True:
         message = await receive()
@@ -407,15 +399,7 @@ async def _surrogates_cleaned(receive: Receive) -> Receive:
         chunks.append(message.get("body", b""))
         if not message.get("more_body", False):
             break
-    body = b"".join(chunks)
-    if _SURROGATE_ESCAPE.search(body):
-        try:
-            value = json.loads(body)
-        except (ValueError, RecursionError):
-            pass
-        else:
-            cleaned = lone_surrogates_replaced_everywhere(value)
-            body = json.dumps(cleaned, ensure_ascii=False).encode()
+    body = surrogates_cleaned(b"".join(chunks))
     return _replaying({"type": "http.request", "body": body, "more_body": False}, receive)
 
 

@@ -16,10 +16,13 @@ from collections.abc import AsyncIterator
 from concurrent.futures import CancelledError
 from contextlib import asynccontextmanager
 
+from app.mcp.wire import surrogates_cleaned
+
 
 @asynccontextmanager
 async def client_lines() -> AsyncIterator[AsyncIterator[str]]:
-    """The lines on stdin, as the SDK's transport reads them (UTF-8, undecodable bytes replaced).
+    """The lines on stdin, as the SDK's transport reads them (UTF-8, undecodable bytes replaced),
+    with their lone surrogate escapes cleaned as over HTTP.
 
     While they are read, fd 0 is the null device, as the SDK arranges it, so that nothing else
     in the process or its children reads the protocol; it is given back at the end."""
@@ -40,9 +43,11 @@ async def client_lines() -> AsyncIterator[AsyncIterator[str]]:
 
     def read() -> None:
         # Never closed: this thread may still be blocked on it when the process exits.
-        with open(wire, encoding="utf-8", errors="replace", closefd=False) as stream:
+        with open(wire, "rb", closefd=False) as stream:
             for line in stream:
-                if not hand_over(line):
+                # A lone surrogate's escape made the SDK drop the line: the call had no answer.
+                text = surrogates_cleaned(line).decode("utf-8", errors="replace")
+                if not hand_over(text):
                     return
         hand_over(None)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import select
 import subprocess
 import sys
 from pathlib import Path
@@ -71,12 +72,12 @@ def test_stdio_refuses_a_project_folder_that_is_not_there(tmp_path: Path) -> Non
     assert result.stderr == f"agmem: error: project folder {missing} does not exist\n"
 
 
-def launched(home: Path, project: Path, *program: str) -> subprocess.Popen[str]:
+def launched(home: Path, project: Path, *program: str, **env: str) -> subprocess.Popen[str]:
     """`agmem mcp` (or `program` running it) as a client launches it, initialized: its client
     keeps its stdin open, as clients do until they stop it."""
     server = subprocess.Popen(
         [*(program or (AGMEM,)), "mcp", "-p", str(project)],
-        env=agmem_env(AGMEM_HOME=str(home)),
+        env=agmem_env(AGMEM_HOME=str(home), **env),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -90,8 +91,18 @@ def launched(home: Path, project: Path, *program: str) -> subprocess.Popen[str]:
     server.stdin.write(json.dumps(request) + "\n")
     server.stdin.flush()
     assert json.loads(server.stdout.readline())["result"]["serverInfo"]["name"] == "antigravity-mem"
-    assert (home / "pgdata" / "postmaster.pid").exists()
     return server
+
+
+def answer(server: subprocess.Popen[str], line: str) -> dict[str, Any] | None:
+    """The server's answer to `line`, or None when none comes."""
+    assert server.stdin is not None
+    assert server.stdout is not None
+    server.stdin.write(line + "\n")
+    server.stdin.flush()
+    ready, _, _ = select.select([server.stdout], [], [], 30)
+    found: dict[str, Any] | None = json.loads(server.stdout.readline()) if ready else None
+    return found
 
 
 def stopped(server: subprocess.Popen[str]) -> str:
@@ -110,6 +121,7 @@ def test_sigterm_ends_it_while_its_client_keeps_stdin_open(tmp_path: Path) -> No
     # until the client closed the pipe, with the embedded PostgreSQL still running.
     home = tmp_path / "home"
     server = launched(home, tmp_path)
+    assert (home / "pgdata" / "postmaster.pid").exists()
 
     server.terminate()
     stderr = stopped(server)
@@ -142,6 +154,7 @@ def test_a_second_sigterm_while_it_exits_stops_the_embedded_server_at_once(
     # stop, up to pg_ctl's 60 s), and it took a third to stop the server at once.
     home = tmp_path / "home"
     server = launched(home, tmp_path, sys.executable, "-c", SIGTERM_AGAIN_AS_IT_STOPS)
+    assert (home / "pgdata" / "postmaster.pid").exists()
 
     server.terminate()
     stderr = stopped(server)
@@ -150,3 +163,27 @@ def test_a_second_sigterm_while_it_exits_stops_the_embedded_server_at_once(
     assert stderr.splitlines()[-1] == "agmem: terminated"
     assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
     assert "received immediate shutdown request" in (home / "pgdata" / "log").read_text()
+
+
+def test_a_lone_surrogate_in_tool_arguments_is_cleaned_over_stdio(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # As over /mcp (tests/mcp/test_http.py): the SDK's JSON parser refused the line, and over
+    # stdio nothing answered the call at all: the client waited for it until its own timeout.
+    server = launched(tmp_path / "home", tmp_path, DATABASE_URL=database_url)
+    arguments = '{"key": "k\\ud800", "value": "v\\ud800", "scope": "global", "tags": ["t\\udc00"]}'
+    line = (
+        '{"jsonrpc": "2.0", "id": 2, "method": "tools/call",'
+        f' "params": {{"name": "write_memory", "arguments": {arguments}}}}}'
+    )
+    try:
+        answered = answer(server, line)
+    finally:
+        server.terminate()
+        stopped(server)
+
+    assert answered is not None, "no answer"
+    result = answered["result"]
+    assert not result.get("isError"), result
+    memory = result["structuredContent"]["memory"]
+    assert (memory["key"], memory["value"], memory["tags"]) == ("k\ufffd", "v\ufffd", ["t\ufffd"])
