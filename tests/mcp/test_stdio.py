@@ -106,14 +106,20 @@ def answer(server: subprocess.Popen[str], line: str) -> dict[str, Any] | None:
 
 
 def stopped(server: subprocess.Popen[str]) -> str:
-    """The server's stderr once it has exited; its stdin is closed only if it did not."""
+    """The server's stderr once it has exited. One still running after 30 s is then stopped by
+    the end of its input (so a failing test leaves no embedded server behind), else killed."""
+    assert server.stdin is not None
+    assert server.stderr is not None
     try:
         server.wait(timeout=30)
     finally:
-        if server.returncode is None:
+        server.stdin.close()
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
             server.kill()
-        _, stderr = server.communicate()
-    return stderr
+            server.wait()
+    return server.stderr.read()
 
 
 def test_sigterm_ends_it_while_its_client_keeps_stdin_open(tmp_path: Path) -> None:
