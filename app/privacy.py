@@ -88,8 +88,10 @@ def _strings_replaced(value: Any) -> Any:
 # --- strip_private ------------------------------------------------------------------------------
 
 # Patterns start with a literal "<" so that the regex engine can skip ahead with a fast search.
-# An unclosed <private> hides everything after it: losing text is better than leaking it.
-_PRIVATE = re.compile(r"<(?i:private)(?:\s[^>]*)?>.*?(?:</(?i:private)\s*>|\Z)", re.DOTALL)
+# A private span's opening or closing tag. Spans nest: the text stays hidden until the closing
+# tag of the first opening one (a regex to the first closing tag showed the outer span's rest);
+# an unclosed <private> hides everything after it: losing text is better than leaking it.
+_PRIVATE_TAG = re.compile(r"<(?:(?P<close>/)(?i:private)\s*|(?i:private)(?:\s[^>]*)?)>")
 # Only complete <memory> blocks are ours (the context builder always closes them); a lone
 # "<memory>" in someone's code is left alone.
 _MEMORY = re.compile(r"<(?i:memory)(?:\s[^>]*)?>.*?</(?i:memory)\s*>\n?", re.DOTALL)
@@ -109,10 +111,44 @@ def _strip_private(s: str, found: frozenset[str]) -> str:
     if "<" not in found:
         return s
     if not found.isdisjoint(_PRIVATE_LITERALS):
-        s = _PRIVATE.sub("", s)
+        s = _without_private(s, _PRIVATE_TAG, _nothing)
     if not found.isdisjoint(_MEMORY_LITERALS):
         s = _MEMORY.sub("", s)
     return s
+
+
+def _without_private(s: str, outside: re.Pattern[str], removed: Callable[[str], str]) -> str:
+    """`s` with each private span replaced by `removed(span)`; `outside` finds the next tag
+    where no span is open (and what is not one there: markdown's code spans). A closing tag
+    outside any span is text."""
+    parts: list[str] = []
+    kept = position = 0
+    while (match := outside.search(s, position)) is not None:
+        position = match.end()
+        if match.group("close") is not None or match.lastgroup == "code":
+            continue
+        start, depth = match.start(), 1
+        while depth:
+            tag = _PRIVATE_TAG.search(s, position)
+            if tag is None:
+                position = len(s)
+                break
+            position = tag.end()
+            depth += -1 if tag.group("close") is not None else 1
+        parts += (s[kept:start], removed(s[start:position]))
+        kept = position
+    if not parts:
+        return s
+    parts.append(s[kept:])
+    return "".join(parts)
+
+
+def _nothing(_: str) -> str:
+    return ""
+
+
+def _newlines_of(span: str) -> str:
+    return "\n" * span.count("\n")
 
 
 # A markdown file is stripped whole, before it is chunked: stripped chunk by chunk, a span
@@ -120,7 +156,7 @@ def _strip_private(s: str, found: frozenset[str]) -> str:
 # sanitized alone). A span becomes the newlines it held, so every later line keeps its number,
 # and a <private> tag inside an inline code span (docs about the tag) is text, not a span. Our
 # <memory> blocks go wherever they are: one kept in a chunk would nest in the context block.
-_MARKDOWN_PRIVATE = re.compile(f"(`[^`\\n]*`)|{_PRIVATE.pattern}", re.DOTALL)
+_MARKDOWN_PRIVATE_TAG = re.compile(f"(?P<code>`[^`\\n]*`)|{_PRIVATE_TAG.pattern}")
 
 
 def strip_private_lines(s: str) -> str:
@@ -129,18 +165,14 @@ def strip_private_lines(s: str) -> str:
     if "<" not in found:
         return s
     if not found.isdisjoint(_PRIVATE_LITERALS):
-        s = _MARKDOWN_PRIVATE.sub(_keep_code_or_lines, s)
+        s = _without_private(s, _MARKDOWN_PRIVATE_TAG, _newlines_of)
     if not found.isdisjoint(_MEMORY_LITERALS):
         s = _MEMORY.sub(_newlines, s)
     return s
 
 
-def _keep_code_or_lines(match: re.Match[str]) -> str:
-    return match.group(1) or _newlines(match)
-
-
 def _newlines(match: re.Match[str]) -> str:
-    return "\n" * match.group().count("\n")
+    return _newlines_of(match.group())
 
 
 # --- redact_secrets -----------------------------------------------------------------------------
@@ -201,6 +233,25 @@ _RULES: list[_Rule] = [
     (("glpat-",), re.compile(r"glpat-[A-Za-z0-9_\-]{20,}"), REDACTED),
     # AWS access key ids.
     (("AKIA", "ASIA"), re.compile(r"A(?<!\wA)[KS]IA[0-9A-Z]{16}(?![0-9A-Za-z])"), REDACTED),
+    # AWS secret access keys (40 characters of base64) after their name: the id alone was
+    # redacted, and `aws iam create-access-key`'s JSON or ~/.aws/credentials kept the secret.
+    *(
+        (
+            (stem,),
+            re.compile(
+                rf"(?P<keep>{stem}(?<={word})[\"']?\s*[:=]\s*[\"']?)"
+                + _NOT_REDACTED
+                + r"[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"
+            ),
+            _keep_group("keep"),
+        )
+        for stem, word in (
+            ("ecretAccessKey", "[sS]ecretAccessKey"),
+            ("ecret_access_key", "[sS]ecret_access_key"),
+            ("ECRET_ACCESS_KEY", "SECRET_ACCESS_KEY"),
+            ("ecret-access-key", "[sS]ecret-access-key"),
+        )
+    ),
     # Slack tokens.
     (("xox",), re.compile(r"xox[abposr]-[A-Za-z0-9\-]{10,}"), REDACTED),
     # Stripe secret and restricted keys: the kind (sk_live_) stays readable.
@@ -355,6 +406,25 @@ def _redact(s: str, found: frozenset[str]) -> str:
     return s
 
 
+def redact_secrets_lines(s: str) -> str:
+    """`redact_secrets` for a markdown file before it is chunked: a secret spanning lines (a PEM
+    key) becomes `[REDACTED]` and the newlines it held, so every later line keeps its number.
+
+    Redacted chunk by chunk instead, a key longer than a chunk showed its later lines in the
+    next chunks: the `-----BEGIN` line, which the rule needs, was in the first one only."""
+    for pattern, replacement in _rules_for(_SCANNER.present(s)):
+        s = pattern.sub(_keeping_lines(replacement), s)
+    return s
+
+
+def _keeping_lines(replacement: _Replacement) -> Callable[[re.Match[str]], str]:
+    def replace(match: re.Match[str]) -> str:
+        text = replacement if isinstance(replacement, str) else replacement(match)
+        return text + "\n" * (match.group().count("\n") - text.count("\n"))
+
+    return replace
+
+
 # Few distinct sets of found literals occur, and testing every rule against one cost ~3 µs a
 # string, for the same answer each time.
 @lru_cache(maxsize=1024)
@@ -430,8 +500,9 @@ def sanitize_string(
 
 # A string value under a key named like a credential is redacted whole, whatever its shape.
 _SECRET_KEY = re.compile(
-    r"(?:.*[_\-])?(?:api[_\-]?key|apikey|secret|client[_\-]?secret|password|passwd|token"
-    r"|access[_\-]?token|auth[_\-]?token|refresh[_\-]?token|private[_\-]?key|credentials?)",
+    r"(?:.*[_\-])?(?:api[_\-]?key|apikey|secret|client[_\-]?secret|secret[_\-]?access[_\-]?key"
+    r"|password|passwd|token|access[_\-]?token|auth[_\-]?token|refresh[_\-]?token"
+    r"|private[_\-]?key|credentials?)",
     re.IGNORECASE,
 )
 

@@ -12,10 +12,17 @@ relative path or `~` (which only the client could resolve) is kept as sent, norm
 
 from __future__ import annotations
 
+import fnmatch
 import ntpath
 import posixpath
 import re
 import unicodedata
+from typing import TYPE_CHECKING
+
+from app.errors import ValidationFailed
+
+if TYPE_CHECKING:
+    from app.config import Settings
 
 _WINDOWS_DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
 
@@ -38,3 +45,49 @@ def canonical_project(path: str) -> str:
     folded = posixpath.normpath(text)
     # POSIX lets `//x` mean something else than `/x`; no project path means that.
     return "/" + folded.lstrip("/") if folded.startswith("//") else folded
+
+
+# How capture names a session it did not store (session/start of an excluded project).
+EXCLUDED_PREFIX = "excluded-"
+
+
+class ProjectExcluded(ValidationFailed):
+    """A write for a project AGMEM_CAPTURE_EXCLUDE_PROJECTS excludes."""
+
+
+def is_project_excluded(project_path: str, settings: Settings) -> bool:
+    """True when the project matches one of AGMEM_CAPTURE_EXCLUDE_PROJECTS (fnmatch globs).
+
+    Both sides in their canonical spelling (the globs are, from the settings); a Windows path
+    matches without regard to case, as Windows itself opens it.
+    """
+    if not settings.capture_exclude_projects:
+        return False
+    path = canonical_project(project_path)
+    windows = is_windows_path(path)
+    if windows:
+        path = path.casefold()
+    return any(
+        fnmatch.fnmatchcase(candidate, glob.casefold() if windows else glob)
+        for glob in settings.capture_exclude_projects
+        for candidate in (path, path.rstrip("/\\") + ("\\" if windows else "/"))
+    )
+
+
+def refuse_excluded(
+    project_path: str, settings: Settings, what: str, *, session_id: str = ""
+) -> None:
+    """Raise ProjectExcluded for a write (`what`) an excluded project must not get: capture
+    answers its interceptors `excluded` and stores nothing, and a memory or a sync that stored
+    the project's text anyway defeated the setting. A session id capture minted for an excluded
+    project (`excluded-…`) names one too."""
+    if session_id.startswith(EXCLUDED_PREFIX):
+        raise ProjectExcluded(
+            f"session {session_id} is of a project excluded by AGMEM_CAPTURE_EXCLUDE_PROJECTS: "
+            f"nothing is stored for it, {what} included"
+        )
+    if project_path and is_project_excluded(project_path, settings):
+        raise ProjectExcluded(
+            f"project {project_path} is excluded by AGMEM_CAPTURE_EXCLUDE_PROJECTS: "
+            f"nothing is stored for it, {what} included"
+        )

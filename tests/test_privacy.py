@@ -20,9 +20,11 @@ from app.privacy import (
     clean_text,
     json_depth,
     redact_secrets,
+    redact_secrets_lines,
     sanitize_json,
     sanitize_text,
     strip_private,
+    strip_private_lines,
 )
 from app.textscan import SHORT_TEXT
 
@@ -63,6 +65,19 @@ def test_strip_private_removes_spans_case_insensitive_and_multiline() -> None:
 
 def test_strip_private_unclosed_span_hides_the_rest() -> None:
     assert strip_private("public <private>never closed secret") == "public "
+
+
+def test_private_spans_nest() -> None:
+    # A span holding another (a pasted note that had its own tags) ended at the inner closing
+    # tag, and the rest of the outer span was kept.
+    text = "a <private>client <private>phone</private> budget 50k</private> b </private> c"
+    assert strip_private(text) == "a  b </private> c"
+    assert sanitize_text("x <private>1 <private>2</private> 3") == "x "
+    lines = "a\n<private>\nclient\n<private>phone</private>\nbudget 50k\n</private>\nb"
+    assert strip_private_lines(lines) == "a\n\n\n\n\n\nb"
+    # Tags in a code span are text where no span is open.
+    code = "Use `<private>` and `</private>`. <private>x</private> z"
+    assert strip_private_lines(code) == "Use `<private>` and `</private>`.  z"
 
 
 def test_strip_private_removes_injected_memory_block() -> None:
@@ -111,6 +126,14 @@ def test_redact_stripe_keeps_the_kind() -> None:
 def test_redact_private_key_block() -> None:
     text = "x\n-----BEGIN RSA PRIVATE KEY-----\nMIIEow\nabc\n-----END RSA PRIVATE KEY-----\ny"
     assert redact_secrets(text) == f"x\n{REDACTED}\ny"
+
+
+def test_redact_secrets_lines_keeps_every_line() -> None:
+    text = "x\n-----BEGIN RSA PRIVATE KEY-----\nMIIEow\nabc\n-----END RSA PRIVATE KEY-----\ny"
+    text += "\nAuthorization: Bearer\n  abcdefgh12345678\nAPI_KEY=zzz"
+    assert redact_secrets_lines(text) == (
+        f"x\n{REDACTED}\n\n\n\ny\nAuthorization: Bearer\n  {REDACTED}\nAPI_KEY={REDACTED}"
+    )
 
 
 @pytest.mark.parametrize(
@@ -163,8 +186,46 @@ def test_redact_quoted_credential_values(text: str, expected: str) -> None:
     assert redact_secrets(text) == expected
 
 
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # `aws iam create-access-key` and `aws sts assume-role` print it as JSON.
+        f'{{"AccessKeyId": "AKIAIOSFODNN7EXAMPLE", "SecretAccessKey": "{AWS_SECRET}"}}',
+        # ~/.aws/credentials, boto3 keywords, a compose file's environment.
+        f"[default]\naws_secret_access_key = {AWS_SECRET}\n",
+        f"boto3.client('s3', aws_secret_access_key='{AWS_SECRET}')",
+        f"      AWS_SECRET_ACCESS_KEY: {AWS_SECRET}",
+        f"aws-secret-access-key: {AWS_SECRET}",
+    ],
+)
+def test_redact_aws_secret_access_keys(text: str) -> None:
+    # The access key id was redacted and its secret, the credential itself, kept.
+    out = redact_secrets(text)
+    assert AWS_SECRET not in out
+    assert out == text.replace(AWS_SECRET, REDACTED).replace("AKIAIOSFODNN7EXAMPLE", REDACTED)
+
+
+def test_aws_secret_rule_leaves_code_naming_the_key_alone() -> None:
+    for text in (
+        "boto3.client('s3', aws_secret_access_key=secret_key)",
+        "aws_secret_access_key = settings.AWS_SECRET_ACCESS_KEY",
+        'secretAccessKey: "<your secret access key here>"',
+    ):
+        assert redact_secrets(text) == text
+
+
+def test_sanitize_json_redacts_secret_access_keys() -> None:
+    value = {"SecretAccessKey": "x", "aws_secret_access_key": "y", "secret-access-key": "z"}
+    assert sanitize_json(value) == dict.fromkeys(value, REDACTED)
+
+
 GATE_SAMPLES = [
     *SECRETS,
+    f'"SecretAccessKey": "{AWS_SECRET}" aws_secret_access_key={AWS_SECRET}',
+    f"AWS_SECRET_ACCESS_KEY: {AWS_SECRET} aws-secret-access-key: {AWS_SECRET}",
     "key sk_live_abcdefghijklmnop1234 rk_test_abcdefghijklmnop1234",
     "-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n-----END OPENSSH PRIVATE KEY-----",
     "Authorization: Bearer abc.def.ghi123 AUTHORIZATION=token12345678 BEARER abcdefgh1234",

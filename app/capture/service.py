@@ -7,7 +7,6 @@ the hot path never reads back the payload it just wrote. Reads return ORM rows.
 
 from __future__ import annotations
 
-import fnmatch
 import time
 import uuid
 from collections.abc import Callable
@@ -40,7 +39,7 @@ from app.config import Settings
 from app.db.models import ObservationRow, SessionRow
 from app.errors import ValidationFailed
 from app.privacy import NestingTooDeep, cap_text, clean_text, sanitize_text
-from app.projects import canonical_project, is_windows_path
+from app.projects import EXCLUDED_PREFIX, canonical_project, is_project_excluded
 
 log = structlog.get_logger(__name__)
 
@@ -51,7 +50,6 @@ Executor = AsyncSession | AsyncConnection | GroupWriter
 EXCLUDED = "excluded"
 # Ids minted for sessions of excluded projects carry this prefix, so that later observations
 # sent with such an id are recognised as excluded without anything having been stored.
-EXCLUDED_PREFIX = "excluded-"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,25 +80,6 @@ class SessionDetail:
 
 
 # --- helpers ------------------------------------------------------------------------------------
-
-
-def is_project_excluded(project_path: str, settings: Settings) -> bool:
-    """True when the project matches one of AGMEM_CAPTURE_EXCLUDE_PROJECTS (fnmatch globs).
-
-    Both sides in their canonical spelling (the globs are, from the settings); a Windows path
-    matches without regard to case, as Windows itself opens it.
-    """
-    if not settings.capture_exclude_projects:
-        return False
-    path = canonical_project(project_path)
-    windows = is_windows_path(path)
-    if windows:
-        path = path.casefold()
-    return any(
-        fnmatch.fnmatchcase(candidate, glob.casefold() if windows else glob)
-        for glob in settings.capture_exclude_projects
-        for candidate in (path, path.rstrip("/\\") + ("\\" if windows else "/"))
-    )
 
 
 def _clean_id(value: str, field: str) -> str:

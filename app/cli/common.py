@@ -227,6 +227,16 @@ def settings_or_exit() -> Settings:
     return settings
 
 
+def check_provider(settings: Settings) -> None:
+    """A long-running command refuses to start on an embedding provider it cannot build: `serve`
+    started, said "ok" on /health and answered every search 503, a keyword search too, and the
+    worker left every new row without a vector."""
+    from app.llm.embeddings import check_embedder
+
+    with cli_errors():
+        check_embedder(settings)
+
+
 def describe_location(settings: Settings, url: str) -> str:
     if settings.database_url is None:
         return f"embedded PostgreSQL in {settings.pgdata}"

@@ -16,6 +16,7 @@ import typer
 from pydantic import ValidationError
 
 from app.cli.common import (
+    check_provider,
     cli_errors,
     current_folder,
     fail,
@@ -179,7 +180,7 @@ def set_(
         except (ValueError, RecursionError):
             parsed = value
 
-    async def work(db: AsyncSession, _: Settings) -> tuple[Memory, bool]:
+    async def work(db: AsyncSession, settings: Settings) -> tuple[Memory, bool]:
         from app.memories import service
 
         fields: dict[str, Any] = {
@@ -191,7 +192,7 @@ def set_(
         fields |= {name: v for name, v in optional.items() if v is not None}
         data = MemoryWrite.model_validate(fields)
         row, created = await service.write_memory(
-            db, key=check_key(key), data=data, if_version=if_version
+            db, key=check_key(key), data=data, settings=settings, if_version=if_version
         )
         return service.to_schema(row), created
 
@@ -312,6 +313,7 @@ def mcp(project: ProjectOpt = None) -> None:
         problem = "is not a folder" if os.path.exists(default_project) else "does not exist"
         fail(f"project folder {default_project} {problem}")
     settings = settings_or_exit()
+    check_provider(settings)
     with cli_errors():
         url = open_database(settings)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 from typing import Annotated
 
 import typer
@@ -40,6 +41,20 @@ async def _run(settings: Settings, url: str, request: SearchRequest) -> SearchRe
         await engine.dispose()
 
 
+# Terminal escapes (CSI, OSC and the rest) and other control characters. An indexed transcript
+# keeps its tool output's colour codes, a fetched page whatever it held: printed raw, a result
+# could clear the screen, retitle the window, or, cut inside a colour, leave the terminal red.
+_CONTROLS = re.compile(
+    r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]?"  # CSI: colours, cursor moves, clearing
+    r"|(?:\x1b\]|\x9d)[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"  # OSC: titles, links, clipboard
+    r"|\x1b.?|[\x00-\x08\x0e-\x1f\x7f-\x9f]"  # tabs and line breaks are left to `one_line`
+)
+
+
+def _shown(text: str) -> str:
+    return _CONTROLS.sub("", text)
+
+
 def _print(response: SearchResponse) -> None:
     if response.degraded:
         typer.echo(f"agmem: warning: {response.degraded}", err=True)
@@ -47,9 +62,9 @@ def _print(response: SearchResponse) -> None:
         typer.echo("no results")
         return
     for rank, hit in enumerate(response.results, start=1):
-        cite = citation(hit)
+        cite = _shown(citation(hit))
         typer.echo(f"{rank:>2}. {hit.score:.4f}  [{hit.source}] {cite}")
-        typer.echo(f"    {one_line(hit.snippet)[:200]}")
+        typer.echo(f"    {one_line(_shown(hit.snippet))[:200]}")
     typer.echo(f"({len(response.results)} results in {response.took_ms:.1f} ms)")
 
 

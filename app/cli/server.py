@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from app.cli.common import cli_errors, describe_location, fail, open_database, settings_or_exit
+from app.cli.common import (
+    check_provider,
+    cli_errors,
+    describe_location,
+    fail,
+    open_database,
+    settings_or_exit,
+)
 from app.config import Settings, bare_host
 from app.entry import signalled
 
@@ -106,6 +113,7 @@ def serve(
     if overrides:
         settings = settings.model_copy(update=overrides)
     check_token_rule(settings)
+    check_provider(settings)
     listener = bind_listener(settings.host, settings.port)
     bound_port: int = listener.getsockname()[1]
     # Loaded once the checks above have passed: a refusal costs no import of the app.

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from app.cli.common import (
+    check_provider,
     check_reachable,
     cli_errors,
     describe_location,
@@ -62,6 +63,7 @@ def worker(
     if ctx.invoked_subcommand is not None:
         return
     settings = settings_or_exit()
+    check_provider(settings)
     with cli_errors():
         url = open_database(settings)
         asyncio.run(run_worker(settings, url, concurrency=concurrency))

@@ -82,7 +82,8 @@ class _Fitter:
     def duplicate(self, text: str) -> bool:
         return _near_any(text, self.seen)
 
-    def add(self, item: ContextItem, rendered: str) -> bool:
+    def add(self, item: ContextItem, rendered: str, whole: str | None = None) -> bool:
+        """Add `item` if it fits; `whole` is the text it was cut from, if it was cut."""
         cost = self.cost(item.section, rendered)
         if cost > self.remaining:
             return False
@@ -91,7 +92,10 @@ class _Fitter:
         item.rendered = rendered
         item.tokens = estimate_tokens(rendered)
         self.items.append(item)
-        self.seen.append(_words(item.content))
+        # Later texts are compared with the whole, not the cut: a 400-token section cut to its
+        # 160-token share shared under half of its words with the cut, and its copy in another
+        # file went in too.
+        self.seen.append(_words(whole if whole is not None else item.content))
         return True
 
 
@@ -128,7 +132,7 @@ def _add_session(fitter: _Fitter, row: Any, *, full: bool) -> None:
         if room >= 40:
             summary = truncate_to_tokens(row.body.strip(), room)
             rendered = fmt.session_full(row.at, row.title, summary)
-            if fitter.add(_session_item(row, "session", summary), rendered):
+            if fitter.add(_session_item(row, "session", summary), rendered, row.body):
                 return
     line = fmt.session_line(row.at, row.title, row.body)
     fitter.add(_session_item(row, "older", line.strip()), line)
@@ -164,7 +168,7 @@ def _add_hit(fitter: _Fitter, hit: SearchResult) -> None:
         created_at=hit.created_at,
         section="relevant",
     )
-    fitter.add(item, rendered)
+    fitter.add(item, rendered, hit.content)
 
 
 def _render(fitter: _Fitter) -> str:

@@ -49,8 +49,17 @@ def date_label(at: datetime) -> str:
     return at.strftime("%Y-%m-%d %H:%M UTC") if at.tzinfo else at.strftime("%Y-%m-%d %H:%M")
 
 
+# How much of a task's start a summary must quote (after an opening quote) to be said to state it.
+_QUOTED_TASK_CHARS = 60
+
+
 def session_full(at: datetime, task: str | None, summary: str) -> str:
-    task_line = f"**Task**: {one_line(task)}\n\n" if task and task.strip() else ""
+    task = one_line(task) if task else ""
+    # The offline summary opens with its task quoted (`on "<task>"`, cut at 40 tokens): a
+    # `**Task**` line above it said it again: 136 tokens of a 2,000-token block over the
+    # testdata's two latest sessions.
+    quoted = f'"{task[:_QUOTED_TASK_CHARS]}' in summary
+    task_line = f"**Task**: {task}\n\n" if task and not quoted else ""
     return inert(f"\n## Session from {date_label(at)}\n{task_line}{summary.strip()}\n")
 
 
@@ -68,7 +77,9 @@ def fact_value(raw_json: str) -> str:
 
 
 def fact_line(key: str, value: str) -> str:
-    return inert(f"- **{key}**: {value}\n")
+    # A key may hold line breaks (only `*` is refused): written raw, its lines stood at the
+    # margin as the block's own sections.
+    return inert(f"- **{one_line(key)}**: {value}\n")
 
 
 def citation(hit: SearchResult) -> str:
@@ -95,6 +106,9 @@ _BLANK_RUNS = re.compile(r"\n{3,}")
 def item_lines(text: str) -> str:
     """`text` with its lines kept (code and tree diagrams stay readable), trailing spaces and
     runs of blank lines dropped: what a hit quotes before it is cut to its share of the budget."""
+    # A lone CR (a captured shell output's progress lines) ends a line in markdown too: kept,
+    # the lines after it stood at the margin, outside the item, unseen by `balanced`.
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
     lines = [line.rstrip() for line in text.strip().split("\n")]
     # A chunk cut from a file can start with the fence that closes a code block above it (sync
     # cuts after a block's code): read as an opener, it turned the prose after it into code
@@ -122,6 +136,11 @@ def balanced(text: str) -> str:
                 prose.append(line)
             continue
         marker = match.group(1)
+        if not fence and marker[0] == "`" and "`" in line[match.end() :]:
+            # Inline code (a backtick fence's info string holds no backtick): "```make```".
+            last_prose = index
+            prose.append(line)
+            continue
         if not fence:
             fence = marker
         elif (
@@ -152,7 +171,10 @@ def _inline_closers(prose: str) -> str:
 def relevant_item(cite: str, source: str, content: str) -> str:
     """A hit as a list item: short text on the item's line, longer text as its indented lines."""
     head = f"- `{cite}` ({source}):"
-    if "\n" not in content:
-        return inert(f"{head} {balanced(content)}\n")
-    body = "\n".join(f"  {line}" if line else "" for line in balanced(content).split("\n"))
+    closed = balanced(content)
+    # Balanced first: a one-line item its closing fence makes two lines is indented too, or the
+    # fence at the margin, outside the list, opened a code block to the end of the block.
+    if "\n" not in closed:
+        return inert(f"{head} {closed}\n")
+    body = "\n".join(f"  {line}" if line else "" for line in closed.split("\n"))
     return inert(f"{head}\n{body}\n")

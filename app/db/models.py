@@ -210,6 +210,8 @@ class MemoryChunkRow(Base):
     model: Mapped[str | None] = mapped_column(String(200))  # provider:model:dims
     embed_attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
     embed_error: Mapped[str | None] = mapped_column(Text)
+    # A worker embedding the row until then (a lease, not a lock held across the provider call).
+    embed_claimed_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     tsv: Mapped[Any] = mapped_column(TSVECTOR, Computed(TSVECTOR_EXPRESSION, persisted=True))
     created_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), nullable=False, server_default=_utcnow()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import psycopg
@@ -105,9 +105,15 @@ async def arrays_for(
     return vectors, stats
 
 
+# A lease, not a lock: the rows were locked FOR UPDATE through the provider's call, and a write
+# of them (a kv memory's PUT or DELETE) waited for Gemini (walk-through: over 120 s).
+EMBED_LEASE_SECONDS = 900
 _CLAIM = (
-    "SELECT id, hash, content FROM memory_chunks WHERE embedding IS NULL "
-    "AND embed_attempts < :max_attempts {only} ORDER BY id LIMIT :limit FOR UPDATE SKIP LOCKED"
+    "UPDATE memory_chunks SET embed_claimed_until = now() + make_interval(secs => :lease) "
+    "WHERE id IN (SELECT id FROM memory_chunks WHERE embedding IS NULL "
+    "AND embed_attempts < :max_attempts AND (embed_claimed_until IS NULL "
+    "OR embed_claimed_until < now()) {only} ORDER BY id LIMIT :limit FOR UPDATE SKIP LOCKED) "
+    "RETURNING id, hash, content"
 )
 _CLAIM_UNEMBEDDED = text(_CLAIM.format(only=""))
 # A sync with a batch-capable provider (Gemini) writes its file chunks without vectors and then
@@ -116,25 +122,53 @@ _CLAIM_UNEMBEDDED = text(_CLAIM.format(only=""))
 _CLAIM_UNEMBEDDED_NOT_FILES = text(_CLAIM.format(only="AND source NOT IN ('memory', 'sessions')"))
 
 _SET_VECTORS_BINARY = (
-    "UPDATE memory_chunks AS c SET embedding = t.e, model = %s, embed_error = NULL "
-    "FROM unnest(%s::bigint[], %b::vector[]) AS t(id, e) WHERE c.id = t.id"
+    "UPDATE memory_chunks AS c SET embedding = t.e, model = %s, embed_error = NULL, "
+    "embed_claimed_until = NULL FROM unnest(%s::bigint[], %b::vector[]) AS t(id, e) "
+    "WHERE c.id = t.id"
 )
 
 
 async def set_chunk_vectors(
     session: AsyncSession, *, model: str, ids: list[int], vectors: list[NDArray[np.float32]]
-) -> None:
-    """Give index rows `ids` their `vectors` (in order) under `model`."""
-    if ids:
-        driver = await binary_vector_connection(session)
-        async with driver.cursor() as cursor:
-            await cursor.execute(_SET_VECTORS_BINARY, (model, ids, vectors))
+) -> int:
+    """Give index rows `ids` their `vectors` (in order) under `model`; the rows still there."""
+    if not ids:
+        return 0
+    driver = await binary_vector_connection(session)
+    async with driver.cursor() as cursor:
+        await cursor.execute(_SET_VECTORS_BINARY, (model, ids, vectors))
+        return max(cursor.rowcount, 0)
 
 
 _RECORD_FAILURE = text(
-    "UPDATE memory_chunks SET embed_attempts = embed_attempts + 1, embed_error = :error "
-    "WHERE id = ANY(CAST(:ids AS bigint[]))"
+    "UPDATE memory_chunks SET embed_attempts = embed_attempts + 1, embed_error = :error, "
+    "embed_claimed_until = NULL WHERE id = ANY(CAST(:ids AS bigint[]))"
 )
+
+# Rows given up on (`max_attempts` failures) wait for proof that the provider works again: a
+# worker's start (a fixed key, a switched provider) or an embedding that reached it. They stayed
+# without a vector for good (walk-through: a 40-second 403 left 14 rows so).
+_RELEASE_GIVEN_UP = text(
+    "UPDATE memory_chunks SET embed_attempts = 0 "
+    "WHERE embedding IS NULL AND embed_attempts >= :max_attempts"
+)
+
+
+_RELEASE_CLAIMS = text(
+    "UPDATE memory_chunks SET embed_claimed_until = NULL WHERE id = ANY(CAST(:ids AS bigint[]))"
+)
+
+
+async def release_claims(session: AsyncSession, ids: list[int]) -> None:
+    """End the lease on rows a worker stopped embedding."""
+    await session.execute(_RELEASE_CLAIMS, {"ids": ids})
+
+
+async def release_given_up(session: AsyncSession, *, max_attempts: int) -> int:
+    """Give the rows whose embedding failed `max_attempts` times their attempts back."""
+    result: Any = await session.execute(_RELEASE_GIVEN_UP, {"max_attempts": max_attempts})
+    return int(result.rowcount or 0)
+
 
 _known_indexes: set[str] = set()
 
@@ -154,24 +188,31 @@ async def ensure_model_index(
     _known_indexes.add(embedder.identity)
 
 
-async def embed_pending_chunks(
-    session: AsyncSession,
-    embedder: Embedder,
-    *,
-    limit: int = 512,
-    max_attempts: int = 5,
-    skip_file_chunks: bool = False,
-) -> EmbedStats:
-    """Claim up to `limit` index rows without a vector and give them one (cache first).
+class Claimed(NamedTuple):
+    id: int
+    hash: str
+    content: str
 
-    Rows are locked with SKIP LOCKED, so parallel workers split the backlog. With
-    `skip_file_chunks`, the memory files' and transcripts' rows are left to the sync that wrote
-    them. A provider failure
-    counts an attempt on the rows, is returned in `error`, and leaves them for a later try.
-    """
+
+async def claim_unembedded(
+    session: AsyncSession, *, limit: int, max_attempts: int, skip_file_chunks: bool = False
+) -> list[Claimed]:
+    """Lease up to `limit` index rows without a vector for `EMBED_LEASE_SECONDS`.
+
+    SKIP LOCKED and the lease split the backlog between lanes and workers; a worker that dies
+    leaves rows another takes when the lease ends. With `skip_file_chunks`, the memory files'
+    and transcripts' rows are left to the sync that wrote them."""
     claim = _CLAIM_UNEMBEDDED_NOT_FILES if skip_file_chunks else _CLAIM_UNEMBEDDED
-    params = {"limit": limit, "max_attempts": max_attempts}
-    rows = (await session.execute(claim, params)).all()
+    params = {"limit": limit, "max_attempts": max_attempts, "lease": EMBED_LEASE_SECONDS}
+    return [Claimed(*row) for row in (await session.execute(claim, params)).all()]
+
+
+async def embed_claimed(
+    session: AsyncSession, embedder: Embedder, rows: list[Claimed]
+) -> EmbedStats:
+    """Give claimed rows a vector (cache first). A provider failure counts an attempt on the
+    rows, is returned in `error`, and leaves them for a later try. Rows deleted meanwhile (a kv
+    memory rewritten while Gemini answered) are not written back."""
     if not rows:
         return EmbedStats()
     await ensure_model_index(await session.connection(), embedder)
@@ -185,11 +226,26 @@ async def embed_pending_chunks(
         message = f"{type(error).__name__}: {error}"[:1000]
         await session.execute(_RECORD_FAILURE, {"ids": [r.id for r in rows], "error": message})
         return EmbedStats(error=message)
-    await set_chunk_vectors(
+    stats.chunks = await set_chunk_vectors(
         session,
         model=embedder.identity,
         ids=[r.id for r in rows],
         vectors=[vectors[r.hash] for r in rows],
     )
-    stats.chunks = len(rows)
     return stats
+
+
+async def embed_pending_chunks(
+    session: AsyncSession,
+    embedder: Embedder,
+    *,
+    limit: int = 512,
+    max_attempts: int = 5,
+    skip_file_chunks: bool = False,
+) -> EmbedStats:
+    """Claim up to `limit` index rows without a vector and give them one, in the session's one
+    transaction (the worker claims and embeds in two: see `app.worker.jobs.embed_batch`)."""
+    rows = await claim_unembedded(
+        session, limit=limit, max_attempts=max_attempts, skip_file_chunks=skip_file_chunks
+    )
+    return await embed_claimed(session, embedder, rows)

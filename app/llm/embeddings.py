@@ -161,6 +161,13 @@ _loaded: dict[tuple[object, ...], Embedder] = {}
 _loading = threading.Lock()
 
 
+def check_embedder(settings: Settings) -> None:
+    """Build the configured provider now, raising its reason if it cannot be built (a missing
+    key, extra or model): `local` always can, and loads on first use."""
+    if settings.embedding_provider != "local":
+        get_embedder(settings)
+
+
 def get_embedder(settings: Settings) -> Embedder:
     """The embedder the settings ask for, built once per process for the same settings."""
     if settings.embedding_provider == "local":
@@ -184,7 +191,12 @@ def get_embedder(settings: Settings) -> Embedder:
 def _load_embedder(settings: Settings) -> Embedder:
     described = describe_embedding(settings)
     if settings.embedding_provider == "gemini":
+        from app.llm.gemini import GeminiNotConfigured
         from app.llm.gemini_embeddings import GeminiEmbedder
 
+        if not settings.gemini_api_key:  # said for embeddings: generation works without it
+            raise GeminiNotConfigured(
+                "AGMEM_EMBEDDING_PROVIDER=gemini needs GEMINI_API_KEY, which is not set"
+            )
         return GeminiEmbedder(settings)
     return SentenceTransformerEmbedder(str(described["model"]), settings.embedding_dims)

@@ -23,6 +23,8 @@ from app.config import Settings
 from app.errors import UpstreamUnavailable
 from app.llm.embeddings import model_identity, normalise
 from app.llm.gemini import TIMEOUT_ERRORS, TRANSPORT_ERRORS, make_client
+from app.llm.generation import retry_after_of
+from app.privacy import sanitize_text
 
 log = structlog.get_logger(__name__)
 
@@ -31,6 +33,7 @@ DOCUMENT_TASK = "RETRIEVAL_DOCUMENT"
 QUERY_TASK = "RETRIEVAL_QUERY"
 _MAX_BACKOFF_SECONDS = 30.0
 QUERY_RETRIES = 1
+QUERY_WAIT_LIMIT_SECONDS = 2.0  # the longest Retry-After a search's query waits for
 QUERY_TIMEOUT_SECONDS = 10.0
 _BATCH_DONE = "JOB_STATE_SUCCEEDED"
 SUBMISSION_ERRORS: tuple[type[Exception], ...] = (errors.APIError, *TRANSPORT_ERRORS)
@@ -83,14 +86,23 @@ class GeminiEmbedder:
 
     def embed_query(self, text: str) -> NDArray[np.float32]:
         """A search's query: someone waits for it, so one retry of a 429 or 5xx at most, none
-        of a timeout, and a timeout of AGMEM_GEMINI_TIMEOUT_SECONDS capped at 10 s (a sync's
-        documents get the full retry budget and 60 s)."""
+        of a timeout, none past a Retry-After of 2 s, and a timeout of
+        AGMEM_GEMINI_TIMEOUT_SECONDS capped at 10 s (a sync's documents get the full retry budget,
+        Retry-After up to 30 s and 60 s).
+
+        The query is sanitized first, as every text the service stores is: it is what a person
+        typed (a search, a context prompt, a proxied prompt), `<private>` spans and keys
+        included, and it leaves the machine. Nothing left, it is a zero vector (no vector)."""
+        text = sanitize_text(text)
+        if not text.strip():
+            return np.zeros(self._dims, dtype=np.float32)
         vector: NDArray[np.float32] = self._embed(
             [text],
             QUERY_TASK,
             retries=min(self._retries, QUERY_RETRIES),
             timeout_ms=self._query_timeout_ms,
             retry_timeouts=False,
+            wait_limit=QUERY_WAIT_LIMIT_SECONDS,
         )[0]
         return vector
 
@@ -109,6 +121,7 @@ class GeminiEmbedder:
         retries: int | None = None,
         timeout_ms: int | None = None,
         retry_timeouts: bool = True,
+        wait_limit: float = _MAX_BACKOFF_SECONDS,
     ) -> NDArray[np.float32]:
         retries = self._retries if retries is None else retries
         attempt = 0
@@ -120,12 +133,19 @@ class GeminiEmbedder:
                 )
                 return self._vectors([e.values for e in answer.embeddings or []], len(texts))
             except errors.APIError as error:
+                asked = retry_after_of(error) if error.code == 429 else None
+                if asked is not None and asked > wait_limit:
+                    # Longer than the caller waits: every retry before it is refused too.
+                    raise EmbeddingFailed(
+                        f"Gemini embeddings: {error.code} {error.message} (retry in {asked:.0f} s)"
+                    ) from None
                 if not _retryable(error.code) or attempt >= retries:
                     raise EmbeddingFailed(
                         f"Gemini embeddings: {error.code} {error.message}"
                     ) from None
                 reason: Any = error.code
             except TRANSPORT_ERRORS as error:
+                asked = None
                 timed_out = isinstance(error, TIMEOUT_ERRORS)
                 if attempt >= retries or (timed_out and not retry_timeouts):
                     raise EmbeddingFailed(
@@ -134,6 +154,8 @@ class GeminiEmbedder:
                 reason = type(error).__name__
             delay = min(self._retry_base * 2**attempt, _MAX_BACKOFF_SECONDS)
             delay *= 0.5 + random.random() / 2
+            if asked is not None:  # the server's Retry-After, when it sent one
+                delay = max(delay, asked)
             log.info("embeddings.retry", attempt=attempt + 1, reason=reason, delay_s=delay)
             self._sleep(delay)
             attempt += 1
@@ -143,7 +165,15 @@ class GeminiEmbedder:
             raise EmbeddingFailed(f"Gemini returned {len(values)} embeddings for {expected} texts")
         if any(v is None or len(v) != self._dims for v in values):
             raise EmbeddingFailed(f"Gemini returned embeddings that are not {self._dims} wide")
-        return normalise(np.asarray(values, dtype=np.float32))
+        vectors = np.asarray(values, dtype=np.float32)
+        # Checked here, where it is the provider's failure: Postgres refuses a NaN in a vector,
+        # and that database error charged the rows no attempt (the worker paid for them again
+        # every poll); a zero vector has no cosine distance to anything.
+        if not np.isfinite(vectors).all():
+            raise EmbeddingFailed("Gemini returned embeddings with NaN or infinite values")
+        if not vectors.any(axis=1).all():
+            raise EmbeddingFailed("Gemini returned embeddings that are all zeros")
+        return normalise(vectors)
 
     def submit_batch(self, texts: list[str], *, label: str) -> str:
         """Start a Batch API job embedding `texts` as documents; returns the job's name."""

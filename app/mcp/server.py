@@ -192,7 +192,11 @@ def build_server(state: StateProvider, *, default_project: str | None = None) ->
             data = MemoryWrite.model_validate(fields)
             async with transaction(state().sessionmaker) as session:
                 row, created = await service.write_memory(
-                    session, key=check_key(key), data=data, if_version=if_version
+                    session,
+                    key=check_key(key),
+                    data=data,
+                    settings=state().settings,
+                    if_version=if_version,
                 )
                 memory = service.to_schema(row).model_dump(mode="json", by_alias=True)
         return {"created": created, "memory": memory}

@@ -1,7 +1,7 @@
 """Smart resume: a short briefing and the memories that matter, within a token budget.
 
 The agent reads `briefing`, the last session's summary and each memory as `key: value`; those
-texts are what `tokenCount` counts (4 characters per token) and what must fit the budget. The
+texts are what `tokenCount` counts (`app/tokens.py`) and what must fit the budget. The
 priority is: briefing, `current.*` (what is in progress), the last summary, `project.*` (stable
 facts), then `shared.*` (notes between agents). A memory that does not fit is left out whole.
 """
@@ -25,7 +25,7 @@ from app.llm.generation import Generation, generate_text
 from app.llm.ratelimit import DailyBudget, GeminiGate, record_usage
 from app.memories import service
 from app.memories.schemas import LastSession, Resume, ResumeContext
-from app.tokens import estimate_tokens
+from app.tokens import estimate_tokens, truncate_to_tokens
 
 log = structlog.get_logger(__name__)
 
@@ -97,7 +97,9 @@ async def smart_resume(
         count = len(picked.left_out)
         keys = ", ".join(picked.left_out)
         briefing += f" {count} memor{'y' if count == 1 else 'ies'} left out for the budget: {keys}."
-    briefing = _truncate(briefing, budget - picked.spent)
+    # Cut with the app's estimate: at four characters a token, a briefing quoting a Chinese
+    # task answered 691 tokens for a budget of 500.
+    briefing = truncate_to_tokens(briefing, max(budget - picked.spent, 0))
     kept = [row.id for rows in picked.memories.values() for row in rows]
     await service.count_access_of(session, memory_ids=kept)
     token_count = picked.spent + estimate_tokens(briefing)
@@ -296,12 +298,3 @@ def template_briefing(project_path: str | None, picked: Picked) -> str:
     if len(sentences) == 1 and not memories and not picked.left_out:
         sentences.append("No memories are stored for it yet.")
     return " ".join(sentences)
-
-
-def _truncate(text: str, tokens: int) -> str:
-    """Cut `text` at a word boundary so that it costs at most `tokens`."""
-    limit = max(tokens, 0) * 4
-    if len(text) <= limit:
-        return text
-    cut = text[: max(limit - 1, 0)].rsplit(" ", 1)[0].rstrip(" ,;:")
-    return f"{cut}…" if cut else ""

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from app.api import paths  # noqa: F401 - registers the `{name:any}` paths below use
-from app.api.deps import DbDep, StateDep
+from app.api.deps import DbDep, SettingsDep, StateDep
 from app.db.engine import transaction
 from app.errors import BadRequest, ValidationFailed
 from app.memories import resume as resume_service
@@ -34,10 +34,6 @@ from app.projects import canonical_project
 from app.state import AppState
 
 router = APIRouter(prefix="/api", tags=["memories"], lifespan=memory_reads_lifespan)
-
-
-class InvalidKey(ValidationFailed):
-    pass
 
 
 class InvalidIfMatch(BadRequest):
@@ -79,7 +75,7 @@ def _key(key: str) -> str:
     try:
         return check_key(key)
     except ValueError as error:
-        raise InvalidKey(str(error)) from None
+        raise service.InvalidKey(str(error)) from None
 
 
 def parse_if_match(header: str | None) -> int | None:
@@ -124,12 +120,17 @@ async def put_memory(
     key: str,
     body: MemoryWrite,
     db: DbDep,
+    settings: SettingsDep,
     response: Response,
     if_match: Annotated[str | None, Header()] = None,
 ) -> Memory:
     """Write a memory; an existing key is updated and its previous value kept as a version."""
     row, created = await service.write_memory(
-        db, key=_key(key), data=body, if_version=_expected_version(if_match, body.if_version)
+        db,
+        key=_key(key),
+        data=body,
+        settings=settings,
+        if_version=_expected_version(if_match, body.if_version),
     )
     memory = service.to_schema(row)
     response.status_code = 201 if created else 200

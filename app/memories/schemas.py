@@ -12,7 +12,7 @@ from pydantic import Field, field_validator, model_validator
 from app.api.bodies import CamelModel, StrictBody
 from app.api.limits import KEY_MAX_BYTES, TAG_MAX_CHARS, StoredProjectPath, utf8_size
 from app.api.numbers import BodyInt
-from app.privacy import clean_text, sanitize_json
+from app.privacy import clean_text, sanitize_json, sanitize_text
 from app.projects import canonical_project
 
 Scope = Literal["global", "project", "session", "shared"]
@@ -42,11 +42,14 @@ def check_key(key: str) -> str:
 
 
 def check_tags(tags: list[str] | None) -> list[str] | None:
+    """Tags as stored (and as a filter matches them): sanitized as values are, a tag that was
+    all `<private>` span dropped; an empty tag refused."""
     if tags is None:
         return None
-    cleaned = list(dict.fromkeys(clean_text(tag).strip() for tag in tags))
-    if "" in cleaned:
+    trimmed = [clean_text(tag).strip() for tag in tags]
+    if "" in trimmed:
         raise ValueError("tags must not be empty strings")
+    cleaned = [tag for tag in dict.fromkeys(sanitize_text(tag).strip() for tag in trimmed) if tag]
     if len(cleaned) > MAX_TAGS:
         raise ValueError(f"at most {MAX_TAGS} tags")
     longest = max(cleaned, key=len, default="")

@@ -41,8 +41,11 @@ from app.errors import Conflict, NotFound, ValidationFailed
 from app.index.writer import replace_index_text
 from app.memories.patterns import LIKE_ESCAPE, pattern_to_like
 from app.memories.schemas import Memory, MemoryWrite, Scope
+from app.privacy import sanitize_text
+from app.projects import refuse_excluded
 
 if TYPE_CHECKING:
+    from app.config import Settings
     from app.memories.reads import ReadRow
 
 log = structlog.get_logger(__name__)
@@ -66,6 +69,22 @@ class VersionConflict(Conflict):
 
 class ScopeTargetMissing(ValidationFailed):
     pass
+
+
+class InvalidKey(ValidationFailed):
+    pass
+
+
+def check_written_key(key: str) -> None:
+    """Refuse a key the privacy rules would change: a value is sanitized, but a key is the
+    memory's name, stored, logged, listed, indexed and sent in the resume prompt as written.
+    Reads and deletes take any key, so one stored before this check can still be removed."""
+    if sanitize_text(key) != key:
+        raise InvalidKey(
+            "the key holds a <private> span or a secret (an API key, a token, a password); "
+            "a key is stored and shown as written, so name the secret and put it in the value, "
+            "whose secrets are redacted"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,15 +184,25 @@ def identity_of(data: MemoryWrite) -> tuple[str, str]:
 
 
 async def write_memory(
-    session: AsyncSession, *, key: str, data: MemoryWrite, if_version: int | None = None
+    session: AsyncSession,
+    *,
+    key: str,
+    data: MemoryWrite,
+    settings: Settings,
+    if_version: int | None = None,
 ) -> tuple[MemoryRow, bool]:
     """Create or update a memory; an update keeps the previous value in `memory_versions`.
+
+    A key the privacy rules would change is InvalidKey, a project AGMEM_CAPTURE_EXCLUDE_PROJECTS
+    excludes ProjectExcluded (both 422), and nothing is stored.
 
     `if_version` (optimistic concurrency) must equal the stored version, be 0 for "must not
     exist yet" or ANY_VERSION for "must exist"; otherwise VersionConflict (409) and nothing
     changes. Returns (row, created).
     """
+    check_written_key(key)
     project_path, session_id = identity_of(data)
+    refuse_excluded(project_path, settings, "its memories", session_id=session_id)
     where = (
         MemoryRow.scope == data.scope,
         MemoryRow.project_path == project_path,

@@ -28,8 +28,8 @@ from app.index.embedding import Vectors, arrays_for, cached_arrays, ensure_model
 from app.index.terms import index_terms
 from app.index.writer import content_hash
 from app.llm.embeddings import Embedder
-from app.privacy import clean_text, redact_secrets, strip_private_lines
-from app.projects import canonical_project
+from app.privacy import clean_text, redact_secrets_lines, strip_private_lines
+from app.projects import canonical_project, refuse_excluded
 from app.sync import queries
 from app.sync.bulk_index import begin_bulk_index, end_bulk_index, repair_invalid_index
 from app.sync.chunking import Chunk, chunk_markdown, chunk_transcript
@@ -94,7 +94,8 @@ def resolve_roots(settings: Settings, request: SyncRequest) -> tuple[str, Path, 
     """The project key and the memory and sessions folders (relative ones under the project).
 
     A folder named in the request must exist: a mistyped one would otherwise sync nothing and
-    say nothing. The configured defaults may be absent (a project without transcripts).
+    say nothing. The configured defaults may be absent (a project without transcripts). An
+    excluded project (AGMEM_CAPTURE_EXCLUDE_PROJECTS) is ProjectExcluded: nothing of it is stored.
     """
     project = Path(os.path.abspath(Path(request.project_path).expanduser()))
     _require_folder(project, "project folder")
@@ -107,7 +108,9 @@ def resolve_roots(settings: Settings, request: SyncRequest) -> tuple[str, Path, 
         _require_folder(sessions, "sessions folder")
     # Read from disk as spelled (a macOS folder name is NFD), stored under the key every other
     # route uses for that folder (app/projects.py), or its files and its sessions never meet.
-    return canonical_project(str(project)), memory, sessions
+    key = canonical_project(str(project))
+    refuse_excluded(key, settings, "its files")
+    return key, memory, sessions
 
 
 def _require_folder(path: Path, what: str) -> None:
@@ -387,20 +390,15 @@ def _prepare(
     text = data.decode("utf-8-sig")
     tokens, overlap = settings.sync_chunk_tokens, settings.sync_chunk_overlap_tokens
     if found.source == "memory":
-        # Private spans go before chunking (see strip_private_lines), secrets chunk by chunk.
-        chunks = [
-            Chunk(_redact(c.content), c.start_line, c.end_line, _redact(c.headings))
-            for c in chunk_markdown(strip_private_lines(text), tokens=tokens, overlap=overlap)
-        ]
+        # Private spans and secrets go before chunking, each replaced by the newlines it held:
+        # a span or a key longer than a chunk showed in the chunks after its first line's.
+        text = redact_secrets_lines(strip_private_lines(clean_text(text)))
+        chunks = chunk_markdown(text, tokens=tokens, overlap=overlap)
     else:
         transcript = parse_transcript(text, tool_output_chars=settings.sync_tool_output_chars)
         chunks = chunk_transcript(transcript, tokens=tokens, overlap=overlap)
         return _Prepared(found, digest, _nonblank(chunks), transcript.skipped)
     return _Prepared(found, digest, _nonblank(chunks))
-
-
-def _redact(text: str) -> str:
-    return redact_secrets(clean_text(text))
 
 
 def _nonblank(chunks: list[Chunk]) -> list[Chunk]:

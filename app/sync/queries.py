@@ -122,10 +122,13 @@ _TOUCH_FILES = (
 # Chunks cascade with their file row.
 _DELETE_FILES = "DELETE FROM memory_files WHERE id = ANY(%s::bigint[])"
 
+# `--reembed`: the project's file chunks, and its captured rows (observations, summaries, kv
+# memories, and the global memories every project's search reaches) that carry another model's
+# vector. A captured row without a vector is the worker's: both writing it could deadlock.
 _STALE_CHUNKS = text(
-    "SELECT id, hash, content FROM memory_chunks WHERE project_path = :project "
-    "AND source IN ('memory', 'sessions') AND (model IS DISTINCT FROM :model) "
-    "ORDER BY id LIMIT :limit"
+    "SELECT id, hash, content FROM memory_chunks WHERE project_path IN (:project, '') "
+    "AND model IS DISTINCT FROM :model AND (source IN ('memory', 'sessions') "
+    "OR embedding IS NOT NULL) ORDER BY id LIMIT :limit"
 )
 
 _UNEMBEDDED_CHUNKS = text(
@@ -371,8 +374,8 @@ async def delete_files(connection: Conn, ids: list[int]) -> None:
 async def stale_chunks(
     session: AsyncSession, *, project: str, model: str, limit: int, only_missing: bool = False
 ) -> list[tuple[int, str, str]]:
-    """File chunks of the project without a vector, or (unless `only_missing`) with another
-    model's vector."""
+    """File chunks of the project without a vector, or (unless `only_missing`) every row of the
+    project and of the global memories with another model's vector (see `_STALE_CHUNKS`)."""
     query = _UNEMBEDDED_CHUNKS if only_missing else _STALE_CHUNKS
     result = await session.execute(query, {"project": project, "model": model, "limit": limit})
     return [(row.id, row.hash, row.content) for row in result]

@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.privacy import sanitize_text
+from app.privacy import NestingTooDeep, sanitize_json, sanitize_text
 
 ROLE_LABELS = {
     "user": "User",
@@ -46,6 +46,10 @@ IGNORED_TYPES = frozenset(
 _DATA_URI = re.compile(r"data:[\w.+-]+/[\w.+-]+;base64,[A-Za-z0-9+/=]{16,}")
 _BASE64_RUN = re.compile(r"[A-Za-z0-9+/]{400,}={0,2}")
 _DECODER = json.JSONDecoder()
+# A cut text is sanitized before the cut, this far past it, so that a secret across the cut is
+# redacted whole: cut first, its fragment was no longer one the rules know. Covers any real
+# single-line secret (a JWT, a key).
+_CUT_MARGIN = 8192
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,11 +218,11 @@ class _Parser:
         if kind in ("tool_use", "toolCall") or "functionCall" in block:
             call = block.get("functionCall") or block
             args = call.get("input", call.get("args", call.get("arguments")))
-            return f"[tool {call.get('name', '?')}] {self.trim(_compact(args))}"
+            return f"[tool {call.get('name', '?')}] {self.trim(_compact_json(args))}"
         if kind == "tool_result" or "functionResponse" in block:
             response = block.get("functionResponse")
             inner = response.get("response") if isinstance(response, dict) else block.get("content")
-            text = self.content(inner) if not isinstance(inner, dict) else _compact(inner)
+            text = self.content(inner) if not isinstance(inner, dict) else _compact_json(inner)
             return f"[tool result] {self.trim(text)}" if text else ""
         if isinstance(block.get("text"), str):
             return self.scrub(block["text"])
@@ -228,19 +232,21 @@ class _Parser:
     def gemini_tool_call(self, call: Any) -> str:
         if not isinstance(call, dict):
             return ""
-        head = f"[tool {call.get('name', '?')}] {self.trim(_compact(call.get('args')))}"
+        head = f"[tool {call.get('name', '?')}] {self.trim(_compact_json(call.get('args')))}"
         outputs = []
         for result in call.get("result") or []:
             response = result.get("functionResponse") if isinstance(result, dict) else None
             if isinstance(response, dict):
                 body = response.get("response")
                 output = body.get("output") if isinstance(body, dict) else body
-                outputs.append(output if isinstance(output, str) else _compact(output))
+                outputs.append(output if isinstance(output, str) else _compact_json(output))
         if outputs:
             head += f"\n[tool result] {self.trim(self.scrub(chr(10).join(outputs)))}"
         return head
 
     def scrub(self, text: str) -> str:
+        # Sanitized first: a base64 run ending at a key's prefix took the prefix with it.
+        text = sanitize_text(text)
         if "base64" in text or len(text) > 400:
             text, uris = _DATA_URI.subn("[base64 omitted]", text)
             text, runs = _BASE64_RUN.subn("[base64 omitted]", text)
@@ -251,9 +257,22 @@ class _Parser:
     def trim(self, text: str) -> str:
         if len(text) <= self.limit:
             return self.scrub(text)
-        # Cut first: scrubbing a megabyte of tool output only to drop most of it is waste.
+        # Cut first: scrubbing a megabyte of tool output only to drop most of it is waste; but
+        # sanitized before the cut, with a margin (_CUT_MARGIN).
         self.out.skipped["trimmed tool output"] += 1
-        return self.scrub(text[: self.limit]) + f" … [{len(text) - self.limit} chars trimmed]"
+        head = sanitize_text(text[: self.limit + _CUT_MARGIN])[: self.limit]
+        return self.scrub(head) + f" … [{len(text) - self.limit} chars trimmed]"
+
+
+def _compact_json(value: Any) -> str:
+    """`_compact` of a value sanitized as JSON first, as capture sanitizes tool arguments: a
+    credential-named key's value is redacted whatever its shape (the text rules, which every
+    entry still goes through, know only quoted values without spaces)."""
+    try:
+        value = sanitize_json(value)
+    except NestingTooDeep:
+        pass  # the text rules still run on the entry
+    return _compact(value)
 
 
 def _compact(value: Any) -> str:

@@ -5,6 +5,8 @@ Gemini; it writes its result in one short transaction guarded by its claim."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
@@ -17,7 +19,14 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
 from app.db.engine import transaction
-from app.index.embedding import embed_pending_chunks, ensure_model_index, model_index_known
+from app.index.embedding import (
+    claim_unembedded,
+    embed_claimed,
+    ensure_model_index,
+    model_index_known,
+    release_claims,
+    release_given_up,
+)
 from app.llm.compress import Compressed, compress_with_gemini, compressed_locally, observation_text
 from app.llm.embeddings import Embedder, get_embedder
 from app.llm.fallback import (
@@ -46,6 +55,10 @@ T = TypeVar("T")
 
 # The longest 429 pause a job waits out holding its claim; past it the row is given back.
 PAUSE_WAIT_LIMIT_S = 5.0
+# The embedding cache's orphans are looked for this often (a scan of the index's hashes), and
+# kept this long after they were cached.
+CACHE_PRUNE_INTERVAL_S = 3600.0
+CACHE_PRUNE_GRACE_S = 3600.0
 
 
 @dataclass(slots=True)
@@ -62,6 +75,15 @@ class JobContext:
     # Idle ends this worker's upkeep may still make (`_idle_pace`): a fraction carries over to
     # the next pass when a pass is shorter than their spacing.
     idle_allowance: float = 0.0
+    # Whether this worker's first upkeep gave the rows given up embedding another try: a start
+    # often follows the fix (a key, a provider), and nothing else would retry them.
+    embeddings_released: bool = False
+    # Whether an embedding failed since rows given up were last given another try: the next
+    # one that reaches the provider does it (never in the common case: the release scans every
+    # row still without a vector).
+    embedding_failed: bool = False
+    # When this worker last pruned the embedding cache (`maintain`), on the monotonic clock.
+    cache_pruned_at: float | None = None
 
 
 async def fail_attempt(
@@ -460,19 +482,42 @@ async def embed_batch(ctx: JobContext, *, limit: int = 256) -> int:
     if not model_index_known(ctx.embedder):  # a connection and a transaction only the first time
         async with ctx.index_lock, transaction(ctx.sessionmaker) as session:
             await ensure_model_index(await session.connection(), ctx.embedder)
+    # The claim commits before the provider's call: a row locked through it held up every
+    # write of that row (a kv memory's PUT) until Gemini answered.
     async with transaction(ctx.sessionmaker) as session:
-        stats = await embed_pending_chunks(
+        rows = await claim_unembedded(
             session,
-            ctx.embedder,
             limit=limit,
             max_attempts=ctx.settings.worker_max_attempts,
             skip_file_chunks=isinstance(ctx.embedder, BatchEmbedder),
         )
+    if not rows:
+        return 0
+    try:
+        async with transaction(ctx.sessionmaker) as session:
+            stats = await embed_claimed(session, ctx.embedder, rows)
+    except BaseException:  # a stop, a database error: the rows go back now, not in 15 minutes
+        with contextlib.suppress(Exception):
+            async with transaction(ctx.sessionmaker) as session:
+                await release_claims(session, [row.id for row in rows])
+        raise
     if stats.error:
+        ctx.embedding_failed = True
         log.warning("embedding.failed", error=stats.error)
     elif stats.chunks:
+        released = 0
+        if stats.computed and ctx.embedding_failed:  # the provider answers again
+            ctx.embedding_failed = False
+            async with transaction(ctx.sessionmaker) as session:
+                released = await release_given_up(
+                    session, max_attempts=ctx.settings.worker_max_attempts
+                )
         log.info(
-            "embedding.done", chunks=stats.chunks, computed=stats.computed, cached=stats.cached
+            "embedding.done",
+            chunks=stats.chunks,
+            computed=stats.computed,
+            cached=stats.cached,
+            **({"retried_given_up": released} if released else {}),
         )
     return stats.chunks
 
@@ -497,7 +542,9 @@ def _idle_pace(ctx: JobContext) -> dict[str, Any]:
 async def maintain(ctx: JobContext) -> tuple[int, int]:
     """Periodic upkeep: purge expired memories, fail rows whose last claim expired, give up on
     calls whose result has not come for AGMEM_WORKER_RESULT_TIMEOUT_SECONDS, end sessions idle
-    for AGMEM_WORKER_SESSION_IDLE_SECONDS that nobody ended."""
+    for AGMEM_WORKER_SESSION_IDLE_SECONDS that nobody ended, drop (hourly) the cached vectors
+    of text no index row holds; the first pass also gives index rows given up embedding
+    another try."""
     async with transaction(ctx.sessionmaker) as session:
         purged = await results.purge_expired_memories(session)
         exhausted = await claims.fail_exhausted(
@@ -509,13 +556,28 @@ async def maintain(ctx: JobContext) -> tuple[int, int]:
         idle = await unanswered.end_idle_sessions(
             session, idle=ctx.settings.worker_session_idle_seconds, **_idle_pace(ctx)
         )
+        released = 0
+        if not ctx.embeddings_released:
+            released = await release_given_up(
+                session, max_attempts=ctx.settings.worker_max_attempts
+            )
+        pruned = 0
+        now = time.monotonic()
+        prune = ctx.cache_pruned_at is None or now - ctx.cache_pruned_at >= CACHE_PRUNE_INTERVAL_S
+        if prune:
+            pruned = await results.prune_embedding_cache(session, grace_seconds=CACHE_PRUNE_GRACE_S)
     ctx.idle_allowance = max(0.0, ctx.idle_allowance - idle)  # committed: spent
-    if purged or exhausted or timed_out or idle:
+    ctx.embeddings_released = True
+    if prune:
+        ctx.cache_pruned_at = now
+    if purged or exhausted or timed_out or idle or released or pruned:
         log.info(
             "worker.maintenance",
             memories_purged=purged,
             failed_after_expiry=exhausted,
             results_given_up=timed_out,
             idle_sessions_ended=idle,
+            embeddings_retried=released,
+            cached_vectors_dropped=pruned,
         )
     return purged, exhausted

@@ -205,6 +205,23 @@ async def has_unembedded_chunks(session: AsyncSession, *, max_attempts: int) -> 
     return bool((await session.execute(_HAS_UNEMBEDDED, {"max": max_attempts})).scalar_one())
 
 
+# Vectors of text no index row holds any more, under any model: a growing transcript's old last
+# chunk (one a sync), an edited file's old text. Text still indexed keeps its vector under every
+# model, so switching back to a model stays free. The grace leaves alone what a sync may be
+# about to write rows for.
+_PRUNE_CACHE = text(
+    "DELETE FROM memory_embedding_cache AS c "
+    "WHERE c.created_at < now() - make_interval(secs => :grace) "
+    "AND NOT EXISTS (SELECT 1 FROM memory_chunks AS m WHERE m.hash = c.hash)"
+)
+
+
+async def prune_embedding_cache(session: AsyncSession, *, grace_seconds: float) -> int:
+    """Drop cached vectors of text no index row holds, older than `grace_seconds`."""
+    result: Any = await session.execute(_PRUNE_CACHE, {"grace": grace_seconds})
+    return int(result.rowcount or 0)
+
+
 _PURGE_MEMORIES = text("DELETE FROM memories WHERE expires_at IS NOT NULL AND expires_at <= now()")
 
 

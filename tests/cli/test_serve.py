@@ -276,3 +276,29 @@ def test_serve_restarts_the_embedded_postgres_after_it_is_killed(tmp_path: Path)
     assert "Traceback" not in output
     assert "embedded_postgres.restarted" in output
     assert not pidfile.exists(), "postgres kept running after serve stopped"
+
+
+@pytest.mark.parametrize(
+    ("command", "provider", "reason"),
+    [
+        ("serve", "gemini", "needs GEMINI_API_KEY, which is not set"),
+        ("worker", "gemini", "needs GEMINI_API_KEY, which is not set"),
+        ("serve", "sentence-transformers", "needs the optional extra"),
+        ("mcp", "gemini", "needs GEMINI_API_KEY, which is not set"),
+    ],
+)
+def test_a_provider_that_cannot_be_built_stops_the_start_in_one_line(
+    tmp_path: Path, command: str, provider: str, reason: str
+) -> None:
+    # serve started, /health said "ok" and every search answered 503, a keyword search too;
+    # the worker logged nothing while it left every new row without a vector.
+    args = [command, "--port", str(free_port())] if command == "serve" else [command]
+    result = run_agmem(
+        *args, AGMEM_HOME=str(tmp_path), AGMEM_EMBEDDING_PROVIDER=provider, timeout=60
+    )
+
+    assert result.returncode == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"agmem: error: AGMEM_EMBEDDING_PROVIDER={provider} ")
+    assert reason in line
+    assert not (tmp_path / "pgdata").exists()  # refused before starting anything

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import psycopg
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.context.builder import ContextBlock, build_context
-from app.context.format import balanced
+from app.context.format import balanced, item_lines, relevant_item
 from app.llm.embeddings import local_embedder
 from app.tokens import estimate_tokens, truncate_to_tokens
 from tests.search.seed import Chunk, add_chunks, add_session, in_session
@@ -88,3 +89,34 @@ def test_balancing_closes_what_a_cut_left_open_and_only_that() -> None:
     # Code between prose lines counts for neither: `**kwargs` there is no open bold.
     text = "Call it:\n```\nf(**kwargs)\n```\nthen `g` runs."
     assert balanced(text) == text
+
+
+def test_inline_code_of_three_backticks_is_no_fence() -> None:
+    # A backtick fence's info string holds no backtick (CommonMark): "```make test``` first" is
+    # inline code. Taken for an opener, it got a closing fence that opened a real one.
+    text = "Run it:\n```make test``` first, then `deploy`"
+    assert balanced(text) == text
+    assert balanced("```make test``` then `depl…") == "```make test``` then `depl…`"
+
+
+def test_a_one_line_item_keeps_what_closes_it_inside_the_item() -> None:
+    # A one-line item went on the item's line and the fence closing it on a line of its own at
+    # the margin, outside the list: an opener there, it turned the rest of the block into code.
+    for content in ("~~~ notes from the call…", "```bash…"):
+        rendered = relevant_item("a.md#L1-L1", "memory", content)
+        first, *rest = rendered.rstrip("\n").split("\n")
+        assert first == "- `a.md#L1-L1` (memory):"
+        assert rest, rendered
+        assert all(line.startswith("  ") for line in rest), rendered
+
+
+def test_a_carriage_return_is_a_line_break_of_the_item() -> None:
+    # A captured shell output keeps its progress lines' lone CRs, which markdown reads as line
+    # ends: the lines after them stood at the margin, outside the item (a heading of the
+    # block's own, an unseen fence that turned the rest of the block into code).
+    text = "Result: 10%\r50%\r## Installed\r```\r100%\r\ndone"
+    rendered = relevant_item("observation:1", "observation", item_lines(text))
+    lines = re.split(r"\r\n|\r|\n", rendered.rstrip("\n"))
+    assert lines[0] == "- `observation:1` (observation):"
+    assert all(line.startswith("  ") for line in lines[1:]), lines
+    assert sum(line.strip().startswith("```") for line in lines) == 2

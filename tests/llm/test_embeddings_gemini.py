@@ -71,6 +71,27 @@ def test_query_uses_retrieval_query_and_configured_model_and_width() -> None:
     assert embedder.identity == "gemini:my-embed:256"
 
 
+def test_a_query_goes_to_gemini_without_its_private_spans_and_secrets() -> None:
+    # A search's query, a context prompt and a proxied prompt are embedded as they were typed:
+    # nothing sanitized them on their way to Google, unlike every text the service stores.
+    with fake_gemini() as fake:
+        fake.on(":batchEmbedContents", vectors_answer)
+        embedder, _ = embedder_for(fake)
+
+        embedder.embed_query(
+            "deploy <private>to my home server</private> with ghp_" + "a" * 36 + " as the token"
+        )
+
+        (call,) = fake.calls(":batchEmbedContents")
+        text = call.body["requests"][0]["content"]["parts"][0]["text"]
+        assert text == "deploy  with [REDACTED] as the token"
+
+        # Nothing left to send: no call, and a zero vector, which search takes as no vector.
+        vector = embedder.embed_query("<private>my home server</private>")
+        assert len(fake.calls(":batchEmbedContents")) == 1
+    assert not vector.any()
+
+
 def test_429_and_5xx_are_retried_with_growing_backoff() -> None:
     with fake_gemini() as fake:
         fake.queue(
@@ -122,6 +143,33 @@ def test_gives_up_after_the_retry_budget_and_never_retries_4xx() -> None:
         assert sleeps == []
 
 
+def test_a_429s_retry_after_is_waited_and_one_past_the_backoff_cap_fails_at_once() -> None:
+    # The backoff retried after 1, 2, 4, 8 and 16 s whatever the server asked: a Retry-After of
+    # 45 s spent the whole budget on calls sure to be refused, and one of 7 s got a 429 at 1 s.
+    quota = {"error": {"code": 429, "message": "quota", "status": "RESOURCE_EXHAUSTED"}}
+    with fake_gemini() as fake:
+        fake.queue(
+            ":batchEmbedContents",
+            FakeResponse(429, quota, headers={"Retry-After": "7"}),
+            FakeResponse(200, {"embeddings": [{"values": [1.0] * 768}]}),
+            FakeResponse(429, quota, headers={"Retry-After": "45"}),
+        )
+        embedder, sleeps = embedder_for(fake)
+
+        assert embedder.embed_documents(["a"]).shape == (1, 768)
+        assert sleeps == [7.0]
+        with pytest.raises(EmbeddingFailed, match="429 quota.*retry in 45 s"):
+            embedder.embed_documents(["a"])
+        assert sleeps == [7.0]
+        assert len(fake.calls(":batchEmbedContents")) == 3
+
+        # Someone waits for a search's query: it fails at once (keyword ranking then).
+        fake.queue(":batchEmbedContents", FakeResponse(429, quota, headers={"Retry-After": "7"}))
+        with pytest.raises(EmbeddingFailed, match="retry in 7 s"):
+            embedder.embed_query("a")
+        assert sleeps == [7.0]
+
+
 def test_wrong_count_or_width_is_an_error_not_a_bad_vector() -> None:
     with fake_gemini() as fake:
         fake.queue(
@@ -134,6 +182,26 @@ def test_wrong_count_or_width_is_an_error_not_a_bad_vector() -> None:
         with pytest.raises(EmbeddingFailed, match="1 embeddings for 2 texts"):
             embedder.embed_documents(["a", "b"])
         with pytest.raises(EmbeddingFailed, match="not 768 wide"):
+            embedder.embed_documents(["a", "b"])
+
+
+def test_vectors_with_nan_or_no_direction_are_an_error_not_a_stored_vector() -> None:
+    # Postgres refuses a NaN in a vector: it surfaced as a database error, which charged the
+    # rows no attempt, so the worker paid Gemini for the same rows every poll, for ever; a zero
+    # vector has no cosine distance to anything.
+    with fake_gemini() as fake:
+        fake.queue(
+            ":batchEmbedContents",
+            FakeResponse(200, {"embeddings": [{"values": [float("nan")] + [1.0] * 767}] * 2}),
+            FakeResponse(200, {"embeddings": [{"values": [float("inf")] + [1.0] * 767}] * 2}),
+            FakeResponse(200, {"embeddings": [{"values": [1.0] * 768}, {"values": [0.0] * 768}]}),
+        )
+        embedder, _ = embedder_for(fake)
+        with pytest.raises(EmbeddingFailed, match="NaN or infinite"):
+            embedder.embed_documents(["a", "b"])
+        with pytest.raises(EmbeddingFailed, match="NaN or infinite"):
+            embedder.embed_documents(["a", "b"])
+        with pytest.raises(EmbeddingFailed, match="all zeros"):
             embedder.embed_documents(["a", "b"])
 
 

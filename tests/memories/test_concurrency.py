@@ -10,6 +10,7 @@ import psycopg
 from app.db.engine import make_async_engine, make_sessionmaker, transaction
 from app.memories.schemas import MemoryWrite
 from app.memories.service import write_memory
+from tests.conftest import make_settings
 
 
 async def _write_many(database_url: str, writers: int) -> list[bool]:
@@ -19,7 +20,9 @@ async def _write_many(database_url: str, writers: int) -> list[bool]:
     async def one(n: int) -> bool:
         data = MemoryWrite(value=n, scope="shared", created_by=f"agent-{n}")
         async with transaction(sessionmaker) as session:
-            _, created = await write_memory(session, key="shared.race", data=data)
+            _, created = await write_memory(
+                session, key="shared.race", data=data, settings=make_settings()
+            )
             return created
 
     try:

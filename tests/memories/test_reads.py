@@ -111,7 +111,10 @@ def _run(database_url: str, work: Callable[[Any], Awaitable[T]]) -> T:
         maker = make_sessionmaker(engine)
         async with transaction(maker) as session:
             await write_memory(
-                session, key="shared.hot", data=MemoryWrite(value="v", scope="shared")
+                session,
+                key="shared.hot",
+                data=MemoryWrite(value="v", scope="shared"),
+                settings=make_settings(),
             )
         try:
             return await work(maker)

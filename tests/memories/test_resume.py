@@ -138,6 +138,21 @@ def test_resume_counts_a_wide_character_as_a_token(
     assert wide <= body["tokenCount"] <= 200
 
 
+@pytest.mark.parametrize("budget", [200, 500, 2000])
+def test_a_briefing_quoting_wide_characters_keeps_to_the_budget(
+    client: TestClient, budget: int
+) -> None:
+    # The briefing was cut at four characters a token: a template quoting a Chinese task and
+    # its next steps (the memories priced as wide, the briefing not) answered 614 of 500 tokens.
+    put(client, "project.name", "機器人專案" * 20)
+    put(client, "current.task", "重構資料庫模組並加入測試" * 12)
+    put(client, "current.next", "更新文件與部署腳本" * 10)
+    body = client.post("/api/resume", json={"projectPath": PROJECT, "budget": budget}).json()
+    assert body["context"]["current"], body
+    assert sum(not ch.isascii() for ch in body["briefing"]) > 20  # the briefing quotes them
+    assert body["tokenCount"] <= budget, body["tokenCount"]
+
+
 def test_resume_without_anything_stored(client: TestClient) -> None:
     body = client.post("/api/resume").json()
     assert body["briefing"] == "Resuming work. No memories are stored for it yet."

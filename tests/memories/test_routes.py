@@ -290,6 +290,32 @@ def test_privacy_rules_apply_to_values(client: TestClient, db: psycopg.Connectio
     assert response.status_code == 422
 
 
+def test_a_key_holding_a_secret_or_private_span_is_refused_and_tags_are_sanitized(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    # Keys and tags were stored as sent: the key in the context block, the resume briefing's
+    # prompt to Gemini, the search index and the log; a tag in every read.
+    token = "ghp_" + "k" * 36
+    for key in (f"project.deploy.{token}", "project.<private>home address</private>"):
+        response = client.put(url(key), json={"value": "v", "projectPath": PROJECT})
+        assert response.status_code == 422
+        assert response.json()["error"] == "InvalidKey"
+        assert token not in response.json()["detail"]
+    tags = ["deploy", f"token {token}", "<private>client name</private>"]
+    stored = put(client, "project.deploy", "v", tags=tags)
+    assert stored["tags"] == ["deploy", "token [REDACTED]"]
+    rows = db.execute("SELECT key, tags FROM memories").fetchall()
+    index = db.execute("SELECT string_agg(content, ' ') FROM memory_chunks").fetchone()
+    assert rows == [("project.deploy", ["deploy", "token [REDACTED]"])]
+    assert token not in str(index)
+    assert "client name" not in str(index)
+    # An existing key of that shape (stored before) can still be read and deleted.
+    db.execute("UPDATE memories SET key = %s", (f"project.{token}",))
+    assert client.get(url(f"project.{token}"), params={"projectPath": PROJECT}).status_code == 200
+    deleted = client.delete(url(f"project.{token}"), params={"projectPath": PROJECT})
+    assert deleted.json() == {"deleted": True}
+
+
 def test_key_holding_a_newline_is_written_read_and_deleted(client: TestClient) -> None:
     # Every route of the key must match it: `{key:path}` stopped at a newline, a bare 404.
     created = put(client, "notes\nfirst line", "v")

@@ -77,6 +77,32 @@ def test_json_output_and_modes(env: dict[str, str]) -> None:
     assert "(トマト)" in result.output  # as the API sends it, not as \u escapes
 
 
+def test_terminal_escapes_in_a_result_do_not_reach_the_terminal(
+    database_url: str, env: dict[str, str]
+) -> None:
+    # A transcript's tool output keeps its colour codes, a fetched page whatever it held: printed
+    # raw, a result cleared the screen, retitled the window, or (cut at 200 characters inside a
+    # colour) left the rest of the terminal red.
+    add_chunks(
+        database_url,
+        [
+            Chunk(
+                "The flaky run printed \x1b[31mFAIL\x1b[0m in checkout_spec,\nthen \x1b[2J"
+                "\x1b]0;retitled\x07\x1b[1m zebra quokka \x9b31m\x07 done",
+                path="notes/\x1b[2Jbuild.md",
+            )
+        ],
+    )
+
+    result = CliRunner().invoke(cli, ["search", "zebra quokka", "-p", "/p"], env=env, color=True)
+
+    assert result.exit_code == 0, result.output
+    assert "notes/build.md#L1-L5" in result.output
+    assert "printed FAIL in checkout_spec, then" in result.output
+    assert "**quokka** done" in result.output
+    assert not any(ord(ch) < 32 and ch != "\n" or 127 <= ord(ch) < 160 for ch in result.output)
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

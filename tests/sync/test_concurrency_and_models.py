@@ -9,14 +9,15 @@ import pytest
 
 from app.config import Settings
 from app.db.engine import make_async_engine, make_sessionmaker
-from app.index.embedding import vector_literal
-from app.llm.gemini_embeddings import GeminiEmbedder
+from app.index.embedding import embed_pending_chunks, vector_literal
 from app.sync.connections import SyncConnections
 from app.sync.indexer import SyncRequest, sync_project
 from app.sync.report import SyncReport
 from tests.conftest import make_settings
-from tests.fakes.gemini import FakeResponse, RecordedRequest, fake_gemini
-from tests.sync.helpers import CountingEmbedder, make_project, run_sync
+from tests.fakes.gemini import fake_gemini
+from tests.sync.helpers import CountingEmbedder, make_project, on_engine, run_sync
+from tests.sync.test_gemini_sync import gemini as gemini_provider
+from tests.sync.test_gemini_sync import inline_answer
 
 
 def test_two_concurrent_syncs_of_one_project_neither_corrupt_nor_duplicate(
@@ -56,28 +57,22 @@ def test_two_concurrent_syncs_of_one_project_neither_corrupt_nor_duplicate(
     assert chunks == recorded == (max(r.chunks_written for r in reports),)
 
 
-def test_model_switch_keeps_old_vectors_searchable_until_reembed(
-    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
-) -> None:
+def synced_locally(database_url: str, tmp_path: Path) -> tuple[Path, CountingEmbedder]:
+    """A project synced with the local model: the state before a switch."""
     project = make_project(tmp_path / "proj")
     local = CountingEmbedder()
     run_sync(database_url, make_settings(home=tmp_path / "h"), local, project)
+    return project, local
 
-    def answer(request: RecordedRequest) -> FakeResponse:
-        return FakeResponse(
-            200, {"embeddings": [{"values": [0.5] * 768} for _ in request.body["requests"]]}
-        )
+
+def test_model_switch_keeps_old_vectors_searchable_until_reembed(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    project, local = synced_locally(database_url, tmp_path)
 
     with fake_gemini() as fake:
-        fake.on(":batchEmbedContents", answer)
-        settings = make_settings(
-            home=tmp_path / "h",
-            gemini_api_key="k",
-            gemini_base_url=fake.url,
-            embedding_provider="gemini",
-            gemini_embed_batch_threshold=1_000_000,
-        )
-        gemini = GeminiEmbedder(settings, retry_base_seconds=0.001, sleep=lambda _: None)
+        fake.on(":batchEmbedContents", inline_answer)
+        settings, gemini = gemini_provider(fake, tmp_path, gemini_embed_batch_threshold=1_000_000)
         target = project / "memory" / "a.md"
         target.write_text(target.read_text() + "\n## New\n\nswitched models today\n")
 
@@ -194,3 +189,54 @@ def test_a_sync_works_through_its_own_connections_that_do_not_wait_for_the_wal(
             await connection.close()
 
     assert asyncio.run(commit_setting()) == "off"
+
+
+def test_reembed_migrates_the_projects_captured_rows_and_global_memories_too(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # Observations, summaries and kv memories are written by the API and embedded by the
+    # worker; `--reembed` took only file chunks, so after a switch everything captured before
+    # it stayed on the old model, out of the vector branch's reach for good.
+    project, local = synced_locally(database_url, tmp_path)
+    for number, (scope, owner) in enumerate(
+        [("project", str(project)), ("global", ""), ("project", "/elsewhere")]
+    ):
+        memory = f"00000000-0000-0000-0000-00000000000{number}"
+        db.execute(
+            "INSERT INTO memories (id, scope, project_path, key, value) "
+            "VALUES (%s, %s, %s, %s, '1')",
+            (memory, scope, owner, f"k{number}"),
+        )
+        db.execute(
+            "INSERT INTO memory_chunks (project_path, source, memory_id, content, hash) "
+            "VALUES (%s, 'kv', %s, %s, md5(%s))",
+            (owner, memory, f"memory {number} of {owner}", str(number)),
+        )
+    on_engine(database_url, lambda sessionmaker: embed_all(sessionmaker, local))
+
+    with fake_gemini() as fake:
+        fake.on(":batchEmbedContents", inline_answer)
+        settings, gemini = gemini_provider(fake, tmp_path, gemini_embed_batch_threshold=1_000_000)
+        migrated = run_sync(database_url, settings, gemini, project, reembed=True)
+
+    left = dict(
+        db.execute(
+            "SELECT project_path, array_agg(DISTINCT model) FROM memory_chunks GROUP BY 1"
+        ).fetchall()
+    )
+    assert left == {
+        str(project): [gemini.identity],
+        "": [gemini.identity],
+        "/elsewhere": [local.identity],  # another project's rows wait for its own --reembed
+    }
+    assert migrated.chunks_reembedded == sum(
+        count
+        for (count,) in db.execute(
+            "SELECT count(*) FROM memory_chunks WHERE model = %s", (gemini.identity,)
+        )
+    )
+
+
+async def embed_all(sessionmaker: Any, embedder: CountingEmbedder) -> None:
+    async with sessionmaker() as session, session.begin():
+        await embed_pending_chunks(session, embedder)

@@ -345,6 +345,32 @@ def test_private_span_across_chunks_is_not_indexed_and_lines_hold(
     assert [end for content, _, end in rows if "Public text after" in content] == [len(lines)]
 
 
+def test_private_key_longer_than_a_chunk_is_not_indexed_and_lines_hold(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    # A 4096-bit RSA key is ~3.2 KB, two chunks: redacted chunk by chunk, the chunk holding
+    # `-----BEGIN` hid the rest of itself, and the next ones stored the key's other lines.
+    project = tmp_path / "proj"
+    project.mkdir()
+    shapes = random.Random(11)
+    body = [
+        "".join(shapes.choice(string.ascii_letters + string.digits + "+/") for _ in range(64))
+        for _ in range(50)
+    ]
+    lines = ["# Deploy", "", "The deploy key:", "", "```", "-----BEGIN RSA PRIVATE KEY-----"]
+    lines += [*body, "-----END RSA PRIVATE KEY-----", "```", "", "## After", "", "Public text."]
+    (project / "MEMORY.md").write_text("\n".join(lines) + "\n")
+
+    run_sync(database_url, settings, CountingEmbedder(), project)
+
+    stored = db.execute("SELECT content, start_line, end_line FROM memory_chunks").fetchall()
+    text = "\n".join(r[0] for r in stored)
+    assert [line for line in body if line in text] == []
+    assert "[REDACTED]" in text
+    # The key's lines are blank, not gone: later lines keep their numbers.
+    assert [end for content, _, end in stored if "Public text." in content] == [len(lines)]
+
+
 def test_a_path_too_long_for_the_index_skips_that_file_only(
     database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
 ) -> None:

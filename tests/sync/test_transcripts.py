@@ -249,3 +249,41 @@ def test_openclaw_sessions_with_tool_calls_results_and_bookkeeping_lines() -> No
     assert len(parsed.entries[2].text) < 200
     assert parsed.skipped["session"] == parsed.skipped["model_change"] == 1
     assert parsed.skipped["custom"] == parsed.skipped["thinking"] == 1
+
+
+def test_tool_arguments_are_sanitized_as_json_and_a_cut_never_splits_a_secret() -> None:
+    # Arguments were rendered to JSON text first, so a credential-named key's value was
+    # redacted only in the shape the text rule knows (quoted, no spaces); and a tool output was
+    # cut before it was sanitized, so a key across the cut stayed as a fragment the rules no
+    # longer recognise.
+    token = "ghp_" + "t" * 36
+    output = "build log line\n" * 132 + f"export GH={token} done"
+    assert output.index(token) < 2000 < output.index(token) + len(token)
+    lines = [
+        {
+            "type": "assistant",
+            "message": {
+                "role": "assistant",
+                "content": [
+                    {
+                        "type": "tool_use",
+                        "name": "login",
+                        "input": {"user": "kaito", "password": "correct horse battery"},
+                    }
+                ],
+            },
+        },
+        {
+            "type": "user",
+            "message": {"role": "user", "content": [{"type": "tool_result", "content": output}]},
+        },
+        {"type": "gemini", "content": "", "toolCalls": [{"name": "f", "args": {"apiKey": "ab c"}}]},
+    ]
+
+    parsed = parse_transcript("\n".join(json.dumps(line) for line in lines))
+
+    texts = [e.text for e in parsed.entries]
+    assert texts[0] == 'Assistant: [tool login] {"user":"kaito","password":"[REDACTED]"}'
+    assert "ghp_" not in texts[1]
+    assert "tttttt" not in texts[1]
+    assert texts[2] == 'Assistant: [tool f] {"apiKey":"[REDACTED]"}'

@@ -1,0 +1,177 @@
+"""Index rows the worker gave up embedding during a Gemini outage are embedded once it is over:
+they stayed without a vector for good (walk-through: 14 rows after a 40-second 403), even after
+the key was fixed, the worker restarted or the provider switched back to `local`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from app.config import Settings
+from app.worker import jobs
+from tests.conftest import make_settings
+from tests.fakes.gemini import FakeGemini, FakeResponse, RecordedRequest, fake_gemini
+from tests.worker.builders import drain, worker_on
+
+MAX_ATTEMPTS = 2
+
+
+def vectors(request: RecordedRequest) -> FakeResponse:
+    return FakeResponse(
+        200, {"embeddings": [{"values": [0.5] * 768} for _ in request.body["requests"]]}
+    )
+
+
+def forbidden(_request: RecordedRequest) -> FakeResponse:
+    return FakeResponse(
+        403, {"error": {"code": 403, "message": "key invalid", "status": "PERMISSION_DENIED"}}
+    )
+
+
+def gemini_settings(fake: FakeGemini, tmp_path: Path) -> Settings:
+    return make_settings(
+        home=tmp_path / "home",
+        gemini_api_key="k",
+        gemini_base_url=fake.url,
+        embedding_provider="gemini",
+        gemini_embed_max_retries=0,
+        worker_max_attempts=MAX_ATTEMPTS,
+    )
+
+
+def add_memory_row(db: psycopg.Connection[Any], content: str) -> None:
+    memory = uuid.uuid4()
+    db.execute(
+        "INSERT INTO memories (id, scope, key, value) VALUES (%s, 'global', %s, '1')",
+        (memory, content),
+    )
+    db.execute(
+        "INSERT INTO memory_chunks (project_path, source, memory_id, content, hash) "
+        "VALUES ('', 'kv', %s, %s, md5(%s))",
+        (memory, content, content),
+    )
+
+
+@contextmanager
+def an_outage(db: psycopg.Connection[Any], tmp_path: Path, row: str) -> Iterator[Any]:
+    """Gemini refusing the key, and one row to embed: (the fake, the worker's settings)."""
+    with fake_gemini() as fake:
+        fake.on(":batchEmbedContents", forbidden)
+        settings = gemini_settings(fake, tmp_path)
+        add_memory_row(db, row)
+        yield fake, settings
+
+
+@contextmanager
+def a_slow_answer(db: psycopg.Connection[Any], tmp_path: Path, row: str) -> Iterator[Any]:
+    """Gemini answering after 3 s, and one row to embed: (the fake, the worker's settings)."""
+    with fake_gemini() as fake:
+        fake.queue(
+            ":batchEmbedContents",
+            FakeResponse(200, {"embeddings": [{"values": [0.5] * 768}]}, delay_s=3.0),
+        )
+        settings = gemini_settings(fake, tmp_path)
+        add_memory_row(db, row)
+        yield fake, settings
+
+
+async def embedding_under_way(ctx: jobs.JobContext, fake: FakeGemini) -> asyncio.Task[int]:
+    """A lane's embedding, once its call has reached Gemini."""
+    embedding = asyncio.create_task(jobs.embed_batch(ctx))
+    while not fake.calls(":batchEmbedContents"):
+        await asyncio.sleep(0.01)
+    return embedding
+
+
+def unembedded(db: psycopg.Connection[Any]) -> list[tuple[str, int]]:
+    return db.execute(
+        "SELECT content, embed_attempts FROM memory_chunks WHERE embedding IS NULL ORDER BY id"
+    ).fetchall()
+
+
+def test_rows_given_up_in_an_outage_are_embedded_after_the_next_success(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    with an_outage(db, tmp_path, "captured during the outage") as (fake, settings):
+
+        async def go() -> list[int]:
+            async with worker_on(settings, database_url) as worker:
+                done = [await jobs.embed_batch(worker.ctx) for _ in range(MAX_ATTEMPTS + 1)]
+                assert unembedded(db) == [("captured during the outage", MAX_ATTEMPTS)]
+                assert len(fake.calls(":batchEmbedContents")) == MAX_ATTEMPTS  # given up
+                fake.on(":batchEmbedContents", vectors)
+                done.append(await jobs.embed_batch(worker.ctx))
+                add_memory_row(db, "captured after it")
+                done += [await jobs.embed_batch(worker.ctx) for _ in range(3)]
+                return done
+
+        done = asyncio.run(go())
+
+    assert done == [0, 0, 0, 0, 1, 1, 0]
+    assert unembedded(db) == []
+
+
+def test_rows_given_up_in_an_outage_are_embedded_by_the_next_worker(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    with an_outage(db, tmp_path, "captured while the key was wrong") as (fake, settings):
+        for _ in range(MAX_ATTEMPTS):
+            drain(settings, database_url)
+        assert unembedded(db) == [("captured while the key was wrong", MAX_ATTEMPTS)]
+
+        fake.on(":batchEmbedContents", vectors)  # the key fixed, the worker restarted
+        drain(settings, database_url)
+
+    assert unembedded(db) == []
+
+
+def test_a_slow_gemini_never_holds_up_a_write_of_the_rows_being_embedded(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # The worker claimed its rows FOR UPDATE and kept them locked through the Gemini call: a
+    # PUT or DELETE of a kv memory being embedded waited for it (walk-through: 120 s and more,
+    # curl gave up, with Gemini slow).
+    with a_slow_answer(db, tmp_path, "being embedded") as (fake, settings):
+
+        def delete_the_memory() -> None:
+            with psycopg.connect(database_url, autocommit=True) as other:
+                other.execute("SET lock_timeout = '1s'")
+                other.execute("DELETE FROM memories WHERE key = 'being embedded'")
+
+        async def go() -> int:
+            async with worker_on(settings, database_url) as worker:
+                embedding = await embedding_under_way(worker.ctx, fake)
+                await asyncio.to_thread(delete_the_memory)  # LockNotAvailable while held
+                assert not embedding.done()
+                return await embedding
+
+        assert asyncio.run(go()) == 0  # its row went while Gemini answered
+
+    assert db.execute("SELECT count(*) FROM memory_chunks").fetchone() == (0,)
+
+
+def test_a_worker_stopped_while_gemini_answers_gives_its_rows_back_at_once(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # The lease outlived the stopped worker: the next one left the rows alone for 15 minutes
+    # (the lock it replaced went with the transaction).
+    with a_slow_answer(db, tmp_path, "embedding when the worker stopped") as (fake, settings):
+
+        async def go() -> None:
+            async with worker_on(settings, database_url) as worker:
+                embedding = await embedding_under_way(worker.ctx, fake)
+                embedding.cancel()  # what a stop past its grace does to a lane
+                with contextlib.suppress(asyncio.CancelledError):
+                    await embedding
+
+        asyncio.run(go())
+
+    leased = db.execute("SELECT embed_claimed_until IS NOT NULL FROM memory_chunks").fetchone()
+    assert leased == (False,)
