@@ -15,16 +15,10 @@ def _refuse_bool(value: object) -> object:
     return value
 
 
-def _refuse_bool_or_text(value: object) -> object:
-    if isinstance(value, str):
-        raise ValueError("must be a number, not a string")
-    return _refuse_bool(value)
-
-
 NotBool = BeforeValidator(_refuse_bool)
 BodyInt = Annotated[int, NotBool]
 BodyFloat = Annotated[float, NotBool]
-# An MCP tool's argument: its published schema says integer, and the SDK validates the call's
-# arguments in pydantic's lax mode, which read `true` as 1 and `"5"` as 5 before a tool saw them.
-# A whole float (5.0) is still the number it is.
-ToolInt = Annotated[int, BeforeValidator(_refuse_bool_or_text)]
+# An MCP tool's argument: read as a body's number is, text included ("5" is 5). Clients send the
+# model's numbers as text (Claude Code, anthropics/claude-code#32524; OpenHands#8448), and a
+# refusal was sent back as text again by the same client: the argument could not be used.
+ToolInt = BodyInt

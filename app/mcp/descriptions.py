@@ -50,7 +50,9 @@ it since. Returns {{deleted: true}} or {{deleted: false}} when there was nothing
 SMART_RESUME = """\
 Call this first when you start or resume work on a project. Returns a short briefing (what
 the project is, what is in progress, what is next), the project.*, current.* and shared.*
-memories, and the last session's summary, all within budget tokens (default 500)."""
+memories, and the last session's summary, all within budget tokens (default 500). Memories
+that do not fit are left out and named at the end of the briefing: read them with read_memory
+or give a larger budget."""
 
 SEARCH_MEMORY = """\
 Search everything remembered about a project - memory files, past session transcripts,

@@ -7,18 +7,19 @@ in memory), like the rest of the API: any number of API processes can answer it.
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any
+from contextvars import ContextVar
+from typing import Any, cast
 
+import anyio
 import psycopg
 import structlog
 from fastapi import FastAPI
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.context import Context
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.server.stdio import stdio_server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, InputRequiredResult
@@ -42,11 +43,13 @@ from app.db.engine import transaction
 from app.errors import AppError
 from app.llm.embeddings import get_embedder
 from app.mcp import descriptions as text
+from app.mcp.stdio import client_lines
+from app.mcp.wire import surrogates_cleaned
 from app.memories import reads, resume, service
 from app.memories.patterns import is_pattern
 from app.memories.schemas import MemoryWrite, ResumeRequest, check_key, check_tags
 from app.memories.schemas import Scope as MemoryScope
-from app.privacy import clean_text, lone_surrogates_replaced_everywhere
+from app.privacy import clean_text
 from app.projects import canonical_project
 from app.search.schemas import SearchMode, SearchRequest, SearchSource
 from app.search.service import SearchTuning, search
@@ -55,6 +58,10 @@ from app.state import AppState
 log = structlog.get_logger(__name__)
 
 StateProvider = Callable[[], AppState]
+
+# The names of the arguments the call being served sent: the SDK gives an argument sent as null
+# and one left out alike, as None.
+_SENT: ContextVar[frozenset[str]] = ContextVar("sent_arguments", default=frozenset())
 
 # A tool's answer lands in the model's context window: larger blocks than this would crowd it.
 MAX_TOOL_BUDGET = 20_000
@@ -115,6 +122,7 @@ class MemoryServer(MCPServer):
         if known is not None and unknown:
             problem = unknown_fields_message(unknown, known, noun="argument")
             raise ToolError(f"Error executing tool {name}: ValidationFailed: {problem}")
+        sent = _SENT.set(frozenset(arguments))
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as error:
@@ -123,6 +131,17 @@ class MemoryServer(MCPServer):
                 raise
             # The cause stays: the SDK logs the refused arguments' names from it.
             raise ToolError(f"Error executing tool {name}: {validation_failed(cause)}") from cause
+        finally:
+            _SENT.reset(sent)
+
+    async def run_stdio_async(self) -> None:
+        # The SDK's, with stdin read by our daemon thread (app/mcp/stdio.py): a SIGTERM waited
+        # for the client to close the pipe. stdout is still the SDK's.
+        async with client_lines() as lines:
+            # The SDK only iterates `stdin`, one line at a time.
+            async with stdio_server(stdin=cast("anyio.AsyncFile[str]", lines)) as (read, write):
+                server = self._lowlevel_server
+                await server.run(read, write, server.create_initialization_options())
 
 
 def build_server(state: StateProvider, *, default_project: str | None = None) -> MCPServer:
@@ -167,6 +186,9 @@ def build_server(state: StateProvider, *, default_project: str | None = None) ->
                 "created_by": created_by,
             }
             fields |= {name: v for name, v in optional.items() if v is not None}
+            # A ttl or tags sent as null clears them, as in a PUT's body (left out, they are kept).
+            cleared = {"ttl", "tags"} & _SENT.get()
+            fields |= {name: None for name in cleared if name not in fields}
             data = MemoryWrite.model_validate(fields)
             async with transaction(state().sessionmaker) as session:
                 row, created = await service.write_memory(
@@ -370,16 +392,9 @@ class McpEndpoint:
         await self.manager.handle_request(scope, await _surrogates_cleaned(receive), send)
 
 
-# A JSON escape of a UTF-16 surrogate, which only a body holding one (lone or in a pair) carries.
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-
-
 async def _surrogates_cleaned(receive: Receive) -> Receive:
     """`receive` with the request's body read whole (as the SDK reads it) and its lone surrogate
-    escapes replaced by U+FFFD, as the HTTP API cleans them (docs/capture.md, "Text in ids and
-    names"): the SDK's JSON parser refused the body with a JSON-RPC parse error. A body without
-    such an escape is passed on as it came; one that `json` cannot read either is left to the
-    SDK's error."""
+    escapes cleaned (`surrogates_cleaned`): the SDK answered a JSON-RPC parse error."""
     chunks: list[bytes] = []
     while True:
         message = await receive()
@@ -388,15 +403,7 @@ async def _surrogates_cleaned(receive: Receive) -> Receive:
         chunks.append(message.get("body", b""))
         if not message.get("more_body", False):
             break
-    body = b"".join(chunks)
-    if _SURROGATE_ESCAPE.search(body):
-        try:
-            value = json.loads(body)
-        except (ValueError, RecursionError):
-            pass
-        else:
-            cleaned = lone_surrogates_replaced_everywhere(value)
-            body = json.dumps(cleaned, ensure_ascii=False).encode()
+    body = surrogates_cleaned(b"".join(chunks))
     return _replaying({"type": "http.request", "body": body, "more_body": False}, receive)
 
 

@@ -52,6 +52,7 @@ class Picked:
     spent: int = 0
     memories: dict[str, list[MemoryRow]] = field(default_factory=dict)
     summary: SessionRow | None = None
+    left_out: list[str] = field(default_factory=list)  # the keys of memories that did not fit
 
     def take(self, tokens: int) -> bool:
         if self.spent + tokens > self.budget:
@@ -85,10 +86,17 @@ async def smart_resume(
         picked.memories[namespace] = [
             row for row in candidates[namespace] if picked.take(memory_tokens(row))
         ]
+        taken = picked.memories[namespace]
+        picked.left_out += [row.key for row in candidates[namespace] if row not in taken]
         if namespace == "current" and last is not None and last.summary:
             picked.summary = last if picked.take(estimate_tokens(last.summary)) else None
 
     briefing, briefed_by = await _briefing(session, settings, project_path, picked, gate)
+    if picked.left_out:
+        # Else nothing tells the agent they exist (the template said none were stored).
+        count = len(picked.left_out)
+        keys = ", ".join(picked.left_out)
+        briefing += f" {count} memor{'y' if count == 1 else 'ies'} left out for the budget: {keys}."
     # Cut with the app's estimate: at four characters a token, a briefing quoting a Chinese
     # task answered 691 tokens for a budget of 500.
     briefing = truncate_to_tokens(briefing, max(budget - picked.spent, 0))
@@ -287,6 +295,6 @@ def template_briefing(project_path: str | None, picked: Picked) -> str:
     if picked.summary is not None and picked.summary.summary:
         first_sentence = picked.summary.summary.strip().split(". ")[0].rstrip(".")
         sentences.append(f"Last session: {first_sentence}.")
-    if len(sentences) == 1 and not memories:
+    if len(sentences) == 1 and not memories and not picked.left_out:
         sentences.append("No memories are stored for it yet.")
     return " ".join(sentences)

