@@ -120,21 +120,26 @@ def _strip_private(s: str, found: frozenset[str]) -> str:
 def _without_private(s: str, outside: re.Pattern[str], removed: Callable[[str], str]) -> str:
     """`s` with each private span replaced by `removed(span)`; `outside` finds the next tag
     where no span is open (and what is not one there: markdown's code spans). A closing tag
-    outside any span is text."""
+    outside any span is text. Spans nest; tags that never balance hide up to the last closing
+    tag, or, with none after the opening one, the rest of the text: a mention of the tag before
+    a real span ("wrap secrets in <private> tags") hid everything after that span."""
     parts: list[str] = []
     kept = position = 0
     while (match := outside.search(s, position)) is not None:
         position = match.end()
         if match.group("close") is not None or match.lastgroup == "code":
             continue
-        start, depth = match.start(), 1
+        start, depth, last_close = match.start(), 1, None
         while depth:
             tag = _PRIVATE_TAG.search(s, position)
             if tag is None:
-                position = len(s)
+                position = len(s) if last_close is None else last_close
                 break
             position = tag.end()
-            depth += -1 if tag.group("close") is not None else 1
+            if tag.group("close") is not None:
+                depth, last_close = depth - 1, position
+            else:
+                depth += 1
         parts += (s[kept:start], removed(s[start:position]))
         kept = position
     if not parts:

@@ -72,7 +72,14 @@ def test_private_spans_nest() -> None:
     # tag, and the rest of the outer span was kept.
     text = "a <private>client <private>phone</private> budget 50k</private> b </private> c"
     assert strip_private(text) == "a  b </private> c"
-    assert sanitize_text("x <private>1 <private>2</private> 3") == "x "
+    # Tags that never balance (a mention of the tag before a real span): hidden up to the last
+    # closing tag. Hidden to the end, a memory that said "wrap secrets in <private> tags" kept
+    # nothing after its first span.
+    assert sanitize_text("x <private>1 <private>2</private> 3") == "x  3"
+    said = "Wrap them in <private> tags. Key: <private>abc</private>. Deploys on Fridays."
+    assert strip_private(said) == "Wrap them in . Deploys on Fridays."
+    said_lines = "Wrap them in <private> tags.\nKey: <private>abc</private>\nDeploys on Fridays."
+    assert strip_private_lines(said_lines) == "Wrap them in \n\nDeploys on Fridays."
     lines = "a\n<private>\nclient\n<private>phone</private>\nbudget 50k\n</private>\nb"
     assert strip_private_lines(lines) == "a\n\n\n\n\n\nb"
     # Tags in a code span are text where no span is open.
