@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.privacy import NestingTooDeep, sanitize_json, sanitize_text
+from app.privacy import NestingTooDeep, clean_text, redact_secrets, sanitize_json, sanitize_text
 
 ROLE_LABELS = {
     "user": "User",
@@ -245,8 +245,10 @@ class _Parser:
         return head
 
     def scrub(self, text: str) -> str:
-        # Sanitized first: a base64 run ending at a key's prefix took the prefix with it.
-        text = sanitize_text(text)
+        # Secrets redacted first: a base64 run ending at a key's prefix took the prefix with it.
+        # Private spans are left to `add`, on the whole entry: a span may cross content blocks,
+        # and stripped block by block, the next block's text up to `</private>` was kept.
+        text = redact_secrets(clean_text(text))
         if "base64" in text or len(text) > 400:
             text, uris = _DATA_URI.subn("[base64 omitted]", text)
             text, runs = _BASE64_RUN.subn("[base64 omitted]", text)
@@ -260,7 +262,7 @@ class _Parser:
         # Cut first: scrubbing a megabyte of tool output only to drop most of it is waste; but
         # sanitized before the cut, with a margin (_CUT_MARGIN).
         self.out.skipped["trimmed tool output"] += 1
-        head = sanitize_text(text[: self.limit + _CUT_MARGIN])[: self.limit]
+        head = redact_secrets(clean_text(text[: self.limit + _CUT_MARGIN]))[: self.limit]
         return self.scrub(head) + f" … [{len(text) - self.limit} chars trimmed]"
 
 

@@ -287,3 +287,23 @@ def test_tool_arguments_are_sanitized_as_json_and_a_cut_never_splits_a_secret() 
     assert "ghp_" not in texts[1]
     assert "tttttt" not in texts[1]
     assert texts[2] == 'Assistant: [tool f] {"apiKey":"[REDACTED]"}'
+
+
+def test_a_private_span_across_content_blocks_is_not_kept() -> None:
+    # Each text block was sanitized alone: a span opened in one block lost its opening tag
+    # there, and the next block's text up to `</private>` was stored.
+    record = {
+        "type": "user",
+        "message": {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "my creds <private>user: bob"},
+                {"type": "text", "text": "pass: hunter22</private> thanks"},
+            ],
+        },
+    }
+    entries = parse_transcript(json.dumps(record) + "\n").entries
+    text = "\n".join(entry.text for entry in entries)
+    assert "hunter22" not in text
+    assert "bob" not in text
+    assert "thanks" in text
