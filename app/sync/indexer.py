@@ -32,7 +32,7 @@ from app.privacy import clean_text, redact_secrets_lines, strip_private_lines
 from app.projects import canonical_project, refuse_excluded
 from app.sync import queries
 from app.sync.bulk_index import begin_bulk_index, end_bulk_index, repair_invalid_index
-from app.sync.chunking import Chunk, chunk_markdown, chunk_transcript
+from app.sync.chunking import Chunk, chunk_markdown, chunk_transcript, normalise_newlines
 from app.sync.connections import SyncConnections
 from app.sync.discover import (
     Discovery,
@@ -392,7 +392,9 @@ def _prepare(
     if found.source == "memory":
         # Private spans and secrets go before chunking, each replaced by the newlines it held:
         # a span or a key longer than a chunk showed in the chunks after its first line's.
-        text = redact_secrets_lines(strip_private_lines(clean_text(text)))
+        # Line ends made \n first: a span or key keeps only the \n it held, and a lone CR (a
+        # line end to the chunker) went with it, every later line's number off.
+        text = redact_secrets_lines(strip_private_lines(normalise_newlines(clean_text(text))))
         chunks = chunk_markdown(text, tokens=tokens, overlap=overlap)
     else:
         transcript = parse_transcript(text, tool_output_chars=settings.sync_tool_output_chars)

@@ -371,6 +371,24 @@ def test_private_key_longer_than_a_chunk_is_not_indexed_and_lines_hold(
     assert [end for content, _, end in stored if "Public text." in content] == [len(lines)]
 
 
+def test_a_secret_in_a_file_of_lone_cr_line_ends_keeps_later_lines_numbered(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    # Redaction keeps only the \n a match held; a lone CR, a line end for the chunker, was
+    # dropped with the key, and every later line's number was off by the key's length.
+    project = tmp_path / "proj"
+    project.mkdir()
+    key = ["-----BEGIN RSA PRIVATE KEY-----", *["QUJD" * 16] * 6, "-----END RSA PRIVATE KEY-----"]
+    lines = ["# Deploy", "", *key, "", "## After", "", "echo target line"]
+    (project / "MEMORY.md").write_bytes("\r".join(lines).encode() + b"\r")
+
+    run_sync(database_url, settings, CountingEmbedder(), project)
+
+    stored = db.execute("SELECT content, start_line, end_line FROM memory_chunks").fetchall()
+    assert "QUJD" not in "\n".join(r[0] for r in stored)
+    assert [end for content, _, end in stored if "echo target line" in content] == [len(lines)]
+
+
 def test_a_path_too_long_for_the_index_skips_that_file_only(
     database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
 ) -> None:
