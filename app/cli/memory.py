@@ -36,7 +36,7 @@ from app.memories.schemas import (
     Resume,
     Scope,
     check_key,
-    check_tags,
+    tag_filter,
 )
 
 if TYPE_CHECKING:
@@ -237,7 +237,7 @@ def list_(
             db,
             visibility=_visibility(scope, project, session),
             pattern=pattern,
-            tags=check_tags(tag) or None,
+            tags=tag_filter(tag),
             limit=limit,
         )
         return [service.to_schema(row) for row in rows]

@@ -47,7 +47,7 @@ from app.mcp.stdio import client_lines
 from app.mcp.wire import surrogates_cleaned
 from app.memories import reads, resume, service
 from app.memories.patterns import is_pattern
-from app.memories.schemas import MemoryWrite, ResumeRequest, check_key, check_tags
+from app.memories.schemas import MemoryWrite, ResumeRequest, check_key, tag_filter
 from app.memories.schemas import Scope as MemoryScope
 from app.privacy import clean_text
 from app.projects import canonical_project
@@ -242,7 +242,7 @@ def build_server(state: StateProvider, *, default_project: str | None = None) ->
                     session,
                     visibility=seen_by,
                     pattern=pattern or None,
-                    tags=check_tags(tags) or None,
+                    tags=tag_filter(tags),
                     limit=limit,
                 )
                 return {"memories": [_dump(row) for row in rows]}

@@ -27,7 +27,7 @@ from app.memories.schemas import (
     ResumeRequest,
     Scope,
     check_key,
-    check_tags,
+    tag_filter,
 )
 from app.privacy import clean_text
 from app.projects import canonical_project
@@ -162,7 +162,7 @@ def _tags(tags: list[str] | None) -> list[str] | None:
         return None
     split = [part for item in tags for part in item.split(",") if part.strip()]
     try:
-        return check_tags(split) or None
+        return tag_filter(split)
     except ValueError as error:
         raise ValidationFailed(f"tags: {error}") from None
 

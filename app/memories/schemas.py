@@ -59,6 +59,19 @@ def check_tags(tags: list[str] | None) -> list[str] | None:
     return cleaned
 
 
+def tag_filter(tags: list[str] | None) -> list[str] | None:
+    """The tags a listing's memories must all carry, as stored (None: no filter).
+
+    A filter tag sanitizing leaves nothing of (all `<private>` span) is carried by no memory:
+    it becomes the empty tag, which none carries either (`check_tags` refuses it). Dropped, it
+    took the filter with it and every memory was listed."""
+    if not tags:
+        return None
+    kept = check_tags(tags) or []
+    dropped = any(not sanitize_text(tag).strip() for tag in tags)
+    return [*kept, ""] if dropped else kept
+
+
 def check_finite(value: Any) -> Any:
     """Refuse NaN and Infinity anywhere in a value: Python's JSON parser takes them, JSON has none.
 

@@ -170,6 +170,10 @@ def test_list_filters_by_scope_pattern_tags_and_limit(client: TestClient) -> Non
     assert keys(tags="core") == ["project.name", "project.stack"]
     assert keys(tags="core,naming") == ["project.name"]
     assert keys(tags=["core", "naming"]) == ["project.name"]
+    # A filter tag sanitizing leaves nothing of (all private span) matches nothing: dropped, the
+    # filter was gone and every memory listed.
+    assert keys(tags="<private>client</private>") == []
+    assert keys(tags="core,<private>client</private>") == []
     assert keys(limit=2) == ["ai.claude.notes", "current.todos"]
     # Without projectPath only global (and project-less shared) memories are visible.
     assert [m["key"] for m in client.get("/api/memories").json()["memories"]] == ["ai.claude.notes"]
