@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.db.binary_vectors import VectorSession, binary_vector_connection
 from app.db.vector_index import ensure_hnsw_index_async
-from app.llm.embeddings import Embedder
+from app.llm.embeddings import Embedder, EmbeddingFailed
 
 
 @dataclass(slots=True)
@@ -145,12 +145,27 @@ _RECORD_FAILURE = text(
     "embed_claimed_until = NULL WHERE id = ANY(CAST(:ids AS bigint[]))"
 )
 
+# A quota's long Retry-After: the rows wait it out under a lease, no attempt spent. Charged an
+# attempt a poll instead, they were given up within seconds, inside the quota window.
+_PAUSE = text(
+    "UPDATE memory_chunks SET embed_error = :error, "
+    "embed_claimed_until = now() + make_interval(secs => :seconds) "
+    "WHERE id = ANY(CAST(:ids AS bigint[]))"
+)
+
+# What a text the provider refused is recorded as (`embed_error`): such a row is not retried
+# when the provider answers again, only by a worker's start.
+REFUSED = "refused: "
+
 # Rows given up on (`max_attempts` failures) wait for proof that the provider works again: a
 # worker's start (a fixed key, a switched provider) or an embedding that reached it. They stayed
-# without a vector for good (walk-through: a 40-second 403 left 14 rows so).
+# without a vector for good (walk-through: a 40-second 403 left 14 rows so). A text refused for
+# itself comes back only with a worker's start: retried after each success, it headed every next
+# batch and took the rows captured since down with it.
 _RELEASE_GIVEN_UP = text(
     "UPDATE memory_chunks SET embed_attempts = 0 "
-    "WHERE embedding IS NULL AND embed_attempts >= :max_attempts"
+    "WHERE embedding IS NULL AND embed_attempts >= :max_attempts "
+    "AND (:refused_too OR embed_error IS NULL OR embed_error NOT LIKE :refused)"
 )
 
 
@@ -164,9 +179,13 @@ async def release_claims(session: AsyncSession, ids: list[int]) -> None:
     await session.execute(_RELEASE_CLAIMS, {"ids": ids})
 
 
-async def release_given_up(session: AsyncSession, *, max_attempts: int) -> int:
-    """Give the rows whose embedding failed `max_attempts` times their attempts back."""
-    result: Any = await session.execute(_RELEASE_GIVEN_UP, {"max_attempts": max_attempts})
+async def release_given_up(
+    session: AsyncSession, *, max_attempts: int, refused_too: bool = True
+) -> int:
+    """Give the rows whose embedding failed `max_attempts` times their attempts back; with
+    `refused_too` False, not those whose text the provider refused."""
+    params = {"max_attempts": max_attempts, "refused_too": refused_too, "refused": REFUSED + "%"}
+    result: Any = await session.execute(_RELEASE_GIVEN_UP, params)
     return int(result.rowcount or 0)
 
 
@@ -211,11 +230,22 @@ async def embed_claimed(
     session: AsyncSession, embedder: Embedder, rows: list[Claimed]
 ) -> EmbedStats:
     """Give claimed rows a vector (cache first). A provider failure counts an attempt on the
-    rows, is returned in `error`, and leaves them for a later try. Rows deleted meanwhile (a kv
-    memory rewritten while Gemini answered) are not written back."""
+    rows (or pauses them, see `_failed`), is returned in `error`, and leaves them for a later
+    try. Rows deleted meanwhile (a kv memory rewritten while Gemini answered) are not written
+    back."""
     if not rows:
         return EmbedStats()
     await ensure_model_index(await session.connection(), embedder)
+    outcome = await _try_embedding(session, embedder, rows)
+    if isinstance(outcome, EmbedStats):
+        return outcome
+    return await _failed(session, embedder, rows, outcome)
+
+
+async def _try_embedding(
+    session: AsyncSession, embedder: Embedder, rows: list[Claimed]
+) -> EmbedStats | Exception:
+    """The rows' vectors written, or the provider's failure (nothing recorded)."""
     try:
         vectors, stats = await arrays_for(session, embedder, {r.hash: r.content for r in rows})
     except (psycopg.Error, sa_exc.DBAPIError):
@@ -223,9 +253,7 @@ async def embed_claimed(
         # failed in turn, hiding it), and the rows are not at fault. The caller sees it as is.
         raise
     except Exception as error:  # any provider failure: network, quota, malformed answer
-        message = f"{type(error).__name__}: {error}"[:1000]
-        await session.execute(_RECORD_FAILURE, {"ids": [r.id for r in rows], "error": message})
-        return EmbedStats(error=message)
+        return error
     stats.chunks = await set_chunk_vectors(
         session,
         model=embedder.identity,
@@ -233,6 +261,44 @@ async def embed_claimed(
         vectors=[vectors[r.hash] for r in rows],
     )
     return stats
+
+
+async def _failed(
+    session: AsyncSession, embedder: Embedder, rows: list[Claimed], error: Exception
+) -> EmbedStats:
+    """Record a provider failure on `rows`: an attempt each, or a pause for a quota's long wait.
+
+    A batch refused for its texts is split to find the text at fault: one refused text failed
+    its whole batch of up to 256 rows. Each half is tried once; if both are refused, the refusal
+    is the batch's as a whole (a setting, not a text) and is charged to every row; otherwise the
+    failing half is split in turn: about 2 log2(n) calls for one bad text among n."""
+    message = f"{type(error).__name__}: {error}"[:1000]
+    ids = [r.id for r in rows]
+    if isinstance(error, EmbeddingFailed) and error.pause_seconds is not None:
+        params = {"ids": ids, "seconds": error.pause_seconds, "error": message}
+        await session.execute(_PAUSE, params)
+        return EmbedStats(error=message)
+    refused = isinstance(error, EmbeddingFailed) and error.refused
+    if refused and len(rows) > 1:
+        middle = len(rows) // 2
+        halves = (rows[:middle], rows[middle:])
+        outcomes = [await _try_embedding(session, embedder, half) for half in halves]
+        stats = EmbedStats()
+        if not any(isinstance(outcome, EmbedStats) for outcome in outcomes) and all(
+            isinstance(outcome, EmbeddingFailed) and outcome.refused for outcome in outcomes
+        ):
+            await session.execute(_RECORD_FAILURE, {"ids": ids, "error": REFUSED + message})
+            return EmbedStats(error=message)
+        for half, outcome in zip(halves, outcomes, strict=True):
+            if not isinstance(outcome, EmbedStats):
+                outcome = await _failed(session, embedder, half, outcome)
+                stats.error = outcome.error
+            stats.add(outcome)
+        return stats
+    await session.execute(
+        _RECORD_FAILURE, {"ids": ids, "error": (REFUSED if refused else "") + message}
+    )
+    return EmbedStats(error=message)
 
 
 async def embed_pending_chunks(

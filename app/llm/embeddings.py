@@ -12,11 +12,27 @@ import numpy as np
 from numpy.typing import NDArray
 
 from app.config import Settings
-from app.errors import AppError
+from app.errors import AppError, UpstreamUnavailable
 from app.llm.wordllama_pool import SegmentPool
 
 LOCAL_MODEL = "wordllama-l2_supercat"
 LOCAL_DIMS = 256
+
+
+class EmbeddingFailed(UpstreamUnavailable):
+    """The provider refused, failed or answered with something that is not the vectors asked for.
+
+    `refused`: it refused the texts themselves (Gemini's 400, a NaN or all-zero vector), so the
+    same texts fail again however often they are sent; the worker splits such a batch to find
+    the text at fault, and does not retry it after an outage. `pause_seconds`: the provider asked
+    for a wait longer than the caller's (a quota's Retry-After); the texts are not at fault."""
+
+    def __init__(
+        self, detail: str, *, refused: bool = False, pause_seconds: float | None = None
+    ) -> None:
+        super().__init__(detail)
+        self.refused = refused
+        self.pause_seconds = pause_seconds
 
 
 class Embedder(Protocol):

@@ -20,8 +20,7 @@ from google.genai import errors, types
 from numpy.typing import NDArray
 
 from app.config import Settings
-from app.errors import UpstreamUnavailable
-from app.llm.embeddings import model_identity, normalise
+from app.llm.embeddings import EmbeddingFailed, model_identity, normalise
 from app.llm.gemini import TIMEOUT_ERRORS, TRANSPORT_ERRORS, make_client
 from app.llm.generation import retry_after_of
 from app.privacy import sanitize_text
@@ -40,10 +39,6 @@ SUBMISSION_ERRORS: tuple[type[Exception], ...] = (errors.APIError, *TRANSPORT_ER
 _BATCH_FAILED = frozenset(
     {"JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED", "JOB_STATE_PAUSED"}
 )
-
-
-class EmbeddingFailed(UpstreamUnavailable):
-    """Gemini refused, failed or answered with something that is not the vectors asked for."""
 
 
 class GeminiEmbedder:
@@ -137,11 +132,13 @@ class GeminiEmbedder:
                 if asked is not None and asked > wait_limit:
                     # Longer than the caller waits: every retry before it is refused too.
                     raise EmbeddingFailed(
-                        f"Gemini embeddings: {error.code} {error.message} (retry in {asked:.0f} s)"
+                        f"Gemini embeddings: {error.code} {error.message} (retry in {asked:.0f} s)",
+                        pause_seconds=asked,
                     ) from None
                 if not _retryable(error.code) or attempt >= retries:
                     raise EmbeddingFailed(
-                        f"Gemini embeddings: {error.code} {error.message}"
+                        f"Gemini embeddings: {error.code} {error.message}",
+                        refused=error.code == 400,  # INVALID_ARGUMENT: these texts, as sent
                     ) from None
                 reason: Any = error.code
             except TRANSPORT_ERRORS as error:
@@ -170,9 +167,11 @@ class GeminiEmbedder:
         # and that database error charged the rows no attempt (the worker paid for them again
         # every poll); a zero vector has no cosine distance to anything.
         if not np.isfinite(vectors).all():
-            raise EmbeddingFailed("Gemini returned embeddings with NaN or infinite values")
+            raise EmbeddingFailed(
+                "Gemini returned embeddings with NaN or infinite values", refused=True
+            )
         if not vectors.any(axis=1).all():
-            raise EmbeddingFailed("Gemini returned embeddings that are all zeros")
+            raise EmbeddingFailed("Gemini returned embeddings that are all zeros", refused=True)
         return normalise(vectors)
 
     def submit_batch(self, texts: list[str], *, label: str) -> str:

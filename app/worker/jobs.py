@@ -510,7 +510,7 @@ async def embed_batch(ctx: JobContext, *, limit: int = 256) -> int:
             ctx.embedding_failed = False
             async with transaction(ctx.sessionmaker) as session:
                 released = await release_given_up(
-                    session, max_attempts=ctx.settings.worker_max_attempts
+                    session, max_attempts=ctx.settings.worker_max_attempts, refused_too=False
                 )
         log.info(
             "embedding.done",

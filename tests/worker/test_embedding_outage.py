@@ -175,3 +175,71 @@ def test_a_worker_stopped_while_gemini_answers_gives_its_rows_back_at_once(
 
     leased = db.execute("SELECT embed_claimed_until IS NOT NULL FROM memory_chunks").fetchone()
     assert leased == (False,)
+
+
+def refusing_poison(request: RecordedRequest) -> FakeResponse:
+    texts = [r["content"]["parts"][0]["text"] for r in request.body["requests"]]
+    if any("POISON" in text for text in texts):
+        return FakeResponse(
+            400, {"error": {"code": 400, "message": "bad input", "status": "INVALID_ARGUMENT"}}
+        )
+    return vectors(request)
+
+
+def poisoned(fake: FakeGemini) -> int:
+    return sum("POISON" in str(r.body) for r in fake.calls(":batchEmbedContents"))
+
+
+def test_a_text_gemini_refuses_fails_alone_and_stays_given_up(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # A 400 for one text failed its whole batch: the rows with it were given up too, and once
+    # given-up rows were retried after any success, the refused row came back at the head of
+    # every next batch and took the rows captured since down with it.
+    with fake_gemini() as fake:
+        fake.on(":batchEmbedContents", refusing_poison)
+        settings = gemini_settings(fake, tmp_path)
+        for content in ("POISON row", "good one", "good two"):
+            add_memory_row(db, content)
+
+        async def go() -> None:
+            async with worker_on(settings, database_url) as worker:
+                for _ in range(MAX_ATTEMPTS + 1):
+                    await jobs.embed_batch(worker.ctx)
+                assert unembedded(db) == [("POISON row", MAX_ATTEMPTS)]
+                sent = poisoned(fake)
+                for content in ("good three", "good four"):
+                    add_memory_row(db, content)
+                    for _ in range(2):
+                        await jobs.embed_batch(worker.ctx)
+                assert poisoned(fake) == sent  # not retried after the later successes
+
+        asyncio.run(go())
+
+    assert unembedded(db) == [("POISON row", MAX_ATTEMPTS)]
+
+
+def test_a_429_asking_for_a_long_wait_pauses_the_rows_without_spending_attempts(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # A Retry-After over the 30 s a document call waits failed the call at once and charged an
+    # attempt; at a poll each 5 s the rows were given up within seconds, inside the quota window.
+    quota = {"error": {"code": 429, "message": "quota", "status": "RESOURCE_EXHAUSTED"}}
+    with fake_gemini() as fake:
+        fake.on(":batchEmbedContents", lambda _: FakeResponse(429, quota, {"Retry-After": "40"}))
+        settings = gemini_settings(fake, tmp_path)
+        add_memory_row(db, "written during the quota window")
+
+        async def go() -> None:
+            async with worker_on(settings, database_url) as worker:
+                for _ in range(MAX_ATTEMPTS + 2):
+                    await jobs.embed_batch(worker.ctx)
+
+        asyncio.run(go())
+        assert len(fake.calls(":batchEmbedContents")) == 1  # the rows wait out the pause
+
+    assert unembedded(db) == [("written during the quota window", 0)]
+    (paused,) = db.execute(
+        "SELECT extract(epoch FROM embed_claimed_until - now()) FROM memory_chunks"
+    ).fetchone() or (None,)
+    assert 30 < paused <= 40
