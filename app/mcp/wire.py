@@ -20,6 +20,9 @@ def surrogates_cleaned(message: bytes) -> bytes:
         return message
     try:
         value = json.loads(message)
+        # Nested deeper than the cleaning's recursion reaches (json.loads takes ~950 levels):
+        # the RecursionError ended the stdio reader (no later call answered, end of input
+        # ignored) and was a 500 over /mcp.
+        return json.dumps(lone_surrogates_replaced_everywhere(value), ensure_ascii=False).encode()
     except (ValueError, RecursionError):
         return message
-    return json.dumps(lone_surrogates_replaced_everywhere(value), ensure_ascii=False).encode()
