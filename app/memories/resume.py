@@ -78,6 +78,9 @@ async def smart_resume(
         project_path = await _project_of_session(session, session_id)
     visibility = service.Visibility(project_path=project_path, session_id=session_id)
     candidates = {ns: await _namespace(session, visibility, ns) for ns in NAMESPACES}
+    # Read one more than used: whether a namespace holds more than resume looks at.
+    unread = [ns for ns in NAMESPACES if len(candidates[ns]) > PER_NAMESPACE]
+    candidates = {ns: rows[:PER_NAMESPACE] for ns, rows in candidates.items()}
     last = await _last_summary(session, project_path)
 
     reserve = max(budget // BRIEFING_SHARE, 1)
@@ -92,14 +95,15 @@ async def smart_resume(
             picked.summary = last if picked.take(estimate_tokens(last.summary)) else None
 
     briefing, briefed_by = await _briefing(session, settings, project_path, picked, gate)
-    if picked.left_out:
-        # Else nothing tells the agent they exist (the template said none were stored).
-        count = len(picked.left_out)
-        keys = ", ".join(picked.left_out)
-        briefing += f" {count} memor{'y' if count == 1 else 'ies'} left out for the budget: {keys}."
+    # Else nothing tells the agent they exist (the template said none were stored). Room is
+    # made for it before the briefing is cut: added after, a long briefing's cut took it away.
+    note = _left_out_note(picked.left_out, unread)
+    room = max(budget - picked.spent, 0)
+    note = truncate_to_tokens(note, room)
     # Cut with the app's estimate: at four characters a token, a briefing quoting a Chinese
     # task answered 691 tokens for a budget of 500.
-    briefing = truncate_to_tokens(briefing, max(budget - picked.spent, 0))
+    head = truncate_to_tokens(briefing, max(room - estimate_tokens(note) - 1, 0))
+    briefing = f"{head} {note}".strip() if note else head
     kept = [row.id for rows in picked.memories.values() for row in rows]
     await service.count_access_of(session, memory_ids=kept)
     token_count = picked.spent + estimate_tokens(briefing)
@@ -124,15 +128,32 @@ async def smart_resume(
     )
 
 
+def _left_out_note(left_out: list[str], unread: list[str]) -> str:
+    """What the briefing says of the memories it does not hold: those the budget left out, by
+    key, and the namespaces holding more than resume reads."""
+    parts = []
+    if left_out:
+        count = len(left_out)
+        keys = ", ".join(left_out)
+        parts.append(
+            f"{count} memor{'y' if count == 1 else 'ies'} left out for the budget: {keys}."
+        )
+    if unread:
+        spaces = ", ".join(f"{namespace}.*" for namespace in unread)
+        parts.append(f"More memories under {spaces} than the {PER_NAMESPACE} read here.")
+    return " ".join(parts)
+
+
 async def _namespace(
     session: AsyncSession, visibility: service.Visibility, namespace: str
 ) -> list[MemoryRow]:
-    """Visible `namespace.*` memories, one per key (the most specific scope wins)."""
+    """Visible `namespace.*` memories, one per key (the most specific scope wins), up to one
+    more than `PER_NAMESPACE`."""
     rows = await service.find_memories(
         session,
         visibility=visibility,
         pattern=f"{namespace}.*",
-        limit=PER_NAMESPACE,
+        limit=PER_NAMESPACE + 1,
         count_access=False,
     )
     unique: dict[str, MemoryRow] = {}

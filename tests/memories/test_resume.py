@@ -318,3 +318,25 @@ def test_after_repeated_gemini_failures_briefings_stop_waiting_for_it(
 
         assert len(fake.calls(":generateContent")) == 2
     assert [a.json()["briefingBy"] for a in answers] == ["template"] * 4
+
+
+def test_the_left_out_note_survives_a_long_briefing(client: TestClient) -> None:
+    # The note was added after the briefing and the whole then cut to the budget: with a long
+    # task quoted in the briefing the note naming what was left out was cut away.
+    put(client, "current.task", "refactor the session store so each worker holds a lease " * 20)
+    put(client, "project.a", "the API lives in app/api and its routes stay thin " * 4)
+    put(client, "project.b", "uses Postgres")
+    put(client, "project.c", "x " * 400)
+    body = client.post("/api/resume", json={"projectPath": PROJECT, "budget": 500}).json()
+    assert body["tokenCount"] <= 500
+    assert "left out for the budget: project.c." in body["briefing"], body
+
+
+def test_memories_past_what_resume_reads_are_said_to_exist(client: TestClient) -> None:
+    # Resume reads 50 memories a namespace: the 60th project fact was never mentioned, and the
+    # left-out count said 13 where 23 were missing.
+    for n in range(60):
+        put(client, f"project.fact{n:02d}", f"fact number {n}")
+    body = client.post("/api/resume", json={"projectPath": PROJECT, "budget": 20000}).json()
+    assert len(body["context"]["project"]) == 50
+    assert "project.*" in body["briefing"], body["briefing"]
