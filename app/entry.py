@@ -10,6 +10,8 @@ import contextlib
 import os
 import signal
 import sys
+import threading
+import time
 from types import FrameType
 from typing import NoReturn
 
@@ -107,9 +109,43 @@ def signal_while_exiting(signum: int, _frame: FrameType | None) -> None:
                 )
                 sys.stderr.flush()
         return
+    end_at_once(signum)
+
+
+def end_at_once(signum: int) -> NoReturn:
+    """End this process now, as interrupted by `signum`: the embedded server it holds stopped at
+    once unless another agmem process uses it (`stop_at_once`), exit 130 / 143."""
+    embedded = sys.modules.get("app.db.embedded")
     if embedded is not None:
         embedded.stop_at_once()
     with contextlib.suppress(OSError, ValueError):
         sys.stdout.flush()
     code = interrupted(Terminated() if signum == signal.SIGTERM else KeyboardInterrupt())
     os._exit(code)
+
+
+# How long a process its client stopped may take to end before it ends as after a second signal.
+EXIT_DEADLINE_SECONDS = 20.0
+
+
+def end_by_deadline(signum: int) -> None:
+    """Arm a deadline after the signal that asked this process to end: if it has not ended
+    EXIT_DEADLINE_SECONDS later, `end_at_once`. For `agmem mcp`, whose client sends SIGTERM and
+    waits: cancelling tool calls in flight was seen to spin in the MCP SDK's and anyio's
+    cancellation at full CPU, or to wait in the interpreter's exit for a thread that never
+    ended, the embedded PostgreSQL running, until SIGKILL (2 of 15 SIGTERMs during a flood of
+    calls, before and after the round that found it). A daemon thread: it dies with a process
+    that ends in time; one still stopping the server by then is stopped at once."""
+
+    def expire() -> None:
+        time.sleep(EXIT_DEADLINE_SECONDS)
+        end_at_once(signum)
+
+    threading.Thread(target=expire, name="agmem-exit-deadline", daemon=True).start()
+
+
+def raise_terminated_by_deadline(signum: int, frame: FrameType | None) -> NoReturn:
+    """`raise_terminated` with `end_by_deadline` armed, once."""
+    signal.signal(signal.SIGTERM, raise_terminated)
+    end_by_deadline(signum)
+    raise_terminated(signum, frame)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -27,7 +28,7 @@ from app.cli.common import (
     terminal_text,
 )
 from app.config import Settings
-from app.entry import signalled
+from app.entry import raise_terminated_by_deadline, signalled
 from app.memories.patterns import is_pattern
 from app.memories.schemas import (
     MAX_TTL_SECONDS,
@@ -329,7 +330,9 @@ def mcp(project: ProjectOpt = None) -> None:
                 await serve_stdio(state, default_project=default_project)
 
         # Its client stopping it (SIGTERM, or Ctrl-C in a terminal) is how a stdio server ends,
-        # like the end of its input: exit 0, as serve, the worker and `sync --watch` do.
+        # like the end of its input: exit 0, as serve, the worker and `sync --watch` do; an end
+        # that hangs is cut short by a deadline (app/entry.py).
+        signal.signal(signal.SIGTERM, raise_terminated_by_deadline)
         try:
             asyncio.run(_with_state(settings, url, work))
         except KeyboardInterrupt:

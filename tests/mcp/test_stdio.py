@@ -193,3 +193,32 @@ def test_a_lone_surrogate_in_tool_arguments_is_cleaned_over_stdio(
     assert not result.get("isError"), result
     memory = result["structuredContent"]["memory"]
     assert (memory["key"], memory["value"], memory["tags"]) == ("k\ufffd", "v\ufffd", ["t\ufffd"])
+
+
+# agmem whose exit, once SIGTERM has ended its command, waits for good: a thread that never
+# ends, as the SDK's or anyio's were seen to (the mcp15 review: 2 of 15 SIGTERMs during a flood
+# of calls left it spinning at full CPU, or waiting in threading._shutdown, PostgreSQL running).
+STUCK_AFTER_SIGTERM = """
+import threading, time
+import app.entry
+app.entry.EXIT_DEADLINE_SECONDS = 2.0
+def stuck():
+    while True:
+        time.sleep(1)
+threading.Thread(target=stuck, name="stuck").start()
+app.entry.main()
+"""
+
+
+def test_an_exit_stuck_after_sigterm_ends_by_its_deadline_with_the_server_stopped(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    server = launched(home, tmp_path, sys.executable, "-c", STUCK_AFTER_SIGTERM)
+
+    server.terminate()
+    stderr = stopped(server)
+
+    assert server.returncode == 143, stderr
+    assert "agmem: terminated" in stderr
+    assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
