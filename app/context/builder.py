@@ -210,6 +210,7 @@ async def build_context(
     sessions = [row for row in rows if row.kind == "session"]
     facts = [row for row in rows if row.kind == "kv"]
     hits: list[SearchResult] = []
+    twins: list[SearchResult] = []  # facts' own index rows
     if prompt and prompt.strip():
         response = await search(
             session,
@@ -224,14 +225,17 @@ async def build_context(
         # its summary, when it is what the prompt is about, goes in as a hit (and the line goes).
         shown_in_full = {row.ref for row in sessions[:FULL_SESSIONS]}
         # A fact's own index row (`key: value`) would repeat it: a top hit is placed before the
-        # facts, so the de-duplication of parts as they are added kept both.
+        # facts, so the de-duplication of parts as they are added kept both. Held back, it comes
+        # in after the facts if its fact did not fit (a fact goes in whole, a hit may be cut).
         fact_words = [_words(f"{fact.title} {fact.body}") for fact in facts]
-        hits = [
-            hit
-            for hit in response.results
-            if not (hit.source == "summary" and hit.session_id in shown_in_full)
-            and not (hit.source == "kv" and _near_any(hit.content, fact_words))
-        ]
+        hits = []
+        for hit in response.results:
+            if hit.source == "summary" and hit.session_id in shown_in_full:
+                continue
+            if hit.source == "kv" and _near_any(hit.content, fact_words):
+                twins.append(hit)
+            else:
+                hits.append(hit)
 
     fitter = _Fitter(budget)
     for index, row in enumerate(sessions[:1]):
@@ -248,6 +252,10 @@ async def build_context(
             section="facts",
         )
         fitter.add(item, fmt.fact_line(fact.title, value))
+    shown_facts = [_words(item.content) for item in fitter.items if item.source == "kv"]
+    for hit in twins:
+        if not _near_any(hit.content, shown_facts):
+            _add_hit(fitter, hit)
     for row in sessions[1:FULL_SESSIONS]:
         # Not in full after a latest session that got one line: it would be shown above it.
         _add_session(fitter, row, full="session" in fitter.sections)

@@ -324,6 +324,20 @@ def test_a_fact_is_not_repeated_by_its_own_search_hit(
     assert [item["source"] for item in body["items"]] == ["kv"]
 
 
+def test_a_fact_too_long_to_fit_comes_in_as_its_search_hit(
+    client: TestClient, database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    # The hit was dropped as the fact's twin before the facts were placed; a fact goes in whole
+    # or not at all, so one too long for the budget was in neither form. A hit can be cut.
+    value = "run the go tests with gotestsum in CI, " + "then lint and vet every package, " * 60
+    add_memory(database_url, "project.test_command", value)
+    add_chunks(database_url, [Chunk(f"project.test_command: {value}", source="kv", path=None)])
+    body = context(client, prompt="how do I run the go tests with gotestsum", budget=300)
+    assert body["tokenCount"] <= 300
+    assert "gotestsum" in body["context"], body["context"]
+    assert body["context"].count("project.test_command") == 1
+
+
 def test_a_kv_hit_is_cited_by_its_key(client: TestClient, db: psycopg.Connection[Any]) -> None:
     # Not a project.* or current.* fact, so it can only come in as a search hit: it was cited
     # `kv`, its key only somewhere inside the text.
