@@ -252,7 +252,7 @@ async def build_context(
             section="facts",
         )
         fitter.add(item, fmt.fact_line(fact.title, value))
-    shown_facts = [_words(item.content) for item in fitter.items if item.source == "kv"]
+    shown_facts = [_words(item.content) for item in fitter.items if item.section == "facts"]
     for hit in twins:
         if not _near_any(hit.content, shown_facts):
             _add_hit(fitter, hit)
