@@ -25,11 +25,14 @@ def bench_database(prefix: str = "agmem_bench") -> Iterator[str]:
     with contextlib.ExitStack() as stack:
         server_url = os.environ.get("BENCH_DATABASE_URL")
         if not server_url:
-            from app.db.embedded import start_embedded_postgres
+            from app.db.embedded import start_embedded_postgres, stop_embedded_postgres
 
             folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="agmem-bench-pg-"))
             os.chmod(folder, 0o755)
-            server_url = start_embedded_postgres(Path(folder) / "pgdata", cleanup_mode="delete")
+            pgdata = Path(folder) / "pgdata"
+            server_url = start_embedded_postgres(pgdata, cleanup_mode="delete")
+            # Unwound before the folder's removal: the server is stopped while its folder exists.
+            stack.callback(stop_embedded_postgres, pgdata)
         name = f"{prefix}_{uuid.uuid4().hex[:8]}"
         with psycopg.connect(libpq(server_url), autocommit=True) as admin:
             admin.execute(f'CREATE DATABASE "{name}"')

