@@ -79,11 +79,12 @@ class _Fitter:
         heading = fmt.SECTION_HEADINGS[section] if section not in self.sections else ""
         return self.remaining - estimate_tokens(heading)
 
-    def duplicate(self, text: str) -> bool:
-        return _near_any(text, self.seen)
+    def duplicate(self, words: set[str]) -> bool:
+        return _near_any(words, self.seen)
 
-    def add(self, item: ContextItem, rendered: str, whole: str | None = None) -> bool:
-        """Add `item` if it fits; `whole` is the text it was cut from, if it was cut."""
+    def add(self, item: ContextItem, rendered: str, words: set[str] | None = None) -> bool:
+        """Add `item` if it fits; `words` are those of the text it was cut from, if it was cut
+        (a hit's, already found for its duplicate check)."""
         cost = self.cost(item.section, rendered)
         if cost > self.remaining:
             return False
@@ -95,7 +96,7 @@ class _Fitter:
         # Later texts are compared with the whole, not the cut: a 400-token section cut to its
         # 160-token share shared under half of its words with the cut, and its copy in another
         # file went in too.
-        self.seen.append(_words(whole if whole is not None else item.content))
+        self.seen.append(words if words is not None else _words(item.content))
         return True
 
 
@@ -103,9 +104,8 @@ def _words(text: str) -> set[str]:
     return set(_WORDS.findall(text.lower()))
 
 
-def _near_any(text: str, others: list[set[str]]) -> bool:
-    """Whether `text` has no words or overlaps one of `others` by `NEAR_DUPLICATE` or more."""
-    words = _words(text)
+def _near_any(words: set[str], others: list[set[str]]) -> bool:
+    """Whether a text of `words` has none, or overlaps one of `others` by `NEAR_DUPLICATE`+."""
     if not words:
         return True
     return any(len(words & other) / len(words | other) >= NEAR_DUPLICATE for other in others)
@@ -135,7 +135,7 @@ def _add_session(fitter: _Fitter, row: Any, *, full: bool) -> None:
             # The fence closing a summary cut inside code is paid for too.
             over = fitter.cost("session", rendered) - fitter.remaining
             if over <= 0:
-                fitter.add(_session_item(row, "session", summary), rendered, row.body)
+                fitter.add(_session_item(row, "session", summary), rendered, _words(row.body))
                 return
             room -= over
     line = fmt.session_line(row.at, row.title, row.body)
@@ -143,7 +143,8 @@ def _add_session(fitter: _Fitter, row: Any, *, full: bool) -> None:
 
 
 def _add_hit(fitter: _Fitter, hit: SearchResult) -> None:
-    if fitter.duplicate(hit.content):
+    words = _words(hit.content)
+    if fitter.duplicate(words):
         return
     cite = fmt.citation(hit)
     shell = estimate_tokens(fmt.relevant_item(cite, hit.source, ""))
@@ -172,7 +173,7 @@ def _add_hit(fitter: _Fitter, hit: SearchResult) -> None:
         created_at=hit.created_at,
         section="relevant",
     )
-    fitter.add(item, rendered, hit.content)
+    fitter.add(item, rendered, words)
 
 
 def _render(fitter: _Fitter) -> str:
@@ -232,7 +233,7 @@ async def build_context(
         for hit in response.results:
             if hit.source == "summary" and hit.session_id in shown_in_full:
                 continue
-            if hit.source == "kv" and _near_any(hit.content, fact_words):
+            if hit.source == "kv" and _near_any(_words(hit.content), fact_words):
                 twins.append(hit)
             else:
                 hits.append(hit)
@@ -254,7 +255,7 @@ async def build_context(
         fitter.add(item, fmt.fact_line(fact.title, value))
     shown_facts = [_words(item.content) for item in fitter.items if item.section == "facts"]
     for hit in twins:
-        if not _near_any(hit.content, shown_facts):
+        if not _near_any(_words(hit.content), shown_facts):
             _add_hit(fitter, hit)
     for row in sessions[1:FULL_SESSIONS]:
         # Not in full after a latest session that got one line: it would be shown above it.
