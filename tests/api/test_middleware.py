@@ -85,6 +85,45 @@ def test_streamed_body_over_the_limit_is_413(guarded: TestClient) -> None:
     assert response.json()["error"] == "PayloadTooLarge"
 
 
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("POST", "/api/search"),
+        ("PUT", "/api/memories/project.note"),
+        ("POST", "/api/observe"),
+        ("POST", "/v1beta/models/gemini-2.5-flash:generateContent"),
+        ("POST", "/mcp"),
+    ],
+)
+def test_a_chunked_body_over_the_limit_is_413_on_every_route(
+    guarded: TestClient, method: str, path: str
+) -> None:
+    # Without Content-Length the limit is met while the body streams in. A route whose body
+    # FastAPI reads (search, memories...) turned the limit's signal into its own vague
+    # `400 BadRequest: There was an error parsing the body`.
+    def chunks() -> Iterator[bytes]:
+        yield b'{"query": "'
+        for _ in range(8):
+            yield b"y" * 1024
+
+    response = guarded.request(
+        method,
+        path,
+        content=chunks(),
+        headers={
+            "Authorization": "Bearer s3cret",
+            "X-Agmem-Token": "s3cret",
+            "content-type": "application/json",
+        },
+    )
+
+    assert response.status_code == 413
+    assert response.json() == {
+        "error": "PayloadTooLarge",
+        "detail": "the request body exceeds the limit of 2048 bytes",
+    }
+
+
 def test_body_within_the_limit_reaches_the_route(guarded: TestClient) -> None:
     response = guarded.post(
         "/api/echo", content=b"z" * 2048, headers={"Authorization": "Bearer s3cret"}
