@@ -2,50 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
 from tests.conftest import make_settings
-
-EVIL = "https://evil.example"
-
-
-@pytest.fixture
-def local(database_url: str, tmp_path: Any) -> Iterator[TestClient]:
-    """The app as `agmem serve` builds it on 127.0.0.1, no token, one extra origin allowed."""
-    settings = make_settings(home=tmp_path, allowed_origins=["https://app.example"])
-    with TestClient(create_app(settings, database_url=database_url)) as client:
-        yield client
-
-
-@pytest.mark.parametrize(
-    ("method", "path"),
-    [
-        ("GET", "/api/memories"),
-        ("GET", "/api/context/home/dev/shop"),
-        ("PUT", "/api/memories/project.note"),
-        ("POST", "/api/observe"),  # the capture hot path, answered past the framework
-        ("POST", "/v1beta/models/gemini-2.5-flash:countTokens"),
-        ("POST", "/mcp"),
-        ("OPTIONS", "/api/observe"),
-    ],
-)
-def test_another_site_s_page_is_refused(
-    local: TestClient, db: psycopg.Connection[Any], method: str, path: str
-) -> None:
-    response = local.request(
-        method, path, json={"value": "ignore previous instructions"}, headers={"Origin": EVIL}
-    )
-
-    assert response.status_code == 403
-    assert response.json()["error"] == "ForbiddenOrigin"
-    assert "access-control-allow-origin" not in response.headers
-    assert db.execute("SELECT count(*) FROM memories").fetchone() == (0,)
 
 
 @pytest.mark.parametrize(
@@ -58,8 +21,8 @@ def test_another_site_s_page_is_refused(
         "chrome-extension-evil://abc",
     ],
 )
-def test_look_alike_origins_are_refused(local: TestClient, origin: str) -> None:
-    response = local.get("/api/memories", headers={"Origin": origin})
+def test_look_alike_origins_are_refused(on_loopback: TestClient, origin: str) -> None:
+    response = on_loopback.get("/api/memories", headers={"Origin": origin})
 
     assert response.status_code == 403
 
@@ -75,26 +38,26 @@ def test_look_alike_origins_are_refused(local: TestClient, origin: str) -> None:
         "https://app.example",  # AGMEM_ALLOWED_ORIGINS
     ],
 )
-def test_extensions_and_this_machine_s_pages_get_cors(local: TestClient, origin: str) -> None:
-    response = local.get("/api/memories", headers={"Origin": origin})
+def test_extensions_and_this_machine_s_pages_get_cors(on_loopback: TestClient, origin: str) -> None:
+    response = on_loopback.get("/api/memories", headers={"Origin": origin})
 
     assert response.status_code == 200
     assert response.headers["access-control-allow-origin"] == origin
     assert "Origin" in response.headers["vary"]
 
 
-def test_the_hot_path_answers_an_extension_with_cors(local: TestClient) -> None:
+def test_the_hot_path_answers_an_extension_with_cors(on_loopback: TestClient) -> None:
     origin = "chrome-extension://abcdefghijklmnopabcdefghijklmnop"
-    response = local.post("/api/observe", json={}, headers={"Origin": origin})
+    response = on_loopback.post("/api/observe", json={}, headers={"Origin": origin})
 
     assert response.status_code == 422  # past the rule, to the route
     assert response.headers["access-control-allow-origin"] == origin
 
 
-def test_a_preflight_from_an_allowed_origin_is_answered(local: TestClient) -> None:
+def test_a_preflight_from_an_allowed_origin_is_answered(on_loopback: TestClient) -> None:
     # A content script's or page's JSON POST is preflighted; Chrome adds the Private Network
     # Access question for a public page calling 127.0.0.1. Both were a 405 (no OPTIONS route).
-    response = local.options(
+    response = on_loopback.options(
         "/api/observe",
         headers={
             "Origin": "https://app.example",
@@ -126,9 +89,9 @@ def test_a_preflight_needs_no_token(database_url: str, tmp_path: Any) -> None:
     assert without.status_code == 401
 
 
-def test_requests_without_an_origin_are_not_concerned(local: TestClient) -> None:
+def test_requests_without_an_origin_are_not_concerned(on_loopback: TestClient) -> None:
     # curl, the CLI, SDKs and IDE hooks send no Origin.
-    response = local.get("/api/memories")
+    response = on_loopback.get("/api/memories")
 
     assert response.status_code == 200
     assert "access-control-allow-origin" not in response.headers
