@@ -85,6 +85,8 @@ class Settings(BaseSettings):
     api_token: str | None = None
     # Comma-separated in the environment: more names a loopback-bound service answers to.
     allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # Comma-separated: more browser origins (`https://app.example`, `*` patterns) that may call.
+    allowed_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -243,14 +245,17 @@ class Settings(BaseSettings):
             return [name.strip() for name in value.split(",") if name.strip()]
         return value
 
-    @field_validator("allowed_hosts", mode="before")
+    @field_validator("allowed_hosts", "allowed_origins", mode="before")
     @classmethod
-    def _split_hosts(cls, value: object) -> object:
+    def _split_names(cls, value: object) -> object:
+        # An origin has no path: `https://app.example/`, as copied from an address bar, is one.
         if isinstance(value, str):
             value = value.split(",")
         if isinstance(value, list):
             return [
-                part.strip().lower() for part in value if isinstance(part, str) and part.strip()
+                part.strip().lower().rstrip("/")
+                for part in value
+                if isinstance(part, str) and part.strip()
             ]
         return value
 

@@ -17,6 +17,7 @@ from app.api.middleware import (
     BodySizeLimitMiddleware,
     LoopbackHostMiddleware,
 )
+from app.api.origins import BrowserOriginMiddleware, OriginPolicy
 from app.capture.routes import HOT_ENDPOINTS, add_hot_routes
 from app.capture.routes import router as capture_router
 from app.config import Settings, get_settings
@@ -109,6 +110,9 @@ def create_app(
     # Outermost first: the size limit applies before authentication reads anything.
     app.add_middleware(BearerTokenMiddleware, token=settings.api_token)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
+    # Before the token rule: a browser sends no credentials with a preflight.
+    origins = OriginPolicy(settings.allowed_origins)
+    app.add_middleware(BrowserOriginMiddleware, policy=origins)
     # Outermost: on loopback, a request for another host name is refused before anything runs.
     allowed_hosts = settings.allowed_hosts if settings.binds_loopback_only else None
     if allowed_hosts is not None:
@@ -118,5 +122,6 @@ def create_app(
     app.hot_routes = HOT_ENDPOINTS
     app.hot_token = settings.api_token
     app.hot_max_body_bytes = settings.max_body_bytes
+    app.hot_origins = origins
     app.hot_allowed_hosts = allowed_hosts
     return app

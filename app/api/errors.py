@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.api.middleware import BodyTooLarge
 from app.errors import AppError, DatabaseUnavailable, first_line, sqlstate, validator_reason
 
 log = structlog.get_logger(__name__)
@@ -133,6 +134,8 @@ async def _http_error(_: Request, error: Exception) -> JSONResponse:
     # FastAPI answers a body `json.loads` fails on other than by JSONDecodeError (nesting past the
     # recursion limit, bytes that are no Unicode encoding, an integer of thousands of digits)
     # with a vague "error parsing the body".
+    if error.status_code == 400 and isinstance(error.__cause__, BodyTooLarge):
+        return error_response(413, "PayloadTooLarge", str(error.__cause__))
     if error.status_code == 400 and isinstance(error.__cause__, RecursionError):
         return invalid_json(NESTED_TOO_DEEPLY)
     if error.status_code == 400 and isinstance(error.__cause__, UnicodeDecodeError):

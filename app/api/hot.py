@@ -6,10 +6,11 @@ the routes in order and builds a child scope) and the route's request/response w
 reaching `observe` or `observe/result`: ~12% of the app's Python a capture request in process.
 `App` answers an exact `POST` to one of those paths itself, through the same pieces that decide
 what a client sees: Starlette's `ServerErrorMiddleware` (a 500 in the shared shape, the error
-re-raised for the server's log), our Host rule (on loopback), body limit and token rule, then the
-endpoint with the app's exception handlers looked up as Starlette's `ExceptionMiddleware` looks
-them up. Anything else (another method, another path spelling, a mounted root path) takes the
-full stack, where the same routes are registered (and documented in the OpenAPI schema) as before.
+re-raised for the server's log), our Host rule (on loopback), origin rule, body limit and token
+rule, then the endpoint with the app's exception handlers looked up as Starlette's
+`ExceptionMiddleware` looks them up. Anything else (another method, another path spelling, a
+mounted root path) takes the full stack, where the same routes are registered (and documented in
+the OpenAPI schema) as before.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from app.api.middleware import (
     BodySizeLimitMiddleware,
     LoopbackHostMiddleware,
 )
+from app.api.origins import BrowserOriginMiddleware, OriginPolicy
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 Handler = Callable[[Request, Exception], Any]
@@ -94,6 +96,7 @@ class App(FastAPI):
     hot_routes: Mapping[str, Endpoint] = {}
     hot_token: str | None = None
     hot_max_body_bytes: int = 0
+    hot_origins: OriginPolicy = OriginPolicy()
     hot_allowed_hosts: list[str] | None = None  # None: no Host rule (not bound to loopback)
     _hot_stacks: dict[str, ASGIApp] | None = None
 
@@ -131,6 +134,7 @@ class App(FastAPI):
                 ),
                 max_bytes=self.hot_max_body_bytes,
             )
+            stack = BrowserOriginMiddleware(stack, policy=self.hot_origins)
             if self.hot_allowed_hosts is not None:
                 stack = LoopbackHostMiddleware(stack, extra_hosts=self.hot_allowed_hosts)
             stacks[path] = ServerErrorMiddleware(stack, handler=server_error, debug=self.debug)

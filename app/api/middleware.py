@@ -152,7 +152,7 @@ class BodySizeLimitMiddleware:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_bytes:
-                    raise _BodyTooLarge
+                    raise BodyTooLarge(detail)
             return message
 
         async def tracking_send(message: Message) -> None:
@@ -163,10 +163,13 @@ class BodySizeLimitMiddleware:
 
         try:
             await self.app(scope, limited_receive, tracking_send)
-        except _BodyTooLarge:
+        except BodyTooLarge:
             if not response_started:
                 await send_error(send, 413, "PayloadTooLarge", detail)
 
 
-class _BodyTooLarge(Exception):
-    pass
+class BodyTooLarge(Exception):
+    """The body went past the limit while it streamed in (its message: the 413's detail).
+
+    FastAPI reads a route's body itself and answers any error of the reading as its own `400
+    There was an error parsing the body`, this one's cause; `app.api.errors` makes that a 413."""

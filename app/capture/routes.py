@@ -166,6 +166,10 @@ async def parse_body(request: Request, model: type[Model]) -> Model:
     except ValidationError as error:
         if not any(item["type"] == "json_invalid" for item in error.errors()):
             raise RequestValidationError(_in_body(error)) from None
+    if not body:
+        # As FastAPI reads an empty body: missing, which the error handler names as empty.
+        missing = {"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}
+        raise RequestValidationError([missing])
     try:
         value = json.loads(body)
     except (ValueError, RecursionError) as error:

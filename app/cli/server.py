@@ -119,6 +119,7 @@ def serve(
     # Loaded once the checks above have passed: a refusal costs no import of the app.
     import uvicorn
 
+    from app.cli.wire import JsonErrorsProtocol
     from app.db import migrate
     from app.main import create_app
 
@@ -141,6 +142,8 @@ def serve(
             port=bound_port,
             log_level=settings.log_level,
             access_log=False,
+            # Its 400 for a request the parser refuses in the error shape (app/cli/wire.py).
+            http=JsonErrorsProtocol,
         )
         server = uvicorn.Server(config)
         try:

@@ -1,4 +1,4 @@
-"""`GET /api/context/{projectPath}` and `GET /api/context?projectPath=`."""
+"""`GET /api/context/{projectPath}`, `GET /api/context?projectPath=` and `POST /api/context`."""
 
 from __future__ import annotations
 
@@ -7,11 +7,13 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 from fastapi.responses import PlainTextResponse
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from app.api import paths  # noqa: F401 - registers the `{name:any}` paths below use
+from app.api.bodies import StrictBody
 from app.api.deps import DbDep, ProjectPathQuery, SettingsDep
+from app.api.numbers import BodyInt
 from app.context.builder import ContextBlock, build_context
 from app.errors import BadRequest
 from app.llm.embeddings import get_embedder
@@ -87,8 +89,10 @@ def _shape(block: ContextBlock, output: str) -> PlainTextResponse | ContextOut:
     )
 
 
-PromptQuery = Annotated[str | None, Query(max_length=20_000)]
-BudgetQuery = Annotated[int | None, Query(ge=50, le=100_000)]
+PROMPT_MAX_CHARS = 20_000
+BUDGET_MIN, BUDGET_MAX = 50, 100_000
+PromptQuery = Annotated[str | None, Query(max_length=PROMPT_MAX_CHARS)]
+BudgetQuery = Annotated[int | None, Query(ge=BUDGET_MIN, le=BUDGET_MAX)]
 FormatQuery = Annotated[Literal["markdown", "json"], Query(alias="format")]
 
 
@@ -138,3 +142,24 @@ async def get_context(
 ) -> PlainTextResponse | ContextOut:
     project = normalise_project_path(path_project, project_path)
     return await _context(db, settings, project, prompt, budget, output)
+
+
+class ContextRequest(StrictBody):
+    """`POST /api/context`: the GET's parameters in a body, for a prompt too long for a URL.
+
+    The server reads at most 64 KiB of request line and headers (past that, uvicorn's plain-text
+    400 "Invalid HTTP request received."): a prompt of 8,000 CJK characters, 72 KB
+    percent-encoded, was within the GET's 20,000 characters and could not be sent."""
+
+    project_path: str = Field(max_length=4096)
+    prompt: str | None = Field(default=None, max_length=PROMPT_MAX_CHARS)
+    budget: BodyInt | None = Field(default=None, ge=BUDGET_MIN, le=BUDGET_MAX)
+    format: Literal["markdown", "json"] = "markdown"
+
+
+@router.post("/context", response_model=None)
+async def post_context(
+    body: ContextRequest, db: DbDep, settings: SettingsDep
+) -> PlainTextResponse | ContextOut:
+    project = normalise_project_path(None, body.project_path)
+    return await _context(db, settings, project, body.prompt, body.budget, body.format)

@@ -356,17 +356,12 @@ class McpEndpoint:
         self.settings = settings
         self.manager: StreamableHTTPSessionManager | None = None
 
-    def _security(self) -> TransportSecuritySettings | None:
-        # Like the SDK's own default: on loopback, refuse other Host/Origin headers, so that a web
-        # page cannot reach the server through DNS rebinding.
-        if not self.settings.binds_loopback_only:
-            return None
-        hosts = ["127.0.0.1", "localhost", "[::1]", *self.settings.allowed_hosts]
-        return TransportSecuritySettings(
-            enable_dns_rebinding_protection=True,
-            allowed_hosts=[*hosts, *(f"{host}:*" for host in hosts)],
-            allowed_origins=[f"http://{host}{port}" for host in hosts for port in ("", ":*")],
-        )
+    def _security(self) -> TransportSecuritySettings:
+        # The SDK's own Host/Origin check is off: the app's Host rule (on loopback) and origin
+        # rule run before `/mcp` (app/api/middleware.py, app/api/origins.py), answer in the error
+        # shape and allow what the rest of the service allows. The SDK's allowed only
+        # http://<loopback>[:port] origins and refused the rest in plain text, an extension too.
+        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -302,3 +304,38 @@ def test_a_provider_that_cannot_be_built_stops_the_start_in_one_line(
     assert line.startswith(f"agmem: error: AGMEM_EMBEDDING_PROVIDER={provider} ")
     assert reason in line
     assert not (tmp_path / "pgdata").exists()  # refused before starting anything
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"GARBAGE\r\n\r\n",
+        b"POST /api/search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\n"
+        b"Content-Length: 12\r\n\r\n",
+        b"GET /api/context/p?prompt=%s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" % (b"%E4%B8%AD" * 8000),
+    ],
+    ids=["request line", "two lengths", "URL over 64 KiB"],
+)
+def test_a_request_the_parser_refuses_is_a_400_in_the_error_shape(
+    database_url: str, request_bytes: bytes
+) -> None:
+    # uvicorn answered these itself in plain text ("Invalid HTTP request received."), before
+    # the app, and a client reading every error as JSON failed on it.
+    port = free_port()
+    server = start_serve(port, "--no-worker", DATABASE_URL=database_url)
+    try:
+        wait_for_health(port, server)
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as connection:
+            connection.sendall(request_bytes)
+            answer = b""
+            while chunk := connection.recv(65536):  # the server closes the connection
+                answer += chunk
+    finally:
+        stop(server)
+    head, _, body = answer.partition(b"\r\n\r\n")
+
+    assert head.startswith(b"HTTP/1.1 400 "), answer
+    assert b"content-type: application/json" in head.lower()
+    error = json.loads(body)
+    assert error["error"] == "BadRequest"
+    assert "POST /api/context" in error["detail"]

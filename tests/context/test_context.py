@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import http.client
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import quote, urlsplit
 
+import httpx
 import psycopg
 import pytest
 from fastapi.testclient import TestClient
@@ -13,6 +16,7 @@ from app.context import format as fmt
 from app.main import create_app
 from app.tokens import estimate_tokens
 from tests.conftest import make_settings
+from tests.proxy.live import live_server
 from tests.search.seed import Chunk, add_chunks, add_memory, add_session
 
 START = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
@@ -432,3 +436,43 @@ def test_a_relevant_item_keeps_its_lines_and_closes_what_its_cut_opened(
     if "CLAUDE.md#L242-L250" in markdown:
         cut = markdown.split("CLAUDE.md#L242-L250` (memory):", 1)[1]
         assert cut.lstrip().startswith("**When to use `os.Getwd()`:**")  # the stray fence dropped
+
+
+def test_a_prompt_too_long_for_a_url_is_sent_in_a_post(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Any
+) -> None:
+    # 8,000 CJK characters, within the prompt's 20,000, are 72 KB percent-encoded: past the 64 KiB
+    # of request head the server reads, so the GET is refused by uvicorn before the app.
+    prompt = "登录超时" * 2000
+    add_memory(database_url, "project.login", "login timeout is 60 minutes")
+    app = create_app(make_settings(home=tmp_path), database_url=database_url)
+    with live_server(app) as url:
+        # http.client: httpx refuses to send a query this long at all.
+        connection = http.client.HTTPConnection(urlsplit(url).netloc, timeout=30)
+        connection.request("GET", f"/api/context/p?prompt={quote(prompt)}")
+        by_get = connection.getresponse()
+        connection.close()
+        by_post = httpx.post(
+            f"{url}/api/context",
+            json={"projectPath": "/p", "prompt": prompt, "budget": 500, "format": "json"},
+        )
+
+    assert by_get.status == 400
+    assert by_post.status_code == 200, by_post.text
+    assert by_post.json()["budget"] == 500
+    assert "login timeout is 60 minutes" in by_post.json()["context"]
+
+
+def test_a_post_for_context_is_checked_as_the_get_is(client: TestClient) -> None:
+    markdown = client.post("/api/context", json={"projectPath": "p"})
+    unknown = client.post("/api/context", json={"projectPath": "/p", "promt": "x"})
+    no_project = client.post("/api/context", json={"prompt": "x"})
+    too_small = client.post("/api/context", json={"projectPath": "/p", "budget": 10})
+
+    assert markdown.status_code == 200
+    assert markdown.headers["content-type"].startswith("text/markdown")
+    assert markdown.text.startswith("<memory>")
+    assert unknown.status_code == 422
+    assert "did you mean 'prompt'" in unknown.json()["detail"]
+    assert no_project.status_code == 422
+    assert too_small.status_code == 422

@@ -58,6 +58,27 @@ def test_mcp_refuses_foreign_host_headers(live_server: LiveServer) -> None:
         headers={"Origin": "http://evil.example", "Accept": "application/json, text/event-stream"},
     )
     assert cross_site.status_code == 403
+    assert cross_site.json()["error"] == "ForbiddenOrigin"
+
+
+@pytest.mark.parametrize(
+    "origin", ["chrome-extension://abcdefghijklmnopabcdefghijklmnop", "https://localhost:5173"]
+)
+def test_mcp_answers_the_origins_the_rest_of_the_service_answers(
+    live_server: LiveServer, origin: str
+) -> None:
+    # The SDK's own Origin check allowed http://<loopback>[:port] only, and refused the rest in
+    # plain text ("Invalid Origin header"): an extension, which the API and the proxy answer,
+    # got a 403 that was not in the error shape. The app's Host and origin rules run first.
+    response = httpx.post(
+        f"{live_server.url}/mcp",
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+        headers={"Origin": origin, "Accept": "application/json, text/event-stream"},
+    )
+
+    assert response.status_code == 200, response.text
+    assert response.headers["access-control-allow-origin"] == origin
+    assert "write_memory" in response.text
 
 
 @pytest.mark.parametrize("method", ["PUT", "PATCH"])
