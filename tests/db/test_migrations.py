@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
 
+from alembic import command
 from app.db import migrate
+from app.db.engine import make_sync_engine
 from app.db.models import Base
 from tests.conftest import libpq_url
 from tests.postgres import PostgresServer, create_database, drop_database
@@ -141,3 +145,46 @@ def test_lookups_by_owner_use_the_partial_owner_indexes(
         db.execute("DEALLOCATE ALL")
         db.execute("RESET ALL")
     assert f"ix_memory_chunks_{column}" in plan, plan
+
+
+def test_a_second_upgrade_waits_for_the_first_instead_of_failing(scratch_url: str) -> None:
+    """Two processes starting on an un-migrated database: the first's migration is still open
+    (its transaction not committed) when the second's begins."""
+    engine = make_sync_engine(scratch_url)
+    config = migrate.alembic_config(scratch_url)
+    outcome: list[BaseException | None] = []
+    try:
+        with engine.connect() as first:
+            config.attributes["connection"] = first
+            with first.begin():
+                command.upgrade(config, "head")
+                second = threading.Thread(target=_upgrade_recording, args=(scratch_url, outcome))
+                second.start()
+                _wait_for_a_blocked_backend(scratch_url)
+            second.join(timeout=60)
+    finally:
+        engine.dispose()
+    assert outcome == [None]
+    assert migrate.current_revision(scratch_url) == migrate.head_revision()
+
+
+def _upgrade_recording(url: str, outcome: list[BaseException | None]) -> None:
+    try:
+        migrate.upgrade(url)
+    except BaseException as error:  # what the second process's start would have died of
+        outcome.append(error)
+    else:
+        outcome.append(None)
+
+
+def _wait_for_a_blocked_backend(url: str) -> None:
+    with psycopg.connect(libpq_url(url), autocommit=True) as connection:
+        for _ in range(600):
+            waiting = connection.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            ).fetchone()
+            if waiting and waiting[0]:
+                return
+            time.sleep(0.05)
+    raise AssertionError("the second upgrade never waited on the first")
