@@ -188,3 +188,68 @@ def _wait_for_a_blocked_backend(url: str) -> None:
                 return
             time.sleep(0.05)
     raise AssertionError("the second upgrade never waited on the first")
+
+
+# A deployment's rows as the first release wrote them, one or more in every table.
+FIRST_RELEASE_ROWS = [
+    "INSERT INTO sessions (id, project_path, status, user_prompt) VALUES "
+    "('s1', '/p', 'summarized', 'fix the flaky test'), ('s2', '/p', 'active', NULL)",
+    "INSERT INTO observations (id, session_id, project_path, function_name, observation_type, "
+    "function_args, result, status) VALUES ('o1', 's1', '/p', 'read_file', 'read', "
+    "'{\"path\": \"a.py\"}', '\"def f(): pass\"', 'compressed')",
+    "INSERT INTO memory_files (project_path, path, source, hash, mtime, size) "
+    "VALUES ('/p', '/p/MEMORY.md', 'memory', 'h1', 1.5, 10)",
+    "INSERT INTO memories (scope, project_path, key, value) "
+    "VALUES ('project', '/p', 'deploy.target', '{\"host\": \"prod\"}')",
+    "INSERT INTO memory_versions (memory_id, version, value, written_at) "
+    'SELECT id, 1, \'{"host": "staging"}\', now() FROM memories',
+    "INSERT INTO memory_chunks "
+    "(project_path, source, content, hash, search_terms, file_id, embedding, model) "
+    "SELECT '/p', 'memory', 'Deploy with make release', 'c1', 'deploy make release', "
+    "id, '[0.5, 0.25, 1]', 'local:test:3' FROM memory_files",
+    "INSERT INTO memory_chunks (project_path, source, content, hash, search_terms, observation_id) "
+    "VALUES ('/p', 'observation', 'read a.py', 'c2', 'read a.py', 'o1')",
+    "INSERT INTO memory_embedding_cache (hash, model, embedding) "
+    "VALUES ('c1', 'local:test:3', '[0.5, 0.25, 1]')",
+    "INSERT INTO sync_runs (project_path, status) VALUES ('/p', 'done')",
+    "INSERT INTO embedding_batches (project_path, model, hashes, provider_job) "
+    "VALUES ('/p', 'gemini:m:768', '[\"c2\"]', 'batches/1')",
+    "INSERT INTO llm_usage (day, project_path, model, requests) "
+    "VALUES (current_date, '/p', 'g', 3)",
+]
+
+
+def every_row(url: str, columns: dict[str, list[str]]) -> dict[str, list[tuple[Any, ...]]]:
+    """Each table's rows, in the columns given for it, sorted."""
+    with psycopg.connect(libpq_url(url)) as connection:
+        return {
+            table: sorted(
+                connection.execute(f"SELECT {', '.join(names)} FROM {table}").fetchall(), key=repr
+            )
+            for table, names in columns.items()
+        }
+
+
+def test_every_row_is_carried_through_each_step_down_and_up(scratch_url: str) -> None:
+    migrate.upgrade(scratch_url, "0001")
+    with psycopg.connect(libpq_url(scratch_url)) as connection:
+        for statement in FIRST_RELEASE_ROWS:
+            connection.execute(statement)
+        listed = connection.execute(
+            "SELECT table_name, column_name FROM information_schema.columns "
+            "WHERE table_schema = 'public' AND table_name <> 'alembic_version' "
+            "ORDER BY ordinal_position"
+        ).fetchall()
+    columns: dict[str, list[str]] = {}
+    for table, column in listed:
+        columns.setdefault(table, []).append(column)
+    written = every_row(scratch_url, columns)
+    assert all(written.values()), [table for table, rows in written.items() if not rows]
+
+    for step in ("0002", "0003"):
+        migrate.upgrade(scratch_url, step)
+        assert every_row(scratch_url, columns) == written, step
+    migrate.downgrade(scratch_url, "0001")
+    assert every_row(scratch_url, columns) == written
+    migrate.upgrade(scratch_url)
+    assert every_row(scratch_url, columns) == written
