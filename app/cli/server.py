@@ -228,13 +228,16 @@ def print_worker_metrics(console: Console, settings: Settings, *, engine_url: st
     """The worker's backlog and results, as /health reports them, how the observations were
     compressed and what Gemini spent today."""
     from app.db.engine import make_sync_engine
+    from app.llm.embeddings import describe_embedding, model_identity
     from app.llm.ratelimit import USAGE_TODAY_SQL
     from app.worker.metrics import (
         COMPRESSED_BY_SQL,
         LAST_GEMINI_FAILURE_SQL,
         METRICS_SQL,
         TOKENS_BY_PROJECT_SQL,
+        VECTORS_BY_MODEL_SQL,
         describe_compressed_by,
+        describe_vectors,
         shape_metrics,
     )
 
@@ -246,6 +249,7 @@ def print_worker_metrics(console: Console, settings: Settings, *, engine_url: st
             compressed_by = connection.execute(COMPRESSED_BY_SQL).all()
             failure = connection.execute(LAST_GEMINI_FAILURE_SQL).one_or_none()
             today = connection.execute(USAGE_TODAY_SQL).one()
+            vectors = connection.execute(VECTORS_BY_MODEL_SQL).all()
     finally:
         engine.dispose()
     metrics = shape_metrics(counts, by_project)
@@ -257,6 +261,15 @@ def print_worker_metrics(console: Console, settings: Settings, *, engine_url: st
         f"without result {metrics['withoutResult']}, oldest pending "
         f"{'-' if oldest is None else f'{oldest:.0f} s'}"
     )
+    # After a model switch, the rows not yet re-embedded: out of the vector branch, and no other
+    # count said so (embedPending is rows without any vector).
+    embedding = describe_embedding(settings)
+    current = model_identity(
+        str(embedding["provider"]), str(embedding["model"]), int(embedding["dims"])
+    )
+    if settings.embedding_provider == "sentence-transformers" and not settings.embedding_dims:
+        current = current.rsplit(":", 1)[0] + ":"  # its width is the model's, not loaded here
+    console.print(f"vectors    {describe_vectors(vectors, current)}")
     if compressed_by:
         console.print(f"compressed {describe_compressed_by(compressed_by)}")
     if failure is not None:
