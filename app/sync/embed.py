@@ -145,6 +145,18 @@ async def resume_batches(
     return still_running
 
 
+async def close_superseded_batches(
+    sessionmaker: async_sessionmaker[AsyncSession], embedder: Embedder, project: str
+) -> None:
+    """Close the project's jobs of a model switched from: nothing resumes them any more."""
+    async with sessionmaker() as session, session.begin():
+        jobs = await queries.close_superseded_batches(
+            session, project=project, model=embedder.identity
+        )
+    if jobs:
+        log.info("sync.batch_superseded", project=project, jobs=jobs, model=embedder.identity)
+
+
 async def _run_new_batch(
     sessionmaker: async_sessionmaker[AsyncSession],
     settings: Settings,

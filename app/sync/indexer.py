@@ -44,7 +44,13 @@ from app.sync.discover import (
     needs_whole_listing,
     scope_of,
 )
-from app.sync.embed import BatchEmbedder, embed_missing, reembed_project, resume_batches
+from app.sync.embed import (
+    BatchEmbedder,
+    close_superseded_batches,
+    embed_missing,
+    reembed_project,
+    resume_batches,
+)
 from app.sync.report import Progress, SyncReport
 from app.sync.transcripts import parse_transcript
 
@@ -348,6 +354,7 @@ async def _write_all(
     if gone:
         await queries.delete_files(lock, gone)  # one statement: its own transaction
         report.files_deleted = len(gone)
+    await close_superseded_batches(sessionmaker, embedder, project)
     if report.files_changed and not writer.embedding_down and left_unembedded:
         await embed_missing(sessionmaker, settings, embedder, project, report, progress)
     elif isinstance(embedder, BatchEmbedder):

@@ -167,6 +167,15 @@ _NEW_BATCH = text(
     "VALUES (:project, :model, CAST(:hashes AS jsonb)) RETURNING id"
 )
 
+# A job is resumed for its own model only (its vectors are that model's): after a switch it was
+# left `submitted` for good. The sync of its project with another model closes it.
+_CLOSE_SUPERSEDED_BATCHES = text(
+    "UPDATE embedding_batches SET status = 'failed', updated_at = now(), "
+    "last_error = 'superseded: the embedding model is now ' || :model "
+    "WHERE project_path = :project AND model <> :model AND status = 'submitted' "
+    "RETURNING provider_job"
+)
+
 _UPDATE_BATCH = text(
     "UPDATE embedding_batches SET status = :status, provider_job = COALESCE(:job, provider_job), "
     "last_error = :error, updated_at = now() WHERE id = :id"
@@ -415,6 +424,12 @@ async def new_batch(
     )
     batch_id: uuid.UUID = result.scalar_one()
     return batch_id
+
+
+async def close_superseded_batches(session: AsyncSession, *, project: str, model: str) -> list[str]:
+    """Close the project's jobs still open for another model; their remote names."""
+    result = await session.execute(_CLOSE_SUPERSEDED_BATCHES, {"project": project, "model": model})
+    return [str(row.provider_job) for row in result]
 
 
 async def update_batch(

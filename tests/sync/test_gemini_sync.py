@@ -7,6 +7,7 @@ from typing import Any
 
 import psycopg
 
+from app.llm.embeddings import local_embedder
 from app.llm.gemini_embeddings import GeminiEmbedder
 from tests.conftest import make_settings
 from tests.fakes.gemini import FakeGemini, FakeResponse, RecordedRequest, fake_gemini
@@ -196,6 +197,23 @@ def test_a_batch_still_running_when_the_run_ends_is_resumed_by_the_next_sync(
     assert second.files_changed == 0
     assert all_embedded(db)
     assert db.execute("SELECT status FROM embedding_batches").fetchall() == [("done",)]
+
+
+def test_a_job_of_the_model_switched_from_is_closed_by_the_next_sync(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # Jobs are resumed for the current model only: after a switch, one still `submitted` stayed
+    # so for good, though nothing would wait on it or apply it again.
+    project = make_project(tmp_path / "proj")
+    with fake_gemini() as fake:
+        sync_leaving_the_batch_running(fake, tmp_path, database_url, project)
+    assert db.execute("SELECT status FROM embedding_batches").fetchall() == [("submitted",)]
+
+    run_sync(database_url, make_settings(home=tmp_path / "home"), local_embedder(), project)
+
+    assert db.execute("SELECT status, last_error FROM embedding_batches").fetchall() == [
+        ("failed", "superseded: the embedding model is now local:wordllama-l2_supercat:256")
+    ]
 
 
 def test_chunks_an_outage_left_without_vectors_are_embedded_by_the_next_sync(
