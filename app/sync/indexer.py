@@ -49,6 +49,7 @@ from app.sync.embed import (
     close_superseded_batches,
     embed_missing,
     reembed_project,
+    reembed_with_batch,
     resume_batches,
 )
 from app.sync.report import Progress, SyncReport
@@ -367,6 +368,8 @@ async def _write_all(
         ):
             await embed_missing(sessionmaker, settings, embedder, project, report, progress)
     if request.reembed:
+        if isinstance(embedder, BatchEmbedder):
+            await reembed_with_batch(sessionmaker, settings, embedder, project, report)
         await reembed_project(sessionmaker, embedder, project, report, progress)
 
 

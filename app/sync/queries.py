@@ -131,6 +131,15 @@ _STALE_CHUNKS = text(
     "OR embedding IS NOT NULL) ORDER BY id LIMIT :limit"
 )
 
+# The texts of `_STALE_CHUNKS`'s rows without a vector of the model in the cache.
+_UNCACHED_STALE_TEXTS = text(
+    "SELECT DISTINCT ON (c.hash) c.hash, c.content FROM memory_chunks AS c "
+    "WHERE c.project_path IN (:project, '') AND c.model IS DISTINCT FROM :model "
+    "AND (c.source IN ('memory', 'sessions') OR c.embedding IS NOT NULL) AND NOT EXISTS "
+    "(SELECT 1 FROM memory_embedding_cache AS e WHERE e.hash = c.hash AND e.model = :model) "
+    "ORDER BY c.hash"
+)
+
 _UNEMBEDDED_CHUNKS = text(
     "SELECT id, hash, content FROM memory_chunks WHERE project_path = :project "
     "AND source IN ('memory', 'sessions') AND embedding IS NULL ORDER BY id LIMIT :limit"
@@ -399,6 +408,14 @@ async def any_unembedded(connection: Conn, *, project: str) -> bool:
 async def missing_texts(session: AsyncSession, *, project: str) -> dict[str, str]:
     """`{hash: content}` of the project's file chunks that have no vector yet."""
     result = await session.execute(_MISSING_TEXTS, {"project": project})
+    return {row.hash: row.content for row in result}
+
+
+async def uncached_stale_texts(
+    session: AsyncSession, *, project: str, model: str
+) -> dict[str, str]:
+    """`{hash: content}` of the rows `--reembed` moves whose vector the cache lacks."""
+    result = await session.execute(_UNCACHED_STALE_TEXTS, {"project": project, "model": model})
     return {row.hash: row.content for row in result}
 
 

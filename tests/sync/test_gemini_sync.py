@@ -216,6 +216,29 @@ def test_a_job_of_the_model_switched_from_is_closed_by_the_next_sync(
     ]
 
 
+def test_a_reembed_of_a_large_project_goes_through_one_batch_job(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # `--reembed` after a switch to Gemini, a project's largest embedding, was inline calls
+    # only, at twice the Batch API's price, however many texts it had.
+    project = make_project(tmp_path / "proj")
+    run_sync(database_url, make_settings(home=tmp_path / "home"), local_embedder(), project)
+    with fake_gemini() as fake:
+        fake.on(":batchEmbedContents", inline_answer)
+        server = BatchServer(fake)
+        settings, embedder = gemini(fake, tmp_path, gemini_embed_batch_threshold=5)
+
+        report = run_sync(database_url, settings, embedder, project, reembed=True)
+
+        assert report.errors == []
+        assert fake.calls(":batchEmbedContents") == []
+        texts = db.execute("SELECT count(DISTINCT hash) FROM memory_chunks").fetchone()
+        assert texts is not None
+        assert server.submitted == [texts[0]]
+    assert all_embedded(db)
+    assert db.execute("SELECT status FROM embedding_batches").fetchall() == [("done",)]
+
+
 def test_chunks_an_outage_left_without_vectors_are_embedded_by_the_next_sync(
     database_url: str, db: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
