@@ -94,6 +94,29 @@ def test_status_counts_the_rows_a_model_switch_has_not_re_embedded(database_url:
     assert "vectors    1 on sentence-transformers:st-model:5; 5 on another model" in unloaded.stdout
 
 
+def test_worker_refuses_a_database_a_newer_agmem_migrated(database_url: str) -> None:
+    # On a DATABASE_URL (not migrated by `agmem worker`), the worker of an image rolled back
+    # after a newer one migrated started, and ran its statements against a schema it did not
+    # know: an error logged at every poll (a renamed column), or rows written as it no longer
+    # means them.
+    with psycopg.connect(libpq_url(database_url)) as connection:
+        connection.execute("UPDATE alembic_version SET version_num = '0099'")
+    try:
+        result = run_agmem("worker", timeout=60, DATABASE_URL=database_url)
+    finally:
+        with psycopg.connect(libpq_url(database_url)) as connection:
+            connection.execute(
+                "UPDATE alembic_version SET version_num = %s", (migrate.head_revision(),)
+            )
+
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "agmem: error: the database was migrated by a newer agmem (its schema revision '0099' "
+        "is unknown to this one): upgrade agmem, or with the newer one run "
+        f"`agmem migrate --down {migrate.head_revision()}`"
+    ]
+
+
 def test_status_on_a_fresh_home_brings_the_embedded_schema_to_head(tmp_path: Path) -> None:
     result = run_agmem("status", AGMEM_HOME=str(tmp_path / "fresh"))
 
