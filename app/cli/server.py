@@ -190,8 +190,9 @@ def status() -> None:
     from app.db.models import Base
     from app.llm.embeddings import describe_embedding
 
-    # Plain text: a path may hold "[x]", which rich markup would eat, and no wrapping at 80 columns.
-    console = Console(markup=False, highlight=False, soft_wrap=True)
+    # Plain text: a path may hold "[x]", which rich markup would eat, or ":fire:", which its emoji
+    # codes made 🔥; and no wrapping at 80 columns.
+    console = Console(markup=False, highlight=False, emoji=False, soft_wrap=True)
     with cli_errors():
         url = open_database(settings)
         current, head = migrate.current_revision(url), migrate.head_revision()

@@ -45,6 +45,24 @@ def test_status_shows_revision_every_table_and_provider(database_url: str) -> No
         assert table in result.stdout
 
 
+def test_status_prints_a_path_as_it_is_spelled(database_url: str) -> None:
+    # rich read ":fire:" in a project's path as an emoji code and printed 🔥 instead.
+    with psycopg.connect(libpq_url(database_url)) as connection:
+        connection.execute(
+            "INSERT INTO sessions (id, project_path) VALUES ('s', '/home/u/:fire:/app')"
+        )
+        connection.execute(
+            "INSERT INTO observations (id, session_id, project_path, function_name, "
+            "observation_type, status, tokens_saved) "
+            "VALUES ('o', 's', '/home/u/:fire:/app', 'read', 'read', 'compressed', 7)"
+        )
+
+    result = run_agmem("status", DATABASE_URL=database_url)
+
+    assert result.returncode == 0, result.stderr
+    assert "           7 in /home/u/:fire:/app\n" in result.stdout
+
+
 def test_status_counts_the_rows_a_model_switch_has_not_re_embedded(database_url: str) -> None:
     with psycopg.connect(libpq_url(database_url)) as connection:
         connection.execute(
