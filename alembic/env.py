@@ -5,7 +5,7 @@ from __future__ import annotations
 from logging.config import fileConfig
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, text
 
 from alembic import context
 from app.config import get_settings
@@ -38,20 +38,30 @@ def _configure(connection: Connection) -> None:
     )
 
 
+# Held for the migration's transaction. Processes starting at once on an un-migrated database
+# (`serve` and `worker`, or two of compose's services) each ran 0001: the second failed on a
+# duplicate catalog row (2 of 6 races of two upgrades). Under the lock the second waits,
+# then reads the version the first committed and has nothing to do.
+MIGRATION_LOCK = 0x6167_6D65_6D00  # "agmem\0"
+
+
+def _run_locked(connection: Connection) -> None:
+    _configure(connection)
+    with context.begin_transaction():
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
+        context.run_migrations()
+
+
 def run_migrations_online() -> None:
     connection: Connection | None = config.attributes.get("connection")
     if connection is not None:
-        _configure(connection)
-        with context.begin_transaction():
-            context.run_migrations()
+        _run_locked(connection)
         return
     url = config.get_main_option("sqlalchemy.url") or resolve_database_url(get_settings())
     engine = make_sync_engine(url)
     try:
         with engine.connect() as conn:
-            _configure(conn)
-            with context.begin_transaction():
-                context.run_migrations()
+            _run_locked(conn)
     finally:  # a failed migration (an unknown revision) left its connection open until a GC
         engine.dispose()
 

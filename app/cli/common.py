@@ -257,6 +257,20 @@ def open_database(settings: Settings, *, migrate_embedded: bool = True) -> str:
     return url
 
 
+def refuse_a_newer_schema(settings: Settings, url: str) -> None:
+    """A long-running command on a DATABASE_URL a newer agmem migrated stops at its start (the
+    embedded database was brought to head, or refused, by `open_database`): the worker of an
+    image rolled back after a newer one migrated ran its statements against a schema it did not
+    know, an error at every poll or rows written as that schema no longer means them."""
+    if settings.database_url is None:
+        return
+    from app.db import migrate
+
+    current = migrate.unknown_revision(url)
+    if current is not None:
+        raise migrate.MigrationFailed(migrate.newer_schema_problem(current))
+
+
 def stop_on_signals(stop: asyncio.Event) -> None:
     """Ctrl-C and SIGTERM end a long-running command (`worker`, `sync --watch`) normally: the
     first sets `stop`, and what is under way finishes (the worker's jobs in hand, a sync's HNSW

@@ -193,8 +193,9 @@ def status() -> None:
     from app.db.models import Base
     from app.llm.embeddings import describe_embedding
 
-    # Plain text: a path may hold "[x]", which rich markup would eat, and no wrapping at 80 columns.
-    console = Console(markup=False, highlight=False, soft_wrap=True)
+    # Plain text: a path may hold "[x]", which rich markup would eat, or ":fire:", which its emoji
+    # codes made 🔥; and no wrapping at 80 columns.
+    console = Console(markup=False, highlight=False, emoji=False, soft_wrap=True)
     with cli_errors():
         url = open_database(settings)
         current, head = migrate.current_revision(url), migrate.head_revision()
@@ -231,13 +232,16 @@ def print_worker_metrics(console: Console, settings: Settings, *, engine_url: st
     """The worker's backlog and results, as /health reports them, how the observations were
     compressed and what Gemini spent today."""
     from app.db.engine import make_sync_engine
+    from app.llm.embeddings import describe_embedding, model_identity
     from app.llm.ratelimit import USAGE_TODAY_SQL
     from app.worker.metrics import (
         COMPRESSED_BY_SQL,
         LAST_GEMINI_FAILURE_SQL,
         METRICS_SQL,
         TOKENS_BY_PROJECT_SQL,
+        VECTORS_BY_MODEL_SQL,
         describe_compressed_by,
+        describe_vectors,
         shape_metrics,
     )
 
@@ -249,6 +253,7 @@ def print_worker_metrics(console: Console, settings: Settings, *, engine_url: st
             compressed_by = connection.execute(COMPRESSED_BY_SQL).all()
             failure = connection.execute(LAST_GEMINI_FAILURE_SQL).one_or_none()
             today = connection.execute(USAGE_TODAY_SQL).one()
+            vectors = connection.execute(VECTORS_BY_MODEL_SQL).all()
     finally:
         engine.dispose()
     metrics = shape_metrics(counts, by_project)
@@ -260,6 +265,15 @@ def print_worker_metrics(console: Console, settings: Settings, *, engine_url: st
         f"without result {metrics['withoutResult']}, oldest pending "
         f"{'-' if oldest is None else f'{oldest:.0f} s'}"
     )
+    # After a model switch, the rows not yet re-embedded: out of the vector branch, and no other
+    # count said so (embedPending is rows without any vector).
+    embedding = describe_embedding(settings)
+    current = model_identity(
+        str(embedding["provider"]), str(embedding["model"]), int(embedding["dims"])
+    )
+    if settings.embedding_provider == "sentence-transformers" and not settings.embedding_dims:
+        current = current.rsplit(":", 1)[0] + ":"  # its width is the model's, not loaded here
+    console.print(f"vectors    {describe_vectors(vectors, current)}")
     if compressed_by:
         console.print(f"compressed {describe_compressed_by(compressed_by)}")
     if failure is not None:

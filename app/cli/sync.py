@@ -72,8 +72,9 @@ def sync(
         force=force,
         reembed=reembed,
     )
-    # soft_wrap: a long path stays on its line (rich wrapped at 80 columns when piped).
-    console = Console(stderr=True, soft_wrap=True)
+    # soft_wrap: a long path stays on its line (rich wrapped at 80 columns when piped); no emoji
+    # codes: a path holding ":fire:" was printed with 🔥.
+    console = Console(stderr=True, emoji=False, soft_wrap=True)
     with cli_errors():
         url = open_database(settings)
         embedder = get_embedder(settings)

@@ -14,6 +14,7 @@ from app.cli.common import (
     describe_location,
     given_project,
     open_database,
+    refuse_a_newer_schema,
     settings_or_exit,
     stop_on_signals,
 )
@@ -66,6 +67,7 @@ def worker(
     check_provider(settings)
     with cli_errors():
         url = open_database(settings)
+        refuse_a_newer_schema(settings, url)
         asyncio.run(run_worker(settings, url, concurrency=concurrency))
 
 

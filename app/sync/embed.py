@@ -102,17 +102,47 @@ async def embed_missing(
         await resume_batches(sessionmaker, settings, embedder, project, report)
         async with sessionmaker() as session:
             missing = await queries.missing_texts(session, project=project)
-        if len(missing) >= settings.gemini_embed_batch_threshold:
-            try:
-                await _run_new_batch(sessionmaker, settings, embedder, project, missing, report)
-            except BatchStillRunning as error:  # kept for the next sync; inline calls meanwhile
-                report.errors.append(f"{error}; embedding inline meanwhile")
-            except Exception as error:  # any failure of the job: inline calls take over
-                report.errors.append(
-                    f"batch embedding failed, falling back to inline calls: {error}"[:1000]
-                )
-                log.warning("sync.batch_failed", project=project, error=str(error)[:300])
+        await _batch_if_large(sessionmaker, settings, embedder, project, missing, report)
     await reembed_project(sessionmaker, embedder, project, report, progress, only_missing=True)
+
+
+async def reembed_with_batch(
+    sessionmaker: async_sessionmaker[AsyncSession],
+    settings: Settings,
+    embedder: BatchEmbedder,
+    project: str,
+    report: SyncReport,
+) -> None:
+    """Before `--reembed`'s pass: the texts of the rows to move that the cache lacks, as one
+    job when they are as many as a sync's backlog that goes to one; the pass then finds them
+    cached. A switch's re-embedding, a project's largest, was inline calls only."""
+    async with sessionmaker() as session:
+        uncached = await queries.uncached_stale_texts(
+            session, project=project, model=embedder.identity
+        )
+    await _batch_if_large(sessionmaker, settings, embedder, project, uncached, report)
+
+
+async def _batch_if_large(
+    sessionmaker: async_sessionmaker[AsyncSession],
+    settings: Settings,
+    embedder: BatchEmbedder,
+    project: str,
+    texts: dict[str, str],
+    report: SyncReport,
+) -> None:
+    """`texts` through one new job when at least the threshold; what it leaves goes inline."""
+    if len(texts) < settings.gemini_embed_batch_threshold:
+        return
+    try:
+        await _run_new_batch(sessionmaker, settings, embedder, project, texts, report)
+    except BatchStillRunning as error:  # kept for the next sync; inline calls meanwhile
+        report.errors.append(f"{error}; embedding inline meanwhile")
+    except Exception as error:  # any failure of the job: inline calls take over
+        report.errors.append(
+            f"batch embedding failed, falling back to inline calls: {error}"[:1000]
+        )
+        log.warning("sync.batch_failed", project=project, error=str(error)[:300])
 
 
 async def resume_batches(
@@ -143,6 +173,18 @@ async def resume_batches(
             await _finish(sessionmaker, batch_id, "failed", str(error)[:1000])
             report.errors.append(f"batch {job} failed: {error}"[:1000])
     return still_running
+
+
+async def close_superseded_batches(
+    sessionmaker: async_sessionmaker[AsyncSession], embedder: Embedder, project: str
+) -> None:
+    """Close the project's jobs of a model switched from: nothing resumes them any more."""
+    async with sessionmaker() as session, session.begin():
+        jobs = await queries.close_superseded_batches(
+            session, project=project, model=embedder.identity
+        )
+    if jobs:
+        log.info("sync.batch_superseded", project=project, jobs=jobs, model=embedder.identity)
 
 
 async def _run_new_batch(

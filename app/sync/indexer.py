@@ -44,7 +44,14 @@ from app.sync.discover import (
     needs_whole_listing,
     scope_of,
 )
-from app.sync.embed import BatchEmbedder, embed_missing, reembed_project, resume_batches
+from app.sync.embed import (
+    BatchEmbedder,
+    close_superseded_batches,
+    embed_missing,
+    reembed_project,
+    reembed_with_batch,
+    resume_batches,
+)
 from app.sync.report import Progress, SyncReport
 from app.sync.transcripts import parse_transcript
 
@@ -348,6 +355,7 @@ async def _write_all(
     if gone:
         await queries.delete_files(lock, gone)  # one statement: its own transaction
         report.files_deleted = len(gone)
+    await close_superseded_batches(sessionmaker, embedder, project)
     if report.files_changed and not writer.embedding_down and left_unembedded:
         await embed_missing(sessionmaker, settings, embedder, project, report, progress)
     elif isinstance(embedder, BatchEmbedder):
@@ -360,6 +368,8 @@ async def _write_all(
         ):
             await embed_missing(sessionmaker, settings, embedder, project, report, progress)
     if request.reembed:
+        if isinstance(embedder, BatchEmbedder):
+            await reembed_with_batch(sessionmaker, settings, embedder, project, report)
         await reembed_project(sessionmaker, embedder, project, report, progress)
 
 

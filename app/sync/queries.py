@@ -131,6 +131,15 @@ _STALE_CHUNKS = text(
     "OR embedding IS NOT NULL) ORDER BY id LIMIT :limit"
 )
 
+# The texts of `_STALE_CHUNKS`'s rows without a vector of the model in the cache.
+_UNCACHED_STALE_TEXTS = text(
+    "SELECT DISTINCT ON (c.hash) c.hash, c.content FROM memory_chunks AS c "
+    "WHERE c.project_path IN (:project, '') AND c.model IS DISTINCT FROM :model "
+    "AND (c.source IN ('memory', 'sessions') OR c.embedding IS NOT NULL) AND NOT EXISTS "
+    "(SELECT 1 FROM memory_embedding_cache AS e WHERE e.hash = c.hash AND e.model = :model) "
+    "ORDER BY c.hash"
+)
+
 _UNEMBEDDED_CHUNKS = text(
     "SELECT id, hash, content FROM memory_chunks WHERE project_path = :project "
     "AND source IN ('memory', 'sessions') AND embedding IS NULL ORDER BY id LIMIT :limit"
@@ -165,6 +174,15 @@ _OPEN_BATCHES = text(
 _NEW_BATCH = text(
     "INSERT INTO embedding_batches (project_path, model, hashes) "
     "VALUES (:project, :model, CAST(:hashes AS jsonb)) RETURNING id"
+)
+
+# A job is resumed for its own model only (its vectors are that model's): after a switch it was
+# left `submitted` for good. The sync of its project with another model closes it.
+_CLOSE_SUPERSEDED_BATCHES = text(
+    "UPDATE embedding_batches SET status = 'failed', updated_at = now(), "
+    "last_error = 'superseded: the embedding model is now ' || :model "
+    "WHERE project_path = :project AND model <> :model AND status = 'submitted' "
+    "RETURNING provider_job"
 )
 
 _UPDATE_BATCH = text(
@@ -393,6 +411,14 @@ async def missing_texts(session: AsyncSession, *, project: str) -> dict[str, str
     return {row.hash: row.content for row in result}
 
 
+async def uncached_stale_texts(
+    session: AsyncSession, *, project: str, model: str
+) -> dict[str, str]:
+    """`{hash: content}` of the rows `--reembed` moves whose vector the cache lacks."""
+    result = await session.execute(_UNCACHED_STALE_TEXTS, {"project": project, "model": model})
+    return {row.hash: row.content for row in result}
+
+
 async def fill_from_cache(session: AsyncSession, *, project: str, model: str) -> int:
     """Give chunks without a vector the cached one for their hash; returns rows updated."""
     result = await session.execute(_FILL_FROM_CACHE, {"project": project, "model": model})
@@ -415,6 +441,12 @@ async def new_batch(
     )
     batch_id: uuid.UUID = result.scalar_one()
     return batch_id
+
+
+async def close_superseded_batches(session: AsyncSession, *, project: str, model: str) -> list[str]:
+    """Close the project's jobs still open for another model; their remote names."""
+    result = await session.execute(_CLOSE_SUPERSEDED_BATCHES, {"project": project, "model": model})
+    return [str(row.provider_job) for row in result]
 
 
 async def update_batch(

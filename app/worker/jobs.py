@@ -501,10 +501,9 @@ async def embed_batch(ctx: JobContext, *, limit: int = 256) -> int:
             async with transaction(ctx.sessionmaker) as session:
                 await release_claims(session, [row.id for row in rows])
         raise
-    if stats.error:
-        ctx.embedding_failed = True
-        log.warning("embedding.failed", error=stats.error)
-    elif stats.chunks:
+    # A refused batch's split can do both: embed some rows and fail others. Only the failure was
+    # logged, and the provider's answer for the embedded rows did not count as seen to work.
+    if stats.chunks:
         released = 0
         if stats.computed and ctx.embedding_failed:  # the provider answers again
             ctx.embedding_failed = False
@@ -519,6 +518,9 @@ async def embed_batch(ctx: JobContext, *, limit: int = 256) -> int:
             cached=stats.cached,
             **({"retried_given_up": released} if released else {}),
         )
+    if stats.error:
+        ctx.embedding_failed = True
+        log.warning("embedding.failed", error=stats.error)
     return stats.chunks
 
 

@@ -102,6 +102,35 @@ LAST_GEMINI_FAILURE_SQL = text(
 )
 
 
+# For `agmem status`: the index rows' vectors by model. Not in /health: it reads every row
+# (84-101 ms at 100k chunks against 0.1 ms for the rest of /health, docs/benchmarks.md).
+VECTORS_BY_MODEL_SQL = text(
+    "SELECT model, count(*) AS n FROM memory_chunks WHERE embedding IS NOT NULL "
+    "GROUP BY model ORDER BY n DESC, model"
+)
+
+
+def describe_vectors(rows: Any, current: str) -> str:
+    """`1200 on local:wordllama-l2_supercat:256; 35 on another model (gemini:...:768 35), found
+    by keyword only until ...`: a model switch's re-embedding, and whether it is finished.
+    A `current` ending in ":" (a width only the model knows) matches the model at any width."""
+
+    def ours(model: str) -> bool:
+        return model.startswith(current) if current.endswith(":") else model == current
+
+    mine = [row for row in rows if ours(row.model)]
+    others = [row for row in rows if not ours(row.model)]
+    named = ", ".join(sorted({row.model for row in mine})) or current.rstrip(":")
+    line = f"{sum(int(row.n) for row in mine)} on {named}"
+    if others:
+        line += (
+            f"; {sum(int(row.n) for row in others)} on another model "
+            f"({', '.join(f'{row.model} {row.n}' for row in others)}), found by keyword only "
+            "until `agmem sync --reembed` moves them"
+        )
+    return line
+
+
 def describe_compressed_by(rows: Any) -> str:
     """`extractive 2 (1 after Gemini failed), gemini:gemini-2.5-flash 1, raw 1`."""
     parts = []

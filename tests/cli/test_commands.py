@@ -45,6 +45,96 @@ def test_status_shows_revision_every_table_and_provider(database_url: str) -> No
         assert table in result.stdout
 
 
+def test_status_prints_a_path_as_it_is_spelled(database_url: str) -> None:
+    # rich read ":fire:" in a project's path as an emoji code and printed 🔥 instead.
+    with psycopg.connect(libpq_url(database_url)) as connection:
+        connection.execute(
+            "INSERT INTO sessions (id, project_path) VALUES ('s', '/home/u/:fire:/app')"
+        )
+        connection.execute(
+            "INSERT INTO observations (id, session_id, project_path, function_name, "
+            "observation_type, status, tokens_saved) "
+            "VALUES ('o', 's', '/home/u/:fire:/app', 'read', 'read', 'compressed', 7)"
+        )
+
+    result = run_agmem("status", DATABASE_URL=database_url)
+
+    assert result.returncode == 0, result.stderr
+    assert "           7 in /home/u/:fire:/app\n" in result.stdout
+
+
+def test_status_counts_the_rows_a_model_switch_has_not_re_embedded(database_url: str) -> None:
+    with psycopg.connect(libpq_url(database_url)) as connection:
+        connection.execute(
+            "INSERT INTO memory_chunks (project_path, source, content, hash, embedding, model) "
+            "SELECT '/p', 'memory', 'text ' || g, 'h' || g, "
+            "CASE WHEN g <= 2 THEN '[1, 0, 0]' ELSE array_fill(0.5, ARRAY[256])::vector END, "
+            "CASE WHEN g <= 2 THEN 'gemini:gemini-embedding-001:3' "
+            "ELSE 'local:wordllama-l2_supercat:256' END FROM generate_series(1, 5) g"
+        )
+        connection.execute(
+            "INSERT INTO memory_chunks (project_path, source, content, hash) "
+            "VALUES ('/p', 'memory', 'not embedded yet', 'h6')"
+        )
+
+    result = run_agmem("status", DATABASE_URL=database_url)
+
+    assert result.returncode == 0, result.stderr
+    assert (
+        "vectors    3 on local:wordllama-l2_supercat:256; 2 on another model "
+        "(gemini:gemini-embedding-001:3 2), found by keyword only until "
+        "`agmem sync --reembed` moves them\n"
+    ) in result.stdout
+    switched = run_agmem(
+        "status",
+        DATABASE_URL=database_url,
+        AGMEM_EMBEDDING_PROVIDER="gemini",
+        AGMEM_EMBEDDING_DIMS="3",
+        GEMINI_API_KEY="k",
+    )
+    assert switched.returncode == 0, switched.stderr
+    assert "vectors    2 on gemini:gemini-embedding-001:3; 3 on another model" in switched.stdout
+    # A sentence-transformers model's width is the model's, which status does not load: rows of
+    # a 5-wide model were counted as another model's against the 384 /health assumes.
+    with psycopg.connect(libpq_url(database_url)) as connection:
+        connection.execute(
+            "INSERT INTO memory_chunks (project_path, source, content, hash, embedding, model) "
+            "VALUES ('/p', 'memory', 'st', 'h7', '[1, 0, 0, 0, 0]', "
+            "'sentence-transformers:st-model:5')"
+        )
+    unloaded = run_agmem(
+        "status",
+        DATABASE_URL=database_url,
+        AGMEM_EMBEDDING_PROVIDER="sentence-transformers",
+        AGMEM_EMBEDDING_MODEL="st-model",
+    )
+    assert unloaded.returncode == 0, unloaded.stderr
+    assert "vectors    1 on sentence-transformers:st-model:5; 5 on another model" in unloaded.stdout
+
+
+def test_worker_refuses_a_database_a_newer_agmem_migrated(database_url: str) -> None:
+    # On a DATABASE_URL (not migrated by `agmem worker`), the worker of an image rolled back
+    # after a newer one migrated started, and ran its statements against a schema it did not
+    # know: an error logged at every poll (a renamed column), or rows written as it no longer
+    # means them.
+    with psycopg.connect(libpq_url(database_url)) as connection:
+        connection.execute("UPDATE alembic_version SET version_num = '0099'")
+    try:
+        result = run_agmem("worker", timeout=60, DATABASE_URL=database_url)
+    finally:
+        with psycopg.connect(libpq_url(database_url)) as connection:
+            connection.execute(
+                "UPDATE alembic_version SET version_num = %s", (migrate.head_revision(),)
+            )
+
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "agmem: error: the database was migrated by a newer agmem (its schema revision '0099' "
+        "is unknown to this one): upgrade agmem, or with the newer one run "
+        f"`agmem migrate --down {migrate.head_revision()}`"
+    ]
+
+
 def test_status_on_a_fresh_home_brings_the_embedded_schema_to_head(tmp_path: Path) -> None:
     result = run_agmem("status", AGMEM_HOME=str(tmp_path / "fresh"))
 

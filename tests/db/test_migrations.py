@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
 
+from alembic import command
 from app.db import migrate
+from app.db.engine import make_sync_engine
 from app.db.models import Base
 from tests.conftest import libpq_url
 from tests.postgres import PostgresServer, create_database, drop_database
@@ -141,3 +145,111 @@ def test_lookups_by_owner_use_the_partial_owner_indexes(
         db.execute("DEALLOCATE ALL")
         db.execute("RESET ALL")
     assert f"ix_memory_chunks_{column}" in plan, plan
+
+
+def test_a_second_upgrade_waits_for_the_first_instead_of_failing(scratch_url: str) -> None:
+    """Two processes starting on an un-migrated database: the first's migration is still open
+    (its transaction not committed) when the second's begins."""
+    engine = make_sync_engine(scratch_url)
+    config = migrate.alembic_config(scratch_url)
+    outcome: list[BaseException | None] = []
+    try:
+        with engine.connect() as first:
+            config.attributes["connection"] = first
+            with first.begin():
+                command.upgrade(config, "head")
+                second = threading.Thread(target=_upgrade_recording, args=(scratch_url, outcome))
+                second.start()
+                _wait_for_a_blocked_backend(scratch_url)
+            second.join(timeout=60)
+    finally:
+        engine.dispose()
+    assert outcome == [None]
+    assert migrate.current_revision(scratch_url) == migrate.head_revision()
+
+
+def _upgrade_recording(url: str, outcome: list[BaseException | None]) -> None:
+    try:
+        migrate.upgrade(url)
+    except BaseException as error:  # what the second process's start would have died of
+        outcome.append(error)
+    else:
+        outcome.append(None)
+
+
+def _wait_for_a_blocked_backend(url: str) -> None:
+    with psycopg.connect(libpq_url(url), autocommit=True) as connection:
+        for _ in range(600):
+            waiting = connection.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            ).fetchone()
+            if waiting and waiting[0]:
+                return
+            time.sleep(0.05)
+    raise AssertionError("the second upgrade never waited on the first")
+
+
+# A deployment's rows as the first release wrote them, one or more in every table.
+FIRST_RELEASE_ROWS = [
+    "INSERT INTO sessions (id, project_path, status, user_prompt) VALUES "
+    "('s1', '/p', 'summarized', 'fix the flaky test'), ('s2', '/p', 'active', NULL)",
+    "INSERT INTO observations (id, session_id, project_path, function_name, observation_type, "
+    "function_args, result, status) VALUES ('o1', 's1', '/p', 'read_file', 'read', "
+    "'{\"path\": \"a.py\"}', '\"def f(): pass\"', 'compressed')",
+    "INSERT INTO memory_files (project_path, path, source, hash, mtime, size) "
+    "VALUES ('/p', '/p/MEMORY.md', 'memory', 'h1', 1.5, 10)",
+    "INSERT INTO memories (scope, project_path, key, value) "
+    "VALUES ('project', '/p', 'deploy.target', '{\"host\": \"prod\"}')",
+    "INSERT INTO memory_versions (memory_id, version, value, written_at) "
+    'SELECT id, 1, \'{"host": "staging"}\', now() FROM memories',
+    "INSERT INTO memory_chunks "
+    "(project_path, source, content, hash, search_terms, file_id, embedding, model) "
+    "SELECT '/p', 'memory', 'Deploy with make release', 'c1', 'deploy make release', "
+    "id, '[0.5, 0.25, 1]', 'local:test:3' FROM memory_files",
+    "INSERT INTO memory_chunks (project_path, source, content, hash, search_terms, observation_id) "
+    "VALUES ('/p', 'observation', 'read a.py', 'c2', 'read a.py', 'o1')",
+    "INSERT INTO memory_embedding_cache (hash, model, embedding) "
+    "VALUES ('c1', 'local:test:3', '[0.5, 0.25, 1]')",
+    "INSERT INTO sync_runs (project_path, status) VALUES ('/p', 'done')",
+    "INSERT INTO embedding_batches (project_path, model, hashes, provider_job) "
+    "VALUES ('/p', 'gemini:m:768', '[\"c2\"]', 'batches/1')",
+    "INSERT INTO llm_usage (day, project_path, model, requests) "
+    "VALUES (current_date, '/p', 'g', 3)",
+]
+
+
+def every_row(url: str, columns: dict[str, list[str]]) -> dict[str, list[tuple[Any, ...]]]:
+    """Each table's rows, in the columns given for it, sorted."""
+    with psycopg.connect(libpq_url(url)) as connection:
+        return {
+            table: sorted(
+                connection.execute(f"SELECT {', '.join(names)} FROM {table}").fetchall(), key=repr
+            )
+            for table, names in columns.items()
+        }
+
+
+def test_every_row_is_carried_through_each_step_down_and_up(scratch_url: str) -> None:
+    migrate.upgrade(scratch_url, "0001")
+    with psycopg.connect(libpq_url(scratch_url)) as connection:
+        for statement in FIRST_RELEASE_ROWS:
+            connection.execute(statement)
+        listed = connection.execute(
+            "SELECT table_name, column_name FROM information_schema.columns "
+            "WHERE table_schema = 'public' AND table_name <> 'alembic_version' "
+            "ORDER BY ordinal_position"
+        ).fetchall()
+    columns: dict[str, list[str]] = {}
+    for table, column in listed:
+        columns.setdefault(table, []).append(column)
+    written = every_row(scratch_url, columns)
+    assert all(written.values()), [table for table, rows in written.items() if not rows]
+
+    for step in ("0002", "0003"):
+        migrate.upgrade(scratch_url, step)
+        assert every_row(scratch_url, columns) == written, step
+    migrate.downgrade(scratch_url, "0001")
+    assert every_row(scratch_url, columns) == written
+    migrate.upgrade(scratch_url)
+    assert every_row(scratch_url, columns) == written

@@ -7,6 +7,7 @@ from typing import Any
 
 import psycopg
 
+from app.llm.embeddings import local_embedder
 from app.llm.gemini_embeddings import GeminiEmbedder
 from tests.conftest import make_settings
 from tests.fakes.gemini import FakeGemini, FakeResponse, RecordedRequest, fake_gemini
@@ -194,6 +195,46 @@ def test_a_batch_still_running_when_the_run_ends_is_resumed_by_the_next_sync(
 
         assert len(server.submitted) == 1  # resumed, not submitted again
     assert second.files_changed == 0
+    assert all_embedded(db)
+    assert db.execute("SELECT status FROM embedding_batches").fetchall() == [("done",)]
+
+
+def test_a_job_of_the_model_switched_from_is_closed_by_the_next_sync(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # Jobs are resumed for the current model only: after a switch, one still `submitted` stayed
+    # so for good, though nothing would wait on it or apply it again.
+    project = make_project(tmp_path / "proj")
+    with fake_gemini() as fake:
+        sync_leaving_the_batch_running(fake, tmp_path, database_url, project)
+    assert db.execute("SELECT status FROM embedding_batches").fetchall() == [("submitted",)]
+
+    run_sync(database_url, make_settings(home=tmp_path / "home"), local_embedder(), project)
+
+    assert db.execute("SELECT status, last_error FROM embedding_batches").fetchall() == [
+        ("failed", "superseded: the embedding model is now local:wordllama-l2_supercat:256")
+    ]
+
+
+def test_a_reembed_of_a_large_project_goes_through_one_batch_job(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # `--reembed` after a switch to Gemini, a project's largest embedding, was inline calls
+    # only, at twice the Batch API's price, however many texts it had.
+    project = make_project(tmp_path / "proj")
+    run_sync(database_url, make_settings(home=tmp_path / "home"), local_embedder(), project)
+    with fake_gemini() as fake:
+        fake.on(":batchEmbedContents", inline_answer)
+        server = BatchServer(fake)
+        settings, embedder = gemini(fake, tmp_path, gemini_embed_batch_threshold=5)
+
+        report = run_sync(database_url, settings, embedder, project, reembed=True)
+
+        assert report.errors == []
+        assert fake.calls(":batchEmbedContents") == []
+        texts = db.execute("SELECT count(DISTINCT hash) FROM memory_chunks").fetchone()
+        assert texts is not None
+        assert server.submitted == [texts[0]]
     assert all_embedded(db)
     assert db.execute("SELECT status FROM embedding_batches").fetchall() == [("done",)]
 

@@ -13,8 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
+import structlog
+from structlog.testing import capture_logs
 
 from app.config import Settings
+from app.logs import configure_logging
 from app.worker import jobs
 from tests.conftest import make_settings
 from tests.fakes.gemini import FakeGemini, FakeResponse, RecordedRequest, fake_gemini
@@ -217,6 +221,44 @@ def test_a_text_gemini_refuses_fails_alone_and_stays_given_up(
         asyncio.run(go())
 
     assert unembedded(db) == [("POISON row", MAX_ATTEMPTS)]
+
+
+def test_a_split_that_embeds_some_rows_logs_them_with_the_refusal(
+    database_url: str,
+    db: psycopg.Connection[Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The refused text's half failed, the other half was embedded, and only `embedding.failed`
+    # was logged: the log said nothing of the two rows that got their vectors, and the answer
+    # did not count as the provider's return after an outage.
+    configure_logging("info")  # see tests/worker/test_log_failure.py
+    monkeypatch.setattr(jobs, "log", structlog.get_logger(jobs.__name__))
+    with fake_gemini() as fake:
+        fake.on(":batchEmbedContents", refusing_poison)
+        settings = gemini_settings(fake, tmp_path)
+        add_memory_row(db, "given up in an outage")
+        db.execute(
+            "UPDATE memory_chunks SET embed_attempts = %s, embed_error = 'EmbeddingFailed: 403'",
+            (MAX_ATTEMPTS,),
+        )
+        for content in ("good one", "good two", "POISON row"):
+            add_memory_row(db, content)
+
+        async def go() -> None:
+            async with worker_on(settings, database_url) as worker:
+                worker.ctx.embedding_failed = True  # the outage this worker saw
+                with capture_logs() as logged:
+                    await jobs.embed_batch(worker.ctx)
+                events = [
+                    (e["event"], e.get("chunks")) for e in logged if "embedding" in e["event"]
+                ]
+                assert events == [("embedding.done", 2), ("embedding.failed", None)]
+
+        asyncio.run(go())
+
+    # The provider answered for the good rows: the row given up in the outage has its attempts.
+    assert unembedded(db) == [("given up in an outage", 0), ("POISON row", 1)]
 
 
 def test_a_429_asking_for_a_long_wait_pauses_the_rows_without_spending_attempts(
