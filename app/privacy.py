@@ -207,6 +207,18 @@ def _assignment(match: re.Match[str]) -> str:
 
 
 _NOT_REDACTED = r"(?!\[REDACTED\])"
+# Not a value but a reference to one: `${NPM_TOKEN}`, `{self.account_key}`, `<password>`.
+_NOT_A_REFERENCE = r"(?![{$<])"
+# An unquoted value that is not code: a run of characters that stop at whitespace, quotes,
+# brackets, separators and `$` (a `${VAR}` reference), holding at least one character that no
+# identifier or attribute path (`password`, `self.password`, `str`, `None`) holds.
+_UNQUOTED = r"[^\s\"'#(){}\[\]<>$,;&|`\\]"
+_CREDENTIAL_VALUE = rf"(?={_UNQUOTED}*?[^A-Za-z_.\s\"'#(){{}}\[\]<>$,;&|`\\]){_UNQUOTED}+"
+
+_CREDENTIAL_NAME = (
+    r"(?:[pP]assw(?:or)?d|PASSW(?:OR)?D|[sS]ecret|SECRET|[tT]oken|TOKEN"
+    r"|[aA]pi[_\-]?[kK]ey|API[_\-]?KEY)"
+)
 
 # (literals, pattern, replacement). Every match of the pattern contains one of its literals, so
 # a pattern runs only when `literal in s` finds one: `in` is a C substring search many times
@@ -236,6 +248,76 @@ _RULES: list[_Rule] = [
     (("github_pat_",), re.compile(r"github_pat_\w{22,}"), REDACTED),
     # GitLab personal access tokens.
     (("glpat-",), re.compile(r"glpat-[A-Za-z0-9_\-]{20,}"), REDACTED),
+    # Hugging Face access tokens (hf_ and 34 letters and digits; `hf_hub_download` has no run
+    # of 30 without an underscore).
+    (("hf_",), re.compile(r"hf_(?<!\whf_)[A-Za-z0-9]{30,}"), REDACTED),
+    # PyPI upload tokens: a macaroon whose base64 starts "AgE" (pypi.org's and test.pypi's).
+    (("pypi-Ag",), re.compile(r"pypi-AgE[A-Za-z0-9_\-]{50,}"), REDACTED),
+    # .npmrc: `//registry.npmjs.org/:_authToken=...`, `:_auth=` (base64 user:password) and
+    # `:_password=`; npm 9 accepts these scoped to a registry only, hence the colon.
+    (
+        (":_",),
+        re.compile(
+            r"(?P<keep>:_(?:authToken|auth|password)\s*=\s*)"
+            + _NOT_REDACTED
+            + _NOT_A_REFERENCE
+            + r"[^\s\"']+"
+        ),
+        _keep_group("keep"),
+    ),
+    # Azure storage / service bus connection strings: AccountKey=...; SharedAccessKey=...
+    (
+        ("Key=",),
+        re.compile(
+            r"(?P<keep>(?:AccountKey|SharedAccessKey)=)"
+            + _NOT_REDACTED
+            + _NOT_A_REFERENCE
+            + r"[^;\s\"']+"
+        ),
+        _keep_group("keep"),
+    ),
+    # The MySQL clients' password glued to -p (`mysql -u root -phunter2`; a lone -p prompts),
+    # `docker login -p x` (podman, helm registry login alike) and `redis-cli -a x`.
+    *(
+        (
+            (command,),
+            re.compile(
+                rf"(?P<keep>{command}(?<!\w{command}){tail}[^\n|;&]*?\s{option})"
+                + _NOT_REDACTED
+                + _NOT_A_REFERENCE
+                + r"[^\s\"']+"
+            ),
+            _keep_group("keep"),
+        )
+        for command, tail, option in (
+            ("mysql", r"\w*\b", "-p"),
+            ("mariadb", r"\w*\b", "-p"),
+            ("login", r"\b", r"(?:-p|--password)[ \t]+(?!-)"),
+            ("redis-cli", r"\b", r"-a[ \t]+(?!-)"),
+        )
+    ),
+    # Any command's `--password=...` (mysql, docker login, redis-cli, psql wrappers).
+    (
+        ("assword=",),
+        re.compile(r"(?P<keep>--password=)" + _NOT_REDACTED + _NOT_A_REFERENCE + r"[^\s\"']+"),
+        _keep_group("keep"),
+    ),
+    # Unquoted `password=` in connection strings and query strings (`...;Password=hunter2;`,
+    # `?user=a&password=s3cret`; PASSWORD= is the .env rule's), and `Pwd=` after a `;`. The
+    # value must hold a character no identifier has (a digit, a symbol), so that code passing
+    # `password=password` or `password=self.password` keeps it.
+    *(
+        (
+            (literal,),
+            re.compile(rf"(?P<keep>{literal}{before})" + _NOT_REDACTED + _CREDENTIAL_VALUE),
+            _keep_group("keep"),
+        )
+        for literal, before in (
+            ("assword=", "(?<=[pP]assword=)(?<![A-Za-z][pP]assword=)"),
+            ("wd=", "(?<=;[pP]wd=)"),
+            ("WD=", "(?<=;PWD=)"),
+        )
+    ),
     # AWS access key ids.
     (("AKIA", "ASIA"), re.compile(r"A(?<!\wA)[KS]IA[0-9A-Z]{16}(?![0-9A-Za-z])"), REDACTED),
     # AWS secret access keys (40 characters of base64) after their name: the id alone was
@@ -322,6 +404,7 @@ _RULES: list[_Rule] = [
             ("PASSWD", "PASSWD"),
             ("CREDENTIALS?", "CREDENTIAL"),
             ("AUTH", "AUTH"),
+            ("_PWD", "_PWD"),  # MYSQL_PWD; a lone PWD is the working directory
         )
     ),
     # Quoted values of credential-named keys in JSON, YAML or code: "password": "hunter2".
@@ -346,6 +429,30 @@ _RULES: list[_Rule] = [
             ("PI(?<=API)[_\\-]?KEY", ("KEY",)),
         )
     ),
+    # A Docker config's registry credentials: "auth": "<base64 of user:password>".
+    (
+        ('"auth"',),
+        re.compile(r'(?P<name>"auth")(?P<sep>\s*:\s*)(?P<value>"[A-Za-z0-9+/=]{8,}")'),
+        _assignment,
+    ),
+    # Unquoted values of credential-named keys on a line of their own: YAML, TOML, INI, .env,
+    # `export`, properties (`password: hunter2`, `api_key = abc123`, `  - TOKEN=x1`). The value
+    # must be the line's last word and not one an identifier could be (see _CREDENTIAL_VALUE),
+    # so that `password: str`, `token: Optional[str] = None`, `password = get_password()` or
+    # `secret: SecretStr` keep theirs; digits alone are a count (`max_token: 4096`).
+    (
+        ("assw", "ASSW", "ecret", "ECRET", "oken", "OKEN", "key", "Key", "KEY"),
+        re.compile(
+            r"^(?P<name>[ \t]*(?:-[ \t]+)?(?:export[ \t]+)?[\w.\-]*?" + _CREDENTIAL_NAME + ")"
+            r"(?P<sep>[ \t]*[:=][ \t]*)"
+            + _NOT_REDACTED
+            + r"(?![=:])(?![-+]?\d+(?:\.\d+)?\b)(?!(?:[A-Za-z_]\w*\.)+[A-Za-z_]\w*\b)(?P<value>"
+            + _CREDENTIAL_VALUE
+            + r")(?<!:)(?=[ \t]*(?:[ \t]#[^\n]*)?\r?$)",
+            re.MULTILINE,
+        ),
+        _assignment,
+    ),
 ]
 
 
@@ -359,6 +466,8 @@ _RULES: list[_Rule] = [
 _SPACE = r"[\x09-\x0d\x1c-\x20\x80-\xff]*"
 _QUOTED = r"""(?:"[^"]{4,}"|'[^']{4,}')"""
 _QUOTED_RULES = [pattern for _, pattern, _ in _RULES if r"(?P<sep>\s*[:=]\s*)" in pattern.pattern]
+_UNQUOTED_BYTE = r"[^\x09-\x0d\x20\"'#(){}\[\]<>$,;&|`\\]"
+_CONFIG_RULE = next(pattern for _, pattern, _ in _RULES if pattern.flags & re.MULTILINE)
 _RULE_GATES: dict[re.Pattern[str], str] = {
     next(pattern for literals, pattern, _ in _RULES if literals == ("://",)): r"://[^:/@]*:[^@/]+@",
     **{
@@ -378,6 +487,10 @@ _RULE_GATES: dict[re.Pattern[str], str] = {
             strict=True,
         )
     },
+    _CONFIG_RULE: (
+        rf"{_CREDENTIAL_NAME}[\t ]*[:=][\t ]*{_UNQUOTED_BYTE}*"
+        r"[^A-Za-z_.\x09-\x0d\x20\"'#(){}\[\]<>$,;&|`\\]"
+    ),
 }
 
 # Every literal the privacy rules test for, and the gates above, found in one pass (see
@@ -507,7 +620,7 @@ def sanitize_string(
 _SECRET_KEY = re.compile(
     r"(?:.*[_\-])?(?:api[_\-]?key|apikey|secret|client[_\-]?secret|secret[_\-]?access[_\-]?key"
     r"|password|passwd|token|access[_\-]?token|auth[_\-]?token|refresh[_\-]?token"
-    r"|private[_\-]?key|credentials?)",
+    r"|private[_\-]?key|credentials?|auth)",
     re.IGNORECASE,
 )
 
