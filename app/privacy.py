@@ -669,6 +669,27 @@ def _sanitize(value: Any, depth_left: int, scanner: LiteralScanner, scanned: Sca
     return value
 
 
+def redact_json(value: Any) -> Any:
+    """`redact_secrets` applied to every string (keys too) of a JSON value, and a string under
+    a credential-named key redacted whole, as `sanitize_json` does; nothing else of
+    `sanitize_json` (no cleaning, no `<private>` stripping, no depth limit: the value was
+    stored). For re-applying the rules to what is stored (app/redaction.py)."""
+    if isinstance(value, str):
+        return redact_secrets(value)
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            clean_key = redact_secrets(key)
+            secret = _SECRET_KEY.fullmatch(clean_key) is not None
+            out[clean_key] = (
+                REDACTED if secret and isinstance(item, str) and item else redact_json(item)
+            )
+        return out
+    if isinstance(value, list):
+        return [redact_json(item) for item in value]
+    return value
+
+
 # Object keys are few and repeat on every call of a tool ("file_path", "content"); sanitizing
 # one cost ~5 µs, mostly the literal tests, for the same answer each time.
 _KEY_CACHE_MAX_CHARS = 100
