@@ -82,12 +82,15 @@ class RedactReport:
 
     scanned: dict[str, int] = field(default_factory=dict)
     changed: dict[str, int] = field(default_factory=dict)
+    dry_run: bool = False
 
     def summary_line(self) -> str:
         parts = ", ".join(
             f"{table} {self.changed.get(table, 0)}/{self.scanned[table]}" for table in self.scanned
         )
         total = sum(self.changed.values())
+        if self.dry_run:
+            return f"would redact {total} rows (to change/read: {parts}); nothing written"
         return f"redacted {total} rows (changed/read: {parts})"
 
 
@@ -99,7 +102,7 @@ async def redact_stored(
     progress: Callable[[str, int], None] | None = None,
 ) -> RedactReport:
     """Apply today's redaction rules to every stored text; with `dry_run`, only count."""
-    report = RedactReport()
+    report = RedactReport(dry_run=dry_run)
     for table in _TABLES:
         await _walk(sessionmaker, table.name, batch_rows, report, dry_run, progress, table)
     await _walk(sessionmaker, "memory_chunks", batch_rows, report, dry_run, progress, None)

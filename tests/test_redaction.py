@@ -137,8 +137,10 @@ def test_agmem_redact_reports_counts_in_one_line(
     _store_old_secrets(db)
     dry = run_agmem("redact", "--dry-run", DATABASE_URL=database_url)
     assert dry.returncode == 0, dry.stderr
-    assert dry.stdout.startswith("redacted 5 rows (changed/read: sessions 1/1, observations 1/2")
-    assert dry.stdout.rstrip().endswith("(dry run: nothing written)")
+    assert dry.stdout.startswith(
+        "would redact 5 rows (to change/read: sessions 1/1, observations 1/2"
+    )
+    assert dry.stdout.rstrip().endswith("; nothing written")
     assert all(_leaking(db).values())
 
     done = run_agmem("redact", DATABASE_URL=database_url)

@@ -32,7 +32,7 @@ def redact(
             return report.summary_line()
 
         line = asyncio.run(go())
-    typer.echo(f"{line} (dry run: nothing written)" if dry_run else line)
+    typer.echo(line)
 
 
 def register(cli: typer.Typer) -> None:
