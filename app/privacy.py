@@ -7,6 +7,7 @@ says its pattern could occur, so clean text costs a handful of `in` scans.
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
@@ -197,6 +198,14 @@ def _keep_group(name: str) -> Callable[[re.Match[str]], str]:
         return f"{match.group(name)}{REDACTED}"
 
     return replace
+
+
+def basic_credentials(value: str) -> bool:
+    """Whether `value` is the base64 of `user:password`, as HTTP Basic and Docker's `auth` hold."""
+    try:
+        return b":" in base64.b64decode(value, validate=True)
+    except ValueError:  # binascii.Error is one
+        return False
 
 
 def _assignment(match: re.Match[str]) -> str:
@@ -429,11 +438,14 @@ _RULES: list[_Rule] = [
             ("PI(?<=API)[_\\-]?KEY", ("KEY",)),
         )
     ),
-    # A Docker config's registry credentials: "auth": "<base64 of user:password>".
+    # A Docker config's registry credentials: "auth": "<base64 of user:password>" (only that:
+    # "auth" is also a topic, `{"auth": "refresh tokens rotate"}` in a kv memory).
     (
         ('"auth"',),
         re.compile(r'(?P<name>"auth")(?P<sep>\s*:\s*)(?P<value>"[A-Za-z0-9+/=]{8,}")'),
-        _assignment,
+        lambda match: (
+            _assignment(match) if basic_credentials(match.group("value")[1:-1]) else match.group()
+        ),
     ),
     # Unquoted values of credential-named keys on a line of their own: YAML, TOML, INI, .env,
     # `export`, properties (`password: hunter2`, `api_key = abc123`, `  - TOKEN=x1`). The value
@@ -620,7 +632,7 @@ def sanitize_string(
 _SECRET_KEY = re.compile(
     r"(?:.*[_\-])?(?:api[_\-]?key|apikey|secret|client[_\-]?secret|secret[_\-]?access[_\-]?key"
     r"|password|passwd|token|access[_\-]?token|auth[_\-]?token|refresh[_\-]?token"
-    r"|private[_\-]?key|credentials?|auth)",
+    r"|private[_\-]?key|credentials?)",
     re.IGNORECASE,
 )
 
@@ -657,7 +669,7 @@ def _sanitize(value: Any, depth_left: int, scanner: LiteralScanner, scanned: Sca
         out: dict[str, Any] = {}
         for key, item in value.items():
             clean_key, secret = _key(str(key))
-            if secret and isinstance(item, str) and item:
+            if isinstance(item, str) and item and (secret or _docker_auth(clean_key, item)):
                 out[clean_key] = REDACTED
             else:
                 out[clean_key] = _sanitize(item, depth_left - 1, scanner, scanned)
@@ -681,13 +693,19 @@ def redact_json(value: Any) -> Any:
         for key, item in value.items():
             clean_key = redact_secrets(key)
             secret = _SECRET_KEY.fullmatch(clean_key) is not None
-            out[clean_key] = (
-                REDACTED if secret and isinstance(item, str) and item else redact_json(item)
-            )
+            if isinstance(item, str) and item and (secret or _docker_auth(clean_key, item)):
+                out[clean_key] = REDACTED
+            else:
+                out[clean_key] = redact_json(item)
         return out
     if isinstance(value, list):
         return [redact_json(item) for item in value]
     return value
+
+
+def _docker_auth(key: str, value: str) -> bool:
+    """A Docker config's `"auth"`: the base64 of `user:password` (a topic is left alone)."""
+    return key == "auth" and basic_credentials(value)
 
 
 # Object keys are few and repeat on every call of a tool ("file_path", "content"); sanitizing
@@ -753,3 +771,4 @@ def cap_text(s: str, max_chars: int) -> str:
     head = room * 2 // 3
     tail = room - head
     return s[:head] + elision_marker(original, head, tail) + (s[-tail:] if tail else "")
+

@@ -241,6 +241,12 @@ def test_redact_more_credential_shapes(text: str, expected: str) -> None:
 def test_sanitize_json_redacts_a_docker_configs_auth() -> None:
     value = {"auths": {"https://index.docker.io/v1/": {"auth": "dXNlcjpodW50ZXIy"}}}
     assert sanitize_json(value) == {"auths": {"https://index.docker.io/v1/": {"auth": REDACTED}}}
+    # "auth" as a topic, not the base64 of user:password, is kept (a kv memory's notes).
+    notes = {"auth": "refresh tokens rotate on every request", "x": {"auth": "required"}}
+    assert sanitize_json(notes) == notes
+    assert redact_secrets('{"auth": "required", "auth": "b2F1dGgy"}') == (
+        '{"auth": "required", "auth": "b2F1dGgy"}'
+    )
 
 
 @pytest.mark.parametrize(

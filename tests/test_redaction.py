@@ -49,7 +49,7 @@ def _store_old_secrets(db: psycopg.Connection[Any]) -> None:
     make_session(db, user_prompt=LEAKS)
     db.execute("UPDATE sessions SET summary = %s, created_by = %s", (LEAKS, "password: hunter2"))
     db.execute("UPDATE sessions SET metadata = %s", (json.dumps({"auth": "aHVudGVyMjpodW50ZXIy"}),))
-    make_observation(db, "o1", args={"command": LEAKS, "auth": "hunter2"}, result=[LEAKS])
+    make_observation(db, "o1", args={"command": LEAKS, "auth": "bWU6aHVudGVyMg=="}, result=[LEAKS])
     make_observation(db, "o2", args={"path": "src/clean.ts"}, result="clean")
     db.execute("UPDATE observations SET compressed_data = %s WHERE id = 'o1'", (LEAKS,))
     memory = db.execute(
