@@ -8,6 +8,7 @@ says its pattern could occur, so clean text costs a handful of `in` scans.
 from __future__ import annotations
 
 import base64
+import hashlib
 import re
 from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
@@ -772,3 +773,17 @@ def cap_text(s: str, max_chars: int) -> str:
     tail = room - head
     return s[:head] + elision_marker(original, head, tail) + (s[-tail:] if tail else "")
 
+
+# --- the rules' version -------------------------------------------------------------------------
+
+
+def _rules_version() -> str:
+    parts = [pattern.pattern for _, pattern, _ in _RULES]
+    parts += [_SECRET_KEY.pattern, _PRIVATE_TAG.pattern, _MEMORY.pattern]
+    return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
+
+
+# What a memory file's chunks were sanitized under (`memory_files.rules`): a sync re-chunks a file
+# indexed under other rules, unchanged or not, so that a rule added since reaches its chunks.
+# Derived from the patterns themselves, so that no change of a rule can forget to move it.
+RULES_VERSION = _rules_version()
