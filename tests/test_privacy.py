@@ -221,6 +221,8 @@ NEW_SHAPES = [
     ("GET /login?user=a&password=s3cret!", "GET /login?user=a&password=@"),
     ("mysql --password=swordfish", "mysql --password=@"),
     ("docker login -u me -p hunter2 ghcr.io", "docker login -u me -p @ ghcr.io"),
+    ("podman login -u me -p hunter2 quay.io", "podman login -u me -p @ quay.io"),
+    ("skopeo login --password s3cret ghcr.io", "skopeo login --password @ ghcr.io"),
     ("redis-cli -h cache -a hunter2 ping", "redis-cli -h cache -a @ ping"),
     (
         '{"auths": {"ghcr.io": {"auth": "dXNlcjpodW50ZXIy"}}}',
@@ -273,6 +275,7 @@ def test_sanitize_json_redacts_a_docker_configs_auth() -> None:
         "mysql -h db -P 3306 -u app -p",
         "mkdir -p build/out",
         "docker login -u me --password-stdin",
+        "await page.login(user, pw) # login -p flag",
         "OLDPWD=/home/dev",
         "hf_hub_download(repo_id=x)",
         "git log 4b825dc642cb6eb9a060e54bf8d69288fbee4904",
