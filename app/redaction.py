@@ -42,6 +42,11 @@ def _text(value: str | None) -> str | None:
     return redact_secrets(value) if value is not None else None
 
 
+def _name(value: str | None) -> str | None:
+    # A varchar(200) (who wrote it): redaction can lengthen a short secret ("-pab1").
+    return redact_secrets(value)[:200] if value is not None else None
+
+
 def _json(value: Any) -> Any:
     return redact_json(value) if value is not None else None
 
@@ -55,12 +60,13 @@ class _Table:
 
 
 _TEXT = (_text, "text")
+_NAME = (_name, "text")
 _JSON = (_json, "jsonb")
 _TABLES = (
     _Table(
         "sessions",
         "id",
-        {"user_prompt": _TEXT, "summary": _TEXT, "created_by": _TEXT, "metadata": _JSON},
+        {"user_prompt": _TEXT, "summary": _TEXT, "created_by": _NAME, "metadata": _JSON},
     ),
     _Table(
         "observations",
@@ -70,9 +76,9 @@ _TABLES = (
     _Table(
         "memories",
         "id",
-        {"value": _JSON, "tags": (_tags, "text[]"), "created_by": _TEXT, "updated_by": _TEXT},
+        {"value": _JSON, "tags": (_tags, "text[]"), "created_by": _NAME, "updated_by": _NAME},
     ),
-    _Table("memory_versions", "id", {"value": _JSON, "written_by": _TEXT}),
+    _Table("memory_versions", "id", {"value": _JSON, "written_by": _NAME}),
 )
 
 

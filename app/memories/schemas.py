@@ -135,8 +135,9 @@ class MemoryWrite(StrictBody):
     @field_validator("created_by")
     @classmethod
     def _sanitize_author(cls, value: str | None) -> str | None:
-        # Free text returned on every read: the privacy rules apply as to values.
-        return sanitize_text(value).strip() or None if value is not None else None
+        # Free text returned on every read: the privacy rules apply as to values. Cut to the
+        # column's 200 characters: redaction can lengthen a short secret ("-pab1").
+        return sanitize_text(value)[:200].strip() or None if value is not None else None
 
     @field_validator("tags")
     @classmethod
