@@ -7,6 +7,8 @@ says its pattern could occur, so clean text costs a handful of `in` scans.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import re
 from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
@@ -199,6 +201,14 @@ def _keep_group(name: str) -> Callable[[re.Match[str]], str]:
     return replace
 
 
+def basic_credentials(value: str) -> bool:
+    """Whether `value` is the base64 of `user:password`, as HTTP Basic and Docker's `auth` hold."""
+    try:
+        return b":" in base64.b64decode(value, validate=True)
+    except ValueError:  # binascii.Error is one
+        return False
+
+
 def _assignment(match: re.Match[str]) -> str:
     """`NAME = value` or `"name": "value"`: keep the name and quotes, redact the value."""
     value = match.group("value")
@@ -207,6 +217,18 @@ def _assignment(match: re.Match[str]) -> str:
 
 
 _NOT_REDACTED = r"(?!\[REDACTED\])"
+# Not a value but a reference to one: `${NPM_TOKEN}`, `{self.account_key}`, `<password>`.
+_NOT_A_REFERENCE = r"(?![{$<])"
+# An unquoted value that is not code: a run of characters that stop at whitespace, quotes,
+# brackets, separators and `$` (a `${VAR}` reference), holding at least one character that no
+# identifier or attribute path (`password`, `self.password`, `str`, `None`) holds.
+_UNQUOTED = r"[^\s\"'#(){}\[\]<>$,;&|`\\]"
+_CREDENTIAL_VALUE = rf"(?={_UNQUOTED}*?[^A-Za-z_.\s\"'#(){{}}\[\]<>$,;&|`\\]){_UNQUOTED}+"
+
+_CREDENTIAL_NAME = (
+    r"(?:[pP]assw(?:or)?d|PASSW(?:OR)?D|[sS]ecret|SECRET|[tT]oken|TOKEN"
+    r"|[aA]pi[_\-]?[kK]ey|API[_\-]?KEY)"
+)
 
 # (literals, pattern, replacement). Every match of the pattern contains one of its literals, so
 # a pattern runs only when `literal in s` finds one: `in` is a C substring search many times
@@ -236,6 +258,81 @@ _RULES: list[_Rule] = [
     (("github_pat_",), re.compile(r"github_pat_\w{22,}"), REDACTED),
     # GitLab personal access tokens.
     (("glpat-",), re.compile(r"glpat-[A-Za-z0-9_\-]{20,}"), REDACTED),
+    # Hugging Face access tokens (hf_ and 34 letters and digits; `hf_hub_download` has no run
+    # of 30 without an underscore).
+    (("hf_",), re.compile(r"hf_(?<!\whf_)[A-Za-z0-9]{30,}"), REDACTED),
+    # PyPI upload tokens: a macaroon whose base64 starts "AgE" (pypi.org's and test.pypi's).
+    (("pypi-Ag",), re.compile(r"pypi-AgE[A-Za-z0-9_\-]{50,}"), REDACTED),
+    # .npmrc: `//registry.npmjs.org/:_authToken=...`, `:_auth=` (base64 user:password) and
+    # `:_password=`; npm 9 accepts these scoped to a registry only, hence the colon.
+    (
+        (":_",),
+        re.compile(
+            r"(?P<keep>:_(?:authToken|auth|password)\s*=\s*)"
+            + _NOT_REDACTED
+            + _NOT_A_REFERENCE
+            + r"[^\s\"']+"
+        ),
+        _keep_group("keep"),
+    ),
+    # Azure storage / service bus connection strings: AccountKey=...; SharedAccessKey=...
+    (
+        ("Key=",),
+        re.compile(
+            r"(?P<keep>(?:AccountKey|SharedAccessKey)=)"
+            + _NOT_REDACTED
+            + _NOT_A_REFERENCE
+            + r"[^;\s\"']+"
+        ),
+        _keep_group("keep"),
+    ),
+    # The MySQL clients' password glued to -p (`mysql -u root -phunter2`; a lone -p prompts),
+    # `docker login -p x` (podman's and skopeo's alike) and `redis-cli -a x`. The option is
+    # looked for within the command's next 200 characters: searched to the line's end, from
+    # every "login", the rule cost ~1 µs a capture value (bench.capture_steps).
+    *(
+        (
+            (literal,),
+            re.compile(
+                rf"(?P<keep>{command}{tail}[^\n|;&]{{0,200}}?\s{option})"
+                + _NOT_REDACTED
+                + _NOT_A_REFERENCE
+                + r"[^\s\"']+"
+            ),
+            _keep_group("keep"),
+        )
+        for literal, command, tail, option in (
+            ("mysql", r"mysql(?<!\wmysql)", r"\w*\b", "-p"),
+            ("mariadb", r"mariadb(?<!\wmariadb)", r"\w*\b", "-p"),
+            *(
+                (login, login, r"\b", r"(?:-p|--password)[ \t]+(?!-)")
+                for login in ("docker login", "podman login", "skopeo login")
+            ),
+            ("redis-cli", r"redis-cli(?<!\wredis-cli)", r"\b", r"-a[ \t]+(?!-)"),
+        )
+    ),
+    # Any command's `--password=...` (mysql, docker login, redis-cli, psql wrappers).
+    (
+        ("assword=",),
+        re.compile(r"(?P<keep>--password=)" + _NOT_REDACTED + _NOT_A_REFERENCE + r"[^\s\"']+"),
+        _keep_group("keep"),
+    ),
+    # Unquoted `password=` in connection strings and query strings (`...;Password=hunter2;`,
+    # `?user=a&password=s3cret`; PASSWORD= is the .env rule's), and `Pwd=` after a `;`. The
+    # value must hold a character no identifier has (a digit, a symbol), so that code passing
+    # `password=password` or `password=self.password` keeps it.
+    *(
+        (
+            (literal,),
+            re.compile(rf"(?P<keep>{literal}{before})" + _NOT_REDACTED + _CREDENTIAL_VALUE),
+            _keep_group("keep"),
+        )
+        for literal, before in (
+            ("assword=", "(?<=[pP]assword=)(?<![A-Za-z][pP]assword=)"),
+            ("wd=", "(?<=;[pP]wd=)"),
+            ("WD=", "(?<=;PWD=)"),
+        )
+    ),
     # AWS access key ids.
     (("AKIA", "ASIA"), re.compile(r"A(?<!\wA)[KS]IA[0-9A-Z]{16}(?![0-9A-Za-z])"), REDACTED),
     # AWS secret access keys (40 characters of base64) after their name: the id alone was
@@ -322,6 +419,7 @@ _RULES: list[_Rule] = [
             ("PASSWD", "PASSWD"),
             ("CREDENTIALS?", "CREDENTIAL"),
             ("AUTH", "AUTH"),
+            ("_PWD", "_PWD"),  # MYSQL_PWD; a lone PWD is the working directory
         )
     ),
     # Quoted values of credential-named keys in JSON, YAML or code: "password": "hunter2".
@@ -346,6 +444,33 @@ _RULES: list[_Rule] = [
             ("PI(?<=API)[_\\-]?KEY", ("KEY",)),
         )
     ),
+    # A Docker config's registry credentials: "auth": "<base64 of user:password>" (only that:
+    # "auth" is also a topic, `{"auth": "refresh tokens rotate"}` in a kv memory).
+    (
+        ('"auth"',),
+        re.compile(r'(?P<name>"auth")(?P<sep>\s*:\s*)(?P<value>"[A-Za-z0-9+/=]{8,}")'),
+        lambda match: (
+            _assignment(match) if basic_credentials(match.group("value")[1:-1]) else match.group()
+        ),
+    ),
+    # Unquoted values of credential-named keys on a line of their own: YAML, TOML, INI, .env,
+    # `export`, properties (`password: hunter2`, `api_key = abc123`, `  - TOKEN=x1`). The value
+    # must be the line's last word and not one an identifier could be (see _CREDENTIAL_VALUE),
+    # so that `password: str`, `token: Optional[str] = None`, `password = get_password()` or
+    # `secret: SecretStr` keep theirs; digits alone are a count (`max_token: 4096`).
+    (
+        ("assw", "ASSW", "ecret", "ECRET", "oken", "OKEN", "key", "Key", "KEY"),
+        re.compile(
+            r"^(?P<name>[ \t]*(?:-[ \t]+)?(?:export[ \t]+)?[\w.\-]*?" + _CREDENTIAL_NAME + ")"
+            r"(?P<sep>[ \t]*[:=][ \t]*)"
+            + _NOT_REDACTED
+            + r"(?![=:])(?![-+]?\d+(?:\.\d+)?\b)(?!(?:[A-Za-z_]\w*\.)+[A-Za-z_]\w*\b)(?P<value>"
+            + _CREDENTIAL_VALUE
+            + r")(?<!:)(?=[ \t]*(?:[ \t]#[^\n]*)?\r?$)",
+            re.MULTILINE,
+        ),
+        _assignment,
+    ),
 ]
 
 
@@ -359,6 +484,8 @@ _RULES: list[_Rule] = [
 _SPACE = r"[\x09-\x0d\x1c-\x20\x80-\xff]*"
 _QUOTED = r"""(?:"[^"]{4,}"|'[^']{4,}')"""
 _QUOTED_RULES = [pattern for _, pattern, _ in _RULES if r"(?P<sep>\s*[:=]\s*)" in pattern.pattern]
+_UNQUOTED_BYTE = r"[^\x09-\x0d\x20\"'#(){}\[\]<>$,;&|`\\]"
+_CONFIG_RULE = next(pattern for _, pattern, _ in _RULES if pattern.flags & re.MULTILINE)
 _RULE_GATES: dict[re.Pattern[str], str] = {
     next(pattern for literals, pattern, _ in _RULES if literals == ("://",)): r"://[^:/@]*:[^@/]+@",
     **{
@@ -378,6 +505,10 @@ _RULE_GATES: dict[re.Pattern[str], str] = {
             strict=True,
         )
     },
+    _CONFIG_RULE: (
+        rf"{_CREDENTIAL_NAME}[\t ]*[:=][\t ]*{_UNQUOTED_BYTE}*"
+        r"[^A-Za-z_.\x09-\x0d\x20\"'#(){}\[\]<>$,;&|`\\]"
+    ),
 }
 
 # Every literal the privacy rules test for, and the gates above, found in one pass (see
@@ -544,7 +675,7 @@ def _sanitize(value: Any, depth_left: int, scanner: LiteralScanner, scanned: Sca
         out: dict[str, Any] = {}
         for key, item in value.items():
             clean_key, secret = _key(str(key))
-            if secret and isinstance(item, str) and item:
+            if isinstance(item, str) and item and (secret or _docker_auth(clean_key, item)):
                 out[clean_key] = REDACTED
             else:
                 out[clean_key] = _sanitize(item, depth_left - 1, scanner, scanned)
@@ -554,6 +685,33 @@ def _sanitize(value: Any, depth_left: int, scanner: LiteralScanner, scanned: Sca
             raise NestingTooDeep("the JSON value nests too deeply")
         return [_sanitize(item, depth_left - 1, scanner, scanned) for item in value]
     return value
+
+
+def redact_json(value: Any) -> Any:
+    """`redact_secrets` applied to every string (keys too) of a JSON value, and a string under
+    a credential-named key redacted whole, as `sanitize_json` does; nothing else of
+    `sanitize_json` (no cleaning, no `<private>` stripping, no depth limit: the value was
+    stored). For re-applying the rules to what is stored (app/redaction.py)."""
+    if isinstance(value, str):
+        return redact_secrets(value)
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            clean_key = redact_secrets(key)
+            secret = _SECRET_KEY.fullmatch(clean_key) is not None
+            if isinstance(item, str) and item and (secret or _docker_auth(clean_key, item)):
+                out[clean_key] = REDACTED
+            else:
+                out[clean_key] = redact_json(item)
+        return out
+    if isinstance(value, list):
+        return [redact_json(item) for item in value]
+    return value
+
+
+def _docker_auth(key: str, value: str) -> bool:
+    """A Docker config's `"auth"`: the base64 of `user:password` (a topic is left alone)."""
+    return key == "auth" and basic_credentials(value)
 
 
 # Object keys are few and repeat on every call of a tool ("file_path", "content"); sanitizing
@@ -619,3 +777,18 @@ def cap_text(s: str, max_chars: int) -> str:
     head = room * 2 // 3
     tail = room - head
     return s[:head] + elision_marker(original, head, tail) + (s[-tail:] if tail else "")
+
+
+# --- the rules' version -------------------------------------------------------------------------
+
+
+def _rules_version() -> str:
+    parts = [pattern.pattern for _, pattern, _ in _RULES]
+    parts += [_SECRET_KEY.pattern, _PRIVATE_TAG.pattern, _MEMORY.pattern]
+    return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
+
+
+# What a memory file's chunks were sanitized under (`memory_files.rules`): a sync re-chunks a file
+# indexed under other rules, unchanged or not, so that a rule added since reaches its chunks.
+# Derived from the patterns themselves, so that no change of a rule can forget to move it.
+RULES_VERSION = _rules_version()

@@ -193,6 +193,101 @@ def test_redact_quoted_credential_values(text: str, expected: str) -> None:
     assert redact_secrets(text) == expected
 
 
+NEW_SHAPES = [
+    # Each was stored as sent before its rule (privacy16).
+    ("//registry.npmjs.org/:_authToken=npm_AbCdEf0123456789", "//registry.npmjs.org/:_authToken=@"),
+    ("//npm.example.com/:_auth=dXNlcjpwYXNz", "//npm.example.com/:_auth=@"),
+    ("token hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567", "token @"),
+    ("pypi-AgEIcHlwaS5vcmcCJDQ1ZjdkNWE5LWFhZjMtNDc2Yi05YjZmLTAwMDAwMDAwMDAwMA", "@"),
+    ("mysql -u root -phunter2 shop", "mysql -u root -p@ shop"),
+    ("mysqldump -h db -psecret shop > x.sql", "mysqldump -h db -p@ shop > x.sql"),
+    ("MYSQL_PWD=swordfish mysql -u root", "MYSQL_PWD=@ mysql -u root"),
+    ("password: hunter2", "password: @"),
+    ("  DB_PASSWORD: hunter2", "  DB_PASSWORD: @"),
+    ("[client]\npassword=hunter2\n", "[client]\npassword=@\n"),
+    ("api_key = abc123def456 # dev", "api_key = @ # dev"),
+    ("export github_token=x1y2z3", "export github_token=@"),
+    (
+        "AccountName=a;AccountKey=Zm9vYmFy+/==;EndpointSuffix=x",
+        "AccountName=a;AccountKey=@;EndpointSuffix=x",
+    ),
+    (
+        "Server=db;User ID=sa;Password=hunter2;Encrypt=true",
+        "Server=db;User ID=sa;Password=@;Encrypt=true",
+    ),
+    ("Driver=x;Uid=sa;Pwd=s3cret;", "Driver=x;Uid=sa;Pwd=@;"),
+    ("Driver=x;UID=sa;PWD=s3cret", "Driver=x;UID=sa;PWD=@"),
+    ("mariadb -u app -pS3cret shop", "mariadb -u app -p@ shop"),
+    ("GET /login?user=a&password=s3cret!", "GET /login?user=a&password=@"),
+    ("mysql --password=swordfish", "mysql --password=@"),
+    ("docker login -u me -p hunter2 ghcr.io", "docker login -u me -p @ ghcr.io"),
+    ("podman login -u me -p hunter2 quay.io", "podman login -u me -p @ quay.io"),
+    ("skopeo login --password s3cret ghcr.io", "skopeo login --password @ ghcr.io"),
+    ("redis-cli -h cache -a hunter2 ping", "redis-cli -h cache -a @ ping"),
+    (
+        '{"auths": {"ghcr.io": {"auth": "dXNlcjpodW50ZXIy"}}}',
+        '{"auths": {"ghcr.io": {"auth": "@"}}}',
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), NEW_SHAPES)
+def test_redact_more_credential_shapes(text: str, expected: str) -> None:
+    assert redact_secrets(text) == expected.replace("@", REDACTED)
+    # On the hyperscan path too, and in a markdown file before chunking.
+    padding = "-" * SHORT_TEXT + "\n"
+    assert redact_secrets(padding + text) == padding + expected.replace("@", REDACTED)
+    assert redact_secrets_lines(text) == expected.replace("@", REDACTED)
+
+
+def test_sanitize_json_redacts_a_docker_configs_auth() -> None:
+    value = {"auths": {"https://index.docker.io/v1/": {"auth": "dXNlcjpodW50ZXIy"}}}
+    assert sanitize_json(value) == {"auths": {"https://index.docker.io/v1/": {"auth": REDACTED}}}
+    # "auth" as a topic, not the base64 of user:password, is kept (a kv memory's notes).
+    notes = {"auth": "refresh tokens rotate on every request", "x": {"auth": "required"}}
+    assert sanitize_json(notes) == notes
+    assert redact_secrets('{"auth": "required", "auth": "b2F1dGgy"}') == (
+        '{"auth": "required", "auth": "b2F1dGgy"}'
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "password: str",
+        "    password: str | None = None",
+        "token: Optional[str] = None",
+        "secret: SecretStr",
+        "password = get_password()",
+        "    password=password,",
+        "password = self.password",
+        "TimeStampToken = rfc3161.TimeStampToken",
+        "token = -1",
+        "max_token: 4096",
+        "PASSWORD_MIN_LENGTH = 8",
+        "password: None",
+        "token: ${{ secrets.NPM_TOKEN }}",
+        "password: ${DB_PASSWORD}",
+        "    token: str:",
+        "//registry.npmjs.org/:_authToken=${NPM_TOKEN}",
+        'f"AccountName={name};AccountKey={self.account_key};"',
+        "mysql -u root -p shop",
+        "mysql -h db -P 3306 -u app -p",
+        "mkdir -p build/out",
+        "docker login -u me --password-stdin",
+        "await page.login(user, pw) # login -p flag",
+        "OLDPWD=/home/dev",
+        "hf_hub_download(repo_id=x)",
+        "git log 4b825dc642cb6eb9a060e54bf8d69288fbee4904",
+        "id 123e4567-e89b-12d3-a456-426614174000",
+        "the password is set in the vault: see docs",
+    ],
+)
+def test_new_rules_leave_ordinary_code_alone(text: str) -> None:
+    assert redact_secrets(text) == text
+    assert redact_secrets("-" * SHORT_TEXT + "\n" + text) == "-" * SHORT_TEXT + "\n" + text
+
+
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 
 
@@ -242,6 +337,7 @@ GATE_SAMPLES = [
     '{"password": "hunter22", "Secret": "abcd1234", "TOKEN": "abcd1234", "PASSWD": "abcd1234",'
     ' "SECRET": "abcd1234", "token": "abcd1234"}',
     '{"apiKey": "zzzz9999", "api-key": "zzzz9999", "API_KEY": "zzzz9999", "Api_Key": "zzzz"}',
+    *(text for text, _ in NEW_SHAPES),
 ]
 
 

@@ -50,6 +50,23 @@ def test_present_on_real_agent_files() -> None:
         assert scanner.present(text[1000:6000]) == expected(text[1000:6000])
 
 
+@pytest.mark.parametrize(
+    "text",
+    # Short texts: the cased literals are skipped only when the text has no upper-case letter.
+    ["sk-abc def", "oken KEY", "ǅ KEY", "123 :// 456", "Traceback", "ΣKEY", "ß ﬀ ǆ <def>"],
+)
+def test_short_texts_with_and_without_capitals_match_substring_tests(text: str) -> None:
+    assert LiteralScanner(LITERALS).present(text) == expected(text)
+
+
+def test_short_windows_of_real_files_match_substring_tests() -> None:
+    scanner = LiteralScanner(LITERALS)
+    for text in REAL_TEXTS:
+        for start in range(0, min(len(text), 20_000), 97):
+            window = text[start : start + 120]
+            assert scanner.present(window) == expected(window)
+
+
 def test_literal_at_the_very_end_and_start_is_found() -> None:
     text = "KEY" + "-" * 1000 + "Traceback"
     assert LiteralScanner(LITERALS).present(text) == {"KEY", "Traceback"}

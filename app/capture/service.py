@@ -234,7 +234,9 @@ async def start_session(
         if data.user_prompt is not None
         else None
     )
-    created_by = clean_text(data.created_by) if data.created_by is not None else None
+    # Shown back on every read and in the context block: user text like the prompt. Cut to the
+    # column's 200 characters: redaction can lengthen a short secret ("-pab1" -> "-p[REDACTED]").
+    created_by = sanitize_text(data.created_by)[:200] if data.created_by is not None else None
     metadata = _payload(data.metadata, "metadata", settings) if data.metadata is not None else None
     params = {
         "id": session_id,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import typer
 
-from app.cli import memory, search, server, sync, worker
+from app.cli import memory, redact, search, server, sync, worker
 from app.cli.common import OneLineErrors
 
 cli = typer.Typer(
@@ -26,6 +26,7 @@ worker.register(cli)
 sync.register(cli)
 search.register(cli)
 memory.register(cli)
+redact.register(cli)
 
 
 def main() -> None:

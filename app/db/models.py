@@ -173,6 +173,8 @@ class MemoryFileRow(Base):
     indexed_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), nullable=False, server_default=_utcnow()
     )
+    # app.privacy.RULES_VERSION when the chunks were made; a sync re-chunks on any other value.
+    rules: Mapped[str | None] = mapped_column(String(16))
 
     __table_args__ = (UniqueConstraint("project_path", "path"),)
 

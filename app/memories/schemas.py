@@ -127,10 +127,17 @@ class MemoryWrite(StrictBody):
         # Memories are searched and injected into prompts: privacy rules apply as to captures.
         return check_finite(sanitize_json(value))
 
-    @field_validator("project_path", "session_id", "created_by")
+    @field_validator("project_path", "session_id")
     @classmethod
     def _clean_strings(cls, value: str | None) -> str | None:
         return clean_text(value).strip() or None if value is not None else None
+
+    @field_validator("created_by")
+    @classmethod
+    def _sanitize_author(cls, value: str | None) -> str | None:
+        # Free text returned on every read: the privacy rules apply as to values. Cut to the
+        # column's 200 characters: redaction can lengthen a short secret ("-pab1").
+        return sanitize_text(value)[:200].strip() or None if value is not None else None
 
     @field_validator("tags")
     @classmethod

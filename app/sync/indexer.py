@@ -28,7 +28,7 @@ from app.index.embedding import Vectors, arrays_for, cached_arrays, ensure_model
 from app.index.terms import index_terms
 from app.index.writer import content_hash
 from app.llm.embeddings import Embedder
-from app.privacy import clean_text, redact_secrets_lines, strip_private_lines
+from app.privacy import RULES_VERSION, clean_text, redact_secrets_lines, strip_private_lines
 from app.projects import canonical_project, refuse_excluded
 from app.sync import queries
 from app.sync.bulk_index import begin_bulk_index, end_bulk_index, repair_invalid_index
@@ -229,6 +229,7 @@ async def _sync_locked(
         or (k := known.get(f.path)) is None
         or k.size != f.size
         or k.mtime != f.mtime
+        or k.rules != RULES_VERSION
     ]
     present = {f.path for f in found.files}
     # A known file's path fits: its entry is in the index. A new one over the bound may not.
@@ -395,7 +396,9 @@ def _prepare(
     if looks_binary(data):
         return Skip(found.path, "binary file")
     digest = hashlib.sha256(data).hexdigest()
-    if known is not None and known.hash == digest and not force:
+    # A file indexed under other privacy rules is re-chunked even unchanged: a secret a rule
+    # added since catches stayed in its chunks (its rows that come out the same are kept).
+    if known is not None and known.hash == digest and known.rules == RULES_VERSION and not force:
         return _Unchanged(found)
     text = data.decode("utf-8-sig")
     tokens, overlap = settings.sync_chunk_tokens, settings.sync_chunk_overlap_tokens
@@ -633,7 +636,11 @@ class _Writer:
                     )
                 )
             await queries.replace_files(
-                connection, project=self.project, model=self.embedder.identity, files=files
+                connection,
+                project=self.project,
+                model=self.embedder.identity,
+                files=files,
+                rules=RULES_VERSION,
             )
 
     async def _keep_unchanged(self, connection: Conn, pending: list[_Prepared]) -> None:

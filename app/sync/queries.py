@@ -32,7 +32,7 @@ AUTOCOMMIT = {"isolation_level": "AUTOCOMMIT"}
 _TRY_LOCK_RAW = "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))"
 _UNLOCK_RAW = "SELECT pg_advisory_unlock(hashtextextended(%s, 0))"
 
-_KNOWN_FILES = "SELECT id, path, hash, size, mtime FROM memory_files WHERE project_path = %s"
+_KNOWN_FILES = "SELECT id, path, hash, size, mtime, rules FROM memory_files WHERE project_path = %s"
 # Those at a watcher's changed paths (an index scan), and under those that may be folders (a scan
 # of the project's files: ~5 ms for 22 prefixes over 2,201 files, so only when there are any).
 _KNOWN_FILES_AT = _KNOWN_FILES + " AND path = ANY(%s::text[])"
@@ -83,13 +83,14 @@ async def unindexable(connection: Conn, project: str, paths: list[str]) -> list[
 
 
 _UPSERT_FILES = (
-    "INSERT INTO memory_files (project_path, path, source, hash, mtime, size, chunk_count) "
-    "SELECT %(project)s, p, s, h, m, z, c FROM unnest(%(paths)s::text[], "
+    "INSERT INTO memory_files (project_path, path, source, hash, mtime, size, chunk_count, "
+    "rules) SELECT %(project)s, p, s, h, m, z, c, %(rules)s FROM unnest(%(paths)s::text[], "
     "%(sources)s::text[], %(hashes)s::text[], %(mtimes)s::float8[], "
     "%(sizes)s::bigint[], %(counts)s::int[]) AS t(p, s, h, m, z, c) "
     "ON CONFLICT (project_path, path) DO UPDATE SET source = EXCLUDED.source, "
     "hash = EXCLUDED.hash, mtime = EXCLUDED.mtime, size = EXCLUDED.size, "
-    "chunk_count = EXCLUDED.chunk_count, indexed_at = now() RETURNING path, id"
+    "chunk_count = EXCLUDED.chunk_count, rules = EXCLUDED.rules, indexed_at = now() "
+    "RETURNING path, id"
 )
 
 # A changed file's rows that are not kept as they are (same text, same lines).
@@ -197,6 +198,7 @@ class KnownFile(NamedTuple):  # what the delta check needs of an indexed file, n
     hash: str
     size: int
     mtime: float
+    rules: str | None
 
 
 async def hold_lock(session: AsyncSession, key: str) -> bool:
@@ -331,10 +333,11 @@ class FileChunks:
 
 
 async def replace_files(
-    connection: Conn, *, project: str, model: str, files: list[FileChunks]
+    connection: Conn, *, project: str, model: str, files: list[FileChunks], rules: str
 ) -> None:
     """Upsert the files' rows and make each file's `chunks` plus its `keep` rows its only chunks,
-    in the connection's transaction (the caller's one transaction covers every file it passes).
+    in the connection's transaction (the caller's one transaction covers every file it passes);
+    `rules` is the privacy rules' version the chunks were made under.
     The connection must carry the vector type (`binary_vector_connection`)."""
     if not files:
         return
@@ -348,6 +351,7 @@ async def replace_files(
             "mtimes": [f.mtime for f in files],
             "sizes": [f.size for f in files],
             "counts": [f.chunk_count for f in files],
+            "rules": rules,
         },
     )
     ids: dict[str, int] = dict(await cursor.fetchall())

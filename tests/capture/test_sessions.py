@@ -53,6 +53,21 @@ def test_start_same_id_different_body_is_409(
     assert db.execute("SELECT project_path FROM sessions").fetchall() == [("/p",)]
 
 
+def test_start_sanitizes_created_by(client: TestClient, db: psycopg.Connection[Any]) -> None:
+    session_id = make_session(client, createdBy="bot <private>pin 1234</private>sk-" + "b" * 30)
+    rows = db.execute("SELECT created_by FROM sessions WHERE id = %s", (session_id,)).fetchall()
+    assert rows == [("bot [REDACTED]",)]
+
+
+def test_a_created_by_that_redaction_lengthens_still_fits(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    # 197 characters sent; "-pab1" becomes "-p[REDACTED]", 204, over the column's 200.
+    session_id = make_session(client, createdBy="a" * 185 + " mysql -pab1")
+    rows = db.execute("SELECT created_by FROM sessions WHERE id = %s", (session_id,)).fetchall()
+    assert rows == [(("a" * 185 + " mysql -p[REDACTED]")[:200],)]
+
+
 def test_start_cleans_prompt_and_metadata(client: TestClient, db: psycopg.Connection[Any]) -> None:
     session_id = make_session(
         client,

@@ -294,6 +294,30 @@ def test_privacy_rules_apply_to_values(client: TestClient, db: psycopg.Connectio
     assert response.status_code == 422
 
 
+def test_created_by_is_sanitized_like_other_text(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    # createdBy is user text shown back on every read: a token pasted there was stored as sent.
+    response = client.put(
+        url("project.owner"),
+        json={"value": 1, "projectPath": PROJECT, "createdBy": "ci ghp_" + "a" * 36},
+    )
+    assert response.status_code == 201
+    assert response.json()["createdBy"] == "ci [REDACTED]"
+    assert db.execute("SELECT created_by, updated_by FROM memories").fetchall() == [
+        ("ci [REDACTED]", "ci [REDACTED]")
+    ]
+
+
+def test_a_created_by_that_redaction_lengthens_still_fits(client: TestClient) -> None:
+    author = "a" * 185 + " mysql -pab1"  # 197 characters, 204 once redacted
+    response = client.put(
+        url("project.long"), json={"value": 1, "projectPath": PROJECT, "createdBy": author}
+    )
+    assert response.status_code == 201, response.text
+    assert response.json()["createdBy"] == ("a" * 185 + " mysql -p[REDACTED]")[:200]
+
+
 def test_a_key_holding_a_secret_or_private_span_is_refused_and_tags_are_sanitized(
     client: TestClient, db: psycopg.Connection[Any]
 ) -> None:

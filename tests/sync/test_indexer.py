@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
 from app.config import Settings
+from app.sync import indexer
 from tests.sync.helpers import TESTDATA, CountingEmbedder, make_project, run_sync
 
 
@@ -452,3 +454,35 @@ def test_the_index_row_size_is_counted_as_postgres_counts_it(db: psycopg.Connect
             except psycopg.errors.ProgramLimitExceeded:
                 refused = True
             assert refused is not fits, (len(project), len(file_path))
+
+
+def test_a_file_indexed_under_older_rules_is_rechunked_by_the_next_sync(
+    database_url: str,
+    db: psycopg.Connection[Any],
+    settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A secret no rule caught when the file was indexed: unchanged since, the file was never
+    # read again (only a change or --force re-chunked it), so the secret stayed searchable.
+    project = make_project(tmp_path / "proj")
+    target = project / "memory" / "a.md"
+    target.write_text(target.read_text() + "\n## Database\n\npassword: hunter2\n")
+    embedder = CountingEmbedder()
+    monkeypatch.setattr(indexer, "redact_secrets_lines", lambda text: text)
+    monkeypatch.setattr(indexer, "RULES_VERSION", "older")
+    run_sync(database_url, settings, embedder, project)
+    leaked = "SELECT count(*) FROM memory_chunks WHERE content LIKE '%%hunter2%%'"
+    assert db.execute(leaked).fetchone() != (0,)
+    monkeypatch.undo()
+    rows = db.execute("SELECT count(*) FROM memory_chunks").fetchone()
+
+    report = run_sync(database_url, settings, embedder, project)
+
+    assert db.execute(leaked).fetchone() == (0,)
+    assert report.files_changed == 6  # every file was indexed under the older rules
+    assert report.chunks_written >= 1
+    assert report.chunks_kept >= (rows or (0,))[0] - 2  # the rest kept as they were
+    # And once indexed under today's rules, a file is not read again.
+    again = run_sync(database_url, settings, embedder, project)
+    assert (again.files_changed, again.chunks_written) == (0, 0)
