@@ -222,3 +222,49 @@ def test_an_exit_stuck_after_sigterm_ends_by_its_deadline_with_the_server_stoppe
     assert server.returncode == 143, stderr
     assert "agmem: terminated" in stderr
     assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
+
+
+# agmem whose SIGTERM arrives while a finalizer runs, as the connection pool's reset of a
+# connection runs when the garbage collector collects it (seen in the mcp16 flood: "Exception
+# during reset or similar ... app.entry.Terminated", then 20 s more of answering calls).
+SIGTERM_IN_A_FINALIZER = """
+import os, signal
+import app.entry
+from app.memories import reads
+app.entry.EXIT_DEADLINE_SECONDS = 600.0
+class SignalledWhenCollected:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        sum(range(1000))  # the signal's handler runs here, in the finalizer
+read_memory = reads.read_memory
+async def read_memory_signalled(*args, **kwargs):
+    SignalledWhenCollected()
+    return await read_memory(*args, **kwargs)
+reads.read_memory = read_memory_signalled
+app.entry.main()
+"""
+
+
+def test_sigterm_that_arrives_in_a_finalizer_still_ends_it(tmp_path: Path) -> None:
+    # The handler raised Terminated in the finalizer, where Python only printed it ("Exception
+    # ignored in"): the server went on serving until its client closed stdin.
+    home = tmp_path / "home"
+    server = launched(home, tmp_path, sys.executable, "-c", SIGTERM_IN_A_FINALIZER)
+    assert server.stdin is not None
+    call = {"name": "read_memory", "arguments": {"key": "a", "scope": "global"}}
+    server.stdin.write(
+        json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}) + "\n"
+    )
+    server.stdin.flush()
+
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.stdin.close()  # the end of its input stops it (in `stopped`)
+    ended = server.returncode is not None
+    stderr = stopped(server)
+
+    assert ended, f"SIGTERM did not end it: {stderr}"
+    assert server.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
