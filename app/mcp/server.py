@@ -43,7 +43,7 @@ from app.db.engine import transaction
 from app.errors import AppError
 from app.llm.embeddings import get_embedder
 from app.mcp import descriptions as text
-from app.mcp.stdio import client_lines
+from app.mcp.stdio import Calls, client_lines
 from app.mcp.wire import surrogates_cleaned
 from app.memories import reads, resume, service
 from app.memories.patterns import is_pattern
@@ -137,11 +137,14 @@ class MemoryServer(MCPServer):
     async def run_stdio_async(self) -> None:
         # The SDK's, with stdin read by our daemon thread (app/mcp/stdio.py): a SIGTERM waited
         # for the client to close the pipe. stdout is still the SDK's.
-        async with client_lines() as lines:
+        # Its calls are counted, so that the end of the input lets those read be answered.
+        calls = Calls()
+        async with client_lines(calls) as lines:
             # The SDK only iterates `stdin`, one line at a time.
             async with stdio_server(stdin=cast("anyio.AsyncFile[str]", lines)) as (read, write):
                 server = self._lowlevel_server
-                await server.run(read, write, server.create_initialization_options())
+                options = server.create_initialization_options()
+                await server.run(calls.requests(read), calls.answers(write), options)
 
 
 def build_server(state: StateProvider, *, default_project: str | None = None) -> MCPServer:

@@ -268,3 +268,34 @@ def test_sigterm_that_arrives_in_a_finalizer_still_ends_it(tmp_path: Path) -> No
     assert server.returncode == 0, stderr
     assert "Traceback" not in stderr
     assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
+
+
+def test_the_calls_read_before_the_end_of_input_are_answered(tmp_path: Path) -> None:
+    # `agmem mcp < calls.jsonl`, or a client that writes its requests and closes the pipe: the
+    # SDK cancelled the calls in flight at the end of the input, each answered "Connection
+    # closed", the memory never written.
+    hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "c"}}
+    write = {"name": "write_memory", "arguments": {"key": "k", "value": "v", "scope": "global"}}
+    context = {"name": "get_context", "arguments": {"project_path": str(tmp_path)}}
+    messages = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": write},
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": context},
+    ]
+    home = tmp_path / "home"
+    server = subprocess.run(
+        [AGMEM, "mcp", "-p", str(tmp_path)],
+        env=agmem_env(AGMEM_HOME=str(home)),
+        input="".join(json.dumps(message) + "\n" for message in messages),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert server.returncode == 0, server.stderr
+    answers = {answer["id"]: answer for answer in map(json.loads, server.stdout.splitlines())}
+    assert sorted(answers) == [1, 2, 3]
+    assert answers[2]["result"]["structuredContent"]["created"] is True, answers[2]
+    assert "<memory>" in answers[3]["result"]["structuredContent"]["context"], answers[3]
+    assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
