@@ -137,6 +137,14 @@ class MemoryServer(MCPServer):
     async def run_stdio_async(self) -> None:
         # The SDK's, with stdin read by our daemon thread (app/mcp/stdio.py): a SIGTERM waited
         # for the client to close the pipe. stdout is still the SDK's.
+        try:
+            await self._serve_stdio()
+        except* BrokenPipeError:
+            # Its client is gone (it died, or closed its end): nobody is left to answer. The
+            # SDK's writer raised it out of its task group, exit 1 with a traceback.
+            log.warning("mcp.stdio.client_gone", detail="the client closed its end of stdout")
+
+    async def _serve_stdio(self) -> None:
         # Its calls are counted, so that the end of the input lets those read be answered.
         calls = Calls()
         async with client_lines(calls) as lines:

@@ -299,3 +299,24 @@ def test_the_calls_read_before_the_end_of_input_are_answered(tmp_path: Path) -> 
     assert answers[2]["result"]["structuredContent"]["created"] is True, answers[2]
     assert "<memory>" in answers[3]["result"]["structuredContent"]["context"], answers[3]
     assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
+
+
+def test_a_client_gone_before_its_answer_ends_it_without_a_traceback(tmp_path: Path) -> None:
+    # A client that died (its end of stdout closed, then its stdin): writing the answer failed
+    # with BrokenPipeError, exit 1 with the SDK's ExceptionGroup traceback.
+    home = tmp_path / "home"
+    server = launched(home, tmp_path)
+    assert server.stdin is not None
+    assert server.stdout is not None
+    server.stdout.close()
+    call = {"name": "read_memory", "arguments": {"key": "a", "scope": "global"}}
+    server.stdin.write(
+        json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}) + "\n"
+    )
+    server.stdin.close()
+    stderr = stopped(server)
+
+    assert server.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    assert "mcp.stdio.client_gone" in stderr
+    assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
