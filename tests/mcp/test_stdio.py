@@ -320,3 +320,26 @@ def test_a_client_gone_before_its_answer_ends_it_without_a_traceback(tmp_path: P
     assert "Traceback" not in stderr
     assert "mcp.stdio.client_gone" in stderr
     assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
+
+
+def test_tool_arguments_over_the_body_limit_are_a_tool_error_over_stdio(tmp_path: Path) -> None:
+    # Over /mcp the HTTP body limit refuses them (413); over stdio a 20 MB value was stored.
+    home = tmp_path / "home"
+    server = launched(home, tmp_path, AGMEM_MAX_BODY_BYTES="2048")
+    arguments = {"key": "k", "value": "v" * 3000, "scope": "global"}
+    params = {"name": "write_memory", "arguments": arguments}
+    try:
+        answered = answer(
+            server,
+            json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params}),
+        )
+    finally:
+        server.terminate()
+        stopped(server)
+
+    assert answered is not None, "no answer"
+    assert answered["result"]["isError"] is True
+    assert answered["result"]["content"][0]["text"] == (
+        "Error executing tool write_memory: PayloadTooLarge: the arguments are 3044 bytes of "
+        "JSON, over the limit of 2048 bytes (AGMEM_MAX_BODY_BYTES)"
+    )
