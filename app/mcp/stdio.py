@@ -5,8 +5,8 @@ daemon thread: after SIGTERM (how a client stops the server it launched) the pro
 the interpreter's exit for that read, that is until the client closed the pipe, and only then
 stopped the embedded PostgreSQL. A daemon thread's pending read does not hold the exit up.
 
-SIGTERM ends the input as its end does (`sigterm_ends_input`): the SDK then ends the server its
-own way, from the event loop.
+SIGTERM (or Ctrl-C) ends the input as its end does (`sigterm_ends_input`): the SDK then ends
+the server its own way, from the event loop.
 
 At the end of the input the calls already read are answered before the server ends (`Calls`),
 within a bound: the SDK cancelled them, and `agmem mcp < calls.jsonl` (or a client that writes
@@ -214,18 +214,21 @@ async def client_lines(calls: Calls) -> AsyncIterator[AsyncIterator[str]]:
 
 @contextmanager
 def sigterm_ends_input(end_input: Callable[[], None]) -> Iterator[None]:
-    """While serving, SIGTERM calls `end_input` from the event loop; a second ends at once.
+    """While serving, SIGTERM or Ctrl-C calls `end_input` from the event loop; a second ends at
+    once.
 
     SIGTERM raised `Terminated` wherever the main thread was. Where that was a finalizer (the
     connection pool's reset of a connection a cancelled call left, run by the garbage
     collector), Python only printed it ("Exception during reset or similar") and the server
     went on answering its client's calls, at full CPU under a flood of them, until the exit
     deadline (2 of 15 SIGTERMs during a flood); raised in a tool's task, it left the SDK's task
-    groups to unwind it, exit 1 with their ExceptionGroup's traceback."""
+    groups to unwind it, exit 1 with their ExceptionGroup's traceback. Ctrl-C cancelled
+    asyncio's main task, which the SDK's tasks unwound with BrokenResourceError: exit 1 and that
+    traceback, 6 of 6 during a flood."""
     loop = asyncio.get_running_loop()
     stopping = False
 
-    def on_sigterm(signum: int, _frame: FrameType | None) -> None:
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
         nonlocal stopping
         if stopping:
             end_at_once(signum)
@@ -234,9 +237,13 @@ def sigterm_ends_input(end_input: Callable[[], None]) -> Iterator[None]:
         end_by_deadline(signum)
         loop.call_soon_threadsafe(end_input)
 
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    previous = {signum: signal.signal(signum, on_signal) for signum in _ENDING}
     try:
         yield
     finally:
-        if not stopping:  # else a second SIGTERM still ends at once
-            signal.signal(signal.SIGTERM, previous)
+        if not stopping:  # else a second signal still ends at once
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+
+_ENDING = (signal.SIGTERM, signal.SIGINT)

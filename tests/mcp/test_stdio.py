@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import select
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -343,3 +345,50 @@ def test_tool_arguments_over_the_body_limit_are_a_tool_error_over_stdio(tmp_path
         "Error executing tool write_memory: PayloadTooLarge: the arguments are 3044 bytes of "
         "JSON, over the limit of 2048 bytes (AGMEM_MAX_BODY_BYTES)"
     )
+
+
+# agmem whose client presses Ctrl-C (SIGINT) while a call is running and more are coming.
+CTRL_C_IN_A_CALL = """
+import asyncio, os, signal
+import app.entry
+from app.memories import reads
+read_memory = reads.read_memory
+async def read_memory_interrupted(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGINT)
+    await asyncio.sleep(0.2)
+    return await read_memory(*args, **kwargs)
+reads.read_memory = read_memory_interrupted
+app.entry.main()
+"""
+
+
+def test_ctrl_c_while_calls_come_answers_the_one_running_and_ends_cleanly(tmp_path: Path) -> None:
+    # Ctrl-C cancelled asyncio's main task: the call running got no answer at all, and during a
+    # flood the SDK's tasks unwound with BrokenResourceError, exit 1 and an ExceptionGroup
+    # traceback (6 of 6).
+    home = tmp_path / "home"
+    server = launched(home, tmp_path, sys.executable, "-c", CTRL_C_IN_A_CALL)
+    assert server.stdin is not None
+    assert server.stdout is not None
+    answers: list[str] = []
+    reader = threading.Thread(target=lambda: answers.extend(server.stdout or ()), daemon=True)
+    reader.start()
+    call = {"name": "read_memory", "arguments": {"key": "a", "scope": "global"}}
+    server.stdin.write(
+        json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}) + "\n"
+    )
+    server.stdin.flush()
+    # More calls until it has ended (its stdin is then closed: BrokenPipeError), at most 10,000.
+    with contextlib.suppress(BrokenPipeError):
+        for i in range(3, 10_000):
+            if server.poll() is not None:
+                break
+            request = json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/list"}) + "\n"
+            os.write(server.stdin.fileno(), request.encode())  # unbuffered: nothing left to flush
+    stderr = stopped(server)
+    reader.join(timeout=30)
+
+    assert any(json.loads(line).get("id") == 2 for line in answers), "the running call unanswered"
+    assert server.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
