@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from types import FrameType, TracebackType
-from typing import Any
+from typing import Any, Self
 
 import anyio
 from mcp.shared._stream_protocols import ReadStream, WriteStream
@@ -86,7 +86,25 @@ class Calls:
         return _Answers(stream, self)
 
 
-class _Requests:
+class _Wrapping:
+    """A stream of the SDK's, wrapped: closing it closes the SDK's."""
+
+    async def aclose(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        _type: type[BaseException] | None,
+        _error: BaseException | None,
+        _tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class _Requests(_Wrapping):
     """The SDK's stream of the client's messages, each noted in `Calls` as the dispatcher takes
     it."""
 
@@ -99,13 +117,13 @@ class _Requests:
         # The dispatcher runs each call in the context its sender had, found here by name.
         return getattr(self.inner, "last_context", None)
 
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
     async def receive(self) -> Received:
         item = await self.inner.receive()
         self.calls.took(item)
         return item
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
     def __aiter__(self) -> _Requests:
         return self
@@ -116,19 +134,8 @@ class _Requests:
         except anyio.EndOfStream:
             raise StopAsyncIteration from None
 
-    async def __aenter__(self) -> _Requests:
-        return self
 
-    async def __aexit__(
-        self,
-        _type: type[BaseException] | None,
-        _error: BaseException | None,
-        _tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-
-class _Answers:
+class _Answers(_Wrapping):
     """The SDK's stream of messages to the client, each answer noted in `Calls` once the writer
     has it (it writes what it has taken before it ends)."""
 
@@ -142,17 +149,6 @@ class _Answers:
 
     async def aclose(self) -> None:
         await self.inner.aclose()
-
-    async def __aenter__(self) -> _Answers:
-        return self
-
-    async def __aexit__(
-        self,
-        _type: type[BaseException] | None,
-        _error: BaseException | None,
-        _tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 @asynccontextmanager
