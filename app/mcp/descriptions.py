@@ -20,6 +20,14 @@ _SCOPES = (
     "project, without it to everyone) or 'global' (visible everywhere)."
 )
 
+# The largest answer of a tool without a budget (its memories or hits as JSON, by the app's
+# token estimate): Claude Code's own cap on an MCP tool's output (MAX_MCP_OUTPUT_TOKENS).
+MAX_ANSWER_TOKENS = 25_000
+_ANSWER_CAP = (
+    f"An answer over {MAX_ANSWER_TOKENS} tokens (as JSON) is refused with AnswerTooLarge, "
+    "which says how to ask for less."
+)
+
 WRITE_MEMORY = f"""\
 Save a value under a hierarchical key, e.g. key='current.task', value='auth refactoring'.
 Writing an existing key updates it (version + 1) and keeps the previous value in its history.
@@ -28,19 +36,22 @@ project_path: absolute path of the project. session_id: your session id (for sco
 ttl: seconds until the memory expires (omit to keep it; null removes expiry).
 tags: labels to filter by later. created_by: your name, e.g. 'claude' or 'gemini'.
 if_version: the version you last read; the write fails with VersionConflict if someone changed
-it since (0 means 'only create'). Returns {{created, memory}}."""
+it since (0 means 'only create'). Returns {{created, memory}}.
+The arguments together may be at most the server's request body limit (8 MiB by default);
+more is refused with PayloadTooLarge."""
 
 READ_MEMORY = f"""\
 Read one memory by exact key, e.g. 'project.architecture'. A key with '*' is a pattern
 ('project.*', '*.todos') and returns every visible match. Without scope, the most specific
 visible memory wins (session, then project, then shared, then global). {_SCOPES}
-Returns {{memory}} (null with a detail when there is none) or {{memories}} for a pattern."""
+Returns {{memory}} (null with a detail when there is none) or {{memories}} for a pattern.
+{_ANSWER_CAP}"""
 
 LIST_MEMORIES = f"""\
 List visible memories sorted by key. pattern: '*' wildcards ('current.*', 'ai.claude.*').
 tags: only memories carrying all of these tags. limit: at most this many (default 50).
 Give project_path (and session_id) to see that project's (and session's) memories;
-global memories are always visible. {_SCOPES} Returns {{memories}}."""
+global memories are always visible. {_SCOPES} Returns {{memories}}. {_ANSWER_CAP}"""
 
 DELETE_MEMORY = f"""\
 Delete the memory a read_memory of this key would return. {_SCOPES}
@@ -54,13 +65,13 @@ memories, and the last session's summary, all within budget tokens (default 500)
 that do not fit are left out and named at the end of the briefing: read them with read_memory
 or give a larger budget."""
 
-SEARCH_MEMORY = """\
+SEARCH_MEMORY = f"""\
 Search everything remembered about a project - memory files, past session transcripts,
 tool observations, session summaries and key/value memories - by meaning and by words
 (hybrid search). query: what you are looking for, in plain words. project_path: limit to one
 project. sources: any of memory, sessions, observation, summary, kv. mode: hybrid (default),
-vector, keyword or weighted. Returns {results: [{source, score, content, path, startLine,
-endLine, sessionId}]}, best first."""
+vector, keyword or weighted. Returns {{results: [{{source, score, content, path, startLine,
+endLine, sessionId}}]}}, best first. {_ANSWER_CAP}"""
 
 GET_CONTEXT = """\
 Get a ready-to-read memory block for a project, relevant to prompt (your current task),

@@ -7,6 +7,7 @@ in memory), like the rest of the API: any number of API processes can answer it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
@@ -43,7 +44,7 @@ from app.db.engine import transaction
 from app.errors import AppError
 from app.llm.embeddings import get_embedder
 from app.mcp import descriptions as text
-from app.mcp.stdio import client_lines
+from app.mcp.stdio import Calls, client_lines
 from app.mcp.wire import surrogates_cleaned
 from app.memories import reads, resume, service
 from app.memories.patterns import is_pattern
@@ -54,6 +55,7 @@ from app.projects import canonical_project
 from app.search.schemas import SearchMode, SearchRequest, SearchSource
 from app.search.service import SearchTuning, search
 from app.state import AppState
+from app.tokens import estimate_tokens
 
 log = structlog.get_logger(__name__)
 
@@ -65,6 +67,14 @@ _SENT: ContextVar[frozenset[str]] = ContextVar("sent_arguments", default=frozens
 
 # A tool's answer lands in the model's context window: larger blocks than this would crowd it.
 MAX_TOOL_BUDGET = 20_000
+
+# How a tool without a budget gets a smaller answer than text.MAX_ANSWER_TOKENS: list_memories
+# answered 0.9 MB into a model's context, read_memory a 20 MB value.
+_UNBUDGETED = {
+    "read_memory": "read that memory with `agmem memory get` or GET /api/memories/{key}",
+    "list_memories": "narrow it with pattern, tags or a smaller limit",
+    "search_memory": "ask for fewer results (limit)",
+}
 
 
 def validation_failed(error: ValidationError) -> str:
@@ -105,6 +115,9 @@ class MemoryServer(MCPServer):
 
     # Read from the tools' schemas at the first call: every tool is added by build_server.
     _arguments: dict[str, list[str]] | None = None
+    # The HTTP API's body limit, which a call's arguments keep to over stdio too (over /mcp the
+    # body already does); set by build_server. A 20 MB value was stored over stdio.
+    argument_bytes: Callable[[], int] | None = None
 
     async def tool_arguments(self, name: str) -> list[str] | None:
         """The arguments tool `name` takes, in order (None for no such tool)."""
@@ -122,9 +135,13 @@ class MemoryServer(MCPServer):
         if known is not None and unknown:
             problem = unknown_fields_message(unknown, known, noun="argument")
             raise ToolError(f"Error executing tool {name}: ValidationFailed: {problem}")
+        if self.argument_bytes is not None:
+            check_argument_size(name, arguments, self.argument_bytes())
         sent = _SENT.set(frozenset(arguments))
         try:
-            return await super().call_tool(name, arguments, context)
+            result = await super().call_tool(name, arguments, context)
+            check_answer_size(name, arguments, result)
+            return result
         except ToolError as error:
             cause = error.__cause__
             if not isinstance(cause, ValidationError) or isinstance(error, UnexpectedToolError):
@@ -137,21 +154,63 @@ class MemoryServer(MCPServer):
     async def run_stdio_async(self) -> None:
         # The SDK's, with stdin read by our daemon thread (app/mcp/stdio.py): a SIGTERM waited
         # for the client to close the pipe. stdout is still the SDK's.
-        async with client_lines() as lines:
+        try:
+            await self._serve_stdio()
+        except* BrokenPipeError:
+            # Its client is gone (it died, or closed its end): nobody is left to answer. The
+            # SDK's writer raised it out of its task group, exit 1 with a traceback.
+            log.warning("mcp.stdio.client_gone", detail="the client closed its end of stdout")
+
+    async def _serve_stdio(self) -> None:
+        # Its calls are counted, so that the end of the input lets those read be answered.
+        calls = Calls()
+        async with client_lines(calls) as lines:
             # The SDK only iterates `stdin`, one line at a time.
             async with stdio_server(stdin=cast("anyio.AsyncFile[str]", lines)) as (read, write):
                 server = self._lowlevel_server
-                await server.run(read, write, server.create_initialization_options())
+                options = server.create_initialization_options()
+                await server.run(calls.requests(read), calls.answers(write), options)
+
+
+def check_argument_size(name: str, arguments: dict[str, Any], limit: int) -> None:
+    """Refuse a call whose arguments, as JSON, are over `limit` bytes, as HTTP's 413 does."""
+    size = len(json.dumps(arguments, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    if size > limit:
+        raise ToolError(
+            f"Error executing tool {name}: PayloadTooLarge: the arguments are {size} bytes of "
+            f"JSON, over the limit of {limit} bytes (AGMEM_MAX_BODY_BYTES)"
+        )
+
+
+def check_answer_size(
+    name: str, arguments: dict[str, Any], result: CallToolResult | InputRequiredResult
+) -> None:
+    """Refuse an answer of a tool without a budget that is over text.MAX_ANSWER_TOKENS, saying
+    how to get a smaller one."""
+    hint = _UNBUDGETED.get(name)
+    if hint is None or not isinstance(result, CallToolResult) or result.is_error:
+        return
+    tokens = estimate_tokens(json.dumps(result.structured_content, ensure_ascii=False))
+    if tokens > text.MAX_ANSWER_TOKENS:
+        if name == "read_memory" and not is_pattern(str(arguments.get("key"))):
+            hint = hint.replace("{key}", str(arguments.get("key")))
+        elif name == "read_memory":
+            hint = "use list_memories with a narrower pattern, tags or a limit"
+        raise ToolError(
+            f"Error executing tool {name}: AnswerTooLarge: the answer is about {tokens} tokens, "
+            f"over the {text.MAX_ANSWER_TOKENS} a tool answers into a model's context; {hint}"
+        )
 
 
 def build_server(state: StateProvider, *, default_project: str | None = None) -> MCPServer:
     """The memory tools, bound to the database of `state()` at call time."""
-    mcp: MCPServer = MemoryServer(
+    mcp = MemoryServer(
         name="antigravity-mem",
         instructions=text.INSTRUCTIONS,
         version="0.1.0",
         log_level="WARNING",
     )
+    mcp.argument_bytes = lambda: state().settings.max_body_bytes
 
     def project(project_path: str | None) -> str | None:
         chosen = project_path or default_project

@@ -4,6 +4,13 @@ The SDK's stdio transport reads stdin with `readline` in an AnyIO worker thread,
 daemon thread: after SIGTERM (how a client stops the server it launched) the process waited in
 the interpreter's exit for that read, that is until the client closed the pipe, and only then
 stopped the embedded PostgreSQL. A daemon thread's pending read does not hold the exit up.
+
+SIGTERM (or Ctrl-C) ends the input as its end does (`sigterm_ends_input`): the SDK then ends
+the server its own way, from the event loop.
+
+At the end of the input the calls already read are answered before the server ends (`Calls`),
+within a bound: the SDK cancelled them, and `agmem mcp < calls.jsonl` (or a client that writes
+its requests and closes the pipe) had every call answered "Connection closed".
 """
 
 from __future__ import annotations
@@ -11,18 +18,144 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
+import signal
 import threading
-from collections.abc import AsyncIterator
-from concurrent.futures import CancelledError
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
+from types import FrameType, TracebackType
+from typing import Any, Self
 
+import anyio
+from mcp.shared._stream_protocols import ReadStream, WriteStream
+from mcp.shared.message import SessionMessage
+from mcp.types import JSONRPCError, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
+
+from app.entry import end_at_once, end_by_deadline, signalled
 from app.mcp.wire import surrogates_cleaned
+
+# How long the calls read before the end of the input may take to be answered; then the SDK
+# cancels what is left ("Connection closed"). After SIGTERM, shorter: the SDK's own client
+# kills the server 2 s after its SIGTERM (the MCP spec's stdio shutdown: close the input, wait,
+# SIGTERM, wait, SIGKILL), and the embedded PostgreSQL is still to be stopped.
+ANSWER_AT_END_SECONDS = 10.0
+ANSWER_AFTER_SIGTERM_SECONDS = 0.5
+
+Received = SessionMessage | Exception
+
+
+@dataclass
+class Calls:
+    """The client's requests that the server has read and not yet answered."""
+
+    handed: int = 0  # lines handed to the SDK's transport
+    taken: int = 0  # messages (or unreadable lines) the SDK's dispatcher has taken
+    unanswered: set[Any] = field(default_factory=set)
+
+    def took(self, item: Received) -> None:
+        self.taken += 1
+        if not isinstance(item, SessionMessage):
+            return
+        message = item.message
+        if isinstance(message, JSONRPCRequest):
+            self.unanswered.add(message.id)
+        elif (
+            isinstance(message, JSONRPCNotification) and message.method == "notifications/cancelled"
+        ):
+            # The SDK answers no call its client cancelled (as the spec says).
+            request = (message.params or {}).get("requestId")
+            if isinstance(request, int | str):
+                self.unanswered.discard(request)
+
+    def answered(self, item: SessionMessage) -> None:
+        message = item.message
+        if isinstance(message, JSONRPCResponse | JSONRPCError):
+            self.unanswered.discard(message.id)
+
+    async def all_answered(self, seconds: float) -> None:
+        """Return once every call read is answered, or after `seconds`."""
+        with anyio.move_on_after(seconds):
+            # Polled, and only at the end: counting here costs the calls nothing.
+            while self.taken < self.handed or self.unanswered:
+                await anyio.sleep(0.005)
+
+    def requests(self, stream: ReadStream[Received]) -> ReadStream[Received]:
+        return _Requests(stream, self)
+
+    def answers(self, stream: WriteStream[SessionMessage]) -> WriteStream[SessionMessage]:
+        return _Answers(stream, self)
+
+
+class _Wrapping:
+    """A stream of the SDK's, wrapped: closing it closes the SDK's."""
+
+    async def aclose(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        _type: type[BaseException] | None,
+        _error: BaseException | None,
+        _tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class _Requests(_Wrapping):
+    """The SDK's stream of the client's messages, each noted in `Calls` as the dispatcher takes
+    it."""
+
+    def __init__(self, inner: ReadStream[Received], calls: Calls) -> None:
+        self.inner = inner
+        self.calls = calls
+
+    @property
+    def last_context(self) -> object:
+        # The dispatcher runs each call in the context its sender had, found here by name.
+        return getattr(self.inner, "last_context", None)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    async def receive(self) -> Received:
+        item = await self.inner.receive()
+        self.calls.took(item)
+        return item
+
+    def __aiter__(self) -> _Requests:
+        return self
+
+    async def __anext__(self) -> Received:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+
+class _Answers(_Wrapping):
+    """The SDK's stream of messages to the client, each answer noted in `Calls` once the writer
+    has it (it writes what it has taken before it ends)."""
+
+    def __init__(self, inner: WriteStream[SessionMessage], calls: Calls) -> None:
+        self.inner = inner
+        self.calls = calls
+
+    async def send(self, item: SessionMessage, /) -> None:
+        await self.inner.send(item)
+        self.calls.answered(item)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
 
 
 @asynccontextmanager
-async def client_lines() -> AsyncIterator[AsyncIterator[str]]:
+async def client_lines(calls: Calls) -> AsyncIterator[AsyncIterator[str]]:
     """The lines on stdin, as the SDK's transport reads them (UTF-8, undecodable bytes replaced),
-    with their lone surrogate escapes cleaned as over HTTP.
+    with their lone surrogate escapes cleaned as over HTTP; SIGTERM ends them. Each line handed
+    over is counted in `calls`, and once they end the calls read are let answer.
 
     While they are read, fd 0 is the null device, as the SDK arranges it, so that nothing else
     in the process or its children reads the protocol; it is given back at the end."""
@@ -31,13 +164,14 @@ async def client_lines() -> AsyncIterator[AsyncIterator[str]]:
     os.dup2(null, 0)
     os.close(null)
     loop = asyncio.get_running_loop()
+    handed: asyncio.Queue[str | None] = asyncio.Queue()
     # One line at a time: a client writing faster than the server answers waits, as before.
-    handed: asyncio.Queue[str | None] = asyncio.Queue(maxsize=1)
+    taken = threading.Semaphore(1)
 
     def hand_over(line: str | None) -> bool:
         try:
-            asyncio.run_coroutine_threadsafe(handed.put(line), loop).result()
-        except (RuntimeError, CancelledError):  # the server has ended, its loop with it
+            loop.call_soon_threadsafe(handed.put_nowait, line)
+        except RuntimeError:  # the server has ended, its loop with it
             return False
         return True
 
@@ -47,16 +181,65 @@ async def client_lines() -> AsyncIterator[AsyncIterator[str]]:
             for line in stream:
                 # A lone surrogate's escape made the SDK drop the line: the call had no answer.
                 text = surrogates_cleaned(line).decode("utf-8", errors="replace")
+                taken.acquire()
                 if not hand_over(text):
                     return
         hand_over(None)
 
+    answer_within = ANSWER_AT_END_SECONDS
+
     async def lines() -> AsyncIterator[str]:
         while (line := await handed.get()) is not None:
+            taken.release()
+            calls.handed += 1
             yield line
+        await calls.all_answered(answer_within)
+
+    def end_by_signal() -> None:
+        nonlocal answer_within
+        answer_within = ANSWER_AFTER_SIGTERM_SECONDS
+        handed.put_nowait(None)
 
     threading.Thread(target=read, name="mcp-stdin", daemon=True).start()
     try:
-        yield lines()
+        with sigterm_ends_input(end_by_signal):
+            yield lines()
     finally:
         os.dup2(wire, 0)
+
+
+@contextmanager
+def sigterm_ends_input(end_input: Callable[[], None]) -> Iterator[None]:
+    """While serving, SIGTERM or Ctrl-C calls `end_input` from the event loop; a second ends at
+    once.
+
+    SIGTERM raised `Terminated` wherever the main thread was. Where that was a finalizer (the
+    connection pool's reset of a connection a cancelled call left, run by the garbage
+    collector), Python only printed it ("Exception during reset or similar") and the server
+    went on answering its client's calls, at full CPU under a flood of them, until the exit
+    deadline (2 of 15 SIGTERMs during a flood); raised in a tool's task, it left the SDK's task
+    groups to unwind it, exit 1 with their ExceptionGroup's traceback. Ctrl-C cancelled
+    asyncio's main task, which the SDK's tasks unwound with BrokenResourceError: exit 1 and that
+    traceback, 6 of 6 during a flood."""
+    loop = asyncio.get_running_loop()
+    stopping = False
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        nonlocal stopping
+        if stopping:
+            end_at_once(signum)
+        stopping = True
+        signalled()  # one more while the embedded server stops at exit stops it at once
+        end_by_deadline(signum)
+        loop.call_soon_threadsafe(end_input)
+
+    previous = {signum: signal.signal(signum, on_signal) for signum in _ENDING}
+    try:
+        yield
+    finally:
+        if not stopping:  # else a second signal still ends at once
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+
+_ENDING = (signal.SIGTERM, signal.SIGINT)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 import string
 from datetime import UTC, datetime
 from typing import Any
@@ -347,3 +348,40 @@ def test_a_ttl_of_null_removes_the_expiry_as_the_description_says(live_server: L
     assert forever["ttl"] is None
     assert forever["expiresAt"] is None
     assert forever["tags"] == []  # a null clears them, as in a PUT's body
+
+
+def test_an_answer_too_large_for_a_models_context_is_a_tool_error_saying_what_to_do(
+    live_server: LiveServer,
+) -> None:
+    # list_memories answered 0.9 MB into the model's context, read_memory a 20 MB value.
+    big = "x" * 60_000  # 15,000 tokens by the app's estimate: one fits, two do not
+    huge = "y" * 120_000
+
+    async def main() -> list[Any]:
+        async with Client(f"{live_server.url}/mcp") as client:
+            for key, value in (("big.a", big), ("big.b", big), ("huge", huge)):
+                arguments = {"key": key, "value": value, "scope": "global"}
+                structured(await client.call_tool("write_memory", arguments))
+            calls = [
+                ("read_memory", {"key": "big.a", "scope": "global"}),
+                ("read_memory", {"key": "huge", "scope": "global"}),
+                ("read_memory", {"key": "big.*", "scope": "global"}),
+                ("list_memories", {"pattern": "big.*", "scope": "global"}),
+                ("list_memories", {"pattern": "big.*", "scope": "global", "limit": 1}),
+            ]
+            return [await client.call_tool(name, arguments) for name, arguments in calls]
+
+    one, too_large, pattern, listed, limited = asyncio.run(main())
+    assert structured(one)["memory"]["value"] == big
+    assert structured(limited)["memories"][0]["value"] == big
+    assert too_large.is_error
+    assert re.fullmatch(
+        r"Error executing tool read_memory: AnswerTooLarge: the answer is about 30\d\d\d tokens, "
+        r"over the 25000 a tool answers into a model's context; read that memory with "
+        r"`agmem memory get` or GET /api/memories/huge",
+        too_large.content[0].text,
+    ), too_large.content[0].text
+    assert pattern.is_error
+    assert "use list_memories with a narrower pattern" in pattern.content[0].text
+    assert listed.is_error
+    assert listed.content[0].text.endswith("narrow it with pattern, tags or a smaller limit")

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import select
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -221,4 +223,172 @@ def test_an_exit_stuck_after_sigterm_ends_by_its_deadline_with_the_server_stoppe
 
     assert server.returncode == 143, stderr
     assert "agmem: terminated" in stderr
+    assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
+
+
+# agmem whose SIGTERM arrives while a finalizer runs, as the connection pool's reset of a
+# connection runs when the garbage collector collects it (seen in the mcp16 flood: "Exception
+# during reset or similar ... app.entry.Terminated", then 20 s more of answering calls).
+SIGTERM_IN_A_FINALIZER = """
+import os, signal
+import app.entry
+from app.memories import reads
+app.entry.EXIT_DEADLINE_SECONDS = 600.0
+class SignalledWhenCollected:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        sum(range(1000))  # the signal's handler runs here, in the finalizer
+read_memory = reads.read_memory
+async def read_memory_signalled(*args, **kwargs):
+    SignalledWhenCollected()
+    return await read_memory(*args, **kwargs)
+reads.read_memory = read_memory_signalled
+app.entry.main()
+"""
+
+
+def test_sigterm_that_arrives_in_a_finalizer_still_ends_it(tmp_path: Path) -> None:
+    # The handler raised Terminated in the finalizer, where Python only printed it ("Exception
+    # ignored in"): the server went on serving until its client closed stdin.
+    home = tmp_path / "home"
+    server = launched(home, tmp_path, sys.executable, "-c", SIGTERM_IN_A_FINALIZER)
+    assert server.stdin is not None
+    call = {"name": "read_memory", "arguments": {"key": "a", "scope": "global"}}
+    server.stdin.write(
+        json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}) + "\n"
+    )
+    server.stdin.flush()
+
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.stdin.close()  # the end of its input stops it (in `stopped`)
+    ended = server.returncode is not None
+    stderr = stopped(server)
+
+    assert ended, f"SIGTERM did not end it: {stderr}"
+    assert server.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
+
+
+def test_the_calls_read_before_the_end_of_input_are_answered(tmp_path: Path) -> None:
+    # `agmem mcp < calls.jsonl`, or a client that writes its requests and closes the pipe: the
+    # SDK cancelled the calls in flight at the end of the input, each answered "Connection
+    # closed", the memory never written.
+    hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "c"}}
+    write = {"name": "write_memory", "arguments": {"key": "k", "value": "v", "scope": "global"}}
+    context = {"name": "get_context", "arguments": {"project_path": str(tmp_path)}}
+    messages = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": write},
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": context},
+    ]
+    home = tmp_path / "home"
+    server = subprocess.run(
+        [AGMEM, "mcp", "-p", str(tmp_path)],
+        env=agmem_env(AGMEM_HOME=str(home)),
+        input="".join(json.dumps(message) + "\n" for message in messages),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert server.returncode == 0, server.stderr
+    answers = {answer["id"]: answer for answer in map(json.loads, server.stdout.splitlines())}
+    assert sorted(answers) == [1, 2, 3]
+    assert answers[2]["result"]["structuredContent"]["created"] is True, answers[2]
+    assert "<memory>" in answers[3]["result"]["structuredContent"]["context"], answers[3]
+    assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
+
+
+def test_a_client_gone_before_its_answer_ends_it_without_a_traceback(tmp_path: Path) -> None:
+    # A client that died (its end of stdout closed, then its stdin): writing the answer failed
+    # with BrokenPipeError, exit 1 with the SDK's ExceptionGroup traceback.
+    home = tmp_path / "home"
+    server = launched(home, tmp_path)
+    assert server.stdin is not None
+    assert server.stdout is not None
+    server.stdout.close()
+    call = {"name": "read_memory", "arguments": {"key": "a", "scope": "global"}}
+    server.stdin.write(
+        json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}) + "\n"
+    )
+    server.stdin.close()
+    stderr = stopped(server)
+
+    assert server.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    assert "mcp.stdio.client_gone" in stderr
+    assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
+
+
+def test_tool_arguments_over_the_body_limit_are_a_tool_error_over_stdio(tmp_path: Path) -> None:
+    # Over /mcp the HTTP body limit refuses them (413); over stdio a 20 MB value was stored.
+    home = tmp_path / "home"
+    server = launched(home, tmp_path, AGMEM_MAX_BODY_BYTES="2048")
+    arguments = {"key": "k", "value": "v" * 3000, "scope": "global"}
+    params = {"name": "write_memory", "arguments": arguments}
+    try:
+        answered = answer(
+            server,
+            json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params}),
+        )
+    finally:
+        server.terminate()
+        stopped(server)
+
+    assert answered is not None, "no answer"
+    assert answered["result"]["isError"] is True
+    assert answered["result"]["content"][0]["text"] == (
+        "Error executing tool write_memory: PayloadTooLarge: the arguments are 3044 bytes of "
+        "JSON, over the limit of 2048 bytes (AGMEM_MAX_BODY_BYTES)"
+    )
+
+
+# agmem whose client presses Ctrl-C (SIGINT) while a call is running and more are coming.
+CTRL_C_IN_A_CALL = """
+import asyncio, os, signal
+import app.entry
+from app.memories import reads
+read_memory = reads.read_memory
+async def read_memory_interrupted(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGINT)
+    await asyncio.sleep(0.2)
+    return await read_memory(*args, **kwargs)
+reads.read_memory = read_memory_interrupted
+app.entry.main()
+"""
+
+
+def test_ctrl_c_while_calls_come_answers_the_one_running_and_ends_cleanly(tmp_path: Path) -> None:
+    # Ctrl-C cancelled asyncio's main task: the call running got no answer at all, and during a
+    # flood the SDK's tasks unwound with BrokenResourceError, exit 1 and an ExceptionGroup
+    # traceback (6 of 6).
+    home = tmp_path / "home"
+    server = launched(home, tmp_path, sys.executable, "-c", CTRL_C_IN_A_CALL)
+    assert server.stdin is not None
+    assert server.stdout is not None
+    answers: list[str] = []
+    reader = threading.Thread(target=lambda: answers.extend(server.stdout or ()), daemon=True)
+    reader.start()
+    call = {"name": "read_memory", "arguments": {"key": "a", "scope": "global"}}
+    server.stdin.write(
+        json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}) + "\n"
+    )
+    server.stdin.flush()
+    # More calls until it has ended (its stdin is then closed: BrokenPipeError), at most 10,000.
+    with contextlib.suppress(BrokenPipeError):
+        for i in range(3, 10_000):
+            if server.poll() is not None:
+                break
+            request = json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/list"}) + "\n"
+            os.write(server.stdin.fileno(), request.encode())  # unbuffered: nothing left to flush
+    stderr = stopped(server)
+    reader.join(timeout=30)
+
+    assert any(json.loads(line).get("id") == 2 for line in answers), "the running call unanswered"
+    assert server.returncode == 0, stderr
+    assert "Traceback" not in stderr
     assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
