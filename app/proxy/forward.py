@@ -41,6 +41,7 @@ _HOP_BY_HOP = frozenset(
 _REQUEST_DROP = _HOP_BY_HOP | {"accept-encoding"}
 _RESPONSE_DROP = _HOP_BY_HOP | {"content-encoding", "date", "server"}
 OUR_HEADER_PREFIX = "x-agmem-"
+_CORS_PREFIX = "access-control-"
 
 _KEY_IN_TEXT = re.compile(r"(key=)[^&\s'\"]+", re.IGNORECASE)
 
@@ -84,8 +85,14 @@ def request_headers(headers: Headers) -> list[tuple[str, str]]:
 
 
 def response_headers(headers: httpx.Headers) -> list[tuple[str, str]]:
-    """The upstream's headers minus hop-by-hop ones and those that describe the raw transfer."""
-    return [(name, value) for name, value in headers.multi_items() if name not in _RESPONSE_DROP]
+    """The upstream's headers minus hop-by-hop ones, those that describe the raw transfer and its
+    CORS: which pages may read an answer is this service's rule (app/api/origins.py), and an
+    upstream's `Access-Control-Allow-Origin` beside ours made two, which a browser refuses."""
+    return [
+        (name, value)
+        for name, value in headers.multi_items()
+        if name not in _RESPONSE_DROP and not name.startswith(_CORS_PREFIX)
+    ]
 
 
 @cache

@@ -48,3 +48,21 @@ def test_a_web_page_cannot_send_a_call_through_the_proxy(
     assert EVIL in response.json()["detail"]
     assert forwarded == []
     assert db.execute("SELECT count(*) FROM sessions").fetchone() == (0,)
+
+
+def test_a_page_of_this_machine_gets_one_allow_origin_through_the_proxy(
+    start_proxy: ProxyFactory,
+) -> None:
+    # The upstream answers a call with an Origin with CORS of its own; relayed beside ours, the
+    # answer named the origin twice, and a browser refuses an answer whose header has two values.
+    page = "http://localhost:3000"
+    with start_proxy() as proxy:
+        response = httpx.post(
+            f"{proxy.url}/v1beta/models/gemini-2.5-flash:generateContent",
+            json={"contents": [{"role": "user", "parts": [{"text": "hi"}]}]},
+            headers={"Origin": page},
+        )
+
+    assert response.status_code == 200
+    assert response.headers.get_list("access-control-allow-origin") == [page]
+    assert "access-control-expose-headers" not in response.headers

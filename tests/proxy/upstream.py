@@ -61,6 +61,13 @@ def _handler(fake: FakeUpstream) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:
             return
 
+        def send_cors(self) -> None:
+            # As Google's API answers a browser's call: its own CORS for the caller's origin.
+            origin = self.headers.get("origin")
+            if origin:
+                self.send_header("access-control-allow-origin", origin)
+                self.send_header("access-control-expose-headers", "x-upstream-marker")
+
         def do_POST(self) -> None:
             length = int(self.headers.get("content-length") or 0)
             raw = self.rfile.read(length) if length else b""
@@ -77,6 +84,7 @@ def _handler(fake: FakeUpstream) -> type[BaseHTTPRequestHandler]:
                 self.send_header("content-type", "application/json; charset=UTF-8")
                 self.send_header("content-length", str(len(payload)))
                 self.send_header("x-upstream-marker", "fake")
+                self.send_cors()
                 self.end_headers()
                 self.wfile.write(payload)
                 return
@@ -84,6 +92,7 @@ def _handler(fake: FakeUpstream) -> type[BaseHTTPRequestHandler]:
             self.send_header("content-type", "text/event-stream")
             self.send_header("transfer-encoding", "chunked")
             self.send_header("x-upstream-marker", "fake")
+            self.send_cors()
             self.end_headers()
             pieces = answer.raw_chunks or sse_bytes(answer.chunks)
             try:
