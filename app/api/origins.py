@@ -17,7 +17,7 @@ too) are answered here, before the token rule: a browser never sends credentials
 
 from __future__ import annotations
 
-import fnmatch
+import re
 from collections.abc import Iterable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -28,14 +28,18 @@ from app.config import is_loopback_host
 # Only code the user installed runs under these; a web page cannot claim one.
 EXTENSION_ORIGINS = ("chrome-extension://*", "moz-extension://*", "safari-web-extension://*")
 
-PREFLIGHT_METHODS = b"GET, POST, PUT, DELETE"
+PREFLIGHT_METHODS = b"GET, POST, PUT, PATCH, DELETE"  # the proxy's passthrough takes PATCH
 
 
 class OriginPolicy:
     """Whether a browser origin may call the service (`extra`: AGMEM_ALLOWED_ORIGINS)."""
 
     def __init__(self, extra: Iterable[str] = ()) -> None:
-        self.patterns = (*EXTENSION_ORIGINS, *(origin.lower() for origin in extra))
+        # Only `*` is a wildcard: fnmatch's `[...]` and `?` broke `http://[fd00::5]:3000`.
+        self.patterns = [
+            re.compile(".*".join(re.escape(part) for part in pattern.split("*")))
+            for pattern in (*EXTENSION_ORIGINS, *(origin.lower() for origin in extra))
+        ]
         # Browsers send one origin per page and one Host spelling; the verdicts are kept (bounded).
         self.verdicts: dict[tuple[bytes, bytes | None], bool] = {}
 
@@ -49,13 +53,28 @@ class OriginPolicy:
         return verdict
 
     def _judge(self, origin: str, host: bytes | None) -> bool:
-        if any(fnmatch.fnmatchcase(origin, pattern) for pattern in self.patterns):
+        if any(pattern.fullmatch(origin) for pattern in self.patterns):
             return True
         scheme, separator, authority = origin.partition("://")
         if not separator or scheme not in ("http", "https"):
             return False  # `null` (a sandboxed frame, a data: URL: any page can open one)
         same_origin = host is not None and authority == host.decode("latin-1").lower()
         return same_origin or is_loopback_host(host_name(authority))
+
+
+CROSS_SITE_DETAIL = (
+    "this service does not answer what another site's page loads from it (an image, a script, a "
+    "frame: Sec-Fetch-Site cross-site); open it from the address bar, or call it from an "
+    "extension or AGMEM_ALLOWED_ORIGINS"
+)
+
+
+def _top_level_navigation(scope: Scope) -> bool:
+    """A link followed to the service, which the user sees (`/docs` from a README). A browser
+    sends no Origin with a GET it makes for an `<img>`, `<script>` or frame of another site's
+    page: such a GET of a memory counted as a read, and its status told the page whether the
+    key exists."""
+    return _headers(scope, b"sec-fetch-dest").get(b"sec-fetch-dest") == b"document"
 
 
 def _headers(scope: Scope, *names: bytes) -> dict[bytes, bytes]:
@@ -74,12 +93,17 @@ class BrowserOriginMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        origin = None
+        origin = fetch_site = None
         for key, value in scope["headers"]:
             if key == b"origin":
                 origin = bytes(value)
                 break
+            if key == b"sec-fetch-site":
+                fetch_site = value
         if origin is None:
+            if fetch_site == b"cross-site" and not _top_level_navigation(scope):
+                await send_error(send, 403, "ForbiddenOrigin", CROSS_SITE_DETAIL)
+                return
             await self.app(scope, receive, send)
             return
         headers = _headers(
@@ -118,7 +142,6 @@ async def _answer_preflight(
         *cors,
         (b"access-control-allow-methods", PREFLIGHT_METHODS),
         (b"access-control-max-age", b"600"),
-        (b"content-length", b"0"),
     ]
     if b"access-control-request-headers" in asked:
         headers.append((b"access-control-allow-headers", asked[b"access-control-request-headers"]))

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from app.api.origins import OriginPolicy
 from app.main import create_app
 from tests.conftest import make_settings
 
@@ -101,3 +102,62 @@ def test_allowed_origins_setting_reads_a_comma_list(tmp_path: Any) -> None:
     settings = make_settings(home=tmp_path, allowed_origins=" https://A.example/ ,, null")
 
     assert settings.allowed_origins == ["https://a.example", "null"]
+
+
+def test_a_preflight_allows_every_method_the_proxy_forwards(on_loopback: TestClient) -> None:
+    # google-genai's caches.update is a PATCH, which the proxy's passthrough forwards.
+    response = on_loopback.options(
+        "/v1beta/cachedContents/abc",
+        headers={"Origin": "http://localhost:3000", "Access-Control-Request-Method": "PATCH"},
+    )
+
+    assert response.status_code == 204
+    assert "PATCH" in response.headers["access-control-allow-methods"].split(", ")
+    # RFC 9110 8.6: a 204 carries no Content-Length.
+    assert "content-length" not in response.headers
+
+
+def test_only_a_star_is_a_wildcard_in_allowed_origins() -> None:
+    # fnmatch read `[fd00::5]` as a character class and `?` as any character.
+    policy = OriginPolicy(
+        ["http://[fd00::5]:3000", "https://a?b.example", "https://*.corp.example"]
+    )
+    host = b"127.0.0.1:37777"
+
+    assert policy.allows(b"http://[fd00::5]:3000", host)
+    assert not policy.allows(b"http://f:3000", host)
+    assert policy.allows(b"https://a?b.example", host)
+    assert not policy.allows(b"https://axb.example", host)
+    assert policy.allows(b"https://wiki.corp.example", host)
+
+
+@pytest.mark.parametrize("destination", ["image", "script", "iframe", "empty"])
+def test_another_site_s_page_cannot_read_a_memory_without_an_origin(
+    on_loopback: TestClient, destination: str
+) -> None:
+    # An <img> or <script> GET carries no Origin, but the browser says where it comes from; such
+    # a GET of a memory counted as a read (accessCount, accessedAt), and its answer's status told
+    # the page whether the key exists.
+    key = f"current.task.{destination}"
+    on_loopback.put(f"/api/memories/{key}", json={"value": "ship it", "scope": "global"})
+    cross_site = {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Dest": destination}
+
+    response = on_loopback.get(f"/api/memories/{key}?scope=global", headers=cross_site)
+    read = on_loopback.get(f"/api/memories/{key}?scope=global").json()
+
+    assert response.status_code == 403
+    assert response.json()["error"] == "ForbiddenOrigin"
+    assert read["accessCount"] == 1
+
+
+@pytest.mark.parametrize(
+    "fetch",
+    [{"Sec-Fetch-Site": "none"}, {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Dest": "document"}],
+)
+def test_the_user_s_own_navigation_is_answered(
+    on_loopback: TestClient, fetch: dict[str, str]
+) -> None:
+    # Typed in the address bar, or a link followed to the service's /docs: the user sees it.
+    response = on_loopback.get("/api/memories", headers=fetch)
+
+    assert response.status_code == 200
