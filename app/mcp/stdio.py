@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import math
 import os
 import signal
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
@@ -51,6 +53,9 @@ class Calls:
     handed: int = 0  # lines handed to the SDK's transport
     taken: int = 0  # messages (or unreadable lines) the SDK's dispatcher has taken
     unanswered: set[Any] = field(default_factory=set)
+    # When the wait for them ends at the latest (time.monotonic()): set at the end of the input,
+    # brought in by a signal, even one that comes during that wait.
+    give_up_at: float = math.inf
 
     def took(self, item: Received) -> None:
         self.taken += 1
@@ -72,12 +77,14 @@ class Calls:
         if isinstance(message, JSONRPCResponse | JSONRPCError):
             self.unanswered.discard(message.id)
 
-    async def all_answered(self, seconds: float) -> None:
-        """Return once every call read is answered, or after `seconds`."""
-        with anyio.move_on_after(seconds):
-            # Polled, and only at the end: counting here costs the calls nothing.
-            while self.taken < self.handed or self.unanswered:
-                await anyio.sleep(0.005)
+    def answer_within(self, seconds: float) -> None:
+        self.give_up_at = min(self.give_up_at, time.monotonic() + seconds)
+
+    async def all_answered(self) -> None:
+        """Return once every call read is answered, or at `give_up_at`."""
+        # Polled, and only at the end: counting here costs the calls nothing.
+        while (self.taken < self.handed or self.unanswered) and time.monotonic() < self.give_up_at:
+            await anyio.sleep(0.005)
 
     def requests(self, stream: ReadStream[Received]) -> ReadStream[Received]:
         return _Requests(stream, self)
@@ -186,18 +193,18 @@ async def client_lines(calls: Calls) -> AsyncIterator[AsyncIterator[str]]:
                     return
         hand_over(None)
 
-    answer_within = ANSWER_AT_END_SECONDS
-
     async def lines() -> AsyncIterator[str]:
         while (line := await handed.get()) is not None:
             taken.release()
             calls.handed += 1
             yield line
-        await calls.all_answered(answer_within)
+        calls.answer_within(ANSWER_AT_END_SECONDS)
+        await calls.all_answered()
 
     def end_by_signal() -> None:
-        nonlocal answer_within
-        answer_within = ANSWER_AFTER_SIGTERM_SECONDS
+        # A SIGTERM during the wait at the end of the input cuts it too: the spec's client sends
+        # it 2 s after closing the input, and its SIGKILL 2 s later, before a 10 s wait ended.
+        calls.answer_within(ANSWER_AFTER_SIGTERM_SECONDS)
         handed.put_nowait(None)
 
     threading.Thread(target=read, name="mcp-stdin", daemon=True).start()

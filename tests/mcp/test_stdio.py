@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 from mcp import Client, StdioServerParameters
 from typer.testing import CliRunner
 
@@ -391,4 +392,45 @@ def test_ctrl_c_while_calls_come_answers_the_one_running_and_ends_cleanly(tmp_pa
     assert any(json.loads(line).get("id") == 2 for line in answers), "the running call unanswered"
     assert server.returncode == 0, stderr
     assert "Traceback" not in stderr
+    assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
+
+
+# agmem whose every read_memory hangs (a lock wait, a slow provider).
+HUNG_CALL = """
+import asyncio
+import app.entry
+from app.memories import reads
+async def read_memory_hung(*args, **kwargs):
+    await asyncio.sleep(60)
+reads.read_memory = read_memory_hung
+app.entry.main()
+"""
+
+
+def test_sigterm_after_the_end_of_input_cuts_the_wait_for_the_calls_read(tmp_path: Path) -> None:
+    # The MCP spec's stdio shutdown: the client closes stdin, waits, sends SIGTERM, waits, then
+    # SIGKILL (2 s each in the SDK's client). The wait for the calls read began at the end of
+    # input and kept its 10 s after the SIGTERM: the SIGKILL came first, and the embedded
+    # PostgreSQL was left running.
+    home = tmp_path / "home"
+    server = launched(home, tmp_path, sys.executable, "-c", HUNG_CALL)
+    assert server.stdin is not None
+    call = {"name": "read_memory", "arguments": {"key": "a", "scope": "global"}}
+    server.stdin.write(
+        json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}) + "\n"
+    )
+    server.stdin.close()
+    with pytest.raises(subprocess.TimeoutExpired):
+        server.wait(timeout=1)  # waiting for the hung call, as it should
+
+    server.terminate()
+    try:
+        server.wait(timeout=5)  # 0.5 s for the call, then PostgreSQL's stop; it was 9 s more
+    except subprocess.TimeoutExpired:
+        pass
+    ended = server.returncode is not None
+    stderr = stopped(server)
+
+    assert ended, f"SIGTERM did not cut the wait: {stderr}"
+    assert server.returncode == 0, stderr
     assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
