@@ -216,6 +216,33 @@ def _assignment(match: re.Match[str]) -> str:
     return f"{match.group('name')}{match.group('sep')}{quote}{REDACTED}{quote}"
 
 
+# What may stand between a shell separator (or a quote opening a `sh -c "..."`) and a command
+# word: blanks, a prompt, a YAML list item or step key (`- `, `run: `), and a command that runs
+# another (`sudo`, `env X=1`, `docker exec -it db`, `kubectl exec pod --`).
+_COMMAND_HEAD = re.compile(
+    r"[ \t]*(?:[$#>%][ \t]+|-[ \t]+|[\w\-]+:[ \t]+)?"
+    r"(?:(?:sudo|doas|env|exec|time|nohup|nice|command|xargs|timeout|watch|docker|podman"
+    r"|kubectl|oc|ssh|nerdctl)[ \t][^\n]*)?"
+)
+_SHELL_SEPARATOR = re.compile(r"[\n|;&(`\"']")
+
+
+def _at_command(s: str, start: int) -> bool:
+    """Whether `start` in `s` begins a command: what precedes it since the last shell separator
+    (within 200 characters) is nothing, a prompt or a command running another."""
+    head = s[max(0, start - 200) : start]
+    if start > 200 and not _SHELL_SEPARATOR.search(head):
+        return False
+    return _COMMAND_HEAD.fullmatch(_SHELL_SEPARATOR.split(head)[-1]) is not None
+
+
+def _command_option(match: re.Match[str]) -> str:
+    """A client's password option: redacted when the client is run as a command."""
+    if not _at_command(match.string, match.start()):
+        return match.group()
+    return f"{match.group('keep')}{REDACTED}"
+
+
 _NOT_REDACTED = r"(?!\[REDACTED\])"
 # Not a value but a reference to one: `${NPM_TOKEN}`, `{self.account_key}`, `<password>`.
 _NOT_A_REFERENCE = r"(?![{$<])"
@@ -287,28 +314,32 @@ _RULES: list[_Rule] = [
         _keep_group("keep"),
     ),
     # The MySQL clients' password glued to -p (`mysql -u root -phunter2`; a lone -p prompts),
-    # `docker login -p x` (podman's and skopeo's alike) and `redis-cli -a x`. The option is
-    # looked for within the command's next 200 characters: searched to the line's end, from
-    # every "login", the rule cost ~1 µs a capture value (bench.capture_steps).
+    # `docker login -p x` (podman's and skopeo's alike) and `redis-cli -a x`. The client must be
+    # a command word (see _at_command), not a path part (`/var/lib/mysql`) or another tool
+    # (`mysql_config`), and the option one of its next words: the look-ahead stops at a shell
+    # separator, a newline and the next mention of the client, so that `find /var/lib/mysql
+    # -print` keeps its option and 1 MB of "mysql " costs one short look-ahead a word (it cost
+    # 291 ms, scanning 200 characters after each).
     *(
         (
             (literal,),
             re.compile(
-                rf"(?P<keep>{command}{tail}[^\n|;&]{{0,200}}?\s{option})"
+                rf"(?P<keep>{command}(?<![^\s|;&(`\"']{command}){tail}(?=[ \t])"
+                rf"(?:[ \t]+(?!{stop})[^\s|;&()`]++){{0,40}}?[ \t]+{option})"
                 + _NOT_REDACTED
                 + _NOT_A_REFERENCE
                 + r"[^\s\"']+"
             ),
-            _keep_group("keep"),
+            _command_option,
         )
-        for literal, command, tail, option in (
-            ("mysql", r"mysql(?<!\wmysql)", r"\w*\b", "-p"),
-            ("mariadb", r"mariadb(?<!\wmariadb)", r"\w*\b", "-p"),
+        for literal, command, tail, stop, option in (
+            ("mysql", "mysql", "[a-z]*", "mysql", "-p"),
+            ("mariadb", "mariadb", "(?:-?[a-z]+)?", "mariadb", "-p"),
             *(
-                (login, login, r"\b", r"(?:-p|--password)[ \t]+(?!-)")
+                (login, login, "", login.split()[0], r"(?:-p|--password)[ \t]+(?!-)")
                 for login in ("docker login", "podman login", "skopeo login")
             ),
-            ("redis-cli", r"redis-cli(?<!\wredis-cli)", r"\b", r"-a[ \t]+(?!-)"),
+            ("redis-cli", "redis-cli", "", "redis-cli", r"-a[ \t]+(?!-)"),
         )
     ),
     # Any command's `--password=...` (mysql, docker login, redis-cli, psql wrappers).

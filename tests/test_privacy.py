@@ -288,6 +288,65 @@ def test_new_rules_leave_ordinary_code_alone(text: str) -> None:
     assert redact_secrets("-" * SHORT_TEXT + "\n" + text) == "-" * SHORT_TEXT + "\n" + text
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        # Other commands' options after a path, a word or a tool named like the client
+        # (fixpriv16: the rule fired after `mysql` anywhere and redacted the next `-p...`).
+        "find /var/lib/mysql -name '*.ibd' -print",
+        "find /var/lib/mysql -type f -perm 600",
+        "find /var/lib/mysql -name tmp -prune",
+        "gcc -o app app.c $(mysql_config --cflags --libs) -pthread",
+        "cp -r /etc/mysql/conf.d /backup -pv",
+        "The mysql server listens; run python -pfoo",
+        "sudo systemctl restart mysql && mkdir -pv out",
+        "echo mysql\nmkdir -pv out",
+        "After docker login, run the container with -p 8080:80 nginx",
+        "After docker login run the container with -p 8080:80 nginx",
+        "see redis-cli docs -a flag then ssh -a host",
+    ],
+)
+def test_command_password_rules_need_the_command(text: str) -> None:
+    assert redact_secrets(text) == text
+    assert redact_secrets("-" * SHORT_TEXT + "\n" + text) == "-" * SHORT_TEXT + "\n" + text
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # The client run where a shell runs it: after a separator, a prompt, a wrapper, a YAML
+        # step, in a container.
+        ("cd /srv && mysql -uroot -phunter2 shop", "cd /srv && mysql -uroot -p@ shop"),
+        ("sudo mysql -uroot -phunter2", "sudo mysql -uroot -p@"),
+        ("$ mysql -uroot -phunter2", "$ mysql -uroot -p@"),
+        ("    mysqldump -uroot -phunter2 shop", "    mysqldump -uroot -p@ shop"),
+        ("x=$(mysql -N -phunter2 -e 'select 1')", "x=$(mysql -N -p@ -e 'select 1')"),
+        ("  - mysql -uroot -phunter2 < schema.sql", "  - mysql -uroot -p@ < schema.sql"),
+        ("run: mysql -uroot -phunter2", "run: mysql -uroot -p@"),
+        ("env MYSQL_HOST=db mysql -uroot -phunter2", "env MYSQL_HOST=db mysql -uroot -p@"),
+        (
+            "docker exec -it db mysql -uroot -phunter2 shop",
+            "docker exec -it db mysql -uroot -p@ shop",
+        ),
+        (
+            "kubectl exec -it db -- mariadb -uroot -phunter2",
+            "kubectl exec -it db -- mariadb -uroot -p@",
+        ),
+        ("mariadb-dump -uroot -phunter2 shop", "mariadb-dump -uroot -p@ shop"),
+        (
+            "echo x | sudo docker login -u me -p hunter2 ghcr.io",
+            "echo x | sudo docker login -u me -p @ ghcr.io",
+        ),
+        ('sh -c "redis-cli -a hunter2 ping"', 'sh -c "redis-cli -a @ ping"'),
+    ],
+)
+def test_command_password_rules_find_the_command(text: str, expected: str) -> None:
+    assert redact_secrets(text) == expected.replace("@", REDACTED)
+    padding = "-" * SHORT_TEXT + "\n"
+    assert redact_secrets(padding + text) == padding + expected.replace("@", REDACTED)
+    assert redact_secrets_lines(text) == expected.replace("@", REDACTED)
+
+
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 
 
