@@ -240,12 +240,19 @@ def _command_option(match: re.Match[str]) -> str:
     """A client's password option: redacted when the client is run as a command."""
     if not _at_command(match.string, match.start()):
         return match.group()
-    return f"{match.group('keep')}{REDACTED}"
+    value = match.group("value")
+    quote = value[0] if value[0] in ("'", '"') else ""
+    return f"{match.group('keep')}{quote}{REDACTED}{quote}"
 
 
 _NOT_REDACTED = r"(?!\[REDACTED\])"
 # Not a value but a reference to one: `${NPM_TOKEN}`, `{self.account_key}`, `<password>`.
 _NOT_A_REFERENCE = r"(?![{$<])"
+# A command-line option's value, bare or quoted (`-p'hunter2'`, `-a "s3 cret"`), not a reference.
+_OPTION_VALUE = (
+    rf"(?P<value>'{_NOT_A_REFERENCE}[^'\n]+'|\"{_NOT_A_REFERENCE}[^\"\n]+\""
+    rf"|{_NOT_A_REFERENCE}[^\s\"']+)"
+)
 # An unquoted value that is not code: a run of characters that stop at whitespace, quotes,
 # brackets, separators and `$` (a `${VAR}` reference), holding at least one character that no
 # identifier or attribute path (`password`, `self.password`, `str`, `None`) holds.
@@ -327,8 +334,7 @@ _RULES: list[_Rule] = [
                 rf"(?P<keep>{command}(?<![^\s|;&(`\"']{command}){tail}(?=[ \t])"
                 rf"(?:[ \t]+(?!{stop})[^\s|;&()`]++){{0,40}}?[ \t]+{option})"
                 + _NOT_REDACTED
-                + _NOT_A_REFERENCE
-                + r"[^\s\"']+"
+                + _OPTION_VALUE
             ),
             _command_option,
         )
@@ -339,7 +345,7 @@ _RULES: list[_Rule] = [
                 (login, login, "", login.split()[0], r"(?:-p|--password)[ \t]+(?!-)")
                 for login in ("docker login", "podman login", "skopeo login")
             ),
-            ("redis-cli", "redis-cli", "", "redis-cli", r"-a[ \t]+(?!-)"),
+            ("redis-cli", "redis-cli", "", "redis-cli", r"(?:-a|--pass)[ \t]+(?!-)"),
         )
     ),
     # Any command's `--password=...` (mysql, docker login, redis-cli, psql wrappers).

@@ -347,6 +347,39 @@ def test_command_password_rules_find_the_command(text: str, expected: str) -> No
     assert redact_secrets_lines(text) == expected.replace("@", REDACTED)
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # Each was kept (fixpriv16).
+        ("mysql -u root -p'hunter2' mydb", "mysql -u root -p'@' mydb"),
+        ('mysql -u root -p"hunter2" mydb', 'mysql -u root -p"@" mydb'),
+        ("docker login -u me -p 'hunter2' ghcr.io", "docker login -u me -p '@' ghcr.io"),
+        (
+            'docker login -u me --password "hunter 2" ghcr.io',
+            'docker login -u me --password "@" ghcr.io',
+        ),
+        ("redis-cli -a 'hunter2' ping", "redis-cli -a '@' ping"),
+        ("redis-cli --pass hunter2 ping", "redis-cli --pass @ ping"),
+    ],
+)
+def test_command_password_rules_redact_quoted_values(text: str, expected: str) -> None:
+    assert redact_secrets(text) == expected.replace("@", REDACTED)
+    assert redact_secrets_lines(text) == expected.replace("@", REDACTED)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "mysql -u root -p hunter2",  # a lone -p prompts: hunter2 is the database
+        'mysql -u root -p"$MYSQL_PASSWORD" shop',
+        'docker login -u me -p "${TOKEN}" ghcr.io',
+        "redis-cli -a '' ping",
+    ],
+)
+def test_command_password_rules_keep_prompts_and_references(text: str) -> None:
+    assert redact_secrets(text) == text
+
+
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 
 
