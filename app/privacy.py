@@ -12,6 +12,7 @@ import hashlib
 import re
 from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
+from types import FunctionType
 from typing import Any
 
 from app.textscan import SHORT_TEXT, LiteralScanner
@@ -819,13 +820,34 @@ def cap_text(s: str, max_chars: int) -> str:
 # --- the rules' version -------------------------------------------------------------------------
 
 
+# Bump when code that decides what the rules leave changes (a replacement's body, _at_command,
+# basic_credentials, how literals and gates select rules): the digest below sees only data.
+_RULES_CODE_VERSION = 1
+
+
+def _described(value: object) -> str:
+    """What of a rule's pattern or replacement decides its output, as text."""
+    if isinstance(value, re.Pattern):
+        return f"{value.pattern!r}/{value.flags}"
+    if isinstance(value, FunctionType):
+        # Its name and what it closes over (`_keep_group("keep")`); its body is code.
+        bound = [_described(cell.cell_contents) for cell in value.__closure__ or ()]
+        return f"{value.__module__}.{value.__qualname__}{bound}"
+    return repr(value)
+
+
 def _rules_version() -> str:
-    parts = [pattern.pattern for _, pattern, _ in _RULES]
-    parts += [_SECRET_KEY.pattern, _PRIVATE_TAG.pattern, _MEMORY.pattern]
+    parts = [repr(_RULES_CODE_VERSION)]
+    for literals, pattern, replacement in _RULES:
+        gate = _RULE_GATES.get(pattern, "")
+        parts += [repr(literals), _described(pattern), _described(replacement), gate]
+    parts += [_described(pattern) for pattern in (_SECRET_KEY, _PRIVATE_TAG, _MEMORY)]
+    parts += [repr(_PRIVATE_LITERALS), repr(_MEMORY_LITERALS)]
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
 
 
 # What a memory file's chunks were sanitized under (`memory_files.rules`): a sync re-chunks a file
 # indexed under other rules, unchanged or not, so that a rule added since reaches its chunks.
-# Derived from the patterns themselves, so that no change of a rule can forget to move it.
+# Derived from the rules themselves (patterns and flags, literals, gates, replacements), so that
+# no change of a rule's data can forget to move it; a change of code bumps _RULES_CODE_VERSION.
 RULES_VERSION = _rules_version()

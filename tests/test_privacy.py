@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -685,3 +687,50 @@ def test_gated_redaction_on_unicode_spaced_credentials() -> None:
             "-" * SHORT_TEXT + text
         )
     assert "hunter22" not in redact_secrets("-" * SHORT_TEXT + "password =\u3000 'hunter22'")
+
+
+def _rule_changed(index: int, **change: Any) -> list[Any]:
+    rules = list(_RULES)
+    literals, pattern, replacement = rules[index]
+    rules[index] = (
+        change.get("literals", literals),
+        change.get("pattern", pattern),
+        change.get("replacement", replacement),
+    )
+    return rules
+
+
+def test_rules_version_follows_all_that_decides_a_rules_output(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # fixpriv16: the version hashed the pattern strings only, so widening a rule by a flag, a
+    # literal or its gate, or changing what it leaves, did not re-chunk memory files.
+    import app.privacy as privacy
+
+    assert privacy._rules_version() == privacy.RULES_VERSION
+    # The same in another process: nothing in it may depend on an address or a hash seed.
+    other = subprocess.run(
+        [sys.executable, "-c", "from app.privacy import RULES_VERSION; print(RULES_VERSION)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert other.stdout.strip() == privacy.RULES_VERSION
+    keep = next(i for i, rule in enumerate(_RULES) if rule[0] == ("Key=",))
+    literals, pattern, _ = _RULES[keep]
+    gated = next(iter(_RULE_GATES))
+    changes: dict[str, tuple[str, Any]] = {
+        "flags": ("_RULES", _rule_changed(keep, pattern=re.compile(pattern.pattern, re.I))),
+        "literal": ("_RULES", _rule_changed(keep, literals=(*literals, "key="))),
+        "replacement": ("_RULES", _rule_changed(keep, replacement="[HIDDEN]")),
+        "kept group": (
+            "_RULES",
+            _rule_changed(keep, replacement=privacy._keep_group("other")),
+        ),
+        "gate": ("_RULE_GATES", {**_RULE_GATES, gated: "x"}),
+        "code": ("_RULES_CODE_VERSION", -1),
+    }
+    for what, (name, value) in changes.items():
+        with monkeypatch.context() as patch:
+            patch.setattr(privacy, name, value)
+            assert privacy._rules_version() != privacy.RULES_VERSION, what
