@@ -352,7 +352,13 @@ _RULES: list[_Rule] = [
     # Any command's `--password=...` (mysql, docker login, redis-cli, psql wrappers).
     (
         ("assword=",),
-        re.compile(r"(?P<keep>--password=)" + _NOT_REDACTED + _NOT_A_REFERENCE + r"[^\s\"']+"),
+        re.compile(
+            r"(?P<keep>--password=)"
+            + _NOT_REDACTED
+            + _NOT_A_REFERENCE
+            # A help text's placeholder: `--password=PASSWORD`.
+            + r"(?![A-Z_]+(?![^\s\"']))[^\s\"']+"
+        ),
         _keep_group("keep"),
     ),
     # Unquoted `password=` in connection strings and query strings (`...;Password=hunter2;`,
@@ -362,7 +368,10 @@ _RULES: list[_Rule] = [
     *(
         (
             (literal,),
-            re.compile(rf"(?P<keep>{literal}{before})" + _NOT_REDACTED + _CREDENTIAL_VALUE),
+            re.compile(
+                # `%s`, `%(pw)s`: a query's parameter, not its value.
+                rf"(?P<keep>{literal}{before})" + _NOT_REDACTED + r"(?!%[s(])" + _CREDENTIAL_VALUE
+            ),
             _keep_group("keep"),
         )
         for literal, before in (
@@ -457,7 +466,8 @@ _RULES: list[_Rule] = [
             ("PASSWD", "PASSWD"),
             ("CREDENTIALS?", "CREDENTIAL"),
             ("AUTH", "AUTH"),
-            ("_PWD", "_PWD"),  # MYSQL_PWD; a lone PWD is the working directory
+            # MYSQL_PWD; a lone PWD, and BUILD_PWD=/home/u/src, are a working directory.
+            (r"_PWD(?!\s*=\s*/)", "_PWD"),
         )
     ),
     # Quoted values of credential-named keys in JSON, YAML or code: "password": "hunter2".
@@ -495,14 +505,15 @@ _RULES: list[_Rule] = [
     # `export`, properties (`password: hunter2`, `api_key = abc123`, `  - TOKEN=x1`). The value
     # must be the line's last word and not one an identifier could be (see _CREDENTIAL_VALUE),
     # so that `password: str`, `token: Optional[str] = None`, `password = get_password()` or
-    # `secret: SecretStr` keep theirs; digits alone are a count (`max_token: 4096`).
+    # `secret: SecretStr` keep theirs; digits alone are a count (`max_token: 4096`) or a version
+    # (`token: v1.2.3`).
     (
         ("assw", "ASSW", "ecret", "ECRET", "oken", "OKEN", "key", "Key", "KEY"),
         re.compile(
             r"^(?P<name>[ \t]*(?:-[ \t]+)?(?:export[ \t]+)?[\w.\-]*?" + _CREDENTIAL_NAME + ")"
             r"(?P<sep>[ \t]*[:=][ \t]*)"
             + _NOT_REDACTED
-            + r"(?![=:])(?![-+]?\d+(?:\.\d+)?\b)(?!(?:[A-Za-z_]\w*\.)+[A-Za-z_]\w*\b)(?P<value>"
+            + r"(?![=:])(?![-+]?v?\d+(?:\.\d+)?\b)(?!(?:[A-Za-z_]\w*\.)+[A-Za-z_]\w*\b)(?P<value>"
             + _CREDENTIAL_VALUE
             + r")(?<!:)(?=[ \t]*(?:[ \t]#[^\n]*)?\r?$)",
             re.MULTILINE,

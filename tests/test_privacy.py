@@ -734,3 +734,32 @@ def test_rules_version_follows_all_that_decides_a_rules_output(
         with monkeypatch.context() as patch:
             patch.setattr(privacy, name, value)
             assert privacy._rules_version() != privacy.RULES_VERSION, what
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # Placeholders and names the generic rules took for credentials (fixpriv16).
+        "  -p, --password=PASSWORD   Password to use",
+        'conn = psycopg.connect("dbname=app user=app password=%s" % pw)',
+        "cursor.execute('SELECT 1 WHERE password=%(pw)s', {'pw': pw})",
+        "BUILD_PWD=/home/user/src",
+        "token: v1.2.3",
+    ],
+)
+def test_generic_rules_leave_placeholders_alone(text: str) -> None:
+    assert redact_secrets(text) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("mysqladmin --password=HUNTER2 status", "mysqladmin --password=@ status"),
+        ("--password=Hunter", "--password=@"),
+        ("host=db password=s3cret%s", "host=db password=@"),
+        ("MYSQL_PWD=s3cret/x", "MYSQL_PWD=@"),
+        ("token: v1a2b3c4d5", "token: @"),
+    ],
+)
+def test_generic_rules_still_redact_near_placeholders(text: str, expected: str) -> None:
+    assert redact_secrets(text) == expected.replace("@", REDACTED)
