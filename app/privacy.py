@@ -250,9 +250,10 @@ _NOT_REDACTED = r"(?!\[REDACTED\])"
 # Not a value but a reference to one: `${NPM_TOKEN}`, `{self.account_key}`, `<password>`.
 _NOT_A_REFERENCE = r"(?![{$<])"
 # A command-line option's value, bare or quoted (`-p'hunter2'`, `-a "s3 cret"`), not a reference.
+# A bare one ends where the shell ends a word (`$(mysql -px)`, a `mysql -px` in backticks).
 _OPTION_VALUE = (
     rf"(?P<value>'{_NOT_A_REFERENCE}[^'\n]+'|\"{_NOT_A_REFERENCE}[^\"\n]+\""
-    rf"|{_NOT_A_REFERENCE}[^\s\"']+)"
+    rf"|{_NOT_A_REFERENCE}[^\s\"'`;|&()<>]+)"
 )
 # An unquoted value that is not code: a run of characters that stop at whitespace, quotes,
 # brackets, separators and `$` (a `${VAR}` reference), holding at least one character that no

@@ -763,3 +763,17 @@ def test_generic_rules_leave_placeholders_alone(text: str) -> None:
 )
 def test_generic_rules_still_redact_near_placeholders(text: str, expected: str) -> None:
     assert redact_secrets(text) == expected.replace("@", REDACTED)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # A bare value ends where the shell ends the word (fixpriv16: the closing backtick or
+        # parenthesis went with it).
+        ("run `mysql -uroot -phunter2` first", "run `mysql -uroot -p@` first"),
+        ("x=$(mysql -uroot -phunter2)", "x=$(mysql -uroot -p@)"),
+        ("redis-cli -a hunter2;ls", "redis-cli -a @;ls"),
+    ],
+)
+def test_command_password_value_ends_with_the_shell_word(text: str, expected: str) -> None:
+    assert redact_secrets(text) == expected.replace("@", REDACTED)
