@@ -12,6 +12,7 @@ import hashlib
 import re
 from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
+from types import FunctionType
 from typing import Any
 
 from app.textscan import SHORT_TEXT, LiteralScanner
@@ -216,9 +217,44 @@ def _assignment(match: re.Match[str]) -> str:
     return f"{match.group('name')}{match.group('sep')}{quote}{REDACTED}{quote}"
 
 
+# What may stand between a shell separator (or a quote opening a `sh -c "..."`) and a command
+# word: blanks, a prompt, a YAML list item or step key (`- `, `run: `), and a command that runs
+# another (`sudo`, `env X=1`, `docker exec -it db`, `kubectl exec pod --`).
+_COMMAND_HEAD = re.compile(
+    r"[ \t]*(?:[$#>%][ \t]+|-[ \t]+|[\w\-]+:[ \t]+)?"
+    r"(?:(?:sudo|doas|env|exec|time|nohup|nice|command|xargs|timeout|watch|docker|podman"
+    r"|kubectl|oc|ssh|nerdctl)[ \t][^\n]*)?"
+)
+_SHELL_SEPARATOR = re.compile(r"[\n|;&(`\"']")
+
+
+def _at_command(s: str, start: int) -> bool:
+    """Whether `start` in `s` begins a command: what precedes it since the last shell separator
+    (within 200 characters) is nothing, a prompt or a command running another."""
+    head = s[max(0, start - 200) : start]
+    if start > 200 and not _SHELL_SEPARATOR.search(head):
+        return False
+    return _COMMAND_HEAD.fullmatch(_SHELL_SEPARATOR.split(head)[-1]) is not None
+
+
+def _command_option(match: re.Match[str]) -> str:
+    """A client's password option: redacted when the client is run as a command."""
+    if not _at_command(match.string, match.start()):
+        return match.group()
+    value = match.group("value")
+    quote = value[0] if value[0] in ("'", '"') else ""
+    return f"{match.group('keep')}{quote}{REDACTED}{quote}"
+
+
 _NOT_REDACTED = r"(?!\[REDACTED\])"
 # Not a value but a reference to one: `${NPM_TOKEN}`, `{self.account_key}`, `<password>`.
 _NOT_A_REFERENCE = r"(?![{$<])"
+# A command-line option's value, bare or quoted (`-p'hunter2'`, `-a "s3 cret"`), not a reference.
+# A bare one ends where the shell ends a word (`$(mysql -px)`, a `mysql -px` in backticks).
+_OPTION_VALUE = (
+    rf"(?P<value>'{_NOT_A_REFERENCE}[^'\n]+'|\"{_NOT_A_REFERENCE}[^\"\n]+\""
+    rf"|{_NOT_A_REFERENCE}[^\s\"'`;|&()<>]+)"
+)
 # An unquoted value that is not code: a run of characters that stop at whitespace, quotes,
 # brackets, separators and `$` (a `${VAR}` reference), holding at least one character that no
 # identifier or attribute path (`password`, `self.password`, `str`, `None`) holds.
@@ -287,34 +323,43 @@ _RULES: list[_Rule] = [
         _keep_group("keep"),
     ),
     # The MySQL clients' password glued to -p (`mysql -u root -phunter2`; a lone -p prompts),
-    # `docker login -p x` (podman's and skopeo's alike) and `redis-cli -a x`. The option is
-    # looked for within the command's next 200 characters: searched to the line's end, from
-    # every "login", the rule cost ~1 µs a capture value (bench.capture_steps).
+    # `docker login -p x` (podman's and skopeo's alike) and `redis-cli -a x`. The client must be
+    # a command word (see _at_command), not a path part (`/var/lib/mysql`) or another tool
+    # (`mysql_config`), and the option one of its next words: the look-ahead stops at a shell
+    # separator, a newline and the next mention of the client, so that `find /var/lib/mysql
+    # -print` keeps its option and 1 MB of "mysql " costs one short look-ahead a word (it cost
+    # 291 ms, scanning 200 characters after each).
     *(
         (
             (literal,),
             re.compile(
-                rf"(?P<keep>{command}{tail}[^\n|;&]{{0,200}}?\s{option})"
+                rf"(?P<keep>{command}(?<![^\s|;&(`\"']{command}){tail}(?=[ \t])"
+                rf"(?:[ \t]+(?!{stop})[^\s|;&()`]++){{0,40}}?[ \t]+{option})"
                 + _NOT_REDACTED
-                + _NOT_A_REFERENCE
-                + r"[^\s\"']+"
+                + _OPTION_VALUE
             ),
-            _keep_group("keep"),
+            _command_option,
         )
-        for literal, command, tail, option in (
-            ("mysql", r"mysql(?<!\wmysql)", r"\w*\b", "-p"),
-            ("mariadb", r"mariadb(?<!\wmariadb)", r"\w*\b", "-p"),
+        for literal, command, tail, stop, option in (
+            ("mysql", "mysql", "[a-z]*", "mysql", "-p"),
+            ("mariadb", "mariadb", "(?:-?[a-z]+)?", "mariadb", "-p"),
             *(
-                (login, login, r"\b", r"(?:-p|--password)[ \t]+(?!-)")
+                (login, login, "", login.split()[0], r"(?:-p|--password)[ \t]+(?!-)")
                 for login in ("docker login", "podman login", "skopeo login")
             ),
-            ("redis-cli", r"redis-cli(?<!\wredis-cli)", r"\b", r"-a[ \t]+(?!-)"),
+            ("redis-cli", "redis-cli", "", "redis-cli", r"(?:-a|--pass)[ \t]+(?!-)"),
         )
     ),
     # Any command's `--password=...` (mysql, docker login, redis-cli, psql wrappers).
     (
         ("assword=",),
-        re.compile(r"(?P<keep>--password=)" + _NOT_REDACTED + _NOT_A_REFERENCE + r"[^\s\"']+"),
+        re.compile(
+            r"(?P<keep>--password=)"
+            + _NOT_REDACTED
+            + _NOT_A_REFERENCE
+            # A help text's placeholder: `--password=PASSWORD`.
+            + r"(?![A-Z_]+(?![^\s\"']))[^\s\"']+"
+        ),
         _keep_group("keep"),
     ),
     # Unquoted `password=` in connection strings and query strings (`...;Password=hunter2;`,
@@ -324,7 +369,10 @@ _RULES: list[_Rule] = [
     *(
         (
             (literal,),
-            re.compile(rf"(?P<keep>{literal}{before})" + _NOT_REDACTED + _CREDENTIAL_VALUE),
+            re.compile(
+                # `%s`, `%(pw)s`: a query's parameter, not its value.
+                rf"(?P<keep>{literal}{before})" + _NOT_REDACTED + r"(?!%[s(])" + _CREDENTIAL_VALUE
+            ),
             _keep_group("keep"),
         )
         for literal, before in (
@@ -419,7 +467,8 @@ _RULES: list[_Rule] = [
             ("PASSWD", "PASSWD"),
             ("CREDENTIALS?", "CREDENTIAL"),
             ("AUTH", "AUTH"),
-            ("_PWD", "_PWD"),  # MYSQL_PWD; a lone PWD is the working directory
+            # MYSQL_PWD; a lone PWD, and BUILD_PWD=/home/u/src, are a working directory.
+            (r"_PWD(?!\s*=\s*/)", "_PWD"),
         )
     ),
     # Quoted values of credential-named keys in JSON, YAML or code: "password": "hunter2".
@@ -457,14 +506,15 @@ _RULES: list[_Rule] = [
     # `export`, properties (`password: hunter2`, `api_key = abc123`, `  - TOKEN=x1`). The value
     # must be the line's last word and not one an identifier could be (see _CREDENTIAL_VALUE),
     # so that `password: str`, `token: Optional[str] = None`, `password = get_password()` or
-    # `secret: SecretStr` keep theirs; digits alone are a count (`max_token: 4096`).
+    # `secret: SecretStr` keep theirs; digits alone are a count (`max_token: 4096`) or a version
+    # (`token: v1.2.3`).
     (
         ("assw", "ASSW", "ecret", "ECRET", "oken", "OKEN", "key", "Key", "KEY"),
         re.compile(
             r"^(?P<name>[ \t]*(?:-[ \t]+)?(?:export[ \t]+)?[\w.\-]*?" + _CREDENTIAL_NAME + ")"
             r"(?P<sep>[ \t]*[:=][ \t]*)"
             + _NOT_REDACTED
-            + r"(?![=:])(?![-+]?\d+(?:\.\d+)?\b)(?!(?:[A-Za-z_]\w*\.)+[A-Za-z_]\w*\b)(?P<value>"
+            + r"(?![=:])(?![-+]?v?\d+(?:\.\d+)?\b)(?!(?:[A-Za-z_]\w*\.)+[A-Za-z_]\w*\b)(?P<value>"
             + _CREDENTIAL_VALUE
             + r")(?<!:)(?=[ \t]*(?:[ \t]#[^\n]*)?\r?$)",
             re.MULTILINE,
@@ -782,13 +832,34 @@ def cap_text(s: str, max_chars: int) -> str:
 # --- the rules' version -------------------------------------------------------------------------
 
 
+# Bump when code that decides what the rules leave changes (a replacement's body, _at_command,
+# basic_credentials, how literals and gates select rules): the digest below sees only data.
+_RULES_CODE_VERSION = 1
+
+
+def _described(value: object) -> str:
+    """What of a rule's pattern or replacement decides its output, as text."""
+    if isinstance(value, re.Pattern):
+        return f"{value.pattern!r}/{value.flags}"
+    if isinstance(value, FunctionType):
+        # Its name and what it closes over (`_keep_group("keep")`); its body is code.
+        bound = [_described(cell.cell_contents) for cell in value.__closure__ or ()]
+        return f"{value.__module__}.{value.__qualname__}{bound}"
+    return repr(value)
+
+
 def _rules_version() -> str:
-    parts = [pattern.pattern for _, pattern, _ in _RULES]
-    parts += [_SECRET_KEY.pattern, _PRIVATE_TAG.pattern, _MEMORY.pattern]
+    parts = [repr(_RULES_CODE_VERSION)]
+    for literals, pattern, replacement in _RULES:
+        gate = _RULE_GATES.get(pattern, "")
+        parts += [repr(literals), _described(pattern), _described(replacement), gate]
+    parts += [_described(pattern) for pattern in (_SECRET_KEY, _PRIVATE_TAG, _MEMORY)]
+    parts += [repr(_PRIVATE_LITERALS), repr(_MEMORY_LITERALS)]
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
 
 
 # What a memory file's chunks were sanitized under (`memory_files.rules`): a sync re-chunks a file
 # indexed under other rules, unchanged or not, so that a rule added since reaches its chunks.
-# Derived from the patterns themselves, so that no change of a rule can forget to move it.
+# Derived from the rules themselves (patterns and flags, literals, gates, replacements), so that
+# no change of a rule's data can forget to move it; a change of code bumps _RULES_CODE_VERSION.
 RULES_VERSION = _rules_version()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -286,6 +288,98 @@ def test_sanitize_json_redacts_a_docker_configs_auth() -> None:
 def test_new_rules_leave_ordinary_code_alone(text: str) -> None:
     assert redact_secrets(text) == text
     assert redact_secrets("-" * SHORT_TEXT + "\n" + text) == "-" * SHORT_TEXT + "\n" + text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # Other commands' options after a path, a word or a tool named like the client
+        # (fixpriv16: the rule fired after `mysql` anywhere and redacted the next `-p...`).
+        "find /var/lib/mysql -name '*.ibd' -print",
+        "find /var/lib/mysql -type f -perm 600",
+        "find /var/lib/mysql -name tmp -prune",
+        "gcc -o app app.c $(mysql_config --cflags --libs) -pthread",
+        "cp -r /etc/mysql/conf.d /backup -pv",
+        "The mysql server listens; run python -pfoo",
+        "sudo systemctl restart mysql && mkdir -pv out",
+        "echo mysql\nmkdir -pv out",
+        "After docker login, run the container with -p 8080:80 nginx",
+        "After docker login run the container with -p 8080:80 nginx",
+        "see redis-cli docs -a flag then ssh -a host",
+    ],
+)
+def test_command_password_rules_need_the_command(text: str) -> None:
+    assert redact_secrets(text) == text
+    assert redact_secrets("-" * SHORT_TEXT + "\n" + text) == "-" * SHORT_TEXT + "\n" + text
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # The client run where a shell runs it: after a separator, a prompt, a wrapper, a YAML
+        # step, in a container.
+        ("cd /srv && mysql -uroot -phunter2 shop", "cd /srv && mysql -uroot -p@ shop"),
+        ("sudo mysql -uroot -phunter2", "sudo mysql -uroot -p@"),
+        ("$ mysql -uroot -phunter2", "$ mysql -uroot -p@"),
+        ("    mysqldump -uroot -phunter2 shop", "    mysqldump -uroot -p@ shop"),
+        ("x=$(mysql -N -phunter2 -e 'select 1')", "x=$(mysql -N -p@ -e 'select 1')"),
+        ("  - mysql -uroot -phunter2 < schema.sql", "  - mysql -uroot -p@ < schema.sql"),
+        ("run: mysql -uroot -phunter2", "run: mysql -uroot -p@"),
+        ("env MYSQL_HOST=db mysql -uroot -phunter2", "env MYSQL_HOST=db mysql -uroot -p@"),
+        (
+            "docker exec -it db mysql -uroot -phunter2 shop",
+            "docker exec -it db mysql -uroot -p@ shop",
+        ),
+        (
+            "kubectl exec -it db -- mariadb -uroot -phunter2",
+            "kubectl exec -it db -- mariadb -uroot -p@",
+        ),
+        ("mariadb-dump -uroot -phunter2 shop", "mariadb-dump -uroot -p@ shop"),
+        (
+            "echo x | sudo docker login -u me -p hunter2 ghcr.io",
+            "echo x | sudo docker login -u me -p @ ghcr.io",
+        ),
+        ('sh -c "redis-cli -a hunter2 ping"', 'sh -c "redis-cli -a @ ping"'),
+    ],
+)
+def test_command_password_rules_find_the_command(text: str, expected: str) -> None:
+    assert redact_secrets(text) == expected.replace("@", REDACTED)
+    padding = "-" * SHORT_TEXT + "\n"
+    assert redact_secrets(padding + text) == padding + expected.replace("@", REDACTED)
+    assert redact_secrets_lines(text) == expected.replace("@", REDACTED)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # Each was kept (fixpriv16).
+        ("mysql -u root -p'hunter2' mydb", "mysql -u root -p'@' mydb"),
+        ('mysql -u root -p"hunter2" mydb', 'mysql -u root -p"@" mydb'),
+        ("docker login -u me -p 'hunter2' ghcr.io", "docker login -u me -p '@' ghcr.io"),
+        (
+            'docker login -u me --password "hunter 2" ghcr.io',
+            'docker login -u me --password "@" ghcr.io',
+        ),
+        ("redis-cli -a 'hunter2' ping", "redis-cli -a '@' ping"),
+        ("redis-cli --pass hunter2 ping", "redis-cli --pass @ ping"),
+    ],
+)
+def test_command_password_rules_redact_quoted_values(text: str, expected: str) -> None:
+    assert redact_secrets(text) == expected.replace("@", REDACTED)
+    assert redact_secrets_lines(text) == expected.replace("@", REDACTED)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "mysql -u root -p hunter2",  # a lone -p prompts: hunter2 is the database
+        'mysql -u root -p"$MYSQL_PASSWORD" shop',
+        'docker login -u me -p "${TOKEN}" ghcr.io',
+        "redis-cli -a '' ping",
+    ],
+)
+def test_command_password_rules_keep_prompts_and_references(text: str) -> None:
+    assert redact_secrets(text) == text
 
 
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
@@ -593,3 +687,93 @@ def test_gated_redaction_on_unicode_spaced_credentials() -> None:
             "-" * SHORT_TEXT + text
         )
     assert "hunter22" not in redact_secrets("-" * SHORT_TEXT + "password =\u3000 'hunter22'")
+
+
+def _rule_changed(index: int, **change: Any) -> list[Any]:
+    rules = list(_RULES)
+    literals, pattern, replacement = rules[index]
+    rules[index] = (
+        change.get("literals", literals),
+        change.get("pattern", pattern),
+        change.get("replacement", replacement),
+    )
+    return rules
+
+
+def test_rules_version_follows_all_that_decides_a_rules_output(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # fixpriv16: the version hashed the pattern strings only, so widening a rule by a flag, a
+    # literal or its gate, or changing what it leaves, did not re-chunk memory files.
+    import app.privacy as privacy
+
+    assert privacy._rules_version() == privacy.RULES_VERSION
+    # The same in another process: nothing in it may depend on an address or a hash seed.
+    other = subprocess.run(
+        [sys.executable, "-c", "from app.privacy import RULES_VERSION; print(RULES_VERSION)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert other.stdout.strip() == privacy.RULES_VERSION
+    keep = next(i for i, rule in enumerate(_RULES) if rule[0] == ("Key=",))
+    literals, pattern, _ = _RULES[keep]
+    gated = next(iter(_RULE_GATES))
+    changes: dict[str, tuple[str, Any]] = {
+        "flags": ("_RULES", _rule_changed(keep, pattern=re.compile(pattern.pattern, re.I))),
+        "literal": ("_RULES", _rule_changed(keep, literals=(*literals, "key="))),
+        "replacement": ("_RULES", _rule_changed(keep, replacement="[HIDDEN]")),
+        "kept group": (
+            "_RULES",
+            _rule_changed(keep, replacement=privacy._keep_group("other")),
+        ),
+        "gate": ("_RULE_GATES", {**_RULE_GATES, gated: "x"}),
+        "code": ("_RULES_CODE_VERSION", -1),
+    }
+    for what, (name, value) in changes.items():
+        with monkeypatch.context() as patch:
+            patch.setattr(privacy, name, value)
+            assert privacy._rules_version() != privacy.RULES_VERSION, what
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # Placeholders and names the generic rules took for credentials (fixpriv16).
+        "  -p, --password=PASSWORD   Password to use",
+        'conn = psycopg.connect("dbname=app user=app password=%s" % pw)',
+        "cursor.execute('SELECT 1 WHERE password=%(pw)s', {'pw': pw})",
+        "BUILD_PWD=/home/user/src",
+        "token: v1.2.3",
+    ],
+)
+def test_generic_rules_leave_placeholders_alone(text: str) -> None:
+    assert redact_secrets(text) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("mysqladmin --password=HUNTER2 status", "mysqladmin --password=@ status"),
+        ("--password=Hunter", "--password=@"),
+        ("host=db password=s3cret%s", "host=db password=@"),
+        ("MYSQL_PWD=s3cret/x", "MYSQL_PWD=@"),
+        ("token: v1a2b3c4d5", "token: @"),
+    ],
+)
+def test_generic_rules_still_redact_near_placeholders(text: str, expected: str) -> None:
+    assert redact_secrets(text) == expected.replace("@", REDACTED)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # A bare value ends where the shell ends the word (fixpriv16: the closing backtick or
+        # parenthesis went with it).
+        ("run `mysql -uroot -phunter2` first", "run `mysql -uroot -p@` first"),
+        ("x=$(mysql -uroot -phunter2)", "x=$(mysql -uroot -p@)"),
+        ("redis-cli -a hunter2;ls", "redis-cli -a @;ls"),
+    ],
+)
+def test_command_password_value_ends_with_the_shell_word(text: str, expected: str) -> None:
+    assert redact_secrets(text) == expected.replace("@", REDACTED)

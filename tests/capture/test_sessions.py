@@ -62,10 +62,10 @@ def test_start_sanitizes_created_by(client: TestClient, db: psycopg.Connection[A
 def test_a_created_by_that_redaction_lengthens_still_fits(
     client: TestClient, db: psycopg.Connection[Any]
 ) -> None:
-    # 197 characters sent; "-pab1" becomes "-p[REDACTED]", 204, over the column's 200.
-    session_id = make_session(client, createdBy="a" * 185 + " mysql -pab1")
+    # 198 characters sent; "-pab1" becomes "-p[REDACTED]", 205, over the column's 200.
+    session_id = make_session(client, createdBy="a" * 185 + "; mysql -pab1")
     rows = db.execute("SELECT created_by FROM sessions WHERE id = %s", (session_id,)).fetchall()
-    assert rows == [(("a" * 185 + " mysql -p[REDACTED]")[:200],)]
+    assert rows == [(("a" * 185 + "; mysql -p[REDACTED]")[:200],)]
 
 
 def test_start_cleans_prompt_and_metadata(client: TestClient, db: psycopg.Connection[Any]) -> None:
