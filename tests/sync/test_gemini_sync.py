@@ -359,3 +359,59 @@ def test_with_gemini_the_worker_leaves_file_chunks_to_the_sync(
         "SELECT source FROM memory_chunks WHERE embedding IS NULL ORDER BY source"
     ).fetchall()
     assert left == [("memory",), ("sessions",)]
+
+
+def test_a_second_reembed_while_the_first_job_runs_submits_no_second_job(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # The texts an open job holds were submitted again by the next `--reembed` (or any sync
+    # with a large backlog) while the job ran: the same texts paid for at Gemini twice.
+    project = make_project(tmp_path / "proj")
+    run_sync(database_url, make_settings(home=tmp_path / "home"), local_embedder(), project)
+    with fake_gemini() as fake:
+        fake.on(":batchEmbedContents", unavailable)
+        server = BatchServer(fake, polls_pending=1_000_000)
+        settings, embedder = gemini(
+            fake,
+            tmp_path,
+            gemini_embed_batch_threshold=5,
+            gemini_batch_timeout_seconds=0.05,
+            gemini_embed_max_retries=0,
+        )
+        run_sync(database_url, settings, embedder, project, reembed=True)
+        assert len(server.submitted) == 1
+
+        again = run_sync(database_url, settings, embedder, project, reembed=True)
+
+        assert len(server.submitted) == 1
+    assert any("still running" in e for e in again.errors)
+    assert db.execute("SELECT status FROM embedding_batches").fetchall() == [("submitted",)]
+
+
+def test_a_changed_file_while_a_job_runs_submits_only_its_new_texts(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "proj")
+    with fake_gemini() as fake:
+        server, _first = sync_leaving_the_batch_running(fake, tmp_path, database_url, project)
+        memory = project / "MEMORY.md"
+        extra = "".join(f"\n\n## Note {i}\n\nA new paragraph number {i} here.\n" for i in range(40))
+        memory.write_text(memory.read_text() + extra)
+        settings, embedder = gemini(
+            fake,
+            tmp_path,
+            gemini_embed_batch_threshold=1,
+            gemini_batch_timeout_seconds=0.05,
+            gemini_embed_max_retries=0,
+        )
+
+        run_sync(database_url, settings, embedder, project)
+
+        assert len(server.submitted) == 2
+    # No text is in both jobs: the second holds only the texts the change added.
+    counts = db.execute(
+        "SELECT count(h), count(DISTINCT h) FROM embedding_batches, "
+        "jsonb_array_elements_text(hashes) AS h"
+    ).fetchone()
+    assert counts is not None
+    assert counts[0] == counts[1] == sum(server.submitted)
