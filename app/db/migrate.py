@@ -46,14 +46,16 @@ def downgrade(database_url: str, revision: str = "base") -> None:
 def unknown_revision(database_url: str) -> str | None:
     """The database's revision if this agmem has no such migration (a newer agmem's), else None."""
     current = current_revision(database_url)
-    if current is None:
-        return None
-    script = ScriptDirectory.from_config(alembic_config(database_url))
+    return None if current is None or is_known(current) else current
+
+
+def is_known(revision: str) -> bool:
+    """Whether this agmem has a migration `revision` (not a newer agmem's)."""
+    script = ScriptDirectory.from_config(alembic_config("postgresql://localhost/unused"))
     try:
-        known = script.get_revision(current) is not None
+        return script.get_revision(revision) is not None
     except CommandError:
-        known = False
-    return None if known else current
+        return False
 
 
 def newer_schema_problem(current: str) -> str:

@@ -135,6 +135,25 @@ def test_worker_refuses_a_database_a_newer_agmem_migrated(database_url: str) -> 
     ]
 
 
+@pytest.mark.parametrize(("revision", "shown"), [(None, "empty"), ("0002", "0002")])
+def test_worker_refuses_a_database_whose_schema_is_behind_head(
+    pg_server: PostgresServer, revision: str | None, shown: str
+) -> None:
+    # `agmem worker` does not migrate a DATABASE_URL: on one never migrated, or behind head, it
+    # started and logged `UndefinedColumn embed_claimed_until` (or a missing table) at every
+    # poll, forever (ops16 review).
+    with scratch_database(pg_server, "agmem_behind") as url:
+        if revision is not None:
+            migrate.upgrade(url, revision)
+        result = run_agmem("worker", timeout=60, DATABASE_URL=url)
+
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"agmem: error: the database's schema is at {shown}, behind head "
+        f"{migrate.head_revision()}: run `agmem migrate`"
+    ]
+
+
 def test_status_on_a_fresh_home_brings_the_embedded_schema_to_head(tmp_path: Path) -> None:
     result = run_agmem("status", AGMEM_HOME=str(tmp_path / "fresh"))
 
