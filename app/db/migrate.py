@@ -15,6 +15,12 @@ from app.errors import Conflict
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
+# Held for a migration's transaction (alembic/env.py). Processes starting at once on an
+# un-migrated database (`serve` and `worker`, or two of compose's services) each ran 0001: the
+# second failed on a duplicate catalog row (2 of 6 races of two upgrades). Under the lock the
+# second waits, then reads the version the first committed and has nothing to do.
+MIGRATION_LOCK = 0x6167_6D65_6D00  # "agmem\0"
+
 
 def alembic_config(database_url: str) -> Config:
     config = Config(str(PROJECT_ROOT / "alembic.ini"))
