@@ -5,11 +5,13 @@ from __future__ import annotations
 from logging.config import fileConfig
 from typing import Any
 
+import structlog
 from sqlalchemy import Connection, text
 
 from alembic import context
 from app.config import get_settings
 from app.db.engine import make_sync_engine, resolve_database_url
+from app.db.migrate import MIGRATION_LOCK
 from app.db.models import Base
 from app.db.vector_index import HNSW_INDEX_PREFIX
 
@@ -38,17 +40,21 @@ def _configure(connection: Connection) -> None:
     )
 
 
-# Held for the migration's transaction. Processes starting at once on an un-migrated database
-# (`serve` and `worker`, or two of compose's services) each ran 0001: the second failed on a
-# duplicate catalog row (2 of 6 races of two upgrades). Under the lock the second waits,
-# then reads the version the first committed and has nothing to do.
-MIGRATION_LOCK = 0x6167_6D65_6D00  # "agmem\0"
+log = structlog.get_logger(__name__)
 
 
 def _run_locked(connection: Connection) -> None:
     _configure(connection)
     with context.begin_transaction():
-        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
+        key = {"key": MIGRATION_LOCK}
+        if not connection.execute(text("SELECT pg_try_advisory_xact_lock(:key)"), key).scalar():
+            # A start blocked behind another process's migration was silent (6 s in the ops16
+            # review; for ever behind a holder that hung).
+            log.warning(
+                "migrate.waiting",
+                reason="another process is migrating the database: waiting for it",
+            )
+            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), key)
         context.run_migrations()
 
 

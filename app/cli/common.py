@@ -257,18 +257,25 @@ def open_database(settings: Settings, *, migrate_embedded: bool = True) -> str:
     return url
 
 
-def refuse_a_newer_schema(settings: Settings, url: str) -> None:
-    """A long-running command on a DATABASE_URL a newer agmem migrated stops at its start (the
-    embedded database was brought to head, or refused, by `open_database`): the worker of an
-    image rolled back after a newer one migrated ran its statements against a schema it did not
-    know, an error at every poll or rows written as that schema no longer means them."""
+def refuse_a_schema_not_at_head(settings: Settings, url: str) -> None:
+    """A long-running command on a DATABASE_URL whose schema is not at this agmem's head stops at
+    its start (the embedded database was brought to head, or refused, by `open_database`). A
+    newer agmem's schema: the worker of an image rolled back ran its statements against a schema
+    it did not know, an error at every poll or rows written as that schema no longer means them.
+    One behind (or never migrated; the worker does not migrate a DATABASE_URL): it started and
+    logged `UndefinedColumn embed_claimed_until` at every poll, forever (ops16 review)."""
     if settings.database_url is None:
         return
     from app.db import migrate
 
-    current = migrate.unknown_revision(url)
-    if current is not None:
+    current, head = migrate.current_revision(url), migrate.head_revision()
+    if current == head:
+        return
+    if current is not None and not migrate.is_known(current):
         raise migrate.MigrationFailed(migrate.newer_schema_problem(current))
+    raise migrate.MigrationFailed(
+        f"the database's schema is at {current or 'empty'}, behind head {head}: run `agmem migrate`"
+    )
 
 
 def stop_on_signals(stop: asyncio.Event) -> None:

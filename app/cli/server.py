@@ -7,7 +7,7 @@ import errno
 import gc
 import signal
 import socket
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -192,6 +192,7 @@ def status() -> None:
     from app.db.engine import make_sync_engine
     from app.db.models import Base
     from app.llm.embeddings import describe_embedding
+    from app.worker.metrics import CHUNKS_BY_MODEL_SQL
 
     # Plain text: a path may hold "[x]", which rich markup would eat, or ":fire:", which its emoji
     # codes made 🔥; and no wrapping at 80 columns.
@@ -213,24 +214,33 @@ def status() -> None:
         )
         table = Table("table", "rows", box=None)
         engine = make_sync_engine(url)
+        chunks: list[Any] = []
         try:
             with engine.connect() as connection:
                 for name in sorted(Base.metadata.tables):
                     if current is None:
                         table.add_row(name, "missing")
                         continue
-                    count = connection.execute(text(f'SELECT count(*) FROM "{name}"')).scalar_one()
+                    if name == "memory_chunks":  # its count and its vectors in one pass
+                        chunks = list(connection.execute(CHUNKS_BY_MODEL_SQL).all())
+                        count = sum(int(row.n) for row in chunks)
+                    else:
+                        sql = text(f'SELECT count(*) FROM "{name}"')
+                        count = connection.execute(sql).scalar_one()
                     table.add_row(name, str(count))
         finally:
             engine.dispose()
         console.print(table)
         if current is not None:
-            print_worker_metrics(console, settings, engine_url=url)
+            print_worker_metrics(console, settings, engine_url=url, chunks=chunks)
 
 
-def print_worker_metrics(console: Console, settings: Settings, *, engine_url: str) -> None:
+def print_worker_metrics(
+    console: Console, settings: Settings, *, engine_url: str, chunks: list[Any]
+) -> None:
     """The worker's backlog and results, as /health reports them, how the observations were
-    compressed and what Gemini spent today."""
+    compressed, the index rows' vectors by model (`chunks`, CHUNKS_BY_MODEL_SQL's rows) and
+    what Gemini spent today."""
     from app.db.engine import make_sync_engine
     from app.llm.embeddings import describe_embedding, model_identity
     from app.llm.ratelimit import USAGE_TODAY_SQL
@@ -239,7 +249,6 @@ def print_worker_metrics(console: Console, settings: Settings, *, engine_url: st
         LAST_GEMINI_FAILURE_SQL,
         METRICS_SQL,
         TOKENS_BY_PROJECT_SQL,
-        VECTORS_BY_MODEL_SQL,
         describe_compressed_by,
         describe_vectors,
         shape_metrics,
@@ -253,7 +262,6 @@ def print_worker_metrics(console: Console, settings: Settings, *, engine_url: st
             compressed_by = connection.execute(COMPRESSED_BY_SQL).all()
             failure = connection.execute(LAST_GEMINI_FAILURE_SQL).one_or_none()
             today = connection.execute(USAGE_TODAY_SQL).one()
-            vectors = connection.execute(VECTORS_BY_MODEL_SQL).all()
     finally:
         engine.dispose()
     metrics = shape_metrics(counts, by_project)
@@ -273,6 +281,7 @@ def print_worker_metrics(console: Console, settings: Settings, *, engine_url: st
     )
     if settings.embedding_provider == "sentence-transformers" and not settings.embedding_dims:
         current = current.rsplit(":", 1)[0] + ":"  # its width is the model's, not loaded here
+    vectors = [row for row in chunks if row.embedded]
     console.print(f"vectors    {describe_vectors(vectors, current)}")
     if compressed_by:
         console.print(f"compressed {describe_compressed_by(compressed_by)}")

@@ -14,7 +14,7 @@ from app.cli.common import (
     describe_location,
     given_project,
     open_database,
-    refuse_a_newer_schema,
+    refuse_a_schema_not_at_head,
     settings_or_exit,
     stop_on_signals,
 )
@@ -67,7 +67,7 @@ def worker(
     check_provider(settings)
     with cli_errors():
         url = open_database(settings)
-        refuse_a_newer_schema(settings, url)
+        refuse_a_schema_not_at_head(settings, url)
         asyncio.run(run_worker(settings, url, concurrency=concurrency))
 
 

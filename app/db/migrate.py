@@ -15,6 +15,12 @@ from app.errors import Conflict
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
+# Held for a migration's transaction (alembic/env.py). Processes starting at once on an
+# un-migrated database (`serve` and `worker`, or two of compose's services) each ran 0001: the
+# second failed on a duplicate catalog row (2 of 6 races of two upgrades). Under the lock the
+# second waits, then reads the version the first committed and has nothing to do.
+MIGRATION_LOCK = 0x6167_6D65_6D00  # "agmem\0"
+
 
 def alembic_config(database_url: str) -> Config:
     config = Config(str(PROJECT_ROOT / "alembic.ini"))
@@ -46,14 +52,16 @@ def downgrade(database_url: str, revision: str = "base") -> None:
 def unknown_revision(database_url: str) -> str | None:
     """The database's revision if this agmem has no such migration (a newer agmem's), else None."""
     current = current_revision(database_url)
-    if current is None:
-        return None
-    script = ScriptDirectory.from_config(alembic_config(database_url))
+    return None if current is None or is_known(current) else current
+
+
+def is_known(revision: str) -> bool:
+    """Whether this agmem has a migration `revision` (not a newer agmem's)."""
+    script = ScriptDirectory.from_config(alembic_config("postgresql://localhost/unused"))
     try:
-        known = script.get_revision(current) is not None
+        return script.get_revision(revision) is not None
     except CommandError:
-        known = False
-    return None if known else current
+        return False
 
 
 def newer_schema_problem(current: str) -> str:

@@ -101,7 +101,7 @@ async def embed_missing(
     if isinstance(embedder, BatchEmbedder):
         await resume_batches(sessionmaker, settings, embedder, project, report)
         async with sessionmaker() as session:
-            missing = await queries.missing_texts(session, project=project)
+            missing = await queries.missing_texts(session, project=project, model=embedder.identity)
         await _batch_if_large(sessionmaker, settings, embedder, project, missing, report)
     await reembed_project(sessionmaker, embedder, project, report, progress, only_missing=True)
 

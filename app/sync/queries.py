@@ -132,13 +132,23 @@ _STALE_CHUNKS = text(
     "OR embedding IS NOT NULL) ORDER BY id LIMIT :limit"
 )
 
+# The texts a job of the project and model still open holds: the texts to submit leave them
+# out. A second `--reembed` (or a sync with a large backlog) while a job ran submitted its texts
+# again, paid for at Gemini twice (ops16 review: jobs of 24 and 24 texts). The job's array is
+# unnested, not probed with `?` (a scan of the array for each row): a hashed anti-join.
+_NOT_HELD = (
+    "NOT EXISTS (SELECT 1 FROM embedding_batches AS b, jsonb_array_elements_text(b.hashes) "
+    "AS held(hash) WHERE b.project_path = :project AND b.model = :model "
+    "AND b.status = 'submitted' AND held.hash = c.hash)"
+)
+
 # The texts of `_STALE_CHUNKS`'s rows without a vector of the model in the cache.
 _UNCACHED_STALE_TEXTS = text(
     "SELECT DISTINCT ON (c.hash) c.hash, c.content FROM memory_chunks AS c "
     "WHERE c.project_path IN (:project, '') AND c.model IS DISTINCT FROM :model "
     "AND (c.source IN ('memory', 'sessions') OR c.embedding IS NOT NULL) AND NOT EXISTS "
     "(SELECT 1 FROM memory_embedding_cache AS e WHERE e.hash = c.hash AND e.model = :model) "
-    "ORDER BY c.hash"
+    f"AND {_NOT_HELD} ORDER BY c.hash"
 )
 
 _UNEMBEDDED_CHUNKS = text(
@@ -156,8 +166,9 @@ _ANY_UNEMBEDDED = (
 )
 
 _MISSING_TEXTS = text(
-    "SELECT DISTINCT ON (hash) hash, content FROM memory_chunks WHERE project_path = :project "
-    "AND source IN ('memory', 'sessions') AND embedding IS NULL ORDER BY hash"
+    "SELECT DISTINCT ON (c.hash) c.hash, c.content FROM memory_chunks AS c "
+    "WHERE c.project_path = :project AND c.source IN ('memory', 'sessions') "
+    f"AND c.embedding IS NULL AND {_NOT_HELD} ORDER BY c.hash"
 )
 
 _FILL_FROM_CACHE = text(
@@ -409,16 +420,18 @@ async def any_unembedded(connection: Conn, *, project: str) -> bool:
     return bool((await cursor.fetchone() or (False,))[0])
 
 
-async def missing_texts(session: AsyncSession, *, project: str) -> dict[str, str]:
-    """`{hash: content}` of the project's file chunks that have no vector yet."""
-    result = await session.execute(_MISSING_TEXTS, {"project": project})
+async def missing_texts(session: AsyncSession, *, project: str, model: str) -> dict[str, str]:
+    """`{hash: content}` of the project's file chunks that have no vector yet and that no open
+    job of `model` holds."""
+    result = await session.execute(_MISSING_TEXTS, {"project": project, "model": model})
     return {row.hash: row.content for row in result}
 
 
 async def uncached_stale_texts(
     session: AsyncSession, *, project: str, model: str
 ) -> dict[str, str]:
-    """`{hash: content}` of the rows `--reembed` moves whose vector the cache lacks."""
+    """`{hash: content}` of the rows `--reembed` moves whose vector the cache lacks and that no
+    open job of `model` holds."""
     result = await session.execute(_UNCACHED_STALE_TEXTS, {"project": project, "model": model})
     return {row.hash: row.content for row in result}
 

@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -133,6 +134,65 @@ def test_worker_refuses_a_database_a_newer_agmem_migrated(database_url: str) -> 
         "is unknown to this one): upgrade agmem, or with the newer one run "
         f"`agmem migrate --down {migrate.head_revision()}`"
     ]
+
+
+@pytest.mark.parametrize(("revision", "shown"), [(None, "empty"), ("0002", "0002")])
+def test_worker_refuses_a_database_whose_schema_is_behind_head(
+    pg_server: PostgresServer, revision: str | None, shown: str
+) -> None:
+    # `agmem worker` does not migrate a DATABASE_URL: on one never migrated, or behind head, it
+    # started and logged `UndefinedColumn embed_claimed_until` (or a missing table) at every
+    # poll, forever (ops16 review).
+    with scratch_database(pg_server, "agmem_behind") as url:
+        if revision is not None:
+            migrate.upgrade(url, revision)
+        result = run_agmem("worker", timeout=60, DATABASE_URL=url)
+
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"agmem: error: the database's schema is at {shown}, behind head "
+        f"{migrate.head_revision()}: run `agmem migrate`"
+    ]
+
+
+def test_a_migration_waiting_for_another_processs_says_so(database_url: str) -> None:
+    # A start blocked behind another process's migration printed nothing: 6 s of silence in the
+    # ops16 review, for ever behind a holder that hung.
+    with psycopg.connect(libpq_url(database_url), autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", (migrate.MIGRATION_LOCK,))
+        with tempfile.TemporaryFile("w+") as stderr:
+            process = subprocess.Popen(
+                [AGMEM, "migrate"],
+                env=agmem_env(DATABASE_URL=database_url),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                text=True,
+            )
+            try:
+                said = _wait_for_output(stderr, "migrate.waiting", process)
+            finally:
+                holder.execute("SELECT pg_advisory_unlock(%s)", (migrate.MIGRATION_LOCK,))
+                process.wait(timeout=60)
+            stderr.seek(0)
+            lines = stderr.read().splitlines()
+    assert said
+    assert process.returncode == 0
+    assert len(lines) == 1
+    assert "another process is migrating the database: waiting for it" in lines[0]
+    alone = run_agmem("migrate", DATABASE_URL=database_url)
+    assert alone.returncode == 0, alone.stderr
+    assert alone.stderr == ""
+
+
+def _wait_for_output(stream: Any, text: str, process: subprocess.Popen[str]) -> bool:
+    for _ in range(600):
+        stream.seek(0)
+        if text in stream.read() or process.poll() is not None:
+            break
+        time.sleep(0.05)
+    stream.seek(0)
+    return text in stream.read()
 
 
 def test_status_on_a_fresh_home_brings_the_embedded_schema_to_head(tmp_path: Path) -> None:

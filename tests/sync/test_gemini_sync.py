@@ -92,20 +92,25 @@ def all_embedded(db: psycopg.Connection[Any]) -> bool:
 
 
 def sync_leaving_the_batch_running(
-    fake: FakeGemini, tmp_path: Path, database_url: str, project: Path
+    fake: FakeGemini, tmp_path: Path, database_url: str, project: Path, *, reembed: bool = False
 ) -> tuple[BatchServer, Any]:
     """A sync whose Batch API job is still running when its wait ends, with inline calls down
     so that nothing but the job can embed its chunks."""
     fake.on(":batchEmbedContents", unavailable)
     server = BatchServer(fake, polls_pending=1_000_000)
-    settings, embedder = gemini(
+    settings, embedder = short_waits(fake, tmp_path)
+    return server, run_sync(database_url, settings, embedder, project, reembed=reembed)
+
+
+def short_waits(fake: FakeGemini, tmp_path: Path, threshold: int = 5) -> tuple[Any, GeminiEmbedder]:
+    """Gemini that waits 0.05 s on a job and does not retry an inline call."""
+    return gemini(
         fake,
         tmp_path,
-        gemini_embed_batch_threshold=5,
+        gemini_embed_batch_threshold=threshold,
         gemini_batch_timeout_seconds=0.05,
         gemini_embed_max_retries=0,
     )
-    return server, run_sync(database_url, settings, embedder, project)
 
 
 def test_small_backlog_is_embedded_inline_in_calls_of_100(
@@ -359,3 +364,47 @@ def test_with_gemini_the_worker_leaves_file_chunks_to_the_sync(
         "SELECT source FROM memory_chunks WHERE embedding IS NULL ORDER BY source"
     ).fetchall()
     assert left == [("memory",), ("sessions",)]
+
+
+def test_a_second_reembed_while_the_first_job_runs_submits_no_second_job(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # The texts an open job holds were submitted again by the next `--reembed` (or any sync
+    # with a large backlog) while the job ran: the same texts paid for at Gemini twice.
+    project = make_project(tmp_path / "proj")
+    run_sync(database_url, make_settings(home=tmp_path / "home"), local_embedder(), project)
+    with fake_gemini() as fake:
+        server, _first = sync_leaving_the_batch_running(
+            fake, tmp_path, database_url, project, reembed=True
+        )
+        assert len(server.submitted) == 1
+        settings, embedder = short_waits(fake, tmp_path)
+
+        again = run_sync(database_url, settings, embedder, project, reembed=True)
+
+        assert len(server.submitted) == 1
+    assert any("still running" in e for e in again.errors)
+    assert db.execute("SELECT status FROM embedding_batches").fetchall() == [("submitted",)]
+
+
+def test_a_changed_file_while_a_job_runs_submits_only_its_new_texts(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "proj")
+    with fake_gemini() as fake:
+        server, _first = sync_leaving_the_batch_running(fake, tmp_path, database_url, project)
+        memory = project / "MEMORY.md"
+        extra = "".join(f"\n\n## Note {i}\n\nA new paragraph number {i} here.\n" for i in range(40))
+        memory.write_text(memory.read_text() + extra)
+        settings, embedder = short_waits(fake, tmp_path, threshold=1)
+
+        run_sync(database_url, settings, embedder, project)
+
+        assert len(server.submitted) == 2
+    # No text is in both jobs: the second holds only the texts the change added.
+    counts = db.execute(
+        "SELECT count(h), count(DISTINCT h) FROM embedding_batches, "
+        "jsonb_array_elements_text(hashes) AS h"
+    ).fetchone()
+    assert counts is not None
+    assert counts[0] == counts[1] == sum(server.submitted)
