@@ -196,10 +196,27 @@ def check_answer_size(
             hint = hint.replace("{key}", str(arguments.get("key")))
         elif name == "read_memory":
             hint = "use list_memories with a narrower pattern, tags or a limit"
+        else:
+            hint += f" (the first {_items_that_fit(result.structured_content)} would fit)"
         raise ToolError(
             f"Error executing tool {name}: AnswerTooLarge: the answer is about {tokens} tokens, "
             f"over the {text.MAX_ANSWER_TOKENS} a tool answers into a model's context; {hint}"
         )
+
+
+def _items_that_fit(answer: dict[str, Any] | None) -> int:
+    """How many of a listing's items (`memories`, `results`), first to last, fit the cap."""
+    answer = answer or {}
+    items = next((value for value in answer.values() if isinstance(value, list)), [])
+    envelope = {key: [] if value is items else value for key, value in answer.items()}
+    room = text.MAX_ANSWER_TOKENS - estimate_tokens(json.dumps(envelope, ensure_ascii=False))
+    fitting = 0
+    for item in items:
+        room -= estimate_tokens(json.dumps(item, ensure_ascii=False)) + 1
+        if room < 0:
+            break
+        fitting += 1
+    return fitting
 
 
 def build_server(state: StateProvider, *, default_project: str | None = None) -> MCPServer:

@@ -384,4 +384,8 @@ def test_an_answer_too_large_for_a_models_context_is_a_tool_error_saying_what_to
     assert pattern.is_error
     assert "use list_memories with a narrower pattern" in pattern.content[0].text
     assert listed.is_error
-    assert listed.content[0].text.endswith("narrow it with pattern, tags or a smaller limit")
+    # The model is told what limit would do, not left to guess (search_memory said "ask for
+    # fewer results" to a model whose limit of 80 could never fit, without saying how many).
+    assert listed.content[0].text.endswith(
+        "narrow it with pattern, tags or a smaller limit (the first 1 would fit)"
+    )
