@@ -108,6 +108,15 @@ def answer(server: subprocess.Popen[str], line: str) -> dict[str, Any] | None:
     return found
 
 
+def send_read(server: subprocess.Popen[str]) -> None:
+    """Write a `read_memory` call (id 2) to the server's stdin, not flushed."""
+    assert server.stdin is not None
+    call = {"name": "read_memory", "arguments": {"key": "a", "scope": "global"}}
+    server.stdin.write(
+        json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}) + "\n"
+    )
+
+
 def stopped(server: subprocess.Popen[str]) -> str:
     """The server's stderr once it has exited. One still running after 30 s is then stopped by
     the end of its input (so a failing test leaves no embedded server behind), else killed."""
@@ -254,10 +263,7 @@ def test_sigterm_that_arrives_in_a_finalizer_still_ends_it(tmp_path: Path) -> No
     home = tmp_path / "home"
     server = launched(home, tmp_path, sys.executable, "-c", SIGTERM_IN_A_FINALIZER)
     assert server.stdin is not None
-    call = {"name": "read_memory", "arguments": {"key": "a", "scope": "global"}}
-    server.stdin.write(
-        json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}) + "\n"
-    )
+    send_read(server)
     server.stdin.flush()
 
     try:
@@ -312,10 +318,7 @@ def test_a_client_gone_before_its_answer_ends_it_without_a_traceback(tmp_path: P
     assert server.stdin is not None
     assert server.stdout is not None
     server.stdout.close()
-    call = {"name": "read_memory", "arguments": {"key": "a", "scope": "global"}}
-    server.stdin.write(
-        json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}) + "\n"
-    )
+    send_read(server)
     server.stdin.close()
     stderr = stopped(server)
 
@@ -374,10 +377,7 @@ def test_ctrl_c_while_calls_come_answers_the_one_running_and_ends_cleanly(tmp_pa
     answers: list[str] = []
     reader = threading.Thread(target=lambda: answers.extend(server.stdout or ()), daemon=True)
     reader.start()
-    call = {"name": "read_memory", "arguments": {"key": "a", "scope": "global"}}
-    server.stdin.write(
-        json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}) + "\n"
-    )
+    send_read(server)
     server.stdin.flush()
     # More calls until it has ended (its stdin is then closed: BrokenPipeError), at most 10,000.
     with contextlib.suppress(BrokenPipeError):
@@ -415,10 +415,7 @@ def test_sigterm_after_the_end_of_input_cuts_the_wait_for_the_calls_read(tmp_pat
     home = tmp_path / "home"
     server = launched(home, tmp_path, sys.executable, "-c", HUNG_CALL)
     assert server.stdin is not None
-    call = {"name": "read_memory", "arguments": {"key": "a", "scope": "global"}}
-    server.stdin.write(
-        json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}) + "\n"
-    )
+    send_read(server)
     server.stdin.close()
     with pytest.raises(subprocess.TimeoutExpired):
         server.wait(timeout=1)  # waiting for the hung call, as it should
