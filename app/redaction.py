@@ -10,8 +10,9 @@ keeps a `<private>` written inside a code span, as its sync did. Running it twic
 nothing the second time.
 
 A changed index row gets its content hash and search terms again (the generated tsvector
-follows its content) and loses its vector, so that the worker embeds the redacted text; the
-secret's own vector goes with it.
+follows its content) and loses its vector, so that the worker embeds the redacted text. The
+embedding cache's vector of the old text, which no row names any more, goes with the worker's
+hourly prune of orphans (an hour after it was cached at the earliest).
 """
 
 from __future__ import annotations
