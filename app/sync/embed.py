@@ -21,6 +21,7 @@ from numpy.typing import NDArray
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
+from app.db.raw_pool import Conn
 from app.index.embedding import arrays_for, ensure_model_index, set_chunk_vectors, store_arrays
 from app.llm.embeddings import Embedder
 from app.sync import queries
@@ -175,14 +176,11 @@ async def resume_batches(
     return still_running
 
 
-async def close_superseded_batches(
-    sessionmaker: async_sessionmaker[AsyncSession], embedder: Embedder, project: str
-) -> None:
+async def close_superseded_batches(connection: Conn, embedder: Embedder, project: str) -> None:
     """Close the project's jobs of a model switched from: nothing resumes them any more."""
-    async with sessionmaker() as session, session.begin():
-        jobs = await queries.close_superseded_batches(
-            session, project=project, model=embedder.identity
-        )
+    jobs = await queries.close_superseded_batches(
+        connection, project=project, model=embedder.identity
+    )
     if jobs:
         log.info("sync.batch_superseded", project=project, jobs=jobs, model=embedder.identity)
 
