@@ -70,11 +70,13 @@ def test_serve_embedded_survives_restart_and_stops_postgres_on_ctrl_c(tmp_path: 
         stop(second)
 
 
-def test_serve_on_port_0_picks_a_free_port_and_stops_postgres_on_sigterm(tmp_path: Path) -> None:
+def test_serve_on_port_0_picks_a_free_port_and_stops_postgres_on_sigterm(
+    embedded_home: Path,
+) -> None:
     # Port 0 was refused ("greater than or equal to 1"): a script had to guess a free port and
     # race for it. The banner names the port the OS picked.
     # kill, docker stop and systemd send SIGTERM; uvicorn re-raises it after shutting down.
-    home = tmp_path / "home"
+    home = embedded_home
     server = spawn_agmem("serve", AGMEM_HOME=str(home), AGMEM_PORT="0")
     banner = []
     try:
@@ -93,8 +95,8 @@ def test_serve_on_port_0_picks_a_free_port_and_stops_postgres_on_sigterm(tmp_pat
     assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
 
 
-def test_two_processes_on_one_home_share_one_server(tmp_path: Path) -> None:
-    home = tmp_path / "home"
+def test_two_processes_on_one_home_share_one_server(embedded_home: Path) -> None:
+    home = embedded_home
     port, server = serve_on(home)
     try:
         pid_before = running_postmaster(home)
@@ -112,16 +114,14 @@ def test_two_processes_on_one_home_share_one_server(tmp_path: Path) -> None:
         stop(server)
 
 
-def test_lock_files_a_reboot_left_naming_other_processes_are_recovered(tmp_path: Path) -> None:
+def test_lock_files_a_reboot_left_naming_other_processes_are_recovered(embedded_home: Path) -> None:
     # After a reboot (or a SIGKILL'd server), postmaster.pid and pgserver's handle list name pids
     # that other processes now have. pgserver took the postmaster for running: "database
     # unreachable" until the file was removed by hand, and at exit, its `pg_ctl stop` refused,
     # it killed that process. A handle list naming a live process kept every later agmem process
     # from being the last: the server was never stopped.
-    home = tmp_path / "home"
+    home = embedded_home
     pgdata = home / "pgdata"
-    first = run_agmem("status", AGMEM_HOME=str(home))
-    assert first.returncode == 0, first.stderr
     bystander = subprocess.Popen(["sleep", "120"])
     try:
         # postmaster.pid as a running server writes it: pid, folder, start, port, socket, host,
@@ -219,9 +219,9 @@ def kill_postmaster(home: Path) -> int:
     return pid
 
 
-def test_the_worker_restarts_the_embedded_postgres_after_it_is_killed(tmp_path: Path) -> None:
+def test_the_worker_restarts_the_embedded_postgres_after_it_is_killed(embedded_home: Path) -> None:
     # A worker may be the only process left on the embedded server: it restarts it too.
-    home = tmp_path / "home"
+    home = embedded_home
     worker = spawn_agmem("worker", AGMEM_HOME=str(home))
     try:
         assert "worker on" in read_banner(worker, "worker on")[-1]
@@ -245,8 +245,8 @@ def test_the_worker_restarts_the_embedded_postgres_after_it_is_killed(tmp_path: 
     assert "embedded_postgres.restarted" in output
 
 
-def test_serve_restarts_the_embedded_postgres_after_it_is_killed(tmp_path: Path) -> None:
-    home = tmp_path / "home"
+def test_serve_restarts_the_embedded_postgres_after_it_is_killed(embedded_home: Path) -> None:
+    home = embedded_home
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     server = start_serve(port, AGMEM_HOME=str(home))
