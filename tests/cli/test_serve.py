@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -306,6 +307,20 @@ def test_a_provider_that_cannot_be_built_stops_the_start_in_one_line(
     assert not (tmp_path / "pgdata").exists()  # refused before starting anything
 
 
+@pytest.fixture(scope="module")
+def serving(database_url: str) -> Iterator[int]:
+    """One `agmem serve --no-worker` on the test database, for tests that only send it requests
+    on connections of their own: its port. A start costs ~3 s of CPU (imports, app, pools)."""
+    port = free_port()
+    server = start_serve(port, "--no-worker", DATABASE_URL=database_url)
+    try:
+        wait_for_health(port, server)
+        yield port
+    finally:
+        output = stop(server)
+    assert server.returncode == 0, output
+
+
 @pytest.mark.parametrize(
     "request_bytes",
     [
@@ -317,21 +332,15 @@ def test_a_provider_that_cannot_be_built_stops_the_start_in_one_line(
     ids=["request line", "two lengths", "URL over 64 KiB"],
 )
 def test_a_request_the_parser_refuses_is_a_400_in_the_error_shape(
-    database_url: str, request_bytes: bytes
+    serving: int, request_bytes: bytes
 ) -> None:
     # uvicorn answered these itself in plain text ("Invalid HTTP request received."), before
     # the app, and a client reading every error as JSON failed on it.
-    port = free_port()
-    server = start_serve(port, "--no-worker", DATABASE_URL=database_url)
-    try:
-        wait_for_health(port, server)
-        with socket.create_connection(("127.0.0.1", port), timeout=30) as connection:
-            connection.sendall(request_bytes)
-            answer = b""
-            while chunk := connection.recv(65536):  # the server closes the connection
-                answer += chunk
-    finally:
-        stop(server)
+    with socket.create_connection(("127.0.0.1", serving), timeout=30) as connection:
+        connection.sendall(request_bytes)
+        answer = b""
+        while chunk := connection.recv(65536):  # the server closes the connection
+            answer += chunk
     head, _, body = answer.partition(b"\r\n\r\n")
 
     assert head.startswith(b"HTTP/1.1 400 "), answer
