@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,7 @@ from app.config import Settings, load_settings
 from app.db import migrate
 from app.db.models import Base
 from app.main import create_app
+from tests.cli.helpers import run_agmem
 from tests.postgres import PostgresServer, choose_kind, create_database, drop_database, start_server
 
 _CHOSEN: dict[str, str] = {}
@@ -87,6 +89,31 @@ def database_url(pg_server: PostgresServer) -> Iterator[str]:
     migrate.upgrade(url)
     yield url
     drop_database(pg_server, url)
+
+
+@pytest.fixture(scope="session")
+def _embedded_home_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    home = tmp_path_factory.mktemp("embedded-template") / "home"
+    migrated = run_agmem("migrate", AGMEM_HOME=str(home))
+    assert migrated.returncode == 0, migrated.stderr
+    assert not (home / "pgdata" / "postmaster.pid").exists(), "migrate left its server running"
+    (home / "pgdata" / "log").unlink()  # each copy's server log starts empty
+    return home
+
+
+@pytest.fixture
+def embedded_home(_embedded_home_template: Path, tmp_path: Path) -> Path:
+    """`tmp_path / "home"`: an AGMEM_HOME whose embedded PostgreSQL is initialised and migrated
+    to head, and stopped, as after a first `agmem` command.
+
+    For tests of what a command does with the server (signals, restarts, sharing), not of its
+    creation: initdb and the migrations cost each fresh home ~1-2 s of CPU in the `agmem` the
+    test starts; a copy of one made once per run costs ~50 ms. `cp -a` keeps the data folder's
+    owner (the server's own user when tests run as root) and its 0700 mode.
+    """
+    home = tmp_path / "home"
+    subprocess.run(["cp", "-a", str(_embedded_home_template), str(home)], check=True)
+    return home
 
 
 def libpq_url(url: str) -> str:

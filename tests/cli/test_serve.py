@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -70,11 +71,13 @@ def test_serve_embedded_survives_restart_and_stops_postgres_on_ctrl_c(tmp_path: 
         stop(second)
 
 
-def test_serve_on_port_0_picks_a_free_port_and_stops_postgres_on_sigterm(tmp_path: Path) -> None:
+def test_serve_on_port_0_picks_a_free_port_and_stops_postgres_on_sigterm(
+    embedded_home: Path,
+) -> None:
     # Port 0 was refused ("greater than or equal to 1"): a script had to guess a free port and
     # race for it. The banner names the port the OS picked.
     # kill, docker stop and systemd send SIGTERM; uvicorn re-raises it after shutting down.
-    home = tmp_path / "home"
+    home = embedded_home
     server = spawn_agmem("serve", AGMEM_HOME=str(home), AGMEM_PORT="0")
     banner = []
     try:
@@ -93,8 +96,8 @@ def test_serve_on_port_0_picks_a_free_port_and_stops_postgres_on_sigterm(tmp_pat
     assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
 
 
-def test_two_processes_on_one_home_share_one_server(tmp_path: Path) -> None:
-    home = tmp_path / "home"
+def test_two_processes_on_one_home_share_one_server(embedded_home: Path) -> None:
+    home = embedded_home
     port, server = serve_on(home)
     try:
         pid_before = running_postmaster(home)
@@ -112,16 +115,14 @@ def test_two_processes_on_one_home_share_one_server(tmp_path: Path) -> None:
         stop(server)
 
 
-def test_lock_files_a_reboot_left_naming_other_processes_are_recovered(tmp_path: Path) -> None:
+def test_lock_files_a_reboot_left_naming_other_processes_are_recovered(embedded_home: Path) -> None:
     # After a reboot (or a SIGKILL'd server), postmaster.pid and pgserver's handle list name pids
     # that other processes now have. pgserver took the postmaster for running: "database
     # unreachable" until the file was removed by hand, and at exit, its `pg_ctl stop` refused,
     # it killed that process. A handle list naming a live process kept every later agmem process
     # from being the last: the server was never stopped.
-    home = tmp_path / "home"
+    home = embedded_home
     pgdata = home / "pgdata"
-    first = run_agmem("status", AGMEM_HOME=str(home))
-    assert first.returncode == 0, first.stderr
     bystander = subprocess.Popen(["sleep", "120"])
     try:
         # postmaster.pid as a running server writes it: pid, folder, start, port, socket, host,
@@ -219,9 +220,9 @@ def kill_postmaster(home: Path) -> int:
     return pid
 
 
-def test_the_worker_restarts_the_embedded_postgres_after_it_is_killed(tmp_path: Path) -> None:
+def test_the_worker_restarts_the_embedded_postgres_after_it_is_killed(embedded_home: Path) -> None:
     # A worker may be the only process left on the embedded server: it restarts it too.
-    home = tmp_path / "home"
+    home = embedded_home
     worker = spawn_agmem("worker", AGMEM_HOME=str(home))
     try:
         assert "worker on" in read_banner(worker, "worker on")[-1]
@@ -245,8 +246,8 @@ def test_the_worker_restarts_the_embedded_postgres_after_it_is_killed(tmp_path: 
     assert "embedded_postgres.restarted" in output
 
 
-def test_serve_restarts_the_embedded_postgres_after_it_is_killed(tmp_path: Path) -> None:
-    home = tmp_path / "home"
+def test_serve_restarts_the_embedded_postgres_after_it_is_killed(embedded_home: Path) -> None:
+    home = embedded_home
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     server = start_serve(port, AGMEM_HOME=str(home))
@@ -306,6 +307,20 @@ def test_a_provider_that_cannot_be_built_stops_the_start_in_one_line(
     assert not (tmp_path / "pgdata").exists()  # refused before starting anything
 
 
+@pytest.fixture(scope="module")
+def serving(database_url: str) -> Iterator[int]:
+    """One `agmem serve --no-worker` on the test database, for tests that only send it requests
+    on connections of their own: its port. A start costs ~3 s of CPU (imports, app, pools)."""
+    port = free_port()
+    server = start_serve(port, "--no-worker", DATABASE_URL=database_url)
+    try:
+        wait_for_health(port, server)
+        yield port
+    finally:
+        output = stop(server)
+    assert server.returncode == 0, output
+
+
 @pytest.mark.parametrize(
     "request_bytes",
     [
@@ -317,21 +332,15 @@ def test_a_provider_that_cannot_be_built_stops_the_start_in_one_line(
     ids=["request line", "two lengths", "URL over 64 KiB"],
 )
 def test_a_request_the_parser_refuses_is_a_400_in_the_error_shape(
-    database_url: str, request_bytes: bytes
+    serving: int, request_bytes: bytes
 ) -> None:
     # uvicorn answered these itself in plain text ("Invalid HTTP request received."), before
     # the app, and a client reading every error as JSON failed on it.
-    port = free_port()
-    server = start_serve(port, "--no-worker", DATABASE_URL=database_url)
-    try:
-        wait_for_health(port, server)
-        with socket.create_connection(("127.0.0.1", port), timeout=30) as connection:
-            connection.sendall(request_bytes)
-            answer = b""
-            while chunk := connection.recv(65536):  # the server closes the connection
-                answer += chunk
-    finally:
-        stop(server)
+    with socket.create_connection(("127.0.0.1", serving), timeout=30) as connection:
+        connection.sendall(request_bytes)
+        answer = b""
+        while chunk := connection.recv(65536):  # the server closes the connection
+            answer += chunk
     head, _, body = answer.partition(b"\r\n\r\n")
 
     assert head.startswith(b"HTTP/1.1 400 "), answer

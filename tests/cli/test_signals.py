@@ -102,11 +102,13 @@ def test_ctrl_c_while_the_command_line_loads_is_one_line() -> None:
     assert done.stderr == "agmem: interrupted\n"
 
 
-def test_sigterm_stops_the_embedded_server_the_command_started(tmp_path: Path) -> None:
+def test_sigterm_stops_the_embedded_server_the_command_started(
+    tmp_path: Path, embedded_home: Path
+) -> None:
     # SIGTERM's default action killed `agmem mcp` (an MCP client's way to stop its server) with
     # the embedded PostgreSQL it had started still running, until another agmem command found
     # it orphaned. Now it unwinds as Ctrl-C does, and a stdio server's stop is a normal end.
-    home = tmp_path / "home"
+    home = embedded_home
     mcp = subprocess.Popen(
         [AGMEM, "mcp", "-p", str(tmp_path)],
         env=agmem_env(AGMEM_HOME=str(home)),
@@ -202,11 +204,11 @@ main()
 @pytest.mark.slow
 @pytest.mark.parametrize("moment", ["leave", "stop"])
 def test_a_second_ctrl_c_while_exiting_stops_the_embedded_server_at_once(
-    tmp_path: Path, moment: str
+    embedded_home: Path, moment: str
 ) -> None:
     # The first lets a normal stop finish; a second was ignored too, and a stop that hung (up to
     # pg_ctl's 60 s) left nothing but SIGKILL, which left the server running.
-    home = tmp_path / "home"
+    home = embedded_home
     done = run_python(TWICE_AT_EXIT, moment, "status", AGMEM_HOME=str(home))
 
     assert done.returncode == 130, done.stderr
@@ -224,9 +226,9 @@ def test_a_second_ctrl_c_while_exiting_stops_the_embedded_server_at_once(
 
 @pytest.mark.slow
 def test_a_second_ctrl_c_while_exiting_leaves_another_process_s_server_running(
-    tmp_path: Path,
+    embedded_home: Path,
 ) -> None:
-    home = tmp_path / "home"
+    home = embedded_home
     port, server = serve_on(home)
     try:
         postmaster = running_postmaster(home)
@@ -270,10 +272,10 @@ def test_output_to_a_pipe_nobody_reads_ends_quietly_with_sigpipes_code(
 
 
 @pytest.mark.slow
-def test_a_second_ctrl_c_leaves_the_server_to_a_process_joining_it(tmp_path: Path) -> None:
+def test_a_second_ctrl_c_leaves_the_server_to_a_process_joining_it(embedded_home: Path) -> None:
     # The handle list was read without pgserver's lock: a process that had found the server
     # running, holding the lock and not yet in the list, was handed a server stopped under it.
-    home = tmp_path / "home"
+    home = embedded_home
 
     done = run_python(TWICE_WHILE_ANOTHER_JOINS, "status", AGMEM_HOME=str(home))
 

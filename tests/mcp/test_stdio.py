@@ -134,10 +134,12 @@ def stopped(server: subprocess.Popen[str]) -> str:
     return server.stderr.read()
 
 
-def test_sigterm_ends_it_while_its_client_keeps_stdin_open(tmp_path: Path) -> None:
+def test_sigterm_ends_it_while_its_client_keeps_stdin_open(
+    tmp_path: Path, embedded_home: Path
+) -> None:
     # The SDK reads stdin in a non-daemon thread: after SIGTERM the process waited at its exit
     # until the client closed the pipe, with the embedded PostgreSQL still running.
-    home = tmp_path / "home"
+    home = embedded_home
     server = launched(home, tmp_path)
     assert (home / "pgdata" / "postmaster.pid").exists()
 
@@ -166,11 +168,11 @@ main()
 
 
 def test_a_second_sigterm_while_it_exits_stops_the_embedded_server_at_once(
-    tmp_path: Path,
+    tmp_path: Path, embedded_home: Path
 ) -> None:
     # The SIGTERM that ended it was not counted: the second was taken for the first (a normal
     # stop, up to pg_ctl's 60 s), and it took a third to stop the server at once.
-    home = tmp_path / "home"
+    home = embedded_home
     server = launched(home, tmp_path, sys.executable, "-c", SIGTERM_AGAIN_AS_IT_STOPS)
     assert (home / "pgdata" / "postmaster.pid").exists()
 
@@ -223,9 +225,9 @@ app.entry.main()
 
 
 def test_an_exit_stuck_after_sigterm_ends_by_its_deadline_with_the_server_stopped(
-    tmp_path: Path,
+    tmp_path: Path, embedded_home: Path
 ) -> None:
-    home = tmp_path / "home"
+    home = embedded_home
     server = launched(home, tmp_path, sys.executable, "-c", STUCK_AFTER_SIGTERM)
 
     server.terminate()
@@ -257,10 +259,12 @@ app.entry.main()
 """
 
 
-def test_sigterm_that_arrives_in_a_finalizer_still_ends_it(tmp_path: Path) -> None:
+def test_sigterm_that_arrives_in_a_finalizer_still_ends_it(
+    tmp_path: Path, embedded_home: Path
+) -> None:
     # The handler raised Terminated in the finalizer, where Python only printed it ("Exception
     # ignored in"): the server went on serving until its client closed stdin.
-    home = tmp_path / "home"
+    home = embedded_home
     server = launched(home, tmp_path, sys.executable, "-c", SIGTERM_IN_A_FINALIZER)
     assert server.stdin is not None
     send_read(server)
@@ -279,7 +283,9 @@ def test_sigterm_that_arrives_in_a_finalizer_still_ends_it(tmp_path: Path) -> No
     assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
 
 
-def test_the_calls_read_before_the_end_of_input_are_answered(tmp_path: Path) -> None:
+def test_the_calls_read_before_the_end_of_input_are_answered(
+    tmp_path: Path, embedded_home: Path
+) -> None:
     # `agmem mcp < calls.jsonl`, or a client that writes its requests and closes the pipe: the
     # SDK cancelled the calls in flight at the end of the input, each answered "Connection
     # closed", the memory never written.
@@ -292,7 +298,7 @@ def test_the_calls_read_before_the_end_of_input_are_answered(tmp_path: Path) -> 
         {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": write},
         {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": context},
     ]
-    home = tmp_path / "home"
+    home = embedded_home
     server = subprocess.run(
         [AGMEM, "mcp", "-p", str(tmp_path)],
         env=agmem_env(AGMEM_HOME=str(home)),
@@ -310,10 +316,12 @@ def test_the_calls_read_before_the_end_of_input_are_answered(tmp_path: Path) -> 
     assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
 
 
-def test_a_client_gone_before_its_answer_ends_it_without_a_traceback(tmp_path: Path) -> None:
+def test_a_client_gone_before_its_answer_ends_it_without_a_traceback(
+    tmp_path: Path, embedded_home: Path
+) -> None:
     # A client that died (its end of stdout closed, then its stdin): writing the answer failed
     # with BrokenPipeError, exit 1 with the SDK's ExceptionGroup traceback.
-    home = tmp_path / "home"
+    home = embedded_home
     server = launched(home, tmp_path)
     assert server.stdin is not None
     assert server.stdout is not None
@@ -328,9 +336,11 @@ def test_a_client_gone_before_its_answer_ends_it_without_a_traceback(tmp_path: P
     assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
 
 
-def test_tool_arguments_over_the_body_limit_are_a_tool_error_over_stdio(tmp_path: Path) -> None:
+def test_tool_arguments_over_the_body_limit_are_a_tool_error_over_stdio(
+    tmp_path: Path, embedded_home: Path
+) -> None:
     # Over /mcp the HTTP body limit refuses them (413); over stdio a 20 MB value was stored.
-    home = tmp_path / "home"
+    home = embedded_home
     server = launched(home, tmp_path, AGMEM_MAX_BODY_BYTES="2048")
     arguments = {"key": "k", "value": "v" * 3000, "scope": "global"}
     params = {"name": "write_memory", "arguments": arguments}
@@ -366,11 +376,13 @@ app.entry.main()
 """
 
 
-def test_ctrl_c_while_calls_come_answers_the_one_running_and_ends_cleanly(tmp_path: Path) -> None:
+def test_ctrl_c_while_calls_come_answers_the_one_running_and_ends_cleanly(
+    tmp_path: Path, embedded_home: Path
+) -> None:
     # Ctrl-C cancelled asyncio's main task: the call running got no answer at all, and during a
     # flood the SDK's tasks unwound with BrokenResourceError, exit 1 and an ExceptionGroup
     # traceback (6 of 6).
-    home = tmp_path / "home"
+    home = embedded_home
     server = launched(home, tmp_path, sys.executable, "-c", CTRL_C_IN_A_CALL)
     assert server.stdin is not None
     assert server.stdout is not None
@@ -407,12 +419,14 @@ app.entry.main()
 """
 
 
-def test_sigterm_after_the_end_of_input_cuts_the_wait_for_the_calls_read(tmp_path: Path) -> None:
+def test_sigterm_after_the_end_of_input_cuts_the_wait_for_the_calls_read(
+    tmp_path: Path, embedded_home: Path
+) -> None:
     # The MCP spec's stdio shutdown: the client closes stdin, waits, sends SIGTERM, waits, then
     # SIGKILL (2 s each in the SDK's client). The wait for the calls read began at the end of
     # input and kept its 10 s after the SIGTERM: the SIGKILL came first, and the embedded
     # PostgreSQL was left running.
-    home = tmp_path / "home"
+    home = embedded_home
     server = launched(home, tmp_path, sys.executable, "-c", HUNG_CALL)
     assert server.stdin is not None
     send_read(server)
