@@ -228,7 +228,7 @@ def main() -> None:
                     connection.execute("ALTER SYSTEM RESET ALL")
                     connection.execute("ALTER SYSTEM SET track_wal_io_timing = on")
                     for statement in settings:
-                        connection.execute(statement)  # type: ignore[arg-type]
+                        connection.execute(statement)
                     connection.execute("SELECT pg_reload_conf()")
                 stats = home / f"lanes-{number}-{len(os.listdir(home))}.json"
                 server_env = {"DATABASE_URL": url, "AGMEM_HOME": str(home)} | env

@@ -49,7 +49,7 @@ def measure_variant(variant: str, rates: list[float], seconds: float, preload: f
         url = start_embedded_postgres(home / "pgdata")
         with psycopg.connect(libpq_url(url), autocommit=True) as connection:
             for statement in VARIANTS[variant]:
-                connection.execute(statement)  # type: ignore[arg-type]
+                connection.execute(statement)
             connection.execute("SELECT pg_reload_conf()")
         env = {"DATABASE_URL": url, "AGMEM_HOME": str(home)}
         with run_server(kind="agmem", log_dir=home, env=env) as server:

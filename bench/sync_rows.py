@@ -44,7 +44,7 @@ IDENTIFIERS = (
 def texts(count: int, seed: int) -> list[str]:
     """Chunk-sized (~1.6 KB) markdown texts with a few identifiers, like the sync benchmark's."""
     rng = random.Random(seed)
-    out = []
+    out: list[str] = []
     while len(out) < count:
         body = markdown(rng, 2)
         words = body.split(" ")
@@ -138,8 +138,10 @@ def main(args: argparse.Namespace) -> None:
     )
     print(f"{'python: embed (wordllama)':<48} {n / embed_s:9.0f} rows/s")
     print(f"{'python: search_terms':<48} {n / terms_s:9.0f} rows/s")
-    with_vec = list(zip(corpus, terms, vectors, strict=True))
-    without = [(c, t, None) for c, t in zip(corpus, terms, strict=True)]
+    with_vec: list[tuple[str, str, str | None]] = list(zip(corpus, terms, vectors, strict=True))
+    without: list[tuple[str, str, str | None]] = [
+        (c, t, None) for c, t in zip(corpus, terms, strict=True)
+    ]
     variants: list[tuple[str, dict[str, object], list[tuple[str, str, str | None]], bool]] = [
         ("plain: no tsv, no index", {"tsv": None, "gin": None, "hnsw": False}, without, False),
         ("old tsv, no index", {"tsv": OLD_TSV, "gin": None, "hnsw": False}, without, False),

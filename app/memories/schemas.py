@@ -46,17 +46,7 @@ def check_tags(tags: list[str] | None) -> list[str] | None:
     all `<private>` span dropped; an empty tag refused."""
     if tags is None:
         return None
-    trimmed = [clean_text(tag).strip() for tag in tags]
-    if "" in trimmed:
-        raise ValueError("tags must not be empty strings")
-    cleaned = [tag for tag in dict.fromkeys(sanitize_text(tag).strip() for tag in trimmed) if tag]
-    if len(cleaned) > MAX_TAGS:
-        raise ValueError(f"at most {MAX_TAGS} tags")
-    longest = max(cleaned, key=len, default="")
-    if len(longest) > TAG_MAX_CHARS:
-        # Each tag is an entry of the tags' GIN index, which Postgres bounds at ~2.7 KB.
-        raise ValueError(f"a tag has at most {TAG_MAX_CHARS} characters, not {len(longest)}")
-    return cleaned
+    return _stored_tags(_sanitized_tags(tags))
 
 
 def tag_filter(tags: list[str] | None) -> list[str] | None:
@@ -67,9 +57,28 @@ def tag_filter(tags: list[str] | None) -> list[str] | None:
     took the filter with it and every memory was listed."""
     if not tags:
         return None
-    kept = check_tags(tags) or []
-    dropped = any(not sanitize_text(tag).strip() for tag in tags)
-    return [*kept, ""] if dropped else kept
+    sanitized = _sanitized_tags(tags)
+    kept = _stored_tags(sanitized)
+    return [*kept, ""] if "" in sanitized else kept
+
+
+def _sanitized_tags(tags: list[str]) -> list[str]:
+    """Each tag sanitized once, in order; "" for a tag that was all `<private>` span."""
+    trimmed = [clean_text(tag).strip() for tag in tags]
+    if "" in trimmed:
+        raise ValueError("tags must not be empty strings")
+    return [sanitize_text(tag).strip() for tag in trimmed]
+
+
+def _stored_tags(sanitized: list[str]) -> list[str]:
+    cleaned = [tag for tag in dict.fromkeys(sanitized) if tag]
+    if len(cleaned) > MAX_TAGS:
+        raise ValueError(f"at most {MAX_TAGS} tags")
+    longest = max(cleaned, key=len, default="")
+    if len(longest) > TAG_MAX_CHARS:
+        # Each tag is an entry of the tags' GIN index, which Postgres bounds at ~2.7 KB.
+        raise ValueError(f"a tag has at most {TAG_MAX_CHARS} characters, not {len(longest)}")
+    return cleaned
 
 
 def check_finite(value: Any) -> Any:
