@@ -196,10 +196,11 @@ def print_sweep(title: str, rows: list[tuple[str, Firsts]], members: dict[str, l
         print(f"{name:<34}" + "".join(f"{c:>11.3f}" for c in cells))
 
 
-async def run(args: argparse.Namespace) -> None:
+async def run(args: argparse.Namespace, embedder: Embedder | None = None) -> None:
+    """The report, with the configured embedder unless one is given (bench/relevance_embedders)."""
     settings = load_settings(_env_file=None)
     configure_logging("warning")
-    embedder = get_embedder(settings)
+    embedder = embedder or get_embedder(settings)
     chunks = build_corpus(
         memory_tokens=args.memory_tokens, transcript_tokens=args.transcript_tokens
     )

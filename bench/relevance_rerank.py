@@ -18,7 +18,8 @@ one thing:
   with the whole chunk's cosine, or with a length prior (long chunks' means crowd the vector
   list's top);
 - `--second-local`: when the configured embedder is not `local` (the sentence-transformers
-  extra), wordllama's list fused as a third list, and the two vector lists fused without keyword.
+  extra), wordllama's list fused as a third list, and the two vector lists fused without keyword
+  (`bench.relevance_embedders --with-wordllama` runs these rows alone with a wheel's embedder).
 A variant that changes what is embedded re-embeds with the configured embedder and ranks the
 corpus exactly; at 304 rows the HNSW list is exact, which the second row checks.
 
@@ -305,10 +306,15 @@ def second_local_variants(local: dict[str, Ranked], texts: Texts) -> list[tuple[
     return out
 
 
-async def run(second_local: bool) -> None:
+async def run(
+    second_local: bool, embedder: Embedder | None = None, lists_only: bool = False
+) -> None:
+    """`embedder` replaces the configured one (bench/relevance_embedders); `lists_only` keeps the
+    rows that fuse the fetched lists and skips those that re-embed the corpus (slow with a
+    transformer)."""
     settings = load_settings(_env_file=None)
     configure_logging("warning")
-    embedder = get_embedder(settings)
+    embedder = embedder or get_embedder(settings)
     chunks = build_corpus(memory_tokens=200, transcript_tokens=200)
     with bench_database("agmem_relevance_rerank") as url:
         engine = make_async_engine(url, pool_size=1)
@@ -327,6 +333,12 @@ async def run(second_local: bool) -> None:
         ("keyword alone", lambda c: [i for i, _, _ in c.keyword]),
         ("vector alone", lambda c: [i for i, _ in c.vector]),
     ]
+    if lists_only:
+        if not embedder.identity.startswith("local:"):
+            local = Space(ids, by_id, local_embedder()).lists(cases, contextual("content"))
+            variants += second_local_variants(local, texts)
+        print_variants(cases, variants)
+        return
     variants += bm25_variants(cases, bm25, texts)
     for weight in (0.25, 0.5, 1.0):
         variants.append(
