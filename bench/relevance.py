@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import random
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import text
@@ -164,7 +165,7 @@ def half_members() -> dict[str, list[bool]]:
     }
 
 
-def print_table(title: str, rows: list[tuple[str, Scores]]) -> None:
+def print_table(title: str, rows: Sequence[tuple[str, Scores]]) -> None:
     kinds = sorted(rows[0][1].by_kind)
     print(f"\n{title}")
     header = f"{'mode':<28}{'R@5':>7}{'R@10':>7}{'MRR':>7}{'top3':>7}  " + "".join(
@@ -226,7 +227,8 @@ async def run(args: argparse.Namespace, embedder: Embedder | None = None) -> Non
                     rows = [(mode, score(firsts[mode], members[half])) for mode in MODES]
                     print_table(f"{half}: modes (settings' tuning)", rows)
                     scores = dict(rows)
-                    single = max(("keyword", "vector"), key=lambda m: scores[m].recall10)
+                    branches: tuple[SearchMode, ...] = ("keyword", "vector")
+                    single = max(branches, key=lambda m: scores[m].recall10)
                     low, high = gap_interval(firsts["hybrid"], firsts[single], members[half])
                     print(
                         f"{half}: hybrid R@10 - best single branch ({single}) R@10 = "

@@ -28,6 +28,7 @@ import statistics
 import time
 from collections.abc import Callable
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -112,7 +113,8 @@ def peak_rss_mb() -> float:
 
 def installed_mb(distribution: str) -> float:
     files = metadata.distribution(distribution).files or []
-    return sum(path.locate().stat().st_size for path in files if path.locate().exists()) / 1e6
+    located = [Path(path.locate()) for path in files]
+    return sum(path.stat().st_size for path in located if path.exists()) / 1e6
 
 
 def cost(name: str) -> None:
