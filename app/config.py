@@ -88,6 +88,8 @@ class Settings(BaseSettings):
     # Comma-separated: more browser origins (`https://app.example`, `*` patterns) that may call.
     allowed_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    # A request whose next bytes do not come this long is answered 408 and closed (app/cli/wire.py).
+    request_idle_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     gemini_api_key: str | None = Field(

@@ -142,8 +142,8 @@ def serve(
             port=bound_port,
             log_level=settings.log_level,
             access_log=False,
-            # Its 400 for a request the parser refuses in the error shape (app/cli/wire.py).
-            http=JsonErrorsProtocol,
+            # Its refusals in the error shape, and a bound on a stalled client (app/cli/wire.py).
+            http=JsonErrorsProtocol.with_idle_timeout(settings.request_idle_timeout_seconds),
         )
         server = uvicorn.Server(config)
         try:

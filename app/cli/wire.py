@@ -1,4 +1,5 @@
-"""The answer to a request the HTTP parser refuses, in the service's error shape.
+"""`agmem serve`'s HTTP/1.1 protocol: uvicorn's, with its refusals in the service's error shape
+and a bound on a client that stops sending.
 
 uvicorn answers what it cannot parse itself, before the app sees anything, with a plain-text
 `400 Invalid HTTP request received.`: a malformed request line, header or chunk, a bad,
@@ -6,11 +7,22 @@ negative or conflicting `Content-Length`, both `Content-Length` and `Transfer-En
 over 64 KiB (a long `prompt` on `GET /api/context`). A client that reads every error as
 `{"error", "detail"}` failed to parse that one; the protocol below sends the same 400 in the
 shared shape and still closes the connection, as uvicorn does (the parser's state is lost).
+
+uvicorn times a connection out only between requests (its keep-alive, 5 s). A client that sent
+half a header block, or headers and part of the body it announced (a `Content-Length` not
+reached, a chunked body that stops), held its connection, and with a body its request task, for
+as long as it kept the socket open. Here a request whose next bytes do not come within the idle
+timeout (AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS) is answered 408 and closed; a connection that sends
+nothing at all is closed. The clock counts only while the service waits on the client: not while
+the app works, nor while the service itself stops reading (a body the app has not read yet, an
+`Expect: 100-continue` not answered yet).
+
 """
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -19,21 +31,101 @@ BAD_REQUEST_DETAIL = (
     "or conflicting Content-Length, or a URL over 64 KiB: send a long context prompt with "
     "POST /api/context)"
 )
-_BODY = json.dumps({"error": "BadRequest", "detail": BAD_REQUEST_DETAIL}).encode()
+DEFAULT_IDLE_TIMEOUT_SECONDS = 60.0  # as Settings.request_idle_timeout_seconds
+
+
+def _error_body(error: str, detail: str) -> bytes:
+    return json.dumps({"error": error, "detail": detail}).encode()
 
 
 class JsonErrorsProtocol(HttpToolsProtocol):
     """uvicorn's HTTP/1.1 protocol as `agmem serve` ran it (httptools, which uvicorn[standard]
-    installs, is what its "auto" picks), with its 400 as JSON."""
+    installs, is what its "auto" picks), with its 400 as JSON and a 408 for a stalled request.
+    `idle_timeout`: `with_idle_timeout` makes a class with another."""
+
+    idle_timeout = DEFAULT_IDLE_TIMEOUT_SECONDS
+
+    @classmethod
+    def with_idle_timeout(cls, seconds: float) -> type[JsonErrorsProtocol]:
+        return type(cls.__name__, (cls,), {"idle_timeout": seconds})
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.in_headers = False  # a request's first bytes came, its headers are not complete
+        # A byte received stamps the time; the one timer per connection, armed when it is made,
+        # checks the stamp when it fires: nothing per request but this attribute's write.
+        self.last_data = 0.0
+
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)
+        self.last_data = self.loop.time()
+        self.idle_timer = self.loop.call_later(self.idle_timeout, self.idle_check)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.idle_timer.cancel()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        self.last_data = self.loop.time()
+        super().data_received(data)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self.in_headers = True
+
+    def on_headers_complete(self) -> None:
+        self.in_headers = False
+        super().on_headers_complete()
+
+    def idle_check(self) -> None:
+        if self.transport.is_closing():
+            return
+        idle = self.loop.time() - self.last_data
+        if idle < self.idle_timeout:
+            self.idle_timer = self.loop.call_later(self.idle_timeout - idle, self.idle_check)
+            return
+        cycle = self.cycle
+        if self.in_headers:
+            self.send_408("its headers")
+        elif cycle is None:
+            self.transport.close()  # connected, never sent a byte
+        elif (
+            cycle is not None
+            and cycle.more_body
+            and not cycle.response_complete
+            and not self.flow.read_paused
+            and not cycle.waiting_for_100_continue
+        ):
+            self.send_408("its body", cycle_started=cycle.response_started)
+        else:  # the app works on a request, or the service holds the client back: not idle
+            self.idle_timer = self.loop.call_later(self.idle_timeout, self.idle_check)
+
+    def send_408(self, missing: str, *, cycle_started: bool = False) -> None:
+        """Answer 408 (unless the app's answer has begun) and close; the request's task then
+        reads a disconnect and its answer goes nowhere."""
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.cycle.disconnected = True
+            self.cycle.message_event.set()
+        if not cycle_started:
+            detail = (
+                f"no byte of the request's rest ({missing}) came for {self.idle_timeout:g} s "
+                "(AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS); the connection is closed"
+            )
+            self.send_error(b"408 Request Timeout", _error_body("RequestTimeout", detail))
+        self.transport.close()
 
     def send_400_response(self, msg: str) -> None:
-        head = [b"HTTP/1.1 400 Bad Request\r\n"]
+        body = _error_body("BadRequest", BAD_REQUEST_DETAIL)
+        self.send_error(b"400 Bad Request", body)
+        self.transport.close()
+
+    def send_error(self, status: bytes, body: bytes) -> None:
+        head = [b"HTTP/1.1 " + status + b"\r\n"]
         defaults = self.server_state.default_headers  # date and server, as uvicorn sends them
         head += [name + b": " + value + b"\r\n" for name, value in defaults]
         head += [
             b"content-type: application/json\r\n",
-            b"content-length: " + str(len(_BODY)).encode() + b"\r\n",
+            b"content-length: " + str(len(body)).encode() + b"\r\n",
             b"connection: close\r\n\r\n",
         ]
-        self.transport.write(b"".join(head) + _BODY)
-        self.transport.close()
+        self.transport.write(b"".join(head) + body)

@@ -1,0 +1,101 @@
+"""`agmem serve` on the wire: clients that stall."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.cli.helpers import free_port, start_serve, wait_for_health
+
+pytestmark = pytest.mark.slow
+
+IDLE_SECONDS = 1.0
+
+
+@pytest.fixture(scope="module")
+def port(database_url: str) -> Iterator[int]:
+    """`agmem serve` with a 1 s request idle timeout (the default is 60 s)."""
+    port = free_port()
+    server = start_serve(
+        port,
+        "--no-worker",
+        DATABASE_URL=database_url,
+        AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS=str(IDLE_SECONDS),
+    )
+    try:
+        wait_for_health(port, server)
+        yield port
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.communicate(timeout=60)
+
+
+def exchange(port: int, *pieces: bytes, pause: float = 0.0, timeout: float = 20) -> bytes:
+    """Send `pieces` (`pause` seconds apart), then read until the server closes the connection."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as connection:
+        for index, piece in enumerate(pieces):
+            if index and pause:
+                time.sleep(pause)
+            connection.sendall(piece)
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+        return answer
+
+
+def error_of(answer: bytes) -> tuple[bytes, dict[str, str]]:
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert b"content-type: application/json" in head.lower(), answer
+    return head.split(b"\r\n", 1)[0], json.loads(body)
+
+
+START = b"POST /api/session/start HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        START + b"Content-Length: 1000\r\n\r\n" + b'{"projectPath": "/p", ',
+        START + b"Transfer-Encoding: chunked\r\n\r\n" + b'5\r\n{"pro\r\n',
+        START + b"Content-Le",
+    ],
+    ids=["body short of its length", "chunked body that stops", "half a header block"],
+)
+def test_a_request_that_stops_coming_is_a_408_and_closed(port: int, request_bytes: bytes) -> None:
+    # Each held its connection and, with a body, its request task, for as long as the client
+    # kept the socket open.
+    started = time.monotonic()
+    answer = exchange(port, request_bytes)
+    waited = time.monotonic() - started
+
+    status, error = error_of(answer)
+    assert status == b"HTTP/1.1 408 Request Timeout"
+    assert error["error"] == "RequestTimeout"
+    assert "AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS" in error["detail"]
+    assert IDLE_SECONDS <= waited < IDLE_SECONDS + 3
+
+
+def test_a_connection_that_sends_nothing_is_closed(port: int) -> None:
+    started = time.monotonic()
+    answer = exchange(port)
+
+    assert answer == b""
+    assert time.monotonic() - started < IDLE_SECONDS + 3
+
+
+def test_a_slow_body_that_keeps_coming_is_answered(port: int) -> None:
+    # 6 pieces 0.6 s apart: 3 s in all, three times the idle timeout, no pause as long as it.
+    body = b'{"projectPath": "/slow", "id": "slow-1"' + b" " * 60_000 + b"}"
+    head = START + b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body)
+    step = len(body) // 5 + 1
+    pieces = [head, *(body[i : i + step] for i in range(0, len(body), step))]
+
+    answer = exchange(port, *pieces, pause=0.6)
+
+    assert answer.startswith(b"HTTP/1.1 201 "), answer[:300]
+    assert json.loads(answer.partition(b"\r\n\r\n")[2])["id"] == "slow-1"
