@@ -1,5 +1,5 @@
-"""`agmem serve`'s HTTP/1.1 protocol: uvicorn's, with its refusals in the service's error shape
-and a bound on a client that stops sending.
+"""`agmem serve`'s HTTP/1.1 protocol: uvicorn's, with its refusals in the service's error shape,
+a bound on a client that stops sending, and one Host per request.
 
 uvicorn answers what it cannot parse itself, before the app sees anything, with a plain-text
 `400 Invalid HTTP request received.`: a malformed request line, header or chunk, a bad,
@@ -17,6 +17,9 @@ nothing at all is closed. The clock counts only while the service waits on the c
 the app works, nor while the service itself stops reading (a body the app has not read yet, an
 `Expect: 100-continue` not answered yet).
 
+Two `Host` headers are refused (RFC 9112, 3.2): the Host rule read the first and the origin rule
+the last, so `Host: 127.0.0.1` then `Host: evil.example` passed the one as this machine and the
+other as the page's own origin.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 BAD_REQUEST_DETAIL = (
@@ -31,6 +35,7 @@ BAD_REQUEST_DETAIL = (
     "or conflicting Content-Length, or a URL over 64 KiB: send a long context prompt with "
     "POST /api/context)"
 )
+TWO_HOSTS_DETAIL = "the request has more than one Host header"
 DEFAULT_IDLE_TIMEOUT_SECONDS = 60.0  # as Settings.request_idle_timeout_seconds
 
 
@@ -38,10 +43,14 @@ def _error_body(error: str, detail: str) -> bytes:
     return json.dumps({"error": error, "detail": detail}).encode()
 
 
+class TwoHostHeaders(httptools.HttpParserError):
+    """Raised from the parser's callback: uvicorn answers a parser error with our 400."""
+
+
 class JsonErrorsProtocol(HttpToolsProtocol):
     """uvicorn's HTTP/1.1 protocol as `agmem serve` ran it (httptools, which uvicorn[standard]
-    installs, is what its "auto" picks), with its 400 as JSON and a 408 for a stalled request.
-    `idle_timeout`: `with_idle_timeout` makes a class with another."""
+    installs, is what its "auto" picks), with its 400 as JSON, a 408 for a stalled request and
+    a 400 for two Host headers. `idle_timeout`: `with_idle_timeout` makes a class with another."""
 
     idle_timeout = DEFAULT_IDLE_TIMEOUT_SECONDS
 
@@ -51,6 +60,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.bad_request_detail = BAD_REQUEST_DETAIL
         self.in_headers = False  # a request's first bytes came, its headers are not complete
         # A byte received stamps the time; the one timer per connection, armed when it is made,
         # checks the stamp when it fires: nothing per request but this attribute's write.
@@ -75,6 +85,12 @@ class JsonErrorsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self.in_headers = False
+        hosts = 0
+        for name, _ in self.headers:
+            hosts += name == b"host"
+        if hosts > 1:
+            self.bad_request_detail = TWO_HOSTS_DETAIL
+            raise TwoHostHeaders(TWO_HOSTS_DETAIL)
         super().on_headers_complete()
 
     def idle_check(self) -> None:
@@ -115,7 +131,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self.transport.close()
 
     def send_400_response(self, msg: str) -> None:
-        body = _error_body("BadRequest", BAD_REQUEST_DETAIL)
+        body = _error_body("BadRequest", self.bad_request_detail)
         self.send_error(b"400 Bad Request", body)
         self.transport.close()
 

@@ -1,4 +1,4 @@
-"""`agmem serve` on the wire: clients that stall."""
+"""`agmem serve` on the wire: clients that stall, and requests whose Host is ambiguous."""
 
 from __future__ import annotations
 
@@ -99,3 +99,20 @@ def test_a_slow_body_that_keeps_coming_is_answered(port: int) -> None:
 
     assert answer.startswith(b"HTTP/1.1 201 "), answer[:300]
     assert json.loads(answer.partition(b"\r\n\r\n")[2])["id"] == "slow-1"
+
+
+@pytest.mark.parametrize(
+    "hosts",
+    [(b"127.0.0.1", b"evil.example"), (b"evil.example", b"127.0.0.1"), (b"127.0.0.1",) * 2],
+    ids=["loopback first", "foreign first", "the same twice"],
+)
+def test_two_host_headers_are_a_400(port: int, hosts: tuple[bytes, bytes]) -> None:
+    # The Host rule read the first, the origin rule the last: `Host: 127.0.0.1`, then
+    # `Host: evil.example` with `Origin: http://evil.example` was answered with CORS headers.
+    request = b"GET /api/context/p HTTP/1.1\r\nHost: %s\r\nHost: %s\r\n" % hosts
+    answer = exchange(port, request + b"Origin: http://evil.example\r\n\r\n")
+
+    status, error = error_of(answer)
+    assert status == b"HTTP/1.1 400 Bad Request"
+    assert error == {"error": "BadRequest", "detail": "the request has more than one Host header"}
+    assert b"access-control-allow-origin" not in answer.lower()
