@@ -90,6 +90,8 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     # A request whose next bytes do not come this long is answered 408 and closed (app/cli/wire.py).
     request_idle_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
+    # Open connections `agmem serve` answers at once; past it a request is a 503 (app/cli/wire.py).
+    max_connections: int = Field(default=1000, ge=1, le=1_000_000)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     gemini_api_key: str | None = Field(

@@ -17,6 +17,12 @@ nothing at all is closed. The clock counts only while the service waits on the c
 the app works, nor while the service itself stops reading (a body the app has not read yet, an
 `Expect: 100-continue` not answered yet).
 
+Connections are bounded (AGMEM_MAX_CONNECTIONS, and never more than the process's file
+descriptors leave room for): each is a descriptor, and at the process's limit the service could
+open neither a database connection nor a file, and took its embedded Postgres for dead ("Too many
+open files"). uvicorn's `limit_concurrency`, which answers past its bound, sends a plain-text 503;
+the request is answered here first, the same way, in the error shape with `Retry-After`.
+
 Two `Host` headers are refused (RFC 9112, 3.2): the Host rule read the first and the origin rule
 the last, so `Host: 127.0.0.1` then `Host: evil.example` passed the one as this machine and the
 other as the page's own origin.
@@ -36,6 +42,11 @@ BAD_REQUEST_DETAIL = (
     "POST /api/context)"
 )
 TWO_HOSTS_DETAIL = "the request has more than one Host header"
+_BUSY = b"503 Service Unavailable\r\nretry-after: 1"
+# Connections past the limit: how many more are let in at once, and how long each may take to
+# send the request that is answered 503 (`agmem serve` keeps 128 descriptors in reserve).
+OVERFLOW = 32
+OVER_LIMIT_WAIT_SECONDS = 1.0
 DEFAULT_IDLE_TIMEOUT_SECONDS = 60.0  # as Settings.request_idle_timeout_seconds
 
 
@@ -43,8 +54,9 @@ def _error_body(error: str, detail: str) -> bytes:
     return json.dumps({"error": error, "detail": detail}).encode()
 
 
-class TwoHostHeaders(httptools.HttpParserError):
-    """Raised from the parser's callback: uvicorn answers a parser error with our 400."""
+class Refused(httptools.HttpParserError):
+    """Raised from the parser's callback, which stops it: uvicorn answers a parser error with
+    `send_400_response`, which sends the protocol's `refusal` (the 400 unless it was set)."""
 
 
 class JsonErrorsProtocol(HttpToolsProtocol):
@@ -60,7 +72,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.bad_request_detail = BAD_REQUEST_DETAIL
+        self.refusal = (b"400 Bad Request", _error_body("BadRequest", BAD_REQUEST_DETAIL))
         self.in_headers = False  # a request's first bytes came, its headers are not complete
         # A byte received stamps the time; the one timer per connection, armed when it is made,
         # checks the stamp when it fires: nothing per request but this attribute's write.
@@ -69,7 +81,15 @@ class JsonErrorsProtocol(HttpToolsProtocol):
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
         self.last_data = self.loop.time()
-        self.idle_timer = self.loop.call_later(self.idle_timeout, self.idle_check)
+        wait = self.idle_timeout
+        limit = self.limit_concurrency
+        if limit is not None and len(self.connections) >= limit:
+            # Past the limit a connection is still a descriptor: it gets a moment to send its
+            # request, answered 503, and one past the overflow is closed at once.
+            if len(self.connections) >= limit + OVERFLOW:
+                transport.close()
+            wait = min(wait, OVER_LIMIT_WAIT_SECONDS)
+        self.idle_timer = self.loop.call_later(wait, self.idle_check)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.idle_timer.cancel()
@@ -89,15 +109,23 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         for name, _ in self.headers:
             hosts += name == b"host"
         if hosts > 1:
-            self.bad_request_detail = TWO_HOSTS_DETAIL
-            raise TwoHostHeaders(TWO_HOSTS_DETAIL)
+            self.refusal = (b"400 Bad Request", _error_body("BadRequest", TWO_HOSTS_DETAIL))
+            raise Refused(TWO_HOSTS_DETAIL)
+        limit = self.limit_concurrency  # uvicorn's own check, the same, comes after this one
+        if limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit):
+            detail = (
+                f"the service has its limit of {limit - 1} connections open "
+                "(AGMEM_MAX_CONNECTIONS); retry shortly"
+            )
+            self.refusal = (_BUSY, _error_body("ServiceUnavailable", detail))
+            raise Refused(detail)
         super().on_headers_complete()
 
     def idle_check(self) -> None:
         if self.transport.is_closing():
             return
         idle = self.loop.time() - self.last_data
-        if idle < self.idle_timeout:
+        if idle < self.idle_timeout and not self.over_limit():
             self.idle_timer = self.loop.call_later(self.idle_timeout - idle, self.idle_check)
             return
         cycle = self.cycle
@@ -116,6 +144,10 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         else:  # the app works on a request, or the service holds the client back: not idle
             self.idle_timer = self.loop.call_later(self.idle_timeout, self.idle_check)
 
+    def over_limit(self) -> bool:
+        limit = self.limit_concurrency
+        return limit is not None and self.cycle is None and len(self.connections) >= limit
+
     def send_408(self, missing: str, *, cycle_started: bool = False) -> None:
         """Answer 408 (unless the app's answer has begun) and close; the request's task then
         reads a disconnect and its answer goes nowhere."""
@@ -131,8 +163,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self.transport.close()
 
     def send_400_response(self, msg: str) -> None:
-        body = _error_body("BadRequest", self.bad_request_detail)
-        self.send_error(b"400 Bad Request", body)
+        self.send_error(*self.refusal)
         self.transport.close()
 
     def send_error(self, status: bytes, body: bytes) -> None:

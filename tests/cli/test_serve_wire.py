@@ -1,10 +1,12 @@
-"""`agmem serve` on the wire: clients that stall, and requests whose Host is ambiguous."""
+"""`agmem serve` on the wire: clients that stall, too many connections, an ambiguous Host."""
 
 from __future__ import annotations
 
 import json
 import signal
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -15,17 +17,20 @@ from tests.cli.helpers import free_port, start_serve, wait_for_health
 pytestmark = pytest.mark.slow
 
 IDLE_SECONDS = 1.0
+MAX_CONNECTIONS = 20
 
 
 @pytest.fixture(scope="module")
 def port(database_url: str) -> Iterator[int]:
-    """`agmem serve` with a 1 s request idle timeout (the default is 60 s)."""
+    """`agmem serve` with a 1 s request idle timeout and 20 connections at most (the defaults
+    are 60 s and 1,000)."""
     port = free_port()
     server = start_serve(
         port,
         "--no-worker",
         DATABASE_URL=database_url,
         AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS=str(IDLE_SECONDS),
+        AGMEM_MAX_CONNECTIONS=str(MAX_CONNECTIONS),
     )
     try:
         wait_for_health(port, server)
@@ -116,3 +121,49 @@ def test_two_host_headers_are_a_400(port: int, hosts: tuple[bytes, bytes]) -> No
     assert status == b"HTTP/1.1 400 Bad Request"
     assert error == {"error": "BadRequest", "detail": "the request has more than one Host header"}
     assert b"access-control-allow-origin" not in answer.lower()
+
+
+HEALTH = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+
+
+def test_a_request_past_the_connection_limit_is_a_503_in_the_error_shape(port: int) -> None:
+    # Nothing bounded connections: each is a file descriptor, and at the process's limit the
+    # service could open no database connection nor file (its embedded Postgres was then taken
+    # for dead: "Too many open files").
+    held = [socket.create_connection(("127.0.0.1", port)) for _ in range(MAX_CONNECTIONS)]
+    try:
+        time.sleep(0.3)  # the server has accepted them
+        answer = exchange(port, HEALTH)
+    finally:
+        for connection in held:
+            connection.close()
+    time.sleep(0.3)
+    after = exchange(port, HEALTH)
+
+    status, error = error_of(answer)
+    assert status == b"HTTP/1.1 503 Service Unavailable"
+    assert b"retry-after: 1" in answer.lower()
+    assert error["error"] == "ServiceUnavailable"
+    assert "AGMEM_MAX_CONNECTIONS" in error["detail"]
+    assert after.startswith(b"HTTP/1.1 200 ")
+
+
+@pytest.mark.parametrize(
+    ("soft", "hard", "limit"),
+    [(256, 256, 128), (256, 4096, 1000), (4096, 4096, 1000), (1100, 1100, 972)],
+)
+def test_the_connection_limit_leaves_descriptors_for_the_rest(
+    soft: int, hard: int, limit: int
+) -> None:
+    # A macOS shell's 256 descriptors: raised to the hard limit when it allows, else 128 kept
+    # for the database, the embedded Postgres's files and the worker.
+    code = (
+        "import resource; from app.cli.server import connection_limit; "
+        f"resource.setrlimit(resource.RLIMIT_NOFILE, ({soft}, {hard})); "
+        "print(connection_limit(1000), resource.getrlimit(resource.RLIMIT_NOFILE)[0])"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+
+    taken, soft_after = map(int, result.stdout.split())
+    assert taken == limit, result.stderr
+    assert soft_after == hard
