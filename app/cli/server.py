@@ -174,7 +174,10 @@ def serve(
             log_level=settings.log_level,
             access_log=False,
             # Its refusals in the error shape, and a bound on a stalled client (app/cli/wire.py).
-            http=JsonErrorsProtocol.with_idle_timeout(settings.request_idle_timeout_seconds),
+            http=JsonErrorsProtocol.configured(
+                idle_timeout=settings.request_idle_timeout_seconds,
+                trusted_proxies=settings.trusted_proxies,
+            ),
             # Answered in the error shape by the protocol, which checks it first.
             # (uvicorn refuses at `limit_concurrency` connections, this one included).
             limit_concurrency=connection_limit(settings.max_connections) + 1,

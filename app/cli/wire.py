@@ -23,6 +23,12 @@ open neither a database connection nor a file, and took its embedded Postgres fo
 open files"). uvicorn's `limit_concurrency`, which answers past its bound, sends a plain-text 503;
 the request is answered here first, the same way, in the error shape with `Retry-After`.
 
+Behind a reverse proxy that sends its upstream's address as `Host` (nginx's default
+`proxy_set_header Host $proxy_host`), the service's own `/docs` page, at the proxy's public name,
+counted as a foreign origin. From a peer in AGMEM_TRUSTED_PROXIES (none by default: a header any
+client can send is never believed blindly) the first name in `X-Forwarded-Host` becomes the
+request's `Host`, which the Host and origin rules then judge.
+
 Two `Host` headers are refused (RFC 9112, 3.2): the Host rule read the first and the origin rule
 the last, so `Host: 127.0.0.1` then `Host: evil.example` passed the one as this machine and the
 other as the page's own origin.
@@ -30,7 +36,9 @@ other as the page's own origin.
 
 from __future__ import annotations
 
+import ipaddress
 import json
+from collections.abc import Iterable
 from typing import Any
 
 import httptools
@@ -61,14 +69,22 @@ class Refused(httptools.HttpParserError):
 
 class JsonErrorsProtocol(HttpToolsProtocol):
     """uvicorn's HTTP/1.1 protocol as `agmem serve` ran it (httptools, which uvicorn[standard]
-    installs, is what its "auto" picks), with its 400 as JSON, a 408 for a stalled request and
-    a 400 for two Host headers. `idle_timeout`: `with_idle_timeout` makes a class with another."""
+    installs, is what its "auto" picks), with its 400 as JSON, a 408 for a stalled request, a
+    503 in the shape past the connection limit, a 400 for two Host headers and a trusted proxy's
+    `X-Forwarded-Host`. `configured` makes the class with the settings."""
 
     idle_timeout = DEFAULT_IDLE_TIMEOUT_SECONDS
+    trusted_proxies: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
 
     @classmethod
-    def with_idle_timeout(cls, seconds: float) -> type[JsonErrorsProtocol]:
-        return type(cls.__name__, (cls,), {"idle_timeout": seconds})
+    def configured(
+        cls, *, idle_timeout: float, trusted_proxies: Iterable[str] = ()
+    ) -> type[JsonErrorsProtocol]:
+        """The protocol with these settings (uvicorn makes one instance per connection).
+        `trusted_proxies`: addresses or networks (`10.0.0.0/8`)."""
+        networks = tuple(ipaddress.ip_network(entry, strict=False) for entry in trusted_proxies)
+        attributes = {"idle_timeout": idle_timeout, "trusted_proxies": networks}
+        return type(cls.__name__, (cls,), attributes)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -77,10 +93,16 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         # A byte received stamps the time; the one timer per connection, armed when it is made,
         # checks the stamp when it fires: nothing per request but this attribute's write.
         self.last_data = 0.0
+        self.behind_proxy = False  # the peer is a trusted proxy
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
         self.last_data = self.loop.time()
+        if self.trusted_proxies and self.client is not None:
+            peer = ipaddress.ip_address(self.client[0])
+            if isinstance(peer, ipaddress.IPv6Address) and peer.ipv4_mapped is not None:
+                peer = peer.ipv4_mapped  # an IPv4 client of a service bound to `::`
+            self.behind_proxy = any(peer in network for network in self.trusted_proxies)
         wait = self.idle_timeout
         limit = self.limit_concurrency
         if limit is not None and len(self.connections) >= limit:
@@ -111,6 +133,8 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         if hosts > 1:
             self.refusal = (b"400 Bad Request", _error_body("BadRequest", TWO_HOSTS_DETAIL))
             raise Refused(TWO_HOSTS_DETAIL)
+        if self.behind_proxy:
+            self.take_forwarded_host()
         limit = self.limit_concurrency  # uvicorn's own check, the same, comes after this one
         if limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit):
             detail = (
@@ -120,6 +144,16 @@ class JsonErrorsProtocol(HttpToolsProtocol):
             self.refusal = (_BUSY, _error_body("ServiceUnavailable", detail))
             raise Refused(detail)
         super().on_headers_complete()
+
+    def take_forwarded_host(self) -> None:
+        """The first name of the proxy's `X-Forwarded-Host` as `Host` (the one the client
+        asked for, where proxies in a chain append theirs)."""
+        forwarded = next((v for k, v in self.headers if k == b"x-forwarded-host"), None)
+        name = (forwarded or b"").split(b",", 1)[0].strip()
+        if not name:
+            return
+        self.headers[:] = [(k, v) for k, v in self.headers if k != b"host"]
+        self.headers.append((b"host", name))
 
     def idle_check(self) -> None:
         if self.transport.is_closing():

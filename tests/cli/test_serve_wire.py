@@ -23,7 +23,7 @@ MAX_CONNECTIONS = 20
 @pytest.fixture(scope="module")
 def port(database_url: str) -> Iterator[int]:
     """`agmem serve` with a 1 s request idle timeout and 20 connections at most (the defaults
-    are 60 s and 1,000)."""
+    are 60 s and 1,000), behind a reverse proxy at 127.0.0.1."""
     port = free_port()
     server = start_serve(
         port,
@@ -31,6 +31,9 @@ def port(database_url: str) -> Iterator[int]:
         DATABASE_URL=database_url,
         AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS=str(IDLE_SECONDS),
         AGMEM_MAX_CONNECTIONS=str(MAX_CONNECTIONS),
+        # A reverse proxy on this machine, publishing the service as mem.team.example.
+        AGMEM_TRUSTED_PROXIES="127.0.0.1",
+        AGMEM_ALLOWED_HOSTS="mem.team.example",
     )
     try:
         wait_for_health(port, server)
@@ -40,9 +43,14 @@ def port(database_url: str) -> Iterator[int]:
         server.communicate(timeout=60)
 
 
-def exchange(port: int, *pieces: bytes, pause: float = 0.0, timeout: float = 20) -> bytes:
-    """Send `pieces` (`pause` seconds apart), then read until the server closes the connection."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as connection:
+def exchange(
+    port: int, *pieces: bytes, pause: float = 0.0, timeout: float = 20, source: str = "127.0.0.1"
+) -> bytes:
+    """Send `pieces` (`pause` seconds apart) from the address `source`, then read until the
+    server closes the connection."""
+    with socket.create_connection(
+        ("127.0.0.1", port), timeout=timeout, source_address=(source, 0)
+    ) as connection:
         for index, piece in enumerate(pieces):
             if index and pause:
                 time.sleep(pause)
@@ -167,3 +175,28 @@ def test_the_connection_limit_leaves_descriptors_for_the_rest(
     taken, soft_after = map(int, result.stdout.split())
     assert taken == limit, result.stderr
     assert soft_after == hard
+
+
+DOCS_FETCH = (
+    b"GET /openapi.json HTTP/1.1\r\nHost: 127.0.0.1:37777\r\nX-Forwarded-Host: mem.team.example\r\n"
+    b"Origin: https://mem.team.example\r\nConnection: close\r\n\r\n"
+)
+
+
+def test_the_service_own_page_behind_a_trusted_proxy_that_rewrites_host_is_same_origin(
+    port: int,
+) -> None:
+    # nginx's default `proxy_set_header Host $proxy_host` sends the upstream's address: the
+    # /docs page of https://mem.team.example counted as a foreign origin (403).
+    answer = exchange(port, DOCS_FETCH)
+
+    assert answer.startswith(b"HTTP/1.1 200 "), answer[:300]
+    assert b"access-control-allow-origin: https://mem.team.example" in answer.lower()
+
+
+def test_x_forwarded_host_from_a_peer_not_trusted_is_ignored(port: int) -> None:
+    answer = exchange(port, DOCS_FETCH, source="127.0.0.2")
+
+    status, error = error_of(answer)
+    assert status == b"HTTP/1.1 403 Forbidden"
+    assert error["error"] == "ForbiddenOrigin"
