@@ -88,6 +88,12 @@ class Settings(BaseSettings):
     # Comma-separated: more browser origins (`https://app.example`, `*` patterns) that may call.
     allowed_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    # A request whose next bytes do not come this long is answered 408 and closed (app/cli/wire.py).
+    request_idle_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
+    # Open connections `agmem serve` answers at once; past it a request is a 503 (app/cli/wire.py).
+    max_connections: int = Field(default=1000, ge=1, le=1_000_000)
+    # Comma-separated addresses or networks whose X-Forwarded-Host is believed (app/cli/wire.py).
+    trusted_proxies: Annotated[list[str], NoDecode] = Field(default_factory=list)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     gemini_api_key: str | None = Field(
@@ -258,6 +264,21 @@ class Settings(BaseSettings):
                 if isinstance(part, str) and part.strip()
             ]
         return value
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _split_networks(cls, value: object) -> object:
+        parts = value.split(",") if isinstance(value, str) else value
+        if not isinstance(parts, list):
+            return value
+        networks = []
+        for part in (str(part).strip() for part in parts):
+            if part:
+                try:
+                    networks.append(str(ipaddress.ip_network(part, strict=False)))
+                except ValueError:
+                    raise ValueError(f"{part!r} is not an IP address or network") from None
+        return networks
 
     @field_validator("sync_chunk_overlap_tokens")
     @classmethod

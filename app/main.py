@@ -12,12 +12,8 @@ from fastapi.telemetry import TelemetryConfig
 from app import health
 from app.api.errors import install_error_handlers
 from app.api.hot import App
-from app.api.middleware import (
-    BearerTokenMiddleware,
-    BodySizeLimitMiddleware,
-    LoopbackHostMiddleware,
-)
-from app.api.origins import BrowserOriginMiddleware, OriginPolicy
+from app.api.middleware import BearerTokenMiddleware, BodySizeLimitMiddleware
+from app.api.origins import OriginPolicy
 from app.capture.routes import HOT_ENDPOINTS, add_hot_routes
 from app.capture.routes import router as capture_router
 from app.config import Settings, get_settings
@@ -110,18 +106,14 @@ def create_app(
     # Outermost first: the size limit applies before authentication reads anything.
     app.add_middleware(BearerTokenMiddleware, token=settings.api_token)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
-    # Before the token rule: a browser sends no credentials with a preflight.
-    origins = OriginPolicy(settings.allowed_origins)
-    app.add_middleware(BrowserOriginMiddleware, policy=origins)
-    # Outermost: on loopback, a request for another host name is refused before anything runs.
-    allowed_hosts = settings.allowed_hosts if settings.binds_loopback_only else None
-    if allowed_hosts is not None:
-        app.add_middleware(LoopbackHostMiddleware, extra_hosts=allowed_hosts)
+    # Outside all of these and of the server-error layer (`App.build_middleware_stack`): on
+    # loopback, a request for another host name is refused before anything runs; then the origin
+    # rule, before the token rule (a browser sends no credentials with a preflight).
+    app.origins = OriginPolicy(settings.allowed_origins)
+    app.allowed_hosts = settings.allowed_hosts if settings.binds_loopback_only else None
     # observe and observe/result again, answered by the app past the framework's layers through
     # the same two rules (app/api/hot.py).
     app.hot_routes = HOT_ENDPOINTS
     app.hot_token = settings.api_token
     app.hot_max_body_bytes = settings.max_body_bytes
-    app.hot_origins = origins
-    app.hot_allowed_hosts = allowed_hosts
     return app

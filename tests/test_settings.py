@@ -44,6 +44,9 @@ def test_environment_names(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"max_body_bytes": 10}, "AGMEM_MAX_BODY_BYTES"),
         ({"host": ""}, "AGMEM_HOST"),
         ({"host": " [] "}, "AGMEM_HOST"),
+        ({"trusted_proxies": "10.0.0.1, nginx"}, "AGMEM_TRUSTED_PROXIES"),
+        ({"request_idle_timeout_seconds": 0}, "AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS"),
+        ({"max_connections": 0}, "AGMEM_MAX_CONNECTIONS"),
     ],
 )
 def test_invalid_setting_names_the_variable(override: dict[str, object], variable: str) -> None:
@@ -54,6 +57,12 @@ def test_invalid_setting_names_the_variable(override: dict[str, object], variabl
     assert message.startswith(f"invalid setting {variable}: ")
     assert "\n" not in message
     assert "Value error" not in message
+
+
+def test_trusted_proxies_are_addresses_or_networks() -> None:
+    settings = make_settings(trusted_proxies=" 127.0.0.1, 172.16.0.0/12,,::1 ")
+
+    assert settings.trusted_proxies == ["127.0.0.1/32", "172.16.0.0/12", "::1/128"]
 
 
 def test_blank_database_url_means_embedded() -> None:

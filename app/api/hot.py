@@ -5,12 +5,13 @@ framework's exception, telemetry, body-limit and exit-stack middlewares, the rou
 the routes in order and builds a child scope) and the route's request/response wrapper before
 reaching `observe` or `observe/result`: ~12% of the app's Python a capture request in process.
 `App` answers an exact `POST` to one of those paths itself, through the same pieces that decide
-what a client sees: Starlette's `ServerErrorMiddleware` (a 500 in the shared shape, the error
-re-raised for the server's log), our Host rule (on loopback), origin rule, body limit and token
-rule, then the endpoint with the app's exception handlers looked up as Starlette's
-`ExceptionMiddleware` looks them up. Anything else (another method, another path spelling, a
-mounted root path) takes the full stack, where the same routes are registered (and documented in
-the OpenAPI schema) as before.
+what a client sees: our Host rule (on loopback) and origin rule, Starlette's
+`ServerErrorMiddleware` (a 500 in the shared shape, the error re-raised for the server's log),
+body limit and token rule, then the endpoint with the app's exception handlers looked up as
+Starlette's `ExceptionMiddleware` looks them up. Anything else (another method, another path
+spelling, a mounted root path) takes the full stack, where the same routes are registered (and
+documented in the OpenAPI schema) as before. In both, the Host and origin rules are outside the
+server-error layer, so that a 500 carries an allowed origin's CORS headers.
 """
 
 from __future__ import annotations
@@ -91,14 +92,28 @@ def _sync_handler(handler: Handler) -> Handler:
 class App(FastAPI):
     """The FastAPI app, with `hot_routes` ({path: endpoint}, POST only) answered past the
     framework's layers (see the module's docstring). `token` and `max_body_bytes` are the rules
-    the app's own middlewares apply (`app.main` sets all three)."""
+    the app's own middlewares apply; `origins` and `allowed_hosts` the rules applied outside the
+    server-error layer, on every route (`app.main` sets them all)."""
 
     hot_routes: Mapping[str, Endpoint] = {}
     hot_token: str | None = None
     hot_max_body_bytes: int = 0
-    hot_origins: OriginPolicy = OriginPolicy()
-    hot_allowed_hosts: list[str] | None = None  # None: no Host rule (not bound to loopback)
+    origins: OriginPolicy = OriginPolicy()
+    allowed_hosts: list[str] | None = None  # None: no Host rule (not bound to loopback)
     _hot_stacks: dict[str, ASGIApp] | None = None
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return self._outside_server_errors(super().build_middleware_stack())
+
+    def _outside_server_errors(self, app: ASGIApp) -> ASGIApp:
+        """The Host and origin rules around Starlette's server-error layer: its 500 is sent on
+        the send it was given, which, inside the origin rule, carried no CORS headers (an
+        extension's fetch saw an opaque network failure, not the error's shape). Both rules
+        only read headers; neither raises."""
+        app = BrowserOriginMiddleware(app, policy=self.origins)
+        if self.allowed_hosts is not None:
+            app = LoopbackHostMiddleware(app, extra_hosts=self.allowed_hosts)
+        return app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST" and not self.root_path:
@@ -134,10 +149,8 @@ class App(FastAPI):
                 ),
                 max_bytes=self.hot_max_body_bytes,
             )
-            stack = BrowserOriginMiddleware(stack, policy=self.hot_origins)
-            if self.hot_allowed_hosts is not None:
-                stack = LoopbackHostMiddleware(stack, extra_hosts=self.hot_allowed_hosts)
-            stacks[path] = ServerErrorMiddleware(stack, handler=server_error, debug=self.debug)
+            stack = ServerErrorMiddleware(stack, handler=server_error, debug=self.debug)
+            stacks[path] = self._outside_server_errors(stack)
         return stacks
 
 

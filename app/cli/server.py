@@ -50,6 +50,37 @@ def url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
+# Descriptors kept for what is not a client's connection: the database pools, the embedded
+# Postgres's files and sockets, the worker's and a sync's files, the listener, the logs.
+FD_RESERVE = 128  # more than app.cli.wire.OVERFLOW
+FD_SOFT_LIMIT_WANTED = 65_536
+
+
+def connection_limit(wanted: int) -> int:
+    """The connections `agmem serve` takes at once: `wanted` (AGMEM_MAX_CONNECTIONS), within
+    what the process's file descriptors leave after `FD_RESERVE`.
+
+    The soft descriptor limit is raised first, up to the hard one (as Go's runtime does): a
+    macOS shell gives 256, which left 128 connections."""
+    try:
+        import resource
+    except ImportError:  # not on POSIX: no limit to read
+        return wanted
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = FD_SOFT_LIMIT_WANTED
+    if hard != resource.RLIM_INFINITY:
+        target = min(hard, target)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):  # macOS refuses more than its kern.maxfilesperproc
+            pass
+    if soft == resource.RLIM_INFINITY:
+        return wanted
+    return max(1, min(wanted, soft - FD_RESERVE))
+
+
 def check_token_rule(settings: Settings) -> None:
     if not settings.binds_loopback_only and not settings.api_token:
         fail(
@@ -142,8 +173,14 @@ def serve(
             port=bound_port,
             log_level=settings.log_level,
             access_log=False,
-            # Its 400 for a request the parser refuses in the error shape (app/cli/wire.py).
-            http=JsonErrorsProtocol,
+            # Its refusals in the error shape, and a bound on a stalled client (app/cli/wire.py).
+            http=JsonErrorsProtocol.configured(
+                idle_timeout=settings.request_idle_timeout_seconds,
+                trusted_proxies=settings.trusted_proxies,
+            ),
+            # Answered in the error shape by the protocol, which checks it first.
+            # (uvicorn refuses at `limit_concurrency` connections, this one included).
+            limit_concurrency=connection_limit(settings.max_connections) + 1,
         )
         server = uvicorn.Server(config)
         try:

@@ -1,4 +1,5 @@
-"""The answer to a request the HTTP parser refuses, in the service's error shape.
+"""`agmem serve`'s HTTP/1.1 protocol: uvicorn's, with its refusals in the service's error shape,
+a bound on a client that stops sending, and one Host per request.
 
 uvicorn answers what it cannot parse itself, before the app sees anything, with a plain-text
 `400 Invalid HTTP request received.`: a malformed request line, header or chunk, a bad,
@@ -6,12 +7,41 @@ negative or conflicting `Content-Length`, both `Content-Length` and `Transfer-En
 over 64 KiB (a long `prompt` on `GET /api/context`). A client that reads every error as
 `{"error", "detail"}` failed to parse that one; the protocol below sends the same 400 in the
 shared shape and still closes the connection, as uvicorn does (the parser's state is lost).
+
+uvicorn times a connection out only between requests (its keep-alive, 5 s). A client that sent
+half a header block, or headers and part of the body it announced (a `Content-Length` not
+reached, a chunked body that stops), held its connection, and with a body its request task, for
+as long as it kept the socket open. Here a request whose next bytes do not come within the idle
+timeout (AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS) is answered 408 and closed; a connection that sends
+nothing at all is closed. The clock counts only while the service waits on the client: not while
+the app works, nor while the service itself stops reading (a body the app has not read yet, an
+`Expect: 100-continue` not answered yet).
+
+Connections are bounded (AGMEM_MAX_CONNECTIONS, and never more than the process's file
+descriptors leave room for): each is a descriptor, and at the process's limit the service could
+open neither a database connection nor a file, and took its embedded Postgres for dead ("Too many
+open files"). uvicorn's `limit_concurrency`, which answers past its bound, sends a plain-text 503;
+the request is answered here first, the same way, in the error shape with `Retry-After`.
+
+Behind a reverse proxy that sends its upstream's address as `Host` (nginx's default
+`proxy_set_header Host $proxy_host`), the service's own `/docs` page, at the proxy's public name,
+counted as a foreign origin. From a peer in AGMEM_TRUSTED_PROXIES (none by default: a header any
+client can send is never believed blindly) the first name in `X-Forwarded-Host` becomes the
+request's `Host`, which the Host and origin rules then judge.
+
+Two `Host` headers are refused (RFC 9112, 3.2): the Host rule read the first and the origin rule
+the last, so `Host: 127.0.0.1` then `Host: evil.example` passed the one as this machine and the
+other as the page's own origin.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
+from collections.abc import Iterable
+from typing import Any
 
+import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 BAD_REQUEST_DETAIL = (
@@ -19,21 +49,164 @@ BAD_REQUEST_DETAIL = (
     "or conflicting Content-Length, or a URL over 64 KiB: send a long context prompt with "
     "POST /api/context)"
 )
-_BODY = json.dumps({"error": "BadRequest", "detail": BAD_REQUEST_DETAIL}).encode()
+TWO_HOSTS_DETAIL = "the request has more than one Host header"
+_BUSY = b"503 Service Unavailable\r\nretry-after: 1"
+# Connections past the limit: how many more are let in at once, and how long each may take to
+# send the request that is answered 503 (`agmem serve` keeps 128 descriptors in reserve).
+OVERFLOW = 32
+OVER_LIMIT_WAIT_SECONDS = 1.0
+DEFAULT_IDLE_TIMEOUT_SECONDS = 60.0  # as Settings.request_idle_timeout_seconds
+
+
+def _error_body(error: str, detail: str) -> bytes:
+    return json.dumps({"error": error, "detail": detail}).encode()
+
+
+class Refused(httptools.HttpParserError):
+    """Raised from the parser's callback, which stops it: uvicorn answers a parser error with
+    `send_400_response`, which sends the protocol's `refusal` (the 400 unless it was set)."""
 
 
 class JsonErrorsProtocol(HttpToolsProtocol):
     """uvicorn's HTTP/1.1 protocol as `agmem serve` ran it (httptools, which uvicorn[standard]
-    installs, is what its "auto" picks), with its 400 as JSON."""
+    installs, is what its "auto" picks), with its 400 as JSON, a 408 for a stalled request, a
+    503 in the shape past the connection limit, a 400 for two Host headers and a trusted proxy's
+    `X-Forwarded-Host`. `configured` makes the class with the settings."""
+
+    idle_timeout = DEFAULT_IDLE_TIMEOUT_SECONDS
+    trusted_proxies: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+
+    @classmethod
+    def configured(
+        cls, *, idle_timeout: float, trusted_proxies: Iterable[str] = ()
+    ) -> type[JsonErrorsProtocol]:
+        """The protocol with these settings (uvicorn makes one instance per connection).
+        `trusted_proxies`: addresses or networks (`10.0.0.0/8`)."""
+        networks = tuple(ipaddress.ip_network(entry, strict=False) for entry in trusted_proxies)
+        attributes = {"idle_timeout": idle_timeout, "trusted_proxies": networks}
+        return type(cls.__name__, (cls,), attributes)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.refusal = (b"400 Bad Request", _error_body("BadRequest", BAD_REQUEST_DETAIL))
+        self.in_headers = False  # a request's first bytes came, its headers are not complete
+        # A byte received stamps the time; the one timer per connection, armed when it is made,
+        # checks the stamp when it fires: nothing per request but this attribute's write.
+        self.last_data = 0.0
+        self.behind_proxy = False  # the peer is a trusted proxy
+
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)
+        self.last_data = self.loop.time()
+        if self.trusted_proxies and self.client is not None:
+            peer = ipaddress.ip_address(self.client[0])
+            if isinstance(peer, ipaddress.IPv6Address) and peer.ipv4_mapped is not None:
+                peer = peer.ipv4_mapped  # an IPv4 client of a service bound to `::`
+            self.behind_proxy = any(peer in network for network in self.trusted_proxies)
+        wait = self.idle_timeout
+        limit = self.limit_concurrency
+        if limit is not None and len(self.connections) >= limit:
+            # Past the limit a connection is still a descriptor: it gets a moment to send its
+            # request, answered 503, and one past the overflow is closed at once.
+            if len(self.connections) >= limit + OVERFLOW:
+                transport.close()
+            wait = min(wait, OVER_LIMIT_WAIT_SECONDS)
+        self.idle_timer = self.loop.call_later(wait, self.idle_check)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.idle_timer.cancel()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        self.last_data = self.loop.time()
+        super().data_received(data)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self.in_headers = True
+
+    def on_headers_complete(self) -> None:
+        self.in_headers = False
+        hosts = 0
+        for name, _ in self.headers:
+            hosts += name == b"host"
+        if hosts > 1:
+            self.refusal = (b"400 Bad Request", _error_body("BadRequest", TWO_HOSTS_DETAIL))
+            raise Refused(TWO_HOSTS_DETAIL)
+        if self.behind_proxy:
+            self.take_forwarded_host()
+        limit = self.limit_concurrency  # uvicorn's own check, the same, comes after this one
+        if limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit):
+            detail = (
+                f"the service has its limit of {limit - 1} connections open "
+                "(AGMEM_MAX_CONNECTIONS); retry shortly"
+            )
+            self.refusal = (_BUSY, _error_body("ServiceUnavailable", detail))
+            raise Refused(detail)
+        super().on_headers_complete()
+
+    def take_forwarded_host(self) -> None:
+        """The first name of the proxy's `X-Forwarded-Host` as `Host` (the one the client
+        asked for, where proxies in a chain append theirs)."""
+        forwarded = next((v for k, v in self.headers if k == b"x-forwarded-host"), None)
+        name = (forwarded or b"").split(b",", 1)[0].strip()
+        if not name:
+            return
+        self.headers[:] = [(k, v) for k, v in self.headers if k != b"host"]
+        self.headers.append((b"host", name))
+
+    def idle_check(self) -> None:
+        if self.transport.is_closing():
+            return
+        idle = self.loop.time() - self.last_data
+        if idle < self.idle_timeout and not self.over_limit():
+            self.idle_timer = self.loop.call_later(self.idle_timeout - idle, self.idle_check)
+            return
+        cycle = self.cycle
+        if self.in_headers:
+            self.send_408("its headers")
+        elif cycle is None:
+            self.transport.close()  # connected, never sent a byte
+        elif (
+            cycle is not None
+            and cycle.more_body
+            and not cycle.response_complete
+            and not self.flow.read_paused
+            and not cycle.waiting_for_100_continue
+        ):
+            self.send_408("its body", cycle_started=cycle.response_started)
+        else:  # the app works on a request, or the service holds the client back: not idle
+            self.idle_timer = self.loop.call_later(self.idle_timeout, self.idle_check)
+
+    def over_limit(self) -> bool:
+        limit = self.limit_concurrency
+        return limit is not None and self.cycle is None and len(self.connections) >= limit
+
+    def send_408(self, missing: str, *, cycle_started: bool = False) -> None:
+        """Answer 408 (unless the app's answer has begun) and close; the request's task then
+        reads a disconnect and its answer goes nowhere."""
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.cycle.disconnected = True
+            self.cycle.message_event.set()
+        if not cycle_started:
+            detail = (
+                f"no byte of the request's rest ({missing}) came for {self.idle_timeout:g} s "
+                "(AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS); the connection is closed"
+            )
+            self.send_error(b"408 Request Timeout", _error_body("RequestTimeout", detail))
+        self.transport.close()
 
     def send_400_response(self, msg: str) -> None:
-        head = [b"HTTP/1.1 400 Bad Request\r\n"]
+        self.send_error(*self.refusal)
+        self.transport.close()
+
+    def send_error(self, status: bytes, body: bytes) -> None:
+        head = [b"HTTP/1.1 " + status + b"\r\n"]
         defaults = self.server_state.default_headers  # date and server, as uvicorn sends them
         head += [name + b": " + value + b"\r\n" for name, value in defaults]
         head += [
             b"content-type: application/json\r\n",
-            b"content-length: " + str(len(_BODY)).encode() + b"\r\n",
+            b"content-length: " + str(len(body)).encode() + b"\r\n",
             b"connection: close\r\n\r\n",
         ]
-        self.transport.write(b"".join(head) + _BODY)
-        self.transport.close()
+        self.transport.write(b"".join(head) + body)

@@ -150,6 +150,20 @@ def test_a_bug_is_a_500_in_shape_without_internals(probe_client: TestClient) -> 
     }
 
 
+def test_a_bug_answered_to_an_allowed_origin_carries_its_cors_headers(
+    probe_client: TestClient,
+) -> None:
+    # The 500 left without them: the extension's fetch saw an opaque network failure instead of
+    # the error's shape.
+    origin = "chrome-extension://abcdefghijklmnop"
+    response = probe_client.get("/api/boom", headers={"Origin": origin})
+
+    assert response.status_code == 500
+    assert response.json()["error"] == "InternalError"
+    assert response.headers["access-control-allow-origin"] == origin
+    assert response.headers["vary"] == "Origin"
+
+
 def test_openapi_docs_are_served(probe_client: TestClient) -> None:
     assert probe_client.get("/docs").status_code == 200
     assert probe_client.get("/openapi.json").json()["info"]["title"] == "antigravity-mem"

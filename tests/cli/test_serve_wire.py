@@ -1,0 +1,202 @@
+"""`agmem serve` on the wire: clients that stall, too many connections, an ambiguous Host."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.cli.helpers import free_port, start_serve, wait_for_health
+
+pytestmark = pytest.mark.slow
+
+IDLE_SECONDS = 1.0
+MAX_CONNECTIONS = 20
+
+
+@pytest.fixture(scope="module")
+def port(database_url: str) -> Iterator[int]:
+    """`agmem serve` with a 1 s request idle timeout and 20 connections at most (the defaults
+    are 60 s and 1,000), behind a reverse proxy at 127.0.0.1."""
+    port = free_port()
+    server = start_serve(
+        port,
+        "--no-worker",
+        DATABASE_URL=database_url,
+        AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS=str(IDLE_SECONDS),
+        AGMEM_MAX_CONNECTIONS=str(MAX_CONNECTIONS),
+        # A reverse proxy on this machine, publishing the service as mem.team.example.
+        AGMEM_TRUSTED_PROXIES="127.0.0.1",
+        AGMEM_ALLOWED_HOSTS="mem.team.example",
+    )
+    try:
+        wait_for_health(port, server)
+        yield port
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.communicate(timeout=60)
+
+
+def exchange(
+    port: int, *pieces: bytes, pause: float = 0.0, timeout: float = 20, source: str = "127.0.0.1"
+) -> bytes:
+    """Send `pieces` (`pause` seconds apart) from the address `source`, then read until the
+    server closes the connection."""
+    with socket.create_connection(
+        ("127.0.0.1", port), timeout=timeout, source_address=(source, 0)
+    ) as connection:
+        for index, piece in enumerate(pieces):
+            if index and pause:
+                time.sleep(pause)
+            connection.sendall(piece)
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+        return answer
+
+
+def error_of(answer: bytes) -> tuple[bytes, dict[str, str]]:
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert b"content-type: application/json" in head.lower(), answer
+    return head.split(b"\r\n", 1)[0], json.loads(body)
+
+
+START = b"POST /api/session/start HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        START + b"Content-Length: 1000\r\n\r\n" + b'{"projectPath": "/p", ',
+        START + b"Transfer-Encoding: chunked\r\n\r\n" + b'5\r\n{"pro\r\n',
+        START + b"Content-Le",
+    ],
+    ids=["body short of its length", "chunked body that stops", "half a header block"],
+)
+def test_a_request_that_stops_coming_is_a_408_and_closed(port: int, request_bytes: bytes) -> None:
+    # Each held its connection and, with a body, its request task, for as long as the client
+    # kept the socket open.
+    started = time.monotonic()
+    answer = exchange(port, request_bytes)
+    waited = time.monotonic() - started
+
+    status, error = error_of(answer)
+    assert status == b"HTTP/1.1 408 Request Timeout"
+    assert error["error"] == "RequestTimeout"
+    assert "AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS" in error["detail"]
+    assert IDLE_SECONDS <= waited < IDLE_SECONDS + 3
+
+
+def test_a_connection_that_sends_nothing_is_closed(port: int) -> None:
+    started = time.monotonic()
+    answer = exchange(port)
+
+    assert answer == b""
+    assert time.monotonic() - started < IDLE_SECONDS + 3
+
+
+def test_a_slow_body_that_keeps_coming_is_answered(port: int) -> None:
+    # 6 pieces 0.6 s apart: 3 s in all, three times the idle timeout, no pause as long as it.
+    body = b'{"projectPath": "/slow", "id": "slow-1"' + b" " * 60_000 + b"}"
+    head = START + b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body)
+    step = len(body) // 5 + 1
+    pieces = [head, *(body[i : i + step] for i in range(0, len(body), step))]
+
+    answer = exchange(port, *pieces, pause=0.6)
+
+    assert answer.startswith(b"HTTP/1.1 201 "), answer[:300]
+    assert json.loads(answer.partition(b"\r\n\r\n")[2])["id"] == "slow-1"
+
+
+@pytest.mark.parametrize(
+    "hosts",
+    [(b"127.0.0.1", b"evil.example"), (b"evil.example", b"127.0.0.1"), (b"127.0.0.1",) * 2],
+    ids=["loopback first", "foreign first", "the same twice"],
+)
+def test_two_host_headers_are_a_400(port: int, hosts: tuple[bytes, bytes]) -> None:
+    # The Host rule read the first, the origin rule the last: `Host: 127.0.0.1`, then
+    # `Host: evil.example` with `Origin: http://evil.example` was answered with CORS headers.
+    request = b"GET /api/context/p HTTP/1.1\r\nHost: %s\r\nHost: %s\r\n" % hosts
+    answer = exchange(port, request + b"Origin: http://evil.example\r\n\r\n")
+
+    status, error = error_of(answer)
+    assert status == b"HTTP/1.1 400 Bad Request"
+    assert error == {"error": "BadRequest", "detail": "the request has more than one Host header"}
+    assert b"access-control-allow-origin" not in answer.lower()
+
+
+HEALTH = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+
+
+def test_a_request_past_the_connection_limit_is_a_503_in_the_error_shape(port: int) -> None:
+    # Nothing bounded connections: each is a file descriptor, and at the process's limit the
+    # service could open no database connection nor file (its embedded Postgres was then taken
+    # for dead: "Too many open files").
+    held = [socket.create_connection(("127.0.0.1", port)) for _ in range(MAX_CONNECTIONS)]
+    try:
+        time.sleep(0.3)  # the server has accepted them
+        answer = exchange(port, HEALTH)
+    finally:
+        for connection in held:
+            connection.close()
+    time.sleep(0.3)
+    after = exchange(port, HEALTH)
+
+    status, error = error_of(answer)
+    assert status == b"HTTP/1.1 503 Service Unavailable"
+    assert b"retry-after: 1" in answer.lower()
+    assert error["error"] == "ServiceUnavailable"
+    assert "AGMEM_MAX_CONNECTIONS" in error["detail"]
+    assert after.startswith(b"HTTP/1.1 200 ")
+
+
+@pytest.mark.parametrize(
+    ("soft", "hard", "limit"),
+    [(256, 256, 128), (256, 4096, 1000), (4096, 4096, 1000), (1100, 1100, 972)],
+)
+def test_the_connection_limit_leaves_descriptors_for_the_rest(
+    soft: int, hard: int, limit: int
+) -> None:
+    # A macOS shell's 256 descriptors: raised to the hard limit when it allows, else 128 kept
+    # for the database, the embedded Postgres's files and the worker.
+    code = (
+        "import resource; from app.cli.server import connection_limit; "
+        f"resource.setrlimit(resource.RLIMIT_NOFILE, ({soft}, {hard})); "
+        "print(connection_limit(1000), resource.getrlimit(resource.RLIMIT_NOFILE)[0])"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+
+    taken, soft_after = map(int, result.stdout.split())
+    assert taken == limit, result.stderr
+    assert soft_after == hard
+
+
+DOCS_FETCH = (
+    b"GET /openapi.json HTTP/1.1\r\nHost: 127.0.0.1:37777\r\nX-Forwarded-Host: mem.team.example\r\n"
+    b"Origin: https://mem.team.example\r\nConnection: close\r\n\r\n"
+)
+
+
+def test_the_service_own_page_behind_a_trusted_proxy_that_rewrites_host_is_same_origin(
+    port: int,
+) -> None:
+    # nginx's default `proxy_set_header Host $proxy_host` sends the upstream's address: the
+    # /docs page of https://mem.team.example counted as a foreign origin (403).
+    answer = exchange(port, DOCS_FETCH)
+
+    assert answer.startswith(b"HTTP/1.1 200 "), answer[:300]
+    assert b"access-control-allow-origin: https://mem.team.example" in answer.lower()
+
+
+def test_x_forwarded_host_from_a_peer_not_trusted_is_ignored(port: int) -> None:
+    answer = exchange(port, DOCS_FETCH, source="127.0.0.2")
+
+    status, error = error_of(answer)
+    assert status == b"HTTP/1.1 403 Forbidden"
+    assert error["error"] == "ForbiddenOrigin"
