@@ -217,6 +217,37 @@ def _assignment(match: re.Match[str]) -> str:
     return f"{match.group('name')}{match.group('sep')}{quote}{REDACTED}{quote}"
 
 
+# A name that ends in a credential's word but names no credential: a Helm chart's
+# `existingSecret` is the name of the Kubernetes Secret holding one, and `next_token`,
+# `nextPageToken`, `ContinuationToken` are pagination cursors (the page after this one). The
+# qualifier starts the name or a part of it (after `_`, `-`, `.` or at a camel-case hump), so
+# that `contextToken` is no `next` one. Only the name-based rules consult it: a value with a
+# credential's own shape (`ghp_...`, `AKIA...`) is redacted under any name.
+_REFERENCE_NAME = re.compile(
+    r"(?:(?<![A-Za-z0-9])|(?<=[a-z0-9])(?=[A-Z]))"
+    r"(?:(?i:existing)[_\-]?(?i:secret)"
+    r"|(?i:next|prev|previous|page|continuation|continue|cursor|sync|resume|start|starting)"
+    r"[_\-]?(?:(?i:page)[_\-]?)?(?i:token))\Z"
+)
+
+
+def reference_name(name: str) -> bool:
+    """Whether a key named like a credential names a secret or a cursor instead (see above)."""
+    return _REFERENCE_NAME.search(name) is not None
+
+
+_NAME_BEFORE = re.compile(r"[\w.\-]*\Z")
+
+
+def _credential_assignment(match: re.Match[str]) -> str:
+    """`_assignment` unless the whole name (the part the rule matched and the identifier
+    before it) is a reference name; then the text as it was."""
+    start = match.start()
+    before = _NAME_BEFORE.search(match.string, max(0, start - 100), start)
+    name = (before.group() if before else "") + match.group("name").strip("\"'")
+    return match.group() if reference_name(name) else _assignment(match)
+
+
 # What may stand between a shell separator (or a quote opening a `sh -c "..."`) and a command
 # word: blanks, a prompt, a YAML list item or step key (`- `, `run: `), and a command that runs
 # another (`sudo`, `env X=1`, `docker exec -it db`, `kubectl exec pod --`).
@@ -457,7 +488,7 @@ _RULES: list[_Rule] = [
                 + _NOT_REDACTED
                 + r"(?P<value>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'#]+)"
             ),
-            _assignment,
+            _credential_assignment,
         )
         for word, literal in (
             ("KEY", "KEY"),
@@ -480,7 +511,7 @@ _RULES: list[_Rule] = [
                 + _NOT_REDACTED
                 + r"(?P<value>\"[^\"\s]{4,}\"|'[^'\s]{4,}')"
             ),
-            _assignment,
+            _credential_assignment,
         )
         for stem, literals in (
             ("ecret(?<=[sS]ecret)", ("ecret",)),
@@ -519,7 +550,7 @@ _RULES: list[_Rule] = [
             + r")(?<!:)(?=[ \t]*(?:[ \t]#[^\n]*)?\r?$)",
             re.MULTILINE,
         ),
-        _assignment,
+        _credential_assignment,
     ),
 ]
 
@@ -748,7 +779,7 @@ def redact_json(value: Any) -> Any:
         out: dict[str, Any] = {}
         for key, item in value.items():
             clean_key = redact_secrets(key)
-            secret = _SECRET_KEY.fullmatch(clean_key) is not None
+            secret = _credential_key(clean_key)
             if isinstance(item, str) and item and (secret or _docker_auth(clean_key, item)):
                 out[clean_key] = REDACTED
             else:
@@ -776,7 +807,11 @@ def _key(key: str) -> tuple[str, bool]:
 
 def _sanitize_key(key: str) -> tuple[str, bool]:
     clean = sanitize_text(key)
-    return clean, _SECRET_KEY.fullmatch(clean) is not None
+    return clean, _credential_key(clean)
+
+
+def _credential_key(key: str) -> bool:
+    return _SECRET_KEY.fullmatch(key) is not None and not reference_name(key)
 
 
 _short_key = lru_cache(maxsize=4096)(_sanitize_key)
@@ -853,7 +888,10 @@ def _rules_version() -> str:
     for literals, pattern, replacement in _RULES:
         gate = _RULE_GATES.get(pattern, "")
         parts += [repr(literals), _described(pattern), _described(replacement), gate]
-    parts += [_described(pattern) for pattern in (_SECRET_KEY, _PRIVATE_TAG, _MEMORY)]
+    parts += [
+        _described(pattern)
+        for pattern in (_SECRET_KEY, _REFERENCE_NAME, _NAME_BEFORE, _PRIVATE_TAG, _MEMORY)
+    ]
     parts += [repr(_PRIVATE_LITERALS), repr(_MEMORY_LITERALS)]
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
 
