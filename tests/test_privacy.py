@@ -706,7 +706,8 @@ def test_rules_version_follows_all_that_decides_a_rules_output(
 ) -> None:
     # fixpriv16: the version hashed the pattern strings only, so widening a rule by a flag, a
     # literal or its gate, or changing what it leaves, did not re-chunk memory files.
-    import app.privacy as privacy
+    import app.privacy.version as privacy
+    from app.privacy.common import _keep_group
 
     assert privacy._rules_version() == privacy.RULES_VERSION
     # The same in another process: nothing in it may depend on an address or a hash seed.
@@ -726,7 +727,7 @@ def test_rules_version_follows_all_that_decides_a_rules_output(
         "replacement": ("_RULES", _rule_changed(keep, replacement="[HIDDEN]")),
         "kept group": (
             "_RULES",
-            _rule_changed(keep, replacement=privacy._keep_group("other")),
+            _rule_changed(keep, replacement=_keep_group("other")),
         ),
         "gate": ("_RULE_GATES", {**_RULE_GATES, gated: "x"}),
         "code": ("_RULES_CODE_VERSION", -1),
