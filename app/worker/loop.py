@@ -270,18 +270,31 @@ class Worker:
         reached it wrote the secret into a summary flattened onto one line, where no rule finds
         it. While another worker runs the pass, wait for it. One statement when none is due; a
         database that cannot be reached leaves it to the periodic check."""
-        while not stop.is_set():
-            try:
-                await rescan.rescan_if_pending(
-                    self.ctx.sessionmaker, self.id, lease=self.settings.worker_lease_seconds
+        stopped = asyncio.create_task(stop.wait())
+        try:
+            while not stop.is_set():
+                run = asyncio.create_task(
+                    rescan.rescan_if_pending(
+                        self.ctx.sessionmaker, self.id, lease=self.settings.worker_lease_seconds
+                    )
                 )
-                if not await rescan.running_elsewhere(self.ctx.sessionmaker, self.id):
+                # A stop does not wait for the pass (minutes on a big database; the grace is
+                # 10 s): cancelled, it gives its claim back and the next start resumes it.
+                await asyncio.wait({run, stopped}, return_when=asyncio.FIRST_COMPLETED)
+                if not run.done():
+                    run.cancel()
+                    await asyncio.gather(run, return_exceptions=True)
                     return
-            except Exception as error:
-                log_failure("worker.rescan_error", error)
-                return
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=1.0)
+                try:
+                    run.result()
+                    if not await rescan.running_elsewhere(self.ctx.sessionmaker, self.id):
+                        return
+                except Exception as error:
+                    log_failure("worker.rescan_error", error)
+                    return
+                await asyncio.wait({stopped}, timeout=1.0)
+        finally:
+            stopped.cancel()
 
     async def _rescan(self) -> None:
         """The periodic check: a pass whose worker died is taken over when its lease lapses."""

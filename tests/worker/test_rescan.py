@@ -4,6 +4,7 @@ background (app/worker/rescan.py), and `agmem status` says whether that is pendi
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import psycopg
@@ -11,9 +12,10 @@ import psycopg
 from app.db.engine import make_async_engine, make_sessionmaker
 from app.privacy import RULES_VERSION
 from app.redaction import RedactReport
+from app.worker.loop import Worker
 from app.worker.rescan import rescan_if_pending
 from tests.cli.helpers import run_agmem
-from tests.conftest import make_settings
+from tests.conftest import libpq_url, make_settings
 from tests.test_redaction import TABLES, _leaking, _store_old_secrets
 from tests.worker.builders import run_until
 
@@ -123,3 +125,44 @@ def test_status_shows_a_pending_rescan_until_it_ran(
     assert run_agmem("redact", DATABASE_URL=database_url).returncode == 0
     done = run_agmem("status", DATABASE_URL=database_url)
     assert f"redaction  up to date (rules {RULES_VERSION}, since " in done.stdout
+
+
+async def _stopped_during_rescan(url: str, hold: float) -> float:
+    engine = make_async_engine(url, pool_size=4)
+    stop = asyncio.Event()
+    try:
+        worker = Worker(
+            settings=make_settings(), sessionmaker=make_sessionmaker(engine), database_url=url
+        )
+        running = asyncio.create_task(worker.run(stop))
+        await asyncio.sleep(hold)
+        stop.set()
+        started = time.monotonic()
+        await asyncio.wait_for(running, timeout=30)
+        return time.monotonic() - started
+    finally:
+        await engine.dispose()
+
+
+def test_a_stop_does_not_wait_for_the_pass_and_gives_its_claim_back(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    _store_old_secrets(db)
+    _state(db, OLD_RULES)
+    # A capture holding a session's row: the pass waits on its first batch.
+    with psycopg.connect(libpq_url(database_url)) as holder:
+        holder.execute("SELECT 1 FROM sessions FOR UPDATE")
+        took = asyncio.run(_stopped_during_rescan(database_url, 1.0))
+        holder.rollback()
+    assert took < 5
+    rules, _redacted, by, until, _xmin = _row(db)
+    assert (rules, by, until) == (OLD_RULES, None, None)  # the next start runs it
+
+
+def test_a_worker_waits_for_another_workers_pass_and_a_stop_ends_the_wait(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    _state(db, OLD_RULES, by="other", until="1 hour")
+    took = asyncio.run(_stopped_during_rescan(database_url, 1.5))
+    assert took < 5
+    assert _row(db)[2] == "other"
