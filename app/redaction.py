@@ -30,6 +30,9 @@ from app.index.writer import content_hash
 from app.privacy import redact_json, redact_secrets, redact_secrets_lines
 
 BATCH_ROWS = 500
+# Who wrote a kv memory's version that the redaction made (its `updatedBy`, then its history's
+# `writtenBy`).
+REDACTION_WRITER = "agmem redact"
 
 
 def _tags(tags: list[str] | None) -> list[str] | None:
@@ -58,6 +61,8 @@ class _Table:
     key: str
     # column -> (redaction, SQL cast of its new value)
     columns: dict[str, tuple[Callable[[Any], Any], str]]
+    # A kv memory: a change is a write, a new version with the one it replaces in its history.
+    versioned: bool = False
 
 
 _TEXT = (_text, "text")
@@ -78,6 +83,7 @@ _TABLES = (
         "memories",
         "id",
         {"value": _JSON, "tags": (_tags, "text[]"), "created_by": _NAME, "updated_by": _NAME},
+        versioned=True,
     ),
     _Table("memory_versions", "id", {"value": _JSON, "written_by": _NAME}),
 )
@@ -146,7 +152,7 @@ async def _table_batch(
     session: AsyncSession, table: _Table, after: Any, limit: int, dry_run: bool
 ) -> tuple[list[Any], int]:
     """Redact one batch of `table`'s rows after key `after`: (the keys read, rows changed)."""
-    columns = list(table.columns)
+    columns = list(table.columns) + (list(_VERSION_COLUMNS) if table.versioned else [])
     where = f"WHERE {table.key} > :after " if after is not None else ""
     select = (
         f"SELECT {table.key}, {', '.join(columns)} FROM {table.name} {where}"
@@ -166,18 +172,53 @@ async def _table_batch(
         changed += 1
         if dry_run:
             continue
-        sets = ", ".join(
-            f"{column} = CAST(:{column} AS {table.columns[column][1]})" for column in new
-        )
+        sets = [f"{column} = CAST(:{column} AS {table.columns[column][1]})" for column in new]
         params = {
             column: json.dumps(value) if table.columns[column][1] == "jsonb" else value
             for column, value in new.items()
         }
+        if table.versioned:
+            await _keep_version(session, row, new)
+            sets += _NEW_VERSION
+            params["updated_by"] = REDACTION_WRITER
         await session.execute(
-            text(f"UPDATE {table.name} SET {sets} WHERE {table.key} = :key"),
+            text(
+                f"UPDATE {table.name} SET {', '.join(dict.fromkeys(sets))} WHERE {table.key} = :key"
+            ),
             {**params, "key": getattr(row, table.key)},
         )
     return [getattr(row, table.key) for row in rows], changed
+
+
+# docs/memories.md: a memory's version is +1 on every write, and every update first keeps the
+# stored value in its history. A redaction is a write: a client holding the ETag of the
+# secret-bearing value gets a 409 instead of overwriting the redacted one unawares. The history
+# keeps the replaced version redacted (keeping its secret would undo the pass), and the TTL is
+# not restarted: the owner did not write.
+_VERSION_COLUMNS = ("version", "updated_at", "project_path")
+_NEW_VERSION = [
+    "updated_by = CAST(:updated_by AS text)",
+    "version = version + 1",
+    "updated_at = now()",
+]
+_KEEP_VERSION = text(
+    "INSERT INTO memory_versions (memory_id, project_path, version, value, written_by, "
+    "written_at) VALUES (:id, :project, :version, CAST(:value AS jsonb), :by, :at)"
+)
+
+
+async def _keep_version(session: AsyncSession, row: Any, new: dict[str, Any]) -> None:
+    """The memory's current version, as a write keeps it in `memory_versions`, redacted."""
+    writer = new.get("updated_by", row.updated_by) or new.get("created_by", row.created_by)
+    params = {
+        "id": row.id,
+        "project": row.project_path,
+        "version": row.version,
+        "value": json.dumps(new.get("value", row.value)),
+        "by": writer,
+        "at": row.updated_at,
+    }
+    await session.execute(_KEEP_VERSION, params)
 
 
 _CHUNKS = text(

@@ -6,7 +6,10 @@ observations, a share of them holding a secret that the rules catch.
 The chunks, sessions and memories are bench.search's (`load_postgres`, with random vectors: HNSW
 and GIN indexes built as a restore would); the observations carry a tool call's arguments and a
 2 KB result. Runs a dry run, the redaction, and a second redaction (which finds nothing), each
-timed (wall, this process's CPU), and reports the rows changed.
+timed (wall, this process's CPU), and reports the rows changed. Then the worker's side
+(app/worker/rescan.py): the secrets planted again and `redaction_state` set back to another rules
+version, the worker's pass (claim, pass, record), and the check a worker makes at start and every
+upkeep interval when nothing is pending, timed over 2,000 calls.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import psycopg
 
 from app.db.engine import make_async_engine, make_sessionmaker
 from app.redaction import RedactReport, redact_stored
+from app.worker.rescan import rescan_if_pending
 from bench.db import bench_database, libpq
 from bench.search import PROJECT, load_postgres, synthetic_chunks
 
@@ -81,6 +85,41 @@ async def timed(url: str, dry_run: bool) -> tuple[float, float, RedactReport]:
         await engine.dispose()
 
 
+async def worker_side(url: str, polls: int) -> None:
+    engine = make_async_engine(url, pool_size=1)
+    try:
+        sessionmaker = make_sessionmaker(engine)
+        wall, cpu = time.perf_counter(), time.process_time()
+        report = await rescan_if_pending(sessionmaker, "bench", lease=120)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        assert report is not None
+        print(f"worker   {wall:6.2f} s wall, {cpu:6.2f} s CPU here: {report.summary_line()}")
+        times = []
+        for _ in range(polls):
+            started = time.perf_counter()
+            assert await rescan_if_pending(sessionmaker, "bench", lease=120) is None
+            times.append(time.perf_counter() - started)
+        times.sort()
+        print(
+            f"idle check (nothing pending), {polls} calls: "
+            f"median {times[polls // 2] * 1e6:.0f} µs, "
+            f"p95 {times[polls * 95 // 100] * 1e6:.0f} µs wall (client and Postgres)"
+        )
+    finally:
+        await engine.dispose()
+
+
+def replant(url: str) -> None:
+    """The planted secrets back, as rows stored before the rules: the observations' commands."""
+    with psycopg.connect(libpq(url), autocommit=True) as conn:
+        conn.execute(
+            "UPDATE observations SET function_args = jsonb_build_object('command', "
+            "'mysql -u app -phunter2-' || id || ' shop') "
+            "WHERE function_args->>'command' LIKE 'mysql%'"
+        )
+        conn.execute("UPDATE redaction_state SET rules = 'before-upgrade'")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--chunks", type=int, default=100_000)
@@ -102,6 +141,8 @@ def main() -> None:
                 f"{name:8} {wall:6.2f} s wall, {cpu:6.2f} s CPU here "
                 f"({cpu / rows * 1e6:.0f} µs a row): {report.summary_line()}"
             )
+        replant(url)
+        asyncio.run(worker_side(url, 2000))
 
 
 if __name__ == "__main__":

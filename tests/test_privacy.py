@@ -21,6 +21,7 @@ from app.privacy import (
     cap_text,
     clean_text,
     json_depth,
+    redact_json,
     redact_secrets,
     redact_secrets_lines,
     sanitize_json,
@@ -705,7 +706,8 @@ def test_rules_version_follows_all_that_decides_a_rules_output(
 ) -> None:
     # fixpriv16: the version hashed the pattern strings only, so widening a rule by a flag, a
     # literal or its gate, or changing what it leaves, did not re-chunk memory files.
-    import app.privacy as privacy
+    import app.privacy.version as privacy
+    from app.privacy.common import _keep_group
 
     assert privacy._rules_version() == privacy.RULES_VERSION
     # The same in another process: nothing in it may depend on an address or a hash seed.
@@ -725,7 +727,7 @@ def test_rules_version_follows_all_that_decides_a_rules_output(
         "replacement": ("_RULES", _rule_changed(keep, replacement="[HIDDEN]")),
         "kept group": (
             "_RULES",
-            _rule_changed(keep, replacement=privacy._keep_group("other")),
+            _rule_changed(keep, replacement=_keep_group("other")),
         ),
         "gate": ("_RULE_GATES", {**_RULE_GATES, gated: "x"}),
         "code": ("_RULES_CODE_VERSION", -1),
@@ -777,3 +779,96 @@ def test_generic_rules_still_redact_near_placeholders(text: str, expected: str) 
 )
 def test_command_password_value_ends_with_the_shell_word(text: str, expected: str) -> None:
     assert redact_secrets(text) == expected.replace("@", REDACTED)
+
+
+# --- names of secrets and pagination cursors are not secrets (redact17) ------------------------
+
+REFERENCES = [
+    # Helm charts name a Kubernetes Secret that holds the credential: the name is not one.
+    "existingSecret: my-db-secret",
+    "  existingSecret: my-db-secret",
+    "auth.existingSecret: my-db-secret",
+    'existingSecret: "my-db-secret"',
+    '"existingSecret": "my-db-secret"',
+    "existing-secret: my-db-secret",
+    "EXISTING_SECRET=db-creds",
+    # Pagination cursors: the page after this one, not a credential.
+    "next_token: page2",
+    "nextToken: page2",
+    "NextToken: eyJ2IjoxfQ",
+    "nextPageToken: CAIQAA2",
+    "pageToken: page-2",
+    "continuation_token: abc-2",
+    "ContinuationToken: 1ueGcxLPRx1Tr",
+    "cursor_token: abc2",
+    "sync_token: 123abc",
+    '"next_token": "page2"',
+    'next_token = "page2"',
+    "NEXT_TOKEN=page2",
+    # Names that only mention the word: they were left alone and must stay so.
+    "secretName: my-tls-secret",
+    "secretRef: app-secrets",
+    "secretKeyRef: db-creds",
+    "tokenUrl: https://auth.example.com/oauth/token",
+    "token_type: bearer",
+    "token_endpoint: https://x/token",
+    "passwordFile: /run/secrets/db-pass",
+    "api_key_env: OPENAI_API_KEY",
+]
+
+
+@pytest.mark.parametrize("text", REFERENCES)
+def test_names_of_secrets_and_cursors_are_kept(text: str) -> None:
+    assert redact_secrets(text) == text
+    assert redact_secrets_lines(text) == text
+
+
+@pytest.mark.parametrize(
+    ("value", "key"),
+    [
+        ("my-db-secret", "existingSecret"),
+        ("page2", "next_token"),
+        ("page2", "next-page-token"),
+        ("CAIQAA", "nextPageToken"),
+        ("bearer", "token_type"),
+    ],
+)
+def test_json_names_of_secrets_and_cursors_are_kept(value: str, key: str) -> None:
+    assert sanitize_json({key: value}) == {key: value}
+    assert redact_json({key: value}) == {key: value}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # Real credentials, also under names that end like the ones above, stay redacted.
+        ("password: hunter2", "password: @"),
+        ("token: ghx-9f8a7b6c5d", "token: @"),
+        ("api_key: abc123", "api_key: @"),
+        ("secret: s3cr3t", "secret: @"),
+        ("client_secret: 0a1b2c3d", "client_secret: @"),
+        ("db_password: p4ss", "db_password: @"),
+        ("DB_PASSWORD=hunter2", "DB_PASSWORD=@"),
+        ("access_token: abc-2", "access_token: @"),
+        ("refresh_token: page2x", "refresh_token: @"),
+        ("contextToken: abc-2", "contextToken: @"),
+        ("existingPassword: hunter2", "existingPassword: @"),
+        ('"secret": "my-db-secret"', '"secret": "@"'),
+        ('session_token = "page2x1"', 'session_token = "@"'),
+        # A credential's shape is redacted under any name.
+        ("next_token: ghp_" + "a" * 36, "next_token: @"),
+        ("existingSecret: AKIA" + "A" * 16, "existingSecret: @"),
+    ],
+)
+def test_credentials_near_reference_names_are_redacted(text: str, expected: str) -> None:
+    assert redact_secrets(text) == expected.replace("@", REDACTED)
+
+
+def test_json_credentials_near_reference_names_are_redacted() -> None:
+    value = {
+        "token": "page2",
+        "access_token": "x",
+        "next_token_secret": "x",
+        "existing_password": "y",
+    }
+    assert sanitize_json(value) == dict.fromkeys(value, REDACTED)

@@ -8,11 +8,13 @@ import json
 from typing import Any
 
 import psycopg
+from fastapi.testclient import TestClient
 
 from app.db.engine import make_async_engine, make_sessionmaker
 from app.index.terms import index_terms
-from app.redaction import RedactReport, redact_stored
+from app.redaction import REDACTION_WRITER, RedactReport, redact_stored
 from tests.cli.helpers import run_agmem
+from tests.memories.helpers import PROJECT, put, url
 from tests.worker.builders import make_observation, make_session
 
 # Each line's secret is one that no rule caught before privacy16.
@@ -20,6 +22,10 @@ LEAKS = (
     "mysql -u root -phunter2 shop\n"
     "password: hunter2\n"
     "//registry.npmjs.org/:_authToken=npm_hunter2hunter2\n"
+)
+REDACTED_LEAKS = (
+    "mysql -u root -p[REDACTED] shop\npassword: [REDACTED]\n"
+    "//registry.npmjs.org/:_authToken=[REDACTED]\n"
 )
 TABLES = ("sessions", "observations", "memories", "memory_versions", "memory_chunks")
 VECTOR = "[" + ",".join(["0.0625"] * 256) + "]"
@@ -147,3 +153,59 @@ def test_agmem_redact_reports_counts_in_one_line(
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("redacted 5 rows")
     assert _leaking(db) == dict.fromkeys(TABLES, 0)
+
+
+def test_a_redacted_memory_is_a_new_version_written_by_the_redaction(
+    client: TestClient, db: psycopg.Connection[Any], database_url: str
+) -> None:
+    # redact17: the rewritten memory kept its version, so a client holding the ETag of the
+    # secret-bearing value could still write over it as if nothing had changed.
+    put(client, "deploy", "ship it", createdBy="claude", ttl=3600)
+    put(client, "deploy", "ship it twice", createdBy="gemini")
+    db.execute("UPDATE memories SET value = %s", (json.dumps({"steps": LEAKS}),))
+    before = db.execute("SELECT updated_at, expires_at FROM memories").fetchone()
+    assert before is not None
+
+    assert _run(database_url).changed["memories"] == 1
+
+    got = client.get(url("deploy"), params={"projectPath": PROJECT, "history": "true"})
+    assert got.status_code == 200
+    memory = got.json()
+    assert got.headers["ETag"] == '"3"'
+    assert (memory["version"], memory["updatedBy"], memory["createdBy"]) == (
+        3,
+        REDACTION_WRITER,
+        "claude",
+    )
+    assert memory["value"] == {"steps": REDACTED_LEAKS}
+    history = [(v["version"], v["value"], v["writtenBy"]) for v in memory["history"]]
+    # The version it replaced is kept, as every write keeps it, but redacted too.
+    assert history == [
+        (2, {"steps": REDACTED_LEAKS}, "gemini"),
+        (1, "ship it", "claude"),
+    ]
+    updated_at, expires_at = db.execute(
+        "SELECT updated_at, expires_at FROM memories"
+    ).fetchone() or (None, None)
+    assert updated_at > before[0]
+    assert expires_at == before[1]  # the owner's TTL is not restarted by the redaction
+    assert _leaking(db)["memory_versions"] == 0
+
+    stale = client.put(
+        url("deploy"), json={"value": "x", "projectPath": PROJECT}, headers={"If-Match": '"2"'}
+    )
+    assert stale.status_code == 409
+    assert stale.json()["error"] == "VersionConflict"
+    # A second pass finds nothing and makes no version.
+    assert sum(_run(database_url).changed.values()) == 0
+    assert db.execute("SELECT version FROM memories").fetchone() == (3,)
+
+
+def test_a_memory_whose_tags_only_are_redacted_is_a_new_version_too(
+    client: TestClient, db: psycopg.Connection[Any], database_url: str
+) -> None:
+    put(client, "plan", "v1", tags=["ops"])
+    db.execute("UPDATE memories SET tags = %s", (["ops", "token: hunter2x"],))
+    _run(database_url)
+    memory = client.get(url("plan"), params={"projectPath": PROJECT}).json()
+    assert (memory["version"], memory["tags"]) == (2, ["ops", "token: [REDACTED]"])

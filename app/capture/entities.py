@@ -219,7 +219,7 @@ _SCANNER = LiteralScanner(
 )
 
 
-# The same names found in the pass that sanitizes a payload (`app/privacy.py`), over the whole
+# The same names found in the pass that sanitizes a payload (`app/privacy/`), over the whole
 # text: a superset of what the window holds, and gating runs a pattern whenever its literal may
 # occur, so the entities found are the same, for one hyperscan pass and one UTF-8 encoding of
 # each text instead of two (~15 µs of a 1-20 KB text's ~60 µs of entity work).

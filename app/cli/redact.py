@@ -17,8 +17,9 @@ def redact(
 ) -> None:
     """Redact secrets stored before today's rules caught them (safe on a running service)."""
     settings = settings_or_exit()
-    from app.db.engine import make_async_engine, make_sessionmaker
+    from app.db.engine import make_async_engine, make_sessionmaker, transaction
     from app.redaction import redact_stored
+    from app.worker.rescan import mark_redacted
 
     with cli_errors():
         url = open_database(settings)
@@ -26,7 +27,11 @@ def redact(
         async def go() -> str:
             engine = make_async_engine(url, pool_size=1)
             try:
-                report = await redact_stored(make_sessionmaker(engine), dry_run=dry_run)
+                sessionmaker = make_sessionmaker(engine)
+                report = await redact_stored(sessionmaker, dry_run=dry_run)
+                if not dry_run:  # the worker's rescan after an upgrade is done too
+                    async with transaction(sessionmaker) as session:
+                        await mark_redacted(session)
             finally:
                 await engine.dispose()
             return report.summary_line()

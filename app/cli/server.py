@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from types import FrameType
 
     from rich.console import Console
+    from sqlalchemy.engine import Engine
 
 
 def bind_listener(host: str, port: int) -> socket.socket:
@@ -265,11 +266,28 @@ def status() -> None:
                         sql = text(f'SELECT count(*) FROM "{name}"')
                         count = connection.execute(sql).scalar_one()
                     table.add_row(name, str(count))
+            rescan = describe_rescan(engine) if current is not None else None
         finally:
             engine.dispose()
         console.print(table)
+        if rescan is not None:
+            console.print(f"redaction  {rescan}")
         if current is not None:
             print_worker_metrics(console, settings, engine_url=url, chunks=chunks)
+
+
+def describe_rescan(engine: Engine) -> str | None:
+    """Whether the stored rows await the redaction pass of a rules upgrade (app/worker/rescan.py),
+    None before migration 0005."""
+    from sqlalchemy import text
+
+    from app.worker.rescan import STATE_SQL, rescan_state
+
+    with engine.connect() as connection:
+        if not connection.execute(text("SELECT to_regclass('redaction_state')")).scalar():
+            return None
+        state = rescan_state(connection.execute(STATE_SQL).first())
+    return "no state row: `agmem redact` redacts what is stored" if state is None else state.line()
 
 
 def print_worker_metrics(

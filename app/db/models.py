@@ -1,8 +1,9 @@
 """ORM models. Alembic owns the schema; these describe it for queries and for `alembic check`.
 
 Every table carries `project_path` (the absolute project path as the client sends it) so that a
-query never crosses projects by accident and the schema can later be sharded by project. The one
-exception is `memory_embedding_cache`, which is content-addressed (see docs/architecture.md).
+query never crosses projects by accident and the schema can later be sharded by project. The
+exceptions are `memory_embedding_cache`, which is content-addressed (see docs/architecture.md),
+and `redaction_state`, one row about every project's stored text.
 """
 
 from __future__ import annotations
@@ -382,3 +383,17 @@ class LlmUsageRow(Base):
     requests: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
     input_tokens: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
     output_tokens: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
+
+
+class RedactionStateRow(Base):
+    """The privacy rules' version (`app.privacy.RULES_VERSION`) every stored row was last
+    redacted under: one row, id 1. A worker that finds another version claims the row and runs
+    the redaction pass (app/worker/rescan.py); NULL (an upgraded database) means never."""
+
+    __tablename__ = "redaction_state"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    rules: Mapped[str | None] = mapped_column(String(16))
+    redacted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    claimed_by: Mapped[str | None] = mapped_column(String(200))
+    claimed_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

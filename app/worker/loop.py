@@ -23,7 +23,7 @@ from app.errors import first_line, sqlstate
 from app.llm.embeddings import Embedder
 from app.llm.gemini import make_client
 from app.llm.ratelimit import DailyBudget, gemini_gate
-from app.worker import claims, jobs, results
+from app.worker import claims, jobs, rescan, results
 from app.worker.claims import Queue
 
 log = structlog.get_logger(__name__)
@@ -195,8 +195,10 @@ class Worker:
     async def run(self, stop: asyncio.Event) -> None:
         """Work until `stop` is set: the lanes, the listener and the periodic upkeep."""
         log.info("worker.started", worker=self.id, concurrency=self.concurrency)
+        await self._rescan_first(stop)
         tasks = [asyncio.create_task(self._listen(), name="agmem-listen")]
         tasks.append(asyncio.create_task(self._maintain(), name="agmem-maintain"))
+        tasks.append(asyncio.create_task(self._rescan(), name="agmem-rescan"))
         lanes = [
             asyncio.create_task(self._lane(), name=f"agmem-lane-{n}")
             for n in range(self.concurrency)
@@ -261,3 +263,46 @@ class Worker:
             except Exception as error:  # retried at the next interval
                 log_failure("worker.maintenance_error", error)
             await asyncio.sleep(self.settings.worker_purge_interval_seconds)
+
+    async def _rescan_first(self, stop: asyncio.Event) -> None:
+        """The redaction pass after a rules upgrade, before the lanes start (app/worker/rescan.py):
+        a lane that compressed an observation stored before the upgrade while the pass had not
+        reached it wrote the secret into a summary flattened onto one line, where no rule finds
+        it. While another worker runs the pass, wait for it. One statement when none is due; a
+        database that cannot be reached leaves it to the periodic check."""
+        stopped = asyncio.create_task(stop.wait())
+        try:
+            while not stop.is_set():
+                run = asyncio.create_task(
+                    rescan.rescan_if_pending(
+                        self.ctx.sessionmaker, self.id, lease=self.settings.worker_lease_seconds
+                    )
+                )
+                # A stop does not wait for the pass (minutes on a big database; the grace is
+                # 10 s): cancelled, it gives its claim back and the next start resumes it.
+                await asyncio.wait({run, stopped}, return_when=asyncio.FIRST_COMPLETED)
+                if not run.done():
+                    run.cancel()
+                    await asyncio.gather(run, return_exceptions=True)
+                    return
+                try:
+                    run.result()
+                    if not await rescan.running_elsewhere(self.ctx.sessionmaker, self.id):
+                        return
+                except Exception as error:
+                    log_failure("worker.rescan_error", error)
+                    return
+                await asyncio.wait({stopped}, timeout=1.0)
+        finally:
+            stopped.cancel()
+
+    async def _rescan(self) -> None:
+        """The periodic check: a pass whose worker died is taken over when its lease lapses."""
+        while True:
+            await asyncio.sleep(self.settings.worker_purge_interval_seconds)
+            try:
+                await rescan.rescan_if_pending(
+                    self.ctx.sessionmaker, self.id, lease=self.settings.worker_lease_seconds
+                )
+            except Exception as error:  # retried at the next interval
+                log_failure("worker.rescan_error", error)

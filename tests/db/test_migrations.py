@@ -93,7 +93,30 @@ def test_every_table_carries_the_project_key_but_the_content_addressed_cache(
         ).fetchall()
     with_project = {row[0] for row in rows}
 
-    assert set(Base.metadata.tables) - with_project == {"memory_embedding_cache"}
+    # The cache is content-addressed; the redaction state is one row about every project.
+    assert set(Base.metadata.tables) - with_project == {"memory_embedding_cache", "redaction_state"}
+
+
+def test_0005_leaves_every_stored_row_pending_a_rescan(scratch_url: str) -> None:
+    migrate.upgrade(scratch_url, "0004")
+    with psycopg.connect(libpq_url(scratch_url), autocommit=True) as connection:
+        connection.execute(
+            "INSERT INTO memories (scope, key, value) VALUES ('global', 'k', '\"password: x1\"')"
+        )
+        connection.execute(
+            "INSERT INTO sessions (id, project_path, user_prompt) VALUES ('s', '/p', 'token: x1')"
+        )
+    migrate.upgrade(scratch_url)
+    with psycopg.connect(libpq_url(scratch_url), autocommit=True) as connection:
+        state = connection.execute("SELECT id, rules, claimed_by FROM redaction_state").fetchall()
+        # Rows stored under unknown rules: the first worker rescans them.
+        assert state == [(1, None, None)]
+        kept = connection.execute("SELECT value FROM memories").fetchone()
+        assert kept == ("password: x1",)  # the migration itself redacts nothing
+    migrate.downgrade(scratch_url, "0004")
+    with psycopg.connect(libpq_url(scratch_url), autocommit=True) as connection:
+        assert connection.execute("SELECT to_regclass('redaction_state')").fetchone() == (None,)
+        assert connection.execute("SELECT user_prompt FROM sessions").fetchone() == ("token: x1",)
 
 
 def test_both_extensions_where_available(migrated_url: str) -> None:

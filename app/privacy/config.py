@@ -1,0 +1,201 @@
+"""Credentials recognised by their name: `.env` and config assignments, quoted values of
+credential-named keys, connection-string passwords, registry and Docker config credentials."""
+
+from __future__ import annotations
+
+import base64
+import re
+
+from app.privacy.common import _NOT_A_REFERENCE, _NOT_REDACTED, REDACTED, _keep_group, _Rule
+
+
+def basic_credentials(value: str) -> bool:
+    """Whether `value` is the base64 of `user:password`, as HTTP Basic and Docker's `auth` hold."""
+    try:
+        return b":" in base64.b64decode(value, validate=True)
+    except ValueError:  # binascii.Error is one
+        return False
+
+
+def _assignment(match: re.Match[str]) -> str:
+    """`NAME = value` or `"name": "value"`: keep the name and quotes, redact the value."""
+    value = match.group("value")
+    quote = value[0] if value[:1] in ("'", '"') else ""
+    return f"{match.group('name')}{match.group('sep')}{quote}{REDACTED}{quote}"
+
+
+# A name that ends in a credential's word but names no credential: a Helm chart's
+# `existingSecret` is the name of the Kubernetes Secret holding one, and `next_token`,
+# `nextPageToken`, `ContinuationToken` are pagination cursors (the page after this one). The
+# qualifier starts the name or a part of it (after `_`, `-`, `.` or at a camel-case hump), so
+# that `contextToken` is no `next` one. Only the name-based rules consult it: a value with a
+# credential's own shape (`ghp_...`, `AKIA...`) is redacted under any name.
+_REFERENCE_NAME = re.compile(
+    r"(?:(?<![A-Za-z0-9])|(?<=[a-z0-9])(?=[A-Z]))"
+    r"(?:(?i:existing)[_\-]?(?i:secret)"
+    r"|(?i:next|prev|previous|page|continuation|continue|cursor|sync|resume|start|starting)"
+    r"[_\-]?(?:(?i:page)[_\-]?)?(?i:token))\Z"
+)
+
+
+def reference_name(name: str) -> bool:
+    """Whether a key named like a credential names a secret or a cursor instead (see above)."""
+    return _REFERENCE_NAME.search(name) is not None
+
+
+_NAME_BEFORE = re.compile(r"[\w.\-]*\Z")
+
+
+def _credential_assignment(match: re.Match[str]) -> str:
+    """`_assignment` unless the whole name (the part the rule matched and the identifier
+    before it) is a reference name; then the text as it was."""
+    start = match.start()
+    before = _NAME_BEFORE.search(match.string, max(0, start - 100), start)
+    name = (before.group() if before else "") + match.group("name").strip("\"'")
+    return match.group() if reference_name(name) else _assignment(match)
+
+
+# identifier or attribute path (`password`, `self.password`, `str`, `None`) holds.
+_UNQUOTED = r"[^\s\"'#(){}\[\]<>$,;&|`\\]"
+_CREDENTIAL_VALUE = rf"(?={_UNQUOTED}*?[^A-Za-z_.\s\"'#(){{}}\[\]<>$,;&|`\\]){_UNQUOTED}+"
+
+_CREDENTIAL_NAME = (
+    r"(?:[pP]assw(?:or)?d|PASSW(?:OR)?D|[sS]ecret|SECRET|[tT]oken|TOKEN"
+    r"|[aA]pi[_\-]?[kK]ey|API[_\-]?KEY)"
+)
+
+REGISTRY_RULES: list[_Rule] = [
+    # .npmrc: `//registry.npmjs.org/:_authToken=...`, `:_auth=` (base64 user:password) and
+    # `:_password=`; npm 9 accepts these scoped to a registry only, hence the colon.
+    (
+        (":_",),
+        re.compile(
+            r"(?P<keep>:_(?:authToken|auth|password)\s*=\s*)"
+            + _NOT_REDACTED
+            + _NOT_A_REFERENCE
+            + r"[^\s\"']+"
+        ),
+        _keep_group("keep"),
+    ),
+    # Azure storage / service bus connection strings: AccountKey=...; SharedAccessKey=...
+    (
+        ("Key=",),
+        re.compile(
+            r"(?P<keep>(?:AccountKey|SharedAccessKey)=)"
+            + _NOT_REDACTED
+            + _NOT_A_REFERENCE
+            + r"[^;\s\"']+"
+        ),
+        _keep_group("keep"),
+    ),
+]
+
+CONNECTION_RULES: list[_Rule] = [
+    # Any command's `--password=...` (mysql, docker login, redis-cli, psql wrappers).
+    (
+        ("assword=",),
+        re.compile(
+            r"(?P<keep>--password=)"
+            + _NOT_REDACTED
+            + _NOT_A_REFERENCE
+            # A help text's placeholder: `--password=PASSWORD`.
+            + r"(?![A-Z_]+(?![^\s\"']))[^\s\"']+"
+        ),
+        _keep_group("keep"),
+    ),
+    # Unquoted `password=` in connection strings and query strings (`...;Password=hunter2;`,
+    # `?user=a&password=s3cret`; PASSWORD= is the .env rule's), and `Pwd=` after a `;`. The
+    # value must hold a character no identifier has (a digit, a symbol), so that code passing
+    # `password=password` or `password=self.password` keeps it.
+    *(
+        (
+            (literal,),
+            re.compile(
+                # `%s`, `%(pw)s`: a query's parameter, not its value.
+                rf"(?P<keep>{literal}{before})" + _NOT_REDACTED + r"(?!%[s(])" + _CREDENTIAL_VALUE
+            ),
+            _keep_group("keep"),
+        )
+        for literal, before in (
+            ("assword=", "(?<=[pP]assword=)(?<![A-Za-z][pP]assword=)"),
+            ("wd=", "(?<=;[pP]wd=)"),
+            ("WD=", "(?<=;PWD=)"),
+        )
+    ),
+]
+
+ASSIGNMENT_RULES: list[_Rule] = [
+    # .env / shell style: API_KEY=..., DB_PASSWORD="...", export GITHUB_TOKEN=...
+    *(
+        (
+            (literal,),
+            re.compile(
+                rf"(?P<name>{word})(?P<sep>\s*=(?!=)\s*)"
+                + _NOT_REDACTED
+                + r"(?P<value>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'#]+)"
+            ),
+            _credential_assignment,
+        )
+        for word, literal in (
+            ("KEY", "KEY"),
+            ("SECRET", "SECRET"),
+            ("TOKEN", "TOKEN"),
+            ("PASSWORD", "PASSWORD"),
+            ("PASSWD", "PASSWD"),
+            ("CREDENTIALS?", "CREDENTIAL"),
+            ("AUTH", "AUTH"),
+            # MYSQL_PWD; a lone PWD, and BUILD_PWD=/home/u/src, are a working directory.
+            (r"_PWD(?!\s*=\s*/)", "_PWD"),
+        )
+    ),
+    # Quoted values of credential-named keys in JSON, YAML or code: "password": "hunter2".
+    *(
+        (
+            literals,
+            re.compile(
+                rf"(?P<name>{stem}[\"']?)(?P<sep>\s*[:=]\s*)"
+                + _NOT_REDACTED
+                + r"(?P<value>\"[^\"\s]{4,}\"|'[^'\s]{4,}')"
+            ),
+            _credential_assignment,
+        )
+        for stem, literals in (
+            ("ecret(?<=[sS]ecret)", ("ecret",)),
+            ("ECRET(?<=SECRET)", ("ECRET",)),
+            ("oken(?<=[tT]oken)", ("oken",)),
+            ("OKEN(?<=TOKEN)", ("OKEN",)),
+            ("assw(?<=[pP]assw)(?:or)?d", ("assw",)),
+            ("ASSW(?<=PASSW)(?:OR)?D", ("ASSW",)),
+            ("pi(?<=[aA]pi)[_\\-]?[kK]ey", ("key", "Key")),
+            ("PI(?<=API)[_\\-]?KEY", ("KEY",)),
+        )
+    ),
+    # A Docker config's registry credentials: "auth": "<base64 of user:password>" (only that:
+    # "auth" is also a topic, `{"auth": "refresh tokens rotate"}` in a kv memory).
+    (
+        ('"auth"',),
+        re.compile(r'(?P<name>"auth")(?P<sep>\s*:\s*)(?P<value>"[A-Za-z0-9+/=]{8,}")'),
+        lambda match: (
+            _assignment(match) if basic_credentials(match.group("value")[1:-1]) else match.group()
+        ),
+    ),
+    # Unquoted values of credential-named keys on a line of their own: YAML, TOML, INI, .env,
+    # `export`, properties (`password: hunter2`, `api_key = abc123`, `  - TOKEN=x1`). The value
+    # must be the line's last word and not one an identifier could be (see _CREDENTIAL_VALUE),
+    # so that `password: str`, `token: Optional[str] = None`, `password = get_password()` or
+    # `secret: SecretStr` keep theirs; digits alone are a count (`max_token: 4096`) or a version
+    # (`token: v1.2.3`).
+    (
+        ("assw", "ASSW", "ecret", "ECRET", "oken", "OKEN", "key", "Key", "KEY"),
+        re.compile(
+            r"^(?P<name>[ \t]*(?:-[ \t]+)?(?:export[ \t]+)?[\w.\-]*?" + _CREDENTIAL_NAME + ")"
+            r"(?P<sep>[ \t]*[:=][ \t]*)"
+            + _NOT_REDACTED
+            + r"(?![=:])(?![-+]?v?\d+(?:\.\d+)?\b)(?!(?:[A-Za-z_]\w*\.)+[A-Za-z_]\w*\b)(?P<value>"
+            + _CREDENTIAL_VALUE
+            + r")(?<!:)(?=[ \t]*(?:[ \t]#[^\n]*)?\r?$)",
+            re.MULTILINE,
+        ),
+        _credential_assignment,
+    ),
+]

@@ -1,0 +1,333 @@
+"""The rules in order, found in one scan, applied to text and to JSON values (`sanitize_json`)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from functools import lru_cache
+from typing import Any
+
+from app.privacy.clean import _SURROGATE, clean_text
+from app.privacy.commands import COMMAND_RULES
+from app.privacy.common import REDACTED, _Replacement, _Rule
+from app.privacy.config import (
+    _CREDENTIAL_NAME,
+    ASSIGNMENT_RULES,
+    CONNECTION_RULES,
+    REGISTRY_RULES,
+    basic_credentials,
+    reference_name,
+)
+from app.privacy.private import (
+    _MEMORY_LITERALS,
+    _PRIVATE_LITERALS,
+    _strip_private,
+    _strip_private_lines,
+)
+from app.privacy.tokens import AWS_RULES, HEADER_RULES, KEY_RULES, SERVICE_RULES
+from app.textscan import SHORT_TEXT, LiteralScanner
+
+# Deep enough for any real tool payload; shallow enough that recursion never nears Python's limit.
+DEFAULT_MAX_DEPTH = 64
+
+
+class NestingTooDeep(ValueError):
+    """A JSON value nests deeper than allowed."""
+
+
+# In the order they run: a rule sees the text as the rules before it left it.
+_RULES: list[_Rule] = [
+    *KEY_RULES,
+    *REGISTRY_RULES,
+    *COMMAND_RULES,
+    *CONNECTION_RULES,
+    *AWS_RULES,
+    *SERVICE_RULES,
+    *HEADER_RULES,
+    *ASSIGNMENT_RULES,
+]
+
+
+# Finer gates for the rules whose literals most real text holds ("token", "key", "://" occur
+# in ~half of the capture benchmark's strings, nearly never as a credential): hyperscan
+# expressions over the UTF-8 bytes that match wherever the rule's regex can (each is the regex
+# with lookarounds dropped, `\s` widened to every byte a Unicode space can use, and character
+# classes widened to bytes), found in the same pass as the literals. A rule runs only when its
+# literal and its gate occur. Replacements insert only "[REDACTED]" next to text they keep, so
+# they cannot create a match that the text did not already gate in, as for the literals.
+_SPACE = r"[\x09-\x0d\x1c-\x20\x80-\xff]*"
+_QUOTED = r"""(?:"[^"]{4,}"|'[^']{4,}')"""
+_QUOTED_RULES = [pattern for _, pattern, _ in _RULES if r"(?P<sep>\s*[:=]\s*)" in pattern.pattern]
+_UNQUOTED_BYTE = r"[^\x09-\x0d\x20\"'#(){}\[\]<>$,;&|`\\]"
+_CONFIG_RULE = next(pattern for _, pattern, _ in _RULES if pattern.flags & re.MULTILINE)
+_RULE_GATES: dict[re.Pattern[str], str] = {
+    next(pattern for literals, pattern, _ in _RULES if literals == ("://",)): r"://[^:/@]*:[^@/]+@",
+    **{
+        pattern: rf"{name}[\"']?{_SPACE}[:=]{_SPACE}{_QUOTED}"
+        for pattern, name in zip(
+            _QUOTED_RULES,
+            (
+                "[sS]ecret",
+                "SECRET",
+                "[tT]oken",
+                "TOKEN",
+                "[pP]assw(?:or)?d",
+                "PASSW(?:OR)?D",
+                "[aA]pi[_\\-]?[kK]ey",
+                "API[_\\-]?KEY",
+            ),
+            strict=True,
+        )
+    },
+    _CONFIG_RULE: (
+        rf"{_CREDENTIAL_NAME}[\t ]*[:=][\t ]*{_UNQUOTED_BYTE}*"
+        r"[^A-Za-z_.\x09-\x0d\x20\"'#(){}\[\]<>$,;&|`\\]"
+    ),
+}
+
+# Every literal the privacy rules test for, and the gates above, found in one pass (see
+# app/textscan.py).
+_SCANNER = LiteralScanner(
+    ("<", *_PRIVATE_LITERALS, *_MEMORY_LITERALS, *(lit for rule in _RULES for lit in rule[0])),
+    gates={f"gate:{pattern.pattern}": expression for pattern, expression in _RULE_GATES.items()},
+)
+# (literals, gate name or None, pattern, replacement) in rule order.
+_PLAN = [
+    (literals, f"gate:{pattern.pattern}" if pattern in _RULE_GATES else None, pattern, replacement)
+    for literals, pattern, replacement in _RULES
+]
+
+
+def strip_private(s: str) -> str:
+    """Remove `<private>…</private>` spans and our own injected `<memory>…</memory>` blocks."""
+    return _strip_private(s, _SCANNER.present(s))
+
+
+def strip_private_lines(s: str) -> str:
+    """`strip_private` for a markdown file: each span becomes its newlines, code spans kept."""
+    return _strip_private_lines(s, _SCANNER.present(s))
+
+
+def redact_secrets(s: str) -> str:
+    """Replace API keys, tokens, bearer credentials and passwords with `[REDACTED]`."""
+    return _redact(s, _SCANNER.present(s))
+
+
+def _redact(s: str, found: frozenset[str]) -> str:
+    """`redact_secrets` given the literals of `_SCANNER` that occur in `s`.
+
+    The literals are found once, before the first rule runs; a rule's replacement never creates
+    a literal that was not there (it keeps text around its match and inserts `[REDACTED]`, which
+    holds none), so a rule skipped here is one that the per-rule `in` test would skip too. A rule
+    whose literal an earlier rule removed runs and finds nothing, as no match lacks its literal.
+    """
+    for pattern, replacement in _rules_for(found):
+        s = pattern.sub(replacement, s)
+    return s
+
+
+def redact_secrets_lines(s: str) -> str:
+    """`redact_secrets` for a markdown file before it is chunked: a secret spanning lines (a PEM
+    key) becomes `[REDACTED]` and the newlines it held, so every later line keeps its number.
+
+    Redacted chunk by chunk instead, a key longer than a chunk showed its later lines in the
+    next chunks: the `-----BEGIN` line, which the rule needs, was in the first one only."""
+    for pattern, replacement in _rules_for(_SCANNER.present(s)):
+        s = pattern.sub(_keeping_lines(replacement), s)
+    return s
+
+
+def _keeping_lines(replacement: _Replacement) -> Callable[[re.Match[str]], str]:
+    def replace(match: re.Match[str]) -> str:
+        text = replacement if isinstance(replacement, str) else replacement(match)
+        return text + "\n" * (match.group().count("\n") - text.count("\n"))
+
+    return replace
+
+
+# Few distinct sets of found literals occur, and testing every rule against one cost ~3 µs a
+# string, for the same answer each time.
+@lru_cache(maxsize=1024)
+def _rules_for(found: frozenset[str]) -> tuple[tuple[re.Pattern[str], _Replacement], ...]:
+    """The rules, in order, whose literal (and gate, if they have one) `found` holds."""
+    return tuple(
+        (pattern, replacement)
+        for literals, gate, pattern, replacement in _PLAN
+        if not found.isdisjoint(literals) and (gate is None or gate in found)
+    )
+
+
+# --- sanitize -----------------------------------------------------------------------------------
+
+
+def sanitize_text(s: str) -> str:
+    """Clean, strip private and injected-memory spans, then redact secrets."""
+    return sanitize_string(s)[0]
+
+
+# The names `_SCANNER` can report: what the rules look at, in a set found by a wider scanner.
+_NAMES = frozenset(_SCANNER.names)
+
+
+def privacy_scanner(
+    literals: Iterable[str], gates: Mapping[str, str] | None = None
+) -> LiteralScanner:
+    """A scanner for `sanitize_json(scanner=...)`: the privacy rules' literals and gates, and
+    these, found in one pass, so that a caller learns what its own literals need of a text from
+    the scan sanitizing it already makes (the capture entities' gates)."""
+    return _SCANNER.extended(literals, gates)
+
+
+def _clean_encoded(s: str) -> tuple[str, bytes]:
+    """`clean_text(s)` and its UTF-8, encoded once for both the surrogate check and the scan."""
+    try:
+        utf8 = s.encode("utf-8")
+    except UnicodeEncodeError:
+        s = _SURROGATE.sub("\ufffd", s)
+        utf8 = s.encode("utf-8")
+    if b"\x00" in utf8:  # a NUL byte in UTF-8 is only ever the NUL character
+        s = s.replace("\x00", "")
+        utf8 = utf8.replace(b"\x00", b"")
+    return s, utf8
+
+
+def sanitize_string(
+    s: str, scanner: LiteralScanner | None = None
+) -> tuple[str, frozenset[str] | None, bytes | None]:
+    """`sanitize_text(s)`; what `scanner` (from `privacy_scanner`) found in the text returned,
+    None if stripping or redaction changed it; and the returned text's UTF-8 when the scan
+    encoded it anyway (a text of SHORT_TEXT characters or more that sanitizing left as it was),
+    else None."""
+    scanner = scanner or _SCANNER
+    utf8: bytes | None = None
+    if len(s) < SHORT_TEXT:
+        s = clean_text(s)
+        found = scanner.present(s)
+    else:
+        s, utf8 = _clean_encoded(s)
+        found = scanner.present_encoded(s, utf8)
+    own = found if scanner is _SCANNER else found & _NAMES
+    stripped = _strip_private(s, own)
+    if stripped is not s:
+        # Removing a span can join text into a literal that was not there before.
+        found = scanner.present(stripped)
+        own = found if scanner is _SCANNER else found & _NAMES
+    redacted = _redact(stripped, own)
+    if redacted is not s:
+        return redacted, (found if redacted is stripped else None), None
+    return redacted, found, utf8
+
+
+# A string value under a key named like a credential is redacted whole, whatever its shape.
+_SECRET_KEY = re.compile(
+    r"(?:.*[_\-])?(?:api[_\-]?key|apikey|secret|client[_\-]?secret|secret[_\-]?access[_\-]?key"
+    r"|password|passwd|token|access[_\-]?token|auth[_\-]?token|refresh[_\-]?token"
+    r"|private[_\-]?key|credentials?)",
+    re.IGNORECASE,
+)
+
+
+# What a scanner found in each string of a sanitized value: id(string) -> (string, names).
+Scanned = dict[int, tuple[str, frozenset[str]]]
+
+
+def sanitize_json(
+    value: Any,
+    *,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+    scanner: LiteralScanner | None = None,
+    scanned: Scanned | None = None,
+) -> Any:
+    """Apply `sanitize_text` to every string (keys too) of a JSON value; returns a new value.
+
+    With `scanner` (from `privacy_scanner`) and `scanned`, each string value of the result whose
+    scan is still valid (sanitizing left it unchanged) gets its found names in `scanned`.
+    Raises NestingTooDeep when containers nest deeper than `max_depth`.
+    """
+    return _sanitize(value, max_depth, scanner or _SCANNER, scanned)
+
+
+def _sanitize(value: Any, depth_left: int, scanner: LiteralScanner, scanned: Scanned | None) -> Any:
+    if isinstance(value, str):
+        clean, found, _utf8 = sanitize_string(value, scanner)
+        if scanned is not None and found is not None:
+            scanned[id(clean)] = (clean, found)
+        return clean
+    if isinstance(value, dict):
+        if depth_left <= 0:
+            raise NestingTooDeep("the JSON value nests too deeply")
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            clean_key, secret = _key(str(key))
+            if isinstance(item, str) and item and (secret or _docker_auth(clean_key, item)):
+                out[clean_key] = REDACTED
+            else:
+                out[clean_key] = _sanitize(item, depth_left - 1, scanner, scanned)
+        return out
+    if isinstance(value, list | tuple):
+        if depth_left <= 0:
+            raise NestingTooDeep("the JSON value nests too deeply")
+        return [_sanitize(item, depth_left - 1, scanner, scanned) for item in value]
+    return value
+
+
+def redact_json(value: Any) -> Any:
+    """`redact_secrets` applied to every string (keys too) of a JSON value, and a string under
+    a credential-named key redacted whole, as `sanitize_json` does; nothing else of
+    `sanitize_json` (no cleaning, no `<private>` stripping, no depth limit: the value was
+    stored). For re-applying the rules to what is stored (app/redaction.py)."""
+    if isinstance(value, str):
+        return redact_secrets(value)
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            clean_key = redact_secrets(key)
+            secret = _credential_key(clean_key)
+            if isinstance(item, str) and item and (secret or _docker_auth(clean_key, item)):
+                out[clean_key] = REDACTED
+            else:
+                out[clean_key] = redact_json(item)
+        return out
+    if isinstance(value, list):
+        return [redact_json(item) for item in value]
+    return value
+
+
+def _docker_auth(key: str, value: str) -> bool:
+    """A Docker config's `"auth"`: the base64 of `user:password` (a topic is left alone)."""
+    return key == "auth" and basic_credentials(value)
+
+
+# Object keys are few and repeat on every call of a tool ("file_path", "content"); sanitizing
+# one cost ~5 µs, mostly the literal tests, for the same answer each time.
+_KEY_CACHE_MAX_CHARS = 100
+
+
+def _key(key: str) -> tuple[str, bool]:
+    """An object key sanitized, and whether it names a credential."""
+    return _short_key(key) if len(key) <= _KEY_CACHE_MAX_CHARS else _sanitize_key(key)
+
+
+def _sanitize_key(key: str) -> tuple[str, bool]:
+    clean = sanitize_text(key)
+    return clean, _credential_key(clean)
+
+
+def _credential_key(key: str) -> bool:
+    return _SECRET_KEY.fullmatch(key) is not None and not reference_name(key)
+
+
+_short_key = lru_cache(maxsize=4096)(_sanitize_key)
+
+
+def json_depth(value: Any, *, limit: int = DEFAULT_MAX_DEPTH) -> int:
+    """Nesting depth of a JSON value (a scalar is 0), counting no further than `limit + 1`."""
+    if isinstance(value, dict):
+        items: Any = value.values()
+    elif isinstance(value, list | tuple):
+        items = value
+    else:
+        return 0
+    if limit <= 0:
+        return 1
+    return 1 + max((json_depth(item, limit=limit - 1) for item in items), default=0)

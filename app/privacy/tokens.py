@@ -1,0 +1,114 @@
+"""Credentials recognised by their own shape, under any name: provider keys and tokens, AWS keys,
+JWTs, Authorization and Bearer headers, passwords in URLs."""
+
+from __future__ import annotations
+
+import re
+
+from app.privacy.common import _NOT_REDACTED, REDACTED, _keep_group, _Rule
+
+KEY_RULES: list[_Rule] = [
+    (
+        ("-----BEGIN ",),
+        re.compile(
+            r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----.*?"
+            r"(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|\Z)",
+            re.DOTALL,
+        ),
+        REDACTED,
+    ),
+    # Google API keys (Gemini, Maps, Firebase).
+    (("AIza",), re.compile(r"AIza[0-9A-Za-z_\-]{35}"), REDACTED),
+    # OpenAI / Anthropic style keys: sk-..., sk-proj-..., sk-ant-api03-...
+    (("sk-",), re.compile(r"sk-(?<![\w\-]sk-)[A-Za-z0-9_\-]{20,}"), REDACTED),
+    # GitHub tokens: ghp_, gho_, ghu_, ghs_, ghr_ and fine-grained github_pat_.
+    (
+        ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
+        re.compile(r"gh(?<!\wgh)[pousr]_[A-Za-z0-9]{30,}"),
+        REDACTED,
+    ),
+    (("github_pat_",), re.compile(r"github_pat_\w{22,}"), REDACTED),
+    # GitLab personal access tokens.
+    (("glpat-",), re.compile(r"glpat-[A-Za-z0-9_\-]{20,}"), REDACTED),
+    # Hugging Face access tokens (hf_ and 34 letters and digits; `hf_hub_download` has no run
+    # of 30 without an underscore).
+    (("hf_",), re.compile(r"hf_(?<!\whf_)[A-Za-z0-9]{30,}"), REDACTED),
+    # PyPI upload tokens: a macaroon whose base64 starts "AgE" (pypi.org's and test.pypi's).
+    (("pypi-Ag",), re.compile(r"pypi-AgE[A-Za-z0-9_\-]{50,}"), REDACTED),
+]
+
+AWS_RULES: list[_Rule] = [
+    # AWS access key ids.
+    (("AKIA", "ASIA"), re.compile(r"A(?<!\wA)[KS]IA[0-9A-Z]{16}(?![0-9A-Za-z])"), REDACTED),
+    # AWS secret access keys (40 characters of base64) after their name: the id alone was
+    # redacted, and `aws iam create-access-key`'s JSON or ~/.aws/credentials kept the secret.
+    *(
+        (
+            (stem,),
+            re.compile(
+                rf"(?P<keep>{stem}(?<={word})[\"']?\s*[:=]\s*[\"']?)"
+                + _NOT_REDACTED
+                + r"[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"
+            ),
+            _keep_group("keep"),
+        )
+        for stem, word in (
+            ("ecretAccessKey", "[sS]ecretAccessKey"),
+            ("ecret_access_key", "[sS]ecret_access_key"),
+            ("ECRET_ACCESS_KEY", "SECRET_ACCESS_KEY"),
+            ("ecret-access-key", "[sS]ecret-access-key"),
+        )
+    ),
+]
+
+SERVICE_RULES: list[_Rule] = [
+    # Slack tokens.
+    (("xox",), re.compile(r"xox[abposr]-[A-Za-z0-9\-]{10,}"), REDACTED),
+    # Stripe secret and restricted keys: the kind (sk_live_) stays readable.
+    *(
+        (
+            (kind,),
+            re.compile(rf"(?P<keep>{kind}(?<=\b[sr]{kind}))[A-Za-z0-9]{{16,}}"),
+            _keep_group("keep"),
+        )
+        for kind in ("k_live_", "k_test_")
+    ),
+    # JSON Web Tokens.
+    (
+        ("eyJ",),
+        re.compile(r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
+        REDACTED,
+    ),
+]
+
+HEADER_RULES: list[_Rule] = [
+    # Authorization headers: "Authorization: Bearer x", "Authorization: Basic x", "token x".
+    *(
+        (
+            (stem,),
+            re.compile(
+                rf"(?P<keep>{stem}(?<={word})[\"']?\s*[:=]\s*[\"']?"
+                r"(?:(?i:bearer|basic|token|bot)\s+)?)" + _NOT_REDACTED + r"[^\s\"',;<>]{8,}"
+            ),
+            _keep_group("keep"),
+        )
+        for stem, word in (("uthorization", "[aA]uthorization"), ("UTHORIZATION", "AUTHORIZATION"))
+    ),
+    # A bare bearer credential anywhere else (curl -H, logs).
+    *(
+        (
+            (stem,),
+            re.compile(
+                rf"(?P<keep>{stem}(?<=\b{word})\s+)" + _NOT_REDACTED + r"[A-Za-z0-9._~+/=\-]{8,}"
+            ),
+            _keep_group("keep"),
+        )
+        for stem, word in (("earer", "[bB]earer"), ("EARER", "BEARER"))
+    ),
+    # Passwords in URLs: scheme://user:password@host keeps the user and host.
+    (
+        ("://",),
+        re.compile(r"(?P<keep>://[^\s:/@\"'<>]*:)" + _NOT_REDACTED + r"[^\s@/\"'<>]+(?=@)"),
+        _keep_group("keep"),
+    ),
+]

@@ -1,0 +1,49 @@
+"""The rules' version: a digest of everything that decides what the rules leave."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from types import FunctionType
+
+from app.privacy.config import _NAME_BEFORE, _REFERENCE_NAME
+from app.privacy.engine import _RULE_GATES, _RULES, _SECRET_KEY
+from app.privacy.private import _MEMORY, _MEMORY_LITERALS, _PRIVATE_LITERALS, _PRIVATE_TAG
+
+# Bump when code that decides what the rules leave changes (a replacement's body, _at_command,
+# basic_credentials, how literals and gates select rules): the digest below sees only data.
+_RULES_CODE_VERSION = 1
+
+
+def _described(value: object) -> str:
+    """What of a rule's pattern or replacement decides its output, as text."""
+    if isinstance(value, re.Pattern):
+        return f"{value.pattern!r}/{value.flags}"
+    if isinstance(value, FunctionType):
+        # Its name and what it closes over (`_keep_group("keep")`); its body is code.
+        bound = [_described(cell.cell_contents) for cell in value.__closure__ or ()]
+        # Which module of the package holds it is layout, not behaviour: named as when the
+        # package was one module, so that moving a rule between files re-chunks nothing.
+        module = "app.privacy" if value.__module__.startswith("app.privacy.") else value.__module__
+        return f"{module}.{value.__qualname__}{bound}"
+    return repr(value)
+
+
+def _rules_version() -> str:
+    parts = [repr(_RULES_CODE_VERSION)]
+    for literals, pattern, replacement in _RULES:
+        gate = _RULE_GATES.get(pattern, "")
+        parts += [repr(literals), _described(pattern), _described(replacement), gate]
+    parts += [
+        _described(pattern)
+        for pattern in (_SECRET_KEY, _REFERENCE_NAME, _NAME_BEFORE, _PRIVATE_TAG, _MEMORY)
+    ]
+    parts += [repr(_PRIVATE_LITERALS), repr(_MEMORY_LITERALS)]
+    return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
+
+
+# What a memory file's chunks were sanitized under (`memory_files.rules`): a sync re-chunks a file
+# indexed under other rules, unchanged or not, so that a rule added since reaches its chunks.
+# Derived from the rules themselves (patterns and flags, literals, gates, replacements), so that
+# no change of a rule's data can forget to move it; a change of code bumps _RULES_CODE_VERSION.
+RULES_VERSION = _rules_version()

@@ -1,0 +1,168 @@
+"""After an upgrade of the privacy rules the worker redacts what is stored, once, in the
+background (app/worker/rescan.py), and `agmem status` says whether that is pending."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import psycopg
+
+from app.db.engine import make_async_engine, make_sessionmaker
+from app.privacy import RULES_VERSION
+from app.redaction import RedactReport
+from app.worker.loop import Worker
+from app.worker.rescan import rescan_if_pending
+from tests.cli.helpers import run_agmem
+from tests.conftest import libpq_url, make_settings
+from tests.test_redaction import TABLES, _leaking, _store_old_secrets
+from tests.worker.builders import run_until
+
+OLD_RULES = "0123456789abcdef"
+
+
+def _state(db: psycopg.Connection[Any], rules: str | None, **claim: Any) -> None:
+    db.execute(
+        "INSERT INTO redaction_state (id, rules, claimed_by, claimed_until) "
+        "VALUES (1, %s, %s, now() + %s::interval)",
+        (rules, claim.get("by"), claim.get("until")),
+    )
+
+
+def _rescan(url: str, worker: str = "w1") -> RedactReport | None:
+    async def go() -> RedactReport | None:
+        engine = make_async_engine(url, pool_size=2)
+        try:
+            return await rescan_if_pending(
+                make_sessionmaker(engine), worker, lease=60, batch_rows=2
+            )
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(go())
+
+
+def _row(db: psycopg.Connection[Any]) -> tuple[Any, ...]:
+    row = db.execute(
+        "SELECT rules, redacted_at IS NOT NULL, claimed_by, claimed_until, xmin::text "
+        "FROM redaction_state"
+    ).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def test_rows_stored_under_other_rules_are_redacted_once(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    _store_old_secrets(db)
+    _state(db, OLD_RULES)
+
+    report = _rescan(database_url)
+    assert report is not None
+    assert sum(report.changed.values()) == 5
+    assert _leaking(db) == dict.fromkeys(TABLES, 0)
+    rules, redacted, by, until, version = _row(db)
+    assert (rules, redacted, by, until) == (RULES_VERSION, True, None, None)
+
+    # Nothing pending: one statement that matches no row, and writes none (the row's xmin holds).
+    assert _rescan(database_url) is None
+    assert _row(db)[4] == version
+
+
+def test_a_database_upgraded_to_0005_is_rescanned_once(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    _store_old_secrets(db)
+    _state(db, None)  # as the migration leaves it
+    assert _rescan(database_url) is not None
+    assert _leaking(db) == dict.fromkeys(TABLES, 0)
+    assert _row(db)[0] == RULES_VERSION
+
+
+def test_a_live_claim_of_another_worker_is_left_alone_and_a_lapsed_one_taken(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    _store_old_secrets(db)
+    _state(db, OLD_RULES, by="other", until="1 hour")
+    assert _rescan(database_url) is None
+    assert all(_leaking(db).values())
+
+    db.execute("UPDATE redaction_state SET claimed_until = now() - interval '1 second'")
+    assert _rescan(database_url) is not None
+    assert _leaking(db) == dict.fromkeys(TABLES, 0)
+
+
+def test_a_starting_worker_rescans_before_its_lanes_take_work(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    # A lane that compressed an observation pending at the upgrade read its secret before the
+    # pass reached it, and wrote it into compressed_data and the index flattened onto one line
+    # ("read_file bWU6aHVudGVyMg== · mysql -u root -phunter2 shop password: hunter2"), where no
+    # rule finds it any more.
+    _store_old_secrets(db)
+    _state(db, OLD_RULES)
+
+    def done() -> bool:
+        return _row(db)[0] == RULES_VERSION
+
+    run_until(make_settings(), database_url, done)
+    assert _leaking(db) == dict.fromkeys(TABLES, 0)
+
+
+def test_status_shows_a_pending_rescan_until_it_ran(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    _state(db, OLD_RULES)
+    pending = run_agmem("status", DATABASE_URL=database_url)
+    assert pending.returncode == 0, pending.stderr
+    assert (
+        f"redaction  rescan pending: stored rows last redacted under {OLD_RULES}, rules now "
+        f"{RULES_VERSION}" in pending.stdout
+    )
+
+    # `agmem redact` is the same pass: it records it.
+    assert run_agmem("redact", DATABASE_URL=database_url).returncode == 0
+    done = run_agmem("status", DATABASE_URL=database_url)
+    assert f"redaction  up to date (rules {RULES_VERSION}, since " in done.stdout
+
+
+async def _stopped_during_rescan(url: str, hold: float) -> float:
+    engine = make_async_engine(url, pool_size=4)
+    stop = asyncio.Event()
+    try:
+        worker = Worker(
+            settings=make_settings(), sessionmaker=make_sessionmaker(engine), database_url=url
+        )
+        running = asyncio.create_task(worker.run(stop))
+        await asyncio.sleep(hold)
+        stop.set()
+        started = time.monotonic()
+        await asyncio.wait_for(running, timeout=30)
+        return time.monotonic() - started
+    finally:
+        await engine.dispose()
+
+
+def test_a_stop_does_not_wait_for_the_pass_and_gives_its_claim_back(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    _store_old_secrets(db)
+    _state(db, OLD_RULES)
+    # A capture holding a session's row: the pass waits on its first batch.
+    with psycopg.connect(libpq_url(database_url)) as holder:
+        holder.execute("SELECT 1 FROM sessions FOR UPDATE")
+        took = asyncio.run(_stopped_during_rescan(database_url, 1.0))
+        holder.rollback()
+    assert took < 5
+    rules, _redacted, by, until, _xmin = _row(db)
+    assert (rules, by, until) == (OLD_RULES, None, None)  # the next start runs it
+
+
+def test_a_worker_waits_for_another_workers_pass_and_a_stop_ends_the_wait(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    _state(db, OLD_RULES, by="other", until="1 hour")
+    took = asyncio.run(_stopped_during_rescan(database_url, 1.5))
+    assert took < 5
+    assert _row(db)[2] == "other"
