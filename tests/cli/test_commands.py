@@ -64,7 +64,11 @@ def test_status_prints_a_path_as_it_is_spelled(database_url: str) -> None:
     assert "           7 in /home/u/:fire:/app\n" in result.stdout
 
 
-def test_status_counts_the_rows_a_model_switch_has_not_re_embedded(database_url: str) -> None:
+def test_status_counts_the_rows_a_model_switch_has_not_re_embedded(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    # `db` empties the tables: rows an earlier test left (tests/worker runs first when asked
+    # for before tests/cli) were counted too.
     with psycopg.connect(libpq_url(database_url)) as connection:
         connection.execute(
             "INSERT INTO memory_chunks (project_path, source, content, hash, embedding, model) "
