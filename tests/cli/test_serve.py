@@ -230,8 +230,10 @@ def test_the_worker_restarts_the_embedded_postgres_after_it_is_killed(embedded_h
         deadline = time.monotonic() + 60
         while True:
             with contextlib.suppress(OSError, ValueError, IndexError):
-                pid = int((home / "pgdata" / "postmaster.pid").read_text().split()[0])
-                if pid != killed:
+                lines = (home / "pgdata" / "postmaster.pid").read_text().splitlines()
+                # Its 8th line turns "ready" once it takes connections, as pg_ctl waits for: a
+                # connection before that is refused with "the database system is starting up".
+                if int(lines[0]) != killed and lines[7].strip() == "ready":
                     break
             assert worker.poll() is None, "the worker exited"
             assert time.monotonic() < deadline, "the worker did not restart postgres in 60s"
