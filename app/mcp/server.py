@@ -44,7 +44,7 @@ from app.db.engine import transaction
 from app.errors import AppError
 from app.llm.embeddings import get_embedder
 from app.mcp import descriptions as text
-from app.mcp.stdio import Calls, client_lines
+from app.mcp.stdio import FRAMING_SLACK_BYTES, Calls, client_lines
 from app.mcp.wire import surrogates_cleaned
 from app.memories import reads, resume, service
 from app.memories.patterns import is_pattern
@@ -164,7 +164,11 @@ class MemoryServer(MCPServer):
     async def _serve_stdio(self) -> None:
         # Its calls are counted, so that the end of the input lets those read be answered.
         calls = Calls()
-        async with client_lines(calls) as lines:
+        arguments = self.argument_bytes() if self.argument_bytes is not None else None
+        if arguments is None:  # build_server sets it; the setting's default otherwise
+            arguments = int(Settings.model_fields["max_body_bytes"].default)
+        limit = arguments + FRAMING_SLACK_BYTES
+        async with client_lines(calls, limit) as lines:
             # The SDK only iterates `stdin`, one line at a time.
             async with stdio_server(stdin=cast("anyio.AsyncFile[str]", lines)) as (read, write):
                 server = self._lowlevel_server
