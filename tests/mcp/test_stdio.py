@@ -504,3 +504,36 @@ def test_a_line_over_the_bound_is_read_in_pieces_and_the_next_one_whole() -> Non
     assert read_line(stream, 1000) == TooLong(size=300_000 + 19, id=1)
     assert read_line(stream, 1000) == b'{"id": 2}\n'
     assert read_line(stream, 1000) == b""
+
+
+# agmem whose client sends SIGTERM while a call's query runs, still running when the wait for the
+# calls read (0.5 s after SIGTERM) ends and the SDK cancels the call.
+SIGTERM_IN_A_QUERY = """
+import os, signal
+import app.entry
+from sqlalchemy import text
+from app.memories import reads
+read_in_session = reads.read_in_session
+async def read_slowly(session, **kwargs):
+    os.kill(os.getpid(), signal.SIGTERM)
+    await session.execute(text("SELECT pg_sleep(3)"))
+    return await read_in_session(session, **kwargs)
+reads.read_in_session = read_slowly
+app.entry.main()
+"""
+
+
+def test_a_query_the_stop_cancels_is_cancelled_quietly(tmp_path: Path) -> None:
+    # The SDK's cancel scope cancelled the call again while psycopg cancelled its query on the
+    # server: "query cancellation interrupted (CancelledError): closing connection" on stderr,
+    # in ~3 of 16 SIGTERMs during a flood of calls, 1 of 1 here.
+    home = tmp_path / "home"
+    server = launched(home, tmp_path, sys.executable, "-c", SIGTERM_IN_A_QUERY)
+    send_read(server)
+    assert server.stdin is not None
+    server.stdin.flush()
+    stderr = stopped(server)
+
+    assert server.returncode == 0, stderr
+    assert [line for line in stderr.splitlines() if "mcp.stdio.started" not in line] == []
+    assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
