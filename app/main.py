@@ -38,12 +38,14 @@ def create_app(
     database_url: str | None = None,
     run_worker: bool = False,
     embedded: bool = False,
+    hurry: asyncio.Event | None = None,
 ) -> FastAPI:
     """Build the app. The database URL is resolved at startup (embedded server if none is set);
     with `run_worker`, a worker runs in the same process (`agmem serve` without --no-worker).
     `embedded` says `database_url` is the embedded server of `settings.pgdata` (`agmem serve`
     resolved it first); the app then restarts that server if it dies, as it does when it
-    started the server itself."""
+    started the server itself. `hurry`, once set, cuts the worker's grace short at shutdown
+    (a second Ctrl-C to `agmem serve`)."""
     settings = settings or get_settings()
 
     @asynccontextmanager
@@ -66,7 +68,7 @@ def create_app(
                     asyncio.create_task(
                         Worker(
                             settings=settings, sessionmaker=state.sessionmaker, database_url=url
-                        ).run(stop)
+                        ).run(stop, hurry=hurry)
                     )
                     if run_worker
                     else None

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import errno
 import gc
-import signal
 import socket
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -23,8 +23,6 @@ from app.config import Settings, bare_host
 from app.entry import signalled
 
 if TYPE_CHECKING:
-    from types import FrameType
-
     from rich.console import Console
     from sqlalchemy.engine import Engine
 
@@ -102,21 +100,6 @@ def freeze_startup_heap() -> None:
     gc.freeze()
 
 
-def exit_cleanly_on_sigterm() -> None:
-    """Turn the SIGTERM that uvicorn re-raises after its graceful shutdown into a normal exit.
-
-    With SIGTERM's default action the process dies at that point without running its exit
-    handlers, and the embedded PostgreSQL it started kept running (`kill`, `docker stop` and
-    systemd all send SIGTERM). Ctrl-C's SIGINT already unwinds as KeyboardInterrupt.
-    """
-
-    def exit_now(_signum: int, _frame: FrameType | None) -> None:
-        signalled()
-        raise SystemExit(0)
-
-    signal.signal(signal.SIGTERM, exit_now)
-
-
 def _address(host: str | None) -> str | None:
     """--host as AGMEM_HOST is read: brackets dropped, and empty refused (uvicorn binds every
     interface for an empty host; the token rule refused it, naming an address of nothing)."""
@@ -151,6 +134,7 @@ def serve(
     # Loaded once the checks above have passed: a refusal costs no import of the app.
     import uvicorn
 
+    from app.cli.serving import StoppingServer
     from app.cli.wire import JsonErrorsProtocol
     from app.db import migrate
     from app.main import create_app
@@ -160,14 +144,15 @@ def serve(
         migrate.upgrade(url)
         typer.echo(f"agmem: database {describe_location(settings, url)}, schema at head", err=True)
         typer.echo(f"agmem: serving on http://{url_host(settings.host)}:{bound_port}", err=True)
+        hurry = asyncio.Event()
         app = create_app(
             settings,
             database_url=url,
             run_worker=not no_worker,
             embedded=settings.database_url is None,
+            hurry=hurry,
         )
         freeze_startup_heap()
-        exit_cleanly_on_sigterm()
         config = uvicorn.Config(
             app,
             host=settings.host,
@@ -183,13 +168,14 @@ def serve(
             # (uvicorn refuses at `limit_concurrency` connections, this one included).
             limit_concurrency=connection_limit(settings.max_connections) + 1,
         )
-        server = uvicorn.Server(config)
+        server = StoppingServer(config, hurry=hurry.set)
         try:
             server.run(sockets=[listener])
-        except KeyboardInterrupt:  # uvicorn re-raises the Ctrl-C it stopped on
+        except KeyboardInterrupt:  # a signal before uvicorn handles them, or after
             signalled()  # one more while the embedded server stops at exit stops it at once
         if not server.started:
             fail("the server did not start; see the log above")
+        server.raise_if_forced()
 
 
 def migrate_command(

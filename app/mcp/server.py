@@ -7,11 +7,12 @@ in memory), like the rest of the API: any number of API processes can answer it.
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import anyio
 import psycopg
@@ -44,7 +45,7 @@ from app.db.engine import transaction
 from app.errors import AppError
 from app.llm.embeddings import get_embedder
 from app.mcp import descriptions as text
-from app.mcp.stdio import Calls, client_lines
+from app.mcp.stdio import FRAMING_SLACK_BYTES, Calls, client_lines
 from app.mcp.wire import surrogates_cleaned
 from app.memories import reads, resume, service
 from app.memories.patterns import is_pattern
@@ -139,7 +140,7 @@ class MemoryServer(MCPServer):
             check_argument_size(name, arguments, self.argument_bytes())
         sent = _SENT.set(frozenset(arguments))
         try:
-            result = await super().call_tool(name, arguments, context)
+            result = await cancelled_once(super().call_tool(name, arguments, context))
             check_answer_size(name, arguments, result)
             return result
         except ToolError as error:
@@ -164,12 +165,42 @@ class MemoryServer(MCPServer):
     async def _serve_stdio(self) -> None:
         # Its calls are counted, so that the end of the input lets those read be answered.
         calls = Calls()
-        async with client_lines(calls) as lines:
+        arguments = self.argument_bytes() if self.argument_bytes is not None else None
+        if arguments is None:  # build_server sets it; the setting's default otherwise
+            arguments = int(Settings.model_fields["max_body_bytes"].default)
+        limit = arguments + FRAMING_SLACK_BYTES
+        async with client_lines(calls, limit) as lines:
             # The SDK only iterates `stdin`, one line at a time.
             async with stdio_server(stdin=cast("anyio.AsyncFile[str]", lines)) as (read, write):
                 server = self._lowlevel_server
                 options = server.create_initialization_options()
                 await server.run(calls.requests(read), calls.answers(write), options)
+
+
+T = TypeVar("T")
+
+# How long a cancelled call is let cancel its query on the server (psycopg waits up to 5 s).
+CANCEL_WAIT_SECONDS = 5.0
+
+
+async def cancelled_once(work: Coroutine[Any, Any, T]) -> T:
+    """`work` in a task of its own, which a cancellation of the caller cancels once.
+
+    The SDK cancels the calls still running when it ends (0.5 s after SIGTERM) through an anyio
+    cancel scope, which cancels every later await too: psycopg, cancelling the query on the
+    server, was cancelled again, logged "query cancellation interrupted (CancelledError):
+    closing connection" and dropped the connection mid-query (~3 of 16 SIGTERMs during a flood
+    of calls). Cancelled once, the query is cancelled on the server and the connection kept."""
+    task = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.cancel()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_WAIT_SECONDS):
+            await asyncio.wait([task])
+        if task.done() and not task.cancelled():
+            task.exception()  # retrieved: the call's own end is of no interest once cancelled
+        raise
 
 
 def check_argument_size(name: str, arguments: dict[str, Any], limit: int) -> None:

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import json
 import math
 import os
+import re
 import signal
 import threading
 import time
@@ -31,7 +33,14 @@ from typing import Any, Self
 import anyio
 from mcp.shared._stream_protocols import ReadStream, WriteStream
 from mcp.shared.message import SessionMessage
-from mcp.types import JSONRPCError, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
+from mcp.types import (
+    INVALID_REQUEST,
+    ErrorData,
+    JSONRPCError,
+    JSONRPCNotification,
+    JSONRPCRequest,
+    JSONRPCResponse,
+)
 
 from app.entry import end_at_once, end_by_deadline, signalled
 from app.mcp.wire import surrogates_cleaned
@@ -45,6 +54,52 @@ ANSWER_AFTER_SIGTERM_SECONDS = 0.5
 
 Received = SessionMessage | Exception
 
+# What a line may hold beyond a call's arguments (AGMEM_MAX_BODY_BYTES): the JSON-RPC envelope.
+FRAMING_SLACK_BYTES = 64 * 1024
+# The size of the pieces a line over the bound is read and dropped in.
+DISCARD_PIECE_BYTES = 64 * 1024
+# The head of a line over the bound kept to find its id in.
+HEAD_BYTES = 4096
+# The id of a message whose members before it are plain strings ("jsonrpc", "method"), as
+# clients write them: found in the head without parsing the line. An id after `params` is not
+# looked for (a key "id" in the arguments is no message's id): the refusal then has none.
+_LEADING_ID = re.compile(
+    rb'\A\s*\{\s*(?:"[A-Za-z]+"\s*:\s*"[^"\\]*"\s*,\s*)*"id"\s*:\s*(-?\d{1,18}|"[^"\\]{0,256}")\s*[,}]'
+)
+
+
+@dataclass(frozen=True)
+class TooLong:
+    """A line over the bound, read in pieces and dropped: its size and its id, if found."""
+
+    size: int
+    id: int | str | None
+
+
+def leading_id(head: bytes) -> int | str | None:
+    """The JSON-RPC id at the start of a message's text `head`, or None."""
+    found = _LEADING_ID.match(head)
+    if found is None:
+        return None
+    value = json.loads(found.group(1))
+    return value if isinstance(value, int | str) else None
+
+
+def read_line(stream: Any, limit: int) -> bytes | TooLong:
+    """The next line of `stream` (b"" at its end), or, for one over `limit` bytes, the `TooLong`
+    it was, the rest of it read in pieces and dropped up to its newline."""
+    line: bytes = stream.readline(limit + 1)
+    if len(line) <= limit or line.endswith(b"\n"):
+        return line
+    size = len(line)
+    head = line[:HEAD_BYTES]
+    del line
+    while piece := stream.readline(DISCARD_PIECE_BYTES):
+        size += len(piece)
+        if piece.endswith(b"\n"):
+            break
+    return TooLong(size, leading_id(head))
+
 
 @dataclass
 class Calls:
@@ -56,6 +111,10 @@ class Calls:
     # When the wait for them ends at the latest (time.monotonic()): set at the end of the input,
     # brought in by a signal, even one that comes during that wait.
     give_up_at: float = math.inf
+    # The SDK's stream of answers, once it is open: a line refused before the SDK reads it is
+    # answered there.
+    writer: WriteStream[SessionMessage] | None = None
+    writer_set: anyio.Event = field(default_factory=anyio.Event)
 
     def took(self, item: Received) -> None:
         self.taken += 1
@@ -77,6 +136,20 @@ class Calls:
         if isinstance(message, JSONRPCResponse | JSONRPCError):
             self.unanswered.discard(message.id)
 
+    async def refuse(self, line: TooLong, limit: int) -> None:
+        """Answer a line over the bound with a JSON-RPC error (its id, if found, else null),
+        on the SDK's stream of answers."""
+        await self.writer_set.wait()
+        assert self.writer is not None
+        error = ErrorData(
+            code=INVALID_REQUEST,
+            message=(
+                f"PayloadTooLarge: the message is {line.size} bytes, over the limit of {limit} "
+                "bytes (AGMEM_MAX_BODY_BYTES and 64 KiB for the JSON-RPC envelope)"
+            ),
+        )
+        await self.writer.send(SessionMessage(JSONRPCError(jsonrpc="2.0", id=line.id, error=error)))
+
     def answer_within(self, seconds: float) -> None:
         self.give_up_at = min(self.give_up_at, time.monotonic() + seconds)
 
@@ -90,7 +163,9 @@ class Calls:
         return _Requests(stream, self)
 
     def answers(self, stream: WriteStream[SessionMessage]) -> WriteStream[SessionMessage]:
-        return _Answers(stream, self)
+        self.writer = _Answers(stream, self)
+        self.writer_set.set()
+        return self.writer
 
 
 class _Wrapping:
@@ -159,10 +234,14 @@ class _Answers(_Wrapping):
 
 
 @asynccontextmanager
-async def client_lines(calls: Calls) -> AsyncIterator[AsyncIterator[str]]:
+async def client_lines(calls: Calls, limit: int) -> AsyncIterator[AsyncIterator[str]]:
     """The lines on stdin, as the SDK's transport reads them (UTF-8, undecodable bytes replaced),
     with their lone surrogate escapes cleaned as over HTTP; SIGTERM ends them. Each line handed
     over is counted in `calls`, and once they end the calls read are let answer.
+
+    A line over `limit` bytes is not read whole: it is dropped as it is read, and answered with
+    a JSON-RPC error (`Calls.refuse`). Read whole, a 60 MB line took the server to ~792 MB of
+    memory before the arguments' own bound refused the call.
 
     While they are read, fd 0 is the null device, as the SDK arranges it, so that nothing else
     in the process or its children reads the protocol; it is given back at the end."""
@@ -171,11 +250,11 @@ async def client_lines(calls: Calls) -> AsyncIterator[AsyncIterator[str]]:
     os.dup2(null, 0)
     os.close(null)
     loop = asyncio.get_running_loop()
-    handed: asyncio.Queue[str | None] = asyncio.Queue()
+    handed: asyncio.Queue[str | TooLong | None] = asyncio.Queue()
     # One line at a time: a client writing faster than the server answers waits, as before.
     taken = threading.Semaphore(1)
 
-    def hand_over(line: str | None) -> bool:
+    def hand_over(line: str | TooLong | None) -> bool:
         try:
             loop.call_soon_threadsafe(handed.put_nowait, line)
         except RuntimeError:  # the server has ended, its loop with it
@@ -185,17 +264,24 @@ async def client_lines(calls: Calls) -> AsyncIterator[AsyncIterator[str]]:
     def read() -> None:
         # Never closed: this thread may still be blocked on it when the process exits.
         with open(wire, "rb", closefd=False) as stream:
-            for line in stream:
+            while got := read_line(stream, limit):
                 # A lone surrogate's escape made the SDK drop the line: the call had no answer.
-                text = surrogates_cleaned(line).decode("utf-8", errors="replace")
+                line = (
+                    surrogates_cleaned(got).decode("utf-8", errors="replace")
+                    if isinstance(got, bytes)
+                    else got
+                )
                 taken.acquire()
-                if not hand_over(text):
+                if not hand_over(line):
                     return
         hand_over(None)
 
     async def lines() -> AsyncIterator[str]:
         while (line := await handed.get()) is not None:
             taken.release()
+            if isinstance(line, TooLong):
+                await calls.refuse(line, limit)
+                continue
             calls.handed += 1
             yield line
         calls.answer_within(ANSWER_AT_END_SECONDS)

@@ -51,6 +51,19 @@ def log_failure(event: str, error: Exception, **fields: Any) -> None:
         log.exception(event, **fields)
 
 
+async def _grace(lanes: list[asyncio.Task[None]], hurry: asyncio.Event) -> None:
+    """Wait for `lanes` to end, at most STOP_GRACE_SECONDS, and no longer than until `hurry`."""
+    ended = asyncio.ensure_future(asyncio.wait(lanes))
+    hurried = asyncio.ensure_future(hurry.wait())
+    try:
+        await asyncio.wait(
+            (ended, hurried), timeout=STOP_GRACE_SECONDS, return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        ended.cancel()
+        hurried.cancel()
+
+
 def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
@@ -192,8 +205,9 @@ class Worker:
             with contextlib.suppress(Exception):
                 await self.ctx.client.aio.aclose()
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Work until `stop` is set: the lanes, the listener and the periodic upkeep."""
+    async def run(self, stop: asyncio.Event, *, hurry: asyncio.Event | None = None) -> None:
+        """Work until `stop` is set: the lanes, the listener and the periodic upkeep. Once
+        stopping, the jobs in hand are let finish for STOP_GRACE_SECONDS, or until `hurry`."""
         log.info("worker.started", worker=self.id, concurrency=self.concurrency)
         await self._rescan_first(stop)
         tasks = [asyncio.create_task(self._listen(), name="agmem-listen")]
@@ -210,9 +224,9 @@ class Worker:
             self.wake()
             for task in tasks:
                 task.cancel()
-            # Lanes finish the job in hand unless it outlasts the grace period.
-            _done, pending = await asyncio.wait(lanes, timeout=STOP_GRACE_SECONDS)
-            for task in pending:
+            # Lanes finish the job in hand unless it outlasts the grace period, or is hurried.
+            await _grace(lanes, hurry or asyncio.Event())
+            for task in lanes:
                 task.cancel()
             await asyncio.gather(*tasks, *lanes, return_exceptions=True)
             await self.close()

@@ -18,7 +18,14 @@ from typer.testing import CliRunner
 
 from app.cli import cli
 from app.entry import Terminated
-from tests.cli.helpers import AGMEM, agmem_env, running_postmaster, serve_on, wait_for_health
+from tests.cli.helpers import (
+    AGMEM,
+    agmem_env,
+    read_banner,
+    running_postmaster,
+    serve_on,
+    wait_for_health,
+)
 from tests.sync.helpers import CountingEmbedder, make_project
 
 
@@ -137,12 +144,19 @@ def test_ctrl_c_while_the_embedded_server_stops_lets_it_stop(signum: int) -> Non
     # After the command, the exit handlers stop the embedded server (`pg_ctl stop`, up to a
     # second or so). Ctrl-C there was "Exception ignored in atexit callback" and a traceback,
     # and the stop was cut short. Here the exit handler gets the signal itself.
+    # Registered right after agmem's first exit handler, as the embedded server's stop is: run
+    # before it (the last one ignores every signal).
     interrupted_at_exit = (
         "import atexit, os, signal, sys\n"
         "def stop_the_server():\n"
         f"    os.kill(os.getpid(), {int(signum)})\n"
         "    sys.stderr.write('server stopped\\n')\n"
-        "atexit.register(stop_the_server)\n"
+        "register = atexit.register\n"
+        "def register_then_stop(handler):\n"
+        "    register(handler)\n"
+        "    register(stop_the_server)\n"
+        "    atexit.register = register\n"
+        "atexit.register = register_then_stop\n"
         "from app.entry import main\n"
         "main()\n"
     )
@@ -289,3 +303,49 @@ def test_a_second_ctrl_c_leaves_the_server_to_a_process_joining_it(embedded_home
     deadline = time.monotonic() + 10
     while (home / "pgdata" / "postmaster.pid").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
+
+
+# agmem, sent `signal` once more while the interpreter tears itself down after the exit handlers
+# (the embedded server already stopped): what the modules' teardown deletes last sends it.
+SIGNAL_IN_TEARDOWN = """
+import os, signal, sys, time
+class SignalAtTeardown:
+    def __init__(self, signum, kill, sleep, stderr):
+        self.signum, self.kill, self.sleep, self.stderr = signum, kill, sleep, stderr
+    def __del__(self):
+        self.kill(os.getpid(), self.signum)
+        self.sleep(0.2)
+        self.stderr.write("torn down\\n")
+teardown = SignalAtTeardown(int(sys.argv[1]), os.kill, time.sleep, sys.stderr)
+del sys.argv[1]
+from app.entry import main
+main()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_second_signal_as_the_worker_exits_is_ignored_to_the_end(
+    tmp_path: Path, signum: int
+) -> None:
+    # After the exit handlers, Python puts every signal back to its default action while it
+    # tears the modules down (~0.4 s for the worker): a second SIGTERM or Ctrl-C then killed
+    # `agmem worker` by the signal, exit -15 / -2 (8 of 8 times 0.15-0.4 s after the first).
+    home = tmp_path / "home"
+    worker = subprocess.Popen(
+        [sys.executable, "-c", SIGNAL_IN_TEARDOWN, str(int(signum)), "worker"],
+        env=agmem_env(AGMEM_HOME=str(home)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    output = read_banner(worker, "worker.started")
+    worker.send_signal(signum)
+    rest, _ = worker.communicate(timeout=60)
+    output += rest.splitlines(keepends=True)
+
+    assert worker.returncode == 0, "".join(output)
+    assert "Traceback" not in "".join(output)
+    assert output[-1] == "torn down\n"
+    assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"

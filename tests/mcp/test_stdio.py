@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import os
 import select
@@ -19,6 +20,7 @@ from mcp import Client, StdioServerParameters
 from typer.testing import CliRunner
 
 from app.cli import cli
+from app.mcp.stdio import TooLong, leading_id, read_line
 from tests.cli.helpers import agmem_env
 from tests.mcp.tools import exercise_every_tool, structured
 
@@ -444,4 +446,108 @@ def test_sigterm_after_the_end_of_input_cuts_the_wait_for_the_calls_read(
 
     assert ended, f"SIGTERM did not cut the wait: {stderr}"
     assert server.returncode == 0, stderr
+    assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
+
+
+def test_a_line_over_the_bound_is_dropped_as_read_and_answered_with_an_error(
+    tmp_path: Path,
+) -> None:
+    # A line was read whole before the arguments' bound refused the call: a 60 MB line took the
+    # server to ~792 MB. Now one over AGMEM_MAX_BODY_BYTES + 64 KiB is read in pieces and
+    # dropped, answered with a JSON-RPC error (its id when it leads the message, else null),
+    # and the next line is served.
+    home = tmp_path / "home"
+    server = launched(home, tmp_path, AGMEM_MAX_BODY_BYTES="2048")
+    value = "v" * 200_000
+    arguments = {"key": "big", "value": value, "scope": "global"}
+    params = {"name": "write_memory", "arguments": arguments}
+    with_id = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params}
+    id_last = {"jsonrpc": "2.0", "method": "tools/call", "params": params, "id": 8}
+    try:
+        first = answer(server, json.dumps(with_id))
+        second = answer(server, json.dumps(id_last))
+        send_read(server)
+        assert server.stdin is not None
+        server.stdin.flush()
+        third = answer(server, "")  # the read's answer (an empty line alone is not answered)
+    finally:
+        server.terminate()
+        stderr = stopped(server)
+
+    limit = 2048 + 64 * 1024
+    size = len(json.dumps(with_id)) + 1
+    assert first == {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "error": {
+            "code": -32600,
+            "message": f"PayloadTooLarge: the message is {size} bytes, over the limit of {limit} "
+            "bytes (AGMEM_MAX_BODY_BYTES and 64 KiB for the JSON-RPC envelope)",
+        },
+    }
+    assert second is not None
+    assert second["id"] is None
+    assert second["error"]["code"] == -32600
+    assert third is not None
+    assert third["id"] == 2
+    assert "result" in third, third
+    assert "Traceback" not in stderr
+
+
+@pytest.mark.parametrize(
+    ("head", "found"),
+    [
+        (b'{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {', 7),
+        (b'{"id":"a-1","jsonrpc":"2.0"', "a-1"),
+        (b'{"jsonrpc": "2.0", "method": "tools/call", "id": -3, "params"', -3),
+        (b'{"jsonrpc": "2.0", "method": "tools/call", "params": {"id": 5', None),
+        (b'{"jsonrpc": "2.0", "id": 12345678901234567890123', None),  # cut inside the id
+        (b"not json", None),
+    ],
+)
+def test_the_id_of_a_line_over_the_bound_is_found_only_where_it_leads(
+    head: bytes, found: int | str | None
+) -> None:
+    assert leading_id(head) == found
+
+
+def test_a_line_over_the_bound_is_read_in_pieces_and_the_next_one_whole() -> None:
+    long_line = b'{"id": 1, "x": "' + b"y" * 300_000 + b'"}\n'
+    stream = io.BufferedReader(io.BytesIO(long_line + b'{"id": 2}\n'))
+
+    assert read_line(stream, 1000) == TooLong(size=300_000 + 19, id=1)
+    assert read_line(stream, 1000) == b'{"id": 2}\n'
+    assert read_line(stream, 1000) == b""
+
+
+# agmem whose client sends SIGTERM while a call's query runs, still running when the wait for the
+# calls read (0.5 s after SIGTERM) ends and the SDK cancels the call.
+SIGTERM_IN_A_QUERY = """
+import os, signal
+import app.entry
+from sqlalchemy import text
+from app.memories import reads
+read_in_session = reads.read_in_session
+async def read_slowly(session, **kwargs):
+    os.kill(os.getpid(), signal.SIGTERM)
+    await session.execute(text("SELECT pg_sleep(3)"))
+    return await read_in_session(session, **kwargs)
+reads.read_in_session = read_slowly
+app.entry.main()
+"""
+
+
+def test_a_query_the_stop_cancels_is_cancelled_quietly(tmp_path: Path) -> None:
+    # The SDK's cancel scope cancelled the call again while psycopg cancelled its query on the
+    # server: "query cancellation interrupted (CancelledError): closing connection" on stderr,
+    # in ~3 of 16 SIGTERMs during a flood of calls, 1 of 1 here.
+    home = tmp_path / "home"
+    server = launched(home, tmp_path, sys.executable, "-c", SIGTERM_IN_A_QUERY)
+    send_read(server)
+    assert server.stdin is not None
+    server.stdin.flush()
+    stderr = stopped(server)
+
+    assert server.returncode == 0, stderr
+    assert [line for line in stderr.splitlines() if "mcp.stdio.started" not in line] == []
     assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,8 +19,10 @@ import structlog
 from structlog.testing import capture_logs
 
 from app.config import Settings
+from app.db.engine import make_async_engine, make_sessionmaker
 from app.logs import configure_logging
 from app.worker import jobs
+from app.worker.loop import Worker
 from tests.conftest import make_settings
 from tests.fakes.gemini import FakeGemini, FakeResponse, RecordedRequest, fake_gemini
 from tests.worker.builders import drain, worker_on
@@ -179,6 +182,42 @@ def test_a_worker_stopped_while_gemini_answers_gives_its_rows_back_at_once(
 
     leased = db.execute("SELECT embed_claimed_until IS NOT NULL FROM memory_chunks").fetchone()
     assert leased == (False,)
+
+
+def test_a_hurried_stop_cuts_the_grace_short_and_gives_the_rows_back(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # A second Ctrl-C to `agmem serve` while it shuts down: its worker gave the call in flight
+    # its whole grace (up to 10 s) while the user asked it to stop at once.
+    with a_slow_answer(db, tmp_path, "embedding when hurried") as (fake, settings):
+
+        async def go() -> float:
+            engine = make_async_engine(database_url, pool_size=4)
+            try:
+                worker = Worker(
+                    settings=settings,
+                    sessionmaker=make_sessionmaker(engine),
+                    database_url=database_url,
+                    concurrency=1,
+                )
+                stop, hurry = asyncio.Event(), asyncio.Event()
+                running = asyncio.create_task(worker.run(stop, hurry=hurry))
+                while not fake.calls(":batchEmbedContents"):
+                    await asyncio.sleep(0.01)
+                stop.set()
+                await asyncio.sleep(0.2)
+                hurry.set()
+                hurried = time.monotonic()
+                await running
+                return time.monotonic() - hurried
+            finally:
+                await engine.dispose()
+
+        took = asyncio.run(go())
+
+    assert took < 1.5  # Gemini answers 3 s after the call
+    row = db.execute("SELECT embedding IS NULL, embed_claimed_until IS NULL FROM memory_chunks")
+    assert row.fetchone() == (True, True)
 
 
 def refusing_poison(request: RecordedRequest) -> FakeResponse:
