@@ -89,3 +89,8 @@ def test_a_command_with_the_local_provider_does_not_import_the_gemini_client(com
     # google-genai costs ~0.3 s of CPU to import; it is needed only to build a Gemini client.
     assert loaded_by(command, ("google.genai",)) == []
 
+
+@pytest.mark.parametrize("command", ["mcp", "memory"])
+def test_reading_memories_without_http_does_not_import_fastapi(command: str) -> None:
+    # `agmem mcp` on stdio and `agmem memory` serve no HTTP: FastAPI is ~0.2 s of CPU to import.
+    assert loaded_by(command, ("fastapi",)) == []
