@@ -125,31 +125,3 @@ def test_compile_all_compiles_every_scanner_and_they_answer_the_same() -> None:
     assert scanner.compiled
     text = "x" * SHORT_TEXT + "Traceback sk- KEY"
     assert scanner.present(text) == expected(text)
-
-
-def test_the_server_compiles_every_scanner_before_its_first_request(
-    database_url: str, tmp_path: Path
-) -> None:
-    # Deferred for the command line, the compile must not land on a server's first capture.
-    probe = (
-        "import asyncio, sys, app.textscan as t\n"
-        "from pathlib import Path\n"
-        "from app.config import load_settings\n"
-        "from app.main import create_app\n"
-        "settings = load_settings(_env_file=None, home=Path(sys.argv[2]), gemini_api_key=None)\n"
-        "app = create_app(settings, database_url=sys.argv[1])\n"
-        "print(sorted(s.compiled for s in t._SCANNERS))\n"
-        "async def started() -> None:\n"
-        "    async with app.router.lifespan_context(app):\n"
-        "        print(sorted(s.compiled for s in t._SCANNERS))\n"
-        "asyncio.run(started())\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", probe, database_url, str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-
-    assert done.stdout.split("\n")[:2] == ["[False, False, False]", "[True, True, True]"]

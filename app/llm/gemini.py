@@ -19,6 +19,13 @@ class GeminiNotConfigured(AppError):
     status_code = 503
 
 
+def load_client_library(settings: Settings) -> None:
+    """Import google-genai now if a Gemini key is set: a server's start, not the first request
+    that builds a client (a resume), then pays its ~0.3 s of import."""
+    if settings.gemini_api_key:
+        import google.genai  # noqa: F401
+
+
 def make_client(settings: Settings, *, timeout_ms: int = 30_000) -> genai.Client:
     if not settings.gemini_api_key:
         raise GeminiNotConfigured("GEMINI_API_KEY is not set")

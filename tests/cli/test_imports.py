@@ -94,3 +94,40 @@ def test_a_command_with_the_local_provider_does_not_import_the_gemini_client(com
 def test_reading_memories_without_http_does_not_import_fastapi(command: str) -> None:
     # `agmem mcp` on stdio and `agmem memory` serve no HTTP: FastAPI is ~0.2 s of CPU to import.
     assert loaded_by(command, ("fastapi",)) == []
+
+
+@pytest.mark.parametrize("key", [None, "k"])
+def test_the_server_pays_what_the_command_line_defers_before_its_first_request(
+    key: str | None, database_url: str, tmp_path: Path
+) -> None:
+    # Deferred for the command line, the scanners' compile (~130 ms) and, with a Gemini key,
+    # google-genai's import (~0.3 s) must not land on a server's first request.
+    probe = (
+        "import asyncio, sys, app.textscan as t\n"
+        "from pathlib import Path\n"
+        "from app.config import load_settings\n"
+        "from app.main import create_app\n"
+        "settings = load_settings(\n"
+        "    _env_file=None, home=Path(sys.argv[2]), gemini_api_key=sys.argv[3] or None\n"
+        ")\n"
+        "app = create_app(settings, database_url=sys.argv[1])\n"
+        "def loaded() -> None:\n"
+        "    print(sorted(s.compiled for s in t._SCANNERS), 'google.genai' in sys.modules)\n"
+        "loaded()\n"
+        "async def started() -> None:\n"
+        "    async with app.router.lifespan_context(app):\n"
+        "        loaded()\n"
+        "asyncio.run(started())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, database_url, str(tmp_path), key or ""],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+
+    assert done.stdout.splitlines() == [
+        "[False, False, False] False",
+        f"[True, True, True] {key is not None}",
+    ]
