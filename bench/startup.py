@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -84,9 +85,10 @@ def first_capture(port: int) -> float:
     start = time.perf_counter()
     session = post(port, "/api/session/start", {"projectPath": "/tmp/startup-bench-project"})
     args = {"path": "src/app.py", "content": "def handler(event):\n    return event\n" * 150}
-    call = {"sessionId": session["id"], "id": "c1", "functionName": "write_file"}
+    call_id = uuid.uuid4().hex
+    call = {"sessionId": session["id"], "id": call_id, "functionName": "write_file"}
     post(port, "/api/observe", {**call, "functionArgs": args})
-    result = {"sessionId": session["id"], "observationId": "c1", "functionName": "write_file"}
+    result = {"sessionId": session["id"], "observationId": call_id, "functionName": "write_file"}
     post(port, "/api/observe/result", {**result, "result": "ok " * 2000})
     return time.perf_counter() - start
 
