@@ -12,6 +12,7 @@ Short texts keep the `in` tests, which beat hyperscan's fixed cost per call ther
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Iterable, Mapping
 
 import hyperscan
@@ -48,18 +49,39 @@ class LiteralScanner:
         # `in` test costs ~40 ns even on a short text.
         self._caseless = tuple(lit for lit in self.literals if lit == lit.lower())
         self._cased = tuple(lit for lit in self.literals if lit != lit.lower())
-        expressions = [_escaped(literal) for literal in self.literals] + list(self.gates.values())
-        self._database = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-        self._database.compile(
-            expressions=[expression.encode() for expression in expressions],
-            ids=list(range(len(expressions))),
-            elements=len(expressions),
-            # Each is reported once, at its first occurrence: presence is all we need.
-            flags=[hyperscan.HS_FLAG_SINGLEMATCH] * len(expressions),
-        )
+        self._expressions = [_escaped(lit) for lit in self.literals] + list(self.gates.values())
+        # Compiled by the first long text (`compile`), not here: the three scanners built at
+        # import cost ~130 ms of CPU to compile, which every `agmem` command paid (the privacy
+        # rules' ~50 ms come with the command line's imports), though most scan no long text.
+        # `agmem serve` compiles them before it answers (`compile_all`), so no request waits.
+        self._database: hyperscan.Database | None = None
+        self._compiling = threading.Lock()
         # Scratch space may serve one scan at a time: one per thread (sync and the worker call
         # the privacy functions from worker threads too).
         self._local = threading.local()
+        _SCANNERS.add(self)
+
+    @property
+    def compiled(self) -> bool:
+        return self._database is not None
+
+    def compile(self) -> hyperscan.Database:
+        """The hyperscan database of this scanner's expressions, compiled once."""
+        database = self._database
+        if database is not None:
+            return database
+        with self._compiling:
+            if self._database is None:
+                database = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+                database.compile(
+                    expressions=[expression.encode() for expression in self._expressions],
+                    ids=list(range(len(self._expressions))),
+                    elements=len(self._expressions),
+                    # Each is reported once, at its first occurrence: presence is all we need.
+                    flags=[hyperscan.HS_FLAG_SINGLEMATCH] * len(self._expressions),
+                )
+                self._database = database
+            return self._database
 
     def extended(
         self, literals: Iterable[str], gates: Mapping[str, str] | None = None
@@ -88,14 +110,24 @@ class LiteralScanner:
         return self._always.union(found)
 
     def _scan(self, data: bytes) -> frozenset[str]:
+        database = self.compile()
         scratch = getattr(self._local, "scratch", None)
         if scratch is None:
-            scratch = self._local.scratch = hyperscan.Scratch(self._database)
+            scratch = self._local.scratch = hyperscan.Scratch(database)
         found: list[str] = []
         names = self.names
 
         def on_match(index: int, _start: int, _end: int, _flags: int, _context: object) -> None:
             found.append(names[index])
 
-        self._database.scan(data, match_event_handler=on_match, scratch=scratch)
+        database.scan(data, match_event_handler=on_match, scratch=scratch)
         return frozenset(found)
+
+
+_SCANNERS: weakref.WeakSet[LiteralScanner] = weakref.WeakSet()
+
+
+def compile_all() -> None:
+    """Compile every scanner built so far: a server's start, not its first request, pays it."""
+    for scanner in list(_SCANNERS):
+        scanner.compile()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 
 import pytest
 import structlog
@@ -62,3 +64,19 @@ def test_the_watch_library_does_not_narrate_each_change(
     printed = capsys.readouterr().err
     assert "change detected" not in printed
     assert "kept: a problem" in printed
+
+
+def test_logging_does_not_import_rich_and_rich_still_imports_after() -> None:
+    # structlog imported rich and pygments with it (~0.15 s of CPU) for every `agmem` command.
+    probe = (
+        "import sys, app.cli, app.logs\n"
+        "app.logs.configure_logging('info')\n"
+        "print('rich' in sys.modules)\n"
+        "from rich.console import Console\n"
+        "print(type(Console()).__name__)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+
+    assert done.stdout.split() == ["False", "Console"]

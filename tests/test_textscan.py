@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from app.textscan import SHORT_TEXT, LiteralScanner
+from app.textscan import SHORT_TEXT, LiteralScanner, compile_all
 
 TESTDATA = Path("/work/shared/testdata")
 if not TESTDATA.exists():
@@ -97,3 +99,29 @@ def test_present_encoded_and_an_extended_scanner_answer_as_present() -> None:
         assert wider.present_encoded(text, utf8) == wider.present(text)
         assert wider.present(text) & frozenset(base.names) == base.present(text)
         assert wider.present(text) - frozenset(base.names) >= expected(text) - set(LITERALS[:4])
+
+
+def test_a_command_line_process_compiles_no_scanner_until_a_long_text_is_scanned() -> None:
+    # Compiling the scanners built at import cost every `agmem` process ~50-130 ms of CPU.
+    probe = (
+        "import app.cli, app.capture.entities, app.privacy, app.textscan as t\n"
+        "print(sorted(s.compiled for s in t._SCANNERS))\n"
+        "print(app.privacy.redact_secrets('x' * 300 + ' token=abcdefgh12345678') != '')\n"
+        "print(app.privacy._SCANNER.compiled)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+
+    assert done.stdout.split("\n")[:3] == ["[False, False, False]", "True", "True"]
+
+
+def test_compile_all_compiles_every_scanner_and_they_answer_the_same() -> None:
+    scanner = LiteralScanner(LITERALS)
+    assert not scanner.compiled
+
+    compile_all()
+
+    assert scanner.compiled
+    text = "x" * SHORT_TEXT + "Traceback sk- KEY"
+    assert scanner.present(text) == expected(text)

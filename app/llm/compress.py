@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
-
-from google import genai
+from typing import TYPE_CHECKING, Any
 
 from app.llm.generation import generate_text
 from app.privacy import cap_text, sanitize_text
 from app.tokens import estimate_tokens
+
+if TYPE_CHECKING:
+    from google import genai
 
 COMPRESSION_TEMPERATURE = 0.2
 COMPRESSION_MAX_OUTPUT_TOKENS = 200

@@ -6,38 +6,35 @@ changed; unset means Google's endpoint.
 
 from __future__ import annotations
 
-import httpx
-from google import genai
-from google.genai import types
+from typing import TYPE_CHECKING
 
 from app.config import Settings
 from app.errors import AppError
 
-
-def _network_errors(name: str) -> tuple[type[Exception], ...]:
-    """An httpx error class, and its twin in httpx2, the fork google-genai sends through when
-    installed (as it is with google-genai 3), whose classes are not httpx's."""
-    classes: list[type[Exception]] = [getattr(httpx, name)]
-    try:
-        import httpx2
-
-        classes.append(getattr(httpx2, name))
-    except ImportError:
-        pass
-    return tuple(classes)
-
-
-TRANSPORT_ERRORS = _network_errors("TransportError")
-TIMEOUT_ERRORS = _network_errors("TimeoutException")
+if TYPE_CHECKING:
+    from google import genai
 
 
 class GeminiNotConfigured(AppError):
     status_code = 503
 
 
+def load_client_library(settings: Settings) -> None:
+    """Import google-genai now if a Gemini key is set: a server's start, not the first request
+    that builds a client (a resume), then pays its ~0.3 s of import."""
+    if settings.gemini_api_key:
+        import google.genai  # noqa: F401
+
+
 def make_client(settings: Settings, *, timeout_ms: int = 30_000) -> genai.Client:
     if not settings.gemini_api_key:
         raise GeminiNotConfigured("GEMINI_API_KEY is not set")
+    # Imported here, by the first client built: google-genai costs ~0.3 s of CPU to import
+    # (google.genai.types alone), which every process paid, `agmem mcp` and the worker with a
+    # local provider and no key too, for a client they never build.
+    from google import genai
+    from google.genai import types
+
     options = types.HttpOptions(timeout=timeout_ms)
     if settings.gemini_base_url:
         options = types.HttpOptions(base_url=settings.gemini_base_url, timeout=timeout_ms)

@@ -14,6 +14,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 import numpy as np
 import structlog
 from google.genai import errors, types
@@ -21,11 +22,28 @@ from numpy.typing import NDArray
 
 from app.config import Settings
 from app.llm.embeddings import EmbeddingFailed, model_identity, normalise
-from app.llm.gemini import TIMEOUT_ERRORS, TRANSPORT_ERRORS, make_client
+from app.llm.gemini import make_client
 from app.llm.generation import retry_after_of
 from app.privacy import sanitize_text
 
 log = structlog.get_logger(__name__)
+
+
+def _network_errors(name: str) -> tuple[type[Exception], ...]:
+    """An httpx error class, and its twin in httpx2, the fork google-genai sends through when
+    installed (as it is with google-genai 3), whose classes are not httpx's."""
+    classes: list[type[Exception]] = [getattr(httpx, name)]
+    try:
+        import httpx2
+
+        classes.append(getattr(httpx2, name))
+    except ImportError:
+        pass
+    return tuple(classes)
+
+
+TRANSPORT_ERRORS = _network_errors("TransportError")
+TIMEOUT_ERRORS = _network_errors("TimeoutException")
 
 MAX_TEXTS_PER_CALL = 100
 DOCUMENT_TASK = "RETRIEVAL_DOCUMENT"

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from google import genai
-from google.genai import errors, types
+if TYPE_CHECKING:
+    from google import genai
+    from google.genai import errors, types
 
 _RETRY_DELAY = re.compile(r"^(\d+(?:\.\d+)?)s$")
 
@@ -55,6 +56,9 @@ async def generate_text(
     max_output_tokens: int,
 ) -> Generation:
     """Ask `model` for text; raise GeminiCallFailed on any failure or an empty answer."""
+    # Already imported by the client's maker (app/llm/gemini.py), which defers it.
+    from google.genai import errors, types
+
     config = types.GenerateContentConfig(
         system_instruction=system,
         temperature=temperature,
@@ -99,6 +103,8 @@ async def generate_text(
 def _thinking_for(model: str) -> types.ThinkingConfig | None:
     # Gemini 2.5 Flash thinks by default, and thinking tokens count against max_output_tokens:
     # with a 200-token cap the answer could be empty. Its thinking can be turned off; Pro's cannot.
+    from google.genai import types
+
     if "2.5-flash" in model:
         return types.ThinkingConfig(thinking_budget=0)
     return None

@@ -4,12 +4,14 @@ observations into 3–4 sentences of flowing prose."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-from google import genai
+from typing import TYPE_CHECKING
 
 from app.llm.fallback import ObservationDigest
 from app.llm.generation import Generation, generate_text
 from app.privacy import cap_text, sanitize_text
+
+if TYPE_CHECKING:
+    from google import genai
 
 SUMMARY_TEMPERATURE = 0.2
 SUMMARY_MAX_OUTPUT_TOKENS = 300

@@ -12,12 +12,11 @@ import json
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import anyio
 import psycopg
 import structlog
-from fastapi import FastAPI
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.context import Context
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
@@ -57,6 +56,9 @@ from app.search.schemas import SearchMode, SearchRequest, SearchSource
 from app.search.service import SearchTuning, search
 from app.state import AppState
 from app.tokens import estimate_tokens
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 log = structlog.get_logger(__name__)
 

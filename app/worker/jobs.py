@@ -9,11 +9,10 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 import structlog
-from google import genai
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -46,6 +45,9 @@ from app.sync.runs import execute_sync_run
 from app.tokens import estimate_tokens
 from app.worker import claims, results, unanswered
 from app.worker.claims import ObservationWork, Queue, SessionWork, SyncRunWork
+
+if TYPE_CHECKING:
+    from google import genai
 
 log = structlog.get_logger(__name__)
 

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import app.cli
 from app.cli import memory
 from app.memories import service
@@ -49,3 +51,83 @@ def test_the_command_line_uses_only_typers_public_api() -> None:
             private += [f"{module.name}: {n}" for n in names if n.startswith("typer._")]
 
     assert private == []
+
+
+# What each command imports when it runs (the command modules import it inside the command).
+COMMAND_IMPORTS = {
+    "status": ("app.db.migrate", "app.db.models", "app.llm.embeddings", "app.worker.metrics"),
+    "search": ("app.db.engine", "app.llm.embeddings", "app.search.service"),
+    "memory": ("app.db.engine", "app.memories.reads", "app.memories.service"),
+    "redact": ("app.db.engine", "app.redaction"),
+    "mcp": ("app.mcp.server", "app.memories.resume", "app.db.supervisor"),
+    "worker": ("app.worker.loop", "app.db.supervisor"),
+}
+
+
+def loaded_by(command: str, heavy: tuple[str, ...]) -> list[str]:
+    """Which of `heavy` a fresh process has imported once it has imported what `command` does,
+    and built the local embedding provider as the command would."""
+    modules = ", ".join(("app.cli", *COMMAND_IMPORTS[command]))
+    probe = (
+        f"import sys, {modules}\n"
+        "from app.config import load_settings\n"
+        "from app.llm.embeddings import check_embedder, get_embedder\n"
+        "settings = load_settings(\n"
+        "    _env_file=None, embedding_provider='local', gemini_api_key=None\n"
+        ")\n"
+        "check_embedder(settings); get_embedder(settings)\n"
+        f"print(' '.join(m for m in {heavy!r} if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    return done.stdout.split()
+
+
+@pytest.mark.parametrize("command", sorted(COMMAND_IMPORTS))
+def test_a_command_with_the_local_provider_does_not_import_the_gemini_client(command: str) -> None:
+    # google-genai costs ~0.3 s of CPU to import; it is needed only to build a Gemini client.
+    assert loaded_by(command, ("google.genai",)) == []
+
+
+@pytest.mark.parametrize("command", ["mcp", "memory"])
+def test_reading_memories_without_http_does_not_import_fastapi(command: str) -> None:
+    # `agmem mcp` on stdio and `agmem memory` serve no HTTP: FastAPI is ~0.2 s of CPU to import.
+    assert loaded_by(command, ("fastapi",)) == []
+
+
+@pytest.mark.parametrize("key", [None, "k"])
+def test_the_server_pays_what_the_command_line_defers_before_its_first_request(
+    key: str | None, database_url: str, tmp_path: Path
+) -> None:
+    # Deferred for the command line, the scanners' compile (~130 ms) and, with a Gemini key,
+    # google-genai's import (~0.3 s) must not land on a server's first request.
+    probe = (
+        "import asyncio, sys, app.textscan as t\n"
+        "from pathlib import Path\n"
+        "from app.config import load_settings\n"
+        "from app.main import create_app\n"
+        "settings = load_settings(\n"
+        "    _env_file=None, home=Path(sys.argv[2]), gemini_api_key=sys.argv[3] or None\n"
+        ")\n"
+        "app = create_app(settings, database_url=sys.argv[1])\n"
+        "def loaded() -> None:\n"
+        "    print(sorted(s.compiled for s in t._SCANNERS), 'google.genai' in sys.modules)\n"
+        "loaded()\n"
+        "async def started() -> None:\n"
+        "    async with app.router.lifespan_context(app):\n"
+        "        loaded()\n"
+        "asyncio.run(started())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, database_url, str(tmp_path), key or ""],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+
+    assert done.stdout.splitlines() == [
+        "[False, False, False] False",
+        f"[True, True, True] {key is not None}",
+    ]

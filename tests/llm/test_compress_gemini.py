@@ -278,6 +278,9 @@ def test_gemini_failing_every_attempt_leaves_the_extractive_text_and_its_error(
         gemini_failure_threshold=0,
         worker_backoff_base_seconds=0.1,
         worker_backoff_max_seconds=0.2,
+        # The gate spaces calls 60 / requests-per-minute apart: at the default 60, its 1 s, not
+        # the 0.1 s backoff, set the pace of the six attempts (~5 s of the test's ~5.7 s).
+        gemini_requests_per_minute=100_000,
     )
     with fake_gemini() as fake:
         fake.on(":generateContent", lambda _r: FakeResponse(503, _error(503, "UNAVAILABLE")))
