@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import typer
 
+# First, so that structlog is imported with rich hidden (app/logs.py) whichever module a
+# command imports first: `agmem mcp` imported the MCP server and the supervisor, which import
+# structlog, before its settings brought in app.logs, and paid rich's ~0.1 s of CPU.
+import app.logs  # noqa: F401
 from app.cli import memory, redact, search, server, sync, worker
 from app.cli.common import OneLineErrors
 

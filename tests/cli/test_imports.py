@@ -131,3 +131,11 @@ def test_the_server_pays_what_the_command_line_defers_before_its_first_request(
         "[False, False, False] False",
         f"[True, True, True] {key is not None}",
     ]
+
+
+@pytest.mark.parametrize("command", sorted(COMMAND_IMPORTS))
+def test_a_command_does_not_import_rich_through_structlog(command: str) -> None:
+    # structlog imports rich with pygments (~0.1 s of CPU) unless app.logs imports it first with
+    # rich hidden: `agmem mcp` imported the MCP server and the supervisor, which import
+    # structlog, before its settings brought in app.logs.
+    assert loaded_by(command, ("rich",)) == []
