@@ -323,6 +323,11 @@ def mcp(project: ProjectOpt = None) -> None:
         url = open_database(settings)
 
         async def work(state: AppState) -> None:
+            # What a server pays at its start (app/main.py) and the command line defers: paid
+            # here beside the client's first messages, not by its first long write (the
+            # scanners' compile, ~0.1 s) or its first resume with a Gemini key (google-genai's
+            # import, ~0.3-0.4 s). Not awaited: the exit joins it.
+            asyncio.get_running_loop().run_in_executor(None, _warm_up, settings)
             # An agent keeps its MCP server for its whole session, maybe the only process left
             # using the embedded server.
             pgdata = settings.embedded_pgdata
@@ -337,6 +342,14 @@ def mcp(project: ProjectOpt = None) -> None:
             asyncio.run(_with_state(settings, url, work))
         except KeyboardInterrupt:
             signalled()  # one more while the embedded server stops at exit stops it at once
+
+
+def _warm_up(settings: Settings) -> None:
+    from app.llm.gemini import load_client_library
+    from app.textscan import compile_all
+
+    compile_all()
+    load_client_library(settings)
 
 
 def register(cli: typer.Typer) -> None:
