@@ -21,7 +21,7 @@ def libpq(url: str) -> str:
 
 
 @contextlib.contextmanager
-def bench_database(prefix: str = "agmem_bench") -> Iterator[str]:
+def bench_database(prefix: str = "agmem_bench", *, upgrade: bool = True) -> Iterator[str]:
     with contextlib.ExitStack() as stack:
         server_url = os.environ.get("BENCH_DATABASE_URL")
         if not server_url:
@@ -38,7 +38,8 @@ def bench_database(prefix: str = "agmem_bench") -> Iterator[str]:
             admin.execute(f'CREATE DATABASE "{name}"')
         url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
         try:
-            migrate.upgrade(url)
+            if upgrade:
+                migrate.upgrade(url)
             yield url
         finally:
             with psycopg.connect(libpq(server_url), autocommit=True) as admin:

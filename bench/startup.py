@@ -11,13 +11,16 @@ command the median wall and CPU (the process's user + system time, from /proc or
 the embedded PostgreSQL's is not counted) over `--runs`; given `--other`, that venv's too, run
 for run in turn (the order reversed every other run), and the ratio this/other.
 
-Every command runs against one migrated bench database (bench/db.py) through DATABASE_URL, so
-what is timed is the process, not an embedded server's start; the local embedding provider.
+Each venv's commands run against a bench database (bench/db.py) its own `agmem migrate` brought
+to its head, through DATABASE_URL, so what is timed is the process, not an embedded server's
+start (and an older checkout is not refused a schema a newer one migrated); the local embedding
+provider.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -181,6 +184,7 @@ def prepare(venv: Path, url: str, home: str) -> None:
     env = environment(url, home)
     agmem = str(venv / "bin" / "agmem")
     for arguments in (
+        ["migrate"],
         ["memory", "set", "current.task", "startup", "-p", str(project)],
         ["sync", "-p", str(project)],
     ):
@@ -202,15 +206,17 @@ def main() -> None:
         (v, c): ([], []) for v in venvs for c in options.commands
     }
     captures: dict[Path, list[float]] = {v: [] for v in venvs}
-    with (
-        bench_database("agmem_startup") as url,
-        tempfile.TemporaryDirectory(prefix="startup-bench-") as home,
-    ):
-        prepare(venvs[0], url, home)
+    with contextlib.ExitStack() as stack:
+        urls: dict[Path, str] = {}
+        homes: dict[Path, str] = {}
+        for venv in venvs:
+            urls[venv] = stack.enter_context(bench_database("agmem_startup", upgrade=False))
+            homes[venv] = stack.enter_context(tempfile.TemporaryDirectory(prefix="startup-bench-"))
+            prepare(venv, urls[venv], homes[venv])
         for command in options.commands:
             for run in range(options.runs):
                 for venv in venvs if run % 2 == 0 else venvs[::-1]:
-                    wall, cpu, capture = run_once(venv, command, url, home)
+                    wall, cpu, capture = run_once(venv, command, urls[venv], homes[venv])
                     results[venv, command][0].append(wall)
                     results[venv, command][1].append(cpu)
                     if capture is not None:
