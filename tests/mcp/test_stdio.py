@@ -14,13 +14,15 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import anyio
 import psycopg
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp.shared.message import SessionMessage
 from typer.testing import CliRunner
 
 from app.cli import cli
-from app.mcp.stdio import TooLong, leading_id, read_line
+from app.mcp.stdio import Calls, TooLong, leading_id, read_line
 from tests.cli.helpers import agmem_env
 from tests.mcp.tools import exercise_every_tool, structured
 
@@ -492,6 +494,50 @@ def test_a_line_over_the_bound_is_dropped_as_read_and_answered_with_an_error(
     assert third["id"] == 2
     assert "result" in third, third
     assert "Traceback" not in stderr
+
+
+def test_lines_over_the_bound_after_the_client_has_gone_end_it_without_a_traceback(
+    tmp_path: Path, embedded_home: Path
+) -> None:
+    # Refused once the SDK's writer had ended on the client's closed stdout: the refusal's send
+    # raised anyio.BrokenResourceError, which the end on BrokenPipeError did not cover, exit 1
+    # with an ExceptionGroup traceback (2 of 8 runs with three lines; more lines, more often).
+    home = embedded_home
+    server = launched(home, tmp_path, AGMEM_MAX_BODY_BYTES="1024")
+    assert server.stdin is not None
+    assert server.stdout is not None
+    server.stdout.close()
+    line = json.dumps({"jsonrpc": "2.0", "id": 9, "method": "ping", "x": "y" * 200_000})
+    with contextlib.suppress(BrokenPipeError):  # the server may have ended already
+        for _ in range(40):
+            server.stdin.write(line + "\n")
+        server.stdin.flush()
+    with contextlib.suppress(BrokenPipeError):
+        server.stdin.close()
+    stderr = stopped(server)
+
+    assert server.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    assert "mcp.stdio.client_gone" in stderr
+    assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
+
+
+@pytest.mark.parametrize("end", ["reader gone", "writer closed"])
+def test_a_refusal_once_the_answers_have_ended_is_dropped(end: str) -> None:
+    # What the run above meets by chance: the SDK's writer ended (its reader gone on the
+    # client's BrokenPipeError, or the stream closed as the server ends) before a refusal.
+    async def refuse() -> None:
+        send, receive = anyio.create_memory_object_stream[SessionMessage](0)
+        if end == "reader gone":
+            receive.close()
+        else:
+            send.close()
+        calls = Calls()
+        calls.answers(send)
+        await calls.refuse(TooLong(size=300_000, id=9), 1000)
+        receive.close()
+
+    anyio.run(refuse)
 
 
 @pytest.mark.parametrize(
