@@ -22,7 +22,7 @@ from mcp.shared.message import SessionMessage
 from typer.testing import CliRunner
 
 from app.cli import cli
-from app.mcp.stdio import Calls, TooLong, leading_id, read_line
+from app.mcp.stdio import DISCARD_PIECE_BYTES, Calls, TooLong, leading_id, read_line
 from tests.cli.helpers import agmem_env
 from tests.mcp.tools import exercise_every_tool, structured
 
@@ -557,13 +557,29 @@ def test_the_id_of_a_line_over_the_bound_is_found_only_where_it_leads(
     assert leading_id(head) == found
 
 
+class Asked:
+    """A stream that has only `readline`, and notes the size each call asks for."""
+
+    def __init__(self, stream: io.BufferedReader) -> None:
+        self.stream = stream
+        self.sizes: list[int] = []
+
+    def readline(self, size: int = -1) -> bytes:
+        self.sizes.append(size)
+        return self.stream.readline(size)
+
+
 def test_a_line_over_the_bound_is_read_in_pieces_and_the_next_one_whole() -> None:
     long_line = b'{"id": 1, "x": "' + b"y" * 300_000 + b'"}\n'
-    stream = io.BufferedReader(io.BytesIO(long_line + b'{"id": 2}\n'))
+    stream = Asked(io.BufferedReader(io.BytesIO(long_line + b'{"id": 2}\n')))
 
     assert read_line(stream, 1000) == TooLong(size=300_000 + 19, id=1)
+    # The bound on memory: never more than the limit then a piece at a time (a line read whole
+    # and then refused passed the checks above).
+    assert stream.sizes == [1001] + [DISCARD_PIECE_BYTES] * 5
     assert read_line(stream, 1000) == b'{"id": 2}\n'
     assert read_line(stream, 1000) == b""
+    assert stream.sizes[6:] == [1001, 1001]
 
 
 # agmem whose client sends SIGTERM while a call's query runs, still running when the wait for the
