@@ -51,6 +51,12 @@ BAD_REQUEST_DETAIL = (
 )
 TWO_HOSTS_DETAIL = "the request has more than one Host header"
 _BUSY = b"503 Service Unavailable\r\nretry-after: 1"
+# A request still open when a second signal hurries the stop: about what a restart takes.
+_STOPPING = b"503 Service Unavailable\r\nretry-after: 5"
+STOPPING_DETAIL = (
+    "the service is stopping (a second Ctrl-C or SIGTERM) and cut the request short before "
+    "answering it; retry it once the service is back"
+)
 # Connections past the limit: how many more are let in at once, and how long each may take to
 # send the request that is answered 503 (`agmem serve` keeps 128 descriptors in reserve).
 OVERFLOW = 32
@@ -194,6 +200,19 @@ class JsonErrorsProtocol(HttpToolsProtocol):
                 "(AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS); the connection is closed"
             )
             self.send_error(b"408 Request Timeout", _error_body("RequestTimeout", detail))
+        self.transport.close()
+
+    def cut_short(self) -> None:
+        """Answer the request in hand 503 (unless the app's answer has begun) and close, before
+        its task is cancelled: the app's later answer, if any, goes nowhere."""
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete:
+            self.transport.close()
+            return
+        cycle.disconnected = True
+        cycle.message_event.set()
+        if not cycle.response_started:
+            self.send_error(_STOPPING, _error_body("ServiceUnavailable", STOPPING_DETAIL))
         self.transport.close()
 
     def send_400_response(self, msg: str) -> None:

@@ -148,7 +148,14 @@ class Calls:
                 "bytes (AGMEM_MAX_BODY_BYTES and 64 KiB for the JSON-RPC envelope)"
             ),
         )
-        await self.writer.send(SessionMessage(JSONRPCError(jsonrpc="2.0", id=line.id, error=error)))
+        refusal = SessionMessage(JSONRPCError(jsonrpc="2.0", id=line.id, error=error))
+        try:
+            await self.writer.send(refusal)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            # The SDK's writer has ended: on the client's closed stdout (its BrokenPipeError
+            # ends the server as `mcp.stdio.client_gone`), or with the server. Nobody is left
+            # to answer; raised here, it ended `agmem mcp` with exit 1 and a traceback.
+            return
 
     def answer_within(self, seconds: float) -> None:
         self.give_up_at = min(self.give_up_at, time.monotonic() + seconds)

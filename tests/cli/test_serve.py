@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import gc
 import json
@@ -13,6 +14,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psycopg
@@ -29,6 +31,7 @@ from tests.cli.helpers import (
     start_serve,
     wait_for_health,
 )
+from tests.conftest import libpq_url
 
 pytestmark = pytest.mark.slow
 
@@ -380,3 +383,46 @@ def test_a_second_signal_as_serve_shuts_down_ends_it_quickly_in_one_line(
     assert "worker.stopped" in "".join(output)  # the app's shutdown ran, hurried
     assert took < 10, "".join(output)
     assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
+
+
+@pytest.mark.parametrize(
+    ("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"]
+)
+def test_a_second_signal_answers_a_request_in_flight_503_in_the_error_shape(
+    db: psycopg.Connection[Any], database_url: str, signum: int, code: int
+) -> None:
+    # A write held up by a lock (as any slow request) when the second signal came: asyncio's
+    # exit cancelled it under the app, "Exception in ASGI application" with psycopg's
+    # CancelledError traceback, and the client got uvicorn's plain-text 500.
+    port = free_port()
+    server = start_serve(port, "--no-worker", DATABASE_URL=database_url)
+    wait_for_health(port, server)
+    url = f"http://127.0.0.1:{port}/api/memories/in-flight"
+    with (
+        psycopg.connect(libpq_url(database_url)) as locker,
+        concurrent.futures.ThreadPoolExecutor(1) as pool,
+    ):
+        locker.execute("LOCK TABLE memories IN ACCESS EXCLUSIVE MODE")
+        body = {"value": 1, "scope": "global"}
+        answer = pool.submit(httpx.put, url, json=body, timeout=60)
+        deadline = time.monotonic() + 30
+        while not db.execute("SELECT 1 FROM pg_locks WHERE NOT granted").fetchone():
+            assert not answer.done(), answer.result().text
+            assert time.monotonic() < deadline, "the write never waited on the lock"
+            time.sleep(0.05)
+        server.send_signal(signum)
+        time.sleep(0.15)
+        server.send_signal(signum)
+        output, _ = server.communicate(timeout=60)
+        response = answer.result()
+        locker.rollback()
+
+    assert server.returncode == code, output
+    assert "Traceback" not in output
+    assert "Exception in ASGI application" not in output
+    assert response.status_code == 503, response.text
+    assert response.json()["error"] == "ServiceUnavailable"
+    assert "stopping" in response.json()["detail"]
+    assert int(response.headers["retry-after"]) > 0
+    # Not acknowledged, and not stored behind the client's back either.
+    assert db.execute("SELECT 1 FROM memories WHERE key = 'in-flight'").fetchone() is None

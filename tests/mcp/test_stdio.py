@@ -14,13 +14,15 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import anyio
 import psycopg
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp.shared.message import SessionMessage
 from typer.testing import CliRunner
 
 from app.cli import cli
-from app.mcp.stdio import TooLong, leading_id, read_line
+from app.mcp.stdio import DISCARD_PIECE_BYTES, Calls, TooLong, leading_id, read_line
 from tests.cli.helpers import agmem_env
 from tests.mcp.tools import exercise_every_tool, structured
 
@@ -494,6 +496,50 @@ def test_a_line_over_the_bound_is_dropped_as_read_and_answered_with_an_error(
     assert "Traceback" not in stderr
 
 
+def test_lines_over_the_bound_after_the_client_has_gone_end_it_without_a_traceback(
+    tmp_path: Path, embedded_home: Path
+) -> None:
+    # Refused once the SDK's writer had ended on the client's closed stdout: the refusal's send
+    # raised anyio.BrokenResourceError, which the end on BrokenPipeError did not cover, exit 1
+    # with an ExceptionGroup traceback (2 of 8 runs with three lines; more lines, more often).
+    home = embedded_home
+    server = launched(home, tmp_path, AGMEM_MAX_BODY_BYTES="1024")
+    assert server.stdin is not None
+    assert server.stdout is not None
+    server.stdout.close()
+    line = json.dumps({"jsonrpc": "2.0", "id": 9, "method": "ping", "x": "y" * 200_000})
+    with contextlib.suppress(BrokenPipeError):  # the server may have ended already
+        for _ in range(40):
+            server.stdin.write(line + "\n")
+        server.stdin.flush()
+    with contextlib.suppress(BrokenPipeError):
+        server.stdin.close()
+    stderr = stopped(server)
+
+    assert server.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    assert "mcp.stdio.client_gone" in stderr
+    assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
+
+
+@pytest.mark.parametrize("end", ["reader gone", "writer closed"])
+def test_a_refusal_once_the_answers_have_ended_is_dropped(end: str) -> None:
+    # What the run above meets by chance: the SDK's writer ended (its reader gone on the
+    # client's BrokenPipeError, or the stream closed as the server ends) before a refusal.
+    async def refuse() -> None:
+        send, receive = anyio.create_memory_object_stream[SessionMessage](0)
+        if end == "reader gone":
+            receive.close()
+        else:
+            send.close()
+        calls = Calls()
+        calls.answers(send)
+        await calls.refuse(TooLong(size=300_000, id=9), 1000)
+        receive.close()
+
+    anyio.run(refuse)
+
+
 @pytest.mark.parametrize(
     ("head", "found"),
     [
@@ -511,13 +557,29 @@ def test_the_id_of_a_line_over_the_bound_is_found_only_where_it_leads(
     assert leading_id(head) == found
 
 
+class Asked:
+    """A stream that has only `readline`, and notes the size each call asks for."""
+
+    def __init__(self, stream: io.BufferedReader) -> None:
+        self.stream = stream
+        self.sizes: list[int] = []
+
+    def readline(self, size: int = -1) -> bytes:
+        self.sizes.append(size)
+        return self.stream.readline(size)
+
+
 def test_a_line_over_the_bound_is_read_in_pieces_and_the_next_one_whole() -> None:
     long_line = b'{"id": 1, "x": "' + b"y" * 300_000 + b'"}\n'
-    stream = io.BufferedReader(io.BytesIO(long_line + b'{"id": 2}\n'))
+    stream = Asked(io.BufferedReader(io.BytesIO(long_line + b'{"id": 2}\n')))
 
     assert read_line(stream, 1000) == TooLong(size=300_000 + 19, id=1)
+    # The bound on memory: never more than the limit then a piece at a time (a line read whole
+    # and then refused passed the checks above).
+    assert stream.sizes == [1001] + [DISCARD_PIECE_BYTES] * 5
     assert read_line(stream, 1000) == b'{"id": 2}\n'
     assert read_line(stream, 1000) == b""
+    assert stream.sizes[6:] == [1001, 1001]
 
 
 # agmem whose client sends SIGTERM while a call's query runs, still running when the wait for the
