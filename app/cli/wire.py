@@ -27,7 +27,11 @@ Behind a reverse proxy that sends its upstream's address as `Host` (nginx's defa
 `proxy_set_header Host $proxy_host`), the service's own `/docs` page, at the proxy's public name,
 counted as a foreign origin. From a peer in AGMEM_TRUSTED_PROXIES (none by default: a header any
 client can send is never believed blindly) the first name in `X-Forwarded-Host` becomes the
-request's `Host`, which the Host and origin rules then judge.
+request's `Host`, which the Host and origin rules then judge. A loopback peer may be a browser on
+this machine as well as a local proxy: a page rebound to 127.0.0.1 (DNS rebinding) sends its own
+domain as `Host` and may add any `X-Forwarded-Host` (same-origin: no preflight). From a loopback
+peer the header is believed only when the real `Host` passes the Host rule itself, as the
+upstream's address a local proxy sends does (`127.0.0.1:37777`).
 
 Two `Host` headers are refused (RFC 9112, 3.2): the Host rule read the first and the origin rule
 the last, so `Host: 127.0.0.1` then `Host: evil.example` passed the one as this machine and the
@@ -44,6 +48,8 @@ from typing import Any
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from app.api.middleware import allowed_host_names, names_this_machine
+
 BAD_REQUEST_DETAIL = (
     "the request is not valid HTTP/1.1 (a malformed request line, header or chunked body, a bad "
     "or conflicting Content-Length, or a URL over 64 KiB: send a long context prompt with "
@@ -57,9 +63,20 @@ OVERFLOW = 32
 OVER_LIMIT_WAIT_SECONDS = 1.0
 DEFAULT_IDLE_TIMEOUT_SECONDS = 60.0  # as Settings.request_idle_timeout_seconds
 
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
 
 def _error_body(error: str, detail: str) -> bytes:
     return json.dumps({"error": error, "detail": detail}).encode()
+
+
+def _as_compared(network: Network) -> Network:
+    """`::ffff:10.0.0.1` as `10.0.0.1`: an IPv4 peer of a service bound to `::` is compared as
+    IPv4, so an IPv4-mapped entry never matched."""
+    if isinstance(network, ipaddress.IPv4Network) or network.prefixlen < 96:
+        return network
+    mapped = network.network_address.ipv4_mapped
+    return network if mapped is None else ipaddress.ip_network(f"{mapped}/{network.prefixlen - 96}")
 
 
 class Refused(httptools.HttpParserError):
@@ -74,17 +91,37 @@ class JsonErrorsProtocol(HttpToolsProtocol):
     `X-Forwarded-Host`. `configured` makes the class with the settings."""
 
     idle_timeout = DEFAULT_IDLE_TIMEOUT_SECONDS
-    trusted_proxies: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+    trusted_proxies: tuple[Network, ...] = ()
+    allowed_hosts: frozenset[str] = frozenset()
 
     @classmethod
     def configured(
-        cls, *, idle_timeout: float, trusted_proxies: Iterable[str] = ()
+        cls,
+        *,
+        idle_timeout: float,
+        trusted_proxies: Iterable[str] = (),
+        allowed_hosts: Iterable[str] = (),
     ) -> type[JsonErrorsProtocol]:
         """The protocol with these settings (uvicorn makes one instance per connection).
-        `trusted_proxies`: addresses or networks (`10.0.0.0/8`)."""
-        networks = tuple(ipaddress.ip_network(entry, strict=False) for entry in trusted_proxies)
-        attributes = {"idle_timeout": idle_timeout, "trusted_proxies": networks}
+        `trusted_proxies`: addresses or networks (`10.0.0.0/8`); `allowed_hosts`:
+        AGMEM_ALLOWED_HOSTS, which a loopback proxy's real `Host` may name."""
+        networks = tuple(
+            _as_compared(ipaddress.ip_network(entry, strict=False)) for entry in trusted_proxies
+        )
+        attributes = {
+            "idle_timeout": idle_timeout,
+            "trusted_proxies": networks,
+            "allowed_hosts": allowed_host_names(allowed_hosts),
+        }
         return type(cls.__name__, (cls,), attributes)
+
+    @classmethod
+    def trusts(cls, peer: str) -> tuple[bool, bool]:
+        """Whether the peer at this address is a trusted proxy, and whether it is loopback."""
+        address = ipaddress.ip_address(peer)
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped  # an IPv4 client of a service bound to `::`
+        return any(address in network for network in cls.trusted_proxies), address.is_loopback
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -94,15 +131,14 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         # checks the stamp when it fires: nothing per request but this attribute's write.
         self.last_data = 0.0
         self.behind_proxy = False  # the peer is a trusted proxy
+        self.loopback_proxy = False  # ... on this machine, where a browser connects from too
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
         self.last_data = self.loop.time()
         if self.trusted_proxies and self.client is not None:
-            peer = ipaddress.ip_address(self.client[0])
-            if isinstance(peer, ipaddress.IPv6Address) and peer.ipv4_mapped is not None:
-                peer = peer.ipv4_mapped  # an IPv4 client of a service bound to `::`
-            self.behind_proxy = any(peer in network for network in self.trusted_proxies)
+            self.behind_proxy, loopback = self.trusts(self.client[0])
+            self.loopback_proxy = self.behind_proxy and loopback
         wait = self.idle_timeout
         limit = self.limit_concurrency
         if limit is not None and len(self.connections) >= limit:
@@ -147,11 +183,17 @@ class JsonErrorsProtocol(HttpToolsProtocol):
 
     def take_forwarded_host(self) -> None:
         """The first name of the proxy's `X-Forwarded-Host` as `Host` (the one the client
-        asked for, where proxies in a chain append theirs)."""
+        asked for, where proxies in a chain append theirs): the proxy must set the header, not
+        append to the client's. From a loopback peer, only when the real `Host` passes the Host
+        rule: else a rebound page would name this machine there."""
         forwarded = next((v for k, v in self.headers if k == b"x-forwarded-host"), None)
         name = (forwarded or b"").split(b",", 1)[0].strip()
         if not name:
             return
+        if self.loopback_proxy:
+            host = next((v for k, v in self.headers if k == b"host"), None)
+            if host is None or not names_this_machine(host, self.allowed_hosts):
+                return
         self.headers[:] = [(k, v) for k, v in self.headers if k != b"host"]
         self.headers.append((b"host", name))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -18,6 +19,30 @@ pytestmark = pytest.mark.slow
 
 IDLE_SECONDS = 1.0
 MAX_CONNECTIONS = 20
+
+
+@pytest.fixture(scope="module")
+def roomy(database_url: str) -> Iterator[tuple[int, subprocess.Popen[str]]]:
+    """`agmem serve` whose idle timeout (30 s) outlives any test's wait, with 20 connections at
+    most, behind a proxy at 127.0.0.1 written as an IPv4-mapped IPv6 address."""
+    port = free_port()
+    server = start_serve(
+        port,
+        "--no-worker",
+        DATABASE_URL=database_url,
+        AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS="30",
+        AGMEM_MAX_CONNECTIONS=str(MAX_CONNECTIONS),
+        AGMEM_TRUSTED_PROXIES="::ffff:127.0.0.1",
+        AGMEM_ALLOWED_HOSTS="mem.team.example",
+    )
+    try:
+        wait_for_health(port, server)
+        assert server.stdout is not None
+        os.set_blocking(server.stdout.fileno(), False)
+        yield port, server
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.communicate(timeout=60)
 
 
 @pytest.fixture(scope="module")
@@ -200,3 +225,39 @@ def test_x_forwarded_host_from_a_peer_not_trusted_is_ignored(port: int) -> None:
     status, error = error_of(answer)
     assert status == b"HTTP/1.1 403 Forbidden"
     assert error["error"] == "ForbiddenOrigin"
+
+
+def test_a_trusted_proxy_written_as_an_ipv4_mapped_address_is_trusted(
+    roomy: tuple[int, subprocess.Popen[str]],
+) -> None:
+    # `::ffff:127.0.0.1` never matched: the peer is compared as IPv4 (127.0.0.1).
+    answer = exchange(roomy[0], DOCS_FETCH)
+
+    assert answer.startswith(b"HTTP/1.1 200 "), answer[:300]
+
+
+def test_a_forwarded_host_does_not_let_a_rebound_page_past_the_host_rule(port: int) -> None:
+    # A page of evil.example rebound to 127.0.0.1 connects from 127.0.0.1, the trusted proxy's
+    # address; its same-origin GET (no preflight, no Origin) named localhost in
+    # X-Forwarded-Host and read the memories (200; 421 without the header).
+    request = (
+        b"GET /api/memories?projectPath=/p HTTP/1.1\r\nHost: evil.example:%d\r\n"
+        b"X-Forwarded-Host: localhost\r\nConnection: close\r\n\r\n" % port
+    )
+    answer = exchange(port, request)
+
+    status, error = error_of(answer)
+    assert status == b"HTTP/1.1 421 Misdirected Request"
+    assert "evil.example" in error["detail"]
+
+
+def test_a_proxy_that_keeps_the_public_host_still_passes(port: int) -> None:
+    # nginx's `proxy_set_header Host $host` with `X-Forwarded-Host $host`.
+    request = (
+        b"GET /openapi.json HTTP/1.1\r\nHost: mem.team.example\r\n"
+        b"X-Forwarded-Host: mem.team.example\r\nOrigin: https://mem.team.example\r\n"
+        b"Connection: close\r\n\r\n"
+    )
+    answer = exchange(port, request)
+
+    assert answer.startswith(b"HTTP/1.1 200 "), answer[:300]
