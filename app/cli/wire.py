@@ -8,14 +8,19 @@ over 64 KiB (a long `prompt` on `GET /api/context`). A client that reads every e
 `{"error", "detail"}` failed to parse that one; the protocol below sends the same 400 in the
 shared shape and still closes the connection, as uvicorn does (the parser's state is lost).
 
-uvicorn times a connection out only between requests (its keep-alive, 5 s). A client that sent
-half a header block, or headers and part of the body it announced (a `Content-Length` not
-reached, a chunked body that stops), held its connection, and with a body its request task, for
-as long as it kept the socket open. Here a request whose next bytes do not come within the idle
-timeout (AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS) is answered 408 and closed; a connection that sends
-nothing at all is closed. The clock counts only while the service waits on the client: not while
-the app works, nor while the service itself stops reading (a body the app has not read yet, an
-`Expect: 100-continue` not answered yet).
+uvicorn times a connection out only between requests (its keep-alive, 5 s), and any byte
+cancels that timer until the next answer completes. A client that sent half a header block, or
+headers and part of the body it announced (a `Content-Length` not reached, a chunked body that
+stops), held its connection, and with a body its request task, for as long as it kept the socket
+open; so did one that sent a blank line after an answer, or a byte of a body the answer did not
+read (a 404, 401 or 421 answered before the body came). Here every state of a connection is
+bounded by the idle timeout (AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS):
+- within a request's headers or body, each byte starts the clock again; past it, 408 and close;
+- between requests (from the connection's start or an answer's end to the next request's first
+  byte), bytes that begin no request do not count: past it, the connection is closed;
+- while the app works, or the service itself stops reading (a request queued behind another, a
+  body the app has not read yet, an `Expect: 100-continue` not answered yet), no clock runs: a
+  request stalled behind another's answer gets its 408 only once that answer is sent.
 
 Connections are bounded (AGMEM_MAX_CONNECTIONS, and never more than the process's file
 descriptors leave room for): each is a descriptor, and at the process's limit the service could
@@ -40,6 +45,7 @@ other as the page's own origin.
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
 from collections.abc import Iterable
@@ -87,8 +93,9 @@ class Refused(httptools.HttpParserError):
 class JsonErrorsProtocol(HttpToolsProtocol):
     """uvicorn's HTTP/1.1 protocol as `agmem serve` ran it (httptools, which uvicorn[standard]
     installs, is what its "auto" picks), with its 400 as JSON, a 408 for a stalled request, a
-    503 in the shape past the connection limit, a 400 for two Host headers and a trusted proxy's
-    `X-Forwarded-Host`. `configured` makes the class with the settings."""
+    bound on every idle state, a 503 in the shape past the connection limit, a 400 for two Host
+    headers and a trusted proxy's `X-Forwarded-Host`. `configured` makes the class with the
+    settings."""
 
     idle_timeout = DEFAULT_IDLE_TIMEOUT_SECONDS
     trusted_proxies: tuple[Network, ...] = ()
@@ -128,14 +135,16 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self.refusal = (b"400 Bad Request", _error_body("BadRequest", BAD_REQUEST_DETAIL))
         self.in_headers = False  # a request's first bytes came, its headers are not complete
         # A byte received stamps the time; the one timer per connection, armed when it is made,
-        # checks the stamp when it fires: nothing per request but this attribute's write.
+        # checks the stamps when it fires: nothing per request but these attributes' writes.
         self.last_data = 0.0
+        self.waiting_since = 0.0  # the connection's start or the last answer's end
         self.behind_proxy = False  # the peer is a trusted proxy
         self.loopback_proxy = False  # ... on this machine, where a browser connects from too
+        self.idle_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
-        self.last_data = self.loop.time()
+        self.last_data = self.waiting_since = self.loop.time()
         if self.trusted_proxies and self.client is not None:
             self.behind_proxy, loopback = self.trusts(self.client[0])
             self.loopback_proxy = self.behind_proxy and loopback
@@ -150,7 +159,8 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self.idle_timer = self.loop.call_later(wait, self.idle_check)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.idle_timer.cancel()
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -181,6 +191,10 @@ class JsonErrorsProtocol(HttpToolsProtocol):
             raise Refused(detail)
         super().on_headers_complete()
 
+    def on_response_complete(self) -> None:
+        self.waiting_since = self.loop.time()
+        super().on_response_complete()
+
     def take_forwarded_host(self) -> None:
         """The first name of the proxy's `X-Forwarded-Host` as `Host` (the one the client
         asked for, where proxies in a chain append theirs): the proxy must set the header, not
@@ -200,25 +214,31 @@ class JsonErrorsProtocol(HttpToolsProtocol):
     def idle_check(self) -> None:
         if self.transport.is_closing():
             return
-        idle = self.loop.time() - self.last_data
+        cycle = self.cycle
+        busy = cycle is not None and not cycle.response_complete
+        if self.in_headers and not busy:
+            # A request pipelined behind another's answer counts from that answer's end.
+            since = max(self.last_data, self.waiting_since)
+        elif self.in_headers:
+            since = None  # its turn comes after the answer before it, which the app works on
+        elif cycle is None or cycle.response_complete:
+            since = self.waiting_since  # between requests: a byte that begins none not counted
+        elif cycle.more_body and not self.flow.read_paused and not cycle.waiting_for_100_continue:
+            since = self.last_data  # its body
+        else:
+            since = None  # the app works on a request, or the service holds the client back
+        if since is None:
+            self.idle_timer = self.loop.call_later(self.idle_timeout, self.idle_check)
+            return
+        idle = self.loop.time() - since
         if idle < self.idle_timeout and not self.over_limit():
             self.idle_timer = self.loop.call_later(self.idle_timeout - idle, self.idle_check)
-            return
-        cycle = self.cycle
-        if self.in_headers:
+        elif self.in_headers:
             self.send_408("its headers")
-        elif cycle is None:
-            self.transport.close()  # connected, never sent a byte
-        elif (
-            cycle is not None
-            and cycle.more_body
-            and not cycle.response_complete
-            and not self.flow.read_paused
-            and not cycle.waiting_for_100_continue
-        ):
+        elif cycle is None or cycle.response_complete:
+            self.transport.close()
+        else:
             self.send_408("its body", cycle_started=cycle.response_started)
-        else:  # the app works on a request, or the service holds the client back: not idle
-            self.idle_timer = self.loop.call_later(self.idle_timeout, self.idle_check)
 
     def over_limit(self) -> bool:
         limit = self.limit_concurrency

@@ -11,9 +11,11 @@ import sys
 import time
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 
 from tests.cli.helpers import free_port, start_serve, wait_for_health
+from tests.conftest import libpq_url
 
 pytestmark = pytest.mark.slow
 
@@ -46,8 +48,8 @@ def roomy(database_url: str) -> Iterator[tuple[int, subprocess.Popen[str]]]:
 
 
 @pytest.fixture(scope="module")
-def port(database_url: str) -> Iterator[int]:
-    """`agmem serve` with a 1 s request idle timeout and 20 connections at most (the defaults
+def served(database_url: str) -> Iterator[tuple[int, subprocess.Popen[str]]]:
+    """`agmem serve` with a 2 s request idle timeout and 20 connections at most (the defaults
     are 60 s and 1,000), behind a reverse proxy at 127.0.0.1."""
     port = free_port()
     server = start_serve(
@@ -62,10 +64,17 @@ def port(database_url: str) -> Iterator[int]:
     )
     try:
         wait_for_health(port, server)
-        yield port
+        assert server.stdout is not None
+        os.set_blocking(server.stdout.fileno(), False)
+        yield port, server
     finally:
         server.send_signal(signal.SIGINT)
         server.communicate(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def port(served: tuple[int, subprocess.Popen[str]]) -> int:
+    return served[0]
 
 
 def exchange(
@@ -157,6 +166,18 @@ def test_two_host_headers_are_a_400(port: int, hosts: tuple[bytes, bytes]) -> No
 
 
 HEALTH = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+
+
+def logged(server: subprocess.Popen[str]) -> str:
+    """What the server logged since the last call (its output is not blocking)."""
+    assert server.stdout is not None
+    data = b""
+    try:
+        while chunk := os.read(server.stdout.fileno(), 65536):
+            data += chunk
+    except BlockingIOError:
+        pass
+    return data.decode()
 
 
 def test_a_request_past_the_connection_limit_is_a_503_in_the_error_shape(port: int) -> None:
@@ -261,3 +282,102 @@ def test_a_proxy_that_keeps_the_public_host_still_passes(port: int) -> None:
     answer = exchange(port, request)
 
     assert answer.startswith(b"HTTP/1.1 200 "), answer[:300]
+
+
+def read_answer(connection: socket.socket) -> bytes:
+    """One answer with a Content-Length, read off a connection that stays open."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += connection.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":")[1])
+        for line in head.lower().split(b"\r\n")
+        if line.startswith(b"content-length:")
+    )
+    while len(body) < length:
+        body += connection.recv(65536)
+    return head + b"\r\n\r\n" + body
+
+
+NOPE = b"POST /nope HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\nx"
+KEEP_ALIVE_HEALTH = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+
+# After its answer, a client sends a byte that does not make progress toward a request: uvicorn
+# cancels its keep-alive timer on any byte and arms it again only when an answer completes.
+STRAYS = pytest.mark.parametrize(
+    ("request_bytes", "stray", "status"),
+    [(KEEP_ALIVE_HEALTH, b"\r\n", b"200"), (NOPE, b"y", b"404")],
+    ids=["a blank line after an answer", "a byte of a body the answer did not read"],
+)
+
+
+def hold_with_a_stray_byte(
+    port: int, request_bytes: bytes, stray: bytes
+) -> tuple[socket.socket, bytes]:
+    """A connection that sent `request_bytes`, read its answer (returned) and sent `stray`."""
+    connection = socket.create_connection(("127.0.0.1", port), timeout=30)
+    connection.sendall(request_bytes)
+    answer = read_answer(connection)
+    connection.sendall(stray)
+    return connection, answer
+
+
+@STRAYS
+def test_a_stray_byte_after_an_answer_does_not_hold_the_connection(
+    port: int, request_bytes: bytes, stray: bytes, status: bytes
+) -> None:
+    # Held 25 s and 70 s in the review (idle 2 s, keep-alive 5 s), until the client left.
+    connection, answer = hold_with_a_stray_byte(port, request_bytes, stray)
+    with connection:
+        started = time.monotonic()
+        rest = connection.recv(65536)
+        waited = time.monotonic() - started
+
+    assert answer.startswith(b"HTTP/1.1 " + status)
+    assert rest == b""
+    assert waited < IDLE_SECONDS + 2
+
+
+@STRAYS
+def test_connections_held_by_stray_bytes_do_not_lock_others_out(
+    port: int, request_bytes: bytes, stray: bytes, status: bytes
+) -> None:
+    # 20 of them at AGMEM_MAX_CONNECTIONS=20 made every other request a 503 until they closed.
+    held = [hold_with_a_stray_byte(port, request_bytes, stray)[0] for _ in range(MAX_CONNECTIONS)]
+    try:
+        time.sleep(IDLE_SECONDS + 2)
+        answer = exchange(port, HEALTH)
+    finally:
+        for connection in held:
+            connection.close()
+
+    assert answer.startswith(b"HTTP/1.1 200 "), answer[:300]
+
+
+def test_a_408_on_a_pipelined_request_lets_the_one_before_it_answer(
+    served: tuple[int, subprocess.Popen[str]], database_url: str
+) -> None:
+    # The first request, in the app while the second stalled in its headers, was cut off by the
+    # second's 408: its answer never came, and its task logged a RuntimeError.
+    first = b"GET /api/memories?projectPath=/p HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    second = b"GET /health HTTP/1.1\r\nHo"
+    port, server = served
+    logged(server)
+    with (
+        psycopg.connect(libpq_url(database_url), autocommit=True) as blocker,
+        socket.create_connection(("127.0.0.1", port), timeout=30) as connection,
+    ):
+        with blocker.transaction():  # the first request waits on the table while it is held
+            blocker.execute("LOCK TABLE memories IN ACCESS EXCLUSIVE MODE")
+            connection.sendall(first + second)
+            time.sleep(IDLE_SECONDS + 1.5)  # the second request is past its idle timeout
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+
+    assert answer.startswith(b"HTTP/1.1 200 "), answer[:300]
+    assert answer.count(b"HTTP/1.1 ") == 2
+    status, error = error_of(answer[answer.rindex(b"HTTP/1.1 ") :])
+    assert status == b"HTTP/1.1 408 Request Timeout"
+    assert "Traceback" not in logged(server)
