@@ -41,6 +41,10 @@ upstream's address a local proxy sends does (`127.0.0.1:37777`).
 Two `Host` headers are refused (RFC 9112, 3.2): the Host rule read the first and the origin rule
 the last, so `Host: 127.0.0.1` then `Host: evil.example` passed the one as this machine and the
 other as the page's own origin.
+
+uvicorn logs `Invalid HTTP request received.` for every refusal raised from the parser, which
+named neither a 503 at the limit nor two Host headers; those log their cause instead, one line
+per cause at most every REFUSAL_LOG_SECONDS, counting the ones in between.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
+import logging
 from collections.abc import Iterable
 from typing import Any
 
@@ -62,14 +67,15 @@ BAD_REQUEST_DETAIL = (
     "POST /api/context)"
 )
 TWO_HOSTS_DETAIL = "the request has more than one Host header"
-_BUSY = b"503 Service Unavailable\r\nretry-after: 1"
 # Connections past the limit: how many more are let in at once, and how long each may take to
 # send the request that is answered 503 (`agmem serve` keeps 128 descriptors in reserve).
 OVERFLOW = 32
 OVER_LIMIT_WAIT_SECONDS = 1.0
 DEFAULT_IDLE_TIMEOUT_SECONDS = 60.0  # as Settings.request_idle_timeout_seconds
+REFUSAL_LOG_SECONDS = 10.0
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+Header = tuple[bytes, bytes]
 
 
 def _error_body(error: str, detail: str) -> bytes:
@@ -86,8 +92,30 @@ def _as_compared(network: Network) -> Network:
 
 
 class Refused(httptools.HttpParserError):
-    """Raised from the parser's callback, which stops it: uvicorn answers a parser error with
-    `send_400_response`, which sends the protocol's `refusal` (the 400 unless it was set)."""
+    """Raised from the parser's callback, which stops it: `data_received` answers a parser
+    error with `send_400_response`, which sends the protocol's `refusal` (the 400 unless it was
+    set)."""
+
+
+class RefusalLog:
+    """One log line per cause at most every REFUSAL_LOG_SECONDS (shared by the connections):
+    a flood of refusals is a count, not a line each."""
+
+    def __init__(self) -> None:
+        self.logged: dict[str, float] = {}
+        self.quiet: dict[str, int] = {}
+
+    def note(self, logger: logging.Logger, now: float, cause: str) -> None:
+        last = self.logged.get(cause)
+        if last is not None and now - last < REFUSAL_LOG_SECONDS:
+            self.quiet[cause] = self.quiet.get(cause, 0) + 1
+            return
+        self.logged[cause] = now
+        quiet = self.quiet.pop(cause, 0)
+        if quiet and last is not None:
+            logger.warning("%s (and %d more in the %.0f s before)", cause, quiet, now - last)
+        else:
+            logger.warning("%s", cause)
 
 
 class JsonErrorsProtocol(HttpToolsProtocol):
@@ -100,6 +128,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
     idle_timeout = DEFAULT_IDLE_TIMEOUT_SECONDS
     trusted_proxies: tuple[Network, ...] = ()
     allowed_hosts: frozenset[str] = frozenset()
+    refusals = RefusalLog()
 
     @classmethod
     def configured(
@@ -119,6 +148,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
             "idle_timeout": idle_timeout,
             "trusted_proxies": networks,
             "allowed_hosts": allowed_host_names(allowed_hosts),
+            "refusals": RefusalLog(),
         }
         return type(cls.__name__, (cls,), attributes)
 
@@ -132,7 +162,12 @@ class JsonErrorsProtocol(HttpToolsProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.refusal = (b"400 Bad Request", _error_body("BadRequest", BAD_REQUEST_DETAIL))
+        self.refusal: tuple[bytes, bytes, list[Header], str | None] = (
+            b"400 Bad Request",
+            _error_body("BadRequest", BAD_REQUEST_DETAIL),
+            [],
+            None,
+        )
         self.in_headers = False  # a request's first bytes came, its headers are not complete
         # A byte received stamps the time; the one timer per connection, armed when it is made,
         # checks the stamps when it fires: nothing per request but these attributes' writes.
@@ -164,8 +199,23 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        # uvicorn's, but a refusal of ours logs its cause, not "Invalid HTTP request received."
         self.last_data = self.loop.time()
-        super().data_received(data)
+        self._unset_keepalive_if_required()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            cause = self.refusal[3]
+            if cause is None:
+                self.logger.warning("Invalid HTTP request received.")
+            else:
+                self.refusals.note(self.logger, self.last_data, cause)
+            self.send_400_response("")
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -177,7 +227,9 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         for name, _ in self.headers:
             hosts += name == b"host"
         if hosts > 1:
-            self.refusal = (b"400 Bad Request", _error_body("BadRequest", TWO_HOSTS_DETAIL))
+            body = _error_body("BadRequest", TWO_HOSTS_DETAIL)
+            cause = "refused a request with two Host headers (400)"
+            self.refusal = (b"400 Bad Request", body, [], cause)
             raise Refused(TWO_HOSTS_DETAIL)
         if self.behind_proxy:
             self.take_forwarded_host()
@@ -187,7 +239,11 @@ class JsonErrorsProtocol(HttpToolsProtocol):
                 f"the service has its limit of {limit - 1} connections open "
                 "(AGMEM_MAX_CONNECTIONS); retry shortly"
             )
-            self.refusal = (_BUSY, _error_body("ServiceUnavailable", detail))
+            cause = (
+                f"connection limit reached: {limit - 1} open (AGMEM_MAX_CONNECTIONS), answered 503"
+            )
+            body = _error_body("ServiceUnavailable", detail)
+            self.refusal = (b"503 Service Unavailable", body, [(b"retry-after", b"1")], cause)
             raise Refused(detail)
         super().on_headers_complete()
 
@@ -259,13 +315,14 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self.transport.close()
 
     def send_400_response(self, msg: str) -> None:
-        self.send_error(*self.refusal)
+        status, body, headers, _ = self.refusal
+        self.send_error(status, body, headers)
         self.transport.close()
 
-    def send_error(self, status: bytes, body: bytes) -> None:
+    def send_error(self, status: bytes, body: bytes, headers: Iterable[Header] = ()) -> None:
         head = [b"HTTP/1.1 " + status + b"\r\n"]
         defaults = self.server_state.default_headers  # date and server, as uvicorn sends them
-        head += [name + b": " + value + b"\r\n" for name, value in defaults]
+        head += [name + b": " + value + b"\r\n" for name, value in (*defaults, *headers)]
         head += [
             b"content-type: application/json\r\n",
             b"content-length: " + str(len(body)).encode() + b"\r\n",

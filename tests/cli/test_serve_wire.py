@@ -180,26 +180,48 @@ def logged(server: subprocess.Popen[str]) -> str:
     return data.decode()
 
 
-def test_a_request_past_the_connection_limit_is_a_503_in_the_error_shape(port: int) -> None:
+def test_a_request_past_the_connection_limit_is_a_503_in_the_error_shape(
+    roomy: tuple[int, subprocess.Popen[str]],
+) -> None:
     # Nothing bounded connections: each is a file descriptor, and at the process's limit the
     # service could open no database connection nor file (its embedded Postgres was then taken
-    # for dead: "Too many open files").
+    # for dead: "Too many open files"). Each 503 logged uvicorn's "Invalid HTTP request
+    # received.", which does not name the cause; a flood of them is one line.
+    port, server = roomy
+    logged(server)
     held = [socket.create_connection(("127.0.0.1", port)) for _ in range(MAX_CONNECTIONS)]
     try:
-        time.sleep(0.3)  # the server has accepted them
-        answer = exchange(port, HEALTH)
+        time.sleep(0.5)  # the server has accepted them; with a 30 s idle timeout they stay
+        answers = [exchange(port, HEALTH) for _ in range(3)]
     finally:
         for connection in held:
             connection.close()
-    time.sleep(0.3)
+    time.sleep(0.5)
     after = exchange(port, HEALTH)
+    log = logged(server)
 
-    status, error = error_of(answer)
-    assert status == b"HTTP/1.1 503 Service Unavailable"
-    assert b"retry-after: 1" in answer.lower()
-    assert error["error"] == "ServiceUnavailable"
-    assert "AGMEM_MAX_CONNECTIONS" in error["detail"]
+    for answer in answers:
+        status, error = error_of(answer)
+        assert status == b"HTTP/1.1 503 Service Unavailable"
+        head = answer.partition(b"\r\n\r\n")[0].lower().split(b"\r\n")
+        assert b"retry-after: 1" in head
+        assert error["error"] == "ServiceUnavailable"
+        assert "AGMEM_MAX_CONNECTIONS" in error["detail"]
     assert after.startswith(b"HTTP/1.1 200 ")
+    assert "Invalid HTTP request" not in log
+    assert log.count("connection limit reached") == 1, log
+
+
+def test_two_host_headers_log_their_cause(roomy: tuple[int, subprocess.Popen[str]]) -> None:
+    port, server = roomy
+    logged(server)
+    for _ in range(3):
+        exchange(port, b"GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n")
+    time.sleep(0.5)
+    log = logged(server)
+
+    assert "Invalid HTTP request" not in log
+    assert log.count("two Host headers") == 1, log
 
 
 @pytest.mark.parametrize(
