@@ -99,7 +99,7 @@ class LoopbackHostMiddleware:
 
     def __init__(self, app: ASGIApp, *, extra_hosts: Iterable[str] = ()) -> None:
         self.app = app
-        self.extra = frozenset(bare_host(name).lower() for name in extra_hosts)
+        self.extra = allowed_host_names(extra_hosts)
         # Clients send one or two spellings; the verdict per header value is kept (bounded).
         self.verdicts: dict[bytes, bool] = {}
 
@@ -119,11 +119,22 @@ class LoopbackHostMiddleware:
     def _allowed(self, host: bytes) -> bool:
         verdict = self.verdicts.get(host)
         if verdict is None:
-            name = host_name(host.decode("latin-1"))
-            verdict = name in self.extra or is_loopback_host(name)
+            verdict = names_this_machine(host, self.extra)
             if len(self.verdicts) < 256:
                 self.verdicts[host] = verdict
         return verdict
+
+
+def allowed_host_names(names: Iterable[str]) -> frozenset[str]:
+    """AGMEM_ALLOWED_HOSTS as `names_this_machine` compares them."""
+    return frozenset(bare_host(name).lower() for name in names)
+
+
+def names_this_machine(host: bytes, extra: frozenset[str]) -> bool:
+    """The Host rule's verdict on a `Host` value: `localhost`, a loopback address or one of
+    `extra` (AGMEM_ALLOWED_HOSTS, lower-case, without brackets)."""
+    name = host_name(host.decode("latin-1"))
+    return name in extra or is_loopback_host(name)
 
 
 class BodySizeLimitMiddleware:

@@ -163,6 +163,7 @@ def serve(
             http=JsonErrorsProtocol.configured(
                 idle_timeout=settings.request_idle_timeout_seconds,
                 trusted_proxies=settings.trusted_proxies,
+                allowed_hosts=settings.allowed_hosts,
             ),
             # Answered in the error shape by the protocol, which checks it first.
             # (uvicorn refuses at `limit_concurrency` connections, this one included).

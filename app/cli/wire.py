@@ -8,14 +8,19 @@ over 64 KiB (a long `prompt` on `GET /api/context`). A client that reads every e
 `{"error", "detail"}` failed to parse that one; the protocol below sends the same 400 in the
 shared shape and still closes the connection, as uvicorn does (the parser's state is lost).
 
-uvicorn times a connection out only between requests (its keep-alive, 5 s). A client that sent
-half a header block, or headers and part of the body it announced (a `Content-Length` not
-reached, a chunked body that stops), held its connection, and with a body its request task, for
-as long as it kept the socket open. Here a request whose next bytes do not come within the idle
-timeout (AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS) is answered 408 and closed; a connection that sends
-nothing at all is closed. The clock counts only while the service waits on the client: not while
-the app works, nor while the service itself stops reading (a body the app has not read yet, an
-`Expect: 100-continue` not answered yet).
+uvicorn times a connection out only between requests (its keep-alive, 5 s), and any byte
+cancels that timer until the next answer completes. A client that sent half a header block, or
+headers and part of the body it announced (a `Content-Length` not reached, a chunked body that
+stops), held its connection, and with a body its request task, for as long as it kept the socket
+open; so did one that sent a blank line after an answer, or a byte of a body the answer did not
+read (a 404, 401 or 421 answered before the body came). Here every state of a connection is
+bounded by the idle timeout (AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS):
+- within a request's headers or body, each byte starts the clock again; past it, 408 and close;
+- between requests (from the connection's start or an answer's end to the next request's first
+  byte), bytes that begin no request do not count: past it, the connection is closed;
+- while the app works, or the service itself stops reading (a request queued behind another, a
+  body the app has not read yet, an `Expect: 100-continue` not answered yet), no clock runs: a
+  request stalled behind another's answer gets its 408 only once that answer is sent.
 
 Connections are bounded (AGMEM_MAX_CONNECTIONS, and never more than the process's file
 descriptors leave room for): each is a descriptor, and at the process's limit the service could
@@ -27,22 +32,34 @@ Behind a reverse proxy that sends its upstream's address as `Host` (nginx's defa
 `proxy_set_header Host $proxy_host`), the service's own `/docs` page, at the proxy's public name,
 counted as a foreign origin. From a peer in AGMEM_TRUSTED_PROXIES (none by default: a header any
 client can send is never believed blindly) the first name in `X-Forwarded-Host` becomes the
-request's `Host`, which the Host and origin rules then judge.
+request's `Host`, which the Host and origin rules then judge. A loopback peer may be a browser on
+this machine as well as a local proxy: a page rebound to 127.0.0.1 (DNS rebinding) sends its own
+domain as `Host` and may add any `X-Forwarded-Host` (same-origin: no preflight). From a loopback
+peer the header is believed only when the real `Host` passes the Host rule itself, as the
+upstream's address a local proxy sends does (`127.0.0.1:37777`).
 
 Two `Host` headers are refused (RFC 9112, 3.2): the Host rule read the first and the origin rule
 the last, so `Host: 127.0.0.1` then `Host: evil.example` passed the one as this machine and the
 other as the page's own origin.
+
+uvicorn logs `Invalid HTTP request received.` for every refusal raised from the parser, which
+named neither a 503 at the limit nor two Host headers; those log their cause instead, one line
+per cause at most every REFUSAL_LOG_SECONDS, counting the ones in between.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
+import logging
 from collections.abc import Iterable
 from typing import Any
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from app.api.middleware import allowed_host_names, names_this_machine
 
 BAD_REQUEST_DETAIL = (
     "the request is not valid HTTP/1.1 (a malformed request line, header or chunked body, a bad "
@@ -50,9 +67,9 @@ BAD_REQUEST_DETAIL = (
     "POST /api/context)"
 )
 TWO_HOSTS_DETAIL = "the request has more than one Host header"
-_BUSY = b"503 Service Unavailable\r\nretry-after: 1"
-# A request still open when a second signal hurries the stop: about what a restart takes.
-_STOPPING = b"503 Service Unavailable\r\nretry-after: 5"
+# A request still open when a second signal hurries the stop: retry after about what a restart
+# takes.
+_STOPPING_RETRY_AFTER: Header = (b"retry-after", b"5")
 STOPPING_DETAIL = (
     "the service is stopping (a second Ctrl-C or SIGTERM) and cut the request short before "
     "answering it; retry it once the service is back"
@@ -62,53 +79,117 @@ STOPPING_DETAIL = (
 OVERFLOW = 32
 OVER_LIMIT_WAIT_SECONDS = 1.0
 DEFAULT_IDLE_TIMEOUT_SECONDS = 60.0  # as Settings.request_idle_timeout_seconds
+REFUSAL_LOG_SECONDS = 10.0
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+Header = tuple[bytes, bytes]
 
 
 def _error_body(error: str, detail: str) -> bytes:
     return json.dumps({"error": error, "detail": detail}).encode()
 
 
+def _as_compared(network: Network) -> Network:
+    """`::ffff:10.0.0.1` as `10.0.0.1`: an IPv4 peer of a service bound to `::` is compared as
+    IPv4, so an IPv4-mapped entry never matched."""
+    if isinstance(network, ipaddress.IPv4Network) or network.prefixlen < 96:
+        return network
+    mapped = network.network_address.ipv4_mapped
+    return network if mapped is None else ipaddress.ip_network(f"{mapped}/{network.prefixlen - 96}")
+
+
 class Refused(httptools.HttpParserError):
-    """Raised from the parser's callback, which stops it: uvicorn answers a parser error with
-    `send_400_response`, which sends the protocol's `refusal` (the 400 unless it was set)."""
+    """Raised from the parser's callback, which stops it: `data_received` answers a parser
+    error with `send_400_response`, which sends the protocol's `refusal` (the 400 unless it was
+    set)."""
+
+
+class RefusalLog:
+    """One log line per cause at most every REFUSAL_LOG_SECONDS (shared by the connections):
+    a flood of refusals is a count, not a line each."""
+
+    def __init__(self) -> None:
+        self.logged: dict[str, float] = {}
+        self.quiet: dict[str, int] = {}
+
+    def note(self, logger: logging.Logger, now: float, cause: str) -> None:
+        last = self.logged.get(cause)
+        if last is not None and now - last < REFUSAL_LOG_SECONDS:
+            self.quiet[cause] = self.quiet.get(cause, 0) + 1
+            return
+        self.logged[cause] = now
+        quiet = self.quiet.pop(cause, 0)
+        if quiet and last is not None:
+            logger.warning("%s (and %d more in the %.0f s before)", cause, quiet, now - last)
+        else:
+            logger.warning("%s", cause)
 
 
 class JsonErrorsProtocol(HttpToolsProtocol):
     """uvicorn's HTTP/1.1 protocol as `agmem serve` ran it (httptools, which uvicorn[standard]
     installs, is what its "auto" picks), with its 400 as JSON, a 408 for a stalled request, a
-    503 in the shape past the connection limit, a 400 for two Host headers and a trusted proxy's
-    `X-Forwarded-Host`. `configured` makes the class with the settings."""
+    bound on every idle state, a 503 in the shape past the connection limit, a 400 for two Host
+    headers and a trusted proxy's `X-Forwarded-Host`. `configured` makes the class with the
+    settings."""
 
     idle_timeout = DEFAULT_IDLE_TIMEOUT_SECONDS
-    trusted_proxies: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+    trusted_proxies: tuple[Network, ...] = ()
+    allowed_hosts: frozenset[str] = frozenset()
+    refusals = RefusalLog()
 
     @classmethod
     def configured(
-        cls, *, idle_timeout: float, trusted_proxies: Iterable[str] = ()
+        cls,
+        *,
+        idle_timeout: float,
+        trusted_proxies: Iterable[str] = (),
+        allowed_hosts: Iterable[str] = (),
     ) -> type[JsonErrorsProtocol]:
         """The protocol with these settings (uvicorn makes one instance per connection).
-        `trusted_proxies`: addresses or networks (`10.0.0.0/8`)."""
-        networks = tuple(ipaddress.ip_network(entry, strict=False) for entry in trusted_proxies)
-        attributes = {"idle_timeout": idle_timeout, "trusted_proxies": networks}
+        `trusted_proxies`: addresses or networks (`10.0.0.0/8`); `allowed_hosts`:
+        AGMEM_ALLOWED_HOSTS, which a loopback proxy's real `Host` may name."""
+        networks = tuple(
+            _as_compared(ipaddress.ip_network(entry, strict=False)) for entry in trusted_proxies
+        )
+        attributes = {
+            "idle_timeout": idle_timeout,
+            "trusted_proxies": networks,
+            "allowed_hosts": allowed_host_names(allowed_hosts),
+            "refusals": RefusalLog(),
+        }
         return type(cls.__name__, (cls,), attributes)
+
+    @classmethod
+    def trusts(cls, peer: str) -> tuple[bool, bool]:
+        """Whether the peer at this address is a trusted proxy, and whether it is loopback."""
+        address = ipaddress.ip_address(peer)
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped  # an IPv4 client of a service bound to `::`
+        return any(address in network for network in cls.trusted_proxies), address.is_loopback
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.refusal = (b"400 Bad Request", _error_body("BadRequest", BAD_REQUEST_DETAIL))
+        self.refusal: tuple[bytes, bytes, list[Header], str | None] = (
+            b"400 Bad Request",
+            _error_body("BadRequest", BAD_REQUEST_DETAIL),
+            [],
+            None,
+        )
         self.in_headers = False  # a request's first bytes came, its headers are not complete
         # A byte received stamps the time; the one timer per connection, armed when it is made,
-        # checks the stamp when it fires: nothing per request but this attribute's write.
+        # checks the stamps when it fires: nothing per request but these attributes' writes.
         self.last_data = 0.0
+        self.waiting_since = 0.0  # the connection's start or the last answer's end
         self.behind_proxy = False  # the peer is a trusted proxy
+        self.loopback_proxy = False  # ... on this machine, where a browser connects from too
+        self.idle_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
-        self.last_data = self.loop.time()
+        self.last_data = self.waiting_since = self.loop.time()
         if self.trusted_proxies and self.client is not None:
-            peer = ipaddress.ip_address(self.client[0])
-            if isinstance(peer, ipaddress.IPv6Address) and peer.ipv4_mapped is not None:
-                peer = peer.ipv4_mapped  # an IPv4 client of a service bound to `::`
-            self.behind_proxy = any(peer in network for network in self.trusted_proxies)
+            self.behind_proxy, loopback = self.trusts(self.client[0])
+            self.loopback_proxy = self.behind_proxy and loopback
         wait = self.idle_timeout
         limit = self.limit_concurrency
         if limit is not None and len(self.connections) >= limit:
@@ -120,12 +201,28 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self.idle_timer = self.loop.call_later(wait, self.idle_check)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.idle_timer.cancel()
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        # uvicorn's, but a refusal of ours logs its cause, not "Invalid HTTP request received."
         self.last_data = self.loop.time()
-        super().data_received(data)
+        self._unset_keepalive_if_required()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            cause = self.refusal[3]
+            if cause is None:
+                self.logger.warning("Invalid HTTP request received.")
+            else:
+                self.refusals.note(self.logger, self.last_data, cause)
+            self.send_400_response("")
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -137,7 +234,9 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         for name, _ in self.headers:
             hosts += name == b"host"
         if hosts > 1:
-            self.refusal = (b"400 Bad Request", _error_body("BadRequest", TWO_HOSTS_DETAIL))
+            body = _error_body("BadRequest", TWO_HOSTS_DETAIL)
+            cause = "refused a request with two Host headers (400)"
+            self.refusal = (b"400 Bad Request", body, [], cause)
             raise Refused(TWO_HOSTS_DETAIL)
         if self.behind_proxy:
             self.take_forwarded_host()
@@ -147,42 +246,62 @@ class JsonErrorsProtocol(HttpToolsProtocol):
                 f"the service has its limit of {limit - 1} connections open "
                 "(AGMEM_MAX_CONNECTIONS); retry shortly"
             )
-            self.refusal = (_BUSY, _error_body("ServiceUnavailable", detail))
+            cause = (
+                f"connection limit reached: {limit - 1} open (AGMEM_MAX_CONNECTIONS), answered 503"
+            )
+            body = _error_body("ServiceUnavailable", detail)
+            self.refusal = (b"503 Service Unavailable", body, [(b"retry-after", b"1")], cause)
             raise Refused(detail)
         super().on_headers_complete()
 
+    def on_response_complete(self) -> None:
+        self.waiting_since = self.loop.time()
+        super().on_response_complete()
+
     def take_forwarded_host(self) -> None:
         """The first name of the proxy's `X-Forwarded-Host` as `Host` (the one the client
-        asked for, where proxies in a chain append theirs)."""
+        asked for, where proxies in a chain append theirs): the proxy must set the header, not
+        append to the client's. From a loopback peer, only when the real `Host` passes the Host
+        rule: else a rebound page would name this machine there."""
         forwarded = next((v for k, v in self.headers if k == b"x-forwarded-host"), None)
         name = (forwarded or b"").split(b",", 1)[0].strip()
         if not name:
             return
+        if self.loopback_proxy:
+            host = next((v for k, v in self.headers if k == b"host"), None)
+            if host is None or not names_this_machine(host, self.allowed_hosts):
+                return
         self.headers[:] = [(k, v) for k, v in self.headers if k != b"host"]
         self.headers.append((b"host", name))
 
     def idle_check(self) -> None:
         if self.transport.is_closing():
             return
-        idle = self.loop.time() - self.last_data
+        cycle = self.cycle
+        busy = cycle is not None and not cycle.response_complete
+        if self.in_headers and not busy:
+            # A request pipelined behind another's answer counts from that answer's end.
+            since = max(self.last_data, self.waiting_since)
+        elif self.in_headers:
+            since = None  # its turn comes after the answer before it, which the app works on
+        elif cycle is None or cycle.response_complete:
+            since = self.waiting_since  # between requests: a byte that begins none not counted
+        elif cycle.more_body and not self.flow.read_paused and not cycle.waiting_for_100_continue:
+            since = self.last_data  # its body
+        else:
+            since = None  # the app works on a request, or the service holds the client back
+        if since is None:
+            self.idle_timer = self.loop.call_later(self.idle_timeout, self.idle_check)
+            return
+        idle = self.loop.time() - since
         if idle < self.idle_timeout and not self.over_limit():
             self.idle_timer = self.loop.call_later(self.idle_timeout - idle, self.idle_check)
-            return
-        cycle = self.cycle
-        if self.in_headers:
+        elif self.in_headers:
             self.send_408("its headers")
-        elif cycle is None:
-            self.transport.close()  # connected, never sent a byte
-        elif (
-            cycle is not None
-            and cycle.more_body
-            and not cycle.response_complete
-            and not self.flow.read_paused
-            and not cycle.waiting_for_100_continue
-        ):
+        elif cycle is None or cycle.response_complete:
+            self.transport.close()
+        else:
             self.send_408("its body", cycle_started=cycle.response_started)
-        else:  # the app works on a request, or the service holds the client back: not idle
-            self.idle_timer = self.loop.call_later(self.idle_timeout, self.idle_check)
 
     def over_limit(self) -> bool:
         limit = self.limit_concurrency
@@ -212,17 +331,19 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         cycle.disconnected = True
         cycle.message_event.set()
         if not cycle.response_started:
-            self.send_error(_STOPPING, _error_body("ServiceUnavailable", STOPPING_DETAIL))
+            body = _error_body("ServiceUnavailable", STOPPING_DETAIL)
+            self.send_error(b"503 Service Unavailable", body, [_STOPPING_RETRY_AFTER])
         self.transport.close()
 
     def send_400_response(self, msg: str) -> None:
-        self.send_error(*self.refusal)
+        status, body, headers, _ = self.refusal
+        self.send_error(status, body, headers)
         self.transport.close()
 
-    def send_error(self, status: bytes, body: bytes) -> None:
+    def send_error(self, status: bytes, body: bytes, headers: Iterable[Header] = ()) -> None:
         head = [b"HTTP/1.1 " + status + b"\r\n"]
         defaults = self.server_state.default_headers  # date and server, as uvicorn sends them
-        head += [name + b": " + value + b"\r\n" for name, value in defaults]
+        head += [name + b": " + value + b"\r\n" for name, value in (*defaults, *headers)]
         head += [
             b"content-type: application/json\r\n",
             b"content-length: " + str(len(body)).encode() + b"\r\n",

@@ -126,6 +126,25 @@ def test_a_bug_is_a_500_in_shape(
     }
 
 
+def test_a_bug_answered_to_an_allowed_origin_carries_its_cors_headers(
+    database_url: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The capture routes' own stack sent its 500 inside the origin rule, without them: the
+    # interceptor's fetch saw an opaque network failure instead of the error's shape.
+    async def broken(*_args: Any, **_kwargs: Any) -> Any:
+        raise RuntimeError("bug")
+
+    monkeypatch.setattr(service, "record_observation", broken)
+    origin = "chrome-extension://abcdefghijklmnop"
+    with _client(database_url, tmp_path, hot=True) as client:
+        body = {"sessionId": "s", "functionName": "bash", "functionArgs": {}}
+        response = client.post("/api/observe", json=body, headers={"Origin": origin})
+    assert response.status_code == 500
+    assert response.json()["error"] == "InternalError"
+    assert response.headers["access-control-allow-origin"] == origin
+    assert response.headers["vary"] == "Origin"
+
+
 def test_other_methods_take_the_full_stack(both: tuple[TestClient, TestClient]) -> None:
     hot, _ = both
     response = hot.get("/api/observe")
