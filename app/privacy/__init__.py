@@ -17,7 +17,7 @@ from app.privacy.clean import (
     surrogates_replaced,
 )
 from app.privacy.common import REDACTED
-from app.privacy.config import basic_credentials, reference_name
+from app.privacy.config import basic_credentials, reference
 from app.privacy.engine import (
     _RULE_GATES,
     _RULES,
@@ -59,7 +59,7 @@ __all__ = [
     "redact_json",
     "redact_secrets",
     "redact_secrets_lines",
-    "reference_name",
+    "reference",
     "sanitize_json",
     "sanitize_string",
     "sanitize_text",

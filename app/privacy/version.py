@@ -6,13 +6,13 @@ import hashlib
 import re
 from types import FunctionType
 
-from app.privacy.config import _NAME_BEFORE, _REFERENCE_NAME
+from app.privacy.config import _CURSOR_VALUE, _NAME_BEFORE, _REFERENCE_NAME, _SECRET_NAME_VALUE
 from app.privacy.engine import _RULE_GATES, _RULES, _SECRET_KEY
 from app.privacy.private import _MEMORY, _MEMORY_LITERALS, _PRIVATE_LITERALS, _PRIVATE_TAG
 
 # Bump when code that decides what the rules leave changes (a replacement's body, _at_command,
 # basic_credentials, how literals and gates select rules): the digest below sees only data.
-_RULES_CODE_VERSION = 1
+_RULES_CODE_VERSION = 2
 
 
 def _described(value: object) -> str:
@@ -36,7 +36,15 @@ def _rules_version() -> str:
         parts += [repr(literals), _described(pattern), _described(replacement), gate]
     parts += [
         _described(pattern)
-        for pattern in (_SECRET_KEY, _REFERENCE_NAME, _NAME_BEFORE, _PRIVATE_TAG, _MEMORY)
+        for pattern in (
+            _SECRET_KEY,
+            _REFERENCE_NAME,
+            _SECRET_NAME_VALUE,
+            _CURSOR_VALUE,
+            _NAME_BEFORE,
+            _PRIVATE_TAG,
+            _MEMORY,
+        )
     ]
     parts += [repr(_PRIVATE_LITERALS), repr(_MEMORY_LITERALS)]
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
