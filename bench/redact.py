@@ -90,14 +90,14 @@ async def worker_side(url: str, polls: int) -> None:
     try:
         sessionmaker = make_sessionmaker(engine)
         wall, cpu = time.perf_counter(), time.process_time()
-        report = await rescan_if_pending(sessionmaker, "bench", lease=120)
+        report = await rescan_if_pending(sessionmaker, "bench")
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         assert report is not None
         print(f"worker   {wall:6.2f} s wall, {cpu:6.2f} s CPU here: {report.summary_line()}")
         times = []
         for _ in range(polls):
             started = time.perf_counter()
-            assert await rescan_if_pending(sessionmaker, "bench", lease=120) is None
+            assert await rescan_if_pending(sessionmaker, "bench") is None
             times.append(time.perf_counter() - started)
         times.sort()
         print(

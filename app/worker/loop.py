@@ -287,11 +287,7 @@ class Worker:
         stopped = asyncio.create_task(stop.wait())
         try:
             while not stop.is_set():
-                run = asyncio.create_task(
-                    rescan.rescan_if_pending(
-                        self.ctx.sessionmaker, self.id, lease=self.settings.worker_lease_seconds
-                    )
-                )
+                run = asyncio.create_task(rescan.rescan_if_pending(self.ctx.sessionmaker, self.id))
                 # A stop does not wait for the pass (minutes on a big database; the grace is
                 # 10 s): cancelled, it gives its claim back and the next start resumes it.
                 await asyncio.wait({run, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -301,7 +297,7 @@ class Worker:
                     return
                 try:
                     run.result()
-                    if not await rescan.running_elsewhere(self.ctx.sessionmaker, self.id):
+                    if not await rescan.running_elsewhere(self.ctx.sessionmaker):
                         return
                 except Exception as error:
                     log_failure("worker.rescan_error", error)
@@ -311,12 +307,11 @@ class Worker:
             stopped.cancel()
 
     async def _rescan(self) -> None:
-        """The periodic check: a pass whose worker died is taken over when its lease lapses."""
+        """The periodic check: a pass whose worker died is taken over at once (its lock went with
+        its connection)."""
         while True:
             await asyncio.sleep(self.settings.worker_purge_interval_seconds)
             try:
-                await rescan.rescan_if_pending(
-                    self.ctx.sessionmaker, self.id, lease=self.settings.worker_lease_seconds
-                )
+                await rescan.rescan_if_pending(self.ctx.sessionmaker, self.id)
             except Exception as error:  # retried at the next interval
                 log_failure("worker.rescan_error", error)

@@ -13,7 +13,7 @@ from app.db.engine import make_async_engine, make_sessionmaker
 from app.privacy import RULES_VERSION
 from app.redaction import RedactReport
 from app.worker.loop import Worker
-from app.worker.rescan import rescan_if_pending
+from app.worker.rescan import CLAIM_KEYS, rescan_if_pending
 from tests.cli.helpers import run_agmem
 from tests.conftest import libpq_url, make_settings
 from tests.test_redaction import TABLES, _leaking, _store_old_secrets
@@ -34,9 +34,7 @@ def _rescan(url: str, worker: str = "w1") -> RedactReport | None:
     async def go() -> RedactReport | None:
         engine = make_async_engine(url, pool_size=2)
         try:
-            return await rescan_if_pending(
-                make_sessionmaker(engine), worker, lease=60, batch_rows=2
-            )
+            return await rescan_if_pending(make_sessionmaker(engine), worker, batch_rows=2)
         finally:
             await engine.dispose()
 
@@ -80,15 +78,40 @@ def test_a_database_upgraded_to_0005_is_rescanned_once(
     assert _row(db)[0] == RULES_VERSION
 
 
-def test_a_live_claim_of_another_worker_is_left_alone_and_a_lapsed_one_taken(
+def _hold_claim(url: str, worker: str = "other") -> psycopg.Connection[Any]:
+    """A worker's pass under way: the advisory lock held on a connection of its own."""
+    holder = psycopg.connect(libpq_url(url), autocommit=True)
+    holder.execute("SELECT pg_advisory_lock(%s, %s)", CLAIM_KEYS)
+    holder.execute("UPDATE redaction_state SET claimed_by = %s", (worker,))
+    return holder
+
+
+def test_a_pass_under_way_is_left_alone_and_taken_over_when_its_worker_dies(
     db: psycopg.Connection[Any], database_url: str
 ) -> None:
     _store_old_secrets(db)
-    _state(db, OLD_RULES, by="other", until="1 hour")
+    _state(db, OLD_RULES)
+    holder = _hold_claim(database_url)
     assert _rescan(database_url) is None
     assert all(_leaking(db).values())
+    running = run_agmem("status", DATABASE_URL=database_url)
+    assert "redaction  rescan running on other:" in running.stdout
 
-    db.execute("UPDATE redaction_state SET claimed_until = now() - interval '1 second'")
+    holder.close()  # its process killed: Postgres drops the lock with the connection
+    assert _rescan(database_url) is not None
+    assert _leaking(db) == dict.fromkeys(TABLES, 0)
+
+
+def test_a_claim_left_by_a_killed_worker_holds_nobody_up(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    # fixredact17: the claim was a lease in the row; after `kill -9` of serve mid-pass the next
+    # worker waited ~2 min for it to lapse, no lanes, and status named the dead process.
+    _store_old_secrets(db)
+    _state(db, OLD_RULES, by="dead", until="1 hour")
+    pending = run_agmem("status", DATABASE_URL=database_url)
+    assert "redaction  rescan pending:" in pending.stdout
+    assert "dead" not in pending.stdout
     assert _rescan(database_url) is not None
     assert _leaking(db) == dict.fromkeys(TABLES, 0)
 
@@ -162,7 +185,8 @@ def test_a_stop_does_not_wait_for_the_pass_and_gives_its_claim_back(
 def test_a_worker_waits_for_another_workers_pass_and_a_stop_ends_the_wait(
     db: psycopg.Connection[Any], database_url: str
 ) -> None:
-    _state(db, OLD_RULES, by="other", until="1 hour")
-    took = asyncio.run(_stopped_during_rescan(database_url, 1.5))
+    _state(db, OLD_RULES)
+    with _hold_claim(database_url):
+        took = asyncio.run(_stopped_during_rescan(database_url, 1.5))
     assert took < 5
-    assert _row(db)[2] == "other"
+    assert _row(db)[0] == OLD_RULES
