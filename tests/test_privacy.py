@@ -17,6 +17,8 @@ from app.privacy import (
     _RULES,
     _SCANNER,
     REDACTED,
+    RULES_GENERATION,
+    RULES_VERSION,
     NestingTooDeep,
     cap_text,
     clean_text,
@@ -925,3 +927,14 @@ def test_credentials_under_reference_names_are_redacted(text: str, expected: str
 def test_json_credentials_under_reference_names_are_redacted(key: str, value: str) -> None:
     assert sanitize_json({key: value}) == {key: REDACTED}
     assert redact_json({key: value}) == {key: REDACTED}
+
+
+# The rules' digest of each generation. A change of the rules moves RULES_VERSION: bump
+# RULES_GENERATION with it and add the pair here, so that the worker of this build rescans a
+# database redacted under older rules, and leaves one redacted under newer rules alone.
+RULES_GENERATIONS = {2: "365611fd712337b4"}
+
+
+def test_rules_generation_moves_with_the_rules() -> None:
+    assert RULES_GENERATIONS.get(RULES_GENERATION) == RULES_VERSION
+    assert RULES_GENERATION == max(RULES_GENERATIONS)

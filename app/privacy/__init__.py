@@ -36,7 +36,7 @@ from app.privacy.engine import (
     strip_private,
     strip_private_lines,
 )
-from app.privacy.version import RULES_VERSION
+from app.privacy.version import RULES_GENERATION, RULES_VERSION
 
 __all__ = [
     "_RULES",
@@ -46,6 +46,7 @@ __all__ = [
     "ELISION_MARKER",
     "ELISION_START",
     "REDACTED",
+    "RULES_GENERATION",
     "RULES_VERSION",
     "NestingTooDeep",
     "Scanned",

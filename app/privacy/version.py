@@ -55,3 +55,10 @@ def _rules_version() -> str:
 # Derived from the rules themselves (patterns and flags, literals, gates, replacements), so that
 # no change of a rule's data can forget to move it; a change of code bumps _RULES_CODE_VERSION.
 RULES_VERSION = _rules_version()
+
+# Grows by one with every change of RULES_VERSION (tests/test_privacy.py pins each generation's
+# digest, so that a rules change cannot forget it): the order of the rules' versions, which a
+# digest has not. A worker rescans the stored rows only when they were redacted under an older
+# generation, so that two builds on one database (a rolling upgrade, a dev checkout beside an
+# installed agmem) do not redo the pass against each other (app/worker/rescan.py).
+RULES_GENERATION = 2

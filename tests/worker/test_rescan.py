@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 
 from app.db.engine import make_async_engine, make_sessionmaker
-from app.privacy import RULES_VERSION
+from app.privacy import RULES_GENERATION, RULES_VERSION
 from app.redaction import RedactReport
 from app.worker.loop import Worker
 from app.worker.rescan import CLAIM_KEYS, rescan_if_pending
@@ -22,11 +22,13 @@ from tests.worker.builders import run_until
 OLD_RULES = "0123456789abcdef"
 
 
-def _state(db: psycopg.Connection[Any], rules: str | None, **claim: Any) -> None:
+def _state(
+    db: psycopg.Connection[Any], rules: str | None, generation: int | None = None, **claim: Any
+) -> None:
     db.execute(
-        "INSERT INTO redaction_state (id, rules, claimed_by, claimed_until) "
-        "VALUES (1, %s, %s, now() + %s::interval)",
-        (rules, claim.get("by"), claim.get("until")),
+        "INSERT INTO redaction_state (id, rules, generation, claimed_by, claimed_until) "
+        "VALUES (1, %s, %s, %s, now() + %s::interval)",
+        (rules, generation, claim.get("by"), claim.get("until")),
     )
 
 
@@ -114,6 +116,29 @@ def test_a_claim_left_by_a_killed_worker_holds_nobody_up(
     assert "dead" not in pending.stdout
     assert _rescan(database_url) is not None
     assert _leaking(db) == dict.fromkeys(TABLES, 0)
+
+
+def test_only_a_build_with_newer_rules_rescans(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    # fixredact17: two builds with different rules on one database redid the pass against each
+    # other every minute, forever ("rules IS DISTINCT FROM mine").
+    _store_old_secrets(db)
+    _state(db, OLD_RULES, RULES_GENERATION + 1)  # a newer build redacted them
+    assert _rescan(database_url) is None
+    assert all(_leaking(db).values())
+    status = run_agmem("status", DATABASE_URL=database_url)
+    assert (
+        f"redaction  up to date: redacted under newer rules ({OLD_RULES}, generation "
+        f"{RULES_GENERATION + 1}) than this build's" in status.stdout
+    )
+
+    db.execute("UPDATE redaction_state SET generation = %s", (RULES_GENERATION - 1,))
+    assert _rescan(database_url) is not None
+    assert _leaking(db) == dict.fromkeys(TABLES, 0)
+    assert _row(db)[0] == RULES_VERSION
+    generation = db.execute("SELECT generation FROM redaction_state").fetchone()
+    assert generation == (RULES_GENERATION,)
 
 
 def test_a_starting_worker_rescans_before_its_lanes_take_work(
