@@ -13,9 +13,6 @@ from typing import Any
 import pytest
 
 from app.privacy import (
-    _RULE_GATES,
-    _RULES,
-    _SCANNER,
     REDACTED,
     RULES_GENERATION,
     RULES_VERSION,
@@ -31,6 +28,7 @@ from app.privacy import (
     strip_private,
     strip_private_lines,
 )
+from app.privacy.engine import _RULE_GATES, _RULES, _SCANNER
 from app.textscan import SHORT_TEXT
 
 TESTDATA = Path("/work/shared/testdata")

@@ -19,9 +19,6 @@ from app.privacy.clean import (
 from app.privacy.common import REDACTED
 from app.privacy.config import basic_credentials, reference
 from app.privacy.engine import (
-    _RULE_GATES,
-    _RULES,
-    _SCANNER,
     DEFAULT_MAX_DEPTH,
     NestingTooDeep,
     Scanned,
@@ -39,9 +36,6 @@ from app.privacy.engine import (
 from app.privacy.version import RULES_GENERATION, RULES_VERSION
 
 __all__ = [
-    "_RULES",
-    "_RULE_GATES",
-    "_SCANNER",
     "DEFAULT_MAX_DEPTH",
     "ELISION_MARKER",
     "ELISION_START",
