@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -175,7 +176,8 @@ def test_status_shows_a_pending_rescan_until_it_ran(
     assert f"redaction  up to date (rules {RULES_VERSION}, since " in done.stdout
 
 
-async def _stopped_during_rescan(url: str, hold: float) -> float:
+async def _stopped_during_rescan(url: str, ready: Callable[[], bool]) -> float:
+    """Start a worker, stop it once `ready()` holds, and time the stop."""
     engine = make_async_engine(url, pool_size=4)
     stop = asyncio.Event()
     try:
@@ -183,13 +185,31 @@ async def _stopped_during_rescan(url: str, hold: float) -> float:
             settings=make_settings(), sessionmaker=make_sessionmaker(engine), database_url=url
         )
         running = asyncio.create_task(worker.run(stop))
-        await asyncio.sleep(hold)
+        deadline = time.monotonic() + 30
+        while not await asyncio.to_thread(ready):
+            assert time.monotonic() < deadline
+            assert not running.done()
+            await asyncio.sleep(0.05)
         stop.set()
         started = time.monotonic()
         await asyncio.wait_for(running, timeout=30)
         return time.monotonic() - started
     finally:
         await engine.dispose()
+
+
+def _claimed(url: str) -> Callable[[], bool]:
+    def claimed() -> bool:
+        with psycopg.connect(libpq_url(url), autocommit=True) as connection:
+            row = connection.execute("SELECT claimed_by FROM redaction_state").fetchone()
+        return row is not None and row[0] is not None
+
+    return claimed
+
+
+def _after(seconds: float) -> Callable[[], bool]:
+    until = time.monotonic() + seconds
+    return lambda: time.monotonic() >= until
 
 
 def test_a_stop_does_not_wait_for_the_pass_and_gives_its_claim_back(
@@ -200,7 +220,8 @@ def test_a_stop_does_not_wait_for_the_pass_and_gives_its_claim_back(
     # A capture holding a session's row: the pass waits on its first batch.
     with psycopg.connect(libpq_url(database_url)) as holder:
         holder.execute("SELECT 1 FROM sessions FOR UPDATE")
-        took = asyncio.run(_stopped_during_rescan(database_url, 1.0))
+        # Stopped once the pass holds the claim and waits on that row: the stop cancels it.
+        took = asyncio.run(_stopped_during_rescan(database_url, _claimed(database_url)))
         holder.rollback()
     assert took < 5
     rules, _redacted, by, until, _xmin = _row(db)
@@ -212,6 +233,6 @@ def test_a_worker_waits_for_another_workers_pass_and_a_stop_ends_the_wait(
 ) -> None:
     _state(db, OLD_RULES)
     with _hold_claim(database_url):
-        took = asyncio.run(_stopped_during_rescan(database_url, 1.5))
+        took = asyncio.run(_stopped_during_rescan(database_url, _after(1.5)))
     assert took < 5
     assert _row(db)[0] == OLD_RULES
