@@ -282,9 +282,12 @@ class Worker:
         """The redaction pass after a rules upgrade, before the lanes start (app/worker/rescan.py):
         a lane that compressed an observation stored before the upgrade while the pass had not
         reached it wrote the secret into a summary flattened onto one line, where no rule finds
-        it. While another worker runs the pass, wait for it. One statement when none is due; a
-        database that cannot be reached leaves it to the periodic check."""
+        it. While another worker runs the pass, wait for it. One statement when none is due. A
+        pass that fails (the database unreachable) is retried, 1 s doubling to 30 s, and the
+        lanes wait: started, they would compress the rows the pass had not reached (they could
+        not reach the database either)."""
         stopped = asyncio.create_task(stop.wait())
+        retry = 1.0
         try:
             while not stop.is_set():
                 run = asyncio.create_task(rescan.rescan_if_pending(self.ctx.sessionmaker, self.id))
@@ -300,8 +303,10 @@ class Worker:
                     if not await rescan.running_elsewhere(self.ctx.sessionmaker):
                         return
                 except Exception as error:
-                    log_failure("worker.rescan_error", error)
-                    return
+                    log_failure("worker.rescan_error", error, retry_seconds=retry)
+                    await asyncio.wait({stopped}, timeout=retry)
+                    retry = min(retry * 2, 30.0)
+                    continue
                 await asyncio.wait({stopped}, timeout=1.0)
         finally:
             stopped.cancel()
