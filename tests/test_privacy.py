@@ -13,10 +13,9 @@ from typing import Any
 import pytest
 
 from app.privacy import (
-    _RULE_GATES,
-    _RULES,
-    _SCANNER,
     REDACTED,
+    RULES_GENERATION,
+    RULES_VERSION,
     NestingTooDeep,
     cap_text,
     clean_text,
@@ -29,6 +28,7 @@ from app.privacy import (
     strip_private,
     strip_private_lines,
 )
+from app.privacy.engine import _RULE_GATES, _RULES, _SCANNER
 from app.textscan import SHORT_TEXT
 
 TESTDATA = Path("/work/shared/testdata")
@@ -433,6 +433,7 @@ GATE_SAMPLES = [
     ' "SECRET": "abcd1234", "token": "abcd1234"}',
     '{"apiKey": "zzzz9999", "api-key": "zzzz9999", "API_KEY": "zzzz9999", "Api_Key": "zzzz"}',
     *(text for text, _ in NEW_SHAPES),
+    "Authorization header from gcloud: ya29.a0AfH6SMBx-Qk3rT9vLp2mZ",
 ]
 
 
@@ -795,13 +796,13 @@ REFERENCES = [
     # Pagination cursors: the page after this one, not a credential.
     "next_token: page2",
     "nextToken: page2",
-    "NextToken: eyJ2IjoxfQ",
     "nextPageToken: CAIQAA2",
     "pageToken: page-2",
     "continuation_token: abc-2",
-    "ContinuationToken: 1ueGcxLPRx1Tr",
+    "ContinuationToken: 2",
     "cursor_token: abc2",
-    "sync_token: 123abc",
+    "sync_token: 12345",
+    "nextSyncToken: CAIQAA",
     '"next_token": "page2"',
     'next_token = "page2"',
     "NEXT_TOKEN=page2",
@@ -872,3 +873,66 @@ def test_json_credentials_near_reference_names_are_redacted() -> None:
         "existing_password": "y",
     }
     assert sanitize_json(value) == dict.fromkeys(value, REDACTED)
+
+
+# Credentials under names the reference exemption took by their name alone (fixredact17): the
+# name may be a cursor's or a Secret's, the value decides. A prefix (`FB_`, `REPO_`) makes
+# `page`/`sync`/`resume`/`start` + `token` the token of a service, not a cursor.
+_HEX40 = "9f8e7d6c5b4a39281706f5e4d3c2b1a098765432"
+_FB = "EAAGm0PX4ZCpsBAKZC9Zx7yQwErTy8UiOpAsDfGhJkLz"
+CREDENTIALS_UNDER_REFERENCE_NAMES = [
+    (f"FB_PAGE_TOKEN={_FB}", "FB_PAGE_TOKEN=@"),
+    (f"page_token: {_FB}", "page_token: @"),
+    (f"REPO_SYNC_TOKEN={_HEX40}", "REPO_SYNC_TOKEN=@"),
+    ("export CROWDIN_SYNC_TOKEN=a1b2c3d4e5f6a7b8c9d0", "export CROWDIN_SYNC_TOKEN=@"),
+    ("DOCS_SYNC_TOKEN: docs-2f8a7c1e9b", "DOCS_SYNC_TOKEN: @"),
+    ("TWILIO_SYNC_TOKEN=SKa8f7b6c5d4e3f2a1b0c9d8e7f6a5b4c3", "TWILIO_SYNC_TOKEN=@"),
+    ("RESUME_TOKEN=Zm9vYmFyYmF6cXV4c2VjcmV0a2V5==", "RESUME_TOKEN=@"),
+    (f"START_TOKEN={_HEX40}", "START_TOKEN=@"),
+    (f"prevToken='{_HEX40}'", "prevToken='@'"),
+    ("EXISTING_SECRET=s3cr3tP@ssw0rd!", "EXISTING_SECRET=@"),
+    ("existingSecret: hunter2-Real-Pa55", "existingSecret: @"),
+    ("existingSecret: hunter2-real-pa55", "existingSecret: @"),
+    ('existingSecret: "s3cr3tP@ssw0rd!"', 'existingSecret: "@"'),
+    ("fbPageToken: page2", "fbPageToken: @"),
+    ("NextToken: eyJ2IjoxfQ", "NextToken: @"),
+    ("ContinuationToken: 1ueGcxLPRx1Tr", "ContinuationToken: @"),
+    ("sync_token: 123abc", "sync_token: @"),
+    ("next_token: abc123def456ghi789", "next_token: @"),
+    # A Google OAuth access token: its dots made it an attribute path to the unquoted rule.
+    ("access_token: ya29.a0AfH6SMBx-Qk3rT9vLp2", "access_token: @"),
+    ("curl -d token=ya29.a0AfH6SMBx-Qk3rT9vLp2mZ", "curl -d token=@"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), CREDENTIALS_UNDER_REFERENCE_NAMES)
+def test_credentials_under_reference_names_are_redacted(text: str, expected: str) -> None:
+    assert redact_secrets(text) == expected.replace("@", REDACTED)
+    assert redact_secrets_lines(text) == expected.replace("@", REDACTED)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("page_token", _FB),
+        ("sync_token", "abc123def456ghi789"),
+        ("existing_secret", "hunter2-Real-Pa55"),
+        ("existing-secret", "s3cr3tP@ssw0rd!"),
+        ("FB_PAGE_TOKEN", "page2"),
+        ("next_page_token", _HEX40),
+    ],
+)
+def test_json_credentials_under_reference_names_are_redacted(key: str, value: str) -> None:
+    assert sanitize_json({key: value}) == {key: REDACTED}
+    assert redact_json({key: value}) == {key: REDACTED}
+
+
+# The rules' digest of each generation. A change of the rules moves RULES_VERSION: bump
+# RULES_GENERATION with it and add the pair here, so that the worker of this build rescans a
+# database redacted under older rules, and leaves one redacted under newer rules alone.
+RULES_GENERATIONS = {2: "365611fd712337b4"}
+
+
+def test_rules_generation_moves_with_the_rules() -> None:
+    assert RULES_GENERATIONS.get(RULES_GENERATION) == RULES_VERSION
+    assert RULES_GENERATION == max(RULES_GENERATIONS)

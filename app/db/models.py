@@ -394,6 +394,10 @@ class RedactionStateRow(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     rules: Mapped[str | None] = mapped_column(String(16))
+    # `app.privacy.RULES_GENERATION` of those rules: only a build with a greater one rescans.
+    generation: Mapped[int | None] = mapped_column(Integer)
     redacted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Unused since the claim became an advisory lock (fixredact17); kept for builds of redact17
+    # still running against this database during an upgrade, which read and write it.
     claimed_by: Mapped[str | None] = mapped_column(String(200))
     claimed_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -17,11 +17,8 @@ from app.privacy.clean import (
     surrogates_replaced,
 )
 from app.privacy.common import REDACTED
-from app.privacy.config import basic_credentials, reference_name
+from app.privacy.config import basic_credentials, reference
 from app.privacy.engine import (
-    _RULE_GATES,
-    _RULES,
-    _SCANNER,
     DEFAULT_MAX_DEPTH,
     NestingTooDeep,
     Scanned,
@@ -36,16 +33,14 @@ from app.privacy.engine import (
     strip_private,
     strip_private_lines,
 )
-from app.privacy.version import RULES_VERSION
+from app.privacy.version import RULES_GENERATION, RULES_VERSION
 
 __all__ = [
-    "_RULES",
-    "_RULE_GATES",
-    "_SCANNER",
     "DEFAULT_MAX_DEPTH",
     "ELISION_MARKER",
     "ELISION_START",
     "REDACTED",
+    "RULES_GENERATION",
     "RULES_VERSION",
     "NestingTooDeep",
     "Scanned",
@@ -59,7 +54,7 @@ __all__ = [
     "redact_json",
     "redact_secrets",
     "redact_secrets_lines",
-    "reference_name",
+    "reference",
     "sanitize_json",
     "sanitize_string",
     "sanitize_text",

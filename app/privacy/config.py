@@ -24,23 +24,38 @@ def _assignment(match: re.Match[str]) -> str:
     return f"{match.group('name')}{match.group('sep')}{quote}{REDACTED}{quote}"
 
 
-# A name that ends in a credential's word but names no credential: a Helm chart's
+# A name that ends in a credential's word but may name no credential: a Helm chart's
 # `existingSecret` is the name of the Kubernetes Secret holding one, and `next_token`,
 # `nextPageToken`, `ContinuationToken` are pagination cursors (the page after this one). The
-# qualifier starts the name or a part of it (after `_`, `-`, `.` or at a camel-case hump), so
-# that `contextToken` is no `next` one. Only the name-based rules consult it: a value with a
-# credential's own shape (`ghp_...`, `AKIA...`) is redacted under any name.
+# qualifier must start the name (or follow the `.` of a dotted key): after a prefix,
+# `FB_PAGE_TOKEN`, `REPO_SYNC_TOKEN`, `fbPageToken` are a service's tokens. The name alone
+# decides nothing (`RESUME_TOKEN=Zm9v...`, `EXISTING_SECRET=s3cr3tP@ss` are credentials): the
+# value must also have the shape of what the name says, see `reference`.
 _REFERENCE_NAME = re.compile(
-    r"(?:(?<![A-Za-z0-9])|(?<=[a-z0-9])(?=[A-Z]))"
-    r"(?:(?i:existing)[_\-]?(?i:secret)"
+    r"(?<![\w\-])"
+    r"(?:(?P<secret>(?i:existing)[_\-]?(?i:secret))"
     r"|(?i:next|prev|previous|page|continuation|continue|cursor|sync|resume|start|starting)"
-    r"[_\-]?(?:(?i:page)[_\-]?)?(?i:token))\Z"
+    r"[_\-]?(?:(?i:page|sync)[_\-]?)?(?i:token))\Z"
 )
+# A Kubernetes Secret's name as charts spell them: lowercase words or numbers, two or more,
+# joined by `-` or `.` (`my-db-secret`, `redis-2`). A part mixing letters and digits
+# (`hunter2-real-pa55`), a capital or a symbol is a password's shape, and is redacted.
+_SECRET_NAME_VALUE = re.compile(r"(?:[a-z]+|[0-9]+)(?:[-.](?:[a-z]+|[0-9]+))+")
+# A cursor that cannot be a credential: a page number or offset, or a short word with a page
+# number (`page2`, `page-2`, `CAIQAA`). An opaque cursor (base64, hex, 10+ mixed characters)
+# cannot be told from a token by its shape, so it is redacted: that costs a cursor, a leak
+# costs a credential.
+_CURSOR_VALUE = re.compile(r"[0-9]{1,10}|[A-Za-z]{1,8}(?:[-_]?[0-9]{1,4})?")
 
 
-def reference_name(name: str) -> bool:
-    """Whether a key named like a credential names a secret or a cursor instead (see above)."""
-    return _REFERENCE_NAME.search(name) is not None
+def reference(name: str, value: str) -> bool:
+    """Whether `value`, under a key named like a credential, is a secret's name or a cursor
+    (see above) rather than a credential."""
+    found = _REFERENCE_NAME.search(name)
+    if found is None:
+        return False
+    shape = _SECRET_NAME_VALUE if found.group("secret") else _CURSOR_VALUE
+    return shape.fullmatch(value) is not None
 
 
 _NAME_BEFORE = re.compile(r"[\w.\-]*\Z")
@@ -48,11 +63,12 @@ _NAME_BEFORE = re.compile(r"[\w.\-]*\Z")
 
 def _credential_assignment(match: re.Match[str]) -> str:
     """`_assignment` unless the whole name (the part the rule matched and the identifier
-    before it) is a reference name; then the text as it was."""
+    before it) and the value are a reference's; then the text as it was."""
     start = match.start()
     before = _NAME_BEFORE.search(match.string, max(0, start - 100), start)
     name = (before.group() if before else "") + match.group("name").strip("\"'")
-    return match.group() if reference_name(name) else _assignment(match)
+    value = match.group("value").strip("\"'")
+    return match.group() if reference(name, value) else _assignment(match)
 
 
 # identifier or attribute path (`password`, `self.password`, `str`, `None`) holds.

@@ -16,7 +16,7 @@ from app.privacy.config import (
     CONNECTION_RULES,
     REGISTRY_RULES,
     basic_credentials,
-    reference_name,
+    reference,
 )
 from app.privacy.private import (
     _MEMORY_LITERALS,
@@ -259,7 +259,7 @@ def _sanitize(value: Any, depth_left: int, scanner: LiteralScanner, scanned: Sca
         out: dict[str, Any] = {}
         for key, item in value.items():
             clean_key, secret = _key(str(key))
-            if isinstance(item, str) and item and (secret or _docker_auth(clean_key, item)):
+            if isinstance(item, str) and item and _credential(clean_key, secret, item):
                 out[clean_key] = REDACTED
             else:
                 out[clean_key] = _sanitize(item, depth_left - 1, scanner, scanned)
@@ -283,7 +283,7 @@ def redact_json(value: Any) -> Any:
         for key, item in value.items():
             clean_key = redact_secrets(key)
             secret = _credential_key(clean_key)
-            if isinstance(item, str) and item and (secret or _docker_auth(clean_key, item)):
+            if isinstance(item, str) and item and _credential(clean_key, secret, item):
                 out[clean_key] = REDACTED
             else:
                 out[clean_key] = redact_json(item)
@@ -291,6 +291,14 @@ def redact_json(value: Any) -> Any:
     if isinstance(value, list):
         return [redact_json(item) for item in value]
     return value
+
+
+def _credential(key: str, credential_named: bool, value: str) -> bool:
+    """Whether a string under `key` is redacted whole: a credential-named key's value unless it
+    is a secret's name or a cursor, or a Docker config's `"auth"`."""
+    if credential_named:
+        return not reference(key, value)
+    return _docker_auth(key, value)
 
 
 def _docker_auth(key: str, value: str) -> bool:
@@ -314,7 +322,7 @@ def _sanitize_key(key: str) -> tuple[str, bool]:
 
 
 def _credential_key(key: str) -> bool:
-    return _SECRET_KEY.fullmatch(key) is not None and not reference_name(key)
+    return _SECRET_KEY.fullmatch(key) is not None
 
 
 _short_key = lru_cache(maxsize=4096)(_sanitize_key)

@@ -19,6 +19,9 @@ KEY_RULES: list[_Rule] = [
     ),
     # Google API keys (Gemini, Maps, Firebase).
     (("AIza",), re.compile(r"AIza[0-9A-Za-z_\-]{35}"), REDACTED),
+    # Google OAuth access tokens: `ya29.` and a base64url body (the name-based rules read the
+    # dot as an attribute path's).
+    (("ya29.",), re.compile(r"ya29(?<![\w.]ya29)\.[0-9A-Za-z_\-]{20,}"), REDACTED),
     # OpenAI / Anthropic style keys: sk-..., sk-proj-..., sk-ant-api03-...
     (("sk-",), re.compile(r"sk-(?<![\w\-]sk-)[A-Za-z0-9_\-]{20,}"), REDACTED),
     # GitHub tokens: ghp_, gho_, ghu_, ghs_, ghr_ and fine-grained github_pat_.

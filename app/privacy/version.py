@@ -6,13 +6,13 @@ import hashlib
 import re
 from types import FunctionType
 
-from app.privacy.config import _NAME_BEFORE, _REFERENCE_NAME
+from app.privacy.config import _CURSOR_VALUE, _NAME_BEFORE, _REFERENCE_NAME, _SECRET_NAME_VALUE
 from app.privacy.engine import _RULE_GATES, _RULES, _SECRET_KEY
 from app.privacy.private import _MEMORY, _MEMORY_LITERALS, _PRIVATE_LITERALS, _PRIVATE_TAG
 
 # Bump when code that decides what the rules leave changes (a replacement's body, _at_command,
 # basic_credentials, how literals and gates select rules): the digest below sees only data.
-_RULES_CODE_VERSION = 1
+_RULES_CODE_VERSION = 2
 
 
 def _described(value: object) -> str:
@@ -36,7 +36,15 @@ def _rules_version() -> str:
         parts += [repr(literals), _described(pattern), _described(replacement), gate]
     parts += [
         _described(pattern)
-        for pattern in (_SECRET_KEY, _REFERENCE_NAME, _NAME_BEFORE, _PRIVATE_TAG, _MEMORY)
+        for pattern in (
+            _SECRET_KEY,
+            _REFERENCE_NAME,
+            _SECRET_NAME_VALUE,
+            _CURSOR_VALUE,
+            _NAME_BEFORE,
+            _PRIVATE_TAG,
+            _MEMORY,
+        )
     ]
     parts += [repr(_PRIVATE_LITERALS), repr(_MEMORY_LITERALS)]
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
@@ -47,3 +55,10 @@ def _rules_version() -> str:
 # Derived from the rules themselves (patterns and flags, literals, gates, replacements), so that
 # no change of a rule's data can forget to move it; a change of code bumps _RULES_CODE_VERSION.
 RULES_VERSION = _rules_version()
+
+# Grows by one with every change of RULES_VERSION (tests/test_privacy.py pins each generation's
+# digest, so that a rules change cannot forget it): the order of the rules' versions, which a
+# digest has not. A worker rescans the stored rows only when they were redacted under an older
+# generation, so that two builds on one database (a rolling upgrade, a dev checkout beside an
+# installed agmem) do not redo the pass against each other (app/worker/rescan.py).
+RULES_GENERATION = 2

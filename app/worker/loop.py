@@ -282,16 +282,15 @@ class Worker:
         """The redaction pass after a rules upgrade, before the lanes start (app/worker/rescan.py):
         a lane that compressed an observation stored before the upgrade while the pass had not
         reached it wrote the secret into a summary flattened onto one line, where no rule finds
-        it. While another worker runs the pass, wait for it. One statement when none is due; a
-        database that cannot be reached leaves it to the periodic check."""
+        it. While another worker runs the pass, wait for it. One statement when none is due. A
+        pass that fails (the database unreachable) is retried, 1 s doubling to 30 s, and the
+        lanes wait: started, they would compress the rows the pass had not reached (they could
+        not reach the database either)."""
         stopped = asyncio.create_task(stop.wait())
+        retry = 1.0
         try:
             while not stop.is_set():
-                run = asyncio.create_task(
-                    rescan.rescan_if_pending(
-                        self.ctx.sessionmaker, self.id, lease=self.settings.worker_lease_seconds
-                    )
-                )
+                run = asyncio.create_task(rescan.rescan_if_pending(self.ctx.sessionmaker, self.id))
                 # A stop does not wait for the pass (minutes on a big database; the grace is
                 # 10 s): cancelled, it gives its claim back and the next start resumes it.
                 await asyncio.wait({run, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -301,22 +300,23 @@ class Worker:
                     return
                 try:
                     run.result()
-                    if not await rescan.running_elsewhere(self.ctx.sessionmaker, self.id):
+                    if not await rescan.running_elsewhere(self.ctx.sessionmaker):
                         return
                 except Exception as error:
-                    log_failure("worker.rescan_error", error)
-                    return
+                    log_failure("worker.rescan_error", error, retry_seconds=retry)
+                    await asyncio.wait({stopped}, timeout=retry)
+                    retry = min(retry * 2, 30.0)
+                    continue
                 await asyncio.wait({stopped}, timeout=1.0)
         finally:
             stopped.cancel()
 
     async def _rescan(self) -> None:
-        """The periodic check: a pass whose worker died is taken over when its lease lapses."""
+        """The periodic check: a pass whose worker died is taken over at once (its lock went with
+        its connection)."""
         while True:
             await asyncio.sleep(self.settings.worker_purge_interval_seconds)
             try:
-                await rescan.rescan_if_pending(
-                    self.ctx.sessionmaker, self.id, lease=self.settings.worker_lease_seconds
-                )
+                await rescan.rescan_if_pending(self.ctx.sessionmaker, self.id)
             except Exception as error:  # retried at the next interval
                 log_failure("worker.rescan_error", error)

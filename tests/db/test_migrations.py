@@ -119,6 +119,19 @@ def test_0005_leaves_every_stored_row_pending_a_rescan(scratch_url: str) -> None
         assert connection.execute("SELECT user_prompt FROM sessions").fetchone() == ("token: x1",)
 
 
+def test_0006_keeps_the_state_and_counts_it_older_than_any_build(scratch_url: str) -> None:
+    migrate.upgrade(scratch_url, "0005")
+    with psycopg.connect(libpq_url(scratch_url), autocommit=True) as connection:
+        connection.execute("UPDATE redaction_state SET rules = 'abcd', redacted_at = now()")
+    migrate.upgrade(scratch_url)
+    with psycopg.connect(libpq_url(scratch_url), autocommit=True) as connection:
+        state = connection.execute("SELECT rules, generation FROM redaction_state").fetchall()
+        assert state == [("abcd", None)]  # NULL: any build rescans it once
+    migrate.downgrade(scratch_url, "0005")
+    with psycopg.connect(libpq_url(scratch_url), autocommit=True) as connection:
+        assert connection.execute("SELECT rules FROM redaction_state").fetchall() == [("abcd",)]
+
+
 def test_both_extensions_where_available(migrated_url: str) -> None:
     with psycopg.connect(libpq_url(migrated_url)) as connection:
         installed = {r[0] for r in connection.execute("SELECT extname FROM pg_extension")}
