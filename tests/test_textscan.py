@@ -104,10 +104,10 @@ def test_present_encoded_and_an_extended_scanner_answer_as_present() -> None:
 def test_a_command_line_process_compiles_no_scanner_until_a_long_text_is_scanned() -> None:
     # Compiling the scanners built at import cost every `agmem` process ~50-130 ms of CPU.
     probe = (
-        "import app.cli, app.capture.entities, app.privacy, app.textscan as t\n"
+        "import app.cli, app.capture.entities, app.privacy.engine, app.textscan as t\n"
         "print(sorted(s.compiled for s in t._SCANNERS))\n"
         "print(app.privacy.redact_secrets('x' * 300 + ' token=abcdefgh12345678') != '')\n"
-        "print(app.privacy._SCANNER.compiled)"
+        "print(app.privacy.engine._SCANNER.compiled)"
     )
     done = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
