@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -28,39 +29,31 @@ MAX_CONNECTIONS = 20
 def roomy(database_url: str) -> Iterator[tuple[int, subprocess.Popen[str]]]:
     """`agmem serve` whose idle timeout (30 s) outlives any test's wait, with 20 connections at
     most, behind a proxy at 127.0.0.1 written as an IPv4-mapped IPv6 address."""
-    port = free_port()
-    server = start_serve(
-        port,
-        "--no-worker",
-        DATABASE_URL=database_url,
-        AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS="30",
-        AGMEM_MAX_CONNECTIONS=str(MAX_CONNECTIONS),
-        AGMEM_TRUSTED_PROXIES="::ffff:127.0.0.1",
-        AGMEM_ALLOWED_HOSTS="mem.team.example",
-    )
-    try:
-        wait_for_health(port, server)
-        assert server.stdout is not None
-        os.set_blocking(server.stdout.fileno(), False)
-        yield port, server
-    finally:
-        server.send_signal(signal.SIGINT)
-        server.communicate(timeout=60)
+    with _serving(database_url, idle_seconds=30, trusted_proxies="::ffff:127.0.0.1") as served:
+        yield served
 
 
 @pytest.fixture(scope="module")
 def served(database_url: str) -> Iterator[tuple[int, subprocess.Popen[str]]]:
     """`agmem serve` with a 2 s request idle timeout and 20 connections at most (the defaults
     are 60 s and 1,000), behind a reverse proxy at 127.0.0.1."""
+    with _serving(database_url, idle_seconds=IDLE_SECONDS, trusted_proxies="127.0.0.1") as served:
+        yield served
+
+
+@contextlib.contextmanager
+def _serving(
+    database_url: str, *, idle_seconds: float, trusted_proxies: str
+) -> Iterator[tuple[int, subprocess.Popen[str]]]:
+    """A reverse proxy on this machine publishes the service as mem.team.example."""
     port = free_port()
     server = start_serve(
         port,
         "--no-worker",
         DATABASE_URL=database_url,
-        AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS=str(IDLE_SECONDS),
+        AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS=str(idle_seconds),
         AGMEM_MAX_CONNECTIONS=str(MAX_CONNECTIONS),
-        # A reverse proxy on this machine, publishing the service as mem.team.example.
-        AGMEM_TRUSTED_PROXIES="127.0.0.1",
+        AGMEM_TRUSTED_PROXIES=trusted_proxies,
         AGMEM_ALLOWED_HOSTS="mem.team.example",
     )
     try:
