@@ -11,6 +11,7 @@ import select
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -613,3 +614,53 @@ def test_a_query_the_stop_cancels_is_cancelled_quietly(tmp_path: Path) -> None:
     assert server.returncode == 0, stderr
     assert [line for line in stderr.splitlines() if "mcp.stdio.started" not in line] == []
     assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
+
+
+# agmem whose SIGTERM is taken by a thread other than the main one, the main thread asleep in the
+# event loop's epoll_wait. The same state as a SIGTERM that lands in the main thread just before
+# it goes to sleep there, between its last look at the signals and the system call (a short
+# stretch of C, longer when a loaded machine's scheduler takes the CPU away there), made certain:
+# a thread started before the main thread blocks SIGTERM is the only one the kernel can give it to.
+SIGTERM_TAKEN_WHILE_IDLE = """
+import signal, threading, time
+threading.Thread(target=lambda: time.sleep(3600), name="takes-sigterm", daemon=True).start()
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+import app.entry
+app.entry.main()
+"""
+
+
+def test_sigterm_that_lands_as_it_goes_idle_still_ends_it(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # Python's handler runs in the main thread when it next runs Python code; asleep in
+    # epoll_wait with nothing to wake it (an external database: no supervisor's 1 s check), it
+    # slept on until its client closed stdin, then exited 0: the CI flake of
+    # test_a_lone_surrogate_in_tool_arguments_is_cleaned_over_stdio (SIGTERM right after an
+    # answer, as the server goes idle).
+    server = launched(
+        tmp_path / "home",
+        tmp_path,
+        sys.executable,
+        "-c",
+        SIGTERM_TAKEN_WHILE_IDLE,
+        DATABASE_URL=database_url,
+    )
+    try:
+        answered = answer(server, '{"jsonrpc": "2.0", "id": 2, "method": "tools/list"}')
+        # Idle: the answer's write, done in a worker thread, woke the loop once more as it ended.
+        time.sleep(1)
+    finally:
+        server.terminate()
+    assert server.stdin is not None
+    try:
+        server.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        server.stdin.close()  # the end of its input stops it (in `stopped`)
+    ended = server.returncode is not None
+    stderr = stopped(server)
+
+    assert answered is not None, "no answer"
+    assert ended, f"SIGTERM did not end it: {stderr}"
+    assert server.returncode == 0, stderr
+    assert "Traceback" not in stderr
