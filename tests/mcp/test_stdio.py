@@ -664,3 +664,50 @@ def test_sigterm_that_lands_as_it_goes_idle_still_ends_it(
     assert ended, f"SIGTERM did not end it: {stderr}"
     assert server.returncode == 0, stderr
     assert "Traceback" not in stderr
+
+
+# agmem that says on stderr, once its warm-up has run, what that left loaded.
+WARM_UP_NOTED = """
+import sys
+import app.entry, app.warmup
+from app import textscan
+warm_up = app.warmup.warm_up
+def noted(settings):
+    warm_up(settings)
+    scanners = list(textscan._SCANNERS)  # those the command has built (the privacy rules')
+    compiled = bool(scanners) and all(scanner.compiled for scanner in scanners)
+    print("warmed up:", compiled, "google.genai" in sys.modules, file=sys.stderr, flush=True)
+app.warmup.warm_up = noted
+app.entry.main()
+"""
+
+
+@pytest.mark.parametrize("key", [None, "k"])
+def test_it_warms_up_as_a_server_does_beside_its_first_messages(
+    key: str | None, database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # What `agmem serve` pays before its first request (tests/cli/test_imports.py): the scanners'
+    # compile, and google-genai's import with a Gemini key, not left to a first long write or
+    # a first resume.
+    keyed = {"GEMINI_API_KEY": key} if key else {}
+    server = launched(
+        tmp_path / "home",
+        tmp_path,
+        sys.executable,
+        "-c",
+        WARM_UP_NOTED,
+        DATABASE_URL=database_url,
+        **keyed,
+    )
+    assert server.stderr is not None
+    noted = ""
+    try:
+        while not noted.startswith("warmed up:"):
+            ready, _, _ = select.select([server.stderr], [], [], 30)
+            assert ready, "no warm-up within 30 s"
+            noted = server.stderr.readline()
+    finally:
+        server.terminate()
+        stopped(server)
+
+    assert noted == f"warmed up: True {key is not None}\n"
