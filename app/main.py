@@ -20,7 +20,6 @@ from app.config import Settings, get_settings
 from app.context.routes import router as context_router
 from app.db.engine import make_async_engine, make_sessionmaker, resolve_database_url
 from app.db.supervisor import supervised
-from app.llm.gemini import load_client_library
 from app.llm.ratelimit import gemini_gate
 from app.mcp.server import mount_mcp
 from app.memories import routes as memories
@@ -28,7 +27,7 @@ from app.proxy import routes as proxy_routes
 from app.search.routes import router as search_router
 from app.state import AppState
 from app.sync.routes import router as sync_router
-from app.textscan import compile_all
+from app.warmup import warm_up
 from app.worker.loop import Worker
 
 NO_TELEMETRY: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False}
@@ -52,9 +51,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        # Before the first request, which would otherwise pay for these (~130 ms, ~0.3 s).
-        compile_all()
-        load_client_library(settings)
+        warm_up(settings)  # before the first request, which would otherwise pay for it
         url = database_url or resolve_database_url(settings)
         engine = make_async_engine(url, pool_size=settings.db_pool_size)
         state = app.state.agmem = AppState(

@@ -310,6 +310,7 @@ def mcp(project: ProjectOpt = None) -> None:
     """Serve the MCP memory tools over stdio (point your agent's MCP config at `agmem mcp`)."""
     from app.db.supervisor import supervised
     from app.mcp.server import serve_stdio
+    from app.warmup import warm_up
 
     default_project = _project(project)
     if not os.path.isdir(default_project):
@@ -327,7 +328,7 @@ def mcp(project: ProjectOpt = None) -> None:
             # here beside the client's first messages, not by its first long write (the
             # scanners' compile, ~0.1 s) or its first resume with a Gemini key (google-genai's
             # import, ~0.3-0.4 s). Not awaited: the exit joins it.
-            asyncio.get_running_loop().run_in_executor(None, _warm_up, settings)
+            asyncio.get_running_loop().run_in_executor(None, warm_up, settings)
             # An agent keeps its MCP server for its whole session, maybe the only process left
             # using the embedded server.
             pgdata = settings.embedded_pgdata
@@ -342,14 +343,6 @@ def mcp(project: ProjectOpt = None) -> None:
             asyncio.run(_with_state(settings, url, work))
         except KeyboardInterrupt:
             signalled()  # one more while the embedded server stops at exit stops it at once
-
-
-def _warm_up(settings: Settings) -> None:
-    from app.llm.gemini import load_client_library
-    from app.textscan import compile_all
-
-    compile_all()
-    load_client_library(settings)
 
 
 def register(cli: typer.Typer) -> None:

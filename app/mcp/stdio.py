@@ -22,10 +22,11 @@ import math
 import os
 import re
 import signal
+import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass, field
 from types import FrameType, TracebackType
 from typing import Any, Self
@@ -320,7 +321,15 @@ def sigterm_ends_input(end_input: Callable[[], None]) -> Iterator[None]:
     deadline (2 of 15 SIGTERMs during a flood); raised in a tool's task, it left the SDK's task
     groups to unwind it, exit 1 with their ExceptionGroup's traceback. Ctrl-C cancelled
     asyncio's main task, which the SDK's tasks unwound with BrokenResourceError: exit 1 and that
-    traceback, 6 of 6 during a flood."""
+    traceback, 6 of 6 during a flood.
+
+    Python runs the handler in the main thread when that thread next runs Python code. A signal
+    that landed as the event loop went to sleep in epoll_wait (after its last look at the
+    signals, before the system call) woke nothing: with an external database nothing else wakes
+    the loop, and the server slept on until its client closed stdin (a CI flake of round 17; 2
+    of 45,000 signals in a bare asyncio loop). The signal's number written to a socket the loop
+    watches (`signal.set_wakeup_fd`, by the C-level handler, whichever thread takes the signal)
+    wakes it, and the handler then runs."""
     loop = asyncio.get_running_loop()
     stopping = False
 
@@ -333,6 +342,11 @@ def sigterm_ends_input(end_input: Callable[[], None]) -> Iterator[None]:
         end_by_deadline(signum)
         loop.call_soon_threadsafe(end_input)
 
+    woken, wake = socket.socketpair()
+    woken.setblocking(False)
+    wake.setblocking(False)
+    loop.add_reader(woken, _drain, woken)
+    previous_fd = signal.set_wakeup_fd(wake.fileno(), warn_on_full_buffer=False)
     previous = {signum: signal.signal(signum, on_signal) for signum in _ENDING}
     try:
         yield
@@ -340,6 +354,17 @@ def sigterm_ends_input(end_input: Callable[[], None]) -> Iterator[None]:
         if not stopping:  # else a second signal still ends at once
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
+        signal.set_wakeup_fd(previous_fd)
+        loop.remove_reader(woken)
+        woken.close()
+        wake.close()
+
+
+def _drain(woken: socket.socket) -> None:
+    # The bytes only woke the loop: the handlers of the signals they name run on their own.
+    with suppress(BlockingIOError):
+        while woken.recv(4096):
+            pass
 
 
 _ENDING = (signal.SIGTERM, signal.SIGINT)

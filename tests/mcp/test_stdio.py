@@ -11,6 +11,7 @@ import select
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -613,3 +614,100 @@ def test_a_query_the_stop_cancels_is_cancelled_quietly(tmp_path: Path) -> None:
     assert server.returncode == 0, stderr
     assert [line for line in stderr.splitlines() if "mcp.stdio.started" not in line] == []
     assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
+
+
+# agmem whose SIGTERM is taken by a thread other than the main one, the main thread asleep in the
+# event loop's epoll_wait. The same state as a SIGTERM that lands in the main thread just before
+# it goes to sleep there, between its last look at the signals and the system call (a short
+# stretch of C, longer when a loaded machine's scheduler takes the CPU away there), made certain:
+# a thread started before the main thread blocks SIGTERM is the only one the kernel can give it to.
+SIGTERM_TAKEN_WHILE_IDLE = """
+import signal, threading, time
+threading.Thread(target=lambda: time.sleep(3600), name="takes-sigterm", daemon=True).start()
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+import app.entry
+app.entry.main()
+"""
+
+
+def test_sigterm_that_lands_as_it_goes_idle_still_ends_it(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # Python's handler runs in the main thread when it next runs Python code; asleep in
+    # epoll_wait with nothing to wake it (an external database: no supervisor's 1 s check), it
+    # slept on until its client closed stdin, then exited 0: the CI flake of
+    # test_a_lone_surrogate_in_tool_arguments_is_cleaned_over_stdio (SIGTERM right after an
+    # answer, as the server goes idle).
+    server = launched(
+        tmp_path / "home",
+        tmp_path,
+        sys.executable,
+        "-c",
+        SIGTERM_TAKEN_WHILE_IDLE,
+        DATABASE_URL=database_url,
+    )
+    try:
+        answered = answer(server, '{"jsonrpc": "2.0", "id": 2, "method": "tools/list"}')
+        # Idle: the answer's write, done in a worker thread, woke the loop once more as it ended.
+        time.sleep(1)
+    finally:
+        server.terminate()
+    assert server.stdin is not None
+    try:
+        server.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        server.stdin.close()  # the end of its input stops it (in `stopped`)
+    ended = server.returncode is not None
+    stderr = stopped(server)
+
+    assert answered is not None, "no answer"
+    assert ended, f"SIGTERM did not end it: {stderr}"
+    assert server.returncode == 0, stderr
+    assert "Traceback" not in stderr
+
+
+# agmem that says on stderr, once its warm-up has run, what that left loaded.
+WARM_UP_NOTED = """
+import sys
+import app.entry, app.warmup
+from app import textscan
+warm_up = app.warmup.warm_up
+def noted(settings):
+    warm_up(settings)
+    scanners = list(textscan._SCANNERS)  # those the command has built (the privacy rules')
+    compiled = bool(scanners) and all(scanner.compiled for scanner in scanners)
+    print("warmed up:", compiled, "google.genai" in sys.modules, file=sys.stderr, flush=True)
+app.warmup.warm_up = noted
+app.entry.main()
+"""
+
+
+@pytest.mark.parametrize("key", [None, "k"])
+def test_it_warms_up_as_a_server_does_beside_its_first_messages(
+    key: str | None, database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # What `agmem serve` pays before its first request (tests/cli/test_imports.py): the scanners'
+    # compile, and google-genai's import with a Gemini key, not left to a first long write or
+    # a first resume.
+    keyed = {"GEMINI_API_KEY": key} if key else {}
+    server = launched(
+        tmp_path / "home",
+        tmp_path,
+        sys.executable,
+        "-c",
+        WARM_UP_NOTED,
+        DATABASE_URL=database_url,
+        **keyed,
+    )
+    assert server.stderr is not None
+    noted = ""
+    try:
+        while not noted.startswith("warmed up:"):
+            ready, _, _ = select.select([server.stderr], [], [], 30)
+            assert ready, "no warm-up within 30 s"
+            noted = server.stderr.readline()
+    finally:
+        server.terminate()
+        stopped(server)
+
+    assert noted == f"warmed up: True {key is not None}\n"
