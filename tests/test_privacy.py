@@ -931,7 +931,7 @@ def test_json_credentials_under_reference_names_are_redacted(key: str, value: st
 # The rules' digest of each generation. A change of the rules moves RULES_VERSION: bump
 # RULES_GENERATION with it and add the pair here, so that the worker of this build rescans a
 # database redacted under older rules, and leaves one redacted under newer rules alone.
-RULES_GENERATIONS = {2: "365611fd712337b4", 3: "d6acfb350e161778"}
+RULES_GENERATIONS = {2: "365611fd712337b4", 3: "5b7611b1b8324576"}
 
 
 def test_rules_generation_moves_with_the_rules() -> None:
@@ -1033,6 +1033,28 @@ def test_json_keys_that_only_mention_a_credential_word_are_kept(key: str) -> Non
     value = {key: "value-1 of Some shape"}
     assert sanitize_json(value) == value
     assert redact_json(value) == value
+
+
+# Tokens that are no credential by the word before them: a tokenizer's special tokens (a
+# tokenizer_config.json of the venv's wordllama holds `"unk_token": "<unk>"`, redacted before
+# privacy18) and an MCP request's `progressToken`.
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("unk_token", "<unk>"),
+        ("pad_token", "[PAD]"),
+        ("eos_token", "</s>"),
+        ("bosToken", "<s>"),
+        ("mask_token", "<mask>"),
+        ("sep_token", "[SEP]"),
+        ("cls_token", "[CLS]"),
+        ("special_token", "<|endoftext|>"),
+        ("progressToken", "req-17"),
+    ],
+)
+def test_tokens_of_a_tokenizer_or_a_progress_report_are_kept(key: str, value: str) -> None:
+    assert sanitize_json({key: value}) == {key: value}
+    assert redact_json({key: value}) == {key: value}
 
 
 # Helm and Kubernetes name the Secret holding a credential, and the key in it, under names that

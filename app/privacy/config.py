@@ -96,15 +96,27 @@ _CREDENTIAL_WORDS = frozenset(
     }
 )
 _LONGEST_CREDENTIAL_WORD = max(map(len, _CREDENTIAL_WORDS))
+# Tokens that the word before them makes no credential: a tokenizer's special tokens
+# (`"unk_token": "<unk>"`, `eos_token`) and an MCP request's `progressToken`.
+_NOT_CREDENTIAL_TOKENS = frozenset(
+    {"unk", "pad", "bos", "eos", "sep", "cls", "mask", "special", "progress"}
+)
 
 
 def credential_key(name: str) -> bool:
     """Whether an object key names a credential: its last words, a number after them aside
-    (`password2`), spell one of `_CREDENTIAL_WORDS`. The spelling may also start inside a word
+    (`password2`), spell one of `_CREDENTIAL_WORDS`, and a token is not one of
+    `_NOT_CREDENTIAL_TOKENS`. The spelling may also start inside a word
     of capitals, where acronyms run together (`OpenAIAPIKey`: `AIAPI`, `Key`; `GITHUBTOKEN`)."""
     words = _KEY_WORD.findall(name)
     while words and words[-1].isdigit():
         words.pop()
+    if (
+        len(words) > 1
+        and words[-1].lower() == "token"
+        and words[-2].lower() in _NOT_CREDENTIAL_TOKENS
+    ):
+        return False
     spelled = ""
     for word in reversed(words):
         spelled = word.lower() + spelled

@@ -11,6 +11,7 @@ from app.privacy.config import (
     _CURSOR_VALUE,
     _KEY_WORD,
     _NAME_BEFORE,
+    _NOT_CREDENTIAL_TOKENS,
     _REFERENCE_NAME,
     _SECRET_KEY_VALUE,
     _SECRET_NAME_VALUE,
@@ -57,6 +58,7 @@ def _rules_version() -> str:
         )
     ]
     parts += [repr(_PRIVATE_LITERALS), repr(_MEMORY_LITERALS), repr(sorted(_CREDENTIAL_WORDS))]
+    parts += [repr(sorted(_NOT_CREDENTIAL_TOKENS))]
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
 
 
