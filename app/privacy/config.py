@@ -25,22 +25,29 @@ def _assignment(match: re.Match[str]) -> str:
 
 
 # A name that ends in a credential's word but may name no credential: a Helm chart's
-# `existingSecret` is the name of the Kubernetes Secret holding one, and `next_token`,
-# `nextPageToken`, `ContinuationToken` are pagination cursors (the page after this one). The
-# qualifier must start the name (or follow the `.` of a dotted key): after a prefix,
-# `FB_PAGE_TOKEN`, `REPO_SYNC_TOKEN`, `fbPageToken` are a service's tokens. The name alone
-# decides nothing (`RESUME_TOKEN=Zm9v...`, `EXISTING_SECRET=s3cr3tP@ss` are credentials): the
-# value must also have the shape of what the name says, see `reference`.
+# `existingSecret` is the name of the Kubernetes Secret holding one (so are `existingPasswordSecret`
+# and `passwordSecret`), `passwordSecretKey` names the key in that Secret which holds it, and
+# `next_token`, `nextPageToken`, `ContinuationToken` are pagination cursors (the page after this
+# one). The qualifier must start the name (or follow the `.` of a dotted key): after a prefix,
+# `FB_PAGE_TOKEN`, `REPO_SYNC_TOKEN`, `fbPageToken` are a service's tokens and `appPasswordSecret`
+# an app's secret. A Secret's key may follow a prefix (`adminPasswordSecretKey`): what qualifies it
+# is the credential's word before `SecretKey`, without which `jwtSecretKey` is a credential. The
+# name alone decides nothing (`RESUME_TOKEN=Zm9v...`, `EXISTING_SECRET=s3cr3tP@ss` are
+# credentials): the value must also have the shape of what the name says, see `reference`.
 _REFERENCE_NAME = re.compile(
-    r"(?<![\w\-])"
-    r"(?:(?P<secret>(?i:existing)[_\-]?(?i:secret))"
+    r"(?:(?<![\w\-])"
+    r"(?:(?P<secret>(?i:existing)[\w\-]*?(?i:secret)|(?i:password|passwd|credentials?)[_\-]?(?i:secret))"
     r"|(?i:next|prev|previous|page|continuation|continue|cursor|sync|resume|start|starting)"
-    r"[_\-]?(?:(?i:page|sync)[_\-]?)?(?i:token))\Z"
+    r"[_\-]?(?:(?i:page|sync)[_\-]?)?(?i:token))"
+    r"|(?P<key>(?i:existing|password|passwd|token|credentials?)[_\-]?(?i:secret)[_\-]?(?i:key)))\Z"
 )
 # A Kubernetes Secret's name as charts spell them: lowercase words or numbers, two or more,
 # joined by `-` or `.` (`my-db-secret`, `redis-2`). A part mixing letters and digits
 # (`hunter2-real-pa55`), a capital or a symbol is a password's shape, and is redacted.
 _SECRET_NAME_VALUE = re.compile(r"(?:[a-z]+|[0-9]+)(?:[-.](?:[a-z]+|[0-9]+))+")
+# A key of a Secret's data as charts spell them: lowercase words joined by `-`, `_` or `.`, one
+# word too, as the charts' default `password` is (`postgres-password`, `tls.key`).
+_SECRET_KEY_VALUE = re.compile(r"[a-z]+(?:[-_.][a-z]+)*")
 # A cursor that cannot be a credential: a page number or offset, or a short word with a page
 # number (`page2`, `page-2`, `CAIQAA`). An opaque cursor (base64, hex, 10+ mixed characters)
 # cannot be told from a token by its shape, so it is redacted: that costs a cursor, a leak
@@ -49,13 +56,79 @@ _CURSOR_VALUE = re.compile(r"[0-9]{1,10}|[A-Za-z]{1,8}(?:[-_]?[0-9]{1,4})?")
 
 
 def reference(name: str, value: str) -> bool:
-    """Whether `value`, under a key named like a credential, is a secret's name or a cursor
-    (see above) rather than a credential."""
+    """Whether `value`, under a key named like a credential, is a secret's name, a key in a
+    secret, or a cursor (see above) rather than a credential."""
     found = _REFERENCE_NAME.search(name)
     if found is None:
         return False
-    shape = _SECRET_NAME_VALUE if found.group("secret") else _CURSOR_VALUE
+    if found.group("secret"):
+        shape = _SECRET_NAME_VALUE
+    elif found.group("key"):
+        shape = _SECRET_KEY_VALUE
+    else:
+        shape = _CURSOR_VALUE
     return shape.fullmatch(value) is not None
+
+
+# A key's words: camelCase and PascalCase split (`githubToken`, `AuthToken`), an acronym a word of
+# its own before a capitalised one (`APIKey`: `API`, `Key`), and every other character a break
+# (`x-api-key`, `DB_PASSWORD`, `github.token`).
+_KEY_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+# What a credential-named key's last words spell, in lower case. Only whole words count
+# (`maxTokens`, `tokenizer`, `token_budget`, `secretName`, `monkey`, `publicKey` name none);
+# the glued ones are spelled as one word too (`accesstoken`, `apikey`).
+_CREDENTIAL_WORDS = frozenset(
+    {
+        "password",
+        "passwd",
+        "secret",
+        "token",
+        "credential",
+        "credentials",
+        "apikey",
+        "secretkey",
+        "privatekey",
+        "secretaccesskey",
+        "accesstoken",
+        "authtoken",
+        "refreshtoken",
+        "clientsecret",
+    }
+)
+_LONGEST_CREDENTIAL_WORD = max(map(len, _CREDENTIAL_WORDS))
+# Tokens that the word before them makes no credential: a tokenizer's special tokens
+# (`"unk_token": "<unk>"`, `eos_token`) and an MCP request's `progressToken`.
+_NOT_CREDENTIAL_TOKENS = frozenset(
+    {"unk", "pad", "bos", "eos", "sep", "cls", "mask", "special", "progress"}
+)
+
+
+def credential_key(name: str) -> bool:
+    """Whether an object key names a credential: its last words, a number after them aside
+    (`password2`), spell one of `_CREDENTIAL_WORDS`, and a token is not one of
+    `_NOT_CREDENTIAL_TOKENS`. The spelling may also start inside a word
+    of capitals, where acronyms run together (`OpenAIAPIKey`: `AIAPI`, `Key`; `GITHUBTOKEN`)."""
+    words = _KEY_WORD.findall(name)
+    while words and words[-1].isdigit():
+        words.pop()
+    if (
+        len(words) > 1
+        and words[-1].lower() == "token"
+        and words[-2].lower() in _NOT_CREDENTIAL_TOKENS
+    ):
+        return False
+    spelled = ""
+    for word in reversed(words):
+        spelled = word.lower() + spelled
+        if spelled in _CREDENTIAL_WORDS:
+            return True
+        if word.isupper() and len(word) > 1:
+            # Where in the acronym the spelling starts is not known: any of its letters.
+            if any(spelled[start:] in _CREDENTIAL_WORDS for start in range(1, len(word))):
+                return True
+        if len(spelled) >= _LONGEST_CREDENTIAL_WORD:
+            return False
+    return False
 
 
 _NAME_BEFORE = re.compile(r"[\w.\-]*\Z")

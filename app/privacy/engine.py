@@ -16,6 +16,7 @@ from app.privacy.config import (
     CONNECTION_RULES,
     REGISTRY_RULES,
     basic_credentials,
+    credential_key,
     reference,
 )
 from app.privacy.private import (
@@ -218,15 +219,6 @@ def sanitize_string(
     return redacted, found, utf8
 
 
-# A string value under a key named like a credential is redacted whole, whatever its shape.
-_SECRET_KEY = re.compile(
-    r"(?:.*[_\-])?(?:api[_\-]?key|apikey|secret|client[_\-]?secret|secret[_\-]?access[_\-]?key"
-    r"|password|passwd|token|access[_\-]?token|auth[_\-]?token|refresh[_\-]?token"
-    r"|private[_\-]?key|credentials?)",
-    re.IGNORECASE,
-)
-
-
 # What a scanner found in each string of a sanitized value: id(string) -> (string, names).
 Scanned = dict[int, tuple[str, frozenset[str]]]
 
@@ -318,13 +310,11 @@ def _key(key: str) -> tuple[str, bool]:
 
 def _sanitize_key(key: str) -> tuple[str, bool]:
     clean = sanitize_text(key)
-    return clean, _credential_key(clean)
+    return clean, credential_key(clean)
 
 
-def _credential_key(key: str) -> bool:
-    return _SECRET_KEY.fullmatch(key) is not None
-
-
+# The same few keys again in every stored row a rescan reads (app/redaction.py).
+_credential_key = lru_cache(maxsize=4096)(credential_key)
 _short_key = lru_cache(maxsize=4096)(_sanitize_key)
 
 

@@ -6,13 +6,23 @@ import hashlib
 import re
 from types import FunctionType
 
-from app.privacy.config import _CURSOR_VALUE, _NAME_BEFORE, _REFERENCE_NAME, _SECRET_NAME_VALUE
-from app.privacy.engine import _RULE_GATES, _RULES, _SECRET_KEY
+from app.privacy.config import (
+    _CREDENTIAL_WORDS,
+    _CURSOR_VALUE,
+    _KEY_WORD,
+    _NAME_BEFORE,
+    _NOT_CREDENTIAL_TOKENS,
+    _REFERENCE_NAME,
+    _SECRET_KEY_VALUE,
+    _SECRET_NAME_VALUE,
+)
+from app.privacy.engine import _RULE_GATES, _RULES
 from app.privacy.private import _MEMORY, _MEMORY_LITERALS, _PRIVATE_LITERALS, _PRIVATE_TAG
 
 # Bump when code that decides what the rules leave changes (a replacement's body, _at_command,
-# basic_credentials, how literals and gates select rules): the digest below sees only data.
-_RULES_CODE_VERSION = 2
+# basic_credentials, credential_key, how literals and gates select rules): the digest below sees
+# only data. 3: JSON keys split into camelCase words (privacy18).
+_RULES_CODE_VERSION = 3
 
 
 def _described(value: object) -> str:
@@ -37,16 +47,18 @@ def _rules_version() -> str:
     parts += [
         _described(pattern)
         for pattern in (
-            _SECRET_KEY,
+            _KEY_WORD,
             _REFERENCE_NAME,
             _SECRET_NAME_VALUE,
+            _SECRET_KEY_VALUE,
             _CURSOR_VALUE,
             _NAME_BEFORE,
             _PRIVATE_TAG,
             _MEMORY,
         )
     ]
-    parts += [repr(_PRIVATE_LITERALS), repr(_MEMORY_LITERALS)]
+    parts += [repr(_PRIVATE_LITERALS), repr(_MEMORY_LITERALS), repr(sorted(_CREDENTIAL_WORDS))]
+    parts += [repr(sorted(_NOT_CREDENTIAL_TOKENS))]
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
 
 
@@ -61,4 +73,4 @@ RULES_VERSION = _rules_version()
 # digest has not. A worker rescans the stored rows only when they were redacted under an older
 # generation, so that two builds on one database (a rolling upgrade, a dev checkout beside an
 # installed agmem) do not redo the pass against each other (app/worker/rescan.py).
-RULES_GENERATION = 2
+RULES_GENERATION = 3

@@ -19,7 +19,7 @@ from app.worker.rescan import CLAIM_KEYS, rescan_if_pending
 from tests.cli.helpers import run_agmem
 from tests.conftest import libpq_url, make_settings
 from tests.test_redaction import TABLES, _leaking, _store_old_secrets
-from tests.worker.builders import run_until
+from tests.worker.builders import make_observation, make_session, run_until
 
 OLD_RULES = "0123456789abcdef"
 
@@ -141,6 +141,27 @@ def test_only_a_build_with_newer_rules_rescans(
     assert _row(db)[0] == RULES_VERSION
     generation = db.execute("SELECT generation FROM redaction_state").fetchone()
     assert generation == (RULES_GENERATION,)
+
+
+def test_a_newer_generation_redacts_camel_case_credential_keys_stored_before(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    # privacy18: generation 3 splits JSON keys into camelCase words; rows stored under
+    # generation 2 kept a password of no known shape under `dbPassword` or `githubToken`.
+    make_session(db)
+    args = {"config": {"dbPassword": "hunter2 horse", "maxTokens": "4096"}}
+    make_observation(db, "o1", args=args, result={"githubToken": "hunter2tok"})
+    _state(db, OLD_RULES, RULES_GENERATION - 1)
+
+    report = _rescan(database_url)
+    assert report is not None
+    assert report.changed["observations"] == 1
+    row = db.execute("SELECT function_args, result FROM observations").fetchone()
+    assert row is not None
+    assert tuple(row) == (
+        {"config": {"dbPassword": "[REDACTED]", "maxTokens": "4096"}},
+        {"githubToken": "[REDACTED]"},
+    )
 
 
 def test_a_starting_worker_rescans_before_its_lanes_take_work(
