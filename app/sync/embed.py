@@ -204,9 +204,9 @@ async def _cancel_at_gemini(
     project: str,
     to_cancel: list[queries.CancelToDo],
 ) -> None:
-    """One try per job; what fails stays `pending` for the project's next sync. Never fails the
-    sync. A row is written only when its state changes: a cancel that keeps failing the same way
-    (no key) costs a watch's syncs no write, and is logged once."""
+    """One try per job; what fails stays `pending` for a later sync of the project (after
+    `queries.CANCEL_RETRY_MINUTES`). Never fails the sync. A failure is logged when it differs
+    from the last one: once for a missing key, not at every try."""
     # Imported here: google-genai costs ~0.3 s to import, paid only when there is a job to cancel.
     from app.llm.gemini import GeminiNotConfigured
     from app.llm.gemini_embeddings import CancelOutcome, cancel_batch, cancel_client
@@ -238,10 +238,10 @@ async def _cancel_at_gemini(
                 outcome = await asyncio.to_thread(cancel, job.job)
             except Exception as error:  # whatever the client raises: tried again next sync
                 outcome = CancelOutcome("pending", f"cancel failed: {error!r}"[:1000])
-        if outcome.status == "pending" and outcome.error == job.error:
-            continue
         settled.append((job.id, outcome.status, outcome.error))
         if outcome.status == "pending":
+            if outcome.error == job.error:
+                continue
             log.warning(
                 "sync.batch_cancel_failed", project=project, job=job.job, error=outcome.error
             )

@@ -193,8 +193,11 @@ _NEW_BATCH = text(
 # its cancel at Gemini (where it ran to its end, paid for, its result never read). The same
 # statement hands back every cancel of the project still to do, those closed now included (the
 # outer SELECT sees the table as it was, so none comes twice): a sync with nothing to cancel
-# costs no round trip more than before. `expired`: Gemini ends every job 48 hours after its
-# creation, so there is nothing left to cancel.
+# costs no round trip more than before. A failed cancel is tried again once its last try
+# (`updated_at`) is `CANCEL_RETRY_MINUTES` old: during an outage a watch's every sync waited on
+# a cancel's timeout. `expired`: Gemini ends every job 48 hours after its creation, so there is
+# nothing left to cancel.
+CANCEL_RETRY_MINUTES = 10
 _CLOSE_SUPERSEDED_BATCHES = (
     "WITH closed AS (UPDATE embedding_batches SET status = 'failed', updated_at = now(), "
     "last_error = 'superseded: the embedding model is now ' || %(model)s, "
@@ -205,7 +208,8 @@ _CLOSE_SUPERSEDED_BATCHES = (
     "SELECT id, provider_job, created_at < now() - interval '48 hours', cancel_error, closed_now "
     "FROM closed UNION ALL "
     "SELECT id, provider_job, created_at < now() - interval '48 hours', cancel_error, false "
-    "FROM embedding_batches WHERE project_path = %(project)s AND cancel_status = 'pending'"
+    "FROM embedding_batches WHERE project_path = %(project)s AND cancel_status = 'pending' "
+    f"AND updated_at < now() - interval '{CANCEL_RETRY_MINUTES} minutes'"
 )
 
 _SETTLE_CANCELS = (
@@ -509,7 +513,8 @@ async def close_superseded_batches(
 async def settle_cancels(
     connection: Conn, outcomes: list[tuple[uuid.UUID, str, str | None]]
 ) -> None:
-    """Record each cancel's `(id, status, error)`: settled unless `pending`."""
+    """Record each cancel's `(id, status, error)`: settled unless `pending`; `updated_at` is
+    its last try."""
     ids, statuses, errors = (list(column) for column in zip(*outcomes, strict=True))
     await connection.execute(_SETTLE_CANCELS, (ids, statuses, errors))
 

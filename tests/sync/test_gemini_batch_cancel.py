@@ -43,6 +43,11 @@ def local_with_key(fake: FakeGemini, tmp_path: Path) -> Any:
     return make_settings(home=tmp_path / "home", gemini_api_key="k", gemini_base_url=fake.url)
 
 
+def later(db: psycopg.Connection[Any]) -> None:
+    """As if the last try were long enough ago for the next sync to try again."""
+    db.execute("UPDATE embedding_batches SET updated_at = updated_at - interval '1 hour'")
+
+
 def cancel_state(db: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
     return db.execute(
         "SELECT status, cancel_status, cancel_requested_at IS NOT NULL, "
@@ -60,6 +65,7 @@ def test_a_superseded_job_is_cancelled_at_gemini_once(
         settings = local_with_key(fake, tmp_path)
 
         report = run_sync(database_url, settings, local_embedder(), project)
+        later(db)
         run_sync(database_url, settings, local_embedder(), project)
 
         calls = fake.calls(":cancel")
@@ -87,11 +93,18 @@ def test_a_cancel_that_failed_is_retried_by_the_next_sync(
         assert state[0][:4] == ("failed", "pending", True, False)
         assert "503" in state[0][4]
 
+        # Not at once: a watch's every sync waited on a failing cancel during an outage.
+        run_sync(database_url, settings, local_embedder(), project)
+        assert len(fake.calls(":cancel")) == 1
+        later(db)
         run_sync(database_url, settings, local_embedder(), project)
         assert "429" in cancel_state(db)[0][4]
+        later(db)
         run_sync(database_url, settings, local_embedder(), project)
         assert cancel_state(db)[0][1] == "pending"  # the network failed: tried again later
+        later(db)
         run_sync(database_url, settings, local_embedder(), project)
+        later(db)
         run_sync(database_url, settings, local_embedder(), project)
 
         assert len(fake.calls(":cancel")) == 4
@@ -112,6 +125,7 @@ def test_without_a_key_the_cancel_is_recorded_as_not_done_and_logged_once(
         monkeypatch.setattr(embed, "log", structlog.get_logger(embed.__name__))
         with capture_logs() as logged:
             first = run_sync(database_url, no_key, local_embedder(), project)
+            later(db)
             second = run_sync(database_url, no_key, local_embedder(), project)
 
         assert (first.errors, second.errors) == ([], [])
@@ -124,6 +138,7 @@ def test_without_a_key_the_cancel_is_recorded_as_not_done_and_logged_once(
         assert unconfigured[0]["job"] == "batches/job-1"
 
         # A key set later: the next sync cancels it.
+        later(db)
         run_sync(database_url, local_with_key(fake, tmp_path), local_embedder(), project)
         assert len(fake.calls(":cancel")) == 1
     assert cancel_state(db) == [("failed", "cancelled", True, True, None)]
@@ -139,6 +154,7 @@ def test_a_job_already_finished_at_gemini_is_closed_without_retrying(
         settings = local_with_key(fake, tmp_path)
 
         report = run_sync(database_url, settings, local_embedder(), project)
+        later(db)
         run_sync(database_url, settings, local_embedder(), project)
 
         assert len(fake.calls(":cancel")) == 1
@@ -158,6 +174,7 @@ def test_a_job_gone_at_gemini_is_closed_without_retrying(
         settings = local_with_key(fake, tmp_path)
 
         run_sync(database_url, settings, local_embedder(), project)
+        later(db)
         run_sync(database_url, settings, local_embedder(), project)
 
         assert len(fake.calls(":cancel")) == 1
@@ -173,6 +190,7 @@ def test_a_cancel_pending_past_the_jobs_48_hours_is_closed_without_a_call(
         sync_leaving_the_batch_running(fake, tmp_path, database_url, project)
         run_sync(database_url, make_settings(home=tmp_path / "home"), local_embedder(), project)
         db.execute("UPDATE embedding_batches SET created_at = now() - interval '49 hours'")
+        later(db)
         fake.on(CANCEL, accepted)
 
         run_sync(database_url, local_with_key(fake, tmp_path), local_embedder(), project)
