@@ -370,6 +370,20 @@ class EmbeddingBatchRow(Base):
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), nullable=False, server_default=_utcnow()
     )
+    # The cancel at Gemini of a job we stopped waiting for (migration 0007): NULL (nothing to
+    # cancel) | pending -> cancelled | ended (it had ended there) | expired (past its 48 hours)
+    cancel_status: Mapped[str | None] = mapped_column(String(20))
+    cancel_requested_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    cancel_settled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    cancel_error: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (
+        Index(
+            "ix_embedding_batches_cancel_pending",
+            "project_path",
+            postgresql_where=text("cancel_status = 'pending'"),
+        ),
+    )
 
 
 class LlmUsageRow(Base):

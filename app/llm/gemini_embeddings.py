@@ -12,7 +12,7 @@ import random
 import time
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import httpx
 import numpy as np
@@ -25,6 +25,9 @@ from app.llm.embeddings import EmbeddingFailed, model_identity, normalise
 from app.llm.gemini import make_client
 from app.llm.generation import retry_after_of
 from app.privacy import sanitize_text
+
+if TYPE_CHECKING:
+    from google import genai
 
 log = structlog.get_logger(__name__)
 
@@ -57,6 +60,16 @@ SUBMISSION_ERRORS: tuple[type[Exception], ...] = (errors.APIError, *TRANSPORT_ER
 _BATCH_FAILED = frozenset(
     {"JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED", "JOB_STATE_PAUSED"}
 )
+# Gemini's answers to a cancel of a job that is no longer running: FAILED_PRECONDITION (it
+# ended) is a 400, a job it no longer knows a 404. Asking again cannot change either.
+_CANCEL_MOOT = frozenset({400, 404})
+
+
+class CancelOutcome(NamedTuple):
+    """`cancelled`, `ended` (nothing left to cancel) or `pending` (try again later), and why."""
+
+    status: str
+    error: str | None = None
 
 
 class GeminiEmbedder:
@@ -234,6 +247,38 @@ class GeminiEmbedder:
                 raise EmbeddingFailed(f"Gemini batch {name}: a request failed: {item.error}")
             values.append(item.response.embedding.values)
         return self._vectors(values, expected)
+
+    def cancel_batch(self, name: str) -> CancelOutcome:
+        return cancel_batch(self._client, name, timeout_ms=self._query_timeout_ms)
+
+
+def cancel_client(settings: Settings) -> genai.Client:
+    """A client for cancelling jobs whatever the current embedder is (a switch to `local` keeps
+    the key); raises `GeminiNotConfigured` without a key."""
+    return make_client(settings, timeout_ms=cancel_timeout_ms(settings))
+
+
+def cancel_timeout_ms(settings: Settings) -> int:
+    """A cancel holds up the sync that asks it (one try; a later sync tries again)."""
+    return max(1, int(min(QUERY_TIMEOUT_SECONDS, settings.gemini_timeout_seconds) * 1000))
+
+
+def cancel_batch(client: genai.Client, name: str, *, timeout_ms: int) -> CancelOutcome:
+    """One `batches.cancel` of the job, no retry: a failure is the caller's to try again."""
+    try:
+        client.batches.cancel(
+            name=name,
+            config=types.CancelBatchJobConfig(http_options=types.HttpOptions(timeout=timeout_ms)),
+        )
+    except errors.APIError as error:
+        detail = f"cancel refused: {error.code} {error.status or ''} {error.message or ''}"
+        detail = " ".join(detail.split())[:1000]
+        return CancelOutcome("ended" if error.code in _CANCEL_MOOT else "pending", detail)
+    except TRANSPORT_ERRORS as error:
+        return CancelOutcome(
+            "pending", f"cancel unreachable: {type(error).__name__} {error}"[:1000]
+        )
+    return CancelOutcome("cancelled")
 
 
 def _retryable(code: int | None) -> bool:

@@ -5,7 +5,8 @@ A sync with a batch-capable provider writes its chunks with cached vectors only,
 is still missing: through one Batch API job when at least `AGMEM_GEMINI_EMBED_BATCH_THRESHOLD`
 distinct texts are missing, inline otherwise, and inline for whatever a failed job leaves. The job
 is recorded (content hashes in submission order, then the remote name) before anything waits on
-it, so a run killed mid-wait picks the same job up on the project's next sync.
+it, so a run killed mid-wait picks the same job up on the project's next sync. A job closed
+because the project's model changed is cancelled at Gemini (`embedding_batches.cancel_status`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 import structlog
@@ -27,6 +29,9 @@ from app.llm.embeddings import Embedder
 from app.sync import queries
 from app.sync.report import Progress, SyncReport
 
+if TYPE_CHECKING:
+    from app.llm.gemini_embeddings import CancelOutcome
+
 log = structlog.get_logger(__name__)
 
 BATCH_CHUNKS = 2000
@@ -37,6 +42,8 @@ class BatchEmbedder(Embedder, Protocol):
     def submit_batch(self, texts: list[str], *, label: str) -> str: ...
 
     def batch_result(self, name: str, expected: int) -> NDArray[np.float32] | None: ...
+
+    def cancel_batch(self, name: str) -> CancelOutcome: ...
 
 
 class BatchStillRunning(Exception):
@@ -176,13 +183,72 @@ async def resume_batches(
     return still_running
 
 
-async def close_superseded_batches(connection: Conn, embedder: Embedder, project: str) -> None:
-    """Close the project's jobs of a model switched from: nothing resumes them any more."""
-    jobs = await queries.close_superseded_batches(
+async def close_superseded_batches(
+    connection: Conn, settings: Settings, embedder: Embedder, project: str
+) -> None:
+    """Close the project's jobs of a model switched from (nothing resumes them any more), and
+    cancel at Gemini every job of the project closed so that has not been yet."""
+    closed, to_cancel = await queries.close_superseded_batches(
         connection, project=project, model=embedder.identity
     )
-    if jobs:
-        log.info("sync.batch_superseded", project=project, jobs=jobs, model=embedder.identity)
+    if closed:
+        log.info("sync.batch_superseded", project=project, jobs=closed, model=embedder.identity)
+    if to_cancel:
+        await _cancel_at_gemini(connection, settings, embedder, project, to_cancel)
+
+
+async def _cancel_at_gemini(
+    connection: Conn,
+    settings: Settings,
+    embedder: Embedder,
+    project: str,
+    to_cancel: list[queries.CancelToDo],
+) -> None:
+    """One try per job; what fails stays `pending` for a later sync of the project (after
+    `queries.CANCEL_RETRY_MINUTES`). Never fails the sync. A failure is logged when it differs
+    from the last one: once for a missing key, not at every try."""
+    # Imported here: google-genai costs ~0.3 s to import, paid only when there is a job to cancel.
+    from app.llm.gemini import GeminiNotConfigured
+    from app.llm.gemini_embeddings import CancelOutcome, cancel_batch, cancel_client
+    from app.llm.gemini_embeddings import cancel_timeout_ms as timeout_of
+
+    cancel: Callable[[str], CancelOutcome] | None = None
+    unconfigured = ""
+    if isinstance(embedder, BatchEmbedder):
+        cancel = embedder.cancel_batch
+    elif any(not job.expired for job in to_cancel):
+        try:
+            client = cancel_client(settings)
+        except GeminiNotConfigured as error:
+            unconfigured = f"not cancelled: {error.detail}"
+        else:
+            timeout_ms = timeout_of(settings)
+
+            def cancel(name: str) -> CancelOutcome:
+                return cancel_batch(client, name, timeout_ms=timeout_ms)
+
+    settled: list[tuple[uuid.UUID, str, str | None]] = []
+    for job in to_cancel:
+        if job.expired:
+            outcome = CancelOutcome("expired", "not cancelled: 48 hours past its creation")
+        elif cancel is None:
+            outcome = CancelOutcome("pending", unconfigured)
+        else:
+            try:
+                outcome = await asyncio.to_thread(cancel, job.job)
+            except Exception as error:  # whatever the client raises: tried again next sync
+                outcome = CancelOutcome("pending", f"cancel failed: {error!r}"[:1000])
+        settled.append((job.id, outcome.status, outcome.error))
+        if outcome.status == "pending":
+            if outcome.error == job.error:
+                continue
+            log.warning(
+                "sync.batch_cancel_failed", project=project, job=job.job, error=outcome.error
+            )
+        else:
+            log.info("sync.batch_cancel_settled", project=project, job=job.job, **outcome._asdict())
+    if settled:
+        await queries.settle_cancels(connection, settled)
 
 
 async def _run_new_batch(

@@ -356,7 +356,7 @@ async def _write_all(
     if gone:
         await queries.delete_files(lock, gone)  # one statement: its own transaction
         report.files_deleted = len(gone)
-    await close_superseded_batches(lock, embedder, project)  # one statement: its own transaction
+    await close_superseded_batches(lock, settings, embedder, project)  # one statement
     if report.files_changed and not writer.embedding_down and left_unembedded:
         await embed_missing(sessionmaker, settings, embedder, project, report, progress)
     elif isinstance(embedder, BatchEmbedder):

@@ -189,12 +189,33 @@ _NEW_BATCH = text(
 )
 
 # A job is resumed for its own model only (its vectors are that model's): after a switch it was
-# left `submitted` for good. The sync of its project with another model closes it.
+# left `submitted` for good. The sync of its project with another model closes it, and asks for
+# its cancel at Gemini (where it ran to its end, paid for, its result never read). The same
+# statement hands back every cancel of the project still to do, those closed now included (the
+# outer SELECT sees the table as it was, so none comes twice): a sync with nothing to cancel
+# costs no round trip more than before. A failed cancel is tried again once its last try
+# (`updated_at`) is `CANCEL_RETRY_MINUTES` old: during an outage a watch's every sync waited on
+# a cancel's timeout. `expired`: Gemini ends every job 48 hours after its creation, so there is
+# nothing left to cancel.
+CANCEL_RETRY_MINUTES = 10
 _CLOSE_SUPERSEDED_BATCHES = (
-    "UPDATE embedding_batches SET status = 'failed', updated_at = now(), "
-    "last_error = 'superseded: the embedding model is now ' || %(model)s "
+    "WITH closed AS (UPDATE embedding_batches SET status = 'failed', updated_at = now(), "
+    "last_error = 'superseded: the embedding model is now ' || %(model)s, "
+    "cancel_status = CASE WHEN provider_job IS NOT NULL THEN 'pending' END, "
+    "cancel_requested_at = CASE WHEN provider_job IS NOT NULL THEN now() END "
     "WHERE project_path = %(project)s AND model <> %(model)s AND status = 'submitted' "
-    "RETURNING provider_job"
+    "RETURNING id, provider_job, created_at, cancel_error, true AS closed_now) "
+    "SELECT id, provider_job, created_at < now() - interval '48 hours', cancel_error, closed_now "
+    "FROM closed UNION ALL "
+    "SELECT id, provider_job, created_at < now() - interval '48 hours', cancel_error, false "
+    "FROM embedding_batches WHERE project_path = %(project)s AND cancel_status = 'pending' "
+    f"AND updated_at < now() - interval '{CANCEL_RETRY_MINUTES} minutes'"
+)
+
+_SETTLE_CANCELS = (
+    "UPDATE embedding_batches AS b SET cancel_status = u.status, cancel_error = u.error, "
+    "cancel_settled_at = CASE WHEN u.status <> 'pending' THEN now() END, updated_at = now() "
+    "FROM unnest(%s::uuid[], %s::text[], %s::text[]) AS u(id, status, error) WHERE b.id = u.id"
 )
 
 _UPDATE_BATCH = text(
@@ -460,14 +481,42 @@ async def new_batch(
     return batch_id
 
 
-async def close_superseded_batches(connection: Conn, *, project: str, model: str) -> list[str]:
-    """Close the project's jobs still open for another model; their remote names. On the sync's
-    own connection, one statement: in a session of its own it cost a watch's every re-sync
-    ~7 ms of its ~25 (bench.sync's watch mode 1.0% -> 1.35%)."""
+class CancelToDo(NamedTuple):
+    """A job of the project to cancel at Gemini."""
+
+    id: uuid.UUID
+    job: str
+    expired: bool  # past the 48 hours Gemini gives a job: nothing to cancel
+    error: str | None  # the last attempt's failure
+
+
+async def close_superseded_batches(
+    connection: Conn, *, project: str, model: str
+) -> tuple[list[str | None], list[CancelToDo]]:
+    """Close the project's jobs still open for another model: their remote names, and every job
+    of the project whose cancel at Gemini is still to do. On the sync's own connection, one
+    statement: in a session of its own it cost a watch's every re-sync ~7 ms of its ~25
+    (bench.sync's watch mode 1.0% -> 1.35%)."""
     cursor = await connection.execute(
         _CLOSE_SUPERSEDED_BATCHES, {"project": project, "model": model}
     )
-    return [str(row[0]) for row in await cursor.fetchall()]
+    closed: list[str | None] = []
+    to_cancel: list[CancelToDo] = []
+    for batch_id, job, expired, error, closed_now in await cursor.fetchall():
+        if closed_now:
+            closed.append(job)
+        if job is not None:
+            to_cancel.append(CancelToDo(batch_id, job, bool(expired), error))
+    return closed, to_cancel
+
+
+async def settle_cancels(
+    connection: Conn, outcomes: list[tuple[uuid.UUID, str, str | None]]
+) -> None:
+    """Record each cancel's `(id, status, error)`: settled unless `pending`; `updated_at` is
+    its last try."""
+    ids, statuses, errors = (list(column) for column in zip(*outcomes, strict=True))
+    await connection.execute(_SETTLE_CANCELS, (ids, statuses, errors))
 
 
 async def update_batch(

@@ -132,6 +132,50 @@ def test_0006_keeps_the_state_and_counts_it_older_than_any_build(scratch_url: st
         assert connection.execute("SELECT rules FROM redaction_state").fetchall() == [("abcd",)]
 
 
+def test_0007_leaves_superseded_jobs_to_cancel_and_its_downgrade_keeps_the_outcome(
+    scratch_url: str,
+) -> None:
+    migrate.upgrade(scratch_url, "0006")
+    with psycopg.connect(libpq_url(scratch_url), autocommit=True) as connection:
+        connection.execute(
+            "INSERT INTO embedding_batches (project_path, model, provider_job, hashes, status, "
+            "last_error) VALUES "
+            "('/p', 'gemini:a:768', 'batches/old', '[]', 'failed', 'superseded: the embedding "
+            "model is now local:x:256'), "
+            "('/p', 'gemini:a:768', NULL, '[]', 'failed', 'superseded: the embedding model is "
+            "now local:x:256'), "
+            "('/p', 'gemini:a:768', 'batches/gone', '[]', 'failed', 'Gemini batch ended'), "
+            "('/p', 'gemini:a:768', 'batches/run', '[]', 'submitted', NULL)"
+        )
+    migrate.upgrade(scratch_url)
+    with psycopg.connect(libpq_url(scratch_url), autocommit=True) as connection:
+        rows = connection.execute(
+            "SELECT provider_job, cancel_status, cancel_requested_at IS NOT NULL "
+            "FROM embedding_batches ORDER BY provider_job"
+        ).fetchall()
+        # Only a superseded job with a remote name is one to cancel: the others ended or run.
+        assert rows == [
+            ("batches/gone", None, False),
+            ("batches/old", "pending", True),
+            ("batches/run", None, False),
+            (None, None, False),
+        ]
+        connection.execute(
+            "UPDATE embedding_batches SET cancel_status = 'ended', cancel_settled_at = now(), "
+            "cancel_error = 'cancel refused: 400 FAILED_PRECONDITION' "
+            "WHERE provider_job = 'batches/old'"
+        )
+    migrate.downgrade(scratch_url, "0006")
+    with psycopg.connect(libpq_url(scratch_url), autocommit=True) as connection:
+        kept = connection.execute(
+            "SELECT last_error FROM embedding_batches WHERE provider_job = 'batches/old'"
+        ).fetchone()
+    assert kept == (
+        "superseded: the embedding model is now local:x:256; "
+        "cancel ended: cancel refused: 400 FAILED_PRECONDITION",
+    )
+
+
 def test_both_extensions_where_available(migrated_url: str) -> None:
     with psycopg.connect(libpq_url(migrated_url)) as connection:
         installed = {r[0] for r in connection.execute("SELECT extname FROM pg_extension")}

@@ -1,0 +1,238 @@
+"""A Batch API job we stop waiting for is cancelled at Gemini, through the real google-genai
+client and the fake server, and the cancel's state is kept in `embedding_batches`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import structlog
+from structlog.testing import capture_logs
+
+from app.llm.embeddings import local_embedder
+from app.logs import configure_logging
+from app.sync import embed
+from tests.conftest import make_settings
+from tests.fakes.gemini import FakeGemini, FakeResponse, RecordedRequest, fake_gemini
+from tests.sync.helpers import make_project, run_sync
+from tests.sync.test_gemini_sync import sync_leaving_the_batch_running
+
+CANCEL = "batches/job-1:cancel"
+
+
+def accepted(_request: RecordedRequest) -> FakeResponse:
+    return FakeResponse(200, {})
+
+
+def error(code: int, status: str) -> FakeResponse:
+    return FakeResponse(
+        code, {"error": {"code": code, "message": status.lower(), "status": status}}
+    )
+
+
+def narrow_answer(request: RecordedRequest) -> FakeResponse:
+    return FakeResponse(
+        200, {"embeddings": [{"values": [0.5] * 256} for _ in request.body["requests"]]}
+    )
+
+
+def local_with_key(fake: FakeGemini, tmp_path: Path) -> Any:
+    """The model switched to `local`, a Gemini key still configured (for the cancel only)."""
+    return make_settings(home=tmp_path / "home", gemini_api_key="k", gemini_base_url=fake.url)
+
+
+def later(db: psycopg.Connection[Any]) -> None:
+    """As if the last try were long enough ago for the next sync to try again."""
+    db.execute("UPDATE embedding_batches SET updated_at = updated_at - interval '1 hour'")
+
+
+def cancel_state(db: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+    return db.execute(
+        "SELECT status, cancel_status, cancel_requested_at IS NOT NULL, "
+        "cancel_settled_at IS NOT NULL, cancel_error FROM embedding_batches"
+    ).fetchall()
+
+
+def test_a_superseded_job_is_cancelled_at_gemini_once(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "proj")
+    with fake_gemini() as fake:
+        sync_leaving_the_batch_running(fake, tmp_path, database_url, project)
+        fake.on(CANCEL, accepted)
+        settings = local_with_key(fake, tmp_path)
+
+        report = run_sync(database_url, settings, local_embedder(), project)
+        later(db)
+        run_sync(database_url, settings, local_embedder(), project)
+
+        calls = fake.calls(":cancel")
+    assert [(c.method, c.path.split("?")[0].rsplit("/", 2)[1:]) for c in calls] == [
+        ("POST", ["batches", "job-1:cancel"])
+    ]
+    assert report.errors == []
+    assert cancel_state(db) == [("failed", "cancelled", True, True, None)]
+
+
+def test_a_cancel_that_failed_is_retried_by_the_next_sync(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "proj")
+    with fake_gemini() as fake:
+        sync_leaving_the_batch_running(fake, tmp_path, database_url, project)
+        fake.queue(CANCEL, error(503, "UNAVAILABLE"), error(429, "RESOURCE_EXHAUSTED"))
+        fake.queue(CANCEL, FakeResponse(drop=True))
+        fake.on(CANCEL, accepted)
+        settings = local_with_key(fake, tmp_path)
+
+        first = run_sync(database_url, settings, local_embedder(), project)
+        assert first.errors == []  # the sync itself is fine
+        state = cancel_state(db)
+        assert state[0][:4] == ("failed", "pending", True, False)
+        assert "503" in state[0][4]
+
+        # Not at once: a watch's every sync waited on a failing cancel during an outage.
+        run_sync(database_url, settings, local_embedder(), project)
+        assert len(fake.calls(":cancel")) == 1
+        later(db)
+        run_sync(database_url, settings, local_embedder(), project)
+        assert "429" in cancel_state(db)[0][4]
+        later(db)
+        run_sync(database_url, settings, local_embedder(), project)
+        assert cancel_state(db)[0][1] == "pending"  # the network failed: tried again later
+        later(db)
+        run_sync(database_url, settings, local_embedder(), project)
+        later(db)
+        run_sync(database_url, settings, local_embedder(), project)
+
+        assert len(fake.calls(":cancel")) == 4
+    assert cancel_state(db) == [("failed", "cancelled", True, True, None)]
+
+
+def test_without_a_key_the_cancel_is_recorded_as_not_done_and_logged_once(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = make_project(tmp_path / "proj")
+    with fake_gemini() as fake:
+        sync_leaving_the_batch_running(fake, tmp_path, database_url, project)
+        fake.on(CANCEL, accepted)
+        no_key = make_settings(home=tmp_path / "home")
+
+        # A logger keeps the configuration of its first use (an in-process CLI test's level).
+        configure_logging("info")
+        monkeypatch.setattr(embed, "log", structlog.get_logger(embed.__name__))
+        with capture_logs() as logged:
+            first = run_sync(database_url, no_key, local_embedder(), project)
+            later(db)
+            second = run_sync(database_url, no_key, local_embedder(), project)
+
+        assert (first.errors, second.errors) == ([], [])
+        assert fake.calls(":cancel") == []
+        assert cancel_state(db) == [
+            ("failed", "pending", True, False, "not cancelled: GEMINI_API_KEY is not set")
+        ]
+        unconfigured = [e for e in logged if e["event"] == "sync.batch_cancel_failed"]
+        assert len(unconfigured) == 1
+        assert unconfigured[0]["job"] == "batches/job-1"
+
+        # A key set later: the next sync cancels it.
+        later(db)
+        run_sync(database_url, local_with_key(fake, tmp_path), local_embedder(), project)
+        assert len(fake.calls(":cancel")) == 1
+    assert cancel_state(db) == [("failed", "cancelled", True, True, None)]
+
+
+def test_a_job_already_finished_at_gemini_is_closed_without_retrying(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "proj")
+    with fake_gemini() as fake:
+        sync_leaving_the_batch_running(fake, tmp_path, database_url, project)
+        fake.on(CANCEL, lambda _r: error(400, "FAILED_PRECONDITION"))
+        settings = local_with_key(fake, tmp_path)
+
+        report = run_sync(database_url, settings, local_embedder(), project)
+        later(db)
+        run_sync(database_url, settings, local_embedder(), project)
+
+        assert len(fake.calls(":cancel")) == 1
+    assert report.errors == []
+    state = cancel_state(db)
+    assert state[0][:4] == ("failed", "ended", True, True)
+    assert "400" in state[0][4]
+
+
+def test_a_job_gone_at_gemini_is_closed_without_retrying(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "proj")
+    with fake_gemini() as fake:
+        sync_leaving_the_batch_running(fake, tmp_path, database_url, project)
+        fake.on(CANCEL, lambda _r: error(404, "NOT_FOUND"))
+        settings = local_with_key(fake, tmp_path)
+
+        run_sync(database_url, settings, local_embedder(), project)
+        later(db)
+        run_sync(database_url, settings, local_embedder(), project)
+
+        assert len(fake.calls(":cancel")) == 1
+    assert cancel_state(db)[0][:4] == ("failed", "ended", True, True)
+
+
+def test_a_cancel_pending_past_the_jobs_48_hours_is_closed_without_a_call(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # Gemini ends every job within 48 hours of its creation: nothing is left to cancel.
+    project = make_project(tmp_path / "proj")
+    with fake_gemini() as fake:
+        sync_leaving_the_batch_running(fake, tmp_path, database_url, project)
+        run_sync(database_url, make_settings(home=tmp_path / "home"), local_embedder(), project)
+        db.execute("UPDATE embedding_batches SET created_at = now() - interval '49 hours'")
+        later(db)
+        fake.on(CANCEL, accepted)
+
+        run_sync(database_url, local_with_key(fake, tmp_path), local_embedder(), project)
+
+        assert fake.calls(":cancel") == []
+    state = cancel_state(db)
+    assert state[0][:4] == ("failed", "expired", True, True)
+
+
+def test_a_switch_between_gemini_models_cancels_with_the_current_client(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    from tests.sync.test_gemini_sync import gemini
+
+    project = make_project(tmp_path / "proj")
+    with fake_gemini() as fake:
+        sync_leaving_the_batch_running(fake, tmp_path, database_url, project)
+        fake.on(CANCEL, accepted)
+        fake.on(":batchEmbedContents", narrow_answer)
+        settings, embedder = gemini(
+            fake, tmp_path, embedding_dims=256, gemini_embed_batch_threshold=100_000
+        )
+
+        run_sync(database_url, settings, embedder, project)
+
+        assert len(fake.calls(":cancel")) == 1
+    assert cancel_state(db) == [("failed", "cancelled", True, True, None)]
+
+
+def test_a_job_of_the_current_model_is_never_cancelled(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    from tests.sync.test_gemini_sync import gemini
+
+    project = make_project(tmp_path / "proj")
+    with fake_gemini() as fake:
+        server, _ = sync_leaving_the_batch_running(fake, tmp_path, database_url, project)
+        fake.on(CANCEL, accepted)
+        server.polls_pending = 0
+        settings, embedder = gemini(fake, tmp_path, gemini_embed_batch_threshold=5)
+
+        run_sync(database_url, settings, embedder, project)
+
+        assert fake.calls(":cancel") == []
+    assert cancel_state(db) == [("done", None, False, False, None)]
