@@ -4,13 +4,17 @@ Text is sanitized when it is stored, under the rules of that day: a secret whose
 rule catches stays in the rows written before it (observations, summaries, kv memories and their
 history, every index row). This pass walks each table in primary-key order, one short
 transaction a batch (its rows locked for the batch only: a write to one of them waits for the
-batch's read, redaction and updates, milliseconds for small rows, 352 ms seen for 500 rows of
-64 KB), and rewrites only the values the rules change. The rules' regex work runs in the
-caller's event loop: in `agmem serve` requests wait behind a batch's CPU time (/health max
-341 ms seen during a pass over 64 KB rows). Only `redact_secrets` and the
-credential-named JSON keys are applied, not `<private>` stripping: a stored memory-file chunk
-keeps a `<private>` written inside a code span, as its sync did. Running it twice changes
-nothing the second time.
+batch's read, redaction and updates), and rewrites only the values the rules change. A batch is
+at most BATCH_ROWS rows and BATCH_BYTES of their stored text, or one row bigger than that. The
+rules' regex work runs in the caller's event loop (in a thread it made the pass slower: the
+regexes hold the GIL), so the pass turns the loop after every PIECE_BYTES of rows it redacted:
+in `agmem serve` a request waits for one batch's fetch or one row's redaction at most, not for
+500 rows of 64 KB (/health max 221 ms seen before, bench.redact --large). A single huge row is
+still redacted in one go: cut into pieces, a rule would not see a secret across a cut.
+
+Only `redact_secrets` and the credential-named JSON keys are applied, not `<private>` stripping:
+a stored memory-file chunk keeps a `<private>` written inside a code span, as its sync did.
+Running it twice changes nothing the second time.
 
 A changed index row gets its content hash and search terms again (the generated tsvector
 follows its content) and loses its vector, so that the worker embeds the redacted text. The
