@@ -15,11 +15,12 @@ upkeep interval when nothing is pending, timed over 2,000 calls.
 
 Big rows instead (the shape a review saw /health stall on): sessions with a 64 KB prompt, each
 with observations of a 64 KB result, a share of them holding a secret. The worker's pass is timed
-in this process, with the event loop's lag beside it (a 5 ms sleep's overshoot: how long a turn
-of the loop waited behind the pass). Then the secrets are planted again and a real `agmem serve`
-(with its worker) is started on the database: its start-up pass runs while /health is asked every
-20 ms, and the answers' latencies during the pass and after it are printed. Runs against the
-`app` it imports: with another tree's on PYTHONPATH, that tree's code (its serve too).
+in this process (three times, the secrets planted again before each), with the event loop's lag
+beside it (a 5 ms sleep's overshoot: how long a turn of the loop waited behind the pass). Then a
+real `agmem serve` (with its worker) is started on the database: its start-up pass runs while
+/health is asked every 20 ms, and the answers' latencies during the pass and after it are
+printed. Runs against the `app` it imports: with another tree's on PYTHONPATH, that tree's code
+(its serve too).
 """
 
 from __future__ import annotations
@@ -187,7 +188,7 @@ def serve_side(url: str, port: int) -> None:
             process = subprocess.Popen(argv, cwd=root, env=env, stdout=out, stderr=out)
         during: list[float] = []
         after: list[float] = []
-        done = threading.Event()
+        done, stop = threading.Event(), threading.Event()
         pass_started = pass_ended = 0.0
         try:
             with psycopg.connect(libpq(url), autocommit=True) as conn:
@@ -196,7 +197,9 @@ def serve_side(url: str, port: int) -> None:
                     if _health(port) is not None:
                         break
                     time.sleep(0.05)
-                poller = threading.Thread(target=_poll_health, args=(port, during, after, done))
+                poller = threading.Thread(
+                    target=_poll_health, args=(port, during, after, done, stop), daemon=True
+                )
                 poller.start()
                 while time.monotonic() < deadline and process.poll() is None:
                     state = conn.execute(
@@ -212,14 +215,13 @@ def serve_side(url: str, port: int) -> None:
                     time.sleep(0.02)
                 done.set()
                 time.sleep(3)
-                after.append(-1.0)  # the poller stops at this marker
+                stop.set()
                 poller.join()
         finally:
             process.terminate()
             process.wait(timeout=30)
         if not pass_ended:
             raise RuntimeError(f"the pass did not end:\n{log.read_text()[-3000:]}")
-        after.pop()
         seen = f"{pass_ended - pass_started:.2f} s" if pass_started else "(already claimed)"
         print(f"serve's pass seen running for {seen}")
         print(f"/health during the pass: {_quantiles(during)}")
@@ -236,8 +238,10 @@ def _health(port: int) -> float | None:
     return time.perf_counter() - started
 
 
-def _poll_health(port: int, during: list[float], after: list[float], done: threading.Event) -> None:
-    while not (after and after[-1] < 0):
+def _poll_health(
+    port: int, during: list[float], after: list[float], done: threading.Event, stop: threading.Event
+) -> None:
+    while not stop.is_set():
         took = _health(port)
         if took is not None:
             (after if done.is_set() else during).append(took)
@@ -308,6 +312,7 @@ def main() -> None:
     parser.add_argument("--per-session", type=int, default=8)
     parser.add_argument("--row-kb", type=int, default=64)
     parser.add_argument("--port", type=int, default=0, help="serve's (default: a free one)")
+    parser.add_argument("--passes", type=int, default=3, help="the worker's, before serve's")
     args = parser.parse_args()
     if args.large:
         large(args)
@@ -343,8 +348,9 @@ def large(args: argparse.Namespace) -> None:
             f"{rows} rows of {args.row_kb} KB, {planted} with a secret, "
             f"in {time.perf_counter() - started:.1f} s"
         )
-        asyncio.run(worker_side(url, 0))
-        replant_large(url)
+        for _ in range(args.passes):
+            asyncio.run(worker_side(url, 0))
+            replant_large(url)
         serve_side(url, args.port or free_port())
 
 
