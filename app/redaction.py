@@ -4,13 +4,17 @@ Text is sanitized when it is stored, under the rules of that day: a secret whose
 rule catches stays in the rows written before it (observations, summaries, kv memories and their
 history, every index row). This pass walks each table in primary-key order, one short
 transaction a batch (its rows locked for the batch only: a write to one of them waits for the
-batch's read, redaction and updates, milliseconds for small rows, 352 ms seen for 500 rows of
-64 KB), and rewrites only the values the rules change. The rules' regex work runs in the
-caller's event loop: in `agmem serve` requests wait behind a batch's CPU time (/health max
-341 ms seen during a pass over 64 KB rows). Only `redact_secrets` and the
-credential-named JSON keys are applied, not `<private>` stripping: a stored memory-file chunk
-keeps a `<private>` written inside a code span, as its sync did. Running it twice changes
-nothing the second time.
+batch's read, redaction and updates), and rewrites only the values the rules change. A batch is
+at most BATCH_ROWS rows and BATCH_BYTES of their stored text, or one row bigger than that. The
+rules' regex work runs in the caller's event loop (in a thread it made the pass slower: the
+regexes hold the GIL), so the pass turns the loop after every PIECE_BYTES of rows it redacted:
+in `agmem serve` a request waits for one batch's fetch or one row's redaction at most, not for
+500 rows of 64 KB (/health max 221 ms seen before, bench.redact --large). A single huge row is
+still redacted in one go: cut into pieces, a rule would not see a secret across a cut.
+
+Only `redact_secrets` and the credential-named JSON keys are applied, not `<private>` stripping:
+a stored memory-file chunk keeps a `<private>` written inside a code span, as its sync did.
+Running it twice changes nothing the second time.
 
 A changed index row gets its content hash and search terms again (the generated tsvector
 follows its content) and loses its vector, so that the worker embeds the redacted text. The
@@ -20,8 +24,9 @@ hourly prune of orphans (an hour after it was cached at the earliest).
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +38,14 @@ from app.index.writer import content_hash
 from app.privacy import redact_json, redact_secrets, redact_secrets_lines
 
 BATCH_ROWS = 500
+# A batch's stored bytes (its redacted columns), a row bigger than this alone. The whole result of
+# a batch's SELECT is converted (jsonb parsed) in one go, without a turn of the event loop: 500
+# rows of 64 KB took 75 ms of it. 1 MB of rows keeps that near 5 ms.
+BATCH_BYTES = 1 << 20
+# The redaction of this much stored text, or of one row bigger than it, between two turns of the
+# event loop (64 KB of text is ~1 ms of the rules' work): `agmem serve`'s requests wait for no
+# more. Not fewer: 100,000 small rows would pay a turn (~10 µs) each.
+PIECE_BYTES = 64 << 10
 # Who wrote a kv memory's version that the redaction made (its `updatedBy`, then its history's
 # `writtenBy`).
 REDACTION_WRITER = "agmem redact"
@@ -66,6 +79,22 @@ class _Table:
     columns: dict[str, tuple[Callable[[Any], Any], str]]
     # A kv memory: a change is a write, a new version with the one it replaces in its history.
     versioned: bool = False
+
+    @property
+    def size(self) -> str:
+        """SQL for the stored bytes of a row's redacted columns, read without detoasting them."""
+        return _size((column, cast == "text") for column, (_redact, cast) in self.columns.items())
+
+
+def _size(columns: Iterable[tuple[str, bool]]) -> str:
+    # octet_length of a text reads its length from the TOAST pointer, uncompressed; a jsonb or
+    # an array has no such length without reading it whole, and pg_column_size is its stored
+    # size: the observations' results are stored uncompressed (SET STORAGE EXTERNAL, 0001), a
+    # kv memory's value compressed, a smaller figure than what the batch parses.
+    return " + ".join(
+        f"coalesce({'octet_length' if text else 'pg_column_size'}({column}), 0)"
+        for column, text in columns
+    )
 
 
 _TEXT = (_text, "text")
@@ -115,22 +144,42 @@ async def redact_stored(
     *,
     dry_run: bool = False,
     batch_rows: int = BATCH_ROWS,
+    batch_bytes: int = BATCH_BYTES,
     progress: Callable[[str, int], None] | None = None,
 ) -> RedactReport:
-    """Apply today's redaction rules to every stored text; with `dry_run`, only count."""
+    """Apply today's redaction rules to every stored text; with `dry_run`, only count.
+
+    `progress` is called after each batch with the table's name and its rows read so far."""
     report = RedactReport(dry_run=dry_run)
+    batch = _Batch(batch_rows, batch_bytes, dry_run)
     for table in _TABLES:
-        await _walk(sessionmaker, table.name, batch_rows, report, dry_run, progress, table)
-    await _walk(sessionmaker, "memory_chunks", batch_rows, report, dry_run, progress, None)
+        await _walk(sessionmaker, table.name, batch, report, progress, table)
+    await _walk(sessionmaker, "memory_chunks", batch, report, progress, None)
     return report
+
+
+@dataclass
+class _Batch:
+    """A batch's bounds, and the text redacted since the event loop last turned."""
+
+    rows: int
+    bytes: int
+    dry_run: bool
+    unturned: int = 0
+
+    async def redacted(self, stored_bytes: int) -> None:
+        """Count a row's redacted bytes; turn the loop once a piece's worth is done."""
+        self.unturned += stored_bytes
+        if self.unturned >= PIECE_BYTES:
+            self.unturned = 0
+            await asyncio.sleep(0)
 
 
 async def _walk(
     sessionmaker: async_sessionmaker[AsyncSession],
     name: str,
-    batch_rows: int,
+    batch: _Batch,
     report: RedactReport,
-    dry_run: bool,
     progress: Callable[[str, int], None] | None,
     table: _Table | None,
 ) -> None:
@@ -139,9 +188,9 @@ async def _walk(
     while True:
         async with sessionmaker() as session, session.begin():
             if table is None:
-                rows, changed = await _chunk_batch(session, after, batch_rows, dry_run)
+                rows, changed = await _chunk_batch(session, after, batch)
             else:
-                rows, changed = await _table_batch(session, table, after, batch_rows, dry_run)
+                rows, changed = await _table_batch(session, table, after, batch)
         if not rows:
             return
         after = rows[-1]
@@ -151,17 +200,36 @@ async def _walk(
             progress(name, report.scanned[name])
 
 
+def _batch_select(table: str, key: str, columns: list[str], size: str, first: bool) -> str:
+    """The next batch of `table` after key `:after` (or from its first row), locked: at most
+    `:limit` rows, and at most `:budget` of their stored bytes (`size`), or its first row alone.
+
+    The batch's length comes from a running sum in key order, which stops at the first row past
+    the budget (FOR UPDATE cannot lock a window's rows); the rows from a LIMIT of that length, as
+    before, in the same statement and so the same snapshot."""
+    after = f"WHERE {key} > :after " if not first else ""
+    sizes = (
+        f"SELECT row_number() OVER w AS n, sum({size}) OVER w AS running "
+        f"FROM {table} {after}WINDOW w AS (ORDER BY {key}) ORDER BY {key} LIMIT :limit + 1"
+    )
+    rows = (
+        f"coalesce((SELECT n - 1 FROM ({sizes}) s "
+        "WHERE n > 1 AND (running > :budget OR n > :limit) LIMIT 1), :limit)"
+    )
+    return (
+        f"SELECT {key}, {size} AS stored_bytes, {', '.join(columns)} FROM {table} {after}"
+        f"ORDER BY {key} LIMIT {rows} FOR UPDATE"
+    )
+
+
 async def _table_batch(
-    session: AsyncSession, table: _Table, after: Any, limit: int, dry_run: bool
+    session: AsyncSession, table: _Table, after: Any, batch: _Batch
 ) -> tuple[list[Any], int]:
     """Redact one batch of `table`'s rows after key `after`: (the keys read, rows changed)."""
     columns = list(table.columns) + (list(_VERSION_COLUMNS) if table.versioned else [])
-    where = f"WHERE {table.key} > :after " if after is not None else ""
-    select = (
-        f"SELECT {table.key}, {', '.join(columns)} FROM {table.name} {where}"
-        f"ORDER BY {table.key} LIMIT :limit FOR UPDATE"
-    )
-    rows = (await session.execute(text(select), {"after": after, "limit": limit})).all()
+    select = _batch_select(table.name, table.key, columns, table.size, after is None)
+    params = {"after": after, "limit": batch.rows, "budget": batch.bytes}
+    rows = (await session.execute(text(select), params)).all()
     changed = 0
     for row in rows:
         new: dict[str, Any] = {}
@@ -170,10 +238,11 @@ async def _table_batch(
             value = redact(old)
             if value != old:
                 new[column] = value
+        await batch.redacted(row.stored_bytes)
         if not new:
             continue
         changed += 1
-        if dry_run:
+        if batch.dry_run:
             continue
         sets = [f"{column} = CAST(:{column} AS {table.columns[column][1]})" for column in new]
         params = {
@@ -225,8 +294,9 @@ async def _keep_version(session: AsyncSession, row: Any, new: dict[str, Any]) ->
 
 
 _CHUNKS = text(
-    "SELECT id, content, search_terms FROM memory_chunks WHERE id > :after "
-    "ORDER BY id LIMIT :limit FOR UPDATE"
+    _batch_select(
+        "memory_chunks", "id", ["content", "search_terms"], _size([("content", True)]), False
+    )
 )
 _SET_CHUNK = text(
     "UPDATE memory_chunks SET content = :content, hash = :hash, search_terms = :terms, "
@@ -235,18 +305,18 @@ _SET_CHUNK = text(
 )
 
 
-async def _chunk_batch(
-    session: AsyncSession, after: Any, limit: int, dry_run: bool
-) -> tuple[list[Any], int]:
-    rows = (await session.execute(_CHUNKS, {"after": after or 0, "limit": limit})).all()
+async def _chunk_batch(session: AsyncSession, after: Any, batch: _Batch) -> tuple[list[Any], int]:
+    params = {"after": after or 0, "limit": batch.rows, "budget": batch.bytes}
+    rows = (await session.execute(_CHUNKS, params)).all()
     changed = 0
     for row in rows:
         # Lines kept: a file chunk's start and end lines still point at its text.
         content = redact_secrets_lines(row.content)
+        await batch.redacted(row.stored_bytes)
         if content == row.content:
             continue
         changed += 1
-        if not dry_run:
+        if not batch.dry_run:
             params = {
                 "id": row.id,
                 "content": content,
