@@ -42,9 +42,10 @@ Two `Host` headers are refused (RFC 9112, 3.2): the Host rule read the first and
 the last, so `Host: 127.0.0.1` then `Host: evil.example` passed the one as this machine and the
 other as the page's own origin.
 
-uvicorn logs `Invalid HTTP request received.` for every refusal raised from the parser, which
-named neither a 503 at the limit nor two Host headers; those log their cause instead, one line
-per cause at most every REFUSAL_LOG_SECONDS, counting the ones in between.
+uvicorn's `data_received` logs `Invalid HTTP request received.` for every parser error, which
+named neither a 503 at the limit nor two Host headers. It stays uvicorn's: the parser it feeds
+(`RefusingParser`) answers a refusal of the callbacks here, logging its cause, one line per cause
+at most every REFUSAL_LOG_SECONDS, counting the ones in between.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ import asyncio
 import ipaddress
 import json
 import logging
+from array import array
 from collections.abc import Iterable
 from typing import Any
 
@@ -99,9 +101,35 @@ def _as_compared(network: Network) -> Network:
 
 
 class Refused(httptools.HttpParserError):
-    """Raised from the parser's callback, which stops it: `data_received` answers a parser
-    error with `send_400_response`, which sends the protocol's `refusal` (the 400 unless it was
-    set)."""
+    """A request refused from a parser callback, which stops the parser: its answer, and the
+    cause the log names."""
+
+    def __init__(self, status: bytes, body: bytes, headers: list[Header], cause: str) -> None:
+        super().__init__(cause)
+        self.status = status
+        self.body = body
+        self.headers = headers
+        self.cause = cause
+
+
+class RefusingParser(httptools.HttpRequestParser):
+    """httptools' parser, answering a `Refused` of the protocol's callbacks itself: uvicorn's
+    `data_received` logs "Invalid HTTP request received." for any parser error, which names
+    none of these causes. It sees a refusal only as the parser's `HttpParserCallbackError`,
+    with the callback's exception as its context."""
+
+    def __init__(self, protocol: JsonErrorsProtocol) -> None:
+        super().__init__(protocol)
+        self.protocol = protocol
+
+    def feed_data(self, data: bytes | bytearray | memoryview | array[int]) -> None:
+        try:
+            super().feed_data(data)
+        except httptools.HttpParserCallbackError as error:
+            refused = error.__context__
+            if not isinstance(refused, Refused):
+                raise
+            self.protocol.refuse(refused)
 
 
 class RefusalLog:
@@ -169,12 +197,8 @@ class JsonErrorsProtocol(HttpToolsProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.refusal: tuple[bytes, bytes, list[Header], str | None] = (
-            b"400 Bad Request",
-            _error_body("BadRequest", BAD_REQUEST_DETAIL),
-            [],
-            None,
-        )
+        self.parser = RefusingParser(self)
+        self.parser.set_dangerous_leniencies(lenient_data_after_close=True)  # as uvicorn sets it
         self.in_headers = False  # a request's first bytes came, its headers are not complete
         # A byte received stamps the time; the one timer per connection, armed when it is made,
         # checks the stamps when it fires: nothing per request but these attributes' writes.
@@ -206,23 +230,8 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        # uvicorn's, but a refusal of ours logs its cause, not "Invalid HTTP request received."
         self.last_data = self.loop.time()
-        self._unset_keepalive_if_required()
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserError:
-            cause = self.refusal[3]
-            if cause is None:
-                self.logger.warning("Invalid HTTP request received.")
-            else:
-                self.refusals.note(self.logger, self.last_data, cause)
-            self.send_400_response("")
-        except httptools.HttpParserUpgrade:
-            if self._should_upgrade():
-                self.handle_websocket_upgrade()
-            else:
-                self._unsupported_upgrade_warning()
+        super().data_received(data)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -236,8 +245,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         if hosts > 1:
             body = _error_body("BadRequest", TWO_HOSTS_DETAIL)
             cause = "refused a request with two Host headers (400)"
-            self.refusal = (b"400 Bad Request", body, [], cause)
-            raise Refused(TWO_HOSTS_DETAIL)
+            raise Refused(b"400 Bad Request", body, [], cause)
         if self.behind_proxy:
             self.take_forwarded_host()
         limit = self.limit_concurrency  # uvicorn's own check, the same, comes after this one
@@ -250,8 +258,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
                 f"connection limit reached: {limit - 1} open (AGMEM_MAX_CONNECTIONS), answered 503"
             )
             body = _error_body("ServiceUnavailable", detail)
-            self.refusal = (b"503 Service Unavailable", body, [(b"retry-after", b"1")], cause)
-            raise Refused(detail)
+            raise Refused(b"503 Service Unavailable", body, [(b"retry-after", b"1")], cause)
         super().on_headers_complete()
 
     def on_response_complete(self) -> None:
@@ -335,9 +342,15 @@ class JsonErrorsProtocol(HttpToolsProtocol):
             self.send_error(b"503 Service Unavailable", body, [_STOPPING_RETRY_AFTER])
         self.transport.close()
 
+    def refuse(self, refused: Refused) -> None:
+        """Answer a request refused by a callback (`RefusingParser`), log its cause and close."""
+        self.refusals.note(self.logger, self.loop.time(), refused.cause)
+        self.send_error(refused.status, refused.body, refused.headers)
+        self.transport.close()
+
     def send_400_response(self, msg: str) -> None:
-        status, body, headers, _ = self.refusal
-        self.send_error(status, body, headers)
+        # What the parser itself refused (uvicorn has logged it): its 400 in the shape.
+        self.send_error(b"400 Bad Request", _error_body("BadRequest", BAD_REQUEST_DETAIL))
         self.transport.close()
 
     def send_error(self, status: bytes, body: bytes, headers: Iterable[Header] = ()) -> None:
