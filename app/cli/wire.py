@@ -40,10 +40,11 @@ upstream's address a local proxy sends does (`127.0.0.1:37777`).
 
 Two `Host` headers are refused (RFC 9112, 3.2): the Host rule read the first and the origin rule
 the last, so `Host: 127.0.0.1` then `Host: evil.example` passed the one as this machine and the
-other as the page's own origin.
+other as the page's own origin. So is an HTTP/1.1 request without one (RFC 9112, 3.2: a server
+MUST); an HTTP/1.0 one is served (HTTP/1.0 has no such rule; HAProxy's health check sends none).
 
 uvicorn's `data_received` logs `Invalid HTTP request received.` for every parser error, which
-named neither a 503 at the limit nor two Host headers. It stays uvicorn's: the parser it feeds
+named neither a 503 at the limit nor a Host refusal. It stays uvicorn's: the parser it feeds
 (`RefusingParser`) answers a refusal of the callbacks here, logging its cause, one line per cause
 at most every REFUSAL_LOG_SECONDS, counting the ones in between.
 """
@@ -69,6 +70,10 @@ BAD_REQUEST_DETAIL = (
     "POST /api/context)"
 )
 TWO_HOSTS_DETAIL = "the request has more than one Host header"
+NO_HOST_DETAIL = (
+    "the request has no Host header, which HTTP/1.1 requires (RFC 9112, 3.2): send the address "
+    "it is for, e.g. `Host: 127.0.0.1:37777`"
+)
 # A request still open when a second signal hurries the stop: retry after about what a restart
 # takes.
 _STOPPING_RETRY_AFTER: Header = (b"retry-after", b"5")
@@ -245,6 +250,10 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         if hosts > 1:
             body = _error_body("BadRequest", TWO_HOSTS_DETAIL)
             cause = "refused a request with two Host headers (400)"
+            raise Refused(b"400 Bad Request", body, [], cause)
+        if not hosts and self.parser.get_http_version() != "1.0":
+            body = _error_body("BadRequest", NO_HOST_DETAIL)
+            cause = "refused an HTTP/1.1 request without a Host header (400)"
             raise Refused(b"400 Bad Request", body, [], cause)
         if self.behind_proxy:
             self.take_forwarded_host()

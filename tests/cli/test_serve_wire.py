@@ -397,3 +397,30 @@ def test_a_408_on_a_pipelined_request_lets_the_one_before_it_answer(
     status, error = error_of(answer[answer.rindex(b"HTTP/1.1 ") :])
     assert status == b"HTTP/1.1 408 Request Timeout"
     assert "Traceback" not in logged(server)
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"GET /health HTTP/1.1\r\nConnection: close\r\n\r\n",
+        b"POST /api/observe HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n"
+        b"Connection: close\r\n\r\n{}",
+    ],
+    ids=["health", "a hot capture route"],
+)
+def test_an_http_1_1_request_without_host_is_a_400(port: int, request_bytes: bytes) -> None:
+    # RFC 9112, 3.2: a server MUST answer 400 to an HTTP/1.1 request that lacks Host; it was
+    # served, the Host rule having no name to judge.
+    answer = exchange(port, request_bytes)
+
+    status, error = error_of(answer)
+    assert status == b"HTTP/1.1 400 Bad Request"
+    assert error["error"] == "BadRequest"
+    assert "no Host header" in error["detail"]
+
+
+def test_an_http_1_0_request_without_host_is_served(port: int) -> None:
+    # HTTP/1.0 has no Host requirement; HAProxy's default health check sends none.
+    answer = exchange(port, b"GET /health HTTP/1.0\r\n\r\n")
+
+    assert answer.startswith(b"HTTP/1.1 200 "), answer[:300]
