@@ -15,7 +15,9 @@ stops), held its connection, and with a body its request task, for as long as it
 open; so did one that sent a blank line after an answer, or a byte of a body the answer did not
 read (a 404, 401 or 421 answered before the body came). Here every state of a connection is
 bounded by the idle timeout (AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS):
-- within a request's headers or body, each byte starts the clock again; past it, 408 and close;
+- within a request's body, each byte starts the clock again; past it, 408 and close. Its
+  headers must come whole within the timeout of their first byte (a byte at a time held the
+  connection for as long as bytes came); a body has no total, which would cut a slow upload;
 - between requests (from the connection's start or an answer's end to the next request's first
   byte), bytes that begin no request do not count: past it, the connection is closed;
 - while the app works, or the service itself stops reading (a request queued behind another, a
@@ -208,6 +210,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         # A byte received stamps the time; the one timer per connection, armed when it is made,
         # checks the stamps when it fires: nothing per request but these attributes' writes.
         self.last_data = 0.0
+        self.message_began = 0.0  # the first byte of the request whose headers are coming
         self.waiting_since = 0.0  # the connection's start or the last answer's end
         self.behind_proxy = False  # the peer is a trusted proxy
         self.loopback_proxy = False  # ... on this machine, where a browser connects from too
@@ -241,6 +244,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self.in_headers = True
+        self.message_began = self.last_data
 
     def on_headers_complete(self) -> None:
         self.in_headers = False
@@ -291,13 +295,16 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self.headers.append((b"host", name))
 
     def idle_check(self) -> None:
+        now = self.loop.time()
         if self.transport.is_closing():
             return
         cycle = self.cycle
         busy = cycle is not None and not cycle.response_complete
         if self.in_headers and not busy:
-            # A request pipelined behind another's answer counts from that answer's end.
-            since = max(self.last_data, self.waiting_since)
+            # The whole header block within the timeout of its first byte: a byte each time short
+            # of it held the connection for ever. One pipelined behind another's answer counts
+            # from that answer's end.
+            since = max(self.message_began, self.waiting_since)
         elif self.in_headers:
             since = None  # its turn comes after the answer before it, which the app works on
         elif cycle is None or cycle.response_complete:
@@ -309,21 +316,25 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         if since is None:
             self.idle_timer = self.loop.call_later(self.idle_timeout, self.idle_check)
             return
-        idle = self.loop.time() - since
+        idle = now - since
         if idle < self.idle_timeout and not self.over_limit():
             self.idle_timer = self.loop.call_later(self.idle_timeout - idle, self.idle_check)
-        elif self.in_headers:
-            self.send_408("its headers")
+            return
+        if self.in_headers:
+            self.send_408(f"its headers did not all come within {self.idle_timeout:g} s")
         elif cycle is None or cycle.response_complete:
             self.transport.close()
         else:
-            self.send_408("its body", cycle_started=cycle.response_started)
+            self.send_408(
+                f"no byte of its body came for {self.idle_timeout:g} s",
+                cycle_started=cycle.response_started,
+            )
 
     def over_limit(self) -> bool:
         limit = self.limit_concurrency
         return limit is not None and self.cycle is None and len(self.connections) >= limit
 
-    def send_408(self, missing: str, *, cycle_started: bool = False) -> None:
+    def send_408(self, why: str, *, cycle_started: bool = False) -> None:
         """Answer 408 (unless the app's answer has begun) and close; the request's task then
         reads a disconnect and its answer goes nowhere."""
         if self.cycle is not None and not self.cycle.response_complete:
@@ -331,8 +342,8 @@ class JsonErrorsProtocol(HttpToolsProtocol):
             self.cycle.message_event.set()
         if not cycle_started:
             detail = (
-                f"no byte of the request's rest ({missing}) came for {self.idle_timeout:g} s "
-                "(AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS); the connection is closed"
+                f"the request stopped coming: {why} (AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS); the "
+                "connection is closed"
             )
             self.send_error(b"408 Request Timeout", _error_body("RequestTimeout", detail))
         self.transport.close()

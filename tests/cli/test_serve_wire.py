@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -424,3 +425,28 @@ def test_an_http_1_0_request_without_host_is_served(port: int) -> None:
     answer = exchange(port, b"GET /health HTTP/1.0\r\n\r\n")
 
     assert answer.startswith(b"HTTP/1.1 200 "), answer[:300]
+
+
+def test_a_header_block_trickled_under_the_idle_timeout_is_a_408(port: int) -> None:
+    # One byte a second (half the idle timeout) held the connection for as long as bytes came.
+    request = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 30
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as connection:
+        answer = b""
+        for byte in request:
+            try:
+                connection.sendall(bytes([byte]))
+            except (BrokenPipeError, ConnectionResetError):
+                break
+            ready, _, _ = select.select([connection], [], [], IDLE_SECONDS / 2)
+            if ready:
+                break
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := connection.recv(65536):
+                answer += chunk
+    waited = time.monotonic() - started
+
+    status, error = error_of(answer)
+    assert status == b"HTTP/1.1 408 Request Timeout"
+    assert "its headers" in error["detail"]
+    assert waited < IDLE_SECONDS + 3
