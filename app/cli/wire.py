@@ -22,7 +22,10 @@ bounded by the idle timeout (AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS):
   byte), bytes that begin no request do not count: past it, the connection is closed;
 - while the app works, or the service itself stops reading (a request queued behind another, a
   body the app has not read yet, an `Expect: 100-continue` not answered yet), no clock runs: a
-  request stalled behind another's answer gets its 408 only once that answer is sent.
+  request stalled behind another's answer gets its 408 only once that answer is sent;
+- while the client reads none of an answer the transport still holds (a large one fills the
+  socket, and uvicorn waits for writing to resume, a close for the bytes to be sent): past it,
+  the connection is dropped with them.
 
 Connections are bounded (AGMEM_MAX_CONNECTIONS, and never more than the process's file
 descriptors leave room for): each is a descriptor, and at the process's limit the service could
@@ -57,6 +60,8 @@ import asyncio
 import ipaddress
 import json
 import logging
+import socket
+import struct
 from array import array
 from collections.abc import Iterable
 from typing import Any
@@ -89,6 +94,7 @@ OVERFLOW = 32
 OVER_LIMIT_WAIT_SECONDS = 1.0
 DEFAULT_IDLE_TIMEOUT_SECONDS = 60.0  # as Settings.request_idle_timeout_seconds
 REFUSAL_LOG_SECONDS = 10.0
+_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close sends RST, drops what is unsent
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Header = tuple[bytes, bytes]
@@ -212,6 +218,8 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self.last_data = 0.0
         self.message_began = 0.0  # the first byte of the request whose headers are coming
         self.waiting_since = 0.0  # the connection's start or the last answer's end
+        # The answer's bytes the transport still held when last seen to shrink, and when.
+        self.write_mark: tuple[float, int] | None = None
         self.behind_proxy = False  # the peer is a trusted proxy
         self.loopback_proxy = False  # ... on this machine, where a browser connects from too
         self.idle_timer: asyncio.TimerHandle | None = None
@@ -294,8 +302,14 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self.headers[:] = [(k, v) for k, v in self.headers if k != b"host"]
         self.headers.append((b"host", name))
 
+    def pause_writing(self) -> None:
+        self.write_mark = (self.loop.time(), self.transport.get_write_buffer_size())
+        super().pause_writing()
+
     def idle_check(self) -> None:
         now = self.loop.time()
+        if self.write_stalled(now):
+            return
         if self.transport.is_closing():
             return
         cycle = self.cycle
@@ -329,6 +343,37 @@ class JsonErrorsProtocol(HttpToolsProtocol):
                 f"no byte of its body came for {self.idle_timeout:g} s",
                 cycle_started=cycle.response_started,
             )
+        # An answer the client has not read yet keeps a closed transport open: watched still.
+        self.idle_timer = self.loop.call_later(self.idle_timeout, self.idle_check)
+
+    def write_stalled(self, now: float) -> bool:
+        """Whether the transport holds answer bytes the client has not read, watching them (the
+        timer is armed again): past the idle timeout without the client reading any, the
+        connection is dropped with them. Else a client that stopped reading a large answer held
+        the connection for good (uvicorn waits for writing to resume, a close for the bytes to
+        be sent), and a streamed answer's task with it."""
+        buffered = self.transport.get_write_buffer_size()
+        if not buffered:
+            self.write_mark = None
+            return False
+        mark = self.write_mark
+        if mark is None or buffered < mark[1]:
+            mark = self.write_mark = (now, buffered)
+        elif now - mark[0] >= self.idle_timeout:
+            cause = (
+                f"closed connections whose client stopped reading its answer for "
+                f"{self.idle_timeout:g} s (AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS)"
+            )
+            self.refusals.note(self.logger, now, cause)
+            # Reset, not closed: the kernel would otherwise keep the socket, and the bytes it
+            # holds, sending them to a window that stays shut.
+            connection = self.transport.get_extra_info("socket")
+            if connection is not None:
+                connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+            self.transport.abort()
+            return True
+        self.idle_timer = self.loop.call_later(mark[0] + self.idle_timeout - now, self.idle_check)
+        return True
 
     def over_limit(self) -> bool:
         limit = self.limit_concurrency

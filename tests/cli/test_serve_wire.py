@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import select
@@ -13,9 +14,11 @@ import sys
 import time
 from collections.abc import Iterator
 
+import httpx
 import psycopg
 import pytest
 
+from app.cli.wire import REFUSAL_LOG_SECONDS
 from tests.cli.helpers import free_port, start_serve, wait_for_health
 from tests.conftest import libpq_url
 
@@ -450,3 +453,79 @@ def test_a_header_block_trickled_under_the_idle_timeout_is_a_408(port: int) -> N
     assert status == b"HTTP/1.1 408 Request Timeout"
     assert "its headers" in error["detail"]
     assert waited < IDLE_SECONDS + 3
+
+
+@pytest.mark.parametrize(
+    "connection_header", [b"", b"Connection: close\r\n"], ids=["kept", "closed"]
+)
+def test_a_client_that_stops_reading_a_large_answer_is_disconnected(
+    served: tuple[int, subprocess.Popen[str]], connection_header: bytes
+) -> None:
+    # The answer filled the socket and the transport's buffer, and the connection (with the
+    # answer's megabytes) stayed for as long as the client kept it open: uvicorn waited for
+    # writing to resume, and the close after a `Connection: close` answer for the bytes to go.
+    port, server = served
+    value = "v" * 6_000_000
+    put = httpx.put(
+        f"http://127.0.0.1:{port}/api/memories/big.answer",
+        json={"value": value, "scope": "global"},
+        timeout=30,
+    )
+    assert put.status_code in (200, 201), put.text
+    logged(server)
+    request = (
+        b"GET /api/memories/big.answer?scope=global HTTP/1.1\r\nHost: 127.0.0.1\r\n%s\r\n"
+        % connection_header
+    )
+    with socket.socket() as connection:
+        connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        connection.settimeout(20)
+        connection.connect(("127.0.0.1", port))
+        connection.sendall(request)
+        started = time.monotonic()
+        dropped = None
+        while dropped is None and time.monotonic() - started < IDLE_SECONDS * 2 + 4:
+            time.sleep(0.1)
+            if connection.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == errno.ECONNRESET:
+                dropped = time.monotonic() - started
+        received = 0
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := connection.recv(1 << 20):
+                received += len(chunk)
+    time.sleep(0.5)
+
+    # Dropped once no byte was read for the timeout: the answer filled the buffers at once.
+    assert dropped is not None
+    assert IDLE_SECONDS <= dropped < IDLE_SECONDS * 2 + 2
+    assert received < len(value)
+    log = logged(server)
+    if "stopped reading" not in log:  # counted after a line logged less than 10 s before
+        time.sleep(REFUSAL_LOG_SECONDS)
+        log = logged(server)
+    assert "stopped reading" in log, log
+
+
+def test_a_client_that_reads_a_large_answer_late_still_gets_it(port: int) -> None:
+    value = "w" * 3_000_000
+    put = httpx.put(
+        f"http://127.0.0.1:{port}/api/memories/late.answer",
+        json={"value": value, "scope": "global"},
+        timeout=30,
+    )
+    assert put.status_code in (200, 201), put.text
+    request = (
+        b"GET /api/memories/late.answer?scope=global HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Connection: close\r\n\r\n"
+    )
+    with socket.socket() as connection:
+        connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        connection.settimeout(20)
+        connection.connect(("127.0.0.1", port))
+        connection.sendall(request)
+        time.sleep(IDLE_SECONDS / 2)  # short of the idle timeout
+        answer = b""
+        while chunk := connection.recv(1 << 20):
+            answer += chunk
+
+    assert answer.startswith(b"HTTP/1.1 200 ")
+    assert json.loads(answer.partition(b"\r\n\r\n")[2])["value"] == value
