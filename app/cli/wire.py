@@ -51,7 +51,7 @@ MUST); an HTTP/1.0 one is served (HTTP/1.0 has no such rule; HAProxy's health ch
 uvicorn's `data_received` logs `Invalid HTTP request received.` for every parser error, which
 named neither a 503 at the limit nor a Host refusal. It stays uvicorn's: the parser it feeds
 (`RefusingParser`) answers a refusal of the callbacks here, logging its cause, one line per cause
-at most every REFUSAL_LOG_SECONDS, counting the ones in between.
+at most every REFUSAL_LOG_SECONDS and the count of the rest when that window ends.
 """
 
 from __future__ import annotations
@@ -146,24 +146,46 @@ class RefusingParser(httptools.HttpRequestParser):
 
 
 class RefusalLog:
-    """One log line per cause at most every REFUSAL_LOG_SECONDS (shared by the connections):
-    a flood of refusals is a count, not a line each."""
+    """One log line per cause at most every REFUSAL_LOG_SECONDS (shared by the connections): a
+    flood of refusals is a count. The count is logged when its window ends, by one timer per
+    cause (not per connection), or when the server stops (`flush`); the window it closes begins
+    the next, so a steady flood is one line per window."""
 
     def __init__(self) -> None:
-        self.logged: dict[str, float] = {}
+        self.window_began: dict[str, float] = {}
         self.quiet: dict[str, int] = {}
+        self.timers: dict[str, asyncio.TimerHandle] = {}
+        self.logger = logging.getLogger("uvicorn.error")
 
-    def note(self, logger: logging.Logger, now: float, cause: str) -> None:
-        last = self.logged.get(cause)
-        if last is not None and now - last < REFUSAL_LOG_SECONDS:
-            self.quiet[cause] = self.quiet.get(cause, 0) + 1
-            return
-        self.logged[cause] = now
-        quiet = self.quiet.pop(cause, 0)
-        if quiet and last is not None:
-            logger.warning("%s (and %d more in the %.0f s before)", cause, quiet, now - last)
-        else:
+    def note(self, logger: logging.Logger, loop: asyncio.AbstractEventLoop, cause: str) -> None:
+        now = loop.time()
+        began = self.window_began.get(cause)
+        if began is None or now - began >= REFUSAL_LOG_SECONDS:
+            self.window_began[cause] = now
             logger.warning("%s", cause)
+            return
+        self.quiet[cause] = self.quiet.get(cause, 0) + 1
+        if cause not in self.timers:
+            self.logger = logger
+            ends = began + REFUSAL_LOG_SECONDS - now
+            self.timers[cause] = loop.call_later(ends, self.window_ended, cause, loop)
+
+    def window_ended(self, cause: str, loop: asyncio.AbstractEventLoop) -> None:
+        self.timers.pop(cause, None)
+        self.window_began[cause] = loop.time()
+        self.log_count(cause)
+
+    def log_count(self, cause: str) -> None:
+        quiet = self.quiet.pop(cause, 0)
+        if quiet:
+            self.logger.warning("%s: %d more since the line before", cause, quiet)
+
+    def flush(self) -> None:
+        """The counts not logged yet, as the server stops."""
+        for cause, timer in list(self.timers.items()):
+            timer.cancel()
+            del self.timers[cause]
+            self.log_count(cause)
 
 
 class JsonErrorsProtocol(HttpToolsProtocol):
@@ -364,7 +386,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
                 f"closed connections whose client stopped reading its answer for "
                 f"{self.idle_timeout:g} s (AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS)"
             )
-            self.refusals.note(self.logger, now, cause)
+            self.refusals.note(self.logger, self.loop, cause)
             # Reset, not closed: the kernel would otherwise keep the socket, and the bytes it
             # holds, sending them to a window that stays shut.
             connection = self.transport.get_extra_info("socket")
@@ -409,7 +431,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
 
     def refuse(self, refused: Refused) -> None:
         """Answer a request refused by a callback (`RefusingParser`), log its cause and close."""
-        self.refusals.note(self.logger, self.loop.time(), refused.cause)
+        self.refusals.note(self.logger, self.loop, refused.cause)
         self.send_error(refused.status, refused.body, refused.headers)
         self.transport.close()
 
