@@ -535,3 +535,16 @@ def test_a_client_that_reads_a_large_answer_late_still_gets_it(port: int) -> Non
 
     assert answer.startswith(b"HTTP/1.1 200 ")
     assert json.loads(answer.partition(b"\r\n\r\n")[2])["value"] == value
+
+
+def test_a_refusal_count_not_logged_yet_is_logged_at_shutdown(database_url: str) -> None:
+    with _serving(database_url, idle_seconds=30, trusted_proxies="127.0.0.1") as (port, server):
+        logged(server)
+        for _ in range(3):
+            exchange(port, b"GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n")
+        server.send_signal(signal.SIGINT)
+        server.wait(timeout=60)
+        log = logged(server)
+
+    assert log.count("two Host headers") == 2, log
+    assert "2 more" in log, log
