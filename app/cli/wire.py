@@ -369,13 +369,17 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self.idle_timer = self.loop.call_later(self.idle_timeout, self.idle_check)
 
     def write_stalled(self, now: float) -> bool:
-        """Whether the transport holds answer bytes the client has not read, watching them (the
-        timer is armed again): past the idle timeout without the client reading any, the
-        connection is dropped with them. Else a client that stopped reading a large answer held
-        the connection for good (uvicorn waits for writing to resume, a close for the bytes to
-        be sent), and a streamed answer's task with it."""
+        """Whether the service waits on the client to read its answer, watching it (the timer
+        is armed again): past the idle timeout without the client reading any, the connection
+        is dropped with the bytes. Else a client that stopped reading a large answer held the
+        connection for good (uvicorn waits for writing to resume, a close for the bytes to be
+        sent), and a streamed answer's task with it.
+
+        Only while writing is paused or the transport closing: then nothing is added to the
+        buffer, so a smaller one is the client reading. Otherwise a stream the client reads as
+        fast as it comes can hold bytes at every look, refilled in between."""
         buffered = self.transport.get_write_buffer_size()
-        if not buffered:
+        if not buffered or not (self.flow.write_paused or self.transport.is_closing()):
             self.write_mark = None
             return False
         mark = self.write_mark
