@@ -88,6 +88,9 @@ class StoppingServer(uvicorn.Server):
         await super().shutdown(sockets)
         if self.forced_by is not None:
             await self.cut_requests()
+        protocol = self.config.http_protocol_class
+        if isinstance(protocol, type) and issubclass(protocol, JsonErrorsProtocol):
+            protocol.refusals.flush()  # a burst's count its window's end has not logged yet
         lifespan = self.lifespan
         # uvicorn skips the app's shutdown once forced; the app's tasks were then cancelled
         # under it by asyncio's exit.

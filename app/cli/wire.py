@@ -15,12 +15,17 @@ stops), held its connection, and with a body its request task, for as long as it
 open; so did one that sent a blank line after an answer, or a byte of a body the answer did not
 read (a 404, 401 or 421 answered before the body came). Here every state of a connection is
 bounded by the idle timeout (AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS):
-- within a request's headers or body, each byte starts the clock again; past it, 408 and close;
+- within a request's body, each byte starts the clock again; past it, 408 and close. Its
+  headers must come whole within the timeout of their first byte (a byte at a time held the
+  connection for as long as bytes came); a body has no total, which would cut a slow upload;
 - between requests (from the connection's start or an answer's end to the next request's first
   byte), bytes that begin no request do not count: past it, the connection is closed;
 - while the app works, or the service itself stops reading (a request queued behind another, a
   body the app has not read yet, an `Expect: 100-continue` not answered yet), no clock runs: a
-  request stalled behind another's answer gets its 408 only once that answer is sent.
+  request stalled behind another's answer gets its 408 only once that answer is sent;
+- while the client reads none of an answer the transport still holds (a large one fills the
+  socket, and uvicorn waits for writing to resume, a close for the bytes to be sent): past it,
+  the connection is dropped with them.
 
 Connections are bounded (AGMEM_MAX_CONNECTIONS, and never more than the process's file
 descriptors leave room for): each is a descriptor, and at the process's limit the service could
@@ -40,11 +45,13 @@ upstream's address a local proxy sends does (`127.0.0.1:37777`).
 
 Two `Host` headers are refused (RFC 9112, 3.2): the Host rule read the first and the origin rule
 the last, so `Host: 127.0.0.1` then `Host: evil.example` passed the one as this machine and the
-other as the page's own origin.
+other as the page's own origin. So is an HTTP/1.1 request without one (RFC 9112, 3.2: a server
+MUST); an HTTP/1.0 one is served (HTTP/1.0 has no such rule; HAProxy's health check sends none).
 
-uvicorn logs `Invalid HTTP request received.` for every refusal raised from the parser, which
-named neither a 503 at the limit nor two Host headers; those log their cause instead, one line
-per cause at most every REFUSAL_LOG_SECONDS, counting the ones in between.
+uvicorn's `data_received` logs `Invalid HTTP request received.` for every parser error, which
+named neither a 503 at the limit nor a Host refusal. It stays uvicorn's: the parser it feeds
+(`RefusingParser`) answers a refusal of the callbacks here, logging its cause, one line per cause
+at most every REFUSAL_LOG_SECONDS and the count of the rest when that window ends.
 """
 
 from __future__ import annotations
@@ -53,6 +60,9 @@ import asyncio
 import ipaddress
 import json
 import logging
+import socket
+import struct
+from array import array
 from collections.abc import Iterable
 from typing import Any
 
@@ -67,6 +77,10 @@ BAD_REQUEST_DETAIL = (
     "POST /api/context)"
 )
 TWO_HOSTS_DETAIL = "the request has more than one Host header"
+NO_HOST_DETAIL = (
+    "the request has no Host header, which HTTP/1.1 requires (RFC 9112, 3.2): send the address "
+    "it is for, e.g. `Host: 127.0.0.1:37777`"
+)
 # A request still open when a second signal hurries the stop: retry after about what a restart
 # takes.
 _STOPPING_RETRY_AFTER: Header = (b"retry-after", b"5")
@@ -80,6 +94,7 @@ OVERFLOW = 32
 OVER_LIMIT_WAIT_SECONDS = 1.0
 DEFAULT_IDLE_TIMEOUT_SECONDS = 60.0  # as Settings.request_idle_timeout_seconds
 REFUSAL_LOG_SECONDS = 10.0
+_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close sends RST, drops what is unsent
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Header = tuple[bytes, bytes]
@@ -99,30 +114,78 @@ def _as_compared(network: Network) -> Network:
 
 
 class Refused(httptools.HttpParserError):
-    """Raised from the parser's callback, which stops it: `data_received` answers a parser
-    error with `send_400_response`, which sends the protocol's `refusal` (the 400 unless it was
-    set)."""
+    """A request refused from a parser callback, which stops the parser: its answer, and the
+    cause the log names."""
+
+    def __init__(self, status: bytes, body: bytes, headers: list[Header], cause: str) -> None:
+        super().__init__(cause)
+        self.status = status
+        self.body = body
+        self.headers = headers
+        self.cause = cause
+
+
+class RefusingParser(httptools.HttpRequestParser):
+    """httptools' parser, answering a `Refused` of the protocol's callbacks itself: uvicorn's
+    `data_received` logs "Invalid HTTP request received." for any parser error, which names
+    none of these causes. It sees a refusal only as the parser's `HttpParserCallbackError`,
+    with the callback's exception as its context."""
+
+    def __init__(self, protocol: JsonErrorsProtocol) -> None:
+        super().__init__(protocol)
+        self.protocol = protocol
+
+    def feed_data(self, data: bytes | bytearray | memoryview | array[int]) -> None:
+        try:
+            super().feed_data(data)
+        except httptools.HttpParserCallbackError as error:
+            refused = error.__context__
+            if not isinstance(refused, Refused):
+                raise
+            self.protocol.refuse(refused)
 
 
 class RefusalLog:
-    """One log line per cause at most every REFUSAL_LOG_SECONDS (shared by the connections):
-    a flood of refusals is a count, not a line each."""
+    """One log line per cause at most every REFUSAL_LOG_SECONDS (shared by the connections): a
+    flood of refusals is a count. The count is logged when its window ends, by one timer per
+    cause (not per connection), or when the server stops (`flush`); the window it closes begins
+    the next, so a steady flood is one line per window."""
 
     def __init__(self) -> None:
-        self.logged: dict[str, float] = {}
+        self.window_began: dict[str, float] = {}
         self.quiet: dict[str, int] = {}
+        self.timers: dict[str, asyncio.TimerHandle] = {}
+        self.logger = logging.getLogger("uvicorn.error")
 
-    def note(self, logger: logging.Logger, now: float, cause: str) -> None:
-        last = self.logged.get(cause)
-        if last is not None and now - last < REFUSAL_LOG_SECONDS:
-            self.quiet[cause] = self.quiet.get(cause, 0) + 1
-            return
-        self.logged[cause] = now
-        quiet = self.quiet.pop(cause, 0)
-        if quiet and last is not None:
-            logger.warning("%s (and %d more in the %.0f s before)", cause, quiet, now - last)
-        else:
+    def note(self, logger: logging.Logger, loop: asyncio.AbstractEventLoop, cause: str) -> None:
+        now = loop.time()
+        began = self.window_began.get(cause)
+        if began is None or now - began >= REFUSAL_LOG_SECONDS:
+            self.window_began[cause] = now
             logger.warning("%s", cause)
+            return
+        self.quiet[cause] = self.quiet.get(cause, 0) + 1
+        if cause not in self.timers:
+            self.logger = logger
+            ends = began + REFUSAL_LOG_SECONDS - now
+            self.timers[cause] = loop.call_later(ends, self.window_ended, cause, loop)
+
+    def window_ended(self, cause: str, loop: asyncio.AbstractEventLoop) -> None:
+        self.timers.pop(cause, None)
+        self.window_began[cause] = loop.time()
+        self.log_count(cause)
+
+    def log_count(self, cause: str) -> None:
+        quiet = self.quiet.pop(cause, 0)
+        if quiet:
+            self.logger.warning("%s: %d more since the line before", cause, quiet)
+
+    def flush(self) -> None:
+        """The counts not logged yet, as the server stops."""
+        for cause, timer in list(self.timers.items()):
+            timer.cancel()
+            del self.timers[cause]
+            self.log_count(cause)
 
 
 class JsonErrorsProtocol(HttpToolsProtocol):
@@ -169,17 +232,16 @@ class JsonErrorsProtocol(HttpToolsProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.refusal: tuple[bytes, bytes, list[Header], str | None] = (
-            b"400 Bad Request",
-            _error_body("BadRequest", BAD_REQUEST_DETAIL),
-            [],
-            None,
-        )
+        self.parser = RefusingParser(self)
+        self.parser.set_dangerous_leniencies(lenient_data_after_close=True)  # as uvicorn sets it
         self.in_headers = False  # a request's first bytes came, its headers are not complete
         # A byte received stamps the time; the one timer per connection, armed when it is made,
         # checks the stamps when it fires: nothing per request but these attributes' writes.
         self.last_data = 0.0
+        self.message_began = 0.0  # the first byte of the request whose headers are coming
         self.waiting_since = 0.0  # the connection's start or the last answer's end
+        # The answer's bytes the transport still held when last seen to shrink, and when.
+        self.write_mark: tuple[float, int] | None = None
         self.behind_proxy = False  # the peer is a trusted proxy
         self.loopback_proxy = False  # ... on this machine, where a browser connects from too
         self.idle_timer: asyncio.TimerHandle | None = None
@@ -206,27 +268,13 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        # uvicorn's, but a refusal of ours logs its cause, not "Invalid HTTP request received."
         self.last_data = self.loop.time()
-        self._unset_keepalive_if_required()
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserError:
-            cause = self.refusal[3]
-            if cause is None:
-                self.logger.warning("Invalid HTTP request received.")
-            else:
-                self.refusals.note(self.logger, self.last_data, cause)
-            self.send_400_response("")
-        except httptools.HttpParserUpgrade:
-            if self._should_upgrade():
-                self.handle_websocket_upgrade()
-            else:
-                self._unsupported_upgrade_warning()
+        super().data_received(data)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self.in_headers = True
+        self.message_began = self.last_data
 
     def on_headers_complete(self) -> None:
         self.in_headers = False
@@ -236,8 +284,11 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         if hosts > 1:
             body = _error_body("BadRequest", TWO_HOSTS_DETAIL)
             cause = "refused a request with two Host headers (400)"
-            self.refusal = (b"400 Bad Request", body, [], cause)
-            raise Refused(TWO_HOSTS_DETAIL)
+            raise Refused(b"400 Bad Request", body, [], cause)
+        if not hosts and self.parser.get_http_version() != "1.0":
+            body = _error_body("BadRequest", NO_HOST_DETAIL)
+            cause = "refused an HTTP/1.1 request without a Host header (400)"
+            raise Refused(b"400 Bad Request", body, [], cause)
         if self.behind_proxy:
             self.take_forwarded_host()
         limit = self.limit_concurrency  # uvicorn's own check, the same, comes after this one
@@ -250,8 +301,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
                 f"connection limit reached: {limit - 1} open (AGMEM_MAX_CONNECTIONS), answered 503"
             )
             body = _error_body("ServiceUnavailable", detail)
-            self.refusal = (b"503 Service Unavailable", body, [(b"retry-after", b"1")], cause)
-            raise Refused(detail)
+            raise Refused(b"503 Service Unavailable", body, [(b"retry-after", b"1")], cause)
         super().on_headers_complete()
 
     def on_response_complete(self) -> None:
@@ -274,14 +324,23 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self.headers[:] = [(k, v) for k, v in self.headers if k != b"host"]
         self.headers.append((b"host", name))
 
+    def pause_writing(self) -> None:
+        self.write_mark = (self.loop.time(), self.transport.get_write_buffer_size())
+        super().pause_writing()
+
     def idle_check(self) -> None:
+        now = self.loop.time()
+        if self.write_stalled(now):
+            return
         if self.transport.is_closing():
             return
         cycle = self.cycle
         busy = cycle is not None and not cycle.response_complete
         if self.in_headers and not busy:
-            # A request pipelined behind another's answer counts from that answer's end.
-            since = max(self.last_data, self.waiting_since)
+            # The whole header block within the timeout of its first byte: a byte each time short
+            # of it held the connection for ever. One pipelined behind another's answer counts
+            # from that answer's end.
+            since = max(self.message_began, self.waiting_since)
         elif self.in_headers:
             since = None  # its turn comes after the answer before it, which the app works on
         elif cycle is None or cycle.response_complete:
@@ -293,21 +352,60 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         if since is None:
             self.idle_timer = self.loop.call_later(self.idle_timeout, self.idle_check)
             return
-        idle = self.loop.time() - since
+        idle = now - since
         if idle < self.idle_timeout and not self.over_limit():
             self.idle_timer = self.loop.call_later(self.idle_timeout - idle, self.idle_check)
-        elif self.in_headers:
-            self.send_408("its headers")
+            return
+        if self.in_headers:
+            self.send_408(f"its headers did not all come within {self.idle_timeout:g} s")
         elif cycle is None or cycle.response_complete:
             self.transport.close()
         else:
-            self.send_408("its body", cycle_started=cycle.response_started)
+            self.send_408(
+                f"no byte of its body came for {self.idle_timeout:g} s",
+                cycle_started=cycle.response_started,
+            )
+        # An answer the client has not read yet keeps a closed transport open: watched still.
+        self.idle_timer = self.loop.call_later(self.idle_timeout, self.idle_check)
+
+    def write_stalled(self, now: float) -> bool:
+        """Whether the service waits on the client to read its answer, watching it (the timer
+        is armed again): past the idle timeout without the client reading any, the connection
+        is dropped with the bytes. Else a client that stopped reading a large answer held the
+        connection for good (uvicorn waits for writing to resume, a close for the bytes to be
+        sent), and a streamed answer's task with it.
+
+        Only while writing is paused or the transport closing: then nothing is added to the
+        buffer, so a smaller one is the client reading. Otherwise a stream the client reads as
+        fast as it comes can hold bytes at every look, refilled in between."""
+        buffered = self.transport.get_write_buffer_size()
+        if not buffered or not (self.flow.write_paused or self.transport.is_closing()):
+            self.write_mark = None
+            return False
+        mark = self.write_mark
+        if mark is None or buffered < mark[1]:
+            mark = self.write_mark = (now, buffered)
+        elif now - mark[0] >= self.idle_timeout:
+            cause = (
+                f"closed connections whose client stopped reading its answer for "
+                f"{self.idle_timeout:g} s (AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS)"
+            )
+            self.refusals.note(self.logger, self.loop, cause)
+            # Reset, not closed: the kernel would otherwise keep the socket, and the bytes it
+            # holds, sending them to a window that stays shut.
+            connection = self.transport.get_extra_info("socket")
+            if connection is not None:
+                connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+            self.transport.abort()
+            return True
+        self.idle_timer = self.loop.call_later(mark[0] + self.idle_timeout - now, self.idle_check)
+        return True
 
     def over_limit(self) -> bool:
         limit = self.limit_concurrency
         return limit is not None and self.cycle is None and len(self.connections) >= limit
 
-    def send_408(self, missing: str, *, cycle_started: bool = False) -> None:
+    def send_408(self, why: str, *, cycle_started: bool = False) -> None:
         """Answer 408 (unless the app's answer has begun) and close; the request's task then
         reads a disconnect and its answer goes nowhere."""
         if self.cycle is not None and not self.cycle.response_complete:
@@ -315,8 +413,8 @@ class JsonErrorsProtocol(HttpToolsProtocol):
             self.cycle.message_event.set()
         if not cycle_started:
             detail = (
-                f"no byte of the request's rest ({missing}) came for {self.idle_timeout:g} s "
-                "(AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS); the connection is closed"
+                f"the request stopped coming: {why} (AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS); the "
+                "connection is closed"
             )
             self.send_error(b"408 Request Timeout", _error_body("RequestTimeout", detail))
         self.transport.close()
@@ -335,9 +433,15 @@ class JsonErrorsProtocol(HttpToolsProtocol):
             self.send_error(b"503 Service Unavailable", body, [_STOPPING_RETRY_AFTER])
         self.transport.close()
 
+    def refuse(self, refused: Refused) -> None:
+        """Answer a request refused by a callback (`RefusingParser`), log its cause and close."""
+        self.refusals.note(self.logger, self.loop, refused.cause)
+        self.send_error(refused.status, refused.body, refused.headers)
+        self.transport.close()
+
     def send_400_response(self, msg: str) -> None:
-        status, body, headers, _ = self.refusal
-        self.send_error(status, body, headers)
+        # What the parser itself refused (uvicorn has logged it): its 400 in the shape.
+        self.send_error(b"400 Bad Request", _error_body("BadRequest", BAD_REQUEST_DETAIL))
         self.transport.close()
 
     def send_error(self, status: bytes, body: bytes, headers: Iterable[Header] = ()) -> None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -12,9 +14,11 @@ import sys
 import time
 from collections.abc import Iterator
 
+import httpx
 import psycopg
 import pytest
 
+from app.cli.wire import REFUSAL_LOG_SECONDS
 from tests.cli.helpers import free_port, start_serve, wait_for_health
 from tests.conftest import libpq_url
 
@@ -217,6 +221,12 @@ def test_two_host_headers_log_their_cause(roomy: tuple[int, subprocess.Popen[str
     assert "Invalid HTTP request" not in log
     assert log.count("two Host headers") == 1, log
 
+    # The count of the ones after the first was logged only with a later refusal, maybe never.
+    time.sleep(REFUSAL_LOG_SECONDS + 1)
+    later = logged(server)
+    assert "two Host headers" in later, later
+    assert "2 more" in later, later
+
 
 @pytest.mark.parametrize(
     ("soft", "hard", "limit"),
@@ -397,3 +407,144 @@ def test_a_408_on_a_pipelined_request_lets_the_one_before_it_answer(
     status, error = error_of(answer[answer.rindex(b"HTTP/1.1 ") :])
     assert status == b"HTTP/1.1 408 Request Timeout"
     assert "Traceback" not in logged(server)
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"GET /health HTTP/1.1\r\nConnection: close\r\n\r\n",
+        b"POST /api/observe HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n"
+        b"Connection: close\r\n\r\n{}",
+    ],
+    ids=["health", "a hot capture route"],
+)
+def test_an_http_1_1_request_without_host_is_a_400(port: int, request_bytes: bytes) -> None:
+    # RFC 9112, 3.2: a server MUST answer 400 to an HTTP/1.1 request that lacks Host; it was
+    # served, the Host rule having no name to judge.
+    answer = exchange(port, request_bytes)
+
+    status, error = error_of(answer)
+    assert status == b"HTTP/1.1 400 Bad Request"
+    assert error["error"] == "BadRequest"
+    assert "no Host header" in error["detail"]
+
+
+def test_an_http_1_0_request_without_host_is_served(port: int) -> None:
+    # HTTP/1.0 has no Host requirement; HAProxy's default health check sends none.
+    answer = exchange(port, b"GET /health HTTP/1.0\r\n\r\n")
+
+    assert answer.startswith(b"HTTP/1.1 200 "), answer[:300]
+
+
+def test_a_header_block_trickled_under_the_idle_timeout_is_a_408(port: int) -> None:
+    # One byte a second (half the idle timeout) held the connection for as long as bytes came.
+    request = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 30
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as connection:
+        answer = b""
+        for byte in request:
+            try:
+                connection.sendall(bytes([byte]))
+            except (BrokenPipeError, ConnectionResetError):
+                break
+            ready, _, _ = select.select([connection], [], [], IDLE_SECONDS / 2)
+            if ready:
+                break
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := connection.recv(65536):
+                answer += chunk
+    waited = time.monotonic() - started
+
+    status, error = error_of(answer)
+    assert status == b"HTTP/1.1 408 Request Timeout"
+    assert "its headers" in error["detail"]
+    assert waited < IDLE_SECONDS + 3
+
+
+@pytest.mark.parametrize(
+    "connection_header", [b"", b"Connection: close\r\n"], ids=["kept", "closed"]
+)
+def test_a_client_that_stops_reading_a_large_answer_is_disconnected(
+    served: tuple[int, subprocess.Popen[str]], connection_header: bytes
+) -> None:
+    # The answer filled the socket and the transport's buffer, and the connection (with the
+    # answer's megabytes) stayed for as long as the client kept it open: uvicorn waited for
+    # writing to resume, and the close after a `Connection: close` answer for the bytes to go.
+    port, server = served
+    value = "v" * 6_000_000
+    put = httpx.put(
+        f"http://127.0.0.1:{port}/api/memories/big.answer",
+        json={"value": value, "scope": "global"},
+        timeout=30,
+    )
+    assert put.status_code in (200, 201), put.text
+    logged(server)
+    request = (
+        b"GET /api/memories/big.answer?scope=global HTTP/1.1\r\nHost: 127.0.0.1\r\n%s\r\n"
+        % connection_header
+    )
+    with socket.socket() as connection:
+        connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        connection.settimeout(20)
+        connection.connect(("127.0.0.1", port))
+        connection.sendall(request)
+        started = time.monotonic()
+        dropped = None
+        while dropped is None and time.monotonic() - started < IDLE_SECONDS * 2 + 4:
+            time.sleep(0.1)
+            if connection.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == errno.ECONNRESET:
+                dropped = time.monotonic() - started
+        received = 0
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := connection.recv(1 << 20):
+                received += len(chunk)
+    time.sleep(0.5)
+
+    # Dropped once no byte was read for the timeout: the answer filled the buffers at once.
+    assert dropped is not None
+    assert IDLE_SECONDS <= dropped < IDLE_SECONDS * 2 + 2
+    assert received < len(value)
+    log = logged(server)
+    if "stopped reading" not in log:  # counted after a line logged less than 10 s before
+        time.sleep(REFUSAL_LOG_SECONDS)
+        log = logged(server)
+    assert "stopped reading" in log, log
+
+
+def test_a_client_that_reads_a_large_answer_late_still_gets_it(port: int) -> None:
+    value = "w" * 3_000_000
+    put = httpx.put(
+        f"http://127.0.0.1:{port}/api/memories/late.answer",
+        json={"value": value, "scope": "global"},
+        timeout=30,
+    )
+    assert put.status_code in (200, 201), put.text
+    request = (
+        b"GET /api/memories/late.answer?scope=global HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Connection: close\r\n\r\n"
+    )
+    with socket.socket() as connection:
+        connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        connection.settimeout(20)
+        connection.connect(("127.0.0.1", port))
+        connection.sendall(request)
+        time.sleep(IDLE_SECONDS / 2)  # short of the idle timeout
+        answer = b""
+        while chunk := connection.recv(1 << 20):
+            answer += chunk
+
+    assert answer.startswith(b"HTTP/1.1 200 ")
+    assert json.loads(answer.partition(b"\r\n\r\n")[2])["value"] == value
+
+
+def test_a_refusal_count_not_logged_yet_is_logged_at_shutdown(database_url: str) -> None:
+    with _serving(database_url, idle_seconds=30, trusted_proxies="127.0.0.1") as (port, server):
+        logged(server)
+        for _ in range(3):
+            exchange(port, b"GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n")
+        server.send_signal(signal.SIGINT)
+        server.wait(timeout=60)
+        log = logged(server)
+
+    assert log.count("two Host headers") == 2, log
+    assert "2 more" in log, log
