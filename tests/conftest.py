@@ -20,6 +20,7 @@ from sqlalchemy.engine import make_url
 from app.config import Settings, load_settings
 from app.db import migrate
 from app.db.models import Base
+from app.logs import configure_logging
 from app.main import create_app
 from tests.cli.helpers import run_agmem
 from tests.postgres import PostgresServer, choose_kind, create_database, drop_database, start_server
@@ -37,6 +38,11 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.basetemp = tempfile.mkdtemp(prefix="agmem-pytest-")
         config.stash[_OWN_BASETEMP_KEY] = config.option.basetemp
     share_bytecode_with_subprocesses(config.option.basetemp)
+    # The logging every `agmem` command sets up (app/cli/common.py), from the first test: left
+    # to structlog's default until the first in-process command set it, the tests before that
+    # logged each exception as rich's traceback with every frame's locals (~2.5 s a 500 in
+    # tests/api), which no agmem process prints.
+    configure_logging("info")
 
 
 def share_bytecode_with_subprocesses(basetemp: str) -> None:

@@ -34,6 +34,31 @@ def run_agmem(*args: str, timeout: float = 180, **env: str) -> subprocess.Comple
     )
 
 
+def invoke_agmem(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`agmem <args>` run in this process by click's test runner, with `run_agmem`'s environment:
+    its exit code and its stdout and stderr, apart.
+
+    For a command on an external database whose test asserts only what it prints and its exit
+    code: a new interpreter costs ~1 s of CPU for its imports. What only a process has (the
+    executable's entry: signals, arguments the locale cannot decode, an embedded server stopped
+    at exit, bytecode) stays with `run_agmem`, which every command keeps at least one test of.
+    An exception escaping the command is raised here, as the process would print its traceback.
+    """
+    from typer.testing import CliRunner
+
+    from app.cli import cli
+
+    unset: dict[str, str | None] = {
+        name: None for name in os.environ if name in _SCRUBBED or name.startswith("AGMEM_")
+    }
+    result = CliRunner().invoke(cli, list(args), env={**unset, **env})
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return subprocess.CompletedProcess(
+        ["agmem", *args], result.exit_code, result.stdout, result.stderr
+    )
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 from app.cli import cli
 from app.db import migrate
 from app.projects import canonical_project
-from tests.cli.helpers import AGMEM, agmem_env, run_agmem
+from tests.cli.helpers import AGMEM, agmem_env, invoke_agmem, run_agmem
 from tests.conftest import libpq_url
 from tests.postgres import PostgresServer, create_database, drop_database
 
@@ -37,7 +37,7 @@ def test_help(command: str) -> None:
 
 
 def test_status_shows_revision_every_table_and_provider(database_url: str) -> None:
-    result = run_agmem("status", DATABASE_URL=database_url)
+    result = invoke_agmem("status", DATABASE_URL=database_url)
 
     assert result.returncode == 0, result.stderr
     assert "(at head)" in result.stdout
@@ -58,7 +58,7 @@ def test_status_prints_a_path_as_it_is_spelled(database_url: str) -> None:
             "VALUES ('o', 's', '/home/u/:fire:/app', 'read', 'read', 'compressed', 7)"
         )
 
-    result = run_agmem("status", DATABASE_URL=database_url)
+    result = invoke_agmem("status", DATABASE_URL=database_url)
 
     assert result.returncode == 0, result.stderr
     assert "           7 in /home/u/:fire:/app\n" in result.stdout
@@ -82,7 +82,7 @@ def test_status_counts_the_rows_a_model_switch_has_not_re_embedded(
             "VALUES ('/p', 'memory', 'not embedded yet', 'h6')"
         )
 
-    result = run_agmem("status", DATABASE_URL=database_url)
+    result = invoke_agmem("status", DATABASE_URL=database_url)
 
     assert result.returncode == 0, result.stderr
     assert (
@@ -90,7 +90,7 @@ def test_status_counts_the_rows_a_model_switch_has_not_re_embedded(
         "(gemini:gemini-embedding-001:3 2), found by keyword only until "
         "`agmem sync --reembed` moves them\n"
     ) in result.stdout
-    switched = run_agmem(
+    switched = invoke_agmem(
         "status",
         DATABASE_URL=database_url,
         AGMEM_EMBEDDING_PROVIDER="gemini",
@@ -107,7 +107,7 @@ def test_status_counts_the_rows_a_model_switch_has_not_re_embedded(
             "VALUES ('/p', 'memory', 'st', 'h7', '[1, 0, 0, 0, 0]', "
             "'sentence-transformers:st-model:5')"
         )
-    unloaded = run_agmem(
+    unloaded = invoke_agmem(
         "status",
         DATABASE_URL=database_url,
         AGMEM_EMBEDDING_PROVIDER="sentence-transformers",
@@ -184,7 +184,7 @@ def test_a_migration_waiting_for_another_processs_says_so(database_url: str) -> 
     assert process.returncode == 0
     assert len(lines) == 1
     assert "another process is migrating the database: waiting for it" in lines[0]
-    alone = run_agmem("migrate", DATABASE_URL=database_url)
+    alone = invoke_agmem("migrate", DATABASE_URL=database_url)
     assert alone.returncode == 0, alone.stderr
     assert alone.stderr == ""
 
@@ -274,7 +274,7 @@ def test_a_home_pg_ctl_cannot_pass_on_is_one_clear_line(tmp_path: Path) -> None:
     ],
 )
 def test_invalid_settings_fail_with_one_line(env: dict[str, str], code: int, message: str) -> None:
-    result = run_agmem("status", **env)
+    result = invoke_agmem("status", **env)
 
     assert result.returncode == code
     assert result.stderr.strip() == message
@@ -290,7 +290,9 @@ def test_invalid_settings_fail_with_one_line(env: dict[str, str], code: int, mes
     ],
 )
 def test_unreachable_database_is_one_line(args: list[str]) -> None:
-    result = run_agmem(*args, DATABASE_URL="postgresql://agmem@127.0.0.1:1/agmem")
+    # The watch in its own process: were it to start watching, only a process can be stopped.
+    run = run_agmem if "--watch" in args else invoke_agmem
+    result = run(*args, DATABASE_URL="postgresql://agmem@127.0.0.1:1/agmem")
 
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
@@ -299,7 +301,7 @@ def test_unreachable_database_is_one_line(args: list[str]) -> None:
 
 
 def test_malformed_database_url_is_one_line() -> None:
-    result = run_agmem("migrate", DATABASE_URL="postgresql://host:notaport/db")
+    result = invoke_agmem("migrate", DATABASE_URL="postgresql://host:notaport/db")
 
     assert result.returncode == 2
     assert result.stderr.strip() == (
@@ -529,7 +531,7 @@ def test_a_database_without_the_schema_is_one_line_naming_migrate(
 ) -> None:
     # A DATABASE_URL whose schema was never created (or is behind): every command but status
     # was a 40-line traceback ending in "relation ... does not exist".
-    result = run_agmem(*args, DATABASE_URL=unmigrated_url)
+    result = invoke_agmem(*args, DATABASE_URL=unmigrated_url)
 
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
@@ -540,7 +542,7 @@ def test_a_database_without_the_schema_is_one_line_naming_migrate(
 
 def test_a_database_that_refuses_the_migration_is_one_line(unmigrated_url: str) -> None:
     weak = make_url(unmigrated_url).set(username="agmem_weak", password=None)
-    result = run_agmem("migrate", DATABASE_URL=weak.render_as_string(hide_password=False))
+    result = invoke_agmem("migrate", DATABASE_URL=weak.render_as_string(hide_password=False))
 
     assert result.returncode == 1
     assert result.stderr.strip() == (
@@ -567,7 +569,7 @@ def test_a_database_migrated_by_a_newer_agmem_says_so_and_what_to_do(
     newer_url: str, args: list[str], verb: str
 ) -> None:
     # It was "cannot migrate to 'head': Can't locate revision identified by '9999'".
-    result = run_agmem("migrate", *args, DATABASE_URL=newer_url)
+    result = invoke_agmem("migrate", *args, DATABASE_URL=newer_url)
 
     assert result.returncode == 1
     assert result.stderr.strip() == (
@@ -575,7 +577,7 @@ def test_a_database_migrated_by_a_newer_agmem_says_so_and_what_to_do(
         "revision '9999' is unknown to this one): upgrade agmem, or with the newer one run "
         f"`agmem migrate --down {migrate.head_revision()}`"
     )
-    status = run_agmem("status", DATABASE_URL=newer_url)
+    status = invoke_agmem("status", DATABASE_URL=newer_url)
     assert "schema     9999 (the database was migrated by a newer agmem" in status.stdout
 
 

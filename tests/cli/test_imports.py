@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -64,9 +65,20 @@ COMMAND_IMPORTS = {
 }
 
 
+# What the tests below look for in a command's process.
+PROBED = (*HEAVY, "rich")
+
+
 def loaded_by(command: str, heavy: tuple[str, ...]) -> list[str]:
     """Which of `heavy` a fresh process has imported once it has imported what `command` does,
     and built the local embedding provider as the command would."""
+    return [module for module in _loaded(command) if module in heavy]
+
+
+@functools.cache
+def _loaded(command: str) -> tuple[str, ...]:
+    """Which of PROBED that process has imported: one process per command for all the tests
+    asking (a fresh interpreter costs ~1 s of CPU; the tests asked 14 times of 6 commands)."""
     modules = ", ".join(("app.cli", *COMMAND_IMPORTS[command]))
     probe = (
         f"import sys, {modules}\n"
@@ -76,12 +88,12 @@ def loaded_by(command: str, heavy: tuple[str, ...]) -> list[str]:
         "    _env_file=None, embedding_provider='local', gemini_api_key=None\n"
         ")\n"
         "check_embedder(settings); get_embedder(settings)\n"
-        f"print(' '.join(m for m in {heavy!r} if m in sys.modules))"
+        f"print(' '.join(m for m in {PROBED!r} if m in sys.modules))"
     )
     done = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
     )
-    return done.stdout.split()
+    return tuple(done.stdout.split())
 
 
 @pytest.mark.parametrize("command", sorted(COMMAND_IMPORTS))

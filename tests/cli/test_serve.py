@@ -360,13 +360,13 @@ def test_a_request_the_parser_refuses_is_a_400_in_the_error_shape(
     [(signal.SIGINT, 130, "agmem: interrupted"), (signal.SIGTERM, 143, "agmem: terminated")],
 )
 def test_a_second_signal_as_serve_shuts_down_ends_it_quickly_in_one_line(
-    tmp_path: Path, signum: int, code: int, line: str
+    embedded_home: Path, signum: int, code: int, line: str
 ) -> None:
     # Ctrl-C twice ~150 ms apart: uvicorn's second Ctrl-C skipped the app's shutdown, and its
     # tasks (the worker, the embedded server's supervisor) were cancelled by asyncio's exit: a
     # lifespan traceback and exit 0, 5 of 6 times. The second is sent here as uvicorn starts
     # shutting down, before it asks the app to.
-    home = tmp_path / "home"
+    home = embedded_home
     port, server = serve_on(home)
     assert server.stdout is not None
     server.send_signal(signum)

@@ -326,12 +326,12 @@ main()
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_second_signal_as_the_worker_exits_is_ignored_to_the_end(
-    tmp_path: Path, signum: int
+    embedded_home: Path, signum: int
 ) -> None:
     # After the exit handlers, Python puts every signal back to its default action while it
     # tears the modules down (~0.4 s for the worker): a second SIGTERM or Ctrl-C then killed
     # `agmem worker` by the signal, exit -15 / -2 (8 of 8 times 0.15-0.4 s after the first).
-    home = tmp_path / "home"
+    home = embedded_home
     worker = subprocess.Popen(
         [sys.executable, "-c", SIGNAL_IN_TEARDOWN, str(int(signum)), "worker"],
         env=agmem_env(AGMEM_HOME=str(home)),

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from app.cli import cli
-from tests.cli.helpers import AGMEM, agmem_env, run_agmem
+from tests.cli.helpers import AGMEM, agmem_env, invoke_agmem, run_agmem
 from tests.conftest import make_settings
 from tests.worker.builders import drain, make_observation, make_session, row
 
@@ -26,7 +26,7 @@ def test_retry_failed_requeues_and_status_reports(
     make_observation(db, "done", status="compressed")
     db.execute("UPDATE observations SET tokens_saved = 25 WHERE id = 'done'")
 
-    status = run_agmem("status", DATABASE_URL=database_url)
+    status = invoke_agmem("status", DATABASE_URL=database_url)
     assert status.returncode == 0, status.stderr
     assert "failed 2, compressed 1" in status.stdout
     assert "saved 25 in total" in status.stdout
@@ -117,7 +117,7 @@ def test_worker_works_then_stops_cleanly_on_sigterm(
 
 
 def test_serve_offers_no_worker() -> None:
-    result = run_agmem("serve", "--help")
+    result = invoke_agmem("serve", "--help")
     assert result.returncode == 0
     assert "--no-worker" in result.stdout
 
@@ -132,7 +132,7 @@ def test_retry_failed_summarises_the_observations_sessions_again(
     assert before["status"] == "summarized"
     assert "1 observation could not be compressed" in before["summary"]
 
-    retried = run_agmem("worker", "retry-failed", DATABASE_URL=database_url)
+    retried = invoke_agmem("worker", "retry-failed", DATABASE_URL=database_url)
     assert retried.returncode == 0, retried.stderr
     assert retried.stdout.strip() == (
         "requeued 1 observations and 0 sessions; "

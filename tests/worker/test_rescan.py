@@ -16,7 +16,7 @@ from app.privacy import RULES_GENERATION, RULES_VERSION
 from app.redaction import RedactReport
 from app.worker.loop import Worker
 from app.worker.rescan import CLAIM_KEYS, rescan_if_pending
-from tests.cli.helpers import run_agmem
+from tests.cli.helpers import invoke_agmem
 from tests.conftest import libpq_url, make_settings
 from tests.test_redaction import TABLES, _leaking, _store_old_secrets
 from tests.worker.builders import make_observation, make_session, run_until
@@ -98,7 +98,7 @@ def test_a_pass_under_way_is_left_alone_and_taken_over_when_its_worker_dies(
     holder = _hold_claim(database_url)
     assert _rescan(database_url) is None
     assert all(_leaking(db).values())
-    running = run_agmem("status", DATABASE_URL=database_url)
+    running = invoke_agmem("status", DATABASE_URL=database_url)
     assert "redaction  rescan running on other:" in running.stdout
 
     holder.close()  # its process killed: Postgres drops the lock with the connection
@@ -113,7 +113,7 @@ def test_a_claim_left_by_a_killed_worker_holds_nobody_up(
     # worker waited ~2 min for it to lapse, no lanes, and status named the dead process.
     _store_old_secrets(db)
     _state(db, OLD_RULES, by="dead", until="1 hour")
-    pending = run_agmem("status", DATABASE_URL=database_url)
+    pending = invoke_agmem("status", DATABASE_URL=database_url)
     assert "redaction  rescan pending:" in pending.stdout
     assert "dead" not in pending.stdout
     assert _rescan(database_url) is not None
@@ -129,7 +129,7 @@ def test_only_a_build_with_newer_rules_rescans(
     _state(db, OLD_RULES, RULES_GENERATION + 1)  # a newer build redacted them
     assert _rescan(database_url) is None
     assert all(_leaking(db).values())
-    status = run_agmem("status", DATABASE_URL=database_url)
+    status = invoke_agmem("status", DATABASE_URL=database_url)
     assert (
         f"redaction  up to date: redacted under newer rules ({OLD_RULES}, generation "
         f"{RULES_GENERATION + 1}) than this build's" in status.stdout
@@ -213,7 +213,7 @@ def test_status_shows_a_pending_rescan_until_it_ran(
     db: psycopg.Connection[Any], database_url: str
 ) -> None:
     _state(db, OLD_RULES)
-    pending = run_agmem("status", DATABASE_URL=database_url)
+    pending = invoke_agmem("status", DATABASE_URL=database_url)
     assert pending.returncode == 0, pending.stderr
     assert (
         f"redaction  rescan pending: stored rows last redacted under {OLD_RULES}, rules now "
@@ -221,8 +221,8 @@ def test_status_shows_a_pending_rescan_until_it_ran(
     )
 
     # `agmem redact` is the same pass: it records it.
-    assert run_agmem("redact", DATABASE_URL=database_url).returncode == 0
-    done = run_agmem("status", DATABASE_URL=database_url)
+    assert invoke_agmem("redact", DATABASE_URL=database_url).returncode == 0
+    done = invoke_agmem("status", DATABASE_URL=database_url)
     assert f"redaction  up to date (rules {RULES_VERSION}, since " in done.stdout
 
 
