@@ -346,18 +346,22 @@ def sigterm_ends_input(end_input: Callable[[], None]) -> Iterator[None]:
     woken.setblocking(False)
     wake.setblocking(False)
     loop.add_reader(woken, _drain, woken)
-    previous_fd = signal.set_wakeup_fd(wake.fileno(), warn_on_full_buffer=False)
     previous = {signum: signal.signal(signum, on_signal) for signum in _ENDING}
+    # The wake-up fd after our handlers and back before theirs: a handler put back can raise
+    # (the exit deadline's Terminated), at once if a signal lands then, and must not leave
+    # Python writing each later signal to a socket closed here, whose number the next open
+    # file takes. Until the fd is set the main thread is running Python, so nothing sleeps.
+    previous_fd = signal.set_wakeup_fd(wake.fileno(), warn_on_full_buffer=False)
     try:
         yield
     finally:
-        if not stopping:  # else a second signal still ends at once
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
         signal.set_wakeup_fd(previous_fd)
         loop.remove_reader(woken)
         woken.close()
         wake.close()
+        if not stopping:  # else a second signal still ends at once
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
 
 def _drain(woken: socket.socket) -> None:

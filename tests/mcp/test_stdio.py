@@ -8,6 +8,7 @@ import io
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -23,7 +24,14 @@ from mcp.shared.message import SessionMessage
 from typer.testing import CliRunner
 
 from app.cli import cli
-from app.mcp.stdio import DISCARD_PIECE_BYTES, Calls, TooLong, leading_id, read_line
+from app.mcp.stdio import (
+    DISCARD_PIECE_BYTES,
+    Calls,
+    TooLong,
+    leading_id,
+    read_line,
+    sigterm_ends_input,
+)
 from tests.cli.helpers import agmem_env
 from tests.mcp.tools import exercise_every_tool, structured
 
@@ -700,14 +708,55 @@ def test_it_warms_up_as_a_server_does_beside_its_first_messages(
         **keyed,
     )
     assert server.stderr is not None
-    noted = ""
+    # Read from the pipe itself: a buffered readline() can hold the warm-up's line read along
+    # with the log line before it, and select() then waits on an empty pipe.
+    stderr = server.stderr.fileno()
+    written = ""
     try:
-        while not noted.startswith("warmed up:"):
-            ready, _, _ = select.select([server.stderr], [], [], 30)
+        while "\n" not in written.partition("warmed up:")[2]:
+            ready, _, _ = select.select([stderr], [], [], 30)
             assert ready, "no warm-up within 30 s"
-            noted = server.stderr.readline()
+            piece = os.read(stderr, 65536)
+            assert piece, f"stderr closed before the warm-up: {written!r}"
+            written += piece.decode()
     finally:
         server.terminate()
         stopped(server)
 
-    assert noted == f"warmed up: True {key is not None}\n"
+    assert written.partition("warmed up:")[2].partition("\n")[0] == f" True {key is not None}"
+
+
+def test_a_signal_as_the_old_handlers_come_back_leaves_no_wakeup_fd_at_a_closed_socket(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The handler put back can raise (the exit deadline's raises Terminated), and a SIGTERM
+    # landing just after it is put back runs it at once, out of the clean-up. Python's wake-up
+    # fd must already be put back by then: left at the socket the clean-up would have closed,
+    # the next file opened takes its number and a later signal writes a byte into it.
+    class Ended(Exception):
+        pass
+
+    def ends(_signum: int, _frame: object) -> None:
+        raise Ended
+
+    real_signal = signal.signal
+
+    def signalled_as_put_back(signum: int, handler: Any) -> Any:
+        previous = real_signal(signum, handler)
+        if handler is ends:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return previous
+
+    async def served() -> None:
+        with sigterm_ends_input(lambda: None):
+            monkeypatch.setattr(signal, "signal", signalled_as_put_back)
+
+    before = {signum: real_signal(signum, ends) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with pytest.raises(Ended):
+            asyncio.run(served())
+        assert signal.set_wakeup_fd(-1) == -1
+    finally:
+        monkeypatch.undo()
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
