@@ -3,6 +3,8 @@ client and the fake server, and the cancel's state is kept in `embedding_batches
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from pathlib import Path
 from typing import Any
@@ -15,9 +17,10 @@ from structlog.testing import capture_logs
 from app.llm.embeddings import local_embedder
 from app.logs import configure_logging
 from app.sync import embed
+from app.sync.indexer import SyncRequest, sync_project
 from tests.conftest import make_settings
 from tests.fakes.gemini import FakeGemini, FakeResponse, RecordedRequest, fake_gemini
-from tests.sync.helpers import make_project, run_sync
+from tests.sync.helpers import make_project, on_engine, run_sync
 from tests.sync.test_gemini_sync import sync_leaving_the_batch_running
 
 CANCEL = "batches/job-1:cancel"
@@ -332,3 +335,35 @@ def test_cancels_that_hang_are_cut_by_one_deadline_and_stay_pending(
     states = cancel_state(db)
     assert [s[:4] for s in states] == [("failed", "pending", True, False)] * 2
     assert all("no answer within" in s[4] for s in states)
+
+
+def test_a_sync_stopped_while_a_cancel_hangs_stops_at_once(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # A cancel in a worker thread ran on to its timeout when the sync was stopped (Ctrl-C):
+    # the process's exit waited for the thread.
+    project = make_project(tmp_path / "proj")
+    with fake_gemini() as fake:
+        sync_leaving_the_batch_running(fake, tmp_path, database_url, project)
+        fake.on(CANCEL, lambda _r: FakeResponse(200, {}, delay_s=30))
+        settings = local_with_key(fake, tmp_path)
+        request = SyncRequest(project_path=str(project))
+
+        stopped_at: list[float] = []
+
+        async def stopped_mid_cancel(sessionmaker: Any) -> None:
+            sync = asyncio.create_task(
+                sync_project(sessionmaker, settings, local_embedder(), request)
+            )
+            while not fake.calls(":cancel"):
+                await asyncio.sleep(0.01)
+            stopped_at.append(time.monotonic())
+            sync.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sync
+
+        on_engine(database_url, stopped_mid_cancel)  # its end: the event loop's, threads too
+        took = time.monotonic() - stopped_at[0]
+
+    assert took < 2  # the cancel's own timeout is 10 s, the sync's bound on cancels 5 s
+    assert cancel_state(db)[0][:2] == ("failed", "pending")
