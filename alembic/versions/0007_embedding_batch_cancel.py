@@ -13,7 +13,9 @@ by a later sync, and one Gemini answers "already ended" is not tried for ever:
 
 Jobs superseded before this revision, with a remote name, are left `pending`: the next sync of
 their project cancels them, or settles them as `expired` without a call when they are older than
-48 hours. The downgrade keeps a settled cancel's outcome in `last_error`.
+48 hours. The downgrade keeps a settled cancel's outcome in `last_error`, and an upgrade after
+it settles that job again (`cancel_settled_at` then being the job's last update), rather than
+asking Gemini again.
 
 Revision ID: 0007
 Revises: 0006
@@ -30,6 +32,10 @@ revision: str = "0007"
 down_revision: str | Sequence[str] | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
+
+
+# The note the downgrade appends to `last_error` for a settled cancel.
+_SETTLED_NOTE = "; cancel (cancelled|ended|expired)(: |$)"
 
 
 def upgrade() -> None:
@@ -49,10 +55,19 @@ def upgrade() -> None:
         ["project_path"],
         postgresql_where=sa.text("cancel_status = 'pending'"),
     )
+    # A job this revision's downgrade left its settled cancel noted on (`…; cancel ended: …`)
+    # gets it back: taken for one never cancelled, it went back to `pending` and, cancelled,
+    # was asked again.
+    op.execute(
+        "UPDATE embedding_batches SET cancel_status = substring(last_error FROM "
+        f"'{_SETTLED_NOTE}'), cancel_requested_at = updated_at, cancel_settled_at = updated_at "
+        f"WHERE status = 'failed' AND last_error ~ '{_SETTLED_NOTE}' "
+        "AND provider_job IS NOT NULL"
+    )
     op.execute(
         "UPDATE embedding_batches SET cancel_status = 'pending', cancel_requested_at = updated_at "
         "WHERE status = 'failed' AND last_error LIKE 'superseded: %' "
-        "AND provider_job IS NOT NULL"
+        "AND provider_job IS NOT NULL AND cancel_status IS NULL"
     )
 
 

@@ -57,12 +57,18 @@ QUERY_WAIT_LIMIT_SECONDS = 2.0  # the longest Retry-After a search's query waits
 QUERY_TIMEOUT_SECONDS = 10.0
 _BATCH_DONE = "JOB_STATE_SUCCEEDED"
 SUBMISSION_ERRORS: tuple[type[Exception], ...] = (errors.APIError, *TRANSPORT_ERRORS)
+# A submission's failures, and a key the client cannot put in a header (non-ASCII).
+_UNSUBMITTED: tuple[type[Exception], ...] = (*SUBMISSION_ERRORS, UnicodeError)
 _BATCH_FAILED = frozenset(
     {"JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED", "JOB_STATE_PAUSED"}
 )
 # Gemini's answers to a cancel of a job that is no longer running: FAILED_PRECONDITION (it
-# ended) is a 400, a job it no longer knows a 404. Asking again cannot change either.
-_CANCEL_MOOT = frozenset({400, 404})
+# ended), and 404 NOT_FOUND (a job it no longer knows). Asking again cannot change either. Any
+# other 400 can: a key Gemini does not know is a 400 INVALID_ARGUMENT, and a cancel refused for
+# it, settled, was never asked again once the key was fixed.
+_CANCEL_ENDED_STATUS = "FAILED_PRECONDITION"
+_CANCEL_GONE_CODE = 404
+_KEY_MARK = "<GEMINI_API_KEY>"
 
 
 class CancelOutcome(NamedTuple):
@@ -83,6 +89,7 @@ class GeminiEmbedder:
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._client = make_client(settings, timeout_ms=60_000)
+        self._key = settings.gemini_api_key
         self._model = settings.embedding_model or "gemini-embedding-001"
         self._dims = settings.embedding_dims or 768
         self._retries = settings.gemini_embed_max_retries
@@ -177,9 +184,13 @@ class GeminiEmbedder:
                 timed_out = isinstance(error, TIMEOUT_ERRORS)
                 if attempt >= retries or (timed_out and not retry_timeouts):
                     raise EmbeddingFailed(
-                        f"Gemini embeddings unreachable: {type(error).__name__} {error}".strip()
+                        f"Gemini embeddings unreachable: {describe_error(error, self._key)}"
                     ) from None
                 reason = type(error).__name__
+            except UnicodeError as error:  # a header it cannot encode: the key, not a text
+                raise EmbeddingFailed(
+                    f"Gemini embeddings not sent: {describe_error(error, self._key)}"
+                ) from None
             delay = min(self._retry_base * 2**attempt, _MAX_BACKOFF_SECONDS)
             delay *= 0.5 + random.random() / 2
             if asked is not None:  # the server's Retry-After, when it sent one
@@ -219,8 +230,10 @@ class GeminiEmbedder:
                     ),
                     config=types.CreateEmbeddingsBatchJobConfig(display_name=label),
                 )
-            except SUBMISSION_ERRORS as error:
-                raise EmbeddingFailed(f"Gemini batch submission failed: {error}") from None
+            except _UNSUBMITTED as error:
+                raise EmbeddingFailed(
+                    f"Gemini batch submission failed: {describe_error(error, self._key)}"
+                ) from None
         if not job.name:
             raise EmbeddingFailed("Gemini batch submission returned no job name")
         return job.name
@@ -248,8 +261,10 @@ class GeminiEmbedder:
             values.append(item.response.embedding.values)
         return self._vectors(values, expected)
 
-    def cancel_batch(self, name: str) -> CancelOutcome:
-        return cancel_batch(self._client, name, timeout_ms=self._query_timeout_ms)
+    async def cancel_batch(self, name: str) -> CancelOutcome:
+        return await cancel_batch(
+            self._client, name, timeout_ms=self._query_timeout_ms, key=self._key
+        )
 
 
 def cancel_client(settings: Settings) -> genai.Client:
@@ -263,22 +278,52 @@ def cancel_timeout_ms(settings: Settings) -> int:
     return max(1, int(min(QUERY_TIMEOUT_SECONDS, settings.gemini_timeout_seconds) * 1000))
 
 
-def cancel_batch(client: genai.Client, name: str, *, timeout_ms: int) -> CancelOutcome:
-    """One `batches.cancel` of the job, no retry: a failure is the caller's to try again."""
+async def cancel_batch(
+    client: genai.Client, name: str, *, timeout_ms: int, key: str | None
+) -> CancelOutcome:
+    """One `batches.cancel` of the job, no retry: a failure is the caller's to try again.
+
+    Through the async client: a sync cut short (its deadline on cancels, Ctrl-C) stops the
+    request, where a worker thread's call ran on to its timeout."""
     try:
-        client.batches.cancel(
+        await client.aio.batches.cancel(
             name=name,
             config=types.CancelBatchJobConfig(http_options=types.HttpOptions(timeout=timeout_ms)),
         )
     except errors.APIError as error:
         detail = f"cancel refused: {error.code} {error.status or ''} {error.message or ''}"
-        detail = " ".join(detail.split())[:1000]
-        return CancelOutcome("ended" if error.code in _CANCEL_MOOT else "pending", detail)
+        detail = " ".join(scrub_key(detail, key).split())[:1000]
+        ended = error.status == _CANCEL_ENDED_STATUS or error.code == _CANCEL_GONE_CODE
+        return CancelOutcome("ended" if ended else "pending", detail)
     except TRANSPORT_ERRORS as error:
-        return CancelOutcome(
-            "pending", f"cancel unreachable: {type(error).__name__} {error}"[:1000]
-        )
+        return CancelOutcome("pending", f"cancel unreachable: {describe_error(error, key)}"[:1000])
+    except Exception as error:  # whatever else the client raises: tried again later
+        return CancelOutcome("pending", f"cancel failed: {describe_error(error, key)}"[:1000])
     return CancelOutcome("cancelled")
+
+
+def describe_error(error: BaseException, key: str | None) -> str:
+    """The error's type and message, without the key: the client's errors quote a header's
+    value (httpx's for a NUL in it), and a UnicodeEncodeError's repr holds the whole string.
+    Its `str`, not its repr, for that reason."""
+    return scrub_key(f"{type(error).__name__} {error}".strip(), key)
+
+
+def scrub_key(text: str, key: str | None) -> str:
+    """`text` with `key` replaced in every form an error quotes it in: as is, escaped as a
+    str's repr escapes it, or as the repr of its UTF-8 bytes."""
+    if not key:
+        return text
+    forms = {
+        key,
+        repr(key)[1:-1],
+        repr(key.encode("utf-8", "backslashreplace"))[2:-1],
+        key.encode("unicode_escape").decode("ascii"),
+    }
+    for form in sorted(forms, key=len, reverse=True):
+        if form:
+            text = text.replace(form, _KEY_MARK)
+    return text
 
 
 def _retryable(code: int | None) -> bool:

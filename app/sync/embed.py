@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
@@ -35,6 +35,10 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 BATCH_CHUNKS = 2000
+# All of a sync's cancels together, asked at once: the sync holds its project's lock meanwhile,
+# and each cancel one after another, up to 10 s per HTTP phase, held a watch's every sync 30 s
+# for 3 jobs at a Gemini that did not answer. One cut short stays pending for a later sync.
+CANCEL_DEADLINE_SECONDS = 5.0
 
 
 @runtime_checkable
@@ -43,7 +47,7 @@ class BatchEmbedder(Embedder, Protocol):
 
     def batch_result(self, name: str, expected: int) -> NDArray[np.float32] | None: ...
 
-    def cancel_batch(self, name: str) -> CancelOutcome: ...
+    async def cancel_batch(self, name: str) -> CancelOutcome: ...
 
 
 class BatchStillRunning(Exception):
@@ -184,35 +188,44 @@ async def resume_batches(
 
 
 async def close_superseded_batches(
-    connection: Conn, settings: Settings, embedder: Embedder, project: str
-) -> None:
-    """Close the project's jobs of a model switched from (nothing resumes them any more), and
-    cancel at Gemini every job of the project closed so that has not been yet."""
+    connection: Conn, embedder: Embedder, project: str
+) -> list[queries.CancelToDo]:
+    """Close the project's jobs of a model switched from (nothing resumes them any more); the
+    jobs of the project closed so whose cancel at Gemini is still to do, for `cancel_at_gemini`
+    once the sync's embedding is done."""
     closed, to_cancel = await queries.close_superseded_batches(
         connection, project=project, model=embedder.identity
     )
     if closed:
         log.info("sync.batch_superseded", project=project, jobs=closed, model=embedder.identity)
-    if to_cancel:
-        await _cancel_at_gemini(connection, settings, embedder, project, to_cancel)
+    return to_cancel
 
 
-async def _cancel_at_gemini(
+async def cancel_at_gemini(
     connection: Conn,
     settings: Settings,
     embedder: Embedder,
     project: str,
     to_cancel: list[queries.CancelToDo],
 ) -> None:
-    """One try per job; what fails stays `pending` for a later sync of the project (after
-    `queries.CANCEL_RETRY_MINUTES`). Never fails the sync. A failure is logged when it differs
-    from the last one: once for a missing key, not at every try."""
+    """One try per job, all at once, within `CANCEL_DEADLINE_SECONDS` in all; what fails stays
+    `pending` for a later sync of the project (after `queries.CANCEL_RETRY_MINUTES`). Never
+    fails the sync. A failure is logged when it differs from the last one: once for a missing
+    key, not at every try."""
+    if not to_cancel:
+        return
     # Imported here: google-genai costs ~0.3 s to import, paid only when there is a job to cancel.
     from app.llm.gemini import GeminiNotConfigured
-    from app.llm.gemini_embeddings import CancelOutcome, cancel_batch, cancel_client
+    from app.llm.gemini_embeddings import (
+        CancelOutcome,
+        cancel_batch,
+        cancel_client,
+        describe_error,
+    )
     from app.llm.gemini_embeddings import cancel_timeout_ms as timeout_of
 
-    cancel: Callable[[str], CancelOutcome] | None = None
+    key = settings.gemini_api_key
+    cancel: Callable[[str], Awaitable[CancelOutcome]] | None = None
     unconfigured = ""
     if isinstance(embedder, BatchEmbedder):
         cancel = embedder.cancel_batch
@@ -224,20 +237,45 @@ async def _cancel_at_gemini(
         else:
             timeout_ms = timeout_of(settings)
 
-            def cancel(name: str) -> CancelOutcome:
-                return cancel_batch(client, name, timeout_ms=timeout_ms)
+            async def cancel(name: str) -> CancelOutcome:
+                return await cancel_batch(client, name, timeout_ms=timeout_ms, key=key)
+
+    asked: dict[uuid.UUID, asyncio.Task[CancelOutcome]] = {}
+    try:
+        if cancel is not None:
+            asked = {
+                job.id: asyncio.ensure_future(cancel(job.job))
+                for job in to_cancel
+                if not job.expired
+            }
+        if asked:
+            await asyncio.wait(asked.values(), timeout=CANCEL_DEADLINE_SECONDS)
+    finally:  # cut by the deadline, or the sync itself cancelled: no request outlives it
+        late = [task for task in asked.values() if not task.done()]
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
+    cut = CancelOutcome(
+        "pending",
+        f"cancel cut: no answer within {CANCEL_DEADLINE_SECONDS:g} s "
+        "(the bound on all of a sync's cancels)",
+    )
 
     settled: list[tuple[uuid.UUID, str, str | None]] = []
     for job in to_cancel:
+        request = asked.get(job.id)
         if job.expired:
             outcome = CancelOutcome("expired", "not cancelled: 48 hours past its creation")
-        elif cancel is None:
+        elif request is None:
             outcome = CancelOutcome("pending", unconfigured)
+        elif request.cancelled():
+            outcome = cut
+        elif (failure := request.exception()) is not None:  # tried again by a later sync
+            outcome = CancelOutcome(
+                "pending", f"cancel failed: {describe_error(failure, key)}"[:1000]
+            )
         else:
-            try:
-                outcome = await asyncio.to_thread(cancel, job.job)
-            except Exception as error:  # whatever the client raises: tried again next sync
-                outcome = CancelOutcome("pending", f"cancel failed: {error!r}"[:1000])
+            outcome = request.result()
         settled.append((job.id, outcome.status, outcome.error))
         if outcome.status == "pending":
             if outcome.error == job.error:

@@ -46,6 +46,7 @@ from app.sync.discover import (
 )
 from app.sync.embed import (
     BatchEmbedder,
+    cancel_at_gemini,
     close_superseded_batches,
     embed_missing,
     reembed_project,
@@ -356,7 +357,7 @@ async def _write_all(
     if gone:
         await queries.delete_files(lock, gone)  # one statement: its own transaction
         report.files_deleted = len(gone)
-    await close_superseded_batches(lock, settings, embedder, project)  # one statement
+    to_cancel = await close_superseded_batches(lock, embedder, project)  # one statement
     if report.files_changed and not writer.embedding_down and left_unembedded:
         await embed_missing(sessionmaker, settings, embedder, project, report, progress)
     elif isinstance(embedder, BatchEmbedder):
@@ -372,6 +373,8 @@ async def _write_all(
         if isinstance(embedder, BatchEmbedder):
             await reembed_with_batch(sessionmaker, settings, embedder, project, report)
         await reembed_project(sessionmaker, embedder, project, report, progress)
+    # Last: the sync's own work first, then at most CANCEL_DEADLINE_SECONDS on Gemini's answers.
+    await cancel_at_gemini(lock, settings, embedder, project, to_cancel)
 
 
 @dataclass(slots=True)

@@ -344,3 +344,46 @@ def test_every_row_is_carried_through_each_step_down_and_up(scratch_url: str) ->
     assert every_row(scratch_url, columns) == written
     migrate.upgrade(scratch_url)
     assert every_row(scratch_url, columns) == written
+
+
+def test_0007_again_after_its_downgrade_keeps_settled_cancels_settled(scratch_url: str) -> None:
+    # The downgrade's note leaves `last_error` starting `superseded: `: taken for a job never
+    # cancelled, every settled one went back to `pending` (and a cancelled one was asked again).
+    migrate.upgrade(scratch_url)
+    with psycopg.connect(libpq_url(scratch_url), autocommit=True) as connection:
+        connection.execute(
+            "INSERT INTO embedding_batches (project_path, model, provider_job, hashes, status, "
+            "last_error, cancel_status, cancel_requested_at, cancel_settled_at, cancel_error) "
+            "VALUES "
+            "('/p', 'g', 'batches/c', '[]', 'failed', 'superseded: x', 'cancelled', now(), "
+            "now(), NULL), "
+            "('/p', 'g', 'batches/e', '[]', 'failed', 'superseded: x', 'ended', now(), now(), "
+            "'cancel refused: 404 NOT_FOUND'), "
+            "('/p', 'g', 'batches/x', '[]', 'failed', 'superseded: x', 'expired', now(), "
+            "now(), 'not cancelled: 48 hours past its creation'), "
+            "('/p', 'g', 'batches/p', '[]', 'failed', 'superseded: x', 'pending', now(), NULL, "
+            "'cancel unreachable: ConnectError')"
+        )
+    migrate.downgrade(scratch_url, "0006")
+    migrate.upgrade(scratch_url)
+    with psycopg.connect(libpq_url(scratch_url), autocommit=True) as connection:
+        rows = connection.execute(
+            "SELECT provider_job, cancel_status, cancel_settled_at IS NOT NULL, last_error "
+            "FROM embedding_batches ORDER BY provider_job"
+        ).fetchall()
+    assert rows == [
+        ("batches/c", "cancelled", True, "superseded: x; cancel cancelled"),
+        ("batches/e", "ended", True, "superseded: x; cancel ended: cancel refused: 404 NOT_FOUND"),
+        (
+            "batches/p",
+            "pending",
+            False,
+            "superseded: x",
+        ),
+        (
+            "batches/x",
+            "expired",
+            True,
+            "superseded: x; cancel expired: not cancelled: 48 hours past its creation",
+        ),
+    ]

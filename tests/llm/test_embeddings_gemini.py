@@ -228,3 +228,22 @@ def test_an_unreachable_gemini_is_retried_then_one_clear_error() -> None:
         embedder.embed_documents(["a"])
     assert len(sleeps) == settings.gemini_embed_max_retries
     assert embedder.batch_result("batches/job-1", 1) is None  # polled again later
+
+
+@pytest.mark.parametrize("key", ["s\u00e9cret-KEY-0042", "secret\x00KEY-0042"])
+def test_a_key_the_client_cannot_send_is_not_in_the_error(key: str) -> None:
+    # httpx's error for a NUL in a header quotes the header's value: the key, in the sync's
+    # report and log.
+    with fake_gemini() as fake:
+        fake.on(":batchEmbedContents", vectors_answer)
+        settings = make_settings(
+            gemini_api_key=key, gemini_base_url=fake.url, gemini_embed_max_retries=0
+        )
+        embedder = GeminiEmbedder(settings, retry_base_seconds=0.01, sleep=lambda _: None)
+        with pytest.raises(EmbeddingFailed) as raised:
+            embedder.embed_documents(["a text"])
+        with pytest.raises(EmbeddingFailed) as submitted:
+            embedder.submit_batch(["a text"], label="agmem-x")
+    for error in (raised.value, submitted.value):
+        assert "KEY-0042" not in str(error)
+        assert "KEY-0042" not in repr(error)

@@ -3,6 +3,9 @@ client and the fake server, and the cancel's state is kept in `embedding_batches
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +17,10 @@ from structlog.testing import capture_logs
 from app.llm.embeddings import local_embedder
 from app.logs import configure_logging
 from app.sync import embed
+from app.sync.indexer import SyncRequest, sync_project
 from tests.conftest import make_settings
 from tests.fakes.gemini import FakeGemini, FakeResponse, RecordedRequest, fake_gemini
-from tests.sync.helpers import make_project, run_sync
+from tests.sync.helpers import make_project, on_engine, run_sync
 from tests.sync.test_gemini_sync import sync_leaving_the_batch_running
 
 CANCEL = "batches/job-1:cancel"
@@ -217,6 +221,11 @@ def test_a_switch_between_gemini_models_cancels_with_the_current_client(
         run_sync(database_url, settings, embedder, project)
 
         assert len(fake.calls(":cancel")) == 1
+        # After the embedding pass: a cancel never holds up the sync's own work.
+        routes = [r.path.split("?")[0] for r in fake.requests]
+        assert routes.index(fake.calls(":cancel")[0].path.split("?")[0]) > max(
+            i for i, route in enumerate(routes) if route.endswith(":batchEmbedContents")
+        )
     assert cancel_state(db) == [("failed", "cancelled", True, True, None)]
 
 
@@ -236,3 +245,125 @@ def test_a_job_of_the_current_model_is_never_cancelled(
 
         assert fake.calls(":cancel") == []
     assert cancel_state(db) == [("done", None, False, False, None)]
+
+
+def test_a_cancel_refused_for_a_bad_key_stays_pending_until_the_key_works(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # Gemini answers a key it does not know with 400 INVALID_ARGUMENT, not 401: taken for
+    # "already ended", the job was never cancelled once the key was fixed.
+    project = make_project(tmp_path / "proj")
+    with fake_gemini() as fake:
+        sync_leaving_the_batch_running(fake, tmp_path, database_url, project)
+        fake.queue(CANCEL, error(400, "INVALID_ARGUMENT"))
+        fake.on(CANCEL, accepted)
+        settings = local_with_key(fake, tmp_path)
+
+        run_sync(database_url, settings, local_embedder(), project)
+        state = cancel_state(db)
+        assert state[0][:4] == ("failed", "pending", True, False)
+        assert "INVALID_ARGUMENT" in state[0][4]
+        later(db)
+        run_sync(database_url, settings, local_embedder(), project)
+
+        assert len(fake.calls(":cancel")) == 2
+    assert cancel_state(db) == [("failed", "cancelled", True, True, None)]
+
+
+@pytest.mark.parametrize("key", ["s\u00e9cret-KEY-0042", "secret\x00KEY-0042"])
+def test_a_key_the_client_cannot_send_never_reaches_the_table_or_the_log(
+    database_url: str,
+    db: psycopg.Connection[Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    key: str,
+) -> None:
+    # The client's errors name the header's value: a non-ASCII key's UnicodeEncodeError holds
+    # it in its repr, a NUL's LocalProtocolError in its message.
+    project = make_project(tmp_path / "proj")
+    with fake_gemini() as fake:
+        sync_leaving_the_batch_running(fake, tmp_path, database_url, project)
+        fake.on(CANCEL, accepted)
+        settings = make_settings(
+            home=tmp_path / "home", gemini_api_key=key, gemini_base_url=fake.url
+        )
+
+        configure_logging("info")
+        monkeypatch.setattr(embed, "log", structlog.get_logger(embed.__name__))
+        with capture_logs() as logged:
+            report = run_sync(database_url, settings, local_embedder(), project)
+
+        assert fake.calls(":cancel") == []
+    assert report.errors == []
+    state = cancel_state(db)
+    assert state[0][:4] == ("failed", "pending", True, False)
+    # The error's type stays, to say what went wrong.
+    assert state[0][4].startswith(
+        ("cancel failed: UnicodeEncodeError", "cancel unreachable: LocalProtocolError")
+    )
+    for text in (state[0][4], repr(logged)):
+        for fragment in ("KEY-0042", "KEY\\x2d0042", "cr\\xc3\\xa9t"):
+            assert fragment not in text
+    assert any(e["event"] == "sync.batch_cancel_failed" for e in logged)
+
+
+def test_cancels_that_hang_are_cut_by_one_deadline_and_stay_pending(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # Each cancel waited up to its own timeout, one after another, the project's lock held.
+    project = make_project(tmp_path / "proj")
+    with fake_gemini() as fake:
+        sync_leaving_the_batch_running(fake, tmp_path, database_url, project)
+        run_sync(database_url, make_settings(home=tmp_path / "home"), local_embedder(), project)
+        db.execute(
+            "INSERT INTO embedding_batches (project_path, model, provider_job, hashes, status, "
+            "last_error, cancel_status, cancel_requested_at) SELECT project_path, model, "
+            "'batches/job-2', hashes, status, last_error, cancel_status, cancel_requested_at "
+            "FROM embedding_batches"
+        )
+        later(db)
+        fake.on(":cancel", lambda _r: FakeResponse(200, {}, delay_s=30))
+        settings = local_with_key(fake, tmp_path)  # a cancel's own timeout: 10 s
+
+        started = time.monotonic()
+        report = run_sync(database_url, settings, local_embedder(), project)
+        took = time.monotonic() - started
+
+        assert len(fake.calls(":cancel")) == 2  # both asked, at once
+    assert took < embed.CANCEL_DEADLINE_SECONDS + 3
+    assert report.errors == []
+    states = cancel_state(db)
+    assert [s[:4] for s in states] == [("failed", "pending", True, False)] * 2
+    assert all("no answer within" in s[4] for s in states)
+
+
+def test_a_sync_stopped_while_a_cancel_hangs_stops_at_once(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # A cancel in a worker thread ran on to its timeout when the sync was stopped (Ctrl-C):
+    # the process's exit waited for the thread.
+    project = make_project(tmp_path / "proj")
+    with fake_gemini() as fake:
+        sync_leaving_the_batch_running(fake, tmp_path, database_url, project)
+        fake.on(CANCEL, lambda _r: FakeResponse(200, {}, delay_s=30))
+        settings = local_with_key(fake, tmp_path)
+        request = SyncRequest(project_path=str(project))
+
+        stopped_at: list[float] = []
+
+        async def stopped_mid_cancel(sessionmaker: Any) -> None:
+            sync = asyncio.create_task(
+                sync_project(sessionmaker, settings, local_embedder(), request)
+            )
+            while not fake.calls(":cancel"):
+                await asyncio.sleep(0.01)
+            stopped_at.append(time.monotonic())
+            sync.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sync
+
+        on_engine(database_url, stopped_mid_cancel)  # its end: the event loop's, threads too
+        took = time.monotonic() - stopped_at[0]
+
+    assert took < 2  # the cancel's own timeout is 10 s, the sync's bound on cancels 5 s
+    assert cancel_state(db)[0][:2] == ("failed", "pending")
