@@ -57,11 +57,13 @@ at most every REFUSAL_LOG_SECONDS and the count of the rest when that window end
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import ipaddress
 import json
 import logging
 import socket
 import struct
+import sys
 from array import array
 from collections.abc import Iterable
 from typing import Any
@@ -95,6 +97,7 @@ OVER_LIMIT_WAIT_SECONDS = 1.0
 DEFAULT_IDLE_TIMEOUT_SECONDS = 60.0  # as Settings.request_idle_timeout_seconds
 REFUSAL_LOG_SECONDS = 10.0
 _RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close sends RST, drops what is unsent
+_SIOCOUTQ = 0x5411  # Linux: the bytes of a TCP socket's send queue the peer has not acknowledged
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Header = tuple[bytes, bytes]
@@ -240,7 +243,8 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self.last_data = 0.0
         self.message_began = 0.0  # the first byte of the request whose headers are coming
         self.waiting_since = 0.0  # the connection's start or the last answer's end
-        # The answer's bytes the transport still held when last seen to shrink, and when.
+        # The answer's bytes the service still held (transport and kernel) when last seen to
+        # shrink, and when.
         self.write_mark: tuple[float, int] | None = None
         self.behind_proxy = False  # the peer is a trusted proxy
         self.loopback_proxy = False  # ... on this machine, where a browser connects from too
@@ -325,8 +329,25 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self.headers.append((b"host", name))
 
     def pause_writing(self) -> None:
-        self.write_mark = (self.loop.time(), self.transport.get_write_buffer_size())
+        self.write_mark = (self.loop.time(), self.unsent(self.transport.get_write_buffer_size()))
         super().pause_writing()
+
+    def unsent(self, buffered: int) -> int:
+        """The answer's bytes the client has not taken: the transport's and the kernel's. The
+        transport's buffer moves only when the kernel's send queue (which grows to megabytes)
+        has drained by about a third, so a client reading slowly but steadily left it still for
+        longer than the timeout; the kernel's queue shrinks with every read."""
+        if sys.platform != "linux":
+            return buffered  # no SIOCOUTQ: the transport's buffer is all there is to watch
+        connection = self.transport.get_extra_info("socket")
+        if connection is None:
+            return buffered
+        try:
+            queued = array("i", [0])
+            fcntl.ioctl(connection.fileno(), _SIOCOUTQ, queued)
+        except OSError:
+            return buffered
+        return buffered + queued[0]
 
     def idle_check(self) -> None:
         now = self.loop.time()
@@ -376,15 +397,16 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         sent), and a streamed answer's task with it.
 
         Only while writing is paused or the transport closing: then nothing is added to the
-        buffer, so a smaller one is the client reading. Otherwise a stream the client reads as
-        fast as it comes can hold bytes at every look, refilled in between."""
+        buffer, so fewer bytes unsent (`unsent`) is the client reading. Otherwise a stream the
+        client reads as fast as it comes can hold bytes at every look, refilled in between."""
         buffered = self.transport.get_write_buffer_size()
         if not buffered or not (self.flow.write_paused or self.transport.is_closing()):
             self.write_mark = None
             return False
+        unsent = self.unsent(buffered)
         mark = self.write_mark
-        if mark is None or buffered < mark[1]:
-            mark = self.write_mark = (now, buffered)
+        if mark is None or unsent < mark[1]:
+            mark = self.write_mark = (now, unsent)
         elif now - mark[0] >= self.idle_timeout:
             cause = (
                 f"closed connections whose client stopped reading its answer for "

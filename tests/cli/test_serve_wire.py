@@ -548,3 +548,36 @@ def test_a_refusal_count_not_logged_yet_is_logged_at_shutdown(database_url: str)
 
     assert log.count("two Host headers") == 2, log
     assert "2 more" in log, log
+
+
+def test_a_client_that_reads_a_large_answer_slowly_but_steadily_gets_it(port: int) -> None:
+    # The transport's buffer moves only when the kernel's send queue (grown to megabytes) has
+    # drained by a third: a reader slower than that third per timeout was reset while reading
+    # (6 MB at 10 KB/s: reset after 63.8 s at the default 60 s).
+    value = "s" * 4_000_000
+    put = httpx.put(
+        f"http://127.0.0.1:{port}/api/memories/slow.answer",
+        json={"value": value, "scope": "global"},
+        timeout=30,
+    )
+    assert put.status_code in (200, 201), put.text
+    request = (
+        b"GET /api/memories/slow.answer?scope=global HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Connection: close\r\n\r\n"
+    )
+    rate = 400_000  # bytes a second: a 2 s timeout's worth is a fraction of the kernel's queue
+    with socket.socket() as connection:
+        connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        connection.settimeout(20)
+        connection.connect(("127.0.0.1", port))
+        connection.sendall(request)
+        started = time.monotonic()
+        answer = bytearray()
+        while chunk := connection.recv(8192):
+            answer += chunk
+            ahead = len(answer) / rate - (time.monotonic() - started)
+            if ahead > 0:
+                time.sleep(ahead)
+
+    assert answer.startswith(b"HTTP/1.1 200 ")
+    assert json.loads(bytes(answer).partition(b"\r\n\r\n")[2])["value"] == value
