@@ -47,6 +47,7 @@ Two `Host` headers are refused (RFC 9112, 3.2): the Host rule read the first and
 the last, so `Host: 127.0.0.1` then `Host: evil.example` passed the one as this machine and the
 other as the page's own origin. So is an HTTP/1.1 request without one (RFC 9112, 3.2: a server
 MUST); an HTTP/1.0 one is served (HTTP/1.0 has no such rule; HAProxy's health check sends none).
+A refusal pipelined behind a request still in the app waits for that one's answer.
 
 uvicorn's `data_received` logs `Invalid HTTP request received.` for every parser error, which
 named neither a 503 at the limit nor a Host refusal. It stays uvicorn's: the parser it feeds
@@ -249,6 +250,8 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self.behind_proxy = False  # the peer is a trusted proxy
         self.loopback_proxy = False  # ... on this machine, where a browser connects from too
         self.idle_timer: asyncio.TimerHandle | None = None
+        # A refusal pipelined behind a request still in the app, sent once its answer is.
+        self.held_error: tuple[bytes, bytes, list[Header]] | None = None
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
@@ -273,6 +276,8 @@ class JsonErrorsProtocol(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_data = self.loop.time()
+        if self.held_error is not None:
+            return  # behind a refused request: the parser lost its place, nothing more is read
         super().data_received(data)
 
     def on_message_begin(self) -> None:
@@ -310,6 +315,12 @@ class JsonErrorsProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         self.waiting_since = self.loop.time()
+        held = self.held_error
+        if held is not None and not self.transport.is_closing() and not self.pipeline:
+            self.server_state.total_requests += 1  # as uvicorn's own, which is not called
+            self.send_error(*held)
+            self.transport.close()
+            return
         super().on_response_complete()
 
     def take_forwarded_host(self) -> None:
@@ -458,12 +469,28 @@ class JsonErrorsProtocol(HttpToolsProtocol):
     def refuse(self, refused: Refused) -> None:
         """Answer a request refused by a callback (`RefusingParser`), log its cause and close."""
         self.refusals.note(self.logger, self.loop, refused.cause)
-        self.send_error(refused.status, refused.body, refused.headers)
-        self.transport.close()
+        self.answer_and_close(refused.status, refused.body, refused.headers)
 
     def send_400_response(self, msg: str) -> None:
-        # What the parser itself refused (uvicorn has logged it): its 400 in the shape.
+        # What the parser itself refused (uvicorn has logged it): its 400 in the shape. A
+        # broken body is the request in hand's own; broken headers are a request's behind it.
+        if self.in_headers:
+            self.answer_and_close(
+                b"400 Bad Request", _error_body("BadRequest", BAD_REQUEST_DETAIL), []
+            )
+            return
         self.send_error(b"400 Bad Request", _error_body("BadRequest", BAD_REQUEST_DETAIL))
+        self.transport.close()
+
+    def answer_and_close(self, status: bytes, body: bytes, headers: list[Header]) -> None:
+        """Answer a request refused before it reached the app, and close: at once, or, pipelined
+        behind requests still in the app, once their answers are sent (`on_response_complete`).
+        Written at once, it overtook them, and their answers were lost with the connection."""
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            self.held_error = (status, body, headers)
+            return
+        self.send_error(status, body, headers)
         self.transport.close()
 
     def send_error(self, status: bytes, body: bytes, headers: Iterable[Header] = ()) -> None:

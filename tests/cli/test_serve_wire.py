@@ -581,3 +581,26 @@ def test_a_client_that_reads_a_large_answer_slowly_but_steadily_gets_it(port: in
 
     assert answer.startswith(b"HTTP/1.1 200 ")
     assert json.loads(bytes(answer).partition(b"\r\n\r\n")[2])["value"] == value
+
+
+@pytest.mark.parametrize(
+    "refused",
+    [
+        b"GET /health HTTP/1.1\r\n\r\n",
+        b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: evil.example\r\n\r\n",
+        b"GET /health HTTP/1.1\r\nHost 127.0.0.1\r\n\r\n",
+    ],
+    ids=["without Host", "two Host headers", "a malformed header"],
+)
+def test_a_refusal_pipelined_behind_a_request_waits_for_its_answer(
+    port: int, refused: bytes
+) -> None:
+    # The refusal was written at once and the connection closed: the answer to the valid
+    # request before it, still in the app, was lost.
+    answer = exchange(port, KEEP_ALIVE_HEALTH + refused)
+
+    first, _, second = answer.partition(b"}HTTP/1.1 ")  # the 200's JSON body, then the 400
+    assert first.startswith(b"HTTP/1.1 200 "), answer[:300]
+    status, error = error_of(b"HTTP/1.1 " + second)
+    assert status == b"HTTP/1.1 400 Bad Request"
+    assert error["error"] == "BadRequest"
