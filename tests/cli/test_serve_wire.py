@@ -21,6 +21,8 @@ import pytest
 from app.cli.wire import REFUSAL_LOG_SECONDS
 from tests.cli.helpers import free_port, start_serve, wait_for_health
 from tests.conftest import libpq_url
+from tests.fakes.gemini import text_answer
+from tests.proxy.upstream import Scripted, fake_upstream
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +49,7 @@ def served(database_url: str) -> Iterator[tuple[int, subprocess.Popen[str]]]:
 
 @contextlib.contextmanager
 def _serving(
-    database_url: str, *, idle_seconds: float, trusted_proxies: str
+    database_url: str, *, idle_seconds: float, trusted_proxies: str, **env: str
 ) -> Iterator[tuple[int, subprocess.Popen[str]]]:
     """A reverse proxy on this machine publishes the service as mem.team.example."""
     port = free_port()
@@ -59,6 +61,7 @@ def _serving(
         AGMEM_MAX_CONNECTIONS=str(MAX_CONNECTIONS),
         AGMEM_TRUSTED_PROXIES=trusted_proxies,
         AGMEM_ALLOWED_HOSTS="mem.team.example",
+        **env,
     )
     try:
         wait_for_health(port, server)
@@ -604,3 +607,42 @@ def test_a_refusal_pipelined_behind_a_request_waits_for_its_answer(
     status, error = error_of(b"HTTP/1.1 " + second)
     assert status == b"HTTP/1.1 400 Bad Request"
     assert error["error"] == "BadRequest"
+
+
+def test_a_stream_read_as_fast_as_it_comes_outlasting_the_timeout_is_not_reset(
+    database_url: str,
+) -> None:
+    # While uvicorn still writes, a stream its client reads as fast as it comes can hold bytes
+    # at every look, refilled in between: that is no stall (4f47d4c), only a paused or closing
+    # transport whose bytes do not go is. (Seen to pass, not to fail: with that condition
+    # removed this stream left no bytes at the looks, so it guards the outcome, not the cause.)
+    chunks = [text_answer("x" * 100_000)] * 40
+    with (
+        fake_upstream() as fake,
+        _serving(
+            database_url,
+            idle_seconds=IDLE_SECONDS,
+            trusted_proxies="127.0.0.1",
+            AGMEM_GEMINI_UPSTREAM=fake.url,
+        ) as (port, _),
+    ):
+        fake.queue(Scripted(chunks=chunks, pause_s=IDLE_SECONDS / 20))
+        request = (
+            b"POST /v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse HTTP/1.1\r\n"
+            b"Host: 127.0.0.1\r\nx-goog-api-key: k\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 2\r\nConnection: close\r\n\r\n{}"
+        )
+        with socket.socket() as connection:
+            connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            connection.settimeout(20)
+            connection.connect(("127.0.0.1", port))
+            connection.sendall(request)
+            started = time.monotonic()
+            answer = bytearray()
+            while chunk := connection.recv(1 << 16):
+                answer += chunk
+            took = time.monotonic() - started
+
+    assert answer.startswith(b"HTTP/1.1 200 "), bytes(answer[:300])
+    assert answer.count(b"data: ") == len(chunks)
+    assert took > IDLE_SECONDS
