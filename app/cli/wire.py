@@ -84,6 +84,11 @@ NO_HOST_DETAIL = (
     "the request has no Host header, which HTTP/1.1 requires (RFC 9112, 3.2): send the address "
     "it is for, e.g. `Host: 127.0.0.1:37777`"
 )
+NO_VERSION_DETAIL = (
+    "the request line has no HTTP version (HTTP/0.9's shape, `GET /health` alone) and the "
+    "request no Host header: send `GET /health HTTP/1.1` with the address it is for, e.g. "
+    "`Host: 127.0.0.1:37777`"
+)
 # A request still open when a second signal hurries the stop: retry after about what a restart
 # takes.
 _STOPPING_RETRY_AFTER: Header = (b"retry-after", b"5")
@@ -294,9 +299,13 @@ class JsonErrorsProtocol(HttpToolsProtocol):
             body = _error_body("BadRequest", TWO_HOSTS_DETAIL)
             cause = "refused a request with two Host headers (400)"
             raise Refused(b"400 Bad Request", body, [], cause)
-        if not hosts and self.parser.get_http_version() != "1.0":
-            body = _error_body("BadRequest", NO_HOST_DETAIL)
-            cause = "refused an HTTP/1.1 request without a Host header (400)"
+        if not hosts and (version := self.parser.get_http_version()) != "1.0":
+            if version == "0.9":  # llhttp's name for a request line without a version
+                body = _error_body("BadRequest", NO_VERSION_DETAIL)
+                cause = "refused a request without an HTTP version or a Host header (400)"
+            else:
+                body = _error_body("BadRequest", NO_HOST_DETAIL)
+                cause = "refused an HTTP/1.1 request without a Host header (400)"
             raise Refused(b"400 Bad Request", body, [], cause)
         if self.behind_proxy:
             self.take_forwarded_host()

@@ -646,3 +646,13 @@ def test_a_stream_read_as_fast_as_it_comes_outlasting_the_timeout_is_not_reset(
     assert answer.startswith(b"HTTP/1.1 200 "), bytes(answer[:300])
     assert answer.count(b"data: ") == len(chunks)
     assert took > IDLE_SECONDS
+
+
+def test_a_request_line_without_a_version_is_a_400_that_says_so(port: int) -> None:
+    # HTTP/0.9's shape, without a Host: its detail said "which HTTP/1.1 requires".
+    answer = exchange(port, b"GET /health\r\n\r\n")
+
+    status, error = error_of(answer)
+    assert status == b"HTTP/1.1 400 Bad Request"
+    assert "HTTP/1.1 requires" not in error["detail"]
+    assert "no HTTP version" in error["detail"]
