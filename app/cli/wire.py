@@ -47,6 +47,7 @@ Two `Host` headers are refused (RFC 9112, 3.2): the Host rule read the first and
 the last, so `Host: 127.0.0.1` then `Host: evil.example` passed the one as this machine and the
 other as the page's own origin. So is an HTTP/1.1 request without one (RFC 9112, 3.2: a server
 MUST); an HTTP/1.0 one is served (HTTP/1.0 has no such rule; HAProxy's health check sends none).
+A refusal pipelined behind a request still in the app waits for that one's answer.
 
 uvicorn's `data_received` logs `Invalid HTTP request received.` for every parser error, which
 named neither a 503 at the limit nor a Host refusal. It stays uvicorn's: the parser it feeds
@@ -57,11 +58,13 @@ at most every REFUSAL_LOG_SECONDS and the count of the rest when that window end
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import ipaddress
 import json
 import logging
 import socket
 import struct
+import sys
 from array import array
 from collections.abc import Iterable
 from typing import Any
@@ -81,6 +84,11 @@ NO_HOST_DETAIL = (
     "the request has no Host header, which HTTP/1.1 requires (RFC 9112, 3.2): send the address "
     "it is for, e.g. `Host: 127.0.0.1:37777`"
 )
+NO_VERSION_DETAIL = (
+    "the request line has no HTTP version (HTTP/0.9's shape, `GET /health` alone) and the "
+    "request no Host header: send `GET /health HTTP/1.1` with the address it is for, e.g. "
+    "`Host: 127.0.0.1:37777`"
+)
 # A request still open when a second signal hurries the stop: retry after about what a restart
 # takes.
 _STOPPING_RETRY_AFTER: Header = (b"retry-after", b"5")
@@ -95,6 +103,7 @@ OVER_LIMIT_WAIT_SECONDS = 1.0
 DEFAULT_IDLE_TIMEOUT_SECONDS = 60.0  # as Settings.request_idle_timeout_seconds
 REFUSAL_LOG_SECONDS = 10.0
 _RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close sends RST, drops what is unsent
+_SIOCOUTQ = 0x5411  # Linux: the bytes of a TCP socket's send queue the peer has not acknowledged
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Header = tuple[bytes, bytes]
@@ -240,11 +249,14 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self.last_data = 0.0
         self.message_began = 0.0  # the first byte of the request whose headers are coming
         self.waiting_since = 0.0  # the connection's start or the last answer's end
-        # The answer's bytes the transport still held when last seen to shrink, and when.
+        # The answer's bytes the service still held (transport and kernel) when last seen to
+        # shrink, and when.
         self.write_mark: tuple[float, int] | None = None
         self.behind_proxy = False  # the peer is a trusted proxy
         self.loopback_proxy = False  # ... on this machine, where a browser connects from too
         self.idle_timer: asyncio.TimerHandle | None = None
+        # A refusal pipelined behind a request still in the app, sent once its answer is.
+        self.held_error: tuple[bytes, bytes, list[Header]] | None = None
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
@@ -269,6 +281,8 @@ class JsonErrorsProtocol(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_data = self.loop.time()
+        if self.held_error is not None:
+            return  # behind a refused request: the parser lost its place, nothing more is read
         super().data_received(data)
 
     def on_message_begin(self) -> None:
@@ -285,9 +299,13 @@ class JsonErrorsProtocol(HttpToolsProtocol):
             body = _error_body("BadRequest", TWO_HOSTS_DETAIL)
             cause = "refused a request with two Host headers (400)"
             raise Refused(b"400 Bad Request", body, [], cause)
-        if not hosts and self.parser.get_http_version() != "1.0":
-            body = _error_body("BadRequest", NO_HOST_DETAIL)
-            cause = "refused an HTTP/1.1 request without a Host header (400)"
+        if not hosts and (version := self.parser.get_http_version()) != "1.0":
+            if version == "0.9":  # llhttp's name for a request line without a version
+                body = _error_body("BadRequest", NO_VERSION_DETAIL)
+                cause = "refused a request without an HTTP version or a Host header (400)"
+            else:
+                body = _error_body("BadRequest", NO_HOST_DETAIL)
+                cause = "refused an HTTP/1.1 request without a Host header (400)"
             raise Refused(b"400 Bad Request", body, [], cause)
         if self.behind_proxy:
             self.take_forwarded_host()
@@ -306,6 +324,12 @@ class JsonErrorsProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         self.waiting_since = self.loop.time()
+        held = self.held_error
+        if held is not None and not self.transport.is_closing() and not self.pipeline:
+            self.server_state.total_requests += 1  # as uvicorn's own, which is not called
+            self.send_error(*held)
+            self.transport.close()
+            return
         super().on_response_complete()
 
     def take_forwarded_host(self) -> None:
@@ -325,8 +349,25 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self.headers.append((b"host", name))
 
     def pause_writing(self) -> None:
-        self.write_mark = (self.loop.time(), self.transport.get_write_buffer_size())
+        self.write_mark = (self.loop.time(), self.unsent(self.transport.get_write_buffer_size()))
         super().pause_writing()
+
+    def unsent(self, buffered: int) -> int:
+        """The answer's bytes the client has not taken: the transport's and the kernel's. The
+        transport's buffer moves only when the kernel's send queue (which grows to megabytes)
+        has drained by about a third, so a client reading slowly but steadily left it still for
+        longer than the timeout; the kernel's queue shrinks with every read."""
+        if sys.platform != "linux":
+            return buffered  # no SIOCOUTQ: the transport's buffer is all there is to watch
+        connection = self.transport.get_extra_info("socket")
+        if connection is None:
+            return buffered
+        try:
+            queued = array("i", [0])
+            fcntl.ioctl(connection.fileno(), _SIOCOUTQ, queued)
+        except OSError:
+            return buffered
+        return buffered + queued[0]
 
     def idle_check(self) -> None:
         now = self.loop.time()
@@ -376,15 +417,16 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         sent), and a streamed answer's task with it.
 
         Only while writing is paused or the transport closing: then nothing is added to the
-        buffer, so a smaller one is the client reading. Otherwise a stream the client reads as
-        fast as it comes can hold bytes at every look, refilled in between."""
+        buffer, so fewer bytes unsent (`unsent`) is the client reading. Otherwise a stream the
+        client reads as fast as it comes can hold bytes at every look, refilled in between."""
         buffered = self.transport.get_write_buffer_size()
         if not buffered or not (self.flow.write_paused or self.transport.is_closing()):
             self.write_mark = None
             return False
+        unsent = self.unsent(buffered)
         mark = self.write_mark
-        if mark is None or buffered < mark[1]:
-            mark = self.write_mark = (now, buffered)
+        if mark is None or unsent < mark[1]:
+            mark = self.write_mark = (now, unsent)
         elif now - mark[0] >= self.idle_timeout:
             cause = (
                 f"closed connections whose client stopped reading its answer for "
@@ -436,12 +478,28 @@ class JsonErrorsProtocol(HttpToolsProtocol):
     def refuse(self, refused: Refused) -> None:
         """Answer a request refused by a callback (`RefusingParser`), log its cause and close."""
         self.refusals.note(self.logger, self.loop, refused.cause)
-        self.send_error(refused.status, refused.body, refused.headers)
-        self.transport.close()
+        self.answer_and_close(refused.status, refused.body, refused.headers)
 
     def send_400_response(self, msg: str) -> None:
-        # What the parser itself refused (uvicorn has logged it): its 400 in the shape.
+        # What the parser itself refused (uvicorn has logged it): its 400 in the shape. A
+        # broken body is the request in hand's own; broken headers are a request's behind it.
+        if self.in_headers:
+            self.answer_and_close(
+                b"400 Bad Request", _error_body("BadRequest", BAD_REQUEST_DETAIL), []
+            )
+            return
         self.send_error(b"400 Bad Request", _error_body("BadRequest", BAD_REQUEST_DETAIL))
+        self.transport.close()
+
+    def answer_and_close(self, status: bytes, body: bytes, headers: list[Header]) -> None:
+        """Answer a request refused before it reached the app, and close: at once, or, pipelined
+        behind requests still in the app, once their answers are sent (`on_response_complete`).
+        Written at once, it overtook them, and their answers were lost with the connection."""
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            self.held_error = (status, body, headers)
+            return
+        self.send_error(status, body, headers)
         self.transport.close()
 
     def send_error(self, status: bytes, body: bytes, headers: Iterable[Header] = ()) -> None:

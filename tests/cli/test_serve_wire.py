@@ -21,6 +21,8 @@ import pytest
 from app.cli.wire import REFUSAL_LOG_SECONDS
 from tests.cli.helpers import free_port, start_serve, wait_for_health
 from tests.conftest import libpq_url
+from tests.fakes.gemini import text_answer
+from tests.proxy.upstream import Scripted, fake_upstream
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +49,7 @@ def served(database_url: str) -> Iterator[tuple[int, subprocess.Popen[str]]]:
 
 @contextlib.contextmanager
 def _serving(
-    database_url: str, *, idle_seconds: float, trusted_proxies: str
+    database_url: str, *, idle_seconds: float, trusted_proxies: str, **env: str
 ) -> Iterator[tuple[int, subprocess.Popen[str]]]:
     """A reverse proxy on this machine publishes the service as mem.team.example."""
     port = free_port()
@@ -59,6 +61,7 @@ def _serving(
         AGMEM_MAX_CONNECTIONS=str(MAX_CONNECTIONS),
         AGMEM_TRUSTED_PROXIES=trusted_proxies,
         AGMEM_ALLOWED_HOSTS="mem.team.example",
+        **env,
     )
     try:
         wait_for_health(port, server)
@@ -548,3 +551,108 @@ def test_a_refusal_count_not_logged_yet_is_logged_at_shutdown(database_url: str)
 
     assert log.count("two Host headers") == 2, log
     assert "2 more" in log, log
+
+
+def test_a_client_that_reads_a_large_answer_slowly_but_steadily_gets_it(port: int) -> None:
+    # The transport's buffer moves only when the kernel's send queue (grown to megabytes) has
+    # drained by a third: a reader slower than that third per timeout was reset while reading
+    # (6 MB at 10 KB/s: reset after 63.8 s at the default 60 s).
+    value = "s" * 4_000_000
+    put = httpx.put(
+        f"http://127.0.0.1:{port}/api/memories/slow.answer",
+        json={"value": value, "scope": "global"},
+        timeout=30,
+    )
+    assert put.status_code in (200, 201), put.text
+    request = (
+        b"GET /api/memories/slow.answer?scope=global HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Connection: close\r\n\r\n"
+    )
+    rate = 400_000  # bytes a second: a 2 s timeout's worth is a fraction of the kernel's queue
+    with socket.socket() as connection:
+        connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        connection.settimeout(20)
+        connection.connect(("127.0.0.1", port))
+        connection.sendall(request)
+        started = time.monotonic()
+        answer = bytearray()
+        while chunk := connection.recv(8192):
+            answer += chunk
+            ahead = len(answer) / rate - (time.monotonic() - started)
+            if ahead > 0:
+                time.sleep(ahead)
+
+    assert answer.startswith(b"HTTP/1.1 200 ")
+    assert json.loads(bytes(answer).partition(b"\r\n\r\n")[2])["value"] == value
+
+
+@pytest.mark.parametrize(
+    "refused",
+    [
+        b"GET /health HTTP/1.1\r\n\r\n",
+        b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: evil.example\r\n\r\n",
+        b"GET /health HTTP/1.1\r\nHost 127.0.0.1\r\n\r\n",
+    ],
+    ids=["without Host", "two Host headers", "a malformed header"],
+)
+def test_a_refusal_pipelined_behind_a_request_waits_for_its_answer(
+    port: int, refused: bytes
+) -> None:
+    # The refusal was written at once and the connection closed: the answer to the valid
+    # request before it, still in the app, was lost.
+    answer = exchange(port, KEEP_ALIVE_HEALTH + refused)
+
+    first, _, second = answer.partition(b"}HTTP/1.1 ")  # the 200's JSON body, then the 400
+    assert first.startswith(b"HTTP/1.1 200 "), answer[:300]
+    status, error = error_of(b"HTTP/1.1 " + second)
+    assert status == b"HTTP/1.1 400 Bad Request"
+    assert error["error"] == "BadRequest"
+
+
+def test_a_stream_read_as_fast_as_it_comes_outlasting_the_timeout_is_not_reset(
+    database_url: str,
+) -> None:
+    # While uvicorn still writes, a stream its client reads as fast as it comes can hold bytes
+    # at every look, refilled in between: that is no stall (4f47d4c), only a paused or closing
+    # transport whose bytes do not go is. (Seen to pass, not to fail: with that condition
+    # removed this stream left no bytes at the looks, so it guards the outcome, not the cause.)
+    chunks = [text_answer("x" * 100_000)] * 40
+    with (
+        fake_upstream() as fake,
+        _serving(
+            database_url,
+            idle_seconds=IDLE_SECONDS,
+            trusted_proxies="127.0.0.1",
+            AGMEM_GEMINI_UPSTREAM=fake.url,
+        ) as (port, _),
+    ):
+        fake.queue(Scripted(chunks=chunks, pause_s=IDLE_SECONDS / 20))
+        request = (
+            b"POST /v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse HTTP/1.1\r\n"
+            b"Host: 127.0.0.1\r\nx-goog-api-key: k\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 2\r\nConnection: close\r\n\r\n{}"
+        )
+        with socket.socket() as connection:
+            connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            connection.settimeout(20)
+            connection.connect(("127.0.0.1", port))
+            connection.sendall(request)
+            started = time.monotonic()
+            answer = bytearray()
+            while chunk := connection.recv(1 << 16):
+                answer += chunk
+            took = time.monotonic() - started
+
+    assert answer.startswith(b"HTTP/1.1 200 "), bytes(answer[:300])
+    assert answer.count(b"data: ") == len(chunks)
+    assert took > IDLE_SECONDS
+
+
+def test_a_request_line_without_a_version_is_a_400_that_says_so(port: int) -> None:
+    # HTTP/0.9's shape, without a Host: its detail said "which HTTP/1.1 requires".
+    answer = exchange(port, b"GET /health\r\n\r\n")
+
+    status, error = error_of(answer)
+    assert status == b"HTTP/1.1 400 Bad Request"
+    assert "HTTP/1.1 requires" not in error["detail"]
+    assert "no HTTP version" in error["detail"]
