@@ -5,12 +5,13 @@ rule catches stays in the rows written before it (observations, summaries, kv me
 history, every index row). This pass walks each table in primary-key order, one short
 transaction a batch (its rows locked for the batch only: a write to one of them waits for the
 batch's read, redaction and updates), and rewrites only the values the rules change. A batch is
-at most BATCH_ROWS rows and BATCH_BYTES of their stored text, or one row bigger than that. The
-rules' regex work runs in the caller's event loop (in a thread it made the pass slower: the
-regexes hold the GIL), so the pass turns the loop after every PIECE_BYTES of rows it redacted:
-in `agmem serve` a request waits for one batch's fetch or one row's redaction at most, not for
-500 rows of 64 KB (/health max 221 ms seen before, bench.redact --large). A single huge row is
-still redacted in one go: cut into pieces, a rule would not see a secret across a cut.
+at most BATCH_ROWS rows and BATCH_BYTES of their text (a jsonb's as text), or one row bigger than
+that. The rules' regex work runs in the caller's event loop (in a thread it made the pass
+slower: the regexes hold the GIL), so the pass turns the loop after every PIECE_BYTES of rows it
+redacted: in `agmem serve` a request waits for one batch's fetch or one piece's redaction at
+most, not for 500 rows of 64 KB (/health max 221 ms seen before, bench.redact --large). A row
+bigger than HUGE_ROW_BYTES is redacted whole (cut into pieces, a rule would not see a secret
+across a cut) in a worker thread, the loop turning while it runs.
 
 Only `redact_secrets` and the credential-named JSON keys are applied, not `<private>` stripping:
 a stored memory-file chunk keeps a `<private>` written inside a code span, as its sync did.
@@ -28,7 +29,7 @@ import asyncio
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -38,17 +39,24 @@ from app.index.writer import content_hash
 from app.privacy import redact_json, redact_secrets, redact_secrets_lines
 
 BATCH_ROWS = 500
-# A batch's stored bytes (its redacted columns), a row bigger than this alone. The whole result of
+# A batch's text bytes (its redacted columns), a row bigger than this alone. The whole result of
 # a batch's SELECT is converted (jsonb parsed) in one go, without a turn of the event loop: 500
 # rows of 64 KB took 75 ms of it. 1 MB of rows keeps that near 5 ms.
 BATCH_BYTES = 1 << 20
-# The redaction of this much stored text, or of one row bigger than it, between two turns of the
-# event loop (64 KB of text is ~1 ms of the rules' work): `agmem serve`'s requests wait for no
-# more. Not fewer: 100,000 small rows would pay a turn (~10 µs) each.
+# The redaction of this much text, or of one row bigger than it (up to HUGE_ROW_BYTES), between
+# two turns of the event loop: `agmem serve`'s requests wait for no more. 64 KB of text is ~1 ms
+# of the rules' work, of JSON of small dicts up to ~15 ms (a rule's walk per string). Not fewer:
+# 100,000 small rows would pay a turn (~3 µs, and the other tasks' work) each.
 PIECE_BYTES = 64 << 10
+# A row with more text than this is redacted in a worker thread, the loop turning meanwhile: its
+# redaction in one go would hold the loop (2 MB of JSON: ~490 ms). Not every row: a thread's
+# hand-off costs ~55 µs (a turn ~3 µs), and the regexes hold the GIL: nothing runs faster there.
+HUGE_ROW_BYTES = 256 << 10
 # Who wrote a kv memory's version that the redaction made (its `updatedBy`, then its history's
 # `writtenBy`).
 REDACTION_WRITER = "agmem redact"
+
+_T = TypeVar("_T")
 
 
 def _tags(tags: list[str] | None) -> list[str] | None:
@@ -82,19 +90,23 @@ class _Table:
 
     @property
     def size(self) -> str:
-        """SQL for the stored bytes of a row's redacted columns, read without detoasting them."""
-        return _size((column, cast == "text") for column, (_redact, cast) in self.columns.items())
+        """SQL for the text bytes of a row's redacted columns, the measure of its work."""
+        return _size((column, cast) for column, (_redact, cast) in self.columns.items())
 
 
-def _size(columns: Iterable[tuple[str, bool]]) -> str:
-    # octet_length of a text reads its length from the TOAST pointer, uncompressed; a jsonb or
-    # an array has no such length without reading it whole, and pg_column_size is its stored
-    # size: the observations' results are stored uncompressed (SET STORAGE EXTERNAL, 0001), a
-    # kv memory's value compressed, a smaller figure than what the batch parses.
-    return " + ".join(
-        f"coalesce({'octet_length' if text else 'pg_column_size'}({column}), 0)"
-        for column, text in columns
-    )
+def _size(columns: Iterable[tuple[str, str]]) -> str:
+    # A jsonb's text, not its stored size: a kv memory's value is stored compressed (2 MB of
+    # small dicts in 146 KB), and both its parsing in the fetch and its redaction go by its
+    # text. octet_length of a text reads its length from the TOAST pointer; the jsonb's text is
+    # made by the database, which does not hold the loop. A text[] (tags) is small.
+    def one(column: str, cast: str) -> str:
+        if cast == "text":
+            return f"octet_length({column})"
+        if cast == "jsonb":
+            return f"octet_length({column}::text)"
+        return f"pg_column_size({column})"
+
+    return " + ".join(f"coalesce({one(column, cast)}, 0)" for column, cast in columns)
 
 
 _TEXT = (_text, "text")
@@ -167,12 +179,19 @@ class _Batch:
     dry_run: bool
     unturned: int = 0
 
-    async def redacted(self, stored_bytes: int) -> None:
-        """Count a row's redacted bytes; turn the loop once a piece's worth is done."""
-        self.unturned += stored_bytes
+    async def redact(self, size: int, redact: Callable[..., _T], *args: Any) -> _T:
+        """`redact(*args)` for a row of `size` bytes of text; the loop turned once a piece's
+        worth is done since its last turn. A huge row is redacted in a thread: the loop turns
+        meanwhile (the GIL switches every 5 ms), instead of waiting for its whole redaction."""
+        if size > HUGE_ROW_BYTES:
+            self.unturned = 0
+            return await asyncio.to_thread(redact, *args)
+        result = redact(*args)
+        self.unturned += size
         if self.unturned >= PIECE_BYTES:
             self.unturned = 0
             await asyncio.sleep(0)
+        return result
 
 
 async def _walk(
@@ -202,7 +221,7 @@ async def _walk(
 
 def _batch_select(table: str, key: str, columns: list[str], size: str, first: bool) -> str:
     """The next batch of `table` after key `:after` (or from its first row), locked: at most
-    `:limit` rows, and at most `:budget` of their stored bytes (`size`), or its first row alone.
+    `:limit` rows, and at most `:budget` of their text bytes (`size`), or its first row alone.
 
     The batch's length comes from a running sum in key order, which stops at the first row past
     the budget (FOR UPDATE cannot lock a window's rows); the rows from a LIMIT of that length, as
@@ -217,9 +236,25 @@ def _batch_select(table: str, key: str, columns: list[str], size: str, first: bo
         "WHERE n > 1 AND (running > :budget OR n > :limit) LIMIT 1), :limit)"
     )
     return (
-        f"SELECT {key}, {size} AS stored_bytes, {', '.join(columns)} FROM {table} {after}"
+        f"SELECT {key}, {size} AS text_bytes, {', '.join(columns)} FROM {table} {after}"
         f"ORDER BY {key} LIMIT {rows} FOR UPDATE"
     )
+
+
+def _redact_row(table: _Table, row: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A row's changed columns, and their values as the UPDATE binds them (a jsonb's as JSON
+    text, made here: for a huge value, its serializing is as long as a piece of the rules)."""
+    new: dict[str, Any] = {}
+    for column, (redact, _cast) in table.columns.items():
+        old = getattr(row, column)
+        value = redact(old)
+        if value != old:
+            new[column] = value
+    params = {
+        column: json.dumps(value) if table.columns[column][1] == "jsonb" else value
+        for column, value in new.items()
+    }
+    return new, params
 
 
 async def _table_batch(
@@ -232,25 +267,15 @@ async def _table_batch(
     rows = (await session.execute(text(select), params)).all()
     changed = 0
     for row in rows:
-        new: dict[str, Any] = {}
-        for column, (redact, _cast) in table.columns.items():
-            old = getattr(row, column)
-            value = redact(old)
-            if value != old:
-                new[column] = value
-        await batch.redacted(row.stored_bytes)
+        new, params = await batch.redact(row.text_bytes, _redact_row, table, row)
         if not new:
             continue
         changed += 1
         if batch.dry_run:
             continue
         sets = [f"{column} = CAST(:{column} AS {table.columns[column][1]})" for column in new]
-        params = {
-            column: json.dumps(value) if table.columns[column][1] == "jsonb" else value
-            for column, value in new.items()
-        }
         if table.versioned:
-            await _keep_version(session, row, new)
+            await _keep_version(session, row, new, params)
             sets += _NEW_VERSION
             params["updated_by"] = REDACTION_WRITER
         await session.execute(
@@ -279,23 +304,25 @@ _KEEP_VERSION = text(
 )
 
 
-async def _keep_version(session: AsyncSession, row: Any, new: dict[str, Any]) -> None:
+async def _keep_version(
+    session: AsyncSession, row: Any, new: dict[str, Any], params: dict[str, Any]
+) -> None:
     """The memory's current version, as a write keeps it in `memory_versions`, redacted."""
     writer = new.get("updated_by", row.updated_by) or new.get("created_by", row.created_by)
-    params = {
+    kept = {
         "id": row.id,
         "project": row.project_path,
         "version": row.version,
-        "value": json.dumps(new.get("value", row.value)),
+        "value": params["value"] if "value" in new else json.dumps(row.value),
         "by": writer,
         "at": row.updated_at,
     }
-    await session.execute(_KEEP_VERSION, params)
+    await session.execute(_KEEP_VERSION, kept)
 
 
 _CHUNKS = text(
     _batch_select(
-        "memory_chunks", "id", ["content", "search_terms"], _size([("content", True)]), False
+        "memory_chunks", "id", ["content", "search_terms"], _size([("content", "text")]), False
     )
 )
 _SET_CHUNK = text(
@@ -311,8 +338,7 @@ async def _chunk_batch(session: AsyncSession, after: Any, batch: _Batch) -> tupl
     changed = 0
     for row in rows:
         # Lines kept: a file chunk's start and end lines still point at its text.
-        content = redact_secrets_lines(row.content)
-        await batch.redacted(row.stored_bytes)
+        content = await batch.redact(row.text_bytes, redact_secrets_lines, row.content)
         if content == row.content:
             continue
         changed += 1

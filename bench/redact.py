@@ -12,6 +12,7 @@ version, the worker's pass (claim, pass, record), and the check a worker makes a
 upkeep interval when nothing is pending, timed over 2,000 calls.
 
     uv run python -m bench.redact --large [--sessions 200] [--row-kb 64] [--per-session 8]
+        [--memories 0] [--memory-kb 2048]
 
 Big rows instead (the shape a review saw /health stall on): sessions with a 64 KB prompt, each
 with observations of a 64 KB result, a share of them holding a secret. The worker's pass is timed
@@ -19,7 +20,8 @@ in this process (three times, the secrets planted again before each), with the e
 beside it (a 5 ms sleep's overshoot: how long a turn of the loop waited behind the pass). Then a
 real `agmem serve` (with its worker) is started on the database: its start-up pass runs while
 /health is asked every 20 ms, and the answers' latencies during the pass and after it are
-printed. Runs against the `app` it imports: with another tree's on PYTHONPATH, that tree's code
+printed. With --memories, kv memories of --memory-kb of JSON (small dicts, stored compressed)
+besides. Runs against the `app` it imports: with another tree's on PYTHONPATH, that tree's code
 (its serve too).
 """
 
@@ -147,9 +149,29 @@ def load_large(url: str, sessions: int, per_session: int, row_bytes: int, share:
     return planted
 
 
+def load_memories(url: str, count: int, value_bytes: int) -> int:
+    """`count` kv memories whose value is `value_bytes` of JSON text: small dicts, which the
+    column stores compressed (the shape a review saw stall the loop), one a secret. Returns
+    their stored size in bytes, each."""
+    items = value_bytes // 40  # ~40 bytes of text a dict
+    with psycopg.connect(libpq(url), autocommit=True) as conn:
+        for n in range(count):
+            value: list[object] = [{"n": i, "note": "ok", "done": i % 2 == 0} for i in range(items)]
+            value.insert(items // 2, {"note": SECRET.format(n=n)})
+            conn.execute(
+                "INSERT INTO memories (scope, project_path, key, value, created_by) "
+                "VALUES ('project', %s, %s, %s, 'bench')",
+                (PROJECT, f"big{n:03}", json.dumps(value)),
+            )
+        conn.execute("VACUUM ANALYZE memories")
+        row = conn.execute("SELECT avg(pg_column_size(value))::int FROM memories").fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
 def replant_large(url: str) -> None:
     with psycopg.connect(libpq(url), autocommit=True) as conn:
-        for table, column in (("sessions", "user_prompt"), ("observations", "result")):
+        columns = (("sessions", "user_prompt"), ("observations", "result"), ("memories", "value"))
+        for table, column in columns:
             conn.execute(
                 f"UPDATE {table} SET {column} = replace({column}::text, "
                 f"'password: [REDACTED]', 'password: hunter2-'){'::jsonb' * (table != 'sessions')} "
@@ -311,6 +333,8 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=200)
     parser.add_argument("--per-session", type=int, default=8)
     parser.add_argument("--row-kb", type=int, default=64)
+    parser.add_argument("--memories", type=int, default=0, help="kv memories of --memory-kb JSON")
+    parser.add_argument("--memory-kb", type=int, default=2048)
     parser.add_argument("--port", type=int, default=0, help="serve's (default: a free one)")
     parser.add_argument("--passes", type=int, default=3, help="the worker's, before serve's")
     args = parser.parse_args()
@@ -348,6 +372,12 @@ def large(args: argparse.Namespace) -> None:
             f"{rows} rows of {args.row_kb} KB, {planted} with a secret, "
             f"in {time.perf_counter() - started:.1f} s"
         )
+        if args.memories:
+            stored = load_memories(url, args.memories, args.memory_kb * 1024)
+            print(
+                f"and {args.memories} kv memories of {args.memory_kb} KB of JSON "
+                f"({stored // 1024} KB stored each), each with a secret"
+            )
         for _ in range(args.passes):
             asyncio.run(worker_side(url, 0))
             replant_large(url)

@@ -164,3 +164,91 @@ def test_the_pass_turns_the_event_loop_between_big_rows(
     # A turn after every row bigger than the pass's piece of text (64 KB): at most one row's
     # text between two turns (and the next row's few other characters).
     assert max(gaps) < 2 * row_chars
+
+
+def _big_json(items: int) -> str:
+    """A kv memory's value as JSON text: many small dicts, which its column stores compressed to
+    a small fraction (20 of its text's bytes become ~1), and a secret in the middle."""
+    value: list[Any] = [{"n": n, "note": "clean", "done": n % 2 == 0} for n in range(items)]
+    value.insert(items // 2, {"note": SECRET})
+    return json.dumps(value)
+
+
+def _store_memories(db: psycopg.Connection[Any], count: int, items: int) -> int:
+    for n in range(count):
+        db.execute(
+            "INSERT INTO memories (scope, project_path, key, value, created_by) "
+            "VALUES ('project', '/p', %s, %s, 'me')",
+            (f"k{n:02}", _big_json(items)),
+        )
+    row = db.execute(
+        "SELECT max(octet_length(value::text)), max(pg_column_size(value)) FROM memories"
+    ).fetchone()
+    assert row is not None
+    assert row[1] * 4 < row[0]  # stored compressed
+    return int(row[0])
+
+
+def test_a_batch_of_kv_memories_is_bounded_by_their_json_text_not_its_compressed_size(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    chars = _store_memories(db, 12, 4_000)
+    seen: list[tuple[str, int]] = []
+
+    report = _run(database_url, progress=lambda t, n: seen.append((t, n)), batch_bytes=3 * chars)
+
+    assert report.scanned["memories"] == report.changed["memories"] == 12
+    # The batch parses its rows' JSON at once, without a turn of the loop: its text is the
+    # measure (the compressed size let ~12 rows of this text into one batch).
+    assert max(_batches(seen, "memories")) <= 3
+    assert db.execute(
+        "SELECT count(*) FROM memories WHERE value::text LIKE '%hunter2%'"
+    ).fetchone() == (0,)
+
+
+def test_the_loop_turns_while_one_huge_kv_memory_is_redacted(
+    db: psycopg.Connection[Any], database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    chars = _store_memories(db, 3, 30_000)
+    assert chars > app.redaction.HUGE_ROW_BYTES
+    inside = [False]
+    redact = app.redaction.redact_json
+
+    def flagged(value: Any) -> Any:
+        inside[0] = True
+        try:
+            return redact(value)
+        finally:
+            inside[0] = False
+
+    # Flagged, not replaced: the rules run as they do in the pass.
+    monkeypatch.setattr(app.redaction, "redact_json", flagged)
+    turns_inside: list[int] = []
+
+    async def go() -> RedactReport:
+        engine = make_async_engine(database_url, pool_size=1)
+        done = asyncio.Event()
+
+        async def probe() -> None:
+            # This task's turns of the loop while a memory's value is being redacted.
+            while not done.is_set():
+                await asyncio.sleep(0)
+                if inside[0]:
+                    turns_inside.append(1)
+
+        probing = asyncio.create_task(probe())
+        try:
+            return await redact_stored(make_sessionmaker(engine))
+        finally:
+            done.set()
+            await probing
+            await engine.dispose()
+
+    report = asyncio.run(go())
+
+    assert report.scanned["memories"] == report.changed["memories"] == 3
+    # Redacted inline, each value holds the loop for its whole redaction: no turn inside.
+    assert len(turns_inside) >= 3
+    assert db.execute(
+        "SELECT count(*) FROM memories WHERE value::text LIKE '%hunter2%'"
+    ).fetchone() == (0,)
