@@ -28,6 +28,8 @@ from app.privacy import (
     strip_private,
     strip_private_lines,
 )
+from app.privacy import config as privacy_config
+from app.privacy import engine as privacy_engine
 from app.privacy.engine import _RULE_GATES, _RULES, _SCANNER
 from app.textscan import SHORT_TEXT
 
@@ -931,7 +933,7 @@ def test_json_credentials_under_reference_names_are_redacted(key: str, value: st
 # The rules' digest of each generation. A change of the rules moves RULES_VERSION: bump
 # RULES_GENERATION with it and add the pair here, so that the worker of this build rescans a
 # database redacted under older rules, and leaves one redacted under newer rules alone.
-RULES_GENERATIONS = {2: "365611fd712337b4", 3: "5b7611b1b8324576"}
+RULES_GENERATIONS = {2: "365611fd712337b4", 3: "8af492f9428a103e"}
 
 
 def test_rules_generation_moves_with_the_rules() -> None:
@@ -1063,12 +1065,10 @@ SECRET_REFERENCES = [
     ("existingPasswordSecret", "my-db-secret"),
     ("existing_admin_secret", "grafana-admin"),
     ("auth.existingSecret", "my-db-secret"),
-    ("passwordSecret", "db-password-secret"),
     ("passwordSecretKey", "postgres-password"),
     ("passwordSecretKey", "password"),
     ("adminPasswordSecretKey", "admin-password"),
     ("existingSecretKey", "redis-password"),
-    ("tokenSecretKey", "api.token"),
 ]
 
 
@@ -1107,8 +1107,150 @@ def test_a_secret_key_ref_is_kept() -> None:
         ("secretKey", "minio-secret"),
         ("tokenSecret", "oauth-token-secret"),
         ("appPasswordSecret", "my-db-secret"),
+        # Names that privacy18 took for references (fixprivacy18): no chart's, and each is also
+        # an application's credential (`PASSWORD_SECRET`, `TOKEN_SECRET_KEY`).
+        ("passwordSecret", "db-password-secret"),
+        ("tokenSecretKey", "api.token"),
     ],
 )
 def test_credentials_under_secret_reference_names_are_redacted(key: str, value: str) -> None:
+    assert sanitize_json({key: value}) == {key: REDACTED}
+    assert redact_json({key: value}) == {key: REDACTED}
+
+
+# --- review of privacy18 (fixprivacy18) ---------------------------------------------------------
+
+
+class _CountingWords(frozenset[str]):
+    """The credential words, counting the look-ups made in them (the work a key costs)."""
+
+    lookups = 0
+
+    def __contains__(self, item: object) -> bool:
+        type(self).lookups += 1
+        return super().__contains__(item)
+
+
+def test_a_long_key_of_capitals_costs_a_bounded_number_of_look_ups(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every start inside a run of capitals was tried, each slicing the rest of the key: a 200k
+    # key of capitals in POST /api/observe held the server 8 s, 400k 39 s.
+    words = _CountingWords(privacy_config._CREDENTIAL_WORDS)
+    monkeypatch.setattr(privacy_config, "_CREDENTIAL_WORDS", words)
+    for length in (1_000, 20_000):
+        _CountingWords.lookups = 0
+        assert not privacy_config.credential_key("A" * length)
+        assert _CountingWords.lookups <= 2 * privacy_config._LONGEST_CREDENTIAL_WORD
+    assert privacy_config.credential_key("A" * 20_000 + "TOKEN")
+
+
+def test_a_megabyte_key_is_judged_at_once() -> None:
+    # A key of capitals was quadratic (a megabyte: minutes); now its cost is one pass over it.
+    for key in ("A" * 1_000_000, "A" * 999_995 + "TOKEN"):
+        started = time.perf_counter()
+        privacy_config.credential_key(key)
+        assert time.perf_counter() - started < 0.05
+    for key in ("A" * 1_000_000, "A" * 999_995 + "TOKEN", "Ab" * 500_000):
+        for judge in (sanitize_json, redact_json):
+            started = time.perf_counter()
+            judge({key: "hunter22"})
+            assert time.perf_counter() - started < 1.0
+
+
+def test_long_keys_are_not_kept_in_the_key_cache() -> None:
+    before = privacy_engine._credential_key_cache.cache_info().currsize
+    for n in range(3):
+        redact_json({"K" * 1000 + str(n): "v"})
+    assert privacy_engine._credential_key_cache.cache_info().currsize == before
+
+
+# Credentials under names that privacy18 took for Helm references and kept, in every form that
+# was redacted before privacy18 (a `.env` line, `export`, YAML, JSON text, a JSON object).
+REFERENCE_LOOKALIKES = [
+    ("PASSWORD_SECRET", "hunter-two-pass", ("env", "export", "yaml", "jsontext", "json")),
+    ("TOKEN_SECRET_KEY", "letmein", ("env", "export", "json")),
+    ("PASSWORD_SECRET_KEY", "password", ("env", "export", "json")),
+    ("CREDENTIAL_SECRET_KEY", "foobarbaz", ("env", "export", "json")),
+    ("EXISTING_JWT_SECRET", "my-signing-key", ("env", "export", "yaml", "jsontext", "json")),
+    ("existingJwtSecret", "my-signing-key", ("yaml", "jsontext", "json")),
+    ("credentials_secret", "top-secret-thing", ("env", "export", "yaml", "jsontext", "json")),
+    ("PASSWD_SECRET", "alpha.beta", ("env", "export", "jsontext", "json")),
+    ("password_secret", "hunter-two", ("env", "export", "yaml", "jsontext", "json")),
+    ("passwordSecret", "hunter-two", ("yaml", "jsontext", "json")),
+    ("tokenSecretKey", "hunter-two", ("json",)),
+]
+
+
+@pytest.mark.parametrize(("key", "value", "forms"), REFERENCE_LOOKALIKES)
+def test_credentials_under_reference_lookalike_names_stay_redacted(
+    key: str, value: str, forms: tuple[str, ...]
+) -> None:
+    texts = {
+        "env": f"{key}={value}\n",
+        "export": f"export {key}={value}\n",
+        "yaml": f"config:\n  {key}: {value}\n",
+        "jsontext": json.dumps({key: value}),
+    }
+    for form in forms:
+        if form == "json":
+            assert sanitize_json({"c": {key: value}}) == {"c": {key: REDACTED}}
+            assert redact_json({"c": {key: value}}) == {"c": {key: REDACTED}}
+        else:
+            assert value not in redact_secrets(texts[form]), form
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("pad_token", "ghp_realtokenhere1234"),
+        ("mask_token", "hunter2"),
+        ("unk_token", "correct horse"),
+        ("eos_token", "s3cr3t<>"),
+        ("progress_token", "Hunter2-Real"),
+        ("progressToken", "hunter22"),
+        ("progressToken", "Zm9vYmFyYmF6cXV4"),
+    ],
+)
+def test_special_token_names_with_a_credential_value_are_redacted(key: str, value: str) -> None:
+    assert sanitize_json({key: value}) == {key: REDACTED}
+    assert redact_json({key: value}) == {key: REDACTED}
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("pad_token", "<|pad|>"),
+        ("unk_token", "▁unk"),
+        ("progressToken", "42"),
+        ("progress_token", "task_7"),
+    ],
+)
+def test_special_tokens_and_progress_ids_are_kept(key: str, value: str) -> None:
+    assert sanitize_json({key: value}) == {key: value}
+    assert redact_json({key: value}) == {key: value}
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("hasPassword", "true"),
+        ("showPassword", "yes"),
+        ("isSecret", "no"),
+        ("has_password", "False"),
+        ("usePassword", "0"),
+        ("requireToken", "null"),
+    ],
+)
+def test_flags_about_a_credential_are_kept(key: str, value: str) -> None:
+    assert sanitize_json({key: value}) == {key: value}
+    assert redact_json({key: value}) == {key: value}
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("hasPassword", "hunter22"), ("password", "true"), ("isSecret", "yes-please"), ("token", "1")],
+)
+def test_credentials_that_are_no_flag_stay_redacted(key: str, value: str) -> None:
     assert sanitize_json({key: value}) == {key: REDACTED}
     assert redact_json({key: value}) == {key: REDACTED}

@@ -25,29 +25,37 @@ def _assignment(match: re.Match[str]) -> str:
 
 
 # A name that ends in a credential's word but may name no credential: a Helm chart's
-# `existingSecret` is the name of the Kubernetes Secret holding one (so are `existingPasswordSecret`
-# and `passwordSecret`), `passwordSecretKey` names the key in that Secret which holds it, and
-# `next_token`, `nextPageToken`, `ContinuationToken` are pagination cursors (the page after this
-# one). The qualifier must start the name (or follow the `.` of a dotted key): after a prefix,
-# `FB_PAGE_TOKEN`, `REPO_SYNC_TOKEN`, `fbPageToken` are a service's tokens and `appPasswordSecret`
-# an app's secret. A Secret's key may follow a prefix (`adminPasswordSecretKey`): what qualifies it
-# is the credential's word before `SecretKey`, without which `jwtSecretKey` is a credential. The
-# name alone decides nothing (`RESUME_TOKEN=Zm9v...`, `EXISTING_SECRET=s3cr3tP@ss` are
-# credentials): the value must also have the shape of what the name says, see `reference`.
+# `existingSecret` is the name of the Kubernetes Secret holding one (so are
+# `existingPasswordSecret`, `existingAdminSecret`), `passwordSecretKey` names the key in that Secret
+# which holds it, and `next_token`, `nextPageToken`, `ContinuationToken` are pagination cursors (the
+# page after this one). The qualifier must start the name (or follow the `.` of a dotted key): after
+# a prefix, `FB_PAGE_TOKEN`, `REPO_SYNC_TOKEN`, `fbPageToken` are a service's tokens and
+# `appPasswordSecret` an app's secret. A Secret's key may follow a prefix
+# (`adminPasswordSecretKey`): what qualifies it is the word before `SecretKey`, without which
+# `jwtSecretKey` is a credential. Only the charts' own shapes qualify: `existingJwtSecret`,
+# `passwordSecret`, `credentialsSecret`, `tokenSecretKey` are applications' credentials as often as
+# references, and so is every name in capitals but `EXISTING_SECRET` (`PASSWORD_SECRET_KEY`,
+# `EXISTING_ADMIN_SECRET`: an environment's variables, which charts' values are not; see
+# `reference`). The name alone decides nothing (`RESUME_TOKEN=Zm9v...`, `existingSecret: s3cr3tP@ss`
+# are credentials): the value must also have the shape of what the name says.
 _REFERENCE_NAME = re.compile(
     r"(?:(?<![\w\-])"
-    r"(?:(?P<secret>(?i:existing)[\w\-]*?(?i:secret)|(?i:password|passwd|credentials?)[_\-]?(?i:secret))"
+    r"(?:(?P<secret>(?i:existing)[_\-]?(?i:secret))"
+    r"|(?P<chart>(?i:existing)[_\-]?(?i:password|passwd|admin|auth|user)[_\-]?(?i:secret))"
     r"|(?i:next|prev|previous|page|continuation|continue|cursor|sync|resume|start|starting)"
     r"[_\-]?(?:(?i:page|sync)[_\-]?)?(?i:token))"
-    r"|(?P<key>(?i:existing|password|passwd|token|credentials?)[_\-]?(?i:secret)[_\-]?(?i:key)))\Z"
+    r"|(?P<key>(?i:existing|password|passwd)[_\-]?(?i:secret)[_\-]?(?i:key)))\Z"
 )
 # A Kubernetes Secret's name as charts spell them: lowercase words or numbers, two or more,
 # joined by `-` or `.` (`my-db-secret`, `redis-2`). A part mixing letters and digits
 # (`hunter2-real-pa55`), a capital or a symbol is a password's shape, and is redacted.
 _SECRET_NAME_VALUE = re.compile(r"(?:[a-z]+|[0-9]+)(?:[-.](?:[a-z]+|[0-9]+))+")
-# A key of a Secret's data as charts spell them: lowercase words joined by `-`, `_` or `.`, one
-# word too, as the charts' default `password` is (`postgres-password`, `tls.key`).
-_SECRET_KEY_VALUE = re.compile(r"[a-z]+(?:[-_.][a-z]+)*")
+# A key of a Secret's data as charts spell them: lowercase words joined by `-`, `_` or `.`
+# (`postgres-password`, `tls.key`), or one of the charts' default keys alone (`password`); any
+# other single word (`letmein`) is a password's shape.
+_SECRET_KEY_VALUE = re.compile(
+    r"[a-z]+(?:[-_.][a-z]+)+|password|passwd|token|secret|key|auth|credentials?"
+)
 # A cursor that cannot be a credential: a page number or offset, or a short word with a page
 # number (`page2`, `page-2`, `CAIQAA`). An opaque cursor (base64, hex, 10+ mixed characters)
 # cannot be told from a token by its shape, so it is redacted: that costs a cursor, a leak
@@ -61,10 +69,12 @@ def reference(name: str, value: str) -> bool:
     found = _REFERENCE_NAME.search(name)
     if found is None:
         return False
-    if found.group("secret"):
+    if found.group("chart") or found.group("key"):
+        if not any(char.islower() for char in found.group()):
+            return False
+        shape = _SECRET_KEY_VALUE if found.group("key") else _SECRET_NAME_VALUE
+    elif found.group("secret"):
         shape = _SECRET_NAME_VALUE
-    elif found.group("key"):
-        shape = _SECRET_KEY_VALUE
     else:
         shape = _CURSOR_VALUE
     return shape.fullmatch(value) is not None
@@ -96,39 +106,70 @@ _CREDENTIAL_WORDS = frozenset(
     }
 )
 _LONGEST_CREDENTIAL_WORD = max(map(len, _CREDENTIAL_WORDS))
-# Tokens that the word before them makes no credential: a tokenizer's special tokens
-# (`"unk_token": "<unk>"`, `eos_token`) and an MCP request's `progressToken`.
+# Tokens that the word before them may make no credential: a tokenizer's special tokens
+# (`"unk_token": "<unk>"`, `eos_token`) and an MCP request's `progressToken`; which they are
+# the value tells (see `known_value`).
 _NOT_CREDENTIAL_TOKENS = frozenset(
     {"unk", "pad", "bos", "eos", "sep", "cls", "mask", "special", "progress"}
 )
+# A tokenizer's special token: `<unk>`, `</s>`, `<|endoftext|>`, `[PAD]`, a SentencePiece `▁x`.
+_SPECIAL_TOKEN_VALUE = re.compile(
+    r"<\|[\w.:\-]{1,40}\|>|</?[\w.:\-]{1,40}>|\[[\w.:\-]{1,40}\]|▁\S{0,40}"
+)
+# An MCP progress token as clients make them: a number or a word and a number (`42`, `req-17`);
+# a password-shaped word (`hunter22`) or an opaque string could be a credential, and is redacted.
+_PROGRESS_VALUE = re.compile(r"[0-9]{1,10}|[A-Za-z]{1,16}[-_][0-9]{1,10}")
+# `hasPassword: "true"`, `showPassword: "no"`, `isSecret: "0"` say whether there is one: only a
+# flag's value under a flag's word is kept (`hasPassword: "hunter22"`, `password: "true"` are
+# redacted: a password may be any word).
+_FLAG_WORDS = frozenset({"has", "show", "is", "use", "require", "requires"})
+_FLAG_VALUES = frozenset({"true", "false", "yes", "no", "on", "off", "0", "1", "null", "none"})
+# How much of a key the words above are looked for in: its first and last few words, whatever
+# its length.
+_KEY_END_CHARS = 40
 
 
 def credential_key(name: str) -> bool:
     """Whether an object key names a credential: its last words, a number after them aside
-    (`password2`), spell one of `_CREDENTIAL_WORDS`, and a token is not one of
-    `_NOT_CREDENTIAL_TOKENS`. The spelling may also start inside a word
+    (`password2`), spell one of `_CREDENTIAL_WORDS`. The spelling may also start inside a word
     of capitals, where acronyms run together (`OpenAIAPIKey`: `AIAPI`, `Key`; `GITHUBTOKEN`)."""
     words = _KEY_WORD.findall(name)
     while words and words[-1].isdigit():
         words.pop()
-    if (
-        len(words) > 1
-        and words[-1].lower() == "token"
-        and words[-2].lower() in _NOT_CREDENTIAL_TOKENS
-    ):
-        return False
     spelled = ""
     for word in reversed(words):
         spelled = word.lower() + spelled
         if spelled in _CREDENTIAL_WORDS:
             return True
         if word.isupper() and len(word) > 1:
-            # Where in the acronym the spelling starts is not known: any of its letters.
-            if any(spelled[start:] in _CREDENTIAL_WORDS for start in range(1, len(word))):
+            # Where in the acronym the spelling starts is not known: any of its letters that
+            # leaves no more than the longest word, so that a long run of capitals costs a few
+            # look-ups, not one slice of the rest per letter.
+            first = max(1, len(spelled) - _LONGEST_CREDENTIAL_WORD)
+            if any(spelled[start:] in _CREDENTIAL_WORDS for start in range(first, len(word))):
                 return True
         if len(spelled) >= _LONGEST_CREDENTIAL_WORD:
             return False
     return False
+
+
+def known_value(name: str, value: str) -> bool:
+    """Whether `value`, under a credential-named key `name`, is no credential by its shape and
+    what the name says: a secret's name, a key in a secret or a cursor (`reference`), a
+    tokenizer's special token or a progress id, or a flag saying whether there is one."""
+    if reference(name, value):
+        return True
+    last = _KEY_WORD.findall(name[-_KEY_END_CHARS:])
+    while last and last[-1].isdigit():
+        last.pop()
+    if len(last) > 1 and last[-1].lower() == "token":
+        before = last[-2].lower()
+        if before == "progress":
+            return _PROGRESS_VALUE.fullmatch(value) is not None
+        if before in _NOT_CREDENTIAL_TOKENS and _SPECIAL_TOKEN_VALUE.fullmatch(value):
+            return True
+    first = _KEY_WORD.findall(name[:_KEY_END_CHARS])
+    return len(first) > 1 and first[0].lower() in _FLAG_WORDS and value.lower() in _FLAG_VALUES
 
 
 _NAME_BEFORE = re.compile(r"[\w.\-]*\Z")

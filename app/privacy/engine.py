@@ -17,7 +17,7 @@ from app.privacy.config import (
     REGISTRY_RULES,
     basic_credentials,
     credential_key,
-    reference,
+    known_value,
 )
 from app.privacy.private import (
     _MEMORY_LITERALS,
@@ -286,10 +286,10 @@ def redact_json(value: Any) -> Any:
 
 
 def _credential(key: str, credential_named: bool, value: str) -> bool:
-    """Whether a string under `key` is redacted whole: a credential-named key's value unless it
-    is a secret's name or a cursor, or a Docker config's `"auth"`."""
+    """Whether a string under `key` is redacted whole: a credential-named key's value unless its
+    shape says it is none (`known_value`), or a Docker config's `"auth"`."""
     if credential_named:
-        return not reference(key, value)
+        return not known_value(key, value)
     return _docker_auth(key, value)
 
 
@@ -313,8 +313,13 @@ def _sanitize_key(key: str) -> tuple[str, bool]:
     return clean, credential_key(clean)
 
 
+def _credential_key(key: str) -> bool:
+    """`credential_key`, remembered for a short key (a long one would hold its memory)."""
+    return _credential_key_cache(key) if len(key) <= _KEY_CACHE_MAX_CHARS else credential_key(key)
+
+
 # The same few keys again in every stored row a rescan reads (app/redaction.py).
-_credential_key = lru_cache(maxsize=4096)(credential_key)
+_credential_key_cache = lru_cache(maxsize=4096)(credential_key)
 _short_key = lru_cache(maxsize=4096)(_sanitize_key)
 
 

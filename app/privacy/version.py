@@ -9,19 +9,25 @@ from types import FunctionType
 from app.privacy.config import (
     _CREDENTIAL_WORDS,
     _CURSOR_VALUE,
+    _FLAG_VALUES,
+    _FLAG_WORDS,
+    _KEY_END_CHARS,
     _KEY_WORD,
     _NAME_BEFORE,
     _NOT_CREDENTIAL_TOKENS,
+    _PROGRESS_VALUE,
     _REFERENCE_NAME,
     _SECRET_KEY_VALUE,
     _SECRET_NAME_VALUE,
+    _SPECIAL_TOKEN_VALUE,
 )
 from app.privacy.engine import _RULE_GATES, _RULES
 from app.privacy.private import _MEMORY, _MEMORY_LITERALS, _PRIVATE_LITERALS, _PRIVATE_TAG
 
 # Bump when code that decides what the rules leave changes (a replacement's body, _at_command,
-# basic_credentials, credential_key, how literals and gates select rules): the digest below sees
-# only data. 3: JSON keys split into camelCase words (privacy18).
+# basic_credentials, credential_key, known_value, how literals and gates select rules): the digest
+# below sees only data. 3: JSON keys split into camelCase words (privacy18; a value's shape decides
+# for special tokens, progress ids and flags since fixprivacy18, before generation 3 shipped).
 _RULES_CODE_VERSION = 3
 
 
@@ -52,13 +58,16 @@ def _rules_version() -> str:
             _SECRET_NAME_VALUE,
             _SECRET_KEY_VALUE,
             _CURSOR_VALUE,
+            _SPECIAL_TOKEN_VALUE,
+            _PROGRESS_VALUE,
             _NAME_BEFORE,
             _PRIVATE_TAG,
             _MEMORY,
         )
     ]
     parts += [repr(_PRIVATE_LITERALS), repr(_MEMORY_LITERALS), repr(sorted(_CREDENTIAL_WORDS))]
-    parts += [repr(sorted(_NOT_CREDENTIAL_TOKENS))]
+    parts += [repr(sorted(_NOT_CREDENTIAL_TOKENS)), repr(sorted(_FLAG_WORDS))]
+    parts += [repr(sorted(_FLAG_VALUES)), repr(_KEY_END_CHARS)]
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
 
 
