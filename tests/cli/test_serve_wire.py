@@ -464,6 +464,31 @@ def test_a_header_block_trickled_under_the_idle_timeout_is_a_408(port: int) -> N
     assert waited < IDLE_SECONDS + 3
 
 
+def _large_answer(port: int, key: str, value: str, headers: bytes) -> bytes:
+    """A global memory holding `value`, and the request that reads it back with `headers`."""
+    put = httpx.put(
+        f"http://127.0.0.1:{port}/api/memories/{key}",
+        json={"value": value, "scope": "global"},
+        timeout=30,
+    )
+    assert put.status_code in (200, 201), put.text
+    return b"GET /api/memories/%s?scope=global HTTP/1.1\r\nHost: 127.0.0.1\r\n%s\r\n" % (
+        key.encode(),
+        headers,
+    )
+
+
+@contextlib.contextmanager
+def _small_buffered(port: int) -> Iterator[socket.socket]:
+    """A connection whose receive buffer is small, so an answer it does not read fills the
+    server's side."""
+    with socket.socket() as connection:
+        connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        connection.settimeout(20)
+        connection.connect(("127.0.0.1", port))
+        yield connection
+
+
 @pytest.mark.parametrize(
     "connection_header", [b"", b"Connection: close\r\n"], ids=["kept", "closed"]
 )
@@ -475,21 +500,9 @@ def test_a_client_that_stops_reading_a_large_answer_is_disconnected(
     # writing to resume, and the close after a `Connection: close` answer for the bytes to go.
     port, server = served
     value = "v" * 6_000_000
-    put = httpx.put(
-        f"http://127.0.0.1:{port}/api/memories/big.answer",
-        json={"value": value, "scope": "global"},
-        timeout=30,
-    )
-    assert put.status_code in (200, 201), put.text
+    request = _large_answer(port, "big.answer", value, connection_header)
     logged(server)
-    request = (
-        b"GET /api/memories/big.answer?scope=global HTTP/1.1\r\nHost: 127.0.0.1\r\n%s\r\n"
-        % connection_header
-    )
-    with socket.socket() as connection:
-        connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        connection.settimeout(20)
-        connection.connect(("127.0.0.1", port))
+    with _small_buffered(port) as connection:
         connection.sendall(request)
         started = time.monotonic()
         dropped = None
@@ -516,20 +529,8 @@ def test_a_client_that_stops_reading_a_large_answer_is_disconnected(
 
 def test_a_client_that_reads_a_large_answer_late_still_gets_it(port: int) -> None:
     value = "w" * 3_000_000
-    put = httpx.put(
-        f"http://127.0.0.1:{port}/api/memories/late.answer",
-        json={"value": value, "scope": "global"},
-        timeout=30,
-    )
-    assert put.status_code in (200, 201), put.text
-    request = (
-        b"GET /api/memories/late.answer?scope=global HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-        b"Connection: close\r\n\r\n"
-    )
-    with socket.socket() as connection:
-        connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        connection.settimeout(20)
-        connection.connect(("127.0.0.1", port))
+    request = _large_answer(port, "late.answer", value, b"Connection: close\r\n")
+    with _small_buffered(port) as connection:
         connection.sendall(request)
         time.sleep(IDLE_SECONDS / 2)  # short of the idle timeout
         answer = b""
@@ -558,21 +559,9 @@ def test_a_client_that_reads_a_large_answer_slowly_but_steadily_gets_it(port: in
     # drained by a third: a reader slower than that third per timeout was reset while reading
     # (6 MB at 10 KB/s: reset after 63.8 s at the default 60 s).
     value = "s" * 4_000_000
-    put = httpx.put(
-        f"http://127.0.0.1:{port}/api/memories/slow.answer",
-        json={"value": value, "scope": "global"},
-        timeout=30,
-    )
-    assert put.status_code in (200, 201), put.text
-    request = (
-        b"GET /api/memories/slow.answer?scope=global HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-        b"Connection: close\r\n\r\n"
-    )
+    request = _large_answer(port, "slow.answer", value, b"Connection: close\r\n")
     rate = 400_000  # bytes a second: a 2 s timeout's worth is a fraction of the kernel's queue
-    with socket.socket() as connection:
-        connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        connection.settimeout(20)
-        connection.connect(("127.0.0.1", port))
+    with _small_buffered(port) as connection:
         connection.sendall(request)
         started = time.monotonic()
         answer = bytearray()
