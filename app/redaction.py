@@ -5,13 +5,13 @@ rule catches stays in the rows written before it (observations, summaries, kv me
 history, every index row). This pass walks each table in primary-key order, one short
 transaction a batch (its rows locked for the batch only: a write to one of them waits for the
 batch's read, redaction and updates), and rewrites only the values the rules change. A batch is
-at most BATCH_ROWS rows and BATCH_BYTES of their text (a jsonb's as text), or one row bigger than
-that. The rules' regex work runs in the caller's event loop (in a thread it made the pass
-slower: the regexes hold the GIL), so the pass turns the loop after every PIECE_BYTES of rows it
-redacted: in `agmem serve` a request waits for one batch's fetch or one piece's redaction at
-most, not for 500 rows of 64 KB (/health max 221 ms seen before, bench.redact --large). A row
-bigger than HUGE_ROW_BYTES is redacted whole (cut into pieces, a rule would not see a secret
-across a cut) in a worker thread, the loop turning while it runs.
+at most BATCH_ROWS rows and BATCH_BYTES of their text (a compressed jsonb by its text), or one
+row bigger than that. The rules' regex work runs in the caller's event loop (in a thread it made
+the pass slower: the regexes hold the GIL), so the pass turns the loop after every PIECE_BYTES
+of rows it redacted: in `agmem serve` a request waits for one batch's fetch or one piece's
+redaction at most, not for 500 rows of 64 KB (/health max 221 ms seen before, bench.redact
+--large). A row bigger than HUGE_ROW_BYTES is redacted whole (cut into pieces, a rule would not
+see a secret across a cut) in a worker thread, the loop turning while it runs.
 
 Only `redact_secrets` and the credential-named JSON keys are applied, not `<private>` stripping:
 a stored memory-file chunk keeps a `<private>` written inside a code span, as its sync did.
@@ -95,15 +95,20 @@ class _Table:
 
 
 def _size(columns: Iterable[tuple[str, str]]) -> str:
-    # A jsonb's text, not its stored size: a kv memory's value is stored compressed (2 MB of
-    # small dicts in 146 KB), and both its parsing in the fetch and its redaction go by its
-    # text. octet_length of a text reads its length from the TOAST pointer; the jsonb's text is
-    # made by the database, which does not hold the loop. A text[] (tags) is small.
+    # A compressed jsonb by its text, not its stored size: a kv memory's value is stored
+    # compressed (2 MB of small dicts in 146 KB), and both its parsing in the fetch and its
+    # redaction go by its text. An uncompressed one (observations' args and results are stored
+    # EXTERNAL) by its stored size, near its text's: making the text of every 64 KB observation
+    # twice a batch (the size window, the fetch) cost the pass ~40%. pg_column_compression and
+    # octet_length of a text read only the TOAST pointer. A text[] (tags) is small.
     def one(column: str, cast: str) -> str:
         if cast == "text":
             return f"octet_length({column})"
         if cast == "jsonb":
-            return f"octet_length({column}::text)"
+            return (
+                f"CASE WHEN pg_column_compression({column}) IS NULL "
+                f"THEN pg_column_size({column}) ELSE octet_length({column}::text) END"
+            )
         return f"pg_column_size({column})"
 
     return " + ".join(f"coalesce({one(column, cast)}, 0)" for column, cast in columns)
