@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
@@ -235,6 +236,19 @@ class Settings(BaseSettings):
             return None
         return value.strip()
 
+    @field_validator("gemini_api_key")
+    @classmethod
+    def _key_a_header_can_carry(cls, value: str | None) -> str | None:
+        # Sent on, a key with a space, a control or a non-ASCII character failed in the client,
+        # whose errors quote the header (httpx's for a NUL, a UnicodeEncodeError's repr) into
+        # stored errors and logs on every Gemini path. The message must not echo it either.
+        if value is not None and not _HEADER_SAFE_KEY.fullmatch(value):
+            raise ValueError(
+                "holds a space, a control or a non-ASCII character, which no HTTP header can "
+                "carry (a pasted quote or an invisible character?); the key is not shown"
+            )
+        return value
+
     @field_validator("proxy_default_project")
     @classmethod
     def _absolute_project(cls, value: str | None) -> str | None:
@@ -328,6 +342,8 @@ def is_loopback_host(host: str) -> bool:
     except ValueError:
         return False
 
+
+_HEADER_SAFE_KEY = re.compile(r"[!-~]+")
 
 _ENV_NAMES = {
     "database_url": "DATABASE_URL",

@@ -116,3 +116,14 @@ def test_the_proxys_default_project_is_made_absolute(monkeypatch: pytest.MonkeyP
     # From a .env, `~/shop` was kept verbatim: a project no sync or context request ever named.
     monkeypatch.setenv("HOME", "/home/dev")
     assert make_settings(proxy_default_project="~/shop/").proxy_default_project == "/home/dev/shop"
+
+
+@pytest.mark.parametrize("key", ["AIzaS\u00e9cret-KEY-0042", "secret\x00KEY-0042", "AIza KEY-0042"])
+def test_a_gemini_key_no_header_can_carry_is_refused_without_echoing_it(key: str) -> None:
+    # Sent on, the client's errors quoted it (httpx's for a NUL, a UnicodeEncodeError's repr)
+    # into stored errors and logs, on every Gemini path: refused where it is read instead.
+    with pytest.raises(SettingsError) as raised:
+        make_settings(gemini_api_key=key)
+    message = str(raised.value)
+    assert message.startswith("invalid setting GEMINI_API_KEY: ")
+    assert "KEY-0042" not in message
