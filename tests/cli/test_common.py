@@ -35,16 +35,17 @@ def test_a_second_signal_ends_a_long_running_command_at_once(
     # under way finishes (a sync's HNSW build, shielded from the cancel). A second did nothing.
     async def command() -> None:
         stop = asyncio.Event()
-        stop_on_signals(stop)
-        os.kill(os.getpid(), signum)
-        await asyncio.wait_for(stop.wait(), 30)
-        os.kill(os.getpid(), signum)
-        await asyncio.shield(asyncio.Event().wait())  # a cleanup that never ends by itself
+        with stop_on_signals(stop):
+            os.kill(os.getpid(), signum)
+            await asyncio.wait_for(stop.wait(), 30)
+            os.kill(os.getpid(), signum)
+            await asyncio.shield(asyncio.Event().wait())  # a cleanup that never ends by itself
 
-    before = signal.getsignal(signal.SIGTERM)
+    before = {handled: signal.getsignal(handled) for handled in (signal.SIGINT, signal.SIGTERM)}
     try:
         with pytest.raises(KeyboardInterrupt) as ended:
             asyncio.run(command())
     finally:
-        signal.signal(signal.SIGTERM, before)
+        for handled, handler in before.items():
+            signal.signal(handled, handler)
     assert type(ended.value) is raised

