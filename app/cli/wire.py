@@ -47,7 +47,9 @@ Two `Host` headers are refused (RFC 9112, 3.2): the Host rule read the first and
 the last, so `Host: 127.0.0.1` then `Host: evil.example` passed the one as this machine and the
 other as the page's own origin. So is an HTTP/1.1 request without one (RFC 9112, 3.2: a server
 MUST); an HTTP/1.0 one is served (HTTP/1.0 has no such rule; HAProxy's health check sends none).
-A refusal pipelined behind a request still in the app waits for that one's answer.
+A request line without a version (HTTP/0.9's shape) is refused, with a Host or without: HTTP/0.9
+has no headers, so that is no request of any version. A refusal pipelined behind a request still
+in the app waits for that one's answer.
 
 uvicorn's `data_received` logs `Invalid HTTP request received.` for every parser error, which
 named neither a 503 at the limit nor a Host refusal. It stays uvicorn's: the parser it feeds
@@ -85,8 +87,8 @@ NO_HOST_DETAIL = (
     "it is for, e.g. `Host: 127.0.0.1:37777`"
 )
 NO_VERSION_DETAIL = (
-    "the request line has no HTTP version (HTTP/0.9's shape, `GET /health` alone) and the "
-    "request no Host header: send `GET /health HTTP/1.1` with the address it is for, e.g. "
+    "the request line has no HTTP version (HTTP/0.9's shape, `GET /health` alone), which this "
+    "service does not serve: send `GET /health HTTP/1.1` with the address it is for, e.g. "
     "`Host: 127.0.0.1:37777`"
 )
 # A request still open when a second signal hurries the stop: retry after about what a restart
@@ -295,17 +297,19 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         hosts = 0
         for name, _ in self.headers:
             hosts += name == b"host"
+        version = self.parser.get_http_version()
+        if version == "0.9":  # llhttp's name for a request line without a version
+            # HTTP/0.9 has no headers: with a Host it was served as HTTP/1.x.
+            body = _error_body("BadRequest", NO_VERSION_DETAIL)
+            cause = "refused a request line without an HTTP version (400)"
+            raise Refused(b"400 Bad Request", body, [], cause)
         if hosts > 1:
             body = _error_body("BadRequest", TWO_HOSTS_DETAIL)
             cause = "refused a request with two Host headers (400)"
             raise Refused(b"400 Bad Request", body, [], cause)
-        if not hosts and (version := self.parser.get_http_version()) != "1.0":
-            if version == "0.9":  # llhttp's name for a request line without a version
-                body = _error_body("BadRequest", NO_VERSION_DETAIL)
-                cause = "refused a request without an HTTP version or a Host header (400)"
-            else:
-                body = _error_body("BadRequest", NO_HOST_DETAIL)
-                cause = "refused an HTTP/1.1 request without a Host header (400)"
+        if not hosts and version != "1.0":
+            body = _error_body("BadRequest", NO_HOST_DETAIL)
+            cause = "refused an HTTP/1.1 request without a Host header (400)"
             raise Refused(b"400 Bad Request", body, [], cause)
         if self.behind_proxy:
             self.take_forwarded_host()

@@ -645,3 +645,12 @@ def test_a_request_line_without_a_version_is_a_400_that_says_so(port: int) -> No
     assert status == b"HTTP/1.1 400 Bad Request"
     assert "HTTP/1.1 requires" not in error["detail"]
     assert "no HTTP version" in error["detail"]
+
+
+def test_a_request_line_without_a_version_is_a_400_even_with_a_host(port: int) -> None:
+    # HTTP/0.9's line has no headers at all: with a Host it was served as if it were HTTP/1.x.
+    answer = exchange(port, b"GET /health\r\nHost: 127.0.0.1\r\n\r\n")
+
+    status, error = error_of(answer)
+    assert status == b"HTTP/1.1 400 Bad Request"
+    assert "no HTTP version" in error["detail"]
