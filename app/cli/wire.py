@@ -48,8 +48,9 @@ the last, so `Host: 127.0.0.1` then `Host: evil.example` passed the one as this 
 other as the page's own origin. So is an HTTP/1.1 request without one (RFC 9112, 3.2: a server
 MUST); an HTTP/1.0 one is served (HTTP/1.0 has no such rule; HAProxy's health check sends none).
 A request line without a version (HTTP/0.9's shape) is refused, with a Host or without: HTTP/0.9
-has no headers, so that is no request of any version. A refusal pipelined behind a request still
-in the app waits for that one's answer.
+has no headers, so that is no request of any version. Headers past MAX_HEADERS or
+MAX_HEADER_BYTES are a 431 (httptools bounds neither). A refusal pipelined behind a request
+still in the app waits for that one's answer.
 
 uvicorn's `data_received` logs `Invalid HTTP request received.` for every parser error, which
 named neither a 503 at the limit nor a Host refusal. It stays uvicorn's: the parser it feeds
@@ -90,6 +91,18 @@ NO_VERSION_DETAIL = (
     "the request line has no HTTP version (HTTP/0.9's shape, `GET /health` alone), which this "
     "service does not serve: send `GET /health HTTP/1.1` with the address it is for, e.g. "
     "`Host: 127.0.0.1:37777`"
+)
+# httptools bounds neither the count nor the size of headers (100,000 of them, or one of
+# 100 MiB, were buffered and parsed). 64 KiB and 100 are above what any client of this service
+# sends (a browser's cookies stay under 8 KiB; Apache allows 100 fields of 8 KiB, nginx 32 KiB
+# in all). The head as it comes (request line and headers) may add a URL of 64 KiB, the
+# parser's own bound: past both, a block that never ends is cut as it grows.
+MAX_HEADERS = 100
+MAX_HEADER_BYTES = 64 * 1024
+MAX_HEAD_BYTES = 2 * MAX_HEADER_BYTES
+HEADERS_DETAIL = (
+    "the request's headers are over 64 KiB or 100 headers (or its request line and headers "
+    "over 128 KiB): send large data in a request's body"
 )
 # A request still open when a second signal hurries the stop: retry after about what a restart
 # takes.
@@ -246,6 +259,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self.parser = RefusingParser(self)
         self.parser.set_dangerous_leniencies(lenient_data_after_close=True)  # as uvicorn sets it
         self.in_headers = False  # a request's first bytes came, its headers are not complete
+        self.head_bytes = 0  # bytes read in the reads after the first of a head not complete
         # A byte received stamps the time; the one timer per connection, armed when it is made,
         # checks the stamps when it fires: nothing per request but these attributes' writes.
         self.last_data = 0.0
@@ -285,18 +299,34 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self.last_data = self.loop.time()
         if self.held_error is not None:
             return  # behind a refused request: the parser lost its place, nothing more is read
+        if self.in_headers:
+            self.head_bytes += len(data)
         super().data_received(data)
+        # Counted on the reads after the first, the head is bounded as it comes: its headers'
+        # own check comes only once they are all there.
+        if self.in_headers and self.head_bytes > MAX_HEAD_BYTES:
+            if self.held_error is None and not self.transport.is_closing():
+                self.refuse(self.headers_too_large())
+
+    def headers_too_large(self) -> Refused:
+        body = _error_body("RequestHeaderFieldsTooLarge", HEADERS_DETAIL)
+        cause = "refused a request whose headers are over 64 KiB or 100 headers (431)"
+        return Refused(b"431 Request Header Fields Too Large", body, [], cause)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self.in_headers = True
+        self.head_bytes = 0
         self.message_began = self.last_data
 
     def on_headers_complete(self) -> None:
         self.in_headers = False
-        hosts = 0
-        for name, _ in self.headers:
+        hosts = size = 0
+        for name, value in self.headers:
             hosts += name == b"host"
+            size += len(name) + len(value)
+        if size > MAX_HEADER_BYTES or len(self.headers) > MAX_HEADERS:
+            raise self.headers_too_large()
         version = self.parser.get_http_version()
         if version == "0.9":  # llhttp's name for a request line without a version
             # HTTP/0.9 has no headers: with a Host it was served as HTTP/1.x.
