@@ -17,7 +17,8 @@ read (a 404, 401 or 421 answered before the body came). Here every state of a co
 bounded by the idle timeout (AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS):
 - within a request's body, each byte starts the clock again; past it, 408 and close. Its
   headers must come whole within the timeout of their first byte (a byte at a time held the
-  connection for as long as bytes came); a body has no total, which would cut a slow upload;
+  connection for as long as bytes came); a body must also average MIN_BODY_RATE past its first
+  timeout (a byte each timeout held it for ever), a rate no working link falls below;
 - between requests (from the connection's start or an answer's end to the next request's first
   byte), bytes that begin no request do not count: past it, the connection is closed;
 - while the app works, or the service itself stops reading (a request queued behind another, a
@@ -104,6 +105,12 @@ HEADERS_DETAIL = (
     "the request's headers are over 64 KiB or 100 headers (or its request line and headers "
     "over 128 KiB): send large data in a request's body"
 )
+# A body's bytes, on average, from its start (or the service's last hold on it) past one idle
+# timeout: else a byte each timeout held the connection and the request's task for ever.
+# 1 KiB/s (8 kbit/s) is below any link still carrying traffic (2G GPRS: 20 to 40 kbit/s) and
+# twice Apache's mod_reqtimeout default (500 B/s); a body of 8 MiB (AGMEM_MAX_BODY_BYTES) at it
+# takes 2.3 h, the most a body can hold a connection.
+MIN_BODY_RATE = 1024
 # A request still open when a second signal hurries the stop: retry after about what a restart
 # takes.
 _STOPPING_RETRY_AFTER: Header = (b"retry-after", b"5")
@@ -260,6 +267,8 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self.parser.set_dangerous_leniencies(lenient_data_after_close=True)  # as uvicorn sets it
         self.in_headers = False  # a request's first bytes came, its headers are not complete
         self.head_bytes = 0  # bytes read in the reads after the first of a head not complete
+        self.body_began = 0.0  # when the body's rate is counted from
+        self.body_received = 0  # ... and its bytes since
         # A byte received stamps the time; the one timer per connection, armed when it is made,
         # checks the stamps when it fires: nothing per request but these attributes' writes.
         self.last_data = 0.0
@@ -354,7 +363,13 @@ class JsonErrorsProtocol(HttpToolsProtocol):
             )
             body = _error_body("ServiceUnavailable", detail)
             raise Refused(b"503 Service Unavailable", body, [(b"retry-after", b"1")], cause)
+        self.body_began = self.last_data
+        self.body_received = 0
         super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        self.body_received += len(body)
+        super().on_body(body)
 
     def on_response_complete(self) -> None:
         self.waiting_since = self.loop.time()
@@ -411,6 +426,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
             return
         cycle = self.cycle
         busy = cycle is not None and not cycle.response_complete
+        rated = None  # in a body: when its bytes fall short of MIN_BODY_RATE
         if self.in_headers and not busy:
             # The whole header block within the timeout of its first byte: a byte each time short
             # of it held the connection for ever. One pipelined behind another's answer counts
@@ -422,22 +438,34 @@ class JsonErrorsProtocol(HttpToolsProtocol):
             since = self.waiting_since  # between requests: a byte that begins none not counted
         elif cycle.more_body and not self.flow.read_paused and not cycle.waiting_for_100_continue:
             since = self.last_data  # its body
+            rated = self.body_began + self.idle_timeout + self.body_received / MIN_BODY_RATE
         else:
             since = None  # the app works on a request, or the service holds the client back
         if since is None:
+            # A body held back counts its rate from here: bytes that wait in the kernel's
+            # buffers meanwhile come at once when the hold ends.
+            self.body_began, self.body_received = now, 0
             self.idle_timer = self.loop.call_later(self.idle_timeout, self.idle_check)
             return
-        idle = now - since
-        if idle < self.idle_timeout and not self.over_limit():
-            self.idle_timer = self.loop.call_later(self.idle_timeout - idle, self.idle_check)
+        wait = self.idle_timeout - (now - since)
+        if rated is not None and cycle is not None:
+            if rated <= now:
+                self.send_slow_body_408(cycle.response_started)
+                self.idle_timer = self.loop.call_later(self.idle_timeout, self.idle_check)
+                return
+            wait = min(wait, rated - now)
+        if wait > 0 and not self.over_limit():
+            self.idle_timer = self.loop.call_later(wait, self.idle_check)
             return
         if self.in_headers:
-            self.send_408(f"its headers did not all come within {self.idle_timeout:g} s")
+            self.send_408(
+                self.stopped_coming(f"its headers did not all come within {self.idle_timeout:g} s")
+            )
         elif cycle is None or cycle.response_complete:
             self.transport.close()
         else:
             self.send_408(
-                f"no byte of its body came for {self.idle_timeout:g} s",
+                self.stopped_coming(f"no byte of its body came for {self.idle_timeout:g} s"),
                 cycle_started=cycle.response_started,
             )
         # An answer the client has not read yet keeps a closed transport open: watched still.
@@ -481,19 +509,31 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         limit = self.limit_concurrency
         return limit is not None and self.cycle is None and len(self.connections) >= limit
 
-    def send_408(self, why: str, *, cycle_started: bool = False) -> None:
+    def send_slow_body_408(self, cycle_started: bool) -> None:
+        cause = "refused a request whose body came slower than 1 KiB/s (408)"
+        self.refusals.note(self.logger, self.loop, cause)
+        detail = (
+            "the request's body came slower than 1 KiB/s on average past its first "
+            f"{self.idle_timeout:g} s (AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS); the connection is "
+            "closed"
+        )
+        self.send_408(detail, cycle_started=cycle_started)
+
+    def send_408(self, detail: str, *, cycle_started: bool = False) -> None:
         """Answer 408 (unless the app's answer has begun) and close; the request's task then
         reads a disconnect and its answer goes nowhere."""
         if self.cycle is not None and not self.cycle.response_complete:
             self.cycle.disconnected = True
             self.cycle.message_event.set()
         if not cycle_started:
-            detail = (
-                f"the request stopped coming: {why} (AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS); the "
-                "connection is closed"
-            )
             self.send_error(b"408 Request Timeout", _error_body("RequestTimeout", detail))
         self.transport.close()
+
+    def stopped_coming(self, why: str) -> str:
+        return (
+            f"the request stopped coming: {why} (AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS); the "
+            "connection is closed"
+        )
 
     def cut_short(self) -> None:
         """Answer the request in hand 503 (unless the app's answer has begun) and close, before
