@@ -89,7 +89,7 @@ class Settings(BaseSettings):
     # Comma-separated: more browser origins (`https://app.example`, `*` patterns) that may call.
     allowed_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
-    # A request whose next bytes do not come this long is answered 408 and closed (app/cli/wire.py).
+    # A request whose next bytes do not come this long is a 408, and closed (app/cli/stalls.py).
     request_idle_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
     # Open connections `agmem serve` answers at once; past it a request is a 503 (app/cli/wire.py).
     max_connections: int = Field(default=1000, ge=1, le=1_000_000)

@@ -645,3 +645,122 @@ def test_a_request_line_without_a_version_is_a_400_that_says_so(port: int) -> No
     assert status == b"HTTP/1.1 400 Bad Request"
     assert "HTTP/1.1 requires" not in error["detail"]
     assert "no HTTP version" in error["detail"]
+
+
+def test_a_request_line_without_a_version_is_a_400_even_with_a_host(port: int) -> None:
+    # HTTP/0.9's line has no headers at all: with a Host it was served as if it were HTTP/1.x.
+    answer = exchange(port, b"GET /health\r\nHost: 127.0.0.1\r\n\r\n")
+
+    status, error = error_of(answer)
+    assert status == b"HTTP/1.1 400 Bad Request"
+    assert "no HTTP version" in error["detail"]
+
+
+def _with_headers(count: int, value: bytes = b"v") -> bytes:
+    """A health request with `count` headers in all (its Host, Connection and the rest X-N)."""
+    extra = b"".join(b"X-%d: %s\r\n" % (index, value) for index in range(count - 2))
+    return b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" + extra + b"\r\n"
+
+
+def test_a_hundred_headers_are_served(port: int) -> None:
+    assert exchange(port, _with_headers(100)).startswith(b"HTTP/1.1 200 ")
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [_with_headers(101), _with_headers(3, b"v" * 70_000), _with_headers(40, b"v" * 2_000)],
+    ids=["101 headers", "one header of 70 KB", "40 headers of 2 KB"],
+)
+def test_too_many_or_too_large_headers_are_a_431(port: int, request_bytes: bytes) -> None:
+    # httptools bounds neither: 100,000 headers or one of 100 MiB were buffered and parsed.
+    status, error = error_of(exchange(port, request_bytes))
+
+    assert status == b"HTTP/1.1 431 Request Header Fields Too Large"
+    assert error["error"] == "RequestHeaderFieldsTooLarge"
+    assert "64 KiB" in error["detail"]
+    assert "100 headers" in error["detail"]
+
+
+def test_a_header_block_that_never_ends_is_a_431_once_past_the_bound(
+    roomy: tuple[int, subprocess.Popen[str]],
+) -> None:
+    # Within the idle timeout of its first byte, a header block of any size was buffered: 4 MiB
+    # here, a gigabyte on a fast link, until the 408. (The other server logged the 431s above.)
+    port, server = roomy
+    logged(server)
+    answer = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as connection:
+        connection.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: ")
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            for _ in range(64):
+                connection.sendall(b"v" * 65536)
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := connection.recv(65536):
+                answer += chunk
+    time.sleep(0.3)
+    log = logged(server)
+
+    status, error = error_of(answer)
+    assert status == b"HTTP/1.1 431 Request Header Fields Too Large"
+    assert "refused a request whose headers are over 64 KiB or 100 headers (431)" in log, log
+
+
+def test_a_body_trickled_under_the_idle_timeout_is_a_408(
+    served: tuple[int, subprocess.Popen[str]],
+) -> None:
+    # A byte every half timeout restarted the per-byte clock for ever: the connection and the
+    # request's task were held for as long as the client kept sending (no total bound).
+    port, server = served
+    logged(server)
+    head = START + b"Content-Length: 1000\r\nConnection: close\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as connection:
+        connection.sendall(head)
+        answer, waited = b"", 0.0
+        started = time.monotonic()
+        for _ in range(12):  # 12 s: six timeouts
+            try:
+                connection.sendall(b" ")
+            except (BrokenPipeError, ConnectionResetError):
+                break
+            ready, _, _ = select.select([connection], [], [], IDLE_SECONDS / 2)
+            if ready:
+                break
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := connection.recv(65536):
+                answer += chunk
+        waited = time.monotonic() - started
+    time.sleep(0.3)
+    log = logged(server)
+
+    status, error = error_of(answer)
+    assert status == b"HTTP/1.1 408 Request Timeout"
+    assert error["error"] == "RequestTimeout"
+    assert "1 KiB/s" in error["detail"]
+    assert waited < IDLE_SECONDS + 3
+    assert "slower than 1 KiB/s" in log, log
+
+
+def test_an_8_mib_body_at_512_kib_a_second_is_served(port: int) -> None:
+    # The body rate rule must not cut an honest upload of AGMEM_MAX_BODY_BYTES (16 s here, eight
+    # idle timeouts). Seen to pass before the rule too: it guards the rule's rate.
+    size = 8 * 1024 * 1024
+    prefix = b'{"projectPath": "/big", "id": "big-1"'
+    body = prefix + b" " * (size - len(prefix) - 1) + b"}"
+    head = START + b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body)
+    rate, step = 512 * 1024, 64 * 1024
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as connection:
+        connection.sendall(head)
+        started = time.monotonic()
+        for sent in range(0, len(body), step):
+            ahead = sent / rate - (time.monotonic() - started)
+            if ahead > 0:
+                time.sleep(ahead)
+            connection.sendall(body[sent : sent + step])
+        took = time.monotonic() - started
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+
+    assert took > 15
+    assert answer.startswith(b"HTTP/1.1 201 "), answer[:300]
+    assert json.loads(answer.partition(b"\r\n\r\n")[2])["id"] == "big-1"

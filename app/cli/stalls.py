@@ -1,0 +1,232 @@
+"""The bounds `agmem serve`'s HTTP/1.1 protocol (app/cli/wire.py) puts on a client that stalls:
+the idle timer, a body's minimum rate and a reader that stops reading.
+
+uvicorn times a connection out only between requests (its keep-alive, 5 s), and any byte
+cancels that timer until the next answer completes. A client that sent half a header block, or
+headers and part of the body it announced (a `Content-Length` not reached, a chunked body that
+stops), held its connection, and with a body its request task, for as long as it kept the socket
+open; so did one that sent a blank line after an answer, or a byte of a body the answer did not
+read (a 404, 401 or 421 answered before the body came). Here every state of a connection is
+bounded by the idle timeout (AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS):
+- within a request's body, each byte starts the clock again; past it, 408 and close. Its
+  headers must come whole within the timeout of their first byte (a byte at a time held the
+  connection for as long as bytes came); a body must also average MIN_BODY_RATE past its first
+  timeout (a byte each timeout held it for ever), a rate no working link falls below;
+- between requests (from the connection's start or an answer's end to the next request's first
+  byte), bytes that begin no request do not count: past it, the connection is closed;
+- while the app works, or the service itself stops reading (a request queued behind another, a
+  body the app has not read yet, an `Expect: 100-continue` not answered yet), no clock runs: a
+  request stalled behind another's answer gets its 408 only once that answer is sent;
+- while the client reads none of an answer the transport still holds (a large one fills the
+  socket, and uvicorn waits for writing to resume, a close for the bytes to be sent): past it,
+  the connection is dropped with them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import socket
+import struct
+import sys
+from array import array
+from collections.abc import Iterable
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from app.cli.refusals import RefusalLog, error_body
+
+# A body's bytes, on average, from its start (or the service's last hold on it) past one idle
+# timeout: else a byte each timeout held the connection and the request's task for ever.
+# 1 KiB/s (8 kbit/s) is below any link still carrying traffic (2G GPRS: 20 to 40 kbit/s) and
+# twice Apache's mod_reqtimeout default (500 B/s); a body of 8 MiB (AGMEM_MAX_BODY_BYTES) at it
+# takes 2.3 h, the most a body can hold a connection.
+MIN_BODY_RATE = 1024
+DEFAULT_IDLE_TIMEOUT_SECONDS = 60.0  # as Settings.request_idle_timeout_seconds
+_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close sends RST, drops what is unsent
+_SIOCOUTQ = 0x5411  # Linux: the bytes of a TCP socket's send queue the peer has not acknowledged
+
+Header = tuple[bytes, bytes]
+
+
+class StallBoundProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with every state of a connection bounded by `idle_timeout`
+    (the module's docstring); the protocol over it stamps the times (`last_data`,
+    `message_began`, `waiting_since`, `in_headers`) as requests come, and arms `idle_timer`."""
+
+    idle_timeout = DEFAULT_IDLE_TIMEOUT_SECONDS
+    refusals = RefusalLog()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.in_headers = False  # a request's first bytes came, its headers are not complete
+        self.body_began = 0.0  # when the body's rate is counted from
+        self.body_received = 0  # ... and its bytes since
+        # A byte received stamps the time; the one timer per connection, armed when it is made,
+        # checks the stamps when it fires: nothing per request but these attributes' writes.
+        self.last_data = 0.0
+        self.message_began = 0.0  # the first byte of the request whose headers are coming
+        self.waiting_since = 0.0  # the connection's start or the last answer's end
+        # The answer's bytes the service still held (transport and kernel) when last seen to
+        # shrink, and when.
+        self.write_mark: tuple[float, int] | None = None
+        self.idle_timer: asyncio.TimerHandle | None = None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
+        super().connection_lost(exc)
+
+    def on_body(self, body: bytes) -> None:
+        self.body_received += len(body)
+        super().on_body(body)
+
+    def pause_writing(self) -> None:
+        self.write_mark = (self.loop.time(), self.unsent(self.transport.get_write_buffer_size()))
+        super().pause_writing()
+
+    def unsent(self, buffered: int) -> int:
+        """The answer's bytes the client has not taken: the transport's and the kernel's. The
+        transport's buffer moves only when the kernel's send queue (which grows to megabytes)
+        has drained by about a third, so a client reading slowly but steadily left it still for
+        longer than the timeout; the kernel's queue shrinks with every read."""
+        if sys.platform != "linux":
+            return buffered  # no SIOCOUTQ: the transport's buffer is all there is to watch
+        connection = self.transport.get_extra_info("socket")
+        if connection is None:
+            return buffered
+        try:
+            queued = array("i", [0])
+            fcntl.ioctl(connection.fileno(), _SIOCOUTQ, queued)
+        except OSError:
+            return buffered
+        return buffered + queued[0]
+
+    def idle_check(self) -> None:
+        now = self.loop.time()
+        if self.write_stalled(now):
+            return
+        if self.transport.is_closing():
+            return
+        cycle = self.cycle
+        busy = cycle is not None and not cycle.response_complete
+        rated = None  # in a body: when its bytes fall short of MIN_BODY_RATE
+        if self.in_headers and not busy:
+            # The whole header block within the timeout of its first byte: a byte each time short
+            # of it held the connection for ever. One pipelined behind another's answer counts
+            # from that answer's end.
+            since = max(self.message_began, self.waiting_since)
+        elif self.in_headers:
+            since = None  # its turn comes after the answer before it, which the app works on
+        elif cycle is None or cycle.response_complete:
+            since = self.waiting_since  # between requests: a byte that begins none not counted
+        elif cycle.more_body and not self.flow.read_paused and not cycle.waiting_for_100_continue:
+            since = self.last_data  # its body
+            rated = self.body_began + self.idle_timeout + self.body_received / MIN_BODY_RATE
+        else:
+            since = None  # the app works on a request, or the service holds the client back
+        if since is None:
+            # A body held back counts its rate from here: bytes that wait in the kernel's
+            # buffers meanwhile come at once when the hold ends.
+            self.body_began, self.body_received = now, 0
+            self.idle_timer = self.loop.call_later(self.idle_timeout, self.idle_check)
+            return
+        wait = self.idle_timeout - (now - since)
+        if rated is not None and cycle is not None:
+            if rated <= now:
+                self.send_slow_body_408(cycle.response_started)
+                self.idle_timer = self.loop.call_later(self.idle_timeout, self.idle_check)
+                return
+            wait = min(wait, rated - now)
+        if wait > 0 and not self.over_limit():
+            self.idle_timer = self.loop.call_later(wait, self.idle_check)
+            return
+        if self.in_headers:
+            self.send_408(
+                self.stopped_coming(f"its headers did not all come within {self.idle_timeout:g} s")
+            )
+        elif cycle is None or cycle.response_complete:
+            self.transport.close()
+        else:
+            self.send_408(
+                self.stopped_coming(f"no byte of its body came for {self.idle_timeout:g} s"),
+                cycle_started=cycle.response_started,
+            )
+        # An answer the client has not read yet keeps a closed transport open: watched still.
+        self.idle_timer = self.loop.call_later(self.idle_timeout, self.idle_check)
+
+    def write_stalled(self, now: float) -> bool:
+        """Whether the service waits on the client to read its answer, watching it (the timer
+        is armed again): past the idle timeout without the client reading any, the connection
+        is dropped with the bytes. Else a client that stopped reading a large answer held the
+        connection for good (uvicorn waits for writing to resume, a close for the bytes to be
+        sent), and a streamed answer's task with it.
+
+        Only while writing is paused or the transport closing: then nothing is added to the
+        buffer, so fewer bytes unsent (`unsent`) is the client reading. Otherwise a stream the
+        client reads as fast as it comes can hold bytes at every look, refilled in between."""
+        buffered = self.transport.get_write_buffer_size()
+        if not buffered or not (self.flow.write_paused or self.transport.is_closing()):
+            self.write_mark = None
+            return False
+        unsent = self.unsent(buffered)
+        mark = self.write_mark
+        if mark is None or unsent < mark[1]:
+            mark = self.write_mark = (now, unsent)
+        elif now - mark[0] >= self.idle_timeout:
+            cause = (
+                f"closed connections whose client stopped reading its answer for "
+                f"{self.idle_timeout:g} s (AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS)"
+            )
+            self.refusals.note(self.logger, self.loop, cause)
+            # Reset, not closed: the kernel would otherwise keep the socket, and the bytes it
+            # holds, sending them to a window that stays shut.
+            connection = self.transport.get_extra_info("socket")
+            if connection is not None:
+                connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+            self.transport.abort()
+            return True
+        self.idle_timer = self.loop.call_later(mark[0] + self.idle_timeout - now, self.idle_check)
+        return True
+
+    def over_limit(self) -> bool:
+        limit = self.limit_concurrency
+        return limit is not None and self.cycle is None and len(self.connections) >= limit
+
+    def send_slow_body_408(self, cycle_started: bool) -> None:
+        cause = "refused a request whose body came slower than 1 KiB/s (408)"
+        self.refusals.note(self.logger, self.loop, cause)
+        detail = (
+            "the request's body came slower than 1 KiB/s on average past its first "
+            f"{self.idle_timeout:g} s (AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS); the connection is "
+            "closed"
+        )
+        self.send_408(detail, cycle_started=cycle_started)
+
+    def send_408(self, detail: str, *, cycle_started: bool = False) -> None:
+        """Answer 408 (unless the app's answer has begun) and close; the request's task then
+        reads a disconnect and its answer goes nowhere."""
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.cycle.disconnected = True
+            self.cycle.message_event.set()
+        if not cycle_started:
+            self.send_error(b"408 Request Timeout", error_body("RequestTimeout", detail))
+        self.transport.close()
+
+    def stopped_coming(self, why: str) -> str:
+        return (
+            f"the request stopped coming: {why} (AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS); the "
+            "connection is closed"
+        )
+
+    def send_error(self, status: bytes, body: bytes, headers: Iterable[Header] = ()) -> None:
+        head = [b"HTTP/1.1 " + status + b"\r\n"]
+        defaults = self.server_state.default_headers  # date and server, as uvicorn sends them
+        head += [name + b": " + value + b"\r\n" for name, value in (*defaults, *headers)]
+        head += [
+            b"content-type: application/json\r\n",
+            b"content-length: " + str(len(body)).encode() + b"\r\n",
+            b"connection: close\r\n\r\n",
+        ]
+        self.transport.write(b"".join(head) + body)
