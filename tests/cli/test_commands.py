@@ -243,10 +243,10 @@ def test_status_on_a_home_whose_path_holds_spaces_starts_the_embedded_server() -
         assert not (home / "pgdata" / "postmaster.pid").exists()  # stopped again on exit
         # The short folder the socket was put in went with the server: one was left in /tmp by
         # each run of this test.
-        assert not socket_dir_of(home / "pgdata", runtime_path).exists()
+        assert not socket_dir_of((home / "pgdata").resolve(), runtime_path).exists()
     finally:
         with contextlib.suppress(OSError):  # named after the data folder: gone with it
-            remove_socket_dir(socket_dir_of(home / "pgdata", runtime_path))
+            remove_socket_dir(socket_dir_of((home / "pgdata").resolve(), runtime_path))
         shutil.rmtree(parent, ignore_errors=True)
 
 

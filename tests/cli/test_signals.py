@@ -397,6 +397,8 @@ def test_a_second_signal_as_the_workers_loop_closes_ends_it_as_interrupted(
     # From the worker's event loop closing to the command's end, a second SIGTERM had its
     # default action: the process died (-15) without its exit handlers, the embedded server
     # left running; a second Ctrl-C once the command line had returned was a traceback (-2).
+    # (A Ctrl-C as the loop closes ended 130 before the hand-over too, through Python's
+    # KeyboardInterrupt: that case guards the exit's shape, not the fix.)
     home = embedded_home
     worker = subprocess.Popen(
         [sys.executable, "-c", SIGNAL_AFTER_THE_LOOP, str(int(signum)), moment, "worker"],

