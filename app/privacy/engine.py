@@ -12,8 +12,10 @@ from app.privacy.commands import COMMAND_RULES
 from app.privacy.common import REDACTED, _Replacement, _Rule
 from app.privacy.config import (
     _CREDENTIAL_NAME,
+    _PWD_NAME,
     ASSIGNMENT_RULES,
     CONNECTION_RULES,
+    QUOTED_NAMES,
     REGISTRY_RULES,
     basic_credentials,
     credential_key,
@@ -65,23 +67,10 @@ _RULE_GATES: dict[re.Pattern[str], str] = {
     next(pattern for literals, pattern, _ in _RULES if literals == ("://",)): r"://[^:/@]*:[^@/]+@",
     **{
         pattern: rf"{name}[\"']?{_SPACE}[:=]{_SPACE}{_QUOTED}"
-        for pattern, name in zip(
-            _QUOTED_RULES,
-            (
-                "[sS]ecret",
-                "SECRET",
-                "[tT]oken",
-                "TOKEN",
-                "[pP]assw(?:or)?d",
-                "PASSW(?:OR)?D",
-                "[aA]pi[_\\-]?[kK]ey",
-                "API[_\\-]?KEY",
-            ),
-            strict=True,
-        )
+        for pattern, (_, _, name) in zip(_QUOTED_RULES, QUOTED_NAMES, strict=True)
     },
     _CONFIG_RULE: (
-        rf"{_CREDENTIAL_NAME}[\t ]*[:=][\t ]*{_UNQUOTED_BYTE}*"
+        rf"(?:{_CREDENTIAL_NAME}|{_PWD_NAME})[\t ]*[:=][\t ]*{_UNQUOTED_BYTE}*"
         r"[^A-Za-z_.\x09-\x0d\x20\"'#(){}\[\]<>$,;&|`\\]"
     ),
 }
