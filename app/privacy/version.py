@@ -22,15 +22,18 @@ from app.privacy.config import (
     _SECRET_NAME_VALUE,
     _SHORT_CREDENTIAL_WORDS,
     _SPECIAL_TOKEN_VALUE,
+    _TOKEN_SHAPE,
 )
 from app.privacy.engine import _RULE_GATES, _RULES
 from app.privacy.private import _MEMORY, _MEMORY_LITERALS, _PRIVATE_LITERALS, _PRIVATE_TAG
 
 # Bump when code that decides what the rules leave changes (a replacement's body, _at_command,
-# basic_credentials, credential_key, known_value, how literals and gates select rules): the digest
-# below sees only data. 3: JSON keys split into camelCase words (privacy18; a value's shape decides
-# for special tokens, progress ids and flags since fixprivacy18, before generation 3 shipped).
-# 4: short credential words (`pwd`, `pass`), a working directory under `pwd` (privacy19).
+# basic_credentials, credential_key, known_value, credential_plural, listed_credential, how
+# literals and gates select rules): the digest below sees only data. 3: JSON keys split into
+# camelCase words (privacy18; a value's shape decides for special tokens, progress ids and flags
+# since fixprivacy18, before generation 3 shipped).
+# 4: short credential words (`pwd`, `pass`), a list under a credential's plural name, a working
+# directory under `pwd` (privacy19).
 _RULES_CODE_VERSION = 4
 
 
@@ -64,6 +67,7 @@ def _rules_version() -> str:
             _SPECIAL_TOKEN_VALUE,
             _PROGRESS_VALUE,
             _NAME_BEFORE,
+            _TOKEN_SHAPE,
             _DIRECTORY_VALUE,
             _PRIVATE_TAG,
             _MEMORY,
