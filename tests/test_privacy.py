@@ -942,7 +942,7 @@ def test_json_credentials_under_reference_names_are_redacted(key: str, value: st
 # The rules' digest of each generation. A change of the rules moves RULES_VERSION: bump
 # RULES_GENERATION with it and add the pair here, so that the worker of this build rescans a
 # database redacted under older rules, and leaves one redacted under newer rules alone.
-RULES_GENERATIONS = {2: "365611fd712337b4", 3: "8af492f9428a103e", 4: "dad058f4ffd0eefd"}
+RULES_GENERATIONS = {2: "365611fd712337b4", 3: "8af492f9428a103e", 4: "1931c0c369113c43"}
 
 
 def test_rules_generation_moves_with_the_rules() -> None:
@@ -1387,6 +1387,7 @@ def test_json_lists_under_credential_plurals_are_redacted(key: str) -> None:
         {"tokens": ["Hello", ",", "world", "!"]},
         {"stop_tokens": ["</s>", "###", "\n\nUser:"]},
         {"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]},
+        {"extra_tokens": ["<|reserved_special_token_250|>", "internationalization"]},
         {"tokens": 12, "max_tokens": 4096},
         {"keys": ["a", "b"], "publicKeys": ["ssh-ed25519 AAAA"]},
         {"secretNames": ["db-secret"]},
@@ -1399,7 +1400,7 @@ def test_json_lists_that_are_no_credentials_are_kept(value: dict[str, Any]) -> N
 
 def test_json_tokens_of_a_credentials_shape_are_redacted() -> None:
     # A bare `tokens` list is a tokenizer's output as often as credentials: only elements of a
-    # credential's shape (16 or more characters, no space) are redacted.
+    # credential's shape (16 or more characters, no space, a digit) are redacted.
     value = {"tokens": ["Hello", "a1B2c3D4e5F6g7H8i9"], "stopTokens": ["x9Y8z7W6v5U4t3S2"]}
     expected = {"tokens": ["Hello", REDACTED], "stopTokens": [REDACTED]}
     assert sanitize_json(value) == expected

@@ -196,9 +196,11 @@ def known_value(name: str, value: str) -> bool:
 
 # A list under a credential's plural name (`apiKeys`, `passwords`, `refresh_tokens`) holds
 # credentials. `tokens` alone or after a word that makes no credential of them (`stop_tokens`,
-# `additional_special_tokens`) is a tokenizer's output or settings as often: there only an
-# element of a credential's shape, 16 characters or more without a space, is redacted.
-_TOKEN_SHAPE = re.compile(r"\S{16,}")
+# `extra_tokens`) is a tokenizer's output or settings as often: there only an element of a
+# credential's shape, 16 characters or more without a space and with a digit, is redacted
+# (`internationalization` is a word; a special token, `<|reserved_special_token_250|>`, is kept
+# as under `unk_token`).
+_TOKEN_SHAPE = re.compile(r"(?=\S*[0-9])\S{16,}")
 
 
 def credential_plural(name: str) -> tuple[str, bool] | None:
@@ -220,7 +222,9 @@ def listed_credential(singular: str, shaped: bool, value: str) -> bool:
     """Whether a string in a list under a credential's plural (`credential_plural`) is one."""
     if known_value(singular, value):
         return False
-    return not shaped or _TOKEN_SHAPE.fullmatch(value) is not None
+    if not shaped:
+        return True
+    return _TOKEN_SHAPE.fullmatch(value) is not None and not _SPECIAL_TOKEN_VALUE.fullmatch(value)
 
 
 _NAME_BEFORE = re.compile(r"[\w.\-]*\Z")
