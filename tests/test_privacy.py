@@ -436,6 +436,15 @@ GATE_SAMPLES = [
     '{"apiKey": "zzzz9999", "api-key": "zzzz9999", "API_KEY": "zzzz9999", "Api_Key": "zzzz"}',
     *(text for text, _ in NEW_SHAPES),
     "Authorization header from gcloud: ya29.a0AfH6SMBx-Qk3rT9vLp2mZ",
+    # privacy19's names.
+    '{"secretKey": "abcd1234", "SECRET_KEY": "abcd1234", "X-API-Key": "abcd1234"}',
+    '{"privateKey": "abcd1234", "PRIVATE_KEY": "abcd", "signingKey": "abcd"}',
+    '{"SIGNING_KEY": "abcd1234"}',
+    '{"authKey": "abcd1234", "AUTH_KEY": "abcd1234", "passphrase": "abcd", "PASSPHRASE": "abcd"}',
+    '{"DB_PASS": "abcd", "db-pass": "abcd", "dbPass": "abcd", "pwd": "abcd", "dbPwd": "abcd"}',
+    '{"PWD": "abcd1234"} DB_PASS=x PASSPHRASE=x',
+    "curl -H 'X-API-Key: abcd1234efgh' -H 'X-Auth-Token: abcd1234efgh'",
+    "pwd: hunter2",
 ]
 
 
@@ -933,7 +942,7 @@ def test_json_credentials_under_reference_names_are_redacted(key: str, value: st
 # The rules' digest of each generation. A change of the rules moves RULES_VERSION: bump
 # RULES_GENERATION with it and add the pair here, so that the worker of this build rescans a
 # database redacted under older rules, and leaves one redacted under newer rules alone.
-RULES_GENERATIONS = {2: "365611fd712337b4", 3: "8af492f9428a103e"}
+RULES_GENERATIONS = {2: "365611fd712337b4", 3: "8af492f9428a103e", 4: "1931c0c369113c43"}
 
 
 def test_rules_generation_moves_with_the_rules() -> None:
@@ -1254,3 +1263,173 @@ def test_flags_about_a_credential_are_kept(key: str, value: str) -> None:
 def test_credentials_that_are_no_flag_stay_redacted(key: str, value: str) -> None:
     assert sanitize_json({key: value}) == {key: REDACTED}
     assert redact_json({key: value}) == {key: REDACTED}
+
+
+# --- credential names the text rules missed (privacy19) -----------------------------------------
+
+# Each was stored as sent before privacy19: a key named `...Key` but not `apiKey`, a passphrase,
+# a short password name (`DB_PASS`, `pwd`), or an API key header in the middle of a line.
+NAMED_CREDENTIALS = [
+    ("secretKey: minio123", "secretKey: @"),
+    ("  secretKey: minio-secret-1", "  secretKey: @"),
+    ("privateKey: abc123def456", "privateKey: @"),
+    ("APIKey: k3y-0123", "APIKey: @"),
+    ("authKey: abc123", "authKey: @"),
+    ("signingKey: s1gn-me", "signingKey: @"),
+    ("signing_key = abc123==", "signing_key = @"),
+    ('"secretKey": "minio123"', '"secretKey": "@"'),
+    ('"privateKey": "abc12345"', '"privateKey": "@"'),
+    ('"authKey": "abc12345"', '"authKey": "@"'),
+    ('"signingKey": "abc12345"', '"signingKey": "@"'),
+    ('"X-API-Key": "abcd1234efgh"', '"X-API-Key": "@"'),
+    ("X-API-Key: abcd1234efgh", "X-API-Key: @"),
+    ('curl -H "X-API-Key: abcd1234efgh" https://x', 'curl -H "X-API-Key: @" https://x'),
+    ("curl -H 'x-api-key: abcd1234efgh' https://x", "curl -H 'x-api-key: @' https://x"),
+    ("curl -H 'Api-Key: abcd1234efgh' -d '{}' x", "curl -H 'Api-Key: @' -d '{}' x"),
+    ('-H "X-Auth-Token: abcd1234efgh" -X GET', '-H "X-Auth-Token: @" -X GET'),
+    ("passphrase: correct-horse-9", "passphrase: @"),
+    ("ssh_passphrase = s3cret!", "ssh_passphrase = @"),
+    ('"passphrase": "correcthorse"', '"passphrase": "@"'),
+    ("PASSPHRASE=correcthorse", "PASSPHRASE=@"),
+    ("DB_PASS=hunter2", "DB_PASS=@"),
+    ("DB_PASS=123456 ./run", "DB_PASS=@ ./run"),
+    ("DB_PASS: hunter2", "DB_PASS: @"),
+    ("  smtp_pass: hunter2", "  smtp_pass: @"),
+    ('"DB_PASS": "hunter22"', '"DB_PASS": "@"'),
+    ("pwd: hunter2", "pwd: @"),
+    ('pwd = "hunter2"', 'pwd = "@"'),
+    ('"pwd": "hunter22"', '"pwd": "@"'),
+    # Redacted before privacy19 too; they must stay so.
+    ("PGPASSWORD=hunter2 psql -h db", "PGPASSWORD=@ psql -h db"),
+    ("MYSQL_PWD=hunter2", "MYSQL_PWD=@"),
+    ('curl -H "Authorization: Basic dXNlcjpwYXNz" x', 'curl -H "Authorization: Basic @" x'),
+    ("Authorization: Bearer abcdefgh1234", "Authorization: Bearer @"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), NAMED_CREDENTIALS)
+def test_more_credential_names_are_redacted(text: str, expected: str) -> None:
+    assert redact_secrets(text) == expected.replace("@", REDACTED)
+    padding = "-" * SHORT_TEXT + "\n"
+    assert redact_secrets(padding + text) == padding + expected.replace("@", REDACTED)
+    assert redact_secrets_lines(text) == expected.replace("@", REDACTED)
+
+
+# Code and configuration naming those credentials without holding one: attribute paths, type
+# annotations, references, paths to a key's file, a working directory, a header's
+# documentation.
+@pytest.mark.parametrize(
+    "text",
+    [
+        "secret_key = settings.secret_key",
+        "secretKey: string",
+        "  apiKey: string;",
+        "apiKey?: string",
+        "privateKey: PrivateKey",
+        "password: str",
+        "signing_key: bytes | None = None",
+        "passphrase: Optional[str] = None",
+        "privateKey: ./certs/key.pem",
+        "signingKey: /etc/keys/signing.pem",
+        "private_key: ~/.ssh/id_ed25519",
+        "authKey: ${AUTH_KEY}",
+        "pwd: /home/dev/project",
+        "pwd = os.getcwd()",
+        "OLDPWD=/home/dev",
+        "bypass: 42",
+        "# with current DEFAULT_LAST_PASS = 2 each function",
+        "FIRST_PASS=1",
+        "X-API-Key: <your key>",
+        "X-API-Key: $API_KEY",
+        "the X-API-Key: header carries it",
+        "cache-key: node-modules",
+        "primaryKey: id",
+        "publicKey: abc123",
+    ],
+)
+def test_more_credential_names_leave_code_alone(text: str) -> None:
+    assert redact_secrets(text) == text
+    assert redact_secrets("-" * SHORT_TEXT + "\n" + text) == "-" * SHORT_TEXT + "\n" + text
+
+
+@pytest.mark.parametrize(
+    "key", ["passphrase", "authKey", "signingKey", "DB_PASS", "PGPASSWORD", "MYSQL_PWD", "pwd"]
+)
+def test_json_values_of_more_credential_names_are_redacted(key: str) -> None:
+    assert sanitize_json({key: "hunter22"}) == {key: REDACTED}
+    assert redact_json({key: "hunter22"}) == {key: REDACTED}
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("pwd", "/home/dev/project"), ("PWD", "/srv/app"), ("OLDPWD", "/tmp"), ("bypass", "x1")],
+)
+def test_json_working_directories_and_lookalikes_are_kept(key: str, value: str) -> None:
+    assert sanitize_json({key: value}) == {key: value}
+    assert redact_json({key: value}) == {key: value}
+
+
+# A list under a credential's plural name holds credentials: each string element is redacted.
+@pytest.mark.parametrize(
+    "key",
+    ["apiKeys", "api_keys", "passwords", "secrets", "accessTokens", "refresh_tokens", "API_KEYS"],
+)
+def test_json_lists_under_credential_plurals_are_redacted(key: str) -> None:
+    value = {key: ["k1", "k2", 3, {"name": "x"}]}
+    expected = {key: [REDACTED, REDACTED, 3, {"name": "x"}]}
+    assert sanitize_json(value) == expected
+    assert redact_json(value) == expected
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"tokens": ["Hello", ",", "world", "!"]},
+        {"stop_tokens": ["</s>", "###", "\n\nUser:"]},
+        {"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]},
+        {"extra_tokens": ["<|reserved_special_token_250|>", "internationalization"]},
+        {"tokens": 12, "max_tokens": 4096},
+        {"keys": ["a", "b"], "publicKeys": ["ssh-ed25519 AAAA"]},
+        {"secretNames": ["db-secret"]},
+    ],
+)
+def test_json_lists_that_are_no_credentials_are_kept(value: dict[str, Any]) -> None:
+    assert sanitize_json(value) == value
+    assert redact_json(value) == value
+
+
+def test_json_tokens_of_a_credentials_shape_are_redacted() -> None:
+    # A bare `tokens` list is a tokenizer's output as often as credentials: only elements of a
+    # credential's shape (16 or more characters, no space, a digit) are redacted.
+    value = {"tokens": ["Hello", "a1B2c3D4e5F6g7H8i9"], "stopTokens": ["x9Y8z7W6v5U4t3S2"]}
+    expected = {"tokens": ["Hello", REDACTED], "stopTokens": [REDACTED]}
+    assert sanitize_json(value) == expected
+    assert redact_json(value) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "secretKey: " + "a1" * 500_000,
+        "X-API-Key: " * 100_000,
+        "x-api-key:" + " " * 1_000_000 + "x",
+        "DB_PASS" * 150_000,
+        "pwd" * 300_000 + ": x1",
+        "passphrase: " + "a" * 1_000_000,
+        '"signingKey": "' + "a1" * 500_000,
+        "a_" * 500_000 + "pass: x1",
+    ],
+)
+def test_the_new_names_cost_linear_work_on_a_megabyte(text: str) -> None:
+    for judge in (redact_secrets, redact_secrets_lines):
+        started = time.perf_counter()
+        judge(text)
+        assert time.perf_counter() - started < 1.0
+
+
+def test_plural_credential_keys_cost_linear_work_on_a_megabyte() -> None:
+    for key in ("A" * 999_999 + "S", "Ab" * 500_000 + "Tokens", "a_" * 500_000 + "passwords"):
+        for judge in (sanitize_json, redact_json):
+            started = time.perf_counter()
+            judge({key: ["hunter22"] * 10})
+            assert time.perf_counter() - started < 1.0

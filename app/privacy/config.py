@@ -46,6 +46,9 @@ _REFERENCE_NAME = re.compile(
     r"[_\-]?(?:(?i:page|sync)[_\-]?)?(?i:token))"
     r"|(?P<key>(?i:existing|password|passwd)[_\-]?(?i:secret)[_\-]?(?i:key)))\Z"
 )
+# Longer than any name `_REFERENCE_NAME` matches (`continuation_sync_token`,
+# `existing-password-secret-key`).
+_REFERENCE_NAME_CHARS = 64
 # A Kubernetes Secret's name as charts spell them: lowercase words or numbers, two or more,
 # joined by `-` or `.` (`my-db-secret`, `redis-2`). A part mixing letters and digits
 # (`hunter2-real-pa55`), a capital or a symbol is a password's shape, and is redacted.
@@ -66,7 +69,9 @@ _CURSOR_VALUE = re.compile(r"[0-9]{1,10}|[A-Za-z]{1,8}(?:[-_]?[0-9]{1,4})?")
 def reference(name: str, value: str) -> bool:
     """Whether `value`, under a key named like a credential, is a secret's name, a key in a
     secret, or a cursor (see above) rather than a credential."""
-    found = _REFERENCE_NAME.search(name)
+    # A match ends the name and is a few words long: searched for in its end only, so that
+    # judging each element of a list under a megabyte's key is not a megabyte's search each.
+    found = _REFERENCE_NAME.search(name, max(0, len(name) - _REFERENCE_NAME_CHARS))
     if found is None:
         return False
     if found.group("chart") or found.group("key"):
@@ -103,8 +108,15 @@ _CREDENTIAL_WORDS = frozenset(
         "authtoken",
         "refreshtoken",
         "clientsecret",
+        "passphrase",
+        "authkey",
+        "signingkey",
     }
 )
+# Short names of a password that are other words' parts (`bypass`, `compass`, `OLDPWD`): only as
+# a key's whole last word, and `pass` only after another word (`DB_PASS`, `smtpPass`; a lone
+# `pass` is a test's count or a verdict as often).
+_SHORT_CREDENTIAL_WORDS = frozenset({"pwd", "pass"})
 _LONGEST_CREDENTIAL_WORD = max(map(len, _CREDENTIAL_WORDS))
 # Tokens that the word before them may make no credential: a tokenizer's special tokens
 # (`"unk_token": "<unk>"`, `eos_token`) and an MCP request's `progressToken`; which they are
@@ -136,6 +148,8 @@ def credential_key(name: str) -> bool:
     words = _KEY_WORD.findall(name)
     while words and words[-1].isdigit():
         words.pop()
+    if words and words[-1].lower() in _SHORT_CREDENTIAL_WORDS:
+        return words[-1].lower() == "pwd" or len(words) > 1
     spelled = ""
     for word in reversed(words):
         spelled = word.lower() + spelled
@@ -153,15 +167,23 @@ def credential_key(name: str) -> bool:
     return False
 
 
+# A working directory, what `PWD` holds in an environment's dump (`pwd` in a tool's): an
+# absolute path (`/home/dev`, `~/src`, `C:\\Users\\dev`).
+_DIRECTORY_VALUE = re.compile(r"[/~]|[A-Za-z]:[\\/]")
+
+
 def known_value(name: str, value: str) -> bool:
     """Whether `value`, under a credential-named key `name`, is no credential by its shape and
     what the name says: a secret's name, a key in a secret or a cursor (`reference`), a
-    tokenizer's special token or a progress id, or a flag saying whether there is one."""
+    tokenizer's special token or a progress id, a working directory under `pwd`, or a flag
+    saying whether there is one."""
     if reference(name, value):
         return True
     last = _KEY_WORD.findall(name[-_KEY_END_CHARS:])
     while last and last[-1].isdigit():
         last.pop()
+    if last and last[-1].lower() == "pwd" and _DIRECTORY_VALUE.match(value):
+        return True
     if len(last) > 1 and last[-1].lower() == "token":
         before = last[-2].lower()
         if before == "progress":
@@ -170,6 +192,39 @@ def known_value(name: str, value: str) -> bool:
             return True
     first = _KEY_WORD.findall(name[:_KEY_END_CHARS])
     return len(first) > 1 and first[0].lower() in _FLAG_WORDS and value.lower() in _FLAG_VALUES
+
+
+# A list under a credential's plural name (`apiKeys`, `passwords`, `refresh_tokens`) holds
+# credentials. `tokens` alone or after a word that makes no credential of them (`stop_tokens`,
+# `extra_tokens`) is a tokenizer's output or settings as often: there only an element of a
+# credential's shape, 16 characters or more without a space and with a digit, is redacted
+# (`internationalization` is a word; a special token, `<|reserved_special_token_250|>`, is kept
+# as under `unk_token`).
+_TOKEN_SHAPE = re.compile(r"(?=\S*[0-9])\S{16,}")
+
+
+def credential_plural(name: str) -> tuple[str, bool] | None:
+    """For a key naming credentials in the plural, its singular (which `known_value` judges an
+    element under) and whether only an element of a token's shape is one; else None."""
+    if name[-1:] not in ("s", "S") or not credential_key(name[:-1]):
+        return None
+    singular = name[:-1]
+    last = _KEY_WORD.findall(singular[-_KEY_END_CHARS:])
+    while last and last[-1].isdigit():
+        last.pop()
+    shaped = bool(last) and last[-1].lower() == "token"
+    if shaped and len(last) > 1 and (last[-2] + last[-1]).lower() in _CREDENTIAL_WORDS:
+        shaped = False
+    return singular, shaped
+
+
+def listed_credential(singular: str, shaped: bool, value: str) -> bool:
+    """Whether a string in a list under a credential's plural (`credential_plural`) is one."""
+    if known_value(singular, value):
+        return False
+    if not shaped:
+        return True
+    return _TOKEN_SHAPE.fullmatch(value) is not None and not _SPECIAL_TOKEN_VALUE.fullmatch(value)
 
 
 _NAME_BEFORE = re.compile(r"[\w.\-]*\Z")
@@ -185,14 +240,25 @@ def _credential_assignment(match: re.Match[str]) -> str:
     return match.group() if reference(name, value) else _assignment(match)
 
 
-# identifier or attribute path (`password`, `self.password`, `str`, `None`) holds.
+# An unquoted credential holds a character that no identifier or attribute path (`password`,
+# `self.password`, `str`, `None`) holds.
 _UNQUOTED = r"[^\s\"'#(){}\[\]<>$,;&|`\\]"
 _CREDENTIAL_VALUE = rf"(?={_UNQUOTED}*?[^A-Za-z_.\s\"'#(){{}}\[\]<>$,;&|`\\]){_UNQUOTED}+"
+# A path is where a key or a password is kept, not the secret (`privateKey: ./certs/key.pem`,
+# `signingKey: /etc/keys/jwt.pem`, `pwd: /home/dev`): `/`, `./`, `../` or `~/` starts it.
+_NOT_A_PATH = r"(?![~.]{0,2}/)"
 
+# The end of a credential's name, as the unquoted rule and its gate look for it: the words of
+# `_CREDENTIAL_WORDS` as text spells them, and the short ones only where they cannot be part of
+# a longer word: `pass` after a `_` or `-` or a lower-case letter (`DB_PASS`, `smtp_pass`,
+# `dbPass`, not `bypass` or a lone `pass`), `pwd` as a whole word (`MYSQL_PWD`, not `OLDPWD`).
 _CREDENTIAL_NAME = (
     r"(?:[pP]assw(?:or)?d|PASSW(?:OR)?D|[sS]ecret|SECRET|[tT]oken|TOKEN"
-    r"|[aA]pi[_\-]?[kK]ey|API[_\-]?KEY)"
+    r"|[aA]pi[_\-]?[kK]ey|API[_\-]?(?:KEY|[kK]ey)"
+    r"|(?:[sS]ecret|[pP]rivate|[sS]igning|[aA]uth)[_\-]?[kK]ey|(?:SECRET|PRIVATE|SIGNING|AUTH)[_\-]?KEY"
+    r"|[pP]assphrase|PASSPHRASE|[_\-](?:[pP]ass|PASS)|[a-z]Pass)"
 )
+_PWD_NAME = r"(?:[pP]wd|PWD)"
 
 REGISTRY_RULES: list[_Rule] = [
     # .npmrc: `//registry.npmjs.org/:_authToken=...`, `:_auth=` (base64 user:password) and
@@ -254,6 +320,43 @@ CONNECTION_RULES: list[_Rule] = [
     ),
 ]
 
+
+def _keyed(word: str) -> tuple[str, ...]:
+    """The literals of `word` and a `Key` after it, as names spell them (`privateKey`,
+    `signing_key`, `AUTH-KEY`)."""
+    keys = ("KEY",) if word.isupper() else ("Key", "key")
+    return tuple(f"{word}{sep}{key}" for sep in ("", "_", "-") for key in keys)
+
+
+# The names whose quoted values the assignment rules redact: (the pattern's start, which begins
+# with a literal so that the regex engine skips ahead fast, with a lookbehind for what comes
+# before it; the literals one of which every match holds; the name as a hyperscan gate spells
+# it, lookarounds dropped). `pass` and `pwd` as in _CREDENTIAL_NAME and _PWD_NAME.
+QUOTED_NAMES: list[tuple[str, tuple[str, ...], str]] = [
+    ("ecret(?<=[sS]ecret)(?:[_\\-]?[kK]ey)?", ("ecret",), "[sS]ecret(?:[_\\-]?[kK]ey)?"),
+    ("ECRET(?<=SECRET)(?:[_\\-]?KEY)?", ("ECRET",), "SECRET(?:[_\\-]?KEY)?"),
+    ("oken(?<=[tT]oken)", ("oken",), "[tT]oken"),
+    ("OKEN(?<=TOKEN)", ("OKEN",), "TOKEN"),
+    ("assw(?<=[pP]assw)(?:or)?d", ("assw",), "[pP]assw(?:or)?d"),
+    ("ASSW(?<=PASSW)(?:OR)?D", ("ASSW",), "PASSW(?:OR)?D"),
+    ("pi(?<=[aA]pi)[_\\-]?[kK]ey", ("key", "Key"), "[aA]pi[_\\-]?[kK]ey"),
+    ("PI(?<=API)[_\\-]?(?:KEY|[kK]ey)", ("KEY", "Key", "key"), "API[_\\-]?(?:KEY|[kK]ey)"),
+    ("rivate(?<=[pP]rivate)[_\\-]?[kK]ey", _keyed("rivate"), "[pP]rivate[_\\-]?[kK]ey"),
+    ("RIVATE(?<=PRIVATE)[_\\-]?KEY", _keyed("RIVATE"), "PRIVATE[_\\-]?KEY"),
+    ("igning(?<=[sS]igning)[_\\-]?[kK]ey", _keyed("igning"), "[sS]igning[_\\-]?[kK]ey"),
+    ("IGNING(?<=SIGNING)[_\\-]?KEY", _keyed("IGNING"), "SIGNING[_\\-]?KEY"),
+    ("uth(?<=[aA]uth)[_\\-]?[kK]ey", _keyed("uth"), "[aA]uth[_\\-]?[kK]ey"),
+    ("UTH(?<=AUTH)[_\\-]?KEY", _keyed("UTH"), "AUTH[_\\-]?KEY"),
+    ("assphrase(?<=[pP]assphrase)", ("assphrase",), "[pP]assphrase"),
+    ("ASSPHRASE(?<=PASSPHRASE)", ("ASSPHRASE",), "PASSPHRASE"),
+    ("_(?:[pP]ass|PASS)", ("_pass", "_Pass", "_PASS"), "_(?:[pP]ass|PASS)"),
+    ("-(?:[pP]ass|PASS)", ("-pass", "-Pass", "-PASS"), "-(?:[pP]ass|PASS)"),
+    ("Pass(?<=[a-z]Pass)", ("Pass",), "[a-z]Pass"),
+    ("pwd(?<![A-Za-z0-9]pwd)", ("pwd",), "pwd"),
+    ("Pwd(?<![A-Z0-9]Pwd)", ("Pwd",), "Pwd"),
+    ("PWD(?<![A-Za-z0-9]PWD)", ("PWD",), "PWD"),
+]
+
 ASSIGNMENT_RULES: list[_Rule] = [
     # .env / shell style: API_KEY=..., DB_PASSWORD="...", export GITHUB_TOKEN=...
     *(
@@ -274,6 +377,10 @@ ASSIGNMENT_RULES: list[_Rule] = [
             ("PASSWD", "PASSWD"),
             ("CREDENTIALS?", "CREDENTIAL"),
             ("AUTH", "AUTH"),
+            ("PASSPHRASE", "PASSPHRASE"),
+            # DB_PASS, SMTP_PASS; up to three digits alone are a count (`DEFAULT_LAST_PASS = 2`,
+            # in mypy), not a password.
+            (r"_PASS(?!\s*=\s*[-+]?\d{1,3}(?![^\s\"'#]))", "_PASS"),
             # MYSQL_PWD; a lone PWD, and BUILD_PWD=/home/u/src, are a working directory.
             (r"_PWD(?!\s*=\s*/)", "_PWD"),
         )
@@ -285,20 +392,12 @@ ASSIGNMENT_RULES: list[_Rule] = [
             re.compile(
                 rf"(?P<name>{stem}[\"']?)(?P<sep>\s*[:=]\s*)"
                 + _NOT_REDACTED
+                + r"(?![\"'][~.]{0,2}/)"  # _NOT_A_PATH inside the quotes
                 + r"(?P<value>\"[^\"\s]{4,}\"|'[^'\s]{4,}')"
             ),
             _credential_assignment,
         )
-        for stem, literals in (
-            ("ecret(?<=[sS]ecret)", ("ecret",)),
-            ("ECRET(?<=SECRET)", ("ECRET",)),
-            ("oken(?<=[tT]oken)", ("oken",)),
-            ("OKEN(?<=TOKEN)", ("OKEN",)),
-            ("assw(?<=[pP]assw)(?:or)?d", ("assw",)),
-            ("ASSW(?<=PASSW)(?:OR)?D", ("ASSW",)),
-            ("pi(?<=[aA]pi)[_\\-]?[kK]ey", ("key", "Key")),
-            ("PI(?<=API)[_\\-]?KEY", ("KEY",)),
-        )
+        for stem, literals, _gate in QUOTED_NAMES
     ),
     # A Docker config's registry credentials: "auth": "<base64 of user:password>" (only that:
     # "auth" is also a topic, `{"auth": "refresh tokens rotate"}` in a kv memory).
@@ -316,11 +415,17 @@ ASSIGNMENT_RULES: list[_Rule] = [
     # `secret: SecretStr` keep theirs; digits alone are a count (`max_token: 4096`) or a version
     # (`token: v1.2.3`).
     (
-        ("assw", "ASSW", "ecret", "ECRET", "oken", "OKEN", "key", "Key", "KEY"),
+        (
+            *("assw", "ASSW", "ecret", "ECRET", "oken", "OKEN", "key", "Key", "KEY"),
+            *("ssphrase", "SSPHRASE", "_pass", "-pass", "_PASS", "-PASS", "Pass"),
+            *("pwd", "Pwd", "PWD"),
+        ),
         re.compile(
-            r"^(?P<name>[ \t]*(?:-[ \t]+)?(?:export[ \t]+)?[\w.\-]*?" + _CREDENTIAL_NAME + ")"
+            r"^(?P<name>[ \t]*(?:-[ \t]+)?(?:export[ \t]+)?"
+            rf"(?:[\w.\-]*?{_CREDENTIAL_NAME}|(?:[\w.\-]*?[_.\-])?{_PWD_NAME}))"
             r"(?P<sep>[ \t]*[:=][ \t]*)"
             + _NOT_REDACTED
+            + _NOT_A_PATH
             + r"(?![=:])(?![-+]?v?\d+(?:\.\d+)?\b)(?!(?:[A-Za-z_]\w*\.)+[A-Za-z_]\w*\b)(?P<value>"
             + _CREDENTIAL_VALUE
             + r")(?<!:)(?=[ \t]*(?:[ \t]#[^\n]*)?\r?$)",

@@ -12,12 +12,16 @@ from app.privacy.commands import COMMAND_RULES
 from app.privacy.common import REDACTED, _Replacement, _Rule
 from app.privacy.config import (
     _CREDENTIAL_NAME,
+    _PWD_NAME,
     ASSIGNMENT_RULES,
     CONNECTION_RULES,
+    QUOTED_NAMES,
     REGISTRY_RULES,
     basic_credentials,
     credential_key,
+    credential_plural,
     known_value,
+    listed_credential,
 )
 from app.privacy.private import (
     _MEMORY_LITERALS,
@@ -65,23 +69,10 @@ _RULE_GATES: dict[re.Pattern[str], str] = {
     next(pattern for literals, pattern, _ in _RULES if literals == ("://",)): r"://[^:/@]*:[^@/]+@",
     **{
         pattern: rf"{name}[\"']?{_SPACE}[:=]{_SPACE}{_QUOTED}"
-        for pattern, name in zip(
-            _QUOTED_RULES,
-            (
-                "[sS]ecret",
-                "SECRET",
-                "[tT]oken",
-                "TOKEN",
-                "[pP]assw(?:or)?d",
-                "PASSW(?:OR)?D",
-                "[aA]pi[_\\-]?[kK]ey",
-                "API[_\\-]?KEY",
-            ),
-            strict=True,
-        )
+        for pattern, (_, _, name) in zip(_QUOTED_RULES, QUOTED_NAMES, strict=True)
     },
     _CONFIG_RULE: (
-        rf"{_CREDENTIAL_NAME}[\t ]*[:=][\t ]*{_UNQUOTED_BYTE}*"
+        rf"(?:{_CREDENTIAL_NAME}|{_PWD_NAME})[\t ]*[:=][\t ]*{_UNQUOTED_BYTE}*"
         r"[^A-Za-z_.\x09-\x0d\x20\"'#(){}\[\]<>$,;&|`\\]"
     ),
 }
@@ -251,8 +242,18 @@ def _sanitize(value: Any, depth_left: int, scanner: LiteralScanner, scanned: Sca
         out: dict[str, Any] = {}
         for key, item in value.items():
             clean_key, secret = _key(str(key))
+            plural = _plural(clean_key) if isinstance(item, list | tuple) else None
             if isinstance(item, str) and item and _credential(clean_key, secret, item):
                 out[clean_key] = REDACTED
+            elif plural is not None:
+                if depth_left <= 1:
+                    raise NestingTooDeep("the JSON value nests too deeply")
+                out[clean_key] = [
+                    REDACTED
+                    if _listed(plural, element)
+                    else _sanitize(element, depth_left - 2, scanner, scanned)
+                    for element in item
+                ]
             else:
                 out[clean_key] = _sanitize(item, depth_left - 1, scanner, scanned)
         return out
@@ -275,8 +276,14 @@ def redact_json(value: Any) -> Any:
         for key, item in value.items():
             clean_key = redact_secrets(key)
             secret = _credential_key(clean_key)
+            plural = _plural(clean_key) if isinstance(item, list) else None
             if isinstance(item, str) and item and _credential(clean_key, secret, item):
                 out[clean_key] = REDACTED
+            elif plural is not None:
+                out[clean_key] = [
+                    REDACTED if _listed(plural, element) else redact_json(element)
+                    for element in item
+                ]
             else:
                 out[clean_key] = redact_json(item)
         return out
@@ -291,6 +298,11 @@ def _credential(key: str, credential_named: bool, value: str) -> bool:
     if credential_named:
         return not known_value(key, value)
     return _docker_auth(key, value)
+
+
+def _listed(plural: tuple[str, bool], element: Any) -> bool:
+    """Whether an element of a list under a credential's plural name is redacted whole."""
+    return isinstance(element, str) and bool(element) and listed_credential(*plural, element)
 
 
 def _docker_auth(key: str, value: str) -> bool:
@@ -318,8 +330,14 @@ def _credential_key(key: str) -> bool:
     return _credential_key_cache(key) if len(key) <= _KEY_CACHE_MAX_CHARS else credential_key(key)
 
 
+def _plural(key: str) -> tuple[str, bool] | None:
+    """`credential_plural`, remembered for a short key."""
+    return _plural_cache(key) if len(key) <= _KEY_CACHE_MAX_CHARS else credential_plural(key)
+
+
 # The same few keys again in every stored row a rescan reads (app/redaction.py).
 _credential_key_cache = lru_cache(maxsize=4096)(credential_key)
+_plural_cache = lru_cache(maxsize=4096)(credential_plural)
 _short_key = lru_cache(maxsize=4096)(_sanitize_key)
 
 

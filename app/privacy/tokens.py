@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from app.privacy.common import _NOT_REDACTED, REDACTED, _keep_group, _Rule
+from app.privacy.common import _NOT_A_REFERENCE, _NOT_REDACTED, REDACTED, _keep_group, _Rule
 
 KEY_RULES: list[_Rule] = [
     (
@@ -96,6 +96,25 @@ HEADER_RULES: list[_Rule] = [
             _keep_group("keep"),
         )
         for stem, word in (("uthorization", "[aA]uthorization"), ("UTHORIZATION", "AUTHORIZATION"))
+    ),
+    # An API key or auth token header (`curl -H "X-API-Key: ..."`, a request dump), anywhere
+    # in a line: the assignment rules see a name only at a line's start or before a quoted value.
+    # Only these headers' names (`X-Goog-Api-Key`, `Api-Key`, `X-Auth-Token`), so that YAML's
+    # `cache-key: ...` keeps its value; one of 8 characters or more, as for Authorization, so
+    # that prose naming the header (`the X-API-Key: header`) keeps its next word.
+    (
+        (
+            *("pi-key", "pi-Key", "PI-Key", "PI-KEY"),
+            *("uth-token", "uth-Token", "UTH-Token", "UTH-TOKEN"),
+        ),
+        re.compile(
+            r"(?P<keep>(?<![\w\-])(?:[A-Za-z]+-){0,3}"
+            r"(?:[aA]pi-[kK]ey|API-(?:KEY|Key)|[aA]uth-[tT]oken|AUTH-(?:TOKEN|Token))[ \t]*:[ \t]*)"
+            + _NOT_REDACTED
+            + _NOT_A_REFERENCE
+            + r"[^\s\"',;<>]{8,}"
+        ),
+        _keep_group("keep"),
     ),
     # A bare bearer credential anywhere else (curl -H, logs).
     *(

@@ -9,6 +9,7 @@ from types import FunctionType
 from app.privacy.config import (
     _CREDENTIAL_WORDS,
     _CURSOR_VALUE,
+    _DIRECTORY_VALUE,
     _FLAG_VALUES,
     _FLAG_WORDS,
     _KEY_END_CHARS,
@@ -19,16 +20,21 @@ from app.privacy.config import (
     _REFERENCE_NAME,
     _SECRET_KEY_VALUE,
     _SECRET_NAME_VALUE,
+    _SHORT_CREDENTIAL_WORDS,
     _SPECIAL_TOKEN_VALUE,
+    _TOKEN_SHAPE,
 )
 from app.privacy.engine import _RULE_GATES, _RULES
 from app.privacy.private import _MEMORY, _MEMORY_LITERALS, _PRIVATE_LITERALS, _PRIVATE_TAG
 
 # Bump when code that decides what the rules leave changes (a replacement's body, _at_command,
-# basic_credentials, credential_key, known_value, how literals and gates select rules): the digest
-# below sees only data. 3: JSON keys split into camelCase words (privacy18; a value's shape decides
-# for special tokens, progress ids and flags since fixprivacy18, before generation 3 shipped).
-_RULES_CODE_VERSION = 3
+# basic_credentials, credential_key, known_value, credential_plural, listed_credential, how
+# literals and gates select rules): the digest below sees only data. 3: JSON keys split into
+# camelCase words (privacy18; a value's shape decides for special tokens, progress ids and flags
+# since fixprivacy18, before generation 3 shipped).
+# 4: short credential words (`pwd`, `pass`), a list under a credential's plural name, a working
+# directory under `pwd` (privacy19).
+_RULES_CODE_VERSION = 4
 
 
 def _described(value: object) -> str:
@@ -61,6 +67,8 @@ def _rules_version() -> str:
             _SPECIAL_TOKEN_VALUE,
             _PROGRESS_VALUE,
             _NAME_BEFORE,
+            _TOKEN_SHAPE,
+            _DIRECTORY_VALUE,
             _PRIVATE_TAG,
             _MEMORY,
         )
@@ -68,6 +76,7 @@ def _rules_version() -> str:
     parts += [repr(_PRIVATE_LITERALS), repr(_MEMORY_LITERALS), repr(sorted(_CREDENTIAL_WORDS))]
     parts += [repr(sorted(_NOT_CREDENTIAL_TOKENS)), repr(sorted(_FLAG_WORDS))]
     parts += [repr(sorted(_FLAG_VALUES)), repr(_KEY_END_CHARS)]
+    parts += [repr(sorted(_SHORT_CREDENTIAL_WORDS))]
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
 
 
@@ -82,4 +91,4 @@ RULES_VERSION = _rules_version()
 # digest has not. A worker rescans the stored rows only when they were redacted under an older
 # generation, so that two builds on one database (a rolling upgrade, a dev checkout beside an
 # installed agmem) do not redo the pass against each other (app/worker/rescan.py).
-RULES_GENERATION = 3
+RULES_GENERATION = 4
