@@ -11,7 +11,8 @@ the pass slower: the regexes hold the GIL), so the pass turns the loop after eve
 of rows it redacted: in `agmem serve` a request waits for one batch's fetch or one piece's
 redaction at most, not for 500 rows of 64 KB (/health max 221 ms seen before, bench.redact
 --large). A row bigger than HUGE_ROW_BYTES is redacted whole (cut into pieces, a rule would not
-see a secret across a cut) in a worker thread, the loop turning while it runs.
+see a secret across a cut) in a worker process, the loop turning while it runs. A jsonb is
+read as its text: its parse is the redaction's work, not the fetch's.
 
 Only `redact_secrets` and the credential-named JSON keys are applied, not `<private>` stripping:
 a stored memory-file chunk keeps a `<private>` written inside a code span, as its sync did.
@@ -27,7 +28,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Iterable
+import multiprocessing
+import signal
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -40,17 +44,20 @@ from app.privacy import redact_json, redact_secrets, redact_secrets_lines
 
 BATCH_ROWS = 500
 # A batch's text bytes (its redacted columns), a row bigger than this alone. The whole result of
-# a batch's SELECT is converted (jsonb parsed) in one go, without a turn of the event loop: 500
-# rows of 64 KB took 75 ms of it. 1 MB of rows keeps that near 5 ms.
+# a batch's SELECT is converted in one go, without a turn of the event loop: with jsonb parsed
+# there, 500 rows of 64 KB took 75 ms of it, 1 MB of rows ~5 ms. A jsonb is now read as its text
+# and parsed in its row's redaction (`_json`); the bound also keeps a batch's locks short.
 BATCH_BYTES = 1 << 20
 # The redaction of this much text, or of one row bigger than it (up to HUGE_ROW_BYTES), between
 # two turns of the event loop: `agmem serve`'s requests wait for no more. 64 KB of text is ~1 ms
 # of the rules' work, of JSON of small dicts up to ~15 ms (a rule's walk per string). Not fewer:
 # 100,000 small rows would pay a turn (~3 µs, and the other tasks' work) each.
 PIECE_BYTES = 64 << 10
-# A row with more text than this is redacted in a worker thread, the loop turning meanwhile: its
-# redaction in one go would hold the loop (2 MB of JSON: ~490 ms). Not every row: a thread's
-# hand-off costs ~55 µs (a turn ~3 µs), and the regexes hold the GIL: nothing runs faster there.
+# A row with more text than this is redacted in a worker process, the loop turning meanwhile: its
+# redaction in one go would hold the loop (2 MB of JSON: ~490 ms). Not in a thread: the GIL is
+# held for the whole of one C call, and a 2 MB JSON's parse, serializing, comparison and freeing
+# are ~60 ms each (the loop's longest stall 141-174 ms with them in a thread). Not every row: a
+# hand-off costs a pickle of the row's text each way, and the process's start ~0.2 s a pass.
 HUGE_ROW_BYTES = 256 << 10
 # Who wrote a kv memory's version that the redaction made (its `updatedBy`, then its history's
 # `writtenBy`).
@@ -75,8 +82,15 @@ def _name(value: str | None) -> str | None:
     return redact_secrets(value)[:200] if value is not None else None
 
 
-def _json(value: Any) -> Any:
-    return redact_json(value) if value is not None else None
+def _json(value: str | None) -> str | None:
+    # A jsonb is fetched as its text and parsed here, in the redaction (a huge row's in a worker
+    # process): psycopg parsed it in the fetch, on the event loop (2 MB of small dicts ~60 ms).
+    # Unchanged, its text is given back as fetched; changed, as the UPDATE binds it.
+    if value is None:
+        return None
+    stored = json.loads(value)
+    redacted = redact_json(stored)
+    return value if redacted == stored else json.dumps(redacted)
 
 
 @dataclass(frozen=True)
@@ -93,14 +107,18 @@ class _Table:
         """SQL for the text bytes of a row's redacted columns, the measure of its work."""
         return _size((column, cast) for column, (_redact, cast) in self.columns.items())
 
+    def selected(self, column: str) -> str:
+        """SQL for `column` as the pass reads it: a jsonb as its text (see `_json`)."""
+        return f"{column}::text AS {column}" if self.columns[column][1] == "jsonb" else column
+
 
 def _size(columns: Iterable[tuple[str, str]]) -> str:
     # A compressed jsonb by its text, not its stored size: a kv memory's value is stored
-    # compressed (2 MB of small dicts in 146 KB), and both its parsing in the fetch and its
-    # redaction go by its text. An uncompressed one (observations' args and results are stored
-    # EXTERNAL) by its stored size, near its text's: making the text of every 64 KB observation
-    # twice a batch (the size window, the fetch) cost the pass ~40%. pg_column_compression and
-    # octet_length of a text read only the TOAST pointer. A text[] (tags) is small.
+    # compressed (2 MB of small dicts in 146 KB), and both its parsing and its redaction go by
+    # its text. An uncompressed one (observations' args and results are stored EXTERNAL) by its
+    # stored size, near its text's: making the text of every 64 KB observation twice a batch
+    # (the size window, the fetch) cost the pass ~40%. pg_column_compression and octet_length
+    # of a text read only the TOAST pointer. A text[] (tags) is small.
     def one(column: str, cast: str) -> str:
         if cast == "text":
             return f"octet_length({column})"
@@ -169,10 +187,19 @@ async def redact_stored(
     `progress` is called after each batch with the table's name and its rows read so far."""
     report = RedactReport(dry_run=dry_run)
     batch = _Batch(batch_rows, batch_bytes, dry_run)
-    for table in _TABLES:
-        await _walk(sessionmaker, table.name, batch, report, progress, table)
-    await _walk(sessionmaker, "memory_chunks", batch, report, progress, None)
+    try:
+        for table in _TABLES:
+            await _walk(sessionmaker, table.name, batch, report, progress, table)
+        await _walk(sessionmaker, "memory_chunks", batch, report, progress, None)
+    finally:
+        batch.close()
     return report
+
+
+def _ignore_interrupts() -> None:
+    # The worker process is in the terminal's process group: a Ctrl-C is for the pass's owner,
+    # which stops the pass and the worker with it (the worker would print its own traceback).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 @dataclass
@@ -183,20 +210,33 @@ class _Batch:
     bytes: int
     dry_run: bool
     unturned: int = 0
+    # Started at the pass's first huge row, for the rest of the pass.
+    pool: ProcessPoolExecutor | None = None
 
     async def redact(self, size: int, redact: Callable[..., _T], *args: Any) -> _T:
         """`redact(*args)` for a row of `size` bytes of text; the loop turned once a piece's
-        worth is done since its last turn. A huge row is redacted in a thread: the loop turns
-        meanwhile (the GIL switches every 5 ms), instead of waiting for its whole redaction."""
+        worth is done since its last turn. A huge row is redacted in a worker process: the loop
+        turns meanwhile, instead of waiting for its whole redaction."""
         if size > HUGE_ROW_BYTES:
             self.unturned = 0
-            return await asyncio.to_thread(redact, *args)
+            if self.pool is None:
+                # Spawned, not forked: this process has threads (the loop's executor, a
+                # server's), which a fork would copy mid-work.
+                context = multiprocessing.get_context("spawn")
+                self.pool = ProcessPoolExecutor(1, context, initializer=_ignore_interrupts)
+            return await asyncio.get_running_loop().run_in_executor(self.pool, redact, *args)
         result = redact(*args)
         self.unturned += size
         if self.unturned >= PIECE_BYTES:
             self.unturned = 0
             await asyncio.sleep(0)
         return result
+
+    def close(self) -> None:
+        if self.pool is not None:
+            # Not waited for: a pass stopped mid-row would hold the loop until the row is done.
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            self.pool = None
 
 
 async def _walk(
@@ -246,33 +286,32 @@ def _batch_select(table: str, key: str, columns: list[str], size: str, first: bo
     )
 
 
-def _redact_row(table: _Table, row: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A row's changed columns, and their values as the UPDATE binds them (a jsonb's as JSON
-    text, made here: for a huge value, its serializing is as long as a piece of the rules)."""
+def _redact_row(table: _Table, row: Mapping[str, Any]) -> dict[str, Any]:
+    """A row's changed columns, with their values as the UPDATE binds them (a jsonb's as JSON
+    text, made here: for a huge value, its parsing and serializing are as long as a piece of
+    the rules)."""
     new: dict[str, Any] = {}
     for column, (redact, _cast) in table.columns.items():
-        old = getattr(row, column)
+        old = row[column]
         value = redact(old)
         if value != old:
             new[column] = value
-    params = {
-        column: json.dumps(value) if table.columns[column][1] == "jsonb" else value
-        for column, value in new.items()
-    }
-    return new, params
+    return new
 
 
 async def _table_batch(
     session: AsyncSession, table: _Table, after: Any, batch: _Batch
 ) -> tuple[list[Any], int]:
     """Redact one batch of `table`'s rows after key `after`: (the keys read, rows changed)."""
-    columns = list(table.columns) + (list(_VERSION_COLUMNS) if table.versioned else [])
+    columns = [table.selected(column) for column in table.columns]
+    columns += list(_VERSION_COLUMNS) if table.versioned else []
     select = _batch_select(table.name, table.key, columns, table.size, after is None)
     params = {"after": after, "limit": batch.rows, "budget": batch.bytes}
     rows = (await session.execute(text(select), params)).all()
     changed = 0
     for row in rows:
-        new, params = await batch.redact(row.text_bytes, _redact_row, table, row)
+        # A dict: the row goes to a worker process if huge.
+        new = await batch.redact(row.text_bytes, _redact_row, table, dict(row._mapping))
         if not new:
             continue
         changed += 1
@@ -280,14 +319,14 @@ async def _table_batch(
             continue
         sets = [f"{column} = CAST(:{column} AS {table.columns[column][1]})" for column in new]
         if table.versioned:
-            await _keep_version(session, row, new, params)
+            await _keep_version(session, row, new)
             sets += _NEW_VERSION
-            params["updated_by"] = REDACTION_WRITER
+            new["updated_by"] = REDACTION_WRITER
         await session.execute(
             text(
                 f"UPDATE {table.name} SET {', '.join(dict.fromkeys(sets))} WHERE {table.key} = :key"
             ),
-            {**params, "key": getattr(row, table.key)},
+            {**new, "key": getattr(row, table.key)},
         )
     return [getattr(row, table.key) for row in rows], changed
 
@@ -309,16 +348,14 @@ _KEEP_VERSION = text(
 )
 
 
-async def _keep_version(
-    session: AsyncSession, row: Any, new: dict[str, Any], params: dict[str, Any]
-) -> None:
+async def _keep_version(session: AsyncSession, row: Any, new: dict[str, Any]) -> None:
     """The memory's current version, as a write keeps it in `memory_versions`, redacted."""
     writer = new.get("updated_by", row.updated_by) or new.get("created_by", row.created_by)
     kept = {
         "id": row.id,
         "project": row.project_path,
         "version": row.version,
-        "value": params["value"] if "value" in new else json.dumps(row.value),
+        "value": new.get("value", row.value),
         "by": writer,
         "at": row.updated_at,
     }
