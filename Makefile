@@ -5,6 +5,10 @@
 SHELL := /bin/bash
 UV := $(shell command -v uv 2>/dev/null || echo .tools/bin/uv)
 PYTEST_ARGS ?=
+# Test workers for `make pytest`, each with its own PostgreSQL (tests/conftest.py). Half the
+# serial run is waiting (timeouts, subprocesses, the database): see docs/benchmarks.md.
+# `uv run pytest tests/x.py` stays serial; PYTEST_WORKERS=0 runs the whole suite serially.
+PYTEST_WORKERS ?= 2
 
 .PHONY: install run test lint typecheck migrations-check pytest bench format clean
 
@@ -34,7 +38,7 @@ migrations-check: install
 	$(UV) run python -m tests.migrations_check
 
 pytest: install
-	$(UV) run pytest $(PYTEST_ARGS)
+	$(UV) run pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 bench: install
 	$(UV) run python -m bench.all

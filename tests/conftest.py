@@ -66,6 +66,7 @@ def _venv_has_bytecode() -> bool:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     # Kept after a failure, like pytest's own, to look at; removed after a clean run.
+    _record_used(session.config)
     own = session.config.stash.get(_OWN_BASETEMP_KEY, None)
     if own is not None and exitstatus == 0:
         shutil.rmtree(own, ignore_errors=True)
@@ -79,6 +80,21 @@ def pytest_report_header(config: pytest.Config) -> str:
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if "used" in _CHOSEN:
         terminalreporter.write_line(f"postgres used: {_CHOSEN['used']}")
+
+
+# Under pytest-xdist (`make pytest`) each worker starts its own server: a worker hands the kind
+# it used back to the controller, which prints the summary.
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    used = getattr(node, "workeroutput", {}).get("postgres_used")
+    if used:
+        _CHOSEN["used"] = used
+
+
+def _record_used(config: pytest.Config) -> None:
+    workeroutput = getattr(config, "workeroutput", None)
+    if workeroutput is not None and "used" in _CHOSEN:
+        workeroutput["postgres_used"] = _CHOSEN["used"]
 
 
 @pytest.fixture(scope="session")

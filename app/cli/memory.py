@@ -308,10 +308,6 @@ def resume(
 
 def mcp(project: ProjectOpt = None) -> None:
     """Serve the MCP memory tools over stdio (point your agent's MCP config at `agmem mcp`)."""
-    from app.db.supervisor import supervised
-    from app.mcp.server import serve_stdio
-    from app.warmup import warm_up
-
     default_project = _project(project)
     if not os.path.isdir(default_project):
         # A typo in an agent's MCP config would otherwise file every memory under a project that
@@ -320,6 +316,11 @@ def mcp(project: ProjectOpt = None) -> None:
         fail(f"project folder {default_project} {problem}")
     settings = settings_or_exit()
     check_provider(settings)
+    # Imported once the command will run: a refusal above paid ~1 s of CPU for the MCP SDK.
+    from app.db.supervisor import supervised
+    from app.mcp.server import serve_stdio
+    from app.warmup import warm_up
+
     with cli_errors():
         url = open_database(settings)
 

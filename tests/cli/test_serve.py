@@ -302,14 +302,22 @@ def test_a_provider_that_cannot_be_built_stops_the_start_in_one_line(
     # the worker logged nothing while it left every new row without a vector.
     args = [command, "--port", str(free_port())] if command == "serve" else [command]
     result = run_agmem(
-        *args, AGMEM_HOME=str(tmp_path), AGMEM_EMBEDDING_PROVIDER=provider, timeout=60
+        *args,
+        AGMEM_HOME=str(tmp_path),
+        AGMEM_EMBEDDING_PROVIDER=provider,
+        PYTHONPROFILEIMPORTTIME="1",
+        timeout=60,
     )
 
     assert result.returncode == 1
-    (line,) = result.stderr.strip().splitlines()
+    lines = result.stderr.strip().splitlines()
+    imported = {line.rsplit("|", 1)[-1].strip() for line in lines if line.startswith("import ")}
+    (line,) = [line for line in lines if not line.startswith("import ")]
     assert line.startswith(f"agmem: error: AGMEM_EMBEDDING_PROVIDER={provider} ")
     assert reason in line
     assert not (tmp_path / "pgdata").exists()  # refused before starting anything
+    # Nor after paying for what it would have served with (the MCP SDK: ~1 s of CPU).
+    assert not imported & {"mcp", "app.mcp.server", "app.db.supervisor"}
 
 
 @pytest.fixture(scope="module")
