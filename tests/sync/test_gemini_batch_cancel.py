@@ -16,7 +16,7 @@ from structlog.testing import capture_logs
 
 from app.llm.embeddings import local_embedder
 from app.logs import configure_logging
-from app.sync import embed
+from app.sync import cancels
 from app.sync.indexer import SyncRequest, sync_project
 from tests.conftest import make_settings
 from tests.fakes.gemini import FakeGemini, FakeResponse, RecordedRequest, fake_gemini
@@ -126,7 +126,7 @@ def test_without_a_key_the_cancel_is_recorded_as_not_done_and_logged_once(
 
         # A logger keeps the configuration of its first use (an in-process CLI test's level).
         configure_logging("info")
-        monkeypatch.setattr(embed, "log", structlog.get_logger(embed.__name__))
+        monkeypatch.setattr(cancels, "log", structlog.get_logger(cancels.__name__))
         with capture_logs() as logged:
             first = run_sync(database_url, no_key, local_embedder(), project)
             later(db)
@@ -291,7 +291,7 @@ def test_a_key_the_client_cannot_send_never_reaches_the_table_or_the_log(
         )
 
         configure_logging("info")
-        monkeypatch.setattr(embed, "log", structlog.get_logger(embed.__name__))
+        monkeypatch.setattr(cancels, "log", structlog.get_logger(cancels.__name__))
         with capture_logs() as logged:
             report = run_sync(database_url, settings, local_embedder(), project)
 
@@ -332,7 +332,7 @@ def test_cancels_that_hang_are_cut_by_one_deadline_and_stay_pending(
         took = time.monotonic() - started
 
         assert len(fake.calls(":cancel")) == 2  # both asked, at once
-    assert took < embed.CANCEL_DEADLINE_SECONDS + 3
+    assert took < cancels.CANCEL_DEADLINE_SECONDS + 3
     assert report.errors == []
     states = cancel_state(db)
     assert [s[:4] for s in states] == [("failed", "pending", True, False)] * 2
