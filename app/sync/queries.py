@@ -198,8 +198,11 @@ _NEW_BATCH = text(
 # a cancel's timeout. Taking one moves its `updated_at` to now, under a row lock the others
 # skip: a worker's sweep (`_TAKE_DUE_CANCELS`) and a sync never ask one job's cancel at once.
 CANCEL_RETRY_MINUTES = 10
-# Gemini ends every job 48 hours after its creation: a cancel still pending past that is
-# settled `expired` without a call, as there is nothing left to cancel.
+# "JOB_STATE_EXPIRED: The job has expired because it was running or pending for more than 48
+# hours" (https://ai.google.dev/gemini-api/docs/batch-api, "Monitoring job status"): past that
+# there is nothing left to cancel, and a cancel still pending is settled `expired` without a
+# call. Our `created_at` is the row's, written just before the job's submission, so a few
+# seconds older than Gemini's own: those seconds are all a job could still run uncancelled.
 JOB_LIFETIME_HOURS = 48
 _EXPIRED = f"created_at < now() - interval '{JOB_LIFETIME_HOURS} hours'"
 _DUE = (
