@@ -9,6 +9,7 @@ its full 3,072-dimension output, so every vector is L2-normalised here. Inline c
 from __future__ import annotations
 
 import random
+import re
 import time
 import warnings
 from collections.abc import Callable
@@ -69,6 +70,11 @@ _BATCH_FAILED = frozenset(
 _CANCEL_ENDED_STATUS = "FAILED_PRECONDITION"
 _CANCEL_GONE_CODE = 404
 _KEY_MARK = "<GEMINI_API_KEY>"
+# A real Gemini key is 39 characters: a string that long is in no error's own words, so it is
+# replaced wherever it stands. A shorter one (a gateway's, a test's "k") only where it stands
+# whole: "k" replaced everywhere turned Gemini's "API key not valid" into "API <...>ey not valid".
+_SCRUB_ANYWHERE_LENGTH = 16
+_KEY_CHARACTER = r"[A-Za-z0-9_\-]"  # what a key is made of: a whole key is not next to one
 
 
 class CancelOutcome(NamedTuple):
@@ -311,9 +317,11 @@ def describe_error(error: BaseException, key: str | None) -> str:
 
 def scrub_key(text: str, key: str | None) -> str:
     """`text` with `key` replaced in every form an error quotes it in: as is, escaped as a
-    str's repr escapes it, or as the repr of its UTF-8 bytes."""
+    str's repr escapes it, or as the repr of its UTF-8 bytes. A key under 16 characters (a real
+    one has 39) only where it stands whole."""
     if not key:
         return text
+    anywhere = len(key) >= _SCRUB_ANYWHERE_LENGTH
     forms = {
         key,
         repr(key)[1:-1],
@@ -321,8 +329,13 @@ def scrub_key(text: str, key: str | None) -> str:
         key.encode("unicode_escape").decode("ascii"),
     }
     for form in sorted(forms, key=len, reverse=True):
-        if form:
+        if not form:
+            continue
+        if anywhere:
             text = text.replace(form, _KEY_MARK)
+        else:
+            whole = f"(?<!{_KEY_CHARACTER}){re.escape(form)}(?!{_KEY_CHARACTER})"
+            text = re.sub(whole, _KEY_MARK, text)
     return text
 
 

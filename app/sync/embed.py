@@ -6,7 +6,7 @@ is still missing: through one Batch API job when at least `AGMEM_GEMINI_EMBED_BA
 distinct texts are missing, inline otherwise, and inline for whatever a failed job leaves. The job
 is recorded (content hashes in submission order, then the remote name) before anything waits on
 it, so a run killed mid-wait picks the same job up on the project's next sync. A job closed
-because the project's model changed is cancelled at Gemini (`embedding_batches.cancel_status`).
+because the project's model changed is cancelled at Gemini (app/sync/cancels.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
@@ -35,10 +34,6 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 BATCH_CHUNKS = 2000
-# All of a sync's cancels together, asked at once: the sync holds its project's lock meanwhile,
-# and each cancel one after another, up to 10 s per HTTP phase, held a watch's every sync 30 s
-# for 3 jobs at a Gemini that did not answer. One cut short stays pending for a later sync.
-CANCEL_DEADLINE_SECONDS = 5.0
 
 
 @runtime_checkable
@@ -191,102 +186,14 @@ async def close_superseded_batches(
     connection: Conn, embedder: Embedder, project: str
 ) -> list[queries.CancelToDo]:
     """Close the project's jobs of a model switched from (nothing resumes them any more); the
-    jobs of the project closed so whose cancel at Gemini is still to do, for `cancel_at_gemini`
-    once the sync's embedding is done."""
+    jobs of the project closed so whose cancel at Gemini is due, taken for this sync, for
+    `cancels.cancel_at_gemini` once the sync's embedding is done."""
     closed, to_cancel = await queries.close_superseded_batches(
         connection, project=project, model=embedder.identity
     )
     if closed:
         log.info("sync.batch_superseded", project=project, jobs=closed, model=embedder.identity)
     return to_cancel
-
-
-async def cancel_at_gemini(
-    connection: Conn,
-    settings: Settings,
-    embedder: Embedder,
-    project: str,
-    to_cancel: list[queries.CancelToDo],
-) -> None:
-    """One try per job, all at once, within `CANCEL_DEADLINE_SECONDS` in all; what fails stays
-    `pending` for a later sync of the project (after `queries.CANCEL_RETRY_MINUTES`). Never
-    fails the sync. A failure is logged when it differs from the last one: once for a missing
-    key, not at every try."""
-    if not to_cancel:
-        return
-    # Imported here: google-genai costs ~0.3 s to import, paid only when there is a job to cancel.
-    from app.llm.gemini import GeminiNotConfigured
-    from app.llm.gemini_embeddings import (
-        CancelOutcome,
-        cancel_batch,
-        cancel_client,
-        describe_error,
-    )
-    from app.llm.gemini_embeddings import cancel_timeout_ms as timeout_of
-
-    key = settings.gemini_api_key
-    cancel: Callable[[str], Awaitable[CancelOutcome]] | None = None
-    unconfigured = ""
-    if isinstance(embedder, BatchEmbedder):
-        cancel = embedder.cancel_batch
-    elif any(not job.expired for job in to_cancel):
-        try:
-            client = cancel_client(settings)
-        except GeminiNotConfigured as error:
-            unconfigured = f"not cancelled: {error.detail}"
-        else:
-            timeout_ms = timeout_of(settings)
-
-            async def cancel(name: str) -> CancelOutcome:
-                return await cancel_batch(client, name, timeout_ms=timeout_ms, key=key)
-
-    asked: dict[uuid.UUID, asyncio.Task[CancelOutcome]] = {}
-    try:
-        if cancel is not None:
-            asked = {
-                job.id: asyncio.ensure_future(cancel(job.job))
-                for job in to_cancel
-                if not job.expired
-            }
-        if asked:
-            await asyncio.wait(asked.values(), timeout=CANCEL_DEADLINE_SECONDS)
-    finally:  # cut by the deadline, or the sync itself cancelled: no request outlives it
-        late = [task for task in asked.values() if not task.done()]
-        for task in late:
-            task.cancel()
-        await asyncio.gather(*late, return_exceptions=True)
-    cut = CancelOutcome(
-        "pending",
-        f"cancel cut: no answer within {CANCEL_DEADLINE_SECONDS:g} s "
-        "(the bound on all of a sync's cancels)",
-    )
-
-    settled: list[tuple[uuid.UUID, str, str | None]] = []
-    for job in to_cancel:
-        request = asked.get(job.id)
-        if job.expired:
-            outcome = CancelOutcome("expired", "not cancelled: 48 hours past its creation")
-        elif request is None:
-            outcome = CancelOutcome("pending", unconfigured)
-        elif request.cancelled():
-            outcome = cut
-        elif (failure := request.exception()) is not None:  # tried again by a later sync
-            outcome = CancelOutcome(
-                "pending", f"cancel failed: {describe_error(failure, key)}"[:1000]
-            )
-        else:
-            outcome = request.result()
-        settled.append((job.id, outcome.status, outcome.error))
-        if outcome.status == "pending":
-            if outcome.error == job.error:
-                continue
-            log.warning(
-                "sync.batch_cancel_failed", project=project, job=job.job, error=outcome.error
-            )
-        else:
-            log.info("sync.batch_cancel_settled", project=project, job=job.job, **outcome._asdict())
-    if settled:
-        await queries.settle_cancels(connection, settled)
 
 
 async def _run_new_batch(

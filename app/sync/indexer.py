@@ -32,6 +32,7 @@ from app.privacy import RULES_VERSION, clean_text, redact_secrets_lines, strip_p
 from app.projects import canonical_project, refuse_excluded
 from app.sync import queries
 from app.sync.bulk_index import begin_bulk_index, end_bulk_index, repair_invalid_index
+from app.sync.cancels import cancel_at_gemini
 from app.sync.chunking import Chunk, chunk_markdown, chunk_transcript, normalise_newlines
 from app.sync.connections import SyncConnections
 from app.sync.discover import (
@@ -46,7 +47,6 @@ from app.sync.discover import (
 )
 from app.sync.embed import (
     BatchEmbedder,
-    cancel_at_gemini,
     close_superseded_batches,
     embed_missing,
     reembed_project,
@@ -374,7 +374,7 @@ async def _write_all(
             await reembed_with_batch(sessionmaker, settings, embedder, project, report)
         await reembed_project(sessionmaker, embedder, project, report, progress)
     # Last: the sync's own work first, then at most CANCEL_DEADLINE_SECONDS on Gemini's answers.
-    await cancel_at_gemini(lock, settings, embedder, project, to_cancel)
+    await cancel_at_gemini(lock, settings, embedder, to_cancel)
 
 
 @dataclass(slots=True)

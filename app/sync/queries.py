@@ -191,25 +191,47 @@ _NEW_BATCH = text(
 # A job is resumed for its own model only (its vectors are that model's): after a switch it was
 # left `submitted` for good. The sync of its project with another model closes it, and asks for
 # its cancel at Gemini (where it ran to its end, paid for, its result never read). The same
-# statement hands back every cancel of the project still to do, those closed now included (the
+# statement takes every cancel of the project that is due, those closed now included (the
 # outer SELECT sees the table as it was, so none comes twice): a sync with nothing to cancel
-# costs no round trip more than before. A failed cancel is tried again once its last try
+# costs no round trip more than before. A failed cancel is due again once its last try
 # (`updated_at`) is `CANCEL_RETRY_MINUTES` old: during an outage a watch's every sync waited on
-# a cancel's timeout. `expired`: Gemini ends every job 48 hours after its creation, so there is
-# nothing left to cancel.
+# a cancel's timeout. Taking one moves its `updated_at` to now, under a row lock the others
+# skip: a worker's sweep (`_TAKE_DUE_CANCELS`) and a sync never ask one job's cancel at once.
 CANCEL_RETRY_MINUTES = 10
+# "JOB_STATE_EXPIRED: The job has expired because it was running or pending for more than 48
+# hours" (https://ai.google.dev/gemini-api/docs/batch-api, "Monitoring job status"): past that
+# there is nothing left to cancel, and a cancel still pending is settled `expired` without a
+# call. Our `created_at` is the row's, written just before the job's submission, so a few
+# seconds older than Gemini's own: those seconds are all a job could still run uncancelled.
+JOB_LIFETIME_HOURS = 48
+_EXPIRED = f"created_at < now() - interval '{JOB_LIFETIME_HOURS} hours'"
+_DUE = (
+    "cancel_status = 'pending' AND provider_job IS NOT NULL "
+    f"AND updated_at < now() - interval '{CANCEL_RETRY_MINUTES} minutes'"
+)
+_TAKEN = "id, project_path, provider_job, created_at, cancel_error"
 _CLOSE_SUPERSEDED_BATCHES = (
     "WITH closed AS (UPDATE embedding_batches SET status = 'failed', updated_at = now(), "
     "last_error = 'superseded: the embedding model is now ' || %(model)s, "
     "cancel_status = CASE WHEN provider_job IS NOT NULL THEN 'pending' END, "
     "cancel_requested_at = CASE WHEN provider_job IS NOT NULL THEN now() END "
     "WHERE project_path = %(project)s AND model <> %(model)s AND status = 'submitted' "
-    "RETURNING id, provider_job, created_at, cancel_error, true AS closed_now) "
-    "SELECT id, provider_job, created_at < now() - interval '48 hours', cancel_error, closed_now "
-    "FROM closed UNION ALL "
-    "SELECT id, provider_job, created_at < now() - interval '48 hours', cancel_error, false "
-    "FROM embedding_batches WHERE project_path = %(project)s AND cancel_status = 'pending' "
-    f"AND updated_at < now() - interval '{CANCEL_RETRY_MINUTES} minutes'"
+    f"RETURNING {_TAKEN}, true AS closed_now), "
+    "due AS (UPDATE embedding_batches SET updated_at = now() WHERE id IN (SELECT id FROM "
+    f"embedding_batches WHERE project_path = %(project)s AND {_DUE} FOR UPDATE SKIP LOCKED) "
+    f"RETURNING {_TAKEN}, false AS closed_now) "
+    f"SELECT id, project_path, provider_job, {_EXPIRED}, cancel_error, closed_now FROM closed "
+    f"UNION ALL SELECT id, project_path, provider_job, {_EXPIRED}, cancel_error, closed_now "
+    "FROM due"
+)
+
+# The worker's sweep: due cancels of any project, the longest waiting first, through the
+# partial index of pending cancels. Without a key only those past a job's lifetime.
+_TAKE_DUE_CANCELS = (
+    "UPDATE embedding_batches AS b SET updated_at = now() FROM (SELECT id FROM "
+    f"embedding_batches WHERE {_DUE} AND (NOT %(expired_only)s OR {_EXPIRED}) "
+    "ORDER BY updated_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS due WHERE b.id = due.id "
+    f"RETURNING b.id, b.project_path, b.provider_job, b.{_EXPIRED}, b.cancel_error"
 )
 
 _SETTLE_CANCELS = (
@@ -482,11 +504,12 @@ async def new_batch(
 
 
 class CancelToDo(NamedTuple):
-    """A job of the project to cancel at Gemini."""
+    """A job to cancel at Gemini, taken by whoever asks it."""
 
     id: uuid.UUID
+    project: str
     job: str
-    expired: bool  # past the 48 hours Gemini gives a job: nothing to cancel
+    expired: bool  # past the JOB_LIFETIME_HOURS Gemini gives a job: nothing to cancel
     error: str | None  # the last attempt's failure
 
 
@@ -494,7 +517,7 @@ async def close_superseded_batches(
     connection: Conn, *, project: str, model: str
 ) -> tuple[list[str | None], list[CancelToDo]]:
     """Close the project's jobs still open for another model: their remote names, and every job
-    of the project whose cancel at Gemini is still to do. On the sync's own connection, one
+    of the project whose cancel at Gemini is due, taken. On the sync's own connection, one
     statement: in a session of its own it cost a watch's every re-sync ~7 ms of its ~25
     (bench.sync's watch mode 1.0% -> 1.35%)."""
     cursor = await connection.execute(
@@ -502,12 +525,21 @@ async def close_superseded_batches(
     )
     closed: list[str | None] = []
     to_cancel: list[CancelToDo] = []
-    for batch_id, job, expired, error, closed_now in await cursor.fetchall():
+    for batch_id, project_path, job, expired, error, closed_now in await cursor.fetchall():
         if closed_now:
             closed.append(job)
         if job is not None:
-            to_cancel.append(CancelToDo(batch_id, job, bool(expired), error))
+            to_cancel.append(CancelToDo(batch_id, project_path, job, bool(expired), error))
     return closed, to_cancel
+
+
+async def take_due_cancels(connection: Conn, *, limit: int, expired_only: bool) -> list[CancelToDo]:
+    """Up to `limit` due cancels of any project, taken (not due again for
+    `CANCEL_RETRY_MINUTES`); those another process is taking are skipped."""
+    cursor = await connection.execute(
+        _TAKE_DUE_CANCELS, {"limit": limit, "expired_only": expired_only}
+    )
+    return [CancelToDo(i, p, j, bool(x), e) for i, p, j, x, e in await cursor.fetchall()]
 
 
 async def settle_cancels(

@@ -9,7 +9,7 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import psycopg
 import structlog
@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
 from app.db.engine import transaction
+from app.db.raw_pool import Conn
 from app.index.embedding import (
     claim_unembedded,
     embed_claimed,
@@ -40,7 +41,9 @@ from app.llm.generation import GeminiCallFailed
 from app.llm.ratelimit import DailyBudget, GatePaused, GeminiGate, record_usage
 from app.llm.summarize import session_text, summarize_with_gemini
 from app.privacy import cap_text, sanitize_text
+from app.sync import cancels
 from app.sync.embed import BatchEmbedder
+from app.sync.queries import AUTOCOMMIT
 from app.sync.runs import execute_sync_run
 from app.tokens import estimate_tokens
 from app.worker import claims, results, unanswered
@@ -541,6 +544,16 @@ def _idle_pace(ctx: JobContext) -> dict[str, Any]:
     per_pass = ctx.settings.worker_purge_interval_seconds / spacing
     ctx.idle_allowance = min(ctx.idle_allowance + per_pass, max(1.0, per_pass))
     return {"limit": int(ctx.idle_allowance), "spacing": spacing}
+
+
+async def sweep_cancels(ctx: JobContext) -> int:
+    """The cancels at Gemini due again, of any project (app/sync/cancels.py): only a project's
+    own syncs asked them, so a project never synced again kept them pending for ever. How many
+    it took."""
+    async with ctx.sessionmaker() as session:
+        connection = await session.connection(execution_options=AUTOCOMMIT)
+        driver = cast(Conn, (await connection.get_raw_connection()).driver_connection)
+        return await cancels.sweep_due_cancels(driver, ctx.settings, ctx.client)
 
 
 async def maintain(ctx: JobContext) -> tuple[int, int]:

@@ -23,6 +23,7 @@ from app.errors import first_line, sqlstate
 from app.llm.embeddings import Embedder
 from app.llm.gemini import make_client
 from app.llm.ratelimit import DailyBudget, gemini_gate
+from app.sync import cancels
 from app.worker import claims, jobs, rescan, results
 from app.worker.claims import Queue
 
@@ -213,6 +214,7 @@ class Worker:
         tasks = [asyncio.create_task(self._listen(), name="agmem-listen")]
         tasks.append(asyncio.create_task(self._maintain(), name="agmem-maintain"))
         tasks.append(asyncio.create_task(self._rescan(), name="agmem-rescan"))
+        tasks.append(asyncio.create_task(self._sweep_cancels(), name="agmem-cancels"))
         lanes = [
             asyncio.create_task(self._lane(), name=f"agmem-lane-{n}")
             for n in range(self.concurrency)
@@ -277,6 +279,18 @@ class Worker:
             except Exception as error:  # retried at the next interval
                 log_failure("worker.maintenance_error", error)
             await asyncio.sleep(self.settings.worker_purge_interval_seconds)
+
+    async def _sweep_cancels(self) -> None:
+        """Cancels at Gemini still pending, of any project: at the start (a start often follows
+        a key's fix), then at every upkeep interval, at once again after a full pass."""
+        while True:
+            full = False
+            try:
+                full = await jobs.sweep_cancels(self.ctx) >= cancels.SWEEP_LIMIT
+            except Exception as error:  # retried at the next interval
+                log_failure("worker.cancel_sweep_error", error)
+            if not full:
+                await asyncio.sleep(self.settings.worker_purge_interval_seconds)
 
     async def _rescan_first(self, stop: asyncio.Event) -> None:
         """The redaction pass after a rules upgrade, before the lanes start (app/worker/rescan.py):

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import socket
 from typing import Any
 
@@ -7,7 +8,7 @@ import numpy as np
 import pytest
 
 from app.llm.embeddings import describe_embedding, get_embedder
-from app.llm.gemini_embeddings import EmbeddingFailed, GeminiEmbedder
+from app.llm.gemini_embeddings import EmbeddingFailed, GeminiEmbedder, scrub_key
 from tests.conftest import make_settings
 from tests.fakes.gemini import FakeGemini, FakeResponse, RecordedRequest, fake_gemini
 
@@ -249,3 +250,40 @@ def test_a_key_the_client_cannot_send_is_not_in_the_error(key: str) -> None:
     for error in (raised.value, submitted.value):
         assert "KEY-0042" not in str(error)
         assert "KEY-0042" not in repr(error)
+
+
+def test_a_short_key_is_scrubbed_only_where_it_stands_whole() -> None:
+    # The key "k" replaced everywhere made Gemini's own words unreadable in cancel_error.
+    with fake_gemini() as fake:
+        fake.on(
+            "batches/job-1:cancel",
+            lambda _r: FakeResponse(
+                400,
+                {
+                    "error": {
+                        "code": 400,
+                        "message": "API key not valid. Please pass a valid API key. (k)",
+                        "status": "INVALID_ARGUMENT",
+                    }
+                },
+            ),
+        )
+        embedder, _ = embedder_for(fake)
+        outcome = asyncio.run(embedder.cancel_batch("batches/job-1"))
+
+    assert outcome.status == "pending"
+    assert outcome.error == (
+        "cancel refused: 400 INVALID_ARGUMENT API key not valid. Please pass a valid API key. "
+        "(<GEMINI_API_KEY>)"
+    )
+
+
+def test_a_key_as_long_as_a_real_one_is_scrubbed_wherever_it_stands() -> None:
+    key = "AIza" + "x9_-" * 8 + "abc"  # 39 characters, as Gemini's keys are
+    assert len(key) == 39
+    text = f"Illegal header value b'{key}'; {key}suffix, prefix{key}"
+
+    assert scrub_key(text, key) == (
+        "Illegal header value b'<GEMINI_API_KEY>'; <GEMINI_API_KEY>suffix, prefix<GEMINI_API_KEY>"
+    )
+    assert scrub_key("keys: k, kk, k-1, xk", "k") == "keys: <GEMINI_API_KEY>, kk, k-1, xk"

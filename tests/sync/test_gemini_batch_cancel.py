@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,14 +16,16 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
+from app.config import Settings
 from app.llm.embeddings import local_embedder
 from app.logs import configure_logging
-from app.sync import embed
+from app.sync import cancels
 from app.sync.indexer import SyncRequest, sync_project
+from app.sync.report import SyncReport
 from tests.conftest import make_settings
 from tests.fakes.gemini import FakeGemini, FakeResponse, RecordedRequest, fake_gemini
 from tests.sync.helpers import make_project, on_engine, run_sync
-from tests.sync.test_gemini_sync import sync_leaving_the_batch_running
+from tests.sync.test_gemini_sync import BatchServer, sync_leaving_the_batch_running
 
 CANCEL = "batches/job-1:cancel"
 
@@ -59,20 +63,47 @@ def cancel_state(db: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
     ).fetchall()
 
 
-def test_a_superseded_job_is_cancelled_at_gemini_once(
-    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
-) -> None:
+@dataclass
+class Superseded:
+    """A project whose Batch API job still runs at the fake Gemini (`batches/job-1`), and its
+    syncs with the model switched to `local`, the key kept (`settings`)."""
+
+    fake: FakeGemini
+    server: BatchServer
+    project: Path
+    settings: Settings
+    database_url: str
+    db: psycopg.Connection[Any]
+
+    def sync(self, settings: Settings | None = None) -> SyncReport:
+        """One sync with the local model (with `settings`' key, the key kept when not given)."""
+        return run_sync(
+            self.database_url, settings or self.settings, local_embedder(), self.project
+        )
+
+    def sync_later(self, settings: Settings | None = None) -> SyncReport:
+        """A sync long enough after the last cancel's try to try again."""
+        later(self.db)
+        return self.sync(settings)
+
+
+@pytest.fixture
+def job(database_url: str, db: psycopg.Connection[Any], tmp_path: Path) -> Iterator[Superseded]:
     project = make_project(tmp_path / "proj")
     with fake_gemini() as fake:
-        sync_leaving_the_batch_running(fake, tmp_path, database_url, project)
-        fake.on(CANCEL, accepted)
-        settings = local_with_key(fake, tmp_path)
+        server, _ = sync_leaving_the_batch_running(fake, tmp_path, database_url, project)
+        yield Superseded(fake, server, project, local_with_key(fake, tmp_path), database_url, db)
 
-        report = run_sync(database_url, settings, local_embedder(), project)
-        later(db)
-        run_sync(database_url, settings, local_embedder(), project)
 
-        calls = fake.calls(":cancel")
+def test_a_superseded_job_is_cancelled_at_gemini_once(
+    job: Superseded, db: psycopg.Connection[Any]
+) -> None:
+    job.fake.on(CANCEL, accepted)
+
+    report = job.sync()
+    job.sync_later()
+
+    calls = job.fake.calls(":cancel")
     assert [(c.method, c.path.split("?")[0].rsplit("/", 2)[1:]) for c in calls] == [
         ("POST", ["batches", "job-1:cancel"])
     ]
@@ -81,198 +112,150 @@ def test_a_superseded_job_is_cancelled_at_gemini_once(
 
 
 def test_a_cancel_that_failed_is_retried_by_the_next_sync(
-    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+    job: Superseded, db: psycopg.Connection[Any]
 ) -> None:
-    project = make_project(tmp_path / "proj")
-    with fake_gemini() as fake:
-        sync_leaving_the_batch_running(fake, tmp_path, database_url, project)
-        fake.queue(CANCEL, error(503, "UNAVAILABLE"), error(429, "RESOURCE_EXHAUSTED"))
-        fake.queue(CANCEL, FakeResponse(drop=True))
-        fake.on(CANCEL, accepted)
-        settings = local_with_key(fake, tmp_path)
+    job.fake.queue(CANCEL, error(503, "UNAVAILABLE"), error(429, "RESOURCE_EXHAUSTED"))
+    job.fake.queue(CANCEL, FakeResponse(drop=True))
+    job.fake.on(CANCEL, accepted)
 
-        first = run_sync(database_url, settings, local_embedder(), project)
-        assert first.errors == []  # the sync itself is fine
-        state = cancel_state(db)
-        assert state[0][:4] == ("failed", "pending", True, False)
-        assert "503" in state[0][4]
+    first = job.sync()
+    assert first.errors == []  # the sync itself is fine
+    state = cancel_state(db)
+    assert state[0][:4] == ("failed", "pending", True, False)
+    assert "503" in state[0][4]
 
-        # Not at once: a watch's every sync waited on a failing cancel during an outage.
-        run_sync(database_url, settings, local_embedder(), project)
-        assert len(fake.calls(":cancel")) == 1
-        later(db)
-        run_sync(database_url, settings, local_embedder(), project)
-        assert "429" in cancel_state(db)[0][4]
-        later(db)
-        run_sync(database_url, settings, local_embedder(), project)
-        assert cancel_state(db)[0][1] == "pending"  # the network failed: tried again later
-        later(db)
-        run_sync(database_url, settings, local_embedder(), project)
-        later(db)
-        run_sync(database_url, settings, local_embedder(), project)
+    # Not at once: a watch's every sync waited on a failing cancel during an outage.
+    job.sync()
+    assert len(job.fake.calls(":cancel")) == 1
+    job.sync_later()
+    assert "429" in cancel_state(db)[0][4]
+    job.sync_later()
+    assert cancel_state(db)[0][1] == "pending"  # the network failed: tried again later
+    job.sync_later()
+    job.sync_later()
 
-        assert len(fake.calls(":cancel")) == 4
+    assert len(job.fake.calls(":cancel")) == 4
     assert cancel_state(db) == [("failed", "cancelled", True, True, None)]
 
 
 def test_without_a_key_the_cancel_is_recorded_as_not_done_and_logged_once(
-    database_url: str, db: psycopg.Connection[Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    job: Superseded, db: psycopg.Connection[Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    project = make_project(tmp_path / "proj")
-    with fake_gemini() as fake:
-        sync_leaving_the_batch_running(fake, tmp_path, database_url, project)
-        fake.on(CANCEL, accepted)
-        no_key = make_settings(home=tmp_path / "home")
+    job.fake.on(CANCEL, accepted)
+    no_key = make_settings(home=tmp_path / "home")
 
-        # A logger keeps the configuration of its first use (an in-process CLI test's level).
-        configure_logging("info")
-        monkeypatch.setattr(embed, "log", structlog.get_logger(embed.__name__))
-        with capture_logs() as logged:
-            first = run_sync(database_url, no_key, local_embedder(), project)
-            later(db)
-            second = run_sync(database_url, no_key, local_embedder(), project)
+    # A logger keeps the configuration of its first use (an in-process CLI test's level).
+    configure_logging("info")
+    monkeypatch.setattr(cancels, "log", structlog.get_logger(cancels.__name__))
+    with capture_logs() as logged:
+        first = job.sync(no_key)
+        second = job.sync_later(no_key)
 
-        assert (first.errors, second.errors) == ([], [])
-        assert fake.calls(":cancel") == []
-        assert cancel_state(db) == [
-            ("failed", "pending", True, False, "not cancelled: GEMINI_API_KEY is not set")
-        ]
-        unconfigured = [e for e in logged if e["event"] == "sync.batch_cancel_failed"]
-        assert len(unconfigured) == 1
-        assert unconfigured[0]["job"] == "batches/job-1"
+    assert (first.errors, second.errors) == ([], [])
+    assert job.fake.calls(":cancel") == []
+    assert cancel_state(db) == [
+        ("failed", "pending", True, False, "not cancelled: GEMINI_API_KEY is not set")
+    ]
+    unconfigured = [e for e in logged if e["event"] == "sync.batch_cancel_failed"]
+    assert len(unconfigured) == 1
+    assert unconfigured[0]["job"] == "batches/job-1"
 
-        # A key set later: the next sync cancels it.
-        later(db)
-        run_sync(database_url, local_with_key(fake, tmp_path), local_embedder(), project)
-        assert len(fake.calls(":cancel")) == 1
+    # A key set later: the next sync cancels it.
+    job.sync_later()
+    assert len(job.fake.calls(":cancel")) == 1
     assert cancel_state(db) == [("failed", "cancelled", True, True, None)]
 
 
-def test_a_job_already_finished_at_gemini_is_closed_without_retrying(
-    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+@pytest.mark.parametrize(
+    "answer", [error(400, "FAILED_PRECONDITION"), error(404, "NOT_FOUND")], ids=["ended", "gone"]
+)
+def test_a_job_ended_or_gone_at_gemini_is_closed_without_retrying(
+    job: Superseded, db: psycopg.Connection[Any], answer: FakeResponse
 ) -> None:
-    project = make_project(tmp_path / "proj")
-    with fake_gemini() as fake:
-        sync_leaving_the_batch_running(fake, tmp_path, database_url, project)
-        fake.on(CANCEL, lambda _r: error(400, "FAILED_PRECONDITION"))
-        settings = local_with_key(fake, tmp_path)
+    job.fake.on(CANCEL, lambda _r: answer)
 
-        report = run_sync(database_url, settings, local_embedder(), project)
-        later(db)
-        run_sync(database_url, settings, local_embedder(), project)
+    report = job.sync()
+    job.sync_later()
 
-        assert len(fake.calls(":cancel")) == 1
+    assert len(job.fake.calls(":cancel")) == 1
     assert report.errors == []
     state = cancel_state(db)
     assert state[0][:4] == ("failed", "ended", True, True)
-    assert "400" in state[0][4]
-
-
-def test_a_job_gone_at_gemini_is_closed_without_retrying(
-    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
-) -> None:
-    project = make_project(tmp_path / "proj")
-    with fake_gemini() as fake:
-        sync_leaving_the_batch_running(fake, tmp_path, database_url, project)
-        fake.on(CANCEL, lambda _r: error(404, "NOT_FOUND"))
-        settings = local_with_key(fake, tmp_path)
-
-        run_sync(database_url, settings, local_embedder(), project)
-        later(db)
-        run_sync(database_url, settings, local_embedder(), project)
-
-        assert len(fake.calls(":cancel")) == 1
-    assert cancel_state(db)[0][:4] == ("failed", "ended", True, True)
+    assert str(answer.status) in state[0][4]
 
 
 def test_a_cancel_pending_past_the_jobs_48_hours_is_closed_without_a_call(
-    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+    job: Superseded, db: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
     # Gemini ends every job within 48 hours of its creation: nothing is left to cancel.
-    project = make_project(tmp_path / "proj")
-    with fake_gemini() as fake:
-        sync_leaving_the_batch_running(fake, tmp_path, database_url, project)
-        run_sync(database_url, make_settings(home=tmp_path / "home"), local_embedder(), project)
-        db.execute("UPDATE embedding_batches SET created_at = now() - interval '49 hours'")
-        later(db)
-        fake.on(CANCEL, accepted)
+    job.sync(make_settings(home=tmp_path / "home"))
+    db.execute("UPDATE embedding_batches SET created_at = now() - interval '49 hours'")
+    job.fake.on(CANCEL, accepted)
 
-        run_sync(database_url, local_with_key(fake, tmp_path), local_embedder(), project)
+    job.sync_later()
 
-        assert fake.calls(":cancel") == []
-    state = cancel_state(db)
-    assert state[0][:4] == ("failed", "expired", True, True)
+    assert job.fake.calls(":cancel") == []
+    assert cancel_state(db)[0][:4] == ("failed", "expired", True, True)
 
 
 def test_a_switch_between_gemini_models_cancels_with_the_current_client(
-    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+    job: Superseded, db: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
     from tests.sync.test_gemini_sync import gemini
 
-    project = make_project(tmp_path / "proj")
-    with fake_gemini() as fake:
-        sync_leaving_the_batch_running(fake, tmp_path, database_url, project)
-        fake.on(CANCEL, accepted)
-        fake.on(":batchEmbedContents", narrow_answer)
-        settings, embedder = gemini(
-            fake, tmp_path, embedding_dims=256, gemini_embed_batch_threshold=100_000
-        )
+    job.fake.on(CANCEL, accepted)
+    job.fake.on(":batchEmbedContents", narrow_answer)
+    settings, embedder = gemini(
+        job.fake, tmp_path, embedding_dims=256, gemini_embed_batch_threshold=100_000
+    )
 
-        run_sync(database_url, settings, embedder, project)
+    run_sync(job.database_url, settings, embedder, job.project)
 
-        assert len(fake.calls(":cancel")) == 1
-        # After the embedding pass: a cancel never holds up the sync's own work.
-        routes = [r.path.split("?")[0] for r in fake.requests]
-        assert routes.index(fake.calls(":cancel")[0].path.split("?")[0]) > max(
-            i for i, route in enumerate(routes) if route.endswith(":batchEmbedContents")
-        )
+    assert len(job.fake.calls(":cancel")) == 1
+    # After the embedding pass: a cancel never holds up the sync's own work.
+    routes = [r.path.split("?")[0] for r in job.fake.requests]
+    assert routes.index(job.fake.calls(":cancel")[0].path.split("?")[0]) > max(
+        i for i, route in enumerate(routes) if route.endswith(":batchEmbedContents")
+    )
     assert cancel_state(db) == [("failed", "cancelled", True, True, None)]
 
 
 def test_a_job_of_the_current_model_is_never_cancelled(
-    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+    job: Superseded, db: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
     from tests.sync.test_gemini_sync import gemini
 
-    project = make_project(tmp_path / "proj")
-    with fake_gemini() as fake:
-        server, _ = sync_leaving_the_batch_running(fake, tmp_path, database_url, project)
-        fake.on(CANCEL, accepted)
-        server.polls_pending = 0
-        settings, embedder = gemini(fake, tmp_path, gemini_embed_batch_threshold=5)
+    job.fake.on(CANCEL, accepted)
+    job.server.polls_pending = 0
+    settings, embedder = gemini(job.fake, tmp_path, gemini_embed_batch_threshold=5)
 
-        run_sync(database_url, settings, embedder, project)
+    run_sync(job.database_url, settings, embedder, job.project)
 
-        assert fake.calls(":cancel") == []
+    assert job.fake.calls(":cancel") == []
     assert cancel_state(db) == [("done", None, False, False, None)]
 
 
 def test_a_cancel_refused_for_a_bad_key_stays_pending_until_the_key_works(
-    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+    job: Superseded, db: psycopg.Connection[Any]
 ) -> None:
     # Gemini answers a key it does not know with 400 INVALID_ARGUMENT, not 401: taken for
     # "already ended", the job was never cancelled once the key was fixed.
-    project = make_project(tmp_path / "proj")
-    with fake_gemini() as fake:
-        sync_leaving_the_batch_running(fake, tmp_path, database_url, project)
-        fake.queue(CANCEL, error(400, "INVALID_ARGUMENT"))
-        fake.on(CANCEL, accepted)
-        settings = local_with_key(fake, tmp_path)
+    job.fake.queue(CANCEL, error(400, "INVALID_ARGUMENT"))
+    job.fake.on(CANCEL, accepted)
 
-        run_sync(database_url, settings, local_embedder(), project)
-        state = cancel_state(db)
-        assert state[0][:4] == ("failed", "pending", True, False)
-        assert "INVALID_ARGUMENT" in state[0][4]
-        later(db)
-        run_sync(database_url, settings, local_embedder(), project)
+    job.sync()
+    state = cancel_state(db)
+    assert state[0][:4] == ("failed", "pending", True, False)
+    assert "INVALID_ARGUMENT" in state[0][4]
+    job.sync_later()
 
-        assert len(fake.calls(":cancel")) == 2
+    assert len(job.fake.calls(":cancel")) == 2
     assert cancel_state(db) == [("failed", "cancelled", True, True, None)]
 
 
 @pytest.mark.parametrize("key", ["s\u00e9cret-KEY-0042", "secret\x00KEY-0042"])
 def test_a_key_the_client_cannot_send_never_reaches_the_table_or_the_log(
-    database_url: str,
+    job: Superseded,
     db: psycopg.Connection[Any],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -280,22 +263,19 @@ def test_a_key_the_client_cannot_send_never_reaches_the_table_or_the_log(
 ) -> None:
     # The client's errors name the header's value: a non-ASCII key's UnicodeEncodeError holds
     # it in its repr, a NUL's LocalProtocolError in its message.
-    project = make_project(tmp_path / "proj")
-    with fake_gemini() as fake:
-        sync_leaving_the_batch_running(fake, tmp_path, database_url, project)
-        fake.on(CANCEL, accepted)
-        # Settings refuse such a key (tests/test_settings.py); set past that check, the
-        # scrub of every Gemini error is the second line.
-        settings = make_settings(home=tmp_path / "home", gemini_base_url=fake.url).model_copy(
-            update={"gemini_api_key": key}
-        )
+    job.fake.on(CANCEL, accepted)
+    # Settings refuse such a key (tests/test_settings.py); set past that check, the
+    # scrub of every Gemini error is the second line.
+    settings = make_settings(home=tmp_path / "home", gemini_base_url=job.fake.url).model_copy(
+        update={"gemini_api_key": key}
+    )
 
-        configure_logging("info")
-        monkeypatch.setattr(embed, "log", structlog.get_logger(embed.__name__))
-        with capture_logs() as logged:
-            report = run_sync(database_url, settings, local_embedder(), project)
+    configure_logging("info")
+    monkeypatch.setattr(cancels, "log", structlog.get_logger(cancels.__name__))
+    with capture_logs() as logged:
+        report = job.sync(settings)
 
-        assert fake.calls(":cancel") == []
+    assert job.fake.calls(":cancel") == []
     assert report.errors == []
     state = cancel_state(db)
     assert state[0][:4] == ("failed", "pending", True, False)
@@ -310,29 +290,24 @@ def test_a_key_the_client_cannot_send_never_reaches_the_table_or_the_log(
 
 
 def test_cancels_that_hang_are_cut_by_one_deadline_and_stay_pending(
-    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+    job: Superseded, db: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
     # Each cancel waited up to its own timeout, one after another, the project's lock held.
-    project = make_project(tmp_path / "proj")
-    with fake_gemini() as fake:
-        sync_leaving_the_batch_running(fake, tmp_path, database_url, project)
-        run_sync(database_url, make_settings(home=tmp_path / "home"), local_embedder(), project)
-        db.execute(
-            "INSERT INTO embedding_batches (project_path, model, provider_job, hashes, status, "
-            "last_error, cancel_status, cancel_requested_at) SELECT project_path, model, "
-            "'batches/job-2', hashes, status, last_error, cancel_status, cancel_requested_at "
-            "FROM embedding_batches"
-        )
-        later(db)
-        fake.on(":cancel", lambda _r: FakeResponse(200, {}, delay_s=30))
-        settings = local_with_key(fake, tmp_path)  # a cancel's own timeout: 10 s
+    job.sync(make_settings(home=tmp_path / "home"))
+    db.execute(
+        "INSERT INTO embedding_batches (project_path, model, provider_job, hashes, status, "
+        "last_error, cancel_status, cancel_requested_at) SELECT project_path, model, "
+        "'batches/job-2', hashes, status, last_error, cancel_status, cancel_requested_at "
+        "FROM embedding_batches"
+    )
+    job.fake.on(":cancel", lambda _r: FakeResponse(200, {}, delay_s=30))
 
-        started = time.monotonic()
-        report = run_sync(database_url, settings, local_embedder(), project)
-        took = time.monotonic() - started
+    started = time.monotonic()
+    report = job.sync_later()  # a cancel's own timeout: 10 s
+    took = time.monotonic() - started
 
-        assert len(fake.calls(":cancel")) == 2  # both asked, at once
-    assert took < embed.CANCEL_DEADLINE_SECONDS + 3
+    assert len(job.fake.calls(":cancel")) == 2  # both asked, at once
+    assert took < cancels.CANCEL_DEADLINE_SECONDS + 3
     assert report.errors == []
     states = cancel_state(db)
     assert [s[:4] for s in states] == [("failed", "pending", True, False)] * 2
@@ -340,32 +315,28 @@ def test_cancels_that_hang_are_cut_by_one_deadline_and_stay_pending(
 
 
 def test_a_sync_stopped_while_a_cancel_hangs_stops_at_once(
-    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+    job: Superseded, db: psycopg.Connection[Any]
 ) -> None:
     # A cancel in a worker thread ran on to its timeout when the sync was stopped (Ctrl-C):
     # the process's exit waited for the thread.
-    project = make_project(tmp_path / "proj")
-    with fake_gemini() as fake:
-        sync_leaving_the_batch_running(fake, tmp_path, database_url, project)
-        fake.on(CANCEL, lambda _r: FakeResponse(200, {}, delay_s=30))
-        settings = local_with_key(fake, tmp_path)
-        request = SyncRequest(project_path=str(project))
+    job.fake.on(CANCEL, lambda _r: FakeResponse(200, {}, delay_s=30))
+    request = SyncRequest(project_path=str(job.project))
 
-        stopped_at: list[float] = []
+    stopped_at: list[float] = []
 
-        async def stopped_mid_cancel(sessionmaker: Any) -> None:
-            sync = asyncio.create_task(
-                sync_project(sessionmaker, settings, local_embedder(), request)
-            )
-            while not fake.calls(":cancel"):
-                await asyncio.sleep(0.01)
-            stopped_at.append(time.monotonic())
-            sync.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sync
+    async def stopped_mid_cancel(sessionmaker: Any) -> None:
+        sync = asyncio.create_task(
+            sync_project(sessionmaker, job.settings, local_embedder(), request)
+        )
+        while not job.fake.calls(":cancel"):
+            await asyncio.sleep(0.01)
+        stopped_at.append(time.monotonic())
+        sync.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sync
 
-        on_engine(database_url, stopped_mid_cancel)  # its end: the event loop's, threads too
-        took = time.monotonic() - stopped_at[0]
+    on_engine(job.database_url, stopped_mid_cancel)  # its end: the event loop's, threads too
+    took = time.monotonic() - stopped_at[0]
 
     assert took < 2  # the cancel's own timeout is 10 s, the sync's bound on cancels 5 s
     assert cancel_state(db)[0][:2] == ("failed", "pending")

@@ -1,0 +1,159 @@
+"""Cancelling at Gemini the Batch API jobs nothing waits for any more (a model switch closed
+them; `embedding_batches.cancel_status`, migration 0007).
+
+The sync that closes a job asks its cancel after its embedding pass (`cancel_at_gemini`), and
+asks again the project's cancels still pending; the worker sweeps the pending cancels of every
+project (`sweep_due_cancels`): only the project's own syncs asked them, so a project never
+synced again kept them pending for ever. A cancel is due when pending and last tried
+`queries.CANCEL_RETRY_MINUTES` ago; whoever asks it takes it first (its `updated_at` moved to
+now, under a row lock that others skip), so a sync and workers in any number of processes never
+ask one job's cancel twice at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+import structlog
+
+from app.config import Settings
+from app.db.raw_pool import Conn
+from app.llm.embeddings import Embedder
+from app.sync import queries
+from app.sync.embed import BatchEmbedder
+
+if TYPE_CHECKING:
+    from google import genai
+
+    from app.llm.gemini_embeddings import CancelOutcome
+
+log = structlog.get_logger(__name__)
+
+# All of one pass's cancels together, asked at once: the sync holds its project's lock
+# meanwhile, and each cancel one after another, up to 10 s per HTTP phase, held a watch's every
+# sync 30 s for 3 jobs at a Gemini that did not answer. One cut short stays pending.
+CANCEL_DEADLINE_SECONDS = 5.0
+# The most cancels one sweep takes: what is left is the next pass's (at once when one was full).
+SWEEP_LIMIT = 20
+
+Cancel = Callable[[str], Awaitable["CancelOutcome"]]
+
+
+async def cancel_at_gemini(
+    connection: Conn, settings: Settings, embedder: Embedder, to_cancel: list[queries.CancelToDo]
+) -> None:
+    """A sync's cancels (those `close_superseded_batches` took): with the embedder's own client
+    when it is Gemini's, else with one from the settings' key (a switch to `local` keeps it).
+    Never fails the sync."""
+    if not to_cancel:
+        return
+    # Imported here: google-genai costs ~0.3 s to import, paid only when there is a job to cancel.
+    from app.llm.gemini import GeminiNotConfigured
+    from app.llm.gemini_embeddings import cancel_client
+
+    cancel: Cancel | None = None
+    unconfigured = ""
+    if isinstance(embedder, BatchEmbedder):
+        cancel = embedder.cancel_batch
+    elif any(not job.expired for job in to_cancel):
+        try:
+            cancel = _cancel_with(cancel_client(settings), settings)
+        except GeminiNotConfigured as error:
+            unconfigured = f"not cancelled: {error.detail}"
+    await _ask_and_settle(connection, settings.gemini_api_key, to_cancel, cancel, unconfigured)
+
+
+async def sweep_due_cancels(
+    connection: Conn, settings: Settings, client: genai.Client | None
+) -> int:
+    """Take and ask up to `SWEEP_LIMIT` due cancels of any project; how many it took. Without a
+    client (no key) only those past a job's lifetime, settled `expired` without a call: the
+    others stay as they are for a worker with a key."""
+    to_cancel = await queries.take_due_cancels(
+        connection, limit=SWEEP_LIMIT, expired_only=client is None
+    )
+    if to_cancel:
+        cancel = None if client is None else _cancel_with(client, settings)
+        await _ask_and_settle(connection, settings.gemini_api_key, to_cancel, cancel, "")
+    return len(to_cancel)
+
+
+def _cancel_with(client: genai.Client, settings: Settings) -> Cancel:
+    from app.llm.gemini_embeddings import cancel_batch, cancel_timeout_ms
+
+    timeout_ms = cancel_timeout_ms(settings)
+    key = settings.gemini_api_key
+
+    async def cancel(name: str) -> CancelOutcome:
+        return await cancel_batch(client, name, timeout_ms=timeout_ms, key=key)
+
+    return cancel
+
+
+async def _ask_and_settle(
+    connection: Conn,
+    key: str | None,
+    to_cancel: list[queries.CancelToDo],
+    cancel: Cancel | None,
+    unconfigured: str,
+) -> None:
+    """One try per job, all at once, within `CANCEL_DEADLINE_SECONDS` in all; what fails stays
+    `pending`, due again `queries.CANCEL_RETRY_MINUTES` later. A failure is logged when it
+    differs from the last one: once for a missing key, not at every try."""
+    from app.llm.gemini_embeddings import CancelOutcome, describe_error
+
+    asked: dict[uuid.UUID, asyncio.Task[CancelOutcome]] = {}
+    try:
+        if cancel is not None:
+            asked = {
+                job.id: asyncio.ensure_future(cancel(job.job))
+                for job in to_cancel
+                if not job.expired
+            }
+        if asked:
+            await asyncio.wait(asked.values(), timeout=CANCEL_DEADLINE_SECONDS)
+    finally:  # cut by the deadline, or the caller cancelled: no request outlives it
+        late = [task for task in asked.values() if not task.done()]
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
+    cut = CancelOutcome(
+        "pending",
+        f"cancel cut: no answer within {CANCEL_DEADLINE_SECONDS:g} s "
+        "(the bound on all of a pass's cancels)",
+    )
+
+    settled: list[tuple[uuid.UUID, str, str | None]] = []
+    for job in to_cancel:
+        request = asked.get(job.id)
+        if job.expired:
+            outcome = CancelOutcome(
+                "expired",
+                f"not cancelled: {queries.JOB_LIFETIME_HOURS} hours past its creation",
+            )
+        elif request is None:
+            outcome = CancelOutcome("pending", unconfigured)
+        elif request.cancelled():
+            outcome = cut
+        elif (failure := request.exception()) is not None:  # tried again later
+            outcome = CancelOutcome(
+                "pending", f"cancel failed: {describe_error(failure, key)}"[:1000]
+            )
+        else:
+            outcome = request.result()
+        settled.append((job.id, outcome.status, outcome.error))
+        if outcome.status == "pending":
+            if outcome.error == job.error:
+                continue
+            log.warning(
+                "sync.batch_cancel_failed", project=job.project, job=job.job, error=outcome.error
+            )
+        else:
+            log.info(
+                "sync.batch_cancel_settled", project=job.project, job=job.job, **outcome._asdict()
+            )
+    if settled:
+        await queries.settle_cancels(connection, settled)

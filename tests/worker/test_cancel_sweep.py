@@ -1,0 +1,192 @@
+"""The worker's sweep of cancels still pending at Gemini: a project never synced again does not
+keep its superseded jobs' cancels pending for ever. Through the real google-genai client and the
+fake server; rows straight into the real database."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from app.config import Settings
+from app.llm.embeddings import local_embedder
+from app.sync import cancels
+from app.sync.indexer import SyncRequest, sync_project
+from app.worker import jobs
+from tests.conftest import make_settings
+from tests.fakes.gemini import FakeGemini, FakeResponse, fake_gemini
+from tests.sync.helpers import make_project
+from tests.worker.builders import run_until, worker_on
+
+OLD_MODEL = "gemini:gemini-embedding-001:768"
+
+
+def pending_cancel(
+    db: psycopg.Connection[Any],
+    job: str,
+    *,
+    project: str = "/home/dev/left",
+    hours_old: float = 1,
+    tried_minutes_ago: float = 60,
+) -> None:
+    """A job a model switch closed, its cancel at Gemini still to do, last tried a while ago."""
+    db.execute(
+        "INSERT INTO embedding_batches (project_path, model, provider_job, hashes, status, "
+        "last_error, cancel_status, cancel_requested_at, created_at, updated_at) VALUES "
+        "(%s, %s, %s, '[]', 'failed', 'superseded: the embedding model is now local', 'pending', "
+        "now() - make_interval(secs => %s), now() - make_interval(secs => %s), "
+        "now() - make_interval(secs => %s))",
+        (project, OLD_MODEL, job, hours_old * 3600, hours_old * 3600, tried_minutes_ago * 60),
+    )
+
+
+def states(db: psycopg.Connection[Any]) -> dict[str, tuple[Any, ...]]:
+    """Per job: (cancel_status, settled, cancel_error)."""
+    found = db.execute(
+        "SELECT provider_job, cancel_status, cancel_settled_at IS NOT NULL, cancel_error "
+        "FROM embedding_batches"
+    ).fetchall()
+    return {job: tuple(rest) for job, *rest in found}
+
+
+def with_key(fake: FakeGemini, tmp_path: Path) -> Settings:
+    return make_settings(home=tmp_path / "home", gemini_api_key="k", gemini_base_url=fake.url)
+
+
+def sweep(settings: Settings, database_url: str, times: int = 1) -> list[int]:
+    """`times` sweeps at once, each by a worker of its own (as separate processes would)."""
+
+    async def one() -> int:
+        async with worker_on(settings, database_url) as worker:
+            return await jobs.sweep_cancels(worker.ctx)
+
+    async def all_at_once() -> list[int]:
+        return list(await asyncio.gather(*(one() for _ in range(times))))
+
+    return asyncio.run(all_at_once())
+
+
+def test_a_running_worker_cancels_what_a_project_never_synced_again_left_pending(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    pending_cancel(db, "batches/job-1")
+    with fake_gemini() as fake:
+        fake.on("batches/job-1:cancel", lambda _r: FakeResponse(200, {}))
+
+        run_until(
+            with_key(fake, tmp_path),
+            database_url,
+            lambda: states(db)["batches/job-1"][0] == "cancelled",
+            timeout=20,
+        )
+
+        assert len(fake.calls(":cancel")) == 1
+    assert states(db) == {"batches/job-1": ("cancelled", True, None)}
+
+
+def test_sweeps_at_once_ask_gemini_once_per_job(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    jobs_ = [f"batches/job-{n}" for n in range(3)]
+    for job in jobs_:
+        pending_cancel(db, job)
+    with fake_gemini() as fake:
+        # Slow enough that every sweep reads the table while the first one's cancels are asked.
+        fake.on(":cancel", lambda _r: FakeResponse(200, {}, delay_s=1.0))
+
+        swept = sweep(with_key(fake, tmp_path), database_url, times=3)
+
+        asked = sorted(c.path.split("?")[0].rsplit("/", 1)[1] for c in fake.calls(":cancel"))
+    assert asked == sorted(f"{job.split('/')[1]}:cancel" for job in jobs_)
+    assert sorted(swept) == [0, 0, 3]
+    assert {s[0] for s in states(db).values()} == {"cancelled"}
+
+
+def test_a_sweep_asks_only_due_cancels_and_a_bounded_number_of_them(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    pending_cancel(db, "batches/recent", tried_minutes_ago=3)  # retried 10 min after its try
+    for n in range(cancels.SWEEP_LIMIT + 2):
+        pending_cancel(db, f"batches/due-{n:02d}")
+    with fake_gemini() as fake:
+        fake.on(":cancel", lambda _r: FakeResponse(200, {}))
+        settings = with_key(fake, tmp_path)
+
+        first = sweep(settings, database_url)
+        second = sweep(settings, database_url)
+        third = sweep(settings, database_url)
+
+        assert len(fake.calls(":cancel")) == cancels.SWEEP_LIMIT + 2
+    assert (first, second, third) == ([cancels.SWEEP_LIMIT], [2], [0])
+    assert states(db).pop("batches/recent") == ("pending", False, None)
+    assert {s[0] for s in states(db).values()} == {"pending", "cancelled"}
+
+
+def test_without_a_key_a_sweep_asks_nothing_and_settles_only_the_expired(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    pending_cancel(db, "batches/old", hours_old=49)
+    pending_cancel(db, "batches/young")
+    before = db.execute(
+        "SELECT updated_at FROM embedding_batches WHERE provider_job = 'batches/young'"
+    ).fetchone()
+
+    sweep(make_settings(home=tmp_path / "home"), database_url)
+
+    assert states(db)["batches/old"][:2] == ("expired", True)
+    assert states(db)["batches/young"] == ("pending", False, None)
+    after = db.execute(
+        "SELECT updated_at FROM embedding_batches WHERE provider_job = 'batches/young'"
+    ).fetchone()
+    assert after == before  # not taken: a worker with a key tries it at once
+
+
+def test_a_sync_while_the_sweep_asks_does_not_ask_again(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "proj")
+    pending_cancel(db, "batches/job-1", project=str(project))
+    with fake_gemini() as fake:
+        fake.on(":cancel", lambda _r: FakeResponse(200, {}, delay_s=1.5))
+        settings = with_key(fake, tmp_path)
+
+        async def both() -> None:
+            async with worker_on(settings, database_url) as worker:
+                swept = asyncio.create_task(jobs.sweep_cancels(worker.ctx))
+                while not fake.calls(":cancel"):
+                    await asyncio.sleep(0.01)
+                request = SyncRequest(project_path=str(project))
+                await sync_project(worker.ctx.sessionmaker, settings, local_embedder(), request)
+                await swept
+
+        asyncio.run(both())
+
+        assert len(fake.calls(":cancel")) == 1
+    assert states(db) == {"batches/job-1": ("cancelled", True, None)}
+
+
+@pytest.mark.parametrize("answer", [503, 400])
+def test_a_failed_sweep_cancel_waits_its_10_minutes(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path, answer: int
+) -> None:
+    pending_cancel(db, "batches/job-1")
+    status = "UNAVAILABLE" if answer == 503 else "INVALID_ARGUMENT"
+    with fake_gemini() as fake:
+        fake.on(
+            ":cancel",
+            lambda _r: FakeResponse(
+                answer, {"error": {"code": answer, "message": "no", "status": status}}
+            ),
+        )
+        settings = with_key(fake, tmp_path)
+
+        sweep(settings, database_url)
+        sweep(settings, database_url)
+
+        assert len(fake.calls(":cancel")) == 1
+    state = states(db)["batches/job-1"]
+    assert state[:2] == ("pending", False)
+    assert f"{answer} {status}" in state[2]
