@@ -368,12 +368,14 @@ def test_a_first_call_that_fails_upstream_leaves_no_session(
 def test_a_stream_that_ends_in_an_error_records_none_of_its_calls(
     start_proxy: ProxyFactory, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with start_proxy(proxy_upstream_timeout_seconds=0.3) as proxy:
+    # The timeout bounds the connect too: at 0.3 s a loaded run (two pytest workers on two
+    # cores) once failed the second call's connect to the local fake (502, not 500).
+    with start_proxy(proxy_upstream_timeout_seconds=1.0) as proxy:
         cleanup = _calls_answer({"name": "run_shell", "args": {"command": "rm -rf build"}})
         failure = {"error": {"code": 500, "message": "internal", "status": "INTERNAL"}}
         proxy.upstream.queue(
             # The upstream goes silent after the call's chunk: the proxy ends the stream in a 504.
-            Scripted(chunks=[cleanup, text_answer("and then")], pause_s=1.0),
+            Scripted(chunks=[cleanup, text_answer("and then")], pause_s=3.0),
             # Gemini itself reports a failure mid-stream as an error event.
             Scripted(raw_chunks=sse_bytes([cleanup, failure])),
             Scripted(chunks=[_calls_answer({"name": "read_file", "args": {"path": "Makefile"}})]),

@@ -143,10 +143,11 @@ def test_stream_through_google_genai_client(proxy: Proxy) -> None:
 def test_a_stream_the_upstream_breaks_off_ends_in_an_error_the_client_raises(
     start_proxy: ProxyFactory,
 ) -> None:
-    with start_proxy(proxy_upstream_timeout_seconds=0.15) as proxy:
+    # The timeout bounds the connect too: a shorter one fails a loaded run's local connect.
+    with start_proxy(proxy_upstream_timeout_seconds=1.0) as proxy:
         # The second chunk comes after the proxy's read timeout: the upstream went silent.
         chunks = [text_answer("Hello "), text_answer("x")]
-        proxy.upstream.queue(Scripted(chunks=chunks, pause_s=0.5))
+        proxy.upstream.queue(Scripted(chunks=chunks, pause_s=3.0))
         client = proxy.client()
         stream = client.models.generate_content_stream(
             model="gemini-2.5-flash", contents="say hello"
@@ -211,9 +212,9 @@ def test_an_upstream_that_does_not_answer_in_time_is_a_504_that_says_so(
 ) -> None:
     with (
         fake_gemini() as fake,
-        start_proxy(upstream_url=fake.url, proxy_upstream_timeout_seconds=0.3) as proxy,
+        start_proxy(upstream_url=fake.url, proxy_upstream_timeout_seconds=1.0) as proxy,
     ):
-        late = FakeResponse(body=text_answer("too late"), delay_s=1.0)
+        late = FakeResponse(body=text_answer("too late"), delay_s=3.0)
         fake.queue(":generateContent", late)
         fake.queue(":streamGenerateContent", late)
         client = proxy.client()
@@ -230,7 +231,7 @@ def test_an_upstream_that_does_not_answer_in_time_is_a_504_that_says_so(
         assert raised.value.code == 504
         assert raised.value.details == {
             "error": "UpstreamTimeout",
-            "detail": "the Gemini upstream 127.0.0.1 did not answer within 0.3 s "
+            "detail": "the Gemini upstream 127.0.0.1 did not answer within 1 s "
             "(AGMEM_PROXY_UPSTREAM_TIMEOUT_SECONDS)",
         }
     assert dropped.value.code == 502
