@@ -14,6 +14,7 @@ import time
 import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
+from urllib.parse import quote, quote_plus
 
 import httpx
 import numpy as np
@@ -75,6 +76,12 @@ _KEY_MARK = "<GEMINI_API_KEY>"
 # whole: "k" replaced everywhere turned Gemini's "API key not valid" into "API <...>ey not valid".
 _SCRUB_ANYWHERE_LENGTH = 16
 _KEY_CHARACTER = r"[A-Za-z0-9_\-]"  # what a key is made of: a whole key is not next to one
+# ...unless that letter or digit ends an escape (a repr's `\n`, a JSON `\u00e9`, a URL's `%3D`):
+# the key then starts right after it, and was kept whole in `line\n<key>` or `?key%3D<key>`.
+_AFTER_A_BOUNDARY = (
+    rf"(?:(?<!{_KEY_CHARACTER})|(?<=\\[a-z])|(?<=\\x[0-9a-fA-F]{{2}})"
+    rf"|(?<=\\u[0-9a-fA-F]{{4}})|(?<=%[0-9a-fA-F]{{2}}))"
+)
 
 
 class CancelOutcome(NamedTuple):
@@ -317,8 +324,8 @@ def describe_error(error: BaseException, key: str | None) -> str:
 
 def scrub_key(text: str, key: str | None) -> str:
     """`text` with `key` replaced in every form an error quotes it in: as is, escaped as a
-    str's repr escapes it, or as the repr of its UTF-8 bytes. A key under 16 characters (a real
-    one has 39) only where it stands whole."""
+    str's repr escapes it, as the repr of its UTF-8 bytes, or quoted in a URL. A key under 16
+    characters (a real one has 39) only where it stands whole."""
     if not key:
         return text
     anywhere = len(key) >= _SCRUB_ANYWHERE_LENGTH
@@ -327,6 +334,8 @@ def scrub_key(text: str, key: str | None) -> str:
         repr(key)[1:-1],
         repr(key.encode("utf-8", "backslashreplace"))[2:-1],
         key.encode("unicode_escape").decode("ascii"),
+        quote(key, safe=""),  # a URL's query (`?key=`) quotes `+`, `/` and `=`
+        quote_plus(key, safe=""),
     }
     for form in sorted(forms, key=len, reverse=True):
         if not form:
@@ -334,7 +343,7 @@ def scrub_key(text: str, key: str | None) -> str:
         if anywhere:
             text = text.replace(form, _KEY_MARK)
         else:
-            whole = f"(?<!{_KEY_CHARACTER}){re.escape(form)}(?!{_KEY_CHARACTER})"
+            whole = f"{_AFTER_A_BOUNDARY}{re.escape(form)}(?!{_KEY_CHARACTER})"
             text = re.sub(whole, _KEY_MARK, text)
     return text
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import structlog
 
@@ -66,19 +66,32 @@ async def cancel_at_gemini(
     await _ask_and_settle(connection, settings.gemini_api_key, to_cancel, cancel, unconfigured)
 
 
+class Swept(NamedTuple):
+    taken: int
+    failed: int  # of those taken, how many stay pending (refused, unreachable, cut)
+
+    @property
+    def more_now(self) -> bool:
+        """A full pass that all went through: the backlog may hold more due now. One with a
+        failure waits its interval: against a Gemini answering 429 a backlog of 1,000 was asked
+        in 6.7 s of back-to-back passes, spending the quota embeddings share."""
+        return self.taken >= SWEEP_LIMIT and not self.failed
+
+
 async def sweep_due_cancels(
     connection: Conn, settings: Settings, client: genai.Client | None
-) -> int:
-    """Take and ask up to `SWEEP_LIMIT` due cancels of any project; how many it took. Without a
-    client (no key) only those past a job's lifetime, settled `expired` without a call: the
-    others stay as they are for a worker with a key."""
+) -> Swept:
+    """Take and ask up to `SWEEP_LIMIT` due cancels of any project. Without a client (no key)
+    only those past a job's lifetime, settled `expired` without a call: the others stay as they
+    are for a worker with a key."""
     to_cancel = await queries.take_due_cancels(
         connection, limit=SWEEP_LIMIT, expired_only=client is None
     )
+    failed = 0
     if to_cancel:
         cancel = None if client is None else _cancel_with(client, settings)
-        await _ask_and_settle(connection, settings.gemini_api_key, to_cancel, cancel, "")
-    return len(to_cancel)
+        failed = await _ask_and_settle(connection, settings.gemini_api_key, to_cancel, cancel, "")
+    return Swept(len(to_cancel), failed)
 
 
 def _cancel_with(client: genai.Client, settings: Settings) -> Cancel:
@@ -99,10 +112,11 @@ async def _ask_and_settle(
     to_cancel: list[queries.CancelToDo],
     cancel: Cancel | None,
     unconfigured: str,
-) -> None:
+) -> int:
     """One try per job, all at once, within `CANCEL_DEADLINE_SECONDS` in all; what fails stays
-    `pending`, due again `queries.CANCEL_RETRY_MINUTES` later. A failure is logged when it
-    differs from the last one: once for a missing key, not at every try."""
+    `pending`, due again `queries.CANCEL_RETRY_MINUTES` later, and is counted in the return. A
+    failure is logged when it differs from the last one: once for a missing key, not at every
+    try."""
     from app.llm.gemini_embeddings import CancelOutcome, describe_error
 
     asked: dict[uuid.UUID, asyncio.Task[CancelOutcome]] = {}
@@ -157,3 +171,4 @@ async def _ask_and_settle(
             )
     if settled:
         await queries.settle_cancels(connection, settled)
+    return sum(status == "pending" for _, status, _ in settled)

@@ -546,10 +546,9 @@ def _idle_pace(ctx: JobContext) -> dict[str, Any]:
     return {"limit": int(ctx.idle_allowance), "spacing": spacing}
 
 
-async def sweep_cancels(ctx: JobContext) -> int:
+async def sweep_cancels(ctx: JobContext) -> cancels.Swept:
     """The cancels at Gemini due again, of any project (app/sync/cancels.py): only a project's
-    own syncs asked them, so a project never synced again kept them pending for ever. How many
-    it took."""
+    own syncs asked them, so a project never synced again kept them pending for ever."""
     async with ctx.sessionmaker() as session:
         connection = await session.connection(execution_options=AUTOCOMMIT)
         driver = cast(Conn, (await connection.get_raw_connection()).driver_connection)

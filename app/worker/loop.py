@@ -23,7 +23,6 @@ from app.errors import first_line, sqlstate
 from app.llm.embeddings import Embedder
 from app.llm.gemini import make_client
 from app.llm.ratelimit import DailyBudget, gemini_gate
-from app.sync import cancels
 from app.worker import claims, jobs, rescan, results
 from app.worker.claims import Queue
 
@@ -282,14 +281,15 @@ class Worker:
 
     async def _sweep_cancels(self) -> None:
         """Cancels at Gemini still pending, of any project: at the start (a start often follows
-        a key's fix), then at every upkeep interval, at once again after a full pass."""
+        a key's fix), then at every upkeep interval, at once again after a full pass that all
+        went through."""
         while True:
-            full = False
+            more_now = False
             try:
-                full = await jobs.sweep_cancels(self.ctx) >= cancels.SWEEP_LIMIT
+                more_now = (await jobs.sweep_cancels(self.ctx)).more_now
             except Exception as error:  # retried at the next interval
                 log_failure("worker.cancel_sweep_error", error)
-            if not full:
+            if not more_now:
                 await asyncio.sleep(self.settings.worker_purge_interval_seconds)
 
     async def _rescan_first(self, stop: asyncio.Event) -> None:

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 import numpy as np
 import pytest
@@ -287,3 +289,28 @@ def test_a_key_as_long_as_a_real_one_is_scrubbed_wherever_it_stands() -> None:
         "Illegal header value b'<GEMINI_API_KEY>'; <GEMINI_API_KEY>suffix, prefix<GEMINI_API_KEY>"
     )
     assert scrub_key("keys: k, kk, k-1, xk", "k") == "keys: <GEMINI_API_KEY>, kk, k-1, xk"
+
+
+@pytest.mark.parametrize(
+    "quoted",
+    [
+        repr("failed:\n" + "gw-key-2025"),
+        repr(("failed:\n" + "gw-key-2025").encode()),
+        json.dumps({"k": "line\n" + "gw-key-2025"}),
+        json.dumps({"k": "caf\u00e9" + "gw-key-2025"}),
+        "?key%3D" + "gw-key-2025",
+        quote("?key=gw-key-2025", safe=""),
+    ],
+)
+def test_a_short_key_right_after_an_escape_is_scrubbed(quoted: str) -> None:
+    # Only "where it stands whole", the key after a repr's `\n` or a URL's `%3D` stood next to a
+    # letter or digit and was kept as it was.
+    assert "gw-key-2025" in quoted
+    assert "gw-key-2025" not in scrub_key(quoted, "gw-key-2025")
+
+
+@pytest.mark.parametrize("key", ["a+b/c=d", "AIza" + "x9+/" * 8 + "ab="])
+def test_a_key_is_scrubbed_as_a_url_quotes_it(key: str) -> None:
+    for quoted in (quote(key, safe=""), quote_plus(key, safe="")):
+        assert quoted != key
+        assert quoted not in scrub_key(f"GET /v1/models?key={quoted}&alt=sse", key)
