@@ -740,14 +740,10 @@ def test_a_body_trickled_under_the_idle_timeout_is_a_408(
     assert "slower than 1 KiB/s" in log, log
 
 
-def test_an_8_mib_body_at_512_kib_a_second_is_served(port: int) -> None:
-    # The body rate rule must not cut an honest upload of AGMEM_MAX_BODY_BYTES (16 s here, eight
-    # idle timeouts). Seen to pass before the rule too: it guards the rule's rate.
-    size = 8 * 1024 * 1024
-    prefix = b'{"projectPath": "/big", "id": "big-1"'
-    body = prefix + b" " * (size - len(prefix) - 1) + b"}"
-    head = START + b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body)
-    rate, step = 512 * 1024, 64 * 1024
+def _paced(port: int, head: bytes, body: bytes, rate: float) -> tuple[bytes, float]:
+    """Send `head`, then `body` at `rate` bytes a second in pieces a quarter of the idle timeout
+    apart (the per-byte clock never runs out): the answer, and how long after the head it came."""
+    step = int(rate * IDLE_SECONDS / 4)
     with socket.create_connection(("127.0.0.1", port), timeout=30) as connection:
         connection.sendall(head)
         started = time.monotonic()
@@ -755,12 +751,43 @@ def test_an_8_mib_body_at_512_kib_a_second_is_served(port: int) -> None:
             ahead = sent / rate - (time.monotonic() - started)
             if ahead > 0:
                 time.sleep(ahead)
-            connection.sendall(body[sent : sent + step])
-        took = time.monotonic() - started
+            try:
+                connection.sendall(body[sent : sent + step])
+            except (BrokenPipeError, ConnectionResetError):
+                break
         answer = b""
-        while chunk := connection.recv(65536):
-            answer += chunk
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := connection.recv(65536):
+                answer += chunk
+        return answer, time.monotonic() - started
 
-    assert took > 15
+
+def test_a_body_at_1_1_kib_a_second_is_served(port: int) -> None:
+    # 6 s, three idle timeouts, a little above the rule's 1 KiB/s. Its last piece goes at 5.5 s,
+    # when the rule allows the timeout plus a second per KiB received: with the rule at about
+    # 1.8 KiB/s it is a 408 (seen at 1.9), so it guards the rate chosen, and with it every faster
+    # upload (8 MiB at 512 KiB/s).
+    rate = 1.1 * 1024
+    prefix = b'{"projectPath": "/paced", "id": "paced-1"'
+    body = prefix + b" " * (int(rate * 6) - len(prefix) - 1) + b"}"
+    head = START + b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body)
+
+    answer, took = _paced(port, head, body, rate)
+
     assert answer.startswith(b"HTTP/1.1 201 "), answer[:300]
-    assert json.loads(answer.partition(b"\r\n\r\n")[2])["id"] == "big-1"
+    assert json.loads(answer.partition(b"\r\n\r\n")[2])["id"] == "paced-1"
+    assert took > 5
+
+
+def test_a_body_at_half_a_kib_a_second_is_a_408(port: int) -> None:
+    # Each piece within the per-byte clock, but short of the rule's 1 KiB/s: a 408 once past the
+    # timeout plus a second per KiB received (2 + t / 2 = t: 4 s); by 5.5 s unless the rule
+    # allowed under about 0.8 KiB/s.
+    head = START + b"Content-Length: 100000\r\nConnection: close\r\n\r\n"
+
+    answer, took = _paced(port, head, b'{"projectPath": "/paced", ' + b" " * 8000, 512)
+
+    status, error = error_of(answer)
+    assert status == b"HTTP/1.1 408 Request Timeout"
+    assert "1 KiB/s" in error["detail"]
+    assert 3.5 < took < 5.5
