@@ -29,9 +29,13 @@ the last, so `Host: 127.0.0.1` then `Host: evil.example` passed the one as this 
 other as the page's own origin. So is an HTTP/1.1 request without one (RFC 9112, 3.2: a server
 MUST); an HTTP/1.0 one is served (HTTP/1.0 has no such rule; HAProxy's health check sends none).
 A request line without a version (HTTP/0.9's shape) is refused, with a Host or without: HTTP/0.9
-has no headers, so that is no request of any version. Headers past MAX_HEADERS or
-MAX_HEADER_BYTES are a 431 (httptools bounds neither). A refusal pipelined behind a request
-still in the app waits for that one's answer.
+has no headers, so that is no request of any version: that refusal comes before any other of
+the header block. Headers past MAX_HEADERS or MAX_HEADER_BYTES are a 431 (httptools bounds
+neither), a chunked body's trailers counted with them as they come: the parser passes them to
+`on_header` after the header block's end, where they were appended to the headers the app had
+been given, and neither bound looked at them. They are not the app's (uvicorn's ASGI has no
+request trailers; its h11 protocol drops them). A refusal pipelined behind a request still in
+the app waits for that one's answer.
 
 uvicorn's `data_received` logs `Invalid HTTP request received.` for every parser error, which
 named neither a 503 at the limit nor a Host refusal. It stays uvicorn's: the parser it feeds
@@ -77,8 +81,9 @@ MAX_HEADERS = 100
 MAX_HEADER_BYTES = 64 * 1024
 MAX_HEAD_BYTES = 2 * MAX_HEADER_BYTES
 HEADERS_DETAIL = (
-    "the request's headers are over 64 KiB or 100 headers (or its request line and headers "
-    "over 128 KiB): send large data in a request's body"
+    "the request's headers (with a chunked body's trailers) are over 64 KiB or 100 headers (or "
+    "its request line and headers, or its trailers, over 128 KiB): send large data in a "
+    "request's body"
 )
 # A request still open when a second signal hurries the stop: retry after about what a restart
 # takes.
@@ -108,12 +113,21 @@ class Refused(httptools.HttpParserError):
     """A request refused from a parser callback, which stops the parser: its answer, and the
     cause the log names."""
 
-    def __init__(self, status: bytes, body: bytes, headers: list[Header], cause: str) -> None:
+    def __init__(
+        self,
+        status: bytes,
+        body: bytes,
+        headers: list[Header],
+        cause: str,
+        *,
+        dispatched: bool = False,
+    ) -> None:
         super().__init__(cause)
         self.status = status
         self.body = body
         self.headers = headers
         self.cause = cause
+        self.dispatched = dispatched  # for its trailers: the app was given it with its headers
 
 
 class RefusingParser(httptools.HttpRequestParser):
@@ -125,6 +139,18 @@ class RefusingParser(httptools.HttpRequestParser):
     def __init__(self, protocol: JsonErrorsProtocol) -> None:
         super().__init__(protocol)
         self.protocol = protocol
+        self.version = "1.1"
+
+    def read_version(self) -> str:
+        """The request line's version, read from llhttp: a string formatted at each call
+        (0.85 us), which uvicorn's `on_headers_complete` asks for again, after the protocol's."""
+        self.version = version = super().get_http_version()
+        return version
+
+    def get_http_version(self) -> str:
+        """The version `read_version` read last, for the header block just complete: uvicorn
+        asks only from its `on_headers_complete`, which comes after the protocol's."""
+        return self.version
 
     def feed_data(self, data: bytes | bytearray | memoryview | array[int]) -> None:
         try:
@@ -143,6 +169,7 @@ class JsonErrorsProtocol(StallBoundProtocol):
     headers and a trusted proxy's `X-Forwarded-Host`. `configured` makes the class with the
     settings."""
 
+    parser: RefusingParser
     trusted_proxies: tuple[Network, ...] = ()
     allowed_hosts: frozenset[str] = frozenset()
 
@@ -181,6 +208,10 @@ class JsonErrorsProtocol(StallBoundProtocol):
         self.parser = RefusingParser(self)
         self.parser.set_dangerous_leniencies(lenient_data_after_close=True)  # as uvicorn sets it
         self.head_bytes = 0  # bytes read in the reads after the first of a head not complete
+        self.header_bytes = 0  # the message's header lines, names and values, trailers too
+        self.hosts = 0  # its Host headers
+        self.trailers = 0  # ... and its trailers
+        self.chunk_at = -1  # the body's bytes at a chunk's header, until the chunk is complete
         self.behind_proxy = False  # the peer is a trusted proxy
         self.loopback_proxy = False  # ... on this machine, where a browser connects from too
         # A refusal pipelined behind a request still in the app, sent once its answer is.
@@ -206,40 +237,79 @@ class JsonErrorsProtocol(StallBoundProtocol):
         self.last_data = self.loop.time()
         if self.held_error is not None:
             return  # behind a refused request: the parser lost its place, nothing more is read
-        if self.in_headers:
-            self.head_bytes += len(data)
+        if not (self.in_headers or self.chunk_at == self.body_received):
+            super().data_received(data)
+            return
+        # A head, or a last chunk's trailers (a chunk's header came, none of its data): counted
+        # on the reads after the first, bounded as they come. A header line is counted only
+        # once whole (`on_header`), and the parser buffers one of any size until then.
+        self.head_bytes += len(data)
         super().data_received(data)
-        # Counted on the reads after the first, the head is bounded as it comes: its headers'
-        # own check comes only once they are all there.
-        if self.in_headers and self.head_bytes > MAX_HEAD_BYTES:
+        if self.head_bytes > MAX_HEAD_BYTES and (
+            self.in_headers or self.chunk_at == self.body_received
+        ):
             if self.held_error is None and not self.transport.is_closing():
-                self.refuse(self.headers_too_large())
+                self.refuse(self.head_refused())
 
-    def headers_too_large(self) -> Refused:
+    def headers_too_large(self, *, dispatched: bool = False) -> Refused:
         body = error_body("RequestHeaderFieldsTooLarge", HEADERS_DETAIL)
         cause = "refused a request whose headers are over 64 KiB or 100 headers (431)"
-        return Refused(b"431 Request Header Fields Too Large", body, [], cause)
+        status = b"431 Request Header Fields Too Large"
+        return Refused(status, body, [], cause, dispatched=dispatched)
+
+    def head_refused(self) -> Refused:
+        """A head past a bound: a 431, unless its request line has no version, refused first
+        whatever its headers (a 101st header made it a 431)."""
+        if not self.in_headers:
+            return self.headers_too_large(dispatched=True)
+        if self.parser.read_version() == "0.9":
+            return self.no_version()
+        return self.headers_too_large()
+
+    def no_version(self) -> Refused:
+        # HTTP/0.9 has no headers: with a Host it was served as HTTP/1.x.
+        body = error_body("BadRequest", NO_VERSION_DETAIL)
+        cause = "refused a request line without an HTTP version (400)"
+        return Refused(b"400 Bad Request", body, [], cause)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self.in_headers = True
-        self.head_bytes = 0
+        self.head_bytes = self.header_bytes = self.hosts = self.trailers = 0
         self.message_began = self.last_data
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        # uvicorn's (a lowercase name, `Expect: 100-continue` noted), each line counted as it
+        # comes, and a trailer only counted.
+        size = self.header_bytes = self.header_bytes + len(name) + len(value)
+        headers = self.headers
+        if self.in_headers:
+            if size > MAX_HEADER_BYTES or len(headers) >= MAX_HEADERS:
+                raise self.head_refused()
+            name = name.lower()
+            if name == b"host":
+                self.hosts += 1
+            elif name == b"expect" and value.lower() == b"100-continue":
+                self.expect_100_continue = True
+            headers.append((name, value))
+            return
+        self.trailers += 1
+        if size > MAX_HEADER_BYTES or len(headers) + self.trailers > MAX_HEADERS:
+            raise self.headers_too_large(dispatched=True)
+
+    def on_chunk_header(self) -> None:
+        self.chunk_at = self.body_received
+        self.head_bytes = 0
+
+    def on_chunk_complete(self) -> None:
+        self.chunk_at = -1
 
     def on_headers_complete(self) -> None:
         self.in_headers = False
-        hosts = size = 0
-        for name, value in self.headers:
-            hosts += name == b"host"
-            size += len(name) + len(value)
-        if size > MAX_HEADER_BYTES or len(self.headers) > MAX_HEADERS:
-            raise self.headers_too_large()
-        version = self.parser.get_http_version()
+        version = self.parser.read_version()
         if version == "0.9":  # llhttp's name for a request line without a version
-            # HTTP/0.9 has no headers: with a Host it was served as HTTP/1.x.
-            body = error_body("BadRequest", NO_VERSION_DETAIL)
-            cause = "refused a request line without an HTTP version (400)"
-            raise Refused(b"400 Bad Request", body, [], cause)
+            raise self.no_version()
+        hosts = self.hosts
         if hosts > 1:
             body = error_body("BadRequest", TWO_HOSTS_DETAIL)
             cause = "refused a request with two Host headers (400)"
@@ -308,7 +378,27 @@ class JsonErrorsProtocol(StallBoundProtocol):
     def refuse(self, refused: Refused) -> None:
         """Answer a request refused by a callback (`RefusingParser`), log its cause and close."""
         self.refusals.note(self.logger, self.loop, refused.cause)
-        self.answer_and_close(refused.status, refused.body, refused.headers)
+        if refused.dispatched:
+            self.refuse_dispatched(refused)
+        else:
+            self.answer_and_close(refused.status, refused.body, refused.headers)
+
+    def refuse_dispatched(self, refused: Refused) -> None:
+        """Refuse a request for its trailers: it was dispatched with its headers. Queued behind
+        another's answer, it never starts, and its refusal waits for that answer. In the app, it
+        reads a disconnect and is answered unless its answer has begun; then, or once answered,
+        the connection is only closed."""
+        cycle = self.cycle
+        if self.pipeline and self.pipeline[0][0] is cycle:
+            self.pipeline.popleft()
+            self.answer_and_close(refused.status, refused.body, refused.headers)
+            return
+        if cycle is not None and not cycle.response_complete:
+            cycle.disconnected = True
+            cycle.message_event.set()
+            if not cycle.response_started:
+                self.send_error(refused.status, refused.body, refused.headers)
+        self.transport.close()
 
     def send_400_response(self, msg: str) -> None:
         # What the parser itself refused (uvicorn has logged it): its 400 in the shape. A
