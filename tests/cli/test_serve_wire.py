@@ -23,7 +23,8 @@ from tests.conftest import libpq_url
 from tests.fakes.gemini import text_answer
 from tests.proxy.upstream import Scripted, fake_upstream
 
-pytestmark = pytest.mark.slow
+# One worker under `make test` (`--dist loadgroup`): the module's `agmem serve` fixtures start once.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("serve_wire")]
 
 # Margins hold on a loaded 2-core machine: a slow body's pauses are a fifth of the timeout.
 IDLE_SECONDS = 2.0
