@@ -9,6 +9,9 @@ PYTEST_ARGS ?=
 # serial run is waiting (timeouts, subprocesses, the database): see docs/benchmarks.md.
 # `uv run pytest tests/x.py` stays serial; PYTEST_WORKERS=0 runs the whole suite serially.
 PYTEST_WORKERS ?= 2
+# loadgroup: tests spread one by one, but those marked xdist_group (module-scoped `agmem serve`
+# fixtures) run on one worker, which starts their server once.
+PYTEST_DIST ?= loadgroup
 
 .PHONY: install run test lint typecheck migrations-check pytest bench format clean
 
@@ -38,7 +41,7 @@ migrations-check: install
 	$(UV) run python -m tests.migrations_check
 
 pytest: install
-	$(UV) run pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
+	$(UV) run pytest -n $(PYTEST_WORKERS) --dist $(PYTEST_DIST) $(PYTEST_ARGS)
 
 bench: install
 	$(UV) run python -m bench.all

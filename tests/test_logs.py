@@ -69,6 +69,22 @@ def test_the_watch_library_does_not_narrate_each_change(
     assert "kept: a problem" in printed
 
 
+def test_the_mcp_sdk_does_not_narrate_each_stateless_request(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # /mcp runs stateless: the SDK ends a transport per request and logged "Terminating session:
+    # None" at INFO for each tool call, into `agmem serve`'s log (and, from the tests' live
+    # servers' threads, between pytest's dots).
+    configure_logging("info")
+
+    logging.getLogger("mcp.server.streamable_http").info("Terminating session: %s", None)
+    logging.getLogger("mcp.server.streamable_http").warning("kept: a problem")
+
+    printed = capsys.readouterr().err
+    assert "Terminating session" not in printed
+    assert "kept: a problem" in printed
+
+
 def test_logging_does_not_import_rich_and_rich_still_imports_after() -> None:
     # structlog imported rich and pygments with it (~0.15 s of CPU) for every `agmem` command.
     probe = (
@@ -105,6 +121,6 @@ def test_a_library_logs_to_stderr_as_it_is_now_not_as_it_was_when_configured(
     monkeypatch.setattr("sys.stderr", now)
     monkeypatch.setattr(logging, "raiseExceptions", True)
 
-    logging.getLogger("mcp.server.streamable_http").info("Terminating session: %s", None)
+    logging.getLogger("a.library").info("Shutting down")
 
-    assert now.getvalue() == "Terminating session: None\n"
+    assert now.getvalue() == "Shutting down\n"

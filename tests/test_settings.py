@@ -47,6 +47,7 @@ def test_environment_names(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"trusted_proxies": "10.0.0.1, nginx"}, "AGMEM_TRUSTED_PROXIES"),
         ({"request_idle_timeout_seconds": 0}, "AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS"),
         ({"max_connections": 0}, "AGMEM_MAX_CONNECTIONS"),
+        ({"refusal_log_seconds": 0}, "AGMEM_REFUSAL_LOG_SECONDS"),
     ],
 )
 def test_invalid_setting_names_the_variable(override: dict[str, object], variable: str) -> None:

@@ -8,7 +8,7 @@ import asyncio
 import json
 import logging
 
-REFUSAL_LOG_SECONDS = 10.0
+REFUSAL_LOG_SECONDS = 10.0  # as Settings.refusal_log_seconds
 
 
 def error_body(error: str, detail: str) -> bytes:
@@ -16,12 +16,13 @@ def error_body(error: str, detail: str) -> bytes:
 
 
 class RefusalLog:
-    """One log line per cause at most every REFUSAL_LOG_SECONDS (shared by the connections): a
-    flood of refusals is a count. The count is logged when its window ends, by one timer per
-    cause (not per connection), or when the server stops (`flush`); the window it closes begins
-    the next, so a steady flood is one line per window."""
+    """One log line per cause at most every `window` seconds (AGMEM_REFUSAL_LOG_SECONDS, shared
+    by the connections): a flood of refusals is a count. The count is logged when its window
+    ends, by one timer per cause (not per connection), or when the server stops (`flush`); the
+    window it closes begins the next, so a steady flood is one line per window."""
 
-    def __init__(self) -> None:
+    def __init__(self, window: float = REFUSAL_LOG_SECONDS) -> None:
+        self.window = window
         self.window_began: dict[str, float] = {}
         self.quiet: dict[str, int] = {}
         self.timers: dict[str, asyncio.TimerHandle] = {}
@@ -30,14 +31,14 @@ class RefusalLog:
     def note(self, logger: logging.Logger, loop: asyncio.AbstractEventLoop, cause: str) -> None:
         now = loop.time()
         began = self.window_began.get(cause)
-        if began is None or now - began >= REFUSAL_LOG_SECONDS:
+        if began is None or now - began >= self.window:
             self.window_began[cause] = now
             logger.warning("%s", cause)
             return
         self.quiet[cause] = self.quiet.get(cause, 0) + 1
         if cause not in self.timers:
             self.logger = logger
-            ends = began + REFUSAL_LOG_SECONDS - now
+            ends = began + self.window - now
             self.timers[cause] = loop.call_later(ends, self.window_ended, cause, loop)
 
     def window_ended(self, cause: str, loop: asyncio.AbstractEventLoop) -> None:

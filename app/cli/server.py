@@ -164,6 +164,7 @@ def serve(
                 idle_timeout=settings.request_idle_timeout_seconds,
                 trusted_proxies=settings.trusted_proxies,
                 allowed_hosts=settings.allowed_hosts,
+                refusal_log_seconds=settings.refusal_log_seconds,
             ),
             # Answered in the error shape by the protocol, which checks it first.
             # (uvicorn refuses at `limit_concurrency` connections, this one included).

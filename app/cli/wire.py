@@ -40,7 +40,7 @@ the app waits for that one's answer.
 uvicorn's `data_received` logs `Invalid HTTP request received.` for every parser error, which
 named neither a 503 at the limit nor a Host refusal. It stays uvicorn's: the parser it feeds
 (`RefusingParser`) answers a refusal of the callbacks here, logging its cause, one line per cause
-at most every REFUSAL_LOG_SECONDS and the count of the rest when that window ends.
+at most every AGMEM_REFUSAL_LOG_SECONDS and the count of the rest when that window ends.
 """
 
 from __future__ import annotations
@@ -180,6 +180,7 @@ class JsonErrorsProtocol(StallBoundProtocol):
         idle_timeout: float,
         trusted_proxies: Iterable[str] = (),
         allowed_hosts: Iterable[str] = (),
+        refusal_log_seconds: float = REFUSAL_LOG_SECONDS,
     ) -> type[JsonErrorsProtocol]:
         """The protocol with these settings (uvicorn makes one instance per connection).
         `trusted_proxies`: addresses or networks (`10.0.0.0/8`); `allowed_hosts`:
@@ -191,7 +192,7 @@ class JsonErrorsProtocol(StallBoundProtocol):
             "idle_timeout": idle_timeout,
             "trusted_proxies": networks,
             "allowed_hosts": allowed_host_names(allowed_hosts),
-            "refusals": RefusalLog(),
+            "refusals": RefusalLog(refusal_log_seconds),
         }
         return type(cls.__name__, (cls,), attributes)
 

@@ -334,6 +334,7 @@ def serving(database_url: str) -> Iterator[int]:
     assert server.returncode == 0, output
 
 
+@pytest.mark.xdist_group("serving")  # the module-scoped `serving` starts once
 @pytest.mark.parametrize(
     "request_bytes",
     [
