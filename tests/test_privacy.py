@@ -942,7 +942,7 @@ def test_json_credentials_under_reference_names_are_redacted(key: str, value: st
 # The rules' digest of each generation. A change of the rules moves RULES_VERSION: bump
 # RULES_GENERATION with it and add the pair here, so that the worker of this build rescans a
 # database redacted under older rules, and leaves one redacted under newer rules alone.
-RULES_GENERATIONS = {2: "365611fd712337b4", 3: "8af492f9428a103e", 4: "1931c0c369113c43"}
+RULES_GENERATIONS = {2: "365611fd712337b4", 3: "8af492f9428a103e", 4: "7a78c54a1eef79a1"}
 
 
 def test_rules_generation_moves_with_the_rules() -> None:
@@ -1365,6 +1365,87 @@ def test_json_values_of_more_credential_names_are_redacted(key: str) -> None:
     [("pwd", "/home/dev/project"), ("PWD", "/srv/app"), ("OLDPWD", "/tmp"), ("bypass", "x1")],
 )
 def test_json_working_directories_and_lookalikes_are_kept(key: str, value: str) -> None:
+    assert sanitize_json({key: value}) == {key: value}
+    assert redact_json({key: value}) == {key: value}
+
+
+# A value starting `/`, `./`, `../` or `~/` is no path under a credential's name: one base64
+# secret in 64 starts `/`, and `/9j/` starts every base64 JPEG. A path is kept only where the
+# name expects one: a key's file (`privateKey`, `signingKey`), a working directory (`pwd`).
+@pytest.mark.parametrize(
+    "text",
+    [
+        '"password": "/x9kLmnP0abc"',
+        'password = "/Tr0ub4dor&3"',
+        "'token': '/AbCdEf123456789'",
+        "secret: /9j/4AAQSkZJRgABAQAAAQABAAD",
+        "token: /AbCdEf123456789",
+        "api_key: /AbCdEf123456789",
+        '"client_secret": "/9j/4AAQSkZJRgABAQAAAQABAAD"',
+        "client_secret: ~/x9Kz",
+        "password: ../x9Kz",
+        "secretKey: /9j/4AAQSkZJRgABAQAAAQABAAD",
+        "signingKey: //9j4AAQSkZJRgABAQAAAQABAAD",
+        "privateKey: /9j/4AAQSkZJRgABAQAAAQABAAD",
+        'pwd = "/x9kLmnP0abc$"',
+        "MYSQL_PWD=/x9kLmnP0abc",
+    ],
+)
+def test_a_secret_starting_like_a_path_is_redacted(text: str) -> None:
+    secret = re.split(r"[:=]\s*", text, maxsplit=1)[1].strip("\"'")
+    for judged in (redact_secrets(text), redact_secrets_lines(text)):
+        assert REDACTED in judged
+        assert secret not in judged
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "privateKey: ~/.ssh/id_ed25519",
+        "signingKey: ./keys/sign.pem",
+        'signingKey: "./keys/sign.pem"',
+        '"privateKey": "/etc/ssl/private/server.key"',
+        "pwd: ~/src",
+        "BUILD_PWD=/home/user/src",
+    ],
+)
+def test_a_path_where_the_name_expects_one_is_kept(text: str) -> None:
+    assert redact_secrets(text) == text
+    assert redact_secrets_lines(text) == text
+
+
+# `pwd` alone holds a directory in a tool's dump; `MYSQL_PWD`, `dbPwd` hold a password, and a
+# directory is a path's shape, not `/` or `~` before anything.
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("pwd", "/x9kLmnP0abc$"),
+        ("pwd", "~hunter2"),
+        ("pwd", "/x9kLmnP0abc"),
+        ("pwd", "//9j4AAQSkZJRgABAQAAAQABAAD"),
+        ("MYSQL_PWD", "/x9kLmnP0abc"),
+        ("dbPwd", "/x9kLmnP0abc"),
+        ("dbPwd", "/hunter2"),
+        ("password", "/home/dev/project"),
+        ("privateKey", "/9j/4AAQSkZJRgABAQAAAQABAAD"),
+    ],
+)
+def test_json_a_secret_starting_like_a_directory_is_redacted(key: str, value: str) -> None:
+    assert sanitize_json({key: value}) == {key: REDACTED}
+    assert redact_json({key: value}) == {key: REDACTED}
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("pwd", "~"),
+        ("pwd", "~/src"),
+        ("pwd", "C:\\Users\\dev"),
+        ("privateKey", "~/.ssh/id_ed25519"),
+        ("signing_key", "./keys/sign.pem"),
+    ],
+)
+def test_json_paths_where_the_name_expects_one_are_kept(key: str, value: str) -> None:
     assert sanitize_json({key: value}) == {key: value}
     assert redact_json({key: value}) == {key: value}
 
