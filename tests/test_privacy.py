@@ -942,7 +942,7 @@ def test_json_credentials_under_reference_names_are_redacted(key: str, value: st
 # The rules' digest of each generation. A change of the rules moves RULES_VERSION: bump
 # RULES_GENERATION with it and add the pair here, so that the worker of this build rescans a
 # database redacted under older rules, and leaves one redacted under newer rules alone.
-RULES_GENERATIONS = {2: "365611fd712337b4", 3: "8af492f9428a103e", 4: "7a78c54a1eef79a1"}
+RULES_GENERATIONS = {2: "365611fd712337b4", 3: "8af492f9428a103e", 4: "451182a7b0140199"}
 
 
 def test_rules_generation_moves_with_the_rules() -> None:
@@ -1448,6 +1448,44 @@ def test_json_a_secret_starting_like_a_directory_is_redacted(key: str, value: st
 def test_json_paths_where_the_name_expects_one_are_kept(key: str, value: str) -> None:
     assert sanitize_json({key: value}) == {key: value}
     assert redact_json({key: value}) == {key: value}
+
+
+# A header's or a key's documentation: a plain word, a placeholder, an algorithm's name.
+@pytest.mark.parametrize(
+    "text",
+    [
+        "X-API-Key: required",
+        "| X-API-Key: required | string |",
+        "x-api-key: optional",
+        "X-API-Key: YOUR_API_KEY",
+        "curl -H 'X-API-Key: your-api-key-here' https://api.example.com",
+        "curl -H 'X-Auth-Token: xxxxxxxxxxxx' https://api.example.com",
+        "X-API-Key: xxxxxxxxxxxx",
+        "Header X-API-Key: ApiKeyAuth",
+        "signing_key: HS256/RS256",
+        "signingKey: RS256",
+        "hash_pass: sha256",
+    ],
+)
+def test_documentation_of_a_key_keeps_its_words(text: str) -> None:
+    assert redact_secrets(text) == text
+    assert redact_secrets_lines(text) == text
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["X-API-Key: a1b2c3d4e5f6", "curl -H 'x-api-key: sk_live_9f8e7d6c'", "signing_key: HS256x9kQ"],
+)
+def test_a_header_holding_a_key_is_still_redacted(text: str) -> None:
+    assert REDACTED in redact_secrets(text)
+
+
+@pytest.mark.parametrize(
+    "value", [{"optimization_pass": "dce-v2"}, {"last_pass": "2"}, {"FIRST_PASS": "1"}]
+)
+def test_json_a_compiler_pass_is_kept(value: dict[str, Any]) -> None:
+    assert sanitize_json(value) == value
+    assert redact_json(value) == value
 
 
 # A list under a credential's plural name holds credentials: each string element is redacted.

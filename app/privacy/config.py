@@ -149,7 +149,9 @@ def credential_key(name: str) -> bool:
     while words and words[-1].isdigit():
         words.pop()
     if words and words[-1].lower() in _SHORT_CREDENTIAL_WORDS:
-        return words[-1].lower() == "pwd" or len(words) > 1
+        if words[-1].lower() == "pwd":
+            return True
+        return len(words) > 1 and words[-2].lower() not in _NOT_CREDENTIAL_PASSES
     spelled = ""
     for word in reversed(words):
         spelled = word.lower() + spelled
@@ -211,6 +213,30 @@ def expected_path(name: str, value: str) -> bool:
     return len(words) == 1 or len(parts) >= 2
 
 
+# What a signing key's or a hash's setting names rather than holds: an algorithm, or a few of
+# them (`signing_key: HS256/RS256`, `hash_pass: sha256`).
+_ALGORITHM = (
+    r"(?:[HRPE]S(?:256|384|512)|ES256K|EdDSA|Ed25519|Ed448"
+    r"|(?i:sha3?-?(?:1|224|256|384|512)|md5|hmac-?sha-?(?:1|256|384|512)"
+    r"|bcrypt|scrypt|pbkdf2|argon2(?:id|i|d)?))"
+)
+_ALGORITHM_VALUE = re.compile(rf"{_ALGORITHM}(?:[/,|] ?{_ALGORITHM})*")
+# The words before `pass` that make a compiler's or a renderer's pass of it, not a password
+# (`{"optimization_pass": "dce-v2"}`).
+_NOT_CREDENTIAL_PASSES = frozenset(
+    {"optimization", "optimisation", "compiler", "codegen", "lowering", "render", "shader"}
+)
+# Up to three digits alone under `pass` are a count (`{"last_pass": "2"}`), as the `.env` rule
+# has it for `DEFAULT_LAST_PASS = 2`.
+_PASS_COUNT = re.compile(r"[-+]?[0-9]{1,3}")
+
+
+def algorithm(value: str) -> bool:
+    """Whether `value`, under a credential-named key, names algorithms: a signing key's or a
+    password hash's setting (`HS256/RS256`, `sha256`), not a credential."""
+    return _ALGORITHM_VALUE.fullmatch(value) is not None
+
+
 def known_value(name: str, value: str) -> bool:
     """Whether `value`, under a credential-named key `name`, is no credential by its shape and
     what the name says: a secret's name, a key in a secret or a cursor (`reference`), a
@@ -221,7 +247,9 @@ def known_value(name: str, value: str) -> bool:
     last = _KEY_WORD.findall(name[-_KEY_END_CHARS:])
     while last and last[-1].isdigit():
         last.pop()
-    if expected_path(name, value):
+    if expected_path(name, value) or algorithm(value):
+        return True
+    if last and last[-1].lower() == "pass" and _PASS_COUNT.fullmatch(value):
         return True
     if len(last) > 1 and last[-1].lower() == "token":
         before = last[-2].lower()
@@ -278,7 +306,7 @@ def _credential_assignment(match: re.Match[str]) -> str:
     # The unquoted rule's name holds the line's indent, a list's `- ` and `export `.
     name = (before.group() if before else "") + match.group("name").split()[-1].strip("\"'")
     value = match.group("value").strip("\"'")
-    kept = reference(name, value) or expected_path(name, value)
+    kept = reference(name, value) or expected_path(name, value) or algorithm(value)
     return match.group() if kept else _assignment(match)
 
 

@@ -101,7 +101,10 @@ HEADER_RULES: list[_Rule] = [
     # in a line: the assignment rules see a name only at a line's start or before a quoted value.
     # Only these headers' names (`X-Goog-Api-Key`, `Api-Key`, `X-Auth-Token`), so that YAML's
     # `cache-key: ...` keeps its value; one of 8 characters or more, as for Authorization, so
-    # that prose naming the header (`the X-API-Key: header`) keeps its next word.
+    # that prose naming the header (`the X-API-Key: header`) keeps its next word. As under the
+    # config rule's names, a value of letters alone, or words joined by `_`, `-` or `.`, is
+    # documentation (`X-API-Key: required`, `YOUR_API_KEY`, `your-api-key-here`, `ApiKeyAuth`):
+    # a key holds a digit or another symbol.
     (
         (
             *("pi-key", "pi-Key", "PI-Key", "PI-KEY"),
@@ -112,7 +115,7 @@ HEADER_RULES: list[_Rule] = [
             r"(?:[aA]pi-[kK]ey|API-(?:KEY|Key)|[aA]uth-[tT]oken|AUTH-(?:TOKEN|Token))[ \t]*:[ \t]*)"
             + _NOT_REDACTED
             + _NOT_A_REFERENCE
-            + r"[^\s\"',;<>]{8,}"
+            + r"(?=[^\s\"',;<>]*?[^A-Za-z_.\-\s\"',;<>])[^\s\"',;<>]{8,}"
         ),
         _keep_group("keep"),
     ),
