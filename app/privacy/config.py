@@ -191,6 +191,10 @@ def expected_path(name: str, value: str) -> bool:
     under a lone `pwd` (`/home/dev`, `~`). `MYSQL_PWD`, `dbPwd` hold a password; under them
     only a path of two parts or more (`BUILD_PWD=/home/u/src`) is one. No part may have base64's
     shape: `/9j/4AAQ…` is a JPEG's base64, not a file."""
+    # Most values are no path: judged before the name's words are split, as for every
+    # `DB_PASSWORD=` of an environment's dump.
+    if value[:1] not in ("/", "~", ".") and value[1:2] != ":":
+        return False
     words = _KEY_WORD.findall(name[-_KEY_END_CHARS:])
     while words and words[-1].isdigit():
         words.pop()
