@@ -149,7 +149,9 @@ def credential_key(name: str) -> bool:
     while words and words[-1].isdigit():
         words.pop()
     if words and words[-1].lower() in _SHORT_CREDENTIAL_WORDS:
-        return words[-1].lower() == "pwd" or len(words) > 1
+        if words[-1].lower() == "pwd":
+            return True
+        return len(words) > 1 and words[-2].lower() not in _NOT_CREDENTIAL_PASSES
     spelled = ""
     for word in reversed(words):
         spelled = word.lower() + spelled
@@ -167,9 +169,76 @@ def credential_key(name: str) -> bool:
     return False
 
 
-# A working directory, what `PWD` holds in an environment's dump (`pwd` in a tool's): an
-# absolute path (`/home/dev`, `~/src`, `C:\\Users\\dev`).
-_DIRECTORY_VALUE = re.compile(r"[/~]|[A-Za-z]:[\\/]")
+# A path's shape: `/`, `./`, `../`, `~/` or a drive before parts of a file name's characters
+# (`/home/dev`, `~/.ssh/id_ed25519`, `C:\\Users\\dev`), or `~` alone. No `$`, `&`, `//`: a
+# password's characters.
+_PATH_VALUE = re.compile(r"(?:~|\.{1,2})?(?:/[\w.\-@]+)+/?|~/?|[A-Za-z]:(?:[\\/][\w.\- ]+)*[\\/]?")
+# A part of a path that is base64's (`/9j/4AAQSkZJRg…`, a JPEG's; `/x9kLmnP0abc`): 8 characters
+# or more of base64's alphabet mixing capitals, small letters and digits. A file's or a folder's
+# name has a `.`, `_` or `-`, or fewer kinds (`id_ed25519`, `project`, `server.key`).
+_BASE64_PART = re.compile(r"(?=[^/]*[0-9])(?=[^/]*[a-z])(?=[^/]*[A-Z])[A-Za-z0-9+=]{8,}")
+# A key's file has a file's extension (`sign.pem`, `jwt.key`) or sits in a folder
+# (`~/.ssh/id_ed25519`).
+_FILE_EXTENSION = re.compile(r"\.[A-Za-z0-9]{1,8}\Z")
+# The names under which a path is what is expected: a key's file, a working directory. Any other
+# credential's name holds the credential, whatever it starts with: a password may start `/`.
+_KEY_FILE_WORDS = frozenset({"privatekey", "signingkey"})
+
+
+def expected_path(name: str, value: str) -> bool:
+    """Whether `value`, under a credential-named key `name`, is the path the name expects: a
+    private or signing key's file (`privateKey: ~/.ssh/id_ed25519`), or the working directory
+    under a lone `pwd` (`/home/dev`, `~`). `MYSQL_PWD`, `dbPwd` hold a password; under them
+    only a path of two parts or more (`BUILD_PWD=/home/u/src`) is one. No part may have base64's
+    shape: `/9j/4AAQ…` is a JPEG's base64, not a file."""
+    # Most values are no path: judged before the name's words are split, as for every
+    # `DB_PASSWORD=` of an environment's dump.
+    if value[:1] not in ("/", "~", ".") and value[1:2] != ":":
+        return False
+    words = _KEY_WORD.findall(name[-_KEY_END_CHARS:])
+    while words and words[-1].isdigit():
+        words.pop()
+    if not words:
+        return False
+    last = words[-1].lower()
+    key_file = last in _KEY_FILE_WORDS or (
+        last == "key" and len(words) > 1 and words[-2].lower() + last in _KEY_FILE_WORDS
+    )
+    if not key_file and last != "pwd":
+        return False
+    path = _PATH_VALUE.fullmatch(value)
+    if path is None:
+        return False
+    parts = [part for part in re.split(r"[\\/]", value) if part not in ("", ".", "..", "~")]
+    if any(_BASE64_PART.fullmatch(part) for part in parts):
+        return False
+    if key_file:
+        return len(parts) >= 2 or (bool(parts) and _FILE_EXTENSION.search(parts[-1]) is not None)
+    return len(words) == 1 or len(parts) >= 2
+
+
+# What a signing key's or a hash's setting names rather than holds: an algorithm, or a few of
+# them (`signing_key: HS256/RS256`, `hash_pass: sha256`).
+_ALGORITHM = (
+    r"(?:[HRPE]S(?:256|384|512)|ES256K|EdDSA|Ed25519|Ed448"
+    r"|(?i:sha3?-?(?:1|224|256|384|512)|md5|hmac-?sha-?(?:1|256|384|512)"
+    r"|bcrypt|scrypt|pbkdf2|argon2(?:id|i|d)?))"
+)
+_ALGORITHM_VALUE = re.compile(rf"{_ALGORITHM}(?:[/,|] ?{_ALGORITHM})*")
+# The words before `pass` that make a compiler's or a renderer's pass of it, not a password
+# (`{"optimization_pass": "dce-v2"}`).
+_NOT_CREDENTIAL_PASSES = frozenset(
+    {"optimization", "optimisation", "compiler", "codegen", "lowering", "render", "shader"}
+)
+# Up to three digits alone under `pass` are a count (`{"last_pass": "2"}`), as the `.env` rule
+# has it for `DEFAULT_LAST_PASS = 2`.
+_PASS_COUNT = re.compile(r"[-+]?[0-9]{1,3}")
+
+
+def algorithm(value: str) -> bool:
+    """Whether `value`, under a credential-named key, names algorithms: a signing key's or a
+    password hash's setting (`HS256/RS256`, `sha256`), not a credential."""
+    return _ALGORITHM_VALUE.fullmatch(value) is not None
 
 
 def known_value(name: str, value: str) -> bool:
@@ -182,7 +251,9 @@ def known_value(name: str, value: str) -> bool:
     last = _KEY_WORD.findall(name[-_KEY_END_CHARS:])
     while last and last[-1].isdigit():
         last.pop()
-    if last and last[-1].lower() == "pwd" and _DIRECTORY_VALUE.match(value):
+    if expected_path(name, value) or algorithm(value):
+        return True
+    if last and last[-1].lower() == "pass" and _PASS_COUNT.fullmatch(value):
         return True
     if len(last) > 1 and last[-1].lower() == "token":
         before = last[-2].lower()
@@ -232,21 +303,21 @@ _NAME_BEFORE = re.compile(r"[\w.\-]*\Z")
 
 def _credential_assignment(match: re.Match[str]) -> str:
     """`_assignment` unless the whole name (the part the rule matched and the identifier
-    before it) and the value are a reference's; then the text as it was."""
+    before it) and the value are a reference's, or the path the name expects; then the text as
+    it was."""
     start = match.start()
     before = _NAME_BEFORE.search(match.string, max(0, start - 100), start)
-    name = (before.group() if before else "") + match.group("name").strip("\"'")
+    # The unquoted rule's name holds the line's indent, a list's `- ` and `export `.
+    name = (before.group() if before else "") + match.group("name").split()[-1].strip("\"'")
     value = match.group("value").strip("\"'")
-    return match.group() if reference(name, value) else _assignment(match)
+    kept = reference(name, value) or expected_path(name, value) or algorithm(value)
+    return match.group() if kept else _assignment(match)
 
 
 # An unquoted credential holds a character that no identifier or attribute path (`password`,
 # `self.password`, `str`, `None`) holds.
 _UNQUOTED = r"[^\s\"'#(){}\[\]<>$,;&|`\\]"
 _CREDENTIAL_VALUE = rf"(?={_UNQUOTED}*?[^A-Za-z_.\s\"'#(){{}}\[\]<>$,;&|`\\]){_UNQUOTED}+"
-# A path is where a key or a password is kept, not the secret (`privateKey: ./certs/key.pem`,
-# `signingKey: /etc/keys/jwt.pem`, `pwd: /home/dev`): `/`, `./`, `../` or `~/` starts it.
-_NOT_A_PATH = r"(?![~.]{0,2}/)"
 
 # The end of a credential's name, as the unquoted rule and its gate look for it: the words of
 # `_CREDENTIAL_WORDS` as text spells them, and the short ones only where they cannot be part of
@@ -381,8 +452,9 @@ ASSIGNMENT_RULES: list[_Rule] = [
             # DB_PASS, SMTP_PASS; up to three digits alone are a count (`DEFAULT_LAST_PASS = 2`,
             # in mypy), not a password.
             (r"_PASS(?!\s*=\s*[-+]?\d{1,3}(?![^\s\"'#]))", "_PASS"),
-            # MYSQL_PWD; a lone PWD, and BUILD_PWD=/home/u/src, are a working directory.
-            (r"_PWD(?!\s*=\s*/)", "_PWD"),
+            # MYSQL_PWD; a lone PWD is a working directory, and so is a path under a
+            # `*_PWD` (`BUILD_PWD=/home/u/src`; see `expected_path`).
+            (r"_PWD", "_PWD"),
         )
     ),
     # Quoted values of credential-named keys in JSON, YAML or code: "password": "hunter2".
@@ -392,7 +464,6 @@ ASSIGNMENT_RULES: list[_Rule] = [
             re.compile(
                 rf"(?P<name>{stem}[\"']?)(?P<sep>\s*[:=]\s*)"
                 + _NOT_REDACTED
-                + r"(?![\"'][~.]{0,2}/)"  # _NOT_A_PATH inside the quotes
                 + r"(?P<value>\"[^\"\s]{4,}\"|'[^'\s]{4,}')"
             ),
             _credential_assignment,
@@ -425,7 +496,6 @@ ASSIGNMENT_RULES: list[_Rule] = [
             rf"(?:[\w.\-]*?{_CREDENTIAL_NAME}|(?:[\w.\-]*?[_.\-])?{_PWD_NAME}))"
             r"(?P<sep>[ \t]*[:=][ \t]*)"
             + _NOT_REDACTED
-            + _NOT_A_PATH
             + r"(?![=:])(?![-+]?v?\d+(?:\.\d+)?\b)(?!(?:[A-Za-z_]\w*\.)+[A-Za-z_]\w*\b)(?P<value>"
             + _CREDENTIAL_VALUE
             + r")(?<!:)(?=[ \t]*(?:[ \t]#[^\n]*)?\r?$)",

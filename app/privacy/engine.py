@@ -29,7 +29,13 @@ from app.privacy.private import (
     _strip_private,
     _strip_private_lines,
 )
-from app.privacy.tokens import AWS_RULES, HEADER_RULES, KEY_RULES, SERVICE_RULES
+from app.privacy.tokens import (
+    API_HEADER_GATES,
+    AWS_RULES,
+    HEADER_RULES,
+    KEY_RULES,
+    SERVICE_RULES,
+)
 from app.textscan import SHORT_TEXT, LiteralScanner
 
 # Deep enough for any real tool payload; shallow enough that recursion never nears Python's limit.
@@ -71,6 +77,7 @@ _RULE_GATES: dict[re.Pattern[str], str] = {
         pattern: rf"{name}[\"']?{_SPACE}[:=]{_SPACE}{_QUOTED}"
         for pattern, (_, _, name) in zip(_QUOTED_RULES, QUOTED_NAMES, strict=True)
     },
+    **API_HEADER_GATES,
     _CONFIG_RULE: (
         rf"(?:{_CREDENTIAL_NAME}|{_PWD_NAME})[\t ]*[:=][\t ]*{_UNQUOTED_BYTE}*"
         r"[^A-Za-z_.\x09-\x0d\x20\"'#(){}\[\]<>$,;&|`\\]"

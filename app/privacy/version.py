@@ -7,15 +7,21 @@ import re
 from types import FunctionType
 
 from app.privacy.config import (
+    _ALGORITHM_VALUE,
+    _BASE64_PART,
     _CREDENTIAL_WORDS,
     _CURSOR_VALUE,
-    _DIRECTORY_VALUE,
+    _FILE_EXTENSION,
     _FLAG_VALUES,
     _FLAG_WORDS,
     _KEY_END_CHARS,
+    _KEY_FILE_WORDS,
     _KEY_WORD,
     _NAME_BEFORE,
+    _NOT_CREDENTIAL_PASSES,
     _NOT_CREDENTIAL_TOKENS,
+    _PASS_COUNT,
+    _PATH_VALUE,
     _PROGRESS_VALUE,
     _REFERENCE_NAME,
     _SECRET_KEY_VALUE,
@@ -33,7 +39,9 @@ from app.privacy.private import _MEMORY, _MEMORY_LITERALS, _PRIVATE_LITERALS, _P
 # camelCase words (privacy18; a value's shape decides for special tokens, progress ids and flags
 # since fixprivacy18, before generation 3 shipped).
 # 4: short credential words (`pwd`, `pass`), a list under a credential's plural name, a working
-# directory under `pwd` (privacy19).
+# directory under `pwd` (privacy19); a path only under the names that expect one, a key's file or
+# a working directory (`expected_path`), algorithms' names, a count or a compiler's pass under
+# `pass` (fixprivacy19, before generation 4 shipped).
 _RULES_CODE_VERSION = 4
 
 
@@ -68,7 +76,11 @@ def _rules_version() -> str:
             _PROGRESS_VALUE,
             _NAME_BEFORE,
             _TOKEN_SHAPE,
-            _DIRECTORY_VALUE,
+            _PATH_VALUE,
+            _BASE64_PART,
+            _FILE_EXTENSION,
+            _ALGORITHM_VALUE,
+            _PASS_COUNT,
             _PRIVATE_TAG,
             _MEMORY,
         )
@@ -76,7 +88,8 @@ def _rules_version() -> str:
     parts += [repr(_PRIVATE_LITERALS), repr(_MEMORY_LITERALS), repr(sorted(_CREDENTIAL_WORDS))]
     parts += [repr(sorted(_NOT_CREDENTIAL_TOKENS)), repr(sorted(_FLAG_WORDS))]
     parts += [repr(sorted(_FLAG_VALUES)), repr(_KEY_END_CHARS)]
-    parts += [repr(sorted(_SHORT_CREDENTIAL_WORDS))]
+    parts += [repr(sorted(_SHORT_CREDENTIAL_WORDS)), repr(sorted(_KEY_FILE_WORDS))]
+    parts += [repr(sorted(_NOT_CREDENTIAL_PASSES))]
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
 
 
