@@ -3,6 +3,7 @@ gone with the pass's process, the loop turning while it works, and its death a c
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -16,6 +17,8 @@ from typing import Any
 import psycopg
 
 import app.redaction
+from app.db.engine import make_async_engine, make_sessionmaker
+from app.redaction import redact_stored
 from tests.cli.helpers import AGMEM, agmem_env
 
 SECRET = "password: hunter2"
@@ -178,3 +181,38 @@ def test_agmem_redact_says_in_one_line_that_its_redacting_process_was_killed(
     assert "redacting a row over 256 KB was killed" in err, err
     assert out == ""
 
+
+def test_the_loop_turns_while_a_huge_row_is_redacted(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    # One huge row: its redaction (~1.2 MB of JSON parsed, walked, compared, serialized) is most
+    # of the pass. Waited for without turning the loop, it was one gap of most of the pass.
+    _store(db, 1)
+    turns: list[float] = []
+
+    async def go() -> float:
+        engine = make_async_engine(database_url, pool_size=1)
+        done = asyncio.Event()
+
+        async def probe() -> None:
+            while not done.is_set():
+                turns.append(time.monotonic())
+                await asyncio.sleep(0)
+
+        probing = asyncio.create_task(probe())
+        await asyncio.sleep(0)
+        start = time.monotonic()
+        try:
+            report = await redact_stored(make_sessionmaker(engine))
+            assert report.changed["memories"] == 1
+            return time.monotonic() - start
+        finally:
+            done.set()
+            await probing
+            await engine.dispose()
+
+    seconds = asyncio.run(go())
+
+    longest = max(b - a for a, b in zip(turns, turns[1:], strict=False))
+    assert longest < seconds / 4, (longest, seconds)
+    assert _leaks(db) == 0
