@@ -362,8 +362,10 @@ async def _table_batch(
     rows = (await session.execute(text(select), params)).all()
     changed = 0
     for row in rows:
-        # A dict: the row goes to a worker process if huge.
-        new = await batch.redact(row.text_bytes, _redact_row, table, dict(row._mapping))
+        # A huge row is pickled to the worker process: as a dict (a Row holds its cursor's
+        # metadata); the others are redacted here, copying nothing.
+        values = dict(row._mapping) if row.text_bytes > HUGE_ROW_BYTES else row._mapping
+        new = await batch.redact(row.text_bytes, _redact_row, table, values)
         if not new:
             continue
         changed += 1
