@@ -6,13 +6,14 @@ history, every index row). This pass walks each table in primary-key order, one 
 transaction a batch (its rows locked for the batch only: a write to one of them waits for the
 batch's read, redaction and updates), and rewrites only the values the rules change. A batch is
 at most BATCH_ROWS rows and BATCH_BYTES of their text (a compressed jsonb by its text), or one
-row bigger than that. The rules' regex work runs in the caller's event loop (in a thread it made
-the pass slower: the regexes hold the GIL), so the pass turns the loop after every PIECE_BYTES
-of rows it redacted: in `agmem serve` a request waits for one batch's fetch or one piece's
-redaction at most, not for 500 rows of 64 KB (/health max 221 ms seen before, bench.redact
---large). A row bigger than HUGE_ROW_BYTES is redacted whole (cut into pieces, a rule would not
-see a secret across a cut) in a worker process, the loop turning while it runs. A jsonb is
-read as its text: its parse is the redaction's work, not the fetch's.
+row bigger than that. The rules' regex work for rows up to HUGE_ROW_BYTES runs in the caller's
+event loop (in a thread it made the pass slower: the regexes hold the GIL), so the pass turns the
+loop after every PIECE_BYTES of rows it redacted: in `agmem serve` a request waits for one
+batch's fetch or one piece's redaction at most, not for 500 rows of 64 KB (/health max 221 ms
+seen before, bench.redact --large). A row bigger than HUGE_ROW_BYTES is redacted whole (cut into
+pieces, a rule would not see a secret across a cut) in a child process (app/redaction_worker.py,
+started at the pass's first such row, ended with the pass or with its process), the loop turning
+while it runs. A jsonb is read as its text: its parse is the redaction's work, not the fetch's.
 
 Only `redact_secrets` and the credential-named JSON keys are applied, not `<private>` stripping:
 a stored memory-file chunk keeps a `<private>` written inside a code span, as its sync did.
@@ -28,19 +29,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-import multiprocessing
-import signal
+import os
+import pickle
+import sys
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app.errors import AppError
 from app.index.terms import search_terms
 from app.index.writer import content_hash
 from app.privacy import redact_json, redact_secrets, redact_secrets_lines
+from app.redaction_worker import HEADER, frame
 
 BATCH_ROWS = 500
 # A batch's text bytes (its redacted columns), a row bigger than this alone. The whole result of
@@ -53,7 +56,7 @@ BATCH_BYTES = 1 << 20
 # of the rules' work, of JSON of small dicts up to ~15 ms (a rule's walk per string). Not fewer:
 # 100,000 small rows would pay a turn (~3 µs, and the other tasks' work) each.
 PIECE_BYTES = 64 << 10
-# A row with more text than this is redacted in a worker process, the loop turning meanwhile: its
+# A row with more text than this is redacted in a child process, the loop turning meanwhile: its
 # redaction in one go would hold the loop (2 MB of JSON: ~490 ms). Not in a thread: the GIL is
 # held for the whole of one C call, and a 2 MB JSON's parse, serializing, comparison and freeing
 # are ~60 ms each (the loop's longest stall 141-174 ms with them in a thread). Not every row: a
@@ -192,14 +195,67 @@ async def redact_stored(
             await _walk(sessionmaker, table.name, batch, report, progress, table)
         await _walk(sessionmaker, "memory_chunks", batch, report, progress, None)
     finally:
-        batch.close()
+        await batch.close()
     return report
 
 
-def _ignore_interrupts() -> None:
-    # The worker process is in the terminal's process group: a Ctrl-C is for the pass's owner,
-    # which stops the pass and the worker with it (the worker would print its own traceback).
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+class RedactionWorkerDied(AppError):
+    """The process redacting a huge row ended before answering (killed: the OOM killer, a
+    signal). The pass stops; its rows done so far stay done, and the next pass goes on."""
+
+    status_code = 503
+
+
+class _Worker:
+    """The process redacting the pass's huge rows (app/redaction_worker.py), one row at a time."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.busy = False  # a row sent and not answered: a pass stopped then does not wait
+
+    @classmethod
+    async def start(cls) -> _Worker:
+        # `-m`, not multiprocessing's spawn: that re-imports the caller's __main__ (see the
+        # worker's docstring).
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "app.redaction_worker",
+            str(os.getpid()),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        return cls(process)
+
+    async def call(self, function: Callable[..., _T], *args: Any) -> _T:
+        assert self.process.stdin is not None
+        assert self.process.stdout is not None
+        self.busy = True
+        try:
+            self.process.stdin.write(frame((function, args)))
+            await self.process.stdin.drain()
+            header = await self.process.stdout.readexactly(HEADER.size)
+            payload = await self.process.stdout.readexactly(HEADER.unpack(header)[0])
+        except (asyncio.IncompleteReadError, ConnectionError) as error:
+            code = await self.process.wait()
+            raise RedactionWorkerDied(
+                f"the process redacting a row over {HUGE_ROW_BYTES >> 10} KB was killed "
+                f"(exit {code}); the rows redacted so far stay redacted, run the pass again"
+            ) from error
+        self.busy = False
+        ok, value = pickle.loads(payload)
+        if not ok:
+            raise value
+        return value  # type: ignore[no-any-return]
+
+    async def stop(self) -> None:
+        if self.process.returncode is not None:
+            return
+        if self.busy:  # a pass stopped mid-row does not wait for the row
+            self.process.kill()
+        elif self.process.stdin is not None:
+            self.process.stdin.close()  # its EOF: it exits
+        await self.process.wait()
 
 
 @dataclass
@@ -211,7 +267,7 @@ class _Batch:
     dry_run: bool
     unturned: int = 0
     # Started at the pass's first huge row, for the rest of the pass.
-    pool: ProcessPoolExecutor | None = None
+    worker: _Worker | None = None
 
     async def redact(self, size: int, redact: Callable[..., _T], *args: Any) -> _T:
         """`redact(*args)` for a row of `size` bytes of text; the loop turned once a piece's
@@ -219,12 +275,9 @@ class _Batch:
         turns meanwhile, instead of waiting for its whole redaction."""
         if size > HUGE_ROW_BYTES:
             self.unturned = 0
-            if self.pool is None:
-                # Spawned, not forked: this process has threads (the loop's executor, a
-                # server's), which a fork would copy mid-work.
-                context = multiprocessing.get_context("spawn")
-                self.pool = ProcessPoolExecutor(1, context, initializer=_ignore_interrupts)
-            return await asyncio.get_running_loop().run_in_executor(self.pool, redact, *args)
+            if self.worker is None:
+                self.worker = await _Worker.start()
+            return await self.worker.call(redact, *args)
         result = redact(*args)
         self.unturned += size
         if self.unturned >= PIECE_BYTES:
@@ -232,11 +285,10 @@ class _Batch:
             await asyncio.sleep(0)
         return result
 
-    def close(self) -> None:
-        if self.pool is not None:
-            # Not waited for: a pass stopped mid-row would hold the loop until the row is done.
-            self.pool.shutdown(wait=False, cancel_futures=True)
-            self.pool = None
+    async def close(self) -> None:
+        if self.worker is not None:
+            worker, self.worker = self.worker, None
+            await worker.stop()
 
 
 async def _walk(
@@ -310,8 +362,10 @@ async def _table_batch(
     rows = (await session.execute(text(select), params)).all()
     changed = 0
     for row in rows:
-        # A dict: the row goes to a worker process if huge.
-        new = await batch.redact(row.text_bytes, _redact_row, table, dict(row._mapping))
+        # A huge row is pickled to the worker process: as a dict (a Row holds its cursor's
+        # metadata); the others are redacted here, copying nothing.
+        values = dict(row._mapping) if row.text_bytes > HUGE_ROW_BYTES else row._mapping
+        new = await batch.redact(row.text_bytes, _redact_row, table, values)
         if not new:
             continue
         changed += 1

@@ -23,6 +23,7 @@ from app.errors import first_line, sqlstate
 from app.llm.embeddings import Embedder
 from app.llm.gemini import make_client
 from app.llm.ratelimit import DailyBudget, gemini_gate
+from app.redaction import RedactionWorkerDied
 from app.worker import claims, jobs, rescan, results
 from app.worker.claims import Queue
 
@@ -47,6 +48,9 @@ def log_failure(event: str, error: Exception, **fields: Any) -> None:
         log.warning("worker.transaction_conflict", during=event, error=first_line(error), **fields)
     elif isinstance(error, UNREACHABLE):
         log.warning("worker.database_unavailable", during=event, error=first_line(error), **fields)
+    elif isinstance(error, RedactionWorkerDied):
+        # Its detail says it all; the traceback would be asyncio's pipes.
+        log.error(event, error=error.detail, **fields)
     else:
         log.exception(event, **fields)
 

@@ -9,6 +9,7 @@ from sqlalchemy import exc as sa_exc
 from structlog.testing import capture_logs
 
 from app.logs import configure_logging
+from app.redaction import RedactionWorkerDied
 from app.worker import loop
 
 
@@ -36,4 +37,24 @@ def test_a_conflict_is_not_logged_as_an_outage(
 
     assert [(entry["event"], entry["during"]) for entry in logged] == [
         (event, "worker.maintenance_error")
+    ]
+
+
+def test_a_killed_redaction_child_is_one_line_without_a_traceback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The pass is retried; a traceback through asyncio's pipes said nothing the detail does not.
+    died = RedactionWorkerDied("the process redacting a row over 256 KB was killed (exit -9)")
+    configure_logging("info")
+    monkeypatch.setattr(loop, "log", structlog.get_logger(loop.__name__))
+    with capture_logs() as logged:
+        loop.log_failure("worker.rescan_error", died, retry_seconds=1.0)
+
+    assert logged == [
+        {
+            "event": "worker.rescan_error",
+            "log_level": "error",
+            "error": died.detail,
+            "retry_seconds": 1.0,
+        }
     ]
