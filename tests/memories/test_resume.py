@@ -296,8 +296,10 @@ def test_a_gemini_that_times_out_leaves_the_template_briefing(
 ) -> None:
     # A timeout's exception has no message: logging its first line raised IndexError, and the
     # route answered 500 after waiting for the timeout.
-    with with_gemini(database_url, db, tmp_path, gemini_timeout_seconds=0.2) as (fake, _, client):
-        fake.on(":generateContent", lambda _r: FakeResponse(body=text_answer("late"), delay_s=2))
+    # 1 s, not less: the timeout bounds the connect too, and under two pytest workers a 0.3 s one
+    # failed another test's connect to its local fake (tests/proxy/test_capture_live.py).
+    with with_gemini(database_url, db, tmp_path, gemini_timeout_seconds=1.0) as (fake, _, client):
+        fake.on(":generateContent", lambda _r: FakeResponse(body=text_answer("late"), delay_s=3))
         answer = client.post("/api/resume", json={"projectPath": PROJECT})
 
         assert fake.calls(":generateContent")
