@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import httpx
 import psycopg
@@ -194,6 +194,23 @@ def logged(server: subprocess.Popen[str]) -> str:
     except BlockingIOError:
         pass
     return data.decode()
+
+
+def _trickled(connection: socket.socket, pieces: Iterable[bytes]) -> bytes:
+    """Send `pieces` half an idle timeout apart until the server answers or closes; its answer."""
+    for piece in pieces:
+        try:
+            connection.sendall(piece)
+        except (BrokenPipeError, ConnectionResetError):
+            break
+        ready, _, _ = select.select([connection], [], [], IDLE_SECONDS / 2)
+        if ready:
+            break
+    answer = b""
+    with contextlib.suppress(ConnectionResetError):
+        while chunk := connection.recv(65536):
+            answer += chunk
+    return answer
 
 
 def _logged_within(server: subprocess.Popen[str], text: str, seconds: float) -> str:
@@ -467,18 +484,7 @@ def test_a_header_block_trickled_under_the_idle_timeout_is_a_408(port: int) -> N
     request = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 30
     started = time.monotonic()
     with socket.create_connection(("127.0.0.1", port), timeout=20) as connection:
-        answer = b""
-        for byte in request:
-            try:
-                connection.sendall(bytes([byte]))
-            except (BrokenPipeError, ConnectionResetError):
-                break
-            ready, _, _ = select.select([connection], [], [], IDLE_SECONDS / 2)
-            if ready:
-                break
-        with contextlib.suppress(ConnectionResetError):
-            while chunk := connection.recv(65536):
-                answer += chunk
+        answer = _trickled(connection, (bytes([byte]) for byte in request))
     waited = time.monotonic() - started
 
     status, error = error_of(answer)
@@ -736,19 +742,8 @@ def test_a_body_trickled_under_the_idle_timeout_is_a_408(
     head = START + b"Content-Length: 1000\r\nConnection: close\r\n\r\n"
     with socket.create_connection(("127.0.0.1", port), timeout=20) as connection:
         connection.sendall(head)
-        answer, waited = b"", 0.0
         started = time.monotonic()
-        for _ in range(12):  # 12 s: six timeouts
-            try:
-                connection.sendall(b" ")
-            except (BrokenPipeError, ConnectionResetError):
-                break
-            ready, _, _ = select.select([connection], [], [], IDLE_SECONDS / 2)
-            if ready:
-                break
-        with contextlib.suppress(ConnectionResetError):
-            while chunk := connection.recv(65536):
-                answer += chunk
+        answer = _trickled(connection, [b" "] * 12)  # 12 s: six timeouts
         waited = time.monotonic() - started
     time.sleep(0.3)
     log = logged(server)
