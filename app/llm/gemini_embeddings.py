@@ -8,6 +8,7 @@ its full 3,072-dimension output, so every vector is L2-normalised here. Inline c
 
 from __future__ import annotations
 
+import contextlib
 import random
 import re
 import time
@@ -284,6 +285,15 @@ def cancel_client(settings: Settings) -> genai.Client:
     """A client for cancelling jobs whatever the current embedder is (a switch to `local` keeps
     the key); raises `GeminiNotConfigured` without a key."""
     return make_client(settings, timeout_ms=cancel_timeout_ms(settings))
+
+
+async def close_client(client: genai.Client) -> None:
+    """Close both of the client's transports (google-genai keeps a sync and an async one). A
+    close that fails leaves nothing for the caller to do: it must not hide why the caller ends."""
+    with contextlib.suppress(Exception):
+        client.close()
+    with contextlib.suppress(Exception):
+        await client.aio.aclose()
 
 
 def cancel_timeout_ms(settings: Settings) -> int:

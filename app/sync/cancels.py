@@ -52,18 +52,26 @@ async def cancel_at_gemini(
         return
     # Imported here: google-genai costs ~0.3 s to import, paid only when there is a job to cancel.
     from app.llm.gemini import GeminiNotConfigured
-    from app.llm.gemini_embeddings import cancel_client
+    from app.llm.gemini_embeddings import cancel_client, close_client
 
-    cancel: Cancel | None = None
-    unconfigured = ""
+    key = settings.gemini_api_key
     if isinstance(embedder, BatchEmbedder):
-        cancel = embedder.cancel_batch
-    elif any(not job.expired for job in to_cancel):
-        try:
-            cancel = _cancel_with(cancel_client(settings), settings)
-        except GeminiNotConfigured as error:
-            unconfigured = f"not cancelled: {error.detail}"
-    await _ask_and_settle(connection, settings.gemini_api_key, to_cancel, cancel, unconfigured)
+        await _ask_and_settle(connection, key, to_cancel, embedder.cancel_batch, "")
+        return
+    if all(job.expired for job in to_cancel):
+        await _ask_and_settle(connection, key, to_cancel, None, "")
+        return
+    try:
+        client = cancel_client(settings)
+    except GeminiNotConfigured as error:
+        await _ask_and_settle(connection, key, to_cancel, None, f"not cancelled: {error.detail}")
+        return
+    # The client is this sync's alone: closed on every way out, a failure and a stop included,
+    # or its connection to Gemini stayed open until the garbage collector came by.
+    try:
+        await _ask_and_settle(connection, key, to_cancel, _cancel_with(client, settings), "")
+    finally:
+        await close_client(client)
 
 
 class Swept(NamedTuple):
