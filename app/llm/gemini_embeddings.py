@@ -86,10 +86,12 @@ _AFTER_A_BOUNDARY = (
 
 
 class CancelOutcome(NamedTuple):
-    """`cancelled`, `ended` (nothing left to cancel) or `pending` (try again later), and why."""
+    """`cancelled`, `ended` (nothing left to cancel) or `pending` (try again later), and why;
+    for a 429, the seconds Gemini asked to wait (its Retry-After)."""
 
     status: str
     error: str | None = None
+    retry_after: float | None = None
 
 
 class GeminiEmbedder:
@@ -317,7 +319,8 @@ async def cancel_batch(
         detail = f"cancel refused: {error.code} {error.status or ''} {error.message or ''}"
         detail = " ".join(scrub_key(detail, key).split())[:1000]
         ended = error.status == _CANCEL_ENDED_STATUS or error.code == _CANCEL_GONE_CODE
-        return CancelOutcome("ended" if ended else "pending", detail)
+        asked = retry_after_of(error) if error.code == 429 else None
+        return CancelOutcome("ended" if ended else "pending", detail, asked)
     except TRANSPORT_ERRORS as error:
         return CancelOutcome("pending", f"cancel unreachable: {describe_error(error, key)}"[:1000])
     except Exception as error:  # whatever else the client raises: tried again later
