@@ -339,7 +339,9 @@ def test_a_sync_stopped_while_a_cancel_hangs_stops_at_once(
     on_engine(job.database_url, stopped_mid_cancel)  # its end: the event loop's, threads too
     took = time.monotonic() - stopped_at[0]
 
-    assert took < 2  # the cancel's own timeout is 10 s, the sync's bound on cancels 5 s
+    # The cancel's own timeout is 10 s, the sync's bound on cancels 5 s: well under both, with
+    # room for a loaded machine.
+    assert took < 4
     assert cancel_state(db)[0][:2] == ("failed", "pending")
 
 
