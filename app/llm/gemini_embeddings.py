@@ -8,6 +8,7 @@ its full 3,072-dimension output, so every vector is L2-normalised here. Inline c
 
 from __future__ import annotations
 
+import contextlib
 import random
 import re
 import time
@@ -85,10 +86,12 @@ _AFTER_A_BOUNDARY = (
 
 
 class CancelOutcome(NamedTuple):
-    """`cancelled`, `ended` (nothing left to cancel) or `pending` (try again later), and why."""
+    """`cancelled`, `ended` (nothing left to cancel) or `pending` (try again later), and why;
+    for a 429, the seconds Gemini asked to wait (its Retry-After)."""
 
     status: str
     error: str | None = None
+    retry_after: float | None = None
 
 
 class GeminiEmbedder:
@@ -286,6 +289,15 @@ def cancel_client(settings: Settings) -> genai.Client:
     return make_client(settings, timeout_ms=cancel_timeout_ms(settings))
 
 
+async def close_client(client: genai.Client) -> None:
+    """Close both of the client's transports (google-genai keeps a sync and an async one). A
+    close that fails leaves nothing for the caller to do: it must not hide why the caller ends."""
+    with contextlib.suppress(Exception):
+        client.close()
+    with contextlib.suppress(Exception):
+        await client.aio.aclose()
+
+
 def cancel_timeout_ms(settings: Settings) -> int:
     """A cancel holds up the sync that asks it (one try; a later sync tries again)."""
     return max(1, int(min(QUERY_TIMEOUT_SECONDS, settings.gemini_timeout_seconds) * 1000))
@@ -307,7 +319,8 @@ async def cancel_batch(
         detail = f"cancel refused: {error.code} {error.status or ''} {error.message or ''}"
         detail = " ".join(scrub_key(detail, key).split())[:1000]
         ended = error.status == _CANCEL_ENDED_STATUS or error.code == _CANCEL_GONE_CODE
-        return CancelOutcome("ended" if ended else "pending", detail)
+        asked = retry_after_of(error) if error.code == 429 else None
+        return CancelOutcome("ended" if ended else "pending", detail, asked)
     except TRANSPORT_ERRORS as error:
         return CancelOutcome("pending", f"cancel unreachable: {describe_error(error, key)}"[:1000])
     except Exception as error:  # whatever else the client raises: tried again later

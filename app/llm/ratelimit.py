@@ -74,6 +74,11 @@ class GeminiGate:
                 await asyncio.sleep(start - now)
             yield
 
+    def paused_for(self) -> float:
+        """Seconds left of the pause a 429 asked for (0 when none runs): for what asks Gemini
+        outside a slot (the worker's sweep of Batch cancels), which waits it out as well."""
+        return max(0.0, self._paused_until - self._clock())
+
     def pause(self, seconds: float) -> None:
         """Stop admitting calls for `seconds` (the server's Retry-After)."""
         self._paused_until = max(self._paused_until, self._clock() + seconds)

@@ -22,6 +22,7 @@ import structlog
 from app.config import Settings
 from app.db.raw_pool import Conn
 from app.llm.embeddings import Embedder
+from app.llm.ratelimit import GeminiGate
 from app.sync import queries
 from app.sync.embed import BatchEmbedder
 
@@ -52,56 +53,83 @@ async def cancel_at_gemini(
         return
     # Imported here: google-genai costs ~0.3 s to import, paid only when there is a job to cancel.
     from app.llm.gemini import GeminiNotConfigured
-    from app.llm.gemini_embeddings import cancel_client
+    from app.llm.gemini_embeddings import cancel_client, close_client
 
-    cancel: Cancel | None = None
-    unconfigured = ""
+    key = settings.gemini_api_key
     if isinstance(embedder, BatchEmbedder):
-        cancel = embedder.cancel_batch
-    elif any(not job.expired for job in to_cancel):
-        try:
-            cancel = _cancel_with(cancel_client(settings), settings)
-        except GeminiNotConfigured as error:
-            unconfigured = f"not cancelled: {error.detail}"
-    await _ask_and_settle(connection, settings.gemini_api_key, to_cancel, cancel, unconfigured)
+        await _ask_and_settle(connection, key, to_cancel, embedder.cancel_batch, "")
+        return
+    if all(job.expired for job in to_cancel):
+        await _ask_and_settle(connection, key, to_cancel, None, "")
+        return
+    try:
+        client = cancel_client(settings)
+    except GeminiNotConfigured as error:
+        await _ask_and_settle(connection, key, to_cancel, None, f"not cancelled: {error.detail}")
+        return
+    # The client is this sync's alone: closed on every way out, a failure and a stop included,
+    # or its connection to Gemini stayed open until the garbage collector came by.
+    try:
+        await _ask_and_settle(connection, key, to_cancel, _cancel_with(client, settings), "")
+    finally:
+        await close_client(client)
 
 
 class Swept(NamedTuple):
     taken: int
     failed: int  # of those taken, how many stay pending (refused, unreachable, cut)
+    paused: float = 0.0  # seconds left, after the pass, of a 429's pause on the process's calls
+    held: bool = False  # a pause held the pass: it asked Gemini nothing
 
     @property
     def more_now(self) -> bool:
         """A full pass that all went through: the backlog may hold more due now. One with a
         failure waits its interval: against a Gemini answering 429 a backlog of 1,000 was asked
         in 6.7 s of back-to-back passes, spending the quota embeddings share."""
-        return self.taken >= SWEEP_LIMIT and not self.failed
+        return self.taken >= SWEEP_LIMIT and not self.failed and not self.held
+
+    def next_in(self, interval: float) -> float:
+        """Seconds until the next pass: none after a full one, else `interval`, and never
+        before a 429's pause ends (at its end after a pass it held, not an interval later)."""
+        if self.held:
+            return self.paused
+        return max(self.paused, 0.0 if self.more_now else interval)
 
 
 async def sweep_due_cancels(
-    connection: Conn, settings: Settings, client: genai.Client | None
+    connection: Conn, settings: Settings, client: genai.Client | None, gate: GeminiGate
 ) -> Swept:
     """Take and ask up to `SWEEP_LIMIT` due cancels of any project. Without a client (no key)
     only those past a job's lifetime, settled `expired` without a call: the others stay as they
-    are for a worker with a key."""
+    are for a worker with a key. The same while the process's `gate` holds a 429's pause: the
+    cancels share the quota of its other calls, and one asked into it waited 10 minutes for its
+    next try. A 429 a cancel gets pauses the gate, so that the other calls wait it out too.
+
+    Outside the gate's slots: a pass's cancels, up to 5 s each, held the lanes' calls."""
+    held = client is not None and gate.paused_for() > 0
     to_cancel = await queries.take_due_cancels(
-        connection, limit=SWEEP_LIMIT, expired_only=client is None
+        connection, limit=SWEEP_LIMIT, expired_only=client is None or held
     )
     failed = 0
     if to_cancel:
-        cancel = None if client is None else _cancel_with(client, settings)
+        cancel = None if client is None or held else _cancel_with(client, settings, gate)
         failed = await _ask_and_settle(connection, settings.gemini_api_key, to_cancel, cancel, "")
-    return Swept(len(to_cancel), failed)
+    return Swept(len(to_cancel), failed, gate.paused_for(), held)
 
 
-def _cancel_with(client: genai.Client, settings: Settings) -> Cancel:
+def _cancel_with(
+    client: genai.Client, settings: Settings, gate: GeminiGate | None = None
+) -> Cancel:
     from app.llm.gemini_embeddings import cancel_batch, cancel_timeout_ms
 
     timeout_ms = cancel_timeout_ms(settings)
     key = settings.gemini_api_key
 
     async def cancel(name: str) -> CancelOutcome:
-        return await cancel_batch(client, name, timeout_ms=timeout_ms, key=key)
+        outcome = await cancel_batch(client, name, timeout_ms=timeout_ms, key=key)
+        if gate is not None and outcome.retry_after is not None:
+            gate.pause(outcome.retry_after)
+        return outcome
 
     return cancel
 
@@ -167,7 +195,11 @@ async def _ask_and_settle(
             )
         else:
             log.info(
-                "sync.batch_cancel_settled", project=job.project, job=job.job, **outcome._asdict()
+                "sync.batch_cancel_settled",
+                project=job.project,
+                job=job.job,
+                status=outcome.status,
+                error=outcome.error,
             )
     if settled:
         await queries.settle_cancels(connection, settled)

@@ -552,7 +552,7 @@ async def sweep_cancels(ctx: JobContext) -> cancels.Swept:
     async with ctx.sessionmaker() as session:
         connection = await session.connection(execution_options=AUTOCOMMIT)
         driver = cast(Conn, (await connection.get_raw_connection()).driver_connection)
-        return await cancels.sweep_due_cancels(driver, ctx.settings, ctx.client)
+        return await cancels.sweep_due_cancels(driver, ctx.settings, ctx.client, ctx.gate)
 
 
 async def maintain(ctx: JobContext) -> tuple[int, int]:

@@ -286,15 +286,16 @@ class Worker:
     async def _sweep_cancels(self) -> None:
         """Cancels at Gemini still pending, of any project: at the start (a start often follows
         a key's fix), then at every upkeep interval, at once again after a full pass that all
-        went through."""
+        went through, and never before the end of a 429's pause on this process's calls."""
+        interval = self.settings.worker_purge_interval_seconds
         while True:
-            more_now = False
+            wait = interval
             try:
-                more_now = (await jobs.sweep_cancels(self.ctx)).more_now
+                wait = (await jobs.sweep_cancels(self.ctx)).next_in(interval)
             except Exception as error:  # retried at the next interval
                 log_failure("worker.cancel_sweep_error", error)
-            if not more_now:
-                await asyncio.sleep(self.settings.worker_purge_interval_seconds)
+            if wait > 0:
+                await asyncio.sleep(wait)
 
     async def _rescan_first(self, stop: asyncio.Event) -> None:
         """The redaction pass after a rules upgrade, before the lanes start (app/worker/rescan.py):

@@ -36,6 +36,14 @@ class FakeResponse:
     drop: bool = False  # close the connection without answering (a network failure)
 
 
+@dataclass
+class Connection:
+    """One client connection: the paths asked on it, and whether the client has closed it."""
+
+    paths: list[str] = field(default_factory=list)
+    closed: bool = False
+
+
 def text_answer(text: str, *, prompt_tokens: int = 10, output_tokens: int = 5) -> dict[str, Any]:
     """A generateContent answer with one text part and usage metadata."""
     return {
@@ -55,6 +63,7 @@ class FakeGemini:
         self.requests: list[RecordedRequest] = []
         self.queued: dict[str, deque[FakeResponse]] = defaultdict(deque)
         self.defaults: dict[str, Responder] = {}
+        self.connections: list[Connection] = []
         self.lock = threading.Lock()
         self.url = ""
 
@@ -68,6 +77,15 @@ class FakeGemini:
     def calls(self, route_suffix: str) -> list[RecordedRequest]:
         with self.lock:
             return [r for r in self.requests if r.path.split("?")[0].endswith(route_suffix)]
+
+    def left_open(self, route_suffix: str) -> list[Connection]:
+        """The connections that asked `route_suffix` and that their client has not closed."""
+        with self.lock:
+            return [
+                c
+                for c in self.connections
+                if not c.closed and any(p.split("?")[0].endswith(route_suffix) for p in c.paths)
+            ]
 
     def respond(self, request: RecordedRequest) -> FakeResponse:
         route = request.path.split("?")[0]
@@ -93,6 +111,17 @@ def _handler(fake: FakeGemini) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:
             return
 
+        def handle(self) -> None:
+            # Ends when the client closes the connection (or the server does, for `drop`).
+            self.connection_log = Connection()
+            with fake.lock:
+                fake.connections.append(self.connection_log)
+            try:
+                super().handle()
+            finally:
+                with fake.lock:
+                    self.connection_log.closed = True
+
         def _serve(self) -> None:
             length = int(self.headers.get("content-length") or 0)
             raw = self.rfile.read(length) if length else b""
@@ -103,6 +132,8 @@ def _handler(fake: FakeGemini) -> type[BaseHTTPRequestHandler]:
             request = RecordedRequest(
                 self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body
             )
+            with fake.lock:
+                self.connection_log.paths.append(self.path)
             response = fake.respond(request)
             if response.delay_s:
                 threading.Event().wait(response.delay_s)

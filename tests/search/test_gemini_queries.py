@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -66,11 +67,35 @@ def test_a_query_gets_one_retry_and_a_short_timeout(tmp_path: Path) -> None:
         # A sync's documents keep the whole retry budget (AGMEM_GEMINI_EMBED_MAX_RETRIES, 5).
         assert len(fake.calls(EMBED)) == 2
 
-        fake.on(EMBED, lambda r: FakeResponse(200, {"embeddings": []}, delay_s=1))
+        # The fake holds the answer until the test ends, and the client's connection is open
+        # before the timed call (a document's call, under the client's own 60 s timeout,
+        # answered at once): only the read can time out,
+        # so the call is sure to reach the fake however late a loaded machine runs the client.
+        release = threading.Event()
+
+        def held(_request: RecordedRequest) -> FakeResponse:
+            release.wait(30)
+            return FakeResponse(200, {"embeddings": []})
+
+        fake.queue(EMBED, FakeResponse(200, {"embeddings": [{"values": [0.5] * 768}]}))
+        fake.on(EMBED, held)
         slow = GeminiEmbedder(gemini_settings(fake, tmp_path, gemini_timeout_seconds=0.2))
-        with pytest.raises(EmbeddingFailed, match="Timeout"):
-            slow.embed_query("jwt")
-        assert len(fake.calls(EMBED)) == 3  # a timeout is not retried
+        try:
+            slow.embed_documents(["warm"])
+            with pytest.raises(EmbeddingFailed, match="Timeout"):
+                slow.embed_query("jwt")
+            assert recorded(fake, EMBED, at_least=4) == 4  # a timeout is not retried
+        finally:
+            release.set()
+
+
+def recorded(fake: FakeGemini, route: str, *, at_least: int, within: float = 10.0) -> int:
+    """The calls of `route` the fake has read, once it has read `at_least` (its threads may
+    read a request a little after the client sent it), or after `within` s."""
+    deadline = time.monotonic() + within
+    while len(fake.calls(route)) < at_least and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return len(fake.calls(route))
 
 
 def test_one_embedder_per_configuration(tmp_path: Path) -> None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -338,5 +339,62 @@ def test_a_sync_stopped_while_a_cancel_hangs_stops_at_once(
     on_engine(job.database_url, stopped_mid_cancel)  # its end: the event loop's, threads too
     took = time.monotonic() - stopped_at[0]
 
-    assert took < 2  # the cancel's own timeout is 10 s, the sync's bound on cancels 5 s
+    # The cancel's own timeout is 10 s, the sync's bound on cancels 5 s: well under both, with
+    # room for a loaded machine.
+    assert took < 4
     assert cancel_state(db)[0][:2] == ("failed", "pending")
+
+
+def all_closed(fake: FakeGemini, route: str, *, within: float = 10.0) -> bool:
+    """Whether every connection that asked `route` is closed by its client, within `within` s
+    (the fake's thread notices a close when it reads the next request)."""
+    deadline = time.monotonic() + within
+    while fake.left_open(route):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+@pytest.mark.parametrize(
+    "answer", [accepted, lambda _r: error(503, "UNAVAILABLE")], ids=["accepted", "refused"]
+)
+def test_a_syncs_cancel_client_leaves_no_connection_open(
+    job: Superseded, answer: Callable[[RecordedRequest], FakeResponse]
+) -> None:
+    # The client a sync makes for its cancels (the model switched to `local`, the key kept) was
+    # never closed: its connection to Gemini stayed open until the garbage collector came by.
+    job.fake.on(CANCEL, answer)
+
+    job.sync()
+
+    assert len(job.fake.calls(":cancel")) == 1
+    assert all_closed(job.fake, ":cancel")
+
+
+def test_a_sync_stopped_mid_cancel_leaves_no_connection_open(job: Superseded) -> None:
+    release = threading.Event()
+
+    def held(_request: RecordedRequest) -> FakeResponse:
+        release.wait(30)
+        return FakeResponse(200, {})
+
+    job.fake.on(CANCEL, held)
+    request = SyncRequest(project_path=str(job.project))
+
+    async def stopped_mid_cancel(sessionmaker: Any) -> None:
+        sync = asyncio.create_task(
+            sync_project(sessionmaker, job.settings, local_embedder(), request)
+        )
+        while not job.fake.calls(":cancel"):
+            await asyncio.sleep(0.01)
+        sync.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sync
+
+    try:
+        on_engine(job.database_url, stopped_mid_cancel)
+    finally:
+        release.set()
+
+    assert all_closed(job.fake, ":cancel")

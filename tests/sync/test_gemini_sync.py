@@ -103,7 +103,9 @@ def sync_leaving_the_batch_running(
 
 
 def short_waits(fake: FakeGemini, tmp_path: Path, threshold: int = 5) -> tuple[Any, GeminiEmbedder]:
-    """Gemini that waits 0.05 s on a job and does not retry an inline call."""
+    """Gemini that waits 0.05 s on a job and does not retry an inline call. Only for a job the
+    fake never finishes (`polls_pending` 1,000,000): the sync leaves it running however late a
+    loaded machine polls, and the short wait only saves the test's time."""
     return gemini(
         fake,
         tmp_path,

@@ -5,6 +5,7 @@ fake server; rows straight into the real database."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -18,9 +19,9 @@ from app.sync import cancels
 from app.sync.indexer import SyncRequest, sync_project
 from app.worker import jobs
 from tests.conftest import make_settings
-from tests.fakes.gemini import FakeGemini, FakeResponse, fake_gemini
+from tests.fakes.gemini import FakeGemini, FakeResponse, fake_gemini, text_answer
 from tests.sync.helpers import make_project
-from tests.worker.builders import run_until, worker_on
+from tests.worker.builders import make_observation, make_session, row, run_until, worker_on
 
 OLD_MODEL = "gemini:gemini-embedding-001:768"
 
@@ -246,3 +247,126 @@ def test_a_full_sweep_that_failed_waits_its_interval_before_the_next(
         assert len(fake.calls(":cancel")) == cancels.SWEEP_LIMIT
     pending = [state for state in states(db).values() if state[0] == "pending"]
     assert len(pending) == cancels.SWEEP_LIMIT + 5
+
+
+def quota_exhausted(retry_after: int) -> FakeResponse:
+    body = {"error": {"code": 429, "message": "quota", "status": "RESOURCE_EXHAUSTED"}}
+    return FakeResponse(429, body, headers={"Retry-After": str(retry_after)})
+
+
+def test_a_429_on_a_sweeps_cancel_pauses_the_processs_other_gemini_calls(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # The sweep kept a 429's Retry-After to itself: the process's compressions went on asking
+    # Gemini, each refused and its attempt spent, for the minute Gemini had asked for.
+    pending_cancel(db, "batches/job-1")
+    make_session(db)
+    make_observation(db, "o1")
+    with fake_gemini() as fake:
+        fake.on(":cancel", lambda _r: quota_exhausted(60))
+        fake.on(":generateContent", lambda _r: FakeResponse(200, text_answer("Learned: x")))
+
+        async def sweep_then_compress() -> cancels.Swept:
+            async with worker_on(with_key(fake, tmp_path), database_url) as worker:
+                swept = await jobs.sweep_cancels(worker.ctx)
+                assert await worker.step()  # the observation's turn
+                return swept
+
+        swept = asyncio.run(sweep_then_compress())
+
+        assert fake.calls(":generateContent") == []
+    assert (swept.taken, swept.failed) == (1, 1)
+    assert 30 < swept.next_in(1.0) <= 60  # the sweep too waits out the minute
+    compressed = row(db, "SELECT status, attempts FROM observations WHERE id = 'o1'")
+    assert compressed == {"status": "captured", "attempts": 0}  # postponed, no attempt spent
+
+
+def test_a_sweep_asks_nothing_while_the_gate_holds_a_pause(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # A compression's 429 paused the process's Gemini calls; the sweep asked its cancels anyway,
+    # into the same quota, and each one's next try moved 10 minutes away.
+    pending_cancel(db, "batches/job-1")
+    pending_cancel(db, "batches/old", hours_old=49)
+    taken_at = row(
+        db, "SELECT updated_at FROM embedding_batches WHERE provider_job = %s", "batches/job-1"
+    )
+    with fake_gemini() as fake:
+        fake.on(":cancel", lambda _r: FakeResponse(200, {}))
+
+        async def paused_sweep() -> cancels.Swept:
+            async with worker_on(with_key(fake, tmp_path), database_url) as worker:
+                worker.ctx.gate.pause(30)  # a compression's 429, Retry-After: 30
+                return await jobs.sweep_cancels(worker.ctx)
+
+        swept = asyncio.run(paused_sweep())
+
+        assert fake.calls(":cancel") == []
+    assert 0 < swept.next_in(600.0) <= 30  # back when the pause ends, not the interval
+    assert states(db)["batches/job-1"] == ("pending", False, None)
+    assert (
+        row(db, "SELECT updated_at FROM embedding_batches WHERE provider_job = %s", "batches/job-1")
+        == taken_at
+    )  # not taken: asked as soon as the pause ends
+    assert states(db)["batches/old"][:2] == ("expired", True)  # settled without a call
+
+
+def test_a_running_worker_sweeps_again_only_after_a_cancels_retry_after(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    for number in range(cancels.SWEEP_LIMIT + 5):
+        pending_cancel(db, f"batches/job-{number}")
+    asked_at: list[float] = []
+
+    def refused(_request: Any) -> FakeResponse:
+        asked_at.append(time.monotonic())
+        return quota_exhausted(3)
+
+    with fake_gemini() as fake:
+        fake.on(":cancel", refused)
+        settings = with_key(fake, tmp_path).model_copy(
+            update={"worker_purge_interval_seconds": 0.2}
+        )
+
+        run_until(settings, database_url, lambda: len(asked_at) > cancels.SWEEP_LIMIT, timeout=30)
+
+    first_pass, next_pass = asked_at[: cancels.SWEEP_LIMIT], asked_at[cancels.SWEEP_LIMIT]
+    assert next_pass - max(first_pass) >= 2.9  # Retry-After 3 s, not the 0.2 s interval
+
+
+def test_a_sweep_waiting_on_gemini_holds_no_lane(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path, monkeypatch: Any
+) -> None:
+    # The sweep's cancels are its own: a lane's compression, one Gemini call at a time in this
+    # process, does not wait for a cancel Gemini is slow to answer. The pass's bound is lifted,
+    # so that only the cancel's own timeout (10 s) could end a wait on it.
+    monkeypatch.setattr(cancels, "CANCEL_DEADLINE_SECONDS", 60.0)
+    pending_cancel(db, "batches/job-1")
+    make_session(db)
+    make_observation(db, "o1")
+    release = threading.Event()
+    cancel_asked: list[float] = []
+    compressed_at: list[float] = []
+
+    def held(_request: Any) -> FakeResponse:
+        cancel_asked.append(time.monotonic())
+        release.wait(30)
+        return FakeResponse(200, {})
+
+    with fake_gemini() as fake:
+        fake.on(":cancel", held)
+        fake.on(":generateContent", lambda _r: FakeResponse(200, text_answer("Learned: x")))
+        settings = with_key(fake, tmp_path).model_copy(update={"gemini_max_concurrent": 1})
+
+        def compressed_while_a_cancel_was_asked() -> bool:
+            status = row(db, "SELECT status FROM observations WHERE id = 'o1'")["status"]
+            if status == "compressed" and not compressed_at:
+                compressed_at.append(time.monotonic())
+            return bool(compressed_at and cancel_asked)
+
+        try:
+            run_until(settings, database_url, compressed_while_a_cancel_was_asked, timeout=30)
+        finally:
+            release.set()
+
+    assert compressed_at[0] - cancel_asked[0] < 10  # not after the cancel's own timeout

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -78,15 +79,23 @@ def an_outage(db: psycopg.Connection[Any], tmp_path: Path, row: str) -> Iterator
 
 @contextmanager
 def a_slow_answer(db: psycopg.Connection[Any], tmp_path: Path, row: str) -> Iterator[Any]:
-    """Gemini answering after 3 s, and one row to embed: (the fake, the worker's settings)."""
+    """Gemini answering once `release` is set (at the latest when the block ends), and one row
+    to embed: (the fake, the worker's settings, `release`). Held, not delayed: a fixed delay
+    made each test's "while Gemini answers" a race against a loaded machine."""
+    release = threading.Event()
+
+    def held(_request: RecordedRequest) -> FakeResponse:
+        release.wait(60)
+        return FakeResponse(200, {"embeddings": [{"values": [0.5] * 768}]})
+
     with fake_gemini() as fake:
-        fake.queue(
-            ":batchEmbedContents",
-            FakeResponse(200, {"embeddings": [{"values": [0.5] * 768}]}, delay_s=3.0),
-        )
+        fake.on(":batchEmbedContents", held)
         settings = gemini_settings(fake, tmp_path)
         add_memory_row(db, row)
-        yield fake, settings
+        try:
+            yield fake, settings, release
+        finally:
+            release.set()
 
 
 async def embedding_under_way(ctx: jobs.JobContext, fake: FakeGemini) -> asyncio.Task[int]:
@@ -145,7 +154,7 @@ def test_a_slow_gemini_never_holds_up_a_write_of_the_rows_being_embedded(
     # The worker claimed its rows FOR UPDATE and kept them locked through the Gemini call: a
     # PUT or DELETE of a kv memory being embedded waited for it (walk-through: 120 s and more,
     # curl gave up, with Gemini slow).
-    with a_slow_answer(db, tmp_path, "being embedded") as (fake, settings):
+    with a_slow_answer(db, tmp_path, "being embedded") as (fake, settings, release):
 
         def delete_the_memory() -> None:
             with psycopg.connect(database_url, autocommit=True) as other:
@@ -157,6 +166,7 @@ def test_a_slow_gemini_never_holds_up_a_write_of_the_rows_being_embedded(
                 embedding = await embedding_under_way(worker.ctx, fake)
                 await asyncio.to_thread(delete_the_memory)  # LockNotAvailable while held
                 assert not embedding.done()
+                release.set()
                 return await embedding
 
         assert asyncio.run(go()) == 0  # its row went while Gemini answered
@@ -169,7 +179,11 @@ def test_a_worker_stopped_while_gemini_answers_gives_its_rows_back_at_once(
 ) -> None:
     # The lease outlived the stopped worker: the next one left the rows alone for 15 minutes
     # (the lock it replaced went with the transaction).
-    with a_slow_answer(db, tmp_path, "embedding when the worker stopped") as (fake, settings):
+    with a_slow_answer(db, tmp_path, "embedding when the worker stopped") as (
+        fake,
+        settings,
+        release,
+    ):
 
         async def go() -> None:
             async with worker_on(settings, database_url) as worker:
@@ -177,6 +191,7 @@ def test_a_worker_stopped_while_gemini_answers_gives_its_rows_back_at_once(
                 embedding.cancel()  # what a stop past its grace does to a lane
                 with contextlib.suppress(asyncio.CancelledError):
                     await embedding
+            release.set()  # the call's thread: the event loop's end waits for it
 
         asyncio.run(go())
 
@@ -189,7 +204,7 @@ def test_a_hurried_stop_cuts_the_grace_short_and_gives_the_rows_back(
 ) -> None:
     # A second Ctrl-C to `agmem serve` while it shuts down: its worker gave the call in flight
     # its whole grace (up to 10 s) while the user asked it to stop at once.
-    with a_slow_answer(db, tmp_path, "embedding when hurried") as (fake, settings):
+    with a_slow_answer(db, tmp_path, "embedding when hurried") as (fake, settings, release):
 
         async def go() -> float:
             engine = make_async_engine(database_url, pool_size=4)
@@ -209,13 +224,15 @@ def test_a_hurried_stop_cuts_the_grace_short_and_gives_the_rows_back(
                 hurry.set()
                 hurried = time.monotonic()
                 await running
-                return time.monotonic() - hurried
+                took = time.monotonic() - hurried
+                release.set()  # the call's thread: the event loop's end waits for it
+                return took
             finally:
                 await engine.dispose()
 
         took = asyncio.run(go())
 
-    assert took < 1.5  # Gemini answers 3 s after the call
+    assert took < 5  # Gemini does not answer; the grace is 10 s
     row = db.execute("SELECT embedding IS NULL, embed_claimed_until IS NULL FROM memory_chunks")
     assert row.fetchone() == (True, True)
 
