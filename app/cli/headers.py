@@ -38,7 +38,7 @@ HEADERS_DETAIL = (
 class HeaderBoundProtocol(StallBoundProtocol):
     """uvicorn's httptools protocol with its headers and trailers bounded (the module's
     docstring), its Host headers counted as they come. A head past a bound raises (from a
-    callback) or returns (`head_grew`) a 431 `Refused`: the protocol over it answers it."""
+    callback) or returns (`head_received`) a 431 `Refused`: the protocol over it answers it."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
