@@ -1,5 +1,6 @@
-"""Refusals of `agmem serve`'s HTTP/1.1 protocol (app/cli/wire.py, app/cli/stalls.py): their
-answer's body in the shared error shape, and their log, a flood of which is a count.
+"""Refusals of `agmem serve`'s HTTP/1.1 protocol (app/cli/wire.py, app/cli/stalls.py,
+app/cli/headers.py): a refusal raised from a parser callback, its answer's body in the shared
+error shape, and their log, a flood of which is a count.
 """
 
 from __future__ import annotations
@@ -8,11 +9,36 @@ import asyncio
 import json
 import logging
 
+import httptools
+
 REFUSAL_LOG_SECONDS = 10.0  # as Settings.refusal_log_seconds
+
+Header = tuple[bytes, bytes]
 
 
 def error_body(error: str, detail: str) -> bytes:
     return json.dumps({"error": error, "detail": detail}).encode()
+
+
+class Refused(httptools.HttpParserError):
+    """A request refused from a parser callback, which stops the parser: its answer, and the
+    cause the log names."""
+
+    def __init__(
+        self,
+        status: bytes,
+        body: bytes,
+        headers: list[Header],
+        cause: str,
+        *,
+        dispatched: bool = False,
+    ) -> None:
+        super().__init__(cause)
+        self.status = status
+        self.body = body
+        self.headers = headers
+        self.cause = cause
+        self.dispatched = dispatched  # for its trailers: the app was given it with its headers
 
 
 class RefusalLog:

@@ -35,7 +35,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from app.cli.refusals import RefusalLog, error_body
+from app.cli.refusals import Header, RefusalLog, error_body
 
 # A body's bytes, on average, from its start (or the service's last hold on it) past one idle
 # timeout: else a byte each timeout held the connection and the request's task for ever.
@@ -46,8 +46,6 @@ MIN_BODY_RATE = 1024
 DEFAULT_IDLE_TIMEOUT_SECONDS = 60.0  # as Settings.request_idle_timeout_seconds
 _RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close sends RST, drops what is unsent
 _SIOCOUTQ = 0x5411  # Linux: the bytes of a TCP socket's send queue the peer has not acknowledged
-
-Header = tuple[bytes, bytes]
 
 
 class StallBoundProtocol(HttpToolsProtocol):
@@ -80,7 +78,7 @@ class StallBoundProtocol(HttpToolsProtocol):
 
     def on_body(self, body: bytes) -> None:
         self.body_received += len(body)
-        super().on_body(body)
+        HttpToolsProtocol.on_body(self, body)  # by name: the hot path's (app/cli/wire.py)
 
     def pause_writing(self) -> None:
         self.write_mark = (self.loop.time(), self.unsent(self.transport.get_write_buffer_size()))

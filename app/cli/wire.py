@@ -1,5 +1,6 @@
 """`agmem serve`'s HTTP/1.1 protocol: uvicorn's, with its refusals in the service's error shape,
-a bound on a client that stops sending (app/cli/stalls.py), and one Host per request.
+bounds on a client that stops sending (app/cli/stalls.py) and on headers (app/cli/headers.py), and
+one Host per request.
 
 uvicorn answers what it cannot parse itself, before the app sees anything, with a plain-text
 `400 Invalid HTTP request received.`: a malformed request line, header or chunk, a bad,
@@ -30,12 +31,8 @@ other as the page's own origin. So is an HTTP/1.1 request without one (RFC 9112,
 MUST); an HTTP/1.0 one is served (HTTP/1.0 has no such rule; HAProxy's health check sends none).
 A request line without a version (HTTP/0.9's shape) is refused, with a Host or without: HTTP/0.9
 has no headers, so that is no request of any version: that refusal comes before any other of
-the header block. Headers past MAX_HEADERS or MAX_HEADER_BYTES are a 431 (httptools bounds
-neither), a chunked body's trailers counted with them as they come: the parser passes them to
-`on_header` after the header block's end, where they were appended to the headers the app had
-been given, and neither bound looked at them. They are not the app's (uvicorn's ASGI has no
-request trailers; its h11 protocol drops them). A refusal pipelined behind a request still in
-the app waits for that one's answer.
+the header block, the 431 of headers past their bounds (app/cli/headers.py) too. A refusal
+pipelined behind a request still in the app waits for that one's answer.
 
 uvicorn's `data_received` logs `Invalid HTTP request received.` for every parser error, which
 named neither a 503 at the limit nor a Host refusal. It stays uvicorn's: the parser it feeds
@@ -51,11 +48,12 @@ from collections.abc import Iterable
 from typing import Any
 
 import httptools
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app.api.middleware import allowed_host_names, names_this_machine
+from app.cli.headers import HeaderBoundProtocol
 from app.cli.refusals import REFUSAL_LOG_SECONDS as REFUSAL_LOG_SECONDS
-from app.cli.refusals import RefusalLog, error_body
-from app.cli.stalls import Header, StallBoundProtocol
+from app.cli.refusals import Header, RefusalLog, Refused, error_body
 
 BAD_REQUEST_DETAIL = (
     "the request is not valid HTTP/1.1 (a malformed request line, header or chunked body, a bad "
@@ -71,19 +69,6 @@ NO_VERSION_DETAIL = (
     "the request line has no HTTP version (HTTP/0.9's shape, `GET /health` alone), which this "
     "service does not serve: send `GET /health HTTP/1.1` with the address it is for, e.g. "
     "`Host: 127.0.0.1:37777`"
-)
-# httptools bounds neither the count nor the size of headers (100,000 of them, or one of
-# 100 MiB, were buffered and parsed). 64 KiB and 100 are above what any client of this service
-# sends (a browser's cookies stay under 8 KiB; Apache allows 100 fields of 8 KiB, nginx 32 KiB
-# in all). The head as it comes (request line and headers) may add a URL of 64 KiB, the
-# parser's own bound: past both, a block that never ends is cut as it grows.
-MAX_HEADERS = 100
-MAX_HEADER_BYTES = 64 * 1024
-MAX_HEAD_BYTES = 2 * MAX_HEADER_BYTES
-HEADERS_DETAIL = (
-    "the request's headers (with a chunked body's trailers) are over 64 KiB or 100 headers (or "
-    "its request line and headers, or its trailers, over 128 KiB): send large data in a "
-    "request's body"
 )
 # A request still open when a second signal hurries the stop: retry after about what a restart
 # takes.
@@ -109,25 +94,11 @@ def _as_compared(network: Network) -> Network:
     return network if mapped is None else ipaddress.ip_network(f"{mapped}/{network.prefixlen - 96}")
 
 
-class Refused(httptools.HttpParserError):
-    """A request refused from a parser callback, which stops the parser: its answer, and the
-    cause the log names."""
-
-    def __init__(
-        self,
-        status: bytes,
-        body: bytes,
-        headers: list[Header],
-        cause: str,
-        *,
-        dispatched: bool = False,
-    ) -> None:
-        super().__init__(cause)
-        self.status = status
-        self.body = body
-        self.headers = headers
-        self.cause = cause
-        self.dispatched = dispatched  # for its trailers: the app was given it with its headers
+# The hot path calls its bases by name: on Python 3.11 `super()` costs 0.15 us a call more, and
+# a request passed through seven of them (bench/wire.py).
+_feed_data = httptools.HttpRequestParser.feed_data
+# llhttp's version, a string formatted at each call (0.45 us): read once a request.
+read_version = httptools.HttpRequestParser.get_http_version
 
 
 class RefusingParser(httptools.HttpRequestParser):
@@ -141,20 +112,14 @@ class RefusingParser(httptools.HttpRequestParser):
         self.protocol = protocol
         self.version = "1.1"
 
-    def read_version(self) -> str:
-        """The request line's version, read from llhttp: a string formatted at each call
-        (0.85 us), which uvicorn's `on_headers_complete` asks for again, after the protocol's."""
-        self.version = version = super().get_http_version()
-        return version
-
     def get_http_version(self) -> str:
-        """The version `read_version` read last, for the header block just complete: uvicorn
-        asks only from its `on_headers_complete`, which comes after the protocol's."""
+        """The version the protocol's `on_headers_complete` read (`read_version`) for the header
+        block just complete: uvicorn asks only from its own, which comes after."""
         return self.version
 
     def feed_data(self, data: bytes | bytearray | memoryview | array[int]) -> None:
         try:
-            super().feed_data(data)
+            _feed_data(self, data)
         except httptools.HttpParserCallbackError as error:
             refused = error.__context__
             if not isinstance(refused, Refused):
@@ -162,7 +127,7 @@ class RefusingParser(httptools.HttpRequestParser):
             self.protocol.refuse(refused)
 
 
-class JsonErrorsProtocol(StallBoundProtocol):
+class JsonErrorsProtocol(HeaderBoundProtocol):
     """uvicorn's HTTP/1.1 protocol as `agmem serve` ran it (httptools, which uvicorn[standard]
     installs, is what its "auto" picks), with its 400 as JSON, a 408 for a stalled request, a
     bound on every idle state, a 503 in the shape past the connection limit, a 400 for two Host
@@ -208,11 +173,6 @@ class JsonErrorsProtocol(StallBoundProtocol):
         super().__init__(*args, **kwargs)
         self.parser = RefusingParser(self)
         self.parser.set_dangerous_leniencies(lenient_data_after_close=True)  # as uvicorn sets it
-        self.head_bytes = 0  # bytes read in the reads after the first of a head not complete
-        self.header_bytes = 0  # the message's header lines, names and values, trailers too
-        self.hosts = 0  # its Host headers
-        self.trailers = 0  # ... and its trailers
-        self.chunk_at = -1  # the body's bytes at a chunk's header, until the chunk is complete
         self.behind_proxy = False  # the peer is a trusted proxy
         self.loopback_proxy = False  # ... on this machine, where a browser connects from too
         # A refusal pipelined behind a request still in the app, sent once its answer is.
@@ -238,34 +198,12 @@ class JsonErrorsProtocol(StallBoundProtocol):
         self.last_data = self.loop.time()
         if self.held_error is not None:
             return  # behind a refused request: the parser lost its place, nothing more is read
-        if not (self.in_headers or self.chunk_at == self.body_received):
-            super().data_received(data)
+        if not (self.in_headers or self.chunk_at == self.body_received):  # `in_head`, inline
+            HttpToolsProtocol.data_received(self, data)
             return
-        # A head, or a last chunk's trailers (a chunk's header came, none of its data): counted
-        # on the reads after the first, bounded as they come. A header line is counted only
-        # once whole (`on_header`), and the parser buffers one of any size until then.
-        self.head_bytes += len(data)
-        super().data_received(data)
-        if self.head_bytes > MAX_HEAD_BYTES and (
-            self.in_headers or self.chunk_at == self.body_received
-        ):
-            if self.held_error is None and not self.transport.is_closing():
-                self.refuse(self.head_refused())
-
-    def headers_too_large(self, *, dispatched: bool = False) -> Refused:
-        body = error_body("RequestHeaderFieldsTooLarge", HEADERS_DETAIL)
-        cause = "refused a request whose headers are over 64 KiB or 100 headers (431)"
-        status = b"431 Request Header Fields Too Large"
-        return Refused(status, body, [], cause, dispatched=dispatched)
-
-    def head_refused(self) -> Refused:
-        """A head past a bound: a 431, unless its request line has no version, refused first
-        whatever its headers (a 101st header made it a 431)."""
-        if not self.in_headers:
-            return self.headers_too_large(dispatched=True)
-        if self.parser.read_version() == "0.9":
-            return self.no_version()
-        return self.headers_too_large()
+        refused = self.head_received(data)
+        if refused is not None and self.held_error is None and not self.transport.is_closing():
+            self.refuse(refused)
 
     def no_version(self) -> Refused:
         # HTTP/0.9 has no headers: with a Host it was served as HTTP/1.x.
@@ -274,40 +212,14 @@ class JsonErrorsProtocol(StallBoundProtocol):
         return Refused(b"400 Bad Request", body, [], cause)
 
     def on_message_begin(self) -> None:
-        super().on_message_begin()
+        HeaderBoundProtocol.on_message_begin(self)
         self.in_headers = True
-        self.head_bytes = self.header_bytes = self.hosts = self.trailers = 0
         self.message_began = self.last_data
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        # uvicorn's (a lowercase name, `Expect: 100-continue` noted), each line counted as it
-        # comes, and a trailer only counted.
-        size = self.header_bytes = self.header_bytes + len(name) + len(value)
-        headers = self.headers
-        if self.in_headers:
-            if size > MAX_HEADER_BYTES or len(headers) >= MAX_HEADERS:
-                raise self.head_refused()
-            name = name.lower()
-            if name == b"host":
-                self.hosts += 1
-            elif name == b"expect" and value.lower() == b"100-continue":
-                self.expect_100_continue = True
-            headers.append((name, value))
-            return
-        self.trailers += 1
-        if size > MAX_HEADER_BYTES or len(headers) + self.trailers > MAX_HEADERS:
-            raise self.headers_too_large(dispatched=True)
-
-    def on_chunk_header(self) -> None:
-        self.chunk_at = self.body_received
-        self.head_bytes = 0
-
-    def on_chunk_complete(self) -> None:
-        self.chunk_at = -1
 
     def on_headers_complete(self) -> None:
         self.in_headers = False
-        version = self.parser.read_version()
+        parser = self.parser
+        parser.version = version = read_version(parser)
         if version == "0.9":  # llhttp's name for a request line without a version
             raise self.no_version()
         hosts = self.hosts
@@ -334,7 +246,7 @@ class JsonErrorsProtocol(StallBoundProtocol):
             raise Refused(b"503 Service Unavailable", body, [(b"retry-after", b"1")], cause)
         self.body_began = self.last_data
         self.body_received = 0
-        super().on_headers_complete()
+        HttpToolsProtocol.on_headers_complete(self)
 
     def on_response_complete(self) -> None:
         self.waiting_since = self.loop.time()
@@ -344,7 +256,7 @@ class JsonErrorsProtocol(StallBoundProtocol):
             self.send_error(*held)
             self.transport.close()
             return
-        super().on_response_complete()
+        HttpToolsProtocol.on_response_complete(self)
 
     def take_forwarded_host(self) -> None:
         """The first name of the proxy's `X-Forwarded-Host` as `Host` (the one the client
@@ -377,7 +289,12 @@ class JsonErrorsProtocol(StallBoundProtocol):
         self.transport.close()
 
     def refuse(self, refused: Refused) -> None:
-        """Answer a request refused by a callback (`RefusingParser`), log its cause and close."""
+        """Answer a request refused by a callback (`RefusingParser`) or its head's bound, log its
+        cause and close."""
+        if self.in_headers and read_version(self.parser) == "0.9":
+            # A refusal before the header block's end is its bounds' 431: the request line's
+            # comes first (a 101st header made it a 431).
+            refused = self.no_version()
         self.refusals.note(self.logger, self.loop, refused.cause)
         if refused.dispatched:
             self.refuse_dispatched(refused)

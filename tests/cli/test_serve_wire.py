@@ -901,3 +901,37 @@ def test_a_request_line_without_a_version_is_a_400_whatever_its_headers(
 
     assert status == b"HTTP/1.1 400 Bad Request"
     assert "no HTTP version" in error["detail"]
+
+
+def test_a_queued_request_refused_for_its_trailers_waits_for_the_answer_before_it(
+    served: tuple[int, subprocess.Popen[str]], database_url: str
+) -> None:
+    # The second request, chunked with 101 trailers, is queued behind the first (in the app
+    # while the table is held): its 431 comes after the first's answer, then the close, and the
+    # app never sees it (its session would be stored).
+    first = b"GET /api/memories?projectPath=/p HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    second = _chunked_with_trailers(b"queued-trailers", _trailers(101))
+    port, server = served
+    logged(server)
+    with (
+        psycopg.connect(libpq_url(database_url), autocommit=True) as blocker,
+        socket.create_connection(("127.0.0.1", port), timeout=30) as connection,
+    ):
+        with blocker.transaction():  # the first request waits on the table while it is held
+            blocker.execute("LOCK TABLE memories IN ACCESS EXCLUSIVE MODE")
+            connection.sendall(first + second)
+            ready, _, _ = select.select([connection], [], [], 1.0)
+            assert not ready, "the 431 overtook the answer still in the app"
+        answer = b""
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := connection.recv(65536):
+                answer += chunk
+    log = _logged_within(server, "(431)", REFUSAL_WINDOW + 2)
+
+    assert answer.startswith(b"HTTP/1.1 200 "), answer[:300]
+    assert answer.count(b"HTTP/1.1 ") == 2, answer
+    status, error = error_of(answer[answer.rindex(b"HTTP/1.1 ") :])
+    assert status == b"HTTP/1.1 431 Request Header Fields Too Large"
+    assert error["error"] == "RequestHeaderFieldsTooLarge"
+    assert not _stored_session(database_url, "queued-trailers")
+    assert "Traceback" not in log, log
