@@ -25,9 +25,24 @@ def loads(data: str | bytes) -> Any:
         # Integers by the C parser's own path, as `int`, unless one is too long for it.
         return json.loads(data, parse_float=Decimal)
     except ValueError as error:
-        if "integer string conversion" not in str(error):
+        if not _too_long(error):
             raise
     return json.loads(data, parse_float=Decimal, parse_int=_int)
+
+
+def raw_decode(text: str, position: int = 0) -> tuple[Any, int]:
+    """`json.JSONDecoder().raw_decode`, each number kept exactly as `loads` keeps it."""
+    try:
+        return _EXACT.raw_decode(text, position)
+    except ValueError as error:
+        if not _too_long(error):
+            raise
+    return _EXACT_WIDE.raw_decode(text, position)
+
+
+def _too_long(error: ValueError) -> bool:
+    # Python's message for an integer past `sys.get_int_max_str_digits()`: not a JSON error.
+    return "integer string conversion" in str(error)
 
 
 def _int(text: str) -> int | Decimal:
@@ -35,6 +50,10 @@ def _int(text: str) -> int | Decimal:
         return int(text)
     except ValueError:  # more digits than `sys.get_int_max_str_digits()`
         return Decimal(text)
+
+
+_EXACT = json.JSONDecoder(parse_float=Decimal)
+_EXACT_WIDE = json.JSONDecoder(parse_float=Decimal, parse_int=_int)
 
 
 def _wide_int(text: str) -> int:
@@ -54,7 +73,7 @@ def loads_stored(data: str | bytes) -> Any:
     try:
         return json.loads(data)
     except ValueError as error:
-        if "integer string conversion" not in str(error):
+        if not _too_long(error):
             raise
     return json.loads(data, parse_int=_wide_int)
 
@@ -80,7 +99,7 @@ def dumps(value: Any, **options: Any) -> str:
     try:
         text = json.dumps(value, default=placeholder, **options)
     except ValueError as error:
-        if "integer string conversion" not in str(error):
+        if not _too_long(error):
             raise
         numbers.clear()
         text = json.dumps(_long_ints_as_decimals(value), default=placeholder, **options)
