@@ -7,7 +7,6 @@ directory, which is what an agent launching `agmem mcp` from a project folder ex
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 from collections.abc import Awaitable, Callable
@@ -179,7 +178,9 @@ def set_(
     parsed: Any = value
     if not as_string:
         try:
-            parsed = json.loads(value)
+            # Its numbers as written (app/exactjson.py): `json` made `1.50` 1.5, `1e400`
+            # Infinity (refused), and an integer of 5,000 digits a string (its parse failed).
+            parsed = exactjson.loads(value)
         except (ValueError, RecursionError):
             parsed = value
 

@@ -79,3 +79,23 @@ def test_agmem_memory_get_prints_an_integer_of_5000_digits(
     listed = run_agmem("memory", "list", "--project", PROJECT, "--json", DATABASE_URL=database_url)
     assert listed.returncode == 0, listed.stderr
     assert DIGITS in listed.stdout
+
+
+def test_agmem_memory_set_stores_numbers_as_written(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    # An integer of 5,000 digits was stored as a string (its parse failed), `1.50` as 1.5, and
+    # `1e400` (a JSON number) was refused as Infinity.
+    for key, value in (("digits", DIGITS), ("scale", "[1.50, 1e-400]"), ("huge", "1e400")):
+        done = run_agmem(
+            "memory", "set", key, value, "--project", PROJECT, DATABASE_URL=database_url
+        )
+        assert done.returncode == 0, done.stderr
+    stored = dict(
+        db.execute("SELECT key, value::text FROM memories WHERE jsonb_typeof(value) <> 'string'")
+    )
+    assert stored == {
+        "digits": DIGITS,
+        "scale": "[1.50, 0." + "0" * 399 + "1]",
+        "huge": "1" + "0" * 400,
+    }
