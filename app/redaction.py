@@ -28,7 +28,6 @@ hourly prune of orphans (an hour after it was cached at the earliest).
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import pickle
 import sys
@@ -36,9 +35,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import structlog
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app import exactjson
 from app.errors import AppError
 from app.index.terms import search_terms
 from app.index.writer import content_hash
@@ -67,6 +68,7 @@ HUGE_ROW_BYTES = 256 << 10
 REDACTION_WRITER = "agmem redact"
 
 _T = TypeVar("_T")
+log = structlog.get_logger(__name__)
 
 
 def _tags(tags: list[str] | None) -> list[str] | None:
@@ -88,12 +90,13 @@ def _name(value: str | None) -> str | None:
 def _json(value: str | None) -> str | None:
     # A jsonb is fetched as its text and parsed here, in the redaction (a huge row's in a worker
     # process): psycopg parsed it in the fetch, on the event loop (2 MB of small dicts ~60 ms).
-    # Unchanged, its text is given back as fetched; changed, as the UPDATE binds it.
+    # Unchanged, its text is given back as fetched; changed, as the UPDATE binds it. Its numbers
+    # are written back as stored (app/exactjson.py): only its strings are the rules' to change.
     if value is None:
         return None
-    stored = json.loads(value)
+    stored = exactjson.loads(value)
     redacted = redact_json(stored)
-    return value if redacted == stored else json.dumps(redacted)
+    return value if redacted == stored else exactjson.dumps(redacted)
 
 
 @dataclass(frozen=True)
@@ -165,6 +168,8 @@ class RedactReport:
 
     scanned: dict[str, int] = field(default_factory=dict)
     changed: dict[str, int] = field(default_factory=dict)
+    # Rows no parse can read (`UnreadableRow`), by table: left as they are, each logged.
+    skipped: dict[str, int] = field(default_factory=dict)
     dry_run: bool = False
 
     def summary_line(self) -> str:
@@ -172,9 +177,16 @@ class RedactReport:
             f"{table} {self.changed.get(table, 0)}/{self.scanned[table]}" for table in self.scanned
         )
         total = sum(self.changed.values())
+        skipped = ""
+        if self.skipped:
+            by_table = ", ".join(f"{table} {count}" for table, count in self.skipped.items())
+            skipped = (
+                f"; {sum(self.skipped.values())} rows skipped, unreadable ({by_table}): "
+                "see the log's redaction.row_skipped lines"
+            )
         if self.dry_run:
-            return f"would redact {total} rows (to change/read: {parts}); nothing written"
-        return f"redacted {total} rows (changed/read: {parts})"
+            return f"would redact {total} rows (to change/read: {parts}){skipped}; nothing written"
+        return f"redacted {total} rows (changed/read: {parts}){skipped}"
 
 
 async def redact_stored(
@@ -197,6 +209,18 @@ async def redact_stored(
     finally:
         await batch.close()
     return report
+
+
+class UnreadableRow(Exception):
+    """A stored value the pass cannot parse: a jsonb nested past Python's recursion limit (which
+    Postgres takes). Parsed again it fails again, so the row is skipped, logged and counted, and
+    the pass goes on: raised, it stopped the pass for every row after it, and the worker, which
+    retries a failed pass before its lanes start, retried it for ever."""
+
+    def __init__(self, column: str, reason: str) -> None:
+        super().__init__(column, reason)
+        self.column = column
+        self.reason = reason
 
 
 class RedactionWorkerDied(AppError):
@@ -304,14 +328,16 @@ async def _walk(
     while True:
         async with sessionmaker() as session, session.begin():
             if table is None:
-                rows, changed = await _chunk_batch(session, after, batch)
+                rows, changed, skipped = await _chunk_batch(session, after, batch)
             else:
-                rows, changed = await _table_batch(session, table, after, batch)
+                rows, changed, skipped = await _table_batch(session, table, after, batch)
         if not rows:
             return
         after = rows[-1]
         report.scanned[name] += len(rows)
         report.changed[name] += changed
+        if skipped:
+            report.skipped[name] = report.skipped.get(name, 0) + skipped
         if progress is not None:
             progress(name, report.scanned[name])
 
@@ -345,7 +371,10 @@ def _redact_row(table: _Table, row: Mapping[str, Any]) -> dict[str, Any]:
     new: dict[str, Any] = {}
     for column, (redact, _cast) in table.columns.items():
         old = row[column]
-        value = redact(old)
+        try:
+            value = redact(old)
+        except (ValueError, RecursionError) as error:
+            raise UnreadableRow(column, str(error)) from None
         if value != old:
             new[column] = value
     return new
@@ -353,19 +382,32 @@ def _redact_row(table: _Table, row: Mapping[str, Any]) -> dict[str, Any]:
 
 async def _table_batch(
     session: AsyncSession, table: _Table, after: Any, batch: _Batch
-) -> tuple[list[Any], int]:
-    """Redact one batch of `table`'s rows after key `after`: (the keys read, rows changed)."""
+) -> tuple[list[Any], int, int]:
+    """Redact one batch of `table`'s rows after key `after`: (the keys read, rows changed, rows
+    skipped)."""
     columns = [table.selected(column) for column in table.columns]
     columns += list(_VERSION_COLUMNS) if table.versioned else []
     select = _batch_select(table.name, table.key, columns, table.size, after is None)
     params = {"after": after, "limit": batch.rows, "budget": batch.bytes}
     rows = (await session.execute(text(select), params)).all()
-    changed = 0
+    changed = skipped = 0
     for row in rows:
         # A huge row is pickled to the worker process: as a dict (a Row holds its cursor's
         # metadata); the others are redacted here, copying nothing.
         values = dict(row._mapping) if row.text_bytes > HUGE_ROW_BYTES else row._mapping
-        new = await batch.redact(row.text_bytes, _redact_row, table, values)
+        try:
+            new = await batch.redact(row.text_bytes, _redact_row, table, values)
+        except UnreadableRow as error:
+            key = getattr(row, table.key)
+            log.warning(
+                "redaction.row_skipped",
+                table=table.name,
+                key=str(key),
+                column=error.column,
+                reason=error.reason,
+            )
+            skipped += 1
+            continue
         if not new:
             continue
         changed += 1
@@ -382,7 +424,7 @@ async def _table_batch(
             ),
             {**new, "key": getattr(row, table.key)},
         )
-    return [getattr(row, table.key) for row in rows], changed
+    return [getattr(row, table.key) for row in rows], changed, skipped
 
 
 # docs/memories.md: a memory's version is +1 on every write, and every update first keeps the
@@ -428,7 +470,9 @@ _SET_CHUNK = text(
 )
 
 
-async def _chunk_batch(session: AsyncSession, after: Any, batch: _Batch) -> tuple[list[Any], int]:
+async def _chunk_batch(
+    session: AsyncSession, after: Any, batch: _Batch
+) -> tuple[list[Any], int, int]:
     params = {"after": after or 0, "limit": batch.rows, "budget": batch.bytes}
     rows = (await session.execute(_CHUNKS, params)).all()
     changed = 0
@@ -446,7 +490,7 @@ async def _chunk_batch(session: AsyncSession, after: Any, batch: _Batch) -> tupl
                 "terms": _terms(row.content, content, row.search_terms),
             }
             await session.execute(_SET_CHUNK, params)
-    return [row.id for row in rows], changed
+    return [row.id for row in rows], changed, 0
 
 
 def _terms(old: str, new: str, stored: str | None) -> str:

@@ -7,7 +7,6 @@ directory, which is what an agent launching `agmem mcp` from a project folder ex
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 from collections.abc import Awaitable, Callable
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 from pydantic import ValidationError
 
+from app import exactjson
 from app.cli.common import (
     check_provider,
     cli_errors,
@@ -115,7 +115,7 @@ def _show(memory: Memory, as_json: bool) -> None:
     elif isinstance(memory.value, str):
         typer.echo(memory.value)
     else:
-        typer.echo(json.dumps(memory.value, ensure_ascii=False, indent=2))
+        typer.echo(exactjson.dumps(memory.value, ensure_ascii=False, indent=2))
 
 
 def _visibility(scope: Scope | None, project: str | None, session: str | None) -> Visibility:
@@ -178,7 +178,9 @@ def set_(
     parsed: Any = value
     if not as_string:
         try:
-            parsed = json.loads(value)
+            # Its numbers as written (app/exactjson.py): `json` made `1.50` 1.5, `1e400`
+            # Infinity (refused), and an integer of 5,000 digits a string (its parse failed).
+            parsed = exactjson.loads(value)
         except (ValueError, RecursionError):
             parsed = value
 
@@ -207,11 +209,11 @@ def set_(
 def _print_list(memories: list[Memory], as_json: bool) -> None:
     if as_json:
         listed = [m.model_dump(mode="json", by_alias=True) for m in memories]
-        typer.echo(json.dumps(listed, ensure_ascii=False, indent=2))
+        typer.echo(exactjson.dumps(listed, ensure_ascii=False, indent=2))
         return
     for memory in memories:
         value = memory.value
-        shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        shown = value if isinstance(value, str) else exactjson.dumps(value, ensure_ascii=False)
         shown = " ".join(terminal_text(shown).split())
         key = terminal_text(memory.key)
         typer.echo(f"{key}\t{memory.scope}\t{shown[:80]}{'…' if len(shown) > 80 else ''}")
@@ -301,7 +303,7 @@ def resume(
     for memories in answer.context.model_dump().values():
         for memory in memories:
             value = memory["value"]
-            shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+            shown = value if isinstance(value, str) else exactjson.dumps(value, ensure_ascii=False)
             typer.echo(f"  {terminal_text(memory['key'])}: {terminal_text(shown)}")
     typer.echo(f"({answer.token_count} of {answer.budget} tokens)")
 

@@ -7,10 +7,10 @@ one `## Session from <date>` per recent session with its `**Task**`, then the re
 
 from __future__ import annotations
 
-import json
 import re
 from datetime import datetime
 
+from app import exactjson
 from app.search.schemas import SearchResult
 
 HEADER = "<memory>\n# Antigravity Memory: Previous Sessions\n"
@@ -88,10 +88,11 @@ def session_line(at: datetime, task: str | None, summary: str) -> str:
 
 def fact_value(raw_json: str) -> str:
     """A kv value as text: strings bare, anything else as compact JSON."""
-    value = json.loads(raw_json)
+    # Its numbers as stored (`1.50`, an integer of 5,000 digits, on which `json.loads` raised).
+    value = exactjson.loads(raw_json)
     if isinstance(value, str):
         return one_line(value)
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return exactjson.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def fact_line(key: str, value: str) -> str:

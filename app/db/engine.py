@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
+from app import exactjson
 from app.config import Settings, SettingsError
 from app.db.alive import usable
 from app.db.embedded import start_embedded_postgres
@@ -56,6 +57,10 @@ def make_async_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
         pool_pre_ping=False,
         pool_recycle=1800,
         connect_args={"connect_timeout": 5, "application_name": "agmem"},
+        # A jsonb integer of more than 4,300 digits (stored by SQL or an older build) made
+        # `json.loads` raise in every read of its row: a 500 for the memory, its list, a write.
+        json_deserializer=exactjson.loads_stored,
+        json_serializer=exactjson.dumps,  # and writes it back (`json.dumps` raised too)
     )
     event.listen(engine.sync_engine, "connect", _set_scan_defaults)
     event.listen(engine.sync_engine, "checkout", _check_backend)

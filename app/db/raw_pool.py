@@ -9,9 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from psycopg import AsyncConnection
+from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool
 from sqlalchemy.engine import make_url
 
+from app import exactjson
 from app.db.engine import SET_UTC, sqlalchemy_url
 
 Conn = AsyncConnection[Any]
@@ -40,7 +42,7 @@ def make_raw_pool(
         max_size=max_size,
         kwargs=_connect_kwargs(application_name, options),
         connection_class=AsyncConnection,
-        configure=_set_utc,
+        configure=_configure,
         timeout=timeout,
         max_lifetime=1800,
         open=False,
@@ -53,9 +55,11 @@ async def connect(url: str, *, application_name: str, options: str | None = None
     Unlike the pools' connections it is not set to UTC: its one user, the sync, reads and writes
     no timestamps through it, and the SET would be a round trip on a small re-sync's critical
     path. A caller that reads `timestamptz` values must `SET_UTC` first."""
-    return await AsyncConnection.connect(
+    connection = await AsyncConnection.connect(
         libpq_url(url), **_connect_kwargs(application_name, options)
     )
+    _read_exact_ints(connection)
+    return connection
 
 
 def _connect_kwargs(application_name: str, options: str | None) -> dict[str, Any]:
@@ -69,6 +73,13 @@ def _connect_kwargs(application_name: str, options: str | None) -> dict[str, Any
     return kwargs
 
 
-async def _set_utc(connection: Conn) -> None:
+async def _configure(connection: Conn) -> None:
+    _read_exact_ints(connection)
     # Autocommit connections: the SET stays for the connection's life (see app/db/engine.py).
     await connection.execute(SET_UTC)
+
+
+def _read_exact_ints(connection: Conn) -> None:
+    # psycopg's jsonb loader is `json.loads`, which raised for an integer of more than 4,300
+    # digits (a row written by SQL or an older build): every read of that memory was a 500.
+    set_json_loads(exactjson.loads_stored, connection)

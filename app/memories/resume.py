@@ -8,7 +8,6 @@ facts), then `shared.*` (notes between agents). A memory that does not fit is le
 
 from __future__ import annotations
 
-import json
 import posixpath
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -17,6 +16,7 @@ import structlog
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app import exactjson
 from app.config import Settings
 from app.db.models import MemoryRow, SessionRow
 from app.errors import first_line
@@ -37,7 +37,7 @@ BRIEFING_TIMEOUT_SECONDS = 15.0
 
 
 def value_text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return value if isinstance(value, str) else exactjson.dumps(value, ensure_ascii=False)
 
 
 def memory_tokens(row: MemoryRow) -> int:

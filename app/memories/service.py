@@ -13,7 +13,6 @@ present in several scopes answers with the most specific (session, project, shar
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
@@ -36,6 +35,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app import exactjson
 from app.db.models import MemoryRow, MemoryVersionRow
 from app.errors import Conflict, NotFound, ValidationFailed
 from app.index.writer import replace_index_text
@@ -288,18 +288,18 @@ async def _insert(
     return created
 
 
+_KEEP_VERSION = text(
+    "INSERT INTO memory_versions (memory_id, project_path, version, value, written_by, "
+    "written_at) SELECT id, project_path, version, value, "
+    "coalesce(nullif(updated_by, ''), created_by), "
+    "updated_at FROM memories WHERE id = :id"
+)
+
+
 async def _update(session: AsyncSession, *, current: MemoryRow, data: MemoryWrite) -> MemoryRow:
-    session.add(
-        MemoryVersionRow(
-            memory_id=current.id,
-            project_path=current.project_path,
-            version=current.version,
-            value=current.value,
-            written_by=current.updated_by or current.created_by,
-            written_at=current.updated_at,
-        )
-    )
-    await session.flush()
+    # Copied in SQL, not from `current.value`: read into Python, a jsonb number such as `1.50`,
+    # `1e-400` or a decimal of 1,000 digits became a float, and the history kept that instead.
+    await session.execute(_KEEP_VERSION, {"id": current.id})
     given = data.model_fields_set
     ttl = data.ttl if "ttl" in given else current.ttl
     tags = (data.tags or []) if "tags" in given else current.tags
@@ -325,7 +325,7 @@ async def _update(session: AsyncSession, *, current: MemoryRow, data: MemoryWrit
 
 def index_text(key: str, value: Any) -> str:
     """The searchable text of a memory: `key: value`, the value as text rather than JSON."""
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    text = value if isinstance(value, str) else exactjson.dumps(value, ensure_ascii=False)
     return f"{key}: {text}"[:INDEX_TEXT_LIMIT]
 
 

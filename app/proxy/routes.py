@@ -20,6 +20,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from app import exactjson
 from app.api import paths  # noqa: F401 - registers the `{name:any}` paths below use
 from app.config import Settings
 from app.errors import Unauthorized
@@ -74,10 +75,10 @@ def _parse_body(raw: bytes) -> dict[str, Any] | None:
 
 def _encode(body: dict[str, Any]) -> bytes:
     try:
-        return json.dumps(body, ensure_ascii=False).encode()
+        return exactjson.dumps(body, ensure_ascii=False).encode()
     except UnicodeEncodeError:
         # A lone surrogate the caller sent as an escape: send it back escaped, as it came.
-        return json.dumps(body).encode()
+        return exactjson.dumps(body).encode()
 
 
 def _header_text(value: str) -> str:
@@ -111,7 +112,10 @@ async def _prepare(
     block = await proxy.memory.block(project, last_user_prompt(body))
     if not block and not has_memory_block(body):
         return raw
-    return _encode(inject_memory(body, block))
+    # Parsed again with its numbers exact (app/exactjson.py): re-encoded from `body`, the
+    # caller's `1.50` went upstream as 1.5, `1e-400` as 0.0 and `1e400` as `Infinity`, which is
+    # not JSON. Only an injected call pays the second parse.
+    return _encode(inject_memory(exactjson.loads(raw), block))
 
 
 async def proxy_call(request: Request, model: str) -> Response:

@@ -15,6 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from app import exactjson
 from app.privacy import NestingTooDeep, clean_text, redact_secrets, sanitize_json, sanitize_text
 
 ROLE_LABELS = {
@@ -45,7 +46,6 @@ IGNORED_TYPES = frozenset(
 )
 _DATA_URI = re.compile(r"data:[\w.+-]+/[\w.+-]+;base64,[A-Za-z0-9+/=]{16,}")
 _BASE64_RUN = re.compile(r"[A-Za-z0-9+/]{400,}={0,2}")
-_DECODER = json.JSONDecoder()
 # A cut text is sanitized before the cut, this far past it, so that a secret across the cut is
 # redacted whole: cut first, its fragment was no longer one the rules know. Covers any real
 # single-line secret (a JWT, a key).
@@ -77,7 +77,7 @@ def parse_transcript(data: str, *, tool_output_chars: int = 2000) -> Transcript:
 
 def _is_legacy_session(stripped: str) -> bool:
     try:
-        value, end = _DECODER.raw_decode(stripped)
+        value, end = exactjson.raw_decode(stripped)
     except ValueError:
         return False
     return (
@@ -109,7 +109,10 @@ class _Parser:
             if position >= end:
                 break
             try:
-                value, position = _DECODER.raw_decode(line, position)
+                # Numbers exactly (app/exactjson.py): `json` refused a line holding an integer
+                # of more than 4,300 digits as invalid (a whole legacy file so), and wrote
+                # `1e400` as `Infinity`, `1.50` as `1.5` in the indexed text.
+                value, position = exactjson.raw_decode(line, position)
             except ValueError:
                 self.out.skipped["invalid JSON"] += 1
                 break
@@ -117,7 +120,7 @@ class _Parser:
         return values
 
     def legacy(self, data: str) -> None:
-        session: dict[str, Any] = json.loads(data)
+        session: dict[str, Any] = exactjson.loads(data)
         messages: list[Any] = session["messages"]
         line_starts = _line_starts(data)
         # The pretty-printed file holds each message's id once, in order: where it starts.
@@ -282,7 +285,7 @@ def _compact(value: Any) -> str:
         return ""
     if isinstance(value, str):
         return value
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return exactjson.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def _find_json(data: str, value: str, start: int, *, prefix: bool = False) -> int:

@@ -24,6 +24,7 @@ class RecordedRequest:
     path: str
     headers: dict[str, str]
     body: Any
+    raw: bytes = b""  # the body's bytes, as sent
 
 
 @dataclass

@@ -163,3 +163,28 @@ def test_without_an_embedder_the_proxy_starts_and_forwards_without_memory(
         client = proxy.client()
         assert client.models.generate_content(model="m", contents="login?").text
         assert "systemInstruction" not in proxy.upstream.requests[0].body
+
+
+def test_an_injected_call_forwards_the_callers_numbers_as_they_were_sent(
+    proxy: Proxy, db: psycopg.Connection[Any]
+) -> None:
+    # The injected body was re-encoded from Python's floats: `1e400` went upstream as
+    # `Infinity` (not JSON), `1e-400` as 0.0 and `1.50` as 1.5.
+    _remember(db)
+    numbers = '{"big": 1e400, "tiny": 1e-400, "scale": 1.50, "neg": -0.0, "n": 7}'
+    body = (
+        '{"contents": [{"role": "user", "parts": [{"text": "fix login"}]}, '
+        '{"role": "user", "parts": [{"functionResponse": {"name": "calc", "response": '
+        + numbers
+        + "}}]}]}"
+    )
+    reply = httpx.post(
+        f"{proxy.url}/v1beta/models/m:generateContent",
+        content=body.encode(),
+        headers={"X-Agmem-Project": PROJECT, "content-type": "application/json"},
+    )
+    assert reply.status_code == 200
+    seen = proxy.upstream.requests[0]
+    assert "auth/jwt.ts" in seen.body["systemInstruction"]["parts"][0]["text"]
+    assert b"Infinity" not in seen.raw
+    assert b'"big": 1E+400, "tiny": 1E-400, "scale": 1.50, "neg": -0.0, "n": 7' in seen.raw

@@ -76,7 +76,7 @@ def _handler(fake: FakeUpstream) -> type[BaseHTTPRequestHandler]:
             except (ValueError, RecursionError):
                 body = raw.decode("utf-8", "replace")
             headers = {k.lower(): v for k, v in self.headers.items()}
-            answer = fake.next(RecordedRequest("POST", self.path, headers, body))
+            answer = fake.next(RecordedRequest("POST", self.path, headers, body, raw))
             streaming = ":streamGenerateContent" in self.path and answer.status < 400
             if not streaming:
                 payload = json.dumps(answer.body if answer.body is not None else {}).encode()

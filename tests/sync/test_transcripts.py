@@ -307,3 +307,42 @@ def test_a_private_span_across_content_blocks_is_not_kept() -> None:
     assert "hunter22" not in text
     assert "bob" not in text
     assert "thanks" in text
+
+
+def test_numbers_json_cannot_round_trip_keep_their_line_and_their_digits() -> None:
+    # A tool call's integer of 5,000 digits made its line "invalid JSON" (and a whole legacy
+    # file so); `1e400` was indexed as `Infinity`, `1e-400` as `0.0`, `1.50` as `1.5`.
+    digits = "9" * 5000
+    calls = [
+        '{"n": ' + digits + "}",
+        '{"n": 1e400, "m": -1e400, "k": 1e-400, "d": 1.50, "i": 7}',
+    ]
+    lines = [json.dumps({"type": "user", "message": {"role": "user", "content": "first"}})]
+    for number, call in enumerate(calls):
+        use = f'{{"type": "tool_use", "id": "t{number}", "name": "calc", "input": {call}}}'
+        lines.append(
+            '{"type": "assistant", "message": {"role": "assistant", "content": [' + use + "]}}"
+        )
+    lines.append(json.dumps({"type": "user", "message": {"role": "user", "content": "last"}}))
+
+    parsed = parse_transcript("\n".join(lines))
+
+    assert [e.line for e in parsed.entries] == [1, 2, 3, 4]
+    # Kept (its digits are a run the base64 rule omits, as any such run).
+    assert parsed.entries[1].text.startswith('Assistant: [tool calc] {"n":')
+    assert parsed.entries[2].text == (
+        'Assistant: [tool calc] {"n":1E+400,"m":-1E+400,"k":1E-400,"d":1.50,"i":7}'
+    )
+    assert "invalid JSON" not in parsed.skipped
+
+    legacy = {
+        "sessionId": "s",
+        "messages": [
+            {"id": "m1", "type": "user", "content": "hello"},
+            {"id": "m2", "type": "gemini", "content": "the answer", "tokens": 1},
+        ],
+    }
+    data = json.dumps(legacy, indent=2).replace('"tokens": 1', '"tokens": ' + digits)
+    parsed = parse_transcript(data)
+    assert [e.text for e in parsed.entries] == ["User: hello", "Assistant: the answer"]
+    assert "invalid JSON" not in parsed.skipped

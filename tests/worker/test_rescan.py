@@ -286,3 +286,28 @@ def test_a_worker_waits_for_another_workers_pass_and_a_stop_ends_the_wait(
         took = asyncio.run(_stopped_during_rescan(database_url, _after(1.5)))
     assert took < 5
     assert _row(db)[0] == OLD_RULES
+
+
+def test_a_start_up_pass_finishes_past_rows_python_json_cannot_read(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    # A jsonb integer of 5,000 digits (Python's json refuses more than 4,300) failed every pass,
+    # and the lanes waited behind the retries for ever; a jsonb nested past Python's recursion
+    # limit cannot be parsed at all: it is skipped, and the rest is redacted.
+    _store_old_secrets(db)
+    for key, value in (("digits", "[" + "9" * 5000 + "]"), ("deep", "[" * 5000 + "]" * 5000)):
+        db.execute(
+            "INSERT INTO memories (scope, project_path, key, value, created_by) "
+            "VALUES ('global', '', %s, %s::jsonb, 'me')",
+            (key, value),
+        )
+    _state(db, OLD_RULES)
+
+    def done() -> bool:
+        return _row(db)[0] == RULES_VERSION
+
+    run_until(make_settings(), database_url, done)
+    assert _leaking(db) == dict.fromkeys(TABLES, 0)
+    assert db.execute(
+        "SELECT length(value::text) FROM memories WHERE key = 'digits'"
+    ).fetchone() == (5002,)

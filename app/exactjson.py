@@ -1,0 +1,127 @@
+"""JSON whose numbers keep their exact value, for rewriting stored jsonb.
+
+Postgres keeps a jsonb number exactly (a `numeric`): an integer of 5,000 digits, `1e400` (written
+as 1 and 400 zeros), `1e-400`, a decimal of 1,000 digits, `1.50` with its scale. Python's `json`
+refuses an integer of more than 4,300 digits (its int-from-string limit) and makes a float of
+every other number: parsed and dumped again, `1.50` became `1.5`, `1e-400` became `0.0` and a long
+decimal lost its digits. Here every non-integer number, and an integer too long for `int`, is a
+`Decimal` (exact, any length), dumped as its `str`: the same numeric, scale included, for Postgres
+(`1E-400` is its `0.000…1`; its own text has no exponents). `Decimal` is built in C: parsing
+floats so is faster than as `float` (100,000 floats: 29 against 42 ms).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from decimal import Decimal
+from typing import Any
+
+
+def loads(data: str | bytes) -> Any:
+    """`json.loads`, each number kept exactly (see the module's docstring). Raises ValueError
+    for text that is not JSON, RecursionError for nesting past Python's limit."""
+    try:
+        # Integers by the C parser's own path, as `int`, unless one is too long for it.
+        return json.loads(data, parse_float=Decimal)
+    except ValueError as error:
+        if not _too_long(error):
+            raise
+    return json.loads(data, parse_float=Decimal, parse_int=_int)
+
+
+def raw_decode(text: str, position: int = 0) -> tuple[Any, int]:
+    """`json.JSONDecoder().raw_decode`, each number kept exactly as `loads` keeps it."""
+    try:
+        return _EXACT.raw_decode(text, position)
+    except ValueError as error:
+        if not _too_long(error):
+            raise
+    return _EXACT_WIDE.raw_decode(text, position)
+
+
+def _too_long(error: ValueError) -> bool:
+    # Python's message for an integer past `sys.get_int_max_str_digits()`: not a JSON error.
+    return "integer string conversion" in str(error)
+
+
+def _int(text: str) -> int | Decimal:
+    try:
+        return int(text)
+    except ValueError:  # more digits than `sys.get_int_max_str_digits()`
+        return Decimal(text)
+
+
+_EXACT = json.JSONDecoder(parse_float=Decimal)
+_EXACT_WIDE = json.JSONDecoder(parse_float=Decimal, parse_int=_int)
+
+
+def _wide_int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        # Through Decimal: its conversion to int is not the string one Python limits (a value
+        # of 5,000 digits read in 0.8 ms; jsonb's longest integer, 131,072 digits, in 1.2 s).
+        return int(Decimal(text))
+
+
+def loads_stored(data: str | bytes) -> Any:
+    """`json.loads` for a value read back from Postgres: what the service gives clients as JSON
+    numbers stays `int` and `float`, and an integer of more than 4,300 digits (which a row
+    written by SQL or an older build can hold) is read as the exact `int` instead of raising
+    (every read of such a memory was a 500). `dumps` writes it back."""
+    try:
+        return json.loads(data)
+    except ValueError as error:
+        if not _too_long(error):
+            raise
+    return json.loads(data, parse_int=_wide_int)
+
+
+def dumps(value: Any, **options: Any) -> str:
+    """`json.dumps(value, **options)` that also writes the `Decimal`s `loads` made, as their
+    `str` (which is JSON), and an `int` too long for Python's int-to-string conversion (one
+    `loads_stored` read), as its digits. Raises TypeError for what `json` cannot write."""
+    numbers: list[str] = []
+    # `json` cannot write raw text and its C encoder is kept: each Decimal is first written as
+    # the same string, holding this call's random nonce, and the text is then cut at those and
+    # the numbers' texts put in, in the order the encoder wrote them. No other string can be the
+    # same (the nonce; besides, stored jsonb holds no NUL).
+    nonce = secrets.token_hex(8)
+    mark = f"\0{nonce}\0"
+
+    def placeholder(item: Any) -> str:
+        if not isinstance(item, Decimal):
+            raise TypeError(f"Object of type {type(item).__name__} is not JSON serializable")
+        numbers.append(str(item))
+        return mark
+
+    try:
+        text = json.dumps(value, default=placeholder, **options)
+    except ValueError as error:
+        if not _too_long(error):
+            raise
+        numbers.clear()
+        text = json.dumps(_long_ints_as_decimals(value), default=placeholder, **options)
+    if not numbers:
+        return text
+    pieces = text.split(f'"\\u0000{nonce}\\u0000"')
+    joined = [""] * (2 * len(pieces) - 1)
+    joined[::2] = pieces
+    joined[1::2] = numbers
+    return "".join(joined)
+
+
+# More bits than this, and an int may have more decimal digits than Python writes (4,300).
+_LONG_INT_BITS = 4000 * 3
+
+
+def _long_ints_as_decimals(value: Any) -> Any:
+    # Decimal(int) converts without the limited string path, and writes every digit.
+    if isinstance(value, int) and not isinstance(value, bool):
+        return Decimal(value) if value.bit_length() > _LONG_INT_BITS else value
+    if isinstance(value, dict):
+        return {key: _long_ints_as_decimals(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_long_ints_as_decimals(item) for item in value]
+    return value

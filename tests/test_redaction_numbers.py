@@ -1,0 +1,152 @@
+"""The redaction pass and jsonb numbers Python's `json` cannot round-trip.
+
+Postgres stores a jsonb number as a `numeric`, exactly: an integer of 5,000 digits, `1e400` (as
+1 and 400 zeros), `1e-400` (as 0. and 399 zeros and a 1), a decimal of 1,000 digits, `1.50` with
+its scale. `json.loads` refused the first (Python's int-from-string limit, so every pass failed
+and the worker's lanes waited behind it for ever) and made floats of the others: a row whose
+secret was redacted was written back with its numbers changed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import psycopg
+from structlog.testing import capture_logs
+
+import app.redaction
+from app.db.engine import make_async_engine, make_sessionmaker
+from app.redaction import RedactReport, redact_stored
+from tests.cli.helpers import run_agmem
+from tests.worker.builders import make_observation, make_session
+
+NUMBERS = (
+    '{"big": ' + "9" * 5000 + ", "
+    '"negbig": -' + "7" * 4400 + ", "
+    '"huge": 1e400, "tiny": 1e-400, "minus": -1E+400, '
+    '"long": 3.' + "1415926535" * 100 + ", "
+    '"zero": -0, "scale": 1.50, "plain": 42, "float": 0.1, '
+    '"list": [1e400, ' + "5" * 4301 + ', {"deep": 2.500}]}'
+)
+SECRET = "password: hunter2"
+
+
+def _run(url: str, **options: Any) -> RedactReport:
+    async def go() -> RedactReport:
+        engine = make_async_engine(url, pool_size=1)
+        try:
+            return await redact_stored(make_sessionmaker(engine), batch_rows=2, **options)
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(go())
+
+
+def _store(db: psycopg.Connection[Any], pad: int) -> tuple[str, str]:
+    """A kv memory and an observation whose numbers are beyond `json`, next to a secret; their
+    numbers' jsonb text as Postgres holds it."""
+    value = NUMBERS[:-1] + f', "note": "{SECRET}", "pad": "{"x" * pad}"}}'
+    db.execute(
+        "INSERT INTO memories (scope, project_path, key, value, created_by) "
+        "VALUES ('project', '/p', 'nums', %s::jsonb, 'me')",
+        (value,),
+    )
+    make_session(db)
+    make_observation(db, "o1", args={"path": "src/a.ts"}, result="clean")
+    db.execute(
+        "UPDATE observations SET function_args = %s::jsonb, result = %s::jsonb WHERE id = 'o1'",
+        (value, f'["{SECRET}", ' + NUMBERS + "]"),
+    )
+    memory = db.execute("SELECT (value - 'note')::text FROM memories").fetchone()
+    observation = db.execute(
+        "SELECT (function_args - 'note')::text || (result -> 1)::text FROM observations"
+    ).fetchone()
+    assert memory is not None
+    assert observation is not None
+    return memory[0], observation[0]
+
+
+def _numbers_kept(db: psycopg.Connection[Any], memory: str, observation: str) -> None:
+    assert db.execute("SELECT (value - 'note')::text FROM memories").fetchone() == (memory,)
+    assert db.execute(
+        "SELECT (function_args - 'note')::text || (result -> 1)::text FROM observations"
+    ).fetchone() == (observation,)
+    # The numbers as stored, to the digit (jsonb's text writes no exponents).
+    assert "9" * 5000 in memory
+    assert '"huge": 1' + "0" * 400 + "," in memory
+    assert '"tiny": 0.' + "0" * 399 + "1," in memory
+    assert '"scale": 1.50,' in memory
+    notes = "SELECT value ->> 'note', function_args ->> 'note', result ->> 0 FROM memories, "
+    assert db.execute(notes + "observations").fetchone() == ("password: [REDACTED]",) * 3
+
+
+def test_numbers_json_cannot_round_trip_are_kept_exactly_by_the_pass(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    memory, observation = _store(db, 10)
+
+    report = _run(database_url)
+
+    assert report.changed["memories"] == report.changed["observations"] == 1
+    assert report.skipped == {}
+    _numbers_kept(db, memory, observation)
+    # The version the redaction replaced is kept redacted, with its numbers.
+    kept = db.execute("SELECT (value - 'note')::text, value ->> 'note' FROM memory_versions")
+    assert kept.fetchall() == [(memory, "password: [REDACTED]")]
+    assert _run(database_url).changed == dict.fromkeys(report.changed, 0)
+
+
+def test_numbers_of_a_huge_row_are_kept_exactly_by_the_worker_process(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    memory, observation = _store(db, app.redaction.HUGE_ROW_BYTES + 1000)
+
+    report = _run(database_url)
+
+    assert report.changed["memories"] == report.changed["observations"] == 1
+    assert report.skipped == {}
+    _numbers_kept(db, memory, observation)
+
+
+def test_a_row_the_pass_cannot_read_is_skipped_counted_and_logged_not_retried(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    # Nested deeper than Python's parser goes (jsonb takes it): no parse of it can succeed, so
+    # it must not stop the pass for the rows after it.
+    deep = "[" * 5000 + f'"{SECRET}"' + "]" * 5000
+    for key, value in (("a", json.dumps(SECRET)), ("deep", deep), ("z", json.dumps(SECRET))):
+        db.execute(
+            "INSERT INTO memories (scope, project_path, key, value, created_by) "
+            "VALUES ('project', '/p', %s, %s::jsonb, 'me')",
+            (key, value),
+        )
+
+    with capture_logs() as logged:
+        report = _run(database_url)
+
+    assert report.changed["memories"] == 2
+    assert report.skipped == {"memories": 1}
+    assert "1 rows skipped" in report.summary_line()
+    assert db.execute("SELECT key FROM memories WHERE value::text LIKE '%hunter2%'").fetchall() == [
+        ("deep",)
+    ]
+    skipped = [entry for entry in logged if entry["event"] == "redaction.row_skipped"]
+    assert len(skipped) == 1
+    assert skipped[0]["table"] == "memories"
+    assert skipped[0]["column"] == "value"
+    assert "nested" in skipped[0]["reason"] or "recursion" in skipped[0]["reason"]
+
+
+def test_agmem_redact_says_which_rows_it_skipped(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    deep = "[" * 5000 + "1" + "]" * 5000
+    db.execute(
+        "INSERT INTO memories (scope, project_path, key, value, created_by) "
+        "VALUES ('project', '/p', 'deep', %s::jsonb, 'me')",
+        (deep,),
+    )
+    result = run_agmem("redact", DATABASE_URL=database_url)
+    assert result.returncode == 0, result.stderr
+    assert "1 rows skipped" in result.stdout
