@@ -32,6 +32,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 from urllib.parse import parse_qs, urlparse
 
 from sqlalchemy import text
@@ -179,6 +180,55 @@ def server_cpu(url: str) -> float | None:
         return None
 
 
+def _postmaster(url: str) -> int | None:
+    try:
+        pgdata = Path(parse_qs(urlparse(url).query)["host"][0])
+        return int((pgdata / "postmaster.pid").read_text().split()[0])
+    except (KeyError, OSError, ValueError, IndexError):
+        return None
+
+
+def _schedstat(paths: list[Path]) -> tuple[float, float]:
+    """Seconds on a CPU and seconds runnable but waiting for one (the kernel's schedstat, in ns,
+    not the 10 ms ticks of /proc/<pid>/stat), summed over `paths`; a task gone is left out."""
+    ran = waited = 0
+    for path in paths:
+        try:
+            fields = path.read_text().split()
+        except OSError:
+            continue
+        ran += int(fields[0])
+        waited += int(fields[1])
+    return ran / 1e9, waited / 1e9
+
+
+def server_tasks(postmaster: int | None) -> list[Path]:
+    """The schedstat files of the local server's processes (single-threaded each)."""
+    if postmaster is None:
+        return []
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == postmaster or int(stat.parent.name) == postmaster:
+            found.append(stat.parent / "schedstat")
+    return found
+
+
+class Round(NamedTuple):
+    """One watch round: its wall time and report; CPU seconds of this process and of the
+    server's processes; seconds their tasks spent runnable but waiting for a CPU, summed (the
+    load beside the bench, and the two sides taking turns on a busy machine)."""
+
+    seconds: float
+    report: SyncReport
+    python: float
+    server: float | None
+    waited: float
+
+
 async def timed_sync(
     url: str,
     project: Path,
@@ -216,19 +266,62 @@ def edit_some(files: list[Path], rng: random.Random) -> list[Path]:
 
 async def watch_rounds(
     url: str, project: Path, files: list[Path], rng: random.Random, rounds: int
-) -> list[tuple[float, SyncReport]]:
+) -> list[Round]:
     """The 1% re-sync as the watch mode runs it, `rounds` times: the connections kept since the
     watch's first (whole) sync, and only the files its events named looked at."""
     connections = SyncConnections(url, keep=WRITERS)
+    postmaster = _postmaster(url)
+    own = Path("/proc/self/task")
     try:
         await timed_sync(url, project, connections=connections)  # the watch's first sync
         results = []
         for _ in range(rounds):
             touched = edit_some(files, rng)
-            results.append(await timed_sync(url, project, connections=connections, changed=touched))
+            server = server_tasks(postmaster)  # the kept connections' backends among them
+            threads = list(own.glob("*/schedstat"))
+            server_before, python_before = _schedstat(server), _schedstat(threads)
+            cpu = time.process_time()
+            seconds, report = await timed_sync(
+                url, project, connections=connections, changed=touched
+            )
+            python = time.process_time() - cpu
+            # A backend started during the round counts from zero: its whole life is the round's.
+            server_after = _schedstat(
+                server + [p for p in server_tasks(postmaster) if p not in server]
+            )
+            python_after = _schedstat(list(own.glob("*/schedstat")))
+            waited = server_after[1] - server_before[1] + python_after[1] - python_before[1]
+            used = server_after[0] - server_before[0] if postmaster is not None else None
+            results.append(Round(seconds, report, python, used, waited))
         return results
     finally:
         await connections.close()
+
+
+def watch_figures(watched: list[Round]) -> str:
+    """Each round in order, and the medians of its CPU and of its wait for a CPU: on a shared
+    machine the wall time moves with the others' load, the CPU much less."""
+
+    def ms(values: list[float]) -> str:
+        return " ".join(f"{value * 1000:.1f}" for value in values)
+
+    def median_ms(values: list[float]) -> str:
+        return f"{statistics.median(values) * 1000:.1f} ms"
+
+    pad = f"{'':<28} "
+    lines = [
+        f"{pad}rounds in order: {ms([r.seconds for r in watched])} ms",
+        f"{pad}python CPU: {ms([r.python for r in watched])} ms",
+    ]
+    cpu = [r.python + r.server for r in watched if r.server is not None]
+    if len(cpu) == len(watched):
+        lines.append(f"{pad}postgres CPU: {ms([r.server or 0.0 for r in watched])} ms")
+        lines.append(f"{pad}waiting for a CPU (tasks summed): {ms([r.waited for r in watched])} ms")
+        lines.append(
+            f"{pad}medians: CPU a round (python + postgres) {median_ms(cpu)}, "
+            f"waiting for a CPU {median_ms([r.waited for r in watched])}"
+        )
+    return "\n".join(lines)
 
 
 async def forget(url: str, projects: list[Path]) -> None:
@@ -291,15 +384,14 @@ async def main(args: argparse.Namespace) -> None:
                     print(line(f"re-sync, {len(touched)} files (1%) edited", changed, one))
                     print(f"{'':<28} {changed / initial:8.2%} of the initial sync time (goal ~1%)")
                 watched = await watch_rounds(url, project, files, rng, args.watch_rounds)
-                times = sorted(seconds for seconds, _ in watched)
+                times = sorted(r.seconds for r in watched)
                 median = statistics.median(times)
-                print(line(f"watch mode, {len(touched)} files edited", median, watched[-1][1]))
+                print(line(f"watch mode, {len(touched)} files edited", median, watched[-1].report))
                 print(
                     f"{'':<28} {median / initial:8.2%} of the initial sync time (goal ~1%; "
                     f"median of {len(times)}, {times[0] * 1000:.1f}-{times[-1] * 1000:.1f} ms)"
                 )
-                rounds = " ".join(f"{seconds * 1000:.1f}" for seconds, _ in watched)
-                print(f"{'':<28} rounds in order: {rounds} ms")
+                print(watch_figures(watched))
                 if args.watch_only:
                     return
                 await timed_sync(url, small)
