@@ -25,6 +25,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import shutil
 import statistics
 import tempfile
@@ -188,18 +189,30 @@ def _postmaster(url: str) -> int | None:
         return None
 
 
-def _schedstat(paths: list[Path]) -> tuple[float, float]:
-    """Seconds on a CPU and seconds runnable but waiting for one (the kernel's schedstat, in ns,
-    not the 10 ms ticks of /proc/<pid>/stat), summed over `paths`; a task gone is left out."""
-    ran = waited = 0
+def _schedstat(paths: list[Path]) -> dict[Path, tuple[float, float]]:
+    """Each task's seconds on a CPU and seconds runnable but waiting for one (the kernel's
+    schedstat, in ns, not the 10 ms ticks of /proc/<pid>/stat); a task gone is left out."""
+    found = {}
     for path in paths:
         try:
             fields = path.read_text().split()
         except OSError:
             continue
-        ran += int(fields[0])
-        waited += int(fields[1])
-    return ran / 1e9, waited / 1e9
+        found[path] = (int(fields[0]) / 1e9, int(fields[1]) / 1e9)
+    return found
+
+
+def _grown(
+    before: dict[Path, tuple[float, float]], after: dict[Path, tuple[float, float]]
+) -> tuple[float, float]:
+    """CPU and wait seconds between two readings; a task new in `after` counts from zero (its
+    whole life is between them)."""
+    ran = waited = 0.0
+    for path, (cpu, wait) in after.items():
+        cpu_before, wait_before = before.get(path, (0.0, 0.0))
+        ran += cpu - cpu_before
+        waited += wait - wait_before
+    return ran, waited
 
 
 def server_tasks(postmaster: int | None) -> list[Path]:
@@ -217,6 +230,21 @@ def server_tasks(postmaster: int | None) -> list[Path]:
     return found
 
 
+def background(tasks: list[Path]) -> list[Path]:
+    """Those of the server's `tasks` that serve no connection (autovacuum, the WAL writer, the
+    checkpointer, the postmaster), by their process titles: a client backend's names its client
+    (`[local]`, or `host(port)`)."""
+    found = []
+    for task in tasks:
+        try:
+            title = (task.parent / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if "[local]" not in title and re.search(r"\(\d+\)", title) is None:
+            found.append(task)
+    return found
+
+
 class Round(NamedTuple):
     """One watch round: its wall time and report; CPU seconds of this process and of the
     server's processes; seconds their tasks spent runnable but waiting for a CPU, summed (the
@@ -227,6 +255,7 @@ class Round(NamedTuple):
     python: float
     server: float | None
     waited: float
+    background: float | None  # of `server`, the processes serving no connection
 
 
 async def timed_sync(
@@ -278,21 +307,29 @@ async def watch_rounds(
         for _ in range(rounds):
             touched = edit_some(files, rng)
             server = server_tasks(postmaster)  # the kept connections' backends among them
-            threads = list(own.glob("*/schedstat"))
-            server_before, python_before = _schedstat(server), _schedstat(threads)
+            server_before = _schedstat(server)
+            python_before = _schedstat(list(own.glob("*/schedstat")))
             cpu = time.process_time()
             seconds, report = await timed_sync(
                 url, project, connections=connections, changed=touched
             )
             python = time.process_time() - cpu
-            # A backend started during the round counts from zero: its whole life is the round's.
-            server_after = _schedstat(
-                server + [p for p in server_tasks(postmaster) if p not in server]
+            server += [p for p in server_tasks(postmaster) if p not in server]
+            server_after = _schedstat(server)
+            used, server_waited = _grown(server_before, server_after)
+            _, python_waited = _grown(python_before, _schedstat(list(own.glob("*/schedstat"))))
+            quiet = set(background(server))
+            aside, _ = _grown(server_before, {p: v for p, v in server_after.items() if p in quiet})
+            results.append(
+                Round(
+                    seconds,
+                    report,
+                    python,
+                    used if postmaster is not None else None,
+                    server_waited + python_waited,
+                    aside if postmaster is not None else None,
+                )
             )
-            python_after = _schedstat(list(own.glob("*/schedstat")))
-            waited = server_after[1] - server_before[1] + python_after[1] - python_before[1]
-            used = server_after[0] - server_before[0] if postmaster is not None else None
-            results.append(Round(seconds, report, python, used, waited))
         return results
     finally:
         await connections.close()
@@ -300,7 +337,7 @@ async def watch_rounds(
 
 def watch_figures(watched: list[Round]) -> str:
     """Each round in order, and the medians of its CPU and of its wait for a CPU: on a shared
-    machine the wall time moves with the others' load, the CPU much less."""
+    machine the wall time moves with the others' load, and these say how much of it was work."""
 
     def ms(values: list[float]) -> str:
         return " ".join(f"{value * 1000:.1f}" for value in values)
@@ -316,6 +353,10 @@ def watch_figures(watched: list[Round]) -> str:
     cpu = [r.python + r.server for r in watched if r.server is not None]
     if len(cpu) == len(watched):
         lines.append(f"{pad}postgres CPU: {ms([r.server or 0.0 for r in watched])} ms")
+        lines.append(
+            f"{pad}  of it no connection's (autovacuum, WAL writer, checkpointer): "
+            f"{ms([r.background or 0.0 for r in watched])} ms"
+        )
         lines.append(f"{pad}waiting for a CPU (tasks summed): {ms([r.waited for r in watched])} ms")
         lines.append(
             f"{pad}medians: CPU a round (python + postgres) {median_ms(cpu)}, "
