@@ -1,5 +1,9 @@
 """Sync benchmark: `uv run python -m bench.sync [--md N] [--transcripts N] [--noop-files N]`.
 
+`--watch-only` measures only the initial sync and the watch mode (for alternated runs of the
+watch figure: the other steps take most of a run's time); its watch rounds edit the same files
+as a whole run's with the same seed. `--watch-rounds N` takes the watch's median over N rounds.
+
 Generates a corpus of markdown memory files and Claude-Code-shaped transcripts of mixed sizes,
 then measures, with the local (wordllama) provider and a fresh embedding cache:
   1. the initial sync (time, chunks, chunks/s end to end: discovery, parsing, chunking,
@@ -21,6 +25,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import shutil
 import statistics
 import tempfile
@@ -28,6 +33,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 from urllib.parse import parse_qs, urlparse
 
 from sqlalchemy import text
@@ -175,6 +181,83 @@ def server_cpu(url: str) -> float | None:
         return None
 
 
+def _postmaster(url: str) -> int | None:
+    try:
+        pgdata = Path(parse_qs(urlparse(url).query)["host"][0])
+        return int((pgdata / "postmaster.pid").read_text().split()[0])
+    except (KeyError, OSError, ValueError, IndexError):
+        return None
+
+
+def _schedstat(paths: list[Path]) -> dict[Path, tuple[float, float]]:
+    """Each task's seconds on a CPU and seconds runnable but waiting for one (the kernel's
+    schedstat, in ns, not the 10 ms ticks of /proc/<pid>/stat); a task gone is left out."""
+    found = {}
+    for path in paths:
+        try:
+            fields = path.read_text().split()
+        except OSError:
+            continue
+        found[path] = (int(fields[0]) / 1e9, int(fields[1]) / 1e9)
+    return found
+
+
+def _grown(
+    before: dict[Path, tuple[float, float]], after: dict[Path, tuple[float, float]]
+) -> tuple[float, float]:
+    """CPU and wait seconds between two readings; a task new in `after` counts from zero (its
+    whole life is between them)."""
+    ran = waited = 0.0
+    for path, (cpu, wait) in after.items():
+        cpu_before, wait_before = before.get(path, (0.0, 0.0))
+        ran += cpu - cpu_before
+        waited += wait - wait_before
+    return ran, waited
+
+
+def server_tasks(postmaster: int | None) -> list[Path]:
+    """The schedstat files of the local server's processes (single-threaded each)."""
+    if postmaster is None:
+        return []
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == postmaster or int(stat.parent.name) == postmaster:
+            found.append(stat.parent / "schedstat")
+    return found
+
+
+def background(tasks: list[Path]) -> list[Path]:
+    """Those of the server's `tasks` that serve no connection (autovacuum, the WAL writer, the
+    checkpointer, the postmaster), by their process titles: a client backend's names its client
+    (`[local]`, or `host(port)`)."""
+    found = []
+    for task in tasks:
+        try:
+            title = (task.parent / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if "[local]" not in title and re.search(r"\(\d+\)", title) is None:
+            found.append(task)
+    return found
+
+
+class Round(NamedTuple):
+    """One watch round: its wall time and report; CPU seconds of this process and of the
+    server's processes; seconds their tasks spent runnable but waiting for a CPU, summed (the
+    load beside the bench, and the two sides taking turns on a busy machine)."""
+
+    seconds: float
+    report: SyncReport
+    python: float
+    server: float | None
+    waited: float
+    background: float | None  # of `server`, the processes serving no connection
+
+
 async def timed_sync(
     url: str,
     project: Path,
@@ -212,19 +295,74 @@ def edit_some(files: list[Path], rng: random.Random) -> list[Path]:
 
 async def watch_rounds(
     url: str, project: Path, files: list[Path], rng: random.Random, rounds: int
-) -> list[tuple[float, SyncReport]]:
+) -> list[Round]:
     """The 1% re-sync as the watch mode runs it, `rounds` times: the connections kept since the
     watch's first (whole) sync, and only the files its events named looked at."""
     connections = SyncConnections(url, keep=WRITERS)
+    postmaster = _postmaster(url)
+    own = Path("/proc/self/task")
     try:
         await timed_sync(url, project, connections=connections)  # the watch's first sync
         results = []
         for _ in range(rounds):
             touched = edit_some(files, rng)
-            results.append(await timed_sync(url, project, connections=connections, changed=touched))
+            server = server_tasks(postmaster)  # the kept connections' backends among them
+            server_before = _schedstat(server)
+            python_before = _schedstat(list(own.glob("*/schedstat")))
+            cpu = time.process_time()
+            seconds, report = await timed_sync(
+                url, project, connections=connections, changed=touched
+            )
+            python = time.process_time() - cpu
+            server += [p for p in server_tasks(postmaster) if p not in server]
+            server_after = _schedstat(server)
+            used, server_waited = _grown(server_before, server_after)
+            _, python_waited = _grown(python_before, _schedstat(list(own.glob("*/schedstat"))))
+            quiet = set(background(server))
+            aside, _ = _grown(server_before, {p: v for p, v in server_after.items() if p in quiet})
+            results.append(
+                Round(
+                    seconds,
+                    report,
+                    python,
+                    used if postmaster is not None else None,
+                    server_waited + python_waited,
+                    aside if postmaster is not None else None,
+                )
+            )
         return results
     finally:
         await connections.close()
+
+
+def watch_figures(watched: list[Round]) -> str:
+    """Each round in order, and the medians of its CPU and of its wait for a CPU: on a shared
+    machine the wall time moves with the others' load, and these say how much of it was work."""
+
+    def ms(values: list[float]) -> str:
+        return " ".join(f"{value * 1000:.1f}" for value in values)
+
+    def median_ms(values: list[float]) -> str:
+        return f"{statistics.median(values) * 1000:.1f} ms"
+
+    pad = f"{'':<28} "
+    lines = [
+        f"{pad}rounds in order: {ms([r.seconds for r in watched])} ms",
+        f"{pad}python CPU: {ms([r.python for r in watched])} ms",
+    ]
+    cpu = [r.python + r.server for r in watched if r.server is not None]
+    if len(cpu) == len(watched):
+        lines.append(f"{pad}postgres CPU: {ms([r.server or 0.0 for r in watched])} ms")
+        lines.append(
+            f"{pad}  of it no connection's (autovacuum, WAL writer, checkpointer): "
+            f"{ms([r.background or 0.0 for r in watched])} ms"
+        )
+        lines.append(f"{pad}waiting for a CPU (tasks summed): {ms([r.waited for r in watched])} ms")
+        lines.append(
+            f"{pad}medians: CPU a round (python + postgres) {median_ms(cpu)}, "
+            f"waiting for a CPU {median_ms([r.waited for r in watched])}"
+        )
+    return "\n".join(lines)
 
 
 async def forget(url: str, projects: list[Path]) -> None:
@@ -252,7 +390,8 @@ async def main(args: argparse.Namespace) -> None:
     try:
         project, small = work / "project", work / "small"
         files = make_corpus(project, md=args.md, transcripts=args.transcripts, seed=seed)
-        make_small_files(small, args.noop_files, seed + 1)
+        if not args.watch_only:
+            make_small_files(small, args.noop_files, seed + 1)
         with database() as url:
             try:
                 server_before, python_before = server_cpu(url), time.process_time()
@@ -273,21 +412,29 @@ async def main(args: argparse.Namespace) -> None:
                         f"{2000 / both:.0f} chunks/s"
                     )
                 print(f"{'':<28} {cpu}")
-                nothing, same = await timed_sync(url, project)
-                print(line("re-sync, nothing changed", nothing, same))
                 rng = random.Random(seed + 2)
-                touched = edit_some(files, rng)
-                changed, one = await timed_sync(url, project)
-                print(line(f"re-sync, {len(touched)} files (1%) edited", changed, one))
-                print(f"{'':<28} {changed / initial:8.2%} of the initial sync time (goal ~1%)")
+                if args.watch_only:
+                    # The one-shot's edit still drawn, so the watch rounds edit the same files as
+                    # a whole run's; the watch's first (whole) sync takes it in.
+                    touched = edit_some(files, rng)
+                else:
+                    nothing, same = await timed_sync(url, project)
+                    print(line("re-sync, nothing changed", nothing, same))
+                    touched = edit_some(files, rng)
+                    changed, one = await timed_sync(url, project)
+                    print(line(f"re-sync, {len(touched)} files (1%) edited", changed, one))
+                    print(f"{'':<28} {changed / initial:8.2%} of the initial sync time (goal ~1%)")
                 watched = await watch_rounds(url, project, files, rng, args.watch_rounds)
-                times = sorted(seconds for seconds, _ in watched)
+                times = sorted(r.seconds for r in watched)
                 median = statistics.median(times)
-                print(line(f"watch mode, {len(touched)} files edited", median, watched[-1][1]))
+                print(line(f"watch mode, {len(touched)} files edited", median, watched[-1].report))
                 print(
                     f"{'':<28} {median / initial:8.2%} of the initial sync time (goal ~1%; "
                     f"median of {len(times)}, {times[0] * 1000:.1f}-{times[-1] * 1000:.1f} ms)"
                 )
+                print(watch_figures(watched))
+                if args.watch_only:
+                    return
                 await timed_sync(url, small)
                 noop, idle = await timed_sync(url, small)
                 print(line(f"re-sync of {args.noop_files} files, none changed", noop, idle))
@@ -306,5 +453,10 @@ if __name__ == "__main__":
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument(
         "--watch-rounds", type=int, default=5, help="1%% re-syncs as the watch mode runs them"
+    )
+    parser.add_argument(
+        "--watch-only",
+        action="store_true",
+        help="the initial sync and the watch mode only (no one-shot re-syncs, no no-op project)",
     )
     asyncio.run(main(parser.parse_args()))
