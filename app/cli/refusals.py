@@ -8,7 +8,9 @@ import asyncio
 import json
 import logging
 
-REFUSAL_LOG_SECONDS = 10.0  # as Settings.refusal_log_seconds
+from app.config import Settings
+
+REFUSAL_LOG_SECONDS: float = Settings.model_fields["refusal_log_seconds"].default
 
 
 def error_body(error: str, detail: str) -> bytes:
