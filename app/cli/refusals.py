@@ -11,7 +11,9 @@ import logging
 
 import httptools
 
-REFUSAL_LOG_SECONDS = 10.0  # as Settings.refusal_log_seconds
+from app.config import Settings
+
+REFUSAL_LOG_SECONDS: float = Settings.model_fields["refusal_log_seconds"].default
 
 Header = tuple[bytes, bytes]
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Generator, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from fastapi import FastAPI
 from google import genai
 from google.genai import types
 
@@ -26,6 +28,14 @@ CALLER_KEY = "caller-own-gemini-key"
 class Proxy:
     url: str
     upstream: FakeUpstream
+    app: FastAPI
+
+    def wait_for_capture(self, timeout_s: float = 10.0) -> None:
+        """Until the capture jobs of the calls made so far are done (submitted as each arrived)."""
+        jobs = self.app.state.proxy.capture.jobs
+        deadline = time.monotonic() + timeout_s
+        while jobs.pending and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def client(self, **headers: str) -> genai.Client:
         """The real google-genai client, pointed at the proxy, with the caller's own key."""
@@ -56,7 +66,7 @@ def start_proxy(database_url: str, db: psycopg.Connection[Any], tmp_path: Path) 
             )
             app = create_app(settings, database_url=db_url or database_url)
             with live_server(app) as url:
-                yield Proxy(url=url, upstream=fake)
+                yield Proxy(url=url, upstream=fake, app=app)
 
     return start
 
@@ -65,3 +75,19 @@ def start_proxy(database_url: str, db: psycopg.Connection[Any], tmp_path: Path) 
 def proxy(start_proxy: ProxyFactory) -> Iterator[Proxy]:
     with start_proxy() as running:
         yield running
+
+
+# trylast: inside pytest's own wrapper, so still under the test's output capture.
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
+    """The `proxy` fixture's capture jobs end with the test that made the calls.
+
+    A job still running when the test returned logged (`session.started`) in the gap before the
+    fixture's teardown, where pytest captures nothing: the line landed among the progress dots.
+    """
+    try:
+        return (yield)
+    finally:
+        running = getattr(item, "funcargs", {}).get("proxy")
+        if isinstance(running, Proxy):
+            running.wait_for_capture()

@@ -13,6 +13,7 @@ def test_jobs_run_in_order_per_key_and_survive_failures() -> None:
     async def scenario() -> None:
         jobs = OrderedJobs()
         release = asyncio.Event()
+        other_ran = asyncio.Event()
 
         async def slow() -> None:
             await release.wait()
@@ -27,12 +28,14 @@ def test_jobs_run_in_order_per_key_and_survive_failures() -> None:
 
         async def other_key() -> None:
             ran.append("b1")
+            other_ran.set()
 
         jobs.submit("a", slow)
         jobs.submit("a", failing)
         jobs.submit("a", after)
         jobs.submit("b", other_key)
-        await asyncio.sleep(0.05)
+        # "a"'s later jobs took their turn on the loop before "b1" (tasks start in order).
+        await asyncio.wait_for(other_ran.wait(), timeout=5)
         assert ran == ["b1"]  # "a" waits for its first job; "b" does not wait for "a"
         release.set()
         await jobs.drain(timeout_s=5)
