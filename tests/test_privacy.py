@@ -950,7 +950,7 @@ RULES_GENERATIONS = {
     2: "365611fd712337b4",
     3: "8af492f9428a103e",
     4: "7572ba9168caef34",
-    5: "cfee7b7807e706d9",
+    5: "f738e6dfb6b7732d",
 }
 
 

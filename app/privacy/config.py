@@ -444,7 +444,7 @@ def _option_credential(match: re.Match[str]) -> str:
 
 # The ends of an option's name that `credential_key` may judge a credential's, one lookbehind
 # each (a lookbehind's width is fixed).
-_OPTION_ENDS = ("password", "passwd", "passphrase", "token", "secret", "key", "pass", "pwd")
+_OPTION_ENDS = ("password", "passwd", "passphrase", "token", "secret", "key", "-pass", "pwd")
 # `--name value` or `--name=value` after a blank, a quote or the text's start (not `a--b`,
 # `---`): the name's words are possessive, so each `--` costs one pass over its word.
 _OPTION_PATTERN = re.compile(
@@ -456,23 +456,32 @@ _OPTION_PATTERN = re.compile(
     + r"(?![-$<{%])(?P<value>'[^'\n]*'|\"[^\"\n]*\"|[^\s\"'`;|&()<>]+)"
 )
 OPTION_RULES: list[_Rule] = [
-    (("-pass", "-token", "-secret", "key", "-pwd"), _OPTION_PATTERN, _option_credential)
+    # The config rule's literals (no more for the scanner to find): each end holds one.
+    (
+        ("assw", "ssphrase", "oken", "ecret", "key", "-pass", "pwd"),
+        _OPTION_PATTERN,
+        _option_credential,
+    )
 ]
 
 
+# The ends of a credential's singular as a plural's name spells them (`apiKeys`, `PASSWORDS`,
+# `credentials`): each holds one of the config rule's literals, or `redential`.
+_PLURAL_STEMS = (
+    *("assword", "asswd", "ecret", "oken", "key", "Key", "ssphrase", "pwd", "Pwd", "redential"),
+    *("ASSWORD", "ASSWD", "ECRET", "OKEN", "KEY", "SSPHRASE", "PWD", "CREDENTIAL"),
+)
 # An element of a list as JSON or a Python repr writes it: a string (escapes and all), or a
 # scalar (`3`, `null`, `None`).
 _LIST_ELEMENT = r"\"[^\"\\\n]*+(?:\\.[^\"\\\n]*+)*+\"|'[^'\\\n]*+(?:\\.[^'\\\n]*+)*+'|[\w.+\-]++"
 _LIST_ELEMENT_PATTERN = re.compile(_LIST_ELEMENT)
 _LIST_SPACE = r"[ \t\r\n]*+"
-# A list of scalars under a quoted name ending as a credential's plural does (`-words`, `-wds`,
-# `-ets`, `-ens`, `-eys`, `-als`, `-ses`: `"apiKeys": ["k1", "k2"]`), found from the name's
-# end; the name's start is looked for behind it (`_listed_credentials`). Every repetition is
-# possessive: an element is read once, and a list that does not close fails without trying
-# shorter ones.
+# A list of scalars under a quoted name ending in a credential's plural (`"apiKeys": ["k1",
+# "k2"]`), found from the plural's last word; the name's start is looked for behind it
+# (`_listed_credentials`). Every repetition is possessive: an element is read once, and a list
+# that does not close fails without trying shorter ones.
 _LIST_PATTERN = re.compile(
-    r"(?P<end>[sS])(?:(?<=[oO][rR][dD][sS])|(?<=[wW][dD][sS])|(?<=[eE][tTnNyY][sS])"
-    r"|(?<=[aA][lL][sS])|(?<=[sS][eE][sS]))"
+    "(?P<plural>(?:" + "|".join(_PLURAL_STEMS) + ")[sS])"
     rf"(?P<quote>[\"']){_LIST_SPACE}:{_LIST_SPACE}\[{_LIST_SPACE}"
     rf"(?P<items>(?:(?:{_LIST_ELEMENT}){_LIST_SPACE},{_LIST_SPACE})*+(?:{_LIST_ELEMENT}))?"
     rf"{_LIST_SPACE}\]"
@@ -489,7 +498,7 @@ def _listed_credentials(match: re.Match[str]) -> str:
     items = match.group("items")
     if not items or opening < 0 or match.string[opening] != match.group("quote"):
         return match.group()
-    plural = credential_plural(stem + match.group("end"))
+    plural = credential_plural(stem + match.group("plural"))
     if plural is None:
         return match.group()
 
@@ -504,7 +513,14 @@ def _listed_credentials(match: re.Match[str]) -> str:
     return whole[:head] + _LIST_ELEMENT_PATTERN.sub(element, items) + whole[tail:]
 
 
-LIST_RULES: list[_Rule] = [(('s"', "s'", 'S"', "S'"), _LIST_PATTERN, _listed_credentials)]
+LIST_RULES: list[_Rule] = [
+    (
+        (*("assw", "ecret", "oken", "key", "Key", "ssphrase", "pwd", "Pwd", "redential"),)
+        + ("ASSW", "ECRET", "OKEN", "KEY", "SSPHRASE", "PWD", "CREDENTIAL"),
+        _LIST_PATTERN,
+        _listed_credentials,
+    )
+]
 # Hyperscan gates (app/privacy/engine.py): the option's name and a value's first byte; a plural's
 # end and `: [`.
 OPTION_AND_LIST_GATES: dict[re.Pattern[str], str] = {
