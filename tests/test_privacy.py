@@ -447,6 +447,8 @@ GATE_SAMPLES = [
     "curl -H 'X-API-Key: abcd1234efgh' -H 'X-Auth-Token: abcd1234efgh'",
     "curl -H 'X-API-KEY: abcd1234efgh' -H 'X-AUTH-TOKEN: abcd1234efgh' -H 'x-api-key: abcd1234'",
     "pwd: hunter2",
+    "--password swordfish --api-key=x1 --TOKEN x",
+    '{"apiKeys": ["k1"], \'PASSWORDS\': [\'a\'], "secrets":[], "pwds" : [ 3 ]}',
 ]
 
 
@@ -944,7 +946,12 @@ def test_json_credentials_under_reference_names_are_redacted(key: str, value: st
 # The rules' digest of each generation. A change of the rules moves RULES_VERSION: bump
 # RULES_GENERATION with it and add the pair here, so that the worker of this build rescans a
 # database redacted under older rules, and leaves one redacted under newer rules alone.
-RULES_GENERATIONS = {2: "365611fd712337b4", 3: "8af492f9428a103e", 4: "7572ba9168caef34"}
+RULES_GENERATIONS = {
+    2: "365611fd712337b4",
+    3: "8af492f9428a103e",
+    4: "7572ba9168caef34",
+    5: "f738e6dfb6b7732d",
+}
 
 
 def test_rules_generation_moves_with_the_rules() -> None:
@@ -1577,3 +1584,158 @@ def test_plural_credential_keys_cost_linear_work_on_a_megabyte() -> None:
     for key in keys:
         for judge in (sanitize_json, redact_json):
             _assert_linear(lambda n, key=key, judge=judge: judge({key(n): ["hunter22"] * 10}))
+
+
+# --- plain-word credentials in text, lists in text, a compiler's pass (privacy20) ---------------
+
+# A password is often a plain word: each was stored as sent before privacy20 (a value needed a
+# digit or a symbol), though the same value in a JSON object was redacted.
+PLAIN_WORD_CREDENTIALS = [
+    ("apiKey: swordfish", "apiKey: @"),
+    ("password: swordfish", "password: @"),
+    ("  db_password = letmein", "  db_password = @"),
+    ("secret=letmein", "secret=@"),
+    ("client_secret: Swordfish", "client_secret: @"),
+    ("passphrase: correcthorsebatterystaple", "passphrase: @"),
+    ("MYSQL_PWD: swordfish", "MYSQL_PWD: @"),
+    ("auth_token: swordfish  # the bot's", "auth_token: @  # the bot's"),
+    # A default password that works wherever nobody changed it.
+    ("password: changeme", "password: @"),
+    ("--password swordfish", "--password @"),
+    ("twine upload --password swordfish dist/*", "twine upload --password @ dist/*"),
+    ("kubectl --token swordfish get pods", "kubectl --token @ get pods"),
+    ("--api-key 'swordfish' --verbose", "--api-key '@' --verbose"),
+    ('--client-secret "two words"', '--client-secret "@"'),
+    ("--secret-access-key abc/def+ghi", "--secret-access-key @"),
+    ("--token=swordfish", "--token=@"),
+    ("--password hunter2", "--password @"),
+    ('log: {"secret": "letmein"}', 'log: {"secret": "@"}'),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), PLAIN_WORD_CREDENTIALS)
+def test_plain_word_credentials_in_text_are_redacted(text: str, expected: str) -> None:
+    assert redact_secrets(text) == expected.replace("@", REDACTED)
+    padding = "-" * SHORT_TEXT + "\n"
+    assert redact_secrets(padding + text) == padding + expected.replace("@", REDACTED)
+    assert redact_secrets_lines(text) == expected.replace("@", REDACTED)
+
+
+# Documentation words, placeholders, types, identifiers and prose under a credential's name.
+@pytest.mark.parametrize(
+    "text",
+    [
+        "password: required",
+        "api_key: Optional",
+        "token: null",
+        "token = false",
+        "secret: none",
+        "password: empty",
+        "password: <your password>",
+        "password: ${DB_PASSWORD}",
+        "password: $DB_PASSWORD",
+        "password: %(db_password)s",
+        "password: ****",
+        "password: xxxx",
+        "password: XXXXXXXX",
+        "password: str",
+        "apiKey: string",
+        "token: Token",
+        "password: password",
+        "self.secret = secret",
+        "    password = passphrase",
+        "--container-registry-password requires --container-registry-username.",
+        "password: PASSWORD",
+        "password: your_password",
+        "token: accessToken",
+        "eos_token: eos",
+        "last_pass: done",
+        "optimization_pass: dce-v2",
+        "  optimization_pass: dce-v2",
+        "OPTIMIZATION_PASS=dce-v2",
+        "--password PASSWORD",
+        "--token string   the token to use",
+        "--password <pw>",
+        "--password $PW",
+        "--password ${PW}",
+        "--password --user x",
+        "--password is required",
+        "pass the --token flag to login",
+        "--password-file /run/secrets/pw",
+        "--no-password mydb",
+        "--key value",
+        "--max-tokens 4096",
+        "--private-key ~/.ssh/id_ed25519",
+        "--next-token 2",
+        "x--token abc1",
+    ],
+)
+def test_placeholders_under_credential_names_in_text_are_kept(text: str) -> None:
+    assert redact_secrets(text) == text
+    assert redact_secrets("-" * SHORT_TEXT + "\n" + text) == "-" * SHORT_TEXT + "\n" + text
+
+
+# The JSON rule keeps a compiler's pass; the text rules now agree with it.
+def test_a_compiler_pass_is_kept_in_text_and_json_alike() -> None:
+    assert redact_secrets("optimization_pass: dce-v2") == "optimization_pass: dce-v2"
+    assert sanitize_json({"optimization_pass": "dce-v2"}) == {"optimization_pass": "dce-v2"}
+    assert redact_secrets("db_pass: dce-v2") == f"db_pass: {REDACTED}"
+    assert sanitize_json({"db_pass": "dce-v2"}) == {"db_pass": REDACTED}
+
+
+# A JSON list under a credential's plural inside text (a log line, a shell's output, a Python
+# repr): each element as the JSON rule judges it in an object.
+TEXT_LISTS = [
+    ('x "apiKeys": ["k1", "k2"] y', 'x "apiKeys": ["@", "@"] y'),
+    ('{"passwords":["swordfish","letmein"]}', '{"passwords":["@","@"]}'),
+    ("{'api_keys': ['k1abc', 'k2abc']}", "{'api_keys': ['@', '@']}"),
+    ('"refresh_tokens": [\n  "r1",\n  "r2"\n]', '"refresh_tokens": [\n  "@",\n  "@"\n]'),
+    ('"secrets": ["a\\"b", 3, null, ""]', '"secrets": ["@", 3, null, ""]'),
+    ('"tokens": ["Hello", "a1B2c3D4e5F6g7H8i9"]', '"tokens": ["Hello", "@"]'),
+    ('"credentials": ["x1"], "name": "y"', '"credentials": ["@"], "name": "y"'),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), TEXT_LISTS)
+def test_lists_under_credential_plurals_in_text_are_redacted(text: str, expected: str) -> None:
+    assert redact_secrets(text) == expected.replace("@", REDACTED)
+    padding = "-" * SHORT_TEXT + "\n"
+    assert redact_secrets(padding + text) == padding + expected.replace("@", REDACTED)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '"stop_tokens": ["</s>", "###"]',
+        '"keys": ["a", "b"]',
+        '"secretNames": ["db-secret"]',
+        '"apiKeys": []',
+        '"tokens": ["Hello", ",", "world"]',
+        '"additional_special_tokens": ["<|im_start|>"]',
+        '"apiKeys": [{"name": "x"}]',
+        '"next_tokens": ["2", "3"]',
+    ],
+)
+def test_lists_in_text_that_are_no_credentials_are_kept(text: str) -> None:
+    assert redact_secrets(text) == text
+    assert redact_secrets("-" * SHORT_TEXT + "\n" + text) == "-" * SHORT_TEXT + "\n" + text
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda n: '"apiKeys": [' + '"k1", ' * 125_000 * n + '"k2"]',
+        lambda n: '"apiKeys": [' + '"k1", ' * 125_000 * n,
+        lambda n: '"apiKeys": ["k1", ' * 60_000 * n,
+        lambda n: '"keys": [' + "'s\": [', " * 80_000 * n,
+        lambda n: '"apiKeys": [' + " " * 250_000 * n,
+        lambda n: '"apiKeys": ["' + "a" * 250_000 * n,
+        lambda n: "--token " * 125_000 * n,
+        lambda n: "-" * 250_000 * n + "token x1",
+        lambda n: "--a" * 250_000 * n + "-token x1",
+        lambda n: "password: " + "a" * 250_000 * n,
+    ],
+)
+def test_the_privacy20_rules_cost_linear_work_on_a_megabyte(make: Callable[[int], str]) -> None:
+    for judge in (redact_secrets, redact_secrets_lines):
+        _assert_linear(lambda n, judge=judge: judge(make(n)))

@@ -125,3 +125,17 @@ def test_compile_all_compiles_every_scanner_and_they_answer_the_same() -> None:
     assert scanner.compiled
     text = "x" * SHORT_TEXT + "Traceback sk- KEY"
     assert scanner.present(text) == expected(text)
+
+
+def test_a_short_text_asked_again_gets_the_same_answer_and_the_memory_stays_bounded() -> None:
+    scanner = LiteralScanner(["oken", "KEY", "sk-"])
+    for _ in range(2):
+        assert scanner.present("Bash") == frozenset()
+        assert scanner.present("a token") == {"oken"}
+        assert scanner.present("API_KEY sk-x") == {"KEY", "sk-"}
+    for number in range(10_000):
+        assert scanner.present(f"token {number}") == {"oken"}
+    assert len(scanner._cache) <= 4096
+    long_short = "x" * 100 + " token"
+    assert scanner.present(long_short) == {"oken"}
+    assert long_short not in scanner._cache

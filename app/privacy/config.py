@@ -246,7 +246,7 @@ def known_value(name: str, value: str) -> bool:
     what the name says: a secret's name, a key in a secret or a cursor (`reference`), a
     tokenizer's special token or a progress id, a working directory under `pwd`, or a flag
     saying whether there is one."""
-    if reference(name, value):
+    if reference(name, value) or _MASKED_VALUE.fullmatch(value):
         return True
     last = _KEY_WORD.findall(name[-_KEY_END_CHARS:])
     while last and last[-1].isdigit():
@@ -301,17 +301,88 @@ def listed_credential(singular: str, shaped: bool, value: str) -> bool:
 _NAME_BEFORE = re.compile(r"[\w.\-]*\Z")
 
 
+def compiler_pass(name: str) -> bool:
+    """Whether `name` is a compiler's or a renderer's pass (`optimization_pass`), which the
+    JSON rule's `credential_key` names no credential: the text rules keep its value alike."""
+    words = _KEY_WORD.findall(name[-_KEY_END_CHARS:])
+    return (
+        len(words) > 1
+        and words[-1].lower() == "pass"
+        and words[-2].lower() in _NOT_CREDENTIAL_PASSES
+    )
+
+
+# What a plain word (letters alone) under a credential's name is when it is no credential:
+# a documentation word, a type, a placeholder (`required`, `none`, `str`, `empty`). `changeme`
+# is not one: it is the default password of many a deployment, and works wherever nobody
+# changed it. A word in capitals (`PASSWORD`, `TOKEN`), camelCase (`accessToken`,
+# `hashedPassword`), the name's own word (`password: password`, `token: Token`) or another
+# credential's name (`password = passphrase`) is an identifier, a type or a help text's
+# placeholder, and is kept by `plain_credential`.
+_PLACEHOLDER_WORDS = frozenset(
+    {
+        *("required", "optional", "none", "null", "nil", "undefined", "true", "false"),
+        *("yes", "no", "on", "off", "empty", "blank", "unset", "set", "missing", "hidden"),
+        *("masked", "redacted", "omitted", "placeholder", "example", "sample", "dummy"),
+        *("str", "string", "text", "bytes", "bool", "boolean", "int", "integer", "number"),
+        *("any", "object", "auto", "default", "env", "environment", "prompt", "stdin"),
+    }
+)
+# A value masked already (`****`, `xxxx`, `XXXXXXXX`): it holds no credential.
+_MASKED_VALUE = re.compile(r"\*{3,}|[xX]{3,}")
+# Plain words under a credential's name shorter than a quoted value's (`_QUOTED` rule, 4) are
+# no password in practice (`id`, `pw`, `abc`).
+_PLAIN_MIN_CHARS = 4
+# camelCase or PascalCase (`accessToken`, `SecretStr`): an identifier's or a type's name.
+_CAMEL = re.compile(r"[a-z][A-Z]")
+
+
+def plain_credential(name: str, value: str) -> bool:
+    """Whether `value`, a word of ASCII letters alone under the credential's name `name`, is a
+    credential (`swordfish`, `letmein`) rather than a placeholder or an identifier (see
+    `_PLACEHOLDER_WORDS`). `pass` names (`DB_PASS`) and special tokens' names (`eos_token`)
+    hold a count, a verdict or a tokenizer's word as often: a plain word under them is kept."""
+    if len(value) < _PLAIN_MIN_CHARS or value.isupper() or _CAMEL.search(value):
+        return False
+    lower = value.lower()
+    if lower in _PLACEHOLDER_WORDS or _MASKED_VALUE.fullmatch(value):
+        return False
+    words = [word.lower() for word in _KEY_WORD.findall(name[-_KEY_END_CHARS:])]
+    while words and words[-1].isdigit():
+        words.pop()
+    if not words or words[-1] == "pass" or lower in words or lower == "".join(words[-2:]):
+        return False
+    # Another credential's name is a variable's (`password = passphrase`).
+    if credential_key(value):
+        return False
+    return not (len(words) > 1 and words[-1] == "token" and words[-2] in _NOT_CREDENTIAL_TOKENS)
+
+
 def _credential_assignment(match: re.Match[str]) -> str:
     """`_assignment` unless the whole name (the part the rule matched and the identifier
-    before it) and the value are a reference's, or the path the name expects; then the text as
-    it was."""
+    before it) and the value are a reference's, the path the name expects, or a compiler's
+    pass, or the value is a plain word that no credential is (`plain_credential`); then the
+    text as it was."""
     start = match.start()
     before = _NAME_BEFORE.search(match.string, max(0, start - 100), start)
     # The unquoted rule's name holds the line's indent, a list's `- ` and `export `.
     name = (before.group() if before else "") + match.group("name").split()[-1].strip("\"'")
     value = match.group("value").strip("\"'")
-    kept = reference(name, value) or expected_path(name, value) or algorithm(value)
+    kept = (
+        reference(name, value)
+        or expected_path(name, value)
+        or algorithm(value)
+        or compiler_pass(name)
+        or _MASKED_VALUE.fullmatch(value) is not None
+        or (
+            match.re is _CONFIG_PATTERN and _plain_word(value) and not plain_credential(name, value)
+        )
+    )
     return match.group() if kept else _assignment(match)
+
+
+def _plain_word(value: str) -> bool:
+    return value.isascii() and value.isalpha()
 
 
 # An unquoted credential holds a character that no identifier or attribute path (`password`,
@@ -330,6 +401,138 @@ _CREDENTIAL_NAME = (
     r"|[pP]assphrase|PASSPHRASE|[_\-](?:[pP]ass|PASS)|[a-z]Pass)"
 )
 _PWD_NAME = r"(?:[pP]wd|PWD)"
+
+# The words of a sentence that may follow an option's name where prose names it (`the --token
+# flag`, `--password option`): not its value. Shorter words are no plain credential anyway.
+_PROSE_WORDS = frozenset(
+    {
+        *("flag", "flags", "option", "options", "argument", "arguments", "param", "parameter"),
+        *("parameters", "value", "values", "switch", "field", "setting", "variable", "instead"),
+        *("only", "must", "should", "will", "with", "when", "which", "that", "this", "then"),
+        *("from", "also", "here", "there", "first", "after", "before", "unless", "while"),
+        *("where", "since", "because", "both", "either", "into", "onto", "over", "once"),
+        *("requires", "needs", "expects", "takes", "accepts", "given", "provided"),
+    }
+)
+# A help text's placeholder for an option's value: `--password PASSWORD`, `--token API_TOKEN`.
+_OPTION_PLACEHOLDER = re.compile(r"[A-Z_]+")
+
+
+def _option_credential(match: re.Match[str]) -> str:
+    """`--password swordfish`, `--api-key 'x'`: the value redacted unless the option names no
+    credential (`credential_key`; `--no-password` takes none), or the value is no credential by
+    its shape (`known_value`), a help text's placeholder, or a plain word that a placeholder,
+    an identifier or a sentence's word is (`plain_credential`, `_PROSE_WORDS`)."""
+    name = match.group("name")
+    value = match.group("value")
+    quote = value[0] if value[0] in ("'", '"') else ""
+    bare = value[1:-1] if quote else value
+    kept = (
+        name.startswith("no-")
+        or not bare
+        or not credential_key(name)
+        or known_value(name, bare)
+        or _OPTION_PLACEHOLDER.fullmatch(bare) is not None
+        or (
+            _plain_word(bare) and (not plain_credential(name, bare) or bare.lower() in _PROSE_WORDS)
+        )
+    )
+    if kept:
+        return match.group()
+    return f"{match.group('keep')}{quote}{REDACTED}{quote}"
+
+
+# The ends of an option's name that `credential_key` may judge a credential's, one lookbehind
+# each (a lookbehind's width is fixed).
+_OPTION_ENDS = ("password", "passwd", "passphrase", "token", "secret", "key", "-pass", "pwd")
+# `--name value` or `--name=value` after a blank, a quote or the text's start (not `a--b`,
+# `---`): the name's words are possessive, so each `--` costs one pass over its word.
+_OPTION_PATTERN = re.compile(
+    r"(?P<keep>--(?<![\w\-]--)(?P<name>[A-Za-z0-9]++(?:-[A-Za-z0-9]++)*+)"
+    + "(?:"
+    + "|".join(f"(?<={end})" for end in _OPTION_ENDS)
+    + r")(?:[ \t]++|=))"
+    + _NOT_REDACTED
+    + r"(?![-$<{%])(?P<value>'[^'\n]*'|\"[^\"\n]*\"|[^\s\"'`;|&()<>]+)"
+)
+OPTION_RULES: list[_Rule] = [
+    # The config rule's literals (no more for the scanner to find): each end holds one.
+    (
+        ("assw", "ssphrase", "oken", "ecret", "key", "-pass", "pwd"),
+        _OPTION_PATTERN,
+        _option_credential,
+    )
+]
+
+
+# The ends of a credential's singular as a plural's name spells them (`apiKeys`, `PASSWORDS`,
+# `credentials`): each holds one of the config rule's literals, or `redential`.
+_PLURAL_STEMS = (
+    *("assword", "asswd", "ecret", "oken", "key", "Key", "ssphrase", "pwd", "Pwd", "redential"),
+    *("ASSWORD", "ASSWD", "ECRET", "OKEN", "KEY", "SSPHRASE", "PWD", "CREDENTIAL"),
+)
+# An element of a list as JSON or a Python repr writes it: a string (escapes and all), or a
+# scalar (`3`, `null`, `None`).
+_LIST_ELEMENT = r"\"[^\"\\\n]*+(?:\\.[^\"\\\n]*+)*+\"|'[^'\\\n]*+(?:\\.[^'\\\n]*+)*+'|[\w.+\-]++"
+_LIST_ELEMENT_PATTERN = re.compile(_LIST_ELEMENT)
+_LIST_SPACE = r"[ \t\r\n]*+"
+# A list of scalars under a quoted name ending in a credential's plural (`"apiKeys": ["k1",
+# "k2"]`), found from the plural's last word; the name's start is looked for behind it
+# (`_listed_credentials`). Every repetition is possessive: an element is read once, and a list
+# that does not close fails without trying shorter ones.
+_LIST_PATTERN = re.compile(
+    "(?P<plural>(?:" + "|".join(_PLURAL_STEMS) + ")[sS])"
+    rf"(?P<quote>[\"']){_LIST_SPACE}:{_LIST_SPACE}\[{_LIST_SPACE}"
+    rf"(?P<items>(?:(?:{_LIST_ELEMENT}){_LIST_SPACE},{_LIST_SPACE})*+(?:{_LIST_ELEMENT}))?"
+    rf"{_LIST_SPACE}\]"
+)
+
+
+def _listed_credentials(match: re.Match[str]) -> str:
+    """A list under a credential's plural name in text: each string element that the JSON
+    rule redacts in an object (`credential_plural`, `listed_credential`) redacted alike."""
+    start = match.start()
+    before = _NAME_BEFORE.search(match.string, max(0, start - 100), start)
+    stem = before.group() if before else ""
+    opening = start - len(stem) - 1
+    items = match.group("items")
+    if not items or opening < 0 or match.string[opening] != match.group("quote"):
+        return match.group()
+    plural = credential_plural(stem + match.group("plural"))
+    if plural is None:
+        return match.group()
+
+    def element(found: re.Match[str]) -> str:
+        text = found.group()
+        if text[0] in ("'", '"') and len(text) > 2 and listed_credential(*plural, text[1:-1]):
+            return f"{text[0]}{REDACTED}{text[0]}"
+        return text
+
+    whole = match.group()
+    head, tail = match.start("items") - start, match.end("items") - start
+    return whole[:head] + _LIST_ELEMENT_PATTERN.sub(element, items) + whole[tail:]
+
+
+LIST_RULES: list[_Rule] = [
+    (
+        (*("assw", "ecret", "oken", "key", "Key", "ssphrase", "pwd", "Pwd", "redential"),)
+        + ("ASSW", "ECRET", "OKEN", "KEY", "SSPHRASE", "PWD", "CREDENTIAL"),
+        _LIST_PATTERN,
+        _listed_credentials,
+    )
+]
+# Hyperscan gates (app/privacy/engine.py): the option's name and a value's first byte; a plural's
+# end and `: [`.
+OPTION_AND_LIST_GATES: dict[re.Pattern[str], str] = {
+    _OPTION_PATTERN: (
+        "--[A-Za-z0-9-]*(?:" + "|".join(_OPTION_ENDS) + r")(?:[\t ]+|=)[^\x09-\x0d\x20]"
+    ),
+    _LIST_PATTERN: (
+        r"(?:[oO][rR][dD]|[wW][dD]|[eE][tTnNyY]|[aA][lL]|[sS][eE])[sS]"
+        r"[\"'][\t\n\r ]*:[\t\n\r ]*\["
+    ),
+}
+
 
 REGISTRY_RULES: list[_Rule] = [
     # .npmrc: `//registry.npmjs.org/:_authToken=...`, `:_auth=` (base64 user:password) and
@@ -428,6 +631,24 @@ QUOTED_NAMES: list[tuple[str, tuple[str, ...], str]] = [
     ("PWD(?<![A-Za-z0-9]PWD)", ("PWD",), "PWD"),
 ]
 
+# Unquoted values of credential-named keys on a line of their own: YAML, TOML, INI, .env,
+# `export`, properties (`password: hunter2`, `api_key = abc123`, `  - TOKEN=x1`). The value must
+# be the line's last word and not one an identifier could be (see _CREDENTIAL_VALUE), so that
+# `password: str`, `token: Optional[str] = None`, `password = get_password()` or `secret:
+# SecretStr` keep theirs; digits alone are a count (`max_token: 4096`) or a version (`token:
+# v1.2.3`). A word of letters alone (`password: swordfish`) is judged by `plain_credential`:
+# users' passwords are often plain words, and so are documentation's placeholders.
+_CONFIG_PATTERN = re.compile(
+    r"^(?P<name>[ \t]*(?:-[ \t]+)?(?:export[ \t]+)?"
+    rf"(?:[\w.\-]*?{_CREDENTIAL_NAME}|(?:[\w.\-]*?[_.\-])?{_PWD_NAME}))"
+    r"(?P<sep>[ \t]*[:=][ \t]*)"
+    + _NOT_REDACTED
+    + r"(?![=:])(?![-+]?v?\d+(?:\.\d+)?\b)(?!(?:[A-Za-z_]\w*\.)+[A-Za-z_]\w*\b)(?P<value>"
+    + _CREDENTIAL_VALUE
+    + r"|[A-Za-z]++)(?<!:)(?=[ \t]*(?:[ \t]#[^\n]*)?\r?$)",
+    re.MULTILINE,
+)
+
 ASSIGNMENT_RULES: list[_Rule] = [
     # .env / shell style: API_KEY=..., DB_PASSWORD="...", export GITHUB_TOKEN=...
     *(
@@ -479,28 +700,14 @@ ASSIGNMENT_RULES: list[_Rule] = [
             _assignment(match) if basic_credentials(match.group("value")[1:-1]) else match.group()
         ),
     ),
-    # Unquoted values of credential-named keys on a line of their own: YAML, TOML, INI, .env,
-    # `export`, properties (`password: hunter2`, `api_key = abc123`, `  - TOKEN=x1`). The value
-    # must be the line's last word and not one an identifier could be (see _CREDENTIAL_VALUE),
-    # so that `password: str`, `token: Optional[str] = None`, `password = get_password()` or
-    # `secret: SecretStr` keep theirs; digits alone are a count (`max_token: 4096`) or a version
-    # (`token: v1.2.3`).
+    # Unquoted values of credential-named keys on a line of their own (see _CONFIG_PATTERN).
     (
         (
             *("assw", "ASSW", "ecret", "ECRET", "oken", "OKEN", "key", "Key", "KEY"),
             *("ssphrase", "SSPHRASE", "_pass", "-pass", "_PASS", "-PASS", "Pass"),
             *("pwd", "Pwd", "PWD"),
         ),
-        re.compile(
-            r"^(?P<name>[ \t]*(?:-[ \t]+)?(?:export[ \t]+)?"
-            rf"(?:[\w.\-]*?{_CREDENTIAL_NAME}|(?:[\w.\-]*?[_.\-])?{_PWD_NAME}))"
-            r"(?P<sep>[ \t]*[:=][ \t]*)"
-            + _NOT_REDACTED
-            + r"(?![=:])(?![-+]?v?\d+(?:\.\d+)?\b)(?!(?:[A-Za-z_]\w*\.)+[A-Za-z_]\w*\b)(?P<value>"
-            + _CREDENTIAL_VALUE
-            + r")(?<!:)(?=[ \t]*(?:[ \t]#[^\n]*)?\r?$)",
-            re.MULTILINE,
-        ),
+        _CONFIG_PATTERN,
         _credential_assignment,
     ),
 ]

@@ -15,6 +15,9 @@ from app.privacy.config import (
     _PWD_NAME,
     ASSIGNMENT_RULES,
     CONNECTION_RULES,
+    LIST_RULES,
+    OPTION_AND_LIST_GATES,
+    OPTION_RULES,
     QUOTED_NAMES,
     REGISTRY_RULES,
     basic_credentials,
@@ -52,10 +55,12 @@ _RULES: list[_Rule] = [
     *REGISTRY_RULES,
     *COMMAND_RULES,
     *CONNECTION_RULES,
+    *OPTION_RULES,
     *AWS_RULES,
     *SERVICE_RULES,
     *HEADER_RULES,
     *ASSIGNMENT_RULES,
+    *LIST_RULES,
 ]
 
 
@@ -78,9 +83,11 @@ _RULE_GATES: dict[re.Pattern[str], str] = {
         for pattern, (_, _, name) in zip(_QUOTED_RULES, QUOTED_NAMES, strict=True)
     },
     **API_HEADER_GATES,
+    **OPTION_AND_LIST_GATES,
+    # A value holding a character no identifier has, or a word of letters ending the line.
     _CONFIG_RULE: (
-        rf"(?:{_CREDENTIAL_NAME}|{_PWD_NAME})[\t ]*[:=][\t ]*{_UNQUOTED_BYTE}*"
-        r"[^A-Za-z_.\x09-\x0d\x20\"'#(){}\[\]<>$,;&|`\\]"
+        rf"(?:{_CREDENTIAL_NAME}|{_PWD_NAME})[\t ]*[:=][\t ]*(?:{_UNQUOTED_BYTE}*"
+        r"[^A-Za-z_.\x09-\x0d\x20\"'#(){}\[\]<>$,;&|`\\]|[A-Za-z]+[\t ]*(?:[\t\r\n ]|$))"
     ),
 }
 

@@ -9,6 +9,7 @@ from types import FunctionType
 from app.privacy.config import (
     _ALGORITHM_VALUE,
     _BASE64_PART,
+    _CAMEL,
     _CREDENTIAL_WORDS,
     _CURSOR_VALUE,
     _FILE_EXTENSION,
@@ -17,12 +18,18 @@ from app.privacy.config import (
     _KEY_END_CHARS,
     _KEY_FILE_WORDS,
     _KEY_WORD,
+    _LIST_ELEMENT_PATTERN,
+    _MASKED_VALUE,
     _NAME_BEFORE,
     _NOT_CREDENTIAL_PASSES,
     _NOT_CREDENTIAL_TOKENS,
+    _OPTION_PLACEHOLDER,
     _PASS_COUNT,
     _PATH_VALUE,
+    _PLACEHOLDER_WORDS,
+    _PLAIN_MIN_CHARS,
     _PROGRESS_VALUE,
+    _PROSE_WORDS,
     _REFERENCE_NAME,
     _SECRET_KEY_VALUE,
     _SECRET_NAME_VALUE,
@@ -42,7 +49,10 @@ from app.privacy.private import _MEMORY, _MEMORY_LITERALS, _PRIVATE_LITERALS, _P
 # directory under `pwd` (privacy19); a path only under the names that expect one, a key's file or
 # a working directory (`expected_path`), algorithms' names, a count or a compiler's pass under
 # `pass` (fixprivacy19, before generation 4 shipped).
-_RULES_CODE_VERSION = 4
+# 5: a plain word under a credential's name in text (`plain_credential`), `--name value` options,
+# lists under a credential's plural in text, a compiler's pass and a masked value (`****`) kept
+# in text as in JSON (privacy20).
+_RULES_CODE_VERSION = 5
 
 
 def _described(value: object) -> str:
@@ -81,6 +91,10 @@ def _rules_version() -> str:
             _FILE_EXTENSION,
             _ALGORITHM_VALUE,
             _PASS_COUNT,
+            _MASKED_VALUE,
+            _CAMEL,
+            _OPTION_PLACEHOLDER,
+            _LIST_ELEMENT_PATTERN,
             _PRIVATE_TAG,
             _MEMORY,
         )
@@ -90,6 +104,7 @@ def _rules_version() -> str:
     parts += [repr(sorted(_FLAG_VALUES)), repr(_KEY_END_CHARS)]
     parts += [repr(sorted(_SHORT_CREDENTIAL_WORDS)), repr(sorted(_KEY_FILE_WORDS))]
     parts += [repr(sorted(_NOT_CREDENTIAL_PASSES))]
+    parts += [repr(sorted(_PLACEHOLDER_WORDS)), repr(sorted(_PROSE_WORDS)), repr(_PLAIN_MIN_CHARS)]
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
 
 
@@ -104,4 +119,4 @@ RULES_VERSION = _rules_version()
 # digest has not. A worker rescans the stored rows only when they were redacted under an older
 # generation, so that two builds on one database (a rolling upgrade, a dev checkout beside an
 # installed agmem) do not redo the pass against each other (app/worker/rescan.py).
-RULES_GENERATION = 4
+RULES_GENERATION = 5
