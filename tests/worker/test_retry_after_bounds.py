@@ -10,9 +10,12 @@ from typing import Any
 
 import psycopg
 import pytest
+import structlog
 from structlog.testing import capture_logs
 
+from app.llm import generation
 from app.llm.generation import MAX_RETRY_AFTER_SECONDS
+from app.logs import configure_logging
 from app.sync import cancels
 from app.worker import jobs
 from tests.conftest import make_settings
@@ -96,9 +99,16 @@ def test_a_delay_that_is_not_a_finite_number_is_not_a_pause(
 
 @pytest.mark.parametrize("answer", PAST_THE_CAP.values(), ids=PAST_THE_CAP.keys())
 def test_a_delay_past_the_cap_pauses_the_cap(
-    answer: FakeResponse, db: psycopg.Connection[Any], database_url: str, tmp_path: Path
+    answer: FakeResponse,
+    db: psycopg.Connection[Any],
+    database_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # `Retry-After: 1e9` postponed every row 11,574 days: they waited until 2058.
+    # A logger keeps the configuration of its first use (an in-process CLI test's level).
+    configure_logging("info")
+    monkeypatch.setattr(generation, "log", structlog.get_logger(generation.__name__))
     make_session(db)
     make_observation(db, "o1")
     make_observation(db, "o2")
