@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from app.db.binary_vectors import VectorSession, binary_vector_connection
 from app.db.vector_index import ensure_hnsw_index_async
 from app.llm.embeddings import Embedder, EmbeddingFailed
+from app.llm.generation import capped_delay
 
 
 @dataclass(slots=True)
@@ -275,7 +276,7 @@ async def _failed(
     message = f"{type(error).__name__}: {error}"[:1000]
     ids = [r.id for r in rows]
     if isinstance(error, EmbeddingFailed) and error.pause_seconds is not None:
-        params = {"ids": ids, "seconds": error.pause_seconds, "error": message}
+        params = {"ids": ids, "seconds": capped_delay(error.pause_seconds), "error": message}
         await session.execute(_PAUSE, params)
         return EmbedStats(error=message)
     refused = isinstance(error, EmbeddingFailed) and error.refused

@@ -7,15 +7,26 @@ off for exactly as long as asked.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import structlog
 
 if TYPE_CHECKING:
     from google import genai
     from google.genai import errors, types
 
+log = structlog.get_logger(__name__)
+
 _RETRY_DELAY = re.compile(r"^(\d+(?:\.\d+)?)s$")
+# The longest delay a server's answer is honoured for (a 429's Retry-After, a RetryInfo's
+# retryDelay). Past it a delay is a fault, not a plan: `Retry-After: 1e9` postponed every row
+# 11,574 days and `inf` an interval Postgres cannot hold, so every compression failed. A quota
+# still exhausted when the cap ends costs one call, answered with a fresh delay. The worker's
+# longest backoff (`worker_backoff_max_seconds`' default) is as long.
+MAX_RETRY_AFTER_SECONDS = 900.0
 
 
 class GeminiCallFailed(Exception):
@@ -129,13 +140,31 @@ def _finish_reason(answer: types.GenerateContentResponse) -> str:
 
 
 def retry_after_of(error: errors.APIError) -> float | None:
-    """Seconds to wait from the `Retry-After` header, else from a google.rpc.RetryInfo detail."""
+    """Seconds to wait from the `Retry-After` header, else from a google.rpc.RetryInfo detail:
+    none for a delay that is not a finite number, at most `MAX_RETRY_AFTER_SECONDS`."""
+    asked = _asked_delay(error)
+    if asked is None or not math.isfinite(asked):
+        return None
+    if asked > MAX_RETRY_AFTER_SECONDS:
+        log.warning("gemini.retry_after_capped", asked=asked, seconds=MAX_RETRY_AFTER_SECONDS)
+    return capped_delay(asked)
+
+
+def capped_delay(seconds: float) -> float:
+    """`seconds` between 0 and `MAX_RETRY_AFTER_SECONDS` (a NaN is none): for every sleep and
+    SQL interval a server's delay reaches, whoever handed it on."""
+    if math.isnan(seconds):
+        return 0.0
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_SECONDS)
+
+
+def _asked_delay(error: errors.APIError) -> float | None:
     headers: Any = getattr(error.response, "headers", None)
     if headers is not None:
         value = headers.get("retry-after")
         if value is not None:
             try:
-                return max(0.0, float(value))
+                return float(value)
             except ValueError:
                 pass
     details: Any = error.details

@@ -16,6 +16,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.config import Settings
+from app.llm.generation import capped_delay
 
 log = structlog.get_logger(__name__)
 
@@ -80,7 +81,9 @@ class GeminiGate:
         return max(0.0, self._paused_until - self._clock())
 
     def pause(self, seconds: float) -> None:
-        """Stop admitting calls for `seconds` (the server's Retry-After)."""
+        """Stop admitting calls for `seconds` (the server's Retry-After), at most
+        `MAX_RETRY_AFTER_SECONDS`: an unbounded pause stopped the process's calls for good."""
+        seconds = capped_delay(seconds)
         self._paused_until = max(self._paused_until, self._clock() + seconds)
         log.info("gemini.paused", seconds=seconds)
 

@@ -37,7 +37,7 @@ from app.llm.fallback import (
     raw_text,
     summarize_extractive,
 )
-from app.llm.generation import GeminiCallFailed
+from app.llm.generation import GeminiCallFailed, capped_delay
 from app.llm.ratelimit import DailyBudget, GatePaused, GeminiGate, record_usage
 from app.llm.summarize import session_text, summarize_with_gemini
 from app.privacy import cap_text, sanitize_text
@@ -107,7 +107,7 @@ async def fail_attempt(
         cap=ctx.settings.worker_backoff_max_seconds,
     )
     if retry_after is not None:
-        delay = max(delay, retry_after)
+        delay = max(delay, capped_delay(retry_after))
     async with transaction(ctx.sessionmaker) as session:
         status = await claims.record_failure(
             session,

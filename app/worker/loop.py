@@ -204,10 +204,13 @@ class Worker:
             await self.close()
 
     async def close(self) -> None:
-        """Close the Gemini client's connections."""
+        """Close the Gemini client's connections, both transports': google-genai keeps a sync
+        httpx client beside the async one, and `aio.aclose` closes only the async one."""
         if self.ctx.client is not None:
-            with contextlib.suppress(Exception):
-                await self.ctx.client.aio.aclose()
+            # Here, as make_client defers it: the module imports google-genai (~0.3 s).
+            from app.llm.gemini_embeddings import close_client
+
+            await close_client(self.ctx.client)
 
     async def run(self, stop: asyncio.Event, *, hurry: asyncio.Event | None = None) -> None:
         """Work until `stop` is set: the lanes, the listener and the periodic upkeep. Once

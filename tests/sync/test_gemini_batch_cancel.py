@@ -372,29 +372,64 @@ def test_a_syncs_cancel_client_leaves_no_connection_open(
     assert all_closed(job.fake, ":cancel")
 
 
-def test_a_sync_stopped_mid_cancel_leaves_no_connection_open(job: Superseded) -> None:
-    release = threading.Event()
+def test_a_sync_stopped_after_its_cancel_was_answered_leaves_no_connection_open(
+    job: Superseded,
+) -> None:
+    # Stopped while its answered cancel is being recorded: the connection the answer came on
+    # is idle in the client's pool, and only closing the client closes it (a request cut
+    # mid-answer has its connection closed by httpcore, closed client or not).
+    locked = threading.Event()
 
-    def held(_request: RecordedRequest) -> FakeResponse:
-        release.wait(30)
+    def answered_once_locked(_request: RecordedRequest) -> FakeResponse:
+        locked.wait(30)
         return FakeResponse(200, {})
 
-    job.fake.on(CANCEL, held)
+    job.fake.on(CANCEL, answered_once_locked)
     request = SyncRequest(project_path=str(job.project))
+    holder = psycopg.connect(job.database_url)
 
-    async def stopped_mid_cancel(sessionmaker: Any) -> None:
+    def settle_waits_for_the_lock() -> bool:
+        waiting = job.db.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND query LIKE 'UPDATE embedding_batches AS b SET cancel_status%'"
+        ).fetchone()
+        return bool(waiting and waiting[0])
+
+    async def stopped_while_settling(sessionmaker: Any) -> tuple[bool, int]:
         sync = asyncio.create_task(
             sync_project(sessionmaker, job.settings, local_embedder(), request)
         )
         while not job.fake.calls(":cancel"):
             await asyncio.sleep(0.01)
+        # The sync took its cancel in a statement of its own: the row is free to lock until
+        # the answer is recorded, which then waits for this lock.
+        holder.execute("SELECT id FROM embedding_batches FOR UPDATE")
+        locked.set()
+        while not settle_waits_for_the_lock():
+            await asyncio.sleep(0.01)
         sync.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
+        holder.rollback()
+        kept: BaseException | None = None
+        try:
             await sync
+        except asyncio.CancelledError as stopped:
+            # Kept, as whatever stops a sync may keep it (a log, a caller's handler): its
+            # traceback holds the sync's frames and the client in them. Dropped, the client's
+            # own __del__ closed it, and the test could not tell a client left open.
+            kept = stopped
+        deadline = time.monotonic() + 10
+        while job.fake.left_open(":cancel") and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        left_open = len(job.fake.left_open(":cancel"))
+        del kept
+        return sync.cancelled(), left_open
 
     try:
-        on_engine(job.database_url, stopped_mid_cancel)
+        stopped, left_open = on_engine(job.database_url, stopped_while_settling, timeout=60)
     finally:
-        release.set()
+        locked.set()
+        holder.close()
 
-    assert all_closed(job.fake, ":cancel")
+    assert stopped
+    assert len(job.fake.calls(":cancel")) == 1
+    assert left_open == 0

@@ -370,3 +370,28 @@ def test_a_sweep_waiting_on_gemini_holds_no_lane(
             release.set()
 
     assert compressed_at[0] - cancel_asked[0] < 10  # not after the cancel's own timeout
+
+
+def test_a_closed_worker_has_closed_both_of_its_clients_transports(
+    database_url: str, tmp_path: Path
+) -> None:
+    # Worker.close closed only the async one (`client.aio`); google-genai keeps a sync httpx
+    # client beside it, left open until the garbage collector came by.
+    with fake_gemini() as fake:
+        fake.on(":generateContent", lambda _r: FakeResponse(200, text_answer("Learned: x")))
+
+        async def closed_client() -> Any:
+            async with worker_on(with_key(fake, tmp_path), database_url) as worker:
+                return worker.ctx.client
+
+        client = asyncio.run(closed_client())
+
+        with pytest.raises(RuntimeError, match="closed"):
+            client.models.generate_content(model="gemini-2.5-flash", contents="x")
+
+        async def asked_async() -> None:
+            await client.aio.models.generate_content(model="gemini-2.5-flash", contents="x")
+
+        with pytest.raises(RuntimeError, match="closed"):
+            asyncio.run(asked_async())
+        assert fake.calls(":generateContent") == []
