@@ -683,6 +683,34 @@ def test_a_request_line_without_a_version_is_a_400_even_with_a_host(port: int) -
     assert "no HTTP version" in error["detail"]
 
 
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"GET /health HTTP/2.0\r\nHost: 127.0.0.1\r\n\r\n",
+        b"GET /health HTTP/3.0\r\nHost: 127.0.0.1\r\n\r\n",
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+    ],
+    ids=["HTTP/2.0", "HTTP/3.0", "HTTP/2 preface"],
+)
+def test_a_request_line_of_another_major_version_is_a_505(port: int, request_bytes: bytes) -> None:
+    # HTTP/2.0 on an HTTP/1.1 socket was served 200 as if it were HTTP/1.x; 3.0 and the
+    # prior-knowledge h2c preface were a 400 "not valid HTTP/1.1" (RFC 9110, 15.6.6: 505).
+    status, error = error_of(exchange(port, request_bytes))
+
+    assert status == b"HTTP/1.1 505 HTTP Version Not Supported"
+    assert error["error"] == "HTTPVersionNotSupported"
+    assert "HTTP/1.1" in error["detail"]
+
+
+def test_a_request_line_of_http_2_is_refused_before_its_headers(port: int) -> None:
+    # As the line without a version: its 505 comes before the 431 of 101 headers.
+    request_bytes = _with_headers(101).replace(b"HTTP/1.1", b"HTTP/2.0", 1)
+
+    status, _ = error_of(exchange(port, request_bytes))
+
+    assert status == b"HTTP/1.1 505 HTTP Version Not Supported"
+
+
 def _with_headers(count: int, value: bytes = b"v") -> bytes:
     """A health request with `count` headers in all (its Host, Connection and the rest X-N)."""
     extra = b"".join(b"X-%d: %s\r\n" % (index, value) for index in range(count - 2))
