@@ -37,6 +37,9 @@ comes before any other of the header block, the 431 of headers past their bounds
 (app/cli/headers.py) too. A refusal pipelined behind a request still in the app waits for that
 one's answer.
 
+The service serves no WebSocket: an `Upgrade` is ignored (RFC 9110, 7.8) and the request served
+as HTTP/1.1, in the shape; uvicorn's WebSocket protocol answered it in plain text.
+
 uvicorn's `data_received` logs `Invalid HTTP request received.` for every parser error, which
 named neither a 503 at the limit nor a Host refusal. It stays uvicorn's: the parser it feeds
 (`RefusingParser`) answers a refusal of the callbacks here, logging its cause, one line per cause
@@ -125,13 +128,21 @@ class RefusingParser(httptools.HttpRequestParser):
         return self.version
 
     def feed_data(self, data: bytes | bytearray | memoryview | array[int]) -> None:
-        try:
-            _feed_data(self, data)
-        except httptools.HttpParserCallbackError as error:
-            refused = error.__context__
-            if not isinstance(refused, Refused):
-                raise
-            self.protocol.refuse(refused)
+        while True:
+            try:
+                _feed_data(self, data)
+            except httptools.HttpParserCallbackError as error:
+                refused = error.__context__
+                if not isinstance(refused, Refused):
+                    raise
+                self.protocol.refuse(refused)
+            except httptools.HttpParserUpgrade as upgrade:
+                # llhttp stops after a request that asks for an upgrade (the protocol ignores
+                # it): what follows it in the read is the next request's.
+                data = memoryview(data)[upgrade.args[0] :]
+                if data:
+                    continue
+            return
 
 
 class JsonErrorsProtocol(HeaderBoundProtocol):
@@ -229,6 +240,13 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
         body = error_body("HTTPVersionNotSupported", VERSION_DETAIL.format(version=version))
         cause = f"refused a request line of HTTP/{version} (505)"
         return Refused(b"505 HTTP Version Not Supported", body, [], cause)
+
+    def _should_upgrade(self) -> bool:
+        # The service serves no WebSocket (`agmem serve` runs uvicorn with `ws="none"`): an
+        # `Upgrade` is ignored (RFC 9110, 7.8: a server MAY) and the request is served as
+        # HTTP/1.1. uvicorn's WebSocket protocol answered it in plain text (`403 Forbidden`,
+        # empty; HTTP/1.0's `400 Failed to open a WebSocket connection`).
+        return False
 
     def on_message_begin(self) -> None:
         HeaderBoundProtocol.on_message_begin(self)
