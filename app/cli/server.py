@@ -166,6 +166,9 @@ def serve(
                 allowed_hosts=settings.allowed_hosts,
                 refusal_log_seconds=settings.refusal_log_seconds,
             ),
+            # The service serves no WebSocket: the protocol ignores an `Upgrade` and the route
+            # answers, in the error shape (uvicorn's WebSocket protocol answered in plain text).
+            ws="none",
             # Answered in the error shape by the protocol, which checks it first.
             # (uvicorn refuses at `limit_concurrency` connections, this one included).
             limit_concurrency=connection_limit(settings.max_connections) + 1,

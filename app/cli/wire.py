@@ -30,9 +30,15 @@ the last, so `Host: 127.0.0.1` then `Host: evil.example` passed the one as this 
 other as the page's own origin. So is an HTTP/1.1 request without one (RFC 9112, 3.2: a server
 MUST); an HTTP/1.0 one is served (HTTP/1.0 has no such rule; HAProxy's health check sends none).
 A request line without a version (HTTP/0.9's shape) is refused, with a Host or without: HTTP/0.9
-has no headers, so that is no request of any version: that refusal comes before any other of
-the header block, the 431 of headers past their bounds (app/cli/headers.py) too. A refusal
-pipelined behind a request still in the app waits for that one's answer.
+has no headers, so that is no request of any version. One that names another major version
+(`HTTP/2.0`, which llhttp passes, the h2c preface `PRI * HTTP/2.0`, `HTTP/3.0`) is a 505 (RFC
+9110, 15.6.6), as nginx answers: HTTP/2.0 was served as HTTP/1.x. The request line's refusal
+comes before any other of the header block, the 431 of headers past their bounds
+(app/cli/headers.py) too. A refusal pipelined behind a request still in the app waits for that
+one's answer.
+
+The service serves no WebSocket: an `Upgrade` is ignored (RFC 9110, 7.8) and the request served
+as HTTP/1.1, in the shape; uvicorn's WebSocket protocol answered it in plain text.
 
 uvicorn's `data_received` logs `Invalid HTTP request received.` for every parser error, which
 named neither a 503 at the limit nor a Host refusal. It stays uvicorn's: the parser it feeds
@@ -69,6 +75,10 @@ NO_VERSION_DETAIL = (
     "the request line has no HTTP version (HTTP/0.9's shape, `GET /health` alone), which this "
     "service does not serve: send `GET /health HTTP/1.1` with the address it is for, e.g. "
     "`Host: 127.0.0.1:37777`"
+)
+VERSION_DETAIL = (
+    "the request line names HTTP/{version}; this service speaks HTTP/1.1 (and 1.0) on this "
+    "port: send `GET /health HTTP/1.1` with the address it is for, e.g. `Host: 127.0.0.1:37777`"
 )
 # A request still open when a second signal hurries the stop: retry after about what a restart
 # takes.
@@ -118,13 +128,21 @@ class RefusingParser(httptools.HttpRequestParser):
         return self.version
 
     def feed_data(self, data: bytes | bytearray | memoryview | array[int]) -> None:
-        try:
-            _feed_data(self, data)
-        except httptools.HttpParserCallbackError as error:
-            refused = error.__context__
-            if not isinstance(refused, Refused):
-                raise
-            self.protocol.refuse(refused)
+        while True:
+            try:
+                _feed_data(self, data)
+            except httptools.HttpParserCallbackError as error:
+                refused = error.__context__
+                if not isinstance(refused, Refused):
+                    raise
+                self.protocol.refuse(refused)
+            except httptools.HttpParserUpgrade as upgrade:
+                # llhttp stops after a request that asks for an upgrade (the protocol ignores
+                # it): what follows it in the read is the next request's.
+                data = memoryview(data)[upgrade.args[0] :]
+                if data:
+                    continue
+            return
 
 
 class JsonErrorsProtocol(HeaderBoundProtocol):
@@ -198,7 +216,8 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
         self.last_data = self.loop.time()
         if self.held_error is not None:
             return  # behind a refused request: the parser lost its place, nothing more is read
-        if not (self.in_headers or self.chunk_at == self.body_received):  # `in_head`, inline
+        # `in_head`, inline (a call a read saved); tests/cli/test_wire_layers.py holds them alike.
+        if not (self.in_headers or self.chunk_at == self.body_received):
             HttpToolsProtocol.data_received(self, data)
             return
         refused = self.head_received(data)
@@ -211,6 +230,25 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
         cause = "refused a request line without an HTTP version (400)"
         return Refused(b"400 Bad Request", body, [], cause)
 
+    def version_refused(self) -> Refused | None:
+        """The request line's refusal, which comes before any other of its head: none for
+        HTTP/1.x, or while the line is not complete (llhttp's "0.0")."""
+        version = read_version(self.parser)
+        if version == "0.9":  # llhttp's name for a request line without a version
+            return self.no_version()
+        if version[0] in "01":
+            return None
+        body = error_body("HTTPVersionNotSupported", VERSION_DETAIL.format(version=version))
+        cause = f"refused a request line of HTTP/{version} (505)"
+        return Refused(b"505 HTTP Version Not Supported", body, [], cause)
+
+    def _should_upgrade(self) -> bool:
+        # The service serves no WebSocket (`agmem serve` runs uvicorn with `ws="none"`): an
+        # `Upgrade` is ignored (RFC 9110, 7.8: a server MAY) and the request is served as
+        # HTTP/1.1. uvicorn's WebSocket protocol answered it in plain text (`403 Forbidden`,
+        # empty; HTTP/1.0's `400 Failed to open a WebSocket connection`).
+        return False
+
     def on_message_begin(self) -> None:
         HeaderBoundProtocol.on_message_begin(self)
         self.in_headers = True
@@ -220,8 +258,10 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
         self.in_headers = False
         parser = self.parser
         parser.version = version = read_version(parser)
-        if version == "0.9":  # llhttp's name for a request line without a version
-            raise self.no_version()
+        if version != "1.1" and version != "1.0":  # llhttp passes 0.9 and 2.0 too
+            refused = self.version_refused()
+            if refused is not None:
+                raise refused
         hosts = self.hosts
         if hosts > 1:
             body = error_body("BadRequest", TWO_HOSTS_DETAIL)
@@ -291,10 +331,10 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
     def refuse(self, refused: Refused) -> None:
         """Answer a request refused by a callback (`RefusingParser`) or its head's bound, log its
         cause and close."""
-        if self.in_headers and read_version(self.parser) == "0.9":
+        if self.in_headers:
             # A refusal before the header block's end is its bounds' 431: the request line's
             # comes first (a 101st header made it a 431).
-            refused = self.no_version()
+            refused = self.version_refused() or refused
         self.refusals.note(self.logger, self.loop, refused.cause)
         if refused.dispatched:
             self.refuse_dispatched(refused)
@@ -321,7 +361,12 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
     def send_400_response(self, msg: str) -> None:
         # What the parser itself refused (uvicorn has logged it): its 400 in the shape. A
         # broken body is the request in hand's own; broken headers are a request's behind it.
+        # llhttp refuses HTTP/3.0 and pauses on the h2c preface: the line's 505 comes first.
         if self.in_headers:
+            refused = self.version_refused()
+            if refused is not None:
+                self.refuse(refused)
+                return
             self.answer_and_close(
                 b"400 Bad Request", error_body("BadRequest", BAD_REQUEST_DETAIL), []
             )

@@ -683,6 +683,84 @@ def test_a_request_line_without_a_version_is_a_400_even_with_a_host(port: int) -
     assert "no HTTP version" in error["detail"]
 
 
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"GET /health HTTP/2.0\r\nHost: 127.0.0.1\r\n\r\n",
+        b"GET /health HTTP/3.0\r\nHost: 127.0.0.1\r\n\r\n",
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+    ],
+    ids=["HTTP/2.0", "HTTP/3.0", "HTTP/2 preface"],
+)
+def test_a_request_line_of_another_major_version_is_a_505(port: int, request_bytes: bytes) -> None:
+    # HTTP/2.0 on an HTTP/1.1 socket was served 200 as if it were HTTP/1.x; 3.0 and the
+    # prior-knowledge h2c preface were a 400 "not valid HTTP/1.1" (RFC 9110, 15.6.6: 505).
+    status, error = error_of(exchange(port, request_bytes))
+
+    assert status == b"HTTP/1.1 505 HTTP Version Not Supported"
+    assert error["error"] == "HTTPVersionNotSupported"
+    assert "HTTP/1.1" in error["detail"]
+
+
+def test_a_request_line_of_http_2_is_refused_before_its_headers(port: int) -> None:
+    # As the line without a version: its 505 comes before the 431 of 101 headers.
+    request_bytes = _with_headers(101).replace(b"HTTP/1.1", b"HTTP/2.0", 1)
+
+    status, _ = error_of(exchange(port, request_bytes))
+
+    assert status == b"HTTP/1.1 505 HTTP Version Not Supported"
+
+
+WEBSOCKET = (
+    b"Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+    b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+)
+
+
+def _answers(answer: bytes) -> list[tuple[bytes, dict[str, str]]]:
+    """The JSON answers in a connection's bytes, in order (each with its Content-Length)."""
+    answers = []
+    while answer:
+        head, _, rest = answer.partition(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        answers.append(error_of(head + b"\r\n\r\n" + rest[:length]))
+        answer = rest[length:]
+    return answers
+
+
+@pytest.mark.parametrize("version", [b"1.1", b"1.0"])
+def test_a_websocket_upgrade_is_ignored_and_the_route_answers(port: int, version: bytes) -> None:
+    # The service serves no WebSocket: uvicorn's WebSocket protocol answered in plain text
+    # (`403 Forbidden`, empty; HTTP/1.0's `400 Failed to open a WebSocket connection`). The
+    # request behind it, in the same read, is answered too (llhttp stops at an upgrade).
+    upgrade = b"GET /health HTTP/" + version + b"\r\nHost: 127.0.0.1\r\n" + WEBSOCKET
+    behind = b"GET /no-such-route HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    pieces = [upgrade + behind] if version == b"1.1" else [upgrade]
+
+    answers = _answers(exchange(port, *pieces))
+
+    assert [status for status, _ in answers][:1] == [b"HTTP/1.1 200 OK"], answers
+    assert answers[0][1]["status"] == "ok"
+    if version == b"1.1":
+        assert [status for status, _ in answers] == [b"HTTP/1.1 200 OK", b"HTTP/1.1 404 Not Found"]
+        assert answers[1][1]["error"] == "NotFound"
+
+
+def test_a_websocket_upgrade_to_no_route_is_a_404_in_the_error_shape(port: int) -> None:
+    request_bytes = b"GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\n" + WEBSOCKET
+    closing = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+
+    answers = _answers(exchange(port, request_bytes, closing, pause=0.3))
+
+    assert answers[0][0] == b"HTTP/1.1 404 Not Found"
+    assert answers[0][1]["error"] == "NotFound"
+    assert answers[1][0] == b"HTTP/1.1 200 OK"
+
+
 def _with_headers(count: int, value: bytes = b"v") -> bytes:
     """A health request with `count` headers in all (its Host, Connection and the rest X-N)."""
     extra = b"".join(b"X-%d: %s\r\n" % (index, value) for index in range(count - 2))
