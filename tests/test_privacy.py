@@ -950,7 +950,7 @@ RULES_GENERATIONS = {
     2: "365611fd712337b4",
     3: "8af492f9428a103e",
     4: "7572ba9168caef34",
-    5: "f738e6dfb6b7732d",
+    5: "9fbbc8a0290ae462",
 }
 
 
@@ -1593,9 +1593,10 @@ def test_plural_credential_keys_cost_linear_work_on_a_megabyte() -> None:
 PLAIN_WORD_CREDENTIALS = [
     ("apiKey: swordfish", "apiKey: @"),
     ("password: swordfish", "password: @"),
-    ("  db_password = letmein", "  db_password = @"),
     ("secret=letmein", "secret=@"),
-    ("client_secret: Swordfish", "client_secret: @"),
+    ("DB_PASSWORD=hunter", "DB_PASSWORD=@"),
+    ("db_password=Letmein", "db_password=@"),
+    ("client_secret: swordfish", "client_secret: @"),
     ("passphrase: correcthorsebatterystaple", "passphrase: @"),
     ("MYSQL_PWD: swordfish", "MYSQL_PWD: @"),
     ("auth_token: swordfish  # the bot's", "auth_token: @  # the bot's"),
@@ -1673,6 +1674,40 @@ def test_plain_word_credentials_in_text_are_redacted(text: str, expected: str) -
 def test_placeholders_under_credential_names_in_text_are_kept(text: str) -> None:
     assert redact_secrets(text) == text
     assert redact_secrets("-" * SHORT_TEXT + "\n" + text) == "-" * SHORT_TEXT + "\n" + text
+
+
+# Code and status lines under a credential's name that rules generation 5 redacted as it first
+# stood (rev-privacy20; pygments' lexers alone held 28 `token = Error`-like lines): the worker's
+# rescan would have rewritten every stored row holding one. An assignment spaced as code (` = `)
+# whose value is a word is an identifier's; a capitalised word after `:` is a type or a kind
+# (`token: Name`, Kubernetes' `Opaque`); a status word is a result, not a password. The price:
+# `password = swordfish` spaced as code, or `password: Swordfish`, is kept.
+@pytest.mark.parametrize(
+    "text",
+    [
+        "self._token = value",
+        "        self._api_key = value",
+        "password = getpass",
+        "token = Error",
+        "    token = Punctuation",
+        "token = response",
+        "type_annotation_token = Name",
+        "token: Name",
+        "token: expired",
+        "password: incorrect",
+        "secret: Opaque",
+        "token: invalid",
+        "password: denied",
+        "token=revoked",
+        "api_key: missing",
+        "  db_password = letmein",
+        "client_secret: Swordfish",
+    ],
+)
+def test_code_and_status_words_under_credential_names_are_kept(text: str) -> None:
+    assert redact_secrets(text) == text
+    assert redact_secrets("-" * SHORT_TEXT + "\n" + text) == "-" * SHORT_TEXT + "\n" + text
+    assert redact_secrets_lines(text) == text
 
 
 # The JSON rule keeps a compiler's pass; the text rules now agree with it.

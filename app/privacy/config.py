@@ -328,6 +328,20 @@ _PLACEHOLDER_WORDS = frozenset(
         *("any", "object", "auto", "default", "env", "environment", "prompt", "stdin"),
     }
 )
+# A result or a state under a credential's name (`token: expired`, `password: incorrect`): a
+# status line's, not a password.
+_STATUS_WORDS = frozenset(
+    {
+        *("expired", "invalid", "incorrect", "wrong", "denied", "revoked", "rejected", "refused"),
+        *("forbidden", "unauthorized", "unauthorised", "failed", "failure", "error", "valid"),
+        *("verified", "unverified", "accepted", "okay", "success", "succeeded", "present"),
+        *("absent", "provided", "supplied", "found", "unknown", "unavailable", "disabled"),
+        *("enabled", "active", "inactive", "pending", "stale", "rotated", "reset", "changed"),
+        *("updated", "saved", "stored", "created", "deleted", "generated", "encrypted"),
+        *("hashed", "ignored", "skipped", "needed", "mismatch", "matched", "unchanged"),
+        *("refreshed", "issued", "renewed", "cached", "loaded", "exists", "configured"),
+    }
+)
 # A value masked already (`****`, `xxxx`, `XXXXXXXX`): it holds no credential.
 _MASKED_VALUE = re.compile(r"\*{3,}|[xX]{3,}")
 # Plain words under a credential's name shorter than a quoted value's (`_QUOTED` rule, 4) are
@@ -345,7 +359,7 @@ def plain_credential(name: str, value: str) -> bool:
     if len(value) < _PLAIN_MIN_CHARS or value.isupper() or _CAMEL.search(value):
         return False
     lower = value.lower()
-    if lower in _PLACEHOLDER_WORDS or _MASKED_VALUE.fullmatch(value):
+    if lower in _PLACEHOLDER_WORDS or lower in _STATUS_WORDS or _MASKED_VALUE.fullmatch(value):
         return False
     words = [word.lower() for word in _KEY_WORD.findall(name[-_KEY_END_CHARS:])]
     while words and words[-1].isdigit():
@@ -374,15 +388,27 @@ def _credential_assignment(match: re.Match[str]) -> str:
         or algorithm(value)
         or compiler_pass(name)
         or _MASKED_VALUE.fullmatch(value) is not None
-        or (
-            match.re is _CONFIG_PATTERN and _plain_word(value) and not plain_credential(name, value)
-        )
+        or (match.re is _CONFIG_PATTERN and _plain_word(value) and _plain_kept(match, name, value))
     )
     return match.group() if kept else _assignment(match)
 
 
 def _plain_word(value: str) -> bool:
     return value.isascii() and value.isalpha()
+
+
+def _plain_kept(match: re.Match[str], name: str, value: str) -> bool:
+    """Whether a plain word on a line of its own under a credential's name is no credential:
+    besides `plain_credential`'s words, a value assigned as code spaces it (`password =
+    getpass`, `self._token = value`, pygments' `token = Error`: a variable or a class), and a
+    capitalised word after `:` is a type or a kind (`token: Name`, `secret: Opaque`). `.env`,
+    shell and properties files write `name=value`, YAML `name: value` in lower case."""
+    sep = match.group("sep")
+    if "=" in sep and sep[:1] in (" ", "\t") and sep[-1:] in (" ", "\t"):
+        return True
+    if ":" in sep and value[:1].isupper():
+        return True
+    return not plain_credential(name, value)
 
 
 # An unquoted credential holds a character that no identifier or attribute path (`password`,
