@@ -950,7 +950,7 @@ RULES_GENERATIONS = {
     2: "365611fd712337b4",
     3: "8af492f9428a103e",
     4: "7572ba9168caef34",
-    5: "9fbbc8a0290ae462",
+    5: "81c3f6feaee82fc4",
 }
 
 
@@ -1716,6 +1716,23 @@ def test_code_and_status_words_under_credential_names_are_kept(text: str) -> Non
     assert redact_secrets(text) == text
     assert redact_secrets("-" * SHORT_TEXT + "\n" + text) == "-" * SHORT_TEXT + "\n" + text
     assert redact_secrets_lines(text) == text
+
+
+# A value masked already holds no credential, in JSON as in text (`known_value`); a mask is one
+# character repeated: `xXxXxXxX` mixes cases as a password may, and is redacted.
+@pytest.mark.parametrize("masked", ["****", "xxx", "XXXXXXXX", "********************"])
+def test_masked_values_are_kept_in_json(masked: str) -> None:
+    for value in ({"password": masked}, {"apiKeys": [masked]}, {"db": {"client_secret": masked}}):
+        assert sanitize_json(value) == value
+        assert redact_json(value) == value
+
+
+def test_a_run_of_mixed_case_xs_is_no_mask() -> None:
+    assert sanitize_json({"password": "xXxXxXxX"}) == {"password": REDACTED}
+    assert redact_json({"password": "xXxXxXxX"}) == {"password": REDACTED}
+    assert redact_secrets('"password": "xXxXxXxX"') == f'"password": "{REDACTED}"'
+    # Unquoted, a plain word of mixed case is an identifier's shape (`plain_credential`).
+    assert redact_secrets("--password xXxXxXxX") == "--password xXxXxXxX"
 
 
 # The JSON rule keeps a compiler's pass; the text rules now agree with it.

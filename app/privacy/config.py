@@ -342,8 +342,9 @@ _STATUS_WORDS = frozenset(
         *("refreshed", "issued", "renewed", "cached", "loaded", "exists", "configured"),
     }
 )
-# A value masked already (`****`, `xxxx`, `XXXXXXXX`): it holds no credential.
-_MASKED_VALUE = re.compile(r"\*{3,}|[xX]{3,}")
+# A value masked already (`****`, `xxxx`, `XXXXXXXX`): it holds no credential. A mask repeats
+# one character; `xXxXxXxX` mixes cases as a password may.
+_MASKED_VALUE = re.compile(r"\*{3,}|x{3,}|X{3,}")
 # Plain words under a credential's name shorter than a quoted value's (`_QUOTED` rule, 4) are
 # no password in practice (`id`, `pw`, `abc`).
 _PLAIN_MIN_CHARS = 4
