@@ -448,6 +448,8 @@ GATE_SAMPLES = [
     "curl -H 'X-API-KEY: abcd1234efgh' -H 'X-AUTH-TOKEN: abcd1234efgh' -H 'x-api-key: abcd1234'",
     "pwd: hunter2",
     "--password swordfish --api-key=x1 --TOKEN x",
+    "--api_token x1 --no_password x",
+    '"apiKeys": [\n "k1abc",\n "k2abc",\n]',
     '{"apiKeys": ["k1"], \'PASSWORDS\': [\'a\'], "secrets":[], "pwds" : [ 3 ]}',
 ]
 
@@ -950,7 +952,7 @@ RULES_GENERATIONS = {
     2: "365611fd712337b4",
     3: "8af492f9428a103e",
     4: "7572ba9168caef34",
-    5: "81c3f6feaee82fc4",
+    5: "7d171d86db8eb46a",
 }
 
 
@@ -1618,6 +1620,8 @@ PLAIN_WORD_CREDENTIALS = [
     ("--secret-access-key abc/def+ghi", "--secret-access-key @"),
     ("--token=swordfish", "--token=@"),
     ("--password hunter2", "--password @"),
+    ("--api_token x1abc", "--api_token @"),
+    ("cli --client_secret=swordfish --verbose", "cli --client_secret=@ --verbose"),
     ('log: {"secret": "letmein"}', 'log: {"secret": "@"}'),
 ]
 
@@ -1672,6 +1676,7 @@ def test_plain_word_credentials_in_text_are_redacted(text: str, expected: str) -
         "pass the --token flag to login",
         "--password-file /run/secrets/pw",
         "--no-password mydb",
+        "--no_password mydb",
         "--key value",
         "--max-tokens 4096",
         "--private-key ~/.ssh/id_ed25519",
@@ -1753,6 +1758,9 @@ TEXT_LISTS = [
     ('"secrets": ["a\\"b", 3, null, ""]', '"secrets": ["@", 3, null, ""]'),
     ('"tokens": ["Hello", "a1B2c3D4e5F6g7H8i9"]', '"tokens": ["Hello", "@"]'),
     ('"credentials": ["x1"], "name": "y"', '"credentials": ["@"], "name": "y"'),
+    # A trailing comma, as JavaScript, Python and JSON5 allow (fixprivacy20).
+    ('"apiKeys": [\n "k1abc",\n "k2abc",\n]', '"apiKeys": [\n "@",\n "@",\n]'),
+    ("{'api_keys': ['k1abc', 'k2abc' , ]}", "{'api_keys': ['@', '@' , ]}"),
 ]
 
 
@@ -1794,6 +1802,9 @@ def test_lists_in_text_that_are_no_credentials_are_kept(text: str) -> None:
         lambda n: "-" * 250_000 * n + "token x1",
         lambda n: "--a" * 250_000 * n + "-token x1",
         lambda n: "password: " + "a" * 250_000 * n,
+        lambda n: '"apiKeys": [' + '"k1", ' * 125_000 * n + "]",
+        lambda n: '"apiKeys": [' + '"k1",' * 125_000 * n + " ,",
+        lambda n: "--a_b" * 200_000 * n + "_token x1",
     ],
 )
 def test_the_privacy20_rules_cost_linear_work_on_a_megabyte(make: Callable[[int], str]) -> None:

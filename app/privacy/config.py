@@ -455,7 +455,7 @@ def _option_credential(match: re.Match[str]) -> str:
     quote = value[0] if value[0] in ("'", '"') else ""
     bare = value[1:-1] if quote else value
     kept = (
-        name.startswith("no-")
+        name.startswith(("no-", "no_"))
         or not bare
         or not credential_key(name)
         or known_value(name, bare)
@@ -473,9 +473,10 @@ def _option_credential(match: re.Match[str]) -> str:
 # each (a lookbehind's width is fixed).
 _OPTION_ENDS = ("password", "passwd", "passphrase", "token", "secret", "key", "-pass", "pwd")
 # `--name value` or `--name=value` after a blank, a quote or the text's start (not `a--b`,
-# `---`): the name's words are possessive, so each `--` costs one pass over its word.
+# `---`); the name's words joined by `-` or `_` (`--api-key`, `--api_token`): possessive, so
+# each `--` costs one pass over its word.
 _OPTION_PATTERN = re.compile(
-    r"(?P<keep>--(?<![\w\-]--)(?P<name>[A-Za-z0-9]++(?:-[A-Za-z0-9]++)*+)"
+    r"(?P<keep>--(?<![\w\-]--)(?P<name>[A-Za-z0-9]++(?:[-_][A-Za-z0-9]++)*+)"
     + "(?:"
     + "|".join(f"(?<={end})" for end in _OPTION_ENDS)
     + r")(?:[ \t]++|=))"
@@ -510,8 +511,9 @@ _LIST_SPACE = r"[ \t\r\n]*+"
 _LIST_PATTERN = re.compile(
     "(?P<plural>(?:" + "|".join(_PLURAL_STEMS) + ")[sS])"
     rf"(?P<quote>[\"']){_LIST_SPACE}:{_LIST_SPACE}\[{_LIST_SPACE}"
-    rf"(?P<items>(?:(?:{_LIST_ELEMENT}){_LIST_SPACE},{_LIST_SPACE})*+(?:{_LIST_ELEMENT}))?"
-    rf"{_LIST_SPACE}\]"
+    rf"(?P<items>(?:{_LIST_ELEMENT})(?:{_LIST_SPACE},{_LIST_SPACE}(?:{_LIST_ELEMENT}))*+)?"
+    # A trailing comma, as JavaScript, Python and JSON5 allow (`["k1",\n "k2",\n]`).
+    rf"(?:{_LIST_SPACE},)?{_LIST_SPACE}\]"
 )
 
 
@@ -552,7 +554,7 @@ LIST_RULES: list[_Rule] = [
 # end and `: [`.
 OPTION_AND_LIST_GATES: dict[re.Pattern[str], str] = {
     _OPTION_PATTERN: (
-        "--[A-Za-z0-9-]*(?:" + "|".join(_OPTION_ENDS) + r")(?:[\t ]+|=)[^\x09-\x0d\x20]"
+        "--[A-Za-z0-9_-]*(?:" + "|".join(_OPTION_ENDS) + r")(?:[\t ]+|=)[^\x09-\x0d\x20]"
     ),
     _LIST_PATTERN: (
         r"(?:[oO][rR][dD]|[wW][dD]|[eE][tTnNyY]|[aA][lL]|[sS][eE])[sS]"

@@ -53,7 +53,8 @@ from app.privacy.private import _MEMORY, _MEMORY_LITERALS, _PRIVATE_LITERALS, _P
 # 5: a plain word under a credential's name in text (`plain_credential`), `--name value` options,
 # lists under a credential's plural in text, a compiler's pass and a masked value (`****`) kept
 # in text as in JSON (privacy20); a plain word assigned as code (` = `), a capitalised one after
-# `:` and a status word kept (`_plain_kept`, fixprivacy20, before generation 5 shipped).
+# `:` and a status word kept (`_plain_kept`), a mask of one character, `--api_token` options,
+# a list's trailing comma, `--no_password` (fixprivacy20, before generation 5 shipped).
 _RULES_CODE_VERSION = 5
 
 
