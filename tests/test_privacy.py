@@ -448,6 +448,8 @@ GATE_SAMPLES = [
     "curl -H 'X-API-KEY: abcd1234efgh' -H 'X-AUTH-TOKEN: abcd1234efgh' -H 'x-api-key: abcd1234'",
     "pwd: hunter2",
     "--password swordfish --api-key=x1 --TOKEN x",
+    "--api_token x1 --no_password x",
+    '"apiKeys": [\n "k1abc",\n "k2abc",\n]',
     '{"apiKeys": ["k1"], \'PASSWORDS\': [\'a\'], "secrets":[], "pwds" : [ 3 ]}',
 ]
 
@@ -575,9 +577,9 @@ def test_cap_text_keeps_head_and_tail_and_states_size() -> None:
 
 def test_cap_text_five_megabytes_fast() -> None:
     text = "line of output\n" * 350_000
-    started = time.perf_counter()
+    started = time.thread_time()
     out = cap_text(text, 65_536)
-    assert time.perf_counter() - started < 0.05
+    assert time.thread_time() - started < 0.05
     assert len(out) <= 65_536
     assert f"{len(text)} chars originally" in out
 
@@ -608,10 +610,10 @@ def test_real_transcript_lines_sanitize_as_json() -> None:
 def test_sanitize_is_fast_on_a_large_real_file() -> None:
     text = (TESTDATA / "gemini" / "vct_gemini_session_jsonl_format.jsonl").read_text()
     sanitize_text(text)
-    started = time.perf_counter()
+    started = time.thread_time()
     for _ in range(5):
         sanitize_text(text)
-    per_call = (time.perf_counter() - started) / 5
+    per_call = (time.thread_time() - started) / 5
     # ~120 KB; a generous bound so a loaded machine does not fail it, yet catches a slow regex.
     assert per_call < 0.1
 
@@ -950,7 +952,7 @@ RULES_GENERATIONS = {
     2: "365611fd712337b4",
     3: "8af492f9428a103e",
     4: "7572ba9168caef34",
-    5: "f738e6dfb6b7732d",
+    5: "7d171d86db8eb46a",
 }
 
 
@@ -1166,14 +1168,14 @@ def test_a_long_key_of_capitals_costs_a_bounded_number_of_look_ups(
 def test_a_megabyte_key_is_judged_at_once() -> None:
     # A key of capitals was quadratic (a megabyte: minutes); now its cost is one pass over it.
     for key in ("A" * 1_000_000, "A" * 999_995 + "TOKEN"):
-        started = time.perf_counter()
+        started = time.thread_time()
         privacy_config.credential_key(key)
-        assert time.perf_counter() - started < 0.05
+        assert time.thread_time() - started < 0.05
     for key in ("A" * 1_000_000, "A" * 999_995 + "TOKEN", "Ab" * 500_000):
         for judge in (sanitize_json, redact_json):
-            started = time.perf_counter()
+            started = time.thread_time()
             judge({key: "hunter22"})
-            assert time.perf_counter() - started < 1.0
+            assert time.thread_time() - started < 1.0
 
 
 def test_long_keys_are_not_kept_in_the_key_cache() -> None:
@@ -1536,19 +1538,27 @@ def test_json_tokens_of_a_credentials_shape_are_redacted() -> None:
 
 
 def _seconds(run: Callable[[], object]) -> float:
-    """The best of two runs' wall time."""
+    """The best of two runs' CPU time in this thread: the time a loaded machine keeps the
+    thread waiting for a CPU is no work of the run's."""
     times = []
     for _ in range(2):
-        started = time.perf_counter()
+        started = time.thread_time()
         run()
-        times.append(time.perf_counter() - started)
+        times.append(time.thread_time() - started)
     return min(times)
+
+
+def test_the_timing_helper_counts_this_threads_cpu_not_the_wall() -> None:
+    # A run descheduled by a loaded machine (a CI run: 25 ms for a quarter, 280 ms for the
+    # whole) waited, as a sleep does: it did no more work, and must not fail a linearity bound.
+    assert _seconds(lambda: time.sleep(0.05)) < 0.01
 
 
 def _assert_linear(run: Callable[[int], object]) -> None:
     """`run(n)` costs work linear in n: a megabyte's input takes less than 8 times a quarter
-    megabyte's (linear is 4 times, quadratic 16), plus 50 ms for a loaded machine's noise. A
-    ratio, not a wall-clock bound: the machine's speed cancels out (speed claims are bench/'s)."""
+    megabyte's (linear is 4 times, quadratic 16), plus 50 ms for caches' and the allocator's
+    noise. A ratio of CPU times, not a wall-clock bound: the machine's speed and its load cancel
+    out (speed claims are bench/'s)."""
     quarter = _seconds(lambda: run(1))
     whole = _seconds(lambda: run(4))
     assert whole < 8 * quarter + 0.05, (quarter, whole)
@@ -1593,9 +1603,10 @@ def test_plural_credential_keys_cost_linear_work_on_a_megabyte() -> None:
 PLAIN_WORD_CREDENTIALS = [
     ("apiKey: swordfish", "apiKey: @"),
     ("password: swordfish", "password: @"),
-    ("  db_password = letmein", "  db_password = @"),
     ("secret=letmein", "secret=@"),
-    ("client_secret: Swordfish", "client_secret: @"),
+    ("DB_PASSWORD=hunter", "DB_PASSWORD=@"),
+    ("db_password=Letmein", "db_password=@"),
+    ("client_secret: swordfish", "client_secret: @"),
     ("passphrase: correcthorsebatterystaple", "passphrase: @"),
     ("MYSQL_PWD: swordfish", "MYSQL_PWD: @"),
     ("auth_token: swordfish  # the bot's", "auth_token: @  # the bot's"),
@@ -1609,6 +1620,8 @@ PLAIN_WORD_CREDENTIALS = [
     ("--secret-access-key abc/def+ghi", "--secret-access-key @"),
     ("--token=swordfish", "--token=@"),
     ("--password hunter2", "--password @"),
+    ("--api_token x1abc", "--api_token @"),
+    ("cli --client_secret=swordfish --verbose", "cli --client_secret=@ --verbose"),
     ('log: {"secret": "letmein"}', 'log: {"secret": "@"}'),
 ]
 
@@ -1663,6 +1676,7 @@ def test_plain_word_credentials_in_text_are_redacted(text: str, expected: str) -
         "pass the --token flag to login",
         "--password-file /run/secrets/pw",
         "--no-password mydb",
+        "--no_password mydb",
         "--key value",
         "--max-tokens 4096",
         "--private-key ~/.ssh/id_ed25519",
@@ -1673,6 +1687,57 @@ def test_plain_word_credentials_in_text_are_redacted(text: str, expected: str) -
 def test_placeholders_under_credential_names_in_text_are_kept(text: str) -> None:
     assert redact_secrets(text) == text
     assert redact_secrets("-" * SHORT_TEXT + "\n" + text) == "-" * SHORT_TEXT + "\n" + text
+
+
+# Code and status lines under a credential's name that rules generation 5 redacted as it first
+# stood (rev-privacy20; pygments' lexers alone held 28 `token = Error`-like lines): the worker's
+# rescan would have rewritten every stored row holding one. An assignment spaced as code (` = `)
+# whose value is a word is an identifier's; a capitalised word after `:` is a type or a kind
+# (`token: Name`, Kubernetes' `Opaque`); a status word is a result, not a password. The price:
+# `password = swordfish` spaced as code, or `password: Swordfish`, is kept.
+@pytest.mark.parametrize(
+    "text",
+    [
+        "self._token = value",
+        "        self._api_key = value",
+        "password = getpass",
+        "token = Error",
+        "    token = Punctuation",
+        "token = response",
+        "type_annotation_token = Name",
+        "token: Name",
+        "token: expired",
+        "password: incorrect",
+        "secret: Opaque",
+        "token: invalid",
+        "password: denied",
+        "token=revoked",
+        "api_key: missing",
+        "  db_password = letmein",
+        "client_secret: Swordfish",
+    ],
+)
+def test_code_and_status_words_under_credential_names_are_kept(text: str) -> None:
+    assert redact_secrets(text) == text
+    assert redact_secrets("-" * SHORT_TEXT + "\n" + text) == "-" * SHORT_TEXT + "\n" + text
+    assert redact_secrets_lines(text) == text
+
+
+# A value masked already holds no credential, in JSON as in text (`known_value`); a mask is one
+# character repeated: `xXxXxXxX` mixes cases as a password may, and is redacted.
+@pytest.mark.parametrize("masked", ["****", "xxx", "XXXXXXXX", "********************"])
+def test_masked_values_are_kept_in_json(masked: str) -> None:
+    for value in ({"password": masked}, {"apiKeys": [masked]}, {"db": {"client_secret": masked}}):
+        assert sanitize_json(value) == value
+        assert redact_json(value) == value
+
+
+def test_a_run_of_mixed_case_xs_is_no_mask() -> None:
+    assert sanitize_json({"password": "xXxXxXxX"}) == {"password": REDACTED}
+    assert redact_json({"password": "xXxXxXxX"}) == {"password": REDACTED}
+    assert redact_secrets('"password": "xXxXxXxX"') == f'"password": "{REDACTED}"'
+    # Unquoted, a plain word of mixed case is an identifier's shape (`plain_credential`).
+    assert redact_secrets("--password xXxXxXxX") == "--password xXxXxXxX"
 
 
 # The JSON rule keeps a compiler's pass; the text rules now agree with it.
@@ -1693,6 +1758,9 @@ TEXT_LISTS = [
     ('"secrets": ["a\\"b", 3, null, ""]', '"secrets": ["@", 3, null, ""]'),
     ('"tokens": ["Hello", "a1B2c3D4e5F6g7H8i9"]', '"tokens": ["Hello", "@"]'),
     ('"credentials": ["x1"], "name": "y"', '"credentials": ["@"], "name": "y"'),
+    # A trailing comma, as JavaScript, Python and JSON5 allow (fixprivacy20).
+    ('"apiKeys": [\n "k1abc",\n "k2abc",\n]', '"apiKeys": [\n "@",\n "@",\n]'),
+    ("{'api_keys': ['k1abc', 'k2abc' , ]}", "{'api_keys': ['@', '@' , ]}"),
 ]
 
 
@@ -1734,6 +1802,9 @@ def test_lists_in_text_that_are_no_credentials_are_kept(text: str) -> None:
         lambda n: "-" * 250_000 * n + "token x1",
         lambda n: "--a" * 250_000 * n + "-token x1",
         lambda n: "password: " + "a" * 250_000 * n,
+        lambda n: '"apiKeys": [' + '"k1", ' * 125_000 * n + "]",
+        lambda n: '"apiKeys": [' + '"k1",' * 125_000 * n + " ,",
+        lambda n: "--a_b" * 200_000 * n + "_token x1",
     ],
 )
 def test_the_privacy20_rules_cost_linear_work_on_a_megabyte(make: Callable[[int], str]) -> None:

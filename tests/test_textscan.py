@@ -139,3 +139,24 @@ def test_a_short_text_asked_again_gets_the_same_answer_and_the_memory_stays_boun
     long_short = "x" * 100 + " token"
     assert scanner.present(long_short) == {"oken"}
     assert long_short not in scanner._cache
+
+
+def test_cached_answers_are_the_uncached_ones_over_varied_short_texts() -> None:
+    # Texts that differ in one character, in case, in length and in order, each asked three
+    # times (the first fills the cache), against one `in` test per literal and gate.
+    scanner = LiteralScanner(LITERALS, {"gate": "x"})
+    parts = ["KEY", "key", "oken", "Oken", "://", "<", "sk-", "s k-", "def", ".", "é", " ", "Tr"]
+    texts = [a + b + c for a in parts for b in parts for c in ("", "x", "Traceback", "-" * 50)]
+    texts += [text[:-1] for text in texts if text] + ["", "a" * 64, "a" * 65 + "KEY"]
+    for _ in range(3):
+        for text in texts:
+            assert scanner.present(text) == expected(text) | {"gate"}, text
+
+
+def test_cached_answers_share_one_set_per_answer() -> None:
+    # Each cached text held a set of its own: 4095 texts of one answer cost ~5.7 MB.
+    scanner = LiteralScanner(["oken", "KEY", "sk-"])
+    first = scanner.present("a token 1")
+    assert all(scanner.present(f"a token {n}") is first for n in range(2, 4000))
+    assert scanner.present("KEY 1") is scanner.present("KEY 2")
+    assert scanner.present("KEY 1") == {"KEY"}

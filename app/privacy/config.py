@@ -328,8 +328,23 @@ _PLACEHOLDER_WORDS = frozenset(
         *("any", "object", "auto", "default", "env", "environment", "prompt", "stdin"),
     }
 )
-# A value masked already (`****`, `xxxx`, `XXXXXXXX`): it holds no credential.
-_MASKED_VALUE = re.compile(r"\*{3,}|[xX]{3,}")
+# A result or a state under a credential's name (`token: expired`, `password: incorrect`): a
+# status line's, not a password.
+_STATUS_WORDS = frozenset(
+    {
+        *("expired", "invalid", "incorrect", "wrong", "denied", "revoked", "rejected", "refused"),
+        *("forbidden", "unauthorized", "unauthorised", "failed", "failure", "error", "valid"),
+        *("verified", "unverified", "accepted", "okay", "success", "succeeded", "present"),
+        *("absent", "provided", "supplied", "found", "unknown", "unavailable", "disabled"),
+        *("enabled", "active", "inactive", "pending", "stale", "rotated", "reset", "changed"),
+        *("updated", "saved", "stored", "created", "deleted", "generated", "encrypted"),
+        *("hashed", "ignored", "skipped", "needed", "mismatch", "matched", "unchanged"),
+        *("refreshed", "issued", "renewed", "cached", "loaded", "exists", "configured"),
+    }
+)
+# A value masked already (`****`, `xxxx`, `XXXXXXXX`): it holds no credential. A mask repeats
+# one character; `xXxXxXxX` mixes cases as a password may.
+_MASKED_VALUE = re.compile(r"\*{3,}|x{3,}|X{3,}")
 # Plain words under a credential's name shorter than a quoted value's (`_QUOTED` rule, 4) are
 # no password in practice (`id`, `pw`, `abc`).
 _PLAIN_MIN_CHARS = 4
@@ -345,7 +360,7 @@ def plain_credential(name: str, value: str) -> bool:
     if len(value) < _PLAIN_MIN_CHARS or value.isupper() or _CAMEL.search(value):
         return False
     lower = value.lower()
-    if lower in _PLACEHOLDER_WORDS or _MASKED_VALUE.fullmatch(value):
+    if lower in _PLACEHOLDER_WORDS or lower in _STATUS_WORDS or _MASKED_VALUE.fullmatch(value):
         return False
     words = [word.lower() for word in _KEY_WORD.findall(name[-_KEY_END_CHARS:])]
     while words and words[-1].isdigit():
@@ -374,15 +389,27 @@ def _credential_assignment(match: re.Match[str]) -> str:
         or algorithm(value)
         or compiler_pass(name)
         or _MASKED_VALUE.fullmatch(value) is not None
-        or (
-            match.re is _CONFIG_PATTERN and _plain_word(value) and not plain_credential(name, value)
-        )
+        or (match.re is _CONFIG_PATTERN and _plain_word(value) and _plain_kept(match, name, value))
     )
     return match.group() if kept else _assignment(match)
 
 
 def _plain_word(value: str) -> bool:
     return value.isascii() and value.isalpha()
+
+
+def _plain_kept(match: re.Match[str], name: str, value: str) -> bool:
+    """Whether a plain word on a line of its own under a credential's name is no credential:
+    besides `plain_credential`'s words, a value assigned as code spaces it (`password =
+    getpass`, `self._token = value`, pygments' `token = Error`: a variable or a class), and a
+    capitalised word after `:` is a type or a kind (`token: Name`, `secret: Opaque`). `.env`,
+    shell and properties files write `name=value`, YAML `name: value` in lower case."""
+    sep = match.group("sep")
+    if "=" in sep and sep[:1] in (" ", "\t") and sep[-1:] in (" ", "\t"):
+        return True
+    if ":" in sep and value[:1].isupper():
+        return True
+    return not plain_credential(name, value)
 
 
 # An unquoted credential holds a character that no identifier or attribute path (`password`,
@@ -428,7 +455,7 @@ def _option_credential(match: re.Match[str]) -> str:
     quote = value[0] if value[0] in ("'", '"') else ""
     bare = value[1:-1] if quote else value
     kept = (
-        name.startswith("no-")
+        name.startswith(("no-", "no_"))
         or not bare
         or not credential_key(name)
         or known_value(name, bare)
@@ -446,9 +473,10 @@ def _option_credential(match: re.Match[str]) -> str:
 # each (a lookbehind's width is fixed).
 _OPTION_ENDS = ("password", "passwd", "passphrase", "token", "secret", "key", "-pass", "pwd")
 # `--name value` or `--name=value` after a blank, a quote or the text's start (not `a--b`,
-# `---`): the name's words are possessive, so each `--` costs one pass over its word.
+# `---`); the name's words joined by `-` or `_` (`--api-key`, `--api_token`): possessive, so
+# each `--` costs one pass over its word.
 _OPTION_PATTERN = re.compile(
-    r"(?P<keep>--(?<![\w\-]--)(?P<name>[A-Za-z0-9]++(?:-[A-Za-z0-9]++)*+)"
+    r"(?P<keep>--(?<![\w\-]--)(?P<name>[A-Za-z0-9]++(?:[-_][A-Za-z0-9]++)*+)"
     + "(?:"
     + "|".join(f"(?<={end})" for end in _OPTION_ENDS)
     + r")(?:[ \t]++|=))"
@@ -483,8 +511,9 @@ _LIST_SPACE = r"[ \t\r\n]*+"
 _LIST_PATTERN = re.compile(
     "(?P<plural>(?:" + "|".join(_PLURAL_STEMS) + ")[sS])"
     rf"(?P<quote>[\"']){_LIST_SPACE}:{_LIST_SPACE}\[{_LIST_SPACE}"
-    rf"(?P<items>(?:(?:{_LIST_ELEMENT}){_LIST_SPACE},{_LIST_SPACE})*+(?:{_LIST_ELEMENT}))?"
-    rf"{_LIST_SPACE}\]"
+    rf"(?P<items>(?:{_LIST_ELEMENT})(?:{_LIST_SPACE},{_LIST_SPACE}(?:{_LIST_ELEMENT}))*+)?"
+    # A trailing comma, as JavaScript, Python and JSON5 allow (`["k1",\n "k2",\n]`).
+    rf"(?:{_LIST_SPACE},)?{_LIST_SPACE}\]"
 )
 
 
@@ -525,7 +554,7 @@ LIST_RULES: list[_Rule] = [
 # end and `: [`.
 OPTION_AND_LIST_GATES: dict[re.Pattern[str], str] = {
     _OPTION_PATTERN: (
-        "--[A-Za-z0-9-]*(?:" + "|".join(_OPTION_ENDS) + r")(?:[\t ]+|=)[^\x09-\x0d\x20]"
+        "--[A-Za-z0-9_-]*(?:" + "|".join(_OPTION_ENDS) + r")(?:[\t ]+|=)[^\x09-\x0d\x20]"
     ),
     _LIST_PATTERN: (
         r"(?:[oO][rR][dD]|[wW][dD]|[eE][tTnNyY]|[aA][lL]|[sS][eE])[sS]"

@@ -35,6 +35,7 @@ from app.privacy.config import (
     _SECRET_NAME_VALUE,
     _SHORT_CREDENTIAL_WORDS,
     _SPECIAL_TOKEN_VALUE,
+    _STATUS_WORDS,
     _TOKEN_SHAPE,
 )
 from app.privacy.engine import _RULE_GATES, _RULES
@@ -51,7 +52,9 @@ from app.privacy.private import _MEMORY, _MEMORY_LITERALS, _PRIVATE_LITERALS, _P
 # `pass` (fixprivacy19, before generation 4 shipped).
 # 5: a plain word under a credential's name in text (`plain_credential`), `--name value` options,
 # lists under a credential's plural in text, a compiler's pass and a masked value (`****`) kept
-# in text as in JSON (privacy20).
+# in text as in JSON (privacy20); a plain word assigned as code (` = `), a capitalised one after
+# `:` and a status word kept (`_plain_kept`), a mask of one character, `--api_token` options,
+# a list's trailing comma, `--no_password` (fixprivacy20, before generation 5 shipped).
 _RULES_CODE_VERSION = 5
 
 
@@ -105,6 +108,7 @@ def _rules_version() -> str:
     parts += [repr(sorted(_SHORT_CREDENTIAL_WORDS)), repr(sorted(_KEY_FILE_WORDS))]
     parts += [repr(sorted(_NOT_CREDENTIAL_PASSES))]
     parts += [repr(sorted(_PLACEHOLDER_WORDS)), repr(sorted(_PROSE_WORDS)), repr(_PLAIN_MIN_CHARS)]
+    parts += [repr(sorted(_STATUS_WORDS))]
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
 
 
