@@ -5,8 +5,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
+from math import isfinite
 from typing import Any
 
+from app.exactjson import PAST_A_DOUBLE, NumberOutOfRange
 from app.privacy.clean import _SURROGATE, clean_text
 from app.privacy.commands import COMMAND_RULES
 from app.privacy.common import REDACTED, _Replacement, _Rule
@@ -239,7 +241,9 @@ def sanitize_json(
 
     With `scanner` (from `privacy_scanner`) and `scanned`, each string value of the result whose
     scan is still valid (sanitizing left it unchanged) gets its found names in `scanned`.
-    Raises NestingTooDeep when containers nest deeper than `max_depth`.
+    Raises NestingTooDeep when containers nest deeper than `max_depth`, NumberOutOfRange for a
+    NaN or infinite float (what pydantic and `json` read `1e400` as): stored, orjson wrote it as
+    null and json as `Infinity`, which Postgres refuses.
     """
     return _sanitize(value, max_depth, scanner or _SCANNER, scanned)
 
@@ -275,6 +279,10 @@ def _sanitize(value: Any, depth_left: int, scanner: LiteralScanner, scanned: Sca
         if depth_left <= 0:
             raise NestingTooDeep("the JSON value nests too deeply")
         return [_sanitize(item, depth_left - 1, scanner, scanned) for item in value]
+    # Checked on the walk the value takes anyway: a walk of its own, or a search of its JSON
+    # for the null orjson makes of inf, cost up to ~17 µs on a 20 KB capture.
+    if value.__class__ is float and not isfinite(value):
+        raise NumberOutOfRange(PAST_A_DOUBLE)
     return value
 
 
