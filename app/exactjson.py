@@ -120,6 +120,21 @@ def dumps(value: Any, **options: Any) -> str:
 _LONG_INT_BITS = 4000 * 3
 
 
+def has_long_int(value: Any) -> bool:
+    """Whether `value` holds an `int` too long for Python's int-to-string conversion (one
+    `loads_stored` read): `json.dumps` of it raises, where `dumps` writes it."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, int) and item.bit_length() > _LONG_INT_BITS:
+            return True
+    return False
+
+
 def _long_ints_as_decimals(value: Any) -> Any:
     # Decimal(int) converts without the limited string path, and writes every digit.
     if isinstance(value, int) and not isinstance(value, bool):
