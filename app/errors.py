@@ -43,6 +43,11 @@ class BadRequest(AppError):
     status_code = 400
 
 
+class InvalidJSON(BadRequest):
+    """A body whose JSON holds what the service cannot keep (NaN, Infinity, a number past a
+    double), named as the framework names a body it cannot parse."""
+
+
 class ValidationFailed(AppError):
     status_code = 422
 

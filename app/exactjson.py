@@ -13,7 +13,9 @@ floats so is faster than as `float` (100,000 floats: 29 against 42 ms).
 from __future__ import annotations
 
 import json
+import math
 import secrets
+import sys
 from decimal import Decimal
 from typing import Any
 
@@ -23,11 +25,11 @@ def loads(data: str | bytes) -> Any:
     for text that is not JSON, RecursionError for nesting past Python's limit."""
     try:
         # Integers by the C parser's own path, as `int`, unless one is too long for it.
-        return json.loads(data, parse_float=Decimal)
+        return json.loads(data, parse_float=Decimal, parse_constant=Decimal)
     except ValueError as error:
         if not _too_long(error):
             raise
-    return json.loads(data, parse_float=Decimal, parse_int=_int)
+    return json.loads(data, parse_float=Decimal, parse_int=_int, parse_constant=Decimal)
 
 
 def raw_decode(text: str, position: int = 0) -> tuple[Any, int]:
@@ -52,8 +54,10 @@ def _int(text: str) -> int | Decimal:
         return Decimal(text)
 
 
-_EXACT = json.JSONDecoder(parse_float=Decimal)
-_EXACT_WIDE = json.JSONDecoder(parse_float=Decimal, parse_int=_int)
+# `NaN` and `Infinity` (Python's, not JSON's) as Decimals too: dumped back the same, and no float
+# of theirs meets the checks of values written (`check_numbers`, `privacy.sanitize_json`).
+_EXACT = json.JSONDecoder(parse_float=Decimal, parse_constant=Decimal)
+_EXACT_WIDE = json.JSONDecoder(parse_float=Decimal, parse_int=_int, parse_constant=Decimal)
 
 
 def _wide_int(text: str) -> int:
@@ -116,6 +120,21 @@ def dumps(value: Any, **options: Any) -> str:
 _LONG_INT_BITS = 4000 * 3
 
 
+def has_long_int(value: Any) -> bool:
+    """Whether `value` holds an `int` too long for Python's int-to-string conversion (one
+    `loads_stored` read): `json.dumps` of it raises, where `dumps` writes it."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, int) and item.bit_length() > _LONG_INT_BITS:
+            return True
+    return False
+
+
 def _long_ints_as_decimals(value: Any) -> Any:
     # Decimal(int) converts without the limited string path, and writes every digit.
     if isinstance(value, int) and not isinstance(value, bool):
@@ -125,3 +144,64 @@ def _long_ints_as_decimals(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_long_ints_as_decimals(item) for item in value]
     return value
+
+
+class NumberOutOfRange(ValueError):
+    """A number a write cannot keep (see `check_numbers`)."""
+
+
+# Past a double, every reader of the value (HTTP, MCP, `agmem memory get`) gave back null or
+# `Infinity`; Python's `json` and pydantic read such a number (`1e400`) as inf.
+_DOUBLE_MAX = Decimal(sys.float_info.max)
+# What Postgres's numeric holds: 131,072 digits before the point, 16,383 after it.
+NUMERIC_DIGITS_MAX = 131072
+NUMERIC_SCALE_MAX = 16383
+
+PAST_A_DOUBLE = (
+    "a number is NaN, Infinity or past a double's ±1.8e308 (such as 1e400), which JSON has not "
+    "or this service cannot give back; send it as a string"
+)
+
+
+def check_numbers(value: Any) -> Any:
+    """`value`, unless it holds a number a write cannot keep: NaN or Infinity (which Python's
+    parser takes, but JSON has not), a number past a double's range (pydantic and `json` read
+    `1e400` as inf; `loads` as a Decimal, which Postgres stored and every read gave back as
+    Infinity or null), or one with more digits after the point than Postgres's numeric holds
+    (`1e-999999`, which it refused). Raises NumberOutOfRange saying which."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                raise NumberOutOfRange(PAST_A_DOUBLE)
+        elif isinstance(item, Decimal):
+            _check_decimal(item)
+    return value
+
+
+def _check_decimal(number: Decimal) -> None:
+    if not number.is_finite():
+        raise NumberOutOfRange(PAST_A_DOUBLE)
+    sign, digits, exponent = number.as_tuple()
+    assert isinstance(exponent, int)  # a finite Decimal's
+    if exponent == 0:
+        # An integer too long for `int` (`loads`'s `_int`): read back exactly (`loads_stored`).
+        if len(digits) > NUMERIC_DIGITS_MAX:
+            raise NumberOutOfRange(
+                f"a number is an integer of {len(digits)} digits, and the database keeps at "
+                f"most {NUMERIC_DIGITS_MAX}; send it as a string"
+            )
+        return
+    # `copy_abs`, not `abs`: the context's rounding trapped 1e999999999 (decimal.Overflow).
+    if number.copy_abs() > _DOUBLE_MAX:
+        raise NumberOutOfRange(PAST_A_DOUBLE)
+    if -exponent > NUMERIC_SCALE_MAX:
+        raise NumberOutOfRange(
+            f"a number is written with {-exponent} digits after the point, and the database "
+            f"keeps at most {NUMERIC_SCALE_MAX}; send it as a string"
+        )

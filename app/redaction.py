@@ -43,7 +43,7 @@ from app import exactjson
 from app.errors import AppError
 from app.index.terms import search_terms
 from app.index.writer import content_hash
-from app.privacy import redact_json, redact_secrets, redact_secrets_lines
+from app.privacy import redact_json, redact_json_text, redact_secrets, redact_secrets_lines
 from app.redaction_worker import HEADER, frame
 
 BATCH_ROWS = 500
@@ -94,9 +94,22 @@ def _json(value: str | None) -> str | None:
     # are written back as stored (app/exactjson.py): only its strings are the rules' to change.
     if value is None:
         return None
-    stored = exactjson.loads(value)
-    redacted = redact_json(stored)
-    return value if redacted == stored else exactjson.dumps(redacted)
+    try:
+        stored = exactjson.loads(value)
+    except ValueError as error:  # no text of a jsonb's, which is always JSON
+        raise _NotJSON(str(error)) from None
+    except RecursionError:
+        return redact_json_text(value)
+    try:
+        redacted = redact_json(stored)
+        return value if redacted == stored else exactjson.dumps(redacted)
+    except RecursionError:
+        # Read, but too deep for the walks: the nesting Python's parser stops at is near it.
+        return redact_json_text(value)
+
+
+class _NotJSON(Exception):
+    """A jsonb's text that `json` refuses (see `UnreadableRow`)."""
 
 
 @dataclass(frozen=True)
@@ -212,10 +225,11 @@ async def redact_stored(
 
 
 class UnreadableRow(Exception):
-    """A stored value the pass cannot parse: a jsonb nested past Python's recursion limit (which
-    Postgres takes). Parsed again it fails again, so the row is skipped, logged and counted, and
-    the pass goes on: raised, it stopped the pass for every row after it, and the worker, which
-    retries a failed pass before its lanes start, retried it for ever."""
+    """A stored jsonb whose text `json` refuses (none Postgres writes should be: one nested past
+    Python's recursion limit, which Postgres takes, is redacted in its text, `redact_json_text`).
+    Parsed again it fails again, so the row is skipped, logged and counted, and the pass goes
+    on: raised, it stopped the pass for every row after it, and the worker, which retries a
+    failed pass before its lanes start, retried it for ever."""
 
     def __init__(self, column: str, reason: str) -> None:
         super().__init__(column, reason)
@@ -373,7 +387,9 @@ def _redact_row(table: _Table, row: Mapping[str, Any]) -> dict[str, Any]:
         old = row[column]
         try:
             value = redact(old)
-        except (ValueError, RecursionError) as error:
+        except _NotJSON as error:
+            # Only the parse: a rule's own error (a ValueError among them) is a bug to be seen,
+            # not a row to skip with its secrets.
             raise UnreadableRow(column, str(error)) from None
         if value != old:
             new[column] = value

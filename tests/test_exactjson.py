@@ -47,3 +47,31 @@ def test_text_that_is_not_json_is_still_a_value_error() -> None:
         exactjson.loads("[" + "9" * 5000 + ",")
     with pytest.raises(TypeError):
         exactjson.dumps({"x": object()})
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("1e400", "past a double"),
+        ('[1, {"a": -1.5e308888}]', "past a double"),
+        ("NaN", "NaN"),
+        ("1e-16384", "16384 digits after the point"),
+        ("9" * 131073, "an integer of 131073 digits"),
+    ],
+)
+def test_check_numbers_refuses_what_a_write_cannot_keep(text: str, reason: str) -> None:
+    with pytest.raises(exactjson.NumberOutOfRange, match=reason):
+        exactjson.check_numbers(exactjson.loads(text))
+
+
+@pytest.mark.parametrize("text", ["1e400", "[-1e309]", '{"a": NaN}', "Infinity"])
+def test_check_numbers_refuses_the_floats_json_reads_past_a_double(text: str) -> None:
+    # pydantic and `json` read 1e400 as inf: no value it could have is kept.
+    with pytest.raises(exactjson.NumberOutOfRange, match="send it as a string"):
+        exactjson.check_numbers(json.loads(text))
+
+
+def test_check_numbers_keeps_what_postgres_and_the_readers_keep() -> None:
+    text = "[1.50, 1e-16383, -0, 1.7976931348623157e308, " + "9" * 131072 + ', {"a": [0.1]}]'
+    value = exactjson.loads(text)
+    assert exactjson.check_numbers(value) is value

@@ -22,6 +22,7 @@ from app.privacy import (
     clean_text,
     json_depth,
     redact_json,
+    redact_json_text,
     redact_secrets,
     redact_secrets_lines,
     sanitize_json,
@@ -1810,3 +1811,25 @@ def test_lists_in_text_that_are_no_credentials_are_kept(text: str) -> None:
 def test_the_privacy20_rules_cost_linear_work_on_a_megabyte(make: Callable[[int], str]) -> None:
     for judge in (redact_secrets, redact_secrets_lines):
         _assert_linear(lambda n, judge=judge: judge(make(n)))
+
+
+@pytest.mark.parametrize("separators", [(", ", ": "), (",", ":")])
+def test_redact_json_text_redacts_each_string_as_redact_json_does(
+    separators: tuple[str, str],
+) -> None:
+    token = "ghp_" + "a1B2c3D4e5" * 4
+    value = {
+        f'k\\e"y {token}': [f'say \\"é\n {token}', "", 1.5, None, {"password": "hunter2hunter2"}],
+        "api_key": "",
+        "token": ["not whole", {"secret": f"x {token}"}],
+        "auths": {"https://index.docker.io/v1/": {"auth": "dXNlcjpodW50ZXIyaHVudGVyMg=="}},
+        "plain": "password: hunter2",
+        "n": [{"password": 3}, "after"],
+    }
+    for ascii_only in (True, False):
+        text = json.dumps(value, ensure_ascii=ascii_only, separators=separators)
+        redacted = redact_json_text(text)
+        assert json.loads(redacted) == redact_json(value)
+        assert token not in redacted
+    clean = json.dumps({"a": [1.50, "kept as written"]}, separators=separators)
+    assert redact_json_text(clean) is clean

@@ -14,6 +14,7 @@ from starlette.responses import JSONResponse
 
 from app.api.middleware import BodyTooLarge
 from app.errors import AppError, DatabaseUnavailable, first_line, sqlstate, validator_reason
+from app.exactjson import NumberOutOfRange
 
 if TYPE_CHECKING:
     # FastAPI (~0.2 s to import) only where an app is built: `agmem mcp` on stdio shares this
@@ -131,8 +132,17 @@ async def _validation_error(request: Request, error: Exception) -> JSONResponse:
     if any(item.get("type") == "json_invalid" for item in errors):
         first = next(item for item in errors if item.get("type") == "json_invalid")
         return invalid_json((first.get("ctx") or {}).get("error", "malformed JSON"))
+    unkept = next((item for item in errors if _unkept_number(item)), None)
+    if unkept is not None:
+        # A number the body's JSON parse read as inf or nan: what the body holds, not a field's
+        # shape, is the problem (the field is named all the same).
+        return error_response(400, "InvalidJSON", describe_validation_errors([unkept]))
     detail = whole_body_problem(request, errors) or describe_validation_errors(errors)
     return error_response(422, "ValidationFailed", detail)
+
+
+def _unkept_number(error: Any) -> bool:
+    return isinstance((error.get("ctx") or {}).get("error"), NumberOutOfRange)
 
 
 async def _http_error(_: Request, error: Exception) -> JSONResponse:

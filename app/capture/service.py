@@ -37,7 +37,8 @@ from app.capture.errors import (
 from app.capture.schemas import ObserveIn, ObserveResultIn, SessionStartIn
 from app.config import Settings
 from app.db.models import ObservationRow, SessionRow
-from app.errors import ValidationFailed
+from app.errors import InvalidJSON, ValidationFailed
+from app.exactjson import NumberOutOfRange
 from app.privacy import NestingTooDeep, cap_text, clean_text, sanitize_text
 from app.projects import EXCLUDED_PREFIX, canonical_project, is_project_excluded
 
@@ -102,6 +103,8 @@ def _payload(value: Any, field: str, settings: Settings) -> Payload:
             f"{field}: nests deeper than {settings.capture_max_depth} levels "
             "(AGMEM_CAPTURE_MAX_DEPTH)"
         ) from None
+    except NumberOutOfRange as error:
+        raise InvalidJSON(f"{field}: {error}") from None
 
 
 def _payload_params(session: Executor, name: str, payload: Payload) -> dict[str, Any]:

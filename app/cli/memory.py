@@ -29,6 +29,7 @@ from app.cli.common import (
 )
 from app.config import Settings
 from app.entry import raise_terminated_by_deadline, signalled
+from app.errors import validator_reason
 from app.memories.patterns import is_pattern
 from app.memories.schemas import (
     MAX_TTL_SECONDS,
@@ -104,7 +105,7 @@ def run(work: Callable[[AsyncSession, Settings], Awaitable[T]]) -> T:
             return asyncio.run(_with_state(settings, url, in_transaction))
         except ValidationError as error:
             first = error.errors()[0]
-            fail(f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}")
+            fail(f"{'.'.join(str(p) for p in first['loc'])}: {validator_reason(first['msg'])}")
         except ValueError as error:
             fail(str(error))
 

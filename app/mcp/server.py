@@ -29,6 +29,7 @@ from sqlalchemy import exc as sa_exc
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
+from app import exactjson
 from app.api.bodies import unknown_fields_message
 from app.api.errors import (
     UNREACHABLE_ERRORS,
@@ -391,7 +392,10 @@ def build_server(state: StateProvider, *, default_project: str | None = None) ->
                     budget=request.budget,
                     gate=current.gemini_gate,
                 )
-        return answer.model_dump(mode="json", by_alias=True)
+        answered = answer.model_dump(mode="json", by_alias=True)
+        for memories in answered["context"].values():
+            memories[:] = [_answerable(memory) for memory in memories]
+        return answered
 
     @mcp.tool(description=text.SEARCH_MEMORY)
     async def search_memory(
@@ -454,7 +458,20 @@ def build_server(state: StateProvider, *, default_project: str | None = None) ->
 
 
 def _dump(row: Any) -> dict[str, Any]:
-    return service.to_schema(row).model_dump(mode="json", by_alias=True)
+    return _answerable(service.to_schema(row).model_dump(mode="json", by_alias=True))
+
+
+def _answerable(memory: dict[str, Any]) -> dict[str, Any]:
+    """A memory as a tool can answer it: a value holding an integer of more than 4,300 digits
+    (stored by SQL or an older build) given as its exact JSON text, `valueIsJsonText` saying so.
+    The SDK writes answers with `json`, which refuses such an integer: the tool answered only
+    Python's message, and one such memory broke every listing holding it."""
+    if exactjson.has_long_int(memory["value"]):
+        memory["value"] = exactjson.dumps(
+            memory["value"], ensure_ascii=False, separators=(",", ":")
+        )
+        memory["valueIsJsonText"] = True
+    return memory
 
 
 class McpEndpoint:

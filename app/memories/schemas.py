@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 import uuid
 from datetime import datetime
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from app import exactjson
 from app.api.bodies import CamelModel, StrictBody
 from app.api.limits import KEY_MAX_BYTES, TAG_MAX_CHARS, StoredProjectPath, utf8_size
 from app.api.numbers import BodyInt
@@ -81,23 +81,6 @@ def _stored_tags(sanitized: list[str]) -> list[str]:
     return cleaned
 
 
-def check_finite(value: Any) -> Any:
-    """Refuse NaN and Infinity anywhere in a value: Python's JSON parser takes them, JSON has none.
-
-    Stored as JSONB they would fail in Postgres; refused here, the client learns which field.
-    """
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, float) and not math.isfinite(item):
-            raise ValueError("NaN and Infinity are not JSON numbers")
-        if isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return value
-
-
 class MemoryWrite(StrictBody):
     """The body of `PUT /api/memories/{key}`. Omitted tags/ttl keep their stored values."""
 
@@ -134,7 +117,7 @@ class MemoryWrite(StrictBody):
     @classmethod
     def _sanitize_value(cls, value: Any) -> Any:
         # Memories are searched and injected into prompts: privacy rules apply as to captures.
-        return check_finite(sanitize_json(value))
+        return exactjson.check_numbers(sanitize_json(value))
 
     @field_validator("project_path", "session_id")
     @classmethod

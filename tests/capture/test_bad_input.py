@@ -334,3 +334,27 @@ def test_ids_holding_a_newline_are_reachable_by_their_url(client: TestClient) ->
     assert client.get("/api/observations/o%0A1").json()["sessionId"] == "tool\ncall/1"
     missing = client.get("/api/observations/o%0A2")
     assert (missing.status_code, missing.json()["error"]) == (404, "ObservationNotFound")
+
+
+@pytest.mark.parametrize(
+    ("path", "field", "value"),
+    [
+        ("/api/observe", "functionArgs", '{"a": 1e400}'),
+        # An integer past 64 bits sent orjson's dump to json's, which wrote `Infinity`: Postgres
+        # refused it (422 "the database rejected a value").
+        ("/api/observe", "functionArgs", '{"a": 1e400, "b": 123456789012345678901234567890}'),
+        ("/api/observe/result", "result", "[-1e309]"),
+    ],
+)
+def test_a_number_past_a_double_is_a_400_not_a_silent_null(
+    client: TestClient, db: psycopg.Connection[Any], path: str, field: str, value: str
+) -> None:
+    # pydantic reads 1e400 as inf, which orjson wrote as null: the number was lost, unsaid.
+    session_id = make_session(client)
+    raw = f'{{"sessionId": "{session_id}", "functionName": "f", "{field}": {value}}}'
+    response = client.post(path, content=raw.encode(), headers={"content-type": "application/json"})
+    assert response.status_code == 400, response.text
+    answer = response.json()
+    assert answer["error"] == "InvalidJSON"
+    assert answer["detail"].startswith(f"{field}: a number is"), answer
+    assert count(db, "observations") == 0

@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import httpx2
+import psycopg
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -389,3 +390,42 @@ def test_an_answer_too_large_for_a_models_context_is_a_tool_error_saying_what_to
     assert listed.content[0].text.endswith(
         "narrow it with pattern, tags or a smaller limit (the first 1 would fit)"
     )
+
+
+def test_read_and_list_answer_a_memory_holding_an_integer_of_5000_digits(
+    live_server: LiveServer, db: psycopg.Connection[Any]
+) -> None:
+    # Stored by SQL (or an older build): the SDK's json.dumps of the answer raised Python's
+    # int-to-string limit, and read_memory and list_memories answered only that message, so
+    # one such memory broke every listing that held it.
+    digits = "9" * 5000
+    stored = f'{{"n": [{digits}, 1.50]}}'
+    for key, value in (("a.plain", '"kept"'), ("b.digits", stored), ("project.n", stored)):
+        db.execute(
+            "INSERT INTO memories (scope, project_path, key, value, created_by) "
+            "VALUES ('project', %s, %s, %s::jsonb, 'me')",
+            (PROJECT, key, value),
+        )
+
+    async def main() -> None:
+        async with Client(f"{live_server.url}/mcp") as client:
+            read = structured(
+                await client.call_tool("read_memory", {"key": "b.digits", "project_path": PROJECT})
+            )
+            memory = read["memory"]
+            assert memory["value"] == f'{{"n":[{digits},1.5]}}'
+            assert memory["valueIsJsonText"] is True
+            listed = structured(await client.call_tool("list_memories", {"project_path": PROJECT}))
+            values = {m["key"]: m["value"] for m in listed["memories"]}
+            assert values == {
+                "a.plain": "kept",
+                "b.digits": memory["value"],
+                "project.n": memory["value"],
+            }
+            assert "valueIsJsonText" not in listed["memories"][0]
+            resumed = structured(
+                await client.call_tool("smart_resume", {"project_path": PROJECT, "budget": 20000})
+            )
+            assert [m["value"] for m in resumed["context"]["project"]] == [memory["value"]]
+
+    asyncio.run(main())

@@ -86,7 +86,7 @@ def test_agmem_memory_set_stores_numbers_as_written(
 ) -> None:
     # An integer of 5,000 digits was stored as a string (its parse failed), `1.50` as 1.5, and
     # `1e400` (a JSON number) was refused as Infinity.
-    for key, value in (("digits", DIGITS), ("scale", "[1.50, 1e-400]"), ("huge", "1e400")):
+    for key, value in (("digits", DIGITS), ("scale", "[1.50, 1e-400]")):
         done = run_agmem(
             "memory", "set", key, value, "--project", PROJECT, DATABASE_URL=database_url
         )
@@ -97,5 +97,45 @@ def test_agmem_memory_set_stores_numbers_as_written(
     assert stored == {
         "digits": DIGITS,
         "scale": "[1.50, 0." + "0" * 399 + "1]",
-        "huge": "1" + "0" * 400,
     }
+
+
+# Past jsonb's numeric (131,072 digits before the point, 16,383 after) Postgres refused them
+# and `set` printed a 162-line traceback; past a double's range (1e400) every reader gave back
+# Infinity (`get`) or null (HTTP), so they are refused as over HTTP.
+OUT_OF_RANGE = ("1e999999999", "1e-999999", "[1e200000]", "1e400", '{"a": [-1e309]}')
+
+
+def test_agmem_memory_set_refuses_a_number_out_of_range_in_one_line(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    for value in OUT_OF_RANGE:
+        done = run_agmem(
+            "memory", "set", "k", value, "--project", PROJECT, DATABASE_URL=database_url
+        )
+        assert done.returncode == 1, (value, done.stderr)
+        assert "Traceback" not in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert "value: a number is" in done.stderr, done.stderr
+    assert db.execute("SELECT count(*) FROM memories").fetchone() == (0,)
+
+
+def test_a_put_of_a_number_out_of_range_is_a_400_saying_why(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    for value in ("1e400", "1e999999999", "[1, -1e309]", "NaN", '{"a": Infinity}'):
+        response = client.put(
+            url("k"),
+            content=b'{"value": '
+            + value.encode()
+            + b', "projectPath": "'
+            + PROJECT.encode()
+            + b'"}',
+            headers={"content-type": "application/json"},
+        )
+        assert response.status_code == 400, (value, response.text)
+        answer = response.json()
+        assert answer["error"] == "InvalidJSON"
+        assert answer["detail"].startswith("value: a number is"), answer
+        assert "send it as a string" in answer["detail"]
+    assert db.execute("SELECT count(*) FROM memories").fetchone() == (0,)

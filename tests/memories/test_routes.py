@@ -110,15 +110,15 @@ def test_bad_inputs_are_4xx_and_store_nothing(
         url("k"), content=b"{not json", headers={"content-type": "application/json"}
     )
     assert bad_json.status_code == 400
-    # NaN and Infinity parse in Python but are not JSON: a clear 422, not Postgres's rejection.
+    # NaN and Infinity parse in Python but are not JSON: a clear 400, not Postgres's rejection.
     for value in (b"NaN", b"[1, -Infinity]"):
         non_finite = client.put(
             url("k"),
             content=b'{"scope": "global", "value": ' + value + b"}",
             headers={"content-type": "application/json"},
         )
-        assert non_finite.status_code == 422
-        assert non_finite.json()["error"] == "ValidationFailed"
+        assert non_finite.status_code == 400
+        assert non_finite.json()["error"] == "InvalidJSON"
         assert non_finite.json()["detail"].startswith("value:")
     assert client.get("/api/memories", params={"limit": 0}).status_code == 422
     assert client.get("/api/memories", params={"scope": "project"}).status_code == 422
