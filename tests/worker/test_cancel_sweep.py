@@ -103,7 +103,9 @@ def test_sweeps_at_once_ask_gemini_once_per_job(
 
         asked = sorted(c.path.split("?")[0].rsplit("/", 1)[1] for c in fake.calls(":cancel"))
     assert asked == sorted(f"{job.split('/')[1]}:cancel" for job in jobs_)
-    assert sorted(swept) == [0, 0, 3]
+    # Each job taken by one sweep: how they share them depends on when each take's SKIP LOCKED
+    # read runs (under load one sweep can lock a row before another's read reaches it: [0, 1, 2]).
+    assert sum(swept) == 3
     assert {s[0] for s in states(db).values()} == {"cancelled"}
 
 
