@@ -71,6 +71,10 @@ NO_HOST_DETAIL = (
     "the request has no Host header, which HTTP/1.1 requires (RFC 9112, 3.2): send the address "
     "it is for, e.g. `Host: 127.0.0.1:37777`"
 )
+UPGRADE_BODY_DETAIL = (
+    "the request asks for an Upgrade and carries a body: this service speaks HTTP/1.1 only and "
+    "its parser skips the body of such a request; send it without `Upgrade` (curl: --http1.1)"
+)
 NO_VERSION_DETAIL = (
     "the request line has no HTTP version (HTTP/0.9's shape, `GET /health` alone), which this "
     "service does not serve: send `GET /health HTTP/1.1` with the address it is for, e.g. "
@@ -271,6 +275,14 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
             body = error_body("BadRequest", NO_HOST_DETAIL)
             cause = "refused an HTTP/1.1 request without a Host header (400)"
             raise Refused(b"400 Bad Request", body, [], cause)
+        if parser.should_upgrade() and self.has_body():
+            # httptools tells llhttp to skip the body of a request asking for an upgrade (which
+            # the protocol ignores): the app would get an empty body, and the body's bytes would
+            # be read as the next request. `curl --http2` on http:// asks for one on every call.
+            cause = "refused a request asking for an Upgrade with a body (400)"
+            raise Refused(
+                b"400 Bad Request", error_body("BadRequest", UPGRADE_BODY_DETAIL), [], cause
+            )
         if self.behind_proxy:
             self.take_forwarded_host()
         limit = self.limit_concurrency  # uvicorn's own check, the same, comes after this one
@@ -287,6 +299,12 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
         self.body_began = self.last_data
         self.body_received = 0
         HttpToolsProtocol.on_headers_complete(self)
+
+    def has_body(self) -> bool:
+        for name, value in self.headers:
+            if name == b"transfer-encoding" or (name == b"content-length" and value.strip(b" \t0")):
+                return True
+        return False
 
     def on_response_complete(self) -> None:
         self.waiting_since = self.loop.time()

@@ -761,6 +761,47 @@ def test_a_websocket_upgrade_to_no_route_is_a_404_in_the_error_shape(port: int) 
     assert answers[1][0] == b"HTTP/1.1 200 OK"
 
 
+H2C = (
+    b"Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
+    b"HTTP2-Settings: AAMAAABkAAQAoAAAAAIAAAAA\r\n"
+)
+
+
+@pytest.mark.parametrize(
+    "framing",
+    [b"Content-Length: 26\r\n\r\n", b"Transfer-Encoding: chunked\r\n\r\n1a\r\n"],
+    ids=["sized", "chunked"],
+)
+def test_an_upgrade_with_a_body_is_refused_in_the_error_shape(port: int, framing: bytes) -> None:
+    # `curl --http2` on http:// adds `Upgrade: h2c` to a POST. httptools tells llhttp to skip the
+    # body of any request asking for an upgrade: the app was given an empty body (a 422 "the
+    # request body is empty") and the body's bytes were read as the next request (a 400).
+    body = b'{"query": "x", "limit": 1}'
+    request_bytes = (
+        b"POST /api/search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        + H2C
+        + framing
+        + body
+        + (b"\r\n0\r\n\r\n" if b"chunked" in framing else b"")
+    )
+
+    answers = _answers(exchange(port, request_bytes))
+
+    assert [status for status, _ in answers] == [b"HTTP/1.1 400 Bad Request"], answers
+    assert answers[0][1]["error"] == "BadRequest"
+    assert "Upgrade" in answers[0][1]["detail"]
+
+
+def test_an_upgrade_without_a_body_is_still_served(port: int) -> None:
+    request_bytes = (
+        b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n" + H2C + b"Content-Length: 0\r\n\r\n"
+    )
+
+    answers = _answers(exchange(port, request_bytes))
+
+    assert answers[0][0] == b"HTTP/1.1 200 OK"
+
+
 def _with_headers(count: int, value: bytes = b"v") -> bytes:
     """A health request with `count` headers in all (its Host, Connection and the rest X-N)."""
     extra = b"".join(b"X-%d: %s\r\n" % (index, value) for index in range(count - 2))
