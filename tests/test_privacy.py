@@ -238,13 +238,20 @@ NEW_SHAPES = [
 ]
 
 
+def assert_redacted_on_every_path(text: str, expected: str, *, lines: bool = True) -> None:
+    """`text` redacts to `expected` (`@` for each redaction) alone, on the hyperscan path (behind
+    a long text) and, with `lines`, in a markdown file before chunking."""
+    want = expected.replace("@", REDACTED)
+    assert redact_secrets(text) == want
+    padding = "-" * SHORT_TEXT + "\n"
+    assert redact_secrets(padding + text) == padding + want
+    if lines:
+        assert redact_secrets_lines(text) == want
+
+
 @pytest.mark.parametrize(("text", "expected"), NEW_SHAPES)
 def test_redact_more_credential_shapes(text: str, expected: str) -> None:
-    assert redact_secrets(text) == expected.replace("@", REDACTED)
-    # On the hyperscan path too, and in a markdown file before chunking.
-    padding = "-" * SHORT_TEXT + "\n"
-    assert redact_secrets(padding + text) == padding + expected.replace("@", REDACTED)
-    assert redact_secrets_lines(text) == expected.replace("@", REDACTED)
+    assert_redacted_on_every_path(text, expected)
 
 
 def test_sanitize_json_redacts_a_docker_configs_auth() -> None:
@@ -348,10 +355,7 @@ def test_command_password_rules_need_the_command(text: str) -> None:
     ],
 )
 def test_command_password_rules_find_the_command(text: str, expected: str) -> None:
-    assert redact_secrets(text) == expected.replace("@", REDACTED)
-    padding = "-" * SHORT_TEXT + "\n"
-    assert redact_secrets(padding + text) == padding + expected.replace("@", REDACTED)
-    assert redact_secrets_lines(text) == expected.replace("@", REDACTED)
+    assert_redacted_on_every_path(text, expected)
 
 
 @pytest.mark.parametrize(
@@ -1321,10 +1325,7 @@ NAMED_CREDENTIALS = [
 
 @pytest.mark.parametrize(("text", "expected"), NAMED_CREDENTIALS)
 def test_more_credential_names_are_redacted(text: str, expected: str) -> None:
-    assert redact_secrets(text) == expected.replace("@", REDACTED)
-    padding = "-" * SHORT_TEXT + "\n"
-    assert redact_secrets(padding + text) == padding + expected.replace("@", REDACTED)
-    assert redact_secrets_lines(text) == expected.replace("@", REDACTED)
+    assert_redacted_on_every_path(text, expected)
 
 
 # Code and configuration naming those credentials without holding one: attribute paths, type
@@ -1629,10 +1630,7 @@ PLAIN_WORD_CREDENTIALS = [
 
 @pytest.mark.parametrize(("text", "expected"), PLAIN_WORD_CREDENTIALS)
 def test_plain_word_credentials_in_text_are_redacted(text: str, expected: str) -> None:
-    assert redact_secrets(text) == expected.replace("@", REDACTED)
-    padding = "-" * SHORT_TEXT + "\n"
-    assert redact_secrets(padding + text) == padding + expected.replace("@", REDACTED)
-    assert redact_secrets_lines(text) == expected.replace("@", REDACTED)
+    assert_redacted_on_every_path(text, expected)
 
 
 # Documentation words, placeholders, types, identifiers and prose under a credential's name.
@@ -1767,9 +1765,7 @@ TEXT_LISTS = [
 
 @pytest.mark.parametrize(("text", "expected"), TEXT_LISTS)
 def test_lists_under_credential_plurals_in_text_are_redacted(text: str, expected: str) -> None:
-    assert redact_secrets(text) == expected.replace("@", REDACTED)
-    padding = "-" * SHORT_TEXT + "\n"
-    assert redact_secrets(padding + text) == padding + expected.replace("@", REDACTED)
+    assert_redacted_on_every_path(text, expected, lines=False)
 
 
 @pytest.mark.parametrize(
