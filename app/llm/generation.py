@@ -23,7 +23,8 @@ log = structlog.get_logger(__name__)
 _RETRY_DELAY = re.compile(r"^(\d+(?:\.\d+)?)s$")
 # The longest delay a server's answer is honoured for (a 429's Retry-After, a RetryInfo's
 # retryDelay). Past it a delay is a fault, not a plan: `Retry-After: 1e9` postponed every row
-# 11,574 days and `inf` an interval Postgres cannot hold, so every compression failed. A quota
+# 11,574 days (`inf`, an interval Postgres cannot hold, failed every compression: a delay that is
+# not a finite number is no delay asked, and the usual back-off applies). A quota
 # still exhausted when the cap ends costs one call, answered with a fresh delay. The worker's
 # longest backoff (`worker_backoff_max_seconds`' default) is as long.
 MAX_RETRY_AFTER_SECONDS = 900.0

@@ -293,7 +293,7 @@ def test_a_start_up_pass_finishes_past_rows_python_json_cannot_read(
 ) -> None:
     # A jsonb integer of 5,000 digits (Python's json refuses more than 4,300) failed every pass,
     # and the lanes waited behind the retries for ever; a jsonb nested past Python's recursion
-    # limit cannot be parsed at all: it is skipped, and the rest is redacted.
+    # limit cannot be parsed at all: it is redacted in its text, and so is the rest.
     _store_old_secrets(db)
     for key, value in (("digits", "[" + "9" * 5000 + "]"), ("deep", "[" * 5000 + "]" * 5000)):
         db.execute(
