@@ -17,6 +17,7 @@ import json
 import math
 import secrets
 import sys
+from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -124,6 +125,14 @@ _LONG_INT_BITS = 4000 * 3
 def has_long_int(value: Any) -> bool:
     """Whether `value` holds an `int` too long for Python's int-to-string conversion (one
     `loads_stored` read): `json.dumps` of it raises, where `dumps` writes it."""
+    return any(
+        isinstance(item, int) and item.bit_length() > _LONG_INT_BITS for item in _scalars(value)
+    )
+
+
+def _scalars(value: Any) -> Iterator[Any]:
+    """Every value in `value` that is no dict or list, at any depth, without recursion (a value
+    nested past Python's recursion limit is walked too)."""
     stack = [value]
     while stack:
         item = stack.pop()
@@ -131,9 +140,8 @@ def has_long_int(value: Any) -> bool:
             stack.extend(item.values())
         elif isinstance(item, list):
             stack.extend(item)
-        elif isinstance(item, int) and item.bit_length() > _LONG_INT_BITS:
-            return True
-    return False
+        else:
+            yield item
 
 
 def _long_ints_as_decimals(value: Any) -> Any:
@@ -170,14 +178,8 @@ def check_numbers(value: Any) -> Any:
     `1e400` as inf; `loads` as a Decimal, which Postgres stored and every read gave back as
     Infinity or null), or one with more digits after the point than Postgres's numeric holds
     (`1e-999999`, which it refused). Raises NumberOutOfRange saying which."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-        elif isinstance(item, float):
+    for item in _scalars(value):
+        if isinstance(item, float):
             if not math.isfinite(item):
                 raise NumberOutOfRange(PAST_A_DOUBLE)
         elif isinstance(item, Decimal):
