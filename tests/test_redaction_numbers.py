@@ -8,17 +8,15 @@ secret was redacted was written back with its numbers changed."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
 import psycopg
 
 import app.redaction
-from app.db.engine import make_async_engine, make_sessionmaker
 from app.privacy import redact_secrets
-from app.redaction import RedactReport, redact_stored
 from tests.cli.helpers import run_agmem
+from tests.test_redaction import _run
 from tests.worker.builders import make_observation, make_session
 
 NUMBERS = (
@@ -30,17 +28,6 @@ NUMBERS = (
     '"list": [1e400, ' + "5" * 4301 + ', {"deep": 2.500}]}'
 )
 SECRET = "password: hunter2"
-
-
-def _run(url: str, **options: Any) -> RedactReport:
-    async def go() -> RedactReport:
-        engine = make_async_engine(url, pool_size=1)
-        try:
-            return await redact_stored(make_sessionmaker(engine), batch_rows=2, **options)
-        finally:
-            await engine.dispose()
-
-    return asyncio.run(go())
 
 
 def _store(db: psycopg.Connection[Any], pad: int) -> tuple[str, str]:
