@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from dataclasses import dataclass
+from datetime import UTC
+from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -141,8 +144,9 @@ def _finish_reason(answer: types.GenerateContentResponse) -> str:
 
 
 def retry_after_of(error: errors.APIError) -> float | None:
-    """Seconds to wait from the `Retry-After` header, else from a google.rpc.RetryInfo detail:
-    none for a delay that is not a finite number, at most `MAX_RETRY_AFTER_SECONDS`."""
+    """Seconds to wait from the `Retry-After` header (seconds, or an HTTP-date), else from a
+    google.rpc.RetryInfo detail: none for a delay that is not a finite number, at most
+    `MAX_RETRY_AFTER_SECONDS`."""
     asked = _asked_delay(error)
     if asked is None or not math.isfinite(asked):
         return None
@@ -159,6 +163,20 @@ def capped_delay(seconds: float) -> float:
     return min(max(seconds, 0.0), MAX_RETRY_AFTER_SECONDS)
 
 
+def _http_date(value: str) -> float | None:
+    """An HTTP-date's epoch seconds (RFC 9110 §10.2.3: `Fri, 27 Nov 2026 03:00:00 GMT`, or the
+    obsolete RFC 850 and asctime forms), None for anything else. A date is GMT by definition, so
+    one without a zone (asctime's) is read as UTC. A date past is then a delay below 0: no wait.
+    It was read as no delay asked: the row came back after its own back-off, into the quota."""
+    try:
+        when = parsedate_to_datetime(value)
+    except (ValueError, TypeError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp()
+
+
 def _asked_delay(error: errors.APIError) -> float | None:
     headers: Any = getattr(error.response, "headers", None)
     if headers is not None:
@@ -168,6 +186,12 @@ def _asked_delay(error: errors.APIError) -> float | None:
                 return float(value)
             except ValueError:
                 pass
+            until = _http_date(value)
+            if until is not None:
+                return until - time.time()
+            # Once per answer, then the RetryInfo or the usual back-off: a proxy's garbled header
+            # must not be taken for "no wait" unsaid.
+            log.warning("gemini.retry_after_unreadable", asked=value[:100])
     details: Any = error.details
     if isinstance(details, dict):
         for item in (details.get("error") or {}).get("details") or []:
