@@ -464,7 +464,7 @@ async def summarize_session(ctx: JobContext, work: SessionWork) -> str:
 
 async def run_sync(ctx: JobContext, work: SyncRunWork) -> str:
     """Execute one claimed sync run (it records running -> done | failed itself)."""
-    await execute_sync_run(ctx.sessionmaker, ctx.settings, work.id)
+    await execute_sync_run(ctx.sessionmaker, ctx.settings, work.id, ctx.gate)
     async with transaction(ctx.sessionmaker) as session:
         await results.finish_sync_claim(session, run_id=work.id, worker=ctx.worker_id)
     log.info("sync_run.executed", id=str(work.id), project=work.project_path)
