@@ -12,7 +12,9 @@ from typing import Any
 import psycopg
 
 from app.config import Settings
-from tests.fakes.gemini import FakeResponse, fake_gemini
+from app.worker import jobs
+from tests.conftest import make_settings
+from tests.fakes.gemini import FakeResponse, fake_gemini, text_answer
 from tests.sync.helpers import make_project
 from tests.worker.builders import make_observation, make_session, row, worker_on
 from tests.worker.test_cancel_sweep import pending_cancel, states, with_key
@@ -79,3 +81,35 @@ def test_a_429_on_a_worker_run_syncs_cancel_pauses_the_workers_calls(
     ((status, _settled, error),) = states(db).values()
     assert status == "pending"
     assert "429" in error
+
+
+def test_cancels_answered_429_pause_the_worker_but_never_open_its_breaker(
+    db: psycopg.Connection[Any], database_url: str, tmp_path: Path
+) -> None:
+    # The breaker says whether generation works (a key, a model, Gemini reachable): opened by
+    # a sweep's cancels answered 429, it would send every compression to the extractive text for
+    # its cooldown, where the pause alone has them wait for Gemini.
+    for n in range(6):  # more than the threshold of 5 failures in a row
+        pending_cancel(db, f"batches/job-{n}")
+    make_session(db)
+    make_observation(db, "o1")
+    with fake_gemini() as fake:
+        fake.on(":cancel", lambda _r: quota(header="1"))
+        fake.on(":generateContent", lambda _r: FakeResponse(body=text_answer("Learned: x")))
+
+        async def sweep_then_compress(settings: Settings) -> tuple[bool, float]:
+            async with worker_on(settings, database_url) as worker:
+                swept = await jobs.sweep_cancels(worker.ctx)
+                assert (swept.taken, swept.failed) == (6, 6)
+                opened, paused = worker.ctx.gate.breaker_open, worker.ctx.gate.paused_for()
+                await asyncio.sleep(paused)  # the pause's end: the lane's call goes to Gemini
+                assert await worker.step()
+                return opened, paused
+
+        opened, paused = asyncio.run(sweep_then_compress(with_key(fake, tmp_path)))
+
+    assert not opened
+    assert 0 < paused <= 1
+    assert row(db, "SELECT generated_by FROM observations")["generated_by"] == "gemini:" + (
+        make_settings().gemini_model
+    )
