@@ -7,6 +7,7 @@ off for exactly as long as asked.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
 import time
@@ -69,8 +70,13 @@ async def generate_text(
     contents: str,
     temperature: float,
     max_output_tokens: int,
+    timeout_s: float,
 ) -> Generation:
-    """Ask `model` for text; raise GeminiCallFailed on any failure or an empty answer."""
+    """Ask `model` for text; raise GeminiCallFailed on any failure or an empty answer.
+
+    `timeout_s` bounds the whole answer: the client's timeout bounds each read, and a body
+    dripped a few bytes a second ran on for as long as the server liked (the worker's lease
+    renewed all along)."""
     # Already imported by the client's maker (app/llm/gemini.py), which defers it.
     from google.genai import errors, types
 
@@ -81,9 +87,10 @@ async def generate_text(
         thinking_config=_thinking_for(model),
     )
     try:
-        answer = await client.aio.models.generate_content(
-            model=model, contents=contents, config=config
-        )
+        async with asyncio.timeout(timeout_s):
+            answer = await client.aio.models.generate_content(
+                model=model, contents=contents, config=config
+            )
     except errors.APIError as error:
         raise GeminiCallFailed(
             f"gemini {error.code}: {error.message or error.status or 'error'}",
@@ -94,7 +101,11 @@ async def generate_text(
         # google-genai raises its transport's own exceptions (httpx, httpx2 or aiohttp, by
         # version), and ValueError for a body that is not JSON: any of them is a failed attempt.
         name = type(error).__name__
-        if isinstance(error, TimeoutError) or "timeout" in name.lower():
+        if isinstance(error, TimeoutError):
+            raise GeminiCallFailed(
+                f"gemini timeout: no whole answer within {timeout_s:g} s"
+            ) from error
+        if "timeout" in name.lower():
             raise GeminiCallFailed(f"gemini timeout: {name}") from error
         raise GeminiCallFailed(f"gemini call failed: {name}: {error}") from error
     text = _text_of(answer)

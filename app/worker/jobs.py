@@ -294,7 +294,10 @@ async def compress_observation(ctx: JobContext, work: ObservationWork) -> str:
             row_id=work.id,
             attempts=work.attempts,
             call=lambda: compress_with_gemini(
-                client, model=settings.gemini_model, observation=observation
+                client,
+                model=settings.gemini_model,
+                observation=observation,
+                timeout_s=settings.gemini_timeout_seconds,
             ),
         )
         if isinstance(outcome, AttemptFailed):
@@ -420,7 +423,12 @@ async def summarize_session(ctx: JobContext, work: SessionWork) -> str:
             claims.SESSIONS,
             row_id=work.id,
             attempts=work.attempts,
-            call=lambda: summarize_with_gemini(client, model=settings.gemini_model, session=prompt),
+            call=lambda: summarize_with_gemini(
+                client,
+                model=settings.gemini_model,
+                session=prompt,
+                timeout_s=settings.gemini_timeout_seconds,
+            ),
         )
         if isinstance(outcome, AttemptFailed):
             return outcome.status
