@@ -52,7 +52,18 @@ class GeminiCallFailed(Exception):
 
 
 # Finish reasons of an answer Gemini withheld for its content: the same text is withheld again.
-_BLOCKED_FINISH = frozenset({"SAFETY", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY"})
+# Any text it sent first is a fragment stopped part-way (a RECITATION's too: stopped as it
+# quoted), not an answer: it was stored as the memory.
+_BLOCKED_FINISH = frozenset(
+    {"SAFETY", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY", "RECITATION"}
+)
+# An answer cut at `max_output_tokens`: its whole lines and sentences are kept, the fragment
+# after them dropped (it was stored cut mid-word).
+_CUT_FINISH = "MAX_TOKENS"
+_WHOLE_END = re.compile(r"\n|[.!?\u3002\uff01\uff1f](?=\s|$)")
+# No token of Gemini's is this long: text past `max_output_tokens` times it is no answer to the
+# cap asked (a megabyte for a 200-token compression was stored whole as the memory).
+MAX_CHARS_PER_TOKEN = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,14 +120,28 @@ async def generate_text(
             raise GeminiCallFailed(f"gemini timeout: {name}") from error
         raise GeminiCallFailed(f"gemini call failed: {name}: {error}") from error
     text = _text_of(answer)
+    reason = _finish_reason(answer)
     if not text:
         feedback = answer.prompt_feedback
         if feedback is not None and feedback.block_reason:
             blocked = str(feedback.block_reason.value)
             raise GeminiCallFailed(f"gemini blocked the prompt ({blocked})", final=True)
-        reason = _finish_reason(answer)
-        if reason in _BLOCKED_FINISH:
-            raise GeminiCallFailed(f"gemini blocked the answer ({reason})", final=True)
+    if reason in _BLOCKED_FINISH:
+        raise GeminiCallFailed(f"gemini blocked the answer ({reason})", final=True)
+    if len(text) > max_output_tokens * MAX_CHARS_PER_TOKEN:
+        raise GeminiCallFailed(
+            f"gemini answered {len(text):,} characters for a cap of {max_output_tokens} tokens"
+        )
+    if reason == _CUT_FINISH and text:
+        whole = _whole_part(text)
+        if not whole:
+            raise GeminiCallFailed(
+                "gemini's answer was cut at its token cap before one whole sentence "
+                f"(finish reason {reason})"
+            )
+        log.info("gemini.answer_cut", kept_chars=len(whole), dropped_chars=len(text) - len(whole))
+        text = whole
+    if not text:
         raise GeminiCallFailed(f"gemini answered without text (finish reason {reason})")
     usage = answer.usage_metadata
     return Generation(
@@ -145,6 +170,12 @@ def _text_of(answer: types.GenerateContentResponse) -> str:
         if parts:
             break
     return "".join(parts).strip()
+
+
+def _whole_part(text: str) -> str:
+    """`text` up to its last line break or sentence end: "" when it has none."""
+    ends = [match.end() for match in _WHOLE_END.finditer(text)]
+    return text[: ends[-1]].strip() if ends else ""
 
 
 def _finish_reason(answer: types.GenerateContentResponse) -> str:
