@@ -74,8 +74,11 @@ def observation_text(
     return cap_text(sanitize_text(raw), max_chars)
 
 
-async def compress_with_gemini(client: genai.Client, *, model: str, observation: str) -> Compressed:
-    """Compress one observation text with Gemini; token counts prefer Gemini's usageMetadata."""
+async def compress_with_gemini(
+    client: genai.Client, *, model: str, observation: str, timeout_s: float
+) -> Compressed:
+    """Compress one observation text with Gemini, the whole answer within `timeout_s`; token
+    counts prefer Gemini's usageMetadata."""
     answer = await generate_text(
         client,
         model=model,
@@ -83,6 +86,7 @@ async def compress_with_gemini(client: genai.Client, *, model: str, observation:
         contents=observation,
         temperature=COMPRESSION_TEMPERATURE,
         max_output_tokens=COMPRESSION_MAX_OUTPUT_TOKENS,
+        timeout_s=timeout_s,
     )
     text = sanitize_text(answer.text)
     instructions = estimate_tokens(COMPRESSION_INSTRUCTIONS)

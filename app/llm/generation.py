@@ -7,9 +7,13 @@ off for exactly as long as asked.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
+import time
 from dataclasses import dataclass
+from datetime import UTC
+from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -48,7 +52,18 @@ class GeminiCallFailed(Exception):
 
 
 # Finish reasons of an answer Gemini withheld for its content: the same text is withheld again.
-_BLOCKED_FINISH = frozenset({"SAFETY", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY"})
+# Any text it sent first is a fragment stopped part-way (a RECITATION's too: stopped as it
+# quoted), not an answer: it was stored as the memory.
+_BLOCKED_FINISH = frozenset(
+    {"SAFETY", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY", "RECITATION"}
+)
+# An answer cut at `max_output_tokens`: its whole lines and sentences are kept, the fragment
+# after them dropped (it was stored cut mid-word).
+_CUT_FINISH = "MAX_TOKENS"
+_WHOLE_END = re.compile(r"\n|[.!?\u3002\uff01\uff1f](?=\s|$)")
+# No token of Gemini's is this long: text past `max_output_tokens` times it is no answer to the
+# cap asked (a megabyte for a 200-token compression was stored whole as the memory).
+MAX_CHARS_PER_TOKEN = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,8 +81,13 @@ async def generate_text(
     contents: str,
     temperature: float,
     max_output_tokens: int,
+    timeout_s: float,
 ) -> Generation:
-    """Ask `model` for text; raise GeminiCallFailed on any failure or an empty answer."""
+    """Ask `model` for text; raise GeminiCallFailed on any failure or an empty answer.
+
+    `timeout_s` bounds the whole answer: the client's timeout bounds each read, and a body
+    dripped a few bytes a second ran on for as long as the server liked (the worker's lease
+    renewed all along)."""
     # Already imported by the client's maker (app/llm/gemini.py), which defers it.
     from google.genai import errors, types
 
@@ -78,9 +98,10 @@ async def generate_text(
         thinking_config=_thinking_for(model),
     )
     try:
-        answer = await client.aio.models.generate_content(
-            model=model, contents=contents, config=config
-        )
+        async with asyncio.timeout(timeout_s):
+            answer = await client.aio.models.generate_content(
+                model=model, contents=contents, config=config
+            )
     except errors.APIError as error:
         raise GeminiCallFailed(
             f"gemini {error.code}: {error.message or error.status or 'error'}",
@@ -91,18 +112,36 @@ async def generate_text(
         # google-genai raises its transport's own exceptions (httpx, httpx2 or aiohttp, by
         # version), and ValueError for a body that is not JSON: any of them is a failed attempt.
         name = type(error).__name__
-        if isinstance(error, TimeoutError) or "timeout" in name.lower():
+        if isinstance(error, TimeoutError):
+            raise GeminiCallFailed(
+                f"gemini timeout: no whole answer within {timeout_s:g} s"
+            ) from error
+        if "timeout" in name.lower():
             raise GeminiCallFailed(f"gemini timeout: {name}") from error
         raise GeminiCallFailed(f"gemini call failed: {name}: {error}") from error
     text = _text_of(answer)
+    reason = _finish_reason(answer)
     if not text:
         feedback = answer.prompt_feedback
         if feedback is not None and feedback.block_reason:
             blocked = str(feedback.block_reason.value)
             raise GeminiCallFailed(f"gemini blocked the prompt ({blocked})", final=True)
-        reason = _finish_reason(answer)
-        if reason in _BLOCKED_FINISH:
-            raise GeminiCallFailed(f"gemini blocked the answer ({reason})", final=True)
+    if reason in _BLOCKED_FINISH:
+        raise GeminiCallFailed(f"gemini blocked the answer ({reason})", final=True)
+    if len(text) > max_output_tokens * MAX_CHARS_PER_TOKEN:
+        raise GeminiCallFailed(
+            f"gemini answered {len(text):,} characters for a cap of {max_output_tokens} tokens"
+        )
+    if reason == _CUT_FINISH and text:
+        whole = _whole_part(text)
+        if not whole:
+            raise GeminiCallFailed(
+                "gemini's answer was cut at its token cap before one whole sentence "
+                f"(finish reason {reason})"
+            )
+        log.info("gemini.answer_cut", kept_chars=len(whole), dropped_chars=len(text) - len(whole))
+        text = whole
+    if not text:
         raise GeminiCallFailed(f"gemini answered without text (finish reason {reason})")
     usage = answer.usage_metadata
     return Generation(
@@ -133,6 +172,12 @@ def _text_of(answer: types.GenerateContentResponse) -> str:
     return "".join(parts).strip()
 
 
+def _whole_part(text: str) -> str:
+    """`text` up to its last line break or sentence end: "" when it has none."""
+    ends = [match.end() for match in _WHOLE_END.finditer(text)]
+    return text[: ends[-1]].strip() if ends else ""
+
+
 def _finish_reason(answer: types.GenerateContentResponse) -> str:
     candidates = answer.candidates or []
     if candidates and candidates[0].finish_reason:
@@ -141,8 +186,9 @@ def _finish_reason(answer: types.GenerateContentResponse) -> str:
 
 
 def retry_after_of(error: errors.APIError) -> float | None:
-    """Seconds to wait from the `Retry-After` header, else from a google.rpc.RetryInfo detail:
-    none for a delay that is not a finite number, at most `MAX_RETRY_AFTER_SECONDS`."""
+    """Seconds to wait from the `Retry-After` header (seconds, or an HTTP-date), else from a
+    google.rpc.RetryInfo detail: none for a delay that is not a finite number, at most
+    `MAX_RETRY_AFTER_SECONDS`."""
     asked = _asked_delay(error)
     if asked is None or not math.isfinite(asked):
         return None
@@ -159,6 +205,20 @@ def capped_delay(seconds: float) -> float:
     return min(max(seconds, 0.0), MAX_RETRY_AFTER_SECONDS)
 
 
+def _http_date(value: str) -> float | None:
+    """An HTTP-date's epoch seconds (RFC 9110 §10.2.3: `Fri, 27 Nov 2026 03:00:00 GMT`, or the
+    obsolete RFC 850 and asctime forms), None for anything else. A date is GMT by definition, so
+    one without a zone (asctime's) is read as UTC. A date past is then a delay below 0: no wait.
+    It was read as no delay asked: the row came back after its own back-off, into the quota."""
+    try:
+        when = parsedate_to_datetime(value)
+    except (ValueError, TypeError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp()
+
+
 def _asked_delay(error: errors.APIError) -> float | None:
     headers: Any = getattr(error.response, "headers", None)
     if headers is not None:
@@ -168,6 +228,12 @@ def _asked_delay(error: errors.APIError) -> float | None:
                 return float(value)
             except ValueError:
                 pass
+            until = _http_date(value)
+            if until is not None:
+                return until - time.time()
+            # Once per answer, then the RetryInfo or the usual back-off: a proxy's garbled header
+            # must not be taken for "no wait" unsaid.
+            log.warning("gemini.retry_after_unreadable", asked=value[:100])
     details: Any = error.details
     if isinstance(details, dict):
         for item in (details.get("error") or {}).get("details") or []:

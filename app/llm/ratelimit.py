@@ -100,6 +100,9 @@ class GeminiGate:
         )
 
     def record_failure(self, error: str = "") -> None:
+        """A generation call failed (not for its content). Only those: a Batch cancel's 429
+        pauses the gate and counts nothing; counted, a sweep's cancels would open the breaker,
+        the cooldown's compressions all extractive (docs/worker.md)."""
         self._last_failure = error or "gemini call failed"
         self._consecutive_failures += 1
         if self._failure_threshold and self._consecutive_failures >= self._failure_threshold:

@@ -43,8 +43,11 @@ def session_text(
     return cap_text(sanitize_text("\n".join(lines)), max_chars)
 
 
-async def summarize_with_gemini(client: genai.Client, *, model: str, session: str) -> Generation:
-    """Ask Gemini for the session's summary; the text is redacted again on the way back."""
+async def summarize_with_gemini(
+    client: genai.Client, *, model: str, session: str, timeout_s: float
+) -> Generation:
+    """Ask Gemini for the session's summary, the whole answer within `timeout_s`; the text is
+    redacted again on the way back."""
     answer = await generate_text(
         client,
         model=model,
@@ -52,6 +55,7 @@ async def summarize_with_gemini(client: genai.Client, *, model: str, session: st
         contents=session,
         temperature=SUMMARY_TEMPERATURE,
         max_output_tokens=SUMMARY_MAX_OUTPUT_TOKENS,
+        timeout_s=timeout_s,
     )
     return Generation(
         text=sanitize_text(answer.text),

@@ -264,6 +264,7 @@ async def _gemini_briefing(settings: Settings, prompt: str) -> Generation:
         contents=prompt,
         temperature=0.2,
         max_output_tokens=256,
+        timeout_s=timeout,
     )
 
 

@@ -44,11 +44,21 @@ Cancel = Callable[[str], Awaitable["CancelOutcome"]]
 
 
 async def cancel_at_gemini(
-    connection: Conn, settings: Settings, embedder: Embedder, to_cancel: list[queries.CancelToDo]
+    connection: Conn,
+    settings: Settings,
+    embedder: Embedder,
+    to_cancel: list[queries.CancelToDo],
+    gate: GeminiGate | None = None,
 ) -> None:
     """A sync's cancels (those `close_superseded_batches` took): with the embedder's own client
     when it is Gemini's, else with one from the settings' key (a switch to `local` keeps it).
-    Never fails the sync."""
+    Never fails the sync.
+
+    A sync the worker runs passes the worker's `gate`: its cancels go to the quota of the
+    worker's other calls, so none is asked while a 429's pause runs (each due again
+    `queries.CANCEL_RETRY_MINUTES` later, as after a failed try), and a 429 one gets pauses the
+    gate. They ignored both: asked into a quota a compression's 429 had just said was spent, and
+    a cancel's own 429 let the next compression go at once."""
     if not to_cancel:
         return
     # Imported here: google-genai costs ~0.3 s to import, paid only when there is a job to cancel.
@@ -56,8 +66,11 @@ async def cancel_at_gemini(
     from app.llm.gemini_embeddings import cancel_client, close_client
 
     key = settings.gemini_api_key
+    if gate is not None and gate.paused_for() > 0:
+        await _ask_and_settle(connection, key, to_cancel, None, HELD)
+        return
     if isinstance(embedder, BatchEmbedder):
-        await _ask_and_settle(connection, key, to_cancel, embedder.cancel_batch, "")
+        await _ask_and_settle(connection, key, to_cancel, _pausing(embedder.cancel_batch, gate), "")
         return
     if all(job.expired for job in to_cancel):
         await _ask_and_settle(connection, key, to_cancel, None, "")
@@ -70,9 +83,13 @@ async def cancel_at_gemini(
     # The client is this sync's alone: closed on every way out, a failure and a stop included,
     # or its connection to Gemini stayed open until the garbage collector came by.
     try:
-        await _ask_and_settle(connection, key, to_cancel, _cancel_with(client, settings), "")
+        await _ask_and_settle(connection, key, to_cancel, _cancel_with(client, settings, gate), "")
     finally:
         await close_client(client)
+
+
+# Why a sync's cancel was not asked; without the seconds left, so that it is logged once.
+HELD = "not asked: a 429's pause on this process's Gemini calls was running"
 
 
 class Swept(NamedTuple):
@@ -117,21 +134,33 @@ async def sweep_due_cancels(
     return Swept(len(to_cancel), failed, gate.paused_for(), held)
 
 
-def _cancel_with(
-    client: genai.Client, settings: Settings, gate: GeminiGate | None = None
-) -> Cancel:
+def _cancel_with(client: genai.Client, settings: Settings, gate: GeminiGate | None) -> Cancel:
     from app.llm.gemini_embeddings import cancel_batch, cancel_timeout_ms
 
     timeout_ms = cancel_timeout_ms(settings)
     key = settings.gemini_api_key
 
     async def cancel(name: str) -> CancelOutcome:
-        outcome = await cancel_batch(client, name, timeout_ms=timeout_ms, key=key)
-        if gate is not None and outcome.retry_after is not None:
+        return await cancel_batch(client, name, timeout_ms=timeout_ms, key=key)
+
+    return _pausing(cancel, gate)
+
+
+def _pausing(cancel: Cancel, gate: GeminiGate | None) -> Cancel:
+    """`cancel`, a 429's Retry-After pausing `gate` (the process's other calls wait it out). Not
+    a failure for the gate's breaker (docs/worker.md, "Cost and rate safety"): a sweep's 20
+    cancels answered 429 at once would open it, every compression extractive for its cooldown,
+    where the pause alone has them wait for Gemini."""
+    if gate is None:
+        return cancel
+
+    async def paused_on_429(name: str) -> CancelOutcome:
+        outcome = await cancel(name)
+        if outcome.retry_after is not None:
             gate.pause(outcome.retry_after)
         return outcome
 
-    return cancel
+    return paused_on_429
 
 
 async def _ask_and_settle(

@@ -28,6 +28,7 @@ from app.index.embedding import Vectors, arrays_for, cached_arrays, ensure_model
 from app.index.terms import index_terms
 from app.index.writer import content_hash
 from app.llm.embeddings import Embedder
+from app.llm.ratelimit import GeminiGate
 from app.privacy import RULES_VERSION, clean_text, redact_secrets_lines, strip_private_lines
 from app.projects import canonical_project, refuse_excluded
 from app.sync import queries
@@ -142,6 +143,7 @@ async def sync_project(
     progress: Progress | None = None,
     connections: SyncConnections | None = None,
     changed: Collection[str] | None = None,
+    gate: GeminiGate | None = None,
 ) -> SyncReport:
     """Bring the project's file chunks in line with its folders, under the project's lock.
 
@@ -149,6 +151,7 @@ async def sync_project(
     at or under them; the rest of the project is taken to be as the last sync left it. A path
     that is a root folder itself, or above one, makes it a whole sync. `connections` kept by the
     caller serve the next sync too; without them the sync opens its own and closes them.
+    `gate` is the worker's, for a sync it runs: the sync's Batch cancels go to its quota.
     """
     project, memory_root, sessions_root = resolve_roots(settings, request)
     scope = None
@@ -196,6 +199,7 @@ async def sync_project(
                     found,
                     known,
                     progress,
+                    gate,
                 )
             finally:
                 await queries.unlock_project(lock, project)
@@ -219,6 +223,7 @@ async def _sync_locked(
     found: Discovery,
     known: dict[str, queries.KnownFile],
     progress: Progress | None,
+    gate: GeminiGate | None,
 ) -> SyncReport:
     report = SyncReport()
     report.files_scanned = len(found.files)
@@ -272,6 +277,7 @@ async def _sync_locked(
             known,
             present,
             progress,
+            gate,
         )
     finally:
         if bulk:
@@ -297,6 +303,7 @@ async def _write_all(
     known: dict[str, queries.KnownFile],
     present: set[str],
     progress: Progress | None,
+    gate: GeminiGate | None,
 ) -> None:
     """The file pass (changed files written, touched ones re-stamped, vanished ones deleted) and
     the embedding passes after it."""
@@ -374,7 +381,7 @@ async def _write_all(
             await reembed_with_batch(sessionmaker, settings, embedder, project, report)
         await reembed_project(sessionmaker, embedder, project, report, progress)
     # Last: the sync's own work first, then at most CANCEL_DEADLINE_SECONDS on Gemini's answers.
-    await cancel_at_gemini(lock, settings, embedder, to_cancel)
+    await cancel_at_gemini(lock, settings, embedder, to_cancel, gate)
 
 
 @dataclass(slots=True)

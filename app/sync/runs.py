@@ -18,6 +18,7 @@ from app.config import Settings
 from app.db.models import SyncRunRow
 from app.errors import NotFound, ValidationFailed
 from app.llm.embeddings import get_embedder
+from app.llm.ratelimit import GeminiGate
 from app.projects import canonical_project
 from app.sync.indexer import ProjectFolderMissing, SyncRequest, resolve_roots, sync_project
 from app.sync.schemas import SyncIn, SyncRunOut
@@ -104,9 +105,13 @@ def _utc_text(at: datetime) -> str:
 
 
 async def execute_sync_run(
-    sessionmaker: async_sessionmaker[AsyncSession], settings: Settings, run_id: uuid.UUID | str
+    sessionmaker: async_sessionmaker[AsyncSession],
+    settings: Settings,
+    run_id: uuid.UUID | str,
+    gate: GeminiGate | None = None,
 ) -> None:
-    """Perform one queued run, recording running -> done | failed with its stats and errors."""
+    """Perform one queued run, recording running -> done | failed with its stats and errors;
+    `gate` is the worker's (its Batch cancels share the worker's Gemini quota)."""
     key = run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
     async with sessionmaker() as session, session.begin():
         run = (
@@ -125,7 +130,9 @@ async def execute_sync_run(
         )
     status, stats, errors = "done", {}, []
     try:
-        report = await sync_project(sessionmaker, settings, get_embedder(settings), request)
+        report = await sync_project(
+            sessionmaker, settings, get_embedder(settings), request, gate=gate
+        )
         stats, errors = report.stats(), list(report.errors)
     except Exception as error:  # the run records any failure; the worker must keep going
         status = "failed"

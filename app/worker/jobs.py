@@ -294,7 +294,10 @@ async def compress_observation(ctx: JobContext, work: ObservationWork) -> str:
             row_id=work.id,
             attempts=work.attempts,
             call=lambda: compress_with_gemini(
-                client, model=settings.gemini_model, observation=observation
+                client,
+                model=settings.gemini_model,
+                observation=observation,
+                timeout_s=settings.gemini_timeout_seconds,
             ),
         )
         if isinstance(outcome, AttemptFailed):
@@ -420,7 +423,12 @@ async def summarize_session(ctx: JobContext, work: SessionWork) -> str:
             claims.SESSIONS,
             row_id=work.id,
             attempts=work.attempts,
-            call=lambda: summarize_with_gemini(client, model=settings.gemini_model, session=prompt),
+            call=lambda: summarize_with_gemini(
+                client,
+                model=settings.gemini_model,
+                session=prompt,
+                timeout_s=settings.gemini_timeout_seconds,
+            ),
         )
         if isinstance(outcome, AttemptFailed):
             return outcome.status
@@ -464,7 +472,7 @@ async def summarize_session(ctx: JobContext, work: SessionWork) -> str:
 
 async def run_sync(ctx: JobContext, work: SyncRunWork) -> str:
     """Execute one claimed sync run (it records running -> done | failed itself)."""
-    await execute_sync_run(ctx.sessionmaker, ctx.settings, work.id)
+    await execute_sync_run(ctx.sessionmaker, ctx.settings, work.id, ctx.gate)
     async with transaction(ctx.sessionmaker) as session:
         await results.finish_sync_claim(session, run_id=work.id, worker=ctx.worker_id)
     log.info("sync_run.executed", id=str(work.id), project=work.project_path)

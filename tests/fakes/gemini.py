@@ -35,6 +35,10 @@ class FakeResponse:
     delay_s: float = 0.0
     raw: bytes | None = None  # sent as is instead of JSON (for malformed answers)
     drop: bool = False  # close the connection without answering (a network failure)
+    # A slow-drip body: `drip_bytes` at a time, `drip_s` apart (each gap under a read timeout).
+    drip_s: float = 0.0
+    drip_bytes: int = 1
+    cut_at: int | None = None  # send the body's first `cut_at` bytes, then close (a cut answer)
 
 
 @dataclass
@@ -150,8 +154,18 @@ def _handler(fake: FakeGemini) -> type[BaseHTTPRequestHandler]:
             for key, value in response.headers.items():
                 self.send_header(key, value)
             self.end_headers()
+            if response.cut_at is not None:
+                payload = payload[: response.cut_at]
+                self.close_connection = True
             try:
-                self.wfile.write(payload)
+                if response.drip_s:
+                    self.wfile.flush()
+                    for start in range(0, len(payload), response.drip_bytes):
+                        self.wfile.write(payload[start : start + response.drip_bytes])
+                        self.wfile.flush()
+                        threading.Event().wait(response.drip_s)
+                else:
+                    self.wfile.write(payload)
             except (BrokenPipeError, ConnectionResetError):
                 pass
 
