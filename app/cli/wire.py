@@ -39,6 +39,10 @@ one's answer.
 
 The service serves no WebSocket: an `Upgrade` is ignored (RFC 9110, 7.8) and the request served
 as HTTP/1.1, in the shape; uvicorn's WebSocket protocol answered it in plain text.
+CONNECT, which llhttp reads as an upgrade too, is a 501 (a method this service supports for no
+resource, RFC 9110, 15.6.2) and closes the connection: what follows it is a tunnel's bytes, which
+were read as the next request. So is a PRI that is not HTTP/2's preface (llhttp knows the method
+only there). Other methods a route does not take are its 405 (with `Allow`) or 404.
 
 uvicorn's `data_received` logs `Invalid HTTP request received.` for every parser error, which
 named neither a 503 at the limit nor a Host refusal. It stays uvicorn's: the parser it feeds
@@ -83,6 +87,14 @@ NO_VERSION_DETAIL = (
 VERSION_DETAIL = (
     "the request line names HTTP/{version}; this service speaks HTTP/1.1 (and 1.0) on this "
     "port: send `GET /health HTTP/1.1` with the address it is for, e.g. `Host: 127.0.0.1:37777`"
+)
+CONNECT_DETAIL = (
+    "CONNECT asks for a tunnel through a proxy, and this service is no proxy: it serves its "
+    "routes directly (a client whose HTTP_PROXY or HTTPS_PROXY names this address sends it)"
+)
+PRI_DETAIL = (
+    "the PRI method is only HTTP/2's connection preface (`PRI * HTTP/2.0`), and this service "
+    "speaks HTTP/1.1 (and 1.0) on this port: send `GET /health HTTP/1.1`"
 )
 # A request still open when a second signal hurries the stop: retry after about what a restart
 # takes.
@@ -275,14 +287,8 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
             body = error_body("BadRequest", NO_HOST_DETAIL)
             cause = "refused an HTTP/1.1 request without a Host header (400)"
             raise Refused(b"400 Bad Request", body, [], cause)
-        if parser.should_upgrade() and self.has_body():
-            # httptools tells llhttp to skip the body of a request asking for an upgrade (which
-            # the protocol ignores): the app would get an empty body, and the body's bytes would
-            # be read as the next request. `curl --http2` on http:// asks for one on every call.
-            cause = "refused a request asking for an Upgrade with a body (400)"
-            raise Refused(
-                b"400 Bad Request", error_body("BadRequest", UPGRADE_BODY_DETAIL), [], cause
-            )
+        if parser.should_upgrade():
+            self.refuse_upgrade()
         if self.behind_proxy:
             self.take_forwarded_host()
         limit = self.limit_concurrency  # uvicorn's own check, the same, comes after this one
@@ -299,6 +305,22 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
         self.body_began = self.last_data
         self.body_received = 0
         HttpToolsProtocol.on_headers_complete(self)
+
+    def refuse_upgrade(self) -> None:
+        """Refuse a request llhttp reads as an upgrade (it stops after it) that the protocol
+        cannot serve as HTTP/1.1: a CONNECT, after which come a tunnel's bytes (they were read
+        as the next request), and one with a body. httptools tells llhttp to skip the body of
+        such a request: the app would get an empty body, and the body's bytes would be read as
+        the next request. `curl --http2` on http:// asks for an upgrade on every call."""
+        if self.parser.get_method() == b"CONNECT":
+            # RFC 9110, 15.6.2: a method the server supports for no resource is a 501.
+            body = error_body("NotImplemented", CONNECT_DETAIL)
+            raise Refused(b"501 Not Implemented", body, [], "refused a CONNECT (501)")
+        if self.has_body():
+            cause = "refused a request asking for an Upgrade with a body (400)"
+            raise Refused(
+                b"400 Bad Request", error_body("BadRequest", UPGRADE_BODY_DETAIL), [], cause
+            )
 
     def has_body(self) -> bool:
         for name, value in self.headers:
@@ -379,9 +401,15 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
     def send_400_response(self, msg: str) -> None:
         # What the parser itself refused (uvicorn has logged it): its 400 in the shape. A
         # broken body is the request in hand's own; broken headers are a request's behind it.
-        # llhttp refuses HTTP/3.0 and pauses on the h2c preface: the line's 505 comes first.
+        # llhttp refuses HTTP/3.0 and pauses on the h2c preface (`PRI * HTTP/2.0`): the line's
+        # 505 comes first. It refuses a PRI of any other version, a method it knows only in that
+        # preface.
         if self.in_headers:
             refused = self.version_refused()
+            if refused is None and self.parser.get_method() == b"PRI":
+                cause = "refused a PRI that is not HTTP/2's preface (501)"
+                body = error_body("NotImplemented", PRI_DETAIL)
+                refused = Refused(b"501 Not Implemented", body, [], cause)
             if refused is not None:
                 self.refuse(refused)
                 return
