@@ -114,3 +114,88 @@ def test_a_405_names_the_methods_allowed(port: int) -> None:
     answer = exchange(port, request)
 
     assert b"\r\nallow: get" in answer.partition(b"\r\n\r\n")[0].lower()
+
+
+@pytest.mark.parametrize("minor", [b"2", b"9"])
+def test_a_higher_minor_version_of_http_1_is_served_as_1_1(port: int, minor: bytes) -> None:
+    # RFC 9110, 2.5: served as the highest minor version implemented (nginx does); llhttp knows
+    # no HTTP/1.2, and it was the generic 400 "not valid HTTP/1.1".
+    health = b"GET /health HTTP/1." + minor + b"\r\nHost: 127.0.0.1\r\n\r\n"
+    body = b'{"projectPath": "/p", "id": "v1-%s"}' % minor
+    start = (
+        (
+            b"POST /api/session/start HTTP/1." + minor + b"\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
+        )
+        + b"Connection: close\r\n\r\n"
+        + body
+    )
+
+    answers = _answers(exchange(port, health + start))  # kept alive, as HTTP/1.1
+
+    assert [status for status, _ in answers] == [b"HTTP/1.1 200 OK", b"HTTP/1.1 201 Created"]
+    assert answers[1][1]["id"] == "v1-" + minor.decode()
+
+
+def test_a_higher_minor_version_of_http_1_needs_a_host_as_1_1_does(port: int) -> None:
+    status, error = error_of(exchange(port, b"GET /health HTTP/1.2\r\n\r\n"))
+
+    assert status == b"HTTP/1.1 400 Bad Request"
+    assert "no Host header" in error["detail"]
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"GET /health HTTP/0.9\r\n\r\n",
+        b"GET /health HTTP/0.9\r\nHost: 127.0.0.1\r\n\r\n",
+        b"POST /api/observe HTTP/0.9\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n\r\n{}",
+    ],
+    ids=["bare", "with a Host", "POST"],
+)
+def test_an_explicit_http_0_9_is_a_505_that_names_it(port: int, request_bytes: bytes) -> None:
+    # It was the 400 of a line without a version ("no HTTP version"), which it has.
+    status, error = error_of(exchange(port, request_bytes))
+
+    assert status == b"HTTP/1.1 505 HTTP Version Not Supported"
+    assert error["error"] == "HTTPVersionNotSupported"
+    assert "HTTP/0.9" in error["detail"]
+    assert "no HTTP version" not in error["detail"]
+
+
+def test_an_explicit_http_0_9_typed_a_line_at_a_time_is_a_505(port: int) -> None:
+    # As nc or telnet send it: the line and the blank line after it in reads of their own.
+    pieces = (b"GET /health HTTP/0.9\r\n", b"Host: 127.0.0.1\r\n", b"\r\n")
+
+    status, error = error_of(exchange(port, *pieces, pause=0.1))
+
+    assert status == b"HTTP/1.1 505 HTTP Version Not Supported"
+    assert "HTTP/0.9" in error["detail"]
+
+
+def test_a_line_without_a_version_is_still_the_400_that_says_so(port: int) -> None:
+    # The line split where a version would begin: no version came.
+    pieces = (b"GET /health", b"\r\nHost: 127.0.0.1\r\n\r\n")
+
+    status, error = error_of(exchange(port, *pieces, pause=0.1))
+
+    assert status == b"HTTP/1.1 400 Bad Request"
+    assert "no HTTP version" in error["detail"]
+
+
+@pytest.mark.parametrize("version", [b"0.8", b"0.0", b"4.0", b"9.9"])
+def test_another_version_is_a_505_that_names_it(port: int, version: bytes) -> None:
+    # Each was the generic 400 "not valid HTTP/1.1" (llhttp knows none of them).
+    request = b"GET /health HTTP/" + version + b"\r\nHost: 127.0.0.1\r\n\r\n"
+
+    status, error = error_of(exchange(port, request))
+
+    assert status == b"HTTP/1.1 505 HTTP Version Not Supported"
+    assert "HTTP/" + version.decode() in error["detail"]
+
+
+def test_a_version_of_two_digits_stays_a_400(port: int) -> None:
+    # RFC 9112, 2.3: HTTP-version is one digit, a dot and one digit; this is no version.
+    status, _ = error_of(exchange(port, b"GET /health HTTP/1.10\r\nHost: 127.0.0.1\r\n\r\n"))
+
+    assert status == b"HTTP/1.1 400 Bad Request"
