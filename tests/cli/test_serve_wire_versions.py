@@ -62,6 +62,16 @@ def test_connect_is_a_501_and_nothing_after_it_is_served(port: int, line: bytes)
     assert "no proxy" in error["detail"]
 
 
+def test_a_connect_pipelined_behind_a_request_is_refused_after_its_answer(port: int) -> None:
+    health = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    connect = b"CONNECT 127.0.0.1:443 HTTP/1.1\r\nHost: 127.0.0.1:443\r\n\r\n"
+
+    answers = _answers(exchange(port, health + connect + BEHIND))
+
+    statuses = [status for status, _ in answers]
+    assert statuses == [b"HTTP/1.1 200 OK", b"HTTP/1.1 501 Not Implemented"]
+
+
 def test_connect_logs_its_cause(served: tuple[int, subprocess.Popen[str]]) -> None:
     port, server = served
     logged(server)
