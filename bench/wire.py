@@ -1,34 +1,38 @@
-"""CPU per request of `agmem serve`'s HTTP protocol (app/cli/wire.py) against another version.
+"""CPU per request of `agmem serve`'s HTTP protocol (app/cli/wire.py) against another tree's.
 
-A keep-alive POST of an observe's size is fed through `data_received` to a no-op ASGI app on a
-fake transport, in process: what the protocol class costs, without the app, the socket or
-Postgres (bench.capture's noise is larger than the difference). The two classes alternate, round
-by round; the medians are printed. `--against` names the other version's file, e.g.
+A keep-alive POST of an observe's size is fed through `data_received` to a no-op ASGI app on a fake
+transport: what the protocol class costs, without the app, the socket or Postgres (bench.capture's
+noise is larger than the difference). Each side is measured in a process of its own, by this harness
+and this interpreter, with `app` imported from its tree: its wire.py with its own stalls.py,
+headers.py and refusals.py, configured as `agmem serve` configures it. (The other side was its
+wire.py alone, loaded over this tree's modules and left unconfigured: a change to those modules was
+on both sides, and the class it measured was not the one served.) The sides alternate, a process
+each, round by round, the first each round in turn; each warms up before it is timed; the medians
+are printed. `--against` names the other tree (or its app/cli/wire.py), e.g.
 
-    git show main:app/cli/wire.py > /tmp/wire_main.py
-    uv run python -m bench.wire --against /tmp/wire_main.py
+    git worktree add --detach /tmp/wire-main main
+    uv run python -m bench.wire --against /tmp/wire-main
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
+import json
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from uvicorn.config import Config
-from uvicorn.server import ServerState
-
-from app.cli.wire import JsonErrorsProtocol
-
+TREE = Path(__file__).resolve().parent.parent
 BODY = b'{"sessionId": "s", "toolName": "read_file", "args": "' + b"x" * 4000 + b'"}'
 REQUEST = (
     b"POST /api/observe HTTP/1.1\r\nHost: 127.0.0.1:37777\r\nContent-Type: application/json\r\n"
     b"User-Agent: node\r\nAccept: */*\r\nContent-Length: %d\r\n\r\n" % len(BODY)
 ) + BODY
+WARMUP = 2_000  # requests before the timed ones: the first few hundred cost more
 
 
 async def noop_app(scope: Any, receive: Any, send: Any) -> None:
@@ -64,16 +68,20 @@ class Transport:
         pass
 
 
-def load_protocol(path: Path) -> Any:
-    spec = importlib.util.spec_from_file_location("wire_against", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.JsonErrorsProtocol
+def tree_of(path: Path) -> Path:
+    """The tree `path` names, itself or as its app/cli/wire.py."""
+    path = path.resolve()
+    if path.is_file():
+        path = path.parents[2]
+    if not (path / "app" / "cli" / "wire.py").is_file():
+        raise SystemExit(f"{path} holds no app/cli/wire.py")
+    return path
 
 
 async def per_request_us(protocol_class: Any, requests: int) -> float:
+    from uvicorn.config import Config
+    from uvicorn.server import ServerState
+
     config = Config(noop_app, http=protocol_class, log_level="warning", access_log=False)
     config.limit_concurrency = 1001  # as `agmem serve` sets it
     config.load()
@@ -91,15 +99,45 @@ async def per_request_us(protocol_class: Any, requests: int) -> float:
     return took / requests * 1e6
 
 
-async def run(against: Path, requests: int, rounds: int) -> None:
-    classes = {
-        "this tree": JsonErrorsProtocol.configured(idle_timeout=60.0),
-        str(against): load_protocol(against),
-    }
-    results: dict[str, list[float]] = {name: [] for name in classes}
-    for _ in range(rounds):
-        for name, protocol_class in classes.items():
-            results[name].append(await per_request_us(protocol_class, requests))
+def measure(tree: Path, requests: int) -> None:
+    """One side's round, in this process: `app` from `tree`. Prints its figure and the files
+    its protocol came from, as JSON."""
+    sys.path.insert(0, str(tree))
+    from app.cli import headers, refusals, stalls, wire
+
+    modules = (wire, headers, stalls, refusals)
+    files = [str(Path(str(module.__file__)).resolve()) for module in modules]
+    if not all(Path(file).is_relative_to(tree) for file in files):
+        raise SystemExit(f"app was not imported from {tree}: {files}")
+    protocol_class = wire.JsonErrorsProtocol.configured(idle_timeout=60.0)
+    asyncio.run(per_request_us(protocol_class, WARMUP))
+    figure = asyncio.run(per_request_us(protocol_class, requests))
+    print(json.dumps({"us": figure, "files": files}))
+
+
+def round_of(tree: Path, requests: int) -> tuple[float, list[str]]:
+    command = [sys.executable, str(Path(__file__).resolve()), "--measure", str(tree)]
+    done = subprocess.run(
+        [*command, "--requests", str(requests)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tree,
+    )
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return float(result["us"]), list(result["files"])
+
+
+def run(against: Path, requests: int, rounds: int) -> None:
+    trees = {"this tree": TREE, str(against): against}
+    results: dict[str, list[float]] = {name: [] for name in trees}
+    for index in range(rounds):
+        order = list(trees.items())
+        for name, tree in order if index % 2 == 0 else order[::-1]:  # neither always first
+            figure, files = round_of(tree, requests)
+            if not index:
+                print(f"{name}: " + ", ".join(files))
+            results[name].append(figure)
     for name, values in results.items():
         shown = " ".join(f"{value:.2f}" for value in values)
         print(f"{name}: median {statistics.median(values):.2f} µs/request CPU ({shown})")
@@ -107,11 +145,19 @@ async def run(against: Path, requests: int, rounds: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--against", type=Path, required=True, help="another app/cli/wire.py")
+    parser.add_argument(
+        "--against", type=Path, help="another tree, or its app/cli/wire.py (required)"
+    )
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)  # one side's process
     args = parser.parse_args()
-    asyncio.run(run(args.against, args.requests, args.rounds))
+    if args.measure is not None:
+        measure(tree_of(args.measure), args.requests)
+        return
+    if args.against is None:
+        parser.error("--against is required")
+    run(tree_of(args.against), args.requests, args.rounds)
 
 
 if __name__ == "__main__":

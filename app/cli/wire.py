@@ -30,15 +30,21 @@ the last, so `Host: 127.0.0.1` then `Host: evil.example` passed the one as this 
 other as the page's own origin. So is an HTTP/1.1 request without one (RFC 9112, 3.2: a server
 MUST); an HTTP/1.0 one is served (HTTP/1.0 has no such rule; HAProxy's health check sends none).
 A request line without a version (HTTP/0.9's shape) is refused, with a Host or without: HTTP/0.9
-has no headers, so that is no request of any version. One that names another major version
-(`HTTP/2.0`, which llhttp passes, the h2c preface `PRI * HTTP/2.0`, `HTTP/3.0`) is a 505 (RFC
-9110, 15.6.6), as nginx answers: HTTP/2.0 was served as HTTP/1.x. The request line's refusal
+has no headers, so that is no request of any version. One that names another version than 1.x
+(`HTTP/2.0`, which llhttp passes, the h2c preface `PRI * HTTP/2.0`, `HTTP/3.0`, `HTTP/0.9` named,
+which llhttp reads as a line without one) is a 505 (RFC 9110, 15.6.6), as nginx answers: HTTP/2.0
+was served as HTTP/1.x. `HTTP/1.2` to `HTTP/1.9` are served as 1.1 (RFC 9110, 2.5; nginx does
+too), where llhttp refused them as malformed. The request line's refusal
 comes before any other of the header block, the 431 of headers past their bounds
 (app/cli/headers.py) too. A refusal pipelined behind a request still in the app waits for that
 one's answer.
 
 The service serves no WebSocket: an `Upgrade` is ignored (RFC 9110, 7.8) and the request served
 as HTTP/1.1, in the shape; uvicorn's WebSocket protocol answered it in plain text.
+CONNECT, which llhttp reads as an upgrade too, is a 501 (a method this service supports for no
+resource, RFC 9110, 15.6.2) and closes the connection: what follows it is a tunnel's bytes, which
+were read as the next request. So is a PRI that is not HTTP/2's preface (llhttp knows the method
+only there). Other methods a route does not take are its 405 (with `Allow`) or 404.
 
 uvicorn's `data_received` logs `Invalid HTTP request received.` for every parser error, which
 named neither a 503 at the limit nor a Host refusal. It stays uvicorn's: the parser it feeds
@@ -84,6 +90,15 @@ VERSION_DETAIL = (
     "the request line names HTTP/{version}; this service speaks HTTP/1.1 (and 1.0) on this "
     "port: send `GET /health HTTP/1.1` with the address it is for, e.g. `Host: 127.0.0.1:37777`"
 )
+CONNECT_DETAIL = (
+    "CONNECT asks for a tunnel through a proxy, and this service is no proxy: it serves its "
+    "routes directly (a client whose HTTP_PROXY or HTTPS_PROXY names this address sends it)"
+)
+PRI_DETAIL = (
+    "the PRI method is only HTTP/2's connection preface (`PRI * HTTP/2.0`), and this service "
+    "speaks HTTP/1.1 (and 1.0) on this port: send `GET /health HTTP/1.1`"
+)
+NO_VERSION_CAUSE = "refused a request line without an HTTP version (400)"
 # A request still open when a second signal hurries the stop: retry after about what a restart
 # takes.
 _STOPPING_RETRY_AFTER: Header = (b"retry-after", b"5")
@@ -139,7 +154,7 @@ class RefusingParser(httptools.HttpRequestParser):
                 refused = error.__context__
                 if not isinstance(refused, Refused):
                     raise
-                self.protocol.refuse(refused)
+                self.protocol.refuse(refused, bytes(data))  # a refusal's: rare
             except httptools.HttpParserUpgrade as upgrade:
                 # llhttp stops after a request that asks for an upgrade (the protocol ignores
                 # it): what follows it in the read is the next request's.
@@ -194,11 +209,18 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.parser = RefusingParser(self)
-        self.parser.set_dangerous_leniencies(lenient_data_after_close=True)  # as uvicorn sets it
+        # Data after close as uvicorn sets it; any one-digit version, which llhttp refuses but
+        # for 0.9, 1.0, 1.1 and 2.0 (and names in the same error as a malformed line): HTTP/1.2
+        # and up are served as 1.1 (RFC 9110, 2.5), the rest refused, each by name
+        # (`version_refused`).
+        self.parser.set_dangerous_leniencies(lenient_data_after_close=True, lenient_version=True)
         self.behind_proxy = False  # the peer is a trusted proxy
         self.loopback_proxy = False  # ... on this machine, where a browser connects from too
         # A refusal pipelined behind a request still in the app, sent once its answer is.
         self.held_error: tuple[bytes, bytes, list[Header]] | None = None
+        # The read a head left incomplete began in, for its request line (`no_version`): a line
+        # typed alone (nc, telnet) is not in the read that completes the head.
+        self.head_began_in = b""
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
@@ -223,28 +245,44 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
         # `in_head`, inline (a call a read saved); tests/cli/test_wire_layers.py holds them alike.
         if not (self.in_headers or self.chunk_at == self.body_received):
             HttpToolsProtocol.data_received(self, data)
+            if self.in_headers:
+                self.head_began_in = data
             return
         refused = self.head_received(data)
         if refused is not None and self.held_error is None and not self.transport.is_closing():
-            self.refuse(refused)
+            self.refuse(refused, data)
+        if self.head_began_in and not self.in_headers:
+            self.head_began_in = b""  # a long-idle connection holds no read
 
-    def no_version(self) -> Refused:
+    def no_version(self, data: bytes) -> Refused:
+        """The refusal of a line llhttp reads as HTTP/0.9: one that names HTTP/0.9 (its 505),
+        or one without a version, HTTP/0.9's shape (a 400 that says so). llhttp gives both the
+        same version: the line is looked for in the read in hand (`data`) and the one its head
+        began in."""
+        line = self.url + b" HTTP/0.9"
+        if line in data or line in self.head_began_in:
+            return self.version_not_supported("0.9")
         # HTTP/0.9 has no headers: with a Host it was served as HTTP/1.x.
         body = error_body("BadRequest", NO_VERSION_DETAIL)
-        cause = "refused a request line without an HTTP version (400)"
-        return Refused(b"400 Bad Request", body, [], cause)
+        return Refused(b"400 Bad Request", body, [], NO_VERSION_CAUSE)
 
-    def version_refused(self) -> Refused | None:
-        """The request line's refusal, which comes before any other of its head: none for
-        HTTP/1.x, or while the line is not complete (llhttp's "0.0")."""
-        version = read_version(self.parser)
-        if version == "0.9":  # llhttp's name for a request line without a version
-            return self.no_version()
-        if version[0] in "01":
-            return None
+    def version_not_supported(self, version: str) -> Refused:
         body = error_body("HTTPVersionNotSupported", VERSION_DETAIL.format(version=version))
         cause = f"refused a request line of HTTP/{version} (505)"
         return Refused(b"505 HTTP Version Not Supported", body, [], cause)
+
+    def version_refused(self, data: bytes = b"", *, complete: bool = False) -> Refused | None:
+        """The request line's refusal, which comes before any other of its head: none for
+        HTTP/1.x (1.2 to 1.9 are served as 1.1), or while the line is not complete (llhttp's
+        "0.0", unless the head is `complete`)."""
+        version = read_version(self.parser)
+        if version[0] == "1":
+            return None
+        if version == "0.9":  # also llhttp's name for a request line without a version
+            return self.no_version(data)
+        if version == "0.0" and not complete:
+            return None
+        return self.version_not_supported(version)
 
     def _should_upgrade(self) -> bool:
         # The service serves no WebSocket (`agmem serve` runs uvicorn with `ws="none"`): an
@@ -262,10 +300,11 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
         self.in_headers = False
         parser = self.parser
         parser.version = version = read_version(parser)
-        if version != "1.1" and version != "1.0":  # llhttp passes 0.9 and 2.0 too
-            refused = self.version_refused()
+        if version != "1.1" and version != "1.0":  # llhttp passes any other of one digit too
+            refused = self.version_refused(complete=True)
             if refused is not None:
                 raise refused
+            parser.version = "1.1"  # RFC 9110, 2.5: a higher 1.x is served as 1.1
         hosts = self.hosts
         if hosts > 1:
             body = error_body("BadRequest", TWO_HOSTS_DETAIL)
@@ -275,14 +314,8 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
             body = error_body("BadRequest", NO_HOST_DETAIL)
             cause = "refused an HTTP/1.1 request without a Host header (400)"
             raise Refused(b"400 Bad Request", body, [], cause)
-        if parser.should_upgrade() and self.has_body():
-            # httptools tells llhttp to skip the body of a request asking for an upgrade (which
-            # the protocol ignores): the app would get an empty body, and the body's bytes would
-            # be read as the next request. `curl --http2` on http:// asks for one on every call.
-            cause = "refused a request asking for an Upgrade with a body (400)"
-            raise Refused(
-                b"400 Bad Request", error_body("BadRequest", UPGRADE_BODY_DETAIL), [], cause
-            )
+        if parser.should_upgrade():
+            self.refuse_upgrade()
         if self.behind_proxy:
             self.take_forwarded_host()
         limit = self.limit_concurrency  # uvicorn's own check, the same, comes after this one
@@ -299,6 +332,22 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
         self.body_began = self.last_data
         self.body_received = 0
         HttpToolsProtocol.on_headers_complete(self)
+
+    def refuse_upgrade(self) -> None:
+        """Refuse a request llhttp reads as an upgrade (it stops after it) that the protocol
+        cannot serve as HTTP/1.1: a CONNECT, after which come a tunnel's bytes (they were read
+        as the next request), and one with a body. httptools tells llhttp to skip the body of
+        such a request: the app would get an empty body, and the body's bytes would be read as
+        the next request. `curl --http2` on http:// asks for an upgrade on every call."""
+        if self.parser.get_method() == b"CONNECT":
+            # RFC 9110, 15.6.2: a method the server supports for no resource is a 501.
+            body = error_body("NotImplemented", CONNECT_DETAIL)
+            raise Refused(b"501 Not Implemented", body, [], "refused a CONNECT (501)")
+        if self.has_body():
+            cause = "refused a request asking for an Upgrade with a body (400)"
+            raise Refused(
+                b"400 Bad Request", error_body("BadRequest", UPGRADE_BODY_DETAIL), [], cause
+            )
 
     def has_body(self) -> bool:
         for name, value in self.headers:
@@ -346,13 +395,13 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
             self.send_error(b"503 Service Unavailable", body, [_STOPPING_RETRY_AFTER])
         self.transport.close()
 
-    def refuse(self, refused: Refused) -> None:
+    def refuse(self, refused: Refused, data: bytes = b"") -> None:
         """Answer a request refused by a callback (`RefusingParser`) or its head's bound, log its
-        cause and close."""
-        if self.in_headers:
+        cause and close. `data`: the read in hand, where a request line may name HTTP/0.9."""
+        if self.in_headers or refused.cause == NO_VERSION_CAUSE:
             # A refusal before the header block's end is its bounds' 431: the request line's
-            # comes first (a 101st header made it a 431).
-            refused = self.version_refused() or refused
+            # comes first (a 101st header made it a 431). One of HTTP/0.9's shape may name it.
+            refused = self.version_refused(data, complete=not self.in_headers) or refused
         self.refusals.note(self.logger, self.loop, refused.cause)
         if refused.dispatched:
             self.refuse_dispatched(refused)
@@ -379,9 +428,14 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
     def send_400_response(self, msg: str) -> None:
         # What the parser itself refused (uvicorn has logged it): its 400 in the shape. A
         # broken body is the request in hand's own; broken headers are a request's behind it.
-        # llhttp refuses HTTP/3.0 and pauses on the h2c preface: the line's 505 comes first.
+        # llhttp pauses on the h2c preface (`PRI * HTTP/2.0`): the line's 505 comes first. It
+        # refuses a PRI of any other version, a method it knows only in that preface.
         if self.in_headers:
             refused = self.version_refused()
+            if refused is None and self.parser.get_method() == b"PRI":
+                cause = "refused a PRI that is not HTTP/2's preface (501)"
+                body = error_body("NotImplemented", PRI_DETAIL)
+                refused = Refused(b"501 Not Implemented", body, [], cause)
             if refused is not None:
                 self.refuse(refused)
                 return
