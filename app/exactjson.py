@@ -71,17 +71,44 @@ def _wide_int(text: str) -> int:
         return int(Decimal(text))
 
 
+class JsonText(str):
+    """A stored jsonb value as its exact JSON text (Postgres's), for one that Python's `json`
+    cannot read back as it is: nested past its parser (RecursionError: every read of the row
+    was a 500) or holding a number no double holds (`1e400` + 0.5 was read as inf, given back as
+    null over HTTP and `Infinity` by `agmem memory get`; `1e-16383` as 0.0). Readers give it as a
+    string, flagged `valueIsJsonText` (app/memories/schemas.py, app/mcp/server.py). Never
+    written back: a value a client writes is parsed from its request, and copies between tables
+    are made in SQL."""
+
+    __slots__ = ()
+
+
+class _NoDouble(Exception):
+    """A stored number no double holds (see `_double`)."""
+
+
+def _double(text: str) -> float:
+    number = float(text)
+    if math.isinf(number) or (number == 0.0 and text.lower().partition("e")[0].strip("+-0.")):
+        raise _NoDouble
+    return number
+
+
 def loads_stored(data: str | bytes) -> Any:
     """`json.loads` for a value read back from Postgres: what the service gives clients as JSON
     numbers stays `int` and `float`, and an integer of more than 4,300 digits (which a row
     written by SQL or an older build can hold) is read as the exact `int` instead of raising
-    (every read of such a memory was a 500). `dumps` writes it back."""
+    (every read of such a memory was a 500). `dumps` writes it back. A value nested past the
+    parser, or holding a number no double holds, is its `JsonText`."""
     try:
-        return json.loads(data)
-    except ValueError as error:
-        if not _too_long(error):
-            raise
-    return json.loads(data, parse_int=_wide_int)
+        try:
+            return json.loads(data, parse_float=_double)
+        except ValueError as error:
+            if not _too_long(error):
+                raise
+        return json.loads(data, parse_int=_wide_int, parse_float=_double)
+    except (RecursionError, _NoDouble):
+        return JsonText(data if isinstance(data, str) else data.decode())
 
 
 def dumps(value: Any, **options: Any) -> str:

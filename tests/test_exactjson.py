@@ -75,3 +75,21 @@ def test_check_numbers_keeps_what_postgres_and_the_readers_keep() -> None:
     text = "[1.50, 1e-16383, -0, 1.7976931348623157e308, " + "9" * 131072 + ', {"a": [0.1]}]'
     value = exactjson.loads(text)
     assert exactjson.check_numbers(value) is value
+
+
+def test_loads_stored_gives_what_it_cannot_read_as_it_is_as_its_text() -> None:
+    deep = "[" * 3000 + "1" + "]" * 3000
+    for text in (deep, "[1" + "0" * 400 + ".5]", '{"t": 0.' + "0" * 400 + "1}", "[1e-400]"):
+        read = exactjson.loads_stored(text)
+        assert isinstance(read, exactjson.JsonText)
+        assert read == text
+    assert isinstance(exactjson.loads_stored(b"[" + b"1" * 400 + b".5]"), exactjson.JsonText)
+    # What a double holds is read as before: zeros of every spelling, small and long numbers.
+    assert exactjson.loads_stored("[0.0, -0.000, 0e5, 1e-300, 3.14159265358979323846]") == [
+        0.0,
+        -0.0,
+        0.0,
+        1e-300,
+        3.141592653589793,
+    ]
+    assert not isinstance(exactjson.loads_stored('"[1]"'), exactjson.JsonText)
