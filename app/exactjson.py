@@ -19,6 +19,7 @@ import secrets
 import sys
 from collections.abc import Iterator
 from decimal import Decimal
+from functools import lru_cache
 from typing import Any
 
 
@@ -113,21 +114,30 @@ def loads_stored(data: str | bytes) -> Any:
 
 def dumps(value: Any, **options: Any) -> str:
     """`json.dumps(value, **options)` that also writes the `Decimal`s `loads` made, as their
-    `str` (which is JSON), and an `int` too long for Python's int-to-string conversion (one
+    `str` (which is JSON; a NaN or infinity as `json` writes a float one, and refused as it is
+    with `allow_nan=False`), and an `int` too long for Python's int-to-string conversion (one
     `loads_stored` read), as its digits. Raises TypeError for what `json` cannot write."""
+    return _dumps_marked(value, options)
+
+
+# `json` cannot write raw text and its C encoder is kept: each Decimal is first written as this
+# string, and the text is then cut at those and the numbers' texts put in, in the order the
+# encoder wrote them. Random per process and never written out (every mark is replaced), so no
+# client can send it; besides, jsonb holds no NUL.
+_NONCE = secrets.token_hex(8)
+_MARK = f"\0{_NONCE}\0"
+_MARK_WRITTEN = f'"\\u0000{_NONCE}\\u0000"'
+
+
+def _dumps_marked(value: Any, options: dict[str, Any]) -> str:
     numbers: list[str] = []
-    # `json` cannot write raw text and its C encoder is kept: each Decimal is first written as
-    # the same string, holding this call's random nonce, and the text is then cut at those and
-    # the numbers' texts put in, in the order the encoder wrote them. No other string can be the
-    # same (the nonce; besides, stored jsonb holds no NUL).
-    nonce = secrets.token_hex(8)
-    mark = f"\0{nonce}\0"
+    allow_nan = options.get("allow_nan", True)
 
     def placeholder(item: Any) -> str:
         if not isinstance(item, Decimal):
             raise TypeError(f"Object of type {type(item).__name__} is not JSON serializable")
-        numbers.append(str(item))
-        return mark
+        numbers.append(_decimal_text(item, allow_nan))
+        return _MARK
 
     try:
         text = json.dumps(value, default=placeholder, **options)
@@ -138,23 +148,47 @@ def dumps(value: Any, **options: Any) -> str:
         text = json.dumps(_long_ints_as_decimals(value), default=placeholder, **options)
     if not numbers:
         return text
-    pieces = text.split(f'"\\u0000{nonce}\\u0000"')
+    pieces = text.split(_MARK_WRITTEN)
     joined = [""] * (2 * len(pieces) - 1)
     joined[::2] = pieces
     joined[1::2] = numbers
     return "".join(joined)
 
 
-# More bits than this, and an int may have more decimal digits than Python writes (4,300).
-_LONG_INT_BITS = 4000 * 3
+def _decimal_text(number: Decimal, allow_nan: bool) -> str:
+    if number.is_finite():
+        return str(number)
+    if not allow_nan:
+        raise ValueError(f"Out of range float values are not JSON compliant: {number!r}")
+    # `json`'s words for a float's (`str` wrote `sNaN`, which no JSON reader takes).
+    if number.is_nan():
+        return "NaN"
+    return "-Infinity" if number.is_signed() else "Infinity"
 
 
 def has_long_int(value: Any) -> bool:
     """Whether `value` holds an `int` too long for Python's int-to-string conversion (one
     `loads_stored` read): `json.dumps` of it raises, where `dumps` writes it."""
-    return any(
-        isinstance(item, int) and item.bit_length() > _LONG_INT_BITS for item in _scalars(value)
-    )
+    return any(isinstance(item, int) and _too_long_int(item) for item in _scalars(value))
+
+
+def _too_long_int(number: int) -> bool:
+    """Whether `str(number)` raises: more digits than `sys.get_int_max_str_digits()` (a sign
+    not counted; 0 is no limit), as Python counts them."""
+    limit = sys.get_int_max_str_digits()
+    return limit > 0 and number.bit_length() > _bits_within(limit) and abs(number) >= _ten_to(limit)
+
+
+@lru_cache(maxsize=4)
+def _bits_within(digits: int) -> int:
+    # No int of this many bits has more than `digits` digits: 2**bits <= 10**digits.
+    return digits * 3321928 // 1000000
+
+
+@lru_cache(maxsize=4)
+def _ten_to(digits: int) -> int:
+    power: int = 10**digits  # `int ** int` is typed Any: a negative power would be a float
+    return power
 
 
 def _scalars(value: Any) -> Iterator[Any]:
@@ -174,7 +208,7 @@ def _scalars(value: Any) -> Iterator[Any]:
 def _long_ints_as_decimals(value: Any) -> Any:
     # Decimal(int) converts without the limited string path, and writes every digit.
     if isinstance(value, int) and not isinstance(value, bool):
-        return Decimal(value) if value.bit_length() > _LONG_INT_BITS else value
+        return Decimal(value) if _too_long_int(value) else value
     if isinstance(value, dict):
         return {key: _long_ints_as_decimals(item) for key, item in value.items()}
     if isinstance(value, list | tuple):
