@@ -167,7 +167,8 @@ def _placeholder(item: Any) -> str:
 @lru_cache(maxsize=32)
 def _encoder(options: tuple[tuple[str, Any], ...]) -> json.JSONEncoder:
     # Built once per set of options: `json.dumps` builds one a call unless given none, and with
-    # the nonce and a closure a call this cost 8.2 against `json.dumps`'s 4.5 µs a small dict.
+    # a nonce and a closure a call a small dict cost 5.0-5.6 µs against `json.dumps`'s 2.7-3.0
+    # (3.4-3.8 so; bench/exactjson_dumps.py, docs/benchmarks.md).
     return json.JSONEncoder(default=_placeholder, **dict(options))
 
 
