@@ -17,8 +17,10 @@ import json
 import math
 import secrets
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from decimal import Decimal
+from functools import lru_cache
 from typing import Any
 
 
@@ -71,63 +73,137 @@ def _wide_int(text: str) -> int:
         return int(Decimal(text))
 
 
+class JsonText(str):
+    """A stored jsonb value as its exact JSON text (Postgres's), for one that Python's `json`
+    cannot read back as it is: nested past its parser (RecursionError: every read of the row
+    was a 500) or holding a number no double holds (`1e400` + 0.5 was read as inf, given back as
+    null over HTTP and `Infinity` by `agmem memory get`; `1e-16383` as 0.0). Readers give it as a
+    string, flagged `valueIsJsonText` (app/memories/schemas.py, app/mcp/server.py). Never
+    written back: a value a client writes is parsed from its request, and copies between tables
+    are made in SQL."""
+
+    __slots__ = ()
+
+
+class _NoDouble(Exception):
+    """A stored number no double holds (see `_double`)."""
+
+
+def _double(text: str) -> float:
+    number = float(text)
+    if math.isinf(number) or (number == 0.0 and text.lower().partition("e")[0].strip("+-0.")):
+        raise _NoDouble
+    return number
+
+
 def loads_stored(data: str | bytes) -> Any:
     """`json.loads` for a value read back from Postgres: what the service gives clients as JSON
     numbers stays `int` and `float`, and an integer of more than 4,300 digits (which a row
     written by SQL or an older build can hold) is read as the exact `int` instead of raising
-    (every read of such a memory was a 500). `dumps` writes it back."""
+    (every read of such a memory was a 500). `dumps` writes it back. A value nested past the
+    parser, or holding a number no double holds, is its `JsonText`."""
     try:
-        return json.loads(data)
-    except ValueError as error:
-        if not _too_long(error):
-            raise
-    return json.loads(data, parse_int=_wide_int)
+        try:
+            return json.loads(data, parse_float=_double)
+        except ValueError as error:
+            if not _too_long(error):
+                raise
+        return json.loads(data, parse_int=_wide_int, parse_float=_double)
+    except (RecursionError, _NoDouble):
+        return JsonText(data if isinstance(data, str) else data.decode())
 
 
 def dumps(value: Any, **options: Any) -> str:
     """`json.dumps(value, **options)` that also writes the `Decimal`s `loads` made, as their
-    `str` (which is JSON), and an `int` too long for Python's int-to-string conversion (one
-    `loads_stored` read), as its digits. Raises TypeError for what `json` cannot write."""
+    `str` (which is JSON; a NaN or infinity as `json` writes a float one, and refused as it is
+    with `allow_nan=False`), and an `int` too long for Python's int-to-string conversion (one
+    `loads_stored` read), as its digits. Raises TypeError for what `json` cannot write.
+    `options` are `json.dumps`'s, hashable (each set has its encoder, kept)."""
+    encoder = _encoder(tuple(sorted(options.items())))
     numbers: list[str] = []
-    # `json` cannot write raw text and its C encoder is kept: each Decimal is first written as
-    # the same string, holding this call's random nonce, and the text is then cut at those and
-    # the numbers' texts put in, in the order the encoder wrote them. No other string can be the
-    # same (the nonce; besides, stored jsonb holds no NUL).
-    nonce = secrets.token_hex(8)
-    mark = f"\0{nonce}\0"
-
-    def placeholder(item: Any) -> str:
-        if not isinstance(item, Decimal):
-            raise TypeError(f"Object of type {type(item).__name__} is not JSON serializable")
-        numbers.append(str(item))
-        return mark
-
+    _marks.append, _marks.allow_nan = numbers.append, options.get("allow_nan", True)
     try:
-        text = json.dumps(value, default=placeholder, **options)
+        text = encoder.encode(value)
     except ValueError as error:
         if not _too_long(error):
             raise
         numbers.clear()
-        text = json.dumps(_long_ints_as_decimals(value), default=placeholder, **options)
+        text = encoder.encode(_long_ints_as_decimals(value))
     if not numbers:
         return text
-    pieces = text.split(f'"\\u0000{nonce}\\u0000"')
+    pieces = text.split(_MARK_WRITTEN)
     joined = [""] * (2 * len(pieces) - 1)
     joined[::2] = pieces
     joined[1::2] = numbers
     return "".join(joined)
 
 
-# More bits than this, and an int may have more decimal digits than Python writes (4,300).
-_LONG_INT_BITS = 4000 * 3
+# `json` cannot write raw text and its C encoder is kept: each Decimal is first written as this
+# string, and the text is then cut at those and the numbers' texts put in, in the order the
+# encoder wrote them. Random per process and never written out (every mark is replaced), so no
+# client can send it; besides, jsonb holds no NUL.
+_NONCE = secrets.token_hex(8)
+_MARK = f"\0{_NONCE}\0"
+_MARK_WRITTEN = f'"\\u0000{_NONCE}\\u0000"'
+
+
+class _Marks(threading.local):
+    """The numbers of the `dumps` running in this thread, in the order its encoder met them."""
+
+    append: Callable[[str], None]
+    allow_nan: bool
+
+
+_marks = _Marks()
+
+
+def _placeholder(item: Any) -> str:
+    if not isinstance(item, Decimal):
+        raise TypeError(f"Object of type {type(item).__name__} is not JSON serializable")
+    _marks.append(str(item) if item.is_finite() else _not_finite(item, _marks.allow_nan))
+    return _MARK
+
+
+@lru_cache(maxsize=32)
+def _encoder(options: tuple[tuple[str, Any], ...]) -> json.JSONEncoder:
+    # Built once per set of options: `json.dumps` builds one a call unless given none, and with
+    # a nonce and a closure a call a small dict cost 5.0-5.6 µs against `json.dumps`'s 2.7-3.0
+    # (3.4-3.8 so; bench/exactjson_dumps.py, docs/benchmarks.md).
+    return json.JSONEncoder(default=_placeholder, **dict(options))
+
+
+def _not_finite(number: Decimal, allow_nan: bool) -> str:
+    if not allow_nan:
+        raise ValueError(f"Out of range float values are not JSON compliant: {number!r}")
+    # `json`'s words for a float's (`str` wrote `sNaN`, which no JSON reader takes).
+    if number.is_nan():
+        return "NaN"
+    return "-Infinity" if number.is_signed() else "Infinity"
 
 
 def has_long_int(value: Any) -> bool:
     """Whether `value` holds an `int` too long for Python's int-to-string conversion (one
     `loads_stored` read): `json.dumps` of it raises, where `dumps` writes it."""
-    return any(
-        isinstance(item, int) and item.bit_length() > _LONG_INT_BITS for item in _scalars(value)
-    )
+    return any(isinstance(item, int) and _too_long_int(item) for item in _scalars(value))
+
+
+def _too_long_int(number: int) -> bool:
+    """Whether `str(number)` raises: more digits than `sys.get_int_max_str_digits()` (a sign
+    not counted; 0 is no limit), as Python counts them."""
+    limit = sys.get_int_max_str_digits()
+    return limit > 0 and number.bit_length() > _bits_within(limit) and abs(number) >= _ten_to(limit)
+
+
+@lru_cache(maxsize=4)
+def _bits_within(digits: int) -> int:
+    # No int of this many bits has more than `digits` digits: 2**bits <= 10**digits.
+    return digits * 3321928 // 1000000
+
+
+@lru_cache(maxsize=4)
+def _ten_to(digits: int) -> int:
+    power: int = 10**digits  # `int ** int` is typed Any: a negative power would be a float
+    return power
 
 
 def _scalars(value: Any) -> Iterator[Any]:
@@ -147,7 +223,7 @@ def _scalars(value: Any) -> Iterator[Any]:
 def _long_ints_as_decimals(value: Any) -> Any:
     # Decimal(int) converts without the limited string path, and writes every digit.
     if isinstance(value, int) and not isinstance(value, bool):
-        return Decimal(value) if value.bit_length() > _LONG_INT_BITS else value
+        return Decimal(value) if _too_long_int(value) else value
     if isinstance(value, dict):
         return {key: _long_ints_as_decimals(item) for key, item in value.items()}
     if isinstance(value, list | tuple):

@@ -94,10 +94,10 @@ def _json(value: str | None) -> str | None:
     # are written back as stored (app/exactjson.py): only its strings are the rules' to change.
     if value is None:
         return None
+    # A jsonb's text is always JSON, and `exactjson.loads` reads each of its numbers: only the
+    # nesting can stop the parse.
     try:
         stored = exactjson.loads(value)
-    except ValueError as error:  # no text of a jsonb's, which is always JSON
-        raise _NotJSON(str(error)) from None
     except RecursionError:
         return redact_json_text(value)
     try:
@@ -106,10 +106,6 @@ def _json(value: str | None) -> str | None:
     except RecursionError:
         # Read, but too deep for the walks: the nesting Python's parser stops at is near it.
         return redact_json_text(value)
-
-
-class _NotJSON(Exception):
-    """A jsonb's text that `json` refuses (see `UnreadableRow`)."""
 
 
 @dataclass(frozen=True)
@@ -181,8 +177,6 @@ class RedactReport:
 
     scanned: dict[str, int] = field(default_factory=dict)
     changed: dict[str, int] = field(default_factory=dict)
-    # Rows no parse can read (`UnreadableRow`), by table: left as they are, each logged.
-    skipped: dict[str, int] = field(default_factory=dict)
     dry_run: bool = False
 
     def summary_line(self) -> str:
@@ -190,16 +184,9 @@ class RedactReport:
             f"{table} {self.changed.get(table, 0)}/{self.scanned[table]}" for table in self.scanned
         )
         total = sum(self.changed.values())
-        skipped = ""
-        if self.skipped:
-            by_table = ", ".join(f"{table} {count}" for table, count in self.skipped.items())
-            skipped = (
-                f"; {sum(self.skipped.values())} rows skipped, unreadable ({by_table}): "
-                "see the log's redaction.row_skipped lines"
-            )
         if self.dry_run:
-            return f"would redact {total} rows (to change/read: {parts}){skipped}; nothing written"
-        return f"redacted {total} rows (changed/read: {parts}){skipped}"
+            return f"would redact {total} rows (to change/read: {parts}); nothing written"
+        return f"redacted {total} rows (changed/read: {parts})"
 
 
 async def redact_stored(
@@ -222,19 +209,6 @@ async def redact_stored(
     finally:
         await batch.close()
     return report
-
-
-class UnreadableRow(Exception):
-    """A stored jsonb whose text `json` refuses (none Postgres writes should be: one nested past
-    Python's recursion limit, which Postgres takes, is redacted in its text, `redact_json_text`).
-    Parsed again it fails again, so the row is skipped, logged and counted, and the pass goes
-    on: raised, it stopped the pass for every row after it, and the worker, which retries a
-    failed pass before its lanes start, retried it for ever."""
-
-    def __init__(self, column: str, reason: str) -> None:
-        super().__init__(column, reason)
-        self.column = column
-        self.reason = reason
 
 
 class RedactionWorkerDied(AppError):
@@ -342,16 +316,14 @@ async def _walk(
     while True:
         async with sessionmaker() as session, session.begin():
             if table is None:
-                rows, changed, skipped = await _chunk_batch(session, after, batch)
+                rows, changed = await _chunk_batch(session, after, batch)
             else:
-                rows, changed, skipped = await _table_batch(session, table, after, batch)
+                rows, changed = await _table_batch(session, table, after, batch)
         if not rows:
             return
         after = rows[-1]
         report.scanned[name] += len(rows)
         report.changed[name] += changed
-        if skipped:
-            report.skipped[name] = report.skipped.get(name, 0) + skipped
         if progress is not None:
             progress(name, report.scanned[name])
 
@@ -385,12 +357,7 @@ def _redact_row(table: _Table, row: Mapping[str, Any]) -> dict[str, Any]:
     new: dict[str, Any] = {}
     for column, (redact, _cast) in table.columns.items():
         old = row[column]
-        try:
-            value = redact(old)
-        except _NotJSON as error:
-            # Only the parse: a rule's own error (a ValueError among them) is a bug to be seen,
-            # not a row to skip with its secrets.
-            raise UnreadableRow(column, str(error)) from None
+        value = redact(old)
         if value != old:
             new[column] = value
     return new
@@ -398,32 +365,19 @@ def _redact_row(table: _Table, row: Mapping[str, Any]) -> dict[str, Any]:
 
 async def _table_batch(
     session: AsyncSession, table: _Table, after: Any, batch: _Batch
-) -> tuple[list[Any], int, int]:
-    """Redact one batch of `table`'s rows after key `after`: (the keys read, rows changed, rows
-    skipped)."""
+) -> tuple[list[Any], int]:
+    """Redact one batch of `table`'s rows after key `after`: (the keys read, rows changed)."""
     columns = [table.selected(column) for column in table.columns]
     columns += list(_VERSION_COLUMNS) if table.versioned else []
     select = _batch_select(table.name, table.key, columns, table.size, after is None)
     params = {"after": after, "limit": batch.rows, "budget": batch.bytes}
     rows = (await session.execute(text(select), params)).all()
-    changed = skipped = 0
+    changed = 0
     for row in rows:
         # A huge row is pickled to the worker process: as a dict (a Row holds its cursor's
         # metadata); the others are redacted here, copying nothing.
         values = dict(row._mapping) if row.text_bytes > HUGE_ROW_BYTES else row._mapping
-        try:
-            new = await batch.redact(row.text_bytes, _redact_row, table, values)
-        except UnreadableRow as error:
-            key = getattr(row, table.key)
-            log.warning(
-                "redaction.row_skipped",
-                table=table.name,
-                key=str(key),
-                column=error.column,
-                reason=error.reason,
-            )
-            skipped += 1
-            continue
+        new = await batch.redact(row.text_bytes, _redact_row, table, values)
         if not new:
             continue
         changed += 1
@@ -440,7 +394,7 @@ async def _table_batch(
             ),
             {**new, "key": getattr(row, table.key)},
         )
-    return [getattr(row, table.key) for row in rows], changed, skipped
+    return [getattr(row, table.key) for row in rows], changed
 
 
 # docs/memories.md: a memory's version is +1 on every write, and every update first keeps the
@@ -486,9 +440,7 @@ _SET_CHUNK = text(
 )
 
 
-async def _chunk_batch(
-    session: AsyncSession, after: Any, batch: _Batch
-) -> tuple[list[Any], int, int]:
+async def _chunk_batch(session: AsyncSession, after: Any, batch: _Batch) -> tuple[list[Any], int]:
     params = {"after": after or 0, "limit": batch.rows, "budget": batch.bytes}
     rows = (await session.execute(_CHUNKS, params)).all()
     changed = 0
@@ -506,7 +458,7 @@ async def _chunk_batch(
                 "terms": _terms(row.content, content, row.search_terms),
             }
             await session.execute(_SET_CHUNK, params)
-    return [row.id for row in rows], changed, 0
+    return [row.id for row in rows], changed
 
 
 def _terms(old: str, new: str, stored: str | None) -> str:

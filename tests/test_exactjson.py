@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import sys
 from decimal import Decimal
 
 import pytest
@@ -75,3 +77,50 @@ def test_check_numbers_keeps_what_postgres_and_the_readers_keep() -> None:
     text = "[1.50, 1e-16383, -0, 1.7976931348623157e308, " + "9" * 131072 + ', {"a": [0.1]}]'
     value = exactjson.loads(text)
     assert exactjson.check_numbers(value) is value
+
+
+def test_loads_stored_gives_what_it_cannot_read_as_it_is_as_its_text() -> None:
+    deep = "[" * 3000 + "1" + "]" * 3000
+    for text in (deep, "[1" + "0" * 400 + ".5]", '{"t": 0.' + "0" * 400 + "1}", "[1e-400]"):
+        read = exactjson.loads_stored(text)
+        assert isinstance(read, exactjson.JsonText)
+        assert read == text
+    assert isinstance(exactjson.loads_stored(b"[" + b"1" * 400 + b".5]"), exactjson.JsonText)
+    # What a double holds is read as before: zeros of every spelling, small and long numbers.
+    assert exactjson.loads_stored("[0.0, -0.000, 0e5, 1e-300, 3.14159265358979323846]") == [
+        0.0,
+        -0.0,
+        0.0,
+        1e-300,
+        3.141592653589793,
+    ]
+    assert not isinstance(exactjson.loads_stored('"[1]"'), exactjson.JsonText)
+
+
+def test_has_long_int_is_what_pythons_int_to_string_limit_refuses() -> None:
+    limit = sys.get_int_max_str_digits()
+    assert limit == 4300  # the default the service runs with
+    for digits, refused in ((limit - 1, False), (limit, False), (limit + 1, True)):
+        for number in (10 ** (digits - 1), 10**digits - 1, -(10**digits - 1)):
+            assert exactjson.has_long_int({"n": [number]}) is refused, (digits, number)
+            if not refused:
+                assert json.dumps(number)
+    try:
+        # A process whose limit is lower (PYTHONINTMAXSTRDIGITS=640) or off (0).
+        sys.set_int_max_str_digits(640)
+        assert exactjson.has_long_int([10**640])
+        assert not exactjson.has_long_int([10**639])
+        assert exactjson.dumps([10**700]) == "[1" + "0" * 700 + "]"
+        sys.set_int_max_str_digits(0)
+        assert not exactjson.has_long_int([10**10_000])
+    finally:
+        sys.set_int_max_str_digits(limit)
+
+
+def test_dumps_writes_a_decimal_nan_or_infinity_as_json_writes_a_float_one() -> None:
+    for number in ("NaN", "Infinity", "-Infinity", "sNaN"):
+        with pytest.raises(ValueError, match="not JSON compliant"):
+            exactjson.dumps([Decimal(number)], allow_nan=False)
+    assert exactjson.dumps([Decimal("NaN"), Decimal("-Infinity"), Decimal("sNaN")]) == (
+        json.dumps([math.nan, -math.inf, math.nan])
+    )

@@ -1821,6 +1821,10 @@ def test_redact_json_text_redacts_each_string_as_redact_json_does(
         "auths": {"https://index.docker.io/v1/": {"auth": "dXNlcjpodW50ZXIyaHVudGVyMg=="}},
         "plain": "password: hunter2",
         "n": [{"password": 3}, "after"],
+        # A credential's plural: each string element whole, a nested one as anywhere else.
+        "passwords": ["hunter2hunter2", "", 7, ["hunter3hunter3"], {"k": "v"}, "correct horse"],
+        "apiKeys": [["x"], "sk-abcdefabcdefabcdef"],
+        "list": ["passwords", ["a", "b"]],
     }
     for ascii_only in (True, False):
         text = json.dumps(value, ensure_ascii=ascii_only, separators=separators)
@@ -1829,3 +1833,7 @@ def test_redact_json_text_redacts_each_string_as_redact_json_does(
         assert token not in redacted
     clean = json.dumps({"a": [1.50, "kept as written"]}, separators=separators)
     assert redact_json_text(clean) is clean
+    deep = "[" * 5000 + '{"passwords": ["hunter2hunter2", [[]], "kept?"]}' + "]" * 5000
+    assert redact_json_text(deep) == deep.replace("hunter2hunter2", REDACTED).replace(
+        "kept?", REDACTED
+    )

@@ -18,6 +18,7 @@ from starlette.requests import ClientDisconnect
 from app.api import paths  # noqa: F401 - registers the `{name:any}` paths below use
 from app.api.deps import DbDep, ProjectPathQuery, SettingsDep
 from app.api.errors import is_json_content_type
+from app.api.responses import ExactJSONResponse
 from app.api.times import RequestTime
 from app.capture import service
 from app.capture.db import capture_lifespan, capture_writer
@@ -307,7 +308,7 @@ async def list_sessions(
     rows = await service.list_sessions(
         db, project_path=project_path, status=status, limit=limit, before=before
     )
-    return JSONResponse({"sessions": [session_json(row) for row in rows]})
+    return ExactJSONResponse({"sessions": [session_json(row) for row in rows]})
 
 
 @router.get("/sessions/{session_id:any}")
@@ -319,14 +320,14 @@ async def get_session(session_id: str, db: DbDep) -> JSONResponse:
         "tokensSaved": detail.tokens_saved,
         "observationCounts": detail.observation_counts,
     }
-    return JSONResponse(body)
+    return ExactJSONResponse(body)
 
 
 @router.get("/observations/{observation_id:any}")
 async def get_observation(observation_id: str, db: DbDep) -> JSONResponse:
     """One observation: raw args and result, compressed data, tokens and status."""
     row = await service.get_observation(db, observation_id=observation_id)
-    return JSONResponse(observation_json(row))
+    return ExactJSONResponse(observation_json(row))
 
 
 @router.post("/compress", status_code=202)

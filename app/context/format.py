@@ -89,7 +89,11 @@ def session_line(at: datetime, task: str | None, summary: str) -> str:
 def fact_value(raw_json: str) -> str:
     """A kv value as text: strings bare, anything else as compact JSON."""
     # Its numbers as stored (`1.50`, an integer of 5,000 digits, on which `json.loads` raised).
-    value = exactjson.loads(raw_json)
+    try:
+        value = exactjson.loads(raw_json)
+    except RecursionError:
+        # Nested past the parser (stored by SQL or an older build): its text as Postgres wrote it.
+        return one_line(raw_json)
     if isinstance(value, str):
         return one_line(value)
     return exactjson.dumps(value, ensure_ascii=False, separators=(",", ":"))

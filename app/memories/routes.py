@@ -7,9 +7,9 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from app import exactjson
 from app.api import paths  # noqa: F401 - registers the `{name:any}` paths below use
 from app.api.deps import DbDep, SettingsDep, StateDep
+from app.api.responses import ExactJSONResponse
 from app.db.engine import transaction
 from app.errors import BadRequest, ValidationFailed
 from app.memories import resume as resume_service
@@ -204,18 +204,7 @@ async def get_memory(
                 for v in versions
             ],
         )
-    return _ExactJSONResponse(memory.model_dump(mode="json", by_alias=True), headers=_etag(memory))
-
-
-class _ExactJSONResponse(JSONResponse):
-    """JSONResponse's bytes, and an integer of more than 4,300 digits (a value stored by SQL or
-    an older build) written too: `json.dumps` raised on it, and the read was a 500."""
-
-    def render(self, content: object) -> bytes:
-        text = exactjson.dumps(
-            content, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")
-        )
-        return text.encode("utf-8")
+    return ExactJSONResponse(memory.model_dump(mode="json", by_alias=True), headers=_etag(memory))
 
 
 @router.delete("/memories/{key:any}", response_model=Deleted)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
@@ -137,10 +137,33 @@ class MemoryWrite(StrictBody):
         return check_tags(value)
 
 
-class Memory(CamelModel):
+def _unset(flag: bool | None) -> bool:
+    return flag is None
+
+
+# On a memory or version whose stored value is given as its exact JSON text (see
+# `exactjson.JsonText`: nested past Python's parser, or holding a number no double holds);
+# absent from every other, which keep the shape they had.
+_JSON_TEXT_FLAG = Field(default=None, exclude_if=_unset)
+
+
+class _ValueAsRead(CamelModel):
+    if TYPE_CHECKING:  # declared by each model, where it stands in the answer
+        value: Any
+        value_is_json_text: bool | None
+
+    @model_validator(mode="after")
+    def _flag_json_text(self) -> Self:
+        if isinstance(self.value, exactjson.JsonText):
+            self.value_is_json_text = True
+        return self
+
+
+class Memory(_ValueAsRead):
     id: uuid.UUID
     key: str
     value: Any
+    value_is_json_text: bool | None = _JSON_TEXT_FLAG
     scope: Scope
     project_path: str | None
     session_id: str | None
@@ -160,9 +183,10 @@ class MemoryList(CamelModel):
     memories: list[Memory]
 
 
-class MemoryVersion(CamelModel):
+class MemoryVersion(_ValueAsRead):
     version: int
     value: Any
+    value_is_json_text: bool | None = _JSON_TEXT_FLAG
     written_by: str | None
     written_at: datetime
 

@@ -315,27 +315,39 @@ def redact_json(value: Any) -> Any:
     return value
 
 
-# A JSON string literal. No quote stands unescaped inside one, and none outside one: in a JSON
-# text, every match from the start is a whole string, key or value.
-_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+# A JSON string literal, or a bracket. No quote stands unescaped inside a literal, and none
+# outside one: in a JSON text, every match from the start is a whole string (key or value) or a
+# bracket outside every string.
+_JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
 _COLON = re.compile(r"\s*:\s*")
 
 
 def redact_json_text(text: str) -> str:
     """`redact_json` of a JSON text, done on the text: each string literal (keys too) redacted
     in place and written back as JSON, a string right after a credential-named key redacted
-    whole; everything else (numbers, nesting, spacing) kept as written.
+    whole, and so is a string element of a list under a credential's plural name
+    (`"passwords": [...]`); everything else (numbers, nesting, spacing) kept as written.
 
     For a stored value nested past Python's recursion limit, which Postgres takes and no parse
-    here can read (app/redaction.py): skipped, its secrets stayed stored. Not done: a list under
-    a credential's plural name (`"passwords": [...]`) has each element redacted by the text
-    rules, not whole."""
+    here can read (app/redaction.py). Its brackets are counted on a list, not by recursion."""
     pieces: list[str] = []
     done = 0
     credential: tuple[str, bool] | None = None  # the key whose value starts at `value_at`
     value_at = -1
-    for match in _JSON_STRING.finditer(text):
+    # Per open bracket: the credential plural whose list it opens, else None.
+    open_lists: list[tuple[str, bool] | None] = []
+    for match in _JSON_TOKEN.finditer(text):
         literal = match.group()
+        if literal in "[{":
+            plural = None
+            if literal == "[" and credential is not None and match.start() == value_at:
+                plural = _plural(credential[0])
+            open_lists.append(plural)
+            continue
+        if literal in "]}":
+            if open_lists:
+                open_lists.pop()
+            continue
         old = json.loads(literal)
         colon = _COLON.match(text, match.end())
         if colon is not None:  # a key
@@ -343,6 +355,8 @@ def redact_json_text(text: str) -> str:
             credential, value_at = (new, _credential_key(new)), colon.end()
         elif credential is not None and match.start() == value_at and old:
             new = REDACTED if _credential(*credential, old) else redact_secrets(old)
+        elif open_lists and open_lists[-1] is not None and _listed(open_lists[-1], old):
+            new = REDACTED
         else:
             new = redact_secrets(old)
         if new != old:

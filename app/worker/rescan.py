@@ -178,6 +178,5 @@ async def _pass(
         seconds=round(time.monotonic() - started, 3),
         changed=report.changed,
         scanned=sum(report.scanned.values()),
-        skipped=report.skipped,
     )
     return report

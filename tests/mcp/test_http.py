@@ -429,3 +429,55 @@ def test_read_and_list_answer_a_memory_holding_an_integer_of_5000_digits(
             assert [m["value"] for m in resumed["context"]["project"]] == [memory["value"]]
 
     asyncio.run(main())
+
+
+def test_read_and_list_answer_a_memory_nested_3000_deep_as_its_text(
+    live_server: LiveServer, db: psycopg.Connection[Any]
+) -> None:
+    # Stored by SQL (or an older build): the read's jsonb parse raised RecursionError.
+    deep = "[" * 3000 + "1" + "]" * 3000
+    db.execute(
+        "INSERT INTO memories (scope, project_path, key, value, created_by) "
+        "VALUES ('project', %s, 'deep', %s::jsonb, 'me')",
+        (PROJECT, deep),
+    )
+    row = db.execute("SELECT value::text FROM memories").fetchone()
+    assert row is not None
+
+    async def main() -> None:
+        async with Client(f"{live_server.url}/mcp") as client:
+            read = structured(
+                await client.call_tool("read_memory", {"key": "deep", "project_path": PROJECT})
+            )
+            assert read["memory"]["value"] == row[0]
+            assert read["memory"]["valueIsJsonText"] is True
+            listed = structured(await client.call_tool("list_memories", {"project_path": PROJECT}))
+            assert [m["value"] for m in listed["memories"]] == [row[0]]
+
+    asyncio.run(main())
+
+
+def test_a_number_a_write_cannot_keep_is_named_invalid_json_as_over_http(
+    live_server: LiveServer, db: psycopg.Connection[Any]
+) -> None:
+    # The same refusal was `ValidationFailed` here and `400 InvalidJSON` over HTTP.
+    for value in ("1e400", "[1, -1e309]", '{"a": -1e999}'):
+        body = (
+            '{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": '
+            f'"write_memory", "arguments": {{"key": "k", "value": {value}, "scope": "global"}}}}}}'
+        )
+        response = httpx.post(
+            f"{live_server.url}/mcp",
+            content=body.encode(),
+            headers={
+                "Accept": "application/json, text/event-stream",
+                "content-type": "application/json",
+            },
+        )
+        assert response.status_code == 200, response.text
+        result = response.json()["result"]
+        assert result["isError"], result
+        assert result["content"][0]["text"].startswith(
+            "Error executing tool write_memory: InvalidJSON: value: a number is"
+        ), (value, result)
+    assert db.execute("SELECT count(*) FROM memories").fetchone() == (0,)

@@ -1,0 +1,120 @@
+"""Memories whose stored jsonb Python's `json` cannot read back as it is, written by SQL (or an
+older build; no write path of this build takes one): a value nested ~3,000 deep made every read
+of its row raise RecursionError (a 500 for the memory, its list, a pattern, its history), and a
+number no double holds read back as another one (`1e400` + 0.5 as null over HTTP and
+`Infinity` in `agmem memory get`, `1e-16383` as 0.0). Each is answered as its exact JSON text,
+`valueIsJsonText: true` saying so, as MCP answers an integer of 5,000 digits."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import psycopg
+from fastapi.testclient import TestClient
+
+from tests.cli.helpers import run_agmem
+from tests.memories.helpers import PROJECT, url
+
+DEEP = "[" * 3000 + "1" + "]" * 3000
+# As Postgres writes them back (its numeric text has no exponent).
+HUGE = "1" + "0" * 400 + ".5"
+TINY = "0." + "0" * 16382 + "1"
+WHERE = {"projectPath": PROJECT}
+
+
+def _store(db: psycopg.Connection[Any], key: str, value: str) -> None:
+    db.execute(
+        "INSERT INTO memories (scope, project_path, key, value, created_by) "
+        "VALUES ('project', %s, %s, %s::jsonb, 'me')",
+        (PROJECT, key, value),
+    )
+
+
+def _stored_text(db: psycopg.Connection[Any], key: str) -> str:
+    row = db.execute("SELECT value::text FROM memories WHERE key = %s", (key,)).fetchone()
+    assert row is not None
+    text: str = row[0]
+    return text
+
+
+def test_a_value_nested_3000_deep_is_read_listed_and_kept_as_its_text(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    _store(db, "a.plain", "[1.5]")
+    _store(db, "project.deep", DEEP)
+    text = _stored_text(db, "project.deep")
+
+    one = client.get(url("project.deep"), params=WHERE)
+    assert one.status_code == 200, one.text
+    assert one.json()["value"] == text
+    assert one.json()["valueIsJsonText"] is True
+    for listed in (
+        client.get("/api/memories", params=WHERE),
+        client.get(url("*"), params=WHERE),
+    ):
+        assert listed.status_code == 200, listed.text
+        memories = {m["key"]: m for m in listed.json()["memories"]}
+        assert memories["project.deep"]["value"] == text
+        assert memories["project.deep"]["valueIsJsonText"] is True
+        # Only such a value is flagged: every other memory keeps its shape.
+        assert memories["a.plain"]["value"] == [1.5]
+        assert "valueIsJsonText" not in memories["a.plain"]
+    resumed = client.post("/api/resume", json={**WHERE, "budget": 20000})
+    assert resumed.status_code == 200, resumed.text
+    assert [m["value"] for m in resumed.json()["context"]["project"]] == [text]
+    context = client.get("/api/context", params=WHERE)
+    assert context.status_code == 200, context.text
+    assert "**project.deep**: [[[[" in context.text
+
+    over = client.put(url("project.deep"), json={"value": 2, "projectPath": PROJECT})
+    assert over.status_code == 200, over.text
+    assert "valueIsJsonText" not in over.json()
+    history = client.get(url("project.deep"), params={**WHERE, "history": "true"})
+    assert history.status_code == 200, history.text
+    version = history.json()["history"][0]
+    assert version["value"] == text
+    assert version["valueIsJsonText"] is True
+    kept = db.execute("SELECT value::text FROM memory_versions").fetchone()
+    assert kept == (text,)
+
+
+def test_numbers_no_double_holds_are_read_as_written(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    _store(db, "huge", "[" + HUGE + "]")
+    _store(db, "tiny", '{"t": ' + TINY + "}")
+    _store(db, "zero", "[0.000, -0.0]")
+    for key, exact in (("huge", f"[{HUGE}]"), ("tiny", f'{{"t": {TINY}}}')):
+        one = client.get(url(key), params=WHERE)
+        assert one.status_code == 200, one.text
+        assert one.json()["value"] == exact
+        assert one.json()["valueIsJsonText"] is True
+        listed = client.get("/api/memories", params={**WHERE, "pattern": key})
+        assert listed.json()["memories"][0]["value"] == exact
+    # A zero is a zero: read as the number it is.
+    zero = client.get(url("zero"), params=WHERE).json()
+    assert zero["value"] == [0.0, -0.0]
+    assert "valueIsJsonText" not in zero
+
+
+def test_agmem_memory_get_prints_such_values_as_their_text(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    _store(db, "deep", DEEP)
+    _store(db, "huge", "[" + HUGE + "]")
+    for key in ("deep", "huge"):
+        text = _stored_text(db, key)
+        shown = run_agmem("memory", "get", key, "--project", PROJECT, DATABASE_URL=database_url)
+        assert shown.returncode == 0, shown.stderr
+        assert shown.stdout == text + "\n"
+        shown = run_agmem(
+            "memory", "get", key, "--project", PROJECT, "--json", DATABASE_URL=database_url
+        )
+        assert shown.returncode == 0, shown.stderr
+        answer = json.loads(shown.stdout)
+        assert (answer["value"], answer["valueIsJsonText"]) == (text, True)
+    listed = run_agmem("memory", "list", "--project", PROJECT, DATABASE_URL=database_url)
+    assert listed.returncode == 0, listed.stderr
+    assert "deep\tproject\t[[[[" in listed.stdout
+    assert f"huge\tproject\t[{HUGE[:40]}" in listed.stdout
