@@ -23,6 +23,7 @@ import pytest
 from app.cli.server import freeze_startup_heap
 from tests.cli.helpers import (
     free_port,
+    invoke_agmem,
     read_banner,
     run_agmem,
     running_postmaster,
@@ -176,14 +177,14 @@ def test_lock_files_a_reboot_left_naming_other_processes_are_recovered(embedded_
 
 
 def test_serve_refuses_a_port_in_use(tmp_path: Path) -> None:
-    import socket
-
+    # In this process: the refusal's exit and one line as a process gives them are
+    # test_a_provider_that_cannot_be_built_stops_the_start_in_one_line's (serve's same `fail`).
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
 
-        result = run_agmem("serve", "--port", str(port), AGMEM_HOME=str(tmp_path))
+        result = invoke_agmem("serve", "--port", str(port), AGMEM_HOME=str(tmp_path))
 
     assert result.returncode == 1
     assert result.stderr.strip() == (
