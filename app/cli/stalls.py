@@ -36,6 +36,7 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app.cli.refusals import Header, RefusalLog, error_body
+from app.config import Settings
 
 # A body's bytes, on average, from its start (or the service's last hold on it) past one idle
 # timeout: else a byte each timeout held the connection and the request's task for ever.
@@ -43,7 +44,7 @@ from app.cli.refusals import Header, RefusalLog, error_body
 # twice Apache's mod_reqtimeout default (500 B/s); a body of 8 MiB (AGMEM_MAX_BODY_BYTES) at it
 # takes 2.3 h, the most a body can hold a connection.
 MIN_BODY_RATE = 1024
-DEFAULT_IDLE_TIMEOUT_SECONDS = 60.0  # as Settings.request_idle_timeout_seconds
+DEFAULT_IDLE_TIMEOUT_SECONDS: float = Settings.model_fields["request_idle_timeout_seconds"].default
 _RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close sends RST, drops what is unsent
 _SIOCOUTQ = 0x5411  # Linux: the bytes of a TCP socket's send queue the peer has not acknowledged
 

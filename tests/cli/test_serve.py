@@ -23,6 +23,7 @@ import pytest
 from app.cli.server import freeze_startup_heap
 from tests.cli.helpers import (
     free_port,
+    invoke_agmem,
     read_banner,
     run_agmem,
     running_postmaster,
@@ -46,9 +47,14 @@ def stop(process: subprocess.Popen[str]) -> str:
     return output
 
 
-def test_serve_embedded_survives_restart_and_stops_postgres_on_ctrl_c(tmp_path: Path) -> None:
+def test_serve_embedded_survives_restart_stops_postgres_on_ctrl_c_and_restarts_it_killed(
+    tmp_path: Path,
+) -> None:
+    # The second start on the same home also serves the test of a postmaster killed under it:
+    # a start of `agmem serve` and of its embedded server fewer (~5 s of CPU, more loaded).
     home = tmp_path / "home"
     port = free_port()
+    base = f"http://127.0.0.1:{port}"
     first = start_serve(port, AGMEM_HOME=str(home))
     try:
         health = wait_for_health(port, first)
@@ -62,7 +68,8 @@ def test_serve_embedded_survives_restart_and_stops_postgres_on_ctrl_c(tmp_path: 
         output = stop(first)
     assert first.returncode == 0, output
     assert "Traceback" not in output
-    assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
+    pidfile = home / "pgdata" / "postmaster.pid"
+    assert not pidfile.exists(), "postgres kept running"
 
     second = start_serve(port, AGMEM_HOME=str(home))
     try:
@@ -70,16 +77,43 @@ def test_serve_embedded_survives_restart_and_stops_postgres_on_ctrl_c(tmp_path: 
         with psycopg.connect(embedded_url(home), autocommit=True) as connection:
             row = connection.execute("SELECT value FROM memories WHERE key = 'survives'").fetchone()
         assert row == (42,)
+
+        # The postmaster killed under a serving process: it starts it again. Each pool holds a
+        # connection to the killed server first (a write, a capture).
+        stored = httpx.put(f"{base}/api/memories/restarted", json={"value": 7, "scope": "global"})
+        assert stored.status_code == 201, stored.text
+        session = {"projectPath": "/tmp/p", "id": "killed-postmaster"}
+        assert httpx.post(f"{base}/api/session/start", json=session).status_code == 201
+        killed = kill_postmaster(home)
+
+        # Health first (SQLAlchemy's pool), then the two raw pools: memory reads and capture.
+        health = poll_until_ok("GET", f"{base}/health")
+        assert health.json()["database"] == "ok"
+        assert int(pidfile.read_text().split()[0]) != killed
+        read = poll_until_ok("GET", f"{base}/api/memories/restarted", params={"scope": "global"})
+        assert read.json()["value"] == 7
+        observe = {
+            "sessionId": "killed-postmaster",
+            "functionName": "read_file",
+            "functionArgs": {"path": "a.py"},
+        }
+        observed = poll_until_ok("POST", f"{base}/api/observe", json=observe)
+        assert observed.status_code == 201
     finally:
-        stop(second)
+        output = stop(second)
+    assert second.returncode == 0, output
+    assert "Traceback" not in output
+    assert "embedded_postgres.restarted" in output
+    assert not pidfile.exists(), "postgres kept running after serve stopped"
 
 
-def test_serve_on_port_0_picks_a_free_port_and_stops_postgres_on_sigterm(
+def test_serve_on_port_0_shares_its_server_and_stops_postgres_on_sigterm(
     embedded_home: Path,
 ) -> None:
     # Port 0 was refused ("greater than or equal to 1"): a script had to guess a free port and
     # race for it. The banner names the port the OS picked.
     # kill, docker stop and systemd send SIGTERM; uvicorn re-raises it after shutting down.
+    # One server for both promises here: its start is most of each test's time.
     home = embedded_home
     server = spawn_agmem("serve", AGMEM_HOME=str(home), AGMEM_PORT="0")
     banner = []
@@ -90,23 +124,10 @@ def test_serve_on_port_0_picks_a_free_port_and_stops_postgres_on_sigterm(
         port = int(found.group(1))
         assert port != 0
         wait_for_health(port, server)
-    finally:
-        server.send_signal(signal.SIGTERM)
-        output, _ = server.communicate(timeout=60)
-    output = "".join(banner) + output
-    assert server.returncode == 0, output
-    assert "Traceback" not in output
-    assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
 
-
-def test_two_processes_on_one_home_share_one_server(embedded_home: Path) -> None:
-    home = embedded_home
-    port, server = serve_on(home)
-    try:
+        # A second process on the same home shares the server the first started.
         pid_before = running_postmaster(home)
-
         status = run_agmem("status", AGMEM_HOME=str(home))
-
         assert status.returncode == 0, status.stderr
         assert "at head" in status.stdout
         pid_after = running_postmaster(home)
@@ -115,7 +136,12 @@ def test_two_processes_on_one_home_share_one_server(embedded_home: Path) -> None
         health = wait_for_health(port, server, timeout=30)
         assert health["database"] == "ok"
     finally:
-        stop(server)
+        server.send_signal(signal.SIGTERM)
+        output, _ = server.communicate(timeout=60)
+    output = "".join(banner) + output
+    assert server.returncode == 0, output
+    assert "Traceback" not in output
+    assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
 
 
 def test_lock_files_a_reboot_left_naming_other_processes_are_recovered(embedded_home: Path) -> None:
@@ -151,14 +177,14 @@ def test_lock_files_a_reboot_left_naming_other_processes_are_recovered(embedded_
 
 
 def test_serve_refuses_a_port_in_use(tmp_path: Path) -> None:
-    import socket
-
+    # In this process: the refusal's exit and one line as a process gives them are
+    # test_a_provider_that_cannot_be_built_stops_the_start_in_one_line's (serve's same `fail`).
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
 
-        result = run_agmem("serve", "--port", str(port), AGMEM_HOME=str(tmp_path))
+        result = invoke_agmem("serve", "--port", str(port), AGMEM_HOME=str(tmp_path))
 
     assert result.returncode == 1
     assert result.stderr.strip() == (
@@ -249,41 +275,6 @@ def test_the_worker_restarts_the_embedded_postgres_after_it_is_killed(embedded_h
     assert worker.returncode == 0, output
     assert "Traceback" not in output
     assert "embedded_postgres.restarted" in output
-
-
-def test_serve_restarts_the_embedded_postgres_after_it_is_killed(embedded_home: Path) -> None:
-    home = embedded_home
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    server = start_serve(port, AGMEM_HOME=str(home))
-    try:
-        wait_for_health(port, server)
-        stored = httpx.put(f"{base}/api/memories/survives", json={"value": 42, "scope": "global"})
-        assert stored.status_code == 201, stored.text
-        session = {"projectPath": "/tmp/p", "id": "killed-postmaster"}
-        assert httpx.post(f"{base}/api/session/start", json=session).status_code == 201
-        pidfile = home / "pgdata" / "postmaster.pid"
-        killed = kill_postmaster(home)
-
-        # Health first (SQLAlchemy's pool), then the two raw pools: memory reads and capture.
-        health = poll_until_ok("GET", f"{base}/health")
-        assert health.json()["database"] == "ok"
-        assert int(pidfile.read_text().split()[0]) != killed
-        read = poll_until_ok("GET", f"{base}/api/memories/survives", params={"scope": "global"})
-        assert read.json()["value"] == 42
-        observe = {
-            "sessionId": "killed-postmaster",
-            "functionName": "read_file",
-            "functionArgs": {"path": "a.py"},
-        }
-        observed = poll_until_ok("POST", f"{base}/api/observe", json=observe)
-        assert observed.status_code == 201
-    finally:
-        output = stop(server)
-    assert server.returncode == 0, output
-    assert "Traceback" not in output
-    assert "embedded_postgres.restarted" in output
-    assert not pidfile.exists(), "postgres kept running after serve stopped"
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ import pytest
 from tests.cli.helpers import free_port, start_serve, wait_for_health
 from tests.conftest import libpq_url
 from tests.fakes.gemini import text_answer
-from tests.proxy.upstream import Scripted, fake_upstream
+from tests.proxy.upstream import FakeUpstream, Scripted, fake_upstream
 
 # One worker under `make test` (`--dist loadgroup`): the module's `agmem serve` fixtures start once.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("serve_wire")]
@@ -49,15 +49,25 @@ def roomy(database_url: str) -> Iterator[tuple[int, subprocess.Popen[str]]]:
 
 
 @pytest.fixture(scope="module")
-def served(database_url: str) -> Iterator[tuple[int, subprocess.Popen[str]]]:
+def upstream() -> Iterator[FakeUpstream]:
+    """The fake Gemini behind `served`'s proxy routes (/v1beta): a test queues its answers."""
+    with fake_upstream() as fake:
+        yield fake
+
+
+@pytest.fixture(scope="module")
+def served(
+    database_url: str, upstream: FakeUpstream
+) -> Iterator[tuple[int, subprocess.Popen[str]]]:
     """`agmem serve` with a 2 s request idle timeout and 20 connections at most (the defaults
-    are 60 s and 1,000), behind a reverse proxy at 127.0.0.1; a refusal cause is logged once per
-    REFUSAL_WINDOW."""
+    are 60 s and 1,000), behind a reverse proxy at 127.0.0.1, its Gemini proxy to `upstream`; a
+    refusal cause is logged once per REFUSAL_WINDOW."""
     with _serving(
         database_url,
         idle_seconds=IDLE_SECONDS,
         trusted_proxies="127.0.0.1",
         AGMEM_REFUSAL_LOG_SECONDS=str(REFUSAL_WINDOW),
+        AGMEM_GEMINI_UPSTREAM=upstream.url,
     ) as served:
         yield served
 
@@ -626,38 +636,29 @@ def test_a_refusal_pipelined_behind_a_request_waits_for_its_answer(
 
 
 def test_a_stream_read_as_fast_as_it_comes_outlasting_the_timeout_is_not_reset(
-    database_url: str,
+    port: int, upstream: FakeUpstream
 ) -> None:
     # While uvicorn still writes, a stream its client reads as fast as it comes can hold bytes
     # at every look, refilled in between: that is no stall (4f47d4c), only a paused or closing
     # transport whose bytes do not go is. (Seen to pass, not to fail: with that condition
     # removed this stream left no bytes at the looks, so it guards the outcome, not the cause.)
     chunks = [text_answer("x" * 100_000)] * 40
-    with (
-        fake_upstream() as fake,
-        _serving(
-            database_url,
-            idle_seconds=IDLE_SECONDS,
-            trusted_proxies="127.0.0.1",
-            AGMEM_GEMINI_UPSTREAM=fake.url,
-        ) as (port, _),
-    ):
-        fake.queue(Scripted(chunks=chunks, pause_s=IDLE_SECONDS / 20))
-        request = (
-            b"POST /v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse HTTP/1.1\r\n"
-            b"Host: 127.0.0.1\r\nx-goog-api-key: k\r\nContent-Type: application/json\r\n"
-            b"Content-Length: 2\r\nConnection: close\r\n\r\n{}"
-        )
-        with socket.socket() as connection:
-            connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            connection.settimeout(20)
-            connection.connect(("127.0.0.1", port))
-            connection.sendall(request)
-            started = time.monotonic()
-            answer = bytearray()
-            while chunk := connection.recv(1 << 16):
-                answer += chunk
-            took = time.monotonic() - started
+    upstream.queue(Scripted(chunks=chunks, pause_s=IDLE_SECONDS / 20))
+    request = (
+        b"POST /v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse HTTP/1.1\r\n"
+        b"Host: 127.0.0.1\r\nx-goog-api-key: k\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 2\r\nConnection: close\r\n\r\n{}"
+    )
+    with socket.socket() as connection:
+        connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        connection.settimeout(20)
+        connection.connect(("127.0.0.1", port))
+        connection.sendall(request)
+        started = time.monotonic()
+        answer = bytearray()
+        while chunk := connection.recv(1 << 16):
+            answer += chunk
+        took = time.monotonic() - started
 
     assert answer.startswith(b"HTTP/1.1 200 "), bytes(answer[:300])
     assert answer.count(b"data: ") == len(chunks)

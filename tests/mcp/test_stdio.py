@@ -461,13 +461,13 @@ def test_sigterm_after_the_end_of_input_cuts_the_wait_for_the_calls_read(
 
 
 def test_a_line_over_the_bound_is_dropped_as_read_and_answered_with_an_error(
-    tmp_path: Path,
+    tmp_path: Path, embedded_home: Path
 ) -> None:
     # A line was read whole before the arguments' bound refused the call: a 60 MB line took the
     # server to ~792 MB. Now one over AGMEM_MAX_BODY_BYTES + 64 KiB is read in pieces and
     # dropped, answered with a JSON-RPC error (its id when it leads the message, else null),
     # and the next line is served.
-    home = tmp_path / "home"
+    home = embedded_home
     server = launched(home, tmp_path, AGMEM_MAX_BODY_BYTES="2048")
     value = "v" * 200_000
     arguments = {"key": "big", "value": value, "scope": "global"}
@@ -608,11 +608,11 @@ app.entry.main()
 """
 
 
-def test_a_query_the_stop_cancels_is_cancelled_quietly(tmp_path: Path) -> None:
+def test_a_query_the_stop_cancels_is_cancelled_quietly(tmp_path: Path, embedded_home: Path) -> None:
     # The SDK's cancel scope cancelled the call again while psycopg cancelled its query on the
     # server: "query cancellation interrupted (CancelledError): closing connection" on stderr,
     # in ~3 of 16 SIGTERMs during a flood of calls, 1 of 1 here.
-    home = tmp_path / "home"
+    home = embedded_home
     server = launched(home, tmp_path, sys.executable, "-c", SIGTERM_IN_A_QUERY)
     send_read(server)
     assert server.stdin is not None
