@@ -154,10 +154,10 @@ def test_json_strings_hold_the_text_rules() -> None:
 @pytest.mark.parametrize(
     "make",
     [
-        lambda n: "[db]\n" + "password = swordfish\n" * 12_500 * n,
+        lambda n: "[db]\n" + "password = swordfish\n" * 6_250 * n,
         lambda n: "[db]\n" + "host = x\n" * 25_000 * n + "password = swordfish\n",
         lambda n: "[db]\n" + "[x]\n" * 62_500 * n + "password = swordfish\n",
-        lambda n: "password = swordfish\n" * 12_500 * n,
+        lambda n: "password = swordfish\n" * 6_250 * n,
         lambda n: "?token=swordfish&x=1" * 12_500 * n,
         lambda n: "&" * 250_000 * n + "token=x1",
         lambda n: "?" + "a" * 250_000 * n + "token=x1",

@@ -449,11 +449,10 @@ def _ini_section_above(text: str, start: int) -> bool:
         return False
     line = text.rfind("\n", 0, bracket) + 1
     header = _INI_HEADER.match(text, line)
-    if header is None or header.start() != line:
+    if header is None:
         return False
     between = _INI_LINES.match(text, header.end(), start)
     return between is not None and between.end() == start
-    return False
 
 
 # An unquoted credential holds a character that no identifier or attribute path (`password`,
