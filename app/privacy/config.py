@@ -248,6 +248,8 @@ def known_value(name: str, value: str) -> bool:
     saying whether there is one."""
     if reference(name, value) or _MASKED_VALUE.fullmatch(value):
         return True
+    if _PLACEHOLDER_VALUE.fullmatch(value):
+        return True
     last = _KEY_WORD.findall(name[-_KEY_END_CHARS:])
     while last and last[-1].isdigit():
         last.pop()
@@ -345,6 +347,11 @@ _STATUS_WORDS = frozenset(
 # A value masked already (`****`, `xxxx`, `XXXXXXXX`): it holds no credential. A mask repeats
 # one character; `xXxXxXxX` mixes cases as a password may.
 _MASKED_VALUE = re.compile(r"\*{3,}|x{3,}|X{3,}")
+# A template's placeholder for a value (`API_KEY=your_api_key`, `your-github-token-here`,
+# `<your-api-key>`): words of letters after `your`, or words in `<…>`, hold no secret. A digit
+# (`your_key_123`) or `your` glued on (`yourpassword`) may be a password's, and `changeme` is
+# the default password that works wherever nobody changed it: those are redacted.
+_PLACEHOLDER_VALUE = re.compile(r"(?i:your)(?:[_\-][A-Za-z]+)+|<[A-Za-z][A-Za-z _\-.]*>")
 # Plain words under a credential's name shorter than a quoted value's (`_QUOTED` rule, 4) are
 # no password in practice (`id`, `pw`, `abc`).
 _PLAIN_MIN_CHARS = 4
@@ -389,6 +396,7 @@ def _credential_assignment(match: re.Match[str]) -> str:
         or algorithm(value)
         or compiler_pass(name)
         or _MASKED_VALUE.fullmatch(value) is not None
+        or _PLACEHOLDER_VALUE.fullmatch(value) is not None
         or (match.re is _CONFIG_PATTERN and _plain_word(value) and _plain_kept(match, name, value))
     )
     return match.group() if kept else _assignment(match)
@@ -405,11 +413,46 @@ def _plain_kept(match: re.Match[str], name: str, value: str) -> bool:
     capitalised word after `:` is a type or a kind (`token: Name`, `secret: Opaque`). `.env`,
     shell and properties files write `name=value`, YAML `name: value` in lower case."""
     sep = match.group("sep")
-    if "=" in sep and sep[:1] in (" ", "\t") and sep[-1:] in (" ", "\t"):
-        return True
-    if ":" in sep and value[:1].isupper():
+    code = "=" in sep and sep[:1] in (" ", "\t") and sep[-1:] in (" ", "\t")
+    # A type is the name's own word or camelCase (`password: Password`, `SecretStr`), both kept
+    # by `plain_credential`: a capitalised word under a password's name is YAML's password.
+    typed = ":" in sep and value[:1].isupper() and not _password_name(name)
+    if (code or typed) and not _ini_section_above(match.string, match.start()):
         return True
     return not plain_credential(name, value)
+
+
+def _password_name(name: str) -> bool:
+    """Whether `name`'s last word is a password's (`db_password`, `passphrase`), whose value no
+    type or kind is, unlike a token's or a secret's (`token: Name`, `secret: Opaque`)."""
+    words = _KEY_WORD.findall(name[-_KEY_END_CHARS:])
+    return bool(words) and words[-1].lower() in _PASSWORD_WORDS
+
+
+_PASSWORD_WORDS = frozenset({"password", "passwd", "passphrase"})
+# An INI file's section header (`[db]`, `[remote "origin"]`, `[tool.x]`), and the lines an INI
+# file holds between it and a key: other keys, comments, blank lines. A line of code (a call, a
+# `def`, a list) between them ends the search.
+_INI_HEADER = re.compile(r"[ \t]*\[[\w .:\-\"/]+\][ \t]*\r?\n")
+_INI_LINES = re.compile(r"(?:[ \t]*(?:[#;][^\n]*|[\w.\-]+[ \t]*[:=][^\n(){}\[\]]*)?\r?\n)*+")
+# How far above a key its section is looked for: a bound, so that each of a megabyte's keys
+# costs a few lines' search, not the text's.
+_INI_WINDOW = 2000
+
+
+def _ini_section_above(text: str, start: int) -> bool:
+    """Whether the line at `start` is in an INI file's section: a header above it with only an
+    INI file's lines between (`_INI_LINES`: no `[` among them), within `_INI_WINDOW` characters.
+    Code spaces `=` as INI does (`password = getpass`), but holds no section header."""
+    bracket = text.rfind("[", max(0, start - _INI_WINDOW), start)
+    if bracket < 0:
+        return False
+    line = text.rfind("\n", 0, bracket) + 1
+    header = _INI_HEADER.match(text, line)
+    if header is None:
+        return False
+    between = _INI_LINES.match(text, header.end(), start)
+    return between is not None and between.end() == start
 
 
 # An unquoted credential holds a character that no identifier or attribute path (`password`,
@@ -470,8 +513,12 @@ def _option_credential(match: re.Match[str]) -> str:
 
 
 # The ends of an option's name that `credential_key` may judge a credential's, one lookbehind
-# each (a lookbehind's width is fixed).
-_OPTION_ENDS = ("password", "passwd", "passphrase", "token", "secret", "key", "-pass", "pwd")
+# each (a lookbehind's width is fixed), in lower case and in capitals (`--API-TOKEN`), `pass`
+# after a `-` or a `_` (`--db-pass`, `--db_pass`).
+_OPTION_ENDS = (
+    *("password", "passwd", "passphrase", "token", "secret", "key", "-pass", "_pass", "pwd"),
+    *("PASSWORD", "PASSWD", "PASSPHRASE", "TOKEN", "SECRET", "KEY", "-PASS", "_PASS", "PWD"),
+)
 # `--name value` or `--name=value` after a blank, a quote or the text's start (not `a--b`,
 # `---`); the name's words joined by `-` or `_` (`--api-key`, `--api_token`): possessive, so
 # each `--` costs one pass over its word.
@@ -486,7 +533,8 @@ _OPTION_PATTERN = re.compile(
 OPTION_RULES: list[_Rule] = [
     # The config rule's literals (no more for the scanner to find): each end holds one.
     (
-        ("assw", "ssphrase", "oken", "ecret", "key", "-pass", "pwd"),
+        (*("assw", "ssphrase", "oken", "ecret", "key", "-pass", "_pass", "pwd"),)
+        + ("ASSW", "SSPHRASE", "OKEN", "ECRET", "KEY", "-PASS", "_PASS", "PWD"),
         _OPTION_PATTERN,
         _option_credential,
     )
@@ -589,6 +637,53 @@ REGISTRY_RULES: list[_Rule] = [
     ),
 ]
 
+
+def _connection_credential(match: re.Match[str]) -> str:
+    """A connection or query string's password redacted, unless it is a plain word that no
+    credential is (`plain_credential`: `password=required; user=x`)."""
+    value = match.group("value")
+    if _plain_word(value) and not plain_credential("password", value):
+        return match.group()
+    return f"{match.group('keep')}{REDACTED}"
+
+
+# A URL query's parameter (`?token=swordfish&x=1`, `&api_key=abc123`): a name ending in a
+# credential's word (one lookbehind each, in lower case, capitalised or in capitals; which names
+# one `credential_key` judges), the value up to the next parameter, a fragment or the URL's end.
+_QUERY_ENDS = tuple(
+    spelled
+    for word in ("token", "key", "secret", "password", "passwd", "pass", "pwd", "phrase")
+    + ("credential", "credentials")
+    for spelled in (word, word.capitalize(), word.upper())
+)
+_QUERY_PATTERN = re.compile(
+    r"(?P<keep>[?&](?P<name>[A-Za-z0-9_.\-]{1,64}+)(?:"
+    + "|".join(f"(?<={end})" for end in _QUERY_ENDS)
+    + r")=)"
+    + _NOT_REDACTED
+    + r"(?![{$<%])(?P<value>[^&#\s\"'<>{}$%`|()\\,;\[\]]++)(?![{}$%`|(\\])"
+)
+
+
+def _query_credential(match: re.Match[str]) -> str:
+    """A query parameter under a credential's name redacted, unless its value is no credential
+    by its shape (`known_value`), a placeholder in capitals (`?token=YOUR_TOKEN`) or a plain word
+    that no credential is (`plain_credential`: `?token=expired`)."""
+    name = match.group("name")
+    value = match.group("value")
+    kept = (
+        not credential_key(name)
+        or known_value(name, value)
+        or _OPTION_PLACEHOLDER.fullmatch(value) is not None
+        or (_plain_word(value) and not plain_credential(name, value))
+    )
+    return match.group() if kept else f"{match.group('keep')}{REDACTED}"
+
+
+QUERY_RULES: list[_Rule] = [(("?", "&"), _QUERY_PATTERN, _query_credential)]
+# Its hyperscan gate: a parameter whose name ends in a credential's word, and a value's first byte.
+QUERY_GATE = r"[?&][A-Za-z0-9_.\-]*(?:" + "|".join(_QUERY_ENDS) + r")=[^&#\x09-\x0d\x20\"'<>{}$%]"
+
 CONNECTION_RULES: list[_Rule] = [
     # Any command's `--password=...` (mysql, docker login, redis-cli, psql wrappers).
     (
@@ -605,15 +700,22 @@ CONNECTION_RULES: list[_Rule] = [
     # Unquoted `password=` in connection strings and query strings (`...;Password=hunter2;`,
     # `?user=a&password=s3cret`; PASSWORD= is the .env rule's), and `Pwd=` after a `;`. The
     # value must hold a character no identifier has (a digit, a symbol), so that code passing
-    # `password=password` or `password=self.password` keeps it.
+    # `password=password` or `password=self.password` keeps it; or be a plain word with the
+    # string's next key after it (`password=swordfish; user=bob`, libpq's `password=swordfish
+    # user=bob`): code passes a word before `,` or `)`, and ends a statement with `;` and a line.
     *(
         (
             (literal,),
             re.compile(
-                # `%s`, `%(pw)s`: a query's parameter, not its value.
-                rf"(?P<keep>{literal}{before})" + _NOT_REDACTED + r"(?!%[s(])" + _CREDENTIAL_VALUE
+                rf"(?P<keep>{literal}{before})"
+                + _NOT_REDACTED
+                # `%s`, `%(pw)s`: a query's parameter, not its value; `==` a comparison.
+                + r"(?!%[s(])(?!=)(?P<value>"
+                + _CREDENTIAL_VALUE
+                + r"|[A-Za-z]++(?=[ \t]*+[;&][ \t]*+[A-Za-z_][\w. \-]*+=(?!=)"
+                + r"|[ \t]++[A-Za-z_][\w.\-]*+=(?!=)))"
             ),
-            _keep_group("keep"),
+            _connection_credential,
         )
         for literal, before in (
             ("assword=", "(?<=[pP]assword=)(?<![A-Za-z][pP]assword=)"),
@@ -686,7 +788,9 @@ ASSIGNMENT_RULES: list[_Rule] = [
             re.compile(
                 rf"(?P<name>{word})(?P<sep>\s*=(?!=)\s*)"
                 + _NOT_REDACTED
-                + r"(?P<value>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'#]+)"
+                # An unquoted value ends at a JSON-escaped newline too (`\n` in a transcript's
+                # raw line), not swallowing the lines after it.
+                + r"(?P<value>\"[^\"\n]*\"|'[^'\n]*'|(?:[^\s\"'#\\]|\\(?![nr]))+)"
             ),
             _credential_assignment,
         )

@@ -21,6 +21,8 @@ from app.privacy.config import (
     LIST_RULES,
     OPTION_AND_LIST_GATES,
     OPTION_RULES,
+    QUERY_GATE,
+    QUERY_RULES,
     QUOTED_NAMES,
     REGISTRY_RULES,
     basic_credentials,
@@ -58,6 +60,7 @@ _RULES: list[_Rule] = [
     *REGISTRY_RULES,
     *COMMAND_RULES,
     *CONNECTION_RULES,
+    *QUERY_RULES,
     *OPTION_RULES,
     *AWS_RULES,
     *SERVICE_RULES,
@@ -87,6 +90,7 @@ _RULE_GATES: dict[re.Pattern[str], str] = {
     },
     **API_HEADER_GATES,
     **OPTION_AND_LIST_GATES,
+    QUERY_RULES[0][1]: QUERY_GATE,
     # A value holding a character no identifier has, or a word of letters ending the line.
     _CONFIG_RULE: (
         rf"(?:{_CREDENTIAL_NAME}|{_PWD_NAME})[\t ]*[:=][\t ]*(?:{_UNQUOTED_BYTE}*"

@@ -15,6 +15,9 @@ from app.privacy.config import (
     _FILE_EXTENSION,
     _FLAG_VALUES,
     _FLAG_WORDS,
+    _INI_HEADER,
+    _INI_LINES,
+    _INI_WINDOW,
     _KEY_END_CHARS,
     _KEY_FILE_WORDS,
     _KEY_WORD,
@@ -25,7 +28,9 @@ from app.privacy.config import (
     _NOT_CREDENTIAL_TOKENS,
     _OPTION_PLACEHOLDER,
     _PASS_COUNT,
+    _PASSWORD_WORDS,
     _PATH_VALUE,
+    _PLACEHOLDER_VALUE,
     _PLACEHOLDER_WORDS,
     _PLAIN_MIN_CHARS,
     _PROGRESS_VALUE,
@@ -55,7 +60,10 @@ from app.privacy.private import _MEMORY, _MEMORY_LITERALS, _PRIVATE_LITERALS, _P
 # in text as in JSON (privacy20); a plain word assigned as code (` = `), a capitalised one after
 # `:` and a status word kept (`_plain_kept`), a mask of one character, `--api_token` options,
 # a list's trailing comma, `--no_password` (fixprivacy20, before generation 5 shipped).
-_RULES_CODE_VERSION = 5
+# 6: a plain word under a password's name in an INI section or capitalised (`_plain_kept`), a
+# plain word before a connection string's next key, URL query parameters, placeholders kept
+# (`your_api_key`, `<your-api-key>`), options in capitals and `_pass` (privacy21).
+_RULES_CODE_VERSION = 6
 
 
 def _described(value: object) -> str:
@@ -95,6 +103,9 @@ def _rules_version() -> str:
             _ALGORITHM_VALUE,
             _PASS_COUNT,
             _MASKED_VALUE,
+            _PLACEHOLDER_VALUE,
+            _INI_HEADER,
+            _INI_LINES,
             _CAMEL,
             _OPTION_PLACEHOLDER,
             _LIST_ELEMENT_PATTERN,
@@ -109,6 +120,7 @@ def _rules_version() -> str:
     parts += [repr(sorted(_NOT_CREDENTIAL_PASSES))]
     parts += [repr(sorted(_PLACEHOLDER_WORDS)), repr(sorted(_PROSE_WORDS)), repr(_PLAIN_MIN_CHARS)]
     parts += [repr(sorted(_STATUS_WORDS))]
+    parts += [repr(sorted(_PASSWORD_WORDS)), repr(_INI_WINDOW)]
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
 
 
@@ -123,4 +135,4 @@ RULES_VERSION = _rules_version()
 # digest has not. A worker rescans the stored rows only when they were redacted under an older
 # generation, so that two builds on one database (a rolling upgrade, a dev checkout beside an
 # installed agmem) do not redo the pass against each other (app/worker/rescan.py).
-RULES_GENERATION = 5
+RULES_GENERATION = 6
