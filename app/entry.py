@@ -76,6 +76,12 @@ def main() -> None:
         sys.exit(interrupted(interrupt))
     try:
         cli()
+    except KeyboardInterrupt as interrupt:
+        # One that came before the command line handles them: as typer builds the click command
+        # (~0.1 s of signatures and type hints), where it escaped with a traceback, exit 1 / -2.
+        code = interrupted(interrupt)
+    else:
+        return
     finally:
         # The command is over; the exit handlers left stop the embedded server this process
         # started (`pg_ctl stop`, about a second; up to pg_ctl's 60 s when the server is slow to
@@ -83,6 +89,7 @@ def main() -> None:
         # the stop short: now the first signal lets it finish, and a second stops it at once.
         signal.signal(signal.SIGINT, signal_while_exiting)
         signal.signal(signal.SIGTERM, signal_while_exiting)
+    sys.exit(code)
 
 
 def ignore_signals_in_teardown() -> None:

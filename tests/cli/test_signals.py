@@ -110,6 +110,36 @@ def test_ctrl_c_while_the_command_line_loads_is_one_line() -> None:
     assert done.stderr == "agmem: interrupted\n"
 
 
+# agmem, sent `signal` as typer builds the command line's click command from its functions (up to
+# ~0.1 s of signatures and type hints, before the command line's own handling of a signal).
+SIGNAL_AS_THE_COMMAND_IS_BUILT = """
+import os, sys, typer.main
+signum = int(sys.argv[1])
+del sys.argv[1]
+get_command = typer.main.get_command
+def get_command_signalled(app):
+    os.kill(os.getpid(), signum)
+    return get_command(app)
+typer.main.get_command = get_command_signalled
+from app.entry import main
+main()
+"""
+
+
+@pytest.mark.parametrize(
+    ("signum", "line"),
+    [(signal.SIGTERM, "agmem: terminated\n"), (signal.SIGINT, "agmem: interrupted\n")],
+)
+def test_a_signal_as_the_command_is_built_is_one_line(signum: int, line: str) -> None:
+    # It escaped agmem's main: a traceback, and exit 1 (SIGTERM) or -2 (Ctrl-C); seen in a
+    # stress run of SIGTERM and Ctrl-C at random moments of `agmem mcp`, `worker` and `status`
+    # starts (2 of 40 with the first fix of this round, 1 of 40 before it).
+    done = run_python(SIGNAL_AS_THE_COMMAND_IS_BUILT, str(int(signum)), "status")
+
+    assert done.returncode == 128 + signum, done.stderr
+    assert done.stderr == line
+
+
 # agmem, sent `signal` by a weakref's callback, as the handler of a signal that lands while a
 # finalizer runs is run there: the callback of an object let go as the command line imports
 # `module` (importlib's module locks have one), or callbacks in a row, the first sending it.
