@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from types import FrameType
-from typing import NoReturn
+from typing import Any, NoReturn
 
 
 class Terminated(KeyboardInterrupt):
@@ -58,6 +58,8 @@ def undecodable_argument(argv: list[str]) -> str | None:
 
 def main() -> None:
     signal.signal(signal.SIGTERM, raise_terminated)
+    _Unraisable.previous = sys.unraisablehook
+    sys.unraisablehook = signal_not_swallowed
     # Registered first, so run last: after every other exit handler (the embedded server's stop).
     atexit.register(ignore_signals_in_teardown)
     undecodable = undecodable_argument(sys.argv[1:])
@@ -74,6 +76,12 @@ def main() -> None:
         sys.exit(interrupted(interrupt))
     try:
         cli()
+    except KeyboardInterrupt as interrupt:
+        # One that came before the command line handles them: as typer builds the click command
+        # (~0.1 s of signatures and type hints), where it escaped with a traceback, exit 1 / -2.
+        code = interrupted(interrupt)
+    else:
+        return
     finally:
         # The command is over; the exit handlers left stop the embedded server this process
         # started (`pg_ctl stop`, about a second; up to pg_ctl's 60 s when the server is slow to
@@ -81,6 +89,7 @@ def main() -> None:
         # the stop short: now the first signal lets it finish, and a second stops it at once.
         signal.signal(signal.SIGINT, signal_while_exiting)
         signal.signal(signal.SIGTERM, signal_while_exiting)
+    sys.exit(code)
 
 
 def ignore_signals_in_teardown() -> None:
@@ -91,6 +100,51 @@ def ignore_signals_in_teardown() -> None:
     -15 / -2, 8 of 8 times 0.15-0.4 s after the first). An ignored one stays ignored."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+class _Unraisable:
+    previous = sys.__unraisablehook__  # the hook `signal_not_swallowed` leaves the rest to
+
+
+def signal_not_swallowed(unraisable: Any) -> None:
+    """`sys.unraisablehook`: a signal's exception (Ctrl-C's KeyboardInterrupt, SIGTERM's
+    `Terminated`) that Python swallowed is raised again once the code it landed in has returned.
+
+    Python runs a signal's handler in the main thread wherever that thread is, and an exception
+    raised in a finalizer (a weakref callback, `__del__`, a garbage collector's callback, an exit
+    handler) cannot propagate: Python printed "Exception ignored in: <function _ModuleLock...
+    cb>" and its traceback, and the command went on as if no signal had come (`agmem mcp`, as
+    it started to read its input: the landing CI of round 20, 1 of ~2,170 tests; it then ran
+    until its client closed the pipe, or for the 20 s exit deadline). No signal handler can tell
+    it is in a finalizer, so the swallowing is caught here, the last thing Python does with it.
+
+    Raised again as the signal raised again (`signal.raise_signal`), so that the handler now in
+    place decides, from the next profiling event outside this hook: the main thread's return
+    to the code the finalizer interrupted, or its next call. If that is another finalizer (the
+    next callback of the same object, the garbage collector's next), it is swallowed there and
+    comes back here: those finalizers are cut short, as the signal landing in them would have,
+    and the signal is not delayed until an end nothing can tell."""
+    exc_type = unraisable.exc_type
+    if not (
+        isinstance(exc_type, type)
+        and issubclass(exc_type, KeyboardInterrupt)
+        and threading.current_thread() is threading.main_thread()
+    ):
+        _Unraisable.previous(unraisable)
+        return
+    signum = signal.SIGTERM if issubclass(exc_type, Terminated) else signal.SIGINT
+    profiler = sys.getprofile()
+    here = signal_not_swallowed.__code__
+
+    def raise_again(frame: FrameType, _event: str, _arg: object) -> None:
+        if frame.f_code is here:  # this hook, returning to the finalizer's caller
+            return
+        sys.setprofile(profiler)
+        # The handler's exception, raised out of a profile function, propagates from the
+        # profiled code's frame (and leaves no profile function in place, as it has none).
+        signal.raise_signal(signum)
+
+    sys.setprofile(raise_again)
 
 
 class _Signals:
