@@ -34,7 +34,9 @@ has no headers, so that is no request of any version. One that names another ver
 (`HTTP/2.0`, which llhttp passes, the h2c preface `PRI * HTTP/2.0`, `HTTP/3.0`, `HTTP/0.9` named,
 which llhttp reads as a line without one) is a 505 (RFC 9110, 15.6.6), as nginx answers: HTTP/2.0
 was served as HTTP/1.x. `HTTP/1.2` to `HTTP/1.9` are served as 1.1 (RFC 9110, 2.5; nginx does
-too), where llhttp refused them as malformed. The request line's refusal
+too), where llhttp refused them as malformed. llhttp takes `RTSP/` and `ICE/` for `HTTP/` (with
+their methods, GET among them): another protocol's name is a 400 naming it, read, like the rest,
+from the request line itself (`find_line_tail`). The request line's refusal
 comes before any other of the header block, the 431 of headers past their bounds
 (app/cli/headers.py) too. A refusal pipelined behind a request still in the app waits for that
 one's answer.
@@ -42,9 +44,10 @@ one's answer.
 The service serves no WebSocket: an `Upgrade` is ignored (RFC 9110, 7.8) and the request served
 as HTTP/1.1, in the shape; uvicorn's WebSocket protocol answered it in plain text.
 CONNECT, which llhttp reads as an upgrade too, is a 501 (a method this service supports for no
-resource, RFC 9110, 15.6.2) and closes the connection: what follows it is a tunnel's bytes, which
-were read as the next request. So is a PRI that is not HTTP/2's preface (llhttp knows the method
-only there). Other methods a route does not take are its 405 (with `Allow`) or 404.
+resource, RFC 9110, 15.6.2), whatever else is wrong with it, and closes the connection: what
+follows it is a tunnel's bytes, which were read as the next request. So is a PRI that is not
+HTTP/2's preface (llhttp knows the method only there). Other methods a route does not take are
+its 405 (with `Allow`) or 404.
 
 uvicorn's `data_received` logs `Invalid HTTP request received.` for every parser error, which
 named neither a 503 at the limit nor a Host refusal. It stays uvicorn's: the parser it feeds
