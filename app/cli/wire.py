@@ -34,7 +34,9 @@ has no headers, so that is no request of any version. One that names another ver
 (`HTTP/2.0`, which llhttp passes, the h2c preface `PRI * HTTP/2.0`, `HTTP/3.0`, `HTTP/0.9` named,
 which llhttp reads as a line without one) is a 505 (RFC 9110, 15.6.6), as nginx answers: HTTP/2.0
 was served as HTTP/1.x. `HTTP/1.2` to `HTTP/1.9` are served as 1.1 (RFC 9110, 2.5; nginx does
-too), where llhttp refused them as malformed. The request line's refusal
+too), where llhttp refused them as malformed. llhttp takes `RTSP/` and `ICE/` for `HTTP/` (with
+their methods, GET among them): another protocol's name is a 400 naming it, read, like the rest,
+from the request line itself (`find_line_tail`). The request line's refusal
 comes before any other of the header block, the 431 of headers past their bounds
 (app/cli/headers.py) too. A refusal pipelined behind a request still in the app waits for that
 one's answer.
@@ -42,9 +44,10 @@ one's answer.
 The service serves no WebSocket: an `Upgrade` is ignored (RFC 9110, 7.8) and the request served
 as HTTP/1.1, in the shape; uvicorn's WebSocket protocol answered it in plain text.
 CONNECT, which llhttp reads as an upgrade too, is a 501 (a method this service supports for no
-resource, RFC 9110, 15.6.2) and closes the connection: what follows it is a tunnel's bytes, which
-were read as the next request. So is a PRI that is not HTTP/2's preface (llhttp knows the method
-only there). Other methods a route does not take are its 405 (with `Allow`) or 404.
+resource, RFC 9110, 15.6.2), whatever else is wrong with it, and closes the connection: what
+follows it is a tunnel's bytes, which were read as the next request. So is a PRI that is not
+HTTP/2's preface (llhttp knows the method only there). Other methods a route does not take are
+its 405 (with `Allow`) or 404.
 
 uvicorn's `data_received` logs `Invalid HTTP request received.` for every parser error, which
 named neither a 503 at the limit nor a Host refusal. It stays uvicorn's: the parser it feeds
@@ -98,7 +101,13 @@ PRI_DETAIL = (
     "the PRI method is only HTTP/2's connection preface (`PRI * HTTP/2.0`), and this service "
     "speaks HTTP/1.1 (and 1.0) on this port: send `GET /health HTTP/1.1`"
 )
-NO_VERSION_CAUSE = "refused a request line without an HTTP version (400)"
+PROTOCOL_DETAIL = (
+    "the request line names {protocol}, not HTTP; this service speaks HTTP/1.1 (and 1.0) on this "
+    "port: send `GET /health HTTP/1.1` with the address it is for, e.g. `Host: 127.0.0.1:37777`"
+)
+# What of a read is kept for a head's request line not yet whole at the read's end: a URL of up
+# to 64 KiB (a long `prompt` on `GET /api/context`), its method and its version.
+LINE_BOUND = 64 * 1024 + 64
 # A request still open when a second signal hurries the stop: retry after about what a restart
 # takes.
 _STOPPING_RETRY_AFTER: Header = (b"retry-after", b"5")
@@ -154,7 +163,7 @@ class RefusingParser(httptools.HttpRequestParser):
                 refused = error.__context__
                 if not isinstance(refused, Refused):
                     raise
-                self.protocol.refuse(refused, bytes(data))  # a refusal's: rare
+                self.protocol.refuse(refused)  # a refusal's: rare
             except httptools.HttpParserUpgrade as upgrade:
                 # llhttp stops after a request that asks for an upgrade (the protocol ignores
                 # it): what follows it in the read is the next request's.
@@ -212,15 +221,20 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
         # Data after close as uvicorn sets it; any one-digit version, which llhttp refuses but
         # for 0.9, 1.0, 1.1 and 2.0 (and names in the same error as a malformed line): HTTP/1.2
         # and up are served as 1.1 (RFC 9110, 2.5), the rest refused, each by name
-        # (`version_refused`).
+        # (`line_refused`). llhttp takes `RTSP/` and `ICE/` for `HTTP/` (with their methods,
+        # GET and SOURCE among them), strict or not: the name is read from the line itself.
         self.parser.set_dangerous_leniencies(lenient_data_after_close=True, lenient_version=True)
         self.behind_proxy = False  # the peer is a trusted proxy
         self.loopback_proxy = False  # ... on this machine, where a browser connects from too
         # A refusal pipelined behind a request still in the app, sent once its answer is.
         self.held_error: tuple[bytes, bytes, list[Header]] | None = None
-        # The read a head left incomplete began in, for its request line (`no_version`): a line
-        # typed alone (nc, telnet) is not in the read that completes the head.
-        self.head_began_in = b""
+        # The request line's text after its URL (`b"HTTP/1.1"`), once found (`line_tail`); the
+        # read in hand while the parser has it, and where in it the next line may begin; and the
+        # end of the read a head's line began in while the line is not whole (nc, telnet).
+        self.line_tail: bytes | None = None
+        self.read = b""
+        self.line_from = 0
+        self.line_text = b""
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
@@ -242,47 +256,127 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
         self.last_data = self.loop.time()
         if self.held_error is not None:
             return  # behind a refused request: the parser lost its place, nothing more is read
+        self.read = data
+        self.line_from = 0
         # `in_head`, inline (a call a read saved); tests/cli/test_wire_layers.py holds them alike.
         if not (self.in_headers or self.chunk_at == self.body_received):
             HttpToolsProtocol.data_received(self, data)
             if self.in_headers:
-                self.head_began_in = data
+                self.keep_line(data)
+            self.read = b""  # a long-idle connection holds no read
             return
         refused = self.head_received(data)
         if refused is not None and self.held_error is None and not self.transport.is_closing():
-            self.refuse(refused, data)
-        if self.head_began_in and not self.in_headers:
-            self.head_began_in = b""  # a long-idle connection holds no read
+            self.refuse(refused)
+        if self.in_headers:
+            self.keep_line(data)
+        self.read = b""
 
-    def no_version(self, data: bytes) -> Refused:
-        """The refusal of a line llhttp reads as HTTP/0.9: one that names HTTP/0.9 (its 505),
-        or one without a version, HTTP/0.9's shape (a 400 that says so). llhttp gives both the
-        same version: the line is looked for in the read in hand (`data`) and the one its head
-        began in."""
-        line = self.url + b" HTTP/0.9"
-        if line in data or line in self.head_began_in:
-            return self.version_not_supported("0.9")
-        # HTTP/0.9 has no headers: with a Host it was served as HTTP/1.x.
+    def keep_line(self, data: bytes) -> None:
+        """At the end of a read inside a head: its request line's tail, if the line is whole,
+        or else what of the read the line needs (its end, LINE_BOUND at most, where the line's
+        start is when its URL is within the parser's bound), for the reads that complete it."""
+        if self.line_tail is not None:
+            return
+        if read_version(self.parser) != "0.0":  # llhttp has read past the line
+            self.find_line_tail(self.parser.get_method())
+        if self.line_tail is None:
+            kept = (
+                self.line_text + data[self.line_from :]
+                if self.line_text
+                else data[self.line_from :]
+            )
+            self.line_text = kept[-LINE_BOUND:]
+
+    def find_line_tail(self, method: bytes) -> bytes | None:
+        """The text after the URL on the request line of the head in hand, stripped (b"HTTP/1.1",
+        b"RTSP/1.0", b"" for none), or None while the line is not whole. It is looked for where
+        a line begins, from where the last one found ended: no header line starts with a method
+        and a space (a header's name holds no space)."""
+        read = self.read
+        start = self.line_from
+        needle = method + b" " + self.url
+        if read.startswith(needle + b" HTTP/1.1\r\n", start):  # the hot path's
+            self.line_from = start + len(needle) + 11
+            self.line_tail = tail = b"HTTP/1.1"
+            return tail
+        text = self.line_text + read[start:] if self.line_text else read
+        if self.line_text:
+            start = 0
+        elif start and self.body_received:
+            # The last line found here was the message before, its body not yet counted out
+            # (`body_received` is still its own): a line in that body is no request's.
+            head_end = read.find(b"\r\n\r\n", start - 2)
+            if head_end >= 0:
+                start = head_end + 4 + self.body_received
+        opening = method + b" "
+        at = text.find(opening, start)
+        while at >= 0:
+            end = at + len(opening)
+            while text[end : end + 1] == b" ":  # llhttp takes more than one space
+                end += 1
+            if (
+                (at == start or text[at - 1] == 10)
+                and text.startswith(self.url, end)
+                and text[end + len(self.url) : end + len(self.url) + 1] in (b" ", b"\r", b"\n")
+            ):
+                end += len(self.url)
+                line_end = text.find(b"\n", end)
+                if line_end < 0:
+                    return None
+                self.line_from = line_end + 1 - (len(text) - len(read))
+                self.line_text = b""
+                self.line_tail = tail = text[end:line_end].strip(b" \r")
+                return tail
+            at = text.find(opening, at + 1)
+        return None
+
+    def line_refused(self, method: bytes | None = None) -> Refused | None:
+        """The request line's refusal, which comes before any other of its head: none for
+        HTTP/1.x (1.2 to 1.9 are served as 1.1), for a line not whole yet, or for one malformed
+        (the parser's own 400); a 400 for another protocol's name (RTSP/1.0) or no version
+        (HTTP/0.9's shape), a 505 naming another version of HTTP."""
+        parser = self.parser
+        tail = self.line_tail
+        if tail is None:
+            tail = self.find_line_tail(parser.get_method() if method is None else method)
+        if tail is None:  # not found: llhttp's version alone, which names no protocol
+            self.line_text = b""
+            version = read_version(parser)
+            if version[0] == "1" or version == "0.0":
+                return None
+            return self.no_version() if version == "0.9" else self.version_not_supported(version)
+        if not tail:
+            return self.no_version()  # HTTP/0.9 has no headers: with a Host it was HTTP/1.x's
+        name, slash, digits = tail.partition(b"/")
+        if not (
+            slash
+            and name.isalpha()
+            and len(digits) == 3
+            and digits[1] == 46  # "."
+            and digits[0] in b"0123456789"
+            and digits[2] in b"0123456789"
+        ):
+            return None
+        if name != b"HTTP":
+            protocol = tail.decode("ascii")
+            body = error_body("BadRequest", PROTOCOL_DETAIL.format(protocol=protocol))
+            return Refused(
+                b"400 Bad Request", body, [], f"refused a request line of {protocol} (400)"
+            )
+        if digits[0] == 49:  # "1"
+            return None
+        return self.version_not_supported(digits.decode("ascii"))
+
+    def no_version(self) -> Refused:
         body = error_body("BadRequest", NO_VERSION_DETAIL)
-        return Refused(b"400 Bad Request", body, [], NO_VERSION_CAUSE)
+        cause = "refused a request line without an HTTP version (400)"
+        return Refused(b"400 Bad Request", body, [], cause)
 
     def version_not_supported(self, version: str) -> Refused:
         body = error_body("HTTPVersionNotSupported", VERSION_DETAIL.format(version=version))
         cause = f"refused a request line of HTTP/{version} (505)"
         return Refused(b"505 HTTP Version Not Supported", body, [], cause)
-
-    def version_refused(self, data: bytes = b"", *, complete: bool = False) -> Refused | None:
-        """The request line's refusal, which comes before any other of its head: none for
-        HTTP/1.x (1.2 to 1.9 are served as 1.1), or while the line is not complete (llhttp's
-        "0.0", unless the head is `complete`)."""
-        version = read_version(self.parser)
-        if version[0] == "1":
-            return None
-        if version == "0.9":  # also llhttp's name for a request line without a version
-            return self.no_version(data)
-        if version == "0.0" and not complete:
-            return None
-        return self.version_not_supported(version)
 
     def _should_upgrade(self) -> bool:
         # The service serves no WebSocket (`agmem serve` runs uvicorn with `ws="none"`): an
@@ -294,17 +388,27 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
     def on_message_begin(self) -> None:
         HeaderBoundProtocol.on_message_begin(self)
         self.in_headers = True
+        self.line_tail = None
         self.message_began = self.last_data
 
     def on_headers_complete(self) -> None:
         self.in_headers = False
         parser = self.parser
+        method = parser.get_method()
+        if method == b"CONNECT":
+            self.refuse_connect()
+        tail = self.line_tail
+        if tail is None:
+            tail = self.find_line_tail(method)
         parser.version = version = read_version(parser)
-        if version != "1.1" and version != "1.0":  # llhttp passes any other of one digit too
-            refused = self.version_refused(complete=True)
+        if tail != b"HTTP/1.1":
+            refused = self.line_refused(method)
             if refused is not None:
                 raise refused
-            parser.version = "1.1"  # RFC 9110, 2.5: a higher 1.x is served as 1.1
+            if version[0] != "1":  # llhttp passes any version of one digit
+                raise self.version_not_supported(version)
+            if version != "1.0":
+                parser.version = "1.1"  # RFC 9110, 2.5: a higher 1.x is served as 1.1
         hosts = self.hosts
         if hosts > 1:
             body = error_body("BadRequest", TWO_HOSTS_DETAIL)
@@ -333,16 +437,19 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
         self.body_received = 0
         HttpToolsProtocol.on_headers_complete(self)
 
+    def refuse_connect(self) -> None:
+        """A CONNECT, whatever else its head holds (no Host, a malformed target): llhttp reads
+        it as an upgrade, after which come a tunnel's bytes (they were read as the next
+        request). RFC 9110, 15.6.2: a method the server supports for no resource is a 501."""
+        body = error_body("NotImplemented", CONNECT_DETAIL)
+        raise Refused(b"501 Not Implemented", body, [], "refused a CONNECT (501)")
+
     def refuse_upgrade(self) -> None:
         """Refuse a request llhttp reads as an upgrade (it stops after it) that the protocol
-        cannot serve as HTTP/1.1: a CONNECT, after which come a tunnel's bytes (they were read
-        as the next request), and one with a body. httptools tells llhttp to skip the body of
-        such a request: the app would get an empty body, and the body's bytes would be read as
-        the next request. `curl --http2` on http:// asks for an upgrade on every call."""
-        if self.parser.get_method() == b"CONNECT":
-            # RFC 9110, 15.6.2: a method the server supports for no resource is a 501.
-            body = error_body("NotImplemented", CONNECT_DETAIL)
-            raise Refused(b"501 Not Implemented", body, [], "refused a CONNECT (501)")
+        cannot serve as HTTP/1.1: one with a body (a CONNECT is refused first). httptools tells
+        llhttp to skip the body of such a request: the app would get an empty body, and the
+        body's bytes would be read as the next request. `curl --http2` on http:// asks for an
+        upgrade on every call."""
         if self.has_body():
             cause = "refused a request asking for an Upgrade with a body (400)"
             raise Refused(
@@ -395,13 +502,13 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
             self.send_error(b"503 Service Unavailable", body, [_STOPPING_RETRY_AFTER])
         self.transport.close()
 
-    def refuse(self, refused: Refused, data: bytes = b"") -> None:
+    def refuse(self, refused: Refused) -> None:
         """Answer a request refused by a callback (`RefusingParser`) or its head's bound, log its
-        cause and close. `data`: the read in hand, where a request line may name HTTP/0.9."""
-        if self.in_headers or refused.cause == NO_VERSION_CAUSE:
+        cause and close."""
+        if self.in_headers:
             # A refusal before the header block's end is its bounds' 431: the request line's
-            # comes first (a 101st header made it a 431). One of HTTP/0.9's shape may name it.
-            refused = self.version_refused(data, complete=not self.in_headers) or refused
+            # comes first (a 101st header made it a 431).
+            refused = self.line_refused() or refused
         self.refusals.note(self.logger, self.loop, refused.cause)
         if refused.dispatched:
             self.refuse_dispatched(refused)
@@ -429,10 +536,18 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
         # What the parser itself refused (uvicorn has logged it): its 400 in the shape. A
         # broken body is the request in hand's own; broken headers are a request's behind it.
         # llhttp pauses on the h2c preface (`PRI * HTTP/2.0`): the line's 505 comes first. It
-        # refuses a PRI of any other version, a method it knows only in that preface.
+        # refuses a PRI of any other version, a method it knows only in that preface. A
+        # CONNECT is its 501 whatever else is wrong.
         if self.in_headers:
-            refused = self.version_refused()
-            if refused is None and self.parser.get_method() == b"PRI":
+            method = self.parser.get_method()
+            if method == b"CONNECT":
+                try:
+                    self.refuse_connect()
+                except Refused as connect:
+                    self.refuse(connect)
+                return
+            refused = self.line_refused(method)
+            if refused is None and method == b"PRI":
                 cause = "refused a PRI that is not HTTP/2's preface (501)"
                 body = error_body("NotImplemented", PRI_DETAIL)
                 refused = Refused(b"501 Not Implemented", body, [], cause)
