@@ -79,8 +79,8 @@ class JsonText(str):
     was a 500) or holding a number no double holds (`1e400` + 0.5 was read as inf, given back as
     null over HTTP and `Infinity` by `agmem memory get`; `1e-16383` as 0.0). Readers give it as a
     string, flagged `valueIsJsonText` (app/memories/schemas.py, app/mcp/server.py). Never
-    written back: a value a client writes is parsed from its request, and copies between tables
-    are made in SQL."""
+    written back as such: a client sending the text back with the flag has it parsed again
+    (`parse_written_text`), and copies between tables are made in SQL."""
 
     __slots__ = ()
 
@@ -231,8 +231,60 @@ def _long_ints_as_decimals(value: Any) -> Any:
     return value
 
 
-class NumberOutOfRange(ValueError):
+class UnkeptJson(ValueError):
+    """A written value the service cannot keep as the JSON it is: answered as InvalidJSON (400)
+    on every surface, not as a field's ValidationFailed."""
+
+
+class NumberOutOfRange(UnkeptJson):
     """A number a write cannot keep (see `check_numbers`)."""
+
+
+class BadJsonText(UnkeptJson):
+    """A value written as its JSON text (`valueIsJsonText`) that is no JSON a write keeps."""
+
+
+def parse_written_text(text: Any, max_depth: int) -> Any:
+    """The value a write sent as its exact JSON text (`valueIsJsonText: true`, as every read
+    answers a `JsonText`), parsed with `loads`: numbers exact, `1e-400` kept (through pydantic
+    it was 0.0). Raises BadJsonText for what is no string, no JSON or nested deeper than
+    `max_depth` (a write's limit), saying which."""
+    if not isinstance(text, str):
+        raise BadJsonText(
+            "valueIsJsonText says value is its JSON text, so value must be a string, not "
+            f"{type(text).__name__}"
+        )
+    try:
+        value = loads(text)
+    except RecursionError:
+        raise BadJsonText("value (JSON text) is nested too deeply") from None
+    except ValueError as error:
+        reason = (
+            f"has an integer of more than {sys.get_int_max_str_digits()} digits"
+            if _too_long(error)
+            else f"is not JSON: {error}"
+        )
+        raise BadJsonText(f"value (JSON text) {reason}") from None
+    if _depth(value) > max_depth:
+        raise BadJsonText(
+            f"value (JSON text) is nested too deeply: more than {max_depth} levels of arrays "
+            "and objects"
+        )
+    return value
+
+
+def _depth(value: Any) -> int:
+    """How deep arrays and objects nest in `value`, without recursion."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            stack.extend(
+                (child, level + 1) for child in (item.values() if isinstance(item, dict) else item)
+            )
+    return deepest
 
 
 # Past a double, every reader of the value (HTTP, MCP, `agmem memory get`) gave back null or
