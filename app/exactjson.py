@@ -102,15 +102,22 @@ def loads_stored(data: str | bytes) -> Any:
     written by SQL or an older build can hold) is read as the exact `int` instead of raising
     (every read of such a memory was a 500). `dumps` writes it back. A value nested past the
     parser, or holding a number no double holds, is its `JsonText`."""
+    text = data if isinstance(data, str) else data.decode()  # jsonb's text is UTF-8
     try:
         try:
-            return json.loads(data, parse_float=_double)
+            return _STORED.decode(text)
         except ValueError as error:
             if not _too_long(error):
                 raise
-        return json.loads(data, parse_int=_wide_int, parse_float=_double)
+        return _STORED_WIDE.decode(text)
     except (RecursionError, _NoDouble):
-        return JsonText(data if isinstance(data, str) else data.decode())
+        return JsonText(text)
+
+
+# Built once: `json.loads` with any option builds a decoder a call, which doubled every read's
+# cost (a small dict 3.6 against 1.6 µs so; bench/exactjson_loads.py, docs/benchmarks.md).
+_STORED = json.JSONDecoder(parse_float=_double)
+_STORED_WIDE = json.JSONDecoder(parse_int=_wide_int, parse_float=_double)
 
 
 def dumps(value: Any, **options: Any) -> str:
