@@ -128,6 +128,9 @@ def dumps(value: Any, **options: Any) -> str:
     `options` are `json.dumps`'s, hashable (each set has its encoder, kept)."""
     encoder = _encoder(tuple(sorted(options.items())))
     numbers: list[str] = []
+    # Saved and put back: a `dumps` the encoder reaches (a Decimal subclass's `__str__`) has its
+    # own numbers, and the outer call's must not be replaced; none kept once the call is done.
+    outer = _marks.append, _marks.allow_nan
     _marks.append, _marks.allow_nan = numbers.append, options.get("allow_nan", True)
     try:
         text = encoder.encode(value)
@@ -136,6 +139,8 @@ def dumps(value: Any, **options: Any) -> str:
             raise
         numbers.clear()
         text = encoder.encode(_long_ints_as_decimals(value))
+    finally:
+        _marks.append, _marks.allow_nan = outer
     if not numbers:
         return text
     pieces = text.split(_MARK_WRITTEN)
@@ -157,8 +162,8 @@ _MARK_WRITTEN = f'"\\u0000{_NONCE}\\u0000"'
 class _Marks(threading.local):
     """The numbers of the `dumps` running in this thread, in the order its encoder met them."""
 
-    append: Callable[[str], None]
-    allow_nan: bool
+    append: Callable[[str], None] | None = None
+    allow_nan: bool = True
 
 
 _marks = _Marks()
@@ -167,7 +172,9 @@ _marks = _Marks()
 def _placeholder(item: Any) -> str:
     if not isinstance(item, Decimal):
         raise TypeError(f"Object of type {type(item).__name__} is not JSON serializable")
-    _marks.append(str(item) if item.is_finite() else _not_finite(item, _marks.allow_nan))
+    append = _marks.append
+    assert append is not None  # set by the `dumps` whose encoder calls this
+    append(str(item) if item.is_finite() else _not_finite(item, _marks.allow_nan))
     return _MARK
 
 
