@@ -85,6 +85,19 @@ class JsonText(str):
     __slots__ = ()
 
 
+# What an internal reader (the worker's extract, its prompt, a summary) keeps of a `JsonText`.
+OPAQUE_TEXT_MAX = 1000
+
+
+def opaque(value: Any, limit: int = OPAQUE_TEXT_MAX) -> Any:
+    """`value`, but a `JsonText` as plain text of at most `limit` characters, for a reader that
+    only shows it: `1e-16000`'s 16 KB of digits went whole into an extract and a summary. A
+    reader that walks a value's structure must not take a `JsonText` for one (it is a string)."""
+    if not isinstance(value, JsonText) or len(value) <= limit:
+        return str(value) if isinstance(value, JsonText) else value
+    return f"{value[:limit]}… ({len(value)} characters of JSON)"
+
+
 class _NoDouble(Exception):
     """A stored number no double holds (see `_double`)."""
 
