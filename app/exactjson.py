@@ -214,6 +214,12 @@ def has_long_int(value: Any) -> bool:
     return any(isinstance(item, int) and _too_long_int(item) for item in _scalars(value))
 
 
+def has_float(value: Any) -> bool:
+    """Whether `value` holds a `float` (one a parser other than `loads` made, perhaps of a
+    number no double holds as written: `1e-400`, `1.50`)."""
+    return any(isinstance(item, float) for item in _scalars(value))
+
+
 def _too_long_int(number: int) -> bool:
     """Whether `str(number)` raises: more digits than `sys.get_int_max_str_digits()` (a sign
     not counted; 0 is no limit), as Python counts them."""

@@ -177,3 +177,27 @@ def test_a_value_written_as_text_no_write_keeps_is_refused_and_nothing_stored(
         assert refused.json()["error"] == "InvalidJSON"
         assert words in refused.json()["detail"]
     assert db.execute("SELECT count(*) FROM memories WHERE key = 'new'").fetchone() == (0,)
+
+
+def test_a_put_keeps_every_number_as_written_or_refuses_it(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    # Parsed by FastAPI's json, 1e-400 was stored as 0.0 and 1.50 as 1.5, and 1e-999999 (which
+    # Postgres cannot keep) as 0.0, where `agmem memory set` kept or refused them.
+    headers = {"content-type": "application/json"}
+    where = f'"projectPath": "{PROJECT}"'
+    tiny = "0." + "0" * 399 + "1"
+    for key, value, stored in (
+        ("a", "[1e-400, 1.50]", f"[{tiny}, 1.50]"),
+        ("b", "1e-16383", TINY),
+        ("c", '{"x": {"y": [2.50]}}', '{"x": {"y": [2.50]}}'),
+    ):
+        body = f'{{"value": {value}, {where}}}'
+        written = client.put(url(key), content=body, headers=headers)
+        assert written.status_code == 201, written.text
+        assert _stored_text(db, key) == stored
+    refused = client.put(url("d"), content=f'{{"value": 1e-999999, {where}}}', headers=headers)
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"] == "InvalidJSON"
+    assert "digits after the point" in refused.json()["detail"]
+    assert db.execute("SELECT count(*) FROM memories WHERE key = 'd'").fetchone() == (0,)
