@@ -79,10 +79,23 @@ class JsonText(str):
     was a 500) or holding a number no double holds (`1e400` + 0.5 was read as inf, given back as
     null over HTTP and `Infinity` by `agmem memory get`; `1e-16383` as 0.0). Readers give it as a
     string, flagged `valueIsJsonText` (app/memories/schemas.py, app/mcp/server.py). Never
-    written back: a value a client writes is parsed from its request, and copies between tables
-    are made in SQL."""
+    written back as such: a client sending the text back with the flag has it parsed again
+    (`parse_written_text`), and copies between tables are made in SQL."""
 
     __slots__ = ()
+
+
+# What an internal reader (the worker's extract, its prompt, a summary) keeps of a `JsonText`.
+OPAQUE_TEXT_MAX = 1000
+
+
+def opaque(value: Any, limit: int = OPAQUE_TEXT_MAX) -> Any:
+    """`value`, but a `JsonText` as plain text of at most `limit` characters, for a reader that
+    only shows it: `1e-16000`'s 16 KB of digits went whole into an extract and a summary. A
+    reader that walks a value's structure must not take a `JsonText` for one (it is a string)."""
+    if not isinstance(value, JsonText) or len(value) <= limit:
+        return str(value) if isinstance(value, JsonText) else value
+    return f"{value[:limit]}… ({len(value)} characters of JSON)"
 
 
 class _NoDouble(Exception):
@@ -102,15 +115,22 @@ def loads_stored(data: str | bytes) -> Any:
     written by SQL or an older build can hold) is read as the exact `int` instead of raising
     (every read of such a memory was a 500). `dumps` writes it back. A value nested past the
     parser, or holding a number no double holds, is its `JsonText`."""
+    text = data if isinstance(data, str) else data.decode()  # jsonb's text is UTF-8
     try:
         try:
-            return json.loads(data, parse_float=_double)
+            return _STORED.decode(text)
         except ValueError as error:
             if not _too_long(error):
                 raise
-        return json.loads(data, parse_int=_wide_int, parse_float=_double)
+        return _STORED_WIDE.decode(text)
     except (RecursionError, _NoDouble):
-        return JsonText(data if isinstance(data, str) else data.decode())
+        return JsonText(text)
+
+
+# Built once: `json.loads` with any option builds a decoder a call, which doubled every read's
+# cost (a small dict 3.6 against 1.6 µs so; bench/exactjson_loads.py, docs/benchmarks.md).
+_STORED = json.JSONDecoder(parse_float=_double)
+_STORED_WIDE = json.JSONDecoder(parse_int=_wide_int, parse_float=_double)
 
 
 def dumps(value: Any, **options: Any) -> str:
@@ -121,6 +141,9 @@ def dumps(value: Any, **options: Any) -> str:
     `options` are `json.dumps`'s, hashable (each set has its encoder, kept)."""
     encoder = _encoder(tuple(sorted(options.items())))
     numbers: list[str] = []
+    # Saved and put back: a `dumps` the encoder reaches (a Decimal subclass's `__str__`) has its
+    # own numbers, and the outer call's must not be replaced; none kept once the call is done.
+    outer = _marks.append, _marks.allow_nan
     _marks.append, _marks.allow_nan = numbers.append, options.get("allow_nan", True)
     try:
         text = encoder.encode(value)
@@ -129,6 +152,8 @@ def dumps(value: Any, **options: Any) -> str:
             raise
         numbers.clear()
         text = encoder.encode(_long_ints_as_decimals(value))
+    finally:
+        _marks.append, _marks.allow_nan = outer
     if not numbers:
         return text
     pieces = text.split(_MARK_WRITTEN)
@@ -150,8 +175,8 @@ _MARK_WRITTEN = f'"\\u0000{_NONCE}\\u0000"'
 class _Marks(threading.local):
     """The numbers of the `dumps` running in this thread, in the order its encoder met them."""
 
-    append: Callable[[str], None]
-    allow_nan: bool
+    append: Callable[[str], None] | None = None
+    allow_nan: bool = True
 
 
 _marks = _Marks()
@@ -160,7 +185,9 @@ _marks = _Marks()
 def _placeholder(item: Any) -> str:
     if not isinstance(item, Decimal):
         raise TypeError(f"Object of type {type(item).__name__} is not JSON serializable")
-    _marks.append(str(item) if item.is_finite() else _not_finite(item, _marks.allow_nan))
+    append = _marks.append
+    assert append is not None  # set by the `dumps` whose encoder calls this
+    append(str(item) if item.is_finite() else _not_finite(item, _marks.allow_nan))
     return _MARK
 
 
@@ -185,6 +212,12 @@ def has_long_int(value: Any) -> bool:
     """Whether `value` holds an `int` too long for Python's int-to-string conversion (one
     `loads_stored` read): `json.dumps` of it raises, where `dumps` writes it."""
     return any(isinstance(item, int) and _too_long_int(item) for item in _scalars(value))
+
+
+def has_float(value: Any) -> bool:
+    """Whether `value` holds a `float` (one a parser other than `loads` made, perhaps of a
+    number no double holds as written: `1e-400`, `1.50`)."""
+    return any(isinstance(item, float) for item in _scalars(value))
 
 
 def _too_long_int(number: int) -> bool:
@@ -231,8 +264,60 @@ def _long_ints_as_decimals(value: Any) -> Any:
     return value
 
 
-class NumberOutOfRange(ValueError):
+class UnkeptJson(ValueError):
+    """A written value the service cannot keep as the JSON it is: answered as InvalidJSON (400)
+    on every surface, not as a field's ValidationFailed."""
+
+
+class NumberOutOfRange(UnkeptJson):
     """A number a write cannot keep (see `check_numbers`)."""
+
+
+class BadJsonText(UnkeptJson):
+    """A value written as its JSON text (`valueIsJsonText`) that is no JSON a write keeps."""
+
+
+def parse_written_text(text: Any, max_depth: int) -> Any:
+    """The value a write sent as its exact JSON text (`valueIsJsonText: true`, as every read
+    answers a `JsonText`), parsed with `loads`: numbers exact, `1e-400` kept (through pydantic
+    it was 0.0). Raises BadJsonText for what is no string, no JSON or nested deeper than
+    `max_depth` (a write's limit), saying which."""
+    if not isinstance(text, str):
+        raise BadJsonText(
+            "valueIsJsonText says value is its JSON text, so value must be a string, not "
+            f"{type(text).__name__}"
+        )
+    try:
+        value = loads(text)
+    except RecursionError:
+        raise BadJsonText("value (JSON text) is nested too deeply") from None
+    except ValueError as error:
+        reason = (
+            f"has an integer of more than {sys.get_int_max_str_digits()} digits"
+            if _too_long(error)
+            else f"is not JSON: {error}"
+        )
+        raise BadJsonText(f"value (JSON text) {reason}") from None
+    if _depth(value) > max_depth:
+        raise BadJsonText(
+            f"value (JSON text) is nested too deeply: more than {max_depth} levels of arrays "
+            "and objects"
+        )
+    return value
+
+
+def _depth(value: Any) -> int:
+    """How deep arrays and objects nest in `value`, without recursion."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            stack.extend(
+                (child, level + 1) for child in (item.values() if isinstance(item, dict) else item)
+            )
+    return deepest
 
 
 # Past a double, every reader of the value (HTTP, MCP, `agmem memory get`) gave back null or

@@ -124,3 +124,16 @@ def test_dumps_writes_a_decimal_nan_or_infinity_as_json_writes_a_float_one() -> 
     assert exactjson.dumps([Decimal("NaN"), Decimal("-Infinity"), Decimal("sNaN")]) == (
         json.dumps([math.nan, -math.inf, math.nan])
     )
+
+
+def test_dumps_is_reentrant_and_keeps_no_numbers_after_a_call() -> None:
+    # A nested dumps in the same thread replaced the outer call's list of numbers: the outer
+    # one raised ValueError (its marks outnumbered its numbers).
+    class Nested(Decimal):
+        def __str__(self) -> str:
+            return exactjson.dumps([Decimal("2.50")])
+
+    assert exactjson.dumps({"a": Nested("1"), "b": Decimal("1.50")}) == ('{"a": [2.50], "b": 1.50}')
+    # The last call's numbers were kept alive by the thread's state until its next call.
+    exactjson.dumps([Decimal("7." + "1" * 1000)])
+    assert exactjson._marks.append is None

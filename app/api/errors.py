@@ -14,7 +14,7 @@ from starlette.responses import JSONResponse
 
 from app.api.middleware import BodyTooLarge
 from app.errors import AppError, DatabaseUnavailable, first_line, sqlstate, validator_reason
-from app.exactjson import NumberOutOfRange
+from app.exactjson import UnkeptJson
 
 if TYPE_CHECKING:
     # FastAPI (~0.2 s to import) only where an app is built: `agmem mcp` on stdio shares this
@@ -142,9 +142,10 @@ async def _validation_error(request: Request, error: Exception) -> JSONResponse:
 
 
 def unkept_number(error: Any) -> bool:
-    """Whether a pydantic error is a number a write cannot keep (`exactjson.check_numbers`):
-    `InvalidJSON`, on every surface, not a field's `ValidationFailed`."""
-    return isinstance((error.get("ctx") or {}).get("error"), NumberOutOfRange)
+    """Whether a pydantic error is a number a write cannot keep (`exactjson.check_numbers`) or
+    JSON text it cannot parse (`exactjson.parse_written_text`): `InvalidJSON`, on every
+    surface, not a field's `ValidationFailed`."""
+    return isinstance((error.get("ctx") or {}).get("error"), UnkeptJson)
 
 
 async def _http_error(_: Request, error: Exception) -> JSONResponse:

@@ -15,6 +15,7 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
 from starlette.requests import ClientDisconnect
 
+from app import exactjson
 from app.api import paths  # noqa: F401 - registers the `{name:any}` paths below use
 from app.api.deps import DbDep, ProjectPathQuery, SettingsDep
 from app.api.errors import is_json_content_type
@@ -46,7 +47,21 @@ def iso(value: datetime | None) -> str | None:
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
+def _flag_json_text(answer: dict[str, Any], *fields: str) -> dict[str, Any]:
+    """`answer`, with `<field>IsJsonText: true` beside each of `fields` given as its exact JSON
+    text (`exactjson.JsonText`: nested past Python's parser, or holding a number no double
+    holds), as memories flag `valueIsJsonText`; a plain string could not be told from it."""
+    for name in fields:
+        if isinstance(answer[name], exactjson.JsonText):
+            answer[f"{name}IsJsonText"] = True
+    return answer
+
+
 def session_json(row: SessionRow) -> dict[str, Any]:
+    return _flag_json_text(_session_json(row), "metadata")
+
+
+def _session_json(row: SessionRow) -> dict[str, Any]:
     return {
         "id": row.id,
         "projectPath": row.project_path,
@@ -64,6 +79,10 @@ def session_json(row: SessionRow) -> dict[str, Any]:
 
 
 def observation_json(row: ObservationRow) -> dict[str, Any]:
+    return _flag_json_text(_observation_json(row), "functionArgs", "result", "entities")
+
+
+def _observation_json(row: ObservationRow) -> dict[str, Any]:
     return {
         "id": row.id,
         "sessionId": row.session_id,

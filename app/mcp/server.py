@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import anyio
@@ -66,9 +67,10 @@ log = structlog.get_logger(__name__)
 
 StateProvider = Callable[[], AppState]
 
-# The names of the arguments the call being served sent: the SDK gives an argument sent as null
-# and one left out alike, as None.
-_SENT: ContextVar[frozenset[str]] = ContextVar("sent_arguments", default=frozenset())
+# The arguments the call being served sent, as sent: the SDK gives an argument sent as null and
+# one left out alike, as None, and parses a string argument that is JSON for one not typed str
+# (so value's JSON text reached write_memory as the list it spells, its numbers floats).
+_SENT: ContextVar[Mapping[str, Any]] = ContextVar("sent_arguments", default=MappingProxyType({}))
 
 # A tool's answer lands in the model's context window: larger blocks than this would crowd it.
 MAX_TOOL_BUDGET = 20_000
@@ -147,7 +149,7 @@ class MemoryServer(MCPServer):
             raise ToolError(f"Error executing tool {name}: ValidationFailed: {problem}")
         if self.argument_bytes is not None:
             check_argument_size(name, arguments, self.argument_bytes())
-        sent = _SENT.set(frozenset(arguments))
+        sent = _SENT.set(MappingProxyType(dict(arguments)))
         try:
             result = await cancelled_once(super().call_tool(name, arguments, context))
             check_answer_size(name, arguments, result)
@@ -291,9 +293,14 @@ def build_server(state: StateProvider, *, default_project: str | None = None) ->
         tags: list[str] | None = None,
         created_by: str | None = None,
         if_version: ToolInt | None = None,
+        value_is_json_text: bool | None = None,
     ) -> dict[str, Any]:
         with tool_errors():
             fields: dict[str, Any] = {"value": value, "scope": scope}
+            if value_is_json_text is not None:
+                # The text as sent, which MemoryWrite parses exactly (1e-400 is no 0.0).
+                fields["value"] = _SENT.get().get("value", value) if value_is_json_text else value
+                fields["value_is_json_text"] = value_is_json_text
             optional = {
                 "project_path": project(project_path),
                 "session_id": session_id,
@@ -303,7 +310,7 @@ def build_server(state: StateProvider, *, default_project: str | None = None) ->
             }
             fields |= {name: v for name, v in optional.items() if v is not None}
             # A ttl or tags sent as null clears them, as in a PUT's body (left out, they are kept).
-            cleared = {"ttl", "tags"} & _SENT.get()
+            cleared = {"ttl", "tags"} & _SENT.get().keys()
             fields |= {name: None for name in cleared if name not in fields}
             data = MemoryWrite.model_validate(fields)
             async with transaction(state().sessionmaker) as session:

@@ -5,8 +5,11 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 
+from app import exactjson
 from app.api import paths  # noqa: F401 - registers the `{name:any}` paths below use
 from app.api.deps import DbDep, SettingsDep, StateDep
 from app.api.responses import ExactJSONResponse
@@ -123,9 +126,11 @@ async def put_memory(
     db: DbDep,
     settings: SettingsDep,
     response: Response,
+    request: Request,
     if_match: Annotated[str | None, Header()] = None,
 ) -> Memory:
     """Write a memory; an existing key is updated and its previous value kept as a version."""
+    body = await _numbers_as_written(request, body)
     row, created = await service.write_memory(
         db,
         key=_key(key),
@@ -137,6 +142,19 @@ async def put_memory(
     response.status_code = 201 if created else 200
     response.headers.update(_etag(memory))
     return memory
+
+
+async def _numbers_as_written(request: Request, body: MemoryWrite) -> MemoryWrite:
+    """The body again, from its JSON read by `exactjson` when its value holds a non-integer
+    number: FastAPI's `json` made floats of them, and `1e-400` was stored as 0.0, `1.50` as
+    1.5 and `1e-999999` (which the database cannot keep: 400) as 0.0, where `agmem memory set`
+    keeps or refuses them. A value without one (most) is taken as parsed."""
+    if not exactjson.has_float(body.value):
+        return body
+    try:
+        return MemoryWrite.model_validate(exactjson.loads(await request.body()))
+    except ValidationError as error:
+        raise RequestValidationError(error.errors()) from None
 
 
 @router.get("/memories", response_model=MemoryList)

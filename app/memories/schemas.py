@@ -12,7 +12,7 @@ from app import exactjson
 from app.api.bodies import CamelModel, StrictBody
 from app.api.limits import KEY_MAX_BYTES, TAG_MAX_CHARS, StoredProjectPath, utf8_size
 from app.api.numbers import BodyInt
-from app.privacy import clean_text, sanitize_json, sanitize_text
+from app.privacy import DEFAULT_MAX_DEPTH, clean_text, sanitize_json, sanitize_text
 from app.projects import canonical_project
 
 Scope = Literal["global", "project", "session", "shared"]
@@ -104,7 +104,24 @@ class MemoryWrite(StrictBody):
                 )
         return data
 
+    @model_validator(mode="before")
+    @classmethod
+    def _parse_json_text(cls, data: Any) -> Any:
+        # A read answers a value no parse reads back as it is with its JSON text and this flag;
+        # sent back as read (tags changed, say), the flag ignored made it a jsonb string.
+        if not isinstance(data, dict):
+            return data
+        flag = next((name for name in cls.JSON_TEXT_FLAG if name in data), None)
+        if flag is None or data[flag] is not True or "value" not in data:
+            return data
+        parsed = exactjson.parse_written_text(data["value"], DEFAULT_MAX_DEPTH)
+        return {**data, "value": parsed}
+
+    JSON_TEXT_FLAG: ClassVar[tuple[str, str]] = ("valueIsJsonText", "value_is_json_text")
+
     value: Any
+    # True: `value` is the value's exact JSON text, as a read answers one (`exactjson.JsonText`).
+    value_is_json_text: bool | None = None
     scope: Scope = "project"
     project_path: StoredProjectPath | None = None
     session_id: str | None = Field(default=None, max_length=200)

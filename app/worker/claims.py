@@ -18,6 +18,8 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app import exactjson
+
 
 @dataclass(frozen=True, slots=True)
 class Queue:
@@ -130,12 +132,15 @@ async def claim_observations(
             session_id=r.session_id,
             project_path=r.project_path,
             function_name=r.function_name,
-            function_args=r.function_args,
-            result=r.result,
+            # A value no parse reads back as it is (`exactjson.JsonText`) is shown, not walked.
+            function_args=exactjson.opaque(r.function_args),
+            result=exactjson.opaque(r.result),
             observation_type=r.observation_type,
             attempts=r.attempts,
             original_tokens=r.original_tokens or 0,
-            entities=r.entities or {},
+            # Names capture found, for the extract's `Mentions:`: unreadable, none (it took
+            # them for a dict: AttributeError, the row retried and failed).
+            entities=r.entities if isinstance(r.entities, dict) else {},
             result_missing=r.result_missing,
         )
         for r in rows

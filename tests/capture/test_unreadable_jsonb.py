@@ -54,3 +54,29 @@ def test_an_integer_of_5000_digits_in_an_observation_or_a_session_is_answered(
     for answer in (session, listed):
         assert answer.status_code == 200, answer.text
         assert f'"metadata":{{"n":{DIGITS}}}' in answer.text
+
+
+def test_a_field_read_as_its_text_is_flagged_and_no_other_is(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    # Answered as a plain string, it could not be told from a real string value.
+    db.execute(
+        "INSERT INTO sessions (id, project_path, metadata) VALUES ('s1', '/home/dev/shop', "
+        f"'{{\"m\": {DEEP}}}'::jsonb);"
+        "INSERT INTO sessions (id, project_path, metadata) VALUES ('s2', '/home/dev/shop', "
+        "'{\"m\": 1}'::jsonb);"
+        "INSERT INTO observations (id, session_id, project_path, function_name, function_args, "
+        "result, entities, observation_type, status) VALUES ('o1', 's1', '/home/dev/shop', "
+        f"'read_file', '{{\"path\": \"a\"}}'::jsonb, '[1e-16000]'::jsonb, '{DEEP}'::jsonb, "
+        "'file_read', 'raw')"
+    )
+
+    one = client.get("/api/observations/o1").json()
+    assert (one["resultIsJsonText"], one["entitiesIsJsonText"]) == (True, True)
+    assert "functionArgsIsJsonText" not in one
+    assert one["functionArgs"] == {"path": "a"}
+    session = client.get("/api/sessions/s1").json()
+    assert session["metadataIsJsonText"] is True
+    listed = client.get("/api/sessions", params={"projectPath": "/home/dev/shop"}).json()
+    flags = {s["id"]: s.get("metadataIsJsonText") for s in listed["sessions"]}
+    assert flags == {"s1": True, "s2": None}

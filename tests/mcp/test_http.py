@@ -481,3 +481,49 @@ def test_a_number_a_write_cannot_keep_is_named_invalid_json_as_over_http(
             "Error executing tool write_memory: InvalidJSON: value: a number is"
         ), (value, result)
     assert db.execute("SELECT count(*) FROM memories").fetchone() == (0,)
+
+
+def test_a_value_read_as_its_text_and_written_back_keeps_its_type(
+    live_server: LiveServer, db: psycopg.Connection[Any]
+) -> None:
+    # read_memory answers it as its JSON text, flagged; written back with the flag ignored it
+    # became a jsonb string.
+    tiny = "0." + "0" * 500 + "1"
+    db.execute(
+        "INSERT INTO memories (scope, project_path, key, value, created_by) "
+        "VALUES ('project', %s, 'tiny', %s::jsonb, 'me')",
+        (PROJECT, f"[{tiny}, 1.50]"),
+    )
+    deep = "[" * 3000 + "1" + "]" * 3000
+
+    async def main() -> None:
+        async with Client(f"{live_server.url}/mcp") as client:
+            read = structured(
+                await client.call_tool("read_memory", {"key": "tiny", "project_path": PROJECT})
+            )
+            memory = read["memory"]
+            assert memory["valueIsJsonText"] is True
+            written = structured(
+                await client.call_tool(
+                    "write_memory",
+                    {
+                        "key": "tiny",
+                        "value": memory["value"],
+                        "value_is_json_text": True,
+                        "project_path": PROJECT,
+                        "tags": ["changed"],
+                    },
+                )
+            )
+            assert written["memory"]["valueIsJsonText"] is True
+            refused = await client.call_tool(
+                "write_memory",
+                {"key": "deep", "value": deep, "value_is_json_text": True, "scope": "global"},
+            )
+            assert refused.is_error
+            assert "InvalidJSON: value (JSON text) is nested too deeply" in refused.content[0].text
+
+    asyncio.run(main())
+    stored = db.execute("SELECT value::text, tags FROM memories WHERE key = 'tiny'").fetchone()
+    assert stored == (f"[{tiny}, 1.50]", ["changed"])
+    assert db.execute("SELECT count(*) FROM memories WHERE key = 'deep'").fetchone() == (0,)

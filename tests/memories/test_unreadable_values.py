@@ -118,3 +118,86 @@ def test_agmem_memory_get_prints_such_values_as_their_text(
     assert listed.returncode == 0, listed.stderr
     assert "deep\tproject\t[[[[" in listed.stdout
     assert f"huge\tproject\t[{HUGE[:40]}" in listed.stdout
+
+
+def _read_back(client: TestClient, key: str) -> dict[str, Any]:
+    """A memory as a read-then-write client sends it back: what it read, tags changed."""
+    read = client.get(url(key), params=WHERE)
+    assert read.status_code == 200, read.text
+    body = {
+        name: read.json()[name] for name in ("value", "valueIsJsonText", "scope", "projectPath")
+    }
+    return {**body, "tags": ["changed"]}
+
+
+def test_a_value_read_as_its_text_and_written_back_keeps_its_type_and_numbers(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    # The flag was ignored on a PUT: the object became a jsonb string.
+    _store(db, "tiny", '{"t": [' + TINY + ", 1.50]}")
+    text = _stored_text(db, "tiny")
+    written = client.put(url("tiny"), json=_read_back(client, "tiny"))
+    assert written.status_code == 200, written.text
+    assert written.json()["tags"] == ["changed"]
+    assert written.json()["valueIsJsonText"] is True
+    assert _stored_text(db, "tiny") == text
+    kind = db.execute("SELECT jsonb_typeof(value) FROM memories WHERE key = 'tiny'").fetchone()
+    assert kind == ("object",)
+    # A client may send any value as its JSON text: numbers kept exactly.
+    exact = client.put(
+        url("exact"), json={**WHERE, "value": "[1.50, 1e-400]", "valueIsJsonText": True}
+    )
+    assert exact.status_code == 201, exact.text
+    assert _stored_text(db, "exact") == "[1.50, 0." + "0" * 399 + "1]"
+    plain = client.put(url("plain"), json={**WHERE, "value": "[1]", "valueIsJsonText": False})
+    assert plain.status_code == 201, plain.text
+    assert _stored_text(db, "plain") == '"[1]"'
+
+
+def test_a_value_written_as_text_no_write_keeps_is_refused_and_nothing_stored(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    _store(db, "deep", DEEP)
+    _store(db, "huge", "[" + HUGE + "]")
+    before = {key: _stored_text(db, key) for key in ("deep", "huge")}
+    for key, words in (("deep", "nested too deeply"), ("huge", "past a double")):
+        refused = client.put(url(key), json=_read_back(client, key))
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"] == "InvalidJSON"
+        assert words in refused.json()["detail"]
+        assert _stored_text(db, key) == before[key]
+    nested = "[" * 100 + "]" * 100
+    for value, words in (
+        ("[1, 2", "not JSON"),
+        (nested, "nested too deeply"),
+        (["a"], "must be a string"),
+    ):
+        refused = client.put(url("new"), json={**WHERE, "value": value, "valueIsJsonText": True})
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"] == "InvalidJSON"
+        assert words in refused.json()["detail"]
+    assert db.execute("SELECT count(*) FROM memories WHERE key = 'new'").fetchone() == (0,)
+
+
+def test_a_put_keeps_every_number_as_written_or_refuses_it(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    # Parsed by FastAPI's json, 1e-400 was stored as 0.0 and 1.50 as 1.5, and 1e-999999 (which
+    # Postgres cannot keep) as 0.0, where `agmem memory set` kept or refused them.
+    headers = {"content-type": "application/json"}
+    where = f'"projectPath": "{PROJECT}"'
+    tiny = "0." + "0" * 399 + "1"
+    for key, value, stored in (
+        ("a", "[1e-400, 1.50]", f"[{tiny}, 1.50]"),
+        ("b", "1e-16383", TINY),
+        ("c", '{"x": {"y": [2.50]}}', '{"x": {"y": [2.50]}}'),
+    ):
+        body = f'{{"value": {value}, {where}}}'
+        written = client.put(url(key), content=body, headers=headers)
+        assert written.status_code == 201, written.text
+        assert _stored_text(db, key) == stored
+    refused = client.put(url("d"), content=f'{{"value": 1e-999999, {where}}}', headers=headers)
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"] == "InvalidJSON"
+    assert "digits after the point" in refused.json()["detail"]
+    assert db.execute("SELECT count(*) FROM memories WHERE key = 'd'").fetchone() == (0,)
