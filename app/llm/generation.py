@@ -12,8 +12,7 @@ import math
 import re
 import time
 from dataclasses import dataclass
-from datetime import UTC
-from email.utils import parsedate_to_datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -32,6 +31,22 @@ _RETRY_DELAY = re.compile(r"^(\d+(?:\.\d+)?)s$")
 # still exhausted when the cap ends costs one call, answered with a fresh delay. The worker's
 # longest backoff (`worker_backoff_max_seconds`' default) is as long.
 MAX_RETRY_AFTER_SECONDS = 900.0
+
+
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+_TIME = r"(?P<hour>\d{2}):(?P<minute>\d{2}):(?P<second>\d{2})"
+_MONTH = r"(?P<month>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
+_IMF_FIXDATE = re.compile(
+    rf"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun), (?P<day>\d{{2}}) {_MONTH} (?P<year>\d{{4}}) {_TIME} GMT"
+)
+_RFC850_DATE = re.compile(
+    r"(?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday), "
+    rf"(?P<day>\d{{2}})-{_MONTH}-(?P<year>\d{{2}}) {_TIME} GMT"
+)
+_ASCTIME_DATE = re.compile(
+    rf"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) {_MONTH} (?P<day>[ \d]\d) {_TIME} (?P<year>\d{{4}})"
+)
+_DATE_FORMS = (_IMF_FIXDATE, _RFC850_DATE, _ASCTIME_DATE)
 
 
 class GeminiCallFailed(Exception):
@@ -266,16 +281,34 @@ def capped_delay(seconds: float) -> float:
 
 
 def _http_date(value: str) -> float | None:
-    """An HTTP-date's epoch seconds (RFC 9110 §10.2.3: `Fri, 27 Nov 2026 03:00:00 GMT`, or the
-    obsolete RFC 850 and asctime forms), None for anything else. A date is GMT by definition, so
-    one without a zone (asctime's) is read as UTC. A date past is then a delay below 0: no wait.
-    It was read as no delay asked: the row came back after its own back-off, into the quota."""
-    try:
-        when = parsedate_to_datetime(value)
-    except (ValueError, TypeError, IndexError, OverflowError):
+    """An HTTP-date's epoch seconds, exactly in one of RFC 9110 §5.6.7's three forms (the
+    IMF-fixdate `Fri, 27 Nov 2026 03:00:00 GMT`, the obsolete RFC 850 and asctime forms), None
+    for anything else: a lenient parse read `<date> junk`, the date 1,000 times over, a zone
+    `ZZZ` or none at all as the date it started with. A date is GMT by definition (asctime's,
+    which says no zone, included). A date past is then a delay below 0: no wait. It was read as
+    no delay asked: the row came back after its own back-off, into the quota."""
+    match = next((m for form in _DATE_FORMS if (m := form.fullmatch(value)) is not None), None)
+    if match is None:
         return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
+    year = int(match["year"])
+    if len(match["year"]) == 2:
+        # RFC 9110: a two-digit year more than 50 years ahead is the latest past year with it.
+        this_year = datetime.now(UTC).year
+        year += this_year - this_year % 100
+        if year > this_year + 50:
+            year -= 100
+    try:
+        when = datetime(
+            year,
+            _MONTHS.index(match["month"]) + 1,
+            int(match["day"]),
+            int(match["hour"]),
+            int(match["minute"]),
+            int(match["second"]),
+            tzinfo=UTC,
+        )
+    except ValueError:  # no such day (31 Nov), hour or second
+        return None
     return when.timestamp()
 
 
@@ -291,8 +324,9 @@ def _asked_delay(error: errors.APIError) -> float | None:
             until = _http_date(value)
             if until is not None:
                 return until - time.time()
-            # Once per answer, then the RetryInfo or the usual back-off: a proxy's garbled header
-            # must not be taken for "no wait" unsaid.
+            # Once per 429 answer (each answer of a run of them is logged), then the RetryInfo
+            # or the usual back-off: a proxy's garbled header must not be taken for "no wait"
+            # unsaid.
             log.warning("gemini.retry_after_unreadable", asked=value[:100])
     details: Any = error.details
     if isinstance(details, dict):
