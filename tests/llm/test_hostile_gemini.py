@@ -213,3 +213,20 @@ def test_a_rejected_answers_tokens_count_toward_the_budget(
 
     usage = row(db, "SELECT sum(input_tokens) AS i, sum(output_tokens) AS o FROM llm_usage")
     assert (usage["i"], usage["o"]) == (30, 20)
+
+
+def test_a_body_cut_short_is_a_failed_attempt_retried(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    # The connection closed part-way through the promised body: an attempt that failed on the
+    # wire (retried after its back-off), not a fallback nor a stored fragment.
+    make_session(db)
+    make_observation(db, "o1")
+    with fake_gemini() as fake:
+        fake.queue(":generateContent", FakeResponse(body=text_answer(ANSWER), cut_at=40))
+        drain(gemini_settings(fake.url), database_url)
+        assert len(fake.calls(":generateContent")) == 1
+
+    found = stored(db)
+    assert (found["status"], found["attempts"], found["compressed_data"]) == ("captured", 1, None)
+    assert "RemoteProtocolError" in found["last_error"]
