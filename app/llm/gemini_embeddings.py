@@ -8,9 +8,11 @@ its full 3,072-dimension output, so every vector is L2-normalised here. Inline c
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import random
 import re
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -58,6 +60,8 @@ _MAX_BACKOFF_SECONDS = 30.0
 QUERY_RETRIES = 1
 QUERY_WAIT_LIMIT_SECONDS = 2.0  # the longest Retry-After a search's query waits for
 QUERY_TIMEOUT_SECONDS = 10.0
+# A document call's (a sync's batch of up to 100 texts), for its whole answer as a query's.
+DOCUMENT_TIMEOUT_SECONDS = 60.0
 _BATCH_DONE = "JOB_STATE_SUCCEEDED"
 SUBMISSION_ERRORS: tuple[type[Exception], ...] = (errors.APIError, *TRANSPORT_ERRORS)
 # A submission's failures, and a key the client cannot put in a header (non-ASCII).
@@ -104,7 +108,7 @@ class GeminiEmbedder:
         retry_base_seconds: float = 1.0,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self._client = make_client(settings, timeout_ms=60_000)
+        self._client = make_client(settings, timeout_ms=int(DOCUMENT_TIMEOUT_SECONDS * 1000))
         self._key = settings.gemini_api_key
         self._model = settings.embedding_model or "gemini-embedding-001"
         self._dims = settings.embedding_dims or 768
@@ -113,8 +117,15 @@ class GeminiEmbedder:
         self._query_timeout_ms = max(
             1, int(min(QUERY_TIMEOUT_SECONDS, settings.gemini_timeout_seconds) * 1000)
         )
+        self._settings = settings
         self._sleep = sleep
         self.calls = 0  # inline API calls made, for stats and tests
+        # Inline calls go through the async client on a loop of their own, under a deadline for
+        # the whole answer (`_bounded`). Started on the first call; its own client, since an
+        # async client's connections belong to the loop that opened them (cancels use
+        # `self._client.aio` on the caller's loop).
+        self._inline: tuple[asyncio.AbstractEventLoop, genai.Client] | None = None
+        self._inline_lock = threading.Lock()
 
     @property
     def identity(self) -> str:
@@ -177,10 +188,19 @@ class GeminiEmbedder:
         while True:
             try:
                 self.calls += 1
-                answer = self._client.models.embed_content(
-                    model=self._model, contents=list(texts), config=self._config(task, timeout_ms)
-                )
+                answer = self._bounded(texts, task, timeout_ms)
                 return self._vectors([e.values for e in answer.embeddings or []], len(texts))
+            except TimeoutError:
+                # No whole answer within the timeout (a body dripped a few bytes at a time):
+                # retried or not as a read timeout is.
+                seconds = (timeout_ms or DOCUMENT_TIMEOUT_SECONDS * 1000) / 1000
+                asked = None
+                if attempt >= retries or not retry_timeouts:
+                    raise EmbeddingFailed(
+                        "Gemini embeddings unreachable: Timeout: no whole answer within "
+                        f"{seconds:g} s"
+                    ) from None
+                reason: Any = "Timeout"
             except errors.APIError as error:
                 asked = retry_after_of(error) if error.code == 429 else None
                 if asked is not None and asked > wait_limit:
@@ -194,7 +214,7 @@ class GeminiEmbedder:
                         f"Gemini embeddings: {error.code} {error.message}",
                         refused=error.code == 400,  # INVALID_ARGUMENT: these texts, as sent
                     ) from None
-                reason: Any = error.code
+                reason = error.code
             except TRANSPORT_ERRORS as error:
                 asked = None
                 timed_out = isinstance(error, TIMEOUT_ERRORS)
@@ -214,6 +234,34 @@ class GeminiEmbedder:
             log.info("embeddings.retry", attempt=attempt + 1, reason=reason, delay_s=delay)
             self._sleep(delay)
             attempt += 1
+
+    def _bounded(
+        self, texts: list[str], task: str, timeout_ms: int | None
+    ) -> types.EmbedContentResponse:
+        """One `embed_content`, its whole answer within the timeout: the client's timeout bounds
+        each read only, and a query answered 8 bytes at a time ran 3.64 s past a 1 s timeout. A
+        deadline cancels the request (its connection closed), raising TimeoutError."""
+        seconds = (timeout_ms or DOCUMENT_TIMEOUT_SECONDS * 1000) / 1000
+        loop, client = self._inline_client()
+
+        async def call() -> types.EmbedContentResponse:
+            async with asyncio.timeout(seconds):
+                return await client.aio.models.embed_content(
+                    model=self._model, contents=list(texts), config=self._config(task, timeout_ms)
+                )
+
+        return asyncio.run_coroutine_threadsafe(call(), loop).result()
+
+    def _inline_client(self) -> tuple[asyncio.AbstractEventLoop, genai.Client]:
+        with self._inline_lock:
+            if self._inline is None:
+                loop = asyncio.new_event_loop()
+                threading.Thread(
+                    target=loop.run_forever, name="gemini-embeddings", daemon=True
+                ).start()
+                timeout_ms = int(DOCUMENT_TIMEOUT_SECONDS * 1000)
+                self._inline = (loop, make_client(self._settings, timeout_ms=timeout_ms))
+            return self._inline
 
     def _vectors(self, values: list[list[float] | None], expected: int) -> NDArray[np.float32]:
         if len(values) != expected:

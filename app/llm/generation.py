@@ -12,8 +12,7 @@ import math
 import re
 import time
 from dataclasses import dataclass
-from datetime import UTC
-from email.utils import parsedate_to_datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -34,8 +33,28 @@ _RETRY_DELAY = re.compile(r"^(\d+(?:\.\d+)?)s$")
 MAX_RETRY_AFTER_SECONDS = 900.0
 
 
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+_TIME = r"(?P<hour>\d{2}):(?P<minute>\d{2}):(?P<second>\d{2})"
+_MONTH = r"(?P<month>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
+_IMF_FIXDATE = re.compile(
+    rf"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun), (?P<day>\d{{2}}) {_MONTH} (?P<year>\d{{4}}) {_TIME} GMT"
+)
+_RFC850_DATE = re.compile(
+    r"(?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday), "
+    rf"(?P<day>\d{{2}})-{_MONTH}-(?P<year>\d{{2}}) {_TIME} GMT"
+)
+_ASCTIME_DATE = re.compile(
+    rf"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) {_MONTH} (?P<day>[ \d]\d) {_TIME} (?P<year>\d{{4}})"
+)
+_DATE_FORMS = (_IMF_FIXDATE, _RFC850_DATE, _ASCTIME_DATE)
+
+
 class GeminiCallFailed(Exception):
-    """A Gemini call failed; `retry_after` is the delay the server asked for, in seconds."""
+    """A Gemini call failed; `retry_after` is the delay the server asked for, in seconds.
+
+    `final`: the same call would get the same answer (blocked content, a cut with nothing
+    whole): no retry, and no failure for the breaker. `prompt_tokens`, `output_tokens`: the
+    usage Gemini reported for an answer it billed and that was rejected."""
 
     def __init__(
         self,
@@ -44,23 +63,42 @@ class GeminiCallFailed(Exception):
         status: int | None = None,
         retry_after: float | None = None,
         final: bool = False,
+        prompt_tokens: int | None = None,
+        output_tokens: int | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.retry_after = retry_after
-        self.final = final  # the same call would fail again (blocked content): no retry
+        self.final = final
+        self.prompt_tokens = prompt_tokens
+        self.output_tokens = output_tokens
 
 
-# Finish reasons of an answer Gemini withheld for its content: the same text is withheld again.
-# Any text it sent first is a fragment stopped part-way (a RECITATION's too: stopped as it
-# quoted), not an answer: it was stored as the memory.
+# The finish reasons whose text is an answer: `STOP`, and `MAX_TOKENS` once trimmed to its whole
+# sentences. An answer without one (`none`) is taken as before: an absent field says no stop
+# part-way. Every other reason is a stop part-way and its text a fragment: a deny-list (SAFETY,
+# RECITATION...) stored the fragments of `OTHER`, `LANGUAGE`, `MALFORMED_RESPONSE` and of any
+# reason added since. The same prompt is stopped the same way: the row takes its fallback.
+_ANSWER_FINISH = frozenset({"STOP", "none"})
+_CUT_FINISH = "MAX_TOKENS"
+# The reasons that say the content was blocked, for the error's words only.
 _BLOCKED_FINISH = frozenset(
     {"SAFETY", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY", "RECITATION"}
 )
-# An answer cut at `max_output_tokens`: its whole lines and sentences are kept, the fragment
-# after them dropped (it was stored cut mid-word).
-_CUT_FINISH = "MAX_TOKENS"
-_WHOLE_END = re.compile(r"\n|[.!?\u3002\uff01\uff1f](?=\s|$)")
+# A sentence's end in a cut answer: `.!?` before a space or the end (closing quotes and brackets
+# kept with it: `done."`), a full-width `。！？` before anything (CJK puts no space after it: a
+# Chinese answer had no end at all, and its whole sentences were thrown away).
+_SENTENCE_END = re.compile(
+    r"[.!?][\"'\u2019\u201d)\]]*(?=\s|$)|[\u3002\uff01\uff1f][\"'\u2019\u201d\u300d\u300f\uff09]*"
+)
+# What comes before a period that ends no sentence: an abbreviation (`e.g.`, `etc.`) or a
+# numbered item's number (`1.`). Kept as the answer, `Learned: use the helpers, e.g.` was stored.
+_NOT_AN_END = re.compile(
+    r"(?:(?:^|[\s(,])(?:[a-z](?:\.[a-z])*|etc|vs|cf|approx|incl|esp|viz|al|mr|mrs|ms|dr|st|jr|sr"
+    r"|no|fig|eq|sec)|^[ \t]*\d+)$",
+    re.IGNORECASE,
+)
+_FENCE = re.compile(r"[ \t]*(```|~~~)")
 # No token of Gemini's is this long: text past `max_output_tokens` times it is no answer to the
 # cap asked (a megabyte for a 200-token compression was stored whole as the memory).
 MAX_CHARS_PER_TOKEN = 32
@@ -121,33 +159,42 @@ async def generate_text(
         raise GeminiCallFailed(f"gemini call failed: {name}: {error}") from error
     text = _text_of(answer)
     reason = _finish_reason(answer)
+    usage = answer.usage_metadata
+    # Gemini bills an answer whether or not it is kept: a rejected one's tokens count too.
+    billed: dict[str, Any] = {
+        "prompt_tokens": usage.prompt_token_count if usage else None,
+        "output_tokens": usage.candidates_token_count if usage else None,
+    }
     if not text:
         feedback = answer.prompt_feedback
         if feedback is not None and feedback.block_reason:
             blocked = str(feedback.block_reason.value)
-            raise GeminiCallFailed(f"gemini blocked the prompt ({blocked})", final=True)
-    if reason in _BLOCKED_FINISH:
-        raise GeminiCallFailed(f"gemini blocked the answer ({reason})", final=True)
+            raise GeminiCallFailed(f"gemini blocked the prompt ({blocked})", final=True, **billed)
+    if reason != _CUT_FINISH and reason not in _ANSWER_FINISH:
+        why = "blocked the answer" if reason in _BLOCKED_FINISH else "stopped the answer part-way"
+        raise GeminiCallFailed(f"gemini {why} (finish reason {reason})", final=True, **billed)
     if len(text) > max_output_tokens * MAX_CHARS_PER_TOKEN:
         raise GeminiCallFailed(
-            f"gemini answered {len(text):,} characters for a cap of {max_output_tokens} tokens"
+            f"gemini answered {len(text):,} characters for a cap of {max_output_tokens} tokens",
+            **billed,
         )
     if reason == _CUT_FINISH and text:
         whole = _whole_part(text)
         if not whole:
+            # The same prompt is cut the same way: a retry costs a call and gets this again, and
+            # counted toward the breaker three such rows opened it for every compression.
             raise GeminiCallFailed(
                 "gemini's answer was cut at its token cap before one whole sentence "
-                f"(finish reason {reason})"
+                f"(finish reason {reason})",
+                final=True,
+                **billed,
             )
         log.info("gemini.answer_cut", kept_chars=len(whole), dropped_chars=len(text) - len(whole))
         text = whole
     if not text:
-        raise GeminiCallFailed(f"gemini answered without text (finish reason {reason})")
-    usage = answer.usage_metadata
+        raise GeminiCallFailed(f"gemini answered without text (finish reason {reason})", **billed)
     return Generation(
-        text=text,
-        prompt_tokens=usage.prompt_token_count if usage else None,
-        output_tokens=usage.candidates_token_count if usage else None,
+        text=text, prompt_tokens=billed["prompt_tokens"], output_tokens=billed["output_tokens"]
     )
 
 
@@ -173,9 +220,37 @@ def _text_of(answer: types.GenerateContentResponse) -> str:
 
 
 def _whole_part(text: str) -> str:
-    """`text` up to its last line break or sentence end: "" when it has none."""
-    ends = [match.end() for match in _WHOLE_END.finditer(text)]
-    return text[: ends[-1]].strip() if ends else ""
+    """What of a cut answer is whole: its whole lines and, after them, the last line's whole
+    sentences; "" when nothing is. A code block left open is closed after its whole lines
+    (dropped with its fence when it has none), and headings left without their content
+    (`Learned:`) are dropped: neither is an answer."""
+    *lines, last = text.split("\n")
+    kept: list[str] = []
+    fence = -1  # the index in `kept` of the open code block's fence, -1 outside one
+    for line in lines:
+        if _FENCE.match(line):
+            fence = -1 if fence >= 0 else len(kept)
+        kept.append(line)
+    if fence >= 0:
+        if len(kept) - fence > 1 and not all(not line.strip() for line in kept[fence + 1 :]):
+            kept.append(kept[fence].strip()[:3])
+        else:
+            del kept[fence:]
+    else:
+        ends = [
+            match.end()
+            for match in _SENTENCE_END.finditer(last)
+            if match.group()[0] != "." or not _NOT_AN_END.search(last[: match.start()])
+        ]
+        if ends:
+            kept.append(last[: ends[-1]])
+    while kept and (
+        not kept[-1].strip()
+        or kept[-1].rstrip().endswith((":", "\uff1a"))
+        or kept[-1].lstrip().startswith("#")
+    ):
+        kept.pop()
+    return "\n".join(kept).strip()
 
 
 def _finish_reason(answer: types.GenerateContentResponse) -> str:
@@ -206,16 +281,34 @@ def capped_delay(seconds: float) -> float:
 
 
 def _http_date(value: str) -> float | None:
-    """An HTTP-date's epoch seconds (RFC 9110 §10.2.3: `Fri, 27 Nov 2026 03:00:00 GMT`, or the
-    obsolete RFC 850 and asctime forms), None for anything else. A date is GMT by definition, so
-    one without a zone (asctime's) is read as UTC. A date past is then a delay below 0: no wait.
-    It was read as no delay asked: the row came back after its own back-off, into the quota."""
-    try:
-        when = parsedate_to_datetime(value)
-    except (ValueError, TypeError, IndexError, OverflowError):
+    """An HTTP-date's epoch seconds, exactly in one of RFC 9110 §5.6.7's three forms (the
+    IMF-fixdate `Fri, 27 Nov 2026 03:00:00 GMT`, the obsolete RFC 850 and asctime forms), None
+    for anything else: a lenient parse read `<date> junk`, the date 1,000 times over, a zone
+    `ZZZ` or none at all as the date it started with. A date is GMT by definition (asctime's,
+    which says no zone, included). A date past is then a delay below 0: no wait. It was read as
+    no delay asked: the row came back after its own back-off, into the quota."""
+    match = next((m for form in _DATE_FORMS if (m := form.fullmatch(value)) is not None), None)
+    if match is None:
         return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
+    year = int(match["year"])
+    if len(match["year"]) == 2:
+        # RFC 9110: a two-digit year more than 50 years ahead is the latest past year with it.
+        this_year = datetime.now(UTC).year
+        year += this_year - this_year % 100
+        if year > this_year + 50:
+            year -= 100
+    try:
+        when = datetime(
+            year,
+            _MONTHS.index(match["month"]) + 1,
+            int(match["day"]),
+            int(match["hour"]),
+            int(match["minute"]),
+            int(match["second"]),
+            tzinfo=UTC,
+        )
+    except ValueError:  # no such day (31 Nov), hour or second
+        return None
     return when.timestamp()
 
 
@@ -231,8 +324,9 @@ def _asked_delay(error: errors.APIError) -> float | None:
             until = _http_date(value)
             if until is not None:
                 return until - time.time()
-            # Once per answer, then the RetryInfo or the usual back-off: a proxy's garbled header
-            # must not be taken for "no wait" unsaid.
+            # Once per 429 answer (each answer of a run of them is logged), then the RetryInfo
+            # or the usual back-off: a proxy's garbled header must not be taken for "no wait"
+            # unsaid.
             log.warning("gemini.retry_after_unreadable", asked=value[:100])
     details: Any = error.details
     if isinstance(details, dict):

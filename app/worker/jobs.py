@@ -152,6 +152,7 @@ async def call_gemini(
     *,
     row_id: object,
     attempts: int,
+    project_path: str,
     call: Callable[[], Awaitable[T]],
 ) -> T | AttemptFailed | GeminiGaveUp:
     """One Gemini call under the rate gate; a failure feeds the breaker, honours Retry-After
@@ -180,7 +181,9 @@ async def call_gemini(
         log.info("worker.postponed", table=queue.table, id=str(row_id), seconds=seconds)
         return AttemptFailed("postponed")
     except GeminiCallFailed as error:
-        if not error.final:  # a blocked text says nothing about Gemini's health
+        await _record_billed(ctx, error, project_path=project_path)
+        # A blocked text or a cut with nothing whole says nothing about Gemini's health.
+        if not error.final:
             ctx.gate.record_failure(str(error))
         if error.retry_after is not None:
             ctx.gate.pause(error.retry_after)
@@ -193,7 +196,11 @@ async def call_gemini(
                 error=str(error),
                 using="extractive fallback",
             )
-            why = ": a retry would be blocked too" if error.final else f" after {attempts} attempts"
+            why = (
+                ": a retry would get the same answer"
+                if error.final
+                else f" after {attempts} attempts"
+            )
             return GeminiGaveUp(f"{error} (extractive fallback{why})")
         status = await fail_attempt(
             ctx,
@@ -206,6 +213,24 @@ async def call_gemini(
         return AttemptFailed(status or "lost")
     ctx.gate.record_success()
     return answer
+
+
+async def _record_billed(ctx: JobContext, error: GeminiCallFailed, *, project_path: str) -> None:
+    """The tokens of an answer Gemini billed and the call rejected (blocked, cut, oversize), in
+    `llm_usage` and the daily budget: only a stored answer's were, and a run of rejected answers
+    spent the budget unseen."""
+    input_tokens, output_tokens = error.prompt_tokens or 0, error.output_tokens or 0
+    if not input_tokens and not output_tokens:
+        return
+    ctx.budget.spent(input_tokens + output_tokens)
+    async with transaction(ctx.sessionmaker) as session:
+        await record_usage(
+            session,
+            project_path=project_path,
+            model=ctx.settings.gemini_model,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+        )
 
 
 async def _gemini_allowed(ctx: JobContext) -> bool:
@@ -293,6 +318,7 @@ async def compress_observation(ctx: JobContext, work: ObservationWork) -> str:
             claims.OBSERVATIONS,
             row_id=work.id,
             attempts=work.attempts,
+            project_path=work.project_path,
             call=lambda: compress_with_gemini(
                 client,
                 model=settings.gemini_model,
@@ -423,6 +449,7 @@ async def summarize_session(ctx: JobContext, work: SessionWork) -> str:
             claims.SESSIONS,
             row_id=work.id,
             attempts=work.attempts,
+            project_path=work.project_path,
             call=lambda: summarize_with_gemini(
                 client,
                 model=settings.gemini_model,

@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 from app.llm.compress import COMPRESSION_MAX_OUTPUT_TOKENS
+from app.llm.generation import _whole_part
 from tests.fakes.gemini import FakeResponse, fake_gemini, text_answer
 from tests.llm.test_compress_gemini import ANSWER, gemini_settings
 from tests.worker.builders import drain, make_observation, make_session, row
@@ -111,18 +112,121 @@ def test_an_answer_cut_at_its_cap_keeps_its_whole_lines_only(
     assert found["compressed_data"] == "Learned: validateToken verifies with key1."
 
 
-def test_an_answer_cut_before_one_whole_sentence_is_a_failed_attempt(
+@pytest.mark.parametrize(
+    ("cut", "kept"),
+    [
+        # A full-width end needs no space after it: the whole sentence was thrown away.
+        (
+            "修复了登录模块中的令牌验证错误。添加了重试逻辑，并更新了测",
+            "修复了登录模块中的令牌验证错误。",
+        ),
+        ("测试说「完成了。」然后重试逻辑更", "测试说「完成了。」"),
+        ('Learned: the test said "done." Then the ret', 'Learned: the test said "done."'),
+        ("Learned: use the helpers, e.g. validateT", ""),
+        (
+            "Learned: the key rotates.\nChanged:\n- the retry loop now st",
+            "Learned: the key rotates.",
+        ),
+        ("Learned:\nthe retry loo", ""),
+        (
+            "Changed: the parser.\n```python\nparse(text)\nreturn par",
+            "Changed: the parser.\n```python\nparse(text)\n```",
+        ),
+        ("Changed: the parser.\n```python\nreturn par", "Changed: the parser."),
+        ("Steps:\n1. Fix the tok", ""),
+    ],
+)
+def test_whole_part_keeps_whole_sentences_only(cut: str, kept: str) -> None:
+    assert _whole_part(cut) == kept
+
+
+def test_an_answer_cut_before_one_whole_sentence_goes_to_the_fallback_uncounted(
     db: psycopg.Connection[Any], database_url: str
 ) -> None:
+    # The same cut comes again: it was retried and counted toward the breaker, and three such
+    # rows opened it (every compression extractive for 300 s).
     make_session(db)
-    make_observation(db, "o1")
+    for n in range(4):
+        make_observation(db, f"o{n}", args={"path": f"src/keep{n}.ts"})
+    cut = candidate("Learned: validateToken ver", "MAX_TOKENS")
+    with fake_gemini() as fake:
+        fake.queue(":generateContent", *[FakeResponse(body=cut) for _ in range(3)])
+        fake.on(":generateContent", lambda _r: FakeResponse(body=text_answer(ANSWER)))
+        drain(gemini_settings(fake.url, gemini_failure_threshold=3), database_url)
+        calls = len(fake.calls(":generateContent"))
+
+    rows = db.execute(
+        "SELECT generated_by, compressed_data, last_error, attempts FROM observations "
+        "ORDER BY created_at, id"
+    ).fetchall()
+    assert calls == 4
+    by = sorted(r[0] for r in rows)
+    assert by == ["extractive", "extractive", "extractive", "gemini:gemini-2.5-flash"]
+    for generated_by, data, error, attempts in rows:
+        assert attempts == 1
+        if generated_by == "extractive":
+            assert "MAX_TOKENS" in error
+            assert "ver" not in data.split()
+
+
+@pytest.mark.parametrize(
+    "finish", ["OTHER", "LANGUAGE", "MALFORMED_RESPONSE", "TOO_MANY_TOOL_CALLS", "MODEL_ARMOR"]
+)
+def test_an_answer_with_any_finish_but_stop_goes_to_the_fallback(
+    finish: str, db: psycopg.Connection[Any], database_url: str
+) -> None:
+    # A deny-list of finish reasons stored every other reason's fragment as the memory.
+    make_session(db)
+    make_observation(db, "o1", args={"path": "src/keep.ts"})
     with fake_gemini() as fake:
         fake.on(
             ":generateContent",
-            lambda _r: FakeResponse(body=candidate("Learned: validateToken ver", "MAX_TOKENS")),
+            lambda _r: FakeResponse(body=candidate("Learned: the token is checked ag", finish)),
         )
         drain(gemini_settings(fake.url), database_url)
+        calls = len(fake.calls(":generateContent"))
+
+    found = stored(db)
+    assert calls == 1
+    assert (found["status"], found["generated_by"]) == ("compressed", "extractive")
+    assert finish in found["last_error"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        candidate("Learned: the token is checked ag", "SAFETY"),
+        candidate("Learned: validateToken ver", "MAX_TOKENS"),
+        candidate("Learned: " + "x " * 5_000, "STOP"),
+    ],
+    ids=["blocked", "cut", "oversize"],
+)
+def test_a_rejected_answers_tokens_count_toward_the_budget(
+    body: dict[str, Any], db: psycopg.Connection[Any], database_url: str
+) -> None:
+    # Gemini billed them; only a stored answer's tokens reached llm_usage and the daily budget.
+    make_session(db)
+    make_observation(db, "o1")
+    with fake_gemini() as fake:
+        fake.queue(":generateContent", FakeResponse(body=body))
+        drain(gemini_settings(fake.url), database_url)
+
+    usage = row(db, "SELECT sum(input_tokens) AS i, sum(output_tokens) AS o FROM llm_usage")
+    assert (usage["i"], usage["o"]) == (30, 20)
+
+
+def test_a_body_cut_short_is_a_failed_attempt_retried(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    # The connection closed part-way through the promised body: an attempt that failed on the
+    # wire (retried after its back-off), not a fallback nor a stored fragment.
+    make_session(db)
+    make_observation(db, "o1")
+    with fake_gemini() as fake:
+        fake.queue(":generateContent", FakeResponse(body=text_answer(ANSWER), cut_at=40))
+        drain(gemini_settings(fake.url), database_url)
+        assert len(fake.calls(":generateContent")) == 1
 
     found = stored(db)
     assert (found["status"], found["attempts"], found["compressed_data"]) == ("captured", 1, None)
-    assert "MAX_TOKENS" in found["last_error"]
+    assert "RemoteProtocolError" in found["last_error"]

@@ -322,6 +322,32 @@ def test_after_repeated_gemini_failures_briefings_stop_waiting_for_it(
     assert [a.json()["briefingBy"] for a in answers] == ["template"] * 4
 
 
+def test_a_blocked_briefing_does_not_open_the_breaker(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # Every briefing failure counted toward the breaker, a blocked one too: two resumes whose
+    # prompt Gemini blocked opened it, and every compression went extractive for its cooldown.
+    blocked = {
+        "candidates": [
+            {
+                "content": {"role": "model", "parts": [{"text": "Auth ref"}]},
+                "finishReason": "SAFETY",
+            }
+        ],
+        "usageMetadata": {"promptTokenCount": 40, "candidatesTokenCount": 3},
+    }
+    with with_gemini(database_url, db, tmp_path, gemini_failure_threshold=2) as (fake, _, client):
+        fake.queue(":generateContent", FakeResponse(body=blocked), FakeResponse(body=blocked))
+        fake.on(":generateContent", lambda _r: FakeResponse(body=text_answer("Auth refactor.")))
+        answers = [client.post("/api/resume", json={"projectPath": PROJECT}) for _ in range(3)]
+
+        assert len(fake.calls(":generateContent")) == 3
+    assert [a.json()["briefingBy"] for a in answers] == ["template", "template", "gemini"]
+    # Billed all the same: the blocked answers' tokens count toward the day's budget.
+    usage = db.execute("SELECT requests, input_tokens, output_tokens FROM llm_usage").fetchall()
+    assert usage == [(3, 90, 11)]
+
+
 def test_the_left_out_note_survives_a_long_briefing(client: TestClient) -> None:
     # The note was added after the briefing and the whole then cut to the budget: with a long
     # task quoted in the briefing the note naming what was left out was cut away.

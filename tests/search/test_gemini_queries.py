@@ -4,16 +4,19 @@ the query's embedding must neither hold the API's event loop nor, when Gemini fa
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
+from app.llm import gemini_embeddings
 from app.llm.embeddings import get_embedder
 from app.llm.gemini_embeddings import EmbeddingFailed, GeminiEmbedder
 from app.main import create_app
@@ -87,6 +90,56 @@ def test_a_query_gets_one_retry_and_a_short_timeout(tmp_path: Path) -> None:
             assert recorded(fake, EMBED, at_least=4) == 4  # a timeout is not retried
         finally:
             release.set()
+
+
+def dripped(_request: RecordedRequest) -> FakeResponse:
+    """An answer of one vector dripped 64 bytes every 0.1 s: each read well inside a 1 s
+    timeout, the whole ~2.5 s."""
+    body = json.dumps({"embeddings": [{"values": [0.5] * 768}]}).encode()
+    return FakeResponse(raw=body, drip_s=0.1, drip_bytes=64)
+
+
+def test_a_querys_whole_answer_has_the_timeout(tmp_path: Path) -> None:
+    # The timeout bounded each read: a dripped answer ran 3.64 s past a 1 s timeout (a search a
+    # person waits for) and succeeded.
+    with fake_gemini() as fake:
+        fake.on(EMBED, dripped)
+        embedder = GeminiEmbedder(gemini_settings(fake, tmp_path, gemini_timeout_seconds=1.0))
+        started = time.monotonic()
+        with pytest.raises(EmbeddingFailed, match="Timeout"):
+            embedder.embed_query("jwt")
+        took = time.monotonic() - started
+        assert len(fake.calls(EMBED)) == 1  # a query's timeout is not retried
+
+    assert took < 2.0
+
+
+def test_a_document_batchs_whole_answer_has_the_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gemini_embeddings, "DOCUMENT_TIMEOUT_SECONDS", 1.0)
+    with fake_gemini() as fake:
+        fake.on(EMBED, dripped)
+        embedder = GeminiEmbedder(
+            gemini_settings(fake, tmp_path, gemini_embed_max_retries=0), sleep=lambda _s: None
+        )
+        started = time.monotonic()
+        with pytest.raises(EmbeddingFailed, match="Timeout"):
+            embedder.embed_documents(["a chunk"])
+        took = time.monotonic() - started
+
+    assert took < 2.0
+
+
+def test_a_querys_normal_answer_is_unchanged(tmp_path: Path) -> None:
+    with fake_gemini() as fake:
+        fake.on(EMBED, vectors)
+        embedder = GeminiEmbedder(gemini_settings(fake, tmp_path, gemini_timeout_seconds=1.0))
+        first = embedder.embed_query("jwt")
+        second = embedder.embed_query("refresh token")
+
+    assert first.shape == second.shape == (768,)
+    assert abs(float(np.linalg.norm(first)) - 1.0) < 1e-5
 
 
 def recorded(fake: FakeGemini, route: str, *, at_least: int, within: float = 10.0) -> int:

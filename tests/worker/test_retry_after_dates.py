@@ -1,11 +1,13 @@
-"""A 429's `Retry-After` may be an HTTP-date (RFC 9110 §10.2.3) instead of seconds: honoured
-relative to now, a date past being no wait, under the same 900 s cap, a garbled one ignored and
-logged once; through the real google-genai client and the fake server, into the real database,
-for each consumer of a server's delay (a compression, a cancel sweep, an embedding lease)."""
+"""A 429's `Retry-After` may be an HTTP-date (RFC 9110 §5.6.7) instead of seconds: honoured
+relative to now, a date past being no wait, under the same 900 s cap; anything but one of the
+three forms, exactly, ignored and logged once per 429 answer; through the real google-genai
+client and the fake server, into the real database, for each consumer of a server's delay (a
+compression, a cancel sweep, an embedding lease)."""
 
 from __future__ import annotations
 
 import asyncio
+import calendar
 import time
 from email.utils import formatdate
 from pathlib import Path
@@ -97,8 +99,23 @@ def test_a_date_past_the_cap_pauses_the_cap(
         (http_date(-3600), False),  # past: no wait, and nothing wrong with it
         ("Fri, 31 Nov 2026 03:00:00 GMT", True),  # no such day
         ("tomorrow-ish", True),
+        # Each read as the date it starts with, or a date's right GMT.
+        (http_date(300) + " junk", True),
+        (" ".join([http_date(300)] * 1000), True),
+        (http_date(300).replace("GMT", "ZZZ"), True),
+        (http_date(300).replace(" GMT", ""), True),
+        (http_date(300).replace("GMT", "+0000"), True),
     ],
-    ids=["a date past", "no such day", "garbled"],
+    ids=[
+        "a date past",
+        "no such day",
+        "garbled",
+        "junk after",
+        "repeated",
+        "zone ZZZ",
+        "no zone",
+        "an offset",
+    ],
 )
 def test_a_date_past_or_garbled_is_no_wait(
     header: str,
@@ -123,8 +140,23 @@ def test_a_date_past_or_garbled_is_no_wait(
     assert compressed[0] == "compressed"
     ignored = [e for e in logged if e["event"] == "gemini.retry_after_unreadable"]
     assert [(e["log_level"], e["asked"]) for e in ignored] == (
-        [("warning", header)] if unreadable else []
+        [("warning", header[:100])] if unreadable else []
     )
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        "Fri, 27 Nov 2026 03:00:00 GMT",  # IMF-fixdate
+        "Friday, 27-Nov-26 03:00:00 GMT",  # RFC 850
+        "Fri Nov 27 03:00:00 2026",  # asctime
+        "Fri Nov  7 03:00:00 2026",  # asctime, a day padded with a space
+    ],
+)
+def test_each_of_rfc_9110s_three_date_forms_is_read(form: str) -> None:
+    day = 7 if "  7" in form else 27
+    expected = calendar.timegm((2026, 11, day, 3, 0, 0))
+    assert generation._http_date(form) == expected
 
 
 def test_a_cancels_date_holds_the_sweep_until_then(
