@@ -58,8 +58,9 @@ def undecodable_argument(argv: list[str]) -> str | None:
 
 def main() -> None:
     signal.signal(signal.SIGTERM, raise_terminated)
-    _Unraisable.previous = sys.unraisablehook
-    sys.unraisablehook = signal_not_swallowed
+    if sys.unraisablehook is not signal_not_swallowed:  # main run twice: not its own previous
+        _Unraisable.previous = sys.unraisablehook
+        sys.unraisablehook = signal_not_swallowed
     # Registered first, so run last: after every other exit handler (the embedded server's stop).
     atexit.register(ignore_signals_in_teardown)
     undecodable = undecodable_argument(sys.argv[1:])
@@ -97,9 +98,15 @@ def ignore_signals_in_teardown() -> None:
     process ends with its own exit code. After the exit handlers, Python puts every signal whose
     handler is a function back to its default action while it tears the modules down (~0.4 s
     for the worker): a second signal there killed the process by that signal (`agmem worker`,
-    -15 / -2, 8 of 8 times 0.15-0.4 s after the first). An ignored one stays ignored."""
+    -15 / -2, 8 of 8 times 0.15-0.4 s after the first). An ignored one stays ignored.
+
+    The unraisable hook goes back too: no signal is left to re-raise, and the teardown clears
+    this module's globals, after which the hook failed ("Exception ignored in
+    sys.unraisablehook", an AttributeError) in place of the finalizer's own exception."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if sys.unraisablehook is signal_not_swallowed:
+        sys.unraisablehook = _Unraisable.previous
 
 
 class _Unraisable:

@@ -620,3 +620,49 @@ def test_ending_at_once_while_another_process_holds_the_servers_lock_stops_the_s
     assert ended.returncode == 143, said
     assert "Traceback" not in said
     assert stopped, f"postgres kept running: {said}"
+
+
+# agmem, with an object whose __del__ fails let go as the interpreter clears app.entry's globals.
+FAILS_IN_TEARDOWN = """
+import app.entry
+class FailsLate:
+    def __del__(self):
+        raise ValueError("failed late")
+app.entry._zz_fails_late = FailsLate()  # after app.entry's own names in its dict
+app.entry.main()
+"""
+
+
+def test_an_unraisable_in_teardown_is_told_by_pythons_own_hook() -> None:
+    # The hook ran with app.entry's globals cleared: "Exception ignored in sys.unraisablehook",
+    # an AttributeError of its own, instead of the ValueError.
+    done = run_python(FAILS_IN_TEARDOWN, "memory", "--help")
+
+    assert done.returncode == 0, done.stderr
+    assert "ValueError: failed late" in done.stderr, done.stderr
+    assert "sys.unraisablehook" not in done.stderr, done.stderr
+
+
+# agmem's main run twice in one process (as a test or an embedding program may), then a finalizer
+# that fails.
+MAIN_TWICE = """
+from app.entry import main
+for _ in range(2):
+    try:
+        main()
+    except SystemExit:
+        pass
+class Fails:
+    def __del__(self):
+        raise ValueError("failed")
+Fails()
+"""
+
+
+def test_main_run_twice_keeps_pythons_hook_for_other_unraisables() -> None:
+    # The second run made the hook its own previous one: a RecursionError for every unraisable.
+    done = run_python(MAIN_TWICE, "memory", "--help")
+
+    assert done.returncode == 0, done.stderr
+    assert "ValueError: failed" in done.stderr, done.stderr
+    assert "RecursionError" not in done.stderr, done.stderr
