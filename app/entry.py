@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from types import FrameType
-from typing import Any, NoReturn
+from typing import NoReturn
 
 
 class Terminated(KeyboardInterrupt):
@@ -111,9 +111,15 @@ def ignore_signals_in_teardown() -> None:
 
 class _Unraisable:
     previous = sys.__unraisablehook__  # the hook `signal_not_swallowed` leaves the rest to
+    main_thread = threading.main_thread().ident
 
 
-def signal_not_swallowed(unraisable: Any) -> None:
+# Blocked while a swallowed signal waits to be raised again: one more landing in the hook failed
+# it ("Exception ignored in sys.unraisablehook") and both were lost, the command going on.
+_ENDING_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+def signal_not_swallowed(unraisable: sys.UnraisableHookArgs) -> None:
     """`sys.unraisablehook`: a signal's exception (Ctrl-C's KeyboardInterrupt, SIGTERM's
     `Terminated`) that Python swallowed is raised again once the code it landed in has returned.
 
@@ -124,32 +130,39 @@ def signal_not_swallowed(unraisable: Any) -> None:
     it started to read its input: the landing CI of round 20, 1 of ~2,170 tests; it then ran
     until its client closed the pipe, or for the 20 s exit deadline). No signal handler can tell
     it is in a finalizer, so the swallowing is caught here, the last thing Python does with it.
+    A KeyboardInterrupt that code in a finalizer raised itself is taken for Ctrl-C too.
 
     Raised again as the signal raised again (`signal.raise_signal`), so that the handler now in
     place decides, from the next profiling event outside this hook: the main thread's return
     to the code the finalizer interrupted, or its next call. If that is another finalizer (the
     next callback of the same object, the garbage collector's next), it is swallowed there and
     comes back here: those finalizers are cut short, as the signal landing in them would have,
-    and the signal is not delayed until an end nothing can tell."""
+    and the signal is not delayed until an end nothing can tell. Until then Ctrl-C and SIGTERM
+    are blocked, from the hook's first call after those checks (the few bytecodes before it
+    cannot be covered from Python): one landing meanwhile is delivered with the re-raised one,
+    and its handler decides too."""
     exc_type = unraisable.exc_type
     if not (
         isinstance(exc_type, type)
         and issubclass(exc_type, KeyboardInterrupt)
-        and threading.current_thread() is threading.main_thread()
+        and threading.get_ident() == _Unraisable.main_thread  # C, not current_thread's Python
     ):
         _Unraisable.previous(unraisable)
         return
-    signum = signal.SIGTERM if issubclass(exc_type, Terminated) else signal.SIGINT
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _ENDING_SIGNALS)
     profiler = sys.getprofile()
+    signum = signal.SIGTERM if issubclass(exc_type, Terminated) else signal.SIGINT
     here = signal_not_swallowed.__code__
 
     def raise_again(frame: FrameType, _event: str, _arg: object) -> None:
         if frame.f_code is here:  # this hook, returning to the finalizer's caller
             return
         sys.setprofile(profiler)
-        # The handler's exception, raised out of a profile function, propagates from the
-        # profiled code's frame (and leaves no profile function in place, as it has none).
+        # Pending until the mask is back, with any that landed since; then their handlers run,
+        # and an exception one raises, out of a profile function, propagates from the profiled
+        # code's frame (and leaves no profile function in place, as it has none).
         signal.raise_signal(signum)
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
     sys.setprofile(raise_again)
 

@@ -622,6 +622,36 @@ def test_ending_at_once_while_another_process_holds_the_servers_lock_stops_the_s
     assert stopped, f"postgres kept running: {said}"
 
 
+# SIGNAL_IN_A_CALLBACK with a second SIGTERM sent as the hook that catches the first swallowed
+# signal starts its work: by the first call it makes of threading or sys.getprofile.
+SECOND_SIGNAL_IN_THE_HOOK = """
+import os, signal, sys, threading
+calls = {"threading.current_thread": threading.current_thread, "sys.getprofile": sys.getprofile}
+def signalling(function):
+    def call():
+        if calls:
+            calls.clear()
+            os.kill(os.getpid(), signal.SIGTERM)
+        return function()
+    return call
+def arm():
+    threading.current_thread = signalling(threading.current_thread)
+    sys.getprofile = signalling(sys.getprofile)
+code = sys.argv.pop(1)
+sys.argv[1:1] = [str(int(signal.SIGTERM)), "app.cli.memory", "1"]
+exec(code.replace("def signal_me(_ref):", "def signal_me(_ref):\\n    arm()"))
+"""
+
+
+def test_a_second_signal_as_the_swallowed_one_is_caught_still_ends_the_command() -> None:
+    # It failed the hook ("Exception ignored in sys.unraisablehook", a Terminated traceback)
+    # and both signals were lost: the command went on and printed its help, exit 0.
+    done = run_python(SECOND_SIGNAL_IN_THE_HOOK, SIGNAL_IN_A_CALLBACK, "memory", "--help")
+
+    assert (done.returncode, done.stdout) == (143, ""), done.stderr
+    assert done.stderr == "agmem: terminated\n", done.stderr
+
+
 # agmem, with an object whose __del__ fails let go as the interpreter clears app.entry's globals.
 FAILS_IN_TEARDOWN = """
 import app.entry
