@@ -140,7 +140,14 @@ def signal_not_swallowed(unraisable: sys.UnraisableHookArgs) -> None:
     and the signal is not delayed until an end nothing can tell. Until then Ctrl-C and SIGTERM
     are blocked, from the hook's first call after those checks (the few bytecodes before it
     cannot be covered from Python): one landing meanwhile is delivered with the re-raised one,
-    and its handler decides too."""
+    and its handler decides too.
+
+    The one-shot profile function needs the thread's profiler to be none: an exception raised
+    out of a profile function removes the profile function, and a profiler in place (cProfile's
+    `Profile`, which `sys.getprofile` returns but `sys.setprofile` cannot put back) would be
+    gone. Under a profiler the signal is left as Python leaves it: printed, and lost (one
+    swallowed while another waits to be raised again finds that one's profile function: the
+    waiting one is raised)."""
     exc_type = unraisable.exc_type
     if not (
         isinstance(exc_type, type)
@@ -150,17 +157,20 @@ def signal_not_swallowed(unraisable: sys.UnraisableHookArgs) -> None:
         _Unraisable.previous(unraisable)
         return
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _ENDING_SIGNALS)
-    profiler = sys.getprofile()
+    if sys.getprofile() is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        _Unraisable.previous(unraisable)
+        return
     signum = signal.SIGTERM if issubclass(exc_type, Terminated) else signal.SIGINT
     here = signal_not_swallowed.__code__
 
     def raise_again(frame: FrameType, _event: str, _arg: object) -> None:
         if frame.f_code is here:  # this hook, returning to the finalizer's caller
             return
-        sys.setprofile(profiler)
+        sys.setprofile(None)
         # Pending until the mask is back, with any that landed since; then their handlers run,
         # and an exception one raises, out of a profile function, propagates from the profiled
-        # code's frame (and leaves no profile function in place, as it has none).
+        # code's frame (and removes the profile function, none already).
         signal.raise_signal(signum)
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 

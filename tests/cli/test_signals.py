@@ -652,6 +652,40 @@ def test_a_second_signal_as_the_swallowed_one_is_caught_still_ends_the_command()
     assert done.stderr == "agmem: terminated\n", done.stderr
 
 
+# A Ctrl-C swallowed in a weakref callback under cProfile, the hook installed as agmem's main does.
+SWALLOWED_UNDER_A_PROFILER = """
+import cProfile, os, signal, sys, weakref
+from app.entry import signal_not_swallowed
+sys.unraisablehook = signal_not_swallowed
+profiler = cProfile.Profile()
+profiler.enable()
+class Lock:
+    pass
+lock = Lock()
+ref = weakref.ref(lock, lambda _ref: os.kill(os.getpid(), signal.SIGINT))
+def profiled():
+    pass
+try:
+    del lock
+    profiled()
+    profiled()
+except KeyboardInterrupt:
+    pass
+profiling = sys.getprofile() is profiler
+profiler.disable()
+print(profiling, "profiled" in {entry.code.co_name for entry in profiler.getstats()
+                                if not isinstance(entry.code, str)})
+"""
+
+
+def test_a_swallowed_signal_leaves_a_profiler_in_place() -> None:
+    # The one-shot profile function put cProfile's Profile back with sys.setprofile, as a Python
+    # callable it is not, and raising out of a profile function removes it: profiling stopped.
+    done = run_python(SWALLOWED_UNDER_A_PROFILER)
+
+    assert (done.returncode, done.stdout) == (0, "True True\n"), done.stderr
+
+
 # agmem, with an object whose __del__ fails let go as the interpreter clears app.entry's globals.
 FAILS_IN_TEARDOWN = """
 import app.entry
