@@ -414,26 +414,20 @@ def _plain_kept(match: re.Match[str], name: str, value: str) -> bool:
     shell and properties files write `name=value`, YAML `name: value` in lower case."""
     sep = match.group("sep")
     code = "=" in sep and sep[:1] in (" ", "\t") and sep[-1:] in (" ", "\t")
-    # A type is the name's own word or camelCase (`password: Password`, `SecretStr`), both kept
-    # by `plain_credential`: a capitalised word under a password's name is YAML's password.
-    typed = ":" in sep and value[:1].isupper() and not _password_name(name)
+    # A capitalised word after `:` is a type, a column's kind or prose's verdict under a
+    # password's name too (`password: Varchar`, `Password: Strong`): only an INI section above
+    # makes it a value (generation 6 redacted it under a password's name, and so rewrote code).
+    typed = ":" in sep and value[:1].isupper()
     if (code or typed) and not _ini_section_above(match.string, match.start()):
         return True
     return not plain_credential(name, value)
 
 
-def _password_name(name: str) -> bool:
-    """Whether `name`'s last word is a password's (`db_password`, `passphrase`), whose value no
-    type or kind is, unlike a token's or a secret's (`token: Name`, `secret: Opaque`)."""
-    words = _KEY_WORD.findall(name[-_KEY_END_CHARS:])
-    return bool(words) and words[-1].lower() in _PASSWORD_WORDS
-
-
-_PASSWORD_WORDS = frozenset({"password", "passwd", "passphrase"})
-# An INI file's section header (`[db]`, `[remote "origin"]`, `[tool.x]`), and the lines an INI
-# file holds between it and a key: other keys, comments, blank lines. A line of code (a call, a
-# `def`, a list) between them ends the search.
-_INI_HEADER = re.compile(r"[ \t]*\[[\w .:\-\"/]+\][ \t]*\r?\n")
+# An INI file's section header (`[db]`, `[remote "origin"]`, `[tool.x]`: a name of letters, `_`,
+# `.` and `-`, and a quoted subsection; pytest-xdist's `[gw0]`, a status's `[ OK ]`, `[a/b]` are
+# none), and the lines an INI file holds between it and a key: other keys, comments, blank
+# lines. A line of code (a call, a `def`, a list) between them ends the search.
+_INI_HEADER = re.compile(r"[ \t]*\[[A-Za-z_][A-Za-z_.\-]*(?:[ \t]+\"[^\"\n]*\")?\][ \t]*\r?\n")
 _INI_LINES = re.compile(r"(?:[ \t]*(?:[#;][^\n]*|[\w.\-]+[ \t]*[:=][^\n(){}\[\]]*)?\r?\n)*+")
 # How far above a key its section is looked for: a bound, so that each of a megabyte's keys
 # costs a few lines' search, not the text's.
@@ -638,12 +632,36 @@ REGISTRY_RULES: list[_Rule] = [
 ]
 
 
+# A connection string's keys as libpq, ADO.NET, ODBC and JDBC name them (`host`, `Server`,
+# `Data Source`, `User Id`, `Initial Catalog`, `sslmode`): a plain word before `password` is one
+# only between two of them. One-line code assigns a word between any names (`password=input;
+# user=get_user();`, `opts.password=newpass; opts.user=name;`, `local password=readpass`), and so
+# does `password=swordfish; user=bob` alone, which is kept as generation 5 kept it.
+_CONNECTION_KEY = (
+    r"(?i:server|host|hostaddr|data[ ]source|addr|address|network[ ]address|user[ ]?id|uid"
+    r"|user|username|database|initial[ ]catalog|dbname|port|sslmode|encrypt|driver"
+    r"|trusted_connection|integrated[ ]security|application[ ]name|connect_timeout)"
+)
+_CONNECTION_KEY_BEFORE = re.compile(
+    rf"(?:^|(?<=[;&\s])){_CONNECTION_KEY}[ \t]*=[^;&\s=]*+(?:[ \t]*+[;&][ \t]*+|[ \t]++)\Z"
+)
+# How far before `password=` its string's previous key is looked for.
+_CONNECTION_KEY_WINDOW = 200
+
+
 def _connection_credential(match: re.Match[str]) -> str:
     """A connection or query string's password redacted, unless it is a plain word that no
-    credential is (`plain_credential`: `password=required; user=x`)."""
+    credential is (`plain_credential`: `password=required; user=x`) or that no connection
+    string's key comes before (`_CONNECTION_KEY`)."""
     value = match.group("value")
-    if _plain_word(value) and not plain_credential("password", value):
-        return match.group()
+    if _plain_word(value):
+        # The literal starts after the name's first letter (`assword=`, `wd=`).
+        name_start = match.start() - 1
+        before = _CONNECTION_KEY_BEFORE.search(
+            match.string, max(0, name_start - _CONNECTION_KEY_WINDOW), name_start
+        )
+        if before is None or not plain_credential("password", value):
+            return match.group()
     return f"{match.group('keep')}{REDACTED}"
 
 
@@ -700,9 +718,9 @@ CONNECTION_RULES: list[_Rule] = [
     # Unquoted `password=` in connection strings and query strings (`...;Password=hunter2;`,
     # `?user=a&password=s3cret`; PASSWORD= is the .env rule's), and `Pwd=` after a `;`. The
     # value must hold a character no identifier has (a digit, a symbol), so that code passing
-    # `password=password` or `password=self.password` keeps it; or be a plain word with the
-    # string's next key after it (`password=swordfish; user=bob`, libpq's `password=swordfish
-    # user=bob`): code passes a word before `,` or `)`, and ends a statement with `;` and a line.
+    # `password=password` or `password=self.password` keeps it; or be a plain word between
+    # two of a connection string's keys (`Server=db;Password=swordfish;User Id=app`, libpq's
+    # `host=db password=swordfish user=bob`; `_CONNECTION_KEY`).
     *(
         (
             (literal,),
@@ -712,8 +730,9 @@ CONNECTION_RULES: list[_Rule] = [
                 # `%s`, `%(pw)s`: a query's parameter, not its value; `==` a comparison.
                 + r"(?!%[s(])(?!=)(?P<value>"
                 + _CREDENTIAL_VALUE
-                + r"|[A-Za-z]++(?=[ \t]*+[;&][ \t]*+[A-Za-z_][\w. \-]*+=(?!=)"
-                + r"|[ \t]++[A-Za-z_][\w.\-]*+=(?!=)))"
+                + r"|[A-Za-z]++(?=(?:[ \t]*+[;&][ \t]*+|[ \t]++)"
+                + _CONNECTION_KEY
+                + r"[ \t]*+=(?!=)))"
             ),
             _connection_credential,
         )

@@ -28,7 +28,6 @@ from app.privacy.config import (
     _NOT_CREDENTIAL_TOKENS,
     _OPTION_PLACEHOLDER,
     _PASS_COUNT,
-    _PASSWORD_WORDS,
     _PATH_VALUE,
     _PLACEHOLDER_VALUE,
     _PLACEHOLDER_WORDS,
@@ -120,7 +119,7 @@ def _rules_version() -> str:
     parts += [repr(sorted(_NOT_CREDENTIAL_PASSES))]
     parts += [repr(sorted(_PLACEHOLDER_WORDS)), repr(sorted(_PROSE_WORDS)), repr(_PLAIN_MIN_CHARS)]
     parts += [repr(sorted(_STATUS_WORDS))]
-    parts += [repr(sorted(_PASSWORD_WORDS)), repr(_INI_WINDOW)]
+    parts += [repr(_INI_WINDOW)]
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
 
 
