@@ -958,7 +958,7 @@ RULES_GENERATIONS = {
     3: "8af492f9428a103e",
     4: "7572ba9168caef34",
     5: "7d171d86db8eb46a",
-    6: "ddd7ccdfe24774fb",
+    6: "ac9804555d2691f4",
 }
 
 

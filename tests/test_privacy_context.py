@@ -214,6 +214,41 @@ def test_one_line_code_is_no_connection_string(text: str) -> None:
     assert redact_secrets_lines(text) == text
 
 
+# A placeholder is lower case and says only what the name does (`your_api_key`,
+# `your_token_here`, `<your-api-key>`, `<api key>`): anything else under the name may be a
+# password, and is redacted on every path, text and JSON alike.
+@pytest.mark.parametrize(
+    "value", ["your_password_is_hunter", "Your-Pass-Word", "<hunter>", "<Hunter Two>", "<hunter2>"]
+)
+def test_a_placeholder_holds_only_the_names_words(value: str) -> None:
+    assert_redacted_on_every_path(f"PASSWORD={value}", "PASSWORD=@")
+    if not value.isidentifier():  # which the YAML rule keeps as code's (generation 5 too)
+        assert_redacted_on_every_path(f"password: {value}", "password: @")
+    assert sanitize_json({"password": value}) == {"password": REDACTED}
+    assert redact_json({"password": value}) == {"password": REDACTED}
+    assert json.loads(redact_json_text(json.dumps({"password": value}))) == {"password": REDACTED}
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("API_KEY", "your_api_key"),
+        ("GITHUB_TOKEN", "your-github-token-here"),
+        ("PASSWORD", "your_password"),
+        ("API_KEY", "<your-api-key>"),
+        ("API_KEY", "<api key>"),
+        ("PASSWORD", "<password>"),
+    ],
+)
+def test_placeholders_are_kept_in_text_and_json(name: str, value: str) -> None:
+    for text in (f"{name}={value}", f"{name.lower()}: {value}"):
+        assert redact_secrets(text) == text
+        assert redact_secrets_lines(text) == text
+    assert sanitize_json({name: value}) == {name: value}
+    assert redact_json({name: value}) == {name: value}
+    assert json.loads(redact_json_text(json.dumps({name: value}))) == {name: value}
+
+
 # An INI header is a `[section]` of a name's characters: pytest-xdist's `[gw0]` and a status
 # line's `[ OK ]` are no section.
 @pytest.mark.parametrize(

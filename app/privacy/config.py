@@ -248,7 +248,7 @@ def known_value(name: str, value: str) -> bool:
     saying whether there is one."""
     if reference(name, value) or _MASKED_VALUE.fullmatch(value):
         return True
-    if _PLACEHOLDER_VALUE.fullmatch(value):
+    if placeholder(name, value):
         return True
     last = _KEY_WORD.findall(name[-_KEY_END_CHARS:])
     while last and last[-1].isdigit():
@@ -348,10 +348,36 @@ _STATUS_WORDS = frozenset(
 # one character; `xXxXxXxX` mixes cases as a password may.
 _MASKED_VALUE = re.compile(r"\*{3,}|x{3,}|X{3,}")
 # A template's placeholder for a value (`API_KEY=your_api_key`, `your-github-token-here`,
-# `<your-api-key>`): words of letters after `your`, or words in `<…>`, hold no secret. A digit
-# (`your_key_123`) or `your` glued on (`yourpassword`) may be a password's, and `changeme` is
-# the default password that works wherever nobody changed it: those are redacted.
-_PLACEHOLDER_VALUE = re.compile(r"(?i:your)(?:[_\-][A-Za-z]+)+|<[A-Za-z][A-Za-z _\-.]*>")
+# `<your-api-key>`, `<API key>`): lower-case words after `your`, or words in `<…>`, that say only
+# what the name or a credential's word does, or end in `here`. Any other word may be a
+# password's (`your_password_is_hunter`, `<hunter>`, `<Hunter Two>`), and so may a digit
+# (`your_key_123`), `your` glued on (`yourpassword`) or capitals after it (`Your-Pass-Word`);
+# `changeme` is the default password that works wherever nobody changed it: those are redacted.
+_PLACEHOLDER_VALUE = re.compile(r"your(?:[_\-][a-z]+)+|<[A-Za-z][A-Za-z _\-.]*>")
+_PLACEHOLDER_SPLIT = re.compile(r"[ _\-.]+")
+# The words a placeholder may say besides the name's own.
+_PLACEHOLDER_NAMES = frozenset(
+    {"your", "api", "key", "token", "secret", "password", "pass", "access", "auth", "here"}
+)
+
+
+def placeholder(name: str, value: str) -> bool:
+    """Whether `value`, under the credential's name `name`, is a template's placeholder (see
+    `_PLACEHOLDER_VALUE`): its words the name's, a credential's or a type's, or `…_here`."""
+    if _PLACEHOLDER_VALUE.fullmatch(value) is None:
+        return False
+    words = [word.lower() for word in _PLACEHOLDER_SPLIT.split(value.strip("<>")) if word]
+    if value[0] == "<" and len(value) - 2 < _PLAIN_MIN_CHARS:
+        return True
+    if words[-1] == "here":
+        return words[0] == "your"
+    allowed = {word.lower() for word in _KEY_WORD.findall(name[-_KEY_END_CHARS:])}
+    return all(
+        word in allowed or word in _PLACEHOLDER_NAMES or word in _PLACEHOLDER_WORDS
+        for word in words
+    )
+
+
 # Plain words under a credential's name shorter than a quoted value's (`_QUOTED` rule, 4) are
 # no password in practice (`id`, `pw`, `abc`).
 _PLAIN_MIN_CHARS = 4
@@ -396,7 +422,7 @@ def _credential_assignment(match: re.Match[str]) -> str:
         or algorithm(value)
         or compiler_pass(name)
         or _MASKED_VALUE.fullmatch(value) is not None
-        or _PLACEHOLDER_VALUE.fullmatch(value) is not None
+        or placeholder(name, value)
         or (match.re is _CONFIG_PATTERN and _plain_word(value) and _plain_kept(match, name, value))
     )
     return match.group() if kept else _assignment(match)
@@ -795,7 +821,8 @@ _CONFIG_PATTERN = re.compile(
     + _NOT_REDACTED
     + r"(?![=:])(?![-+]?v?\d+(?:\.\d+)?\b)(?!(?:[A-Za-z_]\w*\.)+[A-Za-z_]\w*\b)(?P<value>"
     + _CREDENTIAL_VALUE
-    + r"|[A-Za-z]++)(?<!:)(?=[ \t]*(?:[ \t]#[^\n]*)?\r?$)",
+    # A value in `<…>` (`<hunter2>`, `<Hunter Two>`) as JSON judges it (`known_value`).
+    + r"|[A-Za-z]++|<[^<>\n]{1,100}+>)(?<!:)(?=[ \t]*(?:[ \t]#[^\n]*)?\r?$)",
     re.MULTILINE,
 )
 
@@ -809,7 +836,9 @@ ASSIGNMENT_RULES: list[_Rule] = [
                 + _NOT_REDACTED
                 # An unquoted value ends at a JSON-escaped newline too (`\n` in a transcript's
                 # raw line), not swallowing the lines after it.
-                + r"(?P<value>\"[^\"\n]*\"|'[^'\n]*'|(?:[^\s\"'#\\]|\\(?![nr]))+)"
+                # A value in `<…>` is one, blanks and all (`<Hunter Two>`), as JSON's is.
+                + r"(?P<value>\"[^\"\n]*\"|'[^'\n]*'|<[^<>\n]{1,100}+>(?![^\s\"'#\\])"
+                + r"|(?:[^\s\"'#\\]|\\(?![nr]))+)"
             ),
             _credential_assignment,
         )

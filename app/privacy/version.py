@@ -29,6 +29,8 @@ from app.privacy.config import (
     _OPTION_PLACEHOLDER,
     _PASS_COUNT,
     _PATH_VALUE,
+    _PLACEHOLDER_NAMES,
+    _PLACEHOLDER_SPLIT,
     _PLACEHOLDER_VALUE,
     _PLACEHOLDER_WORDS,
     _PLAIN_MIN_CHARS,
@@ -103,6 +105,7 @@ def _rules_version() -> str:
             _PASS_COUNT,
             _MASKED_VALUE,
             _PLACEHOLDER_VALUE,
+            _PLACEHOLDER_SPLIT,
             _INI_HEADER,
             _INI_LINES,
             _CAMEL,
@@ -119,7 +122,7 @@ def _rules_version() -> str:
     parts += [repr(sorted(_NOT_CREDENTIAL_PASSES))]
     parts += [repr(sorted(_PLACEHOLDER_WORDS)), repr(sorted(_PROSE_WORDS)), repr(_PLAIN_MIN_CHARS)]
     parts += [repr(sorted(_STATUS_WORDS))]
-    parts += [repr(_INI_WINDOW)]
+    parts += [repr(_INI_WINDOW), repr(sorted(_PLACEHOLDER_NAMES))]
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
 
 
