@@ -249,6 +249,23 @@ def test_placeholders_are_kept_in_text_and_json(name: str, value: str) -> None:
     assert json.loads(redact_json_text(json.dumps({name: value}))) == {name: value}
 
 
+# A paging cursor is no credential, whatever its shape; a dictionary word is none either.
+QUERY_KEPT = [
+    "https://x.com/a?nextPageToken=CiAKGjBpNDd2Nmp2Zml2cXRwYjBpOXA0ZGo&x=1",
+    "https://x.com/a?pageToken=CiAKGjBpNDd2Nmp2Zml2cXRwYjBpOXA0ZGo",
+    "https://x.com/a?next_token=abc123def456ghi789",
+    "fetch(url + '?credentials=include')",
+    "https://x.com/a?token=latest",
+    "https://x.com/query?function=X&apikey=demo",
+]
+
+
+@pytest.mark.parametrize("text", QUERY_KEPT)
+def test_page_tokens_and_dictionary_words_in_a_query_are_kept(text: str) -> None:
+    assert redact_secrets(text) == text
+    assert redact_secrets("-" * SHORT_TEXT + "\n" + text) == "-" * SHORT_TEXT + "\n" + text
+
+
 # An INI header is a `[section]` of a name's characters: pytest-xdist's `[gw0]` and a status
 # line's `[ OK ]` are no section.
 @pytest.mark.parametrize(

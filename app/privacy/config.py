@@ -66,6 +66,15 @@ _SECRET_KEY_VALUE = re.compile(
 _CURSOR_VALUE = re.compile(r"[0-9]{1,10}|[A-Za-z]{1,8}(?:[-_]?[0-9]{1,4})?")
 
 
+def _cursor_name(name: str) -> bool:
+    """Whether `name` is a pagination cursor's (`pageToken`, `next_page_token`; see
+    `_REFERENCE_NAME`)."""
+    found = _REFERENCE_NAME.search(name, max(0, len(name) - _REFERENCE_NAME_CHARS))
+    return found is not None and not (
+        found.group("secret") or found.group("chart") or found.group("key")
+    )
+
+
 def reference(name: str, value: str) -> bool:
     """Whether `value`, under a key named like a credential, is a secret's name, a key in a
     secret, or a cursor (see above) rather than a credential."""
@@ -709,14 +718,23 @@ _QUERY_PATTERN = re.compile(
 )
 
 
+# Words a query's credential-named parameter takes as a setting, not a secret: fetch's
+# `?credentials=include`, a version's `?token=latest`, a service's public `?apikey=demo`.
+_QUERY_WORDS = frozenset({"include", "omit", "latest", "current", "demo", "public", "anonymous"})
+
+
 def _query_credential(match: re.Match[str]) -> str:
-    """A query parameter under a credential's name redacted, unless its value is no credential
-    by its shape (`known_value`), a placeholder in capitals (`?token=YOUR_TOKEN`) or a plain word
-    that no credential is (`plain_credential`: `?token=expired`)."""
+    """A query parameter under a credential's name redacted, unless it is a paging cursor
+    (`?pageToken=`, `?nextPageToken=`, whatever its shape: a cursor is no credential), its value
+    is no credential by its shape (`known_value`), a placeholder in capitals
+    (`?token=YOUR_TOKEN`), a setting's word (`_QUERY_WORDS`) or a plain word that no credential
+    is (`plain_credential`: `?token=expired`)."""
     name = match.group("name")
     value = match.group("value")
     kept = (
         not credential_key(name)
+        or _cursor_name(name)
+        or value.lower() in _QUERY_WORDS
         or known_value(name, value)
         or _OPTION_PLACEHOLDER.fullmatch(value) is not None
         or (_plain_word(value) and not plain_credential(name, value))

@@ -36,6 +36,7 @@ from app.privacy.config import (
     _PLAIN_MIN_CHARS,
     _PROGRESS_VALUE,
     _PROSE_WORDS,
+    _QUERY_WORDS,
     _REFERENCE_NAME,
     _SECRET_KEY_VALUE,
     _SECRET_NAME_VALUE,
@@ -122,7 +123,7 @@ def _rules_version() -> str:
     parts += [repr(sorted(_NOT_CREDENTIAL_PASSES))]
     parts += [repr(sorted(_PLACEHOLDER_WORDS)), repr(sorted(_PROSE_WORDS)), repr(_PLAIN_MIN_CHARS)]
     parts += [repr(sorted(_STATUS_WORDS))]
-    parts += [repr(_INI_WINDOW), repr(sorted(_PLACEHOLDER_NAMES))]
+    parts += [repr(_INI_WINDOW), repr(sorted(_PLACEHOLDER_NAMES)), repr(sorted(_QUERY_WORDS))]
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
 
 
