@@ -266,6 +266,15 @@ def test_page_tokens_and_dictionary_words_in_a_query_are_kept(text: str) -> None
     assert redact_secrets("-" * SHORT_TEXT + "\n" + text) == "-" * SHORT_TEXT + "\n" + text
 
 
+# A list under a singular credential's name holds that credential.
+def test_a_list_under_a_singular_credential_name_is_redacted() -> None:
+    value = {"password": ["hunter2", "s3cret"], "user": ["bob"]}
+    expected = {"password": [REDACTED, REDACTED], "user": ["bob"]}
+    assert sanitize_json(value) == expected
+    assert redact_json(value) == expected
+    assert json.loads(redact_json_text(json.dumps(value))) == expected
+
+
 # An INI header is a `[section]` of a name's characters: pytest-xdist's `[gw0]` and a status
 # line's `[ OK ]` are no section.
 @pytest.mark.parametrize(

@@ -287,10 +287,14 @@ _TOKEN_SHAPE = re.compile(r"(?=\S*[0-9])\S{16,}")
 
 def credential_plural(name: str) -> tuple[str, bool] | None:
     """For a key naming credentials in the plural, its singular (which `known_value` judges an
-    element under) and whether only an element of a token's shape is one; else None."""
-    if name[-1:] not in ("s", "S") or not credential_key(name[:-1]):
+    element under) and whether only an element of a token's shape is one; else None. A list
+    under a credential's singular (`{"password": ["hunter2"]}`) holds that credential too."""
+    if credential_key(name):
+        singular = name
+    elif name[-1:] in ("s", "S") and credential_key(name[:-1]):
+        singular = name[:-1]
+    else:
         return None
-    singular = name[:-1]
     last = _KEY_WORD.findall(singular[-_KEY_END_CHARS:])
     while last and last[-1].isdigit():
         last.pop()

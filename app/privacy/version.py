@@ -62,9 +62,11 @@ from app.privacy.private import _MEMORY, _MEMORY_LITERALS, _PRIVATE_LITERALS, _P
 # in text as in JSON (privacy20); a plain word assigned as code (` = `), a capitalised one after
 # `:` and a status word kept (`_plain_kept`), a mask of one character, `--api_token` options,
 # a list's trailing comma, `--no_password` (fixprivacy20, before generation 5 shipped).
-# 6: a plain word under a password's name in an INI section or capitalised (`_plain_kept`), a
-# plain word before a connection string's next key, URL query parameters, placeholders kept
-# (`your_api_key`, `<your-api-key>`), options in capitals and `_pass` (privacy21).
+# 6: a plain word under a password's name in an INI section, a plain word between a connection
+# string's keys, URL query parameters, placeholders kept (`your_api_key`, `<your-api-key>`),
+# options in capitals and `_pass` (privacy21); a capitalised word kept outside an INI section,
+# placeholders of the name's words only, a `<…>` value whole, paging cursors kept in a query, a
+# list under a singular credential's name (fixprivacy21, before generation 6 shipped).
 _RULES_CODE_VERSION = 6
 
 
