@@ -168,6 +168,12 @@ def test_json_strings_hold_the_text_rules() -> None:
         lambda n: "password=swordfish;" + " " * 250_000 * n + "x",
         lambda n: "--API-TOKEN x1 " * 16_000 * n,
         lambda n: "API_KEY=" + "a\\" * 125_000 * n,
+        # fixprivacy21: the connection key looked for before each `password=`, `<…>` values.
+        lambda n: "host=db password=swordfish user=bob " * 7_000 * n,
+        lambda n: ("host=db " * 25 + "password=swordfish user=bob ") * 1_000 * n,
+        lambda n: "PASSWORD=<" + "a " * 125_000 * n,
+        lambda n: "password: " + "<" * 250_000 * n,
+        lambda n: "PASSWORD=<hunter>\n" * 14_000 * n,
     ],
 )
 def test_the_privacy21_rules_cost_linear_work_on_a_megabyte(make: Callable[[int], str]) -> None:
