@@ -244,6 +244,8 @@ def test_a_placeholder_holds_only_the_names_words(value: str) -> None:
         ("API_KEY", "<your-api-key>"),
         ("API_KEY", "<api key>"),
         ("PASSWORD", "<password>"),
+        ("SECRET", "<Secret Name>"),
+        ("PASSWORD", "<value>"),
     ],
 )
 def test_placeholders_are_kept_in_text_and_json(name: str, value: str) -> None:
@@ -253,6 +255,11 @@ def test_placeholders_are_kept_in_text_and_json(name: str, value: str) -> None:
     assert sanitize_json({name: value}) == {name: value}
     assert redact_json({name: value}) == {name: value}
     assert json.loads(redact_json_text(json.dumps({name: value}))) == {name: value}
+
+
+# A template's tag is no `<…>` value: redacted as generation 5 did, up to the blank.
+def test_a_template_tag_is_no_bracketed_value() -> None:
+    assert_redacted_on_every_path('PASSWORD=<%= ENV["X"] %>', 'PASSWORD=@ ENV["X"] %>')
 
 
 # A paging cursor is no credential, whatever its shape; a dictionary word is none either.

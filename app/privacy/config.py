@@ -371,6 +371,7 @@ _PLACEHOLDER_SPLIT = re.compile(r"[ _\-.]+")
 # The words a placeholder may say besides the name's own.
 _PLACEHOLDER_NAMES = frozenset(
     {"your", "api", "key", "token", "secret", "password", "pass", "access", "auth", "here"}
+    | {"name", "value"}
 )
 
 
@@ -844,7 +845,7 @@ _CONFIG_PATTERN = re.compile(
     + r"(?![=:])(?![-+]?v?\d+(?:\.\d+)?\b)(?!(?:[A-Za-z_]\w*\.)+[A-Za-z_]\w*\b)(?P<value>"
     + _CREDENTIAL_VALUE
     # A value in `<…>` (`<hunter2>`, `<Hunter Two>`) as JSON judges it (`known_value`).
-    + r"|[A-Za-z]++|<[^<>\n]{1,100}+>)(?<!:)(?=[ \t]*(?:[ \t]#[^\n]*)?\r?$)",
+    + r"|[A-Za-z]++|<(?![%$\{])[^<>\n]{1,100}+>)(?<!:)(?=[ \t]*(?:[ \t]#[^\n]*)?\r?$)",
     re.MULTILINE,
 )
 
@@ -858,8 +859,9 @@ ASSIGNMENT_RULES: list[_Rule] = [
                 + _NOT_REDACTED
                 # An unquoted value ends at a JSON-escaped newline too (`\n` in a transcript's
                 # raw line), not swallowing the lines after it.
-                # A value in `<…>` is one, blanks and all (`<Hunter Two>`), as JSON's is.
-                + r"(?P<value>\"[^\"\n]*\"|'[^'\n]*'|<[^<>\n]{1,100}+>(?![^\s\"'#\\])"
+                # A value in `<…>` is one, blanks and all (`<Hunter Two>`), as JSON's is; a
+                # template's tag (`<%= x %>`, `<${x}>`) is none.
+                + r"(?P<value>\"[^\"\n]*\"|'[^'\n]*'|<(?![%$\{])[^<>\n]{1,100}+>(?![^\s\"'#\\])"
                 + r"|(?:[^\s\"'#\\]|\\(?![nr]))+)"
             ),
             _credential_assignment,
