@@ -246,6 +246,9 @@ def test_a_placeholder_holds_only_the_names_words(value: str) -> None:
         ("PASSWORD", "<password>"),
         ("SECRET", "<Secret Name>"),
         ("PASSWORD", "<value>"),
+        # A service's name before the name's own last word (huggingface_hub's docstrings).
+        ("API_KEY", "<together_api_key>"),
+        ("API_KEY", "your-replicate-api-key"),
     ],
 )
 def test_placeholders_are_kept_in_text_and_json(name: str, value: str) -> None:

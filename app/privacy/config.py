@@ -377,7 +377,8 @@ _PLACEHOLDER_NAMES = frozenset(
 
 def placeholder(name: str, value: str) -> bool:
     """Whether `value`, under the credential's name `name`, is a template's placeholder (see
-    `_PLACEHOLDER_VALUE`): its words the name's, a credential's or a type's, or `…_here`."""
+    `_PLACEHOLDER_VALUE`): its words the name's, a credential's or a type's, three words or more
+    ending in the name's last (`your_replicate_api_key`), or `…_here`."""
     if _PLACEHOLDER_VALUE.fullmatch(value) is None:
         return False
     words = [word.lower() for word in _PLACEHOLDER_SPLIT.split(value.strip("<>")) if word]
@@ -385,10 +386,13 @@ def placeholder(name: str, value: str) -> bool:
         return True
     if words[-1] == "here":
         return words[0] == "your"
-    allowed = {word.lower() for word in _KEY_WORD.findall(name[-_KEY_END_CHARS:])}
+    named = [word.lower() for word in _KEY_WORD.findall(name[-_KEY_END_CHARS:])]
+    # A service's name may come first (`<together_api_key>`, `your-replicate-api-key`) when the
+    # placeholder ends as the name does.
+    if len(words) > 2 and named and words[-1] == named[-1]:
+        return True
     return all(
-        word in allowed or word in _PLACEHOLDER_NAMES or word in _PLACEHOLDER_WORDS
-        for word in words
+        word in named or word in _PLACEHOLDER_NAMES or word in _PLACEHOLDER_WORDS for word in words
     )
 
 
