@@ -958,7 +958,7 @@ RULES_GENERATIONS = {
     3: "8af492f9428a103e",
     4: "7572ba9168caef34",
     5: "7d171d86db8eb46a",
-    6: "82b244952dbe03ef",
+    6: "39bba4cdebd876c6",
 }
 
 

@@ -66,6 +66,15 @@ _SECRET_KEY_VALUE = re.compile(
 _CURSOR_VALUE = re.compile(r"[0-9]{1,10}|[A-Za-z]{1,8}(?:[-_]?[0-9]{1,4})?")
 
 
+def _cursor_name(name: str) -> bool:
+    """Whether `name` is a pagination cursor's (`pageToken`, `next_page_token`; see
+    `_REFERENCE_NAME`)."""
+    found = _REFERENCE_NAME.search(name, max(0, len(name) - _REFERENCE_NAME_CHARS))
+    return found is not None and not (
+        found.group("secret") or found.group("chart") or found.group("key")
+    )
+
+
 def reference(name: str, value: str) -> bool:
     """Whether `value`, under a key named like a credential, is a secret's name, a key in a
     secret, or a cursor (see above) rather than a credential."""
@@ -248,7 +257,7 @@ def known_value(name: str, value: str) -> bool:
     saying whether there is one."""
     if reference(name, value) or _MASKED_VALUE.fullmatch(value):
         return True
-    if _PLACEHOLDER_VALUE.fullmatch(value):
+    if placeholder(name, value):
         return True
     last = _KEY_WORD.findall(name[-_KEY_END_CHARS:])
     while last and last[-1].isdigit():
@@ -278,10 +287,14 @@ _TOKEN_SHAPE = re.compile(r"(?=\S*[0-9])\S{16,}")
 
 def credential_plural(name: str) -> tuple[str, bool] | None:
     """For a key naming credentials in the plural, its singular (which `known_value` judges an
-    element under) and whether only an element of a token's shape is one; else None."""
-    if name[-1:] not in ("s", "S") or not credential_key(name[:-1]):
+    element under) and whether only an element of a token's shape is one; else None. A list
+    under a credential's singular (`{"password": ["hunter2"]}`) holds that credential too."""
+    if credential_key(name):
+        singular = name
+    elif name[-1:] in ("s", "S") and credential_key(name[:-1]):
+        singular = name[:-1]
+    else:
         return None
-    singular = name[:-1]
     last = _KEY_WORD.findall(singular[-_KEY_END_CHARS:])
     while last and last[-1].isdigit():
         last.pop()
@@ -348,10 +361,41 @@ _STATUS_WORDS = frozenset(
 # one character; `xXxXxXxX` mixes cases as a password may.
 _MASKED_VALUE = re.compile(r"\*{3,}|x{3,}|X{3,}")
 # A template's placeholder for a value (`API_KEY=your_api_key`, `your-github-token-here`,
-# `<your-api-key>`): words of letters after `your`, or words in `<…>`, hold no secret. A digit
-# (`your_key_123`) or `your` glued on (`yourpassword`) may be a password's, and `changeme` is
-# the default password that works wherever nobody changed it: those are redacted.
-_PLACEHOLDER_VALUE = re.compile(r"(?i:your)(?:[_\-][A-Za-z]+)+|<[A-Za-z][A-Za-z _\-.]*>")
+# `<your-api-key>`, `<API key>`): lower-case words after `your`, or words in `<…>`, that say only
+# what the name or a credential's word does, or end in `here`. Any other word may be a
+# password's (`your_password_is_hunter`, `<hunter>`, `<Hunter Two>`), and so may a digit
+# (`your_key_123`), `your` glued on (`yourpassword`) or capitals after it (`Your-Pass-Word`);
+# `changeme` is the default password that works wherever nobody changed it: those are redacted.
+_PLACEHOLDER_VALUE = re.compile(r"your(?:[_\-][a-z]+)+|<[A-Za-z][A-Za-z _\-.]*>")
+_PLACEHOLDER_SPLIT = re.compile(r"[ _\-.]+")
+# The words a placeholder may say besides the name's own.
+_PLACEHOLDER_NAMES = frozenset(
+    {"your", "api", "key", "token", "secret", "password", "pass", "access", "auth", "here"}
+    | {"name", "value"}
+)
+
+
+def placeholder(name: str, value: str) -> bool:
+    """Whether `value`, under the credential's name `name`, is a template's placeholder (see
+    `_PLACEHOLDER_VALUE`): its words the name's, a credential's or a type's, three words or more
+    ending in the name's last (`your_replicate_api_key`), or `…_here`."""
+    if _PLACEHOLDER_VALUE.fullmatch(value) is None:
+        return False
+    words = [word.lower() for word in _PLACEHOLDER_SPLIT.split(value.strip("<>")) if word]
+    if value[0] == "<" and len(value) - 2 < _PLAIN_MIN_CHARS:
+        return True
+    if words[-1] == "here":
+        return words[0] == "your"
+    named = [word.lower() for word in _KEY_WORD.findall(name[-_KEY_END_CHARS:])]
+    # A service's name may come first (`<together_api_key>`, `your-replicate-api-key`) when the
+    # placeholder ends as the name does.
+    if len(words) > 2 and named and words[-1] == named[-1]:
+        return True
+    return all(
+        word in named or word in _PLACEHOLDER_NAMES or word in _PLACEHOLDER_WORDS for word in words
+    )
+
+
 # Plain words under a credential's name shorter than a quoted value's (`_QUOTED` rule, 4) are
 # no password in practice (`id`, `pw`, `abc`).
 _PLAIN_MIN_CHARS = 4
@@ -396,7 +440,7 @@ def _credential_assignment(match: re.Match[str]) -> str:
         or algorithm(value)
         or compiler_pass(name)
         or _MASKED_VALUE.fullmatch(value) is not None
-        or _PLACEHOLDER_VALUE.fullmatch(value) is not None
+        or placeholder(name, value)
         or (match.re is _CONFIG_PATTERN and _plain_word(value) and _plain_kept(match, name, value))
     )
     return match.group() if kept else _assignment(match)
@@ -414,26 +458,20 @@ def _plain_kept(match: re.Match[str], name: str, value: str) -> bool:
     shell and properties files write `name=value`, YAML `name: value` in lower case."""
     sep = match.group("sep")
     code = "=" in sep and sep[:1] in (" ", "\t") and sep[-1:] in (" ", "\t")
-    # A type is the name's own word or camelCase (`password: Password`, `SecretStr`), both kept
-    # by `plain_credential`: a capitalised word under a password's name is YAML's password.
-    typed = ":" in sep and value[:1].isupper() and not _password_name(name)
+    # A capitalised word after `:` is a type, a column's kind or prose's verdict under a
+    # password's name too (`password: Varchar`, `Password: Strong`): only an INI section above
+    # makes it a value (generation 6 redacted it under a password's name, and so rewrote code).
+    typed = ":" in sep and value[:1].isupper()
     if (code or typed) and not _ini_section_above(match.string, match.start()):
         return True
     return not plain_credential(name, value)
 
 
-def _password_name(name: str) -> bool:
-    """Whether `name`'s last word is a password's (`db_password`, `passphrase`), whose value no
-    type or kind is, unlike a token's or a secret's (`token: Name`, `secret: Opaque`)."""
-    words = _KEY_WORD.findall(name[-_KEY_END_CHARS:])
-    return bool(words) and words[-1].lower() in _PASSWORD_WORDS
-
-
-_PASSWORD_WORDS = frozenset({"password", "passwd", "passphrase"})
-# An INI file's section header (`[db]`, `[remote "origin"]`, `[tool.x]`), and the lines an INI
-# file holds between it and a key: other keys, comments, blank lines. A line of code (a call, a
-# `def`, a list) between them ends the search.
-_INI_HEADER = re.compile(r"[ \t]*\[[\w .:\-\"/]+\][ \t]*\r?\n")
+# An INI file's section header (`[db]`, `[remote "origin"]`, `[tool.x]`: a name of letters, `_`,
+# `.` and `-`, and a quoted subsection; pytest-xdist's `[gw0]`, a status's `[ OK ]`, `[a/b]` are
+# none), and the lines an INI file holds between it and a key: other keys, comments, blank
+# lines. A line of code (a call, a `def`, a list) between them ends the search.
+_INI_HEADER = re.compile(r"[ \t]*\[[A-Za-z_][A-Za-z_.\-]*(?:[ \t]+\"[^\"\n]*\")?\][ \t]*\r?\n")
 _INI_LINES = re.compile(r"(?:[ \t]*(?:[#;][^\n]*|[\w.\-]+[ \t]*[:=][^\n(){}\[\]]*)?\r?\n)*+")
 # How far above a key its section is looked for: a bound, so that each of a megabyte's keys
 # costs a few lines' search, not the text's.
@@ -638,12 +676,36 @@ REGISTRY_RULES: list[_Rule] = [
 ]
 
 
+# A connection string's keys as libpq, ADO.NET, ODBC and JDBC name them (`host`, `Server`,
+# `Data Source`, `User Id`, `Initial Catalog`, `sslmode`): a plain word before `password` is one
+# only between two of them. One-line code assigns a word between any names (`password=input;
+# user=get_user();`, `opts.password=newpass; opts.user=name;`, `local password=readpass`), and so
+# does `password=swordfish; user=bob` alone, which is kept as generation 5 kept it.
+_CONNECTION_KEY = (
+    r"(?i:server|host|hostaddr|data[ ]source|addr|address|network[ ]address|user[ ]?id|uid"
+    r"|user|username|database|initial[ ]catalog|dbname|port|sslmode|encrypt|driver"
+    r"|trusted_connection|integrated[ ]security|application[ ]name|connect_timeout)"
+)
+_CONNECTION_KEY_BEFORE = re.compile(
+    rf"(?:^|(?<=[;&\s])){_CONNECTION_KEY}[ \t]*=[^;&\s=]*+(?:[ \t]*+[;&][ \t]*+|[ \t]++)\Z"
+)
+# How far before `password=` its string's previous key is looked for.
+_CONNECTION_KEY_WINDOW = 200
+
+
 def _connection_credential(match: re.Match[str]) -> str:
     """A connection or query string's password redacted, unless it is a plain word that no
-    credential is (`plain_credential`: `password=required; user=x`)."""
+    credential is (`plain_credential`: `password=required; user=x`) or that no connection
+    string's key comes before (`_CONNECTION_KEY`)."""
     value = match.group("value")
-    if _plain_word(value) and not plain_credential("password", value):
-        return match.group()
+    if _plain_word(value):
+        # The literal starts after the name's first letter (`assword=`, `wd=`).
+        name_start = match.start() - 1
+        before = _CONNECTION_KEY_BEFORE.search(
+            match.string, max(0, name_start - _CONNECTION_KEY_WINDOW), name_start
+        )
+        if before is None or not plain_credential("password", value):
+            return match.group()
     return f"{match.group('keep')}{REDACTED}"
 
 
@@ -665,14 +727,23 @@ _QUERY_PATTERN = re.compile(
 )
 
 
+# Words a query's credential-named parameter takes as a setting, not a secret: fetch's
+# `?credentials=include`, a version's `?token=latest`, a service's public `?apikey=demo`.
+_QUERY_WORDS = frozenset({"include", "omit", "latest", "current", "demo", "public", "anonymous"})
+
+
 def _query_credential(match: re.Match[str]) -> str:
-    """A query parameter under a credential's name redacted, unless its value is no credential
-    by its shape (`known_value`), a placeholder in capitals (`?token=YOUR_TOKEN`) or a plain word
-    that no credential is (`plain_credential`: `?token=expired`)."""
+    """A query parameter under a credential's name redacted, unless it is a paging cursor
+    (`?pageToken=`, `?nextPageToken=`, whatever its shape: a cursor is no credential), its value
+    is no credential by its shape (`known_value`), a placeholder in capitals
+    (`?token=YOUR_TOKEN`), a setting's word (`_QUERY_WORDS`) or a plain word that no credential
+    is (`plain_credential`: `?token=expired`)."""
     name = match.group("name")
     value = match.group("value")
     kept = (
         not credential_key(name)
+        or _cursor_name(name)
+        or value.lower() in _QUERY_WORDS
         or known_value(name, value)
         or _OPTION_PLACEHOLDER.fullmatch(value) is not None
         or (_plain_word(value) and not plain_credential(name, value))
@@ -700,9 +771,9 @@ CONNECTION_RULES: list[_Rule] = [
     # Unquoted `password=` in connection strings and query strings (`...;Password=hunter2;`,
     # `?user=a&password=s3cret`; PASSWORD= is the .env rule's), and `Pwd=` after a `;`. The
     # value must hold a character no identifier has (a digit, a symbol), so that code passing
-    # `password=password` or `password=self.password` keeps it; or be a plain word with the
-    # string's next key after it (`password=swordfish; user=bob`, libpq's `password=swordfish
-    # user=bob`): code passes a word before `,` or `)`, and ends a statement with `;` and a line.
+    # `password=password` or `password=self.password` keeps it; or be a plain word between
+    # two of a connection string's keys (`Server=db;Password=swordfish;User Id=app`, libpq's
+    # `host=db password=swordfish user=bob`; `_CONNECTION_KEY`).
     *(
         (
             (literal,),
@@ -712,8 +783,9 @@ CONNECTION_RULES: list[_Rule] = [
                 # `%s`, `%(pw)s`: a query's parameter, not its value; `==` a comparison.
                 + r"(?!%[s(])(?!=)(?P<value>"
                 + _CREDENTIAL_VALUE
-                + r"|[A-Za-z]++(?=[ \t]*+[;&][ \t]*+[A-Za-z_][\w. \-]*+=(?!=)"
-                + r"|[ \t]++[A-Za-z_][\w.\-]*+=(?!=)))"
+                + r"|[A-Za-z]++(?=(?:[ \t]*+[;&][ \t]*+|[ \t]++)"
+                + _CONNECTION_KEY
+                + r"[ \t]*+=(?!=)))"
             ),
             _connection_credential,
         )
@@ -776,7 +848,8 @@ _CONFIG_PATTERN = re.compile(
     + _NOT_REDACTED
     + r"(?![=:])(?![-+]?v?\d+(?:\.\d+)?\b)(?!(?:[A-Za-z_]\w*\.)+[A-Za-z_]\w*\b)(?P<value>"
     + _CREDENTIAL_VALUE
-    + r"|[A-Za-z]++)(?<!:)(?=[ \t]*(?:[ \t]#[^\n]*)?\r?$)",
+    # A value in `<…>` (`<hunter2>`, `<Hunter Two>`) as JSON judges it (`known_value`).
+    + r"|[A-Za-z]++|<(?![%$\{])[^<>\n]{1,100}+>)(?<!:)(?=[ \t]*(?:[ \t]#[^\n]*)?\r?$)",
     re.MULTILINE,
 )
 
@@ -790,7 +863,10 @@ ASSIGNMENT_RULES: list[_Rule] = [
                 + _NOT_REDACTED
                 # An unquoted value ends at a JSON-escaped newline too (`\n` in a transcript's
                 # raw line), not swallowing the lines after it.
-                + r"(?P<value>\"[^\"\n]*\"|'[^'\n]*'|(?:[^\s\"'#\\]|\\(?![nr]))+)"
+                # A value in `<…>` is one, blanks and all (`<Hunter Two>`), as JSON's is; a
+                # template's tag (`<%= x %>`, `<${x}>`) is none.
+                + r"(?P<value>\"[^\"\n]*\"|'[^'\n]*'|<(?![%$\{])[^<>\n]{1,100}+>(?![^\s\"'#\\])"
+                + r"|(?:[^\s\"'#\\]|\\(?![nr]))+)"
             ),
             _credential_assignment,
         )

@@ -91,10 +91,11 @@ _RULE_GATES: dict[re.Pattern[str], str] = {
     **API_HEADER_GATES,
     **OPTION_AND_LIST_GATES,
     QUERY_RULES[0][1]: QUERY_GATE,
-    # A value holding a character no identifier has, or a word of letters ending the line.
+    # A value holding a character no identifier has, a word of letters ending the line, or `<…>`.
     _CONFIG_RULE: (
         rf"(?:{_CREDENTIAL_NAME}|{_PWD_NAME})[\t ]*[:=][\t ]*(?:{_UNQUOTED_BYTE}*"
-        r"[^A-Za-z_.\x09-\x0d\x20\"'#(){}\[\]<>$,;&|`\\]|[A-Za-z]+[\t ]*(?:[\t\r\n ]|$))"
+        r"[^A-Za-z_.\x09-\x0d\x20\"'#(){}\[\]<>$,;&|`\\]|[A-Za-z]+[\t ]*(?:[\t\r\n ]|$)"
+        r"|<[^<>\n]+>)"
     ),
 }
 

@@ -28,13 +28,15 @@ from app.privacy.config import (
     _NOT_CREDENTIAL_TOKENS,
     _OPTION_PLACEHOLDER,
     _PASS_COUNT,
-    _PASSWORD_WORDS,
     _PATH_VALUE,
+    _PLACEHOLDER_NAMES,
+    _PLACEHOLDER_SPLIT,
     _PLACEHOLDER_VALUE,
     _PLACEHOLDER_WORDS,
     _PLAIN_MIN_CHARS,
     _PROGRESS_VALUE,
     _PROSE_WORDS,
+    _QUERY_WORDS,
     _REFERENCE_NAME,
     _SECRET_KEY_VALUE,
     _SECRET_NAME_VALUE,
@@ -60,9 +62,11 @@ from app.privacy.private import _MEMORY, _MEMORY_LITERALS, _PRIVATE_LITERALS, _P
 # in text as in JSON (privacy20); a plain word assigned as code (` = `), a capitalised one after
 # `:` and a status word kept (`_plain_kept`), a mask of one character, `--api_token` options,
 # a list's trailing comma, `--no_password` (fixprivacy20, before generation 5 shipped).
-# 6: a plain word under a password's name in an INI section or capitalised (`_plain_kept`), a
-# plain word before a connection string's next key, URL query parameters, placeholders kept
-# (`your_api_key`, `<your-api-key>`), options in capitals and `_pass` (privacy21).
+# 6: a plain word under a password's name in an INI section, a plain word between a connection
+# string's keys, URL query parameters, placeholders kept (`your_api_key`, `<your-api-key>`),
+# options in capitals and `_pass` (privacy21); a capitalised word kept outside an INI section,
+# placeholders of the name's words only, a `<…>` value whole, paging cursors kept in a query, a
+# list under a singular credential's name (fixprivacy21, before generation 6 shipped).
 _RULES_CODE_VERSION = 6
 
 
@@ -104,6 +108,7 @@ def _rules_version() -> str:
             _PASS_COUNT,
             _MASKED_VALUE,
             _PLACEHOLDER_VALUE,
+            _PLACEHOLDER_SPLIT,
             _INI_HEADER,
             _INI_LINES,
             _CAMEL,
@@ -120,7 +125,7 @@ def _rules_version() -> str:
     parts += [repr(sorted(_NOT_CREDENTIAL_PASSES))]
     parts += [repr(sorted(_PLACEHOLDER_WORDS)), repr(sorted(_PROSE_WORDS)), repr(_PLAIN_MIN_CHARS)]
     parts += [repr(sorted(_STATUS_WORDS))]
-    parts += [repr(sorted(_PASSWORD_WORDS)), repr(_INI_WINDOW)]
+    parts += [repr(_INI_WINDOW), repr(sorted(_PLACEHOLDER_NAMES)), repr(sorted(_QUERY_WORDS))]
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
 
 
