@@ -134,6 +134,13 @@ def test_an_answer_cut_at_its_cap_keeps_its_whole_lines_only(
         ),
         ("Changed: the parser.\n```python\nreturn par", "Changed: the parser."),
         ("Steps:\n1. Fix the tok", ""),
+        # Units, "no" and a capital letter end sentences in developers' summaries: each of
+        # these was taken for an abbreviation and the good sentence thrown away (rev-mends21).
+        ("Search p95 fell from 48 ms to 12 ms. Next the", "Search p95 fell from 48 ms to 12 ms."),
+        ("Went with option B. Then", "Went with option B."),
+        ("Set the timeout to 10 sec. Then", "Set the timeout to 10 sec."),
+        ("The answer is no. Then", "The answer is no."),
+        ("Read the U.S. Then", ""),
     ],
 )
 def test_whole_part_keeps_whole_sentences_only(cut: str, kept: str) -> None:
