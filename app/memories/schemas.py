@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, StrictBool, field_validator, model_validator
 
 from app import exactjson
 from app.api.bodies import CamelModel, StrictBody
@@ -121,7 +121,7 @@ class MemoryWrite(StrictBody):
 
     value: Any
     # True: `value` is the value's exact JSON text, as a read answers one (`exactjson.JsonText`).
-    value_is_json_text: bool | None = None
+    value_is_json_text: StrictBool | None = None
     scope: Scope = "project"
     project_path: StoredProjectPath | None = None
     session_id: str | None = Field(default=None, max_length=200)

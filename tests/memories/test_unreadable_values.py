@@ -149,6 +149,12 @@ def test_a_value_read_as_its_text_and_written_back_keeps_its_type_and_numbers(
     )
     assert exact.status_code == 201, exact.text
     assert _stored_text(db, "exact") == "[1.50, 0." + "0" * 399 + "1]"
+    # Only a JSON true says so: a lax "true" or 1 became true after the check and stored the
+    # text as a jsonb string (rev-mends21).
+    for lax in ("true", 1):
+        refused = client.put(url("lax"), json={**WHERE, "value": "[1.50]", "valueIsJsonText": lax})
+        assert refused.status_code == 422, refused.text
+    assert db.execute("SELECT count(*) FROM memories WHERE key = 'lax'").fetchone() == (0,)
     plain = client.put(url("plain"), json={**WHERE, "value": "[1]", "valueIsJsonText": False})
     assert plain.status_code == 201, plain.text
     assert _stored_text(db, "plain") == '"[1]"'
