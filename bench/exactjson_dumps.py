@@ -13,7 +13,6 @@ round is printed, in µs a call.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import itertools
 import json
 import random
@@ -21,23 +20,12 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from app import exactjson
+from bench.exactjson_loads import load_exactjson
 
 Dumps = Callable[..., str]
-
-
-def _load(checkout: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "other_exactjson", checkout / "app" / "exactjson.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _values(seed: int) -> dict[str, tuple[Any, int]]:
@@ -74,7 +62,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
-    other = _load(args.other)
+    other = load_exactjson(args.other, 0)
     sides: dict[str, Dumps] = {"json": json.dumps, "other": other.dumps, "this": exactjson.dumps}
     for (name, (value, calls)), (style, options) in itertools.product(
         _values(args.seed).items(), STYLES.items()

@@ -27,7 +27,7 @@ from app import exactjson
 Loads = Callable[[str], Any]
 
 
-def _load(checkout: Path, index: int) -> ModuleType:
+def load_exactjson(checkout: Path, index: int) -> ModuleType:
     spec = importlib.util.spec_from_file_location(
         f"other_exactjson_{index}", checkout / "app" / "exactjson.py"
     )
@@ -71,7 +71,7 @@ def main() -> None:
     args = parser.parse_args()
     sides: dict[str, Loads] = {"json": json.loads}
     for index, checkout in enumerate(args.other):
-        sides[f"other{index + 1}"] = _load(checkout, index).loads_stored
+        sides[f"other{index + 1}"] = load_exactjson(checkout, index).loads_stored
     sides["this"] = exactjson.loads_stored
     for name, (text, calls) in _values(args.seed).items():
         assert all(loads(text) == json.loads(text) for loads in sides.values()), name
