@@ -90,9 +90,10 @@ OPAQUE_TEXT_MAX = 1000
 
 
 def opaque(value: Any, limit: int = OPAQUE_TEXT_MAX) -> Any:
-    """`value`, but a `JsonText` as plain text of at most `limit` characters, for a reader that
-    only shows it: `1e-16000`'s 16 KB of digits went whole into an extract and a summary. A
-    reader that walks a value's structure must not take a `JsonText` for one (it is a string)."""
+    """`value`, but a `JsonText` as plain text cut to `limit` characters (and a note of its
+    length), for a reader that only shows it: `1e-16000`'s 16 KB of digits went whole into an
+    extract and a summary. A reader that walks a value's structure must not take a `JsonText`
+    for one (it is a string)."""
     if not isinstance(value, JsonText) or len(value) <= limit:
         return str(value) if isinstance(value, JsonText) else value
     return f"{value[:limit]}… ({len(value)} characters of JSON)"
@@ -138,7 +139,8 @@ def dumps(value: Any, **options: Any) -> str:
     `str` (which is JSON; a NaN or infinity as `json` writes a float one, and refused as it is
     with `allow_nan=False`), and an `int` too long for Python's int-to-string conversion (one
     `loads_stored` read), as its digits. Raises TypeError for what `json` cannot write.
-    `options` are `json.dumps`'s, hashable (each set has its encoder, kept)."""
+    `options` are `json.dumps`'s but `default` and `cls`, each hashable (a tuple of separators,
+    not a list): each set of them is the key of its own encoder, kept."""
     encoder = _encoder(tuple(sorted(options.items())))
     numbers: list[str] = []
     # Saved and put back: a `dumps` the encoder reaches (a Decimal subclass's `__str__`) has its

@@ -44,8 +44,9 @@ one's answer.
 The service serves no WebSocket: an `Upgrade` is ignored (RFC 9110, 7.8) and the request served
 as HTTP/1.1, in the shape; uvicorn's WebSocket protocol answered it in plain text.
 CONNECT, which llhttp reads as an upgrade too, is a 501 (a method this service supports for no
-resource, RFC 9110, 15.6.2), whatever else is wrong with it, and closes the connection: what
-follows it is a tunnel's bytes, which were read as the next request. So is a PRI that is not
+resource, RFC 9110, 15.6.2) unless its line names another protocol (that line's 400) or its
+head is past the header bounds (the 431), and closes the connection either way: what follows it
+is a tunnel's bytes, which were read as the next request. So is a PRI that is not
 HTTP/2's preface (llhttp knows the method only there). Other methods a route does not take are
 its 405 (with `Allow`) or 404.
 
@@ -537,7 +538,7 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
         # broken body is the request in hand's own; broken headers are a request's behind it.
         # llhttp pauses on the h2c preface (`PRI * HTTP/2.0`): the line's 505 comes first. It
         # refuses a PRI of any other version, a method it knows only in that preface. A
-        # CONNECT is its 501 whatever else is wrong.
+        # CONNECT is its 501 unless `refuse` puts its line's refusal or the 431 first.
         if self.in_headers:
             method = self.parser.get_method()
             if method == b"CONNECT":

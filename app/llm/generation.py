@@ -325,7 +325,7 @@ def _asked_delay(error: errors.APIError) -> float | None:
             until = _http_date(value)
             if until is not None:
                 return until - time.time()
-            # Once per 429 answer (each answer of a run of them is logged), then the RetryInfo
+            # Once per answer that carries one (a 429's, or a 503's), then the RetryInfo
             # or the usual back-off: a proxy's garbled header must not be taken for "no wait"
             # unsaid.
             log.warning("gemini.retry_after_unreadable", asked=value[:100])
