@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -23,6 +24,14 @@ from app.db.models import Base
 from app.logs import configure_logging
 from app.main import create_app
 from tests.cli.helpers import run_agmem
+
+# A suite started in the background of a non-interactive shell (`make test &`, a CI runner's
+# `bash -c`) inherits Ctrl-C ignored, and so did every agmem process a test starts: the tests
+# of what Ctrl-C does saw nothing happen (5 failed so, in the lead's background run of round
+# 21). Exec keeps an ignored signal ignored but puts a handled one back to its default, so
+# handling it here gives the processes the tests start a user's shell's Ctrl-C.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 from tests.postgres import PostgresServer, choose_kind, create_database, drop_database, start_server
 
 _CHOSEN: dict[str, str] = {}
