@@ -397,7 +397,7 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
         parser = self.parser
         method = parser.get_method()
         if method == b"CONNECT":
-            self.refuse_connect()
+            raise self.connect_refusal()
         tail = self.line_tail
         if tail is None:
             tail = self.find_line_tail(method)
@@ -438,12 +438,12 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
         self.body_received = 0
         HttpToolsProtocol.on_headers_complete(self)
 
-    def refuse_connect(self) -> None:
-        """A CONNECT, whatever else its head holds (no Host, a malformed target): llhttp reads
-        it as an upgrade, after which come a tunnel's bytes (they were read as the next
-        request). RFC 9110, 15.6.2: a method the server supports for no resource is a 501."""
+    def connect_refusal(self) -> Refused:
+        """A CONNECT's refusal, whatever else its head holds (no Host, a malformed target):
+        llhttp reads it as an upgrade, after which come a tunnel's bytes (they were read as the
+        next request). RFC 9110, 15.6.2: a method the server supports for no resource is a 501."""
         body = error_body("NotImplemented", CONNECT_DETAIL)
-        raise Refused(b"501 Not Implemented", body, [], "refused a CONNECT (501)")
+        return Refused(b"501 Not Implemented", body, [], "refused a CONNECT (501)")
 
     def refuse_upgrade(self) -> None:
         """Refuse a request llhttp reads as an upgrade (it stops after it) that the protocol
@@ -542,10 +542,7 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
         if self.in_headers:
             method = self.parser.get_method()
             if method == b"CONNECT":
-                try:
-                    self.refuse_connect()
-                except Refused as connect:
-                    self.refuse(connect)
+                self.refuse(self.connect_refusal())
                 return
             refused = self.line_refused(method)
             if refused is None and method == b"PRI":
