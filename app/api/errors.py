@@ -132,7 +132,7 @@ async def _validation_error(request: Request, error: Exception) -> JSONResponse:
     if any(item.get("type") == "json_invalid" for item in errors):
         first = next(item for item in errors if item.get("type") == "json_invalid")
         return invalid_json((first.get("ctx") or {}).get("error", "malformed JSON"))
-    unkept = next((item for item in errors if unkept_number(item)), None)
+    unkept = next((item for item in errors if unkept_json(item)), None)
     if unkept is not None:
         # A number the body's JSON parse read as inf or nan: what the body holds, not a field's
         # shape, is the problem (the field is named all the same).
@@ -141,7 +141,7 @@ async def _validation_error(request: Request, error: Exception) -> JSONResponse:
     return error_response(422, "ValidationFailed", detail)
 
 
-def unkept_number(error: Any) -> bool:
+def unkept_json(error: Any) -> bool:
     """Whether a pydantic error is a number a write cannot keep (`exactjson.check_numbers`) or
     JSON text it cannot parse (`exactjson.parse_written_text`): `InvalidJSON`, on every
     surface, not a field's `ValidationFailed`."""

@@ -37,7 +37,7 @@ from app.api.errors import (
     database_unavailable,
     describe_validation_errors,
     refused_value,
-    unkept_number,
+    unkept_json,
 )
 from app.api.middleware import send_error
 from app.api.numbers import ToolInt
@@ -88,7 +88,7 @@ def validation_failed(error: ValidationError) -> str:
     """`ValidationFailed: limit: must be a number, not a boolean`, worded as over HTTP, and
     `InvalidJSON: value: a number is …` for a number a write cannot keep, as HTTP names it."""
     errors = list(error.errors())
-    unkept = next((item for item in errors if unkept_number(item)), None)
+    unkept = next((item for item in errors if unkept_json(item)), None)
     if unkept is not None:
         return f"InvalidJSON: {describe_validation_errors([unkept])}"
     return f"ValidationFailed: {describe_validation_errors(errors)}"
