@@ -33,9 +33,11 @@ from tests.cli.helpers import run_agmem
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 from tests.postgres import PostgresServer, choose_kind, create_database, drop_database, start_server
+from tests.run_roots import make_run_root, prune_finished_roots
 
 _CHOSEN: dict[str, str] = {}
 _OWN_BASETEMP_KEY = pytest.StashKey[str]()
+_OWN_LOCK_KEY = pytest.StashKey[int]()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -44,7 +46,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # 0700 when it starts, which locks the embedded Postgres's own system user (pgserver chmods
     # the folders above its data folder) out of the data folders of any other run in progress.
     if config.option.basetemp is None:
-        config.option.basetemp = tempfile.mkdtemp(prefix="agmem-pytest-")
+        prune_finished_roots(Path(tempfile.gettempdir()))
+        config.option.basetemp, config.stash[_OWN_LOCK_KEY] = make_run_root()
         config.stash[_OWN_BASETEMP_KEY] = config.option.basetemp
     share_bytecode_with_subprocesses(config.option.basetemp)
     # The logging every `agmem` command sets up (app/cli/common.py), from the first test: left
@@ -74,7 +77,8 @@ def _venv_has_bytecode() -> bool:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    # Kept after a failure, like pytest's own, to look at; removed after a clean run.
+    # Kept after a failure, like pytest's own, to look at (the next runs keep the newest three:
+    # tests/run_roots.py); removed after a clean run.
     _record_used(session.config)
     own = session.config.stash.get(_OWN_BASETEMP_KEY, None)
     if own is not None and exitstatus == 0:
