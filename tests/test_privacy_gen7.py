@@ -68,6 +68,10 @@ KEPT = [
     'token: "bearer token"',
     'password: "hunter two."',
     'password: "two  spaces"',
+    '"password": "min length 8"',
+    'token = "ghp xxx"',
+    'token: "lorem ipsum"',
+    '"token": "foo bar"',
     'password: "one two three four five six seven"',
     # Flow lists that are code or a type's: identifiers, types, placeholders, a call, a line
     # that goes on after the list, a list under no credential's name.

@@ -438,6 +438,10 @@ _SENTENCE_WORDS = frozenset(
         *("your", "my", "our", "their", "his", "her", "its", "enter", "new", "old", "use"),
         *("please", "must", "should", "will", "can", "cannot", "may", "has", "have", "does"),
         *("bearer", "basic", "user", "username", "login", "here", "there", "again", "confirm"),
+        *("see", "above", "below", "same", "like", "min", "max", "length", "least", "most"),
+        *("characters", "chars", "digits", "letters", "symbols", "words"),
+        # A test's or a document's filler.
+        *("foo", "bar", "baz", "qux", "quux", "lorem", "ipsum", "dolor", "test", "fake", "mock"),
     }
 )
 
@@ -454,6 +458,7 @@ def passphrase(name: str, value: str) -> bool:
         or word in _STATUS_WORDS
         or word in _PLACEHOLDER_NAMES
         or word in named
+        or _MASKED_VALUE.fullmatch(word)
         or credential_key(word)
         for word in value.split(" ")
     )
