@@ -28,6 +28,8 @@ REDACTED_NOW = [
     ('"password": "correct horse"', '"password": "@"'),
     ('db_password = "tr0ub4dor three 3"', 'db_password = "@"'),
     ('api_key: "blue sky 42"', 'api_key: "@"'),
+    # A phrase holds no quote, `:` or `=`: an assignment inside a quoted value is still found.
+    ("password: \"old password: 'hunter22'\"", "password: \"old password: '@'\""),
     # A YAML flow list under a credential's plural or singular name.
     ("passwords: [hunter2, x]", "passwords: [@, x]"),
     ("passwords: [hunter2, swordfish]", "passwords: [@, @]"),
