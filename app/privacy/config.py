@@ -778,10 +778,9 @@ OPTION_AND_LIST_GATES: dict[re.Pattern[str], str] = {
     _OPTION_PATTERN: (
         "--[A-Za-z0-9_-]*(?:" + "|".join(_OPTION_ENDS) + r")(?:[\t ]+|=)[^\x09-\x0d\x20]"
     ),
-    _LIST_PATTERN: (
-        r"(?:[oO][rR][dD]|[wW][dD]|[eE][tTnNyY]|[aA][lL]|[sS][eE])[sS]?"
-        r"[\"']?[\t\n\r ]*:[\t\n\r ]*\["
-    ),
+    # The stems whole: with their last two letters only, the name's `s` and quote optional
+    # left `:` as the literal hyperscan confirms from, and its scan took twice as long.
+    _LIST_PATTERN: "(?:" + "|".join(_PLURAL_STEMS) + r")[sS]?[\"']?[\t\n\r ]*:[\t\n\r ]*\[",
 }
 
 
