@@ -424,7 +424,7 @@ def plain_credential(name: str, value: str) -> bool:
     return not (len(words) > 1 and words[-1] == "token" and words[-2] in _NOT_CREDENTIAL_TOKENS)
 
 
-# A passphrase as people choose one (`correct horse battery staple`, `tr0ub4dor and 3`): two to
+# A passphrase as people choose one (`correct horse battery staple`, `tr0ub4dor three 3`): two to
 # six single-spaced words of lower-case letters, digits and symbols. A sentence, a label or a
 # message under a credential's name (`This field is required.`, `Enter your password`, `not
 # set`, `the secret`, `%s %s`) holds a capital, a sentence's end, a format's `%` or `{}`, or one
@@ -641,8 +641,8 @@ _LIST_ELEMENT = (
     rf"{_LIST_SCALAR}|\[{_LIST_SPACE}(?:(?:{_LIST_SCALAR})"
     rf"(?:{_LIST_SPACE},{_LIST_SPACE}(?:{_LIST_SCALAR}))*+(?:{_LIST_SPACE},)?{_LIST_SPACE})?\]"
 )
-# Before JSON's or a repr's bare scalar: a number, `null`, `None`, `true` (what the rule read
-# before YAML's flow lists; a call or an expression is code's).
+# A bare scalar as JSON or a repr writes one: a number, `null`, `None`, `true` (all the rule
+# read before YAML's flow lists; a call or an expression is code's).
 _JSON_BARE = re.compile(r"[\w.+\-]+")
 # A list under a name ending in a credential's word, plural or singular (`"apiKeys": ["k1",
 # "k2"]`, `"password": ["x"]`, YAML's `passwords: [a1, b2]`), found from the name's last word;
@@ -693,10 +693,10 @@ _IDENTIFIER_VALUE = re.compile(r"[A-Za-z_][A-Za-z_.]*")
 
 
 def _singular_listed(singular: str, value: str) -> bool:
-    """Whether a quoted element of a list under a credential's singular name in text is one: a
-    value the config rule would take (a digit or a symbol, not a number or a version; a plain
-    word `plain_credential` takes), or a passphrase. A singular's list in code names things
-    (`"_git_credential": ["set_git_credential"]`); a plural's holds values."""
+    """Whether a quoted element without a blank, in a list under a credential's singular name in
+    text, is one: a value the config rule would take (a digit or a symbol, not a number, a
+    version or an identifier; a plain word `plain_credential` takes). A singular's list in code
+    names things (`"_git_credential": ["set_git_credential"]`); a plural's holds values."""
     if _CODE_VALUE.fullmatch(value):
         return False
     if _plain_word(value):
