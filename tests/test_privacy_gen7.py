@@ -39,7 +39,7 @@ REDACTED_NOW = [
     ("db:\n  passwords: [hunter2, letmein]\n", "db:\n  passwords: [@, @]\n"),
     # A list under a credential's singular written in text (a log line quoting JSON).
     ('log: got {"password": ["hunter2"]} from x', 'log: got {"password": ["@"]} from x'),
-    ("{'secret': ['s3cr3t', 'swordfish']}", "{'secret': ['@', '@']}"),
+    ("{'secret': ['s3cr3t', 'p@ss!']}", "{'secret': ['@', '@']}"),
     ('"api_key": ["correct horse"]', '"api_key": ["@"]'),
     # A list nested in a credential's list, in text.
     ('got {"passwords": [["hunter2", "s3cret!"]]}', 'got {"passwords": [["@", "@"]]}'),
@@ -104,6 +104,13 @@ KEPT = [
     # A singular's list in code names things (huggingface_hub's lazy imports).
     '"_git_credential": [\n    "list_credential_helpers",\n    "set_git_credential",\n]',
     '"token": ["self.token", "1.2"]',
+    # A singular's list of plain words is a config's (a role's verbs, an API key's places).
+    '"secret": ["get", "list", "watch"]',
+    '"api_key": ["header", "query"]',
+    '  - secret: ["create", "delete"]',
+    "token: [read, write]",
+    # Validation messages.
+    '"password": ["too short", "too common"]',
     # Nested lists hold what the outer list holds: no credential's name, no credential.
     '"tokens": [["Hello", ","]]',
     '"keys": [["k1abc"]]',

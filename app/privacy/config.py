@@ -439,7 +439,8 @@ _SENTENCE_WORDS = frozenset(
         *("please", "must", "should", "will", "can", "cannot", "may", "has", "have", "does"),
         *("bearer", "basic", "user", "username", "login", "here", "there", "again", "confirm"),
         *("see", "above", "below", "same", "like", "min", "max", "length", "least", "most"),
-        *("characters", "chars", "digits", "letters", "symbols", "words"),
+        *("characters", "chars", "digits", "letters", "symbols", "words", "too", "short"),
+        *("long", "common", "simple", "similar", "weak", "strong", "match", "numeric"),
         # A test's or a document's filler.
         *("foo", "bar", "baz", "qux", "quux", "lorem", "ipsum", "dolor", "test", "fake", "mock"),
     }
@@ -692,16 +693,13 @@ def _yaml_credential(singular: str, value: str) -> bool:
 _IDENTIFIER_VALUE = re.compile(r"[A-Za-z_][A-Za-z_.]*")
 
 
-def _singular_listed(singular: str, value: str) -> bool:
-    """Whether a quoted element without a blank, in a list under a credential's singular name in
-    text, is one: a value the config rule would take (a digit or a symbol, not a number, a
-    version or an identifier; a plain word `plain_credential` takes). A singular's list in code
-    names things (`"_git_credential": ["set_git_credential"]`); a plural's holds values."""
-    if _CODE_VALUE.fullmatch(value):
-        return False
-    if _plain_word(value):
-        return value[0].islower() and plain_credential(singular, value)
-    return _IDENTIFIER_VALUE.fullmatch(value) is None
+def _singular_listed(value: str) -> bool:
+    """Whether an element without a blank, in a list under a credential's singular name in
+    text, is one: a digit or a symbol, not a number, a version or an identifier. A singular's
+    list in code and config names things (`"_git_credential": ["set_git_credential"]`, a
+    role's `"secret": ["get", "list"]`, `"api_key": ["header", "query"]`); a plural's holds
+    values."""
+    return _CODE_VALUE.fullmatch(value) is None and _IDENTIFIER_VALUE.fullmatch(value) is None
 
 
 def _listed_credentials(match: re.Match[str]) -> str:
@@ -748,15 +746,20 @@ def _listed_credentials(match: re.Match[str]) -> str:
     def element(found: re.Match[str]) -> str:
         scalar = found.group()
         if scalar[0] not in ("'", '"'):
-            redacted = not quote and listed_credential(*listed, scalar)
-            return REDACTED if redacted and _yaml_credential(singular, scalar) else scalar
+            redacted = (
+                not quote
+                and listed_credential(*listed, scalar)
+                and _yaml_credential(singular, scalar)
+                and (not named_singular or _singular_listed(scalar))
+            )
+            return REDACTED if redacted else scalar
         value = scalar[1:-1]
         if not value or not listed_credential(*listed, value):
             return scalar
         if any(char.isspace() for char in value):
             redacted = passphrase(singular, value)
         else:
-            redacted = not named_singular or _singular_listed(singular, value)
+            redacted = not named_singular or _singular_listed(value)
         return f"{scalar[0]}{REDACTED}{scalar[0]}" if redacted else scalar
 
     whole = match.group()
