@@ -424,6 +424,47 @@ def plain_credential(name: str, value: str) -> bool:
     return not (len(words) > 1 and words[-1] == "token" and words[-2] in _NOT_CREDENTIAL_TOKENS)
 
 
+# A passphrase as people choose one (`correct horse battery staple`, `tr0ub4dor three 3`): two to
+# six single-spaced words of lower-case letters, digits and symbols. A sentence, a label or a
+# message under a credential's name (`This field is required.`, `Enter your password`, `not
+# set`, `the secret`, `%s %s`) holds a capital, a sentence's end, a format's `%` or `{}`, or one
+# of a sentence's small words, a placeholder's, a status's or the name's own, and is kept.
+_PASSPHRASE = re.compile(r"[a-z0-9][^\sA-Z\"'`\\%{}$<>]*+(?: [a-z0-9][^\sA-Z\"'`\\%{}$<>]*+){1,5}")
+_PHRASE_ENDS = frozenset(".,:;?!")
+_SENTENCE_WORDS = frozenset(
+    {
+        *("a", "an", "the", "to", "of", "for", "and", "or", "is", "are", "was", "be", "been"),
+        *("not", "no", "in", "at", "by", "with", "from", "as", "if", "it", "this", "that"),
+        *("your", "my", "our", "their", "his", "her", "its", "enter", "new", "old", "use"),
+        *("please", "must", "should", "will", "can", "cannot", "may", "has", "have", "does"),
+        *("bearer", "basic", "user", "username", "login", "here", "there", "again", "confirm"),
+        *("see", "above", "below", "same", "like", "min", "max", "length", "least", "most"),
+        *("characters", "chars", "digits", "letters", "symbols", "words", "too", "short"),
+        *("long", "common", "simple", "similar", "weak", "strong", "match", "numeric"),
+        # A test's or a document's filler.
+        *("foo", "bar", "baz", "qux", "quux", "lorem", "ipsum", "dolor", "test", "fake", "mock"),
+    }
+)
+
+
+def passphrase(name: str, value: str) -> bool:
+    """Whether `value`, a quoted value holding a blank under the credential's name `name`, is a
+    passphrase (see `_PASSPHRASE`) rather than a sentence, a label or a format."""
+    if _PASSPHRASE.fullmatch(value) is None or value[-1] in _PHRASE_ENDS:
+        return False
+    named = {word.lower() for word in _KEY_WORD.findall(name[-_KEY_END_CHARS:])}
+    return not any(
+        word in _SENTENCE_WORDS
+        or word in _PLACEHOLDER_WORDS
+        or word in _STATUS_WORDS
+        or word in _PLACEHOLDER_NAMES
+        or word in named
+        or _MASKED_VALUE.fullmatch(word)
+        or credential_key(word)
+        for word in value.split(" ")
+    )
+
+
 def _credential_assignment(match: re.Match[str]) -> str:
     """`_assignment` unless the whole name (the part the rule matched and the identifier
     before it) and the value are a reference's, the path the name expects, or a compiler's
@@ -434,6 +475,8 @@ def _credential_assignment(match: re.Match[str]) -> str:
     # The unquoted rule's name holds the line's indent, a list's `- ` and `export `.
     name = (before.group() if before else "") + match.group("name").split()[-1].strip("\"'")
     value = match.group("value").strip("\"'")
+    if match.groupdict().get("phrase") is not None:
+        return _assignment(match) if passphrase(name, value) else match.group()
     kept = (
         reference(name, value)
         or expected_path(name, value)
@@ -579,49 +622,145 @@ OPTION_RULES: list[_Rule] = [
 ]
 
 
-# The ends of a credential's singular as a plural's name spells them (`apiKeys`, `PASSWORDS`,
-# `credentials`): each holds one of the config rule's literals, or `redential`.
+# The ends of a credential's name as a list's name spells them, plural or singular (`apiKeys`,
+# `PASSWORDS`, `credentials`, `password`): each holds one of the config rule's literals, or
+# `redential`.
 _PLURAL_STEMS = (
     *("assword", "asswd", "ecret", "oken", "key", "Key", "ssphrase", "pwd", "Pwd", "redential"),
     *("ASSWORD", "ASSWD", "ECRET", "OKEN", "KEY", "SSPHRASE", "PWD", "CREDENTIAL"),
 )
-# An element of a list as JSON or a Python repr writes it: a string (escapes and all), or a
-# scalar (`3`, `null`, `None`).
-_LIST_ELEMENT = r"\"[^\"\\\n]*+(?:\\.[^\"\\\n]*+)*+\"|'[^'\\\n]*+(?:\\.[^'\\\n]*+)*+'|[\w.+\-]++"
-_LIST_ELEMENT_PATTERN = re.compile(_LIST_ELEMENT)
+# A scalar of a list as JSON, a Python repr or YAML's flow style writes it: a string (escapes
+# and all), or a bare one (`3`, `null`, `None`, YAML's `hunter2` or `p@ss!`).
+_LIST_SCALAR = (
+    r"\"[^\"\\\n]*+(?:\\.[^\"\\\n]*+)*+\"|'[^'\\\n]*+(?:\\.[^'\\\n]*+)*+'|[^\s,\[\]{}\"'#]++"
+)
+_LIST_ELEMENT_PATTERN = re.compile(_LIST_SCALAR)
 _LIST_SPACE = r"[ \t\r\n]*+"
-# A list of scalars under a quoted name ending in a credential's plural (`"apiKeys": ["k1",
-# "k2"]`), found from the plural's last word; the name's start is looked for behind it
-# (`_listed_credentials`). Every repetition is possessive: an element is read once, and a list
-# that does not close fails without trying shorter ones.
+# An element: a scalar, or a list of scalars (`[["user", "hunter2"]]`: a list nested in a
+# credential's list holds its credentials, as in JSON).
+_LIST_ELEMENT = (
+    rf"{_LIST_SCALAR}|\[{_LIST_SPACE}(?:(?:{_LIST_SCALAR})"
+    rf"(?:{_LIST_SPACE},{_LIST_SPACE}(?:{_LIST_SCALAR}))*+(?:{_LIST_SPACE},)?{_LIST_SPACE})?\]"
+)
+# A bare scalar as JSON or a repr writes one: a number, `null`, `None`, `true` (all the rule
+# read before YAML's flow lists; a call or an expression is code's).
+_JSON_BARE = re.compile(r"[\w.+\-]+")
+# A list under a name ending in a credential's word, plural or singular (`"apiKeys": ["k1",
+# "k2"]`, `"password": ["x"]`, YAML's `passwords: [a1, b2]`), found from the name's last word;
+# the name's start is looked for behind it (`_listed_credentials`). Every repetition is
+# possessive: an element is read once, and a list that does not close fails without trying
+# shorter ones.
 _LIST_PATTERN = re.compile(
-    "(?P<plural>(?:" + "|".join(_PLURAL_STEMS) + ")[sS])"
-    rf"(?P<quote>[\"']){_LIST_SPACE}:{_LIST_SPACE}\[{_LIST_SPACE}"
+    "(?P<listed>(?:" + "|".join(_PLURAL_STEMS) + ")[sS]?)"
+    rf"(?P<quote>[\"']?){_LIST_SPACE}:{_LIST_SPACE}\[{_LIST_SPACE}"
     rf"(?P<items>(?:{_LIST_ELEMENT})(?:{_LIST_SPACE},{_LIST_SPACE}(?:{_LIST_ELEMENT}))*+)?"
     # A trailing comma, as JavaScript, Python and JSON5 allow (`["k1",\n "k2",\n]`).
     rf"(?:{_LIST_SPACE},)?{_LIST_SPACE}\]"
 )
+# YAML's flow list is one on a line of its own: an indent and a block list's `- ` before its
+# name, a comment at most after it (a `passwords: [a1]` in a line of code is not YAML's).
+_YAML_BEFORE = re.compile(r"[ \t]*(?:-[ \t]+)?")
+# A comment's `#` is enough: the rest of its line is not read (for each of a line's lists).
+_YAML_AFTER = re.compile(r"[ \t]*+(?:\r?\n|\Z)|[ \t]++#")
+# How far before a name its line's start is looked for: an indent is shorter, and each of a
+# megabyte's lists costs a bounded search, not the line's.
+_YAML_INDENT_CHARS = 100
+# What the config rule leaves of a bare value as code's: a number or a version, a dotted name.
+_CODE_VALUE = re.compile(r"[-+]?v?\d+(?:\.\d+)*|(?:[A-Za-z_]\w*\.)+[A-Za-z_]\w*")
+_BARE_CREDENTIAL = re.compile(_CREDENTIAL_VALUE)
+
+
+def _yaml_credential(singular: str, value: str) -> bool:
+    """Whether a bare element of a YAML flow list under a credential's name is one, as the
+    config rule judges a bare value (`password: hunter2`): a character no identifier holds and
+    not a number or a dotted name, or a plain word of lower case that `plain_credential` takes
+    (`swordfish`; `str`, `bos`, `SecretStr`, `Secret`, `required` are a type's or a word's).
+    Under `secrets` a Secret's name is as usual as a value (Kubernetes' `imagePullSecrets:
+    [regcred]`, Compose's `secrets: [db-password]`): a word, or words joined by `-` or `.`."""
+    if _CODE_VALUE.fullmatch(value):
+        return False
+    if _KEY_WORD.findall(singular[-_KEY_END_CHARS:])[-1:] in (["secret"], ["Secret"]) and (
+        _plain_word(value) or _SECRET_NAME_VALUE.fullmatch(value)
+    ):
+        return False
+    if _BARE_CREDENTIAL.fullmatch(value):
+        return True
+    return _plain_word(value) and value[0].islower() and plain_credential(singular, value)
+
+
+# A word of an identifier's characters (`set_git_credential`, `self.token`): a module's or a
+# function's name as a list in code holds them (huggingface_hub's `"_git_credential": [...]`).
+_IDENTIFIER_VALUE = re.compile(r"[A-Za-z_][A-Za-z_.]*")
+
+
+def _singular_listed(value: str) -> bool:
+    """Whether an element without a blank, in a list under a credential's singular name in
+    text, is one: a digit or a symbol, not a number, a version or an identifier. A singular's
+    list in code and config names things (`"_git_credential": ["set_git_credential"]`, a
+    role's `"secret": ["get", "list"]`, `"api_key": ["header", "query"]`); a plural's holds
+    values."""
+    return _CODE_VALUE.fullmatch(value) is None and _IDENTIFIER_VALUE.fullmatch(value) is None
 
 
 def _listed_credentials(match: re.Match[str]) -> str:
-    """A list under a credential's plural name in text: each string element that the JSON
-    rule redacts in an object (`credential_plural`, `listed_credential`) redacted alike."""
+    """A list under a credential's name in text: each string element that the JSON rule
+    redacts in an object (`credential_plural`, `listed_credential`) redacted alike, one with a
+    blank only if it is a passphrase (text's lists are code's as often: `"password": ["This
+    field is required."]`); in YAML's flow style, a bare element too (`_yaml_credential`)."""
     start = match.start()
-    before = _NAME_BEFORE.search(match.string, max(0, start - 100), start)
+    text = match.string
+    before = _NAME_BEFORE.search(text, max(0, start - 100), start)
     stem = before.group() if before else ""
     opening = start - len(stem) - 1
     items = match.group("items")
-    if not items or opening < 0 or match.string[opening] != match.group("quote"):
+    quote = match.group("quote")
+    if not items:
         return match.group()
-    plural = credential_plural(stem + match.group("plural"))
-    if plural is None:
+    if quote:
+        if opening < 0 or text[opening] != quote:
+            return match.group()
+    else:
+        name_start = start - len(stem)
+        line = text.rfind("\n", max(0, name_start - _YAML_INDENT_CHARS), name_start) + 1
+        yaml = (
+            "\n" not in match.group()
+            and (line > 0 or name_start <= _YAML_INDENT_CHARS)
+            and _YAML_BEFORE.fullmatch(text, line, name_start) is not None
+            and _YAML_AFTER.match(text, match.end()) is not None
+        )
+        if not yaml:
+            return match.group()
+    listed = credential_plural(stem + match.group("listed"))
+    if listed is None:
+        return match.group()
+    singular = listed[0]
+    named_singular = singular == stem + match.group("listed")
+    # A JSON or repr list with a call or an expression in it is code's, as before YAML's bare
+    # elements widened the pattern (`["k1", f(x)]`).
+    if quote and not all(
+        found[0] in ("'", '"') or _JSON_BARE.fullmatch(found)
+        for found in _LIST_ELEMENT_PATTERN.findall(items)
+    ):
         return match.group()
 
     def element(found: re.Match[str]) -> str:
-        text = found.group()
-        if text[0] in ("'", '"') and len(text) > 2 and listed_credential(*plural, text[1:-1]):
-            return f"{text[0]}{REDACTED}{text[0]}"
-        return text
+        scalar = found.group()
+        if scalar[0] not in ("'", '"'):
+            redacted = (
+                not quote
+                and listed_credential(*listed, scalar)
+                and _yaml_credential(singular, scalar)
+                and (not named_singular or _singular_listed(scalar))
+            )
+            return REDACTED if redacted else scalar
+        value = scalar[1:-1]
+        if not value or not listed_credential(*listed, value):
+            return scalar
+        if any(char.isspace() for char in value):
+            redacted = passphrase(singular, value)
+        else:
+            redacted = not named_singular or _singular_listed(value)
+        return f"{scalar[0]}{REDACTED}{scalar[0]}" if redacted else scalar
 
     whole = match.group()
     head, tail = match.start("items") - start, match.end("items") - start
@@ -636,16 +775,15 @@ LIST_RULES: list[_Rule] = [
         _listed_credentials,
     )
 ]
-# Hyperscan gates (app/privacy/engine.py): the option's name and a value's first byte; a plural's
-# end and `: [`.
+# Hyperscan gates (app/privacy/engine.py): the option's name and a value's first byte; a listed
+# credential's name's end and `: [`.
 OPTION_AND_LIST_GATES: dict[re.Pattern[str], str] = {
     _OPTION_PATTERN: (
         "--[A-Za-z0-9_-]*(?:" + "|".join(_OPTION_ENDS) + r")(?:[\t ]+|=)[^\x09-\x0d\x20]"
     ),
-    _LIST_PATTERN: (
-        r"(?:[oO][rR][dD]|[wW][dD]|[eE][tTnNyY]|[aA][lL]|[sS][eE])[sS]"
-        r"[\"'][\t\n\r ]*:[\t\n\r ]*\["
-    ),
+    # The stems whole: with their last two letters only, the name's `s` and quote optional
+    # left `:` as the literal hyperscan confirms from, and its scan took twice as long.
+    _LIST_PATTERN: "(?:" + "|".join(_PLURAL_STEMS) + r")[sS]?[\"']?[\t\n\r ]*:[\t\n\r ]*\[",
 }
 
 
@@ -894,7 +1032,10 @@ ASSIGNMENT_RULES: list[_Rule] = [
             re.compile(
                 rf"(?P<name>{stem}[\"']?)(?P<sep>\s*[:=]\s*)"
                 + _NOT_REDACTED
-                + r"(?P<value>\"[^\"\s]{4,}\"|'[^'\s]{4,}')"
+                # A value with a blank is judged by `passphrase`; it holds no quote, `:` or `=`,
+                # so that no credential's assignment it would hide from this rule is inside it.
+                + r"(?P<value>\"[^\"\s]{4,}\"|'[^'\s]{4,}'"
+                + r"|(?P<phrase>\"[^\"'\n:=]{3,100}+\"|'[^'\"\n:=]{3,100}+'))"
             ),
             _credential_assignment,
         )

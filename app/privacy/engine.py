@@ -270,14 +270,7 @@ def _sanitize(value: Any, depth_left: int, scanner: LiteralScanner, scanned: Sca
             if isinstance(item, str) and item and _credential(clean_key, secret, item):
                 out[clean_key] = REDACTED
             elif plural is not None:
-                if depth_left <= 1:
-                    raise NestingTooDeep("the JSON value nests too deeply")
-                out[clean_key] = [
-                    REDACTED
-                    if _listed(plural, element)
-                    else _sanitize(element, depth_left - 2, scanner, scanned)
-                    for element in item
-                ]
+                out[clean_key] = _sanitize_listed(plural, item, depth_left - 1, scanner, scanned)
             else:
                 out[clean_key] = _sanitize(item, depth_left - 1, scanner, scanned)
         return out
@@ -290,6 +283,27 @@ def _sanitize(value: Any, depth_left: int, scanner: LiteralScanner, scanned: Sca
     if value.__class__ is float and not isfinite(value):
         raise NumberOutOfRange(PAST_A_DOUBLE)
     return value
+
+
+def _sanitize_listed(
+    plural: tuple[str, bool],
+    items: list[Any] | tuple[Any, ...],
+    depth_left: int,
+    scanner: LiteralScanner,
+    scanned: Scanned | None,
+) -> list[Any]:
+    """`_sanitize` of a list under a credential's name: each string element redacted whole as
+    `_listed` judges it, and so in a list nested in it (`[["user", "hunter2"]]`)."""
+    if depth_left <= 0:
+        raise NestingTooDeep("the JSON value nests too deeply")
+    return [
+        REDACTED
+        if _listed(plural, element)
+        else _sanitize_listed(plural, element, depth_left - 1, scanner, scanned)
+        if isinstance(element, list | tuple)
+        else _sanitize(element, depth_left - 1, scanner, scanned)
+        for element in items
+    ]
 
 
 def redact_json(value: Any) -> Any:
@@ -308,16 +322,25 @@ def redact_json(value: Any) -> Any:
             if isinstance(item, str) and item and _credential(clean_key, secret, item):
                 out[clean_key] = REDACTED
             elif plural is not None:
-                out[clean_key] = [
-                    REDACTED if _listed(plural, element) else redact_json(element)
-                    for element in item
-                ]
+                out[clean_key] = _redact_listed(plural, item)
             else:
                 out[clean_key] = redact_json(item)
         return out
     if isinstance(value, list):
         return [redact_json(item) for item in value]
     return value
+
+
+def _redact_listed(plural: tuple[str, bool], items: list[Any]) -> list[Any]:
+    """`redact_json` of a list under a credential's name, as `_sanitize_listed` judges it."""
+    return [
+        REDACTED
+        if _listed(plural, element)
+        else _redact_listed(plural, element)
+        if isinstance(element, list)
+        else redact_json(element)
+        for element in items
+    ]
 
 
 # A JSON string literal, or a bracket. No quote stands unescaped inside a literal, and none
@@ -339,7 +362,7 @@ def redact_json_text(text: str) -> str:
     done = 0
     credential: tuple[str, bool] | None = None  # the key whose value starts at `value_at`
     value_at = -1
-    # Per open bracket: the credential plural whose list it opens, else None.
+    # Per open bracket: the credential plural whose list it opens or is nested in, else None.
     open_lists: list[tuple[str, bool] | None] = []
     for match in _JSON_TOKEN.finditer(text):
         literal = match.group()
@@ -347,6 +370,8 @@ def redact_json_text(text: str) -> str:
             plural = None
             if literal == "[" and credential is not None and match.start() == value_at:
                 plural = _plural(credential[0])
+            elif literal == "[" and open_lists:
+                plural = open_lists[-1]  # a list nested in a credential's holds its credentials
             open_lists.append(plural)
             continue
         if literal in "]}":

@@ -8,16 +8,20 @@ from types import FunctionType
 
 from app.privacy.config import (
     _ALGORITHM_VALUE,
+    _BARE_CREDENTIAL,
     _BASE64_PART,
     _CAMEL,
+    _CODE_VALUE,
     _CREDENTIAL_WORDS,
     _CURSOR_VALUE,
     _FILE_EXTENSION,
     _FLAG_VALUES,
     _FLAG_WORDS,
+    _IDENTIFIER_VALUE,
     _INI_HEADER,
     _INI_LINES,
     _INI_WINDOW,
+    _JSON_BARE,
     _KEY_END_CHARS,
     _KEY_FILE_WORDS,
     _KEY_WORD,
@@ -28,7 +32,9 @@ from app.privacy.config import (
     _NOT_CREDENTIAL_TOKENS,
     _OPTION_PLACEHOLDER,
     _PASS_COUNT,
+    _PASSPHRASE,
     _PATH_VALUE,
+    _PHRASE_ENDS,
     _PLACEHOLDER_NAMES,
     _PLACEHOLDER_SPLIT,
     _PLACEHOLDER_VALUE,
@@ -40,10 +46,14 @@ from app.privacy.config import (
     _REFERENCE_NAME,
     _SECRET_KEY_VALUE,
     _SECRET_NAME_VALUE,
+    _SENTENCE_WORDS,
     _SHORT_CREDENTIAL_WORDS,
     _SPECIAL_TOKEN_VALUE,
     _STATUS_WORDS,
     _TOKEN_SHAPE,
+    _YAML_AFTER,
+    _YAML_BEFORE,
+    _YAML_INDENT_CHARS,
 )
 from app.privacy.engine import _RULE_GATES, _RULES
 from app.privacy.private import _MEMORY, _MEMORY_LITERALS, _PRIVATE_LITERALS, _PRIVATE_TAG
@@ -67,7 +77,10 @@ from app.privacy.private import _MEMORY, _MEMORY_LITERALS, _PRIVATE_LITERALS, _P
 # options in capitals and `_pass` (privacy21); a capitalised word kept outside an INI section,
 # placeholders of the name's words only, a `<…>` value whole, paging cursors kept in a query, a
 # list under a singular credential's name (fixprivacy21, before generation 6 shipped).
-_RULES_CODE_VERSION = 6
+# 7: a quoted passphrase (`password: "correct horse"`, `passphrase`), a list under a credential's
+# singular in text, YAML's flow lists (`_yaml_credential`), a list nested in a credential's list
+# in JSON and text; a text list's element with a blank only if a passphrase (privacy22).
+_RULES_CODE_VERSION = 7
 
 
 def _described(value: object) -> str:
@@ -114,6 +127,13 @@ def _rules_version() -> str:
             _CAMEL,
             _OPTION_PLACEHOLDER,
             _LIST_ELEMENT_PATTERN,
+            _JSON_BARE,
+            _YAML_BEFORE,
+            _YAML_AFTER,
+            _CODE_VALUE,
+            _BARE_CREDENTIAL,
+            _PASSPHRASE,
+            _IDENTIFIER_VALUE,
             _PRIVATE_TAG,
             _MEMORY,
         )
@@ -126,6 +146,7 @@ def _rules_version() -> str:
     parts += [repr(sorted(_PLACEHOLDER_WORDS)), repr(sorted(_PROSE_WORDS)), repr(_PLAIN_MIN_CHARS)]
     parts += [repr(sorted(_STATUS_WORDS))]
     parts += [repr(_INI_WINDOW), repr(sorted(_PLACEHOLDER_NAMES)), repr(sorted(_QUERY_WORDS))]
+    parts += [repr(sorted(_SENTENCE_WORDS)), repr(sorted(_PHRASE_ENDS)), repr(_YAML_INDENT_CHARS)]
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
 
 
@@ -140,4 +161,4 @@ RULES_VERSION = _rules_version()
 # digest has not. A worker rescans the stored rows only when they were redacted under an older
 # generation, so that two builds on one database (a rolling upgrade, a dev checkout beside an
 # installed agmem) do not redo the pass against each other (app/worker/rescan.py).
-RULES_GENERATION = 6
+RULES_GENERATION = 7
