@@ -36,10 +36,11 @@ which llhttp reads as a line without one) is a 505 (RFC 9110, 15.6.6), as nginx 
 was served as HTTP/1.x. `HTTP/1.2` to `HTTP/1.9` are served as 1.1 (RFC 9110, 2.5; nginx does
 too), where llhttp refused them as malformed. llhttp takes `RTSP/` and `ICE/` for `HTTP/` (with
 their methods, GET among them): another protocol's name is a 400 naming it, read, like the rest,
-from the request line itself (`find_line_tail`). The request line's refusal
-comes before any other of the header block, the 431 of headers past their bounds
-(app/cli/headers.py) too. A refusal pipelined behind a request still in the app waits for that
-one's answer.
+from the request line itself (`find_line_tail`), where its message begins: httptools does not say
+where that is, so the protocol counts it (`head_start`, `read_after_body`), and no line in a body
+is read as a request's. The request line's refusal comes before any other of the header block,
+the 431 of headers past their bounds (app/cli/headers.py) too. A refusal pipelined behind a
+request still in the app waits for that one's answer.
 
 The service serves no WebSocket: an `Upgrade` is ignored (RFC 9110, 7.8) and the request served
 as HTTP/1.1, in the shape; uvicorn's WebSocket protocol answered it in plain text.
@@ -59,6 +60,7 @@ at most every AGMEM_REFUSAL_LOG_SECONDS and the count of the rest when that wind
 from __future__ import annotations
 
 import ipaddress
+import re
 from array import array
 from collections.abc import Iterable
 from typing import Any
@@ -106,9 +108,13 @@ PROTOCOL_DETAIL = (
     "the request line names {protocol}, not HTTP; this service speaks HTTP/1.1 (and 1.0) on this "
     "port: send `GET /health HTTP/1.1` with the address it is for, e.g. `Host: 127.0.0.1:37777`"
 )
-# What of a read is kept for a head's request line not yet whole at the read's end: a URL of up
-# to 64 KiB (a long `prompt` on `GET /api/context`), its method and its version.
+# What of a read is kept for a head's request line not yet whole at the read's end, from the
+# line's start, runs of spaces as one: a URL of up to 64 KiB (a long `prompt` on
+# `GET /api/context`), its method and its version.
 LINE_BOUND = 64 * 1024 + 64
+_SPACES = re.compile(rb" +")
+_SPACES_AT = re.compile(rb" *")
+_BLANK_LINES = re.compile(rb"[\r\n]*")  # before a request line: llhttp skips them
 # A request still open when a second signal hurries the stop: retry after about what a restart
 # takes.
 _STOPPING_RETRY_AFTER: Header = (b"retry-after", b"5")
@@ -131,6 +137,34 @@ def _as_compared(network: Network) -> Network:
         return network
     mapped = network.network_address.ipv4_mapped
     return network if mapped is None else ipaddress.ip_network(f"{mapped}/{network.prefixlen - 96}")
+
+
+def _blank_line_ends(data: bytes) -> Iterable[int]:
+    """Where in a read a chunked body may end: after each blank line (CRLF CRLF), one begun in
+    the read before included."""
+    for end, start in ((1, b"\n"), (2, b"\r\n"), (3, b"\n\r\n")):
+        if data.startswith(start):
+            yield end
+    at = data.find(b"\r\n\r\n")
+    while at >= 0:
+        yield at + 4
+        at = data.find(b"\r\n\r\n", at + 1)
+
+
+def _chunked_end(read: bytes, at: int) -> int:
+    """Where a chunked body that begins at `at` ends, in a read that holds it whole (llhttp has
+    parsed it: its chunks' sizes are valid): after its last chunk's trailers."""
+    while True:
+        line_end = read.find(b"\r\n", at)
+        try:
+            size = int(read[at:line_end].split(b";", 1)[0], 16)
+        except ValueError:  # not what llhttp took: no line is read after it
+            return len(read)
+        at = line_end + 2
+        if not size:
+            end = read.find(b"\r\n\r\n", at - 2)
+            return len(read) if end < 0 else end + 4
+        at += size + 2
 
 
 # The hot path calls its bases by name: on Python 3.11 `super()` costs 0.15 us a call more, and
@@ -230,12 +264,19 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
         # A refusal pipelined behind a request still in the app, sent once its answer is.
         self.held_error: tuple[bytes, bytes, list[Header]] | None = None
         # The request line's text after its URL (`b"HTTP/1.1"`), once found (`line_tail`); the
-        # read in hand while the parser has it, and where in it the next line may begin; and the
-        # end of the read a head's line began in while the line is not whole (nc, telnet).
+        # read in hand while the parser has it; where in it the head in hand begins, when known
+        # (`head_at`, else -1), and where the last line found in it ended (`line_from`); the
+        # head's text from its line's start while the line is not whole at a read's end (nc,
+        # telnet), and the last bytes of the reads a head came in (its end may straddle two).
         self.line_tail: bytes | None = None
         self.read = b""
+        self.head_at = 0
         self.line_from = 0
         self.line_text = b""
+        self.head_tail = b""
+        # A message's body is coming (from its header block's end to the message's end): a read
+        # that begins in it holds the next message after the body's end, not at its start.
+        self.body_open = False
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
@@ -258,79 +299,130 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
         if self.held_error is not None:
             return  # behind a refused request: the parser lost its place, nothing more is read
         self.read = data
-        self.line_from = 0
+        self.line_from = self.head_at = 0
+        if self.body_open:
+            self.read_after_body(data)
         # `in_head`, inline (a call a read saved); tests/cli/test_wire_layers.py holds them alike.
-        if not (self.in_headers or self.chunk_at == self.body_received):
+        elif not (self.in_headers or self.chunk_at == self.body_received):
             HttpToolsProtocol.data_received(self, data)
             if self.in_headers:
-                self.keep_line(data)
-            self.read = b""  # a long-idle connection holds no read
-            return
+                self.keep_line()
+        else:
+            self.head_data(data)
+        self.read = b""  # a long-idle connection holds no read
+
+    def head_data(self, data: bytes) -> None:
+        """Feed a read (or its part) that comes in a head, or a last chunk's trailers."""
+        if self.in_headers:
+            self.head_at = -1  # it began in a read before
         refused = self.head_received(data)
         if refused is not None and self.held_error is None and not self.transport.is_closing():
             self.refuse(refused)
         if self.in_headers:
-            self.keep_line(data)
-        self.read = b""
+            self.keep_line()
 
-    def keep_line(self, data: bytes) -> None:
+    def feed(self, data: bytes) -> None:
+        if self.in_head():
+            self.head_data(data)
+            return
+        HttpToolsProtocol.data_received(self, data)
+        if self.in_headers:
+            self.keep_line()
+
+    def read_after_body(self, data: bytes) -> None:
+        """Feed a read that begins in a message's body, the next message's head known to begin
+        where that body ends (`head_at`): a sized body's end is counted, and a chunked one is
+        fed up to each place it may end (after a blank line) until the parser says it has."""
+        if not any(name == b"transfer-encoding" for name, _ in self.headers):
+            length = next((v for k, v in self.headers if k == b"content-length"), b"0")
+            self.head_at = min(len(data), int(length) - self.body_received)
+            self.feed(data)
+            return
+        fed = 0
+        for end in _blank_line_ends(data):
+            self.feed(data[fed:end])
+            fed = end
+            if self.held_error is not None or self.transport.is_closing():
+                return
+            if not self.body_open:
+                self.head_at = end
+                break
+        if fed < len(data):
+            self.feed(data[fed:])
+
+    def keep_line(self) -> None:
         """At the end of a read inside a head: its request line's tail, if the line is whole,
-        or else what of the read the line needs (its end, LINE_BOUND at most, where the line's
-        start is when its URL is within the parser's bound), for the reads that complete it."""
+        or else the head's text from its line's start for the reads that complete it."""
+        read = self.read
+        self.head_tail = (self.head_tail + read[-3:])[-3:]
         if self.line_tail is not None:
             return
-        if read_version(self.parser) != "0.0":  # llhttp has read past the line
-            self.find_line_tail(self.parser.get_method())
+        parser = self.parser
+        if read_version(parser) != "0.0":  # llhttp has read past the line
+            self.find_line_tail(parser.get_method())
         if self.line_tail is None:
-            kept = (
-                self.line_text + data[self.line_from :]
-                if self.line_text
-                else data[self.line_from :]
-            )
-            self.line_text = kept[-LINE_BOUND:]
+            kept = self.line_text + read if self.line_text else read[self.head_start() :]
+            if b"  " in kept:  # llhttp takes any run of spaces between the line's parts
+                kept = _SPACES.sub(b" ", kept)
+            self.line_text = kept[:LINE_BOUND]
+
+    def head_start(self) -> int:
+        """Where in the read the head in hand begins (leading blank lines, which llhttp skips,
+        included): where the read's first message began (`head_at`), or else after the message
+        whose line was found last, its header block's end and its body."""
+        if self.head_at >= 0:
+            return self.head_at
+        read = self.read
+        # That head's block may end across reads: the last bytes of those it came in lead (a
+        # line found in this read ends past them, and the search begins there).
+        tail = self.head_tail
+        text = tail + read
+        line_from = self.line_from  # 0: its line came in a read before, the block's end here
+        at = text.find(b"\r\n\r\n", line_from + len(tail) - 2 if line_from else 0)
+        if at < 0:
+            return len(read)
+        start = at + 4 - len(tail)
+        if self.chunked_cycle is not None and self.chunked_cycle is self.cycle:
+            return _chunked_end(read, start)
+        return start + self.body_received
 
     def find_line_tail(self, method: bytes) -> bytes | None:
         """The text after the URL on the request line of the head in hand, stripped (b"HTTP/1.1",
-        b"RTSP/1.0", b"" for none), or None while the line is not whole. It is looked for where
-        a line begins, from where the last one found ended: no header line starts with a method
-        and a space (a header's name holds no space)."""
+        b"RTSP/1.0", b"" for none), or None while the line is not whole. It is read where the
+        head begins (`head_start`), never searched for: a body may hold any line."""
         read = self.read
-        start = self.line_from
+        at = self.head_at
         needle = method + b" " + self.url
-        if read.startswith(needle + b" HTTP/1.1\r\n", start):  # the hot path's
-            self.line_from = start + len(needle) + 11
+        if at >= 0 and read.startswith(needle + b" HTTP/1.1\r\n", at):  # the hot path's
+            self.line_from = at + len(needle) + 11
+            self.head_at = -1
             self.line_tail = tail = b"HTTP/1.1"
             return tail
-        text = self.line_text + read[start:] if self.line_text else read
         if self.line_text:
-            start = 0
-        elif start and self.body_received:
-            # The last line found here was the message before, its body not yet counted out
-            # (`body_received` is still its own): a line in that body is no request's.
-            head_end = read.find(b"\r\n\r\n", start - 2)
-            if head_end >= 0:
-                start = head_end + 4 + self.body_received
-        opening = method + b" "
-        at = text.find(opening, start)
-        while at >= 0:
-            end = at + len(opening)
-            while text[end : end + 1] == b" ":  # llhttp takes more than one space
-                end += 1
-            if (
-                (at == start or text[at - 1] == 10)
-                and text.startswith(self.url, end)
-                and text[end + len(self.url) : end + len(self.url) + 1] in (b" ", b"\r", b"\n")
-            ):
-                end += len(self.url)
-                line_end = text.find(b"\n", end)
-                if line_end < 0:
-                    return None
-                self.line_from = line_end + 1 - (len(text) - len(read))
-                self.line_text = b""
-                self.line_tail = tail = text[end:line_end].strip(b" \r")
-                return tail
-            at = text.find(opening, at + 1)
-        return None
+            text = self.line_text + read
+            at = 0
+        else:
+            text = read
+            at = self.head_start()
+        at = _BLANK_LINES.match(text, at).end()  # type: ignore[union-attr]
+        if not text.startswith(method + b" ", at):
+            return None
+        end = _SPACES_AT.match(text, at + len(method)).end()  # type: ignore[union-attr]
+        url = self.url
+        if not (
+            text.startswith(url, end)
+            and text[end + len(url) : end + len(url) + 1] in (b" ", b"\r", b"\n")
+        ):
+            return None
+        end += len(url)
+        line_end = text.find(b"\n", end)
+        if line_end < 0:
+            return None
+        self.line_from = line_end + 1 - (len(text) - len(read))
+        self.head_at = -1
+        self.line_text = b""
+        self.line_tail = tail = text[end:line_end].strip(b" \r")
+        return tail
 
     def line_refused(self, method: bytes | None = None) -> Refused | None:
         """The request line's refusal, which comes before any other of its head: none for
@@ -436,7 +528,12 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
             raise Refused(b"503 Service Unavailable", body, [(b"retry-after", b"1")], cause)
         self.body_began = self.last_data
         self.body_received = 0
+        self.body_open = True
         HttpToolsProtocol.on_headers_complete(self)
+
+    def on_message_complete(self) -> None:
+        self.body_open = False
+        HttpToolsProtocol.on_message_complete(self)
 
     def connect_refusal(self) -> Refused:
         """A CONNECT's refusal, whatever else its head holds (no Host, a malformed target):
