@@ -38,18 +38,19 @@ too), where llhttp refused them as malformed. llhttp takes `RTSP/` and `ICE/` fo
 their methods, GET among them): another protocol's name is a 400 naming it, read, like the rest,
 from the request line itself (`find_line_tail`), where its message begins: httptools does not say
 where that is, so the protocol counts it (`head_start`, `read_after_body`), and no line in a body
-is read as a request's. The request line's refusal comes before any other of the header block,
-the 431 of headers past their bounds (app/cli/headers.py) too. A refusal pipelined behind a
-request still in the app waits for that one's answer.
+is read as a request's. The method's refusal comes before any other of the head, then the
+request line's, then the rest, the 431 of headers past their bounds (app/cli/headers.py) too. A
+refusal pipelined behind a request still in the app waits for that one's answer.
 
 The service serves no WebSocket: an `Upgrade` is ignored (RFC 9110, 7.8) and the request served
 as HTTP/1.1, in the shape; uvicorn's WebSocket protocol answered it in plain text.
 CONNECT, which llhttp reads as an upgrade too, is a 501 (a method this service supports for no
-resource, RFC 9110, 15.6.2) unless its line names another protocol (that line's 400) or its
-head is past the header bounds (the 431), and closes the connection either way: what follows it
-is a tunnel's bytes, which were read as the next request. So is a PRI that is not
-HTTP/2's preface (llhttp knows the method only there). Other methods a route does not take are
-its 405 (with `Allow`) or 404.
+resource, RFC 9110, 15.6.2) whatever else its head holds, once its line is whole, and closes the
+connection: what follows it is a tunnel's bytes, which were read as the next request. So is a
+PRI that is not HTTP/2's preface (llhttp knows the method only there, and waited for the rest of
+it), and a method the service does not know (`FOO`, RTSP's `DESCRIBE`: RFC 9110, 15.6.2), read
+from the message's start since llhttp stops in it. Other methods a route does not take are its
+405 (with `Allow`) or 404.
 
 uvicorn's `data_received` logs `Invalid HTTP request received.` for every parser error, which
 named neither a 503 at the limit nor a Host refusal. It stays uvicorn's: the parser it feeds
@@ -108,6 +109,11 @@ PROTOCOL_DETAIL = (
     "the request line names {protocol}, not HTTP; this service speaks HTTP/1.1 (and 1.0) on this "
     "port: send `GET /health HTTP/1.1` with the address it is for, e.g. `Host: 127.0.0.1:37777`"
 )
+METHOD_DETAIL = (
+    "the request's method `{method}` is none this service knows (RFC 9110, 15.6.2); its routes "
+    "take HTTP/1.1's (GET, POST, PUT, DELETE...): send `GET /health HTTP/1.1` with the address it "
+    "is for, e.g. `Host: 127.0.0.1:37777`"
+)
 # What of a read is kept for a head's request line not yet whole at the read's end, from the
 # line's start, runs of spaces as one: a URL of up to 64 KiB (a long `prompt` on
 # `GET /api/context`), its method and its version.
@@ -115,6 +121,19 @@ LINE_BOUND = 64 * 1024 + 64
 _SPACES = re.compile(rb" +")
 _SPACES_AT = re.compile(rb" *")
 _BLANK_LINES = re.compile(rb"[\r\n]*")  # before a request line: llhttp skips them
+# A method's characters (RFC 9110, 5.6.2: a token): a word of them that llhttp does not take is a
+# method this service does not know (501), anything else no request at all (400).
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+METHOD_SHOWN = 64  # a method's characters read, and shown in its 501
+# llhttp's methods of RTSP alone: it takes them with `RTSP/`, and refuses them with `HTTP/`.
+RTSP_METHODS = frozenset(
+    b"DESCRIBE ANNOUNCE SETUP PLAY PAUSE TEARDOWN GET_PARAMETER SET_PARAMETER REDIRECT RECORD "
+    b"FLUSH".split()
+)
+# Methods refused whatever else the head holds: CONNECT asks for a tunnel, the rest are RTSP's.
+# PRI too, unless its line is HTTP/2's preface (llhttp takes it nowhere else).
+UNSERVED_METHODS = RTSP_METHODS | {b"CONNECT"}
+ANSWERED_AT_THE_LINE = UNSERVED_METHODS | {b"PRI"}
 # A request still open when a second signal hurries the stop: retry after about what a restart
 # takes.
 _STOPPING_RETRY_AFTER: Header = (b"retry-after", b"5")
@@ -351,7 +370,8 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
             self.feed(data[fed:])
 
     def keep_line(self) -> None:
-        """At the end of a read inside a head: its request line's tail, if the line is whole,
+        """At the end of a read inside a head: its request line's tail, if the line is whole
+        (a method refused whatever follows it is answered then: PRI waits for HTTP/2's preface),
         or else the head's text from its line's start for the reads that complete it."""
         read = self.read
         self.head_tail = (self.head_tail + read[-3:])[-3:]
@@ -359,7 +379,18 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
             return
         parser = self.parser
         if read_version(parser) != "0.0":  # llhttp has read past the line
-            self.find_line_tail(parser.get_method())
+            method = parser.get_method()
+            self.find_line_tail(method)
+            if (
+                self.line_tail is not None
+                and method in ANSWERED_AT_THE_LINE
+                and self.held_error is None
+                and not self.transport.is_closing()
+            ):
+                refused = self.head_refused()
+                if refused is not None:
+                    self.refuse(refused)
+                    return
         if self.line_tail is None:
             kept = self.line_text + read if self.line_text else read[self.head_start() :]
             if b"  " in kept:  # llhttp takes any run of spaces between the line's parts
@@ -423,6 +454,47 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
         self.line_text = b""
         self.line_tail = tail = text[end:line_end].strip(b" \r")
         return tail
+
+    def head_refused(self) -> Refused | None:
+        """The head's refusal that comes before any other: its method's (`method_refused`),
+        then its line's (`line_refused`)."""
+        return self.method_refused() or self.line_refused()
+
+    def method_refused(self) -> Refused | None:
+        """A 501 for a method the service does not serve, whatever else the head holds (RFC
+        9110, 15.6.2): CONNECT, a method llhttp does not take (`FOO`, `get`) or takes for RTSP
+        alone, and PRI but in HTTP/2's preface (that line's 505). llhttp names no method it
+        stopped in: that one is read at the head's start."""
+        method = self.parser.get_method()
+        name = method
+        if not self.url:  # llhttp stopped before the URL, maybe in the method
+            if self.line_text:
+                text, at = self.line_text, 0
+            else:
+                text, at = self.read, self.head_start()
+            at = _BLANK_LINES.match(text, at).end()  # type: ignore[union-attr]
+            word = _TOKEN.match(text, at, at + METHOD_SHOWN)
+            if word is None:
+                return None  # no method: the parser's 400
+            end = word.end()
+            if end < len(text) and text[end] != 32 and end - at < METHOD_SHOWN:
+                return None  # a word that goes on in other characters is no method either
+            name = word.group()
+        if name != method or method in RTSP_METHODS:
+            shown = name.decode("ascii") + ("..." if len(name) == METHOD_SHOWN else "")
+            body = error_body("NotImplemented", METHOD_DETAIL.format(method=shown))
+            return Refused(b"501 Not Implemented", body, [], "refused an unknown method (501)")
+        if method == b"CONNECT":
+            return self.connect_refusal()
+        if method == b"PRI":
+            tail = self.line_tail
+            if tail is None:
+                tail = self.find_line_tail(method)
+            if tail != b"HTTP/2.0":
+                cause = "refused a PRI that is not HTTP/2's preface (501)"
+                body = error_body("NotImplemented", PRI_DETAIL)
+                return Refused(b"501 Not Implemented", body, [], cause)
+        return None
 
     def line_refused(self, method: bytes | None = None) -> Refused | None:
         """The request line's refusal, which comes before any other of its head: none for
@@ -488,8 +560,8 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
         self.in_headers = False
         parser = self.parser
         method = parser.get_method()
-        if method == b"CONNECT":
-            raise self.connect_refusal()
+        if method in UNSERVED_METHODS:
+            raise self.method_refused() or self.connect_refusal()
         tail = self.line_tail
         if tail is None:
             tail = self.find_line_tail(method)
@@ -604,9 +676,9 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
         """Answer a request refused by a callback (`RefusingParser`) or its head's bound, log its
         cause and close."""
         if self.in_headers:
-            # A refusal before the header block's end is its bounds' 431: the request line's
-            # comes first (a 101st header made it a 431).
-            refused = self.line_refused() or refused
+            # A refusal before the header block's end is its bounds' 431: the method's and the
+            # request line's come first (a 101st header made it a 431).
+            refused = self.head_refused() or refused
         self.refusals.note(self.logger, self.loop, refused.cause)
         if refused.dispatched:
             self.refuse_dispatched(refused)
@@ -633,19 +705,11 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
     def send_400_response(self, msg: str) -> None:
         # What the parser itself refused (uvicorn has logged it): its 400 in the shape. A
         # broken body is the request in hand's own; broken headers are a request's behind it.
-        # llhttp pauses on the h2c preface (`PRI * HTTP/2.0`): the line's 505 comes first. It
-        # refuses a PRI of any other version, a method it knows only in that preface. A
-        # CONNECT is its 501 unless `refuse` puts its line's refusal or the 431 first.
+        # The head's method and line are refused first (`head_refused`): llhttp refuses a
+        # method it does not take (a 501), a CONNECT's line or PRI's but in HTTP/2's preface
+        # (each a 501 too), and pauses on that preface (`PRI * HTTP/2.0`, the line's 505).
         if self.in_headers:
-            method = self.parser.get_method()
-            if method == b"CONNECT":
-                self.refuse(self.connect_refusal())
-                return
-            refused = self.line_refused(method)
-            if refused is None and method == b"PRI":
-                cause = "refused a PRI that is not HTTP/2's preface (501)"
-                body = error_body("NotImplemented", PRI_DETAIL)
-                refused = Refused(b"501 Not Implemented", body, [], cause)
+            refused = self.head_refused()
             if refused is not None:
                 self.refuse(refused)
                 return

@@ -1,11 +1,13 @@
-"""`agmem serve`'s protocol (app/cli/wire.py) reads each request line where its message begins:
-reads fed to `data_received` as they would come off the socket (each cut where a test needs
-it), the app a stand-in that answers 200; and a real server for what only a socket shows."""
+"""`agmem serve`'s protocol (app/cli/wire.py) reads each request line where its message begins,
+and answers a method it does not serve 501 first: reads fed to `data_received` as they would
+come off the socket (each cut where a test needs it), the app a stand-in that answers 200; and a
+real server for what only a socket shows (an answer that never came)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -191,6 +193,112 @@ def test_spaces_after_the_url_over_many_reads_still_name_the_protocol() -> None:
     assert "RTSP/1.0" in answers[0][1]["detail"]
 
 
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"CONNECT 127.0.0.1:443 RTSP/1.0" + HOST,
+        b"CONNECT 127.0.0.1:443 HTTP/2.0" + HOST,
+        b"CONNECT 127.0.0.1:443 HTTP/1.1\r\n"
+        + b"".join(b"X-%d: 1\r\n" % n for n in range(120))
+        + b"\r\n",
+        b"CONNECT 127.0.0.1:443 HTTP/1.1\r\nX: " + b"y" * 70_000 + b"\r\n\r\n",
+    ],
+    ids=["another protocol", "HTTP/2.0", "120 headers", "a 70 KB header"],
+)
+def test_connect_is_its_501_before_its_line_or_headers_are_judged(head: bytes) -> None:
+    # It was the line's 400 (RTSP), its 505, or the headers' 431.
+    answers = _fed(head)
+
+    assert [status for status, _ in answers] == [501]
+    assert answers[0][1]["error"] == "NotImplemented"
+    assert "CONNECT" in answers[0][1]["detail"]
+
+
+def test_connect_is_answered_once_its_line_is_whole() -> None:
+    # Its headers need not come: nothing in them changes the answer.
+    answers = _fed(b"CONNECT 127.0.0.1:443 HTTP/1.1\r\nHost: 127.0.0.1:443\r\n")
+
+    assert [status for status, _ in answers] == [501]
+
+
+@pytest.mark.parametrize(
+    "reads",
+    [
+        (b"PRI * HTTP/1.1\r\n\r\n",),
+        (b"PRI * HTTP/1.1\r\n",),
+        (b"PRI * HTTP/1.1\r", b"\n\r\n"),
+        (b"PRI * RTSP/1.0\r\n\r\n",),
+    ],
+    ids=["an empty head", "the line alone", "split", "another protocol"],
+)
+def test_a_pri_that_is_not_the_http_2_preface_is_answered_at_once(reads: tuple[bytes, ...]) -> None:
+    # llhttp waits for the preface's `SM` after an empty line: the client waited for the idle
+    # timeout (a 408).
+    answers = _fed(*reads)
+
+    assert [status for status, _ in answers] == [501]
+    assert "PRI" in answers[0][1]["detail"]
+
+
+def test_the_http_2_preface_is_still_its_505() -> None:
+    answers = _fed(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+
+    assert [status for status, _ in answers] == [505]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"FOO / HTTP/1.1",
+        b"get /health HTTP/1.1",
+        b"GETX /health HTTP/1.1",
+        b"DESCRIBE /health HTTP/1.1",
+        b"FOO / RTSP/1.0",
+        b"DESCRIBE /health RTSP/1.0",
+        b"BREW /pot HTTP/2.0",
+    ],
+)
+def test_a_method_the_service_does_not_know_is_a_501_that_names_it(line: bytes) -> None:
+    # RFC 9110, 15.6.2: each was the generic 400 "not valid HTTP/1.1" (or the line's 400 or 505).
+    answers = _fed(line + HOST)
+
+    assert [status for status, _ in answers] == [501]
+    error = answers[0][1]
+    assert error["error"] == "NotImplemented"
+    assert line.split(b" ")[0].decode() in error["detail"]
+
+
+def test_an_unknown_method_split_across_reads_is_a_501() -> None:
+    # llhttp refuses it at its first byte: it is named as far as it came.
+    answers = _fed(b"FO", b"O / HTTP/1.1" + HOST)
+
+    assert [status for status, _ in answers] == [501]
+    assert "`FO`" in answers[0][1]["detail"]
+
+
+def test_an_unknown_method_pipelined_behind_a_body_is_a_501_after_its_answer() -> None:
+    first = _sized(RTSP_BODY) + RTSP_BODY
+
+    assert _statuses(first[:-5], first[-5:] + b"FOO / HTTP/1.1" + HOST) == [200, 501]
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",  # a TLS ClientHello's start
+        b"HTTP/1.1 200 OK" + HOST,
+        b"GET bad target HTTP/1.1" + HOST,
+        b"/health HTTP/1.1" + HOST,
+    ],
+    ids=["TLS", "a response", "a malformed target", "no method"],
+)
+def test_what_is_no_method_stays_the_parsers_400(head: bytes) -> None:
+    answers = _fed(head)
+
+    assert [status for status, _ in answers] == [400]
+    assert answers[0][1]["error"] == "BadRequest"
+
+
 # On a real server: what only a socket shows.
 
 
@@ -207,8 +315,27 @@ def port(database_url: str) -> Iterator[int]:
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("serve_wire")
+def test_a_pri_with_an_empty_head_is_answered_before_the_idle_timeout(port: int) -> None:
+    started = time.monotonic()
+    answer = exchange(port, b"PRI * HTTP/1.1\r\n\r\n")
+
+    assert answer.startswith(b"HTTP/1.1 501 Not Implemented"), answer
+    assert time.monotonic() - started < IDLE_SECONDS
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("serve_wire")
 def test_a_long_run_of_spaces_sent_at_once_names_the_protocol(port: int) -> None:
     answer = exchange(port, b"GET" + b" " * 70_000 + b"/health RTSP/1.0" + HOST)
 
     assert answer.startswith(b"HTTP/1.1 400 Bad Request"), answer[:200]
     assert b"RTSP/1.0" in answer
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("serve_wire")
+def test_an_unknown_method_on_the_wire_is_a_501_in_the_shape(port: int) -> None:
+    answer = exchange(port, b"FOO / HTTP/1.1" + HOST)
+
+    assert answer.startswith(b"HTTP/1.1 501 Not Implemented"), answer
+    assert json.loads(answer.partition(b"\r\n\r\n")[2])["error"] == "NotImplemented"
