@@ -325,15 +325,6 @@ def test_a_pri_with_an_empty_head_is_answered_before_the_idle_timeout(port: int)
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("serve_wire")
-def test_a_long_run_of_spaces_sent_at_once_names_the_protocol(port: int) -> None:
-    answer = exchange(port, b"GET" + b" " * 70_000 + b"/health RTSP/1.0" + HOST)
-
-    assert answer.startswith(b"HTTP/1.1 400 Bad Request"), answer[:200]
-    assert b"RTSP/1.0" in answer
-
-
-@pytest.mark.slow
-@pytest.mark.xdist_group("serve_wire")
 def test_an_unknown_method_on_the_wire_is_a_501_in_the_shape(port: int) -> None:
     answer = exchange(port, b"FOO / HTTP/1.1" + HOST)
 
