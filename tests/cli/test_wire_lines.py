@@ -33,6 +33,9 @@ class _Written(_Transport):
     def close(self) -> None:
         self.closed = True
 
+    def get_write_buffer_size(self) -> int:
+        return 0
+
 
 async def _ok(scope: object, receive: object, send: object) -> None:
     while (await receive()).get("more_body"):  # type: ignore[operator]
@@ -330,3 +333,33 @@ def test_an_unknown_method_on_the_wire_is_a_501_in_the_shape(port: int) -> None:
 
     assert answer.startswith(b"HTTP/1.1 501 Not Implemented"), answer
     assert json.loads(answer.partition(b"\r\n\r\n")[2])["error"] == "NotImplemented"
+
+
+def test_a_body_held_back_still_ends_where_its_length_says() -> None:
+    # The stall check restarted a held body's rate by zeroing its count, which is also where
+    # its end is counted from: the next request was looked for inside the body.
+    first = _sized(HTTP_BODY) + HTTP_BODY
+
+    async def go() -> bytes:
+        config = Config(_ok, http=JsonErrorsProtocol, log_level="critical", access_log=False)
+        config.load()
+        protocol = JsonErrorsProtocol(config=config, server_state=ServerState(), app_state={})
+        transport = _Written()
+        protocol.connection_made(transport)
+        try:
+            protocol.data_received(first[:-22])
+            protocol.flow.read_paused = True  # the service holds the client back
+            protocol.idle_timer.cancel()
+            protocol.idle_check()
+            protocol.flow.read_paused = False
+            protocol.data_received(first[-22:] + RTSP)
+            for _ in range(20):
+                await asyncio.sleep(0)
+        finally:
+            protocol.connection_lost(None)
+        return transport.written
+
+    answers = _parsed(asyncio.run(go()))
+
+    assert [status for status, _ in answers] == [200, 400]
+    assert "RTSP/1.0" in answers[1][1]["detail"]
