@@ -47,6 +47,7 @@ class HeaderBoundProtocol(StallBoundProtocol):
         self.hosts = 0  # its Host headers
         self.trailers = 0  # ... and its trailers
         self.chunk_at = -1  # the body's bytes at a chunk's header, until the chunk is complete
+        self.chunked_cycle: object = None  # the last request whose body came chunked
 
     def in_head(self) -> bool:
         """Whether a head, or a last chunk's trailers (a chunk's header came, none of its data),
@@ -95,6 +96,7 @@ class HeaderBoundProtocol(StallBoundProtocol):
 
     def on_chunk_header(self) -> None:
         self.chunk_at = self.body_received
+        self.chunked_cycle = self.cycle  # the request whose body is chunked (app/cli/wire.py)
         self.head_bytes = 0
 
     def on_chunk_complete(self) -> None:

@@ -61,7 +61,7 @@ class StallBoundProtocol(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self.in_headers = False  # a request's first bytes came, its headers are not complete
         self.body_began = 0.0  # when the body's rate is counted from
-        self.body_received = 0  # ... and its bytes since
+        self.body_received = 0  # the message's body bytes (rated from `body_began`)
         # A byte received stamps the time; the one timer per connection, armed when it is made,
         # checks the stamps when it fires: nothing per request but these attributes' writes.
         self.last_data = 0.0
@@ -128,7 +128,8 @@ class StallBoundProtocol(HttpToolsProtocol):
         if since is None:
             # A body held back counts its rate from here: bytes that wait in the kernel's
             # buffers meanwhile come at once when the hold ends.
-            self.body_began, self.body_received = now, 0
+            # (`body_received` stays the message's count: where its body ends is read from it.)
+            self.body_began = now - self.body_received / MIN_BODY_RATE
             self.idle_timer = self.loop.call_later(self.idle_timeout, self.idle_check)
             return
         wait = self.idle_timeout - (now - since)

@@ -36,19 +36,21 @@ which llhttp reads as a line without one) is a 505 (RFC 9110, 15.6.6), as nginx 
 was served as HTTP/1.x. `HTTP/1.2` to `HTTP/1.9` are served as 1.1 (RFC 9110, 2.5; nginx does
 too), where llhttp refused them as malformed. llhttp takes `RTSP/` and `ICE/` for `HTTP/` (with
 their methods, GET among them): another protocol's name is a 400 naming it, read, like the rest,
-from the request line itself (`find_line_tail`). The request line's refusal
-comes before any other of the header block, the 431 of headers past their bounds
-(app/cli/headers.py) too. A refusal pipelined behind a request still in the app waits for that
-one's answer.
+from the request line itself (`find_line_tail`), where its message begins: httptools does not say
+where that is, so the protocol counts it (`head_start`, `read_after_body`), and no line in a body
+is read as a request's. The method's refusal comes before any other of the head, then the
+request line's, then the rest, the 431 of headers past their bounds (app/cli/headers.py) too. A
+refusal pipelined behind a request still in the app waits for that one's answer.
 
 The service serves no WebSocket: an `Upgrade` is ignored (RFC 9110, 7.8) and the request served
 as HTTP/1.1, in the shape; uvicorn's WebSocket protocol answered it in plain text.
 CONNECT, which llhttp reads as an upgrade too, is a 501 (a method this service supports for no
-resource, RFC 9110, 15.6.2) unless its line names another protocol (that line's 400) or its
-head is past the header bounds (the 431), and closes the connection either way: what follows it
-is a tunnel's bytes, which were read as the next request. So is a PRI that is not
-HTTP/2's preface (llhttp knows the method only there). Other methods a route does not take are
-its 405 (with `Allow`) or 404.
+resource, RFC 9110, 15.6.2) whatever else its head holds, once its line is whole, and closes the
+connection: what follows it is a tunnel's bytes, which were read as the next request. So is a
+PRI that is not HTTP/2's preface (llhttp knows the method only there, and waited for the rest of
+it), and a method the service does not know (`FOO`, RTSP's `DESCRIBE`: RFC 9110, 15.6.2), read
+from the message's start since llhttp stops in it. Other methods a route does not take are its
+405 (with `Allow`) or 404.
 
 uvicorn's `data_received` logs `Invalid HTTP request received.` for every parser error, which
 named neither a 503 at the limit nor a Host refusal. It stays uvicorn's: the parser it feeds
@@ -59,6 +61,7 @@ at most every AGMEM_REFUSAL_LOG_SECONDS and the count of the rest when that wind
 from __future__ import annotations
 
 import ipaddress
+import re
 from array import array
 from collections.abc import Iterable
 from typing import Any
@@ -106,9 +109,31 @@ PROTOCOL_DETAIL = (
     "the request line names {protocol}, not HTTP; this service speaks HTTP/1.1 (and 1.0) on this "
     "port: send `GET /health HTTP/1.1` with the address it is for, e.g. `Host: 127.0.0.1:37777`"
 )
-# What of a read is kept for a head's request line not yet whole at the read's end: a URL of up
-# to 64 KiB (a long `prompt` on `GET /api/context`), its method and its version.
+METHOD_DETAIL = (
+    "the request's method `{method}` is none this service knows (RFC 9110, 15.6.2); its routes "
+    "take HTTP/1.1's (GET, POST, PUT, DELETE...): send `GET /health HTTP/1.1` with the address it "
+    "is for, e.g. `Host: 127.0.0.1:37777`"
+)
+# What of a read is kept for a head's request line not yet whole at the read's end, from the
+# line's start, runs of spaces as one: a URL of up to 64 KiB (a long `prompt` on
+# `GET /api/context`), its method and its version.
 LINE_BOUND = 64 * 1024 + 64
+_SPACES = re.compile(rb" +")
+_SPACES_AT = re.compile(rb" *")
+_BLANK_LINES = re.compile(rb"[\r\n]*")  # before a request line: llhttp skips them
+# A method's characters (RFC 9110, 5.6.2: a token): a word of them that llhttp does not take is a
+# method this service does not know (501), anything else no request at all (400).
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+METHOD_SHOWN = 64  # a method's characters read, and shown in its 501
+# llhttp's methods of RTSP alone: it takes them with `RTSP/`, and refuses them with `HTTP/`.
+RTSP_METHODS = frozenset(
+    b"DESCRIBE ANNOUNCE SETUP PLAY PAUSE TEARDOWN GET_PARAMETER SET_PARAMETER REDIRECT RECORD "
+    b"FLUSH".split()
+)
+# Methods refused whatever else the head holds: CONNECT asks for a tunnel, the rest are RTSP's.
+# PRI too, unless its line is HTTP/2's preface (llhttp takes it nowhere else).
+UNSERVED_METHODS = RTSP_METHODS | {b"CONNECT"}
+ANSWERED_AT_THE_LINE = UNSERVED_METHODS | {b"PRI"}
 # A request still open when a second signal hurries the stop: retry after about what a restart
 # takes.
 _STOPPING_RETRY_AFTER: Header = (b"retry-after", b"5")
@@ -131,6 +156,34 @@ def _as_compared(network: Network) -> Network:
         return network
     mapped = network.network_address.ipv4_mapped
     return network if mapped is None else ipaddress.ip_network(f"{mapped}/{network.prefixlen - 96}")
+
+
+def _blank_line_ends(data: bytes) -> Iterable[int]:
+    """Where in a read a chunked body may end: after each blank line (CRLF CRLF), one begun in
+    the read before included."""
+    for end, start in ((1, b"\n"), (2, b"\r\n"), (3, b"\n\r\n")):
+        if data.startswith(start):
+            yield end
+    at = data.find(b"\r\n\r\n")
+    while at >= 0:
+        yield at + 4
+        at = data.find(b"\r\n\r\n", at + 1)
+
+
+def _chunked_end(read: bytes, at: int) -> int:
+    """Where a chunked body that begins at `at` ends, in a read that holds it whole (llhttp has
+    parsed it: its chunks' sizes are valid): after its last chunk's trailers."""
+    while True:
+        line_end = read.find(b"\r\n", at)
+        try:
+            size = int(read[at:line_end].split(b";", 1)[0], 16)
+        except ValueError:  # not what llhttp took: no line is read after it
+            return len(read)
+        at = line_end + 2
+        if not size:
+            end = read.find(b"\r\n\r\n", at - 2)
+            return len(read) if end < 0 else end + 4
+        at += size + 2
 
 
 # The hot path calls its bases by name: on Python 3.11 `super()` costs 0.15 us a call more, and
@@ -230,12 +283,19 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
         # A refusal pipelined behind a request still in the app, sent once its answer is.
         self.held_error: tuple[bytes, bytes, list[Header]] | None = None
         # The request line's text after its URL (`b"HTTP/1.1"`), once found (`line_tail`); the
-        # read in hand while the parser has it, and where in it the next line may begin; and the
-        # end of the read a head's line began in while the line is not whole (nc, telnet).
+        # read in hand while the parser has it; where in it the head in hand begins, when known
+        # (`head_at`, else -1), and where the last line found in it ended (`line_from`); the
+        # head's text from its line's start while the line is not whole at a read's end (nc,
+        # telnet), and the last bytes of the reads a head came in (its end may straddle two).
         self.line_tail: bytes | None = None
         self.read = b""
+        self.head_at = 0
         self.line_from = 0
         self.line_text = b""
+        self.head_tail = b""
+        # A message's body is coming (from its header block's end to the message's end): a read
+        # that begins in it holds the next message after the body's end, not at its start.
+        self.body_open = False
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
@@ -258,78 +318,182 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
         if self.held_error is not None:
             return  # behind a refused request: the parser lost its place, nothing more is read
         self.read = data
-        self.line_from = 0
+        self.line_from = self.head_at = 0
+        if self.body_open:
+            self.read_after_body(data)
         # `in_head`, inline (a call a read saved); tests/cli/test_wire_layers.py holds them alike.
-        if not (self.in_headers or self.chunk_at == self.body_received):
+        elif not (self.in_headers or self.chunk_at == self.body_received):
             HttpToolsProtocol.data_received(self, data)
             if self.in_headers:
-                self.keep_line(data)
-            self.read = b""  # a long-idle connection holds no read
-            return
+                self.keep_line()
+        else:
+            self.head_data(data)
+        self.read = b""  # a long-idle connection holds no read
+
+    def head_data(self, data: bytes) -> None:
+        """Feed a read (or its part) that comes in a head, or a last chunk's trailers."""
+        if self.in_headers:
+            self.head_at = -1  # it began in a read before
         refused = self.head_received(data)
         if refused is not None and self.held_error is None and not self.transport.is_closing():
             self.refuse(refused)
         if self.in_headers:
-            self.keep_line(data)
-        self.read = b""
+            self.keep_line()
 
-    def keep_line(self, data: bytes) -> None:
-        """At the end of a read inside a head: its request line's tail, if the line is whole,
-        or else what of the read the line needs (its end, LINE_BOUND at most, where the line's
-        start is when its URL is within the parser's bound), for the reads that complete it."""
+    def feed(self, data: bytes) -> None:
+        if self.in_head():
+            self.head_data(data)
+            return
+        HttpToolsProtocol.data_received(self, data)
+        if self.in_headers:
+            self.keep_line()
+
+    def read_after_body(self, data: bytes) -> None:
+        """Feed a read that begins in a message's body, the next message's head known to begin
+        where that body ends (`head_at`): a sized body's end is counted, and a chunked one is
+        fed up to each place it may end (after a blank line) until the parser says it has."""
+        if not any(name == b"transfer-encoding" for name, _ in self.headers):
+            length = next((v for k, v in self.headers if k == b"content-length"), b"0")
+            self.head_at = min(len(data), int(length) - self.body_received)
+            self.feed(data)
+            return
+        fed = 0
+        for end in _blank_line_ends(data):
+            self.feed(data[fed:end])
+            fed = end
+            if self.held_error is not None or self.transport.is_closing():
+                return
+            if not self.body_open:
+                self.head_at = end
+                break
+        if fed < len(data):
+            self.feed(data[fed:])
+
+    def keep_line(self) -> None:
+        """At the end of a read inside a head: its request line's tail, if the line is whole
+        (a method refused whatever follows it is answered then: PRI waits for HTTP/2's preface),
+        or else the head's text from its line's start for the reads that complete it."""
+        read = self.read
+        self.head_tail = (self.head_tail + read[-3:])[-3:]
         if self.line_tail is not None:
             return
-        if read_version(self.parser) != "0.0":  # llhttp has read past the line
-            self.find_line_tail(self.parser.get_method())
+        parser = self.parser
+        if read_version(parser) != "0.0":  # llhttp has read past the line
+            method = parser.get_method()
+            self.find_line_tail(method)
+            if (
+                self.line_tail is not None
+                and method in ANSWERED_AT_THE_LINE
+                and self.held_error is None
+                and not self.transport.is_closing()
+            ):
+                refused = self.head_refused()
+                if refused is not None:
+                    self.refuse(refused)
+                    return
         if self.line_tail is None:
-            kept = (
-                self.line_text + data[self.line_from :]
-                if self.line_text
-                else data[self.line_from :]
-            )
-            self.line_text = kept[-LINE_BOUND:]
+            kept = self.line_text + read if self.line_text else read[self.head_start() :]
+            if b"  " in kept:  # llhttp takes any run of spaces between the line's parts
+                kept = _SPACES.sub(b" ", kept)
+            self.line_text = kept[:LINE_BOUND]
+
+    def head_start(self) -> int:
+        """Where in the read the head in hand begins (leading blank lines, which llhttp skips,
+        included): where the read's first message began (`head_at`), or else after the message
+        whose line was found last, its header block's end and its body."""
+        if self.head_at >= 0:
+            return self.head_at
+        read = self.read
+        # That head's block may end across reads: the last bytes of those it came in lead (a
+        # line found in this read ends past them, and the search begins there).
+        tail = self.head_tail
+        text = tail + read
+        line_from = self.line_from  # 0: its line came in a read before, the block's end here
+        at = text.find(b"\r\n\r\n", line_from + len(tail) - 2 if line_from else 0)
+        if at < 0:
+            return len(read)
+        start = at + 4 - len(tail)
+        if self.chunked_cycle is not None and self.chunked_cycle is self.cycle:
+            return _chunked_end(read, start)
+        return start + self.body_received
 
     def find_line_tail(self, method: bytes) -> bytes | None:
         """The text after the URL on the request line of the head in hand, stripped (b"HTTP/1.1",
-        b"RTSP/1.0", b"" for none), or None while the line is not whole. It is looked for where
-        a line begins, from where the last one found ended: no header line starts with a method
-        and a space (a header's name holds no space)."""
+        b"RTSP/1.0", b"" for none), or None while the line is not whole. It is read where the
+        head begins (`head_start`), never searched for: a body may hold any line."""
         read = self.read
-        start = self.line_from
+        at = self.head_at
         needle = method + b" " + self.url
-        if read.startswith(needle + b" HTTP/1.1\r\n", start):  # the hot path's
-            self.line_from = start + len(needle) + 11
+        if at >= 0 and read.startswith(needle + b" HTTP/1.1\r\n", at):  # the hot path's
+            self.line_from = at + len(needle) + 11
+            self.head_at = -1
             self.line_tail = tail = b"HTTP/1.1"
             return tail
-        text = self.line_text + read[start:] if self.line_text else read
         if self.line_text:
-            start = 0
-        elif start and self.body_received:
-            # The last line found here was the message before, its body not yet counted out
-            # (`body_received` is still its own): a line in that body is no request's.
-            head_end = read.find(b"\r\n\r\n", start - 2)
-            if head_end >= 0:
-                start = head_end + 4 + self.body_received
-        opening = method + b" "
-        at = text.find(opening, start)
-        while at >= 0:
-            end = at + len(opening)
-            while text[end : end + 1] == b" ":  # llhttp takes more than one space
-                end += 1
-            if (
-                (at == start or text[at - 1] == 10)
-                and text.startswith(self.url, end)
-                and text[end + len(self.url) : end + len(self.url) + 1] in (b" ", b"\r", b"\n")
-            ):
-                end += len(self.url)
-                line_end = text.find(b"\n", end)
-                if line_end < 0:
-                    return None
-                self.line_from = line_end + 1 - (len(text) - len(read))
-                self.line_text = b""
-                self.line_tail = tail = text[end:line_end].strip(b" \r")
-                return tail
-            at = text.find(opening, at + 1)
+            text = self.line_text + read
+            at = 0
+        else:
+            text = read
+            at = self.head_start()
+        at = _BLANK_LINES.match(text, at).end()  # type: ignore[union-attr]
+        if not text.startswith(method + b" ", at):
+            return None
+        end = _SPACES_AT.match(text, at + len(method)).end()  # type: ignore[union-attr]
+        url = self.url
+        if not (
+            text.startswith(url, end)
+            and text[end + len(url) : end + len(url) + 1] in (b" ", b"\r", b"\n")
+        ):
+            return None
+        end += len(url)
+        line_end = text.find(b"\n", end)
+        if line_end < 0:
+            return None
+        self.line_from = line_end + 1 - (len(text) - len(read))
+        self.head_at = -1
+        self.line_text = b""
+        self.line_tail = tail = text[end:line_end].strip(b" \r")
+        return tail
+
+    def head_refused(self) -> Refused | None:
+        """The head's refusal that comes before any other: its method's (`method_refused`),
+        then its line's (`line_refused`)."""
+        return self.method_refused() or self.line_refused()
+
+    def method_refused(self) -> Refused | None:
+        """A 501 for a method the service does not serve, whatever else the head holds (RFC
+        9110, 15.6.2): CONNECT, a method llhttp does not take (`FOO`, `get`) or takes for RTSP
+        alone, and PRI but in HTTP/2's preface (that line's 505). llhttp names no method it
+        stopped in: that one is read at the head's start."""
+        method = self.parser.get_method()
+        name = method
+        if not self.url:  # llhttp stopped before the URL, maybe in the method
+            if self.line_text:
+                text, at = self.line_text, 0
+            else:
+                text, at = self.read, self.head_start()
+            at = _BLANK_LINES.match(text, at).end()  # type: ignore[union-attr]
+            word = _TOKEN.match(text, at, at + METHOD_SHOWN)
+            if word is None:
+                return None  # no method: the parser's 400
+            end = word.end()
+            if end < len(text) and text[end] != 32 and end - at < METHOD_SHOWN:
+                return None  # a word that goes on in other characters is no method either
+            name = word.group()
+        if name != method or method in RTSP_METHODS:
+            shown = name.decode("ascii") + ("..." if len(name) == METHOD_SHOWN else "")
+            body = error_body("NotImplemented", METHOD_DETAIL.format(method=shown))
+            return Refused(b"501 Not Implemented", body, [], "refused an unknown method (501)")
+        if method == b"CONNECT":
+            return self.connect_refusal()
+        if method == b"PRI":
+            tail = self.line_tail
+            if tail is None:
+                tail = self.find_line_tail(method)
+            if tail != b"HTTP/2.0":
+                cause = "refused a PRI that is not HTTP/2's preface (501)"
+                body = error_body("NotImplemented", PRI_DETAIL)
+                return Refused(b"501 Not Implemented", body, [], cause)
         return None
 
     def line_refused(self, method: bytes | None = None) -> Refused | None:
@@ -396,8 +560,8 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
         self.in_headers = False
         parser = self.parser
         method = parser.get_method()
-        if method == b"CONNECT":
-            raise self.connect_refusal()
+        if method in UNSERVED_METHODS:
+            raise self.method_refused() or self.connect_refusal()
         tail = self.line_tail
         if tail is None:
             tail = self.find_line_tail(method)
@@ -436,7 +600,12 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
             raise Refused(b"503 Service Unavailable", body, [(b"retry-after", b"1")], cause)
         self.body_began = self.last_data
         self.body_received = 0
+        self.body_open = True
         HttpToolsProtocol.on_headers_complete(self)
+
+    def on_message_complete(self) -> None:
+        self.body_open = False
+        HttpToolsProtocol.on_message_complete(self)
 
     def connect_refusal(self) -> Refused:
         """A CONNECT's refusal, whatever else its head holds (no Host, a malformed target):
@@ -507,9 +676,9 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
         """Answer a request refused by a callback (`RefusingParser`) or its head's bound, log its
         cause and close."""
         if self.in_headers:
-            # A refusal before the header block's end is its bounds' 431: the request line's
-            # comes first (a 101st header made it a 431).
-            refused = self.line_refused() or refused
+            # A refusal before the header block's end is its bounds' 431: the method's and the
+            # request line's come first (a 101st header made it a 431).
+            refused = self.head_refused() or refused
         self.refusals.note(self.logger, self.loop, refused.cause)
         if refused.dispatched:
             self.refuse_dispatched(refused)
@@ -536,19 +705,11 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
     def send_400_response(self, msg: str) -> None:
         # What the parser itself refused (uvicorn has logged it): its 400 in the shape. A
         # broken body is the request in hand's own; broken headers are a request's behind it.
-        # llhttp pauses on the h2c preface (`PRI * HTTP/2.0`): the line's 505 comes first. It
-        # refuses a PRI of any other version, a method it knows only in that preface. A
-        # CONNECT is its 501 unless `refuse` puts its line's refusal or the 431 first.
+        # The head's method and line are refused first (`head_refused`): llhttp refuses a
+        # method it does not take (a 501), a CONNECT's line or PRI's but in HTTP/2's preface
+        # (each a 501 too), and pauses on that preface (`PRI * HTTP/2.0`, the line's 505).
         if self.in_headers:
-            method = self.parser.get_method()
-            if method == b"CONNECT":
-                self.refuse(self.connect_refusal())
-                return
-            refused = self.line_refused(method)
-            if refused is None and method == b"PRI":
-                cause = "refused a PRI that is not HTTP/2's preface (501)"
-                body = error_body("NotImplemented", PRI_DETAIL)
-                refused = Refused(b"501 Not Implemented", body, [], cause)
+            refused = self.head_refused()
             if refused is not None:
                 self.refuse(refused)
                 return

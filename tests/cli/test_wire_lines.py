@@ -1,0 +1,365 @@
+"""`agmem serve`'s protocol (app/cli/wire.py) reads each request line where its message begins,
+and answers a method it does not serve 501 first: reads fed to `data_received` as they would
+come off the socket (each cut where a test needs it), the app a stand-in that answers 200; and a
+real server for what only a socket shows (an answer that never came)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+
+import pytest
+from uvicorn.config import Config
+from uvicorn.server import ServerState
+
+from app.cli.wire import JsonErrorsProtocol
+from tests.cli.test_serve_wire import IDLE_SECONDS, REFUSAL_WINDOW, _serving, exchange
+from tests.cli.test_wire_layers import _Transport
+
+
+class _Written(_Transport):
+    def __init__(self) -> None:
+        self.written = b""
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+
+async def _ok(scope: object, receive: object, send: object) -> None:
+    while (await receive()).get("more_body"):  # type: ignore[operator]
+        pass
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"2")]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})  # type: ignore[operator]
+    await send({"type": "http.response.body", "body": b"{}"})  # type: ignore[operator]
+
+
+def _fed(*reads: bytes) -> list[tuple[int, dict[str, str]]]:
+    """The answers (status, JSON body) to these reads, each fed as one read once the app has
+    answered what came before it."""
+
+    async def go() -> bytes:
+        config = Config(_ok, http=JsonErrorsProtocol, log_level="critical", access_log=False)
+        config.load()
+        protocol = JsonErrorsProtocol(config=config, server_state=ServerState(), app_state={})
+        transport = _Written()
+        protocol.connection_made(transport)
+        try:
+            for data in reads:
+                if transport.closed:
+                    break
+                protocol.data_received(data)
+                for _ in range(8):
+                    await asyncio.sleep(0)
+        finally:
+            protocol.connection_lost(None)
+        return transport.written
+
+    return _parsed(asyncio.run(go()))
+
+
+def _parsed(written: bytes) -> list[tuple[int, dict[str, str]]]:
+    answers = []
+    while written:
+        head, _, rest = written.partition(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        answers.append((int(head.split(b" ", 2)[1]), json.loads(rest[:length])))
+        written = rest[length:]
+    return answers
+
+
+def _statuses(*reads: bytes) -> list[int]:
+    return [status for status, _ in _fed(*reads)]
+
+
+HOST = b"\r\nHost: 127.0.0.1\r\n\r\n"
+NEXT = b"GET /health HTTP/1.1" + HOST
+RTSP = b"GET /health RTSP/1.0" + HOST
+# A body that holds, at a line's start, the next request's method and URL and then another
+# protocol's name, or HTTP/1.1 (a cut of 22 or 24 from its end, 29 or 31 from a chunked one's, is
+# a read that begins with the line or with the line's start before it).
+RTSP_BODY = b"x\r\nGET /health RTSP/1.0\r\n"
+HTTP_BODY = b"x\r\nGET /health HTTP/1.1\r\n"
+
+
+def _sized(body: bytes) -> bytes:
+    return b"POST /api/nope HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n" % len(body)
+
+
+def _chunked(*chunks: bytes) -> bytes:
+    head = b"POST /api/nope HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+    return head + b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks) + b"0\r\n\r\n"
+
+
+# Thirty chunks of a byte before the last: their sizes' lines are more bytes than that chunk.
+SMALL_CHUNKS = (b"x",) * 30
+
+
+@pytest.mark.parametrize("cut", [1, 3, 22, 24])
+def test_a_request_behind_a_sized_body_that_spans_reads_is_served(cut: int) -> None:
+    # rev-mends21: the line was looked for from the read's start, inside the body: the valid
+    # request behind it was refused 400 for the body's RTSP/1.0, and the connection closed.
+    first = _sized(RTSP_BODY) + RTSP_BODY
+
+    assert _statuses(first[: len(first) - cut], first[-cut:] + NEXT) == [200, 200]
+
+
+@pytest.mark.parametrize("cut", [1, 3, 22, 24])
+def test_a_line_of_another_protocol_behind_a_body_that_spans_reads_is_refused(cut: int) -> None:
+    # The other way round: the body's `GET /health HTTP/1.1` was read as the line of the RTSP
+    # request behind it, which was served as HTTP/1.0.
+    first = _sized(HTTP_BODY) + HTTP_BODY
+
+    answers = _fed(first[: len(first) - cut], first[-cut:] + RTSP)
+
+    assert [status for status, _ in answers] == [200, 400]
+    assert "RTSP/1.0" in answers[1][1]["detail"]
+
+
+@pytest.mark.parametrize("cut", [1, 8, 29, 31])
+def test_a_request_behind_a_chunked_body_that_spans_reads_is_served(cut: int) -> None:
+    first = _chunked(RTSP_BODY)
+
+    assert _statuses(first[: len(first) - cut], first[-cut:] + NEXT) == [200, 200]
+
+
+@pytest.mark.parametrize("cut", [1, 8, 29, 31])
+def test_a_line_of_another_protocol_behind_a_chunked_body_that_spans_reads_is_refused(
+    cut: int,
+) -> None:
+    first = _chunked(HTTP_BODY)
+
+    answers = _fed(first[: len(first) - cut], first[-cut:] + RTSP)
+
+    assert [status for status, _ in answers] == [200, 400]
+    assert "RTSP/1.0" in answers[1][1]["detail"]
+
+
+def test_a_chunked_body_in_the_same_read_is_no_request_line() -> None:
+    # Its chunks' sizes were not counted: the search began inside its body.
+    assert _statuses(_chunked(*SMALL_CHUNKS, RTSP_BODY) + NEXT) == [200, 200]
+
+
+def test_a_line_after_a_chunked_body_in_the_same_read_is_its_own() -> None:
+    answers = _fed(_chunked(*SMALL_CHUNKS, HTTP_BODY) + RTSP)
+
+    assert [status for status, _ in answers] == [200, 400]
+    assert "RTSP/1.0" in answers[1][1]["detail"]
+
+
+def test_requests_behind_bodies_in_every_cut_are_each_read_from_their_own_line() -> None:
+    # Three requests (a sized body, a chunked one, none) cut at every byte into two reads, each
+    # body holding a line of the request behind it, with the other version (and a blank line
+    # before the last, which llhttp skips).
+    second = b"x\r\nPOST /api/nope RTSP/1.0\r\n"
+    stream = _sized(second) + second + _chunked(*SMALL_CHUNKS, HTTP_BODY) + b"\r\n" + RTSP
+    for cut in range(1, len(stream)):
+        answers = _fed(stream[:cut], stream[cut:])
+        assert [status for status, _ in answers] == [200, 200, 400], cut
+
+
+@pytest.mark.parametrize("read", [65536, 4096])
+def test_a_line_of_another_protocol_with_a_long_run_of_spaces_is_refused(read: int) -> None:
+    # `GET` and 70,000 spaces: the head's read kept its last 64 KiB, without the method, and the
+    # line was never found: served as HTTP/1.0.
+    line = b"GET" + b" " * 70_000 + b"/health RTSP/1.0" + HOST
+    reads = [line[at : at + read] for at in range(0, len(line), read)]
+
+    answers = _fed(*reads)
+
+    assert [status for status, _ in answers] == [400]
+    assert "RTSP/1.0" in answers[0][1]["detail"]
+
+
+def test_spaces_after_the_url_over_many_reads_still_name_the_protocol() -> None:
+    line = b"GET /health" + b" " * 70_000 + b"RTSP/1.0" + HOST
+    reads = [line[at : at + 4096] for at in range(0, len(line), 4096)]
+
+    answers = _fed(*reads)
+
+    assert [status for status, _ in answers] == [400]
+    assert "RTSP/1.0" in answers[0][1]["detail"]
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"CONNECT 127.0.0.1:443 RTSP/1.0" + HOST,
+        b"CONNECT 127.0.0.1:443 HTTP/2.0" + HOST,
+        b"CONNECT 127.0.0.1:443 HTTP/1.1\r\n"
+        + b"".join(b"X-%d: 1\r\n" % n for n in range(120))
+        + b"\r\n",
+        b"CONNECT 127.0.0.1:443 HTTP/1.1\r\nX: " + b"y" * 70_000 + b"\r\n\r\n",
+    ],
+    ids=["another protocol", "HTTP/2.0", "120 headers", "a 70 KB header"],
+)
+def test_connect_is_its_501_before_its_line_or_headers_are_judged(head: bytes) -> None:
+    # It was the line's 400 (RTSP), its 505, or the headers' 431.
+    answers = _fed(head)
+
+    assert [status for status, _ in answers] == [501]
+    assert answers[0][1]["error"] == "NotImplemented"
+    assert "CONNECT" in answers[0][1]["detail"]
+
+
+def test_connect_is_answered_once_its_line_is_whole() -> None:
+    # Its headers need not come: nothing in them changes the answer.
+    answers = _fed(b"CONNECT 127.0.0.1:443 HTTP/1.1\r\nHost: 127.0.0.1:443\r\n")
+
+    assert [status for status, _ in answers] == [501]
+
+
+@pytest.mark.parametrize(
+    "reads",
+    [
+        (b"PRI * HTTP/1.1\r\n\r\n",),
+        (b"PRI * HTTP/1.1\r\n",),
+        (b"PRI * HTTP/1.1\r", b"\n\r\n"),
+        (b"PRI * RTSP/1.0\r\n\r\n",),
+    ],
+    ids=["an empty head", "the line alone", "split", "another protocol"],
+)
+def test_a_pri_that_is_not_the_http_2_preface_is_answered_at_once(reads: tuple[bytes, ...]) -> None:
+    # llhttp waits for the preface's `SM` after an empty line: the client waited for the idle
+    # timeout (a 408).
+    answers = _fed(*reads)
+
+    assert [status for status, _ in answers] == [501]
+    assert "PRI" in answers[0][1]["detail"]
+
+
+def test_the_http_2_preface_is_still_its_505() -> None:
+    answers = _fed(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+
+    assert [status for status, _ in answers] == [505]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"FOO / HTTP/1.1",
+        b"get /health HTTP/1.1",
+        b"GETX /health HTTP/1.1",
+        b"DESCRIBE /health HTTP/1.1",
+        b"FOO / RTSP/1.0",
+        b"DESCRIBE /health RTSP/1.0",
+        b"BREW /pot HTTP/2.0",
+    ],
+)
+def test_a_method_the_service_does_not_know_is_a_501_that_names_it(line: bytes) -> None:
+    # RFC 9110, 15.6.2: each was the generic 400 "not valid HTTP/1.1" (or the line's 400 or 505).
+    answers = _fed(line + HOST)
+
+    assert [status for status, _ in answers] == [501]
+    error = answers[0][1]
+    assert error["error"] == "NotImplemented"
+    assert line.split(b" ")[0].decode() in error["detail"]
+
+
+def test_an_unknown_method_split_across_reads_is_a_501() -> None:
+    # llhttp refuses it at its first byte: it is named as far as it came.
+    answers = _fed(b"FO", b"O / HTTP/1.1" + HOST)
+
+    assert [status for status, _ in answers] == [501]
+    assert "`FO`" in answers[0][1]["detail"]
+
+
+def test_an_unknown_method_pipelined_behind_a_body_is_a_501_after_its_answer() -> None:
+    first = _sized(RTSP_BODY) + RTSP_BODY
+
+    assert _statuses(first[:-5], first[-5:] + b"FOO / HTTP/1.1" + HOST) == [200, 501]
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",  # a TLS ClientHello's start
+        b"HTTP/1.1 200 OK" + HOST,
+        b"GET bad target HTTP/1.1" + HOST,
+        b"/health HTTP/1.1" + HOST,
+    ],
+    ids=["TLS", "a response", "a malformed target", "no method"],
+)
+def test_what_is_no_method_stays_the_parsers_400(head: bytes) -> None:
+    answers = _fed(head)
+
+    assert [status for status, _ in answers] == [400]
+    assert answers[0][1]["error"] == "BadRequest"
+
+
+# On a real server: what only a socket shows.
+
+
+@pytest.fixture(scope="module")
+def port(database_url: str) -> Iterator[int]:
+    with _serving(
+        database_url,
+        idle_seconds=IDLE_SECONDS,
+        trusted_proxies="127.0.0.1",
+        AGMEM_REFUSAL_LOG_SECONDS=str(REFUSAL_WINDOW),
+    ) as (port, _server):
+        yield port
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("serve_wire")
+def test_a_pri_with_an_empty_head_is_answered_before_the_idle_timeout(port: int) -> None:
+    started = time.monotonic()
+    answer = exchange(port, b"PRI * HTTP/1.1\r\n\r\n")
+
+    assert answer.startswith(b"HTTP/1.1 501 Not Implemented"), answer
+    assert time.monotonic() - started < IDLE_SECONDS
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("serve_wire")
+def test_an_unknown_method_on_the_wire_is_a_501_in_the_shape(port: int) -> None:
+    answer = exchange(port, b"FOO / HTTP/1.1" + HOST)
+
+    assert answer.startswith(b"HTTP/1.1 501 Not Implemented"), answer
+    assert json.loads(answer.partition(b"\r\n\r\n")[2])["error"] == "NotImplemented"
+
+
+def test_a_body_held_back_still_ends_where_its_length_says() -> None:
+    # The stall check restarted a held body's rate by zeroing its count, which is also where
+    # its end is counted from: the next request was looked for inside the body.
+    first = _sized(HTTP_BODY) + HTTP_BODY
+
+    async def go() -> bytes:
+        config = Config(_ok, http=JsonErrorsProtocol, log_level="critical", access_log=False)
+        config.load()
+        protocol = JsonErrorsProtocol(config=config, server_state=ServerState(), app_state={})
+        transport = _Written()
+        protocol.connection_made(transport)
+        try:
+            protocol.data_received(first[:-22])
+            protocol.flow.read_paused = True  # the service holds the client back
+            protocol.idle_timer.cancel()
+            protocol.idle_check()
+            protocol.flow.read_paused = False
+            protocol.data_received(first[-22:] + RTSP)
+            for _ in range(20):
+                await asyncio.sleep(0)
+        finally:
+            protocol.connection_lost(None)
+        return transport.written
+
+    answers = _parsed(asyncio.run(go()))
+
+    assert [status for status, _ in answers] == [200, 400]
+    assert "RTSP/1.0" in answers[1][1]["detail"]
