@@ -279,6 +279,20 @@ class BadJsonText(UnkeptJson):
     """A value written as its JSON text (`valueIsJsonText`) that is no JSON a write keeps."""
 
 
+def same_value(stored: Any, sent: Any) -> bool:
+    """Whether a value read back from Postgres (`loads_stored`: floats, or a `JsonText`) is the
+    value `sent` (as written: `Decimal`s of `loads` perhaps), number for number: `0.1` read as
+    a float is no `Decimal("0.1")` to `==`, and `1e-400` is read as its text. Only a value `==`
+    does not find equal pays for a second look (both sides parsed again with `loads`)."""
+    if stored == sent:
+        return True
+    exact = loads(stored) if isinstance(stored, JsonText) else loads(dumps(stored))
+    try:
+        return bool(exact == loads(dumps(sent)))
+    except (TypeError, ValueError):
+        return False
+
+
 def parse_written_text(text: Any, max_depth: int) -> Any:
     """The value a write sent as its exact JSON text (`valueIsJsonText: true`, as every read
     answers a `JsonText`), parsed with `loads`: numbers exact, `1e-400` kept (through pydantic
@@ -346,11 +360,12 @@ def check_numbers(value: Any) -> Any:
             if not math.isfinite(item):
                 raise NumberOutOfRange(PAST_A_DOUBLE)
         elif isinstance(item, Decimal):
-            _check_decimal(item)
+            check_decimal(item)
     return value
 
 
-def _check_decimal(number: Decimal) -> None:
+def check_decimal(number: Decimal) -> None:
+    """Raise NumberOutOfRange for a number `check_numbers` refuses (a `Decimal` of `loads`)."""
     if not number.is_finite():
         raise NumberOutOfRange(PAST_A_DOUBLE)
     sign, digits, exponent = number.as_tuple()
