@@ -293,11 +293,18 @@ def same_value(stored: Any, sent: Any) -> bool:
         return False
 
 
-def parse_written_text(text: Any, max_depth: int) -> Any:
+class TextTooDeep(ValueError):
+    """JSON text nested past Python's parser: a value too deep for any write, the fault a value
+    sent as itself has (not InvalidJSON: the body is JSON; see `parse_written_text`)."""
+
+
+def parse_written_text(text: Any) -> Any:
     """The value a write sent as its exact JSON text (`valueIsJsonText: true`, as every read
     answers a `JsonText`), parsed with `loads`: numbers exact, `1e-400` kept (through pydantic
-    it was 0.0). Raises BadJsonText for what is no string, no JSON or nested deeper than
-    `max_depth` (a write's limit), saying which."""
+    it was 0.0). Raises BadJsonText for what is no string or no JSON, saying which, and
+    TextTooDeep for text nested past the parser. How deep a write's value may nest is the
+    write's check, the same for a value sent as itself: one fault, one answer (a value of 900
+    levels was 422 ValidationFailed sent as itself, 400 InvalidJSON as its text)."""
     if not isinstance(text, str):
         raise BadJsonText(
             "valueIsJsonText says value is its JSON text, so value must be a string, not "
@@ -306,7 +313,7 @@ def parse_written_text(text: Any, max_depth: int) -> Any:
     try:
         value = loads(text)
     except RecursionError:
-        raise BadJsonText("value (JSON text) is nested too deeply") from None
+        raise TextTooDeep("value (JSON text) is nested past the parser") from None
     except ValueError as error:
         reason = (
             f"has an integer of more than {sys.get_int_max_str_digits()} digits"
@@ -314,26 +321,7 @@ def parse_written_text(text: Any, max_depth: int) -> Any:
             else f"is not JSON: {error}"
         )
         raise BadJsonText(f"value (JSON text) {reason}") from None
-    if _depth(value) > max_depth:
-        raise BadJsonText(
-            f"value (JSON text) is nested too deeply: more than {max_depth} levels of arrays "
-            "and objects"
-        )
     return value
-
-
-def _depth(value: Any) -> int:
-    """How deep arrays and objects nest in `value`, without recursion."""
-    deepest = 0
-    stack = [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        if isinstance(item, dict | list):
-            deepest = max(deepest, level)
-            stack.extend(
-                (child, level + 1) for child in (item.values() if isinstance(item, dict) else item)
-            )
-    return deepest
 
 
 # Past a double, every reader of the value (HTTP, MCP, `agmem memory get`) gave back null or

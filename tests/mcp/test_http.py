@@ -521,7 +521,11 @@ def test_a_value_read_as_its_text_and_written_back_keeps_its_type(
                 {"key": "deep", "value": deep, "value_is_json_text": True, "scope": "global"},
             )
             assert refused.is_error
-            assert "InvalidJSON: value (JSON text) is nested too deeply" in refused.content[0].text
+            # As a PUT answers it (tests/memories/test_unreadable_values.py).
+            assert refused.content[0].text == (
+                "Error executing tool write_memory: ValidationFailed: value: nested deeper than "
+                "64 levels of arrays and objects"
+            ), refused.content[0].text
 
     asyncio.run(main())
     stored = db.execute("SELECT value::text, tags FROM memories WHERE key = 'tiny'").fetchone()
