@@ -85,6 +85,21 @@ class JsonText(str):
     __slots__ = ()
 
 
+def flag_json_text(answer: dict[str, Any], *fields: str, long_ints: bool = False) -> dict[str, Any]:
+    """`answer` (changed in place), with `<field>IsJsonText: true` beside each of its `fields`
+    given as its exact JSON text (a `JsonText`): a client could not tell it from a string value
+    otherwise. With `long_ints`, for an answer Python's `json` writes (MCP's SDK), a field
+    holding an integer too long for it (`has_long_int`) is given as its text too, so flagged.
+    The one maker of these flags: capture's answers, memories and their versions, MCP's tools."""
+    for name in fields:
+        value = answer[name]
+        if long_ints and not isinstance(value, JsonText) and has_long_int(value):
+            value = answer[name] = JsonText(dumps(value, ensure_ascii=False, separators=(",", ":")))
+        if isinstance(value, JsonText):
+            answer[f"{name}IsJsonText"] = True
+    return answer
+
+
 # What an internal reader (the worker's extract, its prompt, a summary) keeps of a `JsonText`.
 OPAQUE_TEXT_MAX = 1000
 

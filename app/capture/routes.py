@@ -47,18 +47,8 @@ def iso(value: datetime | None) -> str | None:
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def _flag_json_text(answer: dict[str, Any], *fields: str) -> dict[str, Any]:
-    """`answer`, with `<field>IsJsonText: true` beside each of `fields` given as its exact JSON
-    text (`exactjson.JsonText`: nested past Python's parser, or holding a number no double
-    holds), as memories flag `valueIsJsonText`; a plain string could not be told from it."""
-    for name in fields:
-        if isinstance(answer[name], exactjson.JsonText):
-            answer[f"{name}IsJsonText"] = True
-    return answer
-
-
 def session_json(row: SessionRow) -> dict[str, Any]:
-    return _flag_json_text(_session_json(row), "metadata")
+    return exactjson.flag_json_text(_session_json(row), "metadata")
 
 
 def _session_json(row: SessionRow) -> dict[str, Any]:
@@ -79,7 +69,7 @@ def _session_json(row: SessionRow) -> dict[str, Any]:
 
 
 def observation_json(row: ObservationRow) -> dict[str, Any]:
-    return _flag_json_text(_observation_json(row), "functionArgs", "result", "entities")
+    return exactjson.flag_json_text(_observation_json(row), "functionArgs", "result", "entities")
 
 
 def _observation_json(row: ObservationRow) -> dict[str, Any]:

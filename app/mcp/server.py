@@ -495,12 +495,7 @@ def _answerable(memory: dict[str, Any]) -> dict[str, Any]:
     (stored by SQL or an older build) given as its exact JSON text, `valueIsJsonText` saying so.
     The SDK writes answers with `json`, which refuses such an integer: the tool answered only
     Python's message, and one such memory broke every listing holding it."""
-    if exactjson.has_long_int(memory["value"]):
-        memory["value"] = exactjson.dumps(
-            memory["value"], ensure_ascii=False, separators=(",", ":")
-        )
-        memory["valueIsJsonText"] = True
-    return memory
+    return exactjson.flag_json_text(memory, "value", long_ints=True)
 
 
 class McpEndpoint:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, StrictBool, field_validator, model_validator
 
@@ -186,11 +186,11 @@ class _ValueAsRead(CamelModel):
         value: Any
         value_is_json_text: bool | None
 
-    @model_validator(mode="after")
-    def _flag_json_text(self) -> Self:
-        if isinstance(self.value, exactjson.JsonText):
-            self.value_is_json_text = True
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _flag_json_text(cls, data: Any) -> Any:
+        # `valueIsJsonText` by the one helper that makes such flags (capture's and MCP's too).
+        return exactjson.flag_json_text(dict(data), "value") if isinstance(data, dict) else data
 
 
 class Memory(_ValueAsRead):
