@@ -85,6 +85,21 @@ class JsonText(str):
     __slots__ = ()
 
 
+def flag_json_text(answer: dict[str, Any], *fields: str, long_ints: bool = False) -> dict[str, Any]:
+    """`answer` (changed in place), with `<field>IsJsonText: true` beside each of its `fields`
+    given as its exact JSON text (a `JsonText`): a client could not tell it from a string value
+    otherwise. With `long_ints`, for an answer Python's `json` writes (MCP's SDK), a field
+    holding an integer too long for it (`has_long_int`) is given as its text too, so flagged.
+    The one maker of these flags: capture's answers, memories and their versions, MCP's tools."""
+    for name in fields:
+        value = answer[name]
+        if long_ints and not isinstance(value, JsonText) and has_long_int(value):
+            value = answer[name] = JsonText(dumps(value, ensure_ascii=False, separators=(",", ":")))
+        if isinstance(value, JsonText):
+            answer[f"{name}IsJsonText"] = True
+    return answer
+
+
 # What an internal reader (the worker's extract, its prompt, a summary) keeps of a `JsonText`.
 OPAQUE_TEXT_MAX = 1000
 
@@ -279,11 +294,32 @@ class BadJsonText(UnkeptJson):
     """A value written as its JSON text (`valueIsJsonText`) that is no JSON a write keeps."""
 
 
-def parse_written_text(text: Any, max_depth: int) -> Any:
+def same_value(stored: Any, sent: Any) -> bool:
+    """Whether a value read back from Postgres (`loads_stored`: floats, or a `JsonText`) is the
+    value `sent` (as written: `Decimal`s of `loads` perhaps), number for number: `0.1` read as
+    a float is no `Decimal("0.1")` to `==`, and `1e-400` is read as its text. Only a value `==`
+    does not find equal pays for a second look (both sides parsed again with `loads`)."""
+    if stored == sent:
+        return True
+    exact = loads(stored) if isinstance(stored, JsonText) else loads(dumps(stored))
+    try:
+        return bool(exact == loads(dumps(sent)))
+    except (TypeError, ValueError):
+        return False
+
+
+class TextTooDeep(ValueError):
+    """JSON text nested past Python's parser: a value too deep for any write, the fault a value
+    sent as itself has (not InvalidJSON: the body is JSON; see `parse_written_text`)."""
+
+
+def parse_written_text(text: Any) -> Any:
     """The value a write sent as its exact JSON text (`valueIsJsonText: true`, as every read
     answers a `JsonText`), parsed with `loads`: numbers exact, `1e-400` kept (through pydantic
-    it was 0.0). Raises BadJsonText for what is no string, no JSON or nested deeper than
-    `max_depth` (a write's limit), saying which."""
+    it was 0.0). Raises BadJsonText for what is no string or no JSON, saying which, and
+    TextTooDeep for text nested past the parser. How deep a write's value may nest is the
+    write's check, the same for a value sent as itself: one fault, one answer (a value of 900
+    levels was 422 ValidationFailed sent as itself, 400 InvalidJSON as its text)."""
     if not isinstance(text, str):
         raise BadJsonText(
             "valueIsJsonText says value is its JSON text, so value must be a string, not "
@@ -292,7 +328,7 @@ def parse_written_text(text: Any, max_depth: int) -> Any:
     try:
         value = loads(text)
     except RecursionError:
-        raise BadJsonText("value (JSON text) is nested too deeply") from None
+        raise TextTooDeep("value (JSON text) is nested past the parser") from None
     except ValueError as error:
         reason = (
             f"has an integer of more than {sys.get_int_max_str_digits()} digits"
@@ -300,26 +336,7 @@ def parse_written_text(text: Any, max_depth: int) -> Any:
             else f"is not JSON: {error}"
         )
         raise BadJsonText(f"value (JSON text) {reason}") from None
-    if _depth(value) > max_depth:
-        raise BadJsonText(
-            f"value (JSON text) is nested too deeply: more than {max_depth} levels of arrays "
-            "and objects"
-        )
     return value
-
-
-def _depth(value: Any) -> int:
-    """How deep arrays and objects nest in `value`, without recursion."""
-    deepest = 0
-    stack = [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        if isinstance(item, dict | list):
-            deepest = max(deepest, level)
-            stack.extend(
-                (child, level + 1) for child in (item.values() if isinstance(item, dict) else item)
-            )
-    return deepest
 
 
 # Past a double, every reader of the value (HTTP, MCP, `agmem memory get`) gave back null or
@@ -346,11 +363,12 @@ def check_numbers(value: Any) -> Any:
             if not math.isfinite(item):
                 raise NumberOutOfRange(PAST_A_DOUBLE)
         elif isinstance(item, Decimal):
-            _check_decimal(item)
+            check_decimal(item)
     return value
 
 
-def _check_decimal(number: Decimal) -> None:
+def check_decimal(number: Decimal) -> None:
+    """Raise NumberOutOfRange for a number `check_numbers` refuses (a `Decimal` of `loads`)."""
     if not number.is_finite():
         raise NumberOutOfRange(PAST_A_DOUBLE)
     sign, digits, exponent = number.as_tuple()

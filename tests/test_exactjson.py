@@ -97,6 +97,28 @@ def test_loads_stored_gives_what_it_cannot_read_as_it_is_as_its_text() -> None:
     assert not isinstance(exactjson.loads_stored('"[1]"'), exactjson.JsonText)
 
 
+def test_loads_stored_finds_a_number_no_double_holds_among_plain_floats() -> None:
+    # One such number among thousands of plain floats, in Postgres's spelling (no exponent) or
+    # another writer's: a guard for any faster path that skips the check for texts without one.
+    plain = ", ".join(f"{i}.25" for i in range(2000))
+    for odd in (
+        "0." + "0" * 400 + "1",
+        "-0." + "0" * 330 + "7",
+        "9" * 309 + ".5",
+        "1e400",
+        "-2.5E-400",
+    ):
+        text = f"[{plain}, {odd}, 1.5]"
+        read = exactjson.loads_stored(text.encode())
+        assert isinstance(read, exactjson.JsonText), odd
+        assert read == text
+    # Near misses are doubles, read as such.
+    for near in ("0." + "0" * 300 + "1", "9" * 308 + ".5", '"a1e5"', '"' + "7" * 400 + '"'):
+        read = exactjson.loads_stored(f"[{plain}, {near}]")
+        assert read == json.loads(f"[{plain}, {near}]"), near
+        assert not isinstance(read, exactjson.JsonText)
+
+
 def test_has_long_int_is_what_pythons_int_to_string_limit_refuses() -> None:
     limit = sys.get_int_max_str_digits()
     assert limit == 4300  # the default the service runs with

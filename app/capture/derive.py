@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -10,6 +9,7 @@ from typing import Any, Literal
 
 import orjson
 
+from app import exactjson
 from app.privacy import Scanned, cap_text, sanitize_json, sanitize_string
 from app.textscan import LiteralScanner
 from app.tokens import estimate_from_counts, wide_in_utf8
@@ -206,9 +206,10 @@ def dumps_bytes(value: Any) -> bytes:
         # orjson encodes a 20 KB payload about 8x faster than the json module (capture profile).
         return orjson.dumps(value)
     except TypeError:
-        # What orjson refuses and json accepts: integers beyond 64 bits, nesting past 255 levels.
+        # What orjson refuses and json accepts: integers beyond 64 bits, nesting past 255 levels;
+        # and the `Decimal`s of a number read exactly, which `exactjson` writes as they came.
         # (NaN and Infinity, which are not JSON, orjson writes as null.)
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+        return exactjson.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def dumps(value: Any) -> str:

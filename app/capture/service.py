@@ -18,6 +18,7 @@ import structlog
 from sqlalchemy import Row, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from app import exactjson
 from app.capture import queries
 from app.capture.db import GroupWriter
 from app.capture.derive import (
@@ -254,11 +255,12 @@ async def start_session(
         return SessionRef(row.id, row.project_path, row.status, row.created_at), True
 
     existing = (await session.execute(queries.SELECT_SESSION_FOR_COMPARE, {"id": session_id})).one()
+    stored_metadata = metadata.value if metadata is not None else None
     same = (
         existing.project_path == project_path
         and existing.user_prompt == user_prompt
         and existing.created_by == created_by
-        and existing.metadata == (metadata.value if metadata is not None else None)
+        and exactjson.same_value(existing.metadata, stored_metadata)
     )
     if not same:
         raise SessionIdConflict(
@@ -375,7 +377,7 @@ async def record_observation(
     if (
         existing.session_id != session_id
         or existing.function_name != function_name
-        or existing.function_args != args.value
+        or not exactjson.same_value(existing.function_args, args.value)
     ):
         raise ObservationIdConflict(
             f"observation {observation_id!r} already exists with a different body; "
@@ -492,7 +494,7 @@ async def _repeated_result(
         return None
     if existing.session_id != session_id:
         raise ObservationIdConflict(f"observation {observation_id!r} belongs to another session")
-    if existing.status != "pending" and existing.result != result.value:
+    if existing.status != "pending" and not exactjson.same_value(existing.result, result.value):
         raise ObservationIdConflict(
             f"observation {observation_id!r} already has a different result"
         )

@@ -48,7 +48,7 @@ from app.errors import AppError
 from app.llm.embeddings import get_embedder
 from app.mcp import descriptions as text
 from app.mcp.stdio import FRAMING_SLACK_BYTES, Calls, client_lines
-from app.mcp.wire import surrogates_cleaned
+from app.mcp.wire import MESSAGE_TEXT, exact_arguments, surrogates_cleaned
 from app.memories import reads, resume, service
 from app.memories.patterns import is_pattern
 from app.memories.schemas import MemoryWrite, ResumeRequest, check_key, tag_filter
@@ -69,7 +69,8 @@ StateProvider = Callable[[], AppState]
 
 # The arguments the call being served sent, as sent: the SDK gives an argument sent as null and
 # one left out alike, as None, and parses a string argument that is JSON for one not typed str
-# (so value's JSON text reached write_memory as the list it spells, its numbers floats).
+# (so value's JSON text reached write_memory as the list it spells, its numbers floats). Those
+# holding a non-integer number are read again from the message's text (`sent_arguments`).
 _SENT: ContextVar[Mapping[str, Any]] = ContextVar("sent_arguments", default=MappingProxyType({}))
 
 # A tool's answer lands in the model's context window: larger blocks than this would crowd it.
@@ -149,7 +150,7 @@ class MemoryServer(MCPServer):
             raise ToolError(f"Error executing tool {name}: ValidationFailed: {problem}")
         if self.argument_bytes is not None:
             check_argument_size(name, arguments, self.argument_bytes())
-        sent = _SENT.set(MappingProxyType(dict(arguments)))
+        sent = _SENT.set(MappingProxyType(sent_arguments(name, arguments, context)))
         try:
             result = await cancelled_once(super().call_tool(name, arguments, context))
             check_answer_size(name, arguments, result)
@@ -186,6 +187,19 @@ class MemoryServer(MCPServer):
                 server = self._lowlevel_server
                 options = server.create_initialization_options()
                 await server.run(calls.requests(read), calls.answers(write), options)
+
+
+def sent_arguments(
+    name: str, arguments: dict[str, Any], context: Context[Any, Any] | None
+) -> dict[str, Any]:
+    """`arguments`, or, when they hold a float, the same call's arguments read again from the
+    message's text with `exactjson` (the SDK's floats stored `1e-400` as 0.0 and `1.50` as 1.5,
+    where a PUT keeps them). Only a call that holds a float pays for the second parse."""
+    if context is None or not exactjson.has_float(arguments):
+        return dict(arguments)
+    request_id = context.request_context.request_id
+    exact = exact_arguments(MESSAGE_TEXT.get(), request_id, name)
+    return exact if exact is not None else dict(arguments)
 
 
 T = TypeVar("T")
@@ -296,10 +310,12 @@ def build_server(state: StateProvider, *, default_project: str | None = None) ->
         value_is_json_text: bool | None = None,
     ) -> dict[str, Any]:
         with tool_errors():
-            fields: dict[str, Any] = {"value": value, "scope": scope}
+            # As sent: with the flag its text, which MemoryWrite parses exactly; without it,
+            # numbers as written (`sent_arguments`). 1e-400 is no 0.0 either way.
+            sent_value = _SENT.get().get("value", value)
+            exact = value_is_json_text or exactjson.has_float(value)
+            fields: dict[str, Any] = {"value": sent_value if exact else value, "scope": scope}
             if value_is_json_text is not None:
-                # The text as sent, which MemoryWrite parses exactly (1e-400 is no 0.0).
-                fields["value"] = _SENT.get().get("value", value) if value_is_json_text else value
                 fields["value_is_json_text"] = value_is_json_text
             optional = {
                 "project_path": project(project_path),
@@ -479,12 +495,7 @@ def _answerable(memory: dict[str, Any]) -> dict[str, Any]:
     (stored by SQL or an older build) given as its exact JSON text, `valueIsJsonText` saying so.
     The SDK writes answers with `json`, which refuses such an integer: the tool answered only
     Python's message, and one such memory broke every listing holding it."""
-    if exactjson.has_long_int(memory["value"]):
-        memory["value"] = exactjson.dumps(
-            memory["value"], ensure_ascii=False, separators=(",", ":")
-        )
-        memory["valueIsJsonText"] = True
-    return memory
+    return exactjson.flag_json_text(memory, "value", long_ints=True)
 
 
 class McpEndpoint:
@@ -538,6 +549,8 @@ async def _surrogates_cleaned(receive: Receive) -> Receive:
         if not message.get("more_body", False):
             break
     body = surrogates_cleaned(b"".join(chunks))
+    # Read by the SDK in this context, which its dispatcher runs the call in.
+    MESSAGE_TEXT.set(body)
     return _replaying({"type": "http.request", "body": body, "more_body": False}, receive)
 
 

@@ -44,7 +44,7 @@ from mcp.types import (
 )
 
 from app.entry import end_at_once, end_by_deadline, signalled
-from app.mcp.wire import surrogates_cleaned
+from app.mcp.wire import MESSAGE_TEXT, surrogates_cleaned
 
 # How long the calls read before the end of the input may take to be answered; then the SDK
 # cancels what is left ("Connection closed"). After SIGTERM, shorter: the SDK's own client
@@ -291,6 +291,8 @@ async def client_lines(calls: Calls, limit: int) -> AsyncIterator[AsyncIterator[
                 await calls.refuse(line, limit)
                 continue
             calls.handed += 1
+            # In the SDK's reader's context, which each call it sends is run in.
+            MESSAGE_TEXT.set(line)
             yield line
         calls.answer_within(ANSWER_AT_END_SECONDS)
         await calls.all_answered()

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import re
+from contextvars import ContextVar
+from typing import Any
 
+from app import exactjson
 from app.privacy import lone_surrogates_replaced_everywhere
+
+# The message being served as its transport read it (after `surrogates_cleaned`): set by the
+# transport's reader, it reaches the tool through the context the SDK runs each call in (the
+# sender's). The SDK makes floats of a call's numbers; the tool reads them again from this.
+MESSAGE_TEXT: ContextVar[bytes | str | None] = ContextVar("mcp_message_text", default=None)
 
 # A JSON escape of a UTF-16 surrogate, which only a message holding one (lone or in a pair) has.
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
@@ -19,10 +26,36 @@ def surrogates_cleaned(message: bytes) -> bytes:
     if not _SURROGATE_ESCAPE.search(message):
         return message
     try:
-        value = json.loads(message)
+        # Numbers kept as written (`json` made 0.0 of `1e-400` in such a message).
+        value = exactjson.loads(message)
         # Nested deeper than the cleaning's recursion reaches (json.loads takes ~950 levels):
         # the RecursionError ended the stdio reader (no later call answered, end of input
         # ignored) and was a 500 over /mcp.
-        return json.dumps(lone_surrogates_replaced_everywhere(value), ensure_ascii=False).encode()
+        cleaned = lone_surrogates_replaced_everywhere(value)
+        return exactjson.dumps(cleaned, ensure_ascii=False).encode()
     except (ValueError, RecursionError):
         return message
+
+
+def exact_arguments(text: bytes | str | None, request_id: Any, tool: str) -> dict[str, Any] | None:
+    """The arguments of the `tools/call` of `tool` with id `request_id` in the JSON-RPC message
+    `text`, read with `exactjson` (`1e-400` and `1.50` as written), or None when `text` holds
+    no such call (or is not JSON `exactjson` reads)."""
+    if text is None:
+        return None
+    try:
+        message = exactjson.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    for item in message if isinstance(message, list) else [message]:
+        if not isinstance(item, dict) or item.get("method") != "tools/call":
+            continue
+        found = item.get("id")
+        # 1 and "1" are two ids (JSON-RPC), and True is no 1.
+        if type(found) is not type(request_id) or found != request_id:
+            continue
+        params = item.get("params")
+        if isinstance(params, dict) and params.get("name") == tool:
+            arguments = params.get("arguments")
+            return arguments if isinstance(arguments, dict) else None
+    return None

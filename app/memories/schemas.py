@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, StrictBool, field_validator, model_validator
 
@@ -12,13 +12,22 @@ from app import exactjson
 from app.api.bodies import CamelModel, StrictBody
 from app.api.limits import KEY_MAX_BYTES, TAG_MAX_CHARS, StoredProjectPath, utf8_size
 from app.api.numbers import BodyInt
-from app.privacy import DEFAULT_MAX_DEPTH, clean_text, sanitize_json, sanitize_text
+from app.privacy import (
+    DEFAULT_MAX_DEPTH,
+    NestingTooDeep,
+    clean_text,
+    sanitize_json,
+    sanitize_text,
+)
 from app.projects import canonical_project
 
 Scope = Literal["global", "project", "session", "shared"]
 SCOPES: tuple[Scope, ...] = ("global", "project", "session", "shared")
 
 MAX_KEY_LENGTH = 500
+TOO_DEEP = f"nested deeper than {DEFAULT_MAX_DEPTH} levels of arrays and objects"
+# A value sent as JSON text nested past the parser: deeper than any write takes.
+_PAST_THE_PARSER = object()
 MAX_TAGS = 50
 MAX_TTL_SECONDS = 10 * 365 * 24 * 3600
 
@@ -114,7 +123,10 @@ class MemoryWrite(StrictBody):
         flag = next((name for name in cls.JSON_TEXT_FLAG if name in data), None)
         if flag is None or data[flag] is not True or "value" not in data:
             return data
-        parsed = exactjson.parse_written_text(data["value"], DEFAULT_MAX_DEPTH)
+        try:
+            parsed = exactjson.parse_written_text(data["value"])
+        except exactjson.TextTooDeep:
+            parsed = _PAST_THE_PARSER  # refused by `_sanitize_value`, as a value sent too deep
         return {**data, "value": parsed}
 
     JSON_TEXT_FLAG: ClassVar[tuple[str, str]] = ("valueIsJsonText", "value_is_json_text")
@@ -134,7 +146,12 @@ class MemoryWrite(StrictBody):
     @classmethod
     def _sanitize_value(cls, value: Any) -> Any:
         # Memories are searched and injected into prompts: privacy rules apply as to captures.
-        return exactjson.check_numbers(sanitize_json(value))
+        try:
+            if value is _PAST_THE_PARSER:
+                raise NestingTooDeep(TOO_DEEP)
+            return exactjson.check_numbers(sanitize_json(value))
+        except NestingTooDeep:
+            raise ValueError(TOO_DEEP) from None
 
     @field_validator("project_path", "session_id")
     @classmethod
@@ -169,11 +186,11 @@ class _ValueAsRead(CamelModel):
         value: Any
         value_is_json_text: bool | None
 
-    @model_validator(mode="after")
-    def _flag_json_text(self) -> Self:
-        if isinstance(self.value, exactjson.JsonText):
-            self.value_is_json_text = True
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _flag_json_text(cls, data: Any) -> Any:
+        # `valueIsJsonText` by the one helper that makes such flags (capture's and MCP's too).
+        return exactjson.flag_json_text(dict(data), "value") if isinstance(data, dict) else data
 
 
 class Memory(_ValueAsRead):

@@ -358,3 +358,67 @@ def test_a_number_past_a_double_is_a_400_not_a_silent_null(
     assert answer["error"] == "InvalidJSON"
     assert answer["detail"].startswith(f"{field}: a number is"), answer
     assert count(db, "observations") == 0
+
+
+def _post(client: TestClient, path: str, raw: str) -> Any:
+    return client.post(path, content=raw.encode(), headers={"content-type": "application/json"})
+
+
+def test_numbers_are_stored_as_sent_in_every_json_field(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    # pydantic's and FastAPI's parsers made floats of them: `1e-400` was stored as 0.0 and
+    # `1.50` as 1.5, where a memory's PUT keeps them.
+    tiny = "0." + "0" * 399 + "1"
+    started = _post(
+        client,
+        "/api/session/start",
+        '{"id": "s1", "projectPath": "/home/dev/shop", "metadata": {"v": [1e-400, 1.50]}}',
+    )
+    assert started.status_code == 201, started.text
+    call = (
+        '{"sessionId": "s1", "id": "o1", "functionName": "f", '
+        '"functionArgs": {"n": [1e-400, 1.50, 0.1]}}'
+    )
+    assert _post(client, "/api/observe", call).status_code == 201
+    # A retry of the same call is the same call (its stored numbers read back as they are).
+    retried = _post(client, "/api/observe", call)
+    assert retried.status_code == 200, retried.text
+    result = (
+        '{"sessionId": "s1", "observationId": "o1", "functionName": "f", "result": [2.50, 1e-400]}'
+    )
+    assert _post(client, "/api/observe/result", result).status_code == 200
+    # One sent as snake_case too, and one with a lone surrogate (the parse's slow path).
+    other = (
+        '{"session_id": "s1", "id": "o2", "function_name": "f\\ud800", '
+        '"function_args": {"n": 1.50}}'
+    )
+    assert _post(client, "/api/observe", other).status_code == 201
+    rows = db.execute(
+        "SELECT id, function_args::text, result::text FROM observations ORDER BY id"
+    ).fetchall()
+    assert rows == [
+        ("o1", f'{{"n": [{tiny}, 1.50, 0.1]}}', f"[2.50, {tiny}]"),
+        ("o2", '{"n": 1.50}', None),
+    ]
+    metadata = db.execute("SELECT metadata::text FROM sessions WHERE id = 's1'").fetchone()
+    assert metadata == (f'{{"v": [{tiny}, 1.50]}}',)
+
+
+@pytest.mark.parametrize(
+    ("path", "field", "value"),
+    [
+        ("/api/observe", "functionArgs", '{"a": 1e-999999}'),
+        ("/api/observe/result", "result", "[0.5, 1e-20000]"),
+    ],
+)
+def test_a_number_the_database_cannot_keep_is_a_400_not_a_silent_zero(
+    client: TestClient, db: psycopg.Connection[Any], path: str, field: str, value: str
+) -> None:
+    session_id = make_session(client)
+    raw = f'{{"sessionId": "{session_id}", "functionName": "f", "{field}": {value}}}'
+    response = _post(client, path, raw)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"] == "InvalidJSON"
+    assert response.json()["detail"].startswith(f"{field}: a number is written with"), response.text
+    assert count(db, "observations") == 0

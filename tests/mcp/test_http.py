@@ -521,9 +521,64 @@ def test_a_value_read_as_its_text_and_written_back_keeps_its_type(
                 {"key": "deep", "value": deep, "value_is_json_text": True, "scope": "global"},
             )
             assert refused.is_error
-            assert "InvalidJSON: value (JSON text) is nested too deeply" in refused.content[0].text
+            # As a PUT answers it (tests/memories/test_unreadable_values.py).
+            assert refused.content[0].text == (
+                "Error executing tool write_memory: ValidationFailed: value: nested deeper than "
+                "64 levels of arrays and objects"
+            ), refused.content[0].text
 
     asyncio.run(main())
     stored = db.execute("SELECT value::text, tags FROM memories WHERE key = 'tiny'").fetchone()
     assert stored == (f"[{tiny}, 1.50]", ["changed"])
     assert db.execute("SELECT count(*) FROM memories WHERE key = 'deep'").fetchone() == (0,)
+
+
+def _call(live_server: LiveServer, arguments: str, request_id: str = "1") -> dict[str, Any]:
+    """The result of a `write_memory` call whose arguments are the JSON text `arguments`, sent
+    as it is (a client's JSON, not Python's)."""
+    body = (
+        f'{{"jsonrpc": "2.0", "id": {request_id}, "method": "tools/call", "params": {{"name": '
+        f'"write_memory", "arguments": {arguments}}}}}'
+    )
+    response = httpx.post(
+        f"{live_server.url}/mcp",
+        content=body.encode(),
+        headers={
+            "Accept": "application/json, text/event-stream",
+            "content-type": "application/json",
+        },
+    )
+    assert response.status_code == 200, response.text
+    result: dict[str, Any] = response.json()["result"]
+    return result
+
+
+def test_write_memory_keeps_the_numbers_as_sent_without_the_flag(
+    live_server: LiveServer, db: psycopg.Connection[Any]
+) -> None:
+    # The SDK parses the arguments into floats before the tool runs: `1e-400` was stored as 0.0
+    # and `1.50` as 1.5, where a PUT of the same value keeps them.
+    tiny = "0." + "0" * 399 + "1"
+    # A message with a lone surrogate is cleaned first (app/mcp/wire.py), its numbers kept too.
+    for key, value, request_id in (
+        ("a", '{"n": [1e-400, 1.50, 0.1, 7]}', "1"),
+        ("b", "2.50", '"x"'),
+        ("c", '{"s": "a\\ud800", "n": 1.50}', "3"),
+    ):
+        arguments = f'{{"key": "{key}", "value": {value}, "scope": "global"}}'
+        result = _call(live_server, arguments, request_id)
+        assert not result.get("isError"), result
+    stored = dict(db.execute("SELECT key, value::text FROM memories ORDER BY key").fetchall())
+    assert stored == {
+        "a": f'{{"n": [{tiny}, 1.50, 0.1, 7]}}',
+        "b": "2.50",
+        "c": '{"n": 1.50, "s": "a\ufffd"}',
+    }
+    # One the database cannot keep is refused as a PUT refuses it, not stored as 0.0.
+    refused = _call(live_server, '{"key": "d", "value": [1e-999999], "scope": "global"}')
+    assert refused["isError"], refused
+    assert refused["content"][0]["text"].startswith(
+        "Error executing tool write_memory: InvalidJSON: value: a number is written with 999999 "
+        "digits after the point"
+    ), refused
+    assert db.execute("SELECT count(*) FROM memories WHERE key = 'd'").fetchone() == (0,)

@@ -760,3 +760,25 @@ def test_a_signal_as_the_old_handlers_come_back_leaves_no_wakeup_fd_at_a_closed_
         monkeypatch.undo()
         for signum, handler in before.items():
             signal.signal(signum, handler)
+
+
+def test_write_memory_keeps_the_numbers_as_sent_over_stdio(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # As over /mcp (tests/mcp/test_http.py): the SDK's floats stored `1e-400` as 0.0 and `1.50`
+    # as 1.5.
+    server = launched(tmp_path / "home", tmp_path, DATABASE_URL=database_url)
+    line = (
+        '{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "write_memory",'
+        ' "arguments": {"key": "k", "value": [1e-400, 1.50, {"x": 0.1}], "scope": "global"}}}'
+    )
+    try:
+        answered = answer(server, line)
+    finally:
+        server.terminate()
+        stopped(server)
+
+    assert answered is not None, "no answer"
+    assert not answered["result"].get("isError"), answered
+    stored = db.execute("SELECT value::text FROM memories WHERE key = 'k'").fetchone()
+    assert stored == ("[0." + "0" * 399 + '1, 1.50, {"x": 0.1}]',)

@@ -166,16 +166,18 @@ def test_a_value_written_as_text_no_write_keeps_is_refused_and_nothing_stored(
     _store(db, "deep", DEEP)
     _store(db, "huge", "[" + HUGE + "]")
     before = {key: _stored_text(db, key) for key in ("deep", "huge")}
-    for key, words in (("deep", "nested too deeply"), ("huge", "past a double")):
+    # Too deep is the fault a value sent as itself has (`TOO_DEEP`); a number it cannot keep
+    # is InvalidJSON on every surface.
+    deep = client.put(url("deep"), json=_read_back(client, "deep"))
+    assert (deep.status_code, deep.json()) == (422, TOO_DEEP), deep.text
+    for key, words in (("huge", "past a double"),):
         refused = client.put(url(key), json=_read_back(client, key))
         assert refused.status_code == 400, refused.text
         assert refused.json()["error"] == "InvalidJSON"
         assert words in refused.json()["detail"]
-        assert _stored_text(db, key) == before[key]
-    nested = "[" * 100 + "]" * 100
+    assert {key: _stored_text(db, key) for key in ("deep", "huge")} == before
     for value, words in (
         ("[1, 2", "not JSON"),
-        (nested, "nested too deeply"),
         (["a"], "must be a string"),
     ):
         refused = client.put(url("new"), json={**WHERE, "value": value, "valueIsJsonText": True})
@@ -183,6 +185,34 @@ def test_a_value_written_as_text_no_write_keeps_is_refused_and_nothing_stored(
         assert refused.json()["error"] == "InvalidJSON"
         assert words in refused.json()["detail"]
     assert db.execute("SELECT count(*) FROM memories WHERE key = 'new'").fetchone() == (0,)
+
+
+JSON = {"content-type": "application/json"}
+TOO_DEEP = {
+    "error": "ValidationFailed",
+    "detail": "value: nested deeper than 64 levels of arrays and objects",
+}
+
+
+def test_a_value_too_deep_is_one_answer_sent_as_itself_or_as_its_text(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    # 900 levels sent as the value were 422 ValidationFailed, and as its text (the flag) 400
+    # InvalidJSON: one fault, two answers. The text nested past Python's parser is the same one.
+    for depth in (65, 900, 3000):
+        nested = "[" * depth + "]" * depth
+        bodies = [{**WHERE, "value": nested, "valueIsJsonText": True}]
+        if depth < 950:  # what FastAPI's `json` reads as a body
+            bodies.append({**WHERE, "value": json.loads(nested)})
+        for body in bodies:
+            refused = client.put(url("deep"), content=json.dumps(body), headers=JSON)
+            assert (refused.status_code, refused.json()) == (422, TOO_DEEP), (depth, refused.text)
+    assert db.execute("SELECT count(*) FROM memories").fetchone() == (0,)
+    kept = "[" * 64 + "]" * 64
+    assert (
+        client.put(url("deep"), json={**WHERE, "value": kept, "valueIsJsonText": True}).status_code
+        == 201
+    )
 
 
 def test_a_put_keeps_every_number_as_written_or_refuses_it(
