@@ -8,7 +8,9 @@ left behind) until Postgres's lock-file check ended it up to a minute later, and
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import os
 import shutil
 import signal
@@ -20,6 +22,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 
+from app.db.embedded import alive, postmaster_of, postmaster_pid, stop_embedded_postgres
+
 # How long a server killed with SIGQUIT gets to be gone (it exits in milliseconds).
 QUIT_WAIT_SECONDS = 10.0
 
@@ -28,8 +32,6 @@ def stop_servers_in(folder: Path) -> None:
     """Stop every embedded server whose data folder is in `folder`: this process's by leaving
     its handle list (`stop_embedded_postgres`), one a child process left (killed, or still
     running) by Postgres's immediate shutdown: the data is thrown away next."""
-    from app.db.embedded import alive, postmaster_of, postmaster_pid, stop_embedded_postgres
-
     try:  # listed first: a server started with cleanup_mode "delete" deletes its folder
         folders = [pid_file.parent for pid_file in folder.rglob("postmaster.pid")]
     except OSError:
@@ -49,8 +51,10 @@ def stop_servers_in(folder: Path) -> None:
 
 def remove(folder: Path) -> None:
     """Stop the servers in `folder`, then delete it; say so when something was left."""
-    stop_servers_in(folder)
-    shutil.rmtree(folder, ignore_errors=True)
+    try:
+        stop_servers_in(folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     if folder.exists():
         sys.stderr.write(f"bench: could not remove {folder} entirely\n")
 
@@ -66,6 +70,11 @@ def scratch_folder(prefix: str) -> Iterator[Path]:
     the default one, in the main thread). Ctrl-C and SIGTERM wait during the removal: a second
     Ctrl-C there left the folder half deleted."""
     folder = Path(tempfile.mkdtemp(prefix=prefix))
+    # Also at exit, should the block's end not run before it (a generator that holds this one,
+    # left unfinished until the interpreter's teardown): registered before the servers in the
+    # folder start, it runs after their own exit handlers, which stop them.
+    at_exit = functools.partial(remove, folder)
+    atexit.register(at_exit)
     main = threading.current_thread() is threading.main_thread()
     catch = main and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     if catch:
@@ -77,6 +86,7 @@ def scratch_folder(prefix: str) -> Iterator[Path]:
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, ending)
         try:
             remove(folder)
+            atexit.unregister(at_exit)
         finally:
             if catch:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)

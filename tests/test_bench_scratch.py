@@ -105,5 +105,5 @@ def test_a_scratch_folder_goes_however_the_benchmark_ends(ending: str) -> None:
     pgdata, pid, done = run(SCRATCH, ending)
     assert done.returncode != 0
     assert gone(pid), "the benchmark's server runs on"
-    assert not pgdata.parent.exists()
+    assert not pgdata.parent.exists(), done.stderr
     assert "could not remove" not in done.stderr
