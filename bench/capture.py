@@ -28,13 +28,13 @@ import json
 import os
 import random
 import statistics
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.scratch import scratch_folder
 from bench.serve import ROOT, ServerProcess, run_server
 
 TESTDATA_CANDIDATES = (ROOT.parent.parent / "shared" / "testdata", Path("/work/shared/testdata"))
@@ -345,9 +345,7 @@ def main() -> None:
 
     from app.db.embedded import start_embedded_postgres
 
-    # The embedded server stops when this process exits, after the folder is removed: a late WAL
-    # write must not fail the run once its figures are printed.
-    with tempfile.TemporaryDirectory(prefix="agmem-bench-", ignore_cleanup_errors=True) as folder:
+    with scratch_folder("agmem-bench-") as folder:
         home = Path(folder)
         url = start_embedded_postgres(home / "pgdata")
         env = {"DATABASE_URL": url, "AGMEM_HOME": str(home)}

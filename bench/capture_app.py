@@ -24,7 +24,6 @@ import asyncio
 import gc
 import json
 import random
-import tempfile
 import time
 import uuid
 from collections import namedtuple
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.capture import payload_pool
+from bench.scratch import scratch_folder
 
 CLIENTS = 16
 
@@ -190,7 +190,7 @@ def main() -> None:
     from app.logs import configure_logging
 
     configure_logging("warning")
-    with tempfile.TemporaryDirectory(prefix="agmem-bench-", ignore_cleanup_errors=True) as folder:
+    with scratch_folder("agmem-bench-") as folder:
         url = start_embedded_postgres(Path(folder) / "pgdata")
         migrate.upgrade(url)
         asyncio.run(run(url, args.rounds, args.pairs, args.no_db))

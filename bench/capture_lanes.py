@@ -33,13 +33,13 @@ import asyncio
 import json
 import os
 import statistics
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
 from bench.capture import cpu_seconds, cpu_ticks, drive, payload_pool, postgres_pids
+from bench.scratch import scratch_folder
 from bench.serve import AGMEM_SERVE, run_server
 
 # `agmem serve` with the group-commit writer timed: batch sizes and times are kept in memory and
@@ -217,7 +217,7 @@ def main() -> None:
     from app.db.embedded import start_embedded_postgres
     from app.db.raw_pool import libpq_url
 
-    with tempfile.TemporaryDirectory(prefix="agmem-bench-", ignore_cleanup_errors=True) as folder:
+    with scratch_folder("agmem-bench-") as folder:
         home = Path(folder)
         pgdata = home / "pgdata"
         url = start_embedded_postgres(pgdata)

@@ -23,7 +23,6 @@ import contextlib
 import random
 import signal
 import subprocess
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -33,6 +32,7 @@ from typing import Any
 import psycopg
 
 from bench.capture import cpu_seconds, payload_pool, postgres_pids
+from bench.scratch import scratch_folder
 
 CLIENTS = 16
 
@@ -152,7 +152,7 @@ def main() -> None:
     from app.logs import configure_logging
 
     configure_logging("warning")
-    with tempfile.TemporaryDirectory(prefix="agmem-capture-pg-", ignore_cleanup_errors=True) as d:
+    with scratch_folder("agmem-bench-capture-pg-") as d:
         pgdata = Path(d) / "pgdata"
         url = start_embedded_postgres(pgdata, cleanup_mode="stop")
         migrate.upgrade(url)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
-import tempfile
 import uuid
 from pathlib import Path
 from typing import Any, cast
@@ -24,6 +23,7 @@ from typing import Any, cast
 import psycopg
 
 from bench.capture import payload_pool
+from bench.scratch import scratch_folder
 
 SESSIONS = 16
 
@@ -54,7 +54,7 @@ def main() -> None:
         "plain": (queries.INSERT_OBSERVATION.plain, queries.MATCH_BY_ID.plain),
     }
     pool = payload_pool(400)
-    with tempfile.TemporaryDirectory(prefix="agmem-bench-", ignore_cleanup_errors=True) as folder:
+    with scratch_folder("agmem-bench-") as folder:
         url = start_embedded_postgres(Path(folder) / "pgdata")
         migrate.upgrade(url)
         with psycopg.connect(libpq_url(url), autocommit=True) as connection:

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import tempfile
 from pathlib import Path
 
 import psycopg
 
 from bench.capture import cpu_ticks, drive, payload_pool
+from bench.scratch import scratch_folder
 from bench.serve import run_server
 
 VARIANTS = {
@@ -44,7 +44,7 @@ def measure_variant(variant: str, rates: list[float], seconds: float, preload: f
     from app.db.raw_pool import libpq_url
 
     pool = payload_pool(400)
-    with tempfile.TemporaryDirectory(prefix="agmem-tail-", ignore_cleanup_errors=True) as folder:
+    with scratch_folder("agmem-bench-tail-") as folder:
         home = Path(folder)
         url = start_embedded_postgres(home / "pgdata")
         with psycopg.connect(libpq_url(url), autocommit=True) as connection:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -28,6 +27,7 @@ import uvloop
 from bench.capture import cpu_seconds, payload_pool, postgres_pids
 from bench.capture_app import answer
 from bench.capture_pg import open_writer
+from bench.scratch import scratch_folder
 
 CLIENTS = 16
 Call = tuple[Any, dict[str, Any]]
@@ -121,7 +121,7 @@ def main() -> None:
     from app.logs import configure_logging
 
     configure_logging("warning")
-    with tempfile.TemporaryDirectory(prefix="agmem-bench-", ignore_cleanup_errors=True) as folder:
+    with scratch_folder("agmem-bench-") as folder:
         pgdata = Path(folder) / "pgdata"
         url = start_embedded_postgres(pgdata)
         migrate.upgrade(url)

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
 from sqlalchemy.engine import make_url
 
 from app.db import migrate
+from bench.scratch import scratch_folder
 
 
 def libpq(url: str) -> str:
@@ -25,14 +24,12 @@ def bench_database(prefix: str = "agmem_bench", *, upgrade: bool = True) -> Iter
     with contextlib.ExitStack() as stack:
         server_url = os.environ.get("BENCH_DATABASE_URL")
         if not server_url:
-            from app.db.embedded import start_embedded_postgres, stop_embedded_postgres
+            from app.db.embedded import start_embedded_postgres
 
-            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="agmem-bench-pg-"))
+            folder = stack.enter_context(scratch_folder("agmem-bench-pg-"))
             os.chmod(folder, 0o755)
-            pgdata = Path(folder) / "pgdata"
-            server_url = start_embedded_postgres(pgdata, cleanup_mode="delete")
-            # Unwound before the folder's removal: the server is stopped while its folder exists.
-            stack.callback(stop_embedded_postgres, pgdata)
+            # Its server is stopped while its folder exists, then the folder goes (`remove`).
+            server_url = start_embedded_postgres(folder / "pgdata", cleanup_mode="delete")
         name = f"{prefix}_{uuid.uuid4().hex[:8]}"
         with psycopg.connect(libpq(server_url), autocommit=True) as admin:
             admin.execute(f'CREATE DATABASE "{name}"')

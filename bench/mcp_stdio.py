@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from bench.scratch import scratch_folder
+
 HERE = str(Path(__file__).resolve().parent.parent)
 
 
@@ -30,10 +32,10 @@ def cpu_seconds(pid: int) -> float:
 
 
 class Server:
-    def __init__(self, tree: str) -> None:
+    def __init__(self, tree: str, home: Path) -> None:
         env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
         env = {k: v for k, v in env.items() if not k.startswith("AGMEM_")}
-        env["AGMEM_HOME"] = tempfile.mkdtemp(prefix="agmem-bench-mcp-")
+        env["AGMEM_HOME"] = str(home)
         run = f"import sys; sys.path.insert(0, {tree!r}); from app.entry import main; main()"
         self.process = subprocess.Popen(
             [sys.executable, "-c", run, "mcp", "-p", tempfile.gettempdir()],
@@ -59,12 +61,24 @@ class Server:
     def close(self) -> None:
         assert self.process.stdin is not None
         self.process.stdin.close()
-        self.process.wait(60)
+        try:
+            self.process.wait(60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()  # its server is then stopped with the home (`scratch_folder`)
+            self.process.wait()
 
 
 def measure(tree: str, calls: int) -> tuple[float, float]:
     """The median round trip and the server's CPU per call, in ms."""
-    server = Server(tree)
+    with scratch_folder("agmem-bench-mcp-") as home:
+        server = Server(tree, home)
+        try:
+            return calls_measured(server, calls)
+        finally:
+            server.close()  # its exit stops the embedded server; one that hung is stopped after
+
+
+def calls_measured(server: Server, calls: int) -> tuple[float, float]:
     client = {"name": "bench", "version": "1"}
     server.call(
         "initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": client}
@@ -84,7 +98,6 @@ def measure(tree: str, calls: int) -> tuple[float, float]:
         times.append(time.perf_counter() - start)
         assert not answer["result"].get("isError"), answer
     cpu = cpu_seconds(server.process.pid) - before
-    server.close()
     return statistics.median(times) * 1000, cpu / calls * 1000
 
 

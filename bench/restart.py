@@ -15,13 +15,13 @@ import argparse
 import os
 import signal
 import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from bench.scratch import scratch_folder
 from bench.serve import run_server
 
 SESSION = {"projectPath": "/tmp/bench-restart", "id": "bench-restart"}
@@ -68,7 +68,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="kills of the same server")
     parser.add_argument("--timeout", type=float, default=120, help="seconds to recover, at most")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="bench-restart-") as folder:
+    with scratch_folder("agmem-bench-restart-") as folder:
         home = Path(folder) / "home"
         env = {"AGMEM_HOME": str(home), "DATABASE_URL": ""}
         with run_server(kind="agmem", log_dir=Path(folder), env=env) as server:

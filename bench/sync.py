@@ -26,9 +26,7 @@ import json
 import os
 import random
 import re
-import shutil
 import statistics
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -48,6 +46,7 @@ from app.logs import configure_logging
 from app.sync.connections import SyncConnections
 from app.sync.indexer import WRITERS, SyncRequest, sync_project
 from app.sync.report import SyncReport
+from bench.scratch import scratch_folder
 
 WORDS = (
     "token auth session cache index chunk vector query deploy build test lint schema migrate "
@@ -149,13 +148,10 @@ def database() -> Iterator[str]:
         migrate.upgrade(url)
         yield url
         return
-    folder = Path(tempfile.mkdtemp(prefix="agmem-bench-sync-pg-"))
-    try:
+    with scratch_folder("agmem-bench-sync-pg-") as folder:
         url = start_embedded_postgres(folder / "pgdata")
         migrate.upgrade(url)
         yield url
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def server_cpu(url: str) -> float | None:
@@ -385,9 +381,8 @@ async def main(args: argparse.Namespace) -> None:
     configure_logging("warning")  # the figures only, not every server start and sync
     local_embedder()  # load the model before timing
     freeze_startup_heap()  # as `agmem sync` does once the model is loaded
-    work = Path(tempfile.mkdtemp(prefix="agmem-bench-sync-"))
     seed = args.seed if args.seed is not None else int(time.time())
-    try:
+    with scratch_folder("agmem-bench-sync-") as work:
         project, small = work / "project", work / "small"
         files = make_corpus(project, md=args.md, transcripts=args.transcripts, seed=seed)
         if not args.watch_only:
@@ -441,8 +436,6 @@ async def main(args: argparse.Namespace) -> None:
                 print(f"{'':<28} goal < 1 s: {noop:.3f} s ({1 / noop if noop else 0:.1f}x under)")
             finally:
                 await forget(url, [project, small])
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -12,12 +12,9 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import psycopg
 
@@ -26,6 +23,7 @@ from app.db.models import TSVECTOR_EXPRESSION
 from app.index.embedding import vector_literal
 from app.index.terms import search_terms
 from app.llm.embeddings import local_embedder
+from bench.scratch import scratch_folder
 from bench.sync import markdown
 
 OLD_TSV = (
@@ -60,11 +58,8 @@ def database() -> Iterator[str]:
     if url:
         yield url.replace("postgresql+psycopg://", "postgresql://")
         return
-    folder = Path(tempfile.mkdtemp(prefix="agmem-bench-rows-pg-"))
-    try:
+    with scratch_folder("agmem-bench-rows-pg-") as folder:
         yield start_embedded_postgres(folder / "pgdata")
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def table_ddl(name: str, *, tsv: str | None, gin: str | None, hnsw: bool) -> list[str]:

