@@ -24,8 +24,10 @@ from tests.cli.test_serve_wire import (
 )
 from tests.cli.test_wire_layers import _app, _Transport
 
-# One worker under `make test` (`--dist loadgroup`), beside test_serve_wire.py's servers.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("serve_wire")]
+# One worker under `make test` (`--dist loadgroup`) starts its server once. A group of its own,
+# not test_serve_wire.py's: the two modules share no server, and their ~100 s of waits on
+# one worker left the other to run the rest of the suite alone.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("serve_wire_versions")]
 
 
 @pytest.fixture(scope="module")
