@@ -1564,9 +1564,9 @@ def _assert_linear(run: Callable[[int], object]) -> None:
     """`run(n)` costs work linear in n: a quarter megabyte's input takes less than 8 times a
     sixteenth's (linear is 4 times, quadratic 16), plus 50 ms for caches' and the allocator's
     noise. A ratio of CPU times, not a wall-clock bound: the machine's speed and its load cancel
-    out (speed claims are bench/'s). A quarter megabyte, not a megabyte: the quadratic rules
-    these tests caught took seconds to minutes on it, and a megabyte cost the suite ~40 s of
-    CPU per run (docs/benchmarks.md, suite22)."""
+    out (speed claims are bench/'s). A quarter megabyte, not a megabyte, which cost the suite
+    ~55 s of CPU: a rule rescanning from every 16th character fails at this size, as the
+    per-character rescans these tests were written for do (docs/benchmarks.md, suite22)."""
     quarter = _seconds(lambda: run(1))
     # Whether the best of two wholes is under the bound is known after the first that is: a
     # linear run's second whole (two fifths of the test's time) would decide nothing.
