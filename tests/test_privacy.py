@@ -1541,14 +1541,17 @@ def test_json_tokens_of_a_credentials_shape_are_redacted() -> None:
     assert redact_json(value) == expected
 
 
-def _seconds(run: Callable[[], object]) -> float:
+def _seconds(run: Callable[[], object], *, enough: float = 0.0) -> float:
     """The best of two runs' CPU time in this thread: the time a loaded machine keeps the
-    thread waiting for a CPU is no work of the run's."""
+    thread waiting for a CPU is no work of the run's. The second run is skipped when the first
+    took less than `enough`: the best of two would be too."""
     times = []
     for _ in range(2):
         started = time.thread_time()
         run()
         times.append(time.thread_time() - started)
+        if times[-1] < enough:
+            break
     return min(times)
 
 
@@ -1559,41 +1562,46 @@ def test_the_timing_helper_counts_this_threads_cpu_not_the_wall() -> None:
 
 
 def _assert_linear(run: Callable[[int], object]) -> None:
-    """`run(n)` costs work linear in n: a megabyte's input takes less than 8 times a quarter
-    megabyte's (linear is 4 times, quadratic 16), plus 50 ms for caches' and the allocator's
+    """`run(n)` costs work linear in n: a quarter megabyte's input takes less than 8 times a
+    sixteenth's (linear is 4 times, quadratic 16), plus 50 ms for caches' and the allocator's
     noise. A ratio of CPU times, not a wall-clock bound: the machine's speed and its load cancel
-    out (speed claims are bench/'s)."""
+    out (speed claims are bench/'s). A quarter megabyte, not a megabyte, which cost the suite
+    ~55 s of CPU: a rule rescanning from every 16th character fails at this size, as the
+    per-character rescans these tests were written for do (docs/benchmarks.md, suite22)."""
     quarter = _seconds(lambda: run(1))
-    whole = _seconds(lambda: run(4))
-    assert whole < 8 * quarter + 0.05, (quarter, whole)
+    # Whether the best of two wholes is under the bound is known after the first that is: a
+    # linear run's second whole (two fifths of the test's time) would decide nothing.
+    bound = 8 * quarter + 0.05
+    whole = _seconds(lambda: run(4), enough=bound)
+    assert whole < bound, (quarter, whole)
 
 
 @pytest.mark.parametrize(
     "make",
     [
-        lambda n: "secretKey: " + "a1" * 125_000 * n,
-        lambda n: "X-API-Key: " * 25_000 * n,
-        lambda n: "x-api-key:" + " " * 250_000 * n + "x",
-        lambda n: "X-Auth-Token:" + " " * 250_000 * n,
-        lambda n: "DB_PASS" * 37_500 * n,
-        lambda n: "pwd" * 75_000 * n + ": x1",
-        lambda n: "passphrase: " + "a" * 250_000 * n,
-        lambda n: '"signingKey": "' + "a1" * 125_000 * n,
-        lambda n: "a_" * 125_000 * n + "pass: x1",
-        lambda n: "DB_PASSWORD=hunter2\n" * 13_000 * n,
-        lambda n: "privateKey: /" + "a/" * 125_000 * n,
+        lambda n: "secretKey: " + "a1" * 31_250 * n,
+        lambda n: "X-API-Key: " * 6_250 * n,
+        lambda n: "x-api-key:" + " " * 62_500 * n + "x",
+        lambda n: "X-Auth-Token:" + " " * 62_500 * n,
+        lambda n: "DB_PASS" * 9_375 * n,
+        lambda n: "pwd" * 18_750 * n + ": x1",
+        lambda n: "passphrase: " + "a" * 62_500 * n,
+        lambda n: '"signingKey": "' + "a1" * 31_250 * n,
+        lambda n: "a_" * 31_250 * n + "pass: x1",
+        lambda n: "DB_PASSWORD=hunter2\n" * 3_250 * n,
+        lambda n: "privateKey: /" + "a/" * 31_250 * n,
     ],
 )
-def test_the_new_names_cost_linear_work_on_a_megabyte(make: Callable[[int], str]) -> None:
+def test_the_new_names_cost_linear_work_on_a_quarter_megabyte(make: Callable[[int], str]) -> None:
     for judge in (redact_secrets, redact_secrets_lines):
         _assert_linear(lambda n, judge=judge: judge(make(n)))
 
 
-def test_plural_credential_keys_cost_linear_work_on_a_megabyte() -> None:
+def test_plural_credential_keys_cost_linear_work_on_a_quarter_megabyte() -> None:
     keys = (
-        lambda n: "A" * (250_000 * n - 1) + "S",
-        lambda n: "Ab" * 125_000 * n + "Tokens",
-        lambda n: "a_" * 125_000 * n + "passwords",
+        lambda n: "A" * (62_500 * n - 1) + "S",
+        lambda n: "Ab" * 31_250 * n + "Tokens",
+        lambda n: "a_" * 31_250 * n + "passwords",
     )
     for key in keys:
         for judge in (sanitize_json, redact_json):
@@ -1791,22 +1799,24 @@ def test_lists_in_text_that_are_no_credentials_are_kept(text: str) -> None:
 @pytest.mark.parametrize(
     "make",
     [
-        lambda n: '"apiKeys": [' + '"k1", ' * 125_000 * n + '"k2"]',
-        lambda n: '"apiKeys": [' + '"k1", ' * 125_000 * n,
-        lambda n: '"apiKeys": ["k1", ' * 60_000 * n,
-        lambda n: '"keys": [' + "'s\": [', " * 80_000 * n,
-        lambda n: '"apiKeys": [' + " " * 250_000 * n,
-        lambda n: '"apiKeys": ["' + "a" * 250_000 * n,
-        lambda n: "--token " * 125_000 * n,
-        lambda n: "-" * 250_000 * n + "token x1",
-        lambda n: "--a" * 250_000 * n + "-token x1",
-        lambda n: "password: " + "a" * 250_000 * n,
-        lambda n: '"apiKeys": [' + '"k1", ' * 125_000 * n + "]",
-        lambda n: '"apiKeys": [' + '"k1",' * 125_000 * n + " ,",
-        lambda n: "--a_b" * 200_000 * n + "_token x1",
+        lambda n: '"apiKeys": [' + '"k1", ' * 31_250 * n + '"k2"]',
+        lambda n: '"apiKeys": [' + '"k1", ' * 31_250 * n,
+        lambda n: '"apiKeys": ["k1", ' * 15_000 * n,
+        lambda n: '"keys": [' + "'s\": [', " * 20_000 * n,
+        lambda n: '"apiKeys": [' + " " * 62_500 * n,
+        lambda n: '"apiKeys": ["' + "a" * 62_500 * n,
+        lambda n: "--token " * 31_250 * n,
+        lambda n: "-" * 62_500 * n + "token x1",
+        lambda n: "--a" * 62_500 * n + "-token x1",
+        lambda n: "password: " + "a" * 62_500 * n,
+        lambda n: '"apiKeys": [' + '"k1", ' * 31_250 * n + "]",
+        lambda n: '"apiKeys": [' + '"k1",' * 31_250 * n + " ,",
+        lambda n: "--a_b" * 50_000 * n + "_token x1",
     ],
 )
-def test_the_privacy20_rules_cost_linear_work_on_a_megabyte(make: Callable[[int], str]) -> None:
+def test_the_privacy20_rules_cost_linear_work_on_a_quarter_megabyte(
+    make: Callable[[int], str],
+) -> None:
     for judge in (redact_secrets, redact_secrets_lines):
         _assert_linear(lambda n, judge=judge: judge(make(n)))
 

@@ -24,8 +24,10 @@ from tests.cli.test_serve_wire import (
 )
 from tests.cli.test_wire_layers import _app, _Transport
 
-# One worker under `make test` (`--dist loadgroup`), beside test_serve_wire.py's servers.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("serve_wire")]
+# One worker under `make test` (`--dist loadgroup`) starts its server once. A group of its own,
+# not test_serve_wire.py's: the two modules share no server, and their ~100 s of waits on
+# one worker left the other to run the rest of the suite alone.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("serve_wire_versions")]
 
 
 @pytest.fixture(scope="module")
@@ -268,8 +270,11 @@ def test_a_protocol_name_split_across_reads_is_still_read(port: int) -> None:
 
 def test_http_split_anywhere_in_its_request_line_is_served(port: int) -> None:
     line = b"GET /health HTTP/1.1"
+    # Connection: close: each exchange reads until the server closes, which a kept-alive
+    # connection waited the idle timeout (2 s) for, 19 times.
+    rest = b"\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
     for cut in range(1, len(line)):
-        answer = exchange(port, line[:cut], line[cut:] + HOST, pause=0.02)
+        answer = exchange(port, line[:cut], line[cut:] + rest, pause=0.02)
         assert answer.startswith(b"HTTP/1.1 200 OK"), (cut, answer)
 
 

@@ -83,9 +83,17 @@ def test_a_zombie_is_not_alive() -> None:
 
 def pretend_postmaster(pgdata: Path) -> subprocess.Popen[bytes]:
     """A live process whose command line is a postmaster's of `pgdata` (`... -D <pgdata>`)."""
-    return subprocess.Popen(
+    process = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(60)", "-D", str(pgdata)]
     )
+    # Right after Popen its /proc cmdline can still be empty (the exec not done): read then, it
+    # was another program's, and the test failed on a loaded machine (9 to 143 of 200 reads).
+    cmdline = Path(f"/proc/{process.pid}/cmdline")
+    deadline = time.monotonic() + 30
+    while cmdline.exists() and b"-D" not in cmdline.read_bytes():
+        assert time.monotonic() < deadline, "the pretend postmaster never exec'd"
+        time.sleep(0.01)
+    return process
 
 
 @pytest.mark.parametrize("leftover", ["zombie", "another process"])
