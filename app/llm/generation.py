@@ -313,6 +313,15 @@ def _http_date(value: str) -> float | None:
     return when.timestamp()
 
 
+def _server_now(headers: Any) -> float:
+    """The answer's `Date`, the server's clock when it answered: an HTTP-date Retry-After is
+    read against it (RFC 9110 10.2.3). Against ours, a server clock a year behind asked no wait
+    and one an hour ahead the 900 s cap for 300 s. Ours when the answer has no readable one."""
+    sent = headers.get("date")
+    when = _http_date(sent) if isinstance(sent, str) else None
+    return time.time() if when is None else when
+
+
 def _asked_delay(error: errors.APIError) -> float | None:
     headers: Any = getattr(error.response, "headers", None)
     if headers is not None:
@@ -324,7 +333,7 @@ def _asked_delay(error: errors.APIError) -> float | None:
                 pass
             until = _http_date(value)
             if until is not None:
-                return until - time.time()
+                return until - _server_now(headers)
             # Once per answer that carries one (a 429's, or a 503's), then the RetryInfo
             # or the usual back-off: a proxy's garbled header must not be taken for "no wait"
             # unsaid.
