@@ -49,12 +49,25 @@ _ASCTIME_DATE = re.compile(
 _DATE_FORMS = (_IMF_FIXDATE, _RFC850_DATE, _ASCTIME_DATE)
 
 
+@dataclass(frozen=True, slots=True)
+class Billed:
+    """The usage Gemini reported for an answer (usageMetadata), each count None when not sent:
+    it bills an answer whether or not it is kept."""
+
+    prompt_tokens: int | None = None  # promptTokenCount
+    output_tokens: int | None = None  # candidatesTokenCount
+
+    @property
+    def tokens(self) -> int:
+        return (self.prompt_tokens or 0) + (self.output_tokens or 0)
+
+
 class GeminiCallFailed(Exception):
     """A Gemini call failed; `retry_after` is the delay the server asked for, in seconds.
 
     `final`: the same call would get the same answer (blocked content, a cut with nothing
-    whole): no retry, and no failure for the breaker. `prompt_tokens`, `output_tokens`: the
-    usage Gemini reported for an answer it billed and that was rejected."""
+    whole): no retry, and no failure for the breaker. `billed`: the usage of an answer Gemini
+    billed and the call rejected (none when no answer came)."""
 
     def __init__(
         self,
@@ -63,15 +76,13 @@ class GeminiCallFailed(Exception):
         status: int | None = None,
         retry_after: float | None = None,
         final: bool = False,
-        prompt_tokens: int | None = None,
-        output_tokens: int | None = None,
+        billed: Billed | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.retry_after = retry_after
         self.final = final
-        self.prompt_tokens = prompt_tokens
-        self.output_tokens = output_tokens
+        self.billed = billed or Billed()
 
 
 # The finish reasons whose text is an answer: `STOP`, and `MAX_TOKENS` once trimmed to its whole
@@ -162,22 +173,24 @@ async def generate_text(
     reason = _finish_reason(answer)
     usage = answer.usage_metadata
     # Gemini bills an answer whether or not it is kept: a rejected one's tokens count too.
-    billed: dict[str, Any] = {
-        "prompt_tokens": usage.prompt_token_count if usage else None,
-        "output_tokens": usage.candidates_token_count if usage else None,
-    }
+    billed = Billed(
+        prompt_tokens=usage.prompt_token_count if usage else None,
+        output_tokens=usage.candidates_token_count if usage else None,
+    )
     if not text:
         feedback = answer.prompt_feedback
         if feedback is not None and feedback.block_reason:
             blocked = str(feedback.block_reason.value)
-            raise GeminiCallFailed(f"gemini blocked the prompt ({blocked})", final=True, **billed)
+            raise GeminiCallFailed(
+                f"gemini blocked the prompt ({blocked})", final=True, billed=billed
+            )
     if reason != _CUT_FINISH and reason not in _ANSWER_FINISH:
         why = "blocked the answer" if reason in _BLOCKED_FINISH else "stopped the answer part-way"
-        raise GeminiCallFailed(f"gemini {why} (finish reason {reason})", final=True, **billed)
+        raise GeminiCallFailed(f"gemini {why} (finish reason {reason})", final=True, billed=billed)
     if len(text) > max_output_tokens * MAX_CHARS_PER_TOKEN:
         raise GeminiCallFailed(
             f"gemini answered {len(text):,} characters for a cap of {max_output_tokens} tokens",
-            **billed,
+            billed=billed,
         )
     if reason == _CUT_FINISH and text:
         whole = _whole_part(text)
@@ -188,14 +201,16 @@ async def generate_text(
                 "gemini's answer was cut at its token cap before one whole sentence "
                 f"(finish reason {reason})",
                 final=True,
-                **billed,
+                billed=billed,
             )
         log.info("gemini.answer_cut", kept_chars=len(whole), dropped_chars=len(text) - len(whole))
         text = whole
     if not text:
-        raise GeminiCallFailed(f"gemini answered without text (finish reason {reason})", **billed)
+        raise GeminiCallFailed(
+            f"gemini answered without text (finish reason {reason})", billed=billed
+        )
     return Generation(
-        text=text, prompt_tokens=billed["prompt_tokens"], output_tokens=billed["output_tokens"]
+        text=text, prompt_tokens=billed.prompt_tokens, output_tokens=billed.output_tokens
     )
 
 
