@@ -16,7 +16,11 @@ from app.llm.compress import COMPRESSION_MAX_OUTPUT_TOKENS
 from app.llm.generation import _whole_part
 from tests.fakes.gemini import FakeResponse, fake_gemini, text_answer
 from tests.llm.test_compress_gemini import ANSWER, gemini_settings
+from tests.realdata import gemini_answers
 from tests.worker.builders import drain, make_observation, make_session, row
+
+# CJK ends a sentence with no space after it, and a full-width end closes no name.
+_FULL_WIDTH_ENDS = ("\u3002", "\uff01", "\uff1f", "\u300d", "\u300f", "\uff09")
 
 
 def candidate(text: str, finish: str) -> dict[str, Any]:
@@ -140,11 +144,49 @@ def test_an_answer_cut_at_its_cap_keeps_its_whole_lines_only(
         ("Went with option B. Then", "Went with option B."),
         ("Set the timeout to 10 sec. Then", "Set the timeout to 10 sec."),
         ("The answer is no. Then", "The answer is no."),
-        ("Read the U.S. Then", ""),
+        # Dotted capitals end a sentence as a capital letter does; lowercase ones do not.
+        ("Read the U.S. Then", "Read the U.S."),
+        ("Shipped the A.I. Then", "Shipped the A.I."),
+        ("Use a cache, i.e. Redis. Then", "Use a cache, i.e. Redis."),
+        ("Use a cache, E.g. Redis wh", ""),
+        # A period where the cut ends may go on as a name, a version or a URL (the next token
+        # `md`, `12`, `com`): real cuts of testdata's answers kept `README.` and `Python 3.`.
+        ("I am preparing to read the `Cargo.", ""),
+        (
+            "I'm now focusing on the stack. The code reveals a Python 3.",
+            "I'm now focusing on the stack.",
+        ),
+        ("好的，我將執行您要求的任務。首先，我會讀取 `Cargo.", "好的，我將執行您要求的任務。"),
+        ("Went with option B.", ""),
+        ("好的，文件讀取完畢。", "好的，文件讀取完畢。"),
     ],
 )
 def test_whole_part_keeps_whole_sentences_only(cut: str, kept: str) -> None:
     assert _whole_part(cut) == kept
+
+
+def test_whole_part_ends_real_answers_only_where_their_text_ends_a_word() -> None:
+    # Each of Gemini's own answers in testdata (English and Chinese), cut at every character:
+    # what is kept ends a line, or is followed in the whole answer by a space. 510 places were
+    # kept part-way through a name (`README.|md`, `Cargo.|toml`), a version (`3.|12`) or a URL.
+    wrong: set[str] = set()
+    cuts = 0
+    for answer in gemini_answers():
+        for end in range(1, len(answer)):
+            cut = answer[:end]
+            kept = _whole_part(cut)
+            if not kept or kept.endswith("```"):
+                continue
+            cuts += 1
+            start = len(cut) - len(cut.lstrip())
+            assert cut[start:].startswith(kept)
+            after = answer[start + len(kept) :]
+            if after and not after[0].isspace() and not kept.endswith(_FULL_WIDTH_ENDS):
+                wrong.add(
+                    f"{answer[max(0, start + len(kept) - 20) : start + len(kept)]}|{after[:10]}"
+                )
+    assert cuts > 10_000
+    assert not wrong, sorted(wrong)[:20]
 
 
 def test_an_answer_cut_before_one_whole_sentence_goes_to_the_fallback_uncounted(
