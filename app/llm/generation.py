@@ -56,10 +56,17 @@ class Billed:
 
     prompt_tokens: int | None = None  # promptTokenCount
     output_tokens: int | None = None  # candidatesTokenCount
+    # thoughtsTokenCount: billed as output. A cap spent thinking (a model whose thinking cannot
+    # be turned off) is all of an empty answer's output: recorded as 0, it spent the budget unseen.
+    thoughts_tokens: int | None = None
 
     @property
     def tokens(self) -> int:
-        return (self.prompt_tokens or 0) + (self.output_tokens or 0)
+        return (self.prompt_tokens or 0) + self.billed_output
+
+    @property
+    def billed_output(self) -> int:
+        return (self.output_tokens or 0) + (self.thoughts_tokens or 0)
 
 
 class GeminiCallFailed(Exception):
@@ -179,6 +186,7 @@ async def generate_text(
     billed = Billed(
         prompt_tokens=usage.prompt_token_count if usage else None,
         output_tokens=usage.candidates_token_count if usage else None,
+        thoughts_tokens=usage.thoughts_token_count if usage else None,
     )
     if not text:
         feedback = answer.prompt_feedback
@@ -195,13 +203,16 @@ async def generate_text(
             f"gemini answered {len(text):,} characters for a cap of {max_output_tokens} tokens",
             billed=billed,
         )
-    if reason == _CUT_FINISH and text:
+    if reason == _CUT_FINISH:
         whole = _whole_part(text)
         if not whole:
             # The same prompt is cut the same way: a retry costs a call and gets this again, and
-            # counted toward the breaker three such rows opened it for every compression.
+            # counted toward the breaker three such rows opened it for every compression. A cap
+            # spent before any text (all of it thinking) too: it was retried five times, each
+            # billed, and counted.
+            before = "one whole sentence" if text else "any text"
             raise GeminiCallFailed(
-                "gemini's answer was cut at its token cap before one whole sentence "
+                f"gemini's answer was cut at its token cap before {before} "
                 f"(finish reason {reason})",
                 final=True,
                 billed=billed,

@@ -196,7 +196,7 @@ async def record_rejected(
             project_path=project_path,
             model=model,
             input_tokens=billed.prompt_tokens or 0,
-            output_tokens=billed.output_tokens or 0,
+            output_tokens=billed.billed_output,
         )
     return billed.tokens
 

@@ -218,6 +218,59 @@ def test_an_answer_cut_before_one_whole_sentence_goes_to_the_fallback_uncounted(
             assert "ver" not in data.split()
 
 
+def empty_cut() -> dict[str, Any]:
+    """A model whose thinking cannot be turned off (2.5 Pro) spending the whole cap thinking:
+    `MAX_TOKENS`, no text, its thoughts billed."""
+    return {
+        "candidates": [{"content": {"role": "model"}, "finishReason": "MAX_TOKENS"}],
+        "usageMetadata": {
+            "promptTokenCount": 30,
+            "thoughtsTokenCount": 200,
+            "totalTokenCount": 230,
+        },
+    }
+
+
+def test_an_answer_cut_before_any_text_goes_to_the_fallback_uncounted(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    # The same prompt spends the same cap the same way: it was a failed attempt, retried up to
+    # five times (each billed) and counted, three such rows opening the breaker.
+    make_session(db)
+    for n in range(4):
+        make_observation(db, f"o{n}", args={"path": f"src/keep{n}.ts"})
+    with fake_gemini() as fake:
+        fake.queue(":generateContent", *[FakeResponse(body=empty_cut()) for _ in range(3)])
+        fake.on(":generateContent", lambda _r: FakeResponse(body=text_answer(ANSWER)))
+        drain(gemini_settings(fake.url, gemini_failure_threshold=3), database_url)
+        calls = len(fake.calls(":generateContent"))
+
+    rows = db.execute(
+        "SELECT status, generated_by, last_error, attempts FROM observations ORDER BY id"
+    ).fetchall()
+    assert calls == 4
+    assert sorted(str(r[1]) for r in rows) == ["extractive"] * 3 + ["gemini:gemini-2.5-flash"]
+    for status, generated_by, error, attempts in rows:
+        assert (status, attempts) == ("compressed", 1)
+        if generated_by == "extractive":
+            assert "MAX_TOKENS" in error
+            assert "a retry would get the same answer" in error
+
+
+def test_an_answer_cut_before_any_text_bills_its_thoughts(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    # Its output is all thinking: recorded without it, a run of them spent the budget unseen.
+    make_session(db)
+    make_observation(db, "o1")
+    with fake_gemini() as fake:
+        fake.queue(":generateContent", FakeResponse(body=empty_cut()))
+        drain(gemini_settings(fake.url), database_url)
+
+    usage = row(db, "SELECT sum(input_tokens) AS i, sum(output_tokens) AS o FROM llm_usage")
+    assert (usage["i"], usage["o"]) == (30, 200)
+
+
 @pytest.mark.parametrize(
     "finish", ["OTHER", "LANGUAGE", "MALFORMED_RESPONSE", "TOO_MANY_TOOL_CALLS", "MODEL_ARMOR"]
 )
