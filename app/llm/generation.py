@@ -131,6 +131,12 @@ class Generation:
     text: str
     prompt_tokens: int | None  # usageMetadata.promptTokenCount, when Gemini sent it
     output_tokens: int | None  # usageMetadata.candidatesTokenCount, when Gemini sent it
+    thoughts_tokens: int | None = None  # usageMetadata.thoughtsTokenCount: billed, not the text
+
+    def billed_output(self, estimate: int) -> int:
+        """The output tokens Gemini billed: the text's (`estimate` when it sent no count) and
+        its thoughts'. Only the text's were recorded: a thinking model's spend went unseen."""
+        return (self.output_tokens or estimate) + (self.thoughts_tokens or 0)
 
 
 async def generate_text(
@@ -224,7 +230,10 @@ async def generate_text(
             f"gemini answered without text (finish reason {reason})", billed=billed
         )
     return Generation(
-        text=text, prompt_tokens=billed.prompt_tokens, output_tokens=billed.output_tokens
+        text=text,
+        prompt_tokens=billed.prompt_tokens,
+        output_tokens=billed.output_tokens,
+        thoughts_tokens=billed.thoughts_tokens,
     )
 
 

@@ -226,7 +226,7 @@ async def _briefing(
                 project_path=project_path or "",
                 model=settings.gemini_model,
                 input_tokens=answer.prompt_tokens or estimate_tokens(prompt),
-                output_tokens=answer.output_tokens or estimate_tokens(answer.text),
+                output_tokens=answer.billed_output(estimate_tokens(answer.text)),
             )
             return " ".join(answer.text.split()), "gemini"
     return template_briefing(project_path, picked), "template"

@@ -461,7 +461,7 @@ async def summarize_session(ctx: JobContext, work: SessionWork) -> str:
         else:
             summary = results.SessionSummary(outcome.text, f"gemini:{settings.gemini_model}")
             input_tokens = outcome.prompt_tokens or estimate_tokens(prompt)
-            output_tokens = outcome.output_tokens or estimate_tokens(outcome.text)
+            output_tokens = outcome.billed_output(estimate_tokens(outcome.text))
             ctx.budget.spent(input_tokens + output_tokens)
             async with transaction(ctx.sessionmaker) as session:
                 await record_usage(

@@ -14,7 +14,8 @@ import pytest
 
 from app.llm.compress import COMPRESSION_MAX_OUTPUT_TOKENS
 from app.llm.generation import _whole_part
-from tests.fakes.gemini import FakeResponse, fake_gemini, text_answer
+from app.llm.summarize import SUMMARY_INSTRUCTIONS
+from tests.fakes.gemini import FakeResponse, RecordedRequest, fake_gemini, text_answer
 from tests.llm.test_compress_gemini import ANSWER, gemini_settings
 from tests.realdata import gemini_answers
 from tests.worker.builders import drain, make_observation, make_session, row
@@ -269,6 +270,49 @@ def test_an_answer_cut_before_any_text_bills_its_thoughts(
 
     usage = row(db, "SELECT sum(input_tokens) AS i, sum(output_tokens) AS o FROM llm_usage")
     assert (usage["i"], usage["o"]) == (30, 200)
+
+
+def test_a_kept_answers_thoughts_are_billed_but_not_its_compressed_size(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    # A model that thinks (2.5 Pro: its thinking cannot be turned off) is billed its thoughts as
+    # output; only candidatesTokenCount reached llm_usage and the daily budget.
+    make_session(db)
+    make_observation(db, "o1")
+    answer = text_answer(ANSWER, prompt_tokens=700, output_tokens=20)
+    answer["usageMetadata"]["thoughtsTokenCount"] = 150
+    with fake_gemini() as fake:
+        fake.queue(":generateContent", FakeResponse(body=answer))
+        drain(gemini_settings(fake.url), database_url)
+
+    usage = row(db, "SELECT sum(input_tokens) AS i, sum(output_tokens) AS o FROM llm_usage")
+    assert (usage["i"], usage["o"]) == (700, 170)
+    assert row(db, "SELECT compressed_tokens FROM observations")["compressed_tokens"] == 20
+
+
+def test_a_kept_summarys_thoughts_are_billed(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    make_session(db, status="ending")
+    make_observation(db, "o1")
+    summary = text_answer("The session fixed the token check.", prompt_tokens=400, output_tokens=9)
+    summary["usageMetadata"]["thoughtsTokenCount"] = 120
+
+    def answer(request: RecordedRequest) -> FakeResponse:
+        system = request.body["systemInstruction"]["parts"][0]["text"]
+        if system == SUMMARY_INSTRUCTIONS:
+            return FakeResponse(body=summary)
+        return FakeResponse(body=text_answer(ANSWER, prompt_tokens=700, output_tokens=20))
+
+    with fake_gemini() as fake:
+        fake.on(":generateContent", answer)
+        drain(gemini_settings(fake.url), database_url)
+
+    assert row(db, "SELECT summary_generated_by FROM sessions")["summary_generated_by"] == (
+        "gemini:gemini-2.5-flash"
+    )
+    usage = row(db, "SELECT sum(input_tokens) AS i, sum(output_tokens) AS o FROM llm_usage")
+    assert (usage["i"], usage["o"]) == (700 + 400, 20 + 9 + 120)
 
 
 @pytest.mark.parametrize(
