@@ -20,6 +20,7 @@ from app.config import Settings, get_settings
 from app.context.routes import router as context_router
 from app.db.engine import make_async_engine, make_sessionmaker, resolve_database_url
 from app.db.supervisor import supervised
+from app.llm.embeddings import close_embedders
 from app.llm.ratelimit import gemini_gate
 from app.mcp.server import mount_mcp
 from app.memories import routes as memories
@@ -84,6 +85,7 @@ def create_app(
                         await worker
         finally:
             await engine.dispose()
+            await asyncio.to_thread(close_embedders)
 
     app = App(
         title="antigravity-mem",

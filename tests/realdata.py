@@ -62,3 +62,23 @@ def tool_calls(path: Path) -> list[tuple[str, Any, Any]]:
             if part.get("type") == "tool_use"
         )
     return [tool_call(path, call_id) for call_id in ids]
+
+
+# A Gemini CLI session (legacy JSON) renaming a Rust project, its answers in Chinese.
+GEMINI_CJK_SESSION = TESTDATA / "gemini/vct_gemini_session_legacy_json_2025-10.json"
+
+
+def gemini_answers() -> list[str]:
+    """Every text Gemini wrote in the two Gemini CLI sessions (its answers and the descriptions
+    of its thoughts): English prose naming files, versions and URLs, and Chinese prose."""
+    records: list[Any] = json.loads(GEMINI_CJK_SESSION.read_text(encoding="utf-8"))["messages"]
+    lines = GEMINI_SESSION.read_text(encoding="utf-8").splitlines()
+    records += [json.loads(line) for line in lines]
+    texts: list[str] = []
+    for record in records:
+        if record.get("type") != "gemini":
+            continue
+        if isinstance(record.get("content"), str):
+            texts.append(record["content"])
+        texts += [thought.get("description", "") for thought in record.get("thoughts") or []]
+    return [text for text in texts if text.strip()]

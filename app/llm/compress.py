@@ -102,7 +102,7 @@ async def compress_with_gemini(
         compressed_tokens=compressed,
         generated_by=f"gemini:{model}",
         input_tokens=answer.prompt_tokens or instructions + estimate_tokens(observation),
-        output_tokens=answer.output_tokens or compressed,
+        output_tokens=answer.billed_output(compressed),
     )
 
 

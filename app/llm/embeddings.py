@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import copy
+import os
 import threading
 from functools import lru_cache
 from pathlib import Path
@@ -175,6 +177,28 @@ class SentenceTransformerEmbedder:
 # sentence-transformers model was loaded from disk again.
 _loaded: dict[tuple[object, ...], Embedder] = {}
 _loading = threading.Lock()
+
+
+def close_embedders() -> None:
+    """Close what the process's embedders hold open (a Gemini embedder's loop thread and its
+    client), at the end of the process's work: the app's lifespan, the CLI's exit. Each stays
+    usable: a next call opens them again."""
+    for embedder in list(_loaded.values()):
+        close = getattr(embedder, "close", None)
+        if callable(close):
+            close()
+
+
+def _reset_in_child() -> None:
+    # A forked child inherits the lock as held when a parent's thread was building an embedder.
+    global _loading
+    _loading = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_in_child)
+# A command's exit (the server's lifespan closes them too, for an app started and stopped in a
+# process that goes on).
+atexit.register(close_embedders)
 
 
 def check_embedder(settings: Settings) -> None:

@@ -9,12 +9,15 @@ its full 3,072-dimension output, so every vector is L2-normalised here. Inline c
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import os
 import random
 import re
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import quote, quote_plus
@@ -89,6 +92,16 @@ _AFTER_A_BOUNDARY = (
 )
 
 
+# How long a close waits for the loop thread's client to close and the thread to end.
+_CLOSE_TIMEOUT_SECONDS = 5.0
+
+
+class _Inline(NamedTuple):
+    loop: asyncio.AbstractEventLoop
+    client: genai.Client
+    thread: threading.Thread
+
+
 class CancelOutcome(NamedTuple):
     """`cancelled`, `ended` (nothing left to cancel) or `pending` (try again later), and why;
     for a 429, the seconds Gemini asked to wait (its Retry-After)."""
@@ -124,8 +137,9 @@ class GeminiEmbedder:
         # the whole answer (`_bounded`). Started on the first call; its own client, since an
         # async client's connections belong to the loop that opened them (cancels use
         # `self._client.aio` on the caller's loop).
-        self._inline: tuple[asyncio.AbstractEventLoop, genai.Client] | None = None
+        self._inline: _Inline | None = None
         self._inline_lock = threading.Lock()
+        _EMBEDDERS.add(self)
 
     @property
     def identity(self) -> str:
@@ -242,26 +256,60 @@ class GeminiEmbedder:
         each read only, and a query answered 8 bytes at a time ran 3.64 s past a 1 s timeout. A
         deadline cancels the request (its connection closed), raising TimeoutError."""
         seconds = (timeout_ms or DOCUMENT_TIMEOUT_SECONDS * 1000) / 1000
-        loop, client = self._inline_client()
 
-        async def call() -> types.EmbedContentResponse:
+        async def call(client: genai.Client) -> types.EmbedContentResponse:
             async with asyncio.timeout(seconds):
                 return await client.aio.models.embed_content(
                     model=self._model, contents=list(texts), config=self._config(task, timeout_ms)
                 )
 
-        return asyncio.run_coroutine_threadsafe(call(), loop).result()
-
-    def _inline_client(self) -> tuple[asyncio.AbstractEventLoop, genai.Client]:
+        # Sent under the lock: a `close` then comes before the call or after it is on the loop,
+        # where the close cancels it; a call sent to a loop already stopped waited for ever.
         with self._inline_lock:
-            if self._inline is None:
-                loop = asyncio.new_event_loop()
-                threading.Thread(
-                    target=loop.run_forever, name="gemini-embeddings", daemon=True
-                ).start()
-                timeout_ms = int(DOCUMENT_TIMEOUT_SECONDS * 1000)
-                self._inline = (loop, make_client(self._settings, timeout_ms=timeout_ms))
-            return self._inline
+            inline = self._inline_client()
+            answer = asyncio.run_coroutine_threadsafe(call(inline.client), inline.loop)
+        try:
+            return answer.result()
+        except concurrent.futures.CancelledError:
+            raise EmbeddingFailed(
+                "Gemini embeddings: the embedder closed during the call"
+            ) from None
+
+    def _inline_client(self) -> _Inline:
+        """The inline calls' loop thread and client, started on the first call (the caller
+        holds `_inline_lock`)."""
+        if self._inline is None:
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(
+                target=loop.run_forever, name="gemini-embeddings", daemon=True
+            )
+            thread.start()
+            timeout_ms = int(DOCUMENT_TIMEOUT_SECONDS * 1000)
+            self._inline = _Inline(loop, make_client(self._settings, timeout_ms=timeout_ms), thread)
+        return self._inline
+
+    def close(self) -> None:
+        """Close the inline calls' client and stop their loop thread (made again by a next
+        call): they lived as long as the process, a thread and a kept-alive connection each. A
+        call still running is cancelled (an EmbeddingFailed)."""
+        with self._inline_lock:
+            inline, self._inline = self._inline, None
+        if inline is None:
+            return
+        ended = asyncio.run_coroutine_threadsafe(_shut(inline.client), inline.loop)
+        with contextlib.suppress(Exception):
+            ended.result(timeout=_CLOSE_TIMEOUT_SECONDS)
+        inline.loop.call_soon_threadsafe(inline.loop.stop)
+        inline.thread.join(timeout=_CLOSE_TIMEOUT_SECONDS)
+        if not inline.thread.is_alive():
+            inline.loop.close()
+
+    def _forget_inline(self) -> None:
+        """In a forked child: the loop's thread is the parent's (not running here), its client's
+        connections the parent's, and the lock may be held by a parent's thread. Dropped, not
+        closed: a close would end the parent's connections; a next call makes its own."""
+        self._inline_lock = threading.Lock()
+        self._inline = None
 
     def _vectors(self, values: list[list[float] | None], expected: int) -> NDArray[np.float32]:
         if len(values) != expected:
@@ -329,6 +377,27 @@ class GeminiEmbedder:
         return await cancel_batch(
             self._client, name, timeout_ms=self._query_timeout_ms, key=self._key
         )
+
+
+# Every GeminiEmbedder of the process, for a forked child to reset (weakly: one dropped is gone).
+_EMBEDDERS: weakref.WeakSet[GeminiEmbedder] = weakref.WeakSet()
+
+
+def _forget_inline_in_child() -> None:
+    for embedder in list(_EMBEDDERS):
+        embedder._forget_inline()
+
+
+os.register_at_fork(after_in_child=_forget_inline_in_child)
+
+
+async def _shut(client: genai.Client) -> None:
+    """On the inline loop: cancel the calls still running, then close the client."""
+    running = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in running:
+        task.cancel()
+    await asyncio.gather(*running, return_exceptions=True)
+    await close_client(client)
 
 
 def cancel_client(settings: Settings) -> genai.Client:

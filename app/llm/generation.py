@@ -49,12 +49,32 @@ _ASCTIME_DATE = re.compile(
 _DATE_FORMS = (_IMF_FIXDATE, _RFC850_DATE, _ASCTIME_DATE)
 
 
+@dataclass(frozen=True, slots=True)
+class Billed:
+    """The usage Gemini reported for an answer (usageMetadata), each count None when not sent:
+    it bills an answer whether or not it is kept."""
+
+    prompt_tokens: int | None = None  # promptTokenCount
+    output_tokens: int | None = None  # candidatesTokenCount
+    # thoughtsTokenCount: billed as output. A cap spent thinking (a model whose thinking cannot
+    # be turned off) is all of an empty answer's output: recorded as 0, it spent the budget unseen.
+    thoughts_tokens: int | None = None
+
+    @property
+    def tokens(self) -> int:
+        return (self.prompt_tokens or 0) + self.billed_output
+
+    @property
+    def billed_output(self) -> int:
+        return (self.output_tokens or 0) + (self.thoughts_tokens or 0)
+
+
 class GeminiCallFailed(Exception):
     """A Gemini call failed; `retry_after` is the delay the server asked for, in seconds.
 
     `final`: the same call would get the same answer (blocked content, a cut with nothing
-    whole): no retry, and no failure for the breaker. `prompt_tokens`, `output_tokens`: the
-    usage Gemini reported for an answer it billed and that was rejected."""
+    whole): no retry, and no failure for the breaker. `billed`: the usage of an answer Gemini
+    billed and the call rejected (none when no answer came)."""
 
     def __init__(
         self,
@@ -63,15 +83,13 @@ class GeminiCallFailed(Exception):
         status: int | None = None,
         retry_after: float | None = None,
         final: bool = False,
-        prompt_tokens: int | None = None,
-        output_tokens: int | None = None,
+        billed: Billed | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.retry_after = retry_after
         self.final = final
-        self.prompt_tokens = prompt_tokens
-        self.output_tokens = output_tokens
+        self.billed = billed or Billed()
 
 
 # The finish reasons whose text is an answer: `STOP`, and `MAX_TOKENS` once trimmed to its whole
@@ -85,18 +103,21 @@ _CUT_FINISH = "MAX_TOKENS"
 _BLOCKED_FINISH = frozenset(
     {"SAFETY", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY", "RECITATION"}
 )
-# A sentence's end in a cut answer: `.!?` before a space or the end (closing quotes and brackets
-# kept with it: `done."`), a full-width `。！？` before anything (CJK puts no space after it: a
-# Chinese answer had no end at all, and its whole sentences were thrown away).
+# A sentence's end in a cut answer: `.!?` before a space (closing quotes and brackets kept with
+# it: `done."`), a full-width `。！？` before anything (CJK puts no space after it: a Chinese
+# answer had no end at all, and its whole sentences were thrown away). Not `.!?` where the cut
+# ends: the next token may go on with it (`README.` `md`, `Python 3.` `12`, `!=`, `?key=`), and
+# kept there, cuts of testdata's real answers kept such a fragment in 510 places.
 _SENTENCE_END = re.compile(
-    r"[.!?][\"'\u2019\u201d)\]]*(?=\s|$)|[\u3002\uff01\uff1f][\"'\u2019\u201d\u300d\u300f\uff09]*"
+    r"[.!?][\"'\u2019\u201d)\]]*(?=\s)|[\u3002\uff01\uff1f][\"'\u2019\u201d\u300d\u300f\uff09]*"
 )
 # What comes before a period that ends no sentence: an abbreviation (`e.g.`, `etc.`) or a
 # numbered item's number (`1.`). Kept as the answer, `Learned: use the helpers, e.g.` was stored.
-# Not `ms`, `sec`, `no` or a capital letter: "fell to 12 ms.", "option B." end sentences in
-# developers' summaries far more often than they abbreviate.
+# Not `ms`, `sec`, `no` or a capital letter, dotted ones (`U.S.`, `A.I.`) included: "fell to
+# 12 ms.", "option B.", "shipped in the U.S." end sentences in developers' summaries far more
+# often than they abbreviate (the dotted ones were taken for `e.g.`, and "option B." not).
 _NOT_AN_END = re.compile(
-    r"(?:(?:^|[\s(,])(?:[a-z]|[A-Za-z](?:\.[A-Za-z])+"
+    r"(?:(?:^|[\s(,])(?:[a-z](?:\.[a-z])*|(?i:e\.g|i\.e)"
     r"|(?i:etc|vs|cf|approx|incl|esp|viz|al|mr|mrs|dr|jr|sr|fig|eq))|^[ \t]*\d+)$"
 )
 _FENCE = re.compile(r"[ \t]*(```|~~~)")
@@ -110,6 +131,12 @@ class Generation:
     text: str
     prompt_tokens: int | None  # usageMetadata.promptTokenCount, when Gemini sent it
     output_tokens: int | None  # usageMetadata.candidatesTokenCount, when Gemini sent it
+    thoughts_tokens: int | None = None  # usageMetadata.thoughtsTokenCount: billed, not the text
+
+    def billed_output(self, estimate: int) -> int:
+        """The output tokens Gemini billed: the text's (`estimate` when it sent no count) and
+        its thoughts'. Only the text's were recorded: a thinking model's spend went unseen."""
+        return (self.output_tokens or estimate) + (self.thoughts_tokens or 0)
 
 
 async def generate_text(
@@ -162,40 +189,51 @@ async def generate_text(
     reason = _finish_reason(answer)
     usage = answer.usage_metadata
     # Gemini bills an answer whether or not it is kept: a rejected one's tokens count too.
-    billed: dict[str, Any] = {
-        "prompt_tokens": usage.prompt_token_count if usage else None,
-        "output_tokens": usage.candidates_token_count if usage else None,
-    }
+    billed = Billed(
+        prompt_tokens=usage.prompt_token_count if usage else None,
+        output_tokens=usage.candidates_token_count if usage else None,
+        thoughts_tokens=usage.thoughts_token_count if usage else None,
+    )
     if not text:
         feedback = answer.prompt_feedback
         if feedback is not None and feedback.block_reason:
             blocked = str(feedback.block_reason.value)
-            raise GeminiCallFailed(f"gemini blocked the prompt ({blocked})", final=True, **billed)
+            raise GeminiCallFailed(
+                f"gemini blocked the prompt ({blocked})", final=True, billed=billed
+            )
     if reason != _CUT_FINISH and reason not in _ANSWER_FINISH:
         why = "blocked the answer" if reason in _BLOCKED_FINISH else "stopped the answer part-way"
-        raise GeminiCallFailed(f"gemini {why} (finish reason {reason})", final=True, **billed)
+        raise GeminiCallFailed(f"gemini {why} (finish reason {reason})", final=True, billed=billed)
     if len(text) > max_output_tokens * MAX_CHARS_PER_TOKEN:
         raise GeminiCallFailed(
             f"gemini answered {len(text):,} characters for a cap of {max_output_tokens} tokens",
-            **billed,
+            billed=billed,
         )
-    if reason == _CUT_FINISH and text:
+    if reason == _CUT_FINISH:
         whole = _whole_part(text)
         if not whole:
             # The same prompt is cut the same way: a retry costs a call and gets this again, and
-            # counted toward the breaker three such rows opened it for every compression.
+            # counted toward the breaker three such rows opened it for every compression. A cap
+            # spent before any text (all of it thinking) too: it was retried five times, each
+            # billed, and counted.
+            before = "one whole sentence" if text else "any text"
             raise GeminiCallFailed(
-                "gemini's answer was cut at its token cap before one whole sentence "
+                f"gemini's answer was cut at its token cap before {before} "
                 f"(finish reason {reason})",
                 final=True,
-                **billed,
+                billed=billed,
             )
         log.info("gemini.answer_cut", kept_chars=len(whole), dropped_chars=len(text) - len(whole))
         text = whole
     if not text:
-        raise GeminiCallFailed(f"gemini answered without text (finish reason {reason})", **billed)
+        raise GeminiCallFailed(
+            f"gemini answered without text (finish reason {reason})", billed=billed
+        )
     return Generation(
-        text=text, prompt_tokens=billed["prompt_tokens"], output_tokens=billed["output_tokens"]
+        text=text,
+        prompt_tokens=billed.prompt_tokens,
+        output_tokens=billed.output_tokens,
+        thoughts_tokens=billed.thoughts_tokens,
     )
 
 
@@ -313,6 +351,15 @@ def _http_date(value: str) -> float | None:
     return when.timestamp()
 
 
+def _server_now(headers: Any) -> float:
+    """The answer's `Date`, the server's clock when it answered: an HTTP-date Retry-After is
+    read against it (RFC 9110 10.2.3). Against ours, a server clock a year behind asked no wait
+    and one an hour ahead the 900 s cap for 300 s. Ours when the answer has no readable one."""
+    sent = headers.get("date")
+    when = _http_date(sent) if isinstance(sent, str) else None
+    return time.time() if when is None else when
+
+
 def _asked_delay(error: errors.APIError) -> float | None:
     headers: Any = getattr(error.response, "headers", None)
     if headers is not None:
@@ -324,7 +371,7 @@ def _asked_delay(error: errors.APIError) -> float | None:
                 pass
             until = _http_date(value)
             if until is not None:
-                return until - time.time()
+                return until - _server_now(headers)
             # Once per answer that carries one (a 429's, or a 503's), then the RetryInfo
             # or the usual back-off: a proxy's garbled header must not be taken for "no wait"
             # unsaid.

@@ -16,7 +16,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.config import Settings
-from app.llm.generation import capped_delay
+from app.errors import first_line
+from app.llm.generation import GeminiCallFailed, capped_delay
 
 log = structlog.get_logger(__name__)
 
@@ -99,11 +100,15 @@ class GeminiGate:
             f"{self._failure_threshold} times in a row)"
         )
 
-    def record_failure(self, error: str = "") -> None:
-        """A generation call failed (not for its content). Only those: a Batch cancel's 429
-        pauses the gate and counts nothing; counted, a sweep's cancels would open the breaker,
-        the cooldown's compressions all extractive (docs/worker.md)."""
-        self._last_failure = error or "gemini call failed"
+    def record_failure(self, error: GeminiCallFailed) -> None:
+        """A generation call failed: counted toward the breaker unless `final` (a blocked text,
+        a cut with nothing whole: a retry gets the same, and it says nothing of Gemini's health;
+        three such rows opened the breaker for every compression). Only generation calls: a
+        Batch cancel's 429 pauses the gate and counts nothing; counted, a sweep's cancels would
+        open the breaker, the cooldown's compressions all extractive (docs/worker.md)."""
+        if error.final:
+            return
+        self._last_failure = first_line(error)[:200] or "gemini call failed"
         self._consecutive_failures += 1
         if self._failure_threshold and self._consecutive_failures >= self._failure_threshold:
             self._open_until = self._clock() + self._cooldown
@@ -176,6 +181,24 @@ class DailyBudget:
     def spent(self, tokens: int) -> None:
         """Count this process's call until the next read of `llm_usage` includes it."""
         self._used += tokens
+
+
+async def record_rejected(
+    session: AsyncSession, error: GeminiCallFailed, *, project_path: str, model: str
+) -> int:
+    """The tokens of an answer Gemini billed and the call rejected (blocked, cut, oversize), in
+    `llm_usage`; how many, for a caller's daily budget. Only a stored answer's were recorded,
+    and a run of rejected answers spent the budget unseen."""
+    billed = error.billed
+    if billed.tokens:
+        await record_usage(
+            session,
+            project_path=project_path,
+            model=model,
+            input_tokens=billed.prompt_tokens or 0,
+            output_tokens=billed.billed_output,
+        )
+    return billed.tokens
 
 
 async def record_usage(

@@ -61,4 +61,5 @@ async def summarize_with_gemini(
         text=sanitize_text(answer.text),
         prompt_tokens=answer.prompt_tokens,
         output_tokens=answer.output_tokens,
+        thoughts_tokens=answer.thoughts_tokens,
     )

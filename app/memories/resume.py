@@ -22,7 +22,7 @@ from app.db.models import MemoryRow, SessionRow
 from app.errors import first_line
 from app.llm.gemini import make_client
 from app.llm.generation import GeminiCallFailed, Generation, generate_text
-from app.llm.ratelimit import DailyBudget, GeminiGate, record_usage
+from app.llm.ratelimit import DailyBudget, GeminiGate, record_rejected, record_usage
 from app.memories import service
 from app.memories.schemas import LastSession, Resume, ResumeContext
 from app.tokens import estimate_tokens, truncate_to_tokens
@@ -210,19 +210,14 @@ async def _briefing(
             answer = await _gemini_briefing(settings, prompt)
         except Exception as error:  # any failure of the model must still leave a briefing
             log.warning("memory.resume.gemini_failed", error=first_line(error)[:200])
-            final = isinstance(error, GeminiCallFailed) and error.final
-            # As the worker counts: a blocked or cut answer says nothing of whether generation
-            # works, and two blocked briefings opened the breaker for every compression.
-            if gate is not None and not final:
-                gate.record_failure(first_line(error)[:200])
-            if isinstance(error, GeminiCallFailed) and (error.prompt_tokens or error.output_tokens):
-                await record_usage(  # a rejected answer is billed all the same
-                    session,
-                    project_path=project_path or "",
-                    model=settings.gemini_model,
-                    input_tokens=error.prompt_tokens or 0,
-                    output_tokens=error.output_tokens or 0,
-                )
+            failed = error if isinstance(error, GeminiCallFailed) else GeminiCallFailed(str(error))
+            # As the worker counts and records: two blocked briefings opened the breaker for
+            # every compression, and a rejected answer is billed all the same.
+            if gate is not None:
+                gate.record_failure(failed)
+            await record_rejected(
+                session, failed, project_path=project_path or "", model=settings.gemini_model
+            )
         else:
             if gate is not None:
                 gate.record_success()
@@ -231,7 +226,7 @@ async def _briefing(
                 project_path=project_path or "",
                 model=settings.gemini_model,
                 input_tokens=answer.prompt_tokens or estimate_tokens(prompt),
-                output_tokens=answer.output_tokens or estimate_tokens(answer.text),
+                output_tokens=answer.billed_output(estimate_tokens(answer.text)),
             )
             return " ".join(answer.text.split()), "gemini"
     return template_briefing(project_path, picked), "template"

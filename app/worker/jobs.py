@@ -38,7 +38,13 @@ from app.llm.fallback import (
     summarize_extractive,
 )
 from app.llm.generation import GeminiCallFailed, capped_delay
-from app.llm.ratelimit import DailyBudget, GatePaused, GeminiGate, record_usage
+from app.llm.ratelimit import (
+    DailyBudget,
+    GatePaused,
+    GeminiGate,
+    record_rejected,
+    record_usage,
+)
 from app.llm.summarize import session_text, summarize_with_gemini
 from app.privacy import cap_text, sanitize_text
 from app.sync import cancels
@@ -182,9 +188,7 @@ async def call_gemini(
         return AttemptFailed("postponed")
     except GeminiCallFailed as error:
         await _record_billed(ctx, error, project_path=project_path)
-        # A blocked text or a cut with nothing whole says nothing about Gemini's health.
-        if not error.final:
-            ctx.gate.record_failure(str(error))
+        ctx.gate.record_failure(error)
         if error.retry_after is not None:
             ctx.gate.pause(error.retry_after)
         if error.final or attempts >= ctx.settings.worker_max_attempts:
@@ -216,21 +220,14 @@ async def call_gemini(
 
 
 async def _record_billed(ctx: JobContext, error: GeminiCallFailed, *, project_path: str) -> None:
-    """The tokens of an answer Gemini billed and the call rejected (blocked, cut, oversize), in
-    `llm_usage` and the daily budget: only a stored answer's were, and a run of rejected answers
-    spent the budget unseen."""
-    input_tokens, output_tokens = error.prompt_tokens or 0, error.output_tokens or 0
-    if not input_tokens and not output_tokens:
-        return
-    ctx.budget.spent(input_tokens + output_tokens)
+    """A rejected answer's tokens, in `llm_usage` and this process's daily budget."""
+    if not error.billed.tokens:
+        return  # no answer came (a timeout, a 5xx): no transaction for nothing to write
     async with transaction(ctx.sessionmaker) as session:
-        await record_usage(
-            session,
-            project_path=project_path,
-            model=ctx.settings.gemini_model,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
+        spent = await record_rejected(
+            session, error, project_path=project_path, model=ctx.settings.gemini_model
         )
+    ctx.budget.spent(spent)
 
 
 async def _gemini_allowed(ctx: JobContext) -> bool:
@@ -464,7 +461,7 @@ async def summarize_session(ctx: JobContext, work: SessionWork) -> str:
         else:
             summary = results.SessionSummary(outcome.text, f"gemini:{settings.gemini_model}")
             input_tokens = outcome.prompt_tokens or estimate_tokens(prompt)
-            output_tokens = outcome.output_tokens or estimate_tokens(outcome.text)
+            output_tokens = outcome.billed_output(estimate_tokens(outcome.text))
             ctx.budget.spent(input_tokens + output_tokens)
             async with transaction(ctx.sessionmaker) as session:
                 await record_usage(

@@ -148,7 +148,12 @@ def _handler(fake: FakeGemini) -> type[BaseHTTPRequestHandler]:
             payload = (
                 response.raw if response.raw is not None else json.dumps(response.body).encode()
             )
-            self.send_response(response.status)
+            # The `Date` a response sets is the server's clock (one behind or ahead of ours);
+            # unset, the handler's own, as http.server sends it.
+            self.send_response_only(response.status)
+            self.send_header("server", self.version_string())
+            if not any(key.lower() == "date" for key in response.headers):
+                self.send_header("date", self.date_time_string())
             self.send_header("content-type", "application/json")
             self.send_header("content-length", str(len(payload)))
             for key, value in response.headers.items():

@@ -14,9 +14,14 @@ import pytest
 
 from app.llm.compress import COMPRESSION_MAX_OUTPUT_TOKENS
 from app.llm.generation import _whole_part
-from tests.fakes.gemini import FakeResponse, fake_gemini, text_answer
+from app.llm.summarize import SUMMARY_INSTRUCTIONS
+from tests.fakes.gemini import FakeResponse, RecordedRequest, fake_gemini, text_answer
 from tests.llm.test_compress_gemini import ANSWER, gemini_settings
+from tests.realdata import gemini_answers
 from tests.worker.builders import drain, make_observation, make_session, row
+
+# CJK ends a sentence with no space after it, and a full-width end closes no name.
+_FULL_WIDTH_ENDS = ("\u3002", "\uff01", "\uff1f", "\u300d", "\u300f", "\uff09")
 
 
 def candidate(text: str, finish: str) -> dict[str, Any]:
@@ -140,11 +145,49 @@ def test_an_answer_cut_at_its_cap_keeps_its_whole_lines_only(
         ("Went with option B. Then", "Went with option B."),
         ("Set the timeout to 10 sec. Then", "Set the timeout to 10 sec."),
         ("The answer is no. Then", "The answer is no."),
-        ("Read the U.S. Then", ""),
+        # Dotted capitals end a sentence as a capital letter does; lowercase ones do not.
+        ("Read the U.S. Then", "Read the U.S."),
+        ("Shipped the A.I. Then", "Shipped the A.I."),
+        ("Use a cache, i.e. Redis. Then", "Use a cache, i.e. Redis."),
+        ("Use a cache, E.g. Redis wh", ""),
+        # A period where the cut ends may go on as a name, a version or a URL (the next token
+        # `md`, `12`, `com`): real cuts of testdata's answers kept `README.` and `Python 3.`.
+        ("I am preparing to read the `Cargo.", ""),
+        (
+            "I'm now focusing on the stack. The code reveals a Python 3.",
+            "I'm now focusing on the stack.",
+        ),
+        ("好的，我將執行您要求的任務。首先，我會讀取 `Cargo.", "好的，我將執行您要求的任務。"),
+        ("Went with option B.", ""),
+        ("好的，文件讀取完畢。", "好的，文件讀取完畢。"),
     ],
 )
 def test_whole_part_keeps_whole_sentences_only(cut: str, kept: str) -> None:
     assert _whole_part(cut) == kept
+
+
+def test_whole_part_ends_real_answers_only_where_their_text_ends_a_word() -> None:
+    # Each of Gemini's own answers in testdata (English and Chinese), cut at every character:
+    # what is kept ends a line, or is followed in the whole answer by a space. 510 places were
+    # kept part-way through a name (`README.|md`, `Cargo.|toml`), a version (`3.|12`) or a URL.
+    wrong: set[str] = set()
+    cuts = 0
+    for answer in gemini_answers():
+        for end in range(1, len(answer)):
+            cut = answer[:end]
+            kept = _whole_part(cut)
+            if not kept or kept.endswith("```"):
+                continue
+            cuts += 1
+            start = len(cut) - len(cut.lstrip())
+            assert cut[start:].startswith(kept)
+            after = answer[start + len(kept) :]
+            if after and not after[0].isspace() and not kept.endswith(_FULL_WIDTH_ENDS):
+                wrong.add(
+                    f"{answer[max(0, start + len(kept) - 20) : start + len(kept)]}|{after[:10]}"
+                )
+    assert cuts > 10_000
+    assert not wrong, sorted(wrong)[:20]
 
 
 def test_an_answer_cut_before_one_whole_sentence_goes_to_the_fallback_uncounted(
@@ -174,6 +217,102 @@ def test_an_answer_cut_before_one_whole_sentence_goes_to_the_fallback_uncounted(
         if generated_by == "extractive":
             assert "MAX_TOKENS" in error
             assert "ver" not in data.split()
+
+
+def empty_cut() -> dict[str, Any]:
+    """A model whose thinking cannot be turned off (2.5 Pro) spending the whole cap thinking:
+    `MAX_TOKENS`, no text, its thoughts billed."""
+    return {
+        "candidates": [{"content": {"role": "model"}, "finishReason": "MAX_TOKENS"}],
+        "usageMetadata": {
+            "promptTokenCount": 30,
+            "thoughtsTokenCount": 200,
+            "totalTokenCount": 230,
+        },
+    }
+
+
+def test_an_answer_cut_before_any_text_goes_to_the_fallback_uncounted(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    # The same prompt spends the same cap the same way: it was a failed attempt, retried up to
+    # five times (each billed) and counted, three such rows opening the breaker.
+    make_session(db)
+    for n in range(4):
+        make_observation(db, f"o{n}", args={"path": f"src/keep{n}.ts"})
+    with fake_gemini() as fake:
+        fake.queue(":generateContent", *[FakeResponse(body=empty_cut()) for _ in range(3)])
+        fake.on(":generateContent", lambda _r: FakeResponse(body=text_answer(ANSWER)))
+        drain(gemini_settings(fake.url, gemini_failure_threshold=3), database_url)
+        calls = len(fake.calls(":generateContent"))
+
+    rows = db.execute(
+        "SELECT status, generated_by, last_error, attempts FROM observations ORDER BY id"
+    ).fetchall()
+    assert calls == 4
+    assert sorted(str(r[1]) for r in rows) == ["extractive"] * 3 + ["gemini:gemini-2.5-flash"]
+    for status, generated_by, error, attempts in rows:
+        assert (status, attempts) == ("compressed", 1)
+        if generated_by == "extractive":
+            assert "MAX_TOKENS" in error
+            assert "a retry would get the same answer" in error
+
+
+def test_an_answer_cut_before_any_text_bills_its_thoughts(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    # Its output is all thinking: recorded without it, a run of them spent the budget unseen.
+    make_session(db)
+    make_observation(db, "o1")
+    with fake_gemini() as fake:
+        fake.queue(":generateContent", FakeResponse(body=empty_cut()))
+        drain(gemini_settings(fake.url), database_url)
+
+    usage = row(db, "SELECT sum(input_tokens) AS i, sum(output_tokens) AS o FROM llm_usage")
+    assert (usage["i"], usage["o"]) == (30, 200)
+
+
+def test_a_kept_answers_thoughts_are_billed_but_not_its_compressed_size(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    # A model that thinks (2.5 Pro: its thinking cannot be turned off) is billed its thoughts as
+    # output; only candidatesTokenCount reached llm_usage and the daily budget.
+    make_session(db)
+    make_observation(db, "o1")
+    answer = text_answer(ANSWER, prompt_tokens=700, output_tokens=20)
+    answer["usageMetadata"]["thoughtsTokenCount"] = 150
+    with fake_gemini() as fake:
+        fake.queue(":generateContent", FakeResponse(body=answer))
+        drain(gemini_settings(fake.url), database_url)
+
+    usage = row(db, "SELECT sum(input_tokens) AS i, sum(output_tokens) AS o FROM llm_usage")
+    assert (usage["i"], usage["o"]) == (700, 170)
+    assert row(db, "SELECT compressed_tokens FROM observations")["compressed_tokens"] == 20
+
+
+def test_a_kept_summarys_thoughts_are_billed(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    make_session(db, status="ending")
+    make_observation(db, "o1")
+    summary = text_answer("The session fixed the token check.", prompt_tokens=400, output_tokens=9)
+    summary["usageMetadata"]["thoughtsTokenCount"] = 120
+
+    def answer(request: RecordedRequest) -> FakeResponse:
+        system = request.body["systemInstruction"]["parts"][0]["text"]
+        if system == SUMMARY_INSTRUCTIONS:
+            return FakeResponse(body=summary)
+        return FakeResponse(body=text_answer(ANSWER, prompt_tokens=700, output_tokens=20))
+
+    with fake_gemini() as fake:
+        fake.on(":generateContent", answer)
+        drain(gemini_settings(fake.url), database_url)
+
+    assert row(db, "SELECT summary_generated_by FROM sessions")["summary_generated_by"] == (
+        "gemini:gemini-2.5-flash"
+    )
+    usage = row(db, "SELECT sum(input_tokens) AS i, sum(output_tokens) AS o FROM llm_usage")
+    assert (usage["i"], usage["o"]) == (700 + 400, 20 + 9 + 120)
 
 
 @pytest.mark.parametrize(

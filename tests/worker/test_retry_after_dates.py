@@ -1,8 +1,8 @@
 """A 429's `Retry-After` may be an HTTP-date (RFC 9110 §5.6.7) instead of seconds: honoured
-relative to now, a date past being no wait, under the same 900 s cap; anything but one of the
-three forms, exactly, ignored and logged once per 429 answer; through the real google-genai
-client and the fake server, into the real database, for each consumer of a server's delay (a
-compression, a cancel sweep, an embedding lease)."""
+relative to the answer's `Date` (the server's clock), a date past being no wait, under the same
+900 s cap; anything but one of the three forms, exactly, ignored and logged once per 429 answer;
+through the real google-genai client and the fake server, into the real database, for each
+consumer of a server's delay (a compression, a cancel sweep, an embedding lease)."""
 
 from __future__ import annotations
 
@@ -91,6 +91,45 @@ def test_a_date_past_the_cap_pauses_the_cap(
     assert [(e["log_level"], e["seconds"]) for e in capped] == [
         ("warning", MAX_RETRY_AFTER_SECONDS)
     ]
+
+
+@pytest.mark.parametrize("skew", [-86_400 * 400, 3_600], ids=["behind", "ahead"])
+def test_a_date_is_read_against_the_servers_own_clock(
+    skew: float, db: psycopg.Connection[Any], database_url: str, tmp_path: Path
+) -> None:
+    # RFC 9110 10.2.3: the date is the server's, to be read against its `Date`. Read against
+    # ours, a server clock a year behind asked no wait (the row came back into the quota), and
+    # one an hour ahead the cap's 900 s for its 300.
+    make_session(db)
+    make_observation(db, "o1")
+    make_observation(db, "o2")
+    sent = time.time() + skew
+    answer = quota(header=formatdate(sent + 300, usegmt=True))
+    answer.headers["Date"] = formatdate(sent, usegmt=True)
+    with fake_gemini() as fake:
+        fake.on(":generateContent", lambda _r: answer)
+        paused = compress_two(fake.url, tmp_path, database_url)
+
+    assert 290 < paused <= 301
+    for status, due in due_in(db).values():
+        assert status == "captured"
+        assert 290 < due <= 301
+
+
+@pytest.mark.parametrize("date", ["yesterday", ""], ids=["garbled", "empty"])
+def test_a_date_with_an_unreadable_date_header_is_read_against_ours(
+    date: str, db: psycopg.Connection[Any], database_url: str, tmp_path: Path
+) -> None:
+    make_session(db)
+    make_observation(db, "o1")
+    make_observation(db, "o2")
+    answer = quota(header=http_date(300))
+    answer.headers["Date"] = date
+    with fake_gemini() as fake:
+        fake.on(":generateContent", lambda _r: answer)
+        paused = compress_two(fake.url, tmp_path, database_url)
+
+    assert 240 < paused <= 301
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,123 @@
+"""The Gemini embedder's inline calls run on a loop thread of their own with a second client:
+closed when the process's work ends (the app's lifespan, the CLI's exit), and made anew in a
+forked child, which inherits neither the thread nor a lock another thread held. Through the real
+google-genai client and the fake server, and a real fork."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import warnings
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+
+from app.llm.embeddings import close_embedders, get_embedder
+from app.main import create_app
+from tests.conftest import make_settings
+from tests.fakes.gemini import FakeGemini, fake_gemini
+from tests.llm.test_embeddings_gemini import vectors_answer
+
+ROUTE = ":batchEmbedContents"
+
+
+def settings_for(fake: FakeGemini, tmp_path: Path | None = None) -> object:
+    extra = {"home": tmp_path / "home"} if tmp_path is not None else {}
+    return make_settings(
+        gemini_api_key="k", gemini_base_url=fake.url, embedding_provider="gemini", **extra
+    )
+
+
+def started_by(call: object) -> set[threading.Thread]:
+    """The embedders' loop threads that calling `call` started and left running."""
+    before = set(threading.enumerate())
+    assert callable(call)
+    call()
+    return {
+        t
+        for t in threading.enumerate()
+        if t not in before and t.is_alive() and t.name == "gemini-embeddings"
+    }
+
+
+def test_closing_the_embedders_stops_the_loop_thread_and_closes_its_connection() -> None:
+    # Neither was ever closed: a thread and a kept-alive connection for the process's life.
+    with fake_gemini() as fake:
+        fake.on(ROUTE, vectors_answer)
+        embedder = get_embedder(settings_for(fake))  # type: ignore[arg-type]
+        (loop_thread,) = started_by(lambda: embedder.embed_query("where is the jwt check"))
+        assert fake.left_open(ROUTE)
+
+        close_embedders()
+
+        assert not loop_thread.is_alive()
+        deadline = time.monotonic() + 5
+        while fake.left_open(ROUTE) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not fake.left_open(ROUTE)
+        # Closed is not broken: the next query makes them again.
+        assert embedder.embed_query("and the retry loop").shape == (768,)
+        close_embedders()
+        assert len(fake.calls(ROUTE)) == 2
+
+
+def test_the_apps_lifespan_closes_them(tmp_path: Path, database_url: str) -> None:
+    with fake_gemini() as fake:
+        fake.on(ROUTE, vectors_answer)
+        settings = settings_for(fake, tmp_path)
+        app = create_app(settings, database_url=database_url)  # type: ignore[arg-type]
+        with TestClient(app):
+            embedder = get_embedder(settings)  # type: ignore[arg-type]
+            (loop_thread,) = started_by(lambda: embedder.embed_query("where is the jwt check"))
+
+        assert not loop_thread.is_alive()
+
+
+def test_a_forked_child_queries_with_its_own_loop_even_with_the_lock_held() -> None:
+    # The child inherits the loop but not its thread: its query waited for an answer no thread
+    # would ever run (and for a lock that a parent's thread held at the fork, for ever).
+    with fake_gemini() as fake:
+        fake.on(ROUTE, vectors_answer)
+        embedder = get_embedder(settings_for(fake))  # type: ignore[arg-type]
+        embedder.embed_query("where is the jwt check")
+        holding, release = threading.Event(), threading.Event()
+        lock = embedder._inline_lock  # type: ignore[attr-defined]
+
+        def hold() -> None:
+            with lock:
+                holding.set()
+                release.wait()
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        holding.wait()
+        reading, writing = os.pipe()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads: the point
+            child = os.fork()
+        if child == 0:  # pragma: no cover - the child reports through the pipe
+            try:
+                vector = get_embedder(settings_for(fake)).embed_query("in the child")  # type: ignore[arg-type]
+                os.write(writing, b"ok" if vector.shape == (768,) else b"bad")
+            finally:
+                os._exit(0)
+        release.set()
+        holder.join()
+        os.close(writing)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            pid, _status = os.waitpid(child, os.WNOHANG)
+            if pid:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(child, 9)
+            os.waitpid(child, 0)
+        answer = os.read(reading, 16)
+        os.close(reading)
+        assert answer == b"ok"
+        assert len(fake.calls(ROUTE)) == 2
+        # The parent's own loop still answers.
+        assert embedder.embed_query("back in the parent").shape == (768,)
+        close_embedders()
