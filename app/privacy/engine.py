@@ -243,6 +243,7 @@ def sanitize_json(
     max_depth: int = DEFAULT_MAX_DEPTH,
     scanner: LiteralScanner | None = None,
     scanned: Scanned | None = None,
+    refuse_unstorable: bool = True,
 ) -> Any:
     """Apply `sanitize_text` to every string (keys too) of a JSON value; returns a new value.
 
@@ -251,12 +252,20 @@ def sanitize_json(
     Raises NestingTooDeep when containers nest deeper than `max_depth`, NumberOutOfRange for a
     NaN or infinite float (what pydantic and `json` read `1e400` as): stored, orjson wrote it as
     null and json as `Infinity`, which Postgres refuses; and for a `Decimal` (`exactjson.loads`)
-    that `exactjson.check_numbers` refuses (`1e-999999`).
+    that `exactjson.check_numbers` refuses (`1e-999999`). Without `refuse_unstorable` such a
+    Decimal is kept: a transcript's tool call is indexed as its text, digits and all, never
+    stored as jsonb.
     """
-    return _sanitize(value, max_depth, scanner or _SCANNER, scanned)
+    return _sanitize(value, max_depth, scanner or _SCANNER, scanned, refuse_unstorable)
 
 
-def _sanitize(value: Any, depth_left: int, scanner: LiteralScanner, scanned: Scanned | None) -> Any:
+def _sanitize(
+    value: Any,
+    depth_left: int,
+    scanner: LiteralScanner,
+    scanned: Scanned | None,
+    refuse_unstorable: bool,
+) -> Any:
     if isinstance(value, str):
         clean, found, _utf8 = sanitize_string(value, scanner)
         if scanned is not None and found is not None:
@@ -272,20 +281,26 @@ def _sanitize(value: Any, depth_left: int, scanner: LiteralScanner, scanned: Sca
             if isinstance(item, str) and item and _credential(clean_key, secret, item):
                 out[clean_key] = REDACTED
             elif plural is not None:
-                out[clean_key] = _sanitize_listed(plural, item, depth_left - 1, scanner, scanned)
+                out[clean_key] = _sanitize_listed(
+                    plural, item, depth_left - 1, scanner, scanned, refuse_unstorable
+                )
             else:
-                out[clean_key] = _sanitize(item, depth_left - 1, scanner, scanned)
+                out[clean_key] = _sanitize(
+                    item, depth_left - 1, scanner, scanned, refuse_unstorable
+                )
         return out
     if isinstance(value, list | tuple):
         if depth_left <= 0:
             raise NestingTooDeep("the JSON value nests too deeply")
-        return [_sanitize(item, depth_left - 1, scanner, scanned) for item in value]
+        return [
+            _sanitize(item, depth_left - 1, scanner, scanned, refuse_unstorable) for item in value
+        ]
     # Checked on the walk the value takes anyway: a walk of its own, or a search of its JSON
     # for the null orjson makes of inf, cost up to ~17 µs on a 20 KB capture.
     if value.__class__ is float:
         if not isfinite(value):
             raise NumberOutOfRange(PAST_A_DOUBLE)
-    elif value.__class__ is Decimal:
+    elif value.__class__ is Decimal and refuse_unstorable:
         # A number read exactly (`exactjson.loads`): one the database cannot keep is refused.
         check_decimal(value)
     return value
@@ -297,6 +312,7 @@ def _sanitize_listed(
     depth_left: int,
     scanner: LiteralScanner,
     scanned: Scanned | None,
+    refuse_unstorable: bool,
 ) -> list[Any]:
     """`_sanitize` of a list under a credential's name: each string element redacted whole as
     `_listed` judges it, and so in a list nested in it (`[["user", "hunter2"]]`)."""
@@ -305,9 +321,9 @@ def _sanitize_listed(
     return [
         REDACTED
         if _listed(plural, element)
-        else _sanitize_listed(plural, element, depth_left - 1, scanner, scanned)
+        else _sanitize_listed(plural, element, depth_left - 1, scanner, scanned, refuse_unstorable)
         if isinstance(element, list | tuple)
-        else _sanitize(element, depth_left - 1, scanner, scanned)
+        else _sanitize(element, depth_left - 1, scanner, scanned, refuse_unstorable)
         for element in items
     ]
 

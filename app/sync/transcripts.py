@@ -274,7 +274,7 @@ def _compact_json(value: Any) -> str:
     credential-named key's value is redacted whatever its shape (the text rules, which every
     entry still goes through, know only quoted values without spaces)."""
     try:
-        value = sanitize_json(value)
+        value = sanitize_json(value, refuse_unstorable=False)
     except NestingTooDeep:
         pass  # the text rules still run on the entry
     return _compact(value)
