@@ -88,6 +88,10 @@ def scratch_folder(prefix: str) -> Iterator[Path]:
             remove(folder)
             atexit.unregister(at_exit)
         finally:
-            if catch:
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+            # Unblocked first, while the handler is still ours: a SIGTERM that came during the
+            # removal unwinds as an exit (outer blocks and exit handlers run), not a kill.
+            try:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+            finally:
+                if catch:
+                    signal.signal(signal.SIGTERM, signal.SIG_DFL)

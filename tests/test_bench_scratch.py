@@ -59,8 +59,11 @@ SCRATCH = {
 def run(script: dict[str, str], ending: str) -> tuple[Path, int, subprocess.CompletedProcess[str]]:
     code = IN_A_BENCHMARK.format(**script)
     environment = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    signalled = ending in ("SIGINT", "SIGTERM")
     process = subprocess.Popen(
-        [sys.executable, "-c", code, ending],
+        # Told to wait inside the block for the signal: sent to a child that goes on, it landed
+        # anywhere in the block's own end or the interpreter's exit (rc 0, or a folder kept).
+        [sys.executable, "-c", code, "wait" if signalled else ending],
         cwd=ROOT,
         env=environment,
         stdout=subprocess.PIPE,
@@ -71,7 +74,7 @@ def run(script: dict[str, str], ending: str) -> tuple[Path, int, subprocess.Comp
     line = process.stdout.readline()
     assert line, process.communicate(timeout=120)[1]
     folder, pid = line.split()
-    if ending in ("SIGINT", "SIGTERM"):
+    if signalled:
         process.send_signal(getattr(signal, ending))
     out, err = process.communicate(timeout=120)
     return (
