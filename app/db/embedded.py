@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -370,24 +371,32 @@ class _FileLock:
     holders: int = 0
 
     def try_lock(self) -> bool:
-        if self.holders:
-            self.holders += 1
+        with _COUNTING:
+            if self.holders:
+                self.holders += 1
+                return True
+            if self.descriptor is None:
+                self.descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            kind = fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX
+            try:
+                fcntl.lockf(self.descriptor, kind | fcntl.LOCK_NB)
+            except OSError:  # EAGAIN or EACCES: another process holds it
+                return False
+            self.holders = 1
             return True
-        if self.descriptor is None:
-            self.descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        kind = fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX
-        try:
-            fcntl.lockf(self.descriptor, kind | fcntl.LOCK_NB)
-        except OSError:  # EAGAIN or EACCES: another process holds it
-            return False
-        self.holders = 1
-        return True
 
     def unlock(self) -> None:
-        self.holders -= 1
-        if self.holders == 0 and self.descriptor is not None:
-            os.close(self.descriptor)  # drops the lock
-            self.descriptor = None
+        with _COUNTING:
+            self.holders -= 1
+            if self.holders == 0 and self.descriptor is not None:
+                os.close(self.descriptor)  # drops the lock
+                self.descriptor = None
+
+
+# Two threads (the supervisor's restart, the exit) counting at once could open a second
+# descriptor and, closing it, drop the lock the other holds. Re-entrant: a signal handler's stop
+# may count in the thread that is counting already.
+_COUNTING = threading.RLock()
 
 
 _FILE_LOCKS: dict[tuple[Path, bool], _FileLock] = {}
