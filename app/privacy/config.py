@@ -424,13 +424,14 @@ def plain_credential(name: str, value: str) -> bool:
     return not (len(words) > 1 and words[-1] == "token" and words[-2] in _NOT_CREDENTIAL_TOKENS)
 
 
-# A passphrase as people choose one (`correct horse battery staple`, `tr0ub4dor three 3`): two to
-# six single-spaced words of lower-case letters, digits and symbols. A sentence, a label or a
-# message under a credential's name (`This field is required.`, `Enter your password`, `not
-# set`, `the secret`, `%s %s`) holds a capital, a sentence's end, a format's `%` or `{}`, or one
-# of a sentence's small words, a placeholder's, a status's or the name's own, and is kept.
-_PASSPHRASE = re.compile(r"[a-z0-9][^\sA-Z\"'`\\%{}$<>]*+(?: [a-z0-9][^\sA-Z\"'`\\%{}$<>]*+){1,5}")
-_PHRASE_ENDS = frozenset(".,:;?!")
+# A passphrase as people choose one (`correct horse battery staple`): three to six single-spaced
+# words of three or more lower-case ASCII letters. Shorter phrases, accents, digits and symbols
+# are a locale's text (`mot de passe`, `nueva contraseña`, `senha atual`) or a description
+# (`varchar(255) unique`, `bcrypt hash`, `sha256 salted`, `read write`) under a credential's name
+# as often, and are kept: so is a two-word `correct horse`. A sentence, a label or a message
+# (`not set`, `the secret key`) holds one of a sentence's small words, a placeholder's, a
+# status's or the name's own, and is kept too.
+_PASSPHRASE = re.compile(r"[a-z]{3,}(?: [a-z]{3,}){2,5}")
 _SENTENCE_WORDS = frozenset(
     {
         *("a", "an", "the", "to", "of", "for", "and", "or", "is", "are", "was", "be", "been"),
@@ -450,7 +451,7 @@ _SENTENCE_WORDS = frozenset(
 def passphrase(name: str, value: str) -> bool:
     """Whether `value`, a quoted value holding a blank under the credential's name `name`, is a
     passphrase (see `_PASSPHRASE`) rather than a sentence, a label or a format."""
-    if _PASSPHRASE.fullmatch(value) is None or value[-1] in _PHRASE_ENDS:
+    if _PASSPHRASE.fullmatch(value) is None:
         return False
     named = {word.lower() for word in _KEY_WORD.findall(name[-_KEY_END_CHARS:])}
     return not any(
@@ -1033,9 +1034,10 @@ ASSIGNMENT_RULES: list[_Rule] = [
                 rf"(?P<name>{stem}[\"']?)(?P<sep>\s*[:=]\s*)"
                 + _NOT_REDACTED
                 # A value with a blank is judged by `passphrase`; it holds no quote, `:` or `=`,
-                # so that no credential's assignment it would hide from this rule is inside it.
+                # so that no credential's assignment it would hide from this rule is inside it,
+                # and 4 characters or more, as the hyperscan gate's quoted value (engine.py).
                 + r"(?P<value>\"[^\"\s]{4,}\"|'[^'\s]{4,}'"
-                + r"|(?P<phrase>\"[^\"'\n:=]{3,100}+\"|'[^'\"\n:=]{3,100}+'))"
+                + r"|(?P<phrase>\"[^\"'\n:=]{4,100}+\"|'[^'\"\n:=]{4,100}+'))"
             ),
             _credential_assignment,
         )

@@ -34,7 +34,6 @@ from app.privacy.config import (
     _PASS_COUNT,
     _PASSPHRASE,
     _PATH_VALUE,
-    _PHRASE_ENDS,
     _PLACEHOLDER_NAMES,
     _PLACEHOLDER_SPLIT,
     _PLACEHOLDER_VALUE,
@@ -146,7 +145,7 @@ def _rules_version() -> str:
     parts += [repr(sorted(_PLACEHOLDER_WORDS)), repr(sorted(_PROSE_WORDS)), repr(_PLAIN_MIN_CHARS)]
     parts += [repr(sorted(_STATUS_WORDS))]
     parts += [repr(_INI_WINDOW), repr(sorted(_PLACEHOLDER_NAMES)), repr(sorted(_QUERY_WORDS))]
-    parts += [repr(sorted(_SENTENCE_WORDS)), repr(sorted(_PHRASE_ENDS)), repr(_YAML_INDENT_CHARS)]
+    parts += [repr(sorted(_SENTENCE_WORDS)), repr(_YAML_INDENT_CHARS)]
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
 
 
