@@ -671,22 +671,38 @@ _CODE_VALUE = re.compile(r"[-+]?v?\d+(?:\.\d+)*|(?:[A-Za-z_]\w*\.)+[A-Za-z_]\w*"
 _BARE_CREDENTIAL = re.compile(_CREDENTIAL_VALUE)
 
 
+# What a list's element names rather than holds, in config and code (rev-privacy22): an option
+# (`-p`, `--password`), a reference (`${PASSWORD}`, `$TOKEN`, `%KEY%`), a rule, scope or prefixed
+# name of words with a number at most (`min:8`, `read:pets`, `env:OPENAI_API_KEY`), a resource's
+# path of lower-case words (`kube-system/my-secret`), a URL without a user (the URL rule redacts
+# one's password before), an e-mail address, or a mask (`sk-...`, `ghp_***`).
+_NAMED_VALUE = re.compile(
+    r"--?[A-Za-z][\w\-]*"
+    r"|\$\{?[A-Za-z_][\w.]*\}?|%[A-Za-z_]\w*%"
+    r"|[A-Za-z_][A-Za-z_\-]*(?::(?:[A-Za-z_][A-Za-z_\-.]*|[0-9]+))+"
+    r"|[a-z0-9][a-z0-9.\-]*(?:/[a-z0-9][a-z0-9.\-]*)+"
+    r"|[a-z][a-z0-9+.\-]*://[^\s@]*"
+    r"|[\w.+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)+"
+    r"|[^\s]*?(?:\.{3}|\u2026|\*{3})[^\s]*"
+)
+
+
 def _yaml_credential(singular: str, value: str) -> bool:
     """Whether a bare element of a YAML flow list under a credential's name is one, as the
-    config rule judges a bare value (`password: hunter2`): a character no identifier holds and
-    not a number or a dotted name, or a plain word of lower case that `plain_credential` takes
-    (`swordfish`; `str`, `bos`, `SecretStr`, `Secret`, `required` are a type's or a word's).
-    Under `secrets` a Secret's name is as usual as a value (Kubernetes' `imagePullSecrets:
-    [regcred]`, Compose's `secrets: [db-password]`): a word, or words joined by `-` or `.`."""
-    if _CODE_VALUE.fullmatch(value):
+    config rule judges a bare value (`password: hunter2`): a character no identifier holds, and
+    not a number, a dotted name or a name (`_NAMED_VALUE`: `env:OPENAI_API_KEY`, an OpenAPI
+    scope's `read:pets`). A plain word is kept under a plural as under a singular: a list of
+    them names providers, places or roles (`api_keys: [primary, secondary]`, `[openai,
+    anthropic]`, `[header, query]`) far more often than it holds passwords. Under `secrets` a
+    Secret's name is as usual as a value (Kubernetes' `imagePullSecrets: [regcred]`, Compose's
+    `secrets: [db-password]`): words joined by `-` or `.`."""
+    if _CODE_VALUE.fullmatch(value) or _plain_word(value) or _NAMED_VALUE.fullmatch(value):
         return False
     if _KEY_WORD.findall(singular[-_KEY_END_CHARS:])[-1:] in (["secret"], ["Secret"]) and (
-        _plain_word(value) or _SECRET_NAME_VALUE.fullmatch(value)
+        _SECRET_NAME_VALUE.fullmatch(value)
     ):
         return False
-    if _BARE_CREDENTIAL.fullmatch(value):
-        return True
-    return _plain_word(value) and value[0].islower() and plain_credential(singular, value)
+    return _BARE_CREDENTIAL.fullmatch(value) is not None
 
 
 # A word of an identifier's characters (`set_git_credential`, `self.token`): a module's or a
@@ -696,11 +712,16 @@ _IDENTIFIER_VALUE = re.compile(r"[A-Za-z_][A-Za-z_.]*")
 
 def _singular_listed(value: str) -> bool:
     """Whether an element without a blank, in a list under a credential's singular name in
-    text, is one: a digit or a symbol, not a number, a version or an identifier. A singular's
-    list in code and config names things (`"_git_credential": ["set_git_credential"]`, a
-    role's `"secret": ["get", "list"]`, `"api_key": ["header", "query"]`); a plural's holds
+    text, is one: a digit or a symbol, not a number, a version, an identifier or a name
+    (`_NAMED_VALUE`). A singular's list in code and config names things
+    (`"_git_credential": ["set_git_credential"]`, a role's `"secret": ["get", "list"]`,
+    `"api_key": ["header", "query"]`, `"password": ["required", "min:8"]`); a plural's holds
     values."""
-    return _CODE_VALUE.fullmatch(value) is None and _IDENTIFIER_VALUE.fullmatch(value) is None
+    return (
+        _CODE_VALUE.fullmatch(value) is None
+        and _IDENTIFIER_VALUE.fullmatch(value) is None
+        and _NAMED_VALUE.fullmatch(value) is None
+    )
 
 
 def _listed_credentials(match: re.Match[str]) -> str:

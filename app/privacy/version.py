@@ -28,6 +28,7 @@ from app.privacy.config import (
     _LIST_ELEMENT_PATTERN,
     _MASKED_VALUE,
     _NAME_BEFORE,
+    _NAMED_VALUE,
     _NOT_CREDENTIAL_PASSES,
     _NOT_CREDENTIAL_TOKENS,
     _OPTION_PLACEHOLDER,
@@ -133,6 +134,7 @@ def _rules_version() -> str:
             _BARE_CREDENTIAL,
             _PASSPHRASE,
             _IDENTIFIER_VALUE,
+            _NAMED_VALUE,
             _PRIVATE_TAG,
             _MEMORY,
         )
