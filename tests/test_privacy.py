@@ -959,7 +959,7 @@ RULES_GENERATIONS = {
     4: "7572ba9168caef34",
     5: "7d171d86db8eb46a",
     6: "39bba4cdebd876c6",
-    7: "c1324875eb577129",
+    7: "05048d606e40b127",
 }
 
 
