@@ -456,6 +456,10 @@ GATE_SAMPLES = [
     "--api_token x1 --no_password x",
     '"apiKeys": [\n "k1abc",\n "k2abc",\n]',
     '{"apiKeys": ["k1"], \'PASSWORDS\': [\'a\'], "secrets":[], "pwds" : [ 3 ]}',
+    # A list rule each stem (fixprivacy22): every one of them exercised.
+    '{"tokens": ["a"], "keys": ["a"], "passphrases": ["a"], "dbPwds": ["a"], "pwd": ["a"]}',
+    '{"credentials": ["a"], "SECRETS": ["a"], "TOKENS": ["a"], "KEYS": ["a"], "PWDS": ["a"]}',
+    '{"PASSPHRASE": ["a"], "CREDENTIALS": ["a"], "PASSWDS": ["a"], "passwds": ["a"]}',
 ]
 
 
