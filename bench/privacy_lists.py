@@ -3,13 +3,14 @@ TypeScript chunk with one React Query `queryKey: [...]`, and many short YAML lis
 
     uv run python -m bench.privacy_lists
 
-Prints, per case, the best of 7 rounds of `redact_secrets` (CPU time) per call. Runs against the
-`app` it imports: with another tree first on sys.path (`cd <tree> && .venv/bin/python -m
-bench.privacy_lists`, this file copied), that tree's rules.
+Prints, per case, the best of --rounds (7) rounds of `redact_secrets` (CPU time) per call.
+Runs against the `app` it imports: with another tree first on sys.path (`cd <tree> &&
+.venv/bin/python -m bench.privacy_lists`, this file copied), that tree's rules.
 """
 
 from __future__ import annotations
 
+import argparse
 import time
 
 from app.privacy import redact_secrets
@@ -44,9 +45,12 @@ CASES = {
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=7, help="rounds per case (the best is kept)")
+    args = parser.parse_args()
     for label, (text, calls) in CASES.items():
         best = float("inf")
-        for _ in range(7):
+        for _ in range(args.rounds):
             start = time.process_time()
             for _ in range(calls):
                 redact_secrets(text)
