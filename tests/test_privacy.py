@@ -456,6 +456,10 @@ GATE_SAMPLES = [
     "--api_token x1 --no_password x",
     '"apiKeys": [\n "k1abc",\n "k2abc",\n]',
     '{"apiKeys": ["k1"], \'PASSWORDS\': [\'a\'], "secrets":[], "pwds" : [ 3 ]}',
+    # A list rule each stem (fixprivacy22): every one of them exercised.
+    '{"tokens": ["a"], "keys": ["a"], "passphrases": ["a"], "dbPwds": ["a"], "pwd": ["a"]}',
+    '{"credentials": ["a"], "SECRETS": ["a"], "TOKENS": ["a"], "KEYS": ["a"], "PWDS": ["a"]}',
+    '{"PASSPHRASE": ["a"], "CREDENTIALS": ["a"], "PASSWDS": ["a"], "passwds": ["a"]}',
 ]
 
 
@@ -959,7 +963,7 @@ RULES_GENERATIONS = {
     4: "7572ba9168caef34",
     5: "7d171d86db8eb46a",
     6: "39bba4cdebd876c6",
-    7: "c447422fde85b0b6",
+    7: "05048d606e40b127",
 }
 
 

@@ -22,25 +22,28 @@ from app.textscan import SHORT_TEXT
 from tests.test_privacy import _assert_linear, assert_redacted_on_every_path
 
 REDACTED_NOW = [
-    # A quoted passphrase: lower-case words, single-spaced.
-    ('password: "correct horse"', 'password: "@"'),
+    # A quoted passphrase: three or more lower-case words of three letters or more, single-spaced.
+    ('password: "correct horse battery"', 'password: "@"'),
     ("password: 'correct horse battery staple'", "password: '@'"),
-    ('"password": "correct horse"', '"password": "@"'),
-    ('db_password = "tr0ub4dor three 3"', 'db_password = "@"'),
-    ('api_key: "blue sky 42"', 'api_key: "@"'),
+    ('"password": "correct horse battery staple"', '"password": "@"'),
+    ('db_password = "troubador three horses"', 'db_password = "@"'),
+    ('api_key: "blue sky turns"', 'api_key: "@"'),
     # A phrase holds no quote, `:` or `=`: an assignment inside a quoted value is still found.
     ("password: \"old password: 'hunter22'\"", "password: \"old password: '@'\""),
     # A YAML flow list under a credential's plural or singular name.
     ("passwords: [hunter2, x]", "passwords: [@, x]"),
-    ("passwords: [hunter2, swordfish]", "passwords: [@, @]"),
+    ("passwords: [hunter2, s3cr3t!]", "passwords: [@, @]"),
     ("  - api_keys: [k1abc, 'k2abc']", "  - api_keys: [@, '@']"),
     ('secrets: ["s3cr3t", p@ss!]  # the old ones', 'secrets: ["@", @]  # the old ones'),
     ("password: [hunter2]", "password: [@]"),
-    ("db:\n  passwords: [hunter2, letmein]\n", "db:\n  passwords: [@, @]\n"),
+    ("db:\n  passwords: [hunter2, letmein]\n", "db:\n  passwords: [@, letmein]\n"),
     # A list under a credential's singular written in text (a log line quoting JSON).
     ('log: got {"password": ["hunter2"]} from x', 'log: got {"password": ["@"]} from x'),
     ("{'secret': ['s3cr3t', 'p@ss!']}", "{'secret': ['@', '@']}"),
-    ('"api_key": ["correct horse"]', '"api_key": ["@"]'),
+    ('"api_key": ["correct horse battery"]', '"api_key": ["@"]'),
+    # Beside the names a singular's or a plural's list keeps, a credential's shape is redacted.
+    ('"password": ["min:8", "admin:s3cr3t", "p@ss!"]', '"password": ["min:8", "@", "@"]'),
+    ("api_keys: [primary, k1abc, env:KEY]", "api_keys: [primary, @, env:KEY]"),
     # A list nested in a credential's list, in text.
     ('got {"passwords": [["hunter2", "s3cret!"]]}', 'got {"passwords": [["@", "@"]]}'),
     ('"apiKeys": ["k1abc", ["k2abc", 3]]', '"apiKeys": ["@", ["@", 3]]'),
@@ -114,6 +117,44 @@ KEPT = [
     # Nested lists hold what the outer list holds: no credential's name, no credential.
     '"tokens": [["Hello", ","]]',
     '"keys": [["k1abc"]]',
+    # Locale strings and descriptions under a credential's name (rev-privacy22): a passphrase
+    # holds three words or more of three ASCII letters or more.
+    'password: "mot de passe"',
+    'current_password: "mot de passe actuel"',
+    'new_password: "nueva contraseña"',
+    '"password": "senha atual"',
+    'token: "jeton invalide"',
+    'secret: "clé secrète"',
+    'password: "varchar(255) unique"',
+    'password: "bcrypt hash"',
+    'password: "sha256 salted"',
+    'token: "read write"',
+    'token: "eos bos"',
+    'token: "unk pad"',
+    'secret: "tls cert"',
+    'secret: "tbd tbd"',
+    'secret: "todo later"',
+    # Two words stay in clear: a short phrase is a label's or a locale's as often.
+    'password: "correct horse"',
+    # Shorter than the hyperscan gate's quoted value (4): kept on every path alike.
+    'password: "x y"',
+    # A singular's list in text names options, rules, references, resources, URLs, addresses
+    # and masks (rev-privacy22).
+    'password: ["required", "min:8"]',
+    '"password": ["-p", "--password"]',
+    '"password": ["${PASSWORD}"]',
+    '"secret": ["kube-system/my-secret"]',
+    '"token": ["http://localhost:8080"]',
+    '"password": ["user@example.com"]',
+    '"api_key": ["sk-...", "sk-proj-..."]',
+    '"password": ["8+ chars", "1 digit"]',
+    # A plural's YAML flow list of names, references and scopes (rev-privacy22).
+    "api_keys: [primary, secondary]",
+    "api_keys: [openai, anthropic]",
+    "api_keys: [header, query]",
+    "api_keys: [env:OPENAI_API_KEY]",
+    "- api_key: [read:pets, write:pets]",
+    "passwords: [swordfish]",
 ]
 
 

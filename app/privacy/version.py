@@ -28,13 +28,13 @@ from app.privacy.config import (
     _LIST_ELEMENT_PATTERN,
     _MASKED_VALUE,
     _NAME_BEFORE,
+    _NAMED_VALUE,
     _NOT_CREDENTIAL_PASSES,
     _NOT_CREDENTIAL_TOKENS,
     _OPTION_PLACEHOLDER,
     _PASS_COUNT,
     _PASSPHRASE,
     _PATH_VALUE,
-    _PHRASE_ENDS,
     _PLACEHOLDER_NAMES,
     _PLACEHOLDER_SPLIT,
     _PLACEHOLDER_VALUE,
@@ -134,6 +134,7 @@ def _rules_version() -> str:
             _BARE_CREDENTIAL,
             _PASSPHRASE,
             _IDENTIFIER_VALUE,
+            _NAMED_VALUE,
             _PRIVATE_TAG,
             _MEMORY,
         )
@@ -146,7 +147,7 @@ def _rules_version() -> str:
     parts += [repr(sorted(_PLACEHOLDER_WORDS)), repr(sorted(_PROSE_WORDS)), repr(_PLAIN_MIN_CHARS)]
     parts += [repr(sorted(_STATUS_WORDS))]
     parts += [repr(_INI_WINDOW), repr(sorted(_PLACEHOLDER_NAMES)), repr(sorted(_QUERY_WORDS))]
-    parts += [repr(sorted(_SENTENCE_WORDS)), repr(sorted(_PHRASE_ENDS)), repr(_YAML_INDENT_CHARS)]
+    parts += [repr(sorted(_SENTENCE_WORDS)), repr(_YAML_INDENT_CHARS)]
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
 
 

@@ -1,0 +1,63 @@
+"""The list rule's cost on text whose hyperscan gate fires without a credential's list: a
+TypeScript chunk with one React Query `queryKey: [...]`, and many short YAML lists under `keys`.
+
+    uv run python -m bench.privacy_lists
+
+Prints, per case, the best of --rounds (7) rounds of `redact_secrets` (CPU time) per call.
+Runs against the `app` it imports: with another tree first on sys.path (`cd <tree> &&
+.venv/bin/python -m bench.privacy_lists`, this file copied), that tree's rules.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from app.privacy import redact_secrets
+
+# ~1.65 KB of a React component: one `queryKey: [` (the gate's `Key: [`), no credential.
+TS_CHUNK = (
+    (
+        "import { useQuery, useMutation, useQueryClient } from '@tanstack/react-query'\n"
+        "import { fetchTodos, addTodo } from './api'\n\n"
+        "export function Todos({ id }: { id: string }) {\n"
+        "  const queryClient = useQueryClient()\n"
+        "  const query = useQuery({ queryKey: ['todos', id], queryFn: () => fetchTodos(id) })\n"
+        "  const mutation = useMutation({\n"
+        "    mutationFn: addTodo,\n"
+        "    onSuccess: () => {\n"
+        "      queryClient.invalidateQueries({ queryKey: ['todos'] })\n"
+        "    },\n"
+        "  })\n"
+    )
+    + (
+        "  // Render the list of todos with their titles and a button to add one more.\n"
+        "  const items = query.data?.map((todo) => <li key={todo.id}>{todo.title}</li>) ?? []\n"
+    )
+    * 8
+    + "  return <ul>{items}</ul>\n}\n"
+)
+
+CASES = {
+    "ts chunk (1.65 KB, one queryKey: [)": (TS_CHUNK, 20_000),
+    "keys: [a, b] x 15k lines": ("keys: [a, b]\n" * 15_000, 5),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=7, help="rounds per case (the best is kept)")
+    args = parser.parse_args()
+    for label, (text, calls) in CASES.items():
+        best = float("inf")
+        for _ in range(args.rounds):
+            start = time.process_time()
+            for _ in range(calls):
+                redact_secrets(text)
+            best = min(best, (time.process_time() - start) / calls)
+        unit, scale = ("µs", 1e6) if best < 1e-3 else ("ms", 1e3)
+        print(f"{label} [{len(text)} chars]: {best * scale:.1f} {unit}")
+
+
+if __name__ == "__main__":
+    main()
