@@ -202,6 +202,22 @@ def sent_arguments(
     return exact if exact is not None else dict(arguments)
 
 
+def value_as_sent(value: Any, sent: Any, value_is_json_text: bool | None) -> Any:
+    """`write_memory`'s value as the client sent it, numbers as written (`sent_arguments`):
+    with the flag its text, which MemoryWrite parses exactly; 1e-400 is no 0.0 either way."""
+    if value_is_json_text:
+        return sent
+    if isinstance(sent, str) and not isinstance(value, str):
+        # The SDK parsed a string that reads as a JSON array or object (its `pre_parse_json`):
+        # parsed here too, exactly, whether or not it holds a float. The string as sent stored
+        # `"[1.5]"` as a string where `"[1]"` was stored as [1].
+        try:
+            return exactjson.loads(sent)
+        except (ValueError, RecursionError):
+            return value
+    return sent if exactjson.has_float(value) else value
+
+
 T = TypeVar("T")
 
 # How long a cancelled call is let cancel its query on the server (psycopg waits up to 5 s).
@@ -310,11 +326,10 @@ def build_server(state: StateProvider, *, default_project: str | None = None) ->
         value_is_json_text: bool | None = None,
     ) -> dict[str, Any]:
         with tool_errors():
-            # As sent: with the flag its text, which MemoryWrite parses exactly; without it,
-            # numbers as written (`sent_arguments`). 1e-400 is no 0.0 either way.
-            sent_value = _SENT.get().get("value", value)
-            exact = value_is_json_text or exactjson.has_float(value)
-            fields: dict[str, Any] = {"value": sent_value if exact else value, "scope": scope}
+            fields: dict[str, Any] = {
+                "value": value_as_sent(value, _SENT.get().get("value", value), value_is_json_text),
+                "scope": scope,
+            }
             if value_is_json_text is not None:
                 fields["value_is_json_text"] = value_is_json_text
             optional = {

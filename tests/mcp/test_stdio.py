@@ -782,3 +782,24 @@ def test_write_memory_keeps_the_numbers_as_sent_over_stdio(
     assert not answered["result"].get("isError"), answered
     stored = db.execute("SELECT value::text FROM memories WHERE key = 'k'").fetchone()
     assert stored == ("[0." + "0" * 399 + '1, 1.50, {"x": 0.1}]',)
+
+
+def test_write_memory_parses_a_json_string_value_holding_a_float_over_stdio(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # As over /mcp (tests/mcp/test_http.py): `"[1.5]"` was stored as a string, `"[1]"` as [1].
+    server = launched(tmp_path / "home", tmp_path, DATABASE_URL=database_url)
+    line = (
+        '{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "write_memory",'
+        ' "arguments": {"key": "k", "value": "{\\"n\\": [1.50, 0.5]}", "scope": "global"}}}'
+    )
+    try:
+        answered = answer(server, line)
+    finally:
+        server.terminate()
+        stopped(server)
+
+    assert answered is not None, "no answer"
+    assert not answered["result"].get("isError"), answered
+    stored = db.execute("SELECT value::text FROM memories WHERE key = 'k'").fetchone()
+    assert stored == ('{"n": [1.50, 0.5]}',)
