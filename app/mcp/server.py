@@ -150,7 +150,8 @@ class MemoryServer(MCPServer):
             raise ToolError(f"Error executing tool {name}: ValidationFailed: {problem}")
         if self.argument_bytes is not None:
             check_argument_size(name, arguments, self.argument_bytes())
-        sent = _SENT.set(MappingProxyType(sent_arguments(name, arguments, context)))
+        request_id = context.request_context.request_id if context is not None else None
+        sent = _SENT.set(MappingProxyType(sent_arguments(name, arguments, request_id)))
         try:
             result = await cancelled_once(super().call_tool(name, arguments, context))
             check_answer_size(name, arguments, result)
@@ -189,17 +190,27 @@ class MemoryServer(MCPServer):
                 await server.run(calls.requests(read), calls.answers(write), options)
 
 
-def sent_arguments(
-    name: str, arguments: dict[str, Any], context: Context[Any, Any] | None
-) -> dict[str, Any]:
+def sent_arguments(name: str, arguments: dict[str, Any], request_id: Any | None) -> dict[str, Any]:
     """`arguments`, or, when they hold a float, the same call's arguments read again from the
     message's text with `exactjson` (the SDK's floats stored `1e-400` as 0.0 and `1.50` as 1.5,
-    where a PUT keeps them). Only a call that holds a float pays for the second parse."""
-    if context is None or not exactjson.has_float(arguments):
+    where a PUT keeps them). Only a call that holds a float pays for the second parse.
+
+    A call with no text (a client in the same process, no transport) keeps its floats: they are
+    the client's own. One whose message holds no `tools/call` of its id and name is refused
+    rather than stored with floats that may not be what was sent; neither transport lets one
+    through (each sets the text of the message it serves, the SDK refuses batches, and an id
+    of 1.0 makes a notification, not a call)."""
+    text = MESSAGE_TEXT.get()
+    if request_id is None or text is None or not exactjson.has_float(arguments):
         return dict(arguments)
-    request_id = context.request_context.request_id
-    exact = exact_arguments(MESSAGE_TEXT.get(), request_id, name)
-    return exact if exact is not None else dict(arguments)
+    exact = exact_arguments(text, request_id, name)
+    if exact is None:
+        raise ToolError(
+            f"Error executing tool {name}: InvalidJSON: the call's numbers could not be read as "
+            "sent (no tools/call of its id in the message), and its floats may not be them; "
+            "send the value as JSON text with value_is_json_text"
+        )
+    return exact
 
 
 def value_as_sent(value: Any, sent: Any, value_is_json_text: bool | None) -> Any:
