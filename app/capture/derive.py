@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Literal
@@ -238,7 +239,12 @@ def _cap_strings(value: Any, max_chars: int) -> Any:
 
 
 def prepare_payload(
-    value: Any, *, max_chars: int, max_depth: int, scanner: LiteralScanner | None = None
+    value: Any,
+    *,
+    max_chars: int,
+    max_depth: int,
+    scanner: LiteralScanner | None = None,
+    exact: Callable[[], Any] | None = None,
 ) -> Payload:
     """Sanitize every string, then cap the value to about `max_chars` of JSON.
 
@@ -255,6 +261,10 @@ def prepare_payload(
 
     With `scanner` (an `app.privacy.privacy_scanner`), `scanned` holds what it found in the
     value's strings while sanitizing them, for `extract_entities`.
+
+    `exact` gives the value again as sent, every number kept (`exactjson`), when the sanitizing
+    walk meets a float: the request's parser made floats of its numbers (`1e-400` as 0.0, `1.50`
+    as 1.5). A value without one (most) costs no second walk to find that out.
     """
     scanned: Scanned = {}
     if isinstance(value, str):
@@ -272,9 +282,19 @@ def prepare_payload(
         return Payload(
             capped, capped.encode("utf-8"), original_chars, len(utf8), True, scanned, wide
         )
+    floats: list[float] | None = [] if exact is not None else None
     clean = sanitize_json(
-        value, max_depth=max_depth, scanner=scanner, scanned=scanned if scanner else None
+        value,
+        max_depth=max_depth,
+        scanner=scanner,
+        scanned=scanned if scanner else None,
+        floats=floats,
     )
+    if floats and exact is not None:
+        scanned.clear()
+        clean = sanitize_json(
+            exact(), max_depth=max_depth, scanner=scanner, scanned=scanned if scanner else None
+        )
     data = dumps_bytes(clean)
     original_bytes = len(data)
     if data.isascii():

@@ -193,21 +193,6 @@ async def parse_body(request: Request, model: type[Model]) -> Model:
         raise RequestValidationError(_in_body(error)) from None
 
 
-def numbers_as_sent(body: bytes, data: Model, field: str) -> Model:
-    """`data`, its JSON field `field` read again from the request's `body` with `exactjson`
-    when it holds a non-integer number: pydantic's and FastAPI's parsers made floats of them,
-    and `1e-400` was stored as 0.0, `1.50` as 1.5 and `1e-999999` (which the database cannot
-    keep: 400, from the sanitizing walk) as 0.0. A field without one (most: a result is mostly
-    a string) is taken as parsed; the check rides on no walk of its own for a string."""
-    value = getattr(data, field)
-    if value.__class__ is str or not exactjson.has_float(value):
-        return data
-    sent = exactjson.loads(body)  # the body pydantic, or `json`, has read already
-    alias = type(data).model_fields[field].alias or field  # the camelCase name, as pydantic
-    exact = sent[alias] if alias in sent else sent.get(field, value)
-    return data.model_copy(update={field: exact})
-
-
 def _in_body(error: ValidationError) -> list[Any]:
     return [item | {"loc": ("body", *item["loc"])} for item in error.errors(include_url=False)]
 
@@ -246,20 +231,23 @@ class DirectRoute(APIRoute):
 async def observe(request: Request) -> Response:
     """Record a tool call (201); a repeated id answers 200 with the first result."""
     data = await parse_body(request, ObserveIn)
-    data = numbers_as_sent(request._body, data, "function_args")
     state: AppState = request.app.state.agmem
     db = capture_writer(request)
-    ref, created = await service.record_observation(db, data=data, settings=state.settings)
+    # The body too: a value holding a float is read from it again, its numbers as written.
+    ref, created = await service.record_observation(
+        db, data=data, settings=state.settings, sent=request._body
+    )
     return _observation_answer(ref, 201 if created else 200)
 
 
 async def observe_result(request: Request) -> Response:
     """Attach a tool result to its call (200), or record it as a new observation (201)."""
     data = await parse_body(request, ObserveResultIn)
-    data = numbers_as_sent(request._body, data, "result")
     state: AppState = request.app.state.agmem
     db = capture_writer(request)
-    ref, created = await service.record_result(db, data=data, settings=state.settings)
+    ref, created = await service.record_result(
+        db, data=data, settings=state.settings, sent=request._body
+    )
     return _observation_answer(ref, 201 if created else 200)
 
 
@@ -306,8 +294,9 @@ async def start_session(
     request: Request, data: SessionStartIn, db: DbDep, settings: SettingsDep
 ) -> JSONResponse:
     """Start a session (201), or return the same one for a repeated id (200)."""
-    data = numbers_as_sent(await request.body(), data, "metadata")
-    ref, created = await service.start_session(db, data=data, settings=settings)
+    ref, created = await service.start_session(
+        db, data=data, settings=settings, sent=await request.body()
+    )
     body = {
         "id": ref.id,
         "projectPath": ref.project_path,

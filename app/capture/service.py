@@ -91,13 +91,16 @@ def _clean_id(value: str, field: str) -> str:
     return cleaned
 
 
-def _payload(value: Any, field: str, settings: Settings) -> Payload:
+def _payload(value: Any, field: str, settings: Settings, sent: bytes | None = None) -> Payload:
+    """`value` as stored; `sent`, the request's JSON body, is read again for `field` exactly
+    when the value holds a float (`prepare_payload`)."""
     try:
         return prepare_payload(
             value,
             max_chars=settings.capture_max_field_chars,
             max_depth=settings.capture_max_depth,
             scanner=SANITIZE_SCANNER,
+            exact=_as_sent(sent, field) if sent is not None else None,
         )
     except NestingTooDeep:
         raise PayloadTooDeep(
@@ -217,7 +220,7 @@ SESSION_TOUCHES = SessionTouches(4096)
 
 
 async def start_session(
-    session: AsyncSession, *, data: SessionStartIn, settings: Settings
+    session: AsyncSession, *, data: SessionStartIn, settings: Settings, sent: bytes | None = None
 ) -> tuple[SessionRef, bool]:
     """Create a session, or return the existing one for a repeated id; (ref, created)."""
     project_path = canonical_project(clean_text(data.project_path))
@@ -241,7 +244,9 @@ async def start_session(
     # Shown back on every read and in the context block: user text like the prompt. Cut to the
     # column's 200 characters: redaction can lengthen a short secret ("-pab1" -> "-p[REDACTED]").
     created_by = sanitize_text(data.created_by)[:200] if data.created_by is not None else None
-    metadata = _payload(data.metadata, "metadata", settings) if data.metadata is not None else None
+    metadata = (
+        _payload(data.metadata, "metadata", settings, sent) if data.metadata is not None else None
+    )
     params = {
         "id": session_id,
         "project_path": project_path,
@@ -334,8 +339,25 @@ async def list_sessions(
 # --- observations -------------------------------------------------------------------------------
 
 
+def _as_sent(body: bytes, field: str) -> Callable[[], Any]:
+    """A reader of the body's `field` (its camelCase name) with every number as written:
+    pydantic's and `json`'s parsers made floats of them, and `1e-400` was stored as 0.0, `1.50`
+    as 1.5 and `1e-999999` (which the database cannot keep: 400, from the sanitizing) as 0.0."""
+
+    def read() -> Any:
+        sent = exactjson.loads(body)  # JSON a parser has read already
+        return sent[field] if field in sent else sent[_snake(field)]
+
+    return read
+
+
+def _snake(name: str) -> str:
+    # The model's own field name, which its `populate_by_name` takes too.
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in name)
+
+
 async def record_observation(
-    session: Executor, *, data: ObserveIn, settings: Settings
+    session: Executor, *, data: ObserveIn, settings: Settings, sent: bytes | None = None
 ) -> tuple[ObservationRef, bool]:
     """Record a tool call as a pending observation; a repeated id returns the first; (ref, created).
 
@@ -346,7 +368,7 @@ async def record_observation(
     function_name = _clean_id(data.function_name, "functionName")
     if _is_excluded_call(session_id, data.project_path, settings):
         return _excluded(session_id, function_name, data.function_args), False
-    args = _payload(data.function_args, "functionArgs", settings)
+    args = _payload(data.function_args, "functionArgs", settings, sent)
     observation_id = _clean_id(data.id, "id") if data.id else uuid.uuid4().hex
     entities = extract_entities(args.value, scanned=args.scanned)
     entities_json = dumps(entities)
@@ -387,7 +409,7 @@ async def record_observation(
 
 
 async def record_result(
-    session: Executor, *, data: ObserveResultIn, settings: Settings
+    session: Executor, *, data: ObserveResultIn, settings: Settings, sent: bytes | None = None
 ) -> tuple[ObservationRef, bool]:
     """Attach a tool result to its call, or record it as a new captured observation.
 
@@ -398,7 +420,7 @@ async def record_result(
     function_name = _clean_id(data.function_name, "functionName")
     if _is_excluded_call(session_id, data.project_path, settings):
         return _excluded(session_id, function_name, None), False
-    result = _payload(data.result, "result", settings)
+    result = _payload(data.result, "result", settings, sent)
     found = extract_entities(result.value, scanned=result.scanned)
     entities = dumps(found)
     params: dict[str, Any] = {

@@ -150,7 +150,8 @@ class MemoryServer(MCPServer):
             raise ToolError(f"Error executing tool {name}: ValidationFailed: {problem}")
         if self.argument_bytes is not None:
             check_argument_size(name, arguments, self.argument_bytes())
-        sent = _SENT.set(MappingProxyType(sent_arguments(name, arguments, context)))
+        request_id = context.request_context.request_id if context is not None else None
+        sent = _SENT.set(MappingProxyType(sent_arguments(name, arguments, request_id)))
         try:
             result = await cancelled_once(super().call_tool(name, arguments, context))
             check_answer_size(name, arguments, result)
@@ -189,17 +190,43 @@ class MemoryServer(MCPServer):
                 await server.run(calls.requests(read), calls.answers(write), options)
 
 
-def sent_arguments(
-    name: str, arguments: dict[str, Any], context: Context[Any, Any] | None
-) -> dict[str, Any]:
+def sent_arguments(name: str, arguments: dict[str, Any], request_id: Any | None) -> dict[str, Any]:
     """`arguments`, or, when they hold a float, the same call's arguments read again from the
     message's text with `exactjson` (the SDK's floats stored `1e-400` as 0.0 and `1.50` as 1.5,
-    where a PUT keeps them). Only a call that holds a float pays for the second parse."""
-    if context is None or not exactjson.has_float(arguments):
+    where a PUT keeps them). Only a call that holds a float pays for the second parse.
+
+    A call with no text (a client in the same process, no transport) keeps its floats: they are
+    the client's own. One whose message holds no `tools/call` of its id and name is refused
+    rather than stored with floats that may not be what was sent; neither transport lets one
+    through (each sets the text of the message it serves, the SDK refuses batches, and an id
+    of 1.0 makes a notification, not a call)."""
+    text = MESSAGE_TEXT.get()
+    if request_id is None or text is None or not exactjson.has_float(arguments):
         return dict(arguments)
-    request_id = context.request_context.request_id
-    exact = exact_arguments(MESSAGE_TEXT.get(), request_id, name)
-    return exact if exact is not None else dict(arguments)
+    exact = exact_arguments(text, request_id, name)
+    if exact is None:
+        raise ToolError(
+            f"Error executing tool {name}: InvalidJSON: the call's numbers could not be read as "
+            "sent (no tools/call of its id in the message), and its floats may not be them; "
+            "send the value as JSON text with value_is_json_text"
+        )
+    return exact
+
+
+def value_as_sent(value: Any, sent: Any, value_is_json_text: bool | None) -> Any:
+    """`write_memory`'s value as the client sent it, numbers as written (`sent_arguments`):
+    with the flag its text, which MemoryWrite parses exactly; 1e-400 is no 0.0 either way."""
+    if value_is_json_text:
+        return sent
+    if isinstance(sent, str) and not isinstance(value, str):
+        # The SDK parsed a string that reads as a JSON array or object (its `pre_parse_json`):
+        # parsed here too, exactly, whether or not it holds a float. The string as sent stored
+        # `"[1.5]"` as a string where `"[1]"` was stored as [1].
+        try:
+            return exactjson.loads(sent)
+        except (ValueError, RecursionError):
+            return value
+    return sent if exactjson.has_float(value) else value
 
 
 T = TypeVar("T")
@@ -310,11 +337,10 @@ def build_server(state: StateProvider, *, default_project: str | None = None) ->
         value_is_json_text: bool | None = None,
     ) -> dict[str, Any]:
         with tool_errors():
-            # As sent: with the flag its text, which MemoryWrite parses exactly; without it,
-            # numbers as written (`sent_arguments`). 1e-400 is no 0.0 either way.
-            sent_value = _SENT.get().get("value", value)
-            exact = value_is_json_text or exactjson.has_float(value)
-            fields: dict[str, Any] = {"value": sent_value if exact else value, "scope": scope}
+            fields: dict[str, Any] = {
+                "value": value_as_sent(value, _SENT.get().get("value", value), value_is_json_text),
+                "scope": scope,
+            }
             if value_is_json_text is not None:
                 fields["value_is_json_text"] = value_is_json_text
             optional = {

@@ -47,15 +47,15 @@ def exact_arguments(text: bytes | str | None, request_id: Any, tool: str) -> dic
         message = exactjson.loads(text)
     except (ValueError, RecursionError):
         return None
-    for item in message if isinstance(message, list) else [message]:
-        if not isinstance(item, dict) or item.get("method") != "tools/call":
-            continue
-        found = item.get("id")
-        # 1 and "1" are two ids (JSON-RPC), and True is no 1.
-        if type(found) is not type(request_id) or found != request_id:
-            continue
-        params = item.get("params")
-        if isinstance(params, dict) and params.get("name") == tool:
-            arguments = params.get("arguments")
-            return arguments if isinstance(arguments, dict) else None
-    return None
+    # One message per call: the SDK refuses a batch (a JSON array) before any tool runs.
+    if not isinstance(message, dict) or message.get("method") != "tools/call":
+        return None
+    found = message.get("id")
+    # 1 and "1" are two ids (JSON-RPC), and True is no 1.
+    if type(found) is not type(request_id) or found != request_id:
+        return None
+    params = message.get("params")
+    if not isinstance(params, dict) or params.get("name") != tool:
+        return None
+    arguments = params.get("arguments")
+    return arguments if isinstance(arguments, dict) else None

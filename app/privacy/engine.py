@@ -244,6 +244,7 @@ def sanitize_json(
     scanner: LiteralScanner | None = None,
     scanned: Scanned | None = None,
     refuse_unstorable: bool = True,
+    floats: list[float] | None = None,
 ) -> Any:
     """Apply `sanitize_text` to every string (keys too) of a JSON value; returns a new value.
 
@@ -255,8 +256,12 @@ def sanitize_json(
     that `exactjson.check_numbers` refuses (`1e-999999`). Without `refuse_unstorable` such a
     Decimal is kept: a transcript's tool call is indexed as its text, digits and all, never
     stored as jsonb.
+
+    With `floats`, each float met on the way is appended to it, none refused: a caller whose
+    value a parser made floats of (`1e-400` as 0.0) learns it needs the value read exactly
+    without a walk of its own (capture's, ~0.6 ms on 22 KB of arguments).
     """
-    return _sanitize(value, max_depth, scanner or _SCANNER, scanned, refuse_unstorable)
+    return _sanitize(value, max_depth, scanner or _SCANNER, scanned, refuse_unstorable, floats)
 
 
 def _sanitize(
@@ -265,6 +270,7 @@ def _sanitize(
     scanner: LiteralScanner,
     scanned: Scanned | None,
     refuse_unstorable: bool,
+    floats: list[float] | None,
 ) -> Any:
     if isinstance(value, str):
         clean, found, _utf8 = sanitize_string(value, scanner)
@@ -282,23 +288,28 @@ def _sanitize(
                 out[clean_key] = REDACTED
             elif plural is not None:
                 out[clean_key] = _sanitize_listed(
-                    plural, item, depth_left - 1, scanner, scanned, refuse_unstorable
+                    plural, item, depth_left - 1, scanner, scanned, refuse_unstorable, floats
                 )
             else:
                 out[clean_key] = _sanitize(
-                    item, depth_left - 1, scanner, scanned, refuse_unstorable
+                    item, depth_left - 1, scanner, scanned, refuse_unstorable, floats
                 )
         return out
     if isinstance(value, list | tuple):
         if depth_left <= 0:
             raise NestingTooDeep("the JSON value nests too deeply")
         return [
-            _sanitize(item, depth_left - 1, scanner, scanned, refuse_unstorable) for item in value
+            _sanitize(item, depth_left - 1, scanner, scanned, refuse_unstorable, floats)
+            for item in value
         ]
     # Checked on the walk the value takes anyway: a walk of its own, or a search of its JSON
     # for the null orjson makes of inf, cost up to ~17 µs on a 20 KB capture.
     if value.__class__ is float:
-        if not isfinite(value):
+        if floats is not None:
+            # The caller reads the value again exactly and sanitizes that, which judges it: 1e400
+            # (inf here) is a number the database keeps.
+            floats.append(value)
+        elif not isfinite(value):
             raise NumberOutOfRange(PAST_A_DOUBLE)
     elif value.__class__ is Decimal and refuse_unstorable:
         # A number read exactly (`exactjson.loads`): one the database cannot keep is refused.
@@ -313,6 +324,7 @@ def _sanitize_listed(
     scanner: LiteralScanner,
     scanned: Scanned | None,
     refuse_unstorable: bool,
+    floats: list[float] | None,
 ) -> list[Any]:
     """`_sanitize` of a list under a credential's name: each string element redacted whole as
     `_listed` judges it, and so in a list nested in it (`[["user", "hunter2"]]`)."""
@@ -321,9 +333,11 @@ def _sanitize_listed(
     return [
         REDACTED
         if _listed(plural, element)
-        else _sanitize_listed(plural, element, depth_left - 1, scanner, scanned, refuse_unstorable)
+        else _sanitize_listed(
+            plural, element, depth_left - 1, scanner, scanned, refuse_unstorable, floats
+        )
         if isinstance(element, list | tuple)
-        else _sanitize(element, depth_left - 1, scanner, scanned, refuse_unstorable)
+        else _sanitize(element, depth_left - 1, scanner, scanned, refuse_unstorable, floats)
         for element in items
     ]
 

@@ -582,3 +582,31 @@ def test_write_memory_keeps_the_numbers_as_sent_without_the_flag(
         "digits after the point"
     ), refused
     assert db.execute("SELECT count(*) FROM memories WHERE key = 'd'").fetchone() == (0,)
+
+
+def test_write_memory_parses_a_json_string_value_whether_or_not_it_holds_a_float(
+    live_server: LiveServer, db: psycopg.Connection[Any]
+) -> None:
+    # The SDK parses a string argument that reads as a JSON array or object for a value typed
+    # Any: `"[1]"` was stored as [1] but `"[1.5]"` as the string "[1.5]" (its float sent the
+    # tool to the string as sent). Both are parsed now, their numbers as written.
+    for key, value in (
+        ("a", '"[1]"'),
+        ("b", '"[1.5]"'),
+        ("c", '"{\\"a\\": 0.5}"'),
+        ("d", '"[1.50, 1e-400]"'),
+        ("e", '"1.5"'),
+        ("f", '"hello"'),
+    ):
+        result = _call(live_server, f'{{"key": "{key}", "value": {value}, "scope": "global"}}')
+        assert not result.get("isError"), result
+    stored = dict(db.execute("SELECT key, value::text FROM memories ORDER BY key").fetchall())
+    assert stored == {
+        "a": "[1]",
+        "b": "[1.5]",
+        "c": '{"a": 0.5}',
+        "d": "[1.50, 0." + "0" * 399 + "1]",
+        # A scalar's text is no array or object: the SDK leaves it a string, and so is it stored.
+        "e": '"1.5"',
+        "f": '"hello"',
+    }

@@ -782,3 +782,50 @@ def test_write_memory_keeps_the_numbers_as_sent_over_stdio(
     assert not answered["result"].get("isError"), answered
     stored = db.execute("SELECT value::text FROM memories WHERE key = 'k'").fetchone()
     assert stored == ("[0." + "0" * 399 + '1, 1.50, {"x": 0.1}]',)
+
+
+def test_write_memory_parses_a_json_string_value_holding_a_float_over_stdio(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # As over /mcp (tests/mcp/test_http.py): `"[1.5]"` was stored as a string, `"[1]"` as [1].
+    server = launched(tmp_path / "home", tmp_path, DATABASE_URL=database_url)
+    line = (
+        '{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "write_memory",'
+        ' "arguments": {"key": "k", "value": "{\\"n\\": [1.50, 0.5]}", "scope": "global"}}}'
+    )
+    try:
+        answered = answer(server, line)
+    finally:
+        server.terminate()
+        stopped(server)
+
+    assert answered is not None, "no answer"
+    assert not answered["result"].get("isError"), answered
+    stored = db.execute("SELECT value::text FROM memories WHERE key = 'k'").fetchone()
+    assert stored == ('{"n": [1.50, 0.5]}',)
+
+
+def test_calls_holding_floats_sent_together_each_find_their_own_numbers_over_stdio(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # Each call's numbers are read again from its own line (the context the SDK runs it in): a
+    # call not found in the text it reads is refused (app/mcp/server.py, `sent_arguments`), so
+    # lines read before the first call ran must not hand it another's text.
+    server = launched(tmp_path / "home", tmp_path, DATABASE_URL=database_url)
+    assert server.stdin is not None
+    assert server.stdout is not None
+    for n in range(8):
+        arguments = {"key": f"k{n}", "value": f"[1.50, {n}.25]", "scope": "global"}
+        call = {"name": "write_memory", "arguments": arguments}
+        line = json.dumps({"jsonrpc": "2.0", "id": 10 + n, "method": "tools/call", "params": call})
+        server.stdin.write(line.replace(f'"[1.50, {n}.25]"', f"[1.50, {n}.25]") + "\n")
+    server.stdin.flush()
+    try:
+        answers = [json.loads(server.stdout.readline()) for _ in range(8)]
+    finally:
+        server.terminate()
+        stopped(server)
+
+    assert [a["id"] for a in answers if a["result"].get("isError")] == [], answers
+    stored = db.execute("SELECT key, value::text FROM memories ORDER BY key").fetchall()
+    assert stored == [(f"k{n}", f"[1.50, {n}.25]") for n in range(8)]
