@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from app.errors import first_line
+
 if TYPE_CHECKING:
     from google import genai
     from google.genai import errors, types
@@ -90,6 +92,16 @@ class GeminiCallFailed(Exception):
         self.retry_after = retry_after
         self.final = final
         self.billed = billed or Billed()
+
+
+def as_call_failed(error: Exception) -> GeminiCallFailed:
+    """`error` as a failed call, for the breaker and `llm_usage`, its type named: wrapped by its
+    text alone, a timeout's (which has none) gave the breaker's reason "GeminiCallFailed"."""
+    if isinstance(error, GeminiCallFailed):
+        return error
+    text = first_line(error)
+    name = type(error).__name__
+    return GeminiCallFailed(name if text == name else f"{name}: {text}")
 
 
 # The finish reasons whose text is an answer: `STOP`, and `MAX_TOKENS` once trimmed to its whole
