@@ -121,7 +121,10 @@ class GeminiEmbedder:
         retry_base_seconds: float = 1.0,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self._client = make_client(settings, timeout_ms=int(DOCUMENT_TIMEOUT_SECONDS * 1000))
+        # Made here, where a missing key must fail; again after a fork (`_batch_client`).
+        self._client: genai.Client | None = make_client(
+            settings, timeout_ms=int(DOCUMENT_TIMEOUT_SECONDS * 1000)
+        )
         self._key = settings.gemini_api_key
         self._model = settings.embedding_model or "gemini-embedding-001"
         self._dims = settings.embedding_dims or 768
@@ -136,7 +139,7 @@ class GeminiEmbedder:
         # Inline calls go through the async client on a loop of their own, under a deadline for
         # the whole answer (`_bounded`). Started on the first call; its own client, since an
         # async client's connections belong to the loop that opened them (cancels use
-        # `self._client.aio` on the caller's loop).
+        # `_batch_client().aio` on the caller's loop).
         self._inline: _Inline | None = None
         self._inline_lock = threading.Lock()
         _EMBEDDERS.add(self)
@@ -304,12 +307,23 @@ class GeminiEmbedder:
         if not inline.thread.is_alive():
             inline.loop.close()
 
+    def _batch_client(self) -> genai.Client:
+        """The client of the Batch calls and cancels, made again after a fork dropped it."""
+        with self._inline_lock:
+            if self._client is None:
+                self._client = make_client(
+                    self._settings, timeout_ms=int(DOCUMENT_TIMEOUT_SECONDS * 1000)
+                )
+            return self._client
+
     def _forget_inline(self) -> None:
-        """In a forked child: the loop's thread is the parent's (not running here), its client's
-        connections the parent's, and the lock may be held by a parent's thread. Dropped, not
-        closed: a close would end the parent's connections; a next call makes its own."""
+        """In a forked child: the loop's thread is the parent's (not running here), both
+        clients' connections the parent's (a child's request went on the parent's socket), and
+        the lock may be held by a parent's thread. Dropped, not closed: a close would end the
+        parent's connections; a next call makes its own."""
         self._inline_lock = threading.Lock()
         self._inline = None
+        self._client = None
 
     def _vectors(self, values: list[list[float] | None], expected: int) -> NDArray[np.float32]:
         if len(values) != expected:
@@ -333,7 +347,7 @@ class GeminiEmbedder:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the SDK marks embedding batches experimental
             try:
-                job = self._client.batches.create_embeddings(
+                job = self._batch_client().batches.create_embeddings(
                     model=self._model,
                     src=types.EmbeddingsBatchJobSource(
                         inlined_requests=types.EmbedContentBatch(
@@ -353,7 +367,7 @@ class GeminiEmbedder:
     def batch_result(self, name: str, expected: int) -> NDArray[np.float32] | None:
         """The job's vectors in submission order, None while it runs; raises if it failed."""
         try:
-            job = self._client.batches.get(name=name)
+            job = self._batch_client().batches.get(name=name)
         except errors.APIError as error:
             if _retryable(error.code):
                 return None
@@ -375,7 +389,7 @@ class GeminiEmbedder:
 
     async def cancel_batch(self, name: str) -> CancelOutcome:
         return await cancel_batch(
-            self._client, name, timeout_ms=self._query_timeout_ms, key=self._key
+            self._batch_client(), name, timeout_ms=self._query_timeout_ms, key=self._key
         )
 
 

@@ -21,7 +21,7 @@ from app.config import Settings
 from app.db.models import MemoryRow, SessionRow
 from app.errors import first_line
 from app.llm.gemini import make_client
-from app.llm.generation import GeminiCallFailed, Generation, generate_text
+from app.llm.generation import Generation, as_call_failed, generate_text
 from app.llm.ratelimit import DailyBudget, GeminiGate, record_rejected, record_usage
 from app.memories import service
 from app.memories.schemas import LastSession, Resume, ResumeContext
@@ -210,7 +210,7 @@ async def _briefing(
             answer = await _gemini_briefing(settings, prompt)
         except Exception as error:  # any failure of the model must still leave a briefing
             log.warning("memory.resume.gemini_failed", error=first_line(error)[:200])
-            failed = error if isinstance(error, GeminiCallFailed) else GeminiCallFailed(str(error))
+            failed = as_call_failed(error)
             # As the worker counts and records: two blocked briefings opened the breaker for
             # every compression, and a rejected answer is billed all the same.
             if gate is not None:

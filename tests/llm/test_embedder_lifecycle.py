@@ -16,10 +16,12 @@ from fastapi.testclient import TestClient
 from app.llm.embeddings import close_embedders, get_embedder
 from app.main import create_app
 from tests.conftest import make_settings
-from tests.fakes.gemini import FakeGemini, fake_gemini
+from tests.fakes.gemini import FakeGemini, FakeResponse, fake_gemini
 from tests.llm.test_embeddings_gemini import vectors_answer
 
 ROUTE = ":batchEmbedContents"
+JOB = "batches/job-1"
+RUNNING = {"name": JOB, "metadata": {"state": "BATCH_STATE_RUNNING"}}
 
 
 def settings_for(fake: FakeGemini, tmp_path: Path | None = None) -> object:
@@ -120,4 +122,34 @@ def test_a_forked_child_queries_with_its_own_loop_even_with_the_lock_held() -> N
         assert len(fake.calls(ROUTE)) == 2
         # The parent's own loop still answers.
         assert embedder.embed_query("back in the parent").shape == (768,)
+        close_embedders()
+
+
+def test_a_forked_child_asks_for_batch_jobs_on_a_connection_of_its_own() -> None:
+    # The Batch calls' client was kept by the child: its connection the parent's socket, where
+    # both processes' requests and answers could cross.
+    with fake_gemini() as fake:
+        fake.on(JOB, lambda _r: FakeResponse(200, RUNNING))
+        embedder = get_embedder(settings_for(fake))  # type: ignore[arg-type]
+        assert embedder.batch_result("batches/job-1", 1) is None
+        reading, writing = os.pipe()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # the fake's threads run on
+            child = os.fork()
+        if child == 0:  # pragma: no cover - the child reports through the pipe
+            try:
+                polled = get_embedder(settings_for(fake)).batch_result("batches/job-1", 1)  # type: ignore[arg-type]
+                os.write(writing, b"ok" if polled is None else b"bad")
+            finally:
+                os._exit(0)
+        os.close(writing)
+        _pid, status = os.waitpid(child, 0)
+        answer = os.read(reading, 16)
+        os.close(reading)
+        assert (answer, status) == (b"ok", 0)
+        asked = [c for c in fake.connections if any(p.endswith(JOB) for p in c.paths)]
+        assert [len(c.paths) for c in asked] == [1, 1]
+        # The parent's client is its own still.
+        assert embedder.batch_result("batches/job-1", 1) is None
+        assert len(fake.calls(JOB)) == 3
         close_embedders()

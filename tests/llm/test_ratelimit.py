@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from app.llm.generation import MAX_RETRY_AFTER_SECONDS
+from app.llm.generation import MAX_RETRY_AFTER_SECONDS, as_call_failed
 from app.llm.ratelimit import GatePaused, GeminiGate
 
 
@@ -56,3 +56,25 @@ def test_a_short_pause_is_waited_out_in_the_gate() -> None:
         return admitted
 
     assert asyncio.run(asyncio.wait_for(scenario(), timeout=10)) == ["call"]
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        (TimeoutError(), "TimeoutError"),
+        (ValueError("no JSON in the body\nline two"), "ValueError: no JSON in the body"),
+    ],
+)
+def test_an_error_from_outside_the_client_names_its_type_in_the_breakers_reason(
+    error: Exception, reason: str
+) -> None:
+    # resume wrapped such an error as GeminiCallFailed(str(error)): one without text (a timeout's)
+    # left the breaker's reason "GeminiCallFailed", which names no cause.
+    gate = GeminiGate(
+        requests_per_minute=60, max_concurrent=1, failure_threshold=1, cooldown_seconds=60
+    )
+    failed = as_call_failed(error)
+    assert as_call_failed(failed) is failed
+    gate.record_failure(failed)
+    assert gate.breaker_open
+    assert gate.breaker_reason.startswith(f"{reason} (extractive fallback")
