@@ -374,28 +374,32 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
         (a method refused whatever follows it is answered then: PRI waits for HTTP/2's preface),
         or else the head's text from its line's start for the reads that complete it."""
         read = self.read
-        self.head_tail = (self.head_tail + read[-3:])[-3:]
-        if self.line_tail is not None:
-            return
-        parser = self.parser
-        if read_version(parser) != "0.0":  # llhttp has read past the line
-            method = parser.get_method()
-            self.find_line_tail(method)
-            if (
-                self.line_tail is not None
-                and method in ANSWERED_AT_THE_LINE
-                and self.held_error is None
-                and not self.transport.is_closing()
-            ):
-                refused = self.head_refused()
-                if refused is not None:
-                    self.refuse(refused)
-                    return
-        if self.line_tail is None:
-            kept = self.line_text + read if self.line_text else read[self.head_start() :]
-            if b"  " in kept:  # llhttp takes any run of spaces between the line's parts
-                kept = _SPACES.sub(b" ", kept)
-            self.line_text = kept[:LINE_BOUND]
+        try:
+            if self.line_tail is not None:
+                return
+            parser = self.parser
+            if read_version(parser) != "0.0":  # llhttp has read past the line
+                method = parser.get_method()
+                self.find_line_tail(method)
+                if (
+                    self.line_tail is not None
+                    and method in ANSWERED_AT_THE_LINE
+                    and self.held_error is None
+                    and not self.transport.is_closing()
+                ):
+                    refused = self.head_refused()
+                    if refused is not None:
+                        self.refuse(refused)
+                        return
+            if self.line_tail is None:
+                kept = self.line_text + read if self.line_text else read[self.head_start() :]
+                if b"  " in kept:  # llhttp takes any run of spaces between the line's parts
+                    kept = _SPACES.sub(b" ", kept)
+                self.line_text = kept[:LINE_BOUND]
+        finally:
+            # Only once the line is looked for: `head_start` reads the last bytes of the reads
+            # before this one, where a head's end begun in them is.
+            self.head_tail = (self.head_tail + read[-3:])[-3:]
 
     def head_start(self) -> int:
         """Where in the read the head in hand begins (leading blank lines, which llhttp skips,
