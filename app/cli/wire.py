@@ -554,8 +554,8 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
         method = self.parser.get_method()
         name = method
         if not self.url:  # llhttp stopped before the URL, maybe in the method
-            if self.line_text:
-                text, at = self.line_text, 0
+            if self.line_text:  # the head's line begun in a read before: the method with it
+                text, at = self.line_text + self.read[:METHOD_SHOWN], 0
             else:
                 text, at = self.read, self.head_start()
             at = _BLANK_LINES.match(text, at).end()  # type: ignore[union-attr]

@@ -280,6 +280,15 @@ def test_an_unknown_method_split_across_reads_is_a_501() -> None:
     assert "`FO`" in answers[0][1]["detail"]
 
 
+def test_an_unknown_method_refused_in_a_later_read_is_named_whole() -> None:
+    # rev-wire22: llhttp takes `F` (RTSP's FLUSH) and refuses the next `O`: the 501 named the
+    # last read's piece alone, `F`.
+    answers = _fed(b"F", b"OO / HTTP/1.1" + HOST)
+
+    assert [status for status, _ in answers] == [501]
+    assert "`FOO`" in answers[0][1]["detail"]
+
+
 def test_an_unknown_method_pipelined_behind_a_body_is_a_501_after_its_answer() -> None:
     first = _sized(RTSP_BODY) + RTSP_BODY
 
