@@ -186,6 +186,52 @@ def _chunked_end(read: bytes, at: int) -> int:
         at += size + 2
 
 
+# Where a chunked body that spans reads stands at a read's end (`scan_chunks`): in a chunk's size
+# line (its bytes so far), in a chunk's data (the bytes left, its CRLF included), or in the last
+# chunk's trailers (the section's last bytes, from a line's start: b"\n" as it begins).
+_SIZE, _DATA, _TRAILERS = 0, 1, 2
+ChunkState = tuple[int, int, bytes]
+CHUNKS_BEGIN: ChunkState = (_SIZE, 0, b"")
+_HEX = re.compile(rb"[0-9A-Fa-f]+")
+# A size line with its extensions: past it, llhttp's state is not tracked (the old way).
+_SIZE_LINE_BOUND = 64 * 1024
+
+
+def scan_chunks(state: ChunkState, data: bytes, at: int) -> tuple[ChunkState, int]:
+    """A chunked body's framing from `state` over `data[at:]`, which llhttp parses too: the state
+    at the data's end, and where in it the body ends (after its trailers), or -1. Each chunk's
+    data is skipped by its size: a body of blank lines costs its chunks, not its lines. A
+    ValueError for what is not a size line (llhttp refuses it)."""
+    kind, left, kept = state
+    end = len(data)
+    while at < end:
+        if kind == _SIZE:
+            line_end = data.find(b"\n", at)
+            line = kept + data[at : end if line_end < 0 else line_end]
+            if len(line) > _SIZE_LINE_BOUND:
+                raise ValueError("a chunk's size line past its bound")
+            if line_end < 0:
+                return (_SIZE, 0, line), -1
+            digits = line.split(b";", 1)[0].strip(b" \t\r")
+            if _HEX.fullmatch(digits) is None:  # int() takes signs and underscores too
+                raise ValueError("no chunk size")
+            size = int(digits, 16)
+            at = line_end + 1
+            kind, left, kept = (_DATA, size + 2, b"") if size else (_TRAILERS, 0, b"\n")
+        elif kind == _DATA:
+            if at + left > end:
+                return (_DATA, left - (end - at), b""), -1
+            at += left
+            kind = _SIZE
+        else:
+            text = kept + data[at:]
+            found = text.find(b"\n\r\n")
+            if found < 0:
+                return (_TRAILERS, 0, text[-2:]), -1
+            return CHUNKS_BEGIN, at + found + 3 - len(kept)
+    return (kind, left, kept), -1
+
+
 # The hot path calls its bases by name: on Python 3.11 `super()` costs 0.15 us a call more, and
 # a request passed through seven of them (bench/wire.py).
 _feed_data = httptools.HttpRequestParser.feed_data
@@ -296,6 +342,9 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
         # A message's body is coming (from its header block's end to the message's end): a read
         # that begins in it holds the next message after the body's end, not at its start.
         self.body_open = False
+        # Where a chunked body that spans reads stands at the last read's end (`scan_chunks`):
+        # None until its head's read is scanned, False once not tracked (what llhttp refuses).
+        self.chunks: ChunkState | bool | None = None
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
@@ -328,6 +377,8 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
                 self.keep_line()
         else:
             self.head_data(data)
+        if self.body_open and self.chunks is None:
+            self.begin_chunks()
         self.read = b""  # a long-idle connection holds no read
 
     def head_data(self, data: bytes) -> None:
@@ -350,13 +401,26 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
 
     def read_after_body(self, data: bytes) -> None:
         """Feed a read that begins in a message's body, the next message's head known to begin
-        where that body ends (`head_at`): a sized body's end is counted, and a chunked one is
-        fed up to each place it may end (after a blank line) until the parser says it has."""
+        where that body ends (`head_at`): a sized body's end is counted, and a chunked one's
+        read from its framing (`scan_chunks`); only one llhttp refuses, or whose head's read
+        was not scanned, is fed up to each place it may end (after a blank line) until the
+        parser says it has."""
         if not any(name == b"transfer-encoding" for name, _ in self.headers):
             length = next((v for k, v in self.headers if k == b"content-length"), b"0")
             self.head_at = min(len(data), int(length) - self.body_received)
             self.feed(data)
             return
+        chunks = self.chunks
+        if not isinstance(chunks, bool) and chunks is not None:
+            try:
+                self.chunks, self.head_at = scan_chunks(chunks, data, 0)
+            except ValueError:
+                self.chunks = False
+            else:
+                if self.head_at < 0:
+                    self.head_at = len(data)
+                self.feed(data)
+                return
         fed = 0
         for end in _blank_line_ends(data):
             self.feed(data[fed:end])
@@ -374,28 +438,50 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
         (a method refused whatever follows it is answered then: PRI waits for HTTP/2's preface),
         or else the head's text from its line's start for the reads that complete it."""
         read = self.read
-        self.head_tail = (self.head_tail + read[-3:])[-3:]
-        if self.line_tail is not None:
+        try:
+            if self.line_tail is not None:
+                return
+            parser = self.parser
+            if read_version(parser) != "0.0":  # llhttp has read past the line
+                method = parser.get_method()
+                self.find_line_tail(method)
+                if (
+                    self.line_tail is not None
+                    and method in ANSWERED_AT_THE_LINE
+                    and self.held_error is None
+                    and not self.transport.is_closing()
+                ):
+                    refused = self.head_refused()
+                    if refused is not None:
+                        self.refuse(refused)
+                        return
+            if self.line_tail is None:
+                kept = self.line_text + read if self.line_text else read[self.head_start() :]
+                if b"  " in kept:  # llhttp takes any run of spaces between the line's parts
+                    kept = _SPACES.sub(b" ", kept)
+                self.line_text = kept[:LINE_BOUND]
+        finally:
+            # Only once the line is looked for: `head_start` reads the last bytes of the reads
+            # before this one, where a head's end begun in them is.
+            self.head_tail = (self.head_tail + read[-3:])[-3:]
+
+    def begin_chunks(self) -> None:
+        """At the end of the read a head came in, its body still coming: where a chunked body
+        stands (`scan_chunks`), its framing read from the header block's end."""
+        if not any(name == b"transfer-encoding" for name, _ in self.headers):
+            self.chunks = False
             return
-        parser = self.parser
-        if read_version(parser) != "0.0":  # llhttp has read past the line
-            method = parser.get_method()
-            self.find_line_tail(method)
-            if (
-                self.line_tail is not None
-                and method in ANSWERED_AT_THE_LINE
-                and self.held_error is None
-                and not self.transport.is_closing()
-            ):
-                refused = self.head_refused()
-                if refused is not None:
-                    self.refuse(refused)
-                    return
-        if self.line_tail is None:
-            kept = self.line_text + read if self.line_text else read[self.head_start() :]
-            if b"  " in kept:  # llhttp takes any run of spaces between the line's parts
-                kept = _SPACES.sub(b" ", kept)
-            self.line_text = kept[:LINE_BOUND]
+        read = self.read
+        tail = self.head_tail
+        line_from = self.line_from
+        at = (tail + read).find(b"\r\n\r\n", line_from + len(tail) - 2 if line_from else 0)
+        if at < 0:
+            self.chunks = False
+            return
+        try:
+            self.chunks, _ = scan_chunks(CHUNKS_BEGIN, read, at + 4 - len(tail))
+        except ValueError:
+            self.chunks = False
 
     def head_start(self) -> int:
         """Where in the read the head in hand begins (leading blank lines, which llhttp skips,
@@ -468,8 +554,8 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
         method = self.parser.get_method()
         name = method
         if not self.url:  # llhttp stopped before the URL, maybe in the method
-            if self.line_text:
-                text, at = self.line_text, 0
+            if self.line_text:  # the head's line begun in a read before: the method with it
+                text, at = self.line_text + self.read[:METHOD_SHOWN], 0
             else:
                 text, at = self.read, self.head_start()
             at = _BLANK_LINES.match(text, at).end()  # type: ignore[union-attr]
@@ -601,6 +687,7 @@ class JsonErrorsProtocol(HeaderBoundProtocol):
         self.body_began = self.last_data
         self.body_received = 0
         self.body_open = True
+        self.chunks = None
         HttpToolsProtocol.on_headers_complete(self)
 
     def on_message_complete(self) -> None:

@@ -14,6 +14,7 @@ import pytest
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
+from app.cli import wire
 from app.cli.wire import JsonErrorsProtocol
 from tests.cli.test_serve_wire import IDLE_SECONDS, REFUSAL_WINDOW, _serving, exchange
 from tests.cli.test_wire_layers import _Transport
@@ -279,6 +280,15 @@ def test_an_unknown_method_split_across_reads_is_a_501() -> None:
     assert "`FO`" in answers[0][1]["detail"]
 
 
+def test_an_unknown_method_refused_in_a_later_read_is_named_whole() -> None:
+    # rev-wire22: llhttp takes `F` (RTSP's FLUSH) and refuses the next `O`: the 501 named the
+    # last read's piece alone, `F`.
+    answers = _fed(b"F", b"OO / HTTP/1.1" + HOST)
+
+    assert [status for status, _ in answers] == [501]
+    assert "`FOO`" in answers[0][1]["detail"]
+
+
 def test_an_unknown_method_pipelined_behind_a_body_is_a_501_after_its_answer() -> None:
     first = _sized(RTSP_BODY) + RTSP_BODY
 
@@ -363,3 +373,60 @@ def test_a_body_held_back_still_ends_where_its_length_says() -> None:
 
     assert [status for status, _ in answers] == [200, 400]
     assert "RTSP/1.0" in answers[1][1]["detail"]
+
+
+# rev-wire22: the last bytes of the reads a head came in (where its block may end) took in the
+# read in hand's before its line was looked for: a head whose blank line began in the read
+# before was never seen to end, and the line after it never found.
+
+
+def test_a_line_behind_a_head_whose_end_spans_three_reads_is_its_own() -> None:
+    answers = _fed(
+        b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n",
+        b"\r\nGET /health RTSP/1.0\r\nHost: 127.0",
+        b".0.1\r\n\r\n",
+    )
+
+    assert [status for status, _ in answers] == [200, 400]
+    assert "RTSP/1.0" in answers[1][1]["detail"]
+
+
+def test_a_pri_behind_a_head_whose_end_spans_reads_is_answered() -> None:
+    assert _statuses(NEXT[:-1], NEXT[-1:] + b"\r\nPRI * HTTP/1.1\r\n\r\n") == [200, 501]
+
+
+def test_a_pri_behind_a_chunked_body_whose_head_spans_three_reads_is_answered() -> None:
+    first = _chunked(RTSP_BODY) + b"\r\nPRI * HTTP/1.1\r\n\r\n"
+
+    assert _statuses(first[:20], first[20:40], first[40:]) == [200, 501]
+
+
+def test_requests_behind_bodies_in_every_two_cuts_are_each_read_from_their_own_line() -> None:
+    # Three reads: a head's end, or a body's, split between two reads before the next line's.
+    second = b"x\r\nGET /a RTSP/1.0\r\n"
+    stream = _sized(second) + second + b"GET /b HTTP/1.1" + HOST + b"\r\n" + RTSP
+    for first in range(1, len(stream) - 1):
+        for cut in range(first + 1, len(stream)):
+            answers = _fed(stream[:first], stream[first:cut], stream[cut:])
+            assert [status for status, _ in answers] == [200, 200, 400], (first, cut)
+
+
+def test_a_chunked_body_of_blank_lines_is_fed_once_a_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    # rev-wire22: it was fed to llhttp up to each blank line (where a chunked body may end),
+    # one feed per 4 bytes: 1 MiB of them in 64 KiB reads took 1.3 s, and every connection
+    # waited.
+    feeds = []
+    feed_data = wire._feed_data
+
+    def counted(parser: object, data: bytes) -> None:
+        feeds.append(len(data))
+        feed_data(parser, data)
+
+    monkeypatch.setattr(wire, "_feed_data", counted)
+    stream = _chunked(b"\r\n" * 32_768, b"\r\n\r\n" * 1000) + RTSP
+    reads = [stream[at : at + 4096] for at in range(0, len(stream), 4096)]
+
+    answers = _fed(*reads)
+
+    assert [status for status, _ in answers] == [200, 400]
+    assert len(feeds) <= 2 * len(reads)
