@@ -175,6 +175,8 @@ def _chunked_end(read: bytes, at: int) -> int:
     parsed it: its chunks' sizes are valid): after its last chunk's trailers."""
     while True:
         line_end = read.find(b"\r\n", at)
+        if line_end < 0:  # not what llhttp took whole: find's -1 would restart at the read's start
+            return len(read)
         try:
             size = int(read[at:line_end].split(b";", 1)[0], 16)
         except ValueError:  # not what llhttp took: no line is read after it

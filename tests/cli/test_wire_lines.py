@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from uvicorn.config import Config
@@ -430,3 +433,18 @@ def test_a_chunked_body_of_blank_lines_is_fed_once_a_read(monkeypatch: pytest.Mo
 
     assert [status for status, _ in answers] == [200, 400]
     assert len(feeds) <= 2 * len(reads)
+
+
+def test_a_chunked_end_search_ends_on_a_read_without_a_line_end() -> None:
+    # A size line with no CRLF after it in the read went back to the read's start (find's -1)
+    # and read the same chunk again for ever, under every connection (rev-whole22).
+    probe = "from app.cli.wire import _chunked_end; print(_chunked_end(b'GET\\r\\n15', 5))"
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "7"
