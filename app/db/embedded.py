@@ -427,13 +427,21 @@ class HomeLock:
         (nothing is held then)."""
         give_up = time.monotonic() + seconds
         for lock in (self.home, self.everyone):
-            while not lock.try_lock():
+            while not self._try(lock):
                 if time.monotonic() >= give_up:
                     if lock is self.everyone:
                         self.home.unlock()
                     return lock
                 time.sleep(0.02)
         return None
+
+    def _try(self, lock: _FileLock) -> bool:
+        try:
+            return lock.try_lock()
+        except OSError:  # pgserver's file cannot be opened: the home's is not kept either
+            if lock is self.everyone:
+                self.home.unlock()
+            raise
 
     def release(self) -> None:
         self.everyone.unlock()

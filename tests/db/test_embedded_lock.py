@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from app.db.embedded import HomeLock, LockNotTaken, _file_lock
 from tests.cli.helpers import agmem_env, running_postmaster
 
 # A process hung in a start of the home it is given, with the server's lock held: its settings
@@ -214,3 +215,18 @@ def test_an_older_builds_start_or_stop_still_excludes_ours_and_ours_excludes_it(
             timeout=TIMEOUT_SECONDS,
         )
     assert trying.stdout == "waited\n", trying.stderr
+
+
+def test_a_failed_take_of_pgservers_file_leaves_the_home_unlocked(tmp_path: Path) -> None:
+    # The home's file was taken first and kept when pgserver's could not be opened: other
+    # processes were shut out of the home until this one exited (rev-whole22).
+    lock = HomeLock(tmp_path / "home" / "pgdata")
+    (tmp_path / "home").mkdir()
+    unopenable = tmp_path / "a-folder"
+    unopenable.mkdir()  # os.open(O_RDWR) of a folder fails, root or not
+    lock.everyone = _file_lock(unopenable, shared=True)
+    with pytest.raises(LockNotTaken, match="cannot open"):
+        with lock:
+            pass
+    assert lock.home.holders == 0
+    assert lock.home.descriptor is None
