@@ -963,7 +963,7 @@ RULES_GENERATIONS = {
     4: "7572ba9168caef34",
     5: "7d171d86db8eb46a",
     6: "39bba4cdebd876c6",
-    7: "05048d606e40b127",
+    7: "bb7220d7860d1516",
 }
 
 

@@ -44,6 +44,13 @@ REDACTED_NOW = [
     # Beside the names a singular's or a plural's list keeps, a credential's shape is redacted.
     ('"password": ["min:8", "admin:s3cr3t", "p@ss!"]', '"password": ["min:8", "@", "@"]'),
     ("api_keys: [primary, k1abc, env:KEY]", "api_keys: [primary, @, env:KEY]"),
+    # Secrets shaped like the names kept beside them (rev-mends22): a digit in a path or after
+    # a colon, a query's password, a real value before a mask.
+    (
+        '"password": ["p4ss/w0rd", "pass:1234", "hunter2...", "ftp://x/y?pw=hunter2"]',
+        '"password": ["@", "@", "@", "@"]',
+    ),
+    ("passwords: [s3cr3t/path, hunter:2, min:8]", "passwords: [@, @, min:8]"),
     # A list nested in a credential's list, in text.
     ('got {"passwords": [["hunter2", "s3cret!"]]}', 'got {"passwords": [["@", "@"]]}'),
     ('"apiKeys": ["k1abc", ["k2abc", 3]]', '"apiKeys": ["@", ["@", 3]]'),

@@ -689,14 +689,19 @@ _BARE_CREDENTIAL = re.compile(_CREDENTIAL_VALUE)
 # name of words with a number at most (`min:8`, `read:pets`, `env:OPENAI_API_KEY`), a resource's
 # path of lower-case words (`kube-system/my-secret`), a URL without a user (the URL rule redacts
 # one's password before), an e-mail address, or a mask (`sk-...`, `ghp_***`).
+# Narrower than it looks on purpose (rev-mends22): a digit is allowed only in a validation rule's
+# bound (`min:8`, not `pass:1234`), a path and a URL hold none in the path and no query
+# (`p4ss/w0rd`, `ftp://x/y?pw=hunter2` are judged as values), and a mask is a short prefix and
+# the mask alone (`sk-...`, not `hunter2...`).
 _NAMED_VALUE = re.compile(
     r"--?[A-Za-z][\w\-]*"
     r"|\$\{?[A-Za-z_][\w.]*\}?|%[A-Za-z_]\w*%"
-    r"|[A-Za-z_][A-Za-z_\-]*(?::(?:[A-Za-z_][A-Za-z_\-.]*|[0-9]+))+"
-    r"|[a-z0-9][a-z0-9.\-]*(?:/[a-z0-9][a-z0-9.\-]*)+"
-    r"|[a-z][a-z0-9+.\-]*://[^\s@]*"
+    r"|[A-Za-z_][A-Za-z_\-]*(?::[A-Za-z_][A-Za-z_\-.]*)+"
+    r"|(?:min|max|size|length|len|digits|between|gt|gte|lt|lte)(?::[0-9]{1,4}(?:,[0-9]{1,4})?)"
+    r"|[a-z][a-z.\-]*(?:/[a-z][a-z.\-]*)+"
+    r"|[a-z][a-z0-9+.\-]*://[^\s@?#]*"
     r"|[\w.+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)+"
-    r"|[^\s]*?(?:\.{3}|\u2026|\*{3})[^\s]*"
+    r"|[A-Za-z_\-]{0,12}(?:\.{3}|\u2026|\*{3,})"
 )
 
 
