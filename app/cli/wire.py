@@ -172,20 +172,12 @@ def _blank_line_ends(data: bytes) -> Iterable[int]:
 
 def _chunked_end(read: bytes, at: int) -> int:
     """Where a chunked body that begins at `at` ends, in a read that holds it whole (llhttp has
-    parsed it: its chunks' sizes are valid): after its last chunk's trailers."""
-    while True:
-        line_end = read.find(b"\r\n", at)
-        if line_end < 0:  # not what llhttp took whole: find's -1 would restart at the read's start
-            return len(read)
-        try:
-            size = int(read[at:line_end].split(b";", 1)[0], 16)
-        except ValueError:  # not what llhttp took: no line is read after it
-            return len(read)
-        at = line_end + 2
-        if not size:
-            end = read.find(b"\r\n\r\n", at - 2)
-            return len(read) if end < 0 else end + 4
-        at += size + 2
+    parsed it): after its last chunk's trailers; the read's end for what llhttp did not take."""
+    try:
+        _, end = scan_chunks(CHUNKS_BEGIN, read, at)
+    except ValueError:
+        return len(read)
+    return len(read) if end < 0 else end
 
 
 # Where a chunked body that spans reads stands at a read's end (`scan_chunks`): in a chunk's size
