@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import structlog
+from pydantic.alias_generators import to_snake
 from sqlalchemy import Row, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
@@ -346,14 +347,9 @@ def _as_sent(body: bytes, field: str) -> Callable[[], Any]:
 
     def read() -> Any:
         sent = exactjson.loads(body)  # JSON a parser has read already
-        return sent[field] if field in sent else sent[_snake(field)]
+        return sent[field] if field in sent else sent[to_snake(field)]  # populate_by_name
 
     return read
-
-
-def _snake(name: str) -> str:
-    # The model's own field name, which its `populate_by_name` takes too.
-    return "".join(f"_{c.lower()}" if c.isupper() else c for c in name)
 
 
 async def record_observation(
