@@ -233,9 +233,10 @@ async def observe(request: Request) -> Response:
     data = await parse_body(request, ObserveIn)
     state: AppState = request.app.state.agmem
     db = capture_writer(request)
-    # The body too: a value holding a float is read from it again, its numbers as written.
+    # The body too (read once, kept by parse_body): a value holding a float is read from it
+    # again, its numbers as written.
     ref, created = await service.record_observation(
-        db, data=data, settings=state.settings, sent=request._body
+        db, data=data, settings=state.settings, sent=await request.body()
     )
     return _observation_answer(ref, 201 if created else 200)
 
@@ -246,7 +247,7 @@ async def observe_result(request: Request) -> Response:
     state: AppState = request.app.state.agmem
     db = capture_writer(request)
     ref, created = await service.record_result(
-        db, data=data, settings=state.settings, sent=request._body
+        db, data=data, settings=state.settings, sent=await request.body()
     )
     return _observation_answer(ref, 201 if created else 200)
 
