@@ -223,11 +223,12 @@ async def _record_billed(ctx: JobContext, error: GeminiCallFailed, *, project_pa
     """A rejected answer's tokens, in `llm_usage` and this process's daily budget."""
     if not error.billed.tokens:
         return  # no answer came (a timeout, a 5xx): no transaction for nothing to write
+    # Spent first: Gemini billed them whether or not the usage row is written.
+    ctx.budget.spent(error.billed.tokens)
     async with transaction(ctx.sessionmaker) as session:
-        spent = await record_rejected(
+        await record_rejected(
             session, error, project_path=project_path, model=ctx.settings.gemini_model
         )
-    ctx.budget.spent(spent)
 
 
 async def _gemini_allowed(ctx: JobContext) -> bool:
