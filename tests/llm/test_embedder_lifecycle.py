@@ -76,6 +76,34 @@ def test_the_apps_lifespan_closes_them(tmp_path: Path, database_url: str) -> Non
         assert not loop_thread.is_alive()
 
 
+def test_an_app_stopping_closes_no_embedder_another_app_holds(
+    tmp_path: Path, database_url: str
+) -> None:
+    # The lifespan closed every embedder of the process: a second app in it (a test's, or one
+    # of the same settings) lost its loop thread and client mid-run, whoever had opened them.
+    with fake_gemini() as fake, fake_gemini() as other_fake:
+        fake.on(ROUTE, vectors_answer)
+        other_fake.on(ROUTE, vectors_answer)
+        settings = settings_for(fake, tmp_path / "a")
+        other = settings_for(other_fake, tmp_path / "b")
+        apps = [
+            create_app(s, database_url=database_url)  # type: ignore[arg-type]
+            for s in (settings, other, settings)
+        ]
+        with TestClient(apps[1]), TestClient(apps[2]):
+            with TestClient(apps[0]):
+                threads = started_by(
+                    lambda: [
+                        get_embedder(s).embed_query("where is the jwt check")  # type: ignore[arg-type]
+                        for s in (settings, other)
+                    ]
+                )
+                assert len(threads) == 2
+            # The first app's embedder is the third's too: neither it nor the second's closed.
+            assert all(thread.is_alive() for thread in threads)
+        assert not any(thread.is_alive() for thread in threads)
+
+
 def test_a_forked_child_queries_with_its_own_loop_even_with_the_lock_held() -> None:
     # The child inherits the loop but not its thread: its query waited for an answer no thread
     # would ever run (and for a lock that a parent's thread held at the fork, for ever).
