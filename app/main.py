@@ -20,7 +20,7 @@ from app.config import Settings, get_settings
 from app.context.routes import router as context_router
 from app.db.engine import make_async_engine, make_sessionmaker, resolve_database_url
 from app.db.supervisor import supervised
-from app.llm.embeddings import close_embedders
+from app.llm.embeddings import hold_embedder, release_embedder
 from app.llm.ratelimit import gemini_gate
 from app.mcp.server import mount_mcp
 from app.memories import routes as memories
@@ -65,6 +65,7 @@ def create_app(
         stop = asyncio.Event()
         # A URL given without `embedded` (the tests' server) is not ours to restart.
         pgdata = settings.embedded_pgdata if embedded or database_url is None else None
+        hold_embedder(settings)
         try:
             async with supervised(pgdata, url, state.drop_dead_connections) as state.supervisor:
                 worker = (
@@ -85,7 +86,7 @@ def create_app(
                         await worker
         finally:
             await engine.dispose()
-            await asyncio.to_thread(close_embedders)
+            await asyncio.to_thread(release_embedder, settings)
 
     app = App(
         title="antigravity-mem",

@@ -41,6 +41,20 @@ async def _run(settings: Settings, url: str, request: SearchRequest) -> SearchRe
         await engine.dispose()
 
 
+def _interruptible(settings: Settings, url: str, request: SearchRequest) -> SearchResponse:
+    """`_run`, ended at once by Ctrl-C: the query's embedding runs in a thread, waiting for
+    Gemini's answer, and the loop's end waited for that thread (up to the 10 s timeout). The
+    embedders closed there cancel the call it waits for."""
+    from app.llm.embeddings import close_embedders
+
+    with asyncio.Runner() as runner:
+        try:
+            return runner.run(_run(settings, url, request))
+        except KeyboardInterrupt:
+            close_embedders()
+            raise
+
+
 def _print(response: SearchResponse) -> None:
     if response.degraded:
         typer.echo(f"agmem: warning: {response.degraded}", err=True)
@@ -95,7 +109,7 @@ def search_command(
         fail(f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}", 2)
     with cli_errors():
         url = open_database(settings)
-        response = asyncio.run(_run(settings, url, request))
+        response = _interruptible(settings, url, request)
     if as_json:
         body = response.model_dump(mode="json", by_alias=True)
         typer.echo(json.dumps(body, ensure_ascii=False, indent=2))

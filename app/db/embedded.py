@@ -9,7 +9,9 @@ import logging
 import os
 import re
 import signal
+import struct
 import subprocess
+import sys
 import threading
 import time
 import warnings
@@ -385,6 +387,20 @@ class _FileLock:
             self.holders = 1
             return True
 
+    def holder(self) -> int | None:
+        """The pid of a process holding a lock that keeps this one from being taken (F_GETLK),
+        None when it cannot be told (the lock just released, or not Linux's `struct flock`)."""
+        if sys.platform != "linux" or self.descriptor is None:
+            return None
+        kind = fcntl.F_RDLCK if self.shared else fcntl.F_WRLCK
+        probe = struct.pack(_FLOCK, kind, os.SEEK_SET, 0, 0, 0)
+        try:
+            answer = fcntl.fcntl(self.descriptor, fcntl.F_GETLK, probe)
+        except OSError:
+            return None
+        found, _whence, _start, _length, pid = struct.unpack(_FLOCK, answer)
+        return pid if found != fcntl.F_UNLCK and pid > 0 else None
+
     def unlock(self) -> None:
         with _COUNTING:
             self.holders -= 1
@@ -392,6 +408,10 @@ class _FileLock:
                 os.close(self.descriptor)  # drops the lock
                 self.descriptor = None
 
+
+# Linux's `struct flock` (64-bit off_t): short l_type, short l_whence, off_t l_start, off_t l_len,
+# pid_t l_pid, padded to 32 bytes; `fcntl.lockf` takes the same record locks `F_GETLK` reads.
+_FLOCK = "hhqqi4x"
 
 # Two threads (the supervisor's restart, the exit) counting at once could open a second
 # descriptor and, closing it, drop the lock the other holds. Re-entrant: a signal handler's stop
@@ -426,8 +446,12 @@ class HomeLock:
         """Take both within `seconds`; None, or the lock another process held all that time
         (nothing is held then)."""
         give_up = time.monotonic() + seconds
+        told = False
         for lock in (self.home, self.everyone):
             while not self._try(lock):
+                if not told:
+                    told = True
+                    self._tell_waiting(lock, seconds)
                 if time.monotonic() >= give_up:
                     if lock is self.everyone:
                         self.home.unlock()
@@ -448,12 +472,25 @@ class HomeLock:
         self.home.unlock()
 
     def held_by_another(self, lock: _FileLock, seconds: float) -> str:
-        who = (
+        return f"{self._holder(lock)} held {lock.path} for {seconds:g} s"
+
+    def _holder(self, lock: _FileLock) -> str:
+        return (
             "another agmem on this home"
             if lock is self.home
             else "an agmem build older than this one (on any home)"
         )
-        return f"{who} held {lock.path} for {seconds:g} s"
+
+    def _tell_waiting(self, lock: _FileLock, seconds: float) -> None:
+        """Say at once, on stderr, what the wait is for: the whole bound passed in silence (90 s
+        a start) before `held_by_another`'s message, and a command looked hung."""
+        pid = lock.holder()
+        who = self._holder(lock) + (f" (pid {pid})" if pid is not None else "")
+        with suppress(OSError, ValueError):  # no stderr, or a closed one: the wait goes on
+            sys.stderr.write(
+                f"agmem: waiting for {who} to release {lock.path} (up to {seconds:g} s) ...\n"
+            )
+            sys.stderr.flush()
 
     def __enter__(self) -> HomeLock:
         try:

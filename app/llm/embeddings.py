@@ -177,16 +177,46 @@ class SentenceTransformerEmbedder:
 # sentence-transformers model was loaded from disk again.
 _loaded: dict[tuple[object, ...], Embedder] = {}
 _loading = threading.Lock()
+# How many running apps use each configuration's embedder: an app's end closes it only when no
+# other app in the process still does (a test's app, or two apps of the same settings).
+_holders: dict[tuple[object, ...], int] = {}
 
 
 def close_embedders() -> None:
     """Close what the process's embedders hold open (a Gemini embedder's loop thread and its
-    client), at the end of the process's work: the app's lifespan, the CLI's exit. Each stays
-    usable: a next call opens them again."""
+    client), at the end of the process's work: the CLI's exit. Each stays usable: a next call
+    opens them again. An app closes only its own, when it stops (`release_embedder`)."""
     for embedder in list(_loaded.values()):
-        close = getattr(embedder, "close", None)
-        if callable(close):
-            close()
+        _close(embedder)
+
+
+def hold_embedder(settings: Settings) -> None:
+    """An app starts using the embedder its settings ask for; `release_embedder` at its end."""
+    key = _key(settings)
+    with _loading:
+        _holders[key] = _holders.get(key, 0) + 1
+
+
+def release_embedder(settings: Settings) -> None:
+    """An app's end: its embedder closed unless another app holding the same one still runs
+    (closing every embedder of the process, the first app to stop cut the others' loop threads
+    and clients). Blocks for the close: run it off the event loop."""
+    key = _key(settings)
+    with _loading:
+        left = _holders.get(key, 0) - 1
+        if left > 0:
+            _holders[key] = left
+            return
+        _holders.pop(key, None)
+        embedder = _loaded.get(key)
+    if embedder is not None:
+        _close(embedder)
+
+
+def _close(embedder: Embedder) -> None:
+    close = getattr(embedder, "close", None)
+    if callable(close):
+        close()
 
 
 def _reset_in_child() -> None:
@@ -212,7 +242,16 @@ def get_embedder(settings: Settings) -> Embedder:
     """The embedder the settings ask for, built once per process for the same settings."""
     if settings.embedding_provider == "local":
         return local_embedder()
-    key = (
+    key = _key(settings)
+    with _loading:
+        embedder = _loaded.get(key)
+        if embedder is None:
+            embedder = _loaded[key] = _load_embedder(settings)
+    return embedder
+
+
+def _key(settings: Settings) -> tuple[object, ...]:
+    return (
         settings.embedding_provider,
         settings.embedding_model,
         settings.embedding_dims,
@@ -221,11 +260,6 @@ def get_embedder(settings: Settings) -> Embedder:
         settings.gemini_embed_max_retries,
         settings.gemini_timeout_seconds,
     )
-    with _loading:
-        embedder = _loaded.get(key)
-        if embedder is None:
-            embedder = _loaded[key] = _load_embedder(settings)
-    return embedder
 
 
 def _load_embedder(settings: Settings) -> Embedder:

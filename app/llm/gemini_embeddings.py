@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import inspect
 import os
 import random
 import re
@@ -407,11 +408,31 @@ os.register_at_fork(after_in_child=_forget_inline_in_child)
 
 async def _shut(client: genai.Client) -> None:
     """On the inline loop: cancel the calls still running, then close the client."""
+    # A task cancelled before its first step is one anyio's wrapper never awaits: a connect
+    # attempt just spawned (`connect_tcp`'s `try_connect`) printed "coroutine ... was never
+    # awaited". Each such task gets its first step (a loop pass) before the cancel.
+    for _ in range(_FIRST_STEP_PASSES):
+        if not any(_unstarted(task) for task in asyncio.all_tasks()):
+            break
+        await asyncio.sleep(0)
     running = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
     for task in running:
         task.cancel()
     await asyncio.gather(*running, return_exceptions=True)
     await close_client(client)
+
+
+# Passes of the loop a close gives spawned tasks to start: one is enough for a task spawned
+# before it; a few more for one that a starting task spawns in its turn.
+_FIRST_STEP_PASSES = 8
+
+
+def _unstarted(task: asyncio.Task[Any]) -> bool:
+    coroutine = task.get_coro()
+    return (
+        inspect.iscoroutine(coroutine)
+        and inspect.getcoroutinestate(coroutine) == inspect.CORO_CREATED
+    )
 
 
 def cancel_client(settings: Settings) -> genai.Client:

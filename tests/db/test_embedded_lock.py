@@ -164,6 +164,29 @@ def test_a_start_waits_for_its_homes_lock_then_fails_clearly(two_homes: tuple[Pa
     assert not (home / "pgdata" / "postmaster.pid").exists()  # it started nothing
 
 
+def test_a_start_waiting_for_its_homes_lock_says_so_at_once(two_homes: tuple[Path, Path]) -> None:
+    # Nothing was said for the whole wait (90 s by default): a command looked hung.
+    home, _ = two_homes
+    with running(HUNG_IN_A_START, str(home / "pgdata")) as hung:
+        assert said(hung) == "holding"
+        with running(USING_THE_SERVER, str(home / "pgdata"), "6") as user:
+            assert user.stderr is not None
+            began = time.monotonic()
+            ready, _, _ = select.select([user.stderr], [], [], TIMEOUT_SECONDS)
+            told = time.monotonic() - began
+            first = user.stderr.readline().strip() if ready else ""
+            line = said(user)
+            code, err = end(user)
+    assert first == (
+        f"agmem: waiting for another agmem on this home (pid {hung.pid}) to release "
+        f"{home / '.pgdata.lock'} (up to 6 s) ..."
+    )
+    assert told < 5  # at once: the process's start and its first try take the rest
+    assert code == 3, err
+    assert "waiting for" not in err  # once
+    assert line.endswith(f"another agmem on this home held {home / '.pgdata.lock'} for 6 s")
+
+
 def test_an_exit_waits_for_its_homes_lock_for_a_while_not_for_good(
     two_homes: tuple[Path, Path],
 ) -> None:

@@ -5,15 +5,19 @@ google-genai client and the fake server, and a real fork."""
 
 from __future__ import annotations
 
+import gc
 import os
+import socket
 import threading
 import time
 import warnings
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 
 from app.llm.embeddings import close_embedders, get_embedder
+from app.llm.gemini_embeddings import GeminiEmbedder
 from app.main import create_app
 from tests.conftest import make_settings
 from tests.fakes.gemini import FakeGemini, FakeResponse, fake_gemini
@@ -74,6 +78,98 @@ def test_the_apps_lifespan_closes_them(tmp_path: Path, database_url: str) -> Non
             (loop_thread,) = started_by(lambda: embedder.embed_query("where is the jwt check"))
 
         assert not loop_thread.is_alive()
+
+
+def test_an_app_stopping_closes_no_embedder_another_app_holds(
+    tmp_path: Path, database_url: str
+) -> None:
+    # The lifespan closed every embedder of the process: a second app in it (a test's, or one
+    # of the same settings) lost its loop thread and client mid-run, whoever had opened them.
+    with fake_gemini() as fake, fake_gemini() as other_fake:
+        fake.on(ROUTE, vectors_answer)
+        other_fake.on(ROUTE, vectors_answer)
+        settings = settings_for(fake, tmp_path / "a")
+        other = settings_for(other_fake, tmp_path / "b")
+        apps = [
+            create_app(s, database_url=database_url)  # type: ignore[arg-type]
+            for s in (settings, other, settings)
+        ]
+        with TestClient(apps[1]), TestClient(apps[2]):
+            with TestClient(apps[0]):
+                threads = started_by(
+                    lambda: [
+                        get_embedder(s).embed_query("where is the jwt check")  # type: ignore[arg-type]
+                        for s in (settings, other)
+                    ]
+                )
+                assert len(threads) == 2
+            # The first app's embedder is the third's too: neither it nor the second's closed.
+            assert all(thread.is_alive() for thread in threads)
+        assert not any(thread.is_alive() for thread in threads)
+
+
+def test_a_close_as_a_connect_starts_leaves_no_coroutine_unawaited(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A close landing between the step that starts a connect attempt (anyio's `connect_tcp`
+    # spawns one task for each address) and that task's first step cancelled the task unstarted:
+    # anyio's wrapper then never awaits it, and Python printed "RuntimeWarning: coroutine
+    # 'connect_tcp.<locals>.try_connect' was never awaited" (4 of 50 closes at random times).
+    # Here the close lands there every time: the name's resolution is held, then released and
+    # the close asked while the embedder's loop is held, so both reach the loop in one batch.
+    resolving, resolve = threading.Event(), threading.Event()
+    real_getaddrinfo = socket.getaddrinfo
+
+    def held_getaddrinfo(host: str | bytes, *args: object, **kwargs: object) -> object:
+        if host in ("gemini.test", b"gemini.test"):  # asyncio passes it encoded
+            resolving.set()
+            resolve.wait(10)
+            host = "127.0.0.1"
+        return real_getaddrinfo(host, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(socket, "getaddrinfo", held_getaddrinfo)
+    with fake_gemini() as fake:
+        fake.on(ROUTE, vectors_answer)
+        port = fake.url.rsplit(":", 1)[1]
+        settings = make_settings(
+            gemini_api_key="k",
+            gemini_base_url=f"http://gemini.test:{port}",
+            embedding_provider="gemini",
+        )
+        embedder = GeminiEmbedder(settings)
+        failed: list[Exception] = []
+
+        def query(embedder: GeminiEmbedder) -> None:
+            try:
+                embedder.embed_query("where is the jwt check")
+            except Exception as error:
+                failed.append(error)
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            asking = threading.Thread(target=query, args=(embedder,))
+            asking.start()
+            assert resolving.wait(10)
+            loop = embedder._inline.loop  # type: ignore[union-attr]
+            held, release = threading.Event(), threading.Event()
+            loop.call_soon_threadsafe(lambda: (held.set(), release.wait(10)))
+            assert held.wait(10)
+            resolve.set()
+            time.sleep(0.2)  # the resolver's thread hands its answer to the held loop
+            closing = threading.Thread(target=embedder.close)
+            closing.start()
+            time.sleep(0.2)  # the close hands its shutdown to the held loop, after the answer
+            release.set()
+            closing.join(10)
+            asking.join(10)
+            del embedder
+            gc.collect()
+
+    assert not closing.is_alive()
+    assert not asking.is_alive()
+    assert len(failed) == 1
+    assert "closed during the call" in str(failed[0])
+    assert [str(w.message) for w in caught if "never awaited" in str(w.message)] == []
 
 
 def test_a_forked_child_queries_with_its_own_loop_even_with_the_lock_held() -> None:

@@ -182,6 +182,54 @@ def test_whole_part_keeps_whole_sentences_only(cut: str, kept: str) -> None:
     assert _whole_part(cut) == kept
 
 
+@pytest.mark.parametrize(
+    ("cut", "prompt", "kept"),
+    [
+        # A lowercase word's period at the cut was kept as an end though the prompt (or the
+        # answer before it) names `package.json`: "...lives in package." was stored.
+        (
+            "The lockfile is regenerated. The version lives in package.",
+            'Tool: Edit\nArgs: {"file_path": "web/package.json"}',
+            "The lockfile is regenerated.",
+        ),
+        ("Read package.json first. Then bumped package.", "", "Read package.json first."),
+        ("Then it reads setup.", "Read setup.cfg.", ""),
+        # Code naming a word in the prompt is no file's name: `tasks.loop(`, `os.path.join`.
+        ("Started the tasks.", "@tasks.loop(minutes=5)", "Started the tasks."),
+        ("Joined the path.", "x = os.path.join(root, name)", "Joined the path."),
+        ("Read the result.", "if not result.data[0]:", "Read the result."),
+        # A word the prompt names only as a word, or as a name's tail, still ends a sentence.
+        (
+            "Installed the package.",
+            "Tool: Bash\nArgs: npm install the package",
+            "Installed the package.",
+        ),
+        ("Ran it on the subpackage.", "Read app/package.json", "Ran it on the subpackage."),
+        ("Read the config.", "Read config.Load in config.go. Done.Then", ""),
+        ("Then it was done.", "It was done.Then it ran", "Then it was done."),
+    ],
+)
+def test_whole_part_takes_no_dotted_name_of_the_prompt_for_an_end(
+    cut: str, prompt: str, kept: str
+) -> None:
+    assert _whole_part(cut, prompt) == kept
+
+
+def test_an_answer_cut_at_a_name_of_its_prompt_keeps_the_sentences_before_it(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    make_session(db)
+    make_observation(db, "o1", args={"file_path": "web/package.json"})
+    cut = "Learned: the lockfile is regenerated. The version lives in package."
+    with fake_gemini() as fake:
+        fake.on(":generateContent", lambda _r: FakeResponse(body=candidate(cut, "MAX_TOKENS")))
+        drain(gemini_settings(fake.url), database_url)
+
+    found = stored(db)
+    assert (found["status"], found["generated_by"]) == ("compressed", "gemini:gemini-2.5-flash")
+    assert found["compressed_data"] == "Learned: the lockfile is regenerated."
+
+
 def test_whole_part_ends_real_answers_where_their_text_ends_a_sentence() -> None:
     # Each of Gemini's own answers in testdata (English and Chinese), cut at every character.
     # Wrong: what is kept ends neither a line nor a word of the whole answer (23d5d19 kept a

@@ -65,10 +65,11 @@ def test_a_short_pause_is_waited_out_in_the_gate() -> None:
         (ValueError("no JSON in the body\nline two"), "ValueError: no JSON in the body"),
     ],
 )
-def test_an_error_from_outside_the_client_names_its_type_in_the_breakers_reason(
+def test_the_wrapping_of_an_error_names_its_type_textless_or_not(
     error: Exception, reason: str
 ) -> None:
-    # resume wrapped such an error as GeminiCallFailed(str(error)): one without text (a timeout's)
+    # The wrapper's own cases; resume's use of it is tested through resume
+    # (tests/memories/test_resume.py). Wrapped by its text alone, a timeout's (which has none)
     # left the breaker's reason "GeminiCallFailed", which names no cause.
     gate = GeminiGate(
         requests_per_minute=60, max_concurrent=1, failure_threshold=1, cooldown_seconds=60

@@ -322,6 +322,29 @@ def test_after_repeated_gemini_failures_briefings_stop_waiting_for_it(
     assert [a.json()["briefingBy"] for a in answers] == ["template"] * 4
 
 
+def test_a_briefing_failing_outside_gemini_names_its_type_in_the_breakers_reason(
+    database_url: str,
+    db: psycopg.Connection[Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A client that cannot be built (SSL_CERT_FILE naming a missing file: google-genai's httpx
+    # client reads it when made) fails before generate_text, no GeminiCallFailed. Wrapped by its
+    # text alone, the breaker's reason read "[Errno 2] No such file or directory", no cause named
+    # (and a textless error's, "GeminiCallFailed").
+    with with_gemini(database_url, db, tmp_path, gemini_failure_threshold=1) as (fake, _, client):
+        monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "missing-ca.pem"))
+        answers = [client.post("/api/resume", json={"projectPath": PROJECT}) for _ in range(2)]
+        gate = client.app.state.agmem.gemini_gate  # type: ignore[attr-defined]
+
+        assert fake.calls(":generateContent") == []
+    assert [a.json()["briefingBy"] for a in answers] == ["template"] * 2
+    assert gate.breaker_open
+    assert gate.breaker_reason.startswith(
+        "FileNotFoundError: [Errno 2] No such file or directory (extractive fallback"
+    ), gate.breaker_reason
+
+
 def test_a_blocked_briefing_does_not_open_the_breaker(
     database_url: str, db: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
