@@ -146,6 +146,11 @@ def test_the_server_pays_what_the_command_line_defers_before_its_first_request(
 
 
 @pytest.mark.parametrize("command", sorted(COMMAND_IMPORTS))
+def test_a_command_imports_the_text_splitters_only_to_sync(command: str) -> None:
+    assert loaded_by(command, ("langchain_text_splitters",)) == []
+
+
+@pytest.mark.parametrize("command", sorted(COMMAND_IMPORTS))
 def test_a_command_does_not_import_rich_through_structlog(command: str) -> None:
     # structlog imports rich with pygments (~0.1 s of CPU) unless app.logs imports it first with
     # rich hidden: `agmem mcp` imported the MCP server and the supervisor, which import
