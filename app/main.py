@@ -22,7 +22,7 @@ from app.db.engine import make_async_engine, make_sessionmaker, resolve_database
 from app.db.supervisor import supervised
 from app.llm.embeddings import hold_embedder, release_embedder
 from app.llm.ratelimit import gemini_gate
-from app.mcp.server import mount_mcp
+from app.mcp.http import mount_mcp
 from app.memories import routes as memories
 from app.proxy import routes as proxy_routes
 from app.search.routes import router as search_router

@@ -1,20 +1,25 @@
-"""What an `agmem` process costs before its first useful output, per command, two venvs alternated.
+"""What an `agmem` process costs before its first useful output, per command, two trees alternated.
 
-Run: `uv run python -m bench.startup [--runs 5] [--other /work/notes17/base/.venv] [COMMAND ...]`.
-Each run starts the venv's `agmem` (its editable install is its checkout) and stops the clock at
-the command's first useful output: its exit for a one-shot command (`help` is `--help`,
-`status`, `sync`, `search`, `memory get`, `redact --dry-run`, `migrate`), `/health` answering
-200 for `serve`, the `initialize` answer for `mcp`, its "worker on" line for `worker`. For
-`serve` it then times its first capture (POST /api/session/start, /api/observe with 6 KB of
-arguments, /api/observe/result), which must not pay what start-up no longer does. It prints per
-command the median wall and CPU (the process's user + system time, from /proc or its rusage;
-the embedded PostgreSQL's is not counted) over `--runs`; given `--other`, that venv's too, run
-for run in turn (the order reversed every other run), and the ratio this/other.
+Run: `uv run python -m bench.startup [--runs 5] [--against /work/notes23/bmain] [COMMAND ...]`.
+Each run starts the tree's `agmem` (its venv's editable install is its checkout) and stops the
+clock at the command's first useful output: its exit for a one-shot command (`help` is
+`--help`, `status`, `sync`, `search` (`--json`), `memory get`, `redact --dry-run`, `migrate`),
+`/health` answering 200 for `serve` and `serve-embedded`, the `initialize` answer for `mcp`, its
+"worker on" line (printed as it starts polling) for `worker`. For `serve` it then times its
+first capture (POST /api/session/start, /api/observe with 6 KB of arguments,
+/api/observe/result), which must not pay what start-up no longer does, and then its first
+request to /mcp (`initialize`), which loads the MCP server since it is no longer loaded at
+start. It prints per command the median wall and CPU (the process's user + system time, from
+/proc or its rusage; the embedded PostgreSQL's is not counted) over `--runs`; given `--against`
+(another checkout, or a venv), that tree's too, run for run in turn (the order reversed every
+other run), and the ratio this/other.
 
-Each venv's commands run against a bench database (bench/db.py) its own `agmem migrate` brought
+Each tree's commands run against a bench database (bench/db.py) its own `agmem migrate` brought
 to its head, through DATABASE_URL, so what is timed is the process, not an embedded server's
 start (and an older checkout is not refused a schema a newer one migrated); the local embedding
-provider.
+provider. `serve-embedded` is `agmem serve` as a user first runs it: no DATABASE_URL, the
+embedded PostgreSQL of a temporary AGMEM_HOME (created and migrated before the runs, so each
+run starts and stops that server, as every `agmem serve` after the first does).
 """
 
 from __future__ import annotations
@@ -42,11 +47,12 @@ HERE = Path(__file__).resolve().parent.parent
 COMMANDS: dict[str, tuple[list[str], str]] = {
     "help": (["--help"], "exit"),
     "serve": (["serve", "--host", "127.0.0.1"], "health"),
+    "serve-embedded": (["serve", "--host", "127.0.0.1"], "health"),
     "mcp": (["mcp", "-p", "/tmp/startup-bench-project"], "initialize"),
     "worker": (["worker"], "worker-line"),
     "status": (["status"], "exit"),
     "sync": (["sync", "-p", "/tmp/startup-bench-project"], "exit"),
-    "search": (["search", "deployment notes"], "exit"),
+    "search": (["search", "deployment notes", "--json"], "exit"),
     "memory get": (["memory", "get", "current.task", "-p", "/tmp/startup-bench-project"], "exit"),
     "redact --dry-run": (["redact", "--dry-run"], "exit"),
     "migrate": (["migrate"], "exit"),
@@ -65,9 +71,13 @@ def free_port() -> int:
         return port
 
 
-def environment(url: str, home: str) -> dict[str, str]:
+def environment(url: str | None, home: str) -> dict[str, str]:
+    """The command's environment: `url` as DATABASE_URL, or none (the embedded server)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AGMEM_", "GEMINI_"))}
-    env |= {"DATABASE_URL": url, "AGMEM_HOME": home, "AGMEM_LOG_LEVEL": "warning"}
+    env.pop("DATABASE_URL", None)
+    env |= {"AGMEM_HOME": home, "AGMEM_LOG_LEVEL": "warning"}
+    if url is not None:
+        env["DATABASE_URL"] = url
     env.pop("VIRTUAL_ENV", None)
     return env
 
@@ -96,12 +106,42 @@ def first_capture(port: int) -> float:
     return time.perf_counter() - start
 
 
-def run_once(venv: Path, command: str, url: str, home: str) -> tuple[float, float, float | None]:
+def first_mcp(port: int) -> float:
+    """Wall seconds of a new server's first MCP request (`initialize` over streamable HTTP)."""
+    hello = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "bench", "version": "1"},
+        },
+    }
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/mcp",
+        data=json.dumps(hello).encode(),
+        headers={
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+        },
+    )
+    start = time.perf_counter()
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        if b'"result"' not in answer.read():
+            raise SystemExit("/mcp did not answer initialize")
+    return time.perf_counter() - start
+
+
+Firsts = tuple[float, float] | None  # `serve`'s first capture and first MCP request, wall s
+
+
+def run_once(venv: Path, command: str, url: str | None, home: str) -> tuple[float, float, Firsts]:
     """Wall and CPU seconds from the start of `agmem <command>` to its first useful output, and
-    for `serve` the wall seconds of its first capture."""
+    for `serve` the wall seconds of its first capture and of its first MCP request."""
     arguments, until = COMMANDS[command]
     agmem = str(venv / "bin" / "agmem")
-    env = environment(url, home)
+    env = environment(None if command == "serve-embedded" else url, home)
     if until == "health":
         port = free_port()
         arguments = [*arguments, "--port", str(port)]
@@ -169,14 +209,14 @@ def run_once(venv: Path, command: str, url: str, home: str) -> tuple[float, floa
         wait()
         wall = time.perf_counter() - start
         cpu = cpu_seconds(process.pid)
-        capture = first_capture(port) if until == "health" else None
+        firsts = (first_capture(port), first_mcp(port)) if command == "serve" else None
     finally:
         process.terminate()
         process.communicate(timeout=60)
-    return wall, cpu, capture
+    return wall, cpu, firsts
 
 
-def prepare(venv: Path, url: str, home: str) -> None:
+def prepare(venv: Path, url: str, home: str, embedded_home: str | None) -> None:
     """One memory for `memory get` and one memory file for `sync` and `search` to find."""
     project = Path("/tmp/startup-bench-project")
     (project / "memory").mkdir(parents=True, exist_ok=True)
@@ -189,38 +229,63 @@ def prepare(venv: Path, url: str, home: str) -> None:
         ["sync", "-p", str(project)],
     ):
         subprocess.run([agmem, *arguments], env=env, check=True, capture_output=True)
+    if embedded_home is not None:  # its cluster created and migrated, as after a first run
+        env = environment(None, embedded_home)
+        subprocess.run([agmem, "migrate"], env=env, check=True, capture_output=True)
+
+
+def venv_of(path: Path) -> Path:
+    """A checkout's venv (`<path>/.venv`), or `path` itself when it is a venv."""
+    return path / ".venv" if (path / ".venv" / "bin" / "agmem").exists() else path
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--other", type=Path, help="another checkout's venv, e.g. base/.venv")
+    parser.add_argument(
+        "--against",
+        "--other",
+        dest="against",
+        type=Path,
+        help="another checkout (its .venv is used) or venv, e.g. /work/notes23/bmain",
+    )
     parser.add_argument("commands", nargs="*", help=f"some of: {', '.join(COMMANDS)}")
     options = parser.parse_args()
     options.commands = options.commands or list(COMMANDS)
     unknown = set(options.commands) - set(COMMANDS)
     if unknown:
         parser.error(f"unknown command(s) {sorted(unknown)}; choose from {list(COMMANDS)}")
-    venvs = [HERE / ".venv", *([options.other] if options.other else [])]
+    venvs = [HERE / ".venv", *([venv_of(options.against)] if options.against else [])]
     results: dict[tuple[Path, str], tuple[list[float], list[float]]] = {
         (v, c): ([], []) for v in venvs for c in options.commands
     }
     captures: dict[Path, list[float]] = {v: [] for v in venvs}
+    mcps: dict[Path, list[float]] = {v: [] for v in venvs}
     with contextlib.ExitStack() as stack:
         urls: dict[Path, str] = {}
         homes: dict[Path, str] = {}
+        embedded_homes: dict[Path, str] = {}
         for venv in venvs:
             urls[venv] = stack.enter_context(bench_database("agmem_startup", upgrade=False))
             homes[venv] = stack.enter_context(tempfile.TemporaryDirectory(prefix="startup-bench-"))
-            prepare(venv, urls[venv], homes[venv])
+            embedded = "serve-embedded" in options.commands
+            if embedded:
+                embedded_homes[venv] = stack.enter_context(
+                    tempfile.TemporaryDirectory(prefix="startup-bench-home-")
+                )
+            prepare(venv, urls[venv], homes[venv], embedded_homes.get(venv))
         for command in options.commands:
             for run in range(options.runs):
                 for venv in venvs if run % 2 == 0 else venvs[::-1]:
-                    wall, cpu, capture = run_once(venv, command, urls[venv], homes[venv])
+                    home = homes[venv]
+                    if command == "serve-embedded":
+                        home = embedded_homes[venv]
+                    wall, cpu, firsts = run_once(venv, command, urls[venv], home)
                     results[venv, command][0].append(wall)
                     results[venv, command][1].append(cpu)
-                    if capture is not None:
-                        captures[venv].append(capture)
+                    if firsts is not None:
+                        captures[venv].append(firsts[0])
+                        mcps[venv].append(firsts[1])
     head = f"{'command':<18} {'wall s':>7} {'cpu s':>7}"
     if len(venvs) == 2:
         head += f" {'other wall':>10} {'other cpu':>9} {'wall x':>7} {'cpu x':>6}"
@@ -239,6 +304,11 @@ def main() -> None:
         line = f"serve's first capture (3 requests): {first:.1f} ms"
         if len(venvs) == 2:
             line += f", other {statistics.median(captures[venvs[1]]) * 1e3:.1f} ms"
+        print(line)
+        first = statistics.median(mcps[venvs[0]]) * 1e3
+        line = f"serve's first /mcp request (initialize): {first:.1f} ms"
+        if len(venvs) == 2:
+            line += f", other {statistics.median(mcps[venvs[1]]) * 1e3:.1f} ms"
         print(line)
     sys.stdout.flush()
 

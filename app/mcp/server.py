@@ -1,4 +1,5 @@
-"""The MCP server: memory tools for agents, over streamable HTTP at `/mcp` and over stdio.
+"""The MCP server: memory tools for agents, over streamable HTTP at `/mcp` (app/mcp/http.py)
+and over stdio.
 
 Every tool opens its own transaction on the app's database and calls the same services as the
 HTTP API, so the two surfaces cannot drift. The HTTP endpoint is stateless (no MCP session kept
@@ -9,11 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Callable, Coroutine, Iterator, Mapping
+from contextlib import contextmanager
 from contextvars import ContextVar
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import anyio
 import psycopg
@@ -22,13 +23,9 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.context import Context
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.stdio import stdio_server
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, InputRequiredResult
 from pydantic import ValidationError
 from sqlalchemy import exc as sa_exc
-from starlette.routing import Route
-from starlette.types import Message, Receive, Scope, Send
 
 from app import exactjson
 from app.api.bodies import unknown_fields_message
@@ -39,7 +36,6 @@ from app.api.errors import (
     refused_value,
     unkept_json,
 )
-from app.api.middleware import send_error
 from app.api.numbers import ToolInt
 from app.config import Settings
 from app.context.builder import build_context
@@ -48,7 +44,7 @@ from app.errors import AppError
 from app.llm.embeddings import get_embedder
 from app.mcp import descriptions as text
 from app.mcp.stdio import FRAMING_SLACK_BYTES, Calls, client_lines
-from app.mcp.wire import MESSAGE_TEXT, exact_arguments, surrogates_cleaned
+from app.mcp.wire import MESSAGE_TEXT, exact_arguments
 from app.memories import reads, resume, service
 from app.memories.patterns import is_pattern
 from app.memories.schemas import MemoryWrite, ResumeRequest, check_key, tag_filter
@@ -59,9 +55,6 @@ from app.search.schemas import SearchMode, SearchRequest, SearchSource
 from app.search.service import SearchTuning, search
 from app.state import AppState
 from app.tokens import estimate_tokens
-
-if TYPE_CHECKING:
-    from fastapi import FastAPI
 
 log = structlog.get_logger(__name__)
 
@@ -522,89 +515,6 @@ def _answerable(memory: dict[str, Any]) -> dict[str, Any]:
     The SDK writes answers with `json`, which refuses such an integer: the tool answered only
     Python's message, and one such memory broke every listing holding it."""
     return exactjson.flag_json_text(memory, "value", long_ints=True)
-
-
-class McpEndpoint:
-    """The streamable HTTP endpoint at `/mcp`; its session manager lives in the app lifespan."""
-
-    def __init__(self, server: MCPServer, settings: Settings) -> None:
-        self.server = server
-        self.settings = settings
-        self.manager: StreamableHTTPSessionManager | None = None
-
-    def _security(self) -> TransportSecuritySettings:
-        # The SDK's own Host/Origin check is off: the app's Host rule (on loopback) and origin
-        # rule run before `/mcp` (app/api/middleware.py, app/api/origins.py), answer in the error
-        # shape and allow what the rest of the service allows. The SDK's allowed only
-        # http://<loopback>[:port] origins and refused the rest in plain text, an extension too.
-        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
-
-    @asynccontextmanager
-    async def running(self) -> AsyncIterator[None]:
-        """Run a fresh session manager (one per lifespan: the SDK's can run only once)."""
-        self.server.streamable_http_app(
-            stateless_http=True,
-            json_response=True,
-            max_request_body_size=self.settings.max_body_bytes,
-            transport_security=self._security(),
-        )
-        manager = self.server.session_manager
-        async with manager.run():
-            self.manager = manager
-            try:
-                yield
-            finally:
-                self.manager = None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.manager is None:
-            await send_error(send, 503, "ServiceUnavailable", "the MCP server is not running")
-            return
-        await self.manager.handle_request(scope, await _surrogates_cleaned(receive), send)
-
-
-async def _surrogates_cleaned(receive: Receive) -> Receive:
-    """`receive` with the request's body read whole (as the SDK reads it) and its lone surrogate
-    escapes cleaned (`surrogates_cleaned`): the SDK answered a JSON-RPC parse error."""
-    chunks: list[bytes] = []
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            return _replaying(message, receive)
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            break
-    body = surrogates_cleaned(b"".join(chunks))
-    # Read by the SDK in this context, which its dispatcher runs the call in.
-    MESSAGE_TEXT.set(body)
-    return _replaying({"type": "http.request", "body": body, "more_body": False}, receive)
-
-
-def _replaying(first: Message, receive: Receive) -> Receive:
-    """A `receive` that gives `first`, then whatever `receive` gives."""
-    pending = [first]
-
-    async def replay() -> Message:
-        return pending.pop() if pending else await receive()
-
-    return replay
-
-
-def mount_mcp(app: FastAPI, settings: Settings) -> McpEndpoint:
-    """Serve the MCP tools at `/mcp` on `app`; enter `endpoint.running()` in the lifespan."""
-
-    def state() -> AppState:
-        current: AppState = app.state.agmem
-        return current
-
-    endpoint = McpEndpoint(build_server(state), settings)
-    # POST only. The endpoint is stateless: it offers no server-initiated SSE stream and has no
-    # session to end, and the spec's answer to a GET or DELETE then is 405. Handed to the SDK, a
-    # GET opened an SSE stream that never sent anything (`curl` waited forever) and a DELETE got
-    # a 405 without the `Allow` header. The router's 405 names `Allow: POST`, in our error shape;
-    # the SDK's client opens neither without a session id, which a stateless server never gives.
-    app.router.routes.append(Route("/mcp", endpoint=endpoint, methods=["POST"]))
-    return endpoint
 
 
 async def serve_stdio(state: AppState, *, default_project: str | None) -> None:

@@ -13,11 +13,13 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-
-from langchain_text_splitters import MarkdownTextSplitter, RecursiveCharacterTextSplitter
+from typing import TYPE_CHECKING
 
 from app.sync.transcripts import Transcript
 from app.tokens import CHARS_PER_TOKEN, token_length
+
+if TYPE_CHECKING:
+    from langchain_text_splitters import MarkdownTextSplitter, RecursiveCharacterTextSplitter
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +43,11 @@ def _length(text: str) -> Callable[[str], int]:
 def _markdown_splitter(
     tokens: int, overlap: int, length: Callable[[str], int]
 ) -> MarkdownTextSplitter:
+    # Imported by the first sync that chunks a file: the splitters pull in langchain-core and
+    # requests (~0.1-0.35 s of CPU), which every process importing the worker (`agmem serve`,
+    # `agmem worker`) paid at its start, most of them never syncing.
+    from langchain_text_splitters import MarkdownTextSplitter
+
     return MarkdownTextSplitter(
         chunk_size=tokens * CHARS_PER_TOKEN,
         chunk_overlap=overlap * CHARS_PER_TOKEN,
@@ -52,6 +59,8 @@ def _markdown_splitter(
 def _text_splitter(
     tokens: int, overlap: int, length: Callable[[str], int]
 ) -> RecursiveCharacterTextSplitter:
+    from langchain_text_splitters import RecursiveCharacterTextSplitter
+
     return RecursiveCharacterTextSplitter(
         chunk_size=tokens * CHARS_PER_TOKEN,
         chunk_overlap=overlap * CHARS_PER_TOKEN,

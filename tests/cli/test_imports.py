@@ -145,6 +145,48 @@ def test_the_server_pays_what_the_command_line_defers_before_its_first_request(
     ]
 
 
+def test_the_server_imports_the_mcp_sdk_and_the_text_splitters_only_when_used(
+    database_url: str, tmp_path: Path
+) -> None:
+    # The MCP SDK (~0.7-0.9 s of CPU) is imported by the first request to /mcp, the text
+    # splitters (~0.1-0.4 s) by the first sync that chunks a file: `agmem serve` paid both
+    # before it answered /health, and so did every process that imports the app.
+    probe = (
+        "import asyncio, sys\n"
+        "from pathlib import Path\n"
+        "import app.cli\n"
+        "from app.config import load_settings\n"
+        "from app.main import create_app\n"
+        "settings = load_settings(_env_file=None, home=Path(sys.argv[2]), gemini_api_key='k')\n"
+        "app = create_app(settings, database_url=sys.argv[1], run_worker=True)\n"
+        "def loaded() -> None:\n"
+        "    heavy = ('mcp', 'langchain_text_splitters')\n"
+        "    print('imported:', *(m for m in heavy if m in sys.modules))\n"
+        "async def started() -> None:\n"
+        "    async with app.router.lifespan_context(app):\n"
+        "        await asyncio.sleep(0.2)  # the worker's first poll\n"
+        "        loaded()\n"
+        "asyncio.run(started())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, database_url, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+
+    # The worker logs to stdout too.
+    assert [line for line in done.stdout.splitlines() if line.startswith("imported:")] == [
+        "imported:"
+    ]
+
+
+@pytest.mark.parametrize("command", sorted(COMMAND_IMPORTS))
+def test_a_command_imports_the_text_splitters_only_to_sync(command: str) -> None:
+    assert loaded_by(command, ("langchain_text_splitters",)) == []
+
+
 @pytest.mark.parametrize("command", sorted(COMMAND_IMPORTS))
 def test_a_command_does_not_import_rich_through_structlog(command: str) -> None:
     # structlog imports rich with pygments (~0.1 s of CPU) unless app.logs imports it first with

@@ -16,6 +16,8 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from app.main import create_app
+from tests.conftest import make_settings
 from tests.mcp.conftest import LiveServer, serve
 from tests.mcp.tools import PROJECT, exercise_every_tool, structured
 from tests.search.seed import add_session
@@ -81,6 +83,34 @@ def test_mcp_answers_the_origins_the_rest_of_the_service_answers(
     assert response.status_code == 200, response.text
     assert response.headers["access-control-allow-origin"] == origin
     assert "write_memory" in response.text
+
+
+def test_the_first_requests_to_mcp_start_one_server_which_the_lifespan_stops(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Any
+) -> None:
+    # The MCP server is built on the first request to /mcp (app/mcp/http.py): requests that
+    # come together all wait for that one start and are answered; the lifespan's end stops it,
+    # and a request after that end does not start another.
+    app = create_app(make_settings(home=tmp_path / "home"), database_url=database_url)
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    headers = {"Accept": "application/json, text/event-stream"}
+
+    async def main() -> tuple[list[httpx.Response], httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            async with app.router.lifespan_context(app):
+                first = await asyncio.gather(
+                    *(client.post("/mcp", json=body, headers=headers) for _ in range(4))
+                )
+            after = await client.post("/mcp", json=body, headers=headers)
+        return first, after
+
+    first, after = asyncio.run(main())
+
+    assert [answer.status_code for answer in first] == [200, 200, 200, 200]
+    assert all("write_memory" in answer.text for answer in first)
+    assert after.status_code == 503
+    assert after.json()["error"] == "ServiceUnavailable"
 
 
 @pytest.mark.parametrize("method", ["PUT", "PATCH"])

@@ -1,0 +1,172 @@
+"""The streamable HTTP endpoint at `/mcp`, which loads the MCP server on its first request.
+
+The MCP SDK and the tools' server (app/mcp/server.py) cost ~0.7-0.9 s of CPU to import, about a
+third of what `agmem serve` imported before answering `/health`, and most servers (every test's)
+never serve an MCP call. They are imported on the first request to `/mcp`, in a thread so that
+the requests under way go on meanwhile; that request waits for them once (see docs/mcp.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
+
+from starlette.routing import Route
+from starlette.types import Message, Receive, Scope, Send
+
+from app.api.middleware import send_error
+from app.config import Settings
+from app.mcp.wire import MESSAGE_TEXT, surrogates_cleaned
+from app.state import AppState
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+    from app.mcp.server import StateProvider
+
+
+def _import_server() -> None:
+    import app.mcp.server  # noqa: F401
+
+
+class McpEndpoint:
+    """The endpoint; its session manager is started by its first request and runs until the app
+    lifespan (`running`) ends."""
+
+    def __init__(self, state: StateProvider, settings: Settings) -> None:
+        self.state = state
+        self.settings = settings
+        self.manager: StreamableHTTPSessionManager | None = None
+        self._stop: asyncio.Event | None = None  # set while the lifespan runs
+        self._context: contextvars.Context | None = None
+        self._starting: asyncio.Task[None] | None = None
+        self._serving: asyncio.Task[None] | None = None
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Let requests start a session manager (one per lifespan: the SDK's can run only once)
+        and stop it at the lifespan's end."""
+        stop = self._stop = asyncio.Event()
+        # The manager's tasks run in the lifespan's context, as when the lifespan entered it,
+        # not in that of the request which happened to start it.
+        self._context = contextvars.copy_context()
+        try:
+            yield
+        finally:
+            stop.set()
+            starting, self._starting = self._starting, None
+            if starting is not None:
+                await asyncio.wait([starting])
+            serving, self._serving = self._serving, None
+            if serving is not None:
+                await serving
+            self._stop = self._context = None
+
+    async def _manager(self) -> StreamableHTTPSessionManager | None:
+        """The running session manager, started by the first request; None outside the lifespan."""
+        if self.manager is not None or self._stop is None or self._stop.is_set():
+            return self.manager
+        if self._starting is None:
+            self._starting = asyncio.create_task(self._start(self._stop), context=self._context)
+        # Shielded: a request cancelled meanwhile (its client gone) leaves the start to finish
+        # for the next one.
+        await asyncio.shield(self._starting)
+        return self.manager
+
+    async def _start(self, stop: asyncio.Event) -> None:
+        await asyncio.to_thread(_import_server)
+        if stop.is_set():  # the lifespan ended during the import
+            return
+        from mcp.server.transport_security import TransportSecuritySettings
+
+        from app.mcp.server import build_server
+
+        server = build_server(self.state)
+        server.streamable_http_app(
+            stateless_http=True,
+            json_response=True,
+            max_request_body_size=self.settings.max_body_bytes,
+            # The SDK's own Host/Origin check is off: the app's Host rule (on loopback) and
+            # origin rule run before `/mcp` (app/api/middleware.py, app/api/origins.py), answer
+            # in the error shape and allow what the rest of the service allows. The SDK's
+            # allowed only http://<loopback>[:port] origins and refused the rest in plain text.
+            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        )
+        manager = server.session_manager
+        started = asyncio.get_running_loop().create_future()
+        self._serving = asyncio.create_task(self._serve(manager, stop, started))
+        await started
+
+    async def _serve(
+        self,
+        manager: StreamableHTTPSessionManager,
+        stop: asyncio.Event,
+        started: asyncio.Future[None],
+    ) -> None:
+        try:
+            async with manager.run():
+                self.manager = manager
+                started.set_result(None)
+                try:
+                    await stop.wait()
+                finally:
+                    self.manager = None
+        except BaseException as error:
+            if not started.done():
+                started.set_exception(error)
+            raise
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        manager = await self._manager()
+        if manager is None:
+            await send_error(send, 503, "ServiceUnavailable", "the MCP server is not running")
+            return
+        await manager.handle_request(scope, await _surrogates_cleaned(receive), send)
+
+
+async def _surrogates_cleaned(receive: Receive) -> Receive:
+    """`receive` with the request's body read whole (as the SDK reads it) and its lone surrogate
+    escapes cleaned (`surrogates_cleaned`): the SDK answered a JSON-RPC parse error."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return _replaying(message, receive)
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    body = surrogates_cleaned(b"".join(chunks))
+    # Read by the SDK in this context, which its dispatcher runs the call in.
+    MESSAGE_TEXT.set(body)
+    return _replaying({"type": "http.request", "body": body, "more_body": False}, receive)
+
+
+def _replaying(first: Message, receive: Receive) -> Receive:
+    """A `receive` that gives `first`, then whatever `receive` gives."""
+    pending = [first]
+
+    async def replay() -> Message:
+        return pending.pop() if pending else await receive()
+
+    return replay
+
+
+def mount_mcp(app: FastAPI, settings: Settings) -> McpEndpoint:
+    """Serve the MCP tools at `/mcp` on `app`; enter `endpoint.running()` in the lifespan."""
+
+    def state() -> AppState:
+        current: AppState = app.state.agmem
+        return current
+
+    endpoint = McpEndpoint(state, settings)
+    # POST only. The endpoint is stateless: it offers no server-initiated SSE stream and has no
+    # session to end, and the spec's answer to a GET or DELETE then is 405. Handed to the SDK, a
+    # GET opened an SSE stream that never sent anything (`curl` waited forever) and a DELETE got
+    # a 405 without the `Allow` header. The router's 405 names `Allow: POST`, in our error shape;
+    # the SDK's client opens neither without a session id, which a stateless server never gives.
+    app.router.routes.append(Route("/mcp", endpoint=endpoint, methods=["POST"]))
+    return endpoint
