@@ -438,7 +438,7 @@ def test_a_chunked_body_of_blank_lines_is_fed_once_a_read(monkeypatch: pytest.Mo
 def test_a_chunked_end_search_ends_on_a_read_without_a_line_end() -> None:
     # A size line with no CRLF after it in the read went back to the read's start (find's -1)
     # and read the same chunk again for ever, under every connection (rev-whole22).
-    probe = "from app.cli.wire import _chunked_end; print(_chunked_end(b'GET\\r\\n15', 5))"
+    probe = "from app.cli.http1.framing import chunked_end; print(chunked_end(b'GET\\r\\n15', 5))"
     done = subprocess.run(
         [sys.executable, "-c", probe],
         capture_output=True,
