@@ -231,6 +231,9 @@ class JsonErrorsProtocol(LineReadingProtocol):
 
     def head_data(self, data: bytes) -> None:
         """Feed a read (or its part) that comes in a head, or a last chunk's trailers."""
+        if self.method_pending:  # llhttp refused the method: the read goes on with its word
+            self.send_400_response("")
+            return
         if self.in_headers:
             self.head_at = -1  # it began in a read before
         refused = self.head_received(data)
@@ -287,7 +290,7 @@ class JsonErrorsProtocol(LineReadingProtocol):
         or else the head's text from its line's start for the reads that complete it."""
         read = self.read
         try:
-            if self.line_tail is not None:
+            if self.line_tail is not None or self.method_pending:  # found, or a method refused
                 return
             parser = self.parser
             if read_version(parser) != "0.0":  # llhttp has read past the line
@@ -478,8 +481,13 @@ class JsonErrorsProtocol(LineReadingProtocol):
         # broken body is the request in hand's own; broken headers are a request's behind it.
         # The head's method and line are refused first (`head_refused`): llhttp refuses a
         # method it does not take (a 501), a CONNECT's line or PRI's but in HTTP/2's preface
-        # (each a 501 too), and pauses on that preface (`PRI * HTTP/2.0`, the line's 505).
+        # (each a 501 too), and pauses on that preface (`PRI * HTTP/2.0`, the line's 505). A
+        # method it stopped in at a read's end is named once its word ends (`method_goes_on`):
+        # the idle timeout bounds the wait, as for any head.
         if self.in_headers:
+            self.method_pending = self.method_goes_on()
+            if self.method_pending:
+                return
             refused = self.head_refused()
             if refused is not None:
                 self.refuse(refused)

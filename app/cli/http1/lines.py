@@ -70,6 +70,9 @@ class LineReadingProtocol(HeaderBoundProtocol):
         self.line_from = 0
         self.line_text = b""
         self.head_tail = b""
+        # llhttp has refused the head's method in a word the reads have not ended yet: its text
+        # so far is the line's (`line_text`), and the next reads are the word's, not llhttp's.
+        self.method_pending = False
 
     def head_start(self) -> int:
         """Where in the read the head in hand begins (leading blank lines, which llhttp skips,
@@ -142,11 +145,7 @@ class LineReadingProtocol(HeaderBoundProtocol):
         method = self.parser.get_method()
         name = method
         if not self.url:  # llhttp stopped before the URL, maybe in the method
-            if self.line_text:  # the head's line begun in a read before: the method with it
-                text, at = self.line_text + self.read[:METHOD_SHOWN], 0
-            else:
-                text, at = self.read, self.head_start()
-            at = _skipped(_NOT_BLANK, text, at)
+            text, at = self.method_text()
             word = _TOKEN.match(text, at, at + METHOD_SHOWN)
             if word is None:
                 return None  # no method: the parser's 400
@@ -169,6 +168,28 @@ class LineReadingProtocol(HeaderBoundProtocol):
                 body = error_body("NotImplemented", PRI_DETAIL)
                 return Refused(b"501 Not Implemented", body, [], cause)
         return None
+
+    def method_text(self) -> tuple[bytes, int]:
+        """The text a method llhttp stopped in is read from, and where in it the method begins
+        (past the blank lines llhttp skips)."""
+        if self.line_text:  # the head's line begun in a read before: the method with it
+            text, at = self.line_text + self.read[:METHOD_SHOWN], 0
+        else:
+            text, at = self.read, self.head_start()
+        return text, _skipped(_NOT_BLANK, text, at)
+
+    def method_goes_on(self) -> bool:
+        """Whether llhttp stopped in a method whose word runs to the read's end, short of the
+        characters a 501 shows: the next read may go on with it (`FO`, then `O /`), and its 501
+        waits to name it whole. Its text so far is then kept as the line's."""
+        if self.url:
+            return False
+        text, at = self.method_text()
+        word = _TOKEN.match(text, at, at + METHOD_SHOWN)
+        if word is None or word.end() < len(text) or word.end() - at >= METHOD_SHOWN:
+            return False
+        self.line_text = text[at:]
+        return True
 
     def line_refused(self, method: bytes | None = None) -> Refused | None:
         """The request line's refusal, which comes before any other of its head: none for
