@@ -1,17 +1,21 @@
-"""CPU per request of `agmem serve`'s HTTP protocol (app/cli/wire.py) against another tree's.
+"""CPU of `agmem serve`'s HTTP protocol (app/cli/wire.py) against other trees'.
 
-A keep-alive POST of an observe's size is fed through `data_received` to a no-op ASGI app on a fake
-transport: what the protocol class costs, without the app, the socket or Postgres (bench.capture's
-noise is larger than the difference). Each side is measured in a process of its own, by this harness
-and this interpreter, with `app` imported from its tree: its wire.py with its own stalls.py,
-headers.py and refusals.py, configured as `agmem serve` configures it. (The other side was its
-wire.py alone, loaded over this tree's modules and left unconfigured: a change to those modules was
-on both sides, and the class it measured was not the one served.) The sides alternate, a process
-each, round by round, the first each round in turn; each warms up before it is timed; the medians
-are printed. `--against` names the other tree (or its app/cli/wire.py), e.g.
+Two cases. `request`: a keep-alive POST of an observe's size is fed through `data_received` to a
+no-op ASGI app on a fake transport, the CPU per request. `chunks`: a POST whose chunked body is
+100,000 chunks of one byte, fed in reads of 64 KiB as a socket gives them, the CPU per body (each
+chunk's framing is followed beside llhttp: rev-mends22 measured it at 2.8 times the parse). Both
+are what the protocol class costs, without the app, the socket or Postgres (bench.capture's noise
+is larger than the difference). Each side is measured in a process of its own, by this harness and
+this interpreter, with `app` imported from its tree: its wire.py with its own stalls.py,
+headers.py, refusals.py and app/cli/http1/ (where it has one), configured as `agmem serve`
+configures it. (The other side was its wire.py alone, loaded over this tree's modules and left
+unconfigured: a change to those modules was on both sides, and the class it measured was not the
+one served.) The sides alternate, a process each, round by round, the first each round in turn;
+each warms up before it is timed; the medians are printed, with this tree's ratio to each other
+one's. `--against` names another tree (or its app/cli/wire.py), once or more, e.g.
 
     git worktree add --detach /tmp/wire-main main
-    uv run python -m bench.wire --against /tmp/wire-main
+    uv run python -m bench.wire --against /tmp/wire-main --against /tmp/wire-older
 """
 
 from __future__ import annotations
@@ -33,6 +37,15 @@ REQUEST = (
     b"User-Agent: node\r\nAccept: */*\r\nContent-Length: %d\r\n\r\n" % len(BODY)
 ) + BODY
 WARMUP = 2_000  # requests before the timed ones: the first few hundred cost more
+CHUNKS = 100_000
+CHUNKED = (
+    b"POST /api/observe HTTP/1.1\r\nHost: 127.0.0.1:37777\r\nTransfer-Encoding: chunked\r\n\r\n"
+    + b"1\r\nx\r\n" * CHUNKS
+    + b"0\r\n\r\n"
+)
+READ = 64 * 1024  # what a socket's read gives of a large body
+BODIES = 5  # chunked bodies timed a round, one warming up before them
+UNITS = {"request": "µs/request", "chunks": f"ms a body of {CHUNKS:,} 1-byte chunks"}
 
 
 async def noop_app(scope: Any, receive: Any, send: Any) -> None:
@@ -78,7 +91,7 @@ def tree_of(path: Path) -> Path:
     return path
 
 
-async def per_request_us(protocol_class: Any, requests: int) -> float:
+def connected(protocol_class: Any) -> tuple[Any, Transport]:
     from uvicorn.config import Config
     from uvicorn.server import ServerState
 
@@ -88,6 +101,11 @@ async def per_request_us(protocol_class: Any, requests: int) -> float:
     protocol = protocol_class(config=config, server_state=ServerState(), app_state={})
     transport = Transport()
     protocol.connection_made(transport)
+    return protocol, transport
+
+
+async def per_request_us(protocol_class: Any, requests: int) -> float:
+    protocol, transport = connected(protocol_class)
     started = time.process_time()
     for _ in range(requests):
         protocol.data_received(REQUEST)
@@ -99,65 +117,99 @@ async def per_request_us(protocol_class: Any, requests: int) -> float:
     return took / requests * 1e6
 
 
-def measure(tree: Path, requests: int) -> None:
-    """One side's round, in this process: `app` from `tree`. Prints its figure and the files
-    its protocol came from, as JSON."""
+async def per_body_ms(protocol_class: Any, bodies: int) -> float:
+    """The median CPU of a chunked body's request, its reads fed as the app takes them."""
+    protocol, transport = connected(protocol_class)
+    reads = [CHUNKED[at : at + READ] for at in range(0, len(CHUNKED), READ)]
+    took = []
+    for index in range(bodies):
+        started = time.process_time()
+        for data in reads:
+            protocol.data_received(data)
+            await asyncio.sleep(0)  # the app reads what came
+        for _ in range(4):
+            await asyncio.sleep(0)  # ... and answers
+        took.append(time.process_time() - started)
+        assert transport.writes >= index + 1, "the chunked request was not answered"
+    protocol.connection_lost(None)
+    return statistics.median(took) * 1e3
+
+
+def measure(tree: Path, case: str, requests: int) -> None:
+    """One side's round of a case, in this process: `app` from `tree`. Prints its figure and the
+    files its protocol came from, as JSON."""
     sys.path.insert(0, str(tree))
     from app.cli import headers, refusals, stalls, wire
 
-    modules = (wire, headers, stalls, refusals)
+    modules = [wire, headers, stalls, refusals]
+    modules += [m for n, m in sorted(sys.modules.items()) if n.startswith("app.cli.http1.")]
     files = [str(Path(str(module.__file__)).resolve()) for module in modules]
     if not all(Path(file).is_relative_to(tree) for file in files):
         raise SystemExit(f"app was not imported from {tree}: {files}")
     protocol_class = wire.JsonErrorsProtocol.configured(idle_timeout=60.0)
-    asyncio.run(per_request_us(protocol_class, WARMUP))
-    figure = asyncio.run(per_request_us(protocol_class, requests))
-    print(json.dumps({"us": figure, "files": files}))
+    if case == "chunks":
+        figure = asyncio.run(per_body_ms(protocol_class, 1 + BODIES))
+    else:
+        asyncio.run(per_request_us(protocol_class, WARMUP))
+        figure = asyncio.run(per_request_us(protocol_class, requests))
+    print(json.dumps({"figure": figure, "files": files}))
 
 
-def round_of(tree: Path, requests: int) -> tuple[float, list[str]]:
+def round_of(tree: Path, case: str, requests: int) -> tuple[float, list[str]]:
     command = [sys.executable, str(Path(__file__).resolve()), "--measure", str(tree)]
     done = subprocess.run(
-        [*command, "--requests", str(requests)],
+        [*command, "--case", case, "--requests", str(requests)],
         capture_output=True,
         text=True,
         check=True,
         cwd=tree,
     )
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    return float(result["us"]), list(result["files"])
+    return float(result["figure"]), list(result["files"])
 
 
-def run(against: Path, requests: int, rounds: int) -> None:
-    trees = {"this tree": TREE, str(against): against}
-    results: dict[str, list[float]] = {name: [] for name in trees}
+def run(against: list[Path], cases: list[str], requests: int, rounds: int) -> None:
+    trees = {"this tree": TREE} | {str(tree): tree for tree in against}
+    results = {(case, name): list[float]() for case in cases for name in trees}
     for index in range(rounds):
         order = list(trees.items())
-        for name, tree in order if index % 2 == 0 else order[::-1]:  # neither always first
-            figure, files = round_of(tree, requests)
-            if not index:
-                print(f"{name}: " + ", ".join(files))
-            results[name].append(figure)
-    for name, values in results.items():
-        shown = " ".join(f"{value:.2f}" for value in values)
-        print(f"{name}: median {statistics.median(values):.2f} µs/request CPU ({shown})")
+        shift = index % len(order)  # each tree first in turn
+        for case in cases:
+            for name, tree in order[shift:] + order[:shift]:
+                figure, files = round_of(tree, case, requests)
+                if not index and case == cases[0]:
+                    print(f"{name}: " + ", ".join(files))
+                results[case, name].append(figure)
+    for case in cases:
+        ours = statistics.median(results[case, "this tree"])
+        for name in trees:
+            values = results[case, name]
+            median = statistics.median(values)
+            shown = " ".join(f"{value:.2f}" for value in values)
+            ratio = "" if name == "this tree" else f"; this tree / it {ours / median:.2f}"
+            print(f"{name}: median {median:.2f} {UNITS[case]} CPU ({shown}){ratio}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--against", type=Path, help="another tree, or its app/cli/wire.py (required)"
+        "--against",
+        type=Path,
+        action="append",
+        help="another tree, or its app/cli/wire.py (required; once or more)",
     )
+    parser.add_argument("--case", choices=sorted(UNITS), action="append", help="default: both")
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)  # one side's process
     args = parser.parse_args()
     if args.measure is not None:
-        measure(tree_of(args.measure), args.requests)
+        measure(tree_of(args.measure), (args.case or ["request"])[0], args.requests)
         return
     if args.against is None:
         parser.error("--against is required")
-    run(tree_of(args.against), args.requests, args.rounds)
+    cases = args.case or list(UNITS)
+    run([tree_of(tree) for tree in args.against], cases, args.requests, args.rounds)
 
 
 if __name__ == "__main__":

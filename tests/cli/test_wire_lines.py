@@ -275,12 +275,43 @@ def test_a_method_the_service_does_not_know_is_a_501_that_names_it(line: bytes) 
     assert line.split(b" ")[0].decode() in error["detail"]
 
 
-def test_an_unknown_method_split_across_reads_is_a_501() -> None:
-    # llhttp refuses it at its first byte: it is named as far as it came.
-    answers = _fed(b"FO", b"O / HTTP/1.1" + HOST)
+@pytest.mark.parametrize(
+    "reads",
+    [
+        (b"FO", b"O / HTTP/1.1" + HOST),
+        (b"F", b"O", b"O / HTTP/1.1" + HOST),
+        (b"\r\nF", b"O", b"O", b" / HTTP/1.1" + HOST),
+        tuple(bytes([byte]) for byte in b"FOO / HTTP/1.1" + HOST),
+    ],
+)
+def test_an_unknown_method_split_across_reads_is_a_501_that_names_it_whole(
+    reads: tuple[bytes, ...],
+) -> None:
+    # rev-mends22: llhttp refuses it in the read where it stops knowing the word, and the 501
+    # named what had come by then (`FO`).
+    answers = _fed(*reads)
 
     assert [status for status, _ in answers] == [501]
-    assert "`FO`" in answers[0][1]["detail"]
+    assert "`FOO`" in answers[0][1]["detail"]
+
+
+def test_a_long_unknown_method_split_across_reads_is_shown_to_its_bound() -> None:
+    answers = _fed(*[b"X" * 10] * 10, b" / HTTP/1.1" + HOST)
+
+    assert [status for status, _ in answers] == [501]
+    assert f"`{'X' * 64}...`" in answers[0][1]["detail"]
+
+
+@pytest.mark.parametrize("cut", [1, 2, 3, 4])
+def test_a_word_split_across_reads_that_goes_on_in_other_characters_is_no_method(
+    cut: int,
+) -> None:
+    line = b"FOO\x01 / HTTP/1.1" + HOST
+
+    answers = _fed(line[:cut], line[cut:])
+
+    assert answers == _fed(line)
+    assert [(status, error["error"]) for status, error in answers] == [(400, "BadRequest")]
 
 
 def test_an_unknown_method_refused_in_a_later_read_is_named_whole() -> None:
@@ -438,7 +469,7 @@ def test_a_chunked_body_of_blank_lines_is_fed_once_a_read(monkeypatch: pytest.Mo
 def test_a_chunked_end_search_ends_on_a_read_without_a_line_end() -> None:
     # A size line with no CRLF after it in the read went back to the read's start (find's -1)
     # and read the same chunk again for ever, under every connection (rev-whole22).
-    probe = "from app.cli.wire import _chunked_end; print(_chunked_end(b'GET\\r\\n15', 5))"
+    probe = "from app.cli.http1.framing import chunked_end; print(chunked_end(b'GET\\r\\n15', 5))"
     done = subprocess.run(
         [sys.executable, "-c", probe],
         capture_output=True,
