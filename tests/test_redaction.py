@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from app.db.engine import make_async_engine, make_sessionmaker
 from app.index.terms import index_terms
 from app.redaction import REDACTION_WRITER, RedactReport, redact_stored
-from tests.cli.helpers import run_agmem
+from tests.cli.helpers import invoke_agmem
 from tests.memories.helpers import PROJECT, put, url
 from tests.worker.builders import make_observation, make_session
 
@@ -141,7 +141,7 @@ def test_agmem_redact_reports_counts_in_one_line(
     db: psycopg.Connection[Any], database_url: str
 ) -> None:
     _store_old_secrets(db)
-    dry = run_agmem("redact", "--dry-run", DATABASE_URL=database_url)
+    dry = invoke_agmem("redact", "--dry-run", DATABASE_URL=database_url)
     assert dry.returncode == 0, dry.stderr
     assert dry.stdout.startswith(
         "would redact 5 rows (to change/read: sessions 1/1, observations 1/2"
@@ -149,7 +149,7 @@ def test_agmem_redact_reports_counts_in_one_line(
     assert dry.stdout.rstrip().endswith("; nothing written")
     assert all(_leaking(db).values())
 
-    done = run_agmem("redact", DATABASE_URL=database_url)
+    done = invoke_agmem("redact", DATABASE_URL=database_url)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("redacted 5 rows")
     assert _leaking(db) == dict.fromkeys(TABLES, 0)

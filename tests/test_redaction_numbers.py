@@ -15,7 +15,7 @@ import psycopg
 
 import app.redaction
 from app.privacy import redact_secrets
-from tests.cli.helpers import run_agmem
+from tests.cli.helpers import invoke_agmem
 from tests.test_redaction import _run
 from tests.worker.builders import make_observation, make_session
 
@@ -152,6 +152,6 @@ def test_agmem_redact_reads_a_row_nested_past_pythons_parser(
         "VALUES ('project', '/p', 'deep', %s::jsonb, 'me')",
         (deep,),
     )
-    result = run_agmem("redact", DATABASE_URL=database_url)
+    result = invoke_agmem("redact", DATABASE_URL=database_url)
     assert result.returncode == 0, result.stderr
     assert "skipped" not in result.stdout

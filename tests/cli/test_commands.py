@@ -127,7 +127,7 @@ def test_worker_refuses_a_database_a_newer_agmem_migrated(database_url: str) -> 
     with psycopg.connect(libpq_url(database_url)) as connection:
         connection.execute("UPDATE alembic_version SET version_num = '0099'")
     try:
-        result = run_agmem("worker", timeout=60, DATABASE_URL=database_url)
+        result = invoke_agmem("worker", DATABASE_URL=database_url)
     finally:
         with psycopg.connect(libpq_url(database_url)) as connection:
             connection.execute(
@@ -152,7 +152,7 @@ def test_worker_refuses_a_database_whose_schema_is_behind_head(
     with scratch_database(pg_server, "agmem_behind") as url:
         if revision is not None:
             migrate.upgrade(url, revision)
-        result = run_agmem("worker", timeout=60, DATABASE_URL=url)
+        result = invoke_agmem("worker", DATABASE_URL=url)
 
     assert result.returncode == 1
     assert result.stderr.splitlines() == [

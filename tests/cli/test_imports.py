@@ -14,6 +14,11 @@ import app.cli
 from app.cli import memory
 from app.memories import service
 
+# On one worker (`make test`'s `--dist loadgroup`): `_loaded` runs each command's probe once per
+# process, and the tests asking of one command, spread over two workers, paid for it twice (12
+# interpreters of ~2-3 s of CPU each where 9 do).
+pytestmark = pytest.mark.xdist_group("imports")
+
 # What only some commands need; each costs a fraction of a second to seconds on import.
 HEAVY = (
     "alembic",

@@ -201,23 +201,13 @@ def test_freeze_startup_heap_moves_live_objects_out_of_collections() -> None:
         gc.unfreeze()
 
 
-def test_an_ipv6_host_is_bound_and_named_as_a_url(database_url: str) -> None:
+@pytest.mark.xdist_group("serving")  # the module-scoped `serving` starts once
+def test_an_ipv6_host_is_bound_and_named_as_a_url(serving: str) -> None:
     # `[::1]` (the URL form) was refused, "Name or service not known", and `::1` was announced
-    # as http://::1:<port>, a URL no client or script can use.
-    server = spawn_agmem(
-        "serve", "--no-worker", DATABASE_URL=database_url, AGMEM_HOST="[::1]", AGMEM_PORT="0"
-    )
-    banner = []
-    try:
-        banner = read_banner(server)
-        found = re.search(r"serving on (http://\[::1\]:\d+)$", banner[-1].strip())
-        assert found, banner
-        health = httpx.get(f"{found.group(1)}/health", timeout=30)
-        assert health.status_code == 200
-    finally:
-        server.send_signal(signal.SIGTERM)
-        output, _ = server.communicate(timeout=60)
-    assert server.returncode == 0, "".join(banner) + output
+    # as http://::1:<port>, a URL no client or script can use. `serving` was started so.
+    assert re.fullmatch(r"http://\[::1\]:\d+", serving), serving
+    health = httpx.get(f"{serving}/health", timeout=30)
+    assert health.status_code == 200
 
 
 def answers(method: str, url: str, **kwargs: object) -> httpx.Response | None:
@@ -312,16 +302,24 @@ def test_a_provider_that_cannot_be_built_stops_the_start_in_one_line(
 
 
 @pytest.fixture(scope="module")
-def serving(database_url: str) -> Iterator[int]:
+def serving(database_url: str) -> Iterator[str]:
     """One `agmem serve --no-worker` on the test database, for tests that only send it requests
-    on connections of their own: its port. A start costs ~3 s of CPU (imports, app, pools)."""
-    port = free_port()
-    server = start_serve(port, "--no-worker", DATABASE_URL=database_url)
+    on connections of their own: the URL its banner names. A start costs ~3-4 s of CPU
+    (imports, app, pools), so the one server is also the test of an IPv6 host and port 0: bound
+    to `[::1]` (as a user writes it in a URL) on a port the OS picks."""
+    server = spawn_agmem(
+        "serve", "--no-worker", DATABASE_URL=database_url, AGMEM_HOST="[::1]", AGMEM_PORT="0"
+    )
     try:
-        wait_for_health(port, server)
-        yield port
+        banner = read_banner(server)
+        found = re.search(r"serving on (http://\S+)$", banner[-1].strip())
+        assert found, banner
+        # Up before any test's request: a SIGTERM during the start is an exit of 143, not 0.
+        assert httpx.get(f"{found.group(1)}/health", timeout=60).status_code == 200
+        yield found.group(1)
     finally:
-        output = stop(server)
+        server.send_signal(signal.SIGTERM)
+        output, _ = server.communicate(timeout=60)
     assert server.returncode == 0, output
 
 
@@ -330,18 +328,19 @@ def serving(database_url: str) -> Iterator[int]:
     "request_bytes",
     [
         b"GARBAGE\r\n\r\n",
-        b"POST /api/search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\n"
+        b"POST /api/search HTTP/1.1\r\nHost: [::1]\r\nContent-Length: 5\r\n"
         b"Content-Length: 12\r\n\r\n",
-        b"GET /api/context/p?prompt=%s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" % (b"%E4%B8%AD" * 8000),
+        b"GET /api/context/p?prompt=%s HTTP/1.1\r\nHost: [::1]\r\n\r\n" % (b"%E4%B8%AD" * 8000),
     ],
     ids=["request line", "two lengths", "URL over 64 KiB"],
 )
 def test_a_request_the_parser_refuses_is_a_400_in_the_error_shape(
-    serving: int, request_bytes: bytes
+    serving: str, request_bytes: bytes
 ) -> None:
     # uvicorn answered these itself in plain text ("Invalid HTTP request received."), before
     # the app, and a client reading every error as JSON failed on it.
-    with socket.create_connection(("127.0.0.1", serving), timeout=30) as connection:
+    address = httpx.URL(serving)
+    with socket.create_connection((address.host, address.port), timeout=30) as connection:
         connection.sendall(request_bytes)
         answer = b""
         while chunk := connection.recv(65536):  # the server closes the connection

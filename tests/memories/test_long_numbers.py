@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 from fastapi.testclient import TestClient
 
-from tests.cli.helpers import run_agmem
+from tests.cli.helpers import invoke_agmem
 from tests.memories.helpers import PROJECT, url
 
 DIGITS = "9" * 5000
@@ -68,15 +68,17 @@ def test_agmem_memory_get_prints_an_integer_of_5000_digits(
 ) -> None:
     _store(db, "digits", "[" + DIGITS + "]")
     for args in (["--json"], []):
-        shown = run_agmem(
+        shown = invoke_agmem(
             "memory", "get", "digits", "--project", PROJECT, *args, DATABASE_URL=database_url
         )
         assert shown.returncode == 0, shown.stderr
         assert DIGITS in shown.stdout
-    listed = run_agmem("memory", "list", "--project", PROJECT, DATABASE_URL=database_url)
+    listed = invoke_agmem("memory", "list", "--project", PROJECT, DATABASE_URL=database_url)
     assert listed.returncode == 0, listed.stderr
     assert "digits\tproject\t[9999" in listed.stdout
-    listed = run_agmem("memory", "list", "--project", PROJECT, "--json", DATABASE_URL=database_url)
+    listed = invoke_agmem(
+        "memory", "list", "--project", PROJECT, "--json", DATABASE_URL=database_url
+    )
     assert listed.returncode == 0, listed.stderr
     assert DIGITS in listed.stdout
 
@@ -87,7 +89,7 @@ def test_agmem_memory_set_stores_numbers_as_written(
     # An integer of 5,000 digits was stored as a string (its parse failed), `1.50` as 1.5, and
     # `1e400` (a JSON number) was refused as Infinity.
     for key, value in (("digits", DIGITS), ("scale", "[1.50, 1e-400]")):
-        done = run_agmem(
+        done = invoke_agmem(
             "memory", "set", key, value, "--project", PROJECT, DATABASE_URL=database_url
         )
         assert done.returncode == 0, done.stderr
@@ -110,7 +112,7 @@ def test_agmem_memory_set_refuses_a_number_out_of_range_in_one_line(
     db: psycopg.Connection[Any], database_url: str
 ) -> None:
     for value in OUT_OF_RANGE:
-        done = run_agmem(
+        done = invoke_agmem(
             "memory", "set", "k", value, "--project", PROJECT, DATABASE_URL=database_url
         )
         assert done.returncode == 1, (value, done.stderr)

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 from fastapi.testclient import TestClient
 
-from tests.cli.helpers import run_agmem
+from tests.cli.helpers import invoke_agmem
 from tests.memories.helpers import PROJECT, url
 
 DEEP = "[" * 3000 + "1" + "]" * 3000
@@ -105,16 +105,16 @@ def test_agmem_memory_get_prints_such_values_as_their_text(
     _store(db, "huge", "[" + HUGE + "]")
     for key in ("deep", "huge"):
         text = _stored_text(db, key)
-        shown = run_agmem("memory", "get", key, "--project", PROJECT, DATABASE_URL=database_url)
+        shown = invoke_agmem("memory", "get", key, "--project", PROJECT, DATABASE_URL=database_url)
         assert shown.returncode == 0, shown.stderr
         assert shown.stdout == text + "\n"
-        shown = run_agmem(
+        shown = invoke_agmem(
             "memory", "get", key, "--project", PROJECT, "--json", DATABASE_URL=database_url
         )
         assert shown.returncode == 0, shown.stderr
         answer = json.loads(shown.stdout)
         assert (answer["value"], answer["valueIsJsonText"]) == (text, True)
-    listed = run_agmem("memory", "list", "--project", PROJECT, DATABASE_URL=database_url)
+    listed = invoke_agmem("memory", "list", "--project", PROJECT, DATABASE_URL=database_url)
     assert listed.returncode == 0, listed.stderr
     assert "deep\tproject\t[[[[" in listed.stdout
     assert f"huge\tproject\t[{HUGE[:40]}" in listed.stdout
