@@ -1,6 +1,6 @@
 """CPU of capture's stored-payload step on a float-holding body, against another tree's.
 
-    uv run python -m bench.capture_floats --against /old/checkout [--rounds 6]
+    uv run python -m bench.capture_floats --against /old/checkout [--against /another] [--rounds 6]
 
 A field holding a float is read again from the body exactly (the request's parser made floats of
 its numbers: `1e-400` as 0.0, `1.50` as 1.5). Times what the observe route spends on its
@@ -10,10 +10,10 @@ entities of the result), in µs of process CPU per body, for ~24 KB bodies cut f
 and with one float under two keys the sanitizing makes one (the case still sanitized again).
 
 Each side is measured in a process of its own, by this interpreter, with `app` imported from its
-tree; the sides alternate, a process each, round by round, the first each round in turn. Each
-pass parses its values afresh from the bodies (a string through orjson keeps its UTF-8 cached, so
-later passes over the same values were too cheap); the best pass of each process, and the median
-over rounds, are printed.
+tree; the sides take turns, a process each, round by round, in reversed order every other
+round. Each pass parses its values afresh from the bodies (a string through orjson keeps its
+UTF-8 cached, so later passes over the same values were too cheap); the best pass of each
+process, and the median over rounds, are printed.
 """
 
 from __future__ import annotations
@@ -101,8 +101,8 @@ def round_of(tree: Path) -> tuple[dict[str, float], list[str]]:
     return {name: float(us) for name, us in result["us"].items()}, list(result["files"])
 
 
-def run(against: Path, rounds: int) -> None:
-    trees = {"this tree": TREE, str(against): against}
+def run(against: list[Path], rounds: int) -> None:
+    trees = {"this tree": TREE} | {str(tree): tree for tree in against}
     results: dict[str, dict[str, list[float]]] = {name: {} for name in trees}
     for index in range(rounds):
         order = list(trees.items())
@@ -122,7 +122,9 @@ def run(against: Path, rounds: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--against", type=Path, help="another tree (required)")
+    parser.add_argument(
+        "--against", type=Path, action="append", help="another tree (required; repeatable)"
+    )
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)  # one side's process
     args = parser.parse_args()
@@ -131,7 +133,7 @@ def main() -> None:
         return
     if args.against is None:
         parser.error("--against is required")
-    run(args.against.resolve(), args.rounds)
+    run([tree.resolve() for tree in args.against], args.rounds)
 
 
 if __name__ == "__main__":
