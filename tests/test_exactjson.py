@@ -119,6 +119,27 @@ def test_loads_stored_finds_a_number_no_double_holds_among_plain_floats() -> Non
         assert not isinstance(read, exactjson.JsonText)
 
 
+def test_loads_stored_reads_every_double_at_the_edges_and_nothing_past_them() -> None:
+    # The check's edges: the largest double and the least subnormal are read; past them (inf,
+    # or a nonzero number read as 0.0) the text is kept; a zero of any spelling is a zero.
+    largest = "179769313486231570" + "0" * 291 + ".0"  # Postgres's spelling of the largest
+    for text, read in (
+        (largest, sys.float_info.max),
+        ("-" + largest, -sys.float_info.max),
+        ("1.7976931348623157e308", sys.float_info.max),
+        ("5e-324", 5e-324),
+        ("-0." + "0" * 323 + "5", -5e-324),
+        ("2.2250738585072014e-308", sys.float_info.min),
+        ("-0.000", -0.0),
+        ("0E-400", 0.0),
+    ):
+        assert exactjson.loads_stored(f"[{text}]") == [read], text
+        assert not isinstance(exactjson.loads_stored(f"[{text}]"), exactjson.JsonText), text
+    for text in ("1.7976931348623159e308", "17976931348623159" + "0" * 292 + ".5", "2e-324"):
+        assert exactjson.loads_stored(f"[{text}]") == f"[{text}]", text
+        assert isinstance(exactjson.loads_stored(f"[{text}]"), exactjson.JsonText), text
+
+
 def test_has_long_int_is_what_pythons_int_to_string_limit_refuses() -> None:
     limit = sys.get_int_max_str_digits()
     assert limit == 4300  # the default the service runs with

@@ -189,8 +189,12 @@ class _ValueAsRead(CamelModel):
     @model_validator(mode="before")
     @classmethod
     def _flag_json_text(cls, data: Any) -> Any:
-        # `valueIsJsonText` by the one helper that makes such flags (capture's and MCP's too).
-        return exactjson.flag_json_text(dict(data), "value") if isinstance(data, dict) else data
+        # `valueIsJsonText` by the one helper that makes such flags (capture's and MCP's too),
+        # on a copy, so the caller's mapping is left as it was; only such a value pays for the
+        # copy (every row of a listing paid ~0.16 µs for one, ~2% of the answer's CPU).
+        if isinstance(data, dict) and isinstance(data.get("value"), exactjson.JsonText):
+            return exactjson.flag_json_text(dict(data), "value")
+        return data
 
 
 class Memory(_ValueAsRead):

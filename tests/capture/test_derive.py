@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from app import exactjson
 from app.capture.derive import (
     dumps,
+    dumps_bytes,
     normalize_tool_name,
     observation_type,
     prepare_payload,
@@ -272,3 +275,18 @@ def test_original_size_of_a_structure_counts_its_json_characters() -> None:
         whole = dumps(sanitize_json(value))
         assert payload.original_chars == len(whole)
         assert payload.original_bytes == len(whole.encode("utf-8"))
+
+
+def test_numbers_read_exactly_are_written_as_exactjson_writes_them() -> None:
+    # orjson writes them as their text (`orjson.Fragment`); what it refuses still goes to
+    # `exactjson.dumps`: an integer past 64 bits, a NaN read exactly (refused before a write).
+    values = [
+        exactjson.loads('{"a": [1e-400, 1.50, -0.0, 2.5E+7, 0.1], "é": "ü\\n\\u0001\\"", "n": 7}'),
+        exactjson.loads("[1.50, " + "9" * 40 + "]"),
+        [Decimal("NaN"), Decimal("-Infinity"), Decimal("1.5")],
+        Decimal("1E-400"),
+    ]
+    for value in values:
+        expected = exactjson.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+        assert dumps_bytes(value) == expected, value
+    assert dumps_bytes([Decimal("1E-400"), Decimal("1.50")]) == b"[1E-400,1.50]"

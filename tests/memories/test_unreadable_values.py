@@ -13,6 +13,8 @@ from typing import Any
 import psycopg
 from fastapi.testclient import TestClient
 
+from app import exactjson
+from app.memories.schemas import MemoryVersion
 from tests.cli.helpers import invoke_agmem
 from tests.memories.helpers import PROJECT, url
 
@@ -237,3 +239,21 @@ def test_a_put_keeps_every_number_as_written_or_refuses_it(
     assert refused.json()["error"] == "InvalidJSON"
     assert "digits after the point" in refused.json()["detail"]
     assert db.execute("SELECT count(*) FROM memories WHERE key = 'd'").fetchone() == (0,)
+
+
+def test_the_flag_is_made_on_a_copy_and_only_for_a_value_given_as_its_text() -> None:
+    # The flag is added to a copy of the fields, made only for such a value (every row of a
+    # listing paid for one): the caller's mapping is left as it was either way.
+    fields: dict[str, Any] = {
+        "version": 2,
+        "value": exactjson.JsonText(HUGE),
+        "writtenBy": "me",
+        "writtenAt": "2026-11-27T09:00:00Z",
+    }
+    for value, flag in ((exactjson.JsonText(HUGE), True), ("[1.5]", None), ([1.5], None)):
+        given = fields | {"value": value}
+        kept = dict(given)
+        version = MemoryVersion.model_validate(given)
+        assert given == kept
+        assert version.value_is_json_text is flag
+        assert ("valueIsJsonText" in version.model_dump(by_alias=True)) is bool(flag)
