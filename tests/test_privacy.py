@@ -460,6 +460,8 @@ GATE_SAMPLES = [
     '{"tokens": ["a"], "keys": ["a"], "passphrases": ["a"], "dbPwds": ["a"], "pwd": ["a"]}',
     '{"credentials": ["a"], "SECRETS": ["a"], "TOKENS": ["a"], "KEYS": ["a"], "PWDS": ["a"]}',
     '{"PASSPHRASE": ["a"], "CREDENTIALS": ["a"], "PASSWDS": ["a"], "passwds": ["a"]}',
+    # An empty list fails the list rules' pattern since privacy23 (a list of names does).
+    '{"secrets": ["a"]}',
 ]
 
 
@@ -964,6 +966,7 @@ RULES_GENERATIONS = {
     5: "7d171d86db8eb46a",
     6: "39bba4cdebd876c6",
     7: "bb7220d7860d1516",
+    8: "3836e63a5f8906b4",
 }
 
 

@@ -162,4 +162,6 @@ RULES_VERSION = _rules_version()
 # digest has not. A worker rescans the stored rows only when they were redacted under an older
 # generation, so that two builds on one database (a rolling upgrade, a dev checkout beside an
 # installed agmem) do not redo the pass against each other (app/worker/rescan.py).
-RULES_GENERATION = 7
+# 8 (privacy23): the list rules' gate and pattern narrowed to the lists they redact in (a quoted
+# name's or a YAML line's; a string or a bare element with a digit or a symbol).
+RULES_GENERATION = 8
