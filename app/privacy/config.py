@@ -448,6 +448,36 @@ _SENTENCE_WORDS = frozenset(
 )
 
 
+# A password's label in another language (privacy23): the words of three or more lower-case
+# ASCII letters in the translations of `Password:`, `New password`, `Enter the passphrase`, ...
+# of the 3,668 gettext catalogs under a Debian's /usr/share/locale (448 translations, 77
+# languages), less those an English word list (Moby's) holds, which an English passphrase may
+# (`stare`, `nova`, `mot`, `focal`). A value holding one (`kata sandi baru`, `nova senha aqui`:
+# "new password" in Indonesian and Portuguese) is the name's own label, lower-cased as a locale
+# file may write it. `bench/privacy_locale_words.py` derives the set again and measures it.
+_LABEL_WORDS = frozenset(
+    (
+        "actuel adgangsfrase adgangsfrasen adgangskode aktuala aktuelle altes anahtar ancien ang "
+        "ange antiga antigo antigua attuale atual bagong baru bekreft berretsi berria berriz "
+        "bevestigen bitte cambia canvia cari contrasenya contrasigno contrasinal das digite donu "
+        "ein eingeben endre entrer entrez entsha erneut escriba escribir escriure eski faire frase "
+        "fraza gamalt gammalt gammel gammelt geben genindtast gentag ger geslo girin giriniz "
+        "gjenta "
+        "herhalen heslo huidig ibigay idatzi igen indtast informe inserisci insira introducir "
+        "introduza introduzca iphasiwedi jelenlegi kabusha kata kinnita kirjoita klucza kodeord "
+        "kontrasenyas lagi lozinka lozinku lumang masukkan mevcut modifica muda muli muuda muuta "
+        "nastoyashta neue neues nieuw noua nouveau novamente novan nove noverande novo novu nowe "
+        "nua nueva nuova nuvarande nya nye nykyinen nytt obecne opakujte palavra parola parool "
+        "parooli pasahitz pasahitza pasfrazon passord passordet passordfrase passphrase passwoord "
+        "passwort pasvorto pasvorton ponovo ponownie por redigite reimmettere rescrie retajpu "
+        "retapez retypa salasana salasanaa sandi senha senhal sie sisestage skriv stadfest stara "
+        "tekrar thayipha toista tornau torneu tremen ubah una une unesite uudelleen uus uusi vanha "
+        "vecchia veche venligst veuillez volva vuelva wachtwoord wagwoord wiederholen wpisz yeni "
+        "zadajte zadejte zaharra zmiana znova"
+    ).split()
+)
+
+
 def passphrase(name: str, value: str) -> bool:
     """Whether `value`, a quoted value holding a blank under the credential's name `name`, is a
     passphrase (see `_PASSPHRASE`) rather than a sentence, a label or a format."""
@@ -462,6 +492,8 @@ def passphrase(name: str, value: str) -> bool:
         or word in named
         or _MASKED_VALUE.fullmatch(word)
         or credential_key(word)
+        or word in _LABEL_WORDS
+        or _ALGORITHM_VALUE.fullmatch(word) is not None
         for word in value.split(" ")
     )
 
