@@ -5,12 +5,15 @@ these pin the shapes that let the rules skip the work, and that the skipping cha
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from app.privacy import redact_secrets, redact_secrets_lines
 from app.privacy.config import LIST_RULES
 from app.privacy.engine import _SCANNER, _rules_for
 from bench.privacy_lists import TS_CHUNK
+from tests.test_privacy import _assert_linear
 
 _LIST_PATTERNS = {pattern for _, pattern, _ in LIST_RULES}
 
@@ -85,3 +88,21 @@ def test_a_list_of_names_fails_the_pattern(text: str) -> None:
 )
 def test_a_list_with_a_string_or_a_symbol_matches_the_pattern(text: str) -> None:
     assert any(pattern.search(text) for pattern in _LIST_PATTERNS)
+
+
+# The names before a list's first string or symbol are read once, possessively: a megabyte of
+# names, closed or not, and many lists of them, cost linear work.
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda n: "passwords: [" + "abc, " * 50_000 * n + "x]",
+        lambda n: "passwords: [" + "abc, " * 50_000 * n + "x1]",
+        lambda n: "passwords: [" + "abc, " * 50_000 * n,
+        lambda n: "keys: [a, b]\n" * 20_000 * n,
+        lambda n: "passwords: [a, passwords: [b, " * 8_000 * n,
+        lambda n: '"passwords": [' + "a, " * 80_000 * n + '"x"]',
+    ],
+)
+def test_the_list_patterns_cost_linear_work(make: Callable[[int], str]) -> None:
+    for judge in (redact_secrets, redact_secrets_lines):
+        _assert_linear(lambda n, judge=judge: judge(make(n)))
