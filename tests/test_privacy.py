@@ -966,7 +966,7 @@ RULES_GENERATIONS = {
     5: "7d171d86db8eb46a",
     6: "39bba4cdebd876c6",
     7: "bb7220d7860d1516",
-    8: "ace22a2cf1a921f1",
+    8: "d955b6982f1aca90",
 }
 
 

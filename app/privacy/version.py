@@ -81,7 +81,8 @@ from app.privacy.private import _MEMORY, _MEMORY_LITERALS, _PRIVATE_LITERALS, _P
 # 7: a quoted passphrase (`password: "correct horse"`, `passphrase`), a list under a credential's
 # singular in text, YAML's flow lists (`_yaml_credential`), a list nested in a credential's list
 # in JSON and text; a text list's element with a blank only if a passphrase (privacy22).
-_RULES_CODE_VERSION = 7
+# 8: a phrase holding an algorithm's name is no passphrase (privacy23).
+_RULES_CODE_VERSION = 8
 
 
 def _described(value: object) -> str:
