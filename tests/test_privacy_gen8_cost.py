@@ -31,6 +31,9 @@ def _list_rules_run(text: str) -> int:
         TS_CHUNK.replace("queryKey: [", "queryKeys: ["),
         "const opts = { passwords: ['a1', 'b2'] }\n" + "// filler line of a module\n" * 20,
         "x = dict(secrets: [1])  " + "y" * 300,
+        # A YAML file of lists of names: no string, no digit, no symbol in any list.
+        "keys: [a, b]\n" * 30,
+        'db:\n  passwords: [str, None]\n  "tokens": [bos,\n  eos]\n' * 10,
     ],
 )
 def test_no_list_rule_runs_on_code_without_a_quoted_or_yaml_list(text: str) -> None:

@@ -875,15 +875,18 @@ OPTION_AND_LIST_GATES: dict[re.Pattern[str], str] = {
     ),
     # The stems whole: with their last two letters only, the name's `s` and quote optional
     # left `:` as the literal hyperscan confirms from, and its scan took twice as long. A list
-    # under a quoted name, or under a bare one on a YAML line of its own (`_listed_credentials`
-    # reads no other): a line of code's `queryKey: [` (React Query) let the rule run on every
-    # TypeScript chunk holding one (13.3 µs for 1.65 KB, 4.5 µs at 23d5d19). A name's characters
-    # before the stem as `_name_before` reads them, a non-ASCII letter's bytes too.
+    # that `_listed_credentials` reads: under a quoted name, or ending its line (YAML's), and
+    # holding a string or a bare element with a digit or a symbol past the names before it
+    # (`_LIST_ITEM`). A line of code's `queryKey: [...],` (React Query) let the rule run on every
+    # TypeScript chunk holding one (13.3 µs for 1.65 KB, 4.5 µs at 23d5d19), a YAML file of
+    # `keys: [a, b]` on each of its lines. The literal first: a line's start before the name
+    # (`(?:^|\n)[\t ]*…Key`) made hyperscan run its automaton over every line.
     **{
         pattern: (
-            rf"(?:{_stem(literal, ends)}[sS]?[\"'][\t\n\r ]*:"
-            rf"|(?:^|\n)[\t ]*(?:-[\t ]+)?(?:[\w.\-]|[\x80-\xff])*{_stem(literal, ends)}[sS]?"
-            r"[\t\r ]*:)[\t\n\r ]*\["
+            rf"{_stem(literal, ends)}[sS]?[\"'][\t\n\r ]*:[\t\n\r ]*\["
+            r"[\t\n\r ,A-Za-z_.]*[^\t\n\r ,A-Za-z_.\]]"
+            rf"|{_stem(literal, ends)}[sS]?[\t\r ]*:[\t\r ]*\["
+            r"[\t\r ,A-Za-z_.]*[^\t\n\r ,A-Za-z_.\]][^\n]*\][\t ]*(?:\r?\n|#|$)"
         )
         for (literal, ends), pattern in zip(_PLURAL_STEMS, _LIST_PATTERNS, strict=True)
     },
