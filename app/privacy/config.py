@@ -448,6 +448,35 @@ _SENTENCE_WORDS = frozenset(
 )
 
 
+# A password's label in another language (privacy23): the words of three or more lower-case
+# ASCII letters in the translations of `Password:`, `New password`, `Enter the passphrase`, ...
+# of the 3,668 gettext catalogs under a Debian's /usr/share/locale (448 translations, 77
+# languages), less those an English word list (Moby's) holds, which an English passphrase may
+# (`stare`, `nova`, `mot`, `focal`). A value holding one (`kata sandi baru`, `nova senha aqui`:
+# "new password" in Indonesian and Portuguese) is the name's own label, lower-cased as a locale
+# file may write it. `bench/privacy_locale_words.py` derives the set again and measures it.
+_LABEL_WORDS = frozenset(
+    (
+        "actuel adgangsfrase adgangsfrasen adgangskode aktuala aktuelle altes anahtar ancien ang "
+        "ange antiga antigo antigua attuale atual bagong baru bekreft berretsi berria berriz "
+        "bevestigen bitte cambia canvia cari contrasenya contrasigno contrasinal das digite donu "
+        "ein eingeben endre entrer entrez entsha erneut escriba escribir escriure eski faire "
+        "frase fraza gamalt gammalt gammel gammelt geben genindtast gentag ger geslo girin "
+        "giriniz gjenta herhalen heslo huidig ibigay idatzi igen indtast informe inserisci insira "
+        "introducir introduza introduzca iphasiwedi jelenlegi kabusha kata kinnita kirjoita "
+        "klucza kodeord kontrasenyas lagi lozinka lozinku lumang masukkan mevcut modifica muda "
+        "muli muuda muuta nastoyashta neue neues nieuw noua nouveau novamente novan nove "
+        "noverande novo novu nowe nua nueva nuova nuvarande nya nye nykyinen nytt obecne opakujte "
+        "palavra parola parool parooli pasahitz pasahitza pasfrazon passord passordet "
+        "passordfrase passphrase passwoord passwort pasvorto pasvorton ponovo ponownie por "
+        "redigite reimmettere rescrie retajpu retapez retypa salasana salasanaa sandi senha "
+        "senhal sie sisestage skriv stadfest stara tekrar thayipha toista tornau torneu tremen "
+        "ubah una une unesite uudelleen uus uusi vanha vecchia veche venligst veuillez volva "
+        "vuelva wachtwoord wagwoord wiederholen wpisz yeni zadajte zadejte zaharra zmiana znova"
+    ).split()
+)
+
+
 def passphrase(name: str, value: str) -> bool:
     """Whether `value`, a quoted value holding a blank under the credential's name `name`, is a
     passphrase (see `_PASSPHRASE`) rather than a sentence, a label or a format."""
@@ -462,6 +491,8 @@ def passphrase(name: str, value: str) -> bool:
         or word in named
         or _MASKED_VALUE.fullmatch(word)
         or credential_key(word)
+        or word in _LABEL_WORDS
+        or _ALGORITHM_VALUE.fullmatch(word) is not None
         for word in value.split(" ")
     )
 
@@ -655,9 +686,16 @@ _JSON_BARE = re.compile(r"[\w.+\-]+")
 # the name's start is looked for behind it (`_listed_credentials`). Every repetition is
 # possessive: an element is read once, and a list that does not close fails without trying
 # shorter ones.
+# Its items hold a string or a bare element with a digit or a symbol (or a nested list): a list
+# of names (`keys: [a, b]`, `passwords: [str]`) is one `_listed_credentials` would leave, and
+# failing here spares it a call of Python each (15,000 YAML lines of them took 19 ms, 1.6 ms at
+# 23d5d19). The names before it are read possessively, so a list is still read once.
+_LIST_NAME = r"[A-Za-z_.]++"
+_LIST_ITEM = r"\[|\"|'|[A-Za-z_.]*+[^\s,\[\]{}\"'#A-Za-z_.]"
 _LIST_REST = (
     rf"(?P<quote>[\"']?){_LIST_SPACE}:{_LIST_SPACE}\[{_LIST_SPACE}"
-    rf"(?P<items>(?:{_LIST_ELEMENT})(?:{_LIST_SPACE},{_LIST_SPACE}(?:{_LIST_ELEMENT}))*+)?"
+    rf"(?P<items>(?:{_LIST_NAME}{_LIST_SPACE},{_LIST_SPACE})*+(?={_LIST_ITEM})(?:{_LIST_ELEMENT})"
+    rf"(?:{_LIST_SPACE},{_LIST_SPACE}(?:{_LIST_ELEMENT}))*+)"
     # A trailing comma, as JavaScript, Python and JSON5 allow (`["k1",\n "k2",\n]`).
     rf"(?:{_LIST_SPACE},)?{_LIST_SPACE}\]"
 )
@@ -836,9 +874,20 @@ OPTION_AND_LIST_GATES: dict[re.Pattern[str], str] = {
         "--[A-Za-z0-9_-]*(?:" + "|".join(_OPTION_ENDS) + r")(?:[\t ]+|=)[^\x09-\x0d\x20]"
     ),
     # The stems whole: with their last two letters only, the name's `s` and quote optional
-    # left `:` as the literal hyperscan confirms from, and its scan took twice as long.
+    # left `:` as the literal hyperscan confirms from, and its scan took twice as long. A list
+    # that `_listed_credentials` reads: under a quoted name, or ending its line (YAML's), and
+    # holding a string or a bare element with a digit or a symbol past the names before it
+    # (`_LIST_ITEM`). A line of code's `queryKey: [...],` (React Query) let the rule run on every
+    # TypeScript chunk holding one (13.3 µs for 1.65 KB, 4.5 µs at 23d5d19), a YAML file of
+    # `keys: [a, b]` on each of its lines. The literal first: a line's start before the name
+    # (`(?:^|\n)[\t ]*…Key`) made hyperscan run its automaton over every line.
     **{
-        pattern: _stem(literal, ends) + r"[sS]?[\"']?[\t\n\r ]*:[\t\n\r ]*\["
+        pattern: (
+            rf"{_stem(literal, ends)}[sS]?[\"'][\t\n\r ]*:[\t\n\r ]*\["
+            r"[\t\n\r ,A-Za-z_.]*[^\t\n\r ,A-Za-z_.\]]"
+            rf"|{_stem(literal, ends)}[sS]?[\t\r ]*:[\t\r ]*\["
+            r"[\t\r ,A-Za-z_.]*[^\t\n\r ,A-Za-z_.\]][^\n]*\][\t ]*(?:\r?\n|#|$)"
+        )
         for (literal, ends), pattern in zip(_PLURAL_STEMS, _LIST_PATTERNS, strict=True)
     },
 }

