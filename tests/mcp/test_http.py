@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.abc
 import random
 import re
 import string
+import sys
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,10 +15,15 @@ import httpx
 import httpx2
 import psycopg
 import pytest
+import structlog
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from structlog.testing import capture_logs
 
+import app.mcp
+from app.logs import configure_logging
 from app.main import create_app
+from app.mcp import http as mcp_http
 from tests.conftest import make_settings
 from tests.mcp.conftest import LiveServer, serve
 from tests.mcp.tools import PROJECT, exercise_every_tool, structured
@@ -111,6 +118,63 @@ def test_the_first_requests_to_mcp_start_one_server_which_the_lifespan_stops(
     assert all("write_memory" in answer.text for answer in first)
     assert after.status_code == 503
     assert after.json()["error"] == "ServiceUnavailable"
+
+
+class _BrokenOnce(importlib.abc.MetaPathFinder):
+    """Fails the first import of the MCP server, as a broken or half-installed SDK would."""
+
+    def __init__(self) -> None:
+        self.failures = 1
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> None:
+        if name == "app.mcp.server" and self.failures:
+            self.failures -= 1
+            raise ImportError("cannot import name 'MCPServer' from 'mcp.server'")
+        return None
+
+
+def _server_imported_anew(monkeypatch: pytest.MonkeyPatch, finder: Any) -> None:
+    """The next start imports app.mcp.server again, through `finder` first."""
+    monkeypatch.delitem(sys.modules, "app.mcp.server", raising=False)
+    monkeypatch.delattr(app.mcp, "server", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [finder, *sys.meta_path])
+
+
+def test_a_failed_start_of_mcp_is_a_503_naming_it_and_the_next_request_starts_it(
+    database_url: str,
+    db: psycopg.Connection[Any],
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A failed start was kept: every later /mcp answered a 500 InternalError for the lifespan
+    # while /health answered 200.
+    _server_imported_anew(monkeypatch, _BrokenOnce())
+    configure_logging("info")
+    monkeypatch.setattr(mcp_http, "log", structlog.get_logger(mcp_http.__name__))
+    app = create_app(make_settings(home=tmp_path / "home"), database_url=database_url)
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    headers = {"Accept": "application/json, text/event-stream"}
+
+    async def main() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            async with app.router.lifespan_context(app):
+                return [await client.post("/mcp", json=body, headers=headers) for _ in range(2)]
+
+    with capture_logs() as logged:
+        failed, started = asyncio.run(main())
+
+    assert failed.status_code == 503
+    assert failed.json() == {
+        "error": "ServiceUnavailable",
+        "detail": "the MCP server could not start (retried on the next request): "
+        "cannot import name 'MCPServer' from 'mcp.server'",
+    }
+    assert started.status_code == 200, started.text
+    assert "write_memory" in started.text
+    assert [entry["event"] for entry in logged if entry["event"].startswith("mcp.")] == [
+        "mcp.start_failed"
+    ]
 
 
 @pytest.mark.parametrize("method", ["PUT", "PATCH"])
