@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import importlib.abc
+import logging
 import random
 import re
 import string
 import sys
+import threading
 from datetime import UTC, datetime
 from typing import Any
 
@@ -92,32 +94,105 @@ def test_mcp_answers_the_origins_the_rest_of_the_service_answers(
     assert "write_memory" in response.text
 
 
+STARTED = "StreamableHTTP session manager started"
+
+
+def _starts(caplog: pytest.LogCaptureFixture) -> int:
+    """How many session managers the SDK started (it logs each start)."""
+    return sum(record.getMessage() == STARTED for record in caplog.records)
+
+
 def test_the_first_requests_to_mcp_start_one_server_which_the_lifespan_stops(
-    database_url: str, db: psycopg.Connection[Any], tmp_path: Any
+    database_url: str,
+    db: psycopg.Connection[Any],
+    tmp_path: Any,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    # The MCP server is built on the first request to /mcp (app/mcp/http.py): requests that
-    # come together all wait for that one start and are answered; the lifespan's end stops it,
-    # and a request after that end does not start another.
+    # The MCP server is built on the first request to /mcp (app/mcp/http.py), not at the
+    # lifespan's start: requests that come together all wait for that one start and are
+    # answered; the lifespan's end stops it, and a request after that end does not start another.
+    caplog.set_level(logging.INFO, logger="mcp.server.streamable_http_manager")
     app = create_app(make_settings(home=tmp_path / "home"), database_url=database_url)
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
     headers = {"Accept": "application/json, text/event-stream"}
 
-    async def main() -> tuple[list[httpx.Response], httpx.Response]:
+    async def main() -> tuple[int, list[httpx.Response], httpx.Response]:
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             async with app.router.lifespan_context(app):
+                assert (await client.get("/health")).status_code == 200
+                before = _starts(caplog)
                 first = await asyncio.gather(
                     *(client.post("/mcp", json=body, headers=headers) for _ in range(4))
                 )
             after = await client.post("/mcp", json=body, headers=headers)
-        return first, after
+        return before, first, after
 
-    first, after = asyncio.run(main())
+    before, first, after = asyncio.run(main())
 
+    assert before == 0
     assert [answer.status_code for answer in first] == [200, 200, 200, 200]
     assert all("write_memory" in answer.text for answer in first)
+    assert _starts(caplog) == 1
     assert after.status_code == 503
     assert after.json()["error"] == "ServiceUnavailable"
+
+
+class _Held(importlib.abc.MetaPathFinder):
+    """Holds the import of the MCP server until released, as a slow import would."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.released = threading.Event()
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> None:
+        if name == "app.mcp.server" and not self.entered.is_set():
+            self.entered.set()
+            self.released.wait(30)
+        return None
+
+
+def test_a_first_request_to_mcp_cancelled_leaves_the_start_to_finish_for_the_next(
+    database_url: str,
+    db: psycopg.Connection[Any],
+    tmp_path: Any,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A client that gives up during the first request's start (the import takes ~0.85 s) must
+    # not take the start with it: the next request would pay for it again.
+    held = _Held()
+    _server_imported_anew(monkeypatch, held)
+    caplog.set_level(logging.INFO, logger="mcp.server.streamable_http_manager")
+    app = create_app(make_settings(home=tmp_path / "home"), database_url=database_url)
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    headers = {"Accept": "application/json, text/event-stream"}
+
+    async def main() -> tuple[int, httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            async with app.router.lifespan_context(app):
+                first = asyncio.create_task(client.post("/mcp", json=body, headers=headers))
+                while not held.entered.is_set():
+                    await asyncio.sleep(0.01)
+                first.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await first
+                held.released.set()
+                # No request waits for the start now: it finishes on its own.
+                for _ in range(1000):
+                    if _starts(caplog):
+                        break
+                    await asyncio.sleep(0.01)
+                started_alone = _starts(caplog)
+                return started_alone, await client.post("/mcp", json=body, headers=headers)
+
+    started_alone, answer = asyncio.run(main())
+
+    assert started_alone == 1
+    assert answer.status_code == 200, answer.text
+    assert "write_memory" in answer.text
+    assert _starts(caplog) == 1
 
 
 class _BrokenOnce(importlib.abc.MetaPathFinder):
