@@ -73,14 +73,21 @@ class McpEndpoint:
     async def _manager(self) -> StreamableHTTPSessionManager | str | None:
         """The running session manager, started by the first request; None outside the lifespan,
         or why its start failed."""
-        if self.manager is not None or self._stop is None or self._stop.is_set():
+        # The lifespan's end first: it stops the manager, which stays set until the manager's
+        # task runs again, and would be handed a request it is stopping under.
+        stop = self._stop
+        if stop is None or stop.is_set():
+            return None
+        if self.manager is not None:
             return self.manager
         if self._starting is None:
-            self._starting = asyncio.create_task(self._start(self._stop), context=self._context)
+            self._starting = asyncio.create_task(self._start(stop), context=self._context)
         # Shielded: a request cancelled meanwhile (its client gone) leaves the start to finish
         # for the next one.
         failure = await asyncio.shield(self._starting)
-        return failure if failure is not None else self.manager
+        if failure is not None:
+            return failure
+        return None if stop.is_set() else self.manager
 
     async def _start(self, stop: asyncio.Event) -> str | None:
         """Start the session manager; on failure, why (logged here, once for all the requests

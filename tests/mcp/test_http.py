@@ -18,6 +18,7 @@ import httpx2
 import psycopg
 import pytest
 import structlog
+from fastapi import FastAPI
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from structlog.testing import capture_logs
@@ -26,6 +27,7 @@ import app.mcp
 from app.logs import configure_logging
 from app.main import create_app
 from app.mcp import http as mcp_http
+from app.mcp.http import mount_mcp
 from tests.conftest import make_settings
 from tests.mcp.conftest import LiveServer, serve
 from tests.mcp.tools import PROJECT, exercise_every_tool, structured
@@ -250,6 +252,40 @@ def test_a_failed_start_of_mcp_is_a_503_naming_it_and_the_next_request_starts_it
     assert [entry["event"] for entry in logged if entry["event"].startswith("mcp.")] == [
         "mcp.start_failed"
     ]
+
+
+def test_a_request_to_mcp_as_the_lifespan_ends_is_a_503_not_the_stopping_server(
+    tmp_path: Any,
+) -> None:
+    # Between the lifespan's end telling the session manager to stop and the manager's task
+    # resuming, the manager was still set and was handed the request, under its stop.
+    app = FastAPI()
+    endpoint = mount_mcp(app, make_settings(home=tmp_path / "home"))
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    headers = {"Accept": "application/json, text/event-stream"}
+
+    async def main() -> tuple[httpx.Response, httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            running = endpoint.running()
+            await running.__aenter__()
+            started = await client.post("/mcp", json=body, headers=headers)
+            # Run in this order: the end of `running` up to its first wait (it has told the
+            # manager to stop), the request, and only then the manager's task.
+            ending = asyncio.create_task(running.__aexit__(None, None, None))
+            late = asyncio.create_task(client.post("/mcp", json=body, headers=headers))
+            answer = await asyncio.wait_for(late, 10)
+            await ending
+        return started, answer
+
+    started, late = asyncio.run(main())
+
+    assert started.status_code == 200, started.text
+    assert late.status_code == 503
+    assert late.json() == {
+        "error": "ServiceUnavailable",
+        "detail": "the MCP server is not running",
+    }
 
 
 @pytest.mark.parametrize("method", ["PUT", "PATCH"])
