@@ -62,13 +62,15 @@ class McpEndpoint:
             yield
         finally:
             stop.set()
-            starting, self._starting = self._starting, None
-            if starting is not None:
-                await asyncio.wait([starting])
-            serving, self._serving = self._serving, None
-            if serving is not None:
-                await serving
-            self._stop = self._context = None
+            try:
+                starting, self._starting = self._starting, None
+                if starting is not None:
+                    await asyncio.wait([starting])
+                serving, self._serving = self._serving, None
+                if serving is not None:
+                    await serving
+            finally:
+                self._stop = self._context = None
 
     async def _manager(self) -> StreamableHTTPSessionManager | str | None:
         """The running session manager, started by the first request; None outside the lifespan,
@@ -132,6 +134,8 @@ class McpEndpoint:
         stop: asyncio.Event,
         started: asyncio.Future[None],
     ) -> None:
+        """Run `manager` until `stop`. Its failure is logged, not raised: the lifespan's end
+        awaits this task, and the server's shutdown would fail with it."""
         try:
             async with manager.run():
                 self.manager = manager
@@ -142,8 +146,11 @@ class McpEndpoint:
                     self.manager = None
         except BaseException as error:
             if not started.done():
-                started.set_exception(error)
-            raise
+                started.set_exception(error)  # the start's failure, which `_start` logs
+            elif isinstance(error, Exception):
+                log.error("mcp.server_failed", error=first_line(error), exc_info=error)
+            if not isinstance(error, Exception):
+                raise  # a cancellation goes on
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         manager = await self._manager()

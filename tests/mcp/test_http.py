@@ -10,6 +10,8 @@ import re
 import string
 import sys
 import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,6 +23,7 @@ import structlog
 from fastapi import FastAPI
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from structlog.testing import capture_logs
 
 import app.mcp
@@ -286,6 +289,46 @@ def test_a_request_to_mcp_as_the_lifespan_ends_is_a_503_not_the_stopping_server(
         "error": "ServiceUnavailable",
         "detail": "the MCP server is not running",
     }
+
+
+def test_a_session_manager_failing_is_logged_and_the_lifespan_still_ends_cleanly(
+    database_url: str,
+    db: psycopg.Connection[Any],
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The failure of the SDK's manager was raised again by the lifespan's end (the server's
+    # shutdown then failed).
+    run = StreamableHTTPSessionManager.run
+
+    @asynccontextmanager
+    async def failing(manager: StreamableHTTPSessionManager) -> AsyncIterator[None]:
+        async with run(manager):
+            yield
+        raise RuntimeError("the session manager's task group failed")
+
+    monkeypatch.setattr(StreamableHTTPSessionManager, "run", failing)
+    configure_logging("info")
+    monkeypatch.setattr(mcp_http, "log", structlog.get_logger(mcp_http.__name__))
+    app = create_app(make_settings(home=tmp_path / "home"), database_url=database_url)
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    headers = {"Accept": "application/json, text/event-stream"}
+
+    async def main() -> tuple[httpx.Response, httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            async with app.router.lifespan_context(app):
+                answer = await client.post("/mcp", json=body, headers=headers)
+            return answer, await client.post("/mcp", json=body, headers=headers)
+
+    with capture_logs() as logged:
+        answer, after = asyncio.run(main())
+
+    assert answer.status_code == 200, answer.text
+    assert after.status_code == 503
+    assert [
+        (entry["event"], entry["error"]) for entry in logged if entry["event"].startswith("mcp.")
+    ] == [("mcp.server_failed", "the session manager's task group failed")]
 
 
 @pytest.mark.parametrize("method", ["PUT", "PATCH"])
