@@ -52,8 +52,8 @@ class McpEndpoint:
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """Let requests start a session manager (one per lifespan: the SDK's can run only once)
-        and stop it at the lifespan's end."""
+        """Let requests start a session manager (a new one in each lifespan, and after one
+        failed: the SDK's can run only once) and stop it at the lifespan's end."""
         stop = self._stop = asyncio.Event()
         # The manager's tasks run in the lifespan's context, as when the lifespan entered it,
         # not in that of the request which happened to start it.
@@ -149,6 +149,8 @@ class McpEndpoint:
                 started.set_exception(error)  # the start's failure, which `_start` logs
             elif isinstance(error, Exception):
                 log.error("mcp.server_failed", error=first_line(error), exc_info=error)
+                if not stop.is_set():  # the next request starts a new one
+                    self._starting = None
             if not isinstance(error, Exception):
                 raise  # a cancellation goes on
 

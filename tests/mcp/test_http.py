@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+import anyio
 import httpx
 import httpx2
 import psycopg
@@ -329,6 +330,63 @@ def test_a_session_manager_failing_is_logged_and_the_lifespan_still_ends_cleanly
     assert [
         (entry["event"], entry["error"]) for entry in logged if entry["event"].startswith("mcp.")
     ] == [("mcp.server_failed", "the session manager's task group failed")]
+
+
+def test_a_session_manager_failing_while_it_runs_is_started_again_by_the_next_request(
+    database_url: str,
+    db: psycopg.Connection[Any],
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The failed manager's start was kept as done: /mcp answered "not running" for the rest
+    # of the lifespan.
+    run = StreamableHTTPSessionManager.run
+    crash = asyncio.Event()
+    managers: list[StreamableHTTPSessionManager] = []
+
+    @asynccontextmanager
+    async def crashing(manager: StreamableHTTPSessionManager) -> AsyncIterator[None]:
+        managers.append(manager)
+
+        async def fail_when_told() -> None:
+            await crash.wait()
+            raise RuntimeError("the session manager's task group failed")
+
+        async with anyio.create_task_group() as group, run(manager):
+            if len(managers) == 1:
+                group.start_soon(fail_when_told)
+            yield
+
+    monkeypatch.setattr(StreamableHTTPSessionManager, "run", crashing)
+    configure_logging("info")
+    monkeypatch.setattr(mcp_http, "log", structlog.get_logger(mcp_http.__name__))
+    app = create_app(make_settings(home=tmp_path / "home"), database_url=database_url)
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    headers = {"Accept": "application/json, text/event-stream"}
+
+    async def main() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            async with app.router.lifespan_context(app):
+                answers = [await client.post("/mcp", json=body, headers=headers)]
+                crash.set()
+                for _ in range(500):
+                    if any(entry["event"] == "mcp.server_failed" for entry in logged):
+                        break
+                    await asyncio.sleep(0.01)
+                answers.append(await client.post("/mcp", json=body, headers=headers))
+            return answers
+
+    with capture_logs() as logged:
+        before, after = asyncio.run(main())
+
+    assert before.status_code == 200, before.text
+    assert [entry["event"] for entry in logged if entry["event"].startswith("mcp.")] == [
+        "mcp.server_failed"
+    ]
+    assert after.status_code == 200, after.text
+    assert "write_memory" in after.text
+    assert len(managers) == 2
 
 
 @pytest.mark.parametrize("method", ["PUT", "PATCH"])
