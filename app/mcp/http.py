@@ -14,11 +14,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
+import structlog
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 from app.api.middleware import send_error
 from app.config import Settings
+from app.errors import first_line
 from app.mcp.wire import MESSAGE_TEXT, surrogates_cleaned
 from app.state import AppState
 
@@ -27,6 +29,8 @@ if TYPE_CHECKING:
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
     from app.mcp.server import StateProvider
+
+log = structlog.get_logger(__name__)
 
 
 def _import_server() -> None:
@@ -43,13 +47,13 @@ class McpEndpoint:
         self.manager: StreamableHTTPSessionManager | None = None
         self._stop: asyncio.Event | None = None  # set while the lifespan runs
         self._context: contextvars.Context | None = None
-        self._starting: asyncio.Task[None] | None = None
+        self._starting: asyncio.Task[str | None] | None = None
         self._serving: asyncio.Task[None] | None = None
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """Let requests start a session manager (one per lifespan: the SDK's can run only once)
-        and stop it at the lifespan's end."""
+        """Let requests start a session manager (a new one in each lifespan, and after one
+        failed: the SDK's can run only once) and stop it at the lifespan's end."""
         stop = self._stop = asyncio.Event()
         # The manager's tasks run in the lifespan's context, as when the lifespan entered it,
         # not in that of the request which happened to start it.
@@ -58,26 +62,49 @@ class McpEndpoint:
             yield
         finally:
             stop.set()
-            starting, self._starting = self._starting, None
-            if starting is not None:
-                await asyncio.wait([starting])
-            serving, self._serving = self._serving, None
-            if serving is not None:
-                await serving
-            self._stop = self._context = None
+            try:
+                starting, self._starting = self._starting, None
+                if starting is not None:
+                    await asyncio.wait([starting])
+                serving, self._serving = self._serving, None
+                if serving is not None:
+                    await serving
+            finally:
+                self._stop = self._context = None
 
-    async def _manager(self) -> StreamableHTTPSessionManager | None:
-        """The running session manager, started by the first request; None outside the lifespan."""
-        if self.manager is not None or self._stop is None or self._stop.is_set():
+    async def _manager(self) -> StreamableHTTPSessionManager | str | None:
+        """The running session manager, started by the first request; None outside the lifespan,
+        or why its start failed."""
+        # The lifespan's end first: it stops the manager, which stays set until the manager's
+        # task runs again, and would be handed a request it is stopping under.
+        stop = self._stop
+        if stop is None or stop.is_set():
+            return None
+        if self.manager is not None:
             return self.manager
         if self._starting is None:
-            self._starting = asyncio.create_task(self._start(self._stop), context=self._context)
+            self._starting = asyncio.create_task(self._start(stop), context=self._context)
         # Shielded: a request cancelled meanwhile (its client gone) leaves the start to finish
         # for the next one.
-        await asyncio.shield(self._starting)
-        return self.manager
+        failure = await asyncio.shield(self._starting)
+        if failure is not None:
+            return failure
+        return None if stop.is_set() else self.manager
 
-    async def _start(self, stop: asyncio.Event) -> None:
+    async def _start(self, stop: asyncio.Event) -> str | None:
+        """Start the session manager; on failure, why (logged here, once for all the requests
+        that waited for this start), and the next request tries again: a start that failed
+        once (an import under way while the SDK was being upgraded) may not fail twice."""
+        try:
+            await self._start_serving(stop)
+        except Exception as error:
+            if self._starting is asyncio.current_task():
+                self._starting = None
+            log.error("mcp.start_failed", error=first_line(error), exc_info=error)
+            return first_line(error)
+        return None
+
+    async def _start_serving(self, stop: asyncio.Event) -> None:
         await asyncio.to_thread(_import_server)
         if stop.is_set():  # the lifespan ended during the import
             return
@@ -107,6 +134,8 @@ class McpEndpoint:
         stop: asyncio.Event,
         started: asyncio.Future[None],
     ) -> None:
+        """Run `manager` until `stop`. Its failure is logged, not raised: the lifespan's end
+        awaits this task, and the server's shutdown would fail with it."""
         try:
             async with manager.run():
                 self.manager = manager
@@ -117,13 +146,22 @@ class McpEndpoint:
                     self.manager = None
         except BaseException as error:
             if not started.done():
-                started.set_exception(error)
-            raise
+                started.set_exception(error)  # the start's failure, which `_start` logs
+            elif isinstance(error, Exception):
+                log.error("mcp.server_failed", error=first_line(error), exc_info=error)
+                if not stop.is_set():  # the next request starts a new one
+                    self._starting = None
+            if not isinstance(error, Exception):
+                raise  # a cancellation goes on
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         manager = await self._manager()
         if manager is None:
             await send_error(send, 503, "ServiceUnavailable", "the MCP server is not running")
+            return
+        if isinstance(manager, str):
+            detail = f"the MCP server could not start (retried on the next request): {manager}"
+            await send_error(send, 503, "ServiceUnavailable", detail)
             return
         await manager.handle_request(scope, await _surrogates_cleaned(receive), send)
 

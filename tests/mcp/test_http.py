@@ -3,20 +3,35 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.abc
+import logging
 import random
 import re
 import string
+import sys
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+import anyio
 import httpx
 import httpx2
 import psycopg
 import pytest
+import structlog
+from fastapi import FastAPI
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from structlog.testing import capture_logs
 
+import app.mcp
+from app.logs import configure_logging
 from app.main import create_app
+from app.mcp import http as mcp_http
+from app.mcp.http import mount_mcp
 from tests.conftest import make_settings
 from tests.mcp.conftest import LiveServer, serve
 from tests.mcp.tools import PROJECT, exercise_every_tool, structured
@@ -85,32 +100,293 @@ def test_mcp_answers_the_origins_the_rest_of_the_service_answers(
     assert "write_memory" in response.text
 
 
+STARTED = "StreamableHTTP session manager started"
+
+
+def _starts(caplog: pytest.LogCaptureFixture) -> int:
+    """How many session managers the SDK started (it logs each start)."""
+    return sum(record.getMessage() == STARTED for record in caplog.records)
+
+
 def test_the_first_requests_to_mcp_start_one_server_which_the_lifespan_stops(
-    database_url: str, db: psycopg.Connection[Any], tmp_path: Any
+    database_url: str,
+    db: psycopg.Connection[Any],
+    tmp_path: Any,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    # The MCP server is built on the first request to /mcp (app/mcp/http.py): requests that
-    # come together all wait for that one start and are answered; the lifespan's end stops it,
-    # and a request after that end does not start another.
+    # The MCP server is built on the first request to /mcp (app/mcp/http.py), not at the
+    # lifespan's start: requests that come together all wait for that one start and are
+    # answered; the lifespan's end stops it, and a request after that end does not start another.
+    caplog.set_level(logging.INFO, logger="mcp.server.streamable_http_manager")
     app = create_app(make_settings(home=tmp_path / "home"), database_url=database_url)
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
     headers = {"Accept": "application/json, text/event-stream"}
 
-    async def main() -> tuple[list[httpx.Response], httpx.Response]:
+    async def main() -> tuple[int, list[httpx.Response], httpx.Response]:
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             async with app.router.lifespan_context(app):
+                assert (await client.get("/health")).status_code == 200
+                before = _starts(caplog)
                 first = await asyncio.gather(
                     *(client.post("/mcp", json=body, headers=headers) for _ in range(4))
                 )
             after = await client.post("/mcp", json=body, headers=headers)
-        return first, after
+        return before, first, after
 
-    first, after = asyncio.run(main())
+    before, first, after = asyncio.run(main())
 
+    assert before == 0
     assert [answer.status_code for answer in first] == [200, 200, 200, 200]
     assert all("write_memory" in answer.text for answer in first)
+    assert _starts(caplog) == 1
     assert after.status_code == 503
     assert after.json()["error"] == "ServiceUnavailable"
+
+
+class _Held(importlib.abc.MetaPathFinder):
+    """Holds the import of the MCP server until released, as a slow import would."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.released = threading.Event()
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> None:
+        if name == "app.mcp.server" and not self.entered.is_set():
+            self.entered.set()
+            self.released.wait(30)
+        return None
+
+
+def test_a_first_request_to_mcp_cancelled_leaves_the_start_to_finish_for_the_next(
+    database_url: str,
+    db: psycopg.Connection[Any],
+    tmp_path: Any,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A client that gives up during the first request's start (the import takes ~0.85 s) must
+    # not take the start with it: the next request would pay for it again.
+    held = _Held()
+    _server_imported_anew(monkeypatch, held)
+    caplog.set_level(logging.INFO, logger="mcp.server.streamable_http_manager")
+    app = create_app(make_settings(home=tmp_path / "home"), database_url=database_url)
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    headers = {"Accept": "application/json, text/event-stream"}
+
+    async def main() -> tuple[int, httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            async with app.router.lifespan_context(app):
+                first = asyncio.create_task(client.post("/mcp", json=body, headers=headers))
+                while not held.entered.is_set():
+                    await asyncio.sleep(0.01)
+                first.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await first
+                held.released.set()
+                # No request waits for the start now: it finishes on its own.
+                for _ in range(1000):
+                    if _starts(caplog):
+                        break
+                    await asyncio.sleep(0.01)
+                started_alone = _starts(caplog)
+                return started_alone, await client.post("/mcp", json=body, headers=headers)
+
+    started_alone, answer = asyncio.run(main())
+
+    assert started_alone == 1
+    assert answer.status_code == 200, answer.text
+    assert "write_memory" in answer.text
+    assert _starts(caplog) == 1
+
+
+class _BrokenOnce(importlib.abc.MetaPathFinder):
+    """Fails the first import of the MCP server, as a broken or half-installed SDK would."""
+
+    def __init__(self) -> None:
+        self.failures = 1
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> None:
+        if name == "app.mcp.server" and self.failures:
+            self.failures -= 1
+            raise ImportError("cannot import name 'MCPServer' from 'mcp.server'")
+        return None
+
+
+def _server_imported_anew(monkeypatch: pytest.MonkeyPatch, finder: Any) -> None:
+    """The next start imports app.mcp.server again, through `finder` first."""
+    monkeypatch.delitem(sys.modules, "app.mcp.server", raising=False)
+    monkeypatch.delattr(app.mcp, "server", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [finder, *sys.meta_path])
+
+
+def test_a_failed_start_of_mcp_is_a_503_naming_it_and_the_next_request_starts_it(
+    database_url: str,
+    db: psycopg.Connection[Any],
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A failed start was kept: every later /mcp answered a 500 InternalError for the lifespan
+    # while /health answered 200.
+    _server_imported_anew(monkeypatch, _BrokenOnce())
+    configure_logging("info")
+    monkeypatch.setattr(mcp_http, "log", structlog.get_logger(mcp_http.__name__))
+    app = create_app(make_settings(home=tmp_path / "home"), database_url=database_url)
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    headers = {"Accept": "application/json, text/event-stream"}
+
+    async def main() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            async with app.router.lifespan_context(app):
+                return [await client.post("/mcp", json=body, headers=headers) for _ in range(2)]
+
+    with capture_logs() as logged:
+        failed, started = asyncio.run(main())
+
+    assert failed.status_code == 503
+    assert failed.json() == {
+        "error": "ServiceUnavailable",
+        "detail": "the MCP server could not start (retried on the next request): "
+        "cannot import name 'MCPServer' from 'mcp.server'",
+    }
+    assert started.status_code == 200, started.text
+    assert "write_memory" in started.text
+    assert [entry["event"] for entry in logged if entry["event"].startswith("mcp.")] == [
+        "mcp.start_failed"
+    ]
+
+
+def test_a_request_to_mcp_as_the_lifespan_ends_is_a_503_not_the_stopping_server(
+    tmp_path: Any,
+) -> None:
+    # Between the lifespan's end telling the session manager to stop and the manager's task
+    # resuming, the manager was still set and was handed the request, under its stop.
+    app = FastAPI()
+    endpoint = mount_mcp(app, make_settings(home=tmp_path / "home"))
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    headers = {"Accept": "application/json, text/event-stream"}
+
+    async def main() -> tuple[httpx.Response, httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            running = endpoint.running()
+            await running.__aenter__()
+            started = await client.post("/mcp", json=body, headers=headers)
+            # Run in this order: the end of `running` up to its first wait (it has told the
+            # manager to stop), the request, and only then the manager's task.
+            ending = asyncio.create_task(running.__aexit__(None, None, None))
+            late = asyncio.create_task(client.post("/mcp", json=body, headers=headers))
+            answer = await asyncio.wait_for(late, 10)
+            await ending
+        return started, answer
+
+    started, late = asyncio.run(main())
+
+    assert started.status_code == 200, started.text
+    assert late.status_code == 503
+    assert late.json() == {
+        "error": "ServiceUnavailable",
+        "detail": "the MCP server is not running",
+    }
+
+
+def test_a_session_manager_failing_is_logged_and_the_lifespan_still_ends_cleanly(
+    database_url: str,
+    db: psycopg.Connection[Any],
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The failure of the SDK's manager was raised again by the lifespan's end (the server's
+    # shutdown then failed).
+    run = StreamableHTTPSessionManager.run
+
+    @asynccontextmanager
+    async def failing(manager: StreamableHTTPSessionManager) -> AsyncIterator[None]:
+        async with run(manager):
+            yield
+        raise RuntimeError("the session manager's task group failed")
+
+    monkeypatch.setattr(StreamableHTTPSessionManager, "run", failing)
+    configure_logging("info")
+    monkeypatch.setattr(mcp_http, "log", structlog.get_logger(mcp_http.__name__))
+    app = create_app(make_settings(home=tmp_path / "home"), database_url=database_url)
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    headers = {"Accept": "application/json, text/event-stream"}
+
+    async def main() -> tuple[httpx.Response, httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            async with app.router.lifespan_context(app):
+                answer = await client.post("/mcp", json=body, headers=headers)
+            return answer, await client.post("/mcp", json=body, headers=headers)
+
+    with capture_logs() as logged:
+        answer, after = asyncio.run(main())
+
+    assert answer.status_code == 200, answer.text
+    assert after.status_code == 503
+    assert [
+        (entry["event"], entry["error"]) for entry in logged if entry["event"].startswith("mcp.")
+    ] == [("mcp.server_failed", "the session manager's task group failed")]
+
+
+def test_a_session_manager_failing_while_it_runs_is_started_again_by_the_next_request(
+    database_url: str,
+    db: psycopg.Connection[Any],
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The failed manager's start was kept as done: /mcp answered "not running" for the rest
+    # of the lifespan.
+    run = StreamableHTTPSessionManager.run
+    crash = asyncio.Event()
+    managers: list[StreamableHTTPSessionManager] = []
+
+    @asynccontextmanager
+    async def crashing(manager: StreamableHTTPSessionManager) -> AsyncIterator[None]:
+        managers.append(manager)
+
+        async def fail_when_told() -> None:
+            await crash.wait()
+            raise RuntimeError("the session manager's task group failed")
+
+        async with anyio.create_task_group() as group, run(manager):
+            if len(managers) == 1:
+                group.start_soon(fail_when_told)
+            yield
+
+    monkeypatch.setattr(StreamableHTTPSessionManager, "run", crashing)
+    configure_logging("info")
+    monkeypatch.setattr(mcp_http, "log", structlog.get_logger(mcp_http.__name__))
+    app = create_app(make_settings(home=tmp_path / "home"), database_url=database_url)
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    headers = {"Accept": "application/json, text/event-stream"}
+
+    async def main() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            async with app.router.lifespan_context(app):
+                answers = [await client.post("/mcp", json=body, headers=headers)]
+                crash.set()
+                for _ in range(500):
+                    if any(entry["event"] == "mcp.server_failed" for entry in logged):
+                        break
+                    await asyncio.sleep(0.01)
+                answers.append(await client.post("/mcp", json=body, headers=headers))
+            return answers
+
+    with capture_logs() as logged:
+        before, after = asyncio.run(main())
+
+    assert before.status_code == 200, before.text
+    assert [entry["event"] for entry in logged if entry["event"].startswith("mcp.")] == [
+        "mcp.server_failed"
+    ]
+    assert after.status_code == 200, after.text
+    assert "write_memory" in after.text
+    assert len(managers) == 2
 
 
 @pytest.mark.parametrize("method", ["PUT", "PATCH"])
