@@ -23,8 +23,8 @@ def warm_up(settings: Settings) -> None:
 
 def resolve_routes(app: FastAPI) -> None:
     """Have FastAPI build every route of the app's included routers now (their dependants,
-    request and response models), as it otherwise does on a router's first request: ~13 ms on
-    `agmem serve`'s first session start, ~15 ms on its first search (bench/first_requests.py).
+    request and response models), as it otherwise does on a router's first request (~40 ms for
+    the app's 32 routes, loaded machine; docs/benchmarks.md, "Startup").
     Not for every app: the tests' apps, thousands, each ask a few routes."""
     for _ in iter_route_contexts(app.router.routes):
         pass

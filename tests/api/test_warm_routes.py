@@ -1,7 +1,7 @@
 """`agmem serve`'s app resolves its routes in its lifespan, so that the first request on a route
 does not pay for it (FastAPI 0.165 builds an included router's routes, their dependants, on the
-router's first request: ~13 ms on a served process's first session start, ~15 ms on its first
-search). Observed through FastAPI's own `get_dependant`, which resolving a route calls."""
+router's first request). Observed through FastAPI's own `get_dependant`, which resolving a route
+calls."""
 
 from __future__ import annotations
 
