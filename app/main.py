@@ -28,7 +28,7 @@ from app.proxy import routes as proxy_routes
 from app.search.routes import router as search_router
 from app.state import AppState
 from app.sync.routes import router as sync_router
-from app.warmup import warm_up
+from app.warmup import resolve_routes, warm_up
 from app.worker.loop import Worker
 
 NO_TELEMETRY: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False}
@@ -41,18 +41,22 @@ def create_app(
     run_worker: bool = False,
     embedded: bool = False,
     hurry: asyncio.Event | None = None,
+    warm_routes: bool = False,
 ) -> FastAPI:
     """Build the app. The database URL is resolved at startup (embedded server if none is set);
     with `run_worker`, a worker runs in the same process (`agmem serve` without --no-worker).
     `embedded` says `database_url` is the embedded server of `settings.pgdata` (`agmem serve`
     resolved it first); the app then restarts that server if it dies, as it does when it
     started the server itself. `hurry`, once set, cuts the worker's grace short at shutdown
-    (a second Ctrl-C to `agmem serve`)."""
+    (a second Ctrl-C to `agmem serve`). With `warm_routes` (`agmem serve`), the routes are
+    resolved before the first request rather than by it (`resolve_routes`)."""
     settings = settings or get_settings()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         warm_up(settings)  # before the first request, which would otherwise pay for it
+        if warm_routes:
+            resolve_routes(app)
         url = database_url or resolve_database_url(settings)
         engine = make_async_engine(url, pool_size=settings.db_pool_size)
         state = app.state.agmem = AppState(

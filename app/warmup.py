@@ -6,6 +6,9 @@ lifespan, before it answers, and `agmem mcp` beside its client's first messages.
 
 from __future__ import annotations
 
+from fastapi import FastAPI
+from fastapi.routing import iter_route_contexts
+
 from app.config import Settings
 from app.llm.gemini import load_client_library
 from app.textscan import compile_all
@@ -16,3 +19,12 @@ def warm_up(settings: Settings) -> None:
     a Gemini key, import google-genai (~0.3-0.4 s, else paid by the first client built)."""
     compile_all()
     load_client_library(settings)
+
+
+def resolve_routes(app: FastAPI) -> None:
+    """Have FastAPI build every route of the app's included routers now (their dependants,
+    request and response models), as it otherwise does on a router's first request (~40 ms for
+    the app's 32 routes, loaded machine; docs/benchmarks.md, "Startup").
+    Not for every app: the tests' apps, thousands, each ask a few routes."""
+    for _ in iter_route_contexts(app.router.routes):
+        pass

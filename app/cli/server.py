@@ -151,6 +151,7 @@ def serve(
             run_worker=not no_worker,
             embedded=settings.database_url is None,
             hurry=hurry,
+            warm_routes=True,
         )
         freeze_startup_heap()
         config = uvicorn.Config(
