@@ -127,15 +127,12 @@ _SENTENCE_END = re.compile(
 # Cutting testdata's real answers at every character, taking every such mark kept a name's part
 # at 140 cuts, and taking none lost a whole sentence at 152; this takes none of the first and
 # gives up 5 of the second (4 distinct), after a number (`line 627.`) or a capital (`Threads.`).
-_WORD_AT_CUT = re.compile(
-    r"(?:^|[\s(\"'\u201c\u2018*_])(?P<word>[a-z][a-z'\u2019-]*)[*_]*$|[`\"'\u201d)\]]$"
-)
-# Such a word is a file name's head (`package.` `json`) when the prompt or the answer before it
-# names the file: the names an answer cites are its prompt's. A file's extension: 1-5 lower-case
-# letters or digits after the dot, then no call, index or further name (`tasks.loop(`,
-# `result.data[0]`, `os.path.join`: code in a prompt naming `tasks`, `result`, `os`, which
-# end sentences in prose), nor after a word character or `-` (`subpackage.json`).
-_NAME_TAIL = r"\.[a-z][a-z0-9]{0,4}(?![\w(\[\]]|\.\w)"
+# A lowercase word that is a file name's head (`package.` `json`) is taken for an end too: the
+# words files are named with are everyday ones (`api/file.ts`, `errors.go`, `prompt.txt` in
+# real prompts), and taking the prompt's file names for heads threw away up to 18 of the
+# answers' whole sentences ("...updated the `src/cli.rs` file."), which keep no name's part
+# without it.
+_WORD_AT_CUT = re.compile(r"(?:^|[\s(\"'\u201c\u2018*_])[a-z][a-z'\u2019-]*[*_]*$|[`\"'\u201d)\]]$")
 # What comes before a period that ends no sentence: an abbreviation (`e.g.`, `etc.`) or a
 # numbered item's number (`1.`). Kept as the answer, `Learned: use the helpers, e.g.` was stored.
 # Not `ms`, `sec`, `no` or a capital letter, dotted ones (`U.S.`, `A.I.`) included: "fell to
@@ -235,7 +232,7 @@ async def generate_text(
             billed=billed,
         )
     if reason == _CUT_FINISH:
-        whole = _whole_part(text, contents)
+        whole = _whole_part(text)
         if not whole:
             # The same prompt is cut the same way: a retry costs a call and gets this again, and
             # counted toward the breaker three such rows opened it for every compression. A cap
@@ -283,10 +280,9 @@ def _text_of(answer: types.GenerateContentResponse) -> str:
     return "".join(parts).strip()
 
 
-def _whole_part(text: str, prompt: str = "") -> str:
+def _whole_part(text: str) -> str:
     """What of a cut answer is whole: its whole lines and, after them, the last line's whole
-    sentences; "" when nothing is. `prompt` is the text the answer was asked about, for the
-    dotted names it holds. A code block left open is closed after its whole lines
+    sentences; "" when nothing is. A code block left open is closed after its whole lines
     (dropped with its fence when it has none), and headings left without their content
     (`Learned:`) are dropped: neither is an answer."""
     *lines, last = text.split("\n")
@@ -309,7 +305,7 @@ def _whole_part(text: str, prompt: str = "") -> str:
             and (
                 match.end() < len(last)
                 or match.group()[0] not in ".!?"
-                or _ends_at_cut(last[: match.start()], match.group()[0], (prompt, text))
+                or _ends_at_cut(last[: match.start()])
             )
         ]
         if ends:
@@ -323,20 +319,9 @@ def _whole_part(text: str, prompt: str = "") -> str:
     return "\n".join(kept).strip()
 
 
-def _ends_at_cut(before: str, mark: str, sources: tuple[str, ...]) -> bool:
-    """Whether `mark` (`.!?`) where the cut ends, after `before`, ends a sentence
-    (`_WORD_AT_CUT`): a period not when the word before it is a dotted name's head in one of
-    `sources`."""
-    if before.count("`") % 2:
-        return False
-    found = _WORD_AT_CUT.search(before)
-    if found is None:
-        return False
-    word = found.group("word")
-    if word is None or mark != ".":
-        return True
-    head = re.compile(rf"(?<![\w-]){re.escape(word)}{_NAME_TAIL}")
-    return not any(head.search(source) for source in sources)
+def _ends_at_cut(before: str) -> bool:
+    """Whether a `.!?` where the cut ends, after `before`, ends a sentence (`_WORD_AT_CUT`)."""
+    return before.count("`") % 2 == 0 and _WORD_AT_CUT.search(before) is not None
 
 
 def _finish_reason(answer: types.GenerateContentResponse) -> str:

@@ -18,7 +18,7 @@ from app.llm.generation import _whole_part
 from app.llm.summarize import SUMMARY_INSTRUCTIONS
 from tests.fakes.gemini import FakeResponse, RecordedRequest, fake_gemini, text_answer
 from tests.llm.test_compress_gemini import ANSWER, gemini_settings
-from tests.realdata import gemini_answers
+from tests.realdata import TESTDATA, gemini_answers
 from tests.worker.builders import drain, make_observation, make_session, row
 
 # CJK ends a sentence with no space after it, and a full-width end closes no name.
@@ -182,52 +182,40 @@ def test_whole_part_keeps_whole_sentences_only(cut: str, kept: str) -> None:
     assert _whole_part(cut) == kept
 
 
+def test_whole_part_keeps_a_file_names_head_at_the_cut_as_an_end() -> None:
+    # The documented limit: `package.` may go on with `json`, but so may `file.` with `ts` and
+    # `errors.` with `go` (names real prompts hold); taking the prompt's and the answer's file
+    # names for heads kept no name's part of testdata's answers and threw away 2 to 18 of
+    # their whole sentences, 6 to 21 of the memory files' prose lines, with real prompts.
+    cut = "Read package.json first. Then bumped package."
+    assert _whole_part(cut) == cut
+
+
 @pytest.mark.parametrize(
-    ("cut", "prompt", "kept"),
+    "last",
     [
-        # A lowercase word's period at the cut was kept as an end though the prompt (or the
-        # answer before it) names `package.json`: "...lives in package." was stored.
-        (
-            "The lockfile is regenerated. The version lives in package.",
-            'Tool: Edit\nArgs: {"file_path": "web/package.json"}',
-            "The lockfile is regenerated.",
-        ),
-        ("Read package.json first. Then bumped package.", "", "Read package.json first."),
-        ("Then it reads setup.", "Read setup.cfg.", ""),
-        # Code naming a word in the prompt is no file's name: `tasks.loop(`, `os.path.join`.
-        ("Started the tasks.", "@tasks.loop(minutes=5)", "Started the tasks."),
-        ("Joined the path.", "x = os.path.join(root, name)", "Joined the path."),
-        ("Read the result.", "if not result.data[0]:", "Read the result."),
-        # A word the prompt names only as a word, or as a name's tail, still ends a sentence.
-        (
-            "Installed the package.",
-            "Tool: Bash\nArgs: npm install the package",
-            "Installed the package.",
-        ),
-        ("Ran it on the subpackage.", "Read app/package.json", "Ran it on the subpackage."),
-        ("Read the config.", "Read config.Load in config.go. Done.Then", ""),
-        ("Then it was done.", "It was done.Then it ran", "Then it was done."),
+        # Gemini's own sentences (testdata's sessions) whose last word the file read names as a
+        # file's head: `api/file.ts`, `errors.go`.
+        "I've successfully updated the `src/cli.rs` file.",
+        "I'll run `cargo check` to ensure there are no compilation errors.",
     ],
 )
-def test_whole_part_takes_no_dotted_name_of_the_prompt_for_an_end(
-    cut: str, prompt: str, kept: str
+def test_an_answer_cut_after_a_word_its_long_prompt_names_a_file_with_keeps_that_sentence(
+    db: psycopg.Connection[Any], database_url: str, last: str
 ) -> None:
-    assert _whole_part(cut, prompt) == kept
-
-
-def test_an_answer_cut_at_a_name_of_its_prompt_keeps_the_sentences_before_it(
-    db: psycopg.Connection[Any], database_url: str
-) -> None:
+    # Taken for a name's head (`file.` `ts`), the cut's last sentence was thrown away: with
+    # real prompts, 2 to 18 of testdata's answers' sentences, cut at every character.
     make_session(db)
-    make_observation(db, "o1", args={"file_path": "web/package.json"})
-    cut = "Learned: the lockfile is regenerated. The version lives in package."
+    claude_md = (TESTDATA / "memory-md/entireio-cli_CLAUDE.md").read_text(encoding="utf-8")
+    make_observation(db, "o1", args={"file_path": "CLAUDE.md"}, result=claude_md)
+    cut = f"Learned: the CLI wraps its errors in `SilentError`. {last}"
     with fake_gemini() as fake:
         fake.on(":generateContent", lambda _r: FakeResponse(body=candidate(cut, "MAX_TOKENS")))
         drain(gemini_settings(fake.url), database_url)
 
     found = stored(db)
     assert (found["status"], found["generated_by"]) == ("compressed", "gemini:gemini-2.5-flash")
-    assert found["compressed_data"] == "Learned: the lockfile is regenerated."
+    assert found["compressed_data"] == cut
 
 
 def test_whole_part_ends_real_answers_where_their_text_ends_a_sentence() -> None:
