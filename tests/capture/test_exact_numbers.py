@@ -10,6 +10,7 @@ redacts, renames or merges, redacted siblings, credential lists, nesting.
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from string import Template
 from typing import Any
 
@@ -167,3 +168,30 @@ def test_float_captures_with_changed_keys_are_stored_exactly(
     assert stored == (
         f'{{"n": [{TINY}, {{"r": 0.0, "password": "[REDACTED]"}}], "[REDACTED]": [2.50]}}',
     )
+
+
+# Sanitizing keeps every float in its place, so these two checks of the copy cannot trigger
+# through `sanitize_json` today: hand-built pairs show they still send a mismatch to the fallback.
+
+
+def test_a_number_differing_from_its_float_is_not_copied() -> None:
+    clean = {"a": [0.5, {"b": 1.5}]}
+    with pytest.raises(derive._Unmatched):
+        derive._exact_numbers(clean, {"a": [Decimal("0.50"), {"b": Decimal("2.5")}]}, 2)
+
+
+def test_a_value_as_sent_whose_number_differs_is_sanitized_whole() -> None:
+    # What the parser read and what was read exactly disagree: the value as sent is stored,
+    # its string included, not the first walk's with one number copied over.
+    sent = {"n": Decimal("2.50"), "s": "as sent"}
+    payload = prepare_payload(
+        {"n": 1.5, "s": "as parsed"}, max_chars=MAX_CHARS, max_depth=MAX_DEPTH, exact=lambda: sent
+    )
+    assert payload.data == b'{"n":2.50,"s":"as sent"}'
+
+
+def test_floats_left_unfound_by_the_walk_are_a_mismatch() -> None:
+    # `floats` counts one more float than `clean` holds (one dropped with a merged key's value).
+    clean = {"a": [1.5], "b": "x"}
+    with pytest.raises(derive._Unmatched):
+        derive._exact_numbers(clean, {"a": [Decimal("1.50")], "b": "x"}, 2)
