@@ -1,7 +1,7 @@
 """`agmem serve`'s protocol (app/cli/wire.py) reads each request line where its message begins,
 and answers a method it does not serve 501 first: reads fed to `data_received` as they would
-come off the socket (each cut where a test needs it), the app a stand-in that answers 200; and a
-real server for what only a socket shows (an answer that never came)."""
+come off the socket (each cut where a test needs it), the app a stand-in that answers 200. What
+only a socket shows (an answer that never came) is tests/cli/test_serve_wire.py's, on its server."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import functools
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -20,7 +19,6 @@ from uvicorn.server import ServerState
 
 from app.cli import wire
 from app.cli.wire import JsonErrorsProtocol
-from tests.cli.test_serve_wire import IDLE_SECONDS, REFUSAL_WINDOW, _serving, exchange
 from tests.cli.test_wire_layers import _Transport
 
 
@@ -365,39 +363,6 @@ def test_what_is_no_method_stays_the_parsers_400(head: bytes) -> None:
 
     assert [status for status, _ in answers] == [400]
     assert answers[0][1]["error"] == "BadRequest"
-
-
-# On a real server: what only a socket shows.
-
-
-@pytest.fixture(scope="module")
-def port(database_url: str) -> Iterator[int]:
-    with _serving(
-        database_url,
-        idle_seconds=IDLE_SECONDS,
-        trusted_proxies="127.0.0.1",
-        AGMEM_REFUSAL_LOG_SECONDS=str(REFUSAL_WINDOW),
-    ) as (port, _server):
-        yield port
-
-
-@pytest.mark.slow
-@pytest.mark.xdist_group("serve_wire")
-def test_a_pri_with_an_empty_head_is_answered_before_the_idle_timeout(port: int) -> None:
-    started = time.monotonic()
-    answer = exchange(port, b"PRI * HTTP/1.1\r\n\r\n")
-
-    assert answer.startswith(b"HTTP/1.1 501 Not Implemented"), answer
-    assert time.monotonic() - started < IDLE_SECONDS
-
-
-@pytest.mark.slow
-@pytest.mark.xdist_group("serve_wire")
-def test_an_unknown_method_on_the_wire_is_a_501_in_the_shape(port: int) -> None:
-    answer = exchange(port, b"FOO / HTTP/1.1" + HOST)
-
-    assert answer.startswith(b"HTTP/1.1 501 Not Implemented"), answer
-    assert json.loads(answer.partition(b"\r\n\r\n")[2])["error"] == "NotImplemented"
 
 
 def test_a_body_held_back_still_ends_where_its_length_says() -> None:
