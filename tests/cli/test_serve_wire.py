@@ -712,6 +712,25 @@ def test_a_request_line_of_http_2_is_refused_before_its_headers(port: int) -> No
     assert status == b"HTTP/1.1 505 HTTP Version Not Supported"
 
 
+# The method's 501 (tests/cli/test_wire_lines.py feeds the protocol its cases) on the socket:
+# an answer that never came shows only there.
+
+
+def test_a_pri_with_an_empty_head_is_answered_before_the_idle_timeout(port: int) -> None:
+    started = time.monotonic()
+    answer = exchange(port, b"PRI * HTTP/1.1\r\n\r\n")
+
+    assert answer.startswith(b"HTTP/1.1 501 Not Implemented"), answer
+    assert time.monotonic() - started < IDLE_SECONDS
+
+
+def test_an_unknown_method_on_the_wire_is_a_501_in_the_shape(port: int) -> None:
+    answer = exchange(port, b"FOO / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+
+    assert answer.startswith(b"HTTP/1.1 501 Not Implemented"), answer
+    assert json.loads(answer.partition(b"\r\n\r\n")[2])["error"] == "NotImplemented"
+
+
 WEBSOCKET = (
     b"Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
     b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"

@@ -1,16 +1,16 @@
 """`agmem serve`'s protocol (app/cli/wire.py) reads each request line where its message begins,
 and answers a method it does not serve 501 first: reads fed to `data_received` as they would
-come off the socket (each cut where a test needs it), the app a stand-in that answers 200; and a
-real server for what only a socket shows (an answer that never came)."""
+come off the socket (each cut where a test needs it), the app a stand-in that answers 200. What
+only a socket shows (an answer that never came) is tests/cli/test_serve_wire.py's, on its server."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -19,7 +19,6 @@ from uvicorn.server import ServerState
 
 from app.cli import wire
 from app.cli.wire import JsonErrorsProtocol
-from tests.cli.test_serve_wire import IDLE_SECONDS, REFUSAL_WINDOW, _serving, exchange
 from tests.cli.test_wire_layers import _Transport
 
 
@@ -49,28 +48,46 @@ async def _ok(scope: object, receive: object, send: object) -> None:
     await send({"type": "http.response.body", "body": b"{}"})  # type: ignore[operator]
 
 
-def _fed(*reads: bytes) -> list[tuple[int, dict[str, str]]]:
-    """The answers (status, JSON body) to these reads, each fed as one read once the app has
+@functools.cache
+def _config() -> Config:
+    # One config for every connection, as the server has: building one configures logging
+    # (dictConfig), which was 40% of the every-cut tests' CPU.
+    config = Config(_ok, http=JsonErrorsProtocol, log_level="critical", access_log=False)
+    config.load()
+    return config
+
+
+async def _written(reads: Sequence[bytes]) -> bytes:
+    """What a fresh connection writes for these reads, each fed as one read once the app has
     answered what came before it."""
+    protocol = JsonErrorsProtocol(config=_config(), server_state=ServerState(), app_state={})
+    transport = _Written()
+    protocol.connection_made(transport)
+    try:
+        for data in reads:
+            if transport.closed:
+                break
+            protocol.data_received(data)
+            for _ in range(8):
+                await asyncio.sleep(0)
+    finally:
+        protocol.connection_lost(None)
+    return transport.written
 
-    async def go() -> bytes:
-        config = Config(_ok, http=JsonErrorsProtocol, log_level="critical", access_log=False)
-        config.load()
-        protocol = JsonErrorsProtocol(config=config, server_state=ServerState(), app_state={})
-        transport = _Written()
-        protocol.connection_made(transport)
-        try:
-            for data in reads:
-                if transport.closed:
-                    break
-                protocol.data_received(data)
-                for _ in range(8):
-                    await asyncio.sleep(0)
-        finally:
-            protocol.connection_lost(None)
-        return transport.written
 
-    return _parsed(asyncio.run(go()))
+def _fed(*reads: bytes) -> list[tuple[int, dict[str, str]]]:
+    """The answers (status, JSON body) to these reads on one connection."""
+    return _parsed(asyncio.run(_written(reads)))
+
+
+def _fed_each(cases: Iterable[Sequence[bytes]]) -> Iterator[list[tuple[int, dict[str, str]]]]:
+    """`_fed` for each case, each on its own connection, in one event loop: a loop per case
+    was a third of the every-cut tests' CPU."""
+
+    async def go() -> list[bytes]:
+        return [await _written(reads) for reads in cases]
+
+    return map(_parsed, asyncio.run(go()))
 
 
 def _parsed(written: bytes) -> list[tuple[int, dict[str, str]]]:
@@ -172,8 +189,10 @@ def test_requests_behind_bodies_in_every_cut_are_each_read_from_their_own_line()
     # before the last, which llhttp skips).
     second = b"x\r\nPOST /api/nope RTSP/1.0\r\n"
     stream = _sized(second) + second + _chunked(*SMALL_CHUNKS, HTTP_BODY) + b"\r\n" + RTSP
-    for cut in range(1, len(stream)):
-        answers = _fed(stream[:cut], stream[cut:])
+    cuts = range(1, len(stream))
+    for cut, answers in zip(
+        cuts, _fed_each((stream[:cut], stream[cut:]) for cut in cuts), strict=True
+    ):
         assert [status for status, _ in answers] == [200, 200, 400], cut
 
 
@@ -346,48 +365,13 @@ def test_what_is_no_method_stays_the_parsers_400(head: bytes) -> None:
     assert answers[0][1]["error"] == "BadRequest"
 
 
-# On a real server: what only a socket shows.
-
-
-@pytest.fixture(scope="module")
-def port(database_url: str) -> Iterator[int]:
-    with _serving(
-        database_url,
-        idle_seconds=IDLE_SECONDS,
-        trusted_proxies="127.0.0.1",
-        AGMEM_REFUSAL_LOG_SECONDS=str(REFUSAL_WINDOW),
-    ) as (port, _server):
-        yield port
-
-
-@pytest.mark.slow
-@pytest.mark.xdist_group("serve_wire")
-def test_a_pri_with_an_empty_head_is_answered_before_the_idle_timeout(port: int) -> None:
-    started = time.monotonic()
-    answer = exchange(port, b"PRI * HTTP/1.1\r\n\r\n")
-
-    assert answer.startswith(b"HTTP/1.1 501 Not Implemented"), answer
-    assert time.monotonic() - started < IDLE_SECONDS
-
-
-@pytest.mark.slow
-@pytest.mark.xdist_group("serve_wire")
-def test_an_unknown_method_on_the_wire_is_a_501_in_the_shape(port: int) -> None:
-    answer = exchange(port, b"FOO / HTTP/1.1" + HOST)
-
-    assert answer.startswith(b"HTTP/1.1 501 Not Implemented"), answer
-    assert json.loads(answer.partition(b"\r\n\r\n")[2])["error"] == "NotImplemented"
-
-
 def test_a_body_held_back_still_ends_where_its_length_says() -> None:
     # The stall check restarted a held body's rate by zeroing its count, which is also where
     # its end is counted from: the next request was looked for inside the body.
     first = _sized(HTTP_BODY) + HTTP_BODY
 
     async def go() -> bytes:
-        config = Config(_ok, http=JsonErrorsProtocol, log_level="critical", access_log=False)
-        config.load()
-        protocol = JsonErrorsProtocol(config=config, server_state=ServerState(), app_state={})
+        protocol = JsonErrorsProtocol(config=_config(), server_state=ServerState(), app_state={})
         transport = _Written()
         protocol.connection_made(transport)
         try:
@@ -439,10 +423,12 @@ def test_requests_behind_bodies_in_every_two_cuts_are_each_read_from_their_own_l
     # Three reads: a head's end, or a body's, split between two reads before the next line's.
     second = b"x\r\nGET /a RTSP/1.0\r\n"
     stream = _sized(second) + second + b"GET /b HTTP/1.1" + HOST + b"\r\n" + RTSP
-    for first in range(1, len(stream) - 1):
-        for cut in range(first + 1, len(stream)):
-            answers = _fed(stream[:first], stream[first:cut], stream[cut:])
-            assert [status for status, _ in answers] == [200, 200, 400], (first, cut)
+    cuts = [
+        (first, cut) for first in range(1, len(stream) - 1) for cut in range(first + 1, len(stream))
+    ]
+    reads = ((stream[:first], stream[first:cut], stream[cut:]) for first, cut in cuts)
+    for (first, cut), answers in zip(cuts, _fed_each(reads), strict=True):
+        assert [status for status, _ in answers] == [200, 200, 400], (first, cut)
 
 
 def test_a_chunked_body_of_blank_lines_is_fed_once_a_read(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -131,6 +131,13 @@ def two_homes(embedded_home: Path, tmp_path: Path) -> Iterator[tuple[Path, Path]
         quit_server(home)
 
 
+@pytest.fixture
+def one_home(embedded_home: Path) -> Iterator[Path]:
+    """A home for the tests of one home's lock (no copy of it: `cp -a` of a data folder each)."""
+    yield embedded_home
+    quit_server(embedded_home)
+
+
 def test_a_start_hung_on_one_home_does_not_hold_up_another_homes_start(
     two_homes: tuple[Path, Path],
 ) -> None:
@@ -146,8 +153,8 @@ def test_a_start_hung_on_one_home_does_not_hold_up_another_homes_start(
     assert not (home / "pgdata" / "postmaster.pid").exists()  # its exit stopped it
 
 
-def test_a_start_waits_for_its_homes_lock_then_fails_clearly(two_homes: tuple[Path, Path]) -> None:
-    home, _ = two_homes
+def test_a_start_waits_for_its_homes_lock_then_fails_clearly(one_home: Path) -> None:
+    home = one_home
     with running(HUNG_IN_A_START, str(home / "pgdata")) as hung:
         assert said(hung) == "holding"
         with running(USING_THE_SERVER, str(home / "pgdata"), "1") as user:
@@ -164,9 +171,9 @@ def test_a_start_waits_for_its_homes_lock_then_fails_clearly(two_homes: tuple[Pa
     assert not (home / "pgdata" / "postmaster.pid").exists()  # it started nothing
 
 
-def test_a_start_waiting_for_its_homes_lock_says_so_at_once(two_homes: tuple[Path, Path]) -> None:
+def test_a_start_waiting_for_its_homes_lock_says_so_at_once(one_home: Path) -> None:
     # Nothing was said for the whole wait (90 s by default): a command looked hung.
-    home, _ = two_homes
+    home = one_home
     with running(HUNG_IN_A_START, str(home / "pgdata")) as hung:
         assert said(hung) == "holding"
         with running(USING_THE_SERVER, str(home / "pgdata"), "6") as user:
@@ -187,12 +194,10 @@ def test_a_start_waiting_for_its_homes_lock_says_so_at_once(two_homes: tuple[Pat
     assert line.endswith(f"another agmem on this home held {home / '.pgdata.lock'} for 6 s")
 
 
-def test_an_exit_waits_for_its_homes_lock_for_a_while_not_for_good(
-    two_homes: tuple[Path, Path],
-) -> None:
+def test_an_exit_waits_for_its_homes_lock_for_a_while_not_for_good(one_home: Path) -> None:
     # The last process to exit stops the server under the lock: a process hung with it held
     # (here, joining the server) hung that exit for good, the server and the terminal with it.
-    home, _ = two_homes
+    home = one_home
     with running(USING_THE_SERVER, str(home / "pgdata"), "1") as user:
         assert said(user) == "started"
         with running(HUNG_IN_A_START, str(home / "pgdata")) as hung:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from app.mcp.stdio import (
     sigterm_ends_input,
 )
 from tests.cli.helpers import agmem_env
-from tests.mcp.tools import exercise_every_tool, structured
+from tests.mcp.tools import exercise_every_tool
 
 AGMEM = str(Path(sys.executable).parent / "agmem")
 
@@ -51,6 +52,9 @@ def stdio_params(database_url: str, cwd: Path, *args: str) -> StdioServerParamet
     return StdioServerParameters(command=AGMEM, args=["mcp", *args], env=env, cwd=str(cwd))
 
 
+ON_DATABASE = pytest.mark.xdist_group("mcp_stdio_on_database")
+
+
 def test_every_tool_over_stdio(
     database_url: str, db: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
@@ -61,22 +65,22 @@ def test_every_tool_over_stdio(
     asyncio.run(main())
 
 
+@ON_DATABASE
 def test_stdio_defaults_the_project_to_its_option(
-    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+    on_database: subprocess.Popen[str], db: psycopg.Connection[Any]
 ) -> None:
-    project = tmp_path / "shop"
-    project.mkdir()
+    # Launched with `-p <project>` from another folder (the long `--project` is the next test's).
+    project = on_database.args[-1]
+    line = (
+        '{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "write_memory",'
+        ' "arguments": {"key": "project.name", "value": "shop"}}}'
+    )
 
-    async def main() -> None:
-        params = stdio_params(database_url, tmp_path, "--project", str(project))
-        async with Client(params) as client:
-            written = structured(
-                await client.call_tool("write_memory", {"key": "project.name", "value": "shop"})
-            )
-            assert written["memory"]["projectPath"] == str(project)
+    answered = answer(on_database, line)
 
-    asyncio.run(main())
-    assert db.execute("SELECT project_path FROM memories").fetchall() == [(str(project),)]
+    assert answered is not None, "no answer"
+    assert answered["result"]["structuredContent"]["memory"]["projectPath"] == project
+    assert db.execute("SELECT project_path FROM memories").fetchall() == [(project,)]
 
 
 def test_stdio_refuses_a_project_folder_that_is_not_there(tmp_path: Path) -> None:
@@ -147,6 +151,20 @@ def stopped(server: subprocess.Popen[str]) -> str:
     return server.stderr.read()
 
 
+@pytest.fixture(scope="module")
+def on_database(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One `agmem mcp` on the test database for the calls whose promise is what a line over
+    stdio stores or answers (each test empties the tables first, through `db`): one process
+    and its ~2.5 s of imports instead of one per test."""
+    folder = tmp_path_factory.mktemp("mcp-on-database")
+    server = launched(folder / "home", folder, DATABASE_URL=database_url)
+    try:
+        yield server
+    finally:
+        server.terminate()
+        stopped(server)
+
+
 def test_sigterm_ends_it_while_its_client_keeps_stdin_open(
     tmp_path: Path, embedded_home: Path
 ) -> None:
@@ -198,22 +216,19 @@ def test_a_second_sigterm_while_it_exits_stops_the_embedded_server_at_once(
     assert "received immediate shutdown request" in (home / "pgdata" / "log").read_text()
 
 
+@ON_DATABASE
 def test_a_lone_surrogate_in_tool_arguments_is_cleaned_over_stdio(
-    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+    on_database: subprocess.Popen[str], db: psycopg.Connection[Any]
 ) -> None:
     # As over /mcp (tests/mcp/test_http.py): the SDK's JSON parser refused the line, and over
     # stdio nothing answered the call at all: the client waited for it until its own timeout.
-    server = launched(tmp_path / "home", tmp_path, DATABASE_URL=database_url)
+    server = on_database
     arguments = '{"key": "k\\ud800", "value": "v\\ud800", "scope": "global", "tags": ["t\\udc00"]}'
     line = (
         '{"jsonrpc": "2.0", "id": 2, "method": "tools/call",'
         f' "params": {{"name": "write_memory", "arguments": {arguments}}}}}'
     )
-    try:
-        answered = answer(server, line)
-    finally:
-        server.terminate()
-        stopped(server)
+    answered = answer(server, line)
 
     assert answered is not None, "no answer"
     result = answered["result"]
@@ -762,21 +777,18 @@ def test_a_signal_as_the_old_handlers_come_back_leaves_no_wakeup_fd_at_a_closed_
             signal.signal(signum, handler)
 
 
+@ON_DATABASE
 def test_write_memory_keeps_the_numbers_as_sent_over_stdio(
-    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+    on_database: subprocess.Popen[str], db: psycopg.Connection[Any]
 ) -> None:
     # As over /mcp (tests/mcp/test_http.py): the SDK's floats stored `1e-400` as 0.0 and `1.50`
     # as 1.5.
-    server = launched(tmp_path / "home", tmp_path, DATABASE_URL=database_url)
+    server = on_database
     line = (
         '{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "write_memory",'
         ' "arguments": {"key": "k", "value": [1e-400, 1.50, {"x": 0.1}], "scope": "global"}}}'
     )
-    try:
-        answered = answer(server, line)
-    finally:
-        server.terminate()
-        stopped(server)
+    answered = answer(server, line)
 
     assert answered is not None, "no answer"
     assert not answered["result"].get("isError"), answered
@@ -784,20 +796,17 @@ def test_write_memory_keeps_the_numbers_as_sent_over_stdio(
     assert stored == ("[0." + "0" * 399 + '1, 1.50, {"x": 0.1}]',)
 
 
+@ON_DATABASE
 def test_write_memory_parses_a_json_string_value_holding_a_float_over_stdio(
-    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+    on_database: subprocess.Popen[str], db: psycopg.Connection[Any]
 ) -> None:
     # As over /mcp (tests/mcp/test_http.py): `"[1.5]"` was stored as a string, `"[1]"` as [1].
-    server = launched(tmp_path / "home", tmp_path, DATABASE_URL=database_url)
+    server = on_database
     line = (
         '{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "write_memory",'
         ' "arguments": {"key": "k", "value": "{\\"n\\": [1.50, 0.5]}", "scope": "global"}}}'
     )
-    try:
-        answered = answer(server, line)
-    finally:
-        server.terminate()
-        stopped(server)
+    answered = answer(server, line)
 
     assert answered is not None, "no answer"
     assert not answered["result"].get("isError"), answered
@@ -805,13 +814,14 @@ def test_write_memory_parses_a_json_string_value_holding_a_float_over_stdio(
     assert stored == ('{"n": [1.50, 0.5]}',)
 
 
+@ON_DATABASE
 def test_calls_holding_floats_sent_together_each_find_their_own_numbers_over_stdio(
-    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+    on_database: subprocess.Popen[str], db: psycopg.Connection[Any]
 ) -> None:
     # Each call's numbers are read again from its own line (the context the SDK runs it in): a
     # call not found in the text it reads is refused (app/mcp/server.py, `sent_arguments`), so
     # lines read before the first call ran must not hand it another's text.
-    server = launched(tmp_path / "home", tmp_path, DATABASE_URL=database_url)
+    server = on_database
     assert server.stdin is not None
     assert server.stdout is not None
     for n in range(8):
@@ -820,11 +830,7 @@ def test_calls_holding_floats_sent_together_each_find_their_own_numbers_over_std
         line = json.dumps({"jsonrpc": "2.0", "id": 10 + n, "method": "tools/call", "params": call})
         server.stdin.write(line.replace(f'"[1.50, {n}.25]"', f"[1.50, {n}.25]") + "\n")
     server.stdin.flush()
-    try:
-        answers = [json.loads(server.stdout.readline()) for _ in range(8)]
-    finally:
-        server.terminate()
-        stopped(server)
+    answers = [json.loads(server.stdout.readline()) for _ in range(8)]
 
     assert [a["id"] for a in answers if a["result"].get("isError")] == [], answers
     stored = db.execute("SELECT key, value::text FROM memories ORDER BY key").fetchall()
