@@ -1,9 +1,10 @@
 """CPU of `agmem serve`'s HTTP protocol (app/cli/wire.py) against other trees'.
 
-Two cases. `request`: a keep-alive POST of an observe's size is fed through `data_received` to a
+Cases. `request`: a keep-alive POST of an observe's size is fed through `data_received` to a
 no-op ASGI app on a fake transport, the CPU per request. `chunks`: a POST whose chunked body is
 100,000 chunks of one byte, fed in reads of 64 KiB as a socket gives them, the CPU per body (each
-chunk's framing is followed beside llhttp: rev-mends22 measured it at 2.8 times the parse). Both
+chunk's framing is followed beside llhttp: rev-mends22 measured it at 2.8 times the parse); the
+other `chunks-*` cases are such bodies in other forms or reads (`CHUNK_FORMS`). All
 are what the protocol class costs, without the app, the socket or Postgres (bench.capture's noise
 is larger than the difference). Each side is measured in a process of its own, by this harness and
 this interpreter, with `app` imported from its tree: its wire.py with its own stalls.py,
@@ -38,14 +39,26 @@ REQUEST = (
 ) + BODY
 WARMUP = 2_000  # requests before the timed ones: the first few hundred cost more
 CHUNKS = 100_000
-CHUNKED = (
+CHUNKED_HEAD = (
     b"POST /api/observe HTTP/1.1\r\nHost: 127.0.0.1:37777\r\nTransfer-Encoding: chunked\r\n\r\n"
-    + b"1\r\nx\r\n" * CHUNKS
-    + b"0\r\n\r\n"
 )
 READ = 64 * 1024  # what a socket's read gives of a large body
+# The chunks cases: a 1-byte chunk's form, the read size and the chunks a body. `chunks` is the
+# plain form the small-chunk run takes; the others are forms it does not take (each chunk's framing
+# read a line at a time, and no run tried after it: rev-wire23 saw them 1.3-1.5 times as slow as
+# 5c0a06b's when it was) and the plain form in reads of 7 bytes, about one chunk each. (A size line
+# ended by a bare LF is llhttp's 400 at its first chunk: bench/chunk_framing.py times its framing.)
+CHUNK_FORMS = {
+    "chunks": (b"1\r\nx\r\n", READ, CHUNKS),
+    "chunks-extension": (b"1;a\r\nx\r\n", READ, CHUNKS),
+    "chunks-leading-zero": (b"01\r\nx\r\n", READ, CHUNKS),
+    "chunks-7-byte-reads": (b"1\r\nx\r\n", 7, CHUNKS // 10),
+}
 BODIES = 5  # chunked bodies timed a round, one warming up before them
-UNITS = {"request": "µs/request", "chunks": f"ms a body of {CHUNKS:,} 1-byte chunks"}
+UNITS = {"request": "µs/request"} | {
+    case: f"ms a body of {count:,} 1-byte chunks ({form!r}, reads of {read:,} bytes)"
+    for case, (form, read, count) in CHUNK_FORMS.items()
+}
 
 
 async def noop_app(scope: Any, receive: Any, send: Any) -> None:
@@ -117,10 +130,12 @@ async def per_request_us(protocol_class: Any, requests: int) -> float:
     return took / requests * 1e6
 
 
-async def per_body_ms(protocol_class: Any, bodies: int) -> float:
+async def per_body_ms(protocol_class: Any, bodies: int, case: str) -> float:
     """The median CPU of a chunked body's request, its reads fed as the app takes them."""
+    form, read, count = CHUNK_FORMS[case]
+    chunked = CHUNKED_HEAD + form * count + b"0\r\n\r\n"
     protocol, transport = connected(protocol_class)
-    reads = [CHUNKED[at : at + READ] for at in range(0, len(CHUNKED), READ)]
+    reads = [chunked[at : at + read] for at in range(0, len(chunked), read)]
     took = []
     for index in range(bodies):
         started = time.process_time()
@@ -147,8 +162,8 @@ def measure(tree: Path, case: str, requests: int) -> None:
     if not all(Path(file).is_relative_to(tree) for file in files):
         raise SystemExit(f"app was not imported from {tree}: {files}")
     protocol_class = wire.JsonErrorsProtocol.configured(idle_timeout=60.0)
-    if case == "chunks":
-        figure = asyncio.run(per_body_ms(protocol_class, 1 + BODIES))
+    if case in CHUNK_FORMS:
+        figure = asyncio.run(per_body_ms(protocol_class, 1 + BODIES, case))
     else:
         asyncio.run(per_request_us(protocol_class, WARMUP))
         figure = asyncio.run(per_request_us(protocol_class, requests))

@@ -34,6 +34,16 @@ BODIES = {
     + _chunk(1, fill=b"\n")
     + b"0\r\n\r\n",
     "trailers": _chunk(1) * 5 + b"0\r\nX-Sum: 1\r\n\r\n",
+    # the run is tried only after a chunk whose size line is in its form: runs after each other
+    "runs after other forms": _chunk(1, b"1;a")
+    + _chunk(1) * 4
+    + _chunk(1, b"01")
+    + _chunk(1) * 4
+    + b"1\nx\r\n"
+    + _chunk(1) * 4
+    + _chunk(2, b" 2")
+    + _chunk(1) * 4
+    + b"0\r\n\r\n",
 }
 
 

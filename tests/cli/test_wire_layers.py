@@ -41,8 +41,9 @@ def _resolved(node: ast.expr, namespace: dict[str, object]) -> object | None:
 def _calls_by_name() -> list[tuple[str, type, str, type]]:
     """(where, the calling class, the method, the base it names) for each such call."""
     found = []
-    for path in sorted(CLI.glob("*.py")):
-        module = importlib.import_module(f"app.cli.{path.stem}")
+    for path in sorted(CLI.rglob("*.py")):  # app/cli/http1/ too, where the protocol's layers are
+        relative = path.relative_to(CLI).with_suffix("")
+        module = importlib.import_module(".".join(["app.cli", *relative.parts]))
         namespace = vars(module)
         tree = ast.parse(path.read_text())
         aliases = {
@@ -70,7 +71,7 @@ def _calls_by_name() -> list[tuple[str, type, str, type]]:
                     continue
                 base = _resolved(named.value, namespace)
                 if inspect.isclass(base) and base in cls.__mro__[1:]:
-                    where = f"{path.name}:{call.lineno} {cls.__name__}"
+                    where = f"{path.relative_to(CLI)}:{call.lineno} {cls.__name__}"
                     found.append((where, cls, named.attr, base))
     return found
 
