@@ -869,6 +869,10 @@ LIST_RULES: list[_Rule] = [
 ]
 # Hyperscan gates (app/privacy/engine.py): the option's name and a value's first byte; a listed
 # credential's name's end and `: [`.
+# hyperscan 0.9.1 missed ~half of the long texts' `pwds: ['hunter2', 'x1']` lines that `re`
+# matches with this end after `pwd`'s list (in the privacy rules' database; alone it matched):
+# the `pwd` names' gate stops at the list's first string or symbol, and the rule decides.
+_YAML_LIST_END = r"[^\n]*\][\t ]*(?:\r?\n|#|$)"
 OPTION_AND_LIST_GATES: dict[re.Pattern[str], str] = {
     _OPTION_PATTERN: (
         "--[A-Za-z0-9_-]*(?:" + "|".join(_OPTION_ENDS) + r")(?:[\t ]+|=)[^\x09-\x0d\x20]"
@@ -886,7 +890,8 @@ OPTION_AND_LIST_GATES: dict[re.Pattern[str], str] = {
             rf"{_stem(literal, ends)}[sS]?[\"'][\t\n\r ]*:[\t\n\r ]*\["
             r"[\t\n\r ,A-Za-z_.]*[^\t\n\r ,A-Za-z_.\]]"
             rf"|{_stem(literal, ends)}[sS]?[\t\r ]*:[\t\r ]*\["
-            r"[\t\r ,A-Za-z_.]*[^\t\n\r ,A-Za-z_.\]][^\n]*\][\t ]*(?:\r?\n|#|$)"
+            r"[\t\r ,A-Za-z_.]*[^\t\n\r ,A-Za-z_.\]]"
+            + ("" if literal.lower() == "pwd" else _YAML_LIST_END)
         )
         for (literal, ends), pattern in zip(_PLURAL_STEMS, _LIST_PATTERNS, strict=True)
     },
