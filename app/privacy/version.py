@@ -169,5 +169,5 @@ RULES_VERSION = _rules_version()
 # name's or a YAML line's; a string or a bare element with a digit or a symbol); a phrase holding
 # a password's label in another language (`_LABEL_WORDS`) or an algorithm's name is no passphrase.
 # 9 (fixprivacy23): the `pwd` names' list gate without the YAML list's end, which hyperscan
-# missed in long texts.
+# missed in long texts; `_LABEL_WORDS` narrowed to the words naming a password or a passphrase.
 RULES_GENERATION = 9
