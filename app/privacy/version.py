@@ -168,4 +168,6 @@ RULES_VERSION = _rules_version()
 # 8 (privacy23): the list rules' gate and pattern narrowed to the lists they redact in (a quoted
 # name's or a YAML line's; a string or a bare element with a digit or a symbol); a phrase holding
 # a password's label in another language (`_LABEL_WORDS`) or an algorithm's name is no passphrase.
-RULES_GENERATION = 8
+# 9 (fixprivacy23): the `pwd` names' list gate without the YAML list's end, which hyperscan
+# missed in long texts; `_LABEL_WORDS` narrowed to the words naming a password or a passphrase.
+RULES_GENERATION = 9
