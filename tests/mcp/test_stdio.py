@@ -699,7 +699,10 @@ def noted(settings):
     warm_up(settings)
     scanners = list(textscan._SCANNERS)  # those the command has built (the privacy rules')
     compiled = bool(scanners) and all(scanner.compiled for scanner in scanners)
-    print("warmed up:", compiled, "google.genai" in sys.modules, file=sys.stderr, flush=True)
+    # One write: print() writes each argument and separator apart, and the command's log line,
+    # written by another thread meanwhile, could land inside this one.
+    sys.stderr.write(f"warmed up: {compiled} {'google.genai' in sys.modules}\\n")
+    sys.stderr.flush()
 app.warmup.warm_up = noted
 app.entry.main()
 """
