@@ -226,8 +226,8 @@ def _reset_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_reset_in_child)
-# A command's exit (the server's lifespan closes them too, for an app started and stopped in a
-# process that goes on).
+# A command's exit closes whatever is still open (a server's lifespan closes only its own embedder,
+# and only when no other app of the process holds it: release_embedder).
 atexit.register(close_embedders)
 
 
