@@ -89,8 +89,10 @@ def create_app(
                     if worker is not None:
                         await worker
         finally:
-            await engine.dispose()
-            await asyncio.to_thread(release_embedder, settings)
+            try:
+                await engine.dispose()
+            finally:  # a dispose that fails or is cancelled must not leave the embedder held
+                await asyncio.to_thread(release_embedder, settings)
 
     app = App(
         title="antigravity-mem",

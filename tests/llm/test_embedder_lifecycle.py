@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.llm.embeddings import close_embedders, get_embedder
 from app.llm.gemini_embeddings import GeminiEmbedder
@@ -249,3 +250,28 @@ def test_a_forked_child_asks_for_batch_jobs_on_a_connection_of_its_own() -> None
         assert embedder.batch_result("batches/job-1", 1) is None
         assert len(fake.calls(JOB)) == 3
         close_embedders()
+
+
+def test_an_app_whose_engine_fails_to_close_still_closes_its_embedder(
+    tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The release ran after `engine.dispose()` in one `finally`: a dispose that raised (or a
+    # second Ctrl-C cancelling it) skipped it, the holder count never came back to zero, and
+    # the app's Gemini embedder stayed open until the process exited (rev-whole23).
+    async def failing_dispose(self: AsyncEngine, close: bool = True) -> None:
+        raise OSError("the pool's connections could not be closed")
+
+    monkeypatch.setattr(AsyncEngine, "dispose", failing_dispose)
+    with fake_gemini() as fake:
+        fake.on(ROUTE, vectors_answer)
+        settings = settings_for(fake, tmp_path / "a")
+        app = create_app(settings, database_url=database_url)  # type: ignore[arg-type]
+        client = TestClient(app)
+        client.__enter__()
+        threads = started_by(
+            lambda: get_embedder(settings).embed_query("where is the jwt check")  # type: ignore[arg-type]
+        )
+        assert len(threads) == 1
+        with pytest.raises(OSError, match="could not be closed"):
+            client.__exit__(None, None, None)
+        assert not any(thread.is_alive() for thread in threads)
