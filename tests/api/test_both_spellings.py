@@ -59,3 +59,36 @@ def test_one_value_under_both_spellings_passes(client: TestClient) -> None:
 
     assert started.status_code == 201
     assert started.json()["projectPath"] == "/a"
+
+
+@pytest.mark.parametrize(
+    ("method", "url"),
+    [
+        ("GET", "/api/sessions?projectPath=/a&project_path=/b"),
+        ("GET", "/api/context?projectPath=/a&project_path=/b"),
+        ("GET", "/api/memories?projectPath=/a&project_path=/b"),
+        ("GET", "/api/memories/k?sessionId=s1&session_id=s2"),
+        ("DELETE", "/api/memories/k?scope=project&projectPath=/a&project_path=/b"),
+    ],
+)
+def test_two_values_under_two_spellings_in_a_query_are_refused(
+    client: TestClient, db: psycopg.Connection[Any], method: str, url: str
+) -> None:
+    for project in ("/a", "/b"):
+        body = {"value": project, "scope": "project", "projectPath": project}
+        assert client.put("/api/memories/k", json=body).status_code == 201
+
+    answer = client.request(method, url)
+
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["error"] == "ValidationFailed"
+    assert "name one field and were sent with different values" in answer.json()["detail"]
+    assert db.execute("SELECT count(*) FROM memories").fetchone() == (2,)
+
+
+def test_one_value_under_both_spellings_in_a_query_passes(client: TestClient) -> None:
+    listed = client.get("/api/sessions?projectPath=/a/&project_path=/a")
+    read = client.get("/api/memories?sessionId=s1&session_id=s1")
+
+    assert listed.status_code == 200
+    assert read.status_code == 200
