@@ -12,7 +12,11 @@ from fastapi.telemetry import TelemetryConfig
 from app import health
 from app.api.errors import install_error_handlers
 from app.api.hot import App
-from app.api.middleware import BearerTokenMiddleware, BodySizeLimitMiddleware
+from app.api.middleware import (
+    BearerTokenMiddleware,
+    BodySizeLimitMiddleware,
+    Utf8UrlMiddleware,
+)
 from app.api.origins import OriginPolicy
 from app.capture.routes import HOT_ENDPOINTS, add_hot_routes
 from app.capture.routes import router as capture_router
@@ -117,6 +121,8 @@ def create_app(
     app.include_router(memories.router)
     mcp = mount_mcp(app, settings)
     # Outermost first: the size limit applies before authentication reads anything.
+    # Innermost of the three: a URL's encoding is judged only for a request that passed them.
+    app.add_middleware(Utf8UrlMiddleware)
     app.add_middleware(BearerTokenMiddleware, token=settings.api_token)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     # Outside all of these and of the server-error layer (`App.build_middleware_stack`): on

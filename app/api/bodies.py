@@ -21,13 +21,38 @@ class CamelModel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
 
 
+def refuse_two_spellings(model: type[BaseModel], data: dict[str, Any]) -> None:
+    """Raise ValueError when `data` names a field in both spellings with different values.
+
+    Pydantic takes the camelCase one and drops the other without a word, so a client that
+    merged objects of both styles filed its data under whichever spelling won. The same value
+    under both is no conflict."""
+    clashes = [
+        f"'{field.alias}' and '{name}'"
+        for name, field in model.model_fields.items()
+        if field.alias
+        and field.alias != name
+        and name in data
+        and field.alias in data
+        and data[name] != data[field.alias]
+    ]
+    if clashes:
+        raise ValueError(
+            f"{', '.join(clashes)} name one field and were sent with different values; "
+            "send one of them"
+        )
+
+
 class SurrogatesReplaced(BaseModel):
     """A body whose strings have their lone surrogates replaced by U+FFFD before validation
-    (`surrogates_replaced`): cleaned as stored text is, instead of a 422 "not a valid string"."""
+    (`surrogates_replaced`): cleaned as stored text is, instead of a 422 "not a valid string".
+    A field sent in both spellings with two values is refused (`refuse_two_spellings`)."""
 
     @model_validator(mode="before")
     @classmethod
     def _replace_surrogates(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            refuse_two_spellings(cls, data)
         return surrogates_replaced(data)
 
 
@@ -49,7 +74,8 @@ class StrictBody(CamelModel):
     Dropped, a misspelt or guessed field did nothing and said nothing: `expiresAt` instead of
     `ttl` stored a memory that never expired. `echoed()` names fields that are not the body's
     but that our own answers carry, so a client that reads an object and sends it back is not
-    refused; they are accepted and ignored. Both spellings (camelCase, snake_case) count."""
+    refused; they are accepted and ignored. Both spellings (camelCase, snake_case) count, and
+    both at once with two values are refused (`refuse_two_spellings`)."""
 
     # The schema says what a client may send (as `extra="forbid"` said for search and sync).
     model_config = ConfigDict(json_schema_extra={"additionalProperties": False})
@@ -69,5 +95,6 @@ class StrictBody(CamelModel):
         unknown = [name for name in data if name not in known and name not in echoed]
         if unknown:
             raise ValueError(unknown_fields_message(unknown, list(spellings.values())))
+        refuse_two_spellings(cls, data)
         # A lone surrogate is cleaned here as in `SurrogatesReplaced`, in the one pass.
         return surrogates_replaced({name: value for name, value in data.items() if name in known})

@@ -1,4 +1,4 @@
-"""Pure ASGI middleware: the bearer-token rule and the request body limit.
+"""Pure ASGI middleware: the bearer-token rule, the request body limit and UTF-8 URLs.
 
 Written as raw ASGI rather than BaseHTTPMiddleware so that streaming responses (the Gemini proxy)
 pass through untouched and the hot capture path pays no extra task per request.
@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import hmac
 import json
+import re
 from collections.abc import Iterable
+from urllib.parse import unquote_to_bytes
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -184,3 +186,44 @@ class BodyTooLarge(Exception):
 
     FastAPI reads a route's body itself and answers any error of the reading as its own `400
     There was an error parsing the body`, this one's cause; `app.api.errors` makes that a 413."""
+
+
+# An escape of a byte past ASCII: only a URL holding one can decode to something not UTF-8.
+_HIGH_ESCAPE = re.compile(rb"%[89a-fA-F]")
+
+
+def not_utf8(raw: bytes) -> bool:
+    """Whether percent-decoding `raw` (a path or query string) gives bytes that are not UTF-8."""
+    if _HIGH_ESCAPE.search(raw) is None:
+        return False
+    try:
+        unquote_to_bytes(raw).decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+class Utf8UrlMiddleware:
+    """Refuse an `/api/` URL whose path or query percent-encodes bytes that are not UTF-8 (400).
+
+    The server decodes such bytes each as U+FFFD (`%FF`, `%FE`, a lone surrogate's `%ED%A0%80`),
+    so different keys, ids and project paths became one: `PUT /api/memories/a%FE` replaced the
+    memory `a%FF` stored, and the one a client stored as `a%EF%BF%BD`. A body's text is cleaned
+    (../shared/API.md); a name in a URL is what a client finds its data by, so it is refused.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("path", "").startswith("/api/"):
+            raw_path: bytes = scope.get("raw_path") or scope.get("path", "").encode()
+            for part, raw in (("path", raw_path), ("query", scope.get("query_string", b""))):
+                if not_utf8(raw):
+                    detail = (
+                        f"the URL's {part} percent-encodes bytes that are not UTF-8 text; "
+                        "encode names as UTF-8 before percent-encoding them (é is %C3%A9)"
+                    )
+                    await send_error(send, 400, "InvalidURL", detail)
+                    return
+        await self.app(scope, receive, send)

@@ -165,6 +165,9 @@ ASYNC_COMMIT = "SET LOCAL synchronous_commit = off"
 # A memory as reads return it: an ORM row, or a row of the exact-key read (app.memories.reads).
 MemoryRecord: TypeAlias = "MemoryRow | ReadRow"
 
+# Rounds of insert-or-lock a write makes while other clients create and delete its key.
+WRITE_ATTEMPTS = 8
+
 LIVE = or_(MemoryRow.expires_at.is_(None), MemoryRow.expires_at > func.now())
 
 
@@ -216,7 +219,8 @@ async def write_memory(
         .execution_options(synchronize_session=False)
     )
     current = await _locked(session, where)
-    if current is None:
+    attempts = 0
+    while current is None:
         if if_version == ANY_VERSION:
             raise VersionConflict(f"memory {key!r} does not exist, but If-Match: * requires it")
         if if_version not in (None, 0):
@@ -231,10 +235,13 @@ async def write_memory(
             return row, True
         # Another writer created it between our SELECT and INSERT: update theirs instead.
         current = await _locked(session, where)
-        if current is None:
-            raise VersionConflict(f"memory {key!r} changed concurrently; retry the write")
-        if if_version == 0:
+        if current is not None and if_version == 0:
             raise VersionConflict(f"memory {key!r} was created concurrently (version 1)")
+        # Gone again (a DELETE committed between our INSERT and SELECT): a write that set no
+        # precondition creates it afresh rather than answer 409 (it did, racing deletes).
+        attempts += 1
+        if current is None and attempts >= WRITE_ATTEMPTS:
+            raise VersionConflict(f"memory {key!r} changed concurrently; retry the write")
     if if_version not in (None, ANY_VERSION, current.version):
         raise VersionConflict(
             f"memory {key!r} is at version {current.version}, not {if_version}; "

@@ -5,11 +5,18 @@ Each step is its own short transaction on the app's pool, run by a background jo
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import structlog
+from pydantic import ValidationError
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.capture.errors import SessionIdConflict
 from app.capture.schemas import ObserveIn, ObserveResultIn, SessionStartIn
 from app.capture.service import end_session, record_observation, record_result, start_session
+from app.errors import AppError
 from app.proxy.calls import FunctionCall, FunctionResult, match_results, observation_ids
 from app.proxy.sessions import (
     PROXY_CREATOR,
@@ -23,6 +30,8 @@ from app.state import AppState
 # Sessions named by the caller (X-Agmem-Session) are the caller's to end; they are never reused
 # for other calls nor ended for idleness, so they carry a different creator.
 CALLER_NAMED_CREATOR = "gemini-proxy:caller"
+
+log = structlog.get_logger(__name__)
 
 _PROJECT_OF = text("SELECT project_path FROM sessions WHERE id = :id")
 
@@ -84,13 +93,14 @@ async def record_results(
         matched = [None] * len(results)
     async with agmem.sessionmaker() as db, db.begin():
         for result, observation_id in zip(results, matched, strict=True):
-            data = ObserveResultIn(
-                session_id=session_id,
-                function_name=result.name,
-                result=result.result,
-                observation_id=observation_id,
-            )
-            await record_result(db, data=data, settings=agmem.settings)
+            async with _alone(db, "result", result.name):
+                data = ObserveResultIn(
+                    session_id=session_id,
+                    function_name=result.name,
+                    result=result.result,
+                    observation_id=observation_id,
+                )
+                await record_result(db, data=data, settings=agmem.settings)
 
 
 async def record_calls(
@@ -105,13 +115,32 @@ async def record_calls(
     ids = observation_ids(session_id, turn_index, calls, conversation=conversation)
     async with agmem.sessionmaker() as db, db.begin():
         for call, observation_id in zip(calls, ids, strict=True):
-            data = ObserveIn(
-                session_id=session_id,
-                function_name=call.name,
-                function_args=call.args,
-                id=observation_id,
-            )
-            await record_observation(db, data=data, settings=agmem.settings)
+            async with _alone(db, "call", call.name):
+                data = ObserveIn(
+                    session_id=session_id,
+                    function_name=call.name,
+                    function_args=call.args,
+                    id=observation_id,
+                )
+                await record_observation(db, data=data, settings=agmem.settings)
+
+
+@asynccontextmanager
+async def _alone(db: AsyncSession, what: str, name: str) -> AsyncIterator[None]:
+    """Record one call or result in a savepoint of its own: one the capture refuses (a name over
+    300 characters, a NaN, arguments nested too deep) is logged and skipped, and the others of
+    its answer or request are kept. They shared one transaction, and one refusal lost them all."""
+    try:
+        async with db.begin_nested():
+            yield
+    except (AppError, ValidationError) as error:
+        log.warning(
+            "proxy.capture_skipped",
+            what=what,
+            function=name[:100],
+            error_type=type(error).__name__,
+            error=str(error)[:300],
+        )
 
 
 async def end_idle_sessions(agmem: AppState) -> int:

@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 import psycopg
+from sqlalchemy import event
 
 from app.db.engine import make_async_engine, make_sessionmaker, transaction
 from app.memories.schemas import MemoryWrite
@@ -37,3 +38,50 @@ def test_concurrent_first_writes_of_one_key(database_url: str, db: psycopg.Conne
     assert db.execute("SELECT version FROM memories").fetchall() == [(8,)]
     versions = db.execute("SELECT version FROM memory_versions ORDER BY version").fetchall()
     assert versions == [(n,) for n in range(1, 8)]
+
+
+async def _write_while_deleted(database_url: str, db: psycopg.Connection[Any]) -> bool:
+    """A write whose INSERT meets a row that another client deletes before the write can lock it.
+
+    The other client's insert and delete land between the write's statements, as a `PUT` and a
+    `DELETE` racing it over HTTP do (5 of 15 `PUT`s in such a burst answered 409)."""
+    engine = make_async_engine(database_url, pool_size=1)
+    sessionmaker = make_sessionmaker(engine)
+    interleaved: list[str] = []
+
+    def before(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.startswith("INSERT INTO memories") and not interleaved:
+            db.execute(
+                "INSERT INTO memories (id, scope, project_path, session_id, key, value, tags) "
+                "VALUES (gen_random_uuid(), 'global', '', '', 'race.gone', '1', '{}')"
+            )
+            interleaved.append("inserted")
+
+    def after(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.startswith("INSERT INTO memories") and interleaved == ["inserted"]:
+            db.execute("DELETE FROM memories WHERE key = 'race.gone'")
+            interleaved.append("deleted")
+
+    event.listen(engine.sync_engine, "before_cursor_execute", before)
+    event.listen(engine.sync_engine, "after_cursor_execute", after)
+    try:
+        async with transaction(sessionmaker) as session:
+            _, created = await write_memory(
+                session,
+                key="race.gone",
+                data=MemoryWrite(value=2, scope="global"),
+                settings=make_settings(),
+            )
+    finally:
+        await engine.dispose()
+    assert interleaved == ["inserted", "deleted"]
+    return created
+
+
+def test_unconditional_write_racing_a_delete_is_stored(
+    database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    # A write without ifVersion asks for no precondition, so it must not answer 409.
+    assert asyncio.run(_write_while_deleted(database_url, db)) is True
+    rows = db.execute("SELECT value, version FROM memories WHERE key = 'race.gone'").fetchall()
+    assert rows == [(2, 1)]

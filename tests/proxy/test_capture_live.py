@@ -477,3 +477,44 @@ def test_a_function_name_holding_a_lone_surrogate_is_captured_cleaned(
 
     rows = _settled(db, 1, "captured")
     assert [(r[1], r[4]) for r in rows] == [("read\ufffd", "captured")]
+
+
+def test_a_call_or_result_capture_refuses_loses_only_itself(
+    proxy: Proxy, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # One answer's calls, and one request's results, were recorded in one transaction: a call
+    # the capture refuses (a name over 300 characters) lost its two neighbours too, and a result
+    # it refuses (a NaN, which Python's `json` reads) the other result of the request.
+    calls = [
+        {"name": "read_file", "args": {"path": "a.py"}},
+        {"name": "x" * 301, "args": {}},
+        {"name": "list_dir", "args": {"path": "."}},
+    ]
+    proxy.upstream.queue(Scripted(body=_calls_answer(*calls)))
+    url = f"{proxy.url}/v1beta/models/m:generateContent"
+    headers = {"X-Agmem-Project": PROJECT, "content-type": "application/json"}
+    history = [{"role": "user", "parts": [{"text": "look around"}]}]
+    httpx.post(url, content=json.dumps({"contents": history}), headers=headers)
+
+    rows = _settled(db, 2, "pending")
+    assert [r[1] for r in rows] == ["read_file", "list_dir"]
+
+    results = [
+        {"functionResponse": {"name": "read_file", "response": {"size": float("nan")}}},
+        {"functionResponse": {"name": "list_dir", "response": {"files": ["a.py"]}}},
+    ]
+    follow_up = [*history, {"role": "model", "parts": [{"functionCall": c} for c in calls]}]
+    follow_up.append({"role": "user", "parts": results})
+    httpx.post(url, content=json.dumps({"contents": follow_up}), headers=headers)
+
+    def listed() -> list[tuple[Any, ...]]:
+        return [r for r in _observations(db) if r[1] == "list_dir" and r[4] == "captured"]
+
+    assert _wait_for(listed)
+    logged = _logs_until(capsys, "proxy.capture_skipped", times=2)
+    assert "string_too_long" in logged
+    assert "NaN" in logged
+    assert {(r[1], r[4]) for r in _observations(db)} == {
+        ("read_file", "pending"),
+        ("list_dir", "captured"),
+    }

@@ -1,0 +1,58 @@
+"""A URL whose percent-encoding is not UTF-8 is a 400, not a key or project of U+FFFD.
+
+The server decoded `%FF` and `%FE` (and a lone surrogate's `%ED%A0%80`) each as U+FFFD, so two
+different keys named one memory: `PUT /api/memories/a%FE` replaced the value `PUT a%FF` stored
+(the same id, version 2), and a `DELETE` of either removed it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+
+
+@pytest.mark.parametrize("escaped", ["a%FF", "a%FE", "a%ED%A0%80", "a%C0%AF", "%E9t%E9"])
+def test_a_key_that_is_not_utf8_is_refused(
+    on_loopback: TestClient, db: psycopg.Connection[Any], escaped: str
+) -> None:
+    put = on_loopback.put(f"/api/memories/{escaped}", json={"value": 1, "scope": "global"})
+    read = on_loopback.get(f"/api/memories/{escaped}")
+    deleted = on_loopback.delete(f"/api/memories/{escaped}")
+
+    for answer in (put, read, deleted):
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["error"] == "InvalidURL"
+        assert "UTF-8" in answer.json()["detail"]
+    assert db.execute("SELECT count(*) FROM memories").fetchone() == (0,)
+
+
+def test_two_keys_no_longer_meet_in_one_memory(
+    on_loopback: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    on_loopback.put("/api/memories/a%EF%BF%BD", json={"value": "kept", "scope": "global"})
+    on_loopback.put("/api/memories/a%FF", json={"value": "other", "scope": "global"})
+    on_loopback.delete("/api/memories/a%FE")
+
+    rows = db.execute("SELECT key, value, version FROM memories").fetchall()
+    assert rows == [("a\ufffd", "kept", 1)]
+
+
+def test_a_query_that_is_not_utf8_is_refused(on_loopback: TestClient) -> None:
+    answer = on_loopback.get("/api/sessions?projectPath=%2Ftmp%2F%FF")
+
+    assert answer.status_code == 400
+    assert answer.json()["error"] == "InvalidURL"
+
+
+def test_utf8_and_plain_escapes_still_pass(on_loopback: TestClient) -> None:
+    put = on_loopback.put(
+        "/api/memories/%C3%A9t%C3%A9%2F100%25", json={"value": 1, "scope": "global"}
+    )
+    listed = on_loopback.get("/api/sessions?projectPath=%2Fhome%2Fd%C3%A9v&limit=5")
+
+    assert put.status_code == 201
+    assert put.json()["key"] == "été/100%"
+    assert listed.status_code == 200
