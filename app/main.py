@@ -32,7 +32,7 @@ from app.proxy import routes as proxy_routes
 from app.search.routes import router as search_router
 from app.state import AppState
 from app.sync.routes import router as sync_router
-from app.warmup import resolve_routes, warm_up
+from app.warmup import import_request_modules, resolve_routes, warm_up
 from app.worker.loop import Worker
 
 NO_TELEMETRY: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False}
@@ -53,7 +53,8 @@ def create_app(
     resolved it first); the app then restarts that server if it dies, as it does when it
     started the server itself. `hurry`, once set, cuts the worker's grace short at shutdown
     (a second Ctrl-C to `agmem serve`). With `warm_routes` (`agmem serve`), the routes are
-    resolved before the first request rather than by it (`resolve_routes`)."""
+    resolved before the first request rather than by it (`resolve_routes`), and what the first
+    requests import is imported beside the start (`import_request_modules`)."""
     settings = settings or get_settings()
 
     @asynccontextmanager
@@ -85,6 +86,11 @@ def create_app(
                     if run_worker
                     else None
                 )
+                importing = (
+                    asyncio.create_task(asyncio.to_thread(import_request_modules))
+                    if warm_routes
+                    else None
+                )
                 try:
                     async with mcp.running():
                         yield
@@ -92,6 +98,8 @@ def create_app(
                     stop.set()
                     if worker is not None:
                         await worker
+                    if importing is not None:
+                        await importing
         finally:
             try:
                 await engine.dispose()

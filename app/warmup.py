@@ -1,7 +1,8 @@
 """What a serving process pays at its start, so that its first request does not.
 
 The command line defers both (most commands need neither); `agmem serve` pays them in its
-lifespan, before it answers, and `agmem mcp` beside its client's first messages.
+lifespan, before it answers, and `agmem mcp` beside its client's first messages. `agmem serve`
+also imports, beside its first requests, what they would import (`import_request_modules`).
 """
 
 from __future__ import annotations
@@ -28,3 +29,12 @@ def resolve_routes(app: FastAPI) -> None:
     Not for every app: the tests' apps, thousands, each ask a few routes."""
     for _ in iter_route_contexts(app.router.routes):
         pass
+
+
+def import_request_modules() -> None:
+    """Import anyio's asyncio backend (13 modules, 11-20 ms of CPU), which FastAPI imports on
+    the first request with a `yield` dependency (the database session, every route but
+    /health's and capture's): it was most of what a new server's first session start cost over
+    its second (docs/benchmarks.md, "A new server's first request per hot route"). Run in a
+    thread beside the start, so /health is not kept waiting for it."""
+    import anyio._backends._asyncio  # noqa: F401

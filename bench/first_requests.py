@@ -6,9 +6,10 @@ bench database (bench/db.py) its own `agmem migrate` brought to its head, waits 
 sends each hot route two requests in turn: `POST /api/session/start`, `/api/observe` (6 KB of
 arguments), `/api/observe/result`, `/api/search`, `GET /api/context`, each pair before the next
 route's (so a route's first request is the process's first on that route). It prints per route
-the median wall milliseconds of the first and of the second request over `--runs`, and given
-`--against` (another checkout, or a venv) the other tree's, run for run in turn (the order
-reversed every other run). What the first pays beyond the second is what the process left to its
+the median wall milliseconds of the first and of the second request over `--runs` and their
+ratio, and given `--against` (another checkout, or a venv) the other tree's, run for run in turn
+(the order reversed every other run), and the ratios this/other of the first and the second.
+What the first pays beyond the second is what the process left to its
 first request on that route.
 """
 
@@ -147,16 +148,20 @@ def main() -> None:
         return statistics.median(firsts) * 1e3, statistics.median(seconds) * 1e3
 
     print(f"median of {options.runs} runs, wall ms of a new server's 1st and 2nd request")
-    head = f"{'route':<16} {'1st':>7} {'2nd':>7}"
     if len(venvs) == 2:
-        head += f" {'other 1st':>9} {'other 2nd':>9}"
+        print("x = this / other; 1st/2nd = the 1st request's wall over the 2nd's, per tree")
+    head = f"{'route':<16} {'1st':>7} {'2nd':>7} {'1st/2nd':>7}"
+    if len(venvs) == 2:
+        head += f" {'other 1st':>9} {'other 2nd':>9} {'1st/2nd':>7} {'1st x':>6} {'2nd x':>6}"
     print(head)
     for route in ROUTES:
         first, second = medians(venvs[0], route)
-        line = f"{route:<16} {first:>7.1f} {second:>7.1f}"
+        line = f"{route:<16} {first:>7.1f} {second:>7.1f} {first / second:>7.2f}"
         if len(venvs) == 2:
             other_first, other_second = medians(venvs[1], route)
             line += f" {other_first:>9.1f} {other_second:>9.1f}"
+            line += f" {other_first / other_second:>7.2f}"
+            line += f" {first / other_first:>6.2f} {second / other_second:>6.2f}"
         print(line)
 
 

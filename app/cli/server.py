@@ -136,12 +136,16 @@ def serve(
 
     from app.cli.serving import StoppingServer
     from app.cli.wire import JsonErrorsProtocol
-    from app.db import migrate
+    from app.db.revision import at_head
     from app.main import create_app
 
     with cli_errors():
         url = open_database(settings, migrate_embedded=False)
-        migrate.upgrade(url)
+        # Alembic is loaded only for a database not at head: one cheap query first.
+        if not at_head(url):
+            from app.db import migrate
+
+            migrate.upgrade(url)
         typer.echo(f"agmem: database {describe_location(settings, url)}, schema at head", err=True)
         typer.echo(f"agmem: serving on http://{url_host(settings.host)}:{bound_port}", err=True)
         hurry = asyncio.Event()

@@ -4,14 +4,18 @@ The MCP SDK and the tools' server (app/mcp/server.py) cost ~0.7-0.9 s of CPU to 
 third of what `agmem serve` imported before answering `/health`, and most servers (every test's)
 never serve an MCP call. They are imported on the first request to `/mcp`, in a thread so that
 the requests under way go on meanwhile; that request waits for them once (see docs/mcp.md).
+A start that fails is tried again after a delay that doubles with each failure in a row.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import AsyncIterator
+import math
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import structlog
@@ -32,29 +36,59 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
+# The delay before a start is tried again after a failure, doubled at each failure in a row up
+# to the cap (docs/mcp.md, "When the start fails"): 1, 2, 4, 8, 16, 30, 30 ... s.
+RETRY_FIRST_SECONDS = 1.0
+RETRY_MAX_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    """Why `/mcp` answers 503, and in how many seconds to come back (None: not at all)."""
+
+    detail: str
+    retry_after: int | None = None
+
 
 def _import_server() -> None:
     import app.mcp.server  # noqa: F401
+
+
+NOT_RUNNING = Unavailable("the MCP server is not running")
 
 
 class McpEndpoint:
     """The endpoint; its session manager is started by its first request and runs until the app
     lifespan (`running`) ends."""
 
-    def __init__(self, state: StateProvider, settings: Settings) -> None:
+    def __init__(
+        self,
+        state: StateProvider,
+        settings: Settings,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.state = state
         self.settings = settings
+        self.clock = clock
         self.manager: StreamableHTTPSessionManager | None = None
         self._stop: asyncio.Event | None = None  # set while the lifespan runs
         self._context: contextvars.Context | None = None
-        self._starting: asyncio.Task[str | None] | None = None
+        self._starting: asyncio.Task[bool] | None = None
         self._serving: asyncio.Task[None] | None = None
+        # The failures in a row (start or running manager), the last one's cause, and when the
+        # next start may be tried.
+        self._failures = 0
+        self._failure = ("", "", "")  # what failed, what comes next, the cause
+        self._retry_at = 0.0
+        self._running_since = 0.0
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
         """Let requests start a session manager (a new one in each lifespan, and after one
         failed: the SDK's can run only once) and stop it at the lifespan's end."""
         stop = self._stop = asyncio.Event()
+        self._failures, self._retry_at = 0, 0.0
         # The manager's tasks run in the lifespan's context, as when the lifespan entered it,
         # not in that of the request which happened to start it.
         self._context = contextvars.copy_context()
@@ -72,37 +106,66 @@ class McpEndpoint:
             finally:
                 self._stop = self._context = None
 
-    async def _manager(self) -> StreamableHTTPSessionManager | str | None:
-        """The running session manager, started by the first request; None outside the lifespan,
-        or why its start failed."""
+    async def _manager(self) -> StreamableHTTPSessionManager | Unavailable:
+        """The running session manager, started by the first request, or why there is none:
+        outside the lifespan, or a failure whose delay has not run out."""
         # The lifespan's end first: it stops the manager, which stays set until the manager's
         # task runs again, and would be handed a request it is stopping under.
         stop = self._stop
         if stop is None or stop.is_set():
-            return None
+            return NOT_RUNNING
         if self.manager is not None:
             return self.manager
         if self._starting is None:
+            if self._failures and self.clock() < self._retry_at:
+                return self._backing_off()
             self._starting = asyncio.create_task(self._start(stop), context=self._context)
         # Shielded: a request cancelled meanwhile (its client gone) leaves the start to finish
         # for the next one.
-        failure = await asyncio.shield(self._starting)
-        if failure is not None:
-            return failure
-        return None if stop.is_set() else self.manager
+        if not await asyncio.shield(self._starting):
+            return self._backing_off()
+        return NOT_RUNNING if stop.is_set() or self.manager is None else self.manager
 
-    async def _start(self, stop: asyncio.Event) -> str | None:
-        """Start the session manager; on failure, why (logged here, once for all the requests
-        that waited for this start), and the next request tries again: a start that failed
-        once (an import under way while the SDK was being upgraded) may not fail twice."""
+    def _backing_off(self) -> Unavailable:
+        wait = max(1, math.ceil(self._retry_at - self.clock()))
+        failed, next_step, cause = self._failure
+        detail = f"the MCP server {failed} ({next_step} in {wait} s): {cause}"
+        return Unavailable(detail, retry_after=wait)
+
+    def _failed(self, event: str, error: Exception, failed: str, next_step: str) -> None:
+        """Count a failure in the streak, delay the next start, and log it: the traceback for
+        the streak's first failure (or a new cause), one line for the next ones, which a
+        persistent cause (a broken SDK) would otherwise repeat at every retry."""
+        cause = first_line(_innermost(error))
+        self._failures += 1
+        delay = min(RETRY_MAX_SECONDS, RETRY_FIRST_SECONDS * 2 ** min(self._failures - 1, 16))
+        self._retry_at = self.clock() + delay
+        repeated = self._failures > 1 and self._failure[2] == cause
+        self._failure = (failed, next_step, cause)
+        extra = {"retry_in": delay, "failures": self._failures}
+        if repeated:
+            log.error(event, error=cause, **extra)
+        else:
+            log.error(event, error=cause, exc_info=error, **extra)
+
+    async def _start(self, stop: asyncio.Event) -> bool:
+        """Start the session manager; whether it started. A failure is logged here, once for
+        all the requests that waited for this start, and the start is tried again after the
+        delay: a start that failed once (an import under way while the SDK was being upgraded)
+        may not fail twice, but one that keeps failing must not cost an import per request."""
         try:
             await self._start_serving(stop)
         except Exception as error:
             if self._starting is asyncio.current_task():
                 self._starting = None
-            log.error("mcp.start_failed", error=first_line(error), exc_info=error)
-            return first_line(error)
-        return None
+            self._failed("mcp.start_failed", error, "could not start", "retried")
+            return False
+        # The streak goes on: a manager that fails at once after this start is delayed as the
+        # failures before it were. It ends with a manager that ran for a while (`_serve`).
+        self._running_since = self.clock()
+        if self._failures:
+            log.info("mcp.recovered", failures=self._failures)
+        return True
 
     async def _start_serving(self, stop: asyncio.Event) -> None:
         await asyncio.to_thread(_import_server)
@@ -148,22 +211,29 @@ class McpEndpoint:
             if not started.done():
                 started.set_exception(error)  # the start's failure, which `_start` logs
             elif isinstance(error, Exception):
-                log.error("mcp.server_failed", error=first_line(error), exc_info=error)
-                if not stop.is_set():  # the next request starts a new one
+                if self.clock() - self._running_since >= RETRY_MAX_SECONDS:
+                    self._failures = 0  # it ran well: a new streak
+                self._failed("mcp.server_failed", error, "failed", "restarted")
+                if not stop.is_set():  # a request after the delay starts a new one
                     self._starting = None
             if not isinstance(error, Exception):
                 raise  # a cancellation goes on
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         manager = await self._manager()
-        if manager is None:
-            await send_error(send, 503, "ServiceUnavailable", "the MCP server is not running")
-            return
-        if isinstance(manager, str):
-            detail = f"the MCP server could not start (retried on the next request): {manager}"
-            await send_error(send, 503, "ServiceUnavailable", detail)
+        if isinstance(manager, Unavailable):
+            retry = {} if manager.retry_after is None else {"Retry-After": str(manager.retry_after)}
+            await send_error(send, 503, "ServiceUnavailable", manager.detail, retry)
             return
         await manager.handle_request(scope, await _surrogates_cleaned(receive), send)
+
+
+def _innermost(error: BaseException) -> BaseException:
+    """The error a group of one wraps: the manager's task group fails with "unhandled errors in
+    a TaskGroup (1 sub-exception)", which names nothing."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error
 
 
 async def _surrogates_cleaned(receive: Receive) -> Receive:
@@ -193,14 +263,17 @@ def _replaying(first: Message, receive: Receive) -> Receive:
     return replay
 
 
-def mount_mcp(app: FastAPI, settings: Settings) -> McpEndpoint:
-    """Serve the MCP tools at `/mcp` on `app`; enter `endpoint.running()` in the lifespan."""
+def mount_mcp(
+    app: FastAPI, settings: Settings, *, clock: Callable[[], float] = time.monotonic
+) -> McpEndpoint:
+    """Serve the MCP tools at `/mcp` on `app`; enter `endpoint.running()` in the lifespan.
+    `clock` times the delays after a failed start (the tests move it)."""
 
     def state() -> AppState:
         current: AppState = app.state.agmem
         return current
 
-    endpoint = McpEndpoint(state, settings)
+    endpoint = McpEndpoint(state, settings, clock=clock)
     # POST only. The endpoint is stateless: it offers no server-initiated SSE stream and has no
     # session to end, and the spec's answer to a GET or DELETE then is 405. Handed to the SDK, a
     # GET opened an SSE stream that never sent anything (`curl` waited forever) and a DELETE got

@@ -201,16 +201,19 @@ def test_a_first_request_to_mcp_cancelled_leaves_the_start_to_finish_for_the_nex
     assert _starts(caplog) == 1
 
 
-class _BrokenOnce(importlib.abc.MetaPathFinder):
-    """Fails the first import of the MCP server, as a broken or half-installed SDK would."""
+class _Broken(importlib.abc.MetaPathFinder):
+    """Fails the imports of the MCP server while `broken`, as a broken or half-installed SDK
+    would; counts the imports tried."""
 
     def __init__(self) -> None:
-        self.failures = 1
+        self.broken = True
+        self.tried = 0
 
     def find_spec(self, name: str, path: Any, target: Any = None) -> None:
-        if name == "app.mcp.server" and self.failures:
-            self.failures -= 1
-            raise ImportError("cannot import name 'MCPServer' from 'mcp.server'")
+        if name == "app.mcp.server":
+            self.tried += 1
+            if self.broken:
+                raise ImportError("cannot import name 'MCPServer' from 'mcp.server'")
         return None
 
 
@@ -221,41 +224,195 @@ def _server_imported_anew(monkeypatch: pytest.MonkeyPatch, finder: Any) -> None:
     monkeypatch.setattr(sys, "meta_path", [finder, *sys.meta_path])
 
 
-def test_a_failed_start_of_mcp_is_a_503_naming_it_and_the_next_request_starts_it(
+class _Clock:
+    """The endpoint's clock, moved by the test: no test waits for a real backoff."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+MCP_BODY = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
+START_FAILED = "the MCP server could not start"
+CAUSE = "cannot import name 'MCPServer' from 'mcp.server'"
+
+
+def _mcp_events(logged: list[dict[str, Any]]) -> list[tuple[str, bool]]:
+    """The endpoint's log lines: each event and whether it carries a traceback."""
+    return [
+        (entry["event"], "exc_info" in entry)
+        for entry in logged
+        if entry["event"].startswith("mcp.")
+    ]
+
+
+def test_a_failed_start_of_mcp_is_a_503_with_retry_after_and_is_not_retried_at_once(
     database_url: str,
     db: psycopg.Connection[Any],
     tmp_path: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # A failed start was kept: every later /mcp answered a 500 InternalError for the lifespan
-    # while /health answered 200.
-    _server_imported_anew(monkeypatch, _BrokenOnce())
+    # A start that failed was tried again by the very next request: a persistently failing start
+    # re-imported the SDK in a thread (~0.85 s of CPU) and logged a traceback on every request,
+    # and the 503 had no Retry-After to tell a client when to come back.
+    broken = _Broken()
+    _server_imported_anew(monkeypatch, broken)
     configure_logging("info")
     monkeypatch.setattr(mcp_http, "log", structlog.get_logger(mcp_http.__name__))
     app = create_app(make_settings(home=tmp_path / "home"), database_url=database_url)
-    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
-    headers = {"Accept": "application/json, text/event-stream"}
 
     async def main() -> list[httpx.Response]:
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             async with app.router.lifespan_context(app):
-                return [await client.post("/mcp", json=body, headers=headers) for _ in range(2)]
+                return [
+                    await client.post("/mcp", json=MCP_BODY, headers=MCP_HEADERS) for _ in range(3)
+                ]
 
     with capture_logs() as logged:
-        failed, started = asyncio.run(main())
+        answers = asyncio.run(main())
 
-    assert failed.status_code == 503
-    assert failed.json() == {
+    assert [answer.status_code for answer in answers] == [503, 503, 503]
+    assert answers[0].json() == {
         "error": "ServiceUnavailable",
-        "detail": "the MCP server could not start (retried on the next request): "
-        "cannot import name 'MCPServer' from 'mcp.server'",
+        "detail": f"{START_FAILED} (retried in 1 s): {CAUSE}",
     }
-    assert started.status_code == 200, started.text
-    assert "write_memory" in started.text
-    assert [entry["event"] for entry in logged if entry["event"].startswith("mcp.")] == [
-        "mcp.start_failed"
+    assert [answer.headers.get("retry-after") for answer in answers] == ["1", "1", "1"]
+    assert broken.tried == 1
+    assert _mcp_events(logged) == [("mcp.start_failed", True)]
+
+
+def test_failed_starts_of_mcp_back_off_log_one_traceback_and_recover_when_the_cause_goes(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broken = _Broken()
+    _server_imported_anew(monkeypatch, broken)
+    configure_logging("info")
+    monkeypatch.setattr(mcp_http, "log", structlog.get_logger(mcp_http.__name__))
+    clock = _Clock()
+    app = FastAPI()
+    endpoint = mount_mcp(app, make_settings(home=tmp_path / "home"), clock=clock)
+    seen: list[tuple[float, int, str | None, int]] = []
+
+    async def main() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            async with endpoint.running():
+                start = clock.now
+                # Seconds after the first request: failures at 0, 1, 3 and 7 (1, 2, 4 s apart),
+                # refusals in between without an import.
+                for at in (0, 0.5, 1, 2.9, 3, 6.5, 7, 10):
+                    clock.now = start + at
+                    answer = await client.post("/mcp", json=MCP_BODY, headers=MCP_HEADERS)
+                    retry_after = answer.headers.get("retry-after")
+                    seen.append((at, answer.status_code, retry_after, broken.tried))
+                broken.broken = False  # the SDK is whole again
+                clock.now = start + 15
+                return await client.post("/mcp", json=MCP_BODY, headers=MCP_HEADERS)
+
+    with capture_logs() as logged:
+        recovered = asyncio.run(main())
+
+    assert seen == [
+        (0, 503, "1", 1),
+        (0.5, 503, "1", 1),
+        (1, 503, "2", 2),
+        (2.9, 503, "1", 2),
+        (3, 503, "4", 3),
+        (6.5, 503, "1", 3),
+        (7, 503, "8", 4),
+        (10, 503, "5", 4),
     ]
+    assert recovered.status_code == 200, recovered.text
+    assert "write_memory" in recovered.text
+    # The traceback once for the streak; the later failures in one line each.
+    assert _mcp_events(logged) == [
+        ("mcp.start_failed", True),
+        ("mcp.start_failed", False),
+        ("mcp.start_failed", False),
+        ("mcp.start_failed", False),
+        ("mcp.recovered", False),
+    ]
+    assert [entry.get("retry_in") for entry in logged if entry["event"] == "mcp.start_failed"] == [
+        1,
+        2,
+        4,
+        8,
+    ]
+
+
+def test_the_backoff_of_mcp_starts_stops_at_its_cap(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broken = _Broken()
+    _server_imported_anew(monkeypatch, broken)
+    clock = _Clock()
+    app = FastAPI()
+    endpoint = mount_mcp(app, make_settings(home=tmp_path / "home"), clock=clock)
+
+    async def main() -> list[str | None]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            async with endpoint.running():
+                delays = []
+                for _ in range(9):
+                    answer = await client.post("/mcp", json=MCP_BODY, headers=MCP_HEADERS)
+                    delays.append(answer.headers.get("retry-after"))
+                    clock.now += int(answer.headers["retry-after"])
+                return delays
+
+    with capture_logs():
+        delays = asyncio.run(main())
+
+    assert delays == ["1", "2", "4", "8", "16", "30", "30", "30", "30"]
+    assert broken.tried == 9
+
+
+def test_a_session_manager_failing_at_once_is_restarted_after_a_backoff(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A manager that failed as it started was started again by every request.
+    run = StreamableHTTPSessionManager.run
+    runs: list[StreamableHTTPSessionManager] = []
+    failing = [True]
+
+    @asynccontextmanager
+    async def failing_at_once(manager: StreamableHTTPSessionManager) -> AsyncIterator[None]:
+        runs.append(manager)
+        if failing[0]:
+            raise RuntimeError("the session manager's task group failed")
+        async with run(manager):
+            yield
+
+    monkeypatch.setattr(StreamableHTTPSessionManager, "run", failing_at_once)
+    configure_logging("info")
+    monkeypatch.setattr(mcp_http, "log", structlog.get_logger(mcp_http.__name__))
+    clock = _Clock()
+    app = FastAPI()
+    endpoint = mount_mcp(app, make_settings(home=tmp_path / "home"), clock=clock)
+
+    async def main() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            async with endpoint.running():
+                answers = [
+                    await client.post("/mcp", json=MCP_BODY, headers=MCP_HEADERS) for _ in range(3)
+                ]
+                failing[0] = False
+                clock.now += 1
+                answers.append(await client.post("/mcp", json=MCP_BODY, headers=MCP_HEADERS))
+                return answers
+
+    with capture_logs() as logged:
+        answers = asyncio.run(main())
+
+    assert [answer.status_code for answer in answers] == [503, 503, 503, 200]
+    assert answers[1].headers["retry-after"] == "1"
+    assert len(runs) == 2
+    assert _mcp_events(logged) == [("mcp.start_failed", True), ("mcp.recovered", False)]
 
 
 def test_a_request_to_mcp_as_the_lifespan_ends_is_a_503_not_the_stopping_server(
@@ -332,14 +489,11 @@ def test_a_session_manager_failing_is_logged_and_the_lifespan_still_ends_cleanly
     ] == [("mcp.server_failed", "the session manager's task group failed")]
 
 
-def test_a_session_manager_failing_while_it_runs_is_started_again_by_the_next_request(
-    database_url: str,
-    db: psycopg.Connection[Any],
-    tmp_path: Any,
-    monkeypatch: pytest.MonkeyPatch,
+def test_a_session_manager_failing_while_it_runs_is_started_again_after_a_backoff(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The failed manager's start was kept as done: /mcp answered "not running" for the rest
-    # of the lifespan.
+    # of the lifespan. Then every request started a new one, however soon it failed again.
     run = StreamableHTTPSessionManager.run
     crash = asyncio.Event()
     managers: list[StreamableHTTPSessionManager] = []
@@ -360,30 +514,37 @@ def test_a_session_manager_failing_while_it_runs_is_started_again_by_the_next_re
     monkeypatch.setattr(StreamableHTTPSessionManager, "run", crashing)
     configure_logging("info")
     monkeypatch.setattr(mcp_http, "log", structlog.get_logger(mcp_http.__name__))
-    app = create_app(make_settings(home=tmp_path / "home"), database_url=database_url)
-    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
-    headers = {"Accept": "application/json, text/event-stream"}
+    clock = _Clock()
+    app = FastAPI()
+    endpoint = mount_mcp(app, make_settings(home=tmp_path / "home"), clock=clock)
 
     async def main() -> list[httpx.Response]:
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-            async with app.router.lifespan_context(app):
-                answers = [await client.post("/mcp", json=body, headers=headers)]
+            async with endpoint.running():
+                answers = [await client.post("/mcp", json=MCP_BODY, headers=MCP_HEADERS)]
                 crash.set()
                 for _ in range(500):
                     if any(entry["event"] == "mcp.server_failed" for entry in logged):
                         break
                     await asyncio.sleep(0.01)
-                answers.append(await client.post("/mcp", json=body, headers=headers))
+                answers.append(await client.post("/mcp", json=MCP_BODY, headers=MCP_HEADERS))
+                clock.now += 1
+                answers.append(await client.post("/mcp", json=MCP_BODY, headers=MCP_HEADERS))
             return answers
 
     with capture_logs() as logged:
-        before, after = asyncio.run(main())
+        before, backing_off, after = asyncio.run(main())
 
     assert before.status_code == 200, before.text
-    assert [entry["event"] for entry in logged if entry["event"].startswith("mcp.")] == [
-        "mcp.server_failed"
-    ]
+    assert backing_off.status_code == 503
+    assert backing_off.headers["retry-after"] == "1"
+    assert backing_off.json() == {
+        "error": "ServiceUnavailable",
+        "detail": "the MCP server failed (restarted in 1 s): the session manager's task group "
+        "failed",
+    }
+    assert _mcp_events(logged) == [("mcp.server_failed", True), ("mcp.recovered", False)]
     assert after.status_code == 200, after.text
     assert "write_memory" in after.text
     assert len(managers) == 2

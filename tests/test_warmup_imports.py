@@ -1,0 +1,54 @@
+"""`agmem serve`'s app imports, beside its start, what its first requests would otherwise import."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import psycopg
+
+# In a new interpreter: the test process has long imported all of it.
+SERVED = """
+import asyncio, sys, time
+from app.config import load_settings
+from app.main import create_app
+
+async def main(warm):
+    settings = load_settings(database_url=sys.argv[1], _env_file=None, gemini_api_key=None,
+                             home=sys.argv[2])
+    app = create_app(settings, database_url=sys.argv[1], warm_routes=warm)
+    async with app.router.lifespan_context(app):
+        deadline = time.monotonic() + 10
+        while "anyio._backends._asyncio" not in sys.modules and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        print("anyio._backends._asyncio" in sys.modules)
+
+asyncio.run(main(sys.argv[3] == "served"))
+"""
+
+
+def imported_without_a_request(database_url: str, home: Any, app: str) -> bool:
+    done = subprocess.run(
+        [sys.executable, "-c", SERVED, database_url, str(home), app],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().splitlines()[-1] == "True"
+
+
+def test_the_served_app_imports_anyios_backend_before_its_first_request(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Any
+) -> None:
+    # FastAPI enters a `yield` dependency (the database session of every route but /health's
+    # and capture's) through anyio, whose asyncio backend (13 modules) the first such request
+    # imported: 30-55 ms of a new server's first session start on the loaded bench machine.
+    assert imported_without_a_request(database_url, tmp_path / "home", "served")
+
+
+def test_an_app_not_served_leaves_the_import_to_its_first_request(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Any
+) -> None:
+    assert not imported_without_a_request(database_url, tmp_path / "home", "test")
