@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import stat
 from collections import Counter
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -400,9 +401,11 @@ def _prepare(
 ) -> _Prepared | _Unchanged | Skip:
     """Read, hash, and (only when the content changed) parse and chunk one file."""
     try:
-        data = Path(found.path).read_bytes()
+        data = _read_regular(found.path)
     except OSError as error:
         return Skip(found.path, f"unreadable: {error.strerror}")
+    if data is None:
+        return Skip(found.path, "not a regular file")
     # A transcript is judged by its lines (below): one an agent is appending can be read ending
     # inside a character, and a crash can leave its tail as NUL bytes.
     binary = looks_binary(data)
@@ -434,6 +437,16 @@ def _prepare(
         chunks = chunk_transcript(transcript, tokens=tokens, overlap=overlap)
         return _Prepared(found, digest, _nonblank(chunks), transcript.skipped)
     return _Prepared(found, digest, _nonblank(chunks))
+
+
+def _read_regular(path: str) -> bytes | None:
+    """The file's bytes, or None when it is no longer a regular file: the listing's `stat` was
+    earlier, and a FIFO put in its place blocked the read (and the project's lock) for ever."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with open(descriptor, "rb") as file:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            return None
+        return file.read()
 
 
 def _nonblank(chunks: list[Chunk]) -> list[Chunk]:

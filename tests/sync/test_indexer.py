@@ -4,6 +4,7 @@ import os
 import random
 import shutil
 import string
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -569,3 +570,27 @@ def test_a_binary_file_named_as_a_transcript_is_still_skipped_as_binary(
 
     assert [(s.path, s.reason) for s in report.skipped] == [(str(blob), "binary file")]
     assert db.execute("SELECT count(*) FROM memory_files").fetchone() == (0,)
+
+
+def test_a_file_replaced_by_a_fifo_after_the_listing_is_skipped_not_waited_on(
+    settings: Settings, tmp_path: Path
+) -> None:
+    # The listing saw a regular file; by the read it is a FIFO no one writes to (a hostile or
+    # racing tree): reading it blocked the sync, and the project's lock with it, for ever.
+    fifo = tmp_path / "notes.md"
+    os.mkfifo(fifo)
+    found = indexer.FoundFile(str(fifo), "memory", 10, 1.0)
+    outcome: list[object] = []
+    reader = threading.Thread(
+        target=lambda: outcome.append(indexer._prepare(found, settings, None, False)),
+        daemon=True,
+    )
+
+    reader.start()
+    reader.join(5)
+    if reader.is_alive():  # let the old code's read end, so the thread does not outlive us
+        with open(fifo, "wb"):
+            pass
+        reader.join(5)
+
+    assert outcome == [indexer.Skip(str(fifo), "not a regular file")]
