@@ -251,10 +251,11 @@ def _consider(
     seen: set[tuple[int, int]] | None,
 ) -> None:
     try:
+        # Through the link first: a loop (ELOOP) resolves nowhere, and was said to escape.
+        info = path.stat()
         if path.is_symlink() and not _inside(path, root):
             found.skipped.append(Skip(str(path), "symlink escapes the root"))
             return
-        info = path.stat()
     except OSError as error:
         found.skipped.append(Skip(str(path), f"unreadable: {error.strerror}"))
         return

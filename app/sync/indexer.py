@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import stat
 from collections import Counter
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -55,7 +56,7 @@ from app.sync.embed import (
     resume_batches,
 )
 from app.sync.report import Progress, SyncReport
-from app.sync.transcripts import parse_transcript
+from app.sync.transcripts import parse_transcript, transcript_text
 
 log = structlog.get_logger(__name__)
 
@@ -400,17 +401,22 @@ def _prepare(
 ) -> _Prepared | _Unchanged | Skip:
     """Read, hash, and (only when the content changed) parse and chunk one file."""
     try:
-        data = Path(found.path).read_bytes()
+        data = _read_regular(found.path)
     except OSError as error:
         return Skip(found.path, f"unreadable: {error.strerror}")
-    if looks_binary(data):
+    if data is None:
+        return Skip(found.path, "not a regular file")
+    # A transcript is judged by its lines (below): one an agent is appending can be read ending
+    # inside a character, and a crash can leave its tail as NUL bytes.
+    binary = looks_binary(data)
+    if binary and found.source == "memory":
         return Skip(found.path, "binary file")
     digest = hashlib.sha256(data).hexdigest()
     # A file indexed under other privacy rules is re-chunked even unchanged: a secret a rule
     # added since catches stayed in its chunks (its rows that come out the same are kept).
     if known is not None and known.hash == digest and known.rules == RULES_VERSION and not force:
         return _Unchanged(found)
-    text = data.decode("utf-8-sig")
+    text = "" if binary else data.decode("utf-8-sig")
     tokens, overlap = settings.sync_chunk_tokens, settings.sync_chunk_overlap_tokens
     if found.source == "memory":
         # Private spans and secrets go before chunking, each replaced by the newlines it held:
@@ -420,10 +426,27 @@ def _prepare(
         text = redact_secrets_lines(strip_private_lines(normalise_newlines(clean_text(text))))
         chunks = chunk_markdown(text, tokens=tokens, overlap=overlap)
     else:
+        not_utf8 = 0
+        if binary:
+            text, not_utf8 = transcript_text(data)
         transcript = parse_transcript(text, tool_output_chars=settings.sync_tool_output_chars)
+        if binary and not transcript.entries:
+            return Skip(found.path, "binary file")
+        if not_utf8:
+            transcript.skipped["not UTF-8"] += not_utf8
         chunks = chunk_transcript(transcript, tokens=tokens, overlap=overlap)
         return _Prepared(found, digest, _nonblank(chunks), transcript.skipped)
     return _Prepared(found, digest, _nonblank(chunks))
+
+
+def _read_regular(path: str) -> bytes | None:
+    """The file's bytes, or None when it is no longer a regular file: the listing's `stat` was
+    earlier, and a FIFO put in its place blocked the read (and the project's lock) for ever."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with open(descriptor, "rb") as file:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            return None
+        return file.read()
 
 
 def _nonblank(chunks: list[Chunk]) -> list[Chunk]:

@@ -75,6 +75,20 @@ def parse_transcript(data: str, *, tool_output_chars: int = 2000) -> Transcript:
     return parser.out
 
 
+def transcript_text(data: bytes) -> tuple[str, int]:
+    """The text of a transcript that is not all UTF-8, each line that is not made blank (so that
+    every other line keeps its number), and how many were."""
+    lines: list[str] = []
+    bad = 0
+    for line in data.split(b"\n"):
+        try:
+            lines.append(line.decode("utf-8"))
+        except UnicodeDecodeError:
+            lines.append("")
+            bad += 1
+    return "\n".join(lines).removeprefix("\ufeff"), bad
+
+
 def _is_legacy_session(stripped: str) -> bool:
     try:
         value, end = exactjson.raw_decode(stripped)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -196,3 +197,24 @@ def test_a_folder_and_a_file_under_it_are_one_scope_whatever_sorts_between_them(
         "deep/c.md",
         "deep/er/b.md",
     ]
+
+
+def test_a_symlink_loop_is_unreadable_not_an_escape(tmp_path: Path) -> None:
+    # Links that resolve to each other point inside the root; the skip said they escaped it.
+    memory = tmp_path / "p" / "memory"
+    memory.mkdir(parents=True)
+    (memory / "loop1.md").symlink_to("loop2.md")
+    (memory / "loop2.md").symlink_to("loop1.md")
+    (memory / "self.md").symlink_to("self.md")
+    (memory / "dangling.md").symlink_to("gone.md")
+
+    found = discover(memory_root=tmp_path / "p", sessions_root=tmp_path / "s", max_bytes=1024)
+
+    loop = f"unreadable: {os.strerror(errno.ELOOP)}"
+    assert {Path(s.path).name: s.reason for s in found.skipped} == {
+        "loop1.md": loop,
+        "loop2.md": loop,
+        "self.md": loop,
+        "dangling.md": f"unreadable: {os.strerror(errno.ENOENT)}",
+    }
+    assert found.files == []

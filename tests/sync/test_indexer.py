@@ -4,6 +4,7 @@ import os
 import random
 import shutil
 import string
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -486,3 +487,110 @@ def test_a_file_indexed_under_older_rules_is_rechunked_by_the_next_sync(
     # And once indexed under today's rules, a file is not read again.
     again = run_sync(database_url, settings, embedder, project)
     assert (again.files_changed, again.chunks_written) == (0, 0)
+
+
+def _cjk_session(lines: int) -> bytes:
+    return "".join(
+        f'{{"role": "user", "content": "配置文件在哪里 question {i}"}}\n' for i in range(lines)
+    ).encode()
+
+
+def test_a_transcript_read_mid_write_of_a_wide_character_keeps_its_chunks(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    # An agent appends its transcript as the sync reads it: the read can end inside a line, and
+    # inside a character's UTF-8 bytes. The file was skipped as "binary" and its chunks deleted.
+    project = tmp_path / "proj"
+    (project / "sessions").mkdir(parents=True)
+    session = project / "sessions" / "live.jsonl"
+    session.write_bytes(_cjk_session(3))
+    embedder = CountingEmbedder()
+    run_sync(database_url, settings, embedder, project)
+    before = db.execute("SELECT id, content FROM memory_chunks ORDER BY id").fetchall()
+    assert before
+    assert "question 2" in before[-1][1]
+    line = '{"role": "assistant", "content": "答案是这样的"}\n'.encode()
+    half = line[: line.index("样".encode()) + 1]  # one byte of a three-byte character
+
+    with session.open("ab") as file:
+        file.write(half)
+    report = run_sync(database_url, settings, embedder, project)
+
+    assert report.skipped == []
+    assert report.files_deleted == 0
+    assert report.transcript_items["not UTF-8"] == 1
+    assert db.execute("SELECT id, content FROM memory_chunks ORDER BY id").fetchall() == before
+
+    with session.open("ab") as file:
+        file.write(line[len(half) :])
+    report = run_sync(database_url, settings, embedder, project)
+
+    assert report.transcript_items["not UTF-8"] == 0
+    contents = [c for (c,) in db.execute("SELECT content FROM memory_chunks")]
+    assert any("答案是这样的" in c for c in contents)
+    assert db.execute("SELECT path FROM memory_files").fetchall() == [(str(session),)]
+
+
+def test_a_transcript_with_nul_bytes_or_a_line_not_utf8_keeps_its_other_lines(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    # A crash can leave an appended file's tail as NUL bytes; a tool can log a Latin-1 line.
+    # Either made the whole transcript "binary": none of its lines indexed.
+    project = tmp_path / "proj"
+    (project / "sessions").mkdir(parents=True)
+    (project / "sessions" / "crashed.jsonl").write_bytes(_cjk_session(2) + b"\x00" * 4096)
+    (project / "sessions" / "latin.jsonl").write_bytes(
+        b'{"role": "user", "content": "caf\xe9 menu"}\n' + _cjk_session(2)
+    )
+
+    report = run_sync(database_url, settings, CountingEmbedder(), project)
+
+    assert report.skipped == []
+    assert report.transcript_items["not UTF-8"] == 1
+    assert report.transcript_items["invalid JSON"] == 1
+    rows = db.execute(
+        "SELECT file_path, start_line, end_line, content FROM memory_chunks ORDER BY file_path"
+    ).fetchall()
+    assert [(Path(p).name, s, e) for p, s, e, _ in rows] == [
+        ("crashed.jsonl", 1, 2),
+        ("latin.jsonl", 2, 3),
+    ]
+    assert all("question 1" in content for *_, content in rows)
+
+
+def test_a_binary_file_named_as_a_transcript_is_still_skipped_as_binary(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    project = tmp_path / "proj"
+    (project / "sessions").mkdir(parents=True)
+    blob = project / "sessions" / "blob.jsonl"
+    blob.write_bytes(bytes(random.Random(7).randrange(256) for _ in range(20000)))
+
+    report = run_sync(database_url, settings, CountingEmbedder(), project)
+
+    assert [(s.path, s.reason) for s in report.skipped] == [(str(blob), "binary file")]
+    assert db.execute("SELECT count(*) FROM memory_files").fetchone() == (0,)
+
+
+def test_a_file_replaced_by_a_fifo_after_the_listing_is_skipped_not_waited_on(
+    settings: Settings, tmp_path: Path
+) -> None:
+    # The listing saw a regular file; by the read it is a FIFO no one writes to (a hostile or
+    # racing tree): reading it blocked the sync, and the project's lock with it, for ever.
+    fifo = tmp_path / "notes.md"
+    os.mkfifo(fifo)
+    found = indexer.FoundFile(str(fifo), "memory", 10, 1.0)
+    outcome: list[object] = []
+    reader = threading.Thread(
+        target=lambda: outcome.append(indexer._prepare(found, settings, None, False)),
+        daemon=True,
+    )
+
+    reader.start()
+    reader.join(5)
+    if reader.is_alive():  # let the old code's read end, so the thread does not outlive us
+        with open(fifo, "wb"):
+            pass
+        reader.join(5)
+
+    assert outcome == [indexer.Skip(str(fifo), "not a regular file")]
