@@ -47,27 +47,32 @@ import uvloop
 from bench.capture import Connection, cpu_seconds, payload_pool, postgres_pids
 from bench.capture_lanes import context_switches, parse_variant
 from bench.scratch import scratch_folder
-from bench.serve import AGMEM_SERVE, run_server
+from bench.serve import AGMEM_SERVE, ROOT, run_server
 
 # `agmem serve` with the timing layer: records kept in memory, written as JSON to
 # $AGMEM_BENCH_P99 at exit (uvicorn's graceful shutdown runs atexit).
 INSTRUMENTED_SERVE = (
     """
 import asyncio, atexit, contextvars, gc, json, os, time
+from array import array
 import app.main
 from app.capture import db
 
+# Kept in arrays of numbers, which the garbage collector does not track: a list of tuples would
+# add objects the full collections must walk, more with every request measured.
 clock = time.perf_counter
-requests, gcs, lags, batches, heap = [], [], [], [], {}
+paths, ids_high, ids_low = array("b"), array("Q"), array("Q")
+starts, ends, writer_waits = array("d"), array("d"), array("d")
+gcs, lags, batches, heap = array("d"), array("d"), array("d"), {}
 waits = contextvars.ContextVar("waits")
 gc_started = [0.0, 0.0]
 
 def on_gc(phase, info):
     if phase == "start":
-        gc_started[:] = clock(), time.thread_time()
+        gc_started[0], gc_started[1] = clock(), time.thread_time()
     else:
-        took = clock() - gc_started[0]
-        gcs.append((gc_started[0], took, info["generation"], time.thread_time() - gc_started[1]))
+        gcs.extend((gc_started[0], clock() - gc_started[0], info["generation"]))
+        gcs.append(time.thread_time() - gc_started[1])
 
 gc.callbacks.append(on_gc)
 
@@ -75,7 +80,7 @@ async def probe():
     while True:
         due = clock() + 0.001
         await asyncio.sleep(0.001)
-        lags.append((due, clock() - due))
+        lags.extend((due, clock() - due))
 
 execute, write = db.GroupWriter.execute, db.GroupWriter._write
 
@@ -86,12 +91,12 @@ async def timed_execute(self, query, params=None):
     finally:
         spent = waits.get(None)
         if spent is not None:
-            spent.append(clock() - started)
+            spent[0] += clock() - started
 
 async def timed_write(self, lane):
     synced = clock()
     await write(self, lane)
-    batches.append((synced, clock() - synced, len(lane.sent)))
+    batches.extend((synced, clock() - synced, len(lane.sent)))
 
 db.GroupWriter.execute = timed_execute
 db.GroupWriter._write = timed_write
@@ -106,15 +111,20 @@ def wrap(inner):
             probing.append(asyncio.get_running_loop().create_task(probe()))
             heap.update(tracked=len(gc.get_objects()), frozen=gc.get_freeze_count())
         started = clock()
-        head = []
-        spent = []
+        result = scope["path"].endswith("/result")
+        marker = b'"observationId":"' if result else b'"id":"'
+        found = [0]
+        spent = [0.0]
         waits.set(spent)
         answered = [0.0]
 
         async def receiving():
             message = await receive()
-            if not head:
-                head.append(message.get("body", b"")[:200].decode("utf-8", "replace"))
+            if not found[0]:
+                body = message.get("body", b"")
+                at = body.find(marker, 0, 200)
+                if at >= 0:
+                    found[0] = int(body[at + len(marker) : at + len(marker) + 32], 16)
             return message
 
         async def sending(message):
@@ -123,7 +133,12 @@ def wrap(inner):
                 answered[0] = clock()
 
         await inner(scope, receiving, sending)
-        requests.append((scope["path"], head[0] if head else "", started, answered[0], spent))
+        paths.append(result)
+        ids_high.append(found[0] >> 64)
+        ids_low.append(found[0] & 0xFFFFFFFFFFFFFFFF)
+        starts.append(started)
+        ends.append(answered[0])
+        writer_waits.append(spent[0])
 
     return timed
 
@@ -135,9 +150,24 @@ def instrumented_create_app(*args, **kwargs):
 app.main.create_app = instrumented_create_app
 
 def report():
+    heap.update(tracked_at_exit=len(gc.get_objects()))
+    requests = [
+        [bool(path), f"{high:016x}{low:016x}", start, end, writer]
+        for path, high, low, start, end, writer in zip(
+            paths, ids_high, ids_low, starts, ends, writer_waits
+        )
+    ]
+    def rows(values, width):
+        return [list(values[n : n + width]) for n in range(0, len(values), width)]
     with open(os.environ["AGMEM_BENCH_P99"], "w") as handle:
         json.dump(
-            {"requests": requests, "gc": gcs, "lags": lags, "batches": batches, "heap": heap},
+            {
+                "requests": requests,
+                "gc": rows(gcs, 4),
+                "lags": rows(lags, 2),
+                "batches": rows(batches, 3),
+                "heap": heap,
+            },
             handle,
         )
 
@@ -248,21 +278,15 @@ def breakdown(
     server: dict[str, Any],
     client_lags: list[tuple[float, float]],
 ) -> list[str]:
-    by_key: dict[tuple[str, str], tuple[float, float, list[float]]] = {}
-    for path, head, started, answered, spent in server["requests"]:
-        key = "observationId" if path.endswith("/result") else "id"
-        marker = f'"{key}":"'
-        at_id = head.find(marker)
-        if at_id >= 0:
-            call_id = head[at_id + len(marker) : at_id + len(marker) + 32]
-            by_key[(path, call_id)] = (started, answered, spent)
+    by_key: dict[tuple[bool, str], tuple[float, float, float]] = {}
+    for result, call_id, started, answered, writer in server["requests"]:
+        by_key[(result, call_id)] = (started, answered, writer)
     joined = []
     for path, call_id, started, ended in records:
-        found = by_key.get((path, call_id))
+        found = by_key.get((path.endswith("/result"), call_id))
         if found is None:
             continue
-        s_start, s_end, spent = found
-        writer = sum(spent)
+        s_start, s_end, writer = found
         joined.append(
             {
                 "total": ended - started,
@@ -307,7 +331,8 @@ def breakdown(
     )
     lines.append(
         f"    server heap at the first request: {server['heap'].get('tracked')} objects tracked, "
-        f"{server['heap'].get('frozen')} frozen"
+        f"{server['heap'].get('frozen')} frozen; at exit {server['heap'].get('tracked_at_exit')}"
+        " tracked"
     )
     server_lags = [lag for due, lag in server["lags"] if first <= due <= last]
     lines.append(f"    server loop lag: {spread(server_lags)}")
@@ -329,11 +354,12 @@ def measure(
     pool: list[tuple[bytes, bytes]],
     number: int,
     client_loop: str,
+    tree: Path = ROOT,
 ) -> None:
     stats = home / f"p99-{number}-{kind}-{time.monotonic_ns()}.json"
     code = INSTRUMENTED_SERVE if kind == "agmem" else AGMEM_SERVE
     server_env = {"DATABASE_URL": url, "AGMEM_HOME": str(home), "AGMEM_BENCH_P99": str(stats)}
-    with run_server(kind=kind, log_dir=home, env=server_env | env, code=code) as server:
+    with run_server(kind=kind, log_dir=home, env=server_env | env, code=code, tree=tree) as server:
         pgdata = home / "pgdata" if kind == "agmem" else None
         server_cpu, db_cpu = cpu_seconds([server.process.pid]), cpu_seconds(postgres_pids(pgdata))
         switches = context_switches(server.process.pid)
@@ -352,7 +378,8 @@ def measure(
     client_cpu = (own_after.user + own_after.system) - (own.user + own.system)
     count = fsyncs_after[0] - fsyncs[0]
     print(
-        f"{kind:<6} {connections} conns, client on {client_loop}: "
+        f"{kind:<6} {'' if tree == ROOT else f'({tree}) '}{connections} conns, client on "
+        f"{client_loop}: "
         f"{len(records) / elapsed:6.0f} req/s  latency "
         f"{spread(latencies)}\n    CPU a request: server {server_cpu / sent * 1000:.3f}, "
         f"postgres {db_cpu / sent * 1000:.3f}, client {client_cpu / sent * 1000:.3f} ms; server "
@@ -382,6 +409,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--no-noop", action="store_true", help="skip the no-op peer")
+    parser.add_argument(
+        "--against",
+        type=Path,
+        help="another checkout (with its .venv): its server measured after this tree's, each round",
+    )
     parser.add_argument(
         "--client-loop",
         action="append",
@@ -413,9 +445,12 @@ def main() -> None:
                     connection.execute("SELECT pg_reload_conf()")
                 print(f"round {number}, {variant}", flush=True)
                 for loop in loops:
-                    measure(
-                        "agmem", home, url, env, args.seconds, args.connections, pool, number, loop
-                    )
+                    trees = [ROOT] if args.against is None else [ROOT, args.against]
+                    for tree in trees if number % 2 else trees[::-1]:  # the first alternates
+                        measure(
+                            "agmem", home, url, env, args.seconds, args.connections, pool,
+                            number, loop, tree,
+                        )  # fmt: skip
             for loop in [] if args.no_noop else loops:
                 measure("noop", home, url, {}, args.seconds, args.connections, pool, number, loop)
 
