@@ -88,16 +88,19 @@ def run_server(
     env: dict[str, str] | None = None,
     timeout: float = 120,
     code: str = AGMEM_SERVE,
+    tree: Path = ROOT,
 ) -> Iterator[ServerProcess]:
     """Start `agmem serve` (kind="agmem") or the no-op app (kind="noop") on a free port.
 
     `code` replaces the `python -c` program that runs `agmem serve` (a diagnostic may wrap it).
+    `tree` is the checkout whose code and virtualenv run it (another one: a before/after pair).
     """
+    python = sys.executable if tree == ROOT else str(tree / ".venv" / "bin" / "python")
     port = free_port()
     log_path = log_dir / f"{kind}-{port}.log"
     if kind == "agmem":
         argv = [
-            sys.executable,
+            python,
             "-c",
             code,
             "serve",
@@ -111,11 +114,11 @@ def run_server(
         ]
         ready = "/health"
     else:
-        argv = [sys.executable, "-c", NOOP_SERVE, str(port)]
+        argv = [python, "-c", NOOP_SERVE, str(port)]
         ready = "/ready"
     full_env = {**os.environ, "AGMEM_LOG_LEVEL": "warning", **(env or {})}
     with log_path.open("wb") as log:
-        process = subprocess.Popen(argv, cwd=ROOT, env=full_env, stdout=log, stderr=log)
+        process = subprocess.Popen(argv, cwd=tree, env=full_env, stdout=log, stderr=log)
     server = ServerProcess(process, port, log_path)
     try:
         wait_ready(server, ready, timeout)

@@ -29,6 +29,7 @@ import uvicorn
 from uvicorn._types import ASGI3Application, ASGIReceiveCallable, ASGISendCallable, Scope
 from uvicorn.lifespan.on import LifespanOn
 
+from app.cli.server import freeze_startup_heap
 from app.cli.wire import JsonErrorsProtocol
 from app.entry import Terminated, end_at_once, signalled
 
@@ -69,6 +70,14 @@ class StoppingServer(uvicorn.Server):
         self.requests = Cuttable(self.config.loaded_app)
         self.config.loaded_app = self.requests
         await super().serve(sockets)
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        # The app's startup (its lifespan: routes resolved, pools, the MCP server) ran after
+        # `agmem serve` froze the import-time heap, and built ~15,000 objects that live as long
+        # as the process. Left in the collections, every full collection under load walks them
+        # while each request waits (docs/benchmarks.md, tail24).
+        freeze_startup_heap()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         # Not noted as uvicorn notes it (`_captured_signals`): it raised the signals again once
