@@ -23,7 +23,7 @@ from app.db import migrate
 from app.db.models import Base
 from app.logs import configure_logging
 from app.main import create_app
-from tests import cpu_accounting
+from tests import cpu_accounting, route_cache
 from tests.cli.helpers import run_agmem
 
 # A suite started in the background of a non-interactive shell (`make test &`, a CI runner's
@@ -57,6 +57,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # tests/api), which no agmem process prints.
     configure_logging("info")
     cpu_accounting.configure(config)
+    route_cache.install()
 
 
 def share_bytecode_with_subprocesses(basetemp: str) -> None:
