@@ -23,6 +23,7 @@ from app.db import migrate
 from app.db.models import Base
 from app.logs import configure_logging
 from app.main import create_app
+from tests import cpu_accounting, route_cache
 from tests.cli.helpers import run_agmem
 
 # A suite started in the background of a non-interactive shell (`make test &`, a CI runner's
@@ -55,6 +56,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # logged each exception as rich's traceback with every frame's locals (~2.5 s a 500 in
     # tests/api), which no agmem process prints.
     configure_logging("info")
+    cpu_accounting.configure(config)
+    route_cache.install()
 
 
 def share_bytecode_with_subprocesses(basetemp: str) -> None:

@@ -32,7 +32,9 @@ from tests.postgres import PostgresServer, create_database, drop_database
 
 @pytest.mark.parametrize("command", ["serve", "migrate", "status"])
 def test_help(command: str) -> None:
-    result = run_agmem(command, "--help")
+    # In process: `agmem --help` as a process is tests/cli/test_signals.py's (its output to a
+    # closed pipe), and each of these commands runs as a process in this file.
+    result = invoke_agmem(command, "--help")
 
     assert result.returncode == 0
     assert "Usage: agmem " + command in result.stdout

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import itertools
 import json
 import os
 import select
@@ -71,9 +72,10 @@ def test_stdio_defaults_the_project_to_its_option(
 ) -> None:
     # Launched with `-p <project>` from another folder (the long `--project` is the next test's).
     project = on_database.args[-1]
+    [call_id] = fresh_ids()
     line = (
-        '{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "write_memory",'
-        ' "arguments": {"key": "project.name", "value": "shop"}}}'
+        f'{{"jsonrpc": "2.0", "id": {call_id}, "method": "tools/call", "params": {{"name": '
+        '"write_memory", "arguments": {"key": "project.name", "value": "shop"}}}'
     )
 
     answered = answer(on_database, line)
@@ -115,14 +117,101 @@ def launched(home: Path, project: Path, *program: str, **env: str) -> subprocess
 
 
 def answer(server: subprocess.Popen[str], line: str) -> dict[str, Any] | None:
-    """The server's answer to `line`, or None when none comes."""
+    """The server's answer to `line`, or None when none comes in 30 s: on a shared `agmem mcp`
+    (`shared`) the answer to the line's id (`answers_to`), on a test's own the next message (the
+    answer to a line over the bound carries no id of the line's; an empty line has none)."""
     assert server.stdin is not None
     assert server.stdout is not None
     server.stdin.write(line + "\n")
     server.stdin.flush()
+    if server.pid in _SHARED_IDS:
+        call_id = json.loads(line)["id"]
+        return answers_to(server, [call_id]).get(call_id)
     ready, _, _ = select.select([server.stdout], [], [], 30)
     found: dict[str, Any] | None = json.loads(server.stdout.readline()) if ready else None
     return found
+
+
+def answers_to(
+    server: subprocess.Popen[str], ids: list[Any], timeout: float = 30
+) -> dict[Any, dict[str, Any]]:
+    """The answers to the requests `ids` that come within `timeout`, by id.
+
+    An answer to another id is skipped: on the module's shared `agmem mcp` it is a late one to
+    an earlier test's call (that test timed out waiting), and read as this test's it would pass
+    or fail this test for another's call. A late answer and this one landing in one read of the
+    pipe leave this one in the reader's buffer, unseen by `select`: the wait then ends at the
+    timeout and the test fails, never passing on another call's answer.
+    """
+    assert server.stdout is not None
+    if server.pid in _SHARED_IDS:
+        used = _SHARED_IDS[server.pid]
+        assert used.isdisjoint(ids), f"ids {sorted(used & set(ids))} already sent to this server"
+        used.update(ids)
+    found: dict[Any, dict[str, Any]] = {}
+    deadline = time.monotonic() + timeout
+    while len(found) < len(ids):
+        ready, _, _ = select.select([server.stdout], [], [], max(0, deadline - time.monotonic()))
+        if not ready:
+            break
+        read = server.stdout.readline()
+        if not read:
+            break
+        message = json.loads(read)
+        if message.get("id") in ids:
+            found[message["id"]] = message
+    return found
+
+
+# The ids each shared `agmem mcp` (`on_database`) has been sent, by its pid: each test takes
+# fresh ones (`fresh_ids`), so no answer can be taken for another test's.
+_SHARED_IDS: dict[int, set[Any]] = {}
+_NEXT_ID = itertools.count(1000)
+
+
+@contextlib.contextmanager
+def shared(server: subprocess.Popen[str]) -> Iterator[subprocess.Popen[str]]:
+    """`server` as one that several tests call: its answers taken by id, each id sent once."""
+    _SHARED_IDS[server.pid] = {1}  # initialize's
+    try:
+        yield server
+    finally:
+        del _SHARED_IDS[server.pid]
+
+
+def fresh_ids(count: int = 1) -> list[int]:
+    """Request ids no other test sends to the shared `agmem mcp`."""
+    return [next(_NEXT_ID) for _ in range(count)]
+
+
+# A server that writes a late answer to an earlier call (id 2) first, then answers each line.
+LATE_ANSWER_FIRST = """
+import json, sys
+print(json.dumps({"jsonrpc": "2.0", "id": 2, "result": {"late": True}}), flush=True)
+for line in sys.stdin:
+    print(json.dumps({"jsonrpc": "2.0", "id": json.loads(line)["id"], "result": {}}), flush=True)
+"""
+
+
+def test_an_answer_to_another_call_is_not_taken_for_this_calls() -> None:
+    # The shared `agmem mcp` (on_database): a test that timed out left its answer to come, and
+    # the next test read that line as its own answer.
+    server = subprocess.Popen(
+        [sys.executable, "-c", LATE_ANSWER_FIRST],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert server.stdout is not None
+    try:
+        select.select([server.stdout], [], [], 30)  # the late answer is there first
+        with shared(server):
+            answered = answer(server, '{"jsonrpc": "2.0", "id": 1001, "method": "tools/list"}')
+    finally:
+        server.kill()
+        server.wait()
+
+    assert answered == {"jsonrpc": "2.0", "id": 1001, "result": {}}
 
 
 def send_read(server: subprocess.Popen[str]) -> None:
@@ -159,7 +248,8 @@ def on_database(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> 
     folder = tmp_path_factory.mktemp("mcp-on-database")
     server = launched(folder / "home", folder, DATABASE_URL=database_url)
     try:
-        yield server
+        with shared(server):
+            yield server
     finally:
         server.terminate()
         stopped(server)
@@ -224,8 +314,9 @@ def test_a_lone_surrogate_in_tool_arguments_is_cleaned_over_stdio(
     # stdio nothing answered the call at all: the client waited for it until its own timeout.
     server = on_database
     arguments = '{"key": "k\\ud800", "value": "v\\ud800", "scope": "global", "tags": ["t\\udc00"]}'
+    [call_id] = fresh_ids()
     line = (
-        '{"jsonrpc": "2.0", "id": 2, "method": "tools/call",'
+        f'{{"jsonrpc": "2.0", "id": {call_id}, "method": "tools/call",'
         f' "params": {{"name": "write_memory", "arguments": {arguments}}}}}'
     )
     answered = answer(server, line)
@@ -787,9 +878,11 @@ def test_write_memory_keeps_the_numbers_as_sent_over_stdio(
     # As over /mcp (tests/mcp/test_http.py): the SDK's floats stored `1e-400` as 0.0 and `1.50`
     # as 1.5.
     server = on_database
+    [call_id] = fresh_ids()
     line = (
-        '{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "write_memory",'
-        ' "arguments": {"key": "k", "value": [1e-400, 1.50, {"x": 0.1}], "scope": "global"}}}'
+        f'{{"jsonrpc": "2.0", "id": {call_id}, "method": "tools/call", "params": {{"name": '
+        '"write_memory", "arguments": {"key": "k", "value": [1e-400, 1.50, {"x": 0.1}],'
+        ' "scope": "global"}}}'
     )
     answered = answer(server, line)
 
@@ -805,9 +898,11 @@ def test_write_memory_parses_a_json_string_value_holding_a_float_over_stdio(
 ) -> None:
     # As over /mcp (tests/mcp/test_http.py): `"[1.5]"` was stored as a string, `"[1]"` as [1].
     server = on_database
+    [call_id] = fresh_ids()
     line = (
-        '{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "write_memory",'
-        ' "arguments": {"key": "k", "value": "{\\"n\\": [1.50, 0.5]}", "scope": "global"}}}'
+        f'{{"jsonrpc": "2.0", "id": {call_id}, "method": "tools/call", "params": {{"name": '
+        '"write_memory", "arguments": {"key": "k", "value": "{\\"n\\": [1.50, 0.5]}",'
+        ' "scope": "global"}}}'
     )
     answered = answer(server, line)
 
@@ -826,15 +921,16 @@ def test_calls_holding_floats_sent_together_each_find_their_own_numbers_over_std
     # lines read before the first call ran must not hand it another's text.
     server = on_database
     assert server.stdin is not None
-    assert server.stdout is not None
-    for n in range(8):
+    ids = fresh_ids(8)
+    for n, call_id in enumerate(ids):
         arguments = {"key": f"k{n}", "value": f"[1.50, {n}.25]", "scope": "global"}
         call = {"name": "write_memory", "arguments": arguments}
-        line = json.dumps({"jsonrpc": "2.0", "id": 10 + n, "method": "tools/call", "params": call})
+        line = json.dumps({"jsonrpc": "2.0", "id": call_id, "method": "tools/call", "params": call})
         server.stdin.write(line.replace(f'"[1.50, {n}.25]"', f"[1.50, {n}.25]") + "\n")
     server.stdin.flush()
-    answers = [json.loads(server.stdout.readline()) for _ in range(8)]
+    answers = answers_to(server, ids)
 
-    assert [a["id"] for a in answers if a["result"].get("isError")] == [], answers
+    assert sorted(answers) == ids, answers
+    assert [i for i, a in answers.items() if a["result"].get("isError")] == [], answers
     stored = db.execute("SELECT key, value::text FROM memories ORDER BY key").fetchall()
     assert stored == [(f"k{n}", f"[1.50, {n}.25]") for n in range(8)]
