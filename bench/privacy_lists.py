@@ -1,5 +1,6 @@
 """The list rule's cost on text whose hyperscan gate fires without a credential's list: a
-TypeScript chunk with one React Query `queryKey: [...]`, and many short YAML lists under `keys`.
+TypeScript chunk with one React Query `queryKey: [...]`, many short YAML lists under `keys`, and
+many assigned ones (`keys = ['name', 'email']`).
 
     uv run python -m bench.privacy_lists
 
@@ -41,6 +42,9 @@ TS_CHUNK = (
 CASES = {
     "ts chunk (1.65 KB, one queryKey: [)": (TS_CHUNK, 20_000),
     "keys: [a, b] x 15k lines": ("keys: [a, b]\n" * 15_000, 5),
+    # Python's or TOML's assigned lists of strings under a `key` name that names no credential:
+    # the `name = [` gate (privacy24) lets the rule run on each.
+    "keys = ['name', 'email'] x 15k lines": ("keys = ['name', 'email']\n" * 15_000, 5),
 }
 
 

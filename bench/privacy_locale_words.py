@@ -11,8 +11,9 @@ chosen from (those naming a password, a passphrase or a passcode; fixprivacy23).
 the rules it imports, how many of those translations, lower-cased, are redacted under
 `password:`, and per --passphrase-words list (a diceware or xkcdpass word list, one word a
 line, its last field taken) how many of 5,000 passphrases of four to six of its lower-case ASCII
-words are kept (each a leak). Passphrases of Moby's words cannot measure the set, which holds
-none of them.
+words are kept (each a leak), and of 5,000 holding one of `_LABEL_WORDS` among three to five of
+its words, and among two (privacy24). Passphrases of Moby's words cannot measure the set, which
+holds none of them.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from app.privacy import redact_secrets
+from app.privacy import config, redact_secrets
 from app.privacy.config import _LABEL_WORDS
 
 _LABEL = re.compile(
@@ -34,6 +35,7 @@ _LABEL = re.compile(
     re.IGNORECASE,
 )
 _WORD = re.compile(r"[^\W\d_]+")
+_PHRASE_WORD = re.compile(r"[a-z]{3,}")
 
 
 def _translations(locale: Path) -> dict[str, set[str]]:
@@ -84,6 +86,21 @@ def main() -> None:
     lowered = sorted(
         {label for text in translations if " " in (label := text.lower().rstrip(" :.\u00a0"))}
     )
+    # The other words of the labels that hold a label word (`baru` and `kata` of `kata sandi
+    # baru`, `masukkan`): what `_LABEL_COMPANION_WORDS` is chosen from, English words and all,
+    # as `passphrase` reads a word (three or more lower-case ASCII letters).
+    companions = {
+        word
+        for text in translations
+        if not _LABEL_WORDS.isdisjoint(found := _WORD.findall(text.lower()))
+        for word in found
+        if word not in _LABEL_WORDS and _PHRASE_WORD.fullmatch(word)
+    }
+    # A tree older than privacy24 has none: it measures all the same.
+    chosen: frozenset[str] = getattr(config, "_LABEL_COMPANION_WORDS", frozenset())
+    print(f"{len(companions)} companion words:", " ".join(sorted(companions)))
+    print("companions not in _LABEL_COMPANION_WORDS:", sorted(companions - chosen))
+    print("_LABEL_COMPANION_WORDS not found:", sorted(chosen - companions))
     redacted = [
         text for text in lowered if redact_secrets(f'password: "{text}"') != (f'password: "{text}"')
     ]
@@ -101,7 +118,24 @@ def main() -> None:
         for _ in range(5_000):
             phrase = " ".join(rng.choices(listed, k=rng.randint(4, 6)))
             kept += redact_secrets(f'password: "{phrase}"') == f'password: "{phrase}"'
-        print(f"{path.name}: passphrases kept (leaked) {kept} of 5000")
+        # A passphrase holding a label word (privacy24: `casa parola verde sole`), of four to
+        # six words and of three.
+        labels = sorted(_LABEL_WORDS)
+        with_label = {}
+        for low, high in ((3, 5), (2, 2)):
+            rng = random.Random(24)
+            held = 0
+            for _ in range(5_000):
+                words = rng.choices(listed, k=rng.randint(low, high))
+                words.insert(rng.randint(0, len(words)), rng.choice(labels))
+                phrase = " ".join(words)
+                held += redact_secrets(f'password: "{phrase}"') == f'password: "{phrase}"'
+            with_label[f"{low + 1}-{high + 1}" if low != high else f"{low + 1}"] = held
+        print(
+            f"{path.name}: passphrases kept (leaked) {kept} of 5000; holding a label word, of"
+            + "".join(f" {size} words {held}" for size, held in with_label.items())
+            + " of 5000"
+        )
 
 
 if __name__ == "__main__":

@@ -467,6 +467,9 @@ GATE_SAMPLES = [
     '{"apiKeys": ["k1abc"], "API_KEYS": ["k1abc"], "PWDS": ["a"], "credentials": ["s3cr3t!"]}',
     '{"CREDENTIALS": ["s3cr3t!"], "SECRETS": ["a"], "PASSPHRASES": ["a"], "PASSWORDS": ["a"]}',
     "db:\n  passwords: [hunter2, x]\n  pwds: [s3cr3t!]\n",
+    # TOML's and INI's lists (privacy24), a multi-line one too.
+    '[db]\npasswords = ["hunter2", "x9!"]\napi_keys = [\n  "sk-abc123def456",\n]\n',
+    "TOKENS = ['Xk9qLm2Pz7Rt']\n\"secrets\" = [['s3cr3t!']]\nPWDS = ['a1']\n",
 ]
 
 
@@ -981,6 +984,7 @@ RULES_GENERATIONS = {
     7: "bb7220d7860d1516",
     8: "c78aaaf9693b1ee0",
     9: "c83b91ffa1ab7f56",
+    10: "5caab8102dd320cd",
 }
 
 

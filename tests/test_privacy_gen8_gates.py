@@ -14,13 +14,22 @@ import pytest
 
 from app.capture.entities import SANITIZE_SCANNER
 from app.privacy import REDACTED, redact_secrets
-from app.privacy.config import _PLURAL_STEMS, LIST_RULES, OPTION_AND_LIST_GATES
+from app.privacy.config import _PLURAL_STEMS, LIST_GATE_BRANCHES, LIST_RULES, OPTION_AND_LIST_GATES
 from app.privacy.engine import _SCANNER
 from app.textscan import SHORT_TEXT, LiteralScanner
 
 _LIST_GATES = [
     (f"gate:{pattern.pattern}", OPTION_AND_LIST_GATES[pattern]) for _, pattern, _ in LIST_RULES
 ]
+_BRANCHES = [
+    (f"gate:{pattern.pattern}", branch)
+    for _, pattern, _ in LIST_RULES
+    for branch in LIST_GATE_BRANCHES[pattern]
+]
+# How many fuzzed texts must match each gate and each of its branches (privacy24): a gate or a
+# branch that no case reaches is one the test cannot see missing.
+_GATE_FLOOR = 50
+_BRANCH_FLOOR = 10
 _ELEMENTS = [
     "'hunter2'",
     '"zQ8pL2mN"',
@@ -67,7 +76,8 @@ def _list_line(rng: random.Random, literal: str, ends: tuple[str, ...]) -> str:
         _name(rng, literal, ends)
         + quote
         + rng.choice(_BLANKS)
-        + ":"
+        # TOML's and INI's `name = [` (privacy24) besides JSON's and YAML's `:`.
+        + rng.choice([":", "="])
         + rng.choice([*_BLANKS, "\n "])
         + "["
         + items
@@ -98,16 +108,22 @@ def test_every_list_gate_fires_wherever_re_matches_its_expression(
     scanner: LiteralScanner,
 ) -> None:
     missed: list[tuple[str, str]] = []
-    matched = 0
+    matched = dict.fromkeys([expression for _, expression in _LIST_GATES + _BRANCHES], 0)
     for text in _cases(23, 4000):
         found = scanner.present(text)
-        for name, expression in _LIST_GATES:
+        for name, expression in _LIST_GATES + _BRANCHES:
             if re.search(expression, text) is not None:
-                matched += 1
+                matched[expression] += 1
                 if name not in found:
                     missed.append((expression[:40], text[-60:]))
-    # The fuzz reaches the gates: a test that matched nothing could not fail.
-    assert matched > 1000
+    # The fuzz reaches every gate and every branch of one: a gate that no case matched could
+    # not fail here.
+    floors = {expression: _GATE_FLOOR for _, expression in _LIST_GATES}
+    assert [
+        expression
+        for expression, count in matched.items()
+        if count < floors.get(expression, _BRANCH_FLOOR)
+    ] == []
     assert missed == []
 
 

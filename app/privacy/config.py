@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import re
+from functools import lru_cache
 
 from app.privacy.common import _NOT_A_REFERENCE, _NOT_REDACTED, REDACTED, _keep_group, _Rule
 
@@ -281,8 +282,13 @@ def known_value(name: str, value: str) -> bool:
 # `extra_tokens`) is a tokenizer's output or settings as often: there only an element of a
 # credential's shape, 16 characters or more without a space and with a digit, is redacted
 # (`internationalization` is a word; a special token, `<|reserved_special_token_250|>`, is kept
-# as under `unk_token`).
-_TOKEN_SHAPE = re.compile(r"(?=\S*[0-9])\S{16,}")
+# as under `unk_token`), and so is a random token's of 10 to 15 letters, digits, `_` and `-`
+# mixing capitals, small letters and digits (`Xk9qLm2Pz7Rt`, privacy24: generation 9 kept it).
+# A tokenizer's piece or a lexer's name holds fewer kinds (`x86_64`, `ISO8601`, `NUMBER`,
+# `deadbeef1234`, `XMLHttpRequest`).
+_TOKEN_SHAPE = re.compile(
+    r"(?=\S*[0-9])\S{16,}|(?=[^a-z]*[a-z])(?=[^A-Z]*[A-Z])(?=[^0-9]*[0-9])[A-Za-z0-9_\-]{10,15}"
+)
 
 
 def credential_plural(name: str) -> tuple[str, bool] | None:
@@ -466,13 +472,38 @@ _LABEL_WORDS = frozenset(
 )
 
 
+# The other words of those translations holding a label word (`kata` and `baru` of `kata sandi
+# baru`, `masukkan`, `neues`, `eingeben`, `uusi`...), English ones and all: 99 words, derived by
+# `bench/privacy_locale_words.py` (privacy24). A phrase of four words or more holding a label
+# word is a label only if its other words are these: `casa parola verde sole` holds `parola`
+# (Italian "word") among a passphrase's words, and is one (generation 9 kept every phrase
+# holding a label word). Three words are a label's length (`nova senha aqui`, `wachtwoord
+# opnieuw invoeren`) as often as a passphrase's, and a phrase of them is kept as before.
+_LABEL_COMPANION_WORDS = frozenset(
+    (
+        "actual aktuala aktuelle altes antiga antigo atual baru bekreft berretsi berria berriz "
+        "bevestigen bitte cambia canvia das den det donu ein eingeben endre entsha erneut "
+        "escriure eski gamalt gammel gammelt geben genindtast gentag gjenta herhalen huidig "
+        "idatzi indtast informe inn inserisci introducir introduza kabusha kata kinnita "
+        "kirjoita lagi lama lumang masukkan mevcut modifica muuda muuta neue neues nieuw nova "
+        "novamente novan nove noverande novo novu nuova nye nykyinen nytt opakujte oud ponovo "
+        "redigite rescrie retajpu retypa sie sisestage skriv stadfest thayipha toista tornau "
+        "torneu ubah unesite uudelleen uus uusi vanha veche venligst volva wiederholen yeni "
+        "zadajte zadejte zaharra znova"
+    ).split()
+)
+# The most words a phrase holding a label word may have to be a label whatever its other words.
+_LABEL_MAX_WORDS = 3
+
+
 def passphrase(name: str, value: str) -> bool:
     """Whether `value`, a quoted value holding a blank under the credential's name `name`, is a
     passphrase (see `_PASSPHRASE`) rather than a sentence, a label or a format."""
     if _PASSPHRASE.fullmatch(value) is None:
         return False
     named = {word.lower() for word in _KEY_WORD.findall(name[-_KEY_END_CHARS:])}
-    return not any(
+    words = value.split(" ")
+    if any(
         word in _SENTENCE_WORDS
         or word in _PLACEHOLDER_WORDS
         or word in _STATUS_WORDS
@@ -480,9 +511,15 @@ def passphrase(name: str, value: str) -> bool:
         or word in named
         or _MASKED_VALUE.fullmatch(word)
         or credential_key(word)
-        or word in _LABEL_WORDS
         or _ALGORITHM_VALUE.fullmatch(word) is not None
-        for word in value.split(" ")
+        for word in words
+    ):
+        return False
+    if _LABEL_WORDS.isdisjoint(words):
+        return True
+    # A label word's phrase is a label when it is a label's length or its other words a label's.
+    return len(words) > _LABEL_MAX_WORDS and not all(
+        word in _LABEL_WORDS or word in _LABEL_COMPANION_WORDS for word in words
     )
 
 
@@ -682,7 +719,7 @@ _JSON_BARE = re.compile(r"[\w.+\-]+")
 _LIST_NAME = r"[A-Za-z_.]++"
 _LIST_ITEM = r"\[|\"|'|[A-Za-z_.]*+[^\s,\[\]{}\"'#A-Za-z_.]"
 _LIST_REST = (
-    rf"(?P<quote>[\"']?){_LIST_SPACE}:{_LIST_SPACE}\[{_LIST_SPACE}"
+    rf"(?P<quote>[\"']?){_LIST_SPACE}(?P<sep>[:=]){_LIST_SPACE}\[{_LIST_SPACE}"
     rf"(?P<items>(?:{_LIST_NAME}{_LIST_SPACE},{_LIST_SPACE})*+(?={_LIST_ITEM})(?:{_LIST_ELEMENT})"
     rf"(?:{_LIST_SPACE},{_LIST_SPACE}(?:{_LIST_ELEMENT}))*+)"
     # A trailing comma, as JavaScript, Python and JSON5 allow (`["k1",\n "k2",\n]`).
@@ -701,6 +738,8 @@ _LIST_PATTERNS = [
 # YAML's flow list is one on a line of its own: an indent and a block list's `- ` before its
 # name, a comment at most after it (a `passwords: [a1]` in a line of code is not YAML's).
 _YAML_BEFORE = re.compile(r"[ \t]*(?:-[ \t]+)?")
+# Before a TOML or INI key (`passwords = [...]`): an indent alone.
+_ASSIGNED_BEFORE = re.compile(r"[ \t]*")
 # A comment's `#` is enough: the rest of its line is not read (for each of a line's lists).
 _YAML_AFTER = re.compile(r"[ \t]*+(?:\r?\n|\Z)|[ \t]++#")
 # How far before a name its line's start is looked for: an indent is shorter, and each of a
@@ -784,45 +823,64 @@ def _name_before(text: str, end: int) -> str:
     return text[end - length : end]
 
 
+# A list's names repeat down a file (`keys = [...]` on each of a module's lines, where the
+# assigned lists' gate runs the rule): judged once each, a line of them cost 4.6 µs, a third of
+# it `credential_key`'s splitting twice.
+_LIST_NAME_CACHE_CHARS = 100
+
+
+@lru_cache(maxsize=1024)
+def _list_name(name: str) -> tuple[str, bool] | None:
+    return credential_plural(name)
+
+
 def _listed_credentials(match: re.Match[str]) -> str:
     """A list under a credential's name in text: each string element that the JSON rule
     redacts in an object (`credential_plural`, `listed_credential`) redacted alike, one with a
     blank only if it is a passphrase (text's lists are code's as often: `"password": ["This
-    field is required."]`); in YAML's flow style, a bare element too (`_yaml_credential`)."""
+    field is required."]`); in YAML's flow style, a bare element too (`_yaml_credential`). TOML's
+    and INI's `name = [...]` (privacy24) as a quoted name's list: on lines of its own (a
+    multi-line array too), strings and JSON's bare scalars alone, a string first."""
     items = match.group("items")
     quote = match.group("quote")
+    assigned = match.group("sep") == "="
+    strings = bool(quote) or assigned
     # Only a string or, in YAML, a bare element with a digit or a symbol is ever redacted: a
     # list of names is let go before its name is read (`keys: [a, b]` 15,000 times took 70 ms).
     if not items or (
-        "'" not in items and '"' not in items and (quote or _NAMES_ONLY.fullmatch(items))
+        "'" not in items and '"' not in items and (strings or _NAMES_ONLY.fullmatch(items))
     ):
+        return match.group()
+    # What the gate asks of an assigned list (`OPTION_AND_LIST_GATES`).
+    if assigned and items.lstrip("[\t\n\r ")[:1] not in ("'", '"'):
         return match.group()
     start = match.start()
     text = match.string
     stem = _name_before(text, start)
     opening = start - len(stem) - 1
-    if quote:
-        if opening < 0 or text[opening] != quote:
-            return match.group()
-    else:
-        name_start = start - len(stem)
+    if quote and (opening < 0 or text[opening] != quote):
+        return match.group()
+    if not quote or assigned:
+        name_start = start - len(stem) - (1 if quote else 0)
         line = text.rfind("\n", max(0, name_start - _YAML_INDENT_CHARS), name_start) + 1
-        yaml = (
-            "\n" not in match.group()
+        before = _ASSIGNED_BEFORE if assigned else _YAML_BEFORE
+        own_line = (
+            (assigned or "\n" not in match.group())
             and (line > 0 or name_start <= _YAML_INDENT_CHARS)
-            and _YAML_BEFORE.fullmatch(text, line, name_start) is not None
+            and before.fullmatch(text, line, name_start) is not None
             and _YAML_AFTER.match(text, match.end()) is not None
         )
-        if not yaml:
+        if not own_line:
             return match.group()
-    listed = credential_plural(stem + match.group("listed"))
+    name = stem + match.group("listed")
+    listed = _list_name(name) if len(name) <= _LIST_NAME_CACHE_CHARS else credential_plural(name)
     if listed is None:
         return match.group()
     singular = listed[0]
     named_singular = singular == stem + match.group("listed")
     # A JSON or repr list with a call or an expression in it is code's, as before YAML's bare
     # elements widened the pattern (`["k1", f(x)]`).
-    if quote and not all(
+    if strings and not all(
         found[0] in ("'", '"') or _JSON_BARE.fullmatch(found)
         for found in _LIST_ELEMENT_PATTERN.findall(items)
     ):
@@ -832,7 +890,7 @@ def _listed_credentials(match: re.Match[str]) -> str:
         scalar = found.group()
         if scalar[0] not in ("'", '"'):
             redacted = (
-                not quote
+                not strings
                 and listed_credential(*listed, scalar)
                 and _yaml_credential(singular, scalar)
                 and (not named_singular or _singular_listed(scalar))
@@ -862,6 +920,21 @@ LIST_RULES: list[_Rule] = [
 # matches with this end after `pwd`'s list (in the privacy rules' database; alone it matched):
 # the `pwd` names' gate stops at the list's first string or symbol, and the rule decides.
 _YAML_LIST_END = r"[^\n]*\][\t ]*(?:\r?\n|#|$)"
+# Each list rule's gate, its branches apart (tests/test_privacy_gen8_gates.py reaches each one).
+LIST_GATE_BRANCHES: dict[re.Pattern[str], tuple[str, ...]] = {
+    pattern: (
+        # A quoted name's list.
+        rf"{_stem(literal, ends)}[sS]?[\"'][\t\n\r ]*:[\t\n\r ]*\["
+        r"[\t\n\r ,A-Za-z_.]*[^\t\n\r ,A-Za-z_.\]]",
+        # YAML's flow list.
+        rf"{_stem(literal, ends)}[sS]?[\t\r ]*:[\t\r ]*\["
+        r"[\t\r ,A-Za-z_.]*[^\t\n\r ,A-Za-z_.\]]"
+        + ("" if literal.lower() == "pwd" else _YAML_LIST_END),
+        # TOML's and INI's `name = [` and a string (privacy24).
+        rf"{_stem(literal, ends)}[sS]?[\"']?[\t\n\r ]*=[\t\n\r ]*\[[\t\n\r \[]*[\"']",
+    )
+    for (literal, ends), pattern in zip(_PLURAL_STEMS, _LIST_PATTERNS, strict=True)
+}
 OPTION_AND_LIST_GATES: dict[re.Pattern[str], str] = {
     _OPTION_PATTERN: (
         "--[A-Za-z0-9_-]*(?:" + "|".join(_OPTION_ENDS) + r")(?:[\t ]+|=)[^\x09-\x0d\x20]"
@@ -874,16 +947,7 @@ OPTION_AND_LIST_GATES: dict[re.Pattern[str], str] = {
     # TypeScript chunk holding one (13.3 µs for 1.65 KB, 4.5 µs at 23d5d19), a YAML file of
     # `keys: [a, b]` on each of its lines. The literal first: a line's start before the name
     # (`(?:^|\n)[\t ]*…Key`) made hyperscan run its automaton over every line.
-    **{
-        pattern: (
-            rf"{_stem(literal, ends)}[sS]?[\"'][\t\n\r ]*:[\t\n\r ]*\["
-            r"[\t\n\r ,A-Za-z_.]*[^\t\n\r ,A-Za-z_.\]]"
-            rf"|{_stem(literal, ends)}[sS]?[\t\r ]*:[\t\r ]*\["
-            r"[\t\r ,A-Za-z_.]*[^\t\n\r ,A-Za-z_.\]]"
-            + ("" if literal.lower() == "pwd" else _YAML_LIST_END)
-        )
-        for (literal, ends), pattern in zip(_PLURAL_STEMS, _LIST_PATTERNS, strict=True)
-    },
+    **{pattern: "|".join(branches) for pattern, branches in LIST_GATE_BRANCHES.items()},
 }
 
 

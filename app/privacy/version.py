@@ -8,6 +8,7 @@ from types import FunctionType
 
 from app.privacy.config import (
     _ALGORITHM_VALUE,
+    _ASSIGNED_BEFORE,
     _BARE_CREDENTIAL,
     _BASE64_PART,
     _CAMEL,
@@ -25,6 +26,8 @@ from app.privacy.config import (
     _KEY_END_CHARS,
     _KEY_FILE_WORDS,
     _KEY_WORD,
+    _LABEL_COMPANION_WORDS,
+    _LABEL_MAX_WORDS,
     _LABEL_WORDS,
     _LIST_ELEMENT_PATTERN,
     _MASKED_VALUE,
@@ -82,7 +85,9 @@ from app.privacy.private import _MEMORY, _MEMORY_LITERALS, _PRIVATE_LITERALS, _P
 # singular in text, YAML's flow lists (`_yaml_credential`), a list nested in a credential's list
 # in JSON and text; a text list's element with a blank only if a passphrase (privacy22).
 # 8: a phrase holding an algorithm's name is no passphrase (privacy23).
-_RULES_CODE_VERSION = 8
+# 9: a phrase of four words or more holding a label word is a passphrase unless its other words
+# are a label's; TOML's and INI's `name = [...]` lists (privacy24).
+_RULES_CODE_VERSION = 9
 
 
 def _described(value: object) -> str:
@@ -132,6 +137,7 @@ def _rules_version() -> str:
             _JSON_BARE,
             _YAML_BEFORE,
             _YAML_AFTER,
+            _ASSIGNED_BEFORE,
             _CODE_VALUE,
             _BARE_CREDENTIAL,
             _PASSPHRASE,
@@ -151,6 +157,7 @@ def _rules_version() -> str:
     parts += [repr(_INI_WINDOW), repr(sorted(_PLACEHOLDER_NAMES)), repr(sorted(_QUERY_WORDS))]
     parts += [repr(sorted(_SENTENCE_WORDS)), repr(_YAML_INDENT_CHARS)]
     parts += [repr(sorted(_LABEL_WORDS))]
+    parts += [repr(sorted(_LABEL_COMPANION_WORDS)), repr(_LABEL_MAX_WORDS)]
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
 
 
@@ -170,4 +177,7 @@ RULES_VERSION = _rules_version()
 # a password's label in another language (`_LABEL_WORDS`) or an algorithm's name is no passphrase.
 # 9 (fixprivacy23): the `pwd` names' list gate without the YAML list's end, which hyperscan
 # missed in long texts; `_LABEL_WORDS` narrowed to the words naming a password or a passphrase.
-RULES_GENERATION = 9
+# 10 (privacy24): a passphrase holding a label word (`casa parola verde sole`) redacted unless a
+# label's length or words; TOML's and INI's `name = [...]` lists under a credential's name; a
+# random token of 10 to 15 characters in a `tokens` list.
+RULES_GENERATION = 10
