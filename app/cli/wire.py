@@ -496,8 +496,17 @@ class JsonErrorsProtocol(LineReadingProtocol):
                 b"400 Bad Request", error_body("BadRequest", BAD_REQUEST_DETAIL), []
             )
             return
-        self.send_error(b"400 Bad Request", error_body("BadRequest", BAD_REQUEST_DETAIL))
-        self.transport.close()
+        # A broken body: its request was dispatched with its headers, maybe queued behind
+        # requests of the same read still in the app. Written at once, the 400 overtook their
+        # answers, lost with the connection (the app's later write raised "the handler is
+        # closed"): it is refused as a dispatched request is.
+        body = error_body("BadRequest", BAD_REQUEST_DETAIL)
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete:
+            self.send_error(b"400 Bad Request", body)
+            self.transport.close()
+            return
+        self.refuse_dispatched(Refused(b"400 Bad Request", body, [], msg, dispatched=True))
 
     def answer_and_close(self, status: bytes, body: bytes, headers: list[Header]) -> None:
         """Answer a request refused before it reached the app, and close: at once, or, pipelined
