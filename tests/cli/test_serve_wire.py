@@ -1128,3 +1128,26 @@ def test_a_request_before_a_refused_one_in_the_same_read_is_answered_first(
     assert [answer[0].split(b" ")[1] for answer in answers] == [first_status, status], answers
     assert answers[1][1]["error"] == error
     assert "Traceback" not in log, log
+
+
+@pytest.mark.parametrize(("word", "answered"), [(b"FOO", True), (b"GE", False)])
+def test_a_method_word_alone_is_answered_at_once_unless_a_served_method_starts_with_it(
+    roomy: tuple[int, subprocess.Popen[str]], word: bytes, answered: bool
+) -> None:
+    # `FOO` sent alone, the connection left open, waited for the idle timeout (30 s here) and
+    # its 408; `GE` may still become GET, and waits for the rest of its head as any head does.
+    port, _ = roomy
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as connection:
+        connection.sendall(word)
+        started = time.monotonic()
+        ready, _, _ = select.select([connection], [], [], 3.0)
+        waited = time.monotonic() - started
+        answer = connection.recv(65536) if ready else b""
+
+    if answered:
+        status, error = error_of(answer)
+        assert status == b"HTTP/1.1 501 Not Implemented"
+        assert "`FOO`" in error["detail"]
+        assert waited < 2.0
+    else:
+        assert answer == b""
