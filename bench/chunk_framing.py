@@ -1,7 +1,9 @@
 """CPU of a chunked body's framing alone (`scan_chunks`, app/cli/http1/framing.py) against other
 trees': 1 MiB bodies of 1-byte chunks in the plain form the small-chunk run takes and in forms it
 does not (an extension, a leading zero, a size line ended by a bare LF, which llhttp refuses but
-the framing still reads), in one read, and an eighth of such a body in reads of 7 bytes.
+the framing still reads), and of plain chunks of mixed sizes, small ones between large ones
+(`small-large`: 1 and 256 bytes in turn; `mixed-sizes`: 1 to 4,096), in one read, and an eighth
+of such a body in reads of 7 bytes.
 bench/wire.py times the whole protocol; this one isolates the framing, where rev-wire23 saw the
 forms the run does not take 1.3-1.5 times as slow as 5c0a06b's (a failed match after every
 chunk). Each side runs in a process of its own with `app` from its tree (`scan_chunks` in
@@ -30,6 +32,11 @@ FORMS = {
     "extension": b"1;a\r\nx\r\n",
     "leading-zero": b"01\r\nx\r\n",
     "bare-lf": b"1\nx\r\n",
+    # plain chunks, small ones between large ones (the run's form and the loop's in turn)
+    "small-large": b"".join(b"%x\r\n%s\r\n" % (size, b"x" * size) for size in (1, 256)),
+    "mixed-sizes": b"".join(
+        b"%x\r\n%s\r\n" % (size, b"x" * size) for size in (1, 300, 2, 4096, 17, 255, 256, 5)
+    ),
 }
 # read size and the body's share read: in 7-byte reads an eighth of it (150,000 reads is long)
 READS = {"one read": (BODY * 2, 1), "7-byte reads": (7, 8)}

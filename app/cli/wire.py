@@ -50,8 +50,9 @@ resource, RFC 9110, 15.6.2) whatever else its head holds, once its line is whole
 connection: what follows it is a tunnel's bytes, which were read as the next request. So is a
 PRI that is not HTTP/2's preface (llhttp knows the method only there, and waited for the rest of
 it), and a method the service does not know (`FOO`, RTSP's `DESCRIBE`: RFC 9110, 15.6.2), read
-from the message's start since llhttp stops in it. Other methods a route does not take are its
-405 (with `Allow`) or 404.
+from the message's start since llhttp stops in it; such a word at a read's end waits 0.5 s for
+its rest, not the idle timeout, while a prefix of a method a route answers (`GE`) waits as any
+head does. Other methods a route does not take are its 405 (with `Allow`) or 404.
 
 uvicorn's `data_received` logs `Invalid HTTP request received.` for every parser error, which
 named neither a 503 at the limit nor a Host refusal. It stays uvicorn's: the parser it feeds
@@ -61,6 +62,7 @@ at most every AGMEM_REFUSAL_LOG_SECONDS and the count of the rest when that wind
 
 from __future__ import annotations
 
+import asyncio
 from array import array
 from collections.abc import Iterable
 from typing import Any
@@ -85,6 +87,7 @@ from app.cli.http1.framing import CHUNKS_BEGIN, ChunkState, blank_line_ends, sca
 from app.cli.http1.lines import (
     ANSWERED_AT_THE_LINE,
     LINE_BOUND,
+    METHOD_WAIT_SECONDS,
     SPACES,
     UNSERVED_METHODS,
     LineReadingProtocol,
@@ -193,6 +196,9 @@ class JsonErrorsProtocol(LineReadingProtocol):
         # Where a chunked body that spans reads stands at the last read's end (`scan_chunks`):
         # None until its head's read is scanned, False once not tracked (what llhttp refuses).
         self.chunks: ChunkState | bool | None = None
+        # A head's text ends in a word no method a route answers starts with: its 501 once its
+        # rest has had time to come (`wait_for_method`).
+        self.method_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
@@ -231,6 +237,9 @@ class JsonErrorsProtocol(LineReadingProtocol):
 
     def head_data(self, data: bytes) -> None:
         """Feed a read (or its part) that comes in a head, or a last chunk's trailers."""
+        if self.method_timer is not None:  # the word's rest may be this read
+            self.method_timer.cancel()
+            self.method_timer = None
         if self.method_pending:  # llhttp refused the method: the read goes on with its word
             self.send_400_response("")
             return
@@ -311,6 +320,8 @@ class JsonErrorsProtocol(LineReadingProtocol):
                 if b"  " in kept:  # llhttp takes any run of spaces between the line's parts
                     kept = SPACES.sub(b" ", kept)
                 self.line_text = kept[:LINE_BOUND]
+                if not self.url:
+                    self.wait_for_method()
         finally:
             # Only once the line is looked for: `head_start` reads the last bytes of the reads
             # before this one, where a head's end begun in them is.
@@ -487,6 +498,7 @@ class JsonErrorsProtocol(LineReadingProtocol):
         if self.in_headers:
             self.method_pending = self.method_goes_on()
             if self.method_pending:
+                self.wait_for_method()
                 return
             refused = self.head_refused()
             if refused is not None:
@@ -496,8 +508,41 @@ class JsonErrorsProtocol(LineReadingProtocol):
                 b"400 Bad Request", error_body("BadRequest", BAD_REQUEST_DETAIL), []
             )
             return
-        self.send_error(b"400 Bad Request", error_body("BadRequest", BAD_REQUEST_DETAIL))
-        self.transport.close()
+        # A broken body: its request was dispatched with its headers, maybe queued behind
+        # requests of the same read still in the app. Written at once, the 400 overtook their
+        # answers, lost with the connection (the app's later write raised "the handler is
+        # closed"): it is refused as a dispatched request is.
+        body = error_body("BadRequest", BAD_REQUEST_DETAIL)
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete:
+            self.send_error(b"400 Bad Request", body)
+            self.transport.close()
+            return
+        self.refuse_dispatched(Refused(b"400 Bad Request", body, [], msg, dispatched=True))
+
+    def wait_for_method(self) -> None:
+        """At a read's end in a head's first word: if no method a route answers starts with it
+        (`word_refused`), its 501 is certain, but only its rest can name it whole (`FO`, then
+        `O /`): it waits METHOD_WAIT_SECONDS for that, not the idle timeout (a `FOO` sent alone,
+        the connection left open, waited for the 408). A prefix of such a method (`GE`) waits
+        for the rest of its head as any head does."""
+        if self.method_timer is None and self.word_refused() is not None:
+            wait = min(METHOD_WAIT_SECONDS, self.idle_timeout)
+            self.method_timer = self.loop.call_later(wait, self.method_waited)
+
+    def method_waited(self) -> None:
+        self.method_timer = None
+        if self.held_error is not None or self.transport.is_closing():
+            return
+        refused = self.word_refused()
+        if refused is not None:
+            self.refusals.note(self.logger, self.loop, refused.cause)
+            self.answer_and_close(refused.status, refused.body, refused.headers)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.method_timer is not None:
+            self.method_timer.cancel()
+        super().connection_lost(exc)
 
     def answer_and_close(self, status: bytes, body: bytes, headers: list[Header]) -> None:
         """Answer a request refused before it reached the app, and close: at once, or, pipelined

@@ -1074,3 +1074,80 @@ def test_a_queued_request_refused_for_its_trailers_waits_for_the_answer_before_i
     assert error["error"] == "RequestHeaderFieldsTooLarge"
     assert not _stored_session(database_url, "queued-trailers")
     assert "Traceback" not in log, log
+
+
+CHUNKED_START = START + b"Transfer-Encoding: chunked\r\n\r\n"
+# A valid request, then in the same read one the protocol refuses (tests/cli/test_wire_pipelined
+# sweeps every cut in process): its status and its error's name.
+REFUSED_BEHIND = {
+    "a bad chunk size": (CHUNKED_START + b"zz\r\n{}\r\n0\r\n\r\n", b"400", "BadRequest"),
+    "101 headers": (
+        b"GET /health HTTP/1.1\r\n" + b"".join(b"X-%d: 1\r\n" % n for n in range(101)) + b"\r\n",
+        b"431",
+        "RequestHeaderFieldsTooLarge",
+    ),
+    "a bad request line": (
+        b"GET bad target HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+        b"400",
+        "BadRequest",
+    ),
+    "an unknown method": (b"FOO / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", b"501", "NotImplemented"),
+    "HTTP/2.0": (
+        b"GET /health HTTP/2.0\r\nHost: 127.0.0.1\r\n\r\n",
+        b"505",
+        "HTTPVersionNotSupported",
+    ),
+    "a body too large": (
+        START + b"Content-Length: 9000000\r\nConnection: close\r\n\r\n{}",
+        b"413",
+        "PayloadTooLarge",
+    ),
+}
+VALID_BEFORE = {
+    "GET": (KEEP_ALIVE_HEALTH, b"200"),
+    "a POST with a body": (START + b"Content-Length: 2\r\n\r\n{}", b"422"),
+}
+
+
+@pytest.mark.parametrize("refused", list(REFUSED_BEHIND))
+@pytest.mark.parametrize("valid", list(VALID_BEFORE))
+def test_a_request_before_a_refused_one_in_the_same_read_is_answered_first(
+    served: tuple[int, subprocess.Popen[str]], valid: str, refused: str
+) -> None:
+    # rev-whole23: behind a valid request in the same read, a bad chunk's 400 was written at
+    # once and the connection closed: the valid request's answer, still in the app, was lost,
+    # and its write logged a RuntimeError ("the handler is closed").
+    first, first_status = VALID_BEFORE[valid]
+    second, status, error = REFUSED_BEHIND[refused]
+    port, server = served
+    logged(server)
+
+    answers = _answers(exchange(port, first + second))
+    log = _logged_within(server, "Traceback", 0.5)
+
+    assert [answer[0].split(b" ")[1] for answer in answers] == [first_status, status], answers
+    assert answers[1][1]["error"] == error
+    assert "Traceback" not in log, log
+
+
+@pytest.mark.parametrize(("word", "answered"), [(b"FOO", True), (b"GE", False)])
+def test_a_method_word_alone_is_answered_at_once_unless_a_served_method_starts_with_it(
+    roomy: tuple[int, subprocess.Popen[str]], word: bytes, answered: bool
+) -> None:
+    # `FOO` sent alone, the connection left open, waited for the idle timeout (30 s here) and
+    # its 408; `GE` may still become GET, and waits for the rest of its head as any head does.
+    port, _ = roomy
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as connection:
+        connection.sendall(word)
+        started = time.monotonic()
+        ready, _, _ = select.select([connection], [], [], 3.0)
+        waited = time.monotonic() - started
+        answer = connection.recv(65536) if ready else b""
+
+    if answered:
+        status, error = error_of(answer)
+        assert status == b"HTTP/1.1 501 Not Implemented"
+        assert "`FOO`" in error["detail"]
+        assert waited < 2.0
+    else:
+        assert answer == b""

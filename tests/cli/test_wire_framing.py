@@ -4,8 +4,11 @@ a time alike."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
+from app.cli.http1 import framing
 from app.cli.http1.framing import CHUNKS_BEGIN, chunked_end, scan_chunks
 
 NEXT = b"GET /health RTSP/1.0\r\n\r\n"
@@ -43,6 +46,9 @@ BODIES = {
     + _chunk(1) * 4
     + _chunk(2, b" 2")
     + _chunk(1) * 4
+    + b"0\r\n\r\n",
+    # small chunks after large ones and before them, in the run's form
+    "mixed sizes": b"".join(_chunk(size) for size in (1, 300, 2, 4096, 255, 256, 17, 1000, 5) * 3)
     + b"0\r\n\r\n",
 }
 
@@ -85,3 +91,48 @@ def test_a_body_in_small_reads_ends_where_its_trailers_do(name: str, size: int) 
 def test_a_size_line_that_is_none_is_still_refused_after_a_run() -> None:
     with pytest.raises(ValueError, match="no chunk size"):
         scan_chunks(CHUNKS_BEGIN, _chunk(1) * 3 + b"zz\r\nabc\r\n", 0)
+
+
+@pytest.mark.parametrize("name", BODIES)
+def test_the_run_is_tried_only_where_the_next_size_line_is_in_its_form(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # rev-wire23/last23: the run was gated on the size line before the data, not the next one:
+    # a small chunk before a large one cost a failed match, and one after a large one the loop's
+    # line-at-a-time reading (mixed sizes 1.4 times 5c0a06b's framing).
+    tries: list[tuple[int, int]] = []
+    skipped_run = framing._skipped_run
+
+    def watched(small: re.Pattern[bytes], data: bytes, at: int) -> int:
+        end = skipped_run(small, data, at)
+        tries.append((at, end))
+        return end
+
+    monkeypatch.setattr(framing, "_skipped_run", watched)
+    body = BODIES[name]
+    _, end = scan_chunks(CHUNKS_BEGIN, body + NEXT, 0)
+
+    assert end == len(body)
+    chunks = _chunks(body)
+    # a run is tried only at a line that looks like its form (a rare look-alike it refuses at once)
+    look_alikes = [at for at, plain, looks in chunks if looks and not plain]
+    assert [at for at, stop in tries if stop == at if at not in look_alikes] == []
+    # every chunk in the run's form but the first is in a run
+    in_runs = [at for at, _, _ in chunks if any(start <= at < stop for start, stop in tries)]
+    assert in_runs == [at for at, plain, _ in chunks[1:] if plain], tries
+
+
+def _chunks(body: bytes) -> list[tuple[int, bool, bool]]:
+    """Where each chunk but the last begins, whether its size line is in the run's form, and
+    whether it looks so to the gate (no leading zero, its CR after one or two bytes)."""
+    chunks, at = [], 0
+    while True:
+        line_end = body.index(b"\n", at)
+        line = body[at:line_end]
+        size = int(line.split(b";")[0].strip(b" \r"), 16)
+        if not size:
+            return chunks
+        plain = re.fullmatch(rb"[1-9A-Fa-f][0-9A-Fa-f]?\r", line) is not None
+        looks = line[:1] != b"0" and b"\r" in (line[1:2], line[2:3])
+        chunks.append((at, plain, looks))
+        at = line_end + 1 + size + 2

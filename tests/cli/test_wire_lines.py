@@ -13,11 +13,13 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
+import httptools
 import pytest
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
 from app.cli import wire
+from app.cli.http1 import lines
 from app.cli.wire import JsonErrorsProtocol
 from tests.cli.test_wire_layers import _Transport
 
@@ -465,3 +467,106 @@ def test_a_chunked_end_search_ends_on_a_read_without_a_line_end() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "7"
+
+
+def _written_after(reads: Sequence[bytes], seconds: float) -> tuple[bytes, bool]:
+    """What a fresh connection writes for these reads, `seconds` after the last one, the
+    connection left open; and whether it closed."""
+
+    async def go() -> tuple[bytes, bool]:
+        protocol = JsonErrorsProtocol(config=_config(), server_state=ServerState(), app_state={})
+        transport = _Written()
+        protocol.connection_made(transport)
+        try:
+            for data in reads:
+                protocol.data_received(data)
+                await asyncio.sleep(0)
+            await asyncio.sleep(seconds)
+            return transport.written, transport.closed
+        finally:
+            protocol.connection_lost(None)
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize(
+    ("reads", "named"),
+    [
+        ((b"FOO",), "FOO"),
+        ((b"\r\nFOO",), "FOO"),
+        ((b"F", b"OO"), "FOO"),
+        ((b"BREW",), "BREW"),
+        ((b"DESC",), "DESC"),
+        ((b"get",), "get"),
+    ],
+)
+def test_a_word_no_served_method_starts_with_is_a_501_without_the_idle_timeout(
+    reads: tuple[bytes, ...], named: str
+) -> None:
+    # Alone in its read, the connection left open, it waited for the idle timeout (60 s) and
+    # was its 408: whatever follows it, it is a 501 (or the 400 of no method).
+    written, closed = _written_after(reads, lines.METHOD_WAIT_SECONDS + 0.3)
+
+    answers = _parsed(written)
+    assert [status for status, _ in answers] == [501]
+    assert f"`{named}`" in answers[0][1]["detail"]
+    assert closed
+
+
+def test_connect_alone_in_its_read_is_its_501() -> None:
+    written, closed = _written_after((b"CONNECT",), lines.METHOD_WAIT_SECONDS + 0.3)
+
+    assert [(status, "CONNECT" in error["detail"]) for status, error in _parsed(written)] == [
+        (501, True)
+    ]
+    assert closed
+
+
+@pytest.mark.parametrize("word", [b"G", b"GE", b"GET", b"PR", b"PRI", b"M-", b"C", b"\r\nPO"])
+def test_a_prefix_of_a_served_method_waits_for_the_rest_of_its_head(word: bytes) -> None:
+    written, closed = _written_after((word,), lines.METHOD_WAIT_SECONDS + 0.3)
+
+    assert (written, closed) == (b"", False)
+
+
+def test_a_word_whose_rest_comes_within_the_wait_is_named_whole() -> None:
+    async def go() -> bytes:
+        protocol = JsonErrorsProtocol(config=_config(), server_state=ServerState(), app_state={})
+        transport = _Written()
+        protocol.connection_made(transport)
+        try:
+            protocol.data_received(b"FO")
+            await asyncio.sleep(lines.METHOD_WAIT_SECONDS * 0.6)
+            protocol.data_received(b"O")
+            await asyncio.sleep(lines.METHOD_WAIT_SECONDS * 0.6)
+            protocol.data_received(b"BAR / HTTP/1.1" + HOST)
+            for _ in range(8):
+                await asyncio.sleep(0)
+        finally:
+            protocol.connection_lost(None)
+        return transport.written
+
+    answers = _parsed(asyncio.run(go()))
+
+    assert [status for status, _ in answers] == [501]
+    assert "`FOOBAR`" in answers[0][1]["detail"]
+
+
+@pytest.mark.parametrize("method", lines.ANSWERED_METHODS)
+def test_each_method_a_word_may_wait_for_is_one_llhttp_takes(method: bytes) -> None:
+    # A method llhttp takes that the list lacks would be refused 501 before its word ended.
+    class Head:
+        done = False
+
+        def on_headers_complete(self) -> None:
+            self.done = True
+
+    head = Head()
+    parser = httptools.HttpRequestParser(head)
+    if method == b"PRI":  # taken, then only in HTTP/2's preface
+        with pytest.raises(httptools.HttpParserError, match="Preface"):
+            parser.feed_data(b"PRI /x HTTP/1.1" + HOST)
+        return
+    parser.feed_data(method + b" /x HTTP/1.1" + HOST)
+
+    assert (head.done, parser.get_method()) == (True, method)

@@ -42,6 +42,20 @@ RTSP_METHODS = frozenset(
 # PRI too, unless its line is HTTP/2's preface (llhttp takes it nowhere else).
 UNSERVED_METHODS = RTSP_METHODS | {b"CONNECT"}
 ANSWERED_AT_THE_LINE = UNSERVED_METHODS | {b"PRI"}
+# llhttp's methods a route answers (its 405 or 404 at worst), and PRI, whose HTTP/2 preface is
+# its line's 505: a word at a read's end that may still become one of them waits for the rest of
+# its head, as any head does. Any other word (`FOO`, `CONN`, RTSP's `DESC`) is a 501 whatever
+# follows it (or the 400 of no method, if it goes on in other characters): it waits only
+# METHOD_WAIT_SECONDS for its rest, not the idle timeout.
+ANSWERED_METHODS = tuple(
+    b"GET HEAD POST PUT DELETE OPTIONS PATCH TRACE QUERY COPY LOCK MKCOL MOVE PROPFIND PROPPATCH "
+    b"SEARCH UNLOCK BIND REBIND UNBIND ACL REPORT MKACTIVITY CHECKOUT MERGE M-SEARCH NOTIFY "
+    b"SUBSCRIBE UNSUBSCRIBE PURGE MKCALENDAR LINK UNLINK SOURCE PRI".split()
+)
+# A word's rest is its write's next segment: behind Nagle's algorithm it waits for the first
+# one's ACK, which a receiver delays up to 40 ms (Linux) or 200 ms (Windows). Past this wait the
+# 501 names the word as it came.
+METHOD_WAIT_SECONDS = 0.5
 # llhttp's version, a string formatted at each call (0.45 us): read once a request.
 read_version = httptools.HttpRequestParser.get_http_version
 
@@ -154,9 +168,7 @@ class LineReadingProtocol(HeaderBoundProtocol):
                 return None  # a word that goes on in other characters is no method either
             name = word.group()
         if name != method or method in RTSP_METHODS:
-            shown = name.decode("ascii") + ("..." if len(name) == METHOD_SHOWN else "")
-            body = error_body("NotImplemented", METHOD_DETAIL.format(method=shown))
-            return Refused(b"501 Not Implemented", body, [], "refused an unknown method (501)")
+            return unknown_method(name)
         if method == b"CONNECT":
             return connect_refusal()
         if method == b"PRI":
@@ -177,6 +189,20 @@ class LineReadingProtocol(HeaderBoundProtocol):
         else:
             text, at = self.read, self.head_start()
         return text, _skipped(_NOT_BLANK, text, at)
+
+    def word_refused(self) -> Refused | None:
+        """The 501 of the method word the head's text kept so far (`line_text`, the reads it
+        came in) ends in, if no method a route answers starts with it (`ANSWERED_METHODS`): None
+        for any other text."""
+        text = self.line_text
+        at = _skipped(_NOT_BLANK, text, 0)
+        word = _TOKEN.match(text, at, at + METHOD_SHOWN)
+        if word is None or word.end() < len(text):
+            return None
+        name = word.group()
+        if any(method.startswith(name) for method in ANSWERED_METHODS):
+            return None
+        return connect_refusal() if name == b"CONNECT" else unknown_method(name)
 
     def method_goes_on(self) -> bool:
         """Whether llhttp stopped in a method whose word runs to the read's end, short of the
@@ -227,3 +253,11 @@ class LineReadingProtocol(HeaderBoundProtocol):
         if digits[0] == 49:  # "1"
             return None
         return version_not_supported(digits.decode("ascii"))
+
+
+def unknown_method(name: bytes) -> Refused:
+    """The 501 of a method the service does not know (RFC 9110, 15.6.2), named as far as it
+    came (to METHOD_SHOWN characters)."""
+    shown = name.decode("ascii") + ("..." if len(name) == METHOD_SHOWN else "")
+    body = error_body("NotImplemented", METHOD_DETAIL.format(method=shown))
+    return Refused(b"501 Not Implemented", body, [], "refused an unknown method (501)")
