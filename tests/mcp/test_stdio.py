@@ -8,12 +8,14 @@ import io
 import itertools
 import json
 import os
+import queue
 import select
 import signal
 import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -127,9 +129,40 @@ def answer(server: subprocess.Popen[str], line: str) -> dict[str, Any] | None:
     if server.pid in _SHARED_IDS:
         call_id = json.loads(line)["id"]
         return answers_to(server, [call_id]).get(call_id)
-    ready, _, _ = select.select([server.stdout], [], [], 30)
-    found: dict[str, Any] | None = json.loads(server.stdout.readline()) if ready else None
+    read = next_line(server, 30)
+    found: dict[str, Any] | None = json.loads(read) if read else None
     return found
+
+
+# Each server's stdout lines, read by a thread of its own (`next_line`), by server.
+_LINES: weakref.WeakKeyDictionary[subprocess.Popen[str], queue.Queue[str]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def next_line(server: subprocess.Popen[str], timeout: float) -> str | None:
+    """The server's next stdout line within `timeout` seconds ("" once it has ended), else None.
+
+    Read by a thread, not by `select` on the pipe then `readline`: the text reader takes every
+    line one read of the pipe holds into its buffer, where `select` sees none of them, so a
+    second answer landing in the same read as the first was waited for until the timeout.
+    """
+    lines = _LINES.get(server)
+    if lines is None:
+        lines = _LINES[server] = queue.Queue()
+        threading.Thread(target=_pump, args=(server.stdout, lines), daemon=True).start()
+    try:
+        return lines.get(timeout=max(0.0, timeout))
+    except queue.Empty:
+        return None
+
+
+def _pump(stdout: io.TextIOBase | None, lines: queue.Queue[str]) -> None:
+    assert stdout is not None
+    with contextlib.suppress(ValueError, OSError):  # closed by the test's end
+        for read in stdout:
+            lines.put(read)
+    lines.put("")
 
 
 def answers_to(
@@ -139,9 +172,7 @@ def answers_to(
 
     An answer to another id is skipped: on the module's shared `agmem mcp` it is a late one to
     an earlier test's call (that test timed out waiting), and read as this test's it would pass
-    or fail this test for another's call. A late answer and this one landing in one read of the
-    pipe leave this one in the reader's buffer, unseen by `select`: the wait then ends at the
-    timeout and the test fails, never passing on another call's answer.
+    or fail this test for another's call.
     """
     assert server.stdout is not None
     if server.pid in _SHARED_IDS:
@@ -151,10 +182,7 @@ def answers_to(
     found: dict[Any, dict[str, Any]] = {}
     deadline = time.monotonic() + timeout
     while len(found) < len(ids):
-        ready, _, _ = select.select([server.stdout], [], [], max(0, deadline - time.monotonic()))
-        if not ready:
-            break
-        read = server.stdout.readline()
+        read = next_line(server, deadline - time.monotonic())
         if not read:
             break
         message = json.loads(read)
@@ -184,12 +212,16 @@ def fresh_ids(count: int = 1) -> list[int]:
     return [next(_NEXT_ID) for _ in range(count)]
 
 
-# A server that writes a late answer to an earlier call (id 2) first, then answers each line.
+# A server that writes a late answer to an earlier call (id 2) first, then answers each line
+# behind another late one, the two in one write (so one read of the pipe holds both).
 LATE_ANSWER_FIRST = """
 import json, sys
-print(json.dumps({"jsonrpc": "2.0", "id": 2, "result": {"late": True}}), flush=True)
+late = json.dumps({"jsonrpc": "2.0", "id": 2, "result": {"late": True}})
+print(late, flush=True)
 for line in sys.stdin:
-    print(json.dumps({"jsonrpc": "2.0", "id": json.loads(line)["id"], "result": {}}), flush=True)
+    answer = json.dumps({"jsonrpc": "2.0", "id": json.loads(line)["id"], "result": {}})
+    sys.stdout.write(late + "\\n" + answer + "\\n")
+    sys.stdout.flush()
 """
 
 
