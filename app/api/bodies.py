@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, model_validator
 from pydantic.alias_generators import to_camel
 
+from app.api.spellings import one_spelling
 from app.privacy import surrogates_replaced
 
 
@@ -21,38 +22,32 @@ class CamelModel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
 
 
-def refuse_two_spellings(model: type[BaseModel], data: dict[str, Any]) -> None:
-    """Raise ValueError when `data` names a field in both spellings with different values.
-
-    Pydantic takes the camelCase one and drops the other without a word, so a client that
-    merged objects of both styles filed its data under whichever spelling won. The same value
-    under both is no conflict."""
-    clashes = [
-        f"'{field.alias}' and '{name}'"
+def one_value_per_field(model: type[BaseModel], data: dict[str, Any]) -> dict[str, Any]:
+    """`data` with each field sent in both spellings kept once, under its camelCase name, with the
+    value `one_spelling` takes (ValueError for two real values that differ)."""
+    both = [
+        (name, field.alias)
         for name, field in model.model_fields.items()
-        if field.alias
-        and field.alias != name
-        and name in data
-        and field.alias in data
-        and data[name] != data[field.alias]
+        if field.alias and field.alias != name and name in data and field.alias in data
     ]
-    if clashes:
-        raise ValueError(
-            f"{', '.join(clashes)} name one field and were sent with different values; "
-            "send one of them"
-        )
+    if not both:
+        return data
+    kept = dict(data)
+    for name, alias in both:
+        kept[alias] = one_spelling(alias, kept[alias], name, kept.pop(name))
+    return kept
 
 
 class SurrogatesReplaced(BaseModel):
     """A body whose strings have their lone surrogates replaced by U+FFFD before validation
     (`surrogates_replaced`): cleaned as stored text is, instead of a 422 "not a valid string".
-    A field sent in both spellings with two values is refused (`refuse_two_spellings`)."""
+    A field sent in both spellings is kept once (`one_value_per_field`)."""
 
     @model_validator(mode="before")
     @classmethod
     def _replace_surrogates(cls, data: Any) -> Any:
         if isinstance(data, dict):
-            refuse_two_spellings(cls, data)
+            data = one_value_per_field(cls, data)
         return surrogates_replaced(data)
 
 
@@ -75,7 +70,7 @@ class StrictBody(CamelModel):
     `ttl` stored a memory that never expired. `echoed()` names fields that are not the body's
     but that our own answers carry, so a client that reads an object and sends it back is not
     refused; they are accepted and ignored. Both spellings (camelCase, snake_case) count, and
-    both at once with two values are refused (`refuse_two_spellings`)."""
+    both at once are kept once, two real values refused (`one_value_per_field`)."""
 
     # The schema says what a client may send (as `extra="forbid"` said for search and sync).
     model_config = ConfigDict(json_schema_extra={"additionalProperties": False})
@@ -95,6 +90,6 @@ class StrictBody(CamelModel):
         unknown = [name for name in data if name not in known and name not in echoed]
         if unknown:
             raise ValueError(unknown_fields_message(unknown, list(spellings.values())))
-        refuse_two_spellings(cls, data)
+        data = one_value_per_field(cls, data)
         # A lone surrogate is cleaned here as in `SurrogatesReplaced`, in the one pass.
         return surrogates_replaced({name: value for name, value in data.items() if name in known})

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import Depends, Query, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.api.spellings import one_spelling
 from app.config import Settings
 from app.errors import ValidationFailed
-from app.privacy import clean_text
-from app.projects import canonical_project
 from app.state import AppState
 
 
@@ -44,26 +43,16 @@ async def get_db(state: StateDep) -> AsyncIterator[AsyncSession]:
 DbDep = Annotated[AsyncSession, Depends(get_db, scope="function")]
 
 
-def refuse_two_spellings(
-    camel_name: str,
-    camel: str | None,
-    snake_name: str,
-    snake: str | None,
-    *,
-    fold: Callable[[str], str] = str,
-) -> None:
-    """A query parameter sent in both spellings must carry one value (the same once cleaned and
-    `fold`ed: `/a/` is `/a`), else ValidationFailed. The camelCase one was used and the other
-    dropped without a word: `DELETE /api/memories/k?projectPath=/a&project_path=/b` deleted
-    `/a`'s memory (app.api.bodies.refuse_two_spellings says the same of a body)."""
-    if camel is None or snake is None:
-        return
-    first, second = (fold(clean_text(value).strip()) for value in (camel, snake))
-    if first and second and first != second:
-        raise ValidationFailed(
-            f"query: '{camel_name}' and '{snake_name}' name one field and were sent with "
-            "different values; send one of them"
-        )
+def query_spelling(
+    camel_name: str, camel: str | None, snake_name: str, snake: str | None
+) -> str | None:
+    """The value of a query parameter sent in both spellings, by the bodies' rule
+    (`app.api.spellings.one_spelling`); two real values that differ are ValidationFailed."""
+    try:
+        value: str | None = one_spelling(camel_name, camel, snake_name, snake)
+    except ValueError as error:
+        raise ValidationFailed(f"query: {error}") from None
+    return value
 
 
 async def project_path_query(
@@ -74,10 +63,7 @@ async def project_path_query(
 ) -> str | None:
     """`?projectPath=`, or its snake_case spelling, as every body and the memories' queries take
     both: `GET /api/sessions?project_path=` was ignored and listed every project's sessions."""
-    refuse_two_spellings("projectPath", camel, "project_path", snake, fold=canonical_project)
-    if camel is not None and clean_text(camel).strip():  # NUL-only is blank once cleaned
-        return camel
-    return snake if snake is not None else camel
+    return query_spelling("projectPath", camel, "project_path", snake)
 
 
 ProjectPathQuery = Annotated[str | None, Depends(project_path_query)]

@@ -12,6 +12,11 @@ Starlette's `ExceptionMiddleware` looks them up. Anything else (another method, 
 spelling, a mounted root path) takes the full stack, where the same routes are registered (and
 documented in the OpenAPI schema) as before. In both, the Host and origin rules are outside the
 server-error layer, so that a 500 carries an allowed origin's CORS headers.
+
+The fast path skips `Utf8UrlMiddleware` (a URL that percent-encodes bytes that are not UTF-8 is
+a 400 elsewhere under /api/): the two paths are fixed strings matched exactly and their
+endpoints read no query, so a query such as `?x=%FF` names nothing and the request is answered
+as one without it. The check guards names a client finds its data by; these URLs hold none.
 """
 
 from __future__ import annotations

@@ -210,6 +210,9 @@ class Utf8UrlMiddleware:
     so different keys, ids and project paths became one: `PUT /api/memories/a%FE` replaced the
     memory `a%FF` stored, and the one a client stored as `a%EF%BF%BD`. A body's text is cleaned
     (../shared/API.md); a name in a URL is what a client finds its data by, so it is refused.
+    The whole query string counts, and the check runs before routing (a wrong method is a 400,
+    not a 405). `POST /api/observe` and `/api/observe/result` take app/api/hot.py's fast path,
+    not this one: fixed paths that read no query.
     """
 
     def __init__(self, app: ASGIApp) -> None:

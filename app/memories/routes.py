@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from app import exactjson
 from app.api import paths  # noqa: F401 - registers the `{name:any}` paths below use
-from app.api.deps import DbDep, SettingsDep, StateDep, refuse_two_spellings
+from app.api.deps import DbDep, SettingsDep, StateDep, query_spelling
 from app.api.responses import ExactJSONResponse
 from app.db.engine import transaction
 from app.errors import BadRequest, ValidationFailed
@@ -65,14 +65,10 @@ async def visibility(
     session_id: Annotated[str | None, Query(include_in_schema=False)] = None,
 ) -> service.Visibility:
     """Who reads: `?scope=&projectPath=&sessionId=` (snake_case accepted too, not two values)."""
-    refuse_two_spellings(
-        "projectPath", projectPath, "project_path", project_path, fold=canonical_project
-    )
-    refuse_two_spellings("sessionId", sessionId, "session_id", session_id)
+    project = query_spelling("projectPath", projectPath, "project_path", project_path)
+    session = query_spelling("sessionId", sessionId, "session_id", session_id)
     return service.Visibility(
-        scope=scope,
-        project_path=_project(_optional(projectPath, project_path)),
-        session_id=_optional(sessionId, session_id),
+        scope=scope, project_path=_project(_optional(project)), session_id=_optional(session)
     )
 
 

@@ -2,7 +2,8 @@
 
 `{"projectPath": "/a", "project_path": "/b"}` started a session of `/a` and said nothing of `/b`
 (pydantic takes the camelCase one), so a client that merged two objects of either style filed its
-data under whichever spelling won. The same value twice is no conflict and passes.
+data under whichever spelling won. The same value twice is no conflict and passes, nor is a null
+or blank spelling, nor two spellings of one project folder (`/a/`, `/a`).
 """
 
 from __future__ import annotations
@@ -92,3 +93,110 @@ def test_one_value_under_both_spellings_in_a_query_passes(client: TestClient) ->
 
     assert listed.status_code == 200
     assert read.status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("POST", "/api/session/start", {"projectPath": "/a/", "project_path": "/b"}),
+        ("POST", "/api/session/start", {"projectPath": "C:\\x", "project_path": "D:/x"}),
+        ("PUT", "/api/memories/k", {"value": 1, "createdBy": " a", "created_by": "b"}),
+    ],
+)
+def test_two_values_stay_refused_once_folded(
+    client: TestClient, db: psycopg.Connection[Any], method: str, path: str, body: dict[str, Any]
+) -> None:
+    refused(client, method, path, body)
+
+    assert db.execute("SELECT count(*) FROM sessions").fetchone() == (0,)
+    assert db.execute("SELECT count(*) FROM memories").fetchone() == (0,)
+
+
+# The rule is the query's (`?projectPath=/a/&project_path=/a` passes): a null or blank spelling
+# does not count, and project paths are compared as the stored project is spelt. f4e2872 accepted
+# each of these; the first version of the check refused them with a 422.
+@pytest.mark.parametrize(
+    ("camel", "snake", "stored"),
+    [
+        ("/a/", "/a", "/a"),
+        ("/a", "/a/./", "/a"),
+        ("/a", None, "/a"),
+        (None, "/a", "/a"),
+        ("/a", "", "/a"),
+        ("  ", "/a", "/a"),
+        ("C:\\x", "c:/x", "C:\\x"),
+    ],
+)
+def test_one_project_under_both_spellings_starts_a_session(
+    client: TestClient,
+    db: psycopg.Connection[Any],
+    camel: str | None,
+    snake: str | None,
+    stored: str,
+) -> None:
+    body = {"projectPath": camel, "project_path": snake}
+
+    started = client.post("/api/session/start", json=body)
+
+    assert started.status_code == 201, started.text
+    assert started.json()["projectPath"] == stored
+    assert db.execute("SELECT project_path FROM sessions").fetchall() == [(stored,)]
+
+
+@pytest.mark.parametrize(
+    ("camel", "snake", "stored"),
+    [("/a/", "/a", "/a"), ("/a", None, "/a"), (None, "/a", "/a"), ("c:/x/", "C:\\x", "C:\\x")],
+)
+def test_one_project_under_both_spellings_writes_and_searches(
+    client: TestClient,
+    db: psycopg.Connection[Any],
+    camel: str | None,
+    snake: str | None,
+    stored: str,
+) -> None:
+    spellings = {"projectPath": camel, "project_path": snake}
+
+    written = client.put("/api/memories/k", json={"value": 1, "scope": "project", **spellings})
+    searched = client.post("/api/search", json={"query": "k", **spellings})
+
+    assert written.status_code == 201, written.text
+    assert searched.status_code == 200, searched.text
+    assert db.execute("SELECT project_path FROM memories").fetchall() == [(stored,)]
+
+
+@pytest.mark.parametrize(
+    ("camel", "snake", "stored"),
+    [("x", "", "x"), ("x", None, "x"), ("", "x", "x"), (None, "x", "x"), ("x", " x ", "x")],
+)
+def test_one_author_under_both_spellings_is_stored(
+    client: TestClient,
+    db: psycopg.Connection[Any],
+    camel: str | None,
+    snake: str | None,
+    stored: str,
+) -> None:
+    body = {"value": 1, "scope": "global", "createdBy": camel, "created_by": snake}
+
+    written = client.put("/api/memories/k", json=body)
+
+    assert written.status_code == 201, written.text
+    assert db.execute("SELECT created_by FROM memories").fetchall() == [(stored,)]
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "projectPath=/a/&project_path=/a",
+        "projectPath=/a&project_path=",
+        "projectPath=%20&project_path=/a",
+        "projectPath=C:%5Cx&project_path=c:/x/",
+    ],
+)
+def test_one_project_under_both_spellings_in_a_query_passes(client: TestClient, query: str) -> None:
+    for project in ("/a", "C:\\x"):
+        body = {"value": project, "scope": "project", "projectPath": project}
+        assert client.put("/api/memories/k", json=body).status_code == 201
+
+    for url in ("/api/sessions", "/api/context", "/api/memories", "/api/memories/k"):
+        answer = client.get(f"{url}?scope=project&{query}")
+        assert answer.status_code == 200, (url, answer.text)

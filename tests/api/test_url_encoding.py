@@ -56,3 +56,44 @@ def test_utf8_and_plain_escapes_still_pass(on_loopback: TestClient) -> None:
     assert put.status_code == 201
     assert put.json()["key"] == "été/100%"
     assert listed.status_code == 200
+
+
+def test_the_hot_capture_paths_read_no_query_and_answer_as_without_one(
+    on_loopback: TestClient,
+) -> None:
+    # POST /api/observe and /api/observe/result take app/api/hot.py's fast path, past the
+    # middleware that refuses such URLs: those two paths are fixed and read no query, so a query
+    # that is not UTF-8 changes nothing in what they store or answer.
+    started = on_loopback.post("/api/session/start", json={"projectPath": "/home/dev/shop"})
+    session_id = started.json()["id"]
+    call = {"sessionId": session_id, "functionName": "read_file", "functionArgs": {"p": "a"}}
+
+    observed = on_loopback.post("/api/observe?projectPath=%FF", json=call)
+    result = on_loopback.post(
+        "/api/observe/result?x=%ED%A0%80",
+        json={**call, "result": "ok", "observationId": observed.json()["id"]},
+    )
+
+    assert observed.status_code == 201, observed.text
+    assert result.status_code in (200, 201), result.text
+    stored = on_loopback.get(f"/api/observations/{observed.json()['id']}").json()
+    assert (stored["sessionId"], stored["functionName"]) == (session_id, "read_file")
+    assert stored["result"] == "ok"
+
+
+@pytest.mark.parametrize(
+    ("method", "url"),
+    [
+        ("GET", "/api/observe?x=%FF"),  # a method the route does not take: 405 without the check
+        ("POST", "/api/observe/%FF"),  # another path: the full stack, 404 without the check
+        ("GET", "/api/no-such-route?x=%FF"),
+        ("GET", "/api/sessions?limit=5&unread=%FF"),  # a parameter no route reads
+    ],
+)
+def test_the_check_runs_before_routing_on_the_whole_query(
+    on_loopback: TestClient, method: str, url: str
+) -> None:
+    answer = on_loopback.request(method, url)
+
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"] == "InvalidURL"

@@ -1,0 +1,44 @@
+"""A field sent under both its spellings (camelCase, snake_case): one rule, bodies and queries.
+
+Pydantic, and the query parameters before, took the camelCase one and dropped the other without
+a word, so a client that merged objects of both styles filed its data under whichever spelling
+won: `DELETE /api/memories/k?projectPath=/a&project_path=/b` deleted `/a`'s memory. Only two
+real values that differ are refused. A null or blank spelling says nothing (clients send
+`"project_path": null` beside the camelCase one), and two spellings of one folder (`/a/`, `/a`;
+`C:\\x`, `c:/x`) are one project once folded as the stored project is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.privacy import clean_text
+from app.projects import canonical_project
+
+# The fields (snake_case names) that hold a project path, folded by `canonical_project`.
+PROJECT_FIELDS = frozenset({"project_path"})
+
+
+def _meant(snake_name: str, value: Any) -> Any:
+    """What a spelling's value means for the comparison; None when it says nothing."""
+    if not isinstance(value, str):
+        return value
+    text = clean_text(value).strip()  # NUL-only is blank once cleaned
+    if text and snake_name in PROJECT_FIELDS:
+        return canonical_project(text)
+    return text or None
+
+
+def one_spelling(camel_name: str, camel: Any, snake_name: str, snake: Any) -> Any:
+    """The value of a field sent as `camel` and `snake` (None: null or not sent): the one that is
+    not null or blank, the camelCase one when both are (as the query and body took before).
+    Raise ValueError when both are real and differ."""
+    first, second = _meant(snake_name, camel), _meant(snake_name, snake)
+    if first is not None and second is not None and first != second:
+        raise ValueError(
+            f"'{camel_name}' and '{snake_name}' name one field and were sent with "
+            "different values; send one of them"
+        )
+    if first is None and second is not None:
+        return snake
+    return camel if camel is not None else snake
