@@ -594,3 +594,18 @@ def test_a_file_replaced_by_a_fifo_after_the_listing_is_skipped_not_waited_on(
         reader.join(5)
 
     assert outcome == [indexer.Skip(str(fifo), "not a regular file")]
+
+
+def test_a_file_replaced_by_a_folder_after_the_listing_is_skipped_without_leaking_its_descriptor(
+    settings: Settings, tmp_path: Path
+) -> None:
+    # Watch mode and the serve worker run for days: each such read kept a descriptor open.
+    folder = tmp_path / "notes.md"
+    folder.mkdir()
+    found = indexer.FoundFile(str(folder), "memory", 10, 1.0)
+    before = len(os.listdir("/proc/self/fd"))
+
+    outcomes = [indexer._prepare(found, settings, None, False) for _ in range(100)]
+
+    assert len(os.listdir("/proc/self/fd")) == before
+    assert set(outcomes) == {indexer.Skip(str(folder), "not a regular file")}
