@@ -580,9 +580,10 @@ def test_a_file_replaced_by_a_fifo_after_the_listing_is_skipped_not_waited_on(
     fifo = tmp_path / "notes.md"
     os.mkfifo(fifo)
     found = indexer.FoundFile(str(fifo), "memory", 10, 1.0)
+    roots = indexer._Roots.of(tmp_path, tmp_path)
     outcome: list[object] = []
     reader = threading.Thread(
-        target=lambda: outcome.append(indexer._prepare(found, settings, None, False)),
+        target=lambda: outcome.append(indexer._prepare(found, settings, None, False, roots)),
         daemon=True,
     )
 
@@ -603,9 +604,48 @@ def test_a_file_replaced_by_a_folder_after_the_listing_is_skipped_without_leakin
     folder = tmp_path / "notes.md"
     folder.mkdir()
     found = indexer.FoundFile(str(folder), "memory", 10, 1.0)
+    roots = indexer._Roots.of(tmp_path, tmp_path)
     before = len(os.listdir("/proc/self/fd"))
 
-    outcomes = [indexer._prepare(found, settings, None, False) for _ in range(100)]
+    outcomes = [indexer._prepare(found, settings, None, False, roots) for _ in range(100)]
 
     assert len(os.listdir("/proc/self/fd")) == before
     assert set(outcomes) == {indexer.Skip(str(folder), "not a regular file")}
+
+
+def test_a_listed_file_swapped_for_a_symlink_out_of_the_root_before_the_read_is_not_read(
+    settings: Settings, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.md").write_text("# Secret\n\nthe outside text\n")
+    (tmp_path / "proj" / "memory").mkdir(parents=True)
+    project = tmp_path / "proj-link"  # a root reached through a link of its own still works
+    project.symlink_to(tmp_path / "proj")
+    notes = project / "memory" / "notes.md"
+    # The listing saw a regular file here; by the read it is a link to outside the root.
+    found = indexer.FoundFile(str(notes), "memory", 30, 1.0)
+    notes.symlink_to(outside / "secret.md")
+    roots = indexer._Roots.of(project, project / "sessions")
+
+    outcome = indexer._prepare(found, settings, None, False, roots)
+
+    assert outcome == indexer.Skip(str(notes), "symlink escapes the root")
+
+
+def test_a_symlink_to_a_file_inside_the_root_is_still_read(
+    settings: Settings, tmp_path: Path
+) -> None:
+    memory = tmp_path / "proj" / "memory"
+    memory.mkdir(parents=True)
+    (memory / "real.md").write_text("# Real\n\nthe inside text\n")
+    link = memory / "link.md"
+    link.symlink_to("real.md")
+    roots = indexer._Roots.of(tmp_path / "proj", tmp_path / "proj" / "sessions")
+
+    outcome = indexer._prepare(
+        indexer.FoundFile(str(link), "memory", 30, 1.0), settings, None, False, roots
+    )
+
+    assert isinstance(outcome, indexer._Prepared)
+    assert ["the inside text" in c.content for c in outcome.chunks] == [True]
