@@ -482,6 +482,9 @@ def _read_regular(found: FoundFile, roots: _Roots) -> bytes | Skip:
         # descriptor was never closed (one leaked per read, in a watch running for days).
         if not stat.S_ISREG(os.fstat(descriptor).st_mode):
             return Skip(found.path, "not a regular file")
+        # O_NONBLOCK was for the open (a FIFO); kept for the read, an EAGAIN from a network file
+        # system or a lease break ended the read there and a partial file was hashed as whole.
+        os.set_blocking(descriptor, True)
         # The file opened, not the name: a check of the name would leave the same race open.
         if not roots.holds(found.source, _opened_path(descriptor, found.path)):
             return Skip(found.path, "symlink escapes the root")
