@@ -42,6 +42,7 @@ from app.sync.discover import (
     FileSource,
     FoundFile,
     Skip,
+    binary_reason,
     discover,
     discover_changed,
     looks_binary,
@@ -443,7 +444,7 @@ def _prepare(
     # inside a character, and a crash can leave its tail as NUL bytes.
     binary = looks_binary(data)
     if binary and found.source == "memory":
-        return Skip(found.path, "binary file")
+        return Skip(found.path, binary_reason(data))
     digest = hashlib.sha256(data).hexdigest()
     # A file indexed under other privacy rules is re-chunked even unchanged: a secret a rule
     # added since catches stayed in its chunks (its rows that come out the same are kept).
@@ -464,7 +465,7 @@ def _prepare(
             text, not_utf8 = transcript_text(data)
         transcript = parse_transcript(text, tool_output_chars=settings.sync_tool_output_chars)
         if binary and not transcript.entries:
-            return Skip(found.path, "binary file")
+            return Skip(found.path, binary_reason(data))
         if not_utf8:
             transcript.skipped["not UTF-8"] += not_utf8
         chunks = chunk_transcript(transcript, tokens=tokens, overlap=overlap)

@@ -564,7 +564,8 @@ def test_a_binary_file_named_as_a_transcript_is_still_skipped_as_binary(
     project = tmp_path / "proj"
     (project / "sessions").mkdir(parents=True)
     blob = project / "sessions" / "blob.jsonl"
-    blob.write_bytes(bytes(random.Random(7).randrange(256) for _ in range(20000)))
+    rng = random.Random(7)  # one generator: a new one an item made every byte the same (0xA5)
+    blob.write_bytes(bytes(rng.randrange(256) for _ in range(20000)))
 
     report = run_sync(database_url, settings, CountingEmbedder(), project)
 
@@ -649,3 +650,28 @@ def test_a_symlink_to_a_file_inside_the_root_is_still_read(
 
     assert isinstance(outcome, indexer._Prepared)
     assert ["the inside text" in c.content for c in outcome.chunks] == [True]
+
+
+def test_text_in_another_encoding_is_skipped_as_not_utf8_not_as_binary(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    # "binary file" sent the user looking for a corrupt file; the fix is to save it as UTF-8.
+    project = tmp_path / "proj"
+    (project / "sessions").mkdir(parents=True)
+    (project / "memory").mkdir()
+    utf16 = project / "sessions" / "exported.jsonl"
+    utf16.write_bytes('{"role": "user", "content": "café menu"}\n'.encode("utf-16"))
+    latin1 = project / "memory" / "notes.md"
+    latin1.write_bytes("# Café\n\nthe menu, in Latin-1\n".encode("latin-1"))
+    blob = project / "memory" / "blob.md"
+    rng = random.Random(7)
+    blob.write_bytes(bytes(rng.randrange(256) for _ in range(2000)))
+
+    report = run_sync(database_url, settings, CountingEmbedder(), project)
+
+    assert sorted((Path(s.path).name, s.reason) for s in report.skipped) == [
+        ("blob.md", "binary file"),
+        ("exported.jsonl", "not UTF-8"),
+        ("notes.md", "not UTF-8"),
+    ]
+    assert db.execute("SELECT count(*) FROM memory_files").fetchone() == (0,)
