@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Progress
 
+    from app.config import Settings
     from app.sync.report import SyncReport
 
 
@@ -51,6 +52,14 @@ def sync(
     reembed: Annotated[
         bool, typer.Option("--reembed", help="Re-embed chunks made by another model.")
     ] = False,
+    prune_missing: Annotated[
+        bool,
+        typer.Option(
+            "--prune-missing",
+            help="The project's folder is gone: drop its indexed files (sessions, observations "
+            "and memories are kept).",
+        ),
+    ] = False,
 ) -> None:
     """Index MEMORY.md, memory/**/*.md and session transcripts into the search index."""
     settings = settings_or_exit()
@@ -65,6 +74,11 @@ def sync(
 
     folder = project or current_folder()  # made absolute by the option's callback
     storable_project(folder)  # a bound check only: the folder is read as it is spelled on disk
+    if prune_missing:
+        if watch or force or reembed or memory_dir or sessions_dir:
+            fail("--prune-missing takes no other option than --project")
+        _prune(settings, folder)
+        return
     request = SyncRequest(
         project_path=folder,
         memory_dir=memory_dir,
@@ -129,6 +143,30 @@ def sync(
             asyncio.run(go())
         except ProjectFolderMissing as error:
             fail(str(error))
+
+
+def _prune(settings: Settings, folder: str) -> None:
+    from rich.console import Console
+
+    from app.sync.prune import ProjectFolderPresent, prune_missing
+
+    console = Console(stderr=True, emoji=False, soft_wrap=True)
+
+    def announce(files: int, chunks: int) -> None:
+        console.print(
+            f"dropping {files} indexed files ({chunks} chunks) of {folder}: its folder is gone; "
+            "its sessions, observations and memories are kept",
+            markup=False,
+            highlight=False,
+        )
+
+    with cli_errors():
+        url = open_database(settings)
+        try:
+            dropped = asyncio.run(prune_missing(url, folder, announce))
+        except ProjectFolderPresent as error:
+            fail(str(error))
+    typer.echo(f"dropped {dropped} files")
 
 
 def _progress(console: Console) -> Progress:

@@ -300,6 +300,23 @@ def _inside(path: Path, root: Path) -> bool:
     return True
 
 
+_UTF16_32_BOMS = (b"\xff\xfe", b"\xfe\xff")  # UTF-32 LE's BOM starts with UTF-16 LE's
+# Bytes no text file holds, in any 8-bit encoding: the C0 controls but tab, the line ends, form
+# feed and escape (a terminal's colours in a saved log), and DEL.
+_NOT_TEXT = bytes(set(range(32)) - set(b"\t\n\v\f\r\x1b")) + b"\x7f"
+
+
+def binary_reason(data: bytes) -> str:
+    """Why `data` (which `looks_binary`) is skipped: text in another encoding (a UTF-16 file
+    from a Windows editor, Latin-1) is `not UTF-8`, which says what to do about it."""
+    if data.startswith(_UTF16_32_BOMS):
+        return "not UTF-8"
+    head = data[:8192]
+    if len(head.translate(None, _NOT_TEXT)) == len(head):
+        return "not UTF-8"
+    return "binary file"
+
+
 def looks_binary(data: bytes) -> bool:
     """A NUL byte in the first 8 KiB, or bytes that are not UTF-8, mean a binary file."""
     if b"\x00" in data[:8192]:

@@ -39,8 +39,10 @@ from app.sync.chunking import Chunk, chunk_markdown, chunk_transcript, normalise
 from app.sync.connections import SyncConnections
 from app.sync.discover import (
     Discovery,
+    FileSource,
     FoundFile,
     Skip,
+    binary_reason,
     discover,
     discover_changed,
     looks_binary,
@@ -155,6 +157,7 @@ async def sync_project(
     `gate` is the worker's, for a sync it runs: the sync's Batch cancels go to its quota.
     """
     project, memory_root, sessions_root = resolve_roots(settings, request)
+    roots = _Roots.of(memory_root, sessions_root)
     scope = None
     if changed is not None and not request.force:
         if not needs_whole_listing(memory_root, sessions_root, changed):
@@ -198,6 +201,7 @@ async def sync_project(
                     request,
                     project,
                     found,
+                    roots,
                     known,
                     progress,
                     gate,
@@ -222,6 +226,7 @@ async def _sync_locked(
     request: SyncRequest,
     project: str,
     found: Discovery,
+    roots: _Roots,
     known: dict[str, queries.KnownFile],
     progress: Progress | None,
     gate: GeminiGate | None,
@@ -275,6 +280,7 @@ async def _sync_locked(
             project,
             report,
             candidates,
+            roots,
             known,
             present,
             progress,
@@ -301,6 +307,7 @@ async def _write_all(
     project: str,
     report: SyncReport,
     candidates: list[FoundFile],
+    roots: _Roots,
     known: dict[str, queries.KnownFile],
     present: set[str],
     progress: Progress | None,
@@ -334,7 +341,9 @@ async def _write_all(
     try:
         for start in range(0, total, BATCH_FILES):
             batch = candidates[start : start + BATCH_FILES]
-            prepared = await asyncio.to_thread(_prepare_all, batch, settings, known, request.force)
+            prepared = await asyncio.to_thread(
+                _prepare_all, batch, settings, roots, known, request.force
+            )
             for item in prepared:
                 if isinstance(item, Skip):
                     report.skipped.append(item)
@@ -385,32 +394,57 @@ async def _write_all(
     await cancel_at_gemini(lock, settings, embedder, to_cancel, gate)
 
 
+@dataclass(frozen=True, slots=True)
+class _Roots:
+    """The memory and sessions folders with symlinks resolved: a file is read only from inside
+    its own (the listing checked the name; by the read it can point elsewhere)."""
+
+    memory: str
+    sessions: str
+
+    @classmethod
+    def of(cls, memory: Path, sessions: Path) -> _Roots:
+        return cls(os.path.realpath(memory), os.path.realpath(sessions))
+
+    def holds(self, source: FileSource, real: str) -> bool:
+        root = self.memory if source == "memory" else self.sessions
+        return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
+
+
 @dataclass(slots=True)
 class _Unchanged:
     found: FoundFile
 
 
 def _prepare_all(
-    batch: list[FoundFile], settings: Settings, known: dict[str, queries.KnownFile], force: bool
+    batch: list[FoundFile],
+    settings: Settings,
+    roots: _Roots,
+    known: dict[str, queries.KnownFile],
+    force: bool,
 ) -> list[_Prepared | _Unchanged | Skip]:
-    return [_prepare(f, settings, known.get(f.path), force) for f in batch]
+    return [_prepare(f, settings, known.get(f.path), force, roots) for f in batch]
 
 
 def _prepare(
-    found: FoundFile, settings: Settings, known: queries.KnownFile | None, force: bool
+    found: FoundFile,
+    settings: Settings,
+    known: queries.KnownFile | None,
+    force: bool,
+    roots: _Roots,
 ) -> _Prepared | _Unchanged | Skip:
     """Read, hash, and (only when the content changed) parse and chunk one file."""
     try:
-        data = _read_regular(found.path)
+        data = _read_regular(found, roots)
     except OSError as error:
         return Skip(found.path, f"unreadable: {error.strerror}")
-    if data is None:
-        return Skip(found.path, "not a regular file")
+    if isinstance(data, Skip):
+        return data
     # A transcript is judged by its lines (below): one an agent is appending can be read ending
     # inside a character, and a crash can leave its tail as NUL bytes.
     binary = looks_binary(data)
     if binary and found.source == "memory":
-        return Skip(found.path, "binary file")
+        return Skip(found.path, binary_reason(data))
     digest = hashlib.sha256(data).hexdigest()
     # A file indexed under other privacy rules is re-chunked even unchanged: a secret a rule
     # added since catches stayed in its chunks (its rows that come out the same are kept).
@@ -431,7 +465,7 @@ def _prepare(
             text, not_utf8 = transcript_text(data)
         transcript = parse_transcript(text, tool_output_chars=settings.sync_tool_output_chars)
         if binary and not transcript.entries:
-            return Skip(found.path, "binary file")
+            return Skip(found.path, binary_reason(data))
         if not_utf8:
             transcript.skipped["not UTF-8"] += not_utf8
         chunks = chunk_transcript(transcript, tokens=tokens, overlap=overlap)
@@ -439,14 +473,33 @@ def _prepare(
     return _Prepared(found, digest, _nonblank(chunks))
 
 
-def _read_regular(path: str) -> bytes | None:
-    """The file's bytes, or None when it is no longer a regular file: the listing's `stat` was
-    earlier, and a FIFO put in its place blocked the read (and the project's lock) for ever."""
-    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    with open(descriptor, "rb") as file:
+def _read_regular(found: FoundFile, roots: _Roots) -> bytes | Skip:
+    """The file's bytes, or a Skip when it is no longer what the listing saw: its checks were
+    earlier, and a FIFO put in its place blocked the read (and the project's lock) for ever, a
+    link to outside the root put there had that file indexed."""
+    descriptor = os.open(found.path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        # Checked on the raw descriptor: wrapping a folder's raised IsADirectoryError and the
+        # descriptor was never closed (one leaked per read, in a watch running for days).
         if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            return None
-        return file.read()
+            return Skip(found.path, "not a regular file")
+        # O_NONBLOCK was for the open (a FIFO); kept for the read, an EAGAIN from a network file
+        # system or a lease break ended the read there and a partial file was hashed as whole.
+        os.set_blocking(descriptor, True)
+        # The file opened, not the name: a check of the name would leave the same race open.
+        if not roots.holds(found.source, _opened_path(descriptor, found.path)):
+            return Skip(found.path, "symlink escapes the root")
+        with open(descriptor, "rb", closefd=False) as file:
+            return file.read()
+    finally:
+        os.close(descriptor)
+
+
+def _opened_path(descriptor: int, path: str) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{descriptor}")
+    except OSError:  # no /proc (macOS, some sandboxes): the name's target now, the best left
+        return os.path.realpath(path)
 
 
 def _nonblank(chunks: list[Chunk]) -> list[Chunk]:

@@ -123,6 +123,13 @@ _TOUCH_FILES = (
 # Chunks cascade with their file row.
 _DELETE_FILES = "DELETE FROM memory_files WHERE id = ANY(%s::bigint[])"
 
+# `agmem sync --prune-missing`: a project's indexed files; their chunks go with them (ON DELETE
+# CASCADE), a captured row (no file) stays.
+_PROJECT_FILES = (
+    "SELECT count(*), coalesce(sum(chunk_count), 0) FROM memory_files WHERE project_path = %s"
+)
+_DELETE_PROJECT_FILES = "DELETE FROM memory_files WHERE project_path = %s"
+
 # `--reembed`: the project's file chunks, and its captured rows (observations, summaries, kv
 # memories, and the global memories every project's search reaches) that carry another model's
 # vector. A captured row without a vector is the worker's: both writing it could deadlock.
@@ -445,6 +452,19 @@ async def touch_files(connection: Conn, touched: list[tuple[int, float, int]]) -
 async def delete_files(connection: Conn, ids: list[int]) -> None:
     if ids:
         await connection.execute(_DELETE_FILES, (ids,))
+
+
+async def project_files(connection: Conn, project: str) -> tuple[int, int]:
+    """How many indexed files the project has, and their chunks."""
+    cursor = await connection.execute(_PROJECT_FILES, (project,))
+    files, chunks = await cursor.fetchone() or (0, 0)
+    return int(files), int(chunks)
+
+
+async def delete_project_files(connection: Conn, project: str) -> int:
+    """Delete the project's indexed files and their chunks; how many files."""
+    cursor = await connection.execute(_DELETE_PROJECT_FILES, (project,))
+    return cursor.rowcount
 
 
 async def stale_chunks(

@@ -564,7 +564,8 @@ def test_a_binary_file_named_as_a_transcript_is_still_skipped_as_binary(
     project = tmp_path / "proj"
     (project / "sessions").mkdir(parents=True)
     blob = project / "sessions" / "blob.jsonl"
-    blob.write_bytes(bytes(random.Random(7).randrange(256) for _ in range(20000)))
+    rng = random.Random(7)  # one generator: a new one an item made every byte the same (0xA5)
+    blob.write_bytes(bytes(rng.randrange(256) for _ in range(20000)))
 
     report = run_sync(database_url, settings, CountingEmbedder(), project)
 
@@ -580,9 +581,10 @@ def test_a_file_replaced_by_a_fifo_after_the_listing_is_skipped_not_waited_on(
     fifo = tmp_path / "notes.md"
     os.mkfifo(fifo)
     found = indexer.FoundFile(str(fifo), "memory", 10, 1.0)
+    roots = indexer._Roots.of(tmp_path, tmp_path)
     outcome: list[object] = []
     reader = threading.Thread(
-        target=lambda: outcome.append(indexer._prepare(found, settings, None, False)),
+        target=lambda: outcome.append(indexer._prepare(found, settings, None, False, roots)),
         daemon=True,
     )
 
@@ -594,3 +596,82 @@ def test_a_file_replaced_by_a_fifo_after_the_listing_is_skipped_not_waited_on(
         reader.join(5)
 
     assert outcome == [indexer.Skip(str(fifo), "not a regular file")]
+
+
+def test_a_file_replaced_by_a_folder_after_the_listing_is_skipped_without_leaking_its_descriptor(
+    settings: Settings, tmp_path: Path
+) -> None:
+    # Watch mode and the serve worker run for days: each such read kept a descriptor open.
+    folder = tmp_path / "notes.md"
+    folder.mkdir()
+    found = indexer.FoundFile(str(folder), "memory", 10, 1.0)
+    roots = indexer._Roots.of(tmp_path, tmp_path)
+    before = len(os.listdir("/proc/self/fd"))
+
+    outcomes = [indexer._prepare(found, settings, None, False, roots) for _ in range(100)]
+
+    assert len(os.listdir("/proc/self/fd")) == before
+    assert set(outcomes) == {indexer.Skip(str(folder), "not a regular file")}
+
+
+def test_a_listed_file_swapped_for_a_symlink_out_of_the_root_before_the_read_is_not_read(
+    settings: Settings, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.md").write_text("# Secret\n\nthe outside text\n")
+    (tmp_path / "proj" / "memory").mkdir(parents=True)
+    project = tmp_path / "proj-link"  # a root reached through a link of its own still works
+    project.symlink_to(tmp_path / "proj")
+    notes = project / "memory" / "notes.md"
+    # The listing saw a regular file here; by the read it is a link to outside the root.
+    found = indexer.FoundFile(str(notes), "memory", 30, 1.0)
+    notes.symlink_to(outside / "secret.md")
+    roots = indexer._Roots.of(project, project / "sessions")
+
+    outcome = indexer._prepare(found, settings, None, False, roots)
+
+    assert outcome == indexer.Skip(str(notes), "symlink escapes the root")
+
+
+def test_a_symlink_to_a_file_inside_the_root_is_still_read(
+    settings: Settings, tmp_path: Path
+) -> None:
+    memory = tmp_path / "proj" / "memory"
+    memory.mkdir(parents=True)
+    (memory / "real.md").write_text("# Real\n\nthe inside text\n")
+    link = memory / "link.md"
+    link.symlink_to("real.md")
+    roots = indexer._Roots.of(tmp_path / "proj", tmp_path / "proj" / "sessions")
+
+    outcome = indexer._prepare(
+        indexer.FoundFile(str(link), "memory", 30, 1.0), settings, None, False, roots
+    )
+
+    assert isinstance(outcome, indexer._Prepared)
+    assert ["the inside text" in c.content for c in outcome.chunks] == [True]
+
+
+def test_text_in_another_encoding_is_skipped_as_not_utf8_not_as_binary(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    # "binary file" sent the user looking for a corrupt file; the fix is to save it as UTF-8.
+    project = tmp_path / "proj"
+    (project / "sessions").mkdir(parents=True)
+    (project / "memory").mkdir()
+    utf16 = project / "sessions" / "exported.jsonl"
+    utf16.write_bytes('{"role": "user", "content": "café menu"}\n'.encode("utf-16"))
+    latin1 = project / "memory" / "notes.md"
+    latin1.write_bytes("# Café\n\nthe menu, in Latin-1\n".encode("latin-1"))
+    blob = project / "memory" / "blob.md"
+    rng = random.Random(7)
+    blob.write_bytes(bytes(rng.randrange(256) for _ in range(2000)))
+
+    report = run_sync(database_url, settings, CountingEmbedder(), project)
+
+    assert sorted((Path(s.path).name, s.reason) for s in report.skipped) == [
+        ("blob.md", "binary file"),
+        ("exported.jsonl", "not UTF-8"),
+        ("notes.md", "not UTF-8"),
+    ]
+    assert db.execute("SELECT count(*) FROM memory_files").fetchone() == (0,)
