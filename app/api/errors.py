@@ -9,7 +9,7 @@ import psycopg
 import structlog
 from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 
 from app.api.middleware import BodyTooLarge
@@ -233,6 +233,23 @@ async def _integrity_error(_: Request, error: Exception) -> JSONResponse:
     return error_response(409, "Conflict", f"the change conflicts with stored data: {message}")
 
 
+# Ordinary client behaviour (a killed agent, a network drop), not the service's failure: was a
+# `request.failed` traceback, then uvicorn's "Exception in ASGI application" one.
+CLIENT_GONE_DETAIL = "the client closed the connection before its request's body was sent"
+
+
+def client_gone(request: Request) -> None:
+    """Log a request whose client closed the connection before its body was sent."""
+    log.info("request.aborted", method=request.method, path=request.scope["path"])
+
+
+async def _client_disconnect(request: Request, _: Exception) -> JSONResponse:
+    client_gone(request)
+    # Nobody reads it (the server drops an answer to a closed connection); sent so that every
+    # layer in between sees a request answered.
+    return error_response(400, "ClientDisconnected", CLIENT_GONE_DETAIL)
+
+
 async def _unexpected(_: Request, error: Exception) -> JSONResponse:
     log.exception("request.failed", error_type=type(error).__name__)
     return error_response(500, "InternalError", "an unexpected error occurred; it has been logged")
@@ -244,6 +261,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(AppError, _app_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(ClientDisconnect, _client_disconnect)
     for unreachable in UNREACHABLE_ERRORS:
         app.add_exception_handler(unreachable, _database_unreachable)
     app.add_exception_handler(sa_exc.DataError, _data_error)
