@@ -148,8 +148,12 @@ def unkept_json(error: Any) -> bool:
     return isinstance((error.get("ctx") or {}).get("error"), UnkeptJson)
 
 
-async def _http_error(_: Request, error: Exception) -> JSONResponse:
+async def _http_error(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, StarletteHTTPException)
+    if error.status_code == 400 and isinstance(error.__cause__, ClientDisconnect):
+        # FastAPI reads a route's body itself and makes the close its vague 400, logged nowhere.
+        client_gone(request)
+        return error_response(400, "ClientDisconnected", CLIENT_GONE_DETAIL)
     # FastAPI answers a body `json.loads` fails on other than by JSONDecodeError (nesting past the
     # recursion limit, bytes that are no Unicode encoding, an integer of thousands of digits)
     # with a vague "error parsing the body".

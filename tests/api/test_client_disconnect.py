@@ -22,6 +22,16 @@ JSON = (b"content-type", b"application/json")
 ROUTES = {
     "observe": ("POST", "/api/observe", []),
     "observe result": ("POST", "/api/observe/result", []),
+    "session start": ("POST", "/api/session/start", []),
+    "session end": ("POST", "/api/session/end", []),
+    "compress": ("POST", "/api/compress", []),
+    "summarize": ("POST", "/api/summarize", []),
+    "search": ("POST", "/api/search", []),
+    "resume": ("POST", "/api/resume", []),
+    "sync": ("POST", "/api/sync", []),
+    "memory put": ("PUT", "/api/memories/k1", []),
+    "proxy generate": ("POST", "/v1beta/models/gemini-2.5-flash:generateContent", []),
+    "proxy passthrough": ("POST", "/v1beta/models/gemini-2.5-flash:countTokens", []),
 }
 
 

@@ -1213,3 +1213,35 @@ def test_a_bad_chunked_capture_body_first_on_a_connection_is_a_400_without_a_tra
     assert "Traceback" not in log, log
     assert "Exception in ASGI application" not in log, log
     assert _stored_observations(database_url) == 0
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"PUT /api/memories/gone-key",
+        b"POST /api/search",
+        b"POST /api/session/start",
+        b"POST /v1beta/models/gemini-2.5-flash:generateContent",
+    ],
+    ids=["memory put", "search", "session start", "proxy"],
+)
+def test_any_body_cut_off_by_a_close_is_one_line_without_a_traceback(
+    served: tuple[int, subprocess.Popen[str]], database_url: str, line: bytes
+) -> None:
+    port, server = served
+    logged(server)
+    head = b"%s HTTP/1.1\r\n%sContent-Length: 1000\r\n\r\n" % (line, OBSERVE_HEAD)
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as connection:
+        connection.sendall(head + b'{"value": {"a": 1}, "projectPath": "/gone", "id": "gone-2"')
+        time.sleep(0.3)
+    log = _logged_within(server, "request.aborted", 10)
+
+    assert "request.aborted" in log, log
+    assert "Traceback" not in log, log
+    assert "Exception in ASGI application" not in log, log
+    assert not _stored_session(database_url, "gone-2")
+    with psycopg.connect(libpq_url(database_url), autocommit=True) as connection:
+        assert (
+            connection.execute("SELECT 1 FROM memories WHERE key = 'gone-key'").fetchone() is None
+        )
+    assert exchange(port, GET_HEALTH).startswith(b"HTTP/1.1 200 ")
