@@ -11,6 +11,7 @@ from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
+from starlette.types import Scope
 
 from app.api.middleware import BodyTooLarge
 from app.errors import AppError, DatabaseUnavailable, first_line, sqlstate, validator_reason
@@ -152,7 +153,7 @@ async def _http_error(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, StarletteHTTPException)
     if error.status_code == 400 and isinstance(error.__cause__, ClientDisconnect):
         # FastAPI reads a route's body itself and makes the close its vague 400, logged nowhere.
-        client_gone(request)
+        client_gone(request.scope)
         return error_response(400, "ClientDisconnected", CLIENT_GONE_DETAIL)
     # FastAPI answers a body `json.loads` fails on other than by JSONDecodeError (nesting past the
     # recursion limit, bytes that are no Unicode encoding, an integer of thousands of digits)
@@ -242,13 +243,13 @@ async def _integrity_error(_: Request, error: Exception) -> JSONResponse:
 CLIENT_GONE_DETAIL = "the client closed the connection before its request's body was sent"
 
 
-def client_gone(request: Request) -> None:
+def client_gone(scope: Scope) -> None:
     """Log a request whose client closed the connection before its body was sent."""
-    log.info("request.aborted", method=request.method, path=request.scope["path"])
+    log.info("request.aborted", method=scope["method"], path=scope["path"])
 
 
 async def _client_disconnect(request: Request, _: Exception) -> JSONResponse:
-    client_gone(request)
+    client_gone(request.scope)
     # Nobody reads it (the server drops an answer to a closed connection); sent so that every
     # layer in between sees a request answered.
     return error_response(400, "ClientDisconnected", CLIENT_GONE_DETAIL)

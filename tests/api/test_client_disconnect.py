@@ -30,6 +30,7 @@ ROUTES = {
     "resume": ("POST", "/api/resume", []),
     "sync": ("POST", "/api/sync", []),
     "memory put": ("PUT", "/api/memories/k1", []),
+    "mcp": ("POST", "/mcp", [(b"accept", b"application/json, text/event-stream")]),
     "proxy generate": ("POST", "/v1beta/models/gemini-2.5-flash:generateContent", []),
     "proxy passthrough": ("POST", "/v1beta/models/gemini-2.5-flash:countTokens", []),
 }
@@ -87,11 +88,14 @@ def test_a_half_sent_body_then_a_close_is_one_line_without_a_traceback(
     db: psycopg.Connection[Any],
     logged: list[dict[str, Any]],
     route: tuple[str, str, list[tuple[bytes, bytes]]],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     method, path, extra = route
     # Raised out of the app, uvicorn logs it as "Exception in ASGI application".
     client.portal.call(_half_sent_then_closed, client.app, _scope(method, path, extra))
 
+    # Nor by a library (the MCP SDK logged "Error handling POST request" with a traceback).
+    assert [record.getMessage() for record in caplog.records if record.exc_info] == []
     assert [entry["event"] for entry in logged] == ["request.aborted"]
     assert logged[0]["log_level"] == "info"
     assert "exc_info" not in logged[0]

@@ -1222,8 +1222,9 @@ def test_a_bad_chunked_capture_body_first_on_a_connection_is_a_400_without_a_tra
         b"POST /api/search",
         b"POST /api/session/start",
         b"POST /v1beta/models/gemini-2.5-flash:generateContent",
+        b"POST /mcp",
     ],
-    ids=["memory put", "search", "session start", "proxy"],
+    ids=["memory put", "search", "session start", "proxy", "mcp"],
 )
 def test_any_body_cut_off_by_a_close_is_one_line_without_a_traceback(
     served: tuple[int, subprocess.Popen[str]], database_url: str, line: bytes
