@@ -9,8 +9,9 @@ import psycopg
 import structlog
 from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
+from starlette.types import Scope
 
 from app.api.middleware import BodyTooLarge
 from app.errors import AppError, DatabaseUnavailable, first_line, sqlstate, validator_reason
@@ -148,8 +149,12 @@ def unkept_json(error: Any) -> bool:
     return isinstance((error.get("ctx") or {}).get("error"), UnkeptJson)
 
 
-async def _http_error(_: Request, error: Exception) -> JSONResponse:
+async def _http_error(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, StarletteHTTPException)
+    if error.status_code == 400 and isinstance(error.__cause__, ClientDisconnect):
+        # FastAPI reads a route's body itself and makes the close its vague 400, logged nowhere.
+        client_gone(request.scope)
+        return error_response(400, "ClientDisconnected", CLIENT_GONE_DETAIL)
     # FastAPI answers a body `json.loads` fails on other than by JSONDecodeError (nesting past the
     # recursion limit, bytes that are no Unicode encoding, an integer of thousands of digits)
     # with a vague "error parsing the body".
@@ -233,6 +238,23 @@ async def _integrity_error(_: Request, error: Exception) -> JSONResponse:
     return error_response(409, "Conflict", f"the change conflicts with stored data: {message}")
 
 
+# Ordinary client behaviour (a killed agent, a network drop), not the service's failure: was a
+# `request.failed` traceback, then uvicorn's "Exception in ASGI application" one.
+CLIENT_GONE_DETAIL = "the client closed the connection before its request's body was sent"
+
+
+def client_gone(scope: Scope) -> None:
+    """Log a request whose client closed the connection before its body was sent."""
+    log.info("request.aborted", method=scope["method"], path=scope["path"])
+
+
+async def _client_disconnect(request: Request, _: Exception) -> JSONResponse:
+    client_gone(request.scope)
+    # Nobody reads it (the server drops an answer to a closed connection); sent so that every
+    # layer in between sees a request answered.
+    return error_response(400, "ClientDisconnected", CLIENT_GONE_DETAIL)
+
+
 async def _unexpected(_: Request, error: Exception) -> JSONResponse:
     log.exception("request.failed", error_type=type(error).__name__)
     return error_response(500, "InternalError", "an unexpected error occurred; it has been logged")
@@ -244,6 +266,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(AppError, _app_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(ClientDisconnect, _client_disconnect)
     for unreachable in UNREACHABLE_ERRORS:
         app.add_exception_handler(unreachable, _database_unreachable)
     app.add_exception_handler(sa_exc.DataError, _data_error)

@@ -22,6 +22,7 @@ import structlog
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
+from app.api.errors import client_gone
 from app.api.middleware import send_error
 from app.config import Settings
 from app.errors import first_line
@@ -225,7 +226,12 @@ class McpEndpoint:
             retry = {} if manager.retry_after is None else {"Retry-After": str(manager.retry_after)}
             await send_error(send, 503, "ServiceUnavailable", manager.detail, retry)
             return
-        await manager.handle_request(scope, await _surrogates_cleaned(receive), send)
+        cleaned = await _surrogates_cleaned(receive)
+        if cleaned is None:
+            # The SDK read the close as ClientDisconnect and logged it with a traceback.
+            client_gone(scope)
+            return
+        await manager.handle_request(scope, cleaned, send)
 
 
 def _innermost(error: BaseException) -> BaseException:
@@ -236,12 +242,15 @@ def _innermost(error: BaseException) -> BaseException:
     return error
 
 
-async def _surrogates_cleaned(receive: Receive) -> Receive:
+async def _surrogates_cleaned(receive: Receive) -> Receive | None:
     """`receive` with the request's body read whole (as the SDK reads it) and its lone surrogate
-    escapes cleaned (`surrogates_cleaned`): the SDK answered a JSON-RPC parse error."""
+    escapes cleaned (`surrogates_cleaned`): the SDK answered a JSON-RPC parse error. None when
+    the client closed the connection before its body was sent."""
     chunks: list[bytes] = []
     while True:
         message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
         if message["type"] != "http.request":
             return _replaying(message, receive)
         chunks.append(message.get("body", b""))

@@ -1151,3 +1151,98 @@ def test_a_method_word_alone_is_answered_at_once_unless_a_served_method_starts_w
         assert waited < 2.0
     else:
         assert answer == b""
+
+
+OBSERVE_HEAD = b"Host: 127.0.0.1\r\nContent-Type: application/json\r\n"
+HALF_OBSERVATION = b'{"sessionId": "gone-1", "functionName": "read_file", "functionArgs": {"pa'
+
+
+def _stored_observations(database_url: str) -> int:
+    with psycopg.connect(libpq_url(database_url), autocommit=True) as connection:
+        row = connection.execute(
+            "SELECT count(*) FROM observations WHERE session_id = 'gone-1'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.mark.parametrize("path", [b"/api/observe", b"/api/observe/result"])
+def test_a_capture_body_cut_off_by_a_close_is_one_line_without_a_traceback(
+    served: tuple[int, subprocess.Popen[str]], database_url: str, path: bytes
+) -> None:
+    # A killed agent: part of the body, then the close. It was logged as `request.failed` with
+    # a traceback, then by uvicorn as "Exception in ASGI application" with another.
+    port, server = served
+    logged(server)
+    head = b"POST %s HTTP/1.1\r\n%sContent-Length: 1000\r\n\r\n" % (path, OBSERVE_HEAD)
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as connection:
+        connection.sendall(head + HALF_OBSERVATION)
+        time.sleep(0.3)  # the body's first part is in the app, reading the rest
+    log = _logged_within(server, "request.aborted", 10)
+
+    assert "request.aborted" in log, log
+    assert path.decode() in log, log
+    assert "Traceback" not in log, log
+    assert "Exception in ASGI application" not in log, log
+    assert "request.failed" not in log, log
+    assert _stored_observations(database_url) == 0
+    assert exchange(port, GET_HEALTH).startswith(b"HTTP/1.1 200 ")
+
+
+GET_HEALTH = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+
+
+def test_a_bad_chunked_capture_body_first_on_a_connection_is_a_400_without_a_traceback(
+    served: tuple[int, subprocess.Popen[str]], database_url: str
+) -> None:
+    # The protocol refuses the chunk and the app, reading the body, reads a disconnect.
+    port, server = served
+    logged(server)
+    request = (
+        b"POST /api/observe HTTP/1.1\r\n"
+        + OBSERVE_HEAD
+        + b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\nzz\r\n"
+        % (len(HALF_OBSERVATION), HALF_OBSERVATION)
+    )
+    status, error = error_of(exchange(port, request))
+    log = _logged_within(server, "request.aborted", 10)
+
+    assert status == b"HTTP/1.1 400 Bad Request"
+    assert error["error"] == "BadRequest"
+    assert "request.aborted" in log, log
+    assert "Traceback" not in log, log
+    assert "Exception in ASGI application" not in log, log
+    assert _stored_observations(database_url) == 0
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"PUT /api/memories/gone-key",
+        b"POST /api/search",
+        b"POST /api/session/start",
+        b"POST /v1beta/models/gemini-2.5-flash:generateContent",
+        b"POST /mcp",
+    ],
+    ids=["memory put", "search", "session start", "proxy", "mcp"],
+)
+def test_any_body_cut_off_by_a_close_is_one_line_without_a_traceback(
+    served: tuple[int, subprocess.Popen[str]], database_url: str, line: bytes
+) -> None:
+    port, server = served
+    logged(server)
+    head = b"%s HTTP/1.1\r\n%sContent-Length: 1000\r\n\r\n" % (line, OBSERVE_HEAD)
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as connection:
+        connection.sendall(head + b'{"value": {"a": 1}, "projectPath": "/gone", "id": "gone-2"')
+        time.sleep(0.3)
+    log = _logged_within(server, "request.aborted", 10)
+
+    assert "request.aborted" in log, log
+    assert "Traceback" not in log, log
+    assert "Exception in ASGI application" not in log, log
+    assert not _stored_session(database_url, "gone-2")
+    with psycopg.connect(libpq_url(database_url), autocommit=True) as connection:
+        assert (
+            connection.execute("SELECT 1 FROM memories WHERE key = 'gone-key'").fetchone() is None
+        )
+    assert exchange(port, GET_HEALTH).startswith(b"HTTP/1.1 200 ")
