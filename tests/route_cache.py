@@ -3,15 +3,17 @@
 FastAPI 0.165 builds an included router's routes (each endpoint's signature read, a pydantic
 adapter per parameter) on that router's first request in each app: ~30 ms of CPU in each test
 that builds an app and asks it one route, the same work each time for the same module-level
-route. The built route holds nothing of its app but the app as `dependency_overrides_provider`,
-read per request for overrides no test sets: a route built once answers every app the same.
-Off while something watches FastAPI build routes (tests/api/test_warm_routes.py replaces
-`fastapi.routing.get_dependant` to see which it builds), so that a watch sees every build, for
-an app given dependency overrides, and for the whole run with AGMEM_TEST_FRESH_ROUTES set.
+route. What is built is shared; each app gets its own copy of the built route bound to its own
+`dependency_overrides_provider` (FastAPI reads the app's overrides from it per request, so one
+app's overrides never answer for another, and overrides set after a first request count), with
+its own request handler (cheap: made from the built parts). Off while something watches FastAPI
+build routes (tests/api/test_warm_routes.py replaces `fastapi.routing.get_dependant` to see which
+it builds), so that a watch sees every build, and for the whole run with AGMEM_TEST_FRESH_ROUTES.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 from typing import Any
 
@@ -36,17 +38,31 @@ def _key(original_route: Any, include_context: Any) -> tuple[Any, ...]:
     )
 
 
+def _bound(template: Any, original_route: Any, include_context: Any) -> Any:
+    """The built route for this inclusion: its provider and request handler this app's own."""
+    context = copy.copy(template)
+    context.dependency_overrides_provider = include_context.dependency_overrides_provider
+    # As FastAPI's from_api_route makes it: the handler reads the route's parts from the context.
+    token = fastapi.routing._effective_route_context_var.set(context)
+    try:
+        context.app = fastapi.routing.wrap_app_with_body_limit(
+            fastapi.routing.request_response(original_route.get_route_handler()),
+            context.max_body_size,
+        )
+    finally:
+        fastapi.routing._effective_route_context_var.reset(token)
+    return context
+
+
 def _from_api_route(cls: Any, *, original_route: Any, include_context: Any) -> Any:
-    provider = include_context.dependency_overrides_provider
-    if fastapi.routing.get_dependant is not _GET_DEPENDANT or getattr(
-        provider, "dependency_overrides", None
-    ):
+    if fastapi.routing.get_dependant is not _GET_DEPENDANT:
         return _FROM_API_ROUTE(cls, original_route=original_route, include_context=include_context)
     key = _key(original_route, include_context)
     if key not in _BUILT:
         built = _FROM_API_ROUTE(cls, original_route=original_route, include_context=include_context)
         _BUILT[key] = (built, original_route, include_context.included_router)
-    return _BUILT[key][0]
+        return built
+    return _bound(_BUILT[key][0], original_route, include_context)
 
 
 def install() -> None:

@@ -8,8 +8,9 @@ from typing import Any
 
 import fastapi.routing
 import pytest
-from fastapi import FastAPI
+from fastapi import APIRouter, Depends, FastAPI
 from fastapi.routing import iter_route_contexts
+from fastapi.testclient import TestClient
 
 from app.main import create_app
 from tests.conftest import make_settings
@@ -34,17 +35,18 @@ def test_a_second_app_answers_with_the_routes_built_for_the_first(tmp_path: Path
 
     assert "/api/session/start ['POST']" in first
     assert first.keys() == second.keys()
-    assert all(second[path] is first[path] for path in first)
+    assert all(second[path].dependant is first[path].dependant for path in first)
+    assert all(second[path] is not first[path] for path in first)
 
 
-def test_an_app_given_dependency_overrides_builds_its_own(tmp_path: Path) -> None:
-    # The built route reads its app's overrides per request: one built for another app would
+def test_each_app_reads_overrides_from_itself(tmp_path: Path) -> None:
+    # The built route reads its provider's overrides per request: one bound to another app would
     # never see this app's.
-    first = built(an_app(tmp_path))
-    overridden = an_app(tmp_path)
-    overridden.dependency_overrides[create_app] = lambda: None
+    first_app, second_app = an_app(tmp_path), an_app(tmp_path)
+    first, second = built(first_app), built(second_app)
 
-    assert all(own is not first[path] for path, own in built(overridden).items())
+    assert all(route.dependency_overrides_provider is first_app for route in first.values())
+    assert all(route.dependency_overrides_provider is second_app for route in second.values())
 
 
 def test_a_watch_of_fastapis_builds_sees_every_build(
@@ -62,3 +64,50 @@ def test_a_watch_of_fastapis_builds_sees_every_build(
     built(an_app(tmp_path))
 
     assert "/api/session/start" in paths
+
+
+def _marker() -> str:
+    return "own"
+
+
+def _router() -> APIRouter:
+    router = APIRouter()
+
+    @router.get("/marker")
+    def marker(value: str = Depends(_marker)) -> dict[str, str]:
+        return {"value": value}
+
+    return router
+
+
+def _answer(app: FastAPI) -> str:
+    with TestClient(app) as client:
+        value: str = client.get("/marker").json()["value"]
+    return value
+
+
+def _including(router: APIRouter) -> FastAPI:
+    app = FastAPI()
+    app.include_router(router)
+    return app
+
+
+def test_an_override_set_after_an_apps_first_request_is_used() -> None:
+    router = _router()
+    _answer(_including(router))
+    app = _including(router)
+    assert _answer(app) == "own"
+
+    app.dependency_overrides[_marker] = lambda: "overridden"
+
+    assert _answer(app) == "overridden"
+
+
+def test_an_apps_override_never_reaches_another_app() -> None:
+    router = _router()
+    first = _including(router)
+    _answer(first)
+    first.dependency_overrides[_marker] = lambda: "first's"
+
+    assert _answer(_including(router)) == "own"
+    assert _answer(first) == "first's"
