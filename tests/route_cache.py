@@ -14,28 +14,57 @@ it builds), so that a watch sees every build, and for the whole run with AGMEM_T
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
+from collections.abc import Hashable
 from typing import Any
 
 import fastapi.routing
+from fastapi.datastructures import DefaultPlaceholder
 
 _FROM_API_ROUTE = fastapi.routing._EffectiveRouteContext.from_api_route.__func__  # type: ignore[attr-defined]
 _GET_DEPENDANT = fastapi.routing.get_dependant
 _BUILT: dict[tuple[Any, ...], Any] = {}
 
 
-def _key(original_route: Any, include_context: Any) -> tuple[Any, ...]:
-    # By identity (routes do not hash); each cached route keeps the objects of its key alive, so
-    # no id in a key can be reused by another object.
-    return (
-        id(original_route),
-        id(include_context.included_router),
-        include_context.prefix,
-        tuple(map(id, include_context.dependencies)),
-        include_context.max_body_size,
-        include_context.include_in_schema,
-        include_context.deprecated,
-    )
+class _Unkeyable(Exception):
+    """An inclusion option with no value to compare: such an inclusion is built afresh."""
+
+
+def _frozen(value: Any) -> Hashable:
+    if isinstance(value, DefaultPlaceholder):
+        return (DefaultPlaceholder, _frozen(value.value))
+    if isinstance(value, dict):
+        return (dict, tuple((_frozen(k), _frozen(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return (type(value), tuple(map(_frozen, value)))
+    if isinstance(value, set | frozenset):
+        return (frozenset, frozenset(map(_frozen, value)))
+    try:
+        hash(value)
+    except TypeError as error:  # a route among the callbacks, an unhashable object
+        raise _Unkeyable from error
+    return value
+
+
+def _key(original_route: Any, include_context: Any) -> tuple[Hashable, ...] | None:
+    """Every option of the inclusion but its provider (bound per app), or None: build afresh.
+
+    The route and the router by identity (routes do not hash); each cached route keeps the
+    objects of its key alive, so no id in a key can be reused by another object.
+    """
+    try:
+        return (
+            id(original_route),
+            id(include_context.included_router),
+            *(
+                (field.name, _frozen(getattr(include_context, field.name)))
+                for field in dataclasses.fields(include_context)
+                if field.name not in ("included_router", "dependency_overrides_provider")
+            ),
+        )
+    except _Unkeyable:
+        return None
 
 
 def _bound(template: Any, original_route: Any, include_context: Any) -> Any:
@@ -58,6 +87,8 @@ def _from_api_route(cls: Any, *, original_route: Any, include_context: Any) -> A
     if fastapi.routing.get_dependant is not _GET_DEPENDANT:
         return _FROM_API_ROUTE(cls, original_route=original_route, include_context=include_context)
     key = _key(original_route, include_context)
+    if key is None:
+        return _FROM_API_ROUTE(cls, original_route=original_route, include_context=include_context)
     if key not in _BUILT:
         built = _FROM_API_ROUTE(cls, original_route=original_route, include_context=include_context)
         _BUILT[key] = (built, original_route, include_context.included_router)

@@ -9,7 +9,8 @@ from typing import Any
 import fastapi.routing
 import pytest
 from fastapi import APIRouter, Depends, FastAPI
-from fastapi.routing import iter_route_contexts
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute, iter_route_contexts
 from fastapi.testclient import TestClient
 
 from app.main import create_app
@@ -111,3 +112,39 @@ def test_an_apps_override_never_reaches_another_app() -> None:
 
     assert _answer(_including(router)) == "own"
     assert _answer(first) == "first's"
+
+
+class _OwnResponse(JSONResponse):
+    pass
+
+
+def test_each_inclusion_keeps_its_own_options() -> None:
+    router = _router()
+
+    def own_id(route: APIRoute) -> str:
+        return f"own-{route.name}"
+
+    apps = [FastAPI() for _ in range(3)]
+    apps[0].include_router(router, tags=["first"])
+    apps[1].include_router(
+        router,
+        tags=["second"],
+        responses={418: {"description": "teapot"}},
+        generate_unique_id_function=own_id,
+        default_response_class=_OwnResponse,
+    )
+    apps[2].include_router(router, tags=["first"], responses={418: {"description": "kettle"}})
+    routes = [built(app)["/marker ['GET']"] for app in apps if _answer(app)]
+
+    assert [route.tags for route in routes] == [["first"], ["second"], ["first"]]
+    assert [route.responses for route in routes] == [
+        {},
+        {418: {"description": "teapot"}},
+        {418: {"description": "kettle"}},
+    ]
+    assert [route.unique_id for route in routes] == [
+        "marker_marker_get",
+        "own-marker",
+        "marker_marker_get",
+    ]
+    assert routes[1].response_class is _OwnResponse
