@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
+import weakref
 from collections.abc import Hashable
 from typing import Any
 
@@ -24,7 +25,8 @@ from fastapi.datastructures import DefaultPlaceholder
 
 _FROM_API_ROUTE = fastapi.routing._EffectiveRouteContext.from_api_route.__func__  # type: ignore[attr-defined]
 _GET_DEPENDANT = fastapi.routing.get_dependant
-_BUILT: dict[tuple[Any, ...], Any] = {}
+# Each entry the built parts alone: no app (provider, handler) and no route or router.
+_BUILT: dict[tuple[Hashable, ...], Any] = {}
 
 
 class _Unkeyable(Exception):
@@ -50,8 +52,8 @@ def _frozen(value: Any) -> Hashable:
 def _key(original_route: Any, include_context: Any) -> tuple[Hashable, ...] | None:
     """Every option of the inclusion but its provider (bound per app), or None: build afresh.
 
-    The route and the router by identity (routes do not hash); each cached route keeps the
-    objects of its key alive, so no id in a key can be reused by another object.
+    The route and the router by identity (routes do not hash): an entry goes when either does
+    (`_remember`), before its id can be another object's.
     """
     try:
         return (
@@ -70,6 +72,7 @@ def _key(original_route: Any, include_context: Any) -> tuple[Hashable, ...] | No
 def _bound(template: Any, original_route: Any, include_context: Any) -> Any:
     """The built route for this inclusion: its provider and request handler this app's own."""
     context = copy.copy(template)
+    context.original_route = original_route
     context.dependency_overrides_provider = include_context.dependency_overrides_provider
     # As FastAPI's from_api_route makes it: the handler reads the route's parts from the context.
     token = fastapi.routing._effective_route_context_var.set(context)
@@ -91,9 +94,17 @@ def _from_api_route(cls: Any, *, original_route: Any, include_context: Any) -> A
         return _FROM_API_ROUTE(cls, original_route=original_route, include_context=include_context)
     if key not in _BUILT:
         built = _FROM_API_ROUTE(cls, original_route=original_route, include_context=include_context)
-        _BUILT[key] = (built, original_route, include_context.included_router)
+        _remember(key, built, original_route, include_context.included_router)
         return built
-    return _bound(_BUILT[key][0], original_route, include_context)
+    return _bound(_BUILT[key], original_route, include_context)
+
+
+def _remember(key: tuple[Hashable, ...], built: Any, route: Any, router: Any) -> None:
+    template = copy.copy(built)
+    template.original_route = template.app = template.dependency_overrides_provider = None
+    _BUILT[key] = template
+    for owner in (route, router):
+        weakref.finalize(owner, _BUILT.pop, key, None)
 
 
 def install() -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import os
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ from fastapi.routing import APIRoute, iter_route_contexts
 from fastapi.testclient import TestClient
 
 from app.main import create_app
+from tests import route_cache
 from tests.conftest import make_settings
 
 
@@ -148,3 +151,21 @@ def test_each_inclusion_keeps_its_own_options() -> None:
         "marker_marker_get",
     ]
     assert routes[1].response_class is _OwnResponse
+
+
+@pytest.mark.skipif(bool(os.environ.get("AGMEM_TEST_FRESH_ROUTES")), reason="the cache is off")
+def test_the_cache_keeps_no_app_nor_router_alive() -> None:
+    router = _router()
+    app = _including(router)
+    _answer(app)
+    _answer(_including(router))
+    app_ref, router_ref = weakref.ref(app), weakref.ref(router)
+    router_id = id(router)
+    assert any(key[1] == router_id for key in route_cache._BUILT)
+
+    del app, router
+    gc.collect()
+
+    assert app_ref() is None
+    assert router_ref() is None
+    assert not any(key[1] == router_id for key in route_cache._BUILT)
