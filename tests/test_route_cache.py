@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import os
 import weakref
@@ -14,6 +15,8 @@ from fastapi import APIRouter, Depends, FastAPI
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute, iter_route_contexts
 from fastapi.testclient import TestClient
+from pydantic import TypeAdapter
+from pydantic.fields import FieldInfo
 
 from app.main import create_app
 from tests import route_cache
@@ -169,3 +172,48 @@ def test_the_cache_keeps_no_app_nor_router_alive() -> None:
     assert app_ref() is None
     assert router_ref() is None
     assert not any(key[1] == router_id for key in route_cache._BUILT)
+
+
+def _shape(value: Any) -> Any:
+    """What a built route answers with: its parts by value, an app or a handler by type."""
+    if isinstance(value, FastAPI) or callable(value) and not isinstance(value, type):
+        return type(value).__qualname__, getattr(value, "__qualname__", None)
+    if isinstance(value, TypeAdapter):
+        return TypeAdapter, repr(value._type)
+    if isinstance(value, FieldInfo):
+        return repr(value), repr(value.annotation)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return type(value), [
+            (field.name, _shape(getattr(value, field.name, None)))
+            for field in dataclasses.fields(value)
+            if field.name not in ("app", "dependency_overrides_provider")
+        ]
+    if isinstance(value, dict):
+        return [(_shape(key), _shape(item)) for key, item in value.items()]
+    if isinstance(value, list | tuple | set):
+        return type(value), [_shape(item) for item in value]
+    return repr(value)
+
+
+def test_a_route_from_the_cache_is_the_one_fastapi_builds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # CI runs with the cache on: this compares each of the app's routes, and its OpenAPI schema,
+    # with those FastAPI builds itself (AGMEM_TEST_FRESH_ROUTES for a whole run).
+    built(an_app(tmp_path))
+    cached_app = an_app(tmp_path)
+    cached = built(cached_app)
+    with monkeypatch.context() as fresh_builds:
+        fresh_builds.setattr(
+            fastapi.routing._EffectiveRouteContext,
+            "from_api_route",
+            classmethod(route_cache._FROM_API_ROUTE),
+        )
+        fresh_app = an_app(tmp_path)
+        fresh = built(fresh_app)
+
+    assert cached.keys() == fresh.keys()
+    for path, route in fresh.items():
+        assert _shape(cached[path]) == _shape(route), path
+        assert cached[path].dependency_overrides_provider is cached_app
+    assert cached_app.openapi() == fresh_app.openapi()
