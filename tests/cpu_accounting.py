@@ -5,7 +5,7 @@ setup, call and teardown, the CPU of the child processes reaped meanwhile (a fix
 counted in the teardown that stops it) and how many processes the test started. Servers the
 tests never wait for (the embedded PostgreSQL) are not counted. To see where the suite's CPU goes:
 `AGMEM_TEST_CPU_LOG=/tmp/x uv run pytest -n 2 --dist loadgroup`, then `python -m
-tests.cpu_accounting /tmp/x`.
+tests.cpu_accounting /tmp/x`. Each run starts the folder afresh.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def _count_starts() -> None:
 class CpuAccounting:
     def __init__(self, folder: Path, worker: str) -> None:
         folder.mkdir(parents=True, exist_ok=True)
-        self._out = (folder / f"{worker}.jsonl").open("a")
+        self._out = (folder / f"{worker}.jsonl").open("w")
         self._worker = worker
         _count_starts()
 
@@ -69,8 +69,13 @@ def configure(config: pytest.Config) -> None:
     folder = os.environ.get("AGMEM_TEST_CPU_LOG")
     if not folder:
         return
-    if not hasattr(config, "workerinput") and config.getoption("numprocesses", None):
-        return  # the xdist controller runs no test
+    if not hasattr(config, "workerinput"):
+        # The run's first process, before any worker starts: the last run's lines (a worker this
+        # run may not have among them) would add to this run's summary.
+        for stale in Path(folder).glob("*.jsonl"):
+            stale.unlink()
+        if config.getoption("numprocesses", None):
+            return  # the xdist controller runs no test
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     config.pluginmanager.register(CpuAccounting(Path(folder), worker), "agmem-cpu-accounting")
 
