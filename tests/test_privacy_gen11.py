@@ -47,3 +47,17 @@ def test_a_random_token_with_few_digits_is_still_redacted(token: str) -> None:
     assert sanitize_json({"tokens": [token, "("]}) == {"tokens": ["[REDACTED]", "("]}
     assert_redacted_on_every_path(f'tokens = ["{token}", "("]\n', 'tokens = ["@", "("]\n')
     assert_redacted_on_every_path(f'"tokens": ["{token}"]', '"tokens": ["@"]')
+
+
+def test_one_cache_judges_a_list_name_in_json_and_in_text() -> None:
+    # JSON's keys and text's list names were judged through two caches of the same function
+    # (rev-privacy24): a name JSON judged is not judged again for text.
+    from app.privacy.config import _plural_names
+
+    _plural_names.cache_clear()
+    assert sanitize_json({"deploy_api_keys": ["hunter2x9"]}) == {"deploy_api_keys": ["[REDACTED]"]}
+    misses = _plural_names.cache_info().misses
+    assert misses >= 1
+    text = 'deploy_api_keys = ["hunter2x9"]\n'
+    assert redact_secrets(text) == 'deploy_api_keys = ["[REDACTED]"]\n'
+    assert _plural_names.cache_info().misses == misses

@@ -848,12 +848,17 @@ def _name_before(text: str, end: int) -> str:
 
 # A list's names repeat down a file (`keys = [...]` on each of a module's lines, where the
 # assigned lists' gate runs the rule): judged once each, a line of them cost 4.6 µs, a third of
-# it `credential_key`'s splitting twice.
-_LIST_NAME_CACHE_CHARS = 100
+# it `credential_key`'s splitting twice. JSON's keys repeat in every stored row a rescan reads
+# (app/privacy/engine.py): one cache for both. A long name is judged each time, so that an
+# attacker's megabyte key is not held.
+_PLURAL_NAME_CACHE_CHARS = 100
+_plural_names = lru_cache(maxsize=4096)(credential_plural)
 
 
-@lru_cache(maxsize=1024)
-def _list_name(name: str) -> tuple[str, bool] | None:
+def plural_name(name: str) -> tuple[str, bool] | None:
+    """`credential_plural`, remembered for a short name."""
+    if len(name) <= _PLURAL_NAME_CACHE_CHARS:
+        return _plural_names(name)
     return credential_plural(name)
 
 
@@ -896,7 +901,7 @@ def _listed_credentials(match: re.Match[str]) -> str:
         if not own_line:
             return match.group()
     name = stem + match.group("listed")
-    listed = _list_name(name) if len(name) <= _LIST_NAME_CACHE_CHARS else credential_plural(name)
+    listed = plural_name(name)
     if listed is None:
         return match.group()
     singular = listed[0]
