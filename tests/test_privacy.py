@@ -985,6 +985,7 @@ RULES_GENERATIONS = {
     8: "c78aaaf9693b1ee0",
     9: "c83b91ffa1ab7f56",
     10: "5caab8102dd320cd",
+    11: "3e260cdb0fada3d2",
 }
 
 

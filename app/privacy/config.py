@@ -289,6 +289,27 @@ def known_value(name: str, value: str) -> bool:
 _TOKEN_SHAPE = re.compile(
     r"(?=\S*[0-9])\S{16,}|(?=[^a-z]*[a-z])(?=[^A-Z]*[A-Z])(?=[^0-9]*[0-9])[A-Za-z0-9_\-]{10,15}"
 )
+_SHORT_TOKEN = re.compile(r"[A-Za-z0-9_\-]{10,15}")
+# An identifier of that shape is kept (`Uint8Array`, `OAuth2Client`, `toBase64String`: a
+# JavaScript tokenizer's output, fixprivacy24): split as a key is (`_KEY_WORD`), its letters
+# are words of three letters or more, but for two shorter runs at most holding a quarter of its
+# letters, between two numbers at most. A random token's kinds alternate, in runs of one or two
+# (`Xk9qLm2Pz7Rt`). Measured (bench/privacy_token_shape.py): of random tokens of this shape 91%
+# are still redacted, of the identifiers of this shape in site-packages' .py/.js/.ts 86% kept.
+_IDENTIFIER_WORD_CHARS = 3
+_IDENTIFIER_SHORT_WORDS = 2
+_IDENTIFIER_NUMBERS = 2
+
+
+def _identifier(value: str) -> bool:
+    """Whether a short token of a random token's kinds (`_TOKEN_SHAPE`) reads as an identifier."""
+    words = _KEY_WORD.findall(value)
+    letters = [word for word in words if not word[0].isdigit()]
+    if len(words) - len(letters) > _IDENTIFIER_NUMBERS:
+        return False
+    short = [word for word in letters if len(word) < _IDENTIFIER_WORD_CHARS]
+    total = sum(map(len, letters))
+    return len(short) <= _IDENTIFIER_SHORT_WORDS and 4 * sum(map(len, short)) <= total
 
 
 def credential_plural(name: str) -> tuple[str, bool] | None:
@@ -316,7 +337,9 @@ def listed_credential(singular: str, shaped: bool, value: str) -> bool:
         return False
     if not shaped:
         return True
-    return _TOKEN_SHAPE.fullmatch(value) is not None and not _SPECIAL_TOKEN_VALUE.fullmatch(value)
+    if _TOKEN_SHAPE.fullmatch(value) is None or _SPECIAL_TOKEN_VALUE.fullmatch(value):
+        return False
+    return not (_SHORT_TOKEN.fullmatch(value) and _identifier(value))
 
 
 _NAME_BEFORE = re.compile(r"[\w.\-]*\Z")
@@ -825,12 +848,17 @@ def _name_before(text: str, end: int) -> str:
 
 # A list's names repeat down a file (`keys = [...]` on each of a module's lines, where the
 # assigned lists' gate runs the rule): judged once each, a line of them cost 4.6 µs, a third of
-# it `credential_key`'s splitting twice.
-_LIST_NAME_CACHE_CHARS = 100
+# it `credential_key`'s splitting twice. JSON's keys repeat in every stored row a rescan reads
+# (app/privacy/engine.py): one cache for both. A long name is judged each time, so that an
+# attacker's megabyte key is not held.
+_PLURAL_NAME_CACHE_CHARS = 100
+_plural_names = lru_cache(maxsize=4096)(credential_plural)
 
 
-@lru_cache(maxsize=1024)
-def _list_name(name: str) -> tuple[str, bool] | None:
+def plural_name(name: str) -> tuple[str, bool] | None:
+    """`credential_plural`, remembered for a short name."""
+    if len(name) <= _PLURAL_NAME_CACHE_CHARS:
+        return _plural_names(name)
     return credential_plural(name)
 
 
@@ -873,7 +901,7 @@ def _listed_credentials(match: re.Match[str]) -> str:
         if not own_line:
             return match.group()
     name = stem + match.group("listed")
-    listed = _list_name(name) if len(name) <= _LIST_NAME_CACHE_CHARS else credential_plural(name)
+    listed = plural_name(name)
     if listed is None:
         return match.group()
     singular = listed[0]

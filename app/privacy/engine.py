@@ -28,9 +28,9 @@ from app.privacy.config import (
     REGISTRY_RULES,
     basic_credentials,
     credential_key,
-    credential_plural,
     known_value,
     listed_credential,
+    plural_name,
 )
 from app.privacy.private import (
     _MEMORY_LITERALS,
@@ -283,7 +283,7 @@ def _sanitize(
         out: dict[str, Any] = {}
         for key, item in value.items():
             clean_key, secret = _key(str(key))
-            plural = _plural(clean_key) if isinstance(item, list | tuple) else None
+            plural = plural_name(clean_key) if isinstance(item, list | tuple) else None
             if isinstance(item, str) and item and _credential(clean_key, secret, item):
                 out[clean_key] = REDACTED
             elif plural is not None:
@@ -354,7 +354,7 @@ def redact_json(value: Any) -> Any:
         for key, item in value.items():
             clean_key = redact_secrets(key)
             secret = _credential_key(clean_key)
-            plural = _plural(clean_key) if isinstance(item, list) else None
+            plural = plural_name(clean_key) if isinstance(item, list) else None
             if isinstance(item, str) and item and _credential(clean_key, secret, item):
                 out[clean_key] = REDACTED
             elif plural is not None:
@@ -405,7 +405,7 @@ def redact_json_text(text: str) -> str:
         if literal in "[{":
             plural = None
             if literal == "[" and credential is not None and match.start() == value_at:
-                plural = _plural(credential[0])
+                plural = plural_name(credential[0])
             elif literal == "[" and open_lists:
                 plural = open_lists[-1]  # a list nested in a credential's holds its credentials
             open_lists.append(plural)
@@ -469,14 +469,8 @@ def _credential_key(key: str) -> bool:
     return _credential_key_cache(key) if len(key) <= _KEY_CACHE_MAX_CHARS else credential_key(key)
 
 
-def _plural(key: str) -> tuple[str, bool] | None:
-    """`credential_plural`, remembered for a short key."""
-    return _plural_cache(key) if len(key) <= _KEY_CACHE_MAX_CHARS else credential_plural(key)
-
-
 # The same few keys again in every stored row a rescan reads (app/redaction.py).
 _credential_key_cache = lru_cache(maxsize=4096)(credential_key)
-_plural_cache = lru_cache(maxsize=4096)(credential_plural)
 _short_key = lru_cache(maxsize=4096)(_sanitize_key)
 
 

@@ -18,7 +18,10 @@ from app.privacy.config import (
     _FILE_EXTENSION,
     _FLAG_VALUES,
     _FLAG_WORDS,
+    _IDENTIFIER_NUMBERS,
+    _IDENTIFIER_SHORT_WORDS,
     _IDENTIFIER_VALUE,
+    _IDENTIFIER_WORD_CHARS,
     _INI_HEADER,
     _INI_LINES,
     _INI_WINDOW,
@@ -52,6 +55,7 @@ from app.privacy.config import (
     _SECRET_NAME_VALUE,
     _SENTENCE_WORDS,
     _SHORT_CREDENTIAL_WORDS,
+    _SHORT_TOKEN,
     _SPECIAL_TOKEN_VALUE,
     _STATUS_WORDS,
     _TOKEN_SHAPE,
@@ -87,7 +91,9 @@ from app.privacy.private import _MEMORY, _MEMORY_LITERALS, _PRIVATE_LITERALS, _P
 # 8: a phrase holding an algorithm's name is no passphrase (privacy23).
 # 9: a phrase of four words or more holding a label word is a passphrase unless its other words
 # are a label's; TOML's and INI's `name = [...]` lists (privacy24).
-_RULES_CODE_VERSION = 9
+# 10: a short token of a random token's kinds under `tokens` kept when it reads as an
+# identifier (`_identifier`: `Uint8Array`, `OAuth2Client`; fixprivacy24).
+_RULES_CODE_VERSION = 10
 
 
 def _described(value: object) -> str:
@@ -121,6 +127,7 @@ def _rules_version() -> str:
             _PROGRESS_VALUE,
             _NAME_BEFORE,
             _TOKEN_SHAPE,
+            _SHORT_TOKEN,
             _PATH_VALUE,
             _BASE64_PART,
             _FILE_EXTENSION,
@@ -158,6 +165,7 @@ def _rules_version() -> str:
     parts += [repr(sorted(_SENTENCE_WORDS)), repr(_YAML_INDENT_CHARS)]
     parts += [repr(sorted(_LABEL_WORDS))]
     parts += [repr(sorted(_LABEL_COMPANION_WORDS)), repr(_LABEL_MAX_WORDS)]
+    parts += [repr((_IDENTIFIER_WORD_CHARS, _IDENTIFIER_SHORT_WORDS, _IDENTIFIER_NUMBERS))]
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
 
 
@@ -180,4 +188,6 @@ RULES_VERSION = _rules_version()
 # 10 (privacy24): a passphrase holding a label word (`casa parola verde sole`) redacted unless a
 # label's length or words; TOML's and INI's `name = [...]` lists under a credential's name; a
 # random token of 10 to 15 characters in a `tokens` list.
-RULES_GENERATION = 10
+# 11 (fixprivacy24): such a token kept when it reads as an identifier (`Uint8Array`,
+# `OAuth2Client`: a JavaScript tokenizer's output, which generation 10 redacted).
+RULES_GENERATION = 11
