@@ -122,9 +122,13 @@ class McpEndpoint:
             self._starting = asyncio.create_task(self._start(stop), context=self._context)
         # Shielded: a request cancelled meanwhile (its client gone) leaves the start to finish
         # for the next one.
-        if not await asyncio.shield(self._starting):
+        started = await asyncio.shield(self._starting)
+        # A start failing as the lifespan ends is not retried: no Retry-After to come back for.
+        if stop.is_set():
+            return NOT_RUNNING
+        if not started:
             return self._backing_off()
-        return NOT_RUNNING if stop.is_set() or self.manager is None else self.manager
+        return NOT_RUNNING if self.manager is None else self.manager
 
     def _backing_off(self) -> Unavailable:
         wait = max(1, math.ceil(self._retry_at - self.clock()))

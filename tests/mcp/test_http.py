@@ -285,6 +285,50 @@ def test_a_failed_start_of_mcp_is_a_503_with_retry_after_and_is_not_retried_at_o
     assert _mcp_events(logged) == [("mcp.start_failed", True)]
 
 
+class _HeldThenBroken(_Held):
+    """Holds the import of the MCP server until released, then fails it."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> None:
+        if name == "app.mcp.server":
+            super().find_spec(name, path, target)
+            raise ImportError(CAUSE)
+        return None
+
+
+def test_a_start_failing_as_the_lifespan_ends_answers_not_running_without_retry_after(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The request waiting for the start got "retried in 1 s" and a Retry-After, though the
+    # lifespan had ended and nothing would start the server again.
+    held = _HeldThenBroken()
+    _server_imported_anew(monkeypatch, held)
+    app = FastAPI()
+    endpoint = mount_mcp(app, make_settings(home=tmp_path / "home"), clock=_Clock())
+
+    async def main() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            async with endpoint.running():
+                waiting = asyncio.create_task(
+                    client.post("/mcp", json=MCP_BODY, headers=MCP_HEADERS)
+                )
+                while not held.entered.is_set():
+                    await asyncio.sleep(0.01)
+                # The lifespan's end (this block's exit) waits for the start, which fails.
+                held.released.set()
+            return await waiting
+
+    with capture_logs():
+        answer = asyncio.run(main())
+
+    assert answer.status_code == 503
+    assert answer.json() == {
+        "error": "ServiceUnavailable",
+        "detail": "the MCP server is not running",
+    }
+    assert "retry-after" not in answer.headers
+
+
 def test_failed_starts_of_mcp_back_off_log_one_traceback_and_recover_when_the_cause_goes(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
