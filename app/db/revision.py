@@ -111,21 +111,31 @@ def bound_names(module: ast.Module) -> list[str]:
 
 
 def at_head(database_url: str) -> bool:
-    """Whether the database's version table holds this agmem's head, and only it."""
+    """Whether the database's version table holds this agmem's head, and only it.
+
+    Raises psycopg.OperationalError when no connection can be made: the upgrade would wait its
+    own connect timeout (5 s) for the same failure, so a database that is down is reported after
+    one wait, not two (`database unreachable`, app/cli/common.py)."""
     head = script_head()
     if head is None:
         return False
     libpq = make_url(database_url).set(drivername="postgresql")
     try:
-        with psycopg.connect(
+        connection = psycopg.connect(
             libpq.render_as_string(hide_password=False),
             autocommit=True,
             connect_timeout=5,
             application_name="agmem-admin",
-        ) as connection:
-            rows = connection.execute(CURRENT_SQL).fetchall()
-    # No version table (a new database), or no answer: the upgrade that follows creates it, or
-    # reports the failure as it always has.
+        )
+    except psycopg.OperationalError:
+        raise
+    # A URL libpq refuses to read: the upgrade's reading of it says what is wrong.
     except psycopg.Error:
         return False
+    with connection:
+        try:
+            rows = connection.execute(CURRENT_SQL).fetchall()
+        # No version table (a new database): the upgrade that follows creates it.
+        except psycopg.Error:
+            return False
     return rows == [(head,)]
