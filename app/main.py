@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import structlog
 from fastapi import FastAPI
 from fastapi.telemetry import TelemetryConfig
 
@@ -24,6 +25,7 @@ from app.config import Settings, get_settings
 from app.context.routes import router as context_router
 from app.db.engine import make_async_engine, make_sessionmaker, resolve_database_url
 from app.db.supervisor import supervised
+from app.errors import first_line
 from app.llm.embeddings import hold_embedder, release_embedder
 from app.llm.ratelimit import gemini_gate
 from app.mcp.http import mount_mcp
@@ -35,7 +37,19 @@ from app.sync.routes import router as sync_router
 from app.warmup import import_request_modules, resolve_routes, warm_up
 from app.worker.loop import Worker
 
+log = structlog.get_logger(__name__)
+
 NO_TELEMETRY: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False}
+
+
+async def import_beside() -> None:
+    """`import_request_modules` in a thread; its failure logged when it happens: the server
+    runs on without it (the first requests import what it would have), and an error kept for
+    the lifespan's end surfaced only as the shutdown's failure."""
+    try:
+        await asyncio.to_thread(import_request_modules)
+    except Exception as error:
+        log.error("warmup.import_failed", error=first_line(error), exc_info=error)
 
 
 def create_app(
@@ -86,20 +100,18 @@ def create_app(
                     if run_worker
                     else None
                 )
-                importing = (
-                    asyncio.create_task(asyncio.to_thread(import_request_modules))
-                    if warm_routes
-                    else None
-                )
+                importing = asyncio.create_task(import_beside()) if warm_routes else None
                 try:
                     async with mcp.running():
                         yield
                 finally:
                     stop.set()
-                    if worker is not None:
-                        await worker
-                    if importing is not None:
-                        await importing
+                    try:
+                        if worker is not None:
+                            await worker
+                    finally:
+                        if importing is not None:
+                            await importing
         finally:
             try:
                 await engine.dispose()

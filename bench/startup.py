@@ -17,9 +17,10 @@ other run), and the ratio this/other.
 Each tree's commands run against a bench database (bench/db.py) its own `agmem migrate` brought
 to its head, through DATABASE_URL, so what is timed is the process, not an embedded server's
 start (and an older checkout is not refused a schema a newer one migrated); the local embedding
-provider. `serve-embedded` is `agmem serve` as a user first runs it: no DATABASE_URL, the
-embedded PostgreSQL of a temporary AGMEM_HOME (created and migrated before the runs, so each
-run starts and stops that server, as every `agmem serve` after the first does).
+provider. `serve-embedded` (`mcp-embedded`, `worker-embedded`) is `agmem serve` (`mcp`,
+`worker`) as a user first runs it: no DATABASE_URL, the embedded PostgreSQL of a temporary
+AGMEM_HOME (created and migrated before the runs, so each run starts and stops that server, as
+every start after the first does).
 """
 
 from __future__ import annotations
@@ -49,7 +50,9 @@ COMMANDS: dict[str, tuple[list[str], str]] = {
     "serve": (["serve", "--host", "127.0.0.1"], "health"),
     "serve-embedded": (["serve", "--host", "127.0.0.1"], "health"),
     "mcp": (["mcp", "-p", "/tmp/startup-bench-project"], "initialize"),
+    "mcp-embedded": (["mcp", "-p", "/tmp/startup-bench-project"], "initialize"),
     "worker": (["worker"], "worker-line"),
+    "worker-embedded": (["worker"], "worker-line"),
     "status": (["status"], "exit"),
     "sync": (["sync", "-p", "/tmp/startup-bench-project"], "exit"),
     "search": (["search", "deployment notes", "--json"], "exit"),
@@ -141,7 +144,7 @@ def run_once(venv: Path, command: str, url: str | None, home: str) -> tuple[floa
     for `serve` the wall seconds of its first capture and of its first MCP request."""
     arguments, until = COMMANDS[command]
     agmem = str(venv / "bin" / "agmem")
-    env = environment(None if command == "serve-embedded" else url, home)
+    env = environment(None if command.endswith("-embedded") else url, home)
     if until == "health":
         port = free_port()
         arguments = [*arguments, "--port", str(port)]
@@ -268,7 +271,7 @@ def main() -> None:
         for venv in venvs:
             urls[venv] = stack.enter_context(bench_database("agmem_startup", upgrade=False))
             homes[venv] = stack.enter_context(tempfile.TemporaryDirectory(prefix="startup-bench-"))
-            embedded = "serve-embedded" in options.commands
+            embedded = any(command.endswith("-embedded") for command in options.commands)
             if embedded:
                 embedded_homes[venv] = stack.enter_context(
                     tempfile.TemporaryDirectory(prefix="startup-bench-home-")
@@ -278,7 +281,7 @@ def main() -> None:
             for run in range(options.runs):
                 for venv in venvs if run % 2 == 0 else venvs[::-1]:
                     home = homes[venv]
-                    if command == "serve-embedded":
+                    if command.endswith("-embedded"):
                         home = embedded_homes[venv]
                     wall, cpu, firsts = run_once(venv, command, urls[venv], home)
                     results[venv, command][0].append(wall)

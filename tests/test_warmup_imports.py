@@ -52,3 +52,50 @@ def test_an_app_not_served_leaves_the_import_to_its_first_request(
     database_url: str, db: psycopg.Connection[Any], tmp_path: Any
 ) -> None:
     assert not imported_without_a_request(database_url, tmp_path / "home", "test")
+
+
+# The import fails once (an anyio being upgraded); the lifespan runs on for a while, then ends.
+FAILING = """
+import asyncio, importlib.abc, sys
+from app.config import load_settings
+from app.main import create_app
+
+class Broken(importlib.abc.MetaPathFinder):
+    failed = False
+    def find_spec(self, name, path, target=None):
+        if name == "anyio._backends._asyncio" and not Broken.failed:  # once: the shutdown needs it
+            Broken.failed = True
+            raise ImportError("anyio's backend is broken")
+
+sys.meta_path.insert(0, Broken())
+
+async def main():
+    settings = load_settings(database_url=sys.argv[1], _env_file=None, gemini_api_key=None,
+                             home=sys.argv[2])
+    app = create_app(settings, database_url=sys.argv[1], warm_routes=True)
+    async with app.router.lifespan_context(app):
+        while not Broken.failed:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.5)
+        print("still serving", flush=True)
+
+asyncio.run(main())
+"""
+
+
+def test_a_failed_import_beside_the_start_is_logged_when_it_fails_not_at_shutdown(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Any
+) -> None:
+    # Its error surfaced only at the lifespan's end, as the shutdown's failure (or never, when
+    # the worker's failure came first): the first requests would import it again, and fail.
+    done = subprocess.run(
+        [sys.executable, "-c", FAILING, database_url, str(tmp_path / "home")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert "warmup.import_failed" in done.stdout, output
+    assert done.stdout.index("warmup.import_failed") < done.stdout.index("still serving")
+    assert "anyio's backend is broken" in done.stdout

@@ -248,9 +248,12 @@ def open_database(settings: Settings, *, migrate_embedded: bool = True) -> str:
     """Resolve the database URL. The embedded database is ours, so it is brought to head here;
     an external DATABASE_URL is migrated only by `agmem migrate` or `agmem serve`."""
     from app.db.engine import resolve_database_url
+    from app.db.revision import at_head
 
     url = resolve_database_url(settings)
-    if settings.database_url is None and migrate_embedded:
+    # Alembic is loaded only for a database not at head (app/db/revision.py), as by `agmem
+    # serve`: at head on every start but the first after an upgrade of agmem.
+    if settings.database_url is None and migrate_embedded and not at_head(url):
         from app.db import migrate
 
         migrate.upgrade(url)

@@ -73,10 +73,11 @@ class StoppingServer(uvicorn.Server):
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
-        # The app's startup (its lifespan: routes resolved, pools, the MCP server) ran after
-        # `agmem serve` froze the import-time heap, and built ~15,000 objects that live as long
-        # as the process. Left in the collections, every full collection under load walks them
-        # while each request waits (docs/benchmarks.md, tail24).
+        # The app's startup (its lifespan: routes resolved, pools) ran after `agmem serve` froze
+        # the import-time heap, and built ~15,000 objects that live as long as the process.
+        # Left in the collections, every full collection under load walks them while each
+        # request waits (docs/benchmarks.md, tail24). The MCP SDK is not loaded yet: the first
+        # request to /mcp imports it, and freezes again then (app/mcp/http.py).
         freeze_startup_heap()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import gc
 import math
 import time
 from collections.abc import AsyncIterator, Callable
@@ -56,6 +57,24 @@ def _import_server() -> None:
 
 
 NOT_RUNNING = Unavailable("the MCP server is not running")
+
+_heap_frozen_after_start = False
+
+
+def freeze_what_the_start_built() -> None:
+    """In a process that froze its heap after startup (`agmem serve`, app/cli/serving.py),
+    freeze again after the first start of the MCP server: the SDK, imported by that start, adds
+    ~46,700 objects which a full collection (~27 ms) would otherwise walk under load.
+
+    Once per process (the import is): anything alive now is frozen for good, and besides the
+    SDK, its server and the app's startup heap that is the requests in flight, a few objects
+    each, which this one-off freeze keeps whatever becomes of them."""
+    global _heap_frozen_after_start
+    if _heap_frozen_after_start or not gc.get_freeze_count():
+        return
+    _heap_frozen_after_start = True
+    gc.collect()
+    gc.freeze()
 
 
 class McpEndpoint:
@@ -123,9 +142,13 @@ class McpEndpoint:
             self._starting = asyncio.create_task(self._start(stop), context=self._context)
         # Shielded: a request cancelled meanwhile (its client gone) leaves the start to finish
         # for the next one.
-        if not await asyncio.shield(self._starting):
+        started = await asyncio.shield(self._starting)
+        # A start failing as the lifespan ends is not retried: no Retry-After to come back for.
+        if stop.is_set():
+            return NOT_RUNNING
+        if not started:
             return self._backing_off()
-        return NOT_RUNNING if stop.is_set() or self.manager is None else self.manager
+        return NOT_RUNNING if self.manager is None else self.manager
 
     def _backing_off(self) -> Unavailable:
         wait = max(1, math.ceil(self._retry_at - self.clock()))
@@ -191,6 +214,7 @@ class McpEndpoint:
         started = asyncio.get_running_loop().create_future()
         self._serving = asyncio.create_task(self._serve(manager, stop, started))
         await started
+        freeze_what_the_start_built()
 
     async def _serve(
         self,

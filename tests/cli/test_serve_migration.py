@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import socket
 import subprocess
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -102,3 +106,40 @@ def test_serve_on_a_database_a_newer_agmem_migrated_stops_saying_so(
 
 def test_the_head_read_from_the_scripts_is_alembics() -> None:
     assert script_head() == migrate.head_revision()
+
+
+def test_serve_on_a_database_that_never_answers_waits_for_it_once(tmp_path: Path) -> None:
+    # The check at head waited its 5 s connect timeout, then the upgrade its own 5 s: a database
+    # down behind a silent address took twice as long to report. Here a listener that accepts
+    # and never speaks counts the connections tried.
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                accepted.append(listener.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    port = listener.getsockname()[1]
+    try:
+        result = invoke_agmem(
+            "serve",
+            "--no-worker",
+            "--port",
+            "0",
+            AGMEM_HOME=str(tmp_path / "home"),
+            DATABASE_URL=f"postgresql://agmem@127.0.0.1:{port}/agmem",
+        )
+    finally:
+        listener.close()
+        thread.join(5)
+        for connection in accepted:
+            connection.close()
+
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1].startswith("agmem: error: database unreachable:")
+    assert len(accepted) == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import importlib.abc
 import logging
 import random
@@ -283,6 +284,84 @@ def test_a_failed_start_of_mcp_is_a_503_with_retry_after_and_is_not_retried_at_o
     assert [answer.headers.get("retry-after") for answer in answers] == ["1", "1", "1"]
     assert broken.tried == 1
     assert _mcp_events(logged) == [("mcp.start_failed", True)]
+
+
+class _HeldThenBroken(_Held):
+    """Holds the import of the MCP server until released, then fails it."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> None:
+        if name == "app.mcp.server":
+            super().find_spec(name, path, target)
+            raise ImportError(CAUSE)
+        return None
+
+
+def test_a_start_failing_as_the_lifespan_ends_answers_not_running_without_retry_after(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The request waiting for the start got "retried in 1 s" and a Retry-After, though the
+    # lifespan had ended and nothing would start the server again.
+    held = _HeldThenBroken()
+    _server_imported_anew(monkeypatch, held)
+    app = FastAPI()
+    endpoint = mount_mcp(app, make_settings(home=tmp_path / "home"), clock=_Clock())
+
+    async def main() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            async with endpoint.running():
+                waiting = asyncio.create_task(
+                    client.post("/mcp", json=MCP_BODY, headers=MCP_HEADERS)
+                )
+                while not held.entered.is_set():
+                    await asyncio.sleep(0.01)
+                # The lifespan's end (this block's exit) waits for the start, which fails.
+                held.released.set()
+            return await waiting
+
+    with capture_logs():
+        answer = asyncio.run(main())
+
+    assert answer.status_code == 503
+    assert answer.json() == {
+        "error": "ServiceUnavailable",
+        "detail": "the MCP server is not running",
+    }
+    assert "retry-after" not in answer.headers
+
+
+def test_the_first_start_of_mcp_in_a_frozen_process_freezes_what_it_built(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `agmem serve` freezes its heap after the lifespan, but the SDK is imported by the first
+    # request to /mcp (~46,700 objects in a new process): they stayed in the collections, and a
+    # full collection walked them (~27 ms) under load once an agent had used /mcp.
+    whole = _Broken()
+    whole.broken = False
+    _server_imported_anew(monkeypatch, whole)
+    monkeypatch.setattr(mcp_http, "_heap_frozen_after_start", False)
+    app = FastAPI()
+    endpoint = mount_mcp(app, make_settings(home=tmp_path / "home"), clock=_Clock())
+
+    async def main() -> tuple[httpx.Response, list[bool]]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            async with endpoint.running():
+                answer = await client.post("/mcp", json=MCP_BODY, headers=MCP_HEADERS)
+                built = [vars(sys.modules["app.mcp.server"]), endpoint.manager]
+                collected = {id(item) for item in gc.get_objects()}
+                return answer, [id(item) in collected for item in built]
+
+    gc.collect()
+    gc.freeze()  # as `agmem serve` does before its first request
+    try:
+        answer, still_collected = asyncio.run(main())
+    finally:
+        gc.unfreeze()
+
+    assert answer.status_code == 200, answer.text
+    assert whole.tried == 1
+    assert still_collected == [False, False]
 
 
 def test_failed_starts_of_mcp_back_off_log_one_traceback_and_recover_when_the_cause_goes(
