@@ -58,15 +58,17 @@ def _project(value: str | None) -> str | None:
 # `async def` although it does not await: FastAPI runs a plain `def` dependency in a worker
 # thread, and that hand-off cost more CPU than anything else in the exact-key read's route.
 async def visibility(
+    request: Request,
     scope: Scope | None = None,
+    # The spellings are declared for the schema and their types; `query_spelling` reads every value.
     projectPath: str | None = None,  # noqa: N803 - the contract's camelCase spelling
     project_path: Annotated[str | None, Query(include_in_schema=False)] = None,
     sessionId: str | None = None,  # noqa: N803
     session_id: Annotated[str | None, Query(include_in_schema=False)] = None,
 ) -> service.Visibility:
     """Who reads: `?scope=&projectPath=&sessionId=` (snake_case accepted too, not two values)."""
-    project = query_spelling("projectPath", projectPath, "project_path", project_path)
-    session = query_spelling("sessionId", sessionId, "session_id", session_id)
+    project = query_spelling(request, "projectPath", "project_path")
+    session = query_spelling(request, "sessionId", "session_id")
     return service.Visibility(
         scope=scope, project_path=_project(_optional(project)), session_id=_optional(session)
     )
