@@ -20,8 +20,9 @@ from app.projects import canonical_project
 PROJECT_FIELDS = frozenset({"project_path"})
 
 
-def _meant(snake_name: str, value: Any) -> Any:
-    """What a spelling's value means for the comparison; None when it says nothing."""
+def meaning(snake_name: str, value: Any) -> Any:
+    """What a spelling's value means for the comparison; None when it says nothing. A string is
+    cleaned and trimmed, a project path folded as the stored project is."""
     if not isinstance(value, str):
         return value
     text = clean_text(value).strip()  # NUL-only is blank once cleaned
@@ -45,7 +46,7 @@ def one_value(
     mean the same, and the first real one is kept. Raise ValueError naming the field otherwise."""
     kept: tuple[str, Any, Any] | None = None  # (spelling, value, what it means)
     for name, value in [(camel_name, v) for v in camels] + [(snake_name, v) for v in snakes]:
-        meant = _meant(snake_name, value)
+        meant = meaning(snake_name, value)
         if meant is None:
             continue
         if kept is None:
