@@ -33,7 +33,7 @@ def meaning(snake_name: str, value: Any) -> Any:
 
 def one_spelling(camel_name: str, camel: Any, snake_name: str, snake: Any) -> Any:
     """The value of a field sent as `camel` and `snake` (None: null or not sent): the one that is
-    not null or blank, the camelCase one when both are (as the query and body took before).
+    not null or blank (`one_value`: when both are real and spelt apart, what they mean).
     Raise ValueError when both are real and differ."""
     return one_value(camel_name, [camel], snake_name, [snake])
 
@@ -43,8 +43,11 @@ def one_value(
 ) -> Any:
     """`one_spelling` for a field whose spellings may each come more than once (a query's
     `?projectPath=/a&projectPath=/b`, which FastAPI resolves to the last): every real value must
-    mean the same, and the first real one is kept. Raise ValueError naming the field otherwise."""
+    mean the same (ValueError naming the field otherwise). That value is returned as sent, or,
+    when real values are spelt apart (`"s"`, `"s "`), as it means: then the value kept does
+    not hang on which spelling came first."""
     kept: tuple[str, Any, Any] | None = None  # (spelling, value, what it means)
+    spelt_apart = False
     for name, value in [(camel_name, v) for v in camels] + [(snake_name, v) for v in snakes]:
         meant = meaning(snake_name, value)
         if meant is None:
@@ -58,6 +61,7 @@ def one_value(
                     "different values; send one of them"
                 )
             raise ValueError(f"'{name}' was sent more than once with different values; send one")
+        spelt_apart = spelt_apart or value != kept[1]
     if kept is not None:
-        return kept[1]
+        return kept[2] if spelt_apart else kept[1]
     return next((v for v in [*camels, *snakes] if v is not None), None)

@@ -271,3 +271,29 @@ def test_an_overlong_project_before_a_blank_one_in_a_query_is_refused(client: Te
         answer = client.get(f"{url}?projectPath={long}&projectPath=")
         assert answer.status_code == 422, (url, answer.text)
         assert answer.json()["error"] == "ValidationFailed"
+
+
+# Two spellings that differ only in blanks pass (compared trimmed); which one is kept must not
+# hang on their order. It did: `"createdBy": "s", "created_by": "s "` stored "s", the reverse
+# "s " (another author). When they differ, the cleaned, trimmed value is kept; when they are
+# equal, the value as sent.
+@pytest.mark.parametrize(
+    ("first", "second", "stored"),
+    [("s", "s ", "s"), ("s ", "s", "s"), (" s", "s ", "s"), (" s", " s", " s")],
+)
+def test_spellings_that_differ_in_blanks_keep_one_value_in_either_order(
+    client: TestClient, db: psycopg.Connection[Any], first: str, second: str, stored: str
+) -> None:
+    body = {
+        "projectPath": "/a",
+        "createdBy": first,
+        "created_by": second,
+        "userPrompt": first,
+        "user_prompt": second,
+    }
+
+    started = client.post("/api/session/start", json=body)
+
+    assert started.status_code == 201, started.text
+    rows = db.execute("SELECT created_by, user_prompt FROM sessions").fetchall()
+    assert rows == [(stored, stored)]
