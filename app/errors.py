@@ -48,6 +48,10 @@ class InvalidJSON(BadRequest):
     double), named as the framework names a body it cannot parse."""
 
 
+class InvalidURL(BadRequest):
+    """A URL whose percent-encoding is not UTF-8, refused by a middleware before routing."""
+
+
 class ValidationFailed(AppError):
     status_code = 422
 

@@ -8,7 +8,8 @@ from typing import Annotated
 from fastapi import Depends, Query, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.api.spellings import one_spelling
+from app.api.limits import PATH_MAX_CHARS
+from app.api.spellings import one_value
 from app.config import Settings
 from app.errors import ValidationFailed
 from app.state import AppState
@@ -43,27 +44,37 @@ async def get_db(state: StateDep) -> AsyncIterator[AsyncSession]:
 DbDep = Annotated[AsyncSession, Depends(get_db, scope="function")]
 
 
-def query_spelling(
-    camel_name: str, camel: str | None, snake_name: str, snake: str | None
-) -> str | None:
-    """The value of a query parameter sent in both spellings, by the bodies' rule
-    (`app.api.spellings.one_spelling`); two real values that differ are ValidationFailed."""
+def query_spelling(request: Request, camel_name: str, snake_name: str) -> str | None:
+    """The value of a query parameter sent in either spelling, each maybe more than once, by the
+    bodies' rule (`app.api.spellings.one_value`): real values that differ are ValidationFailed.
+    Every value is read: FastAPI keeps the last, so `?projectPath=/a&projectPath=/b` acted on
+    `/b` though the client named `/a` first."""
+    params = request.query_params
     try:
-        value: str | None = one_spelling(camel_name, camel, snake_name, snake)
+        value: str | None = one_value(
+            camel_name, params.getlist(camel_name), snake_name, params.getlist(snake_name)
+        )
     except ValueError as error:
         raise ValidationFailed(f"query: {error}") from None
     return value
 
 
 async def project_path_query(
-    camel: Annotated[str | None, Query(alias="projectPath", max_length=4096)] = None,
+    request: Request,
+    # Declared for the schema and the last value's length; `query_spelling` reads them all.
+    camel: Annotated[str | None, Query(alias="projectPath", max_length=PATH_MAX_CHARS)] = None,
     snake: Annotated[
-        str | None, Query(alias="project_path", max_length=4096, include_in_schema=False)
+        str | None,
+        Query(alias="project_path", max_length=PATH_MAX_CHARS, include_in_schema=False),
     ] = None,
 ) -> str | None:
     """`?projectPath=`, or its snake_case spelling, as every body and the memories' queries take
     both: `GET /api/sessions?project_path=` was ignored and listed every project's sessions."""
-    return query_spelling("projectPath", camel, "project_path", snake)
+    value = query_spelling(request, "projectPath", "project_path")
+    if value is not None and len(value) > PATH_MAX_CHARS:
+        # Only the last value met `max_length`; the one kept may be an earlier one.
+        raise ValidationFailed(f"query: 'projectPath' is longer than {PATH_MAX_CHARS} characters")
+    return value
 
 
 ProjectPathQuery = Annotated[str | None, Depends(project_path_query)]

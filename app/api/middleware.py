@@ -15,6 +15,7 @@ from urllib.parse import unquote_to_bytes
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.config import bare_host, is_loopback_host
+from app.errors import AppError, InvalidURL, PayloadTooLarge, Unauthorized
 
 PROTECTED_PREFIXES = ("/api/", "/mcp")
 
@@ -30,6 +31,12 @@ async def send_error(
     raw_headers += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": raw_headers})
     await send({"type": "http.response.body", "body": body})
+
+
+async def send_app_error(send: Send, error: AppError) -> None:
+    """`error` as the exception handler renders it, from a middleware that answers before any
+    handler runs: status, name and headers come from its class in app/errors.py."""
+    await send_error(send, error.status_code, error.error, error.detail, error.headers)
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:
@@ -75,7 +82,7 @@ class BearerTokenMiddleware:
                     if not presented
                     else "the bearer token is not valid"
                 )
-                await send_error(send, 401, "Unauthorized", detail, {"WWW-Authenticate": "Bearer"})
+                await send_app_error(send, Unauthorized(detail))
                 return
         await self.app(scope, receive, send)
 
@@ -153,7 +160,7 @@ class BodySizeLimitMiddleware:
         detail = f"the request body exceeds the limit of {self.max_bytes} bytes"
         declared = _header(scope, b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await send_error(send, 413, "PayloadTooLarge", detail)
+            await send_app_error(send, PayloadTooLarge(detail))
             return
 
         received = 0
@@ -178,7 +185,7 @@ class BodySizeLimitMiddleware:
             await self.app(scope, limited_receive, tracking_send)
         except BodyTooLarge:
             if not response_started:
-                await send_error(send, 413, "PayloadTooLarge", detail)
+                await send_app_error(send, PayloadTooLarge(detail))
 
 
 class BodyTooLarge(Exception):
@@ -227,6 +234,6 @@ class Utf8UrlMiddleware:
                         f"the URL's {part} percent-encodes bytes that are not UTF-8 text; "
                         "encode names as UTF-8 before percent-encoding them (é is %C3%A9)"
                     )
-                    await send_error(send, 400, "InvalidURL", detail)
+                    await send_app_error(send, InvalidURL(detail))
                     return
         await self.app(scope, receive, send)

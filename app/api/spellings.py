@@ -10,6 +10,7 @@ real values that differ are refused. A null or blank spelling says nothing (clie
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from app.privacy import clean_text
@@ -19,8 +20,9 @@ from app.projects import canonical_project
 PROJECT_FIELDS = frozenset({"project_path"})
 
 
-def _meant(snake_name: str, value: Any) -> Any:
-    """What a spelling's value means for the comparison; None when it says nothing."""
+def meaning(snake_name: str, value: Any) -> Any:
+    """What a spelling's value means for the comparison; None when it says nothing. A string is
+    cleaned and trimmed, a project path folded as the stored project is."""
     if not isinstance(value, str):
         return value
     text = clean_text(value).strip()  # NUL-only is blank once cleaned
@@ -31,14 +33,35 @@ def _meant(snake_name: str, value: Any) -> Any:
 
 def one_spelling(camel_name: str, camel: Any, snake_name: str, snake: Any) -> Any:
     """The value of a field sent as `camel` and `snake` (None: null or not sent): the one that is
-    not null or blank, the camelCase one when both are (as the query and body took before).
+    not null or blank (`one_value`: when both are real and spelt apart, what they mean).
     Raise ValueError when both are real and differ."""
-    first, second = _meant(snake_name, camel), _meant(snake_name, snake)
-    if first is not None and second is not None and first != second:
-        raise ValueError(
-            f"'{camel_name}' and '{snake_name}' name one field and were sent with "
-            "different values; send one of them"
-        )
-    if first is None and second is not None:
-        return snake
-    return camel if camel is not None else snake
+    return one_value(camel_name, [camel], snake_name, [snake])
+
+
+def one_value(
+    camel_name: str, camels: Sequence[Any], snake_name: str, snakes: Sequence[Any]
+) -> Any:
+    """`one_spelling` for a field whose spellings may each come more than once (a query's
+    `?projectPath=/a&projectPath=/b`, which FastAPI resolves to the last): every real value must
+    mean the same (ValueError naming the field otherwise). That value is returned as sent, or,
+    when real values are spelt apart (`"s"`, `"s "`), as it means: then the value kept does
+    not hang on which spelling came first."""
+    kept: tuple[str, Any, Any] | None = None  # (spelling, value, what it means)
+    spelt_apart = False
+    for name, value in [(camel_name, v) for v in camels] + [(snake_name, v) for v in snakes]:
+        meant = meaning(snake_name, value)
+        if meant is None:
+            continue
+        if kept is None:
+            kept = (name, value, meant)
+        elif meant != kept[2]:
+            if name != kept[0]:
+                raise ValueError(
+                    f"'{camel_name}' and '{snake_name}' name one field and were sent with "
+                    "different values; send one of them"
+                )
+            raise ValueError(f"'{name}' was sent more than once with different values; send one")
+        spelt_apart = spelt_apart or value != kept[1]
+    if kept is not None:
+        return kept[2] if spelt_apart else kept[1]
+    return next((v for v in [*camels, *snakes] if v is not None), None)

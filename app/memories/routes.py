@@ -13,6 +13,7 @@ from app import exactjson
 from app.api import paths  # noqa: F401 - registers the `{name:any}` paths below use
 from app.api.deps import DbDep, SettingsDep, StateDep, query_spelling
 from app.api.responses import ExactJSONResponse
+from app.api.spellings import meaning
 from app.db.engine import transaction
 from app.errors import BadRequest, ValidationFailed
 from app.memories import resume as resume_service
@@ -33,8 +34,6 @@ from app.memories.schemas import (
     check_key,
     tag_filter,
 )
-from app.privacy import clean_text
-from app.projects import canonical_project
 from app.state import AppState
 
 router = APIRouter(prefix="/api", tags=["memories"], lifespan=memory_reads_lifespan)
@@ -44,31 +43,31 @@ class InvalidIfMatch(BadRequest):
     pass
 
 
-def _optional(*values: str | None) -> str | None:
-    for value in values:
-        if value is not None and clean_text(value).strip():
-            return clean_text(value).strip()
-    return None
-
-
-def _project(value: str | None) -> str | None:
-    return canonical_project(value) if value is not None else None
+def _text(snake_name: str, value: str | None) -> str | None:
+    """A query's text as the spelling rule reads it: cleaned, trimmed, None when blank, a project
+    folded as the stored project is."""
+    text: str | None = meaning(snake_name, value)
+    return text
 
 
 # `async def` although it does not await: FastAPI runs a plain `def` dependency in a worker
 # thread, and that hand-off cost more CPU than anything else in the exact-key read's route.
 async def visibility(
+    request: Request,
     scope: Scope | None = None,
+    # The spellings are declared for the schema and their types; `query_spelling` reads every value.
     projectPath: str | None = None,  # noqa: N803 - the contract's camelCase spelling
     project_path: Annotated[str | None, Query(include_in_schema=False)] = None,
     sessionId: str | None = None,  # noqa: N803
     session_id: Annotated[str | None, Query(include_in_schema=False)] = None,
 ) -> service.Visibility:
     """Who reads: `?scope=&projectPath=&sessionId=` (snake_case accepted too, not two values)."""
-    project = query_spelling("projectPath", projectPath, "project_path", project_path)
-    session = query_spelling("sessionId", sessionId, "session_id", session_id)
+    project = query_spelling(request, "projectPath", "project_path")
+    session = query_spelling(request, "sessionId", "session_id")
     return service.Visibility(
-        scope=scope, project_path=_project(_optional(project)), session_id=_optional(session)
+        scope=scope,
+        project_path=_text("project_path", project),
+        session_id=_text("session_id", session),
     )
 
 
@@ -170,7 +169,7 @@ async def list_memories(
     wanted = _tags(tags)
     await flush_reads(state)
     rows = await service.find_memories(
-        db, visibility=seen_by, pattern=_optional(pattern), tags=wanted, limit=limit
+        db, visibility=seen_by, pattern=_text("pattern", pattern), tags=wanted, limit=limit
     )
     return MemoryList(memories=[service.to_schema(row) for row in rows])
 

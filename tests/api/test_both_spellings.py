@@ -200,3 +200,100 @@ def test_one_project_under_both_spellings_in_a_query_passes(client: TestClient, 
     for url in ("/api/sessions", "/api/context", "/api/memories", "/api/memories/k"):
         answer = client.get(f"{url}?scope=project&{query}")
         assert answer.status_code == 200, (url, answer.text)
+
+
+# A query may repeat one spelling; FastAPI keeps the last value, so `?projectPath=/a&projectPath=/b`
+# deleted `/b`'s memory (200) though the client named `/a` first. Every value of both spellings
+# goes through the one rule.
+@pytest.mark.parametrize(
+    ("method", "url", "field"),
+    [
+        ("DELETE", "/api/memories/k?scope=project&projectPath=/a&projectPath=/b", "projectPath"),
+        ("DELETE", "/api/memories/k?scope=project&project_path=/a&project_path=/b", "project_path"),
+        (
+            "DELETE",
+            "/api/memories/k?scope=project&projectPath=/a&project_path=/a&projectPath=/b",
+            "projectPath",
+        ),
+        ("GET", "/api/memories/k?scope=project&projectPath=/a&projectPath=/b", "projectPath"),
+        ("GET", "/api/memories?projectPath=/a&projectPath=/b", "projectPath"),
+        ("GET", "/api/sessions?projectPath=/a&projectPath=/b", "projectPath"),
+        ("GET", "/api/sessions?project_path=/a&projectPath=/a&project_path=/b", "projectPath"),
+        ("GET", "/api/context?projectPath=/a&projectPath=/b", "projectPath"),
+        ("GET", "/api/memories/k?sessionId=s1&sessionId=s2", "sessionId"),
+        ("GET", "/api/memories/k?session_id=s1&session_id=s2", "session_id"),
+        (
+            "DELETE",
+            "/api/memories/k?scope=session&sessionId=s1&session_id=s1&sessionId=s2",
+            "sessionId",
+        ),
+    ],
+)
+def test_two_values_under_one_spelling_in_a_query_are_refused(
+    client: TestClient, db: psycopg.Connection[Any], method: str, url: str, field: str
+) -> None:
+    for project in ("/a", "/b"):
+        body = {"value": project, "scope": "project", "projectPath": project}
+        assert client.put("/api/memories/k", json=body).status_code == 201
+
+    answer = client.request(method, url)
+
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["error"] == "ValidationFailed"
+    assert f"'{field}'" in answer.json()["detail"]
+    assert "different values" in answer.json()["detail"]
+    assert db.execute("SELECT count(*) FROM memories").fetchone() == (2,)
+
+
+def test_one_value_repeated_in_a_query_passes(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    for project in ("/a", "/b"):
+        body = {"value": project, "scope": "project", "projectPath": project}
+        assert client.put("/api/memories/k", json=body).status_code == 201
+
+    listed = client.get("/api/sessions?projectPath=/a&projectPath=/a/&project_path=/a")
+    read = client.get("/api/memories?sessionId=s1&session_id=s1&sessionId=s1")
+    deleted = client.delete(
+        "/api/memories/k?scope=project&projectPath=/a&projectPath=&projectPath=/a"
+    )
+
+    assert listed.status_code == 200
+    assert read.status_code == 200
+    assert deleted.status_code == 200, deleted.text
+    assert db.execute("SELECT project_path FROM memories").fetchall() == [("/b",)]
+
+
+def test_an_overlong_project_before_a_blank_one_in_a_query_is_refused(client: TestClient) -> None:
+    long = "/" + "x" * 4096
+
+    for url in ("/api/sessions", "/api/context"):
+        answer = client.get(f"{url}?projectPath={long}&projectPath=")
+        assert answer.status_code == 422, (url, answer.text)
+        assert answer.json()["error"] == "ValidationFailed"
+
+
+# Two spellings that differ only in blanks pass (compared trimmed); which one is kept must not
+# hang on their order. It did: `"createdBy": "s", "created_by": "s "` stored "s", the reverse
+# "s " (another author). When they differ, the cleaned, trimmed value is kept; when they are
+# equal, the value as sent.
+@pytest.mark.parametrize(
+    ("first", "second", "stored"),
+    [("s", "s ", "s"), ("s ", "s", "s"), (" s", "s ", "s"), (" s", " s", " s")],
+)
+def test_spellings_that_differ_in_blanks_keep_one_value_in_either_order(
+    client: TestClient, db: psycopg.Connection[Any], first: str, second: str, stored: str
+) -> None:
+    body = {
+        "projectPath": "/a",
+        "createdBy": first,
+        "created_by": second,
+        "userPrompt": first,
+        "user_prompt": second,
+    }
+
+    started = client.post("/api/session/start", json=body)
+
+    assert started.status_code == 201, started.text
+    rows = db.execute("SELECT created_by, user_prompt FROM sessions").fetchall()
+    assert rows == [(stored, stored)]

@@ -13,6 +13,8 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
+from app.errors import BadRequest, InvalidURL
+
 
 @pytest.mark.parametrize("escaped", ["a%FF", "a%FE", "a%ED%A0%80", "a%C0%AF", "%E9t%E9"])
 def test_a_key_that_is_not_utf8_is_refused(
@@ -97,3 +99,14 @@ def test_the_check_runs_before_routing_on_the_whole_query(
 
     assert answer.status_code == 400, answer.text
     assert answer.json()["error"] == "InvalidURL"
+
+
+def test_the_refusal_is_the_error_hierarchys_invalid_url(on_loopback: TestClient) -> None:
+    # The middleware answers before any handler; its refusal is still a class of app/errors.py,
+    # so the name on the wire cannot drift from the hierarchy's.
+    answer = on_loopback.get("/api/sessions?projectPath=%FF")
+
+    assert issubclass(InvalidURL, BadRequest)
+    assert answer.status_code == InvalidURL.status_code
+    assert answer.json()["error"] == InvalidURL.__name__
+    assert set(answer.json()) == {"error", "detail"}
