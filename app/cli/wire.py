@@ -188,8 +188,7 @@ class JsonErrorsProtocol(LineReadingProtocol):
         self.parser.set_dangerous_leniencies(lenient_data_after_close=True, lenient_version=True)
         self.behind_proxy = False  # the peer is a trusted proxy
         self.loopback_proxy = False  # ... on this machine, where a browser connects from too
-        # A refusal pipelined behind a request still in the app, sent once its answer is.
-        self.held_error: tuple[bytes, bytes, list[Header]] | None = None
+        self.held_error = None  # declared on StallBoundProtocol, whose idle check reads it
         # A message's body is coming (from its header block's end to the message's end): a read
         # that begins in it holds the next message after the body's end, not at its start.
         self.body_open = False
