@@ -15,8 +15,9 @@ bounded by the idle timeout (AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS):
 - between requests (from the connection's start or an answer's end to the next request's first
   byte), bytes that begin no request do not count: past it, the connection is closed;
 - while the app works, or the service itself stops reading (a request queued behind another, a
-  body the app has not read yet, an `Expect: 100-continue` not answered yet), no clock runs: a
-  request stalled behind another's answer gets its 408 only once that answer is sent;
+  body the app has not read yet, an `Expect: 100-continue` not answered yet, a refused
+  request's body, never read, while its refusal waits for the answers before it), no clock runs:
+  a request stalled behind another's answer gets its 408 only once that answer is sent;
 - while the client reads none of an answer the transport still holds (a large one fills the
   socket, and uvicorn waits for writing to resume, a close for the bytes to be sent): past it,
   the connection is dropped with them.
@@ -56,6 +57,9 @@ class StallBoundProtocol(HttpToolsProtocol):
 
     idle_timeout = DEFAULT_IDLE_TIMEOUT_SECONDS
     refusals = RefusalLog()
+    # A refusal pipelined behind a request still in the app, sent once its answer is (set by
+    # the protocol over it): its request's body, never to be read, is not timed as one.
+    held_error: tuple[bytes, bytes, list[Header]] | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -120,11 +124,20 @@ class StallBoundProtocol(HttpToolsProtocol):
             since = None  # its turn comes after the answer before it, which the app works on
         elif cycle is None or cycle.response_complete:
             since = self.waiting_since  # between requests: a byte that begins none not counted
-        elif cycle.more_body and not self.flow.read_paused and not cycle.waiting_for_100_continue:
+        elif (
+            cycle.more_body
+            and not self.flow.read_paused
+            and not cycle.waiting_for_100_continue
+            and self.held_error is None
+        ):
             since = self.last_data  # its body
             rated = self.body_began + self.idle_timeout + self.body_received / MIN_BODY_RATE
         else:
-            since = None  # the app works on a request, or the service holds the client back
+            # The app works on a request, or the service holds the client back, or a refusal
+            # waits for the answers before it: the refused request was read as a body that
+            # stopped coming, a 408 sent in their midst and those answers lost. A client that
+            # reads none of them is still bounded (`write_stalled`).
+            since = None
         if since is None:
             # A body held back counts its rate from here: bytes that wait in the kernel's
             # buffers meanwhile come at once when the hold ends.

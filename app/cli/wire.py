@@ -188,8 +188,7 @@ class JsonErrorsProtocol(LineReadingProtocol):
         self.parser.set_dangerous_leniencies(lenient_data_after_close=True, lenient_version=True)
         self.behind_proxy = False  # the peer is a trusted proxy
         self.loopback_proxy = False  # ... on this machine, where a browser connects from too
-        # A refusal pipelined behind a request still in the app, sent once its answer is.
-        self.held_error: tuple[bytes, bytes, list[Header]] | None = None
+        self.held_error = None  # declared on StallBoundProtocol, whose idle check reads it
         # A message's body is coming (from its header block's end to the message's end): a read
         # that begins in it holds the next message after the body's end, not at its start.
         self.body_open = False
@@ -471,10 +470,11 @@ class JsonErrorsProtocol(LineReadingProtocol):
             self.answer_and_close(refused.status, refused.body, refused.headers)
 
     def refuse_dispatched(self, refused: Refused) -> None:
-        """Refuse a request for its trailers: it was dispatched with its headers. Queued behind
-        another's answer, it never starts, and its refusal waits for that answer. In the app, it
-        reads a disconnect and is answered unless its answer has begun; then, or once answered,
-        the connection is only closed."""
+        """Refuse a request for its body or its trailers (a bad chunk, too many trailers): it
+        was dispatched with its headers. Queued behind another's answer, it never starts, and
+        its refusal waits for that answer (`held_error`). In the app, it reads a disconnect and
+        is answered unless its answer has begun; then, or once answered, the connection is only
+        closed."""
         cycle = self.cycle
         if self.pipeline and self.pipeline[0][0] is cycle:
             self.pipeline.popleft()
@@ -494,7 +494,8 @@ class JsonErrorsProtocol(LineReadingProtocol):
         # method it does not take (a 501), a CONNECT's line or PRI's but in HTTP/2's preface
         # (each a 501 too), and pauses on that preface (`PRI * HTTP/2.0`, the line's 505). A
         # method it stopped in at a read's end is named once its word ends (`method_goes_on`):
-        # the idle timeout bounds the wait, as for any head.
+        # a word no answered method starts with waits METHOD_WAIT_SECONDS for its rest
+        # (`wait_for_method`), a prefix of one the idle timeout, as any head does.
         if self.in_headers:
             self.method_pending = self.method_goes_on()
             if self.method_pending:

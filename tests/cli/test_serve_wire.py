@@ -1246,3 +1246,35 @@ def test_any_body_cut_off_by_a_close_is_one_line_without_a_traceback(
             connection.execute("SELECT 1 FROM memories WHERE key = 'gone-key'").fetchone() is None
         )
     assert exchange(port, GET_HEALTH).startswith(b"HTTP/1.1 200 ")
+
+
+@pytest.mark.parametrize(
+    ("refused", "status"),
+    [
+        (CHUNKED + b"zz\r\n", b"HTTP/1.1 400 Bad Request"),
+        (
+            CHUNKED + b"0\r\n" + _trailers(101) + b"\r\n",
+            b"HTTP/1.1 431 Request Header Fields Too Large",
+        ),
+    ],
+    ids=["a bad chunk size", "101 trailers"],
+)
+def test_a_refusal_held_behind_many_pipelined_answers_is_not_read_as_a_slow_body(
+    served: tuple[int, subprocess.Popen[str]], refused: bytes, status: bytes
+) -> None:
+    # rev-wire24 (idle 5 s, reading after 2 s): 1,077 of 3,000 200s, then a 408 "body came
+    # slower than 1 KiB/s"; the 400 never sent and the app's later writes logged "the handler
+    # is closed". The held refusal's request, its body never to be read, was timed as a body.
+    port, server = served
+    logged(server)
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as connection:
+        connection.sendall(KEEP_ALIVE_HEALTH * 1500 + refused)
+        time.sleep(IDLE_SECONDS / 2)
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+
+    answers = _answers(answer)
+    assert [head for head, _ in answers[:-1]] == [b"HTTP/1.1 200 OK"] * 1500, answers[-1]
+    assert answers[-1][0] == status
+    assert "Traceback" not in _logged_within(server, "Traceback", 1.0)
