@@ -52,6 +52,11 @@ class InvalidURL(BadRequest):
     """A URL whose percent-encoding is not UTF-8, refused by a middleware before routing."""
 
 
+class ClientDisconnected(BadRequest):
+    """A request whose client closed the connection before its body was sent: answered so that
+    every layer in between sees it answered, read by nobody."""
+
+
 class ValidationFailed(AppError):
     status_code = 422
 

@@ -14,7 +14,14 @@ from starlette.responses import JSONResponse
 from starlette.types import Scope
 
 from app.api.middleware import BodyTooLarge
-from app.errors import AppError, DatabaseUnavailable, first_line, sqlstate, validator_reason
+from app.errors import (
+    AppError,
+    ClientDisconnected,
+    DatabaseUnavailable,
+    first_line,
+    sqlstate,
+    validator_reason,
+)
 from app.exactjson import UnkeptJson
 
 if TYPE_CHECKING:
@@ -154,7 +161,7 @@ async def _http_error(request: Request, error: Exception) -> JSONResponse:
     if error.status_code == 400 and isinstance(error.__cause__, ClientDisconnect):
         # FastAPI reads a route's body itself and makes the close its vague 400, logged nowhere.
         client_gone(request.scope)
-        return error_response(400, "ClientDisconnected", CLIENT_GONE_DETAIL)
+        return await _app_error(request, ClientDisconnected(CLIENT_GONE_DETAIL))
     # FastAPI answers a body `json.loads` fails on other than by JSONDecodeError (nesting past the
     # recursion limit, bytes that are no Unicode encoding, an integer of thousands of digits)
     # with a vague "error parsing the body".
@@ -252,7 +259,7 @@ async def _client_disconnect(request: Request, _: Exception) -> JSONResponse:
     client_gone(request.scope)
     # Nobody reads it (the server drops an answer to a closed connection); sent so that every
     # layer in between sees a request answered.
-    return error_response(400, "ClientDisconnected", CLIENT_GONE_DETAIL)
+    return await _app_error(request, ClientDisconnected(CLIENT_GONE_DETAIL))
 
 
 async def _unexpected(_: Request, error: Exception) -> JSONResponse:
