@@ -148,6 +148,7 @@ class GroupWriter:
         self._lanes: list[_Lane] = []
         self._committing = 0
         self._wake = asyncio.Event()
+        self._closing = False
         self._tasks = [
             asyncio.create_task(self._run(), name=f"agmem-capture-writer-{n}")
             for n in range(writers)
@@ -178,6 +179,7 @@ class GroupWriter:
         return stale
 
     async def close(self) -> None:
+        self._closing = True
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -210,8 +212,19 @@ class GroupWriter:
 
     async def _work(self) -> None:
         while not self._pending:
-            self._wake.clear()
-            await self._wake.wait()
+            await self._sleep()
+
+    async def _sleep(self) -> None:
+        """Wait for the next wake-up; a writer being closed ends instead.
+
+        `close` cancels the writer tasks, but Python 3.11's `asyncio.wait_for` (psycopg_pool's
+        wait for a connection) returns its result instead of raising when the cancellation
+        comes as the connection arrives: the task then runs on as if never cancelled, and
+        waited here for ever, and `close` (the app's shutdown) with it."""
+        if self._closing:
+            raise asyncio.CancelledError
+        self._wake.clear()
+        await self._wake.wait()
 
     async def _run(self) -> None:
         while True:
@@ -260,8 +273,7 @@ class GroupWriter:
         try:
             self._fill(lane)
             while not self._ready(lane):
-                self._wake.clear()
-                await self._wake.wait()
+                await self._sleep()
                 self._fill(lane)
             # The lane may have waited for the other's commit since its first statement went:
             # a backend gone meanwhile is seen now, before the Sync, not after it (a 503).

@@ -400,3 +400,37 @@ def test_a_statement_whose_connection_breaks_twice_before_its_sync_fails(
     assert "broke twice" in str(result)
     assert len(terminated) == 2
     assert count(db, "sessions") == 0
+
+
+def test_close_ends_a_writer_whose_cancellation_was_swallowed_by_the_pools_wait(
+    database_url: str,
+) -> None:
+    """Python 3.11's `asyncio.wait_for` (psycopg_pool's wait for a connection) returns the result
+    instead of raising when the cancellation arrives as its inner wait completes: the writer task
+    runs on with a connection as if never cancelled. `close` must still end it (the suite hung
+    in the lifespan's end on this race: a second writer got its connection as the app stopped).
+    The connection is handed over and the close issued after 0..11 scheduler turns; on 3.11 one
+    of them lands in the window, whatever the machine's speed (no I/O is involved)."""
+
+    async def race(turns: int) -> bool:
+        pool = make_capture_pool(database_url, pool_size=1)
+        await pool.open(wait=True)
+        held = await pool.getconn()
+        writer = GroupWriter(pool, writers=1, max_batch=8)
+        statement = asyncio.ensure_future(writer.execute(text("SELECT 1 AS x"), {}))
+        while pool.get_stats().get("requests_waiting", 0) < 1:
+            await asyncio.sleep(0)
+        await pool.putconn(held)
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        try:
+            await asyncio.wait_for(writer.close(), 5)
+        except TimeoutError:
+            return False
+        finally:
+            await asyncio.gather(statement, return_exceptions=True)
+            await pool.close()
+        return True
+
+    ended = [asyncio.run(race(turns)) for turns in range(12)]
+    assert ended == [True] * 12
