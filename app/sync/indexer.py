@@ -70,6 +70,8 @@ FIRST_BATCH_CHUNKS = 250
 BATCH_FILES = 50
 WRITERS = 2  # concurrent write transactions: Postgres's tsvector and HNSW work is per backend
 
+LEASED = "held by another process's lease: skipped until the next sync"
+
 
 @dataclass(frozen=True, slots=True)
 class SyncRequest:
@@ -347,7 +349,8 @@ async def _write_all(
             for item in prepared:
                 if isinstance(item, Skip):
                     report.skipped.append(item)
-                    present.discard(item.path)
+                    if not item.for_now:
+                        present.discard(item.path)
                 elif isinstance(item, _Unchanged):
                     writer.touched.append(
                         (known[item.found.path].id, item.found.mtime, item.found.size)
@@ -436,6 +439,10 @@ def _prepare(
     """Read, hash, and (only when the content changed) parse and chunk one file."""
     try:
         data = _read_regular(found, roots)
+    except BlockingIOError:
+        # The open, non-blocking, found a write lease of another process (Samba, an NFS
+        # server): the kernel has told the holder to give it up.
+        return Skip(found.path, LEASED, for_now=True)
     except OSError as error:
         return Skip(found.path, f"unreadable: {error.strerror}")
     if isinstance(data, Skip):
