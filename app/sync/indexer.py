@@ -32,7 +32,7 @@ from app.llm.embeddings import Embedder
 from app.llm.ratelimit import GeminiGate
 from app.privacy import RULES_VERSION, clean_text, redact_secrets_lines, strip_private_lines
 from app.projects import canonical_project, refuse_excluded
-from app.sync import queries
+from app.sync import queries, stamps
 from app.sync.bulk_index import begin_bulk_index, end_bulk_index, repair_invalid_index
 from app.sync.cancels import cancel_at_gemini
 from app.sync.chunking import Chunk, chunk_markdown, chunk_transcript, normalise_newlines
@@ -447,6 +447,8 @@ def _prepare(
         return Skip(found.path, f"unreadable: {error.strerror}")
     if isinstance(data, Skip):
         return data
+    if stamps.racy(found.mtime, stamps.stamp_clock()):
+        found = found._replace(size=stamps.RACY_SIZE)  # read again by the next sync
     # A transcript is judged by its lines (below): one an agent is appending can be read ending
     # inside a character, and a crash can leave its tail as NUL bytes.
     binary = looks_binary(data)
