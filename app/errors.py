@@ -74,6 +74,20 @@ class Unauthorized(AppError):
     headers = {"WWW-Authenticate": "Bearer"}
 
 
+class ForbiddenOrigin(AppError):
+    """A web page's request the browser-origin rule refuses (an origin not allowed, or another
+    site's page loading from the service), refused by a middleware before routing."""
+
+    status_code = 403
+
+
+class MisdirectedRequest(AppError):
+    """A request to a loopback-bound service that names another host (DNS rebinding), refused
+    by a middleware before routing."""
+
+    status_code = 421
+
+
 class PayloadTooLarge(AppError):
     status_code = 413
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import json
 import random
 import time
@@ -118,6 +117,7 @@ def instant_writer() -> Any:
 
 async def run(url: str, rounds: int, pairs: int, no_db: bool = False) -> None:
     from app.config import Settings
+    from app.heap import freeze_heap
     from app.main import create_app
 
     pool = payload_pool(400)
@@ -155,8 +155,7 @@ async def run(url: str, rounds: int, pairs: int, no_db: bool = False) -> None:
                     raise RuntimeError(f"unexpected answers {status}, {second}")
 
         await asyncio.gather(*(client(n, 10) for n in range(CLIENTS)))  # warm-up
-        gc.collect()
-        gc.freeze()  # as `agmem serve` does after startup
+        freeze_heap()  # as `agmem serve` does after startup
         best = float("inf")
         requests = CLIENTS * pairs * 2
         for number in range(1, rounds + 1):

@@ -23,10 +23,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 AGMEM_SERVE = "from app.cli import main; main()"
 # The same process setup as `agmem serve`: the startup heap frozen out of garbage collection
-# (app/cli/server.py), then uvicorn with the same settings.
+# (app/heap.py), then uvicorn with the same settings.
 NOOP_SERVE = (
     "import sys, uvicorn; from bench.noop_app import app; "
-    "from app.cli.server import freeze_startup_heap; freeze_startup_heap(); "
+    "from app.heap import freeze_heap; freeze_heap(); "
     "uvicorn.run(app, host='127.0.0.1', port=int(sys.argv[1]), log_level='warning', "
     "access_log=False)"
 )

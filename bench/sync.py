@@ -36,11 +36,11 @@ from urllib.parse import parse_qs, urlparse
 
 from sqlalchemy import text
 
-from app.cli.server import freeze_startup_heap
 from app.config import load_settings
 from app.db import migrate
 from app.db.embedded import start_embedded_postgres
 from app.db.engine import make_async_engine, make_sessionmaker
+from app.heap import freeze_heap
 from app.llm.embeddings import local_embedder
 from app.logs import configure_logging
 from app.sync.connections import SyncConnections
@@ -380,7 +380,7 @@ def line(label: str, seconds: float, report: SyncReport) -> str:
 async def main(args: argparse.Namespace) -> None:
     configure_logging("warning")  # the figures only, not every server start and sync
     local_embedder()  # load the model before timing
-    freeze_startup_heap()  # as `agmem sync` does once the model is loaded
+    freeze_heap()  # as `agmem sync` does once the model is loaded
     seed = args.seed if args.seed is not None else int(time.time())
     with scratch_folder("agmem-bench-sync-") as work:
         project, small = work / "project", work / "small"

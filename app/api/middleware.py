@@ -15,7 +15,7 @@ from urllib.parse import unquote_to_bytes
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.config import bare_host, is_loopback_host
-from app.errors import AppError, InvalidURL, PayloadTooLarge, Unauthorized
+from app.errors import AppError, InvalidURL, MisdirectedRequest, PayloadTooLarge, Unauthorized
 
 PROTECTED_PREFIXES = ("/api/", "/mcp")
 
@@ -121,7 +121,7 @@ class LoopbackHostMiddleware:
                     f"this service answers requests addressed to localhost, not {shown!r} "
                     "(add the name to AGMEM_ALLOWED_HOSTS if it is this machine)"
                 )
-                await send_error(send, 421, "MisdirectedRequest", detail)
+                await send_app_error(send, MisdirectedRequest(detail))
                 return
         await self.app(scope, receive, send)
 

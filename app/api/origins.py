@@ -22,8 +22,9 @@ from collections.abc import Iterable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api.middleware import host_name, send_error
+from app.api.middleware import host_name, send_app_error
 from app.config import is_loopback_host
+from app.errors import ForbiddenOrigin
 
 # Only code the user installed runs under these; a web page cannot claim one.
 EXTENSION_ORIGINS = ("chrome-extension://*", "moz-extension://*", "safari-web-extension://*")
@@ -102,7 +103,7 @@ class BrowserOriginMiddleware:
                 fetch_site = value
         if origin is None:
             if fetch_site == b"cross-site" and not _top_level_navigation(scope):
-                await send_error(send, 403, "ForbiddenOrigin", CROSS_SITE_DETAIL)
+                await send_app_error(send, ForbiddenOrigin(CROSS_SITE_DETAIL))
                 return
             await self.app(scope, receive, send)
             return
@@ -120,7 +121,7 @@ class BrowserOriginMiddleware:
                 "machine's pages and AGMEM_ALLOWED_ORIGINS may call it (add the origin there if "
                 "you trust every page it serves with your memory)"
             )
-            await send_error(send, 403, "ForbiddenOrigin", detail)
+            await send_app_error(send, ForbiddenOrigin(detail))
             return
         cors = [(b"access-control-allow-origin", origin), (b"vary", b"Origin")]
         if scope["method"] == "OPTIONS" and b"access-control-request-method" in headers:

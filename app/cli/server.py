@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import datetime
 import errno
-import gc
 import socket
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -21,6 +20,7 @@ from app.cli.common import (
 )
 from app.config import Settings, bare_host
 from app.entry import signalled
+from app.heap import freeze_heap
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -89,17 +89,6 @@ def check_token_rule(settings: Settings) -> None:
         )
 
 
-def freeze_startup_heap() -> None:
-    """Exclude what startup built (modules, the app, its schemas) from later garbage collections.
-
-    Measured under the capture benchmark: each full (generation 2) collection walked the ~250,000
-    objects of the imported libraries and the app, 160-220 ms during which every request
-    waited, every ~10 s at 16 connections; with them frozen a full collection took 4-15 ms.
-    """
-    gc.collect()
-    gc.freeze()
-
-
 def _address(host: str | None) -> str | None:
     """--host as AGMEM_HOST is read: brackets dropped, and empty refused (uvicorn binds every
     interface for an empty host; the token rule refused it, naming an address of nothing)."""
@@ -157,7 +146,8 @@ def serve(
             hurry=hurry,
             warm_routes=True,
         )
-        freeze_startup_heap()
+        # What startup built (modules, the app, its schemas) lives as long as the process.
+        freeze_heap()
         config = uvicorn.Config(
             app,
             host=settings.host,

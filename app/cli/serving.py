@@ -29,9 +29,9 @@ import uvicorn
 from uvicorn._types import ASGI3Application, ASGIReceiveCallable, ASGISendCallable, Scope
 from uvicorn.lifespan.on import LifespanOn
 
-from app.cli.server import freeze_startup_heap
 from app.cli.wire import JsonErrorsProtocol
 from app.entry import Terminated, end_at_once, signalled
+from app.heap import freeze_heap
 
 # How long the requests cut short are let end (psycopg waits up to 5 s to cancel a query).
 CUT_WAIT_SECONDS = 5.0
@@ -78,7 +78,7 @@ class StoppingServer(uvicorn.Server):
         # Left in the collections, every full collection under load walks them while each
         # request waits (docs/benchmarks.md, tail24). The MCP SDK is not loaded yet: the first
         # request to /mcp imports it, and freezes again then (app/mcp/http.py).
-        freeze_startup_heap()
+        freeze_heap()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         # Not noted as uvicorn notes it (`_captured_signals`): it raised the signals again once

@@ -65,9 +65,9 @@ def sync(
     settings = settings_or_exit()
     from rich.console import Console
 
-    from app.cli.server import freeze_startup_heap
     from app.db.engine import make_async_engine, make_sessionmaker
     from app.db.supervisor import supervised
+    from app.heap import freeze_heap
     from app.llm.embeddings import get_embedder
     from app.sync.indexer import ProjectFolderMissing, SyncRequest, sync_project
     from app.sync.watch import watch_project
@@ -94,7 +94,7 @@ def sync(
         embedder = get_embedder(settings)
         # A full collection walked the ~130,000 objects of the libraries and the model, 80-160 ms
         # that fell inside whichever sync it hit (docs/benchmarks.md, Sync).
-        freeze_startup_heap()
+        freeze_heap()
 
         async def go() -> None:
             engine = make_async_engine(url, pool_size=2)

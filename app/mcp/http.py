@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import gc
 import math
 import time
 from collections.abc import AsyncIterator, Callable
@@ -27,6 +26,7 @@ from app.api.errors import client_gone
 from app.api.middleware import send_error
 from app.config import Settings
 from app.errors import first_line
+from app.heap import freeze_late_load
 from app.mcp.wire import MESSAGE_TEXT, surrogates_cleaned
 from app.state import AppState
 
@@ -57,24 +57,6 @@ def _import_server() -> None:
 
 
 NOT_RUNNING = Unavailable("the MCP server is not running")
-
-_heap_frozen_after_start = False
-
-
-def freeze_what_the_start_built() -> None:
-    """In a process that froze its heap after startup (`agmem serve`, app/cli/serving.py),
-    freeze again after the first start of the MCP server: the SDK, imported by that start, adds
-    ~46,700 objects which a full collection (~27 ms) would otherwise walk under load.
-
-    Once per process (the import is): anything alive now is frozen for good, and besides the
-    SDK, its server and the app's startup heap that is the requests in flight, a few objects
-    each, which this one-off freeze keeps whatever becomes of them."""
-    global _heap_frozen_after_start
-    if _heap_frozen_after_start or not gc.get_freeze_count():
-        return
-    _heap_frozen_after_start = True
-    gc.collect()
-    gc.freeze()
 
 
 class McpEndpoint:
@@ -214,7 +196,10 @@ class McpEndpoint:
         started = asyncio.get_running_loop().create_future()
         self._serving = asyncio.create_task(self._serve(manager, stop, started))
         await started
-        freeze_what_the_start_built()
+        # `agmem serve` froze its heap after startup (app/cli/serving.py); the SDK, imported by
+        # this first start, adds ~46,700 objects which a full collection (~27 ms) would
+        # otherwise walk under load.
+        freeze_late_load("mcp")
 
     async def _serve(
         self,

@@ -24,7 +24,7 @@ from app.proxy.calls import (
 )
 from app.proxy.inject import last_user_prompt
 from app.proxy.queue import OrderedJobs
-from app.proxy.record import record_calls, record_results, resolve_session
+from app.proxy.record import Batch, record_calls, record_results, resolve_session
 from app.proxy.sse import SseReader, parse_json_array_stream
 from app.state import AppState
 
@@ -108,10 +108,12 @@ class Capturer:
             # the idle sweep then ended and queued for a summary of no work.
             session_id: str | None = None
             results = trailing_results(body)
+            result_batch: Batch | None = None
+            call_batch: Batch | None = None
             if results:
                 session_id = await self._session(key, request)
                 answered = answered_turn(body)
-                await record_results(
+                result_batch = await record_results(
                     self.agmem,
                     session_id=session_id,
                     results=results,
@@ -127,20 +129,24 @@ class Capturer:
                 session_id = await self._session(key, request)
             if calls:
                 turn_index = next_turn_index(body)
-                await record_calls(
+                call_batch = await record_calls(
                     self.agmem,
                     session_id=session_id,
                     turn_index=turn_index,
                     calls=calls,
                     conversation=conversation_key(body, turn_index),
                 )
-            if results or calls:
+            kept_calls = call_batch.captured if call_batch else 0
+            kept_results = result_batch.captured if result_batch else 0
+            if kept_calls or kept_results:
+                # What was kept: the skipped items have their batch's own line.
                 log.debug(
                     "proxy.captured",
                     session_id=session_id,
                     model=request.model,
-                    calls=len(calls),
-                    results=len(results),
+                    calls=kept_calls,
+                    results=kept_results,
+                    skipped=sum(batch.skipped for batch in (call_batch, result_batch) if batch),
                 )
 
         self.jobs.submit(key, job)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 
 import structlog
 from pydantic import ValidationError
@@ -34,6 +35,52 @@ CALLER_NAMED_CREATOR = "gemini-proxy:caller"
 log = structlog.get_logger(__name__)
 
 _PROJECT_OF = text("SELECT project_path FROM sessions WHERE id = :id")
+
+# A batch's skip line names this many of its refusals and functions at most.
+_NAMED_IN_LOG = 10
+
+
+@dataclass(slots=True)
+class Batch:
+    """The calls of an answer, or the results of a request, as recorded: each in a savepoint of
+    its own, so that one the capture refuses (a name over 300 characters, a NaN, arguments
+    nested too deep, a session deleted meanwhile) is skipped and the others are kept."""
+
+    what: str
+    session_id: str
+    captured: int = 0
+    skipped_functions: list[str] = field(default_factory=list)
+    refusals: list[str] = field(default_factory=list)
+
+    @property
+    def skipped(self) -> int:
+        return len(self.skipped_functions)
+
+    @asynccontextmanager
+    async def item(self, db: AsyncSession, name: str) -> AsyncIterator[None]:
+        try:
+            async with db.begin_nested():
+                yield
+        except (AppError, ValidationError) as error:
+            self.skipped_functions.append(name[:100])
+            self.refusals.append(f"{type(error).__name__}: {str(error)[:300]}")
+        else:
+            self.captured += 1
+
+    def log_skipped(self) -> None:
+        """One line for the batch, not one per item: a batch for a deleted session logged as
+        many lines as it had calls, each saying the same."""
+        if not self.skipped:
+            return
+        log.warning(
+            "proxy.capture_skipped",
+            what=self.what,
+            session_id=self.session_id,
+            captured=self.captured,
+            skipped=self.skipped,
+            functions=list(dict.fromkeys(self.skipped_functions))[:_NAMED_IN_LOG],
+            errors=list(dict.fromkeys(self.refusals))[:_NAMED_IN_LOG],
+        )
 
 
 async def resolve_session(
@@ -83,7 +130,7 @@ async def record_results(
     results: list[FunctionResult],
     answered: tuple[int, list[FunctionCall]] | None,
     conversation: str,
-) -> None:
+) -> Batch:
     """Attach each tool result to the call it answers (see `observation_ids`)."""
     if answered is not None:
         index, calls = answered
@@ -91,9 +138,10 @@ async def record_results(
         matched = match_results(results, calls, ids)
     else:
         matched = [None] * len(results)
+    batch = Batch("result", session_id)
     async with agmem.sessionmaker() as db, db.begin():
         for result, observation_id in zip(results, matched, strict=True):
-            async with _alone(db, "result", result.name):
+            async with batch.item(db, result.name):
                 data = ObserveResultIn(
                     session_id=session_id,
                     function_name=result.name,
@@ -101,6 +149,8 @@ async def record_results(
                     observation_id=observation_id,
                 )
                 await record_result(db, data=data, settings=agmem.settings)
+    batch.log_skipped()
+    return batch
 
 
 async def record_calls(
@@ -110,12 +160,13 @@ async def record_calls(
     turn_index: int,
     calls: list[FunctionCall],
     conversation: str,
-) -> None:
+) -> Batch:
     """Record each tool call of an answer as a pending observation."""
     ids = observation_ids(session_id, turn_index, calls, conversation=conversation)
+    batch = Batch("call", session_id)
     async with agmem.sessionmaker() as db, db.begin():
         for call, observation_id in zip(calls, ids, strict=True):
-            async with _alone(db, "call", call.name):
+            async with batch.item(db, call.name):
                 data = ObserveIn(
                     session_id=session_id,
                     function_name=call.name,
@@ -123,24 +174,8 @@ async def record_calls(
                     id=observation_id,
                 )
                 await record_observation(db, data=data, settings=agmem.settings)
-
-
-@asynccontextmanager
-async def _alone(db: AsyncSession, what: str, name: str) -> AsyncIterator[None]:
-    """Record one call or result in a savepoint of its own: one the capture refuses (a name over
-    300 characters, a NaN, arguments nested too deep) is logged and skipped, and the others of
-    its answer or request are kept. They shared one transaction, and one refusal lost them all."""
-    try:
-        async with db.begin_nested():
-            yield
-    except (AppError, ValidationError) as error:
-        log.warning(
-            "proxy.capture_skipped",
-            what=what,
-            function=name[:100],
-            error_type=type(error).__name__,
-            error=str(error)[:300],
-        )
+    batch.log_skipped()
+    return batch
 
 
 async def end_idle_sessions(agmem: AppState) -> int:

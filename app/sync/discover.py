@@ -32,6 +32,9 @@ class FoundFile(NamedTuple):  # a tuple: a no-change re-sync makes one a file
 class Skip:
     path: str  # for showing: a name that is not UTF-8 has U+FFFD for each such byte
     reason: str
+    # Passed over for this sync only (another process holds the file): what the index holds of
+    # it is kept, and the next sync reads it.
+    for_now: bool = False
 
     def __post_init__(self) -> None:
         # The report goes to Postgres (JSONB) and to a terminal, neither of which takes the

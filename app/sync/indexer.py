@@ -32,7 +32,7 @@ from app.llm.embeddings import Embedder
 from app.llm.ratelimit import GeminiGate
 from app.privacy import RULES_VERSION, clean_text, redact_secrets_lines, strip_private_lines
 from app.projects import canonical_project, refuse_excluded
-from app.sync import queries
+from app.sync import queries, stamps
 from app.sync.bulk_index import begin_bulk_index, end_bulk_index, repair_invalid_index
 from app.sync.cancels import cancel_at_gemini
 from app.sync.chunking import Chunk, chunk_markdown, chunk_transcript, normalise_newlines
@@ -69,6 +69,8 @@ BATCH_CHUNKS = 2000
 FIRST_BATCH_CHUNKS = 250
 BATCH_FILES = 50
 WRITERS = 2  # concurrent write transactions: Postgres's tsvector and HNSW work is per backend
+
+LEASED = "held by another process's lease: skipped until the next sync"
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,7 +349,8 @@ async def _write_all(
             for item in prepared:
                 if isinstance(item, Skip):
                     report.skipped.append(item)
-                    present.discard(item.path)
+                    if not item.for_now:
+                        present.discard(item.path)
                 elif isinstance(item, _Unchanged):
                     writer.touched.append(
                         (known[item.found.path].id, item.found.mtime, item.found.size)
@@ -436,10 +439,16 @@ def _prepare(
     """Read, hash, and (only when the content changed) parse and chunk one file."""
     try:
         data = _read_regular(found, roots)
+    except BlockingIOError:
+        # The open, non-blocking, found a write lease of another process (Samba, an NFS
+        # server): the kernel has told the holder to give it up.
+        return Skip(found.path, LEASED, for_now=True)
     except OSError as error:
         return Skip(found.path, f"unreadable: {error.strerror}")
     if isinstance(data, Skip):
         return data
+    if stamps.racy(found.mtime, stamps.stamp_clock()):
+        found = found._replace(size=stamps.RACY_SIZE)  # read again by the next sync
     # A transcript is judged by its lines (below): one an agent is appending can be read ending
     # inside a character, and a crash can leave its tail as NUL bytes.
     binary = looks_binary(data)

@@ -10,6 +10,7 @@ import pytest
 from fastapi import APIRouter, Request
 from fastapi.testclient import TestClient
 
+from app.errors import AppError, ForbiddenOrigin, MisdirectedRequest
 from app.main import create_app
 from tests.conftest import make_settings
 
@@ -227,6 +228,26 @@ def test_a_web_page_is_refused_on_loopback(
     assert "evil.example" in response.json()["detail"]
     assert "access-control-allow-origin" not in response.headers
     assert db.execute("SELECT count(*) FROM memories").fetchone() == (0,)
+
+
+@pytest.mark.parametrize(
+    ("headers", "refusal"),
+    [
+        ({"Host": "evil.example:37777"}, MisdirectedRequest),
+        ({"Origin": "https://evil.example"}, ForbiddenOrigin),
+        ({"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Dest": "image"}, ForbiddenOrigin),
+    ],
+)
+def test_a_web_page_s_refusal_is_a_class_of_the_error_hierarchy(
+    on_loopback: TestClient, headers: dict[str, str], refusal: type[AppError]
+) -> None:
+    # The middlewares answer before any handler; their refusals are still classes of
+    # app/errors.py, so the status and name on the wire cannot drift from the hierarchy's.
+    answer = on_loopback.get("/api/memories", headers=headers)
+
+    assert answer.status_code == refusal.status_code
+    assert answer.json()["error"] == refusal.__name__
+    assert set(answer.json()) == {"error", "detail"}
 
 
 @pytest.mark.parametrize(

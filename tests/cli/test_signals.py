@@ -61,7 +61,7 @@ def test_an_interrupted_sync_says_so_and_exits_with_the_signals_code(
     monkeypatch.setattr(
         "app.llm.embeddings.get_embedder", lambda _settings: InterruptedEmbedder(interrupt)
     )
-    monkeypatch.setattr("app.cli.server.freeze_startup_heap", lambda: None)
+    monkeypatch.setattr("app.heap.freeze_heap", lambda: None)
 
     result = CliRunner().invoke(cli, ["sync", "-p", str(project)], env=env)
 

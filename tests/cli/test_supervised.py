@@ -36,7 +36,7 @@ def supervised(
 
     monkeypatch.setattr(EmbeddedSupervisor, "run", run)
     # The sync command freezes the heap (gc.freeze) for its long run: not the test process's.
-    monkeypatch.setattr("app.cli.server.freeze_startup_heap", lambda: None)
+    monkeypatch.setattr("app.heap.freeze_heap", lambda: None)
     for command in ("memory", "sync"):
         monkeypatch.setattr(f"app.cli.{command}.open_database", lambda *_a, **_k: database_url)
     env: dict[str, str | None] = {"DATABASE_URL": None, "GEMINI_API_KEY": ""}

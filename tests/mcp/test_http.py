@@ -29,6 +29,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from structlog.testing import capture_logs
 
 import app.mcp
+from app import heap
 from app.logs import configure_logging
 from app.main import create_app
 from app.mcp import http as mcp_http
@@ -339,7 +340,7 @@ def test_the_first_start_of_mcp_in_a_frozen_process_freezes_what_it_built(
     whole = _Broken()
     whole.broken = False
     _server_imported_anew(monkeypatch, whole)
-    monkeypatch.setattr(mcp_http, "_heap_frozen_after_start", False)
+    monkeypatch.setattr(heap, "_late_loads_frozen", set())
     app = FastAPI()
     endpoint = mount_mcp(app, make_settings(home=tmp_path / "home"), clock=_Clock())
 

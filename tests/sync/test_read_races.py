@@ -1,0 +1,143 @@
+"""A sync's read racing another process: a lease on the file, a change in the same mtime tick."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from app.config import Settings
+from app.sync import stamps
+from tests.sync.helpers import CountingEmbedder, make_project, run_sync
+
+# Another process (Samba, an NFS server, an editor using leases) holds a write lease on a file:
+# the kernel makes an open for reading wait until it gives the lease up, or, O_NONBLOCK, fail at
+# once with EWOULDBLOCK while the holder is told to give it up.
+LEASE_HOLDER = """
+import fcntl, os, signal, sys
+signal.signal(signal.SIGIO, signal.SIG_IGN)  # told to give the lease up: it keeps it
+descriptor = os.open(sys.argv[1], os.O_RDONLY)
+try:
+    fcntl.fcntl(descriptor, fcntl.F_SETLEASE, fcntl.F_WRLCK)
+except OSError as error:
+    print(f"no lease: {error.strerror}", flush=True)
+    sys.exit(0)
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+@contextmanager
+def leased(path: Path) -> Iterator[None]:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", LEASE_HOLDER, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdin is not None
+    assert holder.stdout is not None
+    try:
+        said = holder.stdout.readline().strip()
+        if said != "held":
+            pytest.skip(f"this file system takes no lease ({said})")
+        yield
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+
+
+def _chunks_of(db: psycopg.Connection[Any], path: Path) -> str:
+    rows = db.execute(
+        "SELECT content FROM memory_chunks WHERE file_path = %s ORDER BY start_line", (str(path),)
+    )
+    return "\n".join(content for (content,) in rows)
+
+
+def test_a_file_under_another_process_s_lease_is_skipped_until_the_next_sync(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    # It was `unreadable: Resource temporarily unavailable`, and its indexed chunks were
+    # deleted as for a file that cannot be read at all, until a sync could read it again.
+    project = make_project(tmp_path / "proj")
+    notes = project / "memory" / "a.md"
+    run_sync(database_url, settings, CountingEmbedder(), project)
+    before = _chunks_of(db, notes)
+    notes.write_text(notes.read_text() + "\n## Leases\nThe deploy script takes a lease.\n")
+
+    with leased(notes):
+        held = run_sync(database_url, settings, CountingEmbedder(), project)
+        kept = _chunks_of(db, notes)
+
+    assert [(s.path, s.reason) for s in held.skipped] == [
+        (str(notes), "held by another process's lease: skipped until the next sync")
+    ]
+    assert kept == before  # what the index held of it stays searchable meanwhile
+    assert held.files_deleted == 0
+    after = run_sync(database_url, settings, CountingEmbedder(), project)
+    assert after.skipped == []
+    assert after.files_changed == 1
+    assert "The deploy script takes a lease." in _chunks_of(db, notes)
+
+
+def test_a_file_changed_within_the_mtime_tick_of_the_read_is_read_again_next_sync(
+    database_url: str,
+    db: psycopg.Connection[Any],
+    settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Git's racy-git case: the file changes after the sync read it, within the same tick of
+    # the clock that stamps mtimes, and to the same size. Its (size, mtime) is then what the
+    # sync stored, and every later sync took it as unchanged: the index kept the old text.
+    monkeypatch.setattr(stamps, "TICK_SECONDS", 3600.0)  # a tick longer than any slow run
+    project = make_project(tmp_path / "proj")
+    notes = project / "memory" / "a.md"
+    notes.write_text("# Deploy\nThe deploy runs on Mondays.\n")
+    stamp = notes.stat()
+    run_sync(database_url, settings, CountingEmbedder(), project)
+    notes.write_text("# Deploy\nThe deploy runs on Fridays.\n")  # the same size
+    os.utime(notes, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))  # within the same tick
+
+    again = run_sync(database_url, settings, CountingEmbedder(), project)
+
+    assert again.files_changed == 1
+    assert "Fridays" in _chunks_of(db, notes)
+
+
+def test_a_file_last_changed_ticks_before_the_read_is_stored_as_read(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    # Only a file stamped within a tick of the read is read again: a re-sync with nothing
+    # changed still reads nothing.
+    project = make_project(tmp_path / "proj")
+    notes = project / "memory" / "a.md"
+    os.utime(notes, (1_000_000.5, 1_000_000.5))
+    run_sync(database_url, settings, CountingEmbedder(), project)
+
+    again = run_sync(database_url, settings, CountingEmbedder(), project)
+
+    stored = db.execute("SELECT size FROM memory_files WHERE path = %s", (str(notes),))
+    assert stored.fetchone() == (notes.stat().st_size,)
+    assert again.files_changed == again.files_touched == 0
+
+
+@pytest.mark.parametrize(
+    ("mtime", "read_at", "racy"),
+    [
+        (100.25, 100.25, True),  # stamped in the tick the read ended in
+        (100.25, 100.3, False),  # ticks later: a change now gets another mtime
+        (101.5, 100.0, True),  # from the future (another machine's clock): trusted once past
+        (100.0, 101.5, True),  # whole seconds: the file system may keep 2 s (FAT)
+        (100.0, 102.5, False),
+    ],
+)
+def test_the_racy_rule(mtime: float, read_at: float, racy: bool) -> None:
+    assert stamps.racy(mtime, read_at) is racy
