@@ -233,17 +233,20 @@ class GroupWriter:
             pool = self.pool
             try:
                 async with pool.connection() as connection:
-                    while True:
-                        lane = _Lane(connection)
-                        batch = lane.sent
-                        if not await self._collect(lane):
-                            break  # its backend went before any Sync: a fresh connection
-                        self._committing += 1
-                        try:
-                            await self._write(lane)
-                        finally:
-                            self._committing -= 1
-                            self._wake.set()
+                    try:
+                        while True:
+                            lane = _Lane(connection)
+                            batch = lane.sent
+                            if not await self._collect(lane):
+                                break  # its backend went before any Sync: a fresh connection
+                            self._committing += 1
+                            try:
+                                await self._write(lane)
+                            finally:
+                                self._committing -= 1
+                                self._wake.set()
+                    finally:
+                        await pipeline.hand_back(connection)
             except Exception as error:  # no connection, or it broke: every request sees it
                 if isinstance(error, PoolClosed) and pool is not self.pool:
                     continue  # it waited on the pool replace_pool retired: nothing was sent

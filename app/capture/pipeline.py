@@ -20,6 +20,7 @@ import re
 import weakref
 from collections import namedtuple
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import date, datetime
 from functools import lru_cache
@@ -109,8 +110,7 @@ async def prepare(connection: Conn, stmts: Iterable[Statement]) -> None:
     """Prepare on `connection` those of `stmts` it has not prepared yet (outside a pipeline)."""
     prepared = prepared_names(connection)
     for stmt in {stmt for stmt in stmts if stmt.name not in prepared}:
-        await _prepare(connection.pgconn, stmt)
-        prepared.add(stmt.name)
+        await _prepare(connection.pgconn, stmt, prepared)
 
 
 def begin(connection: Conn) -> None:
@@ -143,7 +143,7 @@ async def finish(connection: Conn, sent: Sequence[Sent]) -> list[list[Any]]:
             try:
                 pgconn.exit_pipeline_mode()
             except psycopg.OperationalError:
-                pass  # results still pending (cancelled mid-batch): the pool discards it
+                pass  # results still pending (cancelled mid-batch): `hand_back` closes it
     for index, result in enumerate(results):
         if result.status == pq.ExecStatus.FATAL_ERROR:
             raise StatementFailed(index, _error(result))
@@ -164,19 +164,67 @@ async def run(connection: Conn, batch: Sequence[Sent]) -> list[list[Any]]:
     return await finish(connection, batch)
 
 
-async def _prepare(pgconn: pq.abc.PGconn, stmt: Statement) -> None:
+# How long a PREPARE cut by a cancellation is given to answer before its connection is closed.
+SETTLE_SECONDS = 1.0
+
+
+async def _prepare(pgconn: pq.abc.PGconn, stmt: Statement, prepared: set[bytes]) -> None:
     pgconn.send_prepare(stmt.name, stmt.query)
+    answers: list[pq.abc.PGresult] = []
+    try:
+        await _answer(pgconn, answers)
+    except asyncio.CancelledError:
+        # A writer closed as it set up a connection (the second writer, woken by the statement
+        # the first one took, at every shutdown after a capture): the PREPARE's answer is read
+        # before the connection goes back to its pool. Left unread, psycopg's rollback failed
+        # ("another command is already in progress") and the pool closed the connection, three
+        # WARNINGs. A server that does not answer within SETTLE_SECONDS gets it closed
+        # (`hand_back`).
+        with suppress(TimeoutError, psycopg.Error):
+            async with asyncio.timeout(SETTLE_SECONDS):
+                await _answer(pgconn, answers)
+                if _succeeded(answers):
+                    prepared.add(stmt.name)  # on the server now: preparing it again would fail
+        raise
+    if not _succeeded(answers):
+        message = answers[-1].error_message.decode(errors="replace") if answers else "no answer"
+        raise psycopg.OperationalError(f"could not prepare a capture statement: {message}")
+    prepared.add(stmt.name)
+
+
+async def _answer(pgconn: pq.abc.PGconn, answers: list[pq.abc.PGresult]) -> None:
+    """Read the results of the command sent into `answers`, until the connection is idle."""
     await _flush(pgconn)
-    result = None
     while True:
         await _until_not_busy(pgconn)
         answer = pgconn.get_result()
         if answer is None:
-            break
-        result = answer
-    if result is None or result.status != pq.ExecStatus.COMMAND_OK:
-        message = result.error_message.decode(errors="replace") if result else "no answer"
-        raise psycopg.OperationalError(f"could not prepare a capture statement: {message}")
+            return
+        answers.append(answer)
+
+
+def _succeeded(answers: list[pq.abc.PGresult]) -> bool:
+    return bool(answers) and answers[-1].status == pq.ExecStatus.COMMAND_OK
+
+
+async def hand_back(connection: Conn) -> None:
+    """Ready a writer's connection to go back to its pool, however its writer ended.
+
+    Out of pipeline mode when nothing is in flight (a writer closed while it waited for
+    statements): the pool kept it in pipeline mode, for its next user to trip over. Closed when
+    something is in flight: statements sent without their Sync must never commit (their
+    requests were told the writer stopped), and a batch cut after its Sync leaves answers
+    unread that no reset can skip. The pool replaces a closed connection."""
+    pgconn = connection.pgconn
+    if pgconn.status != pq.ConnStatus.OK:
+        return  # broken: the pool replaces it
+    if pgconn.transaction_status == pq.TransactionStatus.IDLE:
+        if pgconn.pipeline_status == pq.PipelineStatus.OFF:
+            return
+        with suppress(psycopg.OperationalError):  # it still has results to read: closed below
+            pgconn.exit_pipeline_mode()
+            return
+    await connection.close()
 
 
 async def _read_until_sync(pgconn: pq.abc.PGconn) -> list[pq.abc.PGresult]:

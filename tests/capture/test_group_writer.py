@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -13,12 +14,13 @@ import httpx
 import psycopg
 import pytest
 from fastapi.testclient import TestClient
+from psycopg import pq
 from sqlalchemy import text
 
 from app.capture import db as capture_db
 from app.capture import pipeline
 from app.capture.db import GroupWriter, RawResult, make_capture_pool
-from app.db.raw_pool import RawPool
+from app.db.raw_pool import RawPool, libpq_url
 from app.main import create_app
 from tests.capture.builders import count, make_session, observe, send_result
 from tests.conftest import make_settings
@@ -434,3 +436,88 @@ def test_close_ends_a_writer_whose_cancellation_was_swallowed_by_the_pools_wait(
 
     ended = [asyncio.run(race(turns)) for turns in range(12)]
     assert ended == [True] * 12
+
+
+def _psycopg_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        record.getMessage()
+        for record in caplog.records
+        if record.name.startswith("psycopg") and record.levelno >= logging.WARNING
+    ]
+
+
+def test_closed_writers_give_their_connections_back_idle_and_quietly(
+    database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every `agmem serve` shutdown after any capture: a writer closed while idle gave its
+    connection back in pipeline mode, and one closed while preparing its statements (the second
+    writer, woken by the same statement) with the PREPARE's answer unread: psycopg's rollback
+    failed ("another command is already in progress") and the pool closed and discarded it,
+    three WARNINGs. The close comes 0..15 scheduler turns after the statement's answer; each
+    connection must come back out of pipeline mode, idle, and be kept, fit for the next writer."""
+
+    select = pipeline.Sent(pipeline.statement("SELECT 1 AS x"), [])
+
+    async def close_after(turns: int) -> list[tuple[pq.PipelineStatus, pq.TransactionStatus]]:
+        pool = make_capture_pool(database_url, pool_size=2)
+        await pool.open(wait=True)
+        writer = GroupWriter(pool, writers=2, max_batch=8)
+        try:
+            await writer.execute(text("SELECT 1 AS x"), {})
+            for _ in range(turns):
+                await asyncio.sleep(0)
+        finally:
+            await writer.close()
+        try:
+            returned = [await pool.getconn(), await pool.getconn()]
+            states = [
+                (connection.pgconn.pipeline_status, connection.pgconn.transaction_status)
+                for connection in returned
+            ]
+            # Each kept connection serves the writers' statements again: one whose PREPARE was
+            # answered after the cancellation knows it (a second PREPARE would fail).
+            for connection in returned:
+                await pipeline.run(connection, [capture_db._NOTIFY_SENT, select])
+                await pool.putconn(connection)
+            assert pool.get_stats().get("returns_bad", 0) == 0
+            return states
+        finally:
+            await pool.close()
+
+    caplog.set_level(logging.WARNING)
+    for turns in range(16):
+        states = asyncio.run(close_after(turns))
+        assert states == [(pq.PipelineStatus.OFF, pq.TransactionStatus.IDLE)] * 2, turns
+    assert _psycopg_warnings(caplog) == []
+
+
+def test_a_closed_writers_statements_sent_without_their_sync_never_commit(
+    database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    """A lane whose statements were sent but not synced (held while the other lane commits)
+    when the writer closes: its connection is closed, never synced or handed back as it is, so
+    they roll back with it; their requests were told the writer stopped."""
+
+    async def run() -> list[Any]:
+        pool = make_capture_pool(database_url, pool_size=2)
+        await pool.open(wait=True)
+        writer = GroupWriter(pool, writers=2, max_batch=8)
+        with psycopg.connect(libpq_url(database_url)) as holder:
+            # Uncommitted: the writer's insert of the same id waits for it, in its commit.
+            holder.execute("INSERT INTO sessions (id, project_path) VALUES ('held', '/p')")
+            committing = asyncio.ensure_future(writer.execute(INSERT, {"id": "held"}))
+            while not writer._committing:
+                await asyncio.sleep(0.001)
+            behind = asyncio.ensure_future(writer.execute(INSERT, {"id": "behind"}))
+            while not any(lane.sent for lane in writer._lanes):
+                await asyncio.sleep(0.001)
+            await writer.close()
+            holder.rollback()
+        await pool.close()
+        return await asyncio.gather(committing, behind, return_exceptions=True)
+
+    results = asyncio.run(asyncio.wait_for(run(), 30))
+    assert [type(result) for result in results] == [psycopg.OperationalError] * 2
+    # The batch cut after its Sync may have committed (its backend still held the Sync once the
+    # lock was released); the one never synced must not have.
+    assert db.execute("SELECT id FROM sessions WHERE id = 'behind'").fetchall() == []
