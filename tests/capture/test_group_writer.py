@@ -309,7 +309,7 @@ def test_a_statement_waiting_on_a_replaced_pool_runs_on_the_new_one(
         fresh = make_capture_pool(database_url, pool_size=1)
         try:
             statement = writer.execute(INSERT, {"id": "queued"})
-            return await replaced_while_waiting(statement, writer.replace_pool, fresh)
+            return await replaced_while_waiting(statement, down, writer.replace_pool, fresh)
         finally:
             await writer.close()
             await writer.pool.close()

@@ -234,7 +234,7 @@ def test_a_read_waiting_on_a_replaced_pool_runs_on_the_new_one(
         fresh = reads.make_reads_pool(database_url, pool_size=2)
         try:
             read = memory_reads.read(key="shared.hot", visibility=Visibility())
-            return await replaced_while_waiting(read, memory_reads.replace_pool, fresh)
+            return await replaced_while_waiting(read, down, memory_reads.replace_pool, fresh)
         finally:
             await fresh.close()
 
