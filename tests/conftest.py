@@ -35,6 +35,7 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 from tests.postgres import PostgresServer, choose_kind, create_database, drop_database, start_server
 from tests.run_roots import make_run_root, prune_finished_roots
+from tests.timeouts import pytest_timeout_set_timer  # noqa: F401  (the hook, registered here)
 
 _CHOSEN: dict[str, str] = {}
 _OWN_BASETEMP_KEY = pytest.StashKey[str]()
