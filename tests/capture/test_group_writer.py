@@ -269,11 +269,11 @@ def test_a_captured_result_wakes_the_worker_once_its_batch_commits(
     observe(client, session_id, id="a")
     assert [n.payload for n in db.notifies(timeout=0.3)] == []
     assert send_result(client, session_id, "a", "x").status_code == 200
-    assert [n.payload for n in db.notifies(timeout=2.0, stop_after=1)] == ["observation"]
+    assert [n.payload for n in db.notifies(timeout=30.0, stop_after=1)] == ["observation"]
     # Other connections keep the trigger: a row captured there notifies by itself.
     db.execute("UPDATE observations SET status = 'pending' WHERE id = 'a'")
     db.execute("UPDATE observations SET status = 'captured' WHERE id = 'a'")
-    assert [n.payload for n in db.notifies(timeout=2.0, stop_after=1)] == ["observation"]
+    assert [n.payload for n in db.notifies(timeout=30.0, stop_after=1)] == ["observation"]
 
 
 def test_after_replace_pool_the_next_statement_does_not_use_a_dead_connection(
