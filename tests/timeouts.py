@@ -26,7 +26,7 @@ from types import FrameType
 from typing import Any
 
 import pytest
-import pytest_timeout
+import pytest_timeout  # type: ignore[import-untyped]
 
 GRACE_SECONDS = 30.0
 
