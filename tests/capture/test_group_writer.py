@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -192,30 +192,46 @@ def test_capture_connections_follow_the_synchronous_commit_setting(
         assert (value, source) == ("off", "client")
 
 
-def test_a_statement_reaches_postgres_before_the_writer_runs(database_url: str) -> None:
+# The advisory lock a statement takes (until its batch's transaction ends): the proof, seen from
+# another connection, that Postgres has executed it.
+LOCKING = text("SELECT pg_advisory_xact_lock(CAST(:key AS bigint)) AS locked")
+LOCK_GRANTED = (
+    "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND classid = 0 AND objid = %s "
+    "AND objsubid = 1 AND granted"
+)
+
+
+def test_a_statement_reaches_postgres_before_the_writer_runs(
+    database_url: str, db: psycopg.Connection[Any]
+) -> None:
     """Eager send: the request puts its statement into the open pipeline itself, so Postgres
     executes it while the event loop is still busy with other requests."""
-    clock = text("SELECT clock_timestamp() AS at, CAST(:n AS int) AS n")
 
-    async def run() -> tuple[datetime, datetime]:
+    async def run() -> bool:
         pool = make_capture_pool(database_url, pool_size=1)
         await pool.open(wait=True)
         writer = GroupWriter(pool, writers=1, max_batch=64)
         try:
-            await writer.execute(clock, {"n": 0})  # prepares it on the writer's connection
+            await writer.execute(LOCKING, {"key": 0})  # prepares it on the writer's connection
             await asyncio.sleep(0.1)  # the writer is back with an open pipeline
-            task = asyncio.create_task(writer.execute(clock, {"n": 1}))
+            task = asyncio.create_task(writer.execute(LOCKING, {"key": 1}))
             await asyncio.sleep(0)  # the request runs up to its wait: its statement is sent
-            time.sleep(0.5)  # the loop is busy: the writer cannot run meanwhile
-            busy_until = datetime.now(UTC)
-            result = await task
-            return result.one().at, busy_until
+            # The loop is held (the writer cannot run) until Postgres is seen executing it: a
+            # wait on the event, not a sleep whose margin a loaded machine could eat (0.5 s,
+            # within which the server had to take it 0.3 s before the end). Unfixed, the
+            # statement waits for the writer, and this gives up.
+            deadline = time.monotonic() + 30
+            while not (executed := db.execute(LOCK_GRANTED, [1]).fetchone() is not None):
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.01)
+            await task
+            return executed
         finally:
             await writer.close()
             await pool.close()
 
-    executed_at, busy_until = asyncio.run(run())
-    assert executed_at < busy_until - timedelta(seconds=0.3)
+    assert asyncio.run(run()), "the statement waited for the writer to run"
 
 
 def test_a_second_lane_collects_while_the_first_commits_and_syncs_after_it(
