@@ -199,6 +199,7 @@ LOCK_GRANTED = (
     "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND classid = 0 AND objid = %s "
     "AND objsubid = 1 AND granted"
 )
+LOCK_WAITED = LOCK_GRANTED.replace("AND granted", "AND NOT granted")
 
 
 def test_a_statement_reaches_postgres_before_the_writer_runs(
@@ -240,11 +241,21 @@ def test_a_second_lane_collects_while_the_first_commits_and_syncs_after_it(
     """Statements arriving while a batch commits go to the second writer's open pipeline and run
     at once, but that lane syncs only once the first batch's commit is answered: one more
     transaction for all of them, not one per statement."""
-    slow = text("SELECT pg_sleep(CAST(:seconds AS float8)) AS slept")
+    # The first batch's statement waits on a lock the test holds: its commit is answered only
+    # once every statement after it has been seen executing (by the shared lock each takes), so
+    # no sleep decides which batch a statement lands in.
+    slow = LOCKING
     stamp = text(
         "INSERT INTO sessions (id, project_path) VALUES (:id, '/p')"
-        " RETURNING pg_current_xact_id()::text AS xact, clock_timestamp() AS at"
+        " RETURNING pg_current_xact_id()::text AS xact, clock_timestamp() AS at,"
+        " pg_advisory_xact_lock_shared(CAST(:key AS bigint)) AS marked"
     )
+
+    async def until(query: str, params: list[Any], what: str) -> None:
+        deadline = time.monotonic() + 30  # a hang guard: each comes within milliseconds
+        while db.execute(query, params).fetchone() is None:
+            assert time.monotonic() < deadline, what
+            await asyncio.sleep(0.01)
 
     async def run() -> tuple[list[Any], datetime]:
         pool = make_capture_pool(database_url, pool_size=2)
@@ -255,17 +266,24 @@ def test_a_second_lane_collects_while_the_first_commits_and_syncs_after_it(
                     connection, [pipeline.statement(q.text) for q in (slow, stamp)]
                 )
         writer = GroupWriter(pool, writers=2, max_batch=64)
+        db.execute("SELECT pg_advisory_lock(7)")
         try:
-            committing = asyncio.create_task(writer.execute(slow, {"seconds": 0.6}))
-            await asyncio.sleep(0.1)  # its batch is synced and waiting for its answer
+            committing = asyncio.create_task(writer.execute(slow, {"key": 7}))
+            await until(LOCK_WAITED, [7], "the first batch never waited on the lock")
             stamps = []
             for n in range(5):  # one by one, as requests arrive
-                stamps.append(asyncio.create_task(writer.execute(stamp, {"id": f"s{n}"})))
+                params = {"id": f"s{n}", "key": 100 + n}
+                stamps.append(asyncio.create_task(writer.execute(stamp, params)))
                 await asyncio.sleep(0.02)
+            for n in range(5):
+                # Not seen: it waited for the first commit, or was committed alone at once.
+                await until(LOCK_GRANTED, [100 + n], f"s{n} not seen running in an open batch")
+            db.execute("SELECT pg_advisory_unlock(7)")
             await committing
             answered_at = datetime.now(UTC)
             return [(await task).one() for task in stamps], answered_at
         finally:
+            db.execute("SELECT pg_advisory_unlock_all()")
             await writer.close()
             await pool.close()
 
