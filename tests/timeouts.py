@@ -77,8 +77,12 @@ def _all_tasks() -> Iterable[asyncio.Task[Any]]:
     tasks: set[asyncio.Task[Any]] = set()
     for name in ("_all_tasks", "_scheduled_tasks", "_eager_tasks"):
         with_them = getattr(asyncio.tasks, name, None)
-        if with_them is not None:
-            tasks.update(list(with_them))
+        for _ in range(5):  # another thread's loop may add a task as this copies the set
+            try:
+                tasks.update(list(with_them or ()))
+                break
+            except RuntimeError:
+                continue
     return sorted((task for task in tasks if not task.done()), key=id)
 
 
