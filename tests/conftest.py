@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import shutil
 import signal
@@ -15,6 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 import sqlalchemy
+import structlog
 from fastapi.testclient import TestClient
 from sqlalchemy.engine import make_url
 
@@ -35,6 +37,7 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 from tests.postgres import PostgresServer, choose_kind, create_database, drop_database, start_server
 from tests.run_roots import make_run_root, prune_finished_roots
+from tests.timeouts import pytest_timeout_set_timer  # noqa: F401  (the hook, registered here)
 
 _CHOSEN: dict[str, str] = {}
 _OWN_BASETEMP_KEY = pytest.StashKey[str]()
@@ -58,6 +61,20 @@ def pytest_configure(config: pytest.Config) -> None:
     configure_logging("info")
     cpu_accounting.configure(config)
     route_cache.install()
+
+
+@pytest.fixture(autouse=True)
+def _logging_at_the_suites_level() -> Iterator[None]:
+    """After a test that set another level (an in-process command at AGMEM_LOG_LEVEL=error), the
+    suite's again. Left so, every logger first used in a later test kept that level (a logger
+    keeps its configuration of its first use): tests/proxy/test_capture_live.py's log checks
+    saw nothing, 4 failed after tests/worker/test_unanswered.py in one process."""
+    yield
+    if structlog.get_config()["wrapper_class"] is not _SUITE_LEVEL:
+        configure_logging("info")
+
+
+_SUITE_LEVEL = structlog.make_filtering_bound_logger(logging.INFO)
 
 
 def share_bytecode_with_subprocesses(basetemp: str) -> None:

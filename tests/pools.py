@@ -26,11 +26,19 @@ async def unreachable_pool(make: Callable[[str], RawPool]) -> RawPool:
 
 
 async def replaced_while_waiting(
-    waiting: Awaitable[T], replace: Callable[[RawPool], RawPool], fresh: RawPool
+    waiting: Awaitable[T], old: RawPool, replace: Callable[[RawPool], RawPool], fresh: RawPool
 ) -> T:
-    """Start `waiting` (it waits for a connection), then swap `fresh` in and close the old pool."""
+    """Start `waiting`, and once it waits for a connection of `old`, swap `fresh` in and close
+    `old`."""
     task = asyncio.ensure_future(waiting)
-    await asyncio.sleep(0.2)  # it waits for a connection of the unreachable pool by now
+    # Seen waiting, not slept for (0.2 s was not always enough on a loaded machine: the swap
+    # then came first and the statement simply ran on the fresh pool, proving nothing). The
+    # deadline is a hang guard only: the unreachable pool holds a waiter for 30 s.
+    deadline = asyncio.get_running_loop().time() + 25
+    while old.get_stats().get("requests_waiting", 0) < 1:
+        assert not task.done(), task.result()
+        assert asyncio.get_running_loop().time() < deadline, "it never waited for a connection"
+        await asyncio.sleep(0.01)
     await fresh.open(wait=True)
     await replace(fresh).close()
     return await task

@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -194,30 +194,47 @@ def test_capture_connections_follow_the_synchronous_commit_setting(
         assert (value, source) == ("off", "client")
 
 
-def test_a_statement_reaches_postgres_before_the_writer_runs(database_url: str) -> None:
+# The advisory lock a statement takes (until its batch's transaction ends): the proof, seen from
+# another connection, that Postgres has executed it.
+LOCKING = text("SELECT pg_advisory_xact_lock(CAST(:key AS bigint)) AS locked")
+LOCK_GRANTED = (
+    "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND classid = 0 AND objid = %s "
+    "AND objsubid = 1 AND granted"
+)
+LOCK_WAITED = LOCK_GRANTED.replace("AND granted", "AND NOT granted")
+
+
+def test_a_statement_reaches_postgres_before_the_writer_runs(
+    database_url: str, db: psycopg.Connection[Any]
+) -> None:
     """Eager send: the request puts its statement into the open pipeline itself, so Postgres
     executes it while the event loop is still busy with other requests."""
-    clock = text("SELECT clock_timestamp() AS at, CAST(:n AS int) AS n")
 
-    async def run() -> tuple[datetime, datetime]:
+    async def run() -> bool:
         pool = make_capture_pool(database_url, pool_size=1)
         await pool.open(wait=True)
         writer = GroupWriter(pool, writers=1, max_batch=64)
         try:
-            await writer.execute(clock, {"n": 0})  # prepares it on the writer's connection
+            await writer.execute(LOCKING, {"key": 0})  # prepares it on the writer's connection
             await asyncio.sleep(0.1)  # the writer is back with an open pipeline
-            task = asyncio.create_task(writer.execute(clock, {"n": 1}))
+            task = asyncio.create_task(writer.execute(LOCKING, {"key": 1}))
             await asyncio.sleep(0)  # the request runs up to its wait: its statement is sent
-            time.sleep(0.5)  # the loop is busy: the writer cannot run meanwhile
-            busy_until = datetime.now(UTC)
-            result = await task
-            return result.one().at, busy_until
+            # The loop is held (the writer cannot run) until Postgres is seen executing it: a
+            # wait on the event, not a sleep whose margin a loaded machine could eat (0.5 s,
+            # within which the server had to take it 0.3 s before the end). Unfixed, the
+            # statement waits for the writer, and this gives up.
+            deadline = time.monotonic() + 30
+            while not (executed := db.execute(LOCK_GRANTED, [1]).fetchone() is not None):
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.01)
+            await task
+            return executed
         finally:
             await writer.close()
             await pool.close()
 
-    executed_at, busy_until = asyncio.run(run())
-    assert executed_at < busy_until - timedelta(seconds=0.3)
+    assert asyncio.run(run()), "the statement waited for the writer to run"
 
 
 def test_a_second_lane_collects_while_the_first_commits_and_syncs_after_it(
@@ -226,11 +243,21 @@ def test_a_second_lane_collects_while_the_first_commits_and_syncs_after_it(
     """Statements arriving while a batch commits go to the second writer's open pipeline and run
     at once, but that lane syncs only once the first batch's commit is answered: one more
     transaction for all of them, not one per statement."""
-    slow = text("SELECT pg_sleep(CAST(:seconds AS float8)) AS slept")
+    # The first batch's statement waits on a lock the test holds: its commit is answered only
+    # once every statement after it has been seen executing (by the shared lock each takes), so
+    # no sleep decides which batch a statement lands in.
+    slow = LOCKING
     stamp = text(
         "INSERT INTO sessions (id, project_path) VALUES (:id, '/p')"
-        " RETURNING pg_current_xact_id()::text AS xact, clock_timestamp() AS at"
+        " RETURNING pg_current_xact_id()::text AS xact, clock_timestamp() AS at,"
+        " pg_advisory_xact_lock_shared(CAST(:key AS bigint)) AS marked"
     )
+
+    async def until(query: str, params: list[Any], what: str) -> None:
+        deadline = time.monotonic() + 30  # a hang guard: each comes within milliseconds
+        while db.execute(query, params).fetchone() is None:
+            assert time.monotonic() < deadline, what
+            await asyncio.sleep(0.01)
 
     async def run() -> tuple[list[Any], datetime]:
         pool = make_capture_pool(database_url, pool_size=2)
@@ -241,17 +268,24 @@ def test_a_second_lane_collects_while_the_first_commits_and_syncs_after_it(
                     connection, [pipeline.statement(q.text) for q in (slow, stamp)]
                 )
         writer = GroupWriter(pool, writers=2, max_batch=64)
+        db.execute("SELECT pg_advisory_lock(7)")
         try:
-            committing = asyncio.create_task(writer.execute(slow, {"seconds": 0.6}))
-            await asyncio.sleep(0.1)  # its batch is synced and waiting for its answer
+            committing = asyncio.create_task(writer.execute(slow, {"key": 7}))
+            await until(LOCK_WAITED, [7], "the first batch never waited on the lock")
             stamps = []
             for n in range(5):  # one by one, as requests arrive
-                stamps.append(asyncio.create_task(writer.execute(stamp, {"id": f"s{n}"})))
+                params = {"id": f"s{n}", "key": 100 + n}
+                stamps.append(asyncio.create_task(writer.execute(stamp, params)))
                 await asyncio.sleep(0.02)
+            for n in range(5):
+                # Not seen: it waited for the first commit, or was committed alone at once.
+                await until(LOCK_GRANTED, [100 + n], f"s{n} not seen running in an open batch")
+            db.execute("SELECT pg_advisory_unlock(7)")
             await committing
             answered_at = datetime.now(UTC)
             return [(await task).one() for task in stamps], answered_at
         finally:
+            db.execute("SELECT pg_advisory_unlock_all()")
             await writer.close()
             await pool.close()
 
@@ -271,11 +305,11 @@ def test_a_captured_result_wakes_the_worker_once_its_batch_commits(
     observe(client, session_id, id="a")
     assert [n.payload for n in db.notifies(timeout=0.3)] == []
     assert send_result(client, session_id, "a", "x").status_code == 200
-    assert [n.payload for n in db.notifies(timeout=2.0, stop_after=1)] == ["observation"]
+    assert [n.payload for n in db.notifies(timeout=30.0, stop_after=1)] == ["observation"]
     # Other connections keep the trigger: a row captured there notifies by itself.
     db.execute("UPDATE observations SET status = 'pending' WHERE id = 'a'")
     db.execute("UPDATE observations SET status = 'captured' WHERE id = 'a'")
-    assert [n.payload for n in db.notifies(timeout=2.0, stop_after=1)] == ["observation"]
+    assert [n.payload for n in db.notifies(timeout=30.0, stop_after=1)] == ["observation"]
 
 
 def test_after_replace_pool_the_next_statement_does_not_use_a_dead_connection(
@@ -311,7 +345,7 @@ def test_a_statement_waiting_on_a_replaced_pool_runs_on_the_new_one(
         fresh = make_capture_pool(database_url, pool_size=1)
         try:
             statement = writer.execute(INSERT, {"id": "queued"})
-            return await replaced_while_waiting(statement, writer.replace_pool, fresh)
+            return await replaced_while_waiting(statement, down, writer.replace_pool, fresh)
         finally:
             await writer.close()
             await writer.pool.close()

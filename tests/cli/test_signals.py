@@ -605,16 +605,24 @@ time.sleep(1.5)
 
 @pytest.mark.slow
 def test_ending_at_once_while_another_process_holds_the_servers_lock_stops_the_server(
-    embedded_home: Path,
+    embedded_home: Path, tmp_path: Path
 ) -> None:
     # The stop at once took pgserver's lock without waiting and left the server running when
     # another process held it: under `pytest -n 2`, the other worker starting a server of its
     # own home; once the server still ran 3 minutes later.
     home = embedded_home
+    # pgserver's lock of this test's processes in a folder of its own (TMPDIR, with no runtime
+    # folder): held in the machine's, the other worker's agmem starting or stopping its server
+    # meanwhile waited for it and said so on stderr, failing a test that reads stderr (seen:
+    # test_a_query_the_stop_cancels_is_cancelled_quietly, run beside this one).
+    private = tmp_path / "tmp"
+    private.mkdir()
+    env = agmem_env(AGMEM_HOME=str(home), TMPDIR=str(private))
+    env.pop("XDG_RUNTIME_DIR", None)
     try:
         ended = subprocess.run(
             [sys.executable, "-c", END_AT_ONCE_WHILE_THE_LOCK_IS_HELD, str(home), HOLD_THE_LOCK],
-            env=agmem_env(AGMEM_HOME=str(home)),
+            env=env,
             capture_output=True,
             text=True,
             timeout=60,
@@ -628,6 +636,7 @@ def test_ending_at_once_while_another_process_holds_the_servers_lock_stops_the_s
     assert ended.returncode == 143, said
     assert "Traceback" not in said
     assert stopped, f"postgres kept running: {said}"
+    assert (private / ".lockfile").exists()  # the lock fought over was this test's own
 
 
 # SIGNAL_IN_A_CALLBACK with a second SIGTERM sent as the hook that catches the first swallowed

@@ -558,13 +558,17 @@ def test_ctrl_c_while_calls_come_answers_the_one_running_and_ends_cleanly(
     assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
 
 
-# agmem whose every read_memory hangs (a lock wait, a slow provider).
+# agmem whose every read_memory hangs (a lock wait, a slow provider), and whose wait for the calls
+# read before the end of its input is ten minutes, not 10 s: only a SIGTERM that cuts it ends it
+# within the test's wait, however slow the machine.
 HUNG_CALL = """
 import asyncio
 import app.entry
+import app.mcp.stdio
 from app.memories import reads
+app.mcp.stdio.ANSWER_AT_END_SECONDS = 600.0
 async def read_memory_hung(*args, **kwargs):
-    await asyncio.sleep(60)
+    await asyncio.sleep(3600)
 reads.read_memory = read_memory_hung
 app.entry.main()
 """
@@ -587,7 +591,9 @@ def test_sigterm_after_the_end_of_input_cuts_the_wait_for_the_calls_read(
 
     server.terminate()
     try:
-        server.wait(timeout=5)  # 0.5 s for the call, then PostgreSQL's stop; it was 9 s more
+        # 0.5 s for the call, then PostgreSQL's stop: ~2 s. A hang guard, not a timing (5 s was
+        # short of that stop and the interpreter's teardown on a loaded machine).
+        server.wait(timeout=60)
     except subprocess.TimeoutExpired:
         pass
     ended = server.returncode is not None
@@ -800,7 +806,7 @@ def test_sigterm_that_lands_as_it_goes_idle_still_ends_it(
         server.terminate()
     assert server.stdin is not None
     try:
-        server.wait(timeout=10)
+        server.wait(timeout=60)  # a hang guard: unfixed, it waited for its input's end for ever
     except subprocess.TimeoutExpired:
         server.stdin.close()  # the end of its input stops it (in `stopped`)
     ended = server.returncode is not None

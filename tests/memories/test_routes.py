@@ -240,11 +240,14 @@ def test_reads_count_access(client: TestClient) -> None:
 def test_ttl_sets_expiry_and_expired_memories_are_never_returned(
     client: TestClient, db: psycopg.Connection[Any]
 ) -> None:
-    put(client, "current.flash", "soon gone", ttl=1)
+    flash = put(client, "current.flash", "soon gone", ttl=1)
     put(client, "current.stays", "here", ttl=3600)
-    got = client.get(url("current.flash"), params={"projectPath": PROJECT})
+    assert (flash["ttl"], flash["expiresAt"] is not None) == (1, True)
+    # Read back before it expires: the one of an hour (a read of the 1 s one could come after
+    # its second on a loaded machine).
+    got = client.get(url("current.stays"), params={"projectPath": PROJECT})
     assert got.status_code == 200
-    assert got.json()["ttl"] == 1
+    assert got.json()["ttl"] == 3600
     assert got.json()["expiresAt"] is not None
     # It expires between the write and the next read.
     time.sleep(1.2)

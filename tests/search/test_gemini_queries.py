@@ -198,7 +198,7 @@ def test_a_search_waiting_on_gemini_does_not_hold_other_requests(
         embedding_started.set()
         # Blocked in this call, the event loop could not answer /health and this wait ran out;
         # now the search's embedding waits in a thread while /health is answered.
-        health_while_held.append(health_answered.wait(5))
+        health_while_held.append(health_answered.wait(30))
         return vectors(request)
 
     async def scenario(app: Any) -> httpx.Response:

@@ -62,7 +62,7 @@ def _running_tests(client: TestClient, session_id: str = "s1") -> None:
 
 def wait_for_blocked_give_up(db: psycopg.Connection[Any]) -> None:
     """Until a give-up waits for a row lock (the statements that lock FOR UPDATE and wait)."""
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while not rows(
         db,
         "SELECT 1 FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
@@ -297,7 +297,7 @@ def test_a_result_waiting_on_the_give_up_attaches_to_the_call(
         )
         sender = threading.Thread(target=lambda: answers.append(_result(client, "s1", "ok", "c2")))
         sender.start()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while not rows(db, "SELECT 1 FROM pg_locks WHERE NOT granted"):
             assert time.monotonic() < deadline, "the result never waited for the give-up's lock"
             time.sleep(0.02)
