@@ -512,13 +512,10 @@ class JsonErrorsProtocol(LineReadingProtocol):
         # A broken body: its request was dispatched with its headers, maybe queued behind
         # requests of the same read still in the app. Written at once, the 400 overtook their
         # answers, lost with the connection (the app's later write raised "the handler is
-        # closed"): it is refused as a dispatched request is.
+        # closed"): it is refused as a dispatched request is. The cycle is that request's
+        # (uvicorn makes one per header block): answered already (a 404 sent before its body
+        # came), it got a second answer, the 400; the connection is only closed.
         body = error_body("BadRequest", BAD_REQUEST_DETAIL)
-        cycle = self.cycle
-        if cycle is None or cycle.response_complete:
-            self.send_error(b"400 Bad Request", body)
-            self.transport.close()
-            return
         self.refuse_dispatched(Refused(b"400 Bad Request", body, [], msg, dispatched=True))
 
     def wait_for_method(self) -> None:

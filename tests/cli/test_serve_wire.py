@@ -1278,3 +1278,30 @@ def test_a_refusal_held_behind_many_pipelined_answers_is_not_read_as_a_slow_body
     assert [head for head, _ in answers[:-1]] == [b"HTTP/1.1 200 OK"] * 1500, answers[-1]
     assert answers[-1][0] == status
     assert "Traceback" not in _logged_within(server, "Traceback", 1.0)
+
+
+@pytest.mark.parametrize(
+    "bad_body",
+    [b"zz\r\n", b"1\r\nxy\r\n"],
+    ids=["a bad chunk size", "a chunk's data without its CRLF"],
+)
+def test_a_request_answered_before_its_malformed_body_gets_one_answer(
+    served: tuple[int, subprocess.Popen[str]], bad_body: bytes
+) -> None:
+    # rev-wire24: the route's 404, sent before the body came, then the parser's 400 for the same
+    # request on the same connection: one request, two answers.
+    port, server = served
+    logged(server)
+    head = b"POST /nope HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as connection:
+        connection.sendall(head)
+        answer = read_answer(connection)
+        connection.sendall(bad_body)
+        rest = b""
+        while chunk := connection.recv(65536):
+            rest += chunk
+
+    assert answer.startswith(b"HTTP/1.1 404 "), answer
+    assert rest == b"", rest
+    assert "Traceback" not in _logged_within(server, "Traceback", 0.5)
+    assert exchange(port, GET_HEALTH).startswith(b"HTTP/1.1 200 ")
