@@ -31,19 +31,19 @@ def chunked_end(read: bytes, at: int) -> int:
     return len(read) if end < 0 else end
 
 
-# Where a chunked body that spans reads stands at a read's end (`scan_chunks`): in a chunk's size
-# line (its bytes so far), in a chunk's data (the bytes left, its CRLF included), or in the last
-# chunk's trailers (the section's last bytes, from a line's start: b"\n" as it begins).
-_SIZE, _DATA, _TRAILERS = 0, 1, 2
-ChunkState = tuple[int, int, bytes]
-CHUNKS_BEGIN: ChunkState = (_SIZE, 0, b"")
+# Where a chunked body that spans reads stands at a read's end (`scan_chunks`): the bytes of a
+# chunk's data left (its CRLF included) and, where none are, what of the framing is kept. No data
+# left: in a chunk's size line (`_SIZE`, its bytes so far kept); or in the last chunk's trailers
+# (`_TRAILERS`, the section's last bytes kept, from a line's start: b"\n" as it begins).
+_SIZE, _TRAILERS = 0, -1
+ChunkState = tuple[int, bytes]
+CHUNKS_BEGIN: ChunkState = (_SIZE, b"")
 _HEX = re.compile(rb"[0-9A-Fa-f]+")
 # A size line with its extensions: past it, llhttp's state is not tracked (the old way).
 _SIZE_LINE_BOUND = 64 * 1024
 _HEX_DIGITS = "0123456789abcdef"
-# Chunks up to this size, in their plainest form, are skipped a run at a time (`_small_chunks`).
-SMALL_CHUNK = 0xFF
-# The fewest bytes the run can match (`1\r\nX\r\n`): with fewer left, no match is tried.
+# The fewest bytes the run of small chunks (`_small_chunks`) can match (`1\r\nX\r\n`): with
+# fewer left, no match is tried.
 _SMALLEST = 6
 
 
@@ -76,27 +76,27 @@ def scan_chunks(state: ChunkState, data: bytes, at: int) -> tuple[ChunkState, in
     at the data's end, and where in it the body ends (after its trailers), or -1. Each chunk's
     data is skipped by its size: a body of blank lines costs its chunks, not its lines. A
     ValueError for what is not a size line (llhttp refuses it)."""
-    kind, left, kept = state
+    left, kept = state
     end = len(data)
     while at < end:
-        if kind == _SIZE:
+        if left == _SIZE:
             line_end = data.find(b"\n", at)
             line = kept + data[at : end if line_end < 0 else line_end]
             if len(line) > _SIZE_LINE_BOUND:
                 raise ValueError("a chunk's size line past its bound")
             if line_end < 0:
-                return (_SIZE, 0, line), -1
+                return (_SIZE, line), -1
             digits = line.split(b";", 1)[0].strip(b" \t\r")
             if _HEX.fullmatch(digits) is None:  # int() takes signs and underscores too
                 raise ValueError("no chunk size")
             size = int(digits, 16)
             at = line_end + 1
-            kind, left, kept = (_DATA, size + 2, b"") if size else (_TRAILERS, 0, b"\n")
-        elif kind == _DATA:
+            left, kept = (size + 2, b"") if size else (_TRAILERS, b"\n")
+        elif left > 0:
             if at + left > end:
-                return (_DATA, left - (end - at), b""), -1
+                return (left - (end - at), b""), -1
             at += left
-            kind = _SIZE
+            left = _SIZE
             # The next size line looks like the run's form (no leading zero, its CR after one
             # or two bytes), with room for a chunk: a run begins there (the run itself refuses
             # a rare look-alike, `7 `, at once). Gated on the size line before the data
@@ -113,9 +113,9 @@ def scan_chunks(state: ChunkState, data: bytes, at: int) -> tuple[ChunkState, in
             text = kept + data[at:]
             found = text.find(b"\n\r\n")
             if found < 0:
-                return (_TRAILERS, 0, text[-2:]), -1
+                return (_TRAILERS, text[-2:]), -1
             return CHUNKS_BEGIN, at + found + 3 - len(kept)
-    return (kind, left, kept), -1
+    return (left, kept), -1
 
 
 def _skipped_run(small: re.Pattern[bytes], data: bytes, at: int) -> int:
