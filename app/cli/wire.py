@@ -402,9 +402,9 @@ class JsonErrorsProtocol(LineReadingProtocol):
             raise Refused(b"503 Service Unavailable", body, [(b"retry-after", b"1")], cause)
         self.body_began = self.last_data
         self.body_received = 0
-        self.body_open = True
         self.chunks = None
-        HttpToolsProtocol.on_headers_complete(self)
+        HttpToolsProtocol.on_headers_complete(self)  # raises for a URL past 64 KiB: no body
+        self.body_open = True
         cycle = self.cycle
         if not cycle.keep_alive and self.has_body():
             cycle.transport = ClosingAfterBody(self)
@@ -522,10 +522,15 @@ class JsonErrorsProtocol(LineReadingProtocol):
         # A broken body: its request was dispatched with its headers, maybe queued behind
         # requests of the same read still in the app. Written at once, the 400 overtook their
         # answers, lost with the connection (the app's later write raised "the handler is
-        # closed"): it is refused as a dispatched request is. The cycle is that request's
-        # (uvicorn makes one per header block): answered already (a 404 sent before its body
-        # came), it got a second answer, the 400; the connection is only closed.
+        # closed"): it is refused as a dispatched request is. Answered already (a 404 sent
+        # before its body came), it got a second answer, the 400: the connection is only
+        # closed (`refuse_dispatched`). A head uvicorn refuses once whole (a URL over 64 KiB,
+        # which it cannot split) opens no body and dispatches nothing: it is refused as a head
+        # is, after the answers before it (the request in the app was cut off by it).
         body = error_body("BadRequest", BAD_REQUEST_DETAIL)
+        if not self.body_open:
+            self.answer_and_close(b"400 Bad Request", body, [])
+            return
         self.refuse_dispatched(Refused(b"400 Bad Request", body, [], msg, dispatched=True))
 
     def wait_for_method(self) -> None:

@@ -1102,6 +1102,12 @@ REFUSED_BEHIND = {
         b"413",
         "PayloadTooLarge",
     ),
+    # uvicorn refuses it once its head is whole, before any request of its own is dispatched
+    "a URL over 64 KiB": (
+        b"GET /api/context/p?prompt=%s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" % (b"%E4%B8%AD" * 8000),
+        b"400",
+        "BadRequest",
+    ),
 }
 VALID_BEFORE = {
     "GET": (KEEP_ALIVE_HEALTH, b"200"),
@@ -1369,3 +1375,23 @@ def test_a_refused_client_that_stays_quiet_is_closed(port: int) -> None:
 
     assert _answers(answer)[0][0] == b"HTTP/1.1 400 Bad Request"
     assert writes < 20
+
+
+def test_a_request_the_parser_refuses_after_an_answered_one_is_still_a_400(port: int) -> None:
+    # The malformed request begins no message llhttp reports (a URL over 64 KiB): its 400 is
+    # still sent after the answer before it, which is not the one refused.
+    long_url = b"GET /api/context/p?prompt=%s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" % (
+        b"%E4%B8%AD" * 8000
+    )
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as connection:
+        connection.sendall(KEEP_ALIVE_HEALTH)
+        first = read_answer(connection)
+        connection.sendall(long_url)
+        rest = b""
+        while chunk := connection.recv(65536):
+            rest += chunk
+
+    assert first.startswith(b"HTTP/1.1 200 ")
+    status, error = error_of(rest)
+    assert status == b"HTTP/1.1 400 Bad Request"
+    assert error["error"] == "BadRequest"
