@@ -43,7 +43,7 @@ READS = {"one read": (BODY * 2, 1), "7-byte reads": (7, 8)}
 TIMES = 3  # bodies timed a process, after one warming up
 
 
-def scanner(tree: Path) -> Callable[..., Any]:
+def scanner(tree: Path) -> tuple[Callable[..., Any], Any]:
     sys.path.insert(0, str(tree))
     try:
         from app.cli.http1 import framing  # type: ignore[import-not-found,unused-ignore]
@@ -51,12 +51,12 @@ def scanner(tree: Path) -> Callable[..., Any]:
         from app.cli import wire as framing  # 5c0a06b: before the split
     if not Path(str(framing.__file__)).resolve().is_relative_to(tree):
         raise SystemExit(f"app was not imported from {tree}")
-    return framing.scan_chunks  # type: ignore[no-any-return]
+    # CHUNKS_BEGIN: a tree's own state shape (three fields until wire25, two since)
+    return framing.scan_chunks, getattr(framing, "CHUNKS_BEGIN", (0, 0, b""))
 
 
 def measure(tree: Path) -> dict[str, float]:
-    scan = scanner(tree)
-    from_start = (0, 0, b"")  # CHUNKS_BEGIN in every tree
+    scan, from_start = scanner(tree)  # the state's shape is each tree's own
     figures = {}
     for form_name, form in FORMS.items():
         for read_name, (size, share) in READS.items():

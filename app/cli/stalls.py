@@ -20,7 +20,16 @@ bounded by the idle timeout (AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS):
   a request stalled behind another's answer gets its 408 only once that answer is sent;
 - while the client reads none of an answer the transport still holds (a large one fills the
   socket, and uvicorn waits for writing to resume, a close for the bytes to be sent): past it,
-  the connection is dropped with them.
+  the connection is dropped with them;
+- after a refusal, while the client may still be sending the refused request (a body it
+  announced, the rest of a header block), or after an answer sent before the body came when the
+  client asked for the close (`ClosingAfterBody`): a close with its bytes unread sends an RST,
+  and the client's write failed before it read the answer (50 of 50 tries of each shape; urllib
+  gave up there, 30 of 30, docs/architecture.md). As nginx's lingering close does, the answer is
+  followed by a FIN and what still comes is read and dropped until the client closes,
+  LINGER_QUIET_SECONDS (or the idle timeout, if shorter) pass without a byte, LINGER_SECONDS in
+  all, or the connection limit is reached. A 408 is not followed so: its client stalled or
+  trickles its bytes.
 """
 
 from __future__ import annotations
@@ -46,8 +55,41 @@ from app.config import Settings
 # takes 2.3 h, the most a body can hold a connection.
 MIN_BODY_RATE = 1024
 DEFAULT_IDLE_TIMEOUT_SECONDS: float = Settings.model_fields["request_idle_timeout_seconds"].default
+# Apache's wait for a refused client's next byte (its lingering close), and nginx's and Apache's
+# bound on the whole of it, within which an 8 MiB body (AGMEM_MAX_BODY_BYTES) still comes whole at
+# 280 KiB/s.
+LINGER_QUIET_SECONDS = 2.0
+LINGER_SECONDS = 30.0
 _RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close sends RST, drops what is unsent
 _SIOCOUTQ = 0x5411  # Linux: the bytes of a TCP socket's send queue the peer has not acknowledged
+
+
+class ClosingAfterBody(asyncio.Transport):
+    """The transport a request's answer is written to when its client asked for the close
+    (`Connection: close`, HTTP/1.0) and sends a body: uvicorn closes once the answer is complete,
+    and an answer sent before the body came (a 404, or a 413 for a `Content-Length` past the
+    limit) was reset with the body unread (urllib raised `Connection reset by peer` for 30 of 30
+    such 404s). Its close lingers then (`close_lingering`)."""
+
+    def __init__(self, protocol: StallBoundProtocol) -> None:
+        super().__init__()
+        self.protocol = protocol
+        self.transport: asyncio.Transport = protocol.transport
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.transport.write(data)
+
+    def is_closing(self) -> bool:
+        return self.protocol.finished()
+
+    def close(self) -> None:
+        if self.protocol.body_coming():
+            self.protocol.close_lingering()
+        else:
+            self.transport.close()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self.transport.get_extra_info(name, default)
 
 
 class StallBoundProtocol(HttpToolsProtocol):
@@ -75,6 +117,9 @@ class StallBoundProtocol(HttpToolsProtocol):
         # shrink, and when.
         self.write_mark: tuple[float, int] | None = None
         self.idle_timer: asyncio.TimerHandle | None = None
+        # When the connection's last answer was followed by its FIN (`close_lingering`): what
+        # comes after it is read and dropped.
+        self.lingering_since: float | None = None
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.idle_timer is not None:
@@ -106,11 +151,66 @@ class StallBoundProtocol(HttpToolsProtocol):
             return buffered
         return buffered + queued[0]
 
+    def body_coming(self) -> bool:
+        """Whether a message's body is still coming (the protocol over it says)."""
+        return False
+
+    def finished(self) -> bool:
+        """Whether the connection answers nothing more: closed, or lingering after its last."""
+        return self.lingering_since is not None or self.transport.is_closing()
+
+    def close_lingering(self) -> None:
+        """Close after a refusal, the answer written: its FIN first, and the client's bytes that
+        still come read and dropped for a while (the module's docstring), so that it reads the
+        answer rather than an RST."""
+        transport = self.transport
+        if self.finished():
+            return
+        cycle = self.cycle
+        if cycle is not None:
+            # A request dispatched before its refusal reads a disconnect; the `100 Continue` its
+            # first read of the body writes would come after the FIN.
+            cycle.waiting_for_100_continue = False
+        if not transport.can_write_eof():
+            transport.close()
+            return
+        transport.write_eof()
+        self.lingering_since = self.loop.time()
+        self.flow.resume_reading()  # held back behind an answer, the client's bytes wait too
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
+        self.idle_timer = self.loop.call_later(self.linger_quiet(), self.idle_check)
+
+    def linger_quiet(self) -> float:
+        return min(LINGER_QUIET_SECONDS, self.idle_timeout)
+
+    def linger_check(self, now: float, since: float) -> None:
+        """Close a lingering connection once its client has been quiet for `linger_quiet`, it
+        has lingered LINGER_SECONDS, or the service has its limit of connections open."""
+        ends = min(self.last_data + self.linger_quiet(), since + LINGER_SECONDS)
+        limit = self.limit_concurrency
+        if now < ends and (limit is None or len(self.connections) < limit):
+            self.idle_timer = self.loop.call_later(ends - now, self.idle_check)
+            return
+        self.transport.close()
+        self.idle_timer = self.loop.call_later(self.idle_timeout, self.idle_check)  # as closed
+
+    def shutdown(self) -> None:
+        # uvicorn's graceful stop waits for every connection to close: a lingering one at once.
+        if self.lingering_since is not None:
+            self.transport.close()
+            return
+        HttpToolsProtocol.shutdown(self)
+
     def idle_check(self) -> None:
         now = self.loop.time()
         if self.write_stalled(now):
             return
         if self.transport.is_closing():
+            return
+        lingering = self.lingering_since
+        if lingering is not None:
+            self.linger_check(now, lingering)
             return
         cycle = self.cycle
         busy = cycle is not None and not cycle.response_complete
@@ -225,6 +325,8 @@ class StallBoundProtocol(HttpToolsProtocol):
             self.cycle.message_event.set()
         if not cycle_started:
             self.send_error(b"408 Request Timeout", error_body("RequestTimeout", detail))
+        # Closed at once, not lingering (`close_lingering`): the client stalled or trickles its
+        # bytes, which a linger would read for up to LINGER_SECONDS more.
         self.transport.close()
 
     def stopped_coming(self, why: str) -> str:

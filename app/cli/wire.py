@@ -95,6 +95,7 @@ from app.cli.http1.lines import (
 )
 from app.cli.refusals import REFUSAL_LOG_SECONDS as REFUSAL_LOG_SECONDS
 from app.cli.refusals import Header, RefusalLog, Refused, error_body
+from app.cli.stalls import ClosingAfterBody
 
 # Connections past the limit: how many more are let in at once, and how long each may take to
 # send the request that is answered 503 (`agmem serve` keeps 128 descriptors in reserve).
@@ -217,7 +218,7 @@ class JsonErrorsProtocol(LineReadingProtocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_data = self.loop.time()
-        if self.held_error is not None:
+        if self.held_error is not None or self.lingering_since is not None:
             return  # behind a refused request: the parser lost its place, nothing more is read
         self.read = data
         self.line_from = self.head_at = 0
@@ -245,7 +246,7 @@ class JsonErrorsProtocol(LineReadingProtocol):
         if self.in_headers:
             self.head_at = -1  # it began in a read before
         refused = self.head_received(data)
-        if refused is not None and self.held_error is None and not self.transport.is_closing():
+        if refused is not None and self.held_error is None and not self.finished():
             self.refuse(refused)
         if self.in_headers:
             self.keep_line()
@@ -284,7 +285,7 @@ class JsonErrorsProtocol(LineReadingProtocol):
         for end in blank_line_ends(data):
             self.feed(data[fed:end])
             fed = end
-            if self.held_error is not None or self.transport.is_closing():
+            if self.held_error is not None or self.finished():
                 return
             if not self.body_open:
                 self.head_at = end
@@ -308,7 +309,7 @@ class JsonErrorsProtocol(LineReadingProtocol):
                     self.line_tail is not None
                     and method in ANSWERED_AT_THE_LINE
                     and self.held_error is None
-                    and not self.transport.is_closing()
+                    and not self.finished()
                 ):
                     refused = self.head_refused()
                     if refused is not None:
@@ -401,13 +402,19 @@ class JsonErrorsProtocol(LineReadingProtocol):
             raise Refused(b"503 Service Unavailable", body, [(b"retry-after", b"1")], cause)
         self.body_began = self.last_data
         self.body_received = 0
-        self.body_open = True
         self.chunks = None
-        HttpToolsProtocol.on_headers_complete(self)
+        HttpToolsProtocol.on_headers_complete(self)  # raises for a URL past 64 KiB: no body
+        self.body_open = True
+        cycle = self.cycle
+        if not cycle.keep_alive and self.has_body():
+            cycle.transport = ClosingAfterBody(self)
 
     def on_message_complete(self) -> None:
         self.body_open = False
         HttpToolsProtocol.on_message_complete(self)
+
+    def body_coming(self) -> bool:
+        return self.body_open
 
     def refuse_upgrade(self) -> None:
         """Refuse a request llhttp reads as an upgrade (it stops after it) that the protocol
@@ -429,11 +436,14 @@ class JsonErrorsProtocol(LineReadingProtocol):
 
     def on_response_complete(self) -> None:
         self.waiting_since = self.loop.time()
+        if self.lingering_since is not None:  # the answer's close lingers (`ClosingAfterBody`)
+            self.server_state.total_requests += 1  # as uvicorn's own, which is not called
+            return
         held = self.held_error
-        if held is not None and not self.transport.is_closing() and not self.pipeline:
+        if held is not None and not self.finished() and not self.pipeline:
             self.server_state.total_requests += 1  # as uvicorn's own, which is not called
             self.send_error(*held)
-            self.transport.close()
+            self.close_lingering()
             return
         HttpToolsProtocol.on_response_complete(self)
 
@@ -446,8 +456,8 @@ class JsonErrorsProtocol(LineReadingProtocol):
         """Answer the request in hand 503 (unless the app's answer has begun) and close, before
         its task is cancelled: the app's later answer, if any, goes nowhere."""
         cycle = self.cycle
-        if cycle is None or cycle.response_complete:
-            self.transport.close()
+        if cycle is None or cycle.response_complete or self.lingering_since is not None:
+            self.transport.close()  # answered, or refused
             return
         cycle.disconnected = True
         cycle.message_event.set()
@@ -485,7 +495,7 @@ class JsonErrorsProtocol(LineReadingProtocol):
             cycle.message_event.set()
             if not cycle.response_started:
                 self.send_error(refused.status, refused.body, refused.headers)
-        self.transport.close()
+        self.close_lingering()
 
     def send_400_response(self, msg: str) -> None:
         # What the parser itself refused (uvicorn has logged it): its 400 in the shape. A
@@ -512,12 +522,14 @@ class JsonErrorsProtocol(LineReadingProtocol):
         # A broken body: its request was dispatched with its headers, maybe queued behind
         # requests of the same read still in the app. Written at once, the 400 overtook their
         # answers, lost with the connection (the app's later write raised "the handler is
-        # closed"): it is refused as a dispatched request is.
+        # closed"): it is refused as a dispatched request is. Answered already (a 404 sent
+        # before its body came), it got a second answer, the 400: the connection is only
+        # closed (`refuse_dispatched`). A head uvicorn refuses once whole (a URL over 64 KiB,
+        # which it cannot split) opens no body and dispatches nothing: it is refused as a head
+        # is, after the answers before it (the request in the app was cut off by it).
         body = error_body("BadRequest", BAD_REQUEST_DETAIL)
-        cycle = self.cycle
-        if cycle is None or cycle.response_complete:
-            self.send_error(b"400 Bad Request", body)
-            self.transport.close()
+        if not self.body_open:
+            self.answer_and_close(b"400 Bad Request", body, [])
             return
         self.refuse_dispatched(Refused(b"400 Bad Request", body, [], msg, dispatched=True))
 
@@ -533,7 +545,7 @@ class JsonErrorsProtocol(LineReadingProtocol):
 
     def method_waited(self) -> None:
         self.method_timer = None
-        if self.held_error is not None or self.transport.is_closing():
+        if self.held_error is not None or self.finished():
             return
         refused = self.word_refused()
         if refused is not None:
@@ -554,4 +566,4 @@ class JsonErrorsProtocol(LineReadingProtocol):
             self.held_error = (status, body, headers)
             return
         self.send_error(status, body, headers)
-        self.transport.close()
+        self.close_lingering()

@@ -1102,6 +1102,12 @@ REFUSED_BEHIND = {
         b"413",
         "PayloadTooLarge",
     ),
+    # uvicorn refuses it once its head is whole, before any request of its own is dispatched
+    "a URL over 64 KiB": (
+        b"GET /api/context/p?prompt=%s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" % (b"%E4%B8%AD" * 8000),
+        b"400",
+        "BadRequest",
+    ),
 }
 VALID_BEFORE = {
     "GET": (KEEP_ALIVE_HEALTH, b"200"),
@@ -1278,3 +1284,114 @@ def test_a_refusal_held_behind_many_pipelined_answers_is_not_read_as_a_slow_body
     assert [head for head, _ in answers[:-1]] == [b"HTTP/1.1 200 OK"] * 1500, answers[-1]
     assert answers[-1][0] == status
     assert "Traceback" not in _logged_within(server, "Traceback", 1.0)
+
+
+@pytest.mark.parametrize(
+    "bad_body",
+    [b"zz\r\n", b"1\r\nxy\r\n"],
+    ids=["a bad chunk size", "a chunk's data without its CRLF"],
+)
+def test_a_request_answered_before_its_malformed_body_gets_one_answer(
+    served: tuple[int, subprocess.Popen[str]], bad_body: bytes
+) -> None:
+    # rev-wire24: the route's 404, sent before the body came, then the parser's 400 for the same
+    # request on the same connection: one request, two answers.
+    port, server = served
+    logged(server)
+    head = b"POST /nope HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as connection:
+        connection.sendall(head)
+        answer = read_answer(connection)
+        connection.sendall(bad_body)
+        rest = b""
+        while chunk := connection.recv(65536):
+            rest += chunk
+
+    assert answer.startswith(b"HTTP/1.1 404 "), answer
+    assert rest == b"", rest
+    assert "Traceback" not in _logged_within(server, "Traceback", 0.5)
+    assert exchange(port, GET_HEALTH).startswith(b"HTTP/1.1 200 ")
+
+
+LARGE = 4 * 1024 * 1024
+# Requests refused while their client is still sending (a body it announced, a header block
+# past its bound), each with its status: the refusal comes after the first read.
+STILL_SENDING = {
+    "two Host headers": (
+        b"POST /api/session/start HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Length: %d\r\n\r\n" % LARGE + b"x" * LARGE,
+        b"HTTP/1.1 400 Bad Request",
+    ),
+    "a bad chunk size": (CHUNKED + b"zz\r\n" + b"x" * LARGE, b"HTTP/1.1 400 Bad Request"),
+    "a header block past its bound": (
+        b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"X-A: %s\r\n" % (b"a" * 1000) * 4096,
+        b"HTTP/1.1 431 Request Header Fields Too Large",
+    ),
+    # The app's answer at the headers, the close asked for (urllib asks for it on every request):
+    # uvicorn's close after the answer.
+    "a body past the limit, the close asked for": (
+        START
+        + b"Connection: close\r\nContent-Length: %d\r\n\r\n" % (9 * 1024 * 1024)
+        + b"x" * LARGE,
+        b"HTTP/1.1 413 Request Entity Too Large",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(STILL_SENDING))
+def test_a_client_still_sending_a_refused_request_reads_the_whole_refusal(
+    port: int, name: str
+) -> None:
+    # Closed with the client's bytes unread, the connection was reset: the client's write
+    # failed (50 of 50 tries each) before it read the answer, and a client that gives up there
+    # never did (stdlib urllib, which asks for the close: 30 of 30 404s before a 4 MB body).
+    request, status = STILL_SENDING[name]
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as connection:
+        connection.sendall(request)
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+
+    [(head, error)] = _answers(answer)
+    assert head == status
+    assert error["error"] in ("BadRequest", "RequestHeaderFieldsTooLarge", "PayloadTooLarge")
+
+
+def test_a_refused_client_that_stays_quiet_is_closed(port: int) -> None:
+    # What comes after a refusal is read and dropped only while the client keeps sending.
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as connection:
+        connection.sendall(STILL_SENDING["two Host headers"][0][:65536])
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+        connection.sendall(b"x" * 1024)  # read and dropped: the service still reads
+        time.sleep(min(2.0, IDLE_SECONDS) + 1.5)
+        writes = 0  # the first write after the close draws the reset, a later one fails
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            while writes < 20:
+                connection.sendall(b"x" * 1024)
+                writes += 1
+                time.sleep(0.05)
+
+    assert _answers(answer)[0][0] == b"HTTP/1.1 400 Bad Request"
+    assert writes < 20
+
+
+def test_a_request_the_parser_refuses_after_an_answered_one_is_still_a_400(port: int) -> None:
+    # The malformed request begins no message llhttp reports (a URL over 64 KiB): its 400 is
+    # still sent after the answer before it, which is not the one refused.
+    long_url = b"GET /api/context/p?prompt=%s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" % (
+        b"%E4%B8%AD" * 8000
+    )
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as connection:
+        connection.sendall(KEEP_ALIVE_HEALTH)
+        first = read_answer(connection)
+        connection.sendall(long_url)
+        rest = b""
+        while chunk := connection.recv(65536):
+            rest += chunk
+
+    assert first.startswith(b"HTTP/1.1 200 ")
+    status, error = error_of(rest)
+    assert status == b"HTTP/1.1 400 Bad Request"
+    assert error["error"] == "BadRequest"

@@ -139,6 +139,9 @@ class _Transport:
     def close(self) -> None:
         pass
 
+    def can_write_eof(self) -> bool:
+        return False
+
     def get_extra_info(self, name: str, default: object = None) -> object:
         addresses = {"sockname": ("127.0.0.1", 37777), "peername": ("127.0.0.1", 50000)}
         return addresses.get(name, default)

@@ -25,11 +25,21 @@ from tests.cli.test_wire_layers import _Transport
 
 
 class _Written(_Transport):
+    """What the protocol writes; closed, or its write side closed (a refusal's FIN, after which
+    the protocol reads and drops what comes: app/cli/stalls.py's lingering close)."""
+
     def __init__(self) -> None:
         self.written = b""
         self.closed = False
+        self.eof = False
+
+    @property
+    def ended(self) -> bool:
+        return self.closed or self.eof
 
     def write(self, data: bytes) -> None:
+        if self.eof:
+            raise RuntimeError("Cannot call write() after write_eof()")  # as uvloop's
         self.written += data
 
     def is_closing(self) -> bool:
@@ -37,6 +47,12 @@ class _Written(_Transport):
 
     def close(self) -> None:
         self.closed = True
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def write_eof(self) -> None:
+        self.eof = True
 
     def get_write_buffer_size(self) -> int:
         return 0
@@ -67,7 +83,7 @@ async def _written(reads: Sequence[bytes]) -> bytes:
     protocol.connection_made(transport)
     try:
         for data in reads:
-            if transport.closed:
+            if transport.ended:
                 break
             protocol.data_received(data)
             for _ in range(8):
@@ -482,7 +498,7 @@ def _written_after(reads: Sequence[bytes], seconds: float) -> tuple[bytes, bool]
                 protocol.data_received(data)
                 await asyncio.sleep(0)
             await asyncio.sleep(seconds)
-            return transport.written, transport.closed
+            return transport.written, transport.ended
         finally:
             protocol.connection_lost(None)
 

@@ -68,7 +68,7 @@ class _Strict(_Written):
         self.after_close: list[bytes] = []
 
     def write(self, data: bytes) -> None:
-        if self.closed:
+        if self.ended:
             self.after_close.append(data)
             raise RuntimeError(
                 "unable to perform operation on the transport; the handler is closed"
@@ -124,13 +124,13 @@ async def _written(reads: Sequence[bytes], app: Any = _held) -> tuple[bytes, lis
     protocol.connection_made(transport)
     try:
         for data in reads:
-            if protocol.flow.read_paused and not transport.closed:
+            if protocol.flow.read_paused and not transport.ended:
                 gate.set()
                 for _ in range(50):
                     await _settle()
-                    if not protocol.flow.read_paused or transport.closed:
+                    if not protocol.flow.read_paused or transport.ended:
                         break
-            if transport.closed:
+            if transport.ended:
                 break
             protocol.data_received(data)
             await _settle()
@@ -139,7 +139,7 @@ async def _written(reads: Sequence[bytes], app: Any = _held) -> tuple[bytes, lis
             await _settle()
     finally:
         protocol.idle_timer.cancel()
-        closed = transport.closed
+        closed = transport.ended
         protocol.connection_lost(None)
     return transport.written, transport.after_close, closed
 

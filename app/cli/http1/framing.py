@@ -31,19 +31,19 @@ def chunked_end(read: bytes, at: int) -> int:
     return len(read) if end < 0 else end
 
 
-# Where a chunked body that spans reads stands at a read's end (`scan_chunks`): in a chunk's size
-# line (its bytes so far), in a chunk's data (the bytes left, its CRLF included), or in the last
-# chunk's trailers (the section's last bytes, from a line's start: b"\n" as it begins).
-_SIZE, _DATA, _TRAILERS = 0, 1, 2
-ChunkState = tuple[int, int, bytes]
-CHUNKS_BEGIN: ChunkState = (_SIZE, 0, b"")
+# Where a chunked body that spans reads stands at a read's end (`scan_chunks`): the bytes of a
+# chunk's data left (its CRLF included) and, where none are, what of the framing is kept. No data
+# left: in a chunk's size line (`_SIZE`, its bytes so far kept); or in the last chunk's trailers
+# (`_TRAILERS`, the section's last bytes kept, from a line's start: b"\n" as it begins).
+_SIZE, _TRAILERS = 0, -1
+ChunkState = tuple[int, bytes]
+CHUNKS_BEGIN: ChunkState = (_SIZE, b"")
 _HEX = re.compile(rb"[0-9A-Fa-f]+")
 # A size line with its extensions: past it, llhttp's state is not tracked (the old way).
 _SIZE_LINE_BOUND = 64 * 1024
 _HEX_DIGITS = "0123456789abcdef"
-# Chunks up to this size, in their plainest form, are skipped a run at a time (`_small_chunks`).
-SMALL_CHUNK = 0xFF
-# The fewest bytes the run can match (`1\r\nX\r\n`): with fewer left, no match is tried.
+# The fewest bytes the run of small chunks (`_small_chunks`) can match (`1\r\nX\r\n`): with
+# fewer left, no match is tried.
 _SMALLEST = 6
 
 
@@ -76,46 +76,53 @@ def scan_chunks(state: ChunkState, data: bytes, at: int) -> tuple[ChunkState, in
     at the data's end, and where in it the body ends (after its trailers), or -1. Each chunk's
     data is skipped by its size: a body of blank lines costs its chunks, not its lines. A
     ValueError for what is not a size line (llhttp refuses it)."""
-    kind, left, kept = state
+    left, kept = state
     end = len(data)
     while at < end:
-        if kind == _SIZE:
+        if left == _SIZE:
             line_end = data.find(b"\n", at)
+            # A size line in the run's form (one or two bytes, no leading zero, then its CR),
+            # whole in this read, with room for a chunk: a run begins there (the run itself
+            # refuses a rare look-alike, `7 `, at once). The line's length is tested first, the
+            # test a large chunk's line (`1000`) and an extension's (`5;a`) fail at once: gated
+            # on the bytes after the data instead, each chunk of such a form paid three reads
+            # of them (+7% framing an extension's form, rev-wire24). Gated on the size line
+            # before the data, a small chunk before a large one cost a failed match, one after a
+            # large one the loop's reading (mixed sizes 1.4 times the loop alone, rev-wire23).
+            if (
+                1 < line_end - at < 4
+                and not kept
+                and data[line_end - 1] == 13
+                and data[at] != 48
+                and end - at >= _SMALLEST
+            ):
+                run_end = _skipped_run(_small_chunks(), data, at)
+                if run_end > at:
+                    at = run_end
+                    continue
             line = kept + data[at : end if line_end < 0 else line_end]
             if len(line) > _SIZE_LINE_BOUND:
                 raise ValueError("a chunk's size line past its bound")
             if line_end < 0:
-                return (_SIZE, 0, line), -1
+                return (_SIZE, line), -1
             digits = line.split(b";", 1)[0].strip(b" \t\r")
             if _HEX.fullmatch(digits) is None:  # int() takes signs and underscores too
                 raise ValueError("no chunk size")
             size = int(digits, 16)
             at = line_end + 1
-            kind, left, kept = (_DATA, size + 2, b"") if size else (_TRAILERS, 0, b"\n")
-        elif kind == _DATA:
+            left, kept = (size + 2, b"") if size else (_TRAILERS, b"\n")
+        elif left > 0:
             if at + left > end:
-                return (_DATA, left - (end - at), b""), -1
+                return (left - (end - at), b""), -1
             at += left
-            kind = _SIZE
-            # The next size line looks like the run's form (no leading zero, its CR after one
-            # or two bytes), with room for a chunk: a run begins there (the run itself refuses
-            # a rare look-alike, `7 `, at once). Gated on the size line before the data
-            # instead, a small chunk before a large one cost a failed match, one after a large
-            # one the loop's reading (mixed sizes 1.4 times the loop alone), and each chunk of
-            # another form (an extension, a leading zero) the gate's test (+10-15%, rev-wire23).
-            if (
-                end - at >= _SMALLEST
-                and data[at] != 48
-                and (data[at + 1] == 13 or data[at + 2] == 13)
-            ):
-                at = _skipped_run(_small_chunks(), data, at)
+            left = _SIZE
         else:
             text = kept + data[at:]
             found = text.find(b"\n\r\n")
             if found < 0:
-                return (_TRAILERS, 0, text[-2:]), -1
+                return (_TRAILERS, text[-2:]), -1
             return CHUNKS_BEGIN, at + found + 3 - len(kept)
-    return (kind, left, kept), -1
+    return (left, kept), -1
 
 
 def _skipped_run(small: re.Pattern[bytes], data: bytes, at: int) -> int:
