@@ -62,6 +62,52 @@ def test_quoted_and_yaml_lists_still_select_their_rule(text: str, expected: str)
     assert redact_secrets(text) == expected
 
 
+# A `key` name that no credential word ends (`keys`, `primary_keys`, `"keys"`) selects no list
+# rule in a long text (privacy25): its list is a module's or a schema's, never redacted, and a
+# file of `keys = ['name', 'email']` lines cost a call of Python each (~3 µs a line).
+@pytest.mark.parametrize(
+    "line",
+    [
+        "keys = ['name', 'email']\n",
+        "    primary_keys = ['id']\n",
+        'FOREIGN_KEYS = ["user_id"]\n',
+        '  "keys": ["name", "email"],\n',
+        "  monkeys: ['a1', 'b2']\n",
+        "by_keys = ['a']\nall_key = ['b']\nreq_Keys = ['c']\n",
+        "ключ_keys = ['name']\n",
+    ],
+)
+def test_no_list_rule_runs_on_lists_under_a_key_name_of_no_credential(line: str) -> None:
+    text = line * 30
+    assert _list_rules_run(text) == 0
+    assert redact_secrets(text) == text
+    assert redact_secrets_lines(text) == text
+
+
+# The names whose list the `key` rules redact still select them, whatever separates the
+# credential word from its `key` (`_`, `.`, `-`, a letter of another script: `_KEY_WORD` reads
+# ASCII letters and digits only).
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("api_keys = ['k1abc']\n", "api_keys = ['[REDACTED]']\n"),
+        ('  "apiKeys": ["k1abc"],\n', '  "apiKeys": ["[REDACTED]"],\n'),
+        ("SECRET_KEYS = ['k1abc']\n", "SECRET_KEYS = ['[REDACTED]']\n"),
+        ("auth.keys: [k1abc]\n", "auth.keys: [[REDACTED]]\n"),
+        ("private--keys = ['k1abc']\n", "private--keys = ['[REDACTED]']\n"),
+        ("apié_keys = ['k1abc']\n", "apié_keys = ['[REDACTED]']\n"),
+        ("signingклюKeys: ['k1abc']\n", "signingклюKeys: ['[REDACTED]']\n"),
+        ("OPENAIAPIKEYS = ['k1abc']\n", "OPENAIAPIKEYS = ['[REDACTED]']\n"),
+        ("APIkeys = ['k1abc']\n", "APIkeys = ['[REDACTED]']\n"),
+    ],
+)
+def test_a_credential_key_names_list_still_selects_its_rule(line: str, expected: str) -> None:
+    filler = "keys = ['name', 'email']\n" * 20
+    assert _list_rules_run(filler + line) >= 1
+    assert redact_secrets(filler + line) == filler + expected
+    assert redact_secrets(line) == expected
+
+
 # A list of names (`keys: [a, b]`) holds no string and no element with a digit or a symbol: the
 # pattern fails on it, so that a file of them costs no call of Python per list.
 @pytest.mark.parametrize(
