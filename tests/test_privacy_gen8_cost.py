@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from app.privacy import redact_secrets, redact_secrets_lines
-from app.privacy.config import LIST_RULES
+from app.privacy.config import LIST_RULES, _plural_names
 from app.privacy.engine import _SCANNER, _rules_for
 from bench.privacy_lists import TS_CHUNK
 from tests.test_privacy import _assert_linear
@@ -106,6 +106,27 @@ def test_a_credential_key_names_list_still_selects_its_rule(line: str, expected:
     assert _list_rules_run(filler + line) >= 1
     assert redact_secrets(filler + line) == filler + expected
     assert redact_secrets(line) == expected
+
+
+# Where the rule runs anyway (a short text takes every gate as found; a long one holding a
+# credential's list), such a name's list is let go before its name is read: the letter before
+# its `key` tells (a call of the rule 0.6 µs instead of 2.3, timeit, unlocked).
+def test_a_key_name_of_no_credential_is_let_go_before_its_name_is_read() -> None:
+    lines = [
+        "keys = ['name', 'email']",
+        "  primary_keys: ['id', 1]",
+        '{"keys": ["a"]}',
+        "'Keys': ['x']",
+    ]
+    judged = _plural_names.cache_info()
+    for line in lines:
+        assert redact_secrets(line) == line
+    after = _plural_names.cache_info()
+    assert after.hits + after.misses == judged.hits + judged.misses
+    assert redact_secrets("api_keys = ['k1abc']") == "api_keys = ['[REDACTED]']"
+    assert _plural_names.cache_info().hits + _plural_names.cache_info().misses > (
+        after.hits + after.misses
+    )
 
 
 # A list of names (`keys: [a, b]`) holds no string and no element with a digit or a symbol: the
