@@ -45,6 +45,13 @@ CASES = {
     # Python's or TOML's assigned lists of strings under a `key` name that names no credential:
     # the `name = [` gate (privacy24) lets the rule run on each.
     "keys = ['name', 'email'] x 15k lines": ("keys = ['name', 'email']\n" * 15_000, 5),
+    # The same module holding one credential's list: the rule runs, on every line (privacy25).
+    "... and one api_keys = ['k1abc']": (
+        "keys = ['name', 'email']\n" * 15_000 + "api_keys = ['k1abc']\n",
+        5,
+    ),
+    # One such line, as a captured value or a chunk's line: a short text runs every gated rule.
+    "keys = ['name', 'email'] alone": ("keys = ['name', 'email']", 100_000),
 }
 
 

@@ -14,15 +14,23 @@ import pytest
 
 from app.capture.entities import SANITIZE_SCANNER
 from app.privacy import REDACTED, redact_secrets
-from app.privacy.config import _PLURAL_STEMS, LIST_GATE_BRANCHES, LIST_RULES, OPTION_AND_LIST_GATES
-from app.privacy.engine import _SCANNER
+from app.privacy.config import (
+    _KEY_NAME_BEFORE,
+    _PLURAL_STEMS,
+    LIST_GATE_BRANCHES,
+    LIST_NAME_GATES,
+    LIST_RULES,
+)
+from app.privacy.engine import _SCANNED_GATES, _SCANNER
 from app.textscan import SHORT_TEXT, LiteralScanner
 
-_LIST_GATES = [
-    (f"gate:{pattern.pattern}", OPTION_AND_LIST_GATES[pattern]) for _, pattern, _ in LIST_RULES
-]
+# What the scan looks for: a `key` name's rule's narrower gate (privacy25) in its gate's place.
+_LIST_GATES = [(f"gate:{pattern.pattern}", _SCANNED_GATES[pattern]) for _, pattern, _ in LIST_RULES]
 _BRANCHES = [
-    (f"gate:{pattern.pattern}", branch)
+    (
+        f"gate:{pattern.pattern}",
+        _KEY_NAME_BEFORE + branch if pattern in LIST_NAME_GATES else branch,
+    )
     for _, pattern, _ in LIST_RULES
     for branch in LIST_GATE_BRANCHES[pattern]
 ]
@@ -52,6 +60,10 @@ _BLANKS = ["", " ", "  ", "\t", " \t", "\r"]
 
 def _name(rng: random.Random, literal: str, ends: tuple[str, ...]) -> str:
     head = rng.choice(["", "db", "db_", "p", "P", "my", "  ", "  - ", "api_", "\t"])
+    if literal.lower() == "key" and rng.random() < 0.8:
+        # A credential word's letter before `key`, and what may stand between (privacy25).
+        head += rng.choice(["api", "Secret", "PRIVATE", "auth", "signing", "API"])
+        head += rng.choice(["", "_", "-", ".", "__", "\u00e9", "\u043a\u043b\u044e"])
     if literal[0].islower() and literal not in ("key", "pwd"):
         # The stems start after a credential word's first letter (`assw` of `password`).
         head += rng.choice(["p", "P", "s", "t", "T", "c", "a", "pa"] if literal != "ecret" else "s")

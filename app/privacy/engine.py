@@ -19,6 +19,7 @@ from app.privacy.config import (
     _PWD_NAME,
     ASSIGNMENT_RULES,
     CONNECTION_RULES,
+    LIST_NAME_GATES,
     LIST_RULES,
     OPTION_AND_LIST_GATES,
     OPTION_RULES,
@@ -100,11 +101,18 @@ _RULE_GATES: dict[re.Pattern[str], str] = {
     ),
 }
 
+# What the scan looks for as a rule's gate: the gate above, or a narrower one that still selects
+# the rule wherever it can change the text (`LIST_NAME_GATES`: a `key` name's list only under a
+# credential word's letter). The output is the same, so the rules' digest records the gates above.
+_SCANNED_GATES = {
+    pattern: LIST_NAME_GATES.get(pattern, gate) for pattern, gate in _RULE_GATES.items()
+}
+
 # Every literal the privacy rules test for, and the gates above, found in one pass (see
 # app/textscan.py).
 _SCANNER = LiteralScanner(
     ("<", *_PRIVATE_LITERALS, *_MEMORY_LITERALS, *(lit for rule in _RULES for lit in rule[0])),
-    gates={f"gate:{pattern.pattern}": expression for pattern, expression in _RULE_GATES.items()},
+    gates={f"gate:{pattern.pattern}": expression for pattern, expression in _SCANNED_GATES.items()},
 )
 # (literals, gate name or None, pattern, replacement) in rule order.
 _PLAN = [
