@@ -8,7 +8,7 @@
 - imports: `agmem serve`'s imports (app.cli.serving, app.main) from a copy of this app/ without
   and with its bytecode, as each `agmem` process the tests start pays them (PYTHONDONTWRITEBYTECODE
   set, as on this machine: nothing is written back);
-- mypy: `mypy --strict app` on a cold cache, one process against MYPY_WORKERS (Makefile) workers,
+- mypy: `mypy --strict app` on a cold cache, one process against --mypy-workers workers,
   wall and CPU.
 
 Rounds alternate the two sides; each line is one run.
