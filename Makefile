@@ -22,8 +22,12 @@ PYTEST_DIST ?= loadgroup
 # --compile-bytecode: where PYTHONDONTWRITEBYTECODE is set (many container images), Python would
 # otherwise compile every module from source in each process: ~5 s of CPU for the test run's own
 # imports and ~3 s for each `agmem` process the tests start. Once per new venv (~13 s), then free.
+# The project itself is an editable install, which that leaves out: app/ compiled here saves each
+# `agmem` process ~0.05 s (a command) to ~0.2 s (serve's 144 modules) of CPU, ~230 processes a
+# test run. compileall skips what is current; Python recompiles in memory whatever changed since.
 install: $(UV)
 	$(UV) sync --frozen --compile-bytecode
+	$(UV) run --frozen python -m compileall -q app bench tests
 
 run: install
 	$(UV) run agmem serve
