@@ -214,15 +214,21 @@ class GroupWriter:
         while not self._pending:
             await self._sleep()
 
-    async def _sleep(self) -> None:
-        """Wait for the next wake-up; a writer being closed ends instead.
+    def _end_if_closing(self) -> None:
+        """Called before each of the writer's waits (a wake-up, a PREPARE, a Sync): a writer
+        being closed ends there instead.
 
         `close` cancels the writer tasks, but Python 3.11's `asyncio.wait_for` (psycopg_pool's
         wait for a connection) returns its result instead of raising when the cancellation
-        comes as the connection arrives: the task then runs on as if never cancelled, and
-        waited here for ever, and `close` (the app's shutdown) with it."""
+        comes as the connection arrives: the task then runs on as if never cancelled. It waited
+        for a wake-up for ever, or for a Postgres that did not answer (rev-cancel25: a PREPARE
+        behind a table lock), and `close` (the app's shutdown) with it."""
         if self._closing:
             raise asyncio.CancelledError
+
+    async def _sleep(self) -> None:
+        """Wait for the next wake-up."""
+        self._end_if_closing()
         self._wake.clear()
         await self._wake.wait()
 
@@ -263,6 +269,7 @@ class GroupWriter:
         """Open a pipeline, send what is queued, and wait until it holds at least one statement
         (or a queued statement needs preparing first). False when the connection was found
         broken before the batch's Sync: what it was sent is queued again and it is given up."""
+        self._end_if_closing()
         try:
             await pipeline.prepare(
                 lane.connection, [_NOTIFY, *(sent.stmt for sent, _future in self._pending)]
@@ -315,6 +322,9 @@ class GroupWriter:
         return not self._committing or len(lane.sent) >= self.max_batch
 
     async def _write(self, lane: _Lane) -> None:
+        # Unsynced, the batch commits nothing: the connection is closed (`pipeline.hand_back`)
+        # and its requests fail with the writer's stop.
+        self._end_if_closing()
         connection, batch = lane.connection, lane.sent
         sent = [item for item, _future in batch]
         if lane.notify:

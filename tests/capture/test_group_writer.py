@@ -555,3 +555,43 @@ def test_a_closed_writers_statements_sent_without_their_sync_never_commit(
     # The batch cut after its Sync may have committed (its backend still held the Sync once the
     # lock was released); the one never synced must not have.
     assert db.execute("SELECT id FROM sessions WHERE id = 'behind'").fetchall() == []
+
+
+def test_close_ends_a_writer_that_swallowed_its_cancellation_while_postgres_would_hold_it(
+    database_url: str,
+) -> None:
+    """The swallowed cancellation again (above), with Postgres unable to answer the writer's
+    next round trip: its PREPARE of a statement on a table another transaction holds
+    exclusively would wait for that lock. A writer being closed must not start it (rev-cancel25:
+    `close` waited as long as the lock was held)."""
+    on_locked_table = text("SELECT count(*) AS n FROM sessions WHERE id = :id")
+
+    async def race(turns: int) -> bool:
+        pool = make_capture_pool(database_url, pool_size=1)
+        await pool.open(wait=True)
+        held = await pool.getconn()
+        writer = GroupWriter(pool, writers=1, max_batch=8)
+        statement = asyncio.ensure_future(writer.execute(on_locked_table, {"id": "x"}))
+        while pool.get_stats().get("requests_waiting", 0) < 1:
+            await asyncio.sleep(0)
+        await pool.putconn(held)
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        try:
+            await asyncio.wait_for(writer.close(), 5)
+        except TimeoutError:
+            return False
+        finally:
+            locker.rollback()  # the lock goes: whatever waited on it ends
+            statement.cancel()  # a close cut short by the timeout failed no queued statement
+            await asyncio.gather(statement, return_exceptions=True)
+            await pool.close()
+        return True
+
+    ended = []
+    with psycopg.connect(libpq_url(database_url)) as locker:
+        for turns in range(12):
+            locker.execute("LOCK TABLE sessions IN ACCESS EXCLUSIVE MODE")
+            ended.append(asyncio.run(race(turns)))
+            locker.rollback()
+    assert ended == [True] * 12
