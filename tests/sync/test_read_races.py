@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,43 +11,7 @@ import pytest
 
 from app.config import Settings
 from app.sync import stamps
-from tests.sync.helpers import CountingEmbedder, make_project, run_sync
-
-# Another process (Samba, an NFS server, an editor using leases) holds a write lease on a file:
-# the kernel makes an open for reading wait until it gives the lease up, or, O_NONBLOCK, fail at
-# once with EWOULDBLOCK while the holder is told to give it up.
-LEASE_HOLDER = """
-import fcntl, os, signal, sys
-signal.signal(signal.SIGIO, signal.SIG_IGN)  # told to give the lease up: it keeps it
-descriptor = os.open(sys.argv[1], os.O_RDONLY)
-try:
-    fcntl.fcntl(descriptor, fcntl.F_SETLEASE, fcntl.F_WRLCK)
-except OSError as error:
-    print(f"no lease: {error.strerror}", flush=True)
-    sys.exit(0)
-print("held", flush=True)
-sys.stdin.read()
-"""
-
-
-@contextmanager
-def leased(path: Path) -> Iterator[None]:
-    holder = subprocess.Popen(
-        [sys.executable, "-c", LEASE_HOLDER, str(path)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert holder.stdin is not None
-    assert holder.stdout is not None
-    try:
-        said = holder.stdout.readline().strip()
-        if said != "held":
-            pytest.skip(f"this file system takes no lease ({said})")
-        yield
-    finally:
-        holder.stdin.close()
-        holder.wait(timeout=30)
+from tests.sync.helpers import CountingEmbedder, leased, make_project, run_sync
 
 
 def _chunks_of(db: psycopg.Connection[Any], path: Path) -> str:
