@@ -37,7 +37,10 @@ def test_a_file_under_another_process_s_lease_is_skipped_until_the_next_sync(
         kept = _chunks_of(db, notes)
 
     assert [(s.path, s.reason) for s in held.skipped] == [
-        (str(notes), "held by another process's lease: skipped until the next sync")
+        (
+            str(notes),
+            "held by another process's lease: kept as indexed until a sync can read it",
+        )
     ]
     assert kept == before  # what the index held of it stays searchable meanwhile
     assert held.files_deleted == 0
