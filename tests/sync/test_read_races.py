@@ -104,3 +104,19 @@ def test_a_file_last_changed_ticks_before_the_read_is_stored_as_read(
 )
 def test_the_racy_rule(mtime: float, read_at: float, racy: bool) -> None:
     assert stamps.racy(mtime, read_at) is racy
+
+
+def test_a_file_written_as_the_sync_reads_is_racy_on_the_real_clock(tmp_path: Path) -> None:
+    # The kernel stamps mtimes from its coarse clock: a reading of the fine one (time.time()) is
+    # up to a tick ahead of it, and a file written at that moment looked a tick old, so a change
+    # within the same tick kept its (size, mtime) and was never read. No forced tick here.
+    notes = tmp_path / "a.md"
+    seen_racy = 0
+    for n in range(50):
+        read_at = stamps.stamp_clock()
+        notes.write_text(f"# Notes\nversion {n}\n")  # written after the read's clock reading
+        assert stamps.racy(notes.stat().st_mtime, read_at)
+        # Read at once after the write: racy unless the clock ticked in between (microseconds,
+        # against a tick of 1-10 ms).
+        seen_racy += stamps.racy(notes.stat().st_mtime, stamps.stamp_clock())
+    assert seen_racy > 0
