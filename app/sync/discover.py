@@ -33,7 +33,7 @@ class Skip:
     path: str  # for showing: a name that is not UTF-8 has U+FFFD for each such byte
     reason: str
     # Passed over for this sync only (another process holds the file): what the index holds of
-    # it is kept, and the next sync reads it.
+    # it is kept until a sync can read it (a watch looks at it again by itself).
     for_now: bool = False
 
     def __post_init__(self) -> None:

@@ -70,7 +70,9 @@ FIRST_BATCH_CHUNKS = 250
 BATCH_FILES = 50
 WRITERS = 2  # concurrent write transactions: Postgres's tsvector and HNSW work is per backend
 
-LEASED = "held by another process's lease: skipped until the next sync"
+# Not "until the next sync": a watch's next sync may look only at other files (it looks at this
+# one again itself, `app/sync/watch.py`), and the lease may outlast it.
+LEASED = "held by another process's lease: kept as indexed until a sync can read it"
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,9 @@ runs is gathered for the next one, so saves during a sync cost one more sync, ne
 A burst's sync looks only at the paths its events name (a few `stat`s, not a listing of the whole
 project) on connections kept from the last sync; the first sync, and the one after a root folder
 appears or goes, is a whole one. The memory root itself is watched without recursion: a project
-root can hold huge trees (node_modules, build output) that the sync never reads.
+root can hold huge trees (node_modules, build output) that the sync never reads. A file a sync
+passed over under another process's lease is looked at again by the watch itself (`_LeaseRetries`):
+a lease given up without a write makes no event.
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ log = structlog.get_logger(__name__)
 # How often the watch looks whether a root folder appeared or went (a folder created after the
 # watch started has no watcher yet, and its files' events would never come).
 ROOTS_POLL_SECONDS = 1.0
+# The longest wait between two looks at a file still under another process's lease: one held for
+# hours costs a sync of that one file a minute, not one every debounce.
+LEASE_RETRY_MAX_SECONDS = 60.0
 
 
 class _Relevant(DefaultFilter):
@@ -85,8 +90,8 @@ class _Changes:
         self.ready.set()
 
     def recover(self, paths: set[str] | None) -> None:
-        """Look again at `paths` (None: everything), where a burst watchfiles lost may have
-        changed files, saying nothing unless something did."""
+        """Look again at `paths` (None: everything), where files may have changed unseen (a burst
+        watchfiles lost, a lease given up), saying nothing unless something did."""
         if not self.ready.is_set():
             self.quiet = True
         if paths is None:
@@ -114,6 +119,51 @@ class _Changes:
         return (None if whole else paths), quiet
 
 
+class _LeaseRetries:
+    """The files syncs passed over under another process's lease (`Skip.for_now`), and when to
+    look at each again: after the debounce, then twice as long each time it is still held, up to
+    `LEASE_RETRY_MAX_SECONDS`. A file a sync read (or found gone) since is dropped."""
+
+    def __init__(self, first_wait: float) -> None:
+        self.first_wait = first_wait
+        self.waits: dict[str, float] = {}  # the last wait of each held file
+        self.due: dict[str, float] = {}  # when each is looked at again (loop time); not once taken
+
+    def after_sync(self, looked_at: set[str] | None, report: SyncReport, now: float) -> None:
+        """Note what a sync of `looked_at` (None: everything) found held, ended at `now`."""
+        # A leased file's name is UTF-8 (any other is skipped before it is opened): its Skip
+        # keeps the path as found, the one the sync's scope takes.
+        held = {skip.path for skip in report.skipped if skip.for_now}
+        for path in [p for p in self.waits if p not in held and _covers(looked_at, p)]:
+            del self.waits[path]
+            self.due.pop(path, None)
+        for path in held:
+            wait = self.waits.get(path)
+            wait = self.first_wait if wait is None else min(wait * 2, LEASE_RETRY_MAX_SECONDS)
+            self.waits[path] = wait
+            self.due[path] = now + wait
+
+    def next_due(self) -> float | None:
+        return min(self.due.values(), default=None)
+
+    def take(self, now: float) -> set[str]:
+        """The files due by `now`, for the next sync (which reschedules those still held)."""
+        ready = {path for path, at in self.due.items() if at <= now}
+        for path in ready:
+            del self.due[path]
+        return ready
+
+
+def _covers(looked_at: set[str] | None, path: str) -> bool:
+    """Whether a sync of the changed paths `looked_at` (None: everything) looked at `path`."""
+    if looked_at is None:
+        return True
+    return any(
+        path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+        for folder in map(os.path.normpath, looked_at)
+    )
+
+
 async def watch_project(
     sessionmaker: async_sessionmaker[AsyncSession],
     settings: Settings,
@@ -124,13 +174,16 @@ async def watch_project(
     stop: asyncio.Event,
     progress: Progress | None = None,
 ) -> None:
-    """Sync once, then again after every burst of changes, until `stop` is set. A burst's sync
-    that found nothing under its paths (an editor's temporary file gone) is not reported."""
+    """Sync once, then again after every burst of changes, and at the files syncs passed over
+    under another process's lease, until `stop` is set. A burst's sync that found nothing under
+    its paths (an editor's temporary file gone) is not reported."""
     _, memory_root, sessions_root = resolve_roots(settings, request)
     roots = (memory_root, memory_root / "memory", sessions_root)
     changes = _Changes()
     connections = SyncConnections(sessionmaker_url(sessionmaker), keep=WRITERS)
     shown_skips: set[str] = set()  # a quiet recovery does not show a skipped file again
+    retries = _LeaseRetries(settings.sync_watch_debounce_ms / 1000)
+    loop = asyncio.get_running_loop()
 
     async def sync(paths: set[str] | None) -> SyncReport | None:
         return await _unless_stopped(
@@ -151,13 +204,22 @@ async def watch_project(
         while not stop.is_set():
             waiter = asyncio.create_task(changes.ready.wait())
             stopper = asyncio.create_task(stop.wait())
-            await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            due = retries.next_due()
+            await asyncio.wait(
+                {waiter, stopper},
+                timeout=None if due is None else max(0.0, due - loop.time()),
+                return_when=asyncio.FIRST_COMPLETED,
+            )
             waiter.cancel()
             stopper.cancel()
             if stop.is_set():
                 break
             if changes.error is not None:
                 raise changes.error
+            if again := retries.take(loop.time()):
+                changes.recover(again)
+            elif not changes.ready.is_set():  # woken a hair before the retry was due
+                continue
             changed, quiet = changes.take()
             try:
                 report = await sync(changed)
@@ -171,6 +233,7 @@ async def watch_project(
                 report = await sync(changed)
             if report is None:  # stopped during it
                 break
+            retries.after_sync(changed, report, loop.time())
             if quiet:
                 show = bool(report.files_changed or report.files_deleted or report.errors) or any(
                     skip.path not in shown_skips for skip in report.skipped

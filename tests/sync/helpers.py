@@ -1,14 +1,19 @@
-"""Builders for sync tests: a counting embedder over the real local model, and a runner."""
+"""Builders for sync tests: a counting embedder over the real local model, a runner, and another
+process's lease on a file."""
 
 from __future__ import annotations
 
 import asyncio
 import shutil
-from collections.abc import Awaitable, Callable
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
+import pytest
 from numpy.typing import NDArray
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -108,3 +113,42 @@ def make_project(root: Path) -> Path:
         root / "sessions" / "legacy.json",
     )
     return root
+
+
+# Another process (Samba, an NFS server, an editor using leases) holds a write lease on a file:
+# the kernel makes an open for reading wait until it gives the lease up, or, O_NONBLOCK, fail at
+# once with EWOULDBLOCK while the holder is told to give it up.
+LEASE_HOLDER = """
+import fcntl, os, signal, sys
+signal.signal(signal.SIGIO, signal.SIG_IGN)  # told to give the lease up: it keeps it
+descriptor = os.open(sys.argv[1], os.O_RDONLY)
+try:
+    fcntl.fcntl(descriptor, fcntl.F_SETLEASE, fcntl.F_WRLCK)
+except OSError as error:
+    print(f"no lease: {error.strerror}", flush=True)
+    sys.exit(0)
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+@contextmanager
+def leased(path: Path) -> Iterator[None]:
+    """`path` under another process's write lease, which it keeps when told to give it up, until
+    the block ends (the test is skipped where the file system takes no lease)."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", LEASE_HOLDER, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdin is not None
+    assert holder.stdout is not None
+    try:
+        said = holder.stdout.readline().strip()
+        if said != "held":
+            pytest.skip(f"this file system takes no lease ({said})")
+        yield
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)

@@ -16,11 +16,12 @@ from watchfiles._rust_notify import WatchfilesRustInternalError
 from app.config import Settings
 from app.db.engine import make_async_engine, make_sessionmaker
 from app.sync import watch as watch_module
-from app.sync.indexer import ProjectFolderMissing, SyncRequest
+from app.sync.discover import Skip
+from app.sync.indexer import LEASED, ProjectFolderMissing, SyncRequest
 from app.sync.report import SyncReport
 from app.sync.watch import watch_project
 from tests.conftest import make_settings
-from tests.sync.helpers import TESTDATA, CountingEmbedder, make_project
+from tests.sync.helpers import TESTDATA, CountingEmbedder, leased, make_project
 
 SYNC_CONNECTIONS = (
     "SELECT pid FROM pg_stat_activity WHERE application_name = 'agmem-sync' ORDER BY pid"
@@ -429,3 +430,71 @@ def test_stopping_the_watch_cancels_the_sync_in_progress(
     asyncio.run(go())
 
     assert cancelled == [True]
+
+
+def test_watch_reads_a_file_again_once_another_process_s_lease_on_it_is_gone(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A lease given up without a write makes no event: the burst's sync skipped the file, and its
+    # old chunks stayed until another event named it or the watch was restarted.
+    project = make_project(tmp_path / "proj")
+    note = project / "memory" / "a.md"
+    settings: Settings = make_settings(home=tmp_path / "home", sync_watch_debounce_ms=100)
+    reports: list[SyncReport] = []
+    syncs: list[float] = []
+    real_sync = watch_module.sync_project
+
+    async def counting(*args: Any, **kwargs: Any) -> SyncReport:
+        syncs.append(asyncio.get_running_loop().time())
+        return await real_sync(*args, **kwargs)
+
+    monkeypatch.setattr(watch_module, "sync_project", counting)
+    # Written outside the watched folders and moved in under the lease: a write of the file
+    # itself would wait for the lease.
+    edited = tmp_path / "edited.md"
+    edited.write_text("# A\n\nedited while another process held it\n")
+
+    async def go() -> None:
+        async with watching(database_url, settings, project, reports):
+            before = _chunks(db, note)
+            with leased(edited):
+                edited.rename(note)
+                await _until(lambda: any(s.path == str(note) for r in reports for s in r.skipped))
+                held_from = len(syncs)
+                await asyncio.sleep(2.0)
+                assert _chunks(db, note) == before  # kept while held
+                # Retried, backing off: 0.1 s, then 0.2, 0.4, 0.8 (every 0.1 s: 20 syncs).
+                assert len(syncs) - held_from <= 5
+            await _until(
+                lambda: _chunks(db, note) == [("# A\n\nedited while another process held it",)]
+            )
+
+    asyncio.run(go())
+
+    held = [s for r in reports for s in r.skipped]
+    assert [(s.path, s.for_now) for s in held] == [(str(note), True)]  # shown once
+
+
+def test_a_file_held_for_hours_is_looked_at_once_a_minute_until_a_sync_reads_it() -> None:
+    note = "/p/memory/a.md"
+    retries = watch_module._LeaseRetries(0.1)
+    held = SyncReport(skipped=[Skip(note, LEASED, for_now=True)])
+    waits: list[float] = []
+    now = 0.0
+    for _ in range(14):
+        retries.after_sync({note}, held, now)
+        due = retries.next_due()
+        assert due is not None
+        waits.append(round(due - now, 3))
+        assert retries.take(due - 0.001) == set()
+        now = due
+        assert retries.take(now) == {note}
+        assert retries.next_due() is None  # taken: its sync reschedules it
+    assert waits[:5] == [0.1, 0.2, 0.4, 0.8, 1.6]
+    assert waits[-2:] == [watch_module.LEASE_RETRY_MAX_SECONDS] * 2
+
+    retries.after_sync({"/p/memory/bank"}, SyncReport(), now)  # a sync of other files
+    assert retries.next_due() is None
+    assert note in retries.waits
+    retries.after_sync({"/p/memory"}, SyncReport(), now)  # its folder's sync read it
+    assert retries.waits == {}
