@@ -8,9 +8,10 @@ thread, and a run with no other thread prints no dump at all (the lead's CI of r
 
 So, on a timeout: every unfinished asyncio task is written with its await chain (where each
 coroutine waits, down to the future at the bottom), to stderr and into the failure; and if the
-test has still not ended GRACE_SECONDS later, every thread's stack and the tasks again, then the
-process exits (under pytest-xdist the controller reports the test as crashing its worker and
-goes on with another worker).
+test has still not ended GRACE_SECONDS later, every thread's stack and the tasks again. The
+process is not ended then: under `--dist loadgroup` (the suite's) pytest-xdist 3.8's controller
+waited for ever on a worker that exited mid-test (rev-flaky25), so a stuck run stays stuck, as
+it would without this module, but says where.
 """
 
 from __future__ import annotations
@@ -121,16 +122,15 @@ def _thread_stacks() -> str:
     return "".join(stacks)
 
 
-def _end_the_run(item: pytest.Item, timeout: float) -> None:
-    """The test did not end after its timeout's failure: what everything waits on, then exit."""
+def _say_what_still_runs(item: pytest.Item, timeout: float) -> None:
+    """The test did not end after its timeout's failure: what everything waits on."""
     tasks = describe_tasks()
     _write(
         item,
         f"\n+++ {item.nodeid}: still running {GRACE_SECONDS:g} s after its {timeout:g} s "
-        "timeout; every thread's stack and asyncio task, then exit +++\n"
-        f"{_thread_stacks()}{tasks or 'no asyncio task'}\n+++ exit +++\n",
+        "timeout; every thread's stack and asyncio task +++\n"
+        f"{_thread_stacks()}{tasks or 'no asyncio task'}\n+++ end +++\n",
     )
-    os._exit(1)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -148,14 +148,17 @@ def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> bool | None:
                 f"Timeout (>%ss from pytest-timeout); asyncio tasks at the time:\n{escaped}"
             )
         try:
-            pytest_timeout.timeout_sigalrm(item, settings)  # raises the test's failure
+            # Raises the test's failure; returns without one under a debugger (pdb, an IDE).
+            pytest_timeout.timeout_sigalrm(item, settings)
+        except BaseException:
+            teller = threading.Timer(GRACE_SECONDS, _say_what_still_runs, (item, settings.timeout))
+            teller.name = f"still running: {item.nodeid}"
+            teller.daemon = True
+            teller.start()
+            last_resort.append(teller)
+            raise
         finally:
             pytest_timeout.PYTEST_FAILURE_MESSAGE = _MESSAGE
-            ender = threading.Timer(GRACE_SECONDS, _end_the_run, (item, settings.timeout))
-            ender.name = f"last resort for {item.nodeid}"
-            ender.daemon = True
-            ender.start()
-            last_resort.append(ender)
 
     def cancel() -> None:
         signal.setitimer(signal.ITIMER_REAL, 0)
