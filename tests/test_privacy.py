@@ -986,6 +986,7 @@ RULES_GENERATIONS = {
     9: "c83b91ffa1ab7f56",
     10: "5caab8102dd320cd",
     11: "3e260cdb0fada3d2",
+    12: "9c3e2733cc7c348c",
 }
 
 

@@ -32,8 +32,14 @@ _NAME_END = re.compile(_KEY_NAME_BEFORE.encode() + rb"(?:key|Key|KEY)[sS]?\Z")
 
 
 def test_the_narrowing_moves_no_digest() -> None:
-    assert (RULES_GENERATION, RULES_VERSION) == (11, "3e260cdb0fada3d2")
+    # The digest reads the wider gates (`_RULE_GATES`), which the narrowing leaves as they were:
+    # generation 11's digest stayed 3e260cdb0fada3d2 with it. Generation 12 (privacy25b's
+    # triple-quoted values) moved it for a rule of its own; each generation's digest is pinned in
+    # tests/test_privacy.py.
+    assert RULES_GENERATION >= 11
+    assert RULES_VERSION != "3e260cdb0fada3d2" or RULES_GENERATION == 11
     assert len(LIST_NAME_GATES) == 3
+    assert all(_RULE_GATES[pattern] != gate for pattern, gate in LIST_NAME_GATES.items())
 
 
 def test_the_letters_are_the_credential_words_before_key() -> None:

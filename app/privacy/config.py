@@ -21,7 +21,7 @@ def basic_credentials(value: str) -> bool:
 def _assignment(match: re.Match[str]) -> str:
     """`NAME = value` or `"name": "value"`: keep the name and quotes, redact the value."""
     value = match.group("value")
-    quote = value[0] if value[:1] in ("'", '"') else ""
+    quote = match.groupdict().get("triple") or (value[0] if value[:1] in ("'", '"') else "")
     return f"{match.group('name')}{match.group('sep')}{quote}{REDACTED}{quote}"
 
 
@@ -555,8 +555,16 @@ def _credential_assignment(match: re.Match[str]) -> str:
     before = _NAME_BEFORE.search(match.string, max(0, start - 100), start)
     # The unquoted rule's name holds the line's indent, a list's `- ` and `export `.
     name = (before.group() if before else "") + match.group("name").split()[-1].strip("\"'")
-    value = match.group("value").strip("\"'")
-    if match.groupdict().get("phrase") is not None:
+    groups = match.groupdict()
+    if groups.get("triple") is not None:
+        # A triple-quoted string's value (`_TRIPLE_QUOTED`): its delimiters and the newlines
+        # around it are no part of it.
+        value = groups["word3"] or groups["phrase3"]
+        phrase = groups["phrase3"] is not None
+    else:
+        value = match.group("value").strip("\"'")
+        phrase = groups.get("phrase") is not None
+    if phrase:
         return _assignment(match) if passphrase(name, value) else match.group()
     kept = (
         reference(name, value)
@@ -1224,6 +1232,16 @@ _CONFIG_PATTERN = re.compile(
     re.MULTILINE,
 )
 
+# A TOML (or Python) triple-quoted string of one line, `"""hunter2x"""` or `'''hunter2x'''`, or
+# that line alone between the delimiters' lines (TOML trims the newline after the opening one):
+# judged as the value in one pair of quotes is, a word (`word3`) or a phrase (`phrase3`, by
+# `passphrase`). Neither quote is in it, so that it cannot run past its closing delimiter; a text
+# of several lines is kept (a help text, a docstring), and so is a PEM key, which KEY_RULES read.
+_TRIPLE_QUOTED = (
+    r"(?P<triple>\"\"\"|''')(?:\r?\n)?"
+    r"(?:(?P<word3>[^\"'\s]{4,}+)|(?P<phrase3>[^\"'\n:=]{4,100}+))(?:\r?\n)?(?P=triple)"
+)
+
 ASSIGNMENT_RULES: list[_Rule] = [
     # .env / shell style: API_KEY=..., DB_PASSWORD="...", export GITHUB_TOKEN=...
     *(
@@ -1236,7 +1254,9 @@ ASSIGNMENT_RULES: list[_Rule] = [
                 # raw line), not swallowing the lines after it.
                 # A value in `<…>` is one, blanks and all (`<Hunter Two>`), as JSON's is; a
                 # template's tag (`<%= x %>`, `<${x}>`) is none.
-                + r"(?P<value>\"[^\"\n]*\"|'[^'\n]*'|<(?![%$\{])[^<>\n]{1,100}+>(?![^\s\"'#\\])"
+                # A triple-quoted string first: its `""` would be an empty value.
+                + rf"(?P<value>{_TRIPLE_QUOTED}"
+                + r"|\"[^\"\n]*\"|'[^'\n]*'|<(?![%$\{])[^<>\n]{1,100}+>(?![^\s\"'#\\])"
                 + r"|(?:[^\s\"'#\\]|\\(?![nr]))+)"
             ),
             _credential_assignment,
@@ -1269,7 +1289,8 @@ ASSIGNMENT_RULES: list[_Rule] = [
                 # so that no credential's assignment it would hide from this rule is inside it,
                 # and 4 characters or more, as the hyperscan gate's quoted value (engine.py).
                 + r"(?P<value>\"[^\"\s]{4,}\"|'[^'\s]{4,}'"
-                + r"|(?P<phrase>\"[^\"'\n:=]{4,100}+\"|'[^'\"\n:=]{4,100}+'))"
+                + r"|(?P<phrase>\"[^\"'\n:=]{4,100}+\"|'[^'\"\n:=]{4,100}+')"
+                + rf"|{_TRIPLE_QUOTED})"
             ),
             _credential_assignment,
         )

@@ -93,7 +93,9 @@ from app.privacy.private import _MEMORY, _MEMORY_LITERALS, _PRIVATE_LITERALS, _P
 # are a label's; TOML's and INI's `name = [...]` lists (privacy24).
 # 10: a short token of a random token's kinds under `tokens` kept when it reads as an
 # identifier (`_identifier`: `Uint8Array`, `OAuth2Client`; fixprivacy24).
-_RULES_CODE_VERSION = 10
+# 11: a triple-quoted value keeps its delimiters (`_assignment`) and is judged without them and
+# the newlines around it (`_credential_assignment`; privacy25b).
+_RULES_CODE_VERSION = 11
 
 
 def _described(value: object) -> str:
@@ -190,4 +192,9 @@ RULES_VERSION = _rules_version()
 # random token of 10 to 15 characters in a `tokens` list.
 # 11 (fixprivacy24): such a token kept when it reads as an identifier (`Uint8Array`,
 # `OAuth2Client`: a JavaScript tokenizer's output, which generation 10 redacted).
-RULES_GENERATION = 11
+# 12 (privacy25b): a TOML (or Python) triple-quoted string under a credential's name, on one
+# line or alone between the delimiters' lines (`password = """hunter2x"""`; `password = '''`,
+# `hunter2x` and `'''` on three lines), redacted as the value in one pair of quotes is; in
+# capitals (`PASSWORD = """…"""`) the `.env` rule had redacted the empty `""` its delimiter opens
+# with and kept the password.
+RULES_GENERATION = 12
