@@ -28,8 +28,8 @@ bounded by the idle timeout (AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS):
   gave up there, 30 of 30, docs/architecture.md). As nginx's lingering close does, the answer is
   followed by a FIN and what still comes is read and dropped until the client closes,
   LINGER_QUIET_SECONDS (or the idle timeout, if shorter) pass without a byte, LINGER_SECONDS in
-  all, or the connection limit is reached. A 408 is not followed so: its client stalled or
-  trickles its bytes.
+  all, or a newcomer finds the connection limit reached (the oldest lingering connections make
+  way). A 408 is not followed so: its client stalled or trickles its bytes.
 """
 
 from __future__ import annotations
@@ -184,9 +184,37 @@ class StallBoundProtocol(HttpToolsProtocol):
     def linger_quiet(self) -> float:
         return min(LINGER_QUIET_SECONDS, self.idle_timeout)
 
+    def release_lingering(self) -> None:
+        """At the connection limit, this one included, close lingering connections, the oldest
+        first, until it is within it: else a newcomer got its 503 while clients a refusal had
+        closed on still sent (their quiet timers are the next look at the limit: 28 s of 503s
+        for 10 clients trickling a byte each 1.5 s at AGMEM_MAX_CONNECTIONS=10)."""
+        limit = self.limit_concurrency
+        if limit is None:
+            return
+        excess = len(self.connections) - limit + 1
+        if excess <= 0:
+            return
+        lingering = sorted(
+            (
+                (connection.lingering_since, id(connection), connection)
+                for connection in self.connections
+                if isinstance(connection, StallBoundProtocol)
+                and connection.lingering_since is not None
+                and not connection.transport.is_closing()
+            ),
+            key=lambda entry: (entry[0], entry[1]),
+        )
+        for _, _, connection in lingering[:excess]:
+            connection.transport.close()
+            # Out of the count at once: uvloop reports the close (`connection_lost`) only after
+            # the loop's next reads, the newcomer's request among them, which got its 503.
+            self.connections.discard(connection)
+
     def linger_check(self, now: float, since: float) -> None:
         """Close a lingering connection once its client has been quiet for `linger_quiet`, it
-        has lingered LINGER_SECONDS, or the service has its limit of connections open."""
+        has lingered LINGER_SECONDS, or the service has its limit of connections open (a
+        newcomer at the limit closes lingering ones at once: `release_lingering`)."""
         ends = min(self.last_data + self.linger_quiet(), since + LINGER_SECONDS)
         limit = self.limit_concurrency
         if now < ends and (limit is None or len(self.connections) < limit):

@@ -209,6 +209,8 @@ class JsonErrorsProtocol(LineReadingProtocol):
         wait = self.idle_timeout
         limit = self.limit_concurrency
         if limit is not None and len(self.connections) >= limit:
+            self.release_lingering()
+        if limit is not None and len(self.connections) >= limit:
             # Past the limit a connection is still a descriptor: it gets a moment to send its
             # request, answered 503, and one past the overflow is closed at once.
             if len(self.connections) >= limit + OVERFLOW:

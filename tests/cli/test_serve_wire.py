@@ -1395,3 +1395,30 @@ def test_a_request_the_parser_refuses_after_an_answered_one_is_still_a_400(port:
     status, error = error_of(rest)
     assert status == b"HTTP/1.1 400 Bad Request"
     assert error["error"] == "BadRequest"
+
+
+def _refused_and_lingering(port: int) -> socket.socket:
+    """A connection whose request was refused while its body was still to come: its 400 read,
+    the service lingers on it, reading and dropping what still comes."""
+    connection = socket.create_connection(("127.0.0.1", port), timeout=20)
+    connection.sendall(STILL_SENDING["two Host headers"][0][:65536])
+    answer = b""
+    while chunk := connection.recv(65536):
+        answer += chunk
+    assert _answers(answer)[0][0] == b"HTTP/1.1 400 Bad Request"
+    connection.sendall(b"x")  # still sending: the linger goes on
+    return connection
+
+
+def test_lingering_connections_at_the_limit_make_way_for_a_newcomer(port: int) -> None:
+    # rev-wire25: the limit was checked only when a lingering connection's quiet timer fired, so
+    # 10 refused clients trickling a byte each 1.5 s at AGMEM_MAX_CONNECTIONS=10 made every
+    # other request a 503 for 28 s.
+    lingering = [_refused_and_lingering(port) for _ in range(MAX_CONNECTIONS)]
+    try:
+        answers = [exchange(port, GET_HEALTH) for _ in range(3)]
+    finally:
+        for connection in lingering:
+            connection.close()
+
+    assert [answer.split(b"\r\n", 1)[0] for answer in answers] == [b"HTTP/1.1 200 OK"] * 3
