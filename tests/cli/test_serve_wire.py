@@ -1422,3 +1422,18 @@ def test_lingering_connections_at_the_limit_make_way_for_a_newcomer(port: int) -
             connection.close()
 
     assert [answer.split(b"\r\n", 1)[0] for answer in answers] == [b"HTTP/1.1 200 OK"] * 3
+
+
+def test_a_refused_client_sending_without_end_is_closed_past_the_byte_cap(port: int) -> None:
+    # rev-wire25: read and dropped without a bound on the bytes, a refused client sending at
+    # full speed had the service read ~12 GiB in 12 s (LINGER_SECONDS allows 30).
+    connection = _refused_and_lingering(port)
+    sent = 0
+    block = b"x" * (1024 * 1024)
+    with connection, contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        while sent < 512 * len(block):
+            connection.sendall(block)
+            sent += len(block)
+
+    # The cap, 8 MiB (AGMEM_MAX_BODY_BYTES), and what the kernels' buffers hold besides.
+    assert sent < 64 * len(block), sent
