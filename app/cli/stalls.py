@@ -28,8 +28,9 @@ bounded by the idle timeout (AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS):
   gave up there, 30 of 30, docs/architecture.md). As nginx's lingering close does, the answer is
   followed by a FIN and what still comes is read and dropped until the client closes,
   LINGER_QUIET_SECONDS (or the idle timeout, if shorter) pass without a byte, LINGER_SECONDS in
-  all, or the connection limit is reached. A 408 is not followed so: its client stalled or
-  trickles its bytes.
+  all, more bytes come than a refused request can still hold (`linger_bytes`), or a newcomer
+  finds the connection limit reached (the oldest lingering connections make way). A 408 is not
+  followed so: its client stalled or trickles its bytes.
 """
 
 from __future__ import annotations
@@ -60,6 +61,11 @@ DEFAULT_IDLE_TIMEOUT_SECONDS: float = Settings.model_fields["request_idle_timeou
 # 280 KiB/s.
 LINGER_QUIET_SECONDS = 2.0
 LINGER_SECONDS = 30.0
+# And the bytes read and dropped: a refused request's rest is at most a body the service takes
+# (AGMEM_MAX_BODY_BYTES, its default here) and a head's bound (128 KiB, app/cli/headers.py);
+# without one a client sending at full speed had the service read and drop ~12 GiB in 12 s
+# (rev-wire25: /health 9-18 ms -> 72-106 ms meanwhile).
+DEFAULT_LINGER_BYTES: int = Settings.model_fields["max_body_bytes"].default + 128 * 1024
 _RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close sends RST, drops what is unsent
 _SIOCOUTQ = 0x5411  # Linux: the bytes of a TCP socket's send queue the peer has not acknowledged
 
@@ -98,6 +104,7 @@ class StallBoundProtocol(HttpToolsProtocol):
     `message_began`, `waiting_since`, `in_headers`) as requests come, and arms `idle_timer`."""
 
     idle_timeout = DEFAULT_IDLE_TIMEOUT_SECONDS
+    linger_bytes = DEFAULT_LINGER_BYTES
     refusals = RefusalLog()
     # A refusal pipelined behind a request still in the app, sent once its answer is (set by
     # the protocol over it): its request's body, never to be read, is not timed as one.
@@ -120,6 +127,7 @@ class StallBoundProtocol(HttpToolsProtocol):
         # When the connection's last answer was followed by its FIN (`close_lingering`): what
         # comes after it is read and dropped.
         self.lingering_since: float | None = None
+        self.dropped = 0  # the bytes read and dropped since
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.idle_timer is not None:
@@ -181,12 +189,46 @@ class StallBoundProtocol(HttpToolsProtocol):
             self.idle_timer.cancel()
         self.idle_timer = self.loop.call_later(self.linger_quiet(), self.idle_check)
 
+    def drop(self, data: bytes) -> None:
+        """A lingering connection's read, dropped: past `linger_bytes` it is closed."""
+        self.dropped += len(data)
+        if self.dropped > self.linger_bytes:
+            self.transport.close()
+
     def linger_quiet(self) -> float:
         return min(LINGER_QUIET_SECONDS, self.idle_timeout)
 
+    def release_lingering(self) -> None:
+        """At the connection limit, this one included, close lingering connections, the oldest
+        first, until it is within it: else a newcomer got its 503 while clients a refusal had
+        closed on still sent (their quiet timers are the next look at the limit: 28 s of 503s
+        for 10 clients trickling a byte each 1.5 s at AGMEM_MAX_CONNECTIONS=10)."""
+        limit = self.limit_concurrency
+        if limit is None:
+            return
+        excess = len(self.connections) - limit + 1
+        if excess <= 0:
+            return
+        lingering = sorted(
+            (
+                (connection.lingering_since, id(connection), connection)
+                for connection in self.connections
+                if isinstance(connection, StallBoundProtocol)
+                and connection.lingering_since is not None
+                and not connection.transport.is_closing()
+            ),
+            key=lambda entry: (entry[0], entry[1]),
+        )
+        for _, _, connection in lingering[:excess]:
+            connection.transport.close()
+            # Out of the count at once: uvloop reports the close (`connection_lost`) only after
+            # the loop's next reads, the newcomer's request among them, which got its 503.
+            self.connections.discard(connection)
+
     def linger_check(self, now: float, since: float) -> None:
         """Close a lingering connection once its client has been quiet for `linger_quiet`, it
-        has lingered LINGER_SECONDS, or the service has its limit of connections open."""
+        has lingered LINGER_SECONDS, or the service has its limit of connections open (a
+        newcomer at the limit closes lingering ones at once: `release_lingering`)."""
         ends = min(self.last_data + self.linger_quiet(), since + LINGER_SECONDS)
         limit = self.limit_concurrency
         if now < ends and (limit is None or len(self.connections) < limit):

@@ -71,7 +71,7 @@ import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app.api.middleware import allowed_host_names
-from app.cli.headers import HeaderBoundProtocol
+from app.cli.headers import MAX_HEAD_BYTES, HeaderBoundProtocol
 from app.cli.http1 import proxies
 from app.cli.http1.answers import (
     BAD_REQUEST_DETAIL,
@@ -96,11 +96,13 @@ from app.cli.http1.lines import (
 from app.cli.refusals import REFUSAL_LOG_SECONDS as REFUSAL_LOG_SECONDS
 from app.cli.refusals import Header, RefusalLog, Refused, error_body
 from app.cli.stalls import ClosingAfterBody
+from app.config import Settings
 
 # Connections past the limit: how many more are let in at once, and how long each may take to
 # send the request that is answered 503 (`agmem serve` keeps 128 descriptors in reserve).
 OVERFLOW = 32
 OVER_LIMIT_WAIT_SECONDS = 1.0
+DEFAULT_MAX_BODY_BYTES: int = Settings.model_fields["max_body_bytes"].default
 
 
 # The hot path calls its bases by name: on Python 3.11 `super()` costs 0.15 us a call more, and
@@ -161,15 +163,18 @@ class JsonErrorsProtocol(LineReadingProtocol):
         trusted_proxies: Iterable[str] = (),
         allowed_hosts: Iterable[str] = (),
         refusal_log_seconds: float = REFUSAL_LOG_SECONDS,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ) -> type[JsonErrorsProtocol]:
         """The protocol with these settings (uvicorn makes one instance per connection).
         `trusted_proxies`: addresses or networks (`10.0.0.0/8`); `allowed_hosts`:
-        AGMEM_ALLOWED_HOSTS, which a loopback proxy's real `Host` may name."""
+        AGMEM_ALLOWED_HOSTS, which a loopback proxy's real `Host` may name; `max_body_bytes`:
+        AGMEM_MAX_BODY_BYTES, with a head's bound what a refused request's rest can hold."""
         attributes = {
             "idle_timeout": idle_timeout,
             "trusted_proxies": proxies.trusted_networks(trusted_proxies),
             "allowed_hosts": allowed_host_names(allowed_hosts),
             "refusals": RefusalLog(refusal_log_seconds),
+            "linger_bytes": max_body_bytes + MAX_HEAD_BYTES,
         }
         return type(cls.__name__, (cls,), attributes)
 
@@ -209,6 +214,8 @@ class JsonErrorsProtocol(LineReadingProtocol):
         wait = self.idle_timeout
         limit = self.limit_concurrency
         if limit is not None and len(self.connections) >= limit:
+            self.release_lingering()
+        if limit is not None and len(self.connections) >= limit:
             # Past the limit a connection is still a descriptor: it gets a moment to send its
             # request, answered 503, and one past the overflow is closed at once.
             if len(self.connections) >= limit + OVERFLOW:
@@ -219,7 +226,10 @@ class JsonErrorsProtocol(LineReadingProtocol):
     def data_received(self, data: bytes) -> None:
         self.last_data = self.loop.time()
         if self.held_error is not None or self.lingering_since is not None:
-            return  # behind a refused request: the parser lost its place, nothing more is read
+            # Behind a refused request: the parser lost its place, nothing more is read.
+            if self.lingering_since is not None:
+                self.drop(data)
+            return
         self.read = data
         self.line_from = self.head_at = 0
         if self.body_open:

@@ -1395,3 +1395,45 @@ def test_a_request_the_parser_refuses_after_an_answered_one_is_still_a_400(port:
     status, error = error_of(rest)
     assert status == b"HTTP/1.1 400 Bad Request"
     assert error["error"] == "BadRequest"
+
+
+def _refused_and_lingering(port: int) -> socket.socket:
+    """A connection whose request was refused while its body was still to come: its 400 read,
+    the service lingers on it, reading and dropping what still comes."""
+    connection = socket.create_connection(("127.0.0.1", port), timeout=20)
+    connection.sendall(STILL_SENDING["two Host headers"][0][:65536])
+    answer = b""
+    while chunk := connection.recv(65536):
+        answer += chunk
+    assert _answers(answer)[0][0] == b"HTTP/1.1 400 Bad Request"
+    connection.sendall(b"x")  # still sending: the linger goes on
+    return connection
+
+
+def test_lingering_connections_at_the_limit_make_way_for_a_newcomer(port: int) -> None:
+    # rev-wire25: the limit was checked only when a lingering connection's quiet timer fired, so
+    # 10 refused clients trickling a byte each 1.5 s at AGMEM_MAX_CONNECTIONS=10 made every
+    # other request a 503 for 28 s.
+    lingering = [_refused_and_lingering(port) for _ in range(MAX_CONNECTIONS)]
+    try:
+        answers = [exchange(port, GET_HEALTH) for _ in range(3)]
+    finally:
+        for connection in lingering:
+            connection.close()
+
+    assert [answer.split(b"\r\n", 1)[0] for answer in answers] == [b"HTTP/1.1 200 OK"] * 3
+
+
+def test_a_refused_client_sending_without_end_is_closed_past_the_byte_cap(port: int) -> None:
+    # rev-wire25: read and dropped without a bound on the bytes, a refused client sending at
+    # full speed had the service read ~12 GiB in 12 s (LINGER_SECONDS allows 30).
+    connection = _refused_and_lingering(port)
+    sent = 0
+    block = b"x" * (1024 * 1024)
+    with connection, contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        while sent < 512 * len(block):
+            connection.sendall(block)
+            sent += len(block)
+
+    # The cap, 8 MiB (AGMEM_MAX_BODY_BYTES), and what the kernels' buffers hold besides.
+    assert sent < 64 * len(block), sent
