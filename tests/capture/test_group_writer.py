@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -438,6 +438,38 @@ def test_a_statement_whose_connection_breaks_twice_before_its_sync_fails(
     assert count(db, "sessions") == 0
 
 
+async def _closed_in_the_swallowed_race(
+    database_url: str,
+    statement: tuple[Any, dict[str, Any]],
+    turns: int,
+    release: Callable[[], None] = lambda: None,
+) -> bool:
+    """Whether `close` ends within 5 s a one-writer GroupWriter whose writer waits on the pool
+    for a connection, handed over `turns` scheduler turns before the close (the window of
+    Python 3.11's swallowed cancellation). `release` runs after, whatever the outcome, before
+    the pool closes (it lets go of what Postgres was made to wait on)."""
+    pool = make_capture_pool(database_url, pool_size=1)
+    await pool.open(wait=True)
+    held = await pool.getconn()
+    writer = GroupWriter(pool, writers=1, max_batch=8)
+    waiting = asyncio.ensure_future(writer.execute(*statement))
+    while pool.get_stats().get("requests_waiting", 0) < 1:
+        await asyncio.sleep(0)
+    await pool.putconn(held)
+    for _ in range(turns):
+        await asyncio.sleep(0)
+    try:
+        await asyncio.wait_for(writer.close(), 5)
+    except TimeoutError:
+        return False
+    finally:
+        release()
+        waiting.cancel()  # a close cut short by the timeout failed no queued statement
+        await asyncio.gather(waiting, return_exceptions=True)
+        await pool.close()
+    return True
+
+
 def test_close_ends_a_writer_whose_cancellation_was_swallowed_by_the_pools_wait(
     database_url: str,
 ) -> None:
@@ -447,28 +479,11 @@ def test_close_ends_a_writer_whose_cancellation_was_swallowed_by_the_pools_wait(
     in the lifespan's end on this race: a second writer got its connection as the app stopped).
     The connection is handed over and the close issued after 0..11 scheduler turns; on 3.11 one
     of them lands in the window, whatever the machine's speed (no I/O is involved)."""
-
-    async def race(turns: int) -> bool:
-        pool = make_capture_pool(database_url, pool_size=1)
-        await pool.open(wait=True)
-        held = await pool.getconn()
-        writer = GroupWriter(pool, writers=1, max_batch=8)
-        statement = asyncio.ensure_future(writer.execute(text("SELECT 1 AS x"), {}))
-        while pool.get_stats().get("requests_waiting", 0) < 1:
-            await asyncio.sleep(0)
-        await pool.putconn(held)
-        for _ in range(turns):
-            await asyncio.sleep(0)
-        try:
-            await asyncio.wait_for(writer.close(), 5)
-        except TimeoutError:
-            return False
-        finally:
-            await asyncio.gather(statement, return_exceptions=True)
-            await pool.close()
-        return True
-
-    ended = [asyncio.run(race(turns)) for turns in range(12)]
+    select = (text("SELECT 1 AS x"), {})
+    ended = [
+        asyncio.run(_closed_in_the_swallowed_race(database_url, select, turns))
+        for turns in range(12)
+    ]
     assert ended == [True] * 12
 
 
@@ -564,34 +579,14 @@ def test_close_ends_a_writer_that_swallowed_its_cancellation_while_postgres_woul
     next round trip: its PREPARE of a statement on a table another transaction holds
     exclusively would wait for that lock. A writer being closed must not start it (rev-cancel25:
     `close` waited as long as the lock was held)."""
-    on_locked_table = text("SELECT count(*) AS n FROM sessions WHERE id = :id")
-
-    async def race(turns: int) -> bool:
-        pool = make_capture_pool(database_url, pool_size=1)
-        await pool.open(wait=True)
-        held = await pool.getconn()
-        writer = GroupWriter(pool, writers=1, max_batch=8)
-        statement = asyncio.ensure_future(writer.execute(on_locked_table, {"id": "x"}))
-        while pool.get_stats().get("requests_waiting", 0) < 1:
-            await asyncio.sleep(0)
-        await pool.putconn(held)
-        for _ in range(turns):
-            await asyncio.sleep(0)
-        try:
-            await asyncio.wait_for(writer.close(), 5)
-        except TimeoutError:
-            return False
-        finally:
-            locker.rollback()  # the lock goes: whatever waited on it ends
-            statement.cancel()  # a close cut short by the timeout failed no queued statement
-            await asyncio.gather(statement, return_exceptions=True)
-            await pool.close()
-        return True
-
+    on_locked_table = (text("SELECT count(*) AS n FROM sessions WHERE id = :id"), {"id": "x"})
     ended = []
     with psycopg.connect(libpq_url(database_url)) as locker:
         for turns in range(12):
             locker.execute("LOCK TABLE sessions IN ACCESS EXCLUSIVE MODE")
-            ended.append(asyncio.run(race(turns)))
+            race = _closed_in_the_swallowed_race(
+                database_url, on_locked_table, turns, release=locker.rollback
+            )
+            ended.append(asyncio.run(race))
             locker.rollback()
     assert ended == [True] * 12
