@@ -19,10 +19,17 @@ def basic_credentials(value: str) -> bool:
 
 
 def _assignment(match: re.Match[str]) -> str:
-    """`NAME = value` or `"name": "value"`: keep the name and quotes, redact the value."""
+    """`NAME = value` or `"name": "value"`: keep the name, a string's prefix (`r`, `b`, `f`)
+    and quotes, redact the value."""
     value = match.group("value")
-    quote = match.groupdict().get("triple") or (value[0] if value[:1] in ("'", '"') else "")
-    return f"{match.group('name')}{match.group('sep')}{quote}{REDACTED}{quote}"
+    groups = match.groupdict()
+    quote = (
+        groups.get("triple")
+        or groups.get("line_triple")
+        or (value[0] if value[:1] in ("'", '"') else "")
+    )
+    prefix = groups.get("prefix") or ""
+    return f"{match.group('name')}{match.group('sep')}{prefix}{quote}{REDACTED}{quote}"
 
 
 # A name that ends in a credential's word but may name no credential: a Helm chart's
@@ -557,15 +564,29 @@ def _credential_assignment(match: re.Match[str]) -> str:
     name = (before.group() if before else "") + match.group("name").split()[-1].strip("\"'")
     groups = match.groupdict()
     if groups.get("triple") is not None:
-        # A triple-quoted string's value (`_TRIPLE_QUOTED`): its delimiters and the newlines
-        # around it are no part of it.
-        value = groups["word3"] or groups["phrase3"]
+        # A triple-quoted string's value (`_TRIPLE_QUOTED`): its delimiters and the blanks and
+        # newlines around it are no part of it, nor those between the lines of a key's.
+        lines = groups["lines3"]
+        value = "".join(lines.split()) if lines else groups["word3"] or groups["phrase3"]
         phrase = groups["phrase3"] is not None
+    elif groups.get("line_triple") is not None:
+        # In capitals, any other one-line triple-quoted value (`_TRIPLE_LINE`).
+        value = groups["line3"]
+        phrase = True
     else:
         value = match.group("value").strip("\"'")
         phrase = groups.get("phrase") is not None
+    if REDACTED in value:
+        return match.group()
+    if "f" in (groups.get("prefix") or "").lower() and _F_STRING_REFERENCES.fullmatch(value):
+        return match.group()
     if phrase:
-        return _assignment(match) if passphrase(name, value) else match.group()
+        # A value padded with blanks (`"  hunter22  "`) is the word inside them.
+        value = value.strip(" \t")
+        if any(char.isspace() for char in value):
+            return _assignment(match) if passphrase(name, value) else match.group()
+        if len(value) < _PLAIN_MIN_CHARS and groups.get("line_triple") is None:
+            return match.group()
     kept = (
         reference(name, value)
         or expected_path(name, value)
@@ -576,6 +597,12 @@ def _credential_assignment(match: re.Match[str]) -> str:
         or (match.re is _CONFIG_PATTERN and _plain_word(value) and _plain_kept(match, name, value))
     )
     return match.group() if kept else _assignment(match)
+
+
+# An f-string of references alone, or with symbols between them (`f"{secret_value}"`,
+# `f"{user}:{token}"`): what it holds is a variable's, not a credential written in the code. A
+# letter or a digit outside the braces is the code's (`f"sk-{suffix}"`), judged as any value.
+_F_STRING_REFERENCES = re.compile(r"[^\w{}\n]*(?:\{[^{}\n]*\}[^\w{}\n]*)+")
 
 
 def _plain_word(value: str) -> bool:
@@ -727,13 +754,29 @@ _PLURAL_STEMS: tuple[tuple[str, tuple[str, ...]], ...] = (
 _LIST_SCALAR = (
     r"\"[^\"\\\n]*+(?:\\.[^\"\\\n]*+)*+\"|'[^'\\\n]*+(?:\\.[^'\\\n]*+)*+'|[^\s,\[\]{}\"'#]++"
 )
-_LIST_ELEMENT_PATTERN = re.compile(_LIST_SCALAR)
 _LIST_SPACE = r"[ \t\r\n]*+"
+# Between a list's brackets, a comment may stand where a blank may, as Python, TOML and YAML
+# allow (`api_keys = [  # prod` and `"k1",  # first` on the lines of a multi-line list: privacy26,
+# generation 12 kept such a list in clear). A bare element holds no `#`, and a string holds its
+# own, so a `#` outside them starts a comment.
+_LIST_GAP = r"[ \t\r\n]*+(?:#[^\n]*+[ \t\r\n]*+)*+"
+# An element, or a comment, as `_listed_credentials` reads a list's items one by one.
+_LIST_ELEMENT_PATTERN = re.compile(r"#[^\n]*+|" + _LIST_SCALAR)
+# Where a list's first item starts: past brackets, blanks and comments.
+_LIST_ITEMS_START = re.compile(r"[\[ \t\r\n]*+(?:#[^\n]*+[\[ \t\r\n]*+)*+")
+
+
+def _first_item(items: str) -> str:
+    """A list's items from the first one's start (`_LIST_ITEMS_START`)."""
+    start = _LIST_ITEMS_START.match(items)
+    return items[start.end() :] if start else items
+
+
 # An element: a scalar, or a list of scalars (`[["user", "hunter2"]]`: a list nested in a
 # credential's list holds its credentials, as in JSON).
 _LIST_ELEMENT = (
-    rf"{_LIST_SCALAR}|\[{_LIST_SPACE}(?:(?:{_LIST_SCALAR})"
-    rf"(?:{_LIST_SPACE},{_LIST_SPACE}(?:{_LIST_SCALAR}))*+(?:{_LIST_SPACE},)?{_LIST_SPACE})?\]"
+    rf"{_LIST_SCALAR}|\[{_LIST_GAP}(?:(?:{_LIST_SCALAR})"
+    rf"(?:{_LIST_GAP},{_LIST_GAP}(?:{_LIST_SCALAR}))*+(?:{_LIST_GAP},)?{_LIST_GAP})?\]"
 )
 # A bare scalar as JSON or a repr writes one: a number, `null`, `None`, `true` (all the rule
 # read before YAML's flow lists; a call or an expression is code's).
@@ -750,11 +793,11 @@ _JSON_BARE = re.compile(r"[\w.+\-]+")
 _LIST_NAME = r"[A-Za-z_.]++"
 _LIST_ITEM = r"\[|\"|'|[A-Za-z_.]*+[^\s,\[\]{}\"'#A-Za-z_.]"
 _LIST_REST = (
-    rf"(?P<quote>[\"']?){_LIST_SPACE}(?P<sep>[:=]){_LIST_SPACE}\[{_LIST_SPACE}"
-    rf"(?P<items>(?:{_LIST_NAME}{_LIST_SPACE},{_LIST_SPACE})*+(?={_LIST_ITEM})(?:{_LIST_ELEMENT})"
-    rf"(?:{_LIST_SPACE},{_LIST_SPACE}(?:{_LIST_ELEMENT}))*+)"
+    rf"(?P<quote>[\"']?){_LIST_SPACE}(?P<sep>[:=]){_LIST_SPACE}\[{_LIST_GAP}"
+    rf"(?P<items>(?:{_LIST_NAME}{_LIST_GAP},{_LIST_GAP})*+(?={_LIST_ITEM})(?:{_LIST_ELEMENT})"
+    rf"(?:{_LIST_GAP},{_LIST_GAP}(?:{_LIST_ELEMENT}))*+)"
     # A trailing comma, as JavaScript, Python and JSON5 allow (`["k1",\n "k2",\n]`).
-    rf"(?:{_LIST_SPACE},)?{_LIST_SPACE}\]"
+    rf"(?:{_LIST_GAP},)?{_LIST_GAP}\]"
 )
 
 
@@ -771,6 +814,11 @@ _LIST_PATTERNS = [
 _YAML_BEFORE = re.compile(r"[ \t]*(?:-[ \t]+)?")
 # Before a TOML or INI key (`passwords = [...]`): an indent alone.
 _ASSIGNED_BEFORE = re.compile(r"[ \t]*")
+# Or a TOML inline table's key (`db = { user = "app", passwords = ["hunter2x"] }`, privacy26:
+# generation 12 kept it in clear): the table's name and `= {` on the line before it, perhaps
+# other keys, and the table's `,` or `}` after the list.
+_INLINE_TABLE_BEFORE = re.compile(r"[ \t]*[\w.\-\"']+[ \t]*=[ \t]*\{(?:[^\n]*[,{])?[ \t]*")
+_INLINE_TABLE_AFTER = re.compile(r"[ \t]*[,}]")
 # A comment's `#` is enough: the rest of its line is not read (for each of a line's lists).
 _YAML_AFTER = re.compile(r"[ \t]*+(?:\r?\n|\Z)|[ \t]++#")
 # How far before a name its line's start is looked for: an indent is shorter, and each of a
@@ -923,7 +971,7 @@ def _listed_credentials(match: re.Match[str]) -> str:
     ):
         return match.group()
     # What the gate asks of an assigned list (`OPTION_AND_LIST_GATES`).
-    if assigned and items.lstrip("[\t\n\r ")[:1] not in ("'", '"'):
+    if assigned and _first_item(items)[:1] not in ("'", '"'):
         return match.group()
     stem = _name_before(text, start)
     opening = start - len(stem) - 1
@@ -933,13 +981,20 @@ def _listed_credentials(match: re.Match[str]) -> str:
         name_start = start - len(stem) - (1 if quote else 0)
         line = text.rfind("\n", max(0, name_start - _YAML_INDENT_CHARS), name_start) + 1
         before = _ASSIGNED_BEFORE if assigned else _YAML_BEFORE
+        at_line = line > 0 or name_start <= _YAML_INDENT_CHARS
         own_line = (
             (assigned or "\n" not in match.group())
-            and (line > 0 or name_start <= _YAML_INDENT_CHARS)
+            and at_line
             and before.fullmatch(text, line, name_start) is not None
             and _YAML_AFTER.match(text, match.end()) is not None
         )
-        if not own_line:
+        in_table = (
+            assigned
+            and at_line
+            and _INLINE_TABLE_BEFORE.fullmatch(text, line, name_start) is not None
+            and _INLINE_TABLE_AFTER.match(text, match.end()) is not None
+        )
+        if not (own_line or in_table):
             return match.group()
     name = stem + match.group("listed")
     listed = plural_name(name)
@@ -950,13 +1005,15 @@ def _listed_credentials(match: re.Match[str]) -> str:
     # A JSON or repr list with a call or an expression in it is code's, as before YAML's bare
     # elements widened the pattern (`["k1", f(x)]`).
     if strings and not all(
-        found[0] in ("'", '"') or _JSON_BARE.fullmatch(found)
+        found[0] in ("'", '"', "#") or _JSON_BARE.fullmatch(found)
         for found in _LIST_ELEMENT_PATTERN.findall(items)
     ):
         return match.group()
 
     def element(found: re.Match[str]) -> str:
         scalar = found.group()
+        if scalar[0] == "#":
+            return scalar
         if scalar[0] not in ("'", '"'):
             redacted = (
                 not strings
@@ -1000,7 +1057,9 @@ LIST_GATE_BRANCHES: dict[re.Pattern[str], tuple[str, ...]] = {
         r"[\t\r ,A-Za-z_.]*[^\t\n\r ,A-Za-z_.\]]"
         + ("" if literal.lower() == "pwd" else _YAML_LIST_END),
         # TOML's and INI's `name = [` and a string (privacy24).
-        rf"{_stem(literal, ends)}[sS]?[\"']?[\t\n\r ]*=[\t\n\r ]*\[[\t\n\r \[]*[\"']",
+        # A comment before the first string (privacy26) lets the rule run at its `#`: read to
+        # its line's end, the gate left hyperscan missing other branches' lists in long texts.
+        rf"{_stem(literal, ends)}[sS]?[\"']?[\t\n\r ]*=[\t\n\r ]*\[[\t\n\r \[]*[\"'#]",
     )
     for (literal, ends), pattern in zip(_PLURAL_STEMS, _LIST_PATTERNS, strict=True)
 }
@@ -1235,12 +1294,30 @@ _CONFIG_PATTERN = re.compile(
 # A TOML (or Python) triple-quoted string of one line, `"""hunter2x"""` or `'''hunter2x'''`, or
 # that line alone between the delimiters' lines (TOML trims the newline after the opening one):
 # judged as the value in one pair of quotes is, a word (`word3`) or a phrase (`phrase3`, by
-# `passphrase`). Neither quote is in it, so that it cannot run past its closing delimiter; a text
-# of several lines is kept (a help text, a docstring), and so is a PEM key, which KEY_RULES read.
+# `passphrase`), the blanks around it aside (`"""  hunter2x  """`). A word may hold a quote
+# that does not close it (`"""ab"cd"""`, privacy26: generation 12 kept it in clear); a phrase
+# holds none, so that it cannot run past its closing delimiter. A text of several lines is a
+# key's (`lines3`: a word on each line, base64's as a private key's body) or a help text or a
+# docstring, which is kept; a PEM key is KEY_RULES'.
+_TRIPLE_CHAR = r"(?:[^\"'\s]|(?!(?P=triple))[\"'])"
 _TRIPLE_QUOTED = (
-    r"(?P<triple>\"\"\"|''')(?:\r?\n)?"
-    r"(?:(?P<word3>[^\"'\s]{4,}+)|(?P<phrase3>[^\"'\n:=]{4,100}+))(?:\r?\n)?(?P=triple)"
+    r"(?P<triple>\"\"\"|''')(?:[ \t]*(?:\r?\n)?[ \t]*"
+    rf"(?:(?P<word3>{_TRIPLE_CHAR}{{4,}}+)|(?P<phrase3>[^\"'\n:=]{{4,100}}+))"
+    r"[ \t]*(?:\r?\n)?[ \t]*"
+    rf"|(?P<lines3>(?:[ \t]*\r?\n[ \t]*{_TRIPLE_CHAR}++){{2,}}+[ \t]*(?:\r?\n[ \t]*)?))"
+    r"(?P=triple)"
 )
+# In capitals (the `.env` rule, which redacts a value of any length in one pair of quotes), any
+# other triple-quoted value of one line (`PASSWORD = '''x'y'''`, `"""abc"""`): generation 12 took
+# its delimiter's `""` for an empty value, and kept the password after it.
+_TRIPLE_LINE = (
+    r"(?P<line_triple>\"\"\"|''')"
+    r"(?P<line3>(?:(?!(?P=line_triple))[^\n]){1,100}+)(?P=line_triple)"
+)
+# A Python string's prefix before its quote (`r"…"`, `b'…'`, `f"""…"""`, `rb"…"`), kept
+# as the quotes are; generation 12 kept the value after it in clear (in capitals the `.env`
+# rule redacted the prefix alone, `PASSWORD = [REDACTED]"s3cr3t"`).
+_STRING_PREFIX = r"(?P<prefix>(?:[bB][rR]|[rR][bB]|[fF][rR]|[rR][fF]|[rRbBuUfF])(?=[\"']))?"
 
 ASSIGNMENT_RULES: list[_Rule] = [
     # .env / shell style: API_KEY=..., DB_PASSWORD="...", export GITHUB_TOKEN=...
@@ -1254,9 +1331,12 @@ ASSIGNMENT_RULES: list[_Rule] = [
                 # raw line), not swallowing the lines after it.
                 # A value in `<…>` is one, blanks and all (`<Hunter Two>`), as JSON's is; a
                 # template's tag (`<%= x %>`, `<${x}>`) is none.
-                # A triple-quoted string first: its `""` would be an empty value.
-                + rf"(?P<value>{_TRIPLE_QUOTED}"
-                + r"|\"[^\"\n]*\"|'[^'\n]*'|<(?![%$\{])[^<>\n]{1,100}+>(?![^\s\"'#\\])"
+                # A triple-quoted string first: its `""` would be an empty value, and is none
+                # before a third quote.
+                + _STRING_PREFIX
+                + rf"(?P<value>{_TRIPLE_QUOTED}|{_TRIPLE_LINE}"
+                + r"|\"[^\"\n]*\"(?!\")|'[^'\n]*'(?!')"
+                + r"|<(?![%$\{])[^<>\n]{1,100}+>(?![^\s\"'#\\])"
                 + r"|(?:[^\s\"'#\\]|\\(?![nr]))+)"
             ),
             _credential_assignment,
@@ -1288,6 +1368,7 @@ ASSIGNMENT_RULES: list[_Rule] = [
                 # A value with a blank is judged by `passphrase`; it holds no quote, `:` or `=`,
                 # so that no credential's assignment it would hide from this rule is inside it,
                 # and 4 characters or more, as the hyperscan gate's quoted value (engine.py).
+                + _STRING_PREFIX
                 + r"(?P<value>\"[^\"\s]{4,}\"|'[^'\s]{4,}'"
                 + r"|(?P<phrase>\"[^\"'\n:=]{4,100}+\"|'[^'\"\n:=]{4,100}+')"
                 + rf"|{_TRIPLE_QUOTED})"

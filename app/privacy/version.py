@@ -15,6 +15,7 @@ from app.privacy.config import (
     _CODE_VALUE,
     _CREDENTIAL_WORDS,
     _CURSOR_VALUE,
+    _F_STRING_REFERENCES,
     _FILE_EXTENSION,
     _FLAG_VALUES,
     _FLAG_WORDS,
@@ -25,6 +26,8 @@ from app.privacy.config import (
     _INI_HEADER,
     _INI_LINES,
     _INI_WINDOW,
+    _INLINE_TABLE_AFTER,
+    _INLINE_TABLE_BEFORE,
     _JSON_BARE,
     _KEY_END_CHARS,
     _KEY_FILE_WORDS,
@@ -33,6 +36,7 @@ from app.privacy.config import (
     _LABEL_MAX_WORDS,
     _LABEL_WORDS,
     _LIST_ELEMENT_PATTERN,
+    _LIST_ITEMS_START,
     _MASKED_VALUE,
     _NAME_BEFORE,
     _NAMED_VALUE,
@@ -95,7 +99,10 @@ from app.privacy.private import _MEMORY, _MEMORY_LITERALS, _PRIVATE_LITERALS, _P
 # identifier (`_identifier`: `Uint8Array`, `OAuth2Client`; fixprivacy24).
 # 11: a triple-quoted value keeps its delimiters (`_assignment`) and is judged without them and
 # the newlines around it (`_credential_assignment`; privacy25b).
-_RULES_CODE_VERSION = 11
+# 12: a string's prefix and an f-string of references (`_assignment`, `_credential_assignment`),
+# a padded value judged as the word inside its blanks, a key's lines joined, comments skipped
+# among a list's elements and a TOML inline table's list read (`_listed_credentials`; privacy26).
+_RULES_CODE_VERSION = 12
 
 
 def _described(value: object) -> str:
@@ -147,6 +154,10 @@ def _rules_version() -> str:
             _YAML_BEFORE,
             _YAML_AFTER,
             _ASSIGNED_BEFORE,
+            _INLINE_TABLE_BEFORE,
+            _INLINE_TABLE_AFTER,
+            _LIST_ITEMS_START,
+            _F_STRING_REFERENCES,
             _CODE_VALUE,
             _BARE_CREDENTIAL,
             _PASSPHRASE,
@@ -197,4 +208,10 @@ RULES_VERSION = _rules_version()
 # `hunter2x` and `'''` on three lines), redacted as the value in one pair of quotes is; in
 # capitals (`PASSWORD = """…"""`) the `.env` rule had redacted the empty `""` its delimiter opens
 # with and kept the password.
-RULES_GENERATION = 12
+# 13 (privacy26): what generation 12 kept readable under a credential's name: a triple-quoted
+# value holding a quote (`"""ab"cd"""`), padded with blanks, of a key's lines (a word on each),
+# or in capitals of fewer than four characters (`PASSWORD = """abc"""` had become `PASSWORD =
+# "[REDACTED]""abc"""`); a prefixed string (`r"…"`, `b"…"`, `f"…"`, `rb"…"`; an f-string of
+# references alone kept); a value padded with blanks in one pair of quotes; a credential's list
+# in a TOML inline table or with comments among its lines.
+RULES_GENERATION = 13
