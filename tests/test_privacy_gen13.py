@@ -2,13 +2,15 @@
 triple-quoted value holding a quote, padded with blanks, prefixed (`r`, `b`, `f`, `rb`), of
 several lines, or shorter than four characters in capitals (`PASSWORD = \"\"\"abc\"\"\"` became
 `PASSWORD = "[REDACTED]""abc\"\"\"`); a credential's list in a TOML inline table, or with a
-comment among its lines."""
+comment among its lines. And the list rule, once one credential's list let it run on a long
+text, ran Python for every `keys = [...]` line of it."""
 
 from __future__ import annotations
 
 import pytest
 
 from app.privacy import REDACTED, redact_secrets, redact_secrets_lines, sanitize_json
+from app.privacy.config import _LIST_PATTERNS
 from app.textscan import SHORT_TEXT
 from tests.test_privacy import assert_redacted_on_every_path
 
@@ -174,3 +176,22 @@ def test_what_is_no_credential_is_kept(text: str) -> None:
     padding = "-" * SHORT_TEXT + "\n"
     assert redact_secrets(padding + text) == padding + text
     assert redact_secrets_lines(text) == text
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['"keys": ["a"]', "keys = ['name', 'email']", "x\nprimary_keys: [a1]", "FOREIGN_KEYS = ['x']"],
+)
+def test_a_list_under_a_bare_key_fails_the_pattern(text: str) -> None:
+    # The pattern itself fails where `_listed_credentials` would let the list go, so that a long
+    # text's `keys = [...]` lines cost no call of Python each once a credential's list lets the
+    # rule run on it (bench/privacy_lists.py).
+    assert not any(pattern.search(text) for pattern in _LIST_PATTERNS)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['"apiKeys": ["a1"]', "api_keys = ['k1abc']", "secret__keys: [a1]", "x_é_keys: [a1]"],
+)
+def test_a_list_under_a_credential_key_matches_the_pattern(text: str) -> None:
+    assert any(pattern.search(text) for pattern in _LIST_PATTERNS)

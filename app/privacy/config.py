@@ -805,8 +805,46 @@ def _stem(literal: str, ends: tuple[str, ...]) -> str:
     return literal + ("(?:" + "|".join(ends) + ")" if ends != ("",) else "")
 
 
+# A list under a name ending in `key`, `Key` or `KEY` (an `s` after it aside) is a credential's
+# only when the ASCII letter or digit nearest before that `key` is the one before `key` in a
+# credential word (`apikey`, `secretkey`, ...): `credential_key` reads a name's ASCII letters
+# and digits alone, lower-cased and joined (`_KEY_WORD`), and `key` alone names nothing. Between
+# the two may stand only the name's other characters (`_name_before`'s `[\w.\-]`: `_`, `.`, `-`,
+# a non-ASCII letter, whose UTF-8 bytes are \x80-\xff). So a bare `keys`, `primary_keys` or
+# `"keys"` list selects no rule in a long text (`LIST_NAME_GATES`): a module of
+# `keys = ['name', 'email']` lines ran the rule on each, ~3 µs a line (privacy25). Where the
+# rule runs anyway (a short text takes every gate as found), such a list is let go before its
+# name is read.
+_KEY_STEM = "key"
+_KEY_NAME_LETTERS = "".join(
+    sorted({word[-len(_KEY_STEM) - 1] for word in _CREDENTIAL_WORDS if word.endswith(_KEY_STEM)})
+)
+_KEY_NAME_BEFORE = rf"[{_KEY_NAME_LETTERS}{_KEY_NAME_LETTERS.upper()}][_.\-\x80-\xff]*"
+_KEY_NAME_LETTERS_CASED = frozenset(_KEY_NAME_LETTERS + _KEY_NAME_LETTERS.upper())
+# Where the name's character nearest before its `key` (past at most two of `_`, `.`, `-`) is
+# an ASCII one that no credential word has there (`keys` at a line's start, `primary_keys`,
+# `foreign-keys`), the pattern itself fails, as `_listed_credentials` would let the list go: a
+# module of `keys = [...]` lines that also held one credential's list (which the gate lets in)
+# called that function once a line (18 ms for 15,000 lines, 0.6 ms without the credential's
+# list). Past more separators the function decides, as before.
+_KEY_NAME_NOT = rf"[^{_KEY_NAME_LETTERS}{_KEY_NAME_LETTERS.upper()}_.\-\x80-\U0010ffff]"
+
+
+def _key_guard(literal: str) -> str:
+    """Lookbehinds after a `key` literal that fail where `_listed_credentials` keeps the list."""
+    return "".join(
+        f"(?<!{before}{separators}{literal})"
+        for before in (_KEY_NAME_NOT, "^")
+        for separators in ("", r"[_.\-]", r"[_.\-]{2}")
+    )
+
+
 _LIST_PATTERNS = [
-    re.compile(f"(?P<listed>{_stem(literal, ends)}[sS]?){_LIST_REST}")
+    re.compile(
+        f"(?P<listed>{_stem(literal, ends)}"
+        + (_key_guard(literal) if literal.lower() == _KEY_STEM else "")
+        + f"[sS]?){_LIST_REST}"
+    )
     for literal, ends in _PLURAL_STEMS
 ]
 # YAML's flow list is one on a line of its own: an indent and a block list's `- ` before its
@@ -921,22 +959,6 @@ def plural_name(name: str) -> tuple[str, bool] | None:
     return credential_plural(name)
 
 
-# A list under a name ending in `key`, `Key` or `KEY` (an `s` after it aside) is a credential's
-# only when the ASCII letter or digit nearest before that `key` is the one before `key` in a
-# credential word (`apikey`, `secretkey`, ...): `credential_key` reads a name's ASCII letters
-# and digits alone, lower-cased and joined (`_KEY_WORD`), and `key` alone names nothing. Between
-# the two may stand only the name's other characters (`_name_before`'s `[\w.\-]`: `_`, `.`, `-`,
-# a non-ASCII letter, whose UTF-8 bytes are \x80-\xff). So a bare `keys`, `primary_keys` or
-# `"keys"` list selects no rule in a long text (`LIST_NAME_GATES`): a module of
-# `keys = ['name', 'email']` lines ran the rule on each, ~3 µs a line (privacy25). Where the
-# rule runs anyway (a short text takes every gate as found), such a list is let go before its
-# name is read.
-_KEY_STEM = "key"
-_KEY_NAME_LETTERS = "".join(
-    sorted({word[-len(_KEY_STEM) - 1] for word in _CREDENTIAL_WORDS if word.endswith(_KEY_STEM)})
-)
-_KEY_NAME_BEFORE = rf"[{_KEY_NAME_LETTERS}{_KEY_NAME_LETTERS.upper()}][_.\-\x80-\xff]*"
-_KEY_NAME_LETTERS_CASED = frozenset(_KEY_NAME_LETTERS + _KEY_NAME_LETTERS.upper())
 _KEY_PATTERNS = frozenset(
     pattern
     for (literal, _), pattern in zip(_PLURAL_STEMS, _LIST_PATTERNS, strict=True)
