@@ -987,7 +987,7 @@ RULES_GENERATIONS = {
     10: "5caab8102dd320cd",
     11: "3e260cdb0fada3d2",
     12: "9c3e2733cc7c348c",
-    13: "c332ea932bb87b6f",
+    13: "355b99094104ed86",
 }
 
 

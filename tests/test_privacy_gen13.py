@@ -59,6 +59,22 @@ PREFIXED = [
 ]
 
 
+# A value that follows a redacted one, or that holds a quote after its closing one: redacted
+# whole, as before (the rules for the shapes above kept `AIza…`'s tail and `"x 1""`'s value).
+STILL_REDACTED = [
+    (
+        'db = { private_key = "AIzaXQ4HxFb44ij1LXpaIPSp5vlWnCybVUz542Av1wW", x = 1 }',
+        'db = { private_key = "@", x = 1 }',
+    ),
+    ('export DB_PASS="\'1 ]g5"" 2026', 'export DB_PASS="@"" 2026'),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), STILL_REDACTED)
+def test_what_was_redacted_still_is(text: str, expected: str) -> None:
+    assert_redacted_on_every_path(text, expected)
+
+
 @pytest.mark.parametrize(("text", "expected"), PREFIXED)
 def test_a_prefixed_or_padded_credential_is_redacted(text: str, expected: str) -> None:
     assert_redacted_on_every_path(text, expected)
@@ -166,6 +182,8 @@ KEPT = [
     'keys = [  # primary\n "id",\n "email",\n]',
     'db = { user = "app", names = ["hunter2x"] }',
     "opts = { passwords = [f(x)] }",
+    # A list after an inline table's end is in a line of code, as it was.
+    'db = { user = "app" }, passwords = ["hunter2x"], port = 1',
     "api_keys = [  # none yet\n]",
 ]
 

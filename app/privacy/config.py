@@ -576,8 +576,6 @@ def _credential_assignment(match: re.Match[str]) -> str:
     else:
         value = match.group("value").strip("\"'")
         phrase = groups.get("phrase") is not None
-    if REDACTED in value:
-        return match.group()
     if "f" in (groups.get("prefix") or "").lower() and _F_STRING_REFERENCES.fullmatch(value):
         return match.group()
     if phrase:
@@ -854,8 +852,9 @@ _YAML_BEFORE = re.compile(r"[ \t]*(?:-[ \t]+)?")
 _ASSIGNED_BEFORE = re.compile(r"[ \t]*")
 # Or a TOML inline table's key (`db = { user = "app", passwords = ["hunter2x"] }`, privacy26:
 # generation 12 kept it in clear): the table's name and `= {` on the line before it, perhaps
-# other keys, and the table's `,` or `}` after the list.
-_INLINE_TABLE_BEFORE = re.compile(r"[ \t]*[\w.\-\"']+[ \t]*=[ \t]*\{(?:[^\n]*[,{])?[ \t]*")
+# other keys but no `}` (a list after the table's end, `db = { x = 1 }, keys = [...]`, is in a
+# line of code), and the table's `,` or `}` after the list.
+_INLINE_TABLE_BEFORE = re.compile(r"[ \t]*[\w.\-\"']+[ \t]*=[ \t]*\{(?:[^\n}]*[,{])?[ \t]*")
 _INLINE_TABLE_AFTER = re.compile(r"[ \t]*[,}]")
 # A comment's `#` is enough: the rest of its line is not read (for each of a line's lists).
 _YAML_AFTER = re.compile(r"[ \t]*+(?:\r?\n|\Z)|[ \t]++#")
@@ -1354,10 +1353,10 @@ ASSIGNMENT_RULES: list[_Rule] = [
                 # A value in `<…>` is one, blanks and all (`<Hunter Two>`), as JSON's is; a
                 # template's tag (`<%= x %>`, `<${x}>`) is none.
                 # A triple-quoted string first: its `""` would be an empty value, and is none
-                # before a third quote.
+                # before a third quote (an unclosed `PASSWORD = """` is kept whole).
                 + _STRING_PREFIX
                 + rf"(?P<value>{_TRIPLE_QUOTED}|{_TRIPLE_LINE}"
-                + r"|\"[^\"\n]*\"(?!\")|'[^'\n]*'(?!')"
+                + r"|\"[^\"\n]++\"|\"\"(?!\")|'[^'\n]++'|''(?!')"
                 + r"|<(?![%$\{])[^<>\n]{1,100}+>(?![^\s\"'#\\])"
                 + r"|(?:[^\s\"'#\\]|\\(?![nr]))+)"
             ),
