@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from app.privacy import REDACTED, redact_secrets_lines, sanitize_json
-from app.privacy.config import _LIST_PATTERNS
+from app.privacy.lists import _LIST_PATTERNS
 from tests.test_privacy import assert_redacted_on_every_path
 
 # `@` is each redaction.

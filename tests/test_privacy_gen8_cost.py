@@ -10,8 +10,8 @@ from collections.abc import Callable
 import pytest
 
 from app.privacy import redact_secrets, redact_secrets_lines
-from app.privacy.config import LIST_RULES, _plural_names
 from app.privacy.engine import _SCANNER, _rules_for
+from app.privacy.lists import LIST_RULES, _plural_names
 from bench.privacy_lists import TS_CHUNK
 from tests.test_privacy import _assert_linear
 

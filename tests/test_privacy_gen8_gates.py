@@ -14,14 +14,14 @@ import pytest
 
 from app.capture.entities import SANITIZE_SCANNER
 from app.privacy import REDACTED, redact_secrets
-from app.privacy.config import (
+from app.privacy.engine import _SCANNED_GATES, _SCANNER
+from app.privacy.lists import (
     _KEY_NAME_BEFORE,
     _PLURAL_STEMS,
     LIST_GATE_BRANCHES,
     LIST_NAME_GATES,
     LIST_RULES,
 )
-from app.privacy.engine import _SCANNED_GATES, _SCANNER
 from app.textscan import SHORT_TEXT, LiteralScanner
 
 # What the scan looks for: a `key` name's rule's narrower gate (privacy25) in its gate's place.

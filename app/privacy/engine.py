@@ -11,28 +11,21 @@ from math import isfinite
 from typing import Any
 
 from app.exactjson import PAST_A_DOUBLE, NumberOutOfRange, check_decimal
+from app.privacy.assignments import ASSIGNMENT_RULES, QUOTED_NAMES
 from app.privacy.clean import _SURROGATE, clean_text
 from app.privacy.commands import COMMAND_RULES
 from app.privacy.common import REDACTED, _Replacement, _Rule
-from app.privacy.config import (
+from app.privacy.connections import CONNECTION_RULES, QUERY_GATE, QUERY_RULES, REGISTRY_RULES
+from app.privacy.lists import LIST_GATES, LIST_NAME_GATES, LIST_RULES, plural_name
+from app.privacy.names import (
     _CREDENTIAL_NAME,
     _PWD_NAME,
-    ASSIGNMENT_RULES,
-    CONNECTION_RULES,
-    LIST_NAME_GATES,
-    LIST_RULES,
-    OPTION_AND_LIST_GATES,
-    OPTION_RULES,
-    QUERY_GATE,
-    QUERY_RULES,
-    QUOTED_NAMES,
-    REGISTRY_RULES,
     basic_credentials,
     credential_key,
     known_value,
     listed_credential,
-    plural_name,
 )
+from app.privacy.options import OPTION_GATES, OPTION_RULES
 from app.privacy.private import (
     _MEMORY_LITERALS,
     _PRIVATE_LITERALS,
@@ -94,7 +87,8 @@ _RULE_GATES: dict[re.Pattern[str], str] = {
         for pattern, (_, _, name) in zip(_QUOTED_RULES, QUOTED_NAMES, strict=True)
     },
     **API_HEADER_GATES,
-    **OPTION_AND_LIST_GATES,
+    **OPTION_GATES,
+    **LIST_GATES,
     QUERY_RULES[0][1]: QUERY_GATE,
     # A value holding a character no identifier has, a word of letters ending the line, or `<…>`.
     _CONFIG_RULE: (

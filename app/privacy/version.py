@@ -6,40 +6,44 @@ import hashlib
 import re
 from types import FunctionType
 
-from app.privacy.config import (
-    _ALGORITHM_VALUE,
+from app.privacy.assignments import _F_STRING_REFERENCES, _INI_HEADER, _INI_LINES, _INI_WINDOW
+from app.privacy.connections import _QUERY_WORDS
+from app.privacy.engine import _RULE_GATES, _RULES
+from app.privacy.lists import (
     _ASSIGNED_BEFORE,
     _BARE_CREDENTIAL,
+    _CODE_VALUE,
+    _IDENTIFIER_VALUE,
+    _INLINE_TABLE_AFTER,
+    _INLINE_TABLE_BEFORE,
+    _JSON_BARE,
+    _LIST_ELEMENT_PATTERN,
+    _LIST_ITEMS_START,
+    _NAMED_VALUE,
+    _YAML_AFTER,
+    _YAML_BEFORE,
+    _YAML_INDENT_CHARS,
+)
+from app.privacy.names import (
+    _ALGORITHM_VALUE,
     _BASE64_PART,
     _CAMEL,
-    _CODE_VALUE,
     _CREDENTIAL_WORDS,
     _CURSOR_VALUE,
-    _F_STRING_REFERENCES,
     _FILE_EXTENSION,
     _FLAG_VALUES,
     _FLAG_WORDS,
     _IDENTIFIER_NUMBERS,
     _IDENTIFIER_SHORT_WORDS,
-    _IDENTIFIER_VALUE,
     _IDENTIFIER_WORD_CHARS,
-    _INI_HEADER,
-    _INI_LINES,
-    _INI_WINDOW,
-    _INLINE_TABLE_AFTER,
-    _INLINE_TABLE_BEFORE,
-    _JSON_BARE,
     _KEY_END_CHARS,
     _KEY_FILE_WORDS,
     _KEY_WORD,
     _LABEL_COMPANION_WORDS,
     _LABEL_MAX_WORDS,
     _LABEL_WORDS,
-    _LIST_ELEMENT_PATTERN,
-    _LIST_ITEMS_START,
     _MASKED_VALUE,
     _NAME_BEFORE,
-    _NAMED_VALUE,
     _NOT_CREDENTIAL_PASSES,
     _NOT_CREDENTIAL_TOKENS,
     _OPTION_PLACEHOLDER,
@@ -52,8 +56,6 @@ from app.privacy.config import (
     _PLACEHOLDER_WORDS,
     _PLAIN_MIN_CHARS,
     _PROGRESS_VALUE,
-    _PROSE_WORDS,
-    _QUERY_WORDS,
     _REFERENCE_NAME,
     _SECRET_KEY_VALUE,
     _SECRET_NAME_VALUE,
@@ -63,11 +65,8 @@ from app.privacy.config import (
     _SPECIAL_TOKEN_VALUE,
     _STATUS_WORDS,
     _TOKEN_SHAPE,
-    _YAML_AFTER,
-    _YAML_BEFORE,
-    _YAML_INDENT_CHARS,
 )
-from app.privacy.engine import _RULE_GATES, _RULES
+from app.privacy.options import _PROSE_WORDS
 from app.privacy.private import _MEMORY, _MEMORY_LITERALS, _PRIVATE_LITERALS, _PRIVATE_TAG
 
 # Bump when code that decides what the rules leave changes (a replacement's body, _at_command,
