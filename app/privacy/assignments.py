@@ -43,8 +43,8 @@ def _assignment(match: re.Match[str]) -> str:
 def _credential_assignment(match: re.Match[str]) -> str:
     """`_assignment` unless the whole name (the part the rule matched and the identifier
     before it) and the value are a reference's, the path the name expects, or a compiler's
-    pass, or the value is a plain word that no credential is (`plain_credential`); then the
-    text as it was."""
+    pass, or the value is a plain word that no credential is (`plain_credential`), a phrase
+    that no passphrase is, or an f-string of references alone; then the text as it was."""
     start = match.start()
     before = _NAME_BEFORE.search(match.string, max(0, start - 100), start)
     # The unquoted rule's name holds the line's indent, a list's `- ` and `export `.
@@ -57,7 +57,8 @@ def _credential_assignment(match: re.Match[str]) -> str:
         value = "".join(lines.split()) if lines else groups["word3"] or groups["phrase3"]
         phrase = groups["phrase3"] is not None
     elif groups.get("line_triple") is not None:
-        # In capitals, any other one-line triple-quoted value (`_TRIPLE_LINE`).
+        # In capitals, any other one-line triple-quoted value (`_TRIPLE_LINE`): judged as a
+        # phrase, but redacted however short, as the `.env` rule redacts `PASSWORD = "abc"`.
         value = groups["line3"]
         phrase = True
     else:
