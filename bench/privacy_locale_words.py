@@ -1,4 +1,4 @@
-"""Where `_LABEL_WORDS` (app/privacy/config.py) comes from, and what it keeps and leaks.
+"""Where `_LABEL_WORDS` (app/privacy/names.py) comes from, and what it keeps and leaks.
 
     uv run python -m bench.privacy_locale_words --english <words file> [--locale /usr/share/locale]
         [--passphrase-words <word list> ...]
@@ -25,8 +25,8 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from app.privacy import config, redact_secrets
-from app.privacy.config import _LABEL_WORDS
+from app.privacy import names, redact_secrets
+from app.privacy.names import _LABEL_WORDS
 
 _LABEL = re.compile(
     r"(?:(?:please )?(?:enter|confirm|repeat|retype|re-enter|type|verify|change)\s+)?"
@@ -97,7 +97,7 @@ def main() -> None:
         if word not in _LABEL_WORDS and _PHRASE_WORD.fullmatch(word)
     }
     # A tree older than privacy24 has none: it measures all the same.
-    chosen: frozenset[str] = getattr(config, "_LABEL_COMPANION_WORDS", frozenset())
+    chosen: frozenset[str] = getattr(names, "_LABEL_COMPANION_WORDS", frozenset())
     print(f"{len(companions)} companion words:", " ".join(sorted(companions)))
     print("companions not in _LABEL_COMPANION_WORDS:", sorted(companions - chosen))
     print("_LABEL_COMPANION_WORDS not found:", sorted(chosen - companions))

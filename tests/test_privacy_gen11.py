@@ -52,7 +52,7 @@ def test_a_random_token_with_few_digits_is_still_redacted(token: str) -> None:
 def test_one_cache_judges_a_list_name_in_json_and_in_text() -> None:
     # JSON's keys and text's list names were judged through two caches of the same function
     # (rev-privacy24): a name JSON judged is not judged again for text.
-    from app.privacy.config import _plural_names
+    from app.privacy.lists import _plural_names
 
     _plural_names.cache_clear()
     assert sanitize_json({"deploy_api_keys": ["hunter2x9"]}) == {"deploy_api_keys": ["[REDACTED]"]}

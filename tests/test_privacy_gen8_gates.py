@@ -14,14 +14,14 @@ import pytest
 
 from app.capture.entities import SANITIZE_SCANNER
 from app.privacy import REDACTED, redact_secrets
-from app.privacy.config import (
+from app.privacy.engine import _SCANNED_GATES, _SCANNER
+from app.privacy.lists import (
     _KEY_NAME_BEFORE,
     _PLURAL_STEMS,
     LIST_GATE_BRANCHES,
     LIST_NAME_GATES,
     LIST_RULES,
 )
-from app.privacy.engine import _SCANNED_GATES, _SCANNER
 from app.textscan import SHORT_TEXT, LiteralScanner
 
 # What the scan looks for: a `key` name's rule's narrower gate (privacy25) in its gate's place.
@@ -76,13 +76,23 @@ def _random_scalar(rng: random.Random) -> str:
     return quote + body + quote
 
 
-def _list_line(rng: random.Random, literal: str, ends: tuple[str, ...]) -> str:
+# A comment among a list's lines (privacy26), put in a fifth of the lines by a random stream of its
+# own, so that the other cases stay those the floors below were set for.
+_COMMENTS = [",  # c, 'x'\n  ", " # c\n", "  # c\n"]
+
+
+def _list_line(
+    rng: random.Random, literal: str, ends: tuple[str, ...], comments: random.Random
+) -> str:
     quote = rng.choice(["", "", "'", '"'])
     elements = [
         rng.choice(_ELEMENTS) if rng.random() < 0.5 else _random_scalar(rng)
         for _ in range(rng.randint(0, 4))
     ]
-    items = "".join(rng.choice(["", " ", ", ", ",", ",\t", " , "]) + e for e in elements)
+    gaps = [rng.choice(["", " ", ", ", ",", ",\t", " , "]) for _ in elements]
+    if gaps and comments.random() < 0.2:
+        gaps[comments.randrange(len(gaps))] = comments.choice(_COMMENTS)
+    items = "".join(gap + e for gap, e in zip(gaps, elements, strict=True))
     after = rng.choice(["\n", "\n", "\r\n", " \n", "\t# c\n", "", "],\n", " x\n", "]\n"])
     return (
         _name(rng, literal, ends)
@@ -101,11 +111,12 @@ def _list_line(rng: random.Random, literal: str, ends: tuple[str, ...]) -> str:
 
 def _cases(seed: int, count: int) -> list[str]:
     rng = random.Random(seed)
+    comments = random.Random(seed + 1)
     cases = []
     for _ in range(count):
         literal, ends = rng.choice(_PLURAL_STEMS)
         prefix = rng.choice(["x" * rng.randint(1, 400), "-" * 300 + "\n", "# " + "y" * 280 + "\n"])
-        text = prefix + _list_line(rng, literal, ends)
+        text = prefix + _list_line(rng, literal, ends, comments)
         if rng.random() < 0.5:
             text += rng.choice(["tail line\n", "z" * 30, "  - next: 1\n"])
         if len(text) < SHORT_TEXT:

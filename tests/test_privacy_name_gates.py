@@ -11,15 +11,9 @@ import re
 import pytest
 
 from app.privacy import redact_secrets, redact_secrets_lines
-from app.privacy.config import (
-    _CREDENTIAL_WORDS,
-    _KEY_NAME_BEFORE,
-    _KEY_NAME_LETTERS,
-    _SHORT_CREDENTIAL_WORDS,
-    LIST_NAME_GATES,
-    credential_plural,
-)
 from app.privacy.engine import _RULE_GATES, _SCANNER, _redact
+from app.privacy.lists import _KEY_NAME_BEFORE, _KEY_NAME_LETTERS, LIST_NAME_GATES
+from app.privacy.names import _CREDENTIAL_WORDS, _SHORT_CREDENTIAL_WORDS, credential_plural
 from app.privacy.version import RULES_GENERATION, RULES_VERSION
 from app.textscan import SHORT_TEXT, LiteralScanner
 

@@ -6,8 +6,9 @@ says its pattern could occur, so clean text costs a handful of `in` scans.
 
 By rule family: `clean` (NUL, lone surrogates), `private` (`<private>` spans, our `<memory>`
 blocks), `tokens` (credentials by their shape), `commands` (client passwords on a command
-line), `config` (credentials by their name), `engine` (the rules in order, the one scan, text
-and JSON), `cap` (head and tail kept), `version` (RULES_VERSION).
+line); credentials by their name: `names` (what names one, what a value under one is), and the
+rules `assignments`, `options`, `lists`, `connections`; `engine` (the rules in order, the one
+scan, text and JSON), `cap` (head and tail kept), `version` (RULES_VERSION).
 """
 
 from app.privacy.cap import ELISION_MARKER, ELISION_START, cap_text, elision_marker
@@ -17,7 +18,6 @@ from app.privacy.clean import (
     surrogates_replaced,
 )
 from app.privacy.common import REDACTED
-from app.privacy.config import basic_credentials, reference
 from app.privacy.engine import (
     DEFAULT_MAX_DEPTH,
     NestingTooDeep,
@@ -34,6 +34,7 @@ from app.privacy.engine import (
     strip_private,
     strip_private_lines,
 )
+from app.privacy.names import basic_credentials, reference
 from app.privacy.version import RULES_GENERATION, RULES_VERSION
 
 __all__ = [

@@ -11,28 +11,21 @@ from math import isfinite
 from typing import Any
 
 from app.exactjson import PAST_A_DOUBLE, NumberOutOfRange, check_decimal
+from app.privacy.assignments import ASSIGNMENT_RULES, QUOTED_NAMES
 from app.privacy.clean import _SURROGATE, clean_text
 from app.privacy.commands import COMMAND_RULES
 from app.privacy.common import REDACTED, _Replacement, _Rule
-from app.privacy.config import (
+from app.privacy.connections import CONNECTION_RULES, QUERY_GATE, QUERY_RULES, REGISTRY_RULES
+from app.privacy.lists import LIST_GATES, LIST_NAME_GATES, LIST_RULES, plural_name
+from app.privacy.names import (
     _CREDENTIAL_NAME,
     _PWD_NAME,
-    ASSIGNMENT_RULES,
-    CONNECTION_RULES,
-    LIST_NAME_GATES,
-    LIST_RULES,
-    OPTION_AND_LIST_GATES,
-    OPTION_RULES,
-    QUERY_GATE,
-    QUERY_RULES,
-    QUOTED_NAMES,
-    REGISTRY_RULES,
     basic_credentials,
     credential_key,
     known_value,
     listed_credential,
-    plural_name,
 )
+from app.privacy.options import OPTION_GATES, OPTION_RULES
 from app.privacy.private import (
     _MEMORY_LITERALS,
     _PRIVATE_LITERALS,
@@ -80,8 +73,10 @@ _RULES: list[_Rule] = [
 # literal and its gate occur. Replacements insert only "[REDACTED]" next to text they keep, so
 # they cannot create a match that the text did not already gate in, as for the literals.
 _SPACE = r"[\x09-\x0d\x1c-\x20\x80-\xff]*"
-# A triple-quoted value (`_TRIPLE_QUOTED`) opens with `""`, which a value of one pair's does not.
-_QUOTED = r"""(?:"{1,3}[^"]{4,}"|'{1,3}[^']{4,}')"""
+# A triple-quoted value (`_TRIPLE_QUOTED`) opens with `""`, which a value of one pair's does not,
+# and may hold a quote (`"""ab"cd"""`): any triple quote lets the rule run. A string's prefix
+# (`r"`, `rb"`, `f"""`) may come first.
+_QUOTED = r"""[bBfFrRuU]{0,2}(?:"{1,3}[^"]{4,}"|'{1,3}[^']{4,}'|"{3}|'{3})"""
 _QUOTED_RULES = [pattern for _, pattern, _ in _RULES if r"(?P<sep>\s*[:=]\s*)" in pattern.pattern]
 _UNQUOTED_BYTE = r"[^\x09-\x0d\x20\"'#(){}\[\]<>$,;&|`\\]"
 _CONFIG_RULE = next(pattern for _, pattern, _ in _RULES if pattern.flags & re.MULTILINE)
@@ -92,7 +87,8 @@ _RULE_GATES: dict[re.Pattern[str], str] = {
         for pattern, (_, _, name) in zip(_QUOTED_RULES, QUOTED_NAMES, strict=True)
     },
     **API_HEADER_GATES,
-    **OPTION_AND_LIST_GATES,
+    **OPTION_GATES,
+    **LIST_GATES,
     QUERY_RULES[0][1]: QUERY_GATE,
     # A value holding a character no identifier has, a word of letters ending the line, or `<…>`.
     _CONFIG_RULE: (

@@ -6,13 +6,28 @@ import hashlib
 import re
 from types import FunctionType
 
-from app.privacy.config import (
-    _ALGORITHM_VALUE,
+from app.privacy.assignments import _F_STRING_REFERENCES, _INI_HEADER, _INI_LINES, _INI_WINDOW
+from app.privacy.connections import _QUERY_WORDS
+from app.privacy.engine import _RULE_GATES, _RULES
+from app.privacy.lists import (
     _ASSIGNED_BEFORE,
     _BARE_CREDENTIAL,
+    _CODE_VALUE,
+    _IDENTIFIER_VALUE,
+    _INLINE_TABLE_AFTER,
+    _INLINE_TABLE_BEFORE,
+    _JSON_BARE,
+    _LIST_ELEMENT_PATTERN,
+    _LIST_ITEMS_START,
+    _NAMED_VALUE,
+    _YAML_AFTER,
+    _YAML_BEFORE,
+    _YAML_INDENT_CHARS,
+)
+from app.privacy.names import (
+    _ALGORITHM_VALUE,
     _BASE64_PART,
     _CAMEL,
-    _CODE_VALUE,
     _CREDENTIAL_WORDS,
     _CURSOR_VALUE,
     _FILE_EXTENSION,
@@ -20,22 +35,15 @@ from app.privacy.config import (
     _FLAG_WORDS,
     _IDENTIFIER_NUMBERS,
     _IDENTIFIER_SHORT_WORDS,
-    _IDENTIFIER_VALUE,
     _IDENTIFIER_WORD_CHARS,
-    _INI_HEADER,
-    _INI_LINES,
-    _INI_WINDOW,
-    _JSON_BARE,
     _KEY_END_CHARS,
     _KEY_FILE_WORDS,
     _KEY_WORD,
     _LABEL_COMPANION_WORDS,
     _LABEL_MAX_WORDS,
     _LABEL_WORDS,
-    _LIST_ELEMENT_PATTERN,
     _MASKED_VALUE,
     _NAME_BEFORE,
-    _NAMED_VALUE,
     _NOT_CREDENTIAL_PASSES,
     _NOT_CREDENTIAL_TOKENS,
     _OPTION_PLACEHOLDER,
@@ -48,8 +56,6 @@ from app.privacy.config import (
     _PLACEHOLDER_WORDS,
     _PLAIN_MIN_CHARS,
     _PROGRESS_VALUE,
-    _PROSE_WORDS,
-    _QUERY_WORDS,
     _REFERENCE_NAME,
     _SECRET_KEY_VALUE,
     _SECRET_NAME_VALUE,
@@ -59,11 +65,8 @@ from app.privacy.config import (
     _SPECIAL_TOKEN_VALUE,
     _STATUS_WORDS,
     _TOKEN_SHAPE,
-    _YAML_AFTER,
-    _YAML_BEFORE,
-    _YAML_INDENT_CHARS,
 )
-from app.privacy.engine import _RULE_GATES, _RULES
+from app.privacy.options import _PROSE_WORDS
 from app.privacy.private import _MEMORY, _MEMORY_LITERALS, _PRIVATE_LITERALS, _PRIVATE_TAG
 
 # Bump when code that decides what the rules leave changes (a replacement's body, _at_command,
@@ -95,7 +98,10 @@ from app.privacy.private import _MEMORY, _MEMORY_LITERALS, _PRIVATE_LITERALS, _P
 # identifier (`_identifier`: `Uint8Array`, `OAuth2Client`; fixprivacy24).
 # 11: a triple-quoted value keeps its delimiters (`_assignment`) and is judged without them and
 # the newlines around it (`_credential_assignment`; privacy25b).
-_RULES_CODE_VERSION = 11
+# 12: a string's prefix and an f-string of references (`_assignment`, `_credential_assignment`),
+# a padded value judged as the word inside its blanks, a key's lines joined, comments skipped
+# among a list's elements and a TOML inline table's list read (`_listed_credentials`; privacy26).
+_RULES_CODE_VERSION = 12
 
 
 def _described(value: object) -> str:
@@ -147,6 +153,10 @@ def _rules_version() -> str:
             _YAML_BEFORE,
             _YAML_AFTER,
             _ASSIGNED_BEFORE,
+            _INLINE_TABLE_BEFORE,
+            _INLINE_TABLE_AFTER,
+            _LIST_ITEMS_START,
+            _F_STRING_REFERENCES,
             _CODE_VALUE,
             _BARE_CREDENTIAL,
             _PASSPHRASE,
@@ -197,4 +207,11 @@ RULES_VERSION = _rules_version()
 # `hunter2x` and `'''` on three lines), redacted as the value in one pair of quotes is; in
 # capitals (`PASSWORD = """…"""`) the `.env` rule had redacted the empty `""` its delimiter opens
 # with and kept the password.
-RULES_GENERATION = 12
+# 13 (privacy26): what generation 12 kept readable under a credential's name: a triple-quoted
+# value holding a quote (`"""ab"cd"""`), padded with blanks, of a key's lines (a word on each),
+# or in capitals of fewer than four characters (`PASSWORD = """abc"""` had become `PASSWORD =
+# "[REDACTED]""abc"""`); a prefixed string (`r"…"`, `b"…"`, `f"…"`, `rb"…"`; an f-string of
+# references alone kept); a value padded with blanks in one pair of quotes; a credential's list
+# in a TOML inline table or with comments among its lines. The `key` names' list patterns fail
+# by themselves where the rule let the list go (the same output, cheaper).
+RULES_GENERATION = 13
