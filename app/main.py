@@ -16,6 +16,7 @@ from app.api.hot import App
 from app.api.middleware import (
     BearerTokenMiddleware,
     BodySizeLimitMiddleware,
+    HeadAsGetMiddleware,
     OneValuePerQueryNameMiddleware,
     Utf8UrlMiddleware,
 )
@@ -143,7 +144,8 @@ def create_app(
     mcp = mount_mcp(app, settings)
     # Outermost first: the size limit applies before authentication reads anything.
     # A URL's encoding is judged only for a request that passed them, and a query's repeated
-    # values (innermost) once they are known to be UTF-8.
+    # values once they are known to be UTF-8. Innermost, a HEAD is made the GET routes take.
+    app.add_middleware(HeadAsGetMiddleware)
     app.add_middleware(OneValuePerQueryNameMiddleware)
     app.add_middleware(Utf8UrlMiddleware)
     app.add_middleware(BearerTokenMiddleware, token=settings.api_token)

@@ -286,3 +286,41 @@ class OneValuePerQueryNameMiddleware:
                 await send_app_error(send, ValidationFailed(detail))
                 return
         await self.app(scope, receive, send)
+
+
+# The Gemini proxy's paths (app/proxy/routes.py) are the upstream's: a HEAD made a GET there
+# would fetch the upstream's whole answer to throw it away.
+RELAYED_PREFIXES = ("/v1/", "/v1beta/")
+
+
+class HeadAsGetMiddleware:
+    """Answer HEAD as GET, without the body (RFC 9110, 9.3.2: every GET resource answers HEAD).
+
+    FastAPI's routes take the methods they name, GET alone: `curl -I /health`, and a monitor
+    that checks by HEAD, got 405. The route sees a GET; the headers, status and Content-Length
+    are the GET's. A route that takes no GET answers its 405 (or 404) as it does a GET; the
+    Gemini proxy's paths are left as they are (405). The server leaves out the body of a HEAD
+    answer itself (uvicorn reads its own scope); it is dropped here too, for a server or test
+    client that would send it.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] != "http"
+            or scope.get("method") != "HEAD"
+            or scope.get("path", "").startswith(RELAYED_PREFIXES)
+        ):
+            await self.app(scope, receive, send)
+            return
+
+        async def headers_only(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                if message.get("more_body", False):
+                    return
+                message = {"type": "http.response.body", "body": b""}
+            await send(message)
+
+        await self.app({**scope, "method": "GET"}, receive, headers_only)
