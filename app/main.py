@@ -16,6 +16,8 @@ from app.api.hot import App
 from app.api.middleware import (
     BearerTokenMiddleware,
     BodySizeLimitMiddleware,
+    HeadAsGetMiddleware,
+    OneValuePerQueryNameMiddleware,
     Utf8UrlMiddleware,
 )
 from app.api.origins import OriginPolicy
@@ -141,7 +143,10 @@ def create_app(
     app.include_router(memories.router)
     mcp = mount_mcp(app, settings)
     # Outermost first: the size limit applies before authentication reads anything.
-    # Innermost of the three: a URL's encoding is judged only for a request that passed them.
+    # A URL's encoding is judged only for a request that passed them, and a query's repeated
+    # values once they are known to be UTF-8. Innermost, a HEAD is made the GET routes take.
+    app.add_middleware(HeadAsGetMiddleware)
+    app.add_middleware(OneValuePerQueryNameMiddleware)
     app.add_middleware(Utf8UrlMiddleware)
     app.add_middleware(BearerTokenMiddleware, token=settings.api_token)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)

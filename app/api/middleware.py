@@ -10,12 +10,19 @@ import hmac
 import json
 import re
 from collections.abc import Iterable
-from urllib.parse import unquote_to_bytes
+from urllib.parse import parse_qsl, unquote_to_bytes
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.config import bare_host, is_loopback_host
-from app.errors import AppError, InvalidURL, MisdirectedRequest, PayloadTooLarge, Unauthorized
+from app.errors import (
+    AppError,
+    InvalidURL,
+    MisdirectedRequest,
+    PayloadTooLarge,
+    Unauthorized,
+    ValidationFailed,
+)
 
 PROTECTED_PREFIXES = ("/api/", "/mcp")
 
@@ -237,3 +244,83 @@ class Utf8UrlMiddleware:
                     await send_app_error(send, InvalidURL(detail))
                     return
         await self.app(scope, receive, send)
+
+
+# Query names that take several values (`?tags=a&tags=b`), and those whose values are compared
+# by what they mean, in both spellings, by their own dependency (`app.api.spellings.one_value`:
+# `?projectPath=/a&projectPath=/a/` names one folder).
+REPEATABLE_QUERY_NAMES = frozenset({"tags"})
+SPELLED_QUERY_NAMES = frozenset({"projectPath", "project_path", "sessionId", "session_id"})
+
+
+def repeated_query_name(raw: bytes) -> str | None:
+    """The first name `raw` (a query string) gives two different values, of those that take one."""
+    if b"&" not in raw:
+        return None
+    seen: dict[str, str] = {}
+    for name, value in parse_qsl(raw.decode("latin-1"), keep_blank_values=True):
+        if name in REPEATABLE_QUERY_NAMES or name in SPELLED_QUERY_NAMES:
+            continue
+        if seen.setdefault(name, value) != value:
+            return name
+    return None
+
+
+class OneValuePerQueryNameMiddleware:
+    """Refuse an `/api/` query that gives a one-value parameter two different values (422).
+
+    FastAPI keeps the last one: `DELETE /api/memories/k?scope=global&scope=project` deleted the
+    project's memory though the client named the global one first, and `?budget=60&budget=3000`
+    built a block of 3,000 tokens. The same value repeated passes. Compared as sent (the bytes
+    are UTF-8 by then: Utf8UrlMiddleware runs first), which is all a name or number needs.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("path", "").startswith("/api/"):
+            name = repeated_query_name(scope.get("query_string", b""))
+            if name is not None:
+                detail = f"query: '{name}' was sent more than once with different values; send one"
+                await send_app_error(send, ValidationFailed(detail))
+                return
+        await self.app(scope, receive, send)
+
+
+# The Gemini proxy's paths (app/proxy/routes.py) are the upstream's: a HEAD made a GET there
+# would fetch the upstream's whole answer to throw it away.
+RELAYED_PREFIXES = ("/v1/", "/v1beta/")
+
+
+class HeadAsGetMiddleware:
+    """Answer HEAD as GET, without the body (RFC 9110, 9.3.2: every GET resource answers HEAD).
+
+    FastAPI's routes take the methods they name, GET alone: `curl -I /health`, and a monitor
+    that checks by HEAD, got 405. The route sees a GET; the headers, status and Content-Length
+    are the GET's. A route that takes no GET answers its 405 (or 404) as it does a GET; the
+    Gemini proxy's paths are left as they are (405). The server leaves out the body of a HEAD
+    answer itself (uvicorn reads its own scope); it is dropped here too, for a server or test
+    client that would send it.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] != "http"
+            or scope.get("method") != "HEAD"
+            or scope.get("path", "").startswith(RELAYED_PREFIXES)
+        ):
+            await self.app(scope, receive, send)
+            return
+
+        async def headers_only(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                if message.get("more_body", False):
+                    return
+                message = {"type": "http.response.body", "body": b""}
+            await send(message)
+
+        await self.app({**scope, "method": "GET"}, receive, headers_only)

@@ -39,7 +39,11 @@ def sync(
     ] = None,
     memory_dir: Annotated[
         str | None,
-        typer.Option("--memory-dir", help="Memory folder, relative to the project or absolute."),
+        typer.Option(
+            "--memory-dir",
+            help="Memory root: the folder holding MEMORY.md and memory/ (default: the project), "
+            "relative to the project or absolute.",
+        ),
     ] = None,
     sessions_dir: Annotated[
         str | None,

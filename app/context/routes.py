@@ -13,9 +13,10 @@ from pydantic.alias_generators import to_camel
 from app.api import paths  # noqa: F401 - registers the `{name:any}` paths below use
 from app.api.bodies import StrictBody
 from app.api.deps import DbDep, ProjectPathQuery, SettingsDep
+from app.api.limits import PATH_MAX_CHARS
 from app.api.numbers import BodyInt
 from app.context.builder import ContextBlock, build_context
-from app.errors import BadRequest
+from app.errors import BadRequest, ValidationFailed
 from app.llm.embeddings import get_embedder
 from app.privacy import clean_text
 from app.projects import canonical_project, is_windows_path
@@ -60,9 +61,16 @@ def normalise_project_path(from_path: str | None, from_query: str | None) -> str
     if chosen is None or not chosen.strip():
         raise MissingProjectPath("give the project as /api/context/<path> or ?projectPath=")
     chosen = chosen.strip()
-    if chosen.startswith("/") or is_windows_path(chosen):
-        return canonical_project(chosen)
-    return canonical_project("/" + chosen)
+    if not chosen.startswith("/") and not is_windows_path(chosen):
+        chosen = "/" + chosen
+    project = canonical_project(chosen)
+    # Bounded as every path field is, on the key: a relative path of 4,096 characters is one
+    # over once its slash is back, and the search under the block refused it (a 500).
+    if len(project) > PATH_MAX_CHARS:
+        raise ValidationFailed(
+            f"projectPath: String should have at most {PATH_MAX_CHARS} characters"
+        )
+    return project
 
 
 def _shape(block: ContextBlock, output: str) -> PlainTextResponse | ContextOut:

@@ -400,6 +400,15 @@ _EXACT_JOIN = """
        OR strpos(lower(COALESCE(c.file_path, '')), p.phrase) > 0) e"""
 
 
+# A snippet's length: a text this short is shown whole, a longer one by the fragments around its
+# matches (or, without a match, by its opening: app/search/service.py).
+SNIPPET_CHARS = 300
+_WHOLE_HEADLINE = "'HighlightAll=true, StartSel=**, StopSel=**'"
+_FRAGMENTS_HEADLINE = (
+    "'MaxFragments=2, MaxWords=24, MinWords=8, FragmentDelimiter=\" … \", StartSel=**, StopSel=**'"
+)
+
+
 @lru_cache(maxsize=256)
 def search_statement(
     mode: SearchMode,
@@ -443,11 +452,15 @@ def search_statement(
         if use_keyword and mode != "vector"
         else _EMPTY_KW,
     ]
+    # The text's own `**` would nest with the highlight markers (`****Rate** limits**`). A text
+    # a snippet holds whole is shown whole: fragments start at a word of the match's cover, and
+    # a one-line observation lost its tool's `run_` ("shell_command cargo test …").
+    headline = (
+        "ts_headline('english', replace(c.content, '**', ''), to_tsquery('english', :tsq), {})"
+    )
     snippet = (
-        # The text's own `**` would nest with the highlight markers (`****Rate** limits**`).
-        "ts_headline('english', replace(c.content, '**', ''), to_tsquery('english', :tsq), "
-        '\'MaxFragments=2, MaxWords=24, MinWords=8, FragmentDelimiter=" … ", '
-        "StartSel=**, StopSel=**')"
+        f"CASE WHEN char_length(c.content) <= {SNIPPET_CHARS} "
+        f"THEN {headline.format(_WHOLE_HEADLINE)} ELSE {headline.format(_FRAGMENTS_HEADLINE)} END"
         if snippets and use_keyword
         else "''::text"  # no words to highlight: the service quotes the text's opening
     )

@@ -70,7 +70,6 @@ class SearchTuning:
 
 # ts_headline marks matches with this; the text's own `**` is removed before highlighting.
 HIGHLIGHT = "**"
-SNIPPET_CHARS = 300  # a snippet without a match (or of a query of no words): the opening
 
 
 def snippet(headline: str, content: str) -> str:
@@ -83,7 +82,7 @@ def snippet(headline: str, content: str) -> str:
     validateToken(raw: string) { return verify`."""
     if HIGHLIGHT in headline:
         return headline
-    return content.replace(HIGHLIGHT, "")[:SNIPPET_CHARS]
+    return content.replace(HIGHLIGHT, "")[: queries.SNIPPET_CHARS]
 
 
 def query_vector(embedder: Embedder, query: str) -> str | None:

@@ -297,3 +297,51 @@ def test_spellings_that_differ_in_blanks_keep_one_value_in_either_order(
     assert started.status_code == 201, started.text
     rows = db.execute("SELECT created_by, user_prompt FROM sessions").fetchall()
     assert rows == [(stored, stored)]
+
+
+@pytest.mark.parametrize(
+    ("method", "url", "name"),
+    [
+        ("DELETE", "/api/memories/k?scope=global&scope=project&projectPath=/a", "scope"),
+        ("GET", "/api/memories/k?scope=global&projectPath=/a&scope=project", "scope"),
+        ("GET", "/api/memories?pattern=k&pattern=*&scope=global", "pattern"),
+        ("GET", "/api/memories?limit=1&limit=2", "limit"),
+        ("GET", "/api/sessions?status=active&status=summarized", "status"),
+        ("GET", "/api/sessions?before=2026-01-01&before=2026-02-01", "before"),
+        ("GET", "/api/context/a?budget=60&budget=3000", "budget"),
+        ("GET", "/api/context/a?format=json&format=markdown", "format"),
+        ("GET", "/api/context?projectPath=/a&prompt=jwt&prompt=billing", "prompt"),
+    ],
+)
+def test_two_values_of_any_one_value_parameter_in_a_query_are_refused(
+    client: TestClient, db: psycopg.Connection[Any], method: str, url: str, name: str
+) -> None:
+    # FastAPI keeps a repeated parameter's last value: `DELETE ?scope=global&scope=project`
+    # deleted the project's memory though the client named the global one first.
+    for scope, project in (("global", None), ("project", "/a")):
+        body = {"value": scope, "scope": scope, "projectPath": project}
+        assert client.put("/api/memories/k", json=body).status_code == 201
+
+    answer = client.request(method, url)
+
+    assert answer.status_code == 422, answer.text
+    assert answer.json() == {
+        "error": "ValidationFailed",
+        "detail": f"query: '{name}' was sent more than once with different values; send one",
+    }
+    assert db.execute("SELECT count(*) FROM memories").fetchone() == (2,)
+
+
+def test_a_repeated_one_value_parameter_with_one_value_and_repeated_tags_pass(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    body = {"value": 1, "scope": "global", "tags": ["a", "b"]}
+    assert client.put("/api/memories/k", json=body).status_code == 201
+
+    same = client.get("/api/memories?scope=global&scope=global&limit=5&limit=5")
+    tags = client.get("/api/memories?tags=a&tags=b")
+
+    assert same.status_code == 200, same.text
+    assert [memory["key"] for memory in same.json()["memories"]] == ["k"]
+    assert tags.status_code == 200, tags.text
+    assert [memory["key"] for memory in tags.json()["memories"]] == ["k"]

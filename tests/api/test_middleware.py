@@ -53,6 +53,29 @@ def test_health_and_docs_stay_open(guarded: TestClient) -> None:
     assert guarded.get("/docs").status_code == 200
 
 
+def test_head_answers_as_get_without_the_body(guarded: TestClient) -> None:
+    # HTTP (RFC 9110, 9.3.2) has every GET resource answer HEAD; FastAPI's routes took GET alone,
+    # and `curl -I /health` or a monitor checking by HEAD got 405.
+    token = {"Authorization": "Bearer s3cret"}
+    health = guarded.head("/health")
+    sessions = guarded.head("/api/sessions", headers=token)
+    refused = guarded.head("/api/sessions")
+    post_only = guarded.head("/api/search", headers=token)
+    relayed = guarded.head("/v1beta/models", headers={"X-Agmem-Token": "s3cret"})
+
+    assert health.status_code == 200
+    assert health.content == b""
+    assert health.headers["content-type"] == "application/json"
+    assert int(health.headers["content-length"]) > 0  # the GET's length, its body left out
+    assert sessions.status_code == 200
+    assert sessions.content == b""
+    assert refused.status_code == 401  # the token rule holds for HEAD as for GET
+    assert refused.content == b""
+    assert post_only.status_code == 405
+    assert post_only.headers["allow"] == "POST"
+    assert relayed.status_code == 405  # the proxy's paths are the upstream's: not made a GET
+
+
 def test_mcp_is_guarded_too(guarded: TestClient) -> None:
     assert guarded.post("/mcp", json={}).status_code == 401
 

@@ -40,6 +40,15 @@ def test_help(command: str) -> None:
     assert "Usage: agmem " + command in result.stdout
 
 
+def test_sync_help_says_the_memory_dir_is_the_root_that_holds_memory() -> None:
+    # "Memory folder" read as the `memory/` folder itself: `--memory-dir memory` (or a folder of
+    # notes) then indexed none of them, and the next sync dropped the files indexed before.
+    result = invoke_agmem("sync", "--help", COLUMNS="200")
+
+    assert result.returncode == 0
+    assert "Memory root: the folder holding MEMORY.md and memory/" in result.stdout
+
+
 def test_status_shows_revision_every_table_and_provider(database_url: str) -> None:
     result = invoke_agmem("status", DATABASE_URL=database_url)
 

@@ -476,3 +476,27 @@ def test_a_post_for_context_is_checked_as_the_get_is(client: TestClient) -> None
     assert "did you mean 'prompt'" in unknown.json()["detail"]
     assert no_project.status_code == 422
     assert too_small.status_code == 422
+
+
+def test_a_project_path_too_long_for_a_key_is_a_422_in_every_form(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    # A relative path within the 4,096 characters a path field takes is one longer once its
+    # slash is given back; with a prompt, the search refused that key: a 500 in every form.
+    longest = "a" * 4096
+    answers = {
+        "path": client.get(f"/api/context/{longest}", params={"prompt": "x"}),
+        "query": client.get("/api/context", params={"projectPath": longest, "prompt": "x"}),
+        "body": client.post("/api/context", json={"projectPath": longest, "prompt": "x"}),
+        "past the bound": client.get(f"/api/context/{'a' * 5000}", params={"prompt": "x"}),
+    }
+
+    for form, response in answers.items():
+        assert response.status_code == 422, (form, response.text)
+        assert response.json() == {
+            "error": "ValidationFailed",
+            "detail": "projectPath: String should have at most 4096 characters",
+        }, form
+    fits = client.get(f"/api/context/{'a' * 4095}", params={"prompt": "x", "format": "json"})
+    assert fits.status_code == 200
+    assert fits.json()["items"] == []

@@ -275,3 +275,22 @@ def test_a_full_all_words_tier_skips_the_pair_and_single_word_scans(
     assert any("''invoic'' & ''retri'' & ''backoff''" in cond for cond in ran), tested
     assert not any(" | " in cond for cond in ran), tested  # neither the pairs nor the OR ran
     assert any(" | " in cond for cond, _ in tested), tested
+
+
+def test_a_short_text_is_shown_whole_with_its_matches_highlighted(
+    client: TestClient, database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    # ts_headline's fragments start at a word of the match's cover: a one-line observation was
+    # shown as "shell_command cargo test backup …" (its tool's `run_` cut off), a one-line note as
+    # "note about Kafka …" (its first word gone), though the whole text fit in a snippet.
+    observation = "run_shell_command cargo test backup\nErrors: FAILED: SlowDown 503 from S3"
+    note = "## New note about Kafka consumer lag tuning"
+    add_chunks(database_url, [Chunk(observation, path="o.txt"), Chunk(note, path="n.md")])
+
+    (shell,) = keyword(client, "throttled backup")
+    (kafka,) = keyword(client, "kafka lag")
+
+    assert shell["snippet"] == (
+        "run_shell_command cargo test **backup**\nErrors: FAILED: SlowDown 503 from S3"
+    )
+    assert kafka["snippet"] == "## New note about **Kafka** consumer **lag** tuning"
