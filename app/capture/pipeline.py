@@ -40,6 +40,12 @@ _BIND = re.compile(r"(?<![:\w]):(\w+)")
 _PREPARED: weakref.WeakKeyDictionary[Conn, set[bytes]] = weakref.WeakKeyDictionary()
 _NAMES = itertools.count(1)
 
+# Connections sent statements since the last Sync whose answer was read. Their pipeline's implicit
+# transaction may be open on the server, however libpq reports them: it says IDLE once every
+# result asked for has been read, Sync or not (a flush request gets results before the Sync), so
+# `hand_back` closes these rather than trust `transaction_status`.
+_UNSYNCED: weakref.WeakSet[Conn] = weakref.WeakSet()
+
 
 @dataclass(frozen=True, slots=True)
 class Statement:
@@ -125,6 +131,7 @@ def send(connection: Conn, sent: Sent) -> None:
     """Queue a prepared statement in the open pipeline and push what libpq can without waiting,
     so Postgres starts on it while the event loop serves other requests."""
     pgconn = connection.pgconn
+    _UNSYNCED.add(connection)
     pgconn.send_query_prepared(sent.stmt.name, sent.params)
     pgconn.flush()
 
@@ -138,6 +145,7 @@ async def finish(connection: Conn, sent: Sequence[Sent]) -> list[list[Any]]:
         pgconn.pipeline_sync()
         await _flush(pgconn)
         results = await _read_until_sync(pgconn)
+        _UNSYNCED.discard(connection)  # committed or rolled back: nothing is left open
     finally:
         if pgconn.status == pq.ConnStatus.OK and pgconn.pipeline_status != pq.PipelineStatus.OFF:
             try:
@@ -214,11 +222,15 @@ async def hand_back(connection: Conn) -> None:
     statements): the pool kept it in pipeline mode, for its next user to trip over. Closed when
     something is in flight: statements sent without their Sync must never commit (their
     requests were told the writer stopped), and a batch cut after its Sync leaves answers
-    unread that no reset can skip. The pool replaces a closed connection."""
+    unread that no reset can skip. The pool replaces a closed connection.
+
+    "In flight" is any statement sent since the last Sync's answer (`_UNSYNCED`), not libpq's
+    `transaction_status` alone, which reads IDLE for statements whose results were read before
+    their Sync: handed back, the next user's Sync would have committed them."""
     pgconn = connection.pgconn
     if pgconn.status != pq.ConnStatus.OK:
         return  # broken: the pool replaces it
-    if pgconn.transaction_status == pq.TransactionStatus.IDLE:
+    if connection not in _UNSYNCED and pgconn.transaction_status == pq.TransactionStatus.IDLE:
         if pgconn.pipeline_status == pq.PipelineStatus.OFF:
             return
         with suppress(psycopg.OperationalError):  # it still has results to read: closed below

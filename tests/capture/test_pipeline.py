@@ -8,6 +8,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import pq
 from sqlalchemy import text
 
 from app.capture import pipeline
@@ -81,3 +82,44 @@ def test_a_wrong_parameter_fails_only_its_request(database_url: str) -> None:
 def test_a_statement_with_no_rows_answers_none(database_url: str) -> None:
     (result,) = asyncio.run(_run(database_url, [(text("SELECT 1 AS x WHERE :n = 2"), {"n": 1})]))
     assert result.first() is None
+
+
+def test_a_connection_read_without_its_sync_is_closed_not_handed_back(
+    database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    """libpq calls a pipelined connection idle once every result asked for has been read, Sync
+    or not: statements sent and read before their Sync (a flush request) leave their implicit
+    transaction open on the server while `transaction_status` says IDLE. Handed back, the next
+    user's first Sync (here a PREPARE's) committed that INSERT along with its own work. It must
+    be closed instead; the pool replaces it."""
+    insert = pipeline.Sent(
+        pipeline.statement("INSERT INTO sessions (id, project_path) VALUES ('unsynced', '/p')"), []
+    )
+    select = pipeline.Sent(pipeline.statement("SELECT 2 AS y"), [])
+
+    async def run() -> tuple[pq.TransactionStatus, bool, list[Any]]:
+        pool = make_capture_pool(database_url, pool_size=1)
+        await pool.open(wait=True)
+        try:
+            async with pool.connection() as connection:
+                await pipeline.prepare(connection, [insert.stmt])
+                pipeline.begin(connection)
+                pipeline.send(connection, insert)
+                connection.pgconn.send_flush_request()  # its result comes without a Sync
+                answers: list[pq.abc.PGresult] = []
+                await pipeline._answer(connection.pgconn, answers)
+                assert [answer.status for answer in answers] == [pq.ExecStatus.COMMAND_OK]
+                seen_as = connection.pgconn.transaction_status
+                await pipeline.hand_back(connection)
+                closed = connection.closed
+            async with pool.connection() as connection:  # the next user
+                (rows,) = await pipeline.run(connection, [select])
+            return seen_as, closed, rows
+        finally:
+            await pool.close()
+
+    seen_as, closed, rows = asyncio.run(run())
+    assert seen_as == pq.TransactionStatus.IDLE  # what the old check relied on
+    assert db.execute("SELECT count(*) FROM sessions WHERE id = 'unsynced'").fetchone() == (0,)
+    assert closed
+    assert [row.y for row in rows] == [2]
