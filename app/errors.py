@@ -25,7 +25,9 @@ def validator_reason(message: str) -> str:
 
 
 class AppError(Exception):
-    """Base of every error a client may see. The class name is the `error` field."""
+    """Base of every error a client may see. The class name is the `error` field: every surface
+    (the HTTP handlers, the middleware, MCP, `agmem serve`'s raw HTTP/1.1 layer) names an error
+    by its class here, never by a string of its own, so that a rename cannot drift between them."""
 
     status_code = 400
     headers: dict[str, str] | None = None
@@ -40,6 +42,9 @@ class AppError(Exception):
 
 
 class BadRequest(AppError):
+    """A request the service cannot read: its body's JSON (the framework's 400), or, in the raw
+    HTTP/1.1 layer, a head it refuses (no Host, two, no HTTP version, another protocol)."""
+
     status_code = 400
 
 
@@ -61,11 +66,20 @@ class ValidationFailed(AppError):
     status_code = 422
 
 
+class InvalidData(AppError):
+    """A value that passed the request's checks and that Postgres refused (SQLSTATE class 22,
+    a data exception, or 54, over a limit): the caller's to change, not a retry's."""
+
+    status_code = 422
+
+
 class NotFound(AppError):
     status_code = 404
 
 
 class Conflict(AppError):
+    """A change that conflicts with stored data (a domain rule, or Postgres's integrity error)."""
+
     status_code = 409
 
 
@@ -90,6 +104,82 @@ class MisdirectedRequest(AppError):
 
 class PayloadTooLarge(AppError):
     status_code = 413
+
+
+class RequestTimeout(AppError):
+    """A request whose head or body stopped coming (`agmem serve`'s raw HTTP/1.1 layer:
+    app/cli/stalls.py)."""
+
+    status_code = 408
+
+
+class RequestHeaderFieldsTooLarge(AppError):
+    """A request head past the raw HTTP/1.1 layer's bound (app/cli/headers.py)."""
+
+    status_code = 431
+
+
+class NotImplemented(AppError):
+    """A method the service serves for no resource (CONNECT, an unknown one, a PRI that is not
+    HTTP/2's preface), refused by the raw HTTP/1.1 layer (RFC 9110, 15.6.2). Named by HTTP's
+    reason phrase as the others are, it shadows the builtin constant in a module that imports
+    it: none of those uses the builtin."""
+
+    status_code = 501
+
+
+class HTTPVersionNotSupported(AppError):
+    """A request line of an HTTP major version other than 1, refused by the raw layer."""
+
+    status_code = 505
+
+
+class Forbidden(AppError):
+    """The framework's 403, as the handler names it (our own refusals are ForbiddenOrigin)."""
+
+    status_code = 403
+
+
+class MethodNotAllowed(AppError):
+    """The router's 405: a route asked with a method it does not take (its `Allow` header
+    says which it does)."""
+
+    status_code = 405
+
+
+class NotAcceptable(AppError):
+    """The framework's 406, as the handler names it."""
+
+    status_code = 406
+
+
+class UnsupportedMediaType(AppError):
+    """The framework's 415, as the handler names it."""
+
+    status_code = 415
+
+
+class TooManyRequests(AppError):
+    """The framework's 429, as the handler names it."""
+
+    status_code = 429
+
+
+class HTTPError(AppError):
+    """The framework's error of a status no class here names; it keeps that status."""
+
+
+class InternalError(AppError):
+    """A bug: an exception nothing else handles. Its detail says only that it was logged."""
+
+    status_code = 500
+
+
+class ServiceUnavailable(AppError):
+    """The service, not its database, cannot take the request now: the MCP endpoint not
+    started, `agmem serve` past its connection limit or stopping. Its Retry-After varies."""
+
+    status_code = 503
 
 
 class DatabaseUnavailable(AppError):

@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.api.deps import StateDep
 from app.api.middleware import authorized, expected_authorization
-from app.errors import first_line
+from app.errors import DatabaseUnavailable, first_line
 from app.llm.embeddings import describe_embedding
 from app.worker.metrics import METRICS_SQL, TOKENS_BY_PROJECT_SQL, shape_metrics
 
@@ -57,7 +57,7 @@ async def health(request: Request, state: StateDep) -> JSONResponse:
                 "database": f"unreachable{reason}",
                 "pgvector": None,
                 "embedding": embedding,
-                "error": "DatabaseUnavailable",
+                "error": DatabaseUnavailable.__name__,
                 "detail": f"the database is unreachable ({restarting}); retry shortly"
                 if restarting
                 else "the database is unreachable; retry shortly",

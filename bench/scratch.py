@@ -22,7 +22,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 
-from app.db.embedded import alive, postmaster_of, postmaster_pid, stop_embedded_postgres
+from app.db.embedded import stop_embedded_postgres
+from app.db.postmaster import alive, postmaster_of, postmaster_pid
 
 # How long a server killed with SIGQUIT gets to be gone (it exits in milliseconds).
 QUIT_WAIT_SECONDS = 10.0

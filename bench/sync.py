@@ -44,8 +44,9 @@ from app.heap import freeze_heap
 from app.llm.embeddings import local_embedder
 from app.logs import configure_logging
 from app.sync.connections import SyncConnections
-from app.sync.indexer import WRITERS, SyncRequest, sync_project
+from app.sync.indexer import SyncRequest, sync_project
 from app.sync.report import SyncReport
+from app.sync.writer import WRITERS
 from bench.scratch import scratch_folder
 
 WORDS = (

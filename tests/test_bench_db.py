@@ -8,7 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from app.db.embedded import alive
+from app.db.postmaster import alive
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from app.db.embedded import alive
+from app.db.postmaster import alive
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -16,8 +16,24 @@ from starlette.types import Scope
 from app.api.middleware import BodyTooLarge
 from app.errors import (
     AppError,
+    BadRequest,
     ClientDisconnected,
+    Conflict,
     DatabaseUnavailable,
+    Forbidden,
+    HTTPError,
+    InternalError,
+    InvalidData,
+    InvalidJSON,
+    MethodNotAllowed,
+    NotAcceptable,
+    NotFound,
+    PayloadTooLarge,
+    ServiceUnavailable,
+    TooManyRequests,
+    Unauthorized,
+    UnsupportedMediaType,
+    ValidationFailed,
     first_line,
     sqlstate,
     validator_reason,
@@ -31,19 +47,23 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-_HTTP_ERROR_NAMES = {
-    400: "BadRequest",
-    401: "Unauthorized",
-    403: "Forbidden",
-    404: "NotFound",
-    405: "MethodNotAllowed",
-    406: "NotAcceptable",
-    409: "Conflict",
-    413: "PayloadTooLarge",
-    415: "UnsupportedMediaType",
-    422: "ValidationFailed",
-    429: "TooManyRequests",
-    503: "ServiceUnavailable",
+# The framework's errors (its router's 404 and 405, a route's HTTPException) by status.
+_HTTP_ERRORS: dict[int, type[AppError]] = {
+    error.status_code: error
+    for error in (
+        BadRequest,
+        Unauthorized,
+        Forbidden,
+        NotFound,
+        MethodNotAllowed,
+        NotAcceptable,
+        Conflict,
+        PayloadTooLarge,
+        UnsupportedMediaType,
+        ValidationFailed,
+        TooManyRequests,
+        ServiceUnavailable,
+    )
 }
 
 
@@ -82,9 +102,14 @@ def describe_validation_errors(errors: list[Any]) -> str:
     return "; ".join(parts)
 
 
+def app_error_response(error: AppError) -> JSONResponse:
+    """`error` answered with its class's status, name and headers."""
+    return error_response(error.status_code, error.error, error.detail, error.headers)
+
+
 async def _app_error(_: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, AppError)
-    return error_response(error.status_code, error.error, error.detail, error.headers)
+    return app_error_response(error)
 
 
 NESTED_TOO_DEEPLY = "it is nested too deeply"
@@ -98,7 +123,7 @@ def invalid_json(reason: str) -> JSONResponse:
     elif "maximum recursion depth" in reason:
         # Capture parses bodies itself and passes on the RecursionError's words.
         reason = NESTED_TOO_DEEPLY
-    return error_response(400, "InvalidJSON", f"the request body is not valid JSON: {reason}")
+    return app_error_response(InvalidJSON(f"the request body is not valid JSON: {reason}"))
 
 
 def is_json_content_type(content_type: str) -> bool:
@@ -144,9 +169,9 @@ async def _validation_error(request: Request, error: Exception) -> JSONResponse:
     if unkept is not None:
         # A number the body's JSON parse read as inf or nan: what the body holds, not a field's
         # shape, is the problem (the field is named all the same).
-        return error_response(400, "InvalidJSON", describe_validation_errors([unkept]))
+        return app_error_response(InvalidJSON(describe_validation_errors([unkept])))
     detail = whole_body_problem(request, errors) or describe_validation_errors(errors)
-    return error_response(422, "ValidationFailed", detail)
+    return app_error_response(ValidationFailed(detail))
 
 
 def unkept_json(error: Any) -> bool:
@@ -166,14 +191,14 @@ async def _http_error(request: Request, error: Exception) -> JSONResponse:
     # recursion limit, bytes that are no Unicode encoding, an integer of thousands of digits)
     # with a vague "error parsing the body".
     if error.status_code == 400 and isinstance(error.__cause__, BodyTooLarge):
-        return error_response(413, "PayloadTooLarge", str(error.__cause__))
+        return app_error_response(PayloadTooLarge(str(error.__cause__)))
     if error.status_code == 400 and isinstance(error.__cause__, RecursionError):
         return invalid_json(NESTED_TOO_DEEPLY)
     if error.status_code == 400 and isinstance(error.__cause__, UnicodeDecodeError):
         return invalid_json("it is not UTF-8 text")
     if error.status_code == 400 and isinstance(error.__cause__, ValueError):
         return invalid_json(str(error.__cause__))
-    name = _HTTP_ERROR_NAMES.get(error.status_code, "HTTPError")
+    name = _HTTP_ERRORS.get(error.status_code, HTTPError).__name__
     detail = error.detail if isinstance(error.detail, str) else str(error.detail)
     return error_response(error.status_code, name, detail, getattr(error, "headers", None))
 
@@ -230,19 +255,18 @@ async def _database_unreachable(request: Request, error: Exception) -> JSONRespo
     if refused_value(error):
         # A long random project path or tag was a 503 "retry shortly": a retry fails the same.
         return await _data_error(request, error)
-    unavailable = database_unavailable(error)
-    return error_response(503, unavailable.error, unavailable.detail, unavailable.headers)
+    return app_error_response(database_unavailable(error))
 
 
 async def _data_error(_: Request, error: Exception) -> JSONResponse:
     # Input cleaning should stop these first; this keeps a value Postgres rejects from being a 500.
     detail = refused_value(error) or f"the database rejected a value: {first_line(error)}"
-    return error_response(422, "InvalidData", detail)
+    return app_error_response(InvalidData(detail))
 
 
 async def _integrity_error(_: Request, error: Exception) -> JSONResponse:
     message = first_line(error)
-    return error_response(409, "Conflict", f"the change conflicts with stored data: {message}")
+    return app_error_response(Conflict(f"the change conflicts with stored data: {message}"))
 
 
 # Ordinary client behaviour (a killed agent, a network drop), not the service's failure: was a
@@ -264,7 +288,7 @@ async def _client_disconnect(request: Request, _: Exception) -> JSONResponse:
 
 async def _unexpected(_: Request, error: Exception) -> JSONResponse:
     log.exception("request.failed", error_type=type(error).__name__)
-    return error_response(500, "InternalError", "an unexpected error occurred; it has been logged")
+    return app_error_response(InternalError("an unexpected error occurred; it has been logged"))
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -20,6 +20,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app.cli.refusals import Refused, error_body
 from app.cli.stalls import StallBoundProtocol
+from app.errors import RequestHeaderFieldsTooLarge
 
 # 64 KiB and 100 are above what any client of this service sends (a browser's cookies stay
 # under 8 KiB; Apache allows 100 fields of 8 KiB, nginx 32 KiB in all). The head as it comes may
@@ -66,7 +67,7 @@ class HeaderBoundProtocol(StallBoundProtocol):
         return None
 
     def headers_too_large(self, *, dispatched: bool = False) -> Refused:
-        body = error_body("RequestHeaderFieldsTooLarge", HEADERS_DETAIL)
+        body = error_body(RequestHeaderFieldsTooLarge(HEADERS_DETAIL))
         cause = "refused a request whose headers are over 64 KiB or 100 headers (431)"
         status = b"431 Request Header Fields Too Large"
         return Refused(status, body, [], cause, dispatched=dispatched)

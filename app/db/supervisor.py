@@ -23,7 +23,8 @@ from pathlib import Path
 
 import structlog
 
-from app.db.embedded import alive, postmaster_pid, start_embedded_postgres
+from app.db.embedded import start_embedded_postgres
+from app.db.postmaster import alive, postmaster_pid
 from app.errors import first_line
 
 log = structlog.get_logger(__name__)

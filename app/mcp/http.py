@@ -25,7 +25,7 @@ from starlette.types import Message, Receive, Scope, Send
 from app.api.errors import client_gone
 from app.api.middleware import send_error
 from app.config import Settings
-from app.errors import first_line
+from app.errors import ServiceUnavailable, first_line
 from app.heap import freeze_late_load
 from app.mcp.wire import MESSAGE_TEXT, surrogates_cleaned
 from app.state import AppState
@@ -233,7 +233,10 @@ class McpEndpoint:
         manager = await self._manager()
         if isinstance(manager, Unavailable):
             retry = {} if manager.retry_after is None else {"Retry-After": str(manager.retry_after)}
-            await send_error(send, 503, "ServiceUnavailable", manager.detail, retry)
+            unavailable = ServiceUnavailable(manager.detail)
+            await send_error(
+                send, unavailable.status_code, unavailable.error, unavailable.detail, retry
+            )
             return
         cleaned = await _surrogates_cleaned(receive)
         if cleaned is None:

@@ -40,7 +40,7 @@ from app.api.numbers import ToolInt
 from app.config import Settings
 from app.context.builder import build_context
 from app.db.engine import transaction
-from app.errors import AppError
+from app.errors import AppError, InvalidData, InvalidJSON, ValidationFailed
 from app.llm.embeddings import get_embedder
 from app.mcp import descriptions as text
 from app.mcp.stdio import FRAMING_SLACK_BYTES, Calls, client_lines
@@ -78,14 +78,19 @@ _UNBUDGETED = {
 }
 
 
+def tool_error_text(error: AppError) -> str:
+    """A tool error's text: the error's name (its class, as HTTP names it) and its detail."""
+    return f"{error.error}: {error.detail}"
+
+
 def validation_failed(error: ValidationError) -> str:
     """`ValidationFailed: limit: must be a number, not a boolean`, worded as over HTTP, and
     `InvalidJSON: value: a number is …` for a number a write cannot keep, as HTTP names it."""
     errors = list(error.errors())
     unkept = next((item for item in errors if unkept_json(item)), None)
     if unkept is not None:
-        return f"InvalidJSON: {describe_validation_errors([unkept])}"
-    return f"ValidationFailed: {describe_validation_errors(errors)}"
+        return tool_error_text(InvalidJSON(describe_validation_errors([unkept])))
+    return tool_error_text(ValidationFailed(describe_validation_errors(errors)))
 
 
 @contextmanager
@@ -94,20 +99,19 @@ def tool_errors() -> Iterator[None]:
     try:
         yield
     except AppError as error:
-        raise ToolError(f"{error.error}: {error.detail}") from None
+        raise ToolError(tool_error_text(error)) from None
     except ValidationError as error:
         raise ToolError(validation_failed(error)) from None
     except ValueError as error:
-        raise ToolError(f"ValidationFailed: {error}") from None
+        raise ToolError(tool_error_text(ValidationFailed(str(error)))) from None
     except (sa_exc.DBAPIError, sa_exc.TimeoutError, psycopg.Error) as error:
         # A value Postgres refuses (too large to index, out of range) is the caller's to fix.
         refused = refused_value(error)
         if refused is not None:
-            raise ToolError(f"InvalidData: {refused}") from None
+            raise ToolError(tool_error_text(InvalidData(refused))) from None
         if isinstance(error, UNREACHABLE_ERRORS):
             # As the HTTP API's 503: the tool said only "Error executing tool read_memory".
-            unavailable = database_unavailable(error)
-            raise ToolError(f"{unavailable.error}: {unavailable.detail}") from None
+            raise ToolError(tool_error_text(database_unavailable(error))) from None
         raise
 
 
@@ -140,7 +144,8 @@ class MemoryServer(MCPServer):
         unknown = [arg for arg in arguments if arg not in known] if known is not None else []
         if known is not None and unknown:
             problem = unknown_fields_message(unknown, known, noun="argument")
-            raise ToolError(f"Error executing tool {name}: ValidationFailed: {problem}")
+            refused = tool_error_text(ValidationFailed(problem))
+            raise ToolError(f"Error executing tool {name}: {refused}")
         if self.argument_bytes is not None:
             check_argument_size(name, arguments, self.argument_bytes())
         request_id = context.request_context.request_id if context is not None else None
@@ -198,11 +203,12 @@ def sent_arguments(name: str, arguments: dict[str, Any], request_id: Any | None)
         return dict(arguments)
     exact = exact_arguments(text, request_id, name)
     if exact is None:
-        raise ToolError(
-            f"Error executing tool {name}: InvalidJSON: the call's numbers could not be read as "
-            "sent (no tools/call of its id in the message), and its floats may not be them; "
-            "send the value as JSON text with value_is_json_text"
+        unread = InvalidJSON(
+            "the call's numbers could not be read as sent (no tools/call of its id in the "
+            "message), and its floats may not be them; send the value as JSON text with "
+            "value_is_json_text"
         )
+        raise ToolError(f"Error executing tool {name}: {tool_error_text(unread)}")
     return exact
 
 

@@ -44,6 +44,7 @@ from mcp.types import (
 )
 
 from app.entry import end_at_once, end_by_deadline, signalled
+from app.errors import PayloadTooLarge
 from app.mcp.wire import MESSAGE_TEXT, surrogates_cleaned
 
 # How long the calls read before the end of the input may take to be answered; then the SDK
@@ -145,8 +146,8 @@ class Calls:
         error = ErrorData(
             code=INVALID_REQUEST,
             message=(
-                f"PayloadTooLarge: the message is {line.size} bytes, over the limit of {limit} "
-                "bytes (AGMEM_MAX_BODY_BYTES and 64 KiB for the JSON-RPC envelope)"
+                f"{PayloadTooLarge.__name__}: the message is {line.size} bytes, over the limit "
+                f"of {limit} bytes (AGMEM_MAX_BODY_BYTES and 64 KiB for the JSON-RPC envelope)"
             ),
         )
         refusal = SessionMessage(JSONRPCError(jsonrpc="2.0", id=line.id, error=error))

@@ -33,14 +33,9 @@ from app.db.engine import sessionmaker_engine, sessionmaker_url
 from app.llm.embeddings import Embedder
 from app.sync.connections import SyncConnections
 from app.sync.discover import ROOT_MEMORY_FILES, SKIPPED_DIRS, TRANSCRIPT_SUFFIXES, is_utf8
-from app.sync.indexer import (
-    WRITERS,
-    ProjectFolderMissing,
-    SyncRequest,
-    resolve_roots,
-    sync_project,
-)
+from app.sync.indexer import ProjectFolderMissing, SyncRequest, resolve_roots, sync_project
 from app.sync.report import Progress, SyncReport
+from app.sync.writer import WRITERS
 
 log = structlog.get_logger(__name__)
 

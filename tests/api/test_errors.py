@@ -19,6 +19,7 @@ from app.api.deps import DbDep
 from app.errors import NotFound
 from app.main import create_app
 from tests.conftest import make_settings
+from tests.error_names import assert_named_by_its_class
 
 
 class Probe(BaseModel):
@@ -46,6 +47,13 @@ async def too_long(db: DbDep) -> None:
     # A value no request bound stops (app/api/limits.py) that Postgres cannot index.
     noise = "".join(random.Random(1).choices(string.ascii_letters, k=4000))
     await db.execute(text("INSERT INTO sync_runs (project_path) VALUES (:p)"), {"p": noise})
+
+
+@probe_router.post("/api/twice")
+async def twice(db: DbDep) -> None:
+    # A key Postgres itself finds taken: the integrity error's path, not a domain Conflict.
+    await db.execute(text("CREATE TEMP TABLE twice (k int PRIMARY KEY)"))
+    await db.execute(text("INSERT INTO twice VALUES (1), (1)"))
 
 
 @pytest.fixture
@@ -94,7 +102,7 @@ def test_malformed_json_is_400(probe_client: TestClient) -> None:
 @pytest.mark.parametrize(
     ("body", "reason"),
     [
-        (b'{"name": ' + b"[" * 5000 + b"]" * 5000 + b"}", "nested too deeply"),
+        (b'{"name": ' + b"[" * 1500 + b"]" * 5000 + b"}", "nested too deeply"),
         (b'{"name": "\xff\xfe caf\xe9"}', "not UTF-8"),
         # Python's int() refuses more than 4300 digits; its message named a function to call.
         (b'{"name": "x", "count": 1' + b"0" * 5000 + b"}", "a number has more than 4300 digits"),
@@ -279,3 +287,47 @@ def test_a_database_that_answers_is_not_called_unreachable(
     assert response.json() == {"error": "DatabaseUnavailable", "detail": detail}
     assert response.headers["retry-after"] == "5"
     assert db.execute("SELECT value FROM memories").fetchall() == [("ana",)]
+
+
+def test_every_error_the_api_sends_is_named_by_its_class(database_url: str, tmp_path: Any) -> None:
+    # A name written as a string in one handler (the framework's errors, a database's refusals,
+    # a bug's 500) drifted from app/errors.py's on a rename; each path here is a real refusal.
+    settings = make_settings(home=tmp_path, api_token="s3cret", max_body_bytes=2048)
+    app = create_app(settings, database_url=database_url)
+    app.include_router(probe_router)
+    token = {"Authorization": "Bearer s3cret"}
+    with TestClient(app, raise_server_exceptions=False, headers=token) as client:
+        answers = [
+            client.get("/api/nowhere"),
+            client.get("/api/probe"),
+            client.post("/api/probe", content=b"{", headers={"Content-Type": "application/json"}),
+            client.post(
+                "/api/probe", content=b"[" * 1500, headers={"Content-Type": "application/json"}
+            ),
+            client.post("/api/probe", json={"count": "many"}),
+            client.post("/api/probe", json={"name": "missing", "count": 1}),
+            client.post("/api/probe", content=b"x" * 4096),
+            client.post("/api/too-long"),
+            client.post("/api/twice"),
+            client.get("/api/boom"),
+            client.get("/api/sessions", headers={"Authorization": "Bearer nope"}),
+        ]
+
+    for answer in answers:
+        assert_named_by_its_class(answer.status_code, answer.json())
+    statuses = [answer.status_code for answer in answers]
+    assert statuses == [404, 405, 400, 400, 422, 404, 413, 422, 409, 500, 401]
+    # The names API.md's clients read: a class renamed renames them on every surface at once.
+    assert [answer.json()["error"] for answer in answers] == [
+        "NotFound",
+        "MethodNotAllowed",
+        "InvalidJSON",
+        "InvalidJSON",
+        "ValidationFailed",
+        "NotFound",
+        "PayloadTooLarge",
+        "InvalidData",
+        "Conflict",
+        "InternalError",
+        "Unauthorized",
+    ]

@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from app.cli import cli
 from app.db import migrate
-from app.db.embedded import remove_socket_dir, socket_dir_of
+from app.db.socket_dirs import remove_socket_dir, socket_dir_of
 from app.projects import canonical_project
 from tests.cli.helpers import AGMEM, agmem_env, invoke_agmem, run_agmem
 from tests.conftest import libpq_url

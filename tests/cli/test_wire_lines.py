@@ -19,9 +19,11 @@ from uvicorn.config import Config
 from uvicorn.server import ServerState
 
 from app.cli import wire
+from app.cli.headers import MAX_HEAD_BYTES
 from app.cli.http1 import lines
 from app.cli.wire import JsonErrorsProtocol
 from tests.cli.test_wire_layers import _Transport
+from tests.error_names import assert_named_by_its_class
 
 
 class _Written(_Transport):
@@ -586,3 +588,31 @@ def test_each_method_a_word_may_wait_for_is_one_llhttp_takes(method: bytes) -> N
     parser.feed_data(method + b" /x HTTP/1.1" + HOST)
 
     assert (head.done, parser.get_method()) == (True, method)
+
+
+def test_every_refusal_of_the_protocol_is_named_by_its_class() -> None:
+    # The raw layer writes its own bodies: a name written there as a string drifted from the
+    # app's (app/errors.py) on a rename.
+    heads = [
+        b"GET /health HTTP/1.1\r\n\r\n",
+        b"GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+        b"GET /health\r\n\r\n",
+        RTSP,
+        b"\x01\x02 / HTTP/1.1" + HOST,
+        b"BREW /health HTTP/1.1" + HOST,
+        b"CONNECT example.com:443 HTTP/1.1" + HOST,
+        b"PRI * HTTP/1.1" + HOST,
+        b"GET /health HTTP/3.0" + HOST,
+        b"GET /health HTTP/1.1\r\nHost: a\r\nX-Big: " + b"a" * MAX_HEAD_BYTES + b"\r\n\r\n",
+    ]
+    answers = [answer for fed in _fed_each([head] for head in heads) for answer in fed]
+
+    for status, body in answers:
+        assert_named_by_its_class(status, body)
+    assert [status for status, _ in answers] == [400, 400, 400, 400, 400, 501, 501, 501, 505, 431]
+    assert {body["error"] for _, body in answers} == {
+        "BadRequest",
+        "NotImplemented",
+        "HTTPVersionNotSupported",
+        "RequestHeaderFieldsTooLarge",
+    }

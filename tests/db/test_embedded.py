@@ -23,13 +23,12 @@ from app.db.embedded import (
     TUNING,
     TUNING_FILE,
     EmbeddedDatabaseError,
-    remove_socket_dir,
     server_environment,
-    socket_dir_of,
     start_embedded_postgres,
     stop_embedded_postgres,
     write_tuning,
 )
+from app.db.socket_dirs import remove_socket_dir, socket_dir_of
 from tests.conftest import libpq_url
 from tests.postgres import PostgresServer
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from app.db.embedded import HomeLock, LockNotTaken, _file_lock
+from app.db.embedded import HomeLock, LockNotTaken
+from app.db.file_locks import file_lock
 from tests.cli.helpers import agmem_env, running_postmaster
 
 # A process hung in a start of the home it is given, with the server's lock held: its settings
@@ -252,7 +253,7 @@ def test_a_failed_take_of_pgservers_file_leaves_the_home_unlocked(tmp_path: Path
     (tmp_path / "home").mkdir()
     unopenable = tmp_path / "a-folder"
     unopenable.mkdir()  # os.open(O_RDWR) of a folder fails, root or not
-    lock.everyone = _file_lock(unopenable, shared=True)
+    lock.everyone = file_lock(unopenable, shared=True)
     with pytest.raises(LockNotTaken, match="cannot open"):
         with lock:
             pass

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app.db.embedded import alive, forget_dead_handles, forget_dead_postmaster
+from app.db.postmaster import alive, forget_dead_handles, forget_dead_postmaster
 from app.db.supervisor import (
     MAX_RETRY_SECONDS,
     EmbeddedSupervisor,

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from app.config import Settings
-from app.sync import indexer
+from app.sync import indexer, reading, writer
 from tests.sync.helpers import TESTDATA, CountingEmbedder, make_project, run_sync
 
 
@@ -470,8 +470,9 @@ def test_a_file_indexed_under_older_rules_is_rechunked_by_the_next_sync(
     target = project / "memory" / "a.md"
     target.write_text(target.read_text() + "\n## Database\n\npassword: hunter2\n")
     embedder = CountingEmbedder()
-    monkeypatch.setattr(indexer, "redact_secrets_lines", lambda text: text)
-    monkeypatch.setattr(indexer, "RULES_VERSION", "older")
+    monkeypatch.setattr(reading, "redact_secrets_lines", lambda text: text)
+    for module in (indexer, reading, writer):  # each reads or writes the version
+        monkeypatch.setattr(module, "RULES_VERSION", "older")
     run_sync(database_url, settings, embedder, project)
     leaked = "SELECT count(*) FROM memory_chunks WHERE content LIKE '%%hunter2%%'"
     assert db.execute(leaked).fetchone() != (0,)
@@ -580,11 +581,11 @@ def test_a_file_replaced_by_a_fifo_after_the_listing_is_skipped_not_waited_on(
     # racing tree): reading it blocked the sync, and the project's lock with it, for ever.
     fifo = tmp_path / "notes.md"
     os.mkfifo(fifo)
-    found = indexer.FoundFile(str(fifo), "memory", 10, 1.0)
-    roots = indexer._Roots.of(tmp_path, tmp_path)
+    found = reading.FoundFile(str(fifo), "memory", 10, 1.0)
+    roots = reading.Roots.of(tmp_path, tmp_path)
     outcome: list[object] = []
     reader = threading.Thread(
-        target=lambda: outcome.append(indexer._prepare(found, settings, None, False, roots)),
+        target=lambda: outcome.append(reading.prepare_file(found, settings, None, False, roots)),
         daemon=True,
     )
 
@@ -595,7 +596,7 @@ def test_a_file_replaced_by_a_fifo_after_the_listing_is_skipped_not_waited_on(
             pass
         reader.join(5)
 
-    assert outcome == [indexer.Skip(str(fifo), "not a regular file")]
+    assert outcome == [reading.Skip(str(fifo), "not a regular file")]
 
 
 def test_a_file_replaced_by_a_folder_after_the_listing_is_skipped_without_leaking_its_descriptor(
@@ -604,14 +605,14 @@ def test_a_file_replaced_by_a_folder_after_the_listing_is_skipped_without_leakin
     # Watch mode and the serve worker run for days: each such read kept a descriptor open.
     folder = tmp_path / "notes.md"
     folder.mkdir()
-    found = indexer.FoundFile(str(folder), "memory", 10, 1.0)
-    roots = indexer._Roots.of(tmp_path, tmp_path)
+    found = reading.FoundFile(str(folder), "memory", 10, 1.0)
+    roots = reading.Roots.of(tmp_path, tmp_path)
     before = len(os.listdir("/proc/self/fd"))
 
-    outcomes = [indexer._prepare(found, settings, None, False, roots) for _ in range(100)]
+    outcomes = [reading.prepare_file(found, settings, None, False, roots) for _ in range(100)]
 
     assert len(os.listdir("/proc/self/fd")) == before
-    assert set(outcomes) == {indexer.Skip(str(folder), "not a regular file")}
+    assert set(outcomes) == {reading.Skip(str(folder), "not a regular file")}
 
 
 def test_a_listed_file_swapped_for_a_symlink_out_of_the_root_before_the_read_is_not_read(
@@ -625,13 +626,13 @@ def test_a_listed_file_swapped_for_a_symlink_out_of_the_root_before_the_read_is_
     project.symlink_to(tmp_path / "proj")
     notes = project / "memory" / "notes.md"
     # The listing saw a regular file here; by the read it is a link to outside the root.
-    found = indexer.FoundFile(str(notes), "memory", 30, 1.0)
+    found = reading.FoundFile(str(notes), "memory", 30, 1.0)
     notes.symlink_to(outside / "secret.md")
-    roots = indexer._Roots.of(project, project / "sessions")
+    roots = reading.Roots.of(project, project / "sessions")
 
-    outcome = indexer._prepare(found, settings, None, False, roots)
+    outcome = reading.prepare_file(found, settings, None, False, roots)
 
-    assert outcome == indexer.Skip(str(notes), "symlink escapes the root")
+    assert outcome == reading.Skip(str(notes), "symlink escapes the root")
 
 
 def test_a_symlink_to_a_file_inside_the_root_is_still_read(
@@ -642,13 +643,13 @@ def test_a_symlink_to_a_file_inside_the_root_is_still_read(
     (memory / "real.md").write_text("# Real\n\nthe inside text\n")
     link = memory / "link.md"
     link.symlink_to("real.md")
-    roots = indexer._Roots.of(tmp_path / "proj", tmp_path / "proj" / "sessions")
+    roots = reading.Roots.of(tmp_path / "proj", tmp_path / "proj" / "sessions")
 
-    outcome = indexer._prepare(
-        indexer.FoundFile(str(link), "memory", 30, 1.0), settings, None, False, roots
+    outcome = reading.prepare_file(
+        reading.FoundFile(str(link), "memory", 30, 1.0), settings, None, False, roots
     )
 
-    assert isinstance(outcome, indexer._Prepared)
+    assert isinstance(outcome, reading.Prepared)
     assert ["the inside text" in c.content for c in outcome.chunks] == [True]
 
 

@@ -17,7 +17,8 @@ from app.config import Settings
 from app.db.engine import make_async_engine, make_sessionmaker
 from app.sync import watch as watch_module
 from app.sync.discover import Skip
-from app.sync.indexer import LEASED, ProjectFolderMissing, SyncRequest
+from app.sync.indexer import ProjectFolderMissing, SyncRequest
+from app.sync.reading import LEASED
 from app.sync.report import SyncReport
 from app.sync.watch import watch_project
 from tests.conftest import make_settings

@@ -4,6 +4,7 @@ the app sees it, in the shared error shape: the details' texts and the refusals 
 from __future__ import annotations
 
 from app.cli.refusals import Header, Refused, error_body
+from app.errors import BadRequest, HTTPVersionNotSupported, NotImplemented
 
 BAD_REQUEST_DETAIL = (
     "the request is not valid HTTP/1.1 (a malformed request line, header or chunked body, a bad "
@@ -55,13 +56,13 @@ STOPPING_DETAIL = (
 
 
 def no_version() -> Refused:
-    body = error_body("BadRequest", NO_VERSION_DETAIL)
+    body = error_body(BadRequest(NO_VERSION_DETAIL))
     cause = "refused a request line without an HTTP version (400)"
     return Refused(b"400 Bad Request", body, [], cause)
 
 
 def version_not_supported(version: str) -> Refused:
-    body = error_body("HTTPVersionNotSupported", VERSION_DETAIL.format(version=version))
+    body = error_body(HTTPVersionNotSupported(VERSION_DETAIL.format(version=version)))
     cause = f"refused a request line of HTTP/{version} (505)"
     return Refused(b"505 HTTP Version Not Supported", body, [], cause)
 
@@ -70,5 +71,5 @@ def connect_refusal() -> Refused:
     """A CONNECT's refusal, whatever else its head holds (no Host, a malformed target):
     llhttp reads it as an upgrade, after which come a tunnel's bytes (they were read as the
     next request). RFC 9110, 15.6.2: a method the server supports for no resource is a 501."""
-    body = error_body("NotImplemented", CONNECT_DETAIL)
+    body = error_body(NotImplemented(CONNECT_DETAIL))
     return Refused(b"501 Not Implemented", body, [], "refused a CONNECT (501)")
