@@ -367,7 +367,7 @@ def read_answer(connection: socket.socket) -> bytes:
     """One answer with a Content-Length, read off a connection that stays open."""
     data = b""
     while b"\r\n\r\n" not in data:
-        data += connection.recv(65536)
+        data += _more(connection, data)
     head, _, body = data.partition(b"\r\n\r\n")
     length = next(
         int(line.split(b":")[1])
@@ -375,8 +375,30 @@ def read_answer(connection: socket.socket) -> bytes:
         if line.startswith(b"content-length:")
     )
     while len(body) < length:
-        body += connection.recv(65536)
+        body += _more(connection, data + body)
     return head + b"\r\n\r\n" + body
+
+
+def _more(connection: socket.socket, so_far: bytes) -> bytes:
+    chunk = connection.recv(65536)
+    assert chunk, f"closed before its answer was whole: {so_far[:300]!r}"
+    return chunk
+
+
+def _closed_by_the_server_within(connections: list[socket.socket], seconds: float) -> None:
+    """Wait until the server has closed each of `connections` (what it still sent is dropped),
+    for `seconds` at most."""
+    still_open = list(connections)
+    deadline = time.monotonic() + seconds
+    while still_open and (left := deadline - time.monotonic()) > 0:
+        ready, _, _ = select.select(still_open, [], [], left)
+        for connection in ready:
+            try:
+                closed = not connection.recv(65536)
+            except ConnectionResetError:
+                closed = True
+            if closed:
+                still_open.remove(connection)
 
 
 NOPE = b"POST /nope HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\nx"
@@ -425,7 +447,8 @@ def test_connections_held_by_stray_bytes_do_not_lock_others_out(
     # 20 of them at AGMEM_MAX_CONNECTIONS=20 made every other request a 503 until they closed.
     held = [hold_with_a_stray_byte(port, request_bytes, stray)[0] for _ in range(MAX_CONNECTIONS)]
     try:
-        time.sleep(IDLE_SECONDS + 2)
+        # Until the idle timeout has closed them (what the test before promises), not longer.
+        _closed_by_the_server_within(held, IDLE_SECONDS + 2)
         answer = exchange(port, HEALTH)
     finally:
         for connection in held:
@@ -817,9 +840,11 @@ def test_an_upgrade_without_a_body_is_still_served(port: int) -> None:
         b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n" + H2C + b"Content-Length: 0\r\n\r\n"
     )
 
-    answers = _answers(exchange(port, request_bytes))
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as connection:
+        connection.sendall(request_bytes)
+        answer = read_answer(connection)  # not until the idle timeout closes the connection
 
-    assert answers[0][0] == b"HTTP/1.1 200 OK"
+    assert _answers(answer)[0][0] == b"HTTP/1.1 200 OK"
 
 
 def _with_headers(count: int, value: bytes = b"v") -> bytes:

