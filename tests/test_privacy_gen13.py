@@ -7,11 +7,13 @@ text, ran Python for every `keys = [...]` line of it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
-from app.privacy import REDACTED, redact_secrets_lines, sanitize_json
+from app.privacy import REDACTED, redact_secrets, redact_secrets_lines, sanitize_json
 from app.privacy.lists import _LIST_PATTERNS
-from tests.test_privacy import assert_redacted_on_every_path
+from tests.test_privacy import _assert_linear, assert_redacted_on_every_path
 
 # `@` is each redaction.
 TRIPLE_QUOTED = [
@@ -209,3 +211,32 @@ def test_a_list_under_a_bare_key_fails_the_pattern(text: str) -> None:
 )
 def test_a_list_under_a_credential_key_matches_the_pattern(text: str) -> None:
     assert any(pattern.search(text) for pattern in _LIST_PATTERNS)
+
+
+# A triple-quoted value's blank and newline runs, around a word or a phrase, unclosed: rev-privacy26
+# found the runs on either side of an optional newline splitting the same blanks (`"""` and 800
+# blanks took over a minute; a capture's `sanitize_json` and the worker's rescan ran it too).
+# Short texts of many lines (the scan's regex path) and one long text (hyperscan's gates) alike.
+_QUARTER = 62_500
+_TRIPLE_RUNS: list[Callable[[int], str]] = [
+    lambda n: 'password = """' + " " * _QUARTER * n + "z",
+    lambda n: 'PASSWORD = """' + " " * _QUARTER * n + "z",
+    lambda n: "api_key = '''" + " \t" * (_QUARTER // 2) * n + "z",
+    lambda n: 'password = """abcd' + " " * _QUARTER * n + "z",
+    lambda n: 'PASSWORD = """abcd' + " " * _QUARTER * n + "z",
+    lambda n: 'password = """ab cd' + " " * _QUARTER * n + "z",
+    lambda n: 'password = """' + "\n" * _QUARTER * n + "z",
+    lambda n: 'PASSWORD = """' + " \r\n" * (_QUARTER // 3) * n + "z",
+    lambda n: 'private_key = """\n' + "abcd \n\n" * (_QUARTER // 7) * n + "z",
+    lambda n: 'private_key = """abcd' + "\n" * _QUARTER * n + "abcd",
+    lambda n: 'password = """' + "ab" * (_QUARTER // 2) * n,
+    lambda n: ('password = """' + " " * 200 + "z\n") * (_QUARTER // 216) * n,
+    lambda n: ('PASSWORD = """abcd' + " " * 200 + "z\n") * (_QUARTER // 220) * n,
+    lambda n: ('signing_key = """\n' + "a1\n\n" * 50 + " " * 50 + "\n") * (_QUARTER // 320) * n,
+]
+
+
+@pytest.mark.parametrize("make", _TRIPLE_RUNS)
+def test_a_triple_quoted_values_runs_cost_linear_work(make: Callable[[int], str]) -> None:
+    for judge in (redact_secrets, redact_secrets_lines):
+        _assert_linear(lambda n, judge=judge: judge(make(n)))

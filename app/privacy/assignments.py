@@ -197,12 +197,15 @@ _CONFIG_PATTERN = re.compile(
 # holds none, so that it cannot run past its closing delimiter. A text of several lines is a
 # key's (`lines3`: a word on each line, base64's as a private key's body) or a help text or a
 # docstring, which is kept; a PEM key is KEY_RULES'.
+# Every blank and newline run is possessive: the runs on either side of an optional newline
+# could split the same blanks, and an unclosed `"""` before a megabyte of blanks backtracked
+# through every split (rev-privacy26: 800 blanks took over a minute).
 _TRIPLE_CHAR = r"(?:[^\"'\s]|(?!(?P=triple))[\"'])"
 _TRIPLE_QUOTED = (
-    r"(?P<triple>\"\"\"|''')(?:[ \t]*(?:\r?\n)?[ \t]*"
+    r"(?P<triple>\"\"\"|''')(?:[ \t]*+(?:\r?\n)?+[ \t]*+"
     rf"(?:(?P<word3>{_TRIPLE_CHAR}{{4,}}+)|(?P<phrase3>[^\"'\n:=]{{4,100}}+))"
-    r"[ \t]*(?:\r?\n)?[ \t]*"
-    rf"|(?P<lines3>(?:[ \t]*\r?\n[ \t]*{_TRIPLE_CHAR}++){{2,}}+[ \t]*(?:\r?\n[ \t]*)?))"
+    r"[ \t]*+(?:\r?\n)?+[ \t]*+"
+    rf"|(?P<lines3>(?:[ \t]*+\r?\n[ \t]*+{_TRIPLE_CHAR}++){{2,}}+[ \t]*+(?:\r?\n[ \t]*+)?+))"
     r"(?P=triple)"
 )
 # In capitals (the `.env` rule, which redacts a value of any length in one pair of quotes), any
