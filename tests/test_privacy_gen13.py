@@ -107,6 +107,32 @@ def test_a_multi_line_credential_is_redacted(text: str, expected: str) -> None:
         assert secret not in lines
 
 
+# What rev-privacy26 found of a key's body still in clear: its first line after the opening
+# delimiter, blank lines among, before or after its lines, a line continuation after the
+# delimiter, `\r` alone between lines; and two passwords a blank line apart.
+_KEY_BODY = "Xq7mP2vL9kR4tZ8wN3bH6jC1yF5dG0sA2eU7iO4p"
+MULTI_LINE_SHAPES = [
+    ('private_key = """<s>\n<s>\n"""', 'private_key = """@"""'),
+    ('private_key = """\n<s>\n\n<s>\n"""', 'private_key = """@"""'),
+    ('private_key = """\n\n<s>\n<s>\n\n"""', 'private_key = """@"""'),
+    ("SIGNING_KEY = '''\n  <s>\n   \n  <s>\n  '''", "SIGNING_KEY = '''@'''"),
+    ('private_key = """\\\n<s>\n<s>\n"""', 'private_key = """@"""'),
+    ('private_key = """\r<s>\r<s>\r"""', 'private_key = """@"""'),
+    ('private_key = """\r\n<s>\r\n\r\n<s>\r\n"""', 'private_key = """@"""'),
+    ('password = """\nhunter22\n\nswordfish9\n"""', 'password = """@"""'),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), MULTI_LINE_SHAPES)
+def test_a_key_body_of_any_lines_shape_is_redacted(text: str, expected: str) -> None:
+    text = text.replace("<s>", _KEY_BODY)
+    assert_redacted_on_every_path(text, expected, lines=False)
+    lines = redact_secrets_lines(text)
+    assert lines.startswith(expected.replace("@", REDACTED).split("\n", 1)[0])
+    for secret in (_KEY_BODY, "hunter22", "swordfish9"):
+        assert secret not in lines
+
+
 LISTS = [
     # TOML inline tables.
     ('creds = { passwords = ["hunter2x"] }', 'creds = { passwords = ["@"] }'),

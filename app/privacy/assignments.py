@@ -196,16 +196,21 @@ _CONFIG_PATTERN = re.compile(
 # that does not close it (`"""ab"cd"""`, privacy26: generation 12 kept it in clear); a phrase
 # holds none, so that it cannot run past its closing delimiter. A text of several lines is a
 # key's (`lines3`: a word on each line, base64's as a private key's body) or a help text or a
-# docstring, which is kept; a PEM key is KEY_RULES'.
+# docstring, which is kept; a PEM key is KEY_RULES'. A key's first line may follow the opening
+# delimiter, or a `\` continuing it; blank lines may stand before, among and after its lines.
 # Every blank and newline run is possessive: the runs on either side of an optional newline
 # could split the same blanks, and an unclosed `"""` before a megabyte of blanks backtracked
 # through every split (rev-privacy26: 800 blanks took over a minute).
 _TRIPLE_CHAR = r"(?:[^\"'\s]|(?!(?P=triple))[\"'])"
+# Between a key's lines: line breaks (`\n`, `\r\n`, `\r` alone), blank lines among them, and
+# the blanks of an indent; read once (possessive), as a word's characters are none of them.
+_TRIPLE_GAP = r"(?:[ \t]*+(?:\r\n?+|\n))++[ \t]*+"
 _TRIPLE_QUOTED = (
-    r"(?P<triple>\"\"\"|''')(?:[ \t]*+(?:\r?\n)?+[ \t]*+"
-    rf"(?:(?P<word3>{_TRIPLE_CHAR}{{4,}}+)|(?P<phrase3>[^\"'\n:=]{{4,100}}+))"
-    r"[ \t]*+(?:\r?\n)?+[ \t]*+"
-    rf"|(?P<lines3>(?:[ \t]*+\r?\n[ \t]*+{_TRIPLE_CHAR}++){{2,}}+[ \t]*+(?:\r?\n[ \t]*+)?+))"
+    r"(?P<triple>\"\"\"|''')(?:[ \t]*+(?:\r\n?+|\n)?+[ \t]*+"
+    rf"(?:(?P<word3>{_TRIPLE_CHAR}{{4,}}+)|(?P<phrase3>[^\"'\r\n:=]{{4,100}}+))"
+    r"[ \t]*+(?:\r\n?+|\n)?+[ \t]*+"
+    rf"|(?P<lines3>(?:\\?+{_TRIPLE_GAP})?+{_TRIPLE_CHAR}++(?:{_TRIPLE_GAP}{_TRIPLE_CHAR}++)++"
+    r"(?:[ \t]*+(?:\r\n?+|\n))*+[ \t]*+))"
     r"(?P=triple)"
 )
 # In capitals (the `.env` rule, which redacts a value of any length in one pair of quotes), any
