@@ -189,6 +189,10 @@ KEPT = [
     # Several lines of prose under a credential's name: a help text.
     'password = """\nThe password of\nthe admin user.\n"""',
     'password = r"""\nEnter it twice.\n"""',
+    # One word a line of prose is a phrase's, as on one line (rev-privacy26: the lines were
+    # joined into one word, `Enterit`, and redacted).
+    'password = """\n    Enter\n    it\n    """',
+    'password = """Enter\nit twice."""',
     # Short, in small letters, as `password = "abc"` is.
     'password = """abc"""',
     "password = '''x'y'''",

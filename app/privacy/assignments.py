@@ -54,8 +54,14 @@ def _credential_assignment(match: re.Match[str]) -> str:
         # A triple-quoted string's value (`_TRIPLE_QUOTED`): its delimiters and the blanks and
         # newlines around it are no part of it, nor those between the lines of a key's.
         lines = groups["lines3"]
-        value = "".join(lines.split()) if lines else groups["word3"] or groups["phrase3"]
+        value = groups["word3"] or groups["phrase3"]
         phrase = groups["phrase3"] is not None
+        if lines:
+            # Lines of a word of letters each (`Enter\n it`) are prose's, judged as a phrase on
+            # one line is; any other's are a key's body, its newlines no part of it.
+            words = lines.split()
+            phrase = all(_PROSE_LINE.fullmatch(word) for word in words)
+            value = " ".join(words) if phrase else "".join(words)
     elif groups.get("line_triple") is not None:
         # In capitals, any other one-line triple-quoted value (`_TRIPLE_LINE`): judged as a
         # phrase, but redacted however short, as the `.env` rule redacts `PASSWORD = "abc"`.
@@ -84,6 +90,9 @@ def _credential_assignment(match: re.Match[str]) -> str:
     )
     return match.group() if kept else _assignment(match)
 
+
+# A word of prose on a line of its own: letters, perhaps a sentence's punctuation after them.
+_PROSE_LINE = re.compile(r"[A-Za-z]++[.,;:!?]?+")
 
 # An f-string of references alone, or with symbols between them (`f"{secret_value}"`,
 # `f"{user}:{token}"`): what it holds is a variable's, not a credential written in the code. A
