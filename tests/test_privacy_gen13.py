@@ -52,6 +52,10 @@ PREFIXED = [
     ('secret_key = u"s3cr3t!x"', 'secret_key = u"@"'),
     # Text beside an f-string's references is the code's, and judged as any value.
     ('token = f"sk-live-{suffix}"', 'token = f"@"'),
+    # A literal in an f-string's braces is the code's text, judged as any value (rev-privacy26:
+    # any text in braces was taken for a reference).
+    ("PASSWORD = f\"{'Tr0ub4dor3xq'}\"", 'PASSWORD = f"@"'),
+    ("password = f\"{'Tr0ub4dor3xq'}\"", 'password = f"@"'),
     # A passphrase in a prefixed string.
     ('password = r"correct horse battery"', 'password = r"@"'),
     # Padded in one pair of quotes.
@@ -203,6 +207,9 @@ KEPT = [
     'SECRET = f"{secret_value}"',
     'token = f"{user}:{token}"',
     'password = F"""{password}"""',
+    # A reference's index or a call without a literal in it is a reference's too.
+    "secret = f\"{cfg['secret']}\"",
+    'TOKEN = f"{env.get(name)}:{self.tokens[0]}"',
     # A sentence in an f-string.
     'token = f"Bearer {tok}"',
     # Code naming a password variable.

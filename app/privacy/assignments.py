@@ -96,8 +96,14 @@ _PROSE_LINE = re.compile(r"[A-Za-z]++[.,;:!?]?+")
 
 # An f-string of references alone, or with symbols between them (`f"{secret_value}"`,
 # `f"{user}:{token}"`): what it holds is a variable's, not a credential written in the code. A
-# letter or a digit outside the braces is the code's (`f"sk-{suffix}"`), judged as any value.
-_F_STRING_REFERENCES = re.compile(r"[^\w{}\n]*(?:\{[^{}\n]*\}[^\w{}\n]*)+")
+# letter or a digit outside the braces is the code's (`f"sk-{suffix}"`), judged as any value,
+# and so is a literal inside them (`f"{'Tr0ub4dor3'}"`): a quote stands only in an index's
+# brackets (`{cfg['token']}`), holding a word alone.
+_F_STRING_PLAIN = r"[^{}\n\"'\[\]]*+"
+_F_STRING_BRACES = (
+    rf"\{{{_F_STRING_PLAIN}(?:\[(?:\"\w*+\"|'\w*+'|{_F_STRING_PLAIN})\]{_F_STRING_PLAIN})*+\}}"
+)
+_F_STRING_REFERENCES = re.compile(rf"[^\w{{}}\n]*+(?:{_F_STRING_BRACES}[^\w{{}}\n]*+)++")
 
 
 def _plain_kept(match: re.Match[str], name: str, value: str) -> bool:
