@@ -145,6 +145,9 @@ LISTS = [
         'db = { user = "app", api_keys = ["@", "@"], port = 5432 }',
     ),
     ("a.b = {tokens = ['zQ8pL2mNx7Rt4Kq9'], x = 1}", "a.b = {tokens = ['@'], x = 1}"),
+    # The table's `}` on the next line, and a `}` in a string before the list (rev-privacy26).
+    ('db = { passwords = ["hunter2x"]\n}', 'db = { passwords = ["@"]\n}'),
+    ("db = { user = 'a}b', passwords = ['hunter2x'] }", "db = { user = 'a}b', passwords = ['@'] }"),
     # Comments among a multi-line list's lines.
     (
         'api_keys = [  # prod\n "k1abc123",\n "k2abc456",\n]',
@@ -222,6 +225,8 @@ KEPT = [
     "opts = { passwords = [f(x)] }",
     # A list after an inline table's end is in a line of code, as it was.
     'db = { user = "app" }, passwords = ["hunter2x"], port = 1',
+    # A list that neither the table's `,` nor its `}` follows is in a line of code.
+    'x = {passwords = ["hunter2x"] if debug else []}',
     "api_keys = [  # none yet\n]",
 ]
 
