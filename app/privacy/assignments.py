@@ -290,7 +290,10 @@ ASSIGNMENT_RULES: list[_Rule] = [
                 # so that no credential's assignment it would hide from this rule is inside it,
                 # and 4 characters or more, as the hyperscan gate's quoted value (engine.py).
                 + _STRING_PREFIX
-                + r"(?P<value>\"[^\"\s]{4,}\"|'[^'\s]{4,}'"
+                # An escaped quote does not close the value (`"ab\"cd1234"`); where the escapes
+                # leave no closing quote (`"hunter2\"`), the quote ends the value as before.
+                + r"(?P<value>\"(?:[^\"\s\\]|\\\S){4,}+\"|'(?:[^'\s\\]|\\\S){4,}+'"
+                + r"|\"[^\"\s]{4,}\"|'[^'\s]{4,}'"
                 + r"|(?P<phrase>\"[^\"'\n:=]{4,100}+\"|'[^'\"\n:=]{4,100}+')"
                 + rf"|{_TRIPLE_QUOTED})"
             ),
