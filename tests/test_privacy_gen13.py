@@ -65,6 +65,8 @@ PREFIXED = [
     ('password = "ab\\"cd1234"', 'password = "@"'),
     ("password = 'ab\\'cd1234'", "password = '@'"),
     ('{"token": "x\\"9Kq2mLp7Rt"}', '{"token": "@"}'),
+    ('PASSWORD = "ab\\"cd1234"', 'PASSWORD = "@"'),
+    ('export DB_PASS="p\\"w9"', 'export DB_PASS="@"'),
 ]
 
 

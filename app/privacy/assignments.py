@@ -256,7 +256,9 @@ ASSIGNMENT_RULES: list[_Rule] = [
                 # before a third quote (an unclosed `PASSWORD = """` is kept whole).
                 + _STRING_PREFIX
                 + rf"(?P<value>{_TRIPLE_QUOTED}|{_TRIPLE_LINE}"
-                + r"|\"[^\"\n]++\"|\"\"(?!\")|'[^'\n]++'|''(?!')"
+                # In double quotes, as shell and `.env` read them, `\"` does not close the value
+                # (`PASSWORD="ab\"cd1234"`); single quotes hold no escape there.
+                + r"|\"(?:[^\"\n\\]|\\[^\n])++\"|\"[^\"\n]++\"|\"\"(?!\")|'[^'\n]++'|''(?!')"
                 + r"|<(?![%$\{])[^<>\n]{1,100}+>(?![^\s\"'#\\])"
                 + r"|(?:[^\s\"'#\\]|\\(?![nr]))+)"
             ),
