@@ -278,9 +278,6 @@ _TRIPLE_RUNS: list[Callable[[int], str]] = [
     lambda n: 'private_key = """\n' + "abcd \n\n" * (_QUARTER // 7) * n + "z",
     lambda n: 'private_key = """abcd' + "\n" * _QUARTER * n + "abcd",
     lambda n: 'password = """' + "ab" * (_QUARTER // 2) * n,
-    # One pair of quotes, escapes and no closing quote.
-    lambda n: 'password = "' + '\\"' * (_QUARTER // 2) * n,
-    lambda n: "api_key: '" + "a\\'" * (_QUARTER // 3) * n,
     lambda n: ('password = """' + " " * 200 + "z\n") * (_QUARTER // 216) * n,
     lambda n: ('PASSWORD = """abcd' + " " * 200 + "z\n") * (_QUARTER // 220) * n,
     lambda n: ('signing_key = """\n' + "a1\n\n" * 50 + " " * 50 + "\n") * (_QUARTER // 320) * n,
