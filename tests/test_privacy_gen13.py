@@ -7,11 +7,13 @@ text, ran Python for every `keys = [...]` line of it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
-from app.privacy import REDACTED, redact_secrets_lines, sanitize_json
+from app.privacy import REDACTED, redact_secrets, redact_secrets_lines, sanitize_json
 from app.privacy.lists import _LIST_PATTERNS
-from tests.test_privacy import assert_redacted_on_every_path
+from tests.test_privacy import _assert_linear, assert_redacted_on_every_path
 
 # `@` is each redaction.
 TRIPLE_QUOTED = [
@@ -50,11 +52,21 @@ PREFIXED = [
     ('secret_key = u"s3cr3t!x"', 'secret_key = u"@"'),
     # Text beside an f-string's references is the code's, and judged as any value.
     ('token = f"sk-live-{suffix}"', 'token = f"@"'),
+    # A literal in an f-string's braces is the code's text, judged as any value (rev-privacy26:
+    # any text in braces was taken for a reference).
+    ("PASSWORD = f\"{'Tr0ub4dor3xq'}\"", 'PASSWORD = f"@"'),
+    ("password = f\"{'Tr0ub4dor3xq'}\"", 'password = f"@"'),
     # A passphrase in a prefixed string.
     ('password = r"correct horse battery"', 'password = r"@"'),
     # Padded in one pair of quotes.
     ('password = "  hunter22  "', 'password = "@"'),
     ("password: ' hunter22'", "password: '@'"),
+    # An escaped quote inside one pair of quotes does not close it (rev-privacy26).
+    ('password = "ab\\"cd1234"', 'password = "@"'),
+    ("password = 'ab\\'cd1234'", "password = '@'"),
+    ('{"token": "x\\"9Kq2mLp7Rt"}', '{"token": "@"}'),
+    ('PASSWORD = "ab\\"cd1234"', 'PASSWORD = "@"'),
+    ('export DB_PASS="p\\"w9"', 'export DB_PASS="@"'),
 ]
 
 
@@ -105,6 +117,32 @@ def test_a_multi_line_credential_is_redacted(text: str, expected: str) -> None:
         assert secret not in lines
 
 
+# What rev-privacy26 found of a key's body still in clear: its first line after the opening
+# delimiter, blank lines among, before or after its lines, a line continuation after the
+# delimiter, `\r` alone between lines; and two passwords a blank line apart.
+_KEY_BODY = "Xq7mP2vL9kR4tZ8wN3bH6jC1yF5dG0sA2eU7iO4p"
+MULTI_LINE_SHAPES = [
+    ('private_key = """<s>\n<s>\n"""', 'private_key = """@"""'),
+    ('private_key = """\n<s>\n\n<s>\n"""', 'private_key = """@"""'),
+    ('private_key = """\n\n<s>\n<s>\n\n"""', 'private_key = """@"""'),
+    ("SIGNING_KEY = '''\n  <s>\n   \n  <s>\n  '''", "SIGNING_KEY = '''@'''"),
+    ('private_key = """\\\n<s>\n<s>\n"""', 'private_key = """@"""'),
+    ('private_key = """\r<s>\r<s>\r"""', 'private_key = """@"""'),
+    ('private_key = """\r\n<s>\r\n\r\n<s>\r\n"""', 'private_key = """@"""'),
+    ('password = """\nhunter22\n\nswordfish9\n"""', 'password = """@"""'),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), MULTI_LINE_SHAPES)
+def test_a_key_body_of_any_lines_shape_is_redacted(text: str, expected: str) -> None:
+    text = text.replace("<s>", _KEY_BODY)
+    assert_redacted_on_every_path(text, expected, lines=False)
+    lines = redact_secrets_lines(text)
+    assert lines.startswith(expected.replace("@", REDACTED).split("\n", 1)[0])
+    for secret in (_KEY_BODY, "hunter22", "swordfish9"):
+        assert secret not in lines
+
+
 LISTS = [
     # TOML inline tables.
     ('creds = { passwords = ["hunter2x"] }', 'creds = { passwords = ["@"] }'),
@@ -113,6 +151,9 @@ LISTS = [
         'db = { user = "app", api_keys = ["@", "@"], port = 5432 }',
     ),
     ("a.b = {tokens = ['zQ8pL2mNx7Rt4Kq9'], x = 1}", "a.b = {tokens = ['@'], x = 1}"),
+    # The table's `}` on the next line, and a `}` in a string before the list (rev-privacy26).
+    ('db = { passwords = ["hunter2x"]\n}', 'db = { passwords = ["@"]\n}'),
+    ("db = { user = 'a}b', passwords = ['hunter2x'] }", "db = { user = 'a}b', passwords = ['@'] }"),
     # Comments among a multi-line list's lines.
     (
         'api_keys = [  # prod\n "k1abc123",\n "k2abc456",\n]',
@@ -161,6 +202,10 @@ KEPT = [
     # Several lines of prose under a credential's name: a help text.
     'password = """\nThe password of\nthe admin user.\n"""',
     'password = r"""\nEnter it twice.\n"""',
+    # One word a line of prose is a phrase's, as on one line (rev-privacy26: the lines were
+    # joined into one word, `Enterit`, and redacted).
+    'password = """\n    Enter\n    it\n    """',
+    'password = """Enter\nit twice."""',
     # Short, in small letters, as `password = "abc"` is.
     'password = """abc"""',
     "password = '''x'y'''",
@@ -171,6 +216,9 @@ KEPT = [
     'SECRET = f"{secret_value}"',
     'token = f"{user}:{token}"',
     'password = F"""{password}"""',
+    # A reference's index or a call without a literal in it is a reference's too.
+    "secret = f\"{cfg['secret']}\"",
+    'TOKEN = f"{env.get(name)}:{self.tokens[0]}"',
     # A sentence in an f-string.
     'token = f"Bearer {tok}"',
     # Code naming a password variable.
@@ -183,6 +231,8 @@ KEPT = [
     "opts = { passwords = [f(x)] }",
     # A list after an inline table's end is in a line of code, as it was.
     'db = { user = "app" }, passwords = ["hunter2x"], port = 1',
+    # A list that neither the table's `,` nor its `}` follows is in a line of code.
+    'x = {passwords = ["hunter2x"] if debug else []}',
     "api_keys = [  # none yet\n]",
 ]
 
@@ -209,3 +259,32 @@ def test_a_list_under_a_bare_key_fails_the_pattern(text: str) -> None:
 )
 def test_a_list_under_a_credential_key_matches_the_pattern(text: str) -> None:
     assert any(pattern.search(text) for pattern in _LIST_PATTERNS)
+
+
+# A triple-quoted value's blank and newline runs, around a word or a phrase, unclosed: rev-privacy26
+# found the runs on either side of an optional newline splitting the same blanks (`"""` and 800
+# blanks took over a minute; a capture's `sanitize_json` and the worker's rescan ran it too).
+# Short texts of many lines (the scan's regex path) and one long text (hyperscan's gates) alike.
+_QUARTER = 62_500
+_TRIPLE_RUNS: list[Callable[[int], str]] = [
+    lambda n: 'password = """' + " " * _QUARTER * n + "z",
+    lambda n: 'PASSWORD = """' + " " * _QUARTER * n + "z",
+    lambda n: "api_key = '''" + " \t" * (_QUARTER // 2) * n + "z",
+    lambda n: 'password = """abcd' + " " * _QUARTER * n + "z",
+    lambda n: 'PASSWORD = """abcd' + " " * _QUARTER * n + "z",
+    lambda n: 'password = """ab cd' + " " * _QUARTER * n + "z",
+    lambda n: 'password = """' + "\n" * _QUARTER * n + "z",
+    lambda n: 'PASSWORD = """' + " \r\n" * (_QUARTER // 3) * n + "z",
+    lambda n: 'private_key = """\n' + "abcd \n\n" * (_QUARTER // 7) * n + "z",
+    lambda n: 'private_key = """abcd' + "\n" * _QUARTER * n + "abcd",
+    lambda n: 'password = """' + "ab" * (_QUARTER // 2) * n,
+    lambda n: ('password = """' + " " * 200 + "z\n") * (_QUARTER // 216) * n,
+    lambda n: ('PASSWORD = """abcd' + " " * 200 + "z\n") * (_QUARTER // 220) * n,
+    lambda n: ('signing_key = """\n' + "a1\n\n" * 50 + " " * 50 + "\n") * (_QUARTER // 320) * n,
+]
+
+
+@pytest.mark.parametrize("make", _TRIPLE_RUNS)
+def test_a_triple_quoted_values_runs_cost_linear_work(make: Callable[[int], str]) -> None:
+    for judge in (redact_secrets, redact_secrets_lines):
+        _assert_linear(lambda n, judge=judge: judge(make(n)))

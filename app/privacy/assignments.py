@@ -54,8 +54,14 @@ def _credential_assignment(match: re.Match[str]) -> str:
         # A triple-quoted string's value (`_TRIPLE_QUOTED`): its delimiters and the blanks and
         # newlines around it are no part of it, nor those between the lines of a key's.
         lines = groups["lines3"]
-        value = "".join(lines.split()) if lines else groups["word3"] or groups["phrase3"]
+        value = groups["word3"] or groups["phrase3"]
         phrase = groups["phrase3"] is not None
+        if lines:
+            # Lines of a word of letters each (`Enter\n it`) are prose's, judged as a phrase on
+            # one line is; any other's are a key's body, its newlines no part of it.
+            words = lines.split()
+            phrase = all(_PROSE_LINE.fullmatch(word) for word in words)
+            value = " ".join(words) if phrase else "".join(words)
     elif groups.get("line_triple") is not None:
         # In capitals, any other one-line triple-quoted value (`_TRIPLE_LINE`): judged as a
         # phrase, but redacted however short, as the `.env` rule redacts `PASSWORD = "abc"`.
@@ -85,10 +91,19 @@ def _credential_assignment(match: re.Match[str]) -> str:
     return match.group() if kept else _assignment(match)
 
 
+# A word of prose on a line of its own: letters, perhaps a sentence's punctuation after them.
+_PROSE_LINE = re.compile(r"[A-Za-z]++[.,;:!?]?+")
+
 # An f-string of references alone, or with symbols between them (`f"{secret_value}"`,
 # `f"{user}:{token}"`): what it holds is a variable's, not a credential written in the code. A
-# letter or a digit outside the braces is the code's (`f"sk-{suffix}"`), judged as any value.
-_F_STRING_REFERENCES = re.compile(r"[^\w{}\n]*(?:\{[^{}\n]*\}[^\w{}\n]*)+")
+# letter or a digit outside the braces is the code's (`f"sk-{suffix}"`), judged as any value,
+# and so is a literal inside them (`f"{'Tr0ub4dor3'}"`): a quote stands only in an index's
+# brackets (`{cfg['token']}`), holding a word alone.
+_F_STRING_PLAIN = r"[^{}\n\"'\[\]]*+"
+_F_STRING_BRACES = (
+    rf"\{{{_F_STRING_PLAIN}(?:\[(?:\"\w*+\"|'\w*+'|{_F_STRING_PLAIN})\]{_F_STRING_PLAIN})*+\}}"
+)
+_F_STRING_REFERENCES = re.compile(rf"[^\w{{}}\n]*+(?:{_F_STRING_BRACES}[^\w{{}}\n]*+)++")
 
 
 def _plain_kept(match: re.Match[str], name: str, value: str) -> bool:
@@ -196,13 +211,21 @@ _CONFIG_PATTERN = re.compile(
 # that does not close it (`"""ab"cd"""`, privacy26: generation 12 kept it in clear); a phrase
 # holds none, so that it cannot run past its closing delimiter. A text of several lines is a
 # key's (`lines3`: a word on each line, base64's as a private key's body) or a help text or a
-# docstring, which is kept; a PEM key is KEY_RULES'.
+# docstring, which is kept; a PEM key is KEY_RULES'. A key's first line may follow the opening
+# delimiter, or a `\` continuing it; blank lines may stand before, among and after its lines.
+# Every blank and newline run is possessive: the runs on either side of an optional newline
+# could split the same blanks, and an unclosed `"""` before a megabyte of blanks backtracked
+# through every split (rev-privacy26: 800 blanks took over a minute).
 _TRIPLE_CHAR = r"(?:[^\"'\s]|(?!(?P=triple))[\"'])"
+# Between a key's lines: line breaks (`\n`, `\r\n`, `\r` alone), blank lines among them, and
+# the blanks of an indent; read once (possessive), as a word's characters are none of them.
+_TRIPLE_GAP = r"(?:[ \t]*+(?:\r\n?+|\n))++[ \t]*+"
 _TRIPLE_QUOTED = (
-    r"(?P<triple>\"\"\"|''')(?:[ \t]*(?:\r?\n)?[ \t]*"
-    rf"(?:(?P<word3>{_TRIPLE_CHAR}{{4,}}+)|(?P<phrase3>[^\"'\n:=]{{4,100}}+))"
-    r"[ \t]*(?:\r?\n)?[ \t]*"
-    rf"|(?P<lines3>(?:[ \t]*\r?\n[ \t]*{_TRIPLE_CHAR}++){{2,}}+[ \t]*(?:\r?\n[ \t]*)?))"
+    r"(?P<triple>\"\"\"|''')(?:[ \t]*+(?:\r\n?+|\n)?+[ \t]*+"
+    rf"(?:(?P<word3>{_TRIPLE_CHAR}{{4,}}+)|(?P<phrase3>[^\"'\r\n:=]{{4,100}}+))"
+    r"[ \t]*+(?:\r\n?+|\n)?+[ \t]*+"
+    rf"|(?P<lines3>(?:\\?+{_TRIPLE_GAP})?+{_TRIPLE_CHAR}++(?:{_TRIPLE_GAP}{_TRIPLE_CHAR}++)++"
+    r"(?:[ \t]*+(?:\r\n?+|\n))*+[ \t]*+))"
     r"(?P=triple)"
 )
 # In capitals (the `.env` rule, which redacts a value of any length in one pair of quotes), any
@@ -233,7 +256,9 @@ ASSIGNMENT_RULES: list[_Rule] = [
                 # before a third quote (an unclosed `PASSWORD = """` is kept whole).
                 + _STRING_PREFIX
                 + rf"(?P<value>{_TRIPLE_QUOTED}|{_TRIPLE_LINE}"
-                + r"|\"[^\"\n]++\"|\"\"(?!\")|'[^'\n]++'|''(?!')"
+                # In double quotes, as shell and `.env` read them, `\"` does not close the value
+                # (`PASSWORD="ab\"cd1234"`); single quotes hold no escape there.
+                + r"|\"(?:[^\"\n\\]|\\[^\n])++\"|\"[^\"\n]++\"|\"\"(?!\")|'[^'\n]++'|''(?!')"
                 + r"|<(?![%$\{])[^<>\n]{1,100}+>(?![^\s\"'#\\])"
                 + r"|(?:[^\s\"'#\\]|\\(?![nr]))+)"
             ),
@@ -267,7 +292,10 @@ ASSIGNMENT_RULES: list[_Rule] = [
                 # so that no credential's assignment it would hide from this rule is inside it,
                 # and 4 characters or more, as the hyperscan gate's quoted value (engine.py).
                 + _STRING_PREFIX
-                + r"(?P<value>\"[^\"\s]{4,}\"|'[^'\s]{4,}'"
+                # An escaped quote does not close the value (`"ab\"cd1234"`); where the escapes
+                # leave no closing quote (`"hunter2\"`), the quote ends the value as before.
+                + r"(?P<value>\"(?:[^\"\s\\]|\\\S){4,}+\"|'(?:[^'\s\\]|\\\S){4,}+'"
+                + r"|\"[^\"\s]{4,}\"|'[^'\s]{4,}'"
                 + r"|(?P<phrase>\"[^\"'\n:=]{4,100}+\"|'[^'\"\n:=]{4,100}+')"
                 + rf"|{_TRIPLE_QUOTED})"
             ),

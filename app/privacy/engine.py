@@ -76,7 +76,11 @@ _SPACE = r"[\x09-\x0d\x1c-\x20\x80-\xff]*"
 # A triple-quoted value (`_TRIPLE_QUOTED`) opens with `""`, which a value of one pair's does not,
 # and may hold a quote (`"""ab"cd"""`): any triple quote lets the rule run. A string's prefix
 # (`r"`, `rb"`, `f"""`) may come first.
-_QUOTED = r"""[bBfFrRuU]{0,2}(?:"{1,3}[^"]{4,}"|'{1,3}[^']{4,}'|"{3}|'{3})"""
+_QUOTED = (
+    r"""[bBfFrRuU]{0,2}(?:"{1,3}[^"]{4,}"|'{1,3}[^']{4,}'|"{3}|'{3}"""
+    # An escaped quote inside a value (`"ab\"cd1234"`): the assignment rule reads past it.
+    r"""|"(?:[^"\\]|\\[^\n]){4,}"|'(?:[^'\\]|\\[^\n]){4,}')"""
+)
 _QUOTED_RULES = [pattern for _, pattern, _ in _RULES if r"(?P<sep>\s*[:=]\s*)" in pattern.pattern]
 _UNQUOTED_BYTE = r"[^\x09-\x0d\x20\"'#(){}\[\]<>$,;&|`\\]"
 _CONFIG_RULE = next(pattern for _, pattern, _ in _RULES if pattern.flags & re.MULTILINE)

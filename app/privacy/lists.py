@@ -135,10 +135,14 @@ _YAML_BEFORE = re.compile(r"[ \t]*(?:-[ \t]+)?")
 _ASSIGNED_BEFORE = re.compile(r"[ \t]*")
 # Or a TOML inline table's key (`db = { user = "app", passwords = ["hunter2x"] }`, privacy26:
 # generation 12 kept it in clear): the table's name and `= {` on the line before it, perhaps
-# other keys but no `}` (a list after the table's end, `db = { x = 1 }, keys = [...]`, is in a
-# line of code), and the table's `,` or `}` after the list.
-_INLINE_TABLE_BEFORE = re.compile(r"[ \t]*[\w.\-\"']+[ \t]*=[ \t]*\{(?:[^\n}]*[,{])?[ \t]*")
-_INLINE_TABLE_AFTER = re.compile(r"[ \t]*[,}]")
+# other keys but no `}` outside their strings (a list after the table's end, `db = { x = 1 },
+# keys = [...]`, is in a line of code; `user = 'a}b'` is a key's), and the table's `,` or `}`
+# after the list, on its line or a later one (TOML 1.1's inline tables span lines). The search
+# before the name is bounded by `_YAML_INDENT_CHARS`.
+_INLINE_TABLE_BEFORE = re.compile(
+    r"[ \t]*[\w.\-\"']+[ \t]*=[ \t]*\{(?:(?:\"[^\"\n]*+\"|'[^'\n]*+'|[^\n}\"'])*[,{])?[ \t]*"
+)
+_INLINE_TABLE_AFTER = re.compile(r"[ \t\r\n]*+[,}]")
 # A comment's `#` is enough: the rest of its line is not read (for each of a line's lists).
 _YAML_AFTER = re.compile(r"[ \t]*+(?:\r?\n|\Z)|[ \t]++#")
 # How far before a name its line's start is looked for: an indent is shorter, and each of a

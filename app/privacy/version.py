@@ -6,7 +6,13 @@ import hashlib
 import re
 from types import FunctionType
 
-from app.privacy.assignments import _F_STRING_REFERENCES, _INI_HEADER, _INI_LINES, _INI_WINDOW
+from app.privacy.assignments import (
+    _F_STRING_REFERENCES,
+    _INI_HEADER,
+    _INI_LINES,
+    _INI_WINDOW,
+    _PROSE_LINE,
+)
 from app.privacy.connections import _QUERY_WORDS
 from app.privacy.engine import _RULE_GATES, _RULES
 from app.privacy.lists import (
@@ -99,7 +105,8 @@ from app.privacy.private import _MEMORY, _MEMORY_LITERALS, _PRIVATE_LITERALS, _P
 # 11: a triple-quoted value keeps its delimiters (`_assignment`) and is judged without them and
 # the newlines around it (`_credential_assignment`; privacy25b).
 # 12: a string's prefix and an f-string of references (`_assignment`, `_credential_assignment`),
-# a padded value judged as the word inside its blanks, a key's lines joined, comments skipped
+# a padded value judged as the word inside its blanks, a key's lines joined (lines of a word of
+# letters each judged as a phrase, fixprivacy26), comments skipped
 # among a list's elements and a TOML inline table's list read (`_listed_credentials`; privacy26).
 _RULES_CODE_VERSION = 12
 
@@ -157,6 +164,7 @@ def _rules_version() -> str:
             _INLINE_TABLE_AFTER,
             _LIST_ITEMS_START,
             _F_STRING_REFERENCES,
+            _PROSE_LINE,
             _CODE_VALUE,
             _BARE_CREDENTIAL,
             _PASSPHRASE,
