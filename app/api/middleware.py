@@ -319,8 +319,8 @@ class OneValuePerQueryNameMiddleware:
         await self.app(scope, receive, send)
 
 
-# The Gemini proxy's paths (app/proxy/routes.py) are the upstream's: a HEAD made a GET there
-# would fetch the upstream's whole answer to throw it away.
+# The Gemini proxy's paths (app/proxy/routes.py) are the upstream's, and relay a HEAD to it as
+# a HEAD: made a GET here, it would fetch the upstream's whole answer to throw it away.
 RELAYED_PREFIXES = ("/v1/", "/v1beta/")
 
 
@@ -330,9 +330,9 @@ class HeadAsGetMiddleware:
     FastAPI's routes take the methods they name, GET alone: `curl -I /health`, and a monitor
     that checks by HEAD, got 405. The route sees a GET; the headers, status and Content-Length
     are the GET's. A route that takes no GET answers its 405 (or 404) as it does a GET; the
-    Gemini proxy's paths are left as they are (405). The server leaves out the body of a HEAD
-    answer itself (uvicorn reads its own scope); it is dropped here too, for a server or test
-    client that would send it.
+    Gemini proxy's paths are left to its routes, which relay HEAD upstream. The server leaves
+    out the body of a HEAD answer itself (uvicorn reads its own scope); it is dropped here too,
+    for a server or test client that would send it.
     """
 
     def __init__(self, app: ASGIApp) -> None:

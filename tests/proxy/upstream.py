@@ -68,6 +68,17 @@ def _handler(fake: FakeUpstream) -> type[BaseHTTPRequestHandler]:
                 self.send_header("access-control-allow-origin", origin)
                 self.send_header("access-control-expose-headers", "x-upstream-marker")
 
+        def do_HEAD(self) -> None:
+            # As Google's API answers a HEAD: the headers its GET would carry, no body.
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            answer = fake.next(RecordedRequest("HEAD", self.path, headers, None, b""))
+            payload = json.dumps(answer.body if answer.body is not None else {}).encode()
+            self.send_response(answer.status)
+            self.send_header("content-type", "application/json; charset=UTF-8")
+            self.send_header("content-length", str(len(payload)))
+            self.send_header("x-upstream-marker", "fake")
+            self.end_headers()
+
         def do_POST(self) -> None:
             length = int(self.headers.get("content-length") or 0)
             raw = self.rfile.read(length) if length else b""
