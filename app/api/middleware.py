@@ -10,7 +10,7 @@ import hmac
 import json
 import re
 from collections.abc import Iterable
-from urllib.parse import parse_qsl, unquote_to_bytes
+from urllib.parse import unquote_to_bytes
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -246,23 +246,54 @@ class Utf8UrlMiddleware:
         await self.app(scope, receive, send)
 
 
-# Query names that take several values (`?tags=a&tags=b`), and those whose values are compared
-# by what they mean, in both spellings, by their own dependency (`app.api.spellings.one_value`:
-# `?projectPath=/a&projectPath=/a/` names one folder).
-REPEATABLE_QUERY_NAMES = frozenset({"tags"})
-SPELLED_QUERY_NAMES = frozenset({"projectPath", "project_path", "sessionId", "session_id"})
+# The one-value query parameters the API's routes read (the project and session spellings
+# are compared by what they mean, by their own dependency, `app.api.spellings.one_value`, and
+# `tags` takes several). A name no route reads is ignored, repeated or not, as it is once.
+# tests/api/test_both_spellings.py holds this set to the names the routes declare.
+ONE_VALUE_QUERY_NAMES = frozenset(
+    {"scope", "pattern", "limit", "history", "status", "before", "prompt", "budget", "format"}
+)
+
+
+def _as_sent(name: str) -> bytes:
+    """A pattern for `name` in a query as a client may send it: each letter itself or escaped."""
+    return b"".join(
+        b"(?:%s|%%%X[%s])"
+        % (letter.encode(), ord(letter) >> 4, b"%x%X" % ((ord(letter) & 15,) * 2))
+        for letter in name
+    )
+
+
+# A piece of a query (`&` before it, its value up to the next `&`) that names one of those.
+# The regex engine finds them in one pass and skips every other name without a Python step: the
+# whole query was parsed before, by every /api/ route (22-50 ms in process, hostile 127 KiB).
+_ONE_VALUE_PIECE = re.compile(
+    rb"&(?=[%"
+    + bytes(sorted({ord(name[0]) for name in ONE_VALUE_QUERY_NAMES}))
+    + rb"])("
+    + b"|".join(_as_sent(name) for name in sorted(ONE_VALUE_QUERY_NAMES))
+    + rb")"
+    rb"(?:=([^&]*))?(?=&|$)"
+)
+
+
+def _query_text(raw: bytes) -> bytes:
+    """`raw` (a name or value of a query) as the routes read it: `+` a space, escapes decoded."""
+    return unquote_to_bytes(raw.replace(b"+", b" ")) if b"%" in raw or b"+" in raw else raw
 
 
 def repeated_query_name(raw: bytes) -> str | None:
-    """The first name `raw` (a query string) gives two different values, of those that take one."""
+    """The first one-value name `raw` (a query string) gives two different values."""
     if b"&" not in raw:
         return None
-    seen: dict[str, str] = {}
-    for name, value in parse_qsl(raw.decode("latin-1"), keep_blank_values=True):
-        if name in REPEATABLE_QUERY_NAMES or name in SPELLED_QUERY_NAMES:
-            continue
-        if seen.setdefault(name, value) != value:
-            return name
+    first: dict[bytes, tuple[bytes, bytes]] = {}
+    # Each (name, value) pair once, in the query's order: a value repeated costs nothing more.
+    for sent_name, value in dict.fromkeys(_ONE_VALUE_PIECE.findall(b"&" + raw)):
+        name = _query_text(sent_name)
+        if name not in first:
+            first[name] = (value, _query_text(value))
+        elif first[name][0] != value and first[name][1] != _query_text(value):
+            return name.decode()
     return None
 
 
@@ -271,8 +302,8 @@ class OneValuePerQueryNameMiddleware:
 
     FastAPI keeps the last one: `DELETE /api/memories/k?scope=global&scope=project` deleted the
     project's memory though the client named the global one first, and `?budget=60&budget=3000`
-    built a block of 3,000 tokens. The same value repeated passes. Compared as sent (the bytes
-    are UTF-8 by then: Utf8UrlMiddleware runs first), which is all a name or number needs.
+    built a block of 3,000 tokens. The same value repeated passes, and one spelt apart that
+    decodes alike. Only the names in `ONE_VALUE_QUERY_NAMES` are checked.
     """
 
     def __init__(self, app: ASGIApp) -> None:
@@ -288,8 +319,8 @@ class OneValuePerQueryNameMiddleware:
         await self.app(scope, receive, send)
 
 
-# The Gemini proxy's paths (app/proxy/routes.py) are the upstream's: a HEAD made a GET there
-# would fetch the upstream's whole answer to throw it away.
+# The Gemini proxy's paths (app/proxy/routes.py) are the upstream's, and relay a HEAD to it as
+# a HEAD: made a GET here, it would fetch the upstream's whole answer to throw it away.
 RELAYED_PREFIXES = ("/v1/", "/v1beta/")
 
 
@@ -299,9 +330,9 @@ class HeadAsGetMiddleware:
     FastAPI's routes take the methods they name, GET alone: `curl -I /health`, and a monitor
     that checks by HEAD, got 405. The route sees a GET; the headers, status and Content-Length
     are the GET's. A route that takes no GET answers its 405 (or 404) as it does a GET; the
-    Gemini proxy's paths are left as they are (405). The server leaves out the body of a HEAD
-    answer itself (uvicorn reads its own scope); it is dropped here too, for a server or test
-    client that would send it.
+    Gemini proxy's paths are left to its routes, which relay HEAD upstream. The server leaves
+    out the body of a HEAD answer itself (uvicorn reads its own scope); it is dropped here too,
+    for a server or test client that would send it.
     """
 
     def __init__(self, app: ASGIApp) -> None:

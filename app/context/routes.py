@@ -52,12 +52,25 @@ class ContextOut(BaseModel):
     items: list[ContextItemOut]
 
 
-def normalise_project_path(from_path: str | None, from_query: str | None) -> str:
-    """`?projectPath=` wins; a path given without its leading slash gets it back."""
+# Where a project path came from, as a validation error names it (a body's field goes bare).
+PATH_FORM, QUERY_FORM, BODY_FORM = "path.projectPath", "query.projectPath", "projectPath"
+
+
+def _too_long(where: str) -> ValidationFailed:
+    return ValidationFailed(f"{where}: String should have at most {PATH_MAX_CHARS} characters")
+
+
+def normalise_project_path(from_path: str | None, given: str | None, given_in: str) -> str:
+    """`given` (`?projectPath=`, or the body's, as `given_in` says) wins; a path given without
+    its leading slash gets it back."""
+    # The query's and the body's value are bounded as sent by their own field; the path's is
+    # bounded here alike, before `/./` folds it: 6,000 characters of `a/./` passed as a path.
+    if from_path is not None and len(from_path) > PATH_MAX_CHARS:
+        raise _too_long(PATH_FORM)
     # NULs are cleaned before storage, so a stored project path never holds one.
-    from_query = clean_text(from_query) if from_query is not None else None
+    given = clean_text(given) if given is not None else None
     from_path = clean_text(from_path) if from_path is not None else None
-    chosen = from_query if from_query and from_query.strip() else from_path
+    chosen, where = (given, given_in) if given and given.strip() else (from_path, PATH_FORM)
     if chosen is None or not chosen.strip():
         raise MissingProjectPath("give the project as /api/context/<path> or ?projectPath=")
     chosen = chosen.strip()
@@ -67,9 +80,7 @@ def normalise_project_path(from_path: str | None, from_query: str | None) -> str
     # Bounded as every path field is, on the key: a relative path of 4,096 characters is one
     # over once its slash is back, and the search under the block refused it (a 500).
     if len(project) > PATH_MAX_CHARS:
-        raise ValidationFailed(
-            f"projectPath: String should have at most {PATH_MAX_CHARS} characters"
-        )
+        raise _too_long(where)
     return project
 
 
@@ -134,7 +145,7 @@ async def get_context_by_query(
     budget: BudgetQuery = None,
     output: FormatQuery = "markdown",
 ) -> PlainTextResponse | ContextOut:
-    project = normalise_project_path(None, project_path)
+    project = normalise_project_path(None, project_path, QUERY_FORM)
     return await _context(db, settings, project, prompt, budget, output)
 
 
@@ -148,7 +159,7 @@ async def get_context(
     budget: BudgetQuery = None,
     output: FormatQuery = "markdown",
 ) -> PlainTextResponse | ContextOut:
-    project = normalise_project_path(path_project, project_path)
+    project = normalise_project_path(path_project, project_path, QUERY_FORM)
     return await _context(db, settings, project, prompt, budget, output)
 
 
@@ -169,5 +180,5 @@ class ContextRequest(StrictBody):
 async def post_context(
     body: ContextRequest, db: DbDep, settings: SettingsDep
 ) -> PlainTextResponse | ContextOut:
-    project = normalise_project_path(None, body.project_path)
+    project = normalise_project_path(None, body.project_path, BODY_FORM)
     return await _context(db, settings, project, body.prompt, body.budget, body.format)

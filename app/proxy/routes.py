@@ -263,7 +263,9 @@ for _version in ("v1beta", "v1"):
     router.add_api_route(
         f"/{_version}/{{rest:any}}",
         passthrough,
-        methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
+        # HEAD relayed as HEAD (app/api/middleware.py leaves these paths to this route): a
+        # GET resource answers HEAD (RFC 9110, 9.3.2), and the upstream sends no body for it.
+        methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"],
         name=f"gemini_{_version}_passthrough",
         response_class=Response,
         include_in_schema=False,  # a catch-all, not an operation of ours

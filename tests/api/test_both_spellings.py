@@ -14,6 +14,7 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
+from app.api.middleware import ONE_VALUE_QUERY_NAMES
 from tests.api.helpers import refused
 
 
@@ -311,6 +312,8 @@ def test_spellings_that_differ_in_blanks_keep_one_value_in_either_order(
         ("GET", "/api/context/a?budget=60&budget=3000", "budget"),
         ("GET", "/api/context/a?format=json&format=markdown", "format"),
         ("GET", "/api/context?projectPath=/a&prompt=jwt&prompt=billing", "prompt"),
+        ("GET", "/api/memories?%73cope=global&scope=project", "scope"),  # the name decoded
+        ("GET", "/api/memories/k?history=1&history=0&scope=global", "history"),
     ],
 )
 def test_two_values_of_any_one_value_parameter_in_a_query_are_refused(
@@ -345,3 +348,29 @@ def test_a_repeated_one_value_parameter_with_one_value_and_repeated_tags_pass(
     assert [memory["key"] for memory in same.json()["memories"]] == ["k"]
     assert tags.status_code == 200, tags.text
     assert [memory["key"] for memory in tags.json()["memories"]] == ["k"]
+
+
+def test_names_no_route_reads_are_ignored_repeated_as_once(client: TestClient) -> None:
+    # Only the names a route reads are checked: `?foo=1` alone was ignored, `?foo=1&foo=2` a 422.
+    assert client.put("/api/memories/k", json={"value": 1, "scope": "global"}).status_code == 201
+
+    for query in ("foo=1&foo=2", "=1&=2", "scopes=a&scopes=b", "scope=global&scope=glob%61l"):
+        answer = client.get(f"/api/memories?{query}")
+
+        assert answer.status_code == 200, (query, answer.text)
+        assert [memory["key"] for memory in answer.json()["memories"]] == ["k"]
+
+
+def test_the_checked_names_are_the_one_value_query_names_the_routes_declare(
+    client: TestClient,
+) -> None:
+    declared = {
+        parameter["name"]
+        for operation in (
+            op for ops in client.app.openapi()["paths"].values() for op in ops.values()
+        )
+        for parameter in operation.get("parameters", [])
+        if parameter["in"] == "query" and "array" not in str(parameter["schema"])
+    }
+
+    assert ONE_VALUE_QUERY_NAMES == declared - {"projectPath", "sessionId"}

@@ -61,7 +61,6 @@ def test_head_answers_as_get_without_the_body(guarded: TestClient) -> None:
     sessions = guarded.head("/api/sessions", headers=token)
     refused = guarded.head("/api/sessions")
     post_only = guarded.head("/api/search", headers=token)
-    relayed = guarded.head("/v1beta/models", headers={"X-Agmem-Token": "s3cret"})
 
     assert health.status_code == 200
     assert health.content == b""
@@ -73,7 +72,6 @@ def test_head_answers_as_get_without_the_body(guarded: TestClient) -> None:
     assert refused.content == b""
     assert post_only.status_code == 405
     assert post_only.headers["allow"] == "POST"
-    assert relayed.status_code == 405  # the proxy's paths are the upstream's: not made a GET
 
 
 def test_mcp_is_guarded_too(guarded: TestClient) -> None:

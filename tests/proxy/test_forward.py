@@ -281,6 +281,20 @@ def test_other_gemini_calls_pass_through_untouched(proxy: Proxy) -> None:
     assert not [name for name in seen.headers if name.startswith("x-agmem-")]
 
 
+def test_head_on_a_gemini_path_is_relayed_upstream_as_head(proxy: Proxy) -> None:
+    # The proxy's paths answered HEAD 405 with an `Allow` that listed GET (RFC 9110, 9.3.2: a
+    # GET resource answers HEAD); relayed as a HEAD, it asks the upstream for no body.
+    proxy.upstream.queue(Scripted(body={"models": []}))
+
+    answer = httpx.head(f"{proxy.url}/v1beta/models?pageSize=5")
+
+    assert answer.status_code == 200, answer.headers
+    assert answer.content == b""
+    assert answer.headers["x-upstream-marker"] == "fake"
+    (seen,) = proxy.upstream.requests
+    assert (seen.method, seen.path) == ("HEAD", "/v1beta/models?pageSize=5")
+
+
 def test_odd_bodies_are_forwarded_not_failed(proxy: Proxy) -> None:
     url = f"{proxy.url}/v1beta/models/m:generateContent"
     headers = {"X-Agmem-Project": "/p", "content-type": "application/json"}

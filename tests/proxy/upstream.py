@@ -68,6 +68,22 @@ def _handler(fake: FakeUpstream) -> type[BaseHTTPRequestHandler]:
                 self.send_header("access-control-allow-origin", origin)
                 self.send_header("access-control-expose-headers", "x-upstream-marker")
 
+        def send_json_head(self, answer: Scripted) -> bytes:
+            """The status and headers of `answer` as JSON; its body, for the caller to send."""
+            payload = json.dumps(answer.body if answer.body is not None else {}).encode()
+            self.send_response(answer.status)
+            self.send_header("content-type", "application/json; charset=UTF-8")
+            self.send_header("content-length", str(len(payload)))
+            self.send_header("x-upstream-marker", "fake")
+            self.send_cors()
+            self.end_headers()
+            return payload
+
+        def do_HEAD(self) -> None:
+            # As Google's API answers a HEAD: the headers its GET would carry, no body.
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            self.send_json_head(fake.next(RecordedRequest("HEAD", self.path, headers, None)))
+
         def do_POST(self) -> None:
             length = int(self.headers.get("content-length") or 0)
             raw = self.rfile.read(length) if length else b""
@@ -79,14 +95,7 @@ def _handler(fake: FakeUpstream) -> type[BaseHTTPRequestHandler]:
             answer = fake.next(RecordedRequest("POST", self.path, headers, body, raw))
             streaming = ":streamGenerateContent" in self.path and answer.status < 400
             if not streaming:
-                payload = json.dumps(answer.body if answer.body is not None else {}).encode()
-                self.send_response(answer.status)
-                self.send_header("content-type", "application/json; charset=UTF-8")
-                self.send_header("content-length", str(len(payload)))
-                self.send_header("x-upstream-marker", "fake")
-                self.send_cors()
-                self.end_headers()
-                self.wfile.write(payload)
+                self.wfile.write(self.send_json_head(answer))
                 return
             self.send_response(200)
             self.send_header("content-type", "text/event-stream")
