@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import ssl
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +26,14 @@ from tests.proxy.conftest import CALLER_KEY, Proxy, ProxyFactory
 from tests.proxy.upstream import Scripted, sse_bytes
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+@contextlib.contextmanager
+def _dead_port() -> Iterator[int]:
+    """A port nothing answers on for as long as the block runs: bound, never listening, so a
+    connection to it is refused. (A port probed free and closed was taken by another test's
+    server between the probe and the request: a 200 where the test expected a 502.)"""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        yield int(held.getsockname()[1])
 
 
 def test_generate_content_reaches_upstream_with_callers_key_and_answer_unchanged(
@@ -187,7 +193,7 @@ def test_upstream_errors_are_relayed_unchanged(proxy: Proxy, status: int) -> Non
 def test_dead_upstream_is_502_in_the_error_shape_without_the_key(
     start_proxy: ProxyFactory, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with start_proxy(upstream_url=f"http://127.0.0.1:{_free_port()}") as proxy:
+    with _dead_port() as port, start_proxy(upstream_url=f"http://127.0.0.1:{port}") as proxy:
         for action in ("generateContent", "streamGenerateContent?alt=sse&key=secret-in-query"):
             reply = httpx.post(
                 f"{proxy.url}/v1beta/models/m:{action}",
