@@ -988,7 +988,7 @@ RULES_GENERATIONS = {
     10: "5caab8102dd320cd",
     11: "3e260cdb0fada3d2",
     12: "9c3e2733cc7c348c",
-    13: "ac81dccd64fd8cf6",
+    13: "d845e06f12cc5c5d",
 }
 
 

@@ -121,6 +121,7 @@ def test_a_multi_line_credential_is_redacted(text: str, expected: str) -> None:
 # delimiter, blank lines among, before or after its lines, a line continuation after the
 # delimiter, `\r` alone between lines; and two passwords a blank line apart.
 _KEY_BODY = "Xq7mP2vL9kR4tZ8wN3bH6jC1yF5dG0sA2eU7iO4p"
+_LETTERS_BODY = "qWgTzkPmRbXcVnJdLsHfYaUeKiOpMwNtBrGyEuQx"
 MULTI_LINE_SHAPES = [
     ('private_key = """<s>\n<s>\n"""', 'private_key = """@"""'),
     ('private_key = """\n<s>\n\n<s>\n"""', 'private_key = """@"""'),
@@ -130,12 +131,17 @@ MULTI_LINE_SHAPES = [
     ('private_key = """\r<s>\r<s>\r"""', 'private_key = """@"""'),
     ('private_key = """\r\n<s>\r\n\r\n<s>\r\n"""', 'private_key = """@"""'),
     ('password = """\nhunter22\n\nswordfish9\n"""', 'password = """@"""'),
+    # Lines of random letters alone are a key's, not a word of prose each (rev2-privacy26: kept
+    # in clear when any line of letters counted as prose).
+    ('token = """\nvAYmqgqUGnMB\nbobzjcUkCTGR\n"""', 'token = """@"""'),
+    ('private_key = """\n<l>\n<l>\n"""', 'private_key = """@"""'),
+    ('PRIVATE_KEY = """\n<l>\n<l>\n"""', 'PRIVATE_KEY = """@"""'),
 ]
 
 
 @pytest.mark.parametrize(("text", "expected"), MULTI_LINE_SHAPES)
 def test_a_key_body_of_any_lines_shape_is_redacted(text: str, expected: str) -> None:
-    text = text.replace("<s>", _KEY_BODY)
+    text = text.replace("<s>", _KEY_BODY).replace("<l>", _LETTERS_BODY)
     assert_redacted_on_every_path(text, expected, lines=False)
     lines = redact_secrets_lines(text)
     assert lines.startswith(expected.replace("@", REDACTED).split("\n", 1)[0])

@@ -91,8 +91,10 @@ def _credential_assignment(match: re.Match[str]) -> str:
     return match.group() if kept else _assignment(match)
 
 
-# A word of prose on a line of its own: letters, perhaps a sentence's punctuation after them.
-_PROSE_LINE = re.compile(r"[A-Za-z]++[.,;:!?]?+")
+# A word of prose on a line of its own: a capital at most, then up to 19 small letters, perhaps a
+# sentence's punctuation (rev2-privacy26: any run of letters let a key's lines of random
+# letters pass as prose, kept in clear).
+_PROSE_LINE = re.compile(r"[A-Za-z][a-z]{0,19}+[.,;:!?]?+")
 
 # An f-string of references alone, or with symbols between them (`f"{secret_value}"`,
 # `f"{user}:{token}"`): what it holds is a variable's, not a credential written in the code. A
