@@ -91,6 +91,19 @@ def test_run_with_custom_folders_and_failure_is_recorded(
         "detail": f"memory folder {project / 'nowhere'} does not exist",
     }
     (project / "notes").mkdir()
+    # A folder that holds neither MEMORY.md nor memory/ is a root one level off: a run there
+    # found no memory file and deleted the chunks of those indexed from the right root.
+    empty = client.post(
+        "/api/sync",
+        json={"projectPath": str(project), "sessionsDir": "chats", "memoryDir": "notes"},
+    )
+    assert empty.status_code == 422
+    assert empty.json() == {
+        "error": "ProjectFolderNotFound",
+        "detail": f"memory folder {project / 'notes'} holds neither MEMORY.md nor memory/ "
+        "(name the folder that holds them)",
+    }
+    assert db.execute("SELECT count(*) FROM sync_runs").fetchone() == (0,)
     (project / "MEMORY.md").rename(project / "notes" / "MEMORY.md")
     answer = client.post(
         "/api/sync",
