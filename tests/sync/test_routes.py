@@ -222,3 +222,18 @@ def test_a_file_name_that_is_not_utf8_is_skipped_not_the_run_failed(
         {"path": f"{project}/memory/caf\ufffd.md", "reason": "file name is not UTF-8"},
         {"path": f"{project}/memory/d\ufffd/inside.md", "reason": "file name is not UTF-8"},
     ]
+
+
+@pytest.mark.parametrize("field", ["force", "reembed"])
+@pytest.mark.parametrize("sent", ["yes", "true", 1, 0, "0"])
+def test_a_flag_sent_as_text_or_a_number_is_refused(
+    client: TestClient, db: psycopg.Connection[Any], tmp_path: Path, field: str, sent: Any
+) -> None:
+    # pydantic's lax mode read "yes", "true" and 1 as true (and "0", 0 as false): a sync ran
+    # forced on a word, where every other wrong type is a 422.
+    answer = client.post("/api/sync", json={"projectPath": str(tmp_path), field: sent})
+
+    assert answer.status_code == 422
+    assert answer.json()["error"] == "ValidationFailed"
+    assert field in answer.json()["detail"]
+    assert db.execute("SELECT count(*) FROM sync_runs").fetchone() == (0,)
