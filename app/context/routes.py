@@ -57,10 +57,15 @@ def normalise_project_path(from_path: str | None, from_query: str | None) -> str
     # NULs are cleaned before storage, so a stored project path never holds one.
     from_query = clean_text(from_query) if from_query is not None else None
     from_path = clean_text(from_path) if from_path is not None else None
-    chosen = from_query if from_query and from_query.strip() else from_path
+    by_path = not (from_query and from_query.strip())
+    chosen = from_path if by_path else from_query
     if chosen is None or not chosen.strip():
         raise MissingProjectPath("give the project as /api/context/<path> or ?projectPath=")
     chosen = chosen.strip()
+    if by_path and is_windows_path(chosen.lstrip("/")):
+        # The path form's slash before a Windows path (`/api/context//C:/Users/...`, as a client
+        # joins any path to the URL) made it the POSIX path `/C:/Users/...`: no project's key.
+        chosen = chosen.lstrip("/")
     if not chosen.startswith("/") and not is_windows_path(chosen):
         chosen = "/" + chosen
     project = canonical_project(chosen)
