@@ -80,29 +80,23 @@ def test_run_with_custom_folders_and_failure_is_recorded(
 ) -> None:
     project = make_project(tmp_path / "proj")
     (project / "sessions").rename(project / "chats")
-    # A folder the request names must exist: a typo is refused, not a silent empty sync.
-    typo = client.post(
-        "/api/sync",
-        json={"projectPath": str(project), "sessionsDir": "chats", "memoryDir": "nowhere"},
-    )
-    assert typo.status_code == 422
-    assert typo.json() == {
-        "error": "ProjectFolderNotFound",
-        "detail": f"memory folder {project / 'nowhere'} does not exist",
-    }
     (project / "notes").mkdir()
-    # A folder that holds neither MEMORY.md nor memory/ is a root one level off: a run there
-    # found no memory file and deleted the chunks of those indexed from the right root.
-    empty = client.post(
-        "/api/sync",
-        json={"projectPath": str(project), "sessionsDir": "chats", "memoryDir": "notes"},
-    )
-    assert empty.status_code == 422
-    assert empty.json() == {
-        "error": "ProjectFolderNotFound",
-        "detail": f"memory folder {project / 'notes'} holds neither MEMORY.md nor memory/ "
-        "(name the folder that holds them)",
-    }
+    # A folder the request names must exist: a typo is refused, not a silent empty sync. One
+    # that holds neither MEMORY.md nor memory/ is a root one level off: a run there found no
+    # memory file and deleted the chunks of those indexed from the right root.
+    for folder, problem in (
+        ("nowhere", "does not exist"),
+        ("notes", "holds neither MEMORY.md nor memory/ (name the folder that holds them)"),
+    ):
+        refused = client.post(
+            "/api/sync",
+            json={"projectPath": str(project), "sessionsDir": "chats", "memoryDir": folder},
+        )
+        assert refused.status_code == 422
+        assert refused.json() == {
+            "error": "ProjectFolderNotFound",
+            "detail": f"memory folder {project / folder} {problem}",
+        }
     assert db.execute("SELECT count(*) FROM sync_runs").fetchone() == (0,)
     (project / "MEMORY.md").rename(project / "notes" / "MEMORY.md")
     answer = client.post(
