@@ -67,6 +67,9 @@ class SyncRequest:
     sessions_dir: str | None = None
     force: bool = False
     reembed: bool = False
+    # A named memory root must hold a memory file or `memory/` (`resolve_roots`); a watch checks
+    # it at its start only: its files deleted later are dropped, the watch going on.
+    memory_files_required: bool = True
 
 
 class ProjectFolderMissing(Exception):
@@ -90,7 +93,8 @@ def resolve_roots(settings: Settings, request: SyncRequest) -> tuple[str, Path, 
     memory, sessions = Path(os.path.normpath(memory)), Path(os.path.normpath(sessions))
     if request.memory_dir:
         _require_folder(memory, "memory folder")
-        _require_memory_root(memory)
+        if request.memory_files_required:
+            _require_memory_root(memory)
     if request.sessions_dir:
         _require_folder(sessions, "sessions folder")
     # Read from disk as spelled (a macOS folder name is NFD), stored under the key every other
