@@ -16,7 +16,7 @@ from typing import Any
 
 import structlog
 from pydantic.alias_generators import to_snake
-from sqlalchemy import Row, select
+from sqlalchemy import Row, literal, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app import exactjson
@@ -323,9 +323,24 @@ async def list_sessions(
     status: str | None = None,
     limit: int = 50,
     before: datetime | None = None,
+    before_id: str | None = None,
 ) -> list[SessionRow]:
-    """Sessions, newest first, optionally of one project and status, created before a time."""
+    """Sessions, newest first, optionally of one project and status, created before a time, and
+    listed after the session `before_id` (the last of the page before: a keyset on the order's
+    (created_at, id)). Paging by `before` alone skipped the sessions created in the same
+    millisecond as a page's last one: `createdAt` is in microseconds, an epoch `before` is not,
+    and even the exact time leaves sessions that share it."""
     query = select(SessionRow).order_by(SessionRow.created_at.desc(), SessionRow.id.desc())
+    if before_id is not None:
+        anchor_id = clean_text(before_id)
+        anchor = await session.scalar(
+            select(SessionRow.created_at).where(SessionRow.id == anchor_id)
+        )
+        if anchor is None:
+            raise ValidationFailed(f"query: 'beforeId' names no session: {anchor_id!r}")
+        query = query.where(
+            tuple_(SessionRow.created_at, SessionRow.id) < tuple_(literal(anchor), anchor_id)
+        )
     # A blank `?projectPath=` is no filter, as an omitted one is (no session has a blank project).
     project = canonical_project(clean_text(project_path)) if project_path is not None else ""
     if project:

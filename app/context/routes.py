@@ -70,10 +70,15 @@ def normalise_project_path(from_path: str | None, given: str | None, given_in: s
     # NULs are cleaned before storage, so a stored project path never holds one.
     given = clean_text(given) if given is not None else None
     from_path = clean_text(from_path) if from_path is not None else None
-    chosen, where = (given, given_in) if given and given.strip() else (from_path, PATH_FORM)
+    by_path = not (given and given.strip())
+    chosen, where = (from_path, PATH_FORM) if by_path else (given, given_in)
     if chosen is None or not chosen.strip():
         raise MissingProjectPath("give the project as /api/context/<path> or ?projectPath=")
     chosen = chosen.strip()
+    if by_path and is_windows_path(chosen.lstrip("/")):
+        # The path form's slash before a Windows path (`/api/context//C:/Users/...`, as a client
+        # joins any path to the URL) made it the POSIX path `/C:/Users/...`: no project's key.
+        chosen = chosen.lstrip("/")
     if not chosen.startswith("/") and not is_windows_path(chosen):
         chosen = "/" + chosen
     project = canonical_project(chosen)

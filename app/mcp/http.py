@@ -243,7 +243,9 @@ class McpEndpoint:
             # The SDK read the close as ClientDisconnect and logged it with a traceback.
             client_gone(scope)
             return
-        await manager.handle_request(scope, cleaned, send)
+        from app.mcp.refusals import json_rpc_errors  # the SDK's, imported by the start
+
+        await manager.handle_request(scope, cleaned, json_rpc_errors(send, MESSAGE_TEXT.get()))
 
 
 def _innermost(error: BaseException) -> BaseException:

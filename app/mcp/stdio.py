@@ -45,6 +45,7 @@ from mcp.types import (
 
 from app.entry import end_at_once, end_by_deadline, signalled
 from app.errors import PayloadTooLarge
+from app.mcp.refusals import refusal
 from app.mcp.wire import MESSAGE_TEXT, surrogates_cleaned
 
 # How long the calls read before the end of the input may take to be answered; then the SDK
@@ -141,8 +142,6 @@ class Calls:
     async def refuse(self, line: TooLong, limit: int) -> None:
         """Answer a line over the bound with a JSON-RPC error (its id, if found, else null),
         on the SDK's stream of answers."""
-        await self.writer_set.wait()
-        assert self.writer is not None
         error = ErrorData(
             code=INVALID_REQUEST,
             message=(
@@ -150,9 +149,15 @@ class Calls:
                 f"of {limit} bytes (AGMEM_MAX_BODY_BYTES and 64 KiB for the JSON-RPC envelope)"
             ),
         )
-        refusal = SessionMessage(JSONRPCError(jsonrpc="2.0", id=line.id, error=error))
+        await self.send_error(line.id, error)
+
+    async def send_error(self, request_id: int | str | None, error: ErrorData) -> None:
+        """Send a JSON-RPC error on the SDK's stream of answers."""
+        await self.writer_set.wait()
+        assert self.writer is not None
+        answer = SessionMessage(JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
         try:
-            await self.writer.send(refusal)
+            await self.writer.send(answer)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             # The SDK's writer has ended: on the client's closed stdout (its BrokenPipeError
             # ends the server as `mcp.stdio.client_gone`), or with the server. Nobody is left
@@ -214,6 +219,9 @@ class _Requests(_Wrapping):
     async def receive(self) -> Received:
         item = await self.inner.receive()
         self.calls.took(item)
+        if isinstance(item, Exception):
+            # A line the SDK could not parse, which it only logs: JSON-RPC answers it (id null).
+            await self.calls.send_error(None, refusal(item))
         return item
 
     def __aiter__(self) -> _Requests:
@@ -290,6 +298,10 @@ async def client_lines(calls: Calls, limit: int) -> AsyncIterator[AsyncIterator[
             taken.release()
             if isinstance(line, TooLong):
                 await calls.refuse(line, limit)
+                continue
+            if not line.strip():
+                # No message, so no answer: the Parse error of an unparseable line is not
+                # for the blank line a client may write between messages.
                 continue
             calls.handed += 1
             # In the SDK's reader's context, which each call it sends is run in.

@@ -34,6 +34,7 @@ from app.sync.bulk_index import begin_bulk_index, end_bulk_index, repair_invalid
 from app.sync.cancels import cancel_at_gemini
 from app.sync.connections import SyncConnections
 from app.sync.discover import (
+    ROOT_MEMORY_FILES,
     Discovery,
     FoundFile,
     Skip,
@@ -66,6 +67,9 @@ class SyncRequest:
     sessions_dir: str | None = None
     force: bool = False
     reembed: bool = False
+    # A named memory root must hold a memory file or `memory/` (`resolve_roots`); a watch checks
+    # it at its start only: its files deleted later are dropped, the watch going on.
+    memory_files_required: bool = True
 
 
 class ProjectFolderMissing(Exception):
@@ -76,8 +80,11 @@ def resolve_roots(settings: Settings, request: SyncRequest) -> tuple[str, Path, 
     """The project key and the memory and sessions folders (relative ones under the project).
 
     A folder named in the request must exist: a mistyped one would otherwise sync nothing and
-    say nothing. The configured defaults may be absent (a project without transcripts). An
-    excluded project (AGMEM_CAPTURE_EXCLUDE_PROJECTS) is ProjectExcluded: nothing of it is stored.
+    say nothing. A memory root named must also hold a memory file or `memory/`: a root one level
+    off (`--memory-dir memory`, or a folder of notes) found none, and the sync then deleted the
+    chunks of every memory file indexed before from the right root. The configured defaults may
+    be absent (a project without transcripts). An excluded project
+    (AGMEM_CAPTURE_EXCLUDE_PROJECTS) is ProjectExcluded: nothing of it is stored.
     """
     project = Path(os.path.abspath(Path(request.project_path).expanduser()))
     _require_folder(project, "project folder")
@@ -86,6 +93,8 @@ def resolve_roots(settings: Settings, request: SyncRequest) -> tuple[str, Path, 
     memory, sessions = Path(os.path.normpath(memory)), Path(os.path.normpath(sessions))
     if request.memory_dir:
         _require_folder(memory, "memory folder")
+        if request.memory_files_required:
+            _require_memory_root(memory)
     if request.sessions_dir:
         _require_folder(sessions, "sessions folder")
     # Read from disk as spelled (a macOS folder name is NFD), stored under the key every other
@@ -105,6 +114,17 @@ def _require_folder(path: Path, what: str) -> None:
         # allows (ENAMETOOLONG) or a folder that may not be searched raised, and was a 500.
         problem = f"cannot be read ({error.strerror or error})"
     raise ProjectFolderMissing(f"{what} {path} {problem}")
+
+
+def _require_memory_root(memory: Path) -> None:
+    # lexists: a `memory/` that is a link, or a root file that is one, is discover's to judge
+    # (and to report as skipped); only a root with nothing of memory in it is refused.
+    if any(os.path.lexists(memory / name) for name in (*ROOT_MEMORY_FILES, "memory")):
+        return
+    raise ProjectFolderMissing(
+        f"memory folder {memory} holds neither MEMORY.md nor memory/ "
+        "(name the folder that holds them)"
+    )
 
 
 async def sync_project(

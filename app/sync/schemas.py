@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from app.api.bodies import StrictBody
 from app.api.limits import PATH_MAX_CHARS, SpelledProjectPath
@@ -14,8 +14,10 @@ class SyncIn(StrictBody):
     project_path: SpelledProjectPath = Field(min_length=1)
     memory_dir: str | None = Field(default=None, max_length=PATH_MAX_CHARS)
     sessions_dir: str | None = Field(default=None, max_length=PATH_MAX_CHARS)
-    force: bool = False
-    reembed: bool = False
+    # Strict: pydantic's lax mode took "yes", "on", "1" and 1 for true (and "no", 0 for false),
+    # where every other wrong type is a 422.
+    force: StrictBool = False
+    reembed: StrictBool = False
 
 
 class SyncQueued(BaseModel):

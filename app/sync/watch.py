@@ -18,6 +18,7 @@ import os
 import re
 import stat
 from collections.abc import Callable, Coroutine
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -173,6 +174,8 @@ async def watch_project(
     under another process's lease, until `stop` is set. A burst's sync that found nothing under
     its paths (an editor's temporary file gone) is not reported."""
     _, memory_root, sessions_root = resolve_roots(settings, request)
+    # Checked once: a root whose memory files are all deleted while watched is synced as it is.
+    request = replace(request, memory_files_required=False)
     roots = (memory_root, memory_root / "memory", sessions_root)
     changes = _Changes()
     connections = SyncConnections(sessionmaker_url(sessionmaker), keep=WRITERS)

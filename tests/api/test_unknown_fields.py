@@ -44,6 +44,7 @@ def test_sync_names_a_misspelt_field_and_queues_nothing(
     assert "'sessionDir' (did you mean 'sessionsDir'?)" in detail
     row = db.execute("SELECT count(*) FROM sync_runs").fetchone()
     assert row == (0,)
+    (tmp_path / "MEMORY.md").write_text("# notes\n")
     snake = {"project_path": str(tmp_path), "memory_dir": str(tmp_path), "reembed": True}
     assert client.post("/api/sync", json=snake).status_code == 202
 

@@ -170,6 +170,46 @@ def test_list_sessions_newest_first_with_filters(
     assert [s["id"] for s in before.json()["sessions"]] == ["s1", "s0"]
 
 
+def test_paging_by_the_last_session_misses_none_created_in_the_same_millisecond(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    # Paged by `before=<epoch ms of the page's last>`, the sessions created in that millisecond
+    # but not on the page were skipped; two made in one instant share even the exact time.
+    for name in ("a", "b", "c", "d", "e"):
+        make_session(client, id=name)
+    db.execute(
+        "UPDATE sessions SET created_at = CASE WHEN id IN ('b', 'c', 'd') "
+        "THEN '2026-03-01T10:00:00.123456Z'::timestamptz "
+        "ELSE '2026-03-01T10:00:00.123789Z'::timestamptz END"
+    )
+
+    seen: list[str] = []
+    page = client.get("/api/sessions", params={"limit": 2}).json()["sessions"]
+    while page and len(seen) < 10:  # bounded: a server that ignored the cursor repeated a page
+        seen += [s["id"] for s in page]
+        params = {"limit": 2, "beforeId": page[-1]["id"]}
+        page = client.get("/api/sessions", params=params).json()["sessions"]
+
+    assert seen == ["e", "a", "d", "c", "b"]
+    # The snake_case spelling, and `before` beside it, as documented.
+    snake = client.get("/api/sessions", params={"before_id": "d"}).json()["sessions"]
+    assert [s["id"] for s in snake] == ["c", "b"]
+    both = {"beforeId": "a", "before": "2026-03-01T10:00:00.123Z"}
+    assert [s["id"] for s in client.get("/api/sessions", params=both).json()["sessions"]] == []
+    both["before"] = "2026-03-01T10:00:00.124Z"
+    assert [s["id"] for s in client.get("/api/sessions", params=both).json()["sessions"]] == [
+        "d",
+        "c",
+        "b",
+    ]
+    unknown = client.get("/api/sessions", params={"beforeId": "gone\x00"})
+    assert unknown.status_code == 422
+    assert unknown.json() == {
+        "error": "ValidationFailed",
+        "detail": "query: 'beforeId' names no session: 'gone'",
+    }
+
+
 def test_list_sessions_rejects_bad_query(client: TestClient) -> None:
     assert client.get("/api/sessions", params={"status": "bogus"}).status_code == 422
     assert client.get("/api/sessions", params={"limit": 0}).status_code == 422

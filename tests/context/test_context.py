@@ -258,6 +258,25 @@ def test_project_path_forms(
     assert "Shop summary." in client.get("/api/context?project_path=/home/dev/shop").text
 
 
+def test_a_windows_path_after_a_slash_in_the_path_form_is_that_windows_path(
+    client: TestClient, database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    # `/api/context//C:/Users/...` (the slash a client puts before every path) was the POSIX
+    # path `/C:/Users/...`, which matches no project: `?projectPath=C:/Users/...` found it.
+    add_session(
+        database_url, "w1", project="C:\\Users\\dev\\shop", summary="Win summary.", created_at=START
+    )
+    for url in (
+        "/api/context/C:/Users/dev/shop",
+        "/api/context//C:/Users/dev/shop",
+        "/api/context///C:/Users/dev/shop",
+        "/api/context/%2FC%3A%2FUsers%2Fdev%2Fshop",
+        "/api/context//c:%5CUsers%5Cdev%5Cshop",
+        "/api/context?projectPath=C:/Users/dev/shop",
+    ):
+        assert "Win summary." in client.get(url).text, url
+
+
 def test_bad_context_requests_are_4xx(client: TestClient, db: psycopg.Connection[Any]) -> None:
     missing = client.get("/api/context")
     assert missing.status_code == 400

@@ -1157,3 +1157,45 @@ def test_write_memory_parses_a_json_string_value_whether_or_not_it_holds_a_float
         "e": '"1.5"',
         "f": '"hello"',
     }
+
+
+def test_messages_the_sdk_cannot_take_are_short_json_rpc_errors(live_server: LiveServer) -> None:
+    # A wrong Content-Type was the SDK's plain-text 400; a batch (`[]`) or an object of no
+    # message's shape was -32602 with pydantic's dump of 4 to 11 validation errors.
+    ping = '{"jsonrpc": "2.0", "id": 1, "method": "ping"}'
+    batch = (
+        "Invalid Request: a batch (JSON array) is not taken; send one JSON-RPC message at a time"
+    )
+    shape = (
+        'Invalid Request: not a JSON-RPC 2.0 message (an object with "jsonrpc": "2.0" and a '
+        '"method", or a "result" or "error" with an "id")'
+    )
+    for body, content_type, status, code, message in (
+        (
+            ping,
+            "text/plain",
+            415,
+            -32600,
+            "Unsupported Media Type: Content-Type must be application/json",
+        ),
+        ("[]", "application/json", 400, -32600, batch),
+        (f"[{ping}]", "application/json", 400, -32600, batch),
+        ('{"x": 1}', "application/json", 400, -32600, shape),
+        (
+            "not json",
+            "application/json",
+            400,
+            -32700,
+            "Parse error: expected ident at line 1 column 2",
+        ),
+    ):
+        answer = httpx.post(
+            f"{live_server.url}/mcp",
+            content=body,
+            headers={"Content-Type": content_type, "Accept": "application/json"},
+            timeout=20,
+        )
+
+        assert (answer.status_code, answer.headers["content-type"]) == (status, "application/json")
+        error = {"code": code, "message": message}
+        assert answer.json() == {"jsonrpc": "2.0", "id": None, "error": error}

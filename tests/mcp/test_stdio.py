@@ -649,6 +649,39 @@ def test_a_line_over_the_bound_is_dropped_as_read_and_answered_with_an_error(
     assert "Traceback" not in stderr
 
 
+def test_a_line_that_is_no_json_rpc_message_is_answered_with_its_error(
+    tmp_path: Path, embedded_home: Path
+) -> None:
+    # The SDK only logged a line it could not parse: the client waited for an answer until its
+    # own timeout. JSON-RPC 2.0 answers a Parse error (-32700) or an Invalid Request (-32600),
+    # id null; the next line is served.
+    server = launched(embedded_home, tmp_path)
+    try:
+        assert server.stdin is not None
+        server.stdin.write("\n  \n")  # blank lines: no message, no answer
+        not_json = answer(server, "not json")
+        batch = answer(server, '[{"jsonrpc": "2.0", "id": 5, "method": "ping"}]')
+        no_shape = answer(server, '{"x": 1}')
+        ping = answer(server, '{"jsonrpc": "2.0", "id": 6, "method": "ping"}')
+    finally:
+        server.terminate()
+        stderr = stopped(server)
+
+    assert not_json == {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": -32700, "message": "Parse error: expected ident at line 1 column 2"},
+    }
+    assert batch is not None
+    assert (batch["id"], batch["error"]["code"]) == (None, -32600)
+    assert batch["error"]["message"].startswith("Invalid Request: a batch (JSON array)")
+    assert no_shape is not None
+    assert (no_shape["id"], no_shape["error"]["code"]) == (None, -32600)
+    assert no_shape["error"]["message"].startswith("Invalid Request: not a JSON-RPC 2.0 message")
+    assert ping == {"jsonrpc": "2.0", "id": 6, "result": {}}
+    assert "Traceback" not in stderr
+
+
 def test_lines_over_the_bound_after_the_client_has_gone_end_it_without_a_traceback(
     tmp_path: Path, embedded_home: Path
 ) -> None:

@@ -66,6 +66,30 @@ def test_sync_command_fails_in_one_line(env: dict[str, str], tmp_path: Path) -> 
     assert "AGMEM_SYNC_CHUNK_TOKENS" in bad.stderr
 
 
+def test_a_memory_root_without_memory_files_is_refused_and_nothing_dropped(
+    env: dict[str, str], db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # `--memory-dir memory` (the notes folder, not the root above it) found no memory file, said
+    # nothing, and deleted the chunks of those indexed before from the right root.
+    project = make_project(tmp_path / "proj")
+    runner = CliRunner()
+    assert runner.invoke(cli, ["sync", "-p", str(project)], env=env).exit_code == 0
+    before = db.execute("SELECT count(*) FROM memory_chunks WHERE source = 'memory'").fetchone()
+    assert before is not None
+    assert before[0] > 0
+
+    for args in (["--memory-dir", "memory"], ["--memory-dir", "memory", "--watch"]):
+        wrong = runner.invoke(cli, ["sync", "-p", str(project), *args], env=env)
+
+        assert wrong.exit_code == 1
+        assert wrong.stderr.strip().splitlines()[-1:] == [
+            f"agmem: error: memory folder {project / 'memory'} holds neither MEMORY.md nor "
+            "memory/ (name the folder that holds them)"
+        ]
+    after = db.execute("SELECT count(*) FROM memory_chunks WHERE source = 'memory'").fetchone()
+    assert after == before
+
+
 def test_force_and_reembed_flags_reach_the_sync(
     env: dict[str, str], db: psycopg.Connection[Any], tmp_path: Path
 ) -> None:

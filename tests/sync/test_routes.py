@@ -80,17 +80,24 @@ def test_run_with_custom_folders_and_failure_is_recorded(
 ) -> None:
     project = make_project(tmp_path / "proj")
     (project / "sessions").rename(project / "chats")
-    # A folder the request names must exist: a typo is refused, not a silent empty sync.
-    typo = client.post(
-        "/api/sync",
-        json={"projectPath": str(project), "sessionsDir": "chats", "memoryDir": "nowhere"},
-    )
-    assert typo.status_code == 422
-    assert typo.json() == {
-        "error": "ProjectFolderNotFound",
-        "detail": f"memory folder {project / 'nowhere'} does not exist",
-    }
     (project / "notes").mkdir()
+    # A folder the request names must exist: a typo is refused, not a silent empty sync. One
+    # that holds neither MEMORY.md nor memory/ is a root one level off: a run there found no
+    # memory file and deleted the chunks of those indexed from the right root.
+    for folder, problem in (
+        ("nowhere", "does not exist"),
+        ("notes", "holds neither MEMORY.md nor memory/ (name the folder that holds them)"),
+    ):
+        refused = client.post(
+            "/api/sync",
+            json={"projectPath": str(project), "sessionsDir": "chats", "memoryDir": folder},
+        )
+        assert refused.status_code == 422
+        assert refused.json() == {
+            "error": "ProjectFolderNotFound",
+            "detail": f"memory folder {project / folder} {problem}",
+        }
+    assert db.execute("SELECT count(*) FROM sync_runs").fetchone() == (0,)
     (project / "MEMORY.md").rename(project / "notes" / "MEMORY.md")
     answer = client.post(
         "/api/sync",
@@ -209,3 +216,18 @@ def test_a_file_name_that_is_not_utf8_is_skipped_not_the_run_failed(
         {"path": f"{project}/memory/caf\ufffd.md", "reason": "file name is not UTF-8"},
         {"path": f"{project}/memory/d\ufffd/inside.md", "reason": "file name is not UTF-8"},
     ]
+
+
+@pytest.mark.parametrize("field", ["force", "reembed"])
+@pytest.mark.parametrize("sent", ["yes", "true", 1, 0, "0"])
+def test_a_flag_sent_as_text_or_a_number_is_refused(
+    client: TestClient, db: psycopg.Connection[Any], tmp_path: Path, field: str, sent: Any
+) -> None:
+    # pydantic's lax mode read "yes", "true" and 1 as true (and "0", 0 as false): a sync ran
+    # forced on a word, where every other wrong type is a 422.
+    answer = client.post("/api/sync", json={"projectPath": str(tmp_path), field: sent})
+
+    assert answer.status_code == 422
+    assert answer.json()["error"] == "ValidationFailed"
+    assert field in answer.json()["detail"]
+    assert db.execute("SELECT count(*) FROM sync_runs").fetchone() == (0,)

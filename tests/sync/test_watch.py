@@ -108,6 +108,51 @@ def test_watch_syncs_at_start_and_once_per_burst_of_changes(
     assert content.fetchall() == [("# New\n\nversion 2",)]
 
 
+def test_a_watched_memory_root_whose_files_are_all_deleted_is_synced_not_refused(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # A named root must hold a memory file when the watch starts; deleted while watched, the
+    # files' chunks go, as in a default root, and the watch goes on (refused at each burst's
+    # sync, it ended the watch).
+    project = make_project(tmp_path / "proj")
+    notes = project / "notes"
+    notes.mkdir()
+    (project / "MEMORY.md").rename(notes / "MEMORY.md")
+    settings: Settings = make_settings(home=tmp_path / "home", sync_watch_debounce_ms=100)
+    reports: list[SyncReport] = []
+
+    def notes_files() -> int:
+        row = db.execute("SELECT count(*) FROM memory_files WHERE path LIKE '%/notes/%'").fetchone()
+        return int(row[0]) if row else -1
+
+    async def go() -> None:
+        engine = make_async_engine(database_url)
+        stop = asyncio.Event()
+        task = asyncio.create_task(
+            watch_project(
+                make_sessionmaker(engine),
+                settings,
+                CountingEmbedder(),
+                SyncRequest(project_path=str(project), memory_dir="notes"),
+                on_report=reports.append,
+                stop=stop,
+            )
+        )
+        try:
+            await _until(lambda: len(reports) == 1)
+            assert notes_files() == 1
+            await asyncio.sleep(0.3)  # let the watchers start
+            (notes / "MEMORY.md").unlink()
+            await _until(lambda: notes_files() == 0 or task.done())
+            assert not task.done(), task.exception()
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 10)
+            await engine.dispose()
+
+    asyncio.run(go())
+
+
 def test_watch_follows_a_folder_moved_out_and_back_in(
     database_url: str, db: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
