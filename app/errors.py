@@ -106,6 +106,13 @@ class PayloadTooLarge(AppError):
     status_code = 413
 
 
+class AnswerTooLarge(AppError):
+    """An MCP tool's answer over the tokens a tool may put into a model's context
+    (app/mcp/server.py `check_answer_size`): a tool error only, no HTTP route answers it."""
+
+    status_code = 413
+
+
 class RequestTimeout(AppError):
     """A request whose head or body stopped coming (`agmem serve`'s raw HTTP/1.1 layer:
     app/cli/stalls.py)."""

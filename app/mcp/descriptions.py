@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from app.errors import AnswerTooLarge, PayloadTooLarge
+
 INSTRUCTIONS = """\
 antigravity-mem keeps memory for coding agents across sessions and between agents.
 Start a session with smart_resume (a short briefing instead of re-reading transcripts).
@@ -24,7 +26,8 @@ _SCOPES = (
 # token estimate): Claude Code's own cap on an MCP tool's output (MAX_MCP_OUTPUT_TOKENS).
 MAX_ANSWER_TOKENS = 25_000
 _ANSWER_CAP = (
-    f"An answer over {MAX_ANSWER_TOKENS} tokens (as JSON) is refused with AnswerTooLarge, "
+    f"An answer over {MAX_ANSWER_TOKENS} tokens (as JSON) is refused with "
+    f"{AnswerTooLarge.__name__}, "
     "which says how to ask for less."
 )
 
@@ -40,7 +43,7 @@ tags: labels to filter by later. created_by: your name, e.g. 'claude' or 'gemini
 if_version: the version you last read; the write fails with VersionConflict if someone changed
 it since (0 means 'only create'). Returns {{created, memory}}.
 The arguments together may be at most the server's request body limit (8 MiB by default);
-more is refused with PayloadTooLarge."""
+more is refused with {PayloadTooLarge.__name__}."""
 
 READ_MEMORY = f"""\
 Read one memory by exact key, e.g. 'project.architecture'. A key with '*' is a pattern

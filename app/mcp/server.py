@@ -40,7 +40,14 @@ from app.api.numbers import ToolInt
 from app.config import Settings
 from app.context.builder import build_context
 from app.db.engine import transaction
-from app.errors import AppError, InvalidData, InvalidJSON, ValidationFailed
+from app.errors import (
+    AnswerTooLarge,
+    AppError,
+    InvalidData,
+    InvalidJSON,
+    PayloadTooLarge,
+    ValidationFailed,
+)
 from app.llm.embeddings import get_embedder
 from app.mcp import descriptions as text
 from app.mcp.stdio import FRAMING_SLACK_BYTES, Calls, client_lines
@@ -258,10 +265,11 @@ def check_argument_size(name: str, arguments: dict[str, Any], limit: int) -> Non
     """Refuse a call whose arguments, as JSON, are over `limit` bytes, as HTTP's 413 does."""
     size = len(json.dumps(arguments, ensure_ascii=False).encode("utf-8", "surrogatepass"))
     if size > limit:
-        raise ToolError(
-            f"Error executing tool {name}: PayloadTooLarge: the arguments are {size} bytes of "
-            f"JSON, over the limit of {limit} bytes (AGMEM_MAX_BODY_BYTES)"
+        too_large = PayloadTooLarge(
+            f"the arguments are {size} bytes of JSON, over the limit of {limit} bytes "
+            "(AGMEM_MAX_BODY_BYTES)"
         )
+        raise ToolError(f"Error executing tool {name}: {tool_error_text(too_large)}")
 
 
 def check_answer_size(
@@ -280,10 +288,11 @@ def check_answer_size(
             hint = "use list_memories with a narrower pattern, tags or a limit"
         else:
             hint += f" (the first {_items_that_fit(result.structured_content)} would fit)"
-        raise ToolError(
-            f"Error executing tool {name}: AnswerTooLarge: the answer is about {tokens} tokens, "
-            f"over the {text.MAX_ANSWER_TOKENS} a tool answers into a model's context; {hint}"
+        too_large = AnswerTooLarge(
+            f"the answer is about {tokens} tokens, over the {text.MAX_ANSWER_TOKENS} a tool "
+            f"answers into a model's context; {hint}"
         )
+        raise ToolError(f"Error executing tool {name}: {tool_error_text(too_large)}")
 
 
 def _items_that_fit(answer: dict[str, Any] | None) -> int:
