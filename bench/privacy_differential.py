@@ -8,7 +8,8 @@ Corpora: ../shared/testdata (whole, 2,000-character chunks, lines), 31,500 gener
 credentials in JSON, YAML, TOML, INI, shell, URL, log and code forms, 32,000 fuzzed list lines
 (tests/test_privacy_gen8_gates.py's generator and more names), 20,000 code lines of lists (alone
 and 200 a text); with --files, the .py/.yaml/.yml/.json/.md/.cfg/.toml/.ini files under 2 MB of
-/work/notes25/bmain's venv and /usr/share. Each input's line digests `redact_secrets`,
+each --files-root (default: this interpreter's site-packages and /usr/share; give both trees the
+same roots). Each input's line digests `redact_secrets`,
 `redact_secrets_lines`, `sanitize_text` and, for JSON, `sanitize_json` and `redact_json_text`.
 """
 
@@ -20,6 +21,7 @@ import json
 import pathlib
 import random
 import string
+import sysconfig
 from typing import TextIO
 
 from app.privacy import (
@@ -447,13 +449,9 @@ def _codelines() -> None:
         emit("codeblock", "\n".join(lines[i : i + 200]) + "\n")
 
 
-# --- 5. real files: bmain's venv and /usr/share -------------------------------------------------
-def _files() -> None:
+# --- 5. real files: a venv's packages and /usr/share -------------------------------------------
+def _files(roots: list[pathlib.Path]) -> None:
     exts = {".py", ".yaml", ".yml", ".json", ".md", ".cfg", ".toml", ".ini"}
-    roots = [
-        pathlib.Path("/work/notes25/bmain/.venv/lib/python3.11/site-packages"),
-        pathlib.Path("/usr/share"),
-    ]
     files = sorted(
         p
         for root in roots
@@ -475,7 +473,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", help="file to write the digests to")
     parser.add_argument("--files", action="store_true", help="the real files' corpus too")
+    # A fixed folder of an earlier round's clone was named here: once it was gone, --files read
+    # /usr/share alone and said nothing (rev2-privacy26).
+    parser.add_argument(
+        "--files-root",
+        action="append",
+        type=pathlib.Path,
+        help="a folder of the files' corpus (repeatable); default: site-packages and /usr/share",
+    )
     args = parser.parse_args()
+    roots = args.files_root or [
+        pathlib.Path(sysconfig.get_paths()["purelib"]),
+        pathlib.Path("/usr/share"),
+    ]
+    missing = [str(root) for root in roots if not root.is_dir()]
+    if args.files and missing:
+        parser.error(f"--files-root: no such folder: {', '.join(missing)}")
     with open(args.out, "w") as sink:
         _sinks.append(sink)
         _testdata()
@@ -483,7 +496,7 @@ def main() -> None:
         _gatefuzz()
         _codelines()
         if args.files:
-            _files()
+            _files(roots)
     print("counts", counts)
     print("changed", changed)
 
