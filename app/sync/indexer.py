@@ -93,7 +93,11 @@ def resolve_roots(settings: Settings, request: SyncRequest) -> tuple[str, Path, 
     memory, sessions = Path(os.path.normpath(memory)), Path(os.path.normpath(sessions))
     if request.memory_dir:
         _require_folder(memory, "memory folder")
-        if request.memory_files_required:
+        # The default root named as itself (`--memory-dir .`, as a script passing it always
+        # does) is the default's: it may hold no memory file (rev-leftovers26: a project of
+        # transcripts alone synced without the flag and was refused with it).
+        default = Path(os.path.normpath(project / Path(settings.sync_memory_dir).expanduser()))
+        if request.memory_files_required and memory != default:
             _require_memory_root(memory)
     if request.sessions_dir:
         _require_folder(sessions, "sessions folder")

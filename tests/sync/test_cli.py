@@ -90,6 +90,20 @@ def test_a_memory_root_without_memory_files_is_refused_and_nothing_dropped(
     assert after == before
 
 
+def test_the_default_memory_root_named_may_hold_no_memory_file(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    # A project of transcripts alone syncs without --memory-dir; naming the same root (`.` or
+    # the project's own path, as a script passing the flag always does) must not refuse it.
+    project = tmp_path / "transcripts-only"
+    project.mkdir()
+    runner = CliRunner()
+    for root in (".", str(project)):
+        named = runner.invoke(cli, ["sync", "-p", str(project), "--memory-dir", root], env=env)
+
+        assert named.exit_code == 0, named.output
+
+
 def test_force_and_reembed_flags_reach_the_sync(
     env: dict[str, str], db: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
