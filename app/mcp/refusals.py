@@ -36,6 +36,20 @@ def refusal(error: Exception) -> ErrorData:
     return ErrorData(code=INVALID_REQUEST, message=A_BATCH if batch else NOT_A_MESSAGE)
 
 
+def refused_id(error: Exception) -> int | str | None:
+    """The id of a message the SDK's parser refused, where it can be read (an object's `id`, a
+    number or a text): JSON-RPC answers null only for an id that cannot be detected, and a
+    client waits on the id it sent."""
+    details: list[Any] = list(error.errors()) if isinstance(error, ValidationError) else []
+    for detail in details:
+        sent = detail.get("input")
+        if isinstance(sent, dict):
+            found = sent.get("id")
+            if isinstance(found, (int, str)) and not isinstance(found, bool):
+                return found
+    return None
+
+
 def invalid_request(body: bytes) -> str:
     """What is wrong with `body`, JSON that is no JSON-RPC message."""
     return A_BATCH if body.lstrip()[:1] == b"[" else NOT_A_MESSAGE

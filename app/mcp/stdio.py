@@ -45,7 +45,7 @@ from mcp.types import (
 
 from app.entry import end_at_once, end_by_deadline, signalled
 from app.errors import PayloadTooLarge
-from app.mcp.refusals import refusal
+from app.mcp.refusals import refusal, refused_id
 from app.mcp.wire import MESSAGE_TEXT, surrogates_cleaned
 
 # How long the calls read before the end of the input may take to be answered; then the SDK
@@ -220,8 +220,9 @@ class _Requests(_Wrapping):
         item = await self.inner.receive()
         self.calls.took(item)
         if isinstance(item, Exception):
-            # A line the SDK could not parse, which it only logs: JSON-RPC answers it (id null).
-            await self.calls.send_error(None, refusal(item))
+            # A line the SDK could not parse, which it only logs: JSON-RPC answers it (with its
+            # id where one can be read, else null).
+            await self.calls.send_error(refused_id(item), refusal(item))
         return item
 
     def __aiter__(self) -> _Requests:

@@ -662,6 +662,9 @@ def test_a_line_that_is_no_json_rpc_message_is_answered_with_its_error(
         not_json = answer(server, "not json")
         batch = answer(server, '[{"jsonrpc": "2.0", "id": 5, "method": "ping"}]')
         no_shape = answer(server, '{"x": 1}')
+        # An id that can be read is the answer's (rev-leftovers26: null left a client waiting
+        # on id 7 until its timeout); JSON-RPC's null is for an id that cannot be.
+        with_id = answer(server, '{"jsonrpc": "2.0", "id": 7, "method": 5}')
         ping = answer(server, '{"jsonrpc": "2.0", "id": 6, "method": "ping"}')
     finally:
         server.terminate()
@@ -678,6 +681,8 @@ def test_a_line_that_is_no_json_rpc_message_is_answered_with_its_error(
     assert no_shape is not None
     assert (no_shape["id"], no_shape["error"]["code"]) == (None, -32600)
     assert no_shape["error"]["message"].startswith("Invalid Request: not a JSON-RPC 2.0 message")
+    assert with_id is not None
+    assert (with_id["id"], with_id["error"]["code"]) == (7, -32600)
     assert ping == {"jsonrpc": "2.0", "id": 6, "result": {}}
     assert "Traceback" not in stderr
 
