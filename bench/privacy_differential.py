@@ -2,15 +2,16 @@
 change meant to leave every output as it was (privacy25's narrower `key` list gates) is checked
 by running this in both and comparing the files (`cmp`).
 
-    PYTHONPATH=<tree> <python> bench/privacy_differential.py OUT [--files]
+    PYTHONPATH=<tree> <python> bench/privacy_differential.py OUT [--files --files-root DIR ...]
 
 Corpora: ../shared/testdata (whole, 2,000-character chunks, lines), 31,500 generated texts of
 credentials in JSON, YAML, TOML, INI, shell, URL, log and code forms, 32,000 fuzzed list lines
 (tests/test_privacy_gen8_gates.py's generator and more names), 20,000 code lines of lists (alone
 and 200 a text); with --files, the .py/.yaml/.yml/.json/.md/.cfg/.toml/.ini files under 2 MB of
-each --files-root (default: this interpreter's site-packages and /usr/share; give both trees the
-same roots). Each input's line digests `redact_secrets`,
-`redact_secrets_lines`, `sanitize_text` and, for JSON, `sanitize_json` and `redact_json_text`.
+each --files-root, required with --files: give both trees the same roots (each row is keyed by
+the file's path, so two venvs' files would never line up). Each input's line digests
+`redact_secrets`, `redact_secrets_lines`, `sanitize_text` and, for JSON, `sanitize_json` and
+`redact_json_text`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import json
 import pathlib
 import random
 import string
-import sysconfig
 from typing import TextIO
 
 from app.privacy import (
@@ -479,15 +479,14 @@ def main() -> None:
         "--files-root",
         action="append",
         type=pathlib.Path,
-        help="a folder of the files' corpus (repeatable); default: site-packages and /usr/share",
+        help="a folder of the files' corpus (repeatable; required with --files)",
     )
     args = parser.parse_args()
-    roots = args.files_root or [
-        pathlib.Path(sysconfig.get_paths()["purelib"]),
-        pathlib.Path("/usr/share"),
-    ]
+    roots: list[pathlib.Path] = args.files_root or []
+    if args.files and not roots:
+        parser.error("--files needs --files-root (the same folders for both trees)")
     missing = [str(root) for root in roots if not root.is_dir()]
-    if args.files and missing:
+    if missing:
         parser.error(f"--files-root: no such folder: {', '.join(missing)}")
     with open(args.out, "w") as sink:
         _sinks.append(sink)
