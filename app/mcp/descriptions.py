@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from app.errors import AnswerTooLarge, PayloadTooLarge
+from app.memories.service import VersionConflict
+
+# A stale if_version's error, by its class's name (a rename cannot leave the text behind).
+_CONFLICT = VersionConflict.__name__
 
 INSTRUCTIONS = """\
 antigravity-mem keeps memory for coding agents across sessions and between agents.
@@ -40,7 +44,7 @@ flags valueIsJsonText (send it back so to keep it as it was; numbers are kept ex
 project_path: absolute path of the project. session_id: your session id (for scope 'session').
 ttl: seconds until the memory expires (omit to keep it; null removes expiry).
 tags: labels to filter by later. created_by: your name, e.g. 'claude' or 'gemini'.
-if_version: the version you last read; the write fails with VersionConflict if someone changed
+if_version: the version you last read; the write fails with {_CONFLICT} if someone changed
 it since (0 means 'only create'). Returns {{created, memory}}.
 The arguments together may be at most the server's request body limit (8 MiB by default);
 more is refused with {PayloadTooLarge.__name__}."""
@@ -60,7 +64,7 @@ global memories are always visible. {_SCOPES} Returns {{memories}}. {_ANSWER_CAP
 
 DELETE_MEMORY = f"""\
 Delete the memory a read_memory of this key would return. {_SCOPES}
-if_version: the version you last read; the delete fails with VersionConflict if someone changed
+if_version: the version you last read; the delete fails with {_CONFLICT} if someone changed
 it since. Returns {{deleted: true}} or {{deleted: false}} when there was nothing to delete."""
 
 SMART_RESUME = """\
