@@ -243,7 +243,9 @@ class McpEndpoint:
             # The SDK read the close as ClientDisconnect and logged it with a traceback.
             client_gone(scope)
             return
-        from app.mcp.refusals import json_rpc_errors  # the SDK's, imported by the start
+        # Imported here, not at the module's top: it imports the SDK's types, which `agmem
+        # serve` loads with the first /mcp request (`_manager`, above), not at its start.
+        from app.mcp.refusals import json_rpc_errors
 
         await manager.handle_request(scope, cleaned, json_rpc_errors(send, MESSAGE_TEXT.get()))
 
