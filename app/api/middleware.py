@@ -23,6 +23,7 @@ from app.errors import (
     Unauthorized,
     ValidationFailed,
 )
+from app.proxy import GEMINI_API_VERSIONS
 
 PROTECTED_PREFIXES = ("/api/", "/mcp")
 
@@ -321,7 +322,7 @@ class OneValuePerQueryNameMiddleware:
 
 # The Gemini proxy's paths (app/proxy/routes.py) are the upstream's, and relay a HEAD to it as
 # a HEAD: made a GET here, it would fetch the upstream's whole answer to throw it away.
-RELAYED_PREFIXES = ("/v1/", "/v1beta/")
+RELAYED_PREFIXES = tuple(f"/{version}/" for version in GEMINI_API_VERSIONS)
 
 
 class HeadAsGetMiddleware:

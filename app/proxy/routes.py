@@ -25,6 +25,7 @@ from app.api import paths  # noqa: F401 - registers the `{name:any}` paths below
 from app.config import Settings
 from app.errors import Unauthorized
 from app.projects import canonical_project
+from app.proxy import GEMINI_API_VERSIONS
 from app.proxy.capture import Answer, CaptureRequest
 from app.proxy.forward import (
     forwardable_url,
@@ -249,7 +250,7 @@ async def passthrough(request: Request, rest: str) -> Response:
     )
 
 
-for _version in ("v1beta", "v1"):
+for _version in GEMINI_API_VERSIONS:
     for _action in ("generateContent", "streamGenerateContent"):
         router.add_api_route(
             f"/{_version}/models/{{model}}:{_action}",
@@ -259,7 +260,7 @@ for _version in ("v1beta", "v1"):
             response_class=Response,
         )
 # Registered after the routes above, which therefore win for the calls they serve.
-for _version in ("v1beta", "v1"):
+for _version in GEMINI_API_VERSIONS:
     router.add_api_route(
         f"/{_version}/{{rest:any}}",
         passthrough,
