@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from app.api.middleware import ONE_VALUE_QUERY_NAMES
+from app.api.one_value_query import ONE_VALUE_QUERY_NAMES
 from tests.api.helpers import refused
 
 
