@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 
 def first_line(error: BaseException) -> str:
     """An error's first line of text, for a one-line log or message; its class name when it has
@@ -25,12 +27,19 @@ def validator_reason(message: str) -> str:
 
 
 class AppError(Exception):
-    """Base of every error a client may see. The class name is the `error` field: every surface
+    """Base of every error a client may see. Its `wire_name` is the `error` field: every surface
     (the HTTP handlers, the middleware, MCP, `agmem serve`'s raw HTTP/1.1 layer) names an error
-    by its class here, never by a string of its own, so that a rename cannot drift between them."""
+    by its class here, never by a string of its own, so that a rename cannot drift between them.
+    The wire name is the class's name unless the class declares another (`wire_name=` in its
+    bases), for a name that would shadow a builtin in the modules importing the class."""
 
     status_code = 400
     headers: dict[str, str] | None = None
+    wire_name: ClassVar[str] = "AppError"
+
+    def __init_subclass__(cls, *, wire_name: str | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.wire_name = wire_name or cls.__name__
 
     def __init__(self, detail: str) -> None:
         super().__init__(detail)
@@ -38,7 +47,7 @@ class AppError(Exception):
 
     @property
     def error(self) -> str:
-        return type(self).__name__
+        return self.wire_name
 
 
 class BadRequest(AppError):
@@ -126,11 +135,11 @@ class RequestHeaderFieldsTooLarge(AppError):
     status_code = 431
 
 
-class NotImplemented(AppError):
+class MethodNotImplemented(AppError, wire_name="NotImplemented"):
     """A method the service serves for no resource (CONNECT, an unknown one, a PRI that is not
-    HTTP/2's preface), refused by the raw HTTP/1.1 layer (RFC 9110, 15.6.2). Named by HTTP's
-    reason phrase as the others are, it shadows the builtin constant in a module that imports
-    it: none of those uses the builtin."""
+    HTTP/2's preface), refused by the raw HTTP/1.1 layer (RFC 9110, 15.6.2). Sent as HTTP's
+    reason phrase names it, as the others are; a class of that name shadowed the builtin
+    constant in every module that imported it."""
 
     status_code = 501
 

@@ -57,7 +57,7 @@ async def health(request: Request, state: StateDep) -> JSONResponse:
                 "database": f"unreachable{reason}",
                 "pgvector": None,
                 "embedding": embedding,
-                "error": DatabaseUnavailable.__name__,
+                "error": DatabaseUnavailable.wire_name,
                 "detail": f"the database is unreachable ({restarting}); retry shortly"
                 if restarting
                 else "the database is unreachable; retry shortly",

@@ -17,9 +17,9 @@ from app.api.middleware import (
     BearerTokenMiddleware,
     BodySizeLimitMiddleware,
     HeadAsGetMiddleware,
-    OneValuePerQueryNameMiddleware,
     Utf8UrlMiddleware,
 )
+from app.api.one_value_query import OneValuePerQueryNameMiddleware
 from app.api.origins import OriginPolicy
 from app.capture.routes import HOT_ENDPOINTS, add_hot_routes
 from app.capture.routes import router as capture_router

@@ -15,9 +15,14 @@ def _subclasses(cls: type[AppError]) -> Iterator[type[AppError]]:
         yield from _subclasses(sub)
 
 
+def app_errors() -> list[type[AppError]]:
+    """Every error class a client may see named."""
+    return list(_subclasses(AppError))
+
+
 def assert_named_by_its_class(status: int, answer: Mapping[str, Any]) -> None:
     """`answer` (an error's JSON) names an AppError subclass whose status is `status`."""
-    classes = {cls.__name__: cls for cls in _subclasses(AppError)}
+    classes = {cls.wire_name: cls for cls in app_errors()}
     name = answer["error"]
     assert name in classes, f"{name!r} is the name of no AppError subclass"
     if classes[name] is not HTTPError:  # the framework's error of a status we do not name

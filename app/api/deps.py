@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterator
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Query, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import StringConstraints, TypeAdapter, ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.api.limits import PATH_MAX_CHARS
@@ -59,22 +62,64 @@ def query_spelling(request: Request, camel_name: str, snake_name: str) -> str | 
     return value
 
 
-async def project_path_query(
-    request: Request,
-    # Declared for the schema and the last value's length; `query_spelling` reads them all.
-    camel: Annotated[str | None, Query(alias="projectPath", max_length=PATH_MAX_CHARS)] = None,
-    snake: Annotated[
-        str | None,
-        Query(alias="project_path", max_length=PATH_MAX_CHARS, include_in_schema=False),
-    ] = None,
-) -> str | None:
-    """`?projectPath=`, or its snake_case spelling, as every body and the memories' queries take
-    both: `GET /api/sessions?project_path=` was ignored and listed every project's sessions."""
-    value = query_spelling(request, "projectPath", "project_path")
-    if value is not None and len(value) > PATH_MAX_CHARS:
-        # Only the last value met `max_length`; the one kept may be an earlier one.
-        raise ValidationFailed(f"query: 'projectPath' is longer than {PATH_MAX_CHARS} characters")
-    return value
+def two_spellings_query(
+    camel_name: str,
+    snake_name: str,
+    *,
+    min_length: int | None = None,
+    max_length: int | None = None,
+) -> Any:
+    """The dependency of a text query parameter taken in both spellings (`?projectPath=`,
+    `?project_path=`): its one value (`query_spelling`), every value within the bounds.
+
+    FastAPI checks only the last value of each spelling against a declared bound, so each value
+    is checked by the same constraints, and refused in the same words (`query.<spelling>:
+    String should have at most N characters`), wherever it comes. The camelCase spelling is in
+    the schema; the snake_case one is taken but not shown."""
+    each_value: TypeAdapter[str] = TypeAdapter(
+        Annotated[str, StringConstraints(min_length=min_length, max_length=max_length)]
+    )
+
+    async def dependency(
+        request: Request, camel: str | None = None, snake: str | None = None
+    ) -> str | None:
+        params = request.query_params
+        for name in (camel_name, snake_name):
+            for value in params.getlist(name):
+                try:
+                    each_value.validate_python(value)
+                except ValidationError as error:
+                    problems = [{**problem, "loc": ("query", name)} for problem in error.errors()]
+                    raise RequestValidationError(problems) from None
+        return query_spelling(request, camel_name, snake_name)
+
+    def declared(name: str, alias: str, *, shown: bool) -> inspect.Parameter:
+        # Declared for the schema only: the dependency reads and checks every value itself.
+        query = Query(
+            alias=alias, min_length=min_length, max_length=max_length, include_in_schema=shown
+        )
+        return inspect.Parameter(
+            name,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            default=None,
+            annotation=Annotated[str | None, query],
+        )
+
+    # FastAPI reads a dependency's parameters from its signature, and these are named per call.
+    dependency.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [
+            inspect.Parameter(
+                "request", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Request
+            ),
+            declared("camel", camel_name, shown=True),
+            declared("snake", snake_name, shown=False),
+        ]
+    )
+    return Depends(dependency)
 
 
-ProjectPathQuery = Annotated[str | None, Depends(project_path_query)]
+# `?projectPath=`, or its snake_case spelling, as every body and the memories' queries take
+# both: `GET /api/sessions?project_path=` was ignored and listed every project's sessions.
+ProjectPathQuery = Annotated[
+    str | None, two_spellings_query("projectPath", "project_path", max_length=PATH_MAX_CHARS)
+]

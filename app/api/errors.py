@@ -198,7 +198,7 @@ async def _http_error(request: Request, error: Exception) -> JSONResponse:
         return invalid_json("it is not UTF-8 text")
     if error.status_code == 400 and isinstance(error.__cause__, ValueError):
         return invalid_json(str(error.__cause__))
-    name = _HTTP_ERRORS.get(error.status_code, HTTPError).__name__
+    name = _HTTP_ERRORS.get(error.status_code, HTTPError).wire_name
     detail = error.detail if isinstance(error.detail, str) else str(error.detail)
     return error_response(error.status_code, name, detail, getattr(error, "headers", None))
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, TypeVar
 
 import orjson
-from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
@@ -17,7 +17,7 @@ from starlette.requests import ClientDisconnect
 
 from app import exactjson
 from app.api import paths  # noqa: F401 - registers the `{name:any}` paths below use
-from app.api.deps import DbDep, ProjectPathQuery, SettingsDep, query_spelling
+from app.api.deps import DbDep, ProjectPathQuery, SettingsDep, two_spellings_query
 from app.api.errors import is_json_content_type
 from app.api.responses import ExactJSONResponse
 from app.api.times import RequestTime
@@ -32,7 +32,6 @@ from app.capture.schemas import (
     SummarizeIn,
 )
 from app.db.models import ObservationRow, SessionRow
-from app.errors import ValidationFailed
 from app.privacy import surrogates_replaced
 from app.state import AppState
 
@@ -316,23 +315,10 @@ async def end_session(data: SessionEndIn, db: DbDep) -> JSONResponse:
     return JSONResponse({"sessionId": ref.id, "status": ref.status}, status_code=status_code)
 
 
-async def before_id_query(
-    request: Request,
-    # Declared for the schema and the last value's length; `query_spelling` reads them all.
-    camel: Annotated[str | None, Query(alias="beforeId", min_length=1, max_length=200)] = None,
-    snake: Annotated[
-        str | None,
-        Query(alias="before_id", min_length=1, max_length=200, include_in_schema=False),
-    ] = None,
-) -> str | None:
-    """`?beforeId=` (a session id, as long as one may be), or its snake_case spelling."""
-    value = query_spelling(request, "beforeId", "before_id")
-    if value is not None and not 1 <= len(value) <= 200:
-        raise ValidationFailed("query: 'beforeId' must be 1 to 200 characters")
-    return value
-
-
-BeforeIdQuery = Annotated[str | None, Depends(before_id_query)]
+# A session id, as long as one may be.
+BeforeIdQuery = Annotated[
+    str | None, two_spellings_query("beforeId", "before_id", min_length=1, max_length=200)
+]
 
 
 @router.get("/sessions")

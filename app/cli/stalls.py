@@ -28,9 +28,9 @@ bounded by the idle timeout (AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS):
   gave up there, 30 of 30, docs/architecture.md). As nginx's lingering close does, the answer is
   followed by a FIN and what still comes is read and dropped until the client closes,
   LINGER_QUIET_SECONDS (or the idle timeout, if shorter) pass without a byte, LINGER_SECONDS in
-  all, more bytes come than a refused request can still hold (`linger_bytes`), or a newcomer
-  finds the connection limit reached (the oldest lingering connections make way). A 408 is not
-  followed so: its client stalled or trickles its bytes.
+  all, or a newcomer finds the connection limit reached (the oldest lingering connections make
+  way); past the bytes a refused request can still hold (`linger_bytes`), at LINGER_RATE. A 408
+  is not followed so: its client stalled or trickles its bytes.
 """
 
 from __future__ import annotations
@@ -67,6 +67,12 @@ LINGER_SECONDS = 30.0
 # without one a client sending at full speed had the service read and drop ~12 GiB in 12 s
 # (rev-wire25: /health 9-18 ms -> 72-106 ms meanwhile).
 DEFAULT_LINGER_BYTES: int = Settings.model_fields["max_body_bytes"].default + 128 * 1024
+# Past those bytes, reading goes on at this rate at most, not closed: closed with bytes unread,
+# the connection was reset under a client still sending (a 20 MiB upload's 413 was never read,
+# its write failed first). At half the body limit a second the rest of such an upload comes
+# within LINGER_SECONDS (~128 MiB in all), and a client sending without end costs the service
+# what a new request each two seconds would (~12 GiB in 12 s unbounded, rev-wire25).
+LINGER_RATE = 4 * 1024 * 1024
 _RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close sends RST, drops what is unsent
 _SIOCOUTQ = 0x5411  # Linux: the bytes of a TCP socket's send queue the peer has not acknowledged
 
@@ -191,10 +197,23 @@ class StallBoundProtocol(HttpToolsProtocol):
         self.idle_timer = self.loop.call_later(self.linger_quiet(), self.idle_check)
 
     def drop(self, data: bytes) -> None:
-        """A lingering connection's read, dropped: past `linger_bytes` it is closed."""
+        """A lingering connection's read, dropped: past `linger_bytes`, read at LINGER_RATE at
+        most, its reading paused for as long as the bytes read are ahead of that rate."""
         self.dropped += len(data)
-        if self.dropped > self.linger_bytes:
-            self.transport.close()
+        since = self.lingering_since
+        if since is None or self.dropped <= self.linger_bytes:
+            return
+        allowed = self.linger_bytes + LINGER_RATE * (self.loop.time() - since)
+        if self.dropped > allowed and not self.flow.read_paused:
+            self.flow.pause_reading()
+            self.loop.call_later((self.dropped - allowed) / LINGER_RATE, self.resume_lingering)
+
+    def resume_lingering(self) -> None:
+        if self.transport.is_closing():
+            return
+        # The client's quiet is counted from here: while paused, nothing it sent was read.
+        self.last_data = self.loop.time()
+        self.flow.resume_reading()
 
     def linger_quiet(self) -> float:
         return min(LINGER_QUIET_SECONDS, self.idle_timeout)

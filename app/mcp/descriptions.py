@@ -5,8 +5,8 @@ from __future__ import annotations
 from app.errors import AnswerTooLarge, PayloadTooLarge
 from app.memories.service import VersionConflict
 
-# A stale if_version's error, by its class's name (a rename cannot leave the text behind).
-_CONFLICT = VersionConflict.__name__
+# A stale if_version's error, by its wire name (a rename cannot leave the text behind).
+_CONFLICT = VersionConflict.wire_name
 
 INSTRUCTIONS = """\
 antigravity-mem keeps memory for coding agents across sessions and between agents.
@@ -31,7 +31,7 @@ _SCOPES = (
 MAX_ANSWER_TOKENS = 25_000
 _ANSWER_CAP = (
     f"An answer over {MAX_ANSWER_TOKENS} tokens (as JSON) is refused with "
-    f"{AnswerTooLarge.__name__}, "
+    f"{AnswerTooLarge.wire_name}, "
     "which says how to ask for less."
 )
 
@@ -47,7 +47,7 @@ tags: labels to filter by later. created_by: your name, e.g. 'claude' or 'gemini
 if_version: the version you last read; the write fails with {_CONFLICT} if someone changed
 it since (0 means 'only create'). Returns {{created, memory}}.
 The arguments together may be at most the server's request body limit (8 MiB by default);
-more is refused with {PayloadTooLarge.__name__}."""
+more is refused with {PayloadTooLarge.wire_name}."""
 
 READ_MEMORY = f"""\
 Read one memory by exact key, e.g. 'project.architecture'. A key with '*' is a pattern

@@ -247,7 +247,25 @@ class McpEndpoint:
         # serve` loads with the first /mcp request (`_manager`, above), not at its start.
         from app.mcp.refusals import json_rpc_errors
 
-        await manager.handle_request(scope, cleaned, json_rpc_errors(send, MESSAGE_TEXT.get()))
+        await manager.handle_request(
+            _media_type_lowered(scope), cleaned, json_rpc_errors(send, MESSAGE_TEXT.get())
+        )
+
+
+def _media_type_lowered(scope: Scope) -> Scope:
+    """`scope` with its Content-Type's media type in lower case, its parameters as sent. Media
+    types are case-insensitive (RFC 9110, 8.3.1), but the SDK compares the header's text with
+    "application/json": `Content-Type: Application/JSON` was its 415."""
+    headers = scope.get("headers", [])
+    for index, (name, value) in enumerate(headers):
+        if name == b"content-type":
+            media_type, separator, parameters = bytes(value).partition(b";")
+            lowered = media_type.strip().lower()
+            if lowered != media_type:
+                headers = list(headers)
+                headers[index] = (name, lowered + separator + parameters)
+                return {**scope, "headers": headers}
+    return scope
 
 
 def _innermost(error: BaseException) -> BaseException:

@@ -36,6 +36,17 @@ def refusal(error: Exception) -> ErrorData:
     return ErrorData(code=INVALID_REQUEST, message=A_BATCH if batch else NOT_A_MESSAGE)
 
 
+def too_large(size: int, limit: int) -> ErrorData:
+    """The error answering a line on stdin of `size` bytes, over the `limit` it may take."""
+    return ErrorData(
+        code=INVALID_REQUEST,
+        message=(
+            f"Invalid Request: the message is {size} bytes, over the limit of {limit} bytes "
+            "(AGMEM_MAX_BODY_BYTES and 64 KiB for the JSON-RPC envelope)"
+        ),
+    )
+
+
 def refused_id(error: Exception) -> int | str | None:
     """The id of a message the SDK's parser refused, where it can be read (an object's `id`, a
     number or a text): JSON-RPC answers null only for an id that cannot be detected, and a

@@ -35,7 +35,6 @@ import anyio
 from mcp.shared._stream_protocols import ReadStream, WriteStream
 from mcp.shared.message import SessionMessage
 from mcp.types import (
-    INVALID_REQUEST,
     ErrorData,
     JSONRPCError,
     JSONRPCNotification,
@@ -44,8 +43,7 @@ from mcp.types import (
 )
 
 from app.entry import end_at_once, end_by_deadline, signalled
-from app.errors import PayloadTooLarge
-from app.mcp.refusals import refusal, refused_id
+from app.mcp.refusals import refusal, refused_id, too_large
 from app.mcp.wire import MESSAGE_TEXT, surrogates_cleaned
 
 # How long the calls read before the end of the input may take to be answered; then the SDK
@@ -142,14 +140,7 @@ class Calls:
     async def refuse(self, line: TooLong, limit: int) -> None:
         """Answer a line over the bound with a JSON-RPC error (its id, if found, else null),
         on the SDK's stream of answers."""
-        error = ErrorData(
-            code=INVALID_REQUEST,
-            message=(
-                f"{PayloadTooLarge.__name__}: the message is {line.size} bytes, over the limit "
-                f"of {limit} bytes (AGMEM_MAX_BODY_BYTES and 64 KiB for the JSON-RPC envelope)"
-            ),
-        )
-        await self.send_error(line.id, error)
+        await self.send_error(line.id, too_large(line.size, limit))
 
     async def send_error(self, request_id: int | str | None, error: ErrorData) -> None:
         """Send a JSON-RPC error on the SDK's stream of answers."""

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from app import exactjson
 from app.api import paths  # noqa: F401 - registers the `{name:any}` paths below use
-from app.api.deps import DbDep, SettingsDep, StateDep, query_spelling
+from app.api.deps import DbDep, SettingsDep, StateDep, two_spellings_query
 from app.api.responses import ExactJSONResponse
 from app.api.spellings import meaning
 from app.db.engine import transaction
@@ -50,20 +50,16 @@ def _text(snake_name: str, value: str | None) -> str | None:
     return text
 
 
+ProjectQuery = Annotated[str | None, two_spellings_query("projectPath", "project_path")]
+SessionQuery = Annotated[str | None, two_spellings_query("sessionId", "session_id")]
+
+
 # `async def` although it does not await: FastAPI runs a plain `def` dependency in a worker
 # thread, and that hand-off cost more CPU than anything else in the exact-key read's route.
 async def visibility(
-    request: Request,
-    scope: Scope | None = None,
-    # The spellings are declared for the schema and their types; `query_spelling` reads every value.
-    projectPath: str | None = None,  # noqa: N803 - the contract's camelCase spelling
-    project_path: Annotated[str | None, Query(include_in_schema=False)] = None,
-    sessionId: str | None = None,  # noqa: N803
-    session_id: Annotated[str | None, Query(include_in_schema=False)] = None,
+    scope: Scope | None = None, project: ProjectQuery = None, session: SessionQuery = None
 ) -> service.Visibility:
     """Who reads: `?scope=&projectPath=&sessionId=` (snake_case accepted too, not two values)."""
-    project = query_spelling(request, "projectPath", "project_path")
-    session = query_spelling(request, "sessionId", "session_id")
     return service.Visibility(
         scope=scope,
         project_path=_text("project_path", project),

@@ -27,7 +27,6 @@ from app.db.raw_pool import Conn
 from app.index.embedding import ensure_model_index
 from app.llm.embeddings import Embedder
 from app.llm.ratelimit import GeminiGate
-from app.privacy import RULES_VERSION
 from app.projects import canonical_project, refuse_excluded
 from app.sync import queries
 from app.sync.bulk_index import begin_bulk_index, end_bulk_index, repair_invalid_index
@@ -235,7 +234,7 @@ async def _sync_locked(
         or (k := known.get(f.path)) is None
         or k.size != f.size
         or k.mtime != f.mtime
-        or k.rules != RULES_VERSION
+        or not k.under_current_rules
     ]
     present = {f.path for f in found.files}
     # A known file's path fits: its entry is in the index. A new one over the bound may not.

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.api.limits import utf8_size
 from app.db.binary_vectors import VECTOR_TYPE, use_vector_type
 from app.db.raw_pool import Conn
+from app.privacy import RULES_VERSION
 from app.sync.discover import Scope, is_utf8
 
 # Session-level advisory locks: one per project (a second sync of the project waits for the
@@ -261,6 +262,13 @@ class KnownFile(NamedTuple):  # what the delta check needs of an indexed file, n
     mtime: float
     rules: str | None
 
+    @property
+    def under_current_rules(self) -> bool:
+        """Whether the file's chunks were made under this build's privacy rules: a file indexed
+        under others is re-chunked even unchanged (a secret a rule added since catches stayed
+        in its chunks). Read here, where `replace_files` stamps it, and only here in the sync."""
+        return self.rules == RULES_VERSION
+
 
 async def hold_lock(session: AsyncSession, key: str) -> bool:
     """Take the advisory lock `key` on this fresh session's connection, until `release_lock`;
@@ -394,11 +402,12 @@ class FileChunks:
 
 
 async def replace_files(
-    connection: Conn, *, project: str, model: str, files: list[FileChunks], rules: str
+    connection: Conn, *, project: str, model: str, files: list[FileChunks]
 ) -> None:
     """Upsert the files' rows and make each file's `chunks` plus its `keep` rows its only chunks,
     in the connection's transaction (the caller's one transaction covers every file it passes);
-    `rules` is the privacy rules' version the chunks were made under.
+    the rows are stamped with the privacy rules' version the chunks were made under, this
+    build's (`KnownFile.under_current_rules`).
     The connection must carry the vector type (`binary_vector_connection`)."""
     if not files:
         return
@@ -412,7 +421,7 @@ async def replace_files(
             "mtimes": [f.mtime for f in files],
             "sizes": [f.size for f in files],
             "counts": [f.chunk_count for f in files],
-            "rules": rules,
+            "rules": RULES_VERSION,
         },
     )
     ids: dict[str, int] = dict(await cursor.fetchall())

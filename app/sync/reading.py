@@ -17,7 +17,7 @@ from pathlib import Path
 from app.config import Settings
 from app.index.terms import index_terms
 from app.index.writer import content_hash
-from app.privacy import RULES_VERSION, clean_text, redact_secrets_lines, strip_private_lines
+from app.privacy import clean_text, redact_secrets_lines, strip_private_lines
 from app.sync import queries, stamps
 from app.sync.chunking import Chunk, chunk_markdown, chunk_transcript, normalise_newlines
 from app.sync.discover import FileSource, FoundFile, Skip, binary_reason, looks_binary
@@ -110,7 +110,7 @@ def prepare_file(
     digest = hashlib.sha256(data).hexdigest()
     # A file indexed under other privacy rules is re-chunked even unchanged: a secret a rule
     # added since catches stayed in its chunks (its rows that come out the same are kept).
-    if known is not None and known.hash == digest and known.rules == RULES_VERSION and not force:
+    if known is not None and known.hash == digest and known.under_current_rules and not force:
         return Unchanged(found)
     text = "" if binary else data.decode("utf-8-sig")
     tokens, overlap = settings.sync_chunk_tokens, settings.sync_chunk_overlap_tokens

@@ -13,7 +13,6 @@ from app.db.binary_vectors import use_vector_type
 from app.db.raw_pool import Conn
 from app.index.embedding import Vectors, arrays_for, cached_arrays
 from app.llm.embeddings import Embedder
-from app.privacy import RULES_VERSION
 from app.sync import queries
 from app.sync.connections import SyncConnections
 from app.sync.embed import BatchEmbedder
@@ -250,7 +249,6 @@ class ChunkWriter:
                 project=self.project,
                 model=self.embedder.identity,
                 files=files,
-                rules=RULES_VERSION,
             )
 
     async def _keep_unchanged(self, connection: Conn, pending: list[Prepared]) -> None:

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from app.api.middleware import ONE_VALUE_QUERY_NAMES
+from app.api.one_value_query import ONE_VALUE_QUERY_NAMES
 from tests.api.helpers import refused
 
 
@@ -375,3 +375,41 @@ def test_the_checked_names_are_the_one_value_query_names_the_routes_declare(
 
     # The names read in two spellings have their own rule (`query_spelling`), repeats included.
     assert ONE_VALUE_QUERY_NAMES == declared - {"projectPath", "sessionId", "beforeId"}
+
+
+def test_a_query_value_past_its_bound_is_refused_in_one_wording_wherever_it_comes(
+    client: TestClient,
+) -> None:
+    # Only the last value of a spelling met the declared bound (FastAPI's check, in pydantic's
+    # words); an earlier one was refused by hand in words of its own: "'beforeId' must be 1 to
+    # 200 characters", "'projectPath' is longer than 4096 characters" (naming the camelCase
+    # spelling when the snake_case one was sent).
+    session, path = "s" * 201, "/" + "p" * 4096
+    answers = {
+        "query.beforeId: String should have at most 200 characters": [
+            f"/api/sessions?beforeId={session}",
+            f"/api/sessions?beforeId={session}&beforeId=%20",
+        ],
+        "query.before_id: String should have at most 200 characters": [
+            f"/api/sessions?before_id={session}&before_id=%20",
+        ],
+        "query.beforeId: String should have at least 1 character": [
+            "/api/sessions?beforeId=&beforeId=s",
+        ],
+        "query.projectPath: String should have at most 4096 characters": [
+            f"/api/sessions?projectPath={path}",
+            f"/api/sessions?projectPath={path}&projectPath=",
+            f"/api/context?projectPath={path}&projectPath=",
+        ],
+        "query.project_path: String should have at most 4096 characters": [
+            f"/api/sessions?project_path={path}&project_path=",
+            f"/api/context?project_path={path}&projectPath=%20",
+        ],
+    }
+
+    for detail, urls in answers.items():
+        for url in urls:
+            answer = client.get(url)
+
+            assert answer.status_code == 422, (url[:60], answer.text)
+            assert answer.json() == {"error": "ValidationFailed", "detail": detail}, url[:60]

@@ -267,7 +267,7 @@ def test_a_web_page_s_refusal_is_a_class_of_the_error_hierarchy(
     answer = on_loopback.get("/api/memories", headers=headers)
 
     assert answer.status_code == refusal.status_code
-    assert answer.json()["error"] == refusal.__name__
+    assert answer.json()["error"] == refusal.wire_name
     assert set(answer.json()) == {"error", "detail"}
 
 

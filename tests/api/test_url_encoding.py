@@ -108,5 +108,5 @@ def test_the_refusal_is_the_error_hierarchys_invalid_url(on_loopback: TestClient
 
     assert issubclass(InvalidURL, BadRequest)
     assert answer.status_code == InvalidURL.status_code
-    assert answer.json()["error"] == InvalidURL.__name__
+    assert answer.json()["error"] == InvalidURL.wire_name
     assert set(answer.json()) == {"error", "detail"}

@@ -18,6 +18,7 @@ import httpx
 import psycopg
 import pytest
 
+from app.cli.stalls import DEFAULT_LINGER_BYTES, LINGER_RATE
 from tests.cli.helpers import free_port, start_serve, wait_for_health
 from tests.conftest import libpq_url
 from tests.fakes.gemini import text_answer
@@ -1449,16 +1450,54 @@ def test_lingering_connections_at_the_limit_make_way_for_a_newcomer(port: int) -
     assert [answer.split(b"\r\n", 1)[0] for answer in answers] == [b"HTTP/1.1 200 OK"] * 3
 
 
-def test_a_refused_client_sending_without_end_is_closed_past_the_byte_cap(port: int) -> None:
+def test_a_refused_client_sending_without_end_is_read_at_a_bounded_rate(port: int) -> None:
     # rev-wire25: read and dropped without a bound on the bytes, a refused client sending at
-    # full speed had the service read ~12 GiB in 12 s (LINGER_SECONDS allows 30).
+    # full speed had the service read ~12 GiB in 12 s (LINGER_SECONDS allows 30). Past the bytes
+    # a refused request can hold, reading goes on at LINGER_RATE (closed there, the connection
+    # was reset under a client still sending, which never read its refusal).
     connection = _refused_and_lingering(port)
     sent = 0
     block = b"x" * (1024 * 1024)
+    started = time.monotonic()
     with connection, contextlib.suppress(BrokenPipeError, ConnectionResetError):
-        while sent < 512 * len(block):
+        while time.monotonic() - started < 3:
             connection.sendall(block)
             sent += len(block)
+    elapsed = time.monotonic() - started
 
-    # The cap, 8 MiB (AGMEM_MAX_BODY_BYTES), and what the kernels' buffers hold besides.
-    assert sent < 64 * len(block), sent
+    # The bound, 8 MiB (AGMEM_MAX_BODY_BYTES), the rate's bytes meanwhile, what the kernels'
+    # buffers hold besides, and a block sent past the 3 s.
+    assert sent < DEFAULT_LINGER_BYTES + LINGER_RATE * elapsed + 32 * len(block), (sent, elapsed)
+
+
+HUGE = 20 * 1024 * 1024
+
+
+@pytest.mark.parametrize(
+    ("head", "status", "name"),
+    [
+        (
+            START + b"Connection: close\r\nContent-Length: %d\r\n\r\n" % HUGE,
+            b"HTTP/1.1 413 Request Entity Too Large",
+            "PayloadTooLarge",
+        ),
+        (CHUNKED + b"zz\r\n", b"HTTP/1.1 400 Bad Request", "BadRequest"),
+    ],
+    ids=["the close asked for", "a bad chunk size"],
+)
+def test_a_client_sending_20_mib_after_its_refusal_reads_it(
+    port: int, head: bytes, status: bytes, name: str
+) -> None:
+    # rev-whole25: past the bytes the lingering close reads and drops (AGMEM_MAX_BODY_BYTES and
+    # 128 KiB), the connection was closed with bytes unread: an RST, under which the client's
+    # write failed before it read the 413 (or 400). (Kept alive, uvicorn reads a 413's body to
+    # its end and drops it: no linger there.)
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as connection:
+        connection.sendall(head + b"x" * HUGE)
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+
+    [(head_line, error)] = _answers(answer)
+    assert head_line == status
+    assert error["error"] == name

@@ -1159,6 +1159,16 @@ def test_write_memory_parses_a_json_string_value_whether_or_not_it_holds_a_float
     }
 
 
+def _post(live_server: LiveServer, body: str, content_type: str) -> httpx.Response:
+    """`body` posted to `/mcp` as `content_type`, a JSON answer asked for."""
+    return httpx.post(
+        f"{live_server.url}/mcp",
+        content=body,
+        headers={"Content-Type": content_type, "Accept": "application/json"},
+        timeout=20,
+    )
+
+
 def test_messages_the_sdk_cannot_take_are_short_json_rpc_errors(live_server: LiveServer) -> None:
     # A wrong Content-Type was the SDK's plain-text 400; a batch (`[]`) or an object of no
     # message's shape was -32602 with pydantic's dump of 4 to 11 validation errors.
@@ -1189,13 +1199,25 @@ def test_messages_the_sdk_cannot_take_are_short_json_rpc_errors(live_server: Liv
             "Parse error: expected ident at line 1 column 2",
         ),
     ):
-        answer = httpx.post(
-            f"{live_server.url}/mcp",
-            content=body,
-            headers={"Content-Type": content_type, "Accept": "application/json"},
-            timeout=20,
-        )
+        answer = _post(live_server, body, content_type)
 
         assert (answer.status_code, answer.headers["content-type"]) == (status, "application/json")
         error = {"code": code, "message": message}
         assert answer.json() == {"jsonrpc": "2.0", "id": None, "error": error}
+
+
+def test_a_json_content_type_in_any_case_or_with_parameters_is_taken(
+    live_server: LiveServer,
+) -> None:
+    # Media types are case-insensitive (RFC 9110, 8.3.1), but the SDK compares the text with
+    # "application/json": `Content-Type: Application/JSON` was its 415.
+    ping = '{"jsonrpc": "2.0", "id": 1, "method": "ping"}'
+    for content_type in (
+        "Application/JSON",
+        "APPLICATION/JSON; charset=UTF-8",
+        "application/Json;charset=utf-8",
+    ):
+        answer = _post(live_server, ping, content_type)
+
+        assert answer.status_code == 200, (content_type, answer.text)
+        assert answer.json() == {"jsonrpc": "2.0", "id": 1, "result": {}}, content_type

@@ -636,7 +636,9 @@ def test_a_line_over_the_bound_is_dropped_as_read_and_answered_with_an_error(
         "id": 7,
         "error": {
             "code": -32600,
-            "message": f"PayloadTooLarge: the message is {size} bytes, over the limit of {limit} "
+            # An Invalid Request, worded as the SDK's other refusals are (app/mcp/refusals.py):
+            # it was "PayloadTooLarge: ...", an HTTP error's name in a JSON-RPC error.
+            "message": f"Invalid Request: the message is {size} bytes, over the limit of {limit} "
             "bytes (AGMEM_MAX_BODY_BYTES and 64 KiB for the JSON-RPC envelope)",
         },
     }

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from app.config import Settings
-from app.sync import indexer, reading, writer
+from app.sync import queries, reading
 from tests.sync.helpers import TESTDATA, CountingEmbedder, make_project, run_sync
 
 
@@ -471,8 +471,7 @@ def test_a_file_indexed_under_older_rules_is_rechunked_by_the_next_sync(
     target.write_text(target.read_text() + "\n## Database\n\npassword: hunter2\n")
     embedder = CountingEmbedder()
     monkeypatch.setattr(reading, "redact_secrets_lines", lambda text: text)
-    for module in (indexer, reading, writer):  # each reads or writes the version
-        monkeypatch.setattr(module, "RULES_VERSION", "older")
+    monkeypatch.setattr(queries, "RULES_VERSION", "older")  # the sync's one reader and writer
     run_sync(database_url, settings, embedder, project)
     leaked = "SELECT count(*) FROM memory_chunks WHERE content LIKE '%%hunter2%%'"
     assert db.execute(leaked).fetchone() != (0,)

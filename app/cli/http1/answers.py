@@ -4,7 +4,7 @@ the app sees it, in the shared error shape: the details' texts and the refusals 
 from __future__ import annotations
 
 from app.cli.refusals import Header, Refused, error_body
-from app.errors import BadRequest, HTTPVersionNotSupported, NotImplemented
+from app.errors import BadRequest, HTTPVersionNotSupported, MethodNotImplemented
 
 BAD_REQUEST_DETAIL = (
     "the request is not valid HTTP/1.1 (a malformed request line, header or chunked body, a bad "
@@ -71,5 +71,5 @@ def connect_refusal() -> Refused:
     """A CONNECT's refusal, whatever else its head holds (no Host, a malformed target):
     llhttp reads it as an upgrade, after which come a tunnel's bytes (they were read as the
     next request). RFC 9110, 15.6.2: a method the server supports for no resource is a 501."""
-    body = error_body(NotImplemented(CONNECT_DETAIL))
+    body = error_body(MethodNotImplemented(CONNECT_DETAIL))
     return Refused(b"501 Not Implemented", body, [], "refused a CONNECT (501)")

@@ -21,7 +21,7 @@ from app.cli.http1.answers import (
 )
 from app.cli.http1.framing import chunked_end
 from app.cli.refusals import Refused, error_body
-from app.errors import BadRequest, NotImplemented
+from app.errors import BadRequest, MethodNotImplemented
 
 # What of a read is kept for a head's request line not yet whole at the read's end, from the
 # line's start, runs of spaces as one: a URL of up to 64 KiB (a long `prompt` on
@@ -178,7 +178,7 @@ class LineReadingProtocol(HeaderBoundProtocol):
                 tail = self.find_line_tail(method)
             if tail != b"HTTP/2.0":
                 cause = "refused a PRI that is not HTTP/2's preface (501)"
-                body = error_body(NotImplemented(PRI_DETAIL))
+                body = error_body(MethodNotImplemented(PRI_DETAIL))
                 return Refused(b"501 Not Implemented", body, [], cause)
         return None
 
@@ -260,5 +260,5 @@ def unknown_method(name: bytes) -> Refused:
     """The 501 of a method the service does not know (RFC 9110, 15.6.2), named as far as it
     came (to METHOD_SHOWN characters)."""
     shown = name.decode("ascii") + ("..." if len(name) == METHOD_SHOWN else "")
-    body = error_body(NotImplemented(METHOD_DETAIL.format(method=shown)))
+    body = error_body(MethodNotImplemented(METHOD_DETAIL.format(method=shown)))
     return Refused(b"501 Not Implemented", body, [], "refused an unknown method (501)")
