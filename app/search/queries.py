@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -78,10 +79,35 @@ _CODE_SHAPE = re.compile(r"[a-z0-9][A-Z]|\w_\w|\w(?:\.|::|/|->)\w")
 _EDGE_PUNCTUATION = "\"'`()[]{}<>,;:!?."
 
 
+def _is_mark(char: str) -> bool:
+    return unicodedata.category(char)[0] == "M"
+
+
+def _words(text: str) -> list[str]:
+    """The alphanumeric runs of `text`, each with the combining marks inside and after it.
+
+    Postgres's parser keeps a mark in its word (`é` written `e` + U+0301, the vowel signs of
+    Devanagari or Tamil); `_WORD` alone split there, and `टोकन` became the bare letters `ट` and
+    `कन`, which every row holding those fragments matched."""
+    words: list[str] = []
+    joined_to = -1
+    for match in _WORD.finditer(text):
+        start, end = match.span()
+        while end < len(text) and _is_mark(text[end]):
+            end += 1
+        if start == joined_to:
+            words[-1] += text[start:end]
+        else:
+            words.append(text[start:end])
+        joined_to = end
+    return words
+
+
 def keyword_terms(query: str) -> list[str]:
-    """The query's words as the index sees them: camelCase split, every non-alphanumeric run a
-    separator, lower-cased, de-duplicated in order. Nothing else of the user's text survives."""
-    words = _WORD.findall(_CAMEL.sub(r"\1 \2", query))
+    """The query's words as the index sees them: composed (NFC), camelCase split, every run of
+    other characters than letters, digits and combining marks a separator, lower-cased,
+    de-duplicated in order. Nothing else of the user's text survives."""
+    words = _words(_CAMEL.sub(r"\1 \2", unicodedata.normalize("NFC", query)))
     seen: dict[str, None] = {}
     for word in words:
         seen.setdefault(word.lower(), None)
@@ -113,17 +139,28 @@ def content_terms(terms: list[str]) -> list[str]:
     return [term for term in terms if term not in ENGLISH_STOP_WORDS]
 
 
+def _operand(term: str, prefix: bool) -> str:
+    """`term` as a tsquery operand, matching its decomposed spelling too.
+
+    The index holds a word as the text spells it: `résumé` composed from an editor, decomposed
+    (NFD) from a macOS file name or tool; a search for one spelling found no row of the other."""
+    suffix = ":*" if prefix else ""
+    decomposed = unicodedata.normalize("NFD", term)
+    if decomposed == term:
+        return f"'{term}'{suffix}"
+    return f"('{term}'{suffix} | '{decomposed}'{suffix})"
+
+
 def _operands(terms: list[str], prefix_last: bool) -> list[str]:
-    parts = [f"'{term}'" for term in terms]
-    if prefix_last and parts and len(terms[-1]) >= PREFIX_MIN_CHARS:
-        parts[-1] = f"'{terms[-1]}':*"
-    return parts
+    prefix = prefix_last and bool(terms) and len(terms[-1]) >= PREFIX_MIN_CHARS
+    return [_operand(term, prefix and n == len(terms) - 1) for n, term in enumerate(terms)]
 
 
 def tsquery_text(terms: list[str], *, prefix_last: bool = True) -> str:
     """An OR of the content terms for `to_tsquery('english', ...)`; the last may match as a prefix.
 
-    Terms are alphanumeric only (see `keyword_terms`), so quoting them cannot be escaped from."""
+    Terms are letters, digits and combining marks only (see `keyword_terms`), so quoting them
+    cannot be escaped from."""
     return " | ".join(_operands(content_terms(terms), prefix_last))
 
 
