@@ -268,16 +268,26 @@ class SearchFilters:
         )
 
     def params(self) -> dict[str, Any]:
-        prefix = None
+        # A path is stored as the disk spells it: decomposed (NFD) from a macOS folder, while the
+        # prefix a client builds from the project key, or types, is composed. Both spellings of
+        # the prefix are tried, so either matches a path written wholly in one of them.
+        composed = decomposed = None
         if self.path_prefix is not None:
-            prefix = re.sub(r"([\\%_])", r"\\\1", self.path_prefix) + "%"
+            composed = _like_prefix(unicodedata.normalize("NFC", self.path_prefix))
+            decomposed = _like_prefix(unicodedata.normalize("NFD", self.path_prefix))
         return {
             "f_project": self.project_path,
             "f_sources": list(self.sources) if self.sources is not None else None,
-            "f_path_prefix": prefix,
+            "f_path_prefix": composed,
+            "f_path_prefix_nfd": decomposed,
             "f_since": self.since,
             "f_until": self.until,
         }
+
+
+def _like_prefix(prefix: str) -> str:
+    """A LIKE pattern for the paths starting with `prefix`, its wildcards taken literally."""
+    return re.sub(r"([\\%_])", r"\\\1", prefix) + "%"
 
 
 # What a reader naming a project sees: the project's rows, and the global and project-less shared
@@ -296,7 +306,10 @@ def _filter_sql(shape: tuple[bool, ...]) -> str:
     if sources:
         clauses.append("c.source = ANY(CAST(:f_sources AS text[]))")
     if path_prefix:
-        clauses.append("c.file_path LIKE :f_path_prefix ESCAPE '\\'")
+        clauses.append(
+            "(c.file_path LIKE :f_path_prefix ESCAPE '\\'"
+            " OR c.file_path LIKE :f_path_prefix_nfd ESCAPE '\\')"
+        )
     if since:
         clauses.append("c.created_at >= :f_since")
     if until:
