@@ -104,14 +104,15 @@ def _words(text: str) -> list[str]:
 
 
 def keyword_terms(query: str) -> list[str]:
-    """The query's words as the index sees them: composed (NFC), camelCase split, every run of
-    other characters than letters, digits and combining marks a separator, lower-cased,
-    de-duplicated in order. Nothing else of the user's text survives."""
-    words = _words(_CAMEL.sub(r"\1 \2", unicodedata.normalize("NFC", query)))
-    seen: dict[str, None] = {}
-    for word in words:
-        seen.setdefault(word.lower(), None)
-    return list(seen)[:MAX_TERMS]
+    """The query's words as the index sees them: camelCase split, every run of other characters
+    than letters, digits and combining marks a separator, lower-cased, de-duplicated in order
+    (two spellings of one word, composed and decomposed, count once). Nothing else of the user's
+    text survives."""
+    seen: dict[str, str] = {}
+    for word in _words(_CAMEL.sub(r"\1 \2", query)):
+        term = word.lower()
+        seen.setdefault(unicodedata.normalize("NFC", term), term)
+    return list(seen.values())[:MAX_TERMS]
 
 
 def exact_phrases(query: str) -> list[str]:
@@ -140,15 +141,19 @@ def content_terms(terms: list[str]) -> list[str]:
 
 
 def _operand(term: str, prefix: bool) -> str:
-    """`term` as a tsquery operand, matching its decomposed spelling too.
+    """`term` as a tsquery operand, matching its composed and decomposed spellings too.
 
     The index holds a word as the text spells it: `résumé` composed from an editor, decomposed
-    (NFD) from a macOS file name or tool; a search for one spelling found no row of the other."""
+    (NFD) from a macOS file name or tool; a search for one spelling found no row of the other.
+    The term's own spelling stays: the NFC of a few characters (U+212B ANGSTROM SIGN, the CJK
+    compatibility ideographs) is another character, which a text holding them lacks."""
     suffix = ":*" if prefix else ""
-    decomposed = unicodedata.normalize("NFD", term)
-    if decomposed == term:
+    spellings = dict.fromkeys(
+        (term, unicodedata.normalize("NFC", term), unicodedata.normalize("NFD", term))
+    )
+    if len(spellings) == 1:
         return f"'{term}'{suffix}"
-    return f"('{term}'{suffix} | '{decomposed}'{suffix})"
+    return "(" + " | ".join(f"'{spelling}'{suffix}" for spelling in spellings) + ")"
 
 
 def _operands(terms: list[str], prefix_last: bool) -> list[str]:

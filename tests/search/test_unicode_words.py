@@ -54,3 +54,19 @@ def test_a_word_with_vowel_signs_is_searched_whole_not_as_its_letters(
     (hit,) = keyword(client, "जाँच")
     assert hit["path"] == "token.md"
     assert "**जाँच**" in hit["snippet"]
+
+
+def test_a_word_is_still_found_as_written_when_its_composed_form_differs(
+    client: TestClient, database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    # U+F900 (a CJK compatibility ideograph) and U+212B (ANGSTROM SIGN) have other code points
+    # as their NFC and NFD forms: a query spelled as the text is must still match it exactly.
+    add_chunks(
+        database_url,
+        [
+            Chunk("Hanja note: \uf900 marks the Joseon records.", path="hanja.md"),
+            Chunk("Wavelength measured in \u212bngstrom units.", path="angstrom.md"),
+        ],
+    )
+    assert paths(keyword(client, "\uf900")) == ["hanja.md"]
+    assert paths(keyword(client, "\u212bngstrom")) == ["angstrom.md"]
