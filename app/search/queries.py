@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -78,14 +79,40 @@ _CODE_SHAPE = re.compile(r"[a-z0-9][A-Z]|\w_\w|\w(?:\.|::|/|->)\w")
 _EDGE_PUNCTUATION = "\"'`()[]{}<>,;:!?."
 
 
+def _is_mark(char: str) -> bool:
+    return unicodedata.category(char)[0] == "M"
+
+
+def _words(text: str) -> list[str]:
+    """The alphanumeric runs of `text`, each with the combining marks inside and after it.
+
+    Postgres's parser keeps a mark in its word (`é` written `e` + U+0301, the vowel signs of
+    Devanagari or Tamil); `_WORD` alone split there, and `टोकन` became the bare letters `ट` and
+    `कन`, which every row holding those fragments matched."""
+    words: list[str] = []
+    joined_to = -1
+    for match in _WORD.finditer(text):
+        start, end = match.span()
+        while end < len(text) and _is_mark(text[end]):
+            end += 1
+        if start == joined_to:
+            words[-1] += text[start:end]
+        else:
+            words.append(text[start:end])
+        joined_to = end
+    return words
+
+
 def keyword_terms(query: str) -> list[str]:
-    """The query's words as the index sees them: camelCase split, every non-alphanumeric run a
-    separator, lower-cased, de-duplicated in order. Nothing else of the user's text survives."""
-    words = _WORD.findall(_CAMEL.sub(r"\1 \2", query))
-    seen: dict[str, None] = {}
-    for word in words:
-        seen.setdefault(word.lower(), None)
-    return list(seen)[:MAX_TERMS]
+    """The query's words as the index sees them: camelCase split, every run of other characters
+    than letters, digits and combining marks a separator, lower-cased, de-duplicated in order
+    (two spellings of one word, composed and decomposed, count once). Nothing else of the user's
+    text survives."""
+    seen: dict[str, str] = {}
+    for word in _words(_CAMEL.sub(r"\1 \2", query)):
+        term = word.lower()
+        seen.setdefault(unicodedata.normalize("NFC", term), term)
+    return list(seen.values())[:MAX_TERMS]
 
 
 def exact_phrases(query: str) -> list[str]:
@@ -113,17 +140,32 @@ def content_terms(terms: list[str]) -> list[str]:
     return [term for term in terms if term not in ENGLISH_STOP_WORDS]
 
 
+def _operand(term: str, prefix: bool) -> str:
+    """`term` as a tsquery operand, matching its composed and decomposed spellings too.
+
+    The index holds a word as the text spells it: `résumé` composed from an editor, decomposed
+    (NFD) from a macOS file name or tool; a search for one spelling found no row of the other.
+    The term's own spelling stays: the NFC of a few characters (U+212B ANGSTROM SIGN, the CJK
+    compatibility ideographs) is another character, which a text holding them lacks."""
+    suffix = ":*" if prefix else ""
+    spellings = dict.fromkeys(
+        (term, unicodedata.normalize("NFC", term), unicodedata.normalize("NFD", term))
+    )
+    if len(spellings) == 1:
+        return f"'{term}'{suffix}"
+    return "(" + " | ".join(f"'{spelling}'{suffix}" for spelling in spellings) + ")"
+
+
 def _operands(terms: list[str], prefix_last: bool) -> list[str]:
-    parts = [f"'{term}'" for term in terms]
-    if prefix_last and parts and len(terms[-1]) >= PREFIX_MIN_CHARS:
-        parts[-1] = f"'{terms[-1]}':*"
-    return parts
+    prefix = prefix_last and bool(terms) and len(terms[-1]) >= PREFIX_MIN_CHARS
+    return [_operand(term, prefix and n == len(terms) - 1) for n, term in enumerate(terms)]
 
 
 def tsquery_text(terms: list[str], *, prefix_last: bool = True) -> str:
     """An OR of the content terms for `to_tsquery('english', ...)`; the last may match as a prefix.
 
-    Terms are alphanumeric only (see `keyword_terms`), so quoting them cannot be escaped from."""
+    Terms are letters, digits and combining marks only (see `keyword_terms`), so quoting them
+    cannot be escaped from."""
     return " | ".join(_operands(content_terms(terms), prefix_last))
 
 
@@ -231,16 +273,26 @@ class SearchFilters:
         )
 
     def params(self) -> dict[str, Any]:
-        prefix = None
+        # A path is stored as the disk spells it: decomposed (NFD) from a macOS folder, while the
+        # prefix a client builds from the project key, or types, is composed. Both spellings of
+        # the prefix are tried, so either matches a path written wholly in one of them.
+        composed = decomposed = None
         if self.path_prefix is not None:
-            prefix = re.sub(r"([\\%_])", r"\\\1", self.path_prefix) + "%"
+            composed = _like_prefix(unicodedata.normalize("NFC", self.path_prefix))
+            decomposed = _like_prefix(unicodedata.normalize("NFD", self.path_prefix))
         return {
             "f_project": self.project_path,
             "f_sources": list(self.sources) if self.sources is not None else None,
-            "f_path_prefix": prefix,
+            "f_path_prefix": composed,
+            "f_path_prefix_nfd": decomposed,
             "f_since": self.since,
             "f_until": self.until,
         }
+
+
+def _like_prefix(prefix: str) -> str:
+    """A LIKE pattern for the paths starting with `prefix`, its wildcards taken literally."""
+    return re.sub(r"([\\%_])", r"\\\1", prefix) + "%"
 
 
 # What a reader naming a project sees: the project's rows, and the global and project-less shared
@@ -259,7 +311,10 @@ def _filter_sql(shape: tuple[bool, ...]) -> str:
     if sources:
         clauses.append("c.source = ANY(CAST(:f_sources AS text[]))")
     if path_prefix:
-        clauses.append("c.file_path LIKE :f_path_prefix ESCAPE '\\'")
+        clauses.append(
+            "(c.file_path LIKE :f_path_prefix ESCAPE '\\'"
+            " OR c.file_path LIKE :f_path_prefix_nfd ESCAPE '\\')"
+        )
     if since:
         clauses.append("c.created_at >= :f_since")
     if until:
