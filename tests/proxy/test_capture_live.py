@@ -518,3 +518,31 @@ def test_a_call_or_result_capture_refuses_loses_only_itself(
         ("read_file", "pending"),
         ("list_dir", "captured"),
     }
+
+
+def test_a_stream_longer_than_the_upstream_timeout_keeps_its_calls(
+    start_proxy: ProxyFactory,
+    db: psycopg.Connection[Any],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The timeout bounds each read of the upstream, not the answer: a long generation (Gemini's
+    # 65k output tokens stream for minutes) goes on as long as chunks keep coming. Capture gave
+    # up on the answer at the timeout plus its grace counted from the call, and the calls of
+    # the answer's last chunk, which the agent ran, were never recorded.
+    from app.proxy import capture as proxy_capture
+
+    monkeypatch.setattr(proxy_capture, "_ANSWER_GRACE_S", 0.5)
+    with start_proxy(proxy_upstream_timeout_seconds=1.0) as proxy:
+        chunks = [text_answer(f"part {n}. ") for n in range(6)]
+        chunks.append(_calls_answer({"name": "run_shell", "args": {"command": "make dist"}}))
+        # 7 chunks 0.5 s apart: each read well inside the timeout, the whole 3 s past 1.5 s.
+        proxy.upstream.queue(Scripted(chunks=chunks, pause_s=0.5))
+        client = proxy.client(**{"X-Agmem-Session": "long-stream"})
+        answer = list(client.models.generate_content_stream(model="m", contents="build it"))
+        assert answer[-1].function_calls[0].name == "run_shell"
+        rows = _settled(db, 1, "pending")
+    assert [(r[0], r[1], r[2]) for r in rows] == [
+        ("long-stream", "run_shell", {"command": "make dist"})
+    ]
+    assert "proxy.capture_failed" not in capsys.readouterr().err
