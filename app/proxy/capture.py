@@ -24,7 +24,13 @@ from app.proxy.calls import (
 )
 from app.proxy.inject import last_user_prompt
 from app.proxy.queue import OrderedJobs
-from app.proxy.record import Batch, record_calls, record_results, resolve_session
+from app.proxy.record import (
+    Batch,
+    record_calls,
+    record_results,
+    resolve_session,
+    session_of_calls,
+)
 from app.proxy.sse import SseReader, parse_json_array_stream
 from app.state import AppState
 
@@ -142,14 +148,27 @@ class Capturer:
             result_batch: Batch | None = None
             call_batch: Batch | None = None
             if results:
-                session_id = await self._session(key, request)
                 answered = answered_turn(body)
+                conversation = conversation_key(body, answered[0] if answered else 0)
+                # The session of the calls they answer, when an earlier one holds them.
+                calls_session: str | None = None
+                if request.session_id is None and answered is not None:
+                    calls_session = await session_of_calls(
+                        self.agmem,
+                        project=request.project,
+                        answered=answered,
+                        conversation=conversation,
+                    )
+                if calls_session is None:
+                    session_id = calls_session = await self._session(key, request)
+                # Else the answer's calls go to the current session, as a new call's do, once
+                # the upstream has answered.
                 result_batch = await record_results(
                     self.agmem,
-                    session_id=session_id,
+                    session_id=calls_session,
                     results=results,
                     answered=answered,
-                    conversation=conversation_key(body, answered[0] if answered else 0),
+                    conversation=conversation,
                 )
             finished = await answer_within(answer, progress, timeout)
             calls = finished.function_calls() if finished.received else None

@@ -546,3 +546,35 @@ def test_a_stream_longer_than_the_upstream_timeout_keeps_its_calls(
         ("long-stream", "run_shell", {"command": "make dist"})
     ]
     assert "proxy.capture_failed" not in capsys.readouterr().err
+
+
+def test_results_after_the_idle_window_attach_to_their_calls_in_the_ended_session(
+    start_proxy: ProxyFactory, db: psycopg.Connection[Any]
+) -> None:
+    # Gemini CLI waits for the user to approve a call for good: approved past the idle window,
+    # its result came in a request the proxy filed in the project's next session, where it
+    # matched nothing. The call stayed without a result and the result was recorded apart, as
+    # a `run_shell` without arguments: two memories, neither saying what happened.
+    with start_proxy(proxy_session_idle_seconds=1) as proxy:
+        url = f"{proxy.url}/v1beta/models/m:generateContent"
+        headers = {"X-Agmem-Project": PROJECT}
+        call = {"name": "run_shell", "args": {"command": "make deploy"}}
+        proxy.upstream.queue(Scripted(body=_calls_answer(call)), Scripted(body=text_answer("ok")))
+        prompt = {"role": "user", "parts": [{"text": "deploy it"}]}
+        httpx.post(url, json={"contents": [prompt]}, headers=headers)
+        first = _settled(db, 1, "pending")[0][0]
+        _wait_for(
+            lambda: db.execute(
+                "SELECT 1 FROM sessions WHERE id = %s AND status <> 'active'", (first,)
+            ).fetchall()
+        )
+
+        model = {"role": "model", "parts": [{"functionCall": call}]}
+        response = {"name": "run_shell", "response": {"out": "deployed v2"}}
+        result = {"role": "user", "parts": [{"functionResponse": response}]}
+        httpx.post(url, json={"contents": [prompt, model, result]}, headers=headers)
+        proxy.wait_for_capture()
+        rows = _observations(db)
+    assert [(r[0], r[1], r[2], r[3], r[4]) for r in rows] == [
+        (first, "run_shell", {"command": "make deploy"}, {"out": "deployed v2"}, "captured")
+    ]
