@@ -24,13 +24,20 @@ from app.proxy.calls import (
 )
 from app.proxy.inject import last_user_prompt
 from app.proxy.queue import OrderedJobs
-from app.proxy.record import Batch, record_calls, record_results, resolve_session
+from app.proxy.record import (
+    Batch,
+    record_calls,
+    record_results,
+    resolve_session,
+    session_of_calls,
+)
 from app.proxy.sse import SseReader, parse_json_array_stream
 from app.state import AppState
 
 log = structlog.get_logger(__name__)
 
-# How long a capture job waits for its answer beyond the upstream timeout before giving up.
+# How long a capture job waits for its answer beyond the upstream timeout, counted from the
+# relay's last chunk, before giving up.
 _ANSWER_GRACE_S = 60.0
 _SESSION_MEMO_S = 5.0
 _MAX_MEMO = 10_000
@@ -75,6 +82,34 @@ class Answer:
         return collector.calls
 
 
+class Progress:
+    """When the call's answer last moved: its request came, or a chunk of its stream was
+    relayed. The upstream timeout bounds each read, not the answer: a long generation streams
+    for minutes (Gemini's 65k output tokens), and capture gave up on it at the timeout plus its
+    grace from the request, so the calls of its last chunks, which the agent ran, were lost."""
+
+    __slots__ = ("at",)
+
+    def __init__(self) -> None:
+        self.at = time.monotonic()
+
+    def moved(self) -> None:
+        self.at = time.monotonic()
+
+
+async def answer_within(
+    answer: asyncio.Future[Answer], progress: Progress, idle_s: float
+) -> Answer:
+    """`answer` once it is set; TimeoutError when it has not moved for `idle_s` seconds (a
+    relay that never ended: the future is left as it is)."""
+    while not answer.done():
+        left = progress.at + idle_s - time.monotonic()
+        if left <= 0:
+            raise TimeoutError
+        await asyncio.wait({answer}, timeout=left)
+    return answer.result()
+
+
 @dataclass(slots=True, frozen=True)
 class CaptureRequest:
     project: str
@@ -93,7 +128,9 @@ class Capturer:
         # would put a locked transaction behind each one for an answer that rarely changes.
         self._sessions: dict[str, tuple[str, float]] = {}
 
-    def submit(self, request: CaptureRequest, answer: asyncio.Future[Answer]) -> None:
+    def submit(
+        self, request: CaptureRequest, answer: asyncio.Future[Answer], progress: Progress
+    ) -> None:
         """Record the call's tool results now and its answer's tool calls once it has ended."""
         if is_project_excluded(request.project, self.agmem.settings):
             return
@@ -111,16 +148,29 @@ class Capturer:
             result_batch: Batch | None = None
             call_batch: Batch | None = None
             if results:
-                session_id = await self._session(key, request)
                 answered = answered_turn(body)
+                conversation = conversation_key(body, answered[0] if answered else 0)
+                # The session of the calls they answer, when an earlier one holds them.
+                calls_session: str | None = None
+                if request.session_id is None and answered is not None:
+                    calls_session = await session_of_calls(
+                        self.agmem,
+                        project=request.project,
+                        answered=answered,
+                        conversation=conversation,
+                    )
+                if calls_session is None:
+                    session_id = calls_session = await self._session(key, request)
+                # Else the answer's calls go to the current session, as a new call's do, once
+                # the upstream has answered.
                 result_batch = await record_results(
                     self.agmem,
-                    session_id=session_id,
+                    session_id=calls_session,
                     results=results,
                     answered=answered,
-                    conversation=conversation_key(body, answered[0] if answered else 0),
+                    conversation=conversation,
                 )
-            finished = await asyncio.wait_for(asyncio.shield(answer), timeout=timeout)
+            finished = await answer_within(answer, progress, timeout)
             calls = finished.function_calls() if finished.received else None
             if calls is None:
                 log.info("proxy.no_answer", model=request.model, results=len(results))

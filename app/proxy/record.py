@@ -21,8 +21,10 @@ from app.errors import AppError
 from app.proxy.calls import FunctionCall, FunctionResult, match_results, observation_ids
 from app.proxy.sessions import (
     PROXY_CREATOR,
+    holders_of,
     idle_sessions,
     lock_project,
+    recent_sessions,
     reusable_session,
     touch_session,
 )
@@ -35,6 +37,10 @@ CALLER_NAMED_CREATOR = "gemini-proxy:caller"
 log = structlog.get_logger(__name__)
 
 _PROJECT_OF = text("SELECT project_path FROM sessions WHERE id = :id")
+
+# How many of a project's latest proxy sessions are searched for the calls a request's results
+# answer (`session_of_calls`).
+_SESSIONS_SEARCHED = 5
 
 # A batch's skip line names this many of its refusals and functions at most.
 _NAMED_IN_LOG = 10
@@ -121,6 +127,38 @@ async def resolve_session(
         )
         ref, _ = await start_session(db, data=data, settings=settings)
         return ref.id
+
+
+async def session_of_calls(
+    agmem: AppState,
+    *,
+    project: str,
+    answered: tuple[int, list[FunctionCall]],
+    conversation: str,
+) -> str | None:
+    """The proxy session that recorded the calls a request's results answer, if one of the
+    project's latest did.
+
+    A conversation's results can come after its session was ended: the user approved a tool
+    call past `AGMEM_PROXY_SESSION_IDLE_SECONDS` (Gemini CLI waits for an approval for good).
+    Resolved as a new call's session is, they went to the project's next session, where they
+    matched no call: the call stayed without a result (given up on) and its result was
+    recorded apart, as a call without arguments. In the calls' session, each attaches to its
+    call as a late result does (docs/worker.md, "A call without its result")."""
+    index, calls = answered
+    if not calls:
+        return None
+    async with agmem.sessionmaker() as db, db.begin():
+        candidates = await recent_sessions(db, project=project, limit=_SESSIONS_SEARCHED)
+        if not candidates:
+            return None
+        first_ids = [
+            observation_ids(candidate, index, calls, conversation=conversation)[0]
+            for candidate in candidates
+        ]
+        holders = await holders_of(db, observation_ids=first_ids)
+    # The newest: a conversation begun again with the same words has the same ids in each.
+    return next((candidate for candidate in candidates if candidate in holders), None)
 
 
 async def record_results(

@@ -26,7 +26,7 @@ from app.config import Settings
 from app.errors import Unauthorized
 from app.projects import canonical_project
 from app.proxy import GEMINI_API_VERSIONS
-from app.proxy.capture import Answer, CaptureRequest
+from app.proxy.capture import Answer, CaptureRequest, Progress
 from app.proxy.forward import (
     forwardable_url,
     request_headers,
@@ -132,12 +132,15 @@ async def proxy_call(request: Request, model: str) -> Response:
 
     project = _project(request, settings)
     answer: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+    progress = Progress()
     if project is not None and body is not None:
         session_id = request.headers.get(SESSION_HEADER) or None
-        proxy.capture.submit(CaptureRequest(project, session_id, model, body), answer)
+        proxy.capture.submit(CaptureRequest(project, session_id, model, body), answer, progress)
     response: Response | None = None
     try:
-        response = await _forward(proxy, settings, request, url, content, answer, model)
+        response = await _forward(
+            proxy, settings, request, url, content, answer, model, progress=progress
+        )
         return response
     finally:
         # Whatever happened (error, disconnect), capture must not wait for an answer forever;
@@ -155,6 +158,7 @@ async def _forward(
     answer: asyncio.Future[Answer],
     model: str,
     *,
+    progress: Progress | None = None,
     relay_all: bool = False,
 ) -> Response:
     upstream_request = proxy.http.build_request(
@@ -170,7 +174,9 @@ async def _forward(
     streaming = relay_all or request.url.path.endswith(":streamGenerateContent")
     if upstream.status_code < 400 and streaming:
         sse = request.query_params.get("alt") == "sse"
-        return _Relay(upstream, answer, sse=sse, model=model, headers=headers)
+        return _Relay(
+            upstream, answer, progress or Progress(), sse=sse, model=model, headers=headers
+        )
     try:
         payload = await upstream.aread()
     except httpx.HTTPError as error:
@@ -191,6 +197,7 @@ class _Relay(StreamingResponse):
         self,
         upstream: httpx.Response,
         answer: asyncio.Future[Answer],
+        progress: Progress,
         *,
         sse: bool,
         model: str,
@@ -198,6 +205,7 @@ class _Relay(StreamingResponse):
     ) -> None:
         self.upstream = upstream
         self.answer = answer
+        self.progress = progress
         self.sse = sse
         self.model = model
         self.copy = bytearray()
@@ -209,7 +217,10 @@ class _Relay(StreamingResponse):
         try:
             async for chunk in self.upstream.aiter_bytes():
                 self.copy += chunk
+                self.progress.moved()
                 yield chunk
+                # And once the caller took it: a slow reader holds the next read back.
+                self.progress.moved()
             self.whole = True
         except httpx.HTTPError as error:
             log.warning(

@@ -42,6 +42,19 @@ _IDLE = text(
 )
 
 
+# The project's latest proxy sessions, newest first: where a conversation's earlier calls are.
+_RECENT = text(
+    """
+    SELECT id FROM sessions
+    WHERE project_path = :project AND created_by = :creator
+    ORDER BY created_at DESC
+    LIMIT :limit
+    """
+)
+
+_HOLDERS = text("SELECT DISTINCT session_id FROM observations WHERE id = ANY(:ids)")
+
+
 async def lock_project(session: AsyncSession, *, project: str) -> None:
     """Hold the project's session-choice lock until this transaction ends."""
     await session.execute(_LOCK_PROJECT, {"key": f"agmem-proxy-session:{project}"})
@@ -68,3 +81,17 @@ async def idle_sessions(
         _IDLE, {"creator": PROXY_CREATOR, "idle": idle_s, "project": project, "limit": limit}
     )
     return list(found.scalars())
+
+
+async def recent_sessions(session: AsyncSession, *, project: str, limit: int) -> list[str]:
+    """The project's `limit` latest proxy-opened sessions, newest first, whatever their status."""
+    found = await session.execute(
+        _RECENT, {"project": project, "creator": PROXY_CREATOR, "limit": limit}
+    )
+    return list(found.scalars())
+
+
+async def holders_of(session: AsyncSession, *, observation_ids: list[str]) -> set[str]:
+    """The sessions of those of `observation_ids` that are recorded."""
+    found = await session.execute(_HOLDERS, {"ids": observation_ids})
+    return set(found.scalars())

@@ -38,6 +38,25 @@ STOP_GRACE_SECONDS = 10.0
 UNREACHABLE = (sa_exc.OperationalError, sa_exc.InterfaceError, psycopg.OperationalError, OSError)
 
 
+# SQLSTATEs of a server going away or not taking connections yet (admin_shutdown,
+# crash_shutdown, cannot_connect_now), beside class 08 (connection exceptions). A client-side
+# failure to connect or a connection cut has no SQLSTATE at all.
+_SERVER_GOING = frozenset({"57P01", "57P02", "57P03"})
+# How often, and how far apart, a job cut short by the database's loss tries to record its
+# failed attempt before leaving the row to its lease.
+FAIL_RETRY_TRIES = 30
+FAIL_RETRY_INTERVAL_SECONDS = 1.0
+
+
+def database_lost(error: Exception) -> bool:
+    """Whether `error` says the database went away (not that it refused a statement): no fault
+    of the row the job was working on."""
+    if not isinstance(error, UNREACHABLE):
+        return False
+    state = sqlstate(error)
+    return not state or state.startswith("08") or state in _SERVER_GOING
+
+
 def log_failure(event: str, error: Exception, **fields: Any) -> None:
     """An unreachable database is one warning line; anything else keeps its traceback.
 
@@ -163,17 +182,38 @@ class Worker:
                     )
             raise
         except Exception as error:  # a bug or a database error must not kill the lane
-            log.exception("worker.job_error", table=queue.table, id=str(row_id))
-            with contextlib.suppress(Exception):
-                await jobs.fail_attempt(
-                    self.ctx,
-                    queue,
-                    row_id=row_id,
-                    attempts=attempts,
-                    error=f"{type(error).__name__}: {error}",
-                )
+            lost = database_lost(error)
+            if lost:
+                # The database went away under the job (a restart as it wrote its result): one
+                # line. It was a traceback, and the failed attempt's own write failed too: the
+                # row waited out its lease (120 s), claimed, before anyone retried it.
+                log_failure("worker.job_error", error, table=queue.table, id=str(row_id))
+            else:
+                log.exception("worker.job_error", table=queue.table, id=str(row_id))
+            await self._fail_attempt(
+                queue, row_id, attempts, f"{type(error).__name__}: {error}", wait=lost
+            )
         finally:
             heartbeat.cancel()
+
+    async def _fail_attempt(
+        self, queue: Queue, row_id: object, attempts: int, error: str, *, wait: bool
+    ) -> None:
+        """Record the failed attempt (retried with backoff, or `failed` after the last). With
+        `wait`, the database is away: tried again every FAIL_RETRY_INTERVAL_SECONDS until it
+        answers, FAIL_RETRY_TRIES times at most, then the row is left to its lease. The attempt
+        counts even then: a job that takes the database down itself (a row whose query kills
+        its backend) must run out of attempts, not retry for good."""
+        for _ in range(FAIL_RETRY_TRIES if wait else 1):
+            try:
+                await jobs.fail_attempt(
+                    self.ctx, queue, row_id=row_id, attempts=attempts, error=error
+                )
+                return
+            except Exception as failure:
+                if not (wait and database_lost(failure)):
+                    return
+                await asyncio.sleep(FAIL_RETRY_INTERVAL_SECONDS)
 
     async def _heartbeat(self, queue: Queue, row_id: object) -> None:
         """Renew the lease while a long job (a big sync, a slow model) is still running."""

@@ -518,3 +518,63 @@ def test_a_call_or_result_capture_refuses_loses_only_itself(
         ("read_file", "pending"),
         ("list_dir", "captured"),
     }
+
+
+def test_a_stream_longer_than_the_upstream_timeout_keeps_its_calls(
+    start_proxy: ProxyFactory,
+    db: psycopg.Connection[Any],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The timeout bounds each read of the upstream, not the answer: a long generation (Gemini's
+    # 65k output tokens stream for minutes) goes on as long as chunks keep coming. Capture gave
+    # up on the answer at the timeout plus its grace counted from the call, and the calls of
+    # the answer's last chunk, which the agent ran, were never recorded.
+    from app.proxy import capture as proxy_capture
+
+    monkeypatch.setattr(proxy_capture, "_ANSWER_GRACE_S", 0.5)
+    with start_proxy(proxy_upstream_timeout_seconds=1.0) as proxy:
+        chunks = [text_answer(f"part {n}. ") for n in range(6)]
+        chunks.append(_calls_answer({"name": "run_shell", "args": {"command": "make dist"}}))
+        # 7 chunks 0.5 s apart: each read well inside the timeout, the whole 3 s past 1.5 s.
+        proxy.upstream.queue(Scripted(chunks=chunks, pause_s=0.5))
+        client = proxy.client(**{"X-Agmem-Session": "long-stream"})
+        answer = list(client.models.generate_content_stream(model="m", contents="build it"))
+        assert answer[-1].function_calls[0].name == "run_shell"
+        rows = _settled(db, 1, "pending")
+    assert [(r[0], r[1], r[2]) for r in rows] == [
+        ("long-stream", "run_shell", {"command": "make dist"})
+    ]
+    assert "proxy.capture_failed" not in capsys.readouterr().err
+
+
+def test_results_after_the_idle_window_attach_to_their_calls_in_the_ended_session(
+    start_proxy: ProxyFactory, db: psycopg.Connection[Any]
+) -> None:
+    # Gemini CLI waits for the user to approve a call for good: approved past the idle window,
+    # its result came in a request the proxy filed in the project's next session, where it
+    # matched nothing. The call stayed without a result and the result was recorded apart, as
+    # a `run_shell` without arguments: two memories, neither saying what happened.
+    with start_proxy(proxy_session_idle_seconds=1) as proxy:
+        url = f"{proxy.url}/v1beta/models/m:generateContent"
+        headers = {"X-Agmem-Project": PROJECT}
+        call = {"name": "run_shell", "args": {"command": "make deploy"}}
+        proxy.upstream.queue(Scripted(body=_calls_answer(call)), Scripted(body=text_answer("ok")))
+        prompt = {"role": "user", "parts": [{"text": "deploy it"}]}
+        httpx.post(url, json={"contents": [prompt]}, headers=headers)
+        first = _settled(db, 1, "pending")[0][0]
+        _wait_for(
+            lambda: db.execute(
+                "SELECT 1 FROM sessions WHERE id = %s AND status <> 'active'", (first,)
+            ).fetchall()
+        )
+
+        model = {"role": "model", "parts": [{"functionCall": call}]}
+        response = {"name": "run_shell", "response": {"out": "deployed v2"}}
+        result = {"role": "user", "parts": [{"functionResponse": response}]}
+        httpx.post(url, json={"contents": [prompt, model, result]}, headers=headers)
+        proxy.wait_for_capture()
+        rows = _observations(db)
+    assert [(r[0], r[1], r[2], r[3], r[4]) for r in rows] == [
+        (first, "run_shell", {"command": "make deploy"}, {"out": "deployed v2"}, "captured")
+    ]

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+from typing import Any
 
+import psycopg
 import pytest
 import structlog
 
@@ -12,6 +15,10 @@ from app.logs import configure_logging
 from app.worker import loop
 from app.worker.loop import Worker
 from tests.conftest import make_settings
+from tests.db.test_pool_replacement import Outage
+from tests.fakes.gemini import FakeResponse, RecordedRequest, fake_gemini, text_answer
+from tests.llm.test_compress_gemini import ANSWER, gemini_settings
+from tests.worker.builders import make_observation, make_session, row, worker_on
 
 DOWN = "postgresql://agmem:pw@127.0.0.1:1/agmem"
 
@@ -60,4 +67,44 @@ def test_a_database_outage_is_logged_in_one_line_each_time(
     warnings = [line for line in logged.splitlines() if "worker.database_unavailable" in line]
     assert any("during=worker.rescan_error" in line for line in warnings)
     assert all("Connection refused" in line for line in warnings)
+    assert "Traceback" not in logged
+
+
+def test_a_database_lost_as_a_job_writes_its_result_fails_the_attempt_in_one_line(
+    db: psycopg.Connection[Any],
+    database_url: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    configure_logging("info")
+    monkeypatch.setattr(loop, "log", structlog.get_logger(loop.__name__))
+    make_session(db)
+    make_observation(db, "o1")
+    outage = Outage(database_url)
+
+    def restart_while_gemini_answers(_request: RecordedRequest) -> FakeResponse:
+        # The database restarts under the call: down now, up again a second later.
+        outage.down()
+        threading.Timer(1.0, outage.up).start()
+        return FakeResponse(body=text_answer(ANSWER))
+
+    async def one_job() -> None:
+        async with worker_on(gemini_settings(fake.url), outage.url) as worker:
+            assert await worker.step()
+
+    try:
+        with fake_gemini() as fake:
+            fake.on(":generateContent", restart_while_gemini_answers)
+            asyncio.run(one_job())
+    finally:
+        outage.down()
+
+    # The failed attempt is recorded once the database is back, the row due again after its
+    # backoff; it stayed claimed until its lease ran out (120 s), after a traceback.
+    stored = row(db, "SELECT status, locked_by, attempts, last_error FROM observations")
+    assert (stored["status"], stored["locked_by"], stored["attempts"]) == ("captured", None, 1)
+    assert "Connection refused" in stored["last_error"]
+    logged = capsys.readouterr().err
+    assert "worker.database_unavailable" in logged
+    assert "during=worker.job_error" in logged
     assert "Traceback" not in logged
