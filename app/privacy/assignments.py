@@ -259,8 +259,12 @@ ASSIGNMENT_RULES: list[_Rule] = [
                 + _STRING_PREFIX
                 + rf"(?P<value>{_TRIPLE_QUOTED}|{_TRIPLE_LINE}"
                 # In double quotes, as shell and `.env` read them, `\"` does not close the value
-                # (`PASSWORD="ab\"cd1234"`); single quotes hold no escape there.
-                + r"|\"(?:[^\"\n\\]|\\[^\n])++\"|\"[^\"\n]++\"|\"\"(?!\")|'[^'\n]++'|''(?!')"
+                # (`PASSWORD="ab\"cd1234"`). Nor does `\'` in single quotes: dotenv readers
+                # take it as an escape, and in a shell the value runs on past it anyway
+                # (`'ab\'cd1234'` is `ab\cd1234` and an open quote); generation 13 redacted
+                # `ab\` and kept the rest in clear.
+                + r"|\"(?:[^\"\n\\]|\\[^\n])++\"|\"[^\"\n]++\"|\"\"(?!\")"
+                + r"|'(?:[^'\n\\]|\\[^\n])++'|'[^'\n]++'|''(?!')"
                 + r"|<(?![%$\{])[^<>\n]{1,100}+>(?![^\s\"'#\\])"
                 + r"|(?:[^\s\"'#\\]|\\(?![nr]))+)"
             ),
