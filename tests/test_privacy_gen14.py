@@ -1,6 +1,6 @@
 """Rules generation 14 (privacy27). Credentials generation 13 kept readable, whole or in part,
 near the shapes it redacts: an escaped single quote in a `.env` value (`PASSWORD='ab\\'cd1234'`
-showed `cd1234`)."""
+showed `cd1234`); Python 3.14's template strings (`t"…"`), which no prefix rule knew."""
 
 from __future__ import annotations
 
@@ -24,7 +24,47 @@ def test_an_escaped_single_quote_does_not_end_a_dotenv_value(text: str, expected
     assert_redacted_on_every_path(text, expected)
 
 
+TEMPLATE_STRINGS = [
+    ('token = t"abcd1234efgh"', 'token = t"@"'),
+    ('TOKEN = T"abcd1234efgh"', 'TOKEN = T"@"'),
+    ('password = tr"s3cr3t99"', 'password = tr"@"'),
+    ("PASSWORD = Rt's3cr3t99'", "PASSWORD = Rt'@'"),
+    ('api_key = t"""k9Xq2mLp7Rt"""', 'api_key = t"""@"""'),
+    # Text beside a template's references is the code's, judged as any value.
+    ('token = t"sk-live-{suffix}"', 'token = t"@"'),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), TEMPLATE_STRINGS)
+def test_a_template_string_credential_is_redacted(text: str, expected: str) -> None:
+    assert_redacted_on_every_path(text, expected)
+
+
+# An f-string's format spec or digits beside a literal secret: generation 13 redacts these
+# already (privacy27's brief listed them; kept here so that no later rule lets them go).
+FORMAT_SPECS = [
+    ('token = f"{x:>10}sk-live-abcd1234"', 'token = f"@"'),
+    ('TOKEN = f"{x:>10}sk-live-abcd1234"', 'TOKEN = f"@"'),
+    ('token = f"{x:08d}-9f8e7d6c5b4a"', 'token = f"@"'),
+    ('password = f"{n:02}9f8e7d6c"', 'password = f"@"'),
+    ('token = f"1234{x}5678abcd"', 'token = f"@"'),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), FORMAT_SPECS)
+def test_an_f_strings_literal_beside_a_format_spec_is_redacted(text: str, expected: str) -> None:
+    assert_redacted_on_every_path(text, expected)
+
+
 KEPT: list[str] = [
+    # A template of references alone holds no credential, as an f-string of them.
+    'token = t"{token}"',
+    'TOKEN = t"{user}:{token}"',
+    'SECRET = T"""{secret_value}"""',
+    'token = f"{x:>10}"',
+    'TOKEN = f"{x:%Y-%m-%d}"',
+    # A template string under another name.
+    'name = t"abcd1234efgh"',
     # A placeholder in single quotes, as before.
     "PASSWORD='your_password'",
     "TOKEN='<your-token>'",

@@ -70,7 +70,9 @@ def _credential_assignment(match: re.Match[str]) -> str:
     else:
         value = match.group("value").strip("\"'")
         phrase = groups.get("phrase") is not None
-    if "f" in (groups.get("prefix") or "").lower() and _F_STRING_REFERENCES.fullmatch(value):
+    if _TEMPLATE_PREFIX & set((groups.get("prefix") or "").lower()) and (
+        _F_STRING_REFERENCES.fullmatch(value)
+    ):
         return match.group()
     if phrase:
         # A value padded with blanks (`"  hunter22  "`) is the word inside them.
@@ -90,6 +92,9 @@ def _credential_assignment(match: re.Match[str]) -> str:
     )
     return match.group() if kept else _assignment(match)
 
+
+# An f-string's and a template string's prefix letters: their braces hold references.
+_TEMPLATE_PREFIX = frozenset("ft")
 
 # A word of prose on a line of its own: a capital at most, then up to 19 small letters, perhaps a
 # sentence's punctuation (rev2-privacy26: any run of letters let a key's lines of random
@@ -239,8 +244,12 @@ _TRIPLE_LINE = (
 )
 # A Python string's prefix before its quote (`r"…"`, `b'…'`, `f"""…"""`, `rb"…"`), kept
 # as the quotes are; generation 12 kept the value after it in clear (in capitals the `.env`
-# rule redacted the prefix alone, `PASSWORD = [REDACTED]"s3cr3t"`).
-_STRING_PREFIX = r"(?P<prefix>(?:[bB][rR]|[rR][bB]|[fF][rR]|[rR][fF]|[rRbBuUfF])(?=[\"']))?"
+# rule redacted the prefix alone, `PASSWORD = [REDACTED]"s3cr3t"`). Python 3.14's template
+# strings (`t"…"`, `tr"…"`) too, read as f-strings are (generation 13 kept them in clear).
+_STRING_PREFIX = (
+    r"(?P<prefix>(?:[bB][rR]|[rR][bB]|[fF][rR]|[rR][fF]|[tT][rR]|[rR][tT]|[rRbBuUfFtT])"
+    r"(?=[\"']))?"
+)
 
 ASSIGNMENT_RULES: list[_Rule] = [
     # .env / shell style: API_KEY=..., DB_PASSWORD="...", export GITHUB_TOKEN=...

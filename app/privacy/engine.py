@@ -75,9 +75,9 @@ _RULES: list[_Rule] = [
 _SPACE = r"[\x09-\x0d\x1c-\x20\x80-\xff]*"
 # A triple-quoted value (`_TRIPLE_QUOTED`) opens with `""`, which a value of one pair's does not,
 # and may hold a quote (`"""ab"cd"""`): any triple quote lets the rule run. A string's prefix
-# (`r"`, `rb"`, `f"""`) may come first.
+# (`r"`, `rb"`, `f"""`, a template's `t"`) may come first.
 _QUOTED = (
-    r"""[bBfFrRuU]{0,2}(?:"{1,3}[^"]{4,}"|'{1,3}[^']{4,}'|"{3}|'{3}"""
+    r"""[bBfFrRtTuU]{0,2}(?:"{1,3}[^"]{4,}"|'{1,3}[^']{4,}'|"{3}|'{3}"""
     # An escaped quote inside a value (`"ab\"cd1234"`): the assignment rule reads past it.
     r"""|"(?:[^"\\]|\\[^\n]){4,}"|'(?:[^'\\]|\\[^\n]){4,}')"""
 )

@@ -12,6 +12,7 @@ from app.privacy.assignments import (
     _INI_LINES,
     _INI_WINDOW,
     _PROSE_LINE,
+    _TEMPLATE_PREFIX,
 )
 from app.privacy.connections import _QUERY_WORDS
 from app.privacy.engine import _RULE_GATES, _RULES
@@ -186,6 +187,7 @@ def _rules_version() -> str:
     parts += [repr(sorted(_LABEL_WORDS))]
     parts += [repr(sorted(_LABEL_COMPANION_WORDS)), repr(_LABEL_MAX_WORDS)]
     parts += [repr((_IDENTIFIER_WORD_CHARS, _IDENTIFIER_SHORT_WORDS, _IDENTIFIER_NUMBERS))]
+    parts += [repr(sorted(_TEMPLATE_PREFIX))]
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
 
 
@@ -223,5 +225,6 @@ RULES_VERSION = _rules_version()
 # in a TOML inline table or with comments among its lines. The `key` names' list patterns fail
 # by themselves where the rule let the list go (the same output, cheaper).
 # 14 (privacy27): what generation 13 kept readable near the shapes it redacts: an escaped single
-# quote in a `.env` value (`PASSWORD='ab\'cd1234'` showed `cd1234`).
+# quote in a `.env` value (`PASSWORD='ab\'cd1234'` showed `cd1234`); Python 3.14's template
+# strings (`t"…"`, `tr"…"`) read as f-strings are.
 RULES_GENERATION = 14
