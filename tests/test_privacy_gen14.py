@@ -56,6 +56,24 @@ def test_an_f_strings_literal_beside_a_format_spec_is_redacted(text: str, expect
     assert_redacted_on_every_path(text, expected)
 
 
+# A key's body after blanks and a `\` continuing the opening delimiter's line.
+_KEY_BODY = "Xq7mP2vL9kR4tZ8wN3bH6jC1yF5dG0sA2eU7iO4p"
+CONTINUED_KEYS = [
+    ('private_key = """  \\\n<s>\n<s>\n"""', 'private_key = """@"""'),
+    ('private_key = """ \\\n<s>\n<s>"""', 'private_key = """@"""'),
+    ("SIGNING_KEY = '''\t\\\n  <s>\n\n  <s>\n'''", "SIGNING_KEY = '''@'''"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), CONTINUED_KEYS)
+def test_a_key_body_after_blanks_and_a_continuation_is_redacted(text: str, expected: str) -> None:
+    text = text.replace("<s>", _KEY_BODY)
+    assert_redacted_on_every_path(text, expected, lines=False)
+    lines = redact_secrets_lines(text)
+    assert _KEY_BODY not in lines
+    assert lines.count("\n") == text.count("\n")
+
+
 KEPT: list[str] = [
     # A template of references alone holds no credential, as an f-string of them.
     'token = t"{token}"',
@@ -63,6 +81,8 @@ KEPT: list[str] = [
     'SECRET = T"""{secret_value}"""',
     'token = f"{x:>10}"',
     'TOKEN = f"{x:%Y-%m-%d}"',
+    # Prose after a continuation is a help text's.
+    'password = """  \\\n    Enter it twice.\n"""',
     # A template string under another name.
     'name = t"abcd1234efgh"',
     # A placeholder in single quotes, as before.
@@ -83,6 +103,8 @@ _QUARTER = 62_500
 _LINEAR: list[Callable[[int], str]] = [
     lambda n: "PASSWORD='" + "\\'" * (_QUARTER // 2) * n,
     lambda n: "PASSWORD='a\\'" * (_QUARTER // 13) * n,
+    lambda n: 'private_key = """' + " " * _QUARTER * n + "\\\nz",
+    lambda n: ('private_key = """ \t \\\n' + "ab\n" * 20) * (_QUARTER // 80) * n,
 ]
 
 

@@ -219,7 +219,9 @@ _CONFIG_PATTERN = re.compile(
 # holds none, so that it cannot run past its closing delimiter. A text of several lines is a
 # key's (`lines3`: a word on each line, base64's as a private key's body) or a help text or a
 # docstring, which is kept; a PEM key is KEY_RULES'. A key's first line may follow the opening
-# delimiter, or a `\` continuing it; blank lines may stand before, among and after its lines.
+# delimiter, or a `\` continuing it (blanks before the `\` too: generation 13 kept
+# `"""  \` and the key's lines after it in clear); blank lines may stand before, among and after
+# its lines.
 # Every blank and newline run is possessive: the runs on either side of an optional newline
 # could split the same blanks, and an unclosed `"""` before a megabyte of blanks backtracked
 # through every split (rev-privacy26: 800 blanks took over a minute).
@@ -231,7 +233,8 @@ _TRIPLE_QUOTED = (
     r"(?P<triple>\"\"\"|''')(?:[ \t]*+(?:\r\n?+|\n)?+[ \t]*+"
     rf"(?:(?P<word3>{_TRIPLE_CHAR}{{4,}}+)|(?P<phrase3>[^\"'\r\n:=]{{4,100}}+))"
     r"[ \t]*+(?:\r\n?+|\n)?+[ \t]*+"
-    rf"|(?P<lines3>(?:\\?+{_TRIPLE_GAP})?+{_TRIPLE_CHAR}++(?:{_TRIPLE_GAP}{_TRIPLE_CHAR}++)++"
+    rf"|(?P<lines3>(?:[ \t]*+\\?+{_TRIPLE_GAP})?+{_TRIPLE_CHAR}++"
+    rf"(?:{_TRIPLE_GAP}{_TRIPLE_CHAR}++)++"
     r"(?:[ \t]*+(?:\r\n?+|\n))*+[ \t]*+))"
     r"(?P=triple)"
 )

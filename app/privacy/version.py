@@ -226,5 +226,6 @@ RULES_VERSION = _rules_version()
 # by themselves where the rule let the list go (the same output, cheaper).
 # 14 (privacy27): what generation 13 kept readable near the shapes it redacts: an escaped single
 # quote in a `.env` value (`PASSWORD='ab\'cd1234'` showed `cd1234`); Python 3.14's template
-# strings (`t"…"`, `tr"…"`) read as f-strings are.
+# strings (`t"…"`, `tr"…"`) read as f-strings are; a key's body after `"""  \` (blanks before
+# the continuation).
 RULES_GENERATION = 14
