@@ -74,7 +74,38 @@ def test_a_key_body_after_blanks_and_a_continuation_is_redacted(text: str, expec
     assert lines.count("\n") == text.count("\n")
 
 
+# A no-break space (U+00A0) or another of Unicode's spaces padding a name's `:` or `=`, or a
+# quoted value: what a rich-text editor's or a chat's paste leaves.
+UNICODE_BLANKS = [
+    ("password:\u00a0hunter2x9", "password:\u00a0@"),
+    ("password: \u00a0hunter2x9", "password: \u00a0@"),
+    ("api_key\u00a0=\u00a0k9Xq2mLp7Rtz", "api_key\u00a0=\u00a0@"),
+    ("client_secret\u2003:\u2003s3cr3t-Value9", "client_secret\u2003:\u2003@"),
+    ("db_password:\u3000hunter2x9  # prod", "db_password:\u3000@  # prod"),
+    ("password:\u00a0swordfish", "password:\u00a0@"),
+    ('password = "\u00a0hunter22\u00a0"', 'password = "@"'),
+    ('password = """\u2009hunter22\u2009"""', 'password = """@"""'),
+    ('api_keys\u00a0=\u00a0["k1abcdef", "k2abcdef"]', 'api_keys\u00a0=\u00a0["@", "@"]'),
+    ('"passwords"\u00a0:\u00a0["hunter2x"]', '"passwords"\u00a0:\u00a0["@"]'),
+    ("passwords:\u00a0[hunter2x, s3cr3t9]", "passwords:\u00a0[@, @]"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), UNICODE_BLANKS)
+def test_a_credential_padded_with_unicode_blanks_is_redacted(text: str, expected: str) -> None:
+    assert_redacted_on_every_path(text, expected)
+
+
 KEPT: list[str] = [
+    # Code and types after a no-break space, as after a space.
+    "password\u00a0=\u00a0getpass",
+    "token:\u00a0Name",
+    "password:\u00a0str",
+    "api_key\u00a0=\u00a0None",
+    'password = "\u00a0ab\u00a0"',
+    "keys\u00a0=\u00a0['name', 'email']",
+    # Prose with a no-break space.
+    'password = "\u00a0Enter it twice\u00a0"',
     # A template of references alone holds no credential, as an f-string of them.
     'token = t"{token}"',
     'TOKEN = t"{user}:{token}"',
@@ -105,6 +136,11 @@ _LINEAR: list[Callable[[int], str]] = [
     lambda n: "PASSWORD='a\\'" * (_QUARTER // 13) * n,
     lambda n: 'private_key = """' + " " * _QUARTER * n + "\\\nz",
     lambda n: ('private_key = """ \t \\\n' + "ab\n" * 20) * (_QUARTER // 80) * n,
+    lambda n: "password:" + "\u00a0" * _QUARTER * n + "z#",
+    lambda n: "password" + "\u00a0" * _QUARTER * n + ":",
+    lambda n: ("password:\u00a0" * 10 + "a1\n") * (_QUARTER // 110) * n,
+    lambda n: "api_keys" + "\u00a0" * _QUARTER * n + '= ["x1"',
+    lambda n: 'password = "' + "\u00a0" * _QUARTER * n,
 ]
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from app.privacy.common import _NOT_REDACTED, REDACTED, _Rule
+from app.privacy.common import _NOT_REDACTED, BLANK, REDACTED, _Rule
 from app.privacy.names import (
     _CREDENTIAL_NAME,
     _CREDENTIAL_VALUE,
@@ -75,8 +75,9 @@ def _credential_assignment(match: re.Match[str]) -> str:
     ):
         return match.group()
     if phrase:
-        # A value padded with blanks (`"  hunter22  "`) is the word inside them.
-        value = value.strip(" \t")
+        # A value padded with blanks (`"  hunter22  "`, a no-break space's too) is the word
+        # inside them.
+        value = value.strip()
         if any(char.isspace() for char in value):
             return _assignment(match) if passphrase(name, value) else match.group()
         if len(value) < _PLAIN_MIN_CHARS and groups.get("line_triple") is None:
@@ -120,7 +121,7 @@ def _plain_kept(match: re.Match[str], name: str, value: str) -> bool:
     capitalised word after `:` is a type or a kind (`token: Name`, `secret: Opaque`). `.env`,
     shell and properties files write `name=value`, YAML `name: value` in lower case."""
     sep = match.group("sep")
-    code = "=" in sep and sep[:1] in (" ", "\t") and sep[-1:] in (" ", "\t")
+    code = "=" in sep and sep[:1].isspace() and sep[-1:].isspace()
     # A capitalised word after `:` is a type, a column's kind or prose's verdict under a
     # password's name too (`password: Varchar`, `Password: Strong`): only an INI section above
     # makes it a value (generation 6 redacted it under a password's name, and so rewrote code).
@@ -202,12 +203,13 @@ QUOTED_NAMES: list[tuple[str, tuple[str, ...], str]] = [
 _CONFIG_PATTERN = re.compile(
     r"^(?P<name>[ \t]*(?:-[ \t]+)?(?:export[ \t]+)?"
     rf"(?:[\w.\-]*?{_CREDENTIAL_NAME}|(?:[\w.\-]*?[_.\-])?{_PWD_NAME}))"
-    r"(?P<sep>[ \t]*[:=][ \t]*)"
+    rf"(?P<sep>{BLANK}*[:=]{BLANK}*)"
     + _NOT_REDACTED
     + r"(?![=:])(?![-+]?v?\d+(?:\.\d+)?\b)(?!(?:[A-Za-z_]\w*\.)+[A-Za-z_]\w*\b)(?P<value>"
     + _CREDENTIAL_VALUE
     # A value in `<…>` (`<hunter2>`, `<Hunter Two>`) as JSON judges it (`known_value`).
-    + r"|[A-Za-z]++|<(?![%$\{])[^<>\n]{1,100}+>)(?<!:)(?=[ \t]*(?:[ \t]#[^\n]*)?\r?$)",
+    + r"|[A-Za-z]++|<(?![%$\{])[^<>\n]{1,100}+>)(?<!:)"
+    + rf"(?={BLANK}*(?:{BLANK}#[^\n]*)?\r?$)",
     re.MULTILINE,
 )
 

@@ -14,7 +14,7 @@ from app.exactjson import PAST_A_DOUBLE, NumberOutOfRange, check_decimal
 from app.privacy.assignments import ASSIGNMENT_RULES, QUOTED_NAMES
 from app.privacy.clean import _SURROGATE, clean_text
 from app.privacy.commands import COMMAND_RULES
-from app.privacy.common import REDACTED, _Replacement, _Rule
+from app.privacy.common import GATE_SPACE, REDACTED, _Replacement, _Rule
 from app.privacy.connections import CONNECTION_RULES, QUERY_GATE, QUERY_RULES, REGISTRY_RULES
 from app.privacy.lists import LIST_GATES, LIST_NAME_GATES, LIST_RULES, plural_name
 from app.privacy.names import (
@@ -72,7 +72,7 @@ _RULES: list[_Rule] = [
 # classes widened to bytes), found in the same pass as the literals. A rule runs only when its
 # literal and its gate occur. Replacements insert only "[REDACTED]" next to text they keep, so
 # they cannot create a match that the text did not already gate in, as for the literals.
-_SPACE = r"[\x09-\x0d\x1c-\x20\x80-\xff]*"
+_SPACE = f"{GATE_SPACE}*"
 # A triple-quoted value (`_TRIPLE_QUOTED`) opens with `""`, which a value of one pair's does not,
 # and may hold a quote (`"""ab"cd"""`): any triple quote lets the rule run. A string's prefix
 # (`r"`, `rb"`, `f"""`, a template's `t"`) may come first.
@@ -96,7 +96,7 @@ _RULE_GATES: dict[re.Pattern[str], str] = {
     QUERY_RULES[0][1]: QUERY_GATE,
     # A value holding a character no identifier has, a word of letters ending the line, or `<…>`.
     _CONFIG_RULE: (
-        rf"(?:{_CREDENTIAL_NAME}|{_PWD_NAME})[\t ]*[:=][\t ]*(?:{_UNQUOTED_BYTE}*"
+        rf"(?:{_CREDENTIAL_NAME}|{_PWD_NAME}){_SPACE}[:=]{_SPACE}(?:{_UNQUOTED_BYTE}*"
         r"[^A-Za-z_.\x09-\x0d\x20\"'#(){}\[\]<>$,;&|`\\]|[A-Za-z]+[\t ]*(?:[\t\r\n ]|$)"
         r"|<[^<>\n]+>)"
     ),

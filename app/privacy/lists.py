@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from app.privacy.common import REDACTED, _Rule
+from app.privacy.common import GATE_SPACE, REDACTED, _Rule
 from app.privacy.names import (
     _CREDENTIAL_VALUE,
     _CREDENTIAL_WORDS,
@@ -35,7 +35,8 @@ _PLURAL_STEMS: tuple[tuple[str, tuple[str, ...]], ...] = (
 _LIST_SCALAR = (
     r"\"[^\"\\\n]*+(?:\\.[^\"\\\n]*+)*+\"|'[^'\\\n]*+(?:\\.[^'\\\n]*+)*+'|[^\s,\[\]{}\"'#]++"
 )
-_LIST_SPACE = r"[ \t\r\n]*+"
+# Any blank, a no-break space's too, and line breaks, around a name's `:` or `=`.
+_LIST_SPACE = r"\s*+"
 # Between a list's brackets, a comment may stand where a blank may, as Python, TOML and YAML
 # allow (`api_keys = [  # prod` and `"k1",  # first` on the lines of a multi-line list: privacy26,
 # generation 12 kept such a list in clear). A bare element holds no `#`, and a string holds its
@@ -358,16 +359,16 @@ _YAML_LIST_END = r"[^\n]*\][\t ]*(?:\r?\n|#|$)"
 LIST_GATE_BRANCHES: dict[re.Pattern[str], tuple[str, ...]] = {
     pattern: (
         # A quoted name's list.
-        rf"{_stem(literal, ends)}[sS]?[\"'][\t\n\r ]*:[\t\n\r ]*\["
+        rf"{_stem(literal, ends)}[sS]?[\"']{GATE_SPACE}*:{GATE_SPACE}*\["
         r"[\t\n\r ,A-Za-z_.]*[^\t\n\r ,A-Za-z_.\]]",
         # YAML's flow list.
-        rf"{_stem(literal, ends)}[sS]?[\t\r ]*:[\t\r ]*\["
+        rf"{_stem(literal, ends)}[sS]?{GATE_SPACE}*:{GATE_SPACE}*\["
         r"[\t\r ,A-Za-z_.]*[^\t\n\r ,A-Za-z_.\]]"
         + ("" if literal.lower() == "pwd" else _YAML_LIST_END),
         # TOML's and INI's `name = [` and a string (privacy24).
         # A comment before the first string (privacy26) lets the rule run at its `#`: read to
         # its line's end, the gate left hyperscan missing other branches' lists in long texts.
-        rf"{_stem(literal, ends)}[sS]?[\"']?[\t\n\r ]*=[\t\n\r ]*\[[\t\n\r \[]*[\"'#]",
+        rf"{_stem(literal, ends)}[sS]?[\"']?{GATE_SPACE}*={GATE_SPACE}*\[[\t\n\r \[]*[\"'#]",
     )
     for (literal, ends), pattern in zip(_PLURAL_STEMS, _LIST_PATTERNS, strict=True)
 }

@@ -109,7 +109,9 @@ from app.privacy.private import _MEMORY, _MEMORY_LITERALS, _PRIVATE_LITERALS, _P
 # a padded value judged as the word inside its blanks, a key's lines joined (lines of a word of
 # letters each judged as a phrase, fixprivacy26), comments skipped
 # among a list's elements and a TOML inline table's list read (`_listed_credentials`; privacy26).
-_RULES_CODE_VERSION = 12
+# 13: a value's padding stripped is any Unicode blank, not only spaces and tabs; a separator
+# of Unicode blanks spaces code as one of spaces does (`_plain_kept`; privacy27).
+_RULES_CODE_VERSION = 13
 
 
 def _described(value: object) -> str:
@@ -227,5 +229,6 @@ RULES_VERSION = _rules_version()
 # 14 (privacy27): what generation 13 kept readable near the shapes it redacts: an escaped single
 # quote in a `.env` value (`PASSWORD='ab\'cd1234'` showed `cd1234`); Python 3.14's template
 # strings (`t"…"`, `tr"…"`) read as f-strings are; a key's body after `"""  \` (blanks before
-# the continuation).
+# the continuation); a no-break space or another Unicode space padding a name's `:` or `=` or a
+# quoted value.
 RULES_GENERATION = 14
