@@ -96,7 +96,42 @@ def test_a_credential_padded_with_unicode_blanks_is_redacted(text: str, expected
     assert_redacted_on_every_path(text, expected)
 
 
+# `\v`, `\f`, `\r` alone, NEL, U+2028 and U+2029 end a line as `\n` does (`str.splitlines`):
+# before a credential's name, after its value, between a key's lines, in a list.
+LINE_BREAKS = [
+    ("password: hunter2x9\vnext: 1", "password: @\vnext: 1"),
+    ("x: 1\fpassword: hunter2x9", "x: 1\fpassword: @"),
+    ("password: hunter2x9\u2028next: 1", "password: @\u2028next: 1"),
+    ("x=1\u2029api_key = k9Xq2mLp7Rtz\u2029", "x=1\u2029api_key = @\u2029"),
+    ("progress 50%\rpassword: hunter2x9\r", "progress 50%\rpassword: @\r"),
+    ("password: swordfish\u0085", "password: @\u0085"),
+    ('password = """\vhunter22\v"""', 'password = """@"""'),
+    ('password = """\u2028hunter22\u2028"""', 'password = """@"""'),
+    ('private_key = """\f<s>\f<s>\f"""', 'private_key = """@"""'),
+    ('private_key = """\u2028<s>\u2028\u2028<s>\u2028"""', 'private_key = """@"""'),
+    (
+        'api_keys = [\u2028"k1abcdef",\u2028"k2abcdef",\u2028]',
+        'api_keys = [\u2028"@",\u2028"@",\u2028]',
+    ),
+    ('x = 1\u2028api_keys = ["k1abcdef"]\u2028', 'x = 1\u2028api_keys = ["@"]\u2028'),
+    ("x: 1\u2028passwords: [hunter2x, s3cr3t9]\u2028", "x: 1\u2028passwords: [@, @]\u2028"),
+    ('api_keys = [  # prod\u2028"k1abcdef"]', 'api_keys = [  # prod\u2028"@"]'),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), LINE_BREAKS)
+def test_a_credential_between_unicode_line_breaks_is_redacted(text: str, expected: str) -> None:
+    text = text.replace("<s>", _KEY_BODY)
+    assert_redacted_on_every_path(text, expected, lines="\n" not in text)
+
+
 KEPT: list[str] = [
+    # Code and prose between such breaks, as between newlines.
+    "password: str\u2028token: Optional[str] = None\u2028",
+    "x\vpassword = getpass\v",
+    'password = """\u2028Enter it\u2028twice.\u2028"""',
+    "keys = ['name', 'email']\u2028",
+    "the password: hunter2x9 is\u2028what I typed",
     # Code and types after a no-break space, as after a space.
     "password\u00a0=\u00a0getpass",
     "token:\u00a0Name",
@@ -141,6 +176,12 @@ _LINEAR: list[Callable[[int], str]] = [
     lambda n: ("password:\u00a0" * 10 + "a1\n") * (_QUARTER // 110) * n,
     lambda n: "api_keys" + "\u00a0" * _QUARTER * n + '= ["x1"',
     lambda n: 'password = "' + "\u00a0" * _QUARTER * n,
+    lambda n: "password: a1\u2028" * (_QUARTER // 13) * n,
+    lambda n: "password:" + "\u2028" * _QUARTER * n + "a1",
+    lambda n: 'password = """' + " \u2028" * (_QUARTER // 2) * n + "z",
+    lambda n: 'private_key = """\u2028' + "abcd \u2028\f" * (_QUARTER // 7) * n + "z",
+    lambda n: "api_keys = [" + "# x\u2028" * (_QUARTER // 4) * n + '"k1"',
+    lambda n: "api_keys = [" + '"k1",\u2028' * (_QUARTER // 6) * n,
 ]
 
 

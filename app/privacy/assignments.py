@@ -6,7 +6,14 @@ from __future__ import annotations
 
 import re
 
-from app.privacy.common import _NOT_REDACTED, BLANK, REDACTED, _Rule
+from app.privacy.common import (
+    _NOT_REDACTED,
+    BLANK,
+    LINE_BREAK,
+    LINE_BREAK_CHARS,
+    REDACTED,
+    _Rule,
+)
 from app.privacy.names import (
     _CREDENTIAL_NAME,
     _CREDENTIAL_VALUE,
@@ -201,7 +208,8 @@ QUOTED_NAMES: list[tuple[str, tuple[str, ...], str]] = [
 # v1.2.3`). A word of letters alone (`password: swordfish`) is judged by `plain_credential`:
 # users' passwords are often plain words, and so are documentation's placeholders.
 _CONFIG_PATTERN = re.compile(
-    r"^(?P<name>[ \t]*(?:-[ \t]+)?(?:export[ \t]+)?"
+    # At a line's start and up to its end, any line break ending it (`LINE_BREAK_CHARS`).
+    rf"(?<![^{LINE_BREAK_CHARS}])(?P<name>[ \t]*(?:-[ \t]+)?(?:export[ \t]+)?"
     rf"(?:[\w.\-]*?{_CREDENTIAL_NAME}|(?:[\w.\-]*?[_.\-])?{_PWD_NAME}))"
     rf"(?P<sep>{BLANK}*[:=]{BLANK}*)"
     + _NOT_REDACTED
@@ -209,7 +217,7 @@ _CONFIG_PATTERN = re.compile(
     + _CREDENTIAL_VALUE
     # A value in `<…>` (`<hunter2>`, `<Hunter Two>`) as JSON judges it (`known_value`).
     + r"|[A-Za-z]++|<(?![%$\{])[^<>\n]{1,100}+>)(?<!:)"
-    + rf"(?={BLANK}*(?:{BLANK}#[^\n]*)?\r?$)",
+    + rf"(?={BLANK}*(?:{BLANK}#[^{LINE_BREAK_CHARS}]*)?(?:[{LINE_BREAK_CHARS}]|\Z))",
     re.MULTILINE,
 )
 
@@ -228,16 +236,17 @@ _CONFIG_PATTERN = re.compile(
 # could split the same blanks, and an unclosed `"""` before a megabyte of blanks backtracked
 # through every split (rev-privacy26: 800 blanks took over a minute).
 _TRIPLE_CHAR = r"(?:[^\"'\s]|(?!(?P=triple))[\"'])"
-# Between a key's lines: line breaks (`\n`, `\r\n`, `\r` alone), blank lines among them, and
-# the blanks of an indent; read once (possessive), as a word's characters are none of them.
-_TRIPLE_GAP = r"(?:[ \t]*+(?:\r\n?+|\n))++[ \t]*+"
+# Between a key's lines: line breaks (`LINE_BREAK`: `\n`, `\r\n`, `\r` alone, U+2028...), blank
+# lines among them, and the blanks of an indent; read once (possessive), as a word's characters
+# are none of them.
+_TRIPLE_GAP = rf"(?:[ \t]*+{LINE_BREAK})++[ \t]*+"
 _TRIPLE_QUOTED = (
-    r"(?P<triple>\"\"\"|''')(?:[ \t]*+(?:\r\n?+|\n)?+[ \t]*+"
-    rf"(?:(?P<word3>{_TRIPLE_CHAR}{{4,}}+)|(?P<phrase3>[^\"'\r\n:=]{{4,100}}+))"
-    r"[ \t]*+(?:\r\n?+|\n)?+[ \t]*+"
+    rf"(?P<triple>\"\"\"|''')(?:[ \t]*+{LINE_BREAK}?+[ \t]*+"
+    rf"(?:(?P<word3>{_TRIPLE_CHAR}{{4,}}+)|(?P<phrase3>[^\"'{LINE_BREAK_CHARS}:=]{{4,100}}+))"
+    rf"[ \t]*+{LINE_BREAK}?+[ \t]*+"
     rf"|(?P<lines3>(?:[ \t]*+\\?+{_TRIPLE_GAP})?+{_TRIPLE_CHAR}++"
     rf"(?:{_TRIPLE_GAP}{_TRIPLE_CHAR}++)++"
-    r"(?:[ \t]*+(?:\r\n?+|\n))*+[ \t]*+))"
+    rf"(?:[ \t]*+{LINE_BREAK})*+[ \t]*+))"
     r"(?P=triple)"
 )
 # In capitals (the `.env` rule, which redacts a value of any length in one pair of quotes), any

@@ -14,7 +14,7 @@ from app.exactjson import PAST_A_DOUBLE, NumberOutOfRange, check_decimal
 from app.privacy.assignments import ASSIGNMENT_RULES, QUOTED_NAMES
 from app.privacy.clean import _SURROGATE, clean_text
 from app.privacy.commands import COMMAND_RULES
-from app.privacy.common import GATE_SPACE, REDACTED, _Replacement, _Rule
+from app.privacy.common import GATE_BLANK, GATE_SPACE, REDACTED, _Replacement, _Rule
 from app.privacy.connections import CONNECTION_RULES, QUERY_GATE, QUERY_RULES, REGISTRY_RULES
 from app.privacy.lists import LIST_GATES, LIST_NAME_GATES, LIST_RULES, plural_name
 from app.privacy.names import (
@@ -96,8 +96,8 @@ _RULE_GATES: dict[re.Pattern[str], str] = {
     QUERY_RULES[0][1]: QUERY_GATE,
     # A value holding a character no identifier has, a word of letters ending the line, or `<…>`.
     _CONFIG_RULE: (
-        rf"(?:{_CREDENTIAL_NAME}|{_PWD_NAME}){_SPACE}[:=]{_SPACE}(?:{_UNQUOTED_BYTE}*"
-        r"[^A-Za-z_.\x09-\x0d\x20\"'#(){}\[\]<>$,;&|`\\]|[A-Za-z]+[\t ]*(?:[\t\r\n ]|$)"
+        rf"(?:{_CREDENTIAL_NAME}|{_PWD_NAME}){GATE_BLANK}*[:=]{GATE_BLANK}*(?:{_UNQUOTED_BYTE}*"
+        rf"[^A-Za-z_.\x09-\x0d\x20\"'#(){{}}\[\]<>$,;&|`\\]|[A-Za-z]+{GATE_BLANK}*(?:{GATE_SPACE}|$)"
         r"|<[^<>\n]+>)"
     ),
 }

@@ -6,7 +6,14 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from app.privacy.common import GATE_SPACE, REDACTED, _Rule
+from app.privacy.common import (
+    BLANK,
+    GATE_BLANK,
+    GATE_SPACE,
+    LINE_BREAK_CHARS,
+    REDACTED,
+    _Rule,
+)
 from app.privacy.names import (
     _CREDENTIAL_VALUE,
     _CREDENTIAL_WORDS,
@@ -41,11 +48,13 @@ _LIST_SPACE = r"\s*+"
 # allow (`api_keys = [  # prod` and `"k1",  # first` on the lines of a multi-line list: privacy26,
 # generation 12 kept such a list in clear). A bare element holds no `#`, and a string holds its
 # own, so a `#` outside them starts a comment.
-_LIST_GAP = r"[ \t\r\n]*+(?:#[^\n]*+[ \t\r\n]*+)*+"
+# A comment ends at any line break (`LINE_BREAK_CHARS`).
+_COMMENT = rf"#[^{LINE_BREAK_CHARS}]*+"
+_LIST_GAP = rf"\s*+(?:{_COMMENT}\s*+)*+"
 # An element, or a comment, as `_listed_credentials` reads a list's items one by one.
-_LIST_ELEMENT_PATTERN = re.compile(r"#[^\n]*+|" + _LIST_SCALAR)
+_LIST_ELEMENT_PATTERN = re.compile(rf"{_COMMENT}|{_LIST_SCALAR}")
 # Where a list's first item starts: past brackets, blanks and comments.
-_LIST_ITEMS_START = re.compile(r"[\[ \t\r\n]*+(?:#[^\n]*+[\[ \t\r\n]*+)*+")
+_LIST_ITEMS_START = re.compile(rf"[\[\s]*+(?:{_COMMENT}[\[\s]*+)*+")
 
 
 def _first_item(items: str) -> str:
@@ -143,9 +152,9 @@ _ASSIGNED_BEFORE = re.compile(r"[ \t]*")
 _INLINE_TABLE_BEFORE = re.compile(
     r"[ \t]*[\w.\-\"']+[ \t]*=[ \t]*\{(?:(?:\"[^\"\n]*+\"|'[^'\n]*+'|[^\n}\"'])*[,{])?[ \t]*"
 )
-_INLINE_TABLE_AFTER = re.compile(r"[ \t\r\n]*+[,}]")
+_INLINE_TABLE_AFTER = re.compile(r"\s*+[,}]")
 # A comment's `#` is enough: the rest of its line is not read (for each of a line's lists).
-_YAML_AFTER = re.compile(r"[ \t]*+(?:\r?\n|\Z)|[ \t]++#")
+_YAML_AFTER = re.compile(rf"{BLANK}*+(?:[{LINE_BREAK_CHARS}]|\Z)|{BLANK}++#")
 # How far before a name its line's start is looked for: an indent is shorter, and each of a
 # megabyte's lists costs a bounded search, not the line's.
 _YAML_INDENT_CHARS = 100
@@ -221,6 +230,20 @@ _NAMES_ONLY = re.compile(r"[A-Za-z_.,\s\[\]]*+")
 
 _NAME_BEFORE_CHARS = 100
 
+# A line's characters, read backwards from a name to the line break before it (any of
+# `LINE_BREAK_CHARS`: `x = 1\u2028api_keys = [...]` is a line of its own, as after `\n`).
+_LINE_CHARS = re.compile(rf"[^{LINE_BREAK_CHARS}]*")
+
+
+def _line_start(text: str, name_start: int) -> tuple[int, bool]:
+    """Where the line holding `name_start` starts, and whether that start was found within
+    `_YAML_INDENT_CHARS` characters (a break there, or the text's start)."""
+    low = max(0, name_start - _YAML_INDENT_CHARS)
+    window = text[low:name_start][::-1]
+    found = _LINE_CHARS.match(window)
+    length = found.end() if found else 0
+    return name_start - length, length < len(window) or low == 0
+
 
 def _name_before(text: str, end: int) -> str:
     """The identifier's characters right before `end`, 100 at most: what `_NAME_BEFORE` finds."""
@@ -288,9 +311,8 @@ def _listed_credentials(match: re.Match[str]) -> str:
         return match.group()
     if not quote or assigned:
         name_start = start - len(stem) - (1 if quote else 0)
-        line = text.rfind("\n", max(0, name_start - _YAML_INDENT_CHARS), name_start) + 1
+        line, at_line = _line_start(text, name_start)
         before = _ASSIGNED_BEFORE if assigned else _YAML_BEFORE
-        at_line = line > 0 or name_start <= _YAML_INDENT_CHARS
         own_line = (
             (assigned or "\n" not in match.group())
             and at_line
@@ -354,7 +376,7 @@ LIST_RULES: list[_Rule] = [
 # hyperscan 0.9.1 missed ~half of the long texts' `pwds: ['hunter2', 'x1']` lines that `re`
 # matches with this end after `pwd`'s list (in the privacy rules' database; alone it matched):
 # the `pwd` names' gate stops at the list's first string or symbol, and the rule decides.
-_YAML_LIST_END = r"[^\n]*\][\t ]*(?:\r?\n|#|$)"
+_YAML_LIST_END = rf"[^\n]*\]{GATE_BLANK}*(?:[\x0a-\x0d\x1c-\x1e\x80-\xff]|#|$)"
 # Each list rule's gate, its branches apart (tests/test_privacy_gen8_gates.py reaches each one).
 LIST_GATE_BRANCHES: dict[re.Pattern[str], tuple[str, ...]] = {
     pattern: (
@@ -362,13 +384,14 @@ LIST_GATE_BRANCHES: dict[re.Pattern[str], tuple[str, ...]] = {
         rf"{_stem(literal, ends)}[sS]?[\"']{GATE_SPACE}*:{GATE_SPACE}*\["
         r"[\t\n\r ,A-Za-z_.]*[^\t\n\r ,A-Za-z_.\]]",
         # YAML's flow list.
-        rf"{_stem(literal, ends)}[sS]?{GATE_SPACE}*:{GATE_SPACE}*\["
+        rf"{_stem(literal, ends)}[sS]?[\r{GATE_BLANK[1:-1]}]*:[\r{GATE_BLANK[1:-1]}]*\["
         r"[\t\r ,A-Za-z_.]*[^\t\n\r ,A-Za-z_.\]]"
         + ("" if literal.lower() == "pwd" else _YAML_LIST_END),
         # TOML's and INI's `name = [` and a string (privacy24).
         # A comment before the first string (privacy26) lets the rule run at its `#`: read to
         # its line's end, the gate left hyperscan missing other branches' lists in long texts.
-        rf"{_stem(literal, ends)}[sS]?[\"']?{GATE_SPACE}*={GATE_SPACE}*\[[\t\n\r \[]*[\"'#]",
+        rf"{_stem(literal, ends)}[sS]?[\"']?{GATE_SPACE}*={GATE_SPACE}*\["
+        rf"[\[{GATE_SPACE[1:-1]}]*[\"'#]",
     )
     for (literal, ends), pattern in zip(_PLURAL_STEMS, _LIST_PATTERNS, strict=True)
 }

@@ -230,5 +230,5 @@ RULES_VERSION = _rules_version()
 # quote in a `.env` value (`PASSWORD='ab\'cd1234'` showed `cd1234`); Python 3.14's template
 # strings (`t"…"`, `tr"…"`) read as f-strings are; a key's body after `"""  \` (blanks before
 # the continuation); a no-break space or another Unicode space padding a name's `:` or `=` or a
-# quoted value.
+# quoted value; `\v`, `\f`, `\r` alone, NEL, U+2028 and U+2029 ending a line as `\n` does.
 RULES_GENERATION = 14
