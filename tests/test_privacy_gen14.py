@@ -125,7 +125,42 @@ def test_a_credential_between_unicode_line_breaks_is_redacted(text: str, expecte
     assert_redacted_on_every_path(text, expected, lines="\n" not in text)
 
 
+# `//` (JavaScript, JSON5) and `--` (SQL, Lua) comments among a credential's list's lines, as
+# generation 13 read `#` ones.
+LIST_COMMENTS = [
+    (
+        'api_keys = [\n  "k1abcdef", // first\n  "k2abcdef",\n]',
+        'api_keys = [\n  "@", // first\n  "@",\n]',
+    ),
+    ('api_keys = [ // prod\n  "k1abcdef",\n]', 'api_keys = [ // prod\n  "@",\n]'),
+    (
+        '"api_keys": [ // prod, "not a string"\n  "k1abcdef"\n]',
+        '"api_keys": [ // prod, "not a string"\n  "@"\n]',
+    ),
+    ('api_keys = [ -- prod\n  "k1abcdef",\n]', 'api_keys = [ -- prod\n  "@",\n]'),
+    (
+        "passwords = [\n  'hunter2x', -- old\n  'swordfish9'\n]",
+        "passwords = [\n  '@', -- old\n  '@'\n]",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), LIST_COMMENTS)
+def test_a_credentials_list_with_slash_or_dash_comments_is_redacted(
+    text: str, expected: str
+) -> None:
+    assert_redacted_on_every_path(text, expected)
+
+
 KEPT: list[str] = [
+    # A list of options or names, comments and all, as before.
+    'args: ["--password", "--token"] // flags',
+    "tokens: [--verbose, --debug]",
+    'keys = [ // primary\n  "id",\n  "email",\n]',
+    "passwords = [ // none yet\n]",
+    "api_keys = [ -- none\n]",
+    # A URL in a bare element is one, not a comment.
+    "secrets: [https://vault.example.com/v1]",
     # Code and prose between such breaks, as between newlines.
     "password: str\u2028token: Optional[str] = None\u2028",
     "x\vpassword = getpass\v",
@@ -182,6 +217,9 @@ _LINEAR: list[Callable[[int], str]] = [
     lambda n: 'private_key = """\u2028' + "abcd \u2028\f" * (_QUARTER // 7) * n + "z",
     lambda n: "api_keys = [" + "# x\u2028" * (_QUARTER // 4) * n + '"k1"',
     lambda n: "api_keys = [" + '"k1",\u2028' * (_QUARTER // 6) * n,
+    lambda n: "api_keys = [" + "// x\n" * (_QUARTER // 5) * n + '"k1"',
+    lambda n: "api_keys = [" + "-- " * (_QUARTER // 3) * n,
+    lambda n: 'api_keys = ["k1", ' + "--x, " * (_QUARTER // 5) * n,
 ]
 
 

@@ -47,9 +47,12 @@ _LIST_SPACE = r"\s*+"
 # Between a list's brackets, a comment may stand where a blank may, as Python, TOML and YAML
 # allow (`api_keys = [  # prod` and `"k1",  # first` on the lines of a multi-line list: privacy26,
 # generation 12 kept such a list in clear). A bare element holds no `#`, and a string holds its
-# own, so a `#` outside them starts a comment.
-# A comment ends at any line break (`LINE_BREAK_CHARS`).
-_COMMENT = rf"#[^{LINE_BREAK_CHARS}]*+"
+# own, so a `#` outside them starts a comment, which ends at any line break (`LINE_BREAK_CHARS`).
+# `//` (JavaScript, JSON5, C) and `--` before a blank (SQL, Lua) start one too: generation 13
+# read `#` alone, and kept in clear the elements after `"k1", // prod`. `--x` is an option's
+# name, a bare element.
+_COMMENT = rf"(?:#|//|--(?!\S))[^{LINE_BREAK_CHARS}]*+"
+_COMMENT_START = re.compile(r"#|//|--(?!\S)")
 _LIST_GAP = rf"\s*+(?:{_COMMENT}\s*+)*+"
 # An element, or a comment, as `_listed_credentials` reads a list's items one by one.
 _LIST_ELEMENT_PATTERN = re.compile(rf"{_COMMENT}|{_LIST_SCALAR}")
@@ -336,14 +339,14 @@ def _listed_credentials(match: re.Match[str]) -> str:
     # A JSON or repr list with a call or an expression in it is code's, as before YAML's bare
     # elements widened the pattern (`["k1", f(x)]`).
     if strings and not all(
-        found[0] in ("'", '"', "#") or _JSON_BARE.fullmatch(found)
+        found[0] in ("'", '"') or _COMMENT_START.match(found) or _JSON_BARE.fullmatch(found)
         for found in _LIST_ELEMENT_PATTERN.findall(items)
     ):
         return match.group()
 
     def element(found: re.Match[str]) -> str:
         scalar = found.group()
-        if scalar[0] == "#":
+        if _COMMENT_START.match(scalar):
             return scalar
         if scalar[0] not in ("'", '"'):
             redacted = (
@@ -391,7 +394,7 @@ LIST_GATE_BRANCHES: dict[re.Pattern[str], tuple[str, ...]] = {
         # A comment before the first string (privacy26) lets the rule run at its `#`: read to
         # its line's end, the gate left hyperscan missing other branches' lists in long texts.
         rf"{_stem(literal, ends)}[sS]?[\"']?{GATE_SPACE}*={GATE_SPACE}*\["
-        rf"[\[{GATE_SPACE[1:-1]}]*[\"'#]",
+        rf"[\[{GATE_SPACE[1:-1]}]*[\"'#/\-]",
     )
     for (literal, ends), pattern in zip(_PLURAL_STEMS, _LIST_PATTERNS, strict=True)
 }

@@ -20,6 +20,7 @@ from app.privacy.lists import (
     _ASSIGNED_BEFORE,
     _BARE_CREDENTIAL,
     _CODE_VALUE,
+    _COMMENT_START,
     _IDENTIFIER_VALUE,
     _INLINE_TABLE_AFTER,
     _INLINE_TABLE_BEFORE,
@@ -169,6 +170,7 @@ def _rules_version() -> str:
             _F_STRING_REFERENCES,
             _PROSE_LINE,
             _CODE_VALUE,
+            _COMMENT_START,
             _BARE_CREDENTIAL,
             _PASSPHRASE,
             _IDENTIFIER_VALUE,
@@ -230,5 +232,6 @@ RULES_VERSION = _rules_version()
 # quote in a `.env` value (`PASSWORD='ab\'cd1234'` showed `cd1234`); Python 3.14's template
 # strings (`t"…"`, `tr"…"`) read as f-strings are; a key's body after `"""  \` (blanks before
 # the continuation); a no-break space or another Unicode space padding a name's `:` or `=` or a
-# quoted value; `\v`, `\f`, `\r` alone, NEL, U+2028 and U+2029 ending a line as `\n` does.
+# quoted value; `\v`, `\f`, `\r` alone, NEL, U+2028 and U+2029 ending a line as `\n` does;
+# `//` and `--` comments among a credential's list's lines, as `#` ones.
 RULES_GENERATION = 14
