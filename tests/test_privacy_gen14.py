@@ -152,7 +152,51 @@ def test_a_credentials_list_with_slash_or_dash_comments_is_redacted(
     assert_redacted_on_every_path(text, expected)
 
 
+# A TOML 1.1 inline table whose `{` ends a line above its credential's list, other keys'
+# lines, comments and blank lines between.
+TABLES_ABOVE = [
+    ('db = {\n  passwords = ["hunter2x"] }', 'db = {\n  passwords = ["@"] }'),
+    (
+        'db = {\n  user = "app",\n  api_keys = ["k1abc123", "k2abc456"],\n}',
+        'db = {\n  user = "app",\n  api_keys = ["@", "@"],\n}',
+    ),
+    (
+        "db = { user = \"app\",  # prod\n\n  # rotated\n  tokens = ['zQ8pL2mNx7Rt4Kq9'] }",
+        "db = { user = \"app\",  # prod\n\n  # rotated\n  tokens = ['@'] }",
+    ),
+    (
+        'x = {\r\n  y = {\r\n    api_keys = ["k1abc123"] } }',
+        'x = {\r\n  y = {\r\n    api_keys = ["@"] } }',
+    ),
+    ('x = {y = {\n  api_keys = ["k1abc123"]}}', 'x = {y = {\n  api_keys = ["@"]}}'),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), TABLES_ABOVE)
+def test_a_credentials_list_in_a_table_opened_above_is_redacted(text: str, expected: str) -> None:
+    assert_redacted_on_every_path(text, expected)
+
+
+# Nested TOML tables (the brief's item d): generation 13 redacts these already; pinned here.
+NESTED_TABLES = [
+    ('[a.b]\napi_keys = ["k1abc123"]', '[a.b]\napi_keys = ["@"]'),
+    ('x = {y = {api_keys = ["k1abc123"]}}', 'x = {y = {api_keys = ["@"]}}'),
+    ("[a.b.c]\npasswords = [\n  'hunter2x',\n]", "[a.b.c]\npasswords = [\n  '@',\n]"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), NESTED_TABLES)
+def test_a_credentials_list_in_a_nested_table_is_redacted(text: str, expected: str) -> None:
+    assert_redacted_on_every_path(text, expected)
+
+
 KEPT: list[str] = [
+    # Lists in a table opened above that hold no credential, or are code's.
+    'db = {\n  names = ["hunter2x"] }',
+    "opts = {\n  passwords = [f(x)] }",
+    'db = {\n  user = "app" }\npasswords = ["hunter2x"] if debug else []',
+    'db = {\n  user = "app" }\n  passwords = ["hunter2x"] }',
+    'if x {\n  passwords = ["hunter2x"] }',
     # A list of options or names, comments and all, as before.
     'args: ["--password", "--token"] // flags',
     "tokens: [--verbose, --debug]",
@@ -220,6 +264,12 @@ _LINEAR: list[Callable[[int], str]] = [
     lambda n: "api_keys = [" + "// x\n" * (_QUARTER // 5) * n + '"k1"',
     lambda n: "api_keys = [" + "-- " * (_QUARTER // 3) * n,
     lambda n: 'api_keys = ["k1", ' + "--x, " * (_QUARTER // 5) * n,
+    lambda n: "db = {\n" + 'a = "x",\n' * (_QUARTER // 9) * n + 'api_keys = ["k1abc"] }',
+    lambda n: ("db = {\n" + 'api_keys = ["k1abc"] }\n') * (_QUARTER // 29) * n,
+    lambda n: "db = {" + "{" * _QUARTER * n + '\napi_keys = ["k1abc"] }',
+    lambda n: (
+        "db = {\n" + ('a = "x",\n' * 200 + 'api_keys = ["k1abc"] }\n') * (_QUARTER // 2000) * n
+    ),
 ]
 
 

@@ -156,6 +156,34 @@ _INLINE_TABLE_BEFORE = re.compile(
     r"[ \t]*[\w.\-\"']+[ \t]*=[ \t]*\{(?:(?:\"[^\"\n]*+\"|'[^'\n]*+'|[^\n}\"'])*[,{])?[ \t]*"
 )
 _INLINE_TABLE_AFTER = re.compile(r"\s*+[,}]")
+# Or the table's `{` ends a line above the list's (TOML 1.1's inline tables span lines: `db = {`,
+# then `  api_keys = [...] }`; generation 13 kept the list in clear): that line as above, and
+# between it and the list's line only other keys' lines of the table (a scalar each, no
+# bracket or brace outside their strings), comments and blank lines. A `}` among them closes the
+# table, a `[` is another list's line: the search stops there, so each list's costs at most the
+# lines since the one before, within `_INLINE_TABLE_WINDOW` characters.
+_INLINE_TABLE_OPEN = re.compile(_INLINE_TABLE_BEFORE.pattern + r"(?:#[^\n]*+)?\r?\n")
+_INLINE_TABLE_LINES = re.compile(
+    r"(?:[ \t]*+(?:#[^\n]*+|[\w.\-\"']++[ \t]*+=[ \t]*+"
+    r"(?:\"[^\"\n]*+\"|'[^'\n]*+'|[^\n{}\[\]\"'#])*+(?:#[^\n]*+)?)?\r?\n)*+"
+)
+_INLINE_TABLE_WINDOW = 2000
+
+
+def _inline_table_above(text: str, line: int) -> bool:
+    """Whether the line at `line` is in a TOML inline table opened on a line above it
+    (`_INLINE_TABLE_OPEN`), with only the table's other keys' lines between."""
+    brace = text.rfind("{", max(0, line - _INLINE_TABLE_WINDOW), line)
+    if brace < 0:
+        return False
+    opening = text.rfind("\n", 0, brace) + 1
+    opened = _INLINE_TABLE_OPEN.match(text, opening, line)
+    if opened is None:
+        return False
+    between = _INLINE_TABLE_LINES.match(text, opened.end(), line)
+    return between is not None and between.end() == line
+
+
 # A comment's `#` is enough: the rest of its line is not read (for each of a line's lists).
 _YAML_AFTER = re.compile(rf"{BLANK}*+(?:[{LINE_BREAK_CHARS}]|\Z)|{BLANK}++#")
 # How far before a name its line's start is looked for: an indent is shorter, and each of a
@@ -325,8 +353,15 @@ def _listed_credentials(match: re.Match[str]) -> str:
         in_table = (
             assigned
             and at_line
-            and _INLINE_TABLE_BEFORE.fullmatch(text, line, name_start) is not None
+            and not own_line
             and _INLINE_TABLE_AFTER.match(text, match.end()) is not None
+            and (
+                _INLINE_TABLE_BEFORE.fullmatch(text, line, name_start) is not None
+                or (
+                    _ASSIGNED_BEFORE.fullmatch(text, line, name_start) is not None
+                    and _inline_table_above(text, line)
+                )
+            )
         )
         if not (own_line or in_table):
             return match.group()

@@ -24,6 +24,9 @@ from app.privacy.lists import (
     _IDENTIFIER_VALUE,
     _INLINE_TABLE_AFTER,
     _INLINE_TABLE_BEFORE,
+    _INLINE_TABLE_LINES,
+    _INLINE_TABLE_OPEN,
+    _INLINE_TABLE_WINDOW,
     _JSON_BARE,
     _LIST_ELEMENT_PATTERN,
     _LIST_ITEMS_START,
@@ -166,6 +169,8 @@ def _rules_version() -> str:
             _ASSIGNED_BEFORE,
             _INLINE_TABLE_BEFORE,
             _INLINE_TABLE_AFTER,
+            _INLINE_TABLE_OPEN,
+            _INLINE_TABLE_LINES,
             _LIST_ITEMS_START,
             _F_STRING_REFERENCES,
             _PROSE_LINE,
@@ -191,7 +196,7 @@ def _rules_version() -> str:
     parts += [repr(sorted(_LABEL_WORDS))]
     parts += [repr(sorted(_LABEL_COMPANION_WORDS)), repr(_LABEL_MAX_WORDS)]
     parts += [repr((_IDENTIFIER_WORD_CHARS, _IDENTIFIER_SHORT_WORDS, _IDENTIFIER_NUMBERS))]
-    parts += [repr(sorted(_TEMPLATE_PREFIX))]
+    parts += [repr(sorted(_TEMPLATE_PREFIX)), repr(_INLINE_TABLE_WINDOW)]
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
 
 
@@ -233,5 +238,6 @@ RULES_VERSION = _rules_version()
 # strings (`t"…"`, `tr"…"`) read as f-strings are; a key's body after `"""  \` (blanks before
 # the continuation); a no-break space or another Unicode space padding a name's `:` or `=` or a
 # quoted value; `\v`, `\f`, `\r` alone, NEL, U+2028 and U+2029 ending a line as `\n` does;
-# `//` and `--` comments among a credential's list's lines, as `#` ones.
+# `//` and `--` comments among a credential's list's lines, as `#` ones; a TOML inline table's
+# list whose `{` ends a line above it.
 RULES_GENERATION = 14
