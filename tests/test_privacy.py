@@ -989,7 +989,7 @@ RULES_GENERATIONS = {
     11: "3e260cdb0fada3d2",
     12: "9c3e2733cc7c348c",
     13: "d845e06f12cc5c5d",
-    14: "ceaa907009033bba",
+    14: "45e53406e816ec8a",
 }
 
 

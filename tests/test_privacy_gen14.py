@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from app.privacy import redact_secrets, redact_secrets_lines
+from app.privacy.lists import _LIST_PATTERNS
 from tests.test_privacy import _assert_linear, assert_redacted_on_every_path
 
 # `@` is each redaction.
@@ -270,6 +271,11 @@ _LINEAR: list[Callable[[int], str]] = [
     lambda n: (
         "db = {\n" + ('a = "x",\n' * 200 + 'api_keys = ["k1abc"] }\n') * (_QUARTER // 2000) * n
     ),
+    # The closing delimiter's search before a key's lines (`_TRIPLE_CLOSES`).
+    lambda n: 'private_key = """' + '"a' * (_QUARTER // 2) * n,
+    lambda n: "private_key = '''" + "''a\n" * (_QUARTER // 4) * n,
+    lambda n: ('private_key = """\n' + 'ab"\n' * 20) * (_QUARTER // 100) * n,
+    lambda n: 'private_key = """\n' + "ab\n" * (_QUARTER // 3) * n + '"""',
 ]
 
 
@@ -277,3 +283,46 @@ _LINEAR: list[Callable[[int], str]] = [
 def test_the_widened_patterns_cost_linear_work(make: Callable[[int], str]) -> None:
     for judge in (redact_secrets, redact_secrets_lines):
         _assert_linear(lambda n, judge=judge: judge(make(n)))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "sort_keys = ['name', 'email']",
+        "hotkeys: [ctrl+s, ctrl+q]",
+        '"sort_keys": ["a1", "b2"]',
+        "DEFAULT_KEYS = ['a1']",
+        "hash_keys: [a1]",
+        "class_keys = ['a1']",
+        "debug-keys: [a1]",
+        "shared_keys: [a1]",
+        "x.hotKeys = ['a1']",
+    ],
+)
+def test_a_list_under_a_name_ending_in_another_word_fails_the_pattern(text: str) -> None:
+    # `t` is `secretkey`'s letter before `key`: the pattern now fails unless a credential word's
+    # letters end there, so that a module of such lines holding one credential's list calls no
+    # Python for each (bench/privacy_lists.py).
+    assert not any(pattern.search(text) for pattern in _LIST_PATTERNS)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "secret_access_keys: [a1]",
+        "OPENAIAPIKEYS = ['k1abc']",
+        "api___keys: [a1]",
+        "apié_keys: [a1]",
+        "signing-keys: [a1]",
+        '"privateKeys": ["a1"]',
+        "AUTH_KEYS = ['a1']",
+        "x_SECRET__KEYS: [a1]",
+    ],
+)
+def test_a_list_under_a_credential_key_still_matches_the_pattern(text: str) -> None:
+    assert any(pattern.search(text) for pattern in _LIST_PATTERNS)
+
+
+def test_a_credentials_list_among_sort_keys_lines_is_redacted() -> None:
+    text = "sort_keys = ['name', 'email']\n" * 3 + "api_keys = ['k1abc123']\n"
+    assert_redacted_on_every_path(text, text.replace("'k1abc123'", "'@'"))

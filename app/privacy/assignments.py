@@ -236,6 +236,18 @@ _CONFIG_PATTERN = re.compile(
 # could split the same blanks, and an unclosed `"""` before a megabyte of blanks backtracked
 # through every split (rev-privacy26: 800 blanks took over a minute).
 _TRIPLE_CHAR = r"(?:[^\"'\s]|(?!(?P=triple))[\"'])"
+# A key's line, its characters read a run at a time: one character a step (`_TRIPLE_CHAR++`),
+# an unclosed `"""` before a megabyte of a key's lines cost 30-60 ms (rev-privacy26).
+_TRIPLE_WORD = r"(?:[^\"'\s]++|(?!(?P=triple))[\"'])++"
+# Whether the delimiter closes further on, looked for before a key's lines are read line by
+# line (a step of the regex engine each): an unclosed `"""` before a megabyte of a key's lines
+# took 30-60 ms (12-35 ms with the runs above alone; 0.4-3 ms before generation 13 read a key's
+# lines). A run of anything but one quote character is the engine's fastest loop (~0.7 ms a
+# megabyte, a class of two characters ~3.6 ms), so each delimiter has its own branch.
+_TRIPLE_CLOSES = (
+    r"(?=(?<=\"\"\")[^\"]*+(?:\"(?!\"\")[^\"]*+)*+\"\"\""
+    r"|(?<=''')[^']*+(?:'(?!'')[^']*+)*+''')"
+)
 # Between a key's lines: line breaks (`LINE_BREAK`: `\n`, `\r\n`, `\r` alone, U+2028...), blank
 # lines among them, and the blanks of an indent; read once (possessive), as a word's characters
 # are none of them.
@@ -244,8 +256,8 @@ _TRIPLE_QUOTED = (
     rf"(?P<triple>\"\"\"|''')(?:[ \t]*+{LINE_BREAK}?+[ \t]*+"
     rf"(?:(?P<word3>{_TRIPLE_CHAR}{{4,}}+)|(?P<phrase3>[^\"'{LINE_BREAK_CHARS}:=]{{4,100}}+))"
     rf"[ \t]*+{LINE_BREAK}?+[ \t]*+"
-    rf"|(?P<lines3>(?:[ \t]*+\\?+{_TRIPLE_GAP})?+{_TRIPLE_CHAR}++"
-    rf"(?:{_TRIPLE_GAP}{_TRIPLE_CHAR}++)++"
+    rf"|{_TRIPLE_CLOSES}(?P<lines3>(?:[ \t]*+\\?+{_TRIPLE_GAP})?+{_TRIPLE_WORD}"
+    rf"(?:{_TRIPLE_GAP}{_TRIPLE_WORD})++"
     rf"(?:[ \t]*+{LINE_BREAK})*+[ \t]*+))"
     r"(?P=triple)"
 )

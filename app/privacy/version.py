@@ -239,5 +239,7 @@ RULES_VERSION = _rules_version()
 # the continuation); a no-break space or another Unicode space padding a name's `:` or `=` or a
 # quoted value; `\v`, `\f`, `\r` alone, NEL, U+2028 and U+2029 ending a line as `\n` does;
 # `//` and `--` comments among a credential's list's lines, as `#` ones; a TOML inline table's
-# list whose `{` ends a line above it.
+# list whose `{` ends a line above it. Faster, the same output but for names no one writes
+# (`a_pi_keys`): an unclosed triple quote before a key's lines (`_TRIPLE_CLOSES`), a `key`
+# name's list pattern failing unless a credential word's letters end before its `key`.
 RULES_GENERATION = 14
