@@ -11,7 +11,7 @@ from math import isfinite
 from typing import Any
 
 from app.exactjson import PAST_A_DOUBLE, NumberOutOfRange, check_decimal
-from app.privacy.assignments import ASSIGNMENT_RULES, QUOTED_NAMES
+from app.privacy.assignments import _CONFIG_AFTER_BREAK, ASSIGNMENT_RULES, QUOTED_NAMES
 from app.privacy.clean import _SURROGATE, clean_text
 from app.privacy.commands import COMMAND_RULES
 from app.privacy.common import GATE_BLANK, GATE_SPACE, REDACTED, _Replacement, _Rule
@@ -84,6 +84,12 @@ _QUOTED = (
 _QUOTED_RULES = [pattern for _, pattern, _ in _RULES if r"(?P<sep>\s*[:=]\s*)" in pattern.pattern]
 _UNQUOTED_BYTE = r"[^\x09-\x0d\x20\"'#(){}\[\]<>$,;&|`\\]"
 _CONFIG_RULE = next(pattern for _, pattern, _ in _RULES if pattern.flags & re.MULTILINE)
+# A value holding a character no identifier has, a word of letters ending the line, or `<…>`.
+_CONFIG_GATE = (
+    rf"(?:{_CREDENTIAL_NAME}|{_PWD_NAME}){GATE_BLANK}*[:=]{GATE_BLANK}*(?:{_UNQUOTED_BYTE}*"
+    rf"[^A-Za-z_.\x09-\x0d\x20\"'#(){{}}\[\]<>$,;&|`\\]|[A-Za-z]+{GATE_BLANK}*(?:{GATE_SPACE}|$)"
+    r"|<[^<>\n]+>)"
+)
 _RULE_GATES: dict[re.Pattern[str], str] = {
     next(pattern for literals, pattern, _ in _RULES if literals == ("://",)): r"://[^:/@]*:[^@/]+@",
     **{
@@ -95,10 +101,12 @@ _RULE_GATES: dict[re.Pattern[str], str] = {
     **LIST_GATES,
     QUERY_RULES[0][1]: QUERY_GATE,
     # A value holding a character no identifier has, a word of letters ending the line, or `<…>`.
-    _CONFIG_RULE: (
-        rf"(?:{_CREDENTIAL_NAME}|{_PWD_NAME}){GATE_BLANK}*[:=]{GATE_BLANK}*(?:{_UNQUOTED_BYTE}*"
-        rf"[^A-Za-z_.\x09-\x0d\x20\"'#(){{}}\[\]<>$,;&|`\\]|[A-Za-z]+{GATE_BLANK}*(?:{GATE_SPACE}|$)"
-        r"|<[^<>\n]+>)"
+    _CONFIG_RULE: _CONFIG_GATE,
+    # After a line break other than `\n` (its UTF-8 bytes), on that line: in a long text that has
+    # none, the rule's scan for one is skipped (~2.7 µs a value on the capture benchmark's).
+    _CONFIG_AFTER_BREAK: (
+        r"(?:[\r\x0b\x0c\x1c-\x1e]|\xc2\x85|\xe2\x80[\xa8\xa9])[\t \x1f\x80-\xff]*"
+        rf"(?:-[\t \x80-\xff]+)?(?:export[\t ]+)?[\w.\-\x80-\xff]*{_CONFIG_GATE}"
     ),
 }
 

@@ -241,5 +241,6 @@ RULES_VERSION = _rules_version()
 # `//` and `--` comments among a credential's list's lines, as `#` ones; a TOML inline table's
 # list whose `{` ends a line above it. Faster, the same output but for names no one writes
 # (`a_pi_keys`): an unclosed triple quote before a key's lines (`_TRIPLE_CLOSES`), a `key`
-# name's list pattern failing unless a credential word's letters end before its `key`.
+# name's list pattern failing unless a credential word's letters end before its `key`; the
+# unquoted rule after another line break than `\n` a rule of its own (`_CONFIG_AFTER_BREAK`).
 RULES_GENERATION = 14
