@@ -1,6 +1,7 @@
 """The list rule's cost on text whose hyperscan gate fires without a credential's list: a
 TypeScript chunk with one React Query `queryKey: [...]`, many short YAML lists under `keys`, and
-many assigned ones (`keys = ['name', 'email']`).
+many assigned ones (`keys = ['name', 'email']`, `sort_keys`, `hotkeys`); and an unclosed triple
+quote's before a megabyte of a key's lines.
 
     uv run python -m bench.privacy_lists
 
@@ -49,6 +50,26 @@ CASES = {
     "... and one api_keys = ['k1abc']": (
         "keys = ['name', 'email']\n" * 15_000 + "api_keys = ['k1abc']\n",
         5,
+    ),
+    # Names ending in another word after a credential word's letter before `key` (`sort_keys`'s
+    # and `hotkeys`' `t`, as `secretkey`'s), with one credential's list (privacy27).
+    "sort_keys = ['name', 'email'] x 15k and one api_keys": (
+        "sort_keys = ['name', 'email']\n" * 15_000 + "api_keys = ['k1abc']\n",
+        5,
+    ),
+    "hotkeys: [ctrl+s, ctrl+q] x 15k and one api_keys": (
+        "hotkeys: [ctrl+s, ctrl+q]\n" * 15_000 + "api_keys: [k1abc]\n",
+        5,
+    ),
+    # An unclosed triple quote before a megabyte of a key's lines (privacy27: the line-by-line
+    # read of generation 13 took 30-60 ms, generation 12 0.4-3 ms).
+    'private_key = """ and 1 MB of a key\'s lines, unclosed': (
+        'private_key = """\n' + "Xq7mP2vL9kR4tZ8wN3bH6jC1yF5dG0sA2eU7iO4p\n" * 25_000,
+        3,
+    ),
+    'PASSWORD = """ and 1 MB of words a line, unclosed': (
+        'PASSWORD = """\n' + "word\n" * 200_000,
+        3,
     ),
     # One such line, as a captured value or a chunk's line: a short text runs every gated rule.
     "keys = ['name', 'email'] alone": ("keys = ['name', 'email']", 100_000),

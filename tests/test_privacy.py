@@ -430,6 +430,7 @@ def test_sanitize_json_redacts_secret_access_keys() -> None:
 
 GATE_SAMPLES = [
     *SECRETS,
+    "x: 1\u2028password: hunter2x9",
     f'"SecretAccessKey": "{AWS_SECRET}" aws_secret_access_key={AWS_SECRET}',
     f"AWS_SECRET_ACCESS_KEY: {AWS_SECRET} aws-secret-access-key: {AWS_SECRET}",
     "key sk_live_abcdefghijklmnop1234 rk_test_abcdefghijklmnop1234",
@@ -699,6 +700,10 @@ GATED_SAMPLES = [
     "PASSWORD: 'x y z w'",
     "https://user:pässword@host/x https://a:b@c",
     "postgres://app:s3cr\u00e9t@db:5432/app",
+    # A line that another break than `\n` starts (privacy27).
+    "x: 1\u2028  - db_password:\u00a0hunter2x9",
+    "progress\r\u3000export API_TOKEN=s3cr3t-9\r\n",
+    "a\x0cpasswd: letmein\x0c",
 ]
 
 
@@ -989,6 +994,7 @@ RULES_GENERATIONS = {
     11: "3e260cdb0fada3d2",
     12: "9c3e2733cc7c348c",
     13: "d845e06f12cc5c5d",
+    14: "61182613defa1132",
 }
 
 

@@ -6,7 +6,14 @@ from __future__ import annotations
 
 import re
 
-from app.privacy.common import _NOT_REDACTED, REDACTED, _Rule
+from app.privacy.common import (
+    _NOT_REDACTED,
+    BLANK,
+    LINE_BREAK,
+    LINE_BREAK_CHARS,
+    REDACTED,
+    _Rule,
+)
 from app.privacy.names import (
     _CREDENTIAL_NAME,
     _CREDENTIAL_VALUE,
@@ -37,7 +44,8 @@ def _assignment(match: re.Match[str]) -> str:
         or (value[0] if value[:1] in ("'", '"') else "")
     )
     prefix = groups.get("prefix") or ""
-    return f"{match.group('name')}{match.group('sep')}{prefix}{quote}{REDACTED}{quote}"
+    lead = groups.get("lead") or ""
+    return f"{lead}{match.group('name')}{match.group('sep')}{prefix}{quote}{REDACTED}{quote}"
 
 
 def _credential_assignment(match: re.Match[str]) -> str:
@@ -45,7 +53,7 @@ def _credential_assignment(match: re.Match[str]) -> str:
     before it) and the value are a reference's, the path the name expects, or a compiler's
     pass, or the value is a plain word that no credential is (`plain_credential`), a phrase
     that no passphrase is, or an f-string of references alone; then the text as it was."""
-    start = match.start()
+    start = match.start("name")
     before = _NAME_BEFORE.search(match.string, max(0, start - 100), start)
     # The unquoted rule's name holds the line's indent, a list's `- ` and `export `.
     name = (before.group() if before else "") + match.group("name").split()[-1].strip("\"'")
@@ -70,11 +78,14 @@ def _credential_assignment(match: re.Match[str]) -> str:
     else:
         value = match.group("value").strip("\"'")
         phrase = groups.get("phrase") is not None
-    if "f" in (groups.get("prefix") or "").lower() and _F_STRING_REFERENCES.fullmatch(value):
+    if _TEMPLATE_PREFIX & set((groups.get("prefix") or "").lower()) and (
+        _F_STRING_REFERENCES.fullmatch(value)
+    ):
         return match.group()
     if phrase:
-        # A value padded with blanks (`"  hunter22  "`) is the word inside them.
-        value = value.strip(" \t")
+        # A value padded with blanks (`"  hunter22  "`, a no-break space's too) is the word
+        # inside them.
+        value = value.strip()
         if any(char.isspace() for char in value):
             return _assignment(match) if passphrase(name, value) else match.group()
         if len(value) < _PLAIN_MIN_CHARS and groups.get("line_triple") is None:
@@ -86,10 +97,13 @@ def _credential_assignment(match: re.Match[str]) -> str:
         or compiler_pass(name)
         or _MASKED_VALUE.fullmatch(value) is not None
         or placeholder(name, value)
-        or (match.re is _CONFIG_PATTERN and _plain_word(value) and _plain_kept(match, name, value))
+        or (match.re in _CONFIG_PATTERNS and _plain_word(value) and _plain_kept(match, name, value))
     )
     return match.group() if kept else _assignment(match)
 
+
+# An f-string's and a template string's prefix letters: their braces hold references.
+_TEMPLATE_PREFIX = frozenset("ft")
 
 # A word of prose on a line of its own: a capital at most, then up to 19 small letters, perhaps a
 # sentence's punctuation (rev2-privacy26: any run of letters let a key's lines of random
@@ -115,12 +129,12 @@ def _plain_kept(match: re.Match[str], name: str, value: str) -> bool:
     capitalised word after `:` is a type or a kind (`token: Name`, `secret: Opaque`). `.env`,
     shell and properties files write `name=value`, YAML `name: value` in lower case."""
     sep = match.group("sep")
-    code = "=" in sep and sep[:1] in (" ", "\t") and sep[-1:] in (" ", "\t")
+    code = "=" in sep and sep[:1].isspace() and sep[-1:].isspace()
     # A capitalised word after `:` is a type, a column's kind or prose's verdict under a
     # password's name too (`password: Varchar`, `Password: Strong`): only an INI section above
     # makes it a value (generation 6 redacted it under a password's name, and so rewrote code).
     typed = ":" in sep and value[:1].isupper()
-    if (code or typed) and not _ini_section_above(match.string, match.start()):
+    if (code or typed) and not _ini_section_above(match.string, match.start("name")):
         return True
     return not plain_credential(name, value)
 
@@ -194,16 +208,29 @@ QUOTED_NAMES: list[tuple[str, tuple[str, ...], str]] = [
 # SecretStr` keep theirs; digits alone are a count (`max_token: 4096`) or a version (`token:
 # v1.2.3`). A word of letters alone (`password: swordfish`) is judged by `plain_credential`:
 # users' passwords are often plain words, and so are documentation's placeholders.
-_CONFIG_PATTERN = re.compile(
-    r"^(?P<name>[ \t]*(?:-[ \t]+)?(?:export[ \t]+)?"
+# Up to its line's end, any line break ending it (`LINE_BREAK_CHARS`).
+_CONFIG_LINE = (
+    r"(?P<name>[ \t]*(?:-[ \t]+)?(?:export[ \t]+)?"
     rf"(?:[\w.\-]*?{_CREDENTIAL_NAME}|(?:[\w.\-]*?[_.\-])?{_PWD_NAME}))"
-    r"(?P<sep>[ \t]*[:=][ \t]*)"
+    rf"(?P<sep>{BLANK}*[:=]{BLANK}*)"
     + _NOT_REDACTED
     + r"(?![=:])(?![-+]?v?\d+(?:\.\d+)?\b)(?!(?:[A-Za-z_]\w*\.)+[A-Za-z_]\w*\b)(?P<value>"
     + _CREDENTIAL_VALUE
     # A value in `<…>` (`<hunter2>`, `<Hunter Two>`) as JSON judges it (`known_value`).
-    + r"|[A-Za-z]++|<(?![%$\{])[^<>\n]{1,100}+>)(?<!:)(?=[ \t]*(?:[ \t]#[^\n]*)?\r?$)",
-    re.MULTILINE,
+    + r"|[A-Za-z]++|<(?![%$\{])[^<>\n]{1,100}+>)(?<!:)"
+    + rf"(?={BLANK}*(?:{BLANK}#[^{LINE_BREAK_CHARS}]*)?(?:[{LINE_BREAK_CHARS}]|\Z))"
+)
+_CONFIG_PATTERN = re.compile("^" + _CONFIG_LINE, re.MULTILINE)
+# A line that another line break than `\n` starts (`\u2028password: hunter2x9`): the break is
+# matched (`lead`, kept), so that the pattern starts with a character set, which the regex engine
+# skips to as fast as to a literal. A lookbehind for any break at every position in place of
+# `^` tripled the rule's cost on the capture benchmark's values (4.9 to 15.4 µs a value).
+_CONFIG_AFTER_BREAK = re.compile(r"(?P<lead>[\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029])" + _CONFIG_LINE)
+_CONFIG_PATTERNS = (_CONFIG_PATTERN, _CONFIG_AFTER_BREAK)
+_CONFIG_LITERALS = (
+    *("assw", "ASSW", "ecret", "ECRET", "oken", "OKEN", "key", "Key", "KEY"),
+    *("ssphrase", "SSPHRASE", "_pass", "-pass", "_PASS", "-PASS", "Pass"),
+    *("pwd", "Pwd", "PWD"),
 )
 
 # A TOML (or Python) triple-quoted string of one line, `"""hunter2x"""` or `'''hunter2x'''`, or
@@ -214,20 +241,36 @@ _CONFIG_PATTERN = re.compile(
 # holds none, so that it cannot run past its closing delimiter. A text of several lines is a
 # key's (`lines3`: a word on each line, base64's as a private key's body) or a help text or a
 # docstring, which is kept; a PEM key is KEY_RULES'. A key's first line may follow the opening
-# delimiter, or a `\` continuing it; blank lines may stand before, among and after its lines.
+# delimiter, or a `\` continuing it (blanks before the `\` too: generation 13 kept
+# `"""  \` and the key's lines after it in clear); blank lines may stand before, among and after
+# its lines.
 # Every blank and newline run is possessive: the runs on either side of an optional newline
 # could split the same blanks, and an unclosed `"""` before a megabyte of blanks backtracked
 # through every split (rev-privacy26: 800 blanks took over a minute).
 _TRIPLE_CHAR = r"(?:[^\"'\s]|(?!(?P=triple))[\"'])"
-# Between a key's lines: line breaks (`\n`, `\r\n`, `\r` alone), blank lines among them, and
-# the blanks of an indent; read once (possessive), as a word's characters are none of them.
-_TRIPLE_GAP = r"(?:[ \t]*+(?:\r\n?+|\n))++[ \t]*+"
+# A key's line, its characters read a run at a time: one character a step (`_TRIPLE_CHAR++`),
+# an unclosed `"""` before a megabyte of a key's lines cost 30-60 ms (rev-privacy26).
+_TRIPLE_WORD = r"(?:[^\"'\s]++|(?!(?P=triple))[\"'])++"
+# Whether the delimiter closes further on, looked for before a key's lines are read line by
+# line (a step of the regex engine each): an unclosed `"""` before a megabyte of a key's lines
+# took 30-60 ms (12-35 ms with the runs above alone; 0.4-3 ms before generation 13 read a key's
+# lines). A run of anything but one quote character is the engine's fastest loop (~0.7 ms a
+# megabyte, a class of two characters ~3.6 ms), so each delimiter has its own branch.
+_TRIPLE_CLOSES = (
+    r"(?=(?<=\"\"\")[^\"]*+(?:\"(?!\"\")[^\"]*+)*+\"\"\""
+    r"|(?<=''')[^']*+(?:'(?!'')[^']*+)*+''')"
+)
+# Between a key's lines: line breaks (`LINE_BREAK`: `\n`, `\r\n`, `\r` alone, U+2028...), blank
+# lines among them, and the blanks of an indent; read once (possessive), as a word's characters
+# are none of them.
+_TRIPLE_GAP = rf"(?:[ \t]*+{LINE_BREAK})++[ \t]*+"
 _TRIPLE_QUOTED = (
-    r"(?P<triple>\"\"\"|''')(?:[ \t]*+(?:\r\n?+|\n)?+[ \t]*+"
-    rf"(?:(?P<word3>{_TRIPLE_CHAR}{{4,}}+)|(?P<phrase3>[^\"'\r\n:=]{{4,100}}+))"
-    r"[ \t]*+(?:\r\n?+|\n)?+[ \t]*+"
-    rf"|(?P<lines3>(?:\\?+{_TRIPLE_GAP})?+{_TRIPLE_CHAR}++(?:{_TRIPLE_GAP}{_TRIPLE_CHAR}++)++"
-    r"(?:[ \t]*+(?:\r\n?+|\n))*+[ \t]*+))"
+    rf"(?P<triple>\"\"\"|''')(?:[ \t]*+{LINE_BREAK}?+[ \t]*+"
+    rf"(?:(?P<word3>{_TRIPLE_CHAR}{{4,}}+)|(?P<phrase3>[^\"'{LINE_BREAK_CHARS}:=]{{4,100}}+))"
+    rf"[ \t]*+{LINE_BREAK}?+[ \t]*+"
+    rf"|{_TRIPLE_CLOSES}(?P<lines3>(?:[ \t]*+\\?+{_TRIPLE_GAP})?+{_TRIPLE_WORD}"
+    rf"(?:{_TRIPLE_GAP}{_TRIPLE_WORD})++"
+    rf"(?:[ \t]*+{LINE_BREAK})*+[ \t]*+))"
     r"(?P=triple)"
 )
 # In capitals (the `.env` rule, which redacts a value of any length in one pair of quotes), any
@@ -239,8 +282,12 @@ _TRIPLE_LINE = (
 )
 # A Python string's prefix before its quote (`r"…"`, `b'…'`, `f"""…"""`, `rb"…"`), kept
 # as the quotes are; generation 12 kept the value after it in clear (in capitals the `.env`
-# rule redacted the prefix alone, `PASSWORD = [REDACTED]"s3cr3t"`).
-_STRING_PREFIX = r"(?P<prefix>(?:[bB][rR]|[rR][bB]|[fF][rR]|[rR][fF]|[rRbBuUfF])(?=[\"']))?"
+# rule redacted the prefix alone, `PASSWORD = [REDACTED]"s3cr3t"`). Python 3.14's template
+# strings (`t"…"`, `tr"…"`) too, read as f-strings are (generation 13 kept them in clear).
+_STRING_PREFIX = (
+    r"(?P<prefix>(?:[bB][rR]|[rR][bB]|[fF][rR]|[rR][fF]|[tT][rR]|[rR][tT]|[rRbBuUfFtT])"
+    r"(?=[\"']))?"
+)
 
 ASSIGNMENT_RULES: list[_Rule] = [
     # .env / shell style: API_KEY=..., DB_PASSWORD="...", export GITHUB_TOKEN=...
@@ -259,8 +306,12 @@ ASSIGNMENT_RULES: list[_Rule] = [
                 + _STRING_PREFIX
                 + rf"(?P<value>{_TRIPLE_QUOTED}|{_TRIPLE_LINE}"
                 # In double quotes, as shell and `.env` read them, `\"` does not close the value
-                # (`PASSWORD="ab\"cd1234"`); single quotes hold no escape there.
-                + r"|\"(?:[^\"\n\\]|\\[^\n])++\"|\"[^\"\n]++\"|\"\"(?!\")|'[^'\n]++'|''(?!')"
+                # (`PASSWORD="ab\"cd1234"`). Nor does `\'` in single quotes: dotenv readers
+                # take it as an escape, and in a shell the value runs on past it anyway
+                # (`'ab\'cd1234'` is `ab\cd1234` and an open quote); generation 13 redacted
+                # `ab\` and kept the rest in clear.
+                + r"|\"(?:[^\"\n\\]|\\[^\n])++\"|\"[^\"\n]++\"|\"\"(?!\")"
+                + r"|'(?:[^'\n\\]|\\[^\n])++'|'[^'\n]++'|''(?!')"
                 + r"|<(?![%$\{])[^<>\n]{1,100}+>(?![^\s\"'#\\])"
                 + r"|(?:[^\s\"'#\\]|\\(?![nr]))+)"
             ),
@@ -314,14 +365,7 @@ ASSIGNMENT_RULES: list[_Rule] = [
             _assignment(match) if basic_credentials(match.group("value")[1:-1]) else match.group()
         ),
     ),
-    # Unquoted values of credential-named keys on a line of their own (see _CONFIG_PATTERN).
-    (
-        (
-            *("assw", "ASSW", "ecret", "ECRET", "oken", "OKEN", "key", "Key", "KEY"),
-            *("ssphrase", "SSPHRASE", "_pass", "-pass", "_PASS", "-PASS", "Pass"),
-            *("pwd", "Pwd", "PWD"),
-        ),
-        _CONFIG_PATTERN,
-        _credential_assignment,
-    ),
+    # Unquoted values of credential-named keys on a line of their own (see _CONFIG_PATTERN), and
+    # on one another line break than `\n` starts (the scan's literals are ASCII: the name's).
+    *((_CONFIG_LITERALS, pattern, _credential_assignment) for pattern in _CONFIG_PATTERNS),
 ]

@@ -6,7 +6,14 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from app.privacy.common import REDACTED, _Rule
+from app.privacy.common import (
+    BLANK,
+    GATE_BLANK,
+    GATE_SPACE,
+    LINE_BREAK_CHARS,
+    REDACTED,
+    _Rule,
+)
 from app.privacy.names import (
     _CREDENTIAL_VALUE,
     _CREDENTIAL_WORDS,
@@ -35,16 +42,22 @@ _PLURAL_STEMS: tuple[tuple[str, tuple[str, ...]], ...] = (
 _LIST_SCALAR = (
     r"\"[^\"\\\n]*+(?:\\.[^\"\\\n]*+)*+\"|'[^'\\\n]*+(?:\\.[^'\\\n]*+)*+'|[^\s,\[\]{}\"'#]++"
 )
-_LIST_SPACE = r"[ \t\r\n]*+"
+# Any blank, a no-break space's too, and line breaks, around a name's `:` or `=`.
+_LIST_SPACE = r"\s*+"
 # Between a list's brackets, a comment may stand where a blank may, as Python, TOML and YAML
 # allow (`api_keys = [  # prod` and `"k1",  # first` on the lines of a multi-line list: privacy26,
 # generation 12 kept such a list in clear). A bare element holds no `#`, and a string holds its
-# own, so a `#` outside them starts a comment.
-_LIST_GAP = r"[ \t\r\n]*+(?:#[^\n]*+[ \t\r\n]*+)*+"
+# own, so a `#` outside them starts a comment, which ends at any line break (`LINE_BREAK_CHARS`).
+# `//` (JavaScript, JSON5, C) and `--` before a blank (SQL, Lua) start one too: generation 13
+# read `#` alone, and kept in clear the elements after `"k1", // prod`. `--x` is an option's
+# name, a bare element.
+_COMMENT = rf"(?:#|//|--(?!\S))[^{LINE_BREAK_CHARS}]*+"
+_COMMENT_START = re.compile(r"#|//|--(?!\S)")
+_LIST_GAP = rf"\s*+(?:{_COMMENT}\s*+)*+"
 # An element, or a comment, as `_listed_credentials` reads a list's items one by one.
-_LIST_ELEMENT_PATTERN = re.compile(r"#[^\n]*+|" + _LIST_SCALAR)
+_LIST_ELEMENT_PATTERN = re.compile(rf"{_COMMENT}|{_LIST_SCALAR}")
 # Where a list's first item starts: past brackets, blanks and comments.
-_LIST_ITEMS_START = re.compile(r"[\[ \t\r\n]*+(?:#[^\n]*+[\[ \t\r\n]*+)*+")
+_LIST_ITEMS_START = re.compile(rf"[\[\s]*+(?:{_COMMENT}[\[\s]*+)*+")
 
 
 def _first_item(items: str) -> str:
@@ -120,10 +133,34 @@ def _key_guard(literal: str) -> str:
     )
 
 
+# The letters before `key` in each credential word ending in it (`api`, `secret`, `rivate`,
+# `access`, `auth`, `igning`: six at most, a longer word's last six), any case.
+_KEY_NAME_ENDS = tuple(
+    sorted({word[: -len(_KEY_STEM)][-6:] for word in _CREDENTIAL_WORDS if word.endswith(_KEY_STEM)})
+)
+# What `_KEY_WORD` skips between a name's words: its separators and non-ASCII characters.
+_KEY_NAME_SKIPPED = r"[_.\-\x80-\U0010ffff]"
+
+
+def _key_name_end(literal: str) -> str:
+    """A lookbehind after a `key` literal that holds where `credential_key` may find a
+    credential word: one of `_KEY_NAME_ENDS` before it, past at most two skipped characters, or
+    three skipped characters (past which `_listed_credentials` decides, as before). A name
+    ending in another word (`sort_keys`, `hotkeys`, `monkeys`) fails here: generation 13 looked
+    at the letter before `key` alone, whose `t` (`secretkey`'s) let every `sort_keys = [...]`
+    line call Python once a credential's list let the rule run (70 ms for 15,000 lines)."""
+    ends = [
+        f"(?<=(?i:{end}){skipped}{literal})"
+        for end in _KEY_NAME_ENDS
+        for skipped in ("", _KEY_NAME_SKIPPED, _KEY_NAME_SKIPPED * 2)
+    ]
+    return "(?:" + "|".join([*ends, f"(?<={_KEY_NAME_SKIPPED * 3}{literal})"]) + ")"
+
+
 _LIST_PATTERNS = [
     re.compile(
         f"(?P<listed>{_stem(literal, ends)}"
-        + (_key_guard(literal) if literal.lower() == _KEY_STEM else "")
+        + (_key_guard(literal) + _key_name_end(literal) if literal.lower() == _KEY_STEM else "")
         + f"[sS]?){_LIST_REST}"
     )
     for literal, ends in _PLURAL_STEMS
@@ -142,9 +179,37 @@ _ASSIGNED_BEFORE = re.compile(r"[ \t]*")
 _INLINE_TABLE_BEFORE = re.compile(
     r"[ \t]*[\w.\-\"']+[ \t]*=[ \t]*\{(?:(?:\"[^\"\n]*+\"|'[^'\n]*+'|[^\n}\"'])*[,{])?[ \t]*"
 )
-_INLINE_TABLE_AFTER = re.compile(r"[ \t\r\n]*+[,}]")
+_INLINE_TABLE_AFTER = re.compile(r"\s*+[,}]")
+# Or the table's `{` ends a line above the list's (TOML 1.1's inline tables span lines: `db = {`,
+# then `  api_keys = [...] }`; generation 13 kept the list in clear): that line as above, and
+# between it and the list's line only other keys' lines of the table (a scalar each, no
+# bracket or brace outside their strings), comments and blank lines. A `}` among them closes the
+# table, a `[` is another list's line: the search stops there, so each list's costs at most the
+# lines since the one before, within `_INLINE_TABLE_WINDOW` characters.
+_INLINE_TABLE_OPEN = re.compile(_INLINE_TABLE_BEFORE.pattern + r"(?:#[^\n]*+)?\r?\n")
+_INLINE_TABLE_LINES = re.compile(
+    r"(?:[ \t]*+(?:#[^\n]*+|[\w.\-\"']++[ \t]*+=[ \t]*+"
+    r"(?:\"[^\"\n]*+\"|'[^'\n]*+'|[^\n{}\[\]\"'#])*+(?:#[^\n]*+)?)?\r?\n)*+"
+)
+_INLINE_TABLE_WINDOW = 2000
+
+
+def _inline_table_above(text: str, line: int) -> bool:
+    """Whether the line at `line` is in a TOML inline table opened on a line above it
+    (`_INLINE_TABLE_OPEN`), with only the table's other keys' lines between."""
+    brace = text.rfind("{", max(0, line - _INLINE_TABLE_WINDOW), line)
+    if brace < 0:
+        return False
+    opening = text.rfind("\n", 0, brace) + 1
+    opened = _INLINE_TABLE_OPEN.match(text, opening, line)
+    if opened is None:
+        return False
+    between = _INLINE_TABLE_LINES.match(text, opened.end(), line)
+    return between is not None and between.end() == line
+
+
 # A comment's `#` is enough: the rest of its line is not read (for each of a line's lists).
-_YAML_AFTER = re.compile(r"[ \t]*+(?:\r?\n|\Z)|[ \t]++#")
+_YAML_AFTER = re.compile(rf"{BLANK}*+(?:[{LINE_BREAK_CHARS}]|\Z)|{BLANK}++#")
 # How far before a name its line's start is looked for: an indent is shorter, and each of a
 # megabyte's lists costs a bounded search, not the line's.
 _YAML_INDENT_CHARS = 100
@@ -220,6 +285,20 @@ _NAMES_ONLY = re.compile(r"[A-Za-z_.,\s\[\]]*+")
 
 _NAME_BEFORE_CHARS = 100
 
+# A line's characters, read backwards from a name to the line break before it (any of
+# `LINE_BREAK_CHARS`: `x = 1\u2028api_keys = [...]` is a line of its own, as after `\n`).
+_LINE_CHARS = re.compile(rf"[^{LINE_BREAK_CHARS}]*")
+
+
+def _line_start(text: str, name_start: int) -> tuple[int, bool]:
+    """Where the line holding `name_start` starts, and whether that start was found within
+    `_YAML_INDENT_CHARS` characters (a break there, or the text's start)."""
+    low = max(0, name_start - _YAML_INDENT_CHARS)
+    window = text[low:name_start][::-1]
+    found = _LINE_CHARS.match(window)
+    length = found.end() if found else 0
+    return name_start - length, length < len(window) or low == 0
+
 
 def _name_before(text: str, end: int) -> str:
     """The identifier's characters right before `end`, 100 at most: what `_NAME_BEFORE` finds."""
@@ -287,9 +366,8 @@ def _listed_credentials(match: re.Match[str]) -> str:
         return match.group()
     if not quote or assigned:
         name_start = start - len(stem) - (1 if quote else 0)
-        line = text.rfind("\n", max(0, name_start - _YAML_INDENT_CHARS), name_start) + 1
+        line, at_line = _line_start(text, name_start)
         before = _ASSIGNED_BEFORE if assigned else _YAML_BEFORE
-        at_line = line > 0 or name_start <= _YAML_INDENT_CHARS
         own_line = (
             (assigned or "\n" not in match.group())
             and at_line
@@ -299,8 +377,15 @@ def _listed_credentials(match: re.Match[str]) -> str:
         in_table = (
             assigned
             and at_line
-            and _INLINE_TABLE_BEFORE.fullmatch(text, line, name_start) is not None
+            and not own_line
             and _INLINE_TABLE_AFTER.match(text, match.end()) is not None
+            and (
+                _INLINE_TABLE_BEFORE.fullmatch(text, line, name_start) is not None
+                or (
+                    _ASSIGNED_BEFORE.fullmatch(text, line, name_start) is not None
+                    and _inline_table_above(text, line)
+                )
+            )
         )
         if not (own_line or in_table):
             return match.group()
@@ -313,14 +398,14 @@ def _listed_credentials(match: re.Match[str]) -> str:
     # A JSON or repr list with a call or an expression in it is code's, as before YAML's bare
     # elements widened the pattern (`["k1", f(x)]`).
     if strings and not all(
-        found[0] in ("'", '"', "#") or _JSON_BARE.fullmatch(found)
+        found[0] in ("'", '"') or _COMMENT_START.match(found) or _JSON_BARE.fullmatch(found)
         for found in _LIST_ELEMENT_PATTERN.findall(items)
     ):
         return match.group()
 
     def element(found: re.Match[str]) -> str:
         scalar = found.group()
-        if scalar[0] == "#":
+        if _COMMENT_START.match(scalar):
             return scalar
         if scalar[0] not in ("'", '"'):
             redacted = (
@@ -353,21 +438,22 @@ LIST_RULES: list[_Rule] = [
 # hyperscan 0.9.1 missed ~half of the long texts' `pwds: ['hunter2', 'x1']` lines that `re`
 # matches with this end after `pwd`'s list (in the privacy rules' database; alone it matched):
 # the `pwd` names' gate stops at the list's first string or symbol, and the rule decides.
-_YAML_LIST_END = r"[^\n]*\][\t ]*(?:\r?\n|#|$)"
+_YAML_LIST_END = rf"[^\n]*\]{GATE_BLANK}*(?:[\x0a-\x0d\x1c-\x1e\x80-\xff]|#|$)"
 # Each list rule's gate, its branches apart (tests/test_privacy_gen8_gates.py reaches each one).
 LIST_GATE_BRANCHES: dict[re.Pattern[str], tuple[str, ...]] = {
     pattern: (
         # A quoted name's list.
-        rf"{_stem(literal, ends)}[sS]?[\"'][\t\n\r ]*:[\t\n\r ]*\["
+        rf"{_stem(literal, ends)}[sS]?[\"']{GATE_SPACE}*:{GATE_SPACE}*\["
         r"[\t\n\r ,A-Za-z_.]*[^\t\n\r ,A-Za-z_.\]]",
         # YAML's flow list.
-        rf"{_stem(literal, ends)}[sS]?[\t\r ]*:[\t\r ]*\["
+        rf"{_stem(literal, ends)}[sS]?[\r{GATE_BLANK[1:-1]}]*:[\r{GATE_BLANK[1:-1]}]*\["
         r"[\t\r ,A-Za-z_.]*[^\t\n\r ,A-Za-z_.\]]"
         + ("" if literal.lower() == "pwd" else _YAML_LIST_END),
         # TOML's and INI's `name = [` and a string (privacy24).
         # A comment before the first string (privacy26) lets the rule run at its `#`: read to
         # its line's end, the gate left hyperscan missing other branches' lists in long texts.
-        rf"{_stem(literal, ends)}[sS]?[\"']?[\t\n\r ]*=[\t\n\r ]*\[[\t\n\r \[]*[\"'#]",
+        rf"{_stem(literal, ends)}[sS]?[\"']?{GATE_SPACE}*={GATE_SPACE}*\["
+        rf"[\[{GATE_SPACE[1:-1]}]*[\"'#/\-]",
     )
     for (literal, ends), pattern in zip(_PLURAL_STEMS, _LIST_PATTERNS, strict=True)
 }

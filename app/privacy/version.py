@@ -12,6 +12,7 @@ from app.privacy.assignments import (
     _INI_LINES,
     _INI_WINDOW,
     _PROSE_LINE,
+    _TEMPLATE_PREFIX,
 )
 from app.privacy.connections import _QUERY_WORDS
 from app.privacy.engine import _RULE_GATES, _RULES
@@ -19,9 +20,13 @@ from app.privacy.lists import (
     _ASSIGNED_BEFORE,
     _BARE_CREDENTIAL,
     _CODE_VALUE,
+    _COMMENT_START,
     _IDENTIFIER_VALUE,
     _INLINE_TABLE_AFTER,
     _INLINE_TABLE_BEFORE,
+    _INLINE_TABLE_LINES,
+    _INLINE_TABLE_OPEN,
+    _INLINE_TABLE_WINDOW,
     _JSON_BARE,
     _LIST_ELEMENT_PATTERN,
     _LIST_ITEMS_START,
@@ -108,7 +113,9 @@ from app.privacy.private import _MEMORY, _MEMORY_LITERALS, _PRIVATE_LITERALS, _P
 # a padded value judged as the word inside its blanks, a key's lines joined (lines of a word of
 # letters each judged as a phrase, fixprivacy26), comments skipped
 # among a list's elements and a TOML inline table's list read (`_listed_credentials`; privacy26).
-_RULES_CODE_VERSION = 12
+# 13: a value's padding stripped is any Unicode blank, not only spaces and tabs; a separator
+# of Unicode blanks spaces code as one of spaces does (`_plain_kept`; privacy27).
+_RULES_CODE_VERSION = 13
 
 
 def _described(value: object) -> str:
@@ -162,10 +169,13 @@ def _rules_version() -> str:
             _ASSIGNED_BEFORE,
             _INLINE_TABLE_BEFORE,
             _INLINE_TABLE_AFTER,
+            _INLINE_TABLE_OPEN,
+            _INLINE_TABLE_LINES,
             _LIST_ITEMS_START,
             _F_STRING_REFERENCES,
             _PROSE_LINE,
             _CODE_VALUE,
+            _COMMENT_START,
             _BARE_CREDENTIAL,
             _PASSPHRASE,
             _IDENTIFIER_VALUE,
@@ -186,6 +196,7 @@ def _rules_version() -> str:
     parts += [repr(sorted(_LABEL_WORDS))]
     parts += [repr(sorted(_LABEL_COMPANION_WORDS)), repr(_LABEL_MAX_WORDS)]
     parts += [repr((_IDENTIFIER_WORD_CHARS, _IDENTIFIER_SHORT_WORDS, _IDENTIFIER_NUMBERS))]
+    parts += [repr(sorted(_TEMPLATE_PREFIX)), repr(_INLINE_TABLE_WINDOW)]
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
 
 
@@ -222,4 +233,14 @@ RULES_VERSION = _rules_version()
 # references alone kept); a value padded with blanks in one pair of quotes; a credential's list
 # in a TOML inline table or with comments among its lines. The `key` names' list patterns fail
 # by themselves where the rule let the list go (the same output, cheaper).
-RULES_GENERATION = 13
+# 14 (privacy27): what generation 13 kept readable near the shapes it redacts: an escaped single
+# quote in a `.env` value (`PASSWORD='ab\'cd1234'` showed `cd1234`); Python 3.14's template
+# strings (`t"…"`, `tr"…"`) read as f-strings are; a key's body after `"""  \` (blanks before
+# the continuation); a no-break space or another Unicode space padding a name's `:` or `=` or a
+# quoted value; `\v`, `\f`, `\r` alone, NEL, U+2028 and U+2029 ending a line as `\n` does;
+# `//` and `--` comments among a credential's list's lines, as `#` ones; a TOML inline table's
+# list whose `{` ends a line above it. Faster, the same output but for names no one writes
+# (`a_pi_keys`): an unclosed triple quote before a key's lines (`_TRIPLE_CLOSES`), a `key`
+# name's list pattern failing unless a credential word's letters end before its `key`; the
+# unquoted rule after another line break than `\n` a rule of its own (`_CONFIG_AFTER_BREAK`).
+RULES_GENERATION = 14
