@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from app.config import Settings
 
 _WINDOWS_DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
+# Slashes before a Windows path: a file URI's path (`/c:/Users/...`, VS Code's `uri.path`), or a
+# client joining the path to a URL after its slash (`/api/context//C:/...`).
+_SLASHES_BEFORE_DRIVE = re.compile(r"^/+(?=[A-Za-z]:[\\/])")
 
 
 def is_windows_path(path: str) -> bool:
@@ -34,9 +37,13 @@ def is_windows_path(path: str) -> bool:
 
 def canonical_project(path: str) -> str:
     """The project key for a path as sent: trimmed, NFC, `.`/`..`/doubled and trailing
-    separators folded; a Windows path with backslashes and an upper-case drive letter."""
+    separators folded; a Windows path (slashes before it dropped: `/C:/...` is `C:\\...`) with
+    backslashes and an upper-case drive letter."""
     # macOS tools may send a decomposed "é" (NFD) where a typed path has the composed one.
     text = unicodedata.normalize("NFC", path.strip())
+    # `/C:/...` was the POSIX key `/C:/...` in a body or a query, and `C:\...` in the context's
+    # path form: one folder, two projects. No POSIX project is a folder named `C:` at the root.
+    text = _SLASHES_BEFORE_DRIVE.sub("", text)
     if not text:
         return text
     if is_windows_path(text):

@@ -23,6 +23,11 @@ from app.projects import canonical_project
         ("c:\\Users\\dev\\shop\\", "C:\\Users\\dev\\shop"),
         ("/", "/"),
         ("C:\\", "C:\\"),
+        # A file URI's path (VS Code's `uri.path`), and the slash a client puts before any path.
+        ("/c:/Users/dev/shop", "C:\\Users\\dev\\shop"),
+        ("//C:\\Users\\dev\\shop\\", "C:\\Users\\dev\\shop"),
+        ("/C:", "/C:"),
+        ("/home/C:/shop", "/home/C:/shop"),
         ("~/shop/", "~/shop"),
         ("shop", "shop"),
     ],
@@ -69,3 +74,33 @@ def test_an_interceptors_spelling_meets_the_clis_in_every_api(
     assert [r["source"] for r in found["results"]] == ["kv"]
     rows = db.execute("SELECT DISTINCT project_path FROM sessions").fetchall()
     assert rows == [("/home/dev/shop",)]
+
+
+def test_a_windows_key_sent_after_a_slash_is_found_by_every_form(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    # `/C:/...` in a body or a query was the POSIX key `/C:/...`, and `C:\\...` in the context's
+    # path form: what a client stored under the one, the other did not find (rev-leftovers26).
+    slashed = "/C:/Users/dev/shop"
+    started = client.post("/api/session/start", json={"projectPath": slashed, "id": "w"})
+    assert started.json()["projectPath"] == "C:\\Users\\dev\\shop"
+    put = client.put("/api/memories/project.name", json={"value": "shop", "projectPath": slashed})
+    assert put.json()["projectPath"] == "C:\\Users\\dev\\shop"
+    for spelling in (slashed, "C:/Users/dev/shop", "c:\\Users\\dev\\shop"):
+        listed = client.get("/api/sessions", params={"projectPath": spelling}).json()
+        assert [s["id"] for s in listed["sessions"]] == ["w"], spelling
+        got = client.get("/api/memories/project.name", params={"projectPath": spelling})
+        assert got.status_code == 200, spelling
+        found = client.post(
+            "/api/search",
+            json={"query": "project.name", "projectPath": spelling, "mode": "keyword"},
+        ).json()
+        assert [r["source"] for r in found["results"]] == ["kv"], spelling
+    for url in (
+        "/api/context//C:/Users/dev/shop",
+        "/api/context/C:/Users/dev/shop",
+        "/api/context/%2FC%3A%2FUsers%2Fdev%2Fshop",
+        "/api/context?projectPath=/C:/Users/dev/shop",
+        "/api/context?projectPath=C:/Users/dev/shop",
+    ):
+        assert "project.name" in client.get(url).text, url

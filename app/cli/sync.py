@@ -49,6 +49,15 @@ def sync(
         str | None,
         typer.Option("--sessions-dir", help="Transcripts folder, relative or absolute."),
     ] = None,
+    forget_dirs: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--forget-dir",
+            help="Drop what was indexed from this memory root or transcripts folder (relative "
+            "to the project or absolute; it may be gone). Repeatable. A sync deletes only the "
+            "files of its own folders otherwise.",
+        ),
+    ] = None,
     force: Annotated[
         bool, typer.Option("--force", help="Re-read and re-chunk every file.")
     ] = False,
@@ -73,22 +82,31 @@ def sync(
     from app.db.supervisor import supervised
     from app.heap import freeze_heap
     from app.llm.embeddings import get_embedder
-    from app.sync.indexer import ProjectFolderMissing, SyncRequest, sync_project
+    from app.sync.indexer import (
+        ForgetsItsOwnRoot,
+        ProjectFolderMissing,
+        SyncRequest,
+        sync_project,
+    )
     from app.sync.watch import watch_project
 
     folder = project or current_folder()  # made absolute by the option's callback
     storable_project(folder)  # a bound check only: the folder is read as it is spelled on disk
     if prune_missing:
-        if watch or force or reembed or memory_dir or sessions_dir:
+        if watch or force or reembed or memory_dir or sessions_dir or forget_dirs:
             fail("--prune-missing takes no other option than --project")
         _prune(settings, folder)
         return
+    if forget_dirs and watch:
+        # Forgetting is once: a watch's syncs look only at the paths their events name.
+        fail("--forget-dir takes no --watch: forget with a one-shot sync, then watch")
     request = SyncRequest(
         project_path=folder,
         memory_dir=memory_dir,
         sessions_dir=sessions_dir,
         force=force,
         reembed=reembed,
+        forget_dirs=tuple(forget_dirs or ()),
     )
     # soft_wrap: a long path stays on its line (rich wrapped at 80 columns when piped); no emoji
     # codes: a path holding ":fire:" was printed with 🔥.
@@ -145,7 +163,7 @@ def sync(
         # 130), not as a success without its summary line.
         try:
             asyncio.run(go())
-        except ProjectFolderMissing as error:
+        except (ProjectFolderMissing, ForgetsItsOwnRoot) as error:
             fail(str(error))
 
 

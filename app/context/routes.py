@@ -75,10 +75,8 @@ def normalise_project_path(from_path: str | None, given: str | None, given_in: s
     if chosen is None or not chosen.strip():
         raise MissingProjectPath("give the project as /api/context/<path> or ?projectPath=")
     chosen = chosen.strip()
-    if by_path and is_windows_path(chosen.lstrip("/")):
-        # The path form's slash before a Windows path (`/api/context//C:/Users/...`, as a client
-        # joins any path to the URL) made it the POSIX path `/C:/Users/...`: no project's key.
-        chosen = chosen.lstrip("/")
+    # A Windows path after slashes (`/api/context//C:/Users/...`) is folded by canonical_project,
+    # in every form and every route alike.
     if not chosen.startswith("/") and not is_windows_path(chosen):
         chosen = "/" + chosen
     project = canonical_project(chosen)

@@ -176,6 +176,9 @@ class MemoryFileRow(Base):
     )
     # app.privacy.RULES_VERSION when the chunks were made; a sync re-chunks on any other value.
     rules: Mapped[str | None] = mapped_column(String(16))
+    # The memory root or sessions folder (as `source` says) the file was found under: a sync
+    # deletes the missing files of its own roots only. NULL: indexed before it was recorded.
+    root: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (UniqueConstraint("project_path", "path"),)
 
@@ -327,6 +330,8 @@ class SyncRunRow(WorkQueueMixin, Base):
     folder: Mapped[str | None] = mapped_column(Text)
     memory_dir: Mapped[str | None] = mapped_column(Text)
     sessions_dir: Mapped[str | None] = mapped_column(Text)
+    # Roots whose indexed files the run drops (`forgetDirs`), as the client gave them.
+    forget_dirs: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
     force: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default="false")
     reembed: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default="false")
     # queued -> running -> done | failed

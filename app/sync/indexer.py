@@ -4,7 +4,8 @@ An unchanged file costs a `stat` and a dictionary lookup: nothing is read, hashe
 file whose size or mtime moved is hashed; the same hash only records the new (mtime, size). A
 changed file's chunks are replaced inside one transaction (rows whose chunk comes out the same,
 same text and lines, are kept as they are), and a vanished file's row is deleted, its chunks
-going with it by cascade. A per-project advisory lock serialises concurrent syncs.
+going with it by cascade: only a file of the sync's own roots, or of a root it forgets
+(app/sync/ownership.py). A per-project advisory lock serialises concurrent syncs.
 
 Here the run's order; a file's read, hash and chunks are app/sync/reading.py's, the buffered
 write transactions app/sync/writer.py's.
@@ -50,6 +51,7 @@ from app.sync.embed import (
     reembed_with_batch,
     resume_batches,
 )
+from app.sync.ownership import SyncRoots
 from app.sync.reading import Roots, Unchanged, prepare_all
 from app.sync.report import Progress, SyncReport
 from app.sync.writer import ChunkWriter
@@ -66,6 +68,9 @@ class SyncRequest:
     sessions_dir: str | None = None
     force: bool = False
     reembed: bool = False
+    # Roots (memory roots or sessions folders, relative ones under the project) whose indexed
+    # files this sync drops: a sync deletes only the missing files of its own roots otherwise.
+    forget_dirs: tuple[str, ...] = ()
     # A named memory root must hold a memory file or `memory/` (`resolve_roots`); a watch checks
     # it at its start only: its files deleted later are dropped, the watch going on.
     memory_files_required: bool = True
@@ -73,6 +78,26 @@ class SyncRequest:
 
 class ProjectFolderMissing(Exception):
     """The project path, or a memory or sessions folder named for this sync, is not a folder."""
+
+
+class MemoryFilesMissing(ProjectFolderMissing):
+    """A memory root named for this sync is a folder without a memory file in it."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        super().__init__(self.saying("--forget-dir"))
+
+    def saying(self, forget: str) -> str:
+        """The message, naming the way to forget the root as the caller's surface spells it."""
+        return (
+            f"memory folder {self.folder} holds no memory file ({', '.join(ROOT_MEMORY_FILES)} "
+            f"or memory/): name the folder that holds them, or drop what was indexed from it "
+            f"with {forget}"
+        )
+
+
+class ForgetsItsOwnRoot(Exception):
+    """A folder to forget is one of the roots the same sync indexes."""
 
 
 def resolve_roots(settings: Settings, request: SyncRequest) -> tuple[str, Path, Path]:
@@ -121,13 +146,26 @@ def _require_folder(path: Path, what: str) -> None:
 
 def _require_memory_root(memory: Path) -> None:
     # lexists: a `memory/` that is a link, or a root file that is one, is discover's to judge
-    # (and to report as skipped); only a root with nothing of memory in it is refused.
+    # (and to report as skipped); only a root with nothing of memory in it is refused. A root
+    # emptied on purpose looks the same as one a level off: its files go by `forget_dirs`.
     if any(os.path.lexists(memory / name) for name in (*ROOT_MEMORY_FILES, "memory")):
         return
-    raise ProjectFolderMissing(
-        f"memory folder {memory} holds neither MEMORY.md nor memory/ "
-        "(name the folder that holds them)"
+    raise MemoryFilesMissing(memory)
+
+
+def sync_roots(memory: Path, sessions: Path, request: SyncRequest) -> SyncRoots:
+    """The roots a sync indexes (from `resolve_roots`) and the folders it forgets, resolved as
+    the roots are (a relative one under the project). A folder to forget need not exist (its
+    files are what is left of it); one the sync also indexes is refused."""
+    project = Path(os.path.abspath(Path(request.project_path).expanduser()))
+    forget = frozenset(
+        os.path.normpath(project / Path(folder).expanduser()) for folder in request.forget_dirs
     )
+    if clash := sorted(forget & {str(memory), str(sessions)}):
+        raise ForgetsItsOwnRoot(
+            f"cannot both sync and forget {clash[0]}: it is this sync's memory or sessions folder"
+        )
+    return SyncRoots(str(memory), str(sessions), forget)
 
 
 async def sync_project(
@@ -150,6 +188,7 @@ async def sync_project(
     `gate` is the worker's, for a sync it runs: the sync's Batch cancels go to its quota.
     """
     project, memory_root, sessions_root = resolve_roots(settings, request)
+    owned = sync_roots(memory_root, sessions_root, request)
     roots = Roots.of(memory_root, sessions_root)
     scope = None
     if changed is not None and not request.force:
@@ -195,6 +234,7 @@ async def sync_project(
                     project,
                     found,
                     roots,
+                    owned,
                     known,
                     progress,
                     gate,
@@ -220,6 +260,7 @@ async def _sync_locked(
     project: str,
     found: Discovery,
     roots: Roots,
+    owned: SyncRoots,
     known: dict[str, queries.KnownFile],
     progress: Progress | None,
     gate: GeminiGate | None,
@@ -237,6 +278,11 @@ async def _sync_locked(
         or not k.under_current_rules
     ]
     present = {f.path for f in found.files}
+    # Found under another root than recorded (indexed before roots were, or listed by two
+    # overlapping roots): the root that found it last owns it. Over the known files, strays
+    # first: a pass over the found ones, each a lookup, cost a no-change re-sync ~0.6 ms.
+    strays = [k for k in known.values() if k.root != owned.of(k.source)]
+    moved = [(k.id, owned.of(k.source)) for k in strays if k.path in present]
     # A known file's path fits: its entry is in the index. A new one over the bound may not.
     if long := [
         f.path
@@ -274,8 +320,10 @@ async def _sync_locked(
             report,
             candidates,
             roots,
+            owned,
             known,
             present,
+            moved,
             progress,
             gate,
         )
@@ -301,15 +349,17 @@ async def _write_all(
     report: SyncReport,
     candidates: list[FoundFile],
     roots: Roots,
+    owned: SyncRoots,
     known: dict[str, queries.KnownFile],
     present: set[str],
+    moved: list[tuple[int, str]],
     progress: Progress | None,
     gate: GeminiGate | None,
 ) -> None:
-    """The file pass (changed files written, touched ones re-stamped, vanished ones deleted) and
-    the embedding passes after it."""
+    """The file pass (changed files written, touched ones re-stamped, vanished ones of the sync's
+    roots and the forgotten roots' deleted) and the embedding passes after it."""
     total = len(candidates)
-    writer = ChunkWriter(lock, pool, embedder, project, report, known, request.force)
+    writer = ChunkWriter(lock, pool, embedder, project, owned, report, known, request.force)
     earlier: asyncio.Task[bool] | None = None
     if total:
         # A small re-sync's changed files were indexed before: their current rows (to keep the
@@ -364,7 +414,9 @@ async def _write_all(
     left_unembedded = True
     if earlier is not None:
         left_unembedded = writer.wrote_unembedded or await earlier
-    gone = [k.id for path, k in known.items() if path not in present]
+    await queries.set_roots(lock, moved)
+    # Another root's files stay: a sync that forgot a custom root's flag deleted them all.
+    gone = [k.id for path, k in known.items() if path not in present and owned.may_delete(k)]
     if gone:
         await queries.delete_files(lock, gone)  # one statement: its own transaction
         report.files_deleted = len(gone)

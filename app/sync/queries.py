@@ -33,7 +33,10 @@ AUTOCOMMIT = {"isolation_level": "AUTOCOMMIT"}
 _TRY_LOCK_RAW = "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))"
 _UNLOCK_RAW = "SELECT pg_advisory_unlock(hashtextextended(%s, 0))"
 
-_KNOWN_FILES = "SELECT id, path, hash, size, mtime, rules FROM memory_files WHERE project_path = %s"
+_KNOWN_FILES = (
+    "SELECT id, path, hash, size, mtime, rules, source, root FROM memory_files "
+    "WHERE project_path = %s"
+)
 # Those at a watcher's changed paths (an index scan), and under those that may be folders (a scan
 # of the project's files: ~5 ms for 22 prefixes over 2,201 files, so only when there are any).
 _KNOWN_FILES_AT = _KNOWN_FILES + " AND path = ANY(%s::text[])"
@@ -85,12 +88,13 @@ async def unindexable(connection: Conn, project: str, paths: list[str]) -> list[
 
 _UPSERT_FILES = (
     "INSERT INTO memory_files (project_path, path, source, hash, mtime, size, chunk_count, "
-    "rules) SELECT %(project)s, p, s, h, m, z, c, %(rules)s FROM unnest(%(paths)s::text[], "
-    "%(sources)s::text[], %(hashes)s::text[], %(mtimes)s::float8[], "
-    "%(sizes)s::bigint[], %(counts)s::int[]) AS t(p, s, h, m, z, c) "
+    "rules, root) SELECT %(project)s, p, s, h, m, z, c, %(rules)s, r FROM unnest("
+    "%(paths)s::text[], %(sources)s::text[], %(hashes)s::text[], %(mtimes)s::float8[], "
+    "%(sizes)s::bigint[], %(counts)s::int[], %(roots)s::text[]) AS t(p, s, h, m, z, c, r) "
     "ON CONFLICT (project_path, path) DO UPDATE SET source = EXCLUDED.source, "
     "hash = EXCLUDED.hash, mtime = EXCLUDED.mtime, size = EXCLUDED.size, "
-    "chunk_count = EXCLUDED.chunk_count, rules = EXCLUDED.rules, indexed_at = now() "
+    "chunk_count = EXCLUDED.chunk_count, rules = EXCLUDED.rules, root = EXCLUDED.root, "
+    "indexed_at = now() "
     "RETURNING path, id"
 )
 
@@ -119,6 +123,13 @@ _COPY_TYPES = (
 _TOUCH_FILES = (
     "UPDATE memory_files AS f SET mtime = t.m, size = t.s FROM unnest(%s::bigint[], "
     "%s::float8[], %s::bigint[]) AS t(i, m, s) WHERE f.id = t.i"
+)
+
+# Unchanged files found under another root than recorded: rows from before roots were recorded
+# (NULL), or a file two overlapping roots both list.
+_SET_ROOTS = (
+    "UPDATE memory_files AS f SET root = t.r FROM unnest(%s::bigint[], %s::text[]) AS t(i, r) "
+    "WHERE f.id = t.i"
 )
 
 # Chunks cascade with their file row.
@@ -261,6 +272,8 @@ class KnownFile(NamedTuple):  # what the delta check needs of an indexed file, n
     size: int
     mtime: float
     rules: str | None
+    source: str
+    root: str | None
 
     @property
     def under_current_rules(self) -> bool:
@@ -393,6 +406,7 @@ class FileChunks:
 
     path: str
     source: str
+    root: str
     hash: str
     mtime: float
     size: int
@@ -421,6 +435,7 @@ async def replace_files(
             "mtimes": [f.mtime for f in files],
             "sizes": [f.size for f in files],
             "counts": [f.chunk_count for f in files],
+            "roots": [f.root for f in files],
             "rules": RULES_VERSION,
         },
     )
@@ -456,6 +471,13 @@ async def touch_files(connection: Conn, touched: list[tuple[int, float, int]]) -
     if touched:
         ids, mtimes, sizes = (list(column) for column in zip(*touched, strict=True))
         await connection.execute(_TOUCH_FILES, (ids, mtimes, sizes))
+
+
+async def set_roots(connection: Conn, roots: list[tuple[int, str]]) -> None:
+    """Record the root each of these files (by id) was found under."""
+    if roots:
+        ids, folders = (list(column) for column in zip(*roots, strict=True))
+        await connection.execute(_SET_ROOTS, (ids, folders))
 
 
 async def delete_files(connection: Conn, ids: list[int]) -> None:

@@ -20,7 +20,15 @@ from app.errors import NotFound, ValidationFailed
 from app.llm.embeddings import get_embedder
 from app.llm.ratelimit import GeminiGate
 from app.projects import canonical_project
-from app.sync.indexer import ProjectFolderMissing, SyncRequest, resolve_roots, sync_project
+from app.sync.indexer import (
+    ForgetsItsOwnRoot,
+    MemoryFilesMissing,
+    ProjectFolderMissing,
+    SyncRequest,
+    resolve_roots,
+    sync_project,
+    sync_roots,
+)
 from app.sync.schemas import SyncIn, SyncRunOut
 
 log = structlog.get_logger(__name__)
@@ -32,6 +40,10 @@ class SyncRunNotFound(NotFound):
 
 class ProjectFolderNotFound(ValidationFailed):
     pass
+
+
+class MemoryFilesNotFound(ValidationFailed):
+    """A memory root named for a run exists and holds no memory file: not a missing folder."""
 
 
 async def queue_run(session: AsyncSession, *, data: SyncIn, settings: Settings) -> uuid.UUID:
@@ -46,20 +58,30 @@ async def queue_run(session: AsyncSession, *, data: SyncIn, settings: Settings) 
     spellings = [data.project_path] if Path(data.project_path).is_absolute() else []
     if key not in spellings:
         spellings.append(key)
-    problems = []
+    problems: list[ProjectFolderMissing] = []
     for folder in spellings:
+        request = SyncRequest(
+            folder, data.memory_dir, data.sessions_dir, forget_dirs=tuple(data.forget_dirs)
+        )
         try:
-            resolve_roots(settings, SyncRequest(folder, data.memory_dir, data.sessions_dir))
+            _, memory, sessions = resolve_roots(settings, request)
             break
         except ProjectFolderMissing as error:
-            problems.append(str(error))
+            problems.append(error)
     else:
-        raise ProjectFolderNotFound(problems[0])
+        if isinstance(problems[0], MemoryFilesMissing):
+            raise MemoryFilesNotFound(problems[0].saying("forgetDirs"))
+        raise ProjectFolderNotFound(str(problems[0]))
+    try:
+        sync_roots(memory, sessions, request)
+    except ForgetsItsOwnRoot as error:
+        raise ValidationFailed(str(error)) from None
     run = SyncRunRow(
         project_path=key,
         folder=None if folder == key else folder,
         memory_dir=data.memory_dir,
         sessions_dir=data.sessions_dir,
+        forget_dirs=data.forget_dirs or None,
         force=data.force,
         reembed=data.reembed,
     )
@@ -125,6 +147,7 @@ async def execute_sync_run(
             project_path=run.folder or run.project_path,
             memory_dir=run.memory_dir,
             sessions_dir=run.sessions_dir,
+            forget_dirs=tuple(run.forget_dirs or ()),
             force=run.force,
             reembed=run.reembed,
         )

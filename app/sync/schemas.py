@@ -2,18 +2,33 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StringConstraints
 
 from app.api.bodies import StrictBody
 from app.api.limits import PATH_MAX_CHARS, SpelledProjectPath
+
+
+def _no_nul(folder: str) -> str:
+    if "\x00" in folder:
+        raise ValueError("a folder name holds no NUL character")
+    return folder
+
+
+ForgetDir = Annotated[
+    str, StringConstraints(min_length=1, max_length=PATH_MAX_CHARS), AfterValidator(_no_nul)
+]
 
 
 class SyncIn(StrictBody):
     project_path: SpelledProjectPath = Field(min_length=1)
     memory_dir: str | None = Field(default=None, max_length=PATH_MAX_CHARS)
     sessions_dir: str | None = Field(default=None, max_length=PATH_MAX_CHARS)
+    # Roots whose indexed files the run drops (a run deletes only its own roots' otherwise).
+    # Not looked up on disk (a forgotten folder may be gone) but stored with the run: a NUL,
+    # which Postgres refuses in text, is refused here.
+    forget_dirs: list[ForgetDir] = Field(default_factory=list, max_length=100)
     # Strict: pydantic's lax mode took "yes", "on", "1" and 1 for true (and "no", 0 for false),
     # where every other wrong type is a 422.
     force: StrictBool = False

@@ -16,6 +16,7 @@ from app.llm.embeddings import Embedder
 from app.sync import queries
 from app.sync.connections import SyncConnections
 from app.sync.embed import BatchEmbedder
+from app.sync.ownership import SyncRoots
 from app.sync.reading import Prepared
 from app.sync.report import SyncReport
 
@@ -52,6 +53,7 @@ class ChunkWriter:
         pool: SyncConnections,
         embedder: Embedder,
         project: str,
+        roots: SyncRoots,
         report: SyncReport,
         known: dict[str, queries.KnownFile],
         force: bool,
@@ -67,6 +69,7 @@ class ChunkWriter:
         self.free: list[Conn] = [shared]  # connections no transaction is using
         self.embedder = embedder
         self.project = project
+        self.roots = roots
         self.report = report
         self.known = known
         self.force = force
@@ -236,6 +239,7 @@ class ChunkWriter:
                     queries.FileChunks(
                         found.path,
                         found.source,
+                        self.roots.of(found.source),
                         item.hash,
                         found.mtime,
                         found.size,

@@ -387,3 +387,48 @@ def test_0007_again_after_its_downgrade_keeps_settled_cancels_settled(scratch_ur
             "superseded: x; cancel expired: not cancelled: 48 hours past its creation",
         ),
     ]
+
+
+def test_0009_moves_slashed_windows_keys_to_the_windows_key(scratch_url: str) -> None:
+    # `/C:/...` keys (a body's or a query's spelling before canonical_project dropped the slash)
+    # go to `C:\\...`; where both spellings hold one memory, file or day of usage, one row stays.
+    migrate.upgrade(scratch_url, "0008")
+    slashed, windows = "/C:/Users/dev/shop", "C:\\Users\\dev\\shop"
+    with psycopg.connect(libpq_url(scratch_url), autocommit=True) as connection:
+        connection.execute(
+            "INSERT INTO sessions (id, project_path) VALUES ('a', %s), ('b', %s), ('c', '/p')",
+            (slashed, "//c:/Users/dev/shop"),
+        )
+        connection.execute(
+            "INSERT INTO memories (scope, project_path, key, value, updated_at) VALUES "
+            "('project', %s, 'name', '\"old\"', now() - interval '1 day'), "
+            "('project', %s, 'name', '\"new\"', now()), "
+            "('project', %s, 'port', '8080', now())",
+            (windows, slashed, slashed),
+        )
+        connection.execute(
+            "INSERT INTO memory_files (project_path, path, source, hash, mtime, size, indexed_at) "
+            "VALUES (%s, '/f.md', 'memory', 'h1', 0, 0, now()), "
+            "(%s, '/f.md', 'memory', 'h2', 0, 0, now() - interval '1 day')",
+            (slashed, windows),
+        )
+        connection.execute(
+            "INSERT INTO llm_usage (day, project_path, model, requests, input_tokens, "
+            "output_tokens) VALUES ('2026-11-27', %s, 'm', 1, 10, 100), "
+            "('2026-11-27', %s, 'm', 2, 20, 200)",
+            (slashed, windows),
+        )
+    migrate.upgrade(scratch_url)
+    with psycopg.connect(libpq_url(scratch_url), autocommit=True) as connection:
+        sessions = connection.execute("SELECT id, project_path FROM sessions ORDER BY id")
+        assert sessions.fetchall() == [("a", windows), ("b", windows), ("c", "/p")]
+        memories = connection.execute(
+            "SELECT project_path, key, value FROM memories ORDER BY key"
+        ).fetchall()
+        assert memories == [(windows, "name", "new"), (windows, "port", 8080)]
+        files = connection.execute("SELECT project_path, hash FROM memory_files").fetchall()
+        assert files == [(windows, "h1")]
+        usage = connection.execute(
+            "SELECT project_path, requests, input_tokens, output_tokens FROM llm_usage"
+        ).fetchall()
+        assert usage == [(windows, 3, 30, 300)]

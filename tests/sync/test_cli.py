@@ -6,21 +6,11 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-import pytest
 from typer.testing import CliRunner
 
 from app.cli import cli
 from tests.cli.helpers import AGMEM, agmem_env
 from tests.sync.helpers import make_project
-
-
-@pytest.fixture
-def env(database_url: str, tmp_path: Path) -> dict[str, str]:
-    return {
-        "DATABASE_URL": database_url,
-        "AGMEM_HOME": str(tmp_path / "home"),
-        "GEMINI_API_KEY": "",
-    }
 
 
 def test_sync_command_prints_the_summary_line(
@@ -83,8 +73,9 @@ def test_a_memory_root_without_memory_files_is_refused_and_nothing_dropped(
 
         assert wrong.exit_code == 1
         assert wrong.stderr.strip().splitlines()[-1:] == [
-            f"agmem: error: memory folder {project / 'memory'} holds neither MEMORY.md nor "
-            "memory/ (name the folder that holds them)"
+            f"agmem: error: memory folder {project / 'memory'} holds no memory file (MEMORY.md, "
+            "memory.md or memory/): name the folder that holds them, or drop what was indexed "
+            "from it with --forget-dir"
         ]
     after = db.execute("SELECT count(*) FROM memory_chunks WHERE source = 'memory'").fetchone()
     assert after == before

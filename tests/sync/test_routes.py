@@ -84,9 +84,15 @@ def test_run_with_custom_folders_and_failure_is_recorded(
     # A folder the request names must exist: a typo is refused, not a silent empty sync. One
     # that holds neither MEMORY.md nor memory/ is a root one level off: a run there found no
     # memory file and deleted the chunks of those indexed from the right root.
-    for folder, problem in (
-        ("nowhere", "does not exist"),
-        ("notes", "holds neither MEMORY.md nor memory/ (name the folder that holds them)"),
+    # That one exists: it is MemoryFilesNotFound, not "not found" (rev-leftovers26).
+    for folder, error, problem in (
+        ("nowhere", "ProjectFolderNotFound", "does not exist"),
+        (
+            "notes",
+            "MemoryFilesNotFound",
+            "holds no memory file (MEMORY.md, memory.md or memory/): name the folder that holds "
+            "them, or drop what was indexed from it with forgetDirs",
+        ),
     ):
         refused = client.post(
             "/api/sync",
@@ -94,7 +100,7 @@ def test_run_with_custom_folders_and_failure_is_recorded(
         )
         assert refused.status_code == 422
         assert refused.json() == {
-            "error": "ProjectFolderNotFound",
+            "error": error,
             "detail": f"memory folder {project / folder} {problem}",
         }
     assert db.execute("SELECT count(*) FROM sync_runs").fetchone() == (0,)

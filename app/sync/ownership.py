@@ -1,0 +1,64 @@
+"""Which indexed files are a sync's to delete: those of its own roots, and of roots it forgets.
+
+Each indexed file records the root it was found under (`memory_files.root`: its memory root or
+its sessions folder, as `source` says). A sync deletes a file it no longer finds only when the
+file is of one of its two roots: a sync of the default root that forgot a custom root's flag
+deleted every file of that root (rev-leftovers26), which the next sync naming it read and
+embedded again. Another root's files go only when a sync names it to forget.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from app.sync.discover import ROOT_MEMORY_FILES, FileSource
+from app.sync.queries import KnownFile
+
+
+def lists(source: str, root: str, path: str) -> bool:
+    """Whether a listing of `root` as `source` would find `path`, were it on disk (by the path
+    alone: for files indexed before roots were recorded)."""
+    inside = root.rstrip(os.sep) + os.sep
+    if source == "sessions":
+        return path.startswith(inside)
+    return path in {inside + name for name in ROOT_MEMORY_FILES} or path.startswith(
+        inside + "memory" + os.sep
+    )
+
+
+def is_of(known: KnownFile, source: str, root: str) -> bool:
+    """Whether the indexed file is of the root `root` taken as `source`."""
+    if known.source != source:
+        return False
+    if known.root is None:
+        return lists(source, root, known.path)
+    return known.root == root
+
+
+@dataclass(frozen=True, slots=True)
+class SyncRoots:
+    """A sync's memory root and sessions folder (absolute, normalised), and the folders it
+    forgets."""
+
+    memory: str
+    sessions: str
+    forget: frozenset[str] = frozenset()
+
+    def of(self, source: str) -> str:
+        return self.memory if source == "memory" else self.sessions
+
+    def may_delete(self, known: KnownFile) -> bool:
+        """A file of this sync's roots that it did not find, or of a root it forgets."""
+        return (
+            is_of(known, "memory", self.memory)
+            or is_of(known, "sessions", self.sessions)
+            or self.forgets(known)
+        )
+
+    def forgets(self, known: KnownFile) -> bool:
+        return any(is_of(known, source, folder) for folder in self.forget for source in _SOURCES)
+
+
+_SOURCES: Collection[FileSource] = ("memory", "sessions")
