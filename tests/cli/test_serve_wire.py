@@ -1470,6 +1470,25 @@ def test_a_refused_client_sending_without_end_is_read_at_a_bounded_rate(port: in
     assert sent < DEFAULT_LINGER_BYTES + LINGER_RATE * elapsed + 32 * len(block), (sent, elapsed)
 
 
+def test_a_kept_alive_request_announcing_a_body_past_the_bound_is_closed_after_its_413(
+    port: int,
+) -> None:
+    # rev-structure27: kept alive (no `Connection: close`), a 413 sent before its body came had
+    # that body read to its end and dropped: a `Content-Length` of 2^40 and 1 MiB blocks had the
+    # service read 7,380 MiB in 4 s. Now the 413 says `Connection: close` and the close lingers.
+    head = START.replace(b"/api/session/start", b"/api/observe") + b"Content-Length: %d\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+        connection.sendall(head % 2**40 + b"x" * (1024 * 1024))
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+
+    [(head_line, error)] = _answers(answer)
+    assert head_line == b"HTTP/1.1 413 Request Entity Too Large"
+    assert error["error"] == "PayloadTooLarge"
+    assert b"\r\nconnection: close\r\n" in answer.partition(b"\r\n\r\n")[0].lower() + b"\r\n"
+
+
 HUGE = 20 * 1024 * 1024
 
 
@@ -1490,8 +1509,7 @@ def test_a_client_sending_20_mib_after_its_refusal_reads_it(
 ) -> None:
     # rev-whole25: past the bytes the lingering close reads and drops (AGMEM_MAX_BODY_BYTES and
     # 128 KiB), the connection was closed with bytes unread: an RST, under which the client's
-    # write failed before it read the 413 (or 400). (Kept alive, uvicorn reads a 413's body to
-    # its end and drops it: no linger there.)
+    # write failed before it read the 413 (or 400).
     with socket.create_connection(("127.0.0.1", port), timeout=20) as connection:
         connection.sendall(head + b"x" * HUGE)
         answer = b""
