@@ -27,10 +27,11 @@ bounded by the idle timeout (AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS):
   and the client's write failed before it read the answer (50 of 50 tries of each shape; urllib
   gave up there, 30 of 30, docs/architecture.md). As nginx's lingering close does, the answer is
   followed by a FIN and what still comes is read and dropped until the client closes,
-  LINGER_QUIET_SECONDS (or the idle timeout, if shorter) pass without a byte, LINGER_SECONDS in
-  all, or a newcomer finds the connection limit reached (the oldest lingering connections make
-  way); past the bytes a refused request can still hold (`linger_bytes`), at LINGER_RATE. A 408
-  is not followed so: its client stalled or trickles its bytes.
+  `linger_quiet_seconds` (AGMEM_LINGER_QUIET_SECONDS, or the idle timeout if shorter) pass
+  without a byte, LINGER_SECONDS in all, or a newcomer finds the connection limit reached (the
+  oldest lingering connections make way); past the bytes a refused request can still hold
+  (`linger_bytes`), at LINGER_RATE. A 408 is not followed so: its client stalled or trickles
+  its bytes.
 """
 
 from __future__ import annotations
@@ -57,10 +58,10 @@ from app.errors import RequestTimeout
 # takes 2.3 h, the most a body can hold a connection.
 MIN_BODY_RATE = 1024
 DEFAULT_IDLE_TIMEOUT_SECONDS: float = Settings.model_fields["request_idle_timeout_seconds"].default
-# Apache's wait for a refused client's next byte (its lingering close), and nginx's and Apache's
-# bound on the whole of it, within which an 8 MiB body (AGMEM_MAX_BODY_BYTES) still comes whole at
-# 280 KiB/s.
-LINGER_QUIET_SECONDS = 2.0
+# Apache's wait for a refused client's next byte (its lingering close; AGMEM_LINGER_QUIET_SECONDS),
+# and nginx's and Apache's bound on the whole of it, within which an 8 MiB body
+# (AGMEM_MAX_BODY_BYTES) still comes whole at 280 KiB/s.
+LINGER_QUIET_SECONDS: float = Settings.model_fields["linger_quiet_seconds"].default
 LINGER_SECONDS = 30.0
 # And the bytes read and dropped: a refused request's rest is at most a body the service takes
 # (AGMEM_MAX_BODY_BYTES, its default here) and a head's bound (128 KiB, app/cli/headers.py);
@@ -112,6 +113,7 @@ class StallBoundProtocol(HttpToolsProtocol):
 
     idle_timeout = DEFAULT_IDLE_TIMEOUT_SECONDS
     linger_bytes = DEFAULT_LINGER_BYTES
+    linger_quiet_seconds = LINGER_QUIET_SECONDS
     refusals = RefusalLog()
     # A refusal pipelined behind a request still in the app, sent once its answer is (set by
     # the protocol over it): its request's body, never to be read, is not timed as one.
@@ -216,7 +218,7 @@ class StallBoundProtocol(HttpToolsProtocol):
         self.flow.resume_reading()
 
     def linger_quiet(self) -> float:
-        return min(LINGER_QUIET_SECONDS, self.idle_timeout)
+        return min(self.linger_quiet_seconds, self.idle_timeout)
 
     def release_lingering(self) -> None:
         """At the connection limit, this one included, close lingering connections, the oldest
