@@ -37,6 +37,7 @@ bounded by the idle timeout (AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import socket
 import struct
@@ -74,6 +75,11 @@ DEFAULT_LINGER_BYTES: int = Settings.model_fields["max_body_bytes"].default + 12
 # within LINGER_SECONDS (~128 MiB in all), and a client sending without end costs the service
 # what a new request each two seconds would (~12 GiB in 12 s unbounded, rev-wire25).
 LINGER_RATE = 4 * 1024 * 1024
+# The kernel's receive buffer of a lingering connection (it books twice this): while its reading
+# is paused for LINGER_RATE, a client sending at full speed filled an autotuned buffer of ~4.4 MiB
+# for up to LINGER_SECONDS (60 such clients: 261 MiB of kernel TCP memory). At 64 KiB a loopback
+# client still sends at ~GB/s, and one 50 ms away at ~1.3 MiB/s: a 20 MiB upload's rest in 15 s.
+LINGER_RECEIVE_BUFFER = 64 * 1024
 _RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close sends RST, drops what is unsent
 _SIOCOUTQ = 0x5411  # Linux: the bytes of a TCP socket's send queue the peer has not acknowledged
 
@@ -192,6 +198,10 @@ class StallBoundProtocol(HttpToolsProtocol):
             transport.close()
             return
         transport.write_eof()
+        connection = transport.get_extra_info("socket")
+        if connection is not None:
+            with contextlib.suppress(OSError):  # a smaller buffer is a saving, not a need
+                connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, LINGER_RECEIVE_BUFFER)
         self.lingering_since = self.loop.time()
         self.flow.resume_reading()  # held back behind an answer, the client's bytes wait too
         if self.idle_timer is not None:
