@@ -97,6 +97,8 @@ class Settings(BaseSettings):
     trusted_proxies: Annotated[list[str], NoDecode] = Field(default_factory=list)
     # One log line per refusal cause at most this often, then a count (app/cli/refusals.py).
     refusal_log_seconds: float = Field(default=10.0, gt=0, le=3600)
+    # A refused client's quiet that ends the linger after its answer (app/cli/stalls.py).
+    linger_quiet_seconds: float = Field(default=2.0, gt=0, le=30)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     gemini_api_key: str | None = Field(

@@ -68,6 +68,7 @@ def two_spellings_query(
     *,
     min_length: int | None = None,
     max_length: int | None = None,
+    bounds_in_schema: bool = True,
 ) -> Any:
     """The dependency of a text query parameter taken in both spellings (`?projectPath=`,
     `?project_path=`): its one value (`query_spelling`), every value within the bounds.
@@ -75,7 +76,8 @@ def two_spellings_query(
     FastAPI checks only the last value of each spelling against a declared bound, so each value
     is checked by the same constraints, and refused in the same words (`query.<spelling>:
     String should have at most N characters`), wherever it comes. The camelCase spelling is in
-    the schema; the snake_case one is taken but not shown."""
+    the schema; the snake_case one is taken but not shown. `bounds_in_schema=False` checks the
+    bounds without showing them (a schema clients already generate from stays as it was)."""
     each_value: TypeAdapter[str] = TypeAdapter(
         Annotated[str, StringConstraints(min_length=min_length, max_length=max_length)]
     )
@@ -95,8 +97,9 @@ def two_spellings_query(
 
     def declared(name: str, alias: str, *, shown: bool) -> inspect.Parameter:
         # Declared for the schema only: the dependency reads and checks every value itself.
+        shown_min, shown_max = (min_length, max_length) if bounds_in_schema else (None, None)
         query = Query(
-            alias=alias, min_length=min_length, max_length=max_length, include_in_schema=shown
+            alias=alias, min_length=shown_min, max_length=shown_max, include_in_schema=shown
         )
         return inspect.Parameter(
             name,

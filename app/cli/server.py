@@ -161,6 +161,7 @@ def serve(
                 allowed_hosts=settings.allowed_hosts,
                 refusal_log_seconds=settings.refusal_log_seconds,
                 max_body_bytes=settings.max_body_bytes,
+                linger_quiet_seconds=settings.linger_quiet_seconds,
             ),
             # The service serves no WebSocket: the protocol ignores an `Upgrade` and the route
             # answers, in the error shape (uvicorn's WebSocket protocol answered in plain text).

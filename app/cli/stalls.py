@@ -27,15 +27,17 @@ bounded by the idle timeout (AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS):
   and the client's write failed before it read the answer (50 of 50 tries of each shape; urllib
   gave up there, 30 of 30, docs/architecture.md). As nginx's lingering close does, the answer is
   followed by a FIN and what still comes is read and dropped until the client closes,
-  LINGER_QUIET_SECONDS (or the idle timeout, if shorter) pass without a byte, LINGER_SECONDS in
-  all, or a newcomer finds the connection limit reached (the oldest lingering connections make
-  way); past the bytes a refused request can still hold (`linger_bytes`), at LINGER_RATE. A 408
-  is not followed so: its client stalled or trickles its bytes.
+  `linger_quiet_seconds` (AGMEM_LINGER_QUIET_SECONDS, or the idle timeout if shorter) pass
+  without a byte, LINGER_SECONDS in all, or a newcomer finds the connection limit reached (the
+  oldest lingering connections make way); past the bytes a refused request can still hold
+  (`linger_bytes`), at LINGER_RATE. A 408 is not followed so: its client stalled or trickles
+  its bytes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import socket
 import struct
@@ -57,10 +59,10 @@ from app.errors import RequestTimeout
 # takes 2.3 h, the most a body can hold a connection.
 MIN_BODY_RATE = 1024
 DEFAULT_IDLE_TIMEOUT_SECONDS: float = Settings.model_fields["request_idle_timeout_seconds"].default
-# Apache's wait for a refused client's next byte (its lingering close), and nginx's and Apache's
-# bound on the whole of it, within which an 8 MiB body (AGMEM_MAX_BODY_BYTES) still comes whole at
-# 280 KiB/s.
-LINGER_QUIET_SECONDS = 2.0
+# Apache's wait for a refused client's next byte (its lingering close; AGMEM_LINGER_QUIET_SECONDS),
+# and nginx's and Apache's bound on the whole of it, within which an 8 MiB body
+# (AGMEM_MAX_BODY_BYTES) still comes whole at 280 KiB/s.
+LINGER_QUIET_SECONDS: float = Settings.model_fields["linger_quiet_seconds"].default
 LINGER_SECONDS = 30.0
 # And the bytes read and dropped: a refused request's rest is at most a body the service takes
 # (AGMEM_MAX_BODY_BYTES, its default here) and a head's bound (128 KiB, app/cli/headers.py);
@@ -73,6 +75,11 @@ DEFAULT_LINGER_BYTES: int = Settings.model_fields["max_body_bytes"].default + 12
 # within LINGER_SECONDS (~128 MiB in all), and a client sending without end costs the service
 # what a new request each two seconds would (~12 GiB in 12 s unbounded, rev-wire25).
 LINGER_RATE = 4 * 1024 * 1024
+# The kernel's receive buffer of a lingering connection (it books twice this): while its reading
+# is paused for LINGER_RATE, a client sending at full speed filled an autotuned buffer of ~4.4 MiB
+# for up to LINGER_SECONDS (60 such clients: 261 MiB of kernel TCP memory). At 64 KiB a loopback
+# client still sends at ~GB/s, and one 50 ms away at ~1.3 MiB/s: a 20 MiB upload's rest in 15 s.
+LINGER_RECEIVE_BUFFER = 64 * 1024
 _RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close sends RST, drops what is unsent
 _SIOCOUTQ = 0x5411  # Linux: the bytes of a TCP socket's send queue the peer has not acknowledged
 
@@ -112,6 +119,7 @@ class StallBoundProtocol(HttpToolsProtocol):
 
     idle_timeout = DEFAULT_IDLE_TIMEOUT_SECONDS
     linger_bytes = DEFAULT_LINGER_BYTES
+    linger_quiet_seconds = LINGER_QUIET_SECONDS
     refusals = RefusalLog()
     # A refusal pipelined behind a request still in the app, sent once its answer is (set by
     # the protocol over it): its request's body, never to be read, is not timed as one.
@@ -190,6 +198,10 @@ class StallBoundProtocol(HttpToolsProtocol):
             transport.close()
             return
         transport.write_eof()
+        connection = transport.get_extra_info("socket")
+        if connection is not None:
+            with contextlib.suppress(OSError):  # a smaller buffer is a saving, not a need
+                connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, LINGER_RECEIVE_BUFFER)
         self.lingering_since = self.loop.time()
         self.flow.resume_reading()  # held back behind an answer, the client's bytes wait too
         if self.idle_timer is not None:
@@ -216,7 +228,7 @@ class StallBoundProtocol(HttpToolsProtocol):
         self.flow.resume_reading()
 
     def linger_quiet(self) -> float:
-        return min(LINGER_QUIET_SECONDS, self.idle_timeout)
+        return min(self.linger_quiet_seconds, self.idle_timeout)
 
     def release_lingering(self) -> None:
         """At the connection limit, this one included, close lingering connections, the oldest

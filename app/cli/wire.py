@@ -95,7 +95,7 @@ from app.cli.http1.lines import (
 )
 from app.cli.refusals import REFUSAL_LOG_SECONDS as REFUSAL_LOG_SECONDS
 from app.cli.refusals import Header, RefusalLog, Refused, error_body
-from app.cli.stalls import ClosingAfterBody
+from app.cli.stalls import LINGER_QUIET_SECONDS, ClosingAfterBody
 from app.config import Settings
 from app.errors import BadRequest, ServiceUnavailable
 
@@ -165,17 +165,20 @@ class JsonErrorsProtocol(LineReadingProtocol):
         allowed_hosts: Iterable[str] = (),
         refusal_log_seconds: float = REFUSAL_LOG_SECONDS,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        linger_quiet_seconds: float = LINGER_QUIET_SECONDS,
     ) -> type[JsonErrorsProtocol]:
         """The protocol with these settings (uvicorn makes one instance per connection).
         `trusted_proxies`: addresses or networks (`10.0.0.0/8`); `allowed_hosts`:
         AGMEM_ALLOWED_HOSTS, which a loopback proxy's real `Host` may name; `max_body_bytes`:
-        AGMEM_MAX_BODY_BYTES, with a head's bound what a refused request's rest can hold."""
+        AGMEM_MAX_BODY_BYTES, with a head's bound what a refused request's rest can hold;
+        `linger_quiet_seconds`: AGMEM_LINGER_QUIET_SECONDS."""
         attributes = {
             "idle_timeout": idle_timeout,
             "trusted_proxies": proxies.trusted_networks(trusted_proxies),
             "allowed_hosts": allowed_host_names(allowed_hosts),
             "refusals": RefusalLog(refusal_log_seconds),
             "linger_bytes": max_body_bytes + MAX_HEAD_BYTES,
+            "linger_quiet_seconds": linger_quiet_seconds,
         }
         return type(cls.__name__, (cls,), attributes)
 
@@ -417,6 +420,11 @@ class JsonErrorsProtocol(LineReadingProtocol):
         HttpToolsProtocol.on_headers_complete(self)  # raises for a URL past 64 KiB: no body
         self.body_open = True
         cycle = self.cycle
+        if cycle.keep_alive and self.announced_past_linger():
+            # Kept alive, the body of an answer sent before it came (a 413) is read to its end
+            # and dropped: 7,380 MiB in 4 s of a `Content-Length: 2^40`. So the answer says
+            # `Connection: close` and its close lingers, bounded as every refusal's is.
+            cycle.keep_alive = False
         if not cycle.keep_alive and self.has_body():
             cycle.transport = ClosingAfterBody(self)
 
@@ -438,6 +446,15 @@ class JsonErrorsProtocol(LineReadingProtocol):
             raise Refused(
                 b"400 Bad Request", error_body(BadRequest(UPGRADE_BODY_DETAIL)), [], cause
             )
+
+    def announced_past_linger(self) -> bool:
+        """Whether the request's `Content-Length` is past what a refusal's linger reads at full
+        speed (`linger_bytes`): a body no route takes (AGMEM_MAX_BODY_BYTES is less)."""
+        for name, value in self.headers:
+            if name == b"content-length":
+                length = value.strip(b" \t")
+                return length.isdigit() and int(length) > self.linger_bytes
+        return False
 
     def has_body(self) -> bool:
         for name, value in self.headers:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -54,6 +54,15 @@ class ContextOut(BaseModel):
 
 # Where a project path came from, as a validation error names it (a body's field goes bare).
 PATH_FORM, QUERY_FORM, BODY_FORM = "path.projectPath", "query.projectPath", "projectPath"
+SNAKE_QUERY_FORM = "query.project_path"
+
+
+def _query_form(request: Request) -> str:
+    """The spelling the query's project path came in, as its error names it: a key past the
+    bound named `query.projectPath` when the client sent `?project_path=`, whose own bound
+    (`ProjectPathQuery`) names it as sent."""
+    sent_camel = any(value.strip() for value in request.query_params.getlist("projectPath"))
+    return QUERY_FORM if sent_camel else SNAKE_QUERY_FORM
 
 
 def _too_long(where: str) -> ValidationFailed:
@@ -141,6 +150,7 @@ async def _context(
 
 @router.get("/context", response_model=None)
 async def get_context_by_query(
+    request: Request,
     db: DbDep,
     settings: SettingsDep,
     project_path: ProjectPathQuery,
@@ -148,12 +158,13 @@ async def get_context_by_query(
     budget: BudgetQuery = None,
     output: FormatQuery = "markdown",
 ) -> PlainTextResponse | ContextOut:
-    project = normalise_project_path(None, project_path, QUERY_FORM)
+    project = normalise_project_path(None, project_path, _query_form(request))
     return await _context(db, settings, project, prompt, budget, output)
 
 
 @router.get("/context/{path_project:any}", response_model=None)
 async def get_context(
+    request: Request,
     path_project: str,
     db: DbDep,
     settings: SettingsDep,
@@ -162,7 +173,7 @@ async def get_context(
     budget: BudgetQuery = None,
     output: FormatQuery = "markdown",
 ) -> PlainTextResponse | ContextOut:
-    project = normalise_project_path(path_project, project_path, QUERY_FORM)
+    project = normalise_project_path(path_project, project_path, _query_form(request))
     return await _context(db, settings, project, prompt, budget, output)
 
 

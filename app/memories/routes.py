@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from app import exactjson
 from app.api import paths  # noqa: F401 - registers the `{name:any}` paths below use
 from app.api.deps import DbDep, SettingsDep, StateDep, two_spellings_query
+from app.api.limits import PATH_MAX_CHARS
 from app.api.responses import ExactJSONResponse
 from app.api.spellings import meaning
 from app.db.engine import transaction
@@ -22,6 +23,7 @@ from app.memories.patterns import is_pattern
 from app.memories.reads import flush_reads, memory_reads_lifespan, read_memory
 from app.memories.schemas import (
     MAX_KEY_LENGTH,
+    SESSION_ID_MAX_CHARS,
     Deleted,
     Memory,
     MemoryList,
@@ -50,8 +52,20 @@ def _text(snake_name: str, value: str | None) -> str | None:
     return text
 
 
-ProjectQuery = Annotated[str | None, two_spellings_query("projectPath", "project_path")]
-SessionQuery = Annotated[str | None, two_spellings_query("sessionId", "session_id")]
+# Bounded as the PUT body's fields are, each value sent (unbounded, any length was cleaned,
+# folded and looked up); not shown in the schema, which stays as clients generated it.
+ProjectQuery = Annotated[
+    str | None,
+    two_spellings_query(
+        "projectPath", "project_path", max_length=PATH_MAX_CHARS, bounds_in_schema=False
+    ),
+]
+SessionQuery = Annotated[
+    str | None,
+    two_spellings_query(
+        "sessionId", "session_id", max_length=SESSION_ID_MAX_CHARS, bounds_in_schema=False
+    ),
+]
 
 
 # `async def` although it does not await: FastAPI runs a plain `def` dependency in a worker

@@ -30,6 +30,8 @@ TOO_DEEP = f"nested deeper than {DEFAULT_MAX_DEPTH} levels of arrays and objects
 _PAST_THE_PARSER = object()
 MAX_TAGS = 50
 MAX_TTL_SECONDS = 10 * 365 * 24 * 3600
+# The session id a memory is scoped to, in a body or a query (the column's width).
+SESSION_ID_MAX_CHARS = 200
 
 
 def check_key(key: str) -> str:
@@ -136,7 +138,7 @@ class MemoryWrite(StrictBody):
     value_is_json_text: StrictBool | None = None
     scope: Scope = "project"
     project_path: StoredProjectPath | None = None
-    session_id: str | None = Field(default=None, max_length=200)
+    session_id: str | None = Field(default=None, max_length=SESSION_ID_MAX_CHARS)
     ttl: BodyInt | None = Field(default=None, ge=1, le=MAX_TTL_SECONDS)
     tags: list[str] | None = None
     created_by: str | None = Field(default=None, max_length=200)

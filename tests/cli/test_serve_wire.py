@@ -33,18 +33,23 @@ MAX_CONNECTIONS = 20
 # The refusal log's window for the module's servers (the default, 10 s, made two tests wait it
 # out): long enough that a test's refusals in a row (well under a second) fall in one window.
 REFUSAL_WINDOW = 4.0
+# A lingering connection's quiet on `roomy` (2 s by default): a client sending through a linger
+# that is descheduled on a loaded machine for longer than 2 s was closed on mid-send.
+LONG_LINGER_QUIET = 20.0
 
 
 @pytest.fixture(scope="module")
 def roomy(database_url: str) -> Iterator[tuple[int, subprocess.Popen[str]]]:
     """`agmem serve` whose idle timeout (30 s) outlives any test's wait, with 20 connections at
     most, behind a proxy at 127.0.0.1 written as an IPv4-mapped IPv6 address; a refusal cause
-    is logged once per REFUSAL_WINDOW."""
+    is logged once per REFUSAL_WINDOW, and a refused client quiet for LONG_LINGER_QUIET is
+    closed on."""
     with _serving(
         database_url,
         idle_seconds=30,
         trusted_proxies="::ffff:127.0.0.1",
         AGMEM_REFUSAL_LOG_SECONDS=str(REFUSAL_WINDOW),
+        AGMEM_LINGER_QUIET_SECONDS=str(LONG_LINGER_QUIET),
     ) as served:
         yield served
 
@@ -1450,12 +1455,16 @@ def test_lingering_connections_at_the_limit_make_way_for_a_newcomer(port: int) -
     assert [answer.split(b"\r\n", 1)[0] for answer in answers] == [b"HTTP/1.1 200 OK"] * 3
 
 
-def test_a_refused_client_sending_without_end_is_read_at_a_bounded_rate(port: int) -> None:
+def test_a_refused_client_sending_without_end_is_read_at_a_bounded_rate(
+    roomy: tuple[int, subprocess.Popen[str]],
+) -> None:
     # rev-wire25: read and dropped without a bound on the bytes, a refused client sending at
     # full speed had the service read ~12 GiB in 12 s (LINGER_SECONDS allows 30). Past the bytes
     # a refused request can hold, reading goes on at LINGER_RATE (closed there, the connection
-    # was reset under a client still sending, which never read its refusal).
-    connection = _refused_and_lingering(port)
+    # was reset under a client still sending, which never read its refusal). On `roomy`: a
+    # client that stalls does not end the linger (LONG_LINGER_QUIET), and the bound is on what
+    # was sent in the time it took, so a slow client or server only sends less.
+    connection = _refused_and_lingering(roomy[0])
     sent = 0
     block = b"x" * (1024 * 1024)
     started = time.monotonic()
@@ -1468,6 +1477,25 @@ def test_a_refused_client_sending_without_end_is_read_at_a_bounded_rate(port: in
     # The bound, 8 MiB (AGMEM_MAX_BODY_BYTES), the rate's bytes meanwhile, what the kernels'
     # buffers hold besides, and a block sent past the 3 s.
     assert sent < DEFAULT_LINGER_BYTES + LINGER_RATE * elapsed + 32 * len(block), (sent, elapsed)
+
+
+def test_a_kept_alive_request_announcing_a_body_past_the_bound_is_closed_after_its_413(
+    port: int,
+) -> None:
+    # rev-structure27: kept alive (no `Connection: close`), a 413 sent before its body came had
+    # that body read to its end and dropped: a `Content-Length` of 2^40 and 1 MiB blocks had the
+    # service read 7,380 MiB in 4 s. Now the 413 says `Connection: close` and the close lingers.
+    head = START.replace(b"/api/session/start", b"/api/observe") + b"Content-Length: %d\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+        connection.sendall(head % 2**40 + b"x" * (1024 * 1024))
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+
+    [(head_line, error)] = _answers(answer)
+    assert head_line == b"HTTP/1.1 413 Request Entity Too Large"
+    assert error["error"] == "PayloadTooLarge"
+    assert b"\r\nconnection: close\r\n" in answer.partition(b"\r\n\r\n")[0].lower() + b"\r\n"
 
 
 HUGE = 20 * 1024 * 1024
@@ -1486,13 +1514,13 @@ HUGE = 20 * 1024 * 1024
     ids=["the close asked for", "a bad chunk size"],
 )
 def test_a_client_sending_20_mib_after_its_refusal_reads_it(
-    port: int, head: bytes, status: bytes, name: str
+    roomy: tuple[int, subprocess.Popen[str]], head: bytes, status: bytes, name: str
 ) -> None:
     # rev-whole25: past the bytes the lingering close reads and drops (AGMEM_MAX_BODY_BYTES and
     # 128 KiB), the connection was closed with bytes unread: an RST, under which the client's
-    # write failed before it read the 413 (or 400). (Kept alive, uvicorn reads a 413's body to
-    # its end and drops it: no linger there.)
-    with socket.create_connection(("127.0.0.1", port), timeout=20) as connection:
+    # write failed before it read the 413 (or 400). On `roomy`: ~12 MiB at LINGER_RATE take 3 s,
+    # and a client descheduled for the default quiet (2 s) meanwhile was closed on mid-send.
+    with socket.create_connection(("127.0.0.1", roomy[0]), timeout=60) as connection:
         connection.sendall(head + b"x" * HUGE)
         answer = b""
         while chunk := connection.recv(65536):
