@@ -448,7 +448,9 @@ def compress_extractive(
             # What the call was given, where its files would be: `Glob package.json`.
             lines[0] += " " + ARG_SEPARATOR.join(_short(s) for s in other_args)
     names_at = len(lines)  # Mentions go here, with the names; Result stays the last line
-    if observation_type in ("file_read", "file_write"):
+    # A to-do list (typed `other`: it is no file) is written as a file is: its reply is a status.
+    writes = observation_type == "file_write" or todos is not None
+    if observation_type == "file_read" or writes:
         errors = failure_lines(result)
     else:
         given = _by_words([*files, *other_args])
@@ -462,7 +464,7 @@ def compress_extractive(
         markdown = any(f.lower().endswith(_MARKDOWN) for f in files)
         outline = read_outline(result, markdown=markdown)
         firsts = [outline] if outline and not errors else []
-    elif observation_type == "file_write":
+    elif writes:
         statuses = [
             write_status(ln, files=files, root=project_path)
             for ln in _lines(result)[:1]
@@ -511,7 +513,8 @@ def keeps_every_line(
     squashed = " ".join(text.split())
     lines = [ln for s in _argument_strings(args) for ln in s.splitlines()]
     replies = [ln for s in strings_in(result) for ln in s.splitlines()]
-    if observation_type == "file_write" and replies and replies[0].strip():
+    writes = observation_type == "file_write" or todo_line(args) is not None
+    if writes and replies and replies[0].strip():
         shown, summary = write_status(replies[0], files=target_files(args), root=project_path)
         if summary and (
             todo_line(args) is not None or f"Result: {_relative(shown, project_path)}" in squashed

@@ -374,7 +374,7 @@ def test_real_todo_list_keeps_every_item_and_its_state() -> None:
     name, args, result = tool_call(CLAUDE_MD_SESSION, TODO_CALL)
 
     text = compress_extractive(
-        function_name=name, observation_type="file_write", args=args, result=result
+        function_name=name, observation_type="other", args=args, result=result
     )
 
     assert text == (
@@ -390,11 +390,11 @@ def test_to_do_list_keeps_a_reply_that_is_not_a_plain_success() -> None:
     refused = "Todo list rejected: more than one item is in progress."
 
     text = compress_extractive(
-        function_name="write_todos", observation_type="file_write", args=args, result=refused
+        function_name="write_todos", observation_type="other", args=args, result=refused
     )
     plain = compress_extractive(
         function_name="write_todos",
-        observation_type="file_write",
+        observation_type="other",
         args=args,
         result="Successfully updated the todo list.",
     )
@@ -624,7 +624,7 @@ def test_changed_lines_and_to_do_items_are_cut_at_the_same_tokens_in_any_script(
         )
         todo = compress_extractive(
             function_name="write_todos",
-            observation_type="file_write",
+            observation_type="other",
             args={"todos": [{"description": line, "status": "pending"}]},
             result="ok",
         )
