@@ -36,9 +36,13 @@ def is_windows_path(path: str) -> bool:
 
 
 def canonical_project(path: str) -> str:
-    """The project key for a path as sent: trimmed, NFC, `.`/`..`/doubled and trailing
-    separators folded; a Windows path (slashes before it dropped: `/C:/...` is `C:\\...`) with
-    backslashes and an upper-case drive letter."""
+    """The project key for a path as sent: without NUL, trimmed, NFC, `.`/`..`/doubled and
+    trailing separators folded; a Windows path (slashes before it dropped: `/C:/...` is
+    `C:\\...`) with backslashes and an upper-case drive letter."""
+    # A NUL is removed, as `clean_text` removes it from every stored text: capture stored
+    # `/x/p1\x00` as `/x/p1`, and a sync, which reads the path as sent, answered `does not
+    # exist`. No folder name holds one, and Postgres cannot store one.
+    path = path.replace("\x00", "")
     # macOS tools may send a decomposed "é" (NFD) where a typed path has the composed one.
     text = unicodedata.normalize("NFC", path.strip())
     # `/C:/...` was the POSIX key `/C:/...` in a body or a query, and `C:\...` in the context's

@@ -16,6 +16,8 @@ from app.projects import canonical_project
     [
         ("/home/dev/shop", "/home/dev/shop"),
         ("/home/dev/shop/", "/home/dev/shop"),
+        ("/home/dev/shop\x00", "/home/dev/shop"),  # removed, as capture removes it from text
+        ("/home/\x00dev/shop/\x00", "/home/dev/shop"),
         (" /home//dev/./x/../shop ", "/home/dev/shop"),
         ("//home/dev/shop", "/home/dev/shop"),
         ("/home/dev/cafe\u0301 app", "/home/dev/caf\u00e9 app"),

@@ -54,16 +54,16 @@ def stored_project_path(text: str) -> str:
 
     Checked on the key, not on the text as sent: NFC can make a path longer (U+0958, 3 bytes,
     becomes two characters of 6) and `/p/./././...` is far shorter stored than sent. Each route
-    still cleans it its own way (a NUL is removed, or names no folder to sync), which can only
-    make it shorter."""
+    still cleans it (a NUL is removed, as the key's is), which can only make it shorter."""
     return check_utf8_size(canonical_project(text), PROJECT_PATH_MAX_BYTES)
 
 
 def storable_spelling(text: str) -> str:
-    """`text` as sent, if the key it is stored under fits the bound: a folder the service reads
-    (`POST /api/sync`), opened as the client spells it (a macOS name is NFD, a key NFC)."""
+    """`text` as sent (but for NULs, which no folder name holds: removed, as from its key), if
+    the key it is stored under fits the bound: a folder the service reads (`POST /api/sync`),
+    opened as the client spells it (a macOS name is NFD, a key NFC)."""
     stored_project_path(text)
-    return text
+    return text.replace("\x00", "")
 
 
 # A project path a request stores, as its key. `max_length` refuses a text no path is before any

@@ -71,6 +71,8 @@ TOOL_TYPES: dict[str, ObservationType] = {
             "terminal",
             "run_code",
             "python",
+            "execute_bash",  # OpenHands
+            "execute_ipython_cell",
         ),
         "code_execution",
     ),
@@ -102,9 +104,13 @@ TOOL_TYPES: dict[str, ObservationType] = {
             "browser",
             "http_request",
             "curl",
+            "browser_action",  # Cline
         ),
         "web",
     ),
+    # A to-do list is the agent's plan, not a file: by its `write` part it was a file write,
+    # and a summary counted it as one.
+    **dict.fromkeys(("todo_write", "write_todos", "todo_read", "read_todos"), "other"),
 }
 
 # Editor tools that multiplex on a `command` argument (Anthropic's text editor, Antigravity's).
@@ -123,7 +129,10 @@ SUBCOMMAND_TYPES: dict[str, ObservationType] = {
 
 # Unknown names: the first word part found decides, in this order.
 NAME_PART_TYPES: tuple[tuple[str, ObservationType], ...] = (
+    ("todo", "other"),
+    ("todos", "other"),
     ("web", "web"),
+    ("browser", "web"),
     ("url", "web"),
     ("http", "web"),
     ("write", "file_write"),
@@ -133,6 +142,8 @@ NAME_PART_TYPES: tuple[tuple[str, ObservationType], ...] = (
     ("read", "file_read"),
     ("shell", "code_execution"),
     ("exec", "code_execution"),
+    ("execute", "code_execution"),
+    ("bash", "code_execution"),
     ("command", "code_execution"),
     ("test", "code_execution"),
     ("grep", "search"),

@@ -30,6 +30,10 @@ log = structlog.get_logger(__name__)
 
 FULL_SESSIONS = 2  # the latest sessions shown with their whole summary
 RELEVANT_LIMIT = 8
+# When copies of one text fill the first page of hits, it is asked for once more this big: the
+# same file read in ten sessions, or copied into forty memory files, left the block with one
+# item where distinct, relevant texts ranked just below.
+RELEVANT_CANDIDATES = 64
 RELEVANT_FIRST = 3  # hits that outrank the facts and the second session
 MAX_ITEM_TOKENS = 160  # one hit never crowds out the others
 MAX_FACTS = 50
@@ -176,6 +180,47 @@ def _add_hit(fitter: _Fitter, hit: SearchResult) -> None:
     fitter.add(item, rendered, words)
 
 
+def _distinct(results: list[SearchResult]) -> list[SearchResult]:
+    """`results` without the near-copies of a better-ranked one, best first."""
+    kept: list[SearchResult] = []
+    seen: list[set[str]] = []
+    for hit in results:
+        words = _words(hit.content)
+        if not _near_any(words, seen):
+            kept.append(hit)
+            seen.append(words)
+    return kept
+
+
+async def _relevant(
+    session: AsyncSession,
+    *,
+    prompt: str,
+    project_path: str,
+    embedder: Embedder,
+    tuning: SearchTuning,
+) -> list[SearchResult]:
+    """Up to `RELEVANT_LIMIT` distinct hits for `prompt`, best first."""
+
+    async def page(limit: int) -> list[SearchResult]:
+        response = await search(
+            session,
+            request=SearchRequest(query=prompt[:4000], project_path=project_path, limit=limit),
+            embedder=embedder,
+            tuning=tuning,
+            snippets=False,  # the block quotes `content`; highlighting would be thrown away
+        )
+        return response.results
+
+    results = await page(RELEVANT_LIMIT)
+    found = _distinct(results)
+    # A short first page is all there is; a full one thinned by copies may hide more below.
+    # Asked for only then, so an ordinary prompt costs one search as before.
+    if len(found) < RELEVANT_LIMIT and len(results) == RELEVANT_LIMIT:
+        found = _distinct(await page(RELEVANT_CANDIDATES))
+    return found[:RELEVANT_LIMIT]
+
+
 def _render(fitter: _Fitter) -> str:
     if not fitter.items:
         return fmt.HEADER + fmt.EMPTY + fmt.FOOTER
@@ -213,14 +258,12 @@ async def build_context(
     hits: list[SearchResult] = []
     twins: list[SearchResult] = []  # facts' own index rows
     if prompt and prompt.strip():
-        response = await search(
+        found = await _relevant(
             session,
-            request=SearchRequest(
-                query=prompt[:4000], project_path=project_path, limit=RELEVANT_LIMIT
-            ),
+            prompt=prompt,
+            project_path=project_path,
             embedder=embedder,
             tuning=replace(tuning or SearchTuning(), min_similarity=min_similarity),
-            snippets=False,  # the block quotes `content`; highlighting would be thrown away
         )
         # Only the sessions shown in full: an older one gets a line holding its task alone, so
         # its summary, when it is what the prompt is about, goes in as a hit (and the line goes).
@@ -230,7 +273,7 @@ async def build_context(
         # in after the facts if its fact did not fit (a fact goes in whole, a hit may be cut).
         fact_words = [_words(f"{fact.title} {fact.body}") for fact in facts]
         hits = []
-        for hit in response.results:
+        for hit in found:
             if hit.source == "summary" and hit.session_id in shown_in_full:
                 continue
             if hit.source == "kv" and _near_any(_words(hit.content), fact_words):

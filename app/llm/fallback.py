@@ -133,6 +133,17 @@ _OUTLINE = re.compile(
     r")"
 )
 STATUS_LINES = 2  # a failed read or write says so at once; what follows is the file's content
+# How a read or write that failed says so on its first lines; a file's own lines (`class
+# ParseError(Exception):`, a docstring saying `cannot`) hold error words too, so the word
+# alone made a read of source code an error, its outline dropped.
+_FAILURE_STATUS = re.compile(
+    r"^\s*(?:<tool_use_error>"
+    r"|(?:error|fatal|failed|failure)\b"
+    r"|(?:cannot|could not|unable to|permission denied|access denied|no such file"
+    r"|file not found|file does not exist|not found)\b"
+    r"|E[A-Z]{3,}:)",  # errno names (ENOENT:, EACCES:)
+    re.IGNORECASE,
+)
 
 
 def read_outline(result: Any, *, markdown: bool = False, limit: int = 3) -> str | None:
@@ -164,6 +175,15 @@ def read_outline(result: Any, *, markdown: bool = False, limit: int = 3) -> str 
     else:
         span = _line_count(result, lines)
     return " | ".join([span, *map(_short, outline)])
+
+
+def failure_lines(result: Any, *, limit: int = 3) -> list[str]:
+    """What a read's or write's result says of its failure: the text under an `error` key
+    (Gemini CLI's failed call) and a first line stating one; not the file's content."""
+    keyed = strings_in(result.get("error")) if isinstance(result, dict) else iter(())
+    lines = [ln for s in keyed for ln in s.splitlines() if ln.strip()]
+    lines += [ln for ln in _lines(result)[:STATUS_LINES] if _FAILURE_STATUS.match(ln)]
+    return [_error_line(ln) for ln in dict.fromkeys(lines)][:limit]
 
 
 def _line_count(result: Any, lines: list[str]) -> str:
@@ -428,8 +448,10 @@ def compress_extractive(
             # What the call was given, where its files would be: `Glob package.json`.
             lines[0] += " " + ARG_SEPARATOR.join(_short(s) for s in other_args)
     names_at = len(lines)  # Mentions go here, with the names; Result stays the last line
-    if observation_type in ("file_read", "file_write"):
-        errors, _ = key_lines(_lines(result)[:STATUS_LINES])
+    # A to-do list (typed `other`: it is no file) is written as a file is: its reply is a status.
+    writes = observation_type == "file_write" or todos is not None
+    if observation_type == "file_read" or writes:
+        errors = failure_lines(result)
     else:
         given = _by_words([*files, *other_args])
         replies = [ln for ln in _lines(result) if not _echoed(ln, given)]
@@ -442,7 +464,7 @@ def compress_extractive(
         markdown = any(f.lower().endswith(_MARKDOWN) for f in files)
         outline = read_outline(result, markdown=markdown)
         firsts = [outline] if outline and not errors else []
-    elif observation_type == "file_write":
+    elif writes:
         statuses = [
             write_status(ln, files=files, root=project_path)
             for ln in _lines(result)[:1]
@@ -491,7 +513,8 @@ def keeps_every_line(
     squashed = " ".join(text.split())
     lines = [ln for s in _argument_strings(args) for ln in s.splitlines()]
     replies = [ln for s in strings_in(result) for ln in s.splitlines()]
-    if observation_type == "file_write" and replies and replies[0].strip():
+    writes = observation_type == "file_write" or todo_line(args) is not None
+    if writes and replies and replies[0].strip():
         shown, summary = write_status(replies[0], files=target_files(args), root=project_path)
         if summary and (
             todo_line(args) is not None or f"Result: {_relative(shown, project_path)}" in squashed

@@ -7,6 +7,7 @@ Patterns become SQL LIKE expressions with every LIKE metacharacter escaped, so k
 from __future__ import annotations
 
 import re
+import unicodedata
 
 LIKE_ESCAPE = "\\"
 
@@ -16,6 +17,8 @@ def is_pattern(key: str) -> bool:
 
 
 def pattern_to_like(pattern: str) -> str:
-    """`project.*` -> `project.%`, with `\\`, `%` and `_` escaped by a backslash."""
+    """`project.*` -> `project.%`, with `\\`, `%` and `_` escaped by a backslash; NFC, as keys
+    are stored (`app.memories.schemas.check_key`)."""
+    pattern = unicodedata.normalize("NFC", pattern)
     escaped = pattern.replace(LIKE_ESCAPE, LIKE_ESCAPE * 2).replace("%", r"\%").replace("_", r"\_")
     return re.sub(r"\*+", "%", escaped)

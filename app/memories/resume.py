@@ -32,6 +32,9 @@ log = structlog.get_logger(__name__)
 NAMESPACES = ("current", "project", "shared")
 PER_NAMESPACE = 50
 BRIEFING_SHARE = 4  # the briefing may use at most a quarter of the budget
+# What of the briefing is kept before a note on left-out memories gets room: `Working on
+# Next.js project.` and a little more; the note is shortened or dropped first.
+HEAD_TOKENS = 10
 # The briefing is waited for by an agent starting work: AGMEM_GEMINI_TIMEOUT_SECONDS, at most 15 s.
 BRIEFING_TIMEOUT_SECONDS = 15.0
 
@@ -97,13 +100,8 @@ async def smart_resume(
     briefing, briefed_by = await _briefing(session, settings, project_path, picked, gate)
     # Else nothing tells the agent they exist (the template said none were stored). Room is
     # made for it before the briefing is cut: added after, a long briefing's cut took it away.
-    note = _left_out_note(picked.left_out, unread)
     room = max(budget - picked.spent, 0)
-    note = truncate_to_tokens(note, room)
-    # Cut with the app's estimate: at four characters a token, a briefing quoting a Chinese
-    # task answered 691 tokens for a budget of 500.
-    head = truncate_to_tokens(briefing, max(room - estimate_tokens(note) - 1, 0))
-    briefing = f"{head} {note}".strip() if note else head
+    briefing = _fit_briefing(briefing, picked.left_out, unread, room)
     kept = [row.id for rows in picked.memories.values() for row in rows]
     await service.count_access_of(session, memory_ids=kept)
     token_count = picked.spent + estimate_tokens(briefing)
@@ -128,19 +126,37 @@ async def smart_resume(
     )
 
 
-def _left_out_note(left_out: list[str], unread: list[str]) -> str:
-    """What the briefing says of the memories it does not hold: those the budget left out, by
-    key, and the namespaces holding more than resume reads."""
+def _fit_briefing(briefing: str, left_out: list[str], unread: list[str], room: int) -> str:
+    """The briefing and its note on what it does not hold, within `room` tokens.
+
+    The note gets room before the briefing is cut (added after, a long briefing's cut took it
+    away), but not all of it: at budget 50 the briefing was cut to `Wor…` beside a note cut
+    inside its key list. The briefing keeps `HEAD_TOKENS` (or all of it, if shorter), and the
+    note is the first of its forms that fits beside that: whole, without its keys, or none."""
+    # Cut with the app's estimate: at four characters a token, a briefing quoting a Chinese
+    # task answered 691 tokens for a budget of 500.
+    head_needs = min(estimate_tokens(briefing), HEAD_TOKENS)
+    for note in (_left_out_note(left_out, unread), _left_out_note(left_out, unread, keys=False)):
+        if not note:
+            break
+        head_room = room - estimate_tokens(note) - 1
+        if head_room >= head_needs:
+            return f"{truncate_to_tokens(briefing, head_room)} {note}".strip()
+    return truncate_to_tokens(briefing, room)
+
+
+def _left_out_note(left_out: list[str], unread: list[str], *, keys: bool = True) -> str:
+    """What the briefing says of the memories it does not hold: those the budget left out (by
+    key, unless `keys` is false), and the namespaces holding more than resume reads."""
     parts = []
     if left_out:
         count = len(left_out)
-        keys = ", ".join(left_out)
-        parts.append(
-            f"{count} memor{'y' if count == 1 else 'ies'} left out for the budget: {keys}."
-        )
+        said = f"{count} memor{'y' if count == 1 else 'ies'} left out"
+        parts.append(f"{said} for the budget: {', '.join(left_out)}." if keys else f"{said}.")
     if unread:
         spaces = ", ".join(f"{namespace}.*" for namespace in unread)
-        parts.append(f"More memories under {spaces} than the {PER_NAMESPACE} read here.")
+        more = f" than the {PER_NAMESPACE} read here" if keys else ""
+        parts.append(f"More memories under {spaces}{more}.")
     return " ".join(parts)
 
 

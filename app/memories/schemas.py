@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 import uuid
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -36,8 +37,10 @@ SESSION_ID_MAX_CHARS = 200
 
 def check_key(key: str) -> str:
     """A key is non-empty, at most 500 characters and 800 bytes of UTF-8 (it is indexed beside
-    a project path and a session id), and holds no `*` (the wildcard)."""
-    key = clean_text(key).strip()
+    a project path and a session id), and holds no `*` (the wildcard); it is read and stored
+    NFC, as project paths are: `project.café` typed and sent by a macOS tool (NFD) were two
+    memories that look the same."""
+    key = unicodedata.normalize("NFC", clean_text(key).strip())
     if not key:
         raise ValueError("the key must not be empty")
     if len(key) > MAX_KEY_LENGTH:

@@ -69,10 +69,16 @@ def _text_splitter(
 
 
 def normalise_newlines(text: str) -> str:
-    """CRLF and lone CR become LF; a CRLF file keeps its line count, so lines stay exact."""
+    """CRLF becomes LF; a lone CR does only in a file without LF (a classic Mac file).
+
+    Lines are counted as `grep -n` and editors count them: in a file of LF (or CRLF) line ends
+    a lone CR is a character of its line (a progress line's `50%\r100%`); taken for a line end,
+    it put every later citation a line past the line it named."""
     if "\r" not in text:
         return text
-    return text.replace("\r\n", "\n").replace("\r", "\n")
+    if "\n" not in text:
+        return text.replace("\r", "\n")
+    return text.replace("\r\n", "\n")
 
 
 def chunk_markdown(text: str, *, tokens: int = 400, overlap: int = 80) -> list[Chunk]:

@@ -117,8 +117,8 @@ def prepare_file(
     if found.source == "memory":
         # Private spans and secrets go before chunking, each replaced by the newlines it held:
         # a span or a key longer than a chunk showed in the chunks after its first line's.
-        # Line ends made \n first: a span or key keeps only the \n it held, and a lone CR (a
-        # line end to the chunker) went with it, every later line's number off.
+        # Line ends made \n first: a span or key keeps only the \n it held, and a CR line end
+        # (CRLF, or a classic Mac file's CR) went with it, every later line's number off.
         text = redact_secrets_lines(strip_private_lines(normalise_newlines(clean_text(text))))
         chunks = chunk_markdown(text, tokens=tokens, overlap=overlap)
     else:

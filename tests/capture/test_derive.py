@@ -56,7 +56,15 @@ from app.textscan import SHORT_TEXT
         ("default_api.write_file", {}, "file_write"),
         ("str_replace_based_edit_tool", {"command": "view"}, "file_read"),
         ("str_replace_based_edit_tool", {"command": "create"}, "file_write"),
-        ("TodoWrite", {}, "file_write"),
+        # A to-do list is the agent's plan, no file: a `write` in its name made it a file
+        # write, counted as one in summaries.
+        ("TodoWrite", {}, "other"),
+        ("write_todos", {}, "other"),
+        ("todo_read", {}, "other"),
+        # Cline's and OpenHands' shell and browser tools were `other`.
+        ("execute_bash", {}, "code_execution"),
+        ("execute_ipython_cell", {}, "code_execution"),
+        ("browser_action", {}, "web"),
         ("save_memory", {}, "other"),
         ("think", {}, "other"),
         ("custom_search_tool", {}, "search"),

@@ -181,6 +181,27 @@ def test_a_long_text_cut_to_its_share_still_appears_once(
     assert body["context"].count("The release checklist: ") == 1
 
 
+def test_copies_of_the_top_hit_do_not_leave_the_block_thin(
+    client: TestClient, database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    # The builder asked search for 8 hits and dropped copies after: 40 copies of one memory
+    # file (or one file read in 10 sessions) filled the page, and a 3000-token block held one
+    # item while distinct, relevant texts ranked just below the copies.
+    text = "The capybara deploy runbook: run make release with the capybara profile set."
+    add_chunks(database_url, [Chunk(text, path=f"copy{n}/MEMORY.md") for n in range(40)])
+    others = [
+        f"Capybara deploy note {n}: the {word} step needs its own check."
+        for n, word in enumerate(["lint", "migrate", "backup", "smoke", "notify"])
+    ]
+    add_chunks(database_url, [Chunk(other, path=f"note{n}.md") for n, other in enumerate(others)])
+    body = context(client, prompt="capybara deploy runbook release profile", budget=3000)
+    cited = [item["path"] for item in body["items"] if item["source"] == "memory"]
+    assert len([path for path in cited if path.startswith("copy")]) == 1, cited
+    assert sorted(path for path in cited if path.startswith("note")) == [
+        f"note{n}.md" for n in range(5)
+    ]
+
+
 @pytest.mark.parametrize("budget", [50, 80, 150, 300, 700, 2000, 5000])
 def test_result_never_exceeds_the_budget(
     client: TestClient, database_url: str, db: psycopg.Connection[Any], budget: int

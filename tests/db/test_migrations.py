@@ -176,6 +176,33 @@ def test_0007_leaves_superseded_jobs_to_cancel_and_its_downgrade_keeps_the_outco
     )
 
 
+def test_0010_stores_keys_nfc_and_keeps_a_twins_value_under_its_own_name(
+    scratch_url: str,
+) -> None:
+    migrate.upgrade(scratch_url, "0009")
+    nfc, nfd = "project.caf\u00e9", "project.cafe\u0301"
+    with psycopg.connect(libpq_url(scratch_url), autocommit=True) as connection:
+        connection.execute(
+            "INSERT INTO memories (scope, project_path, key, value) VALUES "
+            "('project', '/a', %(nfd)s, '\"alone\"'), "
+            "('project', '/b', %(nfc)s, '\"composed\"'), "
+            "('project', '/b', %(nfd)s, '\"decomposed\"'), "
+            "('project', '/c', %(ascii)s, '\"plain\"')",
+            {"nfc": nfc, "nfd": nfd, "ascii": "project.cafe"},
+        )
+    migrate.upgrade(scratch_url)
+    with psycopg.connect(libpq_url(scratch_url), autocommit=True) as connection:
+        rows = connection.execute(
+            "SELECT project_path, key, value FROM memories ORDER BY project_path, key"
+        ).fetchall()
+    assert rows == [
+        ("/a", nfc, "alone"),
+        ("/b", nfc, "composed"),
+        ("/b", f"{nfc} (duplicate spelling)", "decomposed"),
+        ("/c", "project.cafe", "plain"),
+    ]
+
+
 def test_both_extensions_where_available(migrated_url: str) -> None:
     with psycopg.connect(libpq_url(migrated_url)) as connection:
         installed = {r[0] for r in connection.execute("SELECT extname FROM pg_extension")}

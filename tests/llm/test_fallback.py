@@ -105,6 +105,47 @@ def test_real_read_keeps_its_file_span_and_definitions_in_a_few_tokens() -> None
     assert estimate_tokens(text) < 0.15 * estimate_tokens(str(tool_call(GO_SESSION, READ_CALL)[2]))
 
 
+PARSER_PY = (
+    "class ParseError(Exception):\n"
+    '    """Raised when parsing failed: the input cannot be read."""\n'
+    "\n"
+    "def parse(text: str) -> Tree:\n"
+    "    ...\n"
+)
+
+
+def test_a_read_of_source_code_is_outlined_not_called_an_error() -> None:
+    # The first lines of a read were scanned for error words: `class ParseError(Exception):`
+    # was shown as `Errors:` and the file's outline dropped.
+    numbered = "\n".join(f"{n:6}→{line}" for n, line in enumerate(PARSER_PY.split("\n"), 1))
+    for args, result in (
+        ({"absolute_path": "/p/parser.py"}, {"output": PARSER_PY}),  # Gemini CLI
+        ({"file_path": "/p/parser.py"}, numbered),  # Claude Code
+    ):
+        text = compress_extractive(
+            function_name="read", observation_type="file_read", args=args, result=result
+        )
+        assert "Errors" not in text, text
+        assert "class ParseError(Exception): | def parse(text: str) -> Tree:" in text, text
+
+
+def test_a_read_that_failed_keeps_its_error() -> None:
+    for result, error in (
+        ({"error": "File not found: /p/gone.py"}, "File not found: /p/gone.py"),
+        ("<tool_use_error>File does not exist.</tool_use_error>", "<tool_use_error>File does"),
+        ("Error: ENOENT: no such file or directory, open '/p/gone.py'", "Error: ENOENT"),
+        ("Permission denied: /p/secret.py", "Permission denied"),
+    ):
+        text = compress_extractive(
+            function_name="read",
+            observation_type="file_read",
+            args={"file_path": "/p/gone.py"},
+            result=result,
+        )
+        assert f"Errors: {error}" in text, text
+        assert "Result:" not in text
+
+
 def test_real_failed_edit_keeps_its_file_and_error_line() -> None:
     text = go_extract(FAILED_EDIT_CALL, "file_write")
 
@@ -333,7 +374,7 @@ def test_real_todo_list_keeps_every_item_and_its_state() -> None:
     name, args, result = tool_call(CLAUDE_MD_SESSION, TODO_CALL)
 
     text = compress_extractive(
-        function_name=name, observation_type="file_write", args=args, result=result
+        function_name=name, observation_type="other", args=args, result=result
     )
 
     assert text == (
@@ -349,11 +390,11 @@ def test_to_do_list_keeps_a_reply_that_is_not_a_plain_success() -> None:
     refused = "Todo list rejected: more than one item is in progress."
 
     text = compress_extractive(
-        function_name="write_todos", observation_type="file_write", args=args, result=refused
+        function_name="write_todos", observation_type="other", args=args, result=refused
     )
     plain = compress_extractive(
         function_name="write_todos",
-        observation_type="file_write",
+        observation_type="other",
         args=args,
         result="Successfully updated the todo list.",
     )
@@ -583,7 +624,7 @@ def test_changed_lines_and_to_do_items_are_cut_at_the_same_tokens_in_any_script(
         )
         todo = compress_extractive(
             function_name="write_todos",
-            observation_type="file_write",
+            observation_type="other",
             args={"todos": [{"description": line, "status": "pending"}]},
             result="ok",
         )

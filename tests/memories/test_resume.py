@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,6 +14,7 @@ from fastapi.testclient import TestClient
 
 from app.config import Settings
 from app.main import create_app
+from app.memories.resume import HEAD_TOKENS
 from app.tokens import estimate_tokens
 from tests.conftest import make_settings
 from tests.fakes.gemini import FakeGemini, FakeResponse, fake_gemini, text_answer
@@ -381,6 +383,26 @@ def test_the_left_out_note_survives_a_long_briefing(client: TestClient) -> None:
     body = client.post("/api/resume", json={"projectPath": PROJECT, "budget": 500}).json()
     assert body["tokenCount"] <= 500
     assert "left out for the budget: project.c." in body["briefing"], body
+
+
+def test_a_small_budget_keeps_the_briefing_readable_beside_its_note(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    # Room for the note was made first: at budget 60 the briefing read `Working… 2 memories left
+    # out for the budget: project.architecture,…`, both cut past use; at 50, the note alone.
+    seed(client, db)
+    notes = re.compile(r"(.*?)(?: (\d+ memor(?:y|ies) left out(?: for the budget: [^…]*)?\.))?")
+    shown = {}
+    for budget in (50, 60, 80):
+        body = client.post("/api/resume", json={"projectPath": PROJECT, "budget": budget}).json()
+        assert body["tokenCount"] <= budget
+        match = notes.fullmatch(body["briefing"])
+        assert match is not None, body["briefing"]
+        head, shown[budget] = match.groups()
+        assert head.startswith("Working on "), head
+        assert estimate_tokens(head) >= HEAD_TOKENS, head
+    assert shown[60] == "2 memories left out."  # no keys, rather than keys cut
+    assert shown[80] == "1 memory left out."
 
 
 def test_memories_past_what_resume_reads_are_said_to_exist(client: TestClient) -> None:

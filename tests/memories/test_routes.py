@@ -80,6 +80,26 @@ def test_real_memory_bank_file_as_value(client: TestClient, db: psycopg.Connecti
     assert content.startswith("current.context: ")
 
 
+def test_a_key_is_one_memory_in_its_composed_and_decomposed_spellings(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    # `project.café` typed on Linux and sent by a macOS tool (NFD) were two memories that look
+    # the same, while project paths are NFC: a read found one or the other by the bytes sent.
+    composed, decomposed = "project.caf\u00e9", "project.cafe\u0301"
+    put(client, composed, "first")
+    again = put(client, decomposed, "second")
+    assert (again["key"], again["version"]) == (composed, 2)
+    for spelling in (composed, decomposed):
+        got = client.get(url(spelling), params={"projectPath": PROJECT})
+        assert (got.status_code, got.json()["value"]) == (200, "second"), got.text
+    listed = client.get(url("project.cafe\u0301*"), params={"projectPath": PROJECT}).json()
+    assert [m["key"] for m in listed["memories"]] == [composed]
+    assert db.execute("SELECT key FROM memories").fetchall() == [(composed,)]
+    gone = client.delete(url(decomposed), params={"projectPath": PROJECT})
+    assert gone.status_code in (200, 204), gone.text
+    assert db.execute("SELECT count(*) FROM memories").fetchone() == (0,)
+
+
 def test_get_unknown_key_is_404_in_error_shape(client: TestClient) -> None:
     response = client.get(url("project.nothing"), params={"projectPath": PROJECT})
     assert response.status_code == 404

@@ -94,6 +94,18 @@ def test_crlf_endings_keep_line_numbers_and_lose_the_cr() -> None:
     assert chunks[-1].end_line == text.count("\r\n")
 
 
+def test_a_lone_cr_in_an_lf_file_is_no_line_end() -> None:
+    # A progress line's lone CR was taken for a line end: every later citation was one line
+    # past the line `grep -n` and editors show (`#L1-L5` for a 4-line file).
+    text = "# T\n\nprogress 50%\r100%\nthe capybara line\n"
+    [chunk] = chunk_markdown(text)
+    assert (chunk.start_line, chunk.end_line) == (1, 4)
+    text = "# A\r\n\r\n" + "step 1%\r2%\r3%\r\n" * 300 + "the last line\r\n"
+    chunks = chunk_markdown(text, tokens=100, overlap=0)
+    assert_lines_exact(text, chunks)
+    assert chunks[-1].end_line == text.count("\n")
+
+
 def test_transcript_chunks_map_to_jsonl_lines() -> None:
     data = (TESTDATA / "claude-code" / "entire_28a8bc758709_summaries_progress.jsonl").read_text()
     transcript = parse_transcript(data)

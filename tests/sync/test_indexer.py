@@ -392,6 +392,21 @@ def test_a_secret_in_a_file_of_lone_cr_line_ends_keeps_later_lines_numbered(
     assert [end for content, _, end in stored if "echo target line" in content] == [len(lines)]
 
 
+def test_a_lone_cr_in_an_lf_file_keeps_citations_on_grep_lines(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    # A progress line's lone CR counted as a line end: the file's last line, line 4 to
+    # `grep -n`, was cited as line 5.
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "MEMORY.md").write_bytes(b"# T\n\nprogress 50%\r100%\nthe capybara line\n")
+
+    run_sync(database_url, settings, CountingEmbedder(), project)
+
+    stored = db.execute("SELECT start_line, end_line FROM memory_chunks").fetchall()
+    assert stored == [(1, 4)]
+
+
 def test_a_path_too_long_for_the_index_skips_that_file_only(
     database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
 ) -> None:

@@ -129,7 +129,6 @@ def test_bad_requests_get_clear_errors(client: TestClient, tmp_path: Path) -> No
     cases = [
         ({"projectPath": "relative/path"}, 422, "ProjectFolderNotFound"),
         ({"projectPath": str(tmp_path / "missing")}, 422, "ProjectFolderNotFound"),
-        ({"projectPath": f"{tmp_path}\u0000"}, 422, "ProjectFolderNotFound"),
         ({"projectPath": str(tmp_path), "sessionsDir": "a\u0000b"}, 422, "ProjectFolderNotFound"),
         ({}, 422, "ValidationFailed"),
         ({"projectPath": str(tmp_path), "force": "maybe"}, 422, "ValidationFailed"),
@@ -175,6 +174,32 @@ def test_a_folder_is_read_as_the_client_spells_it_and_stored_under_its_key(
     assert (done["status"], done["filesChanged"], done["projectPath"]) == ("done", 1, key)
     stored = db.execute("SELECT DISTINCT project_path FROM memory_chunks").fetchall()
     assert stored == [(key,)]
+
+
+def test_a_nul_in_the_project_path_is_removed_as_capture_removes_it(
+    client: TestClient,
+    db: psycopg.Connection[Any],
+    database_url: str,
+    settings: Settings,
+    tmp_path: Path,
+) -> None:
+    # Capture stored `/x/p1\u0000` as `/x/p1`, and a sync of the same path was a 422
+    # `does not exist`: the project's sessions could be captured and never synced.
+    project = tmp_path / "p1"
+    project.mkdir()
+    (project / "MEMORY.md").write_text("# Notes\n\nThe shop runs on port 8080.\n")
+    sent = f"{project}\u0000"
+    captured = client.post("/api/session/start", json={"projectPath": sent, "id": "s"})
+    assert captured.json()["projectPath"] == str(project)
+
+    answer = client.post("/api/sync", json={"projectPath": sent})
+
+    assert answer.status_code == 202, answer.json()
+    execute(database_url, settings, answer.json()["runId"])
+    done = client.get(f"/api/sync/{answer.json()['runId']}").json()
+    assert (done["status"], done["projectPath"]) == ("done", str(project))
+    stored = db.execute("SELECT DISTINCT project_path FROM memory_chunks").fetchall()
+    assert stored == [(str(project),)]
 
 
 def test_a_folder_named_by_its_key_is_still_found(
