@@ -21,7 +21,7 @@ from app.db.engine import transaction
 from app.db.raw_pool import libpq_url
 from app.errors import first_line, sqlstate
 from app.llm.embeddings import Embedder
-from app.llm.gemini import make_client
+from app.llm.gemini import close_client, make_client
 from app.llm.ratelimit import DailyBudget, gemini_gate
 from app.redaction import RedactionWorkerDied
 from app.worker import claims, jobs, rescan, results
@@ -247,9 +247,6 @@ class Worker:
         """Close the Gemini client's connections, both transports': google-genai keeps a sync
         httpx client beside the async one, and `aio.aclose` closes only the async one."""
         if self.ctx.client is not None:
-            # Here, as make_client defers it: the module imports google-genai (~0.3 s).
-            from app.llm.gemini_embeddings import close_client
-
             await close_client(self.ctx.client)
 
     async def run(self, stop: asyncio.Event, *, hurry: asyncio.Event | None = None) -> None:
