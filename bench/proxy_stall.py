@@ -17,16 +17,21 @@ import argparse
 import http.client
 import json
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
 from bench.db import bench_database
-from bench.resume_client import seed, serve
-from bench.startup import HERE, free_port, venv_of
+from bench.resume_client import (
+    alternated,
+    fake_and_server_ports,
+    print_ratio,
+    seed,
+    serve,
+    tree_options,
+    trees_of,
+)
 
 PROJECT = "/tmp/proxy-stall-bench-project"
 
@@ -91,43 +96,30 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=float, default=7.6)
     parser.add_argument("--calls", type=int, default=5)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--against", type=Path, help="another checkout or venv (old code)")
-    parser.add_argument("--ports", type=int, help="first of two free ports (default: any)")
+    tree_options(parser)
     options = parser.parse_args()
     Path(PROJECT).mkdir(exist_ok=True)
-    trees = {"this": venv_of(HERE)} | (
-        {"other": venv_of(options.against)} if options.against else {}
-    )
-    fake_port, serve_port = (
-        (options.ports, options.ports + 1) if options.ports else (free_port(), free_port())
-    )
-    fake = subprocess.Popen([sys.executable, "-c", FAKE, str(fake_port)], cwd=HERE)
-    settings = {"AGMEM_GEMINI_UPSTREAM": f"http://127.0.0.1:{fake_port}"}
+    trees = trees_of(options)
     body = large_body(options.mb)
     worst: dict[str, list[float]] = {name: [] for name in trees}
-    try:
-        with bench_database("agmem_bench_proxy_stall") as url:
-            seed(trees["this"], url, PROJECT)
-            for run in range(options.runs):
-                order = list(trees) if run % 2 == 0 else list(reversed(trees))
-                for name in order:
-                    with tempfile.TemporaryDirectory(prefix="proxy-stall-home-") as home:
-                        process, port = serve(trees[name], url, home, serve_port, settings)
-                        try:
-                            worst[name] += slowest_probes(port, body, options.calls)
-                        finally:
-                            process.terminate()
-                            process.communicate(timeout=60)
-    finally:
-        fake.terminate()
-        fake.wait(timeout=30)
+    with (
+        fake_and_server_ports(options, FAKE) as (fake_port, serve_port),
+        bench_database("agmem_bench_proxy_stall") as url,
+    ):
+        settings = {"AGMEM_GEMINI_UPSTREAM": f"http://127.0.0.1:{fake_port}"}
+        seed(trees["this"], url, PROJECT)
+        for name in alternated(trees, options.runs):
+            with tempfile.TemporaryDirectory(prefix="proxy-stall-home-") as home:
+                process, port = serve(trees[name], url, home, serve_port, settings)
+                try:
+                    worst[name] += slowest_probes(port, body, options.calls)
+                finally:
+                    process.terminate()
+                    process.communicate(timeout=60)
     print(f"body: {len(body) / 1e6:.1f} MB; slowest /health per proxied call, ms")
     for name, values in worst.items():
         print(f"{name}: median {statistics.median(values):.0f}, max {max(values):.0f}")
-    if "other" in worst:
-        ratio = statistics.median(worst["this"]) / statistics.median(worst["other"])
-        print(f"this/other (medians): {ratio:.2f}")
+    print_ratio(worst)
 
 
 if __name__ == "__main__":

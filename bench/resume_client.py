@@ -13,12 +13,14 @@ google-genai client for each briefing cost the event loop.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 from bench.db import bench_database
@@ -85,40 +87,67 @@ def seed(venv: Path, url: str, project: str = PROJECT) -> None:
             subprocess.run([agmem, *memory], env=env, check=True, capture_output=True)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--resumes", type=int, default=20)
+def tree_options(parser: argparse.ArgumentParser) -> None:
+    """The options of a bench that alternates this tree's server with another's."""
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--against", type=Path, help="another checkout or venv (old code)")
     parser.add_argument("--ports", type=int, help="first of two free ports (default: any)")
-    options = parser.parse_args()
-    Path(PROJECT).mkdir(exist_ok=True)
-    trees = {"this": venv_of(HERE)} | (
+
+
+def trees_of(options: argparse.Namespace) -> dict[str, Path]:
+    return {"this": venv_of(HERE)} | (
         {"other": venv_of(options.against)} if options.against else {}
     )
+
+
+def alternated(trees: dict[str, Path], runs: int) -> Iterator[str]:
+    """The trees' names, run after run, the order reversed every other run."""
+    for run in range(runs):
+        yield from (list(trees) if run % 2 == 0 else list(reversed(trees)))
+
+
+@contextlib.contextmanager
+def fake_and_server_ports(options: argparse.Namespace, fake: str) -> Iterator[tuple[int, int]]:
+    """The fake Gemini's port, running `fake` (a script given its port), and the server's."""
     fake_port, serve_port = (
         (options.ports, options.ports + 1) if options.ports else (free_port(), free_port())
     )
-    fake = subprocess.Popen([sys.executable, "-c", FAKE, str(fake_port)], cwd=HERE)
-    gemini = f"http://127.0.0.1:{fake_port}"
+    process = subprocess.Popen([sys.executable, "-c", fake, str(fake_port)], cwd=HERE)
     try:
-        with bench_database("agmem_bench_resume") as url:
-            seed(trees["this"], url)
-            costs: dict[str, list[float]] = {name: [] for name in trees}
-            for run in range(options.runs):
-                order = list(trees) if run % 2 == 0 else list(reversed(trees))
-                for name in order:
-                    cost = cpu_per_resume(trees[name], url, gemini, options.resumes, serve_port)
-                    costs[name].append(cost)
+        yield fake_port, serve_port
     finally:
-        fake.terminate()
-        fake.wait(timeout=30)
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def print_ratio(figures: dict[str, list[float]]) -> None:
+    """This tree's median over the other's, when there is another."""
+    if "other" in figures:
+        ratio = statistics.median(figures["this"]) / statistics.median(figures["other"])
+        print(f"this/other (medians): {ratio:.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--resumes", type=int, default=20)
+    tree_options(parser)
+    options = parser.parse_args()
+    Path(PROJECT).mkdir(exist_ok=True)
+    trees = trees_of(options)
+    costs: dict[str, list[float]] = {name: [] for name in trees}
+    with (
+        fake_and_server_ports(options, FAKE) as (fake_port, serve_port),
+        bench_database("agmem_bench_resume") as url,
+    ):
+        gemini = f"http://127.0.0.1:{fake_port}"
+        seed(trees["this"], url)
+        for name in alternated(trees, options.runs):
+            cost = cpu_per_resume(trees[name], url, gemini, options.resumes, serve_port)
+            costs[name].append(cost)
     for name, values in costs.items():
         runs = " ".join(f"{value:.1f}" for value in values)
         print(f"{name}: {statistics.median(values):.1f} ms CPU per resume (runs: {runs})")
-    if "other" in costs:
-        ratio = statistics.median(costs["this"]) / statistics.median(costs["other"])
-        print(f"this/other: {ratio:.2f}")
+    print_ratio(costs)
 
 
 if __name__ == "__main__":
