@@ -32,6 +32,7 @@ from app.llm.embeddings import hold_embedder, release_embedder
 from app.llm.ratelimit import gemini_gate
 from app.mcp.http import mount_mcp
 from app.memories import routes as memories
+from app.memories.resume import briefing_client
 from app.proxy import routes as proxy_routes
 from app.search.routes import router as search_router
 from app.state import AppState
@@ -80,12 +81,14 @@ def create_app(
             resolve_routes(app)
         url = database_url or resolve_database_url(settings)
         engine = make_async_engine(url, pool_size=settings.db_pool_size)
+        briefings = briefing_client(settings)
         state = app.state.agmem = AppState(
             settings=settings,
             database_url=url,
             engine=engine,
             sessionmaker=make_sessionmaker(engine),
             gemini_gate=gemini_gate(settings),
+            briefing_client=briefings,
         )
         stop = asyncio.Event()
         # A URL given without `embedded` (the tests' server) is not ours to restart.
@@ -116,6 +119,7 @@ def create_app(
                             await importing
         finally:
             try:
+                await briefings.close()
                 await engine.dispose()
             finally:  # a dispose that fails or is cancelled must not leave the embedder held
                 await asyncio.to_thread(release_embedder, settings)

@@ -13,6 +13,7 @@ from app.config import Settings
 
 if TYPE_CHECKING:
     from app.db.supervisor import EmbeddedSupervisor
+    from app.llm.gemini import SharedClient
     from app.llm.ratelimit import GeminiGate
     from app.memories.reads import MemoryReads
 
@@ -27,6 +28,8 @@ class AppState:
     memory_reads: MemoryReads | None = None
     # The breaker of the API's own Gemini calls (resume briefings), while the lifespan runs.
     gemini_gate: GeminiGate | None = None
+    # The Gemini client of those calls, closed with the state's owner (main's lifespan, the CLI).
+    briefing_client: SharedClient | None = None
     # What replaces the raw psycopg pools of this lifespan (capture, memory reads) with fresh
     # ones after the embedded server was restarted: their connections died with it.
     after_restart: list[Callable[[], Awaitable[None]]] = field(default_factory=list)

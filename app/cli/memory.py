@@ -78,15 +78,22 @@ def _project(project: str | None) -> str:
 
 async def _with_state(settings: Settings, url: str, work: Callable[[AppState], Awaitable[T]]) -> T:
     from app.db.engine import make_async_engine, make_sessionmaker
+    from app.memories.resume import briefing_client
     from app.state import AppState
 
     engine = make_async_engine(url, pool_size=2)
+    briefings = briefing_client(settings)
     state = AppState(
-        settings=settings, database_url=url, engine=engine, sessionmaker=make_sessionmaker(engine)
+        settings=settings,
+        database_url=url,
+        engine=engine,
+        sessionmaker=make_sessionmaker(engine),
+        briefing_client=briefings,
     )
     try:
         return await work(state)
     finally:
+        await briefings.close()  # never raises: the dispose still runs
         await engine.dispose()
 
 

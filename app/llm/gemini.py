@@ -6,6 +6,7 @@ changed; unset means Google's endpoint.
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING
 
 from app.config import Settings
@@ -39,3 +40,35 @@ def make_client(settings: Settings, *, timeout_ms: int = 30_000) -> genai.Client
     if settings.gemini_base_url:
         options = types.HttpOptions(base_url=settings.gemini_base_url, timeout=timeout_ms)
     return genai.Client(api_key=settings.gemini_api_key, http_options=options)
+
+
+async def close_client(client: genai.Client) -> None:
+    """Close both of the client's transports (google-genai keeps a sync and an async one). A
+    close that fails leaves nothing for the caller to do: it must not hide why the caller ends."""
+    with contextlib.suppress(Exception):
+        client.close()
+    with contextlib.suppress(Exception):
+        await client.aio.aclose()
+
+
+class SharedClient:
+    """One client for a process's calls of one kind, reused by each: building one costs ~45 ms
+    of CPU (on the event loop, for a request), and each kept its own connection open for the
+    process's life. Built by the first call, not at the start (most processes never make one);
+    `close` at the process's end closes its connections."""
+
+    def __init__(self, settings: Settings, *, timeout_ms: int) -> None:
+        self._settings = settings
+        self._timeout_ms = timeout_ms
+        self._client: genai.Client | None = None
+
+    def get(self) -> genai.Client:
+        if self._client is None:
+            self._client = make_client(self._settings, timeout_ms=self._timeout_ms)
+        return self._client
+
+    async def close(self) -> None:
+        """Close the client's connections; a call after it builds a new client."""
+        client, self._client = self._client, None
+        if client is not None:
+            await close_client(client)

@@ -31,7 +31,7 @@ from numpy.typing import NDArray
 
 from app.config import Settings
 from app.llm.embeddings import EmbeddingFailed, model_identity, normalise
-from app.llm.gemini import make_client
+from app.llm.gemini import close_client, make_client
 from app.llm.generation import retry_after_of
 from app.privacy import sanitize_text
 
@@ -439,15 +439,6 @@ def cancel_client(settings: Settings) -> genai.Client:
     """A client for cancelling jobs whatever the current embedder is (a switch to `local` keeps
     the key); raises `GeminiNotConfigured` without a key."""
     return make_client(settings, timeout_ms=cancel_timeout_ms(settings))
-
-
-async def close_client(client: genai.Client) -> None:
-    """Close both of the client's transports (google-genai keeps a sync and an async one). A
-    close that fails leaves nothing for the caller to do: it must not hide why the caller ends."""
-    with contextlib.suppress(Exception):
-        client.close()
-    with contextlib.suppress(Exception):
-        await client.aio.aclose()
 
 
 def cancel_timeout_ms(settings: Settings) -> int:

@@ -454,6 +454,7 @@ def build_server(state: StateProvider, *, default_project: str | None = None) ->
                     session_id=request.session_id,
                     budget=request.budget,
                     gate=current.gemini_gate,
+                    gemini=current.briefing_client,
                 )
         answered = answer.model_dump(mode="json", by_alias=True)
         for memories in answered["context"].values():

@@ -20,7 +20,7 @@ from app import exactjson
 from app.config import Settings
 from app.db.models import MemoryRow, SessionRow
 from app.errors import first_line
-from app.llm.gemini import make_client
+from app.llm.gemini import SharedClient
 from app.llm.generation import Generation, as_call_failed, generate_text
 from app.llm.ratelimit import DailyBudget, GeminiGate, record_rejected, record_usage
 from app.memories import service
@@ -72,11 +72,13 @@ async def smart_resume(
     session_id: str | None,
     budget: int,
     gate: GeminiGate | None = None,
+    gemini: SharedClient | None = None,
 ) -> Resume:
     """Brief an agent on a project: what it is, what is in progress, what comes next.
 
     `gate` is the process's breaker: after repeated Gemini failures the template answers at
-    once for the cooldown, instead of each call waiting for Gemini's timeout."""
+    once for the cooldown, instead of each call waiting for Gemini's timeout. `gemini` is the
+    process's client for briefings (`briefing_client`); without it, a one-off closed after."""
     if project_path is None and session_id is not None:
         project_path = await _project_of_session(session, session_id)
     visibility = service.Visibility(project_path=project_path, session_id=session_id)
@@ -97,7 +99,7 @@ async def smart_resume(
         if namespace == "current" and last is not None and last.summary:
             picked.summary = last if picked.take(estimate_tokens(last.summary)) else None
 
-    briefing, briefed_by = await _briefing(session, settings, project_path, picked, gate)
+    briefing, briefed_by = await _briefing(session, settings, project_path, picked, gate, gemini)
     # Else nothing tells the agent they exist (the template said none were stored). Room is
     # made for it before the briefing is cut: added after, a long briefing's cut took it away.
     room = max(budget - picked.spent, 0)
@@ -212,6 +214,7 @@ async def _briefing(
     project_path: str | None,
     picked: Picked,
     gate: GeminiGate | None,
+    gemini: SharedClient | None,
 ) -> tuple[str, BriefedBy]:
     """Gemini writes the briefing when configured, its breaker is closed and today's token budget
     is not spent; the template does otherwise, or on failure. Gemini's tokens are counted in
@@ -223,7 +226,7 @@ async def _briefing(
     ):
         prompt = _briefing_prompt(project_path, picked)
         try:
-            answer = await _gemini_briefing(settings, prompt)
+            answer = await _gemini_briefing(settings, prompt, gemini)
         except Exception as error:  # any failure of the model must still leave a briefing
             log.warning("memory.resume.gemini_failed", error=first_line(error)[:200])
             failed = as_call_failed(error)
@@ -274,20 +277,34 @@ def _briefing_prompt(project_path: str | None, picked: Picked) -> str:
     )
 
 
-async def _gemini_briefing(settings: Settings, prompt: str) -> Generation:
-    timeout = min(BRIEFING_TIMEOUT_SECONDS, settings.gemini_timeout_seconds)
-    client = make_client(settings, timeout_ms=max(1, int(timeout * 1000)))
-    # As the worker asks: with 2.5 Flash's thinking on, its thinking tokens counted against the
-    # 256-token cap, which could leave the briefing short or empty.
-    return await generate_text(
-        client,
-        model=settings.gemini_model,
-        system=None,
-        contents=prompt,
-        temperature=0.2,
-        max_output_tokens=256,
-        timeout_s=timeout,
-    )
+def _briefing_timeout(settings: Settings) -> float:
+    return min(BRIEFING_TIMEOUT_SECONDS, settings.gemini_timeout_seconds)
+
+
+def briefing_client(settings: Settings) -> SharedClient:
+    """The client a serving process keeps for its briefings; its owner closes it at the end."""
+    return SharedClient(settings, timeout_ms=max(1, int(_briefing_timeout(settings) * 1000)))
+
+
+async def _gemini_briefing(
+    settings: Settings, prompt: str, gemini: SharedClient | None
+) -> Generation:
+    client = gemini or briefing_client(settings)
+    try:
+        # As the worker asks: with 2.5 Flash's thinking on, its thinking tokens counted against
+        # the 256-token cap, which could leave the briefing short or empty.
+        return await generate_text(
+            client.get(),
+            model=settings.gemini_model,
+            system=None,
+            contents=prompt,
+            temperature=0.2,
+            max_output_tokens=256,
+            timeout_s=_briefing_timeout(settings),
+        )
+    finally:
+        if gemini is None:  # a one-off: `agmem resume`
+            await client.close()
 
 
 def _first(memories: dict[str, MemoryRow], *keys: str) -> Any:

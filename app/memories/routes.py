@@ -264,4 +264,5 @@ async def post_resume(
         session_id=body.session_id,
         budget=body.budget,
         gate=state.gemini_gate,
+        gemini=state.briefing_client,
     )

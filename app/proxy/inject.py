@@ -51,13 +51,13 @@ def last_user_prompt(body: dict[str, Any]) -> str:
     return ""
 
 
-def _system_key(body: dict[str, Any]) -> str:
+def system_key(body: dict[str, Any]) -> str:
     return next((key for key in _SYSTEM_KEYS if key in body), _SYSTEM_KEYS[0])
 
 
 def has_memory_block(body: dict[str, Any]) -> bool:
     """True when the system instruction already holds a `<memory>` block."""
-    return any(MEMORY_BLOCK.search(text) for text in _text_parts(body.get(_system_key(body))))
+    return any(MEMORY_BLOCK.search(text) for text in _text_parts(body.get(system_key(body))))
 
 
 def inject_memory(body: dict[str, Any], block: str) -> dict[str, Any]:
@@ -65,7 +65,7 @@ def inject_memory(body: dict[str, Any], block: str) -> dict[str, Any]:
 
     An empty `block` only removes the older ones. The caller's own system parts keep their order.
     """
-    key = _system_key(body)
+    key = system_key(body)
     system = body.get(key)
     if isinstance(system, str):
         system = {"parts": [{"text": system}]}

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import json
 from collections.abc import AsyncIterator
-from typing import Any
 from urllib.parse import unquote
 
 import httpx
@@ -20,12 +18,12 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from app import exactjson
 from app.api import paths  # noqa: F401 - registers the `{name:any}` paths below use
 from app.config import Settings
 from app.errors import Unauthorized
 from app.projects import canonical_project
 from app.proxy import GEMINI_API_VERSIONS
+from app.proxy.body import RequestBody, injected, parse_body
 from app.proxy.capture import Answer, CaptureRequest, Progress
 from app.proxy.forward import (
     forwardable_url,
@@ -34,7 +32,7 @@ from app.proxy.forward import (
     stream_error_event,
     unreachable,
 )
-from app.proxy.inject import has_memory_block, inject_memory, last_user_prompt
+from app.proxy.inject import has_memory_block, last_user_prompt
 from app.proxy.state import ProxyState, get_app_state, get_proxy_state, proxy_lifespan
 
 log = structlog.get_logger(__name__)
@@ -65,23 +63,6 @@ def _check_token(request: Request, settings: Settings) -> None:
         )
 
 
-def _parse_body(raw: bytes) -> dict[str, Any] | None:
-    """The request as JSON, or None: what we cannot read goes upstream as is, for it to judge."""
-    try:
-        body = json.loads(raw)
-    except (ValueError, RecursionError):
-        return None
-    return body if isinstance(body, dict) else None
-
-
-def _encode(body: dict[str, Any]) -> bytes:
-    try:
-        return exactjson.dumps(body, ensure_ascii=False).encode()
-    except UnicodeEncodeError:
-        # A lone surrogate the caller sent as an escape: send it back escaped, as it came.
-        return exactjson.dumps(body).encode()
-
-
 def _header_text(value: str) -> str:
     """A header's text, for a project path that is not ASCII.
 
@@ -104,19 +85,16 @@ def _project(request: Request, settings: Settings) -> str | None:
 
 
 async def _prepare(
-    proxy: ProxyState, settings: Settings, request: Request, body: dict[str, Any] | None, raw: bytes
+    proxy: ProxyState, settings: Settings, request: Request, body: RequestBody | None, raw: bytes
 ) -> bytes:
     """The body to forward: with our memory block, or the caller's bytes untouched."""
     project = _project(request, settings)
     if body is None or project is None or request.headers.get(INJECT_HEADER, "").lower() == "off":
         return raw
-    block = await proxy.memory.block(project, last_user_prompt(body))
-    if not block and not has_memory_block(body):
+    block = await proxy.memory.block(project, last_user_prompt(body.parsed))
+    if not block and not has_memory_block(body.parsed):
         return raw
-    # Parsed again with its numbers exact (app/exactjson.py): re-encoded from `body`, the
-    # caller's `1.50` went upstream as 1.5, `1e-400` as 0.0 and `1e400` as `Infinity`, which is
-    # not JSON. Only an injected call pays the second parse.
-    return _encode(inject_memory(exactjson.loads(raw), block))
+    return injected(body, raw, block)
 
 
 async def proxy_call(request: Request, model: str) -> Response:
@@ -127,7 +105,7 @@ async def proxy_call(request: Request, model: str) -> Response:
     _check_token(request, settings)
     url = forwardable_url(settings.gemini_upstream, request.scope)
     raw = await request.body()
-    body = _parse_body(raw)
+    body = parse_body(raw)
     content = await _prepare(proxy, settings, request, body, raw)
 
     project = _project(request, settings)
@@ -135,7 +113,8 @@ async def proxy_call(request: Request, model: str) -> Response:
     progress = Progress()
     if project is not None and body is not None:
         session_id = request.headers.get(SESSION_HEADER) or None
-        proxy.capture.submit(CaptureRequest(project, session_id, model, body), answer, progress)
+        capture = CaptureRequest(project, session_id, model, body.parsed)
+        proxy.capture.submit(capture, answer, progress)
     response: Response | None = None
     try:
         response = await _forward(

@@ -62,8 +62,8 @@ async def cancel_at_gemini(
     if not to_cancel:
         return
     # Imported here: google-genai costs ~0.3 s to import, paid only when there is a job to cancel.
-    from app.llm.gemini import GeminiNotConfigured
-    from app.llm.gemini_embeddings import cancel_client, close_client
+    from app.llm.gemini import GeminiNotConfigured, close_client
+    from app.llm.gemini_embeddings import cancel_client
 
     key = settings.gemini_api_key
     if gate is not None and gate.paused_for() > 0:

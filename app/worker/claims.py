@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import text
@@ -60,16 +61,20 @@ def _claim_sql(queue: Queue, returning: str, extra: str = "") -> Any:
     )
 
 
+# While the start-up redaction pass fails (app/worker/loop.py, `fence`): only rows stored since.
+_SINCE = " AND (CAST(:since AS timestamptz) IS NULL OR t.created_at >= :since)"
+
 _CLAIM_OBSERVATIONS = _claim_sql(
     OBSERVATIONS,
     "t.id, t.session_id, t.project_path, t.function_name, t.function_args, t.result, "
     "t.observation_type, t.attempts, t.original_tokens, t.entities, t.created_at, "
     "t.result_at IS NULL AS result_missing",
+    _SINCE,
 )
 _CLAIM_SESSIONS = _claim_sql(
     SESSIONS,
     "t.id, t.project_path, t.user_prompt, t.attempts, t.ended_at IS NOT NULL AS ended",
-    _SESSION_READY,
+    _SESSION_READY + _SINCE,
 )
 # A project's runs execute in the order they were requested: a run waits while an older run of its
 # project is queued (claimed or in backoff included) or running. Two workers could otherwise run
@@ -122,10 +127,17 @@ def _params(worker: str, lease: float, limit: int, max_attempts: int) -> dict[st
 
 
 async def claim_observations(
-    session: AsyncSession, *, worker: str, lease: float, limit: int, max_attempts: int
+    session: AsyncSession,
+    *,
+    worker: str,
+    lease: float,
+    limit: int,
+    max_attempts: int,
+    since: datetime | None = None,
 ) -> list[ObservationWork]:
-    """Lease up to `limit` due captured observations to `worker`."""
-    rows = await session.execute(_CLAIM_OBSERVATIONS, _params(worker, lease, limit, max_attempts))
+    """Lease up to `limit` due captured observations to `worker` (stored since `since`)."""
+    params = _params(worker, lease, limit, max_attempts) | {"since": since}
+    rows = await session.execute(_CLAIM_OBSERVATIONS, params)
     return [
         ObservationWork(
             id=r.id,
@@ -148,10 +160,18 @@ async def claim_observations(
 
 
 async def claim_sessions(
-    session: AsyncSession, *, worker: str, lease: float, limit: int, max_attempts: int
+    session: AsyncSession,
+    *,
+    worker: str,
+    lease: float,
+    limit: int,
+    max_attempts: int,
+    since: datetime | None = None,
 ) -> list[SessionWork]:
-    """Lease up to `limit` ended sessions whose observations are all done."""
-    rows = await session.execute(_CLAIM_SESSIONS, _params(worker, lease, limit, max_attempts))
+    """Lease up to `limit` ended sessions whose observations are all done (started since
+    `since`)."""
+    params = _params(worker, lease, limit, max_attempts) | {"since": since}
+    rows = await session.execute(_CLAIM_SESSIONS, params)
     return [SessionWork(r.id, r.project_path, r.user_prompt, r.attempts, r.ended) for r in rows]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -220,6 +221,27 @@ def test_gemini_writes_the_briefing_when_configured(
         fallback = client.post("/api/resume", json={"projectPath": PROJECT}).json()
         assert fallback["briefingBy"] == "template"
         assert fallback["briefing"].startswith("Working on Next.js project.")
+
+
+def test_briefings_share_one_gemini_client_that_the_apps_end_closes(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # Each briefing built a google-genai client (~45 ms of CPU on the event loop) and never
+    # closed it: a new connection per resume, each left open for the process's life.
+    with fake_gemini() as fake:
+        fake.on(":generateContent", lambda _r: FakeResponse(body=text_answer("Auth refactor.")))
+        config = make_settings(home=tmp_path / "home", gemini_api_key="k", gemini_base_url=fake.url)
+        with TestClient(create_app(config, database_url=database_url)) as client:
+            seed(client, db)
+            for _ in range(3):
+                answer = client.post("/api/resume", json={"projectPath": PROJECT}).json()
+                assert answer["briefingBy"] == "gemini"
+            asked = [c for c in fake.connections if c.paths]
+            assert [len(c.paths) for c in asked] == [3]
+        deadline = time.monotonic() + 5
+        while fake.left_open(":generateContent") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not fake.left_open(":generateContent")
 
 
 def test_a_gemini_briefings_tokens_count_in_the_daily_usage(
