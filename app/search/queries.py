@@ -140,20 +140,46 @@ def content_terms(terms: list[str]) -> list[str]:
     return [term for term in terms if term not in ENGLISH_STOP_WORDS]
 
 
-def _operand(term: str, prefix: bool) -> str:
-    """`term` as a tsquery operand, matching its composed and decomposed spellings too.
+def _spellings(term: str) -> list[str]:
+    """The distinct spellings among `term`'s own, its composed (NFC) and decomposed (NFD).
 
     The index holds a word as the text spells it: `résumé` composed from an editor, decomposed
     (NFD) from a macOS file name or tool; a search for one spelling found no row of the other.
     The term's own spelling stays: the NFC of a few characters (U+212B ANGSTROM SIGN, the CJK
     compatibility ideographs) is another character, which a text holding them lacks."""
-    suffix = ":*" if prefix else ""
-    spellings = dict.fromkeys(
-        (term, unicodedata.normalize("NFC", term), unicodedata.normalize("NFD", term))
+    return list(
+        dict.fromkeys(
+            (term, unicodedata.normalize("NFC", term), unicodedata.normalize("NFD", term))
+        )
     )
+
+
+def _operand(term: str, prefix: bool) -> str:
+    """`term` as a tsquery operand, matching each of its spellings (see `_spellings`)."""
+    suffix = ":*" if prefix else ""
+    spellings = _spellings(term)
     if len(spellings) == 1:
         return f"'{term}'{suffix}"
     return "(" + " | ".join(f"'{spelling}'{suffix}" for spelling in spellings) + ")"
+
+
+# ts_rank divides an OR's score by its count of operands, and a row holds a word in one
+# spelling: an accented word ORed as two spellings counted half of an ASCII word, even where
+# text and query were both composed. Its score is multiplied back by that count, so a row holding
+# one spelling ranks exactly as a one-spelling operand would. ts_rank_cd has no such division.
+def idf_weight(term: str, idf: float) -> float:
+    """The `idf` ranking's weight of `term`'s operand (see `idf_operands`): its IDF, times its
+    count of spellings, which its ts_rank divides by."""
+    return idf * len(_spellings(term))
+
+
+def or_rank_scale(terms: list[str]) -> float:
+    """What undoes, for `ts_rank` over the whole OR of `tsquery_text`, its division by the extra
+    spellings' operands: the operand count over the content terms' count."""
+    content = content_terms(terms)
+    if not content:
+        return 1.0
+    return sum(len(_spellings(term)) for term in content) / len(content)
 
 
 def _operands(terms: list[str], prefix_last: bool) -> list[str]:
@@ -345,9 +371,12 @@ vec AS (
 def _rank_expression(rank_fn: RankFunction, idf_terms: int) -> str:
     """A row's keyword score. For `idf`, one weighted ts_rank per query word, written out: a
     correlated subquery over a table of the words cost twice as much per ranked row."""
+    if rank_fn == "ts_rank_cd":
+        return "ts_rank_cd(c.tsv, to_tsquery('english', :tsq), :rank_norm)"
     if rank_fn != "idf" or idf_terms == 0:
-        function = "ts_rank" if rank_fn == "idf" else rank_fn
-        return f"{function}(c.tsv, to_tsquery('english', :tsq), :rank_norm)"
+        # A real, as ts_rank returns: a query without an accented word (scale 1) keeps the very
+        # values, and so the ties, it had before the scale.
+        return "ts_rank(c.tsv, to_tsquery('english', :tsq), :rank_norm) * CAST(:rank_scale AS real)"
     words = (
         f"CAST(:idf_w{n} AS float8) * ts_rank(c.tsv, to_tsquery('english', :idf_q{n}), :rank_norm)"
         for n in range(idf_terms)
@@ -595,12 +624,14 @@ async def run_search(
     rank_function: RankFunction = "idf",
     idf: Mapping[str, float] | None = None,
     min_similarity: float | None = None,
+    rank_scale: float = 1.0,
 ) -> list[Any]:
     """Run one search; rows carry both branch ranks and scores and the fused score.
 
     `idf` maps each operand of `tsq` (see `idf_operands`) to its weight for the `idf` ranking.
     `min_similarity` drops rows below that cosine similarity unless they hold two or more of the
-    query's words (None: no such gate)."""
+    query's words (None: no such gate). `rank_scale` multiplies a `ts_rank` over the whole `tsq`
+    (see `or_rank_scale`)."""
     use_vector = query_vector is not None and mode != "keyword"
     use_keyword = bool(tsq)
     if not use_vector and not (use_keyword and mode != "vector"):
@@ -643,6 +674,7 @@ async def run_search(
         "w_tier1": tier_weights[0],
         "w_tier0": tier_weights[1],
         "min_similarity": min_similarity,
+        "rank_scale": rank_scale,
     }
     for n, (operand, weight) in enumerate((idf or {}).items()):
         params[f"idf_q{n}"] = operand

@@ -9,8 +9,12 @@ from typing import Any
 import psycopg
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy.ext.asyncio import AsyncSession
 
-from tests.search.seed import Chunk, add_chunks
+from app.llm.embeddings import local_embedder
+from app.search.schemas import SearchRequest
+from app.search.service import SearchTuning, search
+from tests.search.seed import Chunk, add_chunks, in_session
 from tests.search.test_keyword import keyword, paths
 
 
@@ -62,3 +66,32 @@ def test_a_word_with_vowel_signs_is_highlighted_whole(
     (hit,) = keyword(client, "जाँच")
     assert hit["path"] == "token.md"
     assert "**जाँच**" in hit["snippet"]
+
+
+def keyword_scores(database_url: str, query: str, rank_function: str) -> dict[str, float]:
+    async def run(session: AsyncSession) -> dict[str, float]:
+        request = SearchRequest(query=query, project_path="/p", mode="keyword", limit=5)
+        tuning = SearchTuning(rank_function=rank_function)  # type: ignore[arg-type]
+        response = await search(session, request=request, embedder=local_embedder(), tuning=tuning)
+        return {str(r.path): float(r.keyword_score or 0) for r in response.results}
+
+    return in_session(database_url, run)
+
+
+@pytest.mark.parametrize("rank_function", ["idf", "ts_rank", "ts_rank_cd"])
+def test_an_accented_word_counts_as_much_as_an_ascii_word(
+    database_url: str, db: psycopg.Connection[Any], rank_function: str
+) -> None:
+    # `café` is ORed as its two spellings and a row holds one: ts_rank divides an OR's score by
+    # its operand count, so the accented word scored half of `bakery`, held by as many rows.
+    add_chunks(
+        database_url,
+        [Chunk("café opening hours", path="a.md"), Chunk("bakery opening hours", path="b.md")],
+    )
+    scores = keyword_scores(database_url, "café bakery", rank_function)
+    ascii_only = keyword_scores(database_url, "pastry bakery", rank_function)
+    # ts_rank's division by 3 is undone in float4 (its own type): equal to float4's
+    # precision; the other two are exact.
+    tolerance = 1e-6 if rank_function == "ts_rank" else 0
+    assert scores["a.md"] == pytest.approx(scores["b.md"], rel=tolerance, abs=0)
+    assert scores["b.md"] == pytest.approx(ascii_only["b.md"], rel=tolerance, abs=0)
