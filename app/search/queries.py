@@ -79,12 +79,19 @@ _CODE_SHAPE = re.compile(r"[a-z0-9][A-Z]|\w_\w|\w(?:\.|::|/|->)\w")
 _EDGE_PUNCTUATION = "\"'`()[]{}<>,;:!?."
 
 
-def _is_mark(char: str) -> bool:
-    return unicodedata.category(char)[0] == "M"
+# ZERO WIDTH NON-JOINER and JOINER are format characters, not marks, but they sit inside a word
+# to choose a conjunct's or a ligature's form (Devanagari `क्\u200dष`, Persian `می\u200cخواهم`),
+# and Postgres's parser keeps them in the word as it keeps marks.
+_JOINERS = frozenset("\u200c\u200d")
+
+
+def _stays_in_word(char: str) -> bool:
+    return char in _JOINERS or unicodedata.category(char)[0] == "M"
 
 
 def _words(text: str) -> list[str]:
-    """The alphanumeric runs of `text`, each with the combining marks inside and after it.
+    """The alphanumeric runs of `text`, each with the combining marks (and zero-width joiners)
+    inside and after it.
 
     Postgres's parser keeps a mark in its word (`é` written `e` + U+0301, the vowel signs of
     Devanagari or Tamil); `_WORD` alone split there, and `टोकन` became the bare letters `ट` and
@@ -93,7 +100,7 @@ def _words(text: str) -> list[str]:
     joined_to = -1
     for match in _WORD.finditer(text):
         start, end = match.span()
-        while end < len(text) and _is_mark(text[end]):
+        while end < len(text) and _stays_in_word(text[end]):
             end += 1
         if start == joined_to:
             words[-1] += text[start:end]
@@ -105,9 +112,9 @@ def _words(text: str) -> list[str]:
 
 def keyword_terms(query: str) -> list[str]:
     """The query's words as the index sees them: camelCase split, every run of other characters
-    than letters, digits and combining marks a separator, lower-cased, de-duplicated in order
-    (two spellings of one word, composed and decomposed, count once). Nothing else of the user's
-    text survives."""
+    than letters, digits, combining marks and zero-width joiners a separator, lower-cased,
+    de-duplicated in order (two spellings of one word, composed and decomposed, count once).
+    Nothing else of the user's text survives."""
     seen: dict[str, str] = {}
     for word in _words(_CAMEL.sub(r"\1 \2", query)):
         term = word.lower()
@@ -190,7 +197,7 @@ def _operands(terms: list[str], prefix_last: bool) -> list[str]:
 def tsquery_text(terms: list[str], *, prefix_last: bool = True) -> str:
     """An OR of the content terms for `to_tsquery('english', ...)`; the last may match as a prefix.
 
-    Terms are letters, digits and combining marks only (see `keyword_terms`), so quoting them
+    Terms are letters, digits, marks and joiners only (see `keyword_terms`), so quoting them
     cannot be escaped from."""
     return " | ".join(_operands(content_terms(terms), prefix_last))
 

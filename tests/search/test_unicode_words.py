@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.llm.embeddings import local_embedder
+from app.search.queries import keyword_terms
 from app.search.schemas import SearchRequest
 from app.search.service import SearchTuning, search
 from tests.search.seed import Chunk, add_chunks, in_session
@@ -35,6 +36,10 @@ CORPUS = [
     # as their NFC and NFD forms: a query spelled as the text is must still match it exactly.
     Chunk("Hanja note: \uf900 marks the Joseon records.", path="hanja.md"),
     Chunk("Wavelength measured in \u212bngstrom units.", path="angstrom.md"),
+    # A zero-width joiner picks a conjunct's form inside the word: split there, the query was
+    # `क्` and `षमा`, and the row holding `षमा` alone matched too.
+    Chunk("अनुरोध पर क्\u200dषमा याचना।", path="joiner.md"),
+    Chunk("षमा का अंश।", path="joiner_fragment.md"),
 ]
 
 
@@ -49,6 +54,7 @@ CORPUS = [
         ("டோக்கன்", "tamil.md"),
         ("\uf900", "hanja.md"),  # spelled as the text is
         ("\u212bngstrom", "angstrom.md"),
+        ("क्\u200dषमा", "joiner.md"),
     ],
 )
 def test_a_word_is_found_whatever_its_spelling_and_marks(
@@ -57,6 +63,25 @@ def test_a_word_is_found_whatever_its_spelling_and_marks(
     assert nfd("résumé") != "résumé"  # the test's premise: two spellings of one word
     add_chunks(database_url, CORPUS)
     assert paths(keyword(client, query)) == [found]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "क्\u200dषमा",  # ZERO WIDTH JOINER inside a word
+        "می\u200cخواهم بروم",  # ZERO WIDTH NON-JOINER
+        "ab\u200d cd",  # after a word: kept in it
+        "\u200dab x \u200d y",  # before a word or alone: a separator
+        "ab_\u200dcd",
+    ],
+)
+def test_query_words_split_where_postgres_splits_them(
+    db: psycopg.Connection[Any], text: str
+) -> None:
+    tokens = db.execute(
+        "SELECT token FROM ts_debug('english', %s) WHERE alias <> 'blank'", (text,)
+    ).fetchall()
+    assert keyword_terms(text) == [token.lower() for (token,) in tokens]
 
 
 def test_a_word_with_vowel_signs_is_highlighted_whole(
