@@ -152,8 +152,9 @@ def _spellings(term: str) -> list[str]:
 
     The index holds a word as the text spells it: `résumé` composed from an editor, decomposed
     (NFD) from a macOS file name or tool; a search for one spelling found no row of the other.
-    The term's own spelling stays: the NFC of a few characters (U+212B ANGSTROM SIGN, the CJK
-    compatibility ideographs) is another character, which a text holding them lacks."""
+    The term's own spelling stays for the CJK compatibility ideographs (U+F900, U+2F800 ...),
+    whose NFC and NFD are another character, which a text holding them lacks. (U+212B ANGSTROM
+    SIGN needs no such care: lower-casing makes it U+00E5, as Postgres's does in the text.)"""
     return list(
         dict.fromkeys(
             (term, unicodedata.normalize("NFC", term), unicodedata.normalize("NFD", term))

@@ -32,10 +32,11 @@ CORPUS = [
     Chunk("टिप्पणियाँ और कनस्तर की सूची।", path="fragments.md"),
     Chunk("தரவுத்தளம் இணைப்பு டோக்கன் சரிபார்ப்பு.", path="tamil.md"),
     Chunk("தமிழ் குறிப்பு: கணக்கு.", path="tamil_fragments.md"),
-    # U+F900 (a CJK compatibility ideograph) and U+212B (ANGSTROM SIGN) have other code points
+    # The CJK compatibility ideographs (U+F900, U+2F800 of the supplement) have other code points
     # as their NFC and NFD forms: a query spelled as the text is must still match it exactly.
+    # (U+212B ANGSTROM SIGN is no such case: lower-casing already makes it U+00E5 on both sides.)
     Chunk("Hanja note: \uf900 marks the Joseon records.", path="hanja.md"),
-    Chunk("Wavelength measured in \u212bngstrom units.", path="angstrom.md"),
+    Chunk("Radical note: \U0002f800 from the supplement.", path="supplement.md"),
     # A zero-width joiner picks a conjunct's form inside the word: split there, the query was
     # `क्` and `षमा`, and the row holding `षमा` alone matched too.
     Chunk("अनुरोध पर क्\u200dषमा याचना।", path="joiner.md"),
@@ -53,7 +54,7 @@ CORPUS = [
         ("टोकन", "token.md"),  # whole words, not their letters
         ("டோக்கன்", "tamil.md"),
         ("\uf900", "hanja.md"),  # spelled as the text is
-        ("\u212bngstrom", "angstrom.md"),
+        ("\U0002f800", "supplement.md"),
         ("क्\u200dषमा", "joiner.md"),
     ],
 )
