@@ -79,12 +79,19 @@ _CODE_SHAPE = re.compile(r"[a-z0-9][A-Z]|\w_\w|\w(?:\.|::|/|->)\w")
 _EDGE_PUNCTUATION = "\"'`()[]{}<>,;:!?."
 
 
-def _is_mark(char: str) -> bool:
-    return unicodedata.category(char)[0] == "M"
+# ZERO WIDTH NON-JOINER and JOINER are format characters, not marks, but they sit inside a word
+# to choose a conjunct's or a ligature's form (Devanagari `क्\u200dष`, Persian `می\u200cخواهم`),
+# and Postgres's parser keeps them in the word as it keeps marks.
+_JOINERS = frozenset("\u200c\u200d")
+
+
+def _stays_in_word(char: str) -> bool:
+    return char in _JOINERS or unicodedata.category(char)[0] == "M"
 
 
 def _words(text: str) -> list[str]:
-    """The alphanumeric runs of `text`, each with the combining marks inside and after it.
+    """The alphanumeric runs of `text`, each with the combining marks (and zero-width joiners)
+    inside and after it.
 
     Postgres's parser keeps a mark in its word (`é` written `e` + U+0301, the vowel signs of
     Devanagari or Tamil); `_WORD` alone split there, and `टोकन` became the bare letters `ट` and
@@ -93,7 +100,7 @@ def _words(text: str) -> list[str]:
     joined_to = -1
     for match in _WORD.finditer(text):
         start, end = match.span()
-        while end < len(text) and _is_mark(text[end]):
+        while end < len(text) and _stays_in_word(text[end]):
             end += 1
         if start == joined_to:
             words[-1] += text[start:end]
@@ -105,9 +112,9 @@ def _words(text: str) -> list[str]:
 
 def keyword_terms(query: str) -> list[str]:
     """The query's words as the index sees them: camelCase split, every run of other characters
-    than letters, digits and combining marks a separator, lower-cased, de-duplicated in order
-    (two spellings of one word, composed and decomposed, count once). Nothing else of the user's
-    text survives."""
+    than letters, digits, combining marks and zero-width joiners a separator, lower-cased,
+    de-duplicated in order (two spellings of one word, composed and decomposed, count once).
+    Nothing else of the user's text survives."""
     seen: dict[str, str] = {}
     for word in _words(_CAMEL.sub(r"\1 \2", query)):
         term = word.lower()
@@ -140,20 +147,47 @@ def content_terms(terms: list[str]) -> list[str]:
     return [term for term in terms if term not in ENGLISH_STOP_WORDS]
 
 
-def _operand(term: str, prefix: bool) -> str:
-    """`term` as a tsquery operand, matching its composed and decomposed spellings too.
+def _spellings(term: str) -> list[str]:
+    """The distinct spellings among `term`'s own, its composed (NFC) and decomposed (NFD).
 
     The index holds a word as the text spells it: `résumé` composed from an editor, decomposed
     (NFD) from a macOS file name or tool; a search for one spelling found no row of the other.
-    The term's own spelling stays: the NFC of a few characters (U+212B ANGSTROM SIGN, the CJK
-    compatibility ideographs) is another character, which a text holding them lacks."""
-    suffix = ":*" if prefix else ""
-    spellings = dict.fromkeys(
-        (term, unicodedata.normalize("NFC", term), unicodedata.normalize("NFD", term))
+    The term's own spelling stays for the CJK compatibility ideographs (U+F900, U+2F800 ...),
+    whose NFC and NFD are another character, which a text holding them lacks. (U+212B ANGSTROM
+    SIGN needs no such care: lower-casing makes it U+00E5, as Postgres's does in the text.)"""
+    return list(
+        dict.fromkeys(
+            (term, unicodedata.normalize("NFC", term), unicodedata.normalize("NFD", term))
+        )
     )
+
+
+def _operand(term: str, prefix: bool) -> str:
+    """`term` as a tsquery operand, matching each of its spellings (see `_spellings`)."""
+    suffix = ":*" if prefix else ""
+    spellings = _spellings(term)
     if len(spellings) == 1:
         return f"'{term}'{suffix}"
     return "(" + " | ".join(f"'{spelling}'{suffix}" for spelling in spellings) + ")"
+
+
+# ts_rank divides an OR's score by its count of operands, and a row holds a word in one
+# spelling: an accented word ORed as two spellings counted half of an ASCII word, even where
+# text and query were both composed. Its score is multiplied back by that count, so a row holding
+# one spelling ranks exactly as a one-spelling operand would. ts_rank_cd has no such division.
+def idf_weight(term: str, idf: float) -> float:
+    """The `idf` ranking's weight of `term`'s operand (see `idf_operands`): its IDF, times its
+    count of spellings, which its ts_rank divides by."""
+    return idf * len(_spellings(term))
+
+
+def or_rank_scale(terms: list[str]) -> float:
+    """What undoes, for `ts_rank` over the whole OR of `tsquery_text`, its division by the extra
+    spellings' operands: the operand count over the content terms' count."""
+    content = content_terms(terms)
+    if not content:
+        return 1.0
+    return sum(len(_spellings(term)) for term in content) / len(content)
 
 
 def _operands(terms: list[str], prefix_last: bool) -> list[str]:
@@ -164,7 +198,7 @@ def _operands(terms: list[str], prefix_last: bool) -> list[str]:
 def tsquery_text(terms: list[str], *, prefix_last: bool = True) -> str:
     """An OR of the content terms for `to_tsquery('english', ...)`; the last may match as a prefix.
 
-    Terms are letters, digits and combining marks only (see `keyword_terms`), so quoting them
+    Terms are letters, digits, marks and joiners only (see `keyword_terms`), so quoting them
     cannot be escaped from."""
     return " | ".join(_operands(content_terms(terms), prefix_last))
 
@@ -270,19 +304,22 @@ class SearchFilters:
             self.path_prefix is not None,
             self.since is not None,
             self.until is not None,
+            self.path_prefix is not None and not self.path_prefix.isascii(),
         )
 
     def params(self) -> dict[str, Any]:
         # A path is stored as the disk spells it: decomposed (NFD) from a macOS folder, while the
-        # prefix a client builds from the project key, or types, is composed. Both spellings of
-        # the prefix are tried, so either matches a path written wholly in one of them.
-        composed = decomposed = None
+        # prefix a client builds from the project key, or types, is composed. See `_filter_sql`.
+        head = composed = decomposed = None
         if self.path_prefix is not None:
-            composed = _like_prefix(unicodedata.normalize("NFC", self.path_prefix))
+            nfc = unicodedata.normalize("NFC", self.path_prefix)
+            head = _like_prefix(_ascii_head(nfc))
+            composed = _like_prefix(nfc)
             decomposed = _like_prefix(unicodedata.normalize("NFD", self.path_prefix))
         return {
             "f_project": self.project_path,
             "f_sources": list(self.sources) if self.sources is not None else None,
+            "f_path_head": head,
             "f_path_prefix": composed,
             "f_path_prefix_nfd": decomposed,
             "f_since": self.since,
@@ -295,6 +332,20 @@ def _like_prefix(prefix: str) -> str:
     return re.sub(r"([\\%_])", r"\\\1", prefix) + "%"
 
 
+# The only non-ASCII characters whose NFC is ASCII (U+212A KELVIN SIGN, U+037E GREEK QUESTION
+# MARK, U+1FEF GREEK VARIA): a path stored with them composes to K, ; or `.
+_ASCII_FROM_OTHERS = frozenset("K;`")
+
+
+def _ascii_head(composed_prefix: str) -> str:
+    """The leading characters of `composed_prefix` that a path stored in any spelling starts with
+    when its composed form starts with the prefix: ASCII, which no normalisation changes."""
+    for n, char in enumerate(composed_prefix):
+        if not char.isascii() or char in _ASCII_FROM_OTHERS:
+            return composed_prefix[:n]
+    return composed_prefix
+
+
 # What a reader naming a project sees: the project's rows, and the global and project-less shared
 # memories, indexed (source kv) under the empty project. A read by key resolves those for the
 # project (app.memories.service.visible_to); searching the project alone left them out of search,
@@ -304,16 +355,26 @@ PROJECT_FILTER = "(c.project_path = :f_project OR (c.project_path = '' AND c.sou
 
 
 def _filter_sql(shape: tuple[bool, ...]) -> str:
-    project, sources, path_prefix, since, until = shape
+    project, sources, path_prefix, since, until, accented_prefix = shape
     clauses = []
     if project:
         clauses.append(PROJECT_FILTER)
     if sources:
         clauses.append("c.source = ANY(CAST(:f_sources AS text[]))")
-    if path_prefix:
+    if path_prefix and not accented_prefix:
+        # An ASCII prefix is spelled alike in every form; one LIKE also keeps the planner's row
+        # estimate, on which the vector branch's choice between HNSW and a full scan turns.
+        clauses.append("c.file_path LIKE :f_path_prefix ESCAPE '\\'")
+    elif path_prefix:
+        # A path spelled wholly in one form matches that spelling of the prefix; one written
+        # partly in each (a composed parent a client made, a decomposed file written on macOS)
+        # only its composed form. `normalize` on every row cost 1.3-1.5x a prefix search at 20k
+        # rows, where the vector branch scans them, so it runs only on the rows starting with the
+        # prefix's ASCII head and matching neither spelling as stored (OR stops at a match).
         clauses.append(
-            "(c.file_path LIKE :f_path_prefix ESCAPE '\\'"
-            " OR c.file_path LIKE :f_path_prefix_nfd ESCAPE '\\')"
+            "c.file_path LIKE :f_path_head ESCAPE '\\' AND (c.file_path LIKE :f_path_prefix"
+            " ESCAPE '\\' OR c.file_path LIKE :f_path_prefix_nfd ESCAPE '\\'"
+            " OR normalize(c.file_path, NFC) LIKE :f_path_prefix ESCAPE '\\')"
         )
     if since:
         clauses.append("c.created_at >= :f_since")
@@ -345,9 +406,12 @@ vec AS (
 def _rank_expression(rank_fn: RankFunction, idf_terms: int) -> str:
     """A row's keyword score. For `idf`, one weighted ts_rank per query word, written out: a
     correlated subquery over a table of the words cost twice as much per ranked row."""
+    if rank_fn == "ts_rank_cd":
+        return "ts_rank_cd(c.tsv, to_tsquery('english', :tsq), :rank_norm)"
     if rank_fn != "idf" or idf_terms == 0:
-        function = "ts_rank" if rank_fn == "idf" else rank_fn
-        return f"{function}(c.tsv, to_tsquery('english', :tsq), :rank_norm)"
+        # A real, as ts_rank returns: a query without an accented word (scale 1) keeps the very
+        # values, and so the ties, it had before the scale.
+        return "ts_rank(c.tsv, to_tsquery('english', :tsq), :rank_norm) * CAST(:rank_scale AS real)"
     words = (
         f"CAST(:idf_w{n} AS float8) * ts_rank(c.tsv, to_tsquery('english', :idf_q{n}), :rank_norm)"
         for n in range(idf_terms)
@@ -595,12 +659,14 @@ async def run_search(
     rank_function: RankFunction = "idf",
     idf: Mapping[str, float] | None = None,
     min_similarity: float | None = None,
+    rank_scale: float = 1.0,
 ) -> list[Any]:
     """Run one search; rows carry both branch ranks and scores and the fused score.
 
     `idf` maps each operand of `tsq` (see `idf_operands`) to its weight for the `idf` ranking.
     `min_similarity` drops rows below that cosine similarity unless they hold two or more of the
-    query's words (None: no such gate)."""
+    query's words (None: no such gate). `rank_scale` multiplies a `ts_rank` over the whole `tsq`
+    (see `or_rank_scale`)."""
     use_vector = query_vector is not None and mode != "keyword"
     use_keyword = bool(tsq)
     if not use_vector and not (use_keyword and mode != "vector"):
@@ -643,6 +709,7 @@ async def run_search(
         "w_tier1": tier_weights[0],
         "w_tier0": tier_weights[1],
         "min_similarity": min_similarity,
+        "rank_scale": rank_scale,
     }
     for n, (operand, weight) in enumerate((idf or {}).items()):
         params[f"idf_q{n}"] = operand

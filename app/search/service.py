@@ -155,7 +155,7 @@ async def search(
     if request.mode != "vector" and tuning.rank_function == "idf":
         operands = queries.idf_operands(terms, prefix_last=tuning.prefix_last)
         weights = await TERM_STATS.idf(session, list(operands))
-        idf = {operands[term]: weight for term, weight in weights.items()}
+        idf = {operands[term]: queries.idf_weight(term, weight) for term, weight in weights.items()}
     rows = await queries.run_search(
         session,
         mode=request.mode,
@@ -186,6 +186,7 @@ async def search(
         rank_function=tuning.rank_function,
         idf=idf,
         min_similarity=tuning.min_similarity,
+        rank_scale=queries.or_rank_scale(terms),
     )
     results = [
         SearchResult(

@@ -252,6 +252,7 @@ def test_a_full_all_words_tier_skips_the_pair_and_single_word_scans(
         "w_vector": 1.0,
         "w_keyword": 1.0,
         "rank_norm": 5,
+        "rank_scale": 1.0,
     }
 
     async def explain(session: AsyncSession) -> Any:
