@@ -4,6 +4,7 @@ attach to them, sessions are opened, reused and ended, and capture trouble never
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -578,3 +579,44 @@ def test_results_after_the_idle_window_attach_to_their_calls_in_the_ended_sessio
     assert [(r[0], r[1], r[2], r[3], r[4]) for r in rows] == [
         (first, "run_shell", {"command": "make deploy"}, {"out": "deployed v2"}, "captured")
     ]
+
+
+def test_a_stream_that_goes_on_holds_the_projects_later_captures_only_to_a_ceiling(
+    start_proxy: ProxyFactory,
+    db: psycopg.Connection[Any],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Without X-Agmem-Session, a project's captures share one queue: a stream whose chunks kept
+    # coming held every later call's capture (and its body) until it ended, with no ceiling.
+    from app.proxy import capture as proxy_capture
+
+    monkeypatch.setattr(proxy_capture, "_ANSWER_GRACE_S", 0.0)
+    # Idle bound 1 s, so a ceiling of 4 s from the request; the stream runs 8 s.
+    with start_proxy(proxy_upstream_timeout_seconds=1.0) as proxy:
+        chunks = [text_answer(f"part {n}. ") for n in range(32)]
+        proxy.upstream.queue(
+            Scripted(chunks=chunks, pause_s=0.25),
+            Scripted(body=_calls_answer({"name": "read_file", "args": {"path": "NOTES"}})),
+        )
+        client = proxy.client()
+        streamed = threading.Event()
+
+        def stream() -> None:
+            list(client.models.generate_content_stream(model="m", contents="write it all"))
+            streamed.set()
+
+        streamer = threading.Thread(target=stream)
+        streamer.start()
+        try:
+            _wait_for(lambda: proxy.upstream.requests)
+            answer = client.models.generate_content(model="m", contents="and read the notes")
+            assert answer.function_calls is not None
+            rows = _settled(db, 1, "pending")
+            # Recorded while the stream still runs: the first job gave up at its ceiling.
+            assert not streamed.is_set()
+        finally:
+            streamer.join()
+    assert [(r[1], r[2]) for r in rows] == [("read_file", {"path": "NOTES"})]
+    logged = _logs_until(capsys, "proxy.capture_failed")
+    assert "error_type=TimeoutError" in logged
