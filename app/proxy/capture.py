@@ -152,6 +152,7 @@ class Capturer:
             # the idle sweep then ended and queued for a summary of no work.
             session_id: str | None = None
             results = trailing_results(body)
+            results_session: str | None = None
             result_batch: Batch | None = None
             call_batch: Batch | None = None
             if results:
@@ -170,6 +171,7 @@ class Capturer:
                     session_id = calls_session = await self._session(key, request)
                 # Else the answer's calls go to the current session, as a new call's do, once
                 # the upstream has answered.
+                results_session = calls_session
                 result_batch = await record_results(
                     self.agmem,
                     session_id=calls_session,
@@ -184,9 +186,12 @@ class Capturer:
             if calls is None:
                 log.info("proxy.no_answer", model=request.model, results=len(results))
                 return
-            if session_id is None:
+            # Results that went to their calls' earlier session leave a text-only answer
+            # nothing to record: a session opened for it held no work, and was summarised as
+            # "made no tool calls".
+            if session_id is None and (calls or not results):
                 session_id = await self._session(key, request)
-            if calls:
+            if calls and session_id is not None:
                 turn_index = next_turn_index(body)
                 call_batch = await record_calls(
                     self.agmem,
@@ -201,7 +206,7 @@ class Capturer:
                 # What was kept: the skipped items have their batch's own line.
                 log.debug(
                     "proxy.captured",
-                    session_id=session_id,
+                    session_id=session_id or results_session,
                     model=request.model,
                     calls=kept_calls,
                     results=kept_results,

@@ -579,6 +579,9 @@ def test_results_after_the_idle_window_attach_to_their_calls_in_the_ended_sessio
     assert [(r[0], r[1], r[2], r[3], r[4]) for r in rows] == [
         (first, "run_shell", {"command": "make deploy"}, {"out": "deployed v2"}, "captured")
     ]
+    # The answer to the late result is text: it opened a second, empty session, which was
+    # summarised as one that "made no tool calls".
+    assert db.execute("SELECT id FROM sessions").fetchall() == [(first,)]
 
 
 def test_a_stream_that_goes_on_holds_the_projects_later_captures_only_to_a_ceiling(
