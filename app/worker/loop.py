@@ -50,9 +50,17 @@ FAIL_RETRY_SECONDS = 30.0
 FAIL_RETRY_INTERVAL_SECONDS = 1.0
 
 
+# A bare OSError of these kinds is a database connection's failure; any other (a job's own
+# PermissionError or TimeoutError, a pipe to a child process) is the job's, and was taken for
+# the database's loss: logged without its traceback, its attempt's record retried for 30 s.
+_CONNECTION_LOST = (ConnectionRefusedError, ConnectionResetError, ConnectionAbortedError)
+
+
 def database_lost(error: Exception) -> bool:
     """Whether `error` says the database went away (not that it refused a statement): no fault
     of the row the job was working on."""
+    if isinstance(error, OSError):
+        return isinstance(error, _CONNECTION_LOST) or isinstance(error.__cause__, psycopg.Error)
     if not isinstance(error, UNREACHABLE):
         return False
     state = sqlstate(error)

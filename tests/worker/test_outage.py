@@ -182,3 +182,16 @@ def test_a_database_host_gone_silent_holds_the_lane_for_the_retry_time_not_per_t
     stored = row(db, "SELECT status, locked_by, last_error FROM observations")
     assert (stored["status"], stored["last_error"]) == ("captured", None)
     assert stored["locked_by"] is not None
+
+
+def test_only_a_connections_os_error_is_the_databases_loss() -> None:
+    # Any OSError without a SQLSTATE counted: a job's own PermissionError or TimeoutError lost
+    # its traceback and had its failed attempt's record retried for 30 s, as for an outage.
+    assert loop.database_lost(ConnectionRefusedError(111, "Connection refused"))
+    assert loop.database_lost(ConnectionResetError(104, "Connection reset by peer"))
+    for own in (PermissionError(13, "denied"), TimeoutError(), BrokenPipeError(32, "pipe")):
+        assert not loop.database_lost(own), own
+    # psycopg's own, as an outage raises it: still the database's loss.
+    with pytest.raises(psycopg.OperationalError) as refused:
+        psycopg.connect(DOWN, connect_timeout=5)
+    assert loop.database_lost(refused.value)
