@@ -7,6 +7,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import httpx
@@ -61,6 +62,17 @@ def _settled(db: psycopg.Connection[Any], count: int, status: str) -> list[tuple
         return rows if len(rows) == count and all(r[4] == status for r in rows) else []
 
     return _wait_for(check) or _observations(db)
+
+
+def _start_waiting_briefly(
+    start_proxy: ProxyFactory, monkeypatch: pytest.MonkeyPatch, *, grace_s: float
+) -> AbstractContextManager[Proxy]:
+    """A proxy whose capture waits for an answer 1 s (the upstream timeout) plus `grace_s`
+    without a chunk before giving up, and four times that from the request."""
+    from app.proxy import capture as proxy_capture
+
+    monkeypatch.setattr(proxy_capture, "_ANSWER_GRACE_S", grace_s)
+    return start_proxy(proxy_upstream_timeout_seconds=1.0)
 
 
 def test_calls_then_results_with_the_google_genai_client(
@@ -531,10 +543,7 @@ def test_a_stream_longer_than_the_upstream_timeout_keeps_its_calls(
     # 65k output tokens stream for minutes) goes on as long as chunks keep coming. Capture gave
     # up on the answer at the timeout plus its grace counted from the call, and the calls of
     # the answer's last chunk, which the agent ran, were never recorded.
-    from app.proxy import capture as proxy_capture
-
-    monkeypatch.setattr(proxy_capture, "_ANSWER_GRACE_S", 0.5)
-    with start_proxy(proxy_upstream_timeout_seconds=1.0) as proxy:
+    with _start_waiting_briefly(start_proxy, monkeypatch, grace_s=0.5) as proxy:
         chunks = [text_answer(f"part {n}. ") for n in range(6)]
         chunks.append(_calls_answer({"name": "run_shell", "args": {"command": "make dist"}}))
         # 7 chunks 0.5 s apart: each read well inside the timeout, the whole 3 s past 1.5 s.
@@ -592,11 +601,8 @@ def test_a_stream_that_goes_on_holds_the_projects_later_captures_only_to_a_ceili
 ) -> None:
     # Without X-Agmem-Session, a project's captures share one queue: a stream whose chunks kept
     # coming held every later call's capture (and its body) until it ended, with no ceiling.
-    from app.proxy import capture as proxy_capture
-
-    monkeypatch.setattr(proxy_capture, "_ANSWER_GRACE_S", 0.0)
     # Idle bound 1 s, so a ceiling of 4 s from the request; the stream runs 8 s.
-    with start_proxy(proxy_upstream_timeout_seconds=1.0) as proxy:
+    with _start_waiting_briefly(start_proxy, monkeypatch, grace_s=0.0) as proxy:
         chunks = [text_answer(f"part {n}. ") for n in range(32)]
         proxy.upstream.queue(
             Scripted(chunks=chunks, pause_s=0.25),
