@@ -39,6 +39,11 @@ log = structlog.get_logger(__name__)
 # How long a capture job waits for its answer beyond the upstream timeout, counted from the
 # relay's last chunk, before giving up.
 _ANSWER_GRACE_S = 60.0
+# However its chunks keep coming, a job waits at most this many of those idle bounds from the
+# request (24 minutes by default): the jobs of a project's calls without X-Agmem-Session share
+# one queue, so a stream that never ends held every later capture of the project, each with its
+# request's body, for as long as it went on.
+_ANSWER_CEILING_BOUNDS = 4
 _SESSION_MEMO_S = 5.0
 _MAX_MEMO = 10_000
 
@@ -88,22 +93,24 @@ class Progress:
     for minutes (Gemini's 65k output tokens), and capture gave up on it at the timeout plus its
     grace from the request, so the calls of its last chunks, which the agent ran, were lost."""
 
-    __slots__ = ("at",)
+    __slots__ = ("at", "started")
 
     def __init__(self) -> None:
-        self.at = time.monotonic()
+        self.started = self.at = time.monotonic()
 
     def moved(self) -> None:
         self.at = time.monotonic()
 
 
 async def answer_within(
-    answer: asyncio.Future[Answer], progress: Progress, idle_s: float
+    answer: asyncio.Future[Answer], progress: Progress, idle_s: float, ceiling_s: float
 ) -> Answer:
     """`answer` once it is set; TimeoutError when it has not moved for `idle_s` seconds (a
-    relay that never ended: the future is left as it is)."""
+    relay that never ended) or `ceiling_s` have passed since the request (a stream that goes
+    on for good): the future is left as it is."""
     while not answer.done():
-        left = progress.at + idle_s - time.monotonic()
+        deadline = min(progress.at + idle_s, progress.started + ceiling_s)
+        left = deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError
         await asyncio.wait({answer}, timeout=left)
@@ -145,6 +152,7 @@ class Capturer:
             # the idle sweep then ended and queued for a summary of no work.
             session_id: str | None = None
             results = trailing_results(body)
+            results_session: str | None = None
             result_batch: Batch | None = None
             call_batch: Batch | None = None
             if results:
@@ -163,6 +171,7 @@ class Capturer:
                     session_id = calls_session = await self._session(key, request)
                 # Else the answer's calls go to the current session, as a new call's do, once
                 # the upstream has answered.
+                results_session = calls_session
                 result_batch = await record_results(
                     self.agmem,
                     session_id=calls_session,
@@ -170,14 +179,19 @@ class Capturer:
                     answered=answered,
                     conversation=conversation,
                 )
-            finished = await answer_within(answer, progress, timeout)
+            finished = await answer_within(
+                answer, progress, timeout, timeout * _ANSWER_CEILING_BOUNDS
+            )
             calls = finished.function_calls() if finished.received else None
             if calls is None:
                 log.info("proxy.no_answer", model=request.model, results=len(results))
                 return
-            if session_id is None:
+            # Results that went to their calls' earlier session leave a text-only answer
+            # nothing to record: a session opened for it held no work, and was summarised as
+            # "made no tool calls".
+            if session_id is None and (calls or not results):
                 session_id = await self._session(key, request)
-            if calls:
+            if calls and session_id is not None:
                 turn_index = next_turn_index(body)
                 call_batch = await record_calls(
                     self.agmem,
@@ -192,7 +206,7 @@ class Capturer:
                 # What was kept: the skipped items have their batch's own line.
                 log.debug(
                     "proxy.captured",
-                    session_id=session_id,
+                    session_id=session_id or results_session,
                     model=request.model,
                     calls=kept_calls,
                     results=kept_results,

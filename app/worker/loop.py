@@ -47,15 +47,25 @@ UNREACHABLE = (sa_exc.OperationalError, sa_exc.InterfaceError, psycopg.Operation
 # crash_shutdown, cannot_connect_now), beside class 08 (connection exceptions). A client-side
 # failure to connect or a connection cut has no SQLSTATE at all.
 _SERVER_GOING = frozenset({"57P01", "57P02", "57P03"})
-# How often, and how far apart, a job cut short by the database's loss tries to record its
-# failed attempt before leaving the row to its lease.
-FAIL_RETRY_TRIES = 30
+# How long, and how far apart, a job cut short by the database's loss tries to record its
+# failed attempt before leaving the row to its lease. A time, not a count of tries: each try
+# can wait out the connect timeout (5 s) on a host that does not answer, and 30 of them held
+# the lane for minutes.
+FAIL_RETRY_SECONDS = 30.0
 FAIL_RETRY_INTERVAL_SECONDS = 1.0
+
+
+# A bare OSError of these kinds is a database connection's failure; any other (a job's own
+# PermissionError or TimeoutError, a pipe to a child process) is the job's, and was taken for
+# the database's loss: logged without its traceback, its attempt's record retried for 30 s.
+_CONNECTION_LOST = (ConnectionRefusedError, ConnectionResetError, ConnectionAbortedError)
 
 
 def database_lost(error: Exception) -> bool:
     """Whether `error` says the database went away (not that it refused a statement): no fault
     of the row the job was working on."""
+    if isinstance(error, OSError):
+        return isinstance(error, _CONNECTION_LOST) or isinstance(error.__cause__, psycopg.Error)
     if not isinstance(error, UNREACHABLE):
         return False
     state = sqlstate(error)
@@ -127,6 +137,8 @@ class Worker:
         # While the start-up redaction pass keeps failing: lanes take only observations and
         # sessions captured since this time (under today's rules); None once it succeeded.
         self.fence: datetime | None = None
+        # Set with `_stopping`: wakes what waits out a pause rather than a notification.
+        self._stop_signal = asyncio.Event()
 
     def wake(self) -> None:
         """Wake every idle lane (new work was notified, or the worker is stopping)."""
@@ -213,10 +225,13 @@ class Worker:
     ) -> None:
         """Record the failed attempt (retried with backoff, or `failed` after the last). With
         `wait`, the database is away: tried again every FAIL_RETRY_INTERVAL_SECONDS until it
-        answers, FAIL_RETRY_TRIES times at most, then the row is left to its lease. The attempt
-        counts even then: a job that takes the database down itself (a row whose query kills
-        its backend) must run out of attempts, not retry for good."""
-        for _ in range(FAIL_RETRY_TRIES if wait else 1):
+        answers, for FAIL_RETRY_SECONDS (plus the try under way), or until the worker stops;
+        then the row is left to its lease. The attempt counts even then: a job that takes the
+        database down itself (a row whose query kills its backend) must run out of attempts,
+        not retry for good."""
+        clock = asyncio.get_running_loop()
+        deadline = clock.time() + FAIL_RETRY_SECONDS
+        while True:
             try:
                 await jobs.fail_attempt(
                     self.ctx, queue, row_id=row_id, attempts=attempts, error=error
@@ -225,7 +240,14 @@ class Worker:
             except Exception as failure:
                 if not (wait and database_lost(failure)):
                     return
-                await asyncio.sleep(FAIL_RETRY_INTERVAL_SECONDS)
+            left = deadline - clock.time()
+            if left <= 0 or self._stopping:
+                return
+            # A stop ends the wait: it slept on through the stop's whole grace period.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self._stop_signal.wait(), timeout=min(FAIL_RETRY_INTERVAL_SECONDS, left)
+                )
 
     async def _heartbeat(self, queue: Queue, row_id: object) -> None:
         """Renew the lease while a long job (a big sync, a slow model) is still running."""
@@ -281,6 +303,7 @@ class Worker:
             await stop.wait()
         finally:
             self._stopping = True
+            self._stop_signal.set()
             self.wake()
             for task in tasks:
                 task.cancel()

@@ -4,8 +4,10 @@ attach to them, sessions are opened, reused and ended, and capture trouble never
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import httpx
@@ -60,6 +62,17 @@ def _settled(db: psycopg.Connection[Any], count: int, status: str) -> list[tuple
         return rows if len(rows) == count and all(r[4] == status for r in rows) else []
 
     return _wait_for(check) or _observations(db)
+
+
+def _start_waiting_briefly(
+    start_proxy: ProxyFactory, monkeypatch: pytest.MonkeyPatch, *, grace_s: float
+) -> AbstractContextManager[Proxy]:
+    """A proxy whose capture waits for an answer 1 s (the upstream timeout) plus `grace_s`
+    without a chunk before giving up, and four times that from the request."""
+    from app.proxy import capture as proxy_capture
+
+    monkeypatch.setattr(proxy_capture, "_ANSWER_GRACE_S", grace_s)
+    return start_proxy(proxy_upstream_timeout_seconds=1.0)
 
 
 def test_calls_then_results_with_the_google_genai_client(
@@ -530,10 +543,7 @@ def test_a_stream_longer_than_the_upstream_timeout_keeps_its_calls(
     # 65k output tokens stream for minutes) goes on as long as chunks keep coming. Capture gave
     # up on the answer at the timeout plus its grace counted from the call, and the calls of
     # the answer's last chunk, which the agent ran, were never recorded.
-    from app.proxy import capture as proxy_capture
-
-    monkeypatch.setattr(proxy_capture, "_ANSWER_GRACE_S", 0.5)
-    with start_proxy(proxy_upstream_timeout_seconds=1.0) as proxy:
+    with _start_waiting_briefly(start_proxy, monkeypatch, grace_s=0.5) as proxy:
         chunks = [text_answer(f"part {n}. ") for n in range(6)]
         chunks.append(_calls_answer({"name": "run_shell", "args": {"command": "make dist"}}))
         # 7 chunks 0.5 s apart: each read well inside the timeout, the whole 3 s past 1.5 s.
@@ -578,3 +588,44 @@ def test_results_after_the_idle_window_attach_to_their_calls_in_the_ended_sessio
     assert [(r[0], r[1], r[2], r[3], r[4]) for r in rows] == [
         (first, "run_shell", {"command": "make deploy"}, {"out": "deployed v2"}, "captured")
     ]
+    # The answer to the late result is text: it opened a second, empty session, which was
+    # summarised as one that "made no tool calls".
+    assert db.execute("SELECT id FROM sessions").fetchall() == [(first,)]
+
+
+def test_a_stream_that_goes_on_holds_the_projects_later_captures_only_to_a_ceiling(
+    start_proxy: ProxyFactory,
+    db: psycopg.Connection[Any],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Without X-Agmem-Session, a project's captures share one queue: a stream whose chunks kept
+    # coming held every later call's capture (and its body) until it ended, with no ceiling.
+    # Idle bound 1 s, so a ceiling of 4 s from the request; the stream runs 8 s.
+    with _start_waiting_briefly(start_proxy, monkeypatch, grace_s=0.0) as proxy:
+        chunks = [text_answer(f"part {n}. ") for n in range(32)]
+        proxy.upstream.queue(
+            Scripted(chunks=chunks, pause_s=0.25),
+            Scripted(body=_calls_answer({"name": "read_file", "args": {"path": "NOTES"}})),
+        )
+        client = proxy.client()
+        streamed = threading.Event()
+
+        def stream() -> None:
+            list(client.models.generate_content_stream(model="m", contents="write it all"))
+            streamed.set()
+
+        streamer = threading.Thread(target=stream)
+        streamer.start()
+        try:
+            _wait_for(lambda: proxy.upstream.requests)
+            answer = client.models.generate_content(model="m", contents="and read the notes")
+            assert answer.function_calls is not None
+            rows = _settled(db, 1, "pending")
+            # Recorded while the stream still runs: the first job gave up at its ceiling.
+            assert not streamed.is_set()
+        finally:
+            streamer.join()
+    assert [(r[1], r[2]) for r in rows] == [("read_file", {"path": "NOTES"})]
+    logged = _logs_until(capsys, "proxy.capture_failed")
+    assert "error_type=TimeoutError" in logged

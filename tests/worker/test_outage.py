@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 from typing import Any
 
@@ -108,3 +109,89 @@ def test_a_database_lost_as_a_job_writes_its_result_fails_the_attempt_in_one_lin
     assert "worker.database_unavailable" in logged
     assert "during=worker.job_error" in logged
     assert "Traceback" not in logged
+
+
+def test_a_stop_ends_the_wait_to_record_an_attempt_the_database_loss_cut_short(
+    db: psycopg.Connection[Any], database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The retry loop slept between tries without looking at the stop: a worker stopped while
+    # its database was away waited the whole grace period (10 s) before its lane was cancelled.
+    # Both stretched here so that only the stop can end the run.
+    monkeypatch.setattr(loop, "FAIL_RETRY_INTERVAL_SECONDS", 3600.0)
+    monkeypatch.setattr(loop, "STOP_GRACE_SECONDS", 3600.0)
+    make_session(db)
+    make_observation(db, "o1")
+    outage = Outage(database_url)
+
+    async def stop_while_waiting(fake_url: str) -> None:
+        stop = asyncio.Event()
+        running = asyncio.get_running_loop()
+
+        def lose_database(_request: RecordedRequest) -> FakeResponse:
+            outage.down()
+            running.call_soon_threadsafe(stop.set)
+            return FakeResponse(body=text_answer(ANSWER))
+
+        fake.on(":generateContent", lose_database)
+        async with worker_on(gemini_settings(fake_url), outage.url) as worker:
+            await asyncio.wait_for(worker.run(stop), timeout=60)
+
+    try:
+        with fake_gemini() as fake:
+            asyncio.run(stop_while_waiting(fake.url))
+    finally:
+        outage.down()
+    # Left to its lease, as after the last try: the job ran, the attempt was not recorded.
+    stored = row(db, "SELECT status, locked_by, last_error FROM observations")
+    assert stored["status"] == "captured"
+    assert stored["locked_by"] is not None
+    assert stored["last_error"] is None
+
+
+def test_a_database_host_gone_silent_holds_the_lane_for_the_retry_time_not_per_try(
+    db: psycopg.Connection[Any], database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The retries were counted (30): against a host that takes connections and never answers,
+    # each try waited out the connect timeout (5 s), so the lane was held ~180 s, not ~30 s.
+    monkeypatch.setattr(loop, "FAIL_RETRY_SECONDS", 1.0, raising=False)
+    make_session(db)
+    make_observation(db, "o1")
+    outage = Outage(database_url)
+    silent = socket.socket()
+
+    def go_silent(_request: RecordedRequest) -> FakeResponse:
+        # The server's port still takes connections (the kernel's backlog), nobody answers.
+        outage.down()
+        silent.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        silent.bind(("127.0.0.1", outage.port))
+        silent.listen(64)
+        return FakeResponse(body=text_answer(ANSWER))
+
+    async def one_job(fake_url: str) -> None:
+        async with worker_on(gemini_settings(fake_url), outage.url) as worker:
+            # One try (its connect timeout) past the retry time at most, then the lease's.
+            assert await asyncio.wait_for(worker.step(), timeout=60)
+
+    try:
+        with fake_gemini() as fake:
+            fake.on(":generateContent", go_silent)
+            asyncio.run(one_job(fake.url))
+    finally:
+        silent.close()
+        outage.down()
+    stored = row(db, "SELECT status, locked_by, last_error FROM observations")
+    assert (stored["status"], stored["last_error"]) == ("captured", None)
+    assert stored["locked_by"] is not None
+
+
+def test_only_a_connections_os_error_is_the_databases_loss() -> None:
+    # Any OSError without a SQLSTATE counted: a job's own PermissionError or TimeoutError lost
+    # its traceback and had its failed attempt's record retried for 30 s, as for an outage.
+    assert loop.database_lost(ConnectionRefusedError(111, "Connection refused"))
+    assert loop.database_lost(ConnectionResetError(104, "Connection reset by peer"))
+    for own in (PermissionError(13, "denied"), TimeoutError(), BrokenPipeError(32, "pipe")):
+        assert not loop.database_lost(own), own
+    # psycopg's own, as an outage raises it: still the database's loss.
+    with pytest.raises(psycopg.OperationalError) as refused:
+        psycopg.connect(DOWN, connect_timeout=5)
+    assert loop.database_lost(refused.value)
