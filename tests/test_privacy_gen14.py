@@ -10,7 +10,7 @@ import pytest
 
 from app.privacy import redact_secrets, redact_secrets_lines
 from app.privacy.lists import _LIST_PATTERNS
-from tests.test_privacy import _assert_linear, assert_redacted_on_every_path
+from tests.test_privacy import _assert_linear, _seconds, assert_redacted_on_every_path
 
 # `@` is each redaction.
 ESCAPED_SINGLE_QUOTES = [
@@ -253,6 +253,11 @@ _LINEAR: list[Callable[[int], str]] = [
     lambda n: (
         "db = {\n" + ('a = "x",\n' * 200 + 'api_keys = ["k1abc"] }\n') * (_QUARTER // 2000) * n
     ),
+    # The table's opening line looked for before a list's line (`_inline_table_above`): from
+    # the text's start when no `\n` breaks it, after `\r` or U+2028 too (fixprivacy27).
+    lambda n: "db = {\r" + 'passwords = ["{k1abcdef"],\r' * (_QUARTER // 26) * n,
+    lambda n: "db = {\u2028" + 'passwords = ["{k1abcdef"],\u2028' * (_QUARTER // 26) * n,
+    lambda n: "db = {\r" + ('a = "{",\r' + 'passwords = ["k1abcdef"],\r') * (_QUARTER // 35) * n,
     # The closing delimiter's search before a key's lines (`_TRIPLE_CLOSES`).
     lambda n: 'private_key = """' + '"a' * (_QUARTER // 2) * n,
     lambda n: "private_key = '''" + "''a\n" * (_QUARTER // 4) * n,
@@ -265,6 +270,19 @@ _LINEAR: list[Callable[[int], str]] = [
 def test_the_widened_patterns_cost_linear_work(make: Callable[[int], str]) -> None:
     for judge in (redact_secrets, redact_secrets_lines):
         _assert_linear(lambda n, judge=judge: judge(make(n)))
+
+
+def test_a_long_line_before_a_tables_lists_is_not_read_for_each() -> None:
+    # Each list within `_INLINE_TABLE_WINDOW` of the line's `{` read the quarter megabyte's line
+    # from its start (95 times: 0.6 s); bounded, the `{` costs no more than a blank would.
+    def text(brace: str) -> str:
+        return "x = {" + "b" * _QUARTER * 4 + brace + "\n" + 'tokens=["k1abcdef"],\n' * 95
+
+    for judge in (redact_secrets, redact_secrets_lines):
+        without = _seconds(lambda judge=judge: judge(text(" ")))
+        bound = 8 * without + 0.05
+        with_brace = _seconds(lambda judge=judge: judge(text("{")), enough=bound)
+        assert with_brace < bound, (without, with_brace)
 
 
 @pytest.mark.parametrize(

@@ -197,10 +197,16 @@ _INLINE_TABLE_WINDOW = 2000
 def _inline_table_above(text: str, line: int) -> bool:
     """Whether the line at `line` is in a TOML inline table opened on a line above it
     (`_INLINE_TABLE_OPEN`), with only the table's other keys' lines between."""
-    brace = text.rfind("{", max(0, line - _INLINE_TABLE_WINDOW), line)
+    low = max(0, line - _INLINE_TABLE_WINDOW)
+    brace = text.rfind("{", low, line)
     if brace < 0:
         return False
-    opening = text.rfind("\n", 0, brace) + 1
+    # The opening line's start within the window too: unbounded, a text of lists with no `\n`
+    # (lines broken by `\r` or U+2028, which `_INLINE_TABLE_OPEN` does not end a line at) or
+    # after a megabyte's line re-read it from its start for each list (13 s for a megabyte).
+    opening = text.rfind("\n", low, brace) + 1
+    if opening == 0 and low > 0:
+        return False
     opened = _INLINE_TABLE_OPEN.match(text, opening, line)
     if opened is None:
         return False
