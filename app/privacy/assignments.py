@@ -154,10 +154,16 @@ def _ini_section_above(text: str, start: int) -> bool:
     """Whether the line at `start` is in an INI file's section: a header above it with only an
     INI file's lines between (`_INI_LINES`: no `[` among them), within `_INI_WINDOW` characters.
     Code spaces `=` as INI does (`password = getpass`), but holds no section header."""
-    bracket = text.rfind("[", max(0, start - _INI_WINDOW), start)
+    low = max(0, start - _INI_WINDOW)
+    bracket = text.rfind("[", low, start)
     if bracket < 0:
         return False
-    line = text.rfind("\n", 0, bracket) + 1
+    # The header's line start is looked for within the window too: unbounded, text without a
+    # `\n` (lines broken by U+2028 or `\r`) was read back to its start for every key.
+    newline = text.rfind("\n", max(0, low - 1), bracket)
+    if newline < 0 and low > 0:
+        return False
+    line = newline + 1
     header = _INI_HEADER.match(text, line)
     if header is None:
         return False
