@@ -14,7 +14,6 @@ from app.api.middleware import authorized, expected_authorization
 from app.errors import DatabaseUnavailable, first_line
 from app.llm.embeddings import describe_embedding
 from app.worker.metrics import METRICS_SQL, TOKENS_BY_PROJECT_SQL, shape_metrics
-from app.worker.rescan import STATE_SQL, rescan_state
 
 router = APIRouter(tags=["health"])
 
@@ -31,15 +30,7 @@ async def read_database_facts(session: AsyncSession, *, by_project: bool) -> dic
     worker = shape_metrics(counts, projects)
     if not by_project:
         del worker["tokensSavedByProject"]
-    # A start-up redaction pass that keeps failing holds every row stored before it back from
-    # the worker (app/worker/loop.py, `fence`): said here, not only in the worker's log.
-    rescan = rescan_state((await session.execute(STATE_SQL)).first())
-    return {
-        "postgres": str(version).split(" ")[0],
-        "pgvector": pgvector,
-        "worker": worker,
-        "redaction": rescan.line() if rescan is not None else None,
-    }
+    return {"postgres": str(version).split(" ")[0], "pgvector": pgvector, "worker": worker}
 
 
 @router.get("/health")
@@ -82,6 +73,5 @@ async def health(request: Request, state: StateDep) -> JSONResponse:
             "pgvector": facts["pgvector"],
             "embedding": embedding,
             "worker": facts["worker"],
-            "redaction": facts["redaction"],
         }
     )

@@ -13,7 +13,6 @@ from __future__ import annotations
 import random
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import text
@@ -61,20 +60,16 @@ def _claim_sql(queue: Queue, returning: str, extra: str = "") -> Any:
     )
 
 
-# While the start-up redaction pass fails (app/worker/loop.py, `fence`): only rows stored since.
-_SINCE = " AND (CAST(:since AS timestamptz) IS NULL OR t.created_at >= :since)"
-
 _CLAIM_OBSERVATIONS = _claim_sql(
     OBSERVATIONS,
     "t.id, t.session_id, t.project_path, t.function_name, t.function_args, t.result, "
     "t.observation_type, t.attempts, t.original_tokens, t.entities, t.created_at, "
     "t.result_at IS NULL AS result_missing",
-    _SINCE,
 )
 _CLAIM_SESSIONS = _claim_sql(
     SESSIONS,
     "t.id, t.project_path, t.user_prompt, t.attempts, t.ended_at IS NOT NULL AS ended",
-    _SESSION_READY + _SINCE,
+    _SESSION_READY,
 )
 # A project's runs execute in the order they were requested: a run waits while an older run of its
 # project is queued (claimed or in backoff included) or running. Two workers could otherwise run
@@ -127,17 +122,10 @@ def _params(worker: str, lease: float, limit: int, max_attempts: int) -> dict[st
 
 
 async def claim_observations(
-    session: AsyncSession,
-    *,
-    worker: str,
-    lease: float,
-    limit: int,
-    max_attempts: int,
-    since: datetime | None = None,
+    session: AsyncSession, *, worker: str, lease: float, limit: int, max_attempts: int
 ) -> list[ObservationWork]:
-    """Lease up to `limit` due captured observations to `worker` (stored since `since`)."""
-    params = _params(worker, lease, limit, max_attempts) | {"since": since}
-    rows = await session.execute(_CLAIM_OBSERVATIONS, params)
+    """Lease up to `limit` due captured observations to `worker`."""
+    rows = await session.execute(_CLAIM_OBSERVATIONS, _params(worker, lease, limit, max_attempts))
     return [
         ObservationWork(
             id=r.id,
@@ -160,18 +148,10 @@ async def claim_observations(
 
 
 async def claim_sessions(
-    session: AsyncSession,
-    *,
-    worker: str,
-    lease: float,
-    limit: int,
-    max_attempts: int,
-    since: datetime | None = None,
+    session: AsyncSession, *, worker: str, lease: float, limit: int, max_attempts: int
 ) -> list[SessionWork]:
-    """Lease up to `limit` ended sessions whose observations are all done (started since
-    `since`)."""
-    params = _params(worker, lease, limit, max_attempts) | {"since": since}
-    rows = await session.execute(_CLAIM_SESSIONS, params)
+    """Lease up to `limit` ended sessions whose observations are all done."""
+    rows = await session.execute(_CLAIM_SESSIONS, _params(worker, lease, limit, max_attempts))
     return [SessionWork(r.id, r.project_path, r.user_prompt, r.attempts, r.ended) for r in rows]
 
 

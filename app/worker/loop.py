@@ -9,7 +9,6 @@ import os
 import socket
 import uuid
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -34,10 +33,6 @@ WORK_CHANNEL = "agmem_work"  # the NOTIFY channel of the triggers in migration 0
 # How long a stopping worker lets each lane finish the job in hand before cancelling it (its
 # claim is then given back). docker-compose.yml's stop_grace_period must exceed it.
 STOP_GRACE_SECONDS = 10.0
-# Start-up redaction passes failed in a row before the lanes start fenced (`_rescan_first`):
-# the third fails ~3 s after the first. A fence only holds old rows back, so it may come soon.
-RESCAN_PATIENCE = 3
-RESCAN_RETRY_CAP_SECONDS = 30.0
 
 # The database is down or unreachable: expected while it restarts, logged in one line.
 UNREACHABLE = (sa_exc.OperationalError, sa_exc.InterfaceError, psycopg.OperationalError, OSError)
@@ -134,9 +129,6 @@ class Worker:
         self._wake = asyncio.Event()
         self._generation = 0
         self._stopping = False
-        # While the start-up redaction pass keeps failing: lanes take only observations and
-        # sessions captured since this time (under today's rules); None once it succeeded.
-        self.fence: datetime | None = None
         # Set with `_stopping`: wakes what waits out a pause rather than a notification.
         self._stop_signal = asyncio.Event()
 
@@ -153,7 +145,6 @@ class Worker:
             "lease": self.settings.worker_lease_seconds,
             "limit": 1,
             "max_attempts": self.settings.worker_max_attempts,
-            "since": self.fence,
         }
         async with transaction(self.ctx.sessionmaker) as session:
             observations = await claims.claim_observations(session, **params)
@@ -177,7 +168,6 @@ class Worker:
                 lambda: jobs.summarize_session(self.ctx, item),
             )
             return True
-        del params["since"]  # a sync redacts what it reads under today's rules
         async with transaction(self.ctx.sessionmaker) as session:
             runs = await claims.claim_sync_runs(session, **params)
         if runs:
@@ -186,8 +176,6 @@ class Worker:
                 claims.SYNC_RUNS, run.id, run.attempts, lambda: jobs.run_sync(self.ctx, run)
             )
             return True
-        if self.fence is not None:  # index rows stored before may hold what today's rules cut
-            return False
         return await jobs.embed_batch(self.ctx) > 0
 
     async def _guard(
@@ -287,11 +275,8 @@ class Worker:
         """Work until `stop` is set: the lanes, the listener and the periodic upkeep. Once
         stopping, the jobs in hand are let finish for STOP_GRACE_SECONDS, or until `hurry`."""
         log.info("worker.started", worker=self.id, concurrency=self.concurrency)
-        fenced_retry = await self._rescan_first(stop)
+        await self._rescan_first(stop)
         tasks = [asyncio.create_task(self._listen(), name="agmem-listen")]
-        if fenced_retry is not None:
-            retrying = self._rescan_until_done(fenced_retry)
-            tasks.append(asyncio.create_task(retrying, name="agmem-rescan-retry"))
         tasks.append(asyncio.create_task(self._maintain(), name="agmem-maintain"))
         tasks.append(asyncio.create_task(self._rescan(), name="agmem-rescan"))
         tasks.append(asyncio.create_task(self._sweep_cancels(), name="agmem-cancels"))
@@ -375,23 +360,16 @@ class Worker:
             if wait > 0:
                 await asyncio.sleep(wait)
 
-    async def _rescan_first(self, stop: asyncio.Event) -> float | None:
+    async def _rescan_first(self, stop: asyncio.Event) -> None:
         """The redaction pass after a rules upgrade, before the lanes start (app/worker/rescan.py):
         a lane that compressed an observation stored before the upgrade while the pass had not
         reached it wrote the secret into a summary flattened onto one line, where no rule finds
         it. While another worker runs the pass, wait for it. One statement when none is due. A
         pass that fails (the database unreachable) is retried, 1 s doubling to 30 s, and the
-        lanes wait: started, they would compress the rows the pass had not reached.
-
-        After RESCAN_PATIENCE failures in a row, though, the lanes start fenced (`self.fence`):
-        a pass that fails for good (a row it cannot write, a trigger, a permission) held every
-        capture since back for ever, with nothing but a log line every 30 s to say so. The
-        rows captured since the worker started were redacted under today's rules as they were
-        stored; the rest wait for the pass. Returns the next retry's delay when fenced."""
-        started = datetime.now(UTC)
+        lanes wait: started, they would compress the rows the pass had not reached (they could
+        not reach the database either)."""
         stopped = asyncio.create_task(stop.wait())
         retry = 1.0
-        failures = 0
         try:
             while not stop.is_set():
                 run = asyncio.create_task(rescan.rescan_if_pending(self.ctx.sessionmaker, self.id))
@@ -401,48 +379,19 @@ class Worker:
                 if not run.done():
                     run.cancel()
                     await asyncio.gather(run, return_exceptions=True)
-                    return None
+                    return
                 try:
                     run.result()
                     if not await rescan.running_elsewhere(self.ctx.sessionmaker):
-                        return None
+                        return
                 except Exception as error:
-                    failures += 1
                     log_failure("worker.rescan_error", error, retry_seconds=retry)
-                    if failures >= RESCAN_PATIENCE:
-                        self.fence = started
-                        log.error(
-                            "worker.rescan_stuck",
-                            worker=self.id,
-                            failures=failures,
-                            error=first_line(error)[:200],
-                            taking="only what was captured since the worker started",
-                        )
-                        return retry
                     await asyncio.wait({stopped}, timeout=retry)
-                    retry = min(retry * 2, RESCAN_RETRY_CAP_SECONDS)
+                    retry = min(retry * 2, 30.0)
                     continue
                 await asyncio.wait({stopped}, timeout=1.0)
-            return None
         finally:
             stopped.cancel()
-
-    async def _rescan_until_done(self, retry: float) -> None:
-        """While fenced: the pass again, `retry` doubling to 30 s, until it is done (by this
-        worker or another); then the fence goes and every lane takes any work."""
-        while self.fence is not None:
-            await asyncio.sleep(retry)
-            retry = min(retry * 2, RESCAN_RETRY_CAP_SECONDS)
-            try:
-                await rescan.rescan_if_pending(self.ctx.sessionmaker, self.id)
-                if await rescan.running_elsewhere(self.ctx.sessionmaker):
-                    continue
-            except Exception as error:
-                log_failure("worker.rescan_error", error, retry_seconds=retry)
-                continue
-            self.fence = None
-            log.warning("worker.rescan_recovered", worker=self.id)
-            self.wake()
 
     async def _rescan(self) -> None:
         """The periodic check: a pass whose worker died is taken over at once (its lock went with

@@ -73,7 +73,7 @@ def test_a_checkpoint_summary_ended_meanwhile_loses_to_the_ends_on_the_same_work
     _running_tests(client)
     db.execute("UPDATE observations SET status = 'compressed', compressed_data = 'npm ci ok'")
     assert client.post("/api/summarize", json={"sessionId": "s1"}).status_code == 202
-    lane = {"worker": "W", "lease": 300, "limit": 1, "max_attempts": 5, "since": None}
+    lane = {"worker": "W", "lease": 300, "limit": 1, "max_attempts": 5}
     checkpoint = db.execute(_sql(claims._CLAIM_SESSIONS), lane).fetchall()
     assert [(r[0], r[-1]) for r in checkpoint] == [("s1", False)]
     _end(client, "s1")
