@@ -51,7 +51,7 @@ from app.sync.embed import (
     reembed_with_batch,
     resume_batches,
 )
-from app.sync.ownership import SyncRoots
+from app.sync.ownership import SyncRoots, composed
 from app.sync.reading import Roots, Unchanged, prepare_all
 from app.sync.report import Progress, SyncReport
 from app.sync.writer import ChunkWriter
@@ -159,13 +159,17 @@ def sync_roots(memory: Path, sessions: Path, request: SyncRequest) -> SyncRoots:
     files are what is left of it); one the sync also indexes is refused."""
     project = Path(os.path.abspath(Path(request.project_path).expanduser()))
     forget = frozenset(
-        os.path.normpath(project / Path(folder).expanduser()) for folder in request.forget_dirs
+        composed(os.path.normpath(project / Path(folder).expanduser()))
+        for folder in request.forget_dirs
     )
-    if clash := sorted(forget & {str(memory), str(sessions)}):
+    # Composed, as they are stored and compared (app/sync/ownership.py): the disk is read
+    # through `memory` and `sessions` as spelled, not through these.
+    own = SyncRoots(composed(str(memory)), composed(str(sessions)), forget)
+    if clash := sorted(forget & {own.memory, own.sessions}):
         raise ForgetsItsOwnRoot(
             f"cannot both sync and forget {clash[0]}: it is this sync's memory or sessions folder"
         )
-    return SyncRoots(str(memory), str(sessions), forget)
+    return own
 
 
 async def sync_project(

@@ -5,11 +5,17 @@ its sessions folder, as `source` says). A sync deletes a file it no longer finds
 file is of one of its two roots: a sync of the default root that forgot a custom root's flag
 deleted every file of that root (rev-leftovers26), which the next sync naming it read and
 embedded again. Another root's files go only when a sync names it to forget.
+
+Roots and paths are compared composed (NFC): macOS gives the shell's cwd decomposed while a typed
+`-p` or an API body is composed, and the two spellings of one folder are one project key
+(app/projects.py). Compared as spelled, neither sync owned the other's files, and each spelling
+kept its own copy of every file (rev-sync27). Roots are stored composed.
 """
 
 from __future__ import annotations
 
 import os
+import unicodedata
 from collections.abc import Collection
 from dataclasses import dataclass
 
@@ -19,8 +25,9 @@ from app.sync.queries import KnownFile
 
 def lists(source: str, root: str, path: str) -> bool:
     """Whether a listing of `root` as `source` would find `path`, were it on disk (by the path
-    alone: for files indexed before roots were recorded)."""
-    inside = root.rstrip(os.sep) + os.sep
+    alone: for files indexed before roots were recorded), both taken composed."""
+    path = composed(path)
+    inside = composed(root).rstrip(os.sep) + os.sep
     if source == "sessions":
         return path.startswith(inside)
     return path in {inside + name for name in ROOT_MEMORY_FILES} or path.startswith(
@@ -34,7 +41,12 @@ def is_of(known: KnownFile, source: str, root: str) -> bool:
         return False
     if known.root is None:
         return lists(source, root, known.path)
-    return known.root == root
+    return composed(known.root) == composed(root)
+
+
+def composed(path: str) -> str:
+    """The NFC spelling (a no-op for ASCII, the common case, without building a new string)."""
+    return path if path.isascii() else unicodedata.normalize("NFC", path)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ the next sync naming it indexed (and embedded) again (rev-leftovers26)."""
 from __future__ import annotations
 
 import shutil
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -218,3 +219,26 @@ def test_the_api_keeps_other_roots_forgets_on_request_and_names_an_empty_root(
     # Stored with the run, not looked up: a NUL reached Postgres, which refuses it in text.
     nul = client.post("/api/sync", json={"projectPath": str(project), "forgetDirs": ["a\u0000"]})
     assert (nul.status_code, nul.json()["error"]) == (422, "ValidationFailed")
+
+
+def test_two_spellings_of_one_folder_index_its_files_once(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    # macOS gives the shell's cwd NFD while a typed -p or an API body is NFC: one folder, one
+    # project key, two spellings of every path. A link stands in for the second spelling here.
+    composed = make_project(tmp_path / unicodedata.normalize("NFC", "café"))
+    decomposed = tmp_path / unicodedata.normalize("NFD", "café")
+    decomposed.symlink_to(composed, target_is_directory=True)
+    embedder = CountingEmbedder()
+    first = run_sync(database_url, settings, embedder, decomposed)
+
+    run_sync(database_url, settings, embedder, composed)
+
+    files, chunks = db.execute(
+        "SELECT count(DISTINCT f.id), count(c.id) FROM memory_files f "
+        "LEFT JOIN memory_chunks c ON c.file_id = f.id"
+    ).fetchone() or (0, 0)
+    assert (files, chunks) == (len(DEFAULT), first.chunks_written)
+    # Roots are stored composed, as the project key is, whichever spelling synced.
+    roots = db.execute("SELECT DISTINCT root FROM memory_files").fetchall()
+    assert {root for (root,) in roots} == {str(composed), str(composed / "sessions")}
