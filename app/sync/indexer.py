@@ -282,10 +282,13 @@ async def _sync_locked(
         or not k.under_current_rules
     ]
     present = {f.path for f in found.files}
-    # Found under another root than recorded (indexed before roots were, or listed by two
-    # overlapping roots): the root that found it last owns it. Over the known files, strays
-    # first: a pass over the found ones, each a lookup, cost a no-change re-sync ~0.6 ms.
-    strays = [k for k in known.values() if k.root != owned.of(k.source)]
+    # Indexed before roots were recorded: found, a file gets this sync's root. A recorded root
+    # is kept: it lists its file still (`lists` judges by the path), and a file two overlapping
+    # roots list (`memory/MEMORY.md`: the default's `memory/`, `--memory-dir memory`'s root
+    # file) flipped to each with an UPDATE at every alternation. Either root's sync deletes it
+    # once gone (`SyncRoots.may_delete`). Over the known files, strays first: a pass over the
+    # found ones, each a lookup, cost a no-change re-sync ~0.6 ms.
+    strays = [k for k in known.values() if k.root is None]
     moved = [(k.id, owned.of(k.source)) for k in strays if k.path in present]
     # A known file's path fits: its entry is in the index. A new one over the bound may not.
     if long := [

@@ -62,10 +62,13 @@ class SyncRoots:
         return self.memory if source == "memory" else self.sessions
 
     def may_delete(self, known: KnownFile) -> bool:
-        """A file of this sync's roots that it did not find, or of a root it forgets."""
+        """A file this sync's listing would find, were it on disk, that it did not find (whatever
+        root it is recorded under: two overlapping roots list one file, and neither dropped it
+        once gone), or a file of a root it forgets."""
         return (
             is_of(known, "memory", self.memory)
             or is_of(known, "sessions", self.sessions)
+            or (known.source in _SOURCES and lists(known.source, self.of(known.source), known.path))
             or self.forgets(known)
         )
 

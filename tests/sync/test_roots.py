@@ -242,3 +242,26 @@ def test_two_spellings_of_one_folder_index_its_files_once(
     # Roots are stored composed, as the project key is, whichever spelling synced.
     roots = db.execute("SELECT DISTINCT root FROM memory_files").fetchall()
     assert {root for (root,) in roots} == {str(composed), str(composed / "sessions")}
+
+
+def test_a_file_two_overlapping_roots_list_keeps_its_root_and_goes_when_deleted(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    # `memory/MEMORY.md` is the default root's (under its `memory/`) and `--memory-dir memory`'s
+    # (a root file). The second sync took it over with an UPDATE at every alternation, and once
+    # deleted neither sync dropped it: `--memory-dir memory` is refused for a root without a
+    # memory file, and the default root's sync left a file recorded under another root.
+    project = make_project(tmp_path / "proj")
+    shared = project / "memory" / "MEMORY.md"
+    shared.write_text("# Shared\n\nListed by two roots.\n")
+    embedder = CountingEmbedder()
+    run_sync(database_url, settings, embedder, project, memory_dir="memory")
+
+    run_sync(database_url, settings, embedder, project)
+
+    root = db.execute("SELECT root FROM memory_files WHERE path = %s", (str(shared),)).fetchone()
+    assert root == (str(project / "memory"),)
+    shared.unlink()
+    plain = run_sync(database_url, settings, embedder, project)
+    assert plain.files_deleted == 1
+    assert "memory/MEMORY.md" not in indexed(db, project)
