@@ -282,14 +282,6 @@ async def _sync_locked(
         or not k.under_current_rules
     ]
     present = {f.path for f in found.files}
-    # Indexed before roots were recorded: found, a file gets this sync's root. A recorded root
-    # is kept: it lists its file still (`lists` judges by the path), and a file two overlapping
-    # roots list (`memory/MEMORY.md`: the default's `memory/`, `--memory-dir memory`'s root
-    # file) flipped to each with an UPDATE at every alternation. Either root's sync deletes it
-    # once gone (`SyncRoots.may_delete`). Over the known files, strays first: a pass over the
-    # found ones, each a lookup, cost a no-change re-sync ~0.6 ms.
-    strays = [k for k in known.values() if k.root is None]
-    moved = [(k.id, owned.of(k.source)) for k in strays if k.path in present]
     # A known file's path fits: its entry is in the index. A new one over the bound may not.
     if long := [
         f.path
@@ -330,7 +322,6 @@ async def _sync_locked(
             owned,
             known,
             present,
-            moved,
             progress,
             gate,
         )
@@ -359,7 +350,6 @@ async def _write_all(
     owned: SyncRoots,
     known: dict[str, queries.KnownFile],
     present: set[str],
-    moved: list[tuple[int, str]],
     progress: Progress | None,
     gate: GeminiGate | None,
 ) -> None:
@@ -421,9 +411,16 @@ async def _write_all(
     left_unembedded = True
     if earlier is not None:
         left_unembedded = writer.wrote_unembedded or await earlier
-    await queries.set_roots(lock, moved)
+    # Judged by where they were found (read for these alone: see queries._KNOWN_FILES): the
+    # files it did not find, and those indexed before roots were recorded that it found, which
+    # get its root. A recorded root is kept: it lists its file still (`lists` judges by the
+    # path), and a file two overlapping roots list (`memory/MEMORY.md`: the default's `memory/`,
+    # `--memory-dir memory`'s root file) flipped to each with an UPDATE at every alternation.
+    judged = [k.id for path, k in known.items() if k.unrooted or path not in present]
+    placed = await queries.placed_files(lock, judged)
+    await queries.set_roots(lock, [(p.id, owned.of(p.source)) for p in placed if p.path in present])
     # Another root's files stay: a sync that forgot a custom root's flag deleted them all.
-    gone = [k.id for path, k in known.items() if path not in present and owned.may_delete(k)]
+    gone = [p.id for p in placed if p.path not in present and owned.may_delete(p)]
     if gone:
         await queries.delete_files(lock, gone)  # one statement: its own transaction
         report.files_deleted = len(gone)

@@ -20,7 +20,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from app.sync.discover import ROOT_MEMORY_FILES, FileSource
-from app.sync.queries import KnownFile
+from app.sync.queries import PlacedFile
 
 
 def lists(source: str, root: str, path: str) -> bool:
@@ -35,7 +35,7 @@ def lists(source: str, root: str, path: str) -> bool:
     )
 
 
-def is_of(known: KnownFile, source: str, root: str) -> bool:
+def is_of(known: PlacedFile, source: str, root: str) -> bool:
     """Whether the indexed file is of the root `root` taken as `source`."""
     if known.source != source:
         return False
@@ -61,7 +61,7 @@ class SyncRoots:
     def of(self, source: str) -> str:
         return self.memory if source == "memory" else self.sessions
 
-    def may_delete(self, known: KnownFile) -> bool:
+    def may_delete(self, known: PlacedFile) -> bool:
         """A file this sync's listing would find, were it on disk, that it did not find (whatever
         root it is recorded under: two overlapping roots list one file, and neither dropped it
         once gone), or a file of a root it forgets."""
@@ -72,7 +72,7 @@ class SyncRoots:
             or self.forgets(known)
         )
 
-    def forgets(self, known: KnownFile) -> bool:
+    def forgets(self, known: PlacedFile) -> bool:
         return any(is_of(known, source, folder) for folder in self.forget for source in _SOURCES)
 
 
