@@ -73,7 +73,18 @@ class SyncRoots:
         )
 
     def forgets(self, known: PlacedFile) -> bool:
-        return any(is_of(known, source, folder) for folder in self.forget for source in _SOURCES)
+        return any(self._forgets(known, folder) for folder in self.forget)
+
+    def _forgets(self, known: PlacedFile, folder: str) -> bool:
+        # By the path alone a folder above this sync's sessions folder (`/`, the project) is a
+        # sessions folder holding every transcript: it took another folder's unrecorded ones.
+        if (
+            known.root is None
+            and known.source == "sessions"
+            and lists("sessions", folder, self.sessions)
+        ):
+            return False
+        return any(is_of(known, source, folder) for source in _SOURCES)
 
 
 _SOURCES: Collection[FileSource] = ("memory", "sessions")

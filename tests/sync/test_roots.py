@@ -265,3 +265,17 @@ def test_a_file_two_overlapping_roots_list_keeps_its_root_and_goes_when_deleted(
     plain = run_sync(database_url, settings, embedder, project)
     assert plain.files_deleted == 1
     assert "memory/MEMORY.md" not in indexed(db, project)
+
+
+def test_forgetting_a_parent_folder_keeps_transcripts_indexed_before_roots(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    # Judged by the path alone, `--forget-dir /` (or the project, or any folder above it) is a
+    # sessions folder holding every transcript: it dropped another folder's (chats/) unrecorded.
+    project, embedder = indexed_from_every_root(database_url, settings, tmp_path)
+    db.execute("UPDATE memory_files SET root = NULL")
+
+    forgot = run_sync(database_url, settings, embedder, project, forget_dirs=("/", ".."))
+
+    assert forgot.files_deleted == 0
+    assert indexed(db, project) == DEFAULT | CUSTOM
