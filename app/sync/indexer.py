@@ -424,6 +424,10 @@ async def _write_all(
     if gone:
         await queries.delete_files(lock, gone)  # one statement: its own transaction
         report.files_deleted = len(gone)
+    # A forgotten root's files are judged here unless this sync lists them too (then kept, and
+    # the folder, forgetting nothing, is reported as well).
+    for folder in owned.forgotten_in_vain(placed):
+        report.errors.append(f"no indexed file under {folder} to forget")
     to_cancel = await close_superseded_batches(lock, embedder, project)  # one statement
     if report.files_changed and not writer.embedding_down and left_unembedded:
         await embed_missing(sessionmaker, settings, embedder, project, report, progress)

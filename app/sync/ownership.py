@@ -72,6 +72,10 @@ class SyncRoots:
             or self.forgets(known)
         )
 
+    def forgotten_in_vain(self, placed: Collection[PlacedFile]) -> list[str]:
+        """The folders to forget that no indexed file of `placed` is of (a mistyped name)."""
+        return sorted(f for f in self.forget if not any(self._forgets(p, f) for p in placed))
+
     def forgets(self, known: PlacedFile) -> bool:
         return any(self._forgets(known, folder) for folder in self.forget)
 

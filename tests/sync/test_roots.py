@@ -279,3 +279,15 @@ def test_forgetting_a_parent_folder_keeps_transcripts_indexed_before_roots(
 
     assert forgot.files_deleted == 0
     assert indexed(db, project) == DEFAULT | CUSTOM
+
+
+def test_a_folder_to_forget_that_holds_no_indexed_file_is_reported(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    # A mistyped folder (`--forget-dir nope` for `notes`) forgot nothing and said nothing.
+    project, embedder = indexed_from_every_root(database_url, settings, tmp_path)
+
+    forgot = run_sync(database_url, settings, embedder, project, forget_dirs=("nope", "chats"))
+
+    assert forgot.files_deleted == 1
+    assert forgot.errors == [f"no indexed file under {project / 'nope'} to forget"]
