@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,6 +101,10 @@ class ForgetsItsOwnRoot(Exception):
     """A folder to forget is one of the roots the same sync indexes."""
 
 
+# `C:\...`, `c:/...`, or after slashes as a file URI's path has it (`/C:/...`).
+_WINDOWS_PATH = re.compile(r"\s*/*[A-Za-z]:[\\/]")
+
+
 def resolve_roots(settings: Settings, request: SyncRequest) -> tuple[str, Path, Path]:
     """The project key and the memory and sessions folders (relative ones under the project).
 
@@ -111,6 +116,7 @@ def resolve_roots(settings: Settings, request: SyncRequest) -> tuple[str, Path, 
     (AGMEM_CAPTURE_EXCLUDE_PROJECTS) is ProjectExcluded: nothing of it is stored.
     """
     project = Path(os.path.abspath(Path(request.project_path).expanduser()))
+    refuse_windows_path(request.project_path)
     _require_folder(project, "project folder")
     memory = project / Path(request.memory_dir or settings.sync_memory_dir).expanduser()
     sessions = project / Path(request.sessions_dir or settings.sync_sessions_dir).expanduser()
@@ -130,6 +136,17 @@ def resolve_roots(settings: Settings, request: SyncRequest) -> tuple[str, Path, 
     key = canonical_project(str(project))
     refuse_excluded(key, settings, "its files")
     return key, memory, sessions
+
+
+def refuse_windows_path(path: str) -> None:
+    """A Windows path (no such folder here) on a POSIX server is named as one: read as a name
+    under the server's own folder, the error named a folder the client never did
+    (`/srv/C:\\Users\\...` does not exist), or said "must be absolute"."""
+    if os.name != "nt" and _WINDOWS_PATH.match(path) and not os.path.isdir(path):
+        raise ProjectFolderMissing(
+            f"project folder {path.strip()} is a Windows path: this server reads POSIX paths "
+            "(sync it on the machine that holds it)"
+        )
 
 
 def _require_folder(path: Path, what: str) -> None:
