@@ -52,7 +52,7 @@ from app.sync.embed import (
     reembed_with_batch,
     resume_batches,
 )
-from app.sync.ownership import SyncRoots, composed
+from app.sync.ownership import SyncRoots, composed, kept_of_other_roots
 from app.sync.reading import Roots, Unchanged, prepare_all
 from app.sync.report import Progress, SyncReport
 from app.sync.writer import ChunkWriter
@@ -97,6 +97,22 @@ class MemoryFilesMissing(ProjectFolderMissing):
         )
 
 
+class RootFolderGone(ProjectFolderMissing):
+    """A memory or sessions folder named for this sync does not exist (a typo, or a root renamed
+    or removed, whose indexed files stay in search until the root is forgotten)."""
+
+    def __init__(self, folder: Path, what: str) -> None:
+        self.folder, self.what = folder, what
+        super().__init__(self.saying("--forget-dir"))
+
+    def saying(self, forget: str) -> str:
+        """The message, naming the way to forget the root as the caller's surface spells it."""
+        return (
+            f"{self.what} {self.folder} does not exist (renamed or removed? drop what was "
+            f"indexed from it with {forget})"
+        )
+
+
 class ForgetsItsOwnRoot(Exception):
     """A folder to forget is one of the roots the same sync indexes."""
 
@@ -122,7 +138,7 @@ def resolve_roots(settings: Settings, request: SyncRequest) -> tuple[str, Path, 
     sessions = project / Path(request.sessions_dir or settings.sync_sessions_dir).expanduser()
     memory, sessions = Path(os.path.normpath(memory)), Path(os.path.normpath(sessions))
     if request.memory_dir:
-        _require_folder(memory, "memory folder")
+        _require_root(memory, "memory folder")
         # The default root named as itself (`--memory-dir .`, as a script passing it always
         # does) is the default's: it may hold no memory file (rev-leftovers26: a project of
         # transcripts alone synced without the flag and was refused with it).
@@ -130,7 +146,7 @@ def resolve_roots(settings: Settings, request: SyncRequest) -> tuple[str, Path, 
         if request.memory_files_required and memory != default:
             _require_memory_root(memory)
     if request.sessions_dir:
-        _require_folder(sessions, "sessions folder")
+        _require_root(sessions, "sessions folder")
     # Read from disk as spelled (a macOS folder name is NFD), stored under the key every other
     # route uses for that folder (app/projects.py), or its files and its sessions never meet.
     key = canonical_project(str(project))
@@ -159,6 +175,13 @@ def _require_folder(path: Path, what: str) -> None:
         # allows (ENAMETOOLONG) or a folder that may not be searched raised, and was a 500.
         problem = f"cannot be read ({error.strerror or error})"
     raise ProjectFolderMissing(f"{what} {path} {problem}")
+
+
+def _require_root(path: Path, what: str) -> None:
+    # lexists: a dangling link is a folder that is not one, not a gone one.
+    if not os.path.lexists(path):
+        raise RootFolderGone(path, what)
+    _require_folder(path, what)
 
 
 def _require_memory_root(memory: Path) -> None:
@@ -437,7 +460,10 @@ async def _write_all(
     placed = await queries.placed_files(lock, judged)
     await queries.set_roots(lock, [(p.id, owned.of(p.source)) for p in placed if p.path in present])
     # Another root's files stay: a sync that forgot a custom root's flag deleted them all.
-    gone = [p.id for p in placed if p.path not in present and owned.may_delete(p)]
+    missing = [p for p in placed if p.path not in present]
+    gone = [p.id for p in missing if owned.may_delete(p)]
+    if said := kept_of_other_roots([p for p in missing if not owned.may_delete(p)], project):
+        report.errors.append(said)
     if gone:
         await queries.delete_files(lock, gone)  # one statement: its own transaction
         report.files_deleted = len(gone)

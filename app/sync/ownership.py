@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import unicodedata
+from collections import Counter
 from collections.abc import Collection
 from dataclasses import dataclass
 
@@ -92,3 +93,21 @@ class SyncRoots:
 
 
 _SOURCES: Collection[FileSource] = ("memory", "sessions")
+
+
+def kept_of_other_roots(kept: Collection[PlacedFile], project: str) -> str | None:
+    """What a sync says of the missing files it kept as another root's: a root renamed or
+    removed keeps its chunks in search until a sync forgets it, and nothing said so."""
+    if not kept:
+        return None
+    roots = Counter(known.root for known in kept)
+    named = ", ".join(_root_name(root, project) for root in sorted(roots, key=lambda r: r or ""))
+    return f"kept {len(kept)} files of other roots: {named}"
+
+
+def _root_name(root: str | None, project: str) -> str:
+    if root is None:
+        return "(indexed before roots were recorded)"
+    inside = project.rstrip(os.sep) + os.sep
+    name = root[len(inside) :] if root.startswith(inside) else root
+    return name.rstrip(os.sep) + os.sep + ("" if os.path.isdir(root) else " (gone)")

@@ -24,6 +24,7 @@ from app.sync.indexer import (
     ForgetsItsOwnRoot,
     MemoryFilesMissing,
     ProjectFolderMissing,
+    RootFolderGone,
     SyncRequest,
     refuse_windows_path,
     resolve_roots,
@@ -76,6 +77,8 @@ async def queue_run(session: AsyncSession, *, data: SyncIn, settings: Settings) 
     else:
         if isinstance(problems[0], MemoryFilesMissing):
             raise MemoryFilesNotFound(problems[0].saying("forgetDirs"))
+        if isinstance(problems[0], RootFolderGone):
+            raise ProjectFolderNotFound(problems[0].saying("forgetDirs"))
         raise ProjectFolderNotFound(str(problems[0]))
     try:
         sync_roots(memory, sessions, request)

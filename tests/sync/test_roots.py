@@ -290,4 +290,20 @@ def test_a_folder_to_forget_that_holds_no_indexed_file_is_reported(
     forgot = run_sync(database_url, settings, embedder, project, forget_dirs=("nope", "chats"))
 
     assert forgot.files_deleted == 1
-    assert forgot.errors == [f"no indexed file under {project / 'nope'} to forget"]
+    assert forgot.errors == [
+        "kept 2 files of other roots: notes/",
+        f"no indexed file under {project / 'nope'} to forget",
+    ]
+
+
+def test_a_sync_names_the_other_roots_whose_files_it_kept(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    # A custom root renamed or removed kept its chunks in search, and no sync said so.
+    project, embedder = indexed_from_every_root(database_url, settings, tmp_path)
+    shutil.rmtree(project / "notes")
+
+    plain = run_sync(database_url, settings, embedder, project)
+
+    assert plain.files_deleted == 0
+    assert plain.errors == ["kept 3 files of other roots: chats/, notes/ (gone)"]

@@ -86,7 +86,11 @@ def test_run_with_custom_folders_and_failure_is_recorded(
     # memory file and deleted the chunks of those indexed from the right root.
     # That one exists: it is MemoryFilesNotFound, not "not found" (rev-leftovers26).
     for folder, error, problem in (
-        ("nowhere", "ProjectFolderNotFound", "does not exist"),
+        (
+            "nowhere",
+            "ProjectFolderNotFound",
+            "does not exist (renamed or removed? drop what was indexed from it with forgetDirs)",
+        ),
         (
             "notes",
             "MemoryFilesNotFound",
