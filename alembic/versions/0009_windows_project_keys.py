@@ -104,6 +104,12 @@ def upgrade() -> None:
         "output_tokens = llm_usage.output_tokens + EXCLUDED.output_tokens"
     )
     op.execute("DELETE FROM llm_usage u USING project_folds f WHERE u.project_path = f.old")
+    # A run is read from its folder, the key when NULL: a queued run keyed `C:\\...` then read
+    # a folder a POSIX server has not. The folder is the path as it was sent.
+    op.execute(
+        "UPDATE sync_runs t SET folder = f.old FROM project_folds f "
+        "WHERE t.project_path = f.old AND t.folder IS NULL"
+    )
     for table in TABLES:
         if table != "llm_usage":
             op.execute(

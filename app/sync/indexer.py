@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +52,7 @@ from app.sync.embed import (
     reembed_with_batch,
     resume_batches,
 )
-from app.sync.ownership import SyncRoots
+from app.sync.ownership import SyncRoots, composed, kept_of_other_roots
 from app.sync.reading import Roots, Unchanged, prepare_all
 from app.sync.report import Progress, SyncReport
 from app.sync.writer import ChunkWriter
@@ -96,8 +97,28 @@ class MemoryFilesMissing(ProjectFolderMissing):
         )
 
 
+class RootFolderGone(ProjectFolderMissing):
+    """A memory or sessions folder named for this sync does not exist (a typo, or a root renamed
+    or removed, whose indexed files stay in search until the root is forgotten)."""
+
+    def __init__(self, folder: Path, what: str) -> None:
+        self.folder, self.what = folder, what
+        super().__init__(self.saying("--forget-dir"))
+
+    def saying(self, forget: str) -> str:
+        """The message, naming the way to forget the root as the caller's surface spells it."""
+        return (
+            f"{self.what} {self.folder} does not exist (renamed or removed? drop what was "
+            f"indexed from it with {forget})"
+        )
+
+
 class ForgetsItsOwnRoot(Exception):
     """A folder to forget is one of the roots the same sync indexes."""
+
+
+# `C:\...`, `c:/...`, or after slashes as a file URI's path has it (`/C:/...`).
+_WINDOWS_PATH = re.compile(r"\s*/*[A-Za-z]:[\\/]")
 
 
 def resolve_roots(settings: Settings, request: SyncRequest) -> tuple[str, Path, Path]:
@@ -111,12 +132,13 @@ def resolve_roots(settings: Settings, request: SyncRequest) -> tuple[str, Path, 
     (AGMEM_CAPTURE_EXCLUDE_PROJECTS) is ProjectExcluded: nothing of it is stored.
     """
     project = Path(os.path.abspath(Path(request.project_path).expanduser()))
+    refuse_windows_path(request.project_path)
     _require_folder(project, "project folder")
     memory = project / Path(request.memory_dir or settings.sync_memory_dir).expanduser()
     sessions = project / Path(request.sessions_dir or settings.sync_sessions_dir).expanduser()
     memory, sessions = Path(os.path.normpath(memory)), Path(os.path.normpath(sessions))
     if request.memory_dir:
-        _require_folder(memory, "memory folder")
+        _require_root(memory, "memory folder")
         # The default root named as itself (`--memory-dir .`, as a script passing it always
         # does) is the default's: it may hold no memory file (rev-leftovers26: a project of
         # transcripts alone synced without the flag and was refused with it).
@@ -124,12 +146,23 @@ def resolve_roots(settings: Settings, request: SyncRequest) -> tuple[str, Path, 
         if request.memory_files_required and memory != default:
             _require_memory_root(memory)
     if request.sessions_dir:
-        _require_folder(sessions, "sessions folder")
+        _require_root(sessions, "sessions folder")
     # Read from disk as spelled (a macOS folder name is NFD), stored under the key every other
     # route uses for that folder (app/projects.py), or its files and its sessions never meet.
     key = canonical_project(str(project))
     refuse_excluded(key, settings, "its files")
     return key, memory, sessions
+
+
+def refuse_windows_path(path: str) -> None:
+    """A Windows path (no such folder here) on a POSIX server is named as one: read as a name
+    under the server's own folder, the error named a folder the client never did
+    (`/srv/C:\\Users\\...` does not exist), or said "must be absolute"."""
+    if os.name != "nt" and _WINDOWS_PATH.match(path) and not os.path.isdir(path):
+        raise ProjectFolderMissing(
+            f"project folder {path.strip()} is a Windows path: this server reads POSIX paths "
+            "(sync it on the machine that holds it)"
+        )
 
 
 def _require_folder(path: Path, what: str) -> None:
@@ -142,6 +175,13 @@ def _require_folder(path: Path, what: str) -> None:
         # allows (ENAMETOOLONG) or a folder that may not be searched raised, and was a 500.
         problem = f"cannot be read ({error.strerror or error})"
     raise ProjectFolderMissing(f"{what} {path} {problem}")
+
+
+def _require_root(path: Path, what: str) -> None:
+    # lexists: a dangling link is a folder that is not one, not a gone one.
+    if not os.path.lexists(path):
+        raise RootFolderGone(path, what)
+    _require_folder(path, what)
 
 
 def _require_memory_root(memory: Path) -> None:
@@ -159,13 +199,17 @@ def sync_roots(memory: Path, sessions: Path, request: SyncRequest) -> SyncRoots:
     files are what is left of it); one the sync also indexes is refused."""
     project = Path(os.path.abspath(Path(request.project_path).expanduser()))
     forget = frozenset(
-        os.path.normpath(project / Path(folder).expanduser()) for folder in request.forget_dirs
+        composed(os.path.normpath(project / Path(folder).expanduser()))
+        for folder in request.forget_dirs
     )
-    if clash := sorted(forget & {str(memory), str(sessions)}):
+    # Composed, as they are stored and compared (app/sync/ownership.py): the disk is read
+    # through `memory` and `sessions` as spelled, not through these.
+    own = SyncRoots(composed(str(memory)), composed(str(sessions)), forget)
+    if clash := sorted(forget & {own.memory, own.sessions}):
         raise ForgetsItsOwnRoot(
             f"cannot both sync and forget {clash[0]}: it is this sync's memory or sessions folder"
         )
-    return SyncRoots(str(memory), str(sessions), forget)
+    return own
 
 
 async def sync_project(
@@ -278,11 +322,6 @@ async def _sync_locked(
         or not k.under_current_rules
     ]
     present = {f.path for f in found.files}
-    # Found under another root than recorded (indexed before roots were, or listed by two
-    # overlapping roots): the root that found it last owns it. Over the known files, strays
-    # first: a pass over the found ones, each a lookup, cost a no-change re-sync ~0.6 ms.
-    strays = [k for k in known.values() if k.root != owned.of(k.source)]
-    moved = [(k.id, owned.of(k.source)) for k in strays if k.path in present]
     # A known file's path fits: its entry is in the index. A new one over the bound may not.
     if long := [
         f.path
@@ -323,7 +362,6 @@ async def _sync_locked(
             owned,
             known,
             present,
-            moved,
             progress,
             gate,
         )
@@ -352,7 +390,6 @@ async def _write_all(
     owned: SyncRoots,
     known: dict[str, queries.KnownFile],
     present: set[str],
-    moved: list[tuple[int, str]],
     progress: Progress | None,
     gate: GeminiGate | None,
 ) -> None:
@@ -414,12 +451,26 @@ async def _write_all(
     left_unembedded = True
     if earlier is not None:
         left_unembedded = writer.wrote_unembedded or await earlier
-    await queries.set_roots(lock, moved)
+    # Judged by where they were found (read for these alone: see queries._KNOWN_FILES): the
+    # files it did not find, and those indexed before roots were recorded that it found, which
+    # get its root. A recorded root is kept: it lists its file still (`lists` judges by the
+    # path), and a file two overlapping roots list (`memory/MEMORY.md`: the default's `memory/`,
+    # `--memory-dir memory`'s root file) flipped to each with an UPDATE at every alternation.
+    judged = [k.id for path, k in known.items() if k.unrooted or path not in present]
+    placed = await queries.placed_files(lock, judged)
+    await queries.set_roots(lock, [(p.id, owned.of(p.source)) for p in placed if p.path in present])
     # Another root's files stay: a sync that forgot a custom root's flag deleted them all.
-    gone = [k.id for path, k in known.items() if path not in present and owned.may_delete(k)]
+    missing = [p for p in placed if p.path not in present]
+    gone = [p.id for p in missing if owned.may_delete(p)]
+    if said := kept_of_other_roots([p for p in missing if not owned.may_delete(p)], project):
+        report.errors.append(said)
     if gone:
         await queries.delete_files(lock, gone)  # one statement: its own transaction
         report.files_deleted = len(gone)
+    # A forgotten root's files are judged here unless this sync lists them too (then kept, and
+    # the folder, forgetting nothing, is reported as well).
+    for folder in owned.forgotten_in_vain(placed):
+        report.errors.append(f"no indexed file under {folder} to forget")
     to_cancel = await close_superseded_batches(lock, embedder, project)  # one statement
     if report.files_changed and not writer.embedding_down and left_unembedded:
         await embed_missing(sessionmaker, settings, embedder, project, report, progress)

@@ -24,7 +24,9 @@ from app.sync.indexer import (
     ForgetsItsOwnRoot,
     MemoryFilesMissing,
     ProjectFolderMissing,
+    RootFolderGone,
     SyncRequest,
+    refuse_windows_path,
     resolve_roots,
     sync_project,
     sync_roots,
@@ -50,6 +52,10 @@ async def queue_run(session: AsyncSession, *, data: SyncIn, settings: Settings) 
     """Record a queued sync run for the worker; the project folder (and any folder the request
     names) must exist. It is read as spelled, like `agmem sync -p`, and stored under its key."""
     key = canonical_project(data.project_path)
+    try:
+        refuse_windows_path(data.project_path)
+    except ProjectFolderMissing as error:
+        raise ProjectFolderNotFound(str(error)) from None
     if not Path(key).is_absolute():
         raise ProjectFolderNotFound(f"projectPath must be absolute: {data.project_path!r}")
     # The same check the run makes: the project, and any folder named, must be folders. A
@@ -71,6 +77,8 @@ async def queue_run(session: AsyncSession, *, data: SyncIn, settings: Settings) 
     else:
         if isinstance(problems[0], MemoryFilesMissing):
             raise MemoryFilesNotFound(problems[0].saying("forgetDirs"))
+        if isinstance(problems[0], RootFolderGone):
+            raise ProjectFolderNotFound(problems[0].saying("forgetDirs"))
         raise ProjectFolderNotFound(str(problems[0]))
     try:
         sync_roots(memory, sessions, request)

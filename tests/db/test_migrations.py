@@ -445,8 +445,15 @@ def test_0009_moves_slashed_windows_keys_to_the_windows_key(scratch_url: str) ->
             "('2026-11-27', %s, 'm', 2, 20, 200)",
             (slashed, windows),
         )
+        # A queued run is read from its folder (the key when NULL): keyed `C:\...`, the worker
+        # read a folder of that name, which a POSIX server has not.
+        connection.execute(
+            "INSERT INTO sync_runs (id, project_path) VALUES (gen_random_uuid(), %s)", (slashed,)
+        )
     migrate.upgrade(scratch_url)
     with psycopg.connect(libpq_url(scratch_url), autocommit=True) as connection:
+        runs = connection.execute("SELECT project_path, folder FROM sync_runs").fetchall()
+        assert runs == [(windows, slashed)]
         sessions = connection.execute("SELECT id, project_path FROM sessions ORDER BY id")
         assert sessions.fetchall() == [("a", windows), ("b", windows), ("c", "/p")]
         memories = connection.execute(

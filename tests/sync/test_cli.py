@@ -43,7 +43,8 @@ def test_sync_command_fails_in_one_line(env: dict[str, str], tmp_path: Path) -> 
         (["--project", str(a_file)], f"project folder {a_file} is not a folder"),
         (
             ["--project", str(tmp_path), "--sessions-dir", "chats"],
-            f"sessions folder {tmp_path / 'chats'} does not exist",
+            f"sessions folder {tmp_path / 'chats'} does not exist (renamed or removed? drop "
+            "what was indexed from it with --forget-dir)",
         ),
     ):
         refused = runner.invoke(cli, ["sync", *args], env=env)

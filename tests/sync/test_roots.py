@@ -7,6 +7,7 @@ the next sync naming it indexed (and embedded) again (rev-leftovers26)."""
 from __future__ import annotations
 
 import shutil
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -218,3 +219,91 @@ def test_the_api_keeps_other_roots_forgets_on_request_and_names_an_empty_root(
     # Stored with the run, not looked up: a NUL reached Postgres, which refuses it in text.
     nul = client.post("/api/sync", json={"projectPath": str(project), "forgetDirs": ["a\u0000"]})
     assert (nul.status_code, nul.json()["error"]) == (422, "ValidationFailed")
+
+
+def test_two_spellings_of_one_folder_index_its_files_once(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    # macOS gives the shell's cwd NFD while a typed -p or an API body is NFC: one folder, one
+    # project key, two spellings of every path. A link stands in for the second spelling here.
+    composed = make_project(tmp_path / unicodedata.normalize("NFC", "café"))
+    decomposed = tmp_path / unicodedata.normalize("NFD", "café")
+    decomposed.symlink_to(composed, target_is_directory=True)
+    embedder = CountingEmbedder()
+    first = run_sync(database_url, settings, embedder, decomposed)
+
+    run_sync(database_url, settings, embedder, composed)
+
+    files, chunks = db.execute(
+        "SELECT count(DISTINCT f.id), count(c.id) FROM memory_files f "
+        "LEFT JOIN memory_chunks c ON c.file_id = f.id"
+    ).fetchone() or (0, 0)
+    assert (files, chunks) == (len(DEFAULT), first.chunks_written)
+    # Roots are stored composed, as the project key is, whichever spelling synced.
+    roots = db.execute("SELECT DISTINCT root FROM memory_files").fetchall()
+    assert {root for (root,) in roots} == {str(composed), str(composed / "sessions")}
+
+
+def test_a_file_two_overlapping_roots_list_keeps_its_root_and_goes_when_deleted(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    # `memory/MEMORY.md` is the default root's (under its `memory/`) and `--memory-dir memory`'s
+    # (a root file). The second sync took it over with an UPDATE at every alternation, and once
+    # deleted neither sync dropped it: `--memory-dir memory` is refused for a root without a
+    # memory file, and the default root's sync left a file recorded under another root.
+    project = make_project(tmp_path / "proj")
+    shared = project / "memory" / "MEMORY.md"
+    shared.write_text("# Shared\n\nListed by two roots.\n")
+    embedder = CountingEmbedder()
+    run_sync(database_url, settings, embedder, project, memory_dir="memory")
+
+    run_sync(database_url, settings, embedder, project)
+
+    root = db.execute("SELECT root FROM memory_files WHERE path = %s", (str(shared),)).fetchone()
+    assert root == (str(project / "memory"),)
+    shared.unlink()
+    plain = run_sync(database_url, settings, embedder, project)
+    assert plain.files_deleted == 1
+    assert "memory/MEMORY.md" not in indexed(db, project)
+
+
+def test_forgetting_a_parent_folder_keeps_transcripts_indexed_before_roots(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    # Judged by the path alone, `--forget-dir /` (or the project, or any folder above it) is a
+    # sessions folder holding every transcript: it dropped another folder's (chats/) unrecorded.
+    project, embedder = indexed_from_every_root(database_url, settings, tmp_path)
+    db.execute("UPDATE memory_files SET root = NULL")
+
+    forgot = run_sync(database_url, settings, embedder, project, forget_dirs=("/", ".."))
+
+    assert forgot.files_deleted == 0
+    assert indexed(db, project) == DEFAULT | CUSTOM
+
+
+def test_a_folder_to_forget_that_holds_no_indexed_file_is_reported(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    # A mistyped folder (`--forget-dir nope` for `notes`) forgot nothing and said nothing.
+    project, embedder = indexed_from_every_root(database_url, settings, tmp_path)
+
+    forgot = run_sync(database_url, settings, embedder, project, forget_dirs=("nope", "chats"))
+
+    assert forgot.files_deleted == 1
+    assert forgot.errors == [
+        "kept 2 files of other roots: notes/",
+        f"no indexed file under {project / 'nope'} to forget",
+    ]
+
+
+def test_a_sync_names_the_other_roots_whose_files_it_kept(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    # A custom root renamed or removed kept its chunks in search, and no sync said so.
+    project, embedder = indexed_from_every_root(database_url, settings, tmp_path)
+    shutil.rmtree(project / "notes")
+
+    plain = run_sync(database_url, settings, embedder, project)
+
+    assert plain.files_deleted == 0
+    assert plain.errors == ["kept 3 files of other roots: chats/, notes/ (gone)"]

@@ -86,7 +86,11 @@ def test_run_with_custom_folders_and_failure_is_recorded(
     # memory file and deleted the chunks of those indexed from the right root.
     # That one exists: it is MemoryFilesNotFound, not "not found" (rev-leftovers26).
     for folder, error, problem in (
-        ("nowhere", "ProjectFolderNotFound", "does not exist"),
+        (
+            "nowhere",
+            "ProjectFolderNotFound",
+            "does not exist (renamed or removed? drop what was indexed from it with forgetDirs)",
+        ),
         (
             "notes",
             "MemoryFilesNotFound",
@@ -262,3 +266,16 @@ def test_a_flag_sent_as_text_or_a_number_is_refused(
     assert answer.json()["error"] == "ValidationFailed"
     assert field in answer.json()["detail"]
     assert db.execute("SELECT count(*) FROM sync_runs").fetchone() == (0,)
+
+
+def test_a_windows_path_on_a_posix_server_is_named_as_one(client: TestClient) -> None:
+    # Read as a relative name under the server's folder, it was "project folder
+    # /srv/C:\Users\dev\shop does not exist": a folder the client never named.
+    answer = client.post("/api/sync", json={"projectPath": "C:\\Users\\dev\\shop"})
+
+    assert answer.status_code == 422
+    assert answer.json() == {
+        "error": "ProjectFolderNotFound",
+        "detail": "project folder C:\\Users\\dev\\shop is a Windows path: this server reads "
+        "POSIX paths (sync it on the machine that holds it)",
+    }
