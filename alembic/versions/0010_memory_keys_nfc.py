@@ -6,10 +6,12 @@ memories that look the same. Keys are now made NFC on every write and read
 
 - a key not in NFC is renamed to its NFC form when no memory of the same scope, project and
   session holds that form (of several such spellings of one key, the one updated last);
-- one that has such an NFC twin keeps its value under `<NFC key> (duplicate spelling)`, so
-  both values stay readable and either can be deleted by its key (read by its old spelling, it
-  would now find the twin); when that name is taken too, or over the key's bounds (500
-  characters, 800 bytes), it is left as it was.
+- every other spelling keeps its value under `<NFC key> (duplicate spelling)`, then
+  `(duplicate spelling 2)`, `3`, ... by its last write (a name already taken is skipped), so
+  each value stays readable and can be deleted by its key: a key is read NFC, so one left in
+  another form could not be reached, and deleting it would delete its NFC twin instead. When
+  such a name would pass the key's bounds (500 characters, 800 bytes), the NFC stem is cut
+  short to make room for the suffix.
 
 The index rows of renamed memories (`memory_chunks`, source `kv`) keep their text: search
 finds a word in either spelling, and a citation reads the key from the memory. The downgrade
@@ -37,37 +39,47 @@ DUPLICATE_SUFFIX = " (duplicate spelling)"
 MAX_KEY_LENGTH = 500
 KEY_MAX_BYTES = 800
 
-# The same memory's place: scope, project and session (its unique constraint, with the key).
-_SAME_PLACE = (
-    "t.scope = m.scope AND t.project_path = m.project_path AND t.session_id = m.session_id"
-)
-
-
-def _rename(new_key: str, condition: str = "true") -> str:
-    """Rename each memory whose key is not NFC to `new_key` (SQL over `key`), when `condition`
-    holds and no memory in its place has that key: of several spellings of one NFC key, only
-    the one updated last."""
-    return f"""
-WITH ranked AS (
-    SELECT id, {new_key} AS renamed, row_number() OVER (
-        PARTITION BY scope, project_path, session_id, normalize(key, NFC)
-        ORDER BY updated_at DESC, id
-    ) AS rank
-    FROM memories WHERE key IS NOT NFC NORMALIZED
-)
-UPDATE memories m SET key = ranked.renamed
-FROM ranked
-WHERE m.id = ranked.id AND ranked.rank = 1 AND {condition}
-  AND NOT EXISTS (SELECT 1 FROM memories t WHERE {_SAME_PLACE} AND t.key = ranked.renamed)
+_SPELLINGS = """
+SELECT id, scope, project_path, session_id, normalize(key, NFC)
+FROM memories WHERE key IS NOT NFC NORMALIZED
+ORDER BY updated_at DESC, id
 """
+# Keys a new name must not take: the NFC ones (a new name is NFC, so never one of the others).
+_TAKEN = "SELECT scope, project_path, session_id, key FROM memories WHERE key IS NFC NORMALIZED"
+_RENAME = "UPDATE memories SET key = :key WHERE id = :id"
+
+Place = tuple[str, str, str]
+
+
+def _duplicate_name(stem: str, number: int) -> str:
+    """`stem` with the suffix of its `number`-th extra spelling, the stem cut short (by whole
+    characters; a prefix of an NFC key is NFC) when the name would pass the bounds."""
+    suffix = DUPLICATE_SUFFIX if number == 1 else f" (duplicate spelling {number})"
+    stem = stem[: MAX_KEY_LENGTH - len(suffix)]
+    while len((stem + suffix).encode()) > KEY_MAX_BYTES:
+        stem = stem[:-1]
+    return stem + suffix
 
 
 def upgrade() -> None:
-    op.execute(sa.text(_rename("normalize(key, NFC)")))
-    # Those left have an NFC twin: their value is kept under a name of its own.
-    bounded = "char_length(ranked.renamed) <= :chars AND octet_length(ranked.renamed) <= :bytes"
-    twin = sa.text(_rename("normalize(key, NFC) || :suffix", bounded))
-    op.execute(twin.bindparams(suffix=DUPLICATE_SUFFIX, chars=MAX_KEY_LENGTH, bytes=KEY_MAX_BYTES))
+    connection = op.get_bind()
+    taken: dict[Place, set[str]] = {}
+    for scope, project_path, session_id, key in connection.execute(sa.text(_TAKEN)):
+        taken.setdefault((scope, project_path, session_id), set()).add(key)
+    extra_spellings: dict[tuple[Place, str], int] = {}
+    for memory_id, scope, project_path, session_id, nfc in connection.execute(
+        sa.text(_SPELLINGS)
+    ).all():
+        place: Place = (scope, project_path, session_id)
+        keys = taken.setdefault(place, set())
+        name = nfc
+        number = extra_spellings.get((place, nfc), 0)
+        while name in keys:
+            number += 1
+            name = _duplicate_name(nfc, number)
+        extra_spellings[(place, nfc)] = number
+        keys.add(name)
+        connection.execute(sa.text(_RENAME), {"key": name, "id": memory_id})
 
 
 def downgrade() -> None:

@@ -23,7 +23,7 @@ from app.context import format as fmt
 from app.context.queries import sessions_and_facts
 from app.llm.embeddings import Embedder
 from app.search.schemas import SearchRequest, SearchResult
-from app.search.service import SearchTuning, search
+from app.search.service import SearchTuning, embed_search_query, search
 from app.tokens import estimate_tokens, truncate_to_tokens
 
 log = structlog.get_logger(__name__)
@@ -201,14 +201,18 @@ async def _relevant(
     tuning: SearchTuning,
 ) -> list[SearchResult]:
     """Up to `RELEVANT_LIMIT` distinct hits for `prompt`, best first."""
+    request = SearchRequest(query=prompt[:4000], project_path=project_path)
+    # Embedded once for both pages: a Gemini embedder bills each call and caches none.
+    embedding = await embed_search_query(embedder, request)
 
     async def page(limit: int) -> list[SearchResult]:
         response = await search(
             session,
-            request=SearchRequest(query=prompt[:4000], project_path=project_path, limit=limit),
+            request=request.model_copy(update={"limit": limit}),
             embedder=embedder,
             tuning=tuning,
             snippets=False,  # the block quotes `content`; highlighting would be thrown away
+            embedding=embedding,
         )
         return response.results
 

@@ -135,13 +135,21 @@ _OUTLINE = re.compile(
 STATUS_LINES = 2  # a failed read or write says so at once; what follows is the file's content
 # How a read or write that failed says so on its first lines; a file's own lines (`class
 # ParseError(Exception):`, a docstring saying `cannot`) hold error words too, so the word
-# alone made a read of source code an error, its outline dropped.
+# alone made a read of source code an error, its outline dropped. Besides a line opening with
+# an error word: an exception's name (`PermissionError: [Errno 13] …`), a traceback, and a
+# few plain words before a failure word (`Edit failed: …`, `The system cannot find the file
+# specified.`, `Access is denied.`); the words start the line, so a numbered or indented line
+# of a file (`1\tclass ParseError`, `    """… parsing failed …"""`) is not one.
 _FAILURE_STATUS = re.compile(
     r"^\s*(?:<tool_use_error>"
     r"|(?:error|fatal|failed|failure)\b"
     r"|(?:cannot|could not|unable to|permission denied|access denied|no such file"
     r"|file not found|file does not exist|not found)\b"
-    r"|E[A-Z]{3,}:)",  # errno names (ENOENT:, EACCES:)
+    r"|E[A-Z]{3,}:"  # errno names (ENOENT:, EACCES:)
+    r"|[\w.]*(?:Error|Exception):"
+    r"|Traceback \(most recent call last\):)"
+    r"|^[A-Za-z][\w ]{0,40}?\b(?:failed|cannot|could not|unable to|denied|not found"
+    r"|does not exist|no such file)\b",
     re.IGNORECASE,
 )
 

@@ -93,26 +93,44 @@ def query_vector(embedder: Embedder, query: str) -> str | None:
     return vector_literal(vector)
 
 
-async def _embed_query(embedder: Embedder, query: str, mode: str) -> tuple[str | None, str | None]:
-    """(the query's vector, why there is none) for a search in `mode`.
+@dataclass(frozen=True, slots=True)
+class QueryEmbedding:
+    """A search query's vector as a pgvector literal (None: a keyword search, a zero vector,
+    or a hybrid one whose query could not be embedded), and why a hybrid search has none."""
+
+    vector: str | None
+    degraded: str | None = None
+
+
+def _query_text(request: SearchRequest) -> str:
+    query = request.query.strip()
+    if not query:
+        raise EmptySearchQuery("query is empty; send the words to search for")
+    return query
+
+
+async def embed_search_query(embedder: Embedder, request: SearchRequest) -> QueryEmbedding:
+    """The embedding `search` makes of `request`'s query, for a caller that searches one query
+    more than once: a remote embedder bills each call and caches none.
 
     Only the local model runs on the event loop (well under a millisecond); a remote or heavy
     one runs in a thread: a Gemini call held every request of the API for its round trip, and
     for ~20 s of retries while Gemini answered 503. A hybrid search whose query cannot be
     embedded ranks by keywords alone; a vector search has nothing to rank by and fails.
     """
-    if mode == "keyword":
-        return None, None
+    query = _query_text(request)
+    if request.mode == "keyword":
+        return QueryEmbedding(None)
     try:
         if isinstance(embedder, LocalEmbedder):
-            return query_vector(embedder, query), None
-        return await asyncio.to_thread(query_vector, embedder, query), None
+            return QueryEmbedding(query_vector(embedder, query))
+        return QueryEmbedding(await asyncio.to_thread(query_vector, embedder, query))
     except Exception as error:
-        if mode == "vector":
+        if request.mode == "vector":
             raise
         reason = f"keyword ranking only: the query could not be embedded ({first_line(error)})"
         log.warning("search.vector_unavailable", error=first_line(error)[:300])
-        return None, reason
+        return QueryEmbedding(None, reason)
 
 
 async def search(
@@ -122,15 +140,16 @@ async def search(
     embedder: Embedder,
     tuning: SearchTuning | None = None,
     snippets: bool = True,
+    embedding: QueryEmbedding | None = None,
 ) -> SearchResponse:
     """Rank index rows for `request.query` by the requested mode (hybrid RRF by default).
 
-    `snippets=False` leaves every `snippet` empty, for callers that read only `content`."""
+    `snippets=False` leaves every `snippet` empty, for callers that read only `content`;
+    `embedding`, from `embed_search_query` of the same query and mode, saves embedding it
+    again."""
     started = time.perf_counter()
     tuning = tuning or SearchTuning()
-    query = request.query.strip()
-    if not query:
-        raise EmptySearchQuery("query is empty; send the words to search for")
+    query = _query_text(request)
     if request.since and request.until and request.since >= request.until:
         raise InvalidSearchFilter("since must be earlier than until")
     if request.sources is not None and not request.sources:
@@ -145,7 +164,7 @@ async def search(
         until=request.until,
     )
     terms = queries.keyword_terms(query)
-    vector, degraded = await _embed_query(embedder, query, request.mode)
+    embedding = embedding or await embed_search_query(embedder, request)
     shares = (
         await TERM_STATS.shares(session, queries.content_terms(terms))
         if request.mode != "vector" and tuning.rarity
@@ -162,7 +181,7 @@ async def search(
         model=embedder.identity,
         dims=embedder.dims,
         filters=filters,
-        query_vector=vector,
+        query_vector=embedding.vector,
         tsq=queries.tsquery_text(terms, prefix_last=tuning.prefix_last),
         # No prefix in the pair tier: expanding `'order':*` over every lexeme sharing it (each
         # identifier such as `order123`) in 28 pairs doubled that GIN scan's cost at 100k rows. A
@@ -211,4 +230,4 @@ async def search(
     ]
     took_ms = round((time.perf_counter() - started) * 1000, 2)
     log.debug("search.done", mode=request.mode, results=len(results), took_ms=took_ms)
-    return SearchResponse(results=results, took_ms=took_ms, degraded=degraded)
+    return SearchResponse(results=results, took_ms=took_ms, degraded=embedding.degraded)

@@ -17,7 +17,14 @@ from app.main import create_app
 from app.tokens import estimate_tokens
 from tests.conftest import make_settings
 from tests.proxy.live import live_server
-from tests.search.seed import Chunk, add_chunks, add_memory, add_session
+from tests.search.seed import (
+    COPIES_PROMPT,
+    Chunk,
+    add_chunks,
+    add_copies_and_notes,
+    add_memory,
+    add_session,
+)
 
 START = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 
@@ -187,14 +194,8 @@ def test_copies_of_the_top_hit_do_not_leave_the_block_thin(
     # The builder asked search for 8 hits and dropped copies after: 40 copies of one memory
     # file (or one file read in 10 sessions) filled the page, and a 3000-token block held one
     # item while distinct, relevant texts ranked just below the copies.
-    text = "The capybara deploy runbook: run make release with the capybara profile set."
-    add_chunks(database_url, [Chunk(text, path=f"copy{n}/MEMORY.md") for n in range(40)])
-    others = [
-        f"Capybara deploy note {n}: the {word} step needs its own check."
-        for n, word in enumerate(["lint", "migrate", "backup", "smoke", "notify"])
-    ]
-    add_chunks(database_url, [Chunk(other, path=f"note{n}.md") for n, other in enumerate(others)])
-    body = context(client, prompt="capybara deploy runbook release profile", budget=3000)
+    add_copies_and_notes(database_url)
+    body = context(client, prompt=COPIES_PROMPT, budget=3000)
     cited = [item["path"] for item in body["items"] if item["source"] == "memory"]
     assert len([path for path in cited if path.startswith("copy")]) == 1, cited
     assert sorted(path for path in cited if path.startswith("note")) == [

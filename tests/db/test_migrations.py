@@ -176,31 +176,67 @@ def test_0007_leaves_superseded_jobs_to_cancel_and_its_downgrade_keeps_the_outco
     )
 
 
-def test_0010_stores_keys_nfc_and_keeps_a_twins_value_under_its_own_name(
+def test_0010_stores_keys_nfc_and_keeps_each_twins_value_under_its_own_name(
     scratch_url: str,
 ) -> None:
     migrate.upgrade(scratch_url, "0009")
     nfc, nfd = "project.caf\u00e9", "project.cafe\u0301"
+    # Four spellings of one key: NFC, NFD, and two partly composed; ranked by their last write.
+    dots = ["k.\u1e69", "k.s\u0323\u0307", "k.\u1e61\u0323", "k.\u1e63\u0307"]
+    # At the bounds (500 characters, 800 bytes): a suffixed name must shorten its stem.
+    long_chars = "k." + "a" * 496 + "\u00e9"
+    long_bytes = "k." + "\u4e2d" * 260 + "\u00e9"
     with psycopg.connect(libpq_url(scratch_url), autocommit=True) as connection:
         connection.execute(
             "INSERT INTO memories (scope, project_path, key, value) VALUES "
             "('project', '/a', %(nfd)s, '\"alone\"'), "
             "('project', '/b', %(nfc)s, '\"composed\"'), "
             "('project', '/b', %(nfd)s, '\"decomposed\"'), "
-            "('project', '/c', %(ascii)s, '\"plain\"')",
-            {"nfc": nfc, "nfd": nfd, "ascii": "project.cafe"},
+            "('project', '/c', %(ascii)s, '\"plain\"'), "
+            "('project', '/e', %(long_chars)s, '\"long composed\"'), "
+            "('project', '/e', %(long_chars_nfd)s, '\"long decomposed\"'), "
+            "('project', '/f', %(long_bytes)s, '\"wide composed\"'), "
+            "('project', '/f', %(long_bytes_nfd)s, '\"wide decomposed\"')",
+            {
+                "nfc": nfc,
+                "nfd": nfd,
+                "ascii": "project.cafe",
+                "long_chars": long_chars,
+                "long_chars_nfd": long_chars[:-1] + "e\u0301",
+                "long_bytes": long_bytes,
+                "long_bytes_nfd": long_bytes[:-1] + "e\u0301",
+            },
         )
+        for age, key in enumerate(dots):
+            connection.execute(
+                "INSERT INTO memories (scope, project_path, key, value, updated_at) "
+                "VALUES ('project', '/d', %s, %s, now() - make_interval(mins => %s))",
+                (key, f'"dots {age}"', age),
+            )
     migrate.upgrade(scratch_url)
     with psycopg.connect(libpq_url(scratch_url), autocommit=True) as connection:
-        rows = connection.execute(
-            "SELECT project_path, key, value FROM memories ORDER BY project_path, key"
-        ).fetchall()
-    assert rows == [
-        ("/a", nfc, "alone"),
-        ("/b", nfc, "composed"),
-        ("/b", f"{nfc} (duplicate spelling)", "decomposed"),
-        ("/c", "project.cafe", "plain"),
-    ]
+        rows = connection.execute("SELECT project_path, key, value FROM memories").fetchall()
+        left_unnormalized = connection.execute(
+            "SELECT count(*) FROM memories WHERE key IS NOT NFC NORMALIZED"
+        ).fetchone()
+    suffix = " (duplicate spelling)"
+    assert sorted(rows) == sorted(
+        [
+            ("/a", nfc, "alone"),
+            ("/b", nfc, "composed"),
+            ("/b", f"{nfc}{suffix}", "decomposed"),
+            ("/c", "project.cafe", "plain"),
+            ("/d", dots[0], "dots 0"),
+            ("/d", f"{dots[0]}{suffix}", "dots 1"),
+            ("/d", f"{dots[0]} (duplicate spelling 2)", "dots 2"),
+            ("/d", f"{dots[0]} (duplicate spelling 3)", "dots 3"),
+            ("/e", long_chars, "long composed"),
+            ("/e", long_chars[: 500 - len(suffix)] + suffix, "long decomposed"),
+            ("/f", long_bytes, "wide composed"),
+            ("/f", long_bytes[: 2 + (800 - 2 - len(suffix)) // 3] + suffix, "wide decomposed"),
+        ]
+    )
+    assert left_unnormalized == (0,)
 
 
 def test_both_extensions_where_available(migrated_url: str) -> None:

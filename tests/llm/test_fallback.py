@@ -118,9 +118,11 @@ def test_a_read_of_source_code_is_outlined_not_called_an_error() -> None:
     # The first lines of a read were scanned for error words: `class ParseError(Exception):`
     # was shown as `Errors:` and the file's outline dropped.
     numbered = "\n".join(f"{n:6}→{line}" for n, line in enumerate(PARSER_PY.split("\n"), 1))
+    tabbed = "\n".join(f"{n}\t{line}" for n, line in enumerate(PARSER_PY.split("\n"), 1))
     for args, result in (
         ({"absolute_path": "/p/parser.py"}, {"output": PARSER_PY}),  # Gemini CLI
         ({"file_path": "/p/parser.py"}, numbered),  # Claude Code
+        ({"path": "/p/parser.py"}, tabbed),  # `cat -n`
     ):
         text = compress_extractive(
             function_name="read", observation_type="file_read", args=args, result=result
@@ -144,6 +146,31 @@ def test_a_read_that_failed_keeps_its_error() -> None:
         )
         assert f"Errors: {error}" in text, text
         assert "Result:" not in text
+
+
+# Real failures of reads and writes whose first word is none of the error words: a tool's or
+# an exception's name, or a few words, before what failed (Codex, Python, Windows, Cline).
+FAILURES_AFTER_A_PREFIX = [
+    "apply_patch verification failed: Failed to find expected lines in /p/app.py",
+    "PermissionError: [Errno 13] Permission denied: '/p/secret.py'",
+    "The system cannot find the file specified. (os error 2)",
+    "Access is denied. (os error 5)",
+    "Tool execution failed: the file is locked by another process",
+    "Edit failed: old_string not found in /p/app.py",
+    "Traceback (most recent call last):",
+]
+
+
+@pytest.mark.parametrize("failure", FAILURES_AFTER_A_PREFIX)
+@pytest.mark.parametrize("observation_type", ["file_read", "file_write"])
+def test_a_failure_after_a_prefix_keeps_its_error(failure: str, observation_type: str) -> None:
+    text = compress_extractive(
+        function_name="edit" if observation_type == "file_write" else "read",
+        observation_type=observation_type,
+        args={"file_path": "/p/app.py"},
+        result=f"{failure}\nmore detail",
+    )
+    assert f"Errors: {failure}" in text, text
 
 
 def test_real_failed_edit_keeps_its_file_and_error_line() -> None:

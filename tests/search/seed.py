@@ -142,3 +142,20 @@ def add_memory(
         )
 
     in_session(database_url, work)
+
+
+# Copies of one text that fill a context block's first page of hits, and the distinct notes
+# ranked below them (tests of the builder's second, longer page).
+COPIED_TEXT = "The capybara deploy runbook: run make release with the capybara profile set."
+NOTE_WORDS = ["lint", "migrate", "backup", "smoke", "notify"]
+COPIES_PROMPT = "capybara deploy runbook release profile"
+
+
+def add_copies_and_notes(database_url: str) -> None:
+    """40 copies of one memory file (`copyN/MEMORY.md`) and 5 distinct notes (`noteN.md`)."""
+    add_chunks(database_url, [Chunk(COPIED_TEXT, path=f"copy{n}/MEMORY.md") for n in range(40)])
+    notes = [
+        f"Capybara deploy note {n}: the {word} step needs its own check."
+        for n, word in enumerate(NOTE_WORDS)
+    ]
+    add_chunks(database_url, [Chunk(note, path=f"note{n}.md") for n, note in enumerate(notes)])

@@ -22,7 +22,7 @@ from app.llm.gemini_embeddings import EmbeddingFailed, GeminiEmbedder
 from app.main import create_app
 from tests.conftest import make_settings
 from tests.fakes.gemini import FakeGemini, FakeResponse, RecordedRequest, fake_gemini
-from tests.search.seed import Chunk, add_chunks
+from tests.search.seed import COPIES_PROMPT, Chunk, add_chunks, add_copies_and_notes
 
 EMBED = ":batchEmbedContents"
 PROJECT = "/p"
@@ -223,3 +223,34 @@ def test_a_search_waiting_on_gemini_does_not_hold_other_requests(
     assert health_while_held == [True]
     assert search.status_code == 200
     assert search.json()["degraded"] is None
+
+
+def test_a_context_prompt_is_embedded_once_when_copies_thin_its_first_page(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # Copies of one text fill the first page of hits, so the builder asks for a longer one; the
+    # second search embedded the prompt again: a second billed round trip to Gemini.
+    add_copies_and_notes(database_url)
+    prompt = COPIES_PROMPT
+    with fake_gemini() as fake:
+        fake.on(EMBED, vectors)
+        app = create_app(gemini_settings(fake, tmp_path), database_url=database_url)
+        with TestClient(app, raise_server_exceptions=False) as client:
+            response = client.get(
+                "/api/context",
+                params={"projectPath": PROJECT, "prompt": prompt, "budget": 3000, "format": "json"},
+            )
+        texts = [
+            request["content"]["parts"][0]["text"]
+            for call in fake.calls(EMBED)
+            for request in call.body["requests"]
+            if request["taskType"] == "RETRIEVAL_QUERY"
+        ]
+
+    assert response.status_code == 200, response.text
+    cited = [item["path"] for item in response.json()["items"] if item["source"] == "memory"]
+    # The longer page was searched: every distinct note is in.
+    assert sorted(path for path in cited if path.startswith("note")) == [
+        f"note{n}.md" for n in range(5)
+    ]
+    assert texts == [prompt]
