@@ -6,10 +6,13 @@ context's path form (`/api/context//C:/Users/...`) read it as `C:\\Users\\...`: 
 stored under the one was not found by the other. `app.projects.canonical_project` now drops the
 slashes, so both read `C:\\Users\\...`; this moves the rows stored under the old keys there.
 
-Where both spellings hold the same thing, one row stays: of two memories with one scope, session
-and key, the later written (its versions and its chunk go with the other); of two indexed files
-with one path, the later indexed; the daily LLM usage of both is added up. The downgrade leaves
-the keys folded: which rows were sent as `/C:/...` is not kept.
+Where both spellings hold the same thing: of two memories with one scope, session and key, the
+later written keeps the key and the other keeps its value under `<key> (duplicate spelling)`
+(`(duplicate spelling 2)`, ... when that is taken; the key cut short to stay within its bounds),
+as migration 0010 does for a key's two Unicode spellings, so that no value is lost; of two
+indexed files with one path, the later indexed stays (a sync re-indexes it); the daily LLM usage
+of both is added up. The downgrade leaves the keys folded: which rows were sent as `/C:/...` is
+not kept.
 
 Revision ID: 0009
 Revises: 0008
@@ -50,6 +53,56 @@ def fold(path: str) -> str:
     return folded[0].upper() + folded[1:]
 
 
+# The key's bounds as they are at this revision (app.memories.schemas.MAX_KEY_LENGTH,
+# app.api.limits.KEY_MAX_BYTES): a longer name could not be read or deleted by its key.
+MAX_KEY_LENGTH = 500
+KEY_MAX_BYTES = 800
+
+# The memories of both spellings' places, each with its place after the move and its rank among
+# those of one key there (1: the later written, which keeps the key).
+_MEMORY_TWINS = """
+SELECT m.id, m.scope, m.session_id, m.key, COALESCE(f.new, m.project_path) AS folded,
+    row_number() OVER (
+        PARTITION BY COALESCE(f.new, m.project_path), m.scope, m.session_id, m.key
+        ORDER BY m.updated_at DESC, m.id
+    ) AS n
+FROM memories m LEFT JOIN project_folds f ON f.old = m.project_path
+WHERE m.project_path IN (SELECT old FROM project_folds UNION SELECT new FROM project_folds)
+ORDER BY n
+"""
+
+
+def _duplicate_name(stem: str, number: int) -> str:
+    """`stem` with the suffix of its `number`-th twin, the stem cut short (by whole characters)
+    when the name would pass the key's bounds."""
+    suffix = " (duplicate spelling)" if number == 1 else f" (duplicate spelling {number})"
+    stem = stem[: MAX_KEY_LENGTH - len(suffix)]
+    while len((stem + suffix).encode()) > KEY_MAX_BYTES:
+        stem = stem[:-1]
+    return stem + suffix
+
+
+def _rename_memory_twins(bind: sa.Connection) -> None:
+    """Give each memory but the later written of one key in one place after the move a name of
+    its own, so that the move breaks no unique key and loses no value."""
+    rows = bind.execute(sa.text(_MEMORY_TWINS)).all()
+    taken: dict[tuple[str, str, str], set[str]] = {}
+    for _, scope, session_id, key, folded, _ in rows:
+        taken.setdefault((folded, scope, session_id), set()).add(key)
+    for memory_id, scope, session_id, key, folded, rank in rows:
+        if rank == 1:
+            continue
+        keys = taken[(folded, scope, session_id)]
+        number = 1
+        while (name := _duplicate_name(key, number)) in keys:
+            number += 1
+        keys.add(name)
+        bind.execute(
+            sa.text("UPDATE memories SET key = :key WHERE id = :id"),
+            {"key": name, "id": memory_id},
+        )
+
+
 # One row of each group that both spellings' rows make: `order` says which stays (the first).
 _DEDUPLICATE = """
 WITH keyed AS (
@@ -79,21 +132,18 @@ def upgrade() -> None:
         sa.text("INSERT INTO project_folds (old, new) VALUES (:old, :new)"),
         [{"old": key, "new": fold(key)} for key in sorted(keys)],
     )
-    # Of two memories with one scope, session and key, the later written; of two indexed files
-    # with one path, the later indexed.
-    for table, group, written in (
-        ("memories", "scope, session_id, key", "updated_at"),
-        ("memory_files", "path", "indexed_at"),
-    ):
-        op.execute(
-            _DEDUPLICATE.format(
-                table=table,
-                id="id",
-                group=group,
-                order_columns=written,
-                order=f"{written} DESC, id",
-            )
+    _rename_memory_twins(bind)
+    # Of two indexed files with one path, the later indexed: the file is on disk, a sync
+    # indexes it again.
+    op.execute(
+        _DEDUPLICATE.format(
+            table="memory_files",
+            id="id",
+            group="path",
+            order_columns="indexed_at",
+            order="indexed_at DESC, id",
         )
+    )
     op.execute(
         "INSERT INTO llm_usage (day, project_path, model, requests, input_tokens, output_tokens) "
         "SELECT u.day, f.new, u.model, sum(u.requests), sum(u.input_tokens), "

@@ -454,7 +454,8 @@ def test_0007_again_after_its_downgrade_keeps_settled_cancels_settled(scratch_ur
 
 def test_0009_moves_slashed_windows_keys_to_the_windows_key(scratch_url: str) -> None:
     # `/C:/...` keys (a body's or a query's spelling before canonical_project dropped the slash)
-    # go to `C:\\...`; where both spellings hold one memory, file or day of usage, one row stays.
+    # go to `C:\\...`; where both spellings hold one memory, the older keeps its value under a
+    # name of its own; where they hold one file or day of usage, one row stays.
     migrate.upgrade(scratch_url, "0008")
     slashed, windows = "/C:/Users/dev/shop", "C:\\Users\\dev\\shop"
     with psycopg.connect(libpq_url(scratch_url), autocommit=True) as connection:
@@ -495,7 +496,11 @@ def test_0009_moves_slashed_windows_keys_to_the_windows_key(scratch_url: str) ->
         memories = connection.execute(
             "SELECT project_path, key, value FROM memories ORDER BY key"
         ).fetchall()
-        assert memories == [(windows, "name", "new"), (windows, "port", 8080)]
+        assert memories == [
+            (windows, "name", "new"),
+            (windows, "name (duplicate spelling)", "old"),
+            (windows, "port", 8080),
+        ]
         files = connection.execute("SELECT project_path, hash FROM memory_files").fetchall()
         assert files == [(windows, "h1")]
         usage = connection.execute(
