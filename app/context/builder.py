@@ -201,7 +201,9 @@ async def _relevant(
     tuning: SearchTuning,
 ) -> list[SearchResult]:
     """Up to `RELEVANT_LIMIT` distinct hits for `prompt`, best first."""
-    request = SearchRequest(query=prompt[:4000], project_path=project_path)
+    # The first 4,000 characters of the words: of the raw prompt, blanks before them (pasted
+    # indentation) left the search an empty query, a 400 for a context request.
+    request = SearchRequest(query=prompt.strip()[:4000], project_path=project_path)
     # Embedded once for both pages: a Gemini embedder bills each call and caches none.
     embedding = await embed_search_query(embedder, request)
 

@@ -203,6 +203,19 @@ def test_copies_of_the_top_hit_do_not_leave_the_block_thin(
     ]
 
 
+def test_a_prompt_that_opens_with_4000_blanks_is_searched_by_its_words(
+    client: TestClient, database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    # The builder searched the prompt's first 4,000 characters: blanks (pasted indentation, a
+    # run of ideographic spaces) before the words made the search's query empty, a 400
+    # EmptySearchQuery for a context request.
+    add_copies_and_notes(database_url)
+    for blanks in (" " * 4001, "\u3000" * 4001, "\n" * 4001):
+        body = context(client, prompt=blanks + COPIES_PROMPT, budget=3000)
+        cited = [item["path"] for item in body["items"] if item["source"] == "memory"]
+        assert any(path.startswith("note") for path in cited), (repr(blanks[0]), cited)
+
+
 @pytest.mark.parametrize("budget", [50, 80, 150, 300, 700, 2000, 5000])
 def test_result_never_exceeds_the_budget(
     client: TestClient, database_url: str, db: psycopg.Connection[Any], budget: int
