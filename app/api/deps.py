@@ -108,7 +108,9 @@ def two_spellings_query(
             annotation=Annotated[str | None, query],
         )
 
-    # FastAPI reads a dependency's parameters from its signature, and these are named per call.
+    # FastAPI reads a dependency's parameters from its signature; with this module's postponed
+    # annotations it would evaluate `Query(alias=camel_name, ...)` as a string in the module's
+    # globals, where the factory's arguments are not: the signature is built with them here.
     dependency.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         [
             inspect.Parameter(
