@@ -117,8 +117,8 @@ class ForgetsItsOwnRoot(Exception):
     """A folder to forget is one of the roots the same sync indexes."""
 
 
-# `C:\...`, `c:/...`, or after slashes as a file URI's path has it (`/C:/...`).
-_WINDOWS_PATH = re.compile(r"\s*/*[A-Za-z]:[\\/]")
+# `C:\...`, `c:/...`, or after slashes as a file URI's path has it (`/C:/...`), or a drive alone.
+_WINDOWS_PATH = re.compile(r"\s*/*[A-Za-z]:(?:[\\/]|\s*$)")
 
 
 def resolve_roots(settings: Settings, request: SyncRequest) -> tuple[str, Path, Path]:

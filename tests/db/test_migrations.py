@@ -507,3 +507,29 @@ def test_0009_moves_slashed_windows_keys_to_the_windows_key(scratch_url: str) ->
             "SELECT project_path, requests, input_tokens, output_tokens FROM llm_usage"
         ).fetchall()
         assert usage == [(windows, 3, 30, 300)]
+
+
+def test_0011_moves_bare_drive_keys_to_the_drives_root(scratch_url: str) -> None:
+    # `/C:` and `C:` keys (kept so before canonical_project read a drive alone as its root) go to
+    # `C:\\`, merged as 0009 merges: the older of one memory keeps its value under its own name.
+    migrate.upgrade(scratch_url, "0010")
+    root = "C:\\"
+    with psycopg.connect(libpq_url(scratch_url), autocommit=True) as connection:
+        connection.execute(
+            "INSERT INTO sessions (id, project_path) VALUES ('a', '/C:'), ('b', 'c:'), "
+            "('c', '/C:x'), ('d', '/home/C:')"
+        )
+        connection.execute(
+            "INSERT INTO memories (scope, project_path, key, value, updated_at) VALUES "
+            "('project', %s, 'name', '\"old\"', now() - interval '1 day'), "
+            "('project', '//c:', 'name', '\"new\"', now())",
+            (root,),
+        )
+    migrate.upgrade(scratch_url)
+    with psycopg.connect(libpq_url(scratch_url), autocommit=True) as connection:
+        sessions = connection.execute("SELECT id, project_path FROM sessions ORDER BY id")
+        assert sessions.fetchall() == [("a", root), ("b", root), ("c", "/C:x"), ("d", "/home/C:")]
+        memories = connection.execute(
+            "SELECT project_path, key, value FROM memories ORDER BY key"
+        ).fetchall()
+        assert memories == [(root, "name", "new"), (root, "name (duplicate spelling)", "old")]
