@@ -89,13 +89,14 @@ def test_run_with_custom_folders_and_failure_is_recorded(
         (
             "nowhere",
             "ProjectFolderNotFound",
-            "does not exist (renamed or removed? drop what was indexed from it with forgetDirs)",
+            # Never indexed: no hint to forget it (it dropped nothing).
+            "does not exist",
         ),
         (
             "notes",
             "MemoryFilesNotFound",
             "holds no memory file (MEMORY.md, memory.md or memory/): name the folder that holds "
-            "them, or drop what was indexed from it with forgetDirs",
+            "them",
         ),
     ):
         refused = client.post(
