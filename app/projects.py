@@ -26,8 +26,10 @@ if TYPE_CHECKING:
 
 _WINDOWS_DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
 # Slashes before a Windows path: a file URI's path (`/c:/Users/...`, VS Code's `uri.path`), or a
-# client joining the path to a URL after its slash (`/api/context//C:/...`).
-_SLASHES_BEFORE_DRIVE = re.compile(r"^/+(?=[A-Za-z]:[\\/])")
+# client joining the path to a URL after its slash (`/api/context//C:/...`). A drive alone too:
+# `/c:` is the file URI's path of `C:\`.
+_SLASHES_BEFORE_DRIVE = re.compile(r"^/+(?=[A-Za-z]:(?:[\\/]|$))")
+_BARE_DRIVE = re.compile(r"[A-Za-z]:")
 
 
 def is_windows_path(path: str) -> bool:
@@ -38,7 +40,8 @@ def is_windows_path(path: str) -> bool:
 def canonical_project(path: str) -> str:
     """The project key for a path as sent: without NUL, trimmed, NFC, `.`/`..`/doubled and
     trailing separators folded; a Windows path (slashes before it dropped: `/C:/...` is
-    `C:\\...`) with backslashes and an upper-case drive letter."""
+    `C:\\...`, and a drive alone its root: `/c:` and `C:` are `C:\\`) with backslashes and an
+    upper-case drive letter."""
     # A NUL is removed, as `clean_text` removes it from every stored text: capture stored
     # `/x/p1\x00` as `/x/p1`, and a sync, which reads the path as sent, answered `does not
     # exist`. No folder name holds one, and Postgres cannot store one.
@@ -50,6 +53,12 @@ def canonical_project(path: str) -> str:
     text = _SLASHES_BEFORE_DRIVE.sub("", text)
     if not text:
         return text
+    # A drive alone is its root: `/C:` (`file:///c:`'s path) was the POSIX key `/C:` and `C:`
+    # (`%HOMEDRIVE%`) the key `C:`, while `/api/context/C:` read `/C:`: three projects for
+    # `C:\\`. Windows reads a bare `C:` as the drive's current folder, which no client names
+    # as its project (it sends an absolute path).
+    if _BARE_DRIVE.fullmatch(text):
+        text += "\\"
     if is_windows_path(text):
         folded = ntpath.normpath(text)
         return folded[0].upper() + folded[1:]

@@ -28,7 +28,13 @@ from app.projects import canonical_project
         # A file URI's path (VS Code's `uri.path`), and the slash a client puts before any path.
         ("/c:/Users/dev/shop", "C:\\Users\\dev\\shop"),
         ("//C:\\Users\\dev\\shop\\", "C:\\Users\\dev\\shop"),
-        ("/C:", "/C:"),
+        # A drive alone is its root, after slashes (`file:///c:`'s path) or not (`%HOMEDRIVE%`).
+        ("/C:", "C:\\"),
+        ("//c:", "C:\\"),
+        ("c:", "C:\\"),
+        (" /C: ", "C:\\"),
+        ("/C:x", "/C:x"),
+        ("C:shop", "C:shop"),
         ("/home/C:/shop", "/home/C:/shop"),
         ("~/shop/", "~/shop"),
         ("shop", "shop"),
@@ -106,3 +112,22 @@ def test_a_windows_key_sent_after_a_slash_is_found_by_every_form(
         "/api/context?projectPath=C:/Users/dev/shop",
     ):
         assert "project.name" in client.get(url).text, url
+
+
+def test_a_bare_drive_is_its_root_in_every_form(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    # `/C:` was the POSIX key `/C:` in a body or a query, `C:` the key `C:`, and the context's
+    # path form read both as `/C:`: the drive's root was three projects apart from `C:\\`.
+    put = client.put("/api/memories/project.name", json={"value": "d", "projectPath": "/c:"})
+    assert put.json()["projectPath"] == "C:\\"
+    started = client.post("/api/session/start", json={"projectPath": "C:", "id": "w"})
+    assert started.json()["projectPath"] == "C:\\"
+    for spelling in ("/C:", "C:", "C:\\", "C:/", "//c:/"):
+        listed = client.get("/api/sessions", params={"projectPath": spelling}).json()
+        assert [s["id"] for s in listed["sessions"]] == ["w"], spelling
+        got = client.get("/api/memories/project.name", params={"projectPath": spelling})
+        assert got.status_code == 200, spelling
+    for url in ("/api/context/C:", "/api/context//c:", "/api/context?projectPath=/C:"):
+        assert "project.name" in client.get(url).text, url
+    assert db.execute("SELECT DISTINCT project_path FROM memories").fetchall() == [("C:\\",)]

@@ -118,19 +118,30 @@ DELETE FROM {table} WHERE {id} IN (SELECT id FROM ranked WHERE n > 1)
 
 def upgrade() -> None:
     bind = op.get_bind()
+    move_keys(bind, {key: fold(key) for key in stored_keys(bind, SLASHED_WINDOWS)})
+
+
+def stored_keys(bind: sa.Connection, pattern: str) -> set[str]:
+    """The project keys of every table that match the regular expression `pattern`."""
     keys: set[str] = set()
     for table in TABLES:
         rows = bind.execute(
-            sa.text(f"SELECT DISTINCT project_path FROM {table} WHERE project_path ~ :slashed"),
-            {"slashed": SLASHED_WINDOWS},
+            sa.text(f"SELECT DISTINCT project_path FROM {table} WHERE project_path ~ :pattern"),
+            {"pattern": pattern},
         )
         keys |= {row[0] for row in rows}
-    if not keys:
+    return keys
+
+
+def move_keys(bind: sa.Connection, folds: dict[str, str]) -> None:
+    """Move the rows of each old key of `folds` to its new key (migration 0011 moves its own
+    keys with it: one folder's spellings meet the same way)."""
+    if not folds:
         return
     op.execute("CREATE TEMPORARY TABLE project_folds (old text PRIMARY KEY, new text NOT NULL)")
     bind.execute(
         sa.text("INSERT INTO project_folds (old, new) VALUES (:old, :new)"),
-        [{"old": key, "new": fold(key)} for key in sorted(keys)],
+        [{"old": old, "new": new} for old, new in sorted(folds.items())],
     )
     _rename_memory_twins(bind)
     # Of two indexed files with one path, the later indexed: the file is on disk, a sync

@@ -227,6 +227,8 @@ def _print_report(console: Console, report: SyncReport) -> None:
         console.print(f"transcripts: passed over or trimmed {counts}", highlight=False)
     for error in report.errors:
         console.print(f"[yellow]warning[/yellow]: {escape(error)}", highlight=False)
+    for warning in report.warnings:
+        console.print(f"[yellow]warning[/yellow]: {escape(warning)}", highlight=False)
     typer.echo(report.summary_line())
 
 

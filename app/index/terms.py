@@ -6,11 +6,18 @@ row, and stored in `memory_chunks.search_terms`; the generated `tsv` indexes the
 terms. Only identifier-like tokens contribute, so the second `to_tsvector` reads a few dozen
 characters instead of a second copy of the whole text (the old all-SQL split with two
 `regexp_replace` calls cost more than the rest of a row's indexing).
+
+A token's parts are words as Postgres's parser and the keyword query (`words`, shared with
+`app.search.queries.keyword_terms`) read them: a combining mark or a zero-width joiner stays in
+its word. Split there, `getCafé` (a decomposed é) stored `get Cafe`, which the query `café` did
+not find, and every Devanagari word with a vowel sign inside (`टोकन`, read as a token by the
+spot below) stored its bare letters (`ट कन`), which the word `कन` matched.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 
 # Where a token turns code-like: a separator before a word character (`[^\s\w]\w|_\w`), or a
 # lower-to-upper step (`[a-z0-9][A-Z]`, found here at its upper-case letter). Only these spots are
@@ -24,6 +31,46 @@ _TOKEN_REST = re.compile(r"\S*")
 _LOOK_BACK = 200  # longer tokens are data (hashes, base64), not identifiers
 _CAMEL = re.compile(r"([a-z0-9])([A-Z])")
 _SEPARATORS = re.compile(r"[\W_]+")
+_WORD = re.compile(r"[^\W_]+")
+
+# ZERO WIDTH NON-JOINER and JOINER are format characters, not marks, but they sit inside a word
+# to choose a conjunct's or a ligature's form (Devanagari `क्\u200dष`, Persian `می\u200cخواهم`),
+# and Postgres's parser keeps them in the word as it keeps marks.
+_JOINERS = frozenset("\u200c\u200d")
+
+
+def _stays_in_word(char: str) -> bool:
+    return char in _JOINERS or unicodedata.category(char)[0] == "M"
+
+
+def words(text: str) -> list[str]:
+    """The alphanumeric runs of `text`, each with the combining marks (and zero-width joiners)
+    inside and after it.
+
+    Postgres's parser keeps a mark in its word (`é` written `e` + U+0301, the vowel signs of
+    Devanagari or Tamil); `_WORD` alone split there, and `टोकन` became the bare letters `ट` and
+    `कन`, which every row holding those fragments matched."""
+    found: list[str] = []
+    joined_to = -1
+    for match in _WORD.finditer(text):
+        start, end = match.span()
+        while end < len(text) and _stays_in_word(text[end]):
+            end += 1
+        if start == joined_to:
+            found[-1] += text[start:end]
+        else:
+            found.append(text[start:end])
+        joined_to = end
+    return found
+
+
+def _parts(token: str) -> str:
+    """The token's words, camelCase split, space separated."""
+    split = _CAMEL.sub(r"\1 \2", token)
+    # ASCII (nearly every token) has no mark: one substitution, the cheaper way to the same words.
+    if split.isascii():
+        return _SEPARATORS.sub(" ", split).strip()
+    return " ".join(words(split))
 
 
 def search_terms(text: str) -> str:
@@ -41,7 +88,7 @@ def search_terms(text: str) -> str:
         start = max(low - 1, text.rfind(" ", low, at), text.rfind("\n", low, at)) + 1
         end = _TOKEN_REST.match(text, at).end()  # type: ignore[union-attr]
         taken = end
-        parts = _SEPARATORS.sub(" ", _CAMEL.sub(r"\1 \2", text[start:end])).strip()
+        parts = _parts(text[start:end])
         if " " in parts:
             out.append(parts)
     return " ".join(out)

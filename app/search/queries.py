@@ -22,6 +22,7 @@ from sqlalchemy import TextClause, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.vector_index import indexed_distance_sql
+from app.index.terms import words
 from app.search.fusion import WEIGHTED_TEXT, WEIGHTED_VECTOR
 from app.search.schemas import SearchMode
 
@@ -68,7 +69,6 @@ ENGLISH_STOP_WORDS = frozenset(
 )
 PREFIX_MIN_CHARS = 3  # a prefix of one or two letters matches half the corpus and ranks nothing
 _CAMEL = re.compile(r"([a-z0-9])([A-Z])")
-_WORD = re.compile(r"[^\W_]+")
 # Exact phrases: a quoted phrase, or a token shaped like code (snake_case, camelCase, a dotted or
 # `::` member, a path). The keyword branch sees only its parts, which common words share.
 MAX_PHRASES = 4
@@ -79,44 +79,13 @@ _CODE_SHAPE = re.compile(r"[a-z0-9][A-Z]|\w_\w|\w(?:\.|::|/|->)\w")
 _EDGE_PUNCTUATION = "\"'`()[]{}<>,;:!?."
 
 
-# ZERO WIDTH NON-JOINER and JOINER are format characters, not marks, but they sit inside a word
-# to choose a conjunct's or a ligature's form (Devanagari `क्\u200dष`, Persian `می\u200cخواهم`),
-# and Postgres's parser keeps them in the word as it keeps marks.
-_JOINERS = frozenset("\u200c\u200d")
-
-
-def _stays_in_word(char: str) -> bool:
-    return char in _JOINERS or unicodedata.category(char)[0] == "M"
-
-
-def _words(text: str) -> list[str]:
-    """The alphanumeric runs of `text`, each with the combining marks (and zero-width joiners)
-    inside and after it.
-
-    Postgres's parser keeps a mark in its word (`é` written `e` + U+0301, the vowel signs of
-    Devanagari or Tamil); `_WORD` alone split there, and `टोकन` became the bare letters `ट` and
-    `कन`, which every row holding those fragments matched."""
-    words: list[str] = []
-    joined_to = -1
-    for match in _WORD.finditer(text):
-        start, end = match.span()
-        while end < len(text) and _stays_in_word(text[end]):
-            end += 1
-        if start == joined_to:
-            words[-1] += text[start:end]
-        else:
-            words.append(text[start:end])
-        joined_to = end
-    return words
-
-
 def keyword_terms(query: str) -> list[str]:
     """The query's words as the index sees them: camelCase split, every run of other characters
     than letters, digits, combining marks and zero-width joiners a separator, lower-cased,
     de-duplicated in order (two spellings of one word, composed and decomposed, count once).
     Nothing else of the user's text survives."""
     seen: dict[str, str] = {}
-    for word in _words(_CAMEL.sub(r"\1 \2", query)):
+    for word in words(_CAMEL.sub(r"\1 \2", query)):
         term = word.lower()
         seen.setdefault(unicodedata.normalize("NFC", term), term)
     return list(seen.values())[:MAX_TERMS]

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
@@ -52,7 +53,7 @@ from app.sync.embed import (
     reembed_with_batch,
     resume_batches,
 )
-from app.sync.ownership import SyncRoots, composed, kept_of_other_roots
+from app.sync.ownership import SyncRoots, composed, kept_of_gone_roots
 from app.sync.reading import Roots, Unchanged, prepare_all
 from app.sync.report import Progress, SyncReport
 from app.sync.writer import ChunkWriter
@@ -81,44 +82,70 @@ class ProjectFolderMissing(Exception):
     """The project path, or a memory or sessions folder named for this sync, is not a folder."""
 
 
-class MemoryFilesMissing(ProjectFolderMissing):
-    """A memory root named for this sync is a folder without a memory file in it."""
+class RootMissing(ProjectFolderMissing):
+    """A memory or sessions folder named for this sync is gone, or holds no memory file: the way
+    to forget it is named only when it has indexed files to forget (`indexed`, told by
+    `said_with_its_files`): for a mistyped folder the hint only sent the user to drop nothing."""
 
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        super().__init__(self.saying("--forget-dir"))
+    def __init__(self, folder: Path, project: str) -> None:
+        self.folder, self.project = folder, project
+        # Unknown until looked up: the hint stays, as it did before anyone looked.
+        self.indexed = True
+        super().__init__()
+
+    def __str__(self) -> str:
+        return self.saying("--forget-dir")
 
     def saying(self, forget: str) -> str:
         """The message, naming the way to forget the root as the caller's surface spells it."""
+        raise NotImplementedError
+
+
+class MemoryFilesMissing(RootMissing):
+    """A memory root named for this sync is a folder without a memory file in it."""
+
+    def saying(self, forget: str) -> str:
+        drop = f", or drop what was indexed from it with {forget}" if self.indexed else ""
         return (
             f"memory folder {self.folder} holds no memory file ({', '.join(ROOT_MEMORY_FILES)} "
-            f"or memory/): name the folder that holds them, or drop what was indexed from it "
-            f"with {forget}"
+            f"or memory/): name the folder that holds them{drop}"
         )
 
 
-class RootFolderGone(ProjectFolderMissing):
+class RootFolderGone(RootMissing):
     """A memory or sessions folder named for this sync does not exist (a typo, or a root renamed
     or removed, whose indexed files stay in search until the root is forgotten)."""
 
-    def __init__(self, folder: Path, what: str) -> None:
-        self.folder, self.what = folder, what
-        super().__init__(self.saying("--forget-dir"))
+    def __init__(self, folder: Path, project: str, what: str) -> None:
+        self.what = what
+        super().__init__(folder, project)
 
     def saying(self, forget: str) -> str:
-        """The message, naming the way to forget the root as the caller's surface spells it."""
+        if not self.indexed:
+            return f"{self.what} {self.folder} does not exist"
         return (
             f"{self.what} {self.folder} does not exist (renamed or removed? drop what was "
             f"indexed from it with {forget})"
         )
 
 
+async def said_with_its_files(session: AsyncSession, missing: RootMissing) -> RootMissing:
+    """`missing`, told whether its folder has indexed files (the hint to forget them is given
+    only then)."""
+    folder = composed(str(missing.folder))
+    # No stored path holds a NUL (Postgres refuses one in text, and would fail the look-up).
+    missing.indexed = "\x00" not in folder and await queries.root_has_files(
+        session, missing.project, folder
+    )
+    return missing
+
+
 class ForgetsItsOwnRoot(Exception):
     """A folder to forget is one of the roots the same sync indexes."""
 
 
-# `C:\...`, `c:/...`, or after slashes as a file URI's path has it (`/C:/...`).
-_WINDOWS_PATH = re.compile(r"\s*/*[A-Za-z]:[\\/]")
+# `C:\...`, `c:/...`, or after slashes as a file URI's path has it (`/C:/...`), or a drive alone.
+_WINDOWS_PATH = re.compile(r"\s*/*[A-Za-z]:(?:[\\/]|\s*$)")
 
 
 def resolve_roots(settings: Settings, request: SyncRequest) -> tuple[str, Path, Path]:
@@ -134,24 +161,39 @@ def resolve_roots(settings: Settings, request: SyncRequest) -> tuple[str, Path, 
     project = Path(os.path.abspath(Path(request.project_path).expanduser()))
     refuse_windows_path(request.project_path)
     _require_folder(project, "project folder")
+    # Read from disk as spelled (a macOS folder name is NFD), stored under the key every other
+    # route uses for that folder (app/projects.py), or its files and its sessions never meet.
+    key = canonical_project(str(project))
     memory = project / Path(request.memory_dir or settings.sync_memory_dir).expanduser()
     sessions = project / Path(request.sessions_dir or settings.sync_sessions_dir).expanduser()
     memory, sessions = Path(os.path.normpath(memory)), Path(os.path.normpath(sessions))
     if request.memory_dir:
-        _require_root(memory, "memory folder")
+        _require_root(memory, key, "memory folder")
         # The default root named as itself (`--memory-dir .`, as a script passing it always
         # does) is the default's: it may hold no memory file (rev-leftovers26: a project of
         # transcripts alone synced without the flag and was refused with it).
         default = Path(os.path.normpath(project / Path(settings.sync_memory_dir).expanduser()))
         if request.memory_files_required and memory != default:
-            _require_memory_root(memory)
+            _require_memory_root(memory, key)
     if request.sessions_dir:
-        _require_root(sessions, "sessions folder")
-    # Read from disk as spelled (a macOS folder name is NFD), stored under the key every other
-    # route uses for that folder (app/projects.py), or its files and its sessions never meet.
-    key = canonical_project(str(project))
+        _require_root(sessions, key, "sessions folder")
     refuse_excluded(key, settings, "its files")
     return key, memory, sessions
+
+
+async def resolve_roots_said(
+    sessionmaker: async_sessionmaker[AsyncSession], settings: Settings, request: SyncRequest
+) -> tuple[str, Path, Path]:
+    """`resolve_roots`, a missing root's error told whether it has indexed files to forget."""
+    try:
+        return resolve_roots(settings, request)
+    except RootMissing as missing:
+        try:
+            async with sessionmaker() as session:
+                await said_with_its_files(session, missing)
+        except SQLAlchemyError:
+            pass  # the folder is the error to report; the hint stays, as when nobody looked
+        raise
 
 
 def refuse_windows_path(path: str) -> None:
@@ -177,20 +219,20 @@ def _require_folder(path: Path, what: str) -> None:
     raise ProjectFolderMissing(f"{what} {path} {problem}")
 
 
-def _require_root(path: Path, what: str) -> None:
+def _require_root(path: Path, project: str, what: str) -> None:
     # lexists: a dangling link is a folder that is not one, not a gone one.
     if not os.path.lexists(path):
-        raise RootFolderGone(path, what)
+        raise RootFolderGone(path, project, what)
     _require_folder(path, what)
 
 
-def _require_memory_root(memory: Path) -> None:
+def _require_memory_root(memory: Path, project: str) -> None:
     # lexists: a `memory/` that is a link, or a root file that is one, is discover's to judge
     # (and to report as skipped); only a root with nothing of memory in it is refused. A root
     # emptied on purpose looks the same as one a level off: its files go by `forget_dirs`.
     if any(os.path.lexists(memory / name) for name in (*ROOT_MEMORY_FILES, "memory")):
         return
-    raise MemoryFilesMissing(memory)
+    raise MemoryFilesMissing(memory, project)
 
 
 def sync_roots(memory: Path, sessions: Path, request: SyncRequest) -> SyncRoots:
@@ -231,7 +273,7 @@ async def sync_project(
     caller serve the next sync too; without them the sync opens its own and closes them.
     `gate` is the worker's, for a sync it runs: the sync's Batch cancels go to its quota.
     """
-    project, memory_root, sessions_root = resolve_roots(settings, request)
+    project, memory_root, sessions_root = await resolve_roots_said(sessionmaker, settings, request)
     owned = sync_roots(memory_root, sessions_root, request)
     roots = Roots.of(memory_root, sessions_root)
     scope = None
@@ -462,15 +504,15 @@ async def _write_all(
     # Another root's files stay: a sync that forgot a custom root's flag deleted them all.
     missing = [p for p in placed if p.path not in present]
     gone = [p.id for p in missing if owned.may_delete(p)]
-    if said := kept_of_other_roots([p for p in missing if not owned.may_delete(p)], project):
-        report.errors.append(said)
+    if said := kept_of_gone_roots([p for p in missing if not owned.may_delete(p)], project):
+        report.warnings.append(said)
     if gone:
         await queries.delete_files(lock, gone)  # one statement: its own transaction
         report.files_deleted = len(gone)
     # A forgotten root's files are judged here unless this sync lists them too (then kept, and
     # the folder, forgetting nothing, is reported as well).
     for folder in owned.forgotten_in_vain(placed):
-        report.errors.append(f"no indexed file under {folder} to forget")
+        report.warnings.append(f"no indexed file under {folder} to forget")
     to_cancel = await close_superseded_batches(lock, embedder, project)  # one statement
     if report.files_changed and not writer.embedding_down and left_unembedded:
         await embed_missing(sessionmaker, settings, embedder, project, report, progress)

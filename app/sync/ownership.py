@@ -95,14 +95,23 @@ class SyncRoots:
 _SOURCES: Collection[FileSource] = ("memory", "sessions")
 
 
-def kept_of_other_roots(kept: Collection[PlacedFile], project: str) -> str | None:
-    """What a sync says of the missing files it kept as another root's: a root renamed or
-    removed keeps its chunks in search until a sync forgets it, and nothing said so."""
-    if not kept:
+def kept_of_gone_roots(kept: Collection[PlacedFile], project: str) -> str | None:
+    """What a sync says of the missing files it kept as another root's, when they stay in search
+    for nothing: their root (for a file indexed before roots were recorded, the file) is gone,
+    renamed or removed, and its chunks stay until a sync forgets it. A root still on disk holds
+    its own files (its own sync drops those deleted): said at every sync of the default roots
+    once a custom root existed, and at every pass of a watch, that was noise."""
+    stale = [known for known in kept if not _still_there(known)]
+    if not stale:
         return None
-    roots = Counter(known.root for known in kept)
+    roots = Counter(known.root for known in stale)
     named = ", ".join(_root_name(root, project) for root in sorted(roots, key=lambda r: r or ""))
-    return f"kept {len(kept)} files of other roots: {named}"
+    files = "1 file" if len(stale) == 1 else f"{len(stale)} files"
+    return f"kept {files} of folders that are gone: {named} (forget them to drop them)"
+
+
+def _still_there(known: PlacedFile) -> bool:
+    return os.path.isdir(known.root) if known.root is not None else os.path.lexists(known.path)
 
 
 def _root_name(root: str | None, project: str) -> str:
@@ -110,4 +119,4 @@ def _root_name(root: str | None, project: str) -> str:
         return "(indexed before roots were recorded)"
     inside = project.rstrip(os.sep) + os.sep
     name = root[len(inside) :] if root.startswith(inside) else root
-    return name.rstrip(os.sep) + os.sep + ("" if os.path.isdir(root) else " (gone)")
+    return name.rstrip(os.sep) + os.sep

@@ -21,7 +21,9 @@ class ProjectFolderPresent(Exception):
 
 def _require_gone(folder: str) -> None:
     try:
-        os.lstat(folder)
+        # Through links, as the sync reads it: a project reached by a link whose folder moved
+        # is one the sync calls missing, and `lstat` saw the link and refused to prune it.
+        os.stat(folder)
     except (FileNotFoundError, NotADirectoryError):
         return
     except OSError as error:

@@ -286,6 +286,21 @@ class KnownFile(NamedTuple):  # what the delta check needs of an indexed file, n
         return self.rules == RULES_VERSION
 
 
+# A root's indexed files: recorded under it, or (indexed before roots were recorded) under it.
+_ROOT_HAS_FILES = text(
+    "SELECT EXISTS (SELECT FROM memory_files WHERE project_path = :project AND (root = :root "
+    "OR (root IS NULL AND starts_with(path, :inside))))"
+)
+
+
+async def root_has_files(session: AsyncSession, project: str, root: str) -> bool:
+    """Whether the project has indexed files of the folder `root` (composed, as roots are
+    stored)."""
+    inside = root.rstrip("/") + "/"
+    params = {"project": project, "root": root, "inside": inside}
+    return bool((await session.execute(_ROOT_HAS_FILES, params)).scalar_one())
+
+
 async def hold_lock(session: AsyncSession, key: str) -> bool:
     """Take the advisory lock `key` on this fresh session's connection, until `release_lock`;
     True when it had to wait for another holder.

@@ -29,6 +29,9 @@ class SyncReport:
     embeddings_cached: int = 0
     skipped: list[Skip] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    # What the run did as asked but the user may want to act on (a folder to forget that held
+    # nothing, files kept of a gone root): not a failure of the run, as an error is.
+    warnings: list[str] = field(default_factory=list)
     # What transcript parsing passed over or trimmed, by kind ("invalid JSON", "image", ...).
     transcript_items: Counter[str] = field(default_factory=Counter)
 
@@ -53,6 +56,7 @@ class SyncReport:
             "skippedFiles": [
                 {"path": s.path, "reason": s.reason} for s in self.skipped[:MAX_REPORTED_SKIPS]
             ],
+            "warnings": self.warnings,
         }
 
     def summary_line(self) -> str:

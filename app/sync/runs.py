@@ -24,10 +24,11 @@ from app.sync.indexer import (
     ForgetsItsOwnRoot,
     MemoryFilesMissing,
     ProjectFolderMissing,
-    RootFolderGone,
+    RootMissing,
     SyncRequest,
     refuse_windows_path,
     resolve_roots,
+    said_with_its_files,
     sync_project,
     sync_roots,
 )
@@ -75,11 +76,13 @@ async def queue_run(session: AsyncSession, *, data: SyncIn, settings: Settings) 
         except ProjectFolderMissing as error:
             problems.append(error)
     else:
-        if isinstance(problems[0], MemoryFilesMissing):
-            raise MemoryFilesNotFound(problems[0].saying("forgetDirs"))
-        if isinstance(problems[0], RootFolderGone):
-            raise ProjectFolderNotFound(problems[0].saying("forgetDirs"))
-        raise ProjectFolderNotFound(str(problems[0]))
+        first = problems[0]
+        if isinstance(first, RootMissing):
+            said = (await said_with_its_files(session, first)).saying("forgetDirs")
+            if isinstance(first, MemoryFilesMissing):
+                raise MemoryFilesNotFound(said)
+            raise ProjectFolderNotFound(said)
+        raise ProjectFolderNotFound(str(first))
     try:
         sync_roots(memory, sessions, request)
     except ForgetsItsOwnRoot as error:
@@ -123,6 +126,7 @@ async def read_run(session: AsyncSession, *, run_id: str) -> SyncRunOut:
         skipped=stats.get("skipped", 0),
         skipped_files=stats.get("skippedFiles", []),
         errors=run.errors or [],
+        warnings=stats.get("warnings", []),
         created_at=_utc_text(run.created_at),
         started_at=_utc_text(run.started_at) if run.started_at else None,
         finished_at=_utc_text(run.finished_at) if run.finished_at else None,

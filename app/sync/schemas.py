@@ -59,6 +59,8 @@ class SyncRunOut(BaseModel):
         default_factory=list, serialization_alias="skippedFiles"
     )
     errors: list[Any] = Field(default_factory=list)
+    # Added beside `errors`, which held them before: a client reading `errors` alone still works.
+    warnings: list[str] = Field(default_factory=list)
     created_at: str = Field(serialization_alias="createdAt")
     started_at: str | None = Field(None, serialization_alias="startedAt")
     finished_at: str | None = Field(None, serialization_alias="finishedAt")

@@ -34,7 +34,12 @@ from app.db.engine import sessionmaker_engine, sessionmaker_url
 from app.llm.embeddings import Embedder
 from app.sync.connections import SyncConnections
 from app.sync.discover import ROOT_MEMORY_FILES, SKIPPED_DIRS, TRANSCRIPT_SUFFIXES, is_utf8
-from app.sync.indexer import ProjectFolderMissing, SyncRequest, resolve_roots, sync_project
+from app.sync.indexer import (
+    ProjectFolderMissing,
+    SyncRequest,
+    resolve_roots_said,
+    sync_project,
+)
 from app.sync.report import Progress, SyncReport
 from app.sync.writer import WRITERS
 
@@ -173,13 +178,15 @@ async def watch_project(
     """Sync once, then again after every burst of changes, and at the files syncs passed over
     under another process's lease, until `stop` is set. A burst's sync that found nothing under
     its paths (an editor's temporary file gone) is not reported."""
-    _, memory_root, sessions_root = resolve_roots(settings, request)
+    _, memory_root, sessions_root = await resolve_roots_said(sessionmaker, settings, request)
     # Checked once: a root whose memory files are all deleted while watched is synced as it is.
     request = replace(request, memory_files_required=False)
     roots = (memory_root, memory_root / "memory", sessions_root)
     changes = _Changes()
     connections = SyncConnections(sessionmaker_url(sessionmaker), keep=WRITERS)
     shown_skips: set[str] = set()  # a quiet recovery does not show a skipped file again
+    # Said once a watch: a gone root's kept files were named again at every pass that judged them.
+    shown_warnings: set[str] = set()
     retries = _LeaseRetries(settings.sync_watch_debounce_ms / 1000)
     loop = asyncio.get_running_loop()
 
@@ -232,14 +239,16 @@ async def watch_project(
             if report is None:  # stopped during it
                 break
             retries.after_sync(changed, report, loop.time())
+            report.warnings = [w for w in report.warnings if w not in shown_warnings]
             if quiet:
-                show = bool(report.files_changed or report.files_deleted or report.errors) or any(
-                    skip.path not in shown_skips for skip in report.skipped
-                )
+                show = bool(
+                    report.files_changed or report.files_deleted or report.errors or report.warnings
+                ) or any(skip.path not in shown_skips for skip in report.skipped)
             else:
                 show = changed is None or _found_anything(report)
             if show:
                 shown_skips.update(skip.path for skip in report.skipped)
+                shown_warnings.update(report.warnings)
                 on_report(report)
     finally:
         stop.set()
@@ -270,7 +279,13 @@ async def _unless_stopped(
 
 
 def _found_anything(report: SyncReport) -> bool:
-    return bool(report.files_scanned or report.files_deleted or report.skipped or report.errors)
+    return bool(
+        report.files_scanned
+        or report.files_deleted
+        or report.skipped
+        or report.errors
+        or report.warnings
+    )
 
 
 async def _watch_roots(

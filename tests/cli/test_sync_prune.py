@@ -65,3 +65,27 @@ def test_prune_missing_refuses_a_project_whose_folder_is_there(
     assert result.exit_code == 1
     assert "exists" in result.output
     assert db.execute("SELECT count(*) FROM memory_files").fetchone() == (2,)
+
+
+def test_prune_missing_drops_a_project_reached_through_a_link_whose_folder_moved(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # A project opened through a link (`~/work/shop -> /data/shop`) whose folder then moved: the
+    # sync said the folder does not exist, and the prune that it exists (the link itself), so
+    # its rows could go by neither.
+    target, env = _indexed(tmp_path, database_url, "target")
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    assert CliRunner().invoke(cli, ["sync", "-p", str(link)], env=env).exit_code == 0
+    target.rename(tmp_path / "moved")
+    refused = CliRunner().invoke(cli, ["sync", "-p", str(link)], env=env)
+    assert refused.exit_code == 1
+    assert "does not exist" in refused.output
+
+    result = CliRunner().invoke(cli, ["sync", "-p", str(link), "--prune-missing"], env=env)
+
+    assert result.exit_code == 0, result.output
+    assert "dropped 2 files" in result.stdout
+    assert db.execute("SELECT DISTINCT project_path FROM memory_files").fetchall() == [
+        (canonical_project(str(target)),)
+    ]

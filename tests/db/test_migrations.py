@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+import unicodedata
 from collections.abc import Iterator
 from typing import Any
 
@@ -507,3 +508,76 @@ def test_0009_moves_slashed_windows_keys_to_the_windows_key(scratch_url: str) ->
             "SELECT project_path, requests, input_tokens, output_tokens FROM llm_usage"
         ).fetchall()
         assert usage == [(windows, 3, 30, 300)]
+
+
+def test_0011_moves_bare_drive_keys_to_the_drives_root(scratch_url: str) -> None:
+    # `/C:` and `C:` keys (kept so before canonical_project read a drive alone as its root) go to
+    # `C:\\`, merged as 0009 merges: the older of one memory keeps its value under its own name.
+    migrate.upgrade(scratch_url, "0010")
+    root = "C:\\"
+    with psycopg.connect(libpq_url(scratch_url), autocommit=True) as connection:
+        connection.execute(
+            "INSERT INTO sessions (id, project_path) VALUES ('a', '/C:'), ('b', 'c:'), "
+            "('c', '/C:x'), ('d', '/home/C:')"
+        )
+        connection.execute(
+            "INSERT INTO memories (scope, project_path, key, value, updated_at) VALUES "
+            "('project', %s, 'name', '\"old\"', now() - interval '1 day'), "
+            "('project', '//c:', 'name', '\"new\"', now())",
+            (root,),
+        )
+    migrate.upgrade(scratch_url)
+    with psycopg.connect(libpq_url(scratch_url), autocommit=True) as connection:
+        sessions = connection.execute("SELECT id, project_path FROM sessions ORDER BY id")
+        assert sessions.fetchall() == [("a", root), ("b", root), ("c", "/C:x"), ("d", "/home/C:")]
+        memories = connection.execute(
+            "SELECT project_path, key, value FROM memories ORDER BY key"
+        ).fetchall()
+        assert memories == [(root, "name", "new"), (root, "name (duplicate spelling)", "old")]
+
+
+def test_0012_makes_the_terms_of_marked_text_again(scratch_url: str) -> None:
+    # Stored by the old split: `getCafé` (decomposed) as `get Cafe`, a Devanagari word as its
+    # bare letters. A memory's row gets today's terms; a file's is read again by the next sync
+    # (its terms hold section titles only the file has); ASCII rows are left as they are.
+    migrate.upgrade(scratch_url, "0011")
+    camel = unicodedata.normalize("NFD", "call getCafé() now")
+    with psycopg.connect(libpq_url(scratch_url), autocommit=True) as connection:
+        ids = [
+            connection.execute(
+                "INSERT INTO memories (scope, project_path, key, value) "
+                "VALUES ('project', '/p', %s, '1') RETURNING id",
+                (key,),
+            ).fetchone()[0]  # type: ignore[index]
+            for key in ("a", "b")
+        ]
+        connection.execute(
+            "INSERT INTO memory_files (project_path, path, source, hash, mtime, size, rules) "
+            "VALUES ('/p', '/p/a.md', 'memory', 'h', 0, 0, 'r1'), "
+            "('/p', '/p/b.md', 'memory', 'h', 0, 0, 'r1')"
+        )
+        files = dict(connection.execute("SELECT path, id FROM memory_files").fetchall())
+        connection.execute(
+            "INSERT INTO memory_chunks (project_path, source, memory_id, file_id, content, hash, "
+            "search_terms) VALUES ('/p', 'kv', %s, NULL, %s, 'h', 'get Cafe'), "
+            "('/p', 'kv', %s, NULL, 'getCafe stays', 'h', 'stale'), "
+            "('/p', 'memory', NULL, %s, 'टोकन की जाँच', 'h', 'ट कन ज च'), "
+            "('/p', 'memory', NULL, %s, 'Straße getWeg', 'h', 'get Weg')",
+            (ids[0], camel, ids[1], files["/p/a.md"], files["/p/b.md"]),
+        )
+    migrate.upgrade(scratch_url)
+    with psycopg.connect(libpq_url(scratch_url), autocommit=True) as connection:
+        terms = connection.execute(
+            "SELECT content, search_terms FROM memory_chunks WHERE source = 'kv' ORDER BY id"
+        ).fetchall()
+        assert terms == [
+            (camel, unicodedata.normalize("NFD", "get Café")),
+            ("getCafe stays", "stale"),
+        ]
+        rules = connection.execute("SELECT path, rules FROM memory_files ORDER BY path")
+        assert rules.fetchall() == [("/p/a.md", None), ("/p/b.md", "r1")]
+        found = connection.execute(
+            "SELECT count(*) FROM memory_chunks WHERE tsv @@ to_tsquery('english', %s)",
+            (unicodedata.normalize("NFD", "café"),),
+        )
+        assert found.fetchone() == (1,)

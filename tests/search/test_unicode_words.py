@@ -11,6 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.index.terms import search_terms
 from app.llm.embeddings import local_embedder
 from app.search.queries import keyword_terms
 from app.search.schemas import SearchRequest
@@ -121,3 +122,36 @@ def test_an_accented_word_counts_as_much_as_an_ascii_word(
     tolerance = 1e-6 if rank_function == "ts_rank" else 0
     assert scores["a.md"] == pytest.approx(scores["b.md"], rel=tolerance, abs=0)
     assert scores["b.md"] == pytest.approx(ascii_only["b.md"], rel=tolerance, abs=0)
+
+
+def test_the_stored_terms_keep_marks_in_their_words_as_the_query_does(
+    client: TestClient, database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    # The stored side split an identifier's parts at marks: `getCafé` (decomposed) stored `get
+    # Cafe`, which `café` did not find; a Devanagari word with a vowel sign inside is a token
+    # there, and stored its bare letters, which the word `कन` matched in a row without it.
+    add_chunks(
+        database_url,
+        [
+            Chunk(nfd("Call getCafé() before serving."), path="camel.md"),
+            Chunk("प्रमाणीकरण मॉड्यूल में टोकन की जाँच होती है।", path="token.md"),
+            Chunk("कन एक शब्द है।", path="kan.md"),
+            Chunk("See config/टोकन.json for it.", path="config.md"),
+        ],
+    )
+    assert paths(keyword(client, "café")) == ["camel.md"]
+    assert paths(keyword(client, "कन")) == ["kan.md"]
+    assert sorted(paths(keyword(client, "टोकन"))) == ["config.md", "token.md"]
+
+
+@pytest.mark.parametrize(
+    ("text", "stored"),
+    [
+        (nfd("getCafé()"), nfd("get Café")),
+        ("टोकन की जाँच", ""),  # prose: no identifier, no parts
+        ("config/टोकन.json", "config टोकन json"),
+        ("user_क्\u200dषमा", "user क्\u200dषमा"),
+    ],
+)
+def test_an_identifiers_parts_are_the_querys_words(text: str, stored: str) -> None:
+    assert search_terms(text) == stored

@@ -43,8 +43,9 @@ def test_sync_command_fails_in_one_line(env: dict[str, str], tmp_path: Path) -> 
         (["--project", str(a_file)], f"project folder {a_file} is not a folder"),
         (
             ["--project", str(tmp_path), "--sessions-dir", "chats"],
-            f"sessions folder {tmp_path / 'chats'} does not exist (renamed or removed? drop "
-            "what was indexed from it with --forget-dir)",
+            # Nothing was indexed from it: no hint to forget it (a typo's hint sent users to drop
+            # nothing).
+            f"sessions folder {tmp_path / 'chats'} does not exist",
         ),
     ):
         refused = runner.invoke(cli, ["sync", *args], env=env)
@@ -74,9 +75,9 @@ def test_a_memory_root_without_memory_files_is_refused_and_nothing_dropped(
 
         assert wrong.exit_code == 1
         assert wrong.stderr.strip().splitlines()[-1:] == [
+            # Its files are the default root's: forgetting `memory` drops none, and is not hinted.
             f"agmem: error: memory folder {project / 'memory'} holds no memory file (MEMORY.md, "
-            "memory.md or memory/): name the folder that holds them, or drop what was indexed "
-            "from it with --forget-dir"
+            "memory.md or memory/): name the folder that holds them"
         ]
     after = db.execute("SELECT count(*) FROM memory_chunks WHERE source = 'memory'").fetchone()
     assert after == before

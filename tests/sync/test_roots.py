@@ -167,6 +167,9 @@ def test_the_cli_keeps_other_roots_and_forgets_one_on_purpose(
     assert forgot.exit_code == 0, forgot.output
     assert "deleted 3 ·" in forgot.stdout
     assert indexed(db, project) == DEFAULT
+    again = runner.invoke(cli, [*forget[:3], "--forget-dir", "nope"], env=env)
+    assert again.exit_code == 0, again.output
+    assert f"warning: no indexed file under {project / 'nope'} to forget" in again.stderr
     both = runner.invoke(
         cli, [*custom[:3], "--sessions-dir", "sessions", "--forget-dir", "sessions"], env=env
     )
@@ -196,6 +199,12 @@ def test_the_api_keeps_other_roots_forgets_on_request_and_names_an_empty_root(
 
     run({"memoryDir": "notes", "sessionsDir": "chats"})
     assert run({})["filesDeleted"] == 0
+    # A warning has a field of its own: it is no error of the run.
+    forgot_nothing = run({"forgetDirs": ["nope"]})
+    assert (forgot_nothing["errors"], forgot_nothing["warnings"]) == (
+        [],
+        [f"no indexed file under {project / 'nope'} to forget"],
+    )
     assert indexed(db, project) == DEFAULT | CUSTOM
 
     (project / "notes" / "MEMORY.md").unlink()
@@ -290,10 +299,9 @@ def test_a_folder_to_forget_that_holds_no_indexed_file_is_reported(
     forgot = run_sync(database_url, settings, embedder, project, forget_dirs=("nope", "chats"))
 
     assert forgot.files_deleted == 1
-    assert forgot.errors == [
-        "kept 2 files of other roots: notes/",
-        f"no indexed file under {project / 'nope'} to forget",
-    ]
+    # A warning, not an error: the run did what it was asked.
+    assert forgot.errors == []
+    assert forgot.warnings == [f"no indexed file under {project / 'nope'} to forget"]
 
 
 def test_a_sync_names_the_other_roots_whose_files_it_kept(
@@ -306,4 +314,38 @@ def test_a_sync_names_the_other_roots_whose_files_it_kept(
     plain = run_sync(database_url, settings, embedder, project)
 
     assert plain.files_deleted == 0
-    assert plain.errors == ["kept 3 files of other roots: chats/, notes/ (gone)"]
+    # chats/ is still there and holds its own files: only the gone root is worth a word.
+    assert plain.errors == []
+    assert plain.warnings == [
+        "kept 2 files of folders that are gone: notes/ (forget them to drop them)"
+    ]
+
+
+def test_a_sync_says_nothing_of_other_roots_still_on_disk(
+    database_url: str, db: psycopg.Connection[Any], settings: Settings, tmp_path: Path
+) -> None:
+    # Every sync of the default roots said "kept 3 files of other roots: chats/, notes/" once a
+    # custom root existed: a warning for the normal state, which users learn to skip.
+    project, embedder = indexed_from_every_root(database_url, settings, tmp_path)
+
+    plain = run_sync(database_url, settings, embedder, project)
+
+    assert (plain.errors, plain.warnings) == ([], [])
+
+
+def test_a_gone_roots_error_hints_forgetting_only_when_it_held_files(
+    client: TestClient,
+    database_url: str,
+    db: psycopg.Connection[Any],
+    settings: Settings,
+    tmp_path: Path,
+) -> None:
+    project, _ = indexed_from_every_root(database_url, settings, tmp_path)
+    shutil.rmtree(project / "notes")
+    for folder, hint in (("notes", True), ("nots", False)):
+        refused = client.post("/api/sync", json={"projectPath": str(project), "memoryDir": folder})
+        assert refused.status_code == 422
+        detail = f"memory folder {project / folder} does not exist"
+        if hint:
+            detail += " (renamed or removed? drop what was indexed from it with forgetDirs)"
+        assert refused.json() == {"error": "ProjectFolderNotFound", "detail": detail}

@@ -89,13 +89,14 @@ def test_run_with_custom_folders_and_failure_is_recorded(
         (
             "nowhere",
             "ProjectFolderNotFound",
-            "does not exist (renamed or removed? drop what was indexed from it with forgetDirs)",
+            # Never indexed: no hint to forget it (it dropped nothing).
+            "does not exist",
         ),
         (
             "notes",
             "MemoryFilesNotFound",
             "holds no memory file (MEMORY.md, memory.md or memory/): name the folder that holds "
-            "them, or drop what was indexed from it with forgetDirs",
+            "them",
         ),
     ):
         refused = client.post(
@@ -268,14 +269,16 @@ def test_a_flag_sent_as_text_or_a_number_is_refused(
     assert db.execute("SELECT count(*) FROM sync_runs").fetchone() == (0,)
 
 
-def test_a_windows_path_on_a_posix_server_is_named_as_one(client: TestClient) -> None:
+@pytest.mark.parametrize("sent", ["C:\\Users\\dev\\shop", "/C:"])
+def test_a_windows_path_on_a_posix_server_is_named_as_one(client: TestClient, sent: str) -> None:
     # Read as a relative name under the server's folder, it was "project folder
-    # /srv/C:\Users\dev\shop does not exist": a folder the client never named.
-    answer = client.post("/api/sync", json={"projectPath": "C:\\Users\\dev\\shop"})
+    # /srv/C:\Users\dev\shop does not exist": a folder the client never named. A drive alone
+    # (`/C:`, the key `C:\\`) was "/C: does not exist".
+    answer = client.post("/api/sync", json={"projectPath": sent})
 
     assert answer.status_code == 422
     assert answer.json() == {
         "error": "ProjectFolderNotFound",
-        "detail": "project folder C:\\Users\\dev\\shop is a Windows path: this server reads "
+        "detail": f"project folder {sent} is a Windows path: this server reads "
         "POSIX paths (sync it on the machine that holds it)",
     }

@@ -22,7 +22,7 @@ from app.sync.reading import LEASED
 from app.sync.report import SyncReport
 from app.sync.watch import watch_project
 from tests.conftest import make_settings
-from tests.sync.helpers import TESTDATA, CountingEmbedder, leased, make_project
+from tests.sync.helpers import TESTDATA, CountingEmbedder, leased, make_project, run_sync
 
 SYNC_CONNECTIONS = (
     "SELECT pid FROM pg_stat_activity WHERE application_name = 'agmem-sync' ORDER BY pid"
@@ -544,3 +544,28 @@ def test_a_file_held_for_hours_is_looked_at_once_a_minute_until_a_sync_reads_it(
     assert note in retries.waits
     retries.after_sync({"/p/memory"}, SyncReport(), now)  # its folder's sync read it
     assert retries.waits == {}
+
+
+def test_watch_says_a_gone_roots_kept_files_once(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # Each whole sync of the watch (at its start, and after a root folder came or went) named the
+    # files it kept of a gone root again, the same line over and over.
+    project = make_project(tmp_path / "proj")
+    (project / "notes").mkdir()
+    (project / "notes" / "MEMORY.md").write_text("# Notes\n\nport 8080\n")
+    settings: Settings = make_settings(home=tmp_path / "home", sync_watch_debounce_ms=100)
+    run_sync(database_url, settings, CountingEmbedder(), project, memory_dir="notes")
+    shutil.rmtree(project / "notes")
+    shutil.rmtree(project / "sessions")
+    reports: list[SyncReport] = []
+
+    async def go() -> None:
+        async with watching(database_url, settings, project, reports):
+            (project / "sessions").mkdir()
+            await _until(lambda: len(reports) >= 2)  # the new folder: a whole sync
+
+    asyncio.run(go())
+
+    said = [warning for report in reports for warning in [*report.warnings, *report.errors]]
+    assert said == ["kept 1 file of folders that are gone: notes/ (forget them to drop them)"]
