@@ -14,6 +14,7 @@ from starlette.responses import JSONResponse
 from starlette.types import Scope
 
 from app.api.middleware import BodyTooLarge
+from app.api.outage_log import OUTAGE_LOG
 from app.errors import (
     AppError,
     BadRequest,
@@ -245,9 +246,9 @@ def database_unavailable(error: Exception) -> DatabaseUnavailable:
     state = sqlstate(error)
     detail = _ANSWERED.get(state) or _ANSWERED.get(state[:2])
     if detail is None:
-        log.warning("database.unreachable", error=first_line(error))
+        OUTAGE_LOG.warn("database.unreachable", "", error=first_line(error))
         return DatabaseUnavailable("the database is unreachable; retry shortly")
-    log.warning("database.refused_request", sqlstate=state, error=first_line(error))
+    OUTAGE_LOG.warn("database.refused_request", state, sqlstate=state, error=first_line(error))
     return DatabaseUnavailable(detail)
 
 
