@@ -8,12 +8,16 @@ from typing import Any
 
 import psycopg
 import pytest
-import structlog
 
-from app.logs import configure_logging
 from app.worker import jobs, loop
 from tests.conftest import make_settings
-from tests.worker.builders import make_observation, make_session, row, worker_on
+from tests.worker.builders import (
+    log_to_stderr,
+    make_observation,
+    make_session,
+    row,
+    worker_on,
+)
 
 # In the observation's text, and so in the index row the job inserts.
 MARKER = "zebrafish-ledger-4471"
@@ -28,9 +32,7 @@ def test_a_failed_write_leaves_its_reason_not_the_users_text(
     # SQLAlchemy's error text holds the statement and its parameters: an index row's content
     # (the observation's compressed text, a summary, a file's chunk) went into `last_error`
     # (served as `lastError`) and into each `worker.attempt_failed` and traceback, 1-2 KB a line.
-    configure_logging("info")
-    monkeypatch.setattr(loop, "log", structlog.get_logger(loop.__name__))
-    monkeypatch.setattr(jobs, "log", structlog.get_logger(jobs.__name__))
+    log_to_stderr(monkeypatch, loop, jobs)
     make_session(db)
     make_observation(db, "o1", result=f"the ledger is {MARKER}\n" * 3)
     db.execute(
