@@ -5,8 +5,8 @@ Every request that met an unreachable database logged its own `database.unreacha
 minute under a busy team thousands, burying the supervisor's `embedded_postgres.down` and
 `restarted` lines an operator looks for. Now one line per cause starts a window of
 DATABASE_LOG_SECONDS; the requests that fail within it are counted, and the count is logged
-when the window ends (`repeated=N`, with the latest error), which begins the next window: a
-steady outage is one line per window, a short one a line and its count.
+when the window ends (`repeated=N`, with the latest error), which begins the next window, or
+when the app stops: a steady outage is one line per window, a short one a line and its count.
 """
 
 from __future__ import annotations
@@ -60,6 +60,15 @@ class OutageLog:
             ends = window.began + DATABASE_LOG_SECONDS - now
             window.loop = loop
             window.timer = loop.call_later(ends, self._window_ended, event, key)
+
+    def flush(self) -> None:
+        """Log every window's count now (the app stops): a stop within a window lost it."""
+        for (event, key), window in list(self.windows.items()):
+            if window.timer is not None:
+                window.timer.cancel()
+            del self.windows[(event, key)]
+            if window.quiet:
+                log.warning(event, **window.fields, repeated=window.quiet)
 
     def _window_ended(self, event: str, key: str) -> None:
         window = self.windows.get((event, key))
