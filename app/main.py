@@ -21,6 +21,7 @@ from app.api.middleware import (
 )
 from app.api.one_value_query import OneValuePerQueryNameMiddleware
 from app.api.origins import OriginPolicy
+from app.api.outage_log import OUTAGE_LOG
 from app.capture.routes import HOT_ENDPOINTS, add_hot_routes
 from app.capture.routes import router as capture_router
 from app.config import Settings, get_settings
@@ -118,6 +119,7 @@ def create_app(
                         if importing is not None:
                             await importing
         finally:
+            OUTAGE_LOG.flush()
             try:
                 await briefings.close()
                 await engine.dispose()

@@ -14,6 +14,7 @@ from starlette.responses import JSONResponse
 from starlette.types import Scope
 
 from app.api.middleware import BodyTooLarge
+from app.api.outage_log import OUTAGE_LOG
 from app.errors import (
     AppError,
     BadRequest,
@@ -236,7 +237,18 @@ _ANSWERED = {
     "40001": "the request conflicted with another change; retry shortly",
     "53100": "the database's disk is full; retry once space is freed",
     "53": "the database is out of memory or connections; retry shortly",
+    # Its files: an I/O error (class 58), which psycopg classes as an OperationalError too, and
+    # an internal error (class XX, an InternalError: "could not extend file", a damaged page),
+    # which was a 500 with two tracebacks and the client's connection closed.
+    "58": "the database could not read or write its files (see its log); retry once it is repaired",
+    "XX": "the database failed inside (a damaged or unwritable file, a full or failing disk: "
+    "see its log); retry once it is repaired",
 }
+
+
+def failed_inside(error: Exception) -> bool:
+    """Whether `error` is Postgres's own failure (SQLSTATE class XX), not the request's."""
+    return sqlstate(error).startswith("XX")
 
 
 def database_unavailable(error: Exception) -> DatabaseUnavailable:
@@ -245,9 +257,9 @@ def database_unavailable(error: Exception) -> DatabaseUnavailable:
     state = sqlstate(error)
     detail = _ANSWERED.get(state) or _ANSWERED.get(state[:2])
     if detail is None:
-        log.warning("database.unreachable", error=first_line(error))
+        OUTAGE_LOG.warn("database.unreachable", "", error=first_line(error))
         return DatabaseUnavailable("the database is unreachable; retry shortly")
-    log.warning("database.refused_request", sqlstate=state, error=first_line(error))
+    OUTAGE_LOG.warn("database.refused_request", state, sqlstate=state, error=first_line(error))
     return DatabaseUnavailable(detail)
 
 
@@ -256,6 +268,12 @@ async def _database_unreachable(request: Request, error: Exception) -> JSONRespo
         # A long random project path or tag was a 503 "retry shortly": a retry fails the same.
         return await _data_error(request, error)
     return app_error_response(database_unavailable(error))
+
+
+async def _internal_error(request: Request, error: Exception) -> JSONResponse:
+    if failed_inside(error):
+        return app_error_response(database_unavailable(error))
+    return await _unexpected(request, error)
 
 
 async def _data_error(_: Request, error: Exception) -> JSONResponse:
@@ -304,4 +322,6 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(psycopg.DataError, _data_error)
     app.add_exception_handler(sa_exc.IntegrityError, _integrity_error)
     app.add_exception_handler(psycopg.IntegrityError, _integrity_error)
+    app.add_exception_handler(sa_exc.InternalError, _internal_error)
+    app.add_exception_handler(psycopg.InternalError, _internal_error)
     app.add_exception_handler(Exception, _unexpected)

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NoReturn
+from urllib.parse import quote, urlencode
 
 import typer
 from sqlalchemy import exc as sa_exc
@@ -238,10 +239,25 @@ def check_provider(settings: Settings) -> None:
         check_embedder(settings)
 
 
+# Query parameters libpq reads as secrets: `?password=` is the userinfo's password spelt
+# another way (a socket URL has no userinfo to put it in), `sslpassword` a client key's.
+SECRET_QUERY_PARAMETERS = frozenset({"password", "sslpassword"})
+
+
 def describe_location(settings: Settings, url: str) -> str:
+    """The database as `serve`, `worker` and `status` print it: with no password, wherever the
+    URL gives it (only the userinfo's was masked; a `?password=` was printed in clear)."""
     if settings.database_url is None:
         return f"embedded PostgreSQL in {settings.pgdata}"
-    return make_url(url).render_as_string(hide_password=True)
+    parsed = make_url(url)
+    masked = {
+        name: "***" if name.lower() in SECRET_QUERY_PARAMETERS else value
+        for name, value in parsed.query.items()
+    }
+    shown = parsed.set(query={}).render_as_string(hide_password=True)
+    if not masked:
+        return shown
+    return f"{shown}?{urlencode(masked, doseq=True, safe='/*', quote_via=quote)}"
 
 
 def open_database(settings: Settings, *, migrate_embedded: bool = True) -> str:

@@ -57,6 +57,10 @@ def make_async_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
         pool_pre_ping=False,
         pool_recycle=1800,
         connect_args={"connect_timeout": 5, "application_name": "agmem"},
+        # A statement's parameters are the users' text (an observation, a summary, a file's
+        # chunk, a memory's value): SQLAlchemy's error text quoted them into every log line
+        # and traceback of a failed statement, and into the worker's `last_error`.
+        hide_parameters=True,
         # A jsonb integer of more than 4,300 digits (stored by SQL or an older build) made
         # `json.loads` raise in every read of its row: a 500 for the memory, its list, a write.
         json_deserializer=exactjson.loads_stored,

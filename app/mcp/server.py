@@ -33,6 +33,7 @@ from app.api.errors import (
     UNREACHABLE_ERRORS,
     database_unavailable,
     describe_validation_errors,
+    failed_inside,
     refused_value,
     unkept_json,
 )
@@ -116,7 +117,7 @@ def tool_errors() -> Iterator[None]:
         refused = refused_value(error)
         if refused is not None:
             raise ToolError(tool_error_text(InvalidData(refused))) from None
-        if isinstance(error, UNREACHABLE_ERRORS):
+        if isinstance(error, UNREACHABLE_ERRORS) or failed_inside(error):
             # As the HTTP API's 503: the tool said only "Error executing tool read_memory".
             raise ToolError(tool_error_text(database_unavailable(error))) from None
         raise

@@ -202,8 +202,10 @@ class Worker:
                 log_failure("worker.job_error", error, table=queue.table, id=str(row_id))
             else:
                 log.exception("worker.job_error", table=queue.table, id=str(row_id))
+            # The first line: SQLAlchemy's text goes on with the statement (and a link), kept
+            # on the row and logged again in `worker.attempt_failed`; the traceback has it all.
             await self._fail_attempt(
-                queue, row_id, attempts, f"{type(error).__name__}: {error}", wait=lost
+                queue, row_id, attempts, f"{type(error).__name__}: {first_line(error)}", wait=lost
             )
         finally:
             heartbeat.cancel()

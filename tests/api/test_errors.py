@@ -331,3 +331,45 @@ def test_every_error_the_api_sends_is_named_by_its_class(database_url: str, tmp_
         "InternalError",
         "Unauthorized",
     ]
+
+
+@pytest.mark.parametrize(
+    ("state", "detail"),
+    [
+        (
+            "XX001",
+            "the database failed inside (a damaged or unwritable file, a full or failing disk: "
+            "see its log); retry once it is repaired",
+        ),
+        (
+            "58030",
+            "the database could not read or write its files (see its log); retry once it is "
+            "repaired",
+        ),
+    ],
+)
+def test_a_database_failing_inside_is_a_503_that_says_so(
+    state: str, detail: str, client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    # Postgres's internal errors (class XX: "could not extend file ... File too large", a damaged
+    # page) were a 500 with two tracebacks, the keep-alive connection closed; its I/O errors
+    # (class 58) a 503 saying the database was unreachable, though it had answered.
+    db.execute(
+        "CREATE FUNCTION fail_inside() RETURNS trigger LANGUAGE plpgsql AS "
+        f"$$ BEGIN RAISE EXCEPTION 'could not extend file' USING ERRCODE = '{state}'; END $$"
+    )
+    db.execute(
+        "CREATE TRIGGER fail_inside BEFORE INSERT ON sessions "
+        "FOR EACH ROW EXECUTE FUNCTION fail_inside()"
+    )
+    try:
+        started = client.post("/api/session/start", json={"projectPath": "/p"})
+        written = client.put("/api/memories/k", json={"value": 1, "scope": "global"})
+    finally:
+        db.execute("DROP TRIGGER fail_inside ON sessions")
+        db.execute("DROP FUNCTION fail_inside()")
+
+    assert started.status_code == 503, started.text
+    assert started.json() == {"error": "DatabaseUnavailable", "detail": detail}
+    assert started.headers["retry-after"]
+    assert written.status_code == 201  # the database serves what does not meet the failure

@@ -59,6 +59,22 @@ def test_status_shows_revision_every_table_and_provider(database_url: str) -> No
         assert table in result.stdout
 
 
+def test_status_hides_a_password_given_in_the_urls_query(database_url: str) -> None:
+    # libpq reads `?password=` as it reads the userinfo's; only the userinfo's was masked, and
+    # `status`, `serve` and `worker` printed the other in clear on their first line.
+    url = make_url(database_url).update_query_dict(
+        {"password": "QuerySecret99", "sslpassword": "KeySecret77"}
+    )
+
+    result = invoke_agmem("status", DATABASE_URL=url.render_as_string(hide_password=False))
+
+    assert result.returncode == 0, result.stderr
+    assert "QuerySecret99" not in result.stdout + result.stderr
+    assert "KeySecret77" not in result.stdout + result.stderr
+    assert "password=***" in result.stdout
+    assert "sslpassword=***" in result.stdout
+
+
 def test_status_prints_a_path_as_it_is_spelled(database_url: str) -> None:
     # rich read ":fire:" in a project's path as an emoji code and printed 🔥 instead.
     with psycopg.connect(libpq_url(database_url)) as connection:

@@ -8,12 +8,16 @@ import json
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from types import ModuleType
 from typing import Any
 
 import psycopg
+import pytest
+import structlog
 
 from app.config import Settings
 from app.db.engine import make_async_engine, make_sessionmaker
+from app.logs import configure_logging
 from app.worker.loop import Worker
 
 PROJECT = "/home/dev/shop"
@@ -157,3 +161,11 @@ async def run_until_async(
 
 def run_until(settings: Settings, database_url: str, done: Callable[[], bool], **kw: Any) -> float:
     return asyncio.run(run_until_async(settings, database_url, done, **kw))
+
+
+def log_to_stderr(monkeypatch: pytest.MonkeyPatch, *modules: ModuleType) -> None:
+    """Log at info to stderr, through loggers made now for `modules`: a logger keeps the
+    configuration of its first use, and an earlier test's (a CLI's at error) filtered warnings."""
+    configure_logging("info")
+    for module in modules:
+        monkeypatch.setattr(module, "log", structlog.get_logger(module.__name__))
