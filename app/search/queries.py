@@ -96,6 +96,10 @@ def _words(text: str) -> list[str]:
     Postgres's parser keeps a mark in its word (`é` written `e` + U+0301, the vowel signs of
     Devanagari or Tamil); `_WORD` alone split there, and `टोकन` became the bare letters `ट` and
     `कन`, which every row holding those fragments matched."""
+    if text.isascii():
+        # No mark or joiner is ASCII: the runs are the words. The walk below and the NFC of
+        # each word cost ~2 µs of every English query (docs/benchmarks.md, "Branch perf28").
+        return _WORD.findall(text)
     words: list[str] = []
     joined_to = -1
     for match in _WORD.finditer(text):
@@ -118,7 +122,7 @@ def keyword_terms(query: str) -> list[str]:
     seen: dict[str, str] = {}
     for word in _words(_CAMEL.sub(r"\1 \2", query)):
         term = word.lower()
-        seen.setdefault(unicodedata.normalize("NFC", term), term)
+        seen.setdefault(term if term.isascii() else unicodedata.normalize("NFC", term), term)
     return list(seen.values())[:MAX_TERMS]
 
 
@@ -154,7 +158,12 @@ def _spellings(term: str) -> list[str]:
     (NFD) from a macOS file name or tool; a search for one spelling found no row of the other.
     The term's own spelling stays for the CJK compatibility ideographs (U+F900, U+2F800 ...),
     whose NFC and NFD are another character, which a text holding them lacks. (U+212B ANGSTROM
-    SIGN needs no such care: lower-casing makes it U+00E5, as Postgres's does in the text.)"""
+    SIGN needs no such care: lower-casing makes it U+00E5, as Postgres's does in the text.)
+
+    An ASCII term is its only spelling. A search asks for a term's spellings ~30 times (every
+    operand, weight and scale), and the two normalisations made its Python 1.6x as costly."""
+    if term.isascii():
+        return [term]
     return list(
         dict.fromkeys(
             (term, unicodedata.normalize("NFC", term), unicodedata.normalize("NFD", term))
