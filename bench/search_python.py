@@ -21,11 +21,12 @@ import argparse
 import asyncio
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from bench.trees import alternated, measure_in
 
 TREE = Path(__file__).resolve().parent.parent
 PASSES = 15
@@ -91,27 +92,18 @@ def measure(tree: Path) -> None:
 
 
 def round_of(tree: Path) -> tuple[float, list[str]]:
-    done = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--measure", str(tree)],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=tree,
-    )
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = measure_in(__file__, tree)
     return float(result["us"]), list(result["files"])
 
 
 def run(against: list[Path], rounds: int) -> None:
     trees = {"this tree": TREE} | {str(tree): tree for tree in against}
     results: dict[str, list[float]] = {name: [] for name in trees}
-    for index in range(rounds):
-        order = list(trees.items())
-        for name, tree in order if index % 2 == 0 else order[::-1]:  # neither always first
-            us, files = round_of(tree)
-            if not index:
-                print(f"{name}: " + ", ".join(files))
-            results[name].append(us)
+    for index, name, tree in alternated(trees, rounds):
+        us, files = round_of(tree)
+        if not index:
+            print(f"{name}: " + ", ".join(files))
+        results[name].append(us)
     ours = statistics.median(results["this tree"])
     print("µs of CPU a search, database and embedding faked (median of rounds; each round's best)")
     for name, values in results.items():
