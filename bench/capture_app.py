@@ -3,6 +3,7 @@
     uv run python -m bench.capture_app              # 10 rounds of 16 x 20 observe/result pairs
     uv run python -m bench.capture_app --rounds 5 --pairs 40
     uv run python -m bench.capture_app --no-db      # the writer answers at once: Python only
+    uv run python -m bench.capture_app --profile app.prof   # where that CPU goes, by function
 
 Calls the whole ASGI app (middlewares, router, routes, the group-commit writer) directly with
 the bodies `bench.capture` sends, from 16 concurrent clients, on an embedded PostgreSQL, and
@@ -15,13 +16,21 @@ With --no-db the group-commit writer is replaced, once the app has started, by o
 each statement's parameters into their wire form (as the real one does) and answers at once: the
 figure is then the Python of the middlewares, routes and services alone, without the writer's
 libpq round trips and the waits for Postgres, and it moves far less from run to run.
+
+With --profile FILE the measured rounds (not the start-up or the warm-up) run under cProfile,
+timed in process CPU (wall time counted every wait for Postgres and for the CPU on a shared
+machine as the function's own), and the stats go to FILE and their top to the output. cProfile's
+own cost inflates the per-request figures of those rounds about threefold, so compare shares, not
+times.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import json
+import pstats
 import random
 import time
 import uuid
@@ -115,7 +124,9 @@ def instant_writer() -> Any:
     return InstantWriter()
 
 
-async def run(url: str, rounds: int, pairs: int, no_db: bool = False) -> None:
+async def run(
+    url: str, rounds: int, pairs: int, no_db: bool = False, profile: Path | None = None
+) -> None:
     from app.config import Settings
     from app.heap import freeze_heap
     from app.main import create_app
@@ -156,12 +167,17 @@ async def run(url: str, rounds: int, pairs: int, no_db: bool = False) -> None:
 
         await asyncio.gather(*(client(n, 10) for n in range(CLIENTS)))  # warm-up
         freeze_heap()  # as `agmem serve` does after startup
+        profiler = cProfile.Profile(time.process_time) if profile else None
         best = float("inf")
         requests = CLIENTS * pairs * 2
         for number in range(1, rounds + 1):
+            if profiler:
+                profiler.enable()
             cpu, wall = time.process_time(), time.perf_counter()
             await asyncio.gather(*(client(n, pairs) for n in range(CLIENTS)))
             cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+            if profiler:
+                profiler.disable()
             best = min(best, cpu / requests)
             print(
                 f"round {number}: {cpu / requests * 1000:.3f} ms CPU a request, "
@@ -171,6 +187,9 @@ async def run(url: str, rounds: int, pairs: int, no_db: bool = False) -> None:
         print(
             f"best round: {best * 1000:.3f} ms of app CPU a request ({requests} requests a round)"
         )
+        if profiler and profile:
+            profiler.dump_stats(profile)
+            pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
         if no_db:
             app.state.capture_writer = real_writer  # the lifespan closes the real one
 
@@ -182,6 +201,9 @@ def main() -> None:
     parser.add_argument(
         "--no-db", action="store_true", help="a writer that answers at once: the app's Python alone"
     )
+    parser.add_argument(
+        "--profile", type=Path, metavar="FILE", help="cProfile the rounds (process CPU) into FILE"
+    )
     args = parser.parse_args()
 
     from app.db import migrate
@@ -192,7 +214,7 @@ def main() -> None:
     with scratch_folder("agmem-bench-") as folder:
         url = start_embedded_postgres(Path(folder) / "pgdata")
         migrate.upgrade(url)
-        asyncio.run(run(url, args.rounds, args.pairs, args.no_db))
+        asyncio.run(run(url, args.rounds, args.pairs, args.no_db, args.profile))
 
 
 if __name__ == "__main__":

@@ -22,11 +22,12 @@ import argparse
 import json
 import random
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from bench.trees import alternated, measure_in
 
 TREE = Path(__file__).resolve().parent.parent
 MAX_CHARS = 65_536  # AGMEM_CAPTURE_MAX_FIELD_CHARS's default
@@ -90,28 +91,19 @@ def measure(tree: Path) -> None:
 
 
 def round_of(tree: Path) -> tuple[dict[str, float], list[str]]:
-    done = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--measure", str(tree)],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=tree,
-    )
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = measure_in(__file__, tree)
     return {name: float(us) for name, us in result["us"].items()}, list(result["files"])
 
 
 def run(against: list[Path], rounds: int) -> None:
     trees = {"this tree": TREE} | {str(tree): tree for tree in against}
     results: dict[str, dict[str, list[float]]] = {name: {} for name in trees}
-    for index in range(rounds):
-        order = list(trees.items())
-        for name, tree in order if index % 2 == 0 else order[::-1]:  # neither always first
-            figures, files = round_of(tree)
-            if not index:
-                print(f"{name}: " + ", ".join(files))
-            for body, us in figures.items():
-                results[name].setdefault(body, []).append(us)
+    for index, name, tree in alternated(trees, rounds):
+        figures, files = round_of(tree)
+        if not index:
+            print(f"{name}: " + ", ".join(files))
+        for body, us in figures.items():
+            results[name].setdefault(body, []).append(us)
     print("µs of CPU a body (median of rounds; each round's best pass in brackets)")
     for name, by_body in results.items():
         print(name)

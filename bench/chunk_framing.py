@@ -18,12 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from bench.trees import measure_in
 
 TREE = Path(__file__).resolve().parent.parent
 BODY = 1024 * 1024
@@ -81,14 +82,7 @@ def run(against: list[Path], rounds: int) -> None:
         order = list(trees.items())
         shift = index % len(order)
         for name, tree in order[shift:] + order[:shift]:
-            done = subprocess.run(
-                [sys.executable, str(Path(__file__).resolve()), "--measure", str(tree)],
-                capture_output=True,
-                text=True,
-                check=True,
-                cwd=tree,
-            )
-            for case, figure in json.loads(done.stdout.strip().splitlines()[-1]).items():
+            for case, figure in measure_in(__file__, tree).items():
                 results[name].setdefault(case, []).append(figure)
     for case in results["this tree"]:
         ours = statistics.median(results["this tree"][case])

@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import json
 import statistics
-import subprocess
 import sys
 import time
 import uuid
@@ -26,6 +25,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+
+from bench.trees import measure_in
 
 TREE = Path(__file__).resolve().parent.parent
 PASSES = 15
@@ -97,15 +98,7 @@ def measure(tree: Path, count: int) -> None:
 
 
 def round_of(tree: Path, count: int) -> tuple[float, list[str]]:
-    done = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--measure", str(tree)]
-        + ["--rows", str(count)],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=tree,
-    )
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = measure_in(__file__, tree, "--rows", str(count))
     return float(result["ms"]), list(result["files"])
 
 

@@ -25,11 +25,12 @@ import argparse
 import asyncio
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from bench.trees import measure_in
 
 TREE = Path(__file__).resolve().parent.parent
 BODY = b'{"sessionId": "s", "toolName": "read_file", "args": "' + b"x" * 4000 + b'"}'
@@ -171,15 +172,7 @@ def measure(tree: Path, case: str, requests: int) -> None:
 
 
 def round_of(tree: Path, case: str, requests: int) -> tuple[float, list[str]]:
-    command = [sys.executable, str(Path(__file__).resolve()), "--measure", str(tree)]
-    done = subprocess.run(
-        [*command, "--case", case, "--requests", str(requests)],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=tree,
-    )
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = measure_in(__file__, tree, "--case", case, "--requests", str(requests))
     return float(result["figure"]), list(result["files"])
 
 
