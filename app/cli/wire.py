@@ -155,6 +155,7 @@ class JsonErrorsProtocol(LineReadingProtocol):
     parser: RefusingParser
     trusted_proxies: tuple[proxies.Network, ...] = ()
     allowed_hosts: frozenset[str] = frozenset()
+    max_body_bytes = DEFAULT_MAX_BODY_BYTES
 
     @classmethod
     def configured(
@@ -177,6 +178,7 @@ class JsonErrorsProtocol(LineReadingProtocol):
             "trusted_proxies": proxies.trusted_networks(trusted_proxies),
             "allowed_hosts": allowed_host_names(allowed_hosts),
             "refusals": RefusalLog(refusal_log_seconds),
+            "max_body_bytes": max_body_bytes,
             "linger_bytes": max_body_bytes + MAX_HEAD_BYTES,
             "linger_quiet_seconds": linger_quiet_seconds,
         }
@@ -427,6 +429,31 @@ class JsonErrorsProtocol(LineReadingProtocol):
             cycle.keep_alive = False
         if not cycle.keep_alive and self.has_body():
             cycle.transport = ClosingAfterBody(self)
+
+    def on_body(self, body: bytes) -> None:
+        # StallBoundProtocol's, inline: a chunked body calls it for each chunk (bench/wire.py).
+        self.body_received += len(body)
+        HttpToolsProtocol.on_body(self, body)
+        if self.body_received > self.max_body_bytes and self.chunked_cycle is self.cycle:
+            self.chunked_past_bound()
+
+    def chunked_past_bound(self) -> None:
+        """A chunked body past AGMEM_MAX_BODY_BYTES, which no route takes: it announced no
+        length (`announced_past_linger`), so kept alive its answer (the 413, or one sent before
+        the body came) left the connection open and the rest was read and dropped without end.
+        The answer not begun says `Connection: close` now; either way the close lingers, bounded
+        as every refusal's is."""
+        cycle = self.cycle
+        if not cycle.keep_alive or self.finished():
+            return  # closing already, lingering after the answer (`ClosingAfterBody`)
+        cycle.keep_alive = False
+        if not cycle.response_complete:
+            cycle.transport = ClosingAfterBody(self)
+            return
+        if self.timeout_keep_alive_task is not None:  # its close would reset the client
+            self.timeout_keep_alive_task.cancel()
+            self.timeout_keep_alive_task = None
+        self.close_lingering()
 
     def on_message_complete(self) -> None:
         self.body_open = False

@@ -1498,6 +1498,37 @@ def test_a_kept_alive_request_announcing_a_body_past_the_bound_is_closed_after_i
     assert b"\r\nconnection: close\r\n" in answer.partition(b"\r\n\r\n")[0].lower() + b"\r\n"
 
 
+@pytest.mark.parametrize(
+    ("path", "status", "name"),
+    [
+        (b"/api/observe", b"HTTP/1.1 413 Request Entity Too Large", "PayloadTooLarge"),
+        (b"/api/no-such-route", b"HTTP/1.1 404 Not Found", "NotFound"),
+    ],
+    ids=["refused past the bound", "answered before its body"],
+)
+def test_a_kept_alive_chunked_body_past_the_bound_is_closed_after_its_answer(
+    roomy: tuple[int, subprocess.Popen[str]], path: bytes, status: bytes, name: str
+) -> None:
+    # proxy28: a chunked body announces no length, so the 413 of one past AGMEM_MAX_BODY_BYTES
+    # (or any answer sent before its body came) went out kept alive, and the body's rest was
+    # read and dropped without end: the client never read a close, and 12 MiB sent left the
+    # connection open. Now past the bound the answer says `Connection: close` (the 404 sent
+    # before cannot: its connection is closed after it) and the close lingers, bounded.
+    head = START.replace(b"/api/session/start", path) + b"Transfer-Encoding: chunked\r\n\r\n"
+    block = b"x" * (1024 * 1024)
+    with socket.create_connection(("127.0.0.1", roomy[0]), timeout=15) as connection:
+        connection.sendall(head + (b"%x\r\n%s\r\n" % (len(block), block)) * 12)
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+
+    [(head_line, error)] = _answers(answer)
+    assert head_line == status
+    assert error["error"] == name
+    if status.startswith(b"HTTP/1.1 413"):
+        assert b"\r\nconnection: close\r\n" in answer.partition(b"\r\n\r\n")[0].lower() + b"\r\n"
+
+
 HUGE = 20 * 1024 * 1024
 
 
