@@ -70,6 +70,7 @@ from typing import Any
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from app.api.abort import ABORT_EXTENSION
 from app.api.middleware import allowed_host_names
 from app.cli.headers import MAX_HEAD_BYTES, HeaderBoundProtocol
 from app.cli.http1 import proxies
@@ -210,6 +211,10 @@ class JsonErrorsProtocol(LineReadingProtocol):
         # A head's text ends in a word no method a route answers starts with: its 501 once its
         # rest has had time to come (`wait_for_method`).
         self.method_timer: asyncio.TimerHandle | None = None
+        # Each request's scope offers the app the cut of its answer (app/api/abort.py).
+        self.extensions: dict[str, dict[object, object]] = {
+            ABORT_EXTENSION: {"abort": self.abort_answer}
+        }
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
@@ -419,6 +424,7 @@ class JsonErrorsProtocol(LineReadingProtocol):
         self.body_began = self.last_data
         self.body_received = 0
         self.chunks = None
+        self.scope["extensions"] = self.extensions
         HttpToolsProtocol.on_headers_complete(self)  # raises for a URL past 64 KiB: no body
         self.body_open = True
         cycle = self.cycle
@@ -454,6 +460,15 @@ class JsonErrorsProtocol(LineReadingProtocol):
             self.timeout_keep_alive_task.cancel()
             self.timeout_keep_alive_task = None
         self.close_lingering()
+
+    def abort_answer(self, scope: Any) -> None:
+        """Close the connection after what was written of the answer in hand, without its end
+        (app/api/abort.py): the client reads an incomplete transfer. Its request is taken for
+        ended (`disconnected`), so uvicorn does not log the app's return as a fault."""
+        cycle = self.cycle
+        if cycle is not None and cycle.scope is scope:
+            cycle.disconnected = True
+        self.transport.close()
 
     def on_message_complete(self) -> None:
         self.body_open = False

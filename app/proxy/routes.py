@@ -19,6 +19,7 @@ from fastapi.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from app.api import paths  # noqa: F401 - registers the `{name:any}` paths below use
+from app.api.abort import abort_answer
 from app.config import Settings
 from app.errors import Unauthorized
 from app.projects import canonical_project
@@ -190,6 +191,9 @@ class _Relay(StreamingResponse):
         self.copy = bytearray()
         # Set once the upstream's stream has ended and its last chunk went to the caller.
         self.whole = False
+        # Set when the upstream broke off a stream that has no error event (not SSE): the answer
+        # is then cut too (`stream_response`).
+        self.cut = False
         super().__init__(self._chunks(), status_code=upstream.status_code, headers=headers)
 
     async def _chunks(self) -> AsyncIterator[bytes]:
@@ -210,10 +214,26 @@ class _Relay(StreamingResponse):
                 # cleanly would hand the caller a cut answer that looks whole; Gemini reports a
                 # failure mid-stream as an `error` event, which google-genai raises.
                 yield stream_error_event(self.copy, error)
+            else:
+                # A JSON array has no such event: ended cleanly, half an array looked whole
+                # (curl's exit 0, where the upstream's own cut is its exit 18).
+                self.cut = True
+
+    async def stream_response(self, send: Send) -> None:
+        """Starlette's, but a cut stream's answer is left without its end (`abort_answer`)."""
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
+        async for chunk in self.body_iterator:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        if not self.cut:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
+            if self.cut:
+                abort_answer(scope)
         finally:
             # A stream cut short (the upstream broke off, the caller went away) is no answer: the
             # client raised or gave up, so the agent runs none of its calls and asks again. Its

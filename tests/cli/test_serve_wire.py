@@ -694,6 +694,38 @@ def test_a_stream_read_as_fast_as_it_comes_outlasting_the_timeout_is_not_reset(
     assert took > IDLE_SECONDS
 
 
+def test_a_json_stream_the_upstream_cuts_is_cut_for_the_client_without_a_fault_logged(
+    served: tuple[int, subprocess.Popen[str]], upstream: FakeUpstream
+) -> None:
+    # proxy28: a stream without `alt=sse` cut by the upstream went out whole (its last chunk
+    # sent, kept alive). The protocol now closes the connection after what was relayed, without
+    # that chunk, and the app's return is no fault: uvicorn's own way to cut an answer logs
+    # "ASGI callable returned without completing response." (or a traceback, if it raises).
+    port, server = served
+    pieces = [b'[{"candidates": []}', b',\r\n{"candi']
+    upstream.queue(Scripted(raw_chunks=pieces, cut=True))
+    request = (
+        b"POST /v1beta/models/gemini-2.5-flash:streamGenerateContent HTTP/1.1\r\n"
+        b"Host: 127.0.0.1\r\nx-goog-api-key: k\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 2\r\n\r\n{}"
+    )
+    logged(server)
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as connection:
+        connection.sendall(request)
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 "), answer[:300]
+    assert body == b"".join(b"%x\r\n%s\r\n" % (len(piece), piece) for piece in pieces)
+    log = _logged_within(server, "proxy.upstream_stream_broken", 5.0)
+    log += _logged_within(server, "ASGI callable", 0.5)
+    assert "proxy.upstream_stream_broken" in log
+    assert "ASGI callable" not in log, log
+    assert "Traceback" not in log, log
+
+
 def test_a_request_line_without_a_version_is_a_400_that_says_so(port: int) -> None:
     # HTTP/0.9's shape, without a Host: its detail said "which HTTP/1.1 requires".
     answer = exchange(port, b"GET /health\r\n\r\n")

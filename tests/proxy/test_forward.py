@@ -167,6 +167,44 @@ def test_a_stream_the_upstream_breaks_off_ends_in_an_error_the_client_raises(
     assert "broke off the stream (ReadTimeout)" in str(raised.value)
 
 
+def _calls(name: str) -> dict[str, Any]:
+    part = {"functionCall": {"name": name, "args": {"path": "Makefile"}}}
+    return {"candidates": [{"content": {"role": "model", "parts": [part]}}]}
+
+
+def _read_into(received: bytearray, answer: httpx.Response) -> None:
+    for chunk in answer.iter_raw():
+        received += chunk
+
+
+def test_a_json_stream_the_upstream_cuts_is_an_incomplete_transfer(
+    proxy: Proxy, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # proxy28: without `alt=sse` Gemini streams one JSON array. Cut by the upstream mid-body,
+    # it was relayed as a clean end (its last chunk sent): half an array and curl's exit 0,
+    # where the upstream itself gave a transfer error (curl 18). Now the answer is cut too.
+    first = json.dumps(_calls("read_file")).encode()
+    pieces = [b"[" + first, b",\r\n" + first[:20]]
+    proxy.upstream.queue(Scripted(raw_chunks=pieces, cut=True))
+    url = f"{proxy.url}/v1beta/models/gemini-2.5-flash:streamGenerateContent"
+    headers = {"x-goog-api-key": CALLER_KEY, "X-Agmem-Project": "/home/dev/shop"}
+    received = bytearray()
+    with (
+        httpx.Client(timeout=20) as client,
+        client.stream("POST", url, json={"contents": []}, headers=headers) as answer,
+        pytest.raises(httpx.RemoteProtocolError, match="incomplete chunked read"),
+    ):
+        _read_into(received, answer)
+
+    assert received == b"".join(pieces)
+    proxy.wait_for_capture()
+    logged = capsys.readouterr()
+    assert "proxy.upstream_stream_broken" in logged.out + logged.err
+    assert "Traceback" not in logged.out + logged.err
+    # A cut answer is no answer: its complete first call is not recorded, as for SSE.
+    assert db.execute("SELECT count(*) FROM observations").fetchone() == (0,)
+
+
 @pytest.mark.parametrize("status", [429, 500])
 def test_upstream_errors_are_relayed_unchanged(proxy: Proxy, status: int) -> None:
     body = {"error": {"code": status, "message": f"upstream {status}", "status": "X"}}
