@@ -205,6 +205,26 @@ def test_a_json_stream_the_upstream_cuts_is_an_incomplete_transfer(
     assert db.execute("SELECT count(*) FROM observations").fetchone() == (0,)
 
 
+def test_an_sse_stream_the_upstream_cuts_mid_event_ends_in_the_error_event_alone(
+    proxy: Proxy,
+) -> None:
+    # proxy28: the half event was relayed as it came, and the error event's blank line closed
+    # it: google-genai raised on that garbage (`UnknownApiResponseError`, "Failed to parse
+    # response as JSON"), never on the 502 meant for it. An event's start is now relayed with
+    # its end, so a cut leaves none: the client reads the whole events, then the error.
+    events = sse_bytes([text_answer("Hello "), text_answer("world")])
+    proxy.upstream.queue(Scripted(raw_chunks=[events[0] + events[1][:15]], cut=True))
+    client = proxy.client()  # kept: a dropped Client closes itself
+    stream = client.models.generate_content_stream(model="m", contents="say hello")
+    texts = [next(stream).text]
+    with pytest.raises(errors.ServerError) as raised:
+        next(stream)
+
+    assert texts == ["Hello "]
+    assert raised.value.code == 502
+    assert "broke off the stream (RemoteProtocolError)" in str(raised.value)
+
+
 @pytest.mark.parametrize("status", [429, 500])
 def test_upstream_errors_are_relayed_unchanged(proxy: Proxy, status: int) -> None:
     body = {"error": {"code": status, "message": f"upstream {status}", "status": "X"}}
