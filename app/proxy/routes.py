@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any, TypeVar
 from urllib.parse import unquote
 
 import httpx
@@ -37,6 +38,7 @@ from app.proxy.inject import has_memory_block, last_user_prompt
 from app.proxy.sse import events_end
 from app.proxy.state import ProxyState, get_app_state, get_proxy_state, proxy_lifespan
 
+_T = TypeVar("_T")
 log = structlog.get_logger(__name__)
 
 router = APIRouter(tags=["gemini-proxy"], lifespan=proxy_lifespan)
@@ -146,10 +148,12 @@ async def _forward(
         request.method, url, headers=request_headers(request.headers), content=content
     )
     try:
-        upstream = await proxy.http.send(upstream_request, stream=True)
+        upstream = await _unless_gone(request, proxy.http.send(upstream_request, stream=True))
     except httpx.HTTPError as error:
         log.warning("proxy.upstream_unreachable", model=model, error_type=type(error).__name__)
         raise unreachable(settings, error) from None
+    if upstream is None:
+        return _caller_gone(model)
 
     headers = dict(response_headers(upstream.headers))
     streaming = relay_all or request.url.path.endswith(":streamGenerateContent")
@@ -159,16 +163,51 @@ async def _forward(
             upstream, answer, progress or Progress(), sse=sse, model=model, headers=headers
         )
     try:
-        payload = await upstream.aread()
+        payload = await _unless_gone(request, upstream.aread())
     except httpx.HTTPError as error:
         raise unreachable(settings, error) from None
     finally:
         await upstream.aclose()
+    if payload is None:
+        return _caller_gone(model)
     if upstream.status_code < 400:
         answer.set_result(Answer(payload, sse=False))
     else:
         log.info("proxy.upstream_error", model=model, status=upstream.status_code)
     return Response(payload, status_code=upstream.status_code, headers=headers)
+
+
+async def _unless_gone(request: Request, work: Coroutine[Any, Any, _T]) -> _T | None:
+    """`work`'s result, or None (`work` cancelled) once the caller closed its connection first.
+
+    The server cancels no request whose caller went away: the proxy waited for Gemini's answer
+    (up to AGMEM_PROXY_UPSTREAM_TIMEOUT_SECONDS of thinking the caller's key pays for), and
+    capture recorded the calls of a whole one as `pending`, calls the agent never received.
+    """
+    job = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_disconnect(request.receive))
+    try:
+        await asyncio.wait((job, gone), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not job.done():
+            job.cancel()
+    if not job.done():
+        await asyncio.wait((job,))  # its cancellation done (a connection released)
+        return None
+    return job.result()
+
+
+async def _disconnect(receive: Receive) -> None:
+    """Until the caller closes its connection (its body was read: nothing else comes)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def _caller_gone(model: str) -> Response:
+    log.info("proxy.caller_gone", model=model)
+    # Nobody reads it: the server drops an answer to a closed connection (nginx's 499).
+    return Response(status_code=499)
 
 
 class _Relay(StreamingResponse):

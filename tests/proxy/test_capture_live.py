@@ -429,6 +429,34 @@ def test_an_answer_the_client_cannot_read_records_nothing(
     assert db.execute("SELECT count(*) FROM sessions").fetchone() == (0,)
 
 
+@pytest.mark.parametrize(
+    "action", [":generateContent", ":streamGenerateContent"], ids=["whole", "stream"]
+)
+def test_a_call_its_caller_left_before_the_answer_records_nothing_and_is_given_up(
+    start_proxy: ProxyFactory,
+    db: psycopg.Connection[Any],
+    capsys: pytest.CaptureFixture[str],
+    action: str,
+) -> None:
+    # proxy28: the caller (an agent cancelled, a client's own timeout) closed the connection
+    # while Gemini thought; the proxy still waited for the answer (up to
+    # AGMEM_PROXY_UPSTREAM_TIMEOUT_SECONDS) and a whole one's calls became `pending`
+    # observations of calls the agent never received, nor ran, in a session opened for them.
+    with fake_gemini() as fake, start_proxy(upstream_url=fake.url) as proxy:
+        cleanup = _calls_answer({"name": "run_shell", "args": {"command": "rm -rf build"}})
+        fake.queue(action, FakeResponse(body=cleanup, delay_s=10.0))
+        url = f"{proxy.url}/v1beta/models/m{action}"
+        body = {"contents": [{"role": "user", "parts": [{"text": "clean up"}]}]}
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(url, json=body, headers={"X-Agmem-Project": PROJECT}, timeout=0.5)
+        log = _logs_until(capsys, "proxy.no_answer")
+        proxy.wait_for_capture()
+
+    assert "proxy.caller_gone" in log
+    assert _observations(db) == []
+    assert db.execute("SELECT count(*) FROM sessions").fetchone() == (0,)
+
+
 def test_two_conversations_in_one_project_session_each_keep_their_calls(
     proxy: Proxy, db: psycopg.Connection[Any]
 ) -> None:
