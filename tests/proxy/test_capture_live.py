@@ -14,6 +14,7 @@ import httpx
 import psycopg
 import pytest
 from google.genai import errors, types
+from sqlalchemy import event
 
 from tests.fakes.gemini import FakeResponse, fake_gemini, text_answer
 from tests.proxy.conftest import PROJECT, Proxy, ProxyFactory
@@ -427,6 +428,47 @@ def test_an_answer_the_client_cannot_read_records_nothing(
 
     assert _observations(db) == []
     assert db.execute("SELECT count(*) FROM sessions").fetchone() == (0,)
+
+
+def test_a_tool_loops_results_find_their_calls_in_the_current_session_at_once(
+    proxy: Proxy, db: psycopg.Connection[Any]
+) -> None:
+    # proxy28: every turn of a tool loop looked its calls up among the project's five latest
+    # proxy sessions (those sessions, then their holders: two queries in a transaction), where
+    # the session the conversation resolved to holds them nearly always.
+    read = {"name": "read_file", "args": {"path": "auth/jwt.ts"}}
+    proxy.upstream.queue(
+        Scripted(body=_calls_answer(read)), Scripted(body=text_answer("Off by one."))
+    )
+    client = proxy.client()
+    prompt = types.Content(role="user", parts=[types.Part(text="why do tokens expire early?")])
+    first = client.models.generate_content(model="gemini-2.5-flash", contents=[prompt])
+    _settled(db, 1, "pending")
+    assert first.candidates is not None
+    assert first.candidates[0].content is not None
+    result = types.Part.from_function_response(name="read_file", response={"text": "source"})
+    sent: list[str] = []
+    engine = proxy.app.state.agmem.engine.sync_engine
+
+    def note(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        sent.append(statement)
+
+    event.listen(engine, "before_cursor_execute", note)
+    try:
+        client.models.generate_content(
+            model="gemini-2.5-flash",
+            contents=[
+                prompt,
+                first.candidates[0].content,
+                types.Content(role="user", parts=[result]),
+            ],
+        )
+        rows = _settled(db, 1, "captured")
+    finally:
+        event.remove(engine, "before_cursor_execute", note)
+
+    assert [(r[1], r[3]) for r in rows] == [("read_file", {"text": "source"})]
+    assert not [statement for statement in sent if "ORDER BY created_at DESC" in statement]
 
 
 @pytest.mark.parametrize(
