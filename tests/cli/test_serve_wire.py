@@ -1530,6 +1530,16 @@ def test_a_kept_alive_request_announcing_a_body_past_the_bound_is_closed_after_i
     assert b"\r\nconnection: close\r\n" in answer.partition(b"\r\n\r\n")[0].lower() + b"\r\n"
 
 
+def _sent_whole(port: int, data: bytes, timeout: float) -> bytes:
+    """Send `data` at once, then read until the server closes the connection."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as connection:
+        connection.sendall(data)
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+    return answer
+
+
 @pytest.mark.parametrize(
     ("path", "status", "name"),
     [
@@ -1548,11 +1558,7 @@ def test_a_kept_alive_chunked_body_past_the_bound_is_closed_after_its_answer(
     # before cannot: its connection is closed after it) and the close lingers, bounded.
     head = START.replace(b"/api/session/start", path) + b"Transfer-Encoding: chunked\r\n\r\n"
     block = b"x" * (1024 * 1024)
-    with socket.create_connection(("127.0.0.1", roomy[0]), timeout=15) as connection:
-        connection.sendall(head + (b"%x\r\n%s\r\n" % (len(block), block)) * 12)
-        answer = b""
-        while chunk := connection.recv(65536):
-            answer += chunk
+    answer = _sent_whole(roomy[0], head + (b"%x\r\n%s\r\n" % (len(block), block)) * 12, 15)
 
     [(head_line, error)] = _answers(answer)
     assert head_line == status
@@ -1583,11 +1589,7 @@ def test_a_client_sending_20_mib_after_its_refusal_reads_it(
     # 128 KiB), the connection was closed with bytes unread: an RST, under which the client's
     # write failed before it read the 413 (or 400). On `roomy`: ~12 MiB at LINGER_RATE take 3 s,
     # and a client descheduled for the default quiet (2 s) meanwhile was closed on mid-send.
-    with socket.create_connection(("127.0.0.1", roomy[0]), timeout=60) as connection:
-        connection.sendall(head + b"x" * HUGE)
-        answer = b""
-        while chunk := connection.recv(65536):
-            answer += chunk
+    answer = _sent_whole(roomy[0], head + b"x" * HUGE, 60)
 
     [(head_line, error)] = _answers(answer)
     assert head_line == status

@@ -146,6 +146,18 @@ def test_stream_through_google_genai_client(proxy: Proxy) -> None:
     assert seen.path == "/v1/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
 
 
+def _text_then_error(
+    proxy: Proxy,
+) -> tuple[list[str | None], pytest.ExceptionInfo[errors.ServerError]]:
+    """A stream's first answer's text through google-genai, and the error its next one raises."""
+    client = proxy.client()  # kept: a dropped Client closes itself
+    stream = client.models.generate_content_stream(model="gemini-2.5-flash", contents="say hello")
+    texts = [next(stream).text]
+    with pytest.raises(errors.ServerError) as raised:
+        next(stream)
+    return texts, raised
+
+
 def test_a_stream_the_upstream_breaks_off_ends_in_an_error_the_client_raises(
     start_proxy: ProxyFactory,
 ) -> None:
@@ -154,13 +166,7 @@ def test_a_stream_the_upstream_breaks_off_ends_in_an_error_the_client_raises(
         # The second chunk comes after the proxy's read timeout: the upstream went silent.
         chunks = [text_answer("Hello "), text_answer("x")]
         proxy.upstream.queue(Scripted(chunks=chunks, pause_s=3.0))
-        client = proxy.client()
-        stream = client.models.generate_content_stream(
-            model="gemini-2.5-flash", contents="say hello"
-        )
-        texts = [next(stream).text]
-        with pytest.raises(errors.ServerError) as raised:
-            next(stream)
+        texts, raised = _text_then_error(proxy)
 
     assert texts == ["Hello "]
     assert raised.value.code == 504
@@ -214,11 +220,7 @@ def test_an_sse_stream_the_upstream_cuts_mid_event_ends_in_the_error_event_alone
     # its end, so a cut leaves none: the client reads the whole events, then the error.
     events = sse_bytes([text_answer("Hello "), text_answer("world")])
     proxy.upstream.queue(Scripted(raw_chunks=[events[0] + events[1][:15]], cut=True))
-    client = proxy.client()  # kept: a dropped Client closes itself
-    stream = client.models.generate_content_stream(model="m", contents="say hello")
-    texts = [next(stream).text]
-    with pytest.raises(errors.ServerError) as raised:
-        next(stream)
+    texts, raised = _text_then_error(proxy)
 
     assert texts == ["Hello "]
     assert raised.value.code == 502
