@@ -166,6 +166,7 @@ class Capturer:
                         project=request.project,
                         answered=answered,
                         conversation=conversation,
+                        current=self._recent_session(key),
                     )
                 if calls_session is None:
                     session_id = calls_session = await self._session(key, request)
@@ -214,6 +215,16 @@ class Capturer:
                 )
 
         self.jobs.submit(key, job)
+
+    def _recent_session(self, key: str) -> str | None:
+        """The session the conversation resolved to within the idle window: still the project's
+        newest proxy session, unless another process opened one since (then the latest five are
+        searched, as when none is remembered)."""
+        memo = self._sessions.get(key)
+        idle_s = self.agmem.settings.proxy_session_idle_seconds
+        if memo is None or time.monotonic() - memo[1] >= idle_s:
+            return None
+        return memo[0]
 
     async def _session(self, key: str, request: CaptureRequest) -> str:
         settings = self.agmem.settings

@@ -135,9 +135,11 @@ async def session_of_calls(
     project: str,
     answered: tuple[int, list[FunctionCall]],
     conversation: str,
+    current: str | None = None,
 ) -> str | None:
     """The proxy session that recorded the calls a request's results answer, if one of the
-    project's latest did.
+    project's latest did: `current` (the session this process last resolved for the
+    conversation) is tried first, the common case's one query, then the latest five.
 
     A conversation's results can come after its session was ended: the user approved a tool
     call past `AGMEM_PROXY_SESSION_IDLE_SECONDS` (Gemini CLI waits for an approval for good).
@@ -148,6 +150,13 @@ async def session_of_calls(
     index, calls = answered
     if not calls:
         return None
+    if current is not None:
+        # The calls are nearly always the current session's (a tool loop's next turn): it was
+        # two queries (the latest sessions, then their holders) and a transaction on every turn.
+        first_id = observation_ids(current, index, calls, conversation=conversation)[0]
+        async with agmem.sessionmaker() as db:
+            if await holders_of(db, observation_ids=[first_id]):
+                return current
     async with agmem.sessionmaker() as db, db.begin():
         candidates = await recent_sessions(db, project=project, limit=_SESSIONS_SEARCHED)
         if not candidates:

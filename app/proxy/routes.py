@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any, TypeVar
 from urllib.parse import unquote
 
 import httpx
@@ -19,6 +20,7 @@ from fastapi.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from app.api import paths  # noqa: F401 - registers the `{name:any}` paths below use
+from app.api.abort import abort_answer
 from app.config import Settings
 from app.errors import Unauthorized
 from app.projects import canonical_project
@@ -33,8 +35,10 @@ from app.proxy.forward import (
     unreachable,
 )
 from app.proxy.inject import has_memory_block, last_user_prompt
+from app.proxy.sse import events_end
 from app.proxy.state import ProxyState, get_app_state, get_proxy_state, proxy_lifespan
 
+_T = TypeVar("_T")
 log = structlog.get_logger(__name__)
 
 router = APIRouter(tags=["gemini-proxy"], lifespan=proxy_lifespan)
@@ -144,10 +148,12 @@ async def _forward(
         request.method, url, headers=request_headers(request.headers), content=content
     )
     try:
-        upstream = await proxy.http.send(upstream_request, stream=True)
+        upstream = await _unless_gone(request, proxy.http.send(upstream_request, stream=True))
     except httpx.HTTPError as error:
         log.warning("proxy.upstream_unreachable", model=model, error_type=type(error).__name__)
         raise unreachable(settings, error) from None
+    if upstream is None:
+        return _caller_gone(model)
 
     headers = dict(response_headers(upstream.headers))
     streaming = relay_all or request.url.path.endswith(":streamGenerateContent")
@@ -157,16 +163,51 @@ async def _forward(
             upstream, answer, progress or Progress(), sse=sse, model=model, headers=headers
         )
     try:
-        payload = await upstream.aread()
+        payload = await _unless_gone(request, upstream.aread())
     except httpx.HTTPError as error:
         raise unreachable(settings, error) from None
     finally:
         await upstream.aclose()
+    if payload is None:
+        return _caller_gone(model)
     if upstream.status_code < 400:
         answer.set_result(Answer(payload, sse=False))
     else:
         log.info("proxy.upstream_error", model=model, status=upstream.status_code)
     return Response(payload, status_code=upstream.status_code, headers=headers)
+
+
+async def _unless_gone(request: Request, work: Coroutine[Any, Any, _T]) -> _T | None:
+    """`work`'s result, or None (`work` cancelled) once the caller closed its connection first.
+
+    The server cancels no request whose caller went away: the proxy waited for Gemini's answer
+    (up to AGMEM_PROXY_UPSTREAM_TIMEOUT_SECONDS of thinking the caller's key pays for), and
+    capture recorded the calls of a whole one as `pending`, calls the agent never received.
+    """
+    job = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_disconnect(request.receive))
+    try:
+        await asyncio.wait((job, gone), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not job.done():
+            job.cancel()
+    if not job.done():
+        await asyncio.wait((job,))  # its cancellation done (a connection released)
+        return None
+    return job.result()
+
+
+async def _disconnect(receive: Receive) -> None:
+    """Until the caller closes its connection (its body was read: nothing else comes)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def _caller_gone(model: str) -> Response:
+    log.info("proxy.caller_gone", model=model)
+    # Nobody reads it: the server drops an answer to a closed connection (nginx's 499).
+    return Response(status_code=499)
 
 
 class _Relay(StreamingResponse):
@@ -190,16 +231,31 @@ class _Relay(StreamingResponse):
         self.copy = bytearray()
         # Set once the upstream's stream has ended and its last chunk went to the caller.
         self.whole = False
+        # Set when the upstream broke off a stream that has no error event (not SSE): the answer
+        # is then cut too (`stream_response`).
+        self.cut = False
         super().__init__(self._chunks(), status_code=upstream.status_code, headers=headers)
 
     async def _chunks(self) -> AsyncIterator[bytes]:
+        # An SSE event's start, relayed with its end: a stream cut mid-event then leaves none
+        # before the error event. Relayed as it came, the half event was closed by the error
+        # event's blank line, and google-genai raised on that garbage instead of the error.
+        held = b""
         try:
             async for chunk in self.upstream.aiter_bytes():
                 self.copy += chunk
                 self.progress.moved()
+                if self.sse:
+                    chunk = held + chunk
+                    end = events_end(chunk)
+                    chunk, held = chunk[:end], chunk[end:]
+                    if not chunk:
+                        continue
                 yield chunk
                 # And once the caller took it: a slow reader holds the next read back.
                 self.progress.moved()
+            if held:  # an event without its blank line, which the stream's end closes
+                yield held
             self.whole = True
         except httpx.HTTPError as error:
             log.warning(
@@ -209,11 +265,27 @@ class _Relay(StreamingResponse):
                 # Headers are already sent, so the status cannot say it. Ending the stream
                 # cleanly would hand the caller a cut answer that looks whole; Gemini reports a
                 # failure mid-stream as an `error` event, which google-genai raises.
-                yield stream_error_event(self.copy, error)
+                yield stream_error_event(self.copy[: len(self.copy) - len(held)], error)
+            else:
+                # A JSON array has no such event: ended cleanly, half an array looked whole
+                # (curl's exit 0, where the upstream's own cut is its exit 18).
+                self.cut = True
+
+    async def stream_response(self, send: Send) -> None:
+        """Starlette's, but a cut stream's answer is left without its end (`abort_answer`)."""
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
+        async for chunk in self.body_iterator:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        if not self.cut:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
+            if self.cut:
+                abort_answer(scope)
         finally:
             # A stream cut short (the upstream broke off, the caller went away) is no answer: the
             # client raised or gave up, so the agent runs none of its calls and asks again. Its

@@ -56,6 +56,16 @@ class SseReader:
             self.malformed += 1
 
 
+def events_end(data: bytes) -> int:
+    """Where the last whole event in `data` ends (0 for none), as `SseReader` reads them."""
+    end = 0
+    for match in _EVENT_END.finditer(data):
+        if match.group() == b"\r\r" and match.end() == len(data):
+            break  # maybe the first half of "\r\n": the next chunk says
+        end = match.end()
+    return end
+
+
 def parse_json_array_stream(body: bytes) -> list[Any] | None:
     """`streamGenerateContent` without `alt=sse` answers one JSON array of responses (and
     `generateContent` one response); None when the body is not JSON."""

@@ -694,6 +694,38 @@ def test_a_stream_read_as_fast_as_it_comes_outlasting_the_timeout_is_not_reset(
     assert took > IDLE_SECONDS
 
 
+def test_a_json_stream_the_upstream_cuts_is_cut_for_the_client_without_a_fault_logged(
+    served: tuple[int, subprocess.Popen[str]], upstream: FakeUpstream
+) -> None:
+    # proxy28: a stream without `alt=sse` cut by the upstream went out whole (its last chunk
+    # sent, kept alive). The protocol now closes the connection after what was relayed, without
+    # that chunk, and the app's return is no fault: uvicorn's own way to cut an answer logs
+    # "ASGI callable returned without completing response." (or a traceback, if it raises).
+    port, server = served
+    pieces = [b'[{"candidates": []}', b',\r\n{"candi']
+    upstream.queue(Scripted(raw_chunks=pieces, cut=True))
+    request = (
+        b"POST /v1beta/models/gemini-2.5-flash:streamGenerateContent HTTP/1.1\r\n"
+        b"Host: 127.0.0.1\r\nx-goog-api-key: k\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 2\r\n\r\n{}"
+    )
+    logged(server)
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as connection:
+        connection.sendall(request)
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 "), answer[:300]
+    assert body == b"".join(b"%x\r\n%s\r\n" % (len(piece), piece) for piece in pieces)
+    log = _logged_within(server, "proxy.upstream_stream_broken", 5.0)
+    log += _logged_within(server, "ASGI callable", 0.5)
+    assert "proxy.upstream_stream_broken" in log
+    assert "ASGI callable" not in log, log
+    assert "Traceback" not in log, log
+
+
 def test_a_request_line_without_a_version_is_a_400_that_says_so(port: int) -> None:
     # HTTP/0.9's shape, without a Host: its detail said "which HTTP/1.1 requires".
     answer = exchange(port, b"GET /health\r\n\r\n")
@@ -1498,6 +1530,43 @@ def test_a_kept_alive_request_announcing_a_body_past_the_bound_is_closed_after_i
     assert b"\r\nconnection: close\r\n" in answer.partition(b"\r\n\r\n")[0].lower() + b"\r\n"
 
 
+def _sent_whole(port: int, data: bytes, timeout: float) -> bytes:
+    """Send `data` at once, then read until the server closes the connection."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as connection:
+        connection.sendall(data)
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+    return answer
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "name"),
+    [
+        (b"/api/observe", b"HTTP/1.1 413 Request Entity Too Large", "PayloadTooLarge"),
+        (b"/api/no-such-route", b"HTTP/1.1 404 Not Found", "NotFound"),
+    ],
+    ids=["refused past the bound", "answered before its body"],
+)
+def test_a_kept_alive_chunked_body_past_the_bound_is_closed_after_its_answer(
+    roomy: tuple[int, subprocess.Popen[str]], path: bytes, status: bytes, name: str
+) -> None:
+    # proxy28: a chunked body announces no length, so the 413 of one past AGMEM_MAX_BODY_BYTES
+    # (or any answer sent before its body came) went out kept alive, and the body's rest was
+    # read and dropped without end: the client never read a close, and 12 MiB sent left the
+    # connection open. Now past the bound the answer says `Connection: close` (the 404 sent
+    # before cannot: its connection is closed after it) and the close lingers, bounded.
+    head = START.replace(b"/api/session/start", path) + b"Transfer-Encoding: chunked\r\n\r\n"
+    block = b"x" * (1024 * 1024)
+    answer = _sent_whole(roomy[0], head + (b"%x\r\n%s\r\n" % (len(block), block)) * 12, 15)
+
+    [(head_line, error)] = _answers(answer)
+    assert head_line == status
+    assert error["error"] == name
+    if status.startswith(b"HTTP/1.1 413"):
+        assert b"\r\nconnection: close\r\n" in answer.partition(b"\r\n\r\n")[0].lower() + b"\r\n"
+
+
 HUGE = 20 * 1024 * 1024
 
 
@@ -1520,11 +1589,7 @@ def test_a_client_sending_20_mib_after_its_refusal_reads_it(
     # 128 KiB), the connection was closed with bytes unread: an RST, under which the client's
     # write failed before it read the 413 (or 400). On `roomy`: ~12 MiB at LINGER_RATE take 3 s,
     # and a client descheduled for the default quiet (2 s) meanwhile was closed on mid-send.
-    with socket.create_connection(("127.0.0.1", roomy[0]), timeout=60) as connection:
-        connection.sendall(head + b"x" * HUGE)
-        answer = b""
-        while chunk := connection.recv(65536):
-            answer += chunk
+    answer = _sent_whole(roomy[0], head + b"x" * HUGE, 60)
 
     [(head_line, error)] = _answers(answer)
     assert head_line == status

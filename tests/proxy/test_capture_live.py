@@ -14,6 +14,7 @@ import httpx
 import psycopg
 import pytest
 from google.genai import errors, types
+from sqlalchemy import event
 
 from tests.fakes.gemini import FakeResponse, fake_gemini, text_answer
 from tests.proxy.conftest import PROJECT, Proxy, ProxyFactory
@@ -425,6 +426,75 @@ def test_an_answer_the_client_cannot_read_records_nothing(
             list(client.models.generate_content_stream(model="m", contents="clean up"))
         _logs_until(capsys, "proxy.no_answer", times=2)
 
+    assert _observations(db) == []
+    assert db.execute("SELECT count(*) FROM sessions").fetchone() == (0,)
+
+
+def test_a_tool_loops_results_find_their_calls_in_the_current_session_at_once(
+    proxy: Proxy, db: psycopg.Connection[Any]
+) -> None:
+    # proxy28: every turn of a tool loop looked its calls up among the project's five latest
+    # proxy sessions (those sessions, then their holders: two queries in a transaction), where
+    # the session the conversation resolved to holds them nearly always.
+    read = {"name": "read_file", "args": {"path": "auth/jwt.ts"}}
+    proxy.upstream.queue(
+        Scripted(body=_calls_answer(read)), Scripted(body=text_answer("Off by one."))
+    )
+    client = proxy.client()
+    prompt = types.Content(role="user", parts=[types.Part(text="why do tokens expire early?")])
+    first = client.models.generate_content(model="gemini-2.5-flash", contents=[prompt])
+    _settled(db, 1, "pending")
+    assert first.candidates is not None
+    assert first.candidates[0].content is not None
+    result = types.Part.from_function_response(name="read_file", response={"text": "source"})
+    sent: list[str] = []
+    engine = proxy.app.state.agmem.engine.sync_engine
+
+    def note(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        sent.append(statement)
+
+    event.listen(engine, "before_cursor_execute", note)
+    try:
+        client.models.generate_content(
+            model="gemini-2.5-flash",
+            contents=[
+                prompt,
+                first.candidates[0].content,
+                types.Content(role="user", parts=[result]),
+            ],
+        )
+        rows = _settled(db, 1, "captured")
+    finally:
+        event.remove(engine, "before_cursor_execute", note)
+
+    assert [(r[1], r[3]) for r in rows] == [("read_file", {"text": "source"})]
+    assert not [statement for statement in sent if "ORDER BY created_at DESC" in statement]
+
+
+@pytest.mark.parametrize(
+    "action", [":generateContent", ":streamGenerateContent"], ids=["whole", "stream"]
+)
+def test_a_call_its_caller_left_before_the_answer_records_nothing_and_is_given_up(
+    start_proxy: ProxyFactory,
+    db: psycopg.Connection[Any],
+    capsys: pytest.CaptureFixture[str],
+    action: str,
+) -> None:
+    # proxy28: the caller (an agent cancelled, a client's own timeout) closed the connection
+    # while Gemini thought; the proxy still waited for the answer (up to
+    # AGMEM_PROXY_UPSTREAM_TIMEOUT_SECONDS) and a whole one's calls became `pending`
+    # observations of calls the agent never received, nor ran, in a session opened for them.
+    with fake_gemini() as fake, start_proxy(upstream_url=fake.url) as proxy:
+        cleanup = _calls_answer({"name": "run_shell", "args": {"command": "rm -rf build"}})
+        fake.queue(action, FakeResponse(body=cleanup, delay_s=10.0))
+        url = f"{proxy.url}/v1beta/models/m{action}"
+        body = {"contents": [{"role": "user", "parts": [{"text": "clean up"}]}]}
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(url, json=body, headers={"X-Agmem-Project": PROJECT}, timeout=0.5)
+        log = _logs_until(capsys, "proxy.no_answer")
+        proxy.wait_for_capture()
+
+    assert "proxy.caller_gone" in log
     assert _observations(db) == []
     assert db.execute("SELECT count(*) FROM sessions").fetchone() == (0,)
 

@@ -146,6 +146,18 @@ def test_stream_through_google_genai_client(proxy: Proxy) -> None:
     assert seen.path == "/v1/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
 
 
+def _text_then_error(
+    proxy: Proxy,
+) -> tuple[list[str | None], pytest.ExceptionInfo[errors.ServerError]]:
+    """A stream's first answer's text through google-genai, and the error its next one raises."""
+    client = proxy.client()  # kept: a dropped Client closes itself
+    stream = client.models.generate_content_stream(model="gemini-2.5-flash", contents="say hello")
+    texts = [next(stream).text]
+    with pytest.raises(errors.ServerError) as raised:
+        next(stream)
+    return texts, raised
+
+
 def test_a_stream_the_upstream_breaks_off_ends_in_an_error_the_client_raises(
     start_proxy: ProxyFactory,
 ) -> None:
@@ -154,17 +166,65 @@ def test_a_stream_the_upstream_breaks_off_ends_in_an_error_the_client_raises(
         # The second chunk comes after the proxy's read timeout: the upstream went silent.
         chunks = [text_answer("Hello "), text_answer("x")]
         proxy.upstream.queue(Scripted(chunks=chunks, pause_s=3.0))
-        client = proxy.client()
-        stream = client.models.generate_content_stream(
-            model="gemini-2.5-flash", contents="say hello"
-        )
-        texts = [next(stream).text]
-        with pytest.raises(errors.ServerError) as raised:
-            next(stream)
+        texts, raised = _text_then_error(proxy)
 
     assert texts == ["Hello "]
     assert raised.value.code == 504
     assert "broke off the stream (ReadTimeout)" in str(raised.value)
+
+
+def _calls(name: str) -> dict[str, Any]:
+    part = {"functionCall": {"name": name, "args": {"path": "Makefile"}}}
+    return {"candidates": [{"content": {"role": "model", "parts": [part]}}]}
+
+
+def _read_into(received: bytearray, answer: httpx.Response) -> None:
+    for chunk in answer.iter_raw():
+        received += chunk
+
+
+def test_a_json_stream_the_upstream_cuts_is_an_incomplete_transfer(
+    proxy: Proxy, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # proxy28: without `alt=sse` Gemini streams one JSON array. Cut by the upstream mid-body,
+    # it was relayed as a clean end (its last chunk sent): half an array and curl's exit 0,
+    # where the upstream itself gave a transfer error (curl 18). Now the answer is cut too.
+    first = json.dumps(_calls("read_file")).encode()
+    pieces = [b"[" + first, b",\r\n" + first[:20]]
+    proxy.upstream.queue(Scripted(raw_chunks=pieces, cut=True))
+    url = f"{proxy.url}/v1beta/models/gemini-2.5-flash:streamGenerateContent"
+    headers = {"x-goog-api-key": CALLER_KEY, "X-Agmem-Project": "/home/dev/shop"}
+    received = bytearray()
+    with (
+        httpx.Client(timeout=20) as client,
+        client.stream("POST", url, json={"contents": []}, headers=headers) as answer,
+        pytest.raises(httpx.RemoteProtocolError, match="incomplete chunked read"),
+    ):
+        _read_into(received, answer)
+
+    assert received == b"".join(pieces)
+    proxy.wait_for_capture()
+    logged = capsys.readouterr()
+    assert "proxy.upstream_stream_broken" in logged.out + logged.err
+    assert "Traceback" not in logged.out + logged.err
+    # A cut answer is no answer: its complete first call is not recorded, as for SSE.
+    assert db.execute("SELECT count(*) FROM observations").fetchone() == (0,)
+
+
+def test_an_sse_stream_the_upstream_cuts_mid_event_ends_in_the_error_event_alone(
+    proxy: Proxy,
+) -> None:
+    # proxy28: the half event was relayed as it came, and the error event's blank line closed
+    # it: google-genai raised on that garbage (`UnknownApiResponseError`, "Failed to parse
+    # response as JSON"), never on the 502 meant for it. An event's start is now relayed with
+    # its end, so a cut leaves none: the client reads the whole events, then the error.
+    events = sse_bytes([text_answer("Hello "), text_answer("world")])
+    proxy.upstream.queue(Scripted(raw_chunks=[events[0] + events[1][:15]], cut=True))
+    texts, raised = _text_then_error(proxy)
+
+    assert texts == ["Hello "]
+    assert raised.value.code == 502
+    assert "broke off the stream (RemoteProtocolError)" in str(raised.value)
 
 
 @pytest.mark.parametrize("status", [429, 500])

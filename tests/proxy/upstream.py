@@ -26,6 +26,7 @@ class Scripted:
     chunks: list[Any] = field(default_factory=list)  # one JSON response per SSE event
     pause_s: float = 0.0  # between streamed chunks
     raw_chunks: list[bytes] | None = None  # sent as is, for split-event tests
+    cut: bool = False  # the stream's connection closed after its pieces, without its last chunk
 
 
 def sse_bytes(responses: list[Any]) -> list[bytes]:
@@ -110,6 +111,9 @@ def _handler(fake: FakeUpstream) -> type[BaseHTTPRequestHandler]:
                     self.wfile.flush()
                     if answer.pause_s:
                         time.sleep(answer.pause_s)
+                if answer.cut:
+                    self.close_connection = True
+                    return
                 self.wfile.write(b"0\r\n\r\n")
             except (BrokenPipeError, ConnectionResetError):
                 pass
