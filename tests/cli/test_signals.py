@@ -439,6 +439,31 @@ def test_output_to_a_pipe_nobody_reads_ends_quietly_with_sigpipes_code(
     assert done.stderr == ""
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+@pytest.mark.parametrize(
+    "args", [["--help"], ["memory", "set", "output.full", "1", "-p", "/output-full"]]
+)
+def test_output_to_a_full_disk_is_one_line(database_url: str, args: list[str]) -> None:
+    # `agmem memory list > out.txt` on a full disk: every command but sync, migrate and status
+    # was a traceback of 40 lines (ENOSPC raised by the write of its output).
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [AGMEM, *args],
+            env=agmem_env(DATABASE_URL=database_url),
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=180,
+        )
+
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert "Exception ignored" not in done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        "agmem: error: cannot write the output: [Errno 28] No space left on device"
+    )
+
+
 @pytest.mark.slow
 def test_a_second_ctrl_c_leaves_the_server_to_a_process_joining_it(embedded_home: Path) -> None:
     # The handle list was read without pgserver's lock: a process that had found the server
