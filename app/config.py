@@ -196,6 +196,15 @@ class Settings(BaseSettings):
     # Off: an observation is acknowledged once committed, before its WAL reaches the disk.
     capture_synchronous_commit: bool = True
 
+    @field_validator("home", mode="before")
+    @classmethod
+    def _refuse_blank_home(cls, value: object) -> object:
+        # `AGMEM_HOME=$UNSET_VARIABLE` was the path "", the current folder: run in a project, a
+        # command started a database of its own there (./pgdata), and each folder had another.
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("is empty; unset it for ~/.antigravity-mem, or name a folder")
+        return value
+
     @field_validator("home")
     @classmethod
     def _expand_home(cls, value: Path) -> Path:

@@ -48,6 +48,9 @@ def test_environment_names(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"request_idle_timeout_seconds": 0}, "AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS"),
         ({"max_connections": 0}, "AGMEM_MAX_CONNECTIONS"),
         ({"refusal_log_seconds": 0}, "AGMEM_REFUSAL_LOG_SECONDS"),
+        # Empty (`AGMEM_HOME=$UNSET`) was the current folder: a project got ./pgdata.
+        ({"home": ""}, "AGMEM_HOME"),
+        ({"home": "  "}, "AGMEM_HOME"),
     ],
 )
 def test_invalid_setting_names_the_variable(override: dict[str, object], variable: str) -> None:
