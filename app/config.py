@@ -56,6 +56,9 @@ class Settings(BaseSettings):
         env_file_encoding="utf-8",
         extra="ignore",
         populate_by_name=True,
+        # `inf` passes every `ge=0` bound: AGMEM_SEARCH_VECTOR_WEIGHT=inf gave scores of null
+        # over HTTP and AGMEM_SEARCH_RRF_K=inf scored every result 0. No setting wants one.
+        allow_inf_nan=False,
     )
 
     @classmethod

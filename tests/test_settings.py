@@ -51,6 +51,10 @@ def test_environment_names(monkeypatch: pytest.MonkeyPatch) -> None:
         # Empty (`AGMEM_HOME=$UNSET`) was the current folder: a project got ./pgdata.
         ({"home": ""}, "AGMEM_HOME"),
         ({"home": "  "}, "AGMEM_HOME"),
+        # inf passed every `ge=0` bound: scores of null over HTTP, or all 0 (k = inf).
+        ({"search_vector_weight": "inf"}, "AGMEM_SEARCH_VECTOR_WEIGHT"),
+        ({"search_rrf_k": "inf"}, "AGMEM_SEARCH_RRF_K"),
+        ({"gemini_batch_timeout_seconds": "inf"}, "AGMEM_GEMINI_BATCH_TIMEOUT_SECONDS"),
     ],
 )
 def test_invalid_setting_names_the_variable(override: dict[str, object], variable: str) -> None:
