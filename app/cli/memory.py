@@ -169,7 +169,13 @@ def set_(
     value: Annotated[str, typer.Argument(help='JSON (3000, ["a"], {...}) or plain text.')],
     project: ProjectOpt = None,
     session: SessionOpt = None,
-    scope: Annotated[Scope, typer.Option(help="global, project, session or shared.")] = "project",
+    scope: Annotated[
+        Scope | None,
+        typer.Option(
+            help="global, project, session or shared (default: session with --session, "
+            "else project)."
+        ),
+    ] = None,
     ttl: Annotated[
         int | None, typer.Option(min=1, max=MAX_TTL_SECONDS, help="Seconds until it expires.")
     ] = None,
@@ -182,6 +188,7 @@ def set_(
     ] = None,
 ) -> None:
     """Write a memory; an existing key is updated and its previous value kept."""
+    scope = _write_scope(scope, session)
     project_path = storable_project(_project(project))
     parsed: Any = value
     if not as_string:
@@ -212,6 +219,20 @@ def set_(
     where = f" in {memory.project_path}" if memory.project_path else ""
     action = "created" if created else "updated"
     typer.echo(f"{action} {memory.key} ({memory.scope}{where}), version {memory.version}")
+
+
+def _write_scope(scope: Scope | None, session: str | None) -> Scope:
+    """The scope a `set` writes: `--session` alone means a session memory. It took the default
+    scope, project, and dropped the session, so a note meant for one session overwrote the
+    project's memory of that key, which every agent reads and search serves."""
+    if scope is None:
+        return "session" if session is not None else "project"
+    if session is not None and scope != "session":
+        fail(
+            f"--session names the session of a session memory; leave it out for --scope {scope}",
+            2,
+        )
+    return scope
 
 
 def _print_list(memories: list[Memory], as_json: bool) -> None:

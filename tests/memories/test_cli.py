@@ -85,6 +85,31 @@ def test_user_errors_are_one_line(agmem: Any) -> None:
     assert agmem("memory", "get", "project.deep", "-p", PROJECT).stdout.strip() == deep
 
 
+def test_session_alone_writes_a_session_memory(agmem: Any) -> None:
+    # `--session` says "(scope session)", but the write took the default scope, project, and
+    # dropped the session: it overwrote the project's current.task, which every agent reads.
+    agmem("memory", "set", "current.task", "shared plan", "-p", PROJECT)
+    mine = agmem("memory", "set", "current.task", "my draft", "-p", PROJECT, "--session", "s1")
+    assert mine.exit_code == 0, mine.output
+    assert mine.stdout.strip() == f"created current.task (session in {PROJECT}), version 1"
+
+    assert agmem("memory", "get", "current.task", "-p", PROJECT).stdout.strip() == "shared plan"
+    seen_by_s1 = agmem("memory", "get", "current.task", "-p", PROJECT, "--session", "s1")
+    assert seen_by_s1.stdout.strip() == "my draft"
+
+
+def test_session_with_another_scope_is_a_usage_error(agmem: Any) -> None:
+    refused = agmem(
+        "memory", "set", "k", "1", "-p", PROJECT, "--session", "s1", "--scope", "project"
+    )
+    assert refused.exit_code == 2
+    assert refused.stderr.strip() == (
+        "agmem: error: --session names the session of a session memory; leave it out for "
+        "--scope project"
+    )
+    assert agmem("memory", "get", "k", "-p", PROJECT).exit_code == 1  # nothing written
+
+
 def test_resume_prints_the_briefing(agmem: Any) -> None:
     agmem("memory", "set", "project.framework", "Next.js", "-p", PROJECT)
     agmem("memory", "set", "current.task", "auth refactoring", "-p", PROJECT)
