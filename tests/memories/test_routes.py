@@ -170,6 +170,21 @@ def test_values_too_long_to_index_are_422_naming_them_and_store_nothing(
     assert client.get("/health").status_code == 200
 
 
+def test_a_tag_holding_a_comma_is_refused(client: TestClient) -> None:
+    # `?tags=a,b` means "a and b": a tag "ci,nightly" was stored, and no listing could ask
+    # for it (the filter looked for "ci" and "nightly").
+    response = client.put(
+        url("project.build"), json={"value": 1, "projectPath": PROJECT, "tags": ["ci,nightly"]}
+    )
+
+    assert response.status_code == 422
+    assert response.json() == {
+        "error": "ValidationFailed",
+        "detail": "tags: a tag cannot hold ',', where ?tags= splits a filter: 'ci,nightly'",
+    }
+    assert client.get(url("project.build"), params={"projectPath": PROJECT}).status_code == 404
+
+
 def test_list_filters_by_scope_pattern_tags_and_limit(client: TestClient) -> None:
     put(client, "project.name", "shop", tags=["core", "naming"])
     put(client, "project.stack", "next", tags=["core"])
