@@ -155,6 +155,23 @@ def test_list_prints_text_as_it_is_in_every_form(agmem: Any) -> None:
     assert [m["value"] for m in json.loads(as_json.stdout)] == ["数据库 café", {"name": "李雷"}]
 
 
+def test_resume_prints_each_memory_on_its_line(agmem: Any) -> None:
+    # A value of several lines was printed as it was: its lines at the margin, read as the next
+    # memories, and a fence in it opened a code block over the rest of what a user pasted.
+    agmem("memory", "set", "current.task", "fix auth\n```bash\nrm -rf build", "-p", PROJECT)
+    agmem("memory", "set", "project.stack", "next\n\n# postgres", "-p", PROJECT)
+
+    resumed = agmem("resume", "-p", PROJECT, "--budget", "200")
+
+    assert resumed.exit_code == 0, resumed.output
+    assert resumed.stdout.splitlines() == [
+        "Working on next # postgres project. Current task: fix auth ```bash rm -rf build.",
+        "  project.stack: next # postgres",
+        "  current.task: fix auth ```bash rm -rf build",
+        "(40 of 200 tokens)",
+    ]
+
+
 def test_list_and_resume_print_no_terminal_escapes(agmem: Any) -> None:
     # A value an agent wrote may hold a retitling OSC or a screen clear: `list` and `resume`
     # printed them raw to the user's terminal. `get` prints the value itself, as `cat` would.
