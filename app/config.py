@@ -252,6 +252,16 @@ class Settings(BaseSettings):
             return None
         return value.strip()
 
+    @field_validator("gemini_base_url")
+    @classmethod
+    def _check_base_url(cls, value: str | None) -> str | None:
+        # Checked as the proxy's upstream is: `notaurl` was taken, and with a key every
+        # compression, summary, briefing and embedding failed on "missing an 'http://' or
+        # 'https://' protocol", retried and logged.
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return value
+
     @field_validator("gemini_api_key")
     @classmethod
     def _key_a_header_can_carry(cls, value: str | None) -> str | None:

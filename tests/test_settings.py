@@ -55,6 +55,8 @@ def test_environment_names(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"search_vector_weight": "inf"}, "AGMEM_SEARCH_VECTOR_WEIGHT"),
         ({"search_rrf_k": "inf"}, "AGMEM_SEARCH_RRF_K"),
         ({"gemini_batch_timeout_seconds": "inf"}, "AGMEM_GEMINI_BATCH_TIMEOUT_SECONDS"),
+        # Checked like AGMEM_GEMINI_UPSTREAM: every Gemini call failed on it, each logged.
+        ({"gemini_base_url": "generativelanguage.googleapis.com"}, "AGMEM_GEMINI_BASE_URL"),
     ],
 )
 def test_invalid_setting_names_the_variable(override: dict[str, object], variable: str) -> None:
