@@ -222,9 +222,13 @@ class Settings(BaseSettings):
         if scheme.split("+", 1)[0] not in ("postgresql", "postgres"):
             raise ValueError("must be a postgresql:// URL")
         try:
-            make_url(value.strip())
+            port = make_url(value.strip()).port
         except (ArgumentError, ValueError) as error:
             raise ValueError(f"is not a valid URL ({error})") from None
+        # libpq's own refusal came at the first connection, as "database unreachable" (exit 1),
+        # and port 0 connected to 5432.
+        if port is not None and not 1 <= port <= 65535:
+            raise ValueError(f"port {port} is not a TCP port (1-65535)")
         return value.strip()
 
     @field_validator("host")

@@ -40,6 +40,8 @@ def test_environment_names(monkeypatch: pytest.MonkeyPatch) -> None:
     [
         ({"port": 70000}, "AGMEM_PORT"),
         ({"database_url": "sqlite:///x.db"}, "DATABASE_URL"),
+        ({"database_url": "postgresql://agmem@localhost:65536/agmem"}, "DATABASE_URL"),
+        ({"database_url": "postgresql://agmem@localhost:0/agmem"}, "DATABASE_URL"),
         ({"embedding_provider": "word2vec"}, "AGMEM_EMBEDDING_PROVIDER"),
         ({"max_body_bytes": 10}, "AGMEM_MAX_BODY_BYTES"),
         ({"host": ""}, "AGMEM_HOST"),
