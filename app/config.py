@@ -56,6 +56,9 @@ class Settings(BaseSettings):
         env_file_encoding="utf-8",
         extra="ignore",
         populate_by_name=True,
+        # `inf` passes every `ge=0` bound: AGMEM_SEARCH_VECTOR_WEIGHT=inf gave scores of null
+        # over HTTP and AGMEM_SEARCH_RRF_K=inf scored every result 0. No setting wants one.
+        allow_inf_nan=False,
     )
 
     @classmethod
@@ -196,6 +199,15 @@ class Settings(BaseSettings):
     # Off: an observation is acknowledged once committed, before its WAL reaches the disk.
     capture_synchronous_commit: bool = True
 
+    @field_validator("home", mode="before")
+    @classmethod
+    def _refuse_blank_home(cls, value: object) -> object:
+        # `AGMEM_HOME=$UNSET_VARIABLE` was the path "", the current folder: run in a project, a
+        # command started a database of its own there (./pgdata), and each folder had another.
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("is empty; unset it for ~/.antigravity-mem, or name a folder")
+        return value
+
     @field_validator("home")
     @classmethod
     def _expand_home(cls, value: Path) -> Path:
@@ -210,9 +222,13 @@ class Settings(BaseSettings):
         if scheme.split("+", 1)[0] not in ("postgresql", "postgres"):
             raise ValueError("must be a postgresql:// URL")
         try:
-            make_url(value.strip())
+            port = make_url(value.strip()).port
         except (ArgumentError, ValueError) as error:
             raise ValueError(f"is not a valid URL ({error})") from None
+        # libpq's own refusal came at the first connection, as "database unreachable" (exit 1),
+        # and port 0 connected to 5432.
+        if port is not None and not 1 <= port <= 65535:
+            raise ValueError(f"port {port} is not a TCP port (1-65535)")
         return value.strip()
 
     @field_validator("host")
@@ -239,6 +255,16 @@ class Settings(BaseSettings):
         if value is None or value.strip() == "":
             return None
         return value.strip()
+
+    @field_validator("gemini_base_url")
+    @classmethod
+    def _check_base_url(cls, value: str | None) -> str | None:
+        # Checked as the proxy's upstream is: `notaurl` was taken, and with a key every
+        # compression, summary, briefing and embedding failed on "missing an 'http://' or
+        # 'https://' protocol", retried and logged.
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return value
 
     @field_validator("gemini_api_key")
     @classmethod

@@ -40,6 +40,8 @@ def test_environment_names(monkeypatch: pytest.MonkeyPatch) -> None:
     [
         ({"port": 70000}, "AGMEM_PORT"),
         ({"database_url": "sqlite:///x.db"}, "DATABASE_URL"),
+        ({"database_url": "postgresql://agmem@localhost:65536/agmem"}, "DATABASE_URL"),
+        ({"database_url": "postgresql://agmem@localhost:0/agmem"}, "DATABASE_URL"),
         ({"embedding_provider": "word2vec"}, "AGMEM_EMBEDDING_PROVIDER"),
         ({"max_body_bytes": 10}, "AGMEM_MAX_BODY_BYTES"),
         ({"host": ""}, "AGMEM_HOST"),
@@ -48,6 +50,15 @@ def test_environment_names(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"request_idle_timeout_seconds": 0}, "AGMEM_REQUEST_IDLE_TIMEOUT_SECONDS"),
         ({"max_connections": 0}, "AGMEM_MAX_CONNECTIONS"),
         ({"refusal_log_seconds": 0}, "AGMEM_REFUSAL_LOG_SECONDS"),
+        # Empty (`AGMEM_HOME=$UNSET`) was the current folder: a project got ./pgdata.
+        ({"home": ""}, "AGMEM_HOME"),
+        ({"home": "  "}, "AGMEM_HOME"),
+        # inf passed every `ge=0` bound: scores of null over HTTP, or all 0 (k = inf).
+        ({"search_vector_weight": "inf"}, "AGMEM_SEARCH_VECTOR_WEIGHT"),
+        ({"search_rrf_k": "inf"}, "AGMEM_SEARCH_RRF_K"),
+        ({"gemini_batch_timeout_seconds": "inf"}, "AGMEM_GEMINI_BATCH_TIMEOUT_SECONDS"),
+        # Checked like AGMEM_GEMINI_UPSTREAM: every Gemini call failed on it, each logged.
+        ({"gemini_base_url": "generativelanguage.googleapis.com"}, "AGMEM_GEMINI_BASE_URL"),
     ],
 )
 def test_invalid_setting_names_the_variable(override: dict[str, object], variable: str) -> None:

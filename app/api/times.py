@@ -10,6 +10,7 @@ reads as seconds or milliseconds by its size, so a 1990 filter means what it say
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Annotated
@@ -75,5 +76,24 @@ def check_time(value: datetime | None) -> datetime | None:
     return value.astimezone(UTC)
 
 
+# A time whose offset's `+` a URL's query turned into a space: `?before=…T10:00:00+05:00` sent
+# unencoded arrives as `…T10:00:00 05:00`.
+_PLUS_AS_SPACE = re.compile(r"\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d(:\d\d([.,]\d+)?)? \d\d(:?\d\d)?")
+
+
+def _refuse_plus_as_space(value: object) -> object:
+    # pydantic's own refusal said "unexpected extra characters at the end of the input", which
+    # names neither the `+` nor the fix.
+    if isinstance(value, str) and _PLUS_AS_SPACE.fullmatch(value.strip()):
+        raise ValueError(
+            f"{value!r} has a space where its offset's sign goes: a '+' in a URL's query is read"
+            " as a space; send it as %2B (2026-01-02T10:00:00%2B05:00), or the time in UTC"
+            " with Z"
+        )
+    return value
+
+
 # A request time (ISO 8601, or epoch seconds or milliseconds as pydantic reads them).
-RequestTime = Annotated[datetime, AfterValidator(check_time)]
+RequestTime = Annotated[
+    datetime, BeforeValidator(_refuse_plus_as_space), AfterValidator(check_time)
+]

@@ -106,6 +106,22 @@ def _quiet_when_the_reader_goes() -> Iterator[None]:
         if isinstance(exiting.__context__, BrokenPipeError):
             raise typer.Exit(reader_gone()) from None
         raise
+    except OSError as error:
+        # A command's own OSErrors are one line already (`cli_errors`); what comes this far is
+        # its output failing: stdout on a full disk or a failing device (`agmem memory list >
+        # out.txt`: ENOSPC, EIO), which was a traceback of 40 lines.
+        typer.echo(f"agmem: error: cannot write the output: {first_line(error)}", err=True)
+        raise typer.Exit(_output_dropped()) from None
+
+
+def _output_dropped() -> int:
+    """Exit 1, stdout leading to /dev/null from now on: what it still holds would fail again
+    in Python's own flush at exit ("Exception ignored …", exit 120)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    with contextlib.suppress(OSError, ValueError):  # not a real file (a test's runner)
+        os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 1
 
 
 def reader_gone() -> int:

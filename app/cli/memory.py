@@ -169,7 +169,13 @@ def set_(
     value: Annotated[str, typer.Argument(help='JSON (3000, ["a"], {...}) or plain text.')],
     project: ProjectOpt = None,
     session: SessionOpt = None,
-    scope: Annotated[Scope, typer.Option(help="global, project, session or shared.")] = "project",
+    scope: Annotated[
+        Scope | None,
+        typer.Option(
+            help="global, project, session or shared (default: session with --session, "
+            "else project)."
+        ),
+    ] = None,
     ttl: Annotated[
         int | None, typer.Option(min=1, max=MAX_TTL_SECONDS, help="Seconds until it expires.")
     ] = None,
@@ -182,6 +188,7 @@ def set_(
     ] = None,
 ) -> None:
     """Write a memory; an existing key is updated and its previous value kept."""
+    scope = _write_scope(scope, session)
     project_path = storable_project(_project(project))
     parsed: Any = value
     if not as_string:
@@ -214,6 +221,24 @@ def set_(
     typer.echo(f"{action} {memory.key} ({memory.scope}{where}), version {memory.version}")
 
 
+def _one_line(text: str) -> str:
+    return " ".join(terminal_text(text).split())
+
+
+def _write_scope(scope: Scope | None, session: str | None) -> Scope:
+    """The scope a `set` writes: `--session` alone means a session memory. It took the default
+    scope, project, and dropped the session, so a note meant for one session overwrote the
+    project's memory of that key, which every agent reads and search serves."""
+    if scope is None:
+        return "session" if session is not None else "project"
+    if session is not None and scope != "session":
+        fail(
+            f"--session names the session of a session memory; leave it out for --scope {scope}",
+            2,
+        )
+    return scope
+
+
 def _print_list(memories: list[Memory], as_json: bool) -> None:
     if as_json:
         listed = [m.model_dump(mode="json", by_alias=True) for m in memories]
@@ -222,7 +247,7 @@ def _print_list(memories: list[Memory], as_json: bool) -> None:
     for memory in memories:
         value = memory.value
         shown = value if isinstance(value, str) else exactjson.dumps(value, ensure_ascii=False)
-        shown = " ".join(terminal_text(shown).split())
+        shown = _one_line(shown)
         key = terminal_text(memory.key)
         typer.echo(f"{key}\t{memory.scope}\t{shown[:80]}{'…' if len(shown) > 80 else ''}")
 
@@ -306,13 +331,15 @@ def resume(
         typer.echo(answer.model_dump_json(by_alias=True, indent=2))
         return
     # Agents write these values: an escape in one (a retitling OSC, a screen clear) is not for
-    # the user's terminal. `get` prints the value itself, as `cat` would.
-    typer.echo(terminal_text(answer.briefing))
+    # the user's terminal. `get` prints the value itself, as `cat` would. Each on one line, as
+    # `list` prints them: a value's own lines stood at the margin like the next memories, and a
+    # fence in one opened a code block over the rest of what a user pasted into a prompt.
+    typer.echo(_one_line(answer.briefing))
     for memories in answer.context.model_dump().values():
         for memory in memories:
             value = memory["value"]
             shown = value if isinstance(value, str) else exactjson.dumps(value, ensure_ascii=False)
-            typer.echo(f"  {terminal_text(memory['key'])}: {terminal_text(shown)}")
+            typer.echo(f"  {_one_line(memory['key'])}: {_one_line(shown)}")
     typer.echo(f"({answer.token_count} of {answer.budget} tokens)")
 
 

@@ -60,7 +60,13 @@ def check_tags(tags: list[str] | None) -> list[str] | None:
     all `<private>` span dropped; an empty tag refused."""
     if tags is None:
         return None
-    return _stored_tags(_sanitized_tags(tags))
+    stored = _stored_tags(_sanitized_tags(tags))
+    # `?tags=a,b` is "a and b" (`routes._tags`): a tag holding a comma could be stored, and no
+    # HTTP listing could ask for it.
+    for tag in stored:
+        if "," in tag:
+            raise ValueError(f"a tag cannot hold ',', where ?tags= splits a filter: {tag!r}")
+    return stored
 
 
 def tag_filter(tags: list[str] | None) -> list[str] | None:

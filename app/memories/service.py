@@ -13,6 +13,7 @@ present in several scopes answers with the most specific (session, project, shar
 
 from __future__ import annotations
 
+import unicodedata
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
@@ -78,7 +79,15 @@ class InvalidKey(ValidationFailed):
 def check_written_key(key: str) -> None:
     """Refuse a key the privacy rules would change: a value is sanitized, but a key is the
     memory's name, stored, logged, listed, indexed and sent in the resume prompt as written.
-    Reads and deletes take any key, so one stored before this check can still be removed."""
+    Reads and deletes take any key, so one stored before this check can still be removed.
+
+    Nor may a key hold a control character: it is printed as one line (`agmem memory list`'s
+    `key<TAB>scope<TAB>value`, the context block's facts), which a line break in it split."""
+    if any(unicodedata.category(char) == "Cc" for char in key):
+        raise InvalidKey(
+            "the key holds a control character (a line break, a tab, an escape): "
+            "a key is a name of one line"
+        )
     if sanitize_text(key) != key:
         raise InvalidKey(
             "the key holds a <private> span or a secret (an API key, a token, a password); "

@@ -45,3 +45,18 @@ def test_a_time_without_an_offset_is_utc() -> None:
     assert check_time(datetime.fromisoformat("2026-01-02T05:04:00+02:00")) == datetime(
         2026, 1, 2, 3, 4, tzinfo=UTC
     )
+
+
+@pytest.mark.parametrize("sent", ["2026-11-27T10:00:00 05:00", "2026-11-27T10:00:00.5 0530"])
+def test_an_offset_whose_plus_the_url_made_a_space_says_so(client: TestClient, sent: str) -> None:
+    # `?before=2026-11-27T10:00:00+05:00` unencoded: the `+` arrives as a space, and the 422
+    # said only "unexpected extra characters at the end of the input".
+    response = client.get("/api/sessions", params={"before": sent})
+
+    assert response.status_code == 422
+    assert response.json() == {
+        "error": "ValidationFailed",
+        "detail": f"query.before: {sent!r} has a space where its offset's sign goes: a '+' in a"
+        " URL's query is read as a space; send it as %2B (2026-01-02T10:00:00%2B05:00), or the"
+        " time in UTC with Z",
+    }

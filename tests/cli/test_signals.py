@@ -414,6 +414,20 @@ def test_a_second_ctrl_c_while_exiting_leaves_another_process_s_server_running(
     assert not (home / "pgdata" / "postmaster.pid").exists(), "postgres kept running"
 
 
+def run_writing_to(
+    stdout: int, args: list[str], database_url: str
+) -> subprocess.CompletedProcess[str]:
+    """`agmem <args>` in a process of its own whose stdout is the file descriptor given."""
+    return subprocess.run(
+        [AGMEM, *args],
+        env=agmem_env(DATABASE_URL=database_url),
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=180,
+    )
+
+
 @pytest.mark.parametrize("args", [["--help"], ["migrate"], ["status"]])
 def test_output_to_a_pipe_nobody_reads_ends_quietly_with_sigpipes_code(
     database_url: str, args: list[str]
@@ -424,19 +438,30 @@ def test_output_to_a_pipe_nobody_reads_ends_quietly_with_sigpipes_code(
     read_end, write_end = os.pipe()
     os.close(read_end)  # the reader has gone before the first line
     try:
-        done = subprocess.run(
-            [AGMEM, *args],
-            env=agmem_env(DATABASE_URL=database_url),
-            stdout=write_end,
-            stderr=subprocess.PIPE,
-            text=True,
-            timeout=180,
-        )
+        done = run_writing_to(write_end, args, database_url)
     finally:
         os.close(write_end)
 
     assert done.returncode == 141
     assert done.stderr == ""
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+@pytest.mark.parametrize(
+    "args", [["--help"], ["memory", "set", "output.full", "1", "-p", "/output-full"]]
+)
+def test_output_to_a_full_disk_is_one_line(database_url: str, args: list[str]) -> None:
+    # `agmem memory list > out.txt` on a full disk: every command but sync, migrate and status
+    # was a traceback of 40 lines (ENOSPC raised by the write of its output).
+    with open("/dev/full", "w") as full:
+        done = run_writing_to(full.fileno(), args, database_url)
+
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert "Exception ignored" not in done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        "agmem: error: cannot write the output: [Errno 28] No space left on device"
+    )
 
 
 @pytest.mark.slow

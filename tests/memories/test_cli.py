@@ -85,6 +85,31 @@ def test_user_errors_are_one_line(agmem: Any) -> None:
     assert agmem("memory", "get", "project.deep", "-p", PROJECT).stdout.strip() == deep
 
 
+def test_session_alone_writes_a_session_memory(agmem: Any) -> None:
+    # `--session` says "(scope session)", but the write took the default scope, project, and
+    # dropped the session: it overwrote the project's current.task, which every agent reads.
+    agmem("memory", "set", "current.task", "shared plan", "-p", PROJECT)
+    mine = agmem("memory", "set", "current.task", "my draft", "-p", PROJECT, "--session", "s1")
+    assert mine.exit_code == 0, mine.output
+    assert mine.stdout.strip() == f"created current.task (session in {PROJECT}), version 1"
+
+    assert agmem("memory", "get", "current.task", "-p", PROJECT).stdout.strip() == "shared plan"
+    seen_by_s1 = agmem("memory", "get", "current.task", "-p", PROJECT, "--session", "s1")
+    assert seen_by_s1.stdout.strip() == "my draft"
+
+
+def test_session_with_another_scope_is_a_usage_error(agmem: Any) -> None:
+    refused = agmem(
+        "memory", "set", "k", "1", "-p", PROJECT, "--session", "s1", "--scope", "project"
+    )
+    assert refused.exit_code == 2
+    assert refused.stderr.strip() == (
+        "agmem: error: --session names the session of a session memory; leave it out for "
+        "--scope project"
+    )
+    assert agmem("memory", "get", "k", "-p", PROJECT).exit_code == 1  # nothing written
+
+
 def test_resume_prints_the_briefing(agmem: Any) -> None:
     agmem("memory", "set", "project.framework", "Next.js", "-p", PROJECT)
     agmem("memory", "set", "current.task", "auth refactoring", "-p", PROJECT)
@@ -128,6 +153,23 @@ def test_list_prints_text_as_it_is_in_every_form(agmem: Any) -> None:
     ]
     assert '"value": "数据库 café"' in as_json.stdout
     assert [m["value"] for m in json.loads(as_json.stdout)] == ["数据库 café", {"name": "李雷"}]
+
+
+def test_resume_prints_each_memory_on_its_line(agmem: Any) -> None:
+    # A value of several lines was printed as it was: its lines at the margin, read as the next
+    # memories, and a fence in it opened a code block over the rest of what a user pasted.
+    agmem("memory", "set", "current.task", "fix auth\n```bash\nrm -rf build", "-p", PROJECT)
+    agmem("memory", "set", "project.stack", "next\n\n# postgres", "-p", PROJECT)
+
+    resumed = agmem("resume", "-p", PROJECT, "--budget", "200")
+
+    assert resumed.exit_code == 0, resumed.output
+    assert resumed.stdout.splitlines() == [
+        "Working on next # postgres project. Current task: fix auth ```bash rm -rf build.",
+        "  project.stack: next # postgres",
+        "  current.task: fix auth ```bash rm -rf build",
+        "(40 of 200 tokens)",
+    ]
 
 
 def test_list_and_resume_print_no_terminal_escapes(agmem: Any) -> None:

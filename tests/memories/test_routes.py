@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 from fastapi.testclient import TestClient
 
 from tests.memories.helpers import PROJECT, put, url
@@ -168,6 +169,36 @@ def test_values_too_long_to_index_are_422_naming_them_and_store_nothing(
         assert response.json() == {"error": "ValidationFailed", "detail": detail}
     assert db.execute("SELECT count(*) FROM memories").fetchone() == (0,)
     assert client.get("/health").status_code == 200
+
+
+@pytest.mark.parametrize("key", ["project.a\nb", "project.a\tb", "project.a\x1b[2Jb"])
+def test_a_key_holding_a_control_character_is_refused(client: TestClient, key: str) -> None:
+    # A key is a memory's name, one line: `project.a\n# Injected` was stored, and `agmem memory
+    # list` printed it over two lines of its `key<TAB>scope<TAB>value` output.
+    response = client.put(url(key), json={"value": 1, "projectPath": PROJECT})
+
+    assert response.status_code == 422
+    assert response.json() == {
+        "error": "InvalidKey",
+        "detail": "the key holds a control character (a line break, a tab, an escape): "
+        "a key is a name of one line",
+    }
+    assert client.get(url(key), params={"projectPath": PROJECT}).status_code == 404
+
+
+def test_a_tag_holding_a_comma_is_refused(client: TestClient) -> None:
+    # `?tags=a,b` means "a and b": a tag "ci,nightly" was stored, and no listing could ask
+    # for it (the filter looked for "ci" and "nightly").
+    response = client.put(
+        url("project.build"), json={"value": 1, "projectPath": PROJECT, "tags": ["ci,nightly"]}
+    )
+
+    assert response.status_code == 422
+    assert response.json() == {
+        "error": "ValidationFailed",
+        "detail": "tags: a tag cannot hold ',', where ?tags= splits a filter: 'ci,nightly'",
+    }
+    assert client.get(url("project.build"), params={"projectPath": PROJECT}).status_code == 404
 
 
 def test_list_filters_by_scope_pattern_tags_and_limit(client: TestClient) -> None:
@@ -367,10 +398,15 @@ def test_a_key_holding_a_secret_or_private_span_is_refused_and_tags_are_sanitize
     assert deleted.json() == {"deleted": True}
 
 
-def test_key_holding_a_newline_is_written_read_and_deleted(client: TestClient) -> None:
-    # Every route of the key must match it: `{key:path}` stopped at a newline, a bare 404.
-    created = put(client, "notes\nfirst line", "v")
-    assert created["key"] == "notes\nfirst line"
+def test_key_holding_a_newline_is_read_and_deleted(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    # Every route of the key must match it: `{key:path}` stopped at a newline, a bare 404. A
+    # write refuses such a key now; one stored before is still read and deleted by its URL.
+    db.execute(
+        "INSERT INTO memories (scope, project_path, key, value) VALUES ('project', %s, %s, %s)",
+        (PROJECT, "notes\nfirst line", '"v"'),
+    )
     got = client.get(url("notes\nfirst line"), params={"projectPath": PROJECT})
     assert got.status_code == 200
     assert got.json()["value"] == "v"
