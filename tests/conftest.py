@@ -132,7 +132,7 @@ def _record_used(config: pytest.Config) -> None:
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PostgresServer]:
-    with start_server(_CHOSEN.get("kind") or choose_kind()) as server:
+    with start_server(_CHOSEN.get("kind") or choose_kind(), in_memory=True) as server:
         _CHOSEN["used"] = server.kind
         yield server
 

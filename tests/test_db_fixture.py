@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
+from tests import postgres
 from tests.conftest import RESET_APPLICATION_NAME, TableReset
 from tests.pools import terminate_backends
 
@@ -40,3 +44,19 @@ def test_the_reset_survives_its_connection_terminated_between_tests(
     table_reset.reset()
 
     assert db.execute("SELECT count(*) FROM sessions").fetchone() == (0,)
+
+
+def test_the_test_server_keeps_its_data_in_memory_only_where_there_is_room(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Docker's 64 MB /dev/shm cannot hold a server: initdb would fail there, not the tests.
+    monkeypatch.setattr(postgres, "MEMORY_FOLDER", tmp_path)
+    monkeypatch.setattr(postgres, "MEMORY_NEEDED_BYTES", 0)
+    assert postgres.data_parent() == tmp_path
+
+    monkeypatch.setattr(postgres, "MEMORY_NEEDED_BYTES", shutil.disk_usage(tmp_path).free + 1)
+    assert postgres.data_parent() is None
+
+    monkeypatch.setattr(postgres, "MEMORY_FOLDER", tmp_path / "none")
+    monkeypatch.setattr(postgres, "MEMORY_NEEDED_BYTES", 0)
+    assert postgres.data_parent() is None
