@@ -210,7 +210,7 @@ class TableReset:
 
     A new connection's first statements read the catalog cold (suite27 measured ~5.6 ms for a
     first query where a warm connection took 0.3), and the check above and the TRUNCATE read
-    more of it than most tests do: paid by every test that used `db`, ~2,500 a run
+    more of it than most tests do: paid by every test that uses `db`, 999 of 3,666 a run
     (docs/benchmarks.md, "Test suite"). The test still gets a connection of its own, so nothing
     a test changes on it (row factories, settings, prepared statements, an open transaction)
     reaches another.

@@ -55,7 +55,7 @@ def choose_kind() -> str:
 # there. The `db` fixture's TRUNCATE before each test replaces the files of every table it
 # empties and of their indexes; on this machine's ext4 (mounted with `discard`) that took ~20 ms
 # for the sessions table and those referencing it, ~3 ms on tmpfs (docs/benchmarks.md, "Test
-# suite", suite28), and a run resets ~2,500 times. The server is thrown away after the run.
+# suite", suite28), and a run resets 999 times. The server is thrown away after the run.
 # Docker gives a container 64 MB of /dev/shm by default, too little for a server (initdb alone
 # writes ~40 MB): such a machine keeps the temporary folder.
 MEMORY_FOLDER = Path("/dev/shm")
