@@ -132,7 +132,7 @@ def _record_used(config: pytest.Config) -> None:
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PostgresServer]:
-    with start_server(_CHOSEN.get("kind") or choose_kind()) as server:
+    with start_server(_CHOSEN.get("kind") or choose_kind(), in_memory=True) as server:
         _CHOSEN["used"] = server.kind
         yield server
 
@@ -202,11 +202,62 @@ def reset_tables(connection: psycopg.Connection[Any]) -> None:
         connection.execute(f"TRUNCATE {listed} RESTART IDENTITY CASCADE")
 
 
+RESET_APPLICATION_NAME = "agmem-test-reset"
+
+
+class TableReset:
+    """`reset_tables` on one connection kept for the run, never handed to a test.
+
+    A new connection's first statements read the catalog cold (suite27 measured ~5.6 ms for a
+    first query where a warm connection took 0.3), and the check above and the TRUNCATE read
+    more of it than most tests do: paid by every test that uses `db`, 999 of 3,666 a run
+    (docs/benchmarks.md, "Test suite"). The test still gets a connection of its own, so nothing
+    a test changes on it (row factories, settings, prepared statements, an open transaction)
+    reaches another.
+    """
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._connection: psycopg.Connection[Any] | None = None
+
+    def reset(self) -> None:
+        try:
+            reset_tables(self._connected())
+        except psycopg.OperationalError:
+            # Its backend can be gone between tests (a test that terminates the database's
+            # backends); a new one does the same work, and a second failure is the test's.
+            self.close()
+            reset_tables(self._connected())
+
+    def _connected(self) -> psycopg.Connection[Any]:
+        if self._connection is None or self._connection.closed:
+            # Nothing kept server-side from one test to the next but the session itself.
+            self._connection = psycopg.connect(
+                self._url,
+                autocommit=True,
+                prepare_threshold=None,
+                application_name=RESET_APPLICATION_NAME,
+            )
+        return self._connection
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+
+@pytest.fixture(scope="session")
+def table_reset(database_url: str) -> Iterator[TableReset]:
+    reset = TableReset(libpq_url(database_url))
+    yield reset
+    reset.close()
+
+
 @pytest.fixture
-def db(database_url: str) -> Iterator[psycopg.Connection[Any]]:
+def db(database_url: str, table_reset: TableReset) -> Iterator[psycopg.Connection[Any]]:
     """A clean database for this test (every table emptied), and a connection to inspect it."""
+    table_reset.reset()
     with psycopg.connect(libpq_url(database_url), autocommit=True) as connection:
-        reset_tables(connection)
         yield connection
 
 

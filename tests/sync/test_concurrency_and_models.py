@@ -13,7 +13,7 @@ from app.index.embedding import embed_pending_chunks, vector_literal
 from app.sync.connections import SyncConnections
 from app.sync.indexer import SyncRequest, sync_project
 from app.sync.report import SyncReport
-from tests.conftest import make_settings
+from tests.conftest import RESET_APPLICATION_NAME, make_settings
 from tests.fakes.gemini import fake_gemini
 from tests.sync.helpers import CountingEmbedder, make_project, on_engine, run_sync
 from tests.sync.test_gemini_sync import gemini as gemini_provider
@@ -164,14 +164,14 @@ def test_a_sync_works_through_its_own_connections_that_do_not_wait_for_the_wal(
     others = (
         "SELECT application_name FROM pg_stat_activity "
         "WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = "
-        "'client backend'"
+        "'client backend' AND application_name <> %s"  # the db fixture's kept connection
     )
     seen: list[str] = []
 
     class Watching(CountingEmbedder):
         def embed_documents(self, texts: list[str]) -> Any:
             # Called while the sync holds its lock and writes: who is connected then.
-            seen.extend(row[0] for row in db.execute(others))
+            seen.extend(row[0] for row in db.execute(others, [RESET_APPLICATION_NAME]))
             return super().embed_documents(texts)
 
     report = run_sync(database_url, settings, Watching(), project)
