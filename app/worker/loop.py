@@ -76,15 +76,17 @@ class Worker:
         gate = gemini_gate(settings)
         budget = DailyBudget(settings.gemini_daily_token_budget)
         self.ctx = jobs.JobContext(settings, sessionmaker, self.id, gate, budget, client, embedder)
+        # Set once, by the next wake, then replaced: a lane keeps the one in place when it
+        # looked for work, so a wake that comes before it sleeps is not lost (a set-and-clear
+        # woke only the lanes already asleep: a lane in its next-due query slept on through the
+        # stop, or through new work, for the whole poll).
         self._wake = asyncio.Event()
-        self._generation = 0
         self._stopping = False
 
     def wake(self) -> None:
         """Wake every idle lane (new work was notified, or the worker is stopping)."""
-        self._generation += 1
-        self._wake.set()
-        self._wake.clear()
+        woken, self._wake = self._wake, asyncio.Event()
+        woken.set()
 
     async def step(self) -> bool:
         """Claim and run one unit of work of any kind; False when nothing is due."""
@@ -250,7 +252,7 @@ class Worker:
 
     async def _lane(self) -> None:
         while not self._stopping:
-            generation = self._generation
+            woken = self._wake
             try:
                 if await self.step():
                     continue
@@ -258,11 +260,13 @@ class Worker:
                 raise
             except Exception as error:  # the database went away: wait and try again
                 log_failure("worker.step_error", error, worker=self.id)
-            if self._stopping or generation != self._generation:
+            if self._stopping or woken.is_set():
                 continue
-            await self._idle(self.settings.worker_poll_seconds)
+            await self._idle(self.settings.worker_poll_seconds, woken)
 
-    async def _idle(self, poll: float) -> None:
+    async def _idle(self, poll: float, woken: asyncio.Event) -> None:
+        """Sleep until `woken` is set (at once if it was meanwhile), the next row comes due, or
+        `poll` has passed."""
         timeout = poll
         with contextlib.suppress(Exception):
             async with transaction(self.ctx.sessionmaker) as session:
@@ -270,7 +274,7 @@ class Worker:
             if due is not None:
                 timeout = min(poll, due + 0.05)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout=timeout)
+            await asyncio.wait_for(woken.wait(), timeout=timeout)
 
     async def _listen(self) -> None:
         while True:
