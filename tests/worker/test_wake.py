@@ -77,8 +77,10 @@ def test_a_stop_during_the_idle_lanes_query_ends_its_sleep(
             # for the next due row does: it is between the two, its last look at the stop
             # behind it, when the stop comes. A lane still in its first round when woken goes
             # round once more (into the lock on sync_runs, in its claim): then the lock is let
-            # go and the round repeated.
-            for _ in range(3):
+            # go and the round repeated once it sleeps.
+            for _ in range(5):
+                # The lane asleep (none of its connections out), the one wake below is its only.
+                await _until(lambda: engine.pool.checkedout() == 0)
                 await asyncio.to_thread(
                     embed_lock.execute, "LOCK TABLE memory_chunks IN ACCESS EXCLUSIVE MODE"
                 )
