@@ -54,6 +54,7 @@ from app.sync.runs import execute_sync_run
 from app.tokens import estimate_tokens
 from app.worker import claims, results, unanswered
 from app.worker.claims import ObservationWork, Queue, SessionWork, SyncRunWork
+from app.worker.outage import retry_while_away
 
 if TYPE_CHECKING:
     from google import genai
@@ -95,6 +96,8 @@ class JobContext:
     embedding_failed: bool = False
     # When this worker last pruned the embedding cache (`maintain`), on the monotonic clock.
     cache_pruned_at: float | None = None
+    # Set when the worker stops: ends a wait for the database to answer again (`outage`).
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 async def fail_attempt(
@@ -343,22 +346,17 @@ async def compress_observation(ctx: JobContext, work: ObservationWork) -> str:
         # 1M-token log would be recorded as saving 6,000.
         result = replace(result, original_tokens=work.original_tokens)
     ctx.budget.spent(result.input_tokens + result.output_tokens)
-    async with transaction(ctx.sessionmaker) as session:
-        if result.input_tokens or result.output_tokens:
-            await record_usage(
-                session,
-                project_path=work.project_path,
-                model=settings.gemini_model,
-                input_tokens=result.input_tokens,
-                output_tokens=result.output_tokens,
-            )
-        stored = await results.finish_observation(
-            session,
-            observation_id=work.id,
-            worker=ctx.worker_id,
-            result=result,
-            error=gemini_error,
-        )
+
+    stored = await _write_result(
+        ctx,
+        claims.OBSERVATIONS,
+        work.id,
+        project_path=work.project_path,
+        tokens=(result.input_tokens, result.output_tokens),
+        finish=lambda session: results.finish_observation(
+            session, observation_id=work.id, worker=ctx.worker_id, result=result, error=gemini_error
+        ),
+    )
     log.info(
         "observation.compressed" if stored else "observation.claim_lost",
         id=work.id,
@@ -367,6 +365,38 @@ async def compress_observation(ctx: JobContext, work: ObservationWork) -> str:
         compressed_tokens=result.compressed_tokens,
     )
     return result.generated_by if stored else "lost"
+
+
+async def _write_result(
+    ctx: JobContext,
+    queue: Queue,
+    row_id: object,
+    *,
+    project_path: str,
+    tokens: tuple[int, int],
+    finish: Callable[[AsyncSession], Awaitable[bool]],
+) -> bool:
+    """Write a job's result (`finish`) and Gemini's usage for it (input and output `tokens`) in
+    one transaction; whether the claim held. The database's loss as it writes is waited out
+    (`outage.retry_while_away`): the write's failure was a failed attempt, and the row was
+    claimed and its Gemini call paid again once the database was back. Past the wait,
+    `outage.DatabaseAway` leaves the row to its lease."""
+
+    async def write() -> bool:
+        async with transaction(ctx.sessionmaker) as session:
+            if any(tokens):
+                await record_usage(
+                    session,
+                    project_path=project_path,
+                    model=ctx.settings.gemini_model,
+                    input_tokens=tokens[0],
+                    output_tokens=tokens[1],
+                )
+            return await finish(session)
+
+    return await retry_while_away(
+        write, stop=ctx.stopping, during="worker.write_result", table=queue.table, id=str(row_id)
+    )
 
 
 async def _wait_for_results(ctx: JobContext, work: SessionWork) -> list[ObservationDigest] | None:
@@ -431,6 +461,7 @@ async def summarize_session(ctx: JobContext, work: SessionWork) -> str:
         log.info("session.awaiting_compression", id=work.id)
         return "waiting"
     summary: results.SessionSummary | None = None
+    tokens = (0, 0)  # Gemini's usage, written with the summary
     wanted = any(d.compressed for d in digests)
     gemini_error = _breaker_reason(ctx) if wanted else None
     if wanted and gemini_error is None and await _gemini_allowed(ctx):
@@ -464,28 +495,28 @@ async def summarize_session(ctx: JobContext, work: SessionWork) -> str:
             input_tokens = outcome.prompt_tokens or estimate_tokens(prompt)
             output_tokens = outcome.billed_output(estimate_tokens(outcome.text))
             ctx.budget.spent(input_tokens + output_tokens)
-            async with transaction(ctx.sessionmaker) as session:
-                await record_usage(
-                    session,
-                    project_path=work.project_path,
-                    model=settings.gemini_model,
-                    input_tokens=input_tokens,
-                    output_tokens=output_tokens,
-                )
+            tokens = (input_tokens, output_tokens)
     if summary is None:
         text = summarize_extractive(
             project_path=work.project_path, user_prompt=work.user_prompt, observations=digests
         )
         summary = results.SessionSummary(text, EXTRACTIVE)
-    async with transaction(ctx.sessionmaker) as session:
-        stored = await results.finish_session(
+    written = summary
+    stored = await _write_result(
+        ctx,
+        claims.SESSIONS,
+        work.id,
+        project_path=work.project_path,
+        tokens=tokens,
+        finish=lambda session: results.finish_session(
             session,
             session_id=work.id,
             worker=ctx.worker_id,
-            summary=summary,
+            summary=written,
             ended=work.ended,
             error=gemini_error,
-        )
+        ),
+    )
     log.info(
         "session.summarized" if stored else "session.claim_lost",
         id=work.id,

@@ -13,19 +13,18 @@ from typing import Any
 
 import psycopg
 import structlog
-from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
 from app.db.engine import transaction
 from app.db.raw_pool import libpq_url
-from app.errors import first_line, sqlstate
+from app.errors import first_line
 from app.llm.embeddings import Embedder
 from app.llm.gemini import close_client, make_client
 from app.llm.ratelimit import DailyBudget, gemini_gate
-from app.redaction import RedactionWorkerDied
 from app.worker import claims, jobs, rescan, results
 from app.worker.claims import Queue
+from app.worker.outage import DatabaseAway, database_lost, log_failure, retry_while_away
 
 log = structlog.get_logger(__name__)
 
@@ -33,55 +32,6 @@ WORK_CHANNEL = "agmem_work"  # the NOTIFY channel of the triggers in migration 0
 # How long a stopping worker lets each lane finish the job in hand before cancelling it (its
 # claim is then given back). docker-compose.yml's stop_grace_period must exceed it.
 STOP_GRACE_SECONDS = 10.0
-
-# The database is down or unreachable: expected while it restarts, logged in one line.
-UNREACHABLE = (sa_exc.OperationalError, sa_exc.InterfaceError, psycopg.OperationalError, OSError)
-
-
-# SQLSTATEs of a server going away or not taking connections yet (admin_shutdown,
-# crash_shutdown, cannot_connect_now), beside class 08 (connection exceptions). A client-side
-# failure to connect or a connection cut has no SQLSTATE at all.
-_SERVER_GOING = frozenset({"57P01", "57P02", "57P03"})
-# How long, and how far apart, a job cut short by the database's loss tries to record its
-# failed attempt before leaving the row to its lease. A time, not a count of tries: each try
-# can wait out the connect timeout (5 s) on a host that does not answer, and 30 of them held
-# the lane for minutes.
-FAIL_RETRY_SECONDS = 30.0
-FAIL_RETRY_INTERVAL_SECONDS = 1.0
-
-
-# A bare OSError of these kinds is a database connection's failure; any other (a job's own
-# PermissionError or TimeoutError, a pipe to a child process) is the job's, and was taken for
-# the database's loss: logged without its traceback, its attempt's record retried for 30 s.
-_CONNECTION_LOST = (ConnectionRefusedError, ConnectionResetError, ConnectionAbortedError)
-
-
-def database_lost(error: Exception) -> bool:
-    """Whether `error` says the database went away (not that it refused a statement): no fault
-    of the row the job was working on."""
-    if isinstance(error, OSError):
-        return isinstance(error, _CONNECTION_LOST) or isinstance(error.__cause__, psycopg.Error)
-    if not isinstance(error, UNREACHABLE):
-        return False
-    state = sqlstate(error)
-    return not state or state.startswith("08") or state in _SERVER_GOING
-
-
-def log_failure(event: str, error: Exception, **fields: Any) -> None:
-    """An unreachable database is one warning line; anything else keeps its traceback.
-
-    A deadlock or serialization failure (SQLSTATE class 40: the upkeep's give-up losing to a
-    capture batch) is psycopg's OperationalError too, but the database is up: it was logged as
-    `worker.database_unavailable`, which sent an operator looking for an outage."""
-    if sqlstate(error).startswith("40"):
-        log.warning("worker.transaction_conflict", during=event, error=first_line(error), **fields)
-    elif isinstance(error, UNREACHABLE):
-        log.warning("worker.database_unavailable", during=event, error=first_line(error), **fields)
-    elif isinstance(error, RedactionWorkerDied):
-        # Its detail says it all; the traceback would be asyncio's pipes.
-        log.error(event, error=error.detail, **fields)
-    else:
-        log.exception(event, **fields)
 
 
 async def _grace(lanes: list[asyncio.Task[None]], hurry: asyncio.Event) -> None:
@@ -126,17 +76,17 @@ class Worker:
         gate = gemini_gate(settings)
         budget = DailyBudget(settings.gemini_daily_token_budget)
         self.ctx = jobs.JobContext(settings, sessionmaker, self.id, gate, budget, client, embedder)
+        # Set once, by the next wake, then replaced: a lane keeps the one in place when it
+        # looked for work, so a wake that comes before it sleeps is not lost (a set-and-clear
+        # woke only the lanes already asleep: a lane in its next-due query slept on through the
+        # stop, or through new work, for the whole poll).
         self._wake = asyncio.Event()
-        self._generation = 0
         self._stopping = False
-        # Set with `_stopping`: wakes what waits out a pause rather than a notification.
-        self._stop_signal = asyncio.Event()
 
     def wake(self) -> None:
         """Wake every idle lane (new work was notified, or the worker is stopping)."""
-        self._generation += 1
-        self._wake.set()
-        self._wake.clear()
+        woken, self._wake = self._wake, asyncio.Event()
+        woken.set()
 
     async def step(self) -> bool:
         """Claim and run one unit of work of any kind; False when nothing is due."""
@@ -193,10 +143,21 @@ class Worker:
                         session, table=queue.table, row_id=row_id, worker=self.id
                     )
             raise
+        except DatabaseAway as away:
+            # The job's result (a Gemini answer, paid for) was not written: the database did not
+            # answer again in time, or the worker stopped. Its failed attempt could not be
+            # written either: the row is left to its lease.
+            log.warning(
+                "worker.result_not_written",
+                table=queue.table,
+                id=str(row_id),
+                error=str(away),
+                left_to_lease=True,
+            )
         except Exception as error:  # a bug or a database error must not kill the lane
             lost = database_lost(error)
             if lost:
-                # The database went away under the job (a restart as it wrote its result): one
+                # The database went away under the job (a restart as it read the rows): one
                 # line. It was a traceback, and the failed attempt's own write failed too: the
                 # row waited out its lease (120 s), claimed, before anyone retried it.
                 log_failure("worker.job_error", error, table=queue.table, id=str(row_id))
@@ -214,30 +175,19 @@ class Worker:
         self, queue: Queue, row_id: object, attempts: int, error: str, *, wait: bool
     ) -> None:
         """Record the failed attempt (retried with backoff, or `failed` after the last). With
-        `wait`, the database is away: tried again every FAIL_RETRY_INTERVAL_SECONDS until it
-        answers, for FAIL_RETRY_SECONDS (plus the try under way), or until the worker stops;
-        then the row is left to its lease. The attempt counts even then: a job that takes the
-        database down itself (a row whose query kills its backend) must run out of attempts,
-        not retry for good."""
-        clock = asyncio.get_running_loop()
-        deadline = clock.time() + FAIL_RETRY_SECONDS
-        while True:
-            try:
-                await jobs.fail_attempt(
-                    self.ctx, queue, row_id=row_id, attempts=attempts, error=error
-                )
-                return
-            except Exception as failure:
-                if not (wait and database_lost(failure)):
-                    return
-            left = deadline - clock.time()
-            if left <= 0 or self._stopping:
-                return
-            # A stop ends the wait: it slept on through the stop's whole grace period.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    self._stop_signal.wait(), timeout=min(FAIL_RETRY_INTERVAL_SECONDS, left)
-                )
+        `wait`, the database is away: tried again until it answers, within the bounds of
+        `outage.retry_while_away` (30 s, or until the worker stops); then the row is left to
+        its lease. The attempt counts even then: a job that takes the database down itself (a
+        row whose query kills its backend) must run out of attempts, not retry for good."""
+
+        async def record() -> None:
+            await jobs.fail_attempt(self.ctx, queue, row_id=row_id, attempts=attempts, error=error)
+
+        with contextlib.suppress(Exception):
+            if wait:
+                await retry_while_away(record, stop=self.ctx.stopping, during=None)
+            else:
+                await record()
 
     async def _heartbeat(self, queue: Queue, row_id: object) -> None:
         """Renew the lease while a long job (a big sync, a slow model) is still running."""
@@ -290,7 +240,7 @@ class Worker:
             await stop.wait()
         finally:
             self._stopping = True
-            self._stop_signal.set()
+            self.ctx.stopping.set()
             self.wake()
             for task in tasks:
                 task.cancel()
@@ -304,7 +254,7 @@ class Worker:
 
     async def _lane(self) -> None:
         while not self._stopping:
-            generation = self._generation
+            woken = self._wake
             try:
                 if await self.step():
                     continue
@@ -312,11 +262,13 @@ class Worker:
                 raise
             except Exception as error:  # the database went away: wait and try again
                 log_failure("worker.step_error", error, worker=self.id)
-            if self._stopping or generation != self._generation:
+            if self._stopping or woken.is_set():
                 continue
-            await self._idle(self.settings.worker_poll_seconds)
+            await self._idle(self.settings.worker_poll_seconds, woken)
 
-    async def _idle(self, poll: float) -> None:
+    async def _idle(self, poll: float, woken: asyncio.Event) -> None:
+        """Sleep until `woken` is set (at once if it was meanwhile), the next row comes due, or
+        `poll` has passed."""
         timeout = poll
         with contextlib.suppress(Exception):
             async with transaction(self.ctx.sessionmaker) as session:
@@ -324,7 +276,7 @@ class Worker:
             if due is not None:
                 timeout = min(poll, due + 0.05)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout=timeout)
+            await asyncio.wait_for(woken.wait(), timeout=timeout)
 
     async def _listen(self) -> None:
         while True:

@@ -10,7 +10,7 @@ from structlog.testing import capture_logs
 
 from app.logs import configure_logging
 from app.redaction import RedactionWorkerDied
-from app.worker import loop
+from app.worker import outage
 
 
 @pytest.mark.parametrize(
@@ -31,9 +31,9 @@ def test_a_conflict_is_not_logged_as_an_outage(
     # An in-process CLI test may have left the level at error (AGMEM_LOG_LEVEL), and a logger
     # keeps the configuration of its first use: after either, capture_logs saw nothing.
     configure_logging("info")
-    monkeypatch.setattr(loop, "log", structlog.get_logger(loop.__name__))
+    monkeypatch.setattr(outage, "log", structlog.get_logger(outage.__name__))
     with capture_logs() as logged:
-        loop.log_failure("worker.maintenance_error", wrapped)
+        outage.log_failure("worker.maintenance_error", wrapped)
 
     assert [(entry["event"], entry["during"]) for entry in logged] == [
         (event, "worker.maintenance_error")
@@ -46,9 +46,9 @@ def test_a_killed_redaction_child_is_one_line_without_a_traceback(
     # The pass is retried; a traceback through asyncio's pipes said nothing the detail does not.
     died = RedactionWorkerDied("the process redacting a row over 256 KB was killed (exit -9)")
     configure_logging("info")
-    monkeypatch.setattr(loop, "log", structlog.get_logger(loop.__name__))
+    monkeypatch.setattr(outage, "log", structlog.get_logger(outage.__name__))
     with capture_logs() as logged:
-        loop.log_failure("worker.rescan_error", died, retry_seconds=1.0)
+        outage.log_failure("worker.rescan_error", died, retry_seconds=1.0)
 
     assert logged == [
         {

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -14,6 +15,7 @@ import structlog
 from app.db.engine import make_async_engine, make_sessionmaker
 from app.logs import configure_logging
 from app.worker import loop
+from app.worker import outage as database_outage
 from app.worker.loop import Worker
 from tests.conftest import make_settings
 from tests.db.test_pool_replacement import Outage
@@ -61,7 +63,7 @@ def test_a_database_outage_is_logged_in_one_line_each_time(
     configure_logging("info")
     # Loggers keep the configuration of their first use: after an in-process CLI test at
     # AGMEM_LOG_LEVEL=error and a worker test, the worker's logger filtered these warnings out.
-    monkeypatch.setattr(loop, "log", structlog.get_logger(loop.__name__))
+    monkeypatch.setattr(database_outage, "log", structlog.get_logger(database_outage.__name__))
     # Unreachable from the start, the worker retries its start-up rescan and starts no lanes
     # and no upkeep until it succeeds (fixredact17): that retry is what it logs.
     logged = asyncio.run(run_until_logged(capsys, "during=worker.rescan_error"))
@@ -71,44 +73,94 @@ def test_a_database_outage_is_logged_in_one_line_each_time(
     assert "Traceback" not in logged
 
 
-def test_a_database_lost_as_a_job_writes_its_result_fails_the_attempt_in_one_line(
+def _restart_once(
+    outage: Outage, answer: FakeResponse
+) -> Callable[[RecordedRequest], FakeResponse]:
+    """A Gemini answer during which the database restarts (down now, up a second later), the
+    first time only; the same answer, the database untouched, after that."""
+    restarted = threading.Event()
+
+    def respond(_request: RecordedRequest) -> FakeResponse:
+        if not restarted.is_set():
+            restarted.set()
+            outage.down()
+            threading.Timer(1.0, outage.up).start()
+        return answer
+
+    return respond
+
+
+async def _drain_steps(settings: Any, url: str) -> None:
+    async with worker_on(settings, url) as worker:
+        while await worker.step():
+            pass
+
+
+# A retry due at once: the old code's second claim came in the same drain.
+_RETRY_NOW = {"worker_backoff_base_seconds": 0.001, "worker_backoff_max_seconds": 0.001}
+
+
+def test_a_compression_answered_as_the_database_restarts_is_written_not_bought_again(
     db: psycopg.Connection[Any],
     database_url: str,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     configure_logging("info")
-    monkeypatch.setattr(loop, "log", structlog.get_logger(loop.__name__))
+    monkeypatch.setattr(database_outage, "log", structlog.get_logger(database_outage.__name__))
     make_session(db)
     make_observation(db, "o1")
     outage = Outage(database_url)
-
-    def restart_while_gemini_answers(_request: RecordedRequest) -> FakeResponse:
-        # The database restarts under the call: down now, up again a second later.
-        outage.down()
-        threading.Timer(1.0, outage.up).start()
-        return FakeResponse(body=text_answer(ANSWER))
-
-    async def one_job() -> None:
-        async with worker_on(gemini_settings(fake.url), outage.url) as worker:
-            assert await worker.step()
-
     try:
         with fake_gemini() as fake:
-            fake.on(":generateContent", restart_while_gemini_answers)
-            asyncio.run(one_job())
+            fake.on(
+                ":generateContent", _restart_once(outage, FakeResponse(body=text_answer(ANSWER)))
+            )
+            asyncio.run(_drain_steps(gemini_settings(fake.url, **_RETRY_NOW), outage.url))
+            calls = len(fake.calls(":generateContent"))
     finally:
         outage.down()
 
-    # The failed attempt is recorded once the database is back, the row due again after its
-    # backoff; it stayed claimed until its lease ran out (120 s), after a traceback.
-    stored = row(db, "SELECT status, locked_by, attempts, last_error FROM observations")
-    assert (stored["status"], stored["locked_by"], stored["attempts"]) == ("captured", None, 1)
-    assert "Connection refused" in stored["last_error"]
+    # The answer in hand is written once the database is back. The write's failure was a failed
+    # attempt: the row went back to `captured` and Gemini was asked (and paid) again.
+    assert calls == 1
+    stored = row(
+        db, "SELECT status, locked_by, attempts, last_error, generated_by FROM observations"
+    )
+    assert (stored["status"], stored["locked_by"], stored["attempts"]) == ("compressed", None, 1)
+    assert stored["generated_by"].startswith("gemini:")
+    assert stored["last_error"] is None
+    usage = row(db, "SELECT sum(requests) AS calls, sum(input_tokens) AS tokens FROM llm_usage")
+    assert (usage["calls"], usage["tokens"]) == (1, 10)
     logged = capsys.readouterr().err
     assert "worker.database_unavailable" in logged
-    assert "during=worker.job_error" in logged
+    assert "during=worker.write_result" in logged
     assert "Traceback" not in logged
+
+
+def test_a_summary_answered_as_the_database_restarts_is_written_not_bought_again(
+    db: psycopg.Connection[Any], database_url: str
+) -> None:
+    make_session(db, status="ending")
+    make_observation(db, "o1", status="compressed")
+    db.execute("UPDATE observations SET compressed_data = 'Read src/o1.ts: validateToken'")
+    outage = Outage(database_url)
+    try:
+        with fake_gemini() as fake:
+            summary = FakeResponse(body=text_answer("Fixed the token check in src/o1.ts."))
+            fake.on(":generateContent", _restart_once(outage, summary))
+            asyncio.run(_drain_steps(gemini_settings(fake.url, **_RETRY_NOW), outage.url))
+            calls = len(fake.calls(":generateContent"))
+    finally:
+        outage.down()
+
+    assert calls == 1
+    stored = row(db, "SELECT status, locked_by, summary, last_error FROM sessions")
+    assert (stored["status"], stored["locked_by"]) == ("summarized", None)
+    assert stored["summary"] == "Fixed the token check in src/o1.ts."
+    assert stored["last_error"] is None
+    usage = row(db, "SELECT sum(requests) AS calls FROM llm_usage")
+    assert usage["calls"] == 1
 
 
 def test_a_stop_ends_the_wait_to_record_an_attempt_the_database_loss_cut_short(
@@ -117,7 +169,7 @@ def test_a_stop_ends_the_wait_to_record_an_attempt_the_database_loss_cut_short(
     # The retry loop slept between tries without looking at the stop: a worker stopped while
     # its database was away waited the whole grace period (10 s) before its lane was cancelled.
     # Both stretched here so that only the stop can end the run.
-    monkeypatch.setattr(loop, "FAIL_RETRY_INTERVAL_SECONDS", 3600.0)
+    monkeypatch.setattr(database_outage, "RETRY_INTERVAL_SECONDS", 3600.0)
     monkeypatch.setattr(loop, "STOP_GRACE_SECONDS", 3600.0)
     make_session(db)
     make_observation(db, "o1")
@@ -153,7 +205,7 @@ def test_a_database_host_gone_silent_holds_the_lane_for_the_retry_time_not_per_t
 ) -> None:
     # The retries were counted (30): against a host that takes connections and never answers,
     # each try waited out the connect timeout (5 s), so the lane was held ~180 s, not ~30 s.
-    monkeypatch.setattr(loop, "FAIL_RETRY_SECONDS", 1.0, raising=False)
+    monkeypatch.setattr(database_outage, "WAIT_SECONDS", 1.0)
     make_session(db)
     make_observation(db, "o1")
     outage = Outage(database_url)
@@ -187,11 +239,11 @@ def test_a_database_host_gone_silent_holds_the_lane_for_the_retry_time_not_per_t
 def test_only_a_connections_os_error_is_the_databases_loss() -> None:
     # Any OSError without a SQLSTATE counted: a job's own PermissionError or TimeoutError lost
     # its traceback and had its failed attempt's record retried for 30 s, as for an outage.
-    assert loop.database_lost(ConnectionRefusedError(111, "Connection refused"))
-    assert loop.database_lost(ConnectionResetError(104, "Connection reset by peer"))
+    assert database_outage.database_lost(ConnectionRefusedError(111, "Connection refused"))
+    assert database_outage.database_lost(ConnectionResetError(104, "Connection reset by peer"))
     for own in (PermissionError(13, "denied"), TimeoutError(), BrokenPipeError(32, "pipe")):
-        assert not loop.database_lost(own), own
+        assert not database_outage.database_lost(own), own
     # psycopg's own, as an outage raises it: still the database's loss.
     with pytest.raises(psycopg.OperationalError) as refused:
         psycopg.connect(DOWN, connect_timeout=5)
-    assert loop.database_lost(refused.value)
+    assert database_outage.database_lost(refused.value)
