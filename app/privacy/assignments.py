@@ -215,8 +215,10 @@ QUOTED_NAMES: list[tuple[str, tuple[str, ...], str]] = [
 # v1.2.3`). A word of letters alone (`password: swordfish`) is judged by `plain_credential`:
 # users' passwords are often plain words, and so are documentation's placeholders.
 # Up to its line's end, any line break ending it (`LINE_BREAK_CHARS`).
+# The indent, a list's `- ` and `export ` may hold any Unicode blank (`\u00a0password: x` from a
+# rich-text paste; generation 14 read spaces and tabs alone there, and kept the value in clear).
 _CONFIG_LINE = (
-    r"(?P<name>[ \t]*(?:-[ \t]+)?(?:export[ \t]+)?"
+    rf"(?P<name>{BLANK}*(?:-{BLANK}+)?(?:export{BLANK}+)?"
     rf"(?:[\w.\-]*?{_CREDENTIAL_NAME}|(?:[\w.\-]*?[_.\-])?{_PWD_NAME}))"
     rf"(?P<sep>{BLANK}*[:=]{BLANK}*)"
     + _NOT_REDACTED

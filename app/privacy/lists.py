@@ -167,9 +167,10 @@ _LIST_PATTERNS = [
 ]
 # YAML's flow list is one on a line of its own: an indent and a block list's `- ` before its
 # name, a comment at most after it (a `passwords: [a1]` in a line of code is not YAML's).
-_YAML_BEFORE = re.compile(r"[ \t]*(?:-[ \t]+)?")
+# An indent may hold any Unicode blank (a no-break space's: generation 14 read spaces and tabs).
+_YAML_BEFORE = re.compile(rf"{BLANK}*(?:-{BLANK}+)?")
 # Before a TOML or INI key (`passwords = [...]`): an indent alone.
-_ASSIGNED_BEFORE = re.compile(r"[ \t]*")
+_ASSIGNED_BEFORE = re.compile(rf"{BLANK}*")
 # Or a TOML inline table's key (`db = { user = "app", passwords = ["hunter2x"] }`, privacy26:
 # generation 12 kept it in clear): the table's name and `= {` on the line before it, perhaps
 # other keys but no `}` outside their strings (a list after the table's end, `db = { x = 1 },

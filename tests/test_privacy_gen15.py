@@ -1,0 +1,76 @@
+"""Rules generation 15 (privacy28): what generation 14 kept readable, or redacted past the
+value, near the shapes it redacts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from app.privacy import redact_secrets, redact_secrets_lines
+from tests.test_privacy import _assert_linear, assert_redacted_on_every_path
+
+# `@` is each redaction.
+# A no-break space or another Unicode blank in a line's indent, a list's `- ` or `export `: a
+# rich-text paste leaves them (generation 14 read spaces and tabs alone there).
+UNICODE_INDENTS = [
+    ("\u00a0password: hunter2x9", "\u00a0password: @"),
+    ("\u00a0\u00a0api_key = k9Xq2mLp7Rtz", "\u00a0\u00a0api_key = @"),
+    ("x: 1\n\u3000password: hunter2x9", "x: 1\n\u3000password: @"),
+    ("\t\u00a0db_password: swordfish", "\t\u00a0db_password: @"),
+    ("\u2003-\u00a0token: k9Xq2mLp7Rtz", "\u2003-\u00a0token: @"),
+    ("x: 1\u2028\u00a0password: hunter2x9", "x: 1\u2028\u00a0password: @"),
+    ("\u00a0api_keys = ['k9Xq2mLp7Rtz']", "\u00a0api_keys = ['@']"),
+    ("\u00a0- passwords: [hunter2x9, s3cr3t9x]", "\u00a0- passwords: [@, @]"),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [*UNICODE_INDENTS],
+)
+def test_what_generation_14_kept_or_over_redacted_is_redacted_exactly(
+    text: str, expected: str
+) -> None:
+    assert_redacted_on_every_path(text, expected)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # The `.env` rule reads a blank after `export`, as before.
+        ("export\u00a0DB_TOKEN=k9Xq2mLp7Rtz", "export\u00a0DB_TOKEN=@"),
+    ],
+)
+def test_what_generation_14_redacted_still_is(text: str, expected: str) -> None:
+    assert_redacted_on_every_path(text, expected)
+
+
+KEPT: list[str] = [
+    # Code and types after a Unicode indent, as after spaces.
+    "\u00a0password: str",
+    "\u00a0password = getpass",
+    "\u3000token: Optional[str] = None",
+]
+
+
+@pytest.mark.parametrize("text", KEPT)
+def test_what_is_no_credential_is_kept(text: str) -> None:
+    assert_redacted_on_every_path(text, text)
+
+
+# Hostile inputs for each pattern this generation widened: linear work (`_assert_linear`).
+_QUARTER = 62_500
+_LINEAR: list[Callable[[int], str]] = [
+    lambda n: "\u00a0" * _QUARTER * n + "password",
+    lambda n: "\u00a0" * _QUARTER * n + "- password: x",
+    lambda n: "\u2028" + "\u00a0" * _QUARTER * n + "password:",
+    lambda n: ("\u00a0password: a1\n") * (_QUARTER // 14) * n,
+    lambda n: "\u00a0" * _QUARTER * n + "api_keys = ['k1abcdef']",
+]
+
+
+@pytest.mark.parametrize("make", _LINEAR)
+def test_the_widened_patterns_cost_linear_work(make: Callable[[int], str]) -> None:
+    for judge in (redact_secrets, redact_secrets_lines):
+        _assert_linear(lambda n, judge=judge: judge(make(n)))
