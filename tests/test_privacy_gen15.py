@@ -25,9 +25,23 @@ UNICODE_INDENTS = [
 ]
 
 
+# JavaScript's and TypeScript's declared lists: `const`, `let`, `var` (exported too) before the
+# name, a `;` after the list, a `//` comment after an item or the list.
+DECLARED_LISTS = [
+    (
+        "const tokens = ['k9Xq2mLp7Rtz', // ci\n  'k2Xq2mLp7Rtz',\n];",
+        "const tokens = ['@', // ci\n  '@',\n];",
+    ),
+    ("const tokens = ['k9Xq2mLp7Rtz', 'k2Xq2mLp7Rtz'];", "const tokens = ['@', '@'];"),
+    ("export const apiKeys = ['k9Xq2mLp7Rtz']; // prod", "export const apiKeys = ['@']; // prod"),
+    ('  let passwords = ["hunter2x9"]', '  let passwords = ["@"]'),
+    ("var secrets = ['s3cr3t-9x'];", "var secrets = ['@'];"),
+]
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [*UNICODE_INDENTS],
+    [*UNICODE_INDENTS, *DECLARED_LISTS],
 )
 def test_what_generation_14_kept_or_over_redacted_is_redacted_exactly(
     text: str, expected: str
@@ -40,6 +54,8 @@ def test_what_generation_14_kept_or_over_redacted_is_redacted_exactly(
     [
         # The `.env` rule reads a blank after `export`, as before.
         ("export\u00a0DB_TOKEN=k9Xq2mLp7Rtz", "export\u00a0DB_TOKEN=@"),
+        # A list's comment after it, as before.
+        ("api_keys = ['k9Xq2mLp7Rtz']  # prod", "api_keys = ['@']  # prod"),
     ],
 )
 def test_what_generation_14_redacted_still_is(text: str, expected: str) -> None:
@@ -51,6 +67,13 @@ KEPT: list[str] = [
     "\u00a0password: str",
     "\u00a0password = getpass",
     "\u3000token: Optional[str] = None",
+    # Lists that are code's or name things, declared or not.
+    "const keys = ['name', 'email'];",
+    "const tokens = ['<s>', '</s>'];",
+    "foo(tokens = ['k9Xq2mLp7Rtz'])",
+    "tokens = ['k9Xq2mLp7Rtz'] + more",
+    "const tokens = ['k9Xq2mLp7Rtz'].map(f);",
+    "constant tokens = ['k9Xq2mLp7Rtz'];",
 ]
 
 
@@ -67,6 +90,8 @@ _LINEAR: list[Callable[[int], str]] = [
     lambda n: "\u2028" + "\u00a0" * _QUARTER * n + "password:",
     lambda n: ("\u00a0password: a1\n") * (_QUARTER // 14) * n,
     lambda n: "\u00a0" * _QUARTER * n + "api_keys = ['k1abcdef']",
+    lambda n: "const tokens = ['k1abcdef']" + " " * _QUARTER * n + ";x",
+    lambda n: "const tokens = ['k1abcdef'];\n" * (_QUARTER // 29) * n,
 ]
 
 

@@ -171,6 +171,10 @@ _LIST_PATTERNS = [
 _YAML_BEFORE = re.compile(rf"{BLANK}*(?:-{BLANK}+)?")
 # Before a TOML or INI key (`passwords = [...]`): an indent alone.
 _ASSIGNED_BEFORE = re.compile(rf"{BLANK}*")
+# Or JavaScript's declaration of it (`const tokens = [...];`, `export let`, `var`): generation 14
+# read an indent alone before the name, and a blank or a comment alone after the list, and kept
+# such a list in clear.
+_DECLARED_BEFORE = re.compile(rf"{BLANK}*(?:(?:export{BLANK}+)?(?:const|let|var){BLANK}+)?")
 # Or a TOML inline table's key (`db = { user = "app", passwords = ["hunter2x"] }`, privacy26:
 # generation 12 kept it in clear): the table's name and `= {` on the line before it, perhaps
 # other keys but no `}` outside their strings (a list after the table's end, `db = { x = 1 },
@@ -217,6 +221,8 @@ def _inline_table_above(text: str, line: int) -> bool:
 
 # A comment's `#` is enough: the rest of its line is not read (for each of a line's lists).
 _YAML_AFTER = re.compile(rf"{BLANK}*+(?:[{LINE_BREAK_CHARS}]|\Z)|{BLANK}++#")
+# After an assigned list: a statement's `;` may end it, and a `#` or `//` comment follow.
+_ASSIGNED_AFTER = re.compile(rf"{BLANK}*+;?+{BLANK}*+(?:[{LINE_BREAK_CHARS}]|\Z|#|//)")
 # How far before a name its line's start is looked for: an indent is shorter, and each of a
 # megabyte's lists costs a bounded search, not the line's.
 _YAML_INDENT_CHARS = 100
@@ -374,12 +380,14 @@ def _listed_credentials(match: re.Match[str]) -> str:
     if not quote or assigned:
         name_start = start - len(stem) - (1 if quote else 0)
         line, at_line = _line_start(text, name_start)
-        before = _ASSIGNED_BEFORE if assigned else _YAML_BEFORE
+        before, after = (
+            (_DECLARED_BEFORE, _ASSIGNED_AFTER) if assigned else (_YAML_BEFORE, _YAML_AFTER)
+        )
         own_line = (
             (assigned or "\n" not in match.group())
             and at_line
             and before.fullmatch(text, line, name_start) is not None
-            and _YAML_AFTER.match(text, match.end()) is not None
+            and after.match(text, match.end()) is not None
         )
         in_table = (
             assigned

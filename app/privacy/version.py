@@ -17,10 +17,12 @@ from app.privacy.assignments import (
 from app.privacy.connections import _QUERY_WORDS
 from app.privacy.engine import _RULE_GATES, _RULES
 from app.privacy.lists import (
+    _ASSIGNED_AFTER,
     _ASSIGNED_BEFORE,
     _BARE_CREDENTIAL,
     _CODE_VALUE,
     _COMMENT_START,
+    _DECLARED_BEFORE,
     _IDENTIFIER_VALUE,
     _INLINE_TABLE_AFTER,
     _INLINE_TABLE_BEFORE,
@@ -115,7 +117,9 @@ from app.privacy.private import _MEMORY, _MEMORY_LITERALS, _PRIVATE_LITERALS, _P
 # among a list's elements and a TOML inline table's list read (`_listed_credentials`; privacy26).
 # 13: a value's padding stripped is any Unicode blank, not only spaces and tabs; a separator
 # of Unicode blanks spaces code as one of spaces does (`_plain_kept`; privacy27).
-_RULES_CODE_VERSION = 13
+# 14: JavaScript's declared lists (`const tokens = [...];`) read in `_listed_credentials`
+# (privacy28).
+_RULES_CODE_VERSION = 14
 
 
 def _described(value: object) -> str:
@@ -167,6 +171,8 @@ def _rules_version() -> str:
             _YAML_BEFORE,
             _YAML_AFTER,
             _ASSIGNED_BEFORE,
+            _DECLARED_BEFORE,
+            _ASSIGNED_AFTER,
             _INLINE_TABLE_BEFORE,
             _INLINE_TABLE_AFTER,
             _INLINE_TABLE_OPEN,
@@ -248,5 +254,6 @@ RULES_VERSION = _rules_version()
 # its own (`_CONFIG_AFTER_BREAK`).
 # 15 (privacy28): what generation 14 kept readable near the shapes it redacts: a Unicode blank
 # (a no-break space's) in the indent, a list's `- ` or `export ` before an unquoted value's or a
-# list's name (`\u00a0password: hunter2x9`).
+# list's name (`\u00a0password: hunter2x9`); JavaScript's declared lists (`const tokens =
+# ['…', // ci`: `const`, `let`, `var` before the name, a `;` after the list).
 RULES_GENERATION = 15
