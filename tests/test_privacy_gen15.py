@@ -39,9 +39,23 @@ DECLARED_LISTS = [
 ]
 
 
+# A client run as a command after another line break than `\n` (a terminal's `\r`, a pasted
+# U+2028, `\v`): every command rule, as generation 14 read those breaks in the others.
+COMMANDS_AFTER_BREAKS = [
+    ("ls\u2028mysql -u root -phunter2x9", "ls\u2028mysql -u root -p@"),
+    ("ls\rmysqldump -u root -phunter2x9 shop", "ls\rmysqldump -u root -p@ shop"),
+    ("x\u2029$ mariadb -u r -phunter2x9", "x\u2029$ mariadb -u r -p@"),
+    ("ls\u2028docker login -u me -p hunter2x9", "ls\u2028docker login -u me -p @"),
+    ("ls\x0bpodman login -u me -p hunter2x9", "ls\x0bpodman login -u me -p @"),
+    ("ls\x0cskopeo login -u me -p hunter2x9 r.io", "ls\x0cskopeo login -u me -p @ r.io"),
+    ("echo hi\x85redis-cli -a hunter2x9", "echo hi\x85redis-cli -a @"),
+    ("echo hi\u2028sudo redis-cli --pass hunter2x9", "echo hi\u2028sudo redis-cli --pass @"),
+]
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [*UNICODE_INDENTS, *DECLARED_LISTS],
+    [*UNICODE_INDENTS, *DECLARED_LISTS, *COMMANDS_AFTER_BREAKS],
 )
 def test_what_generation_14_kept_or_over_redacted_is_redacted_exactly(
     text: str, expected: str
@@ -56,6 +70,8 @@ def test_what_generation_14_kept_or_over_redacted_is_redacted_exactly(
         ("export\u00a0DB_TOKEN=k9Xq2mLp7Rtz", "export\u00a0DB_TOKEN=@"),
         # A list's comment after it, as before.
         ("api_keys = ['k9Xq2mLp7Rtz']  # prod", "api_keys = ['@']  # prod"),
+        # A command's other option than its client's, after a break.
+        ("ls\x0bpodman login -u me --password hunter2x9", "ls\x0bpodman login -u me --password @"),
     ],
 )
 def test_what_generation_14_redacted_still_is(text: str, expected: str) -> None:
@@ -74,6 +90,10 @@ KEPT: list[str] = [
     "tokens = ['k9Xq2mLp7Rtz'] + more",
     "const tokens = ['k9Xq2mLp7Rtz'].map(f);",
     "constant tokens = ['k9Xq2mLp7Rtz'];",
+    # A client's name as a path part or an option after a break, as after `\n`.
+    "find /var/lib/mysql\u2028-print",
+    "ls\rfind /var/lib/mysql -print",
+    "x\u2028mysql -u root -p shop",
 ]
 
 
@@ -92,6 +112,8 @@ _LINEAR: list[Callable[[int], str]] = [
     lambda n: "\u00a0" * _QUARTER * n + "api_keys = ['k1abcdef']",
     lambda n: "const tokens = ['k1abcdef']" + " " * _QUARTER * n + ";x",
     lambda n: "const tokens = ['k1abcdef'];\n" * (_QUARTER // 29) * n,
+    lambda n: "x\u2028mysql -p" * (_QUARTER // 10) * n,
+    lambda n: "\rsudo " + "a " * (_QUARTER // 2) * n + "mysql -px",
 ]
 
 

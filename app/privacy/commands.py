@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import re
 
-from app.privacy.common import _NOT_A_REFERENCE, _NOT_REDACTED, REDACTED, _Rule
+from app.privacy.common import (
+    _NOT_A_REFERENCE,
+    _NOT_REDACTED,
+    LINE_BREAK_CHARS,
+    REDACTED,
+    _Rule,
+)
 
 # What may stand between a shell separator (or a quote opening a `sh -c "..."`) and a command
 # word: blanks, a prompt, a YAML list item or step key (`- `, `run: `), and a command that runs
@@ -13,9 +19,11 @@ from app.privacy.common import _NOT_A_REFERENCE, _NOT_REDACTED, REDACTED, _Rule
 _COMMAND_HEAD = re.compile(
     r"[ \t]*(?:[$#>%][ \t]+|-[ \t]+|[\w\-]+:[ \t]+)?"
     r"(?:(?:sudo|doas|env|exec|time|nohup|nice|command|xargs|timeout|watch|docker|podman"
-    r"|kubectl|oc|ssh|nerdctl)[ \t][^\n]*)?"
+    rf"|kubectl|oc|ssh|nerdctl)[ \t][^{LINE_BREAK_CHARS}]*)?"
 )
-_SHELL_SEPARATOR = re.compile(r"[\n|;&(`\"']")
+# Any line break separates commands as `\n` does (`LINE_BREAK_CHARS`: a terminal's `\r`, a
+# pasted U+2028): generation 14 read `\n` alone, and kept `ls\u2028mysql -phunter2` in clear.
+_SHELL_SEPARATOR = re.compile(rf"[{LINE_BREAK_CHARS}|;&(`\"']")
 
 
 def _at_command(s: str, start: int) -> bool:

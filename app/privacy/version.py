@@ -14,6 +14,7 @@ from app.privacy.assignments import (
     _PROSE_LINE,
     _TEMPLATE_PREFIX,
 )
+from app.privacy.commands import _COMMAND_HEAD, _SHELL_SEPARATOR
 from app.privacy.connections import _QUERY_WORDS
 from app.privacy.engine import _RULE_GATES, _RULES
 from app.privacy.lists import (
@@ -117,8 +118,8 @@ from app.privacy.private import _MEMORY, _MEMORY_LITERALS, _PRIVATE_LITERALS, _P
 # among a list's elements and a TOML inline table's list read (`_listed_credentials`; privacy26).
 # 13: a value's padding stripped is any Unicode blank, not only spaces and tabs; a separator
 # of Unicode blanks spaces code as one of spaces does (`_plain_kept`; privacy27).
-# 14: JavaScript's declared lists (`const tokens = [...];`) read in `_listed_credentials`
-# (privacy28).
+# 14: JavaScript's declared lists (`const tokens = [...];`) read in `_listed_credentials`;
+# `_at_command`'s patterns in the digest (privacy28).
 _RULES_CODE_VERSION = 14
 
 
@@ -188,6 +189,8 @@ def _rules_version() -> str:
             _NAMED_VALUE,
             _PRIVATE_TAG,
             _MEMORY,
+            _COMMAND_HEAD,
+            _SHELL_SEPARATOR,
         )
     ]
     parts += [repr(_PRIVATE_LITERALS), repr(_MEMORY_LITERALS), repr(sorted(_CREDENTIAL_WORDS))]
@@ -255,5 +258,6 @@ RULES_VERSION = _rules_version()
 # 15 (privacy28): what generation 14 kept readable near the shapes it redacts: a Unicode blank
 # (a no-break space's) in the indent, a list's `- ` or `export ` before an unquoted value's or a
 # list's name (`\u00a0password: hunter2x9`); JavaScript's declared lists (`const tokens =
-# ['…', // ci`: `const`, `let`, `var` before the name, a `;` after the list).
+# ['…', // ci`: `const`, `let`, `var` before the name, a `;` after the list); a client's
+# password option after another line break than `\n` (`ls\u2028mysql -phunter2`).
 RULES_GENERATION = 15
