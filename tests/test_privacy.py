@@ -995,7 +995,7 @@ RULES_GENERATIONS = {
     12: "9c3e2733cc7c348c",
     13: "d845e06f12cc5c5d",
     14: "61182613defa1132",
-    15: "3ff84d59b52f6846",
+    15: "af43a9362d022fbd",
 }
 
 

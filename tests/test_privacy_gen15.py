@@ -53,9 +53,20 @@ COMMANDS_AFTER_BREAKS = [
 ]
 
 
+# A single-quoted `.env` value whose `\'` a word's end follows: a shell reads the quote as the
+# value's close (no escape in single quotes), and runs what follows.
+SHELL_CLOSED_QUOTES = [
+    ("PASSWORD='abc\\' ; echo 'hi'", "PASSWORD='@' ; echo 'hi'"),
+    ("PASSWORD='abc\\' && ls 'x'", "PASSWORD='@' && ls 'x'"),
+    ("PASSWORD='abc\\'|cat 'x'", "PASSWORD='@'|cat 'x'"),
+    ("PASSWORD='a\\'b\\' ; echo 'hi'", "PASSWORD='@' ; echo 'hi'"),
+    ("PASSWORD='\\' ; echo 'hi'", "PASSWORD='@' ; echo 'hi'"),
+]
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [*UNICODE_INDENTS, *DECLARED_LISTS, *COMMANDS_AFTER_BREAKS],
+    [*UNICODE_INDENTS, *DECLARED_LISTS, *COMMANDS_AFTER_BREAKS, *SHELL_CLOSED_QUOTES],
 )
 def test_what_generation_14_kept_or_over_redacted_is_redacted_exactly(
     text: str, expected: str
@@ -66,6 +77,11 @@ def test_what_generation_14_kept_or_over_redacted_is_redacted_exactly(
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
+        # An escaped single quote that a word's character follows reads on, as in generation 14.
+        ("PASSWORD='ab\\'cd1234'", "PASSWORD='@'"),
+        ("export DB_PASS='p\\'w9'", "export DB_PASS='@'"),
+        ("API_TOKEN='x\\'9Kq2mLp7Rt' # prod", "API_TOKEN='@' # prod"),
+        ("PASSWORD='abc\\'", "PASSWORD='@'"),
         # The `.env` rule reads a blank after `export`, as before.
         ("export\u00a0DB_TOKEN=k9Xq2mLp7Rtz", "export\u00a0DB_TOKEN=@"),
         # A list's comment after it, as before.
@@ -114,6 +130,8 @@ _LINEAR: list[Callable[[int], str]] = [
     lambda n: "const tokens = ['k1abcdef'];\n" * (_QUARTER // 29) * n,
     lambda n: "x\u2028mysql -p" * (_QUARTER // 10) * n,
     lambda n: "\rsudo " + "a " * (_QUARTER // 2) * n + "mysql -px",
+    lambda n: "PASSWORD='" + "\\'" * (_QUARTER // 2) * n + " ",
+    lambda n: "PASSWORD='a\\' " * (_QUARTER // 14) * n,
 ]
 
 

@@ -317,9 +317,12 @@ ASSIGNMENT_RULES: list[_Rule] = [
                 # (`PASSWORD="ab\"cd1234"`). Nor does `\'` in single quotes: dotenv readers
                 # take it as an escape, and in a shell the value runs on past it anyway
                 # (`'ab\'cd1234'` is `ab\cd1234` and an open quote); generation 13 redacted
-                # `ab\` and kept the rest in clear.
+                # `ab\` and kept the rest in clear. A `\'` that a word's end follows (a blank,
+                # `;`, `&`, `|`, a bracket, the text's end) closes the value, as a shell reads
+                # it: `PASSWORD='abc\' ; echo 'hi'` runs `echo`, which generation 14 redacted
+                # up to the next quote.
                 + r"|\"(?:[^\"\n\\]|\\[^\n])++\"|\"[^\"\n]++\"|\"\"(?!\")"
-                + r"|'(?:[^'\n\\]|\\[^\n])++'|'[^'\n]++'|''(?!')"
+                + r"|'(?:[^'\n\\]|\\[^'\n]|\\'(?=[^\s;&|()<>]))++\\?+'|'[^'\n]++'|''(?!')"
                 + r"|<(?![%$\{])[^<>\n]{1,100}+>(?![^\s\"'#\\])"
                 + r"|(?:[^\s\"'#\\]|\\(?![nr]))+)"
             ),

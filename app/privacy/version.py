@@ -259,5 +259,7 @@ RULES_VERSION = _rules_version()
 # (a no-break space's) in the indent, a list's `- ` or `export ` before an unquoted value's or a
 # list's name (`\u00a0password: hunter2x9`); JavaScript's declared lists (`const tokens =
 # ['…', // ci`: `const`, `let`, `var` before the name, a `;` after the list); a client's
-# password option after another line break than `\n` (`ls\u2028mysql -phunter2`).
+# password option after another line break than `\n` (`ls\u2028mysql -phunter2`). And less:
+# a `.env` value's `\'` before a word's end closes it, as a shell reads it (`PASSWORD='abc\' ;
+# echo 'hi'` had lost `; echo ` to the redaction).
 RULES_GENERATION = 15
