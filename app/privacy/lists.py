@@ -337,6 +337,11 @@ def plural_name(name: str) -> tuple[str, bool] | None:
     return credential_plural(name)
 
 
+# What every element of `_TOKEN_SHAPE` holds: 16 characters without a blank, or 10 of
+# letters, digits, `_` and `-`; an element is a part of its list's items, so items without
+# such a run hold none.
+_TOKEN_RUN = re.compile(r"\S{16}|[A-Za-z0-9_\-]{10}")
+
 _KEY_PATTERNS = frozenset(
     pattern
     for (literal, _), pattern in zip(_PLURAL_STEMS, _LIST_PATTERNS, strict=True)
@@ -374,6 +379,13 @@ def _listed_credentials(match: re.Match[str]) -> str:
     if assigned and _first_item(items)[:1] not in ("'", '"'):
         return match.group()
     stem = _name_before(text, start)
+    name = stem + match.group("listed")
+    listed = plural_name(name)
+    # Under `tokens` alone or a word making no credential of them (`max_tokens`,
+    # `special_tokens`) only an element of a token's shape is one: a list holding no run of
+    # its length is let go before its line is read and each element judged (~13 µs a line).
+    if listed is None or (listed[1] and _TOKEN_RUN.search(items) is None):
+        return match.group()
     opening = start - len(stem) - 1
     if quote and (opening < 0 or text[opening] != quote):
         return match.group()
@@ -404,10 +416,6 @@ def _listed_credentials(match: re.Match[str]) -> str:
         )
         if not (own_line or in_table):
             return match.group()
-    name = stem + match.group("listed")
-    listed = plural_name(name)
-    if listed is None:
-        return match.group()
     singular = listed[0]
     named_singular = singular == stem + match.group("listed")
     # A JSON or repr list with a call or an expression in it is code's, as before YAML's bare
