@@ -3,6 +3,8 @@ value, near the shapes it redacts."""
 
 from __future__ import annotations
 
+import base64
+import textwrap
 from collections.abc import Callable
 
 import pytest
@@ -64,9 +66,43 @@ SHELL_CLOSED_QUOTES = [
 ]
 
 
+def _encoded(kind: str, body: str = "MIIEowIBAAKCAQEAxyz0123456789abcdef") -> str:
+    """A PEM block of `kind` (`RSA PRIVATE KEY`, `CERTIFICATE`) in base64, on one line."""
+    pem = f"-----BEGIN {kind}-----\n{body}\n-----END {kind}-----\n"
+    return base64.b64encode(pem.encode()).decode()
+
+
+# A private key in base64, as kubeconfig's `client-key-data` and a Kubernetes Secret's `tls.key`
+# hold it: kept in clear under any name by generation 14. Wrapped at 76 characters a line as
+# `base64` writes it, the lines after the first go too.
+_WRAPPED_KEY = "\n".join(textwrap.wrap(_encoded("PRIVATE KEY", "A" * 150), 76))
+ENCODED_KEYS = [
+    (f"    client-key-data: {_encoded('RSA PRIVATE KEY')}", "    client-key-data: @"),
+    (f'"client-key-data": "{_encoded("EC PRIVATE KEY")}"', '"client-key-data": "@"'),
+    (f"  tls.key: {_encoded('PRIVATE KEY')}\n  tls.crt: x", "  tls.key: @\n  tls.crt: x"),
+    (f"key: {_encoded('OPENSSH PRIVATE KEY')} # ci", "key: @ # ci"),
+    (f"tls.key: {_encoded('ENCRYPTED PRIVATE KEY')}", "tls.key: @"),
+    (f"tls.key: {_encoded('RSA PRIVATE KEY')}\ntls.crt: x", "tls.key: @\ntls.crt: x"),
+]
+
+
+def test_a_wrapped_base64_private_key_is_redacted_whole() -> None:
+    text = f"tls.key: {_WRAPPED_KEY}\nnext: 1"
+    assert _WRAPPED_KEY.count("\n") > 2
+    assert_redacted_on_every_path(text, "tls.key: @\nnext: 1", lines=False)
+    lines = redact_secrets_lines(text)
+    assert lines == "tls.key: [REDACTED]" + "\n" * (text.count("\n") - 1) + "\nnext: 1"
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [*UNICODE_INDENTS, *DECLARED_LISTS, *COMMANDS_AFTER_BREAKS, *SHELL_CLOSED_QUOTES],
+    [
+        *UNICODE_INDENTS,
+        *DECLARED_LISTS,
+        *COMMANDS_AFTER_BREAKS,
+        *SHELL_CLOSED_QUOTES,
+        *ENCODED_KEYS,
+    ],
 )
 def test_what_generation_14_kept_or_over_redacted_is_redacted_exactly(
     text: str, expected: str
@@ -110,6 +146,11 @@ KEPT: list[str] = [
     "find /var/lib/mysql\u2028-print",
     "ls\rfind /var/lib/mysql -print",
     "x\u2028mysql -u root -p shop",
+    # A certificate in base64 is public (kubeconfig's `certificate-authority-data`), and so is a
+    # run that only starts as one (`xLS0t…`) or holds too little to tell.
+    f"    certificate-authority-data: {_encoded('CERTIFICATE')}",
+    f"x{_encoded('RSA PRIVATE KEY')}",
+    "LS0tLS1CRUdJTi",
 ]
 
 
@@ -132,6 +173,9 @@ _LINEAR: list[Callable[[int], str]] = [
     lambda n: "\rsudo " + "a " * (_QUARTER // 2) * n + "mysql -px",
     lambda n: "PASSWORD='" + "\\'" * (_QUARTER // 2) * n + " ",
     lambda n: "PASSWORD='a\\' " * (_QUARTER // 14) * n,
+    lambda n: "LS0tLS1CRUdJTi" * (_QUARTER // 14) * n,
+    lambda n: "LS0tLS1CRUdJTi " * (_QUARTER // 15) * n,
+    lambda n: "k: LS0tLS1CRUdJTiBQUklW" + ("A" * 60 + "\n") * (_QUARTER // 61) * n,
 ]
 
 

@@ -3,9 +3,30 @@ JWTs, Authorization and Bearer headers, passwords in URLs."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 
 from app.privacy.common import _NOT_A_REFERENCE, _NOT_REDACTED, REDACTED, _keep_group, _Rule
+
+# A PEM private key's header, as its base64 decodes (a certificate's is kept: it is public).
+_PRIVATE_KEY_HEADER = re.compile(rb"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----")
+# Enough of a base64 run to hold the longest header (`-----BEGIN ENCRYPTED PRIVATE KEY-----`).
+_ENCODED_HEADER_CHARS = 80
+_BASE64_RUN = re.compile(r"[A-Za-z0-9+/]*")
+
+
+def _encoded_private_key(match: re.Match[str]) -> str:
+    """A base64 run starting as `-----BEGIN ` does: redacted when it decodes to a private
+    key's header (kubeconfig's `client-key-data`, a Kubernetes Secret's `tls.key`)."""
+    run = _BASE64_RUN.match(match.group())
+    head = run.group()[:_ENCODED_HEADER_CHARS] if run else ""
+    try:
+        decoded = base64.b64decode(head[: len(head) // 4 * 4])
+    except (ValueError, binascii.Error):
+        return match.group()
+    return REDACTED if _PRIVATE_KEY_HEADER.match(decoded) else match.group()
+
 
 KEY_RULES: list[_Rule] = [
     (
@@ -16,6 +37,18 @@ KEY_RULES: list[_Rule] = [
             re.DOTALL,
         ),
         REDACTED,
+    ),
+    # The same key in base64, as kubeconfig's `client-key-data` and a Secret's `tls.key` hold it
+    # (generation 14 kept it in clear under any name): the run, and the lines that a wrapped
+    # encoding (`base64`'s 76 characters a line) continues it on, each after a long one and
+    # base64 to its end (`tls.crt: x` on the next line is YAML's).
+    (
+        ("LS0tLS1CRUdJTi",),
+        re.compile(
+            r"LS0tLS1CRUdJTi(?<![A-Za-z0-9+/]LS0tLS1CRUdJTi)[A-Za-z0-9+/]*+={0,2}+"
+            r"(?:(?<=[A-Za-z0-9+/=]{60})\r?\n[ \t]*+[A-Za-z0-9+/]++={0,2}+(?=\s|[\"',]|\Z))*+"
+        ),
+        _encoded_private_key,
     ),
     # Google API keys (Gemini, Maps, Firebase).
     (("AIza",), re.compile(r"AIza[0-9A-Za-z_\-]{35}"), REDACTED),

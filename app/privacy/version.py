@@ -82,6 +82,7 @@ from app.privacy.names import (
 )
 from app.privacy.options import _PROSE_WORDS
 from app.privacy.private import _MEMORY, _MEMORY_LITERALS, _PRIVATE_LITERALS, _PRIVATE_TAG
+from app.privacy.tokens import _ENCODED_HEADER_CHARS, _PRIVATE_KEY_HEADER
 
 # Bump when code that decides what the rules leave changes (a replacement's body, _at_command,
 # basic_credentials, credential_key, known_value, credential_plural, listed_credential, how
@@ -191,8 +192,10 @@ def _rules_version() -> str:
             _MEMORY,
             _COMMAND_HEAD,
             _SHELL_SEPARATOR,
+            _PRIVATE_KEY_HEADER,
         )
     ]
+    parts += [repr(_ENCODED_HEADER_CHARS)]
     parts += [repr(_PRIVATE_LITERALS), repr(_MEMORY_LITERALS), repr(sorted(_CREDENTIAL_WORDS))]
     parts += [repr(sorted(_NOT_CREDENTIAL_TOKENS)), repr(sorted(_FLAG_WORDS))]
     parts += [repr(sorted(_FLAG_VALUES)), repr(_KEY_END_CHARS)]
@@ -261,5 +264,6 @@ RULES_VERSION = _rules_version()
 # ['…', // ci`: `const`, `let`, `var` before the name, a `;` after the list); a client's
 # password option after another line break than `\n` (`ls\u2028mysql -phunter2`). And less:
 # a `.env` value's `\'` before a word's end closes it, as a shell reads it (`PASSWORD='abc\' ;
-# echo 'hi'` had lost `; echo ` to the redaction).
+# echo 'hi'` had lost `; echo ` to the redaction); a private key in base64 (kubeconfig's
+# `client-key-data`).
 RULES_GENERATION = 15
