@@ -66,6 +66,18 @@ SHELL_CLOSED_QUOTES = [
 ]
 
 
+# curl's `-u user:password`, the user kept.
+CURL_USERS = [
+    ("curl -u admin:hunter2x9 https://x", "curl -u admin:@ https://x"),
+    ("curl --user admin:hunter2x9 https://x", "curl --user admin:@ https://x"),
+    ("curl -s -u 'me:s3 cret' https://x", "curl -s -u 'me:@' https://x"),
+    ("curl -uadmin:hunter2x9 https://x", "curl -uadmin:@ https://x"),
+    ("curl --user=admin:hunter2x9 https://x", "curl --user=admin:@ https://x"),
+    ("$ curl -X POST -u api:key-abcdef123 https://x", "$ curl -X POST -u api:@ https://x"),
+    ('ls | curl -u "$USER:s3cr3t9" x', 'ls | curl -u "$USER:@" x'),
+]
+
+
 def _encoded(kind: str, body: str = "MIIEowIBAAKCAQEAxyz0123456789abcdef") -> str:
     """A PEM block of `kind` (`RSA PRIVATE KEY`, `CERTIFICATE`) in base64, on one line."""
     pem = f"-----BEGIN {kind}-----\n{body}\n-----END {kind}-----\n"
@@ -102,6 +114,7 @@ def test_a_wrapped_base64_private_key_is_redacted_whole() -> None:
         *COMMANDS_AFTER_BREAKS,
         *SHELL_CLOSED_QUOTES,
         *ENCODED_KEYS,
+        *CURL_USERS,
     ],
 )
 def test_what_generation_14_kept_or_over_redacted_is_redacted_exactly(
@@ -151,6 +164,12 @@ KEPT: list[str] = [
     f"    certificate-authority-data: {_encoded('CERTIFICATE')}",
     f"x{_encoded('RSA PRIVATE KEY')}",
     "LS0tLS1CRUdJTi",
+    # curl's user alone (it prompts), a reference, prose.
+    "curl -u admin https://x",
+    'curl -u "$USER:$PASS" https://x',
+    "curl -u admin:${PASS} https://x",
+    "see curl docs: use -u user:pass for basic auth",
+    "curl -u 'me:' https://x",
 ]
 
 
@@ -176,6 +195,9 @@ _LINEAR: list[Callable[[int], str]] = [
     lambda n: "LS0tLS1CRUdJTi" * (_QUARTER // 14) * n,
     lambda n: "LS0tLS1CRUdJTi " * (_QUARTER // 15) * n,
     lambda n: "k: LS0tLS1CRUdJTiBQUklW" + ("A" * 60 + "\n") * (_QUARTER // 61) * n,
+    lambda n: "curl " * (_QUARTER // 5) * n + "-u a:b",
+    lambda n: "curl -u '" + "a" * _QUARTER * n,
+    lambda n: "curl -u 'a:" + "b" * _QUARTER * n,
 ]
 
 

@@ -50,6 +50,25 @@ _OPTION_VALUE = (
     rf"(?P<value>'{_NOT_A_REFERENCE}[^'\n]+'|\"{_NOT_A_REFERENCE}[^\"\n]+\""
     rf"|{_NOT_A_REFERENCE}[^\s\"'`;|&()<>]+)"
 )
+# `user:password` after curl's `-u` or `--user`, bare or quoted (`-u 'me:s3 cret'`), the password
+# not a reference (`-u "$USER:$PASS"`); `-u me` alone makes curl prompt for it.
+_USER_VALUE = (
+    rf"(?:(?P<q>['\"])(?P<quoted_user>(?:(?!(?P=q))[^:\n])*+:){_NOT_A_REFERENCE}"
+    rf"(?:(?!(?P=q))[^\n])++(?P=q)"
+    rf"|(?P<user>[^\s:\"'`;|&()<>$]*+:){_NOT_A_REFERENCE}[^\s\"'`;|&()<>]++)"
+)
+
+
+def _user_option(match: re.Match[str]) -> str:
+    """curl's `-u user:password`: the password redacted, the user kept, when curl is run as a
+    command."""
+    if not _at_command(match.string, match.start()):
+        return match.group()
+    quote = match.group("q") or ""
+    user = match.group("quoted_user") if quote else match.group("user")
+    return f"{match.group('keep')}{quote}{user}{REDACTED}{quote}"
+
+
 # An unquoted value that is not code: a run of characters that stop at whitespace, quotes,
 # brackets, separators and `$` (a `${VAR}` reference), holding at least one character that no
 
@@ -82,5 +101,17 @@ COMMAND_RULES: list[_Rule] = [
             ),
             ("redis-cli", "redis-cli", "", "redis-cli", r"(?:-a|--pass)[ \t]+(?!-)"),
         )
+    ),
+    # curl's `-u user:password` (`--user`, glued `-uuser:pw`, `--user=`): generation 14 kept it
+    # in clear, the `://` rule reading a password in a URL's user part alone.
+    (
+        ("curl",),
+        re.compile(
+            r"(?P<keep>curl(?<![^\s|;&(`\"']curl)(?=[ \t])"
+            r"(?:[ \t]+(?!curl)[^\s|;&()`]++){0,40}?[ \t]+(?:-u[ \t]*+|--user(?:[ \t]++|=)))"
+            + _NOT_REDACTED
+            + _USER_VALUE
+        ),
+        _user_option,
     ),
 ]
