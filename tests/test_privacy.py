@@ -434,6 +434,7 @@ GATE_SAMPLES = [
     # Generation 15's rules (privacy28).
     "client-key-data: LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQpNSUlFb3dJQkFBS0NBUUVB",
     "\ncurl -u admin:hunter2x9 https://x",
+    'curl -H "PRIVATE-TOKEN: abcdEFGH1234ijkl" -H "Private-Token: abcdEFGH1234ijkl" https://x',
     f'"SecretAccessKey": "{AWS_SECRET}" aws_secret_access_key={AWS_SECRET}',
     f"AWS_SECRET_ACCESS_KEY: {AWS_SECRET} aws-secret-access-key: {AWS_SECRET}",
     "key sk_live_abcdefghijklmnop1234 rk_test_abcdefghijklmnop1234",
@@ -998,7 +999,7 @@ RULES_GENERATIONS = {
     12: "9c3e2733cc7c348c",
     13: "d845e06f12cc5c5d",
     14: "61182613defa1132",
-    15: "125cd888a162f5b1",
+    15: "afd3cfdc5b2dd6af",
 }
 
 

@@ -78,6 +78,17 @@ CURL_USERS = [
 ]
 
 
+# GitLab's token header, as its API documentation's `curl -H` writes it.
+GITLAB_HEADERS = [
+    (
+        'curl -H "PRIVATE-TOKEN: abcdEFGH1234ijklMNOP" https://x',
+        'curl -H "PRIVATE-TOKEN: @" https://x',
+    ),
+    ("wget --header='Private-Token: abcdEFGH1234' x", "wget --header='Private-Token: @' x"),
+    ('curl --header "private-token: abcdEFGH1234" x', 'curl --header "private-token: @" x'),
+]
+
+
 def _encoded(kind: str, body: str = "MIIEowIBAAKCAQEAxyz0123456789abcdef") -> str:
     """A PEM block of `kind` (`RSA PRIVATE KEY`, `CERTIFICATE`) in base64, on one line."""
     pem = f"-----BEGIN {kind}-----\n{body}\n-----END {kind}-----\n"
@@ -115,6 +126,7 @@ def test_a_wrapped_base64_private_key_is_redacted_whole() -> None:
         *SHELL_CLOSED_QUOTES,
         *ENCODED_KEYS,
         *CURL_USERS,
+        *GITLAB_HEADERS,
     ],
 )
 def test_what_generation_14_kept_or_over_redacted_is_redacted_exactly(
@@ -170,6 +182,10 @@ KEPT: list[str] = [
     "curl -u admin:${PASS} https://x",
     "see curl docs: use -u user:pass for basic auth",
     "curl -u 'me:' https://x",
+    # The header named in prose or documented, as the other token headers.
+    "send the PRIVATE-TOKEN: header with each request",
+    "PRIVATE-TOKEN: <your_access_token>",
+    "PRIVATE-TOKEN: $GITLAB_TOKEN",
 ]
 
 
@@ -198,6 +214,8 @@ _LINEAR: list[Callable[[int], str]] = [
     lambda n: "curl " * (_QUARTER // 5) * n + "-u a:b",
     lambda n: "curl -u '" + "a" * _QUARTER * n,
     lambda n: "curl -u 'a:" + "b" * _QUARTER * n,
+    lambda n: "PRIVATE-TOKEN:" + " " * _QUARTER * n + "x",
+    lambda n: "PRIVATE-TOKEN: " * (_QUARTER // 15) * n,
 ]
 
 

@@ -124,6 +124,10 @@ _API_HEADERS = [
     ("PI-", "API-", "(?:KEY|Key)", ("PI-Key", "PI-KEY")),
     ("uth-", "[aA]uth-", "[tT]oken", ("uth-token", "uth-Token")),
     ("UTH-", "AUTH-", "(?:TOKEN|Token)", ("UTH-Token", "UTH-TOKEN")),
+    # GitLab's `PRIVATE-TOKEN: glpat-…` and an older token of 20 characters with no prefix
+    # (`curl -H "PRIVATE-TOKEN: …"`, as GitLab's API documentation writes it).
+    ("rivate-", "[pP]rivate-", "[tT]oken", ("rivate-token", "rivate-Token")),
+    ("RIVATE-", "PRIVATE-", "(?:TOKEN|Token)", ("RIVATE-Token", "RIVATE-TOKEN")),
 ]
 _HEADER_VALUE = r"(?=[^\s\"',;<>]*?[^A-Za-z_.\-\s\"',;<>])[^\s\"',;<>]{8,}"
 # An API key or auth token header (`curl -H "X-API-Key: ..."`, a request dump), anywhere
