@@ -435,6 +435,7 @@ GATE_SAMPLES = [
     "client-key-data: LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQpNSUlFb3dJQkFBS0NBUUVB",
     "\ncurl -u admin:hunter2x9 https://x",
     'curl -H "PRIVATE-TOKEN: abcdEFGH1234ijkl" -H "Private-Token: abcdEFGH1234ijkl" https://x',
+    "npm_aB3dEfGh1JkLmN0pQrStUvWxYz0123456789",
     f'"SecretAccessKey": "{AWS_SECRET}" aws_secret_access_key={AWS_SECRET}',
     f"AWS_SECRET_ACCESS_KEY: {AWS_SECRET} aws-secret-access-key: {AWS_SECRET}",
     "key sk_live_abcdefghijklmnop1234 rk_test_abcdefghijklmnop1234",
@@ -999,7 +1000,7 @@ RULES_GENERATIONS = {
     12: "9c3e2733cc7c348c",
     13: "d845e06f12cc5c5d",
     14: "61182613defa1132",
-    15: "afd3cfdc5b2dd6af",
+    15: "cd6a35c6908c5512",
 }
 
 

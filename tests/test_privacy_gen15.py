@@ -89,6 +89,16 @@ GITLAB_HEADERS = [
 ]
 
 
+# npm's access tokens by their shape, under any name or none.
+NPM_TOKENS = [
+    (
+        "npm config set //registry.npmjs.org/:_authToken npm_aB3dEfGh1JkLmN0pQrStUvWxYz0123456789",
+        "npm config set //registry.npmjs.org/:_authToken @",
+    ),
+    ("NODE_AUTH: npm_aB3dEfGh1JkLmN0pQrStUvWxYz0123456789 (ci)", "NODE_AUTH: @ (ci)"),
+]
+
+
 def _encoded(kind: str, body: str = "MIIEowIBAAKCAQEAxyz0123456789abcdef") -> str:
     """A PEM block of `kind` (`RSA PRIVATE KEY`, `CERTIFICATE`) in base64, on one line."""
     pem = f"-----BEGIN {kind}-----\n{body}\n-----END {kind}-----\n"
@@ -127,6 +137,7 @@ def test_a_wrapped_base64_private_key_is_redacted_whole() -> None:
         *ENCODED_KEYS,
         *CURL_USERS,
         *GITLAB_HEADERS,
+        *NPM_TOKENS,
     ],
 )
 def test_what_generation_14_kept_or_over_redacted_is_redacted_exactly(
@@ -186,6 +197,9 @@ KEPT: list[str] = [
     "send the PRIVATE-TOKEN: header with each request",
     "PRIVATE-TOKEN: <your_access_token>",
     "PRIVATE-TOKEN: $GITLAB_TOKEN",
+    # npm's settings' names, which `_` continues.
+    "npm_config_cache_dir_for_the_current_user_abc123",
+    "echo $npm_package_version",
 ]
 
 
@@ -216,6 +230,7 @@ _LINEAR: list[Callable[[int], str]] = [
     lambda n: "curl -u 'a:" + "b" * _QUARTER * n,
     lambda n: "PRIVATE-TOKEN:" + " " * _QUARTER * n + "x",
     lambda n: "PRIVATE-TOKEN: " * (_QUARTER // 15) * n,
+    lambda n: "npm_" * (_QUARTER // 4) * n,
 ]
 
 

@@ -69,6 +69,9 @@ KEY_RULES: list[_Rule] = [
     # Hugging Face access tokens (hf_ and 34 letters and digits; `hf_hub_download` has no run
     # of 30 without an underscore).
     (("hf_",), re.compile(r"hf_(?<!\whf_)[A-Za-z0-9]{30,}"), REDACTED),
+    # npm access tokens: `npm_` and 36 letters and digits (`npm config set
+    # //registry.npmjs.org/:_authToken npm_…` gives it no `=` for the `.npmrc` rule to read).
+    (("npm_",), re.compile(r"npm_(?<!\wnpm_)[A-Za-z0-9]{36}(?![A-Za-z0-9_])"), REDACTED),
     # PyPI upload tokens: a macaroon whose base64 starts "AgE" (pypi.org's and test.pypi's).
     (("pypi-Ag",), re.compile(r"pypi-AgE[A-Za-z0-9_\-]{50,}"), REDACTED),
 ]

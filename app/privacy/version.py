@@ -265,5 +265,6 @@ RULES_VERSION = _rules_version()
 # password option after another line break than `\n` (`ls\u2028mysql -phunter2`). And less:
 # a `.env` value's `\'` before a word's end closes it, as a shell reads it (`PASSWORD='abc\' ;
 # echo 'hi'` had lost `; echo ` to the redaction); a private key in base64 (kubeconfig's
-# `client-key-data`); curl's `-u user:password`; GitLab's `PRIVATE-TOKEN` header.
+# `client-key-data`); curl's `-u user:password`; GitLab's `PRIVATE-TOKEN` header; npm's
+# `npm_…` tokens.
 RULES_GENERATION = 15
