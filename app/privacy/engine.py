@@ -13,7 +13,7 @@ from typing import Any
 from app.exactjson import PAST_A_DOUBLE, NumberOutOfRange, check_decimal
 from app.privacy.assignments import _CONFIG_AFTER_BREAK, ASSIGNMENT_RULES, QUOTED_NAMES
 from app.privacy.clean import _SURROGATE, clean_text
-from app.privacy.commands import COMMAND_RULES
+from app.privacy.commands import COMMAND_GATES, COMMAND_RULES
 from app.privacy.common import GATE_BLANK, GATE_SPACE, REDACTED, _Replacement, _Rule
 from app.privacy.connections import CONNECTION_RULES, QUERY_GATE, QUERY_RULES, REGISTRY_RULES
 from app.privacy.lists import LIST_GATES, LIST_NAME_GATES, LIST_RULES, plural_name
@@ -98,6 +98,7 @@ _RULE_GATES: dict[re.Pattern[str], str] = {
     },
     **API_HEADER_GATES,
     **OPTION_GATES,
+    **COMMAND_GATES,
     **LIST_GATES,
     QUERY_RULES[0][1]: QUERY_GATE,
     # A value holding a character no identifier has, a word of letters ending the line, or `<…>`.
