@@ -71,6 +71,13 @@ CASES = {
         'PASSWORD = """\n' + "word\n" * 200_000,
         3,
     ),
+    # Lists under `tokens` after a word making no credential of them (a model's or a tokenizer's
+    # settings): only an element of a token's shape would be redacted (privacy28).
+    "max_tokens = ['a1', 'b2'] x 15k lines": ("max_tokens = ['a1', 'b2']\n" * 15_000, 5),
+    "special_tokens: ['<s>', '</s>'] x 15k lines": (
+        "special_tokens: ['<s>', '</s>']\n" * 15_000,
+        5,
+    ),
     # One such line, as a captured value or a chunk's line: a short text runs every gated rule.
     "keys = ['name', 'email'] alone": ("keys = ['name', 'email']", 100_000),
 }

@@ -431,6 +431,11 @@ def test_sanitize_json_redacts_secret_access_keys() -> None:
 GATE_SAMPLES = [
     *SECRETS,
     "x: 1\u2028password: hunter2x9",
+    # Generation 15's rules (privacy28).
+    "client-key-data: LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQpNSUlFb3dJQkFBS0NBUUVB",
+    "\ncurl -u admin:hunter2x9 https://x",
+    'curl -H "PRIVATE-TOKEN: abcdEFGH1234ijkl" -H "Private-Token: abcdEFGH1234ijkl" https://x',
+    "npm_aB3dEfGh1JkLmN0pQrStUvWxYz0123456789",
     f'"SecretAccessKey": "{AWS_SECRET}" aws_secret_access_key={AWS_SECRET}',
     f"AWS_SECRET_ACCESS_KEY: {AWS_SECRET} aws-secret-access-key: {AWS_SECRET}",
     "key sk_live_abcdefghijklmnop1234 rk_test_abcdefghijklmnop1234",
@@ -995,6 +1000,7 @@ RULES_GENERATIONS = {
     12: "9c3e2733cc7c348c",
     13: "d845e06f12cc5c5d",
     14: "61182613defa1132",
+    15: "2dd99a2e20530d65",
 }
 
 

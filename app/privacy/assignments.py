@@ -215,8 +215,10 @@ QUOTED_NAMES: list[tuple[str, tuple[str, ...], str]] = [
 # v1.2.3`). A word of letters alone (`password: swordfish`) is judged by `plain_credential`:
 # users' passwords are often plain words, and so are documentation's placeholders.
 # Up to its line's end, any line break ending it (`LINE_BREAK_CHARS`).
+# The indent, a list's `- ` and `export ` may hold any Unicode blank (`\u00a0password: x` from a
+# rich-text paste; generation 14 read spaces and tabs alone there, and kept the value in clear).
 _CONFIG_LINE = (
-    r"(?P<name>[ \t]*(?:-[ \t]+)?(?:export[ \t]+)?"
+    rf"(?P<name>{BLANK}*(?:-{BLANK}+)?(?:export{BLANK}+)?"
     rf"(?:[\w.\-]*?{_CREDENTIAL_NAME}|(?:[\w.\-]*?[_.\-])?{_PWD_NAME}))"
     rf"(?P<sep>{BLANK}*[:=]{BLANK}*)"
     + _NOT_REDACTED
@@ -315,9 +317,12 @@ ASSIGNMENT_RULES: list[_Rule] = [
                 # (`PASSWORD="ab\"cd1234"`). Nor does `\'` in single quotes: dotenv readers
                 # take it as an escape, and in a shell the value runs on past it anyway
                 # (`'ab\'cd1234'` is `ab\cd1234` and an open quote); generation 13 redacted
-                # `ab\` and kept the rest in clear.
+                # `ab\` and kept the rest in clear. A `\'` that a word's end follows (a blank,
+                # `;`, `&`, `|`, a bracket, the text's end) closes the value, as a shell reads
+                # it: `PASSWORD='abc\' ; echo 'hi'` runs `echo`, which generation 14 redacted
+                # up to the next quote.
                 + r"|\"(?:[^\"\n\\]|\\[^\n])++\"|\"[^\"\n]++\"|\"\"(?!\")"
-                + r"|'(?:[^'\n\\]|\\[^\n])++'|'[^'\n]++'|''(?!')"
+                + r"|'(?:[^'\n\\]|\\[^'\n]|\\'(?=[^\s;&|()<>]))++\\?+'|'[^'\n]++'|''(?!')"
                 + r"|<(?![%$\{])[^<>\n]{1,100}+>(?![^\s\"'#\\])"
                 + r"|(?:[^\s\"'#\\]|\\(?![nr]))+)"
             ),

@@ -13,7 +13,7 @@ from typing import Any
 from app.exactjson import PAST_A_DOUBLE, NumberOutOfRange, check_decimal
 from app.privacy.assignments import _CONFIG_AFTER_BREAK, ASSIGNMENT_RULES, QUOTED_NAMES
 from app.privacy.clean import _SURROGATE, clean_text
-from app.privacy.commands import COMMAND_RULES
+from app.privacy.commands import COMMAND_GATES, COMMAND_RULES
 from app.privacy.common import GATE_BLANK, GATE_SPACE, REDACTED, _Replacement, _Rule
 from app.privacy.connections import CONNECTION_RULES, QUERY_GATE, QUERY_RULES, REGISTRY_RULES
 from app.privacy.lists import LIST_GATES, LIST_NAME_GATES, LIST_RULES, plural_name
@@ -98,6 +98,7 @@ _RULE_GATES: dict[re.Pattern[str], str] = {
     },
     **API_HEADER_GATES,
     **OPTION_GATES,
+    **COMMAND_GATES,
     **LIST_GATES,
     QUERY_RULES[0][1]: QUERY_GATE,
     # A value holding a character no identifier has, a word of letters ending the line, or `<…>`.
@@ -116,6 +117,13 @@ _RULE_GATES: dict[re.Pattern[str], str] = {
 _SCANNED_GATES = {
     pattern: LIST_NAME_GATES.get(pattern, gate) for pattern, gate in _RULE_GATES.items()
 }
+# The rule after another line break than `\n` is scanned for as two gates that its own implies,
+# both needed: such a break anywhere, and the unquoted rule's gate anywhere. Its own gate, the
+# break's line read up to a credential's name, ran hyperscan's automaton from every `\xe2\x80`
+# (a curly quote's, a dash's first bytes) over an unbounded run of bytes: ~0.9 µs a value on
+# the capture benchmark's (bench/capture_steps.py).
+_SCANNED_GATES[_CONFIG_AFTER_BREAK] = r"[\r\x0b\x0c\x1c-\x1e]|\xc2\x85|\xe2\x80[\xa8\xa9]"
+_ALSO_GATED_BY = {_CONFIG_AFTER_BREAK: _CONFIG_RULE}
 
 # Every literal the privacy rules test for, and the gates above, found in one pass (see
 # app/textscan.py).
@@ -123,9 +131,18 @@ _SCANNER = LiteralScanner(
     ("<", *_PRIVATE_LITERALS, *_MEMORY_LITERALS, *(lit for rule in _RULES for lit in rule[0])),
     gates={f"gate:{pattern.pattern}": expression for pattern, expression in _SCANNED_GATES.items()},
 )
-# (literals, gate name or None, pattern, replacement) in rule order.
+# (literals, the gates' names, pattern, replacement) in rule order.
 _PLAN = [
-    (literals, f"gate:{pattern.pattern}" if pattern in _RULE_GATES else None, pattern, replacement)
+    (
+        literals,
+        tuple(
+            f"gate:{gated.pattern}"
+            for gated in (pattern, _ALSO_GATED_BY.get(pattern))
+            if gated is not None and gated in _RULE_GATES
+        ),
+        pattern,
+        replacement,
+    )
     for literals, pattern, replacement in _RULES
 ]
 
@@ -184,8 +201,8 @@ def _rules_for(found: frozenset[str]) -> tuple[tuple[re.Pattern[str], _Replaceme
     """The rules, in order, whose literal (and gate, if they have one) `found` holds."""
     return tuple(
         (pattern, replacement)
-        for literals, gate, pattern, replacement in _PLAN
-        if not found.isdisjoint(literals) and (gate is None or gate in found)
+        for literals, gates, pattern, replacement in _PLAN
+        if not found.isdisjoint(literals) and all(gate in found for gate in gates)
     )
 
 

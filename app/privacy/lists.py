@@ -167,9 +167,14 @@ _LIST_PATTERNS = [
 ]
 # YAML's flow list is one on a line of its own: an indent and a block list's `- ` before its
 # name, a comment at most after it (a `passwords: [a1]` in a line of code is not YAML's).
-_YAML_BEFORE = re.compile(r"[ \t]*(?:-[ \t]+)?")
+# An indent may hold any Unicode blank (a no-break space's: generation 14 read spaces and tabs).
+_YAML_BEFORE = re.compile(rf"{BLANK}*(?:-{BLANK}+)?")
 # Before a TOML or INI key (`passwords = [...]`): an indent alone.
-_ASSIGNED_BEFORE = re.compile(r"[ \t]*")
+_ASSIGNED_BEFORE = re.compile(rf"{BLANK}*")
+# Or JavaScript's declaration of it (`const tokens = [...];`, `export let`, `var`): generation 14
+# read an indent alone before the name, and a blank or a comment alone after the list, and kept
+# such a list in clear.
+_DECLARED_BEFORE = re.compile(rf"{BLANK}*(?:(?:export{BLANK}+)?(?:const|let|var){BLANK}+)?")
 # Or a TOML inline table's key (`db = { user = "app", passwords = ["hunter2x"] }`, privacy26:
 # generation 12 kept it in clear): the table's name and `= {` on the line before it, perhaps
 # other keys but no `}` outside their strings (a list after the table's end, `db = { x = 1 },
@@ -216,6 +221,8 @@ def _inline_table_above(text: str, line: int) -> bool:
 
 # A comment's `#` is enough: the rest of its line is not read (for each of a line's lists).
 _YAML_AFTER = re.compile(rf"{BLANK}*+(?:[{LINE_BREAK_CHARS}]|\Z)|{BLANK}++#")
+# After an assigned list: a statement's `;` may end it, and a `#` or `//` comment follow.
+_ASSIGNED_AFTER = re.compile(rf"{BLANK}*+;?+{BLANK}*+(?:[{LINE_BREAK_CHARS}]|\Z|#|//)")
 # How far before a name its line's start is looked for: an indent is shorter, and each of a
 # megabyte's lists costs a bounded search, not the line's.
 _YAML_INDENT_CHARS = 100
@@ -330,6 +337,11 @@ def plural_name(name: str) -> tuple[str, bool] | None:
     return credential_plural(name)
 
 
+# What every element of `_TOKEN_SHAPE` holds: 16 characters without a blank, or 10 of
+# letters, digits, `_` and `-`; an element is a part of its list's items, so items without
+# such a run hold none.
+_TOKEN_RUN = re.compile(r"\S{16}|[A-Za-z0-9_\-]{10}")
+
 _KEY_PATTERNS = frozenset(
     pattern
     for (literal, _), pattern in zip(_PLURAL_STEMS, _LIST_PATTERNS, strict=True)
@@ -367,18 +379,27 @@ def _listed_credentials(match: re.Match[str]) -> str:
     if assigned and _first_item(items)[:1] not in ("'", '"'):
         return match.group()
     stem = _name_before(text, start)
+    name = stem + match.group("listed")
+    listed = plural_name(name)
+    # Under `tokens` alone or a word making no credential of them (`max_tokens`,
+    # `special_tokens`) only an element of a token's shape is one: a list holding no run of
+    # its length is let go before its line is read and each element judged (~13 µs a line).
+    if listed is None or (listed[1] and _TOKEN_RUN.search(items) is None):
+        return match.group()
     opening = start - len(stem) - 1
     if quote and (opening < 0 or text[opening] != quote):
         return match.group()
     if not quote or assigned:
         name_start = start - len(stem) - (1 if quote else 0)
         line, at_line = _line_start(text, name_start)
-        before = _ASSIGNED_BEFORE if assigned else _YAML_BEFORE
+        before, after = (
+            (_DECLARED_BEFORE, _ASSIGNED_AFTER) if assigned else (_YAML_BEFORE, _YAML_AFTER)
+        )
         own_line = (
             (assigned or "\n" not in match.group())
             and at_line
             and before.fullmatch(text, line, name_start) is not None
-            and _YAML_AFTER.match(text, match.end()) is not None
+            and after.match(text, match.end()) is not None
         )
         in_table = (
             assigned
@@ -395,10 +416,6 @@ def _listed_credentials(match: re.Match[str]) -> str:
         )
         if not (own_line or in_table):
             return match.group()
-    name = stem + match.group("listed")
-    listed = plural_name(name)
-    if listed is None:
-        return match.group()
     singular = listed[0]
     named_singular = singular == stem + match.group("listed")
     # A JSON or repr list with a call or an expression in it is code's, as before YAML's bare

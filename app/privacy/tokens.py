@@ -3,9 +3,30 @@ JWTs, Authorization and Bearer headers, passwords in URLs."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 
 from app.privacy.common import _NOT_A_REFERENCE, _NOT_REDACTED, REDACTED, _keep_group, _Rule
+
+# A PEM private key's header, as its base64 decodes (a certificate's is kept: it is public).
+_PRIVATE_KEY_HEADER = re.compile(rb"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----")
+# Enough of a base64 run to hold the longest header (`-----BEGIN ENCRYPTED PRIVATE KEY-----`).
+_ENCODED_HEADER_CHARS = 80
+_BASE64_RUN = re.compile(r"[A-Za-z0-9+/]*")
+
+
+def _encoded_private_key(match: re.Match[str]) -> str:
+    """A base64 run starting as `-----BEGIN ` does: redacted when it decodes to a private
+    key's header (kubeconfig's `client-key-data`, a Kubernetes Secret's `tls.key`)."""
+    run = _BASE64_RUN.match(match.group())
+    head = run.group()[:_ENCODED_HEADER_CHARS] if run else ""
+    try:
+        decoded = base64.b64decode(head[: len(head) // 4 * 4])
+    except (ValueError, binascii.Error):
+        return match.group()
+    return REDACTED if _PRIVATE_KEY_HEADER.match(decoded) else match.group()
+
 
 KEY_RULES: list[_Rule] = [
     (
@@ -16,6 +37,18 @@ KEY_RULES: list[_Rule] = [
             re.DOTALL,
         ),
         REDACTED,
+    ),
+    # The same key in base64, as kubeconfig's `client-key-data` and a Secret's `tls.key` hold it
+    # (generation 14 kept it in clear under any name): the run, and the lines that a wrapped
+    # encoding (`base64`'s 76 characters a line) continues it on, each after a long one and
+    # base64 to its end (`tls.crt: x` on the next line is YAML's).
+    (
+        ("LS0tLS1CRUdJTi",),
+        re.compile(
+            r"LS0tLS1CRUdJTi(?<![A-Za-z0-9+/]LS0tLS1CRUdJTi)[A-Za-z0-9+/]*+={0,2}+"
+            r"(?:(?<=[A-Za-z0-9+/=]{60})\r?\n[ \t]*+[A-Za-z0-9+/]++={0,2}+(?=\s|[\"',]|\Z))*+"
+        ),
+        _encoded_private_key,
     ),
     # Google API keys (Gemini, Maps, Firebase).
     (("AIza",), re.compile(r"AIza[0-9A-Za-z_\-]{35}"), REDACTED),
@@ -36,6 +69,9 @@ KEY_RULES: list[_Rule] = [
     # Hugging Face access tokens (hf_ and 34 letters and digits; `hf_hub_download` has no run
     # of 30 without an underscore).
     (("hf_",), re.compile(r"hf_(?<!\whf_)[A-Za-z0-9]{30,}"), REDACTED),
+    # npm access tokens: `npm_` and 36 letters and digits (`npm config set
+    # //registry.npmjs.org/:_authToken npm_…` gives it no `=` for the `.npmrc` rule to read).
+    (("npm_",), re.compile(r"npm_(?<!\wnpm_)[A-Za-z0-9]{36}(?![A-Za-z0-9_])"), REDACTED),
     # PyPI upload tokens: a macaroon whose base64 starts "AgE" (pypi.org's and test.pypi's).
     (("pypi-Ag",), re.compile(r"pypi-AgE[A-Za-z0-9_\-]{50,}"), REDACTED),
 ]
@@ -91,6 +127,10 @@ _API_HEADERS = [
     ("PI-", "API-", "(?:KEY|Key)", ("PI-Key", "PI-KEY")),
     ("uth-", "[aA]uth-", "[tT]oken", ("uth-token", "uth-Token")),
     ("UTH-", "AUTH-", "(?:TOKEN|Token)", ("UTH-Token", "UTH-TOKEN")),
+    # GitLab's `PRIVATE-TOKEN: glpat-…` and an older token of 20 characters with no prefix
+    # (`curl -H "PRIVATE-TOKEN: …"`, as GitLab's API documentation writes it).
+    ("rivate-", "[pP]rivate-", "[tT]oken", ("rivate-token", "rivate-Token")),
+    ("RIVATE-", "PRIVATE-", "(?:TOKEN|Token)", ("RIVATE-Token", "RIVATE-TOKEN")),
 ]
 _HEADER_VALUE = r"(?=[^\s\"',;<>]*?[^A-Za-z_.\-\s\"',;<>])[^\s\"',;<>]{8,}"
 # An API key or auth token header (`curl -H "X-API-Key: ..."`, a request dump), anywhere

@@ -14,13 +14,16 @@ from app.privacy.assignments import (
     _PROSE_LINE,
     _TEMPLATE_PREFIX,
 )
+from app.privacy.commands import _COMMAND_HEAD, _SHELL_SEPARATOR
 from app.privacy.connections import _QUERY_WORDS
 from app.privacy.engine import _RULE_GATES, _RULES
 from app.privacy.lists import (
+    _ASSIGNED_AFTER,
     _ASSIGNED_BEFORE,
     _BARE_CREDENTIAL,
     _CODE_VALUE,
     _COMMENT_START,
+    _DECLARED_BEFORE,
     _IDENTIFIER_VALUE,
     _INLINE_TABLE_AFTER,
     _INLINE_TABLE_BEFORE,
@@ -79,6 +82,7 @@ from app.privacy.names import (
 )
 from app.privacy.options import _PROSE_WORDS
 from app.privacy.private import _MEMORY, _MEMORY_LITERALS, _PRIVATE_LITERALS, _PRIVATE_TAG
+from app.privacy.tokens import _ENCODED_HEADER_CHARS, _PRIVATE_KEY_HEADER
 
 # Bump when code that decides what the rules leave changes (a replacement's body, _at_command,
 # basic_credentials, credential_key, known_value, credential_plural, listed_credential, how
@@ -115,7 +119,9 @@ from app.privacy.private import _MEMORY, _MEMORY_LITERALS, _PRIVATE_LITERALS, _P
 # among a list's elements and a TOML inline table's list read (`_listed_credentials`; privacy26).
 # 13: a value's padding stripped is any Unicode blank, not only spaces and tabs; a separator
 # of Unicode blanks spaces code as one of spaces does (`_plain_kept`; privacy27).
-_RULES_CODE_VERSION = 13
+# 14: JavaScript's declared lists (`const tokens = [...];`) read in `_listed_credentials`;
+# `_at_command`'s patterns in the digest (privacy28).
+_RULES_CODE_VERSION = 14
 
 
 def _described(value: object) -> str:
@@ -167,6 +173,8 @@ def _rules_version() -> str:
             _YAML_BEFORE,
             _YAML_AFTER,
             _ASSIGNED_BEFORE,
+            _DECLARED_BEFORE,
+            _ASSIGNED_AFTER,
             _INLINE_TABLE_BEFORE,
             _INLINE_TABLE_AFTER,
             _INLINE_TABLE_OPEN,
@@ -182,8 +190,12 @@ def _rules_version() -> str:
             _NAMED_VALUE,
             _PRIVATE_TAG,
             _MEMORY,
+            _COMMAND_HEAD,
+            _SHELL_SEPARATOR,
+            _PRIVATE_KEY_HEADER,
         )
     ]
+    parts += [repr(_ENCODED_HEADER_CHARS)]
     parts += [repr(_PRIVATE_LITERALS), repr(_MEMORY_LITERALS), repr(sorted(_CREDENTIAL_WORDS))]
     parts += [repr(sorted(_NOT_CREDENTIAL_TOKENS)), repr(sorted(_FLAG_WORDS))]
     parts += [repr(sorted(_FLAG_VALUES)), repr(_KEY_END_CHARS)]
@@ -246,4 +258,13 @@ RULES_VERSION = _rules_version()
 # key's lines (`_TRIPLE_CLOSES`), a `key` name's list pattern failing unless a credential word's
 # letters end before its `key`; the unquoted rule after another line break than `\n` a rule of
 # its own (`_CONFIG_AFTER_BREAK`).
-RULES_GENERATION = 14
+# 15 (privacy28): what generation 14 kept readable near the shapes it redacts: a Unicode blank
+# (a no-break space's) in the indent, a list's `- ` or `export ` before an unquoted value's or a
+# list's name (`\u00a0password: hunter2x9`); JavaScript's declared lists (`const tokens =
+# ['…', // ci`: `const`, `let`, `var` before the name, a `;` after the list); a client's
+# password option after another line break than `\n` (`ls\u2028mysql -phunter2`). And less:
+# a `.env` value's `\'` before a word's end closes it, as a shell reads it (`PASSWORD='abc\' ;
+# echo 'hi'` had lost `; echo ` to the redaction); a private key in base64 (kubeconfig's
+# `client-key-data`); curl's `-u user:password`; GitLab's `PRIVATE-TOKEN` header; npm's
+# `npm_…` tokens.
+RULES_GENERATION = 15
