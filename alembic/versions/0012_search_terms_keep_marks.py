@@ -15,7 +15,8 @@ which other words matched. The stored terms of the rows holding such a character
   these rows must hold is what the app writes, and a later change of it comes with its own
   revision.
 
-Rows of ASCII text alone are not read (no mark, no joiner). The downgrade keeps the new terms:
+Rows whose content and terms are ASCII alone are not read (no mark, no joiner); a file
+chunk's ASCII content under a marked section title is (its terms hold the title). The downgrade keeps the new terms:
 the old code reads them as it reads its own.
 
 Revision ID: 0012
@@ -39,7 +40,8 @@ depends_on: str | Sequence[str] | None = None
 BATCH_ROWS = 2000
 _NON_ASCII = (
     "SELECT id, file_id, content, search_terms FROM memory_chunks "
-    "WHERE id > :after AND content ~ '[^\\x01-\\x7f]' ORDER BY id LIMIT :limit"
+    "WHERE id > :after AND (content ~ '[^\\x01-\\x7f]' OR search_terms ~ '[^\\x01-\\x7f]') "
+    "ORDER BY id LIMIT :limit"
 )
 _JOINERS = frozenset("\u200c\u200d")
 
@@ -56,7 +58,9 @@ def upgrade() -> None:
         after = rows[-1].id
         changed = []
         for row in rows:
-            if not _holds_mark(row.content):
+            # A file chunk's terms also hold its sections' titles: ASCII code under a Hindi
+            # heading had the heading's letters split off in its terms alone.
+            if not (_holds_mark(row.content) or _holds_mark(row.search_terms or "")):
                 continue
             if row.file_id is not None:
                 files.add(row.file_id)

@@ -554,7 +554,8 @@ def test_0012_makes_the_terms_of_marked_text_again(scratch_url: str) -> None:
         connection.execute(
             "INSERT INTO memory_files (project_path, path, source, hash, mtime, size, rules) "
             "VALUES ('/p', '/p/a.md', 'memory', 'h', 0, 0, 'r1'), "
-            "('/p', '/p/b.md', 'memory', 'h', 0, 0, 'r1')"
+            "('/p', '/p/b.md', 'memory', 'h', 0, 0, 'r1'), "
+            "('/p', '/p/c.md', 'memory', 'h', 0, 0, 'r1')"
         )
         files = dict(connection.execute("SELECT path, id FROM memory_files").fetchall())
         connection.execute(
@@ -562,8 +563,11 @@ def test_0012_makes_the_terms_of_marked_text_again(scratch_url: str) -> None:
             "search_terms) VALUES ('/p', 'kv', %s, NULL, %s, 'h', 'get Cafe'), "
             "('/p', 'kv', %s, NULL, 'getCafe stays', 'h', 'stale'), "
             "('/p', 'memory', NULL, %s, 'टोकन की जाँच', 'h', 'ट कन ज च'), "
-            "('/p', 'memory', NULL, %s, 'Straße getWeg', 'h', 'get Weg')",
-            (ids[0], camel, ids[1], files["/p/a.md"], files["/p/b.md"]),
+            "('/p', 'memory', NULL, %s, 'Straße getWeg', 'h', 'get Weg'), "
+            # ASCII code under a Hindi heading: the title's letters split off in the terms alone.
+            "('/p', 'memory', NULL, %s, 'def run_check(x):', 'h', "
+            "'run check x टोकन की जाँच ट कन ज च')",
+            (ids[0], camel, ids[1], files["/p/a.md"], files["/p/b.md"], files["/p/c.md"]),
         )
     migrate.upgrade(scratch_url)
     with psycopg.connect(libpq_url(scratch_url), autocommit=True) as connection:
@@ -575,7 +579,7 @@ def test_0012_makes_the_terms_of_marked_text_again(scratch_url: str) -> None:
             ("getCafe stays", "stale"),
         ]
         rules = connection.execute("SELECT path, rules FROM memory_files ORDER BY path")
-        assert rules.fetchall() == [("/p/a.md", None), ("/p/b.md", "r1")]
+        assert rules.fetchall() == [("/p/a.md", None), ("/p/b.md", "r1"), ("/p/c.md", None)]
         found = connection.execute(
             "SELECT count(*) FROM memory_chunks WHERE tsv @@ to_tsquery('english', %s)",
             (unicodedata.normalize("NFD", "café"),),
