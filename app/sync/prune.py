@@ -7,6 +7,7 @@ Only the sync's rows go (files and their chunks); sessions, observations and mem
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable
 
@@ -27,6 +28,8 @@ def _require_gone(folder: str) -> None:
     except (FileNotFoundError, NotADirectoryError):
         return
     except OSError as error:
+        if error.errno == errno.ELOOP:
+            return  # a link that loops leads nowhere: the sync calls it missing too
         # Cannot look (a parent that may not be searched): not known to be gone.
         raise ProjectFolderPresent(
             f"cannot tell whether {folder} is gone ({error.strerror}): nothing dropped"

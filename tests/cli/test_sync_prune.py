@@ -89,3 +89,28 @@ def test_prune_missing_drops_a_project_reached_through_a_link_whose_folder_moved
     assert db.execute("SELECT DISTINCT project_path FROM memory_files").fetchall() == [
         (canonical_project(str(target)),)
     ]
+
+
+def test_prune_missing_drops_a_project_whose_link_now_loops(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # The link replaced by a loop: the sync calls the folder missing; the prune said it could
+    # not tell (too many levels of links), so the rows could go by neither.
+    target, env = _indexed(tmp_path, database_url, "target")
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    assert CliRunner().invoke(cli, ["sync", "-p", str(link)], env=env).exit_code == 0
+    link.unlink()
+    link.symlink_to(tmp_path / "back")
+    (tmp_path / "back").symlink_to(link)
+    refused = CliRunner().invoke(cli, ["sync", "-p", str(link)], env=env)
+    assert refused.exit_code == 1
+    assert "does not exist" in refused.output
+
+    result = CliRunner().invoke(cli, ["sync", "-p", str(link), "--prune-missing"], env=env)
+
+    assert result.exit_code == 0, result.output
+    assert "dropped 2 files" in result.stdout
+    assert db.execute("SELECT DISTINCT project_path FROM memory_files").fetchall() == [
+        (canonical_project(str(target)),)
+    ]
