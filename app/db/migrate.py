@@ -51,7 +51,7 @@ class OthersConnected(MigrationFailed):
     """Other agmem processes hold connections to a database about to be migrated."""
 
 
-def refuse_while_others_connected(database_url: str) -> None:
+def refuse_while_others_connected(database_url: str, what: str) -> None:
     """Refuse to migrate while another agmem process is connected to the database.
 
     One still running the older build went on writing what the migration had just converted
@@ -67,9 +67,9 @@ def refuse_while_others_connected(database_url: str) -> None:
     if rows:
         named = ", ".join(f"{row.name} x{row.n}" for row in rows)
         raise OthersConnected(
-            f"other agmem processes are connected to the database ({named}): stop every agmem "
-            "(serve, worker, sync, mcp) before migrating, or an older one goes on writing rows "
-            "in the old form"
+            f"{what}: other agmem processes are connected to the database ({named}): stop every "
+            "agmem (serve, worker, sync, mcp) before migrating, or an older one goes on writing "
+            "rows in the old form"
         )
 
 
@@ -86,7 +86,7 @@ def upgrade(database_url: str, revision: str = "head") -> None:
         and is_known(target)
         and (current is None or is_known(current))
     ):
-        refuse_while_others_connected(database_url)
+        refuse_while_others_connected(database_url, f"cannot migrate to {revision!r}")
     try:
         command.upgrade(alembic_config(database_url), revision)
     except CommandError as error:
