@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -13,9 +14,21 @@ from app.api.deps import StateDep
 from app.api.middleware import authorized, expected_authorization
 from app.errors import DatabaseUnavailable, first_line
 from app.llm.embeddings import describe_embedding
-from app.worker.metrics import METRICS_SQL, TOKENS_BY_PROJECT_SQL, shape_metrics
+from app.worker.metrics import (
+    METRICS_SQL,
+    TOKENS_BY_PROJECT_SQL,
+    WORKER_APPLICATION_NAME,
+    shape_metrics,
+)
 
 router = APIRouter(tags=["health"])
+
+# The worker processes listening for work on this database: each holds one connection by this
+# name while it runs (app/worker/loop.py). One read of the server's shared memory, no table.
+WORKERS_SQL = text(
+    "SELECT count(*) FROM pg_stat_activity "
+    f"WHERE datname = current_database() AND application_name = '{WORKER_APPLICATION_NAME}'"
+)
 
 
 async def read_database_facts(session: AsyncSession, *, by_project: bool) -> dict[str, Any]:
@@ -30,7 +43,27 @@ async def read_database_facts(session: AsyncSession, *, by_project: bool) -> dic
     worker = shape_metrics(counts, projects)
     if not by_project:
         del worker["tokensSavedByProject"]
+    worker["running"] = (await session.execute(WORKERS_SQL)).scalar_one()
     return {"postgres": str(version).split(" ")[0], "pgvector": pgvector, "worker": worker}
+
+
+def problems(facts: dict[str, Any], storage: tuple[str, float] | None) -> list[str]:
+    """What makes the service less than ok, one line each: a request the database refused for
+    want of room or a working disk lately, and work waiting with no worker to do it (before,
+    only `oldestPendingSeconds` growing showed that)."""
+    found: list[str] = []
+    if facts["pgvector"] is None:
+        found.append("the pgvector extension is not installed: no vector search")
+    if storage is not None:
+        detail, age = storage
+        found.append(f"the database refused a request {age:.0f} s ago: {detail}")
+    worker = facts["worker"]
+    if worker["running"] == 0 and worker["pending"] > 0:
+        found.append(
+            f"no worker is running: {worker['pending']} jobs wait "
+            "(start `agmem worker`, or `agmem serve` without --no-worker)"
+        )
+    return found
 
 
 @router.get("/health")
@@ -65,13 +98,15 @@ async def health(request: Request, state: StateDep) -> JSONResponse:
             status_code=503,
             headers={"Retry-After": "5"},
         )
+    found = problems(facts, state.storage_refusals.recent(time.monotonic()))
     return JSONResponse(
         {
-            "status": "ok" if facts["pgvector"] else "degraded",
+            "status": "degraded" if found else "ok",
             "database": "ok",
             "postgres": facts["postgres"],
             "pgvector": facts["pgvector"],
             "embedding": embedding,
             "worker": facts["worker"],
+            "problems": found,
         }
     )

@@ -7,7 +7,7 @@ import io
 import logging
 import sys
 from collections.abc import Iterator
-from typing import TextIO, cast
+from typing import Any, TextIO, cast
 
 
 @contextlib.contextmanager
@@ -55,13 +55,30 @@ class _CurrentStderr(io.TextIOBase):
             sys.stderr.flush()
 
 
+def one_line(_logger: object, _method: str, event_dict: structlog.types.EventDict) -> Any:
+    """A library's message on one line: psycopg_pool's "error connecting" carried the server's
+    multi-line error, each line after the first printed bare, as if a record of its own."""
+    event = event_dict.get("event")
+    if isinstance(event, str) and "\n" in event:
+        event_dict["event"] = " | ".join(
+            line.strip() for line in event.splitlines() if line.strip()
+        )
+    return event_dict
+
+
+class ClosedConnectionsAtDebug(logging.Filter):
+    """psycopg_pool's "discarding closed connection", at debug: it warned once per connection a
+    postmaster's death (or a restart) closed, ~10 lines of one event, which the supervisor's
+    `embedded_postgres.down` and the requests' `database.unreachable` already report."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and record.msg.startswith("discarding closed connection"):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger().isEnabledFor(logging.DEBUG)
+        return True
+
+
 def configure_logging(level: str = "info", *, json: bool = False) -> None:
-    # The libraries' records too follow sys.stderr: bound to the stream of the moment, the root
-    # handler kept a test runner's stream after the runner closed it (typer's CliRunner does),
-    # and every record after was a "--- Logging error ---".
-    logging.basicConfig(
-        format="%(message)s", stream=_CurrentStderr(), level=level.upper(), force=True
-    )
     renderer: structlog.types.Processor = (
         structlog.processors.JSONRenderer()
         if json
@@ -71,11 +88,36 @@ def configure_logging(level: str = "info", *, json: bool = False) -> None:
             colors=False, exception_formatter=structlog.dev.plain_traceback
         )
     )
+    timestamper = structlog.processors.TimeStamper(fmt="iso", utc=True)
+    # The libraries' records (psycopg_pool, asyncio, the MCP SDK ...) as agmem's own lines: with
+    # a time, a level and the logger's name. They printed as a bare message, no time or level.
+    library_chain: list[structlog.types.Processor] = [
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        timestamper,
+        one_line,
+    ]
+    if json:  # a traceback as text: the exception object is no JSON
+        library_chain.append(structlog.processors.format_exc_info)
+    handler = logging.StreamHandler(_CurrentStderr())
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+            foreign_pre_chain=library_chain,
+        )
+    )
+    # The libraries' records too follow sys.stderr: bound to the stream of the moment, the root
+    # handler kept a test runner's stream after the runner closed it (typer's CliRunner does),
+    # and every record after was a "--- Logging error ---".
+    logging.basicConfig(handlers=[handler], level=level.upper(), force=True)
+    pool_log = logging.getLogger("psycopg.pool")
+    if not any(isinstance(known, ClosedConnectionsAtDebug) for known in pool_log.filters):
+        pool_log.addFilter(ClosedConnectionsAtDebug())
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            timestamper,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),

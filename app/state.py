@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.config import Settings
+from app.storage_refusals import StorageRefusals
 
 if TYPE_CHECKING:
     from app.db.supervisor import EmbeddedSupervisor
@@ -35,6 +36,8 @@ class AppState:
     after_restart: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     # Restarts the embedded server this process serves from, if it dies (None on DATABASE_URL).
     supervisor: EmbeddedSupervisor | None = None
+    # The last request the database refused for want of room or a working disk (/health).
+    storage_refusals: StorageRefusals = field(default_factory=StorageRefusals)
 
     async def drop_dead_connections(self) -> None:
         """After the embedded server restarted: every pool's connections died with it, so the

@@ -7,7 +7,8 @@ from fastapi.testclient import TestClient
 
 from app.db.supervisor import EmbeddedSupervisor
 from app.main import create_app
-from tests.conftest import make_settings
+from app.worker.metrics import WORKER_APPLICATION_NAME
+from tests.conftest import libpq_url, make_settings
 
 
 def test_health_reports_database_and_pgvector(
@@ -89,3 +90,57 @@ def test_health_names_no_server_path_or_host_without_the_token(tmp_path: Any) ->
     assert anonymous.json()["detail"] == "the database is unreachable; retry shortly"
     assert str(tmp_path) in authorized.json()["database"]
     assert "restart attempt 3" in authorized.json()["detail"]
+
+
+def test_health_is_degraded_while_the_database_refuses_writes_for_a_full_disk(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    # Every write was answered 503 "disk is full" while /health, which only reads, said "ok".
+    # A trigger stands in for the full disk: Postgres answers the write with SQLSTATE 53100.
+    db.execute(
+        "CREATE FUNCTION agmem_test_disk_full() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "RAISE EXCEPTION 'could not extend file: No space left on device' "
+        "USING ERRCODE = '53100'; END $$"
+    )
+    db.execute(
+        "CREATE TRIGGER agmem_test_disk_full BEFORE INSERT ON memories "
+        "FOR EACH ROW EXECUTE FUNCTION agmem_test_disk_full()"
+    )
+    try:
+        assert client.get("/health").json()["status"] == "ok"
+        written = client.put("/api/memories/k", json={"value": 1, "scope": "global"})
+        assert written.status_code == 503
+        assert written.json()["detail"] == "the database's disk is full; retry once space is freed"
+
+        response = client.get("/health")
+    finally:
+        db.execute("DROP TRIGGER agmem_test_disk_full ON memories")
+        db.execute("DROP FUNCTION agmem_test_disk_full()")
+
+    assert response.status_code == 200
+    body = response.json()
+    assert (body["status"], body["database"]) == ("degraded", "ok")
+    [problem] = body["problems"]
+    assert problem.startswith("the database refused a request ")
+    assert problem.endswith(" s ago: the database's disk is full; retry once space is freed")
+
+
+def test_health_is_degraded_when_work_waits_and_no_worker_runs(
+    client: TestClient, db: psycopg.Connection[Any], database_url: str
+) -> None:
+    # With no worker at all, only `oldestPendingSeconds` growing showed that nothing would ever
+    # be compressed or summarised.
+    db.execute("INSERT INTO sessions (id, project_path, status) VALUES ('s1', '/p', 'ending')")
+
+    alone = client.get("/health").json()
+    assert alone["status"] == "degraded"
+    assert (alone["worker"]["pending"], alone["worker"]["running"]) == (1, 0)
+    assert alone["problems"] == [
+        "no worker is running: 1 jobs wait "
+        "(start `agmem worker`, or `agmem serve` without --no-worker)"
+    ]
+
+    # A worker holds its LISTEN connection under this name while it runs (app/worker/loop.py).
+    with psycopg.connect(libpq_url(database_url), application_name=WORKER_APPLICATION_NAME):
+        served = client.get("/health").json()
+    assert (served["status"], served["problems"], served["worker"]["running"]) == ("ok", [], 1)

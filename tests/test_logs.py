@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import io
+import json
 import logging
+import re
 import subprocess
 import sys
 
@@ -123,4 +125,57 @@ def test_a_library_logs_to_stderr_as_it_is_now_not_as_it_was_when_configured(
 
     logging.getLogger("a.library").info("Shutting down")
 
-    assert now.getvalue() == "Shutting down\n"
+    assert re.fullmatch(
+        r"\d{4}-\d\d-\d\dT[\d:.]+Z \[info +\] Shutting down +\[a\.library\]\n", now.getvalue()
+    )
+
+
+def logging_to_a_string(monkeypatch: pytest.MonkeyPatch) -> io.StringIO:
+    """What is written to sys.stderr from now on, with logging configured at info. Set inside
+    the test: pytest's capture sets sys.stderr again between a fixture's setup and the test."""
+    now = io.StringIO()
+    monkeypatch.setattr("sys.stderr", now)
+    configure_logging("info")
+    return now
+
+
+def test_a_library_record_has_a_time_a_level_and_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Standard-library records printed as a bare message, no time or level: psycopg_pool's
+    # "error connecting" as several lines, the server's error's lines after the first bare.
+    now, pool = logging_to_a_string(monkeypatch), logging.getLogger("psycopg.pool")
+
+    pool.warning("error connecting in %r: %s", "pool-1", "connection failed: gone\nHINT: retry")
+
+    [line] = now.getvalue().splitlines()
+    assert re.fullmatch(
+        r"\d{4}-\d\d-\d\dT[\d:.]+Z \[warning +\] error connecting in 'pool-1': "
+        r"connection failed: gone \| HINT: retry +\[psycopg\.pool\]",
+        line,
+    )
+
+    configure_logging("info", json=True)
+    pool.warning("error connecting in %r: %s", "pool-1", "refused")
+    record = json.loads(now.getvalue().splitlines()[-1])
+    assert (record["level"], record["logger"], record["event"]) == (
+        "warning",
+        "psycopg.pool",
+        "error connecting in 'pool-1': refused",
+    )
+    assert record["timestamp"].endswith("Z")
+
+
+def test_the_pool_discarding_closed_connections_says_so_only_at_debug(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # One warning per connection a postmaster's death closed: ~10 lines of one event.
+    now, pool = logging_to_a_string(monkeypatch), logging.getLogger("psycopg.pool")
+
+    pool.warning("discarding closed connection: %s", "<psycopg.AsyncConnection [BAD]>")
+    assert now.getvalue() == ""
+
+    configure_logging("debug")
+    pool.warning("discarding closed connection: %s", "<psycopg.AsyncConnection [BAD]>")
+    assert "[debug    ] discarding closed connection" in now.getvalue()
+    configure_logging("info")

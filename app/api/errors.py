@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -40,6 +41,7 @@ from app.errors import (
     validator_reason,
 )
 from app.exactjson import UnkeptJson
+from app.storage_refusals import is_storage_failure
 
 if TYPE_CHECKING:
     # FastAPI (~0.2 s to import) only where an app is built: `agmem mcp` on stdio shares this
@@ -267,13 +269,21 @@ async def _database_unreachable(request: Request, error: Exception) -> JSONRespo
     if refused_value(error):
         # A long random project path or tag was a 503 "retry shortly": a retry fails the same.
         return await _data_error(request, error)
-    return app_error_response(database_unavailable(error))
+    return app_error_response(_noted(request, error, database_unavailable(error)))
 
 
 async def _internal_error(request: Request, error: Exception) -> JSONResponse:
     if failed_inside(error):
-        return app_error_response(database_unavailable(error))
+        return app_error_response(_noted(request, error, database_unavailable(error)))
     return await _unexpected(request, error)
+
+
+def _noted(request: Request, error: Exception, refusal: DatabaseUnavailable) -> DatabaseUnavailable:
+    """`refusal`, kept for /health when the database could not store (a full or failing disk)."""
+    state = getattr(request.app.state, "agmem", None)
+    if state is not None and is_storage_failure(sqlstate(error)):
+        state.storage_refusals.note(str(refusal), time.monotonic())
+    return refusal
 
 
 async def _data_error(_: Request, error: Exception) -> JSONResponse:

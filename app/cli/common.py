@@ -276,9 +276,14 @@ def describe_location(settings: Settings, url: str) -> str:
     return f"{shown}?{urlencode(masked, doseq=True, safe='/*', quote_via=quote)}"
 
 
-def open_database(settings: Settings, *, migrate_embedded: bool = True) -> str:
+def open_database(
+    settings: Settings, *, migrate_embedded: bool = True, upgrade_existing: bool = True
+) -> str:
     """Resolve the database URL. The embedded database is ours, so it is brought to head here;
-    an external DATABASE_URL is migrated only by `agmem migrate` or `agmem serve`."""
+    an external DATABASE_URL is migrated only by `agmem migrate` or `agmem serve`.
+
+    Without `upgrade_existing` only a new (empty) embedded database is migrated: `agmem status`
+    looks, and must not undo an `agmem migrate --down` an older build's error advised."""
     from app.db.engine import resolve_database_url
     from app.db.revision import at_head
 
@@ -288,7 +293,17 @@ def open_database(settings: Settings, *, migrate_embedded: bool = True) -> str:
     if settings.database_url is None and migrate_embedded and not at_head(url):
         from app.db import migrate
 
+        current = migrate.current_revision(url)
+        if current is not None and not upgrade_existing:
+            return url
         migrate.upgrade(url)
+        if current is not None:
+            # A schema taken down on purpose (`agmem migrate --down`) comes back up here: say so.
+            typer.echo(
+                f"agmem: brought the embedded database's schema from {current} to "
+                f"{migrate.head_revision()}",
+                err=True,
+            )
     return url
 
 

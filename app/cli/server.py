@@ -224,7 +224,7 @@ def status() -> None:
     # codes made 🔥; and no wrapping at 80 columns.
     console = Console(markup=False, highlight=False, emoji=False, soft_wrap=True)
     with cli_errors():
-        url = open_database(settings)
+        url = open_database(settings, upgrade_existing=False)
         current, head = migrate.current_revision(url), migrate.head_revision()
         console.print(f"database   {describe_location(settings, url)}")
         if current == head:
@@ -244,7 +244,8 @@ def status() -> None:
         try:
             with engine.connect() as connection:
                 for name in sorted(Base.metadata.tables):
-                    if current is None:
+                    # Behind head (or a newer agmem's), a table may not be there yet.
+                    if current is None or (current != head and not exists(connection, name)):
                         table.add_row(name, "missing")
                         continue
                     if name == "memory_chunks":  # its count and its vectors in one pass
@@ -254,14 +255,24 @@ def status() -> None:
                         sql = text(f'SELECT count(*) FROM "{name}"')
                         count = connection.execute(sql).scalar_one()
                     table.add_row(name, str(count))
-            rescan = describe_rescan(engine) if current is not None else None
+            rescan = describe_rescan(engine) if current == head else None
         finally:
             engine.dispose()
         console.print(table)
         if rescan is not None:
             console.print(f"redaction  {rescan}")
-        if current is not None:
+        # Their queries name this agmem's columns, which a schema not at head may not have.
+        if current == head:
             print_worker_metrics(console, settings, engine_url=url, chunks=chunks)
+        elif current is not None:
+            console.print("worker     not read: the schema is not at this agmem's head")
+
+
+def exists(connection: Any, table: str) -> bool:
+    from sqlalchemy import text
+
+    found = connection.execute(text("SELECT to_regclass(:name)"), {"name": table}).scalar()
+    return found is not None
 
 
 def describe_rescan(engine: Engine) -> str | None:

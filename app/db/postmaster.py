@@ -108,6 +108,19 @@ START_TIME_SLACK_SECONDS = 2.0
 
 def started_after(pid: int, when: float) -> bool:
     """Whether process `pid` started after `when` (a time.time()); False where /proc cannot say."""
+    started = start_time(pid)
+    return started is not None and started > when + START_TIME_SLACK_SECONDS
+
+
+def started_before(pid: int, when: float) -> bool:
+    """Whether process `pid` started before `when` (a time.time()); False where /proc cannot
+    say."""
+    started = start_time(pid)
+    return started is not None and started < when - START_TIME_SLACK_SECONDS
+
+
+def start_time(pid: int) -> float | None:
+    """When process `pid` started (a time.time(), to a second), None where /proc cannot say."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_bytes()
         boot = Path("/proc/stat").read_bytes()
@@ -115,9 +128,8 @@ def started_after(pid: int, when: float) -> bool:
         ticks = int(stat[stat.rfind(b")") + 2 :].split()[19])
         booted = int(boot.split(b"btime ", 1)[1].split(maxsplit=1)[0])
     except (OSError, IndexError, ValueError):
-        return False
-    started = booted + ticks / os.sysconf("SC_CLK_TCK")
-    return started > when + START_TIME_SLACK_SECONDS
+        return None
+    return booted + ticks / os.sysconf("SC_CLK_TCK")
 
 
 def forget_dead_handles(handles: Any) -> list[int]:

@@ -24,7 +24,7 @@ from pathlib import Path
 import structlog
 
 from app.db.embedded import start_embedded_postgres
-from app.db.postmaster import alive, postmaster_pid
+from app.db.postmaster import alive, postmaster_pid, started_before
 from app.errors import first_line
 
 log = structlog.get_logger(__name__)
@@ -122,6 +122,7 @@ class EmbeddedSupervisor:
 
     async def _restart(self) -> bool:
         self.attempts += 1
+        called = time.time()
         try:
             # Blocks for pg_ctl (seconds): off the event loop, which keeps answering 503s.
             url = await asyncio.to_thread(self.start, self.pgdata)
@@ -130,7 +131,11 @@ class EmbeddedSupervisor:
             return False
         if url != self.url:  # the socket folder is derived from the data folder: never expected
             log.error("embedded_postgres.url_changed", before=self.url, after=url)
-        await self._back(running_postmaster(self.pgdata), restarted_by="this process")
+        pid = running_postmaster(self.pgdata)
+        # The start joins a server another `agmem` process started meanwhile (a CLI command run
+        # after the crash): it was logged as restarted by this one.
+        joined = pid is not None and started_before(pid, called)
+        await self._back(pid, restarted_by="another process" if joined else "this process")
         return True
 
     async def _back(self, pid: int | None, *, restarted_by: str) -> None:
@@ -139,13 +144,15 @@ class EmbeddedSupervisor:
             await self.after_restart()
         except Exception as error:  # the server is back; the pools then heal on their own
             log.warning("embedded_postgres.reset_failed", error=first_line(error))
-        down_s = time.monotonic() - (self.down_since or time.monotonic())
+        # None when no look saw it down (another process restarted it between two looks): it was
+        # two clock reads apart, -0.0.
+        down_s = None if self.down_since is None else round(time.monotonic() - self.down_since, 1)
         log.warning(
             "embedded_postgres.restarted",
             pgdata=str(self.pgdata),
             by=restarted_by,
             attempts=self.attempts,
-            down_s=round(down_s, 1),
+            down_s=down_s,
         )
         self.pid, self.down_since, self.attempts, self.last_error = pid, None, 0, None
 

@@ -24,6 +24,7 @@ from app.llm.gemini import close_client, make_client
 from app.llm.ratelimit import DailyBudget, gemini_gate
 from app.worker import claims, jobs, rescan, results
 from app.worker.claims import Queue
+from app.worker.metrics import WORKER_APPLICATION_NAME
 from app.worker.outage import DatabaseAway, database_lost, log_failure, retry_while_away
 
 log = structlog.get_logger(__name__)
@@ -282,7 +283,9 @@ class Worker:
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(
-                    libpq_url(self._database_url), autocommit=True
+                    libpq_url(self._database_url),
+                    autocommit=True,
+                    application_name=WORKER_APPLICATION_NAME,
                 ) as connection:
                     await connection.execute(f"LISTEN {WORK_CHANNEL}")
                     self.wake()  # catch up with anything committed while not listening

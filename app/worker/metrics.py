@@ -54,6 +54,11 @@ TOKENS_BY_PROJECT_SQL = text(
 )
 
 
+# The application_name of a worker's LISTEN connection, held as long as it runs: /health counts
+# them to say whether any worker runs at all.
+WORKER_APPLICATION_NAME = "agmem-worker"
+
+
 def shape_metrics(counts: Any, by_project: Any) -> dict[str, Any]:
     """The `worker` object of /health (camelCase, as the API speaks) from the two queries."""
     return {

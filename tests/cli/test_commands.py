@@ -648,3 +648,20 @@ def test_a_current_folder_whose_name_is_not_utf8_is_refused_in_one_line(
     )
     assert db.execute("SELECT count(*) FROM memories").fetchone() == (0,)
     assert db.execute("SELECT count(*) FROM sync_runs").fetchone() == (0,)
+
+
+def test_migrate_while_another_agmem_is_connected_is_refused_in_one_line(
+    pg_server: PostgresServer,
+) -> None:
+    # An older agmem left running wrote rows in the form the migration had just converted.
+    with scratch_database(pg_server, "agmem_others") as url:
+        migrate.upgrade(url, "0008")
+        with psycopg.connect(libpq_url(url), application_name="agmem"):
+            result = invoke_agmem("migrate", DATABASE_URL=url)
+        assert result.returncode == 1
+        assert result.stderr.splitlines() == [
+            "agmem: error: cannot migrate to 'head': other agmem processes are connected to the "
+            "database (agmem x1): stop every agmem (serve, worker, sync, mcp) before migrating, "
+            "or an older one goes on writing rows in the old form"
+        ]
+        assert migrate.current_revision(url) == "0008"

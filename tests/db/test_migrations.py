@@ -585,3 +585,42 @@ def test_0012_makes_the_terms_of_marked_text_again(scratch_url: str) -> None:
             (unicodedata.normalize("NFD", "café"),),
         )
         assert found.fetchone() == (1,)
+
+
+def test_an_upgrade_is_refused_while_another_agmem_is_connected(scratch_url: str) -> None:
+    # An older agmem left running through `agmem migrate` went on writing keys in the form 0009
+    # and 0010 had just converted, which the new build could neither read nor delete.
+    migrate.upgrade(scratch_url, "0008")
+    with psycopg.connect(libpq_url(scratch_url), application_name="agmem") as older:
+        with pytest.raises(migrate.OthersConnected, match=r"agmem x1\): stop every agmem"):
+            migrate.upgrade(scratch_url)
+        assert migrate.current_revision(scratch_url) == "0008"
+        older.execute("SELECT 1")  # still open through the refusal
+    # Another process's check of the revision, or its migration, does not count.
+    with psycopg.connect(libpq_url(scratch_url), application_name="agmem-admin"):
+        migrate.upgrade(scratch_url)
+    assert migrate.current_revision(scratch_url) == migrate.head_revision()
+    # At head there is nothing to apply: a running agmem is no concern.
+    with psycopg.connect(libpq_url(scratch_url), application_name="agmem-sync"):
+        migrate.upgrade(scratch_url)
+
+
+def test_rows_an_older_agmem_wrote_after_the_upgrade_are_converted_by_going_down_and_up(
+    scratch_url: str,
+) -> None:
+    # The recovery docs/configuration.md gives for a rolling upgrade that went wrong: 0009-0012
+    # have no-op downgrades, so down to 0008 and up again converts what an older agmem wrote in
+    # the old form after the first upgrade (rows the new build could neither read nor delete).
+    migrate.upgrade(scratch_url)
+    nfc, nfd = "project.caf\u00e9", "project.cafe\u0301"
+    with psycopg.connect(libpq_url(scratch_url), autocommit=True) as connection:
+        connection.execute(
+            "INSERT INTO memories (scope, project_path, key, value) VALUES "
+            "('project', '/a', %s, '\"late\"'), ('project', '/C:/Users/dev/shop', 'k', '1')",
+            (nfd,),
+        )
+    migrate.downgrade(scratch_url, "0008")
+    migrate.upgrade(scratch_url)
+    with psycopg.connect(libpq_url(scratch_url), autocommit=True) as connection:
+        rows = connection.execute("SELECT project_path, key FROM memories").fetchall()
+    assert sorted(rows) == [("/a", nfc), ("C:\\Users\\dev\\shop", "k")]

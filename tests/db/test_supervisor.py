@@ -8,8 +8,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+import structlog
+import structlog.testing
 
 from app.db.postmaster import alive, forget_dead_handles, forget_dead_postmaster
 from app.db.supervisor import (
@@ -367,3 +370,79 @@ def test_a_postmaster_started_without_an_absolute_data_folder_is_kept(
     finally:
         postmaster.kill()
         postmaster.wait()
+
+
+def restarted_events(supervisor: EmbeddedSupervisor, stop: asyncio.Event) -> list[dict[str, Any]]:
+    with structlog.testing.capture_logs() as logs:
+        asyncio.run(supervisor.run(stop))
+    return [entry for entry in logs if entry["event"] == "embedded_postgres.restarted"]
+
+
+def test_a_restart_that_joined_another_process_server_is_logged_as_theirs(tmp_path: Path) -> None:
+    # The start found the server another `agmem` process had started meanwhile and joined it:
+    # it was logged `by='this process'`.
+    write_pid(tmp_path, dead_pid())
+    stop = asyncio.Event()
+
+    def join(pgdata: Path) -> str:
+        write_pid(pgdata, 1)  # a postmaster that was running long before this start
+        return URL
+
+    async def after_restart() -> None:
+        stop.set()
+
+    supervisor = EmbeddedSupervisor(tmp_path, URL, after_restart, start=join)
+    [restarted] = restarted_events(supervisor, stop)
+    assert restarted["by"] == "another process"
+    assert restarted["down_s"] >= 0
+
+
+def test_a_restart_this_process_made_is_logged_as_its_own(tmp_path: Path) -> None:
+    write_pid(tmp_path, dead_pid())
+    stop = asyncio.Event()
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(pgdata: Path) -> str:
+        started.append(subprocess.Popen(["sleep", "60"]))
+        write_pid(pgdata, started[-1].pid)
+        return URL
+
+    async def after_restart() -> None:
+        stop.set()
+
+    try:
+        supervisor = EmbeddedSupervisor(tmp_path, URL, after_restart, start=start)
+        [restarted] = restarted_events(supervisor, stop)
+    finally:
+        for child in started:
+            child.kill()
+            child.wait()
+    assert restarted["by"] == "this process"
+
+
+def test_a_restart_no_look_saw_down_logs_no_negative_downtime(tmp_path: Path) -> None:
+    # Another process restarted the server between two looks: its downtime was two clock reads
+    # apart, `down_s=-0.0`.
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        write_pid(tmp_path, os.getpid())
+        stop = asyncio.Event()
+
+        async def after_restart() -> None:
+            stop.set()
+
+        async def restart_elsewhere(_stop: asyncio.Event, _seconds: float) -> None:
+            write_pid(tmp_path, other.pid)
+
+        supervisor = EmbeddedSupervisor(
+            tmp_path,
+            URL,
+            after_restart,
+            start=FakeServer(tmp_path, 0).start,
+            sleep=restart_elsewhere,
+        )
+        [restarted] = restarted_events(supervisor, stop)
+    finally:
+        other.kill()
+        other.wait()
+    assert (restarted["by"], restarted["down_s"]) == ("another process", None)

@@ -180,7 +180,14 @@ def test_serve_runs_a_worker_in_process(
         while row(db, "SELECT status FROM observations")["status"] != "compressed":
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        assert test_client.get("/health").json()["worker"]["compressed"] == 1
+        health = test_client.get("/health").json()
+        assert health["worker"]["compressed"] == 1
+        # Its LISTEN connection is what /health counts as a running worker.
+        while health["worker"]["running"] != 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+            health = test_client.get("/health").json()
+        assert (health["status"], health["problems"]) == ("ok", [])
 
 
 def test_a_result_that_comes_after_the_summary_is_summarised_again(
