@@ -12,6 +12,13 @@ def first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
+def error_name(error: BaseException) -> str:
+    """The class of the error behind `error`: psycopg's (`RaiseException`, `DiskFull`) for
+    SQLAlchemy's wrapper, whose own class (`ProgrammingError`, `InternalError`) names only
+    psycopg's broad family and hides which failure it was."""
+    return type(getattr(error, "orig", None) or error).__name__
+
+
 def sqlstate(error: BaseException) -> str:
     """The SQLSTATE of a database error, psycopg's or SQLAlchemy's wrapping one ("" for any other
     error): the one place that unwraps it, for the HTTP and MCP answers, the worker's log and

@@ -77,6 +77,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        OUTAGE_LOG.window = settings.refusal_log_seconds
         warm_up(settings)  # before the first request, which would otherwise pay for it
         if warm_routes:
             resolve_routes(app)

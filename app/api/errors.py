@@ -240,17 +240,24 @@ _ANSWERED = {
     "53100": "the database's disk is full; retry once space is freed",
     "53": "the database is out of memory or connections; retry shortly",
     # Its files: an I/O error (class 58), which psycopg classes as an OperationalError too, and
-    # an internal error (class XX, an InternalError: "could not extend file", a damaged page),
-    # which was a 500 with two tracebacks and the client's connection closed.
+    # damaged data or index pages (XX001, XX002, InternalErrors), which were a 500 with two
+    # tracebacks and the client's connection closed.
     "58": "the database could not read or write its files (see its log); retry once it is repaired",
-    "XX": "the database failed inside (a damaged or unwritable file, a full or failing disk: "
+    "XX001": "the database failed inside (a damaged or unwritable file, a full or failing disk: "
     "see its log); retry once it is repaired",
+    "XX002": "the database failed inside (a damaged index: see its log); retry once it is repaired",
 }
+
+# Not XX000 (`elog(ERROR)`: "cache lookup failed", "variable not found in subplan target list"):
+# a fault in a query or in Postgres that fails the same way every time, so a retry cannot help
+# and each one must stay a 500 whose traceback is logged, not a line in a quiet count.
+_DAMAGED_FILES = ("XX001", "XX002")
 
 
 def failed_inside(error: Exception) -> bool:
-    """Whether `error` is Postgres's own failure (SQLSTATE class XX), not the request's."""
-    return sqlstate(error).startswith("XX")
+    """Whether `error` is Postgres's damaged data or index (SQLSTATE XX001, XX002), which an
+    operator repairs, not the request's failure or a bug's."""
+    return sqlstate(error) in _DAMAGED_FILES
 
 
 def database_unavailable(error: Exception) -> DatabaseUnavailable:

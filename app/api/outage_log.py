@@ -4,9 +4,10 @@ Every request that met an unreachable database logged its own `database.unreacha
 5 s restart of the embedded server under 20 clients was 56 identical lines, and an outage of a
 minute under a busy team thousands, burying the supervisor's `embedded_postgres.down` and
 `restarted` lines an operator looks for. Now one line per cause starts a window of
-DATABASE_LOG_SECONDS; the requests that fail within it are counted, and the count is logged
-when the window ends (`repeated=N`, with the latest error), which begins the next window, or
-when the app stops: a steady outage is one line per window, a short one a line and its count.
+AGMEM_REFUSAL_LOG_SECONDS (as for the wire's refusals, app/cli/refusals.py); the requests that
+fail within it are counted, and the count is logged when the window ends (`repeated=N`, with
+the latest error), which begins the next window, or when the app or `agmem mcp` stops: a
+steady outage is one line per window, a short one a line and its count.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from typing import Any
 
 import structlog
 
+from app.config import Settings
+
 log = structlog.get_logger("app.api.errors")
 
-# As AGMEM_REFUSAL_LOG_SECONDS's default, for the wire's refusals (app/cli/refusals.py).
-DATABASE_LOG_SECONDS = 10.0
+# Until an app or `agmem mcp` sets its AGMEM_REFUSAL_LOG_SECONDS (`OutageLog.window`).
+DATABASE_LOG_SECONDS: float = Settings.model_fields["refusal_log_seconds"].default
 
 
 @dataclass
@@ -34,15 +37,16 @@ class _Window:
 
 
 class OutageLog:
-    """One warning per cause (`event` and `key`) at most every `DATABASE_LOG_SECONDS`."""
+    """One warning per cause (`event` and `key`) at most every `window` seconds."""
 
-    def __init__(self) -> None:
+    def __init__(self, window: float = DATABASE_LOG_SECONDS) -> None:
+        self.window = window
         self.windows: dict[tuple[str, str], _Window] = {}
 
     def warn(self, event: str, key: str, **fields: Any) -> None:
         now = time.monotonic()
         window = self.windows.get((event, key))
-        if window is None or now - window.began >= DATABASE_LOG_SECONDS:
+        if window is None or now - window.began >= self.window:
             # Counted where no loop could time the window (no timer ran): said now.
             repeated = {"repeated": window.quiet} if window is not None and window.quiet else {}
             if window is not None and window.timer is not None:
@@ -57,7 +61,7 @@ class OutageLog:
         except RuntimeError:
             return
         if window.timer is None or window.loop is not loop:
-            ends = window.began + DATABASE_LOG_SECONDS - now
+            ends = window.began + self.window - now
             window.loop = loop
             window.timer = loop.call_later(ends, self._window_ended, event, key)
 

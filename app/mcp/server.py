@@ -38,6 +38,7 @@ from app.api.errors import (
     unkept_json,
 )
 from app.api.numbers import ToolInt
+from app.api.outage_log import OUTAGE_LOG
 from app.config import Settings
 from app.context.builder import build_context
 from app.db.engine import transaction
@@ -537,5 +538,10 @@ def _answerable(memory: dict[str, Any]) -> dict[str, Any]:
 async def serve_stdio(state: AppState, *, default_project: str | None) -> None:
     """Serve the tools over stdin/stdout (for `agmem mcp`) until the client closes the pipe."""
     server = build_server(lambda: state, default_project=default_project)
+    OUTAGE_LOG.window = state.settings.refusal_log_seconds
     log.info("mcp.stdio.started", project=default_project)
-    await server.run_stdio_async()
+    try:
+        await server.run_stdio_async()
+    finally:
+        # As the HTTP app's stop: the count of the failures in the last window, else lost.
+        OUTAGE_LOG.flush()

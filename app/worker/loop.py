@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.config import Settings
 from app.db.engine import transaction
 from app.db.raw_pool import libpq_url
-from app.errors import first_line
+from app.errors import error_name, first_line
 from app.llm.embeddings import Embedder
 from app.llm.gemini import close_client, make_client
 from app.llm.ratelimit import DailyBudget, gemini_gate
@@ -167,7 +167,7 @@ class Worker:
             # The first line: SQLAlchemy's text goes on with the statement (and a link), kept
             # on the row and logged again in `worker.attempt_failed`; the traceback has it all.
             await self._fail_attempt(
-                queue, row_id, attempts, f"{type(error).__name__}: {first_line(error)}", wait=lost
+                queue, row_id, attempts, f"{error_name(error)}: {first_line(error)}", wait=lost
             )
         finally:
             heartbeat.cancel()

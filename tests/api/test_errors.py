@@ -9,14 +9,19 @@ from typing import Any
 
 import psycopg
 import pytest
+import structlog
 from fastapi import APIRouter
 from fastapi.testclient import TestClient
 from pydantic import BaseModel
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
+from structlog.testing import capture_logs
 
+from app.api import errors as api_errors
+from app.api import outage_log
 from app.api.deps import DbDep
 from app.errors import NotFound
+from app.logs import configure_logging
 from app.main import create_app
 from tests.conftest import make_settings
 from tests.error_names import assert_named_by_its_class
@@ -342,6 +347,10 @@ def test_every_error_the_api_sends_is_named_by_its_class(database_url: str, tmp_
             "see its log); retry once it is repaired",
         ),
         (
+            "XX002",
+            "the database failed inside (a damaged index: see its log); retry once it is repaired",
+        ),
+        (
             "58030",
             "the database could not read or write its files (see its log); retry once it is "
             "repaired",
@@ -373,3 +382,46 @@ def test_a_database_failing_inside_is_a_503_that_says_so(
     assert started.json() == {"error": "DatabaseUnavailable", "detail": detail}
     assert started.headers["retry-after"]
     assert written.status_code == 201  # the database serves what does not meet the failure
+
+
+@pytest.fixture
+def logged(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, Any]]]:
+    # A logger keeps the configuration of its first use: a fresh one, so capture_logs sees it.
+    configure_logging("info")
+    monkeypatch.setattr(api_errors, "log", structlog.get_logger(api_errors.__name__))
+    monkeypatch.setattr(outage_log, "log", structlog.get_logger("app.api.errors"))
+    monkeypatch.setattr(outage_log.OUTAGE_LOG, "windows", {})
+    with capture_logs() as entries:
+        yield entries
+
+
+def test_a_fault_inside_the_database_is_a_500_logged_every_time(
+    client: TestClient, db: psycopg.Connection[Any], logged: list[dict[str, Any]]
+) -> None:
+    # XX000 (`elog(ERROR)`: "cache lookup failed") fails the same way on every retry: it was a
+    # 503 inviting retries, logged once a window as a quiet warning without its traceback.
+    db.execute(
+        "CREATE FUNCTION fail_inside() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$ BEGIN RAISE EXCEPTION 'cache lookup failed for type 0' USING ERRCODE = 'XX000'; "
+        "END $$"
+    )
+    db.execute(
+        "CREATE TRIGGER fail_inside BEFORE INSERT ON sessions "
+        "FOR EACH ROW EXECUTE FUNCTION fail_inside()"
+    )
+    try:
+        answers = [client.post("/api/session/start", json={"projectPath": "/p"}) for _ in range(3)]
+    finally:
+        db.execute("DROP TRIGGER fail_inside ON sessions")
+        db.execute("DROP FUNCTION fail_inside()")
+
+    for answer in answers:
+        assert answer.status_code == 500, answer.text
+        assert answer.json() == {
+            "error": "InternalError",
+            "detail": "an unexpected error occurred; it has been logged",
+        }
+        assert "retry-after" not in answer.headers
+    failures = [entry for entry in logged if entry["log_level"] in ("error", "warning")]
+    assert [entry["event"] for entry in failures] == ["request.failed"] * 3
+    assert all(entry["log_level"] == "error" and entry["exc_info"] for entry in failures)

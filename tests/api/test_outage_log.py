@@ -17,14 +17,24 @@ from tests.conftest import make_settings
 
 
 @pytest.fixture
-def unreachable_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FastAPI:
-    """An app whose database is a socket nobody listens on, its outage log at info on stderr."""
+def outage_logged(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The outage log at info on stderr, fresh."""
     configure_logging("info")
     monkeypatch.setattr(outage_log, "log", structlog.get_logger("app.api.errors"))
-    # Windows and counts earlier tests' requests left (their loops closed, no timer ran).
+    # Windows and counts earlier tests' requests left (their loops closed, no timer ran), and
+    # the window an app's start sets.
     monkeypatch.setattr(outage_log.OUTAGE_LOG, "windows", {})
-    unreachable = f"postgresql://nobody@/agmem?host={tmp_path}"
-    return create_app(make_settings(home=tmp_path), database_url=unreachable)
+    monkeypatch.setattr(outage_log.OUTAGE_LOG, "window", outage_log.OUTAGE_LOG.window)
+
+
+def unreachable_database(tmp_path: Path) -> str:
+    return f"postgresql://nobody@/agmem?host={tmp_path}"
+
+
+@pytest.fixture
+def unreachable_app(tmp_path: Path, outage_logged: None) -> FastAPI:
+    """An app whose database is a socket nobody listens on, its outage log at info on stderr."""
+    return create_app(make_settings(home=tmp_path), database_url=unreachable_database(tmp_path))
 
 
 def unreachable_lines(logged: str) -> list[str]:
@@ -32,12 +42,13 @@ def unreachable_lines(logged: str) -> list[str]:
 
 
 def test_requests_failing_on_an_unreachable_database_are_one_line_and_a_count(
-    unreachable_app: FastAPI, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    outage_logged: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     # Each request logged its own `database.unreachable`: 56 identical lines for a 5 s restart
-    # of the embedded server under 20 clients, thousands for a minute's outage.
-    monkeypatch.setattr(outage_log, "DATABASE_LOG_SECONDS", 2.0)
-    with TestClient(unreachable_app) as client:
+    # of the embedded server under 20 clients, thousands for a minute's outage. The window is
+    # AGMEM_REFUSAL_LOG_SECONDS, which the log cited but did not read (always 10 s).
+    settings = make_settings(home=tmp_path, refusal_log_seconds=2.0)
+    with TestClient(create_app(settings, database_url=unreachable_database(tmp_path))) as client:
         capsys.readouterr()
         statuses = [client.get("/api/sessions").status_code for _ in range(5)]
         time.sleep(2.5)  # the window ends: its count is logged

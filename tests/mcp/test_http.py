@@ -1221,3 +1221,55 @@ def test_a_json_content_type_in_any_case_or_with_parameters_is_taken(
 
         assert answer.status_code == 200, (content_type, answer.text)
         assert answer.json() == {"jsonrpc": "2.0", "id": 1, "result": {}}, content_type
+
+
+@pytest.mark.parametrize(
+    ("state", "detail"),
+    [
+        (
+            "XX001",
+            "DatabaseUnavailable: the database failed inside (a damaged or unwritable file, a full "
+            "or failing disk: see its log); retry once it is repaired",
+        ),
+        (
+            "58030",
+            "DatabaseUnavailable: the database could not read or write its files (see its log); "
+            "retry once it is repaired",
+        ),
+        ("XX000", None),
+    ],
+)
+def test_a_database_failing_inside_is_the_tool_error_http_answers(
+    state: str, detail: str | None, live_server: LiveServer, db: psycopg.Connection[Any]
+) -> None:
+    # As POST /api/session/start's 503 (tests/api/test_errors.py): damaged files and I/O errors
+    # say the database failed and to retry once repaired; a fault inside Postgres (XX000) fails
+    # every retry the same, so it is not worded as one a retry cures.
+    db.execute(
+        "CREATE FUNCTION fail_inside() RETURNS trigger LANGUAGE plpgsql AS "
+        f"$$ BEGIN RAISE EXCEPTION 'could not extend file' USING ERRCODE = '{state}'; END $$"
+    )
+    db.execute(
+        "CREATE TRIGGER fail_inside BEFORE INSERT ON memories "
+        "FOR EACH ROW EXECUTE FUNCTION fail_inside()"
+    )
+
+    async def main() -> Any:
+        async with Client(f"{live_server.url}/mcp") as client:
+            return await client.call_tool(
+                "write_memory", {"key": "k", "value": 1, "scope": "global"}
+            )
+
+    try:
+        result = asyncio.run(main())
+    finally:
+        db.execute("DROP TRIGGER fail_inside ON memories")
+        db.execute("DROP FUNCTION fail_inside()")
+
+    assert result.is_error
+    text = result.content[0].text
+    if detail is None:  # the SDK's word for a bug, whose traceback it logs
+        assert text == "Error executing tool write_memory", text
+    else:
+        assert text.endswith(f": {detail}"), text
+    assert db.execute("SELECT count(*) FROM memories").fetchone() == (0,)

@@ -1012,3 +1012,55 @@ def test_calls_holding_floats_sent_together_each_find_their_own_numbers_over_std
     assert [i for i, a in answers.items() if a["result"].get("isError")] == [], answers
     stored = db.execute("SELECT key, value::text FROM memories ORDER BY key").fetchall()
     assert stored == [(f"k{n}", f"[1.50, {n}.25]") for n in range(8)]
+
+
+def test_the_outage_count_is_logged_when_agmem_mcp_ends(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # Only the HTTP app's stop logged the count of the requests in the outage log's last
+    # window: `agmem mcp` ended without it, so three failed calls were one line.
+    db.execute(
+        "CREATE FUNCTION fail_inside() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$ BEGIN RAISE EXCEPTION 'could not read block 0' USING ERRCODE = 'XX001'; END $$"
+    )
+    db.execute(
+        "CREATE TRIGGER fail_inside BEFORE INSERT ON memories "
+        "FOR EACH ROW EXECUTE FUNCTION fail_inside()"
+    )
+    hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "c"}}
+    messages = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        *(
+            {
+                "jsonrpc": "2.0",
+                "id": call_id,
+                "method": "tools/call",
+                "params": {
+                    "name": "write_memory",
+                    "arguments": {"key": f"k{call_id}", "value": 1, "scope": "global"},
+                },
+            }
+            for call_id in (2, 3, 4)
+        ),
+    ]
+    try:
+        server = subprocess.run(
+            [AGMEM, "mcp", "-p", str(tmp_path)],
+            env=agmem_env(AGMEM_HOME=str(tmp_path / "home"), DATABASE_URL=database_url),
+            input="".join(json.dumps(message) + "\n" for message in messages),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        db.execute("DROP TRIGGER fail_inside ON memories")
+        db.execute("DROP FUNCTION fail_inside()")
+
+    assert server.returncode == 0, server.stderr
+    answers = {answer["id"]: answer for answer in map(json.loads, server.stdout.splitlines())}
+    assert all(answers[call_id]["result"]["isError"] for call_id in (2, 3, 4)), answers
+    lines = [line for line in server.stderr.splitlines() if "database.refused_request" in line]
+    assert len(lines) == 2, server.stderr
+    assert "repeated" not in lines[0]
+    assert "repeated=2" in lines[1]

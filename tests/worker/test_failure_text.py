@@ -56,7 +56,8 @@ def test_a_failed_write_leaves_its_reason_not_the_users_text(
 
     stored = row(db, "SELECT status, attempts, last_error FROM observations")
     assert (stored["status"], stored["attempts"]) == ("captured", 1)
-    assert stored["last_error"] == "ProgrammingError: index rows refused for this test"
+    # psycopg's class, not SQLAlchemy's wrapper (`ProgrammingError` names only the family).
+    assert stored["last_error"] == "RaiseException: index rows refused for this test"
     logged = capsys.readouterr().err
     assert "worker.attempt_failed" in logged
     assert "index rows refused for this test" in logged
