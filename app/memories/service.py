@@ -350,8 +350,15 @@ async def _index(session: AsyncSession, row: MemoryRow) -> None:
     # reader session to check: indexed under their project, they were served to every caller
     # naming it (and injected into other agents' prompts). They get no index rows.
     texts = [] if row.scope == "session" else [index_text(row.key, row.value)]
+    # Of its latest value: what search's time filters compare (a row written later, as a
+    # re-index, is still the value of that write).
     await replace_index_text(
-        session, project_path=row.project_path, source="kv", texts=texts, memory_id=row.id
+        session,
+        project_path=row.project_path,
+        source="kv",
+        texts=texts,
+        memory_id=row.id,
+        created_at=row.updated_at,
     )
 
 

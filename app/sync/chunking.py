@@ -12,6 +12,7 @@ import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -31,6 +32,9 @@ class Chunk:
     # chunk cut from the middle of a long section has lost its heading; the keyword index gets it
     # back (see `app.index.terms.index_terms`).
     headings: str = ""
+    # When the text was said: a transcript chunk's first message with a time (None: the file's
+    # time stands for it, as for a memory file's chunk).
+    at: datetime | None = None
 
 
 def _length(text: str) -> Callable[[str], int]:
@@ -302,10 +306,12 @@ def chunk_transcript(
     # entries belongs to the entry before it.
     rendered: list[str] = []
     line_map: list[int] = []
+    times: list[datetime | None] = []  # each rendered line's entry's time
     for entry in transcript.entries:
         body = normalise_newlines(entry.text).split("\n")
         rendered.extend(body)
         line_map.extend([entry.line] * len(body))
+        times.extend([entry.at] * (len(body) + 1))
         rendered.append("")
         line_map.append(entry.line)
     text = "\n".join(rendered)
@@ -313,9 +319,9 @@ def chunk_transcript(
     starts = _line_starts(text)
     chunks = []
     for piece, begin in _locate(text, pieces):
-        first = line_map[_line_at(starts, begin) - 1]
-        last = line_map[_line_at(starts, begin + len(piece) - 1) - 1]
-        chunks.append(Chunk(piece, first, last))
+        top, bottom = _line_at(starts, begin) - 1, _line_at(starts, begin + len(piece) - 1) - 1
+        at = next((t for t in times[top : bottom + 1] if t is not None), None)
+        chunks.append(Chunk(piece, line_map[top], line_map[bottom], at=at))
     return chunks
 
 

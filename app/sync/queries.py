@@ -7,6 +7,7 @@ import json
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -107,7 +108,7 @@ _DELETE_FILES_CHUNKS = (
 )
 
 _FILES_CHUNKS = (
-    "SELECT file_id, id, hash, start_line, end_line, COALESCE(search_terms, '') "
+    "SELECT file_id, id, hash, start_line, end_line, COALESCE(search_terms, ''), created_at "
     "FROM memory_chunks WHERE file_id = ANY(%s::bigint[])"
 )
 
@@ -116,11 +117,11 @@ _FILES_CHUNKS = (
 # vectors travel as float32 bytes instead of decimal text Postgres has to parse.
 _COPY_CHUNKS = (
     "COPY memory_chunks (project_path, source, file_id, file_path, start_line, end_line, "
-    "content, search_terms, hash, embedding, model) FROM STDIN (FORMAT BINARY)"
+    "content, search_terms, hash, embedding, model, created_at) FROM STDIN (FORMAT BINARY)"
 )
 _COPY_TYPES = (
     "text", "varchar", "int8", "text", "int4", "int4", "text", "text", "varchar", "vector",
-    "varchar",
+    "varchar", "timestamptz",
 )  # fmt: skip
 
 _TOUCH_FILES = (
@@ -401,26 +402,28 @@ async def _read_known(
 
 
 ChunkKey = tuple[str, int, int, str]  # (content hash, start line, end line, search terms)
+StoredChunk = tuple[int, datetime]  # (row id, its `created_at`)
 
 
 async def files_chunks(
     connection: Conn, file_ids: list[int]
-) -> dict[int, dict[ChunkKey, list[int]]]:
-    """The current rows of these files: per file, the row ids under each (hash, start, end,
-    search terms)."""
-    found: dict[int, dict[ChunkKey, list[int]]] = {}
+) -> dict[int, dict[ChunkKey, list[StoredChunk]]]:
+    """The current rows of these files: per file, the rows (id, time) under each (hash, start,
+    end, search terms)."""
+    found: dict[int, dict[ChunkKey, list[StoredChunk]]] = {}
     if file_ids:
         cursor = await connection.execute(_FILES_CHUNKS, (file_ids,), binary=True)
-        for file_id, row_id, digest, start, end, terms in await cursor.fetchall():
-            found.setdefault(file_id, {}).setdefault((digest, start, end, terms), []).append(row_id)
+        for file_id, row_id, digest, start, end, terms, at in await cursor.fetchall():
+            rows = found.setdefault(file_id, {}).setdefault((digest, start, end, terms), [])
+            rows.append((row_id, at))
     return found
 
 
 @dataclass(frozen=True, slots=True)
 class FileChunks:
     """A changed file's new row, the chunks to write as (start, end, content, search terms, hash,
-    vector or None), and the ids of its current rows that stay as they are (`chunk_count` counts
-    both)."""
+    vector or None, time of the text), and the ids of its current rows that stay as they are
+    (`chunk_count` counts both)."""
 
     path: str
     source: str
@@ -428,7 +431,7 @@ class FileChunks:
     hash: str
     mtime: float
     size: int
-    chunks: list[tuple[int, int, str, str, str, NDArray[np.float32] | None]]
+    chunks: list[tuple[int, int, str, str, str, NDArray[np.float32] | None, datetime]]
     keep: list[int]
     chunk_count: int
 
@@ -466,7 +469,7 @@ async def replace_files(
         copy.set_types(list(_COPY_TYPES))
         for f in files:
             file_id = ids[f.path]
-            for start, end, content, terms, digest, vector in f.chunks:
+            for start, end, content, terms, digest, vector, at in f.chunks:
                 await copy.write_row(
                     (
                         project,
@@ -480,6 +483,7 @@ async def replace_files(
                         digest,
                         vector,
                         None if vector is None else model,
+                        at,
                     )
                 )
 

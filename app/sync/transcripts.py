@@ -13,6 +13,7 @@ import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from app import exactjson
@@ -56,6 +57,7 @@ _CUT_MARGIN = 8192
 class Entry:
     line: int  # 1-based line in the session file where this entry's record starts
     text: str  # "User: …", "Assistant: …", "Summary: …"
+    at: datetime | None = None  # the record's `timestamp`, when it has a readable one
 
 
 @dataclass(slots=True)
@@ -105,6 +107,7 @@ class _Parser:
     def __init__(self, tool_output_chars: int) -> None:
         self.out = Transcript()
         self.limit = tool_output_chars
+        self.at: datetime | None = None  # the time of the record being read
 
     def jsonl(self, data: str) -> None:
         for number, line in enumerate(data.split("\n"), start=1):
@@ -164,6 +167,7 @@ class _Parser:
         if not isinstance(record, dict):
             self.out.skipped["not an object"] += 1
             return
+        self.at = record_time(record.get("timestamp"))
         kind = record.get("type")
         if "$set" in record or ("sessionId" in record and kind is None and "role" not in record):
             self.out.skipped["metadata"] += 1
@@ -207,7 +211,7 @@ class _Parser:
     def add(self, line: int, label: str, text: str) -> None:
         text = sanitize_text(text).strip()
         if text:
-            self.out.entries.append(Entry(line, f"{label}: {text}"))
+            self.out.entries.append(Entry(line, f"{label}: {text}", self.at))
         else:
             self.out.skipped["empty"] += 1
 
@@ -281,6 +285,32 @@ class _Parser:
         self.out.skipped["trimmed tool output"] += 1
         head = redact_secrets(clean_text(text[: self.limit + _CUT_MARGIN]))[: self.limit]
         return self.scrub(head) + f" … [{len(text) - self.limit} chars trimmed]"
+
+
+# A message's time outside these bounds is a writer's bug, not when it was said: the chunk
+# takes its file's time instead (the API's rule for a timestamp: not before 1970, at most a
+# day ahead).
+_LATEST_AHEAD_SECONDS = 86_400
+_MILLISECONDS_FROM = 2e10  # as pydantic reads an epoch number: past it, milliseconds
+
+
+def record_time(value: Any) -> datetime | None:
+    """A record's `timestamp` (Claude Code's and Gemini CLI's ISO 8601 text, or epoch seconds or
+    milliseconds), in UTC; None when it has none or it cannot be a message's time."""
+    try:
+        if isinstance(value, str):
+            at = datetime.fromisoformat(value.strip())
+            at = at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            seconds = value / 1000 if abs(value) > _MILLISECONDS_FROM else value
+            at = datetime.fromtimestamp(seconds, UTC)
+        else:
+            return None
+    except (ValueError, OverflowError, OSError):
+        return None
+    if at.timestamp() < 0 or at.timestamp() > datetime.now(UTC).timestamp() + _LATEST_AHEAD_SECONDS:
+        return None
+    return at
 
 
 def _compact_json(value: Any) -> str:

@@ -6,6 +6,7 @@ next files overlaps Postgres indexing the last ones (docs/benchmarks.md, Sync).
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 
 import structlog
 
@@ -78,7 +79,9 @@ class ChunkWriter:
         self.batch_chunks = FIRST_BATCH_CHUNKS
         self.touched: list[tuple[int, float, int]] = []
         # The changed files' current rows, read ahead for a small sync (see `_keep_unchanged`).
-        self.current: asyncio.Task[dict[int, dict[queries.ChunkKey, list[int]]]] | None = None
+        self.current: (
+            asyncio.Task[dict[int, dict[queries.ChunkKey, list[queries.StoredChunk]]]] | None
+        ) = None
         self.inflight: set[asyncio.Task[None]] = set()
         self.connecting: asyncio.Task[None] | None = None
         self.embedding_down = False
@@ -229,12 +232,24 @@ class ChunkWriter:
             if vectors is None:
                 vectors = await self._vectors(connection, pending) if pending else {}
             for item in pending:
+                found = item.found
+                # What search's time filters compare: a transcript chunk's first message time,
+                # else the file's mtime (a memory file's text is as old as its last edit; a
+                # chunk kept unchanged keeps the time it was first written with).
+                modified = datetime.fromtimestamp(found.mtime, UTC)
                 rows = [
-                    (c.start_line, c.end_line, c.content, terms, digest, vectors.get(digest))
+                    (
+                        c.start_line,
+                        c.end_line,
+                        c.content,
+                        terms,
+                        digest,
+                        vectors.get(digest),
+                        c.at or modified,
+                    )
                     for c, digest, terms in zip(item.chunks, item.hashes, item.terms, strict=True)
                 ]
                 self.wrote_unembedded |= any(row[5] is None for row in rows)
-                found = item.found
                 files.append(
                     queries.FileChunks(
                         found.path,
@@ -281,9 +296,16 @@ class ChunkWriter:
                 continue
             chunks, hashes, terms = [], [], []
             for chunk, digest, term in zip(item.chunks, item.hashes, item.terms, strict=True):
-                same = rows.get((digest, chunk.start_line, chunk.end_line, term))
-                if same:
-                    item.keep.append(same.pop())
+                same = rows.get((digest, chunk.start_line, chunk.end_line, term), [])
+                # A transcript chunk's time is its first message's, so a row of another time
+                # (written before message times were read) is written again; a memory file's
+                # chunk keeps the time it was first written with.
+                kept = next(
+                    (i for i, (_, at) in enumerate(same) if chunk.at is None or at == chunk.at),
+                    None,
+                )
+                if kept is not None:
+                    item.keep.append(same.pop(kept)[0])
                 else:
                     chunks.append(chunk)
                     hashes.append(digest)

@@ -26,12 +26,12 @@ _FINISH_OBSERVATION = text(
     "tokens_saved = :saved, compressed_at = now(), last_error = :error, next_attempt_at = NULL, "
     "locked_until = NULL, locked_by = NULL "
     "WHERE id = :id AND locked_by = :worker AND status = 'captured' "
-    "RETURNING session_id, project_path, created_at), "
+    "RETURNING session_id, project_path, observed_at), "
     "again AS (UPDATE sessions AS s SET status = 'ending', attempts = 0, next_attempt_at = NULL, "
     "locked_until = NULL, locked_by = NULL FROM done "
     "WHERE s.id = done.session_id "
     "AND (s.status = 'summarized' OR (s.status = 'ending' AND s.locked_by IS NOT NULL))) "
-    "SELECT session_id, project_path, created_at FROM done"
+    "SELECT session_id, project_path, observed_at FROM done"
 )
 
 
@@ -69,7 +69,9 @@ async def finish_observation(
         texts=[result.text],
         observation_id=observation_id,
         session_id=row.session_id,
-        created_at=row.created_at,
+        # Search's time filters and `createdAt` are when the call happened, not when the worker
+        # got to it: an observation sent late (a queue, an offline client) is still of its hour.
+        created_at=row.observed_at,
     )
     return True
 
@@ -107,7 +109,7 @@ _FINISH_SESSION = text(
     "next_attempt_at = NULL, locked_until = NULL, locked_by = NULL "
     "WHERE s.id = :id AND s.locked_by = :worker AND s.status = 'ending' "
     "AND (s.ended_at IS NOT NULL) = :ended "
-    "RETURNING s.project_path, coalesce(s.ended_at, now()) AS ended_at"
+    "RETURNING s.project_path, coalesce(s.ended_at, s.last_activity_at) AS ended_at"
 )
 
 

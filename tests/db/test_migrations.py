@@ -6,6 +6,7 @@ import threading
 import time
 import unicodedata
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -340,7 +341,8 @@ def _wait_for_a_blocked_backend(url: str) -> None:
     raise AssertionError("the second upgrade never waited on the first")
 
 
-# A deployment's rows as the first release wrote them, one or more in every table.
+# A deployment's rows as the first release wrote them, one or more in every table. Their chunks
+# already hold the time of their text (0013 sets it on the others: a test of its own).
 FIRST_RELEASE_ROWS = [
     "INSERT INTO sessions (id, project_path, status, user_prompt) VALUES "
     "('s1', '/p', 'summarized', 'fix the flaky test'), ('s2', '/p', 'active', NULL)",
@@ -354,11 +356,13 @@ FIRST_RELEASE_ROWS = [
     "INSERT INTO memory_versions (memory_id, version, value, written_at) "
     'SELECT id, 1, \'{"host": "staging"}\', now() FROM memories',
     "INSERT INTO memory_chunks "
-    "(project_path, source, content, hash, search_terms, file_id, embedding, model) "
+    "(project_path, source, content, hash, search_terms, file_id, embedding, model, created_at) "
     "SELECT '/p', 'memory', 'Deploy with make release', 'c1', 'deploy make release', "
-    "id, '[0.5, 0.25, 1]', 'local:test:3' FROM memory_files",
-    "INSERT INTO memory_chunks (project_path, source, content, hash, search_terms, observation_id) "
-    "VALUES ('/p', 'observation', 'read a.py', 'c2', 'read a.py', 'o1')",
+    "id, '[0.5, 0.25, 1]', 'local:test:3', to_timestamp(mtime) FROM memory_files",
+    "INSERT INTO memory_chunks "
+    "(project_path, source, content, hash, search_terms, observation_id, created_at) "
+    "SELECT '/p', 'observation', 'read a.py', 'c2', 'read a.py', id, observed_at "
+    "FROM observations",
     "INSERT INTO memory_embedding_cache (hash, model, embedding) "
     "VALUES ('c1', 'local:test:3', '[0.5, 0.25, 1]')",
     "INSERT INTO sync_runs (project_path, status) VALUES ('/p', 'done')",
@@ -608,7 +612,7 @@ def test_an_upgrade_is_refused_while_another_agmem_is_connected(scratch_url: str
 def test_rows_an_older_agmem_wrote_after_the_upgrade_are_converted_by_going_down_and_up(
     scratch_url: str,
 ) -> None:
-    # The recovery docs/configuration.md gives for a rolling upgrade that went wrong: 0009-0012
+    # The recovery docs/configuration.md gives for a rolling upgrade that went wrong: 0009-0013
     # have no-op downgrades, so down to 0008 and up again converts what an older agmem wrote in
     # the old form after the first upgrade (rows the new build could neither read nor delete).
     migrate.upgrade(scratch_url)
@@ -624,3 +628,60 @@ def test_rows_an_older_agmem_wrote_after_the_upgrade_are_converted_by_going_down
     with psycopg.connect(libpq_url(scratch_url), autocommit=True) as connection:
         rows = connection.execute("SELECT project_path, key FROM memories").fetchall()
     assert sorted(rows) == [("/a", nfc), ("C:\\Users\\dev\\shop", "k")]
+
+
+def test_0013_gives_stored_rows_the_time_of_their_text(scratch_url: str) -> None:
+    # Rows stamped when they were indexed (today) get the time of what they hold; a transcript's
+    # file is read again by the next sync, which alone knows its messages' times.
+    migrate.upgrade(scratch_url, "0012")
+    indexed = "2026-11-20T00:00:00Z"
+    with psycopg.connect(libpq_url(scratch_url), autocommit=True) as connection:
+        connection.execute(
+            "INSERT INTO sessions (id, project_path, status, ended_at, last_activity_at) VALUES "
+            "('ended', '/p', 'summarized', '2026-01-02T00:00:00Z', '2026-01-01T00:00:00Z'), "
+            "('open', '/p', 'summarized', NULL, '2026-02-01T00:00:00Z')"
+        )
+        connection.execute(
+            "INSERT INTO observations (id, session_id, project_path, function_name, "
+            "function_args, result, observation_type, status, observed_at) VALUES "
+            "('o1', 'ended', '/p', 'read_file', '{}', '\"x\"', 'file_read', 'compressed', "
+            "'2026-03-01T00:00:00Z')"
+        )
+        (memory,) = connection.execute(
+            "INSERT INTO memories (scope, project_path, key, value, updated_at) "
+            "VALUES ('project', '/p', 'k', '1', '2026-04-01T00:00:00Z') RETURNING id"
+        ).fetchone()  # type: ignore[misc]
+        connection.execute(
+            "INSERT INTO memory_files (project_path, path, source, hash, mtime, size, rules) "
+            "VALUES ('/p', '/p/a.md', 'memory', 'h', %s, 0, 'r1'), "
+            "('/p', '/p/s.jsonl', 'sessions', 'h', %s, 0, 'r1')",
+            (
+                datetime(2026, 5, 1, tzinfo=UTC).timestamp(),
+                datetime(2026, 6, 1, tzinfo=UTC).timestamp(),
+            ),
+        )
+        files = dict(connection.execute("SELECT path, id FROM memory_files").fetchall())
+        connection.execute(
+            "INSERT INTO memory_chunks (project_path, source, observation_id, session_id, "
+            "memory_id, file_id, content, hash, created_at) VALUES "
+            "('/p', 'observation', 'o1', 'ended', NULL, NULL, 'obs', 'h', %(at)s), "
+            "('/p', 'summary', NULL, 'ended', NULL, NULL, 'ended summary', 'h', %(at)s), "
+            "('/p', 'summary', NULL, 'open', NULL, NULL, 'open summary', 'h', %(at)s), "
+            "('/p', 'kv', NULL, NULL, %(memory)s, NULL, 'k: 1', 'h', %(at)s), "
+            "('/p', 'memory', NULL, NULL, NULL, %(md)s, 'note', 'h', %(at)s), "
+            "('/p', 'sessions', NULL, NULL, NULL, %(jsonl)s, 'User: hi', 'h', %(at)s)",
+            {"at": indexed, "memory": memory, "md": files["/p/a.md"], "jsonl": files["/p/s.jsonl"]},
+        )
+    migrate.upgrade(scratch_url)
+    with psycopg.connect(libpq_url(scratch_url), autocommit=True) as connection:
+        times = dict(connection.execute("SELECT content, created_at FROM memory_chunks").fetchall())
+        assert {content: at.date().isoformat() for content, at in times.items()} == {
+            "obs": "2026-03-01",
+            "ended summary": "2026-01-02",
+            "open summary": "2026-02-01",
+            "k: 1": "2026-04-01",
+            "note": "2026-05-01",
+            "User: hi": "2026-11-20",  # until the next sync reads the file again
+        }
+        rules = connection.execute("SELECT path, rules FROM memory_files ORDER BY path")
+        assert rules.fetchall() == [("/p/a.md", "r1"), ("/p/s.jsonl", None)]
