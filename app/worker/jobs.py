@@ -54,7 +54,7 @@ from app.sync.runs import execute_sync_run
 from app.tokens import estimate_tokens
 from app.worker import claims, results, unanswered
 from app.worker.claims import ObservationWork, Queue, SessionWork, SyncRunWork
-from app.worker.outage import retry_while_away
+from app.worker.outage import DatabaseAway, log_failure, retry_while_away
 
 if TYPE_CHECKING:
     from google import genai
@@ -380,23 +380,47 @@ async def _write_result(
     one transaction; whether the claim held. The database's loss as it writes is waited out
     (`outage.retry_while_away`): the write's failure was a failed attempt, and the row was
     claimed and its Gemini call paid again once the database was back. Past the wait,
-    `outage.DatabaseAway` leaves the row to its lease."""
+    `outage.DatabaseAway` leaves the row to its lease.
+
+    When the write fails otherwise (a deadlock, a constraint), the usage is written alone and
+    the error raised: rolled back with the result, the call Gemini billed was missing from
+    `llm_usage`, the daily budget's durable count, and the retry paid for it again."""
+
+    async def record(session: AsyncSession) -> None:
+        await record_usage(
+            session,
+            project_path=project_path,
+            model=ctx.settings.gemini_model,
+            input_tokens=tokens[0],
+            output_tokens=tokens[1],
+        )
 
     async def write() -> bool:
         async with transaction(ctx.sessionmaker) as session:
             if any(tokens):
-                await record_usage(
-                    session,
-                    project_path=project_path,
-                    model=ctx.settings.gemini_model,
-                    input_tokens=tokens[0],
-                    output_tokens=tokens[1],
-                )
+                await record(session)
             return await finish(session)
 
-    return await retry_while_away(
-        write, stop=ctx.stopping, during="worker.write_result", table=queue.table, id=str(row_id)
-    )
+    try:
+        return await retry_while_away(
+            write,
+            stop=ctx.stopping,
+            during="worker.write_result",
+            table=queue.table,
+            id=str(row_id),
+        )
+    except DatabaseAway:
+        raise  # no usage write either while the database is away
+    except Exception:
+        if not any(tokens):
+            raise
+        try:
+            async with transaction(ctx.sessionmaker) as session:
+                await record(session)
+        except Exception as usage_error:
+            # The result's own error is the one the attempt records; this one is logged.
+            log_failure("worker.usage_not_recorded", usage_error, table=queue.table)
+        raise
 
 
 async def _wait_for_results(ctx: JobContext, work: SessionWork) -> list[ObservationDigest] | None:
