@@ -356,6 +356,9 @@ async def compress_observation(ctx: JobContext, work: ObservationWork) -> str:
         finish=lambda session: results.finish_observation(
             session, observation_id=work.id, worker=ctx.worker_id, result=result, error=gemini_error
         ),
+        holds=lambda session: results.holds_compression(
+            session, observation_id=work.id, result=result
+        ),
     )
     log.info(
         "observation.compressed" if stored else "observation.claim_lost",
@@ -375,12 +378,14 @@ async def _write_result(
     project_path: str,
     tokens: tuple[int, int],
     finish: Callable[[AsyncSession], Awaitable[bool]],
+    holds: Callable[[AsyncSession], Awaitable[bool]],
 ) -> bool:
     """Write a job's result (`finish`) and Gemini's usage for it (input and output `tokens`) in
     one transaction; whether the claim held. The database's loss as it writes is waited out
     (`outage.retry_while_away`): the write's failure was a failed attempt, and the row was
     claimed and its Gemini call paid again once the database was back. Past the wait,
-    `outage.DatabaseAway` leaves the row to its lease.
+    `outage.DatabaseAway` leaves the row to its lease. A retry refused its claim while the row
+    `holds` this very result counts it written: the try before committed, its reply lost.
 
     When the write fails otherwise (a deadlock, a constraint), the usage is written alone and
     the error raised: rolled back with the result, the call Gemini billed was missing from
@@ -395,11 +400,20 @@ async def _write_result(
             output_tokens=tokens[1],
         )
 
+    tries = 0
+
     async def write() -> bool:
+        nonlocal tries
+        tries += 1
         async with transaction(ctx.sessionmaker) as session:
+            stored = await finish(session)
+            if not stored and tries > 1 and await holds(session):
+                # The try before committed and only its reply was lost: the usage went with
+                # it. Counted again, and the result logged as `claim_lost`, before.
+                return True
             if any(tokens):
                 await record(session)
-            return await finish(session)
+            return stored
 
     try:
         return await retry_while_away(
@@ -540,6 +554,7 @@ async def summarize_session(ctx: JobContext, work: SessionWork) -> str:
             ended=work.ended,
             error=gemini_error,
         ),
+        holds=lambda session: results.holds_summary(session, session_id=work.id, summary=written),
     )
     log.info(
         "session.summarized" if stored else "session.claim_lost",

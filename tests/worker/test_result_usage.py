@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
+from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
 import pytest
+from sqlalchemy import exc as sa_exc
 
 from app.worker import jobs, loop
-from tests.fakes.gemini import FakeResponse, fake_gemini, text_answer
-from tests.llm.test_compress_gemini import gemini_settings
+from tests.fakes.gemini import FakeResponse, RecordedRequest, fake_gemini, text_answer
+from tests.llm.test_compress_gemini import ANSWER, gemini_settings
 from tests.worker.builders import (
     log_to_stderr,
     make_observation,
@@ -71,3 +75,96 @@ def test_a_summary_whose_write_deadlocks_keeps_the_usage_it_paid_for(
     assert usage["input"] > 0
     assert usage["output"] > 0
     assert "worker.attempt_failed" in capsys.readouterr().err
+
+
+def _lose_a_commit_reply_once(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """Once the returned event is set (as Gemini answers), the job's next transaction commits
+    and its reply is lost: the database's loss, raised after the commit went through."""
+    answered = threading.Event()
+    lost = threading.Event()
+    real_transaction = jobs.transaction
+
+    @contextlib.asynccontextmanager
+    async def reply_lost_once(sessionmaker: Any) -> AsyncIterator[Any]:
+        async with real_transaction(sessionmaker) as session:
+            yield session
+        if answered.is_set() and not lost.is_set():
+            lost.set()
+            raise sa_exc.OperationalError(
+                "COMMIT", {}, psycopg.OperationalError("server closed the connection unexpectedly")
+            )
+
+    monkeypatch.setattr(jobs, "transaction", reply_lost_once)
+    return answered
+
+
+def _answering(answered: threading.Event, text: str) -> Any:
+    def answer(_request: RecordedRequest) -> FakeResponse:
+        answered.set()
+        return FakeResponse(body=text_answer(text))
+
+    return answer
+
+
+async def _one_job(fake_url: str, database_url: str) -> None:
+    async with worker_on(gemini_settings(fake_url), database_url) as worker:
+        assert await worker.step()
+
+
+def test_a_compression_whose_commit_reply_is_lost_is_stored_and_paid_once(
+    db: psycopg.Connection[Any],
+    database_url: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The write is retried when the database's loss cuts it short; when the loss came after the
+    # commit, the retry found its claim gone: it wrote the usage a second time and logged
+    # `claim_lost` for a result that was stored.
+    log_to_stderr(monkeypatch, loop, jobs)
+    make_session(db)
+    make_observation(db, "o1")
+    answered = _lose_a_commit_reply_once(monkeypatch)
+    with fake_gemini() as fake:
+        fake.on(":generateContent", _answering(answered, ANSWER))
+        asyncio.run(_one_job(fake.url, database_url))
+        calls = len(fake.calls(":generateContent"))
+
+    assert calls == 1
+    stored = row(db, "SELECT status, locked_by, generated_by FROM observations")
+    assert (stored["status"], stored["locked_by"]) == ("compressed", None)
+    assert stored["generated_by"].startswith("gemini:")
+    usage = row(db, "SELECT sum(requests) AS calls, sum(input_tokens) AS tokens FROM llm_usage")
+    assert (usage["calls"], usage["tokens"]) == (1, 10)
+    logged = capsys.readouterr().err
+    assert "observation.compressed" in logged
+    assert "observation.claim_lost" not in logged
+
+
+def test_a_summary_whose_commit_reply_is_lost_is_stored_and_paid_once(
+    db: psycopg.Connection[Any],
+    database_url: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    log_to_stderr(monkeypatch, loop, jobs)
+    make_session(db, status="ending")
+    make_observation(db, "o1", status="compressed")
+    db.execute("UPDATE observations SET compressed_data = 'Read src/o1.ts: validateToken'")
+    answered = _lose_a_commit_reply_once(monkeypatch)
+    with fake_gemini() as fake:
+        fake.on(":generateContent", _answering(answered, SUMMARY))
+        asyncio.run(_one_job(fake.url, database_url))
+        calls = len(fake.calls(":generateContent"))
+
+    assert calls == 1
+    stored = row(db, "SELECT status, locked_by, summary FROM sessions")
+    assert (stored["status"], stored["locked_by"], stored["summary"]) == (
+        "summarized",
+        None,
+        SUMMARY,
+    )
+    usage = row(db, "SELECT sum(requests) AS calls FROM llm_usage")
+    assert usage["calls"] == 1
+    logged = capsys.readouterr().err
+    assert "session.summarized" in logged
+    assert "session.claim_lost" not in logged
