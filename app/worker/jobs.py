@@ -84,6 +84,8 @@ class JobContext:
     embedder: Embedder | None = None
     # One lane at a time makes sure of the model's index (see `embed_batch`).
     index_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # One lane loads the embedding model, the others wait for it (see `embed_batch`).
+    embedder_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     # Idle ends this worker's upkeep may still make (`_idle_pace`): a fraction carries over to
     # the next pass when a pass is shorter than their spacing.
     idle_allowance: float = 0.0
@@ -582,8 +584,12 @@ async def embed_batch(ctx: JobContext, *, limit: int = 256) -> int:
         ):
             return 0
     if ctx.embedder is None:
-        # Loading a model takes a while: off the event loop, which may be serving requests.
-        ctx.embedder = await asyncio.to_thread(get_embedder, ctx.settings)
+        # Every lane that came here first loaded its own copy (2-4 at a worker's start, on 2
+        # cores, each seconds long), and a stop waited for all of them.
+        async with ctx.embedder_lock:
+            if ctx.embedder is None:
+                # Loading a model takes a while: off the event loop, which may serve requests.
+                ctx.embedder = await asyncio.to_thread(get_embedder, ctx.settings)
     # The model's HNSW index, in its own transaction: made inside each lane's embedding one, it
     # held the table's ShareLock there, and two lanes' UPDATEs of their rows then waited for each
     # other (DeadlockDetected at a worker's first embedding, 2 of 3 bench.worker runs).
