@@ -21,7 +21,7 @@ from tests.conftest import make_settings
 from tests.db.test_pool_replacement import Outage
 from tests.fakes.gemini import FakeResponse, RecordedRequest, fake_gemini, text_answer
 from tests.llm.test_compress_gemini import ANSWER, gemini_settings
-from tests.worker.builders import make_observation, make_session, row, worker_on
+from tests.worker.builders import log_to_stderr, make_observation, make_session, row, worker_on
 
 DOWN = "postgresql://agmem:pw@127.0.0.1:1/agmem"
 
@@ -172,20 +172,11 @@ def test_an_attempt_the_database_loss_cut_short_is_recorded_once_it_is_back(
     # Lost before any result was in hand (here as the job records Gemini's failure), the
     # attempt's own write failed too when tried once: the row waited out its lease (120 s),
     # claimed, before anyone retried it.
-    configure_logging("info")
-    monkeypatch.setattr(database_outage, "log", structlog.get_logger(database_outage.__name__))
-    monkeypatch.setattr(loop, "log", structlog.get_logger(loop.__name__))
+    log_to_stderr(monkeypatch, database_outage, loop)
     make_session(db)
     make_observation(db, "o1")
     outage = Outage(database_url)
-    restarted = threading.Event()
-
-    def fail_as_the_database_restarts(_request: RecordedRequest) -> FakeResponse:
-        if not restarted.is_set():
-            restarted.set()
-            outage.down()
-            threading.Timer(1.0, outage.up).start()
-        return FakeResponse(status=503, body={"error": {"code": 503, "message": "busy"}})
+    busy = FakeResponse(status=503, body={"error": {"code": 503, "message": "busy"}})
 
     async def one_job(fake_url: str) -> None:
         async with worker_on(gemini_settings(fake_url), outage.url) as worker:
@@ -193,7 +184,7 @@ def test_an_attempt_the_database_loss_cut_short_is_recorded_once_it_is_back(
 
     try:
         with fake_gemini() as fake:
-            fake.on(":generateContent", fail_as_the_database_restarts)
+            fake.on(":generateContent", _restart_once(outage, busy))
             asyncio.run(one_job(fake.url))
     finally:
         outage.down()

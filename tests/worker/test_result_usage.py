@@ -26,6 +26,13 @@ from tests.worker.builders import (
 SUMMARY = "Fixed the token check in src/o1.ts."
 
 
+def _session_to_summarize(db: psycopg.Connection[Any]) -> None:
+    """An ended session, its one call compressed: its summary is the next job."""
+    make_session(db, status="ending")
+    make_observation(db, "o1", status="compressed")
+    db.execute("UPDATE observations SET compressed_data = 'Read src/o1.ts: validateToken'")
+
+
 def test_a_summary_whose_write_deadlocks_keeps_the_usage_it_paid_for(
     db: psycopg.Connection[Any],
     database_url: str,
@@ -35,9 +42,7 @@ def test_a_summary_whose_write_deadlocks_keeps_the_usage_it_paid_for(
     # The usage was written in the summary's transaction: a deadlock rolled both back, the retry
     # paid Gemini again, and `llm_usage` (the durable daily budget) never saw the first call.
     log_to_stderr(monkeypatch, loop, jobs)
-    make_session(db, status="ending")
-    make_observation(db, "o1", status="compressed")
-    db.execute("UPDATE observations SET compressed_data = 'Read src/o1.ts: validateToken'")
+    _session_to_summarize(db)
     db.execute(
         "CREATE FUNCTION deadlock_summary() RETURNS trigger LANGUAGE plpgsql AS "
         "$$ BEGIN RAISE EXCEPTION 'deadlock for this test' USING ERRCODE = 'deadlock_detected';"
@@ -106,9 +111,17 @@ def _answering(answered: threading.Event, text: str) -> Any:
     return answer
 
 
-async def _one_job(fake_url: str, database_url: str) -> None:
-    async with worker_on(gemini_settings(fake_url), database_url) as worker:
-        assert await worker.step()
+def _one_job_answered(answered: threading.Event, text: str, database_url: str) -> int:
+    """One job, Gemini answering `text` (and setting `answered`); Gemini's calls."""
+
+    async def one_job(fake_url: str) -> None:
+        async with worker_on(gemini_settings(fake_url), database_url) as worker:
+            assert await worker.step()
+
+    with fake_gemini() as fake:
+        fake.on(":generateContent", _answering(answered, text))
+        asyncio.run(one_job(fake.url))
+        return len(fake.calls(":generateContent"))
 
 
 def test_a_compression_whose_commit_reply_is_lost_is_stored_and_paid_once(
@@ -124,10 +137,7 @@ def test_a_compression_whose_commit_reply_is_lost_is_stored_and_paid_once(
     make_session(db)
     make_observation(db, "o1")
     answered = _lose_a_commit_reply_once(monkeypatch)
-    with fake_gemini() as fake:
-        fake.on(":generateContent", _answering(answered, ANSWER))
-        asyncio.run(_one_job(fake.url, database_url))
-        calls = len(fake.calls(":generateContent"))
+    calls = _one_job_answered(answered, ANSWER, database_url)
 
     assert calls == 1
     stored = row(db, "SELECT status, locked_by, generated_by FROM observations")
@@ -147,14 +157,9 @@ def test_a_summary_whose_commit_reply_is_lost_is_stored_and_paid_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     log_to_stderr(monkeypatch, loop, jobs)
-    make_session(db, status="ending")
-    make_observation(db, "o1", status="compressed")
-    db.execute("UPDATE observations SET compressed_data = 'Read src/o1.ts: validateToken'")
+    _session_to_summarize(db)
     answered = _lose_a_commit_reply_once(monkeypatch)
-    with fake_gemini() as fake:
-        fake.on(":generateContent", _answering(answered, SUMMARY))
-        asyncio.run(_one_job(fake.url, database_url))
-        calls = len(fake.calls(":generateContent"))
+    calls = _one_job_answered(answered, SUMMARY, database_url)
 
     assert calls == 1
     stored = row(db, "SELECT status, locked_by, summary FROM sessions")
