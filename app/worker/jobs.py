@@ -54,7 +54,7 @@ from app.sync.runs import execute_sync_run
 from app.tokens import estimate_tokens
 from app.worker import claims, results, unanswered
 from app.worker.claims import ObservationWork, Queue, SessionWork, SyncRunWork
-from app.worker.outage import retry_while_away
+from app.worker.outage import DatabaseAway, log_failure, retry_while_away
 
 if TYPE_CHECKING:
     from google import genai
@@ -84,6 +84,8 @@ class JobContext:
     embedder: Embedder | None = None
     # One lane at a time makes sure of the model's index (see `embed_batch`).
     index_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # One lane loads the embedding model, the others wait for it (see `embed_batch`).
+    embedder_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     # Idle ends this worker's upkeep may still make (`_idle_pace`): a fraction carries over to
     # the next pass when a pass is shorter than their spacing.
     idle_allowance: float = 0.0
@@ -356,6 +358,9 @@ async def compress_observation(ctx: JobContext, work: ObservationWork) -> str:
         finish=lambda session: results.finish_observation(
             session, observation_id=work.id, worker=ctx.worker_id, result=result, error=gemini_error
         ),
+        holds=lambda session: results.holds_compression(
+            session, observation_id=work.id, result=result
+        ),
     )
     log.info(
         "observation.compressed" if stored else "observation.claim_lost",
@@ -375,28 +380,63 @@ async def _write_result(
     project_path: str,
     tokens: tuple[int, int],
     finish: Callable[[AsyncSession], Awaitable[bool]],
+    holds: Callable[[AsyncSession], Awaitable[bool]],
 ) -> bool:
     """Write a job's result (`finish`) and Gemini's usage for it (input and output `tokens`) in
     one transaction; whether the claim held. The database's loss as it writes is waited out
     (`outage.retry_while_away`): the write's failure was a failed attempt, and the row was
     claimed and its Gemini call paid again once the database was back. Past the wait,
-    `outage.DatabaseAway` leaves the row to its lease."""
+    `outage.DatabaseAway` leaves the row to its lease. A retry refused its claim while the row
+    `holds` this very result counts it written: the try before committed, its reply lost.
+
+    When the write fails otherwise (a deadlock, a constraint), the usage is written alone and
+    the error raised: rolled back with the result, the call Gemini billed was missing from
+    `llm_usage`, the daily budget's durable count, and the retry paid for it again."""
+
+    async def record(session: AsyncSession) -> None:
+        await record_usage(
+            session,
+            project_path=project_path,
+            model=ctx.settings.gemini_model,
+            input_tokens=tokens[0],
+            output_tokens=tokens[1],
+        )
+
+    tries = 0
 
     async def write() -> bool:
+        nonlocal tries
+        tries += 1
         async with transaction(ctx.sessionmaker) as session:
+            stored = await finish(session)
+            if not stored and tries > 1 and await holds(session):
+                # The try before committed and only its reply was lost: the usage went with
+                # it. Counted again, and the result logged as `claim_lost`, before.
+                return True
             if any(tokens):
-                await record_usage(
-                    session,
-                    project_path=project_path,
-                    model=ctx.settings.gemini_model,
-                    input_tokens=tokens[0],
-                    output_tokens=tokens[1],
-                )
-            return await finish(session)
+                await record(session)
+            return stored
 
-    return await retry_while_away(
-        write, stop=ctx.stopping, during="worker.write_result", table=queue.table, id=str(row_id)
-    )
+    try:
+        return await retry_while_away(
+            write,
+            stop=ctx.stopping,
+            during="worker.write_result",
+            table=queue.table,
+            id=str(row_id),
+        )
+    except DatabaseAway:
+        raise  # no usage write either while the database is away
+    except Exception:
+        if not any(tokens):
+            raise
+        try:
+            async with transaction(ctx.sessionmaker) as session:
+                await record(session)
+        except Exception as usage_error:
+            # The result's own error is the one the attempt records; this one is logged.
+            log_failure("worker.usage_not_recorded", usage_error, table=queue.table)
+        raise
 
 
 async def _wait_for_results(ctx: JobContext, work: SessionWork) -> list[ObservationDigest] | None:
@@ -516,6 +556,7 @@ async def summarize_session(ctx: JobContext, work: SessionWork) -> str:
             ended=work.ended,
             error=gemini_error,
         ),
+        holds=lambda session: results.holds_summary(session, session_id=work.id, summary=written),
     )
     log.info(
         "session.summarized" if stored else "session.claim_lost",
@@ -543,8 +584,12 @@ async def embed_batch(ctx: JobContext, *, limit: int = 256) -> int:
         ):
             return 0
     if ctx.embedder is None:
-        # Loading a model takes a while: off the event loop, which may be serving requests.
-        ctx.embedder = await asyncio.to_thread(get_embedder, ctx.settings)
+        # Every lane that came here first loaded its own copy (2-4 at a worker's start, on 2
+        # cores, each seconds long), and a stop waited for all of them.
+        async with ctx.embedder_lock:
+            if ctx.embedder is None:
+                # Loading a model takes a while: off the event loop, which may serve requests.
+                ctx.embedder = await asyncio.to_thread(get_embedder, ctx.settings)
     # The model's HNSW index, in its own transaction: made inside each lane's embedding one, it
     # held the table's ShareLock there, and two lanes' UPDATEs of their rows then waited for each
     # other (DeadlockDetected at a worker's first embedding, 2 of 3 bench.worker runs).

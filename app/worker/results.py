@@ -76,6 +76,38 @@ async def finish_observation(
     return True
 
 
+# A write retried after the database's loss: whether its first try committed (the reply was
+# what got lost), its result already on the row.
+_HOLDS_COMPRESSION = text(
+    "SELECT 1 FROM observations WHERE id = :id AND status = 'compressed' "
+    "AND compressed_data = :text AND generated_by = :generated_by"
+)
+_HOLDS_SUMMARY = text(
+    "SELECT 1 FROM sessions WHERE id = :id AND status = 'summarized' "
+    "AND summary = :summary AND summary_generated_by = :generated_by"
+)
+
+
+async def holds_compression(
+    session: AsyncSession, *, observation_id: str, result: Compressed
+) -> bool:
+    """Whether the observation is stored with exactly this compression."""
+    found = await session.execute(
+        _HOLDS_COMPRESSION,
+        {"id": observation_id, "text": result.text, "generated_by": result.generated_by},
+    )
+    return found.first() is not None
+
+
+async def holds_summary(session: AsyncSession, *, session_id: str, summary: SessionSummary) -> bool:
+    """Whether the session is stored with exactly this summary."""
+    found = await session.execute(
+        _HOLDS_SUMMARY,
+        {"id": session_id, "summary": summary.text, "generated_by": summary.generated_by},
+    )
+    return found.first() is not None
+
+
 _SESSION_OBSERVATIONS = text(
     "SELECT function_name, observation_type, status, compressed_data, function_args, "
     "(result_at IS NULL AND status <> 'pending') AS result_missing "

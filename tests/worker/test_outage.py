@@ -21,7 +21,7 @@ from tests.conftest import make_settings
 from tests.db.test_pool_replacement import Outage
 from tests.fakes.gemini import FakeResponse, RecordedRequest, fake_gemini, text_answer
 from tests.llm.test_compress_gemini import ANSWER, gemini_settings
-from tests.worker.builders import make_observation, make_session, row, worker_on
+from tests.worker.builders import log_to_stderr, make_observation, make_session, row, worker_on
 
 DOWN = "postgresql://agmem:pw@127.0.0.1:1/agmem"
 
@@ -163,11 +163,50 @@ def test_a_summary_answered_as_the_database_restarts_is_written_not_bought_again
     assert usage["calls"] == 1
 
 
-def test_a_stop_ends_the_wait_to_record_an_attempt_the_database_loss_cut_short(
+def test_an_attempt_the_database_loss_cut_short_is_recorded_once_it_is_back(
+    db: psycopg.Connection[Any],
+    database_url: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Lost before any result was in hand (here as the job records Gemini's failure), the
+    # attempt's own write failed too when tried once: the row waited out its lease (120 s),
+    # claimed, before anyone retried it.
+    log_to_stderr(monkeypatch, database_outage, loop)
+    make_session(db)
+    make_observation(db, "o1")
+    outage = Outage(database_url)
+    busy = FakeResponse(status=503, body={"error": {"code": 503, "message": "busy"}})
+
+    async def one_job(fake_url: str) -> None:
+        async with worker_on(gemini_settings(fake_url), outage.url) as worker:
+            assert await worker.step()
+
+    try:
+        with fake_gemini() as fake:
+            fake.on(":generateContent", _restart_once(outage, busy))
+            asyncio.run(one_job(fake.url))
+    finally:
+        outage.down()
+
+    stored = row(db, "SELECT status, locked_by, attempts, last_error FROM observations")
+    assert (stored["status"], stored["locked_by"], stored["attempts"]) == ("captured", None, 1)
+    assert "OperationalError" in stored["last_error"]
+    assert "connection" in stored["last_error"].lower()
+    logged = capsys.readouterr().err
+    errors = [line for line in logged.splitlines() if "worker.job_error" in line]
+    assert len(errors) == 1
+    assert "worker.attempt_failed" in logged
+    assert "Traceback" not in logged
+
+
+def test_a_stop_ends_the_wait_to_write_a_result_the_database_loss_held_up(
     db: psycopg.Connection[Any], database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The retry loop slept between tries without looking at the stop: a worker stopped while
     # its database was away waited the whole grace period (10 s) before its lane was cancelled.
+    # The database goes as Gemini answers, so the wait stopped is the result's write's (the
+    # wait to record a failed attempt is the same `retry_while_away`, its stop the same).
     # Both stretched here so that only the stop can end the run.
     monkeypatch.setattr(database_outage, "RETRY_INTERVAL_SECONDS", 3600.0)
     monkeypatch.setattr(loop, "STOP_GRACE_SECONDS", 3600.0)
@@ -193,7 +232,7 @@ def test_a_stop_ends_the_wait_to_record_an_attempt_the_database_loss_cut_short(
             asyncio.run(stop_while_waiting(fake.url))
     finally:
         outage.down()
-    # Left to its lease, as after the last try: the job ran, the attempt was not recorded.
+    # Left to its lease, as after the last try: the job ran, its result was not written.
     stored = row(db, "SELECT status, locked_by, last_error FROM observations")
     assert stored["status"] == "captured"
     assert stored["locked_by"] is not None
