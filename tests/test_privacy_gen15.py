@@ -66,6 +66,31 @@ SHELL_CLOSED_QUOTES = [
 ]
 
 
+# A `\'` that a blank or a bracket follows, and no shell operator or line end after the blanks:
+# dotenv readers (python-dotenv, node's dotenv) take it as an escape and read on. The first
+# generation 15 closed the value there and kept its tail in clear.
+DOTENV_ESCAPED_QUOTES = [
+    ("PASSWORD='\\' hunter2x9'", "PASSWORD='@'"),
+    ("export DB_PASSWORD='p@ss\\' w0rd'", "export DB_PASSWORD='@'"),
+    ("PASSWORD='ab\\' cd1234'", "PASSWORD='@'"),
+    ("PASSWORD='s3cr3t\\'\tmore9'", "PASSWORD='@'"),
+    ("PASSWORD='p@ss\\')rest9'", "PASSWORD='@'"),
+    ("PASSWORD='hun ter2\\' x9'\r\n", "PASSWORD='@'\r\n"),
+    ("PASSWORD='p@ss\\'(rest9'", "PASSWORD='@'"),
+    ("PASSWORD='p@ss\\' <rest9'", "PASSWORD='@'"),
+    # A blank before the operator, and every line break, still close it.
+    ("PASSWORD='abc\\'  ;echo 'hi'", "PASSWORD='@'  ;echo 'hi'"),
+    ("PASSWORD='abc\\'\r\nls 'x'", "PASSWORD='@'\r\nls 'x'"),
+    ("PASSWORD='abc\\'\rls 'x'", "PASSWORD='@'\rls 'x'"),
+    ("PASSWORD='abc\\'\x0bls 'x'", "PASSWORD='@'\x0bls 'x'"),
+    ("PASSWORD='abc\\'\x0cls 'x'", "PASSWORD='@'\x0cls 'x'"),
+    ("PASSWORD='abc\\' \x85ls 'x'", "PASSWORD='@' \x85ls 'x'"),
+    ("PASSWORD='abc\\'\u2028ls 'x'", "PASSWORD='@'\u2028ls 'x'"),
+    ("PASSWORD='abc\\'\u2029ls 'x'", "PASSWORD='@'\u2029ls 'x'"),
+    ("PASSWORD='abc\\'\nls 'x'", "PASSWORD='@'\nls 'x'"),
+]
+
+
 # curl's `-u user:password`, the user kept.
 CURL_USERS = [
     ("curl -u admin:hunter2x9 https://x", "curl -u admin:@ https://x"),
@@ -134,6 +159,7 @@ def test_a_wrapped_base64_private_key_is_redacted_whole() -> None:
         *DECLARED_LISTS,
         *COMMANDS_AFTER_BREAKS,
         *SHELL_CLOSED_QUOTES,
+        *DOTENV_ESCAPED_QUOTES,
         *ENCODED_KEYS,
         *CURL_USERS,
         *GITLAB_HEADERS,
