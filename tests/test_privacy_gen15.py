@@ -10,6 +10,8 @@ from collections.abc import Callable
 import pytest
 
 from app.privacy import redact_secrets, redact_secrets_lines
+from app.privacy.assignments import _CONFIG_AFTER_BREAK
+from app.privacy.engine import _SCANNER, _rules_for
 from tests.test_privacy import _assert_linear, assert_redacted_on_every_path
 
 # `@` is each redaction.
@@ -264,3 +266,44 @@ _LINEAR: list[Callable[[int], str]] = [
 def test_the_widened_patterns_cost_linear_work(make: Callable[[int], str]) -> None:
     for judge in (redact_secrets, redact_secrets_lines):
         _assert_linear(lambda n, judge=judge: judge(make(n)))
+
+
+# Longer than the texts whose gates the scanner does not test (`textscan.SHORT_TEXT`).
+_RULER = ("#" + "-" * 70 + "\n") * 4
+
+
+def _runs_after_break_rule(text: str) -> bool:
+    return any(pattern is _CONFIG_AFTER_BREAK for pattern, _ in _rules_for(_SCANNER.present(text)))
+
+
+# A progress bar redraws its line with `\r`; a credential's name elsewhere, on a `\n` line, is the
+# unquoted rule's alone. The rule after a one-byte break or NEL runs only when that break's line
+# holds the name (the first generation 15 ran it on any break with any name: ~45x on 426 KB).
+@pytest.mark.parametrize(
+    "text",
+    [
+        ("\r" + "x" * 70) * 50 + "\npassword: hunter2x9",
+        _RULER + "50%\x0b60%\x0c70%\x85done\nAPI_KEY=k9Xq2mLp7Rtz",
+        _RULER + "a\x1eb\npassword: hunter2x9",
+    ],
+)
+def test_a_short_break_without_a_credential_on_its_line_runs_no_after_break_rule(
+    text: str,
+) -> None:
+    assert not _runs_after_break_rule(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("50%\rpassword: hunter2x9", "50%\rpassword: @"),
+        ("ok\x85API_KEY=k9Xq2mLp7Rtz", "ok\x85API_KEY=@"),
+        ("ok\u2028password: hunter2x9", "ok\u2028password: @"),
+        ("ok\u2029export DB_TOKEN=k9Xq2mLp7Rtz", "ok\u2029export DB_TOKEN=@"),
+    ],
+)
+def test_a_break_before_a_credential_still_runs_the_after_break_rule(
+    text: str, expected: str
+) -> None:
+    assert _runs_after_break_rule(_RULER + text)
+    assert_redacted_on_every_path(_RULER + text, _RULER + expected)
