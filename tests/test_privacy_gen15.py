@@ -307,3 +307,21 @@ def test_a_break_before_a_credential_still_runs_the_after_break_rule(
 ) -> None:
     assert _runs_after_break_rule(_RULER + text)
     assert_redacted_on_every_path(_RULER + text, _RULER + expected)
+
+
+# Under `tokens` or a word making no credential of them (`max_tokens`), a list is let go early
+# when its items hold no run of 16 non-blanks nor of 10 token characters (`lists._TOKEN_RUN`):
+# the shortest of a token's shape, each alone in its list, pin that edge.
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("max_tokens: [a1/b2+c3/d4=e5/f]", "max_tokens: [@]"),
+        ("tokens: [a1/b2+c3/d4=e5/f]", "tokens: [@]"),
+        ("tokens: [x, a1/b2+c3/d4=e5/f]", "tokens: [x, @]"),
+        ("max_tokens = ['Xk9qLm2Pz7']", "max_tokens = ['@']"),
+        ("tokens: ['Xk9qLm2Pz7']", "tokens: ['@']"),
+        ("max_tokens: [Xk9qLm2Pz7]", "max_tokens: [@]"),
+    ],
+)
+def test_the_shortest_token_under_tokens_is_redacted(text: str, expected: str) -> None:
+    assert_redacted_on_every_path(text, expected)
