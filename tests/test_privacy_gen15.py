@@ -102,6 +102,12 @@ CURL_USERS = [
     ("curl --user=admin:hunter2x9 https://x", "curl --user=admin:@ https://x"),
     ("$ curl -X POST -u api:key-abcdef123 https://x", "$ curl -X POST -u api:@ https://x"),
     ('ls | curl -u "$USER:s3cr3t9" x', 'ls | curl -u "$USER:@" x'),
+    # An escaped quote in double quotes does not close the value, in the user nor the password.
+    ('curl -u "admin:pa\\"ss" https://x', 'curl -u "admin:@" https://x'),
+    ('curl -u "admin:pa\\"ss w0rd" https://x', 'curl -u "admin:@" https://x'),
+    ('curl -u "ad\\"min:hunter2x9" https://x', 'curl -u "ad\\"min:@" https://x'),
+    # A URL's user part after a scheme-less user is still a user's.
+    ("curl -u admin:http//x9 https://x", "curl -u admin:@ https://x"),
 ]
 
 
@@ -221,6 +227,11 @@ KEPT: list[str] = [
     "curl -u admin:${PASS} https://x",
     "see curl docs: use -u user:pass for basic auth",
     "curl -u 'me:' https://x",
+    # A URL after `-u` (its user missing): a scheme, no user's password.
+    "curl -u https://example.com",
+    "curl -u http://example.com/path -X GET",
+    'curl -u "https://example.com"',
+    "curl -u 'ftp://files.example.com'",
     # The header named in prose or documented, as the other token headers.
     "send the PRIVATE-TOKEN: header with each request",
     "PRIVATE-TOKEN: <your_access_token>",
@@ -255,6 +266,7 @@ _LINEAR: list[Callable[[int], str]] = [
     lambda n: "k: LS0tLS1CRUdJTiBQUklW" + ("A" * 60 + "\n") * (_QUARTER // 61) * n,
     lambda n: "curl " * (_QUARTER // 5) * n + "-u a:b",
     lambda n: "curl -u '" + "a" * _QUARTER * n,
+    lambda n: 'curl -u "a:' + '\\"' * _QUARTER * n,
     lambda n: "curl -u 'a:" + "b" * _QUARTER * n,
     lambda n: "PRIVATE-TOKEN:" + " " * _QUARTER * n + "x",
     lambda n: "PRIVATE-TOKEN: " * (_QUARTER // 15) * n,
