@@ -10,6 +10,8 @@ from collections.abc import Callable
 import pytest
 
 from app.privacy import redact_secrets, redact_secrets_lines
+from app.privacy.assignments import _CONFIG_AFTER_BREAK
+from app.privacy.engine import _SCANNER, _rules_for
 from tests.test_privacy import _assert_linear, assert_redacted_on_every_path
 
 # `@` is each redaction.
@@ -66,6 +68,31 @@ SHELL_CLOSED_QUOTES = [
 ]
 
 
+# A `\'` that a blank or a bracket follows, and no shell operator or line end after the blanks:
+# dotenv readers (python-dotenv, node's dotenv) take it as an escape and read on. The first
+# generation 15 closed the value there and kept its tail in clear.
+DOTENV_ESCAPED_QUOTES = [
+    ("PASSWORD='\\' hunter2x9'", "PASSWORD='@'"),
+    ("export DB_PASSWORD='p@ss\\' w0rd'", "export DB_PASSWORD='@'"),
+    ("PASSWORD='ab\\' cd1234'", "PASSWORD='@'"),
+    ("PASSWORD='s3cr3t\\'\tmore9'", "PASSWORD='@'"),
+    ("PASSWORD='p@ss\\')rest9'", "PASSWORD='@'"),
+    ("PASSWORD='hun ter2\\' x9'\r\n", "PASSWORD='@'\r\n"),
+    ("PASSWORD='p@ss\\'(rest9'", "PASSWORD='@'"),
+    ("PASSWORD='p@ss\\' <rest9'", "PASSWORD='@'"),
+    # A blank before the operator, and every line break, still close it.
+    ("PASSWORD='abc\\'  ;echo 'hi'", "PASSWORD='@'  ;echo 'hi'"),
+    ("PASSWORD='abc\\'\r\nls 'x'", "PASSWORD='@'\r\nls 'x'"),
+    ("PASSWORD='abc\\'\rls 'x'", "PASSWORD='@'\rls 'x'"),
+    ("PASSWORD='abc\\'\x0bls 'x'", "PASSWORD='@'\x0bls 'x'"),
+    ("PASSWORD='abc\\'\x0cls 'x'", "PASSWORD='@'\x0cls 'x'"),
+    ("PASSWORD='abc\\' \x85ls 'x'", "PASSWORD='@' \x85ls 'x'"),
+    ("PASSWORD='abc\\'\u2028ls 'x'", "PASSWORD='@'\u2028ls 'x'"),
+    ("PASSWORD='abc\\'\u2029ls 'x'", "PASSWORD='@'\u2029ls 'x'"),
+    ("PASSWORD='abc\\'\nls 'x'", "PASSWORD='@'\nls 'x'"),
+]
+
+
 # curl's `-u user:password`, the user kept.
 CURL_USERS = [
     ("curl -u admin:hunter2x9 https://x", "curl -u admin:@ https://x"),
@@ -75,6 +102,12 @@ CURL_USERS = [
     ("curl --user=admin:hunter2x9 https://x", "curl --user=admin:@ https://x"),
     ("$ curl -X POST -u api:key-abcdef123 https://x", "$ curl -X POST -u api:@ https://x"),
     ('ls | curl -u "$USER:s3cr3t9" x', 'ls | curl -u "$USER:@" x'),
+    # An escaped quote in double quotes does not close the value, in the user nor the password.
+    ('curl -u "admin:pa\\"ss" https://x', 'curl -u "admin:@" https://x'),
+    ('curl -u "admin:pa\\"ss w0rd" https://x', 'curl -u "admin:@" https://x'),
+    ('curl -u "ad\\"min:hunter2x9" https://x', 'curl -u "ad\\"min:@" https://x'),
+    # A URL's user part after a scheme-less user is still a user's.
+    ("curl -u admin:http//x9 https://x", "curl -u admin:@ https://x"),
 ]
 
 
@@ -134,6 +167,7 @@ def test_a_wrapped_base64_private_key_is_redacted_whole() -> None:
         *DECLARED_LISTS,
         *COMMANDS_AFTER_BREAKS,
         *SHELL_CLOSED_QUOTES,
+        *DOTENV_ESCAPED_QUOTES,
         *ENCODED_KEYS,
         *CURL_USERS,
         *GITLAB_HEADERS,
@@ -193,6 +227,11 @@ KEPT: list[str] = [
     "curl -u admin:${PASS} https://x",
     "see curl docs: use -u user:pass for basic auth",
     "curl -u 'me:' https://x",
+    # A URL after `-u` (its user missing): a scheme, no user's password.
+    "curl -u https://example.com",
+    "curl -u http://example.com/path -X GET",
+    'curl -u "https://example.com"',
+    "curl -u 'ftp://files.example.com'",
     # The header named in prose or documented, as the other token headers.
     "send the PRIVATE-TOKEN: header with each request",
     "PRIVATE-TOKEN: <your_access_token>",
@@ -227,6 +266,7 @@ _LINEAR: list[Callable[[int], str]] = [
     lambda n: "k: LS0tLS1CRUdJTiBQUklW" + ("A" * 60 + "\n") * (_QUARTER // 61) * n,
     lambda n: "curl " * (_QUARTER // 5) * n + "-u a:b",
     lambda n: "curl -u '" + "a" * _QUARTER * n,
+    lambda n: 'curl -u "a:' + '\\"' * _QUARTER * n,
     lambda n: "curl -u 'a:" + "b" * _QUARTER * n,
     lambda n: "PRIVATE-TOKEN:" + " " * _QUARTER * n + "x",
     lambda n: "PRIVATE-TOKEN: " * (_QUARTER // 15) * n,
@@ -238,3 +278,62 @@ _LINEAR: list[Callable[[int], str]] = [
 def test_the_widened_patterns_cost_linear_work(make: Callable[[int], str]) -> None:
     for judge in (redact_secrets, redact_secrets_lines):
         _assert_linear(lambda n, judge=judge: judge(make(n)))
+
+
+# Longer than the texts whose gates the scanner does not test (`textscan.SHORT_TEXT`).
+_RULER = ("#" + "-" * 70 + "\n") * 4
+
+
+def _runs_after_break_rule(text: str) -> bool:
+    return any(pattern is _CONFIG_AFTER_BREAK for pattern, _ in _rules_for(_SCANNER.present(text)))
+
+
+# A progress bar redraws its line with `\r`; a credential's name elsewhere, on a `\n` line, is the
+# unquoted rule's alone. The rule after a one-byte break or NEL runs only when that break's line
+# holds the name (the first generation 15 ran it on any break with any name: ~45x on 426 KB).
+@pytest.mark.parametrize(
+    "text",
+    [
+        ("\r" + "x" * 70) * 50 + "\npassword: hunter2x9",
+        _RULER + "50%\x0b60%\x0c70%\x85done\nAPI_KEY=k9Xq2mLp7Rtz",
+        _RULER + "a\x1eb\npassword: hunter2x9",
+    ],
+)
+def test_a_short_break_without_a_credential_on_its_line_runs_no_after_break_rule(
+    text: str,
+) -> None:
+    assert not _runs_after_break_rule(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("50%\rpassword: hunter2x9", "50%\rpassword: @"),
+        ("ok\x85API_KEY=k9Xq2mLp7Rtz", "ok\x85API_KEY=@"),
+        ("ok\u2028password: hunter2x9", "ok\u2028password: @"),
+        ("ok\u2029export DB_TOKEN=k9Xq2mLp7Rtz", "ok\u2029export DB_TOKEN=@"),
+    ],
+)
+def test_a_break_before_a_credential_still_runs_the_after_break_rule(
+    text: str, expected: str
+) -> None:
+    assert _runs_after_break_rule(_RULER + text)
+    assert_redacted_on_every_path(_RULER + text, _RULER + expected)
+
+
+# Under `tokens` or a word making no credential of them (`max_tokens`), a list is let go early
+# when its items hold no run of 16 non-blanks nor of 10 token characters (`lists._TOKEN_RUN`):
+# the shortest of a token's shape, each alone in its list, pin that edge.
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("max_tokens: [a1/b2+c3/d4=e5/f]", "max_tokens: [@]"),
+        ("tokens: [a1/b2+c3/d4=e5/f]", "tokens: [@]"),
+        ("tokens: [x, a1/b2+c3/d4=e5/f]", "tokens: [x, @]"),
+        ("max_tokens = ['Xk9qLm2Pz7']", "max_tokens = ['@']"),
+        ("tokens: ['Xk9qLm2Pz7']", "tokens: ['@']"),
+        ("max_tokens: [Xk9qLm2Pz7]", "max_tokens: [@]"),
+    ],
+)
+def test_the_shortest_token_under_tokens_is_redacted(text: str, expected: str) -> None:
+    assert_redacted_on_every_path(text, expected)

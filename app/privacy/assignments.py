@@ -317,12 +317,14 @@ ASSIGNMENT_RULES: list[_Rule] = [
                 # (`PASSWORD="ab\"cd1234"`). Nor does `\'` in single quotes: dotenv readers
                 # take it as an escape, and in a shell the value runs on past it anyway
                 # (`'ab\'cd1234'` is `ab\cd1234` and an open quote); generation 13 redacted
-                # `ab\` and kept the rest in clear. A `\'` that a word's end follows (a blank,
-                # `;`, `&`, `|`, a bracket, the text's end) closes the value, as a shell reads
-                # it: `PASSWORD='abc\' ; echo 'hi'` runs `echo`, which generation 14 redacted
-                # up to the next quote.
+                # `ab\` and kept the rest in clear. Only a `\'` that blanks and then a shell's
+                # operator (`;`, `&`, `|`) or the line's end follow closes the value, as a shell
+                # reads it: `PASSWORD='abc\' ; echo 'hi'` runs `echo`, which generation 14
+                # redacted up to the next quote. A blank or a bracket alone does not: a dotenv
+                # reader takes `'p@ss\' w0rd'` whole, and so does this rule.
                 + r"|\"(?:[^\"\n\\]|\\[^\n])++\"|\"[^\"\n]++\"|\"\"(?!\")"
-                + r"|'(?:[^'\n\\]|\\[^'\n]|\\'(?=[^\s;&|()<>]))++\\?+'|'[^'\n]++'|''(?!')"
+                + rf"|'(?:[^'\n\\]|\\[^'\n]|\\'(?!{BLANK}*+(?:[;&|{LINE_BREAK_CHARS}]|\Z)))++"
+                + r"\\?+'|'[^'\n]++'|''(?!')"
                 + r"|<(?![%$\{])[^<>\n]{1,100}+>(?![^\s\"'#\\])"
                 + r"|(?:[^\s\"'#\\]|\\(?![nr]))+)"
             ),

@@ -51,11 +51,14 @@ _OPTION_VALUE = (
     rf"|{_NOT_A_REFERENCE}[^\s\"'`;|&()<>]+)"
 )
 # `user:password` after curl's `-u` or `--user`, bare or quoted (`-u 'me:s3 cret'`), the password
-# not a reference (`-u "$USER:$PASS"`); `-u me` alone makes curl prompt for it.
+# not a reference (`-u "$USER:$PASS"`); `-u me` alone makes curl prompt for it. A user part
+# that `//` follows is a URL's scheme (`-u https://x`, a missing user), no password. In double
+# quotes `\"` does not close the value, as the shell reads it (`-u "admin:pa\"ss"`).
 _USER_VALUE = (
-    rf"(?:(?P<q>['\"])(?P<quoted_user>(?:(?!(?P=q))[^:\n])*+:){_NOT_A_REFERENCE}"
-    rf"(?:(?!(?P=q))[^\n])++(?P=q)"
-    rf"|(?P<user>[^\s:\"'`;|&()<>$]*+:){_NOT_A_REFERENCE}[^\s\"'`;|&()<>]++)"
+    rf"(?:'(?P<single_user>[^':\n]*+:)(?!//){_NOT_A_REFERENCE}[^'\n]++'"
+    rf"|\"(?P<double_user>(?:[^\"\\:\n]|\\[^\n])*+:)(?!//){_NOT_A_REFERENCE}"
+    rf"(?:[^\"\\\n]|\\[^\n])++\""
+    rf"|(?P<user>[^\s:\"'`;|&()<>$]*+:)(?!//){_NOT_A_REFERENCE}[^\s\"'`;|&()<>]++)"
 )
 
 
@@ -64,9 +67,11 @@ def _user_option(match: re.Match[str]) -> str:
     command."""
     if not _at_command(match.string, match.start()):
         return match.group()
-    quote = match.group("q") or ""
-    user = match.group("quoted_user") if quote else match.group("user")
-    return f"{match.group('keep')}{quote}{user}{REDACTED}{quote}"
+    if match.group("single_user") is not None:
+        return f"{match.group('keep')}'{match.group('single_user')}{REDACTED}'"
+    if match.group("double_user") is not None:
+        return f'{match.group("keep")}"{match.group("double_user")}{REDACTED}"'
+    return f"{match.group('keep')}{match.group('user')}{REDACTED}"
 
 
 # curl's `-u user:password` (`--user`, glued `-uuser:pw`, `--user=`): generation 14 kept it

@@ -90,6 +90,14 @@ _CONFIG_GATE = (
     rf"[^A-Za-z_.\x09-\x0d\x20\"'#(){{}}\[\]<>$,;&|`\\]|[A-Za-z]+{GATE_BLANK}*(?:{GATE_SPACE}|$)"
     r"|<[^<>\n]+>)"
 )
+# The line breaks other than `\n` (UTF-8 bytes) the after-break rule reads: one byte or NEL, and
+# U+2028/U+2029; then that line, read up to a credential's name and the unquoted rule's gate.
+_SHORT_BREAK = r"(?:[\r\x0b\x0c\x1c-\x1e]|\xc2\x85)"
+_LINE_SEPARATOR = r"\xe2\x80[\xa8\xa9]"
+_AFTER_BREAK_LINE = (
+    r"[\t \x1f\x80-\xff]*"
+    rf"(?:-[\t \x80-\xff]+)?(?:export[\t ]+)?[\w.\-\x80-\xff]*{_CONFIG_GATE}"
+)
 _RULE_GATES: dict[re.Pattern[str], str] = {
     next(pattern for literals, pattern, _ in _RULES if literals == ("://",)): r"://[^:/@]*:[^@/]+@",
     **{
@@ -106,8 +114,7 @@ _RULE_GATES: dict[re.Pattern[str], str] = {
     # After a line break other than `\n` (its UTF-8 bytes), on that line: in a long text that has
     # none, the rule's scan for one is skipped (~2.7 µs a value on the capture benchmark's).
     _CONFIG_AFTER_BREAK: (
-        r"(?:[\r\x0b\x0c\x1c-\x1e]|\xc2\x85|\xe2\x80[\xa8\xa9])[\t \x1f\x80-\xff]*"
-        rf"(?:-[\t \x80-\xff]+)?(?:export[\t ]+)?[\w.\-\x80-\xff]*{_CONFIG_GATE}"
+        rf"(?:[\r\x0b\x0c\x1c-\x1e]|\xc2\x85|{_LINE_SEPARATOR}){_AFTER_BREAK_LINE}"
     ),
 }
 
@@ -117,12 +124,14 @@ _RULE_GATES: dict[re.Pattern[str], str] = {
 _SCANNED_GATES = {
     pattern: LIST_NAME_GATES.get(pattern, gate) for pattern, gate in _RULE_GATES.items()
 }
-# The rule after another line break than `\n` is scanned for as two gates that its own implies,
-# both needed: such a break anywhere, and the unquoted rule's gate anywhere. Its own gate, the
-# break's line read up to a credential's name, ran hyperscan's automaton from every `\xe2\x80`
-# (a curly quote's, a dash's first bytes) over an unbounded run of bytes: ~0.9 µs a value on
-# the capture benchmark's (bench/capture_steps.py).
-_SCANNED_GATES[_CONFIG_AFTER_BREAK] = r"[\r\x0b\x0c\x1c-\x1e]|\xc2\x85|\xe2\x80[\xa8\xa9]"
+# The rule after another line break than `\n` is scanned for by its own gate after a one-byte
+# break or NEL: a text's `\r` is common (a progress bar redraws its line with one), and a break
+# anywhere with a credential's name anywhere ran the rule over every such text (~45x on a 426 KB
+# progress bar's output). After U+2028/U+2029 it is scanned for as the bare break, both gates
+# needed: its own gate there ran hyperscan's automaton from every `\xe2\x80` (a curly quote's,
+# a dash's first bytes) over an unbounded run of bytes: ~0.9 µs a value on the capture
+# benchmark's (bench/capture_steps.py).
+_SCANNED_GATES[_CONFIG_AFTER_BREAK] = rf"{_SHORT_BREAK}{_AFTER_BREAK_LINE}|{_LINE_SEPARATOR}"
 _ALSO_GATED_BY = {_CONFIG_AFTER_BREAK: _CONFIG_RULE}
 
 # Every literal the privacy rules test for, and the gates above, found in one pass (see
