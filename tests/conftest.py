@@ -202,7 +202,9 @@ def reset_tables(connection: psycopg.Connection[Any]) -> None:
         connection.execute(f"TRUNCATE {listed} RESTART IDENTITY CASCADE")
 
 
-RESET_APPLICATION_NAME = "agmem-test-reset"
+# Not `agmem…`: `agmem migrate` refuses while connections of that name are open (other agmem
+# processes, app/db/migrate.py), and this one stays open for the whole run.
+RESET_APPLICATION_NAME = "pytest-table-reset"
 
 
 class TableReset:
