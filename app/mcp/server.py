@@ -55,7 +55,13 @@ from app.mcp.stdio import FRAMING_SLACK_BYTES, Calls, client_lines
 from app.mcp.wire import MESSAGE_TEXT, exact_arguments
 from app.memories import reads, resume, service
 from app.memories.patterns import is_pattern
-from app.memories.schemas import MemoryWrite, ResumeRequest, check_key, tag_filter
+from app.memories.schemas import (
+    MemoryWrite,
+    ResumeRequest,
+    check_key,
+    refuse_session_outside_its_scope,
+    tag_filter,
+)
 from app.memories.schemas import Scope as MemoryScope
 from app.privacy import clean_text
 from app.projects import canonical_project
@@ -346,6 +352,7 @@ def build_server(state: StateProvider, *, default_project: str | None = None) ->
         value_is_json_text: bool | None = None,
     ) -> dict[str, Any]:
         with tool_errors():
+            refuse_session_outside_its_scope(scope, session_id, "session_id")
             fields: dict[str, Any] = {
                 "value": value_as_sent(value, _SENT.get().get("value", value), value_is_json_text),
                 "scope": scope,

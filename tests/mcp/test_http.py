@@ -1221,3 +1221,28 @@ def test_a_json_content_type_in_any_case_or_with_parameters_is_taken(
 
         assert answer.status_code == 200, (content_type, answer.text)
         assert answer.json() == {"jsonrpc": "2.0", "id": 1, "result": {}}, content_type
+
+
+def test_write_memory_with_a_session_id_but_not_scope_session_is_a_tool_error(
+    live_server: LiveServer,
+) -> None:
+    # The session id was dropped and the memory stored for the whole project.
+    async def main() -> tuple[list[Any], Any]:
+        async with Client(f"{live_server.url}/mcp") as client:
+            arguments = {"key": "current.step", "value": "v", "project_path": PROJECT}
+            refused = [
+                await client.call_tool("write_memory", {**arguments, "session_id": "s-1"}),
+                await client.call_tool(
+                    "write_memory", {**arguments, "session_id": "s-1", "scope": "project"}
+                ),
+            ]
+            read = await client.call_tool(
+                "read_memory", {"key": "current.step", "project_path": PROJECT}
+            )
+            return refused, structured(read)
+
+    refused, read = asyncio.run(main())
+    for answer in refused:
+        assert answer.is_error, answer.content
+        assert "session_id names the session of a session memory" in answer.content[0].text
+    assert read["memory"] is None
