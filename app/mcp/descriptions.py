@@ -61,7 +61,8 @@ LIST_MEMORIES = f"""\
 List visible memories sorted by key. pattern: '*' wildcards ('current.*', 'ai.claude.*').
 tags: only memories carrying all of these tags. limit: at most this many (default 50).
 Give project_path (and session_id) to see that project's (and session's) memories;
-global memories are always visible. {_SCOPES} Returns {{memories}}. {_ANSWER_CAP}"""
+global memories are always visible. {_SCOPES} Returns {{memories, hasMore, nextCursor}}:
+when hasMore, call again with cursor=nextCursor for the next page. {_ANSWER_CAP}"""
 
 DELETE_MEMORY = f"""\
 Delete the memory a read_memory of this key would return. {_SCOPES}

@@ -54,6 +54,7 @@ from app.mcp import descriptions as text
 from app.mcp.stdio import FRAMING_SLACK_BYTES, Calls, client_lines
 from app.mcp.wire import MESSAGE_TEXT, exact_arguments
 from app.memories import reads, resume, service
+from app.memories.paging import Cursor
 from app.memories.patterns import is_pattern
 from app.memories.schemas import (
     MemoryWrite,
@@ -411,22 +412,30 @@ def build_server(state: StateProvider, *, default_project: str | None = None) ->
         limit: ToolInt = 50,
         project_path: str | None = None,
         session_id: str | None = None,
+        cursor: str | None = None,
     ) -> dict[str, Any]:
         with tool_errors():
             if not 1 <= limit <= service.MAX_LIST_LIMIT:
                 raise ValueError(f"limit must be between 1 and {service.MAX_LIST_LIMIT}")
+            after = Cursor.decode(cursor) if cursor else None
             seen_by = visibility(scope, project_path, session_id)
             current = state()
             await reads.flush_reads(current)
             async with transaction(current.sessionmaker) as session:
-                rows = await service.find_memories(
+                page = await service.find_memory_page(
                     session,
                     visibility=seen_by,
                     pattern=pattern or None,
                     tags=tag_filter(tags),
                     limit=limit,
+                    after=after,
                 )
-                return {"memories": [_dump(row) for row in rows]}
+                following = page.next_cursor
+                return {
+                    "memories": [_dump(row) for row in page.rows],
+                    "hasMore": following is not None,
+                    "nextCursor": following.encode() if following is not None else None,
+                }
 
     @mcp.tool(description=text.DELETE_MEMORY)
     async def delete_memory(

@@ -19,6 +19,7 @@ from app.db.engine import transaction
 from app.errors import BadRequest, ValidationFailed
 from app.memories import resume as resume_service
 from app.memories import service
+from app.memories.paging import Cursor
 from app.memories.patterns import is_pattern
 from app.memories.reads import flush_reads, memory_reads_lifespan, read_memory
 from app.memories.schemas import (
@@ -166,6 +167,10 @@ async def _numbers_as_written(request: Request, body: MemoryWrite) -> MemoryWrit
         raise RequestValidationError(error.errors()) from None
 
 
+# A page's `nextCursor`: a key of 500 characters, each escaped in JSON, fits well within.
+CursorQuery = Annotated[str | None, Query(min_length=1, max_length=8192)]
+
+
 @router.get("/memories", response_model=MemoryList)
 async def list_memories(
     db: DbDep,
@@ -174,14 +179,30 @@ async def list_memories(
     pattern: Annotated[str | None, Query(max_length=MAX_KEY_LENGTH)] = None,
     tags: Annotated[list[str] | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=service.MAX_LIST_LIMIT)] = service.DEFAULT_LIST_LIMIT,
+    cursor: CursorQuery = None,
 ) -> MemoryList:
-    """Visible memories, filtered by a `*` pattern and by tags (all of them), sorted by key."""
+    """Visible memories, filtered by a `*` pattern and by tags (all of them), sorted by key;
+    `cursor` (a page's `nextCursor`) gives the next page."""
     wanted = _tags(tags)
+    after = Cursor.decode(cursor) if cursor is not None else None
     await flush_reads(state)
-    rows = await service.find_memories(
-        db, visibility=seen_by, pattern=_text("pattern", pattern), tags=wanted, limit=limit
+    page = await service.find_memory_page(
+        db,
+        visibility=seen_by,
+        pattern=_text("pattern", pattern),
+        tags=wanted,
+        limit=limit,
+        after=after,
     )
-    return MemoryList(memories=[service.to_schema(row) for row in rows])
+    return _listing(page)
+
+
+def _listing(page: service.MemoryPage) -> MemoryList:
+    return MemoryList(
+        memories=[service.to_schema(row) for row in page.rows],
+        has_more=page.next_cursor is not None,
+        next_cursor=page.next_cursor.encode() if page.next_cursor is not None else None,
+    )
 
 
 def _tags(tags: list[str] | None) -> list[str] | None:
@@ -202,18 +223,24 @@ async def get_memory(
     seen_by: VisibilityDep,
     history: bool = False,
     limit: Annotated[int, Query(ge=1, le=service.MAX_LIST_LIMIT)] = service.DEFAULT_LIST_LIMIT,
+    cursor: CursorQuery = None,
 ) -> JSONResponse | MemoryList:
-    """One memory by exact key, or `{memories}` when the key holds `*` wildcards; 404 if none."""
+    """One memory by exact key, or `{memories}` when the key holds `*` wildcards (paged as the
+    list is); 404 if none."""
     # No session dependency: the exact-key read, the hot path, runs on the reads' own pool, and
     # only patterns and history open a transaction.
     state: AppState = request.app.state.agmem
     if is_pattern(key):
+        after = Cursor.decode(cursor) if cursor is not None else None
         await flush_reads(state)
         async with transaction(state.sessionmaker) as db:
-            rows = await service.find_memories(db, visibility=seen_by, pattern=key, limit=limit)
-        if not rows:
+            page = await service.find_memory_page(
+                db, visibility=seen_by, pattern=key, limit=limit, after=after
+            )
+        # A page past the last match is empty, not "no match": the cursor says some matched.
+        if not page.rows and after is None:
             raise service.MemoryNotFound(f"no visible memory matches {key!r}")
-        return MemoryList(memories=[service.to_schema(row) for row in rows])
+        return _listing(page)
     row = await read_memory(state, key=_key(key), visibility=seen_by)
     memory = service.to_schema(row)
     if history:

@@ -248,6 +248,9 @@ class Memory(_ValueAsRead):
 
 class MemoryList(CamelModel):
     memories: list[Memory]
+    # More memories follow this page: ask again with `?cursor=<nextCursor>` (null: none left).
+    has_more: bool = False
+    next_cursor: str | None = None
 
 
 class MemoryVersion(_ValueAsRead):

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, cast
 import structlog
 from sqlalchemy import (
     ColumnElement,
+    Select,
     and_,
     case,
     delete,
@@ -31,6 +32,7 @@ from sqlalchemy import (
     or_,
     select,
     text,
+    tuple_,
     update,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -40,6 +42,7 @@ from app import exactjson
 from app.db.models import MemoryRow, MemoryVersionRow
 from app.errors import Conflict, NotFound, ValidationFailed
 from app.index.writer import replace_index_text
+from app.memories.paging import Cursor
 from app.memories.patterns import LIKE_ESCAPE, pattern_to_like
 from app.memories.schemas import Memory, MemoryWrite, Scope
 from app.privacy import sanitize_text
@@ -375,25 +378,80 @@ async def find_memories(
     tags: list[str] | None = None,
     limit: int = DEFAULT_LIST_LIMIT,
     count_access: bool = True,
+    after: Cursor | None = None,
 ) -> list[MemoryRow]:
-    """Visible memories matching a `*` pattern and carrying all `tags`, by key.
+    """Visible memories matching a `*` pattern and carrying all `tags`, by key (those after
+    the cursor `after`: see `find_memory_page`).
 
     Access is counted unless `count_access` is off (for callers that keep only some of them and
     count those with `count_access_of`)."""
-    conditions: list[ColumnElement[bool]] = [visibility.clause()]
-    if pattern:
-        conditions.append(MemoryRow.key.like(pattern_to_like(pattern), escape=LIKE_ESCAPE))
-    if tags:
-        conditions.append(MemoryRow.tags.contains(tags))
-    chosen = select(MemoryRow.id).where(*conditions, LIVE).order_by(MemoryRow.key, SPECIFICITY)
-    ids = chosen.limit(limit).scalar_subquery()
+    conditions = _listed(visibility, pattern, tags)
+    ids = _in_order(conditions, after).limit(limit).scalar_subquery()
     if count_access:
         rows = await _touch(session, MemoryRow.id.in_(ids), purge=and_(*conditions))
     else:
         await purge_expired(session, where=and_(*conditions))
         result = await session.scalars(select(MemoryRow).where(MemoryRow.id.in_(ids)))
         rows = list(result.all())
-    return sorted(rows, key=lambda row: (row.key, _specificity(row)))
+    return sorted(rows, key=lambda row: (row.key, _specificity(row), row.id))
+
+
+@dataclass(frozen=True)
+class MemoryPage:
+    """A page of a listing; `next_cursor` is where the next one starts (None: none is left)."""
+
+    rows: list[MemoryRow]
+    next_cursor: Cursor | None
+
+
+async def find_memory_page(
+    session: AsyncSession,
+    *,
+    visibility: Visibility,
+    pattern: str | None = None,
+    tags: list[str] | None = None,
+    limit: int = DEFAULT_LIST_LIMIT,
+    after: Cursor | None = None,
+) -> MemoryPage:
+    """`find_memories`, and whether more follow: a listing stopped at `limit` without a word,
+    and at most 1000 memories of a project could be read at all."""
+    rows = await find_memories(
+        session, visibility=visibility, pattern=pattern, tags=tags, limit=limit, after=after
+    )
+    if len(rows) < limit:
+        return MemoryPage(rows, None)
+    last = rows[-1]
+    position = Cursor(last.key, _specificity(last), last.id)
+    beyond = _in_order(_listed(visibility, pattern, tags), position).limit(1)
+    more = await session.scalar(select(beyond.exists()))
+    return MemoryPage(rows, position if more else None)
+
+
+def _listed(
+    visibility: Visibility, pattern: str | None, tags: list[str] | None
+) -> list[ColumnElement[bool]]:
+    conditions: list[ColumnElement[bool]] = [visibility.clause()]
+    if pattern:
+        conditions.append(MemoryRow.key.like(pattern_to_like(pattern), escape=LIKE_ESCAPE))
+    if tags:
+        conditions.append(MemoryRow.tags.contains(tags))
+    return conditions
+
+
+# Keys in code point order (`C`), as Python sorts a page: under the database's collation the
+# rows a page kept and the last one it showed could disagree, and a cursor skip or repeat rows.
+_KEY_ORDER = MemoryRow.key.collate("C")
+
+
+def _in_order(conditions: list[ColumnElement[bool]], after: Cursor | None) -> Select[Any]:
+    """The live listed memories' ids in listing order, from just after `after`."""
+    chosen = select(MemoryRow.id).where(*conditions, LIVE)
+    if after is not None:
+        position = tuple_(
+            literal(after.key).collate("C"), literal(after.specificity), literal(after.id)
+        )
+        chosen = chosen.where(tuple_(_KEY_ORDER, SPECIFICITY, MemoryRow.id) > position)
+    return chosen.order_by(_KEY_ORDER, SPECIFICITY, MemoryRow.id)
 
 
 async def count_access_of(session: AsyncSession, *, memory_ids: list[uuid.UUID]) -> None:
