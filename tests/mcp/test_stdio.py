@@ -1012,3 +1012,39 @@ def test_calls_holding_floats_sent_together_each_find_their_own_numbers_over_std
     assert [i for i, a in answers.items() if a["result"].get("isError")] == [], answers
     stored = db.execute("SELECT key, value::text FROM memories ORDER BY key").fetchall()
     assert stored == [(f"k{n}", f"[1.50, {n}.25]") for n in range(8)]
+
+
+INITIALIZE = (
+    '{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": '
+    '"2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}\n'
+)
+
+
+@pytest.mark.parametrize(
+    ("redirect", "said"),
+    [
+        (">&-", "agmem: error: stdout is closed: an MCP client reads the answers there\n"),
+        (
+            "> /dev/full",
+            "agmem: error: cannot write to stdout: [Errno 28] No space left on device\n",
+        ),
+    ],
+)
+def test_a_broken_stdout_is_one_line_and_a_non_zero_exit(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path, redirect: str, said: str
+) -> None:
+    # `agmem mcp >&-` was an AttributeError traceback (the SDK read `sys.stdout.buffer` of
+    # None), `> /dev/full` an OSError traceback inside an exception group at the first answer.
+    env = {**stdio_params(database_url, tmp_path).env, "AGMEM_LOG_LEVEL": "warning"}  # type: ignore[dict-item]
+    result = subprocess.run(
+        ["sh", "-c", f'exec "$0" mcp {redirect}', AGMEM],
+        input=INITIALIZE,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
+
+    assert result.returncode == 1, result.stderr
+    assert result.stderr == said
