@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
@@ -92,14 +93,38 @@ def _key(key: str) -> str:
         raise service.InvalidKey(str(error)) from None
 
 
-def parse_if_match(header: str | None) -> int | None:
-    """`If-Match: "3"` (or 3, or W/"3") names the version a write expects; `If-Match: *` (HTTP:
-    "only if a current version exists") is `service.ANY_VERSION`."""
+# One entity tag of an If-Match list: `"3"`, `W/"3"` (weak), or a bare `3` as clients send it.
+_ENTITY_TAG = re.compile(r'(W/)?"([^"]*)"|([^",\s]+)')
+
+
+def parse_if_match(header: str | None) -> service.Expected | None:
+    """`If-Match: "3"` (or 3) names the version a write expects; `If-Match: *` (HTTP: "only if
+    a current version exists") is `service.ANY_VERSION`; a list (`"3", "4"`) any of them.
+    A weak tag (`W/"3"`) matches no version: If-Match compares strongly (RFC 9110 13.1.1),
+    and it was read as `"3"`, so a write went through on a weak validator."""
     if header is None:
         return None
     if header.strip() == "*":
         return service.ANY_VERSION
-    text = header.strip().removeprefix("W/").strip('"')
+    strong: list[int] = []
+    items = [item for item in header.split(",") if item.strip()]  # a list may hold empty ones
+    if not items:
+        raise InvalidIfMatch(f'If-Match must be a memory version such as "3", not {header!r}')
+    for item in items:
+        tag = _ENTITY_TAG.fullmatch(item.strip())
+        if tag is None:
+            raise InvalidIfMatch(
+                f'If-Match must be memory versions such as "3" or "3", "4", or *, not {header!r}'
+            )
+        version = _version(tag.group(2) if tag.group(3) is None else tag.group(3), header)
+        if tag.group(1) is None:
+            strong.append(version)
+    if len(strong) == 1 and "," not in header:
+        return strong[0]
+    return frozenset(strong)
+
+
+def _version(text: str, header: str) -> int:
     # isdigit() also says yes to a superscript two, which int() refuses, as it refuses more than
     # 4300 digits: both were a 500.
     if not (text.isascii() and text.isdigit()):
@@ -111,13 +136,15 @@ def parse_if_match(header: str | None) -> int | None:
         raise InvalidIfMatch(detail) from None
 
 
-def _expected_version(if_match: str | None, if_version: int | None) -> int | None:
+def _expected_version(if_match: str | None, if_version: int | None) -> service.Expected | None:
     """The one precondition of a write, from the header and the body (400 if they disagree)."""
     expected = parse_if_match(if_match)
     if expected is None or if_version is None or expected == if_version:
         return if_version if expected is None else expected
     if expected == service.ANY_VERSION and if_version > 0:
         return if_version  # "it exists, at version N" is the narrower of the two
+    if isinstance(expected, frozenset) and if_version in expected:
+        return if_version  # one of the listed versions: the body's narrows the header's
     raise InvalidIfMatch(f"If-Match ({if_match}) and ifVersion ({if_version}) disagree; send one")
 
 

@@ -61,6 +61,24 @@ MAX_LIST_LIMIT = 1000
 # `If-Match: *` as an expected version: any current version, so only a key that exists. Never a
 # real version (those start at 1; 0 means "must not exist yet").
 ANY_VERSION = -1
+# The versions a list of tags in `If-Match` names, any of which may match (RFC 9110 13.1.1);
+# empty when it held only weak tags, which a write's strong comparison never matches.
+Expected: TypeAlias = int | frozenset[int]
+
+
+def _unexpected(expected: Expected | None, version: int) -> bool:
+    """True when `version` is not what the write or delete expected."""
+    if isinstance(expected, frozenset):
+        return version not in expected
+    return expected not in (None, ANY_VERSION, version)
+
+
+def _named(expected: Expected) -> str:
+    if not isinstance(expected, frozenset):
+        return str(expected)
+    if not expected:
+        return "a version named by a strong tag (a weak If-Match tag matches none)"
+    return "one of " + ", ".join(str(v) for v in sorted(expected))
 
 
 class MemoryNotFound(NotFound):
@@ -204,7 +222,7 @@ async def write_memory(
     key: str,
     data: MemoryWrite,
     settings: Settings,
-    if_version: int | None = None,
+    if_version: Expected | None = None,
 ) -> tuple[MemoryRow, bool]:
     """Create or update a memory; an update keeps the previous value in `memory_versions`.
 
@@ -235,9 +253,9 @@ async def write_memory(
     while current is None:
         if if_version == ANY_VERSION:
             raise VersionConflict(f"memory {key!r} does not exist, but If-Match: * requires it")
-        if if_version not in (None, 0):
+        if if_version is not None and if_version != 0:
             raise VersionConflict(
-                f"memory {key!r} does not exist, but version {if_version} was expected"
+                f"memory {key!r} does not exist, but version {_named(if_version)} was expected"
             )
         created_id = await _insert(session, key=key, data=data, identity=(project_path, session_id))
         if created_id is not None:
@@ -254,9 +272,9 @@ async def write_memory(
         attempts += 1
         if current is None and attempts >= WRITE_ATTEMPTS:
             raise VersionConflict(f"memory {key!r} changed concurrently; retry the write")
-    if if_version not in (None, ANY_VERSION, current.version):
+    if if_version is not None and _unexpected(if_version, current.version):
         raise VersionConflict(
-            f"memory {key!r} is at version {current.version}, not {if_version}; "
+            f"memory {key!r} is at version {current.version}, not {_named(if_version)}; "
             "read it again and retry"
         )
     row = await _update(session, current=current, data=data)
@@ -495,7 +513,11 @@ async def _touch(
 
 
 async def delete_memory(
-    session: AsyncSession, *, key: str, visibility: Visibility, if_version: int | None = None
+    session: AsyncSession,
+    *,
+    key: str,
+    visibility: Visibility,
+    if_version: Expected | None = None,
 ) -> bool:
     """Delete the memory a read of `key` would return (the most specific live visible one).
 
@@ -512,9 +534,9 @@ async def delete_memory(
         ).first()
         if found is None:
             return False
-        if if_version not in (ANY_VERSION, found.version):
+        if _unexpected(if_version, found.version):
             raise VersionConflict(
-                f"memory {key!r} is at version {found.version}, not {if_version}; "
+                f"memory {key!r} is at version {found.version}, not {_named(if_version)}; "
                 "read it again and retry"
             )
         target = found.id  # locked above: the row checked is the row deleted
