@@ -19,7 +19,18 @@ from app.errors import ValidationFailed
 # `tags` takes several). A name no route reads is ignored, repeated or not, as it is once.
 # tests/api/test_both_spellings.py holds this set to the names the routes declare.
 ONE_VALUE_QUERY_NAMES = frozenset(
-    {"scope", "pattern", "limit", "history", "status", "before", "prompt", "budget", "format"}
+    {
+        "scope",
+        "pattern",
+        "limit",
+        "cursor",
+        "history",
+        "status",
+        "before",
+        "prompt",
+        "budget",
+        "format",
+    }
 )
 
 

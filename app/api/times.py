@@ -15,7 +15,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
-from pydantic import AfterValidator, BeforeValidator
+from pydantic import AfterValidator, BeforeValidator, TypeAdapter, ValidationError
 
 # A day of clock skew is tolerated; anything later is a client bug, not a plausible time.
 MAX_FUTURE = timedelta(days=1)
@@ -96,4 +96,33 @@ def _refuse_plus_as_space(value: object) -> object:
 # A request time (ISO 8601, or epoch seconds or milliseconds as pydantic reads them).
 RequestTime = Annotated[
     datetime, BeforeValidator(_refuse_plus_as_space), AfterValidator(check_time)
+]
+
+
+# Digits past the microseconds a time is kept in: .NET's round-trip format writes 7.
+_PAST_MICROSECONDS = re.compile(r"(\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d:\d\d[.,]\d{6})(\d+)(.*)")
+_DATETIME = TypeAdapter(datetime)
+
+
+def _round_up_past_microseconds(value: object) -> object:
+    """`…06.2970251Z` as `…06.297026Z`: pydantic drops the digits past the 6th, and a bound that
+    excludes its time (`created_at < before`) then excluded the row at `…06.297025`, which is
+    before it. Rounded up, the bound keeps every microsecond before the time sent."""
+    value = _refuse_plus_as_space(value)
+    if not isinstance(value, str):
+        return value
+    parts = _PAST_MICROSECONDS.fullmatch(value.strip())
+    if parts is None or not parts.group(2).strip("0"):
+        return value
+    try:
+        kept = _DATETIME.validate_python(parts.group(1) + parts.group(3))
+    except ValidationError:
+        return value  # pydantic's own refusal of the text as sent
+    return kept + timedelta(microseconds=1)
+
+
+# A request time that excludes itself (`GET /api/sessions?before=`): finer than a microsecond,
+# it is rounded up to the next one.
+ExclusiveRequestTime = Annotated[
+    datetime, BeforeValidator(_round_up_past_microseconds), AfterValidator(check_time)
 ]

@@ -20,7 +20,7 @@ from app.api import paths  # noqa: F401 - registers the `{name:any}` paths below
 from app.api.deps import DbDep, ProjectPathQuery, SettingsDep, two_spellings_query
 from app.api.errors import is_json_content_type
 from app.api.responses import ExactJSONResponse
-from app.api.times import RequestTime
+from app.api.times import ExclusiveRequestTime
 from app.capture import service
 from app.capture.db import capture_lifespan, capture_writer
 from app.capture.schemas import (
@@ -327,7 +327,7 @@ async def list_sessions(
     project_path: ProjectPathQuery,
     status: SessionStatus | None = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    before: RequestTime | None = None,
+    before: ExclusiveRequestTime | None = None,
     before_id: BeforeIdQuery = None,
 ) -> JSONResponse:
     """Sessions, newest first; `beforeId` (the last session of a page) gives the next page."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -29,7 +30,7 @@ from app.cli.common import (
 )
 from app.config import Settings
 from app.entry import raise_terminated_by_deadline, signalled
-from app.errors import validator_reason
+from app.errors import first_line, validator_reason
 from app.memories.patterns import is_pattern
 from app.memories.schemas import (
     MAX_TTL_SECONDS,
@@ -345,6 +346,10 @@ def resume(
 
 def mcp(project: ProjectOpt = None) -> None:
     """Serve the MCP memory tools over stdio (point your agent's MCP config at `agmem mcp`)."""
+    if sys.stdout is None:
+        # Python's stdout when fd 1 was closed (`agmem mcp >&-`): the SDK's transport read its
+        # `.buffer`, an AttributeError traceback once the database had been opened.
+        fail("stdout is closed: an MCP client reads the answers there")
     default_project = _project(project)
     if not os.path.isdir(default_project):
         # A typo in an agent's MCP config would otherwise file every memory under a project that
@@ -381,6 +386,23 @@ def mcp(project: ProjectOpt = None) -> None:
             asyncio.run(_with_state(settings, url, work))
         except KeyboardInterrupt:
             signalled()  # one more while the embedded server stops at exit stops it at once
+        except BaseExceptionGroup as group:
+            refused = _write_refused(group)
+            if refused is None:
+                raise
+            fail(f"cannot write to stdout: {first_line(refused)}")
+
+
+def _write_refused(group: BaseExceptionGroup[BaseException]) -> OSError | None:
+    """The OSError of the SDK's stdout writer (`agmem mcp > /dev/full`, a full disk), which
+    leaves the transport's task group inside an exception group: a traceback of the group."""
+    matched, rest = group.split(OSError)
+    while matched is not None and rest is None:
+        inner = matched.exceptions[0]
+        if not isinstance(inner, BaseExceptionGroup):
+            return inner if isinstance(inner, OSError) else None
+        matched = inner
+    return None
 
 
 def register(cli: typer.Typer) -> None:

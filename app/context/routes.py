@@ -70,8 +70,8 @@ def _too_long(where: str) -> ValidationFailed:
 
 
 def normalise_project_path(from_path: str | None, given: str | None, given_in: str) -> str:
-    """`given` (`?projectPath=`, or the body's, as `given_in` says) wins; a path given without
-    its leading slash gets it back."""
+    """`given` (`?projectPath=`, or the body's, as `given_in` says) wins, keyed as every other
+    route keys it; a path in the URL's path, which lost its leading slash, gets it back."""
     # The query's and the body's value are bounded as sent by their own field; the path's is
     # bounded here alike, before `/./` folds it: 6,000 characters of `a/./` passed as a path.
     if from_path is not None and len(from_path) > PATH_MAX_CHARS:
@@ -84,13 +84,17 @@ def normalise_project_path(from_path: str | None, given: str | None, given_in: s
     if chosen is None or not chosen.strip():
         raise MissingProjectPath("give the project as /api/context/<path> or ?projectPath=")
     chosen = chosen.strip()
-    # A Windows path after slashes (`/api/context//C:/Users/...`) is folded by canonical_project,
-    # in every form and every route alike.
-    if not chosen.startswith("/") and not is_windows_path(chosen):
+    # Only the path form lost a slash (the URL's own): a query's or a body's `~/shop` or `shop`
+    # is the key a memory or a session sent so is stored under, and read as `/~/shop` the
+    # context was always empty. `~` starts no absolute path, so `/api/context/~/shop` is the
+    # client's `~/shop` too. A Windows path after slashes (`/api/context//C:/Users/...`) is
+    # folded by canonical_project, in every form and every route alike.
+    if by_path and not chosen.startswith(("/", "~")) and not is_windows_path(chosen):
         chosen = "/" + chosen
     project = canonical_project(chosen)
     # Bounded as every path field is, on the key: a relative path of 4,096 characters is one
-    # over once its slash is back, and the search under the block refused it (a 500).
+    # over once the path form gives its slash back, and the search under the block refused it
+    # (a 500).
     if len(project) > PATH_MAX_CHARS:
         raise _too_long(where)
     return project

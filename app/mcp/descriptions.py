@@ -41,7 +41,8 @@ Writing an existing key updates it (version + 1) and keeps the previous value in
 value: any JSON (text, number, list, object). {_SCOPES}
 value_is_json_text: true when value is the value's JSON text, as read_memory answers one it
 flags valueIsJsonText (send it back so to keep it as it was; numbers are kept exactly).
-project_path: absolute path of the project. session_id: your session id (for scope 'session').
+project_path: absolute path of the project.
+session_id: your session id (only with scope 'session'; an error otherwise).
 ttl: seconds until the memory expires (omit to keep it; null removes expiry).
 tags: labels to filter by later. created_by: your name, e.g. 'claude' or 'gemini'.
 if_version: the version you last read; the write fails with {_CONFLICT} if someone changed
@@ -60,7 +61,8 @@ LIST_MEMORIES = f"""\
 List visible memories sorted by key. pattern: '*' wildcards ('current.*', 'ai.claude.*').
 tags: only memories carrying all of these tags. limit: at most this many (default 50).
 Give project_path (and session_id) to see that project's (and session's) memories;
-global memories are always visible. {_SCOPES} Returns {{memories}}. {_ANSWER_CAP}"""
+global memories are always visible. {_SCOPES} Returns {{memories, hasMore, nextCursor}}:
+when hasMore, call again with cursor=nextCursor for the next page. {_ANSWER_CAP}"""
 
 DELETE_MEMORY = f"""\
 Delete the memory a read_memory of this key would return. {_SCOPES}

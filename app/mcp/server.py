@@ -55,8 +55,15 @@ from app.mcp import descriptions as text
 from app.mcp.stdio import FRAMING_SLACK_BYTES, Calls, client_lines
 from app.mcp.wire import MESSAGE_TEXT, exact_arguments
 from app.memories import reads, resume, service
+from app.memories.paging import Cursor
 from app.memories.patterns import is_pattern
-from app.memories.schemas import MemoryWrite, ResumeRequest, check_key, tag_filter
+from app.memories.schemas import (
+    MemoryWrite,
+    ResumeRequest,
+    check_key,
+    refuse_session_outside_its_scope,
+    tag_filter,
+)
 from app.memories.schemas import Scope as MemoryScope
 from app.privacy import clean_text
 from app.projects import canonical_project
@@ -347,6 +354,7 @@ def build_server(state: StateProvider, *, default_project: str | None = None) ->
         value_is_json_text: bool | None = None,
     ) -> dict[str, Any]:
         with tool_errors():
+            refuse_session_outside_its_scope(scope, session_id, "session_id")
             fields: dict[str, Any] = {
                 "value": value_as_sent(value, _SENT.get().get("value", value), value_is_json_text),
                 "scope": scope,
@@ -405,22 +413,30 @@ def build_server(state: StateProvider, *, default_project: str | None = None) ->
         limit: ToolInt = 50,
         project_path: str | None = None,
         session_id: str | None = None,
+        cursor: str | None = None,
     ) -> dict[str, Any]:
         with tool_errors():
             if not 1 <= limit <= service.MAX_LIST_LIMIT:
                 raise ValueError(f"limit must be between 1 and {service.MAX_LIST_LIMIT}")
+            after = Cursor.decode(cursor) if cursor else None
             seen_by = visibility(scope, project_path, session_id)
             current = state()
             await reads.flush_reads(current)
             async with transaction(current.sessionmaker) as session:
-                rows = await service.find_memories(
+                page = await service.find_memory_page(
                     session,
                     visibility=seen_by,
                     pattern=pattern or None,
                     tags=tag_filter(tags),
                     limit=limit,
+                    after=after,
                 )
-                return {"memories": [_dump(row) for row in rows]}
+                following = page.next_cursor
+                return {
+                    "memories": [_dump(row) for row in page.rows],
+                    "hasMore": following is not None,
+                    "nextCursor": following.encode() if following is not None else None,
+                }
 
     @mcp.tool(description=text.DELETE_MEMORY)
     async def delete_memory(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
@@ -19,6 +20,7 @@ from app.db.engine import transaction
 from app.errors import BadRequest, ValidationFailed
 from app.memories import resume as resume_service
 from app.memories import service
+from app.memories.paging import Cursor
 from app.memories.patterns import is_pattern
 from app.memories.reads import flush_reads, memory_reads_lifespan, read_memory
 from app.memories.schemas import (
@@ -91,14 +93,38 @@ def _key(key: str) -> str:
         raise service.InvalidKey(str(error)) from None
 
 
-def parse_if_match(header: str | None) -> int | None:
-    """`If-Match: "3"` (or 3, or W/"3") names the version a write expects; `If-Match: *` (HTTP:
-    "only if a current version exists") is `service.ANY_VERSION`."""
+# One entity tag of an If-Match list: `"3"`, `W/"3"` (weak), or a bare `3` as clients send it.
+_ENTITY_TAG = re.compile(r'(W/)?"([^"]*)"|([^",\s]+)')
+
+
+def parse_if_match(header: str | None) -> service.Expected | None:
+    """`If-Match: "3"` (or 3) names the version a write expects; `If-Match: *` (HTTP: "only if
+    a current version exists") is `service.ANY_VERSION`; a list (`"3", "4"`) any of them.
+    A weak tag (`W/"3"`) matches no version: If-Match compares strongly (RFC 9110 13.1.1),
+    and it was read as `"3"`, so a write went through on a weak validator."""
     if header is None:
         return None
     if header.strip() == "*":
         return service.ANY_VERSION
-    text = header.strip().removeprefix("W/").strip('"')
+    strong: list[int] = []
+    items = [item for item in header.split(",") if item.strip()]  # a list may hold empty ones
+    if not items:
+        raise InvalidIfMatch(f'If-Match must be a memory version such as "3", not {header!r}')
+    for item in items:
+        tag = _ENTITY_TAG.fullmatch(item.strip())
+        if tag is None:
+            raise InvalidIfMatch(
+                f'If-Match must be memory versions such as "3" or "3", "4", or *, not {header!r}'
+            )
+        version = _version(tag.group(2) if tag.group(3) is None else tag.group(3), header)
+        if tag.group(1) is None:
+            strong.append(version)
+    if len(strong) == 1 and "," not in header:
+        return strong[0]
+    return frozenset(strong)
+
+
+def _version(text: str, header: str) -> int:
     # isdigit() also says yes to a superscript two, which int() refuses, as it refuses more than
     # 4300 digits: both were a 500.
     if not (text.isascii() and text.isdigit()):
@@ -110,13 +136,15 @@ def parse_if_match(header: str | None) -> int | None:
         raise InvalidIfMatch(detail) from None
 
 
-def _expected_version(if_match: str | None, if_version: int | None) -> int | None:
+def _expected_version(if_match: str | None, if_version: int | None) -> service.Expected | None:
     """The one precondition of a write, from the header and the body (400 if they disagree)."""
     expected = parse_if_match(if_match)
     if expected is None or if_version is None or expected == if_version:
         return if_version if expected is None else expected
     if expected == service.ANY_VERSION and if_version > 0:
         return if_version  # "it exists, at version N" is the narrower of the two
+    if isinstance(expected, frozenset) and if_version in expected:
+        return if_version  # one of the listed versions: the body's narrows the header's
     raise InvalidIfMatch(f"If-Match ({if_match}) and ifVersion ({if_version}) disagree; send one")
 
 
@@ -166,6 +194,10 @@ async def _numbers_as_written(request: Request, body: MemoryWrite) -> MemoryWrit
         raise RequestValidationError(error.errors()) from None
 
 
+# A page's `nextCursor`: a key of 500 characters, each escaped in JSON, fits well within.
+CursorQuery = Annotated[str | None, Query(min_length=1, max_length=8192)]
+
+
 @router.get("/memories", response_model=MemoryList)
 async def list_memories(
     db: DbDep,
@@ -174,14 +206,30 @@ async def list_memories(
     pattern: Annotated[str | None, Query(max_length=MAX_KEY_LENGTH)] = None,
     tags: Annotated[list[str] | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=service.MAX_LIST_LIMIT)] = service.DEFAULT_LIST_LIMIT,
+    cursor: CursorQuery = None,
 ) -> MemoryList:
-    """Visible memories, filtered by a `*` pattern and by tags (all of them), sorted by key."""
+    """Visible memories, filtered by a `*` pattern and by tags (all of them), sorted by key;
+    `cursor` (a page's `nextCursor`) gives the next page."""
     wanted = _tags(tags)
+    after = Cursor.decode(cursor) if cursor is not None else None
     await flush_reads(state)
-    rows = await service.find_memories(
-        db, visibility=seen_by, pattern=_text("pattern", pattern), tags=wanted, limit=limit
+    page = await service.find_memory_page(
+        db,
+        visibility=seen_by,
+        pattern=_text("pattern", pattern),
+        tags=wanted,
+        limit=limit,
+        after=after,
     )
-    return MemoryList(memories=[service.to_schema(row) for row in rows])
+    return _listing(page)
+
+
+def _listing(page: service.MemoryPage) -> MemoryList:
+    return MemoryList(
+        memories=[service.to_schema(row) for row in page.rows],
+        has_more=page.next_cursor is not None,
+        next_cursor=page.next_cursor.encode() if page.next_cursor is not None else None,
+    )
 
 
 def _tags(tags: list[str] | None) -> list[str] | None:
@@ -202,18 +250,24 @@ async def get_memory(
     seen_by: VisibilityDep,
     history: bool = False,
     limit: Annotated[int, Query(ge=1, le=service.MAX_LIST_LIMIT)] = service.DEFAULT_LIST_LIMIT,
+    cursor: CursorQuery = None,
 ) -> JSONResponse | MemoryList:
-    """One memory by exact key, or `{memories}` when the key holds `*` wildcards; 404 if none."""
+    """One memory by exact key, or `{memories}` when the key holds `*` wildcards (paged as the
+    list is); 404 if none."""
     # No session dependency: the exact-key read, the hot path, runs on the reads' own pool, and
     # only patterns and history open a transaction.
     state: AppState = request.app.state.agmem
     if is_pattern(key):
+        after = Cursor.decode(cursor) if cursor is not None else None
         await flush_reads(state)
         async with transaction(state.sessionmaker) as db:
-            rows = await service.find_memories(db, visibility=seen_by, pattern=key, limit=limit)
-        if not rows:
+            page = await service.find_memory_page(
+                db, visibility=seen_by, pattern=key, limit=limit, after=after
+            )
+        # A page past the last match is empty, not "no match": the cursor says some matched.
+        if not page.rows and after is None:
             raise service.MemoryNotFound(f"no visible memory matches {key!r}")
-        return MemoryList(memories=[service.to_schema(row) for row in rows])
+        return _listing(page)
     row = await read_memory(state, key=_key(key), visibility=seen_by)
     memory = service.to_schema(row)
     if history:

@@ -101,6 +101,19 @@ def _stored_tags(sanitized: list[str]) -> list[str]:
     return cleaned
 
 
+def refuse_session_outside_its_scope(scope: str, session_id: str | None, name: str) -> None:
+    """A ValueError for a write naming a session (`name`: the field as the client spells it)
+    in a scope that has none. The default scope, project, dropped the session id without a
+    word: a note meant for one session reached every agent of the project. Inferring scope
+    `session` (as `agmem memory set --session` does) would silently change what a body the
+    API documents as project-scoped by default means, so the conflict is named instead."""
+    if scope != "session" and session_id and session_id.strip():
+        raise ValueError(
+            f"{name} names the session of a session memory: send scope 'session' with it, or "
+            f"leave it out for a {scope} memory"
+        )
+
+
 class MemoryWrite(StrictBody):
     """The body of `PUT /api/memories/{key}`. Omitted tags/ttl keep their stored values."""
 
@@ -169,6 +182,11 @@ class MemoryWrite(StrictBody):
     def _clean_strings(cls, value: str | None) -> str | None:
         return clean_text(value).strip() or None if value is not None else None
 
+    @model_validator(mode="after")
+    def _session_needs_its_scope(self) -> MemoryWrite:
+        refuse_session_outside_its_scope(self.scope, self.session_id, "sessionId")
+        return self
+
     @field_validator("created_by")
     @classmethod
     def _sanitize_author(cls, value: str | None) -> str | None:
@@ -230,6 +248,9 @@ class Memory(_ValueAsRead):
 
 class MemoryList(CamelModel):
     memories: list[Memory]
+    # More memories follow this page: ask again with `?cursor=<nextCursor>` (null: none left).
+    has_more: bool = False
+    next_cursor: str | None = None
 
 
 class MemoryVersion(_ValueAsRead):

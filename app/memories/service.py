@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, cast
 import structlog
 from sqlalchemy import (
     ColumnElement,
+    Select,
     and_,
     case,
     delete,
@@ -31,6 +32,7 @@ from sqlalchemy import (
     or_,
     select,
     text,
+    tuple_,
     update,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -40,6 +42,7 @@ from app import exactjson
 from app.db.models import MemoryRow, MemoryVersionRow
 from app.errors import Conflict, NotFound, ValidationFailed
 from app.index.writer import replace_index_text
+from app.memories.paging import Cursor
 from app.memories.patterns import LIKE_ESCAPE, pattern_to_like
 from app.memories.schemas import Memory, MemoryWrite, Scope
 from app.privacy import sanitize_text
@@ -58,6 +61,24 @@ MAX_LIST_LIMIT = 1000
 # `If-Match: *` as an expected version: any current version, so only a key that exists. Never a
 # real version (those start at 1; 0 means "must not exist yet").
 ANY_VERSION = -1
+# The versions a list of tags in `If-Match` names, any of which may match (RFC 9110 13.1.1);
+# empty when it held only weak tags, which a write's strong comparison never matches.
+Expected: TypeAlias = int | frozenset[int]
+
+
+def _unexpected(expected: Expected | None, version: int) -> bool:
+    """True when `version` is not what the write or delete expected."""
+    if isinstance(expected, frozenset):
+        return version not in expected
+    return expected not in (None, ANY_VERSION, version)
+
+
+def _named(expected: Expected) -> str:
+    if not isinstance(expected, frozenset):
+        return str(expected)
+    if not expected:
+        return "a version named by a strong tag (a weak If-Match tag matches none)"
+    return "one of " + ", ".join(str(v) for v in sorted(expected))
 
 
 class MemoryNotFound(NotFound):
@@ -201,7 +222,7 @@ async def write_memory(
     key: str,
     data: MemoryWrite,
     settings: Settings,
-    if_version: int | None = None,
+    if_version: Expected | None = None,
 ) -> tuple[MemoryRow, bool]:
     """Create or update a memory; an update keeps the previous value in `memory_versions`.
 
@@ -232,9 +253,9 @@ async def write_memory(
     while current is None:
         if if_version == ANY_VERSION:
             raise VersionConflict(f"memory {key!r} does not exist, but If-Match: * requires it")
-        if if_version not in (None, 0):
+        if if_version is not None and if_version != 0:
             raise VersionConflict(
-                f"memory {key!r} does not exist, but version {if_version} was expected"
+                f"memory {key!r} does not exist, but version {_named(if_version)} was expected"
             )
         created_id = await _insert(session, key=key, data=data, identity=(project_path, session_id))
         if created_id is not None:
@@ -251,9 +272,9 @@ async def write_memory(
         attempts += 1
         if current is None and attempts >= WRITE_ATTEMPTS:
             raise VersionConflict(f"memory {key!r} changed concurrently; retry the write")
-    if if_version not in (None, ANY_VERSION, current.version):
+    if if_version is not None and _unexpected(if_version, current.version):
         raise VersionConflict(
-            f"memory {key!r} is at version {current.version}, not {if_version}; "
+            f"memory {key!r} is at version {current.version}, not {_named(if_version)}; "
             "read it again and retry"
         )
     row = await _update(session, current=current, data=data)
@@ -382,25 +403,80 @@ async def find_memories(
     tags: list[str] | None = None,
     limit: int = DEFAULT_LIST_LIMIT,
     count_access: bool = True,
+    after: Cursor | None = None,
 ) -> list[MemoryRow]:
-    """Visible memories matching a `*` pattern and carrying all `tags`, by key.
+    """Visible memories matching a `*` pattern and carrying all `tags`, by key (those after
+    the cursor `after`: see `find_memory_page`).
 
     Access is counted unless `count_access` is off (for callers that keep only some of them and
     count those with `count_access_of`)."""
-    conditions: list[ColumnElement[bool]] = [visibility.clause()]
-    if pattern:
-        conditions.append(MemoryRow.key.like(pattern_to_like(pattern), escape=LIKE_ESCAPE))
-    if tags:
-        conditions.append(MemoryRow.tags.contains(tags))
-    chosen = select(MemoryRow.id).where(*conditions, LIVE).order_by(MemoryRow.key, SPECIFICITY)
-    ids = chosen.limit(limit).scalar_subquery()
+    conditions = _listed(visibility, pattern, tags)
+    ids = _in_order(conditions, after).limit(limit).scalar_subquery()
     if count_access:
         rows = await _touch(session, MemoryRow.id.in_(ids), purge=and_(*conditions))
     else:
         await purge_expired(session, where=and_(*conditions))
         result = await session.scalars(select(MemoryRow).where(MemoryRow.id.in_(ids)))
         rows = list(result.all())
-    return sorted(rows, key=lambda row: (row.key, _specificity(row)))
+    return sorted(rows, key=lambda row: (row.key, _specificity(row), row.id))
+
+
+@dataclass(frozen=True)
+class MemoryPage:
+    """A page of a listing; `next_cursor` is where the next one starts (None: none is left)."""
+
+    rows: list[MemoryRow]
+    next_cursor: Cursor | None
+
+
+async def find_memory_page(
+    session: AsyncSession,
+    *,
+    visibility: Visibility,
+    pattern: str | None = None,
+    tags: list[str] | None = None,
+    limit: int = DEFAULT_LIST_LIMIT,
+    after: Cursor | None = None,
+) -> MemoryPage:
+    """`find_memories`, and whether more follow: a listing stopped at `limit` without a word,
+    and at most 1000 memories of a project could be read at all."""
+    rows = await find_memories(
+        session, visibility=visibility, pattern=pattern, tags=tags, limit=limit, after=after
+    )
+    if len(rows) < limit:
+        return MemoryPage(rows, None)
+    last = rows[-1]
+    position = Cursor(last.key, _specificity(last), last.id)
+    beyond = _in_order(_listed(visibility, pattern, tags), position).limit(1)
+    more = await session.scalar(select(beyond.exists()))
+    return MemoryPage(rows, position if more else None)
+
+
+def _listed(
+    visibility: Visibility, pattern: str | None, tags: list[str] | None
+) -> list[ColumnElement[bool]]:
+    conditions: list[ColumnElement[bool]] = [visibility.clause()]
+    if pattern:
+        conditions.append(MemoryRow.key.like(pattern_to_like(pattern), escape=LIKE_ESCAPE))
+    if tags:
+        conditions.append(MemoryRow.tags.contains(tags))
+    return conditions
+
+
+# Keys in code point order (`C`), as Python sorts a page: under the database's collation the
+# rows a page kept and the last one it showed could disagree, and a cursor skip or repeat rows.
+_KEY_ORDER = MemoryRow.key.collate("C")
+
+
+def _in_order(conditions: list[ColumnElement[bool]], after: Cursor | None) -> Select[Any]:
+    """The live listed memories' ids in listing order, from just after `after`."""
+    chosen = select(MemoryRow.id).where(*conditions, LIVE)
+    if after is not None:
+        position = tuple_(
+            literal(after.key).collate("C"), literal(after.specificity), literal(after.id)
+        )
+        chosen = chosen.where(tuple_(_KEY_ORDER, SPECIFICITY, MemoryRow.id) > position)
+    return chosen.order_by(_KEY_ORDER, SPECIFICITY, MemoryRow.id)
 
 
 async def count_access_of(session: AsyncSession, *, memory_ids: list[uuid.UUID]) -> None:
@@ -444,7 +520,11 @@ async def _touch(
 
 
 async def delete_memory(
-    session: AsyncSession, *, key: str, visibility: Visibility, if_version: int | None = None
+    session: AsyncSession,
+    *,
+    key: str,
+    visibility: Visibility,
+    if_version: Expected | None = None,
 ) -> bool:
     """Delete the memory a read of `key` would return (the most specific live visible one).
 
@@ -461,9 +541,9 @@ async def delete_memory(
         ).first()
         if found is None:
             return False
-        if if_version not in (ANY_VERSION, found.version):
+        if _unexpected(if_version, found.version):
             raise VersionConflict(
-                f"memory {key!r} is at version {found.version}, not {if_version}; "
+                f"memory {key!r} is at version {found.version}, not {_named(if_version)}; "
                 "read it again and retry"
             )
         target = found.id  # locked above: the row checked is the row deleted

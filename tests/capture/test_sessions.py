@@ -284,3 +284,24 @@ def test_openapi_names_every_success_status_of_the_capture_routes(client: TestCl
     for path, statuses in expected.items():
         answers = paths[path]["post"]["responses"]
         assert {code for code in answers if code.startswith("2")} == statuses, path
+
+
+def test_a_before_with_more_than_six_fractional_digits_keeps_what_is_before_it(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    # Times are kept in microseconds; pydantic dropped a 7th digit, so `…06.2970251Z` (.NET's
+    # round-trip format writes 7) became `…06.297025Z` and excluded the row created then.
+    make_session(client, id="s0")
+    db.execute("UPDATE sessions SET created_at = '2026-03-01T10:00:06.297025Z'")
+    db.commit()
+
+    def listed(before: str) -> list[str]:
+        response = client.get("/api/sessions", params={"before": before})
+        assert response.status_code == 200, response.text
+        return [s["id"] for s in response.json()["sessions"]]
+
+    assert listed("2026-03-01T10:00:06.2970251Z") == ["s0"]
+    assert listed("2026-03-01T10:00:06.297025000001+00:00") == ["s0"]
+    assert listed("2026-03-01T10:00:06.2970250Z") == []  # only zeros past the 6th: that time
+    assert listed("2026-03-01T10:00:06.297025Z") == []
+    assert listed("2026-03-01T10:00:06.9999999Z") == ["s0"]  # carried into the next second

@@ -12,10 +12,12 @@ def test_a_key_past_the_bound_names_the_spelling_sent(
     client: TestClient, db: psycopg.Connection[Any]
 ) -> None:
     # rev-structure27: 4,096 characters without a leading slash fit the parameter's bound but not
-    # the key once its slash is back; sent as `?project_path=`, that 422 named
+    # the key once its slash was back; sent as `?project_path=`, that 422 named
     # `query.projectPath`, while 4,097 characters (the parameter's own bound) named it as sent.
+    # A query's path is now keyed as sent: a key past the bound is one NFC lengthens (U+0958 is
+    # two characters stored, 2,049 of them a key of 4,098).
     for spelling in ("projectPath", "project_path"):
-        for sent in ("a" * 4096, "a" * 4097):
+        for sent in ("\u0958" * 2049, "a" * 4097):
             for url in ("/api/context", "/api/context/p"):
                 response = client.get(url, params={spelling: sent, "prompt": "x"})
 

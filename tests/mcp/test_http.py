@@ -774,7 +774,7 @@ def test_a_whole_float_is_still_a_number_for_a_tool(live_server: LiveServer) -> 
                 await client.call_tool("list_memories", {"project_path": PROJECT, "limit": 5.0})
             )
 
-    assert asyncio.run(main()) == {"memories": []}
+    assert asyncio.run(main()) == {"memories": [], "hasMore": False, "nextCursor": None}
 
 
 def test_an_unknown_argument_is_a_tool_error_naming_the_close_one(live_server: LiveServer) -> None:
@@ -1273,3 +1273,51 @@ def test_a_database_failing_inside_is_the_tool_error_http_answers(
     else:
         assert text.endswith(f": {detail}"), text
     assert db.execute("SELECT count(*) FROM memories").fetchone() == (0,)
+
+
+def test_write_memory_with_a_session_id_but_not_scope_session_is_a_tool_error(
+    live_server: LiveServer,
+) -> None:
+    # The session id was dropped and the memory stored for the whole project.
+    async def main() -> tuple[list[Any], Any]:
+        async with Client(f"{live_server.url}/mcp") as client:
+            arguments = {"key": "current.step", "value": "v", "project_path": PROJECT}
+            refused = [
+                await client.call_tool("write_memory", {**arguments, "session_id": "s-1"}),
+                await client.call_tool(
+                    "write_memory", {**arguments, "session_id": "s-1", "scope": "project"}
+                ),
+            ]
+            read = await client.call_tool(
+                "read_memory", {"key": "current.step", "project_path": PROJECT}
+            )
+            return refused, structured(read)
+
+    refused, read = asyncio.run(main())
+    for answer in refused:
+        assert answer.is_error, answer.content
+        assert "session_id names the session of a session memory" in answer.content[0].text
+    assert read["memory"] is None
+
+
+def test_list_memories_pages_with_a_cursor(live_server: LiveServer) -> None:
+    # The tool stopped at `limit` with no cursor and no sign that more existed.
+    async def main() -> list[dict[str, Any]]:
+        async with Client(f"{live_server.url}/mcp") as client:
+            for key in ("t.a", "t.b", "t.c"):
+                arguments = {"key": key, "value": key, "project_path": PROJECT}
+                structured(await client.call_tool("write_memory", arguments))
+            pages = [
+                structured(
+                    await client.call_tool("list_memories", {"project_path": PROJECT, "limit": 2})
+                )
+            ]
+            following = {"project_path": PROJECT, "limit": 2, "cursor": pages[0]["nextCursor"]}
+            pages.append(structured(await client.call_tool("list_memories", following)))
+            return pages
+
+    first, second = asyncio.run(main())
+    assert [m["key"] for m in first["memories"]] == ["t.a", "t.b"]
+    assert first["hasMore"] is True
+    assert [m["key"] for m in second["memories"]] == ["t.c"]
+    assert (second["hasMore"], second["nextCursor"]) == (False, None)

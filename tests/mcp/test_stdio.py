@@ -1064,3 +1064,39 @@ def test_the_outage_count_is_logged_when_agmem_mcp_ends(
     assert len(lines) == 2, server.stderr
     assert "repeated" not in lines[0]
     assert "repeated=2" in lines[1]
+
+
+INITIALIZE = (
+    '{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": '
+    '"2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}\n'
+)
+
+
+@pytest.mark.parametrize(
+    ("redirect", "said"),
+    [
+        (">&-", "agmem: error: stdout is closed: an MCP client reads the answers there\n"),
+        (
+            "> /dev/full",
+            "agmem: error: cannot write to stdout: [Errno 28] No space left on device\n",
+        ),
+    ],
+)
+def test_a_broken_stdout_is_one_line_and_a_non_zero_exit(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path, redirect: str, said: str
+) -> None:
+    # `agmem mcp >&-` was an AttributeError traceback (the SDK read `sys.stdout.buffer` of
+    # None), `> /dev/full` an OSError traceback inside an exception group at the first answer.
+    env = {**stdio_params(database_url, tmp_path).env, "AGMEM_LOG_LEVEL": "warning"}  # type: ignore[dict-item]
+    result = subprocess.run(
+        ["sh", "-c", f'exec "$0" mcp {redirect}', AGMEM],
+        input=INITIALIZE,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
+
+    assert result.returncode == 1, result.stderr
+    assert result.stderr == said

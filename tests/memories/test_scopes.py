@@ -100,3 +100,29 @@ def test_delete_skips_an_expired_memory_like_a_read_does(
     assert deleted.json() == {"deleted": True}
     assert db.execute("SELECT scope FROM memories").fetchall() == [("project",)]
     assert client.get(url("current.mode"), params={"projectPath": PROJECT}).status_code == 404
+
+
+def test_a_session_id_in_a_write_without_scope_session_is_a_422_naming_it(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    # `{value, projectPath, sessionId}` took the default scope, project, and dropped the session:
+    # a note meant for one session reached every agent of the project.
+    for body in (
+        {"value": "mine", "projectPath": PROJECT, "sessionId": "s-1"},
+        {"value": "mine", "projectPath": PROJECT, "session_id": "s-1", "scope": "project"},
+        {"value": "mine", "sessionId": "s-1", "scope": "global"},
+        {"value": "mine", "projectPath": PROJECT, "sessionId": "s-1", "scope": "shared"},
+    ):
+        refused = client.put(url("current.step"), json=body)
+
+        assert refused.status_code == 422, (body, refused.text)
+        assert refused.json()["error"] == "ValidationFailed"
+        assert "sessionId names the session of a session memory" in refused.json()["detail"]
+    assert visible_keys(client, projectPath=PROJECT) == []
+    # A blank or null session id says nothing, as in every other field.
+    put(client, "current.step", "project-wide", sessionId=" ")
+    put(client, "current.other", "project-wide", sessionId=None)
+    assert visible_keys(client, projectPath=PROJECT) == [
+        ("current.other", "project"),
+        ("current.step", "project"),
+    ]

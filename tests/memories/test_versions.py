@@ -191,3 +191,41 @@ def test_if_match_star_deletes_whatever_version_exists(client: TestClient) -> No
     assert (deleted.status_code, deleted.json()) == (200, {"deleted": True})
     assert (again.status_code, again.json()) == (200, {"deleted": False})
     assert client.get(url("project.doc"), params=where).status_code == 404
+
+
+def test_a_weak_if_match_never_matches_and_a_list_matches_any_of_its_tags(
+    client: TestClient,
+) -> None:
+    # RFC 9110 13.1.1: If-Match compares strongly, so `W/"1"` matches no version (it was taken
+    # as "1" and the write went through); a list of tags matches any of them (it was a 400).
+    put(client, "project.doc", "v1")
+    body = {"value": "v2", "projectPath": PROJECT}
+    for weak in ('W/"1"', 'W/"1", W/"2"'):
+        refused = client.put(url("project.doc"), json=body, headers={"If-Match": weak})
+        deleted = client.delete(
+            url("project.doc"), params={"projectPath": PROJECT}, headers={"If-Match": weak}
+        )
+        for answer in (refused, deleted):
+            assert answer.status_code == 409, (weak, answer.text)
+            assert answer.json()["error"] == "VersionConflict"
+    stale = client.put(url("project.doc"), json=body, headers={"If-Match": '"5", "7"'})
+    assert stale.status_code == 409, stale.text
+    assert "not one of 5, 7" in stale.json()["detail"]
+
+    written = client.put(url("project.doc"), json=body, headers={"If-Match": '"3", W/"2", "1"'})
+    assert written.status_code == 200, written.text
+    assert written.json()["version"] == 2
+    both = client.put(
+        url("project.doc"),
+        json={**body, "value": "v3", "ifVersion": 2},
+        headers={"If-Match": '"2","9"'},
+    )
+    assert both.status_code == 200, both.text
+    gone = client.delete(
+        url("project.doc"), params={"projectPath": PROJECT}, headers={"If-Match": '"1", "3"'}
+    )
+    assert gone.json() == {"deleted": True}
+    for bad in ('"1", *', '"1" "2"'):
+        refused = client.put(url("project.doc"), json=body, headers={"If-Match": bad})
+        assert refused.status_code == 400, (bad, refused.text)
+        assert refused.json()["error"] == "InvalidIfMatch"
