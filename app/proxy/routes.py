@@ -194,8 +194,20 @@ async def _unless_gone(request: Request, work: Coroutine[Any, Any, _T]) -> _T | 
             job.cancel()
     if not job.done():
         await asyncio.wait((job,))  # its cancellation done (a connection released)
+        await _discard(job)
         return None
     return job.result()
+
+
+async def _discard(job: asyncio.Future[Any]) -> None:
+    """What a cancelled `job` ended with anyway is nobody's: a response that came regardless
+    would hold its upstream connection, and an exception never retrieved is logged by asyncio
+    as a fault."""
+    if job.cancelled() or job.exception() is not None:
+        return
+    result = job.result()
+    if isinstance(result, httpx.Response):
+        await result.aclose()
 
 
 async def _disconnect(receive: Receive) -> None:
