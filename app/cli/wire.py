@@ -68,7 +68,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import httptools
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from app.api.abort import ABORT_EXTENSION
 from app.api.middleware import allowed_host_names
@@ -211,10 +211,6 @@ class JsonErrorsProtocol(LineReadingProtocol):
         # A head's text ends in a word no method a route answers starts with: its 501 once its
         # rest has had time to come (`wait_for_method`).
         self.method_timer: asyncio.TimerHandle | None = None
-        # Each request's scope offers the app the cut of its answer (app/api/abort.py).
-        self.extensions: dict[str, dict[object, object]] = {
-            ABORT_EXTENSION: {"abort": self.abort_answer}
-        }
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
@@ -427,10 +423,15 @@ class JsonErrorsProtocol(LineReadingProtocol):
         self.body_began = self.last_data
         self.body_received = 0
         self.chunks = None
-        self.scope["extensions"] = self.extensions
         HttpToolsProtocol.on_headers_complete(self)  # raises for a URL past 64 KiB: no body
         self.body_open = True
         cycle = self.cycle
+        # Each request's scope offers the app the cut of its answer (app/api/abort.py), bound to
+        # its own cycle: one pipelined behind it replaces `self.cycle` before its answer ends.
+        # Set before its app task first runs (it was only created).
+        self.scope["extensions"] = {
+            ABORT_EXTENSION: {"abort": lambda _scope: self.abort_answer(cycle)}
+        }
         if cycle.keep_alive and self.announced_past_linger():
             # Kept alive, the body of an answer sent before it came (a 413) is read to its end
             # and dropped: 7,380 MiB in 4 s of a `Content-Length: 2^40`. So the answer says
@@ -459,13 +460,11 @@ class JsonErrorsProtocol(LineReadingProtocol):
             self.timeout_keep_alive_task = None
         self.close_lingering()
 
-    def abort_answer(self, scope: Any) -> None:
-        """Close the connection after what was written of the answer in hand, without its end
+    def abort_answer(self, cycle: RequestResponseCycle) -> None:
+        """Close the connection after what was written of `cycle`'s answer, without its end
         (app/api/abort.py): the client reads an incomplete transfer. Its request is taken for
         ended (`disconnected`), so uvicorn does not log the app's return as a fault."""
-        cycle = self.cycle
-        if cycle is not None and cycle.scope is scope:
-            cycle.disconnected = True
+        cycle.disconnected = True
         self.transport.close()
 
     def on_message_complete(self) -> None:

@@ -35,7 +35,7 @@ from app.proxy.forward import (
     unreachable,
 )
 from app.proxy.inject import has_memory_block, last_user_prompt
-from app.proxy.sse import events_end
+from app.proxy.sse import EventHolder
 from app.proxy.state import ProxyState, get_app_state, get_proxy_state, proxy_lifespan
 
 _T = TypeVar("_T")
@@ -194,8 +194,20 @@ async def _unless_gone(request: Request, work: Coroutine[Any, Any, _T]) -> _T | 
             job.cancel()
     if not job.done():
         await asyncio.wait((job,))  # its cancellation done (a connection released)
+        await _discard(job)
         return None
     return job.result()
+
+
+async def _discard(job: asyncio.Future[Any]) -> None:
+    """What a cancelled `job` ended with anyway is nobody's: a response that came regardless
+    would hold its upstream connection, and an exception never retrieved is logged by asyncio
+    as a fault."""
+    if job.cancelled() or job.exception() is not None:
+        return
+    result = job.result()
+    if isinstance(result, httpx.Response):
+        await result.aclose()
 
 
 async def _disconnect(receive: Receive) -> None:
@@ -240,22 +252,20 @@ class _Relay(StreamingResponse):
         # An SSE event's start, relayed with its end: a stream cut mid-event then leaves none
         # before the error event. Relayed as it came, the half event was closed by the error
         # event's blank line, and google-genai raised on that garbage instead of the error.
-        held = b""
+        holder = EventHolder()
         try:
             async for chunk in self.upstream.aiter_bytes():
                 self.copy += chunk
                 self.progress.moved()
                 if self.sse:
-                    chunk = held + chunk
-                    end = events_end(chunk)
-                    chunk, held = chunk[:end], chunk[end:]
+                    chunk = holder.take(chunk)
                     if not chunk:
                         continue
                 yield chunk
                 # And once the caller took it: a slow reader holds the next read back.
                 self.progress.moved()
-            if held:  # an event without its blank line, which the stream's end closes
-                yield held
+            if holder.held:  # an event without its blank line, which the stream's end closes
+                yield bytes(holder.held)
             self.whole = True
         except httpx.HTTPError as error:
             log.warning(
@@ -265,7 +275,7 @@ class _Relay(StreamingResponse):
                 # Headers are already sent, so the status cannot say it. Ending the stream
                 # cleanly would hand the caller a cut answer that looks whole; Gemini reports a
                 # failure mid-stream as an `error` event, which google-genai raises.
-                yield stream_error_event(self.copy[: len(self.copy) - len(held)], error)
+                yield stream_error_event(self.copy[: len(self.copy) - len(holder.held)], error)
             else:
                 # A JSON array has no such event: ended cleanly, half an array looked whole
                 # (curl's exit 0, where the upstream's own cut is its exit 18).
