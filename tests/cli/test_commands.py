@@ -419,6 +419,16 @@ def test_non_loopback_bind_without_token_is_refused() -> None:
                 (["worker", "retry-failed"], []),
             )
         ),
+        *(
+            # `--session "$SESSION"` with the variable unset: `set` said "scope 'session' needs
+            # sessionId" and exited 1.
+            (
+                ["memory", *command, "--session", ""],
+                "agmem: error: Invalid value for '--session': is empty; give the session id, or "
+                f"leave the option out (see 'agmem memory {command[0]} --help')",
+            )
+            for command in (["set", "k", "1"], ["get", "k"], ["list"])
+        ),
         (
             ["memory", "set", "k", "1", "--scope", "galaxy"],
             "agmem: error: Invalid value for '--scope': 'galaxy' is not one of "
