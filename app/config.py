@@ -47,6 +47,16 @@ class SettingsError(Exception):
     """A setting is missing or invalid; the message names the variable."""
 
 
+def _url_ports(authority: int | None, query: str | tuple[str, ...] | None) -> list[str]:
+    """Every port a DATABASE_URL names: its authority's, and its query's `port=` (a socket
+    folder's URL, `postgresql://u@/db?host=/tmp&port=5433`), which libpq reads as a comma list
+    (one a host; an empty one the default)."""
+    ports = [] if authority is None else [str(authority)]
+    given = (query,) if isinstance(query, str) else query or ()
+    ports += [port.strip() for item in given for port in item.split(",") if port.strip()]
+    return ports
+
+
 class Settings(BaseSettings):
     """Every knob of the service. Environment names are given in `validation_alias`."""
 
@@ -222,13 +232,14 @@ class Settings(BaseSettings):
         if scheme.split("+", 1)[0] not in ("postgresql", "postgres"):
             raise ValueError("must be a postgresql:// URL")
         try:
-            port = make_url(value.strip()).port
+            url = make_url(value.strip())
         except (ArgumentError, ValueError) as error:
             raise ValueError(f"is not a valid URL ({error})") from None
         # libpq's own refusal came at the first connection, as "database unreachable" (exit 1),
         # and port 0 connected to 5432.
-        if port is not None and not 1 <= port <= 65535:
-            raise ValueError(f"port {port} is not a TCP port (1-65535)")
+        for port in _url_ports(url.port, url.query.get("port")):
+            if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+                raise ValueError(f"port {port} is not a TCP port (1-65535)")
         return value.strip()
 
     @field_validator("host")

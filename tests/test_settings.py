@@ -71,6 +71,30 @@ def test_invalid_setting_names_the_variable(override: dict[str, object], variabl
     assert "Value error" not in message
 
 
+@pytest.mark.parametrize(
+    ("url", "port"),
+    [
+        ("postgresql://u@/db?host=/tmp&port=99999", "99999"),
+        ("postgresql://u@/db?host=/tmp&port=0", "0"),
+        ("postgresql://u@/db?host=/a,/b&port=5432,x", "x"),
+    ],
+)
+def test_a_port_in_the_database_urls_query_is_checked(url: str, port: str) -> None:
+    # Only the authority's port was read: a socket folder's URL gives it in the query, and
+    # libpq's refusal came at the first connection as "database unreachable".
+    with pytest.raises(SettingsError) as raised:
+        make_settings(database_url=url)
+
+    assert str(raised.value) == (
+        f"invalid setting DATABASE_URL: port {port} is not a TCP port (1-65535)"
+    )
+
+
+def test_a_port_in_the_database_urls_query_may_be_a_list() -> None:
+    url = "postgresql://u@/db?host=/a,/b&port=5432,,5433"
+    assert make_settings(database_url=url).database_url == url
+
+
 def test_trusted_proxies_are_addresses_or_networks() -> None:
     settings = make_settings(trusted_proxies=" 127.0.0.1, 172.16.0.0/12,,::1 ")
 

@@ -85,10 +85,10 @@ def _refuse_plus_as_space(value: object) -> object:
     # pydantic's own refusal said "unexpected extra characters at the end of the input", which
     # names neither the `+` nor the fix.
     if isinstance(value, str) and _PLUS_AS_SPACE.fullmatch(value.strip()):
+        # Not only a URL's fault: a JSON body (`search`'s since) may hold the space itself.
         raise ValueError(
-            f"{value!r} has a space where its offset's sign goes: a '+' in a URL's query is read"
-            " as a space; send it as %2B (2026-01-02T10:00:00%2B05:00), or the time in UTC"
-            " with Z"
+            f"{value!r} has a space where the offset's sign goes (a URL's query turns '+' into"
+            " one; send %2B or Z)"
         )
     return value
 

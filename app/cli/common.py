@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import re
 import signal
@@ -108,10 +109,28 @@ def _quiet_when_the_reader_goes() -> Iterator[None]:
         raise
     except OSError as error:
         # A command's own OSErrors are one line already (`cli_errors`); what comes this far is
-        # its output failing: stdout on a full disk or a failing device (`agmem memory list >
-        # out.txt`: ENOSPC, EIO), which was a traceback of 40 lines.
-        typer.echo(f"agmem: error: cannot write the output: {first_line(error)}", err=True)
-        raise typer.Exit(_output_dropped()) from None
+        # mostly its output failing: stdout on a full disk or a failing device (`agmem memory
+        # list > out.txt`: ENOSPC, EIO), which was a traceback of 40 lines. Any other errno
+        # (the current folder removed under the command) is not the output's fault.
+        if error.errno not in _WRITE_ERRNOS:
+            fail(first_line(error))
+        _output_failed(error)
+
+
+# What a write to stdout fails with when the file or device behind it cannot take more.
+_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG, errno.EPIPE})
+
+
+def _output_failed(error: OSError) -> NoReturn:
+    typer.echo(f"agmem: error: cannot write the output: {first_line(error)}", err=True)
+    raise typer.Exit(_output_dropped()) from None
+
+
+def _is_stdout_failing(error: OSError) -> bool:
+    """`error` is most likely stdout's own: a write errno, raised by a write to a file
+    descriptor (no file name, unlike an open or a mkdir). Python drops what a failed flush
+    held, so stdout cannot be asked again; the database's own full disk comes as its error."""
+    return error.errno in _WRITE_ERRNOS and error.filename is None
 
 
 def _output_dropped() -> int:
@@ -145,7 +164,12 @@ def given_project(value: str | None) -> str | None:
         return None
     if not value.strip():
         raise typer.BadParameter("is empty; give the project folder, or leave the option out")
-    return absolute_project(value)
+    try:
+        return absolute_project(value)
+    except FileNotFoundError:  # a relative path, made absolute from a folder removed since
+        raise typer.BadParameter(
+            "is relative and the current folder no longer exists; give an absolute path"
+        ) from None
 
 
 def absolute_project(path: str | os.PathLike[str]) -> str:
@@ -158,7 +182,10 @@ def current_folder() -> str:
     """The current folder, the default project, if it can be one. A project is stored as its
     UTF-8 path; run from a Latin-1 folder, `agmem sync` was a UnicodeEncodeError traceback and
     `memory set` stored the memory under U+FFFD in place of the byte, a project no folder is."""
-    folder = os.getcwd()
+    try:
+        folder = os.getcwd()
+    except FileNotFoundError:  # removed since the shell entered it
+        fail("the current folder no longer exists; give the project with --project", 2)
     try:
         folder.encode("utf-8")
     except UnicodeEncodeError:
@@ -199,6 +226,8 @@ def cli_errors() -> Iterator[None]:
     except AppError as error:
         fail(error.detail)
     except OSError as error:
+        if _is_stdout_failing(error):  # `agmem status > /dev/full`: said as every command says it
+            _output_failed(error)
         fail(first_line(error))
     except Exception as error:
         if _is_psycopg(error, "OperationalError"):

@@ -68,7 +68,20 @@ ProjectOpt = Annotated[
         callback=given_project,
     ),
 ]
-SessionOpt = Annotated[str | None, typer.Option("--session", help="Session id (scope session).")]
+
+
+def _given_session(value: str | None) -> str | None:
+    """`--session "$SESSION"` with the variable unset: refused as `--project ''` is, instead of
+    `set`'s "scope 'session' needs sessionId" (exit 1) and reads that matched no session."""
+    if value is not None and not value.strip():
+        raise typer.BadParameter("is empty; give the session id, or leave the option out")
+    return value
+
+
+SessionOpt = Annotated[
+    str | None,
+    typer.Option("--session", help="Session id (scope session).", callback=_given_session),
+]
 ScopeOpt = Annotated[Scope | None, typer.Option(help="global, project, session or shared.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the full memory as JSON.")]
 

@@ -97,17 +97,33 @@ class InvalidKey(ValidationFailed):
     pass
 
 
+# Control characters, and the line and paragraph separators U+2028 and U+2029.
+_LINE_BREAKING = frozenset({"Cc", "Zl", "Zp"})
+# Embeddings and overrides (LRE RLE PDF LRO RLO), isolates (LRI RLI FSI PDI).
+_BIDI_CONTROLS = frozenset(
+    [chr(code) for code in range(0x202A, 0x202F)] + [chr(code) for code in range(0x2066, 0x206A)]
+)
+
+
 def check_written_key(key: str) -> None:
     """Refuse a key the privacy rules would change: a value is sanitized, but a key is the
     memory's name, stored, logged, listed, indexed and sent in the resume prompt as written.
     Reads and deletes take any key, so one stored before this check can still be removed.
 
     Nor may a key hold a control character: it is printed as one line (`agmem memory list`'s
-    `key<TAB>scope<TAB>value`, the context block's facts), which a line break in it split."""
-    if any(unicodedata.category(char) == "Cc" for char in key):
+    `key<TAB>scope<TAB>value`, the context block's facts), which a line break in it split;
+    U+2028 and U+2029 break a line too. A bidi override or isolate made the key show in
+    another order than it is written (an RLO: `project.a\u202egnp.exe` listed as
+    `project.aexe.png`)."""
+    if any(unicodedata.category(char) in _LINE_BREAKING for char in key):
         raise InvalidKey(
             "the key holds a control character (a line break, a tab, an escape): "
             "a key is a name of one line"
+        )
+    if any(char in _BIDI_CONTROLS for char in key):
+        raise InvalidKey(
+            "the key holds a bidirectional control (U+202A-U+202E, U+2066-U+2069), "
+            "which shows it in another order than it is written"
         )
     if sanitize_text(key) != key:
         raise InvalidKey(

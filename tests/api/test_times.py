@@ -56,7 +56,22 @@ def test_an_offset_whose_plus_the_url_made_a_space_says_so(client: TestClient, s
     assert response.status_code == 422
     assert response.json() == {
         "error": "ValidationFailed",
-        "detail": f"query.before: {sent!r} has a space where its offset's sign goes: a '+' in a"
-        " URL's query is read as a space; send it as %2B (2026-01-02T10:00:00%2B05:00), or the"
-        " time in UTC with Z",
+        "detail": f"query.before: {sent!r} has a space where the offset's sign goes (a URL's"
+        " query turns '+' into one; send %2B or Z)",
+    }
+
+
+def test_an_offset_given_a_space_in_a_json_body_does_not_blame_the_url(
+    client: TestClient,
+) -> None:
+    # The message said "a '+' in a URL's query is read as a space" of a JSON body's time too,
+    # where no URL was involved.
+    sent = "2026-11-27T10:00:00 05:00"
+    response = client.post("/api/search", json={"query": "pool", "since": sent})
+
+    assert response.status_code == 422
+    assert response.json() == {
+        "error": "ValidationFailed",
+        "detail": f"since: {sent!r} has a space where the offset's sign goes (a URL's query"
+        " turns '+' into one; send %2B or Z)",
     }

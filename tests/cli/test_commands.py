@@ -419,6 +419,16 @@ def test_non_loopback_bind_without_token_is_refused() -> None:
                 (["worker", "retry-failed"], []),
             )
         ),
+        *(
+            # `--session "$SESSION"` with the variable unset: `set` said "scope 'session' needs
+            # sessionId" and exited 1.
+            (
+                ["memory", *command, "--session", ""],
+                "agmem: error: Invalid value for '--session': is empty; give the session id, or "
+                f"leave the option out (see 'agmem memory {command[0]} --help')",
+            )
+            for command in (["set", "k", "1"], ["get", "k"], ["list"])
+        ),
         (
             ["memory", "set", "k", "1", "--scope", "galaxy"],
             "agmem: error: Invalid value for '--scope': 'galaxy' is not one of "
@@ -648,6 +658,36 @@ def test_a_current_folder_whose_name_is_not_utf8_is_refused_in_one_line(
     )
     assert db.execute("SELECT count(*) FROM memories").fetchone() == (0,)
     assert db.execute("SELECT count(*) FROM sync_runs").fetchone() == (0,)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["memory", "set", "a", "b"],
+            "agmem: error: the current folder no longer exists; give the project with --project",
+        ),
+        (
+            ["memory", "list", "-p", "shop"],
+            "agmem: error: Invalid value for '--project' / '-p': is relative and the current "
+            "folder no longer exists; give an absolute path (see 'agmem memory list --help')",
+        ),
+    ],
+)
+def test_a_current_folder_removed_under_the_shell_is_one_line(
+    args: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `mkdir d; cd d; rmdir ../d; agmem memory set a b` said "cannot write the output: [Errno 2]
+    # No such file or directory", blaming stdout for the folder the command ran in.
+    folder = tmp_path / "gone"
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    folder.rmdir()
+
+    result = CliRunner().invoke(cli, args)
+
+    assert result.exit_code == 2
+    assert result.stderr.strip() == message
 
 
 def test_migrate_while_another_agmem_is_connected_is_refused_in_one_line(

@@ -448,11 +448,13 @@ def test_output_to_a_pipe_nobody_reads_ends_quietly_with_sigpipes_code(
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
 @pytest.mark.parametrize(
-    "args", [["--help"], ["memory", "set", "output.full", "1", "-p", "/output-full"]]
+    "args",
+    [["--help"], ["memory", "set", "output.full", "1", "-p", "/output-full"], ["status"]],
 )
 def test_output_to_a_full_disk_is_one_line(database_url: str, args: list[str]) -> None:
     # `agmem memory list > out.txt` on a full disk: every command but sync, migrate and status
-    # was a traceback of 40 lines (ENOSPC raised by the write of its output).
+    # was a traceback of 40 lines (ENOSPC raised by the write of its output); status said
+    # "agmem: error: [Errno 28] …" without naming the output.
     with open("/dev/full", "w") as full:
         done = run_writing_to(full.fileno(), args, database_url)
 

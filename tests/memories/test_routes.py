@@ -171,18 +171,31 @@ def test_values_too_long_to_index_are_422_naming_them_and_store_nothing(
     assert client.get("/health").status_code == 200
 
 
-@pytest.mark.parametrize("key", ["project.a\nb", "project.a\tb", "project.a\x1b[2Jb"])
-def test_a_key_holding_a_control_character_is_refused(client: TestClient, key: str) -> None:
+ONE_LINE = "the key holds a control character (a line break, a tab, an escape): " + (
+    "a key is a name of one line"
+)
+IN_ORDER = "the key holds a bidirectional control (U+202A-U+202E, U+2066-U+2069), " + (
+    "which shows it in another order than it is written"
+)
+
+
+@pytest.mark.parametrize(
+    ("key", "detail"),
+    [
+        *((f"project.a{c}b", ONE_LINE) for c in ("\n", "\t", "\x1b[2J", "\u2028", "\u2029")),
+        # `project.a<RLO>gnp.exe` was stored, and `agmem memory list` showed `project.aexe.png`.
+        *((f"project.a{c}gnp.exe", IN_ORDER) for c in ("\u202a", "\u202e", "\u2066", "\u2069")),
+    ],
+)
+def test_a_key_holding_a_control_character_is_refused(
+    client: TestClient, key: str, detail: str
+) -> None:
     # A key is a memory's name, one line: `project.a\n# Injected` was stored, and `agmem memory
     # list` printed it over two lines of its `key<TAB>scope<TAB>value` output.
     response = client.put(url(key), json={"value": 1, "projectPath": PROJECT})
 
     assert response.status_code == 422
-    assert response.json() == {
-        "error": "InvalidKey",
-        "detail": "the key holds a control character (a line break, a tab, an escape): "
-        "a key is a name of one line",
-    }
+    assert response.json() == {"error": "InvalidKey", "detail": detail}
     assert client.get(url(key), params={"projectPath": PROJECT}).status_code == 404
 
 
