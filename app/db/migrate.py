@@ -86,7 +86,15 @@ def upgrade(database_url: str, revision: str = "head") -> None:
         and is_known(target)
         and (current is None or is_known(current))
     ):
-        refuse_while_others_connected(database_url, f"cannot migrate to {revision!r}")
+        try:
+            refuse_while_others_connected(database_url, f"cannot migrate to {revision!r}")
+        except OthersConnected:
+            # Two processes starting at once (two IDE windows' `agmem mcp`): this one read the
+            # old revision, then the other migrated under the lock and connected as `agmem`.
+            # Read again: with nothing left to apply, the others are no concern.
+            if current_revision(database_url) == target:
+                return
+            raise
     try:
         command.upgrade(alembic_config(database_url), revision)
     except CommandError as error:
