@@ -125,6 +125,47 @@ def test_health_is_degraded_while_the_database_refuses_writes_for_a_full_disk(
     assert problem.endswith(" s ago: the database's disk is full; retry once space is freed")
 
 
+def test_health_is_degraded_after_a_tool_call_met_a_full_disk(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    # Only the HTTP API's handlers noted the refusal: agents write through MCP tools, whose
+    # refusals left /health saying "ok" (review of ops28).
+    db.execute(
+        "CREATE FUNCTION agmem_test_disk_full() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "RAISE EXCEPTION 'could not extend file: No space left on device' "
+        "USING ERRCODE = '53100'; END $$"
+    )
+    db.execute(
+        "CREATE TRIGGER agmem_test_disk_full BEFORE INSERT ON memories "
+        "FOR EACH ROW EXECUTE FUNCTION agmem_test_disk_full()"
+    )
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {
+            "name": "write_memory",
+            "arguments": {"key": "k", "value": 1, "scope": "global"},
+        },
+    }
+    try:
+        written = client.post(
+            "/mcp", json=call, headers={"Accept": "application/json, text/event-stream"}
+        )
+        response = client.get("/health")
+    finally:
+        db.execute("DROP TRIGGER agmem_test_disk_full ON memories")
+        db.execute("DROP FUNCTION agmem_test_disk_full()")
+
+    result = written.json()["result"]
+    assert result["isError"] is True
+    assert "the database's disk is full" in result["content"][0]["text"]
+    body = response.json()
+    assert (body["status"], body["database"]) == ("degraded", "ok")
+    [problem] = body["problems"]
+    assert problem.endswith(" s ago: the database's disk is full; retry once space is freed")
+
+
 def test_health_is_degraded_when_work_waits_and_no_worker_runs(
     client: TestClient, db: psycopg.Connection[Any], database_url: str
 ) -> None:
