@@ -7,7 +7,10 @@ free and are the truth a caller meets."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+
+from app.errors import sqlstate
 
 # SQLSTATEs that say the database cannot store (53100 disk_full) or cannot use its files (classes
 # 58, I/O, and XX, internal: "could not extend file"), as app/api/errors.py words them.
@@ -19,8 +22,8 @@ STORAGE_CLASSES = ("58", "XX")
 REPORT_SECONDS = 60.0
 
 
-def is_storage_failure(sqlstate: str) -> bool:
-    return sqlstate in STORAGE_STATES or sqlstate[:2] in STORAGE_CLASSES
+def is_storage_failure(code: str) -> bool:
+    return code in STORAGE_STATES or code[:2] in STORAGE_CLASSES
 
 
 @dataclass(slots=True)
@@ -30,6 +33,12 @@ class StorageRefusals:
 
     def note(self, detail: str, now: float) -> None:
         self.detail, self.at = detail, now
+
+    def note_if_storage(self, error: BaseException, detail: str) -> None:
+        """Keep `detail` (the caller's answer) when `error` says the database cannot store: the
+        HTTP API's handlers and the MCP tools (app/mcp/server.py) both call this."""
+        if is_storage_failure(sqlstate(error)):
+            self.note(detail, time.monotonic())
 
     def recent(self, now: float) -> tuple[str, float] | None:
         """The last refusal's detail and its age in seconds, if it is recent enough to report."""

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -92,11 +94,9 @@ def test_health_names_no_server_path_or_host_without_the_token(tmp_path: Any) ->
     assert "restart attempt 3" in authorized.json()["detail"]
 
 
-def test_health_is_degraded_while_the_database_refuses_writes_for_a_full_disk(
-    client: TestClient, db: psycopg.Connection[Any]
-) -> None:
-    # Every write was answered 503 "disk is full" while /health, which only reads, said "ok".
-    # A trigger stands in for the full disk: Postgres answers the write with SQLSTATE 53100.
+@contextmanager
+def disk_full(db: psycopg.Connection[Any]) -> Iterator[None]:
+    """A trigger stands in for the full disk: Postgres answers a write with SQLSTATE 53100."""
     db.execute(
         "CREATE FUNCTION agmem_test_disk_full() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
         "RAISE EXCEPTION 'could not extend file: No space left on device' "
@@ -107,21 +107,58 @@ def test_health_is_degraded_while_the_database_refuses_writes_for_a_full_disk(
         "FOR EACH ROW EXECUTE FUNCTION agmem_test_disk_full()"
     )
     try:
+        yield
+    finally:
+        db.execute("DROP TRIGGER agmem_test_disk_full ON memories")
+        db.execute("DROP FUNCTION agmem_test_disk_full()")
+
+
+def test_health_is_degraded_while_the_database_refuses_writes_for_a_full_disk(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    # Every write was answered 503 "disk is full" while /health, which only reads, said "ok".
+    with disk_full(db):
         assert client.get("/health").json()["status"] == "ok"
         written = client.put("/api/memories/k", json={"value": 1, "scope": "global"})
         assert written.status_code == 503
         assert written.json()["detail"] == "the database's disk is full; retry once space is freed"
 
         response = client.get("/health")
-    finally:
-        db.execute("DROP TRIGGER agmem_test_disk_full ON memories")
-        db.execute("DROP FUNCTION agmem_test_disk_full()")
 
     assert response.status_code == 200
     body = response.json()
     assert (body["status"], body["database"]) == ("degraded", "ok")
     [problem] = body["problems"]
     assert problem.startswith("the database refused a request ")
+    assert problem.endswith(" s ago: the database's disk is full; retry once space is freed")
+
+
+def test_health_is_degraded_after_a_tool_call_met_a_full_disk(
+    client: TestClient, db: psycopg.Connection[Any]
+) -> None:
+    # Only the HTTP API's handlers noted the refusal: agents write through MCP tools, whose
+    # refusals left /health saying "ok" (review of ops28).
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {
+            "name": "write_memory",
+            "arguments": {"key": "k", "value": 1, "scope": "global"},
+        },
+    }
+    with disk_full(db):
+        written = client.post(
+            "/mcp", json=call, headers={"Accept": "application/json, text/event-stream"}
+        )
+        response = client.get("/health")
+
+    result = written.json()["result"]
+    assert result["isError"] is True
+    assert "the database's disk is full" in result["content"][0]["text"]
+    body = response.json()
+    assert (body["status"], body["database"]) == ("degraded", "ok")
+    [problem] = body["problems"]
     assert problem.endswith(" s ago: the database's disk is full; retry once space is freed")
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import time
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -41,7 +40,6 @@ from app.errors import (
     validator_reason,
 )
 from app.exactjson import UnkeptJson
-from app.storage_refusals import is_storage_failure
 
 if TYPE_CHECKING:
     # FastAPI (~0.2 s to import) only where an app is built: `agmem mcp` on stdio shares this
@@ -288,8 +286,8 @@ async def _internal_error(request: Request, error: Exception) -> JSONResponse:
 def _noted(request: Request, error: Exception, refusal: DatabaseUnavailable) -> DatabaseUnavailable:
     """`refusal`, kept for /health when the database could not store (a full or failing disk)."""
     state = getattr(request.app.state, "agmem", None)
-    if state is not None and is_storage_failure(sqlstate(error)):
-        state.storage_refusals.note(str(refusal), time.monotonic())
+    if state is not None:
+        state.storage_refusals.note_if_storage(error, str(refusal))
     return refusal
 
 

@@ -245,7 +245,7 @@ def status() -> None:
             with engine.connect() as connection:
                 for name in sorted(Base.metadata.tables):
                     # Behind head (or a newer agmem's), a table may not be there yet.
-                    if current is None or (current != head and not exists(connection, name)):
+                    if current is None or (current != head and not table_exists(connection, name)):
                         table.add_row(name, "missing")
                         continue
                     if name == "memory_chunks":  # its count and its vectors in one pass
@@ -268,7 +268,7 @@ def status() -> None:
             console.print("worker     not read: the schema is not at this agmem's head")
 
 
-def exists(connection: Any, table: str) -> bool:
+def table_exists(connection: Any, table: str) -> bool:
     from sqlalchemy import text
 
     found = connection.execute(text("SELECT to_regclass(:name)"), {"name": table}).scalar()

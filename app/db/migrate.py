@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from alembic.config import Config
@@ -74,19 +75,22 @@ def refuse_while_others_connected(database_url: str, what: str) -> None:
 
 
 def upgrade(database_url: str, revision: str = "head") -> None:
-    # Nothing to apply (the usual start, or a second process that waited for the first's
-    # migration): other processes connected are no concern. Neither are they when Alembic is
-    # about to refuse (a target or a database's revision this agmem does not know): its
-    # refusal says what is wrong.
     target = head_revision() if revision == "head" else revision
     current = current_revision(database_url)
-    if (
-        target is not None
-        and current != target
-        and is_known(target)
-        and (current is None or is_known(current))
-    ):
-        refuse_while_others_connected(database_url, f"cannot migrate to {revision!r}")
+    # `+1` from head: Alembic refuses, and its refusal says what is wrong.
+    beyond_head = is_relative(revision) and current == head_revision() and "-" not in revision
+    if target is not None and current != target and not beyond_head:
+        try:
+            _refuse_while_others_connected(
+                database_url, current, target, f"migrate to {revision!r}"
+            )
+        except OthersConnected:
+            # Two processes starting at once (two IDE windows' `agmem mcp`): this one read the
+            # old revision, then the other migrated under the lock and connected as `agmem`.
+            # Read again: with nothing left to apply, the others are no concern.
+            if current_revision(database_url) == target:
+                return
+            raise
     try:
         command.upgrade(alembic_config(database_url), revision)
     except CommandError as error:
@@ -94,10 +98,31 @@ def upgrade(database_url: str, revision: str = "head") -> None:
 
 
 def downgrade(database_url: str, revision: str = "base") -> None:
+    current = current_revision(database_url)
+    if current is not None and current != revision:
+        _refuse_while_others_connected(
+            database_url, current, revision, f"downgrade to {revision!r}"
+        )
     try:
         command.downgrade(alembic_config(database_url), revision)
     except CommandError as error:
         raise _refusal(database_url, f"cannot downgrade to {revision!r}", error) from None
+
+
+def _refuse_while_others_connected(
+    database_url: str, current: str | None, target: str, what: str
+) -> None:
+    # Not when Alembic is about to refuse (a target or a database's revision this agmem does not
+    # know): its refusal says what is wrong. A relative target (`+1`, `-2`) is no revision's id
+    # and was let through unchecked.
+    known_target = target == "base" or is_known(target) or is_relative(target)
+    if known_target and (current is None or is_known(current)):
+        refuse_while_others_connected(database_url, f"cannot {what}")
+
+
+def is_relative(revision: str) -> bool:
+    """Whether `revision` is Alembic's steps from a revision (`+1`, `-2`, `head-1`, `0008+1`)."""
+    return re.search(r"[+-]\d+$", revision) is not None
 
 
 def unknown_revision(database_url: str) -> str | None:

@@ -110,8 +110,9 @@ def validation_failed(error: ValidationError) -> str:
 
 
 @contextmanager
-def tool_errors() -> Iterator[None]:
-    """Our errors reach the model as a tool error with their type and detail, never a crash."""
+def tool_errors(state: StateProvider) -> Iterator[None]:
+    """Our errors reach the model as a tool error with their type and detail, never a crash;
+    a full or failing disk's refusal is kept for /health, as the HTTP API's is."""
     try:
         yield
     except AppError as error:
@@ -127,7 +128,11 @@ def tool_errors() -> Iterator[None]:
             raise ToolError(tool_error_text(InvalidData(refused))) from None
         if isinstance(error, UNREACHABLE_ERRORS) or failed_inside(error):
             # As the HTTP API's 503: the tool said only "Error executing tool read_memory".
-            raise ToolError(tool_error_text(database_unavailable(error))) from None
+            refusal = database_unavailable(error)
+            # Agents write through these tools: noted only by the HTTP handlers, a full disk
+            # they met left /health "ok".
+            state().storage_refusals.note_if_storage(error, str(refusal))
+            raise ToolError(tool_error_text(refusal)) from None
         raise
 
 
@@ -353,7 +358,7 @@ def build_server(state: StateProvider, *, default_project: str | None = None) ->
         if_version: ToolInt | None = None,
         value_is_json_text: bool | None = None,
     ) -> dict[str, Any]:
-        with tool_errors():
+        with tool_errors(state):
             refuse_session_outside_its_scope(scope, session_id, "session_id")
             fields: dict[str, Any] = {
                 "value": value_as_sent(value, _SENT.get().get("value", value), value_is_json_text),
@@ -391,7 +396,7 @@ def build_server(state: StateProvider, *, default_project: str | None = None) ->
         project_path: str | None = None,
         session_id: str | None = None,
     ) -> dict[str, Any]:
-        with tool_errors():
+        with tool_errors(state):
             seen_by = visibility(scope, project_path, session_id)
             current = state()
             if is_pattern(key):
@@ -415,7 +420,7 @@ def build_server(state: StateProvider, *, default_project: str | None = None) ->
         session_id: str | None = None,
         cursor: str | None = None,
     ) -> dict[str, Any]:
-        with tool_errors():
+        with tool_errors(state):
             if not 1 <= limit <= service.MAX_LIST_LIMIT:
                 raise ValueError(f"limit must be between 1 and {service.MAX_LIST_LIMIT}")
             after = Cursor.decode(cursor) if cursor else None
@@ -446,7 +451,7 @@ def build_server(state: StateProvider, *, default_project: str | None = None) ->
         session_id: str | None = None,
         if_version: ToolInt | None = None,
     ) -> dict[str, Any]:
-        with tool_errors():
+        with tool_errors(state):
             seen_by = visibility(scope, project_path, session_id)
             async with transaction(state().sessionmaker) as session:
                 deleted = await service.delete_memory(
@@ -458,7 +463,7 @@ def build_server(state: StateProvider, *, default_project: str | None = None) ->
     async def smart_resume(
         project_path: str | None = None, session_id: str | None = None, budget: ToolInt = 500
     ) -> dict[str, Any]:
-        with tool_errors():
+        with tool_errors(state):
             request = ResumeRequest(
                 project_path=project(project_path), session_id=session_id, budget=budget
             )
@@ -487,7 +492,7 @@ def build_server(state: StateProvider, *, default_project: str | None = None) ->
         mode: SearchMode = "hybrid",
         sources: list[SearchSource] | None = None,
     ) -> dict[str, Any]:
-        with tool_errors():
+        with tool_errors(state):
             request = SearchRequest(
                 query=query,
                 project_path=project(project_path),
@@ -514,7 +519,7 @@ def build_server(state: StateProvider, *, default_project: str | None = None) ->
     async def get_context(
         project_path: str | None = None, prompt: str | None = None, budget: ToolInt | None = None
     ) -> dict[str, Any]:
-        with tool_errors():
+        with tool_errors(state):
             chosen = project(project_path)
             if not chosen:
                 raise ValueError("project_path is required (the absolute project path)")

@@ -609,6 +609,51 @@ def test_an_upgrade_is_refused_while_another_agmem_is_connected(scratch_url: str
         migrate.upgrade(scratch_url)
 
 
+def test_relative_targets_and_downgrades_are_refused_while_another_agmem_is_connected(
+    scratch_url: str,
+) -> None:
+    # `agmem migrate +1` skipped the check (`+1` is no revision's id), and a downgrade had none:
+    # an older agmem left running wrote on through either.
+    migrate.upgrade(scratch_url, "0008")
+    with psycopg.connect(libpq_url(scratch_url), application_name="agmem"):
+        with pytest.raises(migrate.OthersConnected):
+            migrate.upgrade(scratch_url, "+1")
+        with pytest.raises(migrate.OthersConnected):
+            migrate.downgrade(scratch_url, "-1")
+        with pytest.raises(migrate.OthersConnected):
+            migrate.downgrade(scratch_url, "0007")
+        assert migrate.current_revision(scratch_url) == "0008"
+    migrate.upgrade(scratch_url, "+1")
+    migrate.downgrade(scratch_url, "-1")
+    assert migrate.current_revision(scratch_url) == "0008"
+    # Alembic's own refusal (no step above head) still says what is wrong.
+    migrate.upgrade(scratch_url)
+    with psycopg.connect(libpq_url(scratch_url), application_name="agmem"):
+        with pytest.raises(migrate.MigrationFailed) as refused:
+            migrate.upgrade(scratch_url, "+1")
+    assert not isinstance(refused.value, migrate.OthersConnected)
+
+
+def test_a_start_that_read_the_old_revision_does_not_refuse_after_another_migrated(
+    scratch_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two `agmem mcp` starting at once: B read 0008, then A migrated and connected as `agmem`
+    # before B's check of the others, which found A and refused though nothing was left to do.
+    migrate.upgrade(scratch_url)
+    real_read = migrate.current_revision
+    reads: list[str | None] = []
+
+    def read_before_the_other_migrated(url: str) -> str | None:
+        reads.append(real_read(url))
+        return "0008" if len(reads) == 1 else reads[-1]
+
+    monkeypatch.setattr(migrate, "current_revision", read_before_the_other_migrated)
+    with psycopg.connect(libpq_url(scratch_url), application_name="agmem"):
+        migrate.upgrade(scratch_url)
+    assert len(reads) == 2
+    assert real_read(scratch_url) == migrate.head_revision()
+
+
 def test_rows_an_older_agmem_wrote_after_the_upgrade_are_converted_by_going_down_and_up(
     scratch_url: str,
 ) -> None:
