@@ -41,10 +41,14 @@ class Cursor:
         try:
             raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
             key, specificity, memory_id = json.loads(raw.decode())
-            if not (isinstance(key, str) and isinstance(specificity, int)):
+            # `type(...) is int`: JSON's `true` is a Python int, which Postgres then refused to
+            # compare with a rank (a 500).
+            if not (isinstance(key, str) and type(specificity) is int):
                 raise refused
+            key.encode()  # a lone surrogate (`"\ud800"`) reached the database's encoder: a 500
             if specificity not in _RANKS or not isinstance(memory_id, str):
                 raise refused
             return cls(key, specificity, uuid.UUID(memory_id))
-        except (binascii.Error, UnicodeDecodeError, ValueError, TypeError):
+        # RecursionError: thousands of nested brackets decoded (a 500 as well).
+        except (binascii.Error, ValueError, TypeError, RecursionError):
             raise refused from None

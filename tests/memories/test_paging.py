@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import psycopg
@@ -68,7 +69,15 @@ def test_a_cursor_holds_across_a_write_and_a_delete_and_a_bad_one_is_a_422(
     ).json()
     assert [m["key"] for m in rest["memories"]] == ["t.c", "t.d"]
     assert rest["hasMore"] is False
-    for bad in ("x", "", "e30", "W1tdXQ", "!!!"):
+    forged = (
+        # JSON's `true` as the rank, a lone surrogate as the key, thousands of nested brackets:
+        # each was a 500 (rev-api28).
+        '["t.a", true, "00000000-0000-0000-0000-000000000000"]',
+        '["\\ud800", 1, "00000000-0000-0000-0000-000000000000"]',
+        "[" * 6000,
+    )
+    encoded = [base64.urlsafe_b64encode(text.encode()).decode().rstrip("=") for text in forged]
+    for bad in ("x", "", "e30", "W1tdXQ", "!!!", *encoded):
         refused = client.get("/api/memories", params={"projectPath": PROJECT, "cursor": bad})
         assert refused.status_code == 422, (bad, refused.text)
         assert refused.json()["error"] == "ValidationFailed"
