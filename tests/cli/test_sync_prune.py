@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 from typer.testing import CliRunner
 
 from app.cli import cli
@@ -67,42 +69,32 @@ def test_prune_missing_refuses_a_project_whose_folder_is_there(
     assert db.execute("SELECT count(*) FROM memory_files").fetchone() == (2,)
 
 
-def test_prune_missing_drops_a_project_reached_through_a_link_whose_folder_moved(
-    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
-) -> None:
-    # A project opened through a link (`~/work/shop -> /data/shop`) whose folder then moved: the
-    # sync said the folder does not exist, and the prune that it exists (the link itself), so
-    # its rows could go by neither.
-    target, env = _indexed(tmp_path, database_url, "target")
-    link = tmp_path / "link"
-    link.symlink_to(target)
-    assert CliRunner().invoke(cli, ["sync", "-p", str(link)], env=env).exit_code == 0
-    target.rename(tmp_path / "moved")
-    refused = CliRunner().invoke(cli, ["sync", "-p", str(link)], env=env)
-    assert refused.exit_code == 1
-    assert "does not exist" in refused.output
-
-    result = CliRunner().invoke(cli, ["sync", "-p", str(link), "--prune-missing"], env=env)
-
-    assert result.exit_code == 0, result.output
-    assert "dropped 2 files" in result.stdout
-    assert db.execute("SELECT DISTINCT project_path FROM memory_files").fetchall() == [
-        (canonical_project(str(target)),)
-    ]
+def _move_the_folder(target: Path, link: Path) -> None:
+    target.rename(target.parent / "moved")
 
 
-def test_prune_missing_drops_a_project_whose_link_now_loops(
-    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
-) -> None:
-    # The link replaced by a loop: the sync calls the folder missing; the prune said it could
-    # not tell (too many levels of links), so the rows could go by neither.
-    target, env = _indexed(tmp_path, database_url, "target")
-    link = tmp_path / "link"
-    link.symlink_to(target)
-    assert CliRunner().invoke(cli, ["sync", "-p", str(link)], env=env).exit_code == 0
+def _make_the_link_loop(target: Path, link: Path) -> None:
     link.unlink()
-    link.symlink_to(tmp_path / "back")
-    (tmp_path / "back").symlink_to(link)
+    link.symlink_to(link.parent / "back")
+    (link.parent / "back").symlink_to(link)
+
+
+@pytest.mark.parametrize("gone", [_move_the_folder, _make_the_link_loop], ids=["moved", "loop"])
+def test_prune_missing_drops_a_project_reached_through_a_link_that_leads_nowhere(
+    database_url: str,
+    db: psycopg.Connection[Any],
+    tmp_path: Path,
+    gone: Callable[[Path, Path], None],
+) -> None:
+    # A project opened through a link (`~/work/shop -> /data/shop`) whose folder then moved, or
+    # whose link now loops: the sync said the folder does not exist, and the prune that it
+    # exists (the link itself) or that it could not tell (too many levels of links), so its
+    # rows could go by neither.
+    target, env = _indexed(tmp_path, database_url, "target")
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    assert CliRunner().invoke(cli, ["sync", "-p", str(link)], env=env).exit_code == 0
+    gone(target, link)
     refused = CliRunner().invoke(cli, ["sync", "-p", str(link)], env=env)
     assert refused.exit_code == 1
     assert "does not exist" in refused.output
