@@ -55,6 +55,30 @@ def check_key(key: str) -> str:
     return key
 
 
+# Control characters, and the line and paragraph separators U+2028 and U+2029.
+_LINE_BREAKING = frozenset({"Cc", "Zl", "Zp"})
+# Embeddings and overrides (LRE RLE PDF LRO RLO), isolates (LRI RLI FSI PDI).
+_BIDI_CONTROLS = frozenset(
+    [chr(code) for code in range(0x202A, 0x202F)] + [chr(code) for code in range(0x2066, 0x206A)]
+)
+
+
+def not_one_line(name: str) -> str | None:
+    """Why `name` (a key, a tag) cannot be printed as the one line it is listed on, or None.
+
+    A control character or U+2028/9 splits `agmem memory list`'s `key<TAB>scope<TAB>value`
+    lines and the context block's facts; a bidi override or isolate shows it in another order
+    than it is written (an RLO: `project.a\u202egnp.exe` listed as `project.aexe.png`)."""
+    if any(unicodedata.category(char) in _LINE_BREAKING for char in name):
+        return "holds a control character (a line break, a tab, an escape)"
+    if any(char in _BIDI_CONTROLS for char in name):
+        return (
+            "holds a bidirectional control (U+202A-U+202E, U+2066-U+2069), which shows it in "
+            "another order than it is written"
+        )
+    return None
+
+
 def check_tags(tags: list[str] | None) -> list[str] | None:
     """Tags as stored (and as a filter matches them): sanitized as values are, a tag that was
     all `<private>` span dropped; an empty tag refused."""
@@ -66,6 +90,9 @@ def check_tags(tags: list[str] | None) -> list[str] | None:
     for tag in stored:
         if "," in tag:
             raise ValueError(f"a tag cannot hold ',', where ?tags= splits a filter: {tag!r}")
+        # Listed on one line with its memory, as a key is (`not_one_line`).
+        if (why := not_one_line(tag)) is not None:
+            raise ValueError(f"the tag {tag!r} {why}: a tag is a name of one line")
     return stored
 
 

@@ -13,7 +13,6 @@ present in several scopes answers with the most specific (session, project, shar
 
 from __future__ import annotations
 
-import unicodedata
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
@@ -44,7 +43,7 @@ from app.errors import Conflict, NotFound, ValidationFailed
 from app.index.writer import replace_index_text
 from app.memories.paging import Cursor
 from app.memories.patterns import LIKE_ESCAPE, pattern_to_like
-from app.memories.schemas import Memory, MemoryWrite, Scope
+from app.memories.schemas import Memory, MemoryWrite, Scope, not_one_line
 from app.privacy import sanitize_text
 from app.projects import refuse_excluded
 
@@ -97,14 +96,6 @@ class InvalidKey(ValidationFailed):
     pass
 
 
-# Control characters, and the line and paragraph separators U+2028 and U+2029.
-_LINE_BREAKING = frozenset({"Cc", "Zl", "Zp"})
-# Embeddings and overrides (LRE RLE PDF LRO RLO), isolates (LRI RLI FSI PDI).
-_BIDI_CONTROLS = frozenset(
-    [chr(code) for code in range(0x202A, 0x202F)] + [chr(code) for code in range(0x2066, 0x206A)]
-)
-
-
 def check_written_key(key: str) -> None:
     """Refuse a key the privacy rules would change: a value is sanitized, but a key is the
     memory's name, stored, logged, listed, indexed and sent in the resume prompt as written.
@@ -115,16 +106,8 @@ def check_written_key(key: str) -> None:
     U+2028 and U+2029 break a line too. A bidi override or isolate made the key show in
     another order than it is written (an RLO: `project.a\u202egnp.exe` listed as
     `project.aexe.png`)."""
-    if any(unicodedata.category(char) in _LINE_BREAKING for char in key):
-        raise InvalidKey(
-            "the key holds a control character (a line break, a tab, an escape): "
-            "a key is a name of one line"
-        )
-    if any(char in _BIDI_CONTROLS for char in key):
-        raise InvalidKey(
-            "the key holds a bidirectional control (U+202A-U+202E, U+2066-U+2069), "
-            "which shows it in another order than it is written"
-        )
+    if (why := not_one_line(key)) is not None:
+        raise InvalidKey(f"the key {why}: a key is a name of one line")
     if sanitize_text(key) != key:
         raise InvalidKey(
             "the key holds a <private> span or a secret (an API key, a token, a password); "

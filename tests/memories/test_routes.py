@@ -175,7 +175,7 @@ ONE_LINE = "the key holds a control character (a line break, a tab, an escape): 
     "a key is a name of one line"
 )
 IN_ORDER = "the key holds a bidirectional control (U+202A-U+202E, U+2066-U+2069), " + (
-    "which shows it in another order than it is written"
+    "which shows it in another order than it is written: a key is a name of one line"
 )
 
 
@@ -197,6 +197,19 @@ def test_a_key_holding_a_control_character_is_refused(
     assert response.status_code == 422
     assert response.json() == {"error": "InvalidKey", "detail": detail}
     assert client.get(url(key), params={"projectPath": PROJECT}).status_code == 404
+
+
+@pytest.mark.parametrize("tag", ["a\x01b", "a\nb\x1b[31mRED", "a\u2028b", "a\u202eb"])
+def test_a_tag_that_is_not_one_line_is_refused(client: TestClient, tag: str) -> None:
+    # A tag is listed on its memory's line, as a key is: `["a\nb\x1b[31mRED"]` was stored.
+    response = client.put(
+        url("project.build"), json={"value": 1, "projectPath": PROJECT, "tags": [tag]}
+    )
+
+    assert response.status_code == 422
+    assert response.json()["error"] == "ValidationFailed"
+    assert "a tag is a name of one line" in response.json()["detail"]
+    assert client.get(url("project.build"), params={"projectPath": PROJECT}).status_code == 404
 
 
 def test_a_tag_holding_a_comma_is_refused(client: TestClient) -> None:
